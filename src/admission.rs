@@ -1,0 +1,82 @@
+//! The two webhook answers: `/mutate` (placement) and `/validate` (policies).
+use crate::placement::{self, ProfileSet};
+use crate::policy::{NamespaceLookup, PolicyEvaluation, PolicySet};
+use crate::review::{Operation, Request, Response};
+use arc_swap::ArcSwap;
+use std::sync::Arc;
+
+/// Everything loaded from the policy folder.
+#[derive(Clone, Debug, Default)]
+pub struct Bundle {
+    pub policies: PolicySet,
+    pub placement: ProfileSet,
+}
+
+/// An answer plus what produced it, for logs and metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub response: Response,
+    /// The placement profile that patched the object, if any.
+    pub profile: Option<String>,
+    /// Each policy binding evaluated.
+    pub evaluations: Vec<PolicyEvaluation>,
+}
+
+/// Answers admission requests with the current bundle.
+pub struct Admission {
+    bundle: ArcSwap<Bundle>,
+    namespaces: Arc<dyn NamespaceLookup>,
+}
+
+impl Admission {
+    pub fn new(bundle: Bundle, namespaces: Arc<dyn NamespaceLookup>) -> Admission {
+        Admission {
+            bundle: ArcSwap::from_pointee(bundle),
+            namespaces,
+        }
+    }
+
+    /// Replaces the bundle; requests in flight finish with the old one.
+    pub fn replace(&self, bundle: Bundle) {
+        self.bundle.store(Arc::new(bundle));
+    }
+
+    pub fn bundle(&self) -> Arc<Bundle> {
+        self.bundle.load_full()
+    }
+
+    /// The `/mutate` answer: placement patch for pods on CREATE.
+    pub fn mutate(&self, req: &Request) -> Outcome {
+        if req.operation != Operation::Create {
+            return Outcome {
+                response: Response::allow(),
+                ..Outcome::default()
+            };
+        }
+        let bundle = self.bundle.load();
+        let plan = placement::plan(&bundle.placement, req);
+        Outcome {
+            response: Response::allow().with_patch(plan.patch),
+            profile: plan.profile,
+            evaluations: Vec::new(),
+        }
+    }
+
+    /// The `/validate` answer: every matching policy binding.
+    pub fn validate(&self, req: &Request) -> Outcome {
+        let bundle = self.bundle.load();
+        let verdict = bundle.policies.evaluate(req, self.namespaces.as_ref());
+        let mut response = if verdict.denials.is_empty() {
+            Response::allow()
+        } else {
+            Response::deny(verdict.denials.join("\n"))
+        };
+        response.warnings = verdict.warnings;
+        response.audit_annotations = verdict.audit_annotations;
+        Outcome {
+            response,
+            profile: None,
+            evaluations: verdict.evaluations,
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! CEL environment: Kubernetes libraries, GPU extensions, cost limits.

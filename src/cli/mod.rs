@@ -1,0 +1,1 @@
+//! Subcommands of the `gpu-admission` binary.

@@ -1,0 +1,1 @@
+//! GPU knowledge: resource names, what a pod asks for, the SKU catalog.

@@ -1,0 +1,16 @@
+//! gpu-admission: a Kubernetes admission webhook and CEL policy engine for
+//! GPU workloads.
+//!
+//! Domain modules (`gpu`, `placement`, `policy`, `cel`) know nothing of
+//! HTTP; `server` knows nothing of GPUs; `review` is the single translation
+//! point between the AdmissionReview wire format and the domain; `admission`
+//! joins placement and policy into the two webhook answers.
+pub mod admission;
+pub mod cel;
+pub mod cli;
+pub mod gpu;
+pub mod placement;
+pub mod policy;
+pub mod review;
+pub mod server;
+pub mod workload;

@@ -1,0 +1,443 @@
+//! AdmissionReview `admission.k8s.io/v1` in and out: the only place that
+//! knows the wire format. Objects are kept as raw JSON so that patches are
+//! computed against exactly what the apiserver sent.
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+/// Group, version and kind of an object (`request.kind`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GroupVersionKind {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
+/// Group, version and resource (`request.resource`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GroupVersionResource {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub resource: String,
+}
+
+/// The admission operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// One admission request, decoded once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    pub uid: String,
+    pub kind: GroupVersionKind,
+    pub resource: GroupVersionResource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_resource: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_kind: Option<GroupVersionKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_resource: Option<GroupVersionResource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_sub_resource: Option<String>,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub operation: Operation,
+    #[serde(default)]
+    pub user_info: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_object: Option<Value>,
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<Value>,
+}
+
+impl Request {
+    /// `namespace/name` (or `name`) for logs and messages; falls back to the
+    /// object's `generateName` for pods not yet named.
+    pub fn display_name(&self) -> String {
+        let name = if self.name.is_empty() {
+            self.object
+                .as_ref()
+                .and_then(|o| o.pointer("/metadata/generateName"))
+                .and_then(Value::as_str)
+                .map(|g| format!("{g}*"))
+                .unwrap_or_default()
+        } else {
+            self.name.clone()
+        };
+        match &self.namespace {
+            Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+            _ => name,
+        }
+    }
+
+    /// A request for `object` as kube-apiserver would send it on `operation`,
+    /// derived from the object's apiVersion and kind. Used by the CLI and
+    /// tests, which start from manifests rather than AdmissionReviews.
+    pub fn for_object(object: Value, operation: Operation, namespace: Option<&str>) -> Request {
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("v1");
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), api_version.to_string()),
+        };
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let namespace = namespace.map(str::to_string).or_else(|| {
+            object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        let gvk = GroupVersionKind {
+            group: group.clone(),
+            version: version.clone(),
+            kind: kind.clone(),
+        };
+        let gvr = GroupVersionResource {
+            group,
+            version,
+            resource: plural_resource(&kind),
+        };
+        let (obj, old) = match operation {
+            Operation::Delete => (None, Some(object)),
+            _ => (Some(object), None),
+        };
+        Request {
+            uid: "00000000-0000-0000-0000-000000000000".to_string(),
+            kind: gvk.clone(),
+            resource: gvr.clone(),
+            sub_resource: None,
+            request_kind: Some(gvk),
+            request_resource: Some(gvr),
+            request_sub_resource: None,
+            name,
+            namespace,
+            operation,
+            user_info: json!({"username": "gpu-admission-cli"}),
+            object: obj,
+            old_object: old,
+            dry_run: false,
+            options: None,
+        }
+    }
+}
+
+/// The lower-case plural resource name kube-apiserver uses for a kind.
+pub fn plural_resource(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    match lower.as_str() {
+        "" => String::new(),
+        "endpoints" => lower,
+        l if l.ends_with('s') || l.ends_with("sh") || l.ends_with("ch") || l.ends_with('x') => {
+            format!("{l}es")
+        }
+        l if l.ends_with('y') && !l.ends_with("ay") && !l.ends_with("ey") && !l.ends_with("oy") => {
+            format!("{}ies", &l[..l.len() - 1])
+        }
+        _ => format!("{lower}s"),
+    }
+}
+
+/// The answer to one request, before it is put on the wire.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Response {
+    pub allowed: bool,
+    /// Shown to the user by kubectl when the request is denied.
+    pub message: Option<String>,
+    /// A `metav1.StatusReason` such as `Forbidden` or `Invalid`.
+    pub reason: Option<String>,
+    /// HTTP-style status code for a denial (403 by default).
+    pub code: Option<u16>,
+    pub patch: Option<json_patch::Patch>,
+    pub warnings: Vec<String>,
+    pub audit_annotations: BTreeMap<String, String>,
+}
+
+impl Response {
+    pub fn allow() -> Response {
+        Response {
+            allowed: true,
+            ..Response::default()
+        }
+    }
+
+    pub fn deny(message: impl Into<String>) -> Response {
+        Response {
+            allowed: false,
+            message: Some(message.into()),
+            reason: Some("Forbidden".to_string()),
+            code: Some(403),
+            ..Response::default()
+        }
+    }
+
+    /// Patch operations, or none for an empty patch.
+    pub fn with_patch(mut self, patch: json_patch::Patch) -> Response {
+        self.patch = if patch.0.is_empty() {
+            None
+        } else {
+            Some(patch)
+        };
+        self
+    }
+
+    /// The decision as a bounded label: `allowed`, `denied` or `patched`.
+    pub fn decision(&self) -> &'static str {
+        match (self.allowed, &self.patch) {
+            (false, _) => "denied",
+            (true, Some(_)) => "patched",
+            (true, None) => "allowed",
+        }
+    }
+}
+
+/// Why a body could not be read as an AdmissionReview.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("body is not JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got {0}")]
+    WrongKind(String),
+    #[error("AdmissionReview has no request")]
+    MissingRequest,
+    #[error("AdmissionReview request is malformed: {0}")]
+    BadRequest(#[source] serde_json::Error),
+}
+
+/// Decodes an AdmissionReview v1 body into its request.
+pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
+    let mut review: Value = serde_json::from_slice(body).map_err(DecodeError::Json)?;
+    let api_version = review.get("apiVersion").and_then(Value::as_str);
+    let kind = review.get("kind").and_then(Value::as_str);
+    if api_version != Some("admission.k8s.io/v1") || kind != Some("AdmissionReview") {
+        return Err(DecodeError::WrongKind(format!(
+            "{}/{}",
+            api_version.unwrap_or("<none>"),
+            kind.unwrap_or("<none>")
+        )));
+    }
+    let request = match review.get_mut("request").map(Value::take) {
+        Some(Value::Null) | None => return Err(DecodeError::MissingRequest),
+        Some(r) => r,
+    };
+    let mut request: Request = serde_json::from_value(request).map_err(DecodeError::BadRequest)?;
+    // The apiserver sends `null` rather than omitting absent objects.
+    if request.object.as_ref().is_some_and(Value::is_null) {
+        request.object = None;
+    }
+    if request.old_object.as_ref().is_some_and(Value::is_null) {
+        request.old_object = None;
+    }
+    Ok(request)
+}
+
+/// Encodes the answer to request `uid` as an AdmissionReview v1, with the
+/// patch as a base64 string and `patchType: JSONPatch` as the API documents.
+pub fn encode(uid: &str, response: &Response) -> Value {
+    let mut out = Map::new();
+    out.insert("uid".into(), Value::String(uid.to_string()));
+    out.insert("allowed".into(), Value::Bool(response.allowed));
+    if !response.allowed || response.message.is_some() {
+        let mut status = Map::new();
+        if let Some(message) = &response.message {
+            status.insert("message".into(), Value::String(message.clone()));
+        }
+        if !response.allowed {
+            status.insert("status".into(), Value::String("Failure".into()));
+            status.insert(
+                "reason".into(),
+                Value::String(
+                    response
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| "Forbidden".into()),
+                ),
+            );
+            status.insert("code".into(), json!(response.code.unwrap_or(403)));
+        }
+        out.insert("status".into(), Value::Object(status));
+    }
+    if let Some(patch) = &response.patch {
+        let bytes = serde_json::to_vec(patch).unwrap_or_default();
+        out.insert(
+            "patch".into(),
+            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        );
+        out.insert("patchType".into(), Value::String("JSONPatch".into()));
+    }
+    if !response.warnings.is_empty() {
+        out.insert("warnings".into(), json!(response.warnings));
+    }
+    if !response.audit_annotations.is_empty() {
+        out.insert("auditAnnotations".into(), json!(response.audit_annotations));
+    }
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": Value::Object(out),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(request: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": request,
+        }))
+        .unwrap()
+    }
+
+    fn pod_request() -> Value {
+        json!({
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "trainer",
+            "namespace": "ml",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer"}},
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+        })
+    }
+
+    #[test]
+    fn decodes_a_pod_create() {
+        let req = decode(&review(pod_request())).unwrap();
+        assert_eq!(req.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
+        assert_eq!(req.kind.kind, "Pod");
+        assert_eq!(req.operation, Operation::Create);
+        assert_eq!(req.namespace.as_deref(), Some("ml"));
+        assert_eq!(req.old_object, None, "null oldObject is absent");
+        assert_eq!(req.display_name(), "ml/trainer");
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_v1_review() {
+        assert!(matches!(decode(b"{"), Err(DecodeError::Json(_))));
+        let v1beta1 = serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": pod_request()
+        }))
+        .unwrap();
+        assert!(matches!(decode(&v1beta1), Err(DecodeError::WrongKind(_))));
+        let no_request = serde_json::to_vec(
+            &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+        )
+        .unwrap();
+        assert!(matches!(
+            decode(&no_request),
+            Err(DecodeError::MissingRequest)
+        ));
+        let mut bad = pod_request();
+        bad["operation"] = json!("PATCH");
+        assert!(matches!(
+            decode(&review(bad)),
+            Err(DecodeError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn encodes_patch_as_base64_json_patch() {
+        let patch: json_patch::Patch = serde_json::from_value(
+            json!([{"op": "add", "path": "/spec/tolerations", "value": []}]),
+        )
+        .unwrap();
+        let out = encode("abc", &Response::allow().with_patch(patch));
+        let response = &out["response"];
+        assert_eq!(response["uid"], "abc");
+        assert_eq!(response["allowed"], true);
+        assert_eq!(response["patchType"], "JSONPatch");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(response["patch"].as_str().unwrap())
+            .unwrap();
+        let ops: Value = serde_json::from_slice(&decoded).unwrap();
+        assert_eq!(ops[0]["path"], "/spec/tolerations");
+    }
+
+    #[test]
+    fn encodes_denials_with_status_and_warnings() {
+        let mut response = Response::deny("gpu-limits: container \"train\" asks for 9 GPUs");
+        response
+            .warnings
+            .push("gpu-keepalive: container \"train\" runs sleep infinity".into());
+        let out = encode("abc", &response);
+        let r = &out["response"];
+        assert_eq!(r["allowed"], false);
+        assert_eq!(r["status"]["code"], 403);
+        assert_eq!(r["status"]["reason"], "Forbidden");
+        assert!(r["status"]["message"].as_str().unwrap().contains("9 GPUs"));
+        assert_eq!(
+            r["warnings"][0],
+            "gpu-keepalive: container \"train\" runs sleep infinity"
+        );
+        assert!(r.get("patch").is_none());
+    }
+
+    #[test]
+    fn empty_patch_is_no_patch() {
+        let r = Response::allow().with_patch(json_patch::Patch(vec![]));
+        assert_eq!(r.patch, None);
+        assert_eq!(r.decision(), "allowed");
+    }
+
+    #[test]
+    fn request_for_manifest_object() {
+        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "team-a"}});
+        let req = Request::for_object(obj, Operation::Create, None);
+        assert_eq!(req.kind.group, "apps");
+        assert_eq!(req.resource.resource, "deployments");
+        assert_eq!(req.namespace.as_deref(), Some("team-a"));
+        assert_eq!(plural_resource("NodePool"), "nodepools");
+        assert_eq!(plural_resource("Policy"), "policies");
+        assert_eq!(plural_resource("Ingress"), "ingresses");
+    }
+}

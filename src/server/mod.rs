@@ -1,0 +1,1 @@
+//! HTTP edge: router, handlers, TLS, health, metrics, shutdown.

@@ -1,0 +1,1 @@
+//! Pod controllers: the pod a Deployment, Job, CronJob... would create.
