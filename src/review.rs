@@ -179,6 +179,30 @@ pub fn plural_resource(kind: &str) -> String {
     }
 }
 
+/// Whether objects of this kind live outside namespaces. Covers the
+/// built-in kinds and the node-pool kinds the webhook sees; anything else is
+/// taken as namespaced.
+pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        ("", "Namespace" | "Node" | "PersistentVolume")
+            | ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding")
+            | ("storage.k8s.io", "StorageClass" | "CSIDriver" | "CSINode" | "VolumeAttachment")
+            | ("scheduling.k8s.io", "PriorityClass")
+            | ("node.k8s.io", "RuntimeClass")
+            | ("apiextensions.k8s.io", "CustomResourceDefinition")
+            | (
+                "admissionregistration.k8s.io",
+                "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
+                    | "MutatingWebhookConfiguration"
+                    | "ValidatingWebhookConfiguration"
+            )
+            | ("karpenter.sh", "NodePool" | "NodeClaim")
+            | ("karpenter.azure.com", "AKSNodeClass")
+    )
+}
+
 /// The answer to one request, before it is put on the wire.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Response {

@@ -1,0 +1,291 @@
+//! Audit of objects that already exist: which policies they violate, and
+//! how many GPUs the violating objects hold.
+use crate::admission::Admission;
+use crate::offline::build_request;
+use crate::policy::Action;
+use crate::review::Operation;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+/// One policy violated by one object.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    pub policy: String,
+    /// `deny`, `warn` or `audit`: what the webhook would do to this object now.
+    pub action: &'static str,
+    pub api_version: String,
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    pub message: String,
+    /// GPUs the object holds: a live pod's count, or a controller's
+    /// count per pod times its replicas.
+    pub gpus: i64,
+}
+
+/// The result of auditing a set of objects.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Objects read.
+    pub objects: usize,
+    /// Objects evaluated (objects owned by another object in the input are
+    /// judged through their owner).
+    pub evaluated: usize,
+    /// Evaluated objects with no finding, per namespace ("" for cluster scope).
+    pub passed: BTreeMap<String, usize>,
+    pub findings: Vec<Finding>,
+}
+
+/// Evaluates `objects` as if each were created now. `gpus_per_pod` says how
+/// many GPUs one pod of an object asks for (0 for non-pod objects).
+pub fn audit(admission: &Admission, objects: &[Value], gpus_per_pod: &dyn Fn(&Value) -> i64) -> Report {
+    let uids: BTreeSet<&str> = objects
+        .iter()
+        .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
+        .collect();
+    let mut report = Report {
+        objects: objects.len(),
+        ..Report::default()
+    };
+    for object in objects {
+        if owned_by_input(object, &uids) {
+            continue;
+        }
+        report.evaluated += 1;
+        let req = build_request(object.clone(), None, Operation::Create, None);
+        let namespace = req.namespace.clone();
+        let verdict = admission.verdict(&req);
+        if verdict.violations.is_empty() {
+            *report.passed.entry(namespace.unwrap_or_default()).or_default() += 1;
+            continue;
+        }
+        let gpus = gpus_held(object, gpus_per_pod);
+        for v in verdict.violations {
+            report.findings.push(Finding {
+                policy: v.policy,
+                action: v.action.as_str(),
+                api_version: str_at(object, "/apiVersion"),
+                kind: req.kind.kind.clone(),
+                namespace: namespace.clone(),
+                name: req.name.clone(),
+                uid: object.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string),
+                message: v.message,
+                gpus,
+            });
+        }
+    }
+    report
+}
+
+/// Totals per policy, namespace and action, most GPUs first.
+pub fn summary(report: &Report) -> Vec<SummaryRow> {
+    let mut rows: BTreeMap<(String, String, &'static str), SummaryRow> = BTreeMap::new();
+    for f in &report.findings {
+        let key = (f.policy.clone(), f.namespace.clone().unwrap_or_default(), f.action);
+        let row = rows.entry(key).or_insert_with(|| SummaryRow {
+            policy: f.policy.clone(),
+            namespace: f.namespace.clone().unwrap_or_default(),
+            action: f.action,
+            violations: 0,
+            gpus: 0,
+        });
+        row.violations += 1;
+        row.gpus += f.gpus;
+    }
+    let mut rows: Vec<SummaryRow> = rows.into_values().collect();
+    rows.sort_by(|a, b| b.gpus.cmp(&a.gpus).then(b.violations.cmp(&a.violations)));
+    rows
+}
+
+/// One line of the summary table.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SummaryRow {
+    pub policy: String,
+    pub namespace: String,
+    pub action: &'static str,
+    pub violations: usize,
+    pub gpus: i64,
+}
+
+/// The text report: a summary table, the sentence per policy a platform
+/// team reads first, then each finding.
+pub fn render_text(report: &Report) -> String {
+    let rows = summary(report);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} objects read, {} evaluated, {} findings",
+        report.objects,
+        report.evaluated,
+        report.findings.len()
+    );
+    if rows.is_empty() {
+        return out;
+    }
+    let w_policy = rows.iter().map(|r| r.policy.len()).max().unwrap_or(6).max(6);
+    let w_ns = rows.iter().map(|r| r.namespace.len()).max().unwrap_or(9).max(9);
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<w_policy$}  {:<w_ns$}  {:<6}  {:>10}  {:>5}",
+        "POLICY", "NAMESPACE", "ACTION", "VIOLATIONS", "GPUS"
+    );
+    for r in &rows {
+        let ns = if r.namespace.is_empty() { "-" } else { &r.namespace };
+        let _ = writeln!(
+            out,
+            "{:<w_policy$}  {:<w_ns$}  {:<6}  {:>10}  {:>5}",
+            r.policy, ns, r.action, r.violations, r.gpus
+        );
+    }
+    let mut per_policy: BTreeMap<&str, (i64, usize)> = BTreeMap::new();
+    for r in &rows {
+        let e = per_policy.entry(&r.policy).or_default();
+        e.0 += r.gpus;
+        e.1 += r.violations;
+    }
+    let _ = writeln!(out);
+    for (policy, (gpus, violations)) in &per_policy {
+        let _ = writeln!(out, "{gpus} GPUs held by {violations} objects violating {policy}");
+    }
+    let _ = writeln!(out);
+    for f in &report.findings {
+        let ns = f.namespace.as_deref().map(|n| format!("{n}/")).unwrap_or_default();
+        let _ = writeln!(out, "{} {}{}: [{}] {}", f.kind, ns, f.name, f.action, f.message);
+    }
+    out
+}
+
+/// The report as wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace)
+/// and a ClusterPolicyReport for cluster-scoped objects.
+pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
+    let mut namespaces: BTreeSet<String> = report.passed.keys().cloned().collect();
+    namespaces.extend(report.findings.iter().map(|f| f.namespace.clone().unwrap_or_default()));
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let findings: Vec<&Finding> = report
+            .findings
+            .iter()
+            .filter(|f| f.namespace.clone().unwrap_or_default() == ns)
+            .collect();
+        let results: Vec<Value> = findings
+            .iter()
+            .map(|f| {
+                let mut resource = json!({"apiVersion": f.api_version, "kind": f.kind, "name": f.name});
+                if let Some(n) = &f.namespace {
+                    resource["namespace"] = json!(n);
+                }
+                if let Some(uid) = &f.uid {
+                    resource["uid"] = json!(uid);
+                }
+                json!({
+                    "source": "gpu-admission",
+                    "policy": f.policy,
+                    "message": f.message,
+                    "result": if f.action == "deny" { "fail" } else { "warn" },
+                    "scored": true,
+                    "severity": if f.action == "deny" { "high" } else { "medium" },
+                    "category": "GPU",
+                    "properties": {"gpus": f.gpus.to_string(), "action": f.action},
+                    "resources": [resource],
+                    "timestamp": {"seconds": now_seconds, "nanos": 0},
+                })
+            })
+            .collect();
+        let fail = findings.iter().filter(|f| f.action == "deny").count();
+        let warn = findings.len() - fail;
+        let pass = report.passed.get(&ns).copied().unwrap_or(0);
+        let mut doc = json!({
+            "apiVersion": "wgpolicyk8s.io/v1alpha2",
+            "kind": if ns.is_empty() { "ClusterPolicyReport" } else { "PolicyReport" },
+            "metadata": {
+                "name": "gpu-admission",
+                "labels": {"app.kubernetes.io/managed-by": "gpu-admission"},
+            },
+            "scope": Value::Null,
+            "summary": {"pass": pass, "fail": fail, "warn": warn, "error": 0, "skip": 0},
+            "results": results,
+        });
+        if ns.is_empty() {
+            doc.as_object_mut().map(|m| m.remove("scope"));
+        } else {
+            doc["metadata"]["namespace"] = json!(ns);
+            doc.as_object_mut().map(|m| m.remove("scope"));
+        }
+        out.push(doc);
+    }
+    out
+}
+
+/// GPUs an object holds: a pod's own count while it is live (not
+/// Succeeded or Failed); for controllers, per pod times replicas.
+fn gpus_held(object: &Value, gpus_per_pod: &dyn Fn(&Value) -> i64) -> i64 {
+    let per_pod = gpus_per_pod(object);
+    if per_pod == 0 {
+        return 0;
+    }
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let replicas = match kind {
+        "Pod" => match object.pointer("/status/phase").and_then(Value::as_str) {
+            Some("Succeeded" | "Failed") => 0,
+            _ => 1,
+        },
+        "Deployment" | "StatefulSet" | "ReplicaSet" => object
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1),
+        "Job" => object
+            .pointer("/spec/parallelism")
+            .and_then(Value::as_i64)
+            .unwrap_or(1),
+        // A DaemonSet runs one pod per matching node; its status says how many.
+        "DaemonSet" => object
+            .pointer("/status/desiredNumberScheduled")
+            .and_then(Value::as_i64)
+            .unwrap_or(1),
+        // A CronJob holds GPUs only while one of its Jobs runs.
+        "CronJob" => object
+            .pointer("/status/active")
+            .and_then(Value::as_array)
+            .map(|a| a.len() as i64)
+            .unwrap_or(0),
+        _ => 1,
+    };
+    per_pod.saturating_mul(replicas.max(0))
+}
+
+/// Whether a controller in the input owns this object (a Deployment's
+/// ReplicaSets and pods are judged through the Deployment).
+fn owned_by_input(object: &Value, uids: &BTreeSet<&str>) -> bool {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|owners| {
+            owners.iter().any(|o| {
+                o.get("controller").and_then(Value::as_bool) == Some(true)
+                    && o.get("uid").and_then(Value::as_str).is_some_and(|u| uids.contains(u))
+            })
+        })
+}
+
+fn str_at(v: &Value, pointer: &str) -> String {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+impl Action {
+    /// The action as a report label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Deny => "deny",
+            Action::Warn => "warn",
+            Action::Audit => "audit",
+        }
+    }
+}

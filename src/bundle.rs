@@ -1,0 +1,138 @@
+//! The policy folder as one [`Bundle`]: validating policies with their
+//! bindings and params, placement profiles, and policy tests.
+use crate::admission::Bundle;
+use crate::placement::{Profile, ProfileSet};
+use crate::policy::{self, Document, LoadError, LoadErrors, PolicySet};
+use std::path::{Path, PathBuf};
+
+include!(concat!(env!("OUT_DIR"), "/embedded_policies.rs"));
+
+/// API group of the project's own document kinds.
+pub const API_GROUP: &str = "gpu-admission.io";
+
+/// Where policies come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicySource {
+    /// The `policies/` folder built into the binary.
+    Embedded,
+    /// A folder on disk, read recursively.
+    Dir(PathBuf),
+}
+
+impl PolicySource {
+    pub fn describe(&self) -> String {
+        match self {
+            PolicySource::Embedded => "built-in policies".to_string(),
+            PolicySource::Dir(dir) => dir.display().to_string(),
+        }
+    }
+}
+
+/// A loaded policy folder.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    pub bundle: Bundle,
+    /// `PolicyTest` documents, for `gpu-admission test`.
+    pub tests: Vec<Document>,
+}
+
+/// Loads and compiles everything in `source`. Every error found is
+/// returned, each naming its file and document.
+pub fn load(source: &PolicySource) -> Result<Loaded, LoadErrors> {
+    let documents = match source {
+        PolicySource::Dir(dir) => policy::read_documents(dir)?,
+        PolicySource::Embedded => embedded_documents()?,
+    };
+    from_documents(documents)
+}
+
+/// The shipped policy files as documents, named `policies/<path>`.
+pub fn embedded_documents() -> Result<Vec<Document>, LoadErrors> {
+    let mut documents = Vec::new();
+    let mut errors = Vec::new();
+    for (path, text) in EMBEDDED_POLICIES {
+        let file = Path::new("policies").join(path);
+        match policy::parse_documents(&file, text) {
+            Ok(docs) => documents.extend(docs),
+            Err(LoadErrors(errs)) => errors.extend(errs),
+        }
+    }
+    if errors.is_empty() {
+        Ok(documents)
+    } else {
+        Err(LoadErrors(errors))
+    }
+}
+
+/// Sorts documents by kind and compiles them.
+pub fn from_documents(documents: Vec<Document>) -> Result<Loaded, LoadErrors> {
+    let mut policy_docs = Vec::new();
+    let mut profiles = Vec::new();
+    let mut tests = Vec::new();
+    let mut errors = Vec::new();
+    for doc in documents {
+        match own_kind(&doc.value) {
+            Some("PlacementProfile") => match Profile::from_value(&doc.value) {
+                Ok(profile) => profiles.push(profile),
+                Err(err) => errors.push(LoadError {
+                    source: Some(doc.source.clone()),
+                    field: None,
+                    line: None,
+                    column: None,
+                    message: err.to_string(),
+                }),
+            },
+            Some("PolicyTest") => tests.push(doc),
+            Some(other) => errors.push(LoadError {
+                source: Some(doc.source.clone()),
+                field: Some("kind".to_string()),
+                line: None,
+                column: None,
+                message: format!(
+                    "unknown kind {other} in {API_GROUP}: expected PlacementProfile or PolicyTest"
+                ),
+            }),
+            None => policy_docs.push(doc),
+        }
+    }
+    let policies = match PolicySet::compile(&policy_docs) {
+        Ok(set) => Some(set),
+        Err(LoadErrors(errs)) => {
+            errors.extend(errs);
+            None
+        }
+    };
+    let placement = match ProfileSet::new(profiles) {
+        Ok(set) => Some(set),
+        Err(err) => {
+            errors.push(LoadError {
+                source: None,
+                field: None,
+                line: None,
+                column: None,
+                message: err.to_string(),
+            });
+            None
+        }
+    };
+    match (policies, placement) {
+        (Some(policies), Some(placement)) if errors.is_empty() => Ok(Loaded {
+            bundle: Bundle {
+                policies,
+                placement,
+            },
+            tests,
+        }),
+        _ => Err(LoadErrors(errors)),
+    }
+}
+
+/// The kind of one of the project's own documents, if it is one.
+fn own_kind(value: &serde_json::Value) -> Option<&str> {
+    let api_version = value.get("apiVersion")?.as_str()?;
+    let (group, _version) = api_version.split_once('/')?;
+    if group != API_GROUP {
+        return None;
+    }
+    value.get("kind")?.as_str()
+}

@@ -1,0 +1,141 @@
+//! `gpu-admission audit`: evaluates objects that already exist, from files
+//! (`kubectl get ... -A -o json`) or straight from the cluster, and reports
+//! per policy and namespace the violations and the GPUs they hold.
+use super::evaluate::parse_labels;
+use super::policy_args::PolicyArgs;
+use crate::admission::Admission;
+use crate::audit;
+use crate::namespaces::StaticNamespaces;
+use crate::offline;
+use crate::testing::namespace_object;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuditFormat {
+    /// A summary table, one sentence per policy, then every finding.
+    Text,
+    Json,
+    /// wgpolicyk8s.io/v1alpha2 PolicyReport / ClusterPolicyReport YAML.
+    Policyreport,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct AuditArgs {
+    /// Files of objects (a List from `kubectl get ... -o json`, or manifests).
+    /// Without any, the objects are read from the cluster of the current
+    /// kubeconfig (or the in-cluster service account).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub policies: PolicyArgs,
+    /// Labels of every namespace, when reading files (the cluster's own
+    /// Namespace objects are used when reading from the cluster).
+    #[arg(long, value_name = "k=v,...", value_parser = parse_labels)]
+    pub namespace_labels: Option<BTreeMap<String, String>>,
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: AuditFormat,
+}
+
+pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
+    let loaded = args.policies.load()?;
+    let (objects, namespaces) = if args.files.is_empty() {
+        from_cluster()?
+    } else {
+        let mut objects = Vec::new();
+        for file in &args.files {
+            objects.extend(offline::read_manifest(file)?);
+        }
+        let labels = args.namespace_labels.clone().unwrap_or_default();
+        let names: BTreeSet<String> = objects
+            .iter()
+            .filter_map(|o| o.pointer("/metadata/namespace").and_then(Value::as_str))
+            .map(str::to_string)
+            .chain(std::iter::once("default".to_string()))
+            .collect();
+        let namespaces = names
+            .iter()
+            .map(|n| namespace_object(n, &labels, &BTreeMap::new()))
+            .collect();
+        (objects, namespaces)
+    };
+    let resources = loaded.bundle.placement.gpu_resources().clone();
+    let admission = Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new(namespaces)));
+    let per_pod = |object: &Value| crate::gpu::gpus_per_pod(object, &resources);
+    let report = audit::audit(&admission, &objects, &per_pod);
+    match args.output {
+        AuditFormat::Text => print!("{}", audit::render_text(&report)),
+        AuditFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        AuditFormat::Policyreport => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0);
+            for doc in audit::policy_reports(&report, now) {
+                print!("---\n{}", serde_yaml::to_string(&doc)?);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Kinds the audit reads from a cluster: (group, kind). Kinds the cluster
+/// does not serve (CRDs not installed) are skipped.
+const AUDITED: &[(&str, &str)] = &[
+    ("", "Pod"),
+    ("apps", "Deployment"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("apps", "ReplicaSet"),
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+    ("karpenter.sh", "NodePool"),
+    ("kaito.sh", "Workspace"),
+    ("kaito.sh", "RAGEngine"),
+    ("containerservice.azure.com", "ManagedClustersAgentPool"),
+];
+
+fn from_cluster() -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default().await.map_err(|e| {
+            anyhow::anyhow!("no cluster to audit ({e}); pass objects with -f FILE instead")
+        })?;
+        let mut objects = Vec::new();
+        for (group, kind) in AUDITED {
+            let api_group = match kube::discovery::group(&client, group).await {
+                Ok(g) => g,
+                Err(_) => continue,
+            };
+            let Some((resource, _caps)) = api_group.recommended_kind(kind) else {
+                continue;
+            };
+            let api: kube::Api<kube::core::DynamicObject> = kube::Api::all_with(client.clone(), &resource);
+            let list = api.list(&Default::default()).await?;
+            for item in list.items {
+                let mut value = serde_json::to_value(&item)?;
+                value["apiVersion"] = Value::String(resource.api_version.clone());
+                value["kind"] = Value::String(resource.kind.clone());
+                objects.push(value);
+            }
+        }
+        let ns_api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+        let namespaces = ns_api
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|ns| serde_json::to_value(ns).map(|mut v| {
+                v["apiVersion"] = Value::String("v1".into());
+                v["kind"] = Value::String("Namespace".into());
+                v
+            }))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((objects, namespaces))
+    })
+}

@@ -1,0 +1,155 @@
+//! `gpu-admission evaluate -f MANIFEST`: what the webhook would do to each
+//! object of a manifest: the patch, the patched object, each denial and
+//! warning.
+use super::policy_args::PolicyArgs;
+use crate::admission::Admission;
+use crate::namespaces::StaticNamespaces;
+use crate::offline::{self, Evaluation};
+use crate::review::Operation;
+use crate::testing::namespace_object;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Yaml,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct EvaluateArgs {
+    /// Manifest file (multi-document YAML or JSON; `List`s are opened).
+    #[arg(short = 'f', long = "filename", value_name = "MANIFEST")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub policies: PolicyArgs,
+    /// Namespace for namespaced objects that name none.
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Labels of the objects' namespaces, as the cluster would have them.
+    #[arg(long, value_name = "k=v,...", value_parser = parse_labels)]
+    pub namespace_labels: Option<BTreeMap<String, String>>,
+    /// The admission operation to simulate.
+    #[arg(long, value_enum, default_value = "create")]
+    pub operation: OperationArg,
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: Format,
+    /// Exit with status 2 when any object is denied.
+    #[arg(long)]
+    pub fail_on_deny: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OperationArg {
+    Create,
+    Update,
+    Delete,
+}
+
+pub fn run(args: EvaluateArgs) -> anyhow::Result<ExitCode> {
+    let loaded = args.policies.load()?;
+    let objects = offline::read_manifest(&args.file)?;
+    let operation = match args.operation {
+        OperationArg::Create => Operation::Create,
+        OperationArg::Update => Operation::Update,
+        OperationArg::Delete => Operation::Delete,
+    };
+    let requests: Vec<_> = objects
+        .into_iter()
+        .map(|obj| {
+            let old = (operation == Operation::Update).then(|| obj.clone());
+            offline::build_request(obj, old, operation, args.namespace.as_deref())
+        })
+        .collect();
+    let labels = args.namespace_labels.clone().unwrap_or_default();
+    let namespaces: std::collections::BTreeSet<String> =
+        requests.iter().filter_map(|r| r.namespace.clone()).collect();
+    let lookup = StaticNamespaces::new(
+        namespaces
+            .iter()
+            .map(|ns| namespace_object(ns, &labels, &BTreeMap::new())),
+    );
+    let admission = Admission::new(loaded.bundle, Arc::new(lookup));
+    let results: Vec<Evaluation> = requests
+        .into_iter()
+        .map(|req| offline::evaluate(&admission, req))
+        .collect();
+    match args.output {
+        Format::Text => print!("{}", render_text(&results)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&results)?),
+        Format::Yaml => print!("{}", serde_yaml::to_string(&results)?),
+    }
+    let denied = results.iter().any(|r| !r.allowed);
+    Ok(if args.fail_on_deny && denied {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Human-readable report, one block per object.
+pub fn render_text(results: &[Evaluation]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let verdict = if r.allowed { "allowed" } else { "DENIED" };
+        let _ = writeln!(out, "{} {}: {verdict}", r.kind, r.name);
+        if let Some(patch) = &r.patch {
+            let profile = r.profile.as_deref().unwrap_or("-");
+            let _ = writeln!(out, "  patched by placement profile {profile}:");
+            for op in &patch.0 {
+                let _ = writeln!(out, "    {}", serde_json::to_string(op).unwrap_or_default());
+            }
+        }
+        for d in &r.denials {
+            let _ = writeln!(out, "  denied: {d}");
+        }
+        for w in &r.warnings {
+            let _ = writeln!(out, "  warning: {w}");
+        }
+        for (k, v) in &r.audit_annotations {
+            let _ = writeln!(out, "  audit: {k}={v}");
+        }
+    }
+    let denied = results.iter().filter(|r| !r.allowed).count();
+    let warned = results.iter().filter(|r| !r.warnings.is_empty()).count();
+    let patched = results.iter().filter(|r| r.patch.is_some()).count();
+    let _ = writeln!(
+        out,
+        "{} objects: {denied} denied, {warned} warned, {patched} patched",
+        results.len()
+    );
+    out
+}
+
+/// Parses `k=v,k2=v2`.
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("expected key=value, got {pair:?}"))?;
+        if k.is_empty() {
+            return Err(format!("empty label key in {pair:?}"));
+        }
+        labels.insert(k.to_string(), v.to_string());
+    }
+    Ok(labels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_parse() {
+        let l = parse_labels("gpu-admission.io/tier=premium, team=ml").unwrap();
+        assert_eq!(l["gpu-admission.io/tier"], "premium");
+        assert_eq!(l["team"], "ml");
+        assert!(parse_labels("novalue").is_err());
+        assert!(parse_labels("=x").is_err());
+    }
+}

@@ -1,0 +1,34 @@
+//! `gpu-admission lint DIR`: loads and compiles every document, and reports
+//! each error with file, document and expression position.
+use crate::bundle::{self, PolicySource};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct LintArgs {
+    /// Policy folder to check (recursive).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
+    match bundle::load(&PolicySource::Dir(args.dir.clone())) {
+        Ok(loaded) => {
+            println!(
+                "{}: ok ({} policies, {} placement profiles, {} tests)",
+                args.dir.display(),
+                loaded.bundle.policies.len(),
+                loaded.bundle.placement.len(),
+                loaded.tests.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) => {
+            for error in &errors.0 {
+                println!("{error}");
+            }
+            println!("{} error(s)", errors.0.len());
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}

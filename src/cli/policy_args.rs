@@ -1,0 +1,28 @@
+//! Flags shared by the offline subcommands.
+use crate::bundle::{self, Loaded, PolicySource};
+use std::path::PathBuf;
+
+/// Where the offline subcommands take policies from.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PolicyArgs {
+    /// Policy folder (recursive). Default: the policies built into the binary.
+    #[arg(long, value_name = "DIR")]
+    pub policies: Option<PathBuf>,
+}
+
+impl PolicyArgs {
+    pub fn source(&self) -> PolicySource {
+        match &self.policies {
+            Some(dir) => PolicySource::Dir(dir.clone()),
+            None => PolicySource::Embedded,
+        }
+    }
+
+    /// Loads the policies, or an error listing every problem found.
+    pub fn load(&self) -> anyhow::Result<Loaded> {
+        let source = self.source();
+        bundle::load(&source).map_err(|errors| {
+            anyhow::anyhow!("{} has errors:\n{}", source.describe(), errors)
+        })
+    }
+}

@@ -1,0 +1,72 @@
+//! `gpu-admission test DIR`: runs the PolicyTest documents under DIR.
+use crate::bundle::{self, PolicySource};
+use crate::policy;
+use crate::testing;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct TestArgs {
+    /// Folder holding PolicyTest documents, and the policies under test
+    /// unless --policies names another folder.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Take the policies from this folder instead of DIR.
+    #[arg(long, value_name = "DIR")]
+    pub policies: Option<PathBuf>,
+    /// Print passing cases too.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// Summary of a test run.
+pub struct Summary {
+    pub passed: usize,
+    pub failed: usize,
+    pub report: String,
+}
+
+pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let summary = run_tests(&args)?;
+    print!("{}", summary.report);
+    Ok(if summary.failed == 0 && summary.passed > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Loads policies and tests and runs them; an error only when they cannot
+/// be loaded.
+pub fn run_tests(args: &TestArgs) -> anyhow::Result<Summary> {
+    let (bundle, tests) = match &args.policies {
+        None => {
+            let loaded = bundle::load(&PolicySource::Dir(args.dir.clone()))
+                .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", args.dir.display()))?;
+            (loaded.bundle, loaded.tests)
+        }
+        Some(dir) => {
+            let loaded = bundle::load(&PolicySource::Dir(dir.clone()))
+                .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", dir.display()))?;
+            let docs = policy::read_documents(&args.dir)
+                .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", args.dir.display()))?;
+            let tests = docs
+                .into_iter()
+                .filter(|d| {
+                    d.value.get("kind").and_then(|k| k.as_str()) == Some("PolicyTest")
+                })
+                .collect();
+            (loaded.bundle, tests)
+        }
+    };
+    if tests.is_empty() {
+        anyhow::bail!("no PolicyTest documents under {}", args.dir.display());
+    }
+    let results = testing::run(&bundle, &tests);
+    let passed = results.iter().filter(|r| r.passed()).count();
+    Ok(Summary {
+        passed,
+        failed: results.len() - passed,
+        report: testing::report(&results, args.verbose),
+    })
+}

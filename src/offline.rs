@@ -1,0 +1,171 @@
+//! What the webhook would do to a manifest, without a cluster: the request
+//! kube-apiserver would send, the mutation, then validation of the mutated
+//! object (the order the apiserver runs them in).
+use crate::admission::Admission;
+use crate::review::{self, Operation, Request};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The webhook's answers for one object.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Evaluation {
+    pub kind: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub operation: Operation,
+    /// Allowed by both webhooks.
+    pub allowed: bool,
+    /// The placement profile that patched the object.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<json_patch::Patch>,
+    /// The object after the patch, when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patched: Option<Value>,
+    /// One line per violated policy.
+    pub denials: Vec<String>,
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub audit_annotations: BTreeMap<String, String>,
+}
+
+/// Runs `/mutate` then `/validate` on `req`, as the apiserver would.
+pub fn evaluate(admission: &Admission, mut req: Request) -> Evaluation {
+    let mutated = admission.mutate(&req);
+    let mut warnings = mutated.response.warnings.clone();
+    let mut denials = Vec::new();
+    let mut patched = None;
+    if let (Some(patch), Some(obj)) = (&mutated.response.patch, req.object.as_mut()) {
+        match json_patch::patch(obj, patch) {
+            Ok(()) => patched = Some(obj.clone()),
+            Err(err) => denials.push(format!("mutation patch does not apply: {err}")),
+        }
+    }
+    let validated = admission.validate(&req).response;
+    warnings.extend(validated.warnings.iter().cloned());
+    if let Some(message) = &validated.message {
+        if !validated.allowed {
+            denials.extend(message.lines().map(str::to_string));
+        }
+    }
+    Evaluation {
+        kind: req.kind.kind.clone(),
+        name: req.display_name(),
+        namespace: req.namespace.clone(),
+        operation: req.operation,
+        allowed: validated.allowed && mutated.response.allowed && denials.is_empty(),
+        profile: mutated.profile,
+        patch: mutated.response.patch,
+        patched,
+        denials,
+        warnings,
+        audit_annotations: validated.audit_annotations,
+    }
+}
+
+/// The request kube-apiserver would send for a manifest. Namespaced objects
+/// without a namespace land in `namespace` or `default`, as with kubectl.
+pub fn build_request(
+    object: Value,
+    old_object: Option<Value>,
+    operation: Operation,
+    namespace: Option<&str>,
+) -> Request {
+    let template = if object.is_null() {
+        old_object.clone().unwrap_or(Value::Null)
+    } else {
+        object.clone()
+    };
+    let mut req = Request::for_object(template, operation, namespace);
+    if review::is_cluster_scoped(&req.kind.group, &req.kind.kind) {
+        req.namespace = None;
+    } else if req.namespace.is_none() {
+        req.namespace = Some("default".to_string());
+    }
+    let object = if object.is_null() { None } else { Some(object) };
+    (req.object, req.old_object) = match operation {
+        Operation::Delete => (None, old_object.or(object)),
+        _ => (object, old_object),
+    };
+    // The apiserver fills metadata.namespace of namespaced objects.
+    if let (Some(ns), Some(obj)) = (req.namespace.clone(), req.object.as_mut()) {
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.entry("namespace").or_insert(Value::String(ns));
+        }
+    }
+    req
+}
+
+/// The objects of a manifest file: every YAML or JSON document, with `List`
+/// documents (as `kubectl get -o json` writes) opened into their items.
+pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    parse_manifest(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Parses a (multi-document) manifest; see [`read_manifest`].
+pub fn parse_manifest(text: &str) -> anyhow::Result<Vec<Value>> {
+    let mut objects = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value = Value::deserialize(doc)
+            .map_err(|e| anyhow::anyhow!("document {}: {e}", i + 1))?;
+        match value {
+            Value::Null => {}
+            Value::Object(ref map) if is_list(map) => {
+                if let Some(Value::Array(items)) = map.get("items") {
+                    objects.extend(items.iter().filter(|v| !v.is_null()).cloned());
+                }
+            }
+            Value::Object(_) => objects.push(value),
+            other => anyhow::bail!("document {}: expected an object, got {other}", i + 1),
+        }
+    }
+    Ok(objects)
+}
+
+fn is_list(map: &serde_json::Map<String, Value>) -> bool {
+    map.get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k == "List" || k.ends_with("List"))
+        && map.get("items").is_some_and(Value::is_array)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn requests_for_cluster_scoped_objects_have_no_namespace() {
+        let pool = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"}});
+        let req = build_request(pool, None, Operation::Create, None);
+        assert_eq!(req.namespace, None);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let req = build_request(pod, None, Operation::Create, Some("ml"));
+        assert_eq!(req.namespace.as_deref(), Some("ml"));
+        assert_eq!(req.object.unwrap()["metadata"]["namespace"], "ml");
+    }
+
+    #[test]
+    fn delete_carries_the_old_object() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let req = build_request(pod, None, Operation::Delete, None);
+        assert!(req.object.is_none());
+        assert_eq!(req.old_object.unwrap()["metadata"]["name"], "p");
+    }
+
+    #[test]
+    fn manifests_open_lists_and_skip_empty_documents() {
+        let text = "---\n---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: a}}\n- {apiVersion: v1, kind: Pod, metadata: {name: b}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n";
+        let objects = parse_manifest(text).unwrap();
+        let names: Vec<_> = objects.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert!(parse_manifest("- 1\n- 2\n").is_err());
+    }
+}
