@@ -132,7 +132,11 @@ impl<'a> PodView<'a> {
                     .collect(),
             );
         }
-        let preferred = array_field(node_affinity, PREFERRED, "preferredDuringScheduling")?;
+        let preferred = array_field(
+            node_affinity,
+            PREFERRED,
+            "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+        )?;
         let node_selector = object_field(Some(spec), "nodeSelector", "/spec/nodeSelector")?
             .into_iter()
             .flatten()

@@ -736,3 +736,46 @@ fn shipped_profiles_load() {
     assert!(amd.resources.matches("amd.com/gpu"));
     assert!(!amd.resources.matches("nvidia.com/gpu"));
 }
+
+#[test]
+fn only_requirements_a_term_lacks_are_added() {
+    let linux = expr("kubernetes.io/os", "In", &["linux"]);
+    let set = ProfileSet::new(vec![simple(
+        "two",
+        0,
+        json!({"requiredNodeSelectorTerms": [
+            {"matchExpressions": [accel_nvidia(), linux.clone()]}
+        ]}),
+    )])
+    .unwrap();
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [accel_nvidia()]}]}}}}),
+    );
+    let (_, patched) = apply(&set, &pod);
+    assert_eq!(
+        required_terms(&patched),
+        json!([{"matchExpressions": [accel_nvidia(), linux]}])
+    );
+}
+
+#[test]
+fn plan_finds_the_namespace_when_the_request_has_none() {
+    let only_ml = simple(
+        "only-ml",
+        0,
+        json!({"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "ml"}}}),
+    );
+    let set = ProfileSet::new(vec![only_ml]).unwrap();
+    let mut req = Request::for_object(gpu_pod(json!({})), Operation::Create, None);
+    req.namespace = None;
+    assert_eq!(
+        plan(&set, &req).profile.as_deref(),
+        Some("only-ml"),
+        "from metadata.namespace"
+    );
+    if let Some(pod) = req.object.as_mut() {
+        pod["metadata"].as_object_mut().unwrap().remove("namespace");
+    }
+    assert_eq!(plan(&set, &req).profile, None, "falls back to default");
+}
