@@ -92,6 +92,9 @@ struct PodView<'a> {
     terms: Vec<&'a Value>,
     /// The parsed requirements of each term (unparseable ones left out).
     term_requirements: Vec<Vec<Requirement>>,
+    /// Terms with neither expressions nor fields: Kubernetes matches no
+    /// node with them, and adding requirements must not revive them.
+    matches_nothing: Vec<bool>,
     preferred: Option<&'a Vec<Value>>,
     /// `spec.nodeSelector` as `key In [value]` requirements.
     node_selector: Vec<Requirement>,
@@ -110,6 +113,7 @@ impl<'a> PodView<'a> {
             .map(|a| a.iter().collect())
             .unwrap_or_default();
         let mut term_requirements = Vec::new();
+        let mut matches_nothing = Vec::new();
         for (i, term) in terms.iter().enumerate() {
             if !term.is_object() {
                 return Err(ShapeError {
@@ -131,6 +135,12 @@ impl<'a> PodView<'a> {
                     .filter_map(Requirement::from_pod)
                     .collect(),
             );
+            let non_empty = |key: &str| {
+                term.get(key)
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty())
+            };
+            matches_nothing.push(!non_empty(EXPRESSIONS) && !non_empty("matchFields"));
         }
         let preferred = array_field(
             node_affinity,
@@ -148,13 +158,15 @@ impl<'a> PodView<'a> {
             required,
             terms,
             term_requirements,
+            matches_nothing,
             preferred,
             node_selector,
         })
     }
 
     /// The pod's ORed alternatives: nodeSelector ANDed with each required
-    /// term, or the nodeSelector alone when there are no terms.
+    /// term that can match a node, or the nodeSelector alone when there are
+    /// no terms.
     fn alternatives(&self) -> Vec<Vec<(&Requirement, Origin)>> {
         let selector = self.node_selector.iter().map(|r| (r, Origin::NodeSelector));
         if self.terms.is_empty() {
@@ -163,6 +175,7 @@ impl<'a> PodView<'a> {
         self.term_requirements
             .iter()
             .enumerate()
+            .filter(|(i, _)| !self.matches_nothing[*i])
             .map(|(i, reqs)| {
                 selector
                     .clone()
@@ -345,6 +358,9 @@ fn required_changes(profile: &Profile, view: &PodView) -> Option<RequiredChange>
     let mut in_place = Vec::new();
     let mut appended = Vec::new();
     for (i, term) in view.terms.iter().enumerate() {
+        if view.matches_nothing[i] {
+            continue;
+        }
         let mut have = view.term_requirements[i].clone();
         have.extend(view.node_selector.iter().cloned());
         if profile.required.iter().any(|p| p.implied_by(&have)) {

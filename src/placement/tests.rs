@@ -779,3 +779,20 @@ fn plan_finds_the_namespace_when_the_request_has_none() {
     }
     assert_eq!(plan(&set, &req).profile, None, "falls back to default");
 }
+
+#[test]
+fn empty_terms_stay_empty() {
+    // An empty term matches no node; adding requirements would revive it.
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": []},
+            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
+        ]}}}}),
+    );
+    let (_, patched) = apply(&shipped(), &pod);
+    let terms = required_terms(&patched);
+    assert_eq!(terms[0], json!({"matchExpressions": []}));
+    assert_eq!(terms.as_array().unwrap().len(), 3);
+    assert!(conflicts(&shipped(), &pod, &ns()).is_empty());
+}
