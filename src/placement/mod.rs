@@ -64,6 +64,16 @@ impl ProfileSet {
         })
     }
 
+    /// Replaces the default GPU resource names with `base` (the profiles'
+    /// resources are still added), e.g. from a command-line setting.
+    pub fn with_gpu_resources(mut self, base: GpuResources) -> ProfileSet {
+        self.gpu_resources = self
+            .profiles
+            .iter()
+            .fold(base, |acc, p| acc.union(&p.resources));
+        self
+    }
+
     pub fn len(&self) -> usize {
         self.profiles.len()
     }

@@ -796,3 +796,14 @@ fn empty_terms_stay_empty() {
     assert_eq!(terms.as_array().unwrap().len(), 3);
     assert!(conflicts(&shipped(), &pod, &ns()).is_empty());
 }
+
+#[test]
+fn detected_resources_can_replace_the_defaults() {
+    let set = shipped().with_gpu_resources(GpuResources::new(["example.com/fpga"]).unwrap());
+    let r = set.gpu_resources();
+    assert!(r.matches("example.com/fpga"));
+    assert!(r.matches("nvidia.com/gpu"), "profile resources stay");
+    let bare =
+        ProfileSet::default().with_gpu_resources(GpuResources::new(["example.com/fpga"]).unwrap());
+    assert!(!bare.gpu_resources().matches("nvidia.com/gpu"));
+}
