@@ -1,1 +1,8 @@
 //! GPU knowledge: resource names, what a pod asks for, the SKU catalog.
+pub mod request;
+pub mod resources;
+
+pub use request::{
+    pod_gpu_request, ContainerGpuRequest, ContainerKind, GpuQuantity, PodGpuRequest,
+};
+pub use resources::{GpuResources, ResourcePatternError, DEFAULT_GPU_RESOURCES};

@@ -1,20 +1,249 @@
 //! Mutation of GPU pods: tolerations and node affinity from placement
 //! profiles, as an RFC 6902 patch against the raw object.
-use crate::review::Request;
+//!
+//! A pod that asks for a GPU (see [`crate::gpu::request`]) gets the
+//! tolerations and node affinity of the one profile that matches it best.
+//! The patch only ever adds: what the pod already says is kept, and what it
+//! already says is not said again, so a second call returns no patch.
+mod plan;
+mod profile;
+mod selector;
+mod toleration;
+
+pub use plan::PROFILE_ANNOTATION;
+pub use profile::{PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
+pub use selector::{LabelSelector, Operator, Requirement, Term};
+pub use toleration::{Taint, Toleration, TolerationOperator};
+
+use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
+use crate::policy::NamespaceLookup;
+use crate::review::{Operation, Request};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The label kube-apiserver puts on every Namespace, holding its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// The placement profiles loaded from the policy folder.
 #[derive(Clone, Debug, Default)]
-pub struct ProfileSet {}
+pub struct ProfileSet {
+    /// Highest priority first, then by name.
+    profiles: Vec<Profile>,
+    gpu_resources: GpuResources,
+}
 
 /// What placement does to one request.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
-    /// Name of the profile that applied, if any.
+    /// Name of the profile whose patch this is; `None` when nothing changes.
     pub profile: Option<String>,
     pub patch: json_patch::Patch,
 }
 
-/// Plans the mutation of `req` (placeholder until placement lands).
-pub fn plan(_profiles: &ProfileSet, _req: &Request) -> Plan {
-    Plan::default()
+impl ProfileSet {
+    /// Orders the profiles by precedence; names must be unique. The GPU
+    /// resources detected are the default set plus every profile's resources.
+    pub fn new(profiles: Vec<Profile>) -> Result<ProfileSet, ProfileError> {
+        let mut profiles = profiles;
+        profiles.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
+        let mut names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(dup) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ProfileError {
+                profile: Some(dup[0].to_string()),
+                field: "metadata.name".into(),
+                message: "another PlacementProfile has the same name".into(),
+            });
+        }
+        let gpu_resources = profiles
+            .iter()
+            .fold(GpuResources::default(), |acc, p| acc.union(&p.resources));
+        Ok(ProfileSet {
+            profiles,
+            gpu_resources,
+        })
+    }
+
+    /// Replaces the default GPU resource names with `base` (the profiles'
+    /// resources are still added), e.g. from a command-line setting.
+    pub fn with_gpu_resources(mut self, base: GpuResources) -> ProfileSet {
+        self.gpu_resources = self
+            .profiles
+            .iter()
+            .fold(base, |acc, p| acc.union(&p.resources));
+        self
+    }
+
+    pub fn len(&self) -> usize {
+        self.profiles.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.profiles.is_empty()
+    }
+
+    /// The profiles, in precedence order (highest priority first, then name).
+    pub fn profiles(&self) -> &[Profile] {
+        &self.profiles
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Profile> {
+        self.profiles.iter().find(|p| p.name == name)
+    }
+
+    /// The resource names that make a pod a GPU pod.
+    pub fn gpu_resources(&self) -> &GpuResources {
+        &self.gpu_resources
+    }
+
+    /// The profile for a pod: among those serving one of the GPU resources
+    /// it asks for and whose selectors match, the highest priority, ties
+    /// going to the name that sorts first.
+    pub fn select(
+        &self,
+        request: &PodGpuRequest,
+        pod_labels: &BTreeMap<String, String>,
+        namespace_labels: &BTreeMap<String, String>,
+    ) -> Option<&Profile> {
+        let resources = request.resources();
+        self.profiles.iter().find(|p| {
+            p.serves(resources.iter().copied())
+                && p.namespace_selector
+                    .as_ref()
+                    .is_none_or(|s| s.matches(namespace_labels))
+                && p.pod_selector
+                    .as_ref()
+                    .is_none_or(|s| s.matches(pod_labels))
+        })
+    }
 }
+
+/// Plans the mutation of `req`: Pods on CREATE only. Namespace selectors see
+/// only the `kubernetes.io/metadata.name` label; use
+/// [`plan_with_namespaces`] to match on the Namespace's own labels.
+pub fn plan(profiles: &ProfileSet, req: &Request) -> Plan {
+    plan_with_namespaces(profiles, req, &NoNamespaces)
+}
+
+/// [`plan`], with the Namespace object looked up for `namespaceSelector`.
+pub fn plan_with_namespaces(
+    profiles: &ProfileSet,
+    req: &Request,
+    namespaces: &dyn NamespaceLookup,
+) -> Plan {
+    let is_pod = req.kind.group.is_empty()
+        && req.kind.kind == "Pod"
+        && req.sub_resource.as_deref().unwrap_or_default().is_empty();
+    if !is_pod || req.operation != Operation::Create || profiles.is_empty() {
+        return Plan::default();
+    }
+    let Some(pod) = &req.object else {
+        return Plan::default();
+    };
+    let namespace = req
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .or_else(|| pod.pointer("/metadata/namespace").and_then(Value::as_str))
+        .unwrap_or("default");
+    plan_pod(profiles, pod, &namespace_labels(namespace, namespaces))
+}
+
+/// Plans the mutation of one Pod object (raw JSON as the apiserver sent it).
+pub fn plan_pod(
+    profiles: &ProfileSet,
+    pod: &Value,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Plan {
+    let Some(profile) = applicable_profile(profiles, pod, namespace_labels) else {
+        return Plan::default();
+    };
+    match plan::plan_profile(profile, pod) {
+        Ok(plan::Outcome::Patch(ops)) if !ops.is_empty() => Plan {
+            profile: Some(profile.name.clone()),
+            patch: json_patch::Patch(ops),
+        },
+        Ok(_) => Plan::default(),
+        Err(e) => {
+            tracing::warn!(profile = %profile.name, error = %e, "pod not patched: unexpected shape");
+            Plan::default()
+        }
+    }
+}
+
+/// Why a GPU pod cannot be placed by its profile without becoming
+/// unschedulable (its own nodeSelector or required affinity excludes the
+/// profile's nodes), for the validating side to deny. Empty when it can.
+pub fn conflicts(
+    profiles: &ProfileSet,
+    pod: &Value,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let Some(profile) = applicable_profile(profiles, pod, namespace_labels) else {
+        return Vec::new();
+    };
+    match plan::plan_profile(profile, pod) {
+        Ok(plan::Outcome::Conflict(message)) => vec![message],
+        _ => Vec::new(),
+    }
+}
+
+/// The labels namespaceSelectors see for `namespace`: the Namespace's own
+/// labels when known, plus `kubernetes.io/metadata.name`.
+pub fn namespace_labels(
+    namespace: &str,
+    namespaces: &dyn NamespaceLookup,
+) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = namespaces
+        .namespace(namespace)
+        .as_ref()
+        .and_then(|ns| ns.pointer("/metadata/labels"))
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect();
+    labels.insert(NAMESPACE_NAME_LABEL.to_string(), namespace.to_string());
+    labels
+}
+
+/// The profile for a GPU pod that the scheduler will place.
+fn applicable_profile<'a>(
+    profiles: &'a ProfileSet,
+    pod: &Value,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Option<&'a Profile> {
+    let spec = pod.get("spec")?;
+    // A pod bound to a node skips the scheduler; the kubelet would reject
+    // affinity it does not meet.
+    if spec
+        .get("nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty())
+    {
+        return None;
+    }
+    let request = pod_gpu_request(spec, profiles.gpu_resources());
+    if !request.requested() {
+        return None;
+    }
+    let pod_labels: BTreeMap<String, String> = pod
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect();
+    profiles.select(&request, &pod_labels, namespace_labels)
+}
+
+struct NoNamespaces;
+
+impl NamespaceLookup for NoNamespaces {
+    fn namespace(&self, _name: &str) -> Option<Value> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,511 @@
+//! The patch one profile makes to one pod.
+use super::selector::{contradiction, Operator, Requirement, Term};
+use super::toleration::Toleration;
+use super::Profile;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation};
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+const AFFINITY: &str = "affinity";
+const NODE_AFFINITY: &str = "nodeAffinity";
+const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
+const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
+const TERMS: &str = "nodeSelectorTerms";
+const EXPRESSIONS: &str = "matchExpressions";
+
+/// Records on a patched pod which profile placed it.
+pub const PROFILE_ANNOTATION: &str = "gpu-admission.io/placement-profile";
+
+pub(super) enum Outcome {
+    /// Operations to apply (empty: the pod already says everything).
+    Patch(Vec<PatchOperation>),
+    /// The pod's own node selection excludes every node the profile allows.
+    Conflict(String),
+}
+
+/// A pod field of a type the API would not have accepted.
+#[derive(Debug, thiserror::Error)]
+#[error("{path} is not {expected}")]
+pub(super) struct ShapeError {
+    path: String,
+    expected: &'static str,
+}
+
+pub(super) fn plan_profile(profile: &Profile, pod: &Value) -> Result<Outcome, ShapeError> {
+    let spec = object_field(pod.as_object(), "spec", "/spec")?.ok_or(ShapeError {
+        path: "/spec".into(),
+        expected: "an object",
+    })?;
+    let view = PodView::read(spec)?;
+    if let Some(message) = conflict(profile, &view) {
+        return Ok(Outcome::Conflict(message));
+    }
+    let mut ops = Vec::new();
+    add_tolerations(profile, spec, &mut ops)?;
+    let required = required_changes(profile, &view);
+    let preferred = preferred_changes(profile, &view);
+    if required.is_some() || !preferred.is_empty() {
+        let mut path = pointer(&["spec"]);
+        ensure_object(&mut ops, &mut path, AFFINITY, view.affinity.is_some());
+        ensure_object(
+            &mut ops,
+            &mut path,
+            NODE_AFFINITY,
+            view.node_affinity.is_some(),
+        );
+        if let Some(change) = required {
+            emit_required(&mut ops, path.clone(), &view, change);
+        }
+        if !preferred.is_empty() {
+            let mut p = path.clone();
+            p.push_back(PREFERRED);
+            if view.preferred.is_some() {
+                for term in preferred {
+                    let mut item = p.clone();
+                    item.push_back("-");
+                    add(&mut ops, item, term);
+                }
+            } else {
+                add(&mut ops, p, Value::Array(preferred));
+            }
+        }
+    }
+    if !ops.is_empty() {
+        let metadata = object_field(pod.as_object(), "metadata", "/metadata")?;
+        let annotations = object_field(metadata, "annotations", "/metadata/annotations")?;
+        let mut path = PointerBuf::new();
+        ensure_object(&mut ops, &mut path, "metadata", metadata.is_some());
+        ensure_object(&mut ops, &mut path, "annotations", annotations.is_some());
+        path.push_back(PROFILE_ANNOTATION);
+        add(&mut ops, path, Value::String(profile.name.clone()));
+    }
+    Ok(Outcome::Patch(ops))
+}
+
+/// What the pod says about node selection, read once.
+struct PodView<'a> {
+    affinity: Option<&'a Map<String, Value>>,
+    node_affinity: Option<&'a Map<String, Value>>,
+    required: Option<&'a Map<String, Value>>,
+    /// Existing required terms (raw), absent or empty as `[]`.
+    terms: Vec<&'a Value>,
+    /// The parsed requirements of each term (unparseable ones left out).
+    term_requirements: Vec<Vec<Requirement>>,
+    /// Terms with neither expressions nor fields: Kubernetes matches no
+    /// node with them, and adding requirements must not revive them.
+    matches_nothing: Vec<bool>,
+    preferred: Option<&'a Vec<Value>>,
+    /// `spec.nodeSelector` as `key In [value]` requirements.
+    node_selector: Vec<Requirement>,
+}
+
+impl<'a> PodView<'a> {
+    fn read(spec: &'a Map<String, Value>) -> Result<PodView<'a>, ShapeError> {
+        let affinity = object_field(Some(spec), AFFINITY, "/spec/affinity")?;
+        let node_affinity = object_field(affinity, NODE_AFFINITY, "/spec/affinity/nodeAffinity")?;
+        let required = object_field(
+            node_affinity,
+            REQUIRED,
+            "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
+        )?;
+        let terms: Vec<&Value> = array_field(required, TERMS, "nodeSelectorTerms")?
+            .map(|a| a.iter().collect())
+            .unwrap_or_default();
+        let mut term_requirements = Vec::new();
+        let mut matches_nothing = Vec::new();
+        for (i, term) in terms.iter().enumerate() {
+            if !term.is_object() {
+                return Err(ShapeError {
+                    path: format!("nodeSelectorTerms[{i}]"),
+                    expected: "an object",
+                });
+            }
+            let exprs =
+                array_field(term.as_object(), EXPRESSIONS, "matchExpressions").map_err(|_| {
+                    ShapeError {
+                        path: format!("nodeSelectorTerms[{i}].matchExpressions"),
+                        expected: "a list",
+                    }
+                })?;
+            term_requirements.push(
+                exprs
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Requirement::from_pod)
+                    .collect(),
+            );
+            let non_empty = |key: &str| {
+                term.get(key)
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty())
+            };
+            matches_nothing.push(!non_empty(EXPRESSIONS) && !non_empty("matchFields"));
+        }
+        let preferred = array_field(
+            node_affinity,
+            PREFERRED,
+            "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+        )?;
+        let node_selector = object_field(Some(spec), "nodeSelector", "/spec/nodeSelector")?
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some(Requirement::equals(k, v.as_str()?)))
+            .collect();
+        Ok(PodView {
+            affinity,
+            node_affinity,
+            required,
+            terms,
+            term_requirements,
+            matches_nothing,
+            preferred,
+            node_selector,
+        })
+    }
+
+    /// The pod's ORed alternatives: nodeSelector ANDed with each required
+    /// term that can match a node, or the nodeSelector alone when there are
+    /// no terms.
+    fn alternatives(&self) -> Vec<Vec<(&Requirement, Origin)>> {
+        let selector = self.node_selector.iter().map(|r| (r, Origin::NodeSelector));
+        if self.terms.is_empty() {
+            return vec![selector.collect()];
+        }
+        self.term_requirements
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.matches_nothing[*i])
+            .map(|(i, reqs)| {
+                selector
+                    .clone()
+                    .chain(reqs.iter().map(move |r| (r, Origin::Term(i))))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Origin {
+    NodeSelector,
+    Term(usize),
+}
+
+fn describe_pod_requirement(r: &Requirement, origin: Origin) -> String {
+    match origin {
+        Origin::NodeSelector => format!(
+            "nodeSelector {}={}",
+            r.key,
+            r.values.first().map(String::as_str).unwrap_or_default()
+        ),
+        Origin::Term(i) => format!("required node affinity term {i} ({})", r.describe()),
+    }
+}
+
+/// A message when every alternative the pod allows excludes every node the
+/// profile requires.
+fn conflict(profile: &Profile, view: &PodView) -> Option<String> {
+    if profile.required.is_empty() {
+        return None;
+    }
+    // Values the profile accepts for a key it selects with `In`: a pod
+    // pinning such a key to other values selects non-GPU nodes (a node
+    // labelled kubernetes.azure.com/accelerator=none is no NVIDIA node,
+    // whichever alternative of the profile would have admitted it).
+    let profile_reqs = || profile.required.iter().flat_map(|t| t.requirements.iter());
+    let accepted = |key: &str| -> Option<BTreeSet<&str>> {
+        let mut set: Option<BTreeSet<&str>> = None;
+        for r in profile_reqs().filter(|r| r.key == key && r.operator == Operator::In) {
+            set.get_or_insert_default()
+                .extend(r.values.iter().map(String::as_str));
+        }
+        set
+    };
+    let profile_on = |key: &str| -> String {
+        profile_reqs()
+            .filter(|r| r.key == key)
+            .map(Requirement::describe)
+            .collect::<Vec<_>>()
+            .join(" or ")
+    };
+
+    let mut reasons = Vec::new();
+    for alt in view.alternatives() {
+        let own: Vec<&Requirement> = alt.iter().map(|(r, _)| *r).collect();
+        if contradiction(&own).is_some() {
+            // Unsatisfiable on its own: not ours to judge.
+            continue;
+        }
+        let pinned = alt.iter().find_map(|(r, origin)| {
+            let ok = accepted(&r.key)?;
+            (r.operator == Operator::In && r.values.iter().all(|v| !ok.contains(v.as_str())))
+                .then_some((r, *origin))
+        });
+        if let Some((r, origin)) = pinned {
+            reasons.push(format!(
+                "{} contradicts {}",
+                describe_pod_requirement(r, origin),
+                profile_on(&r.key)
+            ));
+            continue;
+        }
+        let mut per_term = Vec::new();
+        for term in &profile.required {
+            let mut all = own.clone();
+            all.extend(term.requirements.iter());
+            let Some(key) = contradiction(&all) else {
+                break;
+            };
+            let pod_side = alt
+                .iter()
+                .filter(|(r, _)| r.key == key)
+                .map(|(r, o)| describe_pod_requirement(r, *o))
+                .collect::<Vec<_>>()
+                .join(" and ");
+            let profile_side = term
+                .requirements
+                .iter()
+                .filter(|r| r.key == key)
+                .map(Requirement::describe)
+                .collect::<Vec<_>>()
+                .join(" and ");
+            per_term.push(format!("{pod_side} contradicts {profile_side}"));
+        }
+        if per_term.len() < profile.required.len() {
+            return None;
+        }
+        reasons.push(per_term.join(" and "));
+    }
+    if reasons.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "GPU pod selects nodes that placement profile {} does not allow: {}; \
+         remove that selector or make it select GPU nodes",
+        profile.name,
+        reasons.join("; ")
+    ))
+}
+
+fn add_tolerations(
+    profile: &Profile,
+    spec: &Map<String, Value>,
+    ops: &mut Vec<PatchOperation>,
+) -> Result<(), ShapeError> {
+    let existing = array_field(Some(spec), "tolerations", "/spec/tolerations")?;
+    let mut have: Vec<Toleration> = existing
+        .into_iter()
+        .flatten()
+        .map(Toleration::from_pod)
+        .collect();
+    let mut new = Vec::new();
+    for t in &profile.tolerations {
+        if have.iter().any(|h| h.covers(t)) {
+            continue;
+        }
+        have.push(t.clone());
+        new.push(t.to_json());
+    }
+    if new.is_empty() {
+        return Ok(());
+    }
+    let path = pointer(&["spec", "tolerations"]);
+    if existing.is_some() {
+        for t in new {
+            let mut item = path.clone();
+            item.push_back("-");
+            add(ops, item, t);
+        }
+    } else {
+        add(ops, path, Value::Array(new));
+    }
+    Ok(())
+}
+
+/// How the required terms change.
+enum RequiredChange {
+    /// No terms yet: the profile's alternatives become the terms.
+    Create(Vec<Value>),
+    /// Requirements added to existing terms, and terms appended.
+    Extend {
+        in_place: Vec<(usize, Vec<Value>)>,
+        appended: Vec<Value>,
+    },
+}
+
+/// The combination keeps the meaning (existing terms) AND (profile terms):
+/// an existing term that already implies one of the profile's alternatives
+/// is left alone; any other term T becomes T AND P1 in place, and T AND P2,
+/// ..., T AND Pn are appended, since (T1 or T2) and (P1 or P2) is
+/// (T1 and P1) or (T1 and P2) or (T2 and P1) or (T2 and P2).
+fn required_changes(profile: &Profile, view: &PodView) -> Option<RequiredChange> {
+    if profile.required.is_empty() {
+        return None;
+    }
+    if view.terms.is_empty() {
+        if profile
+            .required
+            .iter()
+            .any(|p| p.implied_by(&view.node_selector))
+        {
+            return None;
+        }
+        return Some(RequiredChange::Create(
+            profile.required.iter().map(Term::to_json).collect(),
+        ));
+    }
+    let mut in_place = Vec::new();
+    let mut appended = Vec::new();
+    for (i, term) in view.terms.iter().enumerate() {
+        if view.matches_nothing[i] {
+            continue;
+        }
+        let mut have = view.term_requirements[i].clone();
+        have.extend(view.node_selector.iter().cloned());
+        if profile.required.iter().any(|p| p.implied_by(&have)) {
+            continue;
+        }
+        for (j, p) in profile.required.iter().enumerate() {
+            let missing: Vec<Value> = p
+                .missing_from(&have)
+                .into_iter()
+                .map(Requirement::to_json)
+                .collect();
+            if j == 0 {
+                in_place.push((i, missing));
+            } else {
+                appended.push(with_expressions(term, missing));
+            }
+        }
+    }
+    if in_place.is_empty() && appended.is_empty() {
+        return None;
+    }
+    Some(RequiredChange::Extend { in_place, appended })
+}
+
+/// A copy of `term` (unknown fields and all) with `extra` requirements added.
+fn with_expressions(term: &Value, extra: Vec<Value>) -> Value {
+    let mut out = term.as_object().cloned().unwrap_or_default();
+    let mut exprs = out
+        .get(EXPRESSIONS)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    exprs.extend(extra);
+    out.insert(EXPRESSIONS.into(), Value::Array(exprs));
+    Value::Object(out)
+}
+
+fn emit_required(
+    ops: &mut Vec<PatchOperation>,
+    mut path: PointerBuf,
+    view: &PodView,
+    change: RequiredChange,
+) {
+    ensure_object(ops, &mut path, REQUIRED, view.required.is_some());
+    path.push_back(TERMS);
+    match change {
+        RequiredChange::Create(terms) => add(ops, path, Value::Array(terms)),
+        RequiredChange::Extend { in_place, appended } => {
+            for (i, missing) in in_place {
+                let mut exprs = path.clone();
+                exprs.push_back(i);
+                exprs.push_back(EXPRESSIONS);
+                let has_list = view.terms[i].get(EXPRESSIONS).is_some_and(Value::is_array);
+                if has_list {
+                    for r in missing {
+                        let mut item = exprs.clone();
+                        item.push_back("-");
+                        add(ops, item, r);
+                    }
+                } else {
+                    add(ops, exprs, Value::Array(missing));
+                }
+            }
+            for term in appended {
+                let mut item = path.clone();
+                item.push_back("-");
+                add(ops, item, term);
+            }
+        }
+    }
+}
+
+/// Profile preferences the pod does not already state (whatever its weight).
+fn preferred_changes(profile: &Profile, view: &PodView) -> Vec<Value> {
+    let existing: Vec<Vec<Requirement>> = view
+        .preferred
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            p.pointer("/preference/matchExpressions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Requirement::from_pod)
+                .collect()
+        })
+        .collect();
+    profile
+        .preferred
+        .iter()
+        .filter(|p| !existing.iter().any(|e| p.preference.same_as(e)))
+        .map(|p| {
+            serde_json::json!({
+                "weight": p.weight,
+                "preference": p.preference.to_json(),
+            })
+        })
+        .collect()
+}
+
+fn pointer(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().copied())
+}
+
+fn add(ops: &mut Vec<PatchOperation>, path: PointerBuf, value: Value) {
+    ops.push(PatchOperation::Add(AddOperation { path, value }));
+}
+
+/// Descends into `key`, adding it as `{}` first when the pod lacks it, so
+/// that parents always exist before their children are added.
+fn ensure_object(ops: &mut Vec<PatchOperation>, path: &mut PointerBuf, key: &str, exists: bool) {
+    path.push_back(key);
+    if !exists {
+        add(ops, path.clone(), Value::Object(Map::new()));
+    }
+}
+
+/// The object at `key`; `None` when absent or null.
+fn object_field<'a>(
+    parent: Option<&'a Map<String, Value>>,
+    key: &str,
+    path: &str,
+) -> Result<Option<&'a Map<String, Value>>, ShapeError> {
+    match parent.and_then(|p| p.get(key)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(_) => Err(ShapeError {
+            path: path.to_string(),
+            expected: "an object",
+        }),
+    }
+}
+
+/// The list at `key`; `None` when absent or null.
+fn array_field<'a>(
+    parent: Option<&'a Map<String, Value>>,
+    key: &str,
+    path: &str,
+) -> Result<Option<&'a Vec<Value>>, ShapeError> {
+    match parent.and_then(|p| p.get(key)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) => Ok(Some(a)),
+        Some(_) => Err(ShapeError {
+            path: path.to_string(),
+            expected: "a list",
+        }),
+    }
+}

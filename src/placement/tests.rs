@@ -1,0 +1,809 @@
+use super::*;
+use serde_json::json;
+
+const NVIDIA: &str = include_str!("../../policies/placement/aks-nvidia.yaml");
+const AMD: &str = include_str!("../../policies/placement/aks-amd.yaml");
+
+fn profile(yaml: &str) -> Profile {
+    let v: Value = serde_yaml::from_str(yaml).unwrap();
+    Profile::from_value(&v).unwrap()
+}
+
+fn shipped() -> ProfileSet {
+    ProfileSet::new(vec![profile(NVIDIA), profile(AMD)]).unwrap()
+}
+
+/// A profile with one toleration and one required term.
+fn simple(name: &str, priority: i32, extra: Value) -> Profile {
+    let mut spec = json!({
+        "resources": ["nvidia.com/gpu"],
+        "priority": priority,
+        "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+        "requiredNodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.azure.com/accelerator", "operator": "In", "values": ["nvidia"]}
+        ]}]
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    Profile::from_value(&json!({
+        "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec
+    }))
+    .unwrap()
+}
+
+fn gpu_pod(spec_extra: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {
+            "containers": [{
+                "name": "cuda",
+                "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}
+            }]
+        }
+    });
+    for (k, v) in spec_extra.as_object().unwrap() {
+        pod["spec"][k] = v.clone();
+    }
+    pod
+}
+
+fn ns() -> BTreeMap<String, String> {
+    BTreeMap::from([(NAMESPACE_NAME_LABEL.to_string(), "ml".to_string())])
+}
+
+/// Plans, applies, and checks that a second call returns no patch.
+fn apply(set: &ProfileSet, pod: &Value) -> (Plan, Value) {
+    let plan = plan_pod(set, pod, &ns());
+    let mut patched = pod.clone();
+    json_patch::patch(&mut patched, &plan.patch).unwrap();
+    let again = plan_pod(set, &patched, &ns());
+    assert!(
+        again.patch.0.is_empty(),
+        "second call patched again: {:?}",
+        again.patch
+    );
+    (plan, patched)
+}
+
+fn paths(plan: &Plan) -> Vec<String> {
+    plan.patch
+        .0
+        .iter()
+        .map(|op| op.path().to_string())
+        .collect()
+}
+
+fn required_terms(pod: &Value) -> Value {
+    pod.pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn expr(key: &str, op: &str, values: &[&str]) -> Value {
+    if values.is_empty() {
+        json!({"key": key, "operator": op})
+    } else {
+        json!({"key": key, "operator": op, "values": values})
+    }
+}
+
+fn accel_nvidia() -> Value {
+    expr("kubernetes.azure.com/accelerator", "In", &["nvidia"])
+}
+
+fn nap_nvidia() -> Value {
+    expr(
+        "karpenter.azure.com/sku-gpu-manufacturer",
+        "In",
+        &["nvidia"],
+    )
+}
+
+fn sku_gpu() -> Value {
+    json!({"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"})
+}
+
+#[test]
+fn bare_gpu_pod_gets_toleration_affinity_and_parents_first() {
+    let (plan, patched) = apply(&shipped(), &gpu_pod(json!({})));
+    assert_eq!(plan.profile.as_deref(), Some("aks-nvidia"));
+    assert_eq!(
+        paths(&plan),
+        vec![
+            "/spec/tolerations",
+            "/spec/affinity",
+            "/spec/affinity/nodeAffinity",
+            "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
+            "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
+            "/metadata/annotations",
+            "/metadata/annotations/gpu-admission.io~1placement-profile",
+        ]
+    );
+    assert_eq!(patched["spec"]["tolerations"], json!([sku_gpu()]));
+    assert_eq!(
+        required_terms(&patched),
+        json!([{"matchExpressions": [accel_nvidia()]}, {"matchExpressions": [nap_nvidia()]}])
+    );
+    assert_eq!(
+        patched["metadata"]["annotations"][PROFILE_ANNOTATION],
+        "aks-nvidia"
+    );
+    let _: k8s_openapi::api::core::v1::Pod = serde_json::from_value(patched).unwrap();
+}
+
+#[test]
+fn path_tokens_are_escaped() {
+    let pod = gpu_pod(json!({}));
+    let mut with_annotations = pod.clone();
+    with_annotations["metadata"]["annotations"] = json!({"a/b": "c"});
+    let plan = plan_pod(&shipped(), &with_annotations, &ns());
+    let last = plan.patch.0.last().unwrap().path().to_string();
+    assert_eq!(
+        last,
+        "/metadata/annotations/gpu-admission.io~1placement-profile"
+    );
+    assert!(!paths(&plan).contains(&"/metadata/annotations".to_string()));
+}
+
+#[test]
+fn non_gpu_zero_and_bound_pods_get_no_patch() {
+    let set = shipped();
+    let cpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "web", "image": "nginx", "resources": {"limits": {"cpu": "1"}}}]}});
+    assert!(plan_pod(&set, &cpu, &ns()).patch.0.is_empty());
+    let mut zero = gpu_pod(json!({}));
+    zero["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("0");
+    assert!(plan_pod(&set, &zero, &ns()).patch.0.is_empty());
+    let bound = gpu_pod(json!({"nodeName": "aks-gpu-12345-vmss000000"}));
+    assert!(plan_pod(&set, &bound, &ns()).patch.0.is_empty());
+}
+
+#[test]
+fn plan_mutates_pods_on_create_only() {
+    let set = shipped();
+    let create = Request::for_object(gpu_pod(json!({})), Operation::Create, Some("ml"));
+    assert!(!plan(&set, &create).patch.0.is_empty());
+    let mut update = create.clone();
+    update.operation = Operation::Update;
+    update.old_object = update.object.clone();
+    assert!(plan(&set, &update).patch.0.is_empty());
+    let mut status = create.clone();
+    status.sub_resource = Some("status".into());
+    assert!(plan(&set, &status).patch.0.is_empty());
+    let deployment = Request::for_object(
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+               "spec": {"template": gpu_pod(json!({}))}}),
+        Operation::Create,
+        Some("ml"),
+    );
+    assert!(plan(&set, &deployment).patch.0.is_empty());
+    assert!(plan(&ProfileSet::default(), &create).patch.0.is_empty());
+}
+
+#[test]
+fn amd_pods_get_the_amd_profile() {
+    let mut pod = gpu_pod(json!({}));
+    pod["spec"]["containers"][0]["resources"]["limits"] = json!({"amd.com/gpu": "8"});
+    let (plan, patched) = apply(&shipped(), &pod);
+    assert_eq!(plan.profile.as_deref(), Some("aks-amd"));
+    assert_eq!(
+        required_terms(&patched)[0]["matchExpressions"][0]["values"],
+        json!(["amd"])
+    );
+}
+
+#[test]
+fn mig_and_shared_resources_use_the_nvidia_profile() {
+    for resource in ["nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared"] {
+        let mut pod = gpu_pod(json!({}));
+        pod["spec"]["containers"][0]["resources"]["limits"] = json!({resource: "1"});
+        let (plan, _) = apply(&shipped(), &pod);
+        assert_eq!(plan.profile.as_deref(), Some("aks-nvidia"), "{resource}");
+    }
+}
+
+#[test]
+fn init_container_and_sidecar_gpu_requests_count() {
+    let pod = gpu_pod(json!({
+        "containers": [{"name": "app", "image": "busybox"}],
+        "initContainers": [{"name": "warm", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    }));
+    assert!(!plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+    let pod = gpu_pod(json!({
+        "containers": [{"name": "app", "image": "busybox"}],
+        "ephemeralContainers": [{"name": "dbg", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    }));
+    assert!(plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+}
+
+#[test]
+fn toleration_with_same_key_value_effect_is_not_added() {
+    let pod = gpu_pod(json!({"tolerations": [sku_gpu()]}));
+    let (plan, patched) = apply(&shipped(), &pod);
+    assert!(!paths(&plan)
+        .iter()
+        .any(|p| p.starts_with("/spec/tolerations")));
+    assert_eq!(patched["spec"]["tolerations"], json!([sku_gpu()]));
+}
+
+#[test]
+fn toleration_with_empty_effect_covers_all_effects() {
+    let pod =
+        gpu_pod(json!({"tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu"}]}));
+    let plan = plan_pod(&shipped(), &pod, &ns());
+    assert!(!paths(&plan)
+        .iter()
+        .any(|p| p.starts_with("/spec/tolerations")));
+}
+
+#[test]
+fn exists_toleration_with_same_key_covers() {
+    let pod = gpu_pod(json!({"tolerations": [{"key": "sku", "operator": "Exists"}]}));
+    let plan = plan_pod(&shipped(), &pod, &ns());
+    assert!(!paths(&plan)
+        .iter()
+        .any(|p| p.starts_with("/spec/tolerations")));
+}
+
+#[test]
+fn exists_toleration_with_empty_key_covers_everything() {
+    let pod = gpu_pod(json!({"tolerations": [{"operator": "Exists"}]}));
+    let plan = plan_pod(&shipped(), &pod, &ns());
+    assert!(!paths(&plan)
+        .iter()
+        .any(|p| p.starts_with("/spec/tolerations")));
+}
+
+#[test]
+fn missing_toleration_is_appended_after_existing_ones() {
+    let pod = gpu_pod(json!({"tolerations": [
+        {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoExecute"},
+        {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
+    ]}));
+    let (plan, patched) = apply(&shipped(), &pod);
+    assert!(paths(&plan).contains(&"/spec/tolerations/-".to_string()));
+    assert_eq!(patched["spec"]["tolerations"].as_array().unwrap().len(), 3);
+    assert_eq!(patched["spec"]["tolerations"][2], sku_gpu());
+}
+
+#[test]
+fn extended_resource_toleration_is_kept_and_not_duplicated() {
+    // What ExtendedResourceToleration adds before webhooks run.
+    let ert = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
+    let pod = gpu_pod(json!({"tolerations": [ert.clone()]}));
+    let (_, patched) = apply(&shipped(), &pod);
+    assert_eq!(
+        patched["spec"]["tolerations"],
+        json!([ert.clone(), sku_gpu()])
+    );
+    // A profile for nvidia.com/gpu-tainted pools asks for the same toleration:
+    // the plugin's one already covers it.
+    let tainted = simple(
+        "gpu-taint",
+        0,
+        json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
+    );
+    let set = ProfileSet::new(vec![tainted]).unwrap();
+    let plan = plan_pod(&set, &pod, &ns());
+    assert!(!paths(&plan)
+        .iter()
+        .any(|p| p.starts_with("/spec/tolerations")));
+}
+
+#[test]
+fn requirement_is_added_to_every_existing_term() {
+    let set = ProfileSet::new(vec![simple("one", 0, json!({}))]).unwrap();
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]},
+            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-2"])]}
+        ]}}}}),
+    );
+    let (plan, patched) = apply(&set, &pod);
+    assert!(
+        !paths(&plan)
+            .iter()
+            .any(|p| p.ends_with("/nodeSelectorTerms")),
+        "terms are not replaced"
+    );
+    assert_eq!(
+        required_terms(&patched),
+        json!([
+            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"]), accel_nvidia()]},
+            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-2"]), accel_nvidia()]}
+        ])
+    );
+}
+
+#[test]
+fn ored_profile_terms_combine_with_existing_terms_as_and() {
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]},
+            {"matchExpressions": [expr("karpenter.sh/capacity-type", "In", &["spot"])]}
+        ]}}}}),
+    );
+    let (_, patched) = apply(&shipped(), &pod);
+    let zone = expr("topology.kubernetes.io/zone", "In", &["eastus-1"]);
+    let spot = expr("karpenter.sh/capacity-type", "In", &["spot"]);
+    // (zone or spot) and (accel or nap) = zone&accel, spot&accel, zone&nap, spot&nap
+    assert_eq!(
+        required_terms(&patched),
+        json!([
+            {"matchExpressions": [zone.clone(), accel_nvidia()]},
+            {"matchExpressions": [spot.clone(), accel_nvidia()]},
+            {"matchExpressions": [zone, nap_nvidia()]},
+            {"matchExpressions": [spot, nap_nvidia()]}
+        ])
+    );
+}
+
+#[test]
+fn a_term_that_already_says_the_requirement_is_left_alone() {
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [nap_nvidia(), expr("karpenter.azure.com/sku-gpu-name", "In", &["A100"])]},
+            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
+        ]}}}}),
+    );
+    let (plan, patched) = apply(&shipped(), &pod);
+    assert!(!paths(&plan)
+        .iter()
+        .any(|p| p.contains("/nodeSelectorTerms/0")));
+    let terms = required_terms(&patched);
+    assert_eq!(
+        terms[0],
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]
+    );
+    assert_eq!(terms.as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn a_narrower_requirement_counts_as_saying_it() {
+    let set = ProfileSet::new(vec![simple("one", 0, json!({"requiredNodeSelectorTerms": [
+        {"matchExpressions": [expr("karpenter.azure.com/sku-gpu-name", "In", &["A100", "H100"])]}
+    ]}))])
+    .unwrap();
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [expr("karpenter.azure.com/sku-gpu-name", "In", &["H100"])]}]}}}}),
+    );
+    let plan = plan_pod(&set, &pod, &ns());
+    assert!(
+        !paths(&plan).iter().any(|p| p.contains("affinity")),
+        "{:?}",
+        paths(&plan)
+    );
+}
+
+#[test]
+fn node_selector_that_already_selects_gpu_nodes_needs_no_affinity() {
+    let pod = gpu_pod(json!({"nodeSelector": {"kubernetes.azure.com/accelerator": "nvidia"}}));
+    let (plan, patched) = apply(&shipped(), &pod);
+    assert!(!paths(&plan).iter().any(|p| p.contains("affinity")));
+    assert_eq!(patched["spec"]["tolerations"], json!([sku_gpu()]));
+}
+
+#[test]
+fn match_fields_only_terms_get_match_expressions() {
+    // The shape the DaemonSet controller gives its pods.
+    let fields = json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["aks-gpu-1"]}]});
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [fields.clone()]}}}}),
+    );
+    let (plan, patched) = apply(&shipped(), &pod);
+    assert!(paths(&plan).contains(
+        &"/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions".to_string()
+    ));
+    let terms = required_terms(&patched);
+    assert_eq!(terms[0]["matchFields"], fields["matchFields"]);
+    assert_eq!(terms[0]["matchExpressions"], json!([accel_nvidia()]));
+    assert_eq!(terms[1]["matchFields"], fields["matchFields"]);
+    assert_eq!(terms[1]["matchExpressions"], json!([nap_nvidia()]));
+}
+
+#[test]
+fn preferred_terms_and_pod_affinity_are_preserved() {
+    let preferred = json!([{"weight": 10, "preference": {"matchExpressions": [expr("karpenter.sh/capacity-type", "In", &["spot"])]}}]);
+    let pod_affinity = json!({"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "kubernetes.io/hostname"}]});
+    let anti = json!({"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm":
+        {"labelSelector": {"matchLabels": {"app": "trainer"}}, "topologyKey": "kubernetes.io/hostname"}}]});
+    let pod = gpu_pod(json!({"affinity": {
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred.clone()},
+        "podAffinity": pod_affinity.clone(),
+        "podAntiAffinity": anti.clone()
+    }}));
+    let (plan, patched) = apply(&shipped(), &pod);
+    assert!(!paths(&plan).contains(&"/spec/affinity".to_string()));
+    assert!(!paths(&plan).contains(&"/spec/affinity/nodeAffinity".to_string()));
+    let a = &patched["spec"]["affinity"];
+    assert_eq!(
+        a["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"],
+        preferred
+    );
+    assert_eq!(a["podAffinity"], pod_affinity);
+    assert_eq!(a["podAntiAffinity"], anti);
+    assert_eq!(required_terms(&patched).as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn profile_preferences_are_added_once() {
+    let pref = json!({"weight": 20, "preference": {"matchExpressions": [expr("karpenter.sh/capacity-type", "In", &["on-demand"])]}});
+    let set = ProfileSet::new(vec![simple(
+        "p",
+        0,
+        json!({"preferredNodeSelectorTerms": [pref.clone()]}),
+    )])
+    .unwrap();
+    let (_, patched) = apply(&set, &gpu_pod(json!({})));
+    assert_eq!(
+        patched["spec"]["affinity"]["nodeAffinity"]
+            ["preferredDuringSchedulingIgnoredDuringExecution"],
+        json!([pref.clone()])
+    );
+    // The pod already prefers the same nodes, with its own weight.
+    let mut own = pref.clone();
+    own["weight"] = json!(90);
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [own.clone()]}}}),
+    );
+    let (_, patched) = apply(&set, &pod);
+    assert_eq!(
+        patched["spec"]["affinity"]["nodeAffinity"]
+            ["preferredDuringSchedulingIgnoredDuringExecution"],
+        json!([own])
+    );
+}
+
+#[test]
+fn unknown_fields_survive() {
+    let pod = gpu_pod(json!({
+        "futureSchedulingField": {"x": 1},
+        "affinity": {"nodeAffinity": {
+            "x-vendor": true,
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])], "x-term": "kept"}
+            ]}
+        }}
+    }));
+    let mut pod = pod;
+    pod["spec"]["containers"][0]["x-container"] = json!("kept");
+    pod["x-top"] = json!("kept");
+    let (_, patched) = apply(&shipped(), &pod);
+    assert_eq!(patched["x-top"], "kept");
+    assert_eq!(patched["spec"]["futureSchedulingField"], json!({"x": 1}));
+    assert_eq!(patched["spec"]["containers"][0]["x-container"], "kept");
+    assert_eq!(
+        patched["spec"]["affinity"]["nodeAffinity"]["x-vendor"],
+        true
+    );
+    let terms = required_terms(&patched);
+    assert_eq!(terms[0]["x-term"], "kept");
+    assert_eq!(
+        terms[1]["x-term"], "kept",
+        "appended combinations copy the term"
+    );
+}
+
+#[test]
+fn null_fields_are_treated_as_absent() {
+    let pod = gpu_pod(json!({"tolerations": null, "affinity": null}));
+    let (_, patched) = apply(&shipped(), &pod);
+    assert_eq!(patched["spec"]["tolerations"], json!([sku_gpu()]));
+    assert_eq!(required_terms(&patched).as_array().unwrap().len(), 2);
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}),
+    );
+    let (_, patched) = apply(&shipped(), &pod);
+    assert_eq!(required_terms(&patched).as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn malformed_pods_get_no_patch_and_no_panic() {
+    for extra in [
+        json!({"tolerations": "sku=gpu"}),
+        json!({"affinity": []}),
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [null]}}}}),
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": {}}}}}),
+    ] {
+        let pod = gpu_pod(extra.clone());
+        assert!(
+            plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty(),
+            "{extra}"
+        );
+    }
+    assert!(plan_pod(&shipped(), &json!("pod"), &ns())
+        .patch
+        .0
+        .is_empty());
+    assert!(plan_pod(&shipped(), &json!({"spec": 3}), &ns())
+        .patch
+        .0
+        .is_empty());
+}
+
+#[test]
+fn highest_priority_wins_then_name() {
+    let a = simple("a-low", 0, json!({}));
+    let b = simple("b-high", 10, json!({}));
+    let c = simple("c-high", 10, json!({}));
+    let set = ProfileSet::new(vec![a, c, b]).unwrap();
+    let names: Vec<&str> = set.profiles().iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, vec!["b-high", "c-high", "a-low"]);
+    assert_eq!(
+        plan_pod(&set, &gpu_pod(json!({})), &ns())
+            .profile
+            .as_deref(),
+        Some("b-high")
+    );
+}
+
+#[test]
+fn selectors_choose_the_profile() {
+    let team = simple(
+        "team-ml",
+        10,
+        json!({
+            "namespaceSelector": {"matchLabels": {"team": "ml"}},
+            "podSelector": {"matchExpressions": [{"key": "gpu-admission.io/placement", "operator": "NotIn", "values": ["skip"]}]}
+        }),
+    );
+    let set = ProfileSet::new(vec![team, profile(NVIDIA)]).unwrap();
+    let pod = gpu_pod(json!({}));
+    let mut ml = ns();
+    ml.insert("team".into(), "ml".into());
+    assert_eq!(
+        plan_pod(&set, &pod, &ml).profile.as_deref(),
+        Some("team-ml")
+    );
+    assert_eq!(
+        plan_pod(&set, &pod, &ns()).profile.as_deref(),
+        Some("aks-nvidia")
+    );
+    let mut skip = pod.clone();
+    skip["metadata"]["labels"] = json!({"gpu-admission.io/placement": "skip"});
+    assert_eq!(
+        plan_pod(&set, &skip, &ml).profile.as_deref(),
+        Some("aks-nvidia")
+    );
+}
+
+#[test]
+fn namespace_labels_come_from_the_lookup() {
+    struct One;
+    impl NamespaceLookup for One {
+        fn namespace(&self, name: &str) -> Option<Value> {
+            (name == "ml").then(|| json!({"metadata": {"name": "ml", "labels": {"team": "ml"}}}))
+        }
+    }
+    let labels = namespace_labels("ml", &One);
+    assert_eq!(labels["team"], "ml");
+    assert_eq!(labels[NAMESPACE_NAME_LABEL], "ml");
+    assert_eq!(namespace_labels("web", &One).len(), 1);
+    let team = simple(
+        "team-ml",
+        10,
+        json!({"namespaceSelector": {"matchLabels": {"team": "ml"}}}),
+    );
+    let set = ProfileSet::new(vec![team]).unwrap();
+    let req = Request::for_object(gpu_pod(json!({})), Operation::Create, Some("ml"));
+    assert_eq!(
+        plan_with_namespaces(&set, &req, &One).profile.as_deref(),
+        Some("team-ml")
+    );
+    assert_eq!(
+        plan(&set, &req).profile,
+        None,
+        "without a lookup only the name label is known"
+    );
+}
+
+#[test]
+fn duplicate_profile_names_are_rejected() {
+    let e =
+        ProfileSet::new(vec![simple("x", 0, json!({})), simple("x", 1, json!({}))]).unwrap_err();
+    assert_eq!(e.field, "metadata.name");
+    assert_eq!(e.profile.as_deref(), Some("x"));
+}
+
+#[test]
+fn profile_resources_extend_detection() {
+    let fpga = simple("fpga", 0, json!({"resources": ["example.com/fpga"]}));
+    let set = ProfileSet::new(vec![fpga]).unwrap();
+    assert!(set.gpu_resources().matches("example.com/fpga"));
+    assert!(set.gpu_resources().matches("nvidia.com/gpu"));
+    let mut pod = gpu_pod(json!({}));
+    pod["spec"]["containers"][0]["resources"]["limits"] = json!({"example.com/fpga": "1"});
+    assert_eq!(plan_pod(&set, &pod, &ns()).profile.as_deref(), Some("fpga"));
+    // nvidia.com/gpu is detected but no profile serves it.
+    assert!(plan_pod(&set, &gpu_pod(json!({})), &ns())
+        .patch
+        .0
+        .is_empty());
+}
+
+#[test]
+fn node_selector_for_non_gpu_nodes_conflicts() {
+    let pod = gpu_pod(json!({"nodeSelector": {"kubernetes.azure.com/accelerator": "none"}}));
+    assert!(plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+    let messages = conflicts(&shipped(), &pod, &ns());
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let m = &messages[0];
+    assert!(
+        m.contains("nodeSelector kubernetes.azure.com/accelerator=none"),
+        "{m}"
+    );
+    assert!(m.contains("aks-nvidia"), "{m}");
+    assert!(
+        m.contains("kubernetes.azure.com/accelerator In [nvidia]"),
+        "{m}"
+    );
+}
+
+#[test]
+fn cpu_agentpool_conflicts_with_a_pool_requirement() {
+    let pool = simple(
+        "gpu-pool",
+        0,
+        json!({"requiredNodeSelectorTerms": [{"matchExpressions": [
+            expr("kubernetes.azure.com/agentpool", "In", &["gpunp"])
+        ]}]}),
+    );
+    let set = ProfileSet::new(vec![pool]).unwrap();
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [expr("kubernetes.azure.com/agentpool", "In", &["nodepool1"])]}]}}}}),
+    );
+    assert!(plan_pod(&set, &pod, &ns()).patch.0.is_empty());
+    let m = conflicts(&set, &pod, &ns()).join("\n");
+    assert!(
+        m.contains("required node affinity term 0 (kubernetes.azure.com/agentpool In [nodepool1])"),
+        "{m}"
+    );
+    assert!(
+        m.contains("kubernetes.azure.com/agentpool In [gpunp]"),
+        "{m}"
+    );
+    assert!(m.contains("gpu-pool"), "{m}");
+}
+
+#[test]
+fn conflict_needs_every_alternative_to_be_excluded() {
+    // One of the pod's terms can still reach GPU nodes: patch, no conflict.
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [expr("kubernetes.azure.com/accelerator", "In", &["none"])]},
+            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
+        ]}}}}),
+    );
+    assert!(conflicts(&shipped(), &pod, &ns()).is_empty());
+    assert!(!plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+    // NotIn the GPU value in one term, DoesNotExist on the NAP key in the same term.
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            expr("kubernetes.azure.com/accelerator", "NotIn", &["nvidia"]),
+            expr("karpenter.azure.com/sku-gpu-manufacturer", "DoesNotExist", &[])
+        ]}]}}}}),
+    );
+    let m = conflicts(&shipped(), &pod, &ns()).join("\n");
+    assert!(
+        m.contains("kubernetes.azure.com/accelerator NotIn [nvidia]"),
+        "{m}"
+    );
+    assert!(
+        m.contains("karpenter.azure.com/sku-gpu-manufacturer DoesNotExist"),
+        "{m}"
+    );
+    assert!(plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+}
+
+#[test]
+fn pods_that_fit_have_no_conflicts() {
+    for pod in [
+        gpu_pod(json!({})),
+        gpu_pod(json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "gpunp"}})),
+        gpu_pod(json!({"nodeSelector": {"karpenter.azure.com/sku-gpu-manufacturer": "nvidia"}})),
+    ] {
+        assert!(conflicts(&shipped(), &pod, &ns()).is_empty(), "{pod}");
+    }
+    let cpu = json!({"spec": {"nodeSelector": {"kubernetes.azure.com/accelerator": "none"}, "containers": [{"name": "c"}]}});
+    assert!(conflicts(&shipped(), &cpu, &ns()).is_empty());
+}
+
+#[test]
+fn shipped_profiles_load() {
+    let nvidia = profile(NVIDIA);
+    assert_eq!(nvidia.name, "aks-nvidia");
+    assert_eq!(nvidia.tolerations[0].to_json(), sku_gpu());
+    assert_eq!(nvidia.required.len(), 2);
+    assert_eq!(
+        nvidia.node_pool_taint.as_ref().unwrap().to_string(),
+        "sku=gpu:NoSchedule"
+    );
+    let amd = profile(AMD);
+    assert!(amd.resources.matches("amd.com/gpu"));
+    assert!(!amd.resources.matches("nvidia.com/gpu"));
+}
+
+#[test]
+fn only_requirements_a_term_lacks_are_added() {
+    let linux = expr("kubernetes.io/os", "In", &["linux"]);
+    let set = ProfileSet::new(vec![simple(
+        "two",
+        0,
+        json!({"requiredNodeSelectorTerms": [
+            {"matchExpressions": [accel_nvidia(), linux.clone()]}
+        ]}),
+    )])
+    .unwrap();
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [accel_nvidia()]}]}}}}),
+    );
+    let (_, patched) = apply(&set, &pod);
+    assert_eq!(
+        required_terms(&patched),
+        json!([{"matchExpressions": [accel_nvidia(), linux]}])
+    );
+}
+
+#[test]
+fn plan_finds_the_namespace_when_the_request_has_none() {
+    let only_ml = simple(
+        "only-ml",
+        0,
+        json!({"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "ml"}}}),
+    );
+    let set = ProfileSet::new(vec![only_ml]).unwrap();
+    let mut req = Request::for_object(gpu_pod(json!({})), Operation::Create, None);
+    req.namespace = None;
+    assert_eq!(
+        plan(&set, &req).profile.as_deref(),
+        Some("only-ml"),
+        "from metadata.namespace"
+    );
+    if let Some(pod) = req.object.as_mut() {
+        pod["metadata"].as_object_mut().unwrap().remove("namespace");
+    }
+    assert_eq!(plan(&set, &req).profile, None, "falls back to default");
+}
+
+#[test]
+fn empty_terms_stay_empty() {
+    // An empty term matches no node; adding requirements would revive it.
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": []},
+            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
+        ]}}}}),
+    );
+    let (_, patched) = apply(&shipped(), &pod);
+    let terms = required_terms(&patched);
+    assert_eq!(terms[0], json!({"matchExpressions": []}));
+    assert_eq!(terms.as_array().unwrap().len(), 3);
+    assert!(conflicts(&shipped(), &pod, &ns()).is_empty());
+}
+
+#[test]
+fn detected_resources_can_replace_the_defaults() {
+    let set = shipped().with_gpu_resources(GpuResources::new(["example.com/fpga"]).unwrap());
+    let r = set.gpu_resources();
+    assert!(r.matches("example.com/fpga"));
+    assert!(r.matches("nvidia.com/gpu"), "profile resources stay");
+    let bare =
+        ProfileSet::default().with_gpu_resources(GpuResources::new(["example.com/fpga"]).unwrap());
+    assert!(!bare.gpu_resources().matches("nvidia.com/gpu"));
+}

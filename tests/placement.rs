@@ -1,0 +1,225 @@
+//! Placement through `Admission::mutate` with the shipped profiles, on Pod
+//! fixtures shaped like what kube-apiserver sends a mutating webhook.
+//!
+//! Each folder in tests/fixtures/placement holds `pod.json` (the incoming
+//! object) and `expected.json` (the object after the returned patch; equal
+//! to pod.json when nothing should change). Set `GPU_ADMISSION_BLESS=1` to
+//! rewrite expected.json from the current output, then review the diff.
+use gpu_admission::admission::{Admission, Bundle};
+use gpu_admission::placement::{self, Profile, ProfileSet, NAMESPACE_NAME_LABEL};
+use gpu_admission::policy::NamespaceLookup;
+use gpu_admission::review::{Operation, Request};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const FIXTURES: &str = "tests/fixtures/placement";
+
+struct Namespaces;
+
+impl NamespaceLookup for Namespaces {
+    fn namespace(&self, name: &str) -> Option<Value> {
+        Some(json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {NAMESPACE_NAME_LABEL: name}}
+        }))
+    }
+}
+
+fn shipped_profiles() -> ProfileSet {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/placement");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut profiles = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let value: Value = serde::Deserialize::deserialize(doc).unwrap();
+            profiles.push(
+                Profile::from_value(&value).unwrap_or_else(|e| panic!("{}: {e}", file.display())),
+            );
+        }
+    }
+    ProfileSet::new(profiles).unwrap()
+}
+
+fn admission() -> Admission {
+    let bundle = Bundle {
+        placement: shipped_profiles(),
+        ..Bundle::default()
+    };
+    Admission::new(bundle, Arc::new(Namespaces))
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn create(pod: &Value) -> Request {
+    Request::for_object(pod.clone(), Operation::Create, None)
+}
+
+fn cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURES);
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Mutates the case's pod and returns the patched pod and the profile used.
+fn run(admission: &Admission, dir: &Path) -> Result<(), String> {
+    let pod = read_json(&dir.join("pod.json"));
+    let outcome = admission.mutate(&create(&pod));
+    if !outcome.response.allowed {
+        return Err("mutation denied the pod".into());
+    }
+    let mut patched = pod.clone();
+    if let Some(patch) = &outcome.response.patch {
+        json_patch::patch(&mut patched, patch).map_err(|e| format!("patch does not apply: {e}"))?;
+    }
+    serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(patched.clone())
+        .map_err(|e| format!("patched object is not a Pod: {e}"))?;
+    let expected_path = dir.join("expected.json");
+    if std::env::var_os("GPU_ADMISSION_BLESS").is_some() {
+        let text = serde_json::to_string_pretty(&patched).unwrap() + "\n";
+        std::fs::write(&expected_path, text).unwrap();
+    }
+    let expected = read_json(&expected_path);
+    if patched != expected {
+        return Err(format!(
+            "patched pod differs from expected.json\npatch: {}\ngot: {}",
+            serde_json::to_string(&outcome.response.patch).unwrap(),
+            serde_json::to_string_pretty(&patched).unwrap()
+        ));
+    }
+    match (&outcome.profile, expected == pod) {
+        (Some(p), true) => return Err(format!("profile {p} reported without a change")),
+        (None, false) => return Err("patched without naming a profile".into()),
+        _ => {}
+    }
+    let again = admission.mutate(&create(&patched));
+    if let Some(patch) = again.response.patch {
+        return Err(format!(
+            "reinvocation patched again: {}",
+            serde_json::to_string(&patch).unwrap()
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn fixtures_patch_as_expected_and_reinvocation_is_a_no_op() {
+    let admission = admission();
+    let cases = cases();
+    assert!(cases.len() >= 13, "fixtures missing: {}", cases.len());
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|dir| {
+            run(&admission, dir)
+                .err()
+                .map(|e| format!("{}: {e}", dir.file_name().unwrap().to_string_lossy()))
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn fixture(case: &str) -> (Value, Value) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(FIXTURES)
+        .join(case);
+    (
+        read_json(&dir.join("pod.json")),
+        read_json(&dir.join("expected.json")),
+    )
+}
+
+#[test]
+fn gpu_pods_are_patched_and_others_are_not() {
+    for case in [
+        "nvidia-training-pod",
+        "existing-required-terms",
+        "tolerates-everything",
+        "mig-job-pod",
+        "amd-mi300x",
+        "sidecar-gpu",
+        "daemonset-match-fields",
+        "nap-node-selector",
+        "unknown-fields",
+    ] {
+        let (pod, expected) = fixture(case);
+        assert_ne!(pod, expected, "{case} should be patched");
+    }
+    for case in [
+        "already-placed",
+        "cpu-pod",
+        "zero-gpus",
+        "conflict-accelerator-none",
+    ] {
+        let (pod, expected) = fixture(case);
+        assert_eq!(pod, expected, "{case} should be left alone");
+    }
+}
+
+#[test]
+fn profile_is_reported_for_the_patch() {
+    let admission = admission();
+    let (nvidia, _) = fixture("nvidia-training-pod");
+    assert_eq!(
+        admission.mutate(&create(&nvidia)).profile.as_deref(),
+        Some("aks-nvidia")
+    );
+    let (amd, _) = fixture("amd-mi300x");
+    assert_eq!(
+        admission.mutate(&create(&amd)).profile.as_deref(),
+        Some("aks-amd")
+    );
+}
+
+#[test]
+fn updates_are_never_patched() {
+    let (pod, _) = fixture("nvidia-training-pod");
+    let mut req = Request::for_object(pod.clone(), Operation::Update, None);
+    req.old_object = Some(pod);
+    let outcome = admission().mutate(&req);
+    assert!(outcome.response.allowed);
+    assert_eq!(outcome.response.patch, None);
+}
+
+#[test]
+fn conflicting_pod_is_left_for_the_validating_side() {
+    let (pod, _) = fixture("conflict-accelerator-none");
+    let messages = placement::conflicts(&shipped_profiles(), &pod, &BTreeMap::new());
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(messages[0].contains("nodeSelector kubernetes.azure.com/accelerator=none"));
+    assert!(messages[0].contains("aks-nvidia"));
+    let (fits, _) = fixture("nvidia-training-pod");
+    assert!(placement::conflicts(&shipped_profiles(), &fits, &BTreeMap::new()).is_empty());
+}
+
+#[test]
+fn patches_survive_the_admission_review_encoding() {
+    let (pod, expected) = fixture("existing-required-terms");
+    let req = create(&pod);
+    let outcome = admission().mutate(&req);
+    let review = gpu_admission::review::encode(&req.uid, &outcome.response);
+    assert_eq!(review["response"]["patchType"], "JSONPatch");
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(review["response"]["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut patched = pod;
+    json_patch::patch(&mut patched, &patch).unwrap();
+    assert_eq!(patched, expected);
+}
