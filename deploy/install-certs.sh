@@ -2,9 +2,9 @@
 # Serving certificate for gpu-admission without cert-manager.
 #
 # 1. `gpu-admission certs` makes a CA and a serving certificate for
-#    gpu-admission.<namespace>.svc under --out (default certs/deploy/; kept
-#    and reused on the next run, so keep that folder safe or delete it once
-#    installed: it holds the CA key).
+#    gpu-admission.<namespace>.svc under --out (default
+#    ~/.config/gpu-admission/deploy-certs, outside the repository since it
+#    holds the CA key; kept and reused on the next run).
 # 2. The Secret gpu-admission-tls (tls.crt, tls.key, ca.crt) is created or
 #    updated in the namespace.
 # 3. `kubectl apply -k deploy/` (skip with --no-apply, e.g. when a GitOps tool
@@ -29,7 +29,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-out="$root/certs/deploy"
+out="${XDG_CONFIG_HOME:-$HOME/.config}/gpu-admission/deploy-certs"
 namespace="gpu-admission"
 service="gpu-admission"
 secret="gpu-admission-tls"
@@ -85,6 +85,7 @@ generate() {
   local dir="$1" bin
   bin="$(find_binary)"
   mkdir -p "$dir"
+  chmod 700 "$dir"
   "$bin" certs --out "$dir" \
     --dns "$service.$namespace.svc" \
     --dns "$service.$namespace.svc.cluster.local" > /dev/null
