@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# Offline checks of the deployment manifests, for CI and for anyone editing deploy/.
+#
+# 1. deploy/policies/ is in step with policies/ (deploy/sync-policies.sh --check).
+# 2. deploy/ and deploy/overlays/cert-manager build with kustomize.
+# 3. Every rendered object validates strictly (unknown fields are errors)
+#    against the Kubernetes OpenAPI schemas of the oldest supported version
+#    (1.30: webhook matchConditions are GA there) and the newest one, with
+#    kubernetes-validate, which ships the schemas: no cluster, no network
+#    beyond the package install. cert-manager kinds have no schema there:
+#    they get structural checks instead (fields, references between them).
+# 4. The objects agree with each other: webhook -> Service -> container
+#    ports, volumes -> ConfigMap/Secret, selectors -> pod labels, the
+#    webhook's own namespace excluded, the server's flags.
+# 5. The webhooks' matchConditions are evaluated (CEL, cel-python) on the
+#    cases in deploy/tests/match-conditions.yaml: GPU pods are sent, CPU
+#    pods are not.
+#
+# Installs what it needs (pinned Python packages in a venv under
+# ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci; kubectl from apt if there is
+# no kustomize or kubectl at all) and finishes in seconds once installed.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/gpu-admission-ci"
+kubernetes_validate_version="1.37.0"
+cel_python_version="0.5.0"
+k8s_versions="1.30.0 1.37.0"
+
+step() { printf '\n== %s\n' "$*"; }
+fail() { echo "validate-deploy: $*" >&2; exit 1; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# Kustomize: a standalone kustomize, else the one built into kubectl (v1.21+
+# embeds kustomize v4+; older ones cannot read this kustomization).
+kustomize_cmd=()
+find_kustomize() {
+  if command -v kustomize > /dev/null; then
+    kustomize_cmd=(kustomize build)
+  elif command -v kubectl > /dev/null \
+    && kubectl version --client 2> /dev/null | grep -Eq 'Kustomize Version: v[4-9]'; then
+    kustomize_cmd=(kubectl kustomize)
+  fi
+}
+
+step "tools"
+find_kustomize
+if [[ ${#kustomize_cmd[@]} -eq 0 ]] && [[ $(id -u) -eq 0 ]] && command -v apt-get > /dev/null; then
+  echo "no kustomize: trying apt-get install kubectl"
+  timeout 300 apt-get install -y -q kubectl > "$work/apt.log" 2>&1 || tail -3 "$work/apt.log"
+  find_kustomize
+fi
+[[ ${#kustomize_cmd[@]} -gt 0 ]] || fail "no kustomize v4+ (kustomize, or kubectl 1.21+) on PATH"
+echo "kustomize: ${kustomize_cmd[*]} ($( (kustomize version 2> /dev/null || kubectl version --client 2> /dev/null | grep Kustomize) | head -1))"
+
+venv="$cache/venv"
+stamp="$venv/.kubernetes-validate-$kubernetes_validate_version-cel-python-$cel_python_version"
+if [[ ! -e "$stamp" ]]; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  timeout 300 "$venv/bin/pip" install -q --disable-pip-version-check \
+    "kubernetes-validate==$kubernetes_validate_version" "cel-python==$cel_python_version"
+  touch "$stamp"
+fi
+python="$venv/bin/python"
+echo "python: kubernetes-validate $kubernetes_validate_version, cel-python $cel_python_version"
+
+step "deploy/policies/ is in step with policies/"
+"$root/deploy/sync-policies.sh" --check
+
+step "kustomize build"
+"${kustomize_cmd[@]}" "$root/deploy" > "$work/base.yaml"
+echo "deploy/: $(grep -c '^kind:' "$work/base.yaml") objects"
+"${kustomize_cmd[@]}" "$root/deploy/overlays/cert-manager" > "$work/cert-manager.yaml"
+echo "deploy/overlays/cert-manager: $(grep -c '^kind:' "$work/cert-manager.yaml") objects"
+
+step "schemas, references and matchConditions"
+cat > "$work/check.py" <<'EOF'
+import sys, warnings
+import yaml
+import kubernetes_validate
+import celpy
+
+warnings.filterwarnings("ignore")
+base_file, overlay_file, cases_file, versions = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
+errors = []
+checks = 0
+
+
+def check(cond, msg):
+    global checks
+    checks += 1
+    if not cond:
+        errors.append(msg)
+
+
+def load(path):
+    return [d for d in yaml.safe_load_all(open(path)) if d]
+
+
+def ident(o):
+    m = o.get("metadata", {})
+    return f'{o.get("kind")} {m.get("namespace", "") + "/" if m.get("namespace") else ""}{m.get("name")}'
+
+
+def find(objs, kind, name=None):
+    return [o for o in objs if o.get("kind") == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objs, kind, name=None):
+    found = find(objs, kind, name)
+    check(len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}")
+    return found[0] if found else {}
+
+
+def schemas(objs, label):
+    for o in objs:
+        if o["apiVersion"].startswith("cert-manager.io/"):
+            continue
+        for v in versions:
+            try:
+                kubernetes_validate.validate(o, v, strict=True)
+                check(True, "")
+            except kubernetes_validate.ValidationError as e:
+                path = ".".join(str(p) for p in e.path)
+                check(False, f"{label}: {ident(o)}: Kubernetes {v}: {path}: {e.message}")
+            except kubernetes_validate.SchemaNotFoundError:
+                check(False, f"{label}: {ident(o)}: no schema for {o['apiVersion']} in Kubernetes {v}")
+
+
+def references(objs, label):
+    dep = one(objs, "Deployment", "gpu-admission")
+    svc = one(objs, "Service", "gpu-admission")
+    ns = dep.get("metadata", {}).get("namespace")
+    pod = dep.get("spec", {}).get("template", {})
+    labels = pod.get("metadata", {}).get("labels", {})
+    spec = pod.get("spec", {})
+    container = (spec.get("containers") or [{}])[0]
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+
+    def selects(selector):
+        return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+    check(dep.get("spec", {}).get("replicas", 1) >= 2, f"{label}: Deployment needs 2+ replicas")
+    check(selects(dep["spec"]["selector"]["matchLabels"]), f"{label}: Deployment selector misses its pods")
+    check(selects(svc["spec"]["selector"]), f"{label}: Service selector misses the pods")
+    pdb = one(objs, "PodDisruptionBudget", "gpu-admission")
+    check(selects(pdb["spec"]["selector"]["matchLabels"]), f"{label}: PodDisruptionBudget selector misses the pods")
+    check(one(objs, "Namespace", ns) != {}, f"{label}: no Namespace {ns}")
+    for p in svc["spec"]["ports"]:
+        check(p["targetPort"] in ports, f"{label}: Service port {p['name']} targets unknown port {p['targetPort']}")
+    check(ports.get("metrics") == 9090, f"{label}: the metrics port is 9090 named metrics")
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = container.get(probe, {}).get("httpGet", {})
+        check(get.get("path") == path and get.get("port") in ports, f"{label}: {probe} must GET {path} on a named port")
+
+    args = container.get("args", [])
+    check(args[:1] == ["serve"], f"{label}: container args start with serve")
+    mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for m in mounts.values():
+        check("subPath" not in m, f"{label}: {m['name']} is a subPath mount: updates would never reach it")
+    flag_dirs = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if a.startswith("--") and "=" in a}
+    pol = mounts.get("policies", {})
+    check(flag_dirs.get("--policies") == pol.get("mountPath"), f"{label}: --policies is not the policies mount")
+    tls = mounts.get("tls", {}).get("mountPath")
+    check(flag_dirs.get("--tls-cert") == f"{tls}/tls.crt" and flag_dirs.get("--tls-key") == f"{tls}/tls.key",
+          f"{label}: --tls-cert/--tls-key are not in the tls mount")
+    cm_name = volumes.get("policies", {}).get("configMap", {}).get("name")
+    check(cm_name and find(objs, "ConfigMap", cm_name), f"{label}: policies volume names ConfigMap {cm_name}, not rendered")
+    secret_name = volumes.get("tls", {}).get("secret", {}).get("secretName")
+    check(secret_name == "gpu-admission-tls", f"{label}: the tls volume is the Secret gpu-admission-tls")
+
+    sec = container.get("securityContext", {})
+    psec = spec.get("securityContext", {})
+    check(psec.get("runAsNonRoot") is True, f"{label}: pod runs as non-root")
+    check(psec.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{label}: seccomp RuntimeDefault")
+    check(sec.get("readOnlyRootFilesystem") is True, f"{label}: read-only root filesystem")
+    check(sec.get("allowPrivilegeEscalation") is False, f"{label}: no privilege escalation")
+    check(sec.get("capabilities", {}).get("drop") == ["ALL"], f"{label}: all capabilities dropped")
+    res = container.get("resources", {})
+    check(res.get("requests") and res.get("limits"), f"{label}: requests and limits set")
+
+    svc_ports = {p["port"] for p in svc["spec"]["ports"]}
+    for kind, path in (("MutatingWebhookConfiguration", "/mutate"), ("ValidatingWebhookConfiguration", "/validate")):
+        cfg = one(objs, kind, "gpu-admission")
+        for w in cfg.get("webhooks", []):
+            where = f"{label}: {kind} webhook {w['name']}"
+            ref = w["clientConfig"].get("service", {})
+            check(ref.get("name") == svc["metadata"]["name"] and ref.get("namespace") == ns,
+                  f"{where}: clientConfig names Service {ref.get('namespace')}/{ref.get('name')}")
+            check(ref.get("port", 443) in svc_ports, f"{where}: Service has no port {ref.get('port', 443)}")
+            check(ref.get("path") == path, f"{where}: path must be {path}")
+            check(w.get("sideEffects") == "None", f"{where}: sideEffects None")
+            check(w.get("admissionReviewVersions") == ["v1"], f"{where}: admissionReviewVersions [v1]")
+            check(w.get("failurePolicy") in ("Fail", "Ignore"), f"{where}: failurePolicy set")
+            check(1 <= w.get("timeoutSeconds", 10) <= 10, f"{where}: timeoutSeconds 1..10")
+            if kind.startswith("Mutating"):
+                check(w.get("reinvocationPolicy") == "IfNeeded", f"{where}: reinvocationPolicy IfNeeded")
+            namespaced = any(r.get("scope") == "Namespaced" for r in w.get("rules", []))
+            if namespaced:
+                exprs = w.get("namespaceSelector", {}).get("matchExpressions", [])
+                excluded = {v for e in exprs if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"
+                            for v in e["values"]}
+                check({"kube-system", ns} <= excluded, f"{where}: must exclude kube-system and {ns}")
+                check({"key": "control-plane", "operator": "DoesNotExist"} in exprs,
+                      f"{where}: must exclude AKS control-plane namespaces")
+    return ns
+
+
+def cert_manager(objs, label, ns):
+    issuers = {o["metadata"]["name"]: o for o in find(objs, "Issuer")}
+    certs = {o["metadata"]["name"]: o for o in find(objs, "Certificate")}
+    for name, o in issuers.items():
+        check(o["apiVersion"] == "cert-manager.io/v1", f"{label}: Issuer {name}: apiVersion cert-manager.io/v1")
+        kinds = [k for k in ("selfSigned", "ca", "acme", "vault", "venafi") if k in o.get("spec", {})]
+        check(len(kinds) == 1, f"{label}: Issuer {name}: exactly one issuer type, found {kinds}")
+        if "ca" in o["spec"]:
+            check(any(c["spec"]["secretName"] == o["spec"]["ca"].get("secretName") and c["spec"].get("isCA")
+                      for c in certs.values()), f"{label}: Issuer {name}: its CA Secret is no CA Certificate's")
+    for name, o in certs.items():
+        spec = o.get("spec", {})
+        check(o["apiVersion"] == "cert-manager.io/v1", f"{label}: Certificate {name}: apiVersion cert-manager.io/v1")
+        check(o["metadata"].get("namespace") == ns, f"{label}: Certificate {name} is not in {ns}")
+        check(spec.get("secretName"), f"{label}: Certificate {name}: spec.secretName required")
+        ref = spec.get("issuerRef", {})
+        check(ref.get("kind", "Issuer") == "Issuer" and ref.get("name") in issuers,
+              f"{label}: Certificate {name}: issuerRef {ref.get('name')} is not an Issuer here")
+        known = {"isCA", "commonName", "secretName", "duration", "renewBefore", "privateKey", "issuerRef",
+                 "dnsNames", "usages"}
+        check(set(spec) <= known, f"{label}: Certificate {name}: unexpected fields {sorted(set(spec) - known)}")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        cfg = one(objs, kind, "gpu-admission")
+        inject = cfg.get("metadata", {}).get("annotations", {}).get("cert-manager.io/inject-ca-from", "")
+        cns, _, cname = inject.partition("/")
+        cert = certs.get(cname, {})
+        check(cns == ns and cert, f"{label}: {kind}: inject-ca-from {inject!r} names no Certificate here")
+        if cert:
+            check(cert["spec"]["secretName"] == "gpu-admission-tls",
+                  f"{label}: {kind}: injected Certificate does not issue the mounted Secret")
+            svc_dns = f"gpu-admission.{ns}.svc"
+            check(svc_dns in cert["spec"].get("dnsNames", []), f"{label}: Certificate {cname} lacks {svc_dns}")
+
+
+def match_conditions(objs):
+    webhooks = {}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for w in one(objs, kind, "gpu-admission").get("webhooks", []):
+            webhooks[w["name"]] = w
+    env = celpy.Environment()
+    programs = {}
+    for name, w in webhooks.items():
+        for mc in w.get("matchConditions", []):
+            try:
+                programs.setdefault(name, []).append((mc["name"], env.program(env.compile(mc["expression"]))))
+            except Exception as e:  # a parse error is a finding, not a crash
+                check(False, f"{name}: matchCondition {mc['name']}: does not compile: {e}")
+    cases = yaml.safe_load(open(cases_file))["cases"]
+    passed = failed = 0
+    for case in cases:
+        name = case["webhook"]
+        if name not in webhooks:
+            check(False, f"case {case['name']!r}: no webhook {name}")
+            failed += 1
+            continue
+        activation = {"object": celpy.json_to_cel(case["object"]), "oldObject": None}
+        sent = True
+        for mc_name, prog in programs.get(name, []):
+            try:
+                result = prog.evaluate(activation)
+            except Exception as e:
+                check(False, f"case {case['name']!r}: {name} {mc_name}: evaluation error: {e}")
+                result = False
+            if isinstance(result, Exception) or not bool(result):
+                sent = False
+        ok = sent == case["sent"]
+        check(ok, f"case {case['name']!r}: {name} sent={sent}, expected {case['sent']}")
+        passed, failed = passed + ok, failed + (not ok)
+    print(f"matchConditions: {passed} cases as expected, {failed} not")
+
+
+base, overlay = load(base_file), load(overlay_file)
+schemas(base, "deploy/")
+schemas(overlay, "cert-manager overlay")
+ns = references(base, "deploy/")
+references(overlay, "cert-manager overlay")
+check(not any(w.get("clientConfig", {}).get("caBundle")
+              for o in base for w in o.get("webhooks", [])), "deploy/: caBundle is filled by install-certs.sh, not committed")
+check(find(base, "Secret") == [], "deploy/: the TLS Secret is never rendered from the repository")
+cert_manager(overlay, "cert-manager overlay", ns)
+skipped = len(find(overlay, "Issuer")) + len(find(overlay, "Certificate"))
+print(f"schemas: Kubernetes {', '.join(versions)}; {skipped} cert-manager objects checked structurally (no schema offline)")
+match_conditions(base)
+for e in errors:
+    print(f"FAIL {e}")
+print(f"{checks - len(errors)} passed, {len(errors)} failed")
+sys.exit(1 if errors else 0)
+EOF
+"$python" "$work/check.py" "$work/base.yaml" "$work/cert-manager.yaml" \
+  "$root/deploy/tests/match-conditions.yaml" "$k8s_versions"
