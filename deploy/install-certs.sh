@@ -4,7 +4,10 @@
 # 1. `gpu-admission certs` makes a CA and a serving certificate for
 #    gpu-admission.<namespace>.svc under --out (default
 #    ~/.config/gpu-admission/deploy-certs, outside the repository since it
-#    holds the CA key; kept and reused on the next run).
+#    holds the CA key). On later runs it reuses both while valid and issues
+#    a new serving certificate from the same CA when the current one is
+#    within 30 days of its end (CA: 10 years, serving certificate: 1 year):
+#    run this script again to renew, e.g. monthly.
 # 2. The Secret gpu-admission-tls (tls.crt, tls.key, ca.crt) is created or
 #    updated in the namespace.
 # 3. `kubectl apply -k deploy/` (skip with --no-apply, e.g. when a GitOps tool
@@ -20,7 +23,7 @@
 # once every replica serves the new certificate) or until the next rotation.
 #
 # --dry-run prints the kubectl commands that change the cluster instead of
-# running them (certificates are still generated under --out if missing).
+# running them (the files under --out are still made or renewed).
 #
 # Usage: deploy/install-certs.sh [--out DIR] [--namespace NS] [--rotate] [--no-apply] [--dry-run]
 # Environment: GPU_ADMISSION (the binary; default: gpu-admission on PATH, else
@@ -46,7 +49,7 @@ while [[ $# -gt 0 ]]; do
     --rotate) rotate=true; shift ;;
     --no-apply) apply=false; shift ;;
     --dry-run) dry_run=true; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-certs: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -88,7 +91,8 @@ generate() {
   chmod 700 "$dir"
   "$bin" certs --out "$dir" \
     --dns "$service.$namespace.svc" \
-    --dns "$service.$namespace.svc.cluster.local" > /dev/null
+    --dns "$service.$namespace.svc.cluster.local" > /dev/null \
+    || die "'$bin certs --out $dir' failed"
   local f
   for f in ca.crt tls.crt tls.key; do
     [[ -s "$dir/$f" ]] || die "'$bin certs' did not write $dir/$f"
@@ -106,13 +110,12 @@ if $rotate && [[ -s "$out/ca.crt" ]]; then
   generate "$out"
   cat "$out/ca.crt" "$previous/ca.crt" > "$ca_bundle"
   echo "install-certs: new CA and certificate in $out (previous in $previous)" >&2
-elif [[ -s "$out/tls.crt" && -s "$out/tls.key" && -s "$out/ca.crt" ]]; then
-  cat "$out/ca.crt" > "$ca_bundle"
-  echo "install-certs: reusing the CA and certificate in $out (--rotate for new ones)" >&2
 else
+  # Reuses the CA and the serving certificate while they are valid; a
+  # serving certificate within 30 days of its end is issued anew by the same
+  # CA, so the caBundle does not change.
   generate "$out"
   cat "$out/ca.crt" > "$ca_bundle"
-  echo "install-certs: new CA and certificate in $out" >&2
 fi
 ca_b64="$(base64 < "$ca_bundle" | tr -d '\n')"
 
