@@ -15,6 +15,13 @@
 # 5. The webhooks' matchConditions are evaluated (CEL, cel-python) on the
 #    cases in deploy/tests/match-conditions.yaml: GPU pods are sent, CPU
 #    pods are not.
+# 6. When a gpu-admission binary is at hand ($GPU_ADMISSION, else
+#    target/debug or target/release, as `cargo test` leaves it), it is run
+#    the way the Deployment runs it: the rendered args, the policies
+#    ConfigMap and a TLS Secret from `gpu-admission certs` laid out as the
+#    kubelet mounts them (..data symlinks), on loopback ports. The probes
+#    must answer, /mutate and /validate must answer AdmissionReviews over
+#    TLS for the in-cluster Service name, and SIGTERM must end it cleanly.
 #
 # Installs what it needs (pinned Python packages in a venv under
 # ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci; kubectl from apt if there is
@@ -78,13 +85,14 @@ echo "deploy/overlays/cert-manager: $(grep -c '^kind:' "$work/cert-manager.yaml"
 
 step "schemas, references and matchConditions"
 cat > "$work/check.py" <<'EOF'
-import sys, warnings
+import http.client, json, os, signal, socket, ssl, subprocess, sys, time, urllib.error, urllib.request, warnings
 import yaml
 import kubernetes_validate
 import celpy
 
 warnings.filterwarnings("ignore")
 base_file, overlay_file, cases_file, versions = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
+binary, run_dir = sys.argv[5], sys.argv[6]
 errors = []
 checks = 0
 
@@ -281,6 +289,145 @@ def match_conditions(objs):
     print(f"matchConditions: {passed} cases as expected, {failed} not")
 
 
+def kubelet_volume(path, files):
+    """Lays out files the way the kubelet mounts a ConfigMap or Secret."""
+    stamp = os.path.join(path, "..2026_01_01_00_00_00.000000001")
+    os.makedirs(stamp)
+    for key, data in files.items():
+        with open(os.path.join(stamp, key), "wb") as f:
+            f.write(data)
+    os.symlink(os.path.basename(stamp), os.path.join(path, "..data"))
+    for key in files:
+        os.symlink(os.path.join("..data", key), os.path.join(path, key))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServiceConnection(http.client.HTTPSConnection):
+    """HTTPS to loopback, verified for the in-cluster Service name."""
+
+    def __init__(self, service_name, port, context):
+        super().__init__(service_name, port, context=context, timeout=5)
+
+    def connect(self):
+        sock = socket.create_connection(("127.0.0.1", self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def review(uid, pod):
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"], "operation": "CREATE",
+        "userInfo": {"username": "system:serviceaccount:ml:trainer"}, "object": pod, "oldObject": None,
+        "dryRun": False, "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
+
+
+def run_server(objs, binary, run_dir):
+    dep = one(objs, "Deployment", "gpu-admission")
+    ns = dep["metadata"]["namespace"]
+    spec = dep["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    local = {name: free_port() for name in ports}
+    svc = one(objs, "Service", "gpu-admission")
+    service_name = f'{svc["metadata"]["name"]}.{ns}.svc'
+
+    certs = os.path.join(run_dir, "certs")
+    made = subprocess.run([binary, "certs", "--out", certs, "--dns", service_name],
+                          capture_output=True, timeout=30)
+    check(made.returncode == 0, f"gpu-admission certs failed: {made.stderr.decode()[-500:]}")
+    if made.returncode != 0:
+        return
+    volumes = {}
+    for v in spec["volumes"]:
+        path = os.path.join(run_dir, "volumes", v["name"])
+        if "configMap" in v:
+            cm = one(objs, "ConfigMap", v["configMap"]["name"])
+            files = {k: d.encode() for k, d in cm.get("data", {}).items()}
+        else:
+            files = {k: open(os.path.join(certs, k), "rb").read() for k in ("tls.crt", "tls.key", "ca.crt")}
+        kubelet_volume(path, files)
+        volumes[v["name"]] = path
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+
+    args = []
+    for a in container["args"]:
+        a = a.replace("$(POD_NAMESPACE)", ns)
+        flag, _, value = a.partition("=")
+        if flag in ("--listen", "--metrics-listen"):
+            port = int(value.rsplit(":", 1)[1])
+            name = next(n for n, p in ports.items() if p == port)
+            a = f"{flag}=127.0.0.1:{local[name]}"
+        for mount_path, path in mounts.items():
+            a = a.replace(mount_path, path)
+        args.append(a)
+    errors_before = len(errors)
+    env = dict(os.environ, **{e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+    log = open(os.path.join(run_dir, "server.log"), "wb")
+    proc = subprocess.Popen([binary] + args, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        def probe(name):
+            get = container[name]["httpGet"]
+            url = f'http://127.0.0.1:{local[get["port"]]}{get["path"]}'
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+            except OSError:
+                return None
+
+        deadline = time.monotonic() + 15
+        while probe("readinessProbe") != 200 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        check(probe("readinessProbe") == 200, "server: readinessProbe never answered 200 with the Deployment's args")
+        check(probe("livenessProbe") == 200, "server: livenessProbe does not answer 200")
+
+        ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.crt"))
+        gpu_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "ml"},
+                   "spec": {"containers": [{"name": "trainer", "image": "busybox",
+                                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        for kind, path in (("MutatingWebhookConfiguration", "/mutate"), ("ValidatingWebhookConfiguration", "/validate")):
+            w = one(objs, kind, "gpu-admission")["webhooks"][0]
+            svc_port = next(p for p in svc["spec"]["ports"] if p["port"] == w["clientConfig"]["service"].get("port", 443))
+            uid = f"smoke-{path[1:]}"
+            try:
+                conn = ServiceConnection(service_name, local[svc_port["targetPort"]], ctx)
+                conn.request("POST", f'{w["clientConfig"]["service"]["path"]}?timeout={w["timeoutSeconds"]}s',
+                             body=json.dumps(review(uid, gpu_pod)), headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                body = json.loads(resp.read() or b"{}")
+                conn.close()
+                check(resp.status == 200 and body.get("response", {}).get("uid") == uid
+                      and "allowed" in body["response"],
+                      f"server: {path} over TLS as {service_name}: HTTP {resp.status}, {str(body)[:200]}")
+            except (OSError, ssl.SSLError, ValueError) as e:
+                check(False, f"server: {path} over TLS as {service_name}: {e}")
+
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=min(15, spec.get("terminationGracePeriodSeconds", 30)))
+        except subprocess.TimeoutExpired:
+            code = None
+        check(code == 0, f"server: exit status {code} after SIGTERM (expected 0 within the grace period)")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    if len(errors) > errors_before:
+        tail = open(os.path.join(run_dir, "server.log"), "rb").read().decode(errors="replace")[-1500:]
+        print("server log (last lines):\n" + tail)
+    print(f"server: ran {os.path.basename(binary)} with the Deployment's args, mounts and probes")
+
+
 base, overlay = load(base_file), load(overlay_file)
 schemas(base, "deploy/")
 schemas(overlay, "cert-manager overlay")
@@ -293,10 +440,25 @@ cert_manager(overlay, "cert-manager overlay", ns)
 skipped = len(find(overlay, "Issuer")) + len(find(overlay, "Certificate"))
 print(f"schemas: Kubernetes {', '.join(versions)}; {skipped} cert-manager objects checked structurally (no schema offline)")
 match_conditions(base)
+if binary:
+    run_server(base, binary, run_dir)
+else:
+    print("server: no gpu-admission binary built (cargo build, or set GPU_ADMISSION): not run")
 for e in errors:
     print(f"FAIL {e}")
 print(f"{checks - len(errors)} passed, {len(errors)} failed")
 sys.exit(1 if errors else 0)
 EOF
+binary="${GPU_ADMISSION:-}"
+if [[ -z "$binary" ]]; then
+  for candidate in "$root/target/debug/gpu-admission" "$root/target/release/gpu-admission"; do
+    if [[ -x "$candidate" ]]; then binary="$candidate"; break; fi
+  done
+fi
+if [[ -n "$binary" ]] && ! "$binary" serve --help 2> /dev/null | grep -q -- --tls-cert; then
+  echo "$binary has no 'serve --tls-cert': not running it"
+  binary=""
+fi
+
 "$python" "$work/check.py" "$work/base.yaml" "$work/cert-manager.yaml" \
-  "$root/deploy/tests/match-conditions.yaml" "$k8s_versions"
+  "$root/deploy/tests/match-conditions.yaml" "$k8s_versions" "$binary" "$work/run"
