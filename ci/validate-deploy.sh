@@ -24,8 +24,9 @@
 #    TLS for the in-cluster Service name, and SIGTERM must end it cleanly.
 #
 # Installs what it needs (pinned Python packages in a venv under
-# ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci; kubectl from apt if there is
-# no kustomize or kubectl at all) and finishes in seconds once installed.
+# ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci) and finishes in seconds once
+# installed. Without kustomize (or kubectl 1.21+) it renders with a small
+# fallback, says so, and checks the rest as usual.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -53,14 +54,15 @@ find_kustomize() {
 }
 
 step "tools"
-find_kustomize
-if [[ ${#kustomize_cmd[@]} -eq 0 ]] && [[ $(id -u) -eq 0 ]] && command -v apt-get > /dev/null; then
-  echo "no kustomize: trying apt-get install kubectl"
-  timeout 300 apt-get install -y -q kubectl > "$work/apt.log" 2>&1 || tail -3 "$work/apt.log"
+# VALIDATE_DEPLOY_RENDERER=fallback exercises the fallback even where kustomize is.
+if [[ "${VALIDATE_DEPLOY_RENDERER:-}" != fallback ]]; then
   find_kustomize
 fi
-[[ ${#kustomize_cmd[@]} -gt 0 ]] || fail "no kustomize v4+ (kustomize, or kubectl 1.21+) on PATH"
-echo "kustomize: ${kustomize_cmd[*]} ($( (kustomize version 2> /dev/null || kubectl version --client 2> /dev/null | grep Kustomize) | head -1))"
+if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
+  echo "kustomize: ${kustomize_cmd[*]} ($( (kustomize version 2> /dev/null || kubectl version --client 2> /dev/null | grep Kustomize) | head -1))"
+else
+  echo "kustomize: none on PATH (kustomize, or kubectl 1.21+): rendering with the fallback below, which is not kustomize"
+fi
 
 venv="$cache/venv"
 stamp="$venv/.kubernetes-validate-$kubernetes_validate_version-cel-python-$cel_python_version"
@@ -77,11 +79,136 @@ echo "python: kubernetes-validate $kubernetes_validate_version, cel-python $cel_
 step "deploy/policies/ is in step with policies/"
 "$root/deploy/sync-policies.sh" --check
 
+# The fallback renderer: only the kustomization features deploy/ uses
+# (resources, namespace, labels without selectors, images, configMapGenerator
+# without a hash suffix, strategic-merge patches of metadata), and an error on
+# anything else, so that it cannot quietly render what kustomize would not.
+# When kustomize is present, the two renderings are compared, which keeps the
+# fallback honest.
+cat > "$work/render.py" <<'EOF'
+import os, sys
+import yaml
+
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingWebhookConfiguration", "CustomResourceDefinition", "PriorityClass"}
+
+
+class Unsupported(Exception):
+    pass
+
+
+def allow(d, keys, where):
+    extra = set(d) - set(keys)
+    if extra:
+        raise Unsupported(f"{where}: {sorted(extra)} not supported by the fallback renderer")
+
+
+def render(folder):
+    k = yaml.safe_load(open(os.path.join(folder, "kustomization.yaml")))
+    allow(k, {"apiVersion", "kind", "resources", "namespace", "labels", "images", "configMapGenerator", "patches"},
+          folder)
+    objs = []
+    for r in k.get("resources", []):
+        path = os.path.join(folder, r)
+        if os.path.isdir(path):
+            objs += render(path)
+        else:
+            objs += [d for d in yaml.safe_load_all(open(path)) if d]
+    for g in k.get("configMapGenerator", []):
+        allow(g, {"name", "files", "literals", "options"}, f"{folder}: configMapGenerator")
+        opts = g.get("options", {})
+        allow(opts, {"disableNameSuffixHash", "labels"}, f"{folder}: configMapGenerator options")
+        if opts.get("disableNameSuffixHash") is not True:
+            raise Unsupported(f"{folder}: name hash suffixes are not supported by the fallback renderer")
+        data = {}
+        for f in g.get("files", []):
+            name, _, rel = f.partition("=") if "=" in f else (os.path.basename(f), "", f)
+            data[name] = open(os.path.join(folder, rel)).read()
+        for lit in g.get("literals", []):
+            name, _, value = lit.partition("=")
+            data[name] = value
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": g["name"]}}
+        if opts.get("labels"):
+            cm["metadata"]["labels"] = dict(opts["labels"])
+        if data:
+            cm["data"] = data
+        objs.append(cm)
+    for p in k.get("patches", []):
+        allow(p, {"patch"}, f"{folder}: patches")
+        patch = yaml.safe_load(p["patch"])
+        if not isinstance(patch, dict):
+            raise Unsupported(f"{folder}: only strategic-merge patches are supported by the fallback renderer")
+        allow(patch, {"apiVersion", "kind", "metadata"}, f"{folder}: patch")
+        allow(patch["metadata"], {"name", "annotations", "labels"}, f"{folder}: patch metadata")
+        targets = [o for o in objs if o["kind"] == patch["kind"] and o["metadata"]["name"] == patch["metadata"]["name"]]
+        if len(targets) != 1:
+            raise Unsupported(f"{folder}: a patch matches {len(targets)} objects")
+        for field in ("annotations", "labels"):
+            if field in patch["metadata"]:
+                targets[0]["metadata"].setdefault(field, {}).update(patch["metadata"][field])
+    ns = k.get("namespace")
+    for o in objs:
+        if not ns:
+            break
+        if o["kind"] not in CLUSTER_SCOPED:
+            o["metadata"]["namespace"] = ns
+        for s in o.get("subjects", []):
+            if s.get("kind") == "ServiceAccount":
+                s["namespace"] = ns
+        for w in o.get("webhooks", []):
+            if "service" in w.get("clientConfig", {}):
+                w["clientConfig"]["service"]["namespace"] = ns
+    for entry in k.get("labels", []):
+        allow(entry, {"pairs", "includeSelectors"}, f"{folder}: labels")
+        if entry.get("includeSelectors"):
+            raise Unsupported(f"{folder}: labels with includeSelectors are not supported by the fallback renderer")
+        for o in objs:
+            o["metadata"].setdefault("labels", {}).update(entry["pairs"])
+    for image in k.get("images", []):
+        allow(image, {"name", "newName", "newTag"}, f"{folder}: images")
+        for o in objs:
+            pod = o.get("spec", {}).get("template", {}).get("spec", {})
+            for c in pod.get("containers", []) + pod.get("initContainers", []):
+                ref = c["image"].split("@")[0]
+                name = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+                if name == image["name"]:
+                    new = image.get("newName", name)
+                    c["image"] = f'{new}:{image["newTag"]}' if "newTag" in image else new
+    return objs
+
+
+def ident(o):
+    return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+
+if __name__ == "__main__":
+    try:
+        objs = sorted(render(sys.argv[1]), key=ident)
+    except (Unsupported, OSError, KeyError, yaml.YAMLError) as e:
+        sys.exit(f"fallback renderer: {e}")
+    if len(sys.argv) > 2:
+        theirs = sorted((d for d in yaml.safe_load_all(open(sys.argv[2])) if d), key=ident)
+        if objs != theirs:
+            differing = [ident(b) for a, b in zip(objs, theirs) if a != b]
+            sys.exit(f"fallback renderer differs from kustomize: {len(objs)} vs {len(theirs)} objects, "
+                     f"first difference {differing[:1]}")
+        print(f"fallback renderer agrees with kustomize ({len(objs)} objects)")
+    else:
+        yaml.safe_dump_all(objs, sys.stdout, sort_keys=False)
+EOF
+
 step "kustomize build"
-"${kustomize_cmd[@]}" "$root/deploy" > "$work/base.yaml"
-echo "deploy/: $(grep -c '^kind:' "$work/base.yaml") objects"
-"${kustomize_cmd[@]}" "$root/deploy/overlays/cert-manager" > "$work/cert-manager.yaml"
-echo "deploy/overlays/cert-manager: $(grep -c '^kind:' "$work/cert-manager.yaml") objects"
+for target in deploy deploy/overlays/cert-manager; do
+  out="$work/$(basename "$target").yaml"
+  if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
+    "${kustomize_cmd[@]}" "$root/$target" > "$out"
+    "$python" "$work/render.py" "$root/$target" "$out"
+  else
+    "$python" "$work/render.py" "$root/$target" > "$out"
+  fi
+  echo "$target/: $(grep -c '^kind:' "$out") objects"
+done
+mv "$work/deploy.yaml" "$work/base.yaml"
 
 step "schemas, references and matchConditions"
 cat > "$work/check.py" <<'EOF'
