@@ -25,7 +25,7 @@
 #
 # Installs what it needs (pinned Python packages in a venv under
 # ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci) and finishes in seconds once
-# installed. Without kustomize (or kubectl 1.21+) it renders with a small
+# installed. Without kustomize (or kubectl 1.27+) it renders with a small
 # fallback, says so, and checks the rest as usual.
 set -euo pipefail
 
@@ -41,14 +41,14 @@ fail() { echo "validate-deploy: $*" >&2; exit 1; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# Kustomize: a standalone kustomize, else the one built into kubectl (v1.21+
-# embeds kustomize v4+; older ones cannot read this kustomization).
+# Kustomize: a standalone kustomize, else the one built into kubectl (1.27+
+# embeds kustomize v5; older ones may lack fields this kustomization uses).
 kustomize_cmd=()
 find_kustomize() {
   if command -v kustomize > /dev/null; then
     kustomize_cmd=(kustomize build)
   elif command -v kubectl > /dev/null \
-    && kubectl version --client 2> /dev/null | grep -Eq 'Kustomize Version: v[4-9]'; then
+    && kubectl version --client 2> /dev/null | grep -Eq 'Kustomize Version: v([5-9]|[1-9][0-9])'; then
     kustomize_cmd=(kubectl kustomize)
   fi
 }
@@ -61,7 +61,7 @@ fi
 if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
   echo "kustomize: ${kustomize_cmd[*]} ($( (kustomize version 2> /dev/null || kubectl version --client 2> /dev/null | grep Kustomize) | head -1))"
 else
-  echo "kustomize: none on PATH (kustomize, or kubectl 1.21+): rendering with the fallback below, which is not kustomize"
+  echo "kustomize: none on PATH (kustomize, or kubectl 1.27+): rendering with the fallback below, which is not kustomize"
 fi
 
 venv="$cache/venv"
