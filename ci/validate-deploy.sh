@@ -497,6 +497,10 @@ def run_server(objs, binary, run_dir):
         args.append(a)
     errors_before = len(errors)
     env = dict(os.environ, **{e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+    # Offline: no kubeconfig or in-cluster config, so no namespace cache talks to a real cluster.
+    env["KUBECONFIG"] = os.path.join(run_dir, "no-kubeconfig")
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    env.pop("KUBERNETES_SERVICE_PORT", None)
     log = open(os.path.join(run_dir, "server.log"), "wb")
     proc = subprocess.Popen([binary] + args, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
