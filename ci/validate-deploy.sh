@@ -36,7 +36,6 @@ cel_python_version="0.5.0"
 k8s_versions="1.30.0 1.37.0"
 
 step() { printf '\n== %s\n' "$*"; }
-fail() { echo "validate-deploy: $*" >&2; exit 1; }
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
