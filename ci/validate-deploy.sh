@@ -21,7 +21,8 @@
 #    ConfigMap and a TLS Secret from `gpu-admission certs` laid out as the
 #    kubelet mounts them (..data symlinks), on loopback ports. The probes
 #    must answer, /mutate and /validate must answer AdmissionReviews over
-#    TLS for the in-cluster Service name, and SIGTERM must end it cleanly.
+#    TLS for the in-cluster Service name, the policies in the ConfigMap must
+#    show as loaded in /metrics, and SIGTERM must end it cleanly.
 #
 # Installs what it needs (pinned Python packages in a venv under
 # ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci) and finishes in seconds once
@@ -519,6 +520,24 @@ def run_server(objs, binary, run_dir):
             time.sleep(0.1)
         check(probe("readinessProbe") == 200, "server: readinessProbe never answered 200 with the Deployment's args")
         check(probe("livenessProbe") == 200, "server: livenessProbe does not answer 200")
+
+        # The mounted ConfigMap must reach the server: with policies in it, some are loaded.
+        cm = one(objs, "ConfigMap", next(v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v))
+        policies = sum(1 for text in cm.get("data", {}).values() for d in yaml.safe_load_all(text)
+                       if isinstance(d, dict) and d.get("kind") == "ValidatingAdmissionPolicy")
+        if policies:
+            metrics_port = local[next(n for n, p in ports.items() if n == "metrics")]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+                loaded = [float(line.split()[-1]) for line in text.splitlines()
+                          if line.startswith("gpu_admission_policies_loaded")]
+            except OSError as e:
+                loaded = []
+                check(False, f"server: /metrics: {e}")
+            check(loaded and loaded[0] > 0,
+                  f"server: the policies ConfigMap holds {policies} ValidatingAdmissionPolicy documents, "
+                  f"but gpu_admission_policies_loaded is {loaded[0] if loaded else 'missing'}")
 
         ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.crt"))
         gpu_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "ml"},
