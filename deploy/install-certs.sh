@@ -11,7 +11,8 @@
 # 2. The Secret gpu-admission-tls (tls.crt, tls.key, ca.crt) is created or
 #    updated in the namespace.
 # 3. `kubectl apply -k deploy/` (skip with --no-apply, e.g. when a GitOps tool
-#    applies the manifests).
+#    applies the manifests): everything but the webhook configurations, a
+#    wait for the Deployment to be ready, then the webhook configurations.
 # 4. The CA goes into clientConfig.caBundle of every webhook in both webhook
 #    configurations, by `kubectl patch`: a later `kubectl apply -k deploy/`
 #    leaves that field alone, since the manifests do not set it.
@@ -162,7 +163,11 @@ else
 fi
 
 if $apply; then
-  run "$kubectl" apply -k "$root/deploy"
+  # The webhook configurations go in last, once a replica is ready: before
+  # that, every call from the API server would fail (failurePolicy Fail).
+  run "$kubectl" apply -k "$root/deploy" -l 'app.kubernetes.io/component!=admission-webhooks'
+  run "$kubectl" -n "$namespace" rollout status deployment/gpu-admission --timeout=300s
+  run "$kubectl" apply -k "$root/deploy" -l 'app.kubernetes.io/component=admission-webhooks'
 fi
 
 patch_ca_bundle mutatingwebhookconfiguration
