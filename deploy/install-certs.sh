@@ -156,10 +156,12 @@ secret_yaml="$("$kubectl" create secret generic "$secret" --namespace "$namespac
   --from-file=tls.key="$out/tls.key" \
   --from-file=ca.crt="$out/ca.crt" \
   --dry-run=client -o yaml)"
+# Server-side apply: a client-side apply would also copy the private key into
+# the last-applied-configuration annotation.
 if $dry_run; then
-  echo "+ kubectl apply -f - <<< (Secret $namespace/$secret)"
+  echo "+ kubectl apply --server-side -f - <<< (Secret $namespace/$secret)"
 else
-  "$kubectl" apply -f - <<< "$secret_yaml"
+  "$kubectl" apply --server-side --force-conflicts --field-manager=gpu-admission-install-certs -f - <<< "$secret_yaml"
 fi
 
 if $apply; then
