@@ -22,7 +22,9 @@
 #    kubelet mounts them (..data symlinks), on loopback ports. The probes
 #    must answer, /mutate and /validate must answer AdmissionReviews over
 #    TLS for the in-cluster Service name, the policies in the ConfigMap must
-#    show as loaded in /metrics, and SIGTERM must end it cleanly.
+#    show as loaded in /metrics, a broken policy swapped in through ..data
+#    must count as a failed reload that keeps the last good set, and SIGTERM
+#    must end it cleanly.
 #
 # Installs what it needs (pinned Python packages in a venv under
 # ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci) and finishes in seconds once
@@ -212,7 +214,7 @@ mv "$work/deploy.yaml" "$work/base.yaml"
 
 step "schemas, references and matchConditions"
 cat > "$work/check.py" <<'EOF'
-import http.client, json, os, signal, socket, ssl, subprocess, sys, time, urllib.error, urllib.request, warnings
+import http.client, json, os, shutil, signal, socket, ssl, subprocess, sys, time, urllib.error, urllib.request, warnings
 import yaml
 import kubernetes_validate
 import celpy
@@ -416,16 +418,25 @@ def match_conditions(objs):
     print(f"matchConditions: {passed} cases as expected, {failed} not")
 
 
-def kubelet_volume(path, files):
-    """Lays out files the way the kubelet mounts a ConfigMap or Secret."""
-    stamp = os.path.join(path, "..2026_01_01_00_00_00.000000001")
+def kubelet_volume(path, files, version=0):
+    """Lays out files the way the kubelet mounts a ConfigMap or Secret, and
+    updates them the way it does: a new timestamped folder, a ..data symlink
+    renamed over the old one, top-level symlinks for new keys, the old folder
+    removed."""
+    stamp = os.path.join(path, f"..2026_01_01_00_00_0{version}.000000001")
     os.makedirs(stamp)
     for key, data in files.items():
         with open(os.path.join(stamp, key), "wb") as f:
             f.write(data)
-    os.symlink(os.path.basename(stamp), os.path.join(path, "..data"))
+    old = os.path.realpath(os.path.join(path, "..data")) if version else None
+    os.symlink(os.path.basename(stamp), os.path.join(path, "..data_tmp"))
+    os.rename(os.path.join(path, "..data_tmp"), os.path.join(path, "..data"))
     for key in files:
-        os.symlink(os.path.join("..data", key), os.path.join(path, key))
+        link = os.path.join(path, key)
+        if not os.path.islink(link):
+            os.symlink(os.path.join("..data", key), link)
+    if old:
+        shutil.rmtree(old)
 
 
 def free_port():
@@ -525,19 +536,38 @@ def run_server(objs, binary, run_dir):
         cm = one(objs, "ConfigMap", next(v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v))
         policies = sum(1 for text in cm.get("data", {}).values() for d in yaml.safe_load_all(text)
                        if isinstance(d, dict) and d.get("kind") == "ValidatingAdmissionPolicy")
-        if policies:
-            metrics_port = local[next(n for n, p in ports.items() if n == "metrics")]
+        def metric(name):
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{local['metrics']}/metrics", timeout=2) as r:
                     text = r.read().decode()
-                loaded = [float(line.split()[-1]) for line in text.splitlines()
-                          if line.startswith("gpu_admission_policies_loaded")]
-            except OSError as e:
-                loaded = []
-                check(False, f"server: /metrics: {e}")
-            check(loaded and loaded[0] > 0,
+            except OSError:
+                return None
+            values = [float(line.split()[-1]) for line in text.splitlines() if line.split(" ")[0] == name]
+            return values[0] if values else None
+
+        if policies:
+            loaded = metric("gpu_admission_policies_loaded")
+            check(loaded is not None and loaded > 0,
                   f"server: the policies ConfigMap holds {policies} ValidatingAdmissionPolicy documents, "
-                  f"but gpu_admission_policies_loaded is {loaded[0] if loaded else 'missing'}")
+                  f"but gpu_admission_policies_loaded is {loaded}")
+            # A ConfigMap update that breaks a policy: the kubelet swaps ..data;
+            # the server must notice, count a failed reload and keep the last good set.
+            failures = metric("gpu_admission_policy_reload_failures_total") or 0
+            broken = dict(cm.get("data", {}))
+            broken["zz-broken.yaml"] = ("apiVersion: admissionregistration.k8s.io/v1\n"
+                                        "kind: ValidatingAdmissionPolicy\nmetadata: {name: zz-broken}\n"
+                                        "spec:\n  validations:\n    - expression: 'object.spec.('\n")
+            kubelet_volume(volumes["policies"], {k: v.encode() for k, v in broken.items()}, version=1)
+            deadline = time.monotonic() + 15
+            while (metric("gpu_admission_policy_reload_failures_total") or 0) <= failures \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+            check((metric("gpu_admission_policy_reload_failures_total") or 0) > failures,
+                  "server: a broken policy swapped in through ..data did not show in "
+                  "gpu_admission_policy_reload_failures_total within 15 s")
+            check(metric("gpu_admission_policies_loaded") == loaded,
+                  "server: a failed reload changed gpu_admission_policies_loaded (the last good set must stay)")
+            check(probe("readinessProbe") == 200, "server: not ready after a failed policy reload")
 
         ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.crt"))
         gpu_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "ml"},
