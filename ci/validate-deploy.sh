@@ -1,0 +1,643 @@
+#!/usr/bin/env bash
+# Offline checks of the deployment manifests, for CI and for anyone editing deploy/.
+#
+# 1. deploy/policies/ is in step with policies/ (deploy/sync-policies.sh --check).
+# 2. deploy/ and deploy/overlays/cert-manager build with kustomize.
+# 3. Every rendered object validates strictly (unknown fields are errors)
+#    against the Kubernetes OpenAPI schemas of the oldest supported version
+#    (1.30: webhook matchConditions are GA there) and the newest one, with
+#    kubernetes-validate, which ships the schemas: no cluster, no network
+#    beyond the package install. cert-manager kinds have no schema there:
+#    they get structural checks instead (fields, references between them).
+# 4. The objects agree with each other: webhook -> Service -> container
+#    ports, volumes -> ConfigMap/Secret, selectors -> pod labels, the
+#    webhook's own namespace excluded, the server's flags.
+# 5. The webhooks' matchConditions are evaluated (CEL, cel-python) on the
+#    cases in deploy/tests/match-conditions.yaml: GPU pods are sent, CPU
+#    pods are not.
+# 6. When a gpu-admission binary is at hand ($GPU_ADMISSION, else
+#    target/debug or target/release, as `cargo test` leaves it), it is run
+#    the way the Deployment runs it: the rendered args, the policies
+#    ConfigMap and a TLS Secret from `gpu-admission certs` laid out as the
+#    kubelet mounts them (..data symlinks), on loopback ports. The probes
+#    must answer, /mutate and /validate must answer AdmissionReviews over
+#    TLS for the in-cluster Service name, the policies in the ConfigMap must
+#    show as loaded in /metrics, a broken policy swapped in through ..data
+#    must count as a failed reload that keeps the last good set, and SIGTERM
+#    must end it cleanly.
+#
+# Installs what it needs (pinned Python packages in a venv under
+# ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci) and finishes in seconds once
+# installed. Without kustomize (or kubectl 1.27+) it renders with a small
+# fallback, says so, and checks the rest as usual.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/gpu-admission-ci"
+kubernetes_validate_version="1.37.0"
+cel_python_version="0.5.0"
+k8s_versions="1.30.0 1.37.0"
+
+step() { printf '\n== %s\n' "$*"; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# Kustomize: a standalone kustomize, else the one built into kubectl (1.27+
+# embeds kustomize v5; older ones may lack fields this kustomization uses).
+kustomize_cmd=()
+find_kustomize() {
+  if command -v kustomize > /dev/null; then
+    kustomize_cmd=(kustomize build)
+  elif command -v kubectl > /dev/null \
+    && kubectl version --client 2> /dev/null | grep -Eq 'Kustomize Version: v([5-9]|[1-9][0-9])'; then
+    kustomize_cmd=(kubectl kustomize)
+  fi
+}
+
+step "tools"
+# VALIDATE_DEPLOY_RENDERER=fallback exercises the fallback even where kustomize is.
+if [[ "${VALIDATE_DEPLOY_RENDERER:-}" != fallback ]]; then
+  find_kustomize
+fi
+if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
+  echo "kustomize: ${kustomize_cmd[*]} ($( (kustomize version 2> /dev/null || kubectl version --client 2> /dev/null | grep Kustomize) | head -1))"
+else
+  echo "kustomize: none on PATH (kustomize, or kubectl 1.27+): rendering with the fallback below, which is not kustomize"
+fi
+
+venv="$cache/venv"
+stamp="$venv/.kubernetes-validate-$kubernetes_validate_version-cel-python-$cel_python_version"
+if [[ ! -e "$stamp" ]]; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  timeout 300 "$venv/bin/pip" install -q --disable-pip-version-check \
+    "kubernetes-validate==$kubernetes_validate_version" "cel-python==$cel_python_version"
+  touch "$stamp"
+fi
+python="$venv/bin/python"
+echo "python: kubernetes-validate $kubernetes_validate_version, cel-python $cel_python_version"
+
+step "deploy/policies/ is in step with policies/"
+"$root/deploy/sync-policies.sh" --check
+
+# The fallback renderer: only the kustomization features deploy/ uses
+# (resources, namespace, labels without selectors, images, configMapGenerator
+# without a hash suffix, strategic-merge patches of metadata), and an error on
+# anything else, so that it cannot quietly render what kustomize would not.
+# When kustomize is present, the two renderings are compared, which keeps the
+# fallback honest.
+cat > "$work/render.py" <<'EOF'
+import os, sys
+import yaml
+
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingWebhookConfiguration", "CustomResourceDefinition", "PriorityClass"}
+
+
+class Unsupported(Exception):
+    pass
+
+
+def allow(d, keys, where):
+    extra = set(d) - set(keys)
+    if extra:
+        raise Unsupported(f"{where}: {sorted(extra)} not supported by the fallback renderer")
+
+
+def render(folder):
+    k = yaml.safe_load(open(os.path.join(folder, "kustomization.yaml")))
+    allow(k, {"apiVersion", "kind", "resources", "namespace", "labels", "images", "configMapGenerator", "patches"},
+          folder)
+    objs = []
+    for r in k.get("resources", []):
+        path = os.path.join(folder, r)
+        if os.path.isdir(path):
+            objs += render(path)
+        else:
+            objs += [d for d in yaml.safe_load_all(open(path)) if d]
+    for g in k.get("configMapGenerator", []):
+        allow(g, {"name", "files", "literals", "options"}, f"{folder}: configMapGenerator")
+        opts = g.get("options", {})
+        allow(opts, {"disableNameSuffixHash", "labels"}, f"{folder}: configMapGenerator options")
+        if opts.get("disableNameSuffixHash") is not True:
+            raise Unsupported(f"{folder}: name hash suffixes are not supported by the fallback renderer")
+        data = {}
+        for f in g.get("files", []):
+            name, _, rel = f.partition("=") if "=" in f else (os.path.basename(f), "", f)
+            data[name] = open(os.path.join(folder, rel)).read()
+        for lit in g.get("literals", []):
+            name, _, value = lit.partition("=")
+            data[name] = value
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": g["name"]}}
+        if opts.get("labels"):
+            cm["metadata"]["labels"] = dict(opts["labels"])
+        if data:
+            cm["data"] = data
+        objs.append(cm)
+    for p in k.get("patches", []):
+        allow(p, {"patch"}, f"{folder}: patches")
+        patch = yaml.safe_load(p["patch"])
+        if not isinstance(patch, dict):
+            raise Unsupported(f"{folder}: only strategic-merge patches are supported by the fallback renderer")
+        allow(patch, {"apiVersion", "kind", "metadata"}, f"{folder}: patch")
+        allow(patch["metadata"], {"name", "annotations", "labels"}, f"{folder}: patch metadata")
+        targets = [o for o in objs if o["kind"] == patch["kind"] and o["metadata"]["name"] == patch["metadata"]["name"]]
+        if len(targets) != 1:
+            raise Unsupported(f"{folder}: a patch matches {len(targets)} objects")
+        for field in ("annotations", "labels"):
+            if field in patch["metadata"]:
+                targets[0]["metadata"].setdefault(field, {}).update(patch["metadata"][field])
+    ns = k.get("namespace")
+    for o in objs:
+        if not ns:
+            break
+        if o["kind"] not in CLUSTER_SCOPED:
+            o["metadata"]["namespace"] = ns
+        for s in o.get("subjects", []):
+            if s.get("kind") == "ServiceAccount":
+                s["namespace"] = ns
+        for w in o.get("webhooks", []):
+            if "service" in w.get("clientConfig", {}):
+                w["clientConfig"]["service"]["namespace"] = ns
+    for entry in k.get("labels", []):
+        allow(entry, {"pairs", "includeSelectors"}, f"{folder}: labels")
+        if entry.get("includeSelectors"):
+            raise Unsupported(f"{folder}: labels with includeSelectors are not supported by the fallback renderer")
+        for o in objs:
+            o["metadata"].setdefault("labels", {}).update(entry["pairs"])
+    for image in k.get("images", []):
+        allow(image, {"name", "newName", "newTag"}, f"{folder}: images")
+        for o in objs:
+            pod = o.get("spec", {}).get("template", {}).get("spec", {})
+            for c in pod.get("containers", []) + pod.get("initContainers", []):
+                ref = c["image"].split("@")[0]
+                name = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+                if name == image["name"]:
+                    new = image.get("newName", name)
+                    c["image"] = f'{new}:{image["newTag"]}' if "newTag" in image else new
+    return objs
+
+
+def ident(o):
+    return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+
+if __name__ == "__main__":
+    try:
+        objs = sorted(render(sys.argv[1]), key=ident)
+    except (Unsupported, OSError, KeyError, yaml.YAMLError) as e:
+        sys.exit(f"fallback renderer: {e}")
+    if len(sys.argv) > 2:
+        theirs = sorted((d for d in yaml.safe_load_all(open(sys.argv[2])) if d), key=ident)
+        if objs != theirs:
+            differing = [ident(b) for a, b in zip(objs, theirs) if a != b]
+            sys.exit(f"fallback renderer differs from kustomize: {len(objs)} vs {len(theirs)} objects, "
+                     f"first difference {differing[:1]}")
+        print(f"fallback renderer agrees with kustomize ({len(objs)} objects)")
+    else:
+        yaml.safe_dump_all(objs, sys.stdout, sort_keys=False)
+EOF
+
+step "kustomize build"
+for target in deploy deploy/overlays/cert-manager; do
+  out="$work/$(basename "$target").yaml"
+  if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
+    "${kustomize_cmd[@]}" "$root/$target" > "$out"
+    "$python" "$work/render.py" "$root/$target" "$out"
+  else
+    "$python" "$work/render.py" "$root/$target" > "$out"
+  fi
+  echo "$target/: $(grep -c '^kind:' "$out") objects"
+done
+mv "$work/deploy.yaml" "$work/base.yaml"
+
+step "schemas, references and matchConditions"
+cat > "$work/check.py" <<'EOF'
+import http.client, json, os, shutil, signal, socket, ssl, subprocess, sys, time, urllib.error, urllib.request, warnings
+import yaml
+import kubernetes_validate
+import celpy
+
+warnings.filterwarnings("ignore")
+base_file, overlay_file, cases_file, versions = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
+binary, run_dir = sys.argv[5], sys.argv[6]
+errors = []
+checks = 0
+
+
+def check(cond, msg):
+    global checks
+    checks += 1
+    if not cond:
+        errors.append(msg)
+
+
+def load(path):
+    return [d for d in yaml.safe_load_all(open(path)) if d]
+
+
+def ident(o):
+    m = o.get("metadata", {})
+    return f'{o.get("kind")} {m.get("namespace", "") + "/" if m.get("namespace") else ""}{m.get("name")}'
+
+
+def find(objs, kind, name=None):
+    return [o for o in objs if o.get("kind") == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objs, kind, name=None):
+    found = find(objs, kind, name)
+    check(len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}")
+    return found[0] if found else {}
+
+
+def schemas(objs, label):
+    for o in objs:
+        if o["apiVersion"].startswith("cert-manager.io/"):
+            continue
+        for v in versions:
+            try:
+                kubernetes_validate.validate(o, v, strict=True)
+                check(True, "")
+            except kubernetes_validate.ValidationError as e:
+                path = ".".join(str(p) for p in e.path)
+                check(False, f"{label}: {ident(o)}: Kubernetes {v}: {path}: {e.message}")
+            except kubernetes_validate.SchemaNotFoundError:
+                check(False, f"{label}: {ident(o)}: no schema for {o['apiVersion']} in Kubernetes {v}")
+
+
+def references(objs, label):
+    dep = one(objs, "Deployment", "gpu-admission")
+    svc = one(objs, "Service", "gpu-admission")
+    ns = dep.get("metadata", {}).get("namespace")
+    pod = dep.get("spec", {}).get("template", {})
+    labels = pod.get("metadata", {}).get("labels", {})
+    spec = pod.get("spec", {})
+    container = (spec.get("containers") or [{}])[0]
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+
+    def selects(selector):
+        return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+    check(dep.get("spec", {}).get("replicas", 1) >= 2, f"{label}: Deployment needs 2+ replicas")
+    check(selects(dep["spec"]["selector"]["matchLabels"]), f"{label}: Deployment selector misses its pods")
+    check(selects(svc["spec"]["selector"]), f"{label}: Service selector misses the pods")
+    pdb = one(objs, "PodDisruptionBudget", "gpu-admission")
+    check(selects(pdb["spec"]["selector"]["matchLabels"]), f"{label}: PodDisruptionBudget selector misses the pods")
+    check(one(objs, "Namespace", ns) != {}, f"{label}: no Namespace {ns}")
+    for p in svc["spec"]["ports"]:
+        check(p["targetPort"] in ports, f"{label}: Service port {p['name']} targets unknown port {p['targetPort']}")
+    check(ports.get("metrics") == 9090, f"{label}: the metrics port is 9090 named metrics")
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = container.get(probe, {}).get("httpGet", {})
+        check(get.get("path") == path and get.get("port") in ports, f"{label}: {probe} must GET {path} on a named port")
+
+    args = container.get("args", [])
+    check(args[:1] == ["serve"], f"{label}: container args start with serve")
+    mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for m in mounts.values():
+        check("subPath" not in m, f"{label}: {m['name']} is a subPath mount: updates would never reach it")
+    flag_dirs = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if a.startswith("--") and "=" in a}
+    pol = mounts.get("policies", {})
+    check(flag_dirs.get("--policies") == pol.get("mountPath"), f"{label}: --policies is not the policies mount")
+    tls = mounts.get("tls", {}).get("mountPath")
+    check(flag_dirs.get("--tls-cert") == f"{tls}/tls.crt" and flag_dirs.get("--tls-key") == f"{tls}/tls.key",
+          f"{label}: --tls-cert/--tls-key are not in the tls mount")
+    cm_name = volumes.get("policies", {}).get("configMap", {}).get("name")
+    check(cm_name and find(objs, "ConfigMap", cm_name), f"{label}: policies volume names ConfigMap {cm_name}, not rendered")
+    secret_name = volumes.get("tls", {}).get("secret", {}).get("secretName")
+    check(secret_name == "gpu-admission-tls", f"{label}: the tls volume is the Secret gpu-admission-tls")
+
+    sec = container.get("securityContext", {})
+    psec = spec.get("securityContext", {})
+    check(psec.get("runAsNonRoot") is True, f"{label}: pod runs as non-root")
+    check(psec.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{label}: seccomp RuntimeDefault")
+    check(sec.get("readOnlyRootFilesystem") is True, f"{label}: read-only root filesystem")
+    check(sec.get("allowPrivilegeEscalation") is False, f"{label}: no privilege escalation")
+    check(sec.get("capabilities", {}).get("drop") == ["ALL"], f"{label}: all capabilities dropped")
+    res = container.get("resources", {})
+    check(res.get("requests") and res.get("limits"), f"{label}: requests and limits set")
+
+    svc_ports = {p["port"] for p in svc["spec"]["ports"]}
+    for kind, path in (("MutatingWebhookConfiguration", "/mutate"), ("ValidatingWebhookConfiguration", "/validate")):
+        cfg = one(objs, kind, "gpu-admission")
+        for w in cfg.get("webhooks", []):
+            where = f"{label}: {kind} webhook {w['name']}"
+            ref = w["clientConfig"].get("service", {})
+            check(ref.get("name") == svc["metadata"]["name"] and ref.get("namespace") == ns,
+                  f"{where}: clientConfig names Service {ref.get('namespace')}/{ref.get('name')}")
+            check(ref.get("port", 443) in svc_ports, f"{where}: Service has no port {ref.get('port', 443)}")
+            check(ref.get("path") == path, f"{where}: path must be {path}")
+            check(w.get("sideEffects") == "None", f"{where}: sideEffects None")
+            check(w.get("admissionReviewVersions") == ["v1"], f"{where}: admissionReviewVersions [v1]")
+            check(w.get("failurePolicy") in ("Fail", "Ignore"), f"{where}: failurePolicy set")
+            check(1 <= w.get("timeoutSeconds", 10) <= 10, f"{where}: timeoutSeconds 1..10")
+            if kind.startswith("Mutating"):
+                check(w.get("reinvocationPolicy") == "IfNeeded", f"{where}: reinvocationPolicy IfNeeded")
+            namespaced = any(r.get("scope") == "Namespaced" for r in w.get("rules", []))
+            if namespaced:
+                exprs = w.get("namespaceSelector", {}).get("matchExpressions", [])
+                excluded = {v for e in exprs if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"
+                            for v in e["values"]}
+                check({"kube-system", ns} <= excluded, f"{where}: must exclude kube-system and {ns}")
+                check({"key": "control-plane", "operator": "DoesNotExist"} in exprs,
+                      f"{where}: must exclude AKS control-plane namespaces")
+    return ns
+
+
+def cert_manager(objs, label, ns):
+    issuers = {o["metadata"]["name"]: o for o in find(objs, "Issuer")}
+    certs = {o["metadata"]["name"]: o for o in find(objs, "Certificate")}
+    for name, o in issuers.items():
+        check(o["apiVersion"] == "cert-manager.io/v1", f"{label}: Issuer {name}: apiVersion cert-manager.io/v1")
+        kinds = [k for k in ("selfSigned", "ca", "acme", "vault", "venafi") if k in o.get("spec", {})]
+        check(len(kinds) == 1, f"{label}: Issuer {name}: exactly one issuer type, found {kinds}")
+        if "ca" in o["spec"]:
+            check(any(c["spec"]["secretName"] == o["spec"]["ca"].get("secretName") and c["spec"].get("isCA")
+                      for c in certs.values()), f"{label}: Issuer {name}: its CA Secret is no CA Certificate's")
+    for name, o in certs.items():
+        spec = o.get("spec", {})
+        check(o["apiVersion"] == "cert-manager.io/v1", f"{label}: Certificate {name}: apiVersion cert-manager.io/v1")
+        check(o["metadata"].get("namespace") == ns, f"{label}: Certificate {name} is not in {ns}")
+        check(spec.get("secretName"), f"{label}: Certificate {name}: spec.secretName required")
+        ref = spec.get("issuerRef", {})
+        check(ref.get("kind", "Issuer") == "Issuer" and ref.get("name") in issuers,
+              f"{label}: Certificate {name}: issuerRef {ref.get('name')} is not an Issuer here")
+        known = {"isCA", "commonName", "secretName", "duration", "renewBefore", "privateKey", "issuerRef",
+                 "dnsNames", "usages"}
+        check(set(spec) <= known, f"{label}: Certificate {name}: unexpected fields {sorted(set(spec) - known)}")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        cfg = one(objs, kind, "gpu-admission")
+        inject = cfg.get("metadata", {}).get("annotations", {}).get("cert-manager.io/inject-ca-from", "")
+        cns, _, cname = inject.partition("/")
+        cert = certs.get(cname, {})
+        check(cns == ns and cert, f"{label}: {kind}: inject-ca-from {inject!r} names no Certificate here")
+        if cert:
+            check(cert["spec"]["secretName"] == "gpu-admission-tls",
+                  f"{label}: {kind}: injected Certificate does not issue the mounted Secret")
+            svc_dns = f"gpu-admission.{ns}.svc"
+            check(svc_dns in cert["spec"].get("dnsNames", []), f"{label}: Certificate {cname} lacks {svc_dns}")
+
+
+def match_conditions(objs):
+    webhooks = {}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for w in one(objs, kind, "gpu-admission").get("webhooks", []):
+            webhooks[w["name"]] = w
+    env = celpy.Environment()
+    programs = {}
+    for name, w in webhooks.items():
+        for mc in w.get("matchConditions", []):
+            try:
+                programs.setdefault(name, []).append((mc["name"], env.program(env.compile(mc["expression"]))))
+            except Exception as e:  # a parse error is a finding, not a crash
+                check(False, f"{name}: matchCondition {mc['name']}: does not compile: {e}")
+    cases = yaml.safe_load(open(cases_file))["cases"]
+    passed = failed = 0
+    for case in cases:
+        name = case["webhook"]
+        if name not in webhooks:
+            check(False, f"case {case['name']!r}: no webhook {name}")
+            failed += 1
+            continue
+        activation = {"object": celpy.json_to_cel(case["object"]), "oldObject": None}
+        sent = True
+        for mc_name, prog in programs.get(name, []):
+            try:
+                result = prog.evaluate(activation)
+            except Exception as e:
+                check(False, f"case {case['name']!r}: {name} {mc_name}: evaluation error: {e}")
+                result = False
+            if isinstance(result, Exception) or not bool(result):
+                sent = False
+        ok = sent == case["sent"]
+        check(ok, f"case {case['name']!r}: {name} sent={sent}, expected {case['sent']}")
+        passed, failed = passed + ok, failed + (not ok)
+    print(f"matchConditions: {passed} cases as expected, {failed} not")
+
+
+def kubelet_volume(path, files, version=0):
+    """Lays out files the way the kubelet mounts a ConfigMap or Secret, and
+    updates them the way it does: a new timestamped folder, a ..data symlink
+    renamed over the old one, top-level symlinks for new keys, the old folder
+    removed."""
+    stamp = os.path.join(path, f"..2026_01_01_00_00_0{version}.000000001")
+    os.makedirs(stamp)
+    for key, data in files.items():
+        with open(os.path.join(stamp, key), "wb") as f:
+            f.write(data)
+    old = os.path.realpath(os.path.join(path, "..data")) if version else None
+    os.symlink(os.path.basename(stamp), os.path.join(path, "..data_tmp"))
+    os.rename(os.path.join(path, "..data_tmp"), os.path.join(path, "..data"))
+    for key in files:
+        link = os.path.join(path, key)
+        if not os.path.islink(link):
+            os.symlink(os.path.join("..data", key), link)
+    if old:
+        shutil.rmtree(old)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServiceConnection(http.client.HTTPSConnection):
+    """HTTPS to loopback, verified for the in-cluster Service name."""
+
+    def __init__(self, service_name, port, context):
+        super().__init__(service_name, port, context=context, timeout=5)
+
+    def connect(self):
+        sock = socket.create_connection(("127.0.0.1", self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def review(uid, pod):
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"], "operation": "CREATE",
+        "userInfo": {"username": "system:serviceaccount:ml:trainer"}, "object": pod, "oldObject": None,
+        "dryRun": False, "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
+
+
+def run_server(objs, binary, run_dir):
+    dep = one(objs, "Deployment", "gpu-admission")
+    ns = dep["metadata"]["namespace"]
+    spec = dep["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    local = {name: free_port() for name in ports}
+    svc = one(objs, "Service", "gpu-admission")
+    service_name = f'{svc["metadata"]["name"]}.{ns}.svc'
+
+    certs = os.path.join(run_dir, "certs")
+    made = subprocess.run([binary, "certs", "--out", certs, "--dns", service_name],
+                          capture_output=True, timeout=30)
+    check(made.returncode == 0, f"gpu-admission certs failed: {made.stderr.decode()[-500:]}")
+    if made.returncode != 0:
+        return
+    volumes = {}
+    for v in spec["volumes"]:
+        path = os.path.join(run_dir, "volumes", v["name"])
+        if "configMap" in v:
+            cm = one(objs, "ConfigMap", v["configMap"]["name"])
+            files = {k: d.encode() for k, d in cm.get("data", {}).items()}
+        else:
+            files = {k: open(os.path.join(certs, k), "rb").read() for k in ("tls.crt", "tls.key", "ca.crt")}
+        kubelet_volume(path, files)
+        volumes[v["name"]] = path
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+
+    args = []
+    for a in container["args"]:
+        a = a.replace("$(POD_NAMESPACE)", ns)
+        flag, _, value = a.partition("=")
+        if flag in ("--listen", "--metrics-listen"):
+            port = int(value.rsplit(":", 1)[1])
+            name = next(n for n, p in ports.items() if p == port)
+            a = f"{flag}=127.0.0.1:{local[name]}"
+        for mount_path, path in mounts.items():
+            a = a.replace(mount_path, path)
+        args.append(a)
+    errors_before = len(errors)
+    env = dict(os.environ, **{e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+    # Offline: no kubeconfig or in-cluster config, so no namespace cache talks to a real cluster.
+    env["KUBECONFIG"] = os.path.join(run_dir, "no-kubeconfig")
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    env.pop("KUBERNETES_SERVICE_PORT", None)
+    log = open(os.path.join(run_dir, "server.log"), "wb")
+    proc = subprocess.Popen([binary] + args, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        def probe(name):
+            get = container[name]["httpGet"]
+            url = f'http://127.0.0.1:{local[get["port"]]}{get["path"]}'
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+            except OSError:
+                return None
+
+        deadline = time.monotonic() + 15
+        while probe("readinessProbe") != 200 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        check(probe("readinessProbe") == 200, "server: readinessProbe never answered 200 with the Deployment's args")
+        check(probe("livenessProbe") == 200, "server: livenessProbe does not answer 200")
+
+        # The mounted ConfigMap must reach the server: with policies in it, some are loaded.
+        cm = one(objs, "ConfigMap", next(v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v))
+        policies = sum(1 for text in cm.get("data", {}).values() for d in yaml.safe_load_all(text)
+                       if isinstance(d, dict) and d.get("kind") == "ValidatingAdmissionPolicy")
+        def metric(name):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{local['metrics']}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                return None
+            values = [float(line.split()[-1]) for line in text.splitlines() if line.split(" ")[0] == name]
+            return values[0] if values else None
+
+        if policies:
+            loaded = metric("gpu_admission_policies_loaded")
+            check(loaded is not None and loaded > 0,
+                  f"server: the policies ConfigMap holds {policies} ValidatingAdmissionPolicy documents, "
+                  f"but gpu_admission_policies_loaded is {loaded}")
+            # A ConfigMap update that breaks a policy: the kubelet swaps ..data;
+            # the server must notice, count a failed reload and keep the last good set.
+            failures = metric("gpu_admission_policy_reload_failures_total") or 0
+            broken = dict(cm.get("data", {}))
+            broken["zz-broken.yaml"] = ("apiVersion: admissionregistration.k8s.io/v1\n"
+                                        "kind: ValidatingAdmissionPolicy\nmetadata: {name: zz-broken}\n"
+                                        "spec:\n  validations:\n    - expression: 'object.spec.('\n")
+            kubelet_volume(volumes["policies"], {k: v.encode() for k, v in broken.items()}, version=1)
+            deadline = time.monotonic() + 15
+            while (metric("gpu_admission_policy_reload_failures_total") or 0) <= failures \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+            check((metric("gpu_admission_policy_reload_failures_total") or 0) > failures,
+                  "server: a broken policy swapped in through ..data did not show in "
+                  "gpu_admission_policy_reload_failures_total within 15 s")
+            check(metric("gpu_admission_policies_loaded") == loaded,
+                  "server: a failed reload changed gpu_admission_policies_loaded (the last good set must stay)")
+            check(probe("readinessProbe") == 200, "server: not ready after a failed policy reload")
+
+        ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.crt"))
+        gpu_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "ml"},
+                   "spec": {"containers": [{"name": "trainer", "image": "busybox",
+                                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        for kind, path in (("MutatingWebhookConfiguration", "/mutate"), ("ValidatingWebhookConfiguration", "/validate")):
+            w = one(objs, kind, "gpu-admission")["webhooks"][0]
+            svc_port = next(p for p in svc["spec"]["ports"] if p["port"] == w["clientConfig"]["service"].get("port", 443))
+            uid = f"smoke-{path[1:]}"
+            try:
+                conn = ServiceConnection(service_name, local[svc_port["targetPort"]], ctx)
+                conn.request("POST", f'{w["clientConfig"]["service"]["path"]}?timeout={w["timeoutSeconds"]}s',
+                             body=json.dumps(review(uid, gpu_pod)), headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                body = json.loads(resp.read() or b"{}")
+                conn.close()
+                check(resp.status == 200 and body.get("response", {}).get("uid") == uid
+                      and "allowed" in body["response"],
+                      f"server: {path} over TLS as {service_name}: HTTP {resp.status}, {str(body)[:200]}")
+            except (OSError, ssl.SSLError, ValueError) as e:
+                check(False, f"server: {path} over TLS as {service_name}: {e}")
+
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=min(15, spec.get("terminationGracePeriodSeconds", 30)))
+        except subprocess.TimeoutExpired:
+            code = None
+        check(code == 0, f"server: exit status {code} after SIGTERM (expected 0 within the grace period)")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    if len(errors) > errors_before:
+        tail = open(os.path.join(run_dir, "server.log"), "rb").read().decode(errors="replace")[-1500:]
+        print("server log (last lines):\n" + tail)
+    print(f"server: ran {os.path.basename(binary)} with the Deployment's args, mounts and probes")
+
+
+base, overlay = load(base_file), load(overlay_file)
+schemas(base, "deploy/")
+schemas(overlay, "cert-manager overlay")
+ns = references(base, "deploy/")
+references(overlay, "cert-manager overlay")
+check(not any(w.get("clientConfig", {}).get("caBundle")
+              for o in base for w in o.get("webhooks", [])), "deploy/: caBundle is filled by install-certs.sh, not committed")
+check(find(base, "Secret") == [], "deploy/: the TLS Secret is never rendered from the repository")
+cert_manager(overlay, "cert-manager overlay", ns)
+skipped = len(find(overlay, "Issuer")) + len(find(overlay, "Certificate"))
+print(f"schemas: Kubernetes {', '.join(versions)}; {skipped} cert-manager objects checked structurally (no schema offline)")
+match_conditions(base)
+if binary:
+    run_server(base, binary, run_dir)
+else:
+    print("server: no gpu-admission binary built (cargo build, or set GPU_ADMISSION): not run")
+for e in errors:
+    print(f"FAIL {e}")
+print(f"{checks - len(errors)} passed, {len(errors)} failed")
+sys.exit(1 if errors else 0)
+EOF
+binary="${GPU_ADMISSION:-}"
+if [[ -z "$binary" ]]; then
+  for candidate in "$root/target/debug/gpu-admission" "$root/target/release/gpu-admission"; do
+    if [[ -x "$candidate" ]]; then binary="$candidate"; break; fi
+  done
+fi
+if [[ -n "$binary" ]] && ! "$binary" serve --help 2> /dev/null | grep -q -- --tls-cert; then
+  echo "$binary has no 'serve --tls-cert': not running it"
+  binary=""
+fi
+
+"$python" "$work/check.py" "$work/base.yaml" "$work/cert-manager.yaml" \
+  "$root/deploy/tests/match-conditions.yaml" "$k8s_versions" "$binary" "$work/run"
