@@ -8,13 +8,15 @@
 //! per-request variables on top.
 use kube_cel::cel::objects::{Key, Map};
 use kube_cel::cel::parser::{Expression, Parser};
-use kube_cel::cel::{self as celrs, Context, ExecutionError, Value};
+use kube_cel::cel::{self as celrs, ExecutionError};
 use kube_cel::KubeCelExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 mod limits;
 
+/// The cel crate types extensions work with.
+pub use kube_cel::cel::{Context, Value};
 pub use limits::{Limits, EXPRESSION_COST_LIMIT, POLICY_COST_LIMIT};
 
 /// The variables Kubernetes gives admission policy expressions.

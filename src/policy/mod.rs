@@ -128,6 +128,13 @@ impl PolicySet {
         let is_vap_api = |d: &Document| API_VERSIONS.contains(&d.type_meta().0);
         let mut policies: Vec<Policy> = Vec::new();
         let mut policy_docs = BTreeMap::new();
+        // Names of every policy document, including those with errors, so
+        // that their bindings are not reported again.
+        let declared: BTreeSet<&str> = docs
+            .iter()
+            .filter(|d| is_vap_api(d) && d.type_meta().1 == "ValidatingAdmissionPolicy")
+            .filter_map(|d| d.value.pointer("/metadata/name").and_then(|n| n.as_str()))
+            .collect();
         for doc in docs
             .iter()
             .filter(|d| is_vap_api(d) && d.type_meta().1 == "ValidatingAdmissionPolicy")
@@ -174,7 +181,7 @@ impl PolicySet {
                     continue;
                 }
                 match policies.iter().position(|p| p.name == b.policy_name) {
-                    None if !policy_docs.contains_key(&b.policy_name) => {
+                    None if !declared.contains(b.policy_name.as_str()) => {
                         errors.push(LoadError::at(
                             &doc.source,
                             "spec.policyName",
@@ -778,4 +785,3 @@ impl Variables<'_> {
         }
     }
 }
-
