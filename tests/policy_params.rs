@@ -104,7 +104,9 @@ fn parameter_not_found_action_allow_and_deny() {
     let d = denials(&deny, 0, "ml");
     assert_eq!(d.len(), 1);
     assert!(
-        d[0].starts_with("max-gpus: no params found for binding max-gpus"),
+        d[0].starts_with(
+            "max-gpus: policy error (failurePolicy Fail): no params found for binding max-gpus"
+        ),
         "{d:?}"
     );
 }

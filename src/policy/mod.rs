@@ -512,17 +512,20 @@ impl Inner {
                     .collect();
                 if found.is_empty() {
                     if pref.deny_when_missing {
-                        outcomes.push(Outcome {
-                            failures: vec![(
-                                format!(
-                                    "no params found for binding {} ({} {}) and its parameterNotFoundAction is Deny",
-                                    binding.name, kind.1, pref.name.as_deref().unwrap_or("by selector")
-                                ),
-                                "Invalid".to_string(),
-                                0,
-                            )],
-                            ..Outcome::default()
-                        });
+                        // A configuration error, as in kube-apiserver: it
+                        // follows failurePolicy, not validationActions.
+                        result_error(
+                            verdict,
+                            policy,
+                            start,
+                            format!(
+                                "no params found for binding {} ({} {}) and its parameterNotFoundAction is Deny",
+                                binding.name,
+                                kind.1,
+                                pref.name.as_deref().unwrap_or("by selector")
+                            ),
+                        );
+                        return;
                     }
                 } else {
                     for p in found {
@@ -675,6 +678,22 @@ impl Inner {
         }
         outcome
     }
+}
+
+/// Records a binding that could not be evaluated at all.
+fn result_error(verdict: &mut Verdict, policy: &Policy, start: Instant, message: String) {
+    if policy.failure_policy == FailurePolicy::Fail {
+        verdict.reason.get_or_insert_with(|| "Invalid".to_string());
+        verdict.denials.push(format!(
+            "{}: policy error (failurePolicy Fail): {message}",
+            policy.name
+        ));
+    }
+    verdict.evaluations.push(PolicyEvaluation {
+        policy: policy.name.clone(),
+        result: EvaluationResult::Error,
+        duration: start.elapsed(),
+    });
 }
 
 fn add_audit_failure(
