@@ -192,18 +192,24 @@ fn is_policy_file(path: &Path) -> bool {
 pub fn parse_documents(file: &Path, text: &str) -> Result<Vec<Document>, LoadErrors> {
     let is_json = file.extension().and_then(|e| e.to_str()) == Some("json");
     if is_json {
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| LoadError {
-            source: None,
-            field: None,
-            line: Some(e.line()),
-            column: Some(e.column()),
-            message: format!("{}: invalid JSON: {e}", file.display()),
-        })?;
         let source = Source {
             file: file.to_path_buf(),
             document: 1,
             line: 1,
         };
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            let text = e.to_string();
+            let message = text.split(" at line ").next().unwrap_or(&text);
+            LoadError::at(
+                &source,
+                "",
+                format!(
+                    "invalid JSON at line {}, column {}: {message}",
+                    e.line(),
+                    e.column()
+                ),
+            )
+        })?;
         return Ok(vec![Document { source, value }]);
     }
     let mut docs = Vec::new();
@@ -307,7 +313,10 @@ mod tests {
     fn json_files_are_one_document() {
         let docs = parse_documents(Path::new("p.json"), r#"{"kind": "X"}"#).unwrap();
         assert_eq!(docs[0].type_meta(), ("", "X"));
-        let err = parse_documents(Path::new("p.json"), "{").unwrap_err();
-        assert!(err.to_string().contains("invalid JSON"));
+        let err = parse_documents(Path::new("p.json"), "{\n  \"a\": }").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "p.json: document 1 (line 1): invalid JSON at line 2, column 8: expected value"
+        );
     }
 }
