@@ -99,5 +99,43 @@ fn bench_engine(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_engine);
+/// How long the cost limit lets a runaway expression run: three nested
+/// comprehensions over 1,000 elements, stopped at 1,000,000 units.
+fn bench_runaway(c: &mut Criterion) {
+    let yaml = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: runaway}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}
+  validations:
+  - expression: "object.items.all(a, object.items.all(b, object.items.all(c, a + b + c >= 0)))"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: runaway}
+spec: {policyName: runaway, validationActions: [Deny]}
+"#;
+    let docs = parse_documents(Path::new("runaway.yaml"), yaml).expect("parses");
+    let set = PolicySet::compile(&docs).expect("compiles");
+    let mut pod = gpu_pod();
+    pod["items"] = json!((0..1000).collect::<Vec<i64>>());
+    let req = Request::for_object(pod, Operation::Create, None);
+    let namespaces = StaticNamespaces::new();
+    let verdict = set.evaluate(&req, &namespaces);
+    assert!(
+        verdict.denials[0].contains("cost limit exceeded"),
+        "{:?}",
+        verdict.denials
+    );
+    let mut group = c.benchmark_group("cost limit");
+    group.sample_size(10);
+    group.bench_function("runaway expression stopped", |b| {
+        b.iter(|| black_box(set.evaluate(black_box(&req), &namespaces)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_engine, bench_runaway);
 criterion_main!(benches);
