@@ -105,6 +105,17 @@ fn undeclared_variables_and_policy_variables_are_errors() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("variables.missing is not defined"), "{err}");
+    let twice = POLICY.replace(
+        "  validations:",
+        "  variables:\n  - {name: a, expression: '1'}\n  - {name: a, expression: '2'}\n  validations:",
+    );
+    let err = compile(&twice.replace("EXPR", "variables.a == 1"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.variables[1].name: variable a is defined twice"),
+        "{err}"
+    );
     let err = compile(&POLICY.replace("EXPR", "obj.x"))
         .unwrap_err()
         .to_string();

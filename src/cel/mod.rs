@@ -37,6 +37,39 @@ pub const BUILTIN_VARIABLES: &[&str] = &[
 /// catalog). Functions are registered once per policy set, when it is
 /// compiled; [`Extension::variables`] is called once per request and only
 /// when some expression of the set refers to one of [`Extension::variable_names`].
+///
+/// ```
+/// use gpu_admission::cel::{json_to_value, Context, Extension, Extensions, Value};
+/// use gpu_admission::policy::{parse_documents, PolicySet};
+///
+/// struct Host;
+///
+/// impl Extension for Host {
+///     fn register_functions(&self, ctx: &mut Context<'static>) {
+///         ctx.add_function("azure.isGpuSku", |name: std::sync::Arc<String>| name.starts_with("Standard_N"));
+///     }
+///     fn variable_names(&self) -> &[&'static str] {
+///         &["gpu"]
+///     }
+///     fn variables(&self, object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
+///         let requested = object.is_some_and(|o| o.to_string().contains("nvidia.com/gpu"));
+///         vec![("gpu".to_string(), json_to_value(&serde_json::json!({"requested": requested})))]
+///     }
+/// }
+///
+/// let docs = parse_documents("p.yaml".as_ref(), r#"
+/// apiVersion: admissionregistration.k8s.io/v1
+/// kind: ValidatingAdmissionPolicy
+/// metadata: {name: p}
+/// spec:
+///   matchConstraints:
+///     resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+///   validations:
+///   - expression: "!gpu.requested || azure.isGpuSku('Standard_NC24ads_A100_v4')"
+/// "#).unwrap();
+/// let set = PolicySet::compile_with(&docs, Extensions::new().with(Host)).unwrap();
+/// assert_eq!(set.len(), 1);
+/// ```
 pub trait Extension: Send + Sync {
     /// Registers functions, e.g. `ctx.add_function("azure.sku", f)`.
     fn register_functions(&self, _ctx: &mut Context<'static>) {}

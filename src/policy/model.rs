@@ -433,6 +433,15 @@ fn check_variables(
     validations: &[Validation],
     annotations: &[Named],
 ) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, v) in variables.iter().enumerate() {
+        if !seen.insert(v.name.as_str()) {
+            r.err(
+                &format!("spec.variables[{i}].name"),
+                format!("variable {} is defined twice", v.name),
+            );
+        }
+    }
     let index: BTreeMap<&str, usize> = variables
         .iter()
         .enumerate()
