@@ -550,7 +550,10 @@ impl Inner {
             let mut failures = outcome.failures;
             if !outcome.errors.is_empty() {
                 result = EvaluationResult::Error;
-                if policy.failure_policy == FailurePolicy::Fail {
+                if policy.failure_policy == FailurePolicy::Ignore {
+                    // Debug level: a function error may quote a value from the object.
+                    tracing::debug!(policy = %policy.name, binding = %binding.name, errors = ?outcome.errors, "policy error ignored (failurePolicy Ignore)");
+                } else {
                     for e in outcome.errors {
                         failures.push((
                             format!(
