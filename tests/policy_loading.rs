@@ -136,6 +136,14 @@ fn oversized_expressions_are_rejected_without_crashing() {
     assert!(err.contains("nested too deeply"), "{err}");
     let lists = format!("{}1{}", "[".repeat(90), "]".repeat(90));
     assert!(compile(&POLICY.replace("EXPR", &lists)).is_err());
+    // Parser blow-up (exponential adaptive prediction) on unary chains.
+    let start = std::time::Instant::now();
+    let motif = "!!(!!!!!!(!!!!(((((!!(!!(!!!!((".repeat(8) + "1";
+    let err = compile(&POLICY.replace("EXPR", &motif))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("repeated unary operators"), "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
     let chain = format!("object{} == 1", ".a".repeat(1500));
     let err = compile(&POLICY.replace("EXPR", &chain))
         .unwrap_err()

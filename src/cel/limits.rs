@@ -39,6 +39,78 @@ impl Default for Limits {
     }
 }
 
+/// Checks the source text before it is parsed. Chains of unary operators
+/// (`!!(`, `--(`, `! ! (`) send the parser's adaptive prediction into
+/// exponential time and memory: 16 such groups (49 bytes) take seconds, a
+/// few more exhaust memory. They are never needed (`!!x` is `x`), so they are
+/// refused here.
+pub fn check_source(source: &str) -> Result<(), String> {
+    let bytes = source.as_bytes();
+    let mut i = 0;
+    // Whether the last token ends an operand (so a following `-` is binary).
+    let mut after_operand = false;
+    // Unary operators in a row.
+    let mut unary_run = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        match c {
+            b' ' | b'\t' | b'\r' | b'\n' => {
+                i += 1;
+                continue;
+            }
+            b'\'' | b'"' => {
+                i = skip_string(bytes, i);
+                after_operand = true;
+                unary_run = 0;
+                continue;
+            }
+            b'!' if bytes.get(i + 1) != Some(&b'=') => {
+                unary_run += 1;
+                after_operand = false;
+            }
+            b'-' if !after_operand => {
+                unary_run += 1;
+            }
+            _ => {
+                unary_run = 0;
+                after_operand = c.is_ascii_alphanumeric() || matches!(c, b'_' | b')' | b']' | b'}');
+            }
+        }
+        if unary_run >= 2 {
+            return Err(
+                "repeated unary operators (such as `!!` or `- -`) are not allowed: they change nothing and make the parser slow"
+                    .to_string(),
+            );
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Index just past the string literal starting at `start` (a quote).
+fn skip_string(bytes: &[u8], start: usize) -> usize {
+    let quote = bytes[start];
+    let triple = bytes.get(start + 1) == Some(&quote) && bytes.get(start + 2) == Some(&quote);
+    let raw = start > 0 && matches!(bytes[start - 1], b'r' | b'R');
+    let mut i = start + if triple { 3 } else { 1 };
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && !raw {
+            i += 2;
+            continue;
+        }
+        if bytes[i] == quote {
+            if !triple {
+                return i + 1;
+            }
+            if bytes.get(i + 1) == Some(&quote) && bytes.get(i + 2) == Some(&quote) {
+                return i + 3;
+            }
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
 /// What the checker learned about an accepted expression.
 #[derive(Debug, Default)]
 pub struct Shape {
@@ -185,6 +257,36 @@ impl Walker<'_> {
     fn ident(&mut self, name: &str) {
         if !self.is_bound(name) {
             self.shape.free_variables.insert(name.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_source;
+
+    #[test]
+    fn repeated_unary_operators_are_refused_before_parsing() {
+        for bad in [
+            "!!(!!!!!!(!!!!(((((!!(!!(!!!!((1",
+            "!!x",
+            "! ! (x)",
+            "--1",
+            "1 + - -1",
+            "!-x",
+        ] {
+            assert!(check_source(bad).is_err(), "{bad}");
+        }
+        for good in [
+            "!x && !(y)",
+            "a - -1",
+            "x != 1 && !y",
+            "a-1 == -2",
+            "[1, -2].all(v, v != -3)",
+            r#"'!!--' == "!!" && r'\!!' != '''--!!''' && "\"--" != ''"#,
+            "f(x)-1 > a[0]-1",
+        ] {
+            assert_eq!(check_source(good), Ok(()), "{good}");
         }
     }
 }

@@ -255,6 +255,7 @@ fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
             limits.max_source_len
         )));
     }
+    limits::check_source(source).map_err(CompileError::plain)?;
     let ast = Parser::new()
         .max_recursion_depth(limits.max_depth as u16)
         .enable_optional_syntax(true)
