@@ -26,6 +26,20 @@ impl StaticNamespaces {
     }
 }
 
+/// Parses `k=v,k2=v2` (the `--namespace-labels` form) into labels.
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                labels.insert(k.trim().to_string(), v.trim().to_string());
+            }
+            _ => return Err(format!("expected key=value, got {pair:?}")),
+        }
+    }
+    Ok(labels)
+}
+
 impl NamespaceLookup for StaticNamespaces {
     fn namespace(&self, name: &str) -> Option<Value> {
         let labels = self.namespaces.get(name)?;
@@ -123,5 +137,16 @@ mod tests {
         assert_eq!(obj["metadata"]["labels"]["tier"], "gpu");
         assert_eq!(ns.namespace("other"), None);
         assert_eq!(ClusterNamespaces::empty().namespace("ml"), None);
+    }
+
+    #[test]
+    fn labels_parse_from_the_command_line_form() {
+        let labels = parse_labels("tier=gpu, team = vision,empty=").unwrap();
+        assert_eq!(labels["tier"], "gpu");
+        assert_eq!(labels["team"], "vision");
+        assert_eq!(labels["empty"], "");
+        assert!(parse_labels("novalue").is_err());
+        assert!(parse_labels("=x").is_err());
+        assert!(parse_labels("").unwrap().is_empty());
     }
 }
