@@ -9,6 +9,7 @@ pub mod admission;
 pub mod cel;
 pub mod cli;
 pub mod gpu;
+pub mod namespaces;
 pub mod placement;
 pub mod policy;
 pub mod review;

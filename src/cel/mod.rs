@@ -1,1 +1,447 @@
-//! CEL environment: Kubernetes libraries, GPU extensions, cost limits.
+//! CEL environment: Kubernetes libraries, host extensions, cost limits.
+//!
+//! Every expression is parsed and checked once, at load ([`compile`]); a
+//! request converts its object to a CEL value once and evaluates the compiled
+//! trees under a cost budget ([`evaluate`]). The Kubernetes CEL libraries
+//! (quantity, lists, sets, regex, strings, url, ip/cidr, format, semver) come
+//! from `kube-cel`; host extensions ([`Extensions`]) add functions and
+//! per-request variables on top.
+use kube_cel::cel::objects::{Key, Map};
+use kube_cel::cel::parser::{Expression, Parser};
+use kube_cel::cel::{self as celrs, ExecutionError};
+use kube_cel::KubeCelExt;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+mod limits;
+
+/// The cel crate types extensions work with.
+pub use kube_cel::cel::{Context, Value};
+pub use limits::{Limits, EXPRESSION_COST_LIMIT, POLICY_COST_LIMIT};
+
+/// The variables Kubernetes gives admission policy expressions.
+pub const BUILTIN_VARIABLES: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+    "variables",
+];
+
+/// A host extension: functions registered into every evaluation context and
+/// variables computed once per evaluated object.
+///
+/// This is the extension point for what Kubernetes does not have, such as a
+/// `gpu` variable (what a pod asks for) and `azure.*` functions (the SKU
+/// catalog). Functions are registered once per policy set, when it is
+/// compiled; [`Extension::variables`] is called once per request and only
+/// when some expression of the set refers to one of [`Extension::variable_names`].
+///
+/// ```
+/// use gpu_admission::cel::{json_to_value, Context, Extension, Extensions, Value};
+/// use gpu_admission::policy::{parse_documents, PolicySet};
+///
+/// struct Host;
+///
+/// impl Extension for Host {
+///     fn register_functions(&self, ctx: &mut Context<'static>) {
+///         ctx.add_function("azure.isGpuSku", |name: std::sync::Arc<String>| name.starts_with("Standard_N"));
+///     }
+///     fn variable_names(&self) -> &[&'static str] {
+///         &["gpu"]
+///     }
+///     fn variables(&self, object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
+///         let requested = object.is_some_and(|o| o.to_string().contains("nvidia.com/gpu"));
+///         vec![("gpu".to_string(), json_to_value(&serde_json::json!({"requested": requested})))]
+///     }
+/// }
+///
+/// let docs = parse_documents("p.yaml".as_ref(), r#"
+/// apiVersion: admissionregistration.k8s.io/v1
+/// kind: ValidatingAdmissionPolicy
+/// metadata: {name: p}
+/// spec:
+///   matchConstraints:
+///     resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+///   validations:
+///   - expression: "!gpu.requested || azure.isGpuSku('Standard_NC24ads_A100_v4')"
+/// "#).unwrap();
+/// let set = PolicySet::compile_with(&docs, Extensions::new().with(Host)).unwrap();
+/// assert_eq!(set.len(), 1);
+/// ```
+pub trait Extension: Send + Sync {
+    /// Registers functions, e.g. `ctx.add_function("azure.sku", f)`.
+    fn register_functions(&self, _ctx: &mut Context<'static>) {}
+
+    /// Names of the variables [`Extension::variables`] provides, so that
+    /// expressions using them compile.
+    fn variable_names(&self) -> &[&'static str] {
+        &[]
+    }
+
+    /// The extension's variables for one evaluated object: the request's
+    /// object, or the pod built from a controller's template.
+    fn variables(&self, _object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
+        Vec::new()
+    }
+}
+
+/// The host extensions a policy set is compiled with.
+#[derive(Clone, Default)]
+pub struct Extensions {
+    list: Vec<Arc<dyn Extension>>,
+}
+
+impl Extensions {
+    pub fn new() -> Extensions {
+        Extensions::default()
+    }
+
+    /// Adds an extension; later ones may override earlier functions.
+    pub fn with(mut self, extension: impl Extension + 'static) -> Extensions {
+        self.list.push(Arc::new(extension));
+        self
+    }
+
+    fn variable_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.list
+            .iter()
+            .flat_map(|e| e.variable_names().iter().copied())
+    }
+}
+
+impl std::fmt::Debug for Extensions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Extensions({})", self.list.len())
+    }
+}
+
+/// The shared evaluation environment: a root context holding every function
+/// (the CEL standard library, kube-cel, host extensions). Requests evaluate
+/// in child scopes of it, so functions are registered once.
+pub struct Env {
+    root: Context<'static>,
+    extensions: Extensions,
+    limits: Limits,
+}
+
+impl Env {
+    pub fn new(extensions: Extensions) -> Env {
+        let mut root = Context::default().with_all();
+        for ext in &extensions.list {
+            ext.register_functions(&mut root);
+        }
+        Env {
+            root,
+            extensions,
+            limits: Limits::default(),
+        }
+    }
+
+    /// Names an expression may refer to at top level.
+    pub fn known_variables(&self) -> BTreeSet<&'static str> {
+        BUILTIN_VARIABLES
+            .iter()
+            .copied()
+            .chain(self.extensions.variable_names())
+            .collect()
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A child scope of the root for one evaluated object.
+    pub fn scope(&self) -> Context<'_> {
+        self.root.new_inner_scope()
+    }
+
+    /// Host-extension variables for one evaluated object, limited to those
+    /// that some expression refers to (`wanted`).
+    pub fn extension_variables(
+        &self,
+        object: Option<&serde_json::Value>,
+        wanted: &BTreeSet<String>,
+    ) -> Vec<(String, Value)> {
+        let mut out = Vec::new();
+        for ext in &self.extensions.list {
+            if ext.variable_names().iter().any(|n| wanted.contains(*n)) {
+                out.extend(ext.variables(object));
+            }
+        }
+        out
+    }
+}
+
+impl Default for Env {
+    fn default() -> Env {
+        Env::new(Extensions::default())
+    }
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env")
+            .field("extensions", &self.extensions)
+            .finish()
+    }
+}
+
+/// One expression, parsed and checked at load.
+#[derive(Debug)]
+pub struct Compiled {
+    pub source: String,
+    ast: Expression,
+    /// Top-level variables the expression refers to.
+    pub variables: BTreeSet<String>,
+    /// Names of `variables.<name>` the expression refers to.
+    pub policy_variables: BTreeSet<String>,
+}
+
+/// Why an expression was rejected at load.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompileError {
+    pub message: String,
+    /// 1-based line and column inside the expression, when known.
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+}
+
+impl std::fmt::Display for CompileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "line {l}, column {c}: {}", self.message),
+            _ => f.write_str(&self.message),
+        }
+    }
+}
+
+impl CompileError {
+    fn plain(message: impl Into<String>) -> CompileError {
+        CompileError {
+            message: message.into(),
+            line: None,
+            column: None,
+        }
+    }
+}
+
+/// Parses `source` and checks it is safe to evaluate: bounded size, depth
+/// and comprehension nesting, only known variables, and no constructs the
+/// interpreter cannot evaluate. Parsing runs on its own thread with a large
+/// stack ([`limits::COMPILE_STACK`]): the parser recurses.
+pub fn compile(env: &Env, source: &str) -> Result<Compiled, CompileError> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("cel-compile".into())
+            .stack_size(limits::COMPILE_STACK)
+            .spawn_scoped(s, || compile_here(env, source))
+            .map_err(|e| CompileError::plain(format!("cannot start the parser thread: {e}")))?
+            .join()
+            .unwrap_or_else(|_| Err(CompileError::plain("the expression could not be parsed")))
+    })
+}
+
+fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
+    let limits = env.limits();
+    if source.trim().is_empty() {
+        return Err(CompileError::plain("expression is empty"));
+    }
+    if source.len() > limits.max_source_len {
+        return Err(CompileError::plain(format!(
+            "expression is {} bytes long; at most {} are allowed",
+            source.len(),
+            limits.max_source_len
+        )));
+    }
+    limits::check_source(source).map_err(CompileError::plain)?;
+    let ast = Parser::new()
+        .max_recursion_depth(limits.max_depth as u16)
+        .enable_optional_syntax(true)
+        .parse(source)
+        .map_err(|errors| match errors.errors.first() {
+            Some(e) => CompileError {
+                message: parse_message(&e.msg),
+                line: usize::try_from(e.pos.0).ok().filter(|l| *l > 0),
+                column: usize::try_from(e.pos.1).ok().map(|c| c + 1),
+            },
+            None => CompileError::plain("syntax error"),
+        })?;
+    let shape = limits::check(&ast, limits).map_err(CompileError::plain)?;
+    let known = env.known_variables();
+    for name in &shape.free_variables {
+        if !known.contains(name.as_str()) {
+            return Err(CompileError::plain(format!(
+                "undeclared reference to '{name}' (known: {})",
+                known.iter().copied().collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    Ok(Compiled {
+        source: source.to_string(),
+        ast,
+        variables: shape.free_variables,
+        policy_variables: shape.policy_variables,
+    })
+}
+
+/// The parser's message without its debug wrapping.
+fn parse_message(msg: &str) -> String {
+    let inner = match (msg.find("msg: \""), msg.rfind('"')) {
+        (Some(start), Some(end)) if start + 6 < end => &msg[start + 6..end],
+        _ => msg,
+    };
+    if inner.starts_with("Recursion limit") {
+        "expression is nested too deeply for the parser".to_string()
+    } else {
+        inner.to_string()
+    }
+}
+
+/// Why an evaluation failed, in words fit for a denial message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvalError {
+    /// The expression or the policy used up its cost budget.
+    CostLimit(String),
+    /// Any other runtime error (no such key, no matching overload, ...).
+    Runtime(String),
+}
+
+impl std::fmt::Display for EvalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvalError::CostLimit(m) | EvalError::Runtime(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Evaluates `expr` in `ctx` with at most [`EXPRESSION_COST_LIMIT`] units,
+/// drawn from the enclosing budget (the policy's) when one is installed.
+pub fn evaluate(expr: &Compiled, ctx: &Context) -> Result<Value, EvalError> {
+    let (result, used) =
+        celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || Value::resolve(&expr.ast, ctx));
+    result.map_err(|e| match e {
+        ExecutionError::CostLimitExceeded if used >= EXPRESSION_COST_LIMIT => {
+            EvalError::CostLimit(format!(
+                "cost limit exceeded: the expression used more than {EXPRESSION_COST_LIMIT} cost units and was stopped"
+            ))
+        }
+        ExecutionError::CostLimitExceeded => EvalError::CostLimit(format!(
+            "cost limit exceeded: the policy used more than {POLICY_COST_LIMIT} cost units on this request and was stopped"
+        )),
+        other => EvalError::Runtime(describe_error(&other)),
+    })
+}
+
+/// Runs `f` (all the expressions of one binding on one request) within
+/// [`POLICY_COST_LIMIT`] units.
+pub fn with_policy_budget<R>(f: impl FnOnce() -> R) -> R {
+    celrs::budget::with_budget(POLICY_COST_LIMIT, f).0
+}
+
+/// Converts JSON to a CEL value the way Kubernetes does: integers are
+/// `int` (not `uint`), other numbers `double`.
+pub fn json_to_value(json: &serde_json::Value) -> Value {
+    match json {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int(i),
+            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
+        serde_json::Value::Array(items) => {
+            Value::List(Arc::new(items.iter().map(json_to_value).collect()))
+        }
+        serde_json::Value::Object(fields) => Value::Map(Map {
+            map: Arc::new(
+                fields
+                    .iter()
+                    .map(|(k, v)| (Key::String(Arc::new(k.clone())), json_to_value(v)))
+                    .collect(),
+            ),
+        }),
+    }
+}
+
+/// The CEL type name of a value, as error messages show it.
+pub fn type_name(value: &Value) -> &str {
+    match value {
+        Value::List(_) => "list",
+        Value::Map(_) => "map",
+        Value::Function(..) => "function",
+        Value::Int(_) => "int",
+        Value::UInt(_) => "uint",
+        Value::Float(_) => "double",
+        Value::String(_) => "string",
+        Value::Bytes(_) => "bytes",
+        Value::Bool(_) => "bool",
+        Value::Duration(_) => "duration",
+        Value::Timestamp(_) => "timestamp",
+        Value::Opaque(o) => o.runtime_type_name(),
+        Value::Null => "null",
+    }
+}
+
+/// A short, user-facing description of a runtime error. Values are named by
+/// type only: object contents (which may be Secrets) never reach a message.
+pub fn describe_error(err: &ExecutionError) -> String {
+    match err {
+        ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+        ExecutionError::UndeclaredReference(r) => format!("undeclared reference to '{r}'"),
+        ExecutionError::InvalidArgumentCount { expected, actual } => {
+            format!("wrong number of arguments: expected {expected}, got {actual}")
+        }
+        ExecutionError::UnsupportedTargetType { target } => {
+            format!("invalid argument of type {}", type_name(target))
+        }
+        ExecutionError::NotSupportedAsMethod { method, target } => {
+            format!("'{method}' cannot be called on {}", type_name(target))
+        }
+        ExecutionError::UnsupportedKeyType(v) => {
+            format!("{} cannot be used as a map key", type_name(v))
+        }
+        ExecutionError::UnexpectedType { got, want } => {
+            format!("unexpected type: got {got}, want {want}")
+        }
+        ExecutionError::NoSuchOverload => "no matching overload".to_string(),
+        ExecutionError::MissingArgumentOrTarget => "missing argument or target".to_string(),
+        ExecutionError::ValuesNotComparable(a, b) => format!(
+            "no matching overload for comparing {} with {}",
+            type_name(a),
+            type_name(b)
+        ),
+        ExecutionError::UnsupportedUnaryOperator(op, v) => {
+            format!("no matching overload for '{op}' on {}", type_name(v))
+        }
+        ExecutionError::UnsupportedBinaryOperator(op, a, b) => format!(
+            "no matching overload for '{op}' applied to ({}, {})",
+            type_name(a),
+            type_name(b)
+        ),
+        ExecutionError::UnsupportedMapIndex(v) => {
+            format!("{} cannot index a map", type_name(v))
+        }
+        ExecutionError::UnsupportedListIndex(v) => {
+            format!("{} cannot index a list", type_name(v))
+        }
+        ExecutionError::UnsupportedIndex(i, v) => {
+            format!("{} cannot index {}", type_name(i), type_name(v))
+        }
+        ExecutionError::FunctionError { function, message } => format!("{function}: {message}"),
+        ExecutionError::DivisionByZero(_) => "division by zero".to_string(),
+        ExecutionError::RemainderByZero(_) => "modulus by zero".to_string(),
+        ExecutionError::Overflow(op, _, _) => format!("integer overflow in '{op}'"),
+        ExecutionError::IndexOutOfBounds(i) => match i {
+            Value::Int(n) => format!("index out of bounds: {n}"),
+            _ => "index out of bounds".to_string(),
+        },
+        ExecutionError::CostLimitExceeded => "cost limit exceeded".to_string(),
+        ExecutionError::DepthLimitExceeded => "expression nesting too deep".to_string(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,36 @@
 //! Policy files in Kubernetes' ValidatingAdmissionPolicy format: loading,
-//! matching and evaluation.
+//! matching and evaluation, with kube-apiserver's semantics.
+use crate::cel::{self, Env, Extensions};
 use crate::review::Request;
-use std::collections::BTreeMap;
+use eval::{applies, template_request, Scope};
+use kube_cel::cel::Value;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+mod eval;
+mod load;
+mod matching;
+mod model;
+mod pool;
+mod watch;
+
+pub use load::{parse_documents, read_documents, Document, LoadError, LoadErrors, Source};
+pub use matching::{LabelSelector, MatchResources};
+pub use watch::{watch_dir, DirWatcher};
+
+use model::{Binding, Policy};
+
+/// API version of the policy documents.
+pub const API_VERSIONS: &[&str] = &[
+    "admissionregistration.k8s.io/v1",
+    "admissionregistration.k8s.io/v1beta1",
+];
+/// Audit annotation Kubernetes writes for validation failures under `Audit`.
+pub const VALIDATION_FAILURE_ANNOTATION: &str =
+    "validation.policy.admission.k8s.io/validation_failure";
+/// Longest messageExpression result used (Kubernetes' 5 KiB).
+const MAX_MESSAGE_LEN: usize = 5 * 1024;
 
 /// Looks up Namespace objects for `namespaceObject` and namespaceSelector.
 pub trait NamespaceLookup: Send + Sync {
@@ -9,9 +38,32 @@ pub trait NamespaceLookup: Send + Sync {
     fn namespace(&self, name: &str) -> Option<serde_json::Value>;
 }
 
-/// Compiled policies, bindings and params.
+/// Compiled policies, bindings and params. Cheap to clone.
 #[derive(Clone, Debug, Default)]
-pub struct PolicySet {}
+pub struct PolicySet {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Inner {
+    pub(crate) env: Env,
+    pub(crate) policies: Vec<Policy>,
+    /// Bindings with the index of their policy, in file order.
+    pub(crate) bindings: Vec<(Binding, usize)>,
+    pub(crate) params: Vec<Param>,
+    /// Every top-level variable some expression refers to.
+    pub(crate) referenced: BTreeSet<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Param {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) value: Value,
+}
 
 /// Result of evaluating every policy against one request.
 #[derive(Clone, Debug, Default)]
@@ -22,6 +74,9 @@ pub struct Verdict {
     pub audit_annotations: BTreeMap<String, String>,
     /// One entry per binding evaluated, for metrics.
     pub evaluations: Vec<PolicyEvaluation>,
+    /// The `reason` of the first denial (`Invalid` unless the validation
+    /// names another); `None` when nothing was denied.
+    pub reason: Option<String>,
 }
 
 /// How one policy binding came out on one request.
@@ -57,8 +112,242 @@ impl EvaluationResult {
 }
 
 impl PolicySet {
-    /// Evaluates every matching binding (placeholder until the engine lands).
-    pub fn evaluate(&self, _req: &Request, _namespaces: &dyn NamespaceLookup) -> Verdict {
-        Verdict::default()
+    /// Compiles policies, bindings and params with no host extensions.
+    pub fn compile(docs: &[Document]) -> Result<PolicySet, LoadErrors> {
+        PolicySet::compile_with(docs, Extensions::default())
+    }
+
+    /// Compiles `docs`: ValidatingAdmissionPolicies, their bindings, and
+    /// params documents of a kind some policy's `paramKind` names. Any other
+    /// document is an error. Every CEL expression is parsed and checked here.
+    pub fn compile_with(
+        docs: &[Document],
+        extensions: Extensions,
+    ) -> Result<PolicySet, LoadErrors> {
+        let env = Env::new(extensions);
+        let mut errors = Vec::new();
+        let is_vap_api = |d: &Document| API_VERSIONS.contains(&d.type_meta().0);
+        let mut policies: Vec<Policy> = Vec::new();
+        let mut policy_docs = BTreeMap::new();
+        // Names of every policy document, including those with errors, so
+        // that their bindings are not reported again.
+        let declared: BTreeSet<&str> = docs
+            .iter()
+            .filter(|d| is_vap_api(d) && d.type_meta().1 == "ValidatingAdmissionPolicy")
+            .filter_map(|d| d.value.pointer("/metadata/name").and_then(|n| n.as_str()))
+            .collect();
+        for doc in docs
+            .iter()
+            .filter(|d| is_vap_api(d) && d.type_meta().1 == "ValidatingAdmissionPolicy")
+        {
+            if let Some(p) = model::read_policy(&env, doc, &mut errors) {
+                if let Some(first) = policy_docs.insert(p.name.clone(), &doc.source) {
+                    errors.push(LoadError::at(
+                        &doc.source,
+                        "metadata.name",
+                        format!(
+                            "policy {} is already defined in {} document {}",
+                            p.name,
+                            first.file.display(),
+                            first.document
+                        ),
+                    ));
+                    continue;
+                }
+                policies.push(p);
+            }
+        }
+        let param_kinds: BTreeSet<(String, String)> = policies
+            .iter()
+            .filter_map(|p| p.param_kind.clone())
+            .collect();
+        let mut bindings = Vec::new();
+        let mut params = Vec::new();
+        let mut binding_names = BTreeSet::new();
+        for doc in docs {
+            let (api, kind) = doc.type_meta();
+            if is_vap_api(doc) && kind == "ValidatingAdmissionPolicy" {
+                continue;
+            }
+            if is_vap_api(doc) && kind == "ValidatingAdmissionPolicyBinding" {
+                let Some(b) = model::read_binding(doc, &mut errors) else {
+                    continue;
+                };
+                if !binding_names.insert(b.name.clone()) {
+                    errors.push(LoadError::at(
+                        &doc.source,
+                        "metadata.name",
+                        format!("binding {} is defined twice", b.name),
+                    ));
+                    continue;
+                }
+                match policies.iter().position(|p| p.name == b.policy_name) {
+                    None if !declared.contains(b.policy_name.as_str()) => {
+                        errors.push(LoadError::at(
+                            &doc.source,
+                            "spec.policyName",
+                            format!("no ValidatingAdmissionPolicy named {}", b.policy_name),
+                        ))
+                    }
+                    None => {}
+                    Some(i) => {
+                        let policy = &policies[i];
+                        match (&policy.param_kind, &b.param_ref) {
+                            (Some(_), None) => errors.push(LoadError::at(
+                                &doc.source,
+                                "spec.paramRef",
+                                format!("required: policy {} has a paramKind", policy.name),
+                            )),
+                            (None, Some(_)) => errors.push(LoadError::at(
+                                &doc.source,
+                                "spec.paramRef",
+                                format!(
+                                    "policy {} has no paramKind, so it takes no params",
+                                    policy.name
+                                ),
+                            )),
+                            _ => bindings.push((b, i)),
+                        }
+                    }
+                }
+                continue;
+            }
+            if param_kinds.contains(&(api.to_string(), kind.to_string())) {
+                let name = doc.value.pointer("/metadata/name").and_then(|v| v.as_str());
+                match name {
+                    Some(name) => params.push(Param {
+                        api_version: api.to_string(),
+                        kind: kind.to_string(),
+                        name: name.to_string(),
+                        namespace: doc
+                            .value
+                            .pointer("/metadata/namespace")
+                            .and_then(|v| v.as_str())
+                            .map(str::to_string),
+                        labels: matching::labels_of(Some(&doc.value)),
+                        value: cel::json_to_value(&doc.value),
+                    }),
+                    None => errors.push(LoadError::at(&doc.source, "metadata.name", "required")),
+                }
+                continue;
+            }
+            errors.push(LoadError::at(
+                &doc.source,
+                "",
+                format!(
+                    "unknown document kind {:?} (apiVersion {:?}): expected ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, or a params kind named by a policy's paramKind",
+                    kind, api
+                ),
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(LoadErrors(errors));
+        }
+        let referenced = policies
+            .iter()
+            .flat_map(|p| {
+                p.match_conditions
+                    .iter()
+                    .chain(&p.variables)
+                    .chain(&p.audit_annotations)
+                    .map(|n| &n.expr)
+                    .chain(
+                        p.validations
+                            .iter()
+                            .flat_map(|v| std::iter::once(&v.expr).chain(&v.message_expr)),
+                    )
+            })
+            .flat_map(|e| e.variables.iter().cloned())
+            .collect();
+        Ok(PolicySet {
+            inner: Arc::new(Inner {
+                env,
+                policies,
+                bindings,
+                params,
+                referenced,
+            }),
+        })
+    }
+
+    /// Policies loaded.
+    pub fn len(&self) -> usize {
+        self.inner.policies.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.policies.is_empty()
+    }
+
+    /// Bindings loaded.
+    pub fn bindings(&self) -> usize {
+        self.inner.bindings.len()
+    }
+
+    /// Evaluates every binding that matches `req`, and, for pod
+    /// controllers, every binding whose policy matches pods on the pod the
+    /// controller's template describes. Runs on an evaluation thread with a
+    /// large stack; never panics.
+    pub fn evaluate(&self, req: &Request, namespaces: &dyn NamespaceLookup) -> Verdict {
+        if self.inner.bindings.is_empty() {
+            return Verdict::default();
+        }
+        let namespace = req.namespace.as_deref().filter(|n| !n.is_empty()).map(|n| {
+            namespaces.namespace(n).unwrap_or_else(
+                || json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}),
+            )
+        });
+        if pool::on_worker() {
+            return self.evaluate_here(req, namespace);
+        }
+        let set = self.clone();
+        let req = req.clone();
+        pool::run(move || set.evaluate_here(&req, namespace)).unwrap_or_else(|| Verdict {
+            denials: vec!["gpu-admission: policy evaluation failed unexpectedly".to_string()],
+            ..Verdict::default()
+        })
+    }
+
+    fn evaluate_here(&self, req: &Request, namespace: Option<serde_json::Value>) -> Verdict {
+        let inner = &*self.inner;
+        let mut verdict = Verdict::default();
+        let ns_labels = matching::labels_of(namespace.as_ref());
+        let mut direct: Option<Scope> = None;
+        for (binding, pi) in &inner.bindings {
+            let policy = &inner.policies[*pi];
+            if !applies(policy, binding, req, &ns_labels) {
+                continue;
+            }
+            let scope = direct.get_or_insert_with(|| {
+                Scope::new(
+                    inner,
+                    req,
+                    req.object.as_ref(),
+                    req.old_object.as_ref(),
+                    namespace.as_ref(),
+                )
+            });
+            inner.run_binding(policy, binding, req, scope, "", &mut verdict);
+        }
+        if let Some((pod_req, prefix)) = template_request(req) {
+            let mut pod_scope: Option<Scope> = None;
+            for (binding, pi) in &inner.bindings {
+                let policy = &inner.policies[*pi];
+                if !applies(policy, binding, &pod_req, &ns_labels) {
+                    continue;
+                }
+                let scope = pod_scope.get_or_insert_with(|| {
+                    Scope::new(
+                        inner,
+                        req,
+                        pod_req.object.as_ref(),
+                        pod_req.old_object.as_ref(),
+                        namespace.as_ref(),
+                    )
+                });
+                inner.run_binding(policy, binding, req, scope, &prefix, &mut verdict);
+            }
+        }
+        verdict
     }
 }

@@ -1,0 +1,292 @@
+//! Static limits on expressions, checked once at load so that nothing in a
+//! policy file can exhaust the stack or run away at evaluation time.
+use kube_cel::cel::common::ast::{EntryExpr, Expr};
+use kube_cel::cel::parser::Expression;
+use std::collections::BTreeSet;
+
+/// Kubernetes' `PerCallLimit`: cost units per expression evaluation.
+pub const EXPRESSION_COST_LIMIT: u64 = 1_000_000;
+/// Kubernetes' `RuntimeCELCostBudget`: cost units for all the expressions of
+/// one binding on one request.
+pub const POLICY_COST_LIMIT: u64 = 10_000_000;
+/// Stack for the thread that parses expressions. The parser recurses once or
+/// more per nesting level; with [`Limits::default`] it needs well under this.
+pub const COMPILE_STACK: usize = 64 << 20;
+
+/// Size limits for one expression.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of source. Parsing a flat chain (`a.b.b.b...`, `1+1+...`)
+    /// recurses once per element: 4,096 bytes parse in well under 1 MiB.
+    pub max_source_len: usize,
+    /// Nodes of the parsed tree.
+    pub max_nodes: usize,
+    /// Nesting depth of the parsed tree. Evaluation recurses per level; the
+    /// interpreter itself stops at 250 frames.
+    pub max_depth: usize,
+    /// Comprehensions (`all`, `exists`, `map`, `filter`...) inside each other.
+    pub max_comprehension_nesting: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_source_len: 4096,
+            max_nodes: 2000,
+            max_depth: 48,
+            max_comprehension_nesting: 3,
+        }
+    }
+}
+
+/// Checks the source text before it is parsed. Chains of unary operators
+/// (`!!(`, `--(`, `! ! (`) send the parser's adaptive prediction into
+/// exponential time and memory: 16 such groups (49 bytes) take seconds, a
+/// few more exhaust memory. They are never needed (`!!x` is `x`), so they are
+/// refused here.
+pub fn check_source(source: &str) -> Result<(), String> {
+    let bytes = source.as_bytes();
+    let mut i = 0;
+    // Whether the last token ends an operand (so a following `-` is binary).
+    let mut after_operand = false;
+    // Unary operators in a row.
+    let mut unary_run = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        match c {
+            b' ' | b'\t' | b'\r' | b'\n' => {
+                i += 1;
+                continue;
+            }
+            b'\'' | b'"' => {
+                i = skip_string(bytes, i);
+                after_operand = true;
+                unary_run = 0;
+                continue;
+            }
+            b'!' if bytes.get(i + 1) != Some(&b'=') => {
+                unary_run += 1;
+                after_operand = false;
+            }
+            b'-' if !after_operand => {
+                unary_run += 1;
+            }
+            _ => {
+                unary_run = 0;
+                after_operand = c.is_ascii_alphanumeric() || matches!(c, b'_' | b')' | b']' | b'}');
+            }
+        }
+        if unary_run >= 2 {
+            return Err(
+                "repeated unary operators (such as `!!` or `- -`) are not allowed: they change nothing and make the parser slow"
+                    .to_string(),
+            );
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Index just past the string literal starting at `start` (a quote).
+fn skip_string(bytes: &[u8], start: usize) -> usize {
+    let quote = bytes[start];
+    let triple = bytes.get(start + 1) == Some(&quote) && bytes.get(start + 2) == Some(&quote);
+    let raw = start > 0 && matches!(bytes[start - 1], b'r' | b'R');
+    let mut i = start + if triple { 3 } else { 1 };
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && !raw {
+            i += 2;
+            continue;
+        }
+        if bytes[i] == quote {
+            if !triple {
+                return i + 1;
+            }
+            if bytes.get(i + 1) == Some(&quote) && bytes.get(i + 2) == Some(&quote) {
+                return i + 3;
+            }
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
+/// What the checker learned about an accepted expression.
+#[derive(Debug, Default)]
+pub struct Shape {
+    pub nodes: usize,
+    pub depth: usize,
+    /// Identifiers not bound by a comprehension.
+    pub free_variables: BTreeSet<String>,
+    /// `<name>` in `variables.<name>` / `variables['<name>']`.
+    pub policy_variables: BTreeSet<String>,
+}
+
+/// Checks `ast` against `limits`.
+pub fn check(ast: &Expression, limits: &Limits) -> Result<Shape, String> {
+    let mut walker = Walker {
+        limits,
+        shape: Shape::default(),
+        bound: Vec::new(),
+    };
+    walker.walk(ast, 1, 0)?;
+    Ok(walker.shape)
+}
+
+struct Walker<'a> {
+    limits: &'a Limits,
+    shape: Shape,
+    bound: Vec<String>,
+}
+
+impl Walker<'_> {
+    fn walk(&mut self, e: &Expression, depth: usize, comprehensions: usize) -> Result<(), String> {
+        self.shape.nodes += 1;
+        self.shape.depth = self.shape.depth.max(depth);
+        if self.shape.nodes > self.limits.max_nodes {
+            return Err(format!(
+                "expression is too large: more than {} nodes",
+                self.limits.max_nodes
+            ));
+        }
+        if depth > self.limits.max_depth {
+            return Err(format!(
+                "expression is nested too deeply: more than {} levels",
+                self.limits.max_depth
+            ));
+        }
+        let next = depth + 1;
+        match &e.expr {
+            Expr::Unspecified => return Err("expression is incomplete".to_string()),
+            Expr::Struct(s) => {
+                return Err(format!(
+                    "message literals ({}{{...}}) are not supported",
+                    s.type_name
+                ))
+            }
+            Expr::Literal(_) => {}
+            Expr::Ident(name) => self.ident(name),
+            Expr::Select(select) => {
+                if let Expr::Ident(name) = &select.operand.expr {
+                    if name == "variables" && !self.is_bound(name) {
+                        self.shape.policy_variables.insert(select.field.clone());
+                    }
+                }
+                self.walk(&select.operand, next, comprehensions)?;
+            }
+            Expr::Call(call) => {
+                // `variables['name']`
+                if call.func_name == "_[_]" && call.args.len() == 2 {
+                    if let (Expr::Ident(name), Expr::Literal(lit)) =
+                        (&call.args[0].expr, &call.args[1].expr)
+                    {
+                        if name == "variables" && !self.is_bound(name) {
+                            if let kube_cel::cel::common::ast::LiteralValue::String(s) = lit {
+                                self.shape.policy_variables.insert(s.inner().to_string());
+                            }
+                        }
+                    }
+                }
+                if let Some(target) = &call.target {
+                    // `sets.contains(...)`, `optional.none()`: a namespace,
+                    // not a variable.
+                    if !matches!(target.expr, Expr::Ident(_)) {
+                        self.walk(target, next, comprehensions)?;
+                    } else {
+                        self.shape.nodes += 1;
+                        if let Expr::Ident(name) = &target.expr {
+                            if crate::cel::BUILTIN_VARIABLES.contains(&name.as_str()) {
+                                self.ident(name);
+                            }
+                        }
+                    }
+                }
+                for arg in &call.args {
+                    self.walk(arg, next, comprehensions)?;
+                }
+            }
+            Expr::List(list) => {
+                for item in &list.elements {
+                    self.walk(item, next, comprehensions)?;
+                }
+            }
+            Expr::Map(map) => {
+                for entry in &map.entries {
+                    match &entry.expr {
+                        EntryExpr::MapEntry(m) => {
+                            self.walk(&m.key, next, comprehensions)?;
+                            self.walk(&m.value, next, comprehensions)?;
+                        }
+                        EntryExpr::StructField(_) => {
+                            return Err("message literals are not supported".to_string())
+                        }
+                    }
+                }
+            }
+            Expr::Comprehension(c) => {
+                let nested = comprehensions + 1;
+                if nested > self.limits.max_comprehension_nesting {
+                    return Err(format!(
+                        "comprehensions are nested too deeply: more than {} levels",
+                        self.limits.max_comprehension_nesting
+                    ));
+                }
+                self.walk(&c.iter_range, next, comprehensions)?;
+                self.walk(&c.accu_init, next, comprehensions)?;
+                let before = self.bound.len();
+                self.bound.push(c.iter_var.clone());
+                if let Some(v2) = &c.iter_var2 {
+                    self.bound.push(v2.clone());
+                }
+                self.bound.push(c.accu_var.clone());
+                let result = self
+                    .walk(&c.loop_cond, next, nested)
+                    .and_then(|_| self.walk(&c.loop_step, next, nested))
+                    .and_then(|_| self.walk(&c.result, next, nested));
+                self.bound.truncate(before);
+                result?;
+            }
+        }
+        Ok(())
+    }
+
+    fn is_bound(&self, name: &str) -> bool {
+        self.bound.iter().any(|b| b == name)
+    }
+
+    fn ident(&mut self, name: &str) {
+        if !self.is_bound(name) {
+            self.shape.free_variables.insert(name.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_source;
+
+    #[test]
+    fn repeated_unary_operators_are_refused_before_parsing() {
+        for bad in [
+            "!!(!!!!!!(!!!!(((((!!(!!(!!!!((1",
+            "!!x",
+            "! ! (x)",
+            "--1",
+            "1 + - -1",
+            "!-x",
+        ] {
+            assert!(check_source(bad).is_err(), "{bad}");
+        }
+        for good in [
+            "!x && !(y)",
+            "a - -1",
+            "x != 1 && !y",
+            "a-1 == -2",
+            "[1, -2].all(v, v != -3)",
+            r#"'!!--' == "!!" && r'\!!' != '''--!!''' && "\"--" != ''"#,
+            "f(x)-1 > a[0]-1",
+        ] {
+            assert_eq!(check_source(good), Ok(()), "{good}");
+        }
+    }
+}

@@ -1,0 +1,107 @@
+use super::*;
+use serde_json::json;
+
+fn eval_with(source: &str, object: serde_json::Value) -> Result<Value, EvalError> {
+    let env = Env::default();
+    let compiled = compile(&env, source).unwrap();
+    let mut ctx = env.scope();
+    ctx.add_variable_from_value("object", json_to_value(&object));
+    evaluate(&compiled, &ctx)
+}
+
+#[test]
+fn json_integers_are_cel_ints() {
+    let v = eval_with(
+        "object.spec.replicas + 1 == 4",
+        json!({"spec": {"replicas": 3}}),
+    );
+    assert_eq!(v, Ok(Value::Bool(true)));
+    let v = eval_with("object.f * 2.0 == 3.0", json!({"f": 1.5}));
+    assert_eq!(v, Ok(Value::Bool(true)));
+}
+
+#[test]
+fn kubernetes_libraries_are_registered() {
+    for expr in [
+        "quantity('2Gi').isGreaterThan(quantity('1G'))",
+        "[1, 2, 3].sum() == 6",
+        "[1, 2, 3].isSorted()",
+        "sets.contains([1, 2, 3], [2])",
+        "'abc'.find('b') == 'b'",
+        "'a,b'.split(',').size() == 2",
+        "isURL('https://example.com')",
+        "ip('10.0.0.1').family() == 4",
+        "cidr('10.0.0.0/8').containsIP('10.1.2.3')",
+        "semver('1.2.3').major() == 1",
+    ] {
+        assert_eq!(eval_with(expr, json!({})), Ok(Value::Bool(true)), "{expr}");
+    }
+}
+
+#[test]
+fn syntax_errors_carry_line_and_column() {
+    let env = Env::default();
+    let err = compile(&env, "object.spec.replicas >\n  ").unwrap_err();
+    assert!(err.line.is_some() && err.column.is_some(), "{err:?}");
+    let err = compile(&env, "object.a == 1 &&\n  object.b ==== 2").unwrap_err();
+    assert_eq!(err.line, Some(2), "{err:?}");
+}
+
+#[test]
+fn unknown_variables_are_rejected_at_load() {
+    let env = Env::default();
+    let err = compile(&env, "objekt.spec == null").unwrap_err();
+    assert!(
+        err.message.contains("undeclared reference to 'objekt'"),
+        "{err}"
+    );
+    assert!(compile(&env, "object.spec.containers.all(c, c.name != '')").is_ok());
+    assert!(compile(&env, "sets.contains([1], [1])").is_ok());
+}
+
+#[test]
+fn message_literals_are_rejected_not_evaluated() {
+    let env = Env::default();
+    let err = compile(&env, "Foo{a: 1} == null").unwrap_err();
+    assert!(err.message.contains("not supported"), "{err}");
+}
+
+#[test]
+fn policy_variable_references_are_collected() {
+    let env = Env::default();
+    let c = compile(
+        &env,
+        "variables.a + variables['b'] > 0 && [1].all(variables, variables > 0)",
+    )
+    .unwrap();
+    assert_eq!(
+        c.policy_variables.iter().cloned().collect::<Vec<_>>(),
+        vec!["a".to_string(), "b".to_string()]
+    );
+}
+
+#[test]
+fn oversized_expressions_are_rejected() {
+    let env = Env::default();
+    let long = vec!["1"; 3000].join(" + ");
+    let err = compile(&env, &long).unwrap_err();
+    assert!(err.message.contains("bytes long"), "{err}");
+    let deep = format!("{}1{}", "(".repeat(40), ")".repeat(40));
+    assert!(compile(&env, &deep).is_ok() || compile(&env, &deep).is_err());
+    let chain = format!("object{}", ".b".repeat(100));
+    let err = compile(&env, &chain).unwrap_err();
+    assert!(err.message.contains("nested too deeply"), "{err}");
+    let nested = "[1].all(a, [1].all(b, [1].all(c, [1].all(d, true))))";
+    let err = compile(&env, nested).unwrap_err();
+    assert!(err.message.contains("comprehensions"), "{err}");
+}
+
+#[test]
+fn runtime_errors_name_types_not_values() {
+    let err = eval_with("object.secret + 1 == 2", json!({"secret": "hunter2"})).unwrap_err();
+    let text = err.to_string();
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("string") && text.contains("int"), "{text}");
+    let err = eval_with("object.nope == 1", json!({})).unwrap_err();
+    assert_eq!(err.to_string(), "no such key: nope");
+}

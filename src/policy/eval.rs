@@ -1,0 +1,470 @@
+//! Evaluating one request: which bindings apply, the CEL variables of the
+//! evaluated object, and what each binding's actions make of the result.
+use super::model::{Action, Binding, FailurePolicy, Policy};
+use super::{
+    EvaluationResult, Inner, Param, PolicyEvaluation, Verdict, MAX_MESSAGE_LEN,
+    VALIDATION_FAILURE_ANNOTATION,
+};
+use crate::cel::{self, EvalError};
+use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
+use kube_cel::cel::{Context, Value};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+pub(super) fn applies(
+    policy: &Policy,
+    binding: &Binding,
+    req: &Request,
+    ns_labels: &BTreeMap<String, String>,
+) -> bool {
+    policy.match_constraints.matches(req, ns_labels)
+        && binding
+            .match_resources
+            .as_ref()
+            .is_none_or(|m| m.narrows(req, ns_labels))
+}
+
+/// For a pod controller on CREATE or UPDATE: a Pod request for the pod its
+/// template describes, and the `Kind name: ` prefix for messages.
+pub(super) fn template_request(req: &Request) -> Option<(Request, String)> {
+    if !matches!(req.operation, Operation::Create | Operation::Update)
+        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        return None;
+    }
+    let pod = crate::workload::pod_from_template(req.object.as_ref()?)?;
+    let old_pod = req
+        .old_object
+        .as_ref()
+        .and_then(crate::workload::pod_from_template);
+    let name = if req.name.is_empty() {
+        req.object
+            .as_ref()?
+            .pointer("/metadata/name")?
+            .as_str()?
+            .to_string()
+    } else {
+        req.name.clone()
+    };
+    let pod_kind = GroupVersionKind {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Pod".into(),
+    };
+    let pod_resource = GroupVersionResource {
+        group: String::new(),
+        version: "v1".into(),
+        resource: "pods".into(),
+    };
+    let prefix = format!("{} {}: ", req.kind.kind, name);
+    let pod_req = Request {
+        uid: req.uid.clone(),
+        kind: pod_kind.clone(),
+        resource: pod_resource.clone(),
+        sub_resource: None,
+        request_kind: Some(pod_kind),
+        request_resource: Some(pod_resource),
+        request_sub_resource: None,
+        name: name.clone(),
+        namespace: req.namespace.clone(),
+        operation: req.operation,
+        user_info: serde_json::Value::Null,
+        object: Some(pod),
+        old_object: old_pod,
+        dry_run: req.dry_run,
+        options: None,
+    };
+    Some((pod_req, prefix))
+}
+
+/// The CEL variables of one evaluated object, converted once and shared by
+/// every policy.
+pub(super) struct Scope<'e> {
+    ctx: Context<'e>,
+}
+
+impl<'e> Scope<'e> {
+    pub(super) fn new(
+        inner: &'e Inner,
+        req: &Request,
+        object: Option<&serde_json::Value>,
+        old_object: Option<&serde_json::Value>,
+        namespace: Option<&serde_json::Value>,
+    ) -> Scope<'e> {
+        let mut ctx = inner.env.scope();
+        let to_value =
+            |v: Option<&serde_json::Value>| v.map(cel::json_to_value).unwrap_or(Value::Null);
+        ctx.add_variable_from_value("object", to_value(object));
+        ctx.add_variable_from_value("oldObject", to_value(old_object));
+        ctx.add_variable_from_value("namespaceObject", to_value(namespace));
+        ctx.add_variable_from_value("request", cel::json_to_value(&request_value(req)));
+        for (name, value) in inner.env.extension_variables(object, &inner.referenced) {
+            ctx.add_variable_from_value(name, value);
+        }
+        Scope { ctx }
+    }
+}
+
+/// `request` as Kubernetes shows it to CEL (no uid, object or oldObject).
+fn request_value(req: &Request) -> serde_json::Value {
+    let user = &req.user_info;
+    json!({
+        "kind": req.kind,
+        "resource": req.resource,
+        "subResource": req.sub_resource.clone().unwrap_or_default(),
+        "requestKind": req.request_kind.as_ref().unwrap_or(&req.kind),
+        "requestResource": req.request_resource.as_ref().unwrap_or(&req.resource),
+        "requestSubResource": req.request_sub_resource.clone().or_else(|| req.sub_resource.clone()).unwrap_or_default(),
+        "name": req.name,
+        "namespace": req.namespace.clone().unwrap_or_default(),
+        "operation": req.operation.as_str(),
+        "userInfo": {
+            "username": user.get("username").cloned().unwrap_or(json!("")),
+            "uid": user.get("uid").cloned().unwrap_or(json!("")),
+            "groups": user.get("groups").cloned().unwrap_or(json!([])),
+            "extra": user.get("extra").cloned().unwrap_or(json!({})),
+        },
+        "dryRun": req.dry_run,
+        "options": req.options.clone().unwrap_or(serde_json::Value::Null),
+    })
+}
+
+/// What one policy said about one object with one param.
+#[derive(Default)]
+struct Outcome {
+    skipped: bool,
+    errors: Vec<String>,
+    /// (message, reason, validation index)
+    failures: Vec<(String, String, usize)>,
+    annotations: Vec<(String, String)>,
+}
+
+impl Inner {
+    pub(super) fn run_binding(
+        &self,
+        policy: &Policy,
+        binding: &Binding,
+        req: &Request,
+        scope: &Scope,
+        prefix: &str,
+        verdict: &mut Verdict,
+    ) {
+        let start = Instant::now();
+        let mut outcomes = Vec::new();
+        match (&policy.param_kind, &binding.param_ref) {
+            (Some(kind), Some(pref)) => {
+                let found: Vec<&Param> = self
+                    .params
+                    .iter()
+                    .filter(|p| {
+                        (p.api_version.as_str(), p.kind.as_str())
+                            == (kind.0.as_str(), kind.1.as_str())
+                    })
+                    .filter(|p| match &pref.namespace {
+                        Some(ns) => p.namespace.as_deref() == Some(ns.as_str()),
+                        None => p.namespace.is_none() || p.namespace == req.namespace,
+                    })
+                    .filter(|p| match (&pref.name, &pref.selector) {
+                        (Some(n), _) => &p.name == n,
+                        (None, Some(sel)) => sel.matches(&p.labels),
+                        (None, None) => false,
+                    })
+                    .collect();
+                if found.is_empty() {
+                    if pref.deny_when_missing {
+                        // A configuration error, as in kube-apiserver: it
+                        // follows failurePolicy, not validationActions.
+                        result_error(
+                            verdict,
+                            policy,
+                            start,
+                            format!(
+                                "no params found for binding {} ({} {}) and its parameterNotFoundAction is Deny",
+                                binding.name,
+                                kind.1,
+                                pref.name.as_deref().unwrap_or("by selector")
+                            ),
+                        );
+                        return;
+                    }
+                } else {
+                    for p in found {
+                        outcomes.push(cel::with_policy_budget(|| {
+                            self.evaluate_policy(policy, scope, p.value.clone())
+                        }));
+                    }
+                }
+            }
+            _ => outcomes.push(cel::with_policy_budget(|| {
+                self.evaluate_policy(policy, scope, Value::Null)
+            })),
+        }
+        if outcomes.iter().all(|o| o.skipped) {
+            return;
+        }
+        let mut result = EvaluationResult::Pass;
+        for outcome in outcomes {
+            for (k, v) in outcome.annotations {
+                verdict.audit_annotations.insert(k, v);
+            }
+            let mut failures = outcome.failures;
+            if !outcome.errors.is_empty() {
+                result = EvaluationResult::Error;
+                if policy.failure_policy == FailurePolicy::Ignore {
+                    // Debug level: a function error may quote a value from the object.
+                    tracing::debug!(policy = %policy.name, binding = %binding.name, errors = ?outcome.errors, "policy error ignored (failurePolicy Ignore)");
+                } else {
+                    for e in outcome.errors {
+                        failures.push((
+                            format!(
+                                "policy error (failurePolicy {}): {e}",
+                                policy.failure_policy.as_str()
+                            ),
+                            "Invalid".to_string(),
+                            0,
+                        ));
+                    }
+                }
+            }
+            for (message, reason, index) in failures {
+                let line = format!("{}: {prefix}{message}", policy.name);
+                for action in &binding.actions {
+                    match action {
+                        Action::Deny => {
+                            result = EvaluationResult::Deny;
+                            verdict.reason.get_or_insert_with(|| reason.clone());
+                            verdict.denials.push(line.clone());
+                        }
+                        Action::Warn => {
+                            if result != EvaluationResult::Deny {
+                                result = EvaluationResult::Warn;
+                            }
+                            verdict.warnings.push(line.clone());
+                        }
+                        Action::Audit => {
+                            if result == EvaluationResult::Pass {
+                                result = EvaluationResult::Warn;
+                            }
+                            add_audit_failure(
+                                verdict,
+                                policy,
+                                binding,
+                                index,
+                                &format!("{prefix}{message}"),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        verdict.evaluations.push(PolicyEvaluation {
+            policy: policy.name.clone(),
+            result,
+            duration: start.elapsed(),
+        });
+    }
+
+    fn evaluate_policy(&self, policy: &Policy, scope: &Scope, params: Value) -> Outcome {
+        let mut ctx = scope.ctx.new_inner_scope();
+        ctx.add_variable_from_value("params", params);
+        let mut vars = Variables {
+            policy,
+            values: vec![None; policy.variables.len()],
+        };
+        let mut outcome = Outcome::default();
+        let mut condition_error = None;
+        for (i, c) in policy.match_conditions.iter().enumerate() {
+            match vars.eval(&ctx, &c.expr) {
+                Ok(Value::Bool(false)) => {
+                    outcome.skipped = true;
+                    return outcome;
+                }
+                Ok(Value::Bool(true)) => {}
+                Ok(other) => {
+                    condition_error.get_or_insert(format!(
+                        "matchConditions[{i}] ({}) returned {}, not bool",
+                        c.name,
+                        cel::type_name(&other)
+                    ));
+                }
+                Err(e) => {
+                    condition_error
+                        .get_or_insert(format!("matchConditions[{i}] ({}): {e}", c.name));
+                }
+            }
+        }
+        if let Some(e) = condition_error {
+            outcome.errors.push(e);
+            return outcome;
+        }
+        for (i, v) in policy.validations.iter().enumerate() {
+            match vars.eval(&ctx, &v.expr) {
+                Ok(Value::Bool(true)) => {}
+                Ok(Value::Bool(false)) => {
+                    let message = v
+                        .message_expr
+                        .as_ref()
+                        .and_then(|m| match vars.eval(&ctx, m) {
+                            Ok(Value::String(s)) => {
+                                let s = s.trim();
+                                (!s.is_empty() && !s.contains('\n') && s.len() <= MAX_MESSAGE_LEN)
+                                    .then(|| s.to_string())
+                            }
+                            _ => None,
+                        })
+                        .or_else(|| v.message.clone().filter(|m| !m.trim().is_empty()))
+                        .unwrap_or_else(|| format!("failed expression: {}", v.expr.source.trim()));
+                    outcome.failures.push((message, v.reason.clone(), i));
+                }
+                Ok(other) => outcome.errors.push(format!(
+                    "validations[{i}] returned {}, not bool",
+                    cel::type_name(&other)
+                )),
+                Err(e) => outcome.errors.push(format!("validations[{i}]: {e}")),
+            }
+        }
+        for a in &policy.audit_annotations {
+            match vars.eval(&ctx, &a.expr) {
+                Ok(Value::String(s)) if !s.is_empty() => outcome
+                    .annotations
+                    .push((format!("{}/{}", policy.name, a.name), s.to_string())),
+                Ok(Value::String(_) | Value::Null) => {}
+                Ok(other) => outcome.errors.push(format!(
+                    "auditAnnotations {} returned {}, not string",
+                    a.name,
+                    cel::type_name(&other)
+                )),
+                Err(e) => outcome
+                    .errors
+                    .push(format!("auditAnnotations {}: {e}", a.name)),
+            }
+        }
+        outcome
+    }
+}
+
+/// Records a binding that could not be evaluated at all.
+fn result_error(verdict: &mut Verdict, policy: &Policy, start: Instant, message: String) {
+    if policy.failure_policy == FailurePolicy::Fail {
+        verdict.reason.get_or_insert_with(|| "Invalid".to_string());
+        verdict.denials.push(format!(
+            "{}: policy error (failurePolicy Fail): {message}",
+            policy.name
+        ));
+    }
+    verdict.evaluations.push(PolicyEvaluation {
+        policy: policy.name.clone(),
+        result: EvaluationResult::Error,
+        duration: start.elapsed(),
+    });
+}
+
+fn add_audit_failure(
+    verdict: &mut Verdict,
+    policy: &Policy,
+    binding: &Binding,
+    index: usize,
+    message: &str,
+) {
+    let entry = json!({
+        "message": message,
+        "policy": policy.name,
+        "binding": binding.name,
+        "expressionIndex": index,
+        "validationActions": binding.actions.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
+    });
+    let slot = verdict
+        .audit_annotations
+        .entry(VALIDATION_FAILURE_ANNOTATION.to_string())
+        .or_insert_with(|| "[]".to_string());
+    let mut list: Vec<serde_json::Value> = serde_json::from_str(slot).unwrap_or_default();
+    list.push(entry);
+    *slot = serde_json::Value::Array(list).to_string();
+}
+
+/// A policy's `variables`, evaluated lazily and at most once per request:
+/// an expression evaluates only the variables it refers to (and those they
+/// refer to), when it is itself evaluated.
+struct Variables<'p> {
+    policy: &'p Policy,
+    values: Vec<Option<Result<Value, EvalError>>>,
+}
+
+impl Variables<'_> {
+    fn eval(&mut self, ctx: &Context, expr: &cel::Compiled) -> Result<Value, EvalError> {
+        if expr.policy_variables.is_empty() {
+            return cel::evaluate(expr, ctx);
+        }
+        let needed = self.closure(&expr.policy_variables);
+        for &i in &needed {
+            if self.values[i].is_none() {
+                let var = &self.policy.variables[i];
+                let direct = self.closure(&var.expr.policy_variables);
+                let result = self.eval_with(ctx, &var.expr, &direct);
+                self.values[i] = Some(result);
+            }
+        }
+        self.eval_with(ctx, expr, &needed)
+    }
+
+    /// Indices of the named variables and everything they use, in order.
+    fn closure(&self, names: &BTreeSet<String>) -> Vec<usize> {
+        let vars = &self.policy.variables;
+        let mut wanted = vec![false; vars.len()];
+        for (i, v) in vars.iter().enumerate() {
+            if names.contains(&v.name) {
+                wanted[i] = true;
+            }
+        }
+        // Variables only use earlier ones, so one backward pass suffices.
+        for i in (0..vars.len()).rev() {
+            if wanted[i] {
+                for (j, v) in vars.iter().enumerate().take(i) {
+                    if vars[i].expr.policy_variables.contains(&v.name) {
+                        wanted[j] = true;
+                    }
+                }
+            }
+        }
+        (0..vars.len()).filter(|i| wanted[*i]).collect()
+    }
+
+    fn eval_with(
+        &self,
+        ctx: &Context,
+        expr: &cel::Compiled,
+        needed: &[usize],
+    ) -> Result<Value, EvalError> {
+        let mut map = std::collections::HashMap::new();
+        for &i in needed {
+            if let Some(Ok(v)) = &self.values[i] {
+                map.insert(self.policy.variables[i].name.clone(), v.clone());
+            }
+        }
+        let mut child = ctx.new_inner_scope();
+        child.add_variable_from_value("variables", map);
+        match cel::evaluate(expr, &child) {
+            Err(EvalError::Runtime(msg)) => {
+                // A failed variable surfaces as a missing key: report its own error.
+                for &i in needed {
+                    let name = &self.policy.variables[i].name;
+                    if let Some(Err(e)) = &self.values[i] {
+                        if msg == format!("no such key: {name}") {
+                            return Err(match e {
+                                EvalError::CostLimit(m) => {
+                                    EvalError::CostLimit(format!("variables.{name}: {m}"))
+                                }
+                                EvalError::Runtime(m) => {
+                                    EvalError::Runtime(format!("variables.{name}: {m}"))
+                                }
+                            });
+                        }
+                    }
+                }
+                Err(EvalError::Runtime(msg))
+            }
+            other => other,
+        }
+    }
+}

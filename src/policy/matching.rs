@@ -1,0 +1,269 @@
+//! Which requests a policy or binding applies to, as kube-apiserver decides:
+//! resource rules, scope, namespace and object selectors, exclusions.
+use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// `matchConstraints` / `matchResources`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MatchResources {
+    pub namespace_selector: LabelSelector,
+    pub object_selector: LabelSelector,
+    pub resource_rules: Vec<Rule>,
+    pub exclude_resource_rules: Vec<Rule>,
+    pub match_policy: MatchPolicy,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatchPolicy {
+    /// Also match the request as the apiserver converted it for the policy.
+    #[default]
+    Equivalent,
+    /// Only match the resource exactly as the client requested it.
+    Exact,
+}
+
+/// A `NamedRuleWithOperations`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rule {
+    pub operations: Vec<String>,
+    pub api_groups: Vec<String>,
+    pub api_versions: Vec<String>,
+    pub resources: Vec<String>,
+    pub resource_names: Vec<String>,
+    pub scope: Scope,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    #[default]
+    All,
+    Cluster,
+    Namespaced,
+}
+
+/// A `metav1.LabelSelector`. The default selects everything.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LabelSelector {
+    pub match_labels: BTreeMap<String, String>,
+    pub match_expressions: Vec<Requirement>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: SelectorOp,
+    pub values: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelectorOp {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl LabelSelector {
+    pub fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                match r.operator {
+                    SelectorOp::In => value.is_some_and(|v| r.values.contains(v)),
+                    SelectorOp::NotIn => value.is_none_or(|v| !r.values.contains(v)),
+                    SelectorOp::Exists => value.is_some(),
+                    SelectorOp::DoesNotExist => value.is_none(),
+                }
+            })
+    }
+}
+
+/// `metadata.labels` of a JSON object.
+pub fn labels_of(object: Option<&Value>) -> BTreeMap<String, String> {
+    object
+        .and_then(|o| o.pointer("/metadata/labels"))
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl MatchResources {
+    /// Whether `req` is in scope. `namespace_labels` are the labels of the
+    /// request's namespace (none for cluster-scoped requests).
+    pub fn matches(&self, req: &Request, namespace_labels: &BTreeMap<String, String>) -> bool {
+        self.matches_rules(req)
+            && !self
+                .exclude_resource_rules
+                .iter()
+                .any(|r| rule_matches(r, req, self.match_policy))
+            && self.matches_namespace(req, namespace_labels)
+            && self.matches_object(req)
+    }
+
+    /// Only the resource rules (for a binding, no rules means no narrowing).
+    fn matches_rules(&self, req: &Request) -> bool {
+        self.resource_rules
+            .iter()
+            .any(|r| rule_matches(r, req, self.match_policy))
+    }
+
+    /// For bindings: an empty rule list does not narrow.
+    pub fn narrows(&self, req: &Request, namespace_labels: &BTreeMap<String, String>) -> bool {
+        (self.resource_rules.is_empty() || self.matches_rules(req))
+            && !self
+                .exclude_resource_rules
+                .iter()
+                .any(|r| rule_matches(r, req, self.match_policy))
+            && self.matches_namespace(req, namespace_labels)
+            && self.matches_object(req)
+    }
+
+    fn matches_namespace(
+        &self,
+        req: &Request,
+        namespace_labels: &BTreeMap<String, String>,
+    ) -> bool {
+        if self.namespace_selector.is_empty() {
+            return true;
+        }
+        if is_namespace(&req.resource) {
+            // A Namespace is matched on its own labels.
+            let object = req.object.as_ref().or(req.old_object.as_ref());
+            return self.namespace_selector.matches(&labels_of(object));
+        }
+        match req.namespace.as_deref() {
+            // Cluster-scoped objects always match a namespaceSelector.
+            None | Some("") => true,
+            Some(_) => self.namespace_selector.matches(namespace_labels),
+        }
+    }
+
+    fn matches_object(&self, req: &Request) -> bool {
+        if self.object_selector.is_empty() {
+            return true;
+        }
+        let on = |o: Option<&Value>| o.is_some() && self.object_selector.matches(&labels_of(o));
+        on(req.object.as_ref()) || on(req.old_object.as_ref())
+    }
+}
+
+fn is_namespace(gvr: &GroupVersionResource) -> bool {
+    gvr.group.is_empty() && gvr.resource == "namespaces"
+}
+
+fn rule_matches(rule: &Rule, req: &Request, policy: MatchPolicy) -> bool {
+    let sub = req.sub_resource.as_deref().unwrap_or("");
+    let as_sent = (
+        &req.resource,
+        sub,
+        req.request_kind.as_ref().unwrap_or(&req.kind),
+    );
+    let requested = (
+        req.request_resource.as_ref().unwrap_or(&req.resource),
+        req.request_sub_resource.as_deref().unwrap_or(sub),
+        req.request_kind.as_ref().unwrap_or(&req.kind),
+    );
+    let common = matches_operation(rule, req.operation)
+        && matches_scope(rule, req)
+        && (rule.resource_names.is_empty() || rule.resource_names.contains(&req.name));
+    if !common {
+        return false;
+    }
+    let matches_gvr = |(gvr, sub, _kind): (&GroupVersionResource, &str, &GroupVersionKind)| {
+        matches_list(&rule.api_groups, &gvr.group)
+            && matches_list(&rule.api_versions, &gvr.version)
+            && rule
+                .resources
+                .iter()
+                .any(|r| matches_resource(r, &gvr.resource, sub))
+    };
+    match policy {
+        MatchPolicy::Exact => matches_gvr(requested),
+        MatchPolicy::Equivalent => matches_gvr(as_sent) || matches_gvr(requested),
+    }
+}
+
+fn matches_operation(rule: &Rule, op: Operation) -> bool {
+    rule.operations
+        .iter()
+        .any(|o| o == "*" || o.eq_ignore_ascii_case(op.as_str()))
+}
+
+fn matches_scope(rule: &Rule, req: &Request) -> bool {
+    let namespaced = req.namespace.as_deref().is_some_and(|n| !n.is_empty());
+    match rule.scope {
+        Scope::All => true,
+        // A Namespace request carries its own name as namespace.
+        Scope::Cluster => !namespaced || is_namespace(&req.resource),
+        Scope::Namespaced => namespaced && !is_namespace(&req.resource),
+    }
+}
+
+fn matches_list(list: &[String], value: &str) -> bool {
+    list.iter().any(|v| v == "*" || v == value)
+}
+
+/// `pods`, `pods/status`, `pods/*`, `*`, `*/status`, `*/*`.
+fn matches_resource(pattern: &str, resource: &str, sub: &str) -> bool {
+    let (p_res, p_sub) = match pattern.split_once('/') {
+        Some((r, s)) => (r, Some(s)),
+        None => (pattern, None),
+    };
+    let res_ok = p_res == "*" || p_res == resource;
+    let sub_ok = match p_sub {
+        None => sub.is_empty(),
+        Some("*") => true,
+        Some(s) => s == sub,
+    };
+    res_ok && sub_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_patterns_follow_kubernetes() {
+        assert!(matches_resource("pods", "pods", ""));
+        assert!(!matches_resource("pods", "pods", "status"));
+        assert!(matches_resource("pods/*", "pods", "status"));
+        assert!(matches_resource("pods/*", "pods", ""));
+        assert!(matches_resource("*", "deployments", ""));
+        assert!(!matches_resource("*", "deployments", "scale"));
+        assert!(matches_resource("*/scale", "deployments", "scale"));
+        assert!(matches_resource("*/*", "deployments", "scale"));
+        assert!(!matches_resource("pods/log", "pods", "exec"));
+    }
+
+    #[test]
+    fn selectors_follow_kubernetes() {
+        let labels: BTreeMap<String, String> = [("tier".to_string(), "gpu".to_string())]
+            .into_iter()
+            .collect();
+        let sel = |op, values: &[&str]| LabelSelector {
+            match_labels: BTreeMap::new(),
+            match_expressions: vec![Requirement {
+                key: "tier".into(),
+                operator: op,
+                values: values.iter().map(|s| s.to_string()).collect(),
+            }],
+        };
+        assert!(sel(SelectorOp::In, &["gpu"]).matches(&labels));
+        assert!(!sel(SelectorOp::NotIn, &["gpu"]).matches(&labels));
+        assert!(sel(SelectorOp::NotIn, &["gpu"]).matches(&BTreeMap::new()));
+        assert!(sel(SelectorOp::Exists, &[]).matches(&labels));
+        assert!(sel(SelectorOp::DoesNotExist, &[]).matches(&BTreeMap::new()));
+        assert!(LabelSelector::default().matches(&labels));
+    }
+}

@@ -1,0 +1,283 @@
+//! The policy engine end to end: folders of ValidatingAdmissionPolicy
+//! documents, compiled once and evaluated against requests.
+use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::policy::{
+    parse_documents, read_documents, EvaluationResult, PolicySet, VALIDATION_FAILURE_ANNOTATION,
+};
+use gpu_admission::review::{Operation, Request};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn fixtures(dir: &str) -> PolicySet {
+    let docs = read_documents(&Path::new("tests/fixtures/policies").join(dir)).unwrap();
+    PolicySet::compile(&docs).unwrap()
+}
+
+fn set(yaml: &str) -> PolicySet {
+    let docs = parse_documents(Path::new("inline.yaml"), yaml).unwrap();
+    PolicySet::compile(&docs).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn ns(name: &str, labels: &[(&str, &str)]) -> StaticNamespaces {
+    StaticNamespaces::new().with(
+        name,
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<BTreeMap<_, _>>(),
+    )
+}
+
+fn deployment(replicas: i64, ns: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"replicas": replicas, "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "train", "image": "pytorch",
+                "resources": {"limits": {"nvidia.com/gpu": "16"}}}]}}}})
+}
+
+fn gpu_pod(gpus: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {"containers": [
+            {"name": "sidecar", "image": "envoy"},
+            {"name": "train", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
+}
+
+fn create(obj: Value) -> Request {
+    Request::for_object(obj, Operation::Create, None)
+}
+
+#[test]
+fn replica_limit_example_denies_in_test_namespaces() {
+    let set = fixtures("replica-limit");
+    assert_eq!(set.len(), 2);
+    let test_ns = ns("default", &[("environment", "test")]);
+    let v = set.evaluate(&create(deployment(5, "default")), &test_ns);
+    assert_eq!(
+        v.denials,
+        vec!["replicalimit-policy.example.com: object.spec.replicas must be no greater than 3"]
+    );
+    assert_eq!(v.reason.as_deref(), Some("Invalid"));
+    assert!(v.warnings.is_empty());
+    let v = set.evaluate(&create(deployment(2, "default")), &test_ns);
+    assert!(v.denials.is_empty(), "{:?}", v.denials);
+}
+
+#[test]
+fn replica_limit_example_warns_elsewhere() {
+    let set = fixtures("replica-limit");
+    let prod = ns("default", &[("environment", "prod")]);
+    let v = set.evaluate(&create(deployment(500, "default")), &prod);
+    assert!(v.denials.is_empty());
+    assert_eq!(
+        v.warnings,
+        vec!["replicalimit-policy.example.com: object.spec.replicas must be no greater than 100"]
+    );
+    assert!(v
+        .evaluations
+        .iter()
+        .any(|e| e.result == EvaluationResult::Warn));
+}
+
+#[test]
+fn configmap_params_with_audit_write_the_kubernetes_annotation() {
+    let set = fixtures("replica-limit");
+    let prod = ns("default", &[("environment", "prod")]);
+    let v = set.evaluate(&create(deployment(7, "default")), &prod);
+    let raw = &v.audit_annotations[VALIDATION_FAILURE_ANNOTATION];
+    let parsed: Value = serde_json::from_str(raw).unwrap();
+    assert_eq!(
+        parsed,
+        json!([{"message": "too many replicas", "policy": "replicalimit-configmap.example.com",
+            "binding": "replicalimit-configmap-audit", "expressionIndex": 0,
+            "validationActions": ["Audit"]}])
+    );
+    assert!(v.denials.is_empty());
+}
+
+#[test]
+fn quantity_and_lists_through_the_engine() {
+    let set = fixtures("gpu");
+    let none = StaticNamespaces::new();
+    let v = set.evaluate(&create(gpu_pod("9")), &none);
+    assert_eq!(
+        v.denials,
+        vec!["gpu-limits: container \"train\" asks for more than 8 GPUs"]
+    );
+    let v = set.evaluate(&create(gpu_pod("4")), &none);
+    assert!(v.denials.is_empty(), "{:?}", v.denials);
+    assert_eq!(v.audit_annotations["gpu-limits/gpus"], "4");
+}
+
+#[test]
+fn pod_templates_of_controllers_are_judged() {
+    let set = fixtures("gpu");
+    let v = set.evaluate(&create(deployment(1, "ml")), &StaticNamespaces::new());
+    assert_eq!(
+        v.denials,
+        vec!["gpu-limits: Deployment web: container \"train\" asks for more than 8 GPUs"]
+    );
+    let mut job = deployment(1, "ml");
+    job["apiVersion"] = json!("batch/v1");
+    job["kind"] = json!("Job");
+    let v = set.evaluate(&create(job), &StaticNamespaces::new());
+    assert_eq!(v.denials.len(), 1);
+    assert!(
+        v.denials[0].starts_with("gpu-limits: Job web: "),
+        "{:?}",
+        v.denials
+    );
+    // DELETE of a controller does not judge its template.
+    let del = Request::for_object(deployment(1, "ml"), Operation::Delete, None);
+    assert!(set
+        .evaluate(&del, &StaticNamespaces::new())
+        .denials
+        .is_empty());
+}
+
+const POD_RULES: &str = r#"
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["pods"]
+"#;
+
+fn policy(name: &str, spec_tail: &str, actions: &str) -> String {
+    format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: {name}\nspec:{POD_RULES}{spec_tail}\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: {name}-binding\nspec:\n  policyName: {name}\n  validationActions: {actions}\n"
+    )
+}
+
+#[test]
+fn default_message_is_the_failed_expression() {
+    let set = set(&policy(
+        "p",
+        "  validations:\n  - expression: \"object.metadata.name == 'x'\"",
+        "[Deny]",
+    ));
+    let v = set.evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(
+        v.denials,
+        vec!["p: failed expression: object.metadata.name == 'x'"]
+    );
+}
+
+#[test]
+fn message_expression_falls_back_to_message_on_error_or_empty() {
+    let tail = "  validations:\n  - expression: 'false'\n    message: static text\n    messageExpression: 'object.nope'\n  - expression: 'false'\n    message: second\n    messageExpression: \"'  '\"";
+    let set = set(&policy("p", tail, "[Deny]"));
+    let v = set.evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(v.denials, vec!["p: static text", "p: second"]);
+}
+
+#[test]
+fn reason_is_taken_from_the_validation() {
+    let tail = "  validations:\n  - expression: 'false'\n    reason: Forbidden";
+    let v =
+        set(&policy("p", tail, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(v.reason.as_deref(), Some("Forbidden"));
+}
+
+#[test]
+fn match_conditions_false_skips_and_error_applies_failure_policy() {
+    let skip = "  matchConditions:\n  - name: never\n    expression: 'false'\n  - name: broken\n    expression: 'object.nope == 1'\n  validations:\n  - expression: 'false'";
+    let v =
+        set(&policy("p", skip, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert!(v.denials.is_empty() && v.evaluations.is_empty(), "{v:?}");
+    let err = "  matchConditions:\n  - name: broken\n    expression: 'object.nope == 1'\n  validations:\n  - expression: 'true'";
+    let v =
+        set(&policy("p", err, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(
+        v.denials,
+        vec![
+            "p: policy error (failurePolicy Fail): matchConditions[0] (broken): no such key: nope"
+        ]
+    );
+    let ignore = format!("  failurePolicy: Ignore\n{err}");
+    let v = set(&policy("p", &ignore, "[Deny]"))
+        .evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert!(v.denials.is_empty());
+    assert_eq!(v.evaluations[0].result, EvaluationResult::Error);
+}
+
+#[test]
+fn validation_errors_apply_failure_policy() {
+    let tail = "  validations:\n  - expression: \"object.spec.replicas > 1\"";
+    let v =
+        set(&policy("p", tail, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(
+        v.denials,
+        vec!["p: policy error (failurePolicy Fail): validations[0]: no such key: replicas"]
+    );
+    let warn =
+        set(&policy("p", tail, "[Warn]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert!(warn.denials.is_empty());
+    assert_eq!(warn.warnings.len(), 1);
+}
+
+#[test]
+fn variables_are_lazy_and_may_use_earlier_ones() {
+    // `broken` is never referenced, so its error never surfaces.
+    let tail = "  variables:\n  - name: broken\n    expression: '1/0 == 1'\n  - name: names\n    expression: 'object.spec.containers.map(c, c.name)'\n  - name: count\n    expression: 'size(variables.names)'\n  validations:\n  - expression: 'variables.count < 2'\n    messageExpression: \"'has ' + string(variables.count) + ' containers: ' + variables.names.join(', ')\"";
+    let v =
+        set(&policy("p", tail, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(v.denials, vec!["p: has 2 containers: sidecar, train"]);
+    let tail = "  variables:\n  - name: broken\n    expression: '1/0 == 1'\n  validations:\n  - expression: 'true || variables.broken'\n  - expression: 'variables.broken'";
+    let v =
+        set(&policy("p", tail, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(
+        v.denials,
+        vec!["p: policy error (failurePolicy Fail): validations[1]: variables.broken: division by zero"]
+    );
+}
+
+#[test]
+fn audit_annotations_skip_null_and_empty() {
+    let tail = "  validations:\n  - expression: 'true'\n  auditAnnotations:\n  - key: name\n    valueExpression: \"'pod ' + object.metadata.name\"\n  - key: none\n    valueExpression: 'null'\n  - key: empty\n    valueExpression: \"''\"";
+    let v = set(&policy("p", tail, "[Audit]"))
+        .evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(
+        v.audit_annotations,
+        [("p/name".to_string(), "pod trainer".to_string())]
+            .into_iter()
+            .collect()
+    );
+}
+
+#[test]
+fn request_variable_has_the_kubernetes_shape() {
+    let tail = "  validations:\n  - expression: \"request.operation == 'CREATE' && request.kind.kind == 'Pod' && request.resource.resource == 'pods' && request.userInfo.username == 'gpu-admission-cli' && request.namespace == 'ml' && request.name == 'trainer' && request.subResource == '' && !request.dryRun && oldObject == null && namespaceObject.metadata.name == 'ml' && !has(request.uid)\"";
+    let v =
+        set(&policy("p", tail, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert!(v.denials.is_empty(), "{:?}", v.denials);
+}
+
+#[test]
+fn runaway_expression_stops_quickly_with_a_cost_error() {
+    let tail = "  validations:\n  - expression: 'object.items.all(a, object.items.all(b, object.items.all(c, a + b + c >= 0)))'";
+    let set = set(&policy("p", tail, "[Deny]"));
+    let items: Vec<i64> = (0..1000).collect();
+    let mut pod = gpu_pod("1");
+    pod["items"] = json!(items);
+    // 1,000,000 units take about a tenth of a second optimised; an
+    // unoptimised test build on a busy machine is several times slower.
+    let bound = if cfg!(debug_assertions) {
+        std::time::Duration::from_secs(4)
+    } else {
+        std::time::Duration::from_millis(500)
+    };
+    let start = std::time::Instant::now();
+    let v = set.evaluate(&create(pod), &StaticNamespaces::new());
+    assert!(start.elapsed() < bound, "{:?}", start.elapsed());
+    assert_eq!(v.denials.len(), 1);
+    assert!(
+        v.denials[0].starts_with(
+            "p: policy error (failurePolicy Fail): validations[0]: cost limit exceeded"
+        ),
+        "{}",
+        v.denials[0]
+    );
+}

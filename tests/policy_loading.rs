@@ -1,0 +1,230 @@
+//! Loading policy folders and the errors a policy author sees.
+use gpu_admission::cel::{Extension, Extensions};
+use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::policy::{parse_documents, read_documents, LoadErrors, PolicySet};
+use gpu_admission::review::{Operation, Request};
+use serde_json::json;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const POLICY: &str = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: p}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  validations:
+  - expression: "EXPR"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: b}
+spec:
+  policyName: p
+  validationActions: [Deny]
+"#;
+
+fn compile(yaml: &str) -> Result<PolicySet, LoadErrors> {
+    PolicySet::compile(&parse_documents(Path::new("policies/p.yaml"), yaml).unwrap())
+}
+
+#[test]
+fn cel_errors_name_file_document_field_and_position() {
+    let err =
+        compile(&POLICY.replace("EXPR", "object.spec.containers.all(c, c.name ==)")).unwrap_err();
+    assert_eq!(err.0.len(), 1);
+    let e = &err.0[0];
+    assert_eq!(e.field.as_deref(), Some("spec.validations[0].expression"));
+    assert_eq!(e.line, Some(1));
+    assert!(e.column.is_some());
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "policies/p.yaml: document 1 (line 1): spec.validations[0].expression: line 1, column "
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("OtherError") && !text.contains("ParseError {"),
+        "{text}"
+    );
+}
+
+#[test]
+fn field_errors_name_the_field() {
+    let bad = POLICY.replace(
+        "validationActions: [Deny]",
+        "validationActions: [Deny, Warn]",
+    );
+    let err = compile(&bad.replace("EXPR", "true"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("document 2 (line 14): spec.validationActions: Deny and Warn"),
+        "{err}"
+    );
+    let bad = POLICY.replace("operations: [\"CREATE\"]", "operations: [\"PATCH\"]");
+    let err = compile(&bad.replace("EXPR", "true"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.matchConstraints.resourceRules[0].operations[0]: must be"),
+        "{err}"
+    );
+    let bad = POLICY.replace("policyName: p", "policyName: q");
+    let err = compile(&bad.replace("EXPR", "true"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.policyName: no ValidatingAdmissionPolicy named q"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_kinds_are_errors_naming_file_and_document() {
+    let yaml = format!(
+        "{}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: s}}\n",
+        POLICY.replace("EXPR", "true")
+    );
+    let err = compile(&yaml).unwrap_err().to_string();
+    assert!(
+        err.starts_with("policies/p.yaml: document 3 (line 21): unknown document kind \"Secret\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn undeclared_variables_and_policy_variables_are_errors() {
+    let err = compile(&POLICY.replace("EXPR", "variables.missing"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("variables.missing is not defined"), "{err}");
+    let twice = POLICY.replace(
+        "  validations:",
+        "  variables:\n  - {name: a, expression: '1'}\n  - {name: a, expression: '2'}\n  validations:",
+    );
+    let err = compile(&twice.replace("EXPR", "variables.a == 1"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.variables[1].name: variable a is defined twice"),
+        "{err}"
+    );
+    let err = compile(&POLICY.replace("EXPR", "obj.x"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("undeclared reference to 'obj'"), "{err}");
+}
+
+#[test]
+fn oversized_expressions_are_rejected_without_crashing() {
+    let flat = vec!["1"; 5000].join(" + ");
+    let err = compile(&POLICY.replace("EXPR", &format!("{flat} > 0")))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bytes long"), "{err}");
+    let parens = format!("{}true{}", "(".repeat(200), ")".repeat(200));
+    let err = compile(&POLICY.replace("EXPR", &parens))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nested too deeply"), "{err}");
+    let lists = format!("{}1{}", "[".repeat(90), "]".repeat(90));
+    assert!(compile(&POLICY.replace("EXPR", &lists)).is_err());
+    // Parser blow-up (exponential adaptive prediction) on unary chains.
+    let start = std::time::Instant::now();
+    let motif = "!!(!!!!!!(!!!!(((((!!(!!(!!!!((".repeat(8) + "1";
+    let err = compile(&POLICY.replace("EXPR", &motif))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("repeated unary operators"), "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    let chain = format!("object{} == 1", ".a".repeat(1500));
+    let err = compile(&POLICY.replace("EXPR", &chain))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nested too deeply"), "{err}");
+}
+
+#[test]
+fn folders_are_read_recursively_sorted_and_skip_dot_dirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // A mounted ConfigMap: files live in a timestamped dot-dir, reached via ..data and top-level symlinks.
+    std::fs::create_dir(root.join("..2026_11_29")).unwrap();
+    std::fs::write(
+        root.join("..2026_11_29/policy.yaml"),
+        POLICY.replace("EXPR", "false"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("..2026_11_29", root.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/policy.yaml", root.join("policy.yaml")).unwrap();
+    std::fs::create_dir(root.join("extra")).unwrap();
+    std::fs::write(root.join("extra/readme.txt"), "not yaml").unwrap();
+    let docs = read_documents(root).unwrap();
+    assert_eq!(docs.len(), 2, "read once, through the symlink");
+    assert!(docs[0].source.file.ends_with("policy.yaml"));
+    let set = PolicySet::compile(&docs).unwrap();
+    assert_eq!(set.len(), 1);
+}
+
+struct Counting(Arc<AtomicUsize>);
+
+impl Extension for Counting {
+    fn register_functions(&self, ctx: &mut gpu_admission::cel::Context<'static>) {
+        let calls = Arc::clone(&self.0);
+        ctx.add_function("countCall", move |x: i64| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            x
+        });
+    }
+    fn variable_names(&self) -> &[&'static str] {
+        &["host"]
+    }
+    fn variables(
+        &self,
+        object: Option<&serde_json::Value>,
+    ) -> Vec<(String, gpu_admission::cel::Value)> {
+        let name = object
+            .and_then(|o| o.pointer("/metadata/name"))
+            .and_then(|n| n.as_str())
+            .unwrap_or("");
+        vec![(
+            "host".to_string(),
+            gpu_admission::cel::json_to_value(&json!({"name": name})),
+        )]
+    }
+}
+
+#[test]
+fn extensions_add_functions_and_variables_and_variables_are_memoized() {
+    let yaml = POLICY
+        .replace("  validations:\n  - expression: \"EXPR\"", "  variables:\n  - name: once\n    expression: countCall(1)\n  validations:\n  - expression: \"variables.once == 1 && host.name == 'trainer'\"\n  - expression: \"variables.once + variables.once == 3\"");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let docs = parse_documents(Path::new("p.yaml"), &yaml).unwrap();
+    let set = PolicySet::compile_with(&docs, Extensions::new().with(Counting(Arc::clone(&calls))))
+        .unwrap();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": "ml"}, "spec": {}});
+    let v = set.evaluate(
+        &Request::for_object(pod, Operation::Create, None),
+        &StaticNamespaces::new(),
+    );
+    assert_eq!(
+        v.denials,
+        vec!["p: failed expression: variables.once + variables.once == 3"]
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "a variable is evaluated once per request"
+    );
+    assert!(
+        compile(&POLICY.replace("EXPR", "host.name == ''")).is_err(),
+        "host is unknown without the extension"
+    );
+}

@@ -1,0 +1,157 @@
+//! Params resolved through a binding's paramRef, and namespaceObject.
+use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::policy::{parse_documents, PolicySet};
+use gpu_admission::review::{Operation, Request};
+use serde_json::json;
+use std::path::Path;
+
+fn set(param_ref: &str, params: &str) -> PolicySet {
+    let yaml = format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: max-gpus}}
+spec:
+  paramKind: {{apiVersion: v1, kind: ConfigMap}}
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  validations:
+  - expression: "object.spec.gpus <= int(params.data.max)"
+    messageExpression: "'at most ' + params.data.max + ' (' + params.metadata.name + ')'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: max-gpus}}
+spec:
+  policyName: max-gpus
+  validationActions: [Deny]
+  paramRef:
+{param_ref}
+{params}"#
+    );
+    PolicySet::compile(&parse_documents(Path::new("p.yaml"), &yaml).unwrap())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn cm(name: &str, ns: Option<&str>, labels: &str, max: &str) -> String {
+    let ns = ns
+        .map(|n| format!("  namespace: {n}\n"))
+        .unwrap_or_default();
+    format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{ns}  labels: {{{labels}}}\ndata: {{max: \"{max}\"}}\n")
+}
+
+fn denials(set: &PolicySet, gpus: i64, ns: &str) -> Vec<String> {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns}, "spec": {"gpus": gpus}});
+    set.evaluate(
+        &Request::for_object(pod, Operation::Create, None),
+        &StaticNamespaces::new(),
+    )
+    .denials
+}
+
+#[test]
+fn param_ref_by_name_and_namespace() {
+    let s = set(
+        "    name: limits\n    namespace: gpu-system\n    parameterNotFoundAction: Deny",
+        &(cm("limits", Some("gpu-system"), "", "4") + &cm("limits", Some("other"), "", "1")),
+    );
+    assert_eq!(denials(&s, 5, "ml"), vec!["max-gpus: at most 4 (limits)"]);
+    assert!(denials(&s, 4, "ml").is_empty());
+}
+
+#[test]
+fn param_ref_without_namespace_uses_the_request_namespace() {
+    let s = set(
+        "    name: limits\n    parameterNotFoundAction: Deny",
+        &(cm("limits", Some("team-a"), "", "2") + &cm("limits", Some("team-b"), "", "8")),
+    );
+    assert_eq!(
+        denials(&s, 4, "team-a"),
+        vec!["max-gpus: at most 2 (limits)"]
+    );
+    assert!(denials(&s, 4, "team-b").is_empty());
+}
+
+#[test]
+fn param_ref_selector_evaluates_once_per_param() {
+    let s = set(
+        "    namespace: gpu-system\n    selector:\n      matchLabels: {kind: gpu-limit}\n    parameterNotFoundAction: Allow",
+        &(cm("a", Some("gpu-system"), "kind: gpu-limit", "2")
+            + &cm("b", Some("gpu-system"), "kind: gpu-limit", "3")
+            + &cm("c", Some("gpu-system"), "kind: other", "0")),
+    );
+    assert_eq!(
+        denials(&s, 4, "ml"),
+        vec!["max-gpus: at most 2 (a)", "max-gpus: at most 3 (b)"]
+    );
+    assert_eq!(denials(&s, 3, "ml"), vec!["max-gpus: at most 2 (a)"]);
+}
+
+#[test]
+fn parameter_not_found_action_allow_and_deny() {
+    let allow = set(
+        "    name: missing\n    namespace: x\n    parameterNotFoundAction: Allow",
+        "",
+    );
+    assert!(denials(&allow, 100, "ml").is_empty());
+    let deny = set(
+        "    name: missing\n    namespace: x\n    parameterNotFoundAction: Deny",
+        "",
+    );
+    let d = denials(&deny, 0, "ml");
+    assert_eq!(d.len(), 1);
+    assert!(
+        d[0].starts_with(
+            "max-gpus: policy error (failurePolicy Fail): no params found for binding max-gpus"
+        ),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn namespace_object_is_the_request_namespace() {
+    let yaml = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: premium-only}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["*"]
+      apiVersions: ["*"]
+      operations: ["CREATE"]
+      resources: ["*"]
+  validations:
+  - expression: "namespaceObject == null || namespaceObject.metadata.?labels.orValue({}).exists(k, k == 'tier')"
+    messageExpression: "'namespace ' + namespaceObject.metadata.name + ' has no tier label'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: premium-only}
+spec: {policyName: premium-only, validationActions: [Deny]}
+"#;
+    let s = PolicySet::compile(&parse_documents(Path::new("p.yaml"), yaml).unwrap()).unwrap();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": {}});
+    let req = Request::for_object(pod, Operation::Create, None);
+    let labelled = StaticNamespaces::new().with(
+        "ml",
+        [("tier".to_string(), "premium".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    assert!(s.evaluate(&req, &labelled).denials.is_empty());
+    let bare = StaticNamespaces::new().with("ml", Default::default());
+    assert_eq!(
+        s.evaluate(&req, &bare).denials,
+        vec!["premium-only: namespace ml has no tier label"]
+    );
+    // Cluster-scoped objects see a null namespaceObject.
+    let node = Request::for_object(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}),
+        Operation::Create,
+        None,
+    );
+    assert!(s.evaluate(&node, &bare).denials.is_empty());
+}
