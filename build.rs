@@ -10,7 +10,9 @@ fn main() {
     let mut files = Vec::new();
     collect(&policies, &mut files);
     files.sort();
-    let mut out = String::from("/// Files of the shipped policy folder: (path inside policies/, contents).\n");
+    let mut out = String::from(
+        "/// Files of the shipped policy folder: (path inside policies/, contents).\n",
+    );
     out.push_str("pub static EMBEDDED_POLICIES: &[(&str, &str)] = &[\n");
     for file in &files {
         let rel = file.strip_prefix(&policies).expect("under policies/");
@@ -24,7 +26,8 @@ fn main() {
         .expect("write to string");
     }
     out.push_str("];\n");
-    let dest = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo")).join("embedded_policies.rs");
+    let dest =
+        PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo")).join("embedded_policies.rs");
     std::fs::write(dest, out).expect("write embedded_policies.rs");
 }
 
@@ -41,7 +44,10 @@ fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
         if path.is_dir() {
             println!("cargo:rerun-if-changed={}", path.display());
             collect(&path, files);
-        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
             files.push(path);
         }
     }

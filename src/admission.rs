@@ -2,6 +2,7 @@
 use crate::placement::{self, ProfileSet};
 use crate::policy::{NamespaceLookup, PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
+use crate::workload;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 
@@ -54,7 +55,8 @@ impl Admission {
             };
         }
         let bundle = self.bundle.load();
-        let plan = placement::plan(&bundle.placement, req);
+        let plan =
+            placement::plan_with_namespaces(&bundle.placement, req, self.namespaces.as_ref());
         Outcome {
             response: Response::allow().with_patch(plan.patch),
             profile: plan.profile,
@@ -65,7 +67,10 @@ impl Admission {
     /// The `/validate` answer: every matching policy binding.
     pub fn validate(&self, req: &Request) -> Outcome {
         let bundle = self.bundle.load();
-        let verdict = bundle.policies.evaluate(req, self.namespaces.as_ref());
+        let mut verdict = bundle.policies.evaluate(req, self.namespaces.as_ref());
+        verdict
+            .denials
+            .extend(self.placement_conflicts(&bundle, req));
         let mut response = if verdict.denials.is_empty() {
             Response::allow()
         } else {
@@ -79,4 +84,37 @@ impl Admission {
             evaluations: verdict.evaluations,
         }
     }
+
+    /// Denials for GPU pods (and pod templates) whose own node selection
+    /// contradicts the placement profile that would place them: mutation
+    /// leaves them alone rather than make them unschedulable.
+    fn placement_conflicts(&self, bundle: &Bundle, req: &Request) -> Vec<String> {
+        if !matches!(req.operation, Operation::Create | Operation::Update) {
+            return Vec::new();
+        }
+        let Some(object) = req.object.as_ref() else {
+            return Vec::new();
+        };
+        let (pod, prefix) = if req.kind.group.is_empty() && req.kind.kind == "Pod" {
+            (std::borrow::Cow::Borrowed(object), String::new())
+        } else if let Some(pod) = workload::pod_from_template(object) {
+            (
+                std::borrow::Cow::Owned(pod),
+                format!("{} {}: ", req.kind.kind, req.name),
+            )
+        } else {
+            return Vec::new();
+        };
+        let labels = match req.namespace.as_deref() {
+            Some(ns) => placement::namespace_labels(ns, self.namespaces.as_ref()),
+            None => Default::default(),
+        };
+        placement::conflicts(&bundle.placement, &pod, &labels)
+            .into_iter()
+            .map(|c| format!("{PLACEMENT_POLICY}: {prefix}{c}"))
+            .collect()
+    }
 }
+
+/// The name denials from placement conflicts go under.
+pub const PLACEMENT_POLICY: &str = "gpu-placement";

@@ -6,12 +6,15 @@
 //! point between the AdmissionReview wire format and the domain; `admission`
 //! joins placement and policy into the two webhook answers.
 pub mod admission;
+pub mod bundle;
 pub mod cel;
 pub mod cli;
 pub mod gpu;
 pub mod namespaces;
+pub mod offline;
 pub mod placement;
 pub mod policy;
 pub mod review;
 pub mod server;
+pub mod testing;
 pub mod workload;

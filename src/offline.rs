@@ -113,8 +113,8 @@ pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Value>> {
 pub fn parse_manifest(text: &str) -> anyhow::Result<Vec<Value>> {
     let mut objects = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(doc)
-            .map_err(|e| anyhow::anyhow!("document {}: {e}", i + 1))?;
+        let value =
+            Value::deserialize(doc).map_err(|e| anyhow::anyhow!("document {}: {e}", i + 1))?;
         match value {
             Value::Null => {}
             Value::Object(ref map) if is_list(map) => {
@@ -164,7 +164,10 @@ mod tests {
     fn manifests_open_lists_and_skip_empty_documents() {
         let text = "---\n---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: a}}\n- {apiVersion: v1, kind: Pod, metadata: {name: b}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n";
         let objects = parse_manifest(text).unwrap();
-        let names: Vec<_> = objects.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
+        let names: Vec<_> = objects
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["a", "b", "c"]);
         assert!(parse_manifest("- 1\n- 2\n").is_err());
     }

@@ -186,8 +186,14 @@ pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
     matches!(
         (group, kind),
         ("", "Namespace" | "Node" | "PersistentVolume")
-            | ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding")
-            | ("storage.k8s.io", "StorageClass" | "CSIDriver" | "CSINode" | "VolumeAttachment")
+            | (
+                "rbac.authorization.k8s.io",
+                "ClusterRole" | "ClusterRoleBinding"
+            )
+            | (
+                "storage.k8s.io",
+                "StorageClass" | "CSIDriver" | "CSINode" | "VolumeAttachment"
+            )
             | ("scheduling.k8s.io", "PriorityClass")
             | ("node.k8s.io", "RuntimeClass")
             | ("apiextensions.k8s.io", "CustomResourceDefinition")

@@ -3,8 +3,8 @@
 //! the mutated object).
 use crate::admission::{Admission, Bundle};
 use crate::namespaces::StaticNamespaces;
-use crate::policy::Document;
 use crate::offline::{self, build_request};
+use crate::policy::Document;
 use crate::review::Operation;
 use serde::Deserialize;
 use serde_json::Value;
@@ -46,8 +46,6 @@ struct NamespaceSpec {
     name: String,
     #[serde(default)]
     labels: BTreeMap<String, String>,
-    #[serde(default)]
-    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -118,12 +116,10 @@ pub fn run(bundle: &Bundle, tests: &[Document]) -> Vec<CaseResult> {
                 continue;
             }
         };
-        let namespaces = StaticNamespaces::new(
-            test.spec
-                .namespaces
-                .iter()
-                .map(|ns| namespace_object(&ns.name, &ns.labels, &ns.annotations)),
-        );
+        let mut namespaces = StaticNamespaces::new();
+        for ns in &test.spec.namespaces {
+            namespaces.insert(&ns.name, namespace_labels(&ns.name, &ns.labels));
+        }
         let admission = Admission::new(bundle.clone(), Arc::new(namespaces));
         let base = doc.source.file.parent().unwrap_or(Path::new("."));
         for case in &test.spec.cases {
@@ -138,23 +134,14 @@ pub fn run(bundle: &Bundle, tests: &[Document]) -> Vec<CaseResult> {
     results
 }
 
-/// A Namespace object as the cluster would return it.
-pub fn namespace_object(
-    name: &str,
-    labels: &BTreeMap<String, String>,
-    annotations: &BTreeMap<String, String>,
-) -> Value {
+/// A namespace's labels as the cluster would have them: the apiserver
+/// always adds `kubernetes.io/metadata.name`.
+pub fn namespace_labels(name: &str, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut labels = labels.clone();
     labels
         .entry("kubernetes.io/metadata.name".to_string())
         .or_insert_with(|| name.to_string());
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "spec": {"finalizers": ["kubernetes"]},
-        "status": {"phase": "Active"},
-    })
+    labels
 }
 
 /// Formats results as the `test` command prints them; the last line is
@@ -187,7 +174,12 @@ fn run_case(admission: &Admission, case: &Case, base: &Path) -> Result<Vec<Strin
         (None, None) => return Err("case has no object".into()),
     };
     let operation = case.operation.unwrap_or(Operation::Create);
-    let mut req = build_request(object, case.old_object.clone(), operation, case.namespace.as_deref());
+    let mut req = build_request(
+        object,
+        case.old_object.clone(),
+        operation,
+        case.namespace.as_deref(),
+    );
     if let Some(user) = &case.user_info {
         req.user_info = user.clone();
     }
@@ -212,9 +204,11 @@ fn run_case(admission: &Admission, case: &Case, base: &Path) -> Result<Vec<Strin
         }
     }
     let message = result.denials.join("\n");
-    let expected_allowed = expect
-        .allowed
-        .or(if expect.denied.is_empty() { None } else { Some(false) });
+    let expected_allowed = expect.allowed.or(if expect.denied.is_empty() {
+        None
+    } else {
+        Some(false)
+    });
     if let Some(want) = expected_allowed {
         if want != result.allowed {
             failures.push(if want {
@@ -231,7 +225,10 @@ fn run_case(admission: &Admission, case: &Case, base: &Path) -> Result<Vec<Strin
     }
     for want in &expect.warnings {
         if !result.warnings.iter().any(|w| w.contains(want.as_str())) {
-            failures.push(format!("no warning contains {want:?}: {:?}", result.warnings));
+            failures.push(format!(
+                "no warning contains {want:?}: {:?}",
+                result.warnings
+            ));
         }
     }
     if expect.no_warnings && !result.warnings.is_empty() {
@@ -292,7 +289,10 @@ fn diff_at(path: &mut String, want: &Value, got: &Value, out: &mut Vec<String>) 
                 path.truncate(len);
             }
         }
-        _ if want != got => out.push(format!("  {}: want {want}, got {got}", if path.is_empty() { "/" } else { path })),
+        _ if want != got => out.push(format!(
+            "  {}: want {want}, got {got}",
+            if path.is_empty() { "/" } else { path }
+        )),
         _ => {}
     }
 }
@@ -316,8 +316,14 @@ mod tests {
     #[test]
     fn report_ends_with_counts() {
         let results = vec![
-            CaseResult { name: "a".into(), failures: vec![] },
-            CaseResult { name: "b".into(), failures: vec!["expected denied, got allowed".into()] },
+            CaseResult {
+                name: "a".into(),
+                failures: vec![],
+            },
+            CaseResult {
+                name: "b".into(),
+                failures: vec!["expected denied, got allowed".into()],
+            },
         ];
         let text = report(&results, false);
         assert!(text.contains("FAIL b"));

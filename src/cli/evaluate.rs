@@ -6,8 +6,8 @@ use crate::admission::Admission;
 use crate::namespaces::StaticNamespaces;
 use crate::offline::{self, Evaluation};
 use crate::review::Operation;
-use crate::testing::namespace_object;
-use std::collections::BTreeMap;
+use crate::testing::namespace_labels;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +31,7 @@ pub struct EvaluateArgs {
     #[arg(short, long)]
     pub namespace: Option<String>,
     /// Labels of the objects' namespaces, as the cluster would have them.
-    #[arg(long, value_name = "k=v,...", value_parser = parse_labels)]
+    #[arg(long, value_name = "k=v,...", value_parser = crate::namespaces::parse_labels)]
     pub namespace_labels: Option<BTreeMap<String, String>>,
     /// The admission operation to simulate.
     #[arg(long, value_enum, default_value = "create")]
@@ -66,13 +66,14 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     let labels = args.namespace_labels.clone().unwrap_or_default();
-    let namespaces: std::collections::BTreeSet<String> =
-        requests.iter().filter_map(|r| r.namespace.clone()).collect();
-    let lookup = StaticNamespaces::new(
-        namespaces
-            .iter()
-            .map(|ns| namespace_object(ns, &labels, &BTreeMap::new())),
-    );
+    let namespaces: BTreeSet<String> = requests
+        .iter()
+        .filter_map(|r| r.namespace.clone())
+        .collect();
+    let mut lookup = StaticNamespaces::new();
+    for ns in &namespaces {
+        lookup.insert(ns, namespace_labels(ns, &labels));
+    }
     let admission = Admission::new(loaded.bundle, Arc::new(lookup));
     let results: Vec<Evaluation> = requests
         .into_iter()
@@ -123,33 +124,4 @@ pub fn render_text(results: &[Evaluation]) -> String {
         results.len()
     );
     out
-}
-
-/// Parses `k=v,k2=v2`.
-pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut labels = BTreeMap::new();
-    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("expected key=value, got {pair:?}"))?;
-        if k.is_empty() {
-            return Err(format!("empty label key in {pair:?}"));
-        }
-        labels.insert(k.to_string(), v.to_string());
-    }
-    Ok(labels)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_parse() {
-        let l = parse_labels("gpu-admission.io/tier=premium, team=ml").unwrap();
-        assert_eq!(l["gpu-admission.io/tier"], "premium");
-        assert_eq!(l["team"], "ml");
-        assert!(parse_labels("novalue").is_err());
-        assert!(parse_labels("=x").is_err());
-    }
 }

@@ -21,8 +21,7 @@ impl PolicyArgs {
     /// Loads the policies, or an error listing every problem found.
     pub fn load(&self) -> anyhow::Result<Loaded> {
         let source = self.source();
-        bundle::load(&source).map_err(|errors| {
-            anyhow::anyhow!("{} has errors:\n{}", source.describe(), errors)
-        })
+        bundle::load(&source)
+            .map_err(|errors| anyhow::anyhow!("{} has errors:\n{}", source.describe(), errors))
     }
 }

@@ -52,9 +52,7 @@ pub fn run_tests(args: &TestArgs) -> anyhow::Result<Summary> {
                 .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", args.dir.display()))?;
             let tests = docs
                 .into_iter()
-                .filter(|d| {
-                    d.value.get("kind").and_then(|k| k.as_str()) == Some("PolicyTest")
-                })
+                .filter(|d| d.value.get("kind").and_then(|k| k.as_str()) == Some("PolicyTest"))
                 .collect();
             (loaded.bundle, tests)
         }
