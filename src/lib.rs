@@ -7,6 +7,7 @@
 //! joins placement and policy into the two webhook answers.
 pub mod admission;
 pub mod cel;
+pub mod certs;
 pub mod cli;
 pub mod gpu;
 pub mod placement;
