@@ -76,22 +76,20 @@ impl Ensured {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
-    #[error("cannot create certificate directory {path}: {source}")]
+    #[error("cannot create certificate directory {path}: {error}")]
     CreateDir {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}: {error}")]
     Write {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("invalid certificate name {0:?}: expected a DNS name or an IP address")]
     Name(String),
     #[error("cannot generate certificate: {0}")]
-    Generate(#[source] rcgen::Error),
+    Generate(rcgen::Error),
 }
 
 /// The base64 `caBundle` for a PEM CA certificate.
@@ -106,9 +104,9 @@ pub fn ensure(dir: &Path, names: &[String]) -> Result<Ensured, CertError> {
     // Check the names before touching any file.
     serving_params(names, now)?;
     let paths = CertPaths::in_dir(dir);
-    std::fs::create_dir_all(dir).map_err(|source| CertError::CreateDir {
+    std::fs::create_dir_all(dir).map_err(|error| CertError::CreateDir {
         path: dir.to_path_buf(),
-        source,
+        error,
     })?;
     let (ca_pem, ca_key, created_ca) = match reusable_ca(&paths, now) {
         Some((pem, key)) => (pem, key, false),
@@ -287,9 +285,9 @@ fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertErro
         let _ = private;
         std::fs::rename(&tmp, path)
     };
-    write().map_err(|source| CertError::Write {
+    write().map_err(|error| CertError::Write {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 

@@ -1,1 +1,36 @@
-fn main() {}
+//! The `gpu-admission` binary: argument parsing only; each subcommand lives
+//! in `gpu_admission::cli`.
+use clap::{Parser, Subcommand};
+use gpu_admission::cli;
+use std::process::ExitCode;
+
+/// Kubernetes admission webhook and CEL policy engine for GPU workloads.
+#[derive(Debug, Parser)]
+#[command(name = "gpu-admission", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the admission webhook server (HTTPS /mutate and /validate).
+    Serve(cli::serve::ServeArgs),
+    /// Create or renew a local CA and serving certificate; print the caBundle.
+    Certs(cli::certs::CertsArgs),
+}
+
+fn main() -> ExitCode {
+    let Cli { command } = Cli::parse();
+    let result = match command {
+        Command::Serve(args) => cli::serve::run(args),
+        Command::Certs(args) => cli::certs::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -350,7 +350,7 @@ fn answer_budget(query: Option<&str>) -> Duration {
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|pair| pair.strip_prefix("timeout="))
-        .and_then(parse_go_duration)
+        .and_then(parse_duration)
         .filter(|d| !d.is_zero())
         .unwrap_or(DEFAULT_TIMEOUT)
         .min(MAX_TIMEOUT);
@@ -359,7 +359,7 @@ fn answer_budget(query: Option<&str>) -> Duration {
 }
 
 /// Parses Go's `time.Duration` text: `10s`, `1m30s`, `1.5s`, `500ms`.
-pub(crate) fn parse_go_duration(text: &str) -> Option<Duration> {
+pub fn parse_duration(text: &str) -> Option<Duration> {
     let mut rest = text;
     let mut total = 0f64;
     if rest.is_empty() {
@@ -395,14 +395,14 @@ mod tests {
 
     #[test]
     fn go_durations() {
-        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
-        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("1m0s"), Some(Duration::from_secs(60)));
-        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration(""), None);
-        assert_eq!(parse_go_duration("10"), None);
-        assert_eq!(parse_go_duration("ten s"), None);
+        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1m0s"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration(""), None);
+        assert_eq!(parse_duration("10"), None);
+        assert_eq!(parse_duration("ten s"), None);
     }
 
     #[test]

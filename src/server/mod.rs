@@ -7,7 +7,7 @@ pub mod metrics;
 pub mod shutdown;
 pub mod tls;
 
-pub use handlers::{DEFAULT_TIMEOUT, MAX_BODY_BYTES};
+pub use handlers::{parse_duration, DEFAULT_TIMEOUT, MAX_BODY_BYTES};
 pub use metrics::Metrics;
 pub use shutdown::{forward_signals, Phase, ShutdownHandle};
 

@@ -17,11 +17,10 @@ use tokio::sync::mpsc;
 /// Why a certificate and key pair could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum CertLoadError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}: no PEM certificate found")]
     NoCertificate { path: PathBuf },
@@ -44,13 +43,13 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// Loads a PEM certificate chain (leaf first) and its private key.
 pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, CertLoadError> {
-    let cert_pem = std::fs::read(cert).map_err(|source| CertLoadError::Read {
+    let cert_pem = std::fs::read(cert).map_err(|error| CertLoadError::Read {
         path: cert.to_path_buf(),
-        source,
+        error,
     })?;
-    let key_pem = std::fs::read(key).map_err(|source| CertLoadError::Read {
+    let key_pem = std::fs::read(key).map_err(|error| CertLoadError::Read {
         path: key.to_path_buf(),
-        source,
+        error,
     })?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
