@@ -5,8 +5,8 @@ mod common;
 use common::http::client_config;
 use common::{config, fixture, TestServer};
 use gpu_admission::certs;
-use rustls::pki_types::pem::PemObject as _;
 use gpu_admission::server::ServeConfig;
+use rustls::pki_types::pem::PemObject as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -119,7 +119,10 @@ async fn rewritten_certificate_files_are_served_without_restart() {
     // The new certificate covers the new name.
     let tls = client_config(&server.ca_pem, &[b"http/1.1"]);
     let client = common::http::Client::connect(server.addr, tls, "reload.example").await;
-    assert!(client.is_ok(), "new certificate verifies for reload.example");
+    assert!(
+        client.is_ok(),
+        "new certificate verifies for reload.example"
+    );
 }
 
 fn symlink(target: &str, link: &Path) {
@@ -211,7 +214,10 @@ async fn half_written_pair_keeps_the_current_certificate() {
         .to_vec();
     let mut served = Vec::new();
     for _ in 0..50 {
-        let tls = client_config(&std::fs::read_to_string(staging.path().join("ca.crt")).unwrap(), &[b"http/1.1"]);
+        let tls = client_config(
+            &std::fs::read_to_string(staging.path().join("ca.crt")).unwrap(),
+            &[b"http/1.1"],
+        );
         if let Ok(client) = common::http::Client::connect(server.addr, tls, "localhost").await {
             served = client.peer_certificate();
             break;

@@ -124,7 +124,7 @@ async fn review_request(
         endpoint = endpoint.as_str(),
         uid = Empty,
         kind = Empty,
-        name = Empty,
+        object = Empty,
         operation = Empty,
     );
     async move {
@@ -153,7 +153,7 @@ async fn review_request(
         let span = tracing::Span::current();
         span.record("uid", request.uid.as_str());
         span.record("kind", request.kind.kind.as_str());
-        span.record("name", request.display_name());
+        span.record("object", request.display_name());
         span.record("operation", request.operation.as_str());
 
         let (outcome, decision) = answer(&state, endpoint, &request, budget).await;
