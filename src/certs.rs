@@ -273,16 +273,27 @@ fn set_validity(params: &mut CertificateParams, now: SystemTime, days: u32) {
 }
 
 fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertError> {
+    // Written aside and renamed, so a reader never sees half a file; keys
+    // are created owner-only rather than narrowed after the fact.
     let write = || -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, contents)?;
+        use std::io::Write as _;
+        let mut tmp_name = path.as_os_str().to_owned();
+        tmp_name.push(".tmp");
+        let tmp = PathBuf::from(tmp_name);
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
         #[cfg(unix)]
-        if private {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(if private { 0o600 } else { 0o644 });
         }
         #[cfg(not(unix))]
         let _ = private;
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = options.open(&tmp)?;
+        file.write_all(contents.as_bytes())?;
+        file.sync_all()?;
+        drop(file);
         std::fs::rename(&tmp, path)
     };
     write().map_err(|error| CertError::Write {

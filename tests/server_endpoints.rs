@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use common::http::{client_config, client_config_versions, Client};
 use common::{config, fixture, SlowWebhook, TestServer};
 use gpu_admission::admission::Outcome;
+use gpu_admission::policy::{EvaluationResult, PolicyEvaluation};
 use gpu_admission::review::{Request, Response};
 use gpu_admission::server::Webhook;
 use serde_json::{json, Value};
@@ -138,7 +139,7 @@ async fn delete_and_connect_are_allowed_untouched() {
 
 fn denying(delay: Duration) -> SlowWebhook {
     let mut webhook = SlowWebhook::new(delay);
-    webhook.response = Response::deny("test-policy: always denies");
+    webhook.outcome.response = Response::deny("test-policy: always denies");
     webhook
 }
 
@@ -382,5 +383,59 @@ async fn metrics_count_requests_and_latency() {
         "{text}"
     );
     assert!(!text.contains("not JSON"), "no error text in labels");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_policy_evaluations_and_mutations() {
+    let mut webhook = SlowWebhook::new(Duration::ZERO);
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "add", "path": "/spec/nodeSelector", "value": {"sku": "gpu"}}
+    ]))
+    .unwrap();
+    webhook.outcome = Outcome {
+        response: Response::allow().with_patch(patch),
+        profile: Some("aks-gpu".into()),
+        evaluations: vec![
+            PolicyEvaluation {
+                policy: "gpu-limits".into(),
+                result: EvaluationResult::Pass,
+                duration: Duration::from_micros(40),
+            },
+            PolicyEvaluation {
+                policy: "gpu-keepalive".into(),
+                result: EvaluationResult::Warn,
+                duration: Duration::from_micros(15),
+            },
+        ],
+    };
+    let server = TestServer::start_with(config(), Arc::new(webhook)).await;
+    let pod = fixture("pod-create-gpu.json");
+    let (_, body) = server.post_review("/mutate", &pod).await;
+    assert_eq!(body["response"]["patchType"], "JSONPatch");
+    server.post_review("/mutate", &pod).await;
+
+    let (_, text) = server.get_metrics_listener("/metrics").await;
+    for (series, value) in [
+        (
+            r#"gpu_admission_requests_total{endpoint="mutate",kind="Pod",operation="CREATE",decision="patched"}"#,
+            2.0,
+        ),
+        (r#"gpu_admission_mutations_total{profile="aks-gpu"}"#, 2.0),
+        (
+            r#"gpu_admission_policy_evaluations_total{policy="gpu-limits",result="pass"}"#,
+            2.0,
+        ),
+        (
+            r#"gpu_admission_policy_evaluations_total{policy="gpu-keepalive",result="warn"}"#,
+            2.0,
+        ),
+        (
+            r#"gpu_admission_policy_evaluation_duration_seconds_count{policy="gpu-limits"}"#,
+            2.0,
+        ),
+    ] {
+        assert_eq!(metric_value(&text, series), value, "{series} in\n{text}");
+    }
     server.stop().await;
 }

@@ -197,21 +197,34 @@ async fn reload_loop(
     resolver: Arc<CertResolver>,
     cert: PathBuf,
     key: PathBuf,
-    mut events: mpsc::UnboundedReceiver<()>,
+    events: mpsc::UnboundedReceiver<()>,
 ) {
     let mut poll = tokio::time::interval(POLL);
     poll.tick().await;
     let mut last_error: Option<String> = None;
+    // None once the watcher is gone (or never started): polling only.
+    let mut events = Some(events);
     loop {
+        let event = async {
+            match events.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            event = events.recv() => {
-                if event.is_none() {
-                    // Watcher gone: keep polling.
-                    events = mpsc::unbounded_channel().1;
-                    continue;
+            event = event => {
+                match event {
+                    Some(()) => {
+                        tokio::time::sleep(SETTLE).await;
+                        if let Some(rx) = events.as_mut() {
+                            while rx.try_recv().is_ok() {}
+                        }
+                    }
+                    None => {
+                        events = None;
+                        continue;
+                    }
                 }
-                tokio::time::sleep(SETTLE).await;
-                while events.try_recv().is_ok() {}
             }
             _ = poll.tick() => {}
         }

@@ -179,10 +179,10 @@ impl NamespaceLookup for NoNamespaces {
 }
 
 /// A webhook that takes `delay` per answer, counts calls and the most
-/// calls seen at once, and answers with `response`.
+/// calls seen at once, and answers with `outcome`.
 pub struct SlowWebhook {
     pub delay: Duration,
-    pub response: Response,
+    pub outcome: Outcome,
     pub running: AtomicUsize,
     pub max_running: AtomicUsize,
     pub calls: AtomicUsize,
@@ -192,7 +192,10 @@ impl SlowWebhook {
     pub fn new(delay: Duration) -> SlowWebhook {
         SlowWebhook {
             delay,
-            response: Response::allow(),
+            outcome: Outcome {
+                response: Response::allow(),
+                ..Outcome::default()
+            },
             running: AtomicUsize::new(0),
             max_running: AtomicUsize::new(0),
             calls: AtomicUsize::new(0),
@@ -205,10 +208,7 @@ impl SlowWebhook {
         self.max_running.fetch_max(now, Ordering::SeqCst);
         std::thread::sleep(self.delay);
         self.running.fetch_sub(1, Ordering::SeqCst);
-        Outcome {
-            response: self.response.clone(),
-            ..Outcome::default()
-        }
+        self.outcome.clone()
     }
 }
 
