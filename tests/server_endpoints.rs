@@ -439,3 +439,45 @@ async fn metrics_count_policy_evaluations_and_mutations() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_over_http2() {
+    use http_body_util::BodyExt as _;
+    let server = TestServer::start(config()).await;
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(client_config(&server.ca_pem, &[b"h2"]))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let body = serde_json::to_vec(&fixture("pod-create-gpu.json")).unwrap();
+    // Several streams at once on the one connection, as the apiserver does.
+    let mut pending = Vec::new();
+    for path in ["/mutate", "/validate", "/mutate", "/validate"] {
+        let request = hyper::Request::post(format!("https://localhost{path}?timeout=10s"))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(axum::body::Bytes::from(
+                body.clone(),
+            )))
+            .unwrap();
+        pending.push(sender.send_request(request));
+    }
+    for response in pending {
+        let response = response.await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.version(), hyper::Version::HTTP_2);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let review: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            review["response"]["uid"],
+            "3f1c2a9e-7b4d-4e1a-9c55-0d6e2b8f4a11"
+        );
+    }
+    server.stop().await;
+}
