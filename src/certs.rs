@@ -11,11 +11,10 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SanType,
 };
-use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Names the self-generated serving certificate covers when none are given:
@@ -100,6 +99,18 @@ pub fn ca_bundle(ca_pem: &str) -> String {
 /// Makes sure `dir` holds a valid CA and a serving certificate for `names`
 /// (DNS names or IP addresses), reusing what is there when it is still good.
 pub fn ensure(dir: &Path, names: &[String]) -> Result<Ensured, CertError> {
+    ensure_inner(dir, names, true)
+}
+
+/// What `serve` uses: like [`ensure`], but a valid serving certificate is
+/// kept whatever names it covers (it may come from `certs --dns ...`); a
+/// new one is issued for [`DEFAULT_NAMES`].
+pub fn ensure_for_serving(dir: &Path) -> Result<Ensured, CertError> {
+    let names: Vec<String> = DEFAULT_NAMES.iter().map(|s| s.to_string()).collect();
+    ensure_inner(dir, &names, false)
+}
+
+fn ensure_inner(dir: &Path, names: &[String], require_names: bool) -> Result<Ensured, CertError> {
     let now = SystemTime::now();
     // Check the names before touching any file.
     serving_params(names, now)?;
@@ -120,7 +131,8 @@ pub fn ensure(dir: &Path, names: &[String]) -> Result<Ensured, CertError> {
             (cert.pem(), key, true)
         }
     };
-    let issued_cert = created_ca || !serving_cert_valid(&paths, &ca_pem, names, now);
+    let required: &[String] = if require_names { names } else { &[] };
+    let issued_cert = created_ca || !serving_cert_valid(&paths, &ca_pem, required, now);
     if issued_cert {
         let issuer = Issuer::new(ca_params(now), ca_key);
         let key = KeyPair::generate().map_err(CertError::Generate)?;
@@ -139,8 +151,8 @@ pub fn ensure(dir: &Path, names: &[String]) -> Result<Ensured, CertError> {
     })
 }
 
-/// Checks that `cert_pem` chains to `ca_pem`, is valid at `at`, and covers
-/// every name in `names`.
+/// Checks that `cert_pem` chains to `ca_pem`, is valid for server
+/// authentication at `at`, and covers every name in `names`.
 pub fn verify_serving_cert(
     cert_pem: &str,
     ca_pem: &str,
@@ -158,18 +170,23 @@ pub fn verify_serving_cert(
         let ca = ca.map_err(|e| format!("CA certificate: {e}"))?;
         roots.add(ca).map_err(|e| format!("CA certificate: {e}"))?;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier =
-        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
-            .map_err(|e| e.to_string())?;
+    let parsed = ParsedCertificate::try_from(end_entity).map_err(|e| e.to_string())?;
     let at = UnixTime::since_unix_epoch(at.duration_since(UNIX_EPOCH).unwrap_or_default());
+    let algorithms = rustls::crypto::ring::default_provider()
+        .signature_verification_algorithms
+        .all;
+    rustls::client::verify_server_cert_signed_by_trust_anchor(
+        &parsed,
+        &roots,
+        intermediates,
+        at,
+        algorithms,
+    )
+    .map_err(|e| e.to_string())?;
     for name in names {
-        let server_name = ServerName::try_from(name.as_str())
-            .map_err(|e| format!("{name:?}: {e}"))?
-            .to_owned();
-        verifier
-            .verify_server_cert(end_entity, intermediates, &server_name, &[], at)
+        let server_name =
+            ServerName::try_from(name.as_str()).map_err(|e| format!("{name:?}: {e}"))?;
+        rustls::client::verify_server_name(&parsed, &server_name)
             .map_err(|e| format!("{name}: {e}"))?;
     }
     Ok(())
@@ -210,7 +227,7 @@ fn serving_cert_valid(paths: &CertPaths, ca_pem: &str, names: &[String], now: Sy
         return false;
     };
     // The key must belong to the certificate.
-    let Ok(parsed) = rustls::server::ParsedCertificate::try_from(&der) else {
+    let Ok(parsed) = ParsedCertificate::try_from(&der) else {
         return false;
     };
     if parsed.subject_public_key_info().as_ref() != key.subject_public_key_info().as_slice() {
@@ -436,6 +453,34 @@ mod tests {
         assert_eq!(second.ca_pem, first.ca_pem);
         let cert = std::fs::read_to_string(&second.paths.cert).unwrap();
         verify_serving_cert(&cert, &second.ca_pem, &wider, SystemTime::now()).unwrap();
+    }
+
+    #[test]
+    fn serving_keeps_a_certificate_made_for_other_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let custom = names(&["webhook.team-a.svc"]);
+        let made = ensure(dir.path(), &custom).unwrap();
+        let cert = std::fs::read_to_string(&made.paths.cert).unwrap();
+        let served = ensure_for_serving(dir.path()).unwrap();
+        assert!(!served.created_ca && !served.issued_cert);
+        assert_eq!(std::fs::read_to_string(&made.paths.cert).unwrap(), cert);
+
+        // But an unusable one is replaced, with the default names.
+        std::fs::write(
+            &made.paths.key,
+            KeyPair::generate().unwrap().serialize_pem(),
+        )
+        .unwrap();
+        let again = ensure_for_serving(dir.path()).unwrap();
+        assert!(again.issued_cert);
+        let cert = std::fs::read_to_string(&again.paths.cert).unwrap();
+        verify_serving_cert(
+            &cert,
+            &again.ca_pem,
+            &names(DEFAULT_NAMES),
+            SystemTime::now(),
+        )
+        .unwrap();
     }
 
     #[test]

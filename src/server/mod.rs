@@ -125,6 +125,9 @@ impl Server {
         metrics: Metrics,
         shutdown: ShutdownHandle,
     ) -> anyhow::Result<Server> {
+        if config.max_concurrency == 0 {
+            anyhow::bail!("--max-concurrency must be at least 1");
+        }
         let (cert, key) = match (&config.tls_cert, &config.tls_key) {
             (Some(cert), Some(key)) => (cert.clone(), key.clone()),
             (None, None) => self_generated(&config.certs_dir).await?,
@@ -144,9 +147,6 @@ impl Server {
             ),
             None => None,
         };
-        if config.max_concurrency == 0 {
-            anyhow::bail!("--max-concurrency must be at least 1");
-        }
         let state = Arc::new(AppState {
             webhook,
             metrics,
@@ -293,8 +293,7 @@ impl Server {
 /// Creates or reuses the local CA and serving certificate in `dir`.
 async fn self_generated(dir: &std::path::Path) -> anyhow::Result<(PathBuf, PathBuf)> {
     let dir = dir.to_path_buf();
-    let names: Vec<String> = certs::DEFAULT_NAMES.iter().map(|s| s.to_string()).collect();
-    let ensured = tokio::task::spawn_blocking(move || certs::ensure(&dir, &names))
+    let ensured = tokio::task::spawn_blocking(move || certs::ensure_for_serving(&dir))
         .await
         .context("certificate generation task failed")??;
     let ca = ensured.paths.ca_cert.display().to_string();
