@@ -218,6 +218,22 @@ async fn answers_before_the_apiserver_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_arrives_times_out() {
+    let server = TestServer::start(config()).await;
+    let mut client = server.connect().await;
+    client
+        .write_raw(b"POST /validate?timeout=1s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"apiVersion\"")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let response = client.read_response().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(response.status, 408, "{}", response.text());
+    assert!(response.text().contains("not received in time"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evaluation_concurrency_is_bounded() {
     let webhook = Arc::new(SlowWebhook::new(Duration::from_millis(200)));
     let server = Arc::new(

@@ -127,12 +127,15 @@ async fn review_request(
         object = Empty,
         operation = Empty,
     );
+    let deadline = tokio::time::Instant::from_std(started) + budget;
     async move {
-        let bytes = match read_body(body, MAX_BODY_BYTES).await {
+        let read = tokio::time::timeout_at(deadline, read_body(body, MAX_BODY_BYTES)).await;
+        let bytes = match read.unwrap_or(Err(BodyError::Slow)) {
             Ok(bytes) => bytes,
             Err(err) => {
                 let status = match err {
                     BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                    BodyError::Slow => StatusCode::REQUEST_TIMEOUT,
                     BodyError::Read(_) => StatusCode::BAD_REQUEST,
                 };
                 return reject(&state, endpoint, started, status, err.to_string());
@@ -156,7 +159,7 @@ async fn review_request(
         span.record("object", request.display_name());
         span.record("operation", request.operation.as_str());
 
-        let (outcome, decision) = answer(&state, endpoint, &request, budget).await;
+        let (outcome, decision) = answer(&state, endpoint, &request, deadline, budget).await;
         let elapsed = started.elapsed();
         let kind = kind_label(&request.kind.kind);
         state.metrics.observe_request(
@@ -197,6 +200,7 @@ async fn answer(
     state: &AppState,
     endpoint: Endpoint,
     request: &Arc<Request>,
+    deadline: tokio::time::Instant,
     budget: Duration,
 ) -> (Outcome, &'static str) {
     if let Some(ns) = request.namespace.as_deref() {
@@ -219,7 +223,7 @@ async fn answer(
         })
         .await
     };
-    match tokio::time::timeout(budget, work).await {
+    match tokio::time::timeout_at(deadline, work).await {
         Ok(Ok(outcome)) => {
             let decision = outcome.response.decision();
             (outcome, decision)
@@ -278,7 +282,7 @@ fn outcome(response: Response) -> Outcome {
     }
 }
 
-/// A 400 or 413 with a plain-text message.
+/// A 400, 408 or 413 with a plain-text message.
 fn reject(
     state: &AppState,
     endpoint: Endpoint,
@@ -309,6 +313,8 @@ fn reject(
 enum BodyError {
     #[error("request body is larger than {} MiB", MAX_BODY_BYTES / (1024 * 1024))]
     TooLarge,
+    #[error("request body not received in time")]
+    Slow,
     #[error("cannot read request body: {0}")]
     Read(String),
 }
