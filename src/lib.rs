@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod bundle;
 pub mod cel;
+pub mod certs;
 pub mod cli;
 pub mod gpu;
 pub mod namespaces;

@@ -1,5 +1,8 @@
-//! Subcommands of the `gpu-admission` binary.
+//! Subcommands of the `gpu-admission` binary. Each exposes its clap `Args`
+//! and `run(args) -> anyhow::Result<ExitCode>`.
+pub mod certs;
 pub mod evaluate;
 pub mod lint;
 pub mod policy_args;
+pub mod serve;
 pub mod test;

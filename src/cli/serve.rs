@@ -1,0 +1,326 @@
+//! `gpu-admission serve`: flags into a [`ServeConfig`], logging, the policy
+//! bundle, signals, and the server.
+use crate::admission::{Admission, Bundle};
+use crate::bundle::{self, PolicySource};
+use crate::namespaces::ClusterNamespaces;
+use crate::policy::{self, DirWatcher, NamespaceLookup};
+use crate::server::{self, LogFormat, Metrics, ServeConfig, Server, ShutdownHandle};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address of the HTTPS webhook listener.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Policy folder (ValidatingAdmissionPolicy, bindings, params, PlacementProfile).
+    #[arg(long, value_name = "DIR")]
+    pub policies: Option<PathBuf>,
+    /// Serving certificate chain, PEM, leaf first. Without it, a local CA
+    /// and certificate are created under --certs-dir.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key of the serving certificate, PEM (PKCS#8, RSA or SEC1).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Address of the plain-HTTP metrics listener (/metrics, /healthz,
+    /// /readyz), or `off`.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9090", value_parser = parse_optional_addr)]
+    pub metrics_listen: OptionalAddr,
+    /// Where self-generated certificates are kept.
+    #[arg(long, value_name = "DIR", default_value = "certs")]
+    pub certs_dir: PathBuf,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Reviews evaluated at once (default: twice the CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrency: Option<u32>,
+    /// Namespace whose requests are allowed without evaluation (repeatable).
+    #[arg(long = "exempt-namespace", value_name = "NS")]
+    pub exempt_namespaces: Vec<String>,
+    /// Time a client has for its TLS handshake and request headers.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// After SIGTERM, keep accepting with readiness false for this long.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+    /// Longest wait for in-flight requests after SIGTERM.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+}
+
+/// A socket address, or none (`off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionalAddr(pub Option<SocketAddr>);
+
+fn parse_optional_addr(text: &str) -> Result<OptionalAddr, String> {
+    match text {
+        "off" | "none" | "" => Ok(OptionalAddr(None)),
+        _ => text
+            .parse()
+            .map(|a| OptionalAddr(Some(a)))
+            .map_err(|e| format!("{e} (expected HOST:PORT or `off`)")),
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    server::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration (examples: 500ms, 5s, 1m30s)"))
+}
+
+impl ServeArgs {
+    pub fn into_config(self) -> ServeConfig {
+        let ServeArgs {
+            listen,
+            policies,
+            tls_cert,
+            tls_key,
+            metrics_listen,
+            certs_dir,
+            log_format,
+            max_concurrency,
+            exempt_namespaces,
+            header_read_timeout,
+            shutdown_delay,
+            drain_timeout,
+        } = self;
+        ServeConfig {
+            listen,
+            policies,
+            tls_cert,
+            tls_key,
+            metrics_listen: metrics_listen.0,
+            certs_dir,
+            log_format,
+            max_concurrency: max_concurrency
+                .map_or_else(server::default_concurrency, |n| n as usize),
+            exempt_namespaces,
+            header_read_timeout,
+            shutdown_delay,
+            drain_timeout,
+        }
+    }
+}
+
+/// Runs the server until SIGTERM/SIGINT.
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = args.into_config();
+    init_logging(config.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let shutdown = ShutdownHandle::new();
+    let result = runtime.block_on(async {
+        tokio::spawn(server::forward_signals(shutdown.clone()));
+        serve(config, shutdown).await
+    });
+    // A second signal must not wait for evaluations still running.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Loads the bundle, binds and serves until `shutdown` completes.
+pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Result<()> {
+    let metrics = Metrics::new();
+    let source = policy_source(&config);
+    let bundle = load_bundle(&config)?;
+    metrics.set_policies_loaded(bundle.policies.len());
+    tracing::info!(
+        policies = bundle.policies.len(),
+        bindings = bundle.policies.bindings(),
+        placement_profiles = bundle.placement.len(),
+        source = %source.describe(),
+        "policies loaded"
+    );
+    let namespaces = namespace_lookup().await;
+    let admission = Arc::new(Admission::new(bundle, namespaces));
+    // Held for the life of the server: dropping it stops the watch.
+    let _watcher = match &source {
+        PolicySource::Dir(dir) => Some(watch_policies(dir, admission.clone(), metrics.clone())?),
+        PolicySource::Embedded => None,
+    };
+    let server = Server::bind(config, admission, metrics, shutdown).await?;
+    server.run().await
+}
+
+/// Where `config` takes policies from.
+pub fn policy_source(config: &ServeConfig) -> PolicySource {
+    match &config.policies {
+        Some(dir) => PolicySource::Dir(dir.clone()),
+        None => PolicySource::Embedded,
+    }
+}
+
+/// The policy bundle for `config`: the folder given, or the built-in set.
+/// At start-up there is no last good set to fall back on, so any error is
+/// fatal and lists every problem found.
+pub fn load_bundle(config: &ServeConfig) -> anyhow::Result<Bundle> {
+    if let Some(dir) = &config.policies {
+        if !dir.is_dir() {
+            anyhow::bail!("policy folder {} is not a directory", dir.display());
+        }
+    }
+    let source = policy_source(config);
+    bundle::load(&source)
+        .map(|loaded| loaded.bundle)
+        .map_err(|errors| anyhow::anyhow!("{} has errors:\n{errors}", source.describe()))
+}
+
+/// Reloads the policy folder whenever it changes. A folder that fails to
+/// load leaves the last good bundle in force; the failure is logged with
+/// every error and counted.
+pub fn watch_policies(
+    dir: &Path,
+    admission: Arc<Admission>,
+    metrics: Metrics,
+) -> anyhow::Result<DirWatcher> {
+    let source = PolicySource::Dir(dir.to_path_buf());
+    let watcher = policy::watch_dir(dir, move || reload(&source, &admission, &metrics))
+        .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", dir.display()))?;
+    Ok(watcher)
+}
+
+/// One reload attempt; see [`watch_policies`].
+pub fn reload(source: &PolicySource, admission: &Admission, metrics: &Metrics) {
+    match bundle::load(source) {
+        Ok(loaded) => {
+            let n = loaded.bundle.policies.len();
+            admission.replace(loaded.bundle);
+            metrics.set_policies_loaded(n);
+            tracing::info!(policies = n, source = %source.describe(), "policies reloaded");
+        }
+        Err(errors) => {
+            metrics.inc_reload_failures();
+            for error in &errors.0 {
+                tracing::error!(source = %source.describe(), error = %error, "policy reload failed; keeping the last good policies");
+            }
+        }
+    }
+}
+
+/// Namespace objects for namespaceSelector and namespaceObject: watched
+/// from the cluster when running inside one, otherwise none (selectors
+/// then see only `kubernetes.io/metadata.name`, which placement adds).
+async fn namespace_lookup() -> Arc<dyn NamespaceLookup> {
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        tracing::info!("not running in a cluster: no namespace labels for namespaceSelector");
+        return Arc::new(ClusterNamespaces::empty());
+    }
+    match kube::Client::try_default().await {
+        Ok(client) => {
+            let (namespaces, _task) = ClusterNamespaces::start(client);
+            tracing::info!("watching Namespaces for namespaceSelector and namespaceObject");
+            Arc::new(namespaces)
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "no cluster client: no namespace labels for namespaceSelector");
+            Arc::new(ClusterNamespaces::empty())
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    // A subscriber already installed (embedding, tests) is kept.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServeConfig, clap::Error> {
+        let mut argv = vec!["serve"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|c| c.args.into_config())
+    }
+
+    #[test]
+    fn defaults() {
+        let config = parse(&[]).unwrap();
+        let expected = ServeConfig::default();
+        assert_eq!(config, expected);
+    }
+
+    #[test]
+    fn every_flag() {
+        let config = parse(&[
+            "--listen",
+            "127.0.0.1:9443",
+            "--policies",
+            "policies",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--metrics-listen",
+            "off",
+            "--certs-dir",
+            "/tmp/c",
+            "--log-format",
+            "json",
+            "--max-concurrency",
+            "3",
+            "--exempt-namespace",
+            "gpu-admission",
+            "--exempt-namespace",
+            "kube-system",
+            "--header-read-timeout",
+            "2s",
+            "--shutdown-delay",
+            "5s",
+            "--drain-timeout",
+            "1m",
+        ])
+        .unwrap();
+        assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
+        assert_eq!(config.policies, Some(PathBuf::from("policies")));
+        assert_eq!(config.tls_cert, Some(PathBuf::from("c.pem")));
+        assert_eq!(config.metrics_listen, None);
+        assert_eq!(config.log_format, LogFormat::Json);
+        assert_eq!(config.max_concurrency, 3);
+        assert_eq!(config.exempt_namespaces, ["gpu-admission", "kube-system"]);
+        assert_eq!(config.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(config.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(config.drain_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        assert!(parse(&["--tls-cert", "c.pem"]).is_err(), "cert without key");
+        assert!(parse(&["--max-concurrency", "0"]).is_err());
+        assert!(parse(&["--listen", "nowhere"]).is_err());
+        let err = parse(&["--header-read-timeout", "soon"]).unwrap_err();
+        assert!(err.to_string().contains("not a duration"), "{err}");
+    }
+
+    #[test]
+    fn missing_policy_folder_is_an_error() {
+        let config = ServeConfig {
+            policies: Some(PathBuf::from("/nonexistent/policies")),
+            ..ServeConfig::default()
+        };
+        let err = load_bundle(&config).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/policies"), "{err}");
+    }
+}

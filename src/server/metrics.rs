@@ -1,0 +1,280 @@
+//! Prometheus metrics. Every label is a bounded set: endpoint and decision
+//! are fixed words, kind is one of [`KNOWN_KINDS`] or `other`, policy and
+//! profile names come from the loaded configuration. Never error text.
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::policy::PolicyEvaluation;
+
+/// Kinds that get their own `kind` label value; anything else is `other`.
+pub const KNOWN_KINDS: &[&str] = &[
+    "Pod",
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "Job",
+    "CronJob",
+    "NodePool",
+    "Workspace",
+    "RAGEngine",
+    "ManagedClustersAgentPool",
+];
+
+/// The `kind` label for a request kind.
+pub fn kind_label(kind: &str) -> &'static str {
+    KNOWN_KINDS
+        .iter()
+        .find(|k| **k == kind)
+        .copied()
+        .unwrap_or("other")
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    endpoint: &'static str,
+    kind: &'static str,
+    operation: &'static str,
+    decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyResultLabels {
+    policy: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProfileLabels {
+    profile: String,
+}
+
+/// A cheap, cloneable handle on the metrics registry.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    request_duration: Family<EndpointLabels, Histogram>,
+    policy_evaluations: Family<PolicyResultLabels, Counter>,
+    policy_duration: Family<PolicyLabels, Histogram>,
+    policies_loaded: Gauge,
+    reload_failures: Counter,
+    mutations: Family<ProfileLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "gpu_admission_requests",
+            "Admission reviews answered, by endpoint, kind, operation and decision",
+            requests.clone(),
+        );
+        // 0.5 ms .. ~8 s: admission answers are fast, the apiserver gives up at 30 s.
+        let request_duration = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 15))
+        });
+        registry.register(
+            "gpu_admission_request_duration_seconds",
+            "Time from request received to answer, by endpoint",
+            request_duration.clone(),
+        );
+        let policy_evaluations = Family::<PolicyResultLabels, Counter>::default();
+        registry.register(
+            "gpu_admission_policy_evaluations",
+            "Policy binding evaluations, by policy and result (pass, deny, warn, error)",
+            policy_evaluations.clone(),
+        );
+        // 10 us .. ~2.6 s.
+        let policy_duration = Family::<PolicyLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.00001, 4.0, 10))
+        });
+        registry.register(
+            "gpu_admission_policy_evaluation_duration_seconds",
+            "Time to evaluate one policy binding, by policy",
+            policy_duration.clone(),
+        );
+        let policies_loaded = Gauge::default();
+        registry.register(
+            "gpu_admission_policies_loaded",
+            "Policies in the active set",
+            policies_loaded.clone(),
+        );
+        let reload_failures = Counter::default();
+        registry.register(
+            "gpu_admission_policy_reload_failures",
+            "Policy folder reloads that failed (the last good set stays active)",
+            reload_failures.clone(),
+        );
+        let mutations = Family::<ProfileLabels, Counter>::default();
+        registry.register(
+            "gpu_admission_mutations",
+            "Objects patched, by placement profile",
+            mutations.clone(),
+        );
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                requests,
+                request_duration,
+                policy_evaluations,
+                policy_duration,
+                policies_loaded,
+                reload_failures,
+                mutations,
+            }),
+        }
+    }
+
+    /// Sets the number of policies in the active set.
+    pub fn set_policies_loaded(&self, n: usize) {
+        self.inner
+            .policies_loaded
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a policy reload that failed.
+    pub fn inc_reload_failures(&self) {
+        self.inner.reload_failures.inc();
+    }
+
+    /// Records one answered request.
+    pub fn observe_request(
+        &self,
+        endpoint: &'static str,
+        kind: &'static str,
+        operation: &'static str,
+        decision: &'static str,
+        elapsed: Duration,
+    ) {
+        self.inner
+            .requests
+            .get_or_create(&RequestLabels {
+                endpoint,
+                kind,
+                operation,
+                decision,
+            })
+            .inc();
+        self.inner
+            .request_duration
+            .get_or_create(&EndpointLabels { endpoint })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records the policy evaluations behind one answer.
+    pub fn observe_policies(&self, evaluations: &[PolicyEvaluation]) {
+        for e in evaluations {
+            self.inner
+                .policy_evaluations
+                .get_or_create(&PolicyResultLabels {
+                    policy: e.policy.clone(),
+                    result: e.result.as_str(),
+                })
+                .inc();
+            self.inner
+                .policy_duration
+                .get_or_create(&PolicyLabels {
+                    policy: e.policy.clone(),
+                })
+                .observe(e.duration.as_secs_f64());
+        }
+    }
+
+    /// Counts an object patched by `profile`.
+    pub fn inc_mutations(&self, profile: &str) {
+        self.inner
+            .mutations
+            .get_or_create(&ProfileLabels {
+                profile: profile.to_string(),
+            })
+            .inc();
+    }
+
+    /// The registry in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::EvaluationResult;
+
+    #[test]
+    fn unknown_kinds_share_one_label() {
+        assert_eq!(kind_label("Pod"), "Pod");
+        assert_eq!(kind_label("NodePool"), "NodePool");
+        assert_eq!(kind_label("Secret"), "other");
+        assert_eq!(kind_label("pod"), "other");
+    }
+
+    #[test]
+    fn encodes_every_family() {
+        let m = Metrics::new();
+        m.observe_request(
+            "validate",
+            "Pod",
+            "CREATE",
+            "denied",
+            Duration::from_millis(2),
+        );
+        m.observe_policies(&[PolicyEvaluation {
+            policy: "gpu-limits".into(),
+            result: EvaluationResult::Deny,
+            duration: Duration::from_micros(30),
+        }]);
+        m.inc_mutations("aks-gpu");
+        m.set_policies_loaded(7);
+        m.inc_reload_failures();
+        let text = m.encode();
+        for line in [
+            r#"gpu_admission_requests_total{endpoint="validate",kind="Pod",operation="CREATE",decision="denied"} 1"#,
+            r#"gpu_admission_request_duration_seconds_count{endpoint="validate"} 1"#,
+            r#"gpu_admission_policy_evaluations_total{policy="gpu-limits",result="deny"} 1"#,
+            r#"gpu_admission_policy_evaluation_duration_seconds_count{policy="gpu-limits"} 1"#,
+            "gpu_admission_policies_loaded 7",
+            "gpu_admission_policy_reload_failures_total 1",
+            r#"gpu_admission_mutations_total{profile="aks-gpu"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Test harness: the real server on 127.0.0.1:0 with a test CA, called
+//! over real TLS.
+#![allow(dead_code)]
+
+pub mod http;
+
+use axum::http::StatusCode;
+use gpu_admission::admission::{Admission, Bundle, Outcome};
+use gpu_admission::policy::NamespaceLookup;
+use gpu_admission::review::{Request, Response};
+use gpu_admission::server::{Metrics, ServeConfig, Server, ShutdownHandle, Webhook};
+use http::{client_config, Client, HttpResponse};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A config for tests: loopback listeners on free ports, short timeouts.
+pub fn config() -> ServeConfig {
+    ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        header_read_timeout: Duration::from_secs(2),
+        drain_timeout: Duration::from_secs(10),
+        ..ServeConfig::default()
+    }
+}
+
+/// A running server and what a client needs to reach it.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    /// The CA the serving certificate chains to (PEM).
+    pub ca_pem: String,
+    /// Directory holding ca.crt (and, when self-generated, tls.crt/tls.key).
+    pub certs_dir: PathBuf,
+    pub shutdown: ShutdownHandle,
+    pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl TestServer {
+    /// Starts the server with an empty policy bundle.
+    pub async fn start(config: ServeConfig) -> TestServer {
+        TestServer::start_with(config, Arc::new(empty_admission())).await
+    }
+
+    /// Starts the server answering with `webhook`. Without TLS files in
+    /// `config`, certificates are generated into a temporary `certs_dir`;
+    /// with them, `config.certs_dir` must hold the CA as `ca.crt`.
+    pub async fn start_with(mut config: ServeConfig, webhook: Arc<dyn Webhook>) -> TestServer {
+        let tmp = if config.tls_cert.is_none() {
+            let tmp = tempfile::tempdir().unwrap();
+            config.certs_dir = tmp.path().join("certs");
+            Some(tmp)
+        } else {
+            None
+        };
+        let certs_dir = config.certs_dir.clone();
+        let shutdown = ShutdownHandle::new();
+        let server = Server::bind(config, webhook, Metrics::new(), shutdown.clone())
+            .await
+            .expect("server binds");
+        let addr = server.local_addr();
+        let metrics_addr = server.metrics_addr();
+        let ca_pem = std::fs::read_to_string(certs_dir.join("ca.crt")).expect("ca.crt");
+        let task = tokio::spawn(server.run());
+        TestServer {
+            addr,
+            metrics_addr,
+            ca_pem,
+            certs_dir,
+            shutdown,
+            task,
+            _tmp: tmp,
+        }
+    }
+
+    /// A new keep-alive HTTP/1.1 connection, verifying the server as `localhost`.
+    pub async fn connect(&self) -> Client {
+        self.try_connect().await.expect("connects")
+    }
+
+    pub async fn try_connect(&self) -> std::io::Result<Client> {
+        Client::connect(
+            self.addr,
+            client_config(&self.ca_pem, &[b"http/1.1"]),
+            "localhost",
+        )
+        .await
+    }
+
+    /// POSTs an AdmissionReview; the body is parsed as JSON when it is JSON
+    /// and returned as a string otherwise.
+    pub async fn post_review(&self, path: &str, review: &Value) -> (StatusCode, Value) {
+        let body = serde_json::to_vec(review).unwrap();
+        let response = self.post_raw(path, &body).await;
+        (status(&response), body_value(&response))
+    }
+
+    pub async fn post_raw(&self, path: &str, body: &[u8]) -> HttpResponse {
+        let mut client = self.connect().await;
+        client.request("POST", path, body).await.expect("response")
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, String) {
+        let mut client = self.connect().await;
+        let response = client.request("GET", path, b"").await.expect("response");
+        (status(&response), response.text())
+    }
+
+    /// GET on the plain-HTTP metrics listener.
+    pub async fn get_metrics_listener(&self, path: &str) -> (StatusCode, String) {
+        let addr = self.metrics_addr.expect("metrics listener");
+        plain_get(addr, path).await
+    }
+
+    /// Starts draining and waits for the server to exit.
+    pub async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(Duration::from_secs(15), self.task)
+            .await
+            .expect("server stops")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+pub fn status(response: &HttpResponse) -> StatusCode {
+    StatusCode::from_u16(response.status).unwrap()
+}
+
+pub fn body_value(response: &HttpResponse) -> Value {
+    serde_json::from_slice(&response.body).unwrap_or_else(|_| Value::String(response.text()))
+}
+
+/// A GET over plain HTTP/1.1 (metrics listener).
+pub async fn plain_get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    tcp.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code: u16 = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (StatusCode::from_u16(code).unwrap(), body)
+}
+
+/// Loads `tests/fixtures/reviews/<name>`.
+pub fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/reviews")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// An Admission with no policies and no placement profiles.
+pub fn empty_admission() -> Admission {
+    Admission::new(Bundle::default(), Arc::new(NoNamespaces))
+}
+
+pub struct NoNamespaces;
+
+impl NamespaceLookup for NoNamespaces {
+    fn namespace(&self, _name: &str) -> Option<Value> {
+        None
+    }
+}
+
+/// A webhook that takes `delay` per answer, counts calls and the most
+/// calls seen at once, and answers with `outcome`.
+pub struct SlowWebhook {
+    pub delay: Duration,
+    pub outcome: Outcome,
+    pub running: AtomicUsize,
+    pub max_running: AtomicUsize,
+    pub calls: AtomicUsize,
+}
+
+impl SlowWebhook {
+    pub fn new(delay: Duration) -> SlowWebhook {
+        SlowWebhook {
+            delay,
+            outcome: Outcome {
+                response: Response::allow(),
+                ..Outcome::default()
+            },
+            running: AtomicUsize::new(0),
+            max_running: AtomicUsize::new(0),
+            calls: AtomicUsize::new(0),
+        }
+    }
+
+    fn answer(&self) -> Outcome {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        self.outcome.clone()
+    }
+}
+
+impl Webhook for SlowWebhook {
+    fn mutate(&self, _request: &Request) -> Outcome {
+        self.answer()
+    }
+
+    fn validate(&self, _request: &Request) -> Outcome {
+        self.answer()
+    }
+}

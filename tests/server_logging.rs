@@ -1,0 +1,106 @@
+//! Request logs: one line per review with uid, kind, name, operation,
+//! decision, latency and policies, never the object; the request's span
+//! reaches the evaluation thread.
+mod common;
+
+use common::{config, fixture, TestServer};
+use gpu_admission::admission::Outcome;
+use gpu_admission::policy::{EvaluationResult, PolicyEvaluation};
+use gpu_admission::review::{Request, Response};
+use gpu_admission::server::Webhook;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Records the span it runs in and denies with one policy evaluation.
+#[derive(Default)]
+struct SpanRecorder {
+    span_names: Mutex<Vec<String>>,
+}
+
+impl SpanRecorder {
+    fn answer(&self) -> Outcome {
+        let name = tracing::Span::current()
+            .metadata()
+            .map(|m| m.name().to_string())
+            .unwrap_or_default();
+        self.span_names.lock().unwrap().push(name);
+        Outcome {
+            response: Response::deny("gpu-limits: container \"train\" asks for 1 GPU"),
+            profile: None,
+            evaluations: vec![PolicyEvaluation {
+                policy: "gpu-limits".into(),
+                result: EvaluationResult::Deny,
+                duration: Duration::from_micros(20),
+            }],
+        }
+    }
+}
+
+impl Webhook for SpanRecorder {
+    fn mutate(&self, _request: &Request) -> Outcome {
+        self.answer()
+    }
+
+    fn validate(&self, _request: &Request) -> Outcome {
+        self.answer()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_json_line_per_review_without_the_object() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .init();
+
+    let webhook = Arc::new(SpanRecorder::default());
+    let server = TestServer::start_with(config(), webhook.clone()).await;
+    let (_, body) = server
+        .post_review("/validate", &fixture("pod-create-gpu.json"))
+        .await;
+    assert_eq!(body["response"]["allowed"], false);
+    server.stop().await;
+
+    assert_eq!(*webhook.span_names.lock().unwrap(), ["admission"]);
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        !text.contains("s3cr3t-value-never-logged") && !text.contains("pytorch"),
+        "object content leaked into logs:\n{text}"
+    );
+    let line: Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "admission review answered")
+        .unwrap_or_else(|| panic!("no review line in:\n{text}"));
+    let fields = &line["fields"];
+    let span = &line["span"];
+    assert_eq!(
+        span["uid"], "3f1c2a9e-7b4d-4e1a-9c55-0d6e2b8f4a11",
+        "{line}"
+    );
+    assert_eq!(span["kind"], "Pod");
+    assert_eq!(span["object"], "ml/trainer-0");
+    assert_eq!(span["operation"], "CREATE");
+    assert_eq!(span["endpoint"], "validate");
+    assert_eq!(fields["decision"], "denied");
+    assert_eq!(fields["policies"], "gpu-limits=deny");
+    assert!(fields["latency_ms"].as_f64().is_some(), "{line}");
+}
