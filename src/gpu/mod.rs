@@ -2,4 +2,11 @@
 pub mod catalog;
 pub mod facts;
 pub mod pools;
+pub mod request;
+pub mod resources;
 pub mod selection;
+
+pub use request::{
+    pod_gpu_request, ContainerGpuRequest, ContainerKind, GpuQuantity, PodGpuRequest,
+};
+pub use resources::{GpuResources, ResourcePatternError, DEFAULT_GPU_RESOURCES};

@@ -1,0 +1,661 @@
+//! What a pod asks for: GPUs per container and per pod, counted the way
+//! kube-scheduler counts them.
+use super::GpuResources;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// What a pod spec asks for, per container and in total.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodGpuRequest {
+    /// Every container and init container (not ephemeral containers), in
+    /// spec order: `spec.initContainers` first, then `spec.containers`.
+    pub containers: Vec<ContainerGpuRequest>,
+    /// GPUs per resource as the scheduler reserves them for the pod; only
+    /// resources with a count above zero.
+    pub effective: BTreeMap<String, u64>,
+}
+
+/// One container's GPU resources.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerGpuRequest {
+    pub name: String,
+    pub kind: ContainerKind,
+    /// Every GPU resource named in `limits` or `requests`, including `"0"`
+    /// and malformed quantities.
+    pub resources: BTreeMap<String, GpuQuantity>,
+}
+
+/// Where a container sits in the pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ContainerKind {
+    /// `spec.containers[*]`.
+    Container,
+    /// `spec.initContainers[*]` that runs to completion before the app starts.
+    InitContainer,
+    /// `spec.initContainers[*]` with `restartPolicy: Always`: runs beside the app.
+    Sidecar,
+}
+
+/// One GPU resource of one container, as written and as counted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuQuantity {
+    /// The text in `resources.limits`, if any (numbers as JSON renders them).
+    pub limit: Option<String>,
+    /// The text in `resources.requests`, if any.
+    pub request: Option<String>,
+    /// The count the container gets: the limit when set, else the request.
+    pub count: Result<u64, QuantityError>,
+}
+
+/// Why a GPU quantity is not a whole, non-negative number of devices.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    #[error("{0:?} is not a Kubernetes quantity")]
+    Invalid(String),
+    #[error("{0:?} is not a whole number of devices")]
+    Fraction(String),
+    #[error("{0:?} is negative")]
+    Negative(String),
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+}
+
+impl ContainerKind {
+    /// The name used in the `gpu` CEL variable: `container`, `initContainer`, `sidecar`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerKind::Container => "container",
+            ContainerKind::InitContainer => "initContainer",
+            ContainerKind::Sidecar => "sidecar",
+        }
+    }
+}
+
+impl GpuQuantity {
+    pub fn is_malformed(&self) -> bool {
+        self.count.is_err()
+    }
+}
+
+impl ContainerGpuRequest {
+    /// Well-formed GPU counts above zero, per resource.
+    pub fn gpus(&self) -> BTreeMap<String, u64> {
+        self.resources
+            .iter()
+            .filter_map(|(name, q)| match q.count {
+                Ok(n) if n > 0 => Some((name.clone(), n)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Sum of the well-formed GPU counts.
+    pub fn total(&self) -> u64 {
+        self.gpus().values().fold(0, |a, n| a.saturating_add(*n))
+    }
+
+    /// Whether any GPU quantity of this container is malformed.
+    pub fn has_malformed(&self) -> bool {
+        self.resources.values().any(GpuQuantity::is_malformed)
+    }
+}
+
+impl PodGpuRequest {
+    /// Whether the pod asks for a GPU: a count above zero, or a malformed
+    /// quantity (someone meant to ask; the policies say what is wrong).
+    pub fn requested(&self) -> bool {
+        !self.effective.is_empty() || self.has_malformed()
+    }
+
+    /// Sum over resources of the effective counts.
+    pub fn total(&self) -> u64 {
+        self.effective.values().fold(0, |a, n| a.saturating_add(*n))
+    }
+
+    pub fn has_malformed(&self) -> bool {
+        self.containers
+            .iter()
+            .any(ContainerGpuRequest::has_malformed)
+    }
+
+    /// The GPU resources the pod asks for: effective counts above zero and
+    /// malformed quantities.
+    pub fn resources(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.effective.keys().map(String::as_str).collect();
+        for c in &self.containers {
+            for (name, q) in &c.resources {
+                if q.is_malformed() && !names.contains(&name.as_str()) {
+                    names.push(name);
+                }
+            }
+        }
+        names.sort_unstable();
+        names
+    }
+}
+
+/// Reads the GPU resources of every container and init container of
+/// `pod_spec` (a Pod's `spec` or a template's `spec`). Lenient: fields of the
+/// wrong shape are skipped, quantities that are not whole counts are kept as
+/// malformed.
+pub fn pod_gpu_request(pod_spec: &Value, resources: &GpuResources) -> PodGpuRequest {
+    let mut containers = Vec::new();
+    for c in array(pod_spec, "initContainers") {
+        let kind = if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+            ContainerKind::Sidecar
+        } else {
+            ContainerKind::InitContainer
+        };
+        containers.push(container_request(c, kind, resources));
+    }
+    for c in array(pod_spec, "containers") {
+        containers.push(container_request(c, ContainerKind::Container, resources));
+    }
+    let effective = effective_counts(&containers);
+    PodGpuRequest {
+        containers,
+        effective,
+    }
+}
+
+/// Parses a quantity as a whole, non-negative count, with Kubernetes'
+/// quantity grammar: `<sign><digits>[.<digits>]<suffix>` where the suffix is
+/// binary (`Ki`..`Ei`), decimal (`n`, `u`, `m`, `k`, `M`..`E`) or an exponent
+/// (`e3`, `E-2`). So `"2"`, `"2000m"`, `"1e1"` are counts; `"500m"`, `"1.5"`
+/// are fractions.
+pub fn parse_count(raw: &str) -> Result<u64, QuantityError> {
+    let invalid = || QuantityError::Invalid(raw.to_string());
+    let (negative, rest) = match raw.as_bytes().first() {
+        Some(b'-') => (true, &raw[1..]),
+        Some(b'+') => (false, &raw[1..]),
+        _ => (false, raw),
+    };
+    let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let (int_part, rest) = rest.split_at(int_len);
+    let (frac_part, suffix) = match rest.strip_prefix('.') {
+        Some(after) => {
+            let n = after.bytes().take_while(u8::is_ascii_digit).count();
+            after.split_at(n)
+        }
+        None => ("", rest),
+    };
+    if int_part.is_empty() && frac_part.is_empty() {
+        return Err(invalid());
+    }
+    let (suffix_exp10, exp2) = parse_suffix(suffix).ok_or_else(invalid)?;
+    let digits = format!("{int_part}{frac_part}");
+    let mut significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return Ok(0);
+    }
+    if negative {
+        return Err(QuantityError::Negative(raw.to_string()));
+    }
+    let frac_len = i64::try_from(frac_part.len()).map_err(|_| invalid())?;
+    let mut exp10 = suffix_exp10.saturating_sub(frac_len);
+    while exp10 < 0 && significant.ends_with('0') {
+        significant = &significant[..significant.len() - 1];
+        exp10 += 1;
+    }
+    let too_large = || QuantityError::TooLarge(raw.to_string());
+    let fraction = || QuantityError::Fraction(raw.to_string());
+    let Ok(mantissa) = significant.parse::<u128>() else {
+        return Err(if exp10 < 0 { fraction() } else { too_large() });
+    };
+    let scaled = mantissa.checked_shl(exp2).ok_or_else(too_large)?;
+    if scaled >> exp2 != mantissa {
+        return Err(too_large());
+    }
+    let value = if exp10 >= 0 {
+        let pow = u32::try_from(exp10)
+            .ok()
+            .and_then(|e| 10u128.checked_pow(e))
+            .ok_or_else(too_large)?;
+        scaled.checked_mul(pow).ok_or_else(too_large)?
+    } else {
+        // A divisor beyond u128 exceeds any mantissa we hold: a fraction.
+        let pow = u32::try_from(-exp10)
+            .ok()
+            .and_then(|e| 10u128.checked_pow(e))
+            .ok_or_else(fraction)?;
+        if scaled % pow != 0 {
+            return Err(fraction());
+        }
+        scaled / pow
+    };
+    // CEL ints are i64: keep counts within that.
+    match u64::try_from(value) {
+        Ok(v) if v <= i64::MAX as u64 => Ok(v),
+        _ => Err(too_large()),
+    }
+}
+
+/// Decimal exponent and binary exponent of a quantity suffix.
+fn parse_suffix(suffix: &str) -> Option<(i64, u32)> {
+    let fixed = match suffix {
+        "" => (0, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        _ => {
+            let exp = suffix
+                .strip_prefix('e')
+                .or_else(|| suffix.strip_prefix('E'))?;
+            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            // Saturate huge exponents: they end as "too large" or "fraction".
+            let n = exp.parse::<i64>().unwrap_or(if exp.starts_with('-') {
+                i64::MIN / 2
+            } else {
+                i64::MAX / 2
+            });
+            return Some((n.clamp(i64::MIN / 2, i64::MAX / 2), 0));
+        }
+    };
+    Some(fixed)
+}
+
+fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.is_object())
+}
+
+fn container_request(c: &Value, kind: ContainerKind, gpus: &GpuResources) -> ContainerGpuRequest {
+    let name = c
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let limits = c.pointer("/resources/limits").and_then(Value::as_object);
+    let requests = c.pointer("/resources/requests").and_then(Value::as_object);
+    let mut resources = BTreeMap::new();
+    let names = limits
+        .into_iter()
+        .chain(requests)
+        .flat_map(|m| m.keys())
+        .filter(|k| gpus.matches(k));
+    for resource in names {
+        if resources.contains_key(resource) {
+            continue;
+        }
+        let limit = limits.and_then(|m| m.get(resource)).map(raw_quantity);
+        let request = requests.and_then(|m| m.get(resource)).map(raw_quantity);
+        let count = match (&limit, &request) {
+            (Some(raw), _) | (None, Some(raw)) => raw.1.clone(),
+            (None, None) => Ok(0),
+        };
+        resources.insert(
+            resource.clone(),
+            GpuQuantity {
+                limit: limit.map(|r| r.0),
+                request: request.map(|r| r.0),
+                count,
+            },
+        );
+    }
+    ContainerGpuRequest {
+        name,
+        kind,
+        resources,
+    }
+}
+
+/// The text of a quantity and its count.
+fn raw_quantity(v: &Value) -> (String, Result<u64, QuantityError>) {
+    match v {
+        Value::String(s) => (s.clone(), parse_count(s)),
+        Value::Number(n) => {
+            let text = n.to_string();
+            let count = parse_count(&text);
+            (text, count)
+        }
+        other => {
+            let text = other.to_string();
+            (text.clone(), Err(QuantityError::Invalid(text)))
+        }
+    }
+}
+
+/// kube-scheduler's pod request: the larger of (app containers + sidecars)
+/// and, for each init container in order, its own request plus the sidecars
+/// started before it.
+fn effective_counts(containers: &[ContainerGpuRequest]) -> BTreeMap<String, u64> {
+    let mut running: BTreeMap<String, u64> = BTreeMap::new();
+    let mut sidecars: BTreeMap<String, u64> = BTreeMap::new();
+    let mut init_peak: BTreeMap<String, u64> = BTreeMap::new();
+    for c in containers {
+        let gpus = c.gpus();
+        match c.kind {
+            ContainerKind::Container => add_into(&mut running, &gpus),
+            ContainerKind::Sidecar => {
+                add_into(&mut running, &gpus);
+                add_into(&mut sidecars, &gpus);
+            }
+            ContainerKind::InitContainer => {
+                let mut during = sidecars.clone();
+                add_into(&mut during, &gpus);
+                for (r, n) in during {
+                    let peak = init_peak.entry(r).or_insert(0);
+                    *peak = (*peak).max(n);
+                }
+            }
+        }
+    }
+    for (r, n) in init_peak {
+        let total = running.entry(r).or_insert(0);
+        *total = (*total).max(n);
+    }
+    running.retain(|_, n| *n > 0);
+    running
+}
+
+fn add_into(total: &mut BTreeMap<String, u64>, add: &BTreeMap<String, u64>) {
+    for (r, n) in add {
+        let t = total.entry(r.clone()).or_insert(0);
+        *t = t.saturating_add(*n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn req(spec: Value) -> PodGpuRequest {
+        pod_gpu_request(&spec, &GpuResources::default())
+    }
+
+    fn gpu_container(name: &str, limits: Value) -> Value {
+        json!({"name": name, "image": "cuda:12", "resources": {"limits": limits}})
+    }
+
+    #[test]
+    fn string_and_number_quantities_ask_for_gpus() {
+        let r = req(json!({"containers": [
+            gpu_container("a", json!({"nvidia.com/gpu": "2"})),
+            gpu_container("b", json!({"nvidia.com/gpu": 1})),
+        ]}));
+        assert!(r.requested());
+        assert_eq!(
+            r.effective,
+            BTreeMap::from([("nvidia.com/gpu".to_string(), 3)])
+        );
+        assert_eq!(r.total(), 3);
+        assert_eq!(
+            r.containers[0].resources["nvidia.com/gpu"].limit.as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            r.containers[1].resources["nvidia.com/gpu"].limit.as_deref(),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn zero_asks_for_nothing_but_is_kept() {
+        let r = req(json!({"containers": [gpu_container("a", json!({"nvidia.com/gpu": "0"}))]}));
+        assert!(!r.requested());
+        assert!(r.effective.is_empty());
+        assert_eq!(r.containers[0].resources["nvidia.com/gpu"].count, Ok(0));
+        assert!(r.containers[0].gpus().is_empty());
+    }
+
+    #[test]
+    fn pods_without_gpu_resources_ask_for_nothing() {
+        let r = req(json!({"containers": [
+            {"name": "web", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}},
+            {"name": "bare"}
+        ]}));
+        assert!(!r.requested());
+        assert_eq!(r.containers.len(), 2);
+        assert!(r.containers.iter().all(|c| c.resources.is_empty()));
+        assert!(!req(json!({})).requested());
+        assert!(!req(json!({"containers": "nope"})).requested());
+    }
+
+    #[test]
+    fn requests_count_when_no_limit_is_given() {
+        let r = req(json!({"containers": [
+            {"name": "a", "resources": {"requests": {"amd.com/gpu": "1"}}}
+        ]}));
+        assert_eq!(
+            r.effective,
+            BTreeMap::from([("amd.com/gpu".to_string(), 1)])
+        );
+    }
+
+    #[test]
+    fn limit_wins_over_request() {
+        let r = req(json!({"containers": [
+            {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"nvidia.com/gpu": "1"}}}
+        ]}));
+        let q = &r.containers[0].resources["nvidia.com/gpu"];
+        assert_eq!(q.count, Ok(2));
+        assert_eq!(q.request.as_deref(), Some("1"));
+        assert_eq!(r.total(), 2);
+    }
+
+    #[test]
+    fn only_configured_resources_count() {
+        let spec = json!({"containers": [gpu_container("a", json!({
+            "nvidia.com/mig-1g.10gb": "1", "nvidia.com/gpu.shared": "1", "example.com/fpga": "1", "cpu": "4"
+        }))]});
+        let r = req(spec.clone());
+        assert_eq!(
+            r.resources(),
+            vec!["nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"]
+        );
+        let custom = pod_gpu_request(&spec, &GpuResources::new(["example.com/fpga"]).unwrap());
+        assert_eq!(custom.resources(), vec!["example.com/fpga"]);
+    }
+
+    #[test]
+    fn init_containers_and_sidecars_are_typed() {
+        let r = req(json!({
+            "initContainers": [
+                {"name": "fetch", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                {"name": "proxy", "restartPolicy": "Always"}
+            ],
+            "containers": [{"name": "main"}]
+        }));
+        let kinds: Vec<_> = r
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.kind.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("fetch", "initContainer"),
+                ("proxy", "sidecar"),
+                ("main", "container")
+            ]
+        );
+        assert!(r.requested(), "an init container alone asks for a GPU");
+    }
+
+    #[test]
+    fn ephemeral_containers_are_ignored() {
+        let r = req(json!({
+            "containers": [{"name": "main"}],
+            "ephemeralContainers": [gpu_container("debug", json!({"nvidia.com/gpu": "1"}))]
+        }));
+        assert!(!r.requested());
+        assert_eq!(r.containers.len(), 1);
+    }
+
+    #[test]
+    fn init_containers_take_the_max_not_the_sum() {
+        let r = req(json!({
+            "initContainers": [gpu_container("warm", json!({"nvidia.com/gpu": "4"}))],
+            "containers": [
+                gpu_container("a", json!({"nvidia.com/gpu": "1"})),
+                gpu_container("b", json!({"nvidia.com/gpu": "1"}))
+            ]
+        }));
+        assert_eq!(r.effective["nvidia.com/gpu"], 4);
+        let r = req(json!({
+            "initContainers": [gpu_container("warm", json!({"nvidia.com/gpu": "1"}))],
+            "containers": [gpu_container("a", json!({"nvidia.com/gpu": "3"}))]
+        }));
+        assert_eq!(r.effective["nvidia.com/gpu"], 3);
+    }
+
+    #[test]
+    fn sidecars_add_to_the_app_and_to_later_init_containers() {
+        let sidecar = |n: &str| json!({"name": "side", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": n}}});
+        // app 1 + sidecar 1 = 2 beats init 1 (started before the sidecar).
+        let r = req(json!({
+            "initContainers": [gpu_container("early", json!({"nvidia.com/gpu": "1"})), sidecar("1")],
+            "containers": [gpu_container("a", json!({"nvidia.com/gpu": "1"}))]
+        }));
+        assert_eq!(r.effective["nvidia.com/gpu"], 2);
+        // init 2 after the sidecar runs beside it: 2 + 1 = 3 beats app 1 + sidecar 1.
+        let r = req(json!({
+            "initContainers": [sidecar("1"), gpu_container("late", json!({"nvidia.com/gpu": "2"}))],
+            "containers": [gpu_container("a", json!({"nvidia.com/gpu": "1"}))]
+        }));
+        assert_eq!(r.effective["nvidia.com/gpu"], 3);
+        // the same init container before the sidecar: max(2, 1 + 1) = 2.
+        let r = req(json!({
+            "initContainers": [gpu_container("early", json!({"nvidia.com/gpu": "2"})), sidecar("1")],
+            "containers": [gpu_container("a", json!({"nvidia.com/gpu": "1"}))]
+        }));
+        assert_eq!(r.effective["nvidia.com/gpu"], 2);
+    }
+
+    #[test]
+    fn effective_counts_are_per_resource() {
+        let r = req(json!({
+            "initContainers": [gpu_container("i", json!({"amd.com/gpu": "2"}))],
+            "containers": [gpu_container("a", json!({"nvidia.com/gpu": "1"}))]
+        }));
+        assert_eq!(
+            r.effective,
+            BTreeMap::from([
+                ("amd.com/gpu".to_string(), 2),
+                ("nvidia.com/gpu".to_string(), 1)
+            ])
+        );
+    }
+
+    #[test]
+    fn malformed_quantities_are_kept_raw_and_still_ask() {
+        let r = req(json!({"containers": [gpu_container("a", json!({
+            "nvidia.com/gpu": "0.5", "amd.com/gpu": "lots", "nvidia.com/gpu.shared": true
+        }))]}));
+        let c = &r.containers[0];
+        assert_eq!(
+            c.resources["nvidia.com/gpu"].count,
+            Err(QuantityError::Fraction("0.5".into()))
+        );
+        assert_eq!(c.resources["nvidia.com/gpu"].limit.as_deref(), Some("0.5"));
+        assert_eq!(
+            c.resources["amd.com/gpu"].count,
+            Err(QuantityError::Invalid("lots".into()))
+        );
+        assert_eq!(
+            c.resources["nvidia.com/gpu.shared"].limit.as_deref(),
+            Some("true")
+        );
+        assert!(c.has_malformed());
+        assert!(r.requested());
+        assert!(r.effective.is_empty());
+        assert_eq!(
+            r.resources(),
+            vec!["amd.com/gpu", "nvidia.com/gpu", "nvidia.com/gpu.shared"]
+        );
+    }
+
+    #[test]
+    fn parses_kubernetes_quantities_as_counts() {
+        for (raw, n) in [
+            ("1", 1),
+            ("+2", 2),
+            ("0", 0),
+            ("-0", 0),
+            ("007", 7),
+            ("2000m", 2),
+            ("1k", 1000),
+            ("1Ki", 1024),
+            ("0.5Ki", 512),
+            ("1e2", 100),
+            ("1E1", 10),
+            ("10e-1", 1),
+            ("1.0", 1),
+            ("1.", 1),
+            ("3000000000n", 3),
+            ("1E", 1_000_000_000_000_000_000),
+        ] {
+            assert_eq!(parse_count(raw), Ok(n), "{raw}");
+        }
+    }
+
+    #[test]
+    fn rejects_fractions_negatives_and_garbage() {
+        use QuantityError::*;
+        for (raw, want) in [
+            ("0.5", Fraction("0.5".into())),
+            ("500m", Fraction("500m".into())),
+            ("1.5", Fraction("1.5".into())),
+            ("1e-1", Fraction("1e-1".into())),
+            ("-1", Negative("-1".into())),
+            ("", Invalid(String::new())),
+            ("one", Invalid("one".into())),
+            (" 1", Invalid(" 1".into())),
+            ("1 ", Invalid("1 ".into())),
+            ("1K", Invalid("1K".into())),
+            ("1e", Invalid("1e".into())),
+            ("1Gb", Invalid("1Gb".into())),
+            (".", Invalid(".".into())),
+            ("1..0", Invalid("1..0".into())),
+            ("10Ei", TooLarge("10Ei".into())),
+            (
+                "1e999999999999999999999",
+                TooLarge("1e999999999999999999999".into()),
+            ),
+            (
+                "99999999999999999999999999999999999999999",
+                TooLarge("99999999999999999999999999999999999999999".into()),
+            ),
+            ("1e-99999999999", Fraction("1e-99999999999".into())),
+        ] {
+            assert_eq!(parse_count(raw), Err(want), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn json_numbers_follow_the_same_rules() {
+        let r = req(
+            json!({"containers": [gpu_container("a", json!({"nvidia.com/gpu": 1.5, "amd.com/gpu": -1}))]}),
+        );
+        let c = &r.containers[0];
+        assert_eq!(
+            c.resources["nvidia.com/gpu"].count,
+            Err(QuantityError::Fraction("1.5".into()))
+        );
+        assert_eq!(
+            c.resources["amd.com/gpu"].count,
+            Err(QuantityError::Negative("-1".into()))
+        );
+        let r = req(json!({"containers": [gpu_container("a", json!({"nvidia.com/gpu": 2.0}))]}));
+        assert_eq!(r.effective["nvidia.com/gpu"], 2);
+    }
+}

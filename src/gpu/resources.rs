@@ -1,0 +1,221 @@
+//! Which extended resources count as GPUs.
+use std::fmt;
+
+/// The configurable set of GPU resource names: exact names (`nvidia.com/gpu`)
+/// and prefix patterns ending in `*` (`nvidia.com/mig-*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuResources {
+    patterns: Vec<Pattern>,
+}
+
+/// The resource names detected when nothing else is configured.
+pub const DEFAULT_GPU_RESOURCES: [&str; 4] = [
+    "nvidia.com/gpu",
+    "nvidia.com/mig-*",
+    "nvidia.com/gpu.shared",
+    "amd.com/gpu",
+];
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Pattern {
+    Exact(String),
+    Prefix(String),
+}
+
+/// A resource pattern that cannot name an extended resource.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid GPU resource pattern {pattern:?}: {reason}")]
+pub struct ResourcePatternError {
+    pub pattern: String,
+    pub reason: &'static str,
+}
+
+impl Default for GpuResources {
+    fn default() -> Self {
+        GpuResources::new(DEFAULT_GPU_RESOURCES).unwrap_or(GpuResources {
+            patterns: Vec::new(),
+        })
+    }
+}
+
+impl GpuResources {
+    /// Builds the set from names and `prefix*` patterns. Each must be a
+    /// domain-qualified extended resource name (`<domain>/<name>`); a `*` may
+    /// only end the pattern, after the `/`.
+    pub fn new<I, S>(patterns: I) -> Result<GpuResources, ResourcePatternError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut set = GpuResources {
+            patterns: Vec::new(),
+        };
+        for p in patterns {
+            set.insert(p.as_ref())?;
+        }
+        Ok(set)
+    }
+
+    /// Adds one name or pattern (ignored if already present).
+    pub fn insert(&mut self, pattern: &str) -> Result<(), ResourcePatternError> {
+        let parsed = parse_pattern(pattern)?;
+        if !self.patterns.contains(&parsed) {
+            self.patterns.push(parsed);
+        }
+        Ok(())
+    }
+
+    /// This set plus every pattern of `other`.
+    pub fn union(&self, other: &GpuResources) -> GpuResources {
+        let mut out = self.clone();
+        for p in &other.patterns {
+            if !out.patterns.contains(p) {
+                out.patterns.push(p.clone());
+            }
+        }
+        out
+    }
+
+    /// Whether `resource` (a key of `resources.limits`) is a GPU resource.
+    pub fn matches(&self, resource: &str) -> bool {
+        self.patterns.iter().any(|p| match p {
+            Pattern::Exact(name) => name == resource,
+            Pattern::Prefix(prefix) => {
+                resource.len() > prefix.len() && resource.starts_with(prefix.as_str())
+            }
+        })
+    }
+
+    /// The patterns as written (`nvidia.com/mig-*`).
+    pub fn patterns(&self) -> Vec<String> {
+        self.patterns.iter().map(ToString::to_string).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Exact(name) => f.write_str(name),
+            Pattern::Prefix(prefix) => write!(f, "{prefix}*"),
+        }
+    }
+}
+
+impl fmt::Display for GpuResources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.patterns().join(", "))
+    }
+}
+
+fn parse_pattern(pattern: &str) -> Result<Pattern, ResourcePatternError> {
+    let err = |reason| ResourcePatternError {
+        pattern: pattern.to_string(),
+        reason,
+    };
+    let (body, prefix) = match pattern.strip_suffix('*') {
+        Some(body) => (body, true),
+        None => (pattern, false),
+    };
+    let Some((domain, name)) = body.split_once('/') else {
+        return Err(err(
+            "must be a domain-qualified name such as nvidia.com/gpu",
+        ));
+    };
+    if domain.is_empty() || !domain.contains('.') {
+        return Err(err("the domain before '/' must be a DNS name"));
+    }
+    if name.contains('/') {
+        return Err(err("must contain exactly one '/'"));
+    }
+    if !prefix && name.is_empty() {
+        return Err(err("the name after '/' is empty"));
+    }
+    let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if !domain
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+    {
+        return Err(err(
+            "the domain must be lower-case letters, digits, '-' and '.'",
+        ));
+    }
+    if !name.chars().all(valid) {
+        return Err(err(
+            "the name may hold letters, digits, '-', '_', '.' and a final '*' only",
+        ));
+    }
+    Ok(if prefix {
+        Pattern::Prefix(body.to_string())
+    } else {
+        Pattern::Exact(body.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_set_covers_nvidia_mig_shared_and_amd() {
+        let r = GpuResources::default();
+        for name in [
+            "nvidia.com/gpu",
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-3g.40gb",
+            "nvidia.com/gpu.shared",
+            "amd.com/gpu",
+        ] {
+            assert!(r.matches(name), "{name}");
+        }
+        for name in [
+            "cpu",
+            "memory",
+            "nvidia.com/gpumem",
+            "nvidia.com/mig-",
+            "example.com/gpu",
+        ] {
+            assert!(!r.matches(name), "{name}");
+        }
+        assert_eq!(r.patterns(), DEFAULT_GPU_RESOURCES.to_vec());
+    }
+
+    #[test]
+    fn prefix_patterns_match_only_longer_names() {
+        let r = GpuResources::new(["example.com/fpga-*"]).unwrap();
+        assert!(r.matches("example.com/fpga-a"));
+        assert!(!r.matches("example.com/fpga-"));
+        assert!(!r.matches("example.com/fpg"));
+    }
+
+    #[test]
+    fn rejects_patterns_that_are_not_extended_resources() {
+        for bad in [
+            "*",
+            "gpu",
+            "nvidia.com/*/x",
+            "nvidia.com/",
+            "/gpu",
+            "nvidia.com/g*u",
+            "Nvidia.com/gpu",
+            "localhost/gpu",
+        ] {
+            assert!(GpuResources::new([bad]).is_err(), "{bad}");
+        }
+        let e = GpuResources::new(["gpu"]).unwrap_err();
+        assert!(e.to_string().contains("\"gpu\""), "{e}");
+    }
+
+    #[test]
+    fn union_keeps_order_and_drops_duplicates() {
+        let a = GpuResources::new(["nvidia.com/gpu"]).unwrap();
+        let b = GpuResources::new(["nvidia.com/gpu", "example.com/fpga"]).unwrap();
+        assert_eq!(
+            a.union(&b).patterns(),
+            vec!["nvidia.com/gpu", "example.com/fpga"]
+        );
+    }
+}
