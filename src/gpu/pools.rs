@@ -111,7 +111,8 @@ impl Taint {
 pub struct CapacityRequest {
     pub kind: PoolKind,
     /// VM sizes named outright (Workspace instanceType, agent pool vmSize and
-    /// every size under `virtualMachinesProfile.scale`), GPU or not.
+    /// every size under `virtualMachinesProfile.scale`, the values of a
+    /// NodePool's `In` requirements on the instance type), GPU or not.
     pub sizes: Vec<String>,
     /// NodePool requirements (`spec.template.spec.requirements`).
     pub selection: Option<NodeSelection>,
@@ -163,10 +164,12 @@ impl CapacityRequest {
         match kind {
             PoolKind::NodePool => {
                 let spec = object.get("spec").unwrap_or(&Value::Null);
-                req.selection = Some(NodeSelection::from_requirements(
+                let selection = NodeSelection::from_requirements(
                     spec.pointer("/template/spec/requirements")
                         .unwrap_or(&Value::Null),
-                ));
+                );
+                req.sizes = selection.named_sizes();
+                req.selection = Some(selection);
                 req.taints = list(spec.pointer("/template/spec/taints"))
                     .filter_map(Taint::from_value)
                     .collect();
@@ -373,6 +376,7 @@ mod tests {
         assert_eq!(p["gpuCapable"], false);
         assert_eq!(p["gpuOnly"], false);
         assert_eq!(p["tainted"], false);
+        assert_eq!(p["sizes"], json!([]));
         assert_eq!(p["gpuLimit"], Value::Null);
     }
 
@@ -401,6 +405,7 @@ mod tests {
             }
         }));
         assert_eq!(p["skus"], json!(["Standard_NC24ads_A100_v4"]));
+        assert_eq!(p["sizes"], json!(["Standard_NC24ads_A100_v4"]));
         assert_eq!(p["static"], true);
         assert_eq!(p["kaitoManaged"], true);
         assert_eq!(p["count"], 2);

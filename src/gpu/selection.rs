@@ -250,6 +250,27 @@ impl NodeSelection {
         }
     }
 
+    /// VM sizes named by `In` requirements on the instance-type or
+    /// sku-name labels, in order, without repeats.
+    pub fn named_sizes(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let terms = self
+            .terms
+            .iter()
+            .flatten()
+            .flat_map(|t| t.requirements.iter());
+        for r in self.required.iter().chain(terms) {
+            if r.operator == Operator::In && is_size_key(&r.key) {
+                for v in &r.values {
+                    if !out.contains(v) {
+                        out.push(v.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Is anything said about where to schedule?
     pub fn is_empty(&self) -> bool {
         self.required.is_empty() && self.terms.is_none()
