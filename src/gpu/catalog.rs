@@ -4,6 +4,7 @@
 //! The catalog shipped with the binary is `data/azure-gpu-skus.csv`
 //! (embedded at build time); a team can replace it with its own file
 //! ([`Catalog::from_csv_file`]).
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -98,31 +99,54 @@ impl Sku {
         }
     }
 
+    /// The value of one SKU-describing label ([`labels::SKU_KEYS`]) on a node
+    /// of this size; `None` when such a node lacks the label (or the key
+    /// does not describe the size).
+    pub fn label(&self, key: &str) -> Option<Cow<'_, str>> {
+        let nvidia = self.manufacturer == "nvidia";
+        Some(match key {
+            labels::INSTANCE_TYPE | labels::INSTANCE_TYPE_BETA | labels::SKU_NAME => {
+                Cow::Borrowed(self.name.as_str())
+            }
+            labels::SKU_FAMILY => Cow::Borrowed("N"),
+            labels::SKU_SERIES => Cow::Borrowed(self.series.as_str()),
+            labels::SKU_CPU | labels::SKU_CPU_ALIAS => Cow::Owned(self.vcpus.to_string()),
+            labels::ARCH => Cow::Borrowed(self.arch()),
+            labels::SKU_GPU_NAME => Cow::Borrowed(self.gpu_name_label()?),
+            // Karpenter counts GPUs only for sizes in its GPU table.
+            labels::SKU_GPU_COUNT if self.karpenter_gpu => Cow::Owned(self.gpu_devices.to_string()),
+            labels::SKU_GPU_COUNT => Cow::Borrowed("0"),
+            labels::SKU_GPU_MANUFACTURER if self.karpenter_gpu => {
+                Cow::Borrowed(self.manufacturer.as_str())
+            }
+            labels::ACCELERATOR if nvidia => Cow::Borrowed("nvidia"),
+            _ => return None,
+        })
+    }
+
     /// The SKU-describing labels a node of this size carries on AKS (node
     /// pools and Karpenter). Keys absent here are absent on the node.
     pub fn node_labels(&self) -> BTreeMap<&'static str, String> {
-        let mut labels = BTreeMap::new();
-        labels.insert(labels::INSTANCE_TYPE, self.name.clone());
-        labels.insert(labels::INSTANCE_TYPE_BETA, self.name.clone());
-        labels.insert(labels::SKU_NAME, self.name.clone());
-        labels.insert(labels::SKU_FAMILY, "N".to_string());
-        labels.insert(labels::SKU_SERIES, self.series.clone());
-        labels.insert(labels::SKU_CPU, self.vcpus.to_string());
-        labels.insert(labels::SKU_CPU_ALIAS, self.vcpus.to_string());
-        labels.insert(labels::ARCH, self.arch().to_string());
-        if let Some(gpu_name) = self.gpu_name_label() {
-            labels.insert(labels::SKU_GPU_NAME, gpu_name.to_string());
+        labels::SKU_KEYS
+            .iter()
+            .filter_map(|k| Some((*k, self.label(k)?.into_owned())))
+            .collect()
+    }
+
+    /// Does `name` name this size? Case-insensitive, `Standard_` optional,
+    /// aliases accepted.
+    pub fn is_named(&self, name: &str) -> bool {
+        fn bare(n: &str) -> &str {
+            let n = n.trim();
+            match (n.get(..9), n.get(9..)) {
+                (Some(p), Some(rest)) if p.eq_ignore_ascii_case("standard_") => rest,
+                _ => n,
+            }
         }
-        if self.karpenter_gpu {
-            labels.insert(labels::SKU_GPU_COUNT, self.gpu_devices.to_string());
-            labels.insert(labels::SKU_GPU_MANUFACTURER, self.manufacturer.clone());
-        } else {
-            labels.insert(labels::SKU_GPU_COUNT, "0".to_string());
-        }
-        if self.manufacturer == "nvidia" {
-            labels.insert(labels::ACCELERATOR, "nvidia".to_string());
-        }
-        labels
+        let wanted = bare(name);
+        std::iter::once(&self.name)
+            .chain(self.aliases.iter())
+            .any(|n| bare(n).eq_ignore_ascii_case(wanted))
     }
 
     /// The `azure.sku(name)` map of the CEL extensions.
@@ -668,6 +692,40 @@ mod tests {
         assert_eq!(gb.node_labels()[labels::ARCH], "arm64");
         let rtx = c.get("Standard_NC24lds_xl_RTXPRO6000BSE_v6").unwrap();
         assert_eq!(rtx.gpu_name_label(), Some("RTXPRO6000BSE"));
+    }
+
+    #[test]
+    fn is_named_accepts_case_prefix_and_alias() {
+        let c = catalog();
+        let nd = c.get("Standard_ND96asr_v4").unwrap();
+        assert!(nd.is_named("standard_nd96asr_v4"));
+        assert!(nd.is_named("ND96asr_v4"));
+        assert!(nd.is_named(" Standard_ND96asr_A100_v4 "));
+        assert!(!nd.is_named("Standard_ND96amsr_A100_v4"));
+        assert!(!nd.is_named(""));
+    }
+
+    #[test]
+    fn label_values_match_node_labels() {
+        let c = catalog();
+        for sku in c.skus() {
+            for (k, v) in sku.node_labels() {
+                assert_eq!(
+                    sku.label(k).as_deref(),
+                    Some(v.as_str()),
+                    "{} {k}",
+                    sku.name
+                );
+            }
+            assert_eq!(sku.label("topology.kubernetes.io/zone"), None);
+        }
+        let amd = c.get("Standard_ND96isr_MI300X_v5").unwrap();
+        assert_eq!(amd.label(labels::ACCELERATOR), None);
+        assert_eq!(
+            amd.label(labels::SKU_GPU_MANUFACTURER).as_deref(),
+            Some("amd")
+        );
+        assert_eq!(amd.label(labels::SKU_GPU_COUNT).as_deref(), Some("8"));
     }
 
     const HEADER: &str = "name,gpu_model,manufacturer,gpus,gpu_memory_gib,vcpus,family,series,retired,retired_on,aks_supported,premium\n";

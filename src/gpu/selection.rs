@@ -75,23 +75,21 @@ impl Requirement {
 
     /// Does a node of `sku` satisfy this requirement? Keys that do not
     /// describe the SKU are taken as satisfiable.
-    pub fn matches_sku(&self, sku: &Sku, catalog: &Catalog) -> bool {
+    pub fn matches_sku(&self, sku: &Sku) -> bool {
         if !labels::SKU_KEYS.contains(&self.key.as_str()) {
             return true;
         }
-        let node_labels = sku.node_labels();
-        let value = node_labels.get(self.key.as_str()).map(String::as_str);
         if is_size_key(&self.key) {
             // VM size names are case-insensitive in Azure and some tools
             // spell them differently (KAITO's ND96asr_A100_v4).
-            let names_sku = |v: &String| catalog.get(v).is_some_and(|s| s.name == sku.name);
             return match self.operator {
-                Operator::In => self.values.iter().any(names_sku),
-                Operator::NotIn => !self.values.iter().any(names_sku),
-                _ => self.matches_value(value),
+                Operator::In => self.values.iter().any(|v| sku.is_named(v)),
+                Operator::NotIn => !self.values.iter().any(|v| sku.is_named(v)),
+                _ => self.matches_value(Some(&sku.name)),
             };
         }
-        self.matches_value(value)
+        let value = sku.label(&self.key);
+        self.matches_value(value.as_deref())
     }
 
     /// Does a label value (`None`: label absent) satisfy this requirement?
@@ -277,23 +275,19 @@ impl NodeSelection {
     }
 
     /// Can a node of `sku` satisfy the selection?
-    pub fn allows(&self, sku: &Sku, catalog: &Catalog) -> bool {
-        self.required.iter().all(|r| r.matches_sku(sku, catalog))
+    pub fn allows(&self, sku: &Sku) -> bool {
+        self.required.iter().all(|r| r.matches_sku(sku))
             && match &self.terms {
                 None => true,
-                Some(terms) => terms.iter().any(|t| {
-                    !t.empty && t.requirements.iter().all(|r| r.matches_sku(sku, catalog))
-                }),
+                Some(terms) => terms
+                    .iter()
+                    .any(|t| !t.empty && t.requirements.iter().all(|r| r.matches_sku(sku))),
             }
     }
 
     /// The catalog SKUs the selection allows, in catalog order.
     pub fn skus<'a>(&self, catalog: &'a Catalog) -> Vec<&'a Sku> {
-        catalog
-            .skus()
-            .iter()
-            .filter(|s| self.allows(s, catalog))
-            .collect()
+        catalog.skus().iter().filter(|s| self.allows(s)).collect()
     }
 
     /// True when every way to satisfy the selection needs a GPU node.
