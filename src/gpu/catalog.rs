@@ -103,24 +103,26 @@ impl Sku {
     /// of this size; `None` when such a node lacks the label (or the key
     /// does not describe the size).
     pub fn label(&self, key: &str) -> Option<Cow<'_, str>> {
-        let nvidia = self.manufacturer == "nvidia";
+        self.label_of(SkuLabel::of(key)?)
+    }
+
+    /// [`Sku::label`] for a key already classified.
+    pub fn label_of(&self, key: SkuLabel) -> Option<Cow<'_, str>> {
         Some(match key {
-            labels::INSTANCE_TYPE | labels::INSTANCE_TYPE_BETA | labels::SKU_NAME => {
-                Cow::Borrowed(self.name.as_str())
-            }
-            labels::SKU_FAMILY => Cow::Borrowed("N"),
-            labels::SKU_SERIES => Cow::Borrowed(self.series.as_str()),
-            labels::SKU_CPU | labels::SKU_CPU_ALIAS => Cow::Owned(self.vcpus.to_string()),
-            labels::ARCH => Cow::Borrowed(self.arch()),
-            labels::SKU_GPU_NAME => Cow::Borrowed(self.gpu_name_label()?),
+            SkuLabel::Size => Cow::Borrowed(self.name.as_str()),
+            SkuLabel::Family => Cow::Borrowed("N"),
+            SkuLabel::Series => Cow::Borrowed(self.series.as_str()),
+            SkuLabel::Cpu => Cow::Owned(self.vcpus.to_string()),
+            SkuLabel::Arch => Cow::Borrowed(self.arch()),
+            SkuLabel::GpuName => Cow::Borrowed(self.gpu_name_label()?),
             // Karpenter counts GPUs only for sizes in its GPU table.
-            labels::SKU_GPU_COUNT if self.karpenter_gpu => Cow::Owned(self.gpu_devices.to_string()),
-            labels::SKU_GPU_COUNT => Cow::Borrowed("0"),
-            labels::SKU_GPU_MANUFACTURER if self.karpenter_gpu => {
+            SkuLabel::GpuCount if self.karpenter_gpu => Cow::Owned(self.gpu_devices.to_string()),
+            SkuLabel::GpuCount => Cow::Borrowed("0"),
+            SkuLabel::GpuManufacturer if self.karpenter_gpu => {
                 Cow::Borrowed(self.manufacturer.as_str())
             }
-            labels::ACCELERATOR if nvidia => Cow::Borrowed("nvidia"),
-            _ => return None,
+            SkuLabel::Accelerator if self.manufacturer == "nvidia" => Cow::Borrowed("nvidia"),
+            SkuLabel::GpuManufacturer | SkuLabel::Accelerator => return None,
         })
     }
 
@@ -166,6 +168,40 @@ impl Sku {
             "retiredOn": self.retired_on,
             "aksSupported": self.aks_supported,
             "premium": self.premium,
+        })
+    }
+}
+
+/// What a SKU-describing label key says about the size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkuLabel {
+    /// `node.kubernetes.io/instance-type`, its `beta.` form, `sku-name`.
+    Size,
+    Family,
+    Series,
+    Cpu,
+    Arch,
+    GpuName,
+    GpuCount,
+    GpuManufacturer,
+    Accelerator,
+}
+
+impl SkuLabel {
+    /// Classifies a node label key; `None` for keys that do not describe
+    /// the size (zone, agent pool, team labels).
+    pub fn of(key: &str) -> Option<SkuLabel> {
+        Some(match key {
+            labels::INSTANCE_TYPE | labels::INSTANCE_TYPE_BETA | labels::SKU_NAME => SkuLabel::Size,
+            labels::SKU_FAMILY => SkuLabel::Family,
+            labels::SKU_SERIES => SkuLabel::Series,
+            labels::SKU_CPU | labels::SKU_CPU_ALIAS => SkuLabel::Cpu,
+            labels::ARCH => SkuLabel::Arch,
+            labels::SKU_GPU_NAME => SkuLabel::GpuName,
+            labels::SKU_GPU_COUNT => SkuLabel::GpuCount,
+            labels::SKU_GPU_MANUFACTURER => SkuLabel::GpuManufacturer,
+            labels::ACCELERATOR => SkuLabel::Accelerator,
+            _ => return None,
         })
     }
 }

@@ -8,7 +8,7 @@
 //! satisfiable.
 use serde_json::Value;
 
-use super::catalog::{labels, Catalog, Sku};
+use super::catalog::{labels, Catalog, Sku, SkuLabel};
 
 /// Node-selector operators, including Karpenter's `Gte`/`Lte`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,20 +76,22 @@ impl Requirement {
     /// Does a node of `sku` satisfy this requirement? Keys that do not
     /// describe the SKU are taken as satisfiable.
     pub fn matches_sku(&self, sku: &Sku) -> bool {
-        if !labels::SKU_KEYS.contains(&self.key.as_str()) {
-            return true;
-        }
-        if is_size_key(&self.key) {
+        self.matches_sku_as(SkuLabel::of(&self.key), sku)
+    }
+
+    /// [`Requirement::matches_sku`] with the key classified once by the caller.
+    fn matches_sku_as(&self, key: Option<SkuLabel>, sku: &Sku) -> bool {
+        match key {
+            None => true,
             // VM size names are case-insensitive in Azure and some tools
             // spell them differently (KAITO's ND96asr_A100_v4).
-            return match self.operator {
+            Some(SkuLabel::Size) => match self.operator {
                 Operator::In => self.values.iter().any(|v| sku.is_named(v)),
                 Operator::NotIn => !self.values.iter().any(|v| sku.is_named(v)),
                 _ => self.matches_value(Some(&sku.name)),
-            };
+            },
+            Some(k) => self.matches_value(sku.label_of(k).as_deref()),
         }
-        let value = sku.label(&self.key);
-        self.matches_value(value.as_deref())
     }
 
     /// Does a label value (`None`: label absent) satisfy this requirement?
@@ -276,18 +278,31 @@ impl NodeSelection {
 
     /// Can a node of `sku` satisfy the selection?
     pub fn allows(&self, sku: &Sku) -> bool {
-        self.required.iter().all(|r| r.matches_sku(sku))
-            && match &self.terms {
-                None => true,
-                Some(terms) => terms
-                    .iter()
-                    .any(|t| !t.empty && t.requirements.iter().all(|r| r.matches_sku(sku))),
-            }
+        self.classified().allows(sku)
     }
 
     /// The catalog SKUs the selection allows, in catalog order.
     pub fn skus<'a>(&self, catalog: &'a Catalog) -> Vec<&'a Sku> {
-        catalog.skus().iter().filter(|s| self.allows(s)).collect()
+        let classified = self.classified();
+        catalog
+            .skus()
+            .iter()
+            .filter(|s| classified.allows(s))
+            .collect()
+    }
+
+    /// The requirements with their keys classified, so each SKU costs only
+    /// value comparisons.
+    fn classified(&self) -> Classified<'_> {
+        Classified {
+            required: classify(&self.required),
+            terms: self.terms.as_ref().map(|terms| {
+                terms
+                    .iter()
+                    .map(|t| (t.empty, classify(&t.requirements)))
+                    .collect()
+            }),
+        }
     }
 
     /// True when every way to satisfy the selection needs a GPU node.
@@ -305,6 +320,29 @@ impl NodeSelection {
                     && terms.iter().any(|t| !t.empty)
             }
         }
+    }
+}
+
+fn classify(reqs: &[Requirement]) -> ClassifiedReqs<'_> {
+    reqs.iter().map(|r| (SkuLabel::of(&r.key), r)).collect()
+}
+
+type ClassifiedReqs<'a> = Vec<(Option<SkuLabel>, &'a Requirement)>;
+
+struct Classified<'a> {
+    required: ClassifiedReqs<'a>,
+    /// (term is empty, its requirements)
+    terms: Option<Vec<(bool, ClassifiedReqs<'a>)>>,
+}
+
+impl Classified<'_> {
+    fn allows(&self, sku: &Sku) -> bool {
+        let all = |reqs: &ClassifiedReqs<'_>| reqs.iter().all(|(k, r)| r.matches_sku_as(*k, sku));
+        all(&self.required)
+            && match &self.terms {
+                None => true,
+                Some(terms) => terms.iter().any(|(empty, reqs)| !empty && all(reqs)),
+            }
     }
 }
 
