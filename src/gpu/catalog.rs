@@ -288,6 +288,12 @@ impl Catalog {
         }
     }
 
+    /// The embedded catalog, parsed once per process.
+    pub fn embedded_shared() -> &'static Catalog {
+        static EMBEDDED: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+        EMBEDDED.get_or_init(Catalog::embedded)
+    }
+
     /// Reads a catalog file with the columns of `data/azure-gpu-skus.csv`.
     pub fn from_csv_file(path: &Path) -> Result<Catalog, CatalogError> {
         let file = path.display().to_string();
@@ -563,6 +569,11 @@ mod tests {
     fn embedded_catalog_parses() {
         let c = Catalog::from_csv_str(EMBEDDED_CSV, "embedded").unwrap();
         assert!(c.len() >= 70, "{} rows", c.len());
+        assert_eq!(Catalog::embedded_shared().len(), c.len());
+        assert!(std::ptr::eq(
+            Catalog::embedded_shared(),
+            Catalog::embedded_shared()
+        ));
     }
 
     #[test]
