@@ -267,6 +267,15 @@ mod tests {
         let cron = gpu(json!({"apiVersion": "batch/v1", "kind": "CronJob",
             "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": tpl}}}}));
         assert_eq!(cron["total"], 1);
+        let rc = gpu(
+            json!({"apiVersion": "v1", "kind": "ReplicationController", "spec": {"template": tpl}}),
+        );
+        assert_eq!(rc["total"], 1);
+        let pt = gpu(json!({"apiVersion": "v1", "kind": "PodTemplate", "template": tpl}));
+        assert_eq!(pt["total"], 1);
+        // A Service has no pod template.
+        let svc = gpu(json!({"apiVersion": "v1", "kind": "Service", "spec": {"template": tpl}}));
+        assert_eq!(svc["total"], 0);
     }
 
     #[test]

@@ -513,6 +513,30 @@ mod tests {
     }
 
     #[test]
+    fn named_sizes_collects_in_values_of_size_keys() {
+        let sel = NodeSelection::from_requirements(&json!([
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_NC6s_v3", "Standard_D4s_v5"]},
+            {"key": "karpenter.azure.com/sku-name", "operator": "In", "values": ["Standard_NC6s_v3", "Standard_NV32as_v4"]},
+            {"key": "karpenter.azure.com/sku-name", "operator": "NotIn", "values": ["Standard_NC24ads_A100_v4"]},
+            {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}
+        ]));
+        assert_eq!(
+            sel.named_sizes(),
+            ["Standard_NC6s_v3", "Standard_D4s_v5", "Standard_NV32as_v4"]
+        );
+    }
+
+    #[test]
+    fn non_string_node_selector_values_are_read_as_text() {
+        let c = Catalog::embedded();
+        let sel = NodeSelection::from_pod_spec(
+            &json!({"nodeSelector": {"karpenter.azure.com/sku-gpu-count": 8}}),
+        );
+        assert!(sel.skus(&c).iter().all(|s| s.gpu_devices == 8));
+        assert!(sel.targets_gpu_nodes(&c));
+    }
+
+    #[test]
     fn gfd_and_legacy_labels_target_gpu_nodes() {
         let c = Catalog::embedded();
         for sel in [
