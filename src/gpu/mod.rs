@@ -1,6 +1,10 @@
 //! GPU knowledge: resource names, what a pod asks for, the SKU catalog.
+pub mod catalog;
+pub mod facts;
+pub mod pools;
 pub mod request;
 pub mod resources;
+pub mod selection;
 
 pub use request::{
     pod_gpu_request, ContainerGpuRequest, ContainerKind, GpuQuantity, PodGpuRequest,

@@ -1,0 +1,328 @@
+//! The `gpu` CEL variable: what an object asks of GPUs, computed once per
+//! request in Rust so policies stay short.
+//!
+//! For Pods and pod templates (Deployment, StatefulSet, DaemonSet,
+//! ReplicaSet, Job, CronJob, PodTemplate) it describes the pod's GPU
+//! requests, tolerations and node selection; for capacity objects
+//! (NodePool, Workspace, InferenceSet, RAGEngine, ManagedClustersAgentPool)
+//! it adds `pool`. Every other object gets the same keys with empty values,
+//! so `gpu.requested` is always safe to read.
+use serde_json::{json, Map, Value};
+
+use super::catalog::Catalog;
+use super::pools::CapacityRequest;
+use super::request::{parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity};
+use super::selection::NodeSelection;
+use super::GpuResources;
+
+/// The `gpu` variable for `object` (see docs/cel-extensions.md).
+pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Value {
+    let mut out = match pod_spec(object) {
+        Some(spec) => pod_facts(spec, catalog, resources),
+        None => empty_pod_facts(),
+    };
+    if let Some(pool) = CapacityRequest::from_object(object) {
+        out.insert("pool".to_string(), pool.to_json(catalog));
+    }
+    Value::Object(out)
+}
+
+/// The pod spec of a Pod or of a pod controller's template.
+pub fn pod_spec(object: &Value) -> Option<&Value> {
+    let kind = object.get("kind")?.as_str()?;
+    let pointer = match kind {
+        "Pod" => "/spec",
+        "PodTemplate" => "/template/spec",
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "ReplicationController"
+        | "Job" => "/spec/template/spec",
+        "CronJob" => "/spec/jobTemplate/spec/template/spec",
+        _ => return None,
+    };
+    object.pointer(pointer).filter(|s| s.is_object())
+}
+
+/// Does a toleration list tolerate a GPU taint (`sku=gpu`, `nvidia.com/gpu`,
+/// `amd.com/gpu`, with NoSchedule), or every taint?
+pub fn tolerates_gpu_taint(tolerations: &Value) -> bool {
+    tolerations
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(tolerates_gpu)
+}
+
+fn tolerates_gpu(t: &Value) -> bool {
+    let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
+    let effect = s("effect");
+    if !(effect.is_empty() || effect == "NoSchedule") {
+        return false;
+    }
+    let exists = s("operator") == "Exists";
+    match s("key") {
+        "" => exists,
+        "sku" => exists || s("value") == "gpu",
+        // The taint's value varies (`present`, empty): any value counts.
+        "nvidia.com/gpu" | "amd.com/gpu" => true,
+        _ => false,
+    }
+}
+
+fn pod_facts(spec: &Value, catalog: &Catalog, resources: &GpuResources) -> Map<String, Value> {
+    let request = pod_gpu_request(spec, resources);
+    let selection = NodeSelection::from_pod_spec(spec);
+    let skus = selection.skus(catalog);
+    let max_sku_gpus = skus.iter().map(|s| s.gpu_devices).max().unwrap_or(0);
+    let containers: Vec<Value> = request.containers.iter().map(container_facts).collect();
+    let mut out = Map::new();
+    out.insert("requested".into(), json!(request.requested()));
+    out.insert("total".into(), json!(request.total()));
+    out.insert("resources".into(), json!(request.effective));
+    out.insert("containers".into(), Value::Array(containers));
+    out.insert(
+        "tolerates".into(),
+        json!(spec.get("tolerations").is_some_and(tolerates_gpu_taint)),
+    );
+    out.insert(
+        "selectsGpuNodes".into(),
+        json!(selection.targets_gpu_nodes(catalog)),
+    );
+    out.insert("skusConstrained".into(), json!(skus.len() < catalog.len()));
+    out.insert(
+        "skus".into(),
+        json!(skus.iter().map(|s| s.name.as_str()).collect::<Vec<_>>()),
+    );
+    out.insert("maxSkuGpus".into(), json!(max_sku_gpus));
+    out
+}
+
+fn empty_pod_facts() -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("requested".into(), json!(false));
+    out.insert("total".into(), json!(0));
+    out.insert("resources".into(), json!({}));
+    out.insert("containers".into(), json!([]));
+    out.insert("tolerates".into(), json!(false));
+    out.insert("selectsGpuNodes".into(), json!(false));
+    out.insert("skusConstrained".into(), json!(false));
+    out.insert("skus".into(), json!([]));
+    out.insert("maxSkuGpus".into(), json!(0));
+    out
+}
+
+fn container_facts(c: &ContainerGpuRequest) -> Value {
+    let problems: Vec<String> = c
+        .resources
+        .iter()
+        .filter_map(|(name, q)| quantity_problem(name, q))
+        .collect();
+    json!({
+        "name": c.name,
+        "type": c.kind.as_str(),
+        "gpus": c.gpus(),
+        "total": c.total(),
+        "problems": problems,
+    })
+}
+
+/// What is wrong with one GPU resource of a container, if anything:
+/// Kubernetes wants GPUs in limits, requests equal to limits, whole numbers.
+fn quantity_problem(name: &str, q: &GpuQuantity) -> Option<String> {
+    match (&q.limit, &q.request) {
+        (None, Some(r)) => return Some(format!("{name} is in requests ({r}) but not in limits")),
+        (Some(l), Some(r)) => match (parse_count(l), parse_count(r)) {
+            (Ok(a), Ok(b)) if a != b => {
+                return Some(format!("{name} request {r} differs from limit {l}"));
+            }
+            (Ok(_), Err(e)) => return Some(format!("{name} request {e}")),
+            _ => {}
+        },
+        _ => {}
+    }
+    q.count.as_ref().err().map(|e| format!("{name} {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(object: Value) -> Value {
+        facts(&object, &Catalog::embedded(), &GpuResources::default())
+    }
+
+    fn pod(spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
+    }
+
+    #[test]
+    fn gpu_pod_counts_and_containers() {
+        let g = gpu(pod(json!({
+            "initContainers": [{"name": "fetch", "image": "busybox"}],
+            "containers": [
+                {"name": "train", "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "4"}}},
+                {"name": "log", "image": "fluent-bit"}
+            ],
+            "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+        })));
+        assert_eq!(g["requested"], true);
+        assert_eq!(g["total"], 2);
+        assert_eq!(g["resources"], json!({"nvidia.com/gpu": 2}));
+        assert_eq!(g["tolerates"], true);
+        let cs = g["containers"].as_array().unwrap();
+        assert_eq!(cs.len(), 3);
+        assert_eq!(cs[0]["type"], "initContainer");
+        assert_eq!(
+            cs[1],
+            json!({"name": "train", "type": "container", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []})
+        );
+        assert_eq!(cs[2]["total"], 0);
+        // No selector: every SKU, the largest has 8 GPUs.
+        assert_eq!(g["skusConstrained"], false);
+        assert_eq!(g["maxSkuGpus"], 8);
+        assert_eq!(g["selectsGpuNodes"], false);
+        assert!(g.get("pool").is_none());
+    }
+
+    #[test]
+    fn cpu_pod_has_every_key_with_empty_values() {
+        let g = gpu(pod(json!({"containers": [{"name": "web"}]})));
+        assert_eq!(g["requested"], false);
+        assert_eq!(g["total"], 0);
+        assert_eq!(g["tolerates"], false);
+        let other = gpu(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {}}));
+        for key in [
+            "requested",
+            "total",
+            "resources",
+            "containers",
+            "tolerates",
+            "selectsGpuNodes",
+            "skus",
+            "skusConstrained",
+            "maxSkuGpus",
+        ] {
+            assert!(other.get(key).is_some(), "{key}");
+        }
+    }
+
+    #[test]
+    fn selection_narrows_skus_and_max_gpus() {
+        let g = gpu(pod(json!({
+            "nodeSelector": {"karpenter.azure.com/sku-gpu-name": "T4"},
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]
+        })));
+        assert_eq!(g["skusConstrained"], true);
+        assert_eq!(g["selectsGpuNodes"], true);
+        assert_eq!(g["maxSkuGpus"], 4);
+        assert_eq!(g["skus"].as_array().unwrap().len(), 4);
+        assert_eq!(g["total"], 8);
+    }
+
+    #[test]
+    fn malformed_requests_are_reported_per_container() {
+        let g = gpu(pod(json!({"containers": [
+            {"name": "a", "resources": {"requests": {"nvidia.com/gpu": "1"}}},
+            {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "2"}}},
+            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "500m"}}},
+            {"name": "d", "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}
+        ]})));
+        let problems: Vec<Value> = g["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["problems"].clone())
+            .collect();
+        assert_eq!(
+            problems[0],
+            json!(["nvidia.com/gpu is in requests (1) but not in limits"])
+        );
+        assert_eq!(
+            problems[1],
+            json!(["nvidia.com/gpu request 2 differs from limit 1"])
+        );
+        assert_eq!(
+            problems[2],
+            json!(["nvidia.com/gpu \"500m\" is not a whole number of devices"])
+        );
+        assert_eq!(problems[3], json!([]));
+        assert_eq!(g["requested"], true);
+    }
+
+    #[test]
+    fn templates_of_every_controller_are_read() {
+        let tpl = json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+        for (api, kind) in [
+            ("apps/v1", "Deployment"),
+            ("apps/v1", "StatefulSet"),
+            ("apps/v1", "DaemonSet"),
+            ("apps/v1", "ReplicaSet"),
+            ("batch/v1", "Job"),
+        ] {
+            let g = gpu(json!({"apiVersion": api, "kind": kind, "spec": {"template": tpl}}));
+            assert_eq!(g["total"], 1, "{kind}");
+        }
+        let cron = gpu(json!({"apiVersion": "batch/v1", "kind": "CronJob",
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": tpl}}}}));
+        assert_eq!(cron["total"], 1);
+        let rc = gpu(
+            json!({"apiVersion": "v1", "kind": "ReplicationController", "spec": {"template": tpl}}),
+        );
+        assert_eq!(rc["total"], 1);
+        let pt = gpu(json!({"apiVersion": "v1", "kind": "PodTemplate", "template": tpl}));
+        assert_eq!(pt["total"], 1);
+        // A Service has no pod template.
+        let svc = gpu(json!({"apiVersion": "v1", "kind": "Service", "spec": {"template": tpl}}));
+        assert_eq!(svc["total"], 0);
+    }
+
+    #[test]
+    fn tolerations_that_count_as_gpu() {
+        let t = |v: Value| tolerates_gpu_taint(&json!([v]));
+        assert!(t(json!({"operator": "Exists"})));
+        assert!(t(
+            json!({"key": "sku", "operator": "Exists", "effect": "NoSchedule"})
+        ));
+        assert!(t(
+            json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
+        ));
+        assert!(t(json!({"key": "amd.com/gpu", "operator": "Exists"})));
+        assert!(!t(
+            json!({"key": "sku", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"})
+        ));
+        assert!(!t(
+            json!({"key": "sku", "value": "gpu", "effect": "NoExecute"})
+        ));
+        assert!(!t(
+            json!({"key": "CriticalAddonsOnly", "operator": "Exists"})
+        ));
+        assert!(!tolerates_gpu_taint(&json!("junk")));
+    }
+
+    #[test]
+    fn capacity_objects_get_pool() {
+        let g = gpu(
+            json!({"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
+            "resource": {"instanceType": "Standard_NC24ads_A100_v4"}}),
+        );
+        assert_eq!(g["pool"]["skus"], json!(["Standard_NC24ads_A100_v4"]));
+        assert_eq!(g["pool"]["gpuCapable"], true);
+        assert_eq!(g["requested"], false);
+    }
+
+    #[test]
+    fn odd_shapes_never_panic() {
+        for obj in [
+            json!(null),
+            json!([]),
+            json!({"kind": "Pod"}),
+            json!({"kind": "Pod", "spec": "x"}),
+            json!({"kind": "Pod", "spec": {"containers": "x", "nodeSelector": [1], "tolerations": {}}}),
+        ] {
+            let g = gpu(obj);
+            assert_eq!(g["requested"], false);
+        }
+    }
+}

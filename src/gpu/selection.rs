@@ -1,0 +1,553 @@
+//! Which SKUs a set of node-selector requirements can land on.
+//!
+//! One matcher serves pods (nodeSelector + required node affinity, whose
+//! terms are ORed) and Karpenter NodePools (one list of requirements, all
+//! ANDed). Each catalog SKU is judged by the labels a node of that size
+//! carries ([`Sku::node_labels`]); a requirement on any other label (zone,
+//! agent pool, team labels) says nothing about the SKU and is taken as
+//! satisfiable.
+use serde_json::Value;
+
+use super::catalog::{labels, Catalog, Sku, SkuLabel};
+
+/// Node-selector operators, including Karpenter's `Gte`/`Lte`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+    Gte,
+    Lte,
+}
+
+impl Operator {
+    fn parse(s: &str) -> Option<Operator> {
+        Some(match s {
+            "In" => Operator::In,
+            "NotIn" => Operator::NotIn,
+            "Exists" => Operator::Exists,
+            "DoesNotExist" => Operator::DoesNotExist,
+            "Gt" => Operator::Gt,
+            "Lt" => Operator::Lt,
+            "Gte" => Operator::Gte,
+            "Lte" => Operator::Lte,
+            _ => return None,
+        })
+    }
+}
+
+/// One `{key, operator, values}` requirement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: Operator,
+    pub values: Vec<String>,
+}
+
+impl Requirement {
+    pub fn new(key: &str, operator: Operator, values: &[&str]) -> Requirement {
+        Requirement {
+            key: key.to_string(),
+            operator,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    /// Reads a requirement leniently: `None` when it has no key or an
+    /// operator we do not know (it then constrains nothing we can judge).
+    pub fn from_value(v: &Value) -> Option<Requirement> {
+        let key = v.get("key")?.as_str()?.to_string();
+        let operator = Operator::parse(v.get("operator")?.as_str()?)?;
+        let values = v
+            .get("values")
+            .and_then(Value::as_array)
+            .map(|vs| vs.iter().filter_map(scalar_string).collect())
+            .unwrap_or_default();
+        Some(Requirement {
+            key,
+            operator,
+            values,
+        })
+    }
+
+    /// Does a node of `sku` satisfy this requirement? Keys that do not
+    /// describe the SKU are taken as satisfiable.
+    pub fn matches_sku(&self, sku: &Sku) -> bool {
+        self.matches_sku_as(SkuLabel::of(&self.key), sku)
+    }
+
+    /// [`Requirement::matches_sku`] with the key classified once by the caller.
+    fn matches_sku_as(&self, key: Option<SkuLabel>, sku: &Sku) -> bool {
+        match key {
+            None => true,
+            // VM size names are case-insensitive in Azure and some tools
+            // spell them differently (KAITO's ND96asr_A100_v4).
+            Some(SkuLabel::Size) => match self.operator {
+                Operator::In => self.values.iter().any(|v| sku.is_named(v)),
+                Operator::NotIn => !self.values.iter().any(|v| sku.is_named(v)),
+                _ => self.matches_value(Some(&sku.name)),
+            },
+            Some(k) => self.matches_value(sku.label_of(k).as_deref()),
+        }
+    }
+
+    /// Does a label value (`None`: label absent) satisfy this requirement?
+    pub fn matches_value(&self, value: Option<&str>) -> bool {
+        match (self.operator, value) {
+            (Operator::In, Some(v)) => self.values.iter().any(|x| x == v),
+            (Operator::In, None) => false,
+            (Operator::NotIn, Some(v)) => !self.values.iter().any(|x| x == v),
+            (Operator::NotIn, None) => true,
+            (Operator::Exists, v) => v.is_some(),
+            (Operator::DoesNotExist, v) => v.is_none(),
+            (op, Some(v)) => {
+                let (Ok(have), Some(Ok(bound))) = (
+                    v.parse::<i64>(),
+                    self.values.first().map(|b| b.parse::<i64>()),
+                ) else {
+                    return false;
+                };
+                match op {
+                    Operator::Gt => have > bound,
+                    Operator::Lt => have < bound,
+                    Operator::Gte => have >= bound,
+                    _ => have <= bound,
+                }
+            }
+            (_, None) => false,
+        }
+    }
+
+    /// True when no node without a GPU can satisfy this requirement.
+    pub fn requires_gpu_node(&self, catalog: &Catalog) -> bool {
+        let key = self.key.as_str();
+        let op = self.operator;
+        let first_int = || self.values.first().and_then(|v| v.parse::<i64>().ok());
+        if is_size_key(key) {
+            return op == Operator::In
+                && !self.values.is_empty()
+                && self.values.iter().all(|v| catalog.is_gpu_sku(v));
+        }
+        match key {
+            labels::SKU_FAMILY => {
+                op == Operator::In
+                    && !self.values.is_empty()
+                    && self.values.iter().all(|v| v == "N")
+            }
+            labels::SKU_GPU_COUNT | GFD_GPU_COUNT => match op {
+                Operator::In => {
+                    !self.values.is_empty()
+                        && self
+                            .values
+                            .iter()
+                            .all(|v| v.parse::<i64>().is_ok_and(|n| n > 0))
+                }
+                Operator::NotIn => {
+                    key == labels::SKU_GPU_COUNT && self.values.iter().any(|v| v == "0")
+                }
+                Operator::Gt => first_int().is_some_and(|n| n >= 0),
+                Operator::Gte => first_int().is_some_and(|n| n >= 1),
+                Operator::Exists => key == GFD_GPU_COUNT,
+                _ => false,
+            },
+            _ if GPU_ONLY_KEYS.contains(&key) => match op {
+                Operator::In => !self.values.is_empty(),
+                Operator::Exists => true,
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// GFD / GPU-operator label with the GPU count.
+const GFD_GPU_COUNT: &str = "nvidia.com/gpu.count";
+
+/// Labels only GPU nodes carry: selecting them (In / Exists) selects GPU nodes.
+const GPU_ONLY_KEYS: &[&str] = &[
+    labels::SKU_GPU_NAME,
+    labels::SKU_GPU_MANUFACTURER,
+    labels::ACCELERATOR,
+    "accelerator",
+    "kubernetes.azure.com/dcgm-exporter",
+    "nvidia.com/gpu.present",
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.memory",
+    "nvidia.com/gpu.family",
+    "nvidia.com/mig.config",
+    "feature.node.kubernetes.io/pci-10de.present",
+];
+
+fn is_size_key(key: &str) -> bool {
+    key == labels::INSTANCE_TYPE || key == labels::INSTANCE_TYPE_BETA || key == labels::SKU_NAME
+}
+
+fn scalar_string(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Where something can be scheduled: requirements that always apply, and
+/// alternative terms of which one must hold.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeSelection {
+    /// ANDed with every term (a pod's nodeSelector, a NodePool's requirements).
+    pub required: Vec<Requirement>,
+    /// Required node-affinity terms, ORed. `None`: no affinity given.
+    pub terms: Option<Vec<Term>>,
+}
+
+/// One nodeSelectorTerm: its requirements ANDed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Term {
+    pub requirements: Vec<Requirement>,
+    /// A term with neither matchExpressions nor matchFields matches no node.
+    pub empty: bool,
+}
+
+impl NodeSelection {
+    /// From a pod spec: `nodeSelector` and
+    /// `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    pub fn from_pod_spec(spec: &Value) -> NodeSelection {
+        let required = spec
+            .get("nodeSelector")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| {
+                        Some(Requirement {
+                            key: k.clone(),
+                            operator: Operator::In,
+                            values: vec![scalar_string(v)?],
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let terms = spec
+            .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+            .and_then(Value::as_array)
+            .map(|terms| terms.iter().map(term_from_value).collect());
+        NodeSelection { required, terms }
+    }
+
+    /// From a list of requirements, all ANDed (Karpenter NodePool
+    /// `spec.template.spec.requirements`).
+    pub fn from_requirements(reqs: &Value) -> NodeSelection {
+        NodeSelection {
+            required: reqs
+                .as_array()
+                .map(|a| a.iter().filter_map(Requirement::from_value).collect())
+                .unwrap_or_default(),
+            terms: None,
+        }
+    }
+
+    /// VM sizes named by `In` requirements on the instance-type or
+    /// sku-name labels, in order, without repeats.
+    pub fn named_sizes(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let terms = self
+            .terms
+            .iter()
+            .flatten()
+            .flat_map(|t| t.requirements.iter());
+        for r in self.required.iter().chain(terms) {
+            if r.operator == Operator::In && is_size_key(&r.key) {
+                for v in &r.values {
+                    if !out.contains(v) {
+                        out.push(v.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Is anything said about where to schedule?
+    pub fn is_empty(&self) -> bool {
+        self.required.is_empty() && self.terms.is_none()
+    }
+
+    /// Can a node of `sku` satisfy the selection?
+    pub fn allows(&self, sku: &Sku) -> bool {
+        self.classified().allows(sku)
+    }
+
+    /// The catalog SKUs the selection allows, in catalog order.
+    pub fn skus<'a>(&self, catalog: &'a Catalog) -> Vec<&'a Sku> {
+        let classified = self.classified();
+        catalog
+            .skus()
+            .iter()
+            .filter(|s| classified.allows(s))
+            .collect()
+    }
+
+    /// The requirements with their keys classified, so each SKU costs only
+    /// value comparisons.
+    fn classified(&self) -> Classified<'_> {
+        Classified {
+            required: classify(&self.required),
+            terms: self.terms.as_ref().map(|terms| {
+                terms
+                    .iter()
+                    .map(|t| (t.empty, classify(&t.requirements)))
+                    .collect()
+            }),
+        }
+    }
+
+    /// True when every way to satisfy the selection needs a GPU node.
+    pub fn targets_gpu_nodes(&self, catalog: &Catalog) -> bool {
+        if self.required.iter().any(|r| r.requires_gpu_node(catalog)) {
+            return true;
+        }
+        match &self.terms {
+            None => false,
+            Some(terms) => {
+                !terms.is_empty()
+                    && terms.iter().all(|t| {
+                        t.empty || t.requirements.iter().any(|r| r.requires_gpu_node(catalog))
+                    })
+                    && terms.iter().any(|t| !t.empty)
+            }
+        }
+    }
+}
+
+fn classify(reqs: &[Requirement]) -> ClassifiedReqs<'_> {
+    reqs.iter().map(|r| (SkuLabel::of(&r.key), r)).collect()
+}
+
+type ClassifiedReqs<'a> = Vec<(Option<SkuLabel>, &'a Requirement)>;
+
+struct Classified<'a> {
+    required: ClassifiedReqs<'a>,
+    /// (term is empty, its requirements)
+    terms: Option<Vec<(bool, ClassifiedReqs<'a>)>>,
+}
+
+impl Classified<'_> {
+    fn allows(&self, sku: &Sku) -> bool {
+        let all = |reqs: &ClassifiedReqs<'_>| reqs.iter().all(|(k, r)| r.matches_sku_as(*k, sku));
+        all(&self.required)
+            && match &self.terms {
+                None => true,
+                Some(terms) => terms.iter().any(|(empty, reqs)| !empty && all(reqs)),
+            }
+    }
+}
+
+fn term_from_value(term: &Value) -> Term {
+    let exprs = term.get("matchExpressions").and_then(Value::as_array);
+    let fields = term.get("matchFields").and_then(Value::as_array);
+    let empty = exprs.is_none_or(|e| e.is_empty()) && fields.is_none_or(|f| f.is_empty());
+    Term {
+        requirements: exprs
+            .map(|a| a.iter().filter_map(Requirement::from_value).collect())
+            .unwrap_or_default(),
+        empty,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn names(sel: &NodeSelection, c: &Catalog) -> Vec<String> {
+        sel.skus(c).iter().map(|s| s.name.clone()).collect()
+    }
+
+    #[test]
+    fn no_selectors_allow_every_sku_and_do_not_target_gpus() {
+        let c = Catalog::embedded();
+        let sel = NodeSelection::from_pod_spec(&json!({"containers": []}));
+        assert_eq!(sel.skus(&c).len(), c.len());
+        assert!(!sel.targets_gpu_nodes(&c));
+    }
+
+    #[test]
+    fn node_selector_on_instance_type_picks_that_sku() {
+        let c = Catalog::embedded();
+        let sel = NodeSelection::from_pod_spec(&json!({
+            "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3", "kubernetes.io/os": "linux"}
+        }));
+        assert_eq!(names(&sel, &c), ["Standard_NC4as_T4_v3"]);
+        assert!(sel.targets_gpu_nodes(&c));
+    }
+
+    #[test]
+    fn cpu_instance_type_selects_no_gpu_sku() {
+        let c = Catalog::embedded();
+        let sel = NodeSelection::from_pod_spec(&json!({
+            "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_D4s_v5"}
+        }));
+        assert!(sel.skus(&c).is_empty());
+        assert!(!sel.targets_gpu_nodes(&c));
+    }
+
+    #[test]
+    fn affinity_terms_are_ored() {
+        let c = Catalog::embedded();
+        let spec = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "karpenter.azure.com/sku-gpu-name", "operator": "In", "values": ["T4"]}]},
+            {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["standard_nc24ads_a100_v4"]}]}
+        ]}}}});
+        let sel = NodeSelection::from_pod_spec(&spec);
+        assert_eq!(
+            names(&sel, &c),
+            [
+                "Standard_NC4as_T4_v3",
+                "Standard_NC8as_T4_v3",
+                "Standard_NC16as_T4_v3",
+                "Standard_NC64as_T4_v3",
+                "Standard_NC24ads_A100_v4"
+            ]
+        );
+        assert!(sel.targets_gpu_nodes(&c));
+    }
+
+    #[test]
+    fn a_term_without_gpu_requirement_means_not_only_gpu_nodes() {
+        let c = Catalog::embedded();
+        let spec = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.azure.com/accelerator", "operator": "In", "values": ["nvidia"]}]},
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eastus-1"]}]}
+        ]}}}});
+        assert!(!NodeSelection::from_pod_spec(&spec).targets_gpu_nodes(&c));
+    }
+
+    #[test]
+    fn operators_not_in_exists_does_not_exist_gt_lt() {
+        let c = Catalog::embedded();
+        let req = |r: Value| NodeSelection::from_requirements(&json!([r]));
+        // Gt 4 GPUs: only the 8-GPU sizes.
+        let eight = req(
+            json!({"key": "karpenter.azure.com/sku-gpu-count", "operator": "Gt", "values": ["4"]}),
+        );
+        assert!(eight.skus(&c).iter().all(|s| s.gpu_devices == 8));
+        assert!(!eight.skus(&c).is_empty());
+        assert!(eight.targets_gpu_nodes(&c));
+        // Lt 2 GPUs excludes 8-GPU sizes.
+        let small = req(
+            json!({"key": "karpenter.azure.com/sku-gpu-count", "operator": "Lt", "values": ["2"]}),
+        );
+        assert!(small
+            .skus(&c)
+            .iter()
+            .all(|s| s.gpu_devices < 2 || !s.karpenter_gpu));
+        // DoesNotExist sku-gpu-name: the sizes with no accelerator token.
+        let none =
+            req(json!({"key": "karpenter.azure.com/sku-gpu-name", "operator": "DoesNotExist"}));
+        assert!(names(&none, &c).contains(&"Standard_NC6s_v3".to_string()));
+        assert!(!names(&none, &c).contains(&"Standard_NC4as_T4_v3".to_string()));
+        // Exists sku-gpu-name targets GPU nodes.
+        let any = req(json!({"key": "karpenter.azure.com/sku-gpu-name", "operator": "Exists"}));
+        assert!(any.targets_gpu_nodes(&c));
+        // NotIn on the size name removes it.
+        let not = req(
+            json!({"key": "karpenter.azure.com/sku-name", "operator": "NotIn", "values": ["Standard_NC6s_v3"]}),
+        );
+        assert_eq!(not.skus(&c).len(), c.len() - 1);
+        assert!(!not.targets_gpu_nodes(&c));
+    }
+
+    #[test]
+    fn sku_family_n_targets_gpus_and_other_families_exclude_them() {
+        let c = Catalog::embedded();
+        let n = NodeSelection::from_requirements(&json!([
+            {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]},
+            {"key": "karpenter.azure.com/sku-gpu-manufacturer", "operator": "In", "values": ["nvidia"]}
+        ]));
+        assert!(n.targets_gpu_nodes(&c));
+        assert!(n
+            .skus(&c)
+            .iter()
+            .all(|s| s.manufacturer == "nvidia" && s.karpenter_gpu));
+        let d = NodeSelection::from_requirements(&json!([
+            {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}
+        ]));
+        assert!(d.skus(&c).is_empty());
+        // "NC" is a wrong value seen in the wild: it matches nothing.
+        let nc = NodeSelection::from_requirements(&json!([
+            {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["NC"]}
+        ]));
+        assert!(nc.skus(&c).is_empty());
+    }
+
+    #[test]
+    fn kaito_nodepool_alias_and_arch() {
+        let c = Catalog::embedded();
+        let kaito = NodeSelection::from_requirements(&json!([
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_ND96asr_A100_v4"]},
+            {"key": "karpenter.azure.com/placement-scope", "operator": "In", "values": ["regional"]}
+        ]));
+        assert_eq!(names(&kaito, &c), ["Standard_ND96asr_v4"]);
+        let amd64 =
+            NodeSelection::from_pod_spec(&json!({"nodeSelector": {"kubernetes.io/arch": "amd64"}}));
+        assert!(!names(&amd64, &c).contains(&"Standard_ND128isr_GB300_v6".to_string()));
+    }
+
+    #[test]
+    fn empty_term_matches_nothing_and_unknown_operator_is_ignored() {
+        let c = Catalog::embedded();
+        let spec = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{}]}}}});
+        assert!(NodeSelection::from_pod_spec(&spec).skus(&c).is_empty());
+        let odd = NodeSelection::from_requirements(
+            &json!([{"key": "karpenter.azure.com/sku-family", "operator": "Near", "values": ["N"]}, "junk", 3]),
+        );
+        assert_eq!(odd.skus(&c).len(), c.len());
+        assert!(!odd.targets_gpu_nodes(&c));
+    }
+
+    #[test]
+    fn named_sizes_collects_in_values_of_size_keys() {
+        let sel = NodeSelection::from_requirements(&json!([
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_NC6s_v3", "Standard_D4s_v5"]},
+            {"key": "karpenter.azure.com/sku-name", "operator": "In", "values": ["Standard_NC6s_v3", "Standard_NV32as_v4"]},
+            {"key": "karpenter.azure.com/sku-name", "operator": "NotIn", "values": ["Standard_NC24ads_A100_v4"]},
+            {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}
+        ]));
+        assert_eq!(
+            sel.named_sizes(),
+            ["Standard_NC6s_v3", "Standard_D4s_v5", "Standard_NV32as_v4"]
+        );
+    }
+
+    #[test]
+    fn non_string_node_selector_values_are_read_as_text() {
+        let c = Catalog::embedded();
+        let sel = NodeSelection::from_pod_spec(
+            &json!({"nodeSelector": {"karpenter.azure.com/sku-gpu-count": 8}}),
+        );
+        assert!(sel.skus(&c).iter().all(|s| s.gpu_devices == 8));
+        assert!(sel.targets_gpu_nodes(&c));
+    }
+
+    #[test]
+    fn gfd_and_legacy_labels_target_gpu_nodes() {
+        let c = Catalog::embedded();
+        for sel in [
+            json!({"nodeSelector": {"accelerator": "nvidia"}}),
+            json!({"nodeSelector": {"nvidia.com/gpu.present": "true"}}),
+            json!({"nodeSelector": {"kubernetes.azure.com/accelerator": "nvidia"}}),
+        ] {
+            assert!(
+                NodeSelection::from_pod_spec(&sel).targets_gpu_nodes(&c),
+                "{sel}"
+            );
+        }
+    }
+}

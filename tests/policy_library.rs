@@ -1,0 +1,211 @@
+//! Structure of the shipped policy library: every policy has a binding, its
+//! params exist, its CEL parses, and its tests cover a denial (or warning)
+//! and an allowed case.
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use kube_cel::cel::Program;
+use serde_json::Value;
+
+fn policies_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| {
+            let v: serde_yaml::Value = serde::Deserialize::deserialize(d)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            serde_json::to_value(v).unwrap()
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn library() -> Vec<Value> {
+    yaml_files(&policies_dir())
+        .iter()
+        .flat_map(|p| documents(p))
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn name(v: &Value) -> &str {
+    v["metadata"]["name"].as_str().unwrap()
+}
+
+#[test]
+fn every_document_is_a_known_kind() {
+    for doc in library() {
+        let kind = (doc["apiVersion"].as_str(), doc["kind"].as_str());
+        assert!(
+            matches!(
+                kind,
+                (
+                    Some("admissionregistration.k8s.io/v1"),
+                    Some("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding")
+                ) | (Some("v1"), Some("ConfigMap"))
+            ),
+            "unexpected document {kind:?}"
+        );
+    }
+}
+
+#[test]
+fn every_policy_has_one_binding_and_its_params() {
+    let docs = library();
+    let policies = of_kind(&docs, "ValidatingAdmissionPolicy");
+    let bindings = of_kind(&docs, "ValidatingAdmissionPolicyBinding");
+    let configmaps = of_kind(&docs, "ConfigMap");
+    assert!(policies.len() >= 15, "{} policies", policies.len());
+    for p in &policies {
+        let mine: Vec<_> = bindings
+            .iter()
+            .filter(|b| b["spec"]["policyName"] == name(p))
+            .collect();
+        assert_eq!(mine.len(), 1, "{}: bindings", name(p));
+        let binding = mine[0];
+        let actions = binding["spec"]["validationActions"].as_array().unwrap();
+        assert!(!actions.is_empty(), "{}", name(p));
+        match binding["spec"].get("paramRef") {
+            Some(r) => {
+                assert_eq!(p["spec"]["paramKind"]["kind"], "ConfigMap", "{}", name(p));
+                assert!(
+                    configmaps.iter().any(|c| c["metadata"]["name"] == r["name"]
+                        && c["metadata"]["namespace"] == r["namespace"]),
+                    "{}: params {r} not shipped",
+                    name(p)
+                );
+            }
+            None => assert!(p["spec"].get("paramKind").is_none(), "{}", name(p)),
+        }
+    }
+    for b in &bindings {
+        assert!(
+            policies
+                .iter()
+                .any(|p| name(p) == b["spec"]["policyName"].as_str().unwrap()),
+            "binding {} names no policy",
+            name(b)
+        );
+    }
+}
+
+/// Every expression of every policy, with where it sits.
+fn expressions(policy: &Value) -> Vec<(String, String)> {
+    let spec = &policy["spec"];
+    let mut out = Vec::new();
+    for section in [
+        "matchConditions",
+        "variables",
+        "validations",
+        "auditAnnotations",
+    ] {
+        for (i, item) in spec[section].as_array().into_iter().flatten().enumerate() {
+            for field in ["expression", "messageExpression", "valueExpression"] {
+                if let Some(e) = item[field].as_str() {
+                    out.push((
+                        format!("{}.{section}[{i}].{field}", name(policy)),
+                        e.to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_expression_parses() {
+    let docs = library();
+    for p in of_kind(&docs, "ValidatingAdmissionPolicy") {
+        let exprs = expressions(p);
+        assert!(!exprs.is_empty(), "{}", name(p));
+        for (at, e) in exprs {
+            if let Err(err) = Program::compile(&e) {
+                panic!("{at}: {err}\n{e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn messages_are_one_line() {
+    let docs = library();
+    for p in of_kind(&docs, "ValidatingAdmissionPolicy") {
+        for v in p["spec"]["validations"].as_array().unwrap() {
+            let text = v["message"]
+                .as_str()
+                .or(v["messageExpression"].as_str())
+                .unwrap();
+            assert!(!text.contains('\n'), "{}: {text:?}", name(p));
+        }
+    }
+}
+
+#[test]
+fn every_policy_is_tested_denying_and_allowing() {
+    let docs = library();
+    let tests: Vec<(PathBuf, Value)> = yaml_files(&policies_dir().join("tests"))
+        .into_iter()
+        .flat_map(|f| documents(&f).into_iter().map(move |d| (f.clone(), d)))
+        .collect();
+    let mut files_with_allowed: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut flagged: Vec<(String, PathBuf)> = Vec::new();
+    for (file, t) in &tests {
+        assert_eq!(
+            t["apiVersion"],
+            "gpu-admission.io/v1alpha1",
+            "{}",
+            file.display()
+        );
+        assert_eq!(t["kind"], "PolicyTest", "{}", file.display());
+        for case in t["spec"]["cases"].as_array().unwrap() {
+            assert!(case["name"].is_string(), "{}", file.display());
+            assert!(
+                case["object"].is_object(),
+                "{}: {}",
+                file.display(),
+                case["name"]
+            );
+            let expect = &case["expect"];
+            if expect["allowed"] == true {
+                files_with_allowed.insert(file.clone());
+            }
+            for key in ["denied", "warnings"] {
+                for s in expect[key].as_array().into_iter().flatten() {
+                    if let Some(policy) = s.as_str().and_then(|s| s.strip_suffix(':')) {
+                        flagged.push((policy.to_string(), file.clone()));
+                    }
+                }
+            }
+        }
+    }
+    for p in of_kind(&docs, "ValidatingAdmissionPolicy") {
+        let files: Vec<&PathBuf> = flagged
+            .iter()
+            .filter(|(policy, _)| policy == name(p))
+            .map(|(_, f)| f)
+            .collect();
+        assert!(!files.is_empty(), "{}: no case it denies or warns", name(p));
+        assert!(
+            files.iter().any(|f| files_with_allowed.contains(*f)),
+            "{}: no allowed case next to its denials",
+            name(p)
+        );
+    }
+}
