@@ -1,9 +1,13 @@
 //! The policy folder as one [`Bundle`]: validating policies with their
 //! bindings and params, placement profiles, and policy tests.
 use crate::admission::Bundle;
+use crate::cel::gpu::GpuExtension;
+use crate::cel::Extensions;
+use crate::gpu::catalog::Catalog;
 use crate::placement::{Profile, ProfileSet};
 use crate::policy::{self, Document, LoadError, LoadErrors, PolicySet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 include!(concat!(env!("OUT_DIR"), "/embedded_policies.rs"));
 
@@ -36,14 +40,38 @@ pub struct Loaded {
     pub tests: Vec<Document>,
 }
 
-/// Loads and compiles everything in `source`. Every error found is
-/// returned, each naming its file and document.
+/// Loads and compiles everything in `source` with the built-in SKU
+/// catalog. Every error found is returned, each naming its file and
+/// document.
 pub fn load(source: &PolicySource) -> Result<Loaded, LoadErrors> {
+    load_with(source, embedded_catalog())
+}
+
+/// [`load`] with a given SKU catalog (`--catalog FILE`).
+pub fn load_with(source: &PolicySource, catalog: Arc<Catalog>) -> Result<Loaded, LoadErrors> {
     let documents = match source {
         PolicySource::Dir(dir) => policy::read_documents(dir)?,
         PolicySource::Embedded => embedded_documents()?,
     };
-    from_documents(documents)
+    from_documents(documents, catalog)
+}
+
+/// The SKU catalog built into the binary, shared.
+pub fn embedded_catalog() -> Arc<Catalog> {
+    static EMBEDDED: std::sync::OnceLock<Arc<Catalog>> = std::sync::OnceLock::new();
+    EMBEDDED
+        .get_or_init(|| Arc::new(Catalog::embedded()))
+        .clone()
+}
+
+/// The catalog at `path`, or the built-in one.
+pub fn catalog(path: Option<&Path>) -> anyhow::Result<Arc<Catalog>> {
+    match path {
+        None => Ok(embedded_catalog()),
+        Some(path) => Catalog::from_csv_file(path)
+            .map(Arc::new)
+            .map_err(|e| anyhow::anyhow!("SKU catalog {}: {e}", path.display())),
+    }
 }
 
 /// The shipped policy files as documents, named `policies/<path>`.
@@ -64,8 +92,12 @@ pub fn embedded_documents() -> Result<Vec<Document>, LoadErrors> {
     }
 }
 
-/// Sorts documents by kind and compiles them.
-pub fn from_documents(documents: Vec<Document>) -> Result<Loaded, LoadErrors> {
+/// Sorts documents by kind and compiles them. Placement profiles come
+/// first: the GPU resources they name are GPU resources for policies too.
+pub fn from_documents(
+    documents: Vec<Document>,
+    catalog: Arc<Catalog>,
+) -> Result<Loaded, LoadErrors> {
     let mut policy_docs = Vec::new();
     let mut profiles = Vec::new();
     let mut tests = Vec::new();
@@ -95,13 +127,6 @@ pub fn from_documents(documents: Vec<Document>) -> Result<Loaded, LoadErrors> {
             None => policy_docs.push(doc),
         }
     }
-    let policies = match PolicySet::compile(&policy_docs) {
-        Ok(set) => Some(set),
-        Err(LoadErrors(errs)) => {
-            errors.extend(errs);
-            None
-        }
-    };
     let placement = match ProfileSet::new(profiles) {
         Ok(set) => Some(set),
         Err(err) => {
@@ -112,6 +137,18 @@ pub fn from_documents(documents: Vec<Document>) -> Result<Loaded, LoadErrors> {
                 column: None,
                 message: err.to_string(),
             });
+            None
+        }
+    };
+    let resources = placement
+        .as_ref()
+        .map(|p| p.gpu_resources().clone())
+        .unwrap_or_default();
+    let extensions = Extensions::new().with(GpuExtension::new(catalog, resources));
+    let policies = match PolicySet::compile_with(&policy_docs, extensions) {
+        Ok(set) => Some(set),
+        Err(LoadErrors(errs)) => {
+            errors.extend(errs);
             None
         }
     };

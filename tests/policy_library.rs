@@ -209,3 +209,36 @@ fn every_policy_is_tested_denying_and_allowing() {
         );
     }
 }
+
+/// `gpu-admission test policies/`, as CI runs it: every case passes.
+#[test]
+fn shipped_policy_tests_pass() {
+    let args = gpu_admission::cli::test::TestArgs {
+        dir: policies_dir(),
+        policies: None,
+        catalog: None,
+        verbose: false,
+    };
+    let summary = gpu_admission::cli::test::run_tests(&args).unwrap();
+    println!("{}", summary.report);
+    assert_eq!(summary.failed, 0, "{}", summary.report);
+    assert!(summary.passed >= 60, "{}", summary.report);
+}
+
+/// The built-in policy set (what `serve` uses without --policies) is the
+/// same folder, and it loads.
+#[test]
+fn embedded_policies_load() {
+    let loaded =
+        gpu_admission::bundle::load(&gpu_admission::bundle::PolicySource::Embedded).unwrap();
+    let from_dir =
+        gpu_admission::bundle::load(&gpu_admission::bundle::PolicySource::Dir(policies_dir()))
+            .unwrap();
+    assert_eq!(loaded.bundle.policies.len(), from_dir.bundle.policies.len());
+    assert_eq!(
+        loaded.bundle.placement.len(),
+        from_dir.bundle.placement.len()
+    );
+    assert!(loaded.bundle.policies.len() >= 15);
+    assert_eq!(loaded.bundle.placement.len(), 2);
+}

@@ -13,6 +13,7 @@ use kube_cel::KubeCelExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+pub mod gpu;
 mod limits;
 
 /// The cel crate types extensions work with.

@@ -9,10 +9,14 @@ pub struct LintArgs {
     /// Policy folder to check (recursive).
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
+    /// SKU catalog CSV replacing the built-in one.
+    #[arg(long, value_name = "CSV")]
+    pub catalog: Option<PathBuf>,
 }
 
 pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
-    match bundle::load(&PolicySource::Dir(args.dir.clone())) {
+    let catalog = bundle::catalog(args.catalog.as_deref())?;
+    match bundle::load_with(&PolicySource::Dir(args.dir.clone()), catalog) {
         Ok(loaded) => {
             println!(
                 "{}: ok ({} policies, {} placement profiles, {} tests)",

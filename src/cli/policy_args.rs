@@ -8,6 +8,9 @@ pub struct PolicyArgs {
     /// Policy folder (recursive). Default: the policies built into the binary.
     #[arg(long, value_name = "DIR")]
     pub policies: Option<PathBuf>,
+    /// SKU catalog CSV replacing the built-in one (columns of data/azure-gpu-skus.csv).
+    #[arg(long, value_name = "CSV")]
+    pub catalog: Option<PathBuf>,
 }
 
 impl PolicyArgs {

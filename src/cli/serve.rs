@@ -2,6 +2,7 @@
 //! bundle, signals, and the server.
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, PolicySource};
+use crate::gpu::catalog::Catalog;
 use crate::namespaces::ClusterNamespaces;
 use crate::policy::{self, DirWatcher, NamespaceLookup};
 use crate::server::{self, LogFormat, Metrics, ServeConfig, Server, ShutdownHandle};
@@ -19,6 +20,9 @@ pub struct ServeArgs {
     /// Policy folder (ValidatingAdmissionPolicy, bindings, params, PlacementProfile).
     #[arg(long, value_name = "DIR")]
     pub policies: Option<PathBuf>,
+    /// SKU catalog CSV replacing the built-in one (columns of data/azure-gpu-skus.csv).
+    #[arg(long, value_name = "CSV")]
+    pub catalog: Option<PathBuf>,
     /// Serving certificate chain, PEM, leaf first. Without it, a local CA
     /// and certificate are created under --certs-dir.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
@@ -77,6 +81,7 @@ impl ServeArgs {
         let ServeArgs {
             listen,
             policies,
+            catalog,
             tls_cert,
             tls_key,
             metrics_listen,
@@ -91,6 +96,7 @@ impl ServeArgs {
         ServeConfig {
             listen,
             policies,
+            catalog,
             tls_cert,
             tls_key,
             metrics_listen: metrics_listen.0,
@@ -140,7 +146,15 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
     let admission = Arc::new(Admission::new(bundle, namespaces));
     // Held for the life of the server: dropping it stops the watch.
     let _watcher = match &source {
-        PolicySource::Dir(dir) => Some(watch_policies(dir, admission.clone(), metrics.clone())?),
+        PolicySource::Dir(dir) => {
+            let catalog = bundle::catalog(config.catalog.as_deref())?;
+            Some(watch_policies(
+                dir,
+                catalog,
+                admission.clone(),
+                metrics.clone(),
+            )?)
+        }
         PolicySource::Embedded => None,
     };
     let server = Server::bind(config, admission, metrics, shutdown).await?;
@@ -165,7 +179,8 @@ pub fn load_bundle(config: &ServeConfig) -> anyhow::Result<Bundle> {
         }
     }
     let source = policy_source(config);
-    bundle::load(&source)
+    let catalog = bundle::catalog(config.catalog.as_deref())?;
+    bundle::load_with(&source, catalog)
         .map(|loaded| loaded.bundle)
         .map_err(|errors| anyhow::anyhow!("{} has errors:\n{errors}", source.describe()))
 }
@@ -175,18 +190,24 @@ pub fn load_bundle(config: &ServeConfig) -> anyhow::Result<Bundle> {
 /// every error and counted.
 pub fn watch_policies(
     dir: &Path,
+    catalog: Arc<Catalog>,
     admission: Arc<Admission>,
     metrics: Metrics,
 ) -> anyhow::Result<DirWatcher> {
     let source = PolicySource::Dir(dir.to_path_buf());
-    let watcher = policy::watch_dir(dir, move || reload(&source, &admission, &metrics))
+    let watcher = policy::watch_dir(dir, move || reload(&source, &catalog, &admission, &metrics))
         .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", dir.display()))?;
     Ok(watcher)
 }
 
 /// One reload attempt; see [`watch_policies`].
-pub fn reload(source: &PolicySource, admission: &Admission, metrics: &Metrics) {
-    match bundle::load(source) {
+pub fn reload(
+    source: &PolicySource,
+    catalog: &Arc<Catalog>,
+    admission: &Admission,
+    metrics: &Metrics,
+) {
+    match bundle::load_with(source, catalog.clone()) {
         Ok(loaded) => {
             let n = loaded.bundle.policies.len();
             admission.replace(loaded.bundle);

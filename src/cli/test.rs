@@ -14,6 +14,9 @@ pub struct TestArgs {
     /// Take the policies from this folder instead of DIR.
     #[arg(long, value_name = "DIR")]
     pub policies: Option<PathBuf>,
+    /// SKU catalog CSV replacing the built-in one.
+    #[arg(long, value_name = "CSV")]
+    pub catalog: Option<PathBuf>,
     /// Print passing cases too.
     #[arg(short, long)]
     pub verbose: bool,
@@ -39,14 +42,15 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
 /// Loads policies and tests and runs them; an error only when they cannot
 /// be loaded.
 pub fn run_tests(args: &TestArgs) -> anyhow::Result<Summary> {
+    let catalog = bundle::catalog(args.catalog.as_deref())?;
     let (bundle, tests) = match &args.policies {
         None => {
-            let loaded = bundle::load(&PolicySource::Dir(args.dir.clone()))
+            let loaded = bundle::load_with(&PolicySource::Dir(args.dir.clone()), catalog)
                 .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", args.dir.display()))?;
             (loaded.bundle, loaded.tests)
         }
         Some(dir) => {
-            let loaded = bundle::load(&PolicySource::Dir(dir.clone()))
+            let loaded = bundle::load_with(&PolicySource::Dir(dir.clone()), catalog)
                 .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", dir.display()))?;
             let docs = policy::read_documents(&args.dir)
                 .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", args.dir.display()))?;

@@ -58,8 +58,10 @@ pub enum LogFormat {
 pub struct ServeConfig {
     /// Address of the HTTPS webhook listener.
     pub listen: SocketAddr,
-    /// Policy folder; none means no policies and no placement profiles.
+    /// Policy folder; none means the policies built into the binary.
     pub policies: Option<PathBuf>,
+    /// Data file for the policy loader (the SKU catalog); none means built in.
+    pub catalog: Option<PathBuf>,
     /// Serving certificate chain (PEM); with `tls_key`, else self-generated.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
@@ -86,6 +88,7 @@ impl Default for ServeConfig {
         ServeConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
             policies: None,
+            catalog: None,
             tls_cert: None,
             tls_key: None,
             metrics_listen: Some(SocketAddr::from(([0, 0, 0, 0], 9090))),

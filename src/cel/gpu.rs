@@ -1,0 +1,107 @@
+//! The GPU extensions of the CEL environment: the `gpu` variable (what the
+//! evaluated object asks for) and the `azure.sku` / `azure.isGpuSku`
+//! functions over the SKU catalog. Documented in docs/cel-extensions.md.
+use super::{json_to_value, Context, Extension, Value};
+use crate::gpu::catalog::Catalog;
+use crate::gpu::facts::facts;
+use crate::gpu::GpuResources;
+use kube_cel::cel::ResolveResult;
+use std::sync::Arc;
+
+/// `gpu` and `azure.*` for policies.
+pub struct GpuExtension {
+    catalog: Arc<Catalog>,
+    resources: GpuResources,
+}
+
+impl GpuExtension {
+    pub fn new(catalog: Arc<Catalog>, resources: GpuResources) -> GpuExtension {
+        GpuExtension { catalog, resources }
+    }
+}
+
+impl Extension for GpuExtension {
+    fn register_functions(&self, ctx: &mut Context<'static>) {
+        let catalog = self.catalog.clone();
+        ctx.add_function("azure.sku", move |name: Arc<String>| -> ResolveResult {
+            Ok(json_to_value(&catalog.sku_value(&name)))
+        });
+        let catalog = self.catalog.clone();
+        ctx.add_function("azure.isGpuSku", move |name: Arc<String>| -> bool {
+            catalog.is_gpu_sku(&name)
+        });
+    }
+
+    fn variable_names(&self) -> &[&'static str] {
+        &["gpu"]
+    }
+
+    fn variables(&self, object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
+        let facts = match object {
+            Some(object) => facts(object, &self.catalog, &self.resources),
+            None => facts(&serde_json::Value::Null, &self.catalog, &self.resources),
+        };
+        vec![("gpu".to_string(), json_to_value(&facts))]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cel::{compile, evaluate, Env, Extensions};
+    use serde_json::json;
+
+    fn eval(expr: &str, object: serde_json::Value) -> Value {
+        let ext = GpuExtension::new(Arc::new(Catalog::embedded()), GpuResources::default());
+        let env = Env::new(Extensions::new().with(ext));
+        let compiled = compile(&env, expr).unwrap();
+        let mut ctx = env.scope();
+        for (name, value) in
+            env.extension_variables(Some(&object), &["gpu".to_string()].into_iter().collect())
+        {
+            ctx.add_variable_from_value(name, value);
+        }
+        evaluate(&compiled, &ctx).unwrap()
+    }
+
+    #[test]
+    fn azure_functions_read_the_catalog() {
+        assert_eq!(
+            eval("azure.isGpuSku('Standard_NC4as_T4_v3')", json!({})),
+            Value::Bool(true)
+        );
+        assert_eq!(
+            eval("azure.isGpuSku('Standard_D4s_v5')", json!({})),
+            Value::Bool(false)
+        );
+        assert_eq!(
+            eval("azure.sku('Standard_NC6s_v3').retired", json!({})),
+            Value::Bool(true)
+        );
+        assert_eq!(
+            eval("azure.sku('Standard_D4s_v5') == null", json!({})),
+            Value::Bool(true)
+        );
+        assert_eq!(
+            eval("azure.sku('Standard_NC24ads_A100_v4').premium", json!({})),
+            Value::Bool(true)
+        );
+    }
+
+    #[test]
+    fn gpu_variable_counts_what_a_pod_asks_for() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t"},
+            "spec": {"containers": [
+                {"name": "train", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+                {"name": "log", "image": "fluent-bit"}
+            ]}
+        });
+        assert_eq!(eval("gpu.total", pod.clone()), Value::Int(2));
+        assert_eq!(eval("gpu.requested", pod.clone()), Value::Bool(true));
+        assert_eq!(
+            eval("gpu.containers.filter(c, c.total > 0).map(c, c.name)", pod),
+            eval("['train']", json!({}))
+        );
+    }
+}
