@@ -266,13 +266,13 @@ impl Response {
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     #[error("body is not JSON: {0}")]
-    Json(#[source] serde_json::Error),
+    Json(serde_json::Error),
     #[error("expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got {0}")]
     WrongKind(String),
     #[error("AdmissionReview has no request")]
     MissingRequest,
     #[error("AdmissionReview request is malformed: {0}")]
-    BadRequest(#[source] serde_json::Error),
+    BadRequest(serde_json::Error),
 }
 
 /// Decodes an AdmissionReview v1 body into its request.
