@@ -1,0 +1,172 @@
+//! The webhook as kube-apiserver calls it: real TLS, AdmissionReview v1 JSON,
+//! the shipped policies and placement profiles; the returned patch applied
+//! with an RFC 6902 implementation and the result checked as a Pod.
+mod common;
+
+use base64::Engine as _;
+use common::{config, NoNamespaces, TestServer};
+use gpu_admission::admission::Admission;
+use gpu_admission::bundle::{self, PolicySource};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn shipped_admission() -> Admission {
+    let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    Admission::new(loaded.bundle, Arc::new(NoNamespaces))
+}
+
+fn review(uid: &str, operation: &str, object: &Value) -> Value {
+    let kind = object["kind"].as_str().unwrap_or("Pod");
+    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = format!("{}s", kind.to_ascii_lowercase());
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": resource},
+            "name": object["metadata"]["name"].as_str().unwrap_or(""),
+            "namespace": object["metadata"]["namespace"].as_str().unwrap_or("default"),
+            "operation": operation,
+            "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+        }
+    })
+}
+
+/// The JSON patch in a response, decoded from its base64 string.
+fn patch_of(response: &Value) -> Option<json_patch::Patch> {
+    let encoded = response["response"]["patch"].as_str()?;
+    assert_eq!(response["response"]["patchType"], "JSONPatch");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .expect("base64 patch");
+    Some(serde_json::from_slice(&bytes).expect("RFC 6902 patch"))
+}
+
+fn placement_cases() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/placement");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("pod.json").exists())
+        .collect();
+    cases.sort();
+    cases
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_fixtures_over_tls_patch_to_valid_pods_and_are_idempotent() {
+    let server = TestServer::start_with(config(), Arc::new(shipped_admission())).await;
+    let cases = placement_cases();
+    assert!(cases.len() >= 10, "placement fixtures present");
+    for case in cases {
+        let name = case.file_name().unwrap().to_string_lossy().to_string();
+        let pod = read_json(&case.join("pod.json"));
+        let expected = read_json(&case.join("expected.json"));
+        let (status, answer) = server
+            .post_review("/mutate", &review(&name, "CREATE", &pod))
+            .await;
+        assert_eq!(status, 200, "{name}");
+        assert_eq!(answer["response"]["uid"], name.as_str());
+        assert_eq!(answer["response"]["allowed"], true, "{name}: {answer}");
+        let mut patched = pod.clone();
+        if let Some(patch) = patch_of(&answer) {
+            json_patch::patch(&mut patched, &patch).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        assert_eq!(
+            patched, expected,
+            "{name}: patched pod differs from expected.json"
+        );
+        let _: k8s_openapi::api::core::v1::Pod = serde_json::from_value(patched.clone())
+            .unwrap_or_else(|e| panic!("{name}: not a Pod: {e}"));
+        // Reinvocation: the patched pod needs nothing more.
+        let (_, again) = server
+            .post_review(
+                "/mutate",
+                &review(&format!("{name}-again"), "CREATE", &patched),
+            )
+            .await;
+        assert_eq!(patch_of(&again), None, "{name}: second call patched again");
+    }
+    server.stop().await;
+}
+
+fn gpu_deployment(gpus: &str, command: &[&str]) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "llm-serve", "namespace": "inference"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "llm-serve"}},
+            "template": {
+                "metadata": {"labels": {"app": "llm-serve"}},
+                "spec": {"containers": [{
+                    "name": "vllm",
+                    "image": "vllm/vllm-openai:v0.6.3",
+                    "command": command,
+                    "resources": {
+                        "requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": gpus},
+                        "limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": gpus}
+                    }
+                }]}
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shipped_policies_deny_templates_and_warn_over_tls() {
+    let server = TestServer::start_with(config(), Arc::new(shipped_admission())).await;
+
+    let ok = gpu_deployment("1", &["vllm", "serve", "microsoft/phi-4"]);
+    let (status, answer) = server
+        .post_review("/validate", &review("ok", "CREATE", &ok))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+
+    // 12 GPUs fit on no Azure GPU VM: denied at `kubectl apply`, naming the controller.
+    let impossible = gpu_deployment("12", &["vllm", "serve", "meta-llama/Llama-3.3-70B"]);
+    let (status, answer) = server
+        .post_review("/validate", &review("deny", "CREATE", &impossible))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(answer["response"]["uid"], "deny");
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("Deployment llm-serve"), "{message}");
+    assert!(message.contains("12"), "{message}");
+    assert!(
+        !message.contains("Error {") && !message.contains("Some("),
+        "no Rust debris: {message}"
+    );
+
+    // A keep-alive command in a GPU container is a warning, not a denial.
+    let idle = gpu_deployment("1", &["sleep", "infinity"]);
+    let (_, answer) = server
+        .post_review("/validate", &review("warn", "CREATE", &idle))
+        .await;
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let warnings = answer["response"]["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("sleep")),
+        "{warnings:?}"
+    );
+    server.stop().await;
+}
