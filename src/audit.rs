@@ -2,8 +2,8 @@
 //! how many GPUs the violating objects hold.
 use crate::admission::Admission;
 use crate::offline::build_request;
-use crate::policy::Action;
-use crate::review::Operation;
+use crate::policy::VALIDATION_FAILURE_ANNOTATION;
+use crate::review::{Operation, Response};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,7 +45,11 @@ pub struct Report {
 
 /// Evaluates `objects` as if each were created now. `gpus_per_pod` says how
 /// many GPUs one pod of an object asks for (0 for non-pod objects).
-pub fn audit(admission: &Admission, objects: &[Value], gpus_per_pod: &dyn Fn(&Value) -> i64) -> Report {
+pub fn audit(
+    admission: &Admission,
+    objects: &[Value],
+    gpus_per_pod: &dyn Fn(&Value) -> i64,
+) -> Report {
     let uids: BTreeSet<&str> = objects
         .iter()
         .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
@@ -61,22 +65,29 @@ pub fn audit(admission: &Admission, objects: &[Value], gpus_per_pod: &dyn Fn(&Va
         report.evaluated += 1;
         let req = build_request(object.clone(), None, Operation::Create, None);
         let namespace = req.namespace.clone();
-        let verdict = admission.verdict(&req);
-        if verdict.violations.is_empty() {
-            *report.passed.entry(namespace.unwrap_or_default()).or_default() += 1;
+        let response = admission.validate(&req).response;
+        let violations = violations(&response);
+        if violations.is_empty() {
+            *report
+                .passed
+                .entry(namespace.unwrap_or_default())
+                .or_default() += 1;
             continue;
         }
         let gpus = gpus_held(object, gpus_per_pod);
-        for v in verdict.violations {
+        for (policy, action, message) in violations {
             report.findings.push(Finding {
-                policy: v.policy,
-                action: v.action.as_str(),
+                policy,
+                action,
                 api_version: str_at(object, "/apiVersion"),
                 kind: req.kind.kind.clone(),
                 namespace: namespace.clone(),
                 name: req.name.clone(),
-                uid: object.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string),
-                message: v.message,
+                uid: object
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                message,
                 gpus,
             });
         }
@@ -88,7 +99,11 @@ pub fn audit(admission: &Admission, objects: &[Value], gpus_per_pod: &dyn Fn(&Va
 pub fn summary(report: &Report) -> Vec<SummaryRow> {
     let mut rows: BTreeMap<(String, String, &'static str), SummaryRow> = BTreeMap::new();
     for f in &report.findings {
-        let key = (f.policy.clone(), f.namespace.clone().unwrap_or_default(), f.action);
+        let key = (
+            f.policy.clone(),
+            f.namespace.clone().unwrap_or_default(),
+            f.action,
+        );
         let row = rows.entry(key).or_insert_with(|| SummaryRow {
             policy: f.policy.clone(),
             namespace: f.namespace.clone().unwrap_or_default(),
@@ -129,8 +144,18 @@ pub fn render_text(report: &Report) -> String {
     if rows.is_empty() {
         return out;
     }
-    let w_policy = rows.iter().map(|r| r.policy.len()).max().unwrap_or(6).max(6);
-    let w_ns = rows.iter().map(|r| r.namespace.len()).max().unwrap_or(9).max(9);
+    let w_policy = rows
+        .iter()
+        .map(|r| r.policy.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let w_ns = rows
+        .iter()
+        .map(|r| r.namespace.len())
+        .max()
+        .unwrap_or(9)
+        .max(9);
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -138,7 +163,11 @@ pub fn render_text(report: &Report) -> String {
         "POLICY", "NAMESPACE", "ACTION", "VIOLATIONS", "GPUS"
     );
     for r in &rows {
-        let ns = if r.namespace.is_empty() { "-" } else { &r.namespace };
+        let ns = if r.namespace.is_empty() {
+            "-"
+        } else {
+            &r.namespace
+        };
         let _ = writeln!(
             out,
             "{:<w_policy$}  {:<w_ns$}  {:<6}  {:>10}  {:>5}",
@@ -153,12 +182,23 @@ pub fn render_text(report: &Report) -> String {
     }
     let _ = writeln!(out);
     for (policy, (gpus, violations)) in &per_policy {
-        let _ = writeln!(out, "{gpus} GPUs held by {violations} objects violating {policy}");
+        let _ = writeln!(
+            out,
+            "{gpus} GPUs held by {violations} objects violating {policy}"
+        );
     }
     let _ = writeln!(out);
     for f in &report.findings {
-        let ns = f.namespace.as_deref().map(|n| format!("{n}/")).unwrap_or_default();
-        let _ = writeln!(out, "{} {}{}: [{}] {}", f.kind, ns, f.name, f.action, f.message);
+        let ns = f
+            .namespace
+            .as_deref()
+            .map(|n| format!("{n}/"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{} {}{}: [{}] {}",
+            f.kind, ns, f.name, f.action, f.message
+        );
     }
     out
 }
@@ -167,7 +207,12 @@ pub fn render_text(report: &Report) -> String {
 /// and a ClusterPolicyReport for cluster-scoped objects.
 pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
     let mut namespaces: BTreeSet<String> = report.passed.keys().cloned().collect();
-    namespaces.extend(report.findings.iter().map(|f| f.namespace.clone().unwrap_or_default()));
+    namespaces.extend(
+        report
+            .findings
+            .iter()
+            .map(|f| f.namespace.clone().unwrap_or_default()),
+    );
     let mut out = Vec::new();
     for ns in namespaces {
         let findings: Vec<&Finding> = report
@@ -178,7 +223,8 @@ pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
         let results: Vec<Value> = findings
             .iter()
             .map(|f| {
-                let mut resource = json!({"apiVersion": f.api_version, "kind": f.kind, "name": f.name});
+                let mut resource =
+                    json!({"apiVersion": f.api_version, "kind": f.kind, "name": f.name});
                 if let Some(n) = &f.namespace {
                     resource["namespace"] = json!(n);
                 }
@@ -231,7 +277,10 @@ fn gpus_held(object: &Value, gpus_per_pod: &dyn Fn(&Value) -> i64) -> i64 {
     if per_pod == 0 {
         return 0;
     }
-    let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let replicas = match kind {
         "Pod" => match object.pointer("/status/phase").and_then(Value::as_str) {
             Some("Succeeded" | "Failed") => 0,
@@ -270,22 +319,54 @@ fn owned_by_input(object: &Value, uids: &BTreeSet<&str>) -> bool {
         .is_some_and(|owners| {
             owners.iter().any(|o| {
                 o.get("controller").and_then(Value::as_bool) == Some(true)
-                    && o.get("uid").and_then(Value::as_str).is_some_and(|u| uids.contains(u))
+                    && o.get("uid")
+                        .and_then(Value::as_str)
+                        .is_some_and(|u| uids.contains(u))
             })
         })
 }
 
 fn str_at(v: &Value, pointer: &str) -> String {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_string()
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
-impl Action {
-    /// The action as a report label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Deny => "deny",
-            Action::Warn => "warn",
-            Action::Audit => "audit",
+/// (policy, action, message) for each violation in a `/validate` answer.
+/// Denial and warning lines read `<policy>: <message>` (policy names cannot
+/// hold a colon); Audit-only failures come from the audit annotation
+/// Kubernetes defines for them. A violation both warned and audited is
+/// reported once, as a warning.
+fn violations(response: &Response) -> Vec<(String, &'static str, String)> {
+    let mut out: Vec<(String, &'static str, String)> = Vec::new();
+    let mut push = |line: &str, action: &'static str| {
+        let (policy, message) = line.split_once(": ").unwrap_or(("", line));
+        out.push((policy.to_string(), action, message.to_string()));
+    };
+    if !response.allowed {
+        for line in response.message.as_deref().unwrap_or_default().lines() {
+            push(line, "deny");
         }
     }
+    for line in &response.warnings {
+        push(line, "warn");
+    }
+    if let Some(json) = response
+        .audit_annotations
+        .get(VALIDATION_FAILURE_ANNOTATION)
+    {
+        let entries: Vec<Value> = serde_json::from_str(json).unwrap_or_default();
+        for e in entries {
+            let policy = e["policy"].as_str().unwrap_or_default().to_string();
+            let message = e["message"].as_str().unwrap_or_default().to_string();
+            let seen = out
+                .iter()
+                .any(|(p, _, m)| *p == policy && m.ends_with(message.as_str()));
+            if !seen {
+                out.push((policy, "audit", message));
+            }
+        }
+    }
+    out
 }

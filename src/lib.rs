@@ -6,6 +6,7 @@
 //! point between the AdmissionReview wire format and the domain; `admission`
 //! joins placement and policy into the two webhook answers.
 pub mod admission;
+pub mod audit;
 pub mod bundle;
 pub mod cel;
 pub mod certs;

@@ -22,6 +22,8 @@ enum Command {
     Test(cli::test::TestArgs),
     /// Load and compile every policy under a folder; report each error.
     Lint(cli::lint::LintArgs),
+    /// Report what existing objects violate and the GPUs they hold.
+    Audit(cli::audit::AuditArgs),
     /// Create or renew a local CA and serving certificate; print the caBundle.
     Certs(cli::certs::CertsArgs),
 }
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
         Command::Evaluate(args) => cli::evaluate::run(args),
         Command::Test(args) => cli::test::run(args),
         Command::Lint(args) => cli::lint::run(args),
+        Command::Audit(args) => cli::audit::run(args),
         Command::Certs(args) => cli::certs::run(args),
     };
     match result {

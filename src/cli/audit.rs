@@ -1,13 +1,12 @@
 //! `gpu-admission audit`: evaluates objects that already exist, from files
 //! (`kubectl get ... -A -o json`) or straight from the cluster, and reports
 //! per policy and namespace the violations and the GPUs they hold.
-use super::evaluate::parse_labels;
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::audit;
 use crate::namespaces::StaticNamespaces;
 use crate::offline;
-use crate::testing::namespace_object;
+use crate::testing::namespace_labels;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -34,7 +33,7 @@ pub struct AuditArgs {
     pub policies: PolicyArgs,
     /// Labels of every namespace, when reading files (the cluster's own
     /// Namespace objects are used when reading from the cluster).
-    #[arg(long, value_name = "k=v,...", value_parser = parse_labels)]
+    #[arg(long, value_name = "k=v,...", value_parser = crate::namespaces::parse_labels)]
     pub namespace_labels: Option<BTreeMap<String, String>>,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: AuditFormat,
@@ -58,12 +57,16 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let namespaces = names
             .iter()
-            .map(|n| namespace_object(n, &labels, &BTreeMap::new()))
+            .map(|n| (n.clone(), namespace_labels(n, &labels)))
             .collect();
         (objects, namespaces)
     };
     let resources = loaded.bundle.placement.gpu_resources().clone();
-    let admission = Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new(namespaces)));
+    let mut lookup = StaticNamespaces::new();
+    for (name, labels) in namespaces {
+        lookup.insert(&name, labels);
+    }
+    let admission = Admission::new(loaded.bundle, Arc::new(lookup));
     let per_pod = |object: &Value| crate::gpu::gpus_per_pod(object, &resources);
     let report = audit::audit(&admission, &objects, &per_pod);
     match args.output {
@@ -98,7 +101,10 @@ const AUDITED: &[(&str, &str)] = &[
     ("containerservice.azure.com", "ManagedClustersAgentPool"),
 ];
 
-fn from_cluster() -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
+/// Objects to audit and each namespace's labels.
+type Inputs = (Vec<Value>, Vec<(String, BTreeMap<String, String>)>);
+
+fn from_cluster() -> anyhow::Result<Inputs> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -115,7 +121,8 @@ fn from_cluster() -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
             let Some((resource, _caps)) = api_group.recommended_kind(kind) else {
                 continue;
             };
-            let api: kube::Api<kube::core::DynamicObject> = kube::Api::all_with(client.clone(), &resource);
+            let api: kube::Api<kube::core::DynamicObject> =
+                kube::Api::all_with(client.clone(), &resource);
             let list = api.list(&Default::default()).await?;
             for item in list.items {
                 let mut value = serde_json::to_value(&item)?;
@@ -130,12 +137,12 @@ fn from_cluster() -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
             .await?
             .items
             .into_iter()
-            .map(|ns| serde_json::to_value(ns).map(|mut v| {
-                v["apiVersion"] = Value::String("v1".into());
-                v["kind"] = Value::String("Namespace".into());
-                v
-            }))
-            .collect::<Result<Vec<_>, _>>()?;
+            .filter_map(|ns| {
+                let name = ns.metadata.name?;
+                let labels = ns.metadata.labels.unwrap_or_default();
+                Some((name, labels))
+            })
+            .collect();
         Ok((objects, namespaces))
     })
 }
