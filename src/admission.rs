@@ -74,7 +74,12 @@ impl Admission {
         let mut response = if verdict.denials.is_empty() {
             Response::allow()
         } else {
-            Response::deny(verdict.denials.join("\n"))
+            let mut denied = Response::deny(verdict.denials.join("\n"));
+            if let Some(reason) = verdict.reason {
+                denied.code = Some(status_code(&reason));
+                denied.reason = Some(reason);
+            }
+            denied
         };
         response.warnings = verdict.warnings;
         response.audit_annotations = verdict.audit_annotations;
@@ -113,6 +118,17 @@ impl Admission {
             .into_iter()
             .map(|c| format!("{PLACEMENT_POLICY}: {prefix}{c}"))
             .collect()
+    }
+}
+
+/// The HTTP code kube-apiserver gives a validation `reason`.
+fn status_code(reason: &str) -> u16 {
+    match reason {
+        "Unauthorized" => 401,
+        "Forbidden" => 403,
+        "RequestEntityTooLarge" => 413,
+        "Invalid" => 422,
+        _ => 403,
     }
 }
 

@@ -170,3 +170,66 @@ async fn shipped_policies_deny_templates_and_warn_over_tls() {
     );
     server.stop().await;
 }
+
+/// The Kubernetes documentation's replica-limit policy through the server:
+/// Deny under environment=test, Warn elsewhere, Audit into auditAnnotations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_limit_example_over_tls() {
+    use gpu_admission::namespaces::StaticNamespaces;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/policies/replica-limit");
+    let loaded = bundle::load(&PolicySource::Dir(dir)).unwrap();
+    let namespaces = StaticNamespaces::new()
+        .with(
+            "staging",
+            [("environment".to_string(), "test".to_string())].into(),
+        )
+        .with(
+            "prod",
+            [("environment".to_string(), "prod".to_string())].into(),
+        );
+    let admission = Admission::new(loaded.bundle, Arc::new(namespaces));
+    let server = TestServer::start_with(config(), Arc::new(admission)).await;
+    let deployment = |ns: &str, replicas: i64| {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}
+        })
+    };
+
+    let (_, answer) = server
+        .post_review(
+            "/validate",
+            &review("staging", "CREATE", &deployment("staging", 4)),
+        )
+        .await;
+    let r = &answer["response"];
+    assert_eq!(r["allowed"], false, "{answer}");
+    assert_eq!(r["status"]["reason"], "Invalid");
+    assert_eq!(
+        r["status"]["message"],
+        "replicalimit-policy.example.com: object.spec.replicas must be no greater than 3"
+    );
+
+    let (_, answer) = server
+        .post_review(
+            "/validate",
+            &review("prod", "CREATE", &deployment("prod", 150)),
+        )
+        .await;
+    let r = &answer["response"];
+    assert_eq!(r["allowed"], true, "{answer}");
+    assert_eq!(
+        r["warnings"][0],
+        "replicalimit-policy.example.com: object.spec.replicas must be no greater than 100"
+    );
+    let audit = r["auditAnnotations"]["validation.policy.admission.k8s.io/validation_failure"]
+        .as_str()
+        .expect("audit annotation");
+    let audit: Value = serde_json::from_str(audit).unwrap();
+    assert_eq!(audit[0]["policy"], "replicalimit-configmap.example.com");
+    assert_eq!(audit[0]["validationActions"][0], "Audit");
+    server.stop().await;
+}

@@ -1,0 +1,300 @@
+//! The offline subcommands as a platform team runs them: the real binary,
+//! its output and its exit code.
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const DEPLOYMENTS: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 7
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: nginx:1.27}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: small
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: small}}
+  template:
+    metadata: {labels: {app: small}}
+    spec:
+      containers: [{name: web, image: nginx:1.27}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: fleet
+spec:
+  replicas: 150
+  selector: {matchLabels: {app: fleet}}
+  template:
+    metadata: {labels: {app: fleet}}
+    spec:
+      containers: [{name: web, image: nginx:1.27}]
+"#;
+
+/// The Kubernetes documentation's replica-limit policy: Deny in namespaces
+/// labelled environment=test, Warn elsewhere, and an Audit binding with a
+/// ConfigMap as params.
+#[test]
+fn evaluate_replica_limit_example_deny_warn_and_audit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = write(tmp.path(), "deploy.yaml", DEPLOYMENTS);
+    let policies = root().join("tests/fixtures/policies/replica-limit");
+
+    let out = bin()
+        .args(["evaluate", "-f"])
+        .arg(&manifest)
+        .arg("--policies")
+        .arg(&policies)
+        .args(["--namespace-labels", "environment=test", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let web = &results[0];
+    assert_eq!(web["name"], "default/web");
+    assert_eq!(web["allowed"], false);
+    assert_eq!(
+        web["denials"][0],
+        "replicalimit-policy.example.com: object.spec.replicas must be no greater than 3"
+    );
+    // The Audit binding (ConfigMap params, limit 5) records, never denies.
+    let audit = web["auditAnnotations"]["validation.policy.admission.k8s.io/validation_failure"]
+        .as_str()
+        .unwrap();
+    assert!(audit.contains("too many replicas"), "{audit}");
+    assert_eq!(results[1]["allowed"], true);
+    assert_eq!(results[2]["allowed"], false);
+
+    let out = bin()
+        .args(["evaluate", "-f"])
+        .arg(&manifest)
+        .arg("--policies")
+        .arg(&policies)
+        .args(["--namespace-labels", "environment=prod"])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("Deployment default/web: allowed"), "{text}");
+    assert!(text.contains("Deployment default/fleet: allowed"), "{text}");
+    assert!(
+        text.contains("warning: replicalimit-policy.example.com: object.spec.replicas must be no greater than 100"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("3 objects: 0 denied, 1 warned, 0 patched\n"),
+        "{text}"
+    );
+
+    let out = bin()
+        .args(["evaluate", "--fail-on-deny", "-f"])
+        .arg(&manifest)
+        .arg("--policies")
+        .arg(&policies)
+        .args(["--namespace-labels", "environment=test"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn evaluate_shows_the_placement_patch_and_patched_object() {
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = write(
+        tmp.path(),
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: train, namespace: ml}
+spec:
+  containers:
+    - name: train
+      image: nvcr.io/nvidia/pytorch:24.05-py3
+      command: [torchrun, train.py]
+      resources:
+        limits: {cpu: "8", memory: 32Gi, nvidia.com/gpu: "1"}
+        requests: {cpu: "8", memory: 32Gi, nvidia.com/gpu: "1"}
+"#,
+    );
+    let out = bin()
+        .args(["evaluate", "-o", "yaml", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    let pod = &results[0];
+    assert_eq!(pod["allowed"], true, "{pod}");
+    assert_eq!(pod["profile"], "aks-nvidia");
+    let tolerations = pod["patched"]["spec"]["tolerations"].as_array().unwrap();
+    assert!(tolerations
+        .iter()
+        .any(|t| t["key"] == "sku" && t["value"] == "gpu"));
+    assert!(pod["patch"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|op| op["op"].is_string()));
+}
+
+#[test]
+fn lint_points_at_file_document_field_and_expression_position() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(root().join("tests/fixtures/audit/policies/keepalive.yaml"))
+        .unwrap();
+    write(tmp.path(), "good.yaml", &good);
+    write(
+        tmp.path(),
+        "broken.yaml",
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: ok}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  validations: [{expression: "true"}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: broken}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  validations:
+    - expression: "object.spec.containers.all(c, c.name ==)"
+"#,
+    );
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(text.contains("broken.yaml"), "{text}");
+    assert!(text.contains("document 2 (line 9)"), "{text}");
+    assert!(text.contains("spec.validations[0].expression"), "{text}");
+    assert!(
+        text.contains("line 1, column 41"),
+        "position in the expression: {text}"
+    );
+    assert!(text.trim_end().ends_with("1 error(s)"), "{text}");
+
+    std::fs::remove_file(tmp.path().join("broken.yaml")).unwrap();
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(stdout(&out).contains("ok (2 policies"), "{}", stdout(&out));
+}
+
+#[test]
+fn test_command_counts_and_fails_on_a_failing_case() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(root().join("tests/fixtures/audit/policies/keepalive.yaml"))
+        .unwrap();
+    write(tmp.path(), "policies.yaml", &good);
+    write(
+        tmp.path(),
+        "tests.yaml",
+        r#"apiVersion: gpu-admission.io/v1alpha1
+kind: PolicyTest
+metadata: {name: gpu-max-2}
+spec:
+  cases:
+    - name: three GPUs are denied
+      object:
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: p, namespace: ml}
+        spec: {containers: [{name: main, image: cuda, resources: {limits: {nvidia.com/gpu: "3"}}}]}
+      expect:
+        denied: ["gpu-max-2:", "main asks for more than 2 GPUs"]
+    - name: this expectation is wrong on purpose
+      object:
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: p, namespace: ml}
+        spec: {containers: [{name: main, image: cuda, resources: {limits: {nvidia.com/gpu: "1"}}}]}
+      expect:
+        allowed: false
+"#,
+    );
+    let out = bin().arg("test").arg(tmp.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(text.contains("FAIL"), "{text}");
+    assert!(
+        text.contains("this expectation is wrong on purpose"),
+        "{text}"
+    );
+    assert_eq!(text.lines().last(), Some("1 passed, 1 failed"), "{text}");
+}
+
+#[test]
+fn audit_prints_policy_reports() {
+    let out = bin()
+        .args(["audit", "-o", "policyreport", "-f"])
+        .arg(root().join("tests/fixtures/audit/cluster-list.json"))
+        .arg("--policies")
+        .arg(root().join("tests/fixtures/audit/policies"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    assert!(docs
+        .iter()
+        .all(|d| d["apiVersion"] == "wgpolicyk8s.io/v1alpha2"));
+    assert!(docs.iter().any(|d| d["metadata"]["namespace"] == "serving"));
+}
+
+#[test]
+fn bad_input_is_a_clean_error() {
+    let out = bin()
+        .args(["evaluate", "-f", "/nonexistent/manifest.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: cannot read /nonexistent/manifest.yaml"),
+        "{err}"
+    );
+}
