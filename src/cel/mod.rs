@@ -278,10 +278,17 @@ fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
             )));
         }
     }
+    let mut variables = shape.free_variables;
+    variables.extend(
+        shape
+            .call_targets
+            .into_iter()
+            .filter(|t| known.contains(t.as_str())),
+    );
     Ok(Compiled {
         source: source.to_string(),
         ast,
-        variables: shape.free_variables,
+        variables,
         policy_variables: shape.policy_variables,
     })
 }

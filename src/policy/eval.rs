@@ -93,12 +93,24 @@ impl<'e> Scope<'e> {
         namespace: Option<&serde_json::Value>,
     ) -> Scope<'e> {
         let mut ctx = inner.env.scope();
+        // Converting is most of the fixed cost of a request: only convert
+        // what some expression of the set refers to (nothing else can be
+        // looked up: unknown names are refused at load).
+        let wanted = |name: &str| inner.referenced.contains(name);
         let to_value =
             |v: Option<&serde_json::Value>| v.map(cel::json_to_value).unwrap_or(Value::Null);
-        ctx.add_variable_from_value("object", to_value(object));
-        ctx.add_variable_from_value("oldObject", to_value(old_object));
-        ctx.add_variable_from_value("namespaceObject", to_value(namespace));
-        ctx.add_variable_from_value("request", cel::json_to_value(&request_value(req)));
+        if wanted("object") {
+            ctx.add_variable_from_value("object", to_value(object));
+        }
+        if wanted("oldObject") {
+            ctx.add_variable_from_value("oldObject", to_value(old_object));
+        }
+        if wanted("namespaceObject") {
+            ctx.add_variable_from_value("namespaceObject", to_value(namespace));
+        }
+        if wanted("request") {
+            ctx.add_variable_from_value("request", cel::json_to_value(&request_value(req)));
+        }
         for (name, value) in inner.env.extension_variables(object, &inner.referenced) {
             ctx.add_variable_from_value(name, value);
         }
