@@ -128,6 +128,18 @@ fn pod_templates_of_controllers_are_judged() {
         "{:?}",
         v.denials
     );
+    // A controller named by generateName is still judged.
+    let mut generated = deployment(1, "ml");
+    generated["metadata"] = json!({"generateName": "web-", "namespace": "ml"});
+    let mut req = create(generated);
+    req.name = String::new();
+    let v = set.evaluate(&req, &StaticNamespaces::new());
+    assert_eq!(v.denials.len(), 1);
+    assert!(
+        v.denials[0].starts_with("gpu-limits: Deployment web-*: "),
+        "{:?}",
+        v.denials
+    );
     // DELETE of a controller does not judge its template.
     let del = Request::for_object(deployment(1, "ml"), Operation::Delete, None);
     assert!(set

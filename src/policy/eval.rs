@@ -38,11 +38,12 @@ pub(super) fn template_request(req: &Request) -> Option<(Request, String)> {
         .old_object
         .as_ref()
         .and_then(crate::workload::pod_from_template);
+    // `generateName` controllers have no name yet; `display_name` shows `web-*`.
     let name = if req.name.is_empty() {
-        req.object
-            .as_ref()?
-            .pointer("/metadata/name")?
-            .as_str()?
+        req.display_name()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
             .to_string()
     } else {
         req.name.clone()
