@@ -337,8 +337,26 @@ pub fn evaluate(expr: &Compiled, ctx: &Context) -> Result<Value, EvalError> {
         ExecutionError::CostLimitExceeded => EvalError::CostLimit(format!(
             "cost limit exceeded: the policy used more than {POLICY_COST_LIMIT} cost units on this request and was stopped"
         )),
-        other => EvalError::Runtime(describe_error(&other)),
+        other => EvalError::Runtime(one_line(&describe_error(&other))),
     })
+}
+
+/// Longest error text put in a message.
+const MAX_ERROR_LEN: usize = 300;
+
+/// Errors go into one-line denials: whitespace runs (some library errors
+/// span lines) become one space, and long texts are cut.
+fn one_line(text: &str) -> String {
+    let mut out = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if out.len() > MAX_ERROR_LEN {
+        let mut cut = MAX_ERROR_LEN;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push_str("...");
+    }
+    out
 }
 
 /// Runs `f` (all the expressions of one binding on one request) within
@@ -437,6 +455,12 @@ pub fn describe_error(err: &ExecutionError) -> String {
             format!("{} cannot index {}", type_name(i), type_name(v))
         }
         ExecutionError::FunctionError { function, message } => format!("{function}: {message}"),
+        ExecutionError::UnsupportedFunctionCallIdentifierType(_) => {
+            "unsupported function call".to_string()
+        }
+        ExecutionError::UnsupportedFieldsConstruction(_) => {
+            "message construction is not supported".to_string()
+        }
         ExecutionError::DivisionByZero(_) => "division by zero".to_string(),
         ExecutionError::RemainderByZero(_) => "modulus by zero".to_string(),
         ExecutionError::Overflow(op, _, _) => format!("integer overflow in '{op}'"),

@@ -119,3 +119,21 @@ fn variables_used_only_as_call_targets_are_recorded() {
     assert!(c.variables.contains("params"));
     assert!(!c.variables.contains("sets"));
 }
+
+#[test]
+fn library_errors_read_cleanly() {
+    for (expr, want) in [
+        ("quantity('abc') == quantity('1')", "quantity"),
+        ("'a'.find('[') == ''", "find"),
+        ("[].min() == 0", "min"),
+        ("ip('x').family() == 4", "ip"),
+        ("int('x') == 1", "int"),
+    ] {
+        let err = eval_with(expr, json!({})).unwrap_err().to_string();
+        assert!(err.contains(want), "{expr}: {err}");
+        assert!(
+            !err.contains("Value::") && !err.contains("Some(") && !err.contains('\n'),
+            "{expr}: {err}"
+        );
+    }
+}
