@@ -331,11 +331,11 @@ pub fn evaluate(expr: &Compiled, ctx: &Context) -> Result<Value, EvalError> {
     result.map_err(|e| match e {
         ExecutionError::CostLimitExceeded if used >= EXPRESSION_COST_LIMIT => {
             EvalError::CostLimit(format!(
-                "cost limit exceeded: the expression used more than {EXPRESSION_COST_LIMIT} cost units and was stopped"
+                "cost limit exceeded: the expression used more than {EXPRESSION_COST_LIMIT} cost units and was stopped (an evaluation error, not a violation)"
             ))
         }
         ExecutionError::CostLimitExceeded => EvalError::CostLimit(format!(
-            "cost limit exceeded: the policy used more than {POLICY_COST_LIMIT} cost units on this request and was stopped"
+            "cost limit exceeded: the policy used more than {POLICY_COST_LIMIT} cost units on this request and was stopped (an evaluation error, not a violation)"
         )),
         other => EvalError::Runtime(one_line(&describe_error(&other))),
     })
