@@ -128,6 +128,18 @@ fn pod_templates_of_controllers_are_judged() {
         "{:?}",
         v.denials
     );
+    // A controller named by generateName is still judged.
+    let mut generated = deployment(1, "ml");
+    generated["metadata"] = json!({"generateName": "web-", "namespace": "ml"});
+    let mut req = create(generated);
+    req.name = String::new();
+    let v = set.evaluate(&req, &StaticNamespaces::new());
+    assert_eq!(v.denials.len(), 1);
+    assert!(
+        v.denials[0].starts_with("gpu-limits: Deployment web-*: "),
+        "{:?}",
+        v.denials
+    );
     // DELETE of a controller does not judge its template.
     let del = Request::for_object(deployment(1, "ml"), Operation::Delete, None);
     assert!(set
@@ -280,4 +292,44 @@ fn runaway_expression_stops_quickly_with_a_cost_error() {
         "{}",
         v.denials[0]
     );
+}
+
+struct ThreadName(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl gpu_admission::cel::Extension for ThreadName {
+    fn register_functions(&self, ctx: &mut gpu_admission::cel::Context<'static>) {
+        let seen = std::sync::Arc::clone(&self.0);
+        ctx.add_function("recordThread", move || {
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            seen.lock().unwrap().push(name);
+            true
+        });
+    }
+}
+
+#[test]
+fn evaluation_runs_inline_on_marked_large_stack_threads() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tail = "  validations:\n  - expression: 'recordThread()'";
+    let docs = parse_documents(Path::new("t.yaml"), &policy("p", tail, "[Deny]")).unwrap();
+    let set = PolicySet::compile_with(
+        &docs,
+        gpu_admission::cel::Extensions::new().with(ThreadName(std::sync::Arc::clone(&seen))),
+    )
+    .unwrap();
+    let other = set.clone();
+    set.evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    std::thread::Builder::new()
+        .name("marked".into())
+        .stack_size(gpu_admission::policy::EVALUATION_STACK)
+        .spawn(move || {
+            gpu_admission::policy::mark_evaluation_thread();
+            other.evaluate(&create(gpu_pod("1")), &StaticNamespaces::new())
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let seen = seen.lock().unwrap();
+    assert!(seen[0].starts_with("policy-eval-"), "{seen:?}");
+    assert_eq!(seen[1], "marked");
 }

@@ -118,6 +118,9 @@ pub struct Shape {
     pub depth: usize,
     /// Identifiers not bound by a comprehension.
     pub free_variables: BTreeSet<String>,
+    /// Identifiers used as call targets (`x.f()`): a variable, or a
+    /// function namespace such as `sets` in `sets.contains(...)`.
+    pub call_targets: BTreeSet<String>,
     /// `<name>` in `variables.<name>` / `variables['<name>']`.
     pub policy_variables: BTreeSet<String>,
 }
@@ -195,8 +198,8 @@ impl Walker<'_> {
                     } else {
                         self.shape.nodes += 1;
                         if let Expr::Ident(name) = &target.expr {
-                            if crate::cel::BUILTIN_VARIABLES.contains(&name.as_str()) {
-                                self.ident(name);
+                            if !self.is_bound(name) {
+                                self.shape.call_targets.insert(name.clone());
                             }
                         }
                     }

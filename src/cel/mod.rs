@@ -279,10 +279,17 @@ fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
             )));
         }
     }
+    let mut variables = shape.free_variables;
+    variables.extend(
+        shape
+            .call_targets
+            .into_iter()
+            .filter(|t| known.contains(t.as_str())),
+    );
     Ok(Compiled {
         source: source.to_string(),
         ast,
-        variables: shape.free_variables,
+        variables,
         policy_variables: shape.policy_variables,
     })
 }
@@ -325,14 +332,32 @@ pub fn evaluate(expr: &Compiled, ctx: &Context) -> Result<Value, EvalError> {
     result.map_err(|e| match e {
         ExecutionError::CostLimitExceeded if used >= EXPRESSION_COST_LIMIT => {
             EvalError::CostLimit(format!(
-                "cost limit exceeded: the expression used more than {EXPRESSION_COST_LIMIT} cost units and was stopped"
+                "cost limit exceeded: the expression used more than {EXPRESSION_COST_LIMIT} cost units and was stopped (an evaluation error, not a violation)"
             ))
         }
         ExecutionError::CostLimitExceeded => EvalError::CostLimit(format!(
-            "cost limit exceeded: the policy used more than {POLICY_COST_LIMIT} cost units on this request and was stopped"
+            "cost limit exceeded: the policy used more than {POLICY_COST_LIMIT} cost units on this request and was stopped (an evaluation error, not a violation)"
         )),
-        other => EvalError::Runtime(describe_error(&other)),
+        other => EvalError::Runtime(one_line(&describe_error(&other))),
     })
+}
+
+/// Longest error text put in a message.
+const MAX_ERROR_LEN: usize = 300;
+
+/// Errors go into one-line denials: whitespace runs (some library errors
+/// span lines) become one space, and long texts are cut.
+fn one_line(text: &str) -> String {
+    let mut out = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if out.len() > MAX_ERROR_LEN {
+        let mut cut = MAX_ERROR_LEN;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push_str("...");
+    }
+    out
 }
 
 /// Runs `f` (all the expressions of one binding on one request) within
@@ -431,6 +456,12 @@ pub fn describe_error(err: &ExecutionError) -> String {
             format!("{} cannot index {}", type_name(i), type_name(v))
         }
         ExecutionError::FunctionError { function, message } => format!("{function}: {message}"),
+        ExecutionError::UnsupportedFunctionCallIdentifierType(_) => {
+            "unsupported function call".to_string()
+        }
+        ExecutionError::UnsupportedFieldsConstruction(_) => {
+            "message construction is not supported".to_string()
+        }
         ExecutionError::DivisionByZero(_) => "division by zero".to_string(),
         ExecutionError::RemainderByZero(_) => "modulus by zero".to_string(),
         ExecutionError::Overflow(op, _, _) => format!("integer overflow in '{op}'"),

@@ -105,3 +105,35 @@ fn runtime_errors_name_types_not_values() {
     let err = eval_with("object.nope == 1", json!({})).unwrap_err();
     assert_eq!(err.to_string(), "no such key: nope");
 }
+
+#[test]
+fn variables_used_only_as_call_targets_are_recorded() {
+    let env = Env::default();
+    let c = compile(
+        &env,
+        "object.metadata.name.startsWith('a') || request.name.size() > 0",
+    )
+    .unwrap();
+    assert!(c.variables.contains("object") && c.variables.contains("request"));
+    let c = compile(&env, "params.data.size() > 0 && sets.contains([1], [1])").unwrap();
+    assert!(c.variables.contains("params"));
+    assert!(!c.variables.contains("sets"));
+}
+
+#[test]
+fn library_errors_read_cleanly() {
+    for (expr, want) in [
+        ("quantity('abc') == quantity('1')", "quantity"),
+        ("'a'.find('[') == ''", "find"),
+        ("[].min() == 0", "min"),
+        ("ip('x').family() == 4", "ip"),
+        ("int('x') == 1", "int"),
+    ] {
+        let err = eval_with(expr, json!({})).unwrap_err().to_string();
+        assert!(err.contains(want), "{expr}: {err}");
+        assert!(
+            !err.contains("Value::") && !err.contains("Some(") && !err.contains('\n'),
+            "{expr}: {err}"
+        );
+    }
+}

@@ -38,11 +38,12 @@ pub(super) fn template_request(req: &Request) -> Option<(Request, String)> {
         .old_object
         .as_ref()
         .and_then(crate::workload::pod_from_template);
+    // `generateName` controllers have no name yet; `display_name` shows `web-*`.
     let name = if req.name.is_empty() {
-        req.object
-            .as_ref()?
-            .pointer("/metadata/name")?
-            .as_str()?
+        req.display_name()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
             .to_string()
     } else {
         req.name.clone()
@@ -93,12 +94,24 @@ impl<'e> Scope<'e> {
         namespace: Option<&serde_json::Value>,
     ) -> Scope<'e> {
         let mut ctx = inner.env.scope();
+        // Converting is most of the fixed cost of a request: only convert
+        // what some expression of the set refers to (nothing else can be
+        // looked up: unknown names are refused at load).
+        let wanted = |name: &str| inner.referenced.contains(name);
         let to_value =
             |v: Option<&serde_json::Value>| v.map(cel::json_to_value).unwrap_or(Value::Null);
-        ctx.add_variable_from_value("object", to_value(object));
-        ctx.add_variable_from_value("oldObject", to_value(old_object));
-        ctx.add_variable_from_value("namespaceObject", to_value(namespace));
-        ctx.add_variable_from_value("request", cel::json_to_value(&request_value(req)));
+        if wanted("object") {
+            ctx.add_variable_from_value("object", to_value(object));
+        }
+        if wanted("oldObject") {
+            ctx.add_variable_from_value("oldObject", to_value(old_object));
+        }
+        if wanted("namespaceObject") {
+            ctx.add_variable_from_value("namespaceObject", to_value(namespace));
+        }
+        if wanted("request") {
+            ctx.add_variable_from_value("request", cel::json_to_value(&request_value(req)));
+        }
         for (name, value) in inner.env.extension_variables(object, &inner.referenced) {
             ctx.add_variable_from_value(name, value);
         }

@@ -32,6 +32,20 @@ pub const VALIDATION_FAILURE_ANNOTATION: &str =
 /// Longest messageExpression result used (Kubernetes' 5 KiB).
 const MAX_MESSAGE_LEN: usize = 5 * 1024;
 
+/// Stack size a thread needs to evaluate policies itself (see
+/// [`mark_evaluation_thread`]).
+pub const EVALUATION_STACK: usize = pool::STACK;
+
+/// Lets [`PolicySet::evaluate`] run on the current thread instead of handing
+/// the request to the engine's own evaluation threads, saving a thread
+/// switch per request. Call only on threads started with a stack of at
+/// least [`EVALUATION_STACK`] bytes, e.g. from tokio's `on_thread_start` on
+/// a runtime built with `thread_stack_size(EVALUATION_STACK)`: an
+/// unoptimised build needs tens of KiB of stack per nesting level.
+pub fn mark_evaluation_thread() {
+    pool::mark_current_thread();
+}
+
 /// Looks up Namespace objects for `namespaceObject` and namespaceSelector.
 pub trait NamespaceLookup: Send + Sync {
     /// The Namespace object named `name`, as JSON, if known.

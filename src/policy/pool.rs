@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// Stack of each evaluation thread (reserved address space; pages are only
 /// committed as used).
-const STACK: usize = 64 << 20;
+pub const STACK: usize = 64 << 20;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -17,6 +17,12 @@ thread_local! {
 }
 
 static POOL: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
+
+/// Declares the current thread an evaluation thread: its stack must be at
+/// least [`STACK`] bytes.
+pub fn mark_current_thread() {
+    WORKER.with(|w| w.set(true));
+}
 
 /// Whether the current thread is an evaluation thread.
 pub fn on_worker() -> bool {
@@ -49,7 +55,7 @@ fn start() -> Option<mpsc::Sender<Job>> {
             .name(format!("policy-eval-{i}"))
             .stack_size(STACK)
             .spawn(move || {
-                WORKER.with(|w| w.set(true));
+                mark_current_thread();
                 loop {
                     let job = match rx.lock() {
                         Ok(guard) => guard.recv(),
