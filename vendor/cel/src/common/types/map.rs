@@ -12,12 +12,19 @@ use std::hash::Hash;
 use std::ops::Deref;
 use std::sync::Arc;
 
+// gpu-admission patch: entries shared behind an `Arc`, so that cloning a
+// map (every field selection) is O(1) instead of a deep copy.
 #[derive(Debug, Default)]
-pub struct DefaultMap(HashMap<Key, Box<dyn Val>>);
+pub struct DefaultMap(Arc<HashMap<Key, Box<dyn Val>>>);
 
 impl DefaultMap {
     pub fn into_inner(self) -> HashMap<Key, Box<dyn Val>> {
-        self.0
+        Arc::try_unwrap(self.0).unwrap_or_else(|shared| {
+            shared
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone_as_boxed()))
+                .collect()
+        })
     }
 
     pub fn inner(&self) -> &HashMap<Key, Box<dyn Val>> {
@@ -61,11 +68,7 @@ impl Val for DefaultMap {
     }
 
     fn clone_as_boxed(&self) -> Box<dyn Val> {
-        let mut map = HashMap::with_capacity(self.0.len());
-        for (k, v) in self.0.iter() {
-            map.insert(k.clone(), v.clone_as_boxed());
-        }
-        Box::new(Self(map))
+        Box::new(Self(self.0.clone()))
     }
 }
 
@@ -115,9 +118,9 @@ impl Indexer for DefaultMap {
     }
 
     fn steal(self: Box<Self>, key: &dyn Val) -> Result<Box<dyn Val>, ExecutionError> {
-        let mut map = self;
+        let map = self;
         let key: Key = key.clone_as_boxed().try_into()?;
-        map.0.remove(&key).ok_or_else(|| {
+        map.0.get(&key).map(|v| v.clone_as_boxed()).ok_or_else(|| {
             let key = match key {
                 Key::Bool(b) => b.into_inner().to_string(),
                 Key::Int(i) => i.into_inner().to_string(),
@@ -137,7 +140,7 @@ impl Iterable for DefaultMap {
 
 impl From<HashMap<Key, Box<dyn Val>>> for DefaultMap {
     fn from(value: HashMap<Key, Box<dyn Val>>) -> Self {
-        Self(value)
+        Self(Arc::new(value))
     }
 }
 
