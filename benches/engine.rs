@@ -1,12 +1,15 @@
 //! The policy engine on a typical GPU pod: 20 policies compiled once, the
 //! full verdict measured per request.
 use criterion::{criterion_group, criterion_main, Criterion};
+use gpu_admission::admission::Admission;
+use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::namespaces::StaticNamespaces;
 use gpu_admission::policy::{parse_documents, PolicySet};
 use gpu_admission::review::{Operation, Request};
 use serde_json::json;
 use std::hint::black_box;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Validations typical of GPU policies; each becomes its own policy.
 const EXPRESSIONS: &[&str] = &[
@@ -109,6 +112,36 @@ fn bench_engine(c: &mut Criterion) {
     });
 }
 
+/// The full answer for a typical GPU pod with the shipped policies and
+/// placement profiles: `/mutate` (placement patch), then `/validate` of the
+/// patched pod, as the apiserver calls them.
+fn bench_default_set(c: &mut Criterion) {
+    let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    let policies = loaded.bundle.policies.len();
+    let admission = Admission::new(
+        loaded.bundle,
+        Arc::new(StaticNamespaces::new().with("ml", Default::default())),
+    );
+    let mut pod = gpu_pod();
+    pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = json!("2");
+    pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("8");
+    let req = Request::for_object(pod, Operation::Create, None);
+    let outcome = admission.validate(&req);
+    assert!(outcome.response.allowed, "{:?}", outcome.response.message);
+    assert!(
+        outcome.evaluations.len() >= 5,
+        "{} evaluations",
+        outcome.evaluations.len()
+    );
+    c.bench_function("mutate gpu pod, shipped profiles", |b| {
+        b.iter(|| black_box(admission.mutate(black_box(&req))))
+    });
+    c.bench_function(
+        &format!("validate gpu pod against the shipped set ({policies} policies)"),
+        |b| b.iter(|| black_box(admission.validate(black_box(&req)))),
+    );
+}
+
 /// How long the cost limit lets a runaway expression run: three nested
 /// comprehensions over 1,000 elements, stopped at 1,000,000 units.
 fn bench_runaway(c: &mut Criterion) {
@@ -147,5 +180,5 @@ spec: {policyName: runaway, validationActions: [Deny]}
     group.finish();
 }
 
-criterion_group!(benches, bench_engine, bench_runaway);
+criterion_group!(benches, bench_engine, bench_default_set, bench_runaway);
 criterion_main!(benches);
