@@ -443,3 +443,28 @@ fn nodepool_warning_and_patch_survive_the_admission_review_encoding() {
     json_patch::patch(&mut patched, &patch).unwrap();
     assert_eq!(patched, expected);
 }
+
+#[test]
+fn nodepools_are_judged_with_the_catalog_the_bundle_was_loaded_with() {
+    use gpu_admission::bundle::{self, PolicySource};
+    use gpu_admission::gpu::catalog::Catalog;
+    let csv = "name,aliases,gpu_model,manufacturer,gpus,gpu_devices,gpu_memory_gib,vcpus,family,series,retired,retired_on,aks_supported,premium,karpenter_gpu,source\n\
+               Standard_NC8x_Z1_v9,,Z1,nvidia,1,1,48,8,NC_Z1_v9,NCx_Z1_v9,false,,true,false,true,team catalog\n";
+    let catalog = Arc::new(Catalog::from_csv_str(csv, "team.csv").unwrap());
+    let (mut pool, _) = nodepool_fixture("gpu-only-existing-taints");
+    pool["spec"]["template"]["spec"]["requirements"] = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_NC8x_Z1_v9"]}
+    ]);
+    let req = pool_request(&pool, Operation::Create);
+
+    let builtin = bundle::load(&PolicySource::Embedded).unwrap().bundle;
+    let outcome = Admission::new(builtin, Arc::new(Namespaces)).mutate(&req);
+    assert_eq!(outcome.response.patch, None, "unknown size: not a GPU pool");
+
+    let team = bundle::load_with(&PolicySource::Embedded, catalog)
+        .unwrap()
+        .bundle;
+    let outcome = Admission::new(team, Arc::new(Namespaces)).mutate(&req);
+    assert_eq!(outcome.profile.as_deref(), Some("aks-nvidia"));
+    assert!(outcome.response.patch.is_some());
+}
