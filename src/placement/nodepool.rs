@@ -7,7 +7,7 @@
 //! warns; with `Require` it leaves the pool to the validating policies.
 use super::{profile::NodePoolTaintPolicy, Plan, Profile, ProfileSet};
 use crate::gpu::catalog::Catalog;
-use crate::gpu::pools::{CapacityRequest, PoolKind};
+use crate::gpu::pools::{CapacityRequest, PoolKind, Taint as PoolTaint};
 use crate::review::{Operation, Request};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
@@ -50,6 +50,12 @@ pub fn plan_node_pool(profiles: &ProfileSet, pool: &Value) -> Plan {
         // CPU pools and mixed pools are for the validating policies.
         return Plan::default();
     }
+    // Any GPU taint (sku=gpu, nvidia.com/gpu, amd.com/gpu with NoSchedule or
+    // NoExecute) already keeps other pods off, and a second one would repel
+    // GPU pods that tolerate only the first.
+    if request.taints.iter().any(PoolTaint::is_gpu_taint) {
+        return Plan::default();
+    }
     let name = pool_name(pool);
     let profile = match pool_profile(profiles, &request, catalog) {
         Ok(Some(profile)) => profile,
@@ -61,14 +67,12 @@ pub fn plan_node_pool(profiles: &ProfileSet, pool: &Value) -> Plan {
     let Some(taint) = &profile.node_pool_taint else {
         return Plan::default();
     };
-    // Any GPU taint (sku=gpu, nvidia.com/gpu, amd.com/gpu with NoSchedule or
-    // NoExecute) already keeps other pods off, and a second one would repel
-    // GPU pods that tolerate only the first.
-    let carries = |t: &crate::gpu::pools::Taint| {
-        t.is_gpu_taint()
-            || (t.key == taint.key && t.value == taint.value && t.effect == taint.effect)
-    };
-    if request.taints.iter().any(carries) {
+    // The profile's own taint, when it is not one of the above.
+    if request
+        .taints
+        .iter()
+        .any(|t| t.key == taint.key && t.value == taint.value && t.effect == taint.effect)
+    {
         return Plan::default();
     }
     if profile.node_pool_taint_policy == NodePoolTaintPolicy::Require {
@@ -543,6 +547,15 @@ mod tests {
             plan.warnings[0].contains("aks-amd and aks-nvidia"),
             "{:?}",
             plan.warnings
+        );
+        // Already GPU-tainted: no patch and nothing to warn about.
+        let mut tainted = both.clone();
+        tainted["spec"]["template"]["spec"]["taints"] =
+            json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]);
+        let plan = plan_node_pool(&differ, &tainted);
+        assert!(
+            plan.patch.0.is_empty() && plan.warnings.is_empty(),
+            "{plan:?}"
         );
         // A manufacturer no profile serves: nothing added.
         let nvidia_only =
