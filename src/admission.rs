@@ -46,19 +46,16 @@ impl Admission {
         self.bundle.load_full()
     }
 
-    /// The `/mutate` answer: placement patch for pods on CREATE.
+    /// The `/mutate` answer: placement patch for pods on CREATE and for
+    /// Karpenter NodePools on CREATE and UPDATE.
     pub fn mutate(&self, req: &Request) -> Outcome {
-        if req.operation != Operation::Create {
-            return Outcome {
-                response: Response::allow(),
-                ..Outcome::default()
-            };
-        }
         let bundle = self.bundle.load();
         let plan =
             placement::plan_with_namespaces(&bundle.placement, req, self.namespaces.as_ref());
+        let mut response = Response::allow().with_patch(plan.patch);
+        response.warnings = plan.warnings;
         Outcome {
-            response: Response::allow().with_patch(plan.patch),
+            response,
             profile: plan.profile,
             evaluations: Vec::new(),
         }

@@ -128,7 +128,7 @@ pub fn from_documents(
         }
     }
     let placement = match ProfileSet::new(profiles) {
-        Ok(set) => Some(set),
+        Ok(set) => Some(set.with_catalog(catalog.clone())),
         Err(err) => {
             errors.push(LoadError {
                 source: None,

@@ -5,6 +5,9 @@
 //! object) and `expected.json` (the object after the returned patch; equal
 //! to pod.json when nothing should change). Set `GPU_ADMISSION_BLESS=1` to
 //! rewrite expected.json from the current output, then review the diff.
+//!
+//! tests/fixtures/placement/nodepools holds Karpenter NodePools the same
+//! way: `nodepool.json` and `expected.json`.
 use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::placement::{self, Profile, ProfileSet, NAMESPACE_NAME_LABEL};
 use gpu_admission::policy::NamespaceLookup;
@@ -71,7 +74,7 @@ fn cases() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
+        .filter(|p| p.join("pod.json").is_file())
         .collect();
     dirs.sort();
     dirs
@@ -222,4 +225,246 @@ fn patches_survive_the_admission_review_encoding() {
     let mut patched = pod;
     json_patch::patch(&mut patched, &patch).unwrap();
     assert_eq!(patched, expected);
+}
+
+// --- Karpenter NodePools -------------------------------------------------
+
+const NODEPOOLS: &str = "tests/fixtures/placement/nodepools";
+
+const SKU_GPU_TAINT: &str = "sku=gpu:NoSchedule";
+
+fn nodepool_fixture(case: &str) -> (Value, Value) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(NODEPOOLS)
+        .join(case);
+    (
+        read_json(&dir.join("nodepool.json")),
+        read_json(&dir.join("expected.json")),
+    )
+}
+
+fn nodepool_cases() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(NODEPOOLS);
+    let mut names: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("nodepool.json").is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn pool_request(pool: &Value, operation: Operation) -> Request {
+    let mut req = Request::for_object(pool.clone(), operation, None);
+    if operation == Operation::Update {
+        req.old_object = Some(pool.clone());
+    }
+    req
+}
+
+/// Mutates the case's NodePool with `operation`; checks the result against
+/// expected.json, the warning, the profile and reinvocation.
+fn run_pool(admission: &Admission, case: &str, operation: Operation) -> Result<(), String> {
+    let (pool, expected) = nodepool_fixture(case);
+    let outcome = admission.mutate(&pool_request(&pool, operation));
+    if !outcome.response.allowed {
+        return Err("mutation denied the pool".into());
+    }
+    let mut patched = pool.clone();
+    if let Some(patch) = &outcome.response.patch {
+        json_patch::patch(&mut patched, patch).map_err(|e| format!("patch does not apply: {e}"))?;
+    }
+    if patched != expected {
+        return Err(format!(
+            "patched pool differs from expected.json\npatch: {}\ngot: {}",
+            serde_json::to_string(&outcome.response.patch).unwrap(),
+            serde_json::to_string_pretty(&patched).unwrap()
+        ));
+    }
+    let name = pool["metadata"]["name"].as_str().unwrap();
+    if expected == pool {
+        if outcome.profile.is_some() || !outcome.response.warnings.is_empty() {
+            return Err(format!(
+                "untouched pool reported {:?} / {:?}",
+                outcome.profile, outcome.response.warnings
+            ));
+        }
+    } else {
+        if outcome.profile.is_none() {
+            return Err("patched without naming a profile".into());
+        }
+        let want = format!(
+            "gpu-placement: NodePool {name} launches GPU nodes without a GPU taint; added {SKU_GPU_TAINT} so that only pods that tolerate it land there"
+        );
+        if outcome.response.warnings != [want.clone()] {
+            return Err(format!(
+                "warnings {:?}, want [{want:?}]",
+                outcome.response.warnings
+            ));
+        }
+    }
+    let again = admission.mutate(&pool_request(&patched, operation));
+    if again.response.patch.is_some() || !again.response.warnings.is_empty() {
+        return Err(format!(
+            "reinvocation changed it again: {} {:?}",
+            serde_json::to_string(&again.response.patch).unwrap(),
+            again.response.warnings
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn nodepool_fixtures_on_create_and_update() {
+    let admission = admission();
+    let cases = nodepool_cases();
+    assert!(cases.len() >= 7, "fixtures missing: {cases:?}");
+    let mut failures = Vec::new();
+    for case in &cases {
+        for operation in [Operation::Create, Operation::Update] {
+            if let Err(e) = run_pool(&admission, case, operation) {
+                failures.push(format!("{case} ({operation:?}): {e}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn gpu_only_nodepools_are_patched_and_others_are_not() {
+    for case in [
+        "gpu-only-nvidia",
+        "gpu-only-existing-taints",
+        "gpu-only-amd",
+    ] {
+        let (pool, expected) = nodepool_fixture(case);
+        assert_ne!(pool, expected, "{case} should be patched");
+    }
+    for case in [
+        "kaito-generated",
+        "cpu",
+        "mixed-cpu-gpu",
+        "nvidia-resource-taint",
+    ] {
+        let (pool, expected) = nodepool_fixture(case);
+        assert_eq!(pool, expected, "{case} should be left alone");
+    }
+}
+
+#[test]
+fn nodepool_patch_appends_or_creates_the_taint_list() {
+    let admission = admission();
+    let patch_of = |case: &str, operation| {
+        let (pool, _) = nodepool_fixture(case);
+        serde_json::to_value(
+            admission
+                .mutate(&pool_request(&pool, operation))
+                .response
+                .patch,
+        )
+        .unwrap()
+    };
+    let taint = json!({"key": "sku", "value": "gpu", "effect": "NoSchedule"});
+    assert_eq!(
+        patch_of("gpu-only-nvidia", Operation::Create),
+        json!([{"op": "add", "path": "/spec/template/spec/taints", "value": [taint]}])
+    );
+    assert_eq!(
+        patch_of("gpu-only-existing-taints", Operation::Update),
+        json!([{"op": "add", "path": "/spec/template/spec/taints/-", "value": taint}])
+    );
+}
+
+#[test]
+fn nodepool_profile_follows_the_gpu_manufacturer() {
+    let admission = admission();
+    for (case, profile) in [
+        ("gpu-only-nvidia", "aks-nvidia"),
+        ("gpu-only-amd", "aks-amd"),
+    ] {
+        let (pool, _) = nodepool_fixture(case);
+        let outcome = admission.mutate(&pool_request(&pool, Operation::Create));
+        assert_eq!(outcome.profile.as_deref(), Some(profile), "{case}");
+    }
+}
+
+#[test]
+fn nodepools_are_not_patched_on_delete() {
+    let (pool, _) = nodepool_fixture("gpu-only-nvidia");
+    let outcome = admission().mutate(&pool_request(&pool, Operation::Delete));
+    assert!(outcome.response.allowed);
+    assert_eq!(outcome.response.patch, None);
+    assert!(outcome.response.warnings.is_empty());
+}
+
+#[test]
+fn require_profile_adds_no_taint() {
+    let mut nvidia: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/placement/aks-nvidia.yaml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    nvidia["spec"]["nodePoolTaintPolicy"] = json!("Require");
+    let profiles = ProfileSet::new(vec![Profile::from_value(&nvidia).unwrap()]).unwrap();
+    let admission = Admission::new(
+        Bundle {
+            placement: profiles,
+            ..Bundle::default()
+        },
+        Arc::new(Namespaces),
+    );
+    let (pool, _) = nodepool_fixture("gpu-only-nvidia");
+    let outcome = admission.mutate(&pool_request(&pool, Operation::Create));
+    assert_eq!(outcome.response.patch, None);
+    assert_eq!(outcome.profile, None);
+    assert!(outcome.response.warnings.is_empty());
+}
+
+#[test]
+fn nodepool_warning_and_patch_survive_the_admission_review_encoding() {
+    let (pool, expected) = nodepool_fixture("gpu-only-nvidia");
+    let req = pool_request(&pool, Operation::Create);
+    let outcome = admission().mutate(&req);
+    let review = gpu_admission::review::encode(&req.uid, &outcome.response);
+    assert_eq!(review["response"]["patchType"], "JSONPatch");
+    assert_eq!(
+        review["response"]["warnings"][0],
+        "gpu-placement: NodePool managed-gpu-np launches GPU nodes without a GPU taint; added sku=gpu:NoSchedule so that only pods that tolerate it land there"
+    );
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(review["response"]["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut patched = pool;
+    json_patch::patch(&mut patched, &patch).unwrap();
+    assert_eq!(patched, expected);
+}
+
+#[test]
+fn nodepools_are_judged_with_the_catalog_the_bundle_was_loaded_with() {
+    use gpu_admission::bundle::{self, PolicySource};
+    use gpu_admission::gpu::catalog::Catalog;
+    let csv = "name,aliases,gpu_model,manufacturer,gpus,gpu_devices,gpu_memory_gib,vcpus,family,series,retired,retired_on,aks_supported,premium,karpenter_gpu,source\n\
+               Standard_NC8x_Z1_v9,,Z1,nvidia,1,1,48,8,NC_Z1_v9,NCx_Z1_v9,false,,true,false,true,team catalog\n";
+    let catalog = Arc::new(Catalog::from_csv_str(csv, "team.csv").unwrap());
+    let (mut pool, _) = nodepool_fixture("gpu-only-existing-taints");
+    pool["spec"]["template"]["spec"]["requirements"] = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_NC8x_Z1_v9"]}
+    ]);
+    let req = pool_request(&pool, Operation::Create);
+
+    let builtin = bundle::load(&PolicySource::Embedded).unwrap().bundle;
+    let outcome = Admission::new(builtin, Arc::new(Namespaces)).mutate(&req);
+    assert_eq!(outcome.response.patch, None, "unknown size: not a GPU pool");
+
+    let team = bundle::load_with(&PolicySource::Embedded, catalog)
+        .unwrap()
+        .bundle;
+    let outcome = Admission::new(team, Arc::new(Namespaces)).mutate(&req);
+    assert_eq!(outcome.profile.as_deref(), Some("aks-nvidia"));
+    assert!(outcome.response.patch.is_some());
 }

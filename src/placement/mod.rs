@@ -5,21 +5,28 @@
 //! tolerations and node affinity of the one profile that matches it best.
 //! The patch only ever adds: what the pod already says is kept, and what it
 //! already says is not said again, so a second call returns no patch.
+//!
+//! A Karpenter NodePool that launches only GPU nodes gets its profile's
+//! `nodePoolTaint` when it carries no GPU taint (see [`plan_node_pool`]).
+mod nodepool;
 mod plan;
 mod profile;
 mod selector;
 mod toleration;
 
+pub use nodepool::plan_node_pool;
 pub use plan::PROFILE_ANNOTATION;
-pub use profile::{PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
+pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
 pub use selector::{LabelSelector, Operator, Requirement, Term};
 pub use toleration::{Taint, Toleration, TolerationOperator};
 
+use crate::gpu::catalog::Catalog;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
 use crate::policy::NamespaceLookup;
 use crate::review::{Operation, Request};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The label kube-apiserver puts on every Namespace, holding its name.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -30,6 +37,9 @@ pub struct ProfileSet {
     /// Highest priority first, then by name.
     profiles: Vec<Profile>,
     gpu_resources: GpuResources,
+    /// The SKU catalog that says which node pools launch GPU nodes; `None`
+    /// for the built-in one.
+    catalog: Option<Arc<Catalog>>,
 }
 
 /// What placement does to one request.
@@ -38,6 +48,8 @@ pub struct Plan {
     /// Name of the profile whose patch this is; `None` when nothing changes.
     pub profile: Option<String>,
     pub patch: json_patch::Patch,
+    /// Warnings for the admission response (`gpu-placement: ...`).
+    pub warnings: Vec<String>,
 }
 
 impl ProfileSet {
@@ -61,7 +73,23 @@ impl ProfileSet {
         Ok(ProfileSet {
             profiles,
             gpu_resources,
+            catalog: None,
         })
+    }
+
+    /// Uses `catalog` (the one the policies were loaded with) instead of the
+    /// built-in SKU catalog to tell GPU node pools from others.
+    pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> ProfileSet {
+        self.catalog = Some(catalog);
+        self
+    }
+
+    /// The SKU catalog node pools are judged with.
+    pub fn catalog(&self) -> &Catalog {
+        match &self.catalog {
+            Some(c) => c,
+            None => Catalog::embedded_shared(),
+        }
     }
 
     /// Replaces the default GPU resource names with `base` (the profiles'
@@ -118,9 +146,10 @@ impl ProfileSet {
     }
 }
 
-/// Plans the mutation of `req`: Pods on CREATE only. Namespace selectors see
-/// only the `kubernetes.io/metadata.name` label; use
-/// [`plan_with_namespaces`] to match on the Namespace's own labels.
+/// Plans the mutation of `req`: Pods on CREATE, Karpenter NodePools on
+/// CREATE and UPDATE. Namespace selectors see only the
+/// `kubernetes.io/metadata.name` label; use [`plan_with_namespaces`] to
+/// match on the Namespace's own labels.
 pub fn plan(profiles: &ProfileSet, req: &Request) -> Plan {
     plan_with_namespaces(profiles, req, &NoNamespaces)
 }
@@ -131,6 +160,9 @@ pub fn plan_with_namespaces(
     req: &Request,
     namespaces: &dyn NamespaceLookup,
 ) -> Plan {
+    if nodepool::is_node_pool(req) {
+        return nodepool::plan_request(profiles, req);
+    }
     let is_pod = req.kind.group.is_empty()
         && req.kind.kind == "Pod"
         && req.sub_resource.as_deref().unwrap_or_default().is_empty();
@@ -162,6 +194,7 @@ pub fn plan_pod(
         Ok(plan::Outcome::Patch(ops)) if !ops.is_empty() => Plan {
             profile: Some(profile.name.clone()),
             patch: json_patch::Patch(ops),
+            warnings: Vec::new(),
         },
         Ok(_) => Plan::default(),
         Err(e) => {

@@ -27,6 +27,28 @@ pub struct Profile {
     pub preferred: Vec<PreferredTerm>,
     /// The taint a GPU node pool served by this profile must carry.
     pub node_pool_taint: Option<Taint>,
+    /// What happens to a GPU-only node pool without that taint.
+    pub node_pool_taint_policy: NodePoolTaintPolicy,
+}
+
+/// What `/mutate` does with a GPU-only node pool that lacks the profile's
+/// `nodePoolTaint` (`spec.nodePoolTaintPolicy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NodePoolTaintPolicy {
+    /// Add the taint by mutation, with a warning.
+    #[default]
+    Add,
+    /// Leave the pool alone: the validating policies deny it.
+    Require,
+}
+
+impl NodePoolTaintPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodePoolTaintPolicy::Add => "Add",
+            NodePoolTaintPolicy::Require => "Require",
+        }
+    }
 }
 
 /// A preferred scheduling term: a weight (1-100) and a node-selector term.
@@ -69,7 +91,7 @@ impl ProfileError {
     }
 }
 
-const SPEC_FIELDS: [&str; 9] = [
+const SPEC_FIELDS: [&str; 10] = [
     "resources",
     "priority",
     "namespaceSelector",
@@ -78,6 +100,7 @@ const SPEC_FIELDS: [&str; 9] = [
     "requiredNodeSelectorTerms",
     "preferredNodeSelectorTerms",
     "nodePoolTaint",
+    "nodePoolTaintPolicy",
     "description",
 ];
 
@@ -193,6 +216,23 @@ fn parse_profile(v: &Value) -> Result<Profile, ProfileError> {
     let node_pool_taint = object(spec.get("nodePoolTaint"), "spec.nodePoolTaint")?
         .map(|t| Taint::parse_strict(t, "spec.nodePoolTaint"))
         .transpose()?;
+    let node_pool_taint_policy = match spec.get("nodePoolTaintPolicy") {
+        None | Some(Value::Null) => NodePoolTaintPolicy::default(),
+        Some(Value::String(s)) if s == "Add" => NodePoolTaintPolicy::Add,
+        Some(Value::String(s)) if s == "Require" => NodePoolTaintPolicy::Require,
+        Some(other) => {
+            return Err(ProfileError::new(
+                "spec.nodePoolTaintPolicy",
+                format!("{other}: must be Add or Require"),
+            ))
+        }
+    };
+    if spec.contains_key("nodePoolTaintPolicy") && node_pool_taint.is_none() {
+        return Err(ProfileError::new(
+            "spec.nodePoolTaintPolicy",
+            "needs spec.nodePoolTaint: the taint to add or require",
+        ));
+    }
 
     if tolerations.is_empty() && required.is_empty() && preferred.is_empty() {
         return Err(ProfileError::new(
@@ -222,6 +262,7 @@ fn parse_profile(v: &Value) -> Result<Profile, ProfileError> {
         required,
         preferred,
         node_pool_taint,
+        node_pool_taint_policy,
     })
 }
 
@@ -428,10 +469,12 @@ mod tests {
             "preferredNodeSelectorTerms": [
                 {"weight": 50, "preference": {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}}
             ],
-            "nodePoolTaint": {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
+            "nodePoolTaint": {"key": "sku", "value": "gpu", "effect": "NoSchedule"},
+            "nodePoolTaintPolicy": "Require"
         })))
         .unwrap();
         assert_eq!(p.name, "gpu");
+        assert_eq!(p.node_pool_taint_policy, NodePoolTaintPolicy::Require);
         assert_eq!(p.priority, 10);
         assert!(p.resources.matches("nvidia.com/mig-1g.10gb"));
         assert_eq!(p.required.len(), 2);
@@ -500,6 +543,14 @@ mod tests {
                 json!({"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaint": {"key": "sku", "value": "gpu"}}),
                 "spec.nodePoolTaint.effect",
             ),
+            (
+                json!({"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaint": {"key": "sku", "value": "gpu", "effect": "NoSchedule"}, "nodePoolTaintPolicy": "Deny"}),
+                "spec.nodePoolTaintPolicy",
+            ),
+            (
+                json!({"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaintPolicy": "Add"}),
+                "spec.nodePoolTaintPolicy",
+            ),
         ];
         for (spec, field) in cases {
             let e = error(spec.clone());
@@ -538,5 +589,17 @@ mod tests {
             "nodePoolTaint": {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
         })));
         assert!(p.is_ok(), "{p:?}");
+    }
+
+    #[test]
+    fn node_pool_taint_policy_defaults_to_add() {
+        let mut spec = minimal();
+        spec["nodePoolTaint"] = json!({"key": "sku", "value": "gpu", "effect": "NoSchedule"});
+        let p = Profile::from_value(&doc(spec.clone())).unwrap();
+        assert_eq!(p.node_pool_taint_policy, NodePoolTaintPolicy::Add);
+        spec["nodePoolTaintPolicy"] = json!("Add");
+        let p = Profile::from_value(&doc(spec)).unwrap();
+        assert_eq!(p.node_pool_taint_policy, NodePoolTaintPolicy::Add);
+        assert_eq!(NodePoolTaintPolicy::Require.as_str(), "Require");
     }
 }
