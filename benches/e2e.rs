@@ -42,8 +42,11 @@ fn main() {
     } else {
         (2, 200)
     };
+    // As `serve` builds it: evaluation runs inline on the blocking threads.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(gpu_admission::policy::EVALUATION_STACK)
+        .on_thread_start(gpu_admission::policy::mark_evaluation_thread)
         .build()
         .expect("runtime");
     runtime.block_on(run(connections, requests));
@@ -78,6 +81,7 @@ async fn run(connections: usize, requests: usize) {
 
     let body = serde_json::to_vec(&gpu_pod_review()).expect("review");
     let request = http::request_bytes("POST", "/validate?timeout=10s", &body);
+    let mutate_request = http::request_bytes("POST", "/mutate?timeout=10s", &body);
     println!(
         "e2e: {connections} keep-alive TLS connections, {requests} requests of {} bytes each",
         body.len()
@@ -102,6 +106,8 @@ async fn run(connections: usize, requests: usize) {
 
     let floor = drive(floor_addr, &client_tls, &request, connections, requests).await;
     floor.print("floor (bare TLS, fixed 200)");
+    let mutate = drive(webhook_addr, &client_tls, &mutate_request, connections, requests).await;
+    mutate.print("webhook /mutate");
     let webhook = drive(webhook_addr, &client_tls, &request, connections, requests).await;
     webhook.print("webhook /validate");
     println!(
@@ -110,10 +116,16 @@ async fn run(connections: usize, requests: usize) {
         ratio(webhook.p(50.0), floor.p(50.0)),
         ratio(webhook.p(99.0), floor.p(99.0)),
     );
-    if webhook.failed + floor.failed > 0 {
+    println!(
+        "ratio mutate/floor: throughput {:.2}, p50 {:.2}, p99 {:.2}",
+        mutate.rate / floor.rate,
+        ratio(mutate.p(50.0), floor.p(50.0)),
+        ratio(mutate.p(99.0), floor.p(99.0)),
+    );
+    if webhook.failed + mutate.failed + floor.failed > 0 {
         println!(
-            "failed requests: webhook {}, floor {}",
-            webhook.failed, floor.failed
+            "failed requests: validate {}, mutate {}, floor {}",
+            webhook.failed, mutate.failed, floor.failed
         );
     }
     shutdown.trigger();

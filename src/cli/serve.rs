@@ -116,8 +116,12 @@ impl ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = args.into_config();
     init_logging(config.log_format);
+    // Runtime threads get the evaluation stack, so policies evaluate inline
+    // on the blocking thread that serves the request (no second hand-off).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(policy::EVALUATION_STACK)
+        .on_thread_start(policy::mark_evaluation_thread)
         .build()?;
     let shutdown = ShutdownHandle::new();
     let result = runtime.block_on(async {
