@@ -45,8 +45,11 @@ pub fn pod_spec(object: &Value) -> Option<&Value> {
     object.pointer(pointer).filter(|s| s.is_object())
 }
 
-/// Does a toleration list tolerate a GPU taint (`sku=gpu`, `nvidia.com/gpu`,
-/// `amd.com/gpu`, with NoSchedule), or every taint?
+/// Does a toleration list tolerate a GPU taint by name (`sku=gpu` or any
+/// `sku` value, `nvidia.com/gpu`, `amd.com/gpu`) for NoSchedule? A toleration
+/// of every taint (`operator: Exists` without a key) does not count here: it
+/// is what node-wide DaemonSets carry, not a sign of aiming at GPU nodes (see
+/// [`tolerates_every_taint`]).
 pub fn tolerates_gpu_taint(tolerations: &Value) -> bool {
     tolerations
         .as_array()
@@ -55,16 +58,29 @@ pub fn tolerates_gpu_taint(tolerations: &Value) -> bool {
         .any(tolerates_gpu)
 }
 
+/// Does a toleration list tolerate every NoSchedule taint (`operator:
+/// Exists` with an empty key and an empty or NoSchedule effect)?
+pub fn tolerates_every_taint(tolerations: &Value) -> bool {
+    tolerations.as_array().into_iter().flatten().any(|t| {
+        covers_no_schedule(t) && field(t, "key").is_empty() && field(t, "operator") == "Exists"
+    })
+}
+
+fn field<'a>(t: &'a Value, k: &str) -> &'a str {
+    t.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+fn covers_no_schedule(t: &Value) -> bool {
+    let effect = field(t, "effect");
+    effect.is_empty() || effect == "NoSchedule"
+}
+
 fn tolerates_gpu(t: &Value) -> bool {
-    let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
-    let effect = s("effect");
-    if !(effect.is_empty() || effect == "NoSchedule") {
+    if !covers_no_schedule(t) {
         return false;
     }
-    let exists = s("operator") == "Exists";
-    match s("key") {
-        "" => exists,
-        "sku" => exists || s("value") == "gpu",
+    match field(t, "key") {
+        "sku" => field(t, "operator") == "Exists" || field(t, "value") == "gpu",
         // The taint's value varies (`present`, empty): any value counts.
         "nvidia.com/gpu" | "amd.com/gpu" => true,
         _ => false,
@@ -87,6 +103,10 @@ fn pod_facts(spec: &Value, catalog: &Catalog, resources: &GpuResources) -> Map<S
         json!(spec.get("tolerations").is_some_and(tolerates_gpu_taint)),
     );
     out.insert(
+        "toleratesAll".into(),
+        json!(spec.get("tolerations").is_some_and(tolerates_every_taint)),
+    );
+    out.insert(
         "selectsGpuNodes".into(),
         json!(selection.targets_gpu_nodes(catalog)),
     );
@@ -106,6 +126,7 @@ fn empty_pod_facts() -> Map<String, Value> {
     out.insert("resources".into(), json!({}));
     out.insert("containers".into(), json!([]));
     out.insert("tolerates".into(), json!(false));
+    out.insert("toleratesAll".into(), json!(false));
     out.insert("selectsGpuNodes".into(), json!(false));
     out.insert("skusConstrained".into(), json!(false));
     out.insert("skus".into(), json!([]));
@@ -199,6 +220,7 @@ mod tests {
             "resources",
             "containers",
             "tolerates",
+            "toleratesAll",
             "selectsGpuNodes",
             "skus",
             "skusConstrained",
@@ -281,14 +303,18 @@ mod tests {
     #[test]
     fn tolerations_that_count_as_gpu() {
         let t = |v: Value| tolerates_gpu_taint(&json!([v]));
-        assert!(t(json!({"operator": "Exists"})));
         assert!(t(
             json!({"key": "sku", "operator": "Exists", "effect": "NoSchedule"})
+        ));
+        assert!(t(
+            json!({"key": "sku", "operator": "Equal", "value": "gpu"})
         ));
         assert!(t(
             json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
         ));
         assert!(t(json!({"key": "amd.com/gpu", "operator": "Exists"})));
+        // Tolerating every taint is not aiming at GPU nodes.
+        assert!(!t(json!({"operator": "Exists"})));
         assert!(!t(
             json!({"key": "sku", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"})
         ));
@@ -299,6 +325,23 @@ mod tests {
             json!({"key": "CriticalAddonsOnly", "operator": "Exists"})
         ));
         assert!(!tolerates_gpu_taint(&json!("junk")));
+    }
+
+    #[test]
+    fn tolerations_of_every_taint() {
+        let t = |v: Value| tolerates_every_taint(&json!([v]));
+        assert!(t(json!({"operator": "Exists"})));
+        assert!(t(json!({"operator": "Exists", "effect": "NoSchedule"})));
+        assert!(!t(json!({"operator": "Exists", "effect": "NoExecute"})));
+        assert!(!t(json!({"key": "sku", "operator": "Exists"})));
+        assert!(!t(json!({"operator": "Equal", "value": "x"})));
+        assert!(!tolerates_every_taint(&json!({"operator": "Exists"})));
+        let g = gpu(pod(json!({
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "node-exporter", "image": "quay.io/prometheus/node-exporter:v1.8.2"}]
+        })));
+        assert_eq!(g["toleratesAll"], true);
+        assert_eq!(g["tolerates"], false);
     }
 
     #[test]
