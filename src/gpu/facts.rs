@@ -18,7 +18,14 @@ use super::GpuResources;
 /// The `gpu` variable for `object` (see docs/cel-extensions.md).
 pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Value {
     let mut out = match pod_spec(object) {
-        Some(spec) => pod_facts(spec, catalog, resources),
+        Some(spec) => {
+            let mut out = pod_facts(spec, catalog, resources);
+            out.insert(
+                "sharedByScheduler".into(),
+                json!(shared_by_scheduler(spec, pod_annotations(object))),
+            );
+            out
+        }
         None => empty_pod_facts(),
     };
     if let Some(pool) = CapacityRequest::from_object(object) {
@@ -43,6 +50,39 @@ pub fn pod_spec(object: &Value) -> Option<&Value> {
         _ => return None,
     };
     object.pointer(pointer).filter(|s| s.is_object())
+}
+
+/// The annotations of a Pod, or of a pod controller's template.
+fn pod_annotations(object: &Value) -> Option<&Value> {
+    let pointer = match object.get("kind").and_then(Value::as_str)? {
+        "Pod" => "/metadata/annotations",
+        "PodTemplate" => "/template/metadata/annotations",
+        "CronJob" => "/spec/jobTemplate/spec/template/metadata/annotations",
+        _ => "/spec/template/metadata/annotations",
+    };
+    object.pointer(pointer)
+}
+
+/// Annotations through which a GPU-sharing scheduler (KAI Scheduler,
+/// Run:ai) gives a pod part of a GPU without a GPU resource.
+pub const SHARED_GPU_ANNOTATIONS: [&str; 2] = ["gpu-fraction", "gpu-memory"];
+
+/// Does the pod ask a GPU-sharing scheduler for part of a GPU: a
+/// `gpu-fraction` or `gpu-memory` annotation, and a scheduler other than the
+/// default one (only such a scheduler acts on them)?
+fn shared_by_scheduler(spec: &Value, annotations: Option<&Value>) -> bool {
+    let scheduler = spec
+        .get("schedulerName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let annotated = annotations.and_then(Value::as_object).is_some_and(|a| {
+        SHARED_GPU_ANNOTATIONS.iter().any(|k| {
+            a.get(*k)
+                .and_then(Value::as_str)
+                .is_some_and(|v| !v.trim().is_empty())
+        })
+    });
+    annotated && !scheduler.is_empty() && scheduler != "default-scheduler"
 }
 
 /// Does a toleration list tolerate a GPU taint by name (`sku=gpu` or any
@@ -127,6 +167,7 @@ fn empty_pod_facts() -> Map<String, Value> {
     out.insert("containers".into(), json!([]));
     out.insert("tolerates".into(), json!(false));
     out.insert("toleratesAll".into(), json!(false));
+    out.insert("sharedByScheduler".into(), json!(false));
     out.insert("selectsGpuNodes".into(), json!(false));
     out.insert("skusConstrained".into(), json!(false));
     out.insert("skus".into(), json!([]));
@@ -221,6 +262,7 @@ mod tests {
             "containers",
             "tolerates",
             "toleratesAll",
+            "sharedByScheduler",
             "selectsGpuNodes",
             "skus",
             "skusConstrained",
@@ -342,6 +384,48 @@ mod tests {
         })));
         assert_eq!(g["toleratesAll"], true);
         assert_eq!(g["tolerates"], false);
+    }
+
+    #[test]
+    fn gpu_share_through_a_scheduler_annotation() {
+        let kai = |annotations: Value, scheduler: Value| {
+            let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+            if !scheduler.is_null() {
+                spec["schedulerName"] = scheduler;
+            }
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "annotations": annotations}, "spec": spec})
+        };
+        let g = gpu(kai(json!({"gpu-fraction": "0.5"}), json!("kai-scheduler")));
+        assert_eq!(g["sharedByScheduler"], true);
+        assert_eq!(g["requested"], false);
+        let g = gpu(kai(json!({"gpu-memory": "2000"}), json!("kai-scheduler")));
+        assert_eq!(g["sharedByScheduler"], true);
+        // The default scheduler ignores the annotation: the pod gets no GPU.
+        let g = gpu(kai(json!({"gpu-fraction": "0.5"}), json!(null)));
+        assert_eq!(g["sharedByScheduler"], false);
+        let g = gpu(kai(
+            json!({"gpu-fraction": "0.5"}),
+            json!("default-scheduler"),
+        ));
+        assert_eq!(g["sharedByScheduler"], false);
+        let g = gpu(kai(json!({"gpu-fraction": ""}), json!("kai-scheduler")));
+        assert_eq!(g["sharedByScheduler"], false);
+        let g = gpu(kai(json!({"other": "1"}), json!("kai-scheduler")));
+        assert_eq!(g["sharedByScheduler"], false);
+        // Pod templates carry the annotation on the template.
+        let d = gpu(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {
+            "metadata": {"annotations": {"gpu-fraction": "0.25"}},
+            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c"}]}}}}),
+        );
+        assert_eq!(d["sharedByScheduler"], true);
+        let c = gpu(
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {
+            "metadata": {"annotations": {"gpu-fraction": "0.25"}},
+            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c"}]}}}}}}),
+        );
+        assert_eq!(c["sharedByScheduler"], true);
     }
 
     #[test]
