@@ -242,3 +242,62 @@ fn embedded_policies_load() {
     assert!(loaded.bundle.policies.len() >= 15);
     assert_eq!(loaded.bundle.placement.len(), 2);
 }
+
+/// docs/denials.md shows, for each manifest it lists, the exact message the
+/// webhook denies it with: the examples stay true to the shipped policies.
+#[test]
+fn denials_doc_matches_the_policies() {
+    use gpu_admission::admission::Admission;
+    use gpu_admission::namespaces::StaticNamespaces;
+    use gpu_admission::offline;
+    use gpu_admission::review::Operation;
+    use std::sync::Arc;
+
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/denials.md"))
+            .unwrap();
+    let loaded =
+        gpu_admission::bundle::load(&gpu_admission::bundle::PolicySource::Dir(policies_dir()))
+            .unwrap();
+    let admission = Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new()));
+    let webhooks = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/validating-webhook.yaml"),
+    )
+    .unwrap();
+    let sections: Vec<&str> = doc.split("\n## ").skip(1).collect();
+    assert_eq!(sections.len(), 5, "five mistakes");
+    for section in sections {
+        let yaml = section
+            .split("```yaml\n")
+            .nth(1)
+            .and_then(|s| s.split("\n```").next())
+            .unwrap_or_else(|| panic!("no manifest in: {section}"));
+        let console = section
+            .split("```console\n")
+            .nth(1)
+            .and_then(|s| s.split("\n```").next())
+            .unwrap_or_else(|| panic!("no kubectl output in: {section}"));
+        let shown = console
+            .split_once("denied the request: ")
+            .unwrap_or_else(|| panic!("no denial in: {console}"))
+            .1;
+        let webhook = console
+            .split("admission webhook \"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap();
+        assert!(
+            webhooks.contains(&format!("- name: {webhook}\n")),
+            "{webhook} is not a registered webhook"
+        );
+        let objects = offline::parse_manifest(yaml).unwrap();
+        assert_eq!(objects.len(), 1);
+        let req = offline::build_request(objects[0].clone(), None, Operation::Create, None);
+        let got = offline::evaluate(&admission, req);
+        assert!(!got.allowed, "{yaml}");
+        assert_eq!(shown, got.denials.join("\n"), "{yaml}");
+        for line in &got.denials {
+            assert!(line.contains("; "), "says what to change: {line}");
+        }
+    }
+}

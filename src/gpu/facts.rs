@@ -18,7 +18,14 @@ use super::GpuResources;
 /// The `gpu` variable for `object` (see docs/cel-extensions.md).
 pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Value {
     let mut out = match pod_spec(object) {
-        Some(spec) => pod_facts(spec, catalog, resources),
+        Some(spec) => {
+            let mut out = pod_facts(spec, catalog, resources);
+            out.insert(
+                "sharedByScheduler".into(),
+                json!(shared_by_scheduler(spec, pod_annotations(object))),
+            );
+            out
+        }
         None => empty_pod_facts(),
     };
     if let Some(pool) = CapacityRequest::from_object(object) {
@@ -45,8 +52,44 @@ pub fn pod_spec(object: &Value) -> Option<&Value> {
     object.pointer(pointer).filter(|s| s.is_object())
 }
 
-/// Does a toleration list tolerate a GPU taint (`sku=gpu`, `nvidia.com/gpu`,
-/// `amd.com/gpu`, with NoSchedule), or every taint?
+/// The annotations of a Pod, or of a pod controller's template.
+fn pod_annotations(object: &Value) -> Option<&Value> {
+    let pointer = match object.get("kind").and_then(Value::as_str)? {
+        "Pod" => "/metadata/annotations",
+        "PodTemplate" => "/template/metadata/annotations",
+        "CronJob" => "/spec/jobTemplate/spec/template/metadata/annotations",
+        _ => "/spec/template/metadata/annotations",
+    };
+    object.pointer(pointer)
+}
+
+/// Annotations through which a GPU-sharing scheduler (KAI Scheduler,
+/// Run:ai) gives a pod part of a GPU without a GPU resource.
+pub const SHARED_GPU_ANNOTATIONS: [&str; 2] = ["gpu-fraction", "gpu-memory"];
+
+/// Does the pod ask a GPU-sharing scheduler for part of a GPU: a
+/// `gpu-fraction` or `gpu-memory` annotation, and a scheduler other than the
+/// default one (only such a scheduler acts on them)?
+fn shared_by_scheduler(spec: &Value, annotations: Option<&Value>) -> bool {
+    let scheduler = spec
+        .get("schedulerName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let annotated = annotations.and_then(Value::as_object).is_some_and(|a| {
+        SHARED_GPU_ANNOTATIONS.iter().any(|k| {
+            a.get(*k)
+                .and_then(Value::as_str)
+                .is_some_and(|v| !v.trim().is_empty())
+        })
+    });
+    annotated && !scheduler.is_empty() && scheduler != "default-scheduler"
+}
+
+/// Does a toleration list tolerate a GPU taint by name (`sku=gpu` or any
+/// `sku` value, `nvidia.com/gpu`, `amd.com/gpu`) for NoSchedule? A toleration
+/// of every taint (`operator: Exists` without a key) does not count here: it
+/// is what node-wide DaemonSets carry, not a sign of aiming at GPU nodes (see
+/// [`tolerates_every_taint`]).
 pub fn tolerates_gpu_taint(tolerations: &Value) -> bool {
     tolerations
         .as_array()
@@ -55,16 +98,29 @@ pub fn tolerates_gpu_taint(tolerations: &Value) -> bool {
         .any(tolerates_gpu)
 }
 
+/// Does a toleration list tolerate every NoSchedule taint (`operator:
+/// Exists` with an empty key and an empty or NoSchedule effect)?
+pub fn tolerates_every_taint(tolerations: &Value) -> bool {
+    tolerations.as_array().into_iter().flatten().any(|t| {
+        covers_no_schedule(t) && field(t, "key").is_empty() && field(t, "operator") == "Exists"
+    })
+}
+
+fn field<'a>(t: &'a Value, k: &str) -> &'a str {
+    t.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+fn covers_no_schedule(t: &Value) -> bool {
+    let effect = field(t, "effect");
+    effect.is_empty() || effect == "NoSchedule"
+}
+
 fn tolerates_gpu(t: &Value) -> bool {
-    let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
-    let effect = s("effect");
-    if !(effect.is_empty() || effect == "NoSchedule") {
+    if !covers_no_schedule(t) {
         return false;
     }
-    let exists = s("operator") == "Exists";
-    match s("key") {
-        "" => exists,
-        "sku" => exists || s("value") == "gpu",
+    match field(t, "key") {
+        "sku" => field(t, "operator") == "Exists" || field(t, "value") == "gpu",
         // The taint's value varies (`present`, empty): any value counts.
         "nvidia.com/gpu" | "amd.com/gpu" => true,
         _ => false,
@@ -87,6 +143,10 @@ fn pod_facts(spec: &Value, catalog: &Catalog, resources: &GpuResources) -> Map<S
         json!(spec.get("tolerations").is_some_and(tolerates_gpu_taint)),
     );
     out.insert(
+        "toleratesAll".into(),
+        json!(spec.get("tolerations").is_some_and(tolerates_every_taint)),
+    );
+    out.insert(
         "selectsGpuNodes".into(),
         json!(selection.targets_gpu_nodes(catalog)),
     );
@@ -106,6 +166,8 @@ fn empty_pod_facts() -> Map<String, Value> {
     out.insert("resources".into(), json!({}));
     out.insert("containers".into(), json!([]));
     out.insert("tolerates".into(), json!(false));
+    out.insert("toleratesAll".into(), json!(false));
+    out.insert("sharedByScheduler".into(), json!(false));
     out.insert("selectsGpuNodes".into(), json!(false));
     out.insert("skusConstrained".into(), json!(false));
     out.insert("skus".into(), json!([]));
@@ -199,6 +261,8 @@ mod tests {
             "resources",
             "containers",
             "tolerates",
+            "toleratesAll",
+            "sharedByScheduler",
             "selectsGpuNodes",
             "skus",
             "skusConstrained",
@@ -281,14 +345,18 @@ mod tests {
     #[test]
     fn tolerations_that_count_as_gpu() {
         let t = |v: Value| tolerates_gpu_taint(&json!([v]));
-        assert!(t(json!({"operator": "Exists"})));
         assert!(t(
             json!({"key": "sku", "operator": "Exists", "effect": "NoSchedule"})
+        ));
+        assert!(t(
+            json!({"key": "sku", "operator": "Equal", "value": "gpu"})
         ));
         assert!(t(
             json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
         ));
         assert!(t(json!({"key": "amd.com/gpu", "operator": "Exists"})));
+        // Tolerating every taint is not aiming at GPU nodes.
+        assert!(!t(json!({"operator": "Exists"})));
         assert!(!t(
             json!({"key": "sku", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"})
         ));
@@ -299,6 +367,65 @@ mod tests {
             json!({"key": "CriticalAddonsOnly", "operator": "Exists"})
         ));
         assert!(!tolerates_gpu_taint(&json!("junk")));
+    }
+
+    #[test]
+    fn tolerations_of_every_taint() {
+        let t = |v: Value| tolerates_every_taint(&json!([v]));
+        assert!(t(json!({"operator": "Exists"})));
+        assert!(t(json!({"operator": "Exists", "effect": "NoSchedule"})));
+        assert!(!t(json!({"operator": "Exists", "effect": "NoExecute"})));
+        assert!(!t(json!({"key": "sku", "operator": "Exists"})));
+        assert!(!t(json!({"operator": "Equal", "value": "x"})));
+        assert!(!tolerates_every_taint(&json!({"operator": "Exists"})));
+        let g = gpu(pod(json!({
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "node-exporter", "image": "quay.io/prometheus/node-exporter:v1.8.2"}]
+        })));
+        assert_eq!(g["toleratesAll"], true);
+        assert_eq!(g["tolerates"], false);
+    }
+
+    #[test]
+    fn gpu_share_through_a_scheduler_annotation() {
+        let kai = |annotations: Value, scheduler: Value| {
+            let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+            if !scheduler.is_null() {
+                spec["schedulerName"] = scheduler;
+            }
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "annotations": annotations}, "spec": spec})
+        };
+        let g = gpu(kai(json!({"gpu-fraction": "0.5"}), json!("kai-scheduler")));
+        assert_eq!(g["sharedByScheduler"], true);
+        assert_eq!(g["requested"], false);
+        let g = gpu(kai(json!({"gpu-memory": "2000"}), json!("kai-scheduler")));
+        assert_eq!(g["sharedByScheduler"], true);
+        // The default scheduler ignores the annotation: the pod gets no GPU.
+        let g = gpu(kai(json!({"gpu-fraction": "0.5"}), json!(null)));
+        assert_eq!(g["sharedByScheduler"], false);
+        let g = gpu(kai(
+            json!({"gpu-fraction": "0.5"}),
+            json!("default-scheduler"),
+        ));
+        assert_eq!(g["sharedByScheduler"], false);
+        let g = gpu(kai(json!({"gpu-fraction": ""}), json!("kai-scheduler")));
+        assert_eq!(g["sharedByScheduler"], false);
+        let g = gpu(kai(json!({"other": "1"}), json!("kai-scheduler")));
+        assert_eq!(g["sharedByScheduler"], false);
+        // Pod templates carry the annotation on the template.
+        let d = gpu(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {
+            "metadata": {"annotations": {"gpu-fraction": "0.25"}},
+            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c"}]}}}}),
+        );
+        assert_eq!(d["sharedByScheduler"], true);
+        let c = gpu(
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {
+            "metadata": {"annotations": {"gpu-fraction": "0.25"}},
+            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c"}]}}}}}}),
+        );
+        assert_eq!(c["sharedByScheduler"], true);
     }
 
     #[test]
