@@ -106,7 +106,14 @@ async fn run(connections: usize, requests: usize) {
 
     let floor = drive(floor_addr, &client_tls, &request, connections, requests).await;
     floor.print("floor (bare TLS, fixed 200)");
-    let mutate = drive(webhook_addr, &client_tls, &mutate_request, connections, requests).await;
+    let mutate = drive(
+        webhook_addr,
+        &client_tls,
+        &mutate_request,
+        connections,
+        requests,
+    )
+    .await;
     mutate.print("webhook /mutate");
     let webhook = drive(webhook_addr, &client_tls, &request, connections, requests).await;
     webhook.print("webhook /validate");
