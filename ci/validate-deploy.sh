@@ -625,7 +625,7 @@ else:
     print("server: no gpu-admission binary built (cargo build, or set GPU_ADMISSION): not run")
 for e in errors:
     print(f"FAIL {e}")
-print(f"{checks - len(errors)} passed, {len(errors)} failed")
+print(f"deploy checks: {checks - len(errors)} ok, {len(errors)} failed")
 sys.exit(1 if errors else 0)
 EOF
 binary="${GPU_ADMISSION:-}"
