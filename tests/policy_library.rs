@@ -293,6 +293,12 @@ fn denials_doc_matches_the_policies() {
         let objects = offline::parse_manifest(yaml).unwrap();
         assert_eq!(objects.len(), 1);
         let req = offline::build_request(objects[0].clone(), None, Operation::Create, None);
+        // kubectl prints the status reason the webhook answers with.
+        let reason = admission.validate(&req).response.reason.unwrap_or_default();
+        assert!(
+            console.contains(&format!("Error from server ({reason}): ")),
+            "kubectl shows reason {reason}: {console}"
+        );
         let got = offline::evaluate(&admission, req);
         assert!(!got.allowed, "{yaml}");
         assert_eq!(shown, got.denials.join("\n"), "{yaml}");
