@@ -333,3 +333,26 @@ fn evaluation_runs_inline_on_marked_large_stack_threads() {
     assert!(seen[0].starts_with("policy-eval-"), "{seen:?}");
     assert_eq!(seen[1], "marked");
 }
+
+/// A pod policy judging a controller's template still sees who is asking:
+/// `request.userInfo` is the user who applies the Deployment.
+#[test]
+fn pod_templates_keep_the_requesting_user() {
+    let set = set(&policy(
+        "no-ci-gpus",
+        "  validations:\n  - expression: \"request.userInfo.username != 'ci-bot'\"\n    message: ci-bot may not run GPU pods",
+        "[Deny]",
+    ));
+    let mut req = create(deployment(1, "ml"));
+    req.user_info = json!({"username": "ci-bot", "groups": ["system:authenticated"]});
+    let v = set.evaluate(&req, &StaticNamespaces::new());
+    assert_eq!(
+        v.denials,
+        vec!["no-ci-gpus: Deployment web: ci-bot may not run GPU pods"]
+    );
+    req.user_info = json!({"username": "alice", "groups": ["system:authenticated"]});
+    assert!(set
+        .evaluate(&req, &StaticNamespaces::new())
+        .denials
+        .is_empty());
+}

@@ -70,7 +70,7 @@ pub(super) fn template_request(req: &Request) -> Option<(Request, String)> {
         name: name.clone(),
         namespace: req.namespace.clone(),
         operation: req.operation,
-        user_info: serde_json::Value::Null,
+        user_info: req.user_info.clone(),
         object: Some(pod),
         old_object: old_pod,
         dry_run: req.dry_run,
