@@ -5,6 +5,7 @@ use super::{json_to_value, Context, Extension, Value};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::facts;
 use crate::gpu::GpuResources;
+use kube_cel::cel::objects::pinned;
 use kube_cel::cel::ResolveResult;
 use std::sync::Arc;
 
@@ -12,19 +13,66 @@ use std::sync::Arc;
 pub struct GpuExtension {
     catalog: Arc<Catalog>,
     resources: GpuResources,
+    /// `azure.sku()` of each catalog SKU, in catalog order, converted once:
+    /// policies call it inside comprehensions over dozens of SKUs.
+    sku_values: Arc<SkuValues>,
+}
+
+/// The catalog's `azure.sku()` records, pinned in the interpreter while
+/// anything (the extension, the functions it registered) holds them.
+struct SkuValues(Vec<Value>);
+
+impl SkuValues {
+    fn new(values: Vec<Value>) -> SkuValues {
+        for value in &values {
+            // Records of plain JSON always convert; were one not to, it would
+            // only be converted on each call instead.
+            let _ = pinned::pin(value);
+        }
+        SkuValues(values)
+    }
+}
+
+impl Drop for SkuValues {
+    fn drop(&mut self) {
+        for value in &self.0 {
+            pinned::unpin(value);
+        }
+    }
 }
 
 impl GpuExtension {
     pub fn new(catalog: Arc<Catalog>, resources: GpuResources) -> GpuExtension {
-        GpuExtension { catalog, resources }
+        let sku_values = Arc::new(SkuValues::new(
+            catalog
+                .skus()
+                .iter()
+                .map(|sku| json_to_value(&sku.to_json()))
+                .collect(),
+        ));
+        GpuExtension {
+            catalog,
+            resources,
+            sku_values,
+        }
     }
+}
+
+/// The cached `azure.sku()` value for `name`, or null.
+fn sku_value(catalog: &Catalog, values: &[Value], name: &str) -> Value {
+    catalog
+        .get(name)
+        .and_then(|sku| catalog.skus().iter().position(|s| std::ptr::eq(s, sku)))
+        .and_then(|i| values.get(i).cloned())
+        .unwrap_or(Value::Null)
 }
 
 impl Extension for GpuExtension {
     fn register_functions(&self, ctx: &mut Context<'static>) {
         let catalog = self.catalog.clone();
+        let values = self.sku_values.clone();
         ctx.add_function("azure.sku", move |name: Arc<String>| -> ResolveResult {
-            Ok(json_to_value(&catalog.sku_value(&name)))
+            Ok(sku_value(&catalog, &values.0, &name))
         });
         let catalog = self.catalog.clone();
         ctx.add_function("azure.isGpuSku", move |name: Arc<String>| -> bool {
@@ -85,6 +133,36 @@ mod tests {
         assert_eq!(
             eval("azure.sku('Standard_NC24ads_A100_v4').premium", json!({})),
             Value::Bool(true)
+        );
+    }
+
+    #[test]
+    fn cached_sku_values_match_the_catalog() {
+        let catalog = Catalog::embedded();
+        let ext = GpuExtension::new(Arc::new(Catalog::embedded()), GpuResources::default());
+        for sku in catalog.skus() {
+            let want = json_to_value(&catalog.sku_value(&sku.name));
+            assert_eq!(
+                sku_value(&catalog, &ext.sku_values.0, &sku.name),
+                want,
+                "{}",
+                sku.name
+            );
+            for alias in &sku.aliases {
+                assert_eq!(
+                    sku_value(&catalog, &ext.sku_values.0, alias),
+                    want,
+                    "{alias}"
+                );
+            }
+        }
+        assert_eq!(
+            sku_value(&catalog, &ext.sku_values.0, "standard_nc4as_t4_v3"),
+            json_to_value(&catalog.sku_value("Standard_NC4as_T4_v3"))
+        );
+        assert_eq!(
+            sku_value(&catalog, &ext.sku_values.0, "Standard_D4s_v5"),
+            Value::Null
         );
     }
 

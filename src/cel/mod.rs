@@ -17,6 +17,7 @@ pub mod gpu;
 mod limits;
 
 /// The cel crate types extensions work with.
+pub use kube_cel::cel::common::value::Val;
 pub use kube_cel::cel::{Context, Value};
 pub use limits::{Limits, EXPRESSION_COST_LIMIT, POLICY_COST_LIMIT};
 
@@ -329,7 +330,21 @@ impl std::fmt::Display for EvalError {
 pub fn evaluate(expr: &Compiled, ctx: &Context) -> Result<Value, EvalError> {
     let (result, used) =
         celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || Value::resolve(&expr.ast, ctx));
-    result.map_err(|e| match e {
+    result.map_err(|e| eval_error(e, used))
+}
+
+/// [`evaluate`], keeping the result in the interpreter's own form: cheap to
+/// hand to later expressions (policy variables) with
+/// [`Context::add_variable_as_val`].
+pub fn evaluate_val(expr: &Compiled, ctx: &Context) -> Result<Box<dyn Val>, EvalError> {
+    let (result, used) = celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || {
+        Value::resolve_val(&expr.ast, ctx).map(|v| v.into_owned())
+    });
+    result.map_err(|e| eval_error(e, used))
+}
+
+fn eval_error(e: ExecutionError, used: u64) -> EvalError {
+    match e {
         ExecutionError::CostLimitExceeded if used >= EXPRESSION_COST_LIMIT => {
             EvalError::CostLimit(format!(
                 "cost limit exceeded: the expression used more than {EXPRESSION_COST_LIMIT} cost units and was stopped (an evaluation error, not a violation)"
@@ -339,7 +354,7 @@ pub fn evaluate(expr: &Compiled, ctx: &Context) -> Result<Value, EvalError> {
             "cost limit exceeded: the policy used more than {POLICY_COST_LIMIT} cost units on this request and was stopped (an evaluation error, not a violation)"
         )),
         other => EvalError::Runtime(one_line(&describe_error(&other))),
-    })
+    }
 }
 
 /// Longest error text put in a message.

@@ -5,8 +5,9 @@ use super::{
     EvaluationResult, Inner, Param, PolicyEvaluation, Verdict, MAX_MESSAGE_LEN,
     VALIDATION_FAILURE_ANNOTATION,
 };
-use crate::cel::{self, EvalError};
+use crate::cel::{self, EvalError, Val};
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
+use kube_cel::cel::common::types::{CelMap, CelMapKey};
 use kube_cel::cel::{Context, Value};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -283,7 +284,9 @@ impl Inner {
         ctx.add_variable_from_value("params", params);
         let mut vars = Variables {
             policy,
-            values: vec![None; policy.variables.len()],
+            values: std::iter::repeat_with(|| None)
+                .take(policy.variables.len())
+                .collect(),
         };
         let mut outcome = Outcome::default();
         let mut condition_error = None;
@@ -401,7 +404,9 @@ fn add_audit_failure(
 /// refer to), when it is itself evaluated.
 struct Variables<'p> {
     policy: &'p Policy,
-    values: Vec<Option<Result<Value, EvalError>>>,
+    /// Kept in the interpreter's form: handing them to later expressions is
+    /// then a reference-count bump, not a conversion.
+    values: Vec<Option<Result<Box<dyn Val>, EvalError>>>,
 }
 
 impl Variables<'_> {
@@ -414,11 +419,11 @@ impl Variables<'_> {
             if self.values[i].is_none() {
                 let var = &self.policy.variables[i];
                 let direct = self.closure(&var.expr.policy_variables);
-                let result = self.eval_with(ctx, &var.expr, &direct);
+                let result = self.eval_with(ctx, &var.expr, &direct, cel::evaluate_val);
                 self.values[i] = Some(result);
             }
         }
-        self.eval_with(ctx, expr, &needed)
+        self.eval_with(ctx, expr, &needed, cel::evaluate)
     }
 
     /// Indices of the named variables and everything they use, in order.
@@ -443,21 +448,23 @@ impl Variables<'_> {
         (0..vars.len()).filter(|i| wanted[*i]).collect()
     }
 
-    fn eval_with(
+    fn eval_with<T>(
         &self,
         ctx: &Context,
         expr: &cel::Compiled,
         needed: &[usize],
-    ) -> Result<Value, EvalError> {
+        evaluate: impl Fn(&cel::Compiled, &Context) -> Result<T, EvalError>,
+    ) -> Result<T, EvalError> {
         let mut map = std::collections::HashMap::new();
         for &i in needed {
             if let Some(Ok(v)) = &self.values[i] {
-                map.insert(self.policy.variables[i].name.clone(), v.clone());
+                let name = self.policy.variables[i].name.as_str();
+                map.insert(CelMapKey::from(name), v.clone_as_boxed());
             }
         }
         let mut child = ctx.new_inner_scope();
-        child.add_variable_from_value("variables", map);
-        match cel::evaluate(expr, &child) {
+        child.add_variable_as_val("variables", Box::new(CelMap::from(map)));
+        match evaluate(expr, &child) {
             Err(EvalError::Runtime(msg)) => {
                 // A failed variable surfaces as a missing key: report its own error.
                 for &i in needed {

@@ -89,7 +89,7 @@ impl<'a> Context<'a> {
         }
     }
 
-    pub(crate) fn add_variable_as_val<S>(&mut self, name: S, value: Box<dyn Val>)
+    pub fn add_variable_as_val<S>(&mut self, name: S, value: Box<dyn Val>)
     where
         S: Into<String>,
     {

@@ -309,10 +309,35 @@ pub fn matches(
     This(this): This<Arc<String>>,
     regex: Arc<String>,
 ) -> Result<bool> {
-    match regex::Regex::new(&regex) {
+    match cached_regex(&regex) {
         Ok(re) => Ok(re.is_match(&this)),
         Err(err) => Err(ftx.error(format!("'{regex}' not a valid regex:\n{err}"))),
     }
+}
+
+/// gpu-admission patch: compiled patterns are kept (up to 256; the oldest
+/// half is dropped beyond that), since policies call `matches` with the same
+/// constant pattern on every request and compiling dominates the call.
+#[cfg(feature = "regex")]
+fn cached_regex(pattern: &str) -> std::result::Result<Arc<regex::Regex>, regex::Error> {
+    use std::collections::VecDeque;
+    use std::sync::{Mutex, OnceLock};
+    const MAX: usize = 256;
+    static CACHE: OnceLock<Mutex<VecDeque<(String, Arc<regex::Regex>)>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(VecDeque::new()));
+    if let Ok(entries) = cache.lock() {
+        if let Some((_, re)) = entries.iter().find(|(p, _)| p == pattern) {
+            return Ok(re.clone());
+        }
+    }
+    let re = Arc::new(regex::Regex::new(pattern)?);
+    if let Ok(mut entries) = cache.lock() {
+        if entries.len() >= MAX {
+            entries.drain(..MAX / 2);
+        }
+        entries.push_back((pattern.to_string(), re.clone()));
+    }
+    Ok(re)
 }
 
 #[cfg(feature = "chrono")]

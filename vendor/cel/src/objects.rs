@@ -923,13 +923,16 @@ impl TryFrom<Value> for Box<dyn Val> {
             Value::Timestamp(ts) => Ok(Box::new(CelTimestamp::from(ts))),
             Value::List(l) => {
                 let result: Result<Vec<Box<dyn Val>>, ExecutionError> =
-                    (*l).clone().into_iter().map(|i| i.try_into()).collect();
+                    l.iter().map(|i| i.clone().try_into()).collect();
                 Ok(Box::new(CelList::from(result?)))
             }
             Value::Map(map) => {
-                let result: Result<HashMap<CelMapKey, Box<dyn Val>>, ExecutionError> = (*map.map)
-                    .clone()
-                    .into_iter()
+                if let Some(converted) = pinned::get(&map) {
+                    return Ok(converted);
+                }
+                let result: Result<HashMap<CelMapKey, Box<dyn Val>>, ExecutionError> = map
+                    .map
+                    .iter()
                     .map(|(k, v)| v.clone().try_into().map(|v| (k.clone().into(), v)))
                     .collect();
                 Ok(Box::new(CelMap::from(result?)))
@@ -2541,5 +2544,50 @@ mod tests {
                 }))
             );
         }
+    }
+}
+
+/// gpu-admission patch: maps a host hands out over and over (a function
+/// returning one of a fixed set of records) can be converted to the
+/// interpreter's form once. A pinned map's conversion is a clone of the
+/// stored form; the pin keeps the map alive, so its address stays its key.
+pub mod pinned {
+    use super::{Map, Value};
+    use crate::common::value::Val;
+    use std::collections::HashMap;
+    use std::sync::{Arc, OnceLock, RwLock};
+
+    type Pins = RwLock<HashMap<usize, (Value, Box<dyn Val>)>>;
+    static PINS: OnceLock<Pins> = OnceLock::new();
+
+    fn key(map: &Map) -> usize {
+        Arc::as_ptr(&map.map) as *const () as usize
+    }
+
+    /// Converts `value` (a map) once and serves later conversions of the
+    /// same map from that. Other values are left alone.
+    pub fn pin(value: &Value) -> Result<(), crate::ExecutionError> {
+        if let Value::Map(map) = value {
+            let converted: Box<dyn Val> = value.clone().try_into()?;
+            let pins = PINS.get_or_init(Default::default);
+            if let Ok(mut pins) = pins.write() {
+                pins.insert(key(map), (value.clone(), converted));
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets a pinned map.
+    pub fn unpin(value: &Value) {
+        if let (Value::Map(map), Some(pins)) = (value, PINS.get()) {
+            if let Ok(mut pins) = pins.write() {
+                pins.remove(&key(map));
+            }
+        }
+    }
+
+    pub(super) fn get(map: &Map) -> Option<Box<dyn Val>> {
+        let pins = PINS.get()?.read().ok()?;
+        pins.get(&key(map)).map(|(_, v)| v.clone_as_boxed())
     }
 }
