@@ -90,14 +90,24 @@ impl Admission {
     /// Denials for GPU pods (and pod templates) whose own node selection
     /// contradicts the placement profile that would place them: mutation
     /// leaves them alone rather than make them unschedulable.
+    ///
+    /// Pods are judged on CREATE only (their scheduling fields cannot change
+    /// later); controllers on CREATE and UPDATE, since a template edit makes
+    /// new pods.
     fn placement_conflicts(&self, bundle: &Bundle, req: &Request) -> Vec<String> {
-        if !matches!(req.operation, Operation::Create | Operation::Update) {
-            return Vec::new();
-        }
-        let Some(object) = req.object.as_ref() else {
+        let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
+        let judged = match req.operation {
+            Operation::Create => true,
+            Operation::Update => !is_pod,
+            Operation::Delete | Operation::Connect => false,
+        };
+        let Some(object) = req.object.as_ref().filter(|_| judged) else {
             return Vec::new();
         };
-        let (pod, prefix) = if req.kind.group.is_empty() && req.kind.kind == "Pod" {
+        if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Vec::new();
+        }
+        let (pod, prefix) = if is_pod {
             (std::borrow::Cow::Borrowed(object), String::new())
         } else if let Some(pod) = workload::pod_from_template(object) {
             (

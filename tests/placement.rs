@@ -468,3 +468,46 @@ fn nodepools_are_judged_with_the_catalog_the_bundle_was_loaded_with() {
     assert_eq!(outcome.profile.as_deref(), Some("aks-nvidia"));
     assert!(outcome.response.patch.is_some());
 }
+
+/// A GPU pod whose own selector contradicts the profile is not patched; the
+/// validating side denies it, naming both, and judges a Deployment's
+/// template the same way on CREATE and UPDATE (a pod only on CREATE).
+#[test]
+fn conflicting_pods_and_templates_are_denied_on_validate() {
+    let admission = admission();
+    let (pod, _) = fixture("conflict-accelerator-none");
+    let outcome = admission.validate(&create(&pod));
+    assert!(!outcome.response.allowed);
+    let message = outcome.response.message.unwrap();
+    assert!(message.starts_with("gpu-placement: "), "{message}");
+    assert!(message.contains("aks-nvidia"), "{message}");
+    assert!(
+        message.contains("kubernetes.azure.com/accelerator"),
+        "{message}"
+    );
+
+    let mut update = create(&pod);
+    update.operation = Operation::Update;
+    update.old_object = Some(pod.clone());
+    assert!(
+        admission.validate(&update).response.allowed,
+        "pods judged on CREATE only"
+    );
+
+    let deployment = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "trainer", "namespace": pod["metadata"]["namespace"].clone()},
+        "spec": {"selector": {"matchLabels": {"app": "t"}},
+                 "template": {"metadata": {"labels": {"app": "t"}}, "spec": pod["spec"].clone()}}
+    });
+    for operation in [Operation::Create, Operation::Update] {
+        let mut req = Request::for_object(deployment.clone(), operation, None);
+        req.old_object = Some(deployment.clone());
+        let outcome = admission.validate(&req);
+        let message = outcome.response.message.unwrap_or_default();
+        assert!(
+            message.starts_with("gpu-placement: Deployment trainer: "),
+            "{operation:?}: {message}"
+        );
+    }
+}
