@@ -1,7 +1,8 @@
 //! The `PlacementProfile` document: parsing and validation.
-use super::selector::{LabelSelector, Operator, Requirement, Term};
+use super::selector::{parse_label_selector, Operator, Requirement, Term};
 use super::toleration::{Taint, Toleration};
 use crate::gpu::GpuResources;
+use crate::policy::LabelSelector;
 use serde_json::{Map, Value};
 use std::fmt;
 
@@ -168,10 +169,10 @@ fn parse_profile(v: &Value) -> Result<Profile, ProfileError> {
             .ok_or_else(|| ProfileError::new("spec.priority", "must be a 32-bit integer"))?,
     };
     let namespace_selector = object(spec.get("namespaceSelector"), "spec.namespaceSelector")?
-        .map(|s| LabelSelector::parse(s, "spec.namespaceSelector"))
+        .map(|s| parse_label_selector(s, "spec.namespaceSelector"))
         .transpose()?;
     let pod_selector = object(spec.get("podSelector"), "spec.podSelector")?
-        .map(|s| LabelSelector::parse(s, "spec.podSelector"))
+        .map(|s| parse_label_selector(s, "spec.podSelector"))
         .transpose()?;
 
     let mut tolerations = Vec::new();

@@ -6,6 +6,8 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use crate::policy::{LabelRequirement, LabelSelector, SelectorOp};
+
 /// A node-selector operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Operator {
@@ -29,14 +31,6 @@ pub struct Requirement {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Term {
     pub requirements: Vec<Requirement>,
-}
-
-/// A Kubernetes label selector (`matchLabels` + `matchExpressions`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LabelSelector {
-    pub match_labels: BTreeMap<String, String>,
-    /// Only In, NotIn, Exists and DoesNotExist.
-    pub match_expressions: Vec<Requirement>,
 }
 
 impl Operator {
@@ -287,57 +281,56 @@ fn satisfiable(reqs: &[&Requirement]) -> bool {
     }
 }
 
-impl LabelSelector {
-    pub fn parse(obj: &Map<String, Value>, field: &str) -> Result<LabelSelector, ProfileError> {
-        unknown_fields(obj, field, &["matchLabels", "matchExpressions"])?;
-        let mut sel = LabelSelector::default();
-        let labels_field = format!("{field}.matchLabels");
-        if let Some(labels) = object(obj.get("matchLabels"), &labels_field)? {
-            for (k, v) in labels {
-                let v = v.as_str().ok_or_else(|| {
-                    ProfileError::new(format!("{labels_field}.{k}"), "must be a string")
-                })?;
-                sel.match_labels.insert(k.clone(), v.to_string());
-            }
+/// Reads a Kubernetes label selector (`matchLabels` + `matchExpressions`)
+/// of a profile into the selector type the policy engine matches with.
+pub fn parse_label_selector(
+    obj: &Map<String, Value>,
+    field: &str,
+) -> Result<LabelSelector, ProfileError> {
+    unknown_fields(obj, field, &["matchLabels", "matchExpressions"])?;
+    let mut sel = LabelSelector::default();
+    let labels_field = format!("{field}.matchLabels");
+    if let Some(labels) = object(obj.get("matchLabels"), &labels_field)? {
+        for (k, v) in labels {
+            let v = v.as_str().ok_or_else(|| {
+                ProfileError::new(format!("{labels_field}.{k}"), "must be a string")
+            })?;
+            sel.match_labels.insert(k.clone(), v.to_string());
         }
-        let exprs_field = format!("{field}.matchExpressions");
-        for (i, e) in list(obj.get("matchExpressions"), &exprs_field)?
-            .iter()
-            .enumerate()
-        {
-            let f = format!("{exprs_field}[{i}]");
-            let req = Requirement::from_pod(e)
-                .filter(|r| !matches!(r.operator, Operator::Gt | Operator::Lt))
-                .ok_or_else(|| {
-                    ProfileError::new(
-                        &f,
-                        "needs key, operator In/NotIn (with values) or Exists/DoesNotExist (without)",
-                    )
-                })?;
-            if let Some(m) = e.as_object() {
-                unknown_fields(m, &f, &["key", "operator", "values"])?;
-            }
-            sel.match_expressions.push(req);
-        }
-        Ok(sel)
     }
-
-    /// Whether `labels` satisfy the selector (an empty selector matches all).
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.match_labels
-            .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
-            && self.match_expressions.iter().all(|r| {
-                let value = labels.get(&r.key);
-                match r.operator {
-                    Operator::In => value.is_some_and(|v| r.values.contains(v)),
-                    Operator::NotIn => value.is_none_or(|v| !r.values.contains(v)),
-                    Operator::Exists => value.is_some(),
-                    Operator::DoesNotExist => value.is_none(),
-                    Operator::Gt | Operator::Lt => false,
-                }
+    let exprs_field = format!("{field}.matchExpressions");
+    for (i, e) in list(obj.get("matchExpressions"), &exprs_field)?
+        .iter()
+        .enumerate()
+    {
+        let f = format!("{exprs_field}[{i}]");
+        let req = Requirement::from_pod(e)
+            .and_then(|r| {
+                let operator = match r.operator {
+                    Operator::In => SelectorOp::In,
+                    Operator::NotIn => SelectorOp::NotIn,
+                    Operator::Exists => SelectorOp::Exists,
+                    Operator::DoesNotExist => SelectorOp::DoesNotExist,
+                    Operator::Gt | Operator::Lt => return None,
+                };
+                Some(LabelRequirement {
+                    key: r.key,
+                    operator,
+                    values: r.values,
+                })
             })
+            .ok_or_else(|| {
+                ProfileError::new(
+                    &f,
+                    "needs key, operator In/NotIn (with values) or Exists/DoesNotExist (without)",
+                )
+            })?;
+        if let Some(m) = e.as_object() {
+            unknown_fields(m, &f, &["key", "operator", "values"])?;
+        }
+        sel.match_expressions.push(req);
     }
+    Ok(sel)
 }
 
 #[cfg(test)]
@@ -425,7 +418,7 @@ mod tests {
             ("tier".to_string(), "gold".to_string()),
         ]);
         let sel = |v: Value| {
-            LabelSelector::parse(v.as_object().unwrap(), "spec.namespaceSelector").unwrap()
+            parse_label_selector(v.as_object().unwrap(), "spec.namespaceSelector").unwrap()
         };
         assert!(sel(json!({})).matches(&labels));
         assert!(sel(json!({"matchLabels": {"team": "ml"}})).matches(&labels));
@@ -444,7 +437,7 @@ mod tests {
                 .matches(&labels)
         );
         let bad = json!({"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["1"]}]});
-        let e = LabelSelector::parse(bad.as_object().unwrap(), "spec.podSelector").unwrap_err();
+        let e = parse_label_selector(bad.as_object().unwrap(), "spec.podSelector").unwrap_err();
         assert_eq!(e.field, "spec.podSelector.matchExpressions[0]");
     }
 }

@@ -16,7 +16,7 @@ mod pool;
 mod watch;
 
 pub use load::{parse_documents, read_documents, Document, LoadError, LoadErrors, Source};
-pub use matching::{LabelSelector, MatchResources};
+pub use matching::{LabelSelector, MatchResources, Requirement as LabelRequirement, SelectorOp};
 pub use watch::{watch_dir, DirWatcher};
 
 use model::{Binding, Policy};
