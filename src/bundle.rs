@@ -44,7 +44,7 @@ pub struct Loaded {
 /// catalog. Every error found is returned, each naming its file and
 /// document.
 pub fn load(source: &PolicySource) -> Result<Loaded, LoadErrors> {
-    load_with(source, embedded_catalog())
+    load_with(source, Catalog::embedded_arc())
 }
 
 /// [`load`] with a given SKU catalog (`--catalog FILE`).
@@ -56,18 +56,10 @@ pub fn load_with(source: &PolicySource, catalog: Arc<Catalog>) -> Result<Loaded,
     from_documents(documents, catalog)
 }
 
-/// The SKU catalog built into the binary, shared.
-pub fn embedded_catalog() -> Arc<Catalog> {
-    static EMBEDDED: std::sync::OnceLock<Arc<Catalog>> = std::sync::OnceLock::new();
-    EMBEDDED
-        .get_or_init(|| Arc::new(Catalog::embedded()))
-        .clone()
-}
-
 /// The catalog at `path`, or the built-in one.
 pub fn catalog(path: Option<&Path>) -> anyhow::Result<Arc<Catalog>> {
     match path {
-        None => Ok(embedded_catalog()),
+        None => Ok(Catalog::embedded_arc()),
         Some(path) => Catalog::from_csv_file(path)
             .map(Arc::new)
             .map_err(|e| anyhow::anyhow!("SKU catalog {}: {e}", path.display())),

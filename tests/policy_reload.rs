@@ -102,7 +102,7 @@ fn configmap_swaps_reload_and_a_broken_update_keeps_the_last_good_set() {
     let metrics = Metrics::new();
     let _watcher = watch_policies(
         volume,
-        bundle::embedded_catalog(),
+        gpu_admission::gpu::catalog::Catalog::embedded_arc(),
         admission.clone(),
         metrics.clone(),
     )

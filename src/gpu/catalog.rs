@@ -290,8 +290,13 @@ impl Catalog {
 
     /// The embedded catalog, parsed once per process.
     pub fn embedded_shared() -> &'static Catalog {
-        static EMBEDDED: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
-        EMBEDDED.get_or_init(Catalog::embedded)
+        embedded_static()
+    }
+
+    /// [`Catalog::embedded_shared`] as a shared handle, for holders that also
+    /// accept a catalog read from a file.
+    pub fn embedded_arc() -> std::sync::Arc<Catalog> {
+        embedded_static().clone()
     }
 
     /// Reads a catalog file with the columns of `data/azure-gpu-skus.csv`.
@@ -555,6 +560,11 @@ fn is_date(s: &str) -> bool {
         && b.iter()
             .enumerate()
             .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+}
+
+fn embedded_static() -> &'static std::sync::Arc<Catalog> {
+    static EMBEDDED: std::sync::OnceLock<std::sync::Arc<Catalog>> = std::sync::OnceLock::new();
+    EMBEDDED.get_or_init(|| std::sync::Arc::new(Catalog::embedded()))
 }
 
 #[cfg(test)]
