@@ -5,6 +5,7 @@ use crate::review::{Operation, Request, Response};
 use crate::workload;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Everything loaded from the policy folder.
 #[derive(Clone, Debug, Default)]
@@ -63,8 +64,24 @@ impl Admission {
 
     /// The `/validate` answer: every matching policy binding.
     pub fn validate(&self, req: &Request) -> Outcome {
+        self.validate_until(req, None)
+    }
+
+    /// [`Admission::validate`] that stops evaluating once `deadline` has
+    /// passed and then answers with a retryable denial: an evaluation cut
+    /// short never admits what it did not finish judging.
+    pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
-        let mut verdict = bundle.policies.evaluate(req, self.namespaces.as_ref());
+        let mut verdict = bundle
+            .policies
+            .evaluate_until(req, self.namespaces.as_ref(), deadline);
+        if verdict.timed_out {
+            return Outcome {
+                response: deadline_denial(),
+                profile: None,
+                evaluations: verdict.evaluations,
+            };
+        }
         verdict
             .denials
             .extend(self.placement_conflicts(&bundle, req));
@@ -126,6 +143,16 @@ impl Admission {
             .map(|c| format!("{PLACEMENT_POLICY}: {prefix}{c}"))
             .collect()
     }
+}
+
+/// The answer when policies could not all be evaluated in time.
+pub fn deadline_denial() -> Response {
+    let mut response = Response::deny(
+        "gpu-admission: policy evaluation did not finish before the request's deadline; the request was not evaluated and can be retried",
+    );
+    response.reason = Some("Timeout".into());
+    response.code = Some(504);
+    response
 }
 
 /// The HTTP code kube-apiserver gives a validation `reason`.

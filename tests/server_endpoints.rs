@@ -8,7 +8,7 @@ use common::{config, fixture, SlowWebhook, TestServer};
 use gpu_admission::admission::Outcome;
 use gpu_admission::policy::{EvaluationResult, PolicyEvaluation};
 use gpu_admission::review::{Request, Response};
-use gpu_admission::server::Webhook;
+use gpu_admission::server::{OnError, ServeConfig, Webhook};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -203,17 +203,14 @@ async fn answers_before_the_apiserver_timeout() {
     assert_eq!(status, StatusCode::OK);
     let response = &body["response"];
     assert_eq!(
-        response["allowed"], true,
-        "a slow mutation admits unpatched"
+        response["allowed"], false,
+        "a slow mutation never admits a GPU pod unplaced"
     );
-    assert!(response.get("patch").is_none());
-    assert!(
-        response["warnings"][0]
-            .as_str()
-            .unwrap()
-            .contains("timed out"),
-        "{response}"
-    );
+    assert_eq!(response["status"]["code"], 504);
+    assert_eq!(response["status"]["reason"], "Timeout");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("timed out"), "{message}");
+    assert!(message.contains("can be retried"), "{message}");
     server.stop().await;
 }
 
@@ -343,15 +340,33 @@ async fn a_failing_webhook_still_gets_an_answer() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["response"]["allowed"], false);
     assert_eq!(body["response"]["status"]["code"], 500);
+    // A GPU pod admitted without placement could never schedule: deny,
+    // and say it can be retried.
     let (status, body) = server.post_review("/mutate", &review).await;
     assert_eq!(status, StatusCode::OK);
+    let response = &body["response"];
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 500);
+    assert_eq!(response["status"]["reason"], "InternalError");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("could not place"), "{message}");
+    assert!(message.contains("can be retried"), "{message}");
+    // The server is still healthy.
+    assert_eq!(server.get("/healthz").await.0, StatusCode::OK);
+    server.stop().await;
+
+    // --mutate-on-error allow keeps the old answer: admitted, with a warning.
+    let allowing = ServeConfig {
+        mutate_on_error: OnError::Allow,
+        ..config()
+    };
+    let server = TestServer::start_with(allowing, Arc::new(PanickingWebhook)).await;
+    let (_, body) = server.post_review("/mutate", &review).await;
     assert_eq!(body["response"]["allowed"], true);
     assert!(body["response"]["warnings"][0]
         .as_str()
         .unwrap()
         .contains("internal error"));
-    // The server is still healthy.
-    assert_eq!(server.get("/healthz").await.0, StatusCode::OK);
     server.stop().await;
 }
 

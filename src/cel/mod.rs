@@ -315,12 +315,16 @@ pub enum EvalError {
     CostLimit(String),
     /// Any other runtime error (no such key, no matching overload, ...).
     Runtime(String),
+    /// The request's deadline passed and the evaluation was stopped.
+    Deadline(String),
 }
 
 impl std::fmt::Display for EvalError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            EvalError::CostLimit(m) | EvalError::Runtime(m) => f.write_str(m),
+            EvalError::CostLimit(m) | EvalError::Runtime(m) | EvalError::Deadline(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -353,6 +357,10 @@ fn eval_error(e: ExecutionError, used: u64) -> EvalError {
         ExecutionError::CostLimitExceeded => EvalError::CostLimit(format!(
             "cost limit exceeded: the policy used more than {POLICY_COST_LIMIT} cost units on this request and was stopped (an evaluation error, not a violation)"
         )),
+        ExecutionError::DeadlineExceeded => EvalError::Deadline(
+            "deadline exceeded: the request's time ran out and the evaluation was stopped (an evaluation error, not a violation)"
+                .to_string(),
+        ),
         other => EvalError::Runtime(one_line(&describe_error(&other))),
     }
 }
@@ -379,6 +387,18 @@ fn one_line(text: &str) -> String {
 /// [`POLICY_COST_LIMIT`] units.
 pub fn with_policy_budget<R>(f: impl FnOnce() -> R) -> R {
     celrs::budget::with_budget(POLICY_COST_LIMIT, f).0
+}
+
+/// Runs `f` with every evaluation in it stopping once `deadline` has
+/// passed ([`EvalError::Deadline`]); the clock is read every thousand or so
+/// cost units, so a stopped evaluation ends within microseconds.
+pub fn with_deadline<R>(deadline: std::time::Instant, f: impl FnOnce() -> R) -> R {
+    celrs::budget::with_deadline(deadline, f)
+}
+
+/// Whether the deadline installed by [`with_deadline`] has passed.
+pub fn deadline_passed() -> bool {
+    celrs::budget::deadline_passed()
 }
 
 /// Converts JSON to a CEL value the way Kubernetes does: integers are
@@ -486,6 +506,7 @@ pub fn describe_error(err: &ExecutionError) -> String {
         },
         ExecutionError::CostLimitExceeded => "cost limit exceeded".to_string(),
         ExecutionError::DepthLimitExceeded => "expression nesting too deep".to_string(),
+        ExecutionError::DeadlineExceeded => "deadline exceeded".to_string(),
         other => other.to_string(),
     }
 }

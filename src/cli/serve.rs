@@ -5,7 +5,8 @@ use crate::bundle::{self, PolicySource};
 use crate::gpu::catalog::Catalog;
 use crate::namespaces::ClusterNamespaces;
 use crate::policy::{self, DirWatcher, NamespaceLookup};
-use crate::server::{self, LogFormat, Metrics, ServeConfig, Server, ShutdownHandle};
+use crate::review;
+use crate::server::{self, LogFormat, Metrics, OnError, ServeConfig, Server, ShutdownHandle};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,9 +41,30 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Reviews evaluated at once (default: twice the CPUs).
+    /// /validate reviews evaluated at once (default: twice the CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrency: Option<u32>,
+    /// /mutate reviews evaluated at once, in slots of their own so that
+    /// slow validations never delay placement (default: twice the CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_mutate_concurrency: Option<u32>,
+    /// Memory all requests in progress may hold: a third for bodies being
+    /// read, the rest for decoded requests. Requests wait for it within
+    /// their deadline.
+    #[arg(long, value_name = "SIZE", default_value = "128Mi", value_parser = parse_size)]
+    pub max_in_flight_memory: usize,
+    /// Memory one decoded request may take (estimated before decoding);
+    /// larger ones are denied as too large.
+    #[arg(long, value_name = "SIZE", default_value = "48Mi", value_parser = parse_size)]
+    pub max_request_memory: usize,
+    /// JSON values one request may hold (both objects of an UPDATE
+    /// together); more are denied as too large.
+    #[arg(long, value_name = "N", default_value_t = review::Limits::default().max_nodes)]
+    pub max_object_nodes: usize,
+    /// /mutate's answer when placement fails or times out: deny (retryable)
+    /// or allow unchanged with a warning.
+    #[arg(long, value_enum, default_value_t = OnError::Deny)]
+    pub mutate_on_error: OnError,
     /// Namespace whose requests are allowed without evaluation (repeatable).
     #[arg(long = "exempt-namespace", value_name = "NS")]
     pub exempt_namespaces: Vec<String>,
@@ -71,6 +93,21 @@ fn parse_optional_addr(text: &str) -> Result<OptionalAddr, String> {
     }
 }
 
+/// A byte size: a number with an optional Ki, Mi or Gi suffix.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let (digits, scale) = match text {
+        t if t.ends_with("Gi") => (&t[..t.len() - 2], 1usize << 30),
+        t if t.ends_with("Mi") => (&t[..t.len() - 2], 1 << 20),
+        t if t.ends_with("Ki") => (&t[..t.len() - 2], 1 << 10),
+        t => (t, 1),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("{text:?} is not a size (examples: 128Mi, 1Gi, 65536)"))
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     server::parse_duration(text)
         .ok_or_else(|| format!("{text:?} is not a duration (examples: 500ms, 5s, 1m30s)"))
@@ -88,6 +125,11 @@ impl ServeArgs {
             certs_dir,
             log_format,
             max_concurrency,
+            max_mutate_concurrency,
+            max_in_flight_memory,
+            max_request_memory,
+            max_object_nodes,
+            mutate_on_error,
             exempt_namespaces,
             header_read_timeout,
             shutdown_delay,
@@ -104,6 +146,15 @@ impl ServeArgs {
             log_format,
             max_concurrency: max_concurrency
                 .map_or_else(server::default_concurrency, |n| n as usize),
+            max_mutate_concurrency: max_mutate_concurrency
+                .map_or_else(server::default_concurrency, |n| n as usize),
+            in_flight_bytes: max_in_flight_memory,
+            decode_limits: review::Limits {
+                max_nodes: max_object_nodes,
+                max_decoded_bytes: max_request_memory,
+                ..review::Limits::default()
+            },
+            mutate_on_error,
             exempt_namespaces,
             header_read_timeout,
             shutdown_delay,
@@ -306,6 +357,16 @@ mod tests {
             "json",
             "--max-concurrency",
             "3",
+            "--max-mutate-concurrency",
+            "5",
+            "--max-in-flight-memory",
+            "1Gi",
+            "--max-request-memory",
+            "64Mi",
+            "--max-object-nodes",
+            "1000",
+            "--mutate-on-error",
+            "allow",
             "--exempt-namespace",
             "gpu-admission",
             "--exempt-namespace",
@@ -324,6 +385,11 @@ mod tests {
         assert_eq!(config.metrics_listen, None);
         assert_eq!(config.log_format, LogFormat::Json);
         assert_eq!(config.max_concurrency, 3);
+        assert_eq!(config.max_mutate_concurrency, 5);
+        assert_eq!(config.in_flight_bytes, 1 << 30);
+        assert_eq!(config.decode_limits.max_decoded_bytes, 64 << 20);
+        assert_eq!(config.decode_limits.max_nodes, 1000);
+        assert_eq!(config.mutate_on_error, OnError::Allow);
         assert_eq!(config.exempt_namespaces, ["gpu-admission", "kube-system"]);
         assert_eq!(config.header_read_timeout, Duration::from_secs(2));
         assert_eq!(config.shutdown_delay, Duration::from_secs(5));
@@ -334,6 +400,9 @@ mod tests {
     fn bad_flags_are_refused() {
         assert!(parse(&["--tls-cert", "c.pem"]).is_err(), "cert without key");
         assert!(parse(&["--max-concurrency", "0"]).is_err());
+        assert!(parse(&["--max-mutate-concurrency", "0"]).is_err());
+        assert!(parse(&["--max-in-flight-memory", "lots"]).is_err());
+        assert!(parse(&["--mutate-on-error", "maybe"]).is_err());
         assert!(parse(&["--listen", "nowhere"]).is_err());
         let err = parse(&["--header-read-timeout", "soon"]).unwrap_err();
         assert!(err.to_string().contains("not a duration"), "{err}");

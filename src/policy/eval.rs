@@ -478,6 +478,7 @@ impl Variables<'_> {
                                 EvalError::Runtime(m) => {
                                     EvalError::Runtime(format!("variables.{name}: {m}"))
                                 }
+                                EvalError::Deadline(m) => EvalError::Deadline(m.clone()),
                             });
                         }
                     }

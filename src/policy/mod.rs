@@ -7,6 +7,7 @@ use kube_cel::cel::Value;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 mod eval;
 mod load;
@@ -91,6 +92,9 @@ pub struct Verdict {
     /// The `reason` of the first denial (`Invalid` unless the validation
     /// names another); `None` when nothing was denied.
     pub reason: Option<String>,
+    /// The deadline passed before every binding was evaluated: the rest of
+    /// the verdict is incomplete and must not be taken as an answer.
+    pub timed_out: bool,
 }
 
 /// How one policy binding came out on one request.
@@ -303,6 +307,18 @@ impl PolicySet {
     /// controller's template describes. Runs on an evaluation thread with a
     /// large stack; never panics.
     pub fn evaluate(&self, req: &Request, namespaces: &dyn NamespaceLookup) -> Verdict {
+        self.evaluate_until(req, namespaces, None)
+    }
+
+    /// [`PolicySet::evaluate`] that gives up once `deadline` has passed:
+    /// running CEL stops within microseconds, no further binding starts, and
+    /// the verdict says [`Verdict::timed_out`].
+    pub fn evaluate_until(
+        &self,
+        req: &Request,
+        namespaces: &dyn NamespaceLookup,
+        deadline: Option<Instant>,
+    ) -> Verdict {
         if self.inner.bindings.is_empty() {
             return Verdict::default();
         }
@@ -312,17 +328,39 @@ impl PolicySet {
             )
         });
         if pool::on_worker() {
-            return self.evaluate_here(req, namespace);
+            return self.evaluate_here(req, namespace, deadline);
         }
         let set = self.clone();
         let req = req.clone();
-        pool::run(move || set.evaluate_here(&req, namespace)).unwrap_or_else(|| Verdict {
+        pool::run(move || set.evaluate_here(&req, namespace, deadline)).unwrap_or_else(|| Verdict {
             denials: vec!["gpu-admission: policy evaluation failed unexpectedly".to_string()],
             ..Verdict::default()
         })
     }
 
-    fn evaluate_here(&self, req: &Request, namespace: Option<serde_json::Value>) -> Verdict {
+    fn evaluate_here(
+        &self,
+        req: &Request,
+        namespace: Option<serde_json::Value>,
+        deadline: Option<Instant>,
+    ) -> Verdict {
+        let Some(deadline) = deadline else {
+            return self.evaluate_bindings(req, namespace, None);
+        };
+        let mut verdict = cel::with_deadline(deadline, || {
+            self.evaluate_bindings(req, namespace, Some(deadline))
+        });
+        verdict.timed_out |= Instant::now() >= deadline;
+        verdict
+    }
+
+    fn evaluate_bindings(
+        &self,
+        req: &Request,
+        namespace: Option<serde_json::Value>,
+        deadline: Option<Instant>,
+    ) -> Verdict {
+        let passed = || deadline.is_some_and(|d| Instant::now() >= d);
         let inner = &*self.inner;
         let mut verdict = Verdict::default();
         let ns_labels = matching::labels_of(namespace.as_ref());
@@ -331,6 +369,10 @@ impl PolicySet {
             let policy = &inner.policies[*pi];
             if !applies(policy, binding, req, &ns_labels) {
                 continue;
+            }
+            if passed() {
+                verdict.timed_out = true;
+                return verdict;
             }
             let scope = direct.get_or_insert_with(|| {
                 Scope::new(
@@ -349,6 +391,10 @@ impl PolicySet {
                 let policy = &inner.policies[*pi];
                 if !applies(policy, binding, &pod_req, &ns_labels) {
                     continue;
+                }
+                if passed() {
+                    verdict.timed_out = true;
+                    return verdict;
                 }
                 let scope = pod_scope.get_or_insert_with(|| {
                     Scope::new(

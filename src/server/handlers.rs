@@ -1,9 +1,10 @@
 //! Routes and handlers. A readable review always gets HTTP 200 and an
 //! AdmissionReview; the work itself runs off the reactor behind a
 //! semaphore and must finish before the apiserver's `?timeout=`.
+use super::budget::{MemoryPool, Reserved, Slots};
 use super::metrics::{kind_label, Metrics};
 use super::shutdown::ShutdownHandle;
-use super::Webhook;
+use super::{OnError, Webhook};
 use crate::admission::Outcome;
 use crate::review::{self, Request, Response};
 use axum::body::{Body, Bytes};
@@ -15,7 +16,6 @@ use axum::Router;
 use http_body_util::BodyExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
 use tracing::field::Empty;
 use tracing::Instrument;
 
@@ -34,7 +34,14 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) struct AppState {
     pub webhook: Arc<dyn Webhook>,
     pub metrics: Metrics,
-    pub permits: Arc<Semaphore>,
+    /// Memory for bodies being read.
+    pub bodies: MemoryPool,
+    /// Memory for decoded requests, until their answer is sent.
+    pub decoded: MemoryPool,
+    pub mutate_slots: Slots,
+    pub validate_slots: Slots,
+    pub limits: review::Limits,
+    pub mutate_on_error: OnError,
     pub shutdown: ShutdownHandle,
     pub exempt_namespaces: Vec<String>,
 }
@@ -129,9 +136,10 @@ async fn review_request(
     );
     let deadline = tokio::time::Instant::from_std(started) + budget;
     async move {
-        let read = tokio::time::timeout_at(deadline, read_body(body, MAX_BODY_BYTES)).await;
-        let bytes = match read.unwrap_or(Err(BodyError::Slow)) {
-            Ok(bytes) => bytes,
+        let read =
+            tokio::time::timeout_at(deadline, read_body(body, MAX_BODY_BYTES, &state.bodies)).await;
+        let (bytes, body_memory) = match read.unwrap_or(Err(BodyError::Slow)) {
+            Ok(read) => read,
             Err(err) => {
                 let status = match err {
                     BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -141,16 +149,33 @@ async fn review_request(
                 return reject(&state, endpoint, started, status, err.to_string());
             }
         };
-        let request = match review::decode(&bytes) {
-            Ok(r) => Arc::new(r),
-            Err(err) => {
-                return reject(
-                    &state,
-                    endpoint,
-                    started,
-                    StatusCode::BAD_REQUEST,
-                    err.to_string(),
-                )
+        let admitted = admit(&state, endpoint, &bytes, deadline, budget).await;
+        // The decoded request owns its data: the body's memory goes back now.
+        drop((bytes, body_memory));
+        let (request, memory) = match admitted {
+            Ok(admitted) => admitted,
+            Err(Refusal::Unreadable(message)) => {
+                return reject(&state, endpoint, started, StatusCode::BAD_REQUEST, message)
+            }
+            Err(Refusal::Answered {
+                uid,
+                response,
+                decision,
+            }) => {
+                state.metrics.observe_request(
+                    endpoint.as_str(),
+                    "other",
+                    "other",
+                    decision,
+                    started.elapsed(),
+                );
+                tracing::warn!(
+                    decision,
+                    latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                    "admission review answered without evaluation: {}",
+                    response.message.as_deref().unwrap_or("")
+                );
+                return axum::Json(review::encode(&uid, &response)).into_response();
             }
         };
         let span = tracing::Span::current();
@@ -159,7 +184,8 @@ async fn review_request(
         span.record("object", request.display_name());
         span.record("operation", request.operation.as_str());
 
-        let (outcome, decision) = answer(&state, endpoint, &request, deadline, budget).await;
+        let (outcome, decision) =
+            answer(&state, endpoint, &request, memory, deadline, budget).await;
         let elapsed = started.elapsed();
         let kind = kind_label(&request.kind.kind);
         state.metrics.observe_request(
@@ -194,12 +220,77 @@ async fn review_request(
     .await
 }
 
+/// Why a body did not become a request to evaluate.
+enum Refusal {
+    /// Not an AdmissionReview at all: HTTP 400.
+    Unreadable(String),
+    /// A review refused without evaluation, answered as a review.
+    Answered {
+        uid: String,
+        response: Response,
+        decision: &'static str,
+    },
+}
+
+/// Sizes the review in `bytes` and decodes it once the memory it needs is
+/// reserved (waiting for it within the deadline). What is too large to
+/// decode is denied without building any of it.
+async fn admit(
+    state: &AppState,
+    endpoint: Endpoint,
+    bytes: &[u8],
+    deadline: tokio::time::Instant,
+    budget: Duration,
+) -> Result<(Arc<Request>, Reserved), Refusal> {
+    let envelope = review::open(bytes).map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    tracing::Span::current().record("uid", envelope.uid.as_str());
+    let too_large = |reason: String| {
+        state.metrics.inc_rejections(endpoint.as_str(), "too_large");
+        let mut response = Response::deny(format!(
+            "gpu-admission: the object is too large to evaluate: {reason}"
+        ));
+        response.reason = Some("RequestEntityTooLarge".into());
+        response.code = Some(413);
+        Refusal::Answered {
+            uid: envelope.uid.clone(),
+            response,
+            decision: "too_large",
+        }
+    };
+    let shape = envelope
+        .measure(&state.limits)
+        .map_err(|e| too_large(e.to_string()))?;
+    let waiting = Instant::now();
+    let memory = tokio::time::timeout_at(deadline, state.decoded.reserve(shape.decoded_bytes))
+        .await
+        .map_err(|_| {
+            state
+                .metrics
+                .inc_rejections(endpoint.as_str(), "memory_wait");
+            Refusal::Answered {
+                uid: envelope.uid.clone(),
+                response: unanswered(state, endpoint, Unanswered::Timeout(budget)),
+                decision: "timeout",
+            }
+        })?
+        .map_err(|e| too_large(e.to_string()))?;
+    state
+        .metrics
+        .observe_queue_wait(endpoint.as_str(), "memory", waiting.elapsed());
+    let request = envelope
+        .decode()
+        .map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    Ok((Arc::new(request), memory))
+}
+
 /// Runs the webhook for one request within `budget`; returns the outcome
-/// and its decision label.
+/// and its decision label. The evaluation slot and the request's memory are
+/// held until the evaluation itself ends, which the deadline also bounds.
 async fn answer(
     state: &AppState,
     endpoint: Endpoint,
     request: &Arc<Request>,
+    memory: Reserved,
     deadline: tokio::time::Instant,
     budget: Duration,
 ) -> (Outcome, &'static str) {
@@ -208,21 +299,30 @@ async fn answer(
             return (outcome(Response::allow()), "exempt");
         }
     }
-    let work = async {
-        // The semaphore is never closed, so acquiring only waits.
-        let permit = state.permits.clone().acquire_owned().await;
-        let webhook = state.webhook.clone();
-        let request = request.clone();
-        let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            span.in_scope(|| match endpoint {
-                Endpoint::Mutate => webhook.mutate(&request),
-                Endpoint::Validate => webhook.validate(&request),
-            })
-        })
-        .await
+    let slots = match endpoint {
+        Endpoint::Mutate => &state.mutate_slots,
+        Endpoint::Validate => &state.validate_slots,
     };
+    let waiting = Instant::now();
+    let Ok(slot) = tokio::time::timeout_at(deadline, slots.acquire()).await else {
+        state.metrics.inc_rejections(endpoint.as_str(), "slot_wait");
+        let response = unanswered(state, endpoint, Unanswered::Timeout(budget));
+        return (outcome(response), "timeout");
+    };
+    state
+        .metrics
+        .observe_queue_wait(endpoint.as_str(), "slot", waiting.elapsed());
+    let webhook = state.webhook.clone();
+    let request = request.clone();
+    let span = tracing::Span::current();
+    let until = deadline.into_std();
+    let work = tokio::task::spawn_blocking(move || {
+        let _held = (slot, memory);
+        span.in_scope(|| match endpoint {
+            Endpoint::Mutate => webhook.mutate(&request),
+            Endpoint::Validate => webhook.validate_until(&request, until),
+        })
+    });
     match tokio::time::timeout_at(deadline, work).await {
         Ok(Ok(outcome)) => {
             let decision = outcome.response.decision();
@@ -230,49 +330,66 @@ async fn answer(
         }
         Ok(Err(err)) => {
             tracing::error!("admission handler failed: {err}");
-            let response = match endpoint {
-                Endpoint::Validate => {
-                    let mut r = Response::deny(
-                        "gpu-admission: internal error while evaluating policies; see the webhook logs",
-                    );
-                    r.reason = Some("InternalError".into());
-                    r.code = Some(500);
-                    r
-                }
-                Endpoint::Mutate => {
-                    let mut r = Response::allow();
-                    r.warnings.push(
-                        "gpu-admission: internal error during placement; admitted without changes"
-                            .into(),
-                    );
-                    r
-                }
-            };
-            (outcome(response), "error")
+            state.metrics.inc_rejections(endpoint.as_str(), "error");
+            (
+                outcome(unanswered(state, endpoint, Unanswered::Error)),
+                "error",
+            )
         }
         Err(_) => {
-            let secs = budget.as_secs_f64();
-            tracing::warn!(budget_s = secs, "admission review timed out");
-            let response = match endpoint {
-                Endpoint::Validate => {
-                    let mut r = Response::deny(format!(
-                        "gpu-admission: policy evaluation timed out after {secs:.1}s; the request was not evaluated"
-                    ));
-                    r.reason = Some("Timeout".into());
-                    r.code = Some(504);
-                    r
-                }
-                Endpoint::Mutate => {
-                    let mut r = Response::allow();
-                    r.warnings.push(format!(
-                        "gpu-admission: placement timed out after {secs:.1}s; admitted without changes"
-                    ));
-                    r
-                }
-            };
+            tracing::warn!(
+                budget_s = budget.as_secs_f64(),
+                "admission review timed out"
+            );
+            state.metrics.inc_rejections(endpoint.as_str(), "deadline");
+            let response = unanswered(state, endpoint, Unanswered::Timeout(budget));
             (outcome(response), "timeout")
         }
     }
+}
+
+/// Why a request got no answer from the webhook itself.
+#[derive(Clone, Copy)]
+enum Unanswered {
+    Timeout(Duration),
+    Error,
+}
+
+/// The answer for a request that could not be evaluated. `/validate`
+/// always denies; `/mutate` denies too unless `--mutate-on-error allow`,
+/// since admitting a GPU pod unplaced leaves it unschedulable. Both say the
+/// request can be retried.
+fn unanswered(state: &AppState, endpoint: Endpoint, why: Unanswered) -> Response {
+    let (what, reason, code) = match why {
+        Unanswered::Timeout(budget) => (
+            format!("timed out after {:.1}s", budget.as_secs_f64()),
+            "Timeout",
+            504,
+        ),
+        Unanswered::Error => (
+            "failed with an internal error (see the webhook logs)".to_string(),
+            "InternalError",
+            500,
+        ),
+    };
+    let mut response = match (endpoint, state.mutate_on_error) {
+        (Endpoint::Validate, _) => Response::deny(format!(
+            "gpu-admission: policy evaluation {what}; the request was not evaluated and can be retried"
+        )),
+        (Endpoint::Mutate, OnError::Deny) => Response::deny(format!(
+            "gpu-admission could not place this object: placement {what}; nothing was admitted and the request can be retried"
+        )),
+        (Endpoint::Mutate, OnError::Allow) => {
+            let mut allowed = Response::allow();
+            allowed.warnings.push(format!(
+                "gpu-admission: placement {what}; admitted without changes"
+            ));
+            return allowed;
+        }
+    };
+    response.reason = Some(reason.into());
+    response.code = Some(code);
+    response
 }
 
 fn outcome(response: Response) -> Outcome {
@@ -319,24 +436,41 @@ enum BodyError {
     Read(String),
 }
 
-async fn read_body(mut body: Body, limit: usize) -> Result<Bytes, BodyError> {
+/// The first reservation for a body; it then doubles as it fills.
+const FIRST_BODY_CHUNK: usize = 64 * 1024;
+
+/// Reads the whole body, reserving its memory from `pool` as it grows (so a
+/// client is charged for what it sent, not for what it announced).
+async fn read_body(
+    mut body: Body,
+    limit: usize,
+    pool: &MemoryPool,
+) -> Result<(Bytes, Reserved), BodyError> {
     let mut buf = Vec::new();
+    let mut reserved = pool.empty();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        if buf.len() + data.len() > limit {
-            discard(
-                body,
-                DISCARD_LIMIT_BYTES.saturating_sub(buf.len() + data.len()),
-            )
-            .await;
+        let needed = buf.len() + data.len();
+        if needed > limit {
+            discard(body, DISCARD_LIMIT_BYTES.saturating_sub(needed)).await;
             return Err(BodyError::TooLarge);
+        }
+        if needed > buf.capacity() {
+            let capacity = needed
+                .max((buf.capacity() * 2).min(limit))
+                .max(FIRST_BODY_CHUNK.min(limit));
+            let more = capacity.saturating_sub(reserved.bytes());
+            pool.grow(&mut reserved, more)
+                .await
+                .map_err(|_| BodyError::TooLarge)?;
+            buf.reserve_exact(capacity - buf.len());
         }
         buf.extend_from_slice(&data);
     }
-    Ok(Bytes::from(buf))
+    Ok((Bytes::from(buf), reserved))
 }
 
 async fn discard(mut body: Body, mut remaining: usize) {
@@ -425,9 +559,37 @@ mod tests {
 
     #[tokio::test]
     async fn body_limit() {
-        let small = read_body(Body::from(vec![b'x'; 10]), 10).await.unwrap();
+        let pool = MemoryPool::new("body", 1 << 20, Metrics::new());
+        let (small, reserved) = read_body(Body::from(vec![b'x'; 10]), 10, &pool)
+            .await
+            .unwrap();
         assert_eq!(small.len(), 10);
-        let big = read_body(Body::from(vec![b'x'; 11]), 10).await;
+        assert_eq!(reserved.bytes(), 1024, "what was read, in whole KiB");
+        let big = read_body(Body::from(vec![b'x'; 11]), 10, &pool).await;
         assert!(matches!(big, Err(BodyError::TooLarge)));
+    }
+
+    #[tokio::test]
+    async fn a_body_reserves_memory_as_it_grows_and_waits_for_it() {
+        let pool = MemoryPool::new("body", 256 * 1024, Metrics::new());
+        let chunks = (0..4).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; 50_000])));
+        let body = Body::from_stream(futures_util::stream::iter(chunks));
+        let (bytes, reserved) = read_body(body, MAX_BODY_BYTES, &pool).await.unwrap();
+        assert_eq!(bytes.len(), 200_000);
+        assert!(reserved.bytes() >= 200_000 && reserved.bytes() <= 256 * 1024);
+        // The pool is now (nearly) used up: a second body waits for it.
+        let body = Body::from(vec![b'y'; 100_000]);
+        let second = tokio::time::timeout(
+            Duration::from_millis(100),
+            read_body(body, MAX_BODY_BYTES, &pool),
+        );
+        assert!(
+            second.await.is_err(),
+            "waits while the first holds the memory"
+        );
+        drop((bytes, reserved));
+        let body = Body::from(vec![b'y'; 100_000]);
+        let (bytes, _) = read_body(body, MAX_BODY_BYTES, &pool).await.unwrap();
+        assert_eq!(bytes.len(), 100_000);
     }
 }

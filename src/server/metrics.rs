@@ -50,6 +50,24 @@ struct EndpointLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    endpoint: &'static str,
+    /// `memory` or `slot`.
+    queue: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectionLabels {
+    endpoint: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyResultLabels {
     policy: String,
     result: &'static str,
@@ -80,6 +98,59 @@ struct Inner {
     policies_loaded: Gauge,
     reload_failures: Counter,
     mutations: Family<ProfileLabels, Counter>,
+    load: Load,
+}
+
+/// Saturation: what requests wait for and what they are refused for.
+struct Load {
+    queue_wait: Family<QueueLabels, Histogram>,
+    rejections: Family<RejectionLabels, Counter>,
+    slots_in_use: Family<EndpointLabels, Gauge>,
+    memory_reserved: Family<PoolLabels, Gauge>,
+}
+
+impl Load {
+    fn register(registry: &mut Registry) -> Load {
+        // 0.1 ms .. ~3.3 s.
+        let queue_wait = Family::<QueueLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+        });
+        registry.register(
+            "gpu_admission_queue_wait_seconds",
+            "Time a request waited for in-flight memory (queue=memory) or an evaluation slot (queue=slot), by endpoint",
+            queue_wait.clone(),
+        );
+        let rejections = Family::<RejectionLabels, Counter>::default();
+        registry.register(
+            "gpu_admission_rejected_requests",
+            "Requests answered without evaluation, by endpoint and reason (too_large, memory_wait, slot_wait, deadline, error)",
+            rejections.clone(),
+        );
+        let slots_in_use = Family::<EndpointLabels, Gauge>::default();
+        registry.register(
+            "gpu_admission_evaluation_slots_in_use",
+            "Evaluation slots held, by endpoint (each endpoint has its own)",
+            slots_in_use.clone(),
+        );
+        let memory_reserved = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "gpu_admission_memory_reserved_bytes",
+            "In-flight memory reserved by requests, by pool (body: bodies being read; decoded: requests being answered)",
+            memory_reserved.clone(),
+        );
+        for endpoint in ["mutate", "validate"] {
+            let _ = slots_in_use.get_or_create(&EndpointLabels { endpoint });
+        }
+        for pool in ["body", "decoded"] {
+            let _ = memory_reserved.get_or_create(&PoolLabels { pool });
+        }
+        Load {
+            queue_wait,
+            rejections,
+            slots_in_use,
+            memory_reserved,
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -145,6 +216,7 @@ impl Metrics {
             "Objects patched, by placement profile",
             mutations.clone(),
         );
+        let load = Load::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -155,8 +227,48 @@ impl Metrics {
                 policies_loaded,
                 reload_failures,
                 mutations,
+                load,
             }),
         }
+    }
+
+    /// Records how long a request waited in `queue` (`memory` or `slot`).
+    pub fn observe_queue_wait(
+        &self,
+        endpoint: &'static str,
+        queue: &'static str,
+        waited: Duration,
+    ) {
+        self.inner
+            .load
+            .queue_wait
+            .get_or_create(&QueueLabels { endpoint, queue })
+            .observe(waited.as_secs_f64());
+    }
+
+    /// Counts a request answered without evaluation, for `reason`.
+    pub fn inc_rejections(&self, endpoint: &'static str, reason: &'static str) {
+        self.inner
+            .load
+            .rejections
+            .get_or_create(&RejectionLabels { endpoint, reason })
+            .inc();
+    }
+
+    pub(crate) fn add_slots_in_use(&self, endpoint: &'static str, delta: i64) {
+        self.inner
+            .load
+            .slots_in_use
+            .get_or_create(&EndpointLabels { endpoint })
+            .inc_by(delta);
+    }
+
+    pub(crate) fn add_memory_reserved(&self, pool: &'static str, delta: i64) {
+        self.inner
+            .load
+            .memory_reserved
+            .get_or_create(&PoolLabels { pool })
+            .inc_by(delta);
     }
 
     /// Sets the number of policies in the active set.

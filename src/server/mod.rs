@@ -2,18 +2,20 @@
 //!
 //! The server knows AdmissionReviews and nothing of GPUs: it hands each
 //! decoded request to a [`Webhook`] (in production, [`Admission`]).
+mod budget;
 mod handlers;
 pub mod metrics;
 pub mod shutdown;
 pub mod tls;
 
+pub use budget::DEFAULT_IN_FLIGHT_BYTES;
 pub use handlers::{parse_duration, DEFAULT_TIMEOUT, MAX_BODY_BYTES};
 pub use metrics::Metrics;
 pub use shutdown::{forward_signals, Phase, ShutdownHandle};
 
 use crate::admission::{Admission, Outcome};
 use crate::certs;
-use crate::review::Request;
+use crate::review::{self, Request};
 use anyhow::Context as _;
 use handlers::AppState;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -32,6 +34,13 @@ use tower::ServiceExt as _;
 pub trait Webhook: Send + Sync + 'static {
     fn mutate(&self, request: &Request) -> Outcome;
     fn validate(&self, request: &Request) -> Outcome;
+
+    /// [`Webhook::validate`] for a request whose answer is no use after
+    /// `deadline`: an implementation should stop working then.
+    fn validate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
+        let _ = deadline;
+        self.validate(request)
+    }
 }
 
 impl Webhook for Admission {
@@ -42,6 +51,21 @@ impl Webhook for Admission {
     fn validate(&self, request: &Request) -> Outcome {
         Admission::validate(self, request)
     }
+
+    fn validate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
+        Admission::validate_until(self, request, Some(deadline))
+    }
+}
+
+/// What `/mutate` answers when placement fails or runs out of time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnError {
+    /// Deny, saying the request can be retried: a GPU pod admitted without
+    /// its tolerations can never schedule onto tainted GPU nodes.
+    #[default]
+    Deny,
+    /// Admit unchanged, with a warning.
+    Allow,
 }
 
 /// Log output format.
@@ -70,8 +94,17 @@ pub struct ServeConfig {
     /// Where self-generated certificates live.
     pub certs_dir: PathBuf,
     pub log_format: LogFormat,
-    /// Reviews evaluated at once; more wait for a slot.
+    /// `/validate` reviews evaluated at once; more wait for a slot.
     pub max_concurrency: usize,
+    /// `/mutate` reviews evaluated at once, in slots of their own.
+    pub max_mutate_concurrency: usize,
+    /// Memory that requests in progress may reserve in all: a third for
+    /// bodies being read, the rest for decoded requests.
+    pub in_flight_bytes: usize,
+    /// What one request may hold once decoded.
+    pub decode_limits: review::Limits,
+    /// `/mutate`'s answer on an internal error or a timeout.
+    pub mutate_on_error: OnError,
     /// Namespaces whose requests are allowed without evaluation.
     pub exempt_namespaces: Vec<String>,
     /// Time a client has for its TLS handshake and request headers.
@@ -95,6 +128,10 @@ impl Default for ServeConfig {
             certs_dir: PathBuf::from("certs"),
             log_format: LogFormat::Text,
             max_concurrency: default_concurrency(),
+            max_mutate_concurrency: default_concurrency(),
+            in_flight_bytes: DEFAULT_IN_FLIGHT_BYTES,
+            decode_limits: review::Limits::default(),
+            mutate_on_error: OnError::Deny,
             exempt_namespaces: Vec::new(),
             header_read_timeout: Duration::from_secs(5),
             shutdown_delay: Duration::ZERO,
@@ -128,8 +165,18 @@ impl Server {
         metrics: Metrics,
         shutdown: ShutdownHandle,
     ) -> anyhow::Result<Server> {
-        if config.max_concurrency == 0 {
-            anyhow::bail!("--max-concurrency must be at least 1");
+        if config.max_concurrency == 0 || config.max_mutate_concurrency == 0 {
+            anyhow::bail!("--max-concurrency and --max-mutate-concurrency must be at least 1");
+        }
+        let body_bytes = config.in_flight_bytes / 3;
+        let decoded_bytes = config.in_flight_bytes - body_bytes;
+        if body_bytes < MAX_BODY_BYTES || decoded_bytes < config.decode_limits.max_decoded_bytes {
+            anyhow::bail!(
+                "--max-in-flight-memory ({} MiB) must hold one largest body in its third for bodies ({} MiB) and one largest decoded request (--max-request-memory, {} MiB) in the rest",
+                config.in_flight_bytes >> 20,
+                MAX_BODY_BYTES >> 20,
+                config.decode_limits.max_decoded_bytes >> 20
+            );
         }
         let (cert, key) = match (&config.tls_cert, &config.tls_key) {
             (Some(cert), Some(key)) => (cert.clone(), key.clone()),
@@ -152,8 +199,17 @@ impl Server {
         };
         let state = Arc::new(AppState {
             webhook,
+            bodies: budget::MemoryPool::new("body", body_bytes, metrics.clone()),
+            decoded: budget::MemoryPool::new("decoded", decoded_bytes, metrics.clone()),
+            mutate_slots: budget::Slots::new(
+                "mutate",
+                config.max_mutate_concurrency,
+                metrics.clone(),
+            ),
+            validate_slots: budget::Slots::new("validate", config.max_concurrency, metrics.clone()),
+            limits: config.decode_limits,
+            mutate_on_error: config.mutate_on_error,
             metrics,
-            permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrency)),
             shutdown,
             exempt_namespaces: config.exempt_namespaces.clone(),
         });

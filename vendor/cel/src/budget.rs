@@ -1,23 +1,35 @@
-//! Per-evaluation cost budget (gpu-admission patch).
+//! Per-evaluation cost budget and deadline (gpu-admission patch).
 //!
 //! Upstream cel has no runtime limit. Kubernetes bounds every CEL evaluation
-//! with a cost budget; this module gives the interpreter the same guard. The
-//! budget lives in a thread-local so that `Program::execute` needs no new
-//! argument: `with_budget` installs it around one evaluation, and the
-//! interpreter charges it as it walks the expression. Without an installed
-//! budget nothing is charged.
+//! with a cost budget; this module gives the interpreter the same guard, and
+//! a wall-clock deadline so that an answer nobody waits for any more stops
+//! costing CPU. Both live in thread-locals so that `Program::execute` needs
+//! no new argument: `with_budget` and `with_deadline` install them around
+//! one evaluation, and the interpreter charges as it walks the expression.
+//! Without an installed budget nothing is charged. Guards restore the
+//! previous state on every exit, unwinding included, so a panic inside an
+//! evaluation leaves nothing behind on its thread.
 use crate::objects::Value;
 use crate::ExecutionError;
 use std::cell::Cell;
+use std::time::Instant;
 
 thread_local! {
     static REMAINING: Cell<Option<u64>> = const { Cell::new(None) };
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Units left before the clock is read again.
+    static UNTIL_CLOCK: Cell<u64> = const { Cell::new(CLOCK_EVERY) };
 }
 
 /// Deepest nesting of evaluation frames before an evaluation is stopped.
 /// Keeps deep expressions or deep data from overflowing the thread stack.
 pub const MAX_EVAL_DEPTH: u32 = 250;
+
+/// Cost units charged between two readings of the clock: a few
+/// microseconds of work, so a deadline is noticed promptly while the clock
+/// costs nothing measurable.
+const CLOCK_EVERY: u64 = 1024;
 
 /// Runs `f` with `limit` cost units available. Returns the result of `f` and
 /// the cost it used. Nested calls share the outer budget's remainder.
@@ -28,13 +40,60 @@ pub fn with_budget<R>(limit: u64, f: impl FnOnce() -> R) -> (R, u64) {
         None => limit,
     };
     REMAINING.with(|r| r.set(Some(start)));
+    let guard = BudgetGuard { outer, start };
     let result = f();
-    let left = REMAINING.with(|r| r.get()).unwrap_or(0);
-    let used = start - left.min(start);
-    REMAINING.with(|r| {
-        r.set(outer.map(|o| o.saturating_sub(used)));
-    });
+    let used = guard.used();
+    drop(guard);
     (result, used)
+}
+
+/// Restores the enclosing budget, less what was used, when dropped.
+struct BudgetGuard {
+    outer: Option<u64>,
+    start: u64,
+}
+
+impl BudgetGuard {
+    fn used(&self) -> u64 {
+        let left = REMAINING.with(|r| r.get()).unwrap_or(0);
+        self.start - left.min(self.start)
+    }
+}
+
+impl Drop for BudgetGuard {
+    fn drop(&mut self) {
+        let used = self.used();
+        let outer = self.outer;
+        REMAINING.with(|r| r.set(outer.map(|o| o.saturating_sub(used))));
+    }
+}
+
+/// Runs `f` with evaluations stopping once `deadline` has passed
+/// (`ExecutionError::DeadlineExceeded`). A nested call keeps the earlier of
+/// the two deadlines. The clock is read every [`CLOCK_EVERY`] cost units
+/// while a budget is installed.
+pub fn with_deadline<R>(deadline: Instant, f: impl FnOnce() -> R) -> R {
+    let outer = DEADLINE.with(|d| d.get());
+    let effective = outer.map_or(deadline, |o| o.min(deadline));
+    DEADLINE.with(|d| d.set(Some(effective)));
+    let _guard = DeadlineGuard { outer };
+    f()
+}
+
+/// Whether an installed deadline has passed.
+pub fn deadline_passed() -> bool {
+    DEADLINE.with(|d| d.get()).is_some_and(|d| Instant::now() >= d)
+}
+
+struct DeadlineGuard {
+    outer: Option<Instant>,
+}
+
+impl Drop for DeadlineGuard {
+    fn drop(&mut self) {
+        let outer = self.outer;
+        DEADLINE.with(|d| d.set(outer));
+    }
 }
 
 /// Charges `units` to the installed budget, if any.
@@ -44,11 +103,29 @@ pub fn charge(units: u64) -> Result<(), ExecutionError> {
         None => Ok(()),
         Some(rem) if rem >= units => {
             r.set(Some(rem - units));
-            Ok(())
+            tick(units)
         }
         Some(_) => {
             r.set(Some(0));
             Err(ExecutionError::CostLimitExceeded)
+        }
+    })
+}
+
+/// Reads the clock once every [`CLOCK_EVERY`] units charged.
+#[inline]
+fn tick(units: u64) -> Result<(), ExecutionError> {
+    UNTIL_CLOCK.with(|c| {
+        let left = c.get();
+        if left > units {
+            c.set(left - units);
+            return Ok(());
+        }
+        c.set(CLOCK_EVERY);
+        if deadline_passed() {
+            Err(ExecutionError::DeadlineExceeded)
+        } else {
+            Ok(())
         }
     })
 }
@@ -88,5 +165,114 @@ impl DepthGuard {
 impl Drop for DepthGuard {
     fn drop(&mut self) {
         DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::time::Duration;
+
+    fn remaining() -> Option<u64> {
+        REMAINING.with(|r| r.get())
+    }
+
+    #[test]
+    fn charges_until_the_limit() {
+        let (results, used) = with_budget(10, || (charge(4), charge(6), charge(1)));
+        assert!(results.0.is_ok() && results.1.is_ok());
+        assert!(matches!(results.2, Err(ExecutionError::CostLimitExceeded)));
+        assert_eq!(used, 10);
+        assert_eq!(remaining(), None, "nothing left installed");
+    }
+
+    #[test]
+    fn nothing_is_charged_without_a_budget() {
+        assert!(charge(u64::MAX).is_ok());
+    }
+
+    #[test]
+    fn nested_budgets_draw_from_the_outer_one() {
+        let (inner_used, outer_used) = with_budget(100, || {
+            let ((), used) = with_budget(1_000, || {
+                assert_eq!(remaining(), Some(100), "inner limited by outer");
+                charge(30).unwrap();
+            });
+            assert_eq!(remaining(), Some(70));
+            used
+        });
+        assert_eq!(inner_used, 30);
+        assert_eq!(outer_used, 30);
+    }
+
+    #[test]
+    fn a_panic_inside_leaves_no_budget_behind() {
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            with_budget(5, || {
+                charge(3).unwrap();
+                panic!("evaluation bug");
+            })
+        }));
+        assert!(caught.is_err());
+        assert_eq!(remaining(), None);
+        let (result, used) = with_budget(1_000, || charge(900));
+        assert!(result.is_ok(), "the next evaluation gets its whole budget");
+        assert_eq!(used, 900);
+    }
+
+    #[test]
+    fn a_panic_inside_leaves_no_deadline_or_depth_behind() {
+        let past = Instant::now() - Duration::from_secs(1);
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            with_deadline(past, || {
+                let _depth = DepthGuard::enter().unwrap();
+                panic!("evaluation bug");
+            })
+        }));
+        assert!(caught.is_err());
+        assert!(!deadline_passed());
+        assert_eq!(DEPTH.with(|d| d.get()), 0);
+    }
+
+    #[test]
+    fn a_passed_deadline_stops_charging_within_a_clock_period() {
+        let past = Instant::now() - Duration::from_millis(1);
+        let stopped = with_deadline(past, || {
+            with_budget(u64::MAX, || {
+                (0..=CLOCK_EVERY).find_map(|_| charge(1).err())
+            })
+            .0
+        });
+        assert!(matches!(stopped, Some(ExecutionError::DeadlineExceeded)));
+        let future = Instant::now() + Duration::from_secs(3600);
+        let ran = with_deadline(future, || {
+            with_budget(u64::MAX, || (0..10 * CLOCK_EVERY).all(|_| charge(1).is_ok())).0
+        });
+        assert!(ran, "a deadline not yet reached stops nothing");
+    }
+
+    #[test]
+    fn nested_deadlines_keep_the_earlier_one() {
+        let soon = Instant::now() - Duration::from_millis(1);
+        let later = Instant::now() + Duration::from_secs(3600);
+        with_deadline(soon, || {
+            with_deadline(later, || assert!(deadline_passed()));
+            assert!(deadline_passed());
+        });
+        assert!(!deadline_passed());
+    }
+
+    #[test]
+    fn depth_is_bounded() {
+        let guards: Vec<_> = (0..MAX_EVAL_DEPTH)
+            .map(|_| DepthGuard::enter().unwrap())
+            .collect();
+        assert!(matches!(
+            DepthGuard::enter(),
+            Err(ExecutionError::DepthLimitExceeded)
+        ));
+        drop(guards);
+        assert!(DepthGuard::enter().is_ok());
     }
 }

@@ -114,6 +114,9 @@ pub enum ExecutionError {
     /// The evaluation nested deeper than the interpreter allows (gpu-admission patch).
     #[error("operation cancelled: expression nesting too deep")]
     DepthLimitExceeded,
+    /// The evaluation ran past its deadline (gpu-admission patch).
+    #[error("operation cancelled: deadline exceeded")]
+    DeadlineExceeded,
     #[error("Remainder by zero of {0:?}")]
     RemainderByZero(Value),
     #[error("Overflow from binary operator '{0}': {1:?}, {2:?}")]

@@ -1,8 +1,13 @@
 //! AdmissionReview `admission.k8s.io/v1` in and out: the only place that
 //! knows the wire format. Objects are kept as raw JSON so that patches are
 //! computed against exactly what the apiserver sent.
+mod shape;
+
+pub use shape::{measure, Limits, Shape, TooLarge};
+
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -273,13 +278,42 @@ pub enum DecodeError {
     MissingRequest,
     #[error("AdmissionReview request is malformed: {0}")]
     BadRequest(serde_json::Error),
+    #[error("the object is too large to evaluate: {0}")]
+    TooLarge(#[from] TooLarge),
 }
 
-/// Decodes an AdmissionReview v1 body into its request.
-pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
-    let mut review: Value = serde_json::from_slice(body).map_err(DecodeError::Json)?;
-    let api_version = review.get("apiVersion").and_then(Value::as_str);
-    let kind = review.get("kind").and_then(Value::as_str);
+/// An AdmissionReview v1 whose envelope has been checked and whose request
+/// is still the raw JSON of the body: nothing of it is decoded yet but its
+/// uid, so that even a request refused for its size gets an answer.
+#[derive(Debug)]
+pub struct Envelope<'a> {
+    request: &'a RawValue,
+    /// `request.uid`, to echo in the answer.
+    pub uid: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawReview<'a> {
+    #[serde(default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default, borrow)]
+    request: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RequestHead {
+    uid: String,
+}
+
+/// Checks the envelope of an AdmissionReview v1 body and finds its request
+/// without building a tree of it (unknown fields are skipped unread).
+pub fn open(body: &[u8]) -> Result<Envelope<'_>, DecodeError> {
+    let review: RawReview<'_> = serde_json::from_slice(body).map_err(DecodeError::Json)?;
+    let api_version = review.api_version.as_deref();
+    let kind = review.kind.as_deref();
     if api_version != Some("admission.k8s.io/v1") || kind != Some("AdmissionReview") {
         return Err(DecodeError::WrongKind(format!(
             "{}/{}",
@@ -287,19 +321,45 @@ pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
             kind.unwrap_or("<none>")
         )));
     }
-    let request = match review.get_mut("request").map(Value::take) {
-        Some(Value::Null) | None => return Err(DecodeError::MissingRequest),
-        Some(r) => r,
+    let request = match review.request {
+        Some(raw) if raw.get() != "null" => raw,
+        _ => return Err(DecodeError::MissingRequest),
     };
-    let mut request: Request = serde_json::from_value(request).map_err(DecodeError::BadRequest)?;
-    // The apiserver sends `null` rather than omitting absent objects.
-    if request.object.as_ref().is_some_and(Value::is_null) {
-        request.object = None;
+    let head: RequestHead = serde_json::from_str(request.get()).map_err(DecodeError::BadRequest)?;
+    Ok(Envelope {
+        request,
+        uid: head.uid,
+    })
+}
+
+impl Envelope<'_> {
+    /// Sizes the request without decoding it; refuses it past `limits`.
+    pub fn measure(&self, limits: &Limits) -> Result<Shape, TooLarge> {
+        shape::measure(self.request.get().as_bytes(), limits)
     }
-    if request.old_object.as_ref().is_some_and(Value::is_null) {
-        request.old_object = None;
+
+    /// Decodes the request. Call [`Envelope::measure`] first: this builds
+    /// the whole tree.
+    pub fn decode(&self) -> Result<Request, DecodeError> {
+        let mut request: Request =
+            serde_json::from_str(self.request.get()).map_err(DecodeError::BadRequest)?;
+        // The apiserver sends `null` rather than omitting absent objects.
+        if request.object.as_ref().is_some_and(Value::is_null) {
+            request.object = None;
+        }
+        if request.old_object.as_ref().is_some_and(Value::is_null) {
+            request.old_object = None;
+        }
+        Ok(request)
     }
-    Ok(request)
+}
+
+/// Decodes an AdmissionReview v1 body into its request, refusing one past
+/// the default [`Limits`] before building it.
+pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
+    let envelope = open(body)?;
+    envelope.measure(&Limits::default())?;
+    envelope.decode()
 }
 
 /// Encodes the answer to request `uid` as an AdmissionReview v1, with the
@@ -412,6 +472,51 @@ mod tests {
         assert!(matches!(
             decode(&review(bad)),
             Err(DecodeError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn refuses_a_request_too_large_to_decode_but_knows_its_uid() {
+        let mut request = pod_request();
+        let env: Vec<Value> = (0..300_000).map(|_| json!({"a": 0})).collect();
+        request["object"]["spec"] = json!({"containers": [{"name": "c", "env": env}]});
+        let body = review(request);
+        assert!(matches!(
+            decode(&body),
+            Err(DecodeError::TooLarge(TooLarge::Nodes { limit: 250_000 }))
+        ));
+        let envelope = open(&body).unwrap();
+        assert_eq!(envelope.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
+        assert!(envelope.measure(&Limits::default()).is_err());
+    }
+
+    #[test]
+    fn envelope_fields_outside_the_request_are_skipped_unread() {
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "padding": vec![json!({"a": 0}); 300_000],
+            "request": pod_request(),
+        }))
+        .unwrap();
+        assert_eq!(decode(&body).unwrap().name, "trainer");
+    }
+
+    #[test]
+    fn a_request_without_uid_is_malformed() {
+        let mut request = pod_request();
+        request.as_object_mut().unwrap().remove("uid");
+        assert!(matches!(
+            decode(&review(request)),
+            Err(DecodeError::BadRequest(_))
+        ));
+        let null_request = serde_json::to_vec(
+            &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": null}),
+        )
+        .unwrap();
+        assert!(matches!(
+            decode(&null_request),
+            Err(DecodeError::MissingRequest)
         ));
     }
 
