@@ -11,7 +11,11 @@
 #    they get structural checks instead (fields, references between them).
 # 4. The objects agree with each other: webhook -> Service -> container
 #    ports, volumes -> ConfigMap/Secret, selectors -> pod labels, the
-#    webhook's own namespace excluded, the server's flags.
+#    webhook's own namespace excluded, the server's flags. The NetworkPolicy
+#    selects the server's pods and opens exactly their ports (8443 to all,
+#    9090 to labelled monitoring namespaces); the grace period outlasts the
+#    preStop pause, the drain window and the drain timeout; the memory
+#    request equals the limit; the priority class has its ResourceQuota.
 # 5. The webhooks' matchConditions are evaluated (CEL, cel-python) on the
 #    cases in deploy/tests/match-conditions.yaml: GPU pods are sent, CPU
 #    pods are not.
@@ -214,7 +218,7 @@ mv "$work/deploy.yaml" "$work/base.yaml"
 
 step "schemas, references and matchConditions"
 cat > "$work/check.py" <<'EOF'
-import http.client, json, os, shutil, signal, socket, ssl, subprocess, sys, time, urllib.error, urllib.request, warnings
+import http.client, json, os, re, shutil, signal, socket, ssl, subprocess, sys, time, urllib.error, urllib.request, warnings
 import yaml
 import kubernetes_validate
 import celpy
@@ -345,6 +349,102 @@ def references(objs, label):
                 check({"key": "control-plane", "operator": "DoesNotExist"} in exprs,
                       f"{where}: must exclude AKS control-plane namespaces")
     return ns
+
+
+# The server's duration flags (server::parse_duration): 500ms, 20s, 1m30s.
+DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+
+
+def seconds(text):
+    parts = re.findall(r"([0-9.]+)([a-z]+)", text)
+    if not parts or "".join(n + u for n, u in parts) != text or any(u not in DURATION_UNITS for _, u in parts):
+        return None
+    return sum(float(n) * DURATION_UNITS[u] for n, u in parts)
+
+
+# Flags that bound shutdown, with the server's defaults.
+SHUTDOWN_FLAGS = {"--shutdown-delay": "0s", "--drain-window": "5s", "--drain-timeout": "30s"}
+MONITORING_LABEL = "gpu-admission.io/metrics-scraper"
+
+
+def network_policy(objs, label):
+    """The NetworkPolicy selects the server's pods and opens exactly their
+    ports: https to any source, metrics only to labelled namespaces."""
+    dep = one(objs, "Deployment", "gpu-admission")
+    pod = dep.get("spec", {}).get("template", {})
+    labels = pod.get("metadata", {}).get("labels", {})
+    container = (pod.get("spec", {}).get("containers") or [{}])[0]
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    netpol = one(objs, "NetworkPolicy", "gpu-admission")
+    spec = netpol.get("spec", {})
+    where = f"{label}: NetworkPolicy gpu-admission"
+    check(netpol.get("metadata", {}).get("namespace") == dep.get("metadata", {}).get("namespace"),
+          f"{where}: not in the Deployment's namespace")
+    selector = spec.get("podSelector", {})
+    check(set(selector) == {"matchLabels"} and selector["matchLabels"]
+          and all(labels.get(k) == v for k, v in selector["matchLabels"].items()),
+          f"{where}: podSelector {selector} does not select the Deployment's pods {labels}")
+    check(spec.get("policyTypes") == ["Ingress"], f"{where}: policyTypes must be [Ingress] (egress stays open)")
+    opened = {}
+    for rule in spec.get("ingress", []):
+        for p in rule.get("ports", []):
+            check(p.get("protocol", "TCP") == "TCP" and "endPort" not in p, f"{where}: {p} is not one TCP port")
+            port = ports.get(p.get("port"), p.get("port"))
+            check(port not in opened, f"{where}: port {port} is in two rules")
+            opened[port] = rule.get("from")
+    check(set(opened) == set(ports.values()),
+          f"{where}: opens ports {sorted(opened, key=str)}, the container has {sorted(ports.values())}")
+    check("https" in ports and opened.get(ports["https"]) is None,
+          f"{where}: the webhook port must be open to any source (the API server's address is not portable)")
+    metrics_from = opened.get(ports.get("metrics")) or []
+    check(metrics_from == [{"namespaceSelector": {"matchLabels": {MONITORING_LABEL: "true"}}}],
+          f"{where}: the metrics port must be open only to namespaces labelled {MONITORING_LABEL}=true, "
+          f"got {metrics_from}")
+
+
+def shutdown_and_priority(objs, label):
+    """The grace period outlasts everything shutdown may take, the memory
+    request equals the limit, and the priority class can be admitted."""
+    dep = one(objs, "Deployment", "gpu-admission")
+    spec = dep.get("spec", {}).get("template", {}).get("spec", {})
+    container = (spec.get("containers") or [{}])[0]
+    where = f"{label}: Deployment gpu-admission"
+    flags = dict(SHUTDOWN_FLAGS)
+    for a in container.get("args", []):
+        flag, _, value = a.partition("=")
+        if flag in flags:
+            flags[flag] = value
+    check("--drain-timeout" in {a.partition("=")[0] for a in container.get("args", [])},
+          f"{where}: set --drain-timeout explicitly (its default alone outlasts the grace period)")
+    durations = {f: seconds(v) for f, v in flags.items()}
+    for f, v in durations.items():
+        check(v is not None, f"{where}: {f}={flags[f]} is not a duration")
+    pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    needed = pre_stop + sum(v or 0 for v in durations.values())
+    check(grace > needed,
+          f"{where}: terminationGracePeriodSeconds {grace} must exceed preStop {pre_stop}s + "
+          + " + ".join(f"{f} {flags[f]}" for f in flags) + f" = {needed:g}s")
+    res = container.get("resources", {})
+    memory = (res.get("requests", {}).get("memory"), res.get("limits", {}).get("memory"))
+    check(memory[0] is not None and memory[0] == memory[1],
+          f"{where}: memory request {memory[0]} must equal the limit {memory[1]}")
+    priority = spec.get("priorityClassName")
+    check(priority == "system-cluster-critical", f"{where}: priorityClassName system-cluster-critical")
+    if priority and priority.startswith("system-"):
+        replicas = dep.get("spec", {}).get("replicas", 1)
+        surge = dep.get("spec", {}).get("strategy", {}).get("rollingUpdate", {}).get("maxSurge", 1)
+        quotas = [q for q in find(objs, "ResourceQuota")
+                  if q["metadata"].get("namespace") == dep["metadata"].get("namespace")
+                  and {"scopeName": "PriorityClass", "operator": "In", "values": [priority]}
+                  in q.get("spec", {}).get("scopeSelector", {}).get("matchExpressions", [])]
+        check(len(quotas) == 1, f"{where}: {priority} needs one ResourceQuota scoped to it in its namespace, "
+                                f"found {len(quotas)}")
+        for q in quotas:
+            pods = q["spec"].get("hard", {}).get("pods")
+            check(pods is not None and int(pods) >= 2 * (replicas + (surge if isinstance(surge, int) else 1)),
+                  f"{label}: ResourceQuota {q['metadata']['name']}: pods {pods} leaves no room for a rollout "
+                  f"of {replicas} replicas with their terminating pods")
 
 
 def cert_manager(objs, label, ns):
@@ -612,6 +712,9 @@ schemas(base, "deploy/")
 schemas(overlay, "cert-manager overlay")
 ns = references(base, "deploy/")
 references(overlay, "cert-manager overlay")
+for objs, label in ((base, "deploy/"), (overlay, "cert-manager overlay")):
+    network_policy(objs, label)
+    shutdown_and_priority(objs, label)
 check(not any(w.get("clientConfig", {}).get("caBundle")
               for o in base for w in o.get("webhooks", [])), "deploy/: caBundle is filled by install-certs.sh, not committed")
 check(find(base, "Secret") == [], "deploy/: the TLS Secret is never rendered from the repository")
