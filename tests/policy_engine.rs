@@ -356,3 +356,36 @@ fn pod_templates_keep_the_requesting_user() {
         .denials
         .is_empty());
 }
+
+#[test]
+fn evaluation_stops_at_the_deadline_and_says_so() {
+    let set = set(r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: slow}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  validations:
+    - expression: "object.spec.containers.all(c, c.name != '')"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: slow}
+spec: {policyName: slow, validationActions: [Deny]}
+"#);
+    let req = create(gpu_pod("1"));
+    let namespaces = StaticNamespaces::new();
+    let done = set.evaluate_until(&req, &namespaces, None);
+    assert!(!done.timed_out);
+    assert_eq!(done.evaluations.len(), 1);
+    let past = std::time::Instant::now() - std::time::Duration::from_millis(1);
+    let late = set.evaluate_until(&req, &namespaces, Some(past));
+    assert!(late.timed_out, "the verdict is marked incomplete");
+    assert!(late.evaluations.is_empty(), "no binding started after it");
+    let future = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+    assert!(
+        !set.evaluate_until(&req, &namespaces, Some(future))
+            .timed_out
+    );
+}

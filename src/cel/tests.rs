@@ -137,3 +137,44 @@ fn library_errors_read_cleanly() {
         );
     }
 }
+
+#[test]
+fn a_passed_deadline_stops_an_expression_midway() {
+    let list: Vec<i64> = (0..100).collect();
+    let object = json!({ "l": list });
+    let expensive = "object.l.all(a, object.l.all(b, object.l.all(c, true)))";
+    let past = std::time::Instant::now() - std::time::Duration::from_millis(1);
+    let stopped = with_deadline(past, || eval_with(expensive, object.clone()));
+    assert!(
+        matches!(stopped, Err(EvalError::Deadline(_))),
+        "{stopped:?}"
+    );
+    assert!(stopped.unwrap_err().to_string().contains("not a violation"));
+    // Without a deadline the same expression runs into its cost limit.
+    let limited = eval_with(expensive, object);
+    assert!(
+        matches!(limited, Err(EvalError::CostLimit(_))),
+        "{limited:?}"
+    );
+}
+
+#[test]
+fn a_panic_inside_a_policy_budget_leaves_the_thread_clean() {
+    let caught = std::panic::catch_unwind(|| {
+        with_policy_budget(|| {
+            // Spend almost all of the policy's budget, then fail.
+            celrs::budget::charge(POLICY_COST_LIMIT - 1).unwrap();
+            panic!("evaluation bug")
+        })
+    });
+    assert!(caught.is_err());
+    // The next evaluation on this thread has its whole budget back.
+    let list: Vec<i64> = (0..200).collect();
+    let ok = with_policy_budget(|| {
+        eval_with(
+            "object.l.all(a, object.l.all(b, true))",
+            json!({ "l": list }),
+        )
+    });
+    assert_eq!(ok, Ok(Value::Bool(true)));
+}

@@ -1,0 +1,256 @@
+//! Hostile AdmissionReview bodies sent to a real `gpu-admission serve`
+//! process, and the process's resident memory read from /proc. Shared by
+//! the memory test and the memory benchmark.
+#![allow(dead_code)]
+
+use super::http::{client_config, Client};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Just under the server's 7 MiB body limit.
+pub const HOSTILE_BODY_BYTES: usize = 7 * 1024 * 1024 - 4096;
+
+/// The two shapes a hostile body takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// A GPU pod whose container has ~230,000 small env entries.
+    EnvEntries,
+    /// A GPU pod whose env list is ~900,000 one-key objects `{"a":0}`.
+    OneKeyObjects,
+}
+
+impl Shape {
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::EnvEntries => "env entries",
+            Shape::OneKeyObjects => "one-key objects",
+        }
+    }
+}
+
+/// A GPU pod review whose container env list is the given JSON items.
+pub fn pod_review(env: &str) -> Vec<u8> {
+    let head = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "6a0c3b1e-9f7d-4a52-8e1b-2d4c6f8a0b13",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "trainer",
+            "namespace": "ml",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "trainer", "namespace": "ml"},
+                "spec": {"containers": [{
+                    "name": "train",
+                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    "env": "ENV"
+                }]}
+            },
+            "oldObject": null,
+            "dryRun": false
+        }
+    })
+    .to_string();
+    head.replace("\"ENV\"", env).into_bytes()
+}
+
+/// A review of `shape` whose body is `HOSTILE_BODY_BYTES` long, give or
+/// take one item.
+pub fn hostile_review(shape: Shape) -> Vec<u8> {
+    let frame = pod_review("[]").len();
+    let room = HOSTILE_BODY_BYTES - frame;
+    let mut env = String::with_capacity(room + 64);
+    env.push('[');
+    let mut i = 0usize;
+    while env.len() < room - 40 {
+        if i > 0 {
+            env.push(',');
+        }
+        match shape {
+            Shape::EnvEntries => env.push_str(&format!(r#"{{"name":"E{i}","value":"1"}}"#)),
+            Shape::OneKeyObjects => env.push_str(r#"{"a":0}"#),
+        }
+        i += 1;
+    }
+    env.push(']');
+    let body = pod_review(&env);
+    assert!(body.len() <= HOSTILE_BODY_BYTES, "{}", body.len());
+    body
+}
+
+/// A `gpu-admission serve` child process on a loopback port.
+pub struct ServerProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub ca_pem: String,
+    _certs: tempfile::TempDir,
+}
+
+impl ServerProcess {
+    /// Starts `binary serve` with the built-in policies and `extra` flags,
+    /// and waits until it listens.
+    pub fn start(binary: &Path, extra: &[&str]) -> ServerProcess {
+        let certs = tempfile::tempdir().unwrap();
+        let mut child = Command::new(binary)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "off",
+            ])
+            .args(["--log-format", "json", "--certs-dir"])
+            .arg(certs.path())
+            .args(extra)
+            .env("RUST_LOG", "warn,gpu_admission::server=info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Keeps draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sent {
+                    continue;
+                }
+                if let Ok(entry) = serde_json::from_str::<Value>(&line) {
+                    if let Some(addr) = entry["fields"]["addr"].as_str() {
+                        let _ = tx.send(addr.parse::<SocketAddr>().unwrap());
+                        sent = true;
+                    }
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("server logs its address");
+        let ca_pem = std::fs::read_to_string(certs.path().join("ca.crt")).unwrap();
+        ServerProcess {
+            child,
+            addr,
+            ca_pem,
+            _certs: certs,
+        }
+    }
+
+    /// Resident memory now and at its peak (VmRSS, VmHWM), in bytes.
+    pub fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let field = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|kib| kib.parse::<u64>().ok())
+                .map(|kib| kib * 1024)
+                .unwrap_or_else(|| panic!("{name} in /proc/<pid>/status"))
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// Posts `body` to `path` on a new connection; the status and the JSON
+    /// answer (Null when the answer is not JSON).
+    pub async fn post(&self, path: &str, body: &[u8]) -> (u16, Value) {
+        let tls = client_config(&self.ca_pem, &[b"http/1.1"]);
+        let mut client = Client::connect(self.addr, tls, "localhost").await.unwrap();
+        let response = client.request("POST", path, body).await.unwrap();
+        let json = serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+        (response.status, json)
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The largest review of one-key objects the default limits still decode:
+/// the worst body that gets past sizing, as far as memory goes.
+pub fn near_limit_review() -> Vec<u8> {
+    let limits = gpu_admission::review::Limits::default();
+    let fits = |n: usize| {
+        let body = pod_review(&format!("[{}]", vec![r#"{"a":0}"#; n].join(",")));
+        let envelope = gpu_admission::review::open(&body).unwrap();
+        envelope.measure(&limits).is_ok().then_some(body)
+    };
+    let (mut low, mut high) = (1usize, 1usize << 20);
+    while high - low > 1 {
+        let mid = (low + high) / 2;
+        if fits(mid).is_some() {
+            low = mid;
+        } else {
+            high = mid;
+        }
+    }
+    fits(low).unwrap()
+}
+
+/// Peak resident memory of one server for hostile bodies of `shape` sent
+/// to `path`: (peak after warm-up, peak after one body, peak after four at
+/// once), in bytes, and the answers to the bodies.
+pub async fn measure(binary: &Path, path: &str, shape: Shape) -> (Figures, Vec<(u16, Value)>) {
+    measure_body(binary, path, &hostile_review(shape)).await
+}
+
+/// [`measure`] for any body.
+pub async fn measure_body(binary: &Path, path: &str, body: &[u8]) -> (Figures, Vec<(u16, Value)>) {
+    let server = ServerProcess::start(binary, &[]);
+    let normal = pod_review(r#"[{"name":"NCCL_DEBUG","value":"INFO"}]"#);
+    for path in ["/mutate", "/validate"] {
+        let (status, _) = server.post(path, &normal).await;
+        assert_eq!(status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let baseline = server.memory().1;
+    let mut answers = vec![server.post(path, body).await];
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let one = server.memory().1;
+    let (a, b, c, d) = tokio::join!(
+        server.post(path, body),
+        server.post(path, body),
+        server.post(path, body),
+        server.post(path, body)
+    );
+    answers.extend([a, b, c, d]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let four = server.memory().1;
+    (
+        Figures {
+            baseline,
+            one,
+            four,
+        },
+        answers,
+    )
+}
+
+/// Peak resident memory, in bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Figures {
+    pub baseline: u64,
+    pub one: u64,
+    pub four: u64,
+}
+
+impl Figures {
+    pub fn mib(bytes: u64) -> f64 {
+        bytes as f64 / (1024.0 * 1024.0)
+    }
+}

@@ -1,0 +1,202 @@
+//! Hostile bodies cannot run the server out of memory: one 7 MiB review of
+//! tiny JSON objects raises the process's peak resident memory by at most
+//! 64 MiB, and four at once keep the whole process under 256 MiB (the
+//! Deployment's limit), for /mutate and /validate and for both shapes. Each
+//! case runs its own `gpu-admission serve` process and reads its VmHWM.
+mod common;
+
+use common::hostile::{
+    measure, measure_body, near_limit_review, pod_review, Figures, ServerProcess, Shape,
+};
+use serde_json::json;
+use std::path::Path;
+
+const MIB: u64 = 1024 * 1024;
+
+async fn bounded(path: &str, shape: Shape) {
+    let binary = Path::new(env!("CARGO_BIN_EXE_gpu-admission"));
+    let (figures, answers) = measure(binary, path, shape).await;
+    let Figures {
+        baseline,
+        one,
+        four,
+    } = figures;
+    eprintln!(
+        "{path} {}: peak RSS {:.1} MiB at rest, {:.1} MiB after one body, {:.1} MiB after four at once",
+        shape.name(),
+        Figures::mib(baseline),
+        Figures::mib(one),
+        Figures::mib(four)
+    );
+    for (status, answer) in &answers {
+        assert_eq!(*status, 200, "a refused review is still answered");
+        let response = &answer["response"];
+        assert_eq!(response["uid"], "6a0c3b1e-9f7d-4a52-8e1b-2d4c6f8a0b13");
+        assert_eq!(response["allowed"], false, "{response}");
+        assert_eq!(response["status"]["code"], 413);
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains("too large to evaluate"), "{message}");
+    }
+    assert!(
+        one.saturating_sub(baseline) <= 64 * MIB,
+        "one hostile body raised peak memory by {:.1} MiB",
+        Figures::mib(one - baseline)
+    );
+    assert!(
+        four < 256 * MIB,
+        "four hostile bodies took the process to {:.1} MiB",
+        Figures::mib(four)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutate_env_entries() {
+    bounded("/mutate", Shape::EnvEntries).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutate_one_key_objects() {
+    bounded("/mutate", Shape::OneKeyObjects).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_env_entries() {
+    bounded("/validate", Shape::EnvEntries).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_one_key_objects() {
+    bounded("/validate", Shape::OneKeyObjects).await;
+}
+
+/// The worst body sizing lets through is decoded and evaluated within the
+/// same bounds: the estimate it is sized by covers what it really takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_body_still_decoded_stays_within_bounds() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_gpu-admission"));
+    let body = near_limit_review();
+    for path in ["/mutate", "/validate"] {
+        let (figures, answers) = measure_body(binary, path, &body).await;
+        eprintln!(
+            "{path} largest decodable body ({} KiB): peak RSS {:.1} MiB at rest, {:.1} MiB after one, {:.1} MiB after four at once",
+            body.len() / 1024,
+            Figures::mib(figures.baseline),
+            Figures::mib(figures.one),
+            Figures::mib(figures.four)
+        );
+        for (status, answer) in &answers {
+            assert_eq!(*status, 200);
+            assert_ne!(
+                answer["response"]["status"]["code"], 413,
+                "decoded, not refused: {}",
+                answer["response"]
+            );
+        }
+        assert!(figures.one.saturating_sub(figures.baseline) <= 64 * MIB);
+        assert!(figures.four < 256 * MIB);
+    }
+}
+
+/// Real objects far larger than usual are not refused: a pod with 5,000
+/// env entries, a Deployment with 50 containers, a 1 MiB custom resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_legitimate_objects_are_evaluated() {
+    let server = ServerProcess::start(Path::new(env!("CARGO_BIN_EXE_gpu-admission")), &[]);
+    let env: Vec<_> = (0..5_000)
+        .map(|i| json!({"name": format!("SETTING_{i}"), "value": format!("value-{i}")}))
+        .collect();
+    let pod = pod_review(&serde_json::to_string(&env).unwrap());
+    let (status, answer) = server.post("/mutate", &pod).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        answer["response"]["allowed"], true,
+        "{}",
+        answer["response"]
+    );
+    assert!(
+        answer["response"]["patch"].is_string(),
+        "the GPU pod is placed"
+    );
+    let (status, answer) = server.post("/validate", &pod).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        answer["response"]["allowed"], true,
+        "{}",
+        answer["response"]
+    );
+
+    let containers: Vec<_> = (0..50)
+        .map(|i| {
+            json!({
+                "name": format!("worker-{i}"),
+                "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                "command": ["python", "train.py", "--shard", i.to_string()],
+                "env": (0..20).map(|j| json!({"name": format!("E{j}"), "value": "x"})).collect::<Vec<_>>(),
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+            })
+        })
+        .collect();
+    let deployment = review_of(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "workers", "namespace": "ml"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "workers"}},
+            "template": {
+                "metadata": {"labels": {"app": "workers"}},
+                "spec": {"containers": containers, "volumes": [{"name": "data", "emptyDir": {}}]}
+            }
+        }
+    }));
+    let (status, answer) = server.post("/validate", &deployment).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        answer["response"]["allowed"], true,
+        "{}",
+        answer["response"]
+    );
+
+    let entries: serde_json::Map<String, serde_json::Value> = (0..10_000)
+        .map(|i| (format!("key-{i:05}"), json!("v".repeat(90))))
+        .collect();
+    let custom = review_of(json!({
+        "apiVersion": "example.com/v1",
+        "kind": "Dataset",
+        "metadata": {"name": "shards", "namespace": "ml"},
+        "spec": {"entries": entries}
+    }));
+    assert!(custom.len() > 1 << 20, "{} bytes", custom.len());
+    let (status, answer) = server.post("/validate", &custom).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        answer["response"]["allowed"], true,
+        "{}",
+        answer["response"]
+    );
+}
+
+fn review_of(object: serde_json::Value) -> Vec<u8> {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = object["kind"].as_str().unwrap();
+    let resource = format!("{}s", kind.to_lowercase());
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0f9e8d7c-6b5a-4c3d-9e2f-1a0b9c8d7e6f",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "name": object["metadata"]["name"],
+            "namespace": "ml",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false
+        }
+    }))
+    .unwrap()
+}
