@@ -46,12 +46,24 @@ pub struct ServeArgs {
     /// Namespace whose requests are allowed without evaluation (repeatable).
     #[arg(long = "exempt-namespace", value_name = "NS")]
     pub exempt_namespaces: Vec<String>,
-    /// Time a client has for its TLS handshake and request headers.
+    /// Time a new connection has for its TLS handshake and first request
+    /// headers (and an HTTP/1 connection for each later request's headers).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
+    /// An HTTP/2 connection with no open stream this long is closed (GOAWAY).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Connections open at once on the webhook listener; more wait to be accepted.
+    #[arg(long, value_name = "N", default_value_t = server::DEFAULT_MAX_CONNECTIONS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
     /// After SIGTERM, keep accepting with readiness false for this long.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
+    /// After SIGTERM, an HTTP/1 connection idle this long is closed; busy
+    /// ones get `Connection: close` on their next answer, HTTP/2 ones GOAWAY.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub drain_window: Duration,
     /// Longest wait for in-flight requests after SIGTERM.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
@@ -90,7 +102,10 @@ impl ServeArgs {
             max_concurrency,
             exempt_namespaces,
             header_read_timeout,
+            idle_timeout,
+            max_connections,
             shutdown_delay,
+            drain_window,
             drain_timeout,
         } = self;
         ServeConfig {
@@ -106,7 +121,10 @@ impl ServeArgs {
                 .map_or_else(server::default_concurrency, |n| n as usize),
             exempt_namespaces,
             header_read_timeout,
+            idle_timeout,
+            max_connections: max_connections as usize,
             shutdown_delay,
+            drain_window,
             drain_timeout,
         }
     }
@@ -312,8 +330,14 @@ mod tests {
             "kube-system",
             "--header-read-timeout",
             "2s",
+            "--idle-timeout",
+            "90s",
+            "--max-connections",
+            "10",
             "--shutdown-delay",
             "5s",
+            "--drain-window",
+            "3s",
             "--drain-timeout",
             "1m",
         ])
@@ -326,7 +350,10 @@ mod tests {
         assert_eq!(config.max_concurrency, 3);
         assert_eq!(config.exempt_namespaces, ["gpu-admission", "kube-system"]);
         assert_eq!(config.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(config.idle_timeout, Duration::from_secs(90));
+        assert_eq!(config.max_connections, 10);
         assert_eq!(config.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(config.drain_window, Duration::from_secs(3));
         assert_eq!(config.drain_timeout, Duration::from_secs(60));
     }
 
@@ -334,6 +361,7 @@ mod tests {
     fn bad_flags_are_refused() {
         assert!(parse(&["--tls-cert", "c.pem"]).is_err(), "cert without key");
         assert!(parse(&["--max-concurrency", "0"]).is_err());
+        assert!(parse(&["--max-connections", "0"]).is_err());
         assert!(parse(&["--listen", "nowhere"]).is_err());
         let err = parse(&["--header-read-timeout", "soon"]).unwrap_err();
         assert!(err.to_string().contains("not a duration"), "{err}");
