@@ -151,10 +151,12 @@ fn heavy_review(uid: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_memory_past_the_deadline_is_a_timeout() {
     let webhook = Arc::new(Gated::default());
-    let mut limits = gpu_admission::review::Limits::default();
     // 8 MiB for bodies, 16 MiB for decoded requests: one heavy review fits,
     // two do not.
-    limits.max_decoded_bytes = 16 << 20;
+    let limits = gpu_admission::review::Limits {
+        max_decoded_bytes: 16 << 20,
+        ..Default::default()
+    };
     let server = Arc::new(
         TestServer::start_with(
             ServeConfig {
@@ -224,8 +226,10 @@ async fn waiting_for_memory_past_the_deadline_is_a_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configuration_that_cannot_hold_one_request_is_refused() {
-    let mut limits = gpu_admission::review::Limits::default();
-    limits.max_decoded_bytes = 64 << 20;
+    let limits = gpu_admission::review::Limits {
+        max_decoded_bytes: 64 << 20,
+        ..Default::default()
+    };
     let config = ServeConfig {
         in_flight_bytes: 32 << 20,
         decode_limits: limits,

@@ -68,12 +68,24 @@ pub struct ServeArgs {
     /// Namespace whose requests are allowed without evaluation (repeatable).
     #[arg(long = "exempt-namespace", value_name = "NS")]
     pub exempt_namespaces: Vec<String>,
-    /// Time a client has for its TLS handshake and request headers.
+    /// Time a new connection has for its TLS handshake and first request
+    /// headers (and an HTTP/1 connection for each later request's headers).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
+    /// An HTTP/2 connection with no open stream this long is closed (GOAWAY).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Connections open at once on the webhook listener; more wait to be accepted.
+    #[arg(long, value_name = "N", default_value_t = server::DEFAULT_MAX_CONNECTIONS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
     /// After SIGTERM, keep accepting with readiness false for this long.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
+    /// After SIGTERM, an HTTP/1 connection idle this long is closed; busy
+    /// ones get `Connection: close` on their next answer, HTTP/2 ones GOAWAY.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub drain_window: Duration,
     /// Longest wait for in-flight requests after SIGTERM.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
@@ -132,7 +144,10 @@ impl ServeArgs {
             mutate_on_error,
             exempt_namespaces,
             header_read_timeout,
+            idle_timeout,
+            max_connections,
             shutdown_delay,
+            drain_window,
             drain_timeout,
         } = self;
         ServeConfig {
@@ -157,7 +172,10 @@ impl ServeArgs {
             mutate_on_error,
             exempt_namespaces,
             header_read_timeout,
+            idle_timeout,
+            max_connections: max_connections as usize,
             shutdown_delay,
+            drain_window,
             drain_timeout,
         }
     }
@@ -373,8 +391,14 @@ mod tests {
             "kube-system",
             "--header-read-timeout",
             "2s",
+            "--idle-timeout",
+            "90s",
+            "--max-connections",
+            "10",
             "--shutdown-delay",
             "5s",
+            "--drain-window",
+            "3s",
             "--drain-timeout",
             "1m",
         ])
@@ -392,7 +416,10 @@ mod tests {
         assert_eq!(config.mutate_on_error, OnError::Allow);
         assert_eq!(config.exempt_namespaces, ["gpu-admission", "kube-system"]);
         assert_eq!(config.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(config.idle_timeout, Duration::from_secs(90));
+        assert_eq!(config.max_connections, 10);
         assert_eq!(config.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(config.drain_window, Duration::from_secs(3));
         assert_eq!(config.drain_timeout, Duration::from_secs(60));
     }
 
@@ -403,6 +430,7 @@ mod tests {
         assert!(parse(&["--max-mutate-concurrency", "0"]).is_err());
         assert!(parse(&["--max-in-flight-memory", "lots"]).is_err());
         assert!(parse(&["--mutate-on-error", "maybe"]).is_err());
+        assert!(parse(&["--max-connections", "0"]).is_err());
         assert!(parse(&["--listen", "nowhere"]).is_err());
         let err = parse(&["--header-read-timeout", "soon"]).unwrap_err();
         assert!(err.to_string().contains("not a duration"), "{err}");

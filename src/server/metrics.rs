@@ -50,6 +50,17 @@ struct EndpointLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClosedLabels {
+    listener: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueLabels {
     endpoint: &'static str,
     /// `memory` or `slot`.
@@ -99,6 +110,8 @@ struct Inner {
     reload_failures: Counter,
     mutations: Family<ProfileLabels, Counter>,
     load: Load,
+    open_connections: Family<ListenerLabels, Gauge>,
+    connections_closed: Family<ClosedLabels, Counter>,
 }
 
 /// Saturation: what requests wait for and what they are refused for.
@@ -216,6 +229,18 @@ impl Metrics {
             "Objects patched, by placement profile",
             mutations.clone(),
         );
+        let open_connections = Family::<ListenerLabels, Gauge>::default();
+        registry.register(
+            "gpu_admission_open_connections",
+            "Connections open now, by listener (webhook, metrics)",
+            open_connections.clone(),
+        );
+        let connections_closed = Family::<ClosedLabels, Counter>::default();
+        registry.register(
+            "gpu_admission_connections_closed",
+            "Connections the server closed for a timeout, by listener and reason (header_timeout, idle_timeout)",
+            connections_closed.clone(),
+        );
         let load = Load::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
@@ -228,6 +253,8 @@ impl Metrics {
                 reload_failures,
                 mutations,
                 load,
+                open_connections,
+                connections_closed,
             }),
         }
     }
@@ -336,6 +363,22 @@ impl Metrics {
             .inc();
     }
 
+    /// Adds `delta` to the open connections of `listener`.
+    pub fn add_open_connections(&self, listener: &'static str, delta: i64) {
+        self.inner
+            .open_connections
+            .get_or_create(&ListenerLabels { listener })
+            .inc_by(delta);
+    }
+
+    /// Counts a connection of `listener` closed for `reason` (a timeout).
+    pub fn inc_connections_closed(&self, listener: &'static str, reason: &'static str) {
+        self.inner
+            .connections_closed
+            .get_or_create(&ClosedLabels { listener, reason })
+            .inc();
+    }
+
     /// The registry in the Prometheus text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -376,6 +419,9 @@ mod tests {
         m.inc_mutations("aks-gpu");
         m.set_policies_loaded(7);
         m.inc_reload_failures();
+        m.add_open_connections("webhook", 2);
+        m.add_open_connections("webhook", -1);
+        m.inc_connections_closed("webhook", "header_timeout");
         let text = m.encode();
         for line in [
             r#"gpu_admission_requests_total{endpoint="validate",kind="Pod",operation="CREATE",decision="denied"} 1"#,
@@ -385,6 +431,8 @@ mod tests {
             "gpu_admission_policies_loaded 7",
             "gpu_admission_policy_reload_failures_total 1",
             r#"gpu_admission_mutations_total{profile="aks-gpu"} 1"#,
+            r#"gpu_admission_open_connections{listener="webhook"} 1"#,
+            r#"gpu_admission_connections_closed_total{listener="webhook",reason="header_timeout"} 1"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

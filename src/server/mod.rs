@@ -3,6 +3,7 @@
 //! The server knows AdmissionReviews and nothing of GPUs: it hands each
 //! decoded request to a [`Webhook`] (in production, [`Admission`]).
 mod budget;
+mod conn;
 mod handlers;
 pub mod metrics;
 pub mod shutdown;
@@ -17,10 +18,8 @@ use crate::admission::{Admission, Outcome};
 use crate::certs;
 use crate::review::{self, Request};
 use anyhow::Context as _;
+use conn::{Edge, Timeouts};
 use handlers::AppState;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +27,6 @@ use std::time::Duration;
 use tls::{CertReloader, CertResolver};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tower::ServiceExt as _;
 
 /// Answers decoded admission requests. Called on a blocking thread.
 pub trait Webhook: Send + Sync + 'static {
@@ -107,11 +105,20 @@ pub struct ServeConfig {
     pub mutate_on_error: OnError,
     /// Namespaces whose requests are allowed without evaluation.
     pub exempt_namespaces: Vec<String>,
-    /// Time a client has for its TLS handshake and request headers.
+    /// Time a new connection has for its TLS handshake and first request
+    /// headers, and an HTTP/1 connection for each later request's headers.
     pub header_read_timeout: Duration,
+    /// An HTTP/2 connection with no open stream this long gets GOAWAY.
+    pub idle_timeout: Duration,
+    /// Connections open at once on the webhook listener; beyond it new
+    /// ones wait in the kernel's accept queue.
+    pub max_connections: usize,
     /// After a shutdown signal, keep accepting connections this long (with
     /// readiness false) so load balancers stop sending traffic first.
     pub shutdown_delay: Duration,
+    /// While draining, an HTTP/1 connection is closed once idle this long
+    /// (clients in use leave after a `Connection: close` answer).
+    pub drain_window: Duration,
     /// Longest wait for in-flight requests once draining.
     pub drain_timeout: Duration,
 }
@@ -134,11 +141,18 @@ impl Default for ServeConfig {
             mutate_on_error: OnError::Deny,
             exempt_namespaces: Vec::new(),
             header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             shutdown_delay: Duration::ZERO,
+            drain_window: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(30),
         }
     }
 }
+
+/// Room for a large control plane's 1,000 concurrent webhook connections,
+/// with margin.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1500;
 
 /// Twice the cores: evaluation is CPU work, and a little slack hides
 /// scheduling gaps.
@@ -177,6 +191,9 @@ impl Server {
                 MAX_BODY_BYTES >> 20,
                 config.decode_limits.max_decoded_bytes >> 20
             );
+        }
+        if config.max_connections == 0 || u32::try_from(config.max_connections).is_err() {
+            anyhow::bail!("--max-connections must be between 1 and {}", u32::MAX);
         }
         let (cert, key) = match (&config.tls_cert, &config.tls_key) {
             (Some(cert), Some(key)) => (cert.clone(), key.clone()),
@@ -241,8 +258,11 @@ impl Server {
     }
 
     /// Serves until shutdown: on the first trigger readiness turns false,
-    /// (after `shutdown_delay`) the listener closes and in-flight requests
-    /// finish; a second trigger returns at once.
+    /// HTTP/1 answers carry `Connection: close` and HTTP/2 connections get
+    /// GOAWAY; after `shutdown_delay` the listener closes, and the process
+    /// returns once every connection has closed (idle HTTP/1 ones after
+    /// `drain_window`), at most `drain_timeout` later; a second trigger
+    /// returns at once.
     pub async fn run(self) -> anyhow::Result<()> {
         let Server {
             config,
@@ -255,26 +275,36 @@ impl Server {
         } = self;
         let shutdown = state.shutdown.clone();
         let _reloader = CertReloader::spawn(resolver, cert, key);
+        let timeouts = Timeouts {
+            header_read: config.header_read_timeout,
+            idle: config.idle_timeout,
+            drain_window: config.drain_window,
+        };
         let metrics_task = metrics_listener.map(|l| {
-            let app = handlers::metrics_router(state.clone());
-            tokio::spawn(async move {
-                if let Err(err) = axum::serve(l, app).await {
-                    tracing::error!("metrics listener failed: {err}");
-                }
-            })
+            let edge = Arc::new(Edge::new(
+                "metrics",
+                None,
+                handlers::metrics_router(state.clone()),
+                timeouts,
+                conn::METRICS_MAX_CONNECTIONS,
+                state.metrics.clone(),
+                shutdown.clone(),
+            ));
+            tokio::spawn(edge.accept_until(l, std::future::pending()))
         });
         tracing::info!(addr = %listener.local_addr()?, "serving admission webhooks");
 
-        let app = handlers::router(state.clone());
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(config.header_read_timeout);
-        builder.http2().timer(TokioTimer::new());
-        let builder = Arc::new(builder);
-        let graceful = GracefulShutdown::new();
-
+        // `bind` checked that the cap fits.
+        let max_connections = u32::try_from(config.max_connections).unwrap_or(u32::MAX);
+        let edge = Arc::new(Edge::new(
+            "webhook",
+            Some(acceptor),
+            handlers::router(state.clone()),
+            timeouts,
+            max_connections,
+            state.metrics.clone(),
+            shutdown.clone(),
+        ));
         let stop_accepting = {
             let shutdown = shutdown.clone();
             let delay = config.shutdown_delay;
@@ -286,54 +316,13 @@ impl Server {
                 }
             }
         };
-        tokio::pin!(stop_accepting);
-        loop {
-            let (tcp, peer) = tokio::select! {
-                biased;
-                _ = &mut stop_accepting => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(err) => {
-                        // Out of file descriptors and the like: back off.
-                        tracing::warn!("accept failed: {err}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            let acceptor = acceptor.clone();
-            let app = app.clone();
-            let builder = builder.clone();
-            let watcher = graceful.watcher();
-            let handshake_timeout = config.header_read_timeout;
-            tokio::spawn(async move {
-                let _ = tcp.set_nodelay(true);
-                let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await
-                {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(err)) => {
-                        tracing::debug!(%peer, "TLS handshake failed: {err}");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-                let service = hyper::service::service_fn(move |req| app.clone().oneshot(req));
-                let conn = builder.serve_connection(TokioIo::new(tls), service);
-                if let Err(err) = watcher.watch(conn).await {
-                    tracing::debug!(%peer, "connection ended: {err}");
-                }
-            });
-        }
-        drop(listener);
+        edge.clone().accept_until(listener, stop_accepting).await;
         tracing::info!(
-            connections = graceful.count(),
+            connections = edge.open(),
             "stopped accepting connections; draining in-flight requests"
         );
         let drained = tokio::select! {
-            _ = graceful.shutdown() => true,
+            _ = edge.closed() => true,
             _ = shutdown.reached(Phase::Aborted) => false,
             _ = tokio::time::sleep(config.drain_timeout) => false,
         };

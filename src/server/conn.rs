@@ -1,0 +1,559 @@
+//! Accepting and serving connections, the same way on both listeners:
+//! a cap on open connections, a deadline for the first request, an idle
+//! timeout for HTTP/2, and a drain that lets clients leave on their own.
+//!
+//! Each connection has a watchdog fed by a service wrapper (requests in
+//! flight, last activity): it sees every protocol, including the bytes
+//! before hyper's protocol detection, which hyper's own timers do not.
+use super::metrics::Metrics;
+use super::shutdown::{Phase, ShutdownHandle};
+use axum::http::header::{HeaderValue, CONNECTION};
+use axum::http::{Request, Version};
+use axum::Router;
+use futures_util::future::BoxFuture;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
+
+/// Streams one HTTP/2 connection may have open at once (the apiserver
+/// multiplexes its webhook calls over a few connections).
+const MAX_CONCURRENT_STREAMS: u32 = 250;
+/// Streams a client may open and reset before the server has picked them
+/// up; beyond it the connection gets GOAWAY (HTTP/2 rapid reset).
+const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+/// Streams the server may reset for protocol errors before it sends GOAWAY.
+const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 256;
+/// HTTP/2 keep-alive: a ping this often, and the connection is dropped when
+/// it goes unanswered this long (a peer that vanished without a FIN).
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Open connections on the metrics listener (scrapers and probes).
+pub(crate) const METRICS_MAX_CONNECTIONS: u32 = 64;
+
+/// Time limits for every connection of a listener.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    /// From accept to the first complete request head (TLS handshake and
+    /// protocol detection included); also hyper's HTTP/1 header timeout.
+    pub header_read: Duration,
+    /// An HTTP/2 connection with no open stream this long gets GOAWAY.
+    pub idle: Duration,
+    /// While draining, an HTTP/1 connection idle this long is closed.
+    pub drain_window: Duration,
+}
+
+/// One listener's connections: accepts, serves, counts them.
+pub(crate) struct Edge {
+    /// `webhook` or `metrics`: the metrics label.
+    listener: &'static str,
+    tls: Option<TlsAcceptor>,
+    app: Router,
+    builder: auto::Builder<TokioExecutor>,
+    timeouts: Timeouts,
+    slots: Arc<Semaphore>,
+    max_connections: u32,
+    metrics: Metrics,
+    shutdown: ShutdownHandle,
+}
+
+impl Edge {
+    pub(crate) fn new(
+        listener: &'static str,
+        tls: Option<TlsAcceptor>,
+        app: Router,
+        timeouts: Timeouts,
+        max_connections: u32,
+        metrics: Metrics,
+        shutdown: ShutdownHandle,
+    ) -> Edge {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(timeouts.header_read);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESET_STREAMS)
+            .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS)
+            .keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+        Edge {
+            listener,
+            tls,
+            app,
+            builder,
+            timeouts,
+            slots: Arc::new(Semaphore::new(max_connections as usize)),
+            max_connections,
+            metrics,
+            shutdown,
+        }
+    }
+
+    /// Accepts until `stop` resolves, then drops the listener. At the cap
+    /// it stops accepting: new connections wait in the kernel's queue
+    /// instead of using up file descriptors.
+    pub(crate) async fn accept_until(
+        self: Arc<Self>,
+        listener: TcpListener,
+        stop: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(stop);
+        loop {
+            let slot = tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                slot = self.slots.clone().acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => break,
+                },
+            };
+            let (tcp, peer) = tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(conn) => conn,
+                    Err(err) => {
+                        // Out of file descriptors and the like: back off.
+                        tracing::warn!(listener = self.listener, "accept failed: {err}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let edge = self.clone();
+            tokio::spawn(async move {
+                edge.serve(tcp, peer).await;
+                drop(slot);
+            });
+        }
+    }
+
+    /// Connections open now.
+    pub(crate) fn open(&self) -> usize {
+        (self.max_connections as usize).saturating_sub(self.slots.available_permits())
+    }
+
+    /// Resolves once every connection has closed.
+    pub(crate) async fn closed(&self) {
+        let _all = self.slots.acquire_many(self.max_connections).await;
+    }
+
+    async fn serve(&self, tcp: TcpStream, peer: SocketAddr) {
+        let _open = OpenConnection::new(&self.metrics, self.listener);
+        let accepted = Instant::now();
+        let _ = tcp.set_nodelay(true);
+        let Some(acceptor) = &self.tls else {
+            return self.serve_http(TokioIo::new(tcp), accepted, peer).await;
+        };
+        let handshake = acceptor.accept(tcp);
+        match tokio::time::timeout_at(accepted + self.timeouts.header_read, handshake).await {
+            Ok(Ok(tls)) => self.serve_http(TokioIo::new(tls), accepted, peer).await,
+            Ok(Err(err)) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
+            Err(_) => {
+                self.metrics
+                    .inc_connections_closed(self.listener, "header_timeout");
+                tracing::debug!(%peer, "TLS handshake timed out");
+            }
+        }
+    }
+
+    async fn serve_http<I>(&self, io: I, accepted: Instant, peer: SocketAddr)
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(Activity::new(accepted));
+        let service = Tracked {
+            app: self.app.clone(),
+            activity: activity.clone(),
+            shutdown: self.shutdown.clone(),
+        };
+        let conn = self.builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        let draining = self.shutdown.reached(Phase::Draining);
+        tokio::pin!(draining);
+        let mut watch = Watch::default();
+        loop {
+            let now = Instant::now();
+            let wake = match watch.next(&activity.snapshot(), &self.timeouts, now) {
+                Step::Wait(until) => until,
+                Step::Close(reason) => {
+                    if let Some(reason) = reason {
+                        self.metrics.inc_connections_closed(self.listener, reason);
+                    }
+                    tracing::debug!(%peer, reason = reason.unwrap_or("going away"), "closing connection");
+                    return;
+                }
+                Step::GoAway(reason) => {
+                    if let Some(reason) = reason {
+                        self.metrics.inc_connections_closed(self.listener, reason);
+                    }
+                    conn.as_mut().graceful_shutdown();
+                    watch.going_away_since = Some(now);
+                    continue;
+                }
+            };
+            tokio::select! {
+                ended = conn.as_mut() => {
+                    if let Err(err) = ended {
+                        let timed_out = err
+                            .downcast_ref::<hyper::Error>()
+                            .is_some_and(hyper::Error::is_timeout);
+                        if timed_out {
+                            self.metrics.inc_connections_closed(self.listener, "header_timeout");
+                        }
+                        tracing::debug!(%peer, "connection ended: {err}");
+                    }
+                    return;
+                }
+                _ = &mut draining, if watch.drain_started.is_none() => {
+                    watch.drain_started = Some(Instant::now());
+                }
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+}
+
+/// Counts a connection in the open-connections gauge while it lives.
+struct OpenConnection<'a> {
+    metrics: &'a Metrics,
+    listener: &'static str,
+}
+
+impl<'a> OpenConnection<'a> {
+    fn new(metrics: &'a Metrics, listener: &'static str) -> Self {
+        metrics.add_open_connections(listener, 1);
+        OpenConnection { metrics, listener }
+    }
+}
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.metrics.add_open_connections(self.listener, -1);
+    }
+}
+
+/// What a connection's requests have done, written by [`Tracked`] and read
+/// by the watchdog.
+struct Activity {
+    accepted: Instant,
+    in_flight: AtomicUsize,
+    served: AtomicBool,
+    http2: AtomicBool,
+    /// Start or end of the latest request, in nanoseconds after `accepted`.
+    last_nanos: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Snapshot {
+    accepted: Instant,
+    in_flight: usize,
+    served: bool,
+    http2: bool,
+    last_activity: Instant,
+}
+
+impl Activity {
+    fn new(accepted: Instant) -> Activity {
+        Activity {
+            accepted,
+            in_flight: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+            http2: AtomicBool::new(false),
+            last_nanos: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let nanos = u64::try_from(self.accepted.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_nanos.fetch_max(nanos, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            accepted: self.accepted,
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            served: self.served.load(Ordering::Relaxed),
+            http2: self.http2.load(Ordering::Relaxed),
+            last_activity: self.accepted
+                + Duration::from_nanos(self.last_nanos.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Marks a request in flight until dropped (answered, or its stream reset).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn begin(activity: &Arc<Activity>, http2: bool) -> InFlight {
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        activity.served.store(true, Ordering::Relaxed);
+        if http2 {
+            activity.http2.store(true, Ordering::Relaxed);
+        }
+        activity.touch();
+        InFlight(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The router, recording activity; while draining, HTTP/1 answers carry
+/// `Connection: close` so keep-alive clients leave after their response.
+#[derive(Clone)]
+struct Tracked {
+    app: Router,
+    activity: Arc<Activity>,
+    shutdown: ShutdownHandle,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Tracked {
+    type Response = axum::response::Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let http1 = request.version() < Version::HTTP_2;
+        let in_flight = InFlight::begin(&self.activity, !http1);
+        let app = self.app.clone();
+        let shutdown = self.shutdown.clone();
+        Box::pin(async move {
+            let mut response = app.oneshot(request).await?;
+            if http1 && !shutdown.is_running() {
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            drop(in_flight);
+            Ok(response)
+        })
+    }
+}
+
+/// What the watchdog does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Wait(Instant),
+    /// Drop the connection; the reason is counted when there is one.
+    Close(Option<&'static str>),
+    /// Graceful shutdown: GOAWAY on HTTP/2, close-when-idle on HTTP/1.
+    GoAway(Option<&'static str>),
+}
+
+/// A connection's watchdog state.
+#[derive(Clone, Copy, Debug, Default)]
+struct Watch {
+    drain_started: Option<Instant>,
+    going_away_since: Option<Instant>,
+}
+
+/// Longest nap between checks when nothing is due.
+const FAR: Duration = Duration::from_secs(3600);
+
+impl Watch {
+    fn next(&self, a: &Snapshot, t: &Timeouts, now: Instant) -> Step {
+        let mut wake = now + FAR;
+        if !a.served {
+            let deadline = a.accepted + t.header_read;
+            if now >= deadline {
+                return Step::Close(Some("header_timeout"));
+            }
+            wake = wake.min(deadline);
+        }
+        // When busy, check again a period later: requests ending move
+        // `last_activity`, so the deadline is worked out afresh then.
+        let idle_deadline = |period: Duration, from: Instant| {
+            if a.in_flight > 0 {
+                (now + period, false)
+            } else {
+                let deadline = from.max(a.last_activity) + period;
+                (deadline, now >= deadline)
+            }
+        };
+        if let Some(since) = self.going_away_since {
+            // Told to leave: with nothing in flight it gets the header
+            // timeout to do so (a peer ignoring GOAWAY is then dropped).
+            let (deadline, due) = idle_deadline(t.header_read, since);
+            if due {
+                return Step::Close(None);
+            }
+            return Step::Wait(wake.min(deadline));
+        }
+        if let Some(drain) = self.drain_started {
+            if a.http2 {
+                return Step::GoAway(None);
+            }
+            let (deadline, due) = idle_deadline(t.drain_window, drain);
+            if due {
+                return Step::GoAway(None);
+            }
+            wake = wake.min(deadline);
+        }
+        if a.http2 {
+            let (deadline, due) = idle_deadline(t.idle, a.accepted);
+            if due {
+                return Step::GoAway(Some("idle_timeout"));
+            }
+            wake = wake.min(deadline);
+        }
+        Step::Wait(wake)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Timeouts = Timeouts {
+        header_read: Duration::from_secs(5),
+        idle: Duration::from_secs(60),
+        drain_window: Duration::from_secs(3),
+    };
+
+    fn fresh(at: Instant) -> Snapshot {
+        Snapshot {
+            accepted: at,
+            in_flight: 0,
+            served: false,
+            http2: false,
+            last_activity: at,
+        }
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn no_request_within_the_header_timeout_closes() {
+        let t0 = Instant::now();
+        let a = fresh(t0);
+        let w = Watch::default();
+        assert_eq!(w.next(&a, &T, t0 + secs(1)), Step::Wait(t0 + secs(5)));
+        assert_eq!(
+            w.next(&a, &T, t0 + secs(5)),
+            Step::Close(Some("header_timeout"))
+        );
+    }
+
+    #[test]
+    fn served_http1_is_left_to_hyper_until_draining() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            last_activity: t0 + secs(1),
+            ..fresh(t0)
+        };
+        let w = Watch::default();
+        assert_eq!(w.next(&a, &T, t0 + secs(100)), Step::Wait(t0 + secs(3700)));
+    }
+
+    #[test]
+    fn idle_http2_gets_goaway_and_busy_http2_does_not() {
+        let t0 = Instant::now();
+        let idle = Snapshot {
+            served: true,
+            http2: true,
+            last_activity: t0 + secs(10),
+            ..fresh(t0)
+        };
+        let w = Watch::default();
+        assert_eq!(w.next(&idle, &T, t0 + secs(20)), Step::Wait(t0 + secs(70)));
+        assert_eq!(
+            w.next(&idle, &T, t0 + secs(70)),
+            Step::GoAway(Some("idle_timeout"))
+        );
+        let busy = Snapshot {
+            in_flight: 1,
+            ..idle
+        };
+        assert_eq!(w.next(&busy, &T, t0 + secs(70)), Step::Wait(t0 + secs(130)));
+    }
+
+    #[test]
+    fn draining_http2_goes_away_at_once() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            http2: true,
+            in_flight: 3,
+            ..fresh(t0)
+        };
+        let w = Watch {
+            drain_started: Some(t0 + secs(1)),
+            ..Watch::default()
+        };
+        assert_eq!(w.next(&a, &T, t0 + secs(1)), Step::GoAway(None));
+    }
+
+    #[test]
+    fn draining_http1_closes_only_after_a_whole_idle_window() {
+        let t0 = Instant::now();
+        let drain = t0 + secs(10);
+        let w = Watch {
+            drain_started: Some(drain),
+            ..Watch::default()
+        };
+        let idle_before = Snapshot {
+            served: true,
+            last_activity: t0 + secs(2),
+            ..fresh(t0)
+        };
+        assert_eq!(w.next(&idle_before, &T, drain), Step::Wait(drain + secs(3)));
+        assert_eq!(
+            w.next(&idle_before, &T, drain + secs(3)),
+            Step::GoAway(None)
+        );
+        let used_during = Snapshot {
+            last_activity: drain + secs(2),
+            ..idle_before
+        };
+        assert_eq!(
+            w.next(&used_during, &T, drain + secs(3)),
+            Step::Wait(drain + secs(5))
+        );
+        let busy = Snapshot {
+            in_flight: 1,
+            ..idle_before
+        };
+        assert_eq!(
+            w.next(&busy, &T, drain + secs(4)),
+            Step::Wait(drain + secs(7))
+        );
+    }
+
+    #[test]
+    fn a_connection_told_to_leave_is_dropped_once_idle_for_the_header_timeout() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            http2: true,
+            ..fresh(t0)
+        };
+        let w = Watch {
+            going_away_since: Some(t0 + secs(60)),
+            ..Watch::default()
+        };
+        assert_eq!(w.next(&a, &T, t0 + secs(61)), Step::Wait(t0 + secs(65)));
+        assert_eq!(w.next(&a, &T, t0 + secs(65)), Step::Close(None));
+    }
+}
