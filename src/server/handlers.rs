@@ -1,6 +1,7 @@
 //! Routes and handlers. A readable review always gets HTTP 200 and an
 //! AdmissionReview; the work itself runs off the reactor behind a
 //! semaphore and must finish before the apiserver's `?timeout=`.
+use super::health::Readiness;
 use super::metrics::{kind_label, Metrics};
 use super::shutdown::ShutdownHandle;
 use super::Webhook;
@@ -36,6 +37,7 @@ pub(crate) struct AppState {
     pub metrics: Metrics,
     pub permits: Arc<Semaphore>,
     pub shutdown: ShutdownHandle,
+    pub readiness: Readiness,
     pub exempt_namespaces: Vec<String>,
 }
 
@@ -78,10 +80,12 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, &'static str) {
-    if state.shutdown.is_running() {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    if !state.shutdown.is_running() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+    }
+    match state.readiness.not_ready_reason() {
+        None => (StatusCode::OK, "ok\n"),
+        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
     }
 }
 

@@ -3,11 +3,13 @@
 //! The server knows AdmissionReviews and nothing of GPUs: it hands each
 //! decoded request to a [`Webhook`] (in production, [`Admission`]).
 mod handlers;
+pub mod health;
 pub mod metrics;
 pub mod shutdown;
 pub mod tls;
 
 pub use handlers::{parse_duration, DEFAULT_TIMEOUT, MAX_BODY_BYTES};
+pub use health::Readiness;
 pub use metrics::Metrics;
 pub use shutdown::{forward_signals, Phase, ShutdownHandle};
 
@@ -81,6 +83,9 @@ pub struct ServeConfig {
     pub shutdown_delay: Duration,
     /// Longest wait for in-flight requests once draining.
     pub drain_timeout: Duration,
+    /// Accept a policy reload that leaves no binding or placement profile
+    /// where the served set has some.
+    pub allow_empty_policies: bool,
 }
 
 impl Default for ServeConfig {
@@ -99,6 +104,7 @@ impl Default for ServeConfig {
             header_read_timeout: Duration::from_secs(5),
             shutdown_delay: Duration::ZERO,
             drain_timeout: Duration::from_secs(30),
+            allow_empty_policies: false,
         }
     }
 }
@@ -122,11 +128,23 @@ pub struct Server {
 
 impl Server {
     /// Loads (or creates) the serving certificate and binds both listeners.
+    /// `webhook` is taken as ready: loaded, and needing no cluster state.
     pub async fn bind(
         config: ServeConfig,
         webhook: Arc<dyn Webhook>,
         metrics: Metrics,
         shutdown: ShutdownHandle,
+    ) -> anyhow::Result<Server> {
+        Server::bind_with_readiness(config, webhook, metrics, shutdown, Readiness::ready()).await
+    }
+
+    /// [`Server::bind`], with `/readyz` following `readiness`.
+    pub async fn bind_with_readiness(
+        config: ServeConfig,
+        webhook: Arc<dyn Webhook>,
+        metrics: Metrics,
+        shutdown: ShutdownHandle,
+        readiness: Readiness,
     ) -> anyhow::Result<Server> {
         if config.max_concurrency == 0 {
             anyhow::bail!("--max-concurrency must be at least 1");
@@ -155,6 +173,7 @@ impl Server {
             metrics,
             permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrency)),
             shutdown,
+            readiness,
             exempt_namespaces: config.exempt_namespaces.clone(),
         });
         Ok(Server {
