@@ -80,6 +80,7 @@ struct Inner {
     policies_loaded: Gauge,
     reload_failures: Counter,
     mutations: Family<ProfileLabels, Counter>,
+    certificate_expiry: Gauge,
 }
 
 impl Default for Metrics {
@@ -145,6 +146,12 @@ impl Metrics {
             "Objects patched, by placement profile",
             mutations.clone(),
         );
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "gpu_admission_certificate_expiry_seconds",
+            "Unix time at which the served certificate's notAfter is reached",
+            certificate_expiry.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -155,6 +162,7 @@ impl Metrics {
                 policies_loaded,
                 reload_failures,
                 mutations,
+                certificate_expiry,
             }),
         }
     }
@@ -169,6 +177,14 @@ impl Metrics {
     /// Counts a policy reload that failed.
     pub fn inc_reload_failures(&self) {
         self.inner.reload_failures.inc();
+    }
+
+    /// Sets when the served certificate expires.
+    pub fn set_certificate_expiry(&self, not_after: std::time::SystemTime) {
+        let secs = not_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.inner.certificate_expiry.set(secs);
     }
 
     /// Records one answered request.
@@ -264,6 +280,7 @@ mod tests {
         m.inc_mutations("aks-gpu");
         m.set_policies_loaded(7);
         m.inc_reload_failures();
+        m.set_certificate_expiry(std::time::UNIX_EPOCH + Duration::from_secs(1_795_000_000));
         let text = m.encode();
         for line in [
             r#"gpu_admission_requests_total{endpoint="validate",kind="Pod",operation="CREATE",decision="denied"} 1"#,
@@ -273,6 +290,7 @@ mod tests {
             "gpu_admission_policies_loaded 7",
             "gpu_admission_policy_reload_failures_total 1",
             r#"gpu_admission_mutations_total{profile="aks-gpu"} 1"#,
+            "gpu_admission_certificate_expiry_seconds 1795000000",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

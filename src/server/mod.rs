@@ -155,6 +155,9 @@ impl Server {
             _ => anyhow::bail!("--tls-cert and --tls-key must be given together"),
         };
         let certified = tls::load_certified_key(&cert, &key)?;
+        if let Some(expiry) = tls::not_after(&certified) {
+            metrics.set_certificate_expiry(expiry);
+        }
         let resolver = Arc::new(CertResolver::new(certified));
         let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(resolver.clone())?));
         let listener = TcpListener::bind(config.listen)
@@ -217,7 +220,7 @@ impl Server {
             state,
         } = self;
         let shutdown = state.shutdown.clone();
-        let _reloader = CertReloader::spawn(resolver, cert, key);
+        let _reloader = CertReloader::spawn(resolver, cert, key, state.metrics.clone());
         let metrics_task = metrics_listener.map(|l| {
             let app = handlers::metrics_router(state.clone());
             tokio::spawn(async move {
