@@ -5,7 +5,8 @@ use crate::cel::gpu::GpuExtension;
 use crate::cel::Extensions;
 use crate::gpu::catalog::Catalog;
 use crate::placement::{Profile, ProfileSet};
-use crate::policy::{self, Document, LoadError, LoadErrors, PolicySet};
+use crate::policy::{self, Document, LoadError, LoadErrors, PolicyFile, PolicySet};
+use std::hash::{Hash as _, Hasher as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -49,11 +50,43 @@ pub fn load(source: &PolicySource) -> Result<Loaded, LoadErrors> {
 
 /// [`load`] with a given SKU catalog (`--catalog FILE`).
 pub fn load_with(source: &PolicySource, catalog: Arc<Catalog>) -> Result<Loaded, LoadErrors> {
-    let documents = match source {
-        PolicySource::Dir(dir) => policy::read_documents(dir)?,
-        PolicySource::Embedded => embedded_documents()?,
-    };
-    from_documents(documents, catalog)
+    match source {
+        PolicySource::Dir(dir) => Snapshot::read(dir)?.load(catalog),
+        PolicySource::Embedded => from_documents(embedded_documents()?, catalog),
+    }
+}
+
+/// A policy folder as read at one moment (one `..data` version of a
+/// mounted ConfigMap), not yet parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    files: Vec<PolicyFile>,
+}
+
+/// What a [`Snapshot`] holds, in 64 bits: two snapshots with the same
+/// files and text have the same fingerprint. For noticing change, not for
+/// security (whoever can write the folder decides the policies anyway).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint(u64);
+
+impl Snapshot {
+    /// Reads every policy file under `dir`; see [`policy::read_files`].
+    pub fn read(dir: &Path) -> Result<Snapshot, LoadErrors> {
+        policy::read_files(dir).map(|files| Snapshot { files })
+    }
+
+    pub fn fingerprint(&self) -> Fingerprint {
+        // SipHash with fixed keys: the same content hashes the same way for
+        // the life of the process, which is all a comparison needs.
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.files.hash(&mut hasher);
+        Fingerprint(hasher.finish())
+    }
+
+    /// Parses and compiles the snapshot.
+    pub fn load(&self, catalog: Arc<Catalog>) -> Result<Loaded, LoadErrors> {
+        from_documents(policy::parse_files(&self.files)?, catalog)
+    }
 }
 
 /// The catalog at `path`, or the built-in one.

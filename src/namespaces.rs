@@ -108,6 +108,18 @@ impl ClusterNamespaces {
     }
 }
 
+impl ClusterNamespaces {
+    /// Resolves once the first full list of Namespaces is in the cache
+    /// (at once for a lookup without a cluster). Returns false if the watch
+    /// ended before that, in which case the cache never syncs.
+    pub async fn wait_until_synced(&self) -> bool {
+        match &self.store {
+            None => true,
+            Some(store) => store.wait_until_ready().await.is_ok(),
+        }
+    }
+}
+
 impl NamespaceLookup for ClusterNamespaces {
     fn namespace(&self, name: &str) -> Option<Value> {
         let store = self.store.as_ref()?;
@@ -148,5 +160,10 @@ mod tests {
         assert!(parse_labels("novalue").is_err());
         assert!(parse_labels("=x").is_err());
         assert!(parse_labels("").unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn without_a_cluster_there_is_nothing_to_sync() {
+        assert!(ClusterNamespaces::empty().wait_until_synced().await);
     }
 }

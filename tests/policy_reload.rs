@@ -1,11 +1,15 @@
 //! Hot reload of a policy folder mounted the way the kubelet mounts a
 //! ConfigMap: files are symlinks through `..data`, and an update swaps the
-//! `..data` symlink in one rename. A broken update keeps the last good set.
+//! `..data` symlink in one rename. A broken update keeps the last good set,
+//! and so does an update that would switch every policy off; a periodic
+//! rescan catches what the watcher missed.
 use gpu_admission::admission::Admission;
-use gpu_admission::bundle::{self, PolicySource};
-use gpu_admission::cli::serve::watch_policies;
+use gpu_admission::bundle::{self, PolicySource, Snapshot};
+use gpu_admission::cli::serve::{watch_policies, PolicyReloader, ReloadOutcome};
+use gpu_admission::gpu::catalog::Catalog;
 use gpu_admission::namespaces::StaticNamespaces;
 use gpu_admission::offline::build_request;
+use gpu_admission::policy::WatchOptions;
 use gpu_admission::review::Operation;
 use gpu_admission::server::Metrics;
 use serde_json::json;
@@ -41,15 +45,44 @@ spec:
 
 /// Writes a new ConfigMap payload and swaps `..data` to it, as the kubelet does.
 fn publish(volume: &Path, generation: u32, text: &str) {
+    publish_files(volume, generation, &[("gpu-cap.yaml", text)]);
+}
+
+/// [`publish`] with any set of keys (none: the ConfigMap was emptied).
+fn publish_files(volume: &Path, generation: u32, files: &[(&str, &str)]) {
     let payload = volume.join(format!("..2026_11_29_{generation:02}"));
     std::fs::create_dir(&payload).unwrap();
-    std::fs::write(payload.join("gpu-cap.yaml"), text).unwrap();
+    for (name, text) in files {
+        std::fs::write(payload.join(name), text).unwrap();
+    }
     let tmp = volume.join("..data_tmp");
     symlink(payload.file_name().unwrap(), &tmp).unwrap();
     std::fs::rename(&tmp, volume.join("..data")).unwrap();
-    if !volume.join("gpu-cap.yaml").exists() {
-        symlink("..data/gpu-cap.yaml", volume.join("gpu-cap.yaml")).unwrap();
+    for (name, _) in files {
+        if std::fs::symlink_metadata(volume.join(name)).is_err() {
+            symlink(format!("..data/{name}"), volume.join(name)).unwrap();
+        }
     }
+}
+
+/// The served admission and a reloader for `volume`, loaded from it now.
+fn serving(volume: &Path, metrics: &Metrics) -> (Arc<Admission>, PolicyReloader) {
+    let snapshot = Snapshot::read(volume).unwrap();
+    let loaded = snapshot
+        .load(Catalog::embedded_arc())
+        .expect("first generation loads");
+    let admission = Arc::new(Admission::new(
+        loaded.bundle,
+        Arc::new(StaticNamespaces::new()),
+    ));
+    let reloader = PolicyReloader::new(
+        volume.to_path_buf(),
+        Catalog::embedded_arc(),
+        admission.clone(),
+        metrics.clone(),
+    )
+    .serving(snapshot.fingerprint());
+    (admission, reloader)
 }
 
 fn pod_with_gpus(n: u32) -> serde_json::Value {
@@ -100,13 +133,13 @@ fn configmap_swaps_reload_and_a_broken_update_keeps_the_last_good_set() {
         Arc::new(StaticNamespaces::new()),
     ));
     let metrics = Metrics::new();
-    let _watcher = watch_policies(
-        volume,
-        gpu_admission::gpu::catalog::Catalog::embedded_arc(),
+    let reloader = PolicyReloader::new(
+        volume.to_path_buf(),
+        Catalog::embedded_arc(),
         admission.clone(),
         metrics.clone(),
-    )
-    .expect("watch starts");
+    );
+    let _watcher = watch_policies(reloader, WatchOptions::default()).expect("watch starts");
     assert!(allowed(&admission, 2));
     assert!(!allowed(&admission, 4), "4 GPUs denied under a cap of 2");
 
@@ -121,4 +154,86 @@ fn configmap_swaps_reload_and_a_broken_update_keeps_the_last_good_set() {
     wait_for("the new cap", || allowed(&admission, 4));
     assert!(!allowed(&admission, 9));
     assert!(metrics.encode().contains("gpu_admission_policies_loaded 1"));
+}
+
+#[test]
+fn an_emptied_configmap_is_refused_and_the_last_set_stays() {
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = tmp.path();
+    publish(volume, 1, &POLICY.replace("MAX", "2"));
+    let metrics = Metrics::new();
+    let (admission, reloader) = serving(volume, &metrics);
+
+    publish_files(volume, 2, &[]);
+    assert_eq!(reloader.check(), ReloadOutcome::RefusedEmpty);
+    assert_eq!(reload_failures(&metrics), 1);
+    assert!(!allowed(&admission, 4), "the cap of 2 is still enforced");
+    // The same empty content is refused once, not once per rescan.
+    assert_eq!(reloader.check(), ReloadOutcome::Unchanged);
+    assert_eq!(reload_failures(&metrics), 1);
+
+    // Content back: loaded as usual.
+    publish(volume, 3, &POLICY.replace("MAX", "8"));
+    assert_eq!(reloader.check(), ReloadOutcome::Reloaded);
+    assert!(allowed(&admission, 4));
+}
+
+#[test]
+fn an_emptied_configmap_is_accepted_when_allowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = tmp.path();
+    publish(volume, 1, &POLICY.replace("MAX", "2"));
+    let metrics = Metrics::new();
+    let (admission, reloader) = serving(volume, &metrics);
+    let reloader = reloader.allow_empty(true);
+
+    // A file with only a comment is as empty as no file at all.
+    publish_files(volume, 2, &[("gpu-cap.yaml", "# switched off\n")]);
+    assert_eq!(reloader.check(), ReloadOutcome::Reloaded);
+    assert_eq!(reload_failures(&metrics), 0);
+    assert!(allowed(&admission, 4), "no policy left to deny");
+}
+
+#[test]
+fn only_changed_content_is_reloaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = tmp.path();
+    publish(volume, 1, &POLICY.replace("MAX", "2"));
+    let metrics = Metrics::new();
+    let (admission, reloader) = serving(volume, &metrics);
+    assert_eq!(reloader.check(), ReloadOutcome::Unchanged);
+    // A new `..data` with the same text (a ConfigMap re-applied unchanged).
+    publish(volume, 2, &POLICY.replace("MAX", "2"));
+    assert_eq!(reloader.check(), ReloadOutcome::Unchanged);
+
+    publish(volume, 3, &POLICY.replace("MAX", "8"));
+    assert_eq!(reloader.check(), ReloadOutcome::Reloaded);
+    assert!(allowed(&admission, 4));
+    assert_eq!(reloader.check(), ReloadOutcome::Unchanged);
+
+    // A broken version fails once and is not counted again until it changes.
+    publish(volume, 4, &POLICY.replace("MAX", "8 +"));
+    assert_eq!(reloader.check(), ReloadOutcome::Failed);
+    assert_eq!(reloader.check(), ReloadOutcome::Unchanged);
+    assert_eq!(reload_failures(&metrics), 1);
+    assert!(allowed(&admission, 4), "last good set kept");
+}
+
+#[test]
+fn the_rescan_catches_a_change_without_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = tmp.path();
+    publish(volume, 1, &POLICY.replace("MAX", "2"));
+    let metrics = Metrics::new();
+    let (admission, reloader) = serving(volume, &metrics);
+    // No file events at all: only the periodic rescan can see the swap.
+    let options = WatchOptions {
+        rescan: Duration::from_millis(100),
+        events: false,
+    };
+    let _watcher = watch_policies(reloader, options).expect("watch starts");
+    assert!(!allowed(&admission, 4));
+    publish(volume, 2, &POLICY.replace("MAX", "8"));
+    wait_for("the rescan to load the new cap", || allowed(&admission, 4));
+    assert_eq!(reload_failures(&metrics), 0);
 }

@@ -1,5 +1,7 @@
 //! `gpu-admission certs`: the caBundle it prints is the CA, and the serving
-//! certificate verifies against it for the names asked for.
+//! certificate verifies against it for the names asked for. A served
+//! certificate outside its validity period is refused, at start-up and on
+//! reload, and the expiry gauge follows the certificate served.
 mod common;
 
 use base64::Engine as _;
@@ -94,4 +96,82 @@ fn bad_name_fails_cleanly() {
     assert!(stderr.contains("not a name"), "{stderr}");
     assert!(!stderr.contains("Error {"), "no Debug output: {stderr}");
     assert!(!dir.path().join("ca.crt").exists(), "nothing written");
+}
+
+/// A self-signed pair for `localhost` valid between the two dates, written
+/// as `tls.crt` and `tls.key` into `dir`.
+fn write_pair(dir: &std::path::Path, from: (i32, u8, u8), to: (i32, u8, u8)) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+    params.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
+    let cert = params.self_signed(&key).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+}
+
+/// notAfter of the PEM certificate at `path`, in Unix seconds.
+fn not_after_secs(path: &std::path::Path) -> i64 {
+    use rustls::pki_types::pem::PemObject as _;
+    let der = rustls::pki_types::CertificateDer::from_pem_file(path).unwrap();
+    let at = gpu_admission::certs::not_after(&der).unwrap();
+    at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+async fn expiry_gauge(server: &TestServer) -> i64 {
+    let (_, text) = server.get_metrics_listener("/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix("gpu_admission_certificate_expiry_seconds "))
+        .unwrap_or_else(|| panic!("no expiry gauge in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_certificate_is_not_reloaded_and_the_expiry_gauge_follows() {
+    let server = TestServer::start(config()).await;
+    let served = server.certs_dir.join("tls.crt");
+    let first = not_after_secs(&served);
+    assert_eq!(expiry_gauge(&server).await, first);
+    let old = server.connect().await.peer_certificate();
+
+    // An expired pair lands in the served files: refused, the old one kept.
+    write_pair(&server.certs_dir, (2020, 1, 1), (2021, 1, 1));
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert_eq!(server.connect().await.peer_certificate(), old);
+    assert_eq!(expiry_gauge(&server).await, first);
+
+    // A valid one is taken, and the gauge says when it ends.
+    write_pair(&server.certs_dir, (2020, 1, 1), (2090, 1, 1));
+    let expected = not_after_secs(&served);
+    for _ in 0..100 {
+        if expiry_gauge(&server).await == expected {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(expiry_gauge(&server).await, expected);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_stops_start_up_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pair(dir.path(), (2020, 1, 1), (2021, 1, 1));
+    let result = gpu_admission::server::Server::bind(
+        ServeConfig {
+            tls_cert: Some(dir.path().join("tls.crt")),
+            tls_key: Some(dir.path().join("tls.key")),
+            ..config()
+        },
+        Arc::new(common::empty_admission()),
+        gpu_admission::server::Metrics::new(),
+        gpu_admission::server::ShutdownHandle::new(),
+    )
+    .await;
+    let err = result.err().expect("an expired certificate is refused");
+    let text = format!("{err:#}");
+    assert!(text.contains("tls.crt"), "{text}");
+    assert!(text.contains("expired at 2021-01-01T00:00:00Z"), "{text}");
 }

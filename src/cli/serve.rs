@@ -1,16 +1,18 @@
 //! `gpu-admission serve`: flags into a [`ServeConfig`], logging, the policy
 //! bundle, signals, and the server.
 use crate::admission::{Admission, Bundle};
-use crate::bundle::{self, PolicySource};
+use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
 use crate::gpu::catalog::Catalog;
 use crate::namespaces::ClusterNamespaces;
-use crate::policy::{self, DirWatcher, NamespaceLookup};
+use crate::policy::{self, DirWatcher, LoadErrors, NamespaceLookup, WatchOptions};
 use crate::review;
-use crate::server::{self, LogFormat, Metrics, OnError, ServeConfig, Server, ShutdownHandle};
+use crate::server::{
+    self, LogFormat, Metrics, OnError, Readiness, ServeConfig, Server, ShutdownHandle,
+};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
@@ -89,6 +91,11 @@ pub struct ServeArgs {
     /// Longest wait for in-flight requests after SIGTERM.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// Accept a policy reload that leaves no binding (or no placement
+    /// profile) where the running set has some. Without it such a reload
+    /// is refused as a mistake, e.g. an emptied ConfigMap.
+    #[arg(long)]
+    pub allow_empty_policies: bool,
 }
 
 /// A socket address, or none (`off`).
@@ -149,6 +156,7 @@ impl ServeArgs {
             shutdown_delay,
             drain_window,
             drain_timeout,
+            allow_empty_policies,
         } = self;
         ServeConfig {
             listen,
@@ -177,6 +185,7 @@ impl ServeArgs {
             shutdown_delay,
             drain_window,
             drain_timeout,
+            allow_empty_policies,
         }
     }
 }
@@ -203,10 +212,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Loads the bundle, binds and serves until `shutdown` completes.
+/// `/readyz` turns true once the policies are loaded and, in a cluster,
+/// the Namespace cache has synced.
 pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Result<()> {
     let metrics = Metrics::new();
+    let readiness = Readiness::new();
     let source = policy_source(&config);
-    let bundle = load_bundle(&config)?;
+    let (bundle, fingerprint) = load_initial(&config)?;
     metrics.set_policies_loaded(bundle.policies.len());
     tracing::info!(
         policies = bundle.policies.len(),
@@ -215,22 +227,31 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
         source = %source.describe(),
         "policies loaded"
     );
-    let namespaces = namespace_lookup().await;
+    if bundle.policies.bindings() == 0 && !config.allow_empty_policies {
+        tracing::warn!(
+            source = %source.describe(),
+            "no policy bindings: nothing is validated until some are added"
+        );
+    }
+    let namespaces = namespace_lookup(&readiness).await;
     let admission = Arc::new(Admission::new(bundle, namespaces));
+    readiness.set_policies_loaded();
     // Held for the life of the server: dropping it stops the watch.
     let _watcher = match &source {
         PolicySource::Dir(dir) => {
             let catalog = bundle::catalog(config.catalog.as_deref())?;
-            Some(watch_policies(
-                dir,
-                catalog,
-                admission.clone(),
-                metrics.clone(),
-            )?)
+            let mut reloader =
+                PolicyReloader::new(dir.clone(), catalog, admission.clone(), metrics.clone())
+                    .allow_empty(config.allow_empty_policies);
+            if let Some(fingerprint) = fingerprint {
+                reloader = reloader.serving(fingerprint);
+            }
+            Some(watch_policies(reloader, WatchOptions::default())?)
         }
         PolicySource::Embedded => None,
     };
-    let server = Server::bind(config, admission, metrics, shutdown).await?;
+    let server =
+        Server::bind_with_readiness(config, admission, metrics, shutdown, readiness).await?;
     server.run().await
 }
 
@@ -246,72 +267,202 @@ pub fn policy_source(config: &ServeConfig) -> PolicySource {
 /// At start-up there is no last good set to fall back on, so any error is
 /// fatal and lists every problem found.
 pub fn load_bundle(config: &ServeConfig) -> anyhow::Result<Bundle> {
-    if let Some(dir) = &config.policies {
-        if !dir.is_dir() {
-            anyhow::bail!("policy folder {} is not a directory", dir.display());
-        }
-    }
-    let source = policy_source(config);
-    let catalog = bundle::catalog(config.catalog.as_deref())?;
-    bundle::load_with(&source, catalog)
-        .map(|loaded| loaded.bundle)
-        .map_err(|errors| anyhow::anyhow!("{} has errors:\n{errors}", source.describe()))
+    load_initial(config).map(|(bundle, _)| bundle)
 }
 
-/// Reloads the policy folder whenever it changes. A folder that fails to
-/// load leaves the last good bundle in force; the failure is logged with
-/// every error and counted.
+/// [`load_bundle`], with the fingerprint of the folder content it read.
+fn load_initial(config: &ServeConfig) -> anyhow::Result<(Bundle, Option<Fingerprint>)> {
+    let source = policy_source(config);
+    let catalog = bundle::catalog(config.catalog.as_deref())?;
+    let failed =
+        |errors: LoadErrors| anyhow::anyhow!("{} has errors:\n{errors}", source.describe());
+    match &config.policies {
+        Some(dir) => {
+            if !dir.is_dir() {
+                anyhow::bail!("policy folder {} is not a directory", dir.display());
+            }
+            let snapshot = Snapshot::read(dir).map_err(failed)?;
+            let loaded = snapshot.load(catalog).map_err(failed)?;
+            Ok((loaded.bundle, Some(snapshot.fingerprint())))
+        }
+        None => bundle::load_with(&source, catalog)
+            .map(|loaded| (loaded.bundle, None))
+            .map_err(failed),
+    }
+}
+
+/// Runs `reloader` whenever the policy folder changes, and every
+/// `options.rescan` to catch changes whose events were missed.
 pub fn watch_policies(
-    dir: &Path,
+    reloader: PolicyReloader,
+    options: WatchOptions,
+) -> anyhow::Result<DirWatcher> {
+    let dir = reloader.dir.clone();
+    policy::watch_dir(&dir, options, move || {
+        reloader.check();
+    })
+    .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", dir.display()))
+}
+
+/// Keeps the served policy set in step with a policy folder. A folder
+/// that fails to load, or that would leave no binding or no placement
+/// profile where the served set has some (unless allowed), leaves the
+/// served set in force; the refusal is logged with every reason and
+/// counted in `gpu_admission_policy_reload_failures_total`.
+pub struct PolicyReloader {
+    dir: PathBuf,
     catalog: Arc<Catalog>,
     admission: Arc<Admission>,
     metrics: Metrics,
-) -> anyhow::Result<DirWatcher> {
-    let source = PolicySource::Dir(dir.to_path_buf());
-    let watcher = policy::watch_dir(dir, move || reload(&source, &catalog, &admission, &metrics))
-        .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", dir.display()))?;
-    Ok(watcher)
+    allow_empty: bool,
+    /// The folder content last acted on (loaded or refused): the same
+    /// content is not loaded, logged or counted again.
+    last: Mutex<Option<Fingerprint>>,
 }
 
-/// One reload attempt; see [`watch_policies`].
-pub fn reload(
-    source: &PolicySource,
-    catalog: &Arc<Catalog>,
-    admission: &Admission,
-    metrics: &Metrics,
-) {
-    match bundle::load_with(source, catalog.clone()) {
-        Ok(loaded) => {
-            let n = loaded.bundle.policies.len();
-            admission.replace(loaded.bundle);
-            metrics.set_policies_loaded(n);
-            tracing::info!(policies = n, source = %source.describe(), "policies reloaded");
+/// What one [`PolicyReloader::check`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// Same content as last time: nothing done.
+    Unchanged,
+    /// The new set is served.
+    Reloaded,
+    /// The folder could not be read or does not load.
+    Failed,
+    /// The new set would switch every policy or placement profile off.
+    RefusedEmpty,
+}
+
+impl PolicyReloader {
+    pub fn new(
+        dir: PathBuf,
+        catalog: Arc<Catalog>,
+        admission: Arc<Admission>,
+        metrics: Metrics,
+    ) -> PolicyReloader {
+        PolicyReloader {
+            dir,
+            catalog,
+            admission,
+            metrics,
+            allow_empty: false,
+            last: Mutex::new(None),
         }
-        Err(errors) => {
-            metrics.inc_reload_failures();
-            for error in &errors.0 {
-                tracing::error!(source = %source.describe(), error = %error, "policy reload failed; keeping the last good policies");
+    }
+
+    /// Whether a set without bindings or profiles may replace one with some.
+    pub fn allow_empty(mut self, allow: bool) -> PolicyReloader {
+        self.allow_empty = allow;
+        self
+    }
+
+    /// The folder content the served set was loaded from, so that an
+    /// unchanged folder is not loaded again.
+    pub fn serving(self, fingerprint: Fingerprint) -> PolicyReloader {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(fingerprint);
+        self
+    }
+
+    /// Reads the folder and, if its content changed, loads it.
+    pub fn check(&self) -> ReloadOutcome {
+        let source = self.dir.display().to_string();
+        let snapshot = match Snapshot::read(&self.dir) {
+            Ok(snapshot) => snapshot,
+            // Not remembered: a read that failed (a `..data` swap under
+            // way, a permission problem) is tried again on the next check.
+            Err(errors) => return self.fail(&source, &errors),
+        };
+        let fingerprint = snapshot.fingerprint();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if *last == Some(fingerprint) {
+            return ReloadOutcome::Unchanged;
+        }
+        *last = Some(fingerprint);
+        let loaded = match snapshot.load(self.catalog.clone()) {
+            Ok(loaded) => loaded.bundle,
+            Err(errors) => return self.fail(&source, &errors),
+        };
+        let served = self.admission.bundle();
+        if let Some(lost) = emptied(&served, &loaded) {
+            if !self.allow_empty {
+                self.metrics.inc_reload_failures();
+                tracing::error!(
+                    source = %source,
+                    bindings = served.policies.bindings(),
+                    placement_profiles = served.placement.len(),
+                    "policy reload refused: the folder now has no {lost}, which would switch them all off (an emptied ConfigMap?); keeping the last good policies (--allow-empty-policies accepts it)"
+                );
+                return ReloadOutcome::RefusedEmpty;
             }
+            tracing::warn!(source = %source, "the reloaded policy folder has no {lost}; accepted (--allow-empty-policies)");
         }
+        let (policies, bindings) = (loaded.policies.len(), loaded.policies.bindings());
+        let profiles = loaded.placement.len();
+        self.admission.replace(loaded);
+        self.metrics.set_policies_loaded(policies);
+        tracing::info!(
+            policies,
+            bindings,
+            placement_profiles = profiles,
+            source = %source,
+            "policies reloaded"
+        );
+        ReloadOutcome::Reloaded
+    }
+
+    fn fail(&self, source: &str, errors: &LoadErrors) -> ReloadOutcome {
+        self.metrics.inc_reload_failures();
+        for error in &errors.0 {
+            tracing::error!(source = %source, error = %error, "policy reload failed; keeping the last good policies");
+        }
+        ReloadOutcome::Failed
+    }
+}
+
+/// What `next` would switch off entirely compared with `served`, if anything.
+fn emptied(served: &Bundle, next: &Bundle) -> Option<&'static str> {
+    if served.policies.bindings() > 0 && next.policies.bindings() == 0 {
+        Some("policy binding")
+    } else if !served.placement.is_empty() && next.placement.is_empty() {
+        Some("placement profile")
+    } else {
+        None
     }
 }
 
 /// Namespace objects for namespaceSelector and namespaceObject: watched
 /// from the cluster when running inside one, otherwise none (selectors
 /// then see only `kubernetes.io/metadata.name`, which placement adds).
-async fn namespace_lookup() -> Arc<dyn NamespaceLookup> {
+/// `readiness` learns when the cache has its first list; outside a cluster
+/// there is nothing to wait for. In a cluster without a usable client the
+/// server stays not ready: without namespace labels, namespaceSelector
+/// would answer wrongly.
+async fn namespace_lookup(readiness: &Readiness) -> Arc<dyn NamespaceLookup> {
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
         tracing::info!("not running in a cluster: no namespace labels for namespaceSelector");
+        readiness.set_namespaces_synced();
         return Arc::new(ClusterNamespaces::empty());
     }
     match kube::Client::try_default().await {
         Ok(client) => {
             let (namespaces, _task) = ClusterNamespaces::start(client);
-            tracing::info!("watching Namespaces for namespaceSelector and namespaceObject");
+            tracing::info!("watching Namespaces for namespaceSelector and namespaceObject; ready once they are listed");
+            let synced = namespaces.clone();
+            let readiness = readiness.clone();
+            tokio::spawn(async move {
+                if synced.wait_until_synced().await {
+                    readiness.set_namespaces_synced();
+                    tracing::info!("namespace cache synced");
+                } else {
+                    tracing::error!(
+                        "namespace watch ended before its first list; staying not ready"
+                    );
+                }
+            });
             Arc::new(namespaces)
         }
         Err(err) => {
-            tracing::warn!(error = %err, "no cluster client: no namespace labels for namespaceSelector");
+            tracing::error!(error = %err, "in a cluster but no cluster client: namespaceSelector cannot be evaluated; staying not ready");
             Arc::new(ClusterNamespaces::empty())
         }
     }
@@ -401,6 +552,7 @@ mod tests {
             "3s",
             "--drain-timeout",
             "1m",
+            "--allow-empty-policies",
         ])
         .unwrap();
         assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
@@ -421,6 +573,7 @@ mod tests {
         assert_eq!(config.shutdown_delay, Duration::from_secs(5));
         assert_eq!(config.drain_window, Duration::from_secs(3));
         assert_eq!(config.drain_timeout, Duration::from_secs(60));
+        assert!(config.allow_empty_policies);
     }
 
     #[test]

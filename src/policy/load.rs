@@ -114,34 +114,88 @@ impl From<LoadError> for LoadErrors {
 const MAX_DIR_DEPTH: usize = 16;
 
 /// Reads every `*.yaml`, `*.yml` and `*.json` file under `dir` (or `dir`
-/// itself when it is a file), recursively and sorted by path. Entries whose
-/// name starts with a dot are skipped: a mounted ConfigMap keeps its files in
-/// `..data` and friends and exposes them through top-level symlinks, so each
-/// file is read once.
+/// itself when it is a file), recursively and sorted by path; see
+/// [`read_files`] for what is read.
 pub fn read_documents(dir: &Path) -> Result<Vec<Document>, LoadErrors> {
-    let mut files = Vec::new();
+    parse_files(&read_files(dir)?)
+}
+
+/// One policy file as read: the path it is known by, and its text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PolicyFile {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+/// Reads the text of every policy file under `dir` (or `dir` itself when
+/// it is a file), sorted by path. Entries whose name starts with a dot are
+/// skipped. A mounted ConfigMap keeps its files in a timestamped folder
+/// that the `..data` symlink points to, and an update swaps `..data` in one
+/// rename: `..data` is resolved once and every file read from the folder
+/// it names, so a swap during the read cannot mix two versions. Files are
+/// still named as `dir/<key>`.
+pub fn read_files(dir: &Path) -> Result<Vec<PolicyFile>, LoadErrors> {
     let meta =
         std::fs::metadata(dir).map_err(|e| LoadError::new(format!("{}: {e}", dir.display())))?;
     if meta.is_file() {
-        files.push(dir.to_path_buf());
-    } else {
-        collect_files(dir, 0, &mut files)?;
+        let text = std::fs::read_to_string(dir)
+            .map_err(|e| LoadError::new(format!("{}: {e}", dir.display())))?;
+        return Ok(vec![PolicyFile {
+            path: dir.to_path_buf(),
+            text,
+        }]);
     }
+    let root = configmap_payload(dir)?.unwrap_or_else(|| dir.to_path_buf());
+    let mut paths = Vec::new();
+    collect_files(&root, 0, &mut paths)?;
+    let mut files = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        let shown = match path.strip_prefix(&root) {
+            Ok(relative) => dir.join(relative),
+            Err(_) => path.clone(),
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => files.push(PolicyFile { path: shown, text }),
+            Err(e) => errors.push(LoadError::new(format!("{}: {e}", shown.display()))),
+        }
+    }
+    if errors.is_empty() {
+        Ok(files)
+    } else {
+        Err(LoadErrors(errors))
+    }
+}
+
+/// Parses files read by [`read_files`], every error collected.
+pub fn parse_files(files: &[PolicyFile]) -> Result<Vec<Document>, LoadErrors> {
     let mut docs = Vec::new();
     let mut errors = Vec::new();
     for file in files {
-        match std::fs::read_to_string(&file) {
-            Ok(text) => match parse_documents(&file, &text) {
-                Ok(mut d) => docs.append(&mut d),
-                Err(mut e) => errors.append(&mut e.0),
-            },
-            Err(e) => errors.push(LoadError::new(format!("{}: {e}", file.display()))),
+        match parse_documents(&file.path, &file.text) {
+            Ok(mut d) => docs.append(&mut d),
+            Err(mut e) => errors.append(&mut e.0),
         }
     }
     if errors.is_empty() {
         Ok(docs)
     } else {
         Err(LoadErrors(errors))
+    }
+}
+
+/// The folder a mounted ConfigMap's `..data` symlink points to right now,
+/// or `None` when `dir` is a plain folder.
+fn configmap_payload(dir: &Path) -> Result<Option<PathBuf>, LoadErrors> {
+    let data = dir.join("..data");
+    match std::fs::symlink_metadata(&data) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            let target = std::fs::read_link(&data)
+                .map_err(|e| LoadError::new(format!("{}: {e}", data.display())))?;
+            // The kubelet's target is relative (`..2026_11_29_14_00_00.123`).
+            Ok(Some(dir.join(target)))
+        }
+        _ => Ok(None),
     }
 }
 
@@ -307,6 +361,38 @@ mod tests {
             msg.starts_with("p.yaml: document 2 (line 3): invalid YAML"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_mounted_configmap_is_read_from_the_folder_data_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let payload = root.join("..2026_11_29_14_00_00.1");
+        std::fs::create_dir(&payload).unwrap();
+        std::fs::write(payload.join("a.yaml"), "a: 1\n").unwrap();
+        std::fs::write(payload.join("b.yaml"), "b: 1\n").unwrap();
+        std::os::unix::fs::symlink("..2026_11_29_14_00_00.1", root.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/a.yaml", root.join("a.yaml")).unwrap();
+        // Mid-update states the kubelet passes through: a key whose top-level
+        // link is not made yet (b), a link left for a removed key (c), and
+        // a file that is not in the payload at all.
+        std::os::unix::fs::symlink("..data/c.yaml", root.join("c.yaml")).unwrap();
+        std::fs::write(root.join("stale.yaml"), "stale: 1\n").unwrap();
+        let files = read_files(root).unwrap();
+        let names: Vec<_> = files.iter().map(|f| f.path.clone()).collect();
+        assert_eq!(names, [root.join("a.yaml"), root.join("b.yaml")]);
+        assert_eq!(files[1].text, "b: 1\n");
+
+        // After a swap, the new payload only.
+        let next = root.join("..2026_11_29_14_05_00.2");
+        std::fs::create_dir(&next).unwrap();
+        std::fs::write(next.join("a.yaml"), "a: 2\n").unwrap();
+        std::os::unix::fs::symlink("..2026_11_29_14_05_00.2", root.join("..data_tmp")).unwrap();
+        std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+        let files = read_files(root).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].path, root.join("a.yaml"));
+        assert_eq!(files[0].text, "a: 2\n");
     }
 
     #[test]

@@ -16,9 +16,12 @@ mod model;
 mod pool;
 mod watch;
 
-pub use load::{parse_documents, read_documents, Document, LoadError, LoadErrors, Source};
+pub use load::{
+    parse_documents, parse_files, read_documents, read_files, Document, LoadError, LoadErrors,
+    PolicyFile, Source,
+};
 pub use matching::{LabelSelector, MatchResources, Requirement as LabelRequirement, SelectorOp};
-pub use watch::{watch_dir, DirWatcher};
+pub use watch::{watch_dir, DirWatcher, WatchOptions, DEFAULT_RESCAN};
 
 use model::{Binding, Policy};
 

@@ -1,16 +1,41 @@
-//! Watching a policy folder for changes, debounced.
+//! Watching a policy folder for changes, debounced, with a periodic
+//! rescan for the events a watcher can miss.
 use notify::{EventKind, RecursiveMode, Watcher};
 use std::path::Path;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Quiet time after the last change before `on_change` runs: a ConfigMap
 /// update or an editor's save is several events in a row.
 const DEBOUNCE: Duration = Duration::from_millis(250);
 
+/// How often the folder is checked without any event.
+pub const DEFAULT_RESCAN: Duration = Duration::from_secs(60);
+
+/// How a folder is watched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchOptions {
+    /// Run `on_change` this often even without events: inotify drops
+    /// events when its queue overflows, and some volume types send none.
+    pub rescan: Duration,
+    /// Subscribe to file events; without them only the rescan runs.
+    pub events: bool,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            rescan: DEFAULT_RESCAN,
+            events: true,
+        }
+    }
+}
+
 /// Watches a folder; stops when dropped.
 pub struct DirWatcher {
-    _watcher: notify::RecommendedWatcher,
+    _watcher: Option<notify::RecommendedWatcher>,
+    // Dropping it wakes and ends the thread even when events are off.
+    _stop: mpsc::Sender<()>,
 }
 
 impl std::fmt::Debug for DirWatcher {
@@ -22,33 +47,63 @@ impl std::fmt::Debug for DirWatcher {
 /// Calls `on_change` (on a background thread) after anything under `dir`
 /// changes: file writes, creations, removals and renames, including the
 /// rename that swaps a mounted ConfigMap's `..data` symlink. Reads are
-/// ignored, so reloading does not trigger itself.
-pub fn watch_dir(dir: &Path, on_change: impl Fn() + Send + 'static) -> notify::Result<DirWatcher> {
+/// ignored, so reloading does not trigger itself. A watcher error is
+/// logged and treated as a change (events may have been lost), and
+/// `on_change` also runs every `options.rescan`, so it must be cheap when
+/// nothing changed.
+pub fn watch_dir(
+    dir: &Path,
+    options: WatchOptions,
+    on_change: impl Fn() + Send + 'static,
+) -> notify::Result<DirWatcher> {
     let (tx, rx) = mpsc::channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(event) = event {
-            if !matches!(event.kind, EventKind::Access(_)) {
-                let _ = tx.send(());
-            }
-        }
-    })?;
-    watcher.watch(dir, RecursiveMode::Recursive)?;
+    let watcher = if options.events {
+        let events = tx.clone();
+        let shown = dir.display().to_string();
+        let mut watcher = notify::recommended_watcher(
+            move |event: notify::Result<notify::Event>| match event {
+                Ok(event) if matches!(event.kind, EventKind::Access(_)) => {}
+                Ok(_) => {
+                    let _ = events.send(());
+                }
+                Err(error) => {
+                    tracing::warn!(dir = %shown, %error, "policy folder watch error; checking the folder now");
+                    let _ = events.send(());
+                }
+            },
+        )?;
+        watcher.watch(dir, RecursiveMode::Recursive)?;
+        Some(watcher)
+    } else {
+        None
+    };
+    let rescan = options.rescan;
     std::thread::Builder::new()
         .name("policy-watch".into())
         .spawn(move || {
-            while rx.recv().is_ok() {
-                loop {
-                    match rx.recv_timeout(DEBOUNCE) {
-                        Ok(()) => continue,
-                        Err(mpsc::RecvTimeoutError::Timeout) => break,
-                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                    }
+            let mut next_rescan = Instant::now() + rescan;
+            loop {
+                let wait = next_rescan.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(wait) {
+                    Ok(()) => loop {
+                        match rx.recv_timeout(DEBOUNCE) {
+                            Ok(()) => continue,
+                            Err(mpsc::RecvTimeoutError::Timeout) => break,
+                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                        }
+                    },
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
                 on_change();
+                next_rescan = Instant::now() + rescan;
             }
         })
         .map_err(notify::Error::io)?;
-    Ok(DirWatcher { _watcher: watcher })
+    Ok(DirWatcher {
+        _watcher: watcher,
+        _stop: tx,
+    })
 }
 
 #[cfg(test)]
@@ -77,7 +132,11 @@ mod tests {
         std::os::unix::fs::symlink("..data/p.yaml", root.join("p.yaml")).unwrap();
         let count = Arc::new(AtomicUsize::new(0));
         let c = Arc::clone(&count);
-        let _w = watch_dir(root, move || {
+        let options = WatchOptions {
+            rescan: Duration::from_secs(3600),
+            events: true,
+        };
+        let _w = watch_dir(root, options, move || {
             c.fetch_add(1, Ordering::SeqCst);
         })
         .unwrap();
@@ -94,5 +153,30 @@ mod tests {
         // Debounced: one burst, one call.
         std::thread::sleep(DEBOUNCE * 3);
         assert_eq!(count.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn rescans_without_events_and_stops_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = Arc::clone(&count);
+        let options = WatchOptions {
+            rescan: Duration::from_millis(50),
+            events: false,
+        };
+        let watcher = watch_dir(dir.path(), options, move || {
+            c.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        assert!(wait_for(&count, 3), "no periodic rescan");
+        drop(watcher);
+        std::thread::sleep(Duration::from_millis(100));
+        let stopped = count.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            stopped,
+            "still rescanning after drop"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! AdmissionReview; the work itself runs off the reactor behind a
 //! semaphore and must finish before the apiserver's `?timeout=`.
 use super::budget::{MemoryPool, Reserved, Slots};
+use super::health::Readiness;
 use super::metrics::{kind_label, Metrics};
 use super::shutdown::ShutdownHandle;
 use super::{OnError, Webhook};
@@ -43,6 +44,7 @@ pub(crate) struct AppState {
     pub limits: review::Limits,
     pub mutate_on_error: OnError,
     pub shutdown: ShutdownHandle,
+    pub readiness: Readiness,
     pub exempt_namespaces: Vec<String>,
 }
 
@@ -85,10 +87,12 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, &'static str) {
-    if state.shutdown.is_running() {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    if !state.shutdown.is_running() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+    }
+    match state.readiness.not_ready_reason() {
+        None => (StatusCode::OK, "ok\n"),
+        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
     }
 }
 

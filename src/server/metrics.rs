@@ -112,6 +112,7 @@ struct Inner {
     load: Load,
     open_connections: Family<ListenerLabels, Gauge>,
     connections_closed: Family<ClosedLabels, Counter>,
+    certificate_expiry: Gauge,
 }
 
 /// Saturation: what requests wait for and what they are refused for.
@@ -242,6 +243,12 @@ impl Metrics {
             connections_closed.clone(),
         );
         let load = Load::register(&mut registry);
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "gpu_admission_certificate_expiry_seconds",
+            "Unix time at which the served certificate's notAfter is reached",
+            certificate_expiry.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -255,6 +262,7 @@ impl Metrics {
                 load,
                 open_connections,
                 connections_closed,
+                certificate_expiry,
             }),
         }
     }
@@ -308,6 +316,14 @@ impl Metrics {
     /// Counts a policy reload that failed.
     pub fn inc_reload_failures(&self) {
         self.inner.reload_failures.inc();
+    }
+
+    /// Sets when the served certificate expires.
+    pub fn set_certificate_expiry(&self, not_after: std::time::SystemTime) {
+        let secs = not_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.inner.certificate_expiry.set(secs);
     }
 
     /// Records one answered request.
@@ -422,6 +438,7 @@ mod tests {
         m.add_open_connections("webhook", 2);
         m.add_open_connections("webhook", -1);
         m.inc_connections_closed("webhook", "header_timeout");
+        m.set_certificate_expiry(std::time::UNIX_EPOCH + Duration::from_secs(1_795_000_000));
         let text = m.encode();
         for line in [
             r#"gpu_admission_requests_total{endpoint="validate",kind="Pod",operation="CREATE",decision="denied"} 1"#,
@@ -433,6 +450,7 @@ mod tests {
             r#"gpu_admission_mutations_total{profile="aks-gpu"} 1"#,
             r#"gpu_admission_open_connections{listener="webhook"} 1"#,
             r#"gpu_admission_connections_closed_total{listener="webhook",reason="header_timeout"} 1"#,
+            "gpu_admission_certificate_expiry_seconds 1795000000",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

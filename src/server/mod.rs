@@ -5,12 +5,14 @@
 mod budget;
 mod conn;
 mod handlers;
+pub mod health;
 pub mod metrics;
 pub mod shutdown;
 pub mod tls;
 
 pub use budget::DEFAULT_IN_FLIGHT_BYTES;
 pub use handlers::{parse_duration, DEFAULT_TIMEOUT, MAX_BODY_BYTES};
+pub use health::Readiness;
 pub use metrics::Metrics;
 pub use shutdown::{forward_signals, Phase, ShutdownHandle};
 
@@ -121,6 +123,9 @@ pub struct ServeConfig {
     pub drain_window: Duration,
     /// Longest wait for in-flight requests once draining.
     pub drain_timeout: Duration,
+    /// Accept a policy reload that leaves no binding or placement profile
+    /// where the served set has some.
+    pub allow_empty_policies: bool,
 }
 
 impl Default for ServeConfig {
@@ -146,6 +151,7 @@ impl Default for ServeConfig {
             shutdown_delay: Duration::ZERO,
             drain_window: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(30),
+            allow_empty_policies: false,
         }
     }
 }
@@ -173,11 +179,23 @@ pub struct Server {
 
 impl Server {
     /// Loads (or creates) the serving certificate and binds both listeners.
+    /// `webhook` is taken as ready: loaded, and needing no cluster state.
     pub async fn bind(
         config: ServeConfig,
         webhook: Arc<dyn Webhook>,
         metrics: Metrics,
         shutdown: ShutdownHandle,
+    ) -> anyhow::Result<Server> {
+        Server::bind_with_readiness(config, webhook, metrics, shutdown, Readiness::ready()).await
+    }
+
+    /// [`Server::bind`], with `/readyz` following `readiness`.
+    pub async fn bind_with_readiness(
+        config: ServeConfig,
+        webhook: Arc<dyn Webhook>,
+        metrics: Metrics,
+        shutdown: ShutdownHandle,
+        readiness: Readiness,
     ) -> anyhow::Result<Server> {
         if config.max_concurrency == 0 || config.max_mutate_concurrency == 0 {
             anyhow::bail!("--max-concurrency and --max-mutate-concurrency must be at least 1");
@@ -201,6 +219,9 @@ impl Server {
             _ => anyhow::bail!("--tls-cert and --tls-key must be given together"),
         };
         let certified = tls::load_certified_key(&cert, &key)?;
+        if let Some(expiry) = tls::not_after(&certified) {
+            metrics.set_certificate_expiry(expiry);
+        }
         let resolver = Arc::new(CertResolver::new(certified));
         let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(resolver.clone())?));
         let listener = TcpListener::bind(config.listen)
@@ -228,6 +249,7 @@ impl Server {
             mutate_on_error: config.mutate_on_error,
             metrics,
             shutdown,
+            readiness,
             exempt_namespaces: config.exempt_namespaces.clone(),
         });
         Ok(Server {
@@ -274,7 +296,7 @@ impl Server {
             state,
         } = self;
         let shutdown = state.shutdown.clone();
-        let _reloader = CertReloader::spawn(resolver, cert, key);
+        let _reloader = CertReloader::spawn(resolver, cert, key, state.metrics.clone());
         let timeouts = Timeouts {
             header_read: config.header_read_timeout,
             idle: config.idle_timeout,

@@ -2,6 +2,8 @@
 //! resolver whose key can be swapped while serving, and a watcher that
 //! re-reads the certificate and key when their files change, including a
 //! Kubernetes Secret volume's `..data` symlink swap.
+use super::Metrics;
+use crate::certs;
 use arc_swap::ArcSwap;
 use notify::{RecursiveMode, Watcher as _};
 use rustls::crypto::CryptoProvider;
@@ -11,7 +13,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 
 /// Why a certificate and key pair could not be loaded.
@@ -28,6 +30,20 @@ pub enum CertLoadError {
     BadCertificate { path: PathBuf, message: String },
     #[error("{path}: no usable private key (PKCS#8, RSA or SEC1 PEM expected): {message}")]
     BadKey { path: PathBuf, message: String },
+    #[error("{path}: the certificate expired at {not_after} (it is now {now}); renew it")]
+    Expired {
+        path: PathBuf,
+        not_after: String,
+        now: String,
+    },
+    #[error("{path}: the certificate is not valid before {not_before} (it is now {now}); check the issuer's and this node's clocks")]
+    NotYetValid {
+        path: PathBuf,
+        not_before: String,
+        now: String,
+    },
+    #[error("{path}: cannot read the certificate's validity period")]
+    NoValidity { path: PathBuf },
     #[error("certificate {cert} does not match key {key}: {message}")]
     Mismatch {
         cert: PathBuf,
@@ -41,8 +57,19 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Loads a PEM certificate chain (leaf first) and its private key.
+/// Loads a PEM certificate chain (leaf first) and its private key. A leaf
+/// that is expired or not yet valid is refused: the apiserver would refuse
+/// it too, so keeping (or failing to start with) something else is better.
 pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, CertLoadError> {
+    load_certified_key_at(cert, key, SystemTime::now())
+}
+
+/// [`load_certified_key`], checking validity at `now`.
+pub fn load_certified_key_at(
+    cert: &Path,
+    key: &Path,
+    now: SystemTime,
+) -> Result<CertifiedKey, CertLoadError> {
     let cert_pem = std::fs::read(cert).map_err(|error| CertLoadError::Read {
         path: cert.to_path_buf(),
         error,
@@ -57,11 +84,12 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, CertL
             path: cert.to_path_buf(),
             message: e.to_string(),
         })?;
-    if chain.is_empty() {
+    let Some(leaf) = chain.first() else {
         return Err(CertLoadError::NoCertificate {
             path: cert.to_path_buf(),
         });
-    }
+    };
+    check_validity(cert, leaf, now)?;
     let private_key =
         PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| CertLoadError::BadKey {
             path: key.to_path_buf(),
@@ -83,6 +111,38 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, CertL
             message: e.to_string(),
         })?;
     Ok(certified)
+}
+
+/// When the served leaf certificate expires.
+pub fn not_after(key: &CertifiedKey) -> Option<SystemTime> {
+    certs::not_after(key.cert.first()?)
+}
+
+// The validity comes from the crate's own DER reader (`certs::validity`):
+// rustls-webpki checks it only while verifying a chain against trust
+// anchors, which a server holding just its own chain does not have, and
+// x509-parser would be a new dependency for two fields.
+fn check_validity(path: &Path, leaf: &[u8], now: SystemTime) -> Result<(), CertLoadError> {
+    let Some((not_before, not_after)) = certs::validity(leaf) else {
+        return Err(CertLoadError::NoValidity {
+            path: path.to_path_buf(),
+        });
+    };
+    if now > not_after {
+        return Err(CertLoadError::Expired {
+            path: path.to_path_buf(),
+            not_after: certs::format_utc(not_after),
+            now: certs::format_utc(now),
+        });
+    }
+    if now < not_before {
+        return Err(CertLoadError::NotYetValid {
+            path: path.to_path_buf(),
+            not_before: certs::format_utc(not_before),
+            now: certs::format_utc(now),
+        });
+    }
+    Ok(())
 }
 
 /// Serves whatever certificate is current; [`CertResolver::set`] swaps it
@@ -125,7 +185,8 @@ pub fn server_config(resolver: Arc<CertResolver>) -> anyhow::Result<rustls::Serv
 }
 
 /// Re-reads the certificate and key into a resolver when their files
-/// change. Dropping it stops watching.
+/// change, and sets the certificate expiry gauge on every successful load.
+/// Dropping it stops watching.
 pub struct CertReloader {
     _watcher: Option<notify::RecommendedWatcher>,
     task: tokio::task::JoinHandle<()>,
@@ -145,10 +206,15 @@ const POLL: Duration = Duration::from_secs(30);
 impl CertReloader {
     /// Watches the directories holding `cert` and `key`. Must be called
     /// inside a Tokio runtime.
-    pub fn spawn(resolver: Arc<CertResolver>, cert: PathBuf, key: PathBuf) -> CertReloader {
+    pub fn spawn(
+        resolver: Arc<CertResolver>,
+        cert: PathBuf,
+        key: PathBuf,
+        metrics: Metrics,
+    ) -> CertReloader {
         let (tx, rx) = mpsc::unbounded_channel();
         let watcher = watch_dirs(&[&cert, &key], tx);
-        let task = tokio::spawn(reload_loop(resolver, cert, key, rx));
+        let task = tokio::spawn(reload_loop(resolver, cert, key, metrics, rx));
         CertReloader {
             _watcher: watcher,
             task,
@@ -197,6 +263,7 @@ async fn reload_loop(
     resolver: Arc<CertResolver>,
     cert: PathBuf,
     key: PathBuf,
+    metrics: Metrics,
     events: mpsc::UnboundedReceiver<()>,
 ) {
     let mut poll = tokio::time::interval(POLL);
@@ -233,6 +300,9 @@ async fn reload_loop(
         match loaded {
             Ok(Ok(new)) => {
                 last_error = None;
+                if let Some(expiry) = not_after(&new) {
+                    metrics.set_certificate_expiry(expiry);
+                }
                 if new.cert != resolver.current().cert {
                     resolver.set(new);
                     tracing::info!(cert = %cert.display(), "serving certificate reloaded");
@@ -303,6 +373,39 @@ mod tests {
         std::fs::write(&k, KeyPair::generate().unwrap().serialize_pem()).unwrap();
         let err = load_certified_key(&c, &k).unwrap_err();
         assert!(matches!(err, CertLoadError::Mismatch { .. }), "{err}");
+    }
+
+    fn write_pair_valid(dir: &Path, from: (i32, u8, u8), to: (i32, u8, u8)) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+        params.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
+        let cert = params.self_signed(&key).unwrap();
+        let (c, k) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
+    #[test]
+    fn expired_and_future_certificates_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, k) = write_pair_valid(dir.path(), (2020, 1, 1), (2021, 1, 1));
+        let err = load_certified_key(&c, &k).unwrap_err();
+        assert!(matches!(err, CertLoadError::Expired { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("expired at 2021-01-01T00:00:00Z"), "{text}");
+        assert!(text.contains("tls.crt"), "{text}");
+
+        let (c, k) = write_pair_valid(dir.path(), (2090, 1, 1), (2091, 1, 1));
+        let err = load_certified_key(&c, &k).unwrap_err();
+        assert!(matches!(err, CertLoadError::NotYetValid { .. }), "{err}");
+        assert!(err.to_string().contains("2090-01-01T00:00:00Z"), "{err}");
+
+        // Inside the window it loads, and its end is what the gauge shows.
+        let inside = certs::validity(&CertificateDer::from_pem_file(&c).unwrap()).unwrap();
+        let loaded = load_certified_key_at(&c, &k, inside.0 + Duration::from_secs(1)).unwrap();
+        assert_eq!(not_after(&loaded), Some(inside.1));
     }
 
     #[test]

@@ -17,6 +17,8 @@ use rustls::server::ParsedCertificate;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod der;
+
 /// Names the self-generated serving certificate covers when none are given:
 /// local runs and the in-cluster Service of the shipped deployment.
 pub const DEFAULT_NAMES: &[&str] = &[
@@ -85,6 +87,8 @@ pub enum CertError {
         path: PathBuf,
         error: std::io::Error,
     },
+    #[error("{path} is a symbolic link; refusing to write a certificate or key through it (remove it, or choose another folder)")]
+    Symlink { path: PathBuf },
     #[error("invalid certificate name {0:?}: expected a DNS name or an IP address")]
     Name(String),
     #[error("cannot generate certificate: {0}")]
@@ -126,6 +130,7 @@ fn ensure_inner(dir: &Path, names: &[String], require_names: bool) -> Result<Ens
             let cert = ca_params(now)
                 .self_signed(&key)
                 .map_err(CertError::Generate)?;
+            refuse_symlinks(&[&paths.ca_key, &paths.ca_cert])?;
             write_file(&paths.ca_key, &key.serialize_pem(), true)?;
             write_file(&paths.ca_cert, &cert.pem(), false)?;
             (cert.pem(), key, true)
@@ -140,6 +145,7 @@ fn ensure_inner(dir: &Path, names: &[String], require_names: bool) -> Result<Ens
             .signed_by(&key, &issuer)
             .map_err(CertError::Generate)?;
         // Key first: a reader that sees the new certificate finds its key.
+        refuse_symlinks(&[&paths.key, &paths.cert])?;
         write_file(&paths.key, &key.serialize_pem(), true)?;
         write_file(&paths.cert, &cert.pem(), false)?;
     }
@@ -194,7 +200,18 @@ pub fn verify_serving_cert(
 
 /// The `notAfter` time of a DER certificate.
 pub fn not_after(der: &[u8]) -> Option<SystemTime> {
-    der::not_after(der)
+    validity(der).map(|(_, not_after)| not_after)
+}
+
+/// The `notBefore` and `notAfter` times of a DER certificate.
+pub fn validity(der: &[u8]) -> Option<(SystemTime, SystemTime)> {
+    der::validity(der)
+}
+
+/// A time as RFC 3339 UTC to the second (`2026-11-29T14:00:00Z`), for
+/// messages about certificate validity.
+pub fn format_utc(time: SystemTime) -> String {
+    der::format_utc(time)
 }
 
 fn reusable_ca(paths: &CertPaths, now: SystemTime) -> Option<(String, KeyPair)> {
@@ -289,16 +306,66 @@ fn set_validity(params: &mut CertificateParams, now: SystemTime, days: u32) {
     params.not_after = epoch + since_epoch + day * days;
 }
 
+/// Writes `contents` to `path` without ever writing through a link
+/// planted there or at a guessable name next to it: the text goes into a
+/// new file created exclusively (`O_CREAT|O_EXCL`, which does not follow a
+/// symlink) under a fresh name in the same folder, owner-only from the
+/// start for keys, and is then renamed over `path` (a rename replaces the
+/// directory entry, never what a link points to). A reader sees the old
+/// file or the new one, never half of one. A symlink already at `path` is
+/// refused rather than silently replaced: someone put it there.
 fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertError> {
-    // Written aside and renamed, so a reader never sees half a file; keys
-    // are created owner-only rather than narrowed after the fact.
-    let write = || -> std::io::Result<()> {
+    refuse_symlinks(&[path])?;
+    let write_error = |error| CertError::Write {
+        path: path.to_path_buf(),
+        error,
+    };
+    let (tmp, mut file) = create_new_beside(path, private).map_err(write_error)?;
+    let written = (|| {
         use std::io::Write as _;
-        let mut tmp_name = path.as_os_str().to_owned();
-        tmp_name.push(".tmp");
-        let tmp = PathBuf::from(tmp_name);
+        file.write_all(contents.as_bytes())?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(write_error)
+}
+
+/// Fails on the first of `paths` that is a symlink, so a pair (key and
+/// certificate) is checked before either half is written.
+fn refuse_symlinks(paths: &[&Path]) -> Result<(), CertError> {
+    for path in paths {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(CertError::Symlink {
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A new, empty file in `path`'s folder under an unused name.
+fn create_new_beside(path: &Path, private: bool) -> std::io::Result<(PathBuf, std::fs::File)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    let mut last_error = None;
+    for _ in 0..16 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.{}.{nanos}.{n}.tmp", std::process::id()));
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
+        options.write(true).create_new(true);
         #[cfg(unix)]
         {
             use std::os::unix::fs::OpenOptionsExt;
@@ -306,118 +373,13 @@ fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), CertErro
         }
         #[cfg(not(unix))]
         let _ = private;
-        let _ = std::fs::remove_file(&tmp);
-        let mut file = options.open(&tmp)?;
-        file.write_all(contents.as_bytes())?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|error| CertError::Write {
-        path: path.to_path_buf(),
-        error,
-    })
-}
-
-/// Just enough DER to read a certificate's validity.
-mod der {
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-    /// One TLV: (tag, contents, rest).
-    fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-        let (&tag, rest) = input.split_first()?;
-        let (&first, rest) = rest.split_first()?;
-        let (len, rest) = if first < 0x80 {
-            (usize::from(first), rest)
-        } else {
-            let n = usize::from(first & 0x7f);
-            if n == 0 || n > 4 || rest.len() < n {
-                return None;
-            }
-            let len = rest[..n]
-                .iter()
-                .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-            (len, &rest[n..])
-        };
-        if rest.len() < len {
-            return None;
-        }
-        Some((tag, &rest[..len], &rest[len..]))
-    }
-
-    pub fn not_after(cert: &[u8]) -> Option<SystemTime> {
-        const SEQUENCE: u8 = 0x30;
-        let (SEQUENCE, cert, _) = tlv(cert)? else {
-            return None;
-        };
-        let (SEQUENCE, mut tbs, _) = tlv(cert)? else {
-            return None;
-        };
-        // [0] EXPLICIT version, optional.
-        if tbs.first() == Some(&0xa0) {
-            tbs = tlv(tbs)?.2;
-        }
-        let (_serial, _, rest) = tlv(tbs)?;
-        let (_signature, _, rest) = tlv(rest)?;
-        let (_issuer, _, rest) = tlv(rest)?;
-        let (SEQUENCE, validity, _) = tlv(rest)? else {
-            return None;
-        };
-        let (_, _, rest) = tlv(validity)?;
-        let (tag, time, _) = tlv(rest)?;
-        parse_time(tag, std::str::from_utf8(time).ok()?)
-    }
-
-    /// UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
-    fn parse_time(tag: u8, s: &str) -> Option<SystemTime> {
-        let s = s.strip_suffix('Z')?;
-        let (year, rest) = match tag {
-            0x17 if s.len() == 12 => {
-                let yy: i64 = s[..2].parse().ok()?;
-                (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &s[2..])
-            }
-            0x18 if s.len() == 14 => (s[..4].parse().ok()?, &s[4..]),
-            _ => return None,
-        };
-        let field = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
-        let (month, day) = (field(0)?, field(2)?);
-        let (hour, minute, second) = (field(4)?, field(6)?, field(8)?);
-        let days = days_from_civil(year, month, day);
-        let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
-        Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
-    }
-
-    /// Days since 1970-01-01 of a proleptic Gregorian date.
-    fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-        let y = if m <= 2 { y - 1 } else { y };
-        let era = y.div_euclid(400);
-        let yoe = y - era * 400;
-        let mp = (m + 9) % 12;
-        let doy = (153 * mp + 2) / 5 + d - 1;
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        era * 146_097 + doe - 719_468
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn civil_days() {
-            assert_eq!(days_from_civil(1970, 1, 1), 0);
-            assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-            assert_eq!(days_from_civil(2026, 11, 29), 20_786);
-        }
-
-        #[test]
-        fn both_time_forms() {
-            let utc = parse_time(0x17, "261129140000Z").unwrap();
-            let gen = parse_time(0x18, "20261129140000Z").unwrap();
-            assert_eq!(utc, gen);
-            assert_eq!(parse_time(0x17, "bad"), None);
-            assert_eq!(tlv(&[0x30, 0x05, 0x00]), None, "length past the end");
+        match options.open(&tmp) {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last_error = Some(e),
+            Err(e) => return Err(e),
         }
     }
+    Err(last_error.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
 }
 
 #[cfg(test)]
@@ -535,6 +497,74 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("other.example"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_planted_at_a_key_path_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        std::fs::create_dir(&certs).unwrap();
+        let elsewhere = dir.path().join("authorized_keys");
+        std::fs::write(&elsewhere, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, certs.join("ca.key")).unwrap();
+        let err = ensure(&certs, &names(&["localhost"])).unwrap_err();
+        assert!(matches!(err, CertError::Symlink { .. }), "{err}");
+        assert!(err.to_string().contains("ca.key"), "{err}");
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "precious\n");
+        assert!(
+            !certs.join("ca.crt").exists(),
+            "neither half of the pair written"
+        );
+
+        // Dangling, at the serving key: not created through either.
+        std::fs::remove_file(certs.join("ca.key")).unwrap();
+        let target = dir.path().join("planted.key");
+        std::os::unix::fs::symlink(&target, certs.join("tls.key")).unwrap();
+        let err = ensure(&certs, &names(&["localhost"])).unwrap_err();
+        assert!(err.to_string().contains("tls.key"), "{err}");
+        assert!(!target.exists());
+        let leftovers: Vec<_> = std::fs::read_dir(&certs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn keys_are_replaced_by_rename_and_owner_only() {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        let paths = CertPaths::in_dir(dir.path());
+        std::fs::write(&paths.key, "old key, not pem\n").unwrap();
+        // A second name for the old file: an in-place rewrite would show
+        // through it, a rename leaves it alone.
+        let alias = dir.path().join("old-key-alias");
+        std::fs::hard_link(&paths.key, &alias).unwrap();
+        let before = std::fs::metadata(&paths.key).unwrap().ino();
+        let out = ensure(dir.path(), &names(&["localhost"])).unwrap();
+        assert!(out.issued_cert);
+        assert_eq!(
+            std::fs::read_to_string(&alias).unwrap(),
+            "old key, not pem\n"
+        );
+        let key = std::fs::metadata(&paths.key).unwrap();
+        assert_ne!(key.ino(), before, "a new file, not the old one rewritten");
+        for private in [&paths.key, &paths.ca_key] {
+            let mode = std::fs::metadata(private).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", private.display());
+        }
+        KeyPair::from_pem(&std::fs::read_to_string(&paths.key).unwrap()).unwrap();
+        let names_left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names_left.iter().any(|n| n.ends_with(".tmp")),
+            "{names_left:?}"
+        );
     }
 
     #[test]

@@ -1,0 +1,97 @@
+//! Readiness: what must be in place before the server takes traffic. The
+//! policy bundle must be loaded and, in a cluster, the Namespace cache must
+//! have synced its first list (before that, `namespaceSelector` would see
+//! no labels and give wrong answers). Shutdown turns readiness false on its
+//! own, through the [`ShutdownHandle`](super::ShutdownHandle).
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Start-up conditions, each flipped once by whoever establishes it.
+/// Cloning shares the same conditions.
+#[derive(Clone, Debug)]
+pub struct Readiness {
+    inner: Arc<Conditions>,
+}
+
+#[derive(Debug)]
+struct Conditions {
+    policies_loaded: AtomicBool,
+    namespaces_synced: AtomicBool,
+}
+
+impl Readiness {
+    /// Nothing established yet.
+    pub fn new() -> Readiness {
+        Readiness::with(false, false)
+    }
+
+    /// Everything established: for a server handed a webhook that is
+    /// already loaded and needs no cluster state.
+    pub fn ready() -> Readiness {
+        Readiness::with(true, true)
+    }
+
+    fn with(policies_loaded: bool, namespaces_synced: bool) -> Readiness {
+        Readiness {
+            inner: Arc::new(Conditions {
+                policies_loaded: AtomicBool::new(policies_loaded),
+                namespaces_synced: AtomicBool::new(namespaces_synced),
+            }),
+        }
+    }
+
+    /// The policy bundle is loaded.
+    pub fn set_policies_loaded(&self) {
+        self.inner.policies_loaded.store(true, Ordering::Release);
+    }
+
+    /// The Namespace cache has its first full list, or none is needed
+    /// (outside a cluster).
+    pub fn set_namespaces_synced(&self) {
+        self.inner.namespaces_synced.store(true, Ordering::Release);
+    }
+
+    /// Why the server is not ready yet, or `None` once it is. The reason
+    /// is the short text `/readyz` answers with.
+    pub fn not_ready_reason(&self) -> Option<&'static str> {
+        if !self.inner.policies_loaded.load(Ordering::Acquire) {
+            Some("policies not loaded\n")
+        } else if !self.inner.namespaces_synced.load(Ordering::Acquire) {
+            Some("namespaces not synced\n")
+        } else {
+            None
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.not_ready_reason().is_none()
+    }
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_once_every_condition_holds() {
+        let readiness = Readiness::new();
+        let shared = readiness.clone();
+        assert_eq!(readiness.not_ready_reason(), Some("policies not loaded\n"));
+        shared.set_namespaces_synced();
+        assert_eq!(readiness.not_ready_reason(), Some("policies not loaded\n"));
+        shared.set_policies_loaded();
+        assert_eq!(readiness.not_ready_reason(), None);
+        assert!(readiness.is_ready());
+
+        let waiting = Readiness::new();
+        waiting.set_policies_loaded();
+        assert_eq!(waiting.not_ready_reason(), Some("namespaces not synced\n"));
+        assert!(Readiness::ready().is_ready());
+    }
+}
