@@ -3,6 +3,10 @@
 //! a bare TLS server with the same TLS stack that answers a fixed 200 (the
 //! floor). Prints requests/s and latency percentiles for both, and the ratio.
 //!
+//! A second phase measures `/mutate` alone and then beside a flood of
+//! expensive `/validate` requests (a policy that runs into its cost limit,
+//! added to the shipped set), which must not delay placement.
+//!
 //! `cargo bench --bench e2e`; tune with GPU_ADMISSION_BENCH_CONNECTIONS
 //! (default 16) and GPU_ADMISSION_BENCH_REQUESTS (default 20000). Without
 //! `--bench` (as under `cargo test --benches`) it runs a short smoke pass.
@@ -17,7 +21,7 @@ use gpu_admission::server::{tls, Metrics, ServeConfig, Server, ShutdownHandle};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -137,6 +141,133 @@ async fn run(connections: usize, requests: usize) {
     }
     shutdown.trigger();
     let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
+
+    flood(&ensured, &client_tls, &body, requests / 10 + 1).await;
+}
+
+/// A policy that walks a million-element comprehension in each of five
+/// validations, so every `/validate` of a pod runs into its cost limits
+/// (about 50 ms of CPU per validation in a release build).
+const EXPENSIVE_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: bench-expensive}
+spec:
+  failurePolicy: Ignore
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  variables:
+    - name: l
+      expression: "[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65,66,67,68,69,70,71,72,73,74,75,76,77,78,79,80,81,82,83,84,85,86,87,88,89,90,91,92,93,94,95,96,97,98,99]"
+  validations:
+    - expression: "variables.l.all(a, variables.l.all(b, variables.l.all(c, true)))"
+    - expression: "variables.l.all(a, variables.l.all(b, variables.l.all(c, true)))"
+    - expression: "variables.l.all(a, variables.l.all(b, variables.l.all(c, true)))"
+    - expression: "variables.l.all(a, variables.l.all(b, variables.l.all(c, true)))"
+    - expression: "variables.l.all(a, variables.l.all(b, variables.l.all(c, true)))"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: bench-expensive}
+spec: {policyName: bench-expensive, validationActions: [Deny]}
+"#;
+
+/// `/mutate` latency over 4 connections alone, then while 16 connections
+/// keep every `/validate` slot busy with expensive reviews.
+async fn flood(
+    ensured: &gpu_admission::certs::Ensured,
+    client_tls: &Arc<rustls::ClientConfig>,
+    body: &[u8],
+    requests: usize,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policies = dir.path().join("policies");
+    copy_policies(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"),
+        &policies,
+    );
+    std::fs::write(policies.join("bench-expensive.yaml"), EXPENSIVE_POLICY).expect("policy");
+    let config = ServeConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        metrics_listen: None,
+        tls_cert: Some(ensured.paths.cert.clone()),
+        tls_key: Some(ensured.paths.key.clone()),
+        policies: Some(policies),
+        ..ServeConfig::default()
+    };
+    let bundle = load_bundle(&config).expect("policy bundle");
+    let admission = Arc::new(Admission::new(bundle, Arc::new(NoNamespaces)));
+    let shutdown = ShutdownHandle::new();
+    let server = Server::bind(config, admission, Metrics::new(), shutdown.clone())
+        .await
+        .expect("server binds");
+    let addr = server.local_addr();
+    let server_task = tokio::spawn(server.run());
+    let mutate = http::request_bytes("POST", "/mutate?timeout=10s", body);
+    let validate = http::request_bytes("POST", "/validate?timeout=10s", body);
+
+    drive(addr, client_tls, &mutate, 4, requests / 4 + 1).await;
+    let quiet = drive(addr, client_tls, &mutate, 4, requests).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let validated = Arc::new(AtomicUsize::new(0));
+    let flooders: Vec<_> = (0..16)
+        .map(|_| {
+            let (stop, validated, tls, validate) = (
+                stop.clone(),
+                validated.clone(),
+                client_tls.clone(),
+                validate.clone(),
+            );
+            tokio::spawn(async move {
+                let Ok(mut client) = http::Client::connect(addr, tls, "localhost").await else {
+                    return;
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    match client.send(&validate).await {
+                        Ok(r) if r.status == 200 => validated.fetch_add(1, Ordering::Relaxed),
+                        _ => return,
+                    };
+                }
+            })
+        })
+        .collect();
+    // Let the flood fill every validation slot first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let flood_started = Instant::now();
+    let flooded_before = validated.load(Ordering::Relaxed);
+    let loud = drive(addr, client_tls, &mutate, 4, requests).await;
+    let validations = validated.load(Ordering::Relaxed) - flooded_before;
+    let flood_rate = validations as f64 / flood_started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for task in flooders {
+        let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+    }
+    println!("flood: /mutate over 4 connections, alone and beside 16 connections of expensive /validate");
+    quiet.print("/mutate alone");
+    loud.print("/mutate during validate flood");
+    println!("expensive /validate answered during the flood: {flood_rate:.1} req/s");
+    if quiet.failed + loud.failed > 0 {
+        println!("failed requests: mutate alone {}, mutate during flood {}", quiet.failed, loud.failed);
+    }
+    shutdown.trigger();
+    let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
+}
+
+/// Copies the policy folder, leaving out its tests.
+fn copy_policies(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("policy folder");
+    for entry in std::fs::read_dir(from).expect("policies").flatten() {
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if path.is_dir() {
+            if entry.file_name() != "tests" {
+                copy_policies(&path, &target);
+            }
+        } else {
+            std::fs::copy(&path, &target).expect("copy policy");
+        }
+    }
 }
 
 /// A bare TLS server with the webhook's TLS stack answering a fixed 200.
