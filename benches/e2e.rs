@@ -243,12 +243,17 @@ async fn flood(
     for task in flooders {
         let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
     }
-    println!("flood: /mutate over 4 connections, alone and beside 16 connections of expensive /validate");
+    println!(
+        "flood: /mutate over 4 connections, alone and beside 16 connections of expensive /validate"
+    );
     quiet.print("/mutate alone");
     loud.print("/mutate during validate flood");
     println!("expensive /validate answered during the flood: {flood_rate:.1} req/s");
     if quiet.failed + loud.failed > 0 {
-        println!("failed requests: mutate alone {}, mutate during flood {}", quiet.failed, loud.failed);
+        println!(
+            "failed requests: mutate alone {}, mutate during flood {}",
+            quiet.failed, loud.failed
+        );
     }
     shutdown.trigger();
     let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;

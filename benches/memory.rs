@@ -11,7 +11,6 @@
 #[path = "../tests/common/http.rs"]
 mod http;
 
-#[allow(dead_code)]
 #[path = "../tests/common/hostile.rs"]
 mod hostile;
 
@@ -28,10 +27,26 @@ fn main() {
         .build()
         .expect("runtime");
     let mut cases = vec![
-        ("/mutate", Shape::EnvEntries.name(), hostile_review(Shape::EnvEntries)),
-        ("/mutate", Shape::OneKeyObjects.name(), hostile_review(Shape::OneKeyObjects)),
-        ("/validate", Shape::EnvEntries.name(), hostile_review(Shape::EnvEntries)),
-        ("/validate", Shape::OneKeyObjects.name(), hostile_review(Shape::OneKeyObjects)),
+        (
+            "/mutate",
+            Shape::EnvEntries.name(),
+            hostile_review(Shape::EnvEntries),
+        ),
+        (
+            "/mutate",
+            Shape::OneKeyObjects.name(),
+            hostile_review(Shape::OneKeyObjects),
+        ),
+        (
+            "/validate",
+            Shape::EnvEntries.name(),
+            hostile_review(Shape::EnvEntries),
+        ),
+        (
+            "/validate",
+            Shape::OneKeyObjects.name(),
+            hostile_review(Shape::OneKeyObjects),
+        ),
     ];
     if benching {
         cases.push(("/mutate", "largest decodable", near_limit_review()));

@@ -1,0 +1,172 @@
+//! The memory estimate a review is sized by before decoding bounds what
+//! answering it really allocates: decoding, converting to CEL values, the
+//! pod built from a controller's template, every shipped policy. Counted
+//! exactly by a global allocator that records peak heap use, so the check
+//! is deterministic. One test function: the allocator is process-wide.
+use gpu_admission::admission::Admission;
+use gpu_admission::cli::serve::load_bundle;
+use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::review;
+use gpu_admission::server::ServeConfig;
+use peak_alloc::PeakAlloc;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+#[global_allocator]
+static HEAP: PeakAlloc = PeakAlloc;
+
+fn review_of(operation: &str, object: Value, old: Value) -> Vec<u8> {
+    let kind = object["kind"].as_str().unwrap().to_string();
+    let api_version = object["apiVersion"].as_str().unwrap().to_string();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "4d2c9a7e-1b3f-4e5a-8c6d-7f8e9a0b1c2d",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+            "name": object["metadata"]["name"],
+            "namespace": "ml",
+            "operation": operation,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false
+        }
+    }))
+    .unwrap()
+}
+
+fn gpu_container(name: &str, env: Vec<Value>) -> Value {
+    json!({
+        "name": name,
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "command": ["torchrun", "--nproc-per-node=1", "train.py"],
+        "env": env,
+        "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"}}
+    })
+}
+
+fn env(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"name": format!("SETTING_{i}"), "value": format!("value-{i}")}))
+        .collect()
+}
+
+fn pod(containers: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "ml", "labels": {"app": "trainer"}},
+        "spec": {"containers": containers, "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]}
+    })
+}
+
+fn deployment(containers: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "trainer"}},
+            "template": {"metadata": {"labels": {"app": "trainer"}}, "spec": {"containers": containers}}}
+    })
+}
+
+/// On an evaluation thread, as `serve` answers (no hand-off, no copy of
+/// the request for another thread).
+#[test]
+fn the_estimate_bounds_what_answering_allocates() {
+    std::thread::Builder::new()
+        .stack_size(gpu_admission::policy::EVALUATION_STACK)
+        .spawn(|| {
+            gpu_admission::policy::mark_evaluation_thread();
+            measure_cases();
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn measure_cases() {
+    let bundle = load_bundle(&ServeConfig::default()).expect("built-in policies");
+    let admission = Admission::new(bundle, Arc::new(StaticNamespaces::new()));
+    let one_key: Vec<Value> = vec![json!({"a": 0}); 15_000];
+    let cases = [
+        (
+            "pod with 5,000 env entries",
+            review_of(
+                "CREATE",
+                pod(vec![gpu_container("train", env(5_000))]),
+                Value::Null,
+            ),
+        ),
+        (
+            "pod with 15,000 one-key objects",
+            review_of(
+                "CREATE",
+                pod(vec![gpu_container("train", one_key.clone())]),
+                Value::Null,
+            ),
+        ),
+        (
+            "Deployment with 50 containers",
+            review_of(
+                "CREATE",
+                deployment(
+                    (0..50)
+                        .map(|i| gpu_container(&format!("w{i}"), env(20)))
+                        .collect(),
+                ),
+                Value::Null,
+            ),
+        ),
+        (
+            "Deployment UPDATE, 2,000 env entries in each template",
+            review_of(
+                "UPDATE",
+                deployment(vec![gpu_container("train", env(2_000))]),
+                deployment(vec![gpu_container("train", env(2_000))]),
+            ),
+        ),
+        (
+            "Deployment of one-key objects",
+            review_of(
+                "CREATE",
+                deployment(vec![gpu_container("train", one_key)]),
+                Value::Null,
+            ),
+        ),
+    ];
+    // Warm up lazily built state (catalog, regex caches, thread pools).
+    let warm = review::decode(&cases[0].1).unwrap();
+    admission.mutate(&warm);
+    admission.validate(&warm);
+    drop(warm);
+
+    for (name, body) in &cases {
+        let before = HEAP.current_usage();
+        HEAP.reset_peak_usage();
+        let envelope = review::open(body).unwrap();
+        let shape = envelope.measure(&review::Limits::default()).unwrap();
+        let request = envelope.decode().unwrap();
+        let mutated = admission.mutate(&request);
+        let validated = admission.validate(&request);
+        let used = HEAP.peak_usage() - before;
+        drop((request, mutated, validated));
+        eprintln!(
+            "{name}: {} values, estimate {:.1} MiB, peak heap {:.1} MiB",
+            shape.nodes,
+            shape.decoded_bytes as f64 / 1048576.0,
+            used as f64 / 1048576.0
+        );
+        assert!(
+            used <= shape.decoded_bytes,
+            "{name}: answering took {used} bytes, more than the estimate {}",
+            shape.decoded_bytes
+        );
+        assert!(
+            shape.decoded_bytes <= used * 6,
+            "{name}: the estimate {} is far above the {used} bytes used, which wastes the budget",
+            shape.decoded_bytes
+        );
+    }
+}
