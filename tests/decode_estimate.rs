@@ -3,6 +3,9 @@
 //! pod built from a controller's template, every shipped policy. Counted
 //! exactly by a global allocator that records peak heap use, so the check
 //! is deterministic. One test function: the allocator is process-wide.
+mod common;
+
+use common::hostile::review_of;
 use gpu_admission::admission::Admission;
 use gpu_admission::cli::serve::load_bundle;
 use gpu_admission::namespaces::StaticNamespaces;
@@ -14,29 +17,6 @@ use std::sync::Arc;
 
 #[global_allocator]
 static HEAP: PeakAlloc = PeakAlloc;
-
-fn review_of(operation: &str, object: Value, old: Value) -> Vec<u8> {
-    let kind = object["kind"].as_str().unwrap().to_string();
-    let api_version = object["apiVersion"].as_str().unwrap().to_string();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "4d2c9a7e-1b3f-4e5a-8c6d-7f8e9a0b1c2d",
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
-            "name": object["metadata"]["name"],
-            "namespace": "ml",
-            "operation": operation,
-            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
-            "object": object,
-            "oldObject": old,
-            "dryRun": false
-        }
-    }))
-    .unwrap()
-}
 
 fn gpu_container(name: &str, env: Vec<Value>) -> Value {
     json!({

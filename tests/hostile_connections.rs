@@ -573,3 +573,96 @@ async fn record(
         tally.failed.fetch_add(1, Ordering::SeqCst);
     }
 }
+
+/// An HTTP/1 keep-alive connection may idle between requests for the idle
+/// timeout (longer than the header timeout), as kube-apiserver's client
+/// keeps its connections; a later head that starts but trickles is still
+/// cut at the header timeout, and one idle past the idle timeout is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_keep_alive_idles_for_the_idle_timeout_but_not_a_slow_head() {
+    let header = Duration::from_secs(1);
+    let idle = Duration::from_secs(4);
+    let server = Arc::new(
+        TestServer::start_with(
+            ServeConfig {
+                header_read_timeout: header,
+                idle_timeout: idle,
+                ..config()
+            },
+            Arc::new(DenyValidate),
+        )
+        .await,
+    );
+
+    // Idle for three header timeouts between two requests: still served.
+    let mut client = server.connect().await;
+    let first = client
+        .request("POST", "/mutate", &review("first"))
+        .await
+        .unwrap();
+    assert_eq!(first.status, 200);
+    tokio::time::sleep(header * 3).await;
+    let second = client
+        .request("POST", "/mutate", &review("second"))
+        .await
+        .expect("the idle keep-alive connection is still open");
+    let body: Value = serde_json::from_slice(&second.body).unwrap();
+    assert_eq!(body["response"]["uid"], "second");
+
+    // A second head that starts and then trickles (a byte every 250 ms,
+    // about 19 s for the whole head) is cut at the header timeout, long
+    // before the idle timeout.
+    let head =
+        b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\r\n";
+    let started = Instant::now();
+    let mut cut_after = None;
+    for b in head {
+        if client.write_raw(&[*b]).await.is_err() {
+            cut_after = Some(started.elapsed());
+            break;
+        }
+        // Waiting for the next byte doubles as watching for the close.
+        if let Ok(read) = tokio::time::timeout(Duration::from_millis(250), client.read_eof()).await
+        {
+            assert!(
+                !matches!(read, Ok(n) if n > 0),
+                "the server answered a partial head"
+            );
+            cut_after = Some(started.elapsed());
+            break;
+        }
+    }
+    let cut_after = cut_after.expect("the server cut the trickling head before it was complete");
+    assert!(
+        cut_after <= header + Duration::from_millis(1500),
+        "a trickling second head stayed open {cut_after:?}"
+    );
+    eprintln!("HTTP/1 second head trickled: cut after {cut_after:?}");
+
+    // Idle past the idle timeout: closed by the server, and counted.
+    let mut quiet = server.connect().await;
+    assert_eq!(
+        quiet.request("GET", "/healthz", b"").await.unwrap().status,
+        200
+    );
+    let started = Instant::now();
+    let closed = tokio::time::timeout(idle + Duration::from_secs(5), quiet.read_eof())
+        .await
+        .expect("an idle connection is closed after the idle timeout");
+    let elapsed = started.elapsed();
+    assert!(closed.is_ok(), "closed cleanly: {closed:?}");
+    assert!(
+        elapsed >= idle - Duration::from_millis(200),
+        "closed after {elapsed:?}"
+    );
+    eprintln!("HTTP/1 idle keep-alive: closed after {elapsed:?}");
+    assert!(
+        metric(
+            &server,
+            r#"gpu_admission_connections_closed_total{listener="webhook",reason="idle_timeout"}"#
+        )
+        .await
+        .unwrap_or(0.0)
+            >= 1.0
+    );
+}

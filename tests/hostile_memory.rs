@@ -6,7 +6,7 @@
 mod common;
 
 use common::hostile::{
-    measure, measure_body, near_limit_review, pod_review, Figures, ServerProcess, Shape,
+    measure, measure_body, near_limit_review, pod_review, review_of, Figures, ServerProcess, Shape,
 };
 use serde_json::json;
 use std::path::Path;
@@ -137,19 +137,23 @@ async fn large_legitimate_objects_are_evaluated() {
             })
         })
         .collect();
-    let deployment = review_of(json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "workers", "namespace": "ml"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "workers"}},
-            "template": {
-                "metadata": {"labels": {"app": "workers"}},
-                "spec": {"containers": containers, "volumes": [{"name": "data", "emptyDir": {}}]}
+    let deployment = review_of(
+        "CREATE",
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "workers", "namespace": "ml"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "workers"}},
+                "template": {
+                    "metadata": {"labels": {"app": "workers"}},
+                    "spec": {"containers": containers, "volumes": [{"name": "data", "emptyDir": {}}]}
+                }
             }
-        }
-    }));
+        }),
+        serde_json::Value::Null,
+    );
     let (status, answer) = server.post("/validate", &deployment).await;
     assert_eq!(status, 200);
     assert_eq!(
@@ -161,12 +165,16 @@ async fn large_legitimate_objects_are_evaluated() {
     let entries: serde_json::Map<String, serde_json::Value> = (0..10_000)
         .map(|i| (format!("key-{i:05}"), json!("v".repeat(90))))
         .collect();
-    let custom = review_of(json!({
-        "apiVersion": "example.com/v1",
-        "kind": "Dataset",
-        "metadata": {"name": "shards", "namespace": "ml"},
-        "spec": {"entries": entries}
-    }));
+    let custom = review_of(
+        "CREATE",
+        json!({
+            "apiVersion": "example.com/v1",
+            "kind": "Dataset",
+            "metadata": {"name": "shards", "namespace": "ml"},
+            "spec": {"entries": entries}
+        }),
+        serde_json::Value::Null,
+    );
     assert!(custom.len() > 1 << 20, "{} bytes", custom.len());
     let (status, answer) = server.post("/validate", &custom).await;
     assert_eq!(status, 200);
@@ -175,28 +183,4 @@ async fn large_legitimate_objects_are_evaluated() {
         "{}",
         answer["response"]
     );
-}
-
-fn review_of(object: serde_json::Value) -> Vec<u8> {
-    let api_version = object["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let kind = object["kind"].as_str().unwrap();
-    let resource = format!("{}s", kind.to_lowercase());
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "0f9e8d7c-6b5a-4c3d-9e2f-1a0b9c8d7e6f",
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "name": object["metadata"]["name"],
-            "namespace": "ml",
-            "operation": "CREATE",
-            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
-            "object": object,
-            "oldObject": null,
-            "dryRun": false
-        }
-    }))
-    .unwrap()
 }

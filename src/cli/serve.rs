@@ -71,11 +71,14 @@ pub struct ServeArgs {
     #[arg(long = "exempt-namespace", value_name = "NS")]
     pub exempt_namespaces: Vec<String>,
     /// Time a new connection has for its TLS handshake and first request
-    /// headers (and an HTTP/1 connection for each later request's headers).
+    /// headers, and an HTTP/1 connection for each later request's headers
+    /// from their first byte.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
-    /// An HTTP/2 connection with no open stream this long is closed (GOAWAY).
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    /// A connection with nothing in flight and no request arriving this long
+    /// is closed (HTTP/1) or gets GOAWAY (HTTP/2). Keep it above the 90 s
+    /// clients keep idle connections, so that they close first.
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// Connections open at once on the webhook listener; more wait to be accepted.
     #[arg(long, value_name = "N", default_value_t = server::DEFAULT_MAX_CONNECTIONS as u32,

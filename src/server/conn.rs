@@ -1,10 +1,14 @@
 //! Accepting and serving connections, the same way on both listeners:
-//! a cap on open connections, a deadline for the first request, an idle
-//! timeout for HTTP/2, and a drain that lets clients leave on their own.
+//! a cap on open connections, a deadline for each request head, an idle
+//! timeout, and a drain that lets clients leave on their own.
 //!
 //! Each connection has a watchdog fed by a service wrapper (requests in
-//! flight, last activity): it sees every protocol, including the bytes
-//! before hyper's protocol detection, which hyper's own timers do not.
+//! flight, last activity) and by the stream itself (the first byte of a
+//! request): it sees every protocol, including the bytes before hyper's
+//! protocol detection, which hyper's own timers do not, and it tells an
+//! idle keep-alive connection (kept for `--idle-timeout`, as clients keep
+//! theirs) from one that is slowly sending a request head (cut at the
+//! header timeout).
 use super::metrics::Metrics;
 use super::shutdown::{Phase, ShutdownHandle};
 use axum::http::header::{HeaderValue, CONNECTION};
@@ -17,9 +21,12 @@ use hyper_util::server::conn::auto;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -45,9 +52,11 @@ pub(crate) const METRICS_MAX_CONNECTIONS: u32 = 64;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Timeouts {
     /// From accept to the first complete request head (TLS handshake and
-    /// protocol detection included); also hyper's HTTP/1 header timeout.
+    /// protocol detection included), and from the first byte of each later
+    /// HTTP/1 request to its complete head.
     pub header_read: Duration,
-    /// An HTTP/2 connection with no open stream this long gets GOAWAY.
+    /// A connection with nothing in flight and nothing arriving this long is
+    /// closed (HTTP/1) or gets GOAWAY (HTTP/2).
     pub idle: Duration,
     /// While draining, an HTTP/1 connection idle this long is closed.
     pub drain_window: Duration,
@@ -78,10 +87,13 @@ impl Edge {
         shutdown: ShutdownHandle,
     ) -> Edge {
         let mut builder = auto::Builder::new(TokioExecutor::new());
+        // The watchdog times request heads and idleness; hyper's own
+        // HTTP/1 timer, which starts as soon as a connection waits for its
+        // next request, is only a backstop past both.
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(timeouts.header_read);
+            .header_read_timeout(timeouts.idle + timeouts.header_read);
         builder
             .http2()
             .timer(TokioTimer::new())
@@ -157,11 +169,11 @@ impl Edge {
         let accepted = Instant::now();
         let _ = tcp.set_nodelay(true);
         let Some(acceptor) = &self.tls else {
-            return self.serve_http(TokioIo::new(tcp), accepted, peer).await;
+            return self.serve_http(tcp, accepted, peer).await;
         };
         let handshake = acceptor.accept(tcp);
         match tokio::time::timeout_at(accepted + self.timeouts.header_read, handshake).await {
-            Ok(Ok(tls)) => self.serve_http(TokioIo::new(tls), accepted, peer).await,
+            Ok(Ok(tls)) => self.serve_http(tls, accepted, peer).await,
             Ok(Err(err)) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
             Err(_) => {
                 self.metrics
@@ -171,11 +183,15 @@ impl Edge {
         }
     }
 
-    async fn serve_http<I>(&self, io: I, accepted: Instant, peer: SocketAddr)
+    async fn serve_http<S>(&self, stream: S, accepted: Instant, peer: SocketAddr)
     where
-        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let activity = Arc::new(Activity::new(accepted));
+        let io = TokioIo::new(Metered {
+            inner: stream,
+            activity: activity.clone(),
+        });
         let service = Tracked {
             app: self.app.clone(),
             activity: activity.clone(),
@@ -256,6 +272,10 @@ struct Activity {
     http2: AtomicBool,
     /// Start or end of the latest request, in nanoseconds after `accepted`.
     last_nanos: AtomicU64,
+    /// First byte read while no request was in flight (the start of the
+    /// next request head), in nanoseconds after `accepted` plus one; zero
+    /// when none has come since the last request started.
+    pending_nanos: AtomicU64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -265,6 +285,8 @@ struct Snapshot {
     served: bool,
     http2: bool,
     last_activity: Instant,
+    /// A request head has started arriving at this time.
+    pending: Option<Instant>,
 }
 
 impl Activity {
@@ -275,12 +297,31 @@ impl Activity {
             served: AtomicBool::new(false),
             http2: AtomicBool::new(false),
             last_nanos: AtomicU64::new(0),
+            pending_nanos: AtomicU64::new(0),
         }
     }
 
+    fn now_nanos(&self) -> u64 {
+        u64::try_from(self.accepted.elapsed().as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+
     fn touch(&self) {
-        let nanos = u64::try_from(self.accepted.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.last_nanos.fetch_max(nanos, Ordering::Relaxed);
+        self.last_nanos
+            .fetch_max(self.now_nanos(), Ordering::Relaxed);
+    }
+
+    /// Bytes arrived: with no request in flight they start the next head.
+    fn bytes_read(&self) {
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && self.pending_nanos.load(Ordering::Relaxed) == 0
+        {
+            let _ = self.pending_nanos.compare_exchange(
+                0,
+                self.now_nanos() + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -291,7 +332,62 @@ impl Activity {
             http2: self.http2.load(Ordering::Relaxed),
             last_activity: self.accepted
                 + Duration::from_nanos(self.last_nanos.load(Ordering::Relaxed)),
+            pending: match self.pending_nanos.load(Ordering::Relaxed) {
+                0 => None,
+                n => Some(self.accepted + Duration::from_nanos(n - 1)),
+            },
         }
+    }
+}
+
+/// The connection's stream, telling [`Activity`] when bytes arrive.
+struct Metered<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.bytes_read();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -301,6 +397,7 @@ struct InFlight(Arc<Activity>);
 impl InFlight {
     fn begin(activity: &Arc<Activity>, http2: bool) -> InFlight {
         activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        activity.pending_nanos.store(0, Ordering::Relaxed);
         activity.served.store(true, Ordering::Relaxed);
         if http2 {
             activity.http2.store(true, Ordering::Relaxed);
@@ -414,6 +511,20 @@ impl Watch {
                 return Step::GoAway(Some("idle_timeout"));
             }
             wake = wake.min(deadline);
+        } else if a.served && a.in_flight == 0 {
+            // HTTP/1 between requests: idle until a byte arrives, then the
+            // head must be complete within the header timeout.
+            let (deadline, reason) = match a.pending {
+                Some(started) => (started + t.header_read, "header_timeout"),
+                None => (a.last_activity + t.idle, "idle_timeout"),
+            };
+            if now >= deadline {
+                return match a.pending {
+                    Some(_) => Step::Close(Some(reason)),
+                    None => Step::GoAway(Some(reason)),
+                };
+            }
+            wake = wake.min(deadline);
         }
         Step::Wait(wake)
     }
@@ -436,6 +547,7 @@ mod tests {
             served: false,
             http2: false,
             last_activity: at,
+            pending: None,
         }
     }
 
@@ -456,7 +568,7 @@ mod tests {
     }
 
     #[test]
-    fn served_http1_is_left_to_hyper_until_draining() {
+    fn idle_http1_is_kept_for_the_idle_timeout() {
         let t0 = Instant::now();
         let a = Snapshot {
             served: true,
@@ -464,7 +576,33 @@ mod tests {
             ..fresh(t0)
         };
         let w = Watch::default();
-        assert_eq!(w.next(&a, &T, t0 + secs(100)), Step::Wait(t0 + secs(3700)));
+        assert_eq!(w.next(&a, &T, t0 + secs(30)), Step::Wait(t0 + secs(61)));
+        assert_eq!(
+            w.next(&a, &T, t0 + secs(61)),
+            Step::GoAway(Some("idle_timeout"))
+        );
+        let busy = Snapshot { in_flight: 1, ..a };
+        assert_eq!(
+            w.next(&busy, &T, t0 + secs(100)),
+            Step::Wait(t0 + secs(3700))
+        );
+    }
+
+    #[test]
+    fn a_later_http1_head_must_arrive_within_the_header_timeout() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            last_activity: t0 + secs(1),
+            pending: Some(t0 + secs(40)),
+            ..fresh(t0)
+        };
+        let w = Watch::default();
+        assert_eq!(w.next(&a, &T, t0 + secs(41)), Step::Wait(t0 + secs(45)));
+        assert_eq!(
+            w.next(&a, &T, t0 + secs(45)),
+            Step::Close(Some("header_timeout"))
+        );
     }
 
     #[test]

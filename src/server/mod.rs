@@ -146,7 +146,7 @@ impl Default for ServeConfig {
             mutate_on_error: OnError::Deny,
             exempt_namespaces: Vec::new(),
             header_read_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(120),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             shutdown_delay: Duration::ZERO,
             drain_window: Duration::from_secs(5),

@@ -66,6 +66,31 @@ pub fn pod_review(env: &str) -> Vec<u8> {
     head.replace("\"ENV\"", env).into_bytes()
 }
 
+/// An AdmissionReview of `operation` on `object` (and `old`, or null) in
+/// namespace `ml`, with kind and resource from the object.
+pub fn review_of(operation: &str, object: Value, old: Value) -> Vec<u8> {
+    let kind = object["kind"].as_str().unwrap().to_string();
+    let api_version = object["apiVersion"].as_str().unwrap().to_string();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0f9e8d7c-6b5a-4c3d-9e2f-1a0b9c8d7e6f",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+            "name": object["metadata"]["name"],
+            "namespace": "ml",
+            "operation": operation,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false
+        }
+    }))
+    .unwrap()
+}
+
 /// A review of `shape` whose body is `HOSTILE_BODY_BYTES` long, give or
 /// take one item.
 pub fn hostile_review(shape: Shape) -> Vec<u8> {
