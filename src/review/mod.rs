@@ -503,6 +503,27 @@ mod tests {
     }
 
     #[test]
+    fn deep_nesting_is_refused_without_recursing_through_it() {
+        for depth in [101, 1_000, 200_000] {
+            let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let text = serde_json::to_string(&pod_request()).unwrap().replacen(
+                r#""dryRun":false"#,
+                &format!(r#""dryRun":false,"deep":{nested}"#),
+                1,
+            );
+            let review = format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{text}}}"#
+            );
+            match decode(review.as_bytes()) {
+                Err(DecodeError::TooLarge(TooLarge::Depth { limit: 100 })) => {}
+                // serde_json's own recursion limit (128) may stop it first.
+                Err(DecodeError::Json(_) | DecodeError::BadRequest(_)) => {}
+                other => panic!("depth {depth}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn a_request_without_uid_is_malformed() {
         let mut request = pod_request();
         request.as_object_mut().unwrap().remove("uid");
