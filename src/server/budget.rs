@@ -57,6 +57,12 @@ impl MemoryPool {
         self.units * UNIT
     }
 
+    /// Bytes reserved now, by everyone.
+    #[cfg(test)]
+    pub fn in_use(&self) -> usize {
+        (self.units - self.semaphore.available_permits()) * UNIT
+    }
+
     /// An empty reservation, to grow with [`MemoryPool::grow`].
     pub fn empty(&self) -> Reserved {
         Reserved {
@@ -110,6 +116,21 @@ impl Reserved {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.permit.as_ref().map_or(0, |p| p.num_permits() * UNIT)
+    }
+
+    /// Gives back what is held beyond `bytes`.
+    pub fn shrink_to(&mut self, bytes: usize) {
+        let keep = bytes.div_ceil(UNIT);
+        let Some(permit) = self.permit.as_mut() else {
+            return;
+        };
+        let surplus = permit.num_permits().saturating_sub(keep);
+        if surplus > 0 {
+            // Dropping the split-off part returns it to the pool.
+            drop(permit.split(surplus));
+            self.metrics
+                .add_memory_reserved(self.pool, -((surplus * UNIT) as i64));
+        }
     }
 }
 
@@ -193,6 +214,22 @@ mod tests {
         let err = pool.grow(&mut reserved, 70 * UNIT).await.unwrap_err();
         assert!(err.to_string().contains("more than the whole"), "{err}");
         assert!(pool.reserve(101 * UNIT).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_reservation_shrinks_back_to_what_is_used() {
+        let metrics = Metrics::new();
+        let pool = MemoryPool::new("body", 100 * UNIT, metrics.clone());
+        let mut reserved = pool.reserve(80 * UNIT).await.unwrap();
+        reserved.shrink_to(10 * UNIT + 1);
+        assert_eq!(reserved.bytes(), 11 * UNIT);
+        assert_eq!(pool.in_use(), 11 * UNIT);
+        assert!(metrics.encode().contains(&format!(
+            r#"gpu_admission_memory_reserved_bytes{{pool="body"}} {}"#,
+            11 * UNIT
+        )));
+        drop(reserved);
+        assert_eq!(pool.in_use(), 0);
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@ use crate::admission::Outcome;
 use crate::review::{self, Request, Response};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
@@ -109,23 +109,43 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 async fn mutate(
     State(state): State<Arc<AppState>>,
     uri: Uri,
+    headers: HeaderMap,
     body: Body,
 ) -> axum::response::Response {
-    review_request(state, Endpoint::Mutate, uri, body).await
+    review_request(state, Endpoint::Mutate, uri, content_length(&headers), body).await
 }
 
 async fn validate(
     State(state): State<Arc<AppState>>,
     uri: Uri,
+    headers: HeaderMap,
     body: Body,
 ) -> axum::response::Response {
-    review_request(state, Endpoint::Validate, uri, body).await
+    review_request(
+        state,
+        Endpoint::Validate,
+        uri,
+        content_length(&headers),
+        body,
+    )
+    .await
+}
+
+/// The declared body length, if the client sent one.
+fn content_length(headers: &HeaderMap) -> Option<usize> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 async fn review_request(
     state: Arc<AppState>,
     endpoint: Endpoint,
     uri: Uri,
+    declared: Option<usize>,
     body: Body,
 ) -> axum::response::Response {
     let started = Instant::now();
@@ -140,8 +160,11 @@ async fn review_request(
     );
     let deadline = tokio::time::Instant::from_std(started) + budget;
     async move {
-        let read =
-            tokio::time::timeout_at(deadline, read_body(body, MAX_BODY_BYTES, &state.bodies)).await;
+        let read = tokio::time::timeout_at(
+            deadline,
+            read_body(body, declared, MAX_BODY_BYTES, &state.bodies),
+        )
+        .await;
         let (bytes, body_memory) = match read.unwrap_or(Err(BodyError::Slow)) {
             Ok(read) => read,
             Err(err) => {
@@ -440,40 +463,51 @@ enum BodyError {
     Read(String),
 }
 
-/// The first reservation for a body; it then doubles as it fills.
-const FIRST_BODY_CHUNK: usize = 64 * 1024;
-
-/// Reads the whole body, reserving its memory from `pool` as it grows (so a
-/// client is charged for what it sent, not for what it announced).
+/// Reads the whole body with its memory reserved from `pool` in one wait:
+/// the declared length (kube-apiserver always declares it), or else the
+/// largest body allowed, of which the surplus goes back once the body is
+/// read. No reader holds part of the pool while it waits for more, so large
+/// bodies arriving together queue for the pool and all finish, instead of
+/// each holding a slice and waiting for the others' (a deadlock until their
+/// deadlines).
 async fn read_body(
     mut body: Body,
+    declared: Option<usize>,
     limit: usize,
     pool: &MemoryPool,
 ) -> Result<(Bytes, Reserved), BodyError> {
-    let mut buf = Vec::new();
-    let mut reserved = pool.empty();
+    let expected = match declared {
+        Some(length) if length > limit => {
+            discard(body, DISCARD_LIMIT_BYTES.saturating_sub(length)).await;
+            return Err(BodyError::TooLarge);
+        }
+        Some(length) => length,
+        None => limit,
+    };
+    let mut reserved = pool
+        .reserve(expected)
+        .await
+        .map_err(|_| BodyError::TooLarge)?;
+    let mut buf = Vec::with_capacity(declared.unwrap_or(0));
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        let needed = buf.len() + data.len();
-        if needed > limit {
-            discard(body, DISCARD_LIMIT_BYTES.saturating_sub(needed)).await;
+        // hyper stops a body at its declared length; the limit covers the
+        // undeclared ones.
+        if buf.len() + data.len() > expected {
+            discard(
+                body,
+                DISCARD_LIMIT_BYTES.saturating_sub(buf.len() + data.len()),
+            )
+            .await;
             return Err(BodyError::TooLarge);
-        }
-        if needed > buf.capacity() {
-            let capacity = needed
-                .max((buf.capacity() * 2).min(limit))
-                .max(FIRST_BODY_CHUNK.min(limit));
-            let more = capacity.saturating_sub(reserved.bytes());
-            pool.grow(&mut reserved, more)
-                .await
-                .map_err(|_| BodyError::TooLarge)?;
-            buf.reserve_exact(capacity - buf.len());
         }
         buf.extend_from_slice(&data);
     }
+    buf.shrink_to_fit();
+    reserved.shrink_to(buf.capacity());
     Ok((Bytes::from(buf), reserved))
 }
 
@@ -564,36 +598,110 @@ mod tests {
     #[tokio::test]
     async fn body_limit() {
         let pool = MemoryPool::new("body", 1 << 20, Metrics::new());
-        let (small, reserved) = read_body(Body::from(vec![b'x'; 10]), 10, &pool)
+        let (small, reserved) = read_body(Body::from(vec![b'x'; 10]), None, 10, &pool)
             .await
             .unwrap();
         assert_eq!(small.len(), 10);
         assert_eq!(reserved.bytes(), 1024, "what was read, in whole KiB");
-        let big = read_body(Body::from(vec![b'x'; 11]), 10, &pool).await;
+        let big = read_body(Body::from(vec![b'x'; 11]), None, 10, &pool).await;
         assert!(matches!(big, Err(BodyError::TooLarge)));
     }
 
+    /// A body of unknown length holds the largest allowed size while it is
+    /// read, then keeps only what it used; another body waits meanwhile.
     #[tokio::test]
-    async fn a_body_reserves_memory_as_it_grows_and_waits_for_it() {
-        let pool = MemoryPool::new("body", 256 * 1024, Metrics::new());
-        let chunks = (0..4).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; 50_000])));
-        let body = Body::from_stream(futures_util::stream::iter(chunks));
-        let (bytes, reserved) = read_body(body, MAX_BODY_BYTES, &pool).await.unwrap();
-        assert_eq!(bytes.len(), 200_000);
-        assert!(reserved.bytes() >= 200_000 && reserved.bytes() <= 256 * 1024);
-        // The pool is now (nearly) used up: a second body waits for it.
-        let body = Body::from(vec![b'y'; 100_000]);
-        let second = tokio::time::timeout(
-            Duration::from_millis(100),
-            read_body(body, MAX_BODY_BYTES, &pool),
-        );
+    async fn an_undeclared_body_reserves_the_limit_then_gives_back_the_surplus() {
+        let limit = 512 * 1024;
+        let pool = MemoryPool::new("body", 768 * 1024, Metrics::new());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<Bytes, std::io::Error>>();
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let first = tokio::spawn({
+            let pool = pool.clone();
+            async move { read_body(Body::from_stream(stream), None, limit, &pool).await }
+        });
+        tx.send(Ok(Bytes::from(vec![b'x'; 100_000]))).unwrap();
+        while pool.in_use() < limit {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(pool.in_use(), limit, "the whole limit while reading");
+        let second = tokio::spawn({
+            let pool = pool.clone();
+            async move { read_body(Body::from(vec![b'y'; 10]), None, limit, &pool).await }
+        });
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
         assert!(
-            second.await.is_err(),
-            "waits while the first holds the memory"
+            !second.is_finished(),
+            "a second limit does not fit beside it"
         );
-        drop((bytes, reserved));
-        let body = Body::from(vec![b'y'; 100_000]);
-        let (bytes, _) = read_body(body, MAX_BODY_BYTES, &pool).await.unwrap();
-        assert_eq!(bytes.len(), 100_000);
+        tx.send(Ok(Bytes::from(vec![b'x'; 100_000]))).unwrap();
+        drop(tx);
+        let (bytes, reserved) = first.await.unwrap().unwrap();
+        assert_eq!(bytes.len(), 200_000);
+        assert_eq!(reserved.bytes(), 200_000_usize.div_ceil(1024) * 1024);
+        let (small, small_reserved) = tokio::time::timeout(Duration::from_secs(5), second)
+            .await
+            .expect("served once the surplus is back")
+            .unwrap()
+            .unwrap();
+        assert_eq!(small.len(), 10);
+        assert_eq!(small_reserved.bytes(), 1024);
+    }
+
+    /// Six 160 KB bodies arrive together, in interleaved 16 KB chunks,
+    /// through a 300 KiB pool. Reserving as they grow, each would take a
+    /// first slice and then wait for more that the others hold: none would
+    /// finish. Reserving each declared body whole, they queue and all finish.
+    #[tokio::test]
+    async fn declared_bodies_queue_for_the_pool_and_all_finish() {
+        const BODIES: usize = 6;
+        const LENGTH: usize = 160_000;
+        let pool = MemoryPool::new("body", 300 * 1024, Metrics::new());
+        let mut readers = Vec::new();
+        let mut feeds = Vec::new();
+        for _ in 0..BODIES {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<Bytes, std::io::Error>>();
+            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|item| (item, rx))
+            });
+            let pool = pool.clone();
+            readers.push(tokio::spawn(async move {
+                read_body(
+                    Body::from_stream(stream),
+                    Some(LENGTH),
+                    MAX_BODY_BYTES,
+                    &pool,
+                )
+                .await
+            }));
+            feeds.push(tx);
+        }
+        for _ in 0..LENGTH.div_ceil(16_000) {
+            for feed in &feeds {
+                let _ = feed.send(Ok(Bytes::from(vec![b'x'; 16_000])));
+            }
+        }
+        drop(feeds);
+        for reader in readers {
+            let (body, reserved) = tokio::time::timeout(Duration::from_secs(10), reader)
+                .await
+                .expect("every body finishes")
+                .unwrap()
+                .unwrap();
+            assert_eq!(body.len(), LENGTH);
+            assert!(reserved.bytes() <= 300 * 1024);
+        }
+        assert_eq!(pool.in_use(), 0, "every reservation returned");
+    }
+
+    #[tokio::test]
+    async fn a_declared_body_over_the_limit_is_refused_before_reading() {
+        let pool = MemoryPool::new("body", 1 << 20, Metrics::new());
+        let refused = read_body(Body::from(vec![b'x'; 10]), Some(11), 10, &pool).await;
+        assert!(matches!(refused, Err(BodyError::TooLarge)));
+        assert_eq!(pool.in_use(), 0);
     }
 }
