@@ -1,9 +1,9 @@
 //! The live-cluster paths against an in-process API server that speaks
 //! the list/watch protocol: the Namespace reflector behind
-//! namespaceSelector and namespaceObject.
+//! namespaceSelector and namespaceObject, and `audit` reading a cluster.
 mod common;
 
-use common::fake_apiserver::{wait_until, FakeApiServer, Recorded, NAMESPACES};
+use common::fake_apiserver::{wait_until, FakeApiServer, Recorded, Resource, NAMESPACES};
 use futures_util::FutureExt as _;
 use gpu_admission::namespaces::ClusterNamespaces;
 use gpu_admission::policy::NamespaceLookup;
@@ -186,4 +186,221 @@ async fn namespace_reflector_lists_in_pages_then_follows_the_watch() {
     assert!(labels(&lookup, "fresh").is_some());
     assert_eq!(labels(&lookup, &numbered(7)), None);
     task.abort();
+}
+
+const PODS: Resource = Resource::new("", "v1", "Pod", "pods", true);
+const CRONJOBS: Resource = Resource::new("batch", "v1", "CronJob", "cronjobs", true);
+
+/// What `audit` reads: the kinds it lists, served as a cluster with
+/// CronJobs forbidden, Karpenter not installed, KAITO without RAGEngine,
+/// and the ASO group vanishing during discovery (its resource list 404s).
+fn audited_kinds() -> Vec<Resource> {
+    vec![
+        NAMESPACES,
+        PODS,
+        Resource::new("apps", "v1", "Deployment", "deployments", true),
+        Resource::new("apps", "v1", "StatefulSet", "statefulsets", true),
+        Resource::new("apps", "v1", "DaemonSet", "daemonsets", true),
+        Resource::new("apps", "v1", "ReplicaSet", "replicasets", true),
+        Resource::new("batch", "v1", "Job", "jobs", true),
+        CRONJOBS,
+        Resource::new("kaito.sh", "v1beta1", "Workspace", "workspaces", true),
+        Resource::new(
+            "containerservice.azure.com",
+            "v1api20231001",
+            "ManagedClustersAgentPool",
+            "managedclustersagentpools",
+            true,
+        ),
+    ]
+}
+
+/// Labels every namespace carries, in the cluster and on the command line:
+/// without them an A100 is not allowed.
+const LABELS: [(&str, &str); 2] = [
+    ("gpu-admission.io/tier", "standard"),
+    ("gpu-admission.io/premium-gpus", "true"),
+];
+
+/// 1,000 pods in `batch` (every 40th holds a GPU doing nothing) beside the
+/// audit fixture's objects: more pods than one page of 500.
+fn workload() -> Vec<Value> {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/audit/cluster-list.json");
+    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
+    for i in 0..1_000 {
+        let idle = i % 40 == 0;
+        let limits = if idle {
+            json!({"nvidia.com/gpu": "1"})
+        } else {
+            json!({"cpu": "1", "memory": "1Gi"})
+        };
+        let command = if idle {
+            json!(["sh", "-c", "sleep infinity"])
+        } else {
+            json!(["python", "step.py"])
+        };
+        objects.push(json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": format!("step-{i:04}"), "namespace": "batch", "uid": format!("uid-step-{i:04}")},
+            "spec": {"containers": [{"name": "main", "image": "python:3.12", "command": command, "resources": {"limits": limits}}]},
+            "status": {"phase": "Running"},
+        }));
+    }
+    objects.push(json!({
+        "apiVersion": "kaito.sh/v1beta1",
+        "kind": "Workspace",
+        "metadata": {"name": "falcon-7b", "namespace": "ml", "uid": "uid-falcon"},
+        "resource": {"instanceType": "Standard_NC12s_v3", "labelSelector": {"matchLabels": {"apps": "falcon-7b"}}},
+        "inference": {"preset": {"name": "falcon-7b"}},
+    }));
+    objects.push(json!({
+        "apiVersion": "kaito.sh/v1beta1",
+        "kind": "Workspace",
+        "metadata": {"name": "llama-a100", "namespace": "ml", "uid": "uid-llama"},
+        "resource": {"instanceType": "Standard_NC24ads_A100_v4", "labelSelector": {"matchLabels": {"apps": "llama"}}},
+        "inference": {"preset": {"name": "llama-3.1-8b-instruct"}},
+    }));
+    objects.push(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "finetune", "namespace": "ml", "uid": "uid-finetune"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.01-py3", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
+    }));
+    objects
+}
+
+fn run_audit(args: &[&str], kubeconfig: &std::path::Path) -> (Value, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .arg("audit")
+        .args(args)
+        .args(["-o", "json"])
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "audit {args:?} failed: {stderr}");
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("audit {args:?} printed no JSON report ({e}): {stderr}"));
+    (report, stderr)
+}
+
+/// Findings in a stable order, so reports read in different orders compare.
+fn sorted_findings(report: &Value) -> Vec<Value> {
+    let mut findings = report["findings"].as_array().unwrap().clone();
+    findings.sort_by_key(|f| f.to_string());
+    findings
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_of_the_cluster_pages_skips_what_it_cannot_read_and_agrees_with_the_file() {
+    let fake = FakeApiServer::start(audited_kinds()).await;
+    let objects = workload();
+    fake.change(|cluster| {
+        for name in ["default", "apps", "ml", "serving", "batch"] {
+            cluster.apply(namespace(name, &LABELS));
+        }
+        for object in &objects {
+            cluster.apply(object.clone());
+        }
+        cluster.apply(json!({
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "nightly", "namespace": "ml", "uid": "uid-nightly"},
+            "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "eval", "image": "python:3.12", "resources": {"limits": {"nvidia.com/gpu": "16"}}}]}}}}},
+        }));
+        cluster.forbid(&CRONJOBS);
+        cluster.vanish("containerservice.azure.com/v1api20231001");
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.kubeconfig(tmp.path());
+    let (from_cluster, warnings) = tokio::task::spawn_blocking(move || run_audit(&[], &kubeconfig))
+        .await
+        .unwrap();
+
+    // Pods were read in pages of 500, each continuing the last.
+    let pods: Vec<Recorded> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/pods")
+        .collect();
+    assert_eq!(pods.len(), 3, "1,006 pods in pages of 500: {pods:?}");
+    assert!(pods
+        .iter()
+        .all(|p| p.param("limit") == Some("500") && !p.is_watch()));
+    assert_eq!(pods[0].param("continue"), None);
+    assert!(pods[1].param("continue").is_some());
+    assert_ne!(pods[1].param("continue"), pods[2].param("continue"));
+
+    // What it could not read is named, with the reason.
+    for expected in [
+        "skipping CronJob.batch: not allowed to list it (cronjobs.batch is forbidden",
+        "skipping NodePool.karpenter.sh: the cluster does not serve it",
+        "skipping RAGEngine.kaito.sh: the cluster does not serve it",
+        "skipping ManagedClustersAgentPool.containerservice.azure.com: the cluster does not serve it (the server could not find the requested resource)",
+    ] {
+        assert!(warnings.contains(expected), "no {expected:?} in:\n{warnings}");
+    }
+    let forbidden: Vec<Recorded> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == CRONJOBS.collection())
+        .collect();
+    assert!(!forbidden.is_empty() && forbidden.iter().all(|r| r.status == 403));
+
+    // The same objects as a file give the same report.
+    let dump = tmp.path().join("dump.json");
+    let served: Vec<Value> = fake.read(|c| {
+        audited_kinds()
+            .iter()
+            .filter(|r| r.kind != "Namespace" && r.kind != "CronJob")
+            .flat_map(|r| c.objects(r))
+            .collect()
+    });
+    assert_eq!(served.len(), objects.len());
+    std::fs::write(
+        &dump,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": served})).unwrap(),
+    )
+    .unwrap();
+    let labels: Vec<String> = LABELS.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let labels = labels.join(",");
+    let kubeconfig = tmp.path().join("kubeconfig");
+    let (from_file, _) = tokio::task::spawn_blocking(move || {
+        run_audit(
+            &["-f", dump.to_str().unwrap(), "--namespace-labels", &labels],
+            &kubeconfig,
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(from_cluster["objects"], objects.len());
+    assert_eq!(from_cluster["objects"], from_file["objects"]);
+    assert_eq!(from_cluster["evaluated"], from_file["evaluated"]);
+    assert_eq!(from_cluster["passed"], from_file["passed"]);
+    let findings = sorted_findings(&from_cluster);
+    assert_eq!(findings, sorted_findings(&from_file));
+
+    // The findings cover every page and the CRD kind, and nothing forbidden.
+    let named = |kind: &str, name: &str| {
+        findings
+            .iter()
+            .any(|f| f["kind"] == kind && f["name"] == name)
+    };
+    assert!(named("Pod", "step-0000"), "{findings:#?}");
+    assert!(named("Pod", "step-0520"), "{findings:#?}");
+    assert!(named("Pod", "step-0960"), "{findings:#?}");
+    assert!(!named("Pod", "step-0001"), "{findings:#?}");
+    assert!(named("Workspace", "falcon-7b"), "{findings:#?}");
+    // The namespace labels reached the policies: the A100 is allowed.
+    assert!(
+        !findings
+            .iter()
+            .any(|f| f["name"] == "llama-a100" && f["policy"] == "gpu-sku-allowlist"),
+        "{findings:#?}"
+    );
+    assert!(!findings.iter().any(|f| f["kind"] == "CronJob"));
 }
