@@ -1,6 +1,7 @@
 //! The live-cluster paths against an in-process API server that speaks
 //! the list/watch protocol: the Namespace reflector behind
-//! namespaceSelector and namespaceObject, and `audit` reading a cluster.
+//! namespaceSelector and namespaceObject, `serve` in a cluster (readiness
+//! and labels), and `audit` reading a cluster.
 mod common;
 
 use common::fake_apiserver::{wait_until, FakeApiServer, Recorded, Resource, NAMESPACES};
@@ -403,4 +404,173 @@ async fn audit_of_the_cluster_pages_skips_what_it_cannot_read_and_agrees_with_th
         "{findings:#?}"
     );
     assert!(!findings.iter().any(|f| f["kind"] == "CronJob"));
+}
+
+/// `gpu-admission serve` in a cluster (KUBERNETES_SERVICE_HOST set) whose
+/// kubeconfig points at `fake`; killed when dropped.
+struct InCluster {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    ca_pem: String,
+    _dir: tempfile::TempDir,
+}
+
+impl InCluster {
+    fn serve(fake: &FakeApiServer) -> InCluster {
+        use std::io::BufRead as _;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = fake.kubeconfig(dir.path());
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "off",
+            ])
+            .args(["--log-format", "json", "--certs-dir"])
+            .arg(dir.path().join("certs"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBERNETES_SERVICE_HOST", fake.addr.ip().to_string())
+            .env("KUBERNETES_SERVICE_PORT", fake.addr.port().to_string())
+            .env("RUST_LOG", "warn,gpu_admission::server=info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Keeps draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let entry: Value = serde_json::from_str(&line).unwrap_or_default();
+                if let Some(addr) = entry["fields"]["addr"].as_str() {
+                    let _ = tx.send(addr.parse::<std::net::SocketAddr>().unwrap());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("serve logs its address");
+        let ca_pem = std::fs::read_to_string(dir.path().join("certs/ca.crt")).unwrap();
+        InCluster {
+            child,
+            addr,
+            ca_pem,
+            _dir: dir,
+        }
+    }
+
+    async fn request(&self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+        let config = common::http::client_config(&self.ca_pem, &[b"http/1.1"]);
+        let mut client = common::http::Client::connect(self.addr, config, "localhost")
+            .await
+            .expect("connects");
+        let response = client.request(method, path, body).await.unwrap();
+        (response.status, response.text())
+    }
+
+    /// Whether /validate allows `review`, and its message.
+    async fn validate(&self, review: &Value) -> (bool, String) {
+        let (status, body) = self
+            .request("POST", "/validate", &serde_json::to_vec(review).unwrap())
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let response = &body["response"];
+        let message = response["status"]["message"].as_str().unwrap_or_default();
+        (response["allowed"] == true, message.to_string())
+    }
+}
+
+impl Drop for InCluster {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A CREATE review of a KAITO Workspace on H100s in namespace `research`.
+fn h100_workspace_review() -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b5e7c1d-3a2f-4e8b-9c6d-1f2a3b4c5d6e",
+            "kind": {"group": "kaito.sh", "version": "v1beta1", "kind": "Workspace"},
+            "resource": {"group": "kaito.sh", "version": "v1beta1", "resource": "workspaces"},
+            "name": "deepseek-r1",
+            "namespace": "research",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+            "object": {
+                "apiVersion": "kaito.sh/v1beta1",
+                "kind": "Workspace",
+                "metadata": {"name": "deepseek-r1", "namespace": "research"},
+                "resource": {
+                    "count": 6,
+                    "instanceType": "Standard_NC80adis_H100_v5",
+                    "labelSelector": {"matchLabels": {"apps": "deepseek-r1"}},
+                },
+                "inference": {"preset": {"name": "deepseek-r1-0528"}},
+            },
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_in_a_cluster_is_ready_once_namespaces_are_listed_and_judges_with_their_labels() {
+    let fake = FakeApiServer::start(vec![NAMESPACES]).await;
+    fake.change(|cluster| {
+        for i in 0..600 {
+            cluster.apply(namespace(&numbered(i), &[]));
+        }
+        cluster.apply(namespace("research", &LABELS));
+    });
+    fake.hold_continued_lists(true);
+    let server = InCluster::serve(&fake);
+
+    // Listening, policies loaded, the Namespace list half read: not ready.
+    fake.wait_for_requests("the second page of Namespaces", |r| {
+        lists(r).iter().any(|l| l.param("continue").is_some())
+    })
+    .await;
+    assert_eq!(
+        server.request("GET", "/readyz", b"").await,
+        (503, "namespaces not synced\n".to_string())
+    );
+    fake.hold_continued_lists(false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while server.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The namespace opts in to premium GPUs: the H100 Workspace passes.
+    let review = h100_workspace_review();
+    let (allowed, message) = server.validate(&review).await;
+    assert!(allowed, "{message}");
+
+    // Its labels change in the cluster; the next review sees that.
+    fake.change(|c| c.apply(namespace("research", &[LABELS[0]])));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (allowed, message) = server.validate(&review).await;
+        if !allowed {
+            assert!(message.contains("gpu-sku-allowlist"), "{message}");
+            assert!(
+                message.contains("uses premium SKU Standard_NC80adis_H100_v5"),
+                "{message}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the label change never reached /validate"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
