@@ -1,6 +1,6 @@
 //! An in-process Kubernetes API server on 127.0.0.1 (plain HTTP) that
 //! speaks the protocol kube's client, discovery and watcher use: discovery
-//! documents, paged lists (`limit`, `continue`, list `resourceVersion`),
+//! documents, paged lists (`limit`, `continue`, `metadata.resourceVersion`),
 //! watches streamed as JSON lines from a `resourceVersion` (ADDED,
 //! MODIFIED, DELETED, BOOKMARK when asked), `410 Expired` for a watch from
 //! a compacted `resourceVersion` (sent, as kube-apiserver does, as an ERROR
@@ -510,7 +510,9 @@ fn discovery(cluster: &Cluster, path: &str) -> Option<(StatusCode, Value)> {
 }
 
 /// One page of `resource`, by namespace and name. The continue token
-/// carries the list's resourceVersion and the key of the last object sent.
+/// carries the list's resourceVersion and the key of the last object sent;
+/// a continued page reads the objects after that key as they are now (not
+/// a snapshot), and selectors and a requested resourceVersion are ignored.
 fn list(cluster: &Cluster, resource: &Resource, query: &BTreeMap<String, String>) -> Value {
     let empty = BTreeMap::new();
     let objects = cluster
