@@ -1,0 +1,576 @@
+//! The live-cluster paths against an in-process API server that speaks
+//! the list/watch protocol: the Namespace reflector behind
+//! namespaceSelector and namespaceObject, `serve` in a cluster (readiness
+//! and labels), and `audit` reading a cluster.
+mod common;
+
+use common::fake_apiserver::{wait_until, FakeApiServer, Recorded, Resource, NAMESPACES};
+use futures_util::FutureExt as _;
+use gpu_admission::namespaces::ClusterNamespaces;
+use gpu_admission::policy::NamespaceLookup;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+fn namespace(name: &str, labels: &[(&str, &str)]) -> Value {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    })
+}
+
+/// The labels `lookup` sees on namespace `name`, if it knows it.
+fn labels(lookup: &ClusterNamespaces, name: &str) -> Option<BTreeMap<String, String>> {
+    let object = lookup.namespace(name)?;
+    assert_eq!(object["kind"], "Namespace");
+    Some(serde_json::from_value(object["metadata"]["labels"].clone()).unwrap_or_default())
+}
+
+fn lists(requests: &[Recorded]) -> Vec<Recorded> {
+    requests
+        .iter()
+        .filter(|r| r.path == "/api/v1/namespaces" && !r.is_watch())
+        .cloned()
+        .collect()
+}
+
+fn watches(requests: &[Recorded]) -> Vec<Recorded> {
+    requests
+        .iter()
+        .filter(|r| r.path == "/api/v1/namespaces" && r.is_watch())
+        .cloned()
+        .collect()
+}
+
+/// 1,201 namespaces: three pages of the reflector's 500.
+const MANY: usize = 1_201;
+
+fn numbered(i: usize) -> String {
+    format!("team-{i:04}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_reflector_lists_in_pages_then_follows_the_watch() {
+    let fake = FakeApiServer::start(vec![NAMESPACES]).await;
+    fake.change(|cluster| {
+        for i in 0..MANY {
+            cluster.apply(namespace(&numbered(i), &[("tier", "cpu")]));
+        }
+        cluster.apply(namespace("ml", &[("gpu-admission.io/tier", "research")]));
+    });
+    fake.hold_continued_lists(true);
+    let (lookup, task) = ClusterNamespaces::start(fake.client());
+
+    // The first page is in, the second is held: not synced, nothing visible.
+    fake.wait_for_requests("the second page to be requested", |r| {
+        lists(r).iter().any(|l| l.param("continue").is_some())
+    })
+    .await;
+    assert_eq!(lookup.wait_until_synced().now_or_never(), None);
+    assert_eq!(labels(&lookup, &numbered(0)), None, "a page is not a list");
+    assert_eq!(labels(&lookup, "ml"), None);
+    fake.hold_continued_lists(false);
+    let synced = tokio::time::timeout(Duration::from_secs(30), lookup.wait_until_synced())
+        .await
+        .expect("the cache syncs once the list completes");
+    assert!(synced);
+
+    let first_list = lists(&fake.requests());
+    assert_eq!(first_list.len(), 3, "{first_list:?}");
+    assert!(first_list.iter().all(|l| l.param("limit") == Some("500")));
+    assert_eq!(first_list[0].param("continue"), None);
+    assert!(first_list[1].param("continue").is_some());
+    assert!(first_list[2].param("continue").is_some());
+    assert_ne!(
+        first_list[1].param("continue"),
+        first_list[2].param("continue")
+    );
+    for i in [0, 499, 500, 1_000, MANY - 1] {
+        let seen =
+            labels(&lookup, &numbered(i)).unwrap_or_else(|| panic!("{} listed", numbered(i)));
+        assert_eq!(seen["tier"], "cpu");
+        assert_eq!(seen["kubernetes.io/metadata.name"], numbered(i));
+    }
+    assert_eq!(
+        labels(&lookup, "ml").unwrap()["gpu-admission.io/tier"],
+        "research"
+    );
+    assert_eq!(labels(&lookup, "absent"), None);
+
+    // The watch starts where the list ended, and asks for bookmarks.
+    let listed_at = fake.read(|c| c.resource_version());
+    fake.wait_for_requests("a watch", |r| !watches(r).is_empty())
+        .await;
+    let watch = &watches(&fake.requests())[0];
+    assert_eq!(
+        watch.param("resourceVersion"),
+        Some(listed_at.to_string().as_str())
+    );
+    assert_eq!(watch.param("allowWatchBookmarks"), Some("true"));
+
+    // MODIFIED, DELETED, ADDED events reach the cache.
+    fake.change(|c| {
+        c.apply(namespace(
+            "ml",
+            &[("gpu-admission.io/tier", "premium"), ("team", "vision")],
+        ))
+    });
+    wait_until("the MODIFIED labels", || {
+        labels(&lookup, "ml").is_some_and(|l| l.get("team").map(String::as_str) == Some("vision"))
+    })
+    .await;
+    assert_eq!(
+        labels(&lookup, "ml").unwrap()["gpu-admission.io/tier"],
+        "premium"
+    );
+    fake.change(|c| c.delete(&NAMESPACES, "", &numbered(7)));
+    wait_until("the DELETED namespace to go", || {
+        labels(&lookup, &numbered(7)).is_none()
+    })
+    .await;
+    fake.change(|c| c.apply(namespace("fresh", &[("tier", "gpu")])));
+    wait_until("the ADDED namespace", || labels(&lookup, "fresh").is_some()).await;
+
+    // A bookmark moves the resume point: a watch ended after it resumes
+    // from the bookmark, not from the last object event.
+    let bookmark = fake.change(|c| c.bookmark(&NAMESPACES));
+    let before = watches(&fake.requests()).len();
+    // A watch ended before it sent the bookmark resumes from the earlier
+    // point and is sent the bookmark again: end watches until one resumes
+    // from the bookmark.
+    wait_until("a watch resumed from the bookmark", || {
+        let requests = fake.requests();
+        let resumed = watches(&requests)[before..]
+            .iter()
+            .any(|w| w.param("resourceVersion") == Some(bookmark.to_string().as_str()));
+        if !resumed {
+            fake.change(|c| c.end_watches());
+        }
+        resumed
+    })
+    .await;
+
+    // Changes the watch never carries, then history compacted: the
+    // resumed watch is answered 410 Expired, and the reflector relists.
+    let before = fake.requests().len();
+    fake.change(|c| {
+        c.end_watches();
+        c.apply(namespace("ml", &[("gpu-admission.io/tier", "default")]));
+        c.delete(&NAMESPACES, "", &numbered(8));
+        c.apply(namespace("late", &[("tier", "gpu")]));
+        c.compact();
+    });
+    wait_until("the relisted state", || {
+        labels(&lookup, "late").is_some()
+            && labels(&lookup, &numbered(8)).is_none()
+            && labels(&lookup, "ml")
+                .is_some_and(|l| !l.contains_key("team") && l["gpu-admission.io/tier"] == "default")
+    })
+    .await;
+    let after = fake.requests()[before..].to_vec();
+    let expired = after
+        .iter()
+        .position(|r| r.is_watch() && r.expired)
+        .unwrap_or_else(|| panic!("a watch answered 410: {after:?}"));
+    assert!(
+        after[expired..]
+            .iter()
+            .any(|r| !r.is_watch() && r.param("continue").is_none()),
+        "a fresh list after the 410: {after:?}"
+    );
+    // Everything else survived the relist.
+    assert!(labels(&lookup, &numbered(9)).is_some());
+    assert!(labels(&lookup, "fresh").is_some());
+    assert_eq!(labels(&lookup, &numbered(7)), None);
+    task.abort();
+}
+
+const PODS: Resource = Resource::new("", "v1", "Pod", "pods", true);
+const CRONJOBS: Resource = Resource::new("batch", "v1", "CronJob", "cronjobs", true);
+
+/// What `audit` reads: the kinds it lists, served as a cluster with
+/// CronJobs forbidden, Karpenter not installed, KAITO without RAGEngine,
+/// and the ASO group vanishing during discovery (its resource list 404s).
+fn audited_kinds() -> Vec<Resource> {
+    vec![
+        NAMESPACES,
+        PODS,
+        Resource::new("apps", "v1", "Deployment", "deployments", true),
+        Resource::new("apps", "v1", "StatefulSet", "statefulsets", true),
+        Resource::new("apps", "v1", "DaemonSet", "daemonsets", true),
+        Resource::new("apps", "v1", "ReplicaSet", "replicasets", true),
+        Resource::new("batch", "v1", "Job", "jobs", true),
+        CRONJOBS,
+        Resource::new("kaito.sh", "v1beta1", "Workspace", "workspaces", true),
+        Resource::new(
+            "containerservice.azure.com",
+            "v1api20231001",
+            "ManagedClustersAgentPool",
+            "managedclustersagentpools",
+            true,
+        ),
+    ]
+}
+
+/// Labels every namespace carries, in the cluster and on the command line:
+/// without them an A100 is not allowed.
+const LABELS: [(&str, &str); 2] = [
+    ("gpu-admission.io/tier", "standard"),
+    ("gpu-admission.io/premium-gpus", "true"),
+];
+
+/// 1,000 pods in `batch` (every 40th holds a GPU doing nothing) beside the
+/// audit fixture's objects: more pods than one page of 500.
+fn workload() -> Vec<Value> {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/audit/cluster-list.json");
+    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
+    for i in 0..1_000 {
+        let idle = i % 40 == 0;
+        let limits = if idle {
+            json!({"nvidia.com/gpu": "1"})
+        } else {
+            json!({"cpu": "1", "memory": "1Gi"})
+        };
+        let command = if idle {
+            json!(["sh", "-c", "sleep infinity"])
+        } else {
+            json!(["python", "step.py"])
+        };
+        objects.push(json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": format!("step-{i:04}"), "namespace": "batch", "uid": format!("uid-step-{i:04}")},
+            "spec": {"containers": [{"name": "main", "image": "python:3.12", "command": command, "resources": {"limits": limits}}]},
+            "status": {"phase": "Running"},
+        }));
+    }
+    objects.push(json!({
+        "apiVersion": "kaito.sh/v1beta1",
+        "kind": "Workspace",
+        "metadata": {"name": "falcon-7b", "namespace": "ml", "uid": "uid-falcon"},
+        "resource": {"instanceType": "Standard_NC12s_v3", "labelSelector": {"matchLabels": {"apps": "falcon-7b"}}},
+        "inference": {"preset": {"name": "falcon-7b"}},
+    }));
+    objects.push(json!({
+        "apiVersion": "kaito.sh/v1beta1",
+        "kind": "Workspace",
+        "metadata": {"name": "llama-a100", "namespace": "ml", "uid": "uid-llama"},
+        "resource": {"instanceType": "Standard_NC24ads_A100_v4", "labelSelector": {"matchLabels": {"apps": "llama"}}},
+        "inference": {"preset": {"name": "llama-3.1-8b-instruct"}},
+    }));
+    objects.push(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "finetune", "namespace": "ml", "uid": "uid-finetune"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.01-py3", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
+    }));
+    objects
+}
+
+fn run_audit(args: &[&str], kubeconfig: &std::path::Path) -> (Value, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .arg("audit")
+        .args(args)
+        .args(["-o", "json"])
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "audit {args:?} failed: {stderr}");
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("audit {args:?} printed no JSON report ({e}): {stderr}"));
+    (report, stderr)
+}
+
+/// Findings in a stable order, so reports read in different orders compare.
+fn sorted_findings(report: &Value) -> Vec<Value> {
+    let mut findings = report["findings"].as_array().unwrap().clone();
+    findings.sort_by_key(|f| f.to_string());
+    findings
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_of_the_cluster_pages_skips_what_it_cannot_read_and_agrees_with_the_file() {
+    let fake = FakeApiServer::start(audited_kinds()).await;
+    let objects = workload();
+    fake.change(|cluster| {
+        for name in ["default", "apps", "ml", "serving", "batch"] {
+            cluster.apply(namespace(name, &LABELS));
+        }
+        for object in &objects {
+            cluster.apply(object.clone());
+        }
+        cluster.apply(json!({
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "nightly", "namespace": "ml", "uid": "uid-nightly"},
+            "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "eval", "image": "python:3.12", "resources": {"limits": {"nvidia.com/gpu": "16"}}}]}}}}},
+        }));
+        cluster.forbid(&CRONJOBS);
+        cluster.vanish("containerservice.azure.com/v1api20231001");
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.kubeconfig(tmp.path());
+    let (from_cluster, warnings) = tokio::task::spawn_blocking(move || run_audit(&[], &kubeconfig))
+        .await
+        .unwrap();
+
+    // Pods were read in pages of 500, each continuing the last.
+    let pods: Vec<Recorded> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/pods")
+        .collect();
+    assert_eq!(pods.len(), 3, "1,006 pods in pages of 500: {pods:?}");
+    assert!(pods
+        .iter()
+        .all(|p| p.param("limit") == Some("500") && !p.is_watch()));
+    assert_eq!(pods[0].param("continue"), None);
+    assert!(pods[1].param("continue").is_some());
+    assert_ne!(pods[1].param("continue"), pods[2].param("continue"));
+
+    // What it could not read is named, with the reason.
+    for expected in [
+        "skipping CronJob.batch: not allowed to list it (cronjobs.batch is forbidden",
+        "skipping NodePool.karpenter.sh: the cluster does not serve it",
+        "skipping RAGEngine.kaito.sh: the cluster does not serve it",
+        "skipping ManagedClustersAgentPool.containerservice.azure.com: the cluster does not serve it (the server could not find the requested resource)",
+    ] {
+        assert!(warnings.contains(expected), "no {expected:?} in:\n{warnings}");
+    }
+    let forbidden: Vec<Recorded> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == CRONJOBS.collection())
+        .collect();
+    assert!(!forbidden.is_empty() && forbidden.iter().all(|r| r.status == 403));
+
+    // The same objects as a file give the same report.
+    let dump = tmp.path().join("dump.json");
+    let served: Vec<Value> = fake.read(|c| {
+        audited_kinds()
+            .iter()
+            .filter(|r| r.kind != "Namespace" && r.kind != "CronJob")
+            .flat_map(|r| c.objects(r))
+            .collect()
+    });
+    assert_eq!(served.len(), objects.len());
+    std::fs::write(
+        &dump,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": served})).unwrap(),
+    )
+    .unwrap();
+    let labels: Vec<String> = LABELS.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let labels = labels.join(",");
+    let kubeconfig = tmp.path().join("kubeconfig");
+    let (from_file, _) = tokio::task::spawn_blocking(move || {
+        run_audit(
+            &["-f", dump.to_str().unwrap(), "--namespace-labels", &labels],
+            &kubeconfig,
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(from_cluster["objects"], objects.len());
+    assert_eq!(from_cluster["objects"], from_file["objects"]);
+    assert_eq!(from_cluster["evaluated"], from_file["evaluated"]);
+    assert_eq!(from_cluster["passed"], from_file["passed"]);
+    let findings = sorted_findings(&from_cluster);
+    assert_eq!(findings, sorted_findings(&from_file));
+
+    // The findings cover every page and the CRD kind, and nothing forbidden.
+    let named = |kind: &str, name: &str| {
+        findings
+            .iter()
+            .any(|f| f["kind"] == kind && f["name"] == name)
+    };
+    assert!(named("Pod", "step-0000"), "{findings:#?}");
+    assert!(named("Pod", "step-0520"), "{findings:#?}");
+    assert!(named("Pod", "step-0960"), "{findings:#?}");
+    assert!(!named("Pod", "step-0001"), "{findings:#?}");
+    assert!(named("Workspace", "falcon-7b"), "{findings:#?}");
+    // The namespace labels reached the policies: the A100 is allowed.
+    assert!(
+        !findings
+            .iter()
+            .any(|f| f["name"] == "llama-a100" && f["policy"] == "gpu-sku-allowlist"),
+        "{findings:#?}"
+    );
+    assert!(!findings.iter().any(|f| f["kind"] == "CronJob"));
+}
+
+/// `gpu-admission serve` in a cluster (KUBERNETES_SERVICE_HOST set) whose
+/// kubeconfig points at `fake`; killed when dropped.
+struct InCluster {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    ca_pem: String,
+    _dir: tempfile::TempDir,
+}
+
+impl InCluster {
+    fn serve(fake: &FakeApiServer) -> InCluster {
+        use std::io::BufRead as _;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = fake.kubeconfig(dir.path());
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "off",
+            ])
+            .args(["--log-format", "json", "--certs-dir"])
+            .arg(dir.path().join("certs"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBERNETES_SERVICE_HOST", fake.addr.ip().to_string())
+            .env("KUBERNETES_SERVICE_PORT", fake.addr.port().to_string())
+            .env("RUST_LOG", "warn,gpu_admission::server=info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Keeps draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let entry: Value = serde_json::from_str(&line).unwrap_or_default();
+                if let Some(addr) = entry["fields"]["addr"].as_str() {
+                    let _ = tx.send(addr.parse::<std::net::SocketAddr>().unwrap());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("serve logs its address");
+        let ca_pem = std::fs::read_to_string(dir.path().join("certs/ca.crt")).unwrap();
+        InCluster {
+            child,
+            addr,
+            ca_pem,
+            _dir: dir,
+        }
+    }
+
+    async fn request(&self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+        let config = common::http::client_config(&self.ca_pem, &[b"http/1.1"]);
+        let mut client = common::http::Client::connect(self.addr, config, "localhost")
+            .await
+            .expect("connects");
+        let response = client.request(method, path, body).await.unwrap();
+        (response.status, response.text())
+    }
+
+    /// Whether /validate allows `review`, and its message.
+    async fn validate(&self, review: &Value) -> (bool, String) {
+        let (status, body) = self
+            .request("POST", "/validate", &serde_json::to_vec(review).unwrap())
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let response = &body["response"];
+        let message = response["status"]["message"].as_str().unwrap_or_default();
+        (response["allowed"] == true, message.to_string())
+    }
+}
+
+impl Drop for InCluster {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A CREATE review of a KAITO Workspace on H100s in namespace `research`.
+fn h100_workspace_review() -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b5e7c1d-3a2f-4e8b-9c6d-1f2a3b4c5d6e",
+            "kind": {"group": "kaito.sh", "version": "v1beta1", "kind": "Workspace"},
+            "resource": {"group": "kaito.sh", "version": "v1beta1", "resource": "workspaces"},
+            "name": "deepseek-r1",
+            "namespace": "research",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+            "object": {
+                "apiVersion": "kaito.sh/v1beta1",
+                "kind": "Workspace",
+                "metadata": {"name": "deepseek-r1", "namespace": "research"},
+                "resource": {
+                    "count": 6,
+                    "instanceType": "Standard_NC80adis_H100_v5",
+                    "labelSelector": {"matchLabels": {"apps": "deepseek-r1"}},
+                },
+                "inference": {"preset": {"name": "deepseek-r1-0528"}},
+            },
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_in_a_cluster_is_ready_once_namespaces_are_listed_and_judges_with_their_labels() {
+    let fake = FakeApiServer::start(vec![NAMESPACES]).await;
+    fake.change(|cluster| {
+        for i in 0..600 {
+            cluster.apply(namespace(&numbered(i), &[]));
+        }
+        cluster.apply(namespace("research", &LABELS));
+    });
+    fake.hold_continued_lists(true);
+    let server = InCluster::serve(&fake);
+
+    // Listening, policies loaded, the Namespace list half read: not ready.
+    fake.wait_for_requests("the second page of Namespaces", |r| {
+        lists(r).iter().any(|l| l.param("continue").is_some())
+    })
+    .await;
+    assert_eq!(
+        server.request("GET", "/readyz", b"").await,
+        (503, "namespaces not synced\n".to_string())
+    );
+    fake.hold_continued_lists(false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while server.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The namespace opts in to premium GPUs: the H100 Workspace passes.
+    let review = h100_workspace_review();
+    let (allowed, message) = server.validate(&review).await;
+    assert!(allowed, "{message}");
+
+    // Its labels change in the cluster; the next review sees that.
+    fake.change(|c| c.apply(namespace("research", &[LABELS[0]])));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (allowed, message) = server.validate(&review).await;
+        if !allowed {
+            assert!(message.contains("gpu-sku-allowlist"), "{message}");
+            assert!(
+                message.contains("uses premium SKU Standard_NC80adis_H100_v5"),
+                "{message}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the label change never reached /validate"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
