@@ -186,9 +186,9 @@ fn every_policy_is_tested_denying_and_allowing() {
             if expect["allowed"] == true {
                 files_with_allowed.insert(file.clone());
             }
-            for key in ["denied", "warnings"] {
+            for key in ["denied", "warned"] {
                 for s in expect[key].as_array().into_iter().flatten() {
-                    if let Some(policy) = s.as_str().and_then(|s| s.strip_suffix(':')) {
+                    if let Some(policy) = s["policy"].as_str() {
                         flagged.push((policy.to_string(), file.clone()));
                     }
                 }
