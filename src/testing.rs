@@ -8,7 +8,7 @@ use crate::policy::Document;
 use crate::review::Operation;
 use serde::Deserialize;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -64,6 +64,7 @@ struct Case {
     old_object: Option<Value>,
     #[serde(default)]
     user_info: Option<Value>,
+    #[serde(default)]
     expect: Expect,
 }
 
@@ -72,10 +73,18 @@ struct Case {
 struct Expect {
     #[serde(default)]
     allowed: Option<bool>,
+    /// `{policy, message}` entries; checked by [`expected_messages`].
     #[serde(default)]
-    denied: Vec<String>,
+    denied: Vec<Value>,
     #[serde(default)]
-    warnings: Vec<String>,
+    warned: Vec<Value>,
+    /// The old name of `warned`, refused with a message showing the new form.
+    #[serde(default)]
+    warnings: Option<Value>,
+    #[serde(default)]
+    only_policies: Option<Vec<String>>,
+    #[serde(default)]
+    not_policies: Vec<String>,
     #[serde(default)]
     no_warnings: bool,
     #[serde(default)]
@@ -84,6 +93,136 @@ struct Expect {
     patched: Option<Value>,
     #[serde(default)]
     no_patch: bool,
+}
+
+impl Expect {
+    /// Whether the case checks anything at all.
+    fn is_empty(&self) -> bool {
+        self.allowed.is_none()
+            && self.denied.is_empty()
+            && self.warned.is_empty()
+            && self.only_policies.is_none()
+            && self.not_policies.is_empty()
+            && !self.no_warnings
+            && self.audit.is_empty()
+            && self.patched.is_none()
+            && !self.no_patch
+    }
+}
+
+/// One expected denial or warning: the policy it comes from and, optionally,
+/// a substring of that policy's message.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expected {
+    policy: String,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+impl Expected {
+    /// Whether `line` (`<policy>: <message>`, as the webhook writes each
+    /// denial and warning) comes from this policy and contains the message.
+    fn matches(&self, line: &str) -> bool {
+        match line.split_once(": ") {
+            Some((policy, message)) => {
+                policy == self.policy
+                    && self
+                        .message
+                        .as_deref()
+                        .is_none_or(|want| message.contains(want))
+            }
+            None => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.message {
+            Some(m) => write!(f, "{}: {m:?}", self.policy),
+            None => write!(f, "{}", self.policy),
+        }
+    }
+}
+
+/// The entries of `expect.denied` or `expect.warned`. A plain string (the
+/// old form, which any policy's message could satisfy) is refused with the
+/// form to write instead.
+fn expected_messages(field: &str, entries: &[Value]) -> Result<Vec<Expected>, String> {
+    let mut out = Vec::new();
+    let mut policy_hint: Option<String> = None;
+    for (i, entry) in entries.iter().enumerate() {
+        if let Value::String(s) = entry {
+            let (policy, message) = match s.split_once(':') {
+                Some((p, m)) if !p.contains(' ') && !p.is_empty() => {
+                    (p.to_string(), m.trim().to_string())
+                }
+                _ => (
+                    policy_hint.clone().unwrap_or_else(|| "POLICY".into()),
+                    s.clone(),
+                ),
+            };
+            let example = if message.is_empty() {
+                format!("{{policy: {policy}}}")
+            } else {
+                format!("{{policy: {policy}, message: {message:?}}}")
+            };
+            return Err(format!(
+                "expect.{field}[{i}] is a plain string {s:?}; name the policy the message must come from: `- {example}`"
+            ));
+        }
+        let expected: Expected = serde_json::from_value(entry.clone()).map_err(|e| {
+            format!("expect.{field}[{i}]: {e}; write `- {{policy: NAME, message: SUBSTRING}}`")
+        })?;
+        policy_hint = Some(expected.policy.clone());
+        out.push(expected);
+    }
+    Ok(out)
+}
+
+/// A case whose expectations have been checked at load.
+#[derive(Debug)]
+struct Checked {
+    denied: Vec<Expected>,
+    warned: Vec<Expected>,
+}
+
+/// Load-time checks of one case: an expectation exists, `denied` and
+/// `warned` name their policies, nothing contradicts itself.
+fn check_case(case: &Case) -> Result<Checked, String> {
+    let expect = &case.expect;
+    if expect.warnings.is_some() {
+        return Err(
+            "expect.warnings was renamed: write `warned: [{policy: NAME, message: SUBSTRING}]`"
+                .into(),
+        );
+    }
+    if expect.is_empty() {
+        return Err("the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched or noPatch".into());
+    }
+    let denied = expected_messages("denied", &expect.denied)?;
+    let warned = expected_messages("warned", &expect.warned)?;
+    if expect.allowed == Some(true) && !denied.is_empty() {
+        return Err("expect.allowed is true but expect.denied is given".into());
+    }
+    if expect.no_warnings && !warned.is_empty() {
+        return Err("expect.noWarnings is true but expect.warned is given".into());
+    }
+    for e in denied.iter().chain(&warned) {
+        if expect.not_policies.contains(&e.policy) {
+            return Err(format!("{} is both expected and in notPolicies", e.policy));
+        }
+        if let Some(only) = &expect.only_policies {
+            if !only.contains(&e.policy) {
+                return Err(format!(
+                    "{} is expected but not in onlyPolicies {only:?}",
+                    e.policy
+                ));
+            }
+        }
+    }
+    Ok(Checked { denied, warned })
 }
 
 /// The outcome of one test case.
@@ -102,36 +241,59 @@ impl CaseResult {
 }
 
 /// Runs every case of every `PolicyTest` document against `bundle`.
-pub fn run(bundle: &Bundle, tests: &[Document]) -> Vec<CaseResult> {
-    let mut results = Vec::new();
+///
+/// The documents are checked first; any document that is not a valid
+/// `PolicyTest`, or any case without an expectation or with a `denied` or
+/// `warned` entry that does not name its policy, is a load error (one line
+/// each, naming the file and case) and no case runs.
+pub fn run(bundle: &Bundle, tests: &[Document]) -> Result<Vec<CaseResult>, Vec<String>> {
+    let mut loaded = Vec::new();
+    let mut errors = Vec::new();
     for doc in tests {
         let file = doc.source.file.display().to_string();
         let test: PolicyTest = match serde_json::from_value(doc.value.clone()) {
             Ok(t) => t,
             Err(err) => {
-                results.push(CaseResult {
-                    name: format!("{file}: document {}", doc.source.document),
-                    failures: vec![format!("not a valid PolicyTest: {err}")],
-                });
+                errors.push(format!(
+                    "{file}: document {}: not a valid PolicyTest: {err}",
+                    doc.source.document
+                ));
                 continue;
             }
         };
+        let mut checked = Vec::new();
+        for case in &test.spec.cases {
+            match check_case(case) {
+                Ok(c) => checked.push(c),
+                Err(err) => errors.push(format!(
+                    "{file}: {} / {}: {err}",
+                    test.metadata.name, case.name
+                )),
+            }
+        }
+        loaded.push((doc, file, test, checked));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let mut results = Vec::new();
+    for (doc, file, test, checked) in loaded {
         let mut namespaces = StaticNamespaces::new();
         for ns in &test.spec.namespaces {
             namespaces.insert(&ns.name, namespace_labels(&ns.name, &ns.labels));
         }
         let admission = Admission::new(bundle.clone(), Arc::new(namespaces));
         let base = doc.source.file.parent().unwrap_or(Path::new("."));
-        for case in &test.spec.cases {
+        for (case, checked) in test.spec.cases.iter().zip(&checked) {
             let name = format!("{file}: {} / {}", test.metadata.name, case.name);
-            let failures = match run_case(&admission, case, base) {
+            let failures = match run_case(&admission, case, checked, base) {
                 Ok(failures) => failures,
                 Err(err) => vec![err],
             };
             results.push(CaseResult { name, failures });
         }
     }
-    results
+    Ok(results)
 }
 
 /// A namespace's labels as the cluster would have them: the apiserver
@@ -165,7 +327,12 @@ pub fn report(results: &[CaseResult], verbose: bool) -> String {
     out
 }
 
-fn run_case(admission: &Admission, case: &Case, base: &Path) -> Result<Vec<String>, String> {
+fn run_case(
+    admission: &Admission,
+    case: &Case,
+    checked: &Checked,
+    base: &Path,
+) -> Result<Vec<String>, String> {
     let object = match (&case.object, &case.file) {
         (Some(obj), None) => obj.clone(),
         (None, Some(file)) => read_first_document(&base.join(file))?,
@@ -204,7 +371,7 @@ fn run_case(admission: &Admission, case: &Case, base: &Path) -> Result<Vec<Strin
         }
     }
     let message = result.denials.join("\n");
-    let expected_allowed = expect.allowed.or(if expect.denied.is_empty() {
+    let expected_allowed = expect.allowed.or(if checked.denied.is_empty() {
         None
     } else {
         Some(false)
@@ -218,16 +385,32 @@ fn run_case(admission: &Admission, case: &Case, base: &Path) -> Result<Vec<Strin
             });
         }
     }
-    for want in &expect.denied {
-        if !message.contains(want.as_str()) {
-            failures.push(format!("denial does not contain {want:?}: {message:?}"));
+    for want in &checked.denied {
+        if !result.denials.iter().any(|line| want.matches(line)) {
+            failures.push(format!("no denial from {want}: {message:?}"));
         }
     }
-    for want in &expect.warnings {
-        if !result.warnings.iter().any(|w| w.contains(want.as_str())) {
+    for want in &checked.warned {
+        if !result.warnings.iter().any(|line| want.matches(line)) {
+            failures.push(format!("no warning from {want}: {:?}", result.warnings));
+        }
+    }
+    let fired = firing_policies(&result.denials, &result.warnings);
+    if let Some(only) = &expect.only_policies {
+        let only: BTreeSet<&str> = only.iter().map(String::as_str).collect();
+        let extra: Vec<&str> = fired.difference(&only).copied().collect();
+        if !extra.is_empty() {
             failures.push(format!(
-                "no warning contains {want:?}: {:?}",
-                result.warnings
+                "policies outside onlyPolicies fired: {extra:?}; denials {:?}, warnings {:?}",
+                result.denials, result.warnings
+            ));
+        }
+    }
+    for policy in &expect.not_policies {
+        if fired.contains(policy.as_str()) {
+            failures.push(format!(
+                "{policy} fired (notPolicies); denials {:?}, warnings {:?}",
+                result.denials, result.warnings
             ));
         }
     }
@@ -249,6 +432,16 @@ fn run_case(admission: &Admission, case: &Case, base: &Path) -> Result<Vec<Strin
     Ok(failures)
 }
 
+/// The policies behind a verdict's denial and warning lines
+/// (`<policy>: <message>` each).
+fn firing_policies<'a>(denials: &'a [String], warnings: &'a [String]) -> BTreeSet<&'a str> {
+    denials
+        .iter()
+        .chain(warnings)
+        .filter_map(|line| line.split_once(": ").map(|(policy, _)| policy))
+        .collect()
+}
+
 fn read_first_document(path: &Path) -> Result<Value, String> {
     offline::read_manifest(path)
         .map_err(|e| e.to_string())?
@@ -267,7 +460,7 @@ pub fn json_diff(want: &Value, got: &Value) -> Vec<String> {
 fn diff_at(path: &mut String, want: &Value, got: &Value, out: &mut Vec<String>) {
     match (want, got) {
         (Value::Object(w), Value::Object(g)) => {
-            let keys: std::collections::BTreeSet<&String> = w.keys().chain(g.keys()).collect();
+            let keys: BTreeSet<&String> = w.keys().chain(g.keys()).collect();
             for key in keys {
                 let len = path.len();
                 path.push('/');

@@ -240,7 +240,7 @@ spec:
         metadata: {name: p, namespace: ml}
         spec: {containers: [{name: main, image: cuda, resources: {limits: {nvidia.com/gpu: "3"}}}]}
       expect:
-        denied: ["gpu-max-2:", "main asks for more than 2 GPUs"]
+        denied: [{policy: gpu-max-2, message: "main asks for more than 2 GPUs"}]
     - name: this expectation is wrong on purpose
       object:
         apiVersion: v1

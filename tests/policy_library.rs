@@ -1,11 +1,11 @@
 //! Structure of the shipped policy library: every policy has a binding, its
 //! params exist, its CEL parses, and its tests cover a denial (or warning)
-//! and an allowed case.
+//! and an allowed case on every kind of object it judges.
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use kube_cel::cel::Program;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 fn policies_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")
@@ -157,57 +157,233 @@ fn messages_are_one_line() {
     }
 }
 
+/// The kinds a policy's resourceRules can name, by (API group, resource).
+const KINDS: &[(&str, &str, &str)] = &[
+    ("", "pods", "Pod"),
+    ("batch", "jobs", "Job"),
+    ("batch", "cronjobs", "CronJob"),
+    ("kaito.sh", "workspaces", "Workspace"),
+    ("kaito.sh", "inferencesets", "InferenceSet"),
+    ("kaito.sh", "ragengines", "RAGEngine"),
+    ("karpenter.sh", "nodepools", "NodePool"),
+    (
+        "containerservice.azure.com",
+        "managedclustersagentpools",
+        "ManagedClustersAgentPool",
+    ),
+];
+
+/// The controllers whose pod templates the engine judges with pod policies.
+const CONTROLLERS: &[(&str, &str)] = &[
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "DaemonSet"),
+    ("apps/v1", "ReplicaSet"),
+    ("v1", "ReplicationController"),
+    ("batch/v1", "Job"),
+    ("batch/v1", "CronJob"),
+];
+
+/// (policy, kind) pairs a policy judges but by design never flags, with
+/// why. They still need a case showing the policy quiet on that kind, and
+/// one flagging it makes the entry stale (the test then fails).
+const NEVER_FLAGGED: &[(&str, &str, &str)] = &[(
+    "gpu-tolerate-all",
+    "DaemonSet",
+    "its matchConditions leave DaemonSet pods out: node agents must run on every node",
+)];
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// Whether `rule` selects (group, resource) for `operation`.
+fn rule_selects(rule: &Value, group: &str, resource: &str, operation: &str) -> bool {
+    let any = |list: Vec<&str>, x: &str| list.iter().any(|v| *v == "*" || *v == x);
+    any(strings(&rule["apiGroups"]), group)
+        && any(strings(&rule["resources"]), resource)
+        && any(strings(&rule["operations"]), operation)
+}
+
+/// The kinds `policy` judges: those its resourceRules name, and the pod
+/// controllers when it judges pods (the engine runs pod policies on a pod
+/// built from each controller's template), each with the operations it
+/// judges them on.
+fn judged_kinds(policy: &Value) -> BTreeSet<&'static str> {
+    let rules = policy["spec"]["matchConstraints"]["resourceRules"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}: no resourceRules", name(policy)));
+    let mut kinds = BTreeSet::new();
+    for rule in rules {
+        for resource in strings(&rule["resources"]) {
+            let known = KINDS
+                .iter()
+                .filter(|(g, r, _)| *r == resource && strings(&rule["apiGroups"]).contains(g));
+            let mut found = false;
+            for (_, _, kind) in known {
+                found = true;
+                kinds.insert(*kind);
+                if *kind == "Pod" {
+                    kinds.extend(CONTROLLERS.iter().map(|(_, k)| *k));
+                }
+            }
+            assert!(
+                found,
+                "{}: resource {resource} of {:?} is not in KINDS",
+                name(policy),
+                strings(&rule["apiGroups"])
+            );
+        }
+    }
+    kinds
+}
+
+/// Whether a case's object is judged by `policy`, directly or through its
+/// pod template.
+fn case_is_judged_by(policy: &Value, object: &Value, operation: &str) -> bool {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let group = group_of(api_version);
+    let resource = gpu_admission::review::plural_resource(kind);
+    let rules = policy["spec"]["matchConstraints"]["resourceRules"]
+        .as_array()
+        .unwrap();
+    rules.iter().any(|r| {
+        rule_selects(r, group, &resource, operation)
+            || (gpu_admission::workload::pod_template(object).is_some()
+                && rule_selects(r, "", "pods", operation))
+    })
+}
+
 #[test]
-fn every_policy_is_tested_denying_and_allowing() {
+fn controllers_are_the_ones_the_engine_judges() {
+    for (api_version, kind) in CONTROLLERS {
+        let template = json!({"metadata": {}, "spec": {"containers": []}});
+        let object = if *kind == "CronJob" {
+            json!({"apiVersion": api_version, "kind": kind,
+                   "spec": {"jobTemplate": {"spec": {"template": template}}}})
+        } else {
+            json!({"apiVersion": api_version, "kind": kind, "spec": {"template": template}})
+        };
+        assert!(
+            gpu_admission::workload::pod_template(&object).is_some(),
+            "{kind}"
+        );
+    }
+    for (_, resource, kind) in KINDS {
+        assert_eq!(gpu_admission::review::plural_resource(kind), *resource);
+    }
+}
+
+/// For every policy and every kind it judges (its resourceRules, and the
+/// pod controllers for pod policies), the shipped tests hold a case of that
+/// kind where the policy denies or warns (unless NEVER_FLAGGED says it
+/// cannot), and one where it is shown not to:
+/// the case names it in `notPolicies`, leaves it out of `onlyPolicies`, or
+/// expects `allowed: true` (a denying policy) or `noWarnings` (a warning
+/// one).
+#[test]
+fn every_policy_is_tested_denying_and_allowing_on_every_kind_it_judges() {
     let docs = library();
     let tests: Vec<(PathBuf, Value)> = yaml_files(&policies_dir().join("tests"))
         .into_iter()
         .flat_map(|f| documents(&f).into_iter().map(move |d| (f.clone(), d)))
         .collect();
-    let mut files_with_allowed: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut flagged: Vec<(String, PathBuf)> = Vec::new();
-    for (file, t) in &tests {
-        assert_eq!(
-            t["apiVersion"],
-            "gpu-admission.io/v1alpha1",
-            "{}",
-            file.display()
-        );
-        assert_eq!(t["kind"], "PolicyTest", "{}", file.display());
-        for case in t["spec"]["cases"].as_array().unwrap() {
-            assert!(case["name"].is_string(), "{}", file.display());
-            assert!(
-                case["object"].is_object(),
-                "{}: {}",
-                file.display(),
-                case["name"]
-            );
-            let expect = &case["expect"];
-            if expect["allowed"] == true {
-                files_with_allowed.insert(file.clone());
-            }
-            for key in ["denied", "warnings"] {
-                for s in expect[key].as_array().into_iter().flatten() {
-                    if let Some(policy) = s.as_str().and_then(|s| s.strip_suffix(':')) {
-                        flagged.push((policy.to_string(), file.clone()));
-                    }
+    let bindings = of_kind(&docs, "ValidatingAdmissionPolicyBinding");
+    let mut gaps = Vec::new();
+    for p in of_kind(&docs, "ValidatingAdmissionPolicy") {
+        let policy = name(p);
+        let actions: Vec<&str> = bindings
+            .iter()
+            .filter(|b| b["spec"]["policyName"] == policy)
+            .flat_map(|b| strings(&b["spec"]["validationActions"]))
+            .collect();
+        let mut denied: BTreeSet<&str> = BTreeSet::new();
+        let mut allowed: BTreeSet<&str> = BTreeSet::new();
+        for (file, t) in &tests {
+            assert_eq!(t["kind"], "PolicyTest", "{}", file.display());
+            for case in t["spec"]["cases"].as_array().unwrap() {
+                let object = &case["object"];
+                assert!(
+                    object.is_object(),
+                    "{}: {}: inline object",
+                    file.display(),
+                    case["name"]
+                );
+                let operation = case["operation"].as_str().unwrap_or("CREATE");
+                if !case_is_judged_by(p, object, operation) {
+                    continue;
+                }
+                let kind = object["kind"].as_str().unwrap();
+                let Some(kind) = KINDS
+                    .iter()
+                    .map(|(_, _, k)| *k)
+                    .chain(CONTROLLERS.iter().map(|(_, k)| *k))
+                    .find(|k| *k == kind)
+                else {
+                    continue;
+                };
+                let expect = &case["expect"];
+                let names = |key: &str| -> Vec<&str> {
+                    expect[key]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|e| e["policy"].as_str())
+                        .collect()
+                };
+                if names("denied").contains(&policy) || names("warned").contains(&policy) {
+                    denied.insert(kind);
+                }
+                let shown_quiet = strings(&expect["notPolicies"]).contains(&policy)
+                    || (expect["onlyPolicies"].is_array()
+                        && !strings(&expect["onlyPolicies"]).contains(&policy))
+                    || (actions.contains(&"Deny") && expect["allowed"] == true)
+                    || (!actions.contains(&"Deny")
+                        && actions.contains(&"Warn")
+                        && expect["noWarnings"] == true);
+                if shown_quiet {
+                    allowed.insert(kind);
                 }
             }
         }
+        let kinds = judged_kinds(p);
+        for (_, kind, why) in NEVER_FLAGGED.iter().filter(|(n, _, _)| *n == policy) {
+            assert!(
+                kinds.contains(kind),
+                "NEVER_FLAGGED: {policy} does not judge {kind}"
+            );
+            assert!(
+                !denied.contains(kind),
+                "NEVER_FLAGGED says {policy} never flags a {kind} ({why}), but a case expects it to"
+            );
+        }
+        for kind in kinds {
+            let never = NEVER_FLAGGED
+                .iter()
+                .any(|(n, k, _)| *n == policy && *k == kind);
+            if !denied.contains(kind) && !never {
+                gaps.push(format!("({policy}, {kind}, missing deny)"));
+            }
+            if !allowed.contains(kind) {
+                gaps.push(format!("({policy}, {kind}, missing allow)"));
+            }
+        }
     }
-    for p in of_kind(&docs, "ValidatingAdmissionPolicy") {
-        let files: Vec<&PathBuf> = flagged
-            .iter()
-            .filter(|(policy, _)| policy == name(p))
-            .map(|(_, f)| f)
-            .collect();
-        assert!(!files.is_empty(), "{}: no case it denies or warns", name(p));
-        assert!(
-            files.iter().any(|f| files_with_allowed.contains(*f)),
-            "{}: no allowed case next to its denials",
-            name(p)
-        );
-    }
+    assert!(
+        gaps.is_empty(),
+        "{} coverage gap(s):\n{}",
+        gaps.len(),
+        gaps.join("\n")
+    );
 }
 
 /// `gpu-admission test policies/`, as CI runs it: every case passes.

@@ -88,7 +88,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
 /// Kinds the audit reads from a cluster: (group, kind). A kind the cluster
 /// does not serve (CRD not installed) or that the caller may not list is
 /// skipped with a warning.
-const AUDITED: &[(&str, &str)] = &[
+pub const AUDITED: &[(&str, &str)] = &[
     ("", "Pod"),
     ("apps", "Deployment"),
     ("apps", "StatefulSet"),
@@ -98,6 +98,7 @@ const AUDITED: &[(&str, &str)] = &[
     ("batch", "CronJob"),
     ("karpenter.sh", "NodePool"),
     ("kaito.sh", "Workspace"),
+    ("kaito.sh", "InferenceSet"),
     ("kaito.sh", "RAGEngine"),
     ("containerservice.azure.com", "ManagedClustersAgentPool"),
 ];

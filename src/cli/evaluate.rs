@@ -51,6 +51,23 @@ pub enum OperationArg {
 }
 
 pub fn run(args: EvaluateArgs) -> anyhow::Result<ExitCode> {
+    let results = evaluate(&args)?;
+    match args.output {
+        Format::Text => print!("{}", render_text(&results)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&results)?),
+        Format::Yaml => print!("{}", serde_yaml::to_string(&results)?),
+    }
+    let denied = results.iter().any(|r| !r.allowed);
+    Ok(if args.fail_on_deny && denied {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// What the webhook would do to each object of `args.file`: the answers
+/// `run` prints (`args.output` and `args.fail_on_deny` are not used here).
+pub fn evaluate(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     let loaded = args.policies.load()?;
     let objects = offline::read_manifest(&args.file)?;
     let operation = match args.operation {
@@ -75,21 +92,10 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<ExitCode> {
         lookup.insert(ns, namespace_labels(ns, &labels));
     }
     let admission = Admission::new(loaded.bundle, Arc::new(lookup));
-    let results: Vec<Evaluation> = requests
+    Ok(requests
         .into_iter()
         .map(|req| offline::evaluate(&admission, req))
-        .collect();
-    match args.output {
-        Format::Text => print!("{}", render_text(&results)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&results)?),
-        Format::Yaml => print!("{}", serde_yaml::to_string(&results)?),
-    }
-    let denied = results.iter().any(|r| !r.allowed);
-    Ok(if args.fail_on_deny && denied {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    })
+        .collect())
 }
 
 /// Human-readable report, one block per object.

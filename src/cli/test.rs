@@ -64,7 +64,13 @@ pub fn run_tests(args: &TestArgs) -> anyhow::Result<Summary> {
     if tests.is_empty() {
         anyhow::bail!("no PolicyTest documents under {}", args.dir.display());
     }
-    let results = testing::run(&bundle, &tests);
+    let results = testing::run(&bundle, &tests).map_err(|errors| {
+        anyhow::anyhow!(
+            "{} has PolicyTest errors:\n{}",
+            args.dir.display(),
+            errors.join("\n")
+        )
+    })?;
     let passed = results.iter().filter(|r| r.passed()).count();
     Ok(Summary {
         passed,

@@ -23,6 +23,7 @@ pub const KNOWN_KINDS: &[&str] = &[
     "CronJob",
     "NodePool",
     "Workspace",
+    "InferenceSet",
     "RAGEngine",
     "ManagedClustersAgentPool",
 ];

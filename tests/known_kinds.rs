@@ -1,0 +1,94 @@
+//! The kinds the webhook is sent and the audit may read have their own
+//! metrics label, and the audit reads every kind its ClusterRole lets it
+//! list: a kind added to the deployment is not silently counted as `other`
+//! or left out of the audit.
+use gpu_admission::cli::audit::AUDITED;
+use gpu_admission::review::plural_resource;
+use gpu_admission::server::metrics::{kind_label, KNOWN_KINDS};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+fn documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| {
+            serde_json::to_value(<serde_yaml::Value as serde::Deserialize>::deserialize(d).unwrap())
+                .unwrap()
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect()
+}
+
+/// (group, resource) of every rule in `rules`.
+fn resources(rules: &Value) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in rules.as_array().into_iter().flatten() {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                out.insert((group.clone(), resource));
+            }
+        }
+    }
+    out
+}
+
+fn kind_of(resource: &str) -> Option<&'static str> {
+    KNOWN_KINDS
+        .iter()
+        .copied()
+        .find(|k| plural_resource(k) == resource)
+}
+
+#[test]
+fn every_kind_the_webhooks_are_sent_has_its_own_metrics_label() {
+    let mut sent = BTreeSet::new();
+    for file in [
+        "deploy/base/validating-webhook.yaml",
+        "deploy/base/mutating-webhook.yaml",
+    ] {
+        for doc in documents(file) {
+            for webhook in doc["webhooks"].as_array().into_iter().flatten() {
+                sent.extend(resources(&webhook["rules"]));
+            }
+        }
+    }
+    assert!(sent.contains(&("kaito.sh".into(), "inferencesets".into())));
+    for (group, resource) in &sent {
+        let kind = kind_of(resource).unwrap_or_else(|| {
+            panic!("{resource}.{group} is sent to the webhook but has no KNOWN_KINDS entry")
+        });
+        assert_eq!(kind_label(kind), kind);
+    }
+}
+
+#[test]
+fn the_audit_reads_every_kind_its_cluster_role_may_list() {
+    let role = documents("deploy/base/rbac.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "gpu-admission-audit")
+        .expect("ClusterRole gpu-admission-audit");
+    let listable: BTreeSet<(String, String)> = resources(&role["rules"])
+        .into_iter()
+        .filter(|(g, r)| !(g.is_empty() && r == "namespaces"))
+        .collect();
+    let audited: BTreeSet<(String, String)> = AUDITED
+        .iter()
+        .map(|(g, k)| (g.to_string(), plural_resource(k)))
+        .collect();
+    assert_eq!(
+        audited, listable,
+        "AUDITED and the audit ClusterRole differ"
+    );
+    for (_, kind) in AUDITED {
+        assert_eq!(kind_label(kind), *kind, "{kind} has no metrics label");
+    }
+}

@@ -1,0 +1,261 @@
+//! The PolicyTest format: expected denials and warnings are tied to the
+//! policy they come from, `onlyPolicies` / `notPolicies` say which policies
+//! fire, and a case that checks nothing, or uses the old plain-string form,
+//! does not load.
+use gpu_admission::cli::test::{run_tests, Summary, TestArgs};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The two policies of the audit fixtures (`no-keepalive` warns,
+/// `gpu-max-2` denies) and a second denying policy, `no-latest`.
+const NO_LATEST: &str = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: no-latest
+spec:
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE"]
+        resources: ["pods"]
+  validations:
+    - expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"
+      message: an image is tagged latest; pin a version
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: no-latest
+spec:
+  policyName: no-latest
+  validationActions: [Deny]
+"#;
+
+/// A pod that all three policies flag: three GPUs, `:latest`, `sleep infinity`.
+const POD: &str = r#"
+      object:
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: p, namespace: ml}
+        spec:
+          containers:
+            - name: main
+              image: cuda:latest
+              command: [sh, -c, sleep infinity]
+              resources: {limits: {nvidia.com/gpu: "3"}}"#;
+
+fn folder(cases: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = root().join("tests/fixtures/audit/policies/keepalive.yaml");
+    std::fs::copy(fixture, tmp.path().join("keepalive.yaml")).unwrap();
+    std::fs::write(tmp.path().join("no-latest.yaml"), NO_LATEST).unwrap();
+    let tests = format!(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: PolicyTest\nmetadata: {{name: format}}\nspec:\n  cases:\n{cases}"
+    );
+    std::fs::write(tmp.path().join("tests.yaml"), tests).unwrap();
+    tmp
+}
+
+fn run(dir: &Path) -> anyhow::Result<Summary> {
+    run_tests(&TestArgs {
+        dir: dir.to_path_buf(),
+        policies: None,
+        catalog: None,
+        verbose: true,
+    })
+}
+
+fn case(name: &str, expect: &str) -> String {
+    format!("    - name: {name}{POD}\n      expect:\n{expect}\n")
+}
+
+/// The names of the failing cases, in order.
+fn failing(summary: &Summary) -> Vec<&str> {
+    summary
+        .report
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAIL "))
+        .map(|l| l.rsplit(" / ").next().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_message_must_come_from_the_named_policy() {
+    let tmp = folder(
+        &[
+            case(
+                "own message",
+                "        denied: [{policy: gpu-max-2, message: \"main asks for more than 2 GPUs\"}]",
+            ),
+            case(
+                "another policy's message",
+                "        denied: [{policy: no-latest, message: \"main asks for more than 2 GPUs\"}]",
+            ),
+            case(
+                "a warning is not a denial",
+                "        denied: [{policy: no-keepalive}]",
+            ),
+            case(
+                "the policy alone",
+                "        denied: [{policy: no-latest}]\n        warned: [{policy: no-keepalive, message: \"sleep infinity\"}]",
+            ),
+        ]
+        .concat(),
+    );
+    let summary = run(tmp.path()).unwrap();
+    assert_eq!(
+        failing(&summary),
+        ["another policy's message", "a warning is not a denial"],
+        "{}",
+        summary.report
+    );
+    assert!(
+        summary.report.contains(
+            "no denial from no-latest: \"main asks for more than 2 GPUs\": \"gpu-max-2: container main asks for more than 2 GPUs"
+        ),
+        "{}",
+        summary.report
+    );
+    assert_eq!(
+        summary.report.lines().last(),
+        Some("2 passed, 2 failed"),
+        "{}",
+        summary.report
+    );
+}
+
+#[test]
+fn only_and_not_policies_say_which_policies_fire() {
+    let tmp = folder(
+        &[
+            case(
+                "all three listed",
+                "        onlyPolicies: [gpu-max-2, no-latest, no-keepalive]",
+            ),
+            case(
+                "a warning policy left out",
+                "        onlyPolicies: [gpu-max-2, no-latest]",
+            ),
+            case("none of them", "        onlyPolicies: []"),
+            case(
+                "a policy that stays quiet",
+                "        notPolicies: [gpu-max-3]",
+            ),
+            case(
+                "a warning policy fires",
+                "        notPolicies: [no-keepalive]",
+            ),
+        ]
+        .concat(),
+    );
+    let summary = run(tmp.path()).unwrap();
+    assert_eq!(
+        failing(&summary),
+        [
+            "a warning policy left out",
+            "none of them",
+            "a warning policy fires"
+        ],
+        "{}",
+        summary.report
+    );
+    assert!(
+        summary
+            .report
+            .contains("policies outside onlyPolicies fired: [\"no-keepalive\"]"),
+        "{}",
+        summary.report
+    );
+    assert!(
+        summary.report.contains("no-keepalive fired (notPolicies)"),
+        "{}",
+        summary.report
+    );
+}
+
+#[test]
+fn the_plain_string_form_does_not_load_and_shows_the_new_form() {
+    let tmp = folder(&case(
+        "old form",
+        "        denied: [\"gpu-max-2:\", \"asks for more than 2\"]",
+    ));
+    let err = run(tmp.path()).err().expect("a load error").to_string();
+    assert!(err.contains("tests.yaml: format / old form: "), "{err}");
+    assert!(
+        err.contains("expect.denied[0] is a plain string \"gpu-max-2:\"; name the policy the message must come from: `- {policy: gpu-max-2}`"),
+        "{err}"
+    );
+
+    let tmp = folder(&case(
+        "old form",
+        "        denied: [{policy: gpu-max-2}, \"asks for more than 2\"]",
+    ));
+    let err = run(tmp.path()).err().expect("a load error").to_string();
+    assert!(
+        err.contains("`- {policy: gpu-max-2, message: \"asks for more than 2\"}`"),
+        "{err}"
+    );
+
+    let tmp = folder(&case(
+        "old warnings",
+        "        warnings: [\"no-keepalive: sleep infinity\"]",
+    ));
+    let err = run(tmp.path()).err().expect("a load error").to_string();
+    assert!(
+        err.contains("old warnings: expect.warnings was renamed: write `warned: [{policy: NAME, message: SUBSTRING}]`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_case_without_an_expectation_does_not_load() {
+    let tmp = folder(
+        &[
+            case("checks nothing", "        {}"),
+            format!("    - name: no expect at all{POD}\n"),
+            case("fine", "        allowed: false"),
+        ]
+        .concat(),
+    );
+    let err = run(tmp.path()).err().expect("a load error").to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(
+        lines[1].ends_with("tests.yaml: format / checks nothing: the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched or noPatch"),
+        "{err}"
+    );
+    assert!(
+        lines[2].contains("tests.yaml: format / no expect at all: the case has no expectation"),
+        "{err}"
+    );
+}
+
+#[test]
+fn contradictory_expectations_do_not_load() {
+    for (expect, says) in [
+        (
+            "        allowed: true\n        denied: [{policy: gpu-max-2}]",
+            "expect.allowed is true but expect.denied is given",
+        ),
+        (
+            "        denied: [{policy: gpu-max-2}]\n        notPolicies: [gpu-max-2]",
+            "gpu-max-2 is both expected and in notPolicies",
+        ),
+        (
+            "        warned: [{policy: no-keepalive}]\n        onlyPolicies: [gpu-max-2]",
+            "no-keepalive is expected but not in onlyPolicies",
+        ),
+        (
+            "        denied: [{policy: gpu-max-2, mesage: typo}]",
+            "unknown field `mesage`",
+        ),
+    ] {
+        let tmp = folder(&case("contradiction", expect));
+        let err = run(tmp.path()).err().expect("a load error").to_string();
+        assert!(err.contains(says), "{expect}: {err}");
+    }
+}
