@@ -202,8 +202,9 @@ impl NamespaceLookup for NoNamespaces {
     }
 }
 
-/// A webhook that takes `delay` per answer, counts calls and the most
-/// calls seen at once, and answers with `outcome`.
+/// A webhook that takes `delay` per answer (a slow evaluation is the
+/// behaviour under test: its sleep paces nothing the test waits for),
+/// counts calls and the most calls seen at once, and answers with `outcome`.
 pub struct SlowWebhook {
     pub delay: Duration,
     pub outcome: Outcome,
