@@ -271,8 +271,9 @@ async fn slow_clients_are_cut_off() {
         r#"gpu_admission_connections_closed_total{listener="webhook",reason="header_timeout"}"#;
     // Headers never finished: the server closes the connection, after the
     // timeout (the upper bound is generous slack for a busy machine).
-    let mut client = server.connect().await;
+    // The timeout runs from the accept, so the clock starts before connecting.
     let started = Instant::now();
+    let mut client = server.connect().await;
     client
         .write_raw(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")
         .await
