@@ -218,7 +218,7 @@ mv "$work/deploy.yaml" "$work/base.yaml"
 
 step "schemas, references and matchConditions"
 cat > "$work/check.py" <<'EOF'
-import http.client, json, os, re, shutil, signal, socket, ssl, subprocess, sys, time, urllib.error, urllib.request, warnings
+import base64, http.client, json, os, re, shutil, signal, socket, ssl, subprocess, sys, time, urllib.error, urllib.request, warnings
 import yaml
 import kubernetes_validate
 import celpy
@@ -556,6 +556,32 @@ class ServiceConnection(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
+def mutation_smoke(answer, pod):
+    """The /mutate answer for a GPU pod: a base64 JSON patch that adds the
+    shipped profile's toleration and a required GPU node-affinity term."""
+    check(answer.get("patchType") == "JSONPatch", f"server: /mutate patchType is {answer.get('patchType')!r}")
+    try:
+        ops = json.loads(base64.b64decode(answer.get("patch", ""), validate=True))
+    except (ValueError, TypeError) as e:
+        check(False, f"server: /mutate patch is not base64 JSON: {e}")
+        return
+    check(isinstance(ops, list) and all(isinstance(o, dict) and o.get("op") == "add" for o in ops),
+          f"server: /mutate patch is not a list of add operations: {str(ops)[:200]}")
+    if not isinstance(ops, list):
+        return
+    values = {o.get("path"): o.get("value") for o in ops if isinstance(o, dict)}
+    toleration = {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+    check(values.get("/spec/tolerations") == [toleration],
+          f"server: /mutate does not add the toleration sku=gpu:NoSchedule: {str(ops)[:300]}")
+    terms = values.get("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+    check(isinstance(terms, list) and any(
+        e.get("key") == "kubernetes.azure.com/accelerator" and e.get("values") == ["nvidia"]
+        for t in terms for e in t.get("matchExpressions", [])),
+          f"server: /mutate does not require a node with kubernetes.azure.com/accelerator=nvidia: {str(ops)[:300]}")
+    check(not any(o.get("path", "").startswith("/spec/containers") for o in ops if isinstance(o, dict)),
+          f"server: /mutate changes the containers: {str(ops)[:300]}")
+
+
 def review(uid, pod):
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -684,9 +710,14 @@ def run_server(objs, binary, run_dir):
                 resp = conn.getresponse()
                 body = json.loads(resp.read() or b"{}")
                 conn.close()
-                check(resp.status == 200 and body.get("response", {}).get("uid") == uid
-                      and "allowed" in body["response"],
-                      f"server: {path} over TLS as {service_name}: HTTP {resp.status}, {str(body)[:200]}")
+                answer = body.get("response", {})
+                check(resp.status == 200 and answer.get("uid") == uid and answer.get("allowed") is True,
+                      f"server: {path} over TLS as {service_name}: expected HTTP 200 allowing the GPU pod, "
+                      f"got HTTP {resp.status}, {str(body)[:200]}")
+                if path == "/mutate":
+                    mutation_smoke(answer, gpu_pod)
+                else:
+                    check("patch" not in answer, f"server: /validate answered with a patch: {str(answer)[:200]}")
             except (OSError, ssl.SSLError, ValueError) as e:
                 check(False, f"server: {path} over TLS as {service_name}: {e}")
 

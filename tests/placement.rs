@@ -5,6 +5,9 @@
 //! object) and `expected.json` (the object after the returned patch; equal
 //! to pod.json when nothing should change). Set `GPU_ADMISSION_BLESS=1` to
 //! rewrite expected.json from the current output, then review the diff.
+//! Each case also has a hand-written check of the property it exists for
+//! (`check_property`), run on the real output, so a snapshot blessed from
+//! wrong output still fails; a new case needs one.
 //!
 //! tests/fixtures/placement/nodepools holds Karpenter NodePools the same
 //! way: `nodepool.json` and `expected.json`.
@@ -93,6 +96,10 @@ fn run(admission: &Admission, dir: &Path) -> Result<(), String> {
     }
     serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(patched.clone())
         .map_err(|e| format!("patched object is not a Pod: {e}"))?;
+    // The property the case exists for, written by hand: a snapshot blessed
+    // from wrong output cannot satisfy it.
+    let case = dir.file_name().unwrap().to_string_lossy();
+    check_property(&case, &pod, &patched, outcome.profile.as_deref())?;
     let expected_path = dir.join("expected.json");
     if std::env::var_os("GPU_ADMISSION_BLESS").is_some() {
         let text = serde_json::to_string_pretty(&patched).unwrap() + "\n";
@@ -147,30 +154,190 @@ fn fixture(case: &str) -> (Value, Value) {
     )
 }
 
-#[test]
-fn gpu_pods_are_patched_and_others_are_not() {
-    for case in [
-        "nvidia-training-pod",
-        "existing-required-terms",
-        "tolerates-everything",
-        "mig-job-pod",
-        "amd-mi300x",
-        "sidecar-gpu",
-        "daemonset-match-fields",
-        "nap-node-selector",
-        "unknown-fields",
-    ] {
-        let (pod, expected) = fixture(case);
-        assert_ne!(pod, expected, "{case} should be patched");
+const SKU_TOLERATION: &str =
+    r#"{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}"#;
+const ACCELERATOR: &str = "kubernetes.azure.com/accelerator";
+const MANUFACTURER: &str = "karpenter.azure.com/sku-gpu-manufacturer";
+const PROFILE_ANNOTATION: &str = "gpu-admission.io/placement-profile";
+
+fn tolerations(pod: &Value) -> Vec<Value> {
+    pod["spec"]["tolerations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn sku_tolerations(pod: &Value) -> usize {
+    let sku: Value = serde_json::from_str(SKU_TOLERATION).unwrap();
+    tolerations(pod).iter().filter(|t| **t == sku).count()
+}
+
+fn required_terms(pod: &Value) -> Vec<Value> {
+    pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Whether `term` has the requirement `key In [value]`.
+fn requires(term: &Value, key: &str, value: &str) -> bool {
+    term["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|e| e["key"] == key && e["operator"] == "In" && e["values"] == json!([value]))
+}
+
+fn ensure(ok: bool, what: &str) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("property broken: {what}"))
     }
-    for case in [
-        "already-placed",
-        "cpu-pod",
-        "zero-gpus",
-        "conflict-accelerator-none",
-    ] {
-        let (pod, expected) = fixture(case);
-        assert_eq!(pod, expected, "{case} should be left alone");
+}
+
+/// Checks the property fixture `case` exists for on its mutated pod.
+/// Every case must have one: a new fixture without one fails here.
+fn check_property(
+    case: &str,
+    pod: &Value,
+    patched: &Value,
+    profile: Option<&str>,
+) -> Result<(), String> {
+    // Common to all: existing tolerations are kept, in their order.
+    let before = tolerations(pod);
+    ensure(
+        tolerations(patched).starts_with(&before),
+        "existing tolerations kept in order",
+    )?;
+    let untouched = |what: &str| ensure(patched == pod && profile.is_none(), what);
+    // A GPU pod placed by `want`: the toleration once, the profile named
+    // in an annotation.
+    let placed = |want: &str| -> Result<(), String> {
+        ensure(profile == Some(want), &format!("profile {want} reported"))?;
+        ensure(
+            patched["metadata"]["annotations"][PROFILE_ANNOTATION] == want,
+            "profile annotation",
+        )?;
+        ensure(
+            sku_tolerations(patched) == 1,
+            "sku=gpu:NoSchedule tolerated once",
+        )
+    };
+    // Every required term selects `vendor` GPU nodes.
+    let every_term_selects = |vendor: &str| -> Result<(), String> {
+        let terms = required_terms(patched);
+        ensure(
+            !terms.is_empty()
+                && terms
+                    .iter()
+                    .all(|t| requires(t, ACCELERATOR, vendor) || requires(t, MANUFACTURER, vendor)),
+            &format!("every required term selects {vendor} GPU nodes: {terms:?}"),
+        )
+    };
+    match case {
+        "already-placed" => untouched("a pod that already tolerates and selects is left alone"),
+        "cpu-pod" => untouched("nothing added for a CPU pod"),
+        "zero-gpus" => untouched("nothing added for a pod asking for \"0\" GPUs"),
+        "conflict-accelerator-none" => untouched(
+            "a pod selecting non-GPU nodes is not rewritten (the validating side denies it)",
+        ),
+        "nvidia-training-pod" | "mig-job-pod" => {
+            placed("aks-nvidia")?;
+            every_term_selects("nvidia")?;
+            ensure(
+                required_terms(patched).len() == 2,
+                "one term per way to find the nodes",
+            )
+        }
+        "sidecar-gpu" => {
+            ensure(
+                pod["spec"]["containers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|c| c["resources"]["limits"].get("nvidia.com/gpu").is_none()),
+                "only the init container asks for a GPU",
+            )?;
+            placed("aks-nvidia")?;
+            every_term_selects("nvidia")
+        }
+        "amd-mi300x" => {
+            placed("aks-amd")?;
+            let terms = required_terms(patched);
+            ensure(
+                terms.iter().all(|t| !t.to_string().contains("nvidia")),
+                "no NVIDIA requirement on an AMD pod",
+            )?;
+            ensure(
+                terms.iter().any(|t| requires(t, MANUFACTURER, "amd")),
+                "AMD GPU nodes required",
+            )
+        }
+        "tolerates-everything" => {
+            ensure(profile == Some("aks-nvidia"), "profile aks-nvidia")?;
+            ensure(
+                tolerations(patched) == before,
+                "no toleration added: an empty-key Exists tolerates every taint",
+            )?;
+            every_term_selects("nvidia")
+        }
+        "nap-node-selector" => {
+            placed("aks-nvidia")?;
+            ensure(
+                patched["spec"]["nodeSelector"] == pod["spec"]["nodeSelector"],
+                "nodeSelector kept",
+            )?;
+            ensure(
+                patched["spec"].get("affinity").is_none(),
+                "no affinity added: the nodeSelector already selects NVIDIA GPU nodes",
+            )
+        }
+        "existing-required-terms" | "daemonset-match-fields" => {
+            placed("aks-nvidia")?;
+            let old = required_terms(pod);
+            let new = required_terms(patched);
+            every_term_selects("nvidia")?;
+            // Each existing term gets the requirement appended; none is
+            // dropped or rewritten, and the preferred terms stay as they were.
+            let kept = |o: &Value, n: &Value| {
+                ["matchExpressions", "matchFields"].iter().all(|field| {
+                    let old = o[field].as_array().cloned().unwrap_or_default();
+                    let new = n[field].as_array().cloned().unwrap_or_default();
+                    new.starts_with(&old)
+                })
+            };
+            ensure(
+                new.len() >= old.len() && new.len().is_multiple_of(old.len()),
+                "terms are the existing ones, each with the GPU requirement",
+            )?;
+            ensure(
+                new.iter().all(|n| old.iter().any(|o| kept(o, n))),
+                &format!("every term keeps an existing term's requirements: {new:?}"),
+            )?;
+            ensure(
+                old.iter().all(|o| new.iter().any(|n| kept(o, n))),
+                "every existing term is still there",
+            )?;
+            ensure(
+                patched["spec"]["affinity"]["nodeAffinity"]
+                    ["preferredDuringSchedulingIgnoredDuringExecution"]
+                    == pod["spec"]["affinity"]["nodeAffinity"]
+                        ["preferredDuringSchedulingIgnoredDuringExecution"],
+                "preferred terms untouched",
+            )
+        }
+        "unknown-fields" => {
+            placed("aks-nvidia")?;
+            ensure(
+                pod["spec"].get("schedulingFuture").is_some()
+                    && patched["spec"]["schedulingFuture"] == pod["spec"]["schedulingFuture"],
+                "a field unknown to k8s-openapi is kept as it came",
+            )?;
+            every_term_selects("nvidia")
+        }
+        other => Err(format!("no hand-written property for fixture {other}")),
     }
 }
 
@@ -332,23 +499,39 @@ fn nodepool_fixtures_on_create_and_update() {
 }
 
 #[test]
-fn gpu_only_nodepools_are_patched_and_others_are_not() {
-    for case in [
-        "gpu-only-nvidia",
-        "gpu-only-existing-taints",
-        "gpu-only-amd",
-    ] {
-        let (pool, expected) = nodepool_fixture(case);
-        assert_ne!(pool, expected, "{case} should be patched");
-    }
-    for case in [
-        "kaito-generated",
-        "cpu",
-        "mixed-cpu-gpu",
-        "nvidia-resource-taint",
-    ] {
-        let (pool, expected) = nodepool_fixture(case);
-        assert_eq!(pool, expected, "{case} should be left alone");
+fn gpu_only_nodepools_get_the_taint_once_and_others_are_left_alone() {
+    let admission = admission();
+    let taint = json!({"key": "sku", "value": "gpu", "effect": "NoSchedule"});
+    let taints = |pool: &Value| {
+        pool["spec"]["template"]["spec"]["taints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    for case in nodepool_cases() {
+        let (pool, _) = nodepool_fixture(&case);
+        let outcome = admission.mutate(&pool_request(&pool, Operation::Create));
+        let mut patched = pool.clone();
+        if let Some(patch) = &outcome.response.patch {
+            json_patch::patch(&mut patched, patch).unwrap();
+        }
+        match case.as_str() {
+            // GPU-only pools with no GPU taint: the taint is added once,
+            // after the taints already there.
+            "gpu-only-nvidia" | "gpu-only-existing-taints" | "gpu-only-amd" => {
+                let (old, new) = (taints(&pool), taints(&patched));
+                assert!(new.starts_with(&old), "{case}: {new:?}");
+                assert_eq!(new.len(), old.len() + 1, "{case}: {new:?}");
+                assert_eq!(new.last(), Some(&taint), "{case}");
+            }
+            // No GPUs, GPUs mixed with CPUs, or a GPU taint already there
+            // (KAITO's sku=gpu, or the nvidia.com/gpu one).
+            "cpu" | "mixed-cpu-gpu" | "kaito-generated" | "nvidia-resource-taint" => {
+                assert_eq!(outcome.response.patch, None, "{case}");
+                assert_eq!(outcome.profile, None, "{case}");
+            }
+            other => panic!("no hand-written property for NodePool fixture {other}"),
+        }
     }
 }
 

@@ -128,6 +128,9 @@ async fn expiry_gauge(server: &TestServer) -> i64 {
         .unwrap()
 }
 
+const REFUSED: &str = r#"gpu_admission_certificate_reloads_total{result="refused"}"#;
+const RELOADED: &str = r#"gpu_admission_certificate_reloads_total{result="reloaded"}"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_certificate_is_not_reloaded_and_the_expiry_gauge_follows() {
     let server = TestServer::start(config()).await;
@@ -136,21 +139,19 @@ async fn expired_certificate_is_not_reloaded_and_the_expiry_gauge_follows() {
     assert_eq!(expiry_gauge(&server).await, first);
     let old = server.connect().await.peer_certificate();
 
-    // An expired pair lands in the served files: refused, the old one kept.
+    // An expired pair lands in the served files: once the reloader has
+    // read and refused it, the old one is still served.
+    let refused = server.metric(REFUSED).await;
     write_pair(&server.certs_dir, (2020, 1, 1), (2021, 1, 1));
-    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    server.wait_for_metric_above(REFUSED, refused).await;
+    assert_eq!(server.metric(RELOADED).await, 0.0);
     assert_eq!(server.connect().await.peer_certificate(), old);
     assert_eq!(expiry_gauge(&server).await, first);
 
     // A valid one is taken, and the gauge says when it ends.
     write_pair(&server.certs_dir, (2020, 1, 1), (2090, 1, 1));
     let expected = not_after_secs(&served);
-    for _ in 0..100 {
-        if expiry_gauge(&server).await == expected {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    server.wait_for_metric_above(RELOADED, 0.0).await;
     assert_eq!(expiry_gauge(&server).await, expected);
     server.stop().await;
 }

@@ -8,18 +8,20 @@ use common::{config, fixture, SlowWebhook, TestServer};
 use gpu_admission::server::ServeConfig;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_flight_requests_finish_while_draining() {
+    let webhook = Arc::new(SlowWebhook::new(Duration::from_millis(1500)));
     let server = Arc::new(
         TestServer::start_with(
             ServeConfig {
                 shutdown_delay: Duration::from_millis(600),
                 ..config()
             },
-            Arc::new(SlowWebhook::new(Duration::from_millis(1500))),
+            webhook.clone(),
         )
         .await,
     );
@@ -38,7 +40,7 @@ async fn in_flight_requests_finish_while_draining() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until_running(&webhook).await;
     let started = Instant::now();
     server.shutdown.trigger();
 
@@ -53,11 +55,22 @@ async fn in_flight_requests_finish_while_draining() {
     );
     assert_eq!(server.get("/healthz").await.0, StatusCode::OK);
 
-    // After the delay the listener is closed.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // After the delay the listener is closed: new connections are refused,
+    // not before the delay.
+    for _ in 0..100 {
+        if server.try_connect().await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let closed = started.elapsed();
     assert!(
         server.try_connect().await.is_err(),
         "new connections refused"
+    );
+    assert!(
+        closed >= Duration::from_millis(600),
+        "closed after {closed:?}"
     );
 
     let (status, body) = in_flight.await.unwrap();
@@ -66,7 +79,7 @@ async fn in_flight_requests_finish_while_draining() {
         body["response"]["uid"],
         "3f1c2a9e-7b4d-4e1a-9c55-0d6e2b8f4a11"
     );
-    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(webhook.calls.load(Ordering::SeqCst), 1);
 
     let server = Arc::try_unwrap(server).ok().expect("sole owner");
     tokio::time::timeout(Duration::from_secs(5), server.task)
@@ -74,17 +87,21 @@ async fn in_flight_requests_finish_while_draining() {
         .expect("exits once drained")
         .unwrap()
         .unwrap();
-    // The idle connection was closed by the server.
-    let _ = tokio::time::timeout(Duration::from_secs(2), idle.read_eof())
+    // The idle connection was closed by the server, with no answer.
+    let read = tokio::time::timeout(Duration::from_secs(2), idle.read_eof())
         .await
         .expect("idle connection closed");
+    assert!(
+        matches!(&read, Ok(0))
+            || matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof),
+        "{read:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_trigger_exits_without_draining() {
-    let server = Arc::new(
-        TestServer::start_with(config(), Arc::new(SlowWebhook::new(Duration::from_secs(4)))).await,
-    );
+    let webhook = Arc::new(SlowWebhook::new(Duration::from_secs(4)));
+    let server = Arc::new(TestServer::start_with(config(), webhook.clone()).await);
     let _in_flight = tokio::spawn({
         let server = server.clone();
         async move {
@@ -93,15 +110,37 @@ async fn second_trigger_exits_without_draining() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until_running(&webhook).await;
     server.shutdown.trigger();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Draining has begun once readiness says so.
+    for _ in 0..100 {
+        if server.get_metrics_listener("/readyz").await.0 == StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        server.get_metrics_listener("/readyz").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    // The second trigger ends it well before the 4 s request would have.
     let started = Instant::now();
     server.shutdown.trigger();
     while !server.task.is_finished() {
-        assert!(started.elapsed() < Duration::from_secs(1), "did not abort");
+        assert!(started.elapsed() < Duration::from_secs(3), "did not abort");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Waits (at most 10 s) until the webhook is answering a request.
+async fn wait_until_running(webhook: &SlowWebhook) {
+    for _ in 0..500 {
+        if webhook.running.load(Ordering::SeqCst) >= 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the request never reached the webhook");
 }
 
 #[test]

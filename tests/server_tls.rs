@@ -88,6 +88,18 @@ impl Traffic {
         }
     }
 
+    /// Waits (at most 30 s) until `n` more requests have succeeded.
+    async fn wait_for_more(&self, n: usize) {
+        let target = self.ok.load(Ordering::SeqCst) + n;
+        for _ in 0..300 {
+            if self.ok.load(Ordering::SeqCst) >= target {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("fewer than {n} requests succeeded in 30 s");
+    }
+
     async fn finish(self) -> (usize, usize) {
         self.stop.store(true, Ordering::SeqCst);
         for t in self.tasks {
@@ -105,13 +117,14 @@ async fn rewritten_certificate_files_are_served_without_restart() {
     let server = Arc::new(TestServer::start(config()).await);
     let old = served_cert(&server).await;
     let traffic = Traffic::start(&server);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    traffic.wait_for_more(5).await;
 
     // Issue a certificate with one more name into the files being served.
     let ensured = certs::ensure(&server.certs_dir, &names(&["reload.example"])).unwrap();
     assert!(ensured.issued_cert && !ensured.created_ca);
     wait_for_new_cert(&server, &old).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Requests keep succeeding once the new certificate is served.
+    traffic.wait_for_more(5).await;
 
     let (ok, failed) = traffic.finish().await;
     assert_eq!(failed, 0, "{failed} failed requests of {}", ok + failed);
@@ -164,7 +177,7 @@ async fn secret_volume_data_symlink_swap_is_picked_up() {
     );
     let old = served_cert(&server).await;
     let traffic = Traffic::start(&server);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    traffic.wait_for_more(5).await;
 
     // The kubelet's swap: new timestamped dir, `..data_tmp` link renamed
     // over `..data`, old dir removed. tls.crt itself is never written.
@@ -175,11 +188,15 @@ async fn secret_volume_data_symlink_swap_is_picked_up() {
     std::fs::remove_dir_all(volume.join("..2026_11_29_10_00_00.1")).unwrap();
 
     wait_for_new_cert(&server, &old).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Requests keep succeeding once the new certificate is served.
+    traffic.wait_for_more(5).await;
     let (ok, failed) = traffic.finish().await;
     assert_eq!(failed, 0, "{failed} failed requests of {}", ok + failed);
     assert!(ok > 10, "only {ok} requests ran");
 }
+
+const REFUSED: &str = r#"gpu_admission_certificate_reloads_total{result="refused"}"#;
+const RELOADED: &str = r#"gpu_admission_certificate_reloads_total{result="reloaded"}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_written_pair_keeps_the_current_certificate() {
@@ -188,19 +205,22 @@ async fn half_written_pair_keeps_the_current_certificate() {
     let cert_path = server.certs_dir.join("tls.crt");
     let key_path = server.certs_dir.join("tls.key");
 
-    // A new certificate whose key has not arrived yet.
+    // A new certificate whose key has not arrived yet: once the reloader
+    // has read and refused it, the old one is still served.
+    let refused = server.metric(REFUSED).await;
     let staging = tempfile::tempdir().unwrap();
     certs::ensure(staging.path(), &names(&[])).unwrap();
     std::fs::copy(staging.path().join("tls.crt"), &cert_path).unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let refused = server.wait_for_metric_above(REFUSED, refused).await;
     assert_eq!(served_cert(&server).await, old, "mismatched pair not used");
 
     // A truncated certificate file.
     std::fs::write(&cert_path, "-----BEGIN CERTIFICATE-----\nMIIB").unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    server.wait_for_metric_above(REFUSED, refused).await;
     assert_eq!(served_cert(&server).await, old);
     let (status, _) = server.get("/healthz").await;
     assert_eq!(status, axum::http::StatusCode::OK);
+    assert_eq!(server.metric(RELOADED).await, 0.0);
 
     // Once both halves are there, the pair is served. (Its CA is the
     // staging one, so trust it by checking the raw certificate bytes.)
@@ -212,17 +232,13 @@ async fn half_written_pair_keeps_the_current_certificate() {
         .unwrap()
         .unwrap()
         .to_vec();
-    let mut served = Vec::new();
-    for _ in 0..50 {
-        let tls = client_config(
-            &std::fs::read_to_string(staging.path().join("ca.crt")).unwrap(),
-            &[b"http/1.1"],
-        );
-        if let Ok(client) = common::http::Client::connect(server.addr, tls, "localhost").await {
-            served = client.peer_certificate();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(served, staged);
+    server.wait_for_metric_above(RELOADED, 0.0).await;
+    let tls = client_config(
+        &std::fs::read_to_string(staging.path().join("ca.crt")).unwrap(),
+        &[b"http/1.1"],
+    );
+    let client = common::http::Client::connect(server.addr, tls, "localhost")
+        .await
+        .expect("the staged pair is served");
+    assert_eq!(client.peer_certificate(), staged);
 }

@@ -86,8 +86,9 @@ fn oversized_expressions_are_rejected() {
     let long = vec!["1"; 3000].join(" + ");
     let err = compile(&env, &long).unwrap_err();
     assert!(err.message.contains("bytes long"), "{err}");
-    let deep = format!("{}1{}", "(".repeat(40), ")".repeat(40));
-    assert!(compile(&env, &deep).is_ok() || compile(&env, &deep).is_err());
+    // Parentheses add no level to the tree: forty of them are accepted.
+    let parens = format!("{}1{}", "(".repeat(40), ")".repeat(40));
+    assert!(compile(&env, &parens).is_ok());
     let chain = format!("object{}", ".b".repeat(100));
     let err = compile(&env, &chain).unwrap_err();
     assert!(err.message.contains("nested too deeply"), "{err}");
@@ -177,4 +178,132 @@ fn a_panic_inside_a_policy_budget_leaves_the_thread_clean() {
         )
     });
     assert_eq!(ok, Ok(Value::Bool(true)));
+}
+
+/// Cost units `source` uses on `object`, measured without a limit.
+fn cost_of(source: &str, object: &serde_json::Value) -> u64 {
+    let env = Env::default();
+    let compiled = compile(&env, source).unwrap();
+    let mut ctx = env.scope();
+    ctx.add_variable_from_value("object", json_to_value(object));
+    let (result, used) =
+        celrs::budget::with_budget(u64::MAX, || Value::resolve(&compiled.ast, &ctx));
+    assert_eq!(result, Ok(Value::Bool(true)), "{source}");
+    used
+}
+
+/// An expression that costs about `units`: a call on a string is charged
+/// one unit per ten bytes of it, whatever the call does.
+const SIZED: &str = "object.s.size() > 0";
+
+fn sized(units: u64) -> serde_json::Value {
+    json!({ "s": "x".repeat(units as usize * 10) })
+}
+
+#[test]
+fn an_expression_over_its_limit_stops_with_the_cost_error() {
+    let over = sized(EXPRESSION_COST_LIMIT);
+    assert!(cost_of(SIZED, &over) > EXPRESSION_COST_LIMIT);
+    assert_eq!(
+        eval_with(SIZED, over),
+        Err(EvalError::CostLimit(format!(
+            "cost limit exceeded: the expression used more than {EXPRESSION_COST_LIMIT} cost units and was stopped (an evaluation error, not a violation)"
+        )))
+    );
+    // Just under the limit, the same expression completes.
+    let under = sized(EXPRESSION_COST_LIMIT - 100);
+    assert!(cost_of(SIZED, &under) < EXPRESSION_COST_LIMIT);
+    assert_eq!(eval_with(SIZED, under), Ok(Value::Bool(true)));
+}
+
+#[test]
+fn the_eleventh_expression_of_a_binding_runs_out_of_the_policy_budget() {
+    let object = sized(950_000);
+    let cost = cost_of(SIZED, &object);
+    // Each fits its own limit; ten fit the policy's budget, eleven do not.
+    assert!(cost < EXPRESSION_COST_LIMIT, "{cost}");
+    assert!(10 * cost <= POLICY_COST_LIMIT && 11 * cost > POLICY_COST_LIMIT);
+    let results: Vec<Result<Value, EvalError>> =
+        with_policy_budget(|| (0..11).map(|_| eval_with(SIZED, object.clone())).collect());
+    for (i, result) in results[..10].iter().enumerate() {
+        assert_eq!(result, &Ok(Value::Bool(true)), "expression {i}");
+    }
+    assert_eq!(
+        results[10],
+        Err(EvalError::CostLimit(format!(
+            "cost limit exceeded: the policy used more than {POLICY_COST_LIMIT} cost units on this request and was stopped (an evaluation error, not a violation)"
+        )))
+    );
+}
+
+#[test]
+fn after_a_cost_limit_error_the_next_evaluation_has_its_whole_budget() {
+    let near = sized(950_000);
+    assert!(matches!(
+        eval_with(SIZED, sized(EXPRESSION_COST_LIMIT)),
+        Err(EvalError::CostLimit(_))
+    ));
+    // No budget is left installed on the thread by the failed evaluation.
+    assert_eq!(celrs::budget::charge(u64::MAX), Ok(()));
+    assert_eq!(eval_with(SIZED, near.clone()), Ok(Value::Bool(true)));
+
+    // The same for a policy's budget: a binding that ran out leaves the next
+    // one its whole budget, ten near-limit expressions.
+    let first = with_policy_budget(|| {
+        (0..11)
+            .map(|_| eval_with(SIZED, near.clone()))
+            .collect::<Vec<_>>()
+    });
+    assert!(
+        matches!(first[10], Err(EvalError::CostLimit(_))),
+        "{first:?}"
+    );
+    let second = with_policy_budget(|| {
+        (0..10)
+            .map(|_| eval_with(SIZED, near.clone()))
+            .collect::<Vec<_>>()
+    });
+    assert!(
+        second.iter().all(|r| r == &Ok(Value::Bool(true))),
+        "{second:?}"
+    );
+}
+
+#[test]
+fn a_deep_expression_stops_with_the_depth_error_not_a_stack_overflow() {
+    // Deeper than the interpreter's frame limit; the default compile limits
+    // (depth 48) refuse it at load, so they are lifted here.
+    let env = Env {
+        limits: Limits {
+            max_source_len: 1 << 20,
+            max_nodes: 1 << 20,
+            max_depth: 10_000,
+            max_comprehension_nesting: 3,
+        },
+        ..Env::default()
+    };
+    let depth = celrs::budget::MAX_EVAL_DEPTH as usize + 50;
+    let source = format!("{}1{}", "(1 + ".repeat(depth), ")".repeat(depth));
+    let compiled = compile(&env, &source).unwrap();
+    // The stack policy evaluations run on (crate::policy::EVALUATION_STACK).
+    let result = std::thread::Builder::new()
+        .stack_size(crate::policy::EVALUATION_STACK)
+        .spawn(move || {
+            let ctx = env.scope();
+            evaluate(&compiled, &ctx)
+        })
+        .unwrap()
+        .join()
+        .expect("no stack overflow");
+    assert_eq!(
+        result,
+        Err(EvalError::Runtime(
+            "expression nesting too deep".to_string()
+        ))
+    );
+    // The depth count is restored: a shallow expression runs on this thread.
+    assert_eq!(
+        eval_with("(1 + (1 + 1)) == 3", json!({})),
+        Ok(Value::Bool(true))
+    );
 }

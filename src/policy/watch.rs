@@ -122,37 +122,65 @@ mod tests {
         false
     }
 
+    /// Waits (at most 5 s) until the watcher thread has ended, which drops
+    /// the callback and with it its clone of `shared`.
+    fn wait_for_thread_end<T>(shared: &Arc<T>) {
+        for _ in 0..100 {
+            if Arc::strong_count(shared) == 1 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the watcher thread is still running");
+    }
+
+    /// What the kubelet does on a ConfigMap update: new timestamped dir, new
+    /// symlink, rename over ..data.
+    fn swap(root: &Path, version: &str, text: &str) {
+        std::fs::create_dir(root.join(version)).unwrap();
+        std::fs::write(root.join(version).join("p.yaml"), text).unwrap();
+        std::os::unix::fs::symlink(version, root.join("..data_tmp")).unwrap();
+        std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    }
+
     #[test]
     fn sees_configmap_symlink_swap() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
+        let root = dir.path().to_path_buf();
         std::fs::create_dir(root.join("..2026_01")).unwrap();
         std::fs::write(root.join("..2026_01/p.yaml"), "a: 1\n").unwrap();
         std::os::unix::fs::symlink("..2026_01", root.join("..data")).unwrap();
         std::os::unix::fs::symlink("..data/p.yaml", root.join("p.yaml")).unwrap();
-        let count = Arc::new(AtomicUsize::new(0));
-        let c = Arc::clone(&count);
+        // Each call records what the file says when it runs.
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let (s, file) = (Arc::clone(&seen), root.join("p.yaml"));
         let options = WatchOptions {
             rescan: Duration::from_secs(3600),
             events: true,
         };
-        let _w = watch_dir(root, options, move || {
-            c.fetch_add(1, Ordering::SeqCst);
+        let _w = watch_dir(&root, options, move || {
+            s.lock()
+                .unwrap()
+                .push(std::fs::read_to_string(&file).unwrap());
         })
         .unwrap();
-        // What the kubelet does: new timestamped dir, new symlink, rename over ..data.
-        std::fs::create_dir(root.join("..2026_02")).unwrap();
-        std::fs::write(root.join("..2026_02/p.yaml"), "a: 2\n").unwrap();
-        std::os::unix::fs::symlink("..2026_02", root.join("..data_tmp")).unwrap();
-        std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
-        assert!(wait_for(&count, 1), "no change seen");
-        assert_eq!(
-            std::fs::read_to_string(root.join("p.yaml")).unwrap(),
-            "a: 2\n"
-        );
-        // Debounced: one burst, one call.
-        std::thread::sleep(DEBOUNCE * 3);
-        assert_eq!(count.load(Ordering::SeqCst), 1);
+        let calls = || seen.lock().unwrap().clone();
+        let wait_until_seen = |text: &str| {
+            for _ in 0..100 {
+                if calls().iter().any(|t| t == text) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            panic!("{text:?} never seen: {:?}", calls());
+        };
+        swap(&root, "..2026_02", "a: 2\n");
+        wait_until_seen("a: 2\n");
+        // Debounced: one burst, one call. A second swap is seen after the
+        // first burst's calls, so by then all of them are recorded.
+        swap(&root, "..2026_03", "a: 3\n");
+        wait_until_seen("a: 3\n");
+        assert_eq!(calls(), ["a: 2\n", "a: 3\n"]);
     }
 
     #[test]
@@ -170,13 +198,7 @@ mod tests {
         .unwrap();
         assert!(wait_for(&count, 3), "no periodic rescan");
         drop(watcher);
-        std::thread::sleep(Duration::from_millis(100));
-        let stopped = count.load(Ordering::SeqCst);
-        std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(
-            count.load(Ordering::SeqCst),
-            stopped,
-            "still rescanning after drop"
-        );
+        // The thread ends (no more rescans): its callback is dropped.
+        wait_for_thread_end(&count);
     }
 }

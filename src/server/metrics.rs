@@ -91,9 +91,17 @@ struct PolicyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProfileLabels {
     profile: String,
 }
+
+/// Results of re-reading the serving certificate files.
+const CERTIFICATE_RELOAD_RESULTS: [&str; 3] = ["reloaded", "unchanged", "refused"];
 
 /// A cheap, cloneable handle on the metrics registry.
 #[derive(Clone)]
@@ -114,6 +122,7 @@ struct Inner {
     open_connections: Family<ListenerLabels, Gauge>,
     connections_closed: Family<ClosedLabels, Counter>,
     certificate_expiry: Gauge,
+    certificate_reloads: Family<ReloadLabels, Counter>,
 }
 
 /// Saturation: what requests wait for and what they are refused for.
@@ -250,6 +259,15 @@ impl Metrics {
             "Unix time at which the served certificate's notAfter is reached",
             certificate_expiry.clone(),
         );
+        let certificate_reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "gpu_admission_certificate_reloads",
+            "Times the serving certificate files were re-read, by result (reloaded, unchanged, refused: the current certificate stays)",
+            certificate_reloads.clone(),
+        );
+        for result in CERTIFICATE_RELOAD_RESULTS {
+            let _ = certificate_reloads.get_or_create(&ReloadLabels { result });
+        }
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -264,6 +282,7 @@ impl Metrics {
                 open_connections,
                 connections_closed,
                 certificate_expiry,
+                certificate_reloads,
             }),
         }
     }
@@ -325,6 +344,15 @@ impl Metrics {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
         self.inner.certificate_expiry.set(secs);
+    }
+
+    /// Counts one re-reading of the certificate files, by `result` (one of
+    /// [`CERTIFICATE_RELOAD_RESULTS`]).
+    pub fn inc_certificate_reloads(&self, result: &'static str) {
+        self.inner
+            .certificate_reloads
+            .get_or_create(&ReloadLabels { result })
+            .inc();
     }
 
     /// Records one answered request.
@@ -440,6 +468,7 @@ mod tests {
         m.add_open_connections("webhook", -1);
         m.inc_connections_closed("webhook", "header_timeout");
         m.set_certificate_expiry(std::time::UNIX_EPOCH + Duration::from_secs(1_795_000_000));
+        m.inc_certificate_reloads("refused");
         let text = m.encode();
         for line in [
             r#"gpu_admission_requests_total{endpoint="validate",kind="Pod",operation="CREATE",decision="denied"} 1"#,
@@ -452,6 +481,8 @@ mod tests {
             r#"gpu_admission_open_connections{listener="webhook"} 1"#,
             r#"gpu_admission_connections_closed_total{listener="webhook",reason="header_timeout"} 1"#,
             "gpu_admission_certificate_expiry_seconds 1795000000",
+            r#"gpu_admission_certificate_reloads_total{result="refused"} 1"#,
+            r#"gpu_admission_certificate_reloads_total{result="reloaded"} 0"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

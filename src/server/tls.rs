@@ -305,10 +305,14 @@ async fn reload_loop(
                 }
                 if new.cert != resolver.current().cert {
                     resolver.set(new);
+                    metrics.inc_certificate_reloads("reloaded");
                     tracing::info!(cert = %cert.display(), "serving certificate reloaded");
+                } else {
+                    metrics.inc_certificate_reloads("unchanged");
                 }
             }
             Ok(Err(err)) => {
+                metrics.inc_certificate_reloads("refused");
                 let message = err.to_string();
                 if last_error.as_deref() != Some(message.as_str()) {
                     tracing::warn!("keeping the current serving certificate: {message}");

@@ -242,10 +242,8 @@ pub async fn measure_body(binary: &Path, path: &str, body: &[u8]) -> (Figures, V
         let (status, _) = server.post(path, &normal).await;
         assert_eq!(status, 200);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let baseline = server.memory().1;
     let mut answers = vec![server.post(path, body).await];
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let one = server.memory().1;
     let (a, b, c, d) = tokio::join!(
         server.post(path, body),
@@ -254,7 +252,6 @@ pub async fn measure_body(binary: &Path, path: &str, body: &[u8]) -> (Figures, V
         server.post(path, body)
     );
     answers.extend([a, b, c, d]);
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let four = server.memory().1;
     (
         Figures {

@@ -120,6 +120,28 @@ impl TestServer {
         plain_get(addr, path).await
     }
 
+    /// The value of the sample `name` (with its labels, as exported) on
+    /// /metrics; 0 when absent.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self.get_metrics_listener("/metrics").await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    }
+
+    /// Waits (at most 20 s) until the sample `name` is above `floor`, and
+    /// returns it.
+    pub async fn wait_for_metric_above(&self, name: &str, floor: f64) -> f64 {
+        for _ in 0..200 {
+            let value = self.metric(name).await;
+            if value > floor {
+                return value;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{name} stayed at {floor} or below for 20 s");
+    }
+
     /// Starts draining and waits for the server to exit.
     pub async fn stop(self) {
         self.shutdown.trigger();
@@ -181,8 +203,9 @@ impl NamespaceLookup for NoNamespaces {
     }
 }
 
-/// A webhook that takes `delay` per answer, counts calls and the most
-/// calls seen at once, and answers with `outcome`.
+/// A webhook that takes `delay` per answer (a slow evaluation is the
+/// behaviour under test: its sleep paces nothing the test waits for),
+/// counts calls and the most calls seen at once, and answers with `outcome`.
 pub struct SlowWebhook {
     pub delay: Duration,
     pub outcome: Outcome,
