@@ -2,6 +2,10 @@
 //! N keep-alive TLS connections with AdmissionReviews of a GPU pod, against
 //! a bare TLS server with the same TLS stack that answers a fixed 200 (the
 //! floor). Prints requests/s and latency percentiles for both, and the ratio.
+//! The server logs as `serve` does by default (info, text), into a sink.
+//! Only correct answers count: the fixture's uid echoed, the expected
+//! `allowed`, and for `/mutate` a patch (the fixture needs the full
+//! placement patch); anything else is printed as incorrect.
 //!
 //! A second phase measures `/mutate` alone and then beside a flood of
 //! expensive `/validate` requests (a policy that runs into its cost limit,
@@ -17,7 +21,8 @@ mod http;
 use gpu_admission::admission::Admission;
 use gpu_admission::cli::serve::load_bundle;
 use gpu_admission::policy::NamespaceLookup;
-use gpu_admission::server::{tls, Metrics, ServeConfig, Server, ShutdownHandle};
+use gpu_admission::server::{tls, LogFormat, Metrics, ServeConfig, Server, ShutdownHandle};
+use http::HttpResponse;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -27,6 +32,58 @@ use std::time::{Duration, Instant};
 
 /// No run takes longer than this, whatever the request count.
 const TIME_LIMIT: Duration = Duration::from_secs(60);
+
+/// The uid of tests/fixtures/reviews/pod-create-gpu.json.
+const FIXTURE_UID: &str = "3f1c2a9e-7b4d-4e1a-9c55-0d6e2b8f4a11";
+
+/// What a correct answer is.
+#[derive(Clone, Copy)]
+enum Expect {
+    /// The floor's fixed 200.
+    Ok,
+    /// An AdmissionReview for the fixture with this `allowed`, and a patch
+    /// when `patch` is set.
+    Review { allowed: bool, patch: bool },
+}
+
+const MUTATED: Expect = Expect::Review {
+    allowed: true,
+    patch: true,
+};
+const ALLOWED: Expect = Expect::Review {
+    allowed: true,
+    patch: false,
+};
+
+#[derive(serde::Deserialize)]
+struct ReviewAnswer {
+    response: Option<Answer>,
+}
+
+#[derive(serde::Deserialize)]
+struct Answer {
+    uid: String,
+    allowed: bool,
+    patch: Option<serde::de::IgnoredAny>,
+}
+
+impl Expect {
+    fn check(self, r: &HttpResponse) -> bool {
+        if r.status != 200 {
+            return false;
+        }
+        let Expect::Review { allowed, patch } = self else {
+            return true;
+        };
+        let Ok(ReviewAnswer {
+            response: Some(answer),
+        }) = serde_json::from_slice(&r.body)
+        else {
+            return false;
+        };
+        answer.uid == FIXTURE_UID && answer.allowed == allowed && (!patch || answer.patch.is_some())
+    }
+}
 
 struct NoNamespaces;
 
@@ -46,6 +103,8 @@ fn main() {
     } else {
         (2, 200)
     };
+    // `serve`'s default logging (one line per review), written nowhere.
+    gpu_admission::cli::serve::init_logging_to(LogFormat::Text, std::io::sink, false);
     // As `serve` builds it: evaluation runs inline on the blocking threads.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -83,7 +142,9 @@ async fn run(connections: usize, requests: usize) {
 
     let floor_addr = start_floor(&ensured.paths.cert, &ensured.paths.key).await;
 
-    let body = serde_json::to_vec(&gpu_pod_review()).expect("review");
+    let review = gpu_pod_review();
+    assert_eq!(review["request"]["uid"], FIXTURE_UID);
+    let body = serde_json::to_vec(&review).expect("review");
     let request = http::request_bytes("POST", "/validate?timeout=10s", &body);
     let mutate_request = http::request_bytes("POST", "/mutate?timeout=10s", &body);
     println!(
@@ -91,35 +152,75 @@ async fn run(connections: usize, requests: usize) {
         body.len()
     );
     // Warm both up (handshakes, allocator, caches).
-    drive(
+    let warm = requests / 10 + 1;
+    let warmed = drive(
         floor_addr,
         &client_tls,
         &request,
+        Expect::Ok,
         connections,
-        requests / 10 + 1,
+        warm,
     )
     .await;
-    drive(
+    assert_eq!(warmed.incorrect + warmed.failed, 0, "the floor answers");
+    let warmed = drive(
         webhook_addr,
         &client_tls,
         &request,
+        ALLOWED,
         connections,
-        requests / 10 + 1,
+        warm,
     )
     .await;
+    assert_eq!(
+        warmed.incorrect + warmed.failed,
+        0,
+        "/validate allows the fixture"
+    );
+    let warmed = drive(
+        webhook_addr,
+        &client_tls,
+        &mutate_request,
+        MUTATED,
+        connections,
+        warm,
+    )
+    .await;
+    assert_eq!(
+        warmed.incorrect + warmed.failed,
+        0,
+        "/mutate patches the fixture"
+    );
 
-    let floor = drive(floor_addr, &client_tls, &request, connections, requests).await;
+    let floor = drive(
+        floor_addr,
+        &client_tls,
+        &request,
+        Expect::Ok,
+        connections,
+        requests,
+    )
+    .await;
     floor.print("floor (bare TLS, fixed 200)");
     let mutate = drive(
         webhook_addr,
         &client_tls,
         &mutate_request,
+        MUTATED,
         connections,
         requests,
     )
     .await;
     mutate.print("webhook /mutate");
-    let webhook = drive(webhook_addr, &client_tls, &request, connections, requests).await;
+    let webhook = drive(
+        webhook_addr,
+        &client_tls,
+        &request,
+        ALLOWED,
+        connections,
+        requests,
+    )
+    .await;
     webhook.print("webhook /validate");
     println!(
         "ratio webhook/floor: throughput {:.2}, p50 {:.2}, p99 {:.2}",
@@ -132,6 +233,10 @@ async fn run(connections: usize, requests: usize) {
         mutate.rate / floor.rate,
         ratio(mutate.p(50.0), floor.p(50.0)),
         ratio(mutate.p(99.0), floor.p(99.0)),
+    );
+    println!(
+        "incorrect answers: floor {}, mutate {}, validate {}",
+        floor.incorrect, mutate.incorrect, webhook.incorrect
     );
     if webhook.failed + mutate.failed + floor.failed > 0 {
         println!(
@@ -206,16 +311,18 @@ async fn flood(
     let mutate = http::request_bytes("POST", "/mutate?timeout=10s", body);
     let validate = http::request_bytes("POST", "/validate?timeout=10s", body);
 
-    drive(addr, client_tls, &mutate, 4, requests / 4 + 1).await;
-    let quiet = drive(addr, client_tls, &mutate, 4, requests).await;
+    drive(addr, client_tls, &mutate, MUTATED, 4, requests / 4 + 1).await;
+    let quiet = drive(addr, client_tls, &mutate, MUTATED, 4, requests).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let validated = Arc::new(AtomicUsize::new(0));
+    let wrong = Arc::new(AtomicUsize::new(0));
     let flooders: Vec<_> = (0..16)
         .map(|_| {
-            let (stop, validated, tls, validate) = (
+            let (stop, validated, wrong, tls, validate) = (
                 stop.clone(),
                 validated.clone(),
+                wrong.clone(),
                 client_tls.clone(),
                 validate.clone(),
             );
@@ -223,10 +330,13 @@ async fn flood(
                 let Ok(mut client) = http::Client::connect(addr, tls, "localhost").await else {
                     return;
                 };
+                // The expensive validations run into their cost limits and
+                // are ignored (failurePolicy Ignore): correct is allowed.
                 while !stop.load(Ordering::Relaxed) {
                     match client.send(&validate).await {
-                        Ok(r) if r.status == 200 => validated.fetch_add(1, Ordering::Relaxed),
-                        _ => return,
+                        Ok(r) if ALLOWED.check(&r) => validated.fetch_add(1, Ordering::Relaxed),
+                        Ok(_) => wrong.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => return,
                     };
                 }
             })
@@ -236,8 +346,10 @@ async fn flood(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let flood_started = Instant::now();
     let flooded_before = validated.load(Ordering::Relaxed);
-    let loud = drive(addr, client_tls, &mutate, 4, requests).await;
+    let wrong_before = wrong.load(Ordering::Relaxed);
+    let loud = drive(addr, client_tls, &mutate, MUTATED, 4, requests).await;
     let validations = validated.load(Ordering::Relaxed) - flooded_before;
+    let wrong_validations = wrong.load(Ordering::Relaxed) - wrong_before;
     let window = flood_started.elapsed();
     stop.store(true, Ordering::Relaxed);
     for task in flooders {
@@ -252,6 +364,10 @@ async fn flood(
         "expensive /validate answered while /mutate was measured: {validations} in {:.2} s ({:.1} req/s)",
         window.as_secs_f64(),
         validations as f64 / window.as_secs_f64()
+    );
+    println!(
+        "incorrect answers: /mutate alone {}, /mutate during flood {}, expensive /validate meanwhile {wrong_validations}",
+        quiet.incorrect, loud.incorrect
     );
     if quiet.failed + loud.failed > 0 {
         println!(
@@ -322,8 +438,13 @@ async fn start_floor(cert: &Path, key: &Path) -> SocketAddr {
 }
 
 struct Run {
+    /// Of correct answers only.
     latencies: Vec<Duration>,
+    /// Correct answers per second.
     rate: f64,
+    /// Answered, but not as expected (see [`Expect`]).
+    incorrect: usize,
+    /// No answer: connection or protocol errors.
     failed: usize,
 }
 
@@ -348,22 +469,31 @@ impl Run {
     }
 }
 
+/// `total` requests over `connections` keep-alive connections, each answer
+/// checked against `expect`.
 async fn drive(
     addr: SocketAddr,
     tls: &Arc<rustls::ClientConfig>,
     request: &[u8],
+    expect: Expect,
     connections: usize,
     total: usize,
 ) -> Run {
     let next = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
+    let incorrect = Arc::new(AtomicUsize::new(0));
     let request: Arc<[u8]> = request.into();
     let deadline = Instant::now() + TIME_LIMIT;
     let started = Instant::now();
     let tasks: Vec<_> = (0..connections)
         .map(|_| {
-            let (next, failed, request, tls) =
-                (next.clone(), failed.clone(), request.clone(), tls.clone());
+            let (next, failed, incorrect, request, tls) = (
+                next.clone(),
+                failed.clone(),
+                incorrect.clone(),
+                request.clone(),
+                tls.clone(),
+            );
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let mut client = None;
@@ -379,8 +509,15 @@ async fn drive(
                     };
                     let sent = Instant::now();
                     match c.send(&request).await {
-                        Ok(r) if r.status == 200 => latencies.push(sent.elapsed()),
-                        _ => {
+                        Ok(r) => {
+                            let took = sent.elapsed();
+                            if expect.check(&r) {
+                                latencies.push(took);
+                            } else {
+                                incorrect.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(_) => {
                             failed.fetch_add(1, Ordering::Relaxed);
                             client = None;
                         }
@@ -399,6 +536,7 @@ async fn drive(
     Run {
         rate: latencies.len() as f64 / elapsed.as_secs_f64(),
         latencies,
+        incorrect: incorrect.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
     }
 }

@@ -472,14 +472,23 @@ async fn namespace_lookup(readiness: &Readiness) -> Arc<dyn NamespaceLookup> {
 }
 
 fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal as _;
+    init_logging_to(format, std::io::stderr, std::io::stderr().is_terminal());
+}
+
+/// Installs `serve`'s log subscriber (level from `RUST_LOG`, else `info`)
+/// writing to `writer`; benchmarks use it to pay for the same log lines.
+/// A subscriber already installed (embedding, tests) is kept.
+pub fn init_logging_to<W>(format: LogFormat, writer: W, ansi: bool)
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    use std::io::IsTerminal as _;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    // A subscriber already installed (embedding, tests) is kept.
+        .with_ansi(ansi)
+        .with_writer(writer);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

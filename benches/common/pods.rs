@@ -1,0 +1,70 @@
+//! The GPU pods the engine benches evaluate, and the shipped bundle.
+#![allow(dead_code)]
+
+use gpu_admission::admission::Admission;
+use gpu_admission::bundle::{self, PolicySource};
+use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::review::{Operation, Request};
+use serde_json::json;
+use std::sync::Arc;
+
+/// A two-container training pod already placed: it tolerates `sku=gpu` and
+/// selects NVIDIA nodes, so placement has nothing to add.
+pub fn placed_gpu_pod() -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "trainer-0", "namespace": "ml", "labels": {"team": "vision", "app": "trainer"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.azure.com/accelerator": "nvidia"},
+            "containers": [
+                {"name": "train", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                 "command": ["python", "train.py"],
+                 "ports": [{"containerPort": 8080}],
+                 "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "2"},
+                               "limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "2"}}},
+                {"name": "metrics", "image": "mcr.microsoft.com/oss/prometheus:v2",
+                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
+            ],
+            "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+        }
+    })
+}
+
+/// The same pod as its owner writes it: no GPU toleration, no node
+/// selection, so `/mutate` adds both.
+pub fn unplaced_gpu_pod() -> serde_json::Value {
+    let mut pod = placed_gpu_pod();
+    let spec = pod["spec"].as_object_mut().expect("spec");
+    spec.remove("nodeSelector");
+    spec.remove("tolerations");
+    pod
+}
+
+/// The shipped policies and placement profiles, with namespace `ml` known.
+pub fn shipped_admission() -> (Admission, usize) {
+    let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    let policies = loaded.bundle.policies.len();
+    let admission = Admission::new(
+        loaded.bundle,
+        Arc::new(StaticNamespaces::new().with("ml", Default::default())),
+    );
+    (admission, policies)
+}
+
+/// A pod CREATE request.
+pub fn create(pod: serde_json::Value) -> Request {
+    Request::for_object(pod, Operation::Create, None)
+}
+
+/// `pod` with the `/mutate` patch applied, as the apiserver stores it and
+/// then sends it to `/validate`. Panics unless there was a patch.
+pub fn mutated(admission: &Admission, pod: serde_json::Value) -> serde_json::Value {
+    let outcome = admission.mutate(&create(pod.clone()));
+    let patch = outcome
+        .response
+        .patch
+        .expect("the pod needs a placement patch");
+    let mut pod = pod;
+    json_patch::patch(&mut pod, &patch).expect("the patch applies");
+    pod
+}
