@@ -370,10 +370,11 @@ async fn connections_beyond_the_cap_wait_to_be_accepted() {
             client.request("GET", "/healthz", b"").await.unwrap().status
         }
     });
-    // An absence (the server never accepts it while at the cap) has no event
-    // to wait for: a second is long enough for an accept to be served, and
-    // the answer after a close below shows the connection was waiting.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Linux shows a listening socket's accept queue in /proc/net/tcp: the
+    // connection is there, established by the kernel and not taken by the
+    // server, which would have taken it at once without the cap.
+    let queued = wait_for_accept_queue(server.addr, 1).await;
+    assert_eq!(queued, 1, "the connection waits in the accept queue");
     assert!(!waiting.is_finished(), "served beyond the cap");
 
     drop(held.pop());
@@ -382,6 +383,32 @@ async fn connections_beyond_the_cap_wait_to_be_accepted() {
         .expect("served once a connection closed")
         .unwrap();
     assert_eq!(status, 200);
+    assert_eq!(accept_queue(server.addr), Some(0), "taken from the queue");
+}
+
+/// The accept queue of the IPv4 listening socket on `addr`: the `rx_queue`
+/// column of its LISTEN line in /proc/net/tcp.
+fn accept_queue(addr: std::net::SocketAddr) -> Option<u64> {
+    let port = format!(":{:04X}", addr.port());
+    std::fs::read_to_string("/proc/net/tcp")
+        .ok()?
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|cols| cols.len() > 4 && cols[1].ends_with(&port) && cols[3] == "0A")
+        .and_then(|cols| cols[4].split_once(':'))
+        .and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok())
+}
+
+/// Waits (at most 20 s) until the accept queue on `addr` holds `n`.
+async fn wait_for_accept_queue(addr: std::net::SocketAddr, n: u64) -> u64 {
+    for _ in 0..2000 {
+        match accept_queue(addr) {
+            Some(queued) if queued >= n => return queued,
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    accept_queue(addr).unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
