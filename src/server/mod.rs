@@ -2,6 +2,7 @@
 //!
 //! The server knows AdmissionReviews and nothing of GPUs: it hands each
 //! decoded request to a [`Webhook`] (in production, [`Admission`]).
+mod body;
 mod budget;
 mod conn;
 mod handlers;
@@ -10,8 +11,9 @@ pub mod metrics;
 pub mod shutdown;
 pub mod tls;
 
+pub use body::MAX_BODY_BYTES;
 pub use budget::DEFAULT_IN_FLIGHT_BYTES;
-pub use handlers::{parse_duration, DEFAULT_TIMEOUT, MAX_BODY_BYTES};
+pub use handlers::{parse_duration, DEFAULT_TIMEOUT};
 pub use health::Readiness;
 pub use metrics::Metrics;
 pub use shutdown::{forward_signals, Phase, ShutdownHandle};
