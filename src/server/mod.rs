@@ -10,6 +10,7 @@ pub mod health;
 pub mod metrics;
 pub mod shutdown;
 pub mod tls;
+mod watchdog;
 
 pub use body::MAX_BODY_BYTES;
 pub use budget::DEFAULT_IN_FLIGHT_BYTES;

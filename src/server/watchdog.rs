@@ -1,0 +1,457 @@
+//! A connection's watchdog: what its requests and its stream have done,
+//! and what to do next. It is fed by a service wrapper (requests in flight,
+//! last activity) and by the stream itself (the first byte of a request),
+//! so it sees every protocol, including the bytes before hyper's protocol
+//! detection, which hyper's own timers do not, and it tells an idle
+//! keep-alive connection (kept for `--idle-timeout`, as clients keep
+//! theirs) from one that is slowly sending a request head (cut at the
+//! header timeout).
+use super::conn::Timeouts;
+use super::shutdown::ShutdownHandle;
+use axum::http::header::{HeaderValue, CONNECTION};
+use axum::http::{Request, Version};
+use axum::Router;
+use futures_util::future::BoxFuture;
+use hyper::body::Incoming;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+use tower::ServiceExt as _;
+
+/// What a connection's requests have done, written by [`Tracked`] and read
+/// by the watchdog.
+pub(super) struct Activity {
+    accepted: Instant,
+    in_flight: AtomicUsize,
+    served: AtomicBool,
+    http2: AtomicBool,
+    /// Start or end of the latest request, in nanoseconds after `accepted`.
+    last_nanos: AtomicU64,
+    /// First byte read while no request was in flight (the start of the
+    /// next request head), in nanoseconds after `accepted` plus one; zero
+    /// when none has come since the last request started.
+    pending_nanos: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Snapshot {
+    accepted: Instant,
+    in_flight: usize,
+    served: bool,
+    http2: bool,
+    last_activity: Instant,
+    /// A request head has started arriving at this time.
+    pending: Option<Instant>,
+}
+
+impl Activity {
+    pub fn new(accepted: Instant) -> Activity {
+        Activity {
+            accepted,
+            in_flight: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+            http2: AtomicBool::new(false),
+            last_nanos: AtomicU64::new(0),
+            pending_nanos: AtomicU64::new(0),
+        }
+    }
+
+    fn now_nanos(&self) -> u64 {
+        u64::try_from(self.accepted.elapsed().as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+
+    fn touch(&self) {
+        self.last_nanos
+            .fetch_max(self.now_nanos(), Ordering::Relaxed);
+    }
+
+    /// Bytes arrived: with no request in flight they start the next head.
+    fn bytes_read(&self) {
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && self.pending_nanos.load(Ordering::Relaxed) == 0
+        {
+            let _ = self.pending_nanos.compare_exchange(
+                0,
+                self.now_nanos() + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            accepted: self.accepted,
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            served: self.served.load(Ordering::Relaxed),
+            http2: self.http2.load(Ordering::Relaxed),
+            last_activity: self.accepted
+                + Duration::from_nanos(self.last_nanos.load(Ordering::Relaxed)),
+            pending: match self.pending_nanos.load(Ordering::Relaxed) {
+                0 => None,
+                n => Some(self.accepted + Duration::from_nanos(n - 1)),
+            },
+        }
+    }
+}
+
+/// The connection's stream, telling [`Activity`] when bytes arrive.
+pub(super) struct Metered<S> {
+    pub inner: S,
+    pub activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.bytes_read();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Marks a request in flight until dropped (answered, or its stream reset).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn begin(activity: &Arc<Activity>, http2: bool) -> InFlight {
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        activity.pending_nanos.store(0, Ordering::Relaxed);
+        activity.served.store(true, Ordering::Relaxed);
+        if http2 {
+            activity.http2.store(true, Ordering::Relaxed);
+        }
+        activity.touch();
+        InFlight(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The router, recording activity; while draining, HTTP/1 answers carry
+/// `Connection: close` so keep-alive clients leave after their response.
+#[derive(Clone)]
+pub(super) struct Tracked {
+    pub app: Router,
+    pub activity: Arc<Activity>,
+    pub shutdown: ShutdownHandle,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Tracked {
+    type Response = axum::response::Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let http1 = request.version() < Version::HTTP_2;
+        let in_flight = InFlight::begin(&self.activity, !http1);
+        let app = self.app.clone();
+        let shutdown = self.shutdown.clone();
+        Box::pin(async move {
+            let mut response = app.oneshot(request).await?;
+            if http1 && !shutdown.is_running() {
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            drop(in_flight);
+            Ok(response)
+        })
+    }
+}
+
+/// What the watchdog does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    Wait(Instant),
+    /// Drop the connection; the reason is counted when there is one.
+    Close(Option<&'static str>),
+    /// Graceful shutdown: GOAWAY on HTTP/2, close-when-idle on HTTP/1.
+    GoAway(Option<&'static str>),
+}
+
+/// A connection's watchdog state.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Watch {
+    pub drain_started: Option<Instant>,
+    pub going_away_since: Option<Instant>,
+}
+
+/// Longest nap between checks when nothing is due.
+const FAR: Duration = Duration::from_secs(3600);
+
+impl Watch {
+    pub fn next(&self, a: &Snapshot, t: &Timeouts, now: Instant) -> Step {
+        let mut wake = now + FAR;
+        if !a.served {
+            let deadline = a.accepted + t.header_read;
+            if now >= deadline {
+                return Step::Close(Some("header_timeout"));
+            }
+            wake = wake.min(deadline);
+        }
+        // When busy, check again a period later: requests ending move
+        // `last_activity`, so the deadline is worked out afresh then.
+        let idle_deadline = |period: Duration, from: Instant| {
+            if a.in_flight > 0 {
+                (now + period, false)
+            } else {
+                let deadline = from.max(a.last_activity) + period;
+                (deadline, now >= deadline)
+            }
+        };
+        if let Some(since) = self.going_away_since {
+            // Told to leave: with nothing in flight it gets the header
+            // timeout to do so (a peer ignoring GOAWAY is then dropped).
+            let (deadline, due) = idle_deadline(t.header_read, since);
+            if due {
+                return Step::Close(None);
+            }
+            return Step::Wait(wake.min(deadline));
+        }
+        if let Some(drain) = self.drain_started {
+            if a.http2 {
+                return Step::GoAway(None);
+            }
+            let (deadline, due) = idle_deadline(t.drain_window, drain);
+            if due {
+                return Step::GoAway(None);
+            }
+            wake = wake.min(deadline);
+        }
+        if a.http2 {
+            let (deadline, due) = idle_deadline(t.idle, a.accepted);
+            if due {
+                return Step::GoAway(Some("idle_timeout"));
+            }
+            wake = wake.min(deadline);
+        } else if a.served && a.in_flight == 0 {
+            // HTTP/1 between requests: idle until a byte arrives, then the
+            // head must be complete within the header timeout.
+            let (deadline, reason) = match a.pending {
+                Some(started) => (started + t.header_read, "header_timeout"),
+                None => (a.last_activity + t.idle, "idle_timeout"),
+            };
+            if now >= deadline {
+                return match a.pending {
+                    Some(_) => Step::Close(Some(reason)),
+                    None => Step::GoAway(Some(reason)),
+                };
+            }
+            wake = wake.min(deadline);
+        }
+        Step::Wait(wake)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Timeouts = Timeouts {
+        header_read: Duration::from_secs(5),
+        idle: Duration::from_secs(60),
+        drain_window: Duration::from_secs(3),
+    };
+
+    fn fresh(at: Instant) -> Snapshot {
+        Snapshot {
+            accepted: at,
+            in_flight: 0,
+            served: false,
+            http2: false,
+            last_activity: at,
+            pending: None,
+        }
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn no_request_within_the_header_timeout_closes() {
+        let t0 = Instant::now();
+        let a = fresh(t0);
+        let w = Watch::default();
+        assert_eq!(w.next(&a, &T, t0 + secs(1)), Step::Wait(t0 + secs(5)));
+        assert_eq!(
+            w.next(&a, &T, t0 + secs(5)),
+            Step::Close(Some("header_timeout"))
+        );
+    }
+
+    #[test]
+    fn idle_http1_is_kept_for_the_idle_timeout() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            last_activity: t0 + secs(1),
+            ..fresh(t0)
+        };
+        let w = Watch::default();
+        assert_eq!(w.next(&a, &T, t0 + secs(30)), Step::Wait(t0 + secs(61)));
+        assert_eq!(
+            w.next(&a, &T, t0 + secs(61)),
+            Step::GoAway(Some("idle_timeout"))
+        );
+        let busy = Snapshot { in_flight: 1, ..a };
+        assert_eq!(
+            w.next(&busy, &T, t0 + secs(100)),
+            Step::Wait(t0 + secs(3700))
+        );
+    }
+
+    #[test]
+    fn a_later_http1_head_must_arrive_within_the_header_timeout() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            last_activity: t0 + secs(1),
+            pending: Some(t0 + secs(40)),
+            ..fresh(t0)
+        };
+        let w = Watch::default();
+        assert_eq!(w.next(&a, &T, t0 + secs(41)), Step::Wait(t0 + secs(45)));
+        assert_eq!(
+            w.next(&a, &T, t0 + secs(45)),
+            Step::Close(Some("header_timeout"))
+        );
+    }
+
+    #[test]
+    fn idle_http2_gets_goaway_and_busy_http2_does_not() {
+        let t0 = Instant::now();
+        let idle = Snapshot {
+            served: true,
+            http2: true,
+            last_activity: t0 + secs(10),
+            ..fresh(t0)
+        };
+        let w = Watch::default();
+        assert_eq!(w.next(&idle, &T, t0 + secs(20)), Step::Wait(t0 + secs(70)));
+        assert_eq!(
+            w.next(&idle, &T, t0 + secs(70)),
+            Step::GoAway(Some("idle_timeout"))
+        );
+        let busy = Snapshot {
+            in_flight: 1,
+            ..idle
+        };
+        assert_eq!(w.next(&busy, &T, t0 + secs(70)), Step::Wait(t0 + secs(130)));
+    }
+
+    #[test]
+    fn draining_http2_goes_away_at_once() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            http2: true,
+            in_flight: 3,
+            ..fresh(t0)
+        };
+        let w = Watch {
+            drain_started: Some(t0 + secs(1)),
+            ..Watch::default()
+        };
+        assert_eq!(w.next(&a, &T, t0 + secs(1)), Step::GoAway(None));
+    }
+
+    #[test]
+    fn draining_http1_closes_only_after_a_whole_idle_window() {
+        let t0 = Instant::now();
+        let drain = t0 + secs(10);
+        let w = Watch {
+            drain_started: Some(drain),
+            ..Watch::default()
+        };
+        let idle_before = Snapshot {
+            served: true,
+            last_activity: t0 + secs(2),
+            ..fresh(t0)
+        };
+        assert_eq!(w.next(&idle_before, &T, drain), Step::Wait(drain + secs(3)));
+        assert_eq!(
+            w.next(&idle_before, &T, drain + secs(3)),
+            Step::GoAway(None)
+        );
+        let used_during = Snapshot {
+            last_activity: drain + secs(2),
+            ..idle_before
+        };
+        assert_eq!(
+            w.next(&used_during, &T, drain + secs(3)),
+            Step::Wait(drain + secs(5))
+        );
+        let busy = Snapshot {
+            in_flight: 1,
+            ..idle_before
+        };
+        assert_eq!(
+            w.next(&busy, &T, drain + secs(4)),
+            Step::Wait(drain + secs(7))
+        );
+    }
+
+    #[test]
+    fn a_connection_told_to_leave_is_dropped_once_idle_for_the_header_timeout() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            http2: true,
+            ..fresh(t0)
+        };
+        let w = Watch {
+            going_away_since: Some(t0 + secs(60)),
+            ..Watch::default()
+        };
+        assert_eq!(w.next(&a, &T, t0 + secs(61)), Step::Wait(t0 + secs(65)));
+        assert_eq!(w.next(&a, &T, t0 + secs(65)), Step::Close(None));
+    }
+}
