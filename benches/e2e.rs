@@ -123,22 +123,8 @@ async fn run(connections: usize, requests: usize) {
 
     // The webhook, with the shipped policy folder when there is one.
     let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
-    let config = ServeConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        metrics_listen: None,
-        tls_cert: Some(ensured.paths.cert.clone()),
-        tls_key: Some(ensured.paths.key.clone()),
-        policies: policies.is_dir().then_some(policies),
-        ..ServeConfig::default()
-    };
-    let bundle = load_bundle(&config).expect("policy bundle");
-    let admission = Arc::new(Admission::new(bundle, Arc::new(NoNamespaces)));
-    let shutdown = ShutdownHandle::new();
-    let server = Server::bind(config, admission, Metrics::new(), shutdown.clone())
-        .await
-        .expect("server binds");
-    let webhook_addr = server.local_addr();
-    let server_task = tokio::spawn(server.run());
+    let (webhook_addr, shutdown, server_task) =
+        start_webhook(&ensured, policies.is_dir().then_some(policies)).await;
 
     let floor_addr = start_floor(&ensured.paths.cert, &ensured.paths.key).await;
 
@@ -292,22 +278,7 @@ async fn flood(
         &policies,
     );
     std::fs::write(policies.join("bench-expensive.yaml"), EXPENSIVE_POLICY).expect("policy");
-    let config = ServeConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        metrics_listen: None,
-        tls_cert: Some(ensured.paths.cert.clone()),
-        tls_key: Some(ensured.paths.key.clone()),
-        policies: Some(policies),
-        ..ServeConfig::default()
-    };
-    let bundle = load_bundle(&config).expect("policy bundle");
-    let admission = Arc::new(Admission::new(bundle, Arc::new(NoNamespaces)));
-    let shutdown = ShutdownHandle::new();
-    let server = Server::bind(config, admission, Metrics::new(), shutdown.clone())
-        .await
-        .expect("server binds");
-    let addr = server.local_addr();
-    let server_task = tokio::spawn(server.run());
+    let (addr, shutdown, server_task) = start_webhook(ensured, Some(policies)).await;
     let mutate = http::request_bytes("POST", "/mutate?timeout=10s", body);
     let validate = http::request_bytes("POST", "/validate?timeout=10s", body);
 
@@ -393,6 +364,34 @@ fn copy_policies(from: &Path, to: &Path) {
             std::fs::copy(&path, &target).expect("copy policy");
         }
     }
+}
+
+/// The webhook server in-process on a loopback port, with the certificate
+/// in `ensured` and the policies of `policies` (built in when none).
+async fn start_webhook(
+    ensured: &gpu_admission::certs::Ensured,
+    policies: Option<std::path::PathBuf>,
+) -> (
+    SocketAddr,
+    ShutdownHandle,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let config = ServeConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        metrics_listen: None,
+        tls_cert: Some(ensured.paths.cert.clone()),
+        tls_key: Some(ensured.paths.key.clone()),
+        policies,
+        ..ServeConfig::default()
+    };
+    let bundle = load_bundle(&config).expect("policy bundle");
+    let admission = Arc::new(Admission::new(bundle, Arc::new(NoNamespaces)));
+    let shutdown = ShutdownHandle::new();
+    let server = Server::bind(config, admission, Metrics::new(), shutdown.clone())
+        .await
+        .expect("server binds");
+    let addr = server.local_addr();
+    (addr, shutdown, tokio::spawn(server.run()))
 }
 
 /// A bare TLS server with the webhook's TLS stack answering a fixed 200.

@@ -115,18 +115,11 @@ fn parse_optional_addr(text: &str) -> Result<OptionalAddr, String> {
     }
 }
 
-/// A byte size: a number with an optional Ki, Mi or Gi suffix.
+/// A byte size, written as a Kubernetes quantity (`128Mi`, `1Gi`, `65536`).
 fn parse_size(text: &str) -> Result<usize, String> {
-    let (digits, scale) = match text {
-        t if t.ends_with("Gi") => (&t[..t.len() - 2], 1usize << 30),
-        t if t.ends_with("Mi") => (&t[..t.len() - 2], 1 << 20),
-        t if t.ends_with("Ki") => (&t[..t.len() - 2], 1 << 10),
-        t => (t, 1),
-    };
-    digits
-        .parse::<usize>()
+    crate::gpu::request::parse_count(text)
         .ok()
-        .and_then(|n| n.checked_mul(scale))
+        .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| format!("{text:?} is not a size (examples: 128Mi, 1Gi, 65536)"))
 }
 

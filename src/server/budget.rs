@@ -4,8 +4,9 @@
 //! of slow validations never delays placement.
 //!
 //! Memory is reserved in two pools taken in a fixed order (body, then
-//! decoded, then a slot), and nobody holding a later one waits for an
-//! earlier one, so requests can wait on each other but never deadlock.
+//! decoded, then a slot), each reservation whole in one wait, and nobody
+//! holding a later one waits for an earlier one, so requests can wait on
+//! each other but never deadlock.
 use super::metrics::Metrics;
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -27,7 +28,7 @@ pub(crate) struct MemoryPool {
 
 /// Memory reserved from a [`MemoryPool`]; returned when dropped.
 pub(crate) struct Reserved {
-    permit: Option<OwnedSemaphorePermit>,
+    permit: OwnedSemaphorePermit,
     pool: &'static str,
     metrics: Metrics,
 }
@@ -63,33 +64,14 @@ impl MemoryPool {
         (self.units - self.semaphore.available_permits()) * UNIT
     }
 
-    /// An empty reservation, to grow with [`MemoryPool::grow`].
-    pub fn empty(&self) -> Reserved {
-        Reserved {
-            permit: None,
-            pool: self.name,
-            metrics: self.metrics.clone(),
-        }
-    }
-
-    /// Waits until `bytes` are free and reserves them.
+    /// Waits until `bytes` are free and reserves them, all at once: a
+    /// request never holds part of a pool while it waits for more.
     pub async fn reserve(&self, bytes: usize) -> Result<Reserved, TooBig> {
-        let mut reserved = self.empty();
-        self.grow(&mut reserved, bytes).await?;
-        Ok(reserved)
-    }
-
-    /// Waits until `bytes` more are free and adds them to `reserved`.
-    pub async fn grow(&self, reserved: &mut Reserved, bytes: usize) -> Result<(), TooBig> {
         let units = bytes.div_ceil(UNIT);
-        let held = reserved.permit.as_ref().map_or(0, |p| p.num_permits());
-        if units == 0 {
-            return Ok(());
-        }
-        if units + held > self.units {
+        if units > self.units {
             return Err(TooBig {
                 pool: self.name,
-                wanted_mib: ((units + held) * UNIT) >> 20,
+                wanted_mib: (units * UNIT) >> 20,
                 total_mib: self.capacity() >> 20,
             });
         }
@@ -104,30 +86,27 @@ impl MemoryPool {
         };
         self.metrics
             .add_memory_reserved(self.name, (units * UNIT) as i64);
-        match &mut reserved.permit {
-            Some(held) => held.merge(permit),
-            None => reserved.permit = Some(permit),
-        }
-        Ok(())
+        Ok(Reserved {
+            permit,
+            pool: self.name,
+            metrics: self.metrics.clone(),
+        })
     }
 }
 
 impl Reserved {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.permit.as_ref().map_or(0, |p| p.num_permits() * UNIT)
+        self.permit.num_permits() * UNIT
     }
 
     /// Gives back what is held beyond `bytes`.
     pub fn shrink_to(&mut self, bytes: usize) {
         let keep = bytes.div_ceil(UNIT);
-        let Some(permit) = self.permit.as_mut() else {
-            return;
-        };
-        let surplus = permit.num_permits().saturating_sub(keep);
+        let surplus = self.permit.num_permits().saturating_sub(keep);
         if surplus > 0 {
             // Dropping the split-off part returns it to the pool.
-            drop(permit.split(surplus));
+            drop(self.permit.split(surplus));
             self.metrics
                 .add_memory_reserved(self.pool, -((surplus * UNIT) as i64));
         }
@@ -197,23 +176,32 @@ mod tests {
         let pool = MemoryPool::new("body", 100 * UNIT, Metrics::new());
         let first = pool.reserve(60 * UNIT).await.unwrap();
         assert_eq!(first.bytes(), 60 * UNIT);
-        let waiting = tokio::time::timeout(Duration::from_millis(50), pool.reserve(50 * UNIT));
-        assert!(waiting.await.is_err(), "only 40 KiB are free");
+        // Only 40 KiB are free: a reservation that is free to run (it would
+        // finish on its first poll) is still waiting after many turns.
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.reserve(50 * UNIT).await.map(|r| r.bytes()) }
+        });
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "only 40 KiB are free");
         drop(first);
-        let second = tokio::time::timeout(Duration::from_secs(5), pool.reserve(50 * UNIT));
-        assert_eq!(second.await.unwrap().unwrap().bytes(), 50 * UNIT);
+        let second = tokio::time::timeout(Duration::from_secs(5), waiting);
+        assert_eq!(second.await.unwrap().unwrap().unwrap(), 50 * UNIT);
     }
 
     #[tokio::test]
-    async fn a_reservation_grows_and_never_exceeds_the_pool() {
+    async fn a_reservation_is_rounded_to_whole_kib_and_never_exceeds_the_pool() {
         let pool = MemoryPool::new("body", 100 * UNIT, Metrics::new());
-        let mut reserved = pool.empty();
-        pool.grow(&mut reserved, 30 * UNIT).await.unwrap();
-        pool.grow(&mut reserved, 1).await.unwrap();
+        let reserved = pool.reserve(30 * UNIT + 1).await.unwrap();
         assert_eq!(reserved.bytes(), 31 * UNIT, "rounded up to whole KiB");
-        let err = pool.grow(&mut reserved, 70 * UNIT).await.unwrap_err();
+        let err = pool
+            .reserve(101 * UNIT)
+            .await
+            .err()
+            .expect("larger than the pool");
         assert!(err.to_string().contains("more than the whole"), "{err}");
-        assert!(pool.reserve(101 * UNIT).await.is_err());
     }
 
     #[tokio::test]
