@@ -20,7 +20,7 @@ mod http;
 
 use gpu_admission::admission::Admission;
 use gpu_admission::cli::serve::load_bundle;
-use gpu_admission::policy::NamespaceLookup;
+use gpu_admission::k8s::NamespaceLookup;
 use gpu_admission::server::{tls, LogFormat, Metrics, ServeConfig, Server, ShutdownHandle};
 use http::HttpResponse;
 use hyper_util::rt::{TokioExecutor, TokioIo};

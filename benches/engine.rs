@@ -9,7 +9,7 @@
 mod pods;
 
 use criterion::{criterion_group, Criterion};
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{self, parse_documents, PolicySet};
 use gpu_admission::review::{Operation, Request};
 use pods::{create, mutated, placed_gpu_pod, shipped_admission, unplaced_gpu_pod};

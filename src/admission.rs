@@ -1,8 +1,8 @@
 //! The two webhook answers: `/mutate` (placement) and `/validate` (policies).
+use crate::k8s::{workloads, NamespaceLookup};
 use crate::placement::{self, ProfileSet};
-use crate::policy::{NamespaceLookup, PolicyEvaluation, PolicySet};
+use crate::policy::{PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
-use crate::workload;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -126,7 +126,7 @@ impl Admission {
         }
         let (pod, prefix) = if is_pod {
             (std::borrow::Cow::Borrowed(object), String::new())
-        } else if let Some(pod) = workload::pod_from_template(object) {
+        } else if let Some(pod) = workloads::pod_from_template(object) {
             (
                 std::borrow::Cow::Owned(pod),
                 format!("{} {}: ", req.kind.kind, req.name),

@@ -79,7 +79,7 @@ pub fn audit(
             report.findings.push(Finding {
                 policy,
                 action,
-                api_version: str_at(object, "/apiVersion"),
+                api_version: crate::k8s::json::str_at(object, "/apiVersion").to_string(),
                 kind: req.kind.kind.clone(),
                 namespace: namespace.clone(),
                 name: req.name.clone(),
@@ -324,13 +324,6 @@ fn owned_by_input(object: &Value, uids: &BTreeSet<&str>) -> bool {
                         .is_some_and(|u| uids.contains(u))
             })
         })
-}
-
-fn str_at(v: &Value, pointer: &str) -> String {
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// (policy, action, message) for each violation in a `/validate` answer.

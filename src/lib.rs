@@ -1,8 +1,9 @@
 //! gpu-admission: a Kubernetes admission webhook and CEL policy engine for
 //! GPU workloads.
 //!
-//! Domain modules (`gpu`, `placement`, `policy`, `cel`) know nothing of
-//! HTTP; `server` knows nothing of GPUs; `review` is the single translation
+//! `k8s` holds Kubernetes semantics and depends on nothing else in the
+//! crate. Domain modules (`k8s`, `gpu`, `placement`, `policy`, `cel`) know
+//! nothing of HTTP; `server` knows nothing of GPUs; `review` is the single translation
 //! point between the AdmissionReview wire format and the domain; `admission`
 //! joins placement and policy into the two webhook answers.
 pub mod admission;
@@ -12,11 +13,10 @@ pub mod cel;
 pub mod certs;
 pub mod cli;
 pub mod gpu;
-pub mod namespaces;
+pub mod k8s;
 pub mod offline;
 pub mod placement;
 pub mod policy;
 pub mod review;
 pub mod server;
 pub mod testing;
-pub mod workload;

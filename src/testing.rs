@@ -2,7 +2,7 @@
 //! exactly as the webhook would answer (mutation first, then validation of
 //! the mutated object).
 use crate::admission::{Admission, Bundle};
-use crate::namespaces::StaticNamespaces;
+use crate::k8s::namespaces::StaticNamespaces;
 use crate::offline::{self, build_request};
 use crate::policy::Document;
 use crate::review::Operation;

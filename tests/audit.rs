@@ -5,7 +5,7 @@ use gpu_admission::admission::Admission;
 use gpu_admission::audit::{self, SummaryRow};
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::gpu::{gpus_per_pod, GpuResources};
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::offline::read_manifest;
 use std::path::Path;
 use std::sync::Arc;

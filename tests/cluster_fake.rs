@@ -6,8 +6,8 @@ mod common;
 
 use common::fake_apiserver::{wait_until, FakeApiServer, Recorded, Resource, NAMESPACES};
 use futures_util::FutureExt as _;
-use gpu_admission::namespaces::ClusterNamespaces;
-use gpu_admission::policy::NamespaceLookup;
+use gpu_admission::k8s::namespaces::ClusterNamespaces;
+use gpu_admission::k8s::NamespaceLookup;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -8,7 +8,7 @@ mod common;
 use common::hostile::review_of;
 use gpu_admission::admission::Admission;
 use gpu_admission::cli::serve::load_bundle;
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::review;
 use gpu_admission::server::ServeConfig;
 use peak_alloc::PeakAlloc;

@@ -12,8 +12,8 @@
 //! tests/fixtures/placement/nodepools holds Karpenter NodePools the same
 //! way: `nodepool.json` and `expected.json`.
 use gpu_admission::admission::{Admission, Bundle};
+use gpu_admission::k8s::NamespaceLookup;
 use gpu_admission::placement::{self, Profile, ProfileSet, NAMESPACE_NAME_LABEL};
-use gpu_admission::policy::NamespaceLookup;
 use gpu_admission::review::{Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

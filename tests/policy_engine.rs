@@ -1,6 +1,6 @@
 //! The policy engine end to end: folders of ValidatingAdmissionPolicy
 //! documents, compiled once and evaluated against requests.
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{
     parse_documents, read_documents, EvaluationResult, PolicySet, VALIDATION_FAILURE_ANNOTATION,
 };

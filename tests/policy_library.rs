@@ -258,7 +258,7 @@ fn case_is_judged_by(policy: &Value, object: &Value, operation: &str) -> bool {
         .unwrap();
     rules.iter().any(|r| {
         rule_selects(r, group, &resource, operation)
-            || (gpu_admission::workload::pod_template(object).is_some()
+            || (gpu_admission::k8s::workloads::pod_template(object).is_some()
                 && rule_selects(r, "", "pods", operation))
     })
 }
@@ -274,7 +274,7 @@ fn controllers_are_the_ones_the_engine_judges() {
             json!({"apiVersion": api_version, "kind": kind, "spec": {"template": template}})
         };
         assert!(
-            gpu_admission::workload::pod_template(&object).is_some(),
+            gpu_admission::k8s::workloads::pod_template(&object).is_some(),
             "{kind}"
         );
     }
@@ -424,7 +424,7 @@ fn embedded_policies_load() {
 #[test]
 fn denials_doc_matches_the_policies() {
     use gpu_admission::admission::Admission;
-    use gpu_admission::namespaces::StaticNamespaces;
+    use gpu_admission::k8s::namespaces::StaticNamespaces;
     use gpu_admission::offline;
     use gpu_admission::review::Operation;
     use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Loading policy folders and the errors a policy author sees.
 use gpu_admission::cel::{Extension, Extensions};
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{parse_documents, read_documents, LoadErrors, PolicySet};
 use gpu_admission::review::{Operation, Request};
 use serde_json::json;

@@ -1,5 +1,5 @@
 //! matchConstraints and binding matchResources, as kube-apiserver matches.
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{parse_documents, PolicySet};
 use gpu_admission::review::{GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};

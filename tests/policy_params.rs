@@ -1,5 +1,5 @@
 //! Params resolved through a binding's paramRef, and namespaceObject.
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{parse_documents, PolicySet};
 use gpu_admission::review::{Operation, Request};
 use serde_json::json;

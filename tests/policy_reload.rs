@@ -7,7 +7,7 @@ use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource, Snapshot};
 use gpu_admission::cli::serve::{watch_policies, PolicyReloader, ReloadOutcome};
 use gpu_admission::gpu::catalog::Catalog;
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::offline::build_request;
 use gpu_admission::policy::WatchOptions;
 use gpu_admission::review::Operation;

@@ -12,7 +12,7 @@
 //! Each property runs 256 cases (`PROPTEST_CASES` overrides that).
 use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::bundle::{self, PolicySource};
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::review::{self, Operation, Request};
 use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::Pod;

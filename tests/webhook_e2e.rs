@@ -175,7 +175,7 @@ async fn shipped_policies_deny_templates_and_warn_over_tls() {
 /// Deny under environment=test, Warn elsewhere, Audit into auditAnnotations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_limit_example_over_tls() {
-    use gpu_admission::namespaces::StaticNamespaces;
+    use gpu_admission::k8s::namespaces::StaticNamespaces;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/policies/replica-limit");
     let loaded = bundle::load(&PolicySource::Dir(dir)).unwrap();
     let namespaces = StaticNamespaces::new()

@@ -3,7 +3,7 @@
 
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource};
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::review::{Operation, Request};
 use serde_json::json;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::audit;
-use crate::namespaces::StaticNamespaces;
+use crate::k8s::namespaces::StaticNamespaces;
 use crate::offline;
 use crate::testing::namespace_labels;
 use serde_json::Value;
@@ -33,7 +33,7 @@ pub struct AuditArgs {
     pub policies: PolicyArgs,
     /// Labels of every namespace, when reading files (the cluster's own
     /// Namespace objects are used when reading from the cluster).
-    #[arg(long, value_name = "k=v,...", value_parser = crate::namespaces::parse_labels)]
+    #[arg(long, value_name = "k=v,...", value_parser = crate::k8s::namespaces::parse_labels)]
     pub namespace_labels: Option<BTreeMap<String, String>>,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: AuditFormat,

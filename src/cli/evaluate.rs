@@ -3,7 +3,7 @@
 //! warning.
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
-use crate::namespaces::StaticNamespaces;
+use crate::k8s::namespaces::StaticNamespaces;
 use crate::offline::{self, Evaluation};
 use crate::review::Operation;
 use crate::testing::namespace_labels;
@@ -31,7 +31,7 @@ pub struct EvaluateArgs {
     #[arg(short, long)]
     pub namespace: Option<String>,
     /// Labels of the objects' namespaces, as the cluster would have them.
-    #[arg(long, value_name = "k=v,...", value_parser = crate::namespaces::parse_labels)]
+    #[arg(long, value_name = "k=v,...", value_parser = crate::k8s::namespaces::parse_labels)]
     pub namespace_labels: Option<BTreeMap<String, String>>,
     /// The admission operation to simulate.
     #[arg(long, value_enum, default_value = "create")]

@@ -3,8 +3,9 @@
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
 use crate::gpu::catalog::Catalog;
-use crate::namespaces::ClusterNamespaces;
-use crate::policy::{self, DirWatcher, LoadErrors, NamespaceLookup, WatchOptions};
+use crate::k8s::namespaces::ClusterNamespaces;
+use crate::k8s::NamespaceLookup;
+use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
 use crate::review;
 use crate::server::{
     self, LogFormat, Metrics, OnError, Readiness, ServeConfig, Server, ShutdownHandle,

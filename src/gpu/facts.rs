@@ -12,8 +12,11 @@ use serde_json::{json, Map, Value};
 use super::catalog::Catalog;
 use super::pools::CapacityRequest;
 use super::request::{parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity};
-use super::selection::NodeSelection;
+use super::selection::SkuSelection;
 use super::GpuResources;
+use crate::k8s::json::items;
+use crate::k8s::workloads::{pod_metadata, pod_spec};
+use crate::k8s::{NodeSelection, Toleration, TolerationOperator};
 
 /// The `gpu` variable for `object` (see docs/cel-extensions.md).
 pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Value {
@@ -22,7 +25,10 @@ pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Val
             let mut out = pod_facts(spec, catalog, resources);
             out.insert(
                 "sharedByScheduler".into(),
-                json!(shared_by_scheduler(spec, pod_annotations(object))),
+                json!(shared_by_scheduler(
+                    spec,
+                    pod_metadata(object).and_then(|m| m.get("annotations"))
+                )),
             );
             out
         }
@@ -32,35 +38,6 @@ pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Val
         out.insert("pool".to_string(), pool.to_json(catalog));
     }
     Value::Object(out)
-}
-
-/// The pod spec of a Pod or of a pod controller's template.
-pub fn pod_spec(object: &Value) -> Option<&Value> {
-    let kind = object.get("kind")?.as_str()?;
-    let pointer = match kind {
-        "Pod" => "/spec",
-        "PodTemplate" => "/template/spec",
-        "Deployment"
-        | "StatefulSet"
-        | "DaemonSet"
-        | "ReplicaSet"
-        | "ReplicationController"
-        | "Job" => "/spec/template/spec",
-        "CronJob" => "/spec/jobTemplate/spec/template/spec",
-        _ => return None,
-    };
-    object.pointer(pointer).filter(|s| s.is_object())
-}
-
-/// The annotations of a Pod, or of a pod controller's template.
-fn pod_annotations(object: &Value) -> Option<&Value> {
-    let pointer = match object.get("kind").and_then(Value::as_str)? {
-        "Pod" => "/metadata/annotations",
-        "PodTemplate" => "/template/metadata/annotations",
-        "CronJob" => "/spec/jobTemplate/spec/template/metadata/annotations",
-        _ => "/spec/template/metadata/annotations",
-    };
-    object.pointer(pointer)
 }
 
 /// Annotations through which a GPU-sharing scheduler (KAI Scheduler,
@@ -91,36 +68,31 @@ fn shared_by_scheduler(spec: &Value, annotations: Option<&Value>) -> bool {
 /// is what node-wide DaemonSets carry, not a sign of aiming at GPU nodes (see
 /// [`tolerates_every_taint`]).
 pub fn tolerates_gpu_taint(tolerations: &Value) -> bool {
-    tolerations
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(tolerates_gpu)
+    items(Some(tolerations))
+        .map(Toleration::from_value)
+        .any(|t| tolerates_gpu(&t))
 }
 
 /// Does a toleration list tolerate every NoSchedule taint (`operator:
 /// Exists` with an empty key and an empty or NoSchedule effect)?
 pub fn tolerates_every_taint(tolerations: &Value) -> bool {
-    tolerations.as_array().into_iter().flatten().any(|t| {
-        covers_no_schedule(t) && field(t, "key").is_empty() && field(t, "operator") == "Exists"
-    })
+    items(Some(tolerations))
+        .map(Toleration::from_value)
+        .any(|t| {
+            covers_no_schedule(&t) && t.key.is_empty() && t.operator == TolerationOperator::Exists
+        })
 }
 
-fn field<'a>(t: &'a Value, k: &str) -> &'a str {
-    t.get(k).and_then(Value::as_str).unwrap_or("")
+fn covers_no_schedule(t: &Toleration) -> bool {
+    t.effect.is_empty() || t.effect == "NoSchedule"
 }
 
-fn covers_no_schedule(t: &Value) -> bool {
-    let effect = field(t, "effect");
-    effect.is_empty() || effect == "NoSchedule"
-}
-
-fn tolerates_gpu(t: &Value) -> bool {
+fn tolerates_gpu(t: &Toleration) -> bool {
     if !covers_no_schedule(t) {
         return false;
     }
-    match field(t, "key") {
-        "sku" => field(t, "operator") == "Exists" || field(t, "value") == "gpu",
+    match t.key.as_str() {
+        "sku" => t.operator == TolerationOperator::Exists || t.value == "gpu",
         // The taint's value varies (`present`, empty): any value counts.
         "nvidia.com/gpu" | "amd.com/gpu" => true,
         _ => false,

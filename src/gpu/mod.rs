@@ -19,7 +19,7 @@ pub fn gpus_per_pod(object: &serde_json::Value, resources: &GpuResources) -> i64
     let spec = if is_pod {
         object.get("spec")
     } else {
-        crate::workload::pod_template(object).and_then(|t| t.get("spec"))
+        crate::k8s::workloads::pod_template(object).and_then(|t| t.get("spec"))
     };
     spec.map_or(0, |spec| {
         i64::try_from(pod_gpu_request(spec, resources).total()).unwrap_or(i64::MAX)

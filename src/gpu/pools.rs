@@ -7,7 +7,9 @@
 use serde_json::{json, Value};
 
 use super::catalog::Catalog;
-use super::selection::NodeSelection;
+use super::selection::SkuSelection;
+use crate::k8s::json::{int_of, items as list, scalar_string};
+use crate::k8s::{NodeSelection, Taint};
 
 /// The kinds of object that create GPU nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,59 +53,14 @@ impl PoolKind {
     }
 }
 
-/// A node taint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Taint {
-    pub key: String,
-    pub value: String,
-    pub effect: String,
-}
-
-impl Taint {
-    /// Parses ASO's `key=value:Effect` (value optional: `key:Effect`).
-    pub fn parse(s: &str) -> Option<Taint> {
-        let (kv, effect) = s.trim().rsplit_once(':')?;
-        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
-        if key.is_empty() || effect.is_empty() {
-            return None;
-        }
-        Some(Taint {
-            key: key.to_string(),
-            value: value.to_string(),
-            effect: effect.to_string(),
-        })
-    }
-
-    fn from_value(v: &Value) -> Option<Taint> {
-        Some(Taint {
-            key: v.get("key")?.as_str()?.to_string(),
-            value: v
-                .get("value")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            effect: v.get("effect")?.as_str()?.to_string(),
-        })
-    }
-
-    /// A taint that keeps pods without a GPU toleration off the node:
-    /// `sku=gpu` (AKS how-tos, KAITO) or a GPU resource name
-    /// (`nvidia.com/gpu`, `amd.com/gpu`), with NoSchedule or NoExecute.
-    pub fn is_gpu_taint(&self) -> bool {
-        let repels = self.effect == "NoSchedule" || self.effect == "NoExecute";
-        let gpu_key = (self.key == "sku" && self.value == "gpu")
-            || self.key == "nvidia.com/gpu"
-            || self.key == "amd.com/gpu";
-        repels && gpu_key
-    }
-
-    pub fn to_string_form(&self) -> String {
-        if self.value.is_empty() {
-            format!("{}:{}", self.key, self.effect)
-        } else {
-            format!("{}={}:{}", self.key, self.value, self.effect)
-        }
-    }
+/// A taint that keeps pods without a GPU toleration off the node:
+/// `sku=gpu` (AKS how-tos, KAITO) or a GPU resource name
+/// (`nvidia.com/gpu`, `amd.com/gpu`), with NoSchedule or NoExecute.
+pub fn is_gpu_taint(taint: &Taint) -> bool {
+    let gpu_key = (taint.key == "sku" && taint.value == "gpu")
+        || taint.key == "nvidia.com/gpu"
+        || taint.key == "amd.com/gpu";
+    taint.repels() && gpu_key
 }
 
 /// What a capacity object asks for.
@@ -186,7 +143,11 @@ impl CapacityRequest {
                 req.consolidation_policy = str_at("/spec/disruption/consolidationPolicy");
                 req.consolidate_after = str_at("/spec/disruption/consolidateAfter");
                 req.budget_nodes = list(spec.pointer("/disruption/budgets"))
-                    .filter_map(|b| b.get("nodes").and_then(scalar))
+                    .filter_map(|b| {
+                        b.get("nodes")
+                            .filter(|n| !n.is_boolean())
+                            .and_then(scalar_string)
+                    })
                     .collect();
             }
             PoolKind::Workspace => {
@@ -259,7 +220,7 @@ impl CapacityRequest {
     pub fn tainted(&self) -> bool {
         match self.kind {
             PoolKind::Workspace | PoolKind::InferenceSet | PoolKind::RagEngine => true,
-            _ => self.taints.iter().any(Taint::is_gpu_taint),
+            _ => self.taints.iter().any(is_gpu_taint),
         }
     }
 
@@ -284,7 +245,7 @@ impl CapacityRequest {
             "skus": skus,
             "sizes": self.sizes,
             "tainted": self.tainted(),
-            "taints": self.taints.iter().map(Taint::to_string_form).collect::<Vec<_>>(),
+            "taints": self.taints.iter().map(Taint::to_string).collect::<Vec<_>>(),
             "gpuLimit": self.gpu_limit,
             "count": self.count,
             "static": self.static_pool,
@@ -296,27 +257,6 @@ impl CapacityRequest {
             "orchestratorVersion": self.orchestrator_version,
             "orchestratorMinor": self.orchestrator_minor(),
         })
-    }
-}
-
-fn list(v: Option<&Value>) -> impl Iterator<Item = &Value> {
-    v.and_then(Value::as_array).into_iter().flatten()
-}
-
-fn scalar(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// A whole number given as a number or a plain-integer string ("8").
-fn int_of(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
     }
 }
 
@@ -484,13 +424,13 @@ mod tests {
                 effect: "NoSchedule".into()
             }
         );
-        assert!(Taint::parse("nvidia.com/gpu:NoSchedule")
-            .unwrap()
-            .is_gpu_taint());
-        assert!(!Taint::parse("sku=gpu:PreferNoSchedule")
-            .unwrap()
-            .is_gpu_taint());
-        assert!(!Taint::parse("sku=cpu:NoSchedule").unwrap().is_gpu_taint());
+        assert!(is_gpu_taint(
+            &Taint::parse("nvidia.com/gpu:NoSchedule").unwrap()
+        ));
+        assert!(!is_gpu_taint(
+            &Taint::parse("sku=gpu:PreferNoSchedule").unwrap()
+        ));
+        assert!(!Taint::parse("sku=cpu:NoSchedule").is_some_and(|t| is_gpu_taint(&t)));
         assert!(Taint::parse("no-effect").is_none());
         assert!(Taint::parse(":NoSchedule").is_none());
     }

@@ -270,11 +270,7 @@ fn parse_suffix(suffix: &str) -> Option<(i64, u32)> {
 }
 
 fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
-    v.get(key)
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|c| c.is_object())
+    crate::k8s::json::items(v.get(key)).filter(|c| c.is_object())
 }
 
 fn container_request(c: &Value, kind: ContainerKind, gpus: &GpuResources) -> ContainerGpuRequest {

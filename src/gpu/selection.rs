@@ -1,128 +1,31 @@
-//! Which SKUs a set of node-selector requirements can land on.
+//! Which SKUs a node selection can land on.
 //!
 //! One matcher serves pods (nodeSelector + required node affinity, whose
 //! terms are ORed) and Karpenter NodePools (one list of requirements, all
-//! ANDed). Each catalog SKU is judged by the labels a node of that size
-//! carries ([`Sku::node_labels`]); a requirement on any other label (zone,
-//! agent pool, team labels) says nothing about the SKU and is taken as
-//! satisfiable.
-use serde_json::Value;
-
+//! ANDed), both read into [`NodeSelection`]. Each catalog SKU is judged by
+//! the labels a node of that size carries ([`Sku::node_labels`]); a
+//! requirement on any other label (zone, agent pool, team labels) says
+//! nothing about the SKU and is taken as satisfiable.
 use super::catalog::{labels, Catalog, Sku, SkuLabel};
+use crate::k8s::{
+    NodeSelection, NodeSelectorOperator as Operator, NodeSelectorRequirement as Requirement,
+};
 
-/// Node-selector operators, including Karpenter's `Gte`/`Lte`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-    Gt,
-    Lt,
-    Gte,
-    Lte,
-}
-
-impl Operator {
-    fn parse(s: &str) -> Option<Operator> {
-        Some(match s {
-            "In" => Operator::In,
-            "NotIn" => Operator::NotIn,
-            "Exists" => Operator::Exists,
-            "DoesNotExist" => Operator::DoesNotExist,
-            "Gt" => Operator::Gt,
-            "Lt" => Operator::Lt,
-            "Gte" => Operator::Gte,
-            "Lte" => Operator::Lte,
-            _ => return None,
-        })
-    }
-}
-
-/// One `{key, operator, values}` requirement.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Requirement {
-    pub key: String,
-    pub operator: Operator,
-    pub values: Vec<String>,
-}
-
-impl Requirement {
-    pub fn new(key: &str, operator: Operator, values: &[&str]) -> Requirement {
-        Requirement {
-            key: key.to_string(),
-            operator,
-            values: values.iter().map(|v| v.to_string()).collect(),
-        }
-    }
-
-    /// Reads a requirement leniently: `None` when it has no key or an
-    /// operator we do not know (it then constrains nothing we can judge).
-    pub fn from_value(v: &Value) -> Option<Requirement> {
-        let key = v.get("key")?.as_str()?.to_string();
-        let operator = Operator::parse(v.get("operator")?.as_str()?)?;
-        let values = v
-            .get("values")
-            .and_then(Value::as_array)
-            .map(|vs| vs.iter().filter_map(scalar_string).collect())
-            .unwrap_or_default();
-        Some(Requirement {
-            key,
-            operator,
-            values,
-        })
-    }
-
+/// The SKU questions asked of one node-selector requirement.
+pub trait SkuRequirement {
     /// Does a node of `sku` satisfy this requirement? Keys that do not
     /// describe the SKU are taken as satisfiable.
-    pub fn matches_sku(&self, sku: &Sku) -> bool {
-        self.matches_sku_as(SkuLabel::of(&self.key), sku)
-    }
-
-    /// [`Requirement::matches_sku`] with the key classified once by the caller.
-    fn matches_sku_as(&self, key: Option<SkuLabel>, sku: &Sku) -> bool {
-        match key {
-            None => true,
-            // VM size names are case-insensitive in Azure and some tools
-            // spell them differently (KAITO's ND96asr_A100_v4).
-            Some(SkuLabel::Size) => match self.operator {
-                Operator::In => self.values.iter().any(|v| sku.is_named(v)),
-                Operator::NotIn => !self.values.iter().any(|v| sku.is_named(v)),
-                _ => self.matches_value(Some(&sku.name)),
-            },
-            Some(k) => self.matches_value(sku.label_of(k).as_deref()),
-        }
-    }
-
-    /// Does a label value (`None`: label absent) satisfy this requirement?
-    pub fn matches_value(&self, value: Option<&str>) -> bool {
-        match (self.operator, value) {
-            (Operator::In, Some(v)) => self.values.iter().any(|x| x == v),
-            (Operator::In, None) => false,
-            (Operator::NotIn, Some(v)) => !self.values.iter().any(|x| x == v),
-            (Operator::NotIn, None) => true,
-            (Operator::Exists, v) => v.is_some(),
-            (Operator::DoesNotExist, v) => v.is_none(),
-            (op, Some(v)) => {
-                let (Ok(have), Some(Ok(bound))) = (
-                    v.parse::<i64>(),
-                    self.values.first().map(|b| b.parse::<i64>()),
-                ) else {
-                    return false;
-                };
-                match op {
-                    Operator::Gt => have > bound,
-                    Operator::Lt => have < bound,
-                    Operator::Gte => have >= bound,
-                    _ => have <= bound,
-                }
-            }
-            (_, None) => false,
-        }
-    }
-
+    fn matches_sku(&self, sku: &Sku) -> bool;
     /// True when no node without a GPU can satisfy this requirement.
-    pub fn requires_gpu_node(&self, catalog: &Catalog) -> bool {
+    fn requires_gpu_node(&self, catalog: &Catalog) -> bool;
+}
+
+impl SkuRequirement for Requirement {
+    fn matches_sku(&self, sku: &Sku) -> bool {
+        matches_sku_as(self, SkuLabel::of(&self.key), sku)
+    }
+
+    fn requires_gpu_node(&self, catalog: &Catalog) -> bool {
         let key = self.key.as_str();
         let op = self.operator;
         let first_int = || self.values.first().and_then(|v| v.parse::<i64>().ok());
@@ -163,6 +66,21 @@ impl Requirement {
     }
 }
 
+/// [`SkuRequirement::matches_sku`] with the key classified once by the caller.
+fn matches_sku_as(r: &Requirement, key: Option<SkuLabel>, sku: &Sku) -> bool {
+    match key {
+        None => true,
+        // VM size names are case-insensitive in Azure and some tools
+        // spell them differently (KAITO's ND96asr_A100_v4).
+        Some(SkuLabel::Size) => match r.operator {
+            Operator::In => r.values.iter().any(|v| sku.is_named(v)),
+            Operator::NotIn => !r.values.iter().any(|v| sku.is_named(v)),
+            _ => r.matches_value(Some(&sku.name)),
+        },
+        Some(k) => r.matches_value(sku.label_of(k).as_deref()),
+    }
+}
+
 /// GFD / GPU-operator label with the GPU count.
 const GFD_GPU_COUNT: &str = "nvidia.com/gpu.count";
 
@@ -185,81 +103,23 @@ fn is_size_key(key: &str) -> bool {
     key == labels::INSTANCE_TYPE || key == labels::INSTANCE_TYPE_BETA || key == labels::SKU_NAME
 }
 
-fn scalar_string(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-/// Where something can be scheduled: requirements that always apply, and
-/// alternative terms of which one must hold.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct NodeSelection {
-    /// ANDed with every term (a pod's nodeSelector, a NodePool's requirements).
-    pub required: Vec<Requirement>,
-    /// Required node-affinity terms, ORed. `None`: no affinity given.
-    pub terms: Option<Vec<Term>>,
-}
-
-/// One nodeSelectorTerm: its requirements ANDed.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Term {
-    pub requirements: Vec<Requirement>,
-    /// A term with neither matchExpressions nor matchFields matches no node.
-    pub empty: bool,
-}
-
-impl NodeSelection {
-    /// From a pod spec: `nodeSelector` and
-    /// `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
-    pub fn from_pod_spec(spec: &Value) -> NodeSelection {
-        let required = spec
-            .get("nodeSelector")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| {
-                        Some(Requirement {
-                            key: k.clone(),
-                            operator: Operator::In,
-                            values: vec![scalar_string(v)?],
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let terms = spec
-            .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
-            .and_then(Value::as_array)
-            .map(|terms| terms.iter().map(term_from_value).collect());
-        NodeSelection { required, terms }
-    }
-
-    /// From a list of requirements, all ANDed (Karpenter NodePool
-    /// `spec.template.spec.requirements`).
-    pub fn from_requirements(reqs: &Value) -> NodeSelection {
-        NodeSelection {
-            required: reqs
-                .as_array()
-                .map(|a| a.iter().filter_map(Requirement::from_value).collect())
-                .unwrap_or_default(),
-            terms: None,
-        }
-    }
-
+/// The SKU questions asked of a whole node selection.
+pub trait SkuSelection {
     /// VM sizes named by `In` requirements on the instance-type or
     /// sku-name labels, in order, without repeats.
-    pub fn named_sizes(&self) -> Vec<String> {
+    fn named_sizes(&self) -> Vec<String>;
+    /// Can a node of `sku` satisfy the selection?
+    fn allows(&self, sku: &Sku) -> bool;
+    /// The catalog SKUs the selection allows, in catalog order.
+    fn skus<'a>(&self, catalog: &'a Catalog) -> Vec<&'a Sku>;
+    /// True when every way to satisfy the selection needs a GPU node.
+    fn targets_gpu_nodes(&self, catalog: &Catalog) -> bool;
+}
+
+impl SkuSelection for NodeSelection {
+    fn named_sizes(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        let terms = self
-            .terms
-            .iter()
-            .flatten()
-            .flat_map(|t| t.requirements.iter());
-        for r in self.required.iter().chain(terms) {
+        for r in self.all_requirements() {
             if r.operator == Operator::In && is_size_key(&r.key) {
                 for v in &r.values {
                     if !out.contains(v) {
@@ -271,19 +131,12 @@ impl NodeSelection {
         out
     }
 
-    /// Is anything said about where to schedule?
-    pub fn is_empty(&self) -> bool {
-        self.required.is_empty() && self.terms.is_none()
+    fn allows(&self, sku: &Sku) -> bool {
+        classified(self).allows(sku)
     }
 
-    /// Can a node of `sku` satisfy the selection?
-    pub fn allows(&self, sku: &Sku) -> bool {
-        self.classified().allows(sku)
-    }
-
-    /// The catalog SKUs the selection allows, in catalog order.
-    pub fn skus<'a>(&self, catalog: &'a Catalog) -> Vec<&'a Sku> {
-        let classified = self.classified();
+    fn skus<'a>(&self, catalog: &'a Catalog) -> Vec<&'a Sku> {
+        let classified = classified(self);
         catalog
             .skus()
             .iter()
@@ -291,22 +144,7 @@ impl NodeSelection {
             .collect()
     }
 
-    /// The requirements with their keys classified, so each SKU costs only
-    /// value comparisons.
-    fn classified(&self) -> Classified<'_> {
-        Classified {
-            required: classify(&self.required),
-            terms: self.terms.as_ref().map(|terms| {
-                terms
-                    .iter()
-                    .map(|t| (t.empty, classify(&t.requirements)))
-                    .collect()
-            }),
-        }
-    }
-
-    /// True when every way to satisfy the selection needs a GPU node.
-    pub fn targets_gpu_nodes(&self, catalog: &Catalog) -> bool {
+    fn targets_gpu_nodes(&self, catalog: &Catalog) -> bool {
         if self.required.iter().any(|r| r.requires_gpu_node(catalog)) {
             return true;
         }
@@ -315,11 +153,26 @@ impl NodeSelection {
             Some(terms) => {
                 !terms.is_empty()
                     && terms.iter().all(|t| {
-                        t.empty || t.requirements.iter().any(|r| r.requires_gpu_node(catalog))
+                        t.matches_nothing
+                            || t.requirements.iter().any(|r| r.requires_gpu_node(catalog))
                     })
-                    && terms.iter().any(|t| !t.empty)
+                    && terms.iter().any(|t| !t.matches_nothing)
             }
         }
+    }
+}
+
+/// The requirements with their keys classified, so each SKU costs only
+/// value comparisons.
+fn classified(sel: &NodeSelection) -> Classified<'_> {
+    Classified {
+        required: classify(&sel.required),
+        terms: sel.terms.as_ref().map(|terms| {
+            terms
+                .iter()
+                .map(|t| (t.matches_nothing, classify(&t.requirements)))
+                .collect()
+        }),
     }
 }
 
@@ -331,37 +184,25 @@ type ClassifiedReqs<'a> = Vec<(Option<SkuLabel>, &'a Requirement)>;
 
 struct Classified<'a> {
     required: ClassifiedReqs<'a>,
-    /// (term is empty, its requirements)
+    /// (term matches nothing, its requirements)
     terms: Option<Vec<(bool, ClassifiedReqs<'a>)>>,
 }
 
 impl Classified<'_> {
     fn allows(&self, sku: &Sku) -> bool {
-        let all = |reqs: &ClassifiedReqs<'_>| reqs.iter().all(|(k, r)| r.matches_sku_as(*k, sku));
+        let all = |reqs: &ClassifiedReqs<'_>| reqs.iter().all(|(k, r)| matches_sku_as(r, *k, sku));
         all(&self.required)
             && match &self.terms {
                 None => true,
-                Some(terms) => terms.iter().any(|(empty, reqs)| !empty && all(reqs)),
+                Some(terms) => terms.iter().any(|(nothing, reqs)| !nothing && all(reqs)),
             }
-    }
-}
-
-fn term_from_value(term: &Value) -> Term {
-    let exprs = term.get("matchExpressions").and_then(Value::as_array);
-    let fields = term.get("matchFields").and_then(Value::as_array);
-    let empty = exprs.is_none_or(|e| e.is_empty()) && fields.is_none_or(|f| f.is_empty());
-    Term {
-        requirements: exprs
-            .map(|a| a.iter().filter_map(Requirement::from_value).collect())
-            .unwrap_or_default(),
-        empty,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn names(sel: &NodeSelection, c: &Catalog) -> Vec<String> {
         sel.skus(c).iter().map(|s| s.name.clone()).collect()

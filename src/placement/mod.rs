@@ -11,18 +11,14 @@
 mod nodepool;
 mod plan;
 mod profile;
-mod selector;
-mod toleration;
 
 pub use nodepool::plan_node_pool;
 pub use plan::PROFILE_ANNOTATION;
 pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
-pub use selector::{parse_label_selector, Operator, Requirement, Term};
-pub use toleration::{Taint, Toleration, TolerationOperator};
 
 use crate::gpu::catalog::Catalog;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
-use crate::policy::NamespaceLookup;
+use crate::k8s::NamespaceLookup;
 use crate::review::{Operation, Request};
 use serde_json::Value;
 use std::collections::BTreeMap;

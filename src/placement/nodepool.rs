@@ -7,11 +7,10 @@
 //! warns; with `Require` it leaves the pool to the validating policies.
 use super::{profile::NodePoolTaintPolicy, Plan, Profile, ProfileSet};
 use crate::gpu::catalog::Catalog;
-use crate::gpu::pools::{CapacityRequest, PoolKind, Taint as PoolTaint};
+use crate::gpu::pools::{is_gpu_taint, CapacityRequest, PoolKind};
+use crate::k8s::{Patch, ShapeError};
 use crate::review::{Operation, Request};
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 /// Prefix of the warnings placement gives.
 const WARNING_PREFIX: &str = "gpu-placement";
@@ -53,7 +52,7 @@ pub fn plan_node_pool(profiles: &ProfileSet, pool: &Value) -> Plan {
     // Any GPU taint (sku=gpu, nvidia.com/gpu, amd.com/gpu with NoSchedule or
     // NoExecute) already keeps other pods off, and a second one would repel
     // GPU pods that tolerate only the first.
-    if request.taints.iter().any(PoolTaint::is_gpu_taint) {
+    if request.taints.iter().any(is_gpu_taint) {
         return Plan::default();
     }
     let name = pool_name(pool);
@@ -87,12 +86,12 @@ pub fn plan_node_pool(profiles: &ProfileSet, pool: &Value) -> Plan {
         return warning_only(format!(
             "{WARNING_PREFIX}: NodePool {name} launches GPU nodes without a GPU taint; \
              did not add {taint} because it already has {}",
-            clash.to_string_form()
+            clash
         ));
     }
-    let ops = match taint_ops(pool, taint_value(taint)) {
+    let ops = match taint_ops(pool, taint.to_json()) {
         Ok(ops) => ops,
-        Err(path) => {
+        Err(ShapeError { path, .. }) => {
             tracing::warn!(profile = %profile.name, path = %path, "NodePool not patched: unexpected shape");
             return Plan::default();
         }
@@ -184,16 +183,6 @@ fn pool_name(pool: &Value) -> &str {
         .unwrap_or("(unnamed)")
 }
 
-fn taint_value(taint: &super::Taint) -> Value {
-    let mut t = Map::new();
-    t.insert("key".into(), json!(taint.key));
-    if !taint.value.is_empty() {
-        t.insert("value".into(), json!(taint.value));
-    }
-    t.insert("effect".into(), json!(taint.effect));
-    Value::Object(t)
-}
-
 fn warning_only(message: String) -> Plan {
     Plan {
         warnings: vec![message],
@@ -201,44 +190,20 @@ fn warning_only(message: String) -> Plan {
     }
 }
 
-/// Operations appending `taint` to `spec.template.spec.taints`, adding the
-/// missing parents (absent or null) first. `Err` names a field of the wrong
-/// shape.
-fn taint_ops(pool: &Value, taint: Value) -> Result<Vec<PatchOperation>, String> {
-    let mut ops = Vec::new();
-    let mut path = PointerBuf::new();
-    let mut current = Some(pool);
-    for key in ["spec", "template", "spec"] {
-        path.push_back(key);
-        current = match current.and_then(|c| c.get(key)) {
-            None | Some(Value::Null) => {
-                ops.push(add(path.clone(), json!({})));
-                None
-            }
-            Some(v @ Value::Object(_)) => Some(v),
-            Some(_) => return Err(path.to_string()),
-        };
-    }
-    path.push_back("taints");
-    match current.and_then(|c| c.get("taints")) {
-        None | Some(Value::Null) => ops.push(add(path, json!([taint]))),
-        Some(Value::Array(_)) => {
-            path.push_back("-");
-            ops.push(add(path, taint));
-        }
-        Some(_) => return Err(path.to_string()),
-    }
-    Ok(ops)
-}
-
-fn add(path: PointerBuf, value: Value) -> PatchOperation {
-    PatchOperation::Add(AddOperation { path, value })
+/// Operations appending `taint` to `spec.template.spec.taints`, adding
+/// whatever is missing on the way (absent or null) with it.
+fn taint_ops(pool: &Value, taint: Value) -> Result<Vec<json_patch::PatchOperation>, ShapeError> {
+    let mut patch = Patch::new(pool);
+    patch.append(&["spec", "template", "spec", "taints"], vec![taint])?;
+    Ok(patch.into_operations())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::review::Operation;
+    use json_patch::PatchOperation;
+    use serde_json::json;
 
     fn profile(name: &str, resources: &[&str], extra: Value) -> Profile {
         let mut spec = json!({
@@ -341,7 +306,7 @@ mod tests {
             ops,
             json!([{"op": "add", "path": "/spec/template/spec/taints", "value": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]}])
         );
-        // Parents built from tokens, outermost first.
+        // Missing parents come whole, in one operation.
         let ops = taint_ops(
             &json!({"metadata": {}}),
             json!({"key": "k", "effect": "NoSchedule"}),
@@ -354,14 +319,12 @@ mod tests {
                 _ => String::new(),
             })
             .collect();
+        assert_eq!(paths, ["/spec"]);
+        let mut with_parents = json!({"metadata": {}});
+        json_patch::patch(&mut with_parents, &ops).unwrap();
         assert_eq!(
-            paths,
-            [
-                "/spec",
-                "/spec/template",
-                "/spec/template/spec",
-                "/spec/template/spec/taints"
-            ]
+            with_parents["spec"],
+            json!({"template": {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}})
         );
     }
 
@@ -372,7 +335,9 @@ mod tests {
         let plan = plan_node_pool(&shipped(), &p);
         assert!(plan.patch.0.is_empty() && plan.profile.is_none());
         assert_eq!(
-            taint_ops(&json!({"spec": {"template": []}}), json!({})).unwrap_err(),
+            taint_ops(&json!({"spec": {"template": []}}), json!({}))
+                .unwrap_err()
+                .path,
             "/spec/template"
         );
     }

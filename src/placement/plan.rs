@@ -1,9 +1,12 @@
 //! The patch one profile makes to one pod.
-use super::selector::{contradiction, Operator, Requirement, Term};
-use super::toleration::Toleration;
 use super::Profile;
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation};
+use crate::k8s::nodes::contradiction;
+use crate::k8s::patch::{array_field, object_field};
+use crate::k8s::{
+    NodeSelectorOperator as Operator, NodeSelectorRequirement as Requirement,
+    NodeSelectorTerm as Term, Patch, ShapeError, Toleration,
+};
+use json_patch::PatchOperation;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
@@ -24,14 +27,6 @@ pub(super) enum Outcome {
     Conflict(String),
 }
 
-/// A pod field of a type the API would not have accepted.
-#[derive(Debug, thiserror::Error)]
-#[error("{path} is not {expected}")]
-pub(super) struct ShapeError {
-    path: String,
-    expected: &'static str,
-}
-
 pub(super) fn plan_profile(profile: &Profile, pod: &Value) -> Result<Outcome, ShapeError> {
     let spec = object_field(pod.as_object(), "spec", "/spec")?.ok_or(ShapeError {
         path: "/spec".into(),
@@ -41,53 +36,27 @@ pub(super) fn plan_profile(profile: &Profile, pod: &Value) -> Result<Outcome, Sh
     if let Some(message) = conflict(profile, &view) {
         return Ok(Outcome::Conflict(message));
     }
-    let mut ops = Vec::new();
-    add_tolerations(profile, spec, &mut ops)?;
-    let required = required_changes(profile, &view);
-    let preferred = preferred_changes(profile, &view);
-    if required.is_some() || !preferred.is_empty() {
-        let mut path = pointer(&["spec"]);
-        ensure_object(&mut ops, &mut path, AFFINITY, view.affinity.is_some());
-        ensure_object(
-            &mut ops,
-            &mut path,
-            NODE_AFFINITY,
-            view.node_affinity.is_some(),
-        );
-        if let Some(change) = required {
-            emit_required(&mut ops, path.clone(), &view, change);
-        }
-        if !preferred.is_empty() {
-            let mut p = path.clone();
-            p.push_back(PREFERRED);
-            if view.preferred.is_some() {
-                for term in preferred {
-                    let mut item = p.clone();
-                    item.push_back("-");
-                    add(&mut ops, item, term);
-                }
-            } else {
-                add(&mut ops, p, Value::Array(preferred));
-            }
-        }
+    let mut patch = Patch::new(pod);
+    add_tolerations(profile, spec, &mut patch)?;
+    if let Some(change) = required_changes(profile, &view) {
+        emit_required(&mut patch, &view, change)?;
     }
-    if !ops.is_empty() {
-        let metadata = object_field(pod.as_object(), "metadata", "/metadata")?;
-        let annotations = object_field(metadata, "annotations", "/metadata/annotations")?;
-        let mut path = PointerBuf::new();
-        ensure_object(&mut ops, &mut path, "metadata", metadata.is_some());
-        ensure_object(&mut ops, &mut path, "annotations", annotations.is_some());
-        path.push_back(PROFILE_ANNOTATION);
-        add(&mut ops, path, Value::String(profile.name.clone()));
+    patch.append(
+        &["spec", AFFINITY, NODE_AFFINITY, PREFERRED],
+        preferred_changes(profile, &view),
+    )?;
+    if !patch.is_empty() {
+        object_field(pod.as_object(), "metadata", "/metadata")?;
+        patch.set(
+            &["metadata", "annotations", PROFILE_ANNOTATION],
+            Value::String(profile.name.clone()),
+        )?;
     }
-    Ok(Outcome::Patch(ops))
+    Ok(Outcome::Patch(patch.into_operations()))
 }
 
 /// What the pod says about node selection, read once.
 struct PodView<'a> {
-    affinity: Option<&'a Map<String, Value>>,
-    node_affinity: Option<&'a Map<String, Value>>,
-    required: Option<&'a Map<String, Value>>,
     /// Existing required terms (raw), absent or empty as `[]`.
     terms: Vec<&'a Value>,
     /// The parsed requirements of each term (unparseable ones left out).
@@ -121,26 +90,16 @@ impl<'a> PodView<'a> {
                     expected: "an object",
                 });
             }
-            let exprs =
-                array_field(term.as_object(), EXPRESSIONS, "matchExpressions").map_err(|_| {
-                    ShapeError {
-                        path: format!("nodeSelectorTerms[{i}].matchExpressions"),
-                        expected: "a list",
-                    }
-                })?;
-            term_requirements.push(
-                exprs
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Requirement::from_pod)
-                    .collect(),
-            );
-            let non_empty = |key: &str| {
-                term.get(key)
-                    .and_then(Value::as_array)
-                    .is_some_and(|a| !a.is_empty())
-            };
-            matches_nothing.push(!non_empty(EXPRESSIONS) && !non_empty("matchFields"));
+            array_field(term.as_object(), EXPRESSIONS, "matchExpressions").map_err(|_| {
+                ShapeError {
+                    path: format!("nodeSelectorTerms[{i}].matchExpressions"),
+                    expected: "a list",
+                }
+            })?;
+            let mut parsed = Term::from_value(term);
+            parsed.requirements.retain(Requirement::is_well_formed);
+            term_requirements.push(parsed.requirements);
+            matches_nothing.push(parsed.matches_nothing);
         }
         let preferred = array_field(
             node_affinity,
@@ -153,9 +112,6 @@ impl<'a> PodView<'a> {
             .filter_map(|(k, v)| Some(Requirement::equals(k, v.as_str()?)))
             .collect();
         Ok(PodView {
-            affinity,
-            node_affinity,
-            required,
             terms,
             term_requirements,
             matches_nothing,
@@ -291,13 +247,13 @@ fn conflict(profile: &Profile, view: &PodView) -> Option<String> {
 fn add_tolerations(
     profile: &Profile,
     spec: &Map<String, Value>,
-    ops: &mut Vec<PatchOperation>,
+    patch: &mut Patch,
 ) -> Result<(), ShapeError> {
     let existing = array_field(Some(spec), "tolerations", "/spec/tolerations")?;
     let mut have: Vec<Toleration> = existing
         .into_iter()
         .flatten()
-        .map(Toleration::from_pod)
+        .map(Toleration::from_value)
         .collect();
     let mut new = Vec::new();
     for t in &profile.tolerations {
@@ -307,20 +263,7 @@ fn add_tolerations(
         have.push(t.clone());
         new.push(t.to_json());
     }
-    if new.is_empty() {
-        return Ok(());
-    }
-    let path = pointer(&["spec", "tolerations"]);
-    if existing.is_some() {
-        for t in new {
-            let mut item = path.clone();
-            item.push_back("-");
-            add(ops, item, t);
-        }
-    } else {
-        add(ops, path, Value::Array(new));
-    }
-    Ok(())
+    patch.append(&["spec", "tolerations"], new)
 }
 
 /// How the required terms change.
@@ -399,36 +342,25 @@ fn with_expressions(term: &Value, extra: Vec<Value>) -> Value {
 }
 
 fn emit_required(
-    ops: &mut Vec<PatchOperation>,
-    mut path: PointerBuf,
+    patch: &mut Patch,
     view: &PodView,
     change: RequiredChange,
-) {
-    ensure_object(ops, &mut path, REQUIRED, view.required.is_some());
-    path.push_back(TERMS);
+) -> Result<(), ShapeError> {
+    let terms = ["spec", AFFINITY, NODE_AFFINITY, REQUIRED, TERMS];
     match change {
-        RequiredChange::Create(terms) => add(ops, path, Value::Array(terms)),
+        RequiredChange::Create(new) => patch.set(&terms, Value::Array(new)),
         RequiredChange::Extend { in_place, appended } => {
             for (i, missing) in in_place {
-                let mut exprs = path.clone();
-                exprs.push_back(i);
-                exprs.push_back(EXPRESSIONS);
-                let has_list = view.terms[i].get(EXPRESSIONS).is_some_and(Value::is_array);
-                if has_list {
-                    for r in missing {
-                        let mut item = exprs.clone();
-                        item.push_back("-");
-                        add(ops, item, r);
-                    }
+                let index = i.to_string();
+                let mut path = terms.to_vec();
+                path.extend([index.as_str(), EXPRESSIONS]);
+                if view.terms[i].get(EXPRESSIONS).is_some_and(Value::is_array) {
+                    patch.append(&path, missing)?;
                 } else {
-                    add(ops, exprs, Value::Array(missing));
+                    patch.set(&path, Value::Array(missing))?;
                 }
             }
-            for term in appended {
-                let mut item = path.clone();
-                item.push_back("-");
-                add(ops, item, term);
-            }
+            patch.append(&terms, appended)
         }
     }
 }
@@ -444,7 +376,7 @@ fn preferred_changes(profile: &Profile, view: &PodView) -> Vec<Value> {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(Requirement::from_pod)
+                .filter_map(Requirement::well_formed)
                 .collect()
         })
         .collect();
@@ -459,53 +391,4 @@ fn preferred_changes(profile: &Profile, view: &PodView) -> Vec<Value> {
             })
         })
         .collect()
-}
-
-fn pointer(tokens: &[&str]) -> PointerBuf {
-    PointerBuf::from_tokens(tokens.iter().copied())
-}
-
-fn add(ops: &mut Vec<PatchOperation>, path: PointerBuf, value: Value) {
-    ops.push(PatchOperation::Add(AddOperation { path, value }));
-}
-
-/// Descends into `key`, adding it as `{}` first when the pod lacks it, so
-/// that parents always exist before their children are added.
-fn ensure_object(ops: &mut Vec<PatchOperation>, path: &mut PointerBuf, key: &str, exists: bool) {
-    path.push_back(key);
-    if !exists {
-        add(ops, path.clone(), Value::Object(Map::new()));
-    }
-}
-
-/// The object at `key`; `None` when absent or null.
-fn object_field<'a>(
-    parent: Option<&'a Map<String, Value>>,
-    key: &str,
-    path: &str,
-) -> Result<Option<&'a Map<String, Value>>, ShapeError> {
-    match parent.and_then(|p| p.get(key)) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => Ok(Some(m)),
-        Some(_) => Err(ShapeError {
-            path: path.to_string(),
-            expected: "an object",
-        }),
-    }
-}
-
-/// The list at `key`; `None` when absent or null.
-fn array_field<'a>(
-    parent: Option<&'a Map<String, Value>>,
-    key: &str,
-    path: &str,
-) -> Result<Option<&'a Vec<Value>>, ShapeError> {
-    match parent.and_then(|p| p.get(key)) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(a)) => Ok(Some(a)),
-        Some(_) => Err(ShapeError {
-            path: path.to_string(),
-            expected: "a list",
-        }),
-    }
 }

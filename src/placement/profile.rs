@@ -1,9 +1,11 @@
 //! The `PlacementProfile` document: parsing and validation.
-use super::selector::{parse_label_selector, Operator, Requirement, Term};
-use super::toleration::{Taint, Toleration};
 use crate::gpu::GpuResources;
-use crate::policy::LabelSelector;
-use serde_json::{Map, Value};
+use crate::k8s::json::{list, object, unknown_fields};
+use crate::k8s::{
+    FieldError, LabelSelector, NodeSelectorRequirement as Requirement, NodeSelectorTerm as Term,
+    Taint, Toleration,
+};
+use serde_json::Value;
 use std::fmt;
 
 /// `apiVersion` of placement profiles.
@@ -79,6 +81,12 @@ impl fmt::Display for ProfileError {
             write!(f, "{}: ", self.field)?;
         }
         f.write_str(&self.message)
+    }
+}
+
+impl From<FieldError> for ProfileError {
+    fn from(e: FieldError) -> ProfileError {
+        ProfileError::new(e.field, e.message)
     }
 }
 
@@ -169,10 +177,10 @@ fn parse_profile(v: &Value) -> Result<Profile, ProfileError> {
             .ok_or_else(|| ProfileError::new("spec.priority", "must be a 32-bit integer"))?,
     };
     let namespace_selector = object(spec.get("namespaceSelector"), "spec.namespaceSelector")?
-        .map(|s| parse_label_selector(s, "spec.namespaceSelector"))
+        .map(|s| LabelSelector::parse_strict(s, "spec.namespaceSelector"))
         .transpose()?;
     let pod_selector = object(spec.get("podSelector"), "spec.podSelector")?
-        .map(|s| parse_label_selector(s, "spec.podSelector"))
+        .map(|s| LabelSelector::parse_strict(s, "spec.podSelector"))
         .transpose()?;
 
     let mut tolerations = Vec::new();
@@ -334,95 +342,12 @@ fn parse_term(v: &Value, field: &str) -> Result<Term, ProfileError> {
     }
     let mut requirements = Vec::new();
     for (i, e) in exprs.iter().enumerate() {
-        requirements.push(parse_requirement(e, &format!("{exprs_field}[{i}]"))?);
+        requirements.push(Requirement::parse_strict(
+            e,
+            &format!("{exprs_field}[{i}]"),
+        )?);
     }
     Ok(Term::new(requirements))
-}
-
-fn parse_requirement(v: &Value, field: &str) -> Result<Requirement, ProfileError> {
-    let obj = object(Some(v), field)?.ok_or_else(|| ProfileError::new(field, "required"))?;
-    unknown_fields(obj, field, &["key", "operator", "values"])?;
-    let key = obj
-        .get("key")
-        .and_then(Value::as_str)
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| ProfileError::new(format!("{field}.key"), "required"))?;
-    let op_text = obj
-        .get("operator")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let operator = Operator::parse(op_text).ok_or_else(|| {
-        ProfileError::new(
-            format!("{field}.operator"),
-            format!("{op_text:?}: must be one of In, NotIn, Exists, DoesNotExist, Gt, Lt"),
-        )
-    })?;
-    let values_field = format!("{field}.values");
-    let mut values = Vec::new();
-    for (i, val) in list(obj.get("values"), &values_field)?.iter().enumerate() {
-        let s = val
-            .as_str()
-            .ok_or_else(|| ProfileError::new(format!("{values_field}[{i}]"), "must be a string"))?;
-        values.push(s.to_string());
-    }
-    let ok = match operator {
-        Operator::In | Operator::NotIn => !values.is_empty(),
-        Operator::Exists | Operator::DoesNotExist => values.is_empty(),
-        Operator::Gt | Operator::Lt => values.len() == 1 && values[0].parse::<i64>().is_ok(),
-    };
-    if !ok {
-        let rule = match operator {
-            Operator::In | Operator::NotIn => "needs at least one value",
-            Operator::Exists | Operator::DoesNotExist => "takes no values",
-            Operator::Gt | Operator::Lt => "takes exactly one integer value",
-        };
-        return Err(ProfileError::new(
-            values_field,
-            format!("{} {rule}", operator.as_str()),
-        ));
-    }
-    Ok(Requirement {
-        key: key.to_string(),
-        operator,
-        values,
-    })
-}
-
-pub(crate) fn object<'a>(
-    v: Option<&'a Value>,
-    field: &str,
-) -> Result<Option<&'a Map<String, Value>>, ProfileError> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => Ok(Some(m)),
-        Some(_) => Err(ProfileError::new(field, "must be a mapping")),
-    }
-}
-
-pub(crate) fn list<'a>(v: Option<&'a Value>, field: &str) -> Result<&'a [Value], ProfileError> {
-    match v {
-        None | Some(Value::Null) => Ok(&[]),
-        Some(Value::Array(a)) => Ok(a),
-        Some(_) => Err(ProfileError::new(field, "must be a list")),
-    }
-}
-
-pub(crate) fn unknown_fields(
-    obj: &Map<String, Value>,
-    field: &str,
-    allowed: &[&str],
-) -> Result<(), ProfileError> {
-    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        None => Ok(()),
-        Some(k) => Err(ProfileError::new(
-            if field.is_empty() {
-                k.clone()
-            } else {
-                format!("{field}.{k}")
-            },
-            format!("unknown field; expected one of {}", allowed.join(", ")),
-        )),
-    }
 }
 
 fn is_dns_label_like(name: &str) -> bool {

@@ -108,19 +108,16 @@ fn sku_gpu() -> Value {
 }
 
 #[test]
-fn bare_gpu_pod_gets_toleration_affinity_and_parents_first() {
+fn bare_gpu_pod_gets_toleration_affinity_and_parents_whole() {
     let (plan, patched) = apply(&shipped(), &gpu_pod(json!({})));
     assert_eq!(plan.profile.as_deref(), Some("aks-nvidia"));
+    // A missing parent comes in one operation with everything under it.
     assert_eq!(
         paths(&plan),
         vec![
             "/spec/tolerations",
             "/spec/affinity",
-            "/spec/affinity/nodeAffinity",
-            "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
-            "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
-            "/metadata/annotations",
-            "/metadata/annotations/gpu-admission.io~1placement-profile",
+            "/metadata/annotations"
         ]
     );
     assert_eq!(patched["spec"]["tolerations"], json!([sku_gpu()]));

@@ -34,11 +34,11 @@ pub(super) fn template_request(req: &Request) -> Option<(Request, String)> {
     {
         return None;
     }
-    let pod = crate::workload::pod_from_template(req.object.as_ref()?)?;
+    let pod = crate::k8s::workloads::pod_from_template(req.object.as_ref()?)?;
     let old_pod = req
         .old_object
         .as_ref()
-        .and_then(crate::workload::pod_from_template);
+        .and_then(crate::k8s::workloads::pod_from_template);
     // `generateName` controllers have no name yet; `display_name` shows `web-*`.
     let name = if req.name.is_empty() {
         req.display_name()

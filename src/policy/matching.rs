@@ -1,5 +1,7 @@
 //! Which requests a policy or binding applies to, as kube-apiserver decides:
 //! resource rules, scope, namespace and object selectors, exclusions.
+use crate::k8s::json::labels_of;
+use crate::k8s::LabelSelector;
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -40,62 +42,6 @@ pub enum Scope {
     All,
     Cluster,
     Namespaced,
-}
-
-/// A `metav1.LabelSelector`. The default selects everything.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LabelSelector {
-    pub match_labels: BTreeMap<String, String>,
-    pub match_expressions: Vec<Requirement>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Requirement {
-    pub key: String,
-    pub operator: SelectorOp,
-    pub values: Vec<String>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SelectorOp {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-}
-
-impl LabelSelector {
-    pub fn is_empty(&self) -> bool {
-        self.match_labels.is_empty() && self.match_expressions.is_empty()
-    }
-
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.match_labels
-            .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
-            && self.match_expressions.iter().all(|r| {
-                let value = labels.get(&r.key);
-                match r.operator {
-                    SelectorOp::In => value.is_some_and(|v| r.values.contains(v)),
-                    SelectorOp::NotIn => value.is_none_or(|v| !r.values.contains(v)),
-                    SelectorOp::Exists => value.is_some(),
-                    SelectorOp::DoesNotExist => value.is_none(),
-                }
-            })
-    }
-}
-
-/// `metadata.labels` of a JSON object.
-pub fn labels_of(object: Option<&Value>) -> BTreeMap<String, String> {
-    object
-        .and_then(|o| o.pointer("/metadata/labels"))
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 impl MatchResources {
@@ -232,6 +178,7 @@ fn matches_resource(pattern: &str, resource: &str, sub: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::{LabelRequirement, SelectorOp};
 
     #[test]
     fn resource_patterns_follow_kubernetes() {
@@ -253,7 +200,7 @@ mod tests {
             .collect();
         let sel = |op, values: &[&str]| LabelSelector {
             match_labels: BTreeMap::new(),
-            match_expressions: vec![Requirement {
+            match_expressions: vec![LabelRequirement {
                 key: "tier".into(),
                 operator: op,
                 values: values.iter().map(|s| s.to_string()).collect(),

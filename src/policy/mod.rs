@@ -1,6 +1,7 @@
 //! Policy files in Kubernetes' ValidatingAdmissionPolicy format: loading,
 //! matching and evaluation, with kube-apiserver's semantics.
 use crate::cel::{self, Env, Extensions};
+use crate::k8s::NamespaceLookup;
 use crate::review::Request;
 use eval::{applies, template_request, Scope};
 use kube_cel::cel::Value;
@@ -20,7 +21,7 @@ pub use load::{
     parse_documents, parse_files, read_documents, read_files, Document, LoadError, LoadErrors,
     PolicyFile, Source,
 };
-pub use matching::{LabelSelector, MatchResources, Requirement as LabelRequirement, SelectorOp};
+pub use matching::MatchResources;
 pub use watch::{watch_dir, DirWatcher, WatchOptions, DEFAULT_RESCAN};
 
 use model::{Binding, Policy};
@@ -48,12 +49,6 @@ pub const EVALUATION_STACK: usize = pool::STACK;
 /// unoptimised build needs tens of KiB of stack per nesting level.
 pub fn mark_evaluation_thread() {
     pool::mark_current_thread();
-}
-
-/// Looks up Namespace objects for `namespaceObject` and namespaceSelector.
-pub trait NamespaceLookup: Send + Sync {
-    /// The Namespace object named `name`, as JSON, if known.
-    fn namespace(&self, name: &str) -> Option<serde_json::Value>;
 }
 
 /// Compiled policies, bindings and params. Cheap to clone.
@@ -245,7 +240,7 @@ impl PolicySet {
                             .pointer("/metadata/namespace")
                             .and_then(|v| v.as_str())
                             .map(str::to_string),
-                        labels: matching::labels_of(Some(&doc.value)),
+                        labels: crate::k8s::json::labels_of(Some(&doc.value)),
                         value: cel::json_to_value(&doc.value),
                     }),
                     None => errors.push(LoadError::at(&doc.source, "metadata.name", "required")),
@@ -366,7 +361,7 @@ impl PolicySet {
         let passed = || deadline.is_some_and(|d| Instant::now() >= d);
         let inner = &*self.inner;
         let mut verdict = Verdict::default();
-        let ns_labels = matching::labels_of(namespace.as_ref());
+        let ns_labels = crate::k8s::json::labels_of(namespace.as_ref());
         let mut direct: Option<Scope> = None;
         for (binding, pi) in &inner.bindings {
             let policy = &inner.policies[*pi];

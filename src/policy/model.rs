@@ -1,10 +1,9 @@
 //! ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding documents,
 //! read from JSON with every error naming its field.
 use super::load::{Document, LoadError, Source};
-use super::matching::{
-    LabelSelector, MatchPolicy, MatchResources, Requirement, Rule, Scope, SelectorOp,
-};
+use super::matching::{MatchPolicy, MatchResources, Rule, Scope};
 use crate::cel::{self, Compiled, Env};
+use crate::k8s::{LabelRequirement as Requirement, LabelSelector, SelectorOp};
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -8,7 +8,7 @@ pub mod http;
 
 use axum::http::StatusCode;
 use gpu_admission::admission::{Admission, Bundle, Outcome};
-use gpu_admission::policy::NamespaceLookup;
+use gpu_admission::k8s::NamespaceLookup;
 use gpu_admission::review::{Request, Response};
 use gpu_admission::server::{Metrics, ServeConfig, Server, ShutdownHandle, Webhook};
 use http::{client_config, Client, HttpResponse};

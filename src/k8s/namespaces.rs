@@ -1,7 +1,13 @@
-//! Namespace objects for `namespaceObject` and `namespaceSelector`.
-use crate::policy::NamespaceLookup;
+//! Namespaces: where a request's namespace object and labels come from.
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+
+/// Looks up Namespace objects (for `namespaceObject`, namespaceSelector and
+/// placement profiles' namespace selectors).
+pub trait NamespaceLookup: Send + Sync {
+    /// The Namespace object named `name`, as JSON, if known.
+    fn namespace(&self, name: &str) -> Option<Value>;
+}
 
 /// Namespaces known up front: labels given on the command line or in a
 /// policy test file.

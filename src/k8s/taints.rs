@@ -1,5 +1,6 @@
-//! Tolerations and taints, and when one toleration already covers another.
-use super::profile::{unknown_fields, ProfileError};
+//! Taints and tolerations: when a toleration lets a pod onto a tainted
+//! node, and when one toleration already covers another.
+use super::json::{str_field, unknown_fields, FieldError};
 use serde_json::{json, Map, Value};
 use std::fmt;
 
@@ -35,20 +36,20 @@ const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
 impl Toleration {
     /// Reads a profile's toleration, rejecting what Kubernetes would reject.
-    pub fn parse_strict(v: &Value, field: &str) -> Result<Toleration, ProfileError> {
+    pub fn parse_strict(v: &Value, field: &str) -> Result<Toleration, FieldError> {
         let obj = v
             .as_object()
-            .ok_or_else(|| ProfileError::new(field, "must be a mapping"))?;
+            .ok_or_else(|| FieldError::new(field, "must be a mapping"))?;
         unknown_fields(
             obj,
             field,
             &["key", "operator", "value", "effect", "tolerationSeconds"],
         )?;
-        let text = |name: &str| -> Result<String, ProfileError> {
+        let text = |name: &str| -> Result<String, FieldError> {
             match obj.get(name) {
                 None | Some(Value::Null) => Ok(String::new()),
                 Some(Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(ProfileError::new(
+                Some(_) => Err(FieldError::new(
                     format!("{field}.{name}"),
                     "must be a string",
                 )),
@@ -59,7 +60,7 @@ impl Toleration {
             "" | "Equal" => TolerationOperator::Equal,
             "Exists" => TolerationOperator::Exists,
             other => {
-                return Err(ProfileError::new(
+                return Err(FieldError::new(
                     format!("{field}.operator"),
                     format!("{other:?}: must be Equal or Exists"),
                 ))
@@ -68,19 +69,19 @@ impl Toleration {
         let value = text("value")?;
         let effect = text("effect")?;
         if !effect.is_empty() && !EFFECTS.contains(&effect.as_str()) {
-            return Err(ProfileError::new(
+            return Err(FieldError::new(
                 format!("{field}.effect"),
                 format!("{effect:?}: must be NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"),
             ));
         }
         if operator == TolerationOperator::Exists && !value.is_empty() {
-            return Err(ProfileError::new(
+            return Err(FieldError::new(
                 format!("{field}.value"),
                 "must be empty when operator is Exists",
             ));
         }
         if key.is_empty() && operator != TolerationOperator::Exists {
-            return Err(ProfileError::new(
+            return Err(FieldError::new(
                 format!("{field}.key"),
                 "required unless operator is Exists",
             ));
@@ -91,9 +92,9 @@ impl Toleration {
                 let f = format!("{field}.tolerationSeconds");
                 let n = s
                     .as_i64()
-                    .ok_or_else(|| ProfileError::new(&f, "must be an integer"))?;
+                    .ok_or_else(|| FieldError::new(&f, "must be an integer"))?;
                 if effect != "NoExecute" {
-                    return Err(ProfileError::new(f, "only allowed with effect NoExecute"));
+                    return Err(FieldError::new(f, "only allowed with effect NoExecute"));
                 }
                 Some(n)
             }
@@ -107,8 +108,8 @@ impl Toleration {
         })
     }
 
-    /// Reads a toleration from a pod, leniently.
-    pub fn from_pod(v: &Value) -> Toleration {
+    /// Reads a toleration of an object under admission, leniently.
+    pub fn from_value(v: &Value) -> Toleration {
         let text = |name: &str| {
             v.get(name)
                 .and_then(Value::as_str)
@@ -204,16 +205,58 @@ impl fmt::Display for Toleration {
 }
 
 impl Taint {
-    pub fn parse_strict(obj: &Map<String, Value>, field: &str) -> Result<Taint, ProfileError> {
+    /// Reads a taint of an object under admission, leniently: `None`
+    /// without a key or an effect.
+    pub fn from_value(v: &Value) -> Option<Taint> {
+        Some(Taint {
+            key: v.get("key")?.as_str()?.to_string(),
+            value: str_field(v, "value").to_string(),
+            effect: v.get("effect")?.as_str()?.to_string(),
+        })
+    }
+
+    /// Parses the `key=value:Effect` form (value optional: `key:Effect`) of
+    /// `az aks nodepool --node-taints` and ASO's `nodeTaints`.
+    pub fn parse(s: &str) -> Option<Taint> {
+        let (kv, effect) = s.trim().rsplit_once(':')?;
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        if key.is_empty() || effect.is_empty() {
+            return None;
+        }
+        Some(Taint {
+            key: key.to_string(),
+            value: value.to_string(),
+            effect: effect.to_string(),
+        })
+    }
+
+    /// The taint as Kubernetes writes it in a node's `spec.taints`.
+    pub fn to_json(&self) -> Value {
+        let mut t = Map::new();
+        t.insert("key".into(), json!(self.key));
+        if !self.value.is_empty() {
+            t.insert("value".into(), json!(self.value));
+        }
+        t.insert("effect".into(), json!(self.effect));
+        Value::Object(t)
+    }
+
+    /// Does the taint keep pods that do not tolerate it off the node
+    /// (NoSchedule or NoExecute; PreferNoSchedule only discourages)?
+    pub fn repels(&self) -> bool {
+        self.effect == "NoSchedule" || self.effect == "NoExecute"
+    }
+
+    pub fn parse_strict(obj: &Map<String, Value>, field: &str) -> Result<Taint, FieldError> {
         unknown_fields(obj, field, &["key", "value", "effect"])?;
         let text = |name: &str| obj.get(name).and_then(Value::as_str).unwrap_or_default();
         let key = text("key");
         if key.is_empty() {
-            return Err(ProfileError::new(format!("{field}.key"), "required"));
+            return Err(FieldError::new(format!("{field}.key"), "required"));
         }
         let effect = text("effect");
         if !EFFECTS.contains(&effect) {
-            return Err(ProfileError::new(
+            return Err(FieldError::new(
                 format!("{field}.effect"),
                 "required: NoSchedule, PreferNoSchedule or NoExecute",
             ));
@@ -243,7 +286,7 @@ mod tests {
     use super::*;
 
     fn t(v: Value) -> Toleration {
-        Toleration::from_pod(&v)
+        Toleration::from_value(&v)
     }
 
     fn sku_gpu() -> Toleration {
@@ -312,6 +355,13 @@ mod tests {
         assert!(t(json!({"operator": "Exists"})).tolerates(&taint));
         assert!(!t(json!({"key": "sku", "value": "gpu", "effect": "NoExecute"})).tolerates(&taint));
         assert_eq!(taint.to_string(), "sku=gpu:NoSchedule");
+        assert_eq!(Taint::parse("sku=gpu:NoSchedule"), Some(taint.clone()));
+        assert_eq!(Taint::parse(&taint.to_string()), Some(taint.clone()));
+        assert_eq!(Taint::from_value(&taint.to_json()), Some(taint));
+        let keyed = Taint::parse("nvidia.com/gpu:NoExecute").unwrap();
+        assert_eq!((keyed.value.as_str(), keyed.repels()), ("", true));
+        assert_eq!(Taint::parse("novalue"), None);
+        assert_eq!(Taint::parse(":NoSchedule"), None);
     }
 
     #[test]

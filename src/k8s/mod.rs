@@ -1,0 +1,23 @@
+//! Kubernetes semantics, one model each: label selectors, node selectors,
+//! taints and tolerations, the pod templates of controllers, namespaces,
+//! JSON field helpers and the JSON patch builder.
+//!
+//! A leaf module: it depends on nothing else in the crate, and knows
+//! nothing of GPUs, policies or HTTP. Readers come in two kinds: lenient
+//! ones for objects under admission (a field of the wrong shape reads as
+//! absent: the apiserver validates its own objects) and strict ones for the
+//! project's own documents (every mistake is an error naming its field).
+pub mod json;
+pub mod labels;
+pub mod namespaces;
+pub mod nodes;
+pub mod patch;
+pub mod taints;
+pub mod workloads;
+
+pub use json::FieldError;
+pub use labels::{LabelRequirement, LabelSelector, SelectorOp};
+pub use namespaces::{ClusterNamespaces, NamespaceLookup, StaticNamespaces};
+pub use nodes::{NodeSelection, NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm};
+pub use patch::{Patch, ShapeError};
+pub use taints::{Taint, Toleration, TolerationOperator};

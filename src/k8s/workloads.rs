@@ -1,0 +1,237 @@
+//! Pods and the controllers that make them: one table of the kinds whose
+//! objects hold a pod template, and the pod a controller would create.
+use serde_json::{json, Map, Value};
+
+/// A kind whose objects carry a pod template.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TemplateKind {
+    /// API groups it is served under (the first is the current one).
+    pub groups: &'static [&'static str],
+    pub kind: &'static str,
+    /// The plural resource name, as webhook rules and RBAC name it.
+    pub resource: &'static str,
+    /// JSON pointer to the pod template (`metadata` + `spec`).
+    pub template: &'static str,
+    /// Whether the kind's controller creates pods from the template (a
+    /// PodTemplate object creates none).
+    pub makes_pods: bool,
+}
+
+const APPS: &[&str] = &["apps", "extensions"];
+
+/// Every kind with a pod template.
+pub const TEMPLATE_KINDS: &[TemplateKind] = &[
+    TemplateKind {
+        groups: APPS,
+        kind: "Deployment",
+        resource: "deployments",
+        template: "/spec/template",
+        makes_pods: true,
+    },
+    TemplateKind {
+        groups: APPS,
+        kind: "StatefulSet",
+        resource: "statefulsets",
+        template: "/spec/template",
+        makes_pods: true,
+    },
+    TemplateKind {
+        groups: APPS,
+        kind: "DaemonSet",
+        resource: "daemonsets",
+        template: "/spec/template",
+        makes_pods: true,
+    },
+    TemplateKind {
+        groups: APPS,
+        kind: "ReplicaSet",
+        resource: "replicasets",
+        template: "/spec/template",
+        makes_pods: true,
+    },
+    TemplateKind {
+        groups: &[""],
+        kind: "ReplicationController",
+        resource: "replicationcontrollers",
+        template: "/spec/template",
+        makes_pods: true,
+    },
+    TemplateKind {
+        groups: &["batch"],
+        kind: "Job",
+        resource: "jobs",
+        template: "/spec/template",
+        makes_pods: true,
+    },
+    TemplateKind {
+        groups: &["batch"],
+        kind: "CronJob",
+        resource: "cronjobs",
+        template: "/spec/jobTemplate/spec/template",
+        makes_pods: true,
+    },
+    TemplateKind {
+        groups: &[""],
+        kind: "PodTemplate",
+        resource: "podtemplates",
+        template: "/template",
+        makes_pods: false,
+    },
+];
+
+/// The API group of an `apiVersion` (`apps/v1` -> `apps`, `v1` -> ``).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// The template kind of `group` and `kind`, if it has a pod template.
+pub fn template_kind(group: &str, kind: &str) -> Option<&'static TemplateKind> {
+    TEMPLATE_KINDS
+        .iter()
+        .find(|t| t.kind == kind && t.groups.contains(&group))
+}
+
+/// The template kind of an object, by its `apiVersion` and `kind`.
+pub fn template_kind_of(object: &Value) -> Option<&'static TemplateKind> {
+    let api = object.get("apiVersion")?.as_str()?;
+    template_kind(group_of(api), object.get("kind")?.as_str()?)
+}
+
+/// Is the object a core/v1 Pod?
+pub fn is_pod(object: &Value) -> bool {
+    object.get("kind").and_then(Value::as_str) == Some("Pod")
+        && object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|a| group_of(a).is_empty())
+}
+
+/// The pod template inside a controller object, if `object` is one of the
+/// controllers whose pods policies judge: Deployment, StatefulSet,
+/// DaemonSet, ReplicaSet, ReplicationController, Job (`spec.template`) or
+/// CronJob (`spec.jobTemplate.spec.template`).
+pub fn pod_template(object: &Value) -> Option<&Value> {
+    let kind = template_kind_of(object).filter(|k| k.makes_pods)?;
+    object.pointer(kind.template).filter(|t| t.is_object())
+}
+
+/// The pod spec of a Pod, or of the template of any kind in
+/// [`TEMPLATE_KINDS`] (PodTemplate included).
+pub fn pod_spec(object: &Value) -> Option<&Value> {
+    let spec = if is_pod(object) {
+        object.get("spec")
+    } else {
+        let kind = template_kind_of(object)?;
+        object.pointer(kind.template)?.get("spec")
+    };
+    spec.filter(|s| s.is_object())
+}
+
+/// The metadata of a Pod, or of the pod template of a kind in
+/// [`TEMPLATE_KINDS`].
+pub fn pod_metadata(object: &Value) -> Option<&Value> {
+    if is_pod(object) {
+        return object.get("metadata");
+    }
+    let kind = template_kind_of(object)?;
+    object.pointer(kind.template)?.get("metadata")
+}
+
+/// A Pod built from the template of a pod controller: the template's labels
+/// and annotations, the controller's name and namespace, and the template's
+/// spec. `None` when `object` is not a controller or has no template.
+pub fn pod_from_template(object: &Value) -> Option<Value> {
+    let template = pod_template(object)?;
+    let mut metadata = Map::new();
+    if let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) {
+        metadata.insert("name".into(), json!(name));
+    }
+    if let Some(ns) = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+    {
+        metadata.insert("namespace".into(), json!(ns));
+    }
+    for key in ["labels", "annotations"] {
+        if let Some(v) = template.pointer(&format!("/metadata/{key}")) {
+            metadata.insert(key.into(), v.clone());
+        }
+    }
+    Some(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": Value::Object(metadata),
+        "spec": template.get("spec").cloned().unwrap_or_else(|| json!({})),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_spec() -> Value {
+        json!({"containers": [{"name": "train", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]})
+    }
+
+    #[test]
+    fn builds_pods_from_every_controller() {
+        let template = json!({"metadata": {"labels": {"app": "web"}}, "spec": pod_spec()});
+        for (api, kind) in [
+            ("apps/v1", "Deployment"),
+            ("apps/v1", "StatefulSet"),
+            ("apps/v1", "DaemonSet"),
+            ("apps/v1", "ReplicaSet"),
+            ("batch/v1", "Job"),
+        ] {
+            let obj = json!({"apiVersion": api, "kind": kind,
+                "metadata": {"name": "web", "namespace": "ml", "labels": {"owner": "x"}},
+                "spec": {"template": template}});
+            let pod = pod_from_template(&obj).unwrap();
+            assert_eq!(pod["kind"], "Pod", "{kind}");
+            assert_eq!(pod["metadata"]["namespace"], "ml");
+            assert_eq!(pod["metadata"]["labels"], json!({"app": "web"}));
+            assert_eq!(pod["spec"], pod_spec());
+        }
+        let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+            "spec": {"jobTemplate": {"spec": {"template": template}}}});
+        assert_eq!(pod_from_template(&cron).unwrap()["spec"], pod_spec());
+    }
+
+    #[test]
+    fn other_objects_have_no_pod() {
+        assert_eq!(
+            pod_from_template(&json!({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec()})),
+            None
+        );
+        assert_eq!(
+            pod_from_template(&json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {}})),
+            None
+        );
+        assert_eq!(pod_from_template(&json!("x")), None);
+        // A Deployment of another API group is not the apps Deployment.
+        let other = json!({"apiVersion": "example.com/v1", "kind": "Deployment",
+            "spec": {"template": {"spec": pod_spec()}}});
+        assert_eq!(pod_from_template(&other), None);
+        assert_eq!(super::pod_spec(&other), None);
+    }
+
+    #[test]
+    fn pod_specs_of_pods_templates_and_pod_templates() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": "b"}}, "spec": pod_spec()});
+        assert_eq!(super::pod_spec(&pod), Some(&pod_spec()));
+        assert_eq!(pod_metadata(&pod).unwrap()["labels"]["a"], "b");
+        let pt = json!({"apiVersion": "v1", "kind": "PodTemplate",
+            "template": {"metadata": {"annotations": {"x": "y"}}, "spec": pod_spec()}});
+        assert_eq!(super::pod_spec(&pt), Some(&pod_spec()));
+        assert_eq!(pod_metadata(&pt).unwrap()["annotations"]["x"], "y");
+        // A PodTemplate makes no pods, so pod policies do not judge it.
+        assert_eq!(pod_template(&pt), None);
+        let old = json!({"apiVersion": "extensions/v1beta1", "kind": "Deployment",
+            "spec": {"template": {"spec": pod_spec()}}});
+        assert!(pod_template(&old).is_some());
+        assert_eq!(
+            template_kind("batch", "CronJob").unwrap().resource,
+            "cronjobs"
+        );
+    }
+}
