@@ -573,7 +573,11 @@ def mutation_smoke(answer, pod):
     toleration = {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
     check(values.get("/spec/tolerations") == [toleration],
           f"server: /mutate does not add the toleration sku=gpu:NoSchedule: {str(ops)[:300]}")
-    terms = values.get("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+    # A missing parent comes whole: the affinity is added in one operation.
+    affinity = values.get("/spec/affinity") or {}
+    terms = (((affinity.get("nodeAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+             .get("nodeSelectorTerms"))
     check(isinstance(terms, list) and any(
         e.get("key") == "kubernetes.azure.com/accelerator" and e.get("values") == ["nvidia"]
         for t in terms for e in t.get("matchExpressions", [])),

@@ -1,8 +1,13 @@
-//! The two webhook answers: `/mutate` (placement) and `/validate` (policies).
-use crate::k8s::{workloads, NamespaceLookup};
+//! The two webhook answers: `/mutate` (placement) and `/validate`
+//! (policies). Each works the request's [`Subject`] out once and hands it
+//! to placement and the policy engine.
+use crate::cel::gpu::gpu_value;
+use crate::gpu::facts::PlacementFacts;
+use crate::k8s::NamespaceLookup;
 use crate::placement::{self, ProfileSet};
-use crate::policy::{PolicyEvaluation, PolicySet};
+use crate::policy::{self, PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
+use crate::subject::{Subject, SubjectKind};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -51,8 +56,8 @@ impl Admission {
     /// Karpenter NodePools on CREATE and UPDATE.
     pub fn mutate(&self, req: &Request) -> Outcome {
         let bundle = self.bundle.load();
-        let plan =
-            placement::plan_with_namespaces(&bundle.placement, req, self.namespaces.as_ref());
+        let subject = Subject::new(req, self.namespaces.as_ref());
+        let plan = placement::plan_subject(&bundle.placement, &subject);
         let mut response = Response::allow().with_patch(plan.patch);
         response.warnings = plan.warnings;
         Outcome {
@@ -71,77 +76,94 @@ impl Admission {
     /// passed and then answers with a retryable denial: an evaluation cut
     /// short never admits what it did not finish judging.
     pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
-        let bundle = self.bundle.load();
-        let mut verdict = bundle
-            .policies
-            .evaluate_until(req, self.namespaces.as_ref(), deadline);
-        if verdict.timed_out {
-            return Outcome {
-                response: deadline_denial(),
-                profile: None,
-                evaluations: verdict.evaluations,
-            };
+        let bundle = self.bundle.load_full();
+        if policy::on_evaluation_thread() {
+            return validate_with(&bundle, self.namespaces.as_ref(), req, deadline);
         }
-        verdict
-            .denials
-            .extend(self.placement_conflicts(&bundle, req));
-        let mut response = if verdict.denials.is_empty() {
-            Response::allow()
-        } else {
-            let mut denied = Response::deny(verdict.denials.join("\n"));
-            if let Some(reason) = verdict.reason {
-                denied.code = Some(status_code(&reason));
-                denied.reason = Some(reason);
+        let namespaces = self.namespaces.clone();
+        let req = req.clone();
+        policy::run_on_evaluation_thread(move || {
+            validate_with(&bundle, namespaces.as_ref(), &req, deadline)
+        })
+        .unwrap_or_else(|| Outcome {
+            response: Response::deny("gpu-admission: policy evaluation failed unexpectedly"),
+            ..Outcome::default()
+        })
+    }
+}
+
+/// The subject of `req` with everything the policies read: its GPU facts,
+/// how placement sees its pod, and the `gpu` variable when some policy
+/// refers to it.
+pub fn subject<'r>(
+    bundle: &Bundle,
+    req: &'r Request,
+    namespaces: &dyn NamespaceLookup,
+) -> Subject<'r> {
+    let profiles = &bundle.placement;
+    let mut subject =
+        Subject::new(req, namespaces).with_gpu(profiles.catalog(), profiles.gpu_resources());
+    let judged = match subject.kind {
+        // A pod's scheduling fields cannot change after it is created.
+        SubjectKind::Pod => req.operation == Operation::Create,
+        // A template edit makes new pods.
+        SubjectKind::Controller => matches!(req.operation, Operation::Create | Operation::Update),
+        _ => false,
+    } && req.sub_resource.as_deref().unwrap_or_default().is_empty();
+    if judged {
+        if let (Some(pod), Some(facts)) = (subject.pod(), subject.gpu.as_ref()) {
+            let judgement =
+                placement::judge(profiles, pod, &facts.request, &subject.namespace_labels);
+            let placement = PlacementFacts {
+                profile: judgement.profile.unwrap_or_default(),
+                conflict: judgement.conflict.unwrap_or_default(),
+            };
+            if let Some(facts) = subject.gpu.as_mut() {
+                facts.placement = placement;
             }
-            denied
-        };
-        response.warnings = verdict.warnings;
-        response.audit_annotations = verdict.audit_annotations;
-        Outcome {
-            response,
-            profile: None,
-            evaluations: verdict.evaluations,
         }
     }
-
-    /// Denials for GPU pods (and pod templates) whose own node selection
-    /// contradicts the placement profile that would place them: mutation
-    /// leaves them alone rather than make them unschedulable.
-    ///
-    /// Pods are judged on CREATE only (their scheduling fields cannot change
-    /// later); controllers on CREATE and UPDATE, since a template edit makes
-    /// new pods.
-    fn placement_conflicts(&self, bundle: &Bundle, req: &Request) -> Vec<String> {
-        let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
-        let judged = match req.operation {
-            Operation::Create => true,
-            Operation::Update => !is_pod,
-            Operation::Delete | Operation::Connect => false,
-        };
-        let Some(object) = req.object.as_ref().filter(|_| judged) else {
-            return Vec::new();
-        };
-        if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
-            return Vec::new();
+    if bundle.policies.references("gpu") {
+        if let Some(facts) = &subject.gpu {
+            let value = gpu_value(facts);
+            subject.variables.push(("gpu".to_string(), value));
         }
-        let (pod, prefix) = if is_pod {
-            (std::borrow::Cow::Borrowed(object), String::new())
-        } else if let Some(pod) = workloads::pod_from_template(object) {
-            (
-                std::borrow::Cow::Owned(pod),
-                format!("{} {}: ", req.kind.kind, req.name),
-            )
-        } else {
-            return Vec::new();
+    }
+    subject
+}
+
+/// The `/validate` answer, on an evaluation thread.
+fn validate_with(
+    bundle: &Bundle,
+    namespaces: &dyn NamespaceLookup,
+    req: &Request,
+    deadline: Option<Instant>,
+) -> Outcome {
+    let subject = subject(bundle, req, namespaces);
+    let verdict = bundle.policies.evaluate_subject(&subject, deadline);
+    if verdict.timed_out {
+        return Outcome {
+            response: deadline_denial(),
+            profile: None,
+            evaluations: verdict.evaluations,
         };
-        let labels = match req.namespace.as_deref() {
-            Some(ns) => placement::namespace_labels(ns, self.namespaces.as_ref()),
-            None => Default::default(),
-        };
-        placement::conflicts(&bundle.placement, &pod, &labels)
-            .into_iter()
-            .map(|c| format!("{PLACEMENT_POLICY}: {prefix}{c}"))
-            .collect()
+    }
+    let mut response = if verdict.denials.is_empty() {
+        Response::allow()
+    } else {
+        let mut denied = Response::deny(verdict.denials.join("\n"));
+        if let Some(reason) = verdict.reason {
+            denied.code = Some(status_code(&reason));
+            denied.reason = Some(reason);
+        }
+        denied
+    };
+    response.warnings = verdict.warnings;
+    response.audit_annotations = verdict.audit_annotations;
+    Outcome {
+        response,
+        profile: None,
+        evaluations: verdict.evaluations,
     }
 }
 
@@ -166,5 +188,5 @@ fn status_code(reason: &str) -> u16 {
     }
 }
 
-/// The name denials from placement conflicts go under.
+/// The shipped policy that denies placement conflicts (`gpu.placement`).
 pub const PLACEMENT_POLICY: &str = "gpu-placement";

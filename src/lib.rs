@@ -19,4 +19,5 @@ pub mod placement;
 pub mod policy;
 pub mod review;
 pub mod server;
+pub mod subject;
 pub mod testing;

@@ -55,12 +55,23 @@ fn shipped_profiles() -> ProfileSet {
     ProfileSet::new(profiles).unwrap()
 }
 
+/// The shipped profiles and the shipped policy that denies placement
+/// conflicts, and no other policy.
 fn admission() -> Admission {
-    let bundle = Bundle {
-        placement: shipped_profiles(),
-        ..Bundle::default()
-    };
-    Admission::new(bundle, Arc::new(Namespaces))
+    use gpu_admission::bundle;
+    use gpu_admission::gpu::catalog::Catalog;
+    let docs: Vec<_> = bundle::embedded_documents()
+        .unwrap()
+        .into_iter()
+        .filter(|d| {
+            d.source.file.starts_with("policies/placement")
+                || d.source.file == Path::new("policies/gpu-placement.yaml")
+        })
+        .collect();
+    let loaded = bundle::from_documents(docs, Catalog::embedded_arc()).unwrap();
+    assert_eq!(loaded.bundle.policies.len(), 1);
+    assert_eq!(loaded.bundle.placement.len(), shipped_profiles().len());
+    Admission::new(loaded.bundle, Arc::new(Namespaces))
 }
 
 fn read_json(path: &Path) -> Value {

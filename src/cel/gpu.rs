@@ -3,7 +3,7 @@
 //! functions over the SKU catalog. Documented in docs/cel-extensions.md.
 use super::{json_to_value, Context, Extension, Value};
 use crate::gpu::catalog::Catalog;
-use crate::gpu::facts::facts;
+use crate::gpu::facts::GpuFacts;
 use crate::gpu::GpuResources;
 use kube_cel::cel::objects::pinned;
 use kube_cel::cel::ResolveResult;
@@ -58,6 +58,13 @@ impl GpuExtension {
     }
 }
 
+/// The `gpu` variable of `facts`, in CEL form.
+pub fn gpu_value(facts: &GpuFacts) -> Value {
+    // The facts are plain data (strings, integers, booleans, lists and
+    // maps with string keys), which always convert.
+    kube_cel::cel::to_value(facts).unwrap_or(Value::Null)
+}
+
 /// The cached `azure.sku()` value for `name`, or null.
 fn sku_value(catalog: &Catalog, values: &[Value], name: &str) -> Value {
     catalog
@@ -85,11 +92,9 @@ impl Extension for GpuExtension {
     }
 
     fn variables(&self, object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
-        let facts = match object {
-            Some(object) => facts(object, &self.catalog, &self.resources),
-            None => facts(&serde_json::Value::Null, &self.catalog, &self.resources),
-        };
-        vec![("gpu".to_string(), json_to_value(&facts))]
+        let object = object.unwrap_or(&serde_json::Value::Null);
+        let facts = GpuFacts::of(object, &self.catalog, &self.resources);
+        vec![("gpu".to_string(), gpu_value(&facts))]
     }
 }
 
@@ -104,9 +109,7 @@ mod tests {
         let env = Env::new(Extensions::new().with(ext));
         let compiled = compile(&env, expr).unwrap();
         let mut ctx = env.scope();
-        for (name, value) in
-            env.extension_variables(Some(&object), &["gpu".to_string()].into_iter().collect())
-        {
+        for (name, value) in env.extension_variables(Some(&object), &|n: &str| n == "gpu") {
             ctx.add_variable_from_value(name, value);
         }
         evaluate(&compiled, &ctx).unwrap()

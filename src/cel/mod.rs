@@ -160,16 +160,21 @@ impl Env {
     }
 
     /// Host-extension variables for one evaluated object, limited to those
-    /// that some expression refers to (`wanted`).
+    /// `wanted` (some expression refers to them, and the caller does not
+    /// already have them).
     pub fn extension_variables(
         &self,
         object: Option<&serde_json::Value>,
-        wanted: &BTreeSet<String>,
+        wanted: &dyn Fn(&str) -> bool,
     ) -> Vec<(String, Value)> {
         let mut out = Vec::new();
         for ext in &self.extensions.list {
-            if ext.variable_names().iter().any(|n| wanted.contains(*n)) {
-                out.extend(ext.variables(object));
+            if ext.variable_names().iter().any(|n| wanted(n)) {
+                out.extend(
+                    ext.variables(object)
+                        .into_iter()
+                        .filter(|(name, _)| wanted(name)),
+                );
             }
         }
         out

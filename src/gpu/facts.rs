@@ -7,37 +7,90 @@
 //! (NodePool, Workspace, InferenceSet, RAGEngine, ManagedClustersAgentPool)
 //! it adds `pool`. Every other object gets the same keys with empty values,
 //! so `gpu.requested` is always safe to read.
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
 
 use super::catalog::Catalog;
-use super::pools::CapacityRequest;
-use super::request::{parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity};
+use super::pools::{CapacityRequest, PoolFacts};
+use super::request::{
+    parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity, PodGpuRequest,
+};
 use super::selection::SkuSelection;
 use super::GpuResources;
 use crate::k8s::json::items;
 use crate::k8s::workloads::{pod_metadata, pod_spec};
 use crate::k8s::{NodeSelection, Toleration, TolerationOperator};
 
-/// The `gpu` variable for `object` (see docs/cel-extensions.md).
-pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Value {
-    let mut out = match pod_spec(object) {
-        Some(spec) => {
-            let mut out = pod_facts(spec, catalog, resources);
-            out.insert(
-                "sharedByScheduler".into(),
-                json!(shared_by_scheduler(
-                    spec,
-                    pod_metadata(object).and_then(|m| m.get("annotations"))
-                )),
-            );
-            out
-        }
-        None => empty_pod_facts(),
-    };
-    if let Some(pool) = CapacityRequest::from_object(object) {
-        out.insert("pool".to_string(), pool.to_json(catalog));
+/// The `gpu` variable (see docs/cel-extensions.md). Integers are `i64` so
+/// that CEL sees `int`, as it does for numbers of the object itself.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuFacts {
+    pub requested: bool,
+    pub total: i64,
+    /// GPUs per resource the pod holds while it runs.
+    pub resources: BTreeMap<String, i64>,
+    pub containers: Vec<ContainerFacts>,
+    pub tolerates: bool,
+    pub tolerates_all: bool,
+    pub shared_by_scheduler: bool,
+    pub selects_gpu_nodes: bool,
+    pub skus_constrained: bool,
+    /// Catalog SKUs the pod's node selection allows, in catalog order.
+    pub skus: Vec<String>,
+    pub max_sku_gpus: i64,
+    /// Capacity objects only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolFacts>,
+    /// How placement sees the pod (set by admission; empty otherwise).
+    pub placement: PlacementFacts,
+    /// The pod's GPU request as read, for the Rust side (placement, audit).
+    #[serde(skip)]
+    pub request: PodGpuRequest,
+}
+
+/// One container of the pod.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContainerFacts {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub gpus: BTreeMap<String, i64>,
+    pub total: i64,
+    pub problems: Vec<String>,
+}
+
+/// `gpu.placement`: the placement profile that serves the pod and, when
+/// the pod's own node selection excludes every node that profile allows,
+/// why (empty otherwise).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PlacementFacts {
+    pub profile: String,
+    pub conflict: String,
+}
+
+impl GpuFacts {
+    /// The facts of `object`: a Pod, an object with a pod template, a
+    /// capacity object, or anything else (every key, empty values).
+    pub fn of(object: &Value, catalog: &Catalog, resources: &GpuResources) -> GpuFacts {
+        let mut facts = match pod_spec(object) {
+            Some(spec) => pod_facts(
+                spec,
+                pod_metadata(object).and_then(|m| m.get("annotations")),
+                catalog,
+                resources,
+            ),
+            None => GpuFacts::default(),
+        };
+        facts.pool = CapacityRequest::from_object(object).map(|pool| pool.facts(catalog));
+        facts
     }
-    Value::Object(out)
+}
+
+/// The `gpu` variable for `object` as JSON.
+pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Value {
+    serde_json::to_value(GpuFacts::of(object, catalog, resources)).unwrap_or(Value::Null)
 }
 
 /// Annotations through which a GPU-sharing scheduler (KAI Scheduler,
@@ -99,67 +152,58 @@ fn tolerates_gpu(t: &Toleration) -> bool {
     }
 }
 
-fn pod_facts(spec: &Value, catalog: &Catalog, resources: &GpuResources) -> Map<String, Value> {
+fn pod_facts(
+    spec: &Value,
+    annotations: Option<&Value>,
+    catalog: &Catalog,
+    resources: &GpuResources,
+) -> GpuFacts {
     let request = pod_gpu_request(spec, resources);
     let selection = NodeSelection::from_pod_spec(spec);
     let skus = selection.skus(catalog);
-    let max_sku_gpus = skus.iter().map(|s| s.gpu_devices).max().unwrap_or(0);
-    let containers: Vec<Value> = request.containers.iter().map(container_facts).collect();
-    let mut out = Map::new();
-    out.insert("requested".into(), json!(request.requested()));
-    out.insert("total".into(), json!(request.total()));
-    out.insert("resources".into(), json!(request.effective));
-    out.insert("containers".into(), Value::Array(containers));
-    out.insert(
-        "tolerates".into(),
-        json!(spec.get("tolerations").is_some_and(tolerates_gpu_taint)),
-    );
-    out.insert(
-        "toleratesAll".into(),
-        json!(spec.get("tolerations").is_some_and(tolerates_every_taint)),
-    );
-    out.insert(
-        "selectsGpuNodes".into(),
-        json!(selection.targets_gpu_nodes(catalog)),
-    );
-    out.insert("skusConstrained".into(), json!(skus.len() < catalog.len()));
-    out.insert(
-        "skus".into(),
-        json!(skus.iter().map(|s| s.name.as_str()).collect::<Vec<_>>()),
-    );
-    out.insert("maxSkuGpus".into(), json!(max_sku_gpus));
-    out
+    GpuFacts {
+        requested: request.requested(),
+        total: int(request.total()),
+        resources: request
+            .effective
+            .iter()
+            .map(|(k, v)| (k.clone(), int(*v)))
+            .collect(),
+        containers: request.containers.iter().map(container_facts).collect(),
+        tolerates: spec.get("tolerations").is_some_and(tolerates_gpu_taint),
+        tolerates_all: spec.get("tolerations").is_some_and(tolerates_every_taint),
+        shared_by_scheduler: shared_by_scheduler(spec, annotations),
+        selects_gpu_nodes: selection.targets_gpu_nodes(catalog),
+        skus_constrained: skus.len() < catalog.len(),
+        skus: skus.iter().map(|s| s.name.clone()).collect(),
+        max_sku_gpus: skus
+            .iter()
+            .map(|s| i64::from(s.gpu_devices))
+            .max()
+            .unwrap_or(0),
+        pool: None,
+        placement: PlacementFacts::default(),
+        request,
+    }
 }
 
-fn empty_pod_facts() -> Map<String, Value> {
-    let mut out = Map::new();
-    out.insert("requested".into(), json!(false));
-    out.insert("total".into(), json!(0));
-    out.insert("resources".into(), json!({}));
-    out.insert("containers".into(), json!([]));
-    out.insert("tolerates".into(), json!(false));
-    out.insert("toleratesAll".into(), json!(false));
-    out.insert("sharedByScheduler".into(), json!(false));
-    out.insert("selectsGpuNodes".into(), json!(false));
-    out.insert("skusConstrained".into(), json!(false));
-    out.insert("skus".into(), json!([]));
-    out.insert("maxSkuGpus".into(), json!(0));
-    out
+/// A count as CEL's `int` (counts beyond i64 saturate).
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn container_facts(c: &ContainerGpuRequest) -> Value {
-    let problems: Vec<String> = c
-        .resources
-        .iter()
-        .filter_map(|(name, q)| quantity_problem(name, q))
-        .collect();
-    json!({
-        "name": c.name,
-        "type": c.kind.as_str(),
-        "gpus": c.gpus(),
-        "total": c.total(),
-        "problems": problems,
-    })
+fn container_facts(c: &ContainerGpuRequest) -> ContainerFacts {
+    ContainerFacts {
+        name: c.name.clone(),
+        kind: c.kind.as_str(),
+        gpus: c.gpus().into_iter().map(|(k, v)| (k, int(v))).collect(),
+        total: int(c.total()),
+        problems: c
+            .resources
+            .iter()
+            .filter_map(|(name, q)| quantity_problem(name, q))
+            .collect(),
+    }
 }
 
 /// What is wrong with one GPU resource of a container, if anything:
@@ -182,6 +226,7 @@ fn quantity_problem(name: &str, q: &GpuQuantity) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn gpu(object: Value) -> Value {
         facts(&object, &Catalog::embedded(), &GpuResources::default())

@@ -4,7 +4,8 @@
 //!
 //! Read leniently: fields we do not know never matter, and a field of the
 //! wrong shape reads as absent (the object's own API server validates it).
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::catalog::Catalog;
 use super::selection::SkuSelection;
@@ -235,34 +236,64 @@ impl CapacityRequest {
         parts.next()?.parse().ok()
     }
 
-    /// The `gpu.pool` map of the CEL extensions.
-    pub fn to_json(&self, catalog: &Catalog) -> Value {
+    /// The `gpu.pool` facts of the CEL extensions.
+    pub fn facts(&self, catalog: &Catalog) -> PoolFacts {
         let skus = self.gpu_skus(catalog);
-        json!({
-            "kind": self.kind.as_str(),
-            "gpuCapable": !skus.is_empty(),
-            "gpuOnly": self.gpu_only(catalog),
-            "skus": skus,
-            "sizes": self.sizes,
-            "tainted": self.tainted(),
-            "taints": self.taints.iter().map(Taint::to_string).collect::<Vec<_>>(),
-            "gpuLimit": self.gpu_limit,
-            "count": self.count,
-            "static": self.static_pool,
-            "kaitoManaged": self.kaito_managed,
-            "consolidationPolicy": self.consolidation_policy,
-            "consolidateAfter": self.consolidate_after,
-            "budgetNodes": self.budget_nodes,
-            "osType": self.os_type,
-            "orchestratorVersion": self.orchestrator_version,
-            "orchestratorMinor": self.orchestrator_minor(),
-        })
+        PoolFacts {
+            kind: self.kind.as_str(),
+            gpu_capable: !skus.is_empty(),
+            gpu_only: self.gpu_only(catalog),
+            skus,
+            sizes: self.sizes.clone(),
+            tainted: self.tainted(),
+            taints: self.taints.iter().map(Taint::to_string).collect(),
+            gpu_limit: self.gpu_limit,
+            count: self.count,
+            static_pool: self.static_pool,
+            kaito_managed: self.kaito_managed,
+            consolidation_policy: self.consolidation_policy.clone(),
+            consolidate_after: self.consolidate_after.clone(),
+            budget_nodes: self.budget_nodes.clone(),
+            os_type: self.os_type.clone(),
+            orchestrator_version: self.orchestrator_version.clone(),
+            orchestrator_minor: self.orchestrator_minor(),
+        }
     }
+
+    /// [`CapacityRequest::facts`] as JSON.
+    pub fn to_json(&self, catalog: &Catalog) -> Value {
+        serde_json::to_value(self.facts(catalog)).unwrap_or(Value::Null)
+    }
+}
+
+/// `gpu.pool`: what a capacity object asks for (see docs/cel-extensions.md).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolFacts {
+    pub kind: &'static str,
+    pub gpu_capable: bool,
+    pub gpu_only: bool,
+    pub skus: Vec<String>,
+    pub sizes: Vec<String>,
+    pub tainted: bool,
+    pub taints: Vec<String>,
+    pub gpu_limit: Option<i64>,
+    pub count: Option<i64>,
+    #[serde(rename = "static")]
+    pub static_pool: bool,
+    pub kaito_managed: bool,
+    pub consolidation_policy: Option<String>,
+    pub consolidate_after: Option<String>,
+    pub budget_nodes: Vec<String>,
+    pub os_type: Option<String>,
+    pub orchestrator_version: Option<String>,
+    pub orchestrator_minor: Option<i64>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn pool(v: Value) -> Value {
         CapacityRequest::from_object(&v)

@@ -18,14 +18,15 @@ pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API
 
 use crate::gpu::catalog::Catalog;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
+use crate::k8s::json::labels_of;
 use crate::k8s::NamespaceLookup;
 use crate::review::{Operation, Request};
+use crate::subject::{Subject, SubjectKind};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// The label kube-apiserver puts on every Namespace, holding its name.
-pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+pub use crate::subject::NAMESPACE_NAME_LABEL;
 
 /// The placement profiles loaded from the policy folder.
 #[derive(Clone, Debug, Default)]
@@ -156,25 +157,33 @@ pub fn plan_with_namespaces(
     req: &Request,
     namespaces: &dyn NamespaceLookup,
 ) -> Plan {
+    plan_subject(profiles, &Subject::new(req, namespaces))
+}
+
+/// Plans the mutation of a request whose subject is worked out: a Pod on
+/// CREATE gets its profile's tolerations and node affinity, a Karpenter
+/// NodePool (CREATE or UPDATE) its profile's taint.
+pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
+    let req = subject.request;
     if nodepool::is_node_pool(req) {
         return nodepool::plan_request(profiles, req);
     }
-    let is_pod = req.kind.group.is_empty()
-        && req.kind.kind == "Pod"
-        && req.sub_resource.as_deref().unwrap_or_default().is_empty();
-    if !is_pod || req.operation != Operation::Create || profiles.is_empty() {
+    let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
+    if subject.kind != SubjectKind::Pod
+        || !main_resource
+        || req.operation != Operation::Create
+        || profiles.is_empty()
+    {
         return Plan::default();
     }
     let Some(pod) = &req.object else {
         return Plan::default();
     };
-    let namespace = req
-        .namespace
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .or_else(|| pod.pointer("/metadata/namespace").and_then(Value::as_str))
-        .unwrap_or("default");
-    plan_pod(profiles, pod, &namespace_labels(namespace, namespaces))
+    let request = match &subject.gpu {
+        Some(facts) => std::borrow::Cow::Borrowed(&facts.request),
+        None => std::borrow::Cow::Owned(pod_request(profiles, pod)),
+    };
+    plan_pod_with(profiles, pod, &request, &subject.namespace_labels)
 }
 
 /// Plans the mutation of one Pod object (raw JSON as the apiserver sent it).
@@ -183,7 +192,17 @@ pub fn plan_pod(
     pod: &Value,
     namespace_labels: &BTreeMap<String, String>,
 ) -> Plan {
-    let Some(profile) = applicable_profile(profiles, pod, namespace_labels) else {
+    plan_pod_with(profiles, pod, &pod_request(profiles, pod), namespace_labels)
+}
+
+/// [`plan_pod`] with the pod's GPU request already read.
+pub fn plan_pod_with(
+    profiles: &ProfileSet,
+    pod: &Value,
+    request: &PodGpuRequest,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Plan {
+    let Some(profile) = applicable_profile(profiles, pod, request, namespace_labels) else {
         return Plan::default();
     };
     match plan::plan_profile(profile, pod) {
@@ -208,13 +227,45 @@ pub fn conflicts(
     pod: &Value,
     namespace_labels: &BTreeMap<String, String>,
 ) -> Vec<String> {
-    let Some(profile) = applicable_profile(profiles, pod, namespace_labels) else {
-        return Vec::new();
+    judge(profiles, pod, &pod_request(profiles, pod), namespace_labels)
+        .conflict
+        .into_iter()
+        .collect()
+}
+
+/// How placement sees a pod: the profile that serves it, if any, and why
+/// that profile cannot place it, if it cannot.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Judgement {
+    pub profile: Option<String>,
+    pub conflict: Option<String>,
+}
+
+/// [`conflicts`] with the pod's GPU request already read, naming the profile.
+pub fn judge(
+    profiles: &ProfileSet,
+    pod: &Value,
+    request: &PodGpuRequest,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Judgement {
+    let Some(profile) = applicable_profile(profiles, pod, request, namespace_labels) else {
+        return Judgement::default();
     };
-    match plan::plan_profile(profile, pod) {
-        Ok(plan::Outcome::Conflict(message)) => vec![message],
-        _ => Vec::new(),
+    let conflict = match plan::plan_profile(profile, pod) {
+        Ok(plan::Outcome::Conflict(message)) => Some(message),
+        _ => None,
+    };
+    Judgement {
+        profile: Some(profile.name.clone()),
+        conflict,
     }
+}
+
+/// The pod's GPU request, over the resources the profiles serve.
+fn pod_request(profiles: &ProfileSet, pod: &Value) -> PodGpuRequest {
+    pod.get("spec")
+        .map(|spec| pod_gpu_request(spec, profiles.gpu_resources()))
+        .unwrap_or_default()
 }
 
 /// The labels namespaceSelectors see for `namespace`: the Namespace's own
@@ -240,6 +291,7 @@ pub fn namespace_labels(
 fn applicable_profile<'a>(
     profiles: &'a ProfileSet,
     pod: &Value,
+    request: &PodGpuRequest,
     namespace_labels: &BTreeMap<String, String>,
 ) -> Option<&'a Profile> {
     let spec = pod.get("spec")?;
@@ -252,18 +304,10 @@ fn applicable_profile<'a>(
     {
         return None;
     }
-    let request = pod_gpu_request(spec, profiles.gpu_resources());
     if !request.requested() {
         return None;
     }
-    let pod_labels: BTreeMap<String, String> = pod
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-        .collect();
-    profiles.select(&request, &pod_labels, namespace_labels)
+    profiles.select(request, &labels_of(Some(pod)), namespace_labels)
 }
 
 struct NoNamespaces;

@@ -6,7 +6,8 @@ use super::{
     VALIDATION_FAILURE_ANNOTATION,
 };
 use crate::cel::{self, EvalError, Val};
-use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
+use crate::review::Request;
+use crate::subject::Subject;
 use kube_cel::cel::common::types::{CelMap, CelMapKey};
 use kube_cel::cel::{Context, Value};
 use serde_json::json;
@@ -26,60 +27,6 @@ pub(super) fn applies(
             .is_none_or(|m| m.narrows(req, ns_labels))
 }
 
-/// For a pod controller on CREATE or UPDATE: a Pod request for the pod its
-/// template describes, and the `Kind name: ` prefix for messages.
-pub(super) fn template_request(req: &Request) -> Option<(Request, String)> {
-    if !matches!(req.operation, Operation::Create | Operation::Update)
-        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
-    {
-        return None;
-    }
-    let pod = crate::k8s::workloads::pod_from_template(req.object.as_ref()?)?;
-    let old_pod = req
-        .old_object
-        .as_ref()
-        .and_then(crate::k8s::workloads::pod_from_template);
-    // `generateName` controllers have no name yet; `display_name` shows `web-*`.
-    let name = if req.name.is_empty() {
-        req.display_name()
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string()
-    } else {
-        req.name.clone()
-    };
-    let pod_kind = GroupVersionKind {
-        group: String::new(),
-        version: "v1".into(),
-        kind: "Pod".into(),
-    };
-    let pod_resource = GroupVersionResource {
-        group: String::new(),
-        version: "v1".into(),
-        resource: "pods".into(),
-    };
-    let prefix = format!("{} {}: ", req.kind.kind, name);
-    let pod_req = Request {
-        uid: req.uid.clone(),
-        kind: pod_kind.clone(),
-        resource: pod_resource.clone(),
-        sub_resource: None,
-        request_kind: Some(pod_kind),
-        request_resource: Some(pod_resource),
-        request_sub_resource: None,
-        name: name.clone(),
-        namespace: req.namespace.clone(),
-        operation: req.operation,
-        user_info: req.user_info.clone(),
-        object: Some(pod),
-        old_object: old_pod,
-        dry_run: req.dry_run,
-        options: None,
-    };
-    Some((pod_req, prefix))
-}
-
 /// The CEL variables of one evaluated object, converted once and shared by
 /// every policy.
 pub(super) struct Scope<'e> {
@@ -87,13 +34,10 @@ pub(super) struct Scope<'e> {
 }
 
 impl<'e> Scope<'e> {
-    pub(super) fn new(
-        inner: &'e Inner,
-        req: &Request,
-        object: Option<&serde_json::Value>,
-        old_object: Option<&serde_json::Value>,
-        namespace: Option<&serde_json::Value>,
-    ) -> Scope<'e> {
+    /// The variables for `evaluated`: the subject's request itself, or the
+    /// pod of its template. `request`, `namespaceObject` and the subject's
+    /// host variables are the same for both.
+    pub(super) fn new(inner: &'e Inner, subject: &Subject, evaluated: &Request) -> Scope<'e> {
         let mut ctx = inner.env.scope();
         // Converting is most of the fixed cost of a request: only convert
         // what some expression of the set refers to (nothing else can be
@@ -102,18 +46,30 @@ impl<'e> Scope<'e> {
         let to_value =
             |v: Option<&serde_json::Value>| v.map(cel::json_to_value).unwrap_or(Value::Null);
         if wanted("object") {
-            ctx.add_variable_from_value("object", to_value(object));
+            ctx.add_variable_from_value("object", to_value(evaluated.object.as_ref()));
         }
         if wanted("oldObject") {
-            ctx.add_variable_from_value("oldObject", to_value(old_object));
+            ctx.add_variable_from_value("oldObject", to_value(evaluated.old_object.as_ref()));
         }
         if wanted("namespaceObject") {
-            ctx.add_variable_from_value("namespaceObject", to_value(namespace));
+            ctx.add_variable_from_value("namespaceObject", to_value(subject.namespace.as_ref()));
         }
         if wanted("request") {
-            ctx.add_variable_from_value("request", cel::json_to_value(&request_value(req)));
+            ctx.add_variable_from_value(
+                "request",
+                cel::json_to_value(&request_value(subject.request)),
+            );
         }
-        for (name, value) in inner.env.extension_variables(object, &inner.referenced) {
+        for (name, value) in &subject.variables {
+            if wanted(name) {
+                ctx.add_variable_from_value(name.clone(), value.clone());
+            }
+        }
+        let missing = |name: &str| wanted(name) && subject.variable(name).is_none();
+        for (name, value) in inner
+            .env
+            .extension_variables(evaluated.object.as_ref(), &missing)
+        {
             ctx.add_variable_from_value(name, value);
         }
         Scope { ctx }

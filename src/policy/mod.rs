@@ -3,9 +3,9 @@
 use crate::cel::{self, Env, Extensions};
 use crate::k8s::NamespaceLookup;
 use crate::review::Request;
-use eval::{applies, template_request, Scope};
+use crate::subject::Subject;
+use eval::{applies, Scope};
 use kube_cel::cel::Value;
-use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,6 +49,20 @@ pub const EVALUATION_STACK: usize = pool::STACK;
 /// unoptimised build needs tens of KiB of stack per nesting level.
 pub fn mark_evaluation_thread() {
     pool::mark_current_thread();
+}
+
+/// Whether the current thread may evaluate policies itself (see
+/// [`mark_evaluation_thread`]).
+pub fn on_evaluation_thread() -> bool {
+    pool::on_worker()
+}
+
+/// Runs `f` on one of the engine's evaluation threads; `None` if it could
+/// not run or panicked.
+pub fn run_on_evaluation_thread<R: Send + 'static>(
+    f: impl FnOnce() -> R + Send + 'static,
+) -> Option<R> {
+    pool::run(f)
 }
 
 /// Compiled policies, bindings and params. Cheap to clone.
@@ -300,6 +314,13 @@ impl PolicySet {
         self.inner.bindings.len()
     }
 
+    /// Whether some expression of the set refers to the top-level
+    /// variable `name` (e.g. `gpu`): callers need not work out what no
+    /// policy reads.
+    pub fn references(&self, name: &str) -> bool {
+        self.inner.referenced.contains(name)
+    }
+
     /// Evaluates every binding that matches `req`, and, for pod
     /// controllers, every binding whose policy matches pods on the pod the
     /// controller's template describes. Runs on an evaluation thread with a
@@ -320,90 +341,74 @@ impl PolicySet {
         if self.inner.bindings.is_empty() {
             return Verdict::default();
         }
-        let namespace = req.namespace.as_deref().filter(|n| !n.is_empty()).map(|n| {
-            namespaces.namespace(n).unwrap_or_else(
-                || json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}),
-            )
-        });
         if pool::on_worker() {
-            return self.evaluate_here(req, namespace, deadline);
+            return self.evaluate_subject(&Subject::new(req, namespaces), deadline);
         }
+        // Off an evaluation thread: look the namespace up here, and hand
+        // the rest to one.
+        let known = crate::k8s::namespaces::KnownNamespace::of(
+            crate::subject::namespace_name(req).as_deref(),
+            namespaces,
+        );
         let set = self.clone();
         let req = req.clone();
-        pool::run(move || set.evaluate_here(&req, namespace, deadline)).unwrap_or_else(|| Verdict {
-            denials: vec!["gpu-admission: policy evaluation failed unexpectedly".to_string()],
-            ..Verdict::default()
-        })
+        pool::run(move || set.evaluate_subject(&Subject::new(&req, &known), deadline))
+            .unwrap_or_else(|| Verdict {
+                denials: vec!["gpu-admission: policy evaluation failed unexpectedly".to_string()],
+                ..Verdict::default()
+            })
     }
 
-    fn evaluate_here(
-        &self,
-        req: &Request,
-        namespace: Option<serde_json::Value>,
-        deadline: Option<Instant>,
-    ) -> Verdict {
+    /// Evaluates every binding that matches the subject's request (and its
+    /// template pod) with what the subject has worked out: namespace,
+    /// template pod, host variables. Must run on a thread with
+    /// [`EVALUATION_STACK`] bytes of stack.
+    pub fn evaluate_subject(&self, subject: &Subject, deadline: Option<Instant>) -> Verdict {
+        if self.inner.bindings.is_empty() {
+            return Verdict::default();
+        }
         let Some(deadline) = deadline else {
-            return self.evaluate_bindings(req, namespace, None);
+            return self.evaluate_bindings(subject, None);
         };
-        let mut verdict = cel::with_deadline(deadline, || {
-            self.evaluate_bindings(req, namespace, Some(deadline))
-        });
+        let mut verdict =
+            cel::with_deadline(deadline, || self.evaluate_bindings(subject, Some(deadline)));
         verdict.timed_out |= Instant::now() >= deadline;
         verdict
     }
 
-    fn evaluate_bindings(
-        &self,
-        req: &Request,
-        namespace: Option<serde_json::Value>,
-        deadline: Option<Instant>,
-    ) -> Verdict {
+    fn evaluate_bindings(&self, subject: &Subject, deadline: Option<Instant>) -> Verdict {
         let passed = || deadline.is_some_and(|d| Instant::now() >= d);
         let inner = &*self.inner;
+        let req = subject.request;
+        let ns_labels = &subject.namespace_labels;
         let mut verdict = Verdict::default();
-        let ns_labels = crate::k8s::json::labels_of(namespace.as_ref());
         let mut direct: Option<Scope> = None;
         for (binding, pi) in &inner.bindings {
             let policy = &inner.policies[*pi];
-            if !applies(policy, binding, req, &ns_labels) {
+            if !applies(policy, binding, req, ns_labels) {
                 continue;
             }
             if passed() {
                 verdict.timed_out = true;
                 return verdict;
             }
-            let scope = direct.get_or_insert_with(|| {
-                Scope::new(
-                    inner,
-                    req,
-                    req.object.as_ref(),
-                    req.old_object.as_ref(),
-                    namespace.as_ref(),
-                )
-            });
+            let scope = direct.get_or_insert_with(|| Scope::new(inner, subject, req));
             inner.run_binding(policy, binding, req, scope, "", &mut verdict);
         }
-        if let Some((pod_req, prefix)) = template_request(req) {
+        if let Some(template) = &subject.template {
+            let pod_req = &template.request;
             let mut pod_scope: Option<Scope> = None;
             for (binding, pi) in &inner.bindings {
                 let policy = &inner.policies[*pi];
-                if !applies(policy, binding, &pod_req, &ns_labels) {
+                if !applies(policy, binding, pod_req, ns_labels) {
                     continue;
                 }
                 if passed() {
                     verdict.timed_out = true;
                     return verdict;
                 }
-                let scope = pod_scope.get_or_insert_with(|| {
-                    Scope::new(
-                        inner,
-                        req,
-                        pod_req.object.as_ref(),
-                        pod_req.old_object.as_ref(),
-                        namespace.as_ref(),
-                    )
-                });
-                inner.run_binding(policy, binding, req, scope, &prefix, &mut verdict);
+                let scope = pod_scope.get_or_insert_with(|| Scope::new(inner, subject, pod_req));
+                inner.run_binding(policy, binding, req, scope, &template.prefix, &mut verdict);
             }
         }
         verdict

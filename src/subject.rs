@@ -1,0 +1,197 @@
+//! What a request is about, worked out once per request: the kind of
+//! object, its namespace and labels, the pod a controller's template
+//! describes, and the object's GPU facts. Placement, the policy engine,
+//! the `gpu` CEL variable and the audit all read it; nothing recomputes it.
+use crate::cel::Value as CelValue;
+use crate::gpu::catalog::Catalog;
+use crate::gpu::facts::GpuFacts;
+use crate::gpu::pools::PoolKind;
+use crate::gpu::GpuResources;
+use crate::k8s::json::{labels_of, str_at};
+use crate::k8s::{workloads, NamespaceLookup};
+use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// The label kube-apiserver puts on every Namespace, holding its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// What kind of object a request is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubjectKind {
+    Pod,
+    /// A Deployment, Job, CronJob... whose template makes pods.
+    Controller,
+    /// A Karpenter NodePool, KAITO Workspace, ASO agent pool...
+    Capacity(PoolKind),
+    Other,
+}
+
+/// For a controller on CREATE or UPDATE: the Pod request its template
+/// describes, judged by the policies written for pods.
+#[derive(Clone, Debug)]
+pub struct TemplatePod {
+    pub request: Request,
+    /// `Kind name: `, put before the messages about the template.
+    pub prefix: String,
+}
+
+/// A request and everything worked out about it.
+pub struct Subject<'r> {
+    pub request: &'r Request,
+    pub kind: SubjectKind,
+    /// The namespace the request is in (for a pod without one, `default`).
+    pub namespace_name: Option<String>,
+    /// The Namespace object for `namespaceObject`: as looked up, or only
+    /// its name when the lookup does not know it.
+    pub namespace: Option<Value>,
+    /// The labels namespace selectors see: the Namespace's own labels plus
+    /// `kubernetes.io/metadata.name`.
+    pub namespace_labels: BTreeMap<String, String>,
+    pub template: Option<TemplatePod>,
+    /// The object's GPU facts, when worked out ([`Subject::with_gpu`]).
+    pub gpu: Option<GpuFacts>,
+    /// Host variables already in CEL form (e.g. `gpu`), shared by every
+    /// policy and by the object and its template pod alike.
+    pub variables: Vec<(String, CelValue)>,
+}
+
+impl<'r> Subject<'r> {
+    /// Works out the kind, namespace (one lookup) and template pod of `req`.
+    pub fn new(request: &'r Request, namespaces: &dyn NamespaceLookup) -> Subject<'r> {
+        let object = request.object.as_ref();
+        let main_resource = request
+            .sub_resource
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty();
+        let kind = match object {
+            _ if request.kind.group.is_empty() && request.kind.kind == "Pod" => SubjectKind::Pod,
+            Some(o) if workloads::pod_template(o).is_some() => SubjectKind::Controller,
+            Some(o) => PoolKind::of(o).map_or(SubjectKind::Other, SubjectKind::Capacity),
+            None => SubjectKind::Other,
+        };
+        let namespace_name = namespace_name(request);
+        let namespace = namespace_name.as_deref().map(|n| {
+            namespaces.namespace(n).unwrap_or_else(
+                || json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}),
+            )
+        });
+        let mut namespace_labels = labels_of(namespace.as_ref());
+        if let Some(n) = &namespace_name {
+            namespace_labels.insert(NAMESPACE_NAME_LABEL.to_string(), n.clone());
+        }
+        let template = match kind {
+            SubjectKind::Controller
+                if main_resource
+                    && matches!(request.operation, Operation::Create | Operation::Update) =>
+            {
+                template_pod(request)
+            }
+            _ => None,
+        };
+        Subject {
+            request,
+            kind,
+            namespace_name,
+            namespace,
+            namespace_labels,
+            template,
+            gpu: None,
+            variables: Vec::new(),
+        }
+    }
+
+    /// Adds the GPU facts of the request's object.
+    pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
+        let object = self.request.object.as_ref().unwrap_or(&Value::Null);
+        self.gpu = Some(GpuFacts::of(object, catalog, resources));
+        self
+    }
+
+    /// The pod placement and the pod policies judge: the Pod itself, or the
+    /// pod of a controller's template.
+    pub fn pod(&self) -> Option<&Value> {
+        match self.kind {
+            SubjectKind::Pod => self.request.object.as_ref(),
+            SubjectKind::Controller => self.template.as_ref()?.request.object.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The host variable `name`, when the subject carries it.
+    pub fn variable(&self, name: &str) -> Option<&CelValue> {
+        self.variables
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+    }
+}
+
+/// The namespace `req` is in: the request's, or for a Pod without one its
+/// `metadata.namespace`, else `default` (where the apiserver puts it).
+pub fn namespace_name(req: &Request) -> Option<String> {
+    if let Some(ns) = req.namespace.as_deref().filter(|n| !n.is_empty()) {
+        return Some(ns.to_string());
+    }
+    if !(req.kind.group.is_empty() && req.kind.kind == "Pod") {
+        return None;
+    }
+    let ns = req
+        .object
+        .as_ref()
+        .map(|o| str_at(o, "/metadata/namespace"))
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default");
+    Some(ns.to_string())
+}
+
+/// The Pod request a controller's template describes.
+fn template_pod(req: &Request) -> Option<TemplatePod> {
+    let pod = workloads::pod_from_template(req.object.as_ref()?)?;
+    let old_pod = req
+        .old_object
+        .as_ref()
+        .and_then(workloads::pod_from_template);
+    // `generateName` controllers have no name yet; `display_name` shows `web-*`.
+    let name = if req.name.is_empty() {
+        req.display_name()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        req.name.clone()
+    };
+    let pod_kind = GroupVersionKind {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Pod".into(),
+    };
+    let pod_resource = GroupVersionResource {
+        group: String::new(),
+        version: "v1".into(),
+        resource: "pods".into(),
+    };
+    let prefix = format!("{} {}: ", req.kind.kind, name);
+    Some(TemplatePod {
+        request: Request {
+            uid: req.uid.clone(),
+            kind: pod_kind.clone(),
+            resource: pod_resource.clone(),
+            sub_resource: None,
+            request_kind: Some(pod_kind),
+            request_resource: Some(pod_resource),
+            request_sub_resource: None,
+            name,
+            namespace: req.namespace.clone(),
+            operation: req.operation,
+            user_info: req.user_info.clone(),
+            object: Some(pod),
+            old_object: old_pod,
+            dry_run: req.dry_run,
+            options: None,
+        },
+        prefix,
+    })
+}
