@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod eval;
+mod index;
 mod load;
 mod matching;
 mod model;
@@ -77,6 +78,8 @@ pub(crate) struct Inner {
     pub(crate) policies: Vec<Policy>,
     /// Bindings with the index of their policy, in file order.
     pub(crate) bindings: Vec<(Binding, usize)>,
+    /// The bindings a request could match, by resource and operation.
+    pub(crate) index: index::BindingIndex,
     pub(crate) params: Vec<Param>,
     /// Every top-level variable some expression refers to.
     pub(crate) referenced: BTreeSet<String>,
@@ -291,6 +294,11 @@ impl PolicySet {
             .collect();
         Ok(PolicySet {
             inner: Arc::new(Inner {
+                index: index::BindingIndex::new(
+                    bindings
+                        .iter()
+                        .map(|(_, pi)| &policies[*pi].match_constraints),
+                ),
                 env,
                 policies,
                 bindings,
@@ -383,7 +391,8 @@ impl PolicySet {
         let ns_labels = &subject.namespace_labels;
         let mut verdict = Verdict::default();
         let mut direct: Option<Scope> = None;
-        for (binding, pi) in &inner.bindings {
+        for bi in inner.index.candidates(req) {
+            let (binding, pi) = &inner.bindings[bi];
             let policy = &inner.policies[*pi];
             if !applies(policy, binding, req, ns_labels) {
                 continue;
@@ -398,7 +407,8 @@ impl PolicySet {
         if let Some(template) = &subject.template {
             let pod_req = &template.request;
             let mut pod_scope: Option<Scope> = None;
-            for (binding, pi) in &inner.bindings {
+            for bi in inner.index.candidates(pod_req) {
+                let (binding, pi) = &inner.bindings[bi];
                 let policy = &inner.policies[*pi];
                 if !applies(policy, binding, pod_req, ns_labels) {
                     continue;

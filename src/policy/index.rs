@@ -1,0 +1,135 @@
+//! Which bindings a request could match, looked up by resource and
+//! operation, so that a policy written for other resources costs nothing.
+use super::matching::MatchResources;
+use crate::review::{Operation, Request};
+use std::collections::HashMap;
+
+const OPERATIONS: [Operation; 4] = [
+    Operation::Create,
+    Operation::Update,
+    Operation::Delete,
+    Operation::Connect,
+];
+
+/// Bindings (by position) keyed by the resources and operations their
+/// policy's rules name. A rule with a resource wildcard (`*`, `*/scale`)
+/// puts its binding on every request.
+#[derive(Debug, Default)]
+pub(crate) struct BindingIndex {
+    by_resource: HashMap<(String, Operation), Vec<usize>>,
+    always: Vec<usize>,
+}
+
+impl BindingIndex {
+    /// `constraints[i]`: the match constraints of binding `i`'s policy (a
+    /// binding's own matchResources can only narrow them).
+    pub(crate) fn new<'a>(constraints: impl Iterator<Item = &'a MatchResources>) -> BindingIndex {
+        let mut index = BindingIndex::default();
+        for (i, m) in constraints.enumerate() {
+            let wildcard = m.resource_rules.iter().any(|r| {
+                r.resources
+                    .iter()
+                    .any(|p| p.split('/').next().is_some_and(|base| base == "*"))
+            });
+            if wildcard {
+                index.always.push(i);
+                continue;
+            }
+            for rule in &m.resource_rules {
+                let ops: Vec<Operation> = OPERATIONS
+                    .into_iter()
+                    .filter(|op| {
+                        rule.operations
+                            .iter()
+                            .any(|o| o == "*" || o.eq_ignore_ascii_case(op.as_str()))
+                    })
+                    .collect();
+                for pattern in &rule.resources {
+                    let base = pattern.split('/').next().unwrap_or_default();
+                    for op in &ops {
+                        let list = index
+                            .by_resource
+                            .entry((base.to_string(), *op))
+                            .or_default();
+                        if list.last() != Some(&i) {
+                            list.push(i);
+                        }
+                    }
+                }
+            }
+        }
+        index
+    }
+
+    /// The bindings that could match `req`, in file order: those whose
+    /// rules name the resource as it was sent or as it was requested, and
+    /// those with wildcard rules.
+    pub(crate) fn candidates(&self, req: &Request) -> Vec<usize> {
+        let mut out = self.always.clone();
+        let sent = &req.resource.resource;
+        let mut add = |resource: &str| {
+            if let Some(list) = self.by_resource.get(&(resource.to_string(), req.operation)) {
+                out.extend_from_slice(list);
+            }
+        };
+        add(sent);
+        if let Some(requested) = &req.request_resource {
+            if &requested.resource != sent {
+                add(&requested.resource);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::matching::Rule;
+    use serde_json::json;
+
+    fn constraints(resources: &[&str], operations: &[&str]) -> MatchResources {
+        MatchResources {
+            resource_rules: vec![Rule {
+                operations: operations.iter().map(|s| s.to_string()).collect(),
+                api_groups: vec!["*".into()],
+                api_versions: vec!["*".into()],
+                resources: resources.iter().map(|s| s.to_string()).collect(),
+                ..Rule::default()
+            }],
+            ..MatchResources::default()
+        }
+    }
+
+    #[test]
+    fn requests_find_the_bindings_that_name_their_resource_and_operation() {
+        let all = [
+            constraints(&["pods"], &["CREATE"]),
+            constraints(&["deployments", "jobs"], &["CREATE", "UPDATE"]),
+            constraints(&["*"], &["*"]),
+            constraints(&["pods/ephemeralcontainers"], &["UPDATE"]),
+            constraints(&["pods"], &["*"]),
+        ];
+        let index = BindingIndex::new(all.iter());
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let mut req = Request::for_object(pod, Operation::Create, None);
+        assert_eq!(index.candidates(&req), [0, 2, 4]);
+        req.operation = Operation::Update;
+        assert_eq!(index.candidates(&req), [2, 3, 4]);
+        req.operation = Operation::Delete;
+        assert_eq!(index.candidates(&req), [2, 4]);
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}});
+        let mut req = Request::for_object(job, Operation::Update, None);
+        assert_eq!(index.candidates(&req), [1, 2]);
+        // Matched as requested too (matchPolicy: Equivalent).
+        req.resource.resource = "cronjobs".into();
+        req.request_resource = Some(crate::review::GroupVersionResource {
+            group: "batch".into(),
+            version: "v1".into(),
+            resource: "jobs".into(),
+        });
+        assert_eq!(index.candidates(&req), [1, 2]);
+    }
+}
