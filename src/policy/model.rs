@@ -1,14 +1,20 @@
-//! ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding documents,
-//! read from JSON with every error naming its field.
+//! ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding documents.
+//!
+//! Each document is read by serde into a model with Kubernetes' own field
+//! names (unknown fields are errors, as with kube-apiserver's strict field
+//! validation), and its `validate()` makes the checks serde cannot express
+//! and converts it into the engine's types. Every error names its field.
 use super::load::{Document, LoadError, Source};
 use super::matching::{
     LabelSelector, MatchPolicy, MatchResources, Requirement, Rule, Scope, SelectorOp,
 };
 use crate::cel::{self, Compiled, Env};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 pub enum FailurePolicy {
     Fail,
     Ignore,
@@ -51,7 +57,7 @@ pub struct Validation {
     pub reason: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 pub enum Action {
     Deny,
     Warn,
@@ -86,196 +92,42 @@ pub struct ParamRef {
     pub deny_when_missing: bool,
 }
 
-/// Reads fields of one document and records errors against it.
-pub struct Reader<'a> {
-    pub source: &'a Source,
-    pub errors: &'a mut Vec<LoadError>,
+/// A field path and what is wrong there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// e.g. `spec.validations[0].expression`; empty for the whole document.
+    pub field: String,
+    pub message: String,
 }
 
-impl Reader<'_> {
-    fn err(&mut self, field: &str, message: impl Into<String>) {
-        self.errors.push(LoadError::at(self.source, field, message));
-    }
-
-    fn str<'v>(&mut self, v: &'v Value, key: &str, field: &str) -> Option<&'v str> {
-        match v.get(key) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s),
-            Some(_) => {
-                self.err(&join(field, key), "must be a string");
-                None
-            }
-        }
-    }
-
-    fn required_str(&mut self, v: &Value, key: &str, field: &str) -> Option<String> {
-        let s = self.str(v, key, field).map(str::to_string);
-        if s.as_deref().is_none_or(str::is_empty) {
-            if v.get(key).is_none_or(Value::is_null) {
-                self.err(&join(field, key), "required");
-            }
-            return None;
-        }
-        s
-    }
-
-    fn list<'v>(&mut self, v: &'v Value, key: &str, field: &str) -> &'v [Value] {
-        match v.get(key) {
-            None | Some(Value::Null) => &[],
-            Some(Value::Array(a)) => a,
-            Some(_) => {
-                self.err(&join(field, key), "must be a list");
-                &[]
-            }
-        }
-    }
-
-    fn strings(&mut self, v: &Value, key: &str, field: &str) -> Vec<String> {
-        let f = join(field, key);
-        let mut out = Vec::new();
-        for (i, item) in self.list(v, key, field).iter().enumerate() {
-            match item.as_str() {
-                Some(s) => out.push(s.to_string()),
-                None => self.err(&format!("{f}[{i}]"), "must be a string"),
-            }
-        }
-        out
-    }
-
-    fn expr(&mut self, env: &Env, v: &Value, key: &str, field: &str) -> Option<Compiled> {
-        let f = join(field, key);
-        let source = self.required_str(v, key, field)?;
-        match cel::compile(env, &source) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                self.errors.push(LoadError {
-                    source: Some(self.source.clone()),
-                    field: Some(f),
-                    line: e.line,
-                    column: e.column,
-                    message: e.message,
-                });
-                None
-            }
-        }
-    }
-
-    pub fn selector(&mut self, v: Option<&Value>, field: &str) -> LabelSelector {
-        let Some(v) = v.filter(|v| !v.is_null()) else {
-            return LabelSelector::default();
+/// Reads `value` into `T`, an error naming the path of the field at fault.
+/// serde's wording is turned into the engine's: a missing field is
+/// `required` at its own path, and an unknown enum value says what it must
+/// be.
+pub fn from_value<'de, T: Deserialize<'de>>(value: &'de Value) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let mut field = if path == "." { String::new() } else { path };
+        let text = e.into_inner().to_string();
+        let quoted = |prefix: &str| {
+            let rest = text.strip_prefix(prefix)?;
+            let (name, rest) = rest.split_once('`')?;
+            Some((name.to_string(), rest.to_string()))
         };
-        let mut sel = LabelSelector::default();
-        if let Some(labels) = v.get("matchLabels").filter(|l| !l.is_null()) {
-            match labels.as_object() {
-                Some(m) => {
-                    for (k, val) in m {
-                        match val.as_str() {
-                            Some(s) => {
-                                sel.match_labels.insert(k.clone(), s.to_string());
-                            }
-                            None => {
-                                self.err(&format!("{field}.matchLabels.{k}"), "must be a string")
-                            }
-                        }
-                    }
-                }
-                None => self.err(&format!("{field}.matchLabels"), "must be a map"),
-            }
-        }
-        let exprs = self.list(v, "matchExpressions", field);
-        for (i, e) in exprs.iter().enumerate() {
-            let f = format!("{field}.matchExpressions[{i}]");
-            let key = self.required_str(e, "key", &f).unwrap_or_default();
-            let op = match self.str(e, "operator", &f) {
-                Some("In") => SelectorOp::In,
-                Some("NotIn") => SelectorOp::NotIn,
-                Some("Exists") => SelectorOp::Exists,
-                Some("DoesNotExist") => SelectorOp::DoesNotExist,
-                other => {
-                    self.err(
-                        &format!("{f}.operator"),
-                        format!(
-                            "must be In, NotIn, Exists or DoesNotExist, not {}",
-                            other.unwrap_or("nothing")
-                        ),
-                    );
-                    continue;
-                }
-            };
-            let values = self.strings(e, "values", &f);
-            sel.match_expressions.push(Requirement {
-                key,
-                operator: op,
-                values,
-            });
-        }
-        sel
-    }
-
-    fn rules(&mut self, v: &Value, key: &str, field: &str) -> Vec<Rule> {
-        let f = join(field, key);
-        let mut out = Vec::new();
-        for (i, r) in self.list(v, key, field).iter().enumerate() {
-            let rf = format!("{f}[{i}]");
-            let scope = match self.str(r, "scope", &rf) {
-                None | Some("*") => Scope::All,
-                Some("Cluster") => Scope::Cluster,
-                Some("Namespaced") => Scope::Namespaced,
-                Some(other) => {
-                    self.err(
-                        &format!("{rf}.scope"),
-                        format!("must be *, Cluster or Namespaced, not {other}"),
-                    );
-                    Scope::All
-                }
-            };
-            let operations = self.strings(r, "operations", &rf);
-            for (j, op) in operations.iter().enumerate() {
-                if !matches!(
-                    op.as_str(),
-                    "*" | "CREATE" | "UPDATE" | "DELETE" | "CONNECT"
-                ) {
-                    self.err(
-                        &format!("{rf}.operations[{j}]"),
-                        format!("must be *, CREATE, UPDATE, DELETE or CONNECT, not {op}"),
-                    );
-                }
-            }
-            out.push(Rule {
-                operations,
-                api_groups: self.strings(r, "apiGroups", &rf),
-                api_versions: self.strings(r, "apiVersions", &rf),
-                resources: self.strings(r, "resources", &rf),
-                resource_names: self.strings(r, "resourceNames", &rf),
-                scope,
-            });
-        }
-        out
-    }
-
-    pub fn match_resources(&mut self, v: &Value, field: &str) -> MatchResources {
-        let match_policy = match self.str(v, "matchPolicy", field) {
-            None | Some("Equivalent") => MatchPolicy::Equivalent,
-            Some("Exact") => MatchPolicy::Exact,
-            Some(other) => {
-                self.err(
-                    &join(field, "matchPolicy"),
-                    format!("must be Equivalent or Exact, not {other}"),
-                );
-                MatchPolicy::Equivalent
-            }
+        let message = if let Some((name, _)) = quoted("missing field `") {
+            field = join(&field, &name);
+            "required".to_string()
+        } else if let Some((_, rest)) = quoted("unknown field `") {
+            // The path already ends with the unknown field.
+            format!("unknown field{}", rest.replace('`', ""))
+        } else if let Some((name, rest)) = quoted("unknown variant `") {
+            let expected = rest.trim_start_matches(", expected ").replace('`', "");
+            format!("must be {expected}, not {name}")
+        } else {
+            text
         };
-        MatchResources {
-            namespace_selector: self.selector(
-                v.get("namespaceSelector"),
-                &join(field, "namespaceSelector"),
-            ),
-            object_selector: self.selector(v.get("objectSelector"), &join(field, "objectSelector")),
-            resource_rules: self.rules(v, "resourceRules", field),
-            exclude_resource_rules: self.rules(v, "excludeResourceRules", field),
-            match_policy,
-        }
-    }
+        FieldError { field, message }
+    })
 }
 
 fn join(field: &str, key: &str) -> String {
@@ -286,148 +138,488 @@ fn join(field: &str, key: &str) -> String {
     }
 }
 
-fn name_of(doc: &Document) -> Option<String> {
-    doc.value
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
+/// A Kubernetes object: `apiVersion`, `kind`, `metadata`, the kind's
+/// `spec`, and the `status` a server export carries (ignored).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Object<S> {
+    #[serde(rename = "apiVersion")]
+    _api_version: IgnoredAny,
+    #[serde(rename = "kind")]
+    _kind: IgnoredAny,
+    #[serde(default)]
+    pub metadata: Option<ObjectMeta>,
+    pub spec: Option<S>,
+    #[serde(rename = "status", default)]
+    _status: Option<IgnoredAny>,
 }
 
-const REASONS: &[&str] = &[
-    "Unauthorized",
-    "Forbidden",
-    "Invalid",
-    "RequestEntityTooLarge",
-];
+/// The part of `metadata` the engine uses; every other field Kubernetes
+/// sets (uid, annotations, managedFields, ...) is accepted and ignored.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ObjectMeta {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+impl<S> Object<S> {
+    /// The non-empty `metadata.name`.
+    pub fn name(&self) -> Option<String> {
+        let meta = self.metadata.as_ref()?;
+        meta.name.clone().filter(|n| !n.is_empty())
+    }
+}
+
+/// Collects the errors of one document.
+struct Errors<'a> {
+    source: &'a Source,
+    errors: &'a mut Vec<LoadError>,
+}
+
+impl Errors<'_> {
+    fn push(&mut self, field: &str, message: impl Into<String>) {
+        self.errors.push(LoadError::at(self.source, field, message));
+    }
+
+    /// A non-empty string, or `required` reported at `field`.
+    fn required(&mut self, value: Option<String>, field: &str) -> Option<String> {
+        let value = value.filter(|v| !v.is_empty());
+        if value.is_none() {
+            self.push(field, "required");
+        }
+        value
+    }
+
+    fn compile(&mut self, env: &Env, source: Option<String>, field: &str) -> Option<Compiled> {
+        let source = self.required(source, field)?;
+        match cel::compile(env, &source) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                self.errors.push(LoadError {
+                    source: Some(self.source.clone()),
+                    field: Some(field.to_string()),
+                    line: e.line,
+                    column: e.column,
+                    message: e.message,
+                });
+                None
+            }
+        }
+    }
+}
+
+/// A params document: an object of any kind a policy's `paramKind` names,
+/// of which only `metadata` is read (the whole object is the params value).
+#[derive(Deserialize)]
+struct ParamsObject {
+    metadata: Option<ObjectMeta>,
+}
+
+/// Where a params document is and its labels.
+pub struct ParamsMeta {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Reads the metadata of a params document; `metadata.name` is required.
+pub fn read_params(doc: &Document, errors: &mut Vec<LoadError>) -> Option<ParamsMeta> {
+    let object: ParamsObject = match from_value(&doc.value) {
+        Ok(o) => o,
+        Err(e) => {
+            errors.push(LoadError::at(&doc.source, e.field, e.message));
+            return None;
+        }
+    };
+    let meta = object.metadata.unwrap_or_default();
+    let Some(name) = meta.name.filter(|n| !n.is_empty()) else {
+        errors.push(LoadError::at(&doc.source, "metadata.name", "required"));
+        return None;
+    };
+    Some(ParamsMeta {
+        name,
+        namespace: meta.namespace,
+        labels: meta.labels.unwrap_or_default(),
+    })
+}
+
+/// Reads `doc` as an [`Object`], reporting a serde error against it.
+fn read_object<S: for<'de> Deserialize<'de>>(
+    doc: &Document,
+    errors: &mut Vec<LoadError>,
+) -> Option<Object<S>> {
+    match from_value(&doc.value) {
+        Ok(o) => Some(o),
+        Err(e) => {
+            errors.push(LoadError::at(&doc.source, e.field, e.message));
+            None
+        }
+    }
+}
+
+/// `metav1.LabelSelector`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelectorDoc {
+    pub match_labels: Option<BTreeMap<String, String>>,
+    pub match_expressions: Option<Vec<LabelRequirementDoc>>,
+}
+
+/// `metav1.LabelSelectorRequirement`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelRequirementDoc {
+    pub key: String,
+    pub operator: SelectorOpDoc,
+    pub values: Option<Vec<String>>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize)]
+pub enum SelectorOpDoc {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl LabelSelectorDoc {
+    /// The selector, or the field and the reason it is not a valid one.
+    pub fn validate(self, field: &str) -> Result<LabelSelector, FieldError> {
+        let mut match_expressions = Vec::new();
+        for (i, r) in self
+            .match_expressions
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            let f = format!("{field}.matchExpressions[{i}]");
+            let error = |field: String, message: &str| FieldError {
+                field,
+                message: message.to_string(),
+            };
+            if r.key.is_empty() {
+                return Err(error(format!("{f}.key"), "required"));
+            }
+            let values = r.values.unwrap_or_default();
+            let operator = match r.operator {
+                SelectorOpDoc::In => SelectorOp::In,
+                SelectorOpDoc::NotIn => SelectorOp::NotIn,
+                SelectorOpDoc::Exists => SelectorOp::Exists,
+                SelectorOpDoc::DoesNotExist => SelectorOp::DoesNotExist,
+            };
+            match operator {
+                SelectorOp::In | SelectorOp::NotIn if values.is_empty() => {
+                    return Err(error(format!("{f}.values"), "required with In and NotIn"))
+                }
+                SelectorOp::Exists | SelectorOp::DoesNotExist if !values.is_empty() => {
+                    return Err(error(
+                        format!("{f}.values"),
+                        "must be empty with Exists and DoesNotExist",
+                    ))
+                }
+                _ => {}
+            }
+            match_expressions.push(Requirement {
+                key: r.key,
+                operator,
+                values,
+            });
+        }
+        Ok(LabelSelector {
+            match_labels: self.match_labels.unwrap_or_default(),
+            match_expressions,
+        })
+    }
+}
+
+/// `MatchResources` (`matchConstraints` of a policy, `matchResources` of
+/// a binding).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MatchResourcesDoc {
+    namespace_selector: Option<LabelSelectorDoc>,
+    object_selector: Option<LabelSelectorDoc>,
+    resource_rules: Option<Vec<RuleDoc>>,
+    exclude_resource_rules: Option<Vec<RuleDoc>>,
+    match_policy: Option<MatchPolicyDoc>,
+}
+
+#[derive(Deserialize)]
+enum MatchPolicyDoc {
+    Equivalent,
+    Exact,
+}
+
+/// `NamedRuleWithOperations`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RuleDoc {
+    operations: Option<Vec<OperationDoc>>,
+    api_groups: Option<Vec<String>>,
+    api_versions: Option<Vec<String>>,
+    resources: Option<Vec<String>>,
+    resource_names: Option<Vec<String>>,
+    scope: Option<ScopeDoc>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+enum OperationDoc {
+    #[serde(rename = "*")]
+    All,
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl OperationDoc {
+    fn as_str(self) -> &'static str {
+        match self {
+            OperationDoc::All => "*",
+            OperationDoc::Create => "CREATE",
+            OperationDoc::Update => "UPDATE",
+            OperationDoc::Delete => "DELETE",
+            OperationDoc::Connect => "CONNECT",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+enum ScopeDoc {
+    #[serde(rename = "*")]
+    All,
+    Cluster,
+    Namespaced,
+}
+
+impl MatchResourcesDoc {
+    fn validate(self, field: &str, errors: &mut Errors) -> MatchResources {
+        let mut selector = |s: Option<LabelSelectorDoc>, key: &str| {
+            s.unwrap_or_default()
+                .validate(&join(field, key))
+                .unwrap_or_else(|e| {
+                    errors.push(&e.field, e.message);
+                    LabelSelector::default()
+                })
+        };
+        let namespace_selector = selector(self.namespace_selector, "namespaceSelector");
+        let object_selector = selector(self.object_selector, "objectSelector");
+        let rules = |rules: Option<Vec<RuleDoc>>| -> Vec<Rule> {
+            rules
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| Rule {
+                    operations: (r.operations.unwrap_or_default().into_iter())
+                        .map(|o| o.as_str().to_string())
+                        .collect(),
+                    api_groups: r.api_groups.unwrap_or_default(),
+                    api_versions: r.api_versions.unwrap_or_default(),
+                    resources: r.resources.unwrap_or_default(),
+                    resource_names: r.resource_names.unwrap_or_default(),
+                    scope: match r.scope {
+                        None | Some(ScopeDoc::All) => Scope::All,
+                        Some(ScopeDoc::Cluster) => Scope::Cluster,
+                        Some(ScopeDoc::Namespaced) => Scope::Namespaced,
+                    },
+                })
+                .collect()
+        };
+        MatchResources {
+            namespace_selector,
+            object_selector,
+            resource_rules: rules(self.resource_rules),
+            exclude_resource_rules: rules(self.exclude_resource_rules),
+            match_policy: match self.match_policy {
+                None | Some(MatchPolicyDoc::Equivalent) => MatchPolicy::Equivalent,
+                Some(MatchPolicyDoc::Exact) => MatchPolicy::Exact,
+            },
+        }
+    }
+}
+
+/// `ValidatingAdmissionPolicySpec`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PolicySpec {
+    failure_policy: Option<FailurePolicy>,
+    param_kind: Option<ParamKindDoc>,
+    match_constraints: Option<MatchResourcesDoc>,
+    match_conditions: Option<Vec<NamedDoc>>,
+    variables: Option<Vec<NamedDoc>>,
+    validations: Option<Vec<ValidationDoc>>,
+    audit_annotations: Option<Vec<AuditAnnotationDoc>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ParamKindDoc {
+    api_version: Option<String>,
+    kind: Option<String>,
+}
+
+/// A `MatchCondition` or a `Variable`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NamedDoc {
+    name: Option<String>,
+    expression: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ValidationDoc {
+    expression: Option<String>,
+    message: Option<String>,
+    message_expression: Option<String>,
+    reason: Option<ReasonDoc>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+enum ReasonDoc {
+    Unauthorized,
+    Forbidden,
+    Invalid,
+    RequestEntityTooLarge,
+}
+
+impl ReasonDoc {
+    fn as_str(self) -> &'static str {
+        match self {
+            ReasonDoc::Unauthorized => "Unauthorized",
+            ReasonDoc::Forbidden => "Forbidden",
+            ReasonDoc::Invalid => "Invalid",
+            ReasonDoc::RequestEntityTooLarge => "RequestEntityTooLarge",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AuditAnnotationDoc {
+    key: Option<String>,
+    value_expression: Option<String>,
+}
+
+impl PolicySpec {
+    fn validate(self, env: &Env, name: Option<&str>, errors: &mut Errors) -> Option<Policy> {
+        let before = errors.errors.len();
+        let param_kind = self.param_kind.and_then(|pk| {
+            let api = errors.required(pk.api_version, "spec.paramKind.apiVersion");
+            let kind = errors.required(pk.kind, "spec.paramKind.kind");
+            api.zip(kind)
+        });
+        let match_constraints = match self.match_constraints {
+            Some(m) => {
+                let mc = m.validate("spec.matchConstraints", errors);
+                if mc.resource_rules.is_empty() {
+                    errors.push("spec.matchConstraints.resourceRules", "required");
+                }
+                mc
+            }
+            None => {
+                errors.push("spec.matchConstraints", "required");
+                MatchResources::default()
+            }
+        };
+        let mut named = |items: Vec<NamedDoc>, key: &str| -> Vec<Named> {
+            let mut out = Vec::new();
+            for (i, item) in items.into_iter().enumerate() {
+                let f = format!("spec.{key}[{i}]");
+                let name = errors.required(item.name, &format!("{f}.name"));
+                let expr = errors.compile(env, item.expression, &format!("{f}.expression"));
+                if let Some((name, expr)) = name.zip(expr) {
+                    out.push(Named { name, expr });
+                }
+            }
+            out
+        };
+        let match_conditions = named(self.match_conditions.unwrap_or_default(), "matchConditions");
+        let variables = named(self.variables.unwrap_or_default(), "variables");
+        let annotations = self.audit_annotations.unwrap_or_default();
+        let validations = self.validations.unwrap_or_default();
+        if validations.is_empty() && annotations.is_empty() {
+            errors.push(
+                "spec.validations",
+                "a policy needs validations or auditAnnotations",
+            );
+        }
+        let mut audit_annotations = Vec::new();
+        for (i, a) in annotations.into_iter().enumerate() {
+            let f = format!("spec.auditAnnotations[{i}]");
+            let key = errors.required(a.key, &format!("{f}.key"));
+            let expr = errors.compile(env, a.value_expression, &format!("{f}.valueExpression"));
+            if let Some((name, expr)) = key.zip(expr) {
+                audit_annotations.push(Named { name, expr });
+            }
+        }
+        let mut compiled = Vec::new();
+        for (i, v) in validations.into_iter().enumerate() {
+            let f = format!("spec.validations[{i}]");
+            let expr = errors.compile(env, v.expression, &format!("{f}.expression"));
+            if v.message.as_deref().is_some_and(|m| m.contains('\n')) {
+                errors.push(&format!("{f}.message"), "must be a single line");
+            }
+            // An empty messageExpression is no messageExpression, as in
+            // Kubernetes.
+            let message_expr = v.message_expression.filter(|m| !m.is_empty());
+            let message_expr = message_expr
+                .and_then(|m| errors.compile(env, Some(m), &format!("{f}.messageExpression")));
+            if let Some(expr) = expr {
+                compiled.push(Validation {
+                    expr,
+                    message: v.message,
+                    message_expr,
+                    reason: v.reason.unwrap_or(ReasonDoc::Invalid).as_str().to_string(),
+                });
+            }
+        }
+        check_variables(
+            errors,
+            &variables,
+            &match_conditions,
+            &compiled,
+            &audit_annotations,
+        );
+        if errors.errors.len() > before {
+            return None;
+        }
+        Some(Policy {
+            name: name?.to_string(),
+            failure_policy: self.failure_policy.unwrap_or(FailurePolicy::Fail),
+            param_kind,
+            match_constraints,
+            match_conditions,
+            variables,
+            validations: compiled,
+            audit_annotations,
+        })
+    }
+}
 
 /// Reads a ValidatingAdmissionPolicy.
 pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
-    let before = errors.len();
-    let mut r = Reader {
+    let object: Object<PolicySpec> = read_object(doc, errors)?;
+    let mut errors = Errors {
         source: &doc.source,
         errors,
     };
-    let name = name_of(doc);
+    let name = object.name();
     if name.is_none() {
-        r.err("metadata.name", "required");
+        errors.push("metadata.name", "required");
     }
-    let Some(spec) = doc.value.get("spec").filter(|s| s.is_object()) else {
-        r.err("spec", "required");
+    let Some(spec) = object.spec else {
+        errors.push("spec", "required");
         return None;
     };
-    let failure_policy = match r.str(spec, "failurePolicy", "spec") {
-        None | Some("Fail") => FailurePolicy::Fail,
-        Some("Ignore") => FailurePolicy::Ignore,
-        Some(other) => {
-            r.err(
-                "spec.failurePolicy",
-                format!("must be Fail or Ignore, not {other}"),
-            );
-            FailurePolicy::Fail
-        }
-    };
-    let param_kind = match spec.get("paramKind").filter(|p| !p.is_null()) {
-        None => None,
-        Some(pk) => {
-            let api = r.required_str(pk, "apiVersion", "spec.paramKind");
-            let kind = r.required_str(pk, "kind", "spec.paramKind");
-            api.zip(kind)
-        }
-    };
-    let match_constraints = match spec.get("matchConstraints").filter(|m| !m.is_null()) {
-        Some(m) => {
-            let mc = r.match_resources(m, "spec.matchConstraints");
-            if mc.resource_rules.is_empty() {
-                r.err("spec.matchConstraints.resourceRules", "required");
-            }
-            mc
-        }
-        None => {
-            r.err("spec.matchConstraints", "required");
-            MatchResources::default()
-        }
-    };
-    let named = |r: &mut Reader, key: &str, name_key: &str, expr_key: &str| {
-        let mut out = Vec::new();
-        for (i, item) in r.list(spec, key, "spec").iter().enumerate() {
-            let f = format!("spec.{key}[{i}]");
-            let name = r.required_str(item, name_key, &f).unwrap_or_default();
-            if let Some(expr) = r.expr(env, item, expr_key, &f) {
-                out.push(Named { name, expr });
-            }
-        }
-        out
-    };
-    let match_conditions = named(&mut r, "matchConditions", "name", "expression");
-    let variables = named(&mut r, "variables", "name", "expression");
-    let audit_annotations = named(&mut r, "auditAnnotations", "key", "valueExpression");
-    let mut validations = Vec::new();
-    for (i, item) in r.list(spec, "validations", "spec").iter().enumerate() {
-        let f = format!("spec.validations[{i}]");
-        let expr = r.expr(env, item, "expression", &f);
-        let message = r.str(item, "message", &f).map(str::to_string);
-        if message.as_deref().is_some_and(|m| m.contains('\n')) {
-            r.err(&format!("{f}.message"), "must be a single line");
-        }
-        let message_expr = match item.get("messageExpression") {
-            None | Some(Value::Null) => None,
-            Some(_) => r.expr(env, item, "messageExpression", &f),
-        };
-        let reason = match r.str(item, "reason", &f) {
-            None => "Invalid".to_string(),
-            Some(x) if REASONS.contains(&x) => x.to_string(),
-            Some(x) => {
-                r.err(
-                    &format!("{f}.reason"),
-                    format!("must be one of {}, not {x}", REASONS.join(", ")),
-                );
-                "Invalid".to_string()
-            }
-        };
-        if let Some(expr) = expr {
-            validations.push(Validation {
-                expr,
-                message,
-                message_expr,
-                reason,
-            });
-        }
-    }
-    if r.list(spec, "validations", "spec").is_empty()
-        && r.list(spec, "auditAnnotations", "spec").is_empty()
-    {
-        r.err(
-            "spec.validations",
-            "a policy needs validations or auditAnnotations",
-        );
-    }
-    check_variables(
-        &mut r,
-        &variables,
-        &match_conditions,
-        &validations,
-        &audit_annotations,
-    );
-    if errors.len() > before {
-        return None;
-    }
-    Some(Policy {
-        name: name?,
-        failure_policy,
-        param_kind,
-        match_constraints,
-        match_conditions,
-        variables,
-        validations,
-        audit_annotations,
-    })
+    spec.validate(env, name.as_deref(), &mut errors)
 }
 
 /// Every `variables.x` must name a variable; a variable may only use the
 /// ones defined before it.
 fn check_variables(
-    r: &mut Reader,
+    r: &mut Errors,
     variables: &[Named],
     conditions: &[Named],
     validations: &[Validation],
@@ -436,7 +628,7 @@ fn check_variables(
     let mut seen = std::collections::BTreeSet::new();
     for (i, v) in variables.iter().enumerate() {
         if !seen.insert(v.name.as_str()) {
-            r.err(
+            r.push(
                 &format!("spec.variables[{i}].name"),
                 format!("variable {} is defined twice", v.name),
             );
@@ -450,7 +642,7 @@ fn check_variables(
     for (i, v) in variables.iter().enumerate() {
         for used in &v.expr.policy_variables {
             if index.get(used.as_str()).is_none_or(|j| *j >= i) {
-                r.err(
+                r.push(
                     &format!("spec.variables[{i}].expression"),
                     format!("variables.{used} is not defined before this variable"),
                 );
@@ -460,7 +652,7 @@ fn check_variables(
     let mut check = |field: String, expr: &Compiled| {
         for used in &expr.policy_variables {
             if !index.contains_key(used.as_str()) {
-                r.err(
+                r.push(
                     &field,
                     format!("variables.{used} is not defined in spec.variables"),
                 );
@@ -484,103 +676,113 @@ fn check_variables(
     }
 }
 
+/// `ValidatingAdmissionPolicyBindingSpec`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct BindingSpec {
+    policy_name: Option<String>,
+    param_ref: Option<ParamRefDoc>,
+    match_resources: Option<MatchResourcesDoc>,
+    validation_actions: Option<Vec<Action>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ParamRefDoc {
+    name: Option<String>,
+    namespace: Option<String>,
+    selector: Option<LabelSelectorDoc>,
+    parameter_not_found_action: Option<ParameterNotFoundAction>,
+}
+
+#[derive(Deserialize)]
+enum ParameterNotFoundAction {
+    Allow,
+    Deny,
+}
+
+impl ParamRefDoc {
+    fn validate(self, errors: &mut Errors) -> ParamRef {
+        if self.name.is_some() == self.selector.is_some() {
+            errors.push(
+                "spec.paramRef",
+                "exactly one of name or selector is required",
+            );
+        }
+        let selector = self.selector.map(|s| {
+            s.validate("spec.paramRef.selector").unwrap_or_else(|e| {
+                errors.push(&e.field, e.message);
+                LabelSelector::default()
+            })
+        });
+        let deny_when_missing = match self.parameter_not_found_action {
+            Some(ParameterNotFoundAction::Allow) => false,
+            Some(ParameterNotFoundAction::Deny) => true,
+            None => {
+                errors.push(
+                    "spec.paramRef.parameterNotFoundAction",
+                    "required: Allow or Deny",
+                );
+                true
+            }
+        };
+        ParamRef {
+            name: self.name,
+            namespace: self.namespace,
+            selector,
+            deny_when_missing,
+        }
+    }
+}
+
+impl BindingSpec {
+    fn validate(self, name: Option<&str>, errors: &mut Errors) -> Option<Binding> {
+        let before = errors.errors.len();
+        let policy_name = errors.required(self.policy_name, "spec.policyName");
+        let actions = self.validation_actions.unwrap_or_default();
+        if actions.is_empty() {
+            errors.push(
+                "spec.validationActions",
+                "required: Deny, Warn and/or Audit",
+            );
+        }
+        if actions.contains(&Action::Deny) && actions.contains(&Action::Warn) {
+            errors.push(
+                "spec.validationActions",
+                "Deny and Warn may not be used together (Deny already tells the user)",
+            );
+        }
+        let param_ref = self.param_ref.map(|p| p.validate(errors));
+        let match_resources = self
+            .match_resources
+            .map(|m| m.validate("spec.matchResources", errors));
+        if errors.errors.len() > before {
+            return None;
+        }
+        Some(Binding {
+            name: name?.to_string(),
+            policy_name: policy_name?,
+            param_ref,
+            match_resources,
+            actions,
+        })
+    }
+}
+
 /// Reads a ValidatingAdmissionPolicyBinding.
 pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
-    let before = errors.len();
-    let mut r = Reader {
+    let object: Object<BindingSpec> = read_object(doc, errors)?;
+    let mut errors = Errors {
         source: &doc.source,
         errors,
     };
-    let name = name_of(doc);
+    let name = object.name();
     if name.is_none() {
-        r.err("metadata.name", "required");
+        errors.push("metadata.name", "required");
     }
-    let Some(spec) = doc.value.get("spec").filter(|s| s.is_object()) else {
-        r.err("spec", "required");
+    let Some(spec) = object.spec else {
+        errors.push("spec", "required");
         return None;
     };
-    let policy_name = r.required_str(spec, "policyName", "spec");
-    let mut actions = Vec::new();
-    for (i, a) in r
-        .strings(spec, "validationActions", "spec")
-        .iter()
-        .enumerate()
-    {
-        match a.as_str() {
-            "Deny" => actions.push(Action::Deny),
-            "Warn" => actions.push(Action::Warn),
-            "Audit" => actions.push(Action::Audit),
-            other => r.err(
-                &format!("spec.validationActions[{i}]"),
-                format!("must be Deny, Warn or Audit, not {other}"),
-            ),
-        }
-    }
-    if actions.is_empty() {
-        r.err(
-            "spec.validationActions",
-            "required: Deny, Warn and/or Audit",
-        );
-    }
-    if actions.contains(&Action::Deny) && actions.contains(&Action::Warn) {
-        r.err(
-            "spec.validationActions",
-            "Deny and Warn may not be used together (Deny already tells the user)",
-        );
-    }
-    let param_ref = match spec.get("paramRef").filter(|p| !p.is_null()) {
-        None => None,
-        Some(p) => {
-            let name = r.str(p, "name", "spec.paramRef").map(str::to_string);
-            let namespace = r.str(p, "namespace", "spec.paramRef").map(str::to_string);
-            let selector = p
-                .get("selector")
-                .filter(|s| !s.is_null())
-                .map(|s| r.selector(Some(s), "spec.paramRef.selector"));
-            if name.is_some() == selector.is_some() {
-                r.err(
-                    "spec.paramRef",
-                    "exactly one of name or selector is required",
-                );
-            }
-            let deny_when_missing = match r.str(p, "parameterNotFoundAction", "spec.paramRef") {
-                Some("Deny") => true,
-                Some("Allow") => false,
-                Some(other) => {
-                    r.err(
-                        "spec.paramRef.parameterNotFoundAction",
-                        format!("must be Allow or Deny, not {other}"),
-                    );
-                    true
-                }
-                None => {
-                    r.err(
-                        "spec.paramRef.parameterNotFoundAction",
-                        "required: Allow or Deny",
-                    );
-                    true
-                }
-            };
-            Some(ParamRef {
-                name,
-                namespace,
-                selector,
-                deny_when_missing,
-            })
-        }
-    };
-    let match_resources = spec
-        .get("matchResources")
-        .filter(|m| !m.is_null())
-        .map(|m| r.match_resources(m, "spec.matchResources"));
-    if errors.len() > before {
-        return None;
-    }
-    Some(Binding {
-        name: name?,
-        policy_name: policy_name?,
-        param_ref,
-        match_resources,
-        actions,
-    })
+    spec.validate(name.as_deref(), &mut errors)
 }
