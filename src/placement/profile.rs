@@ -1,8 +1,10 @@
 //! The `PlacementProfile` document: parsing and validation.
-use super::selector::{parse_label_selector, Operator, Requirement, Term};
-use super::toleration::{Taint, Toleration};
+use super::selector::{Operator, Requirement, Term};
+use super::toleration::{Taint, Toleration, TolerationOperator};
 use crate::gpu::GpuResources;
-use crate::policy::LabelSelector;
+use crate::policy::{from_value, FieldError, LabelSelector, LabelSelectorDoc, Object};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::fmt;
 
@@ -34,7 +36,7 @@ pub struct Profile {
 
 /// What `/mutate` does with a GPU-only node pool that lacks the profile's
 /// `nodePoolTaint` (`spec.nodePoolTaintPolicy`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub enum NodePoolTaintPolicy {
     /// Add the taint by mutation, with a warning.
     #[default]
@@ -92,19 +94,6 @@ impl ProfileError {
     }
 }
 
-const SPEC_FIELDS: [&str; 10] = [
-    "resources",
-    "priority",
-    "namespaceSelector",
-    "podSelector",
-    "tolerations",
-    "requiredNodeSelectorTerms",
-    "preferredNodeSelectorTerms",
-    "nodePoolTaint",
-    "nodePoolTaintPolicy",
-    "description",
-];
-
 impl Profile {
     /// Reads a `PlacementProfile` document (YAML already turned into JSON).
     /// Unknown spec fields are errors, so a typo never silently disables a rule.
@@ -125,151 +114,171 @@ impl Profile {
     }
 }
 
+impl From<FieldError> for ProfileError {
+    fn from(e: FieldError) -> ProfileError {
+        ProfileError::new(e.field, e.message)
+    }
+}
+
+/// `spec` of a `PlacementProfile`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProfileSpec {
+    resources: Option<Vec<String>>,
+    priority: Option<i32>,
+    namespace_selector: Option<LabelSelectorDoc>,
+    pod_selector: Option<LabelSelectorDoc>,
+    tolerations: Option<Vec<TolerationDoc>>,
+    required_node_selector_terms: Option<Vec<TermDoc>>,
+    preferred_node_selector_terms: Option<Vec<PreferredDoc>>,
+    node_pool_taint: Option<TaintDoc>,
+    node_pool_taint_policy: Option<NodePoolTaintPolicy>,
+    #[serde(rename = "description")]
+    _description: Option<String>,
+}
+
+/// A `core/v1` Toleration.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TolerationDoc {
+    key: Option<String>,
+    operator: Option<String>,
+    value: Option<String>,
+    effect: Option<String>,
+    toleration_seconds: Option<i64>,
+}
+
+/// A `core/v1` Taint (without `timeAdded`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaintDoc {
+    key: Option<String>,
+    value: Option<String>,
+    effect: Option<String>,
+}
+
+/// A `PreferredSchedulingTerm`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreferredDoc {
+    weight: Option<i64>,
+    preference: Option<TermDoc>,
+}
+
+/// A `NodeSelectorTerm`; `matchFields` is read only to be refused.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TermDoc {
+    match_expressions: Option<Vec<NodeRequirementDoc>>,
+    match_fields: Option<IgnoredAny>,
+}
+
+/// A `NodeSelectorRequirement`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeRequirementDoc {
+    key: Option<String>,
+    operator: Option<String>,
+    values: Option<Vec<String>>,
+}
+
+const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
 fn parse_profile(v: &Value) -> Result<Profile, ProfileError> {
-    let doc = v
-        .as_object()
-        .ok_or_else(|| ProfileError::new("", "a PlacementProfile must be a mapping"))?;
-    let api_version = doc.get("apiVersion").and_then(Value::as_str);
-    if api_version != Some(API_VERSION) {
+    if !v.is_object() {
+        return Err(ProfileError::new(
+            "",
+            "a PlacementProfile must be a mapping",
+        ));
+    }
+    if v.get("apiVersion").and_then(Value::as_str) != Some(API_VERSION) {
         return Err(ProfileError::new(
             "apiVersion",
             format!("must be {API_VERSION}"),
         ));
     }
-    if doc.get("kind").and_then(Value::as_str) != Some(KIND) {
+    if v.get("kind").and_then(Value::as_str) != Some(KIND) {
         return Err(ProfileError::new("kind", format!("must be {KIND}")));
     }
-    unknown_fields(doc, "", &["apiVersion", "kind", "metadata", "spec"])?;
-    let name = doc
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if !is_dns_label_like(name) {
+    let object: Object<ProfileSpec> = from_value(v)?;
+    let name = object.name().unwrap_or_default();
+    if !is_dns_label_like(&name) {
         return Err(ProfileError::new(
             "metadata.name",
             "required: lower-case letters, digits, '-' and '.'",
         ));
     }
-    let spec =
-        object(doc.get("spec"), "spec")?.ok_or_else(|| ProfileError::new("spec", "required"))?;
-    unknown_fields(spec, "spec", &SPEC_FIELDS)?;
-    if let Some(d) = spec.get("description") {
-        if !d.is_string() {
-            return Err(ProfileError::new("spec.description", "must be a string"));
-        }
-    }
-
-    let resources = parse_resources(spec.get("resources"))?;
-    let priority = match spec.get("priority") {
-        None | Some(Value::Null) => 0,
-        Some(p) => p
-            .as_i64()
-            .and_then(|p| i32::try_from(p).ok())
-            .ok_or_else(|| ProfileError::new("spec.priority", "must be a 32-bit integer"))?,
-    };
-    let namespace_selector = object(spec.get("namespaceSelector"), "spec.namespaceSelector")?
-        .map(|s| parse_label_selector(s, "spec.namespaceSelector"))
-        .transpose()?;
-    let pod_selector = object(spec.get("podSelector"), "spec.podSelector")?
-        .map(|s| parse_label_selector(s, "spec.podSelector"))
-        .transpose()?;
-
-    let mut tolerations = Vec::new();
-    for (i, t) in list(spec.get("tolerations"), "spec.tolerations")?
-        .iter()
-        .enumerate()
-    {
-        tolerations.push(Toleration::parse_strict(
-            t,
-            &format!("spec.tolerations[{i}]"),
-        )?);
-    }
-
-    let mut required = Vec::new();
-    for (i, t) in list(
-        spec.get("requiredNodeSelectorTerms"),
-        "spec.requiredNodeSelectorTerms",
-    )?
-    .iter()
-    .enumerate()
-    {
-        required.push(parse_term(
-            t,
-            &format!("spec.requiredNodeSelectorTerms[{i}]"),
-        )?);
-    }
-
-    let mut preferred = Vec::new();
-    for (i, t) in list(
-        spec.get("preferredNodeSelectorTerms"),
-        "spec.preferredNodeSelectorTerms",
-    )?
-    .iter()
-    .enumerate()
-    {
-        preferred.push(parse_preferred(
-            t,
-            &format!("spec.preferredNodeSelectorTerms[{i}]"),
-        )?);
-    }
-
-    let node_pool_taint = object(spec.get("nodePoolTaint"), "spec.nodePoolTaint")?
-        .map(|t| Taint::parse_strict(t, "spec.nodePoolTaint"))
-        .transpose()?;
-    let node_pool_taint_policy = match spec.get("nodePoolTaintPolicy") {
-        None | Some(Value::Null) => NodePoolTaintPolicy::default(),
-        Some(Value::String(s)) if s == "Add" => NodePoolTaintPolicy::Add,
-        Some(Value::String(s)) if s == "Require" => NodePoolTaintPolicy::Require,
-        Some(other) => {
-            return Err(ProfileError::new(
-                "spec.nodePoolTaintPolicy",
-                format!("{other}: must be Add or Require"),
-            ))
-        }
-    };
-    if spec.contains_key("nodePoolTaintPolicy") && node_pool_taint.is_none() {
-        return Err(ProfileError::new(
-            "spec.nodePoolTaintPolicy",
-            "needs spec.nodePoolTaint: the taint to add or require",
-        ));
-    }
-
-    if tolerations.is_empty() && required.is_empty() && preferred.is_empty() {
-        return Err(ProfileError::new(
-            "spec",
-            "sets none of tolerations, requiredNodeSelectorTerms, preferredNodeSelectorTerms",
-        ));
-    }
-    if let Some(taint) = &node_pool_taint {
-        // Kubernetes' ExtendedResourceToleration tolerates `<resource>:NoSchedule`
-        // for every extended resource a pod asks for.
-        let by_plugin = taint.effect == "NoSchedule" && resources.patterns().contains(&taint.key);
-        if !by_plugin && !tolerations.iter().any(|t| t.tolerates(taint)) {
-            return Err(ProfileError::new(
-                "spec.nodePoolTaint",
-                format!("{taint} is not tolerated by spec.tolerations: pods placed by this profile could not run on the pool"),
-            ));
-        }
-    }
-
-    Ok(Profile {
-        name: name.to_string(),
-        resources,
-        priority,
-        namespace_selector,
-        pod_selector,
-        tolerations,
-        required,
-        preferred,
-        node_pool_taint,
-        node_pool_taint_policy,
-    })
+    let spec = object
+        .spec
+        .ok_or_else(|| ProfileError::new("spec", "required"))?;
+    spec.validate(name)
 }
 
-fn parse_resources(v: Option<&Value>) -> Result<GpuResources, ProfileError> {
+impl ProfileSpec {
+    fn validate(self, name: String) -> Result<Profile, ProfileError> {
+        let resources = validate_resources(self.resources.unwrap_or_default())?;
+        let selector =
+            |s: Option<LabelSelectorDoc>, field: &str| s.map(|s| s.validate(field)).transpose();
+        let namespace_selector = selector(self.namespace_selector, "spec.namespaceSelector")?;
+        let pod_selector = selector(self.pod_selector, "spec.podSelector")?;
+        let tolerations = (self.tolerations.unwrap_or_default().into_iter().enumerate())
+            .map(|(i, t)| t.validate(&format!("spec.tolerations[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let required = (self.required_node_selector_terms.unwrap_or_default())
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| t.validate(&format!("spec.requiredNodeSelectorTerms[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let preferred = (self.preferred_node_selector_terms.unwrap_or_default())
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| t.validate(&format!("spec.preferredNodeSelectorTerms[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let node_pool_taint = self
+            .node_pool_taint
+            .map(|t| t.validate("spec.nodePoolTaint"))
+            .transpose()?;
+        if self.node_pool_taint_policy.is_some() && node_pool_taint.is_none() {
+            return Err(ProfileError::new(
+                "spec.nodePoolTaintPolicy",
+                "needs spec.nodePoolTaint: the taint to add or require",
+            ));
+        }
+        if tolerations.is_empty() && required.is_empty() && preferred.is_empty() {
+            return Err(ProfileError::new(
+                "spec",
+                "sets none of tolerations, requiredNodeSelectorTerms, preferredNodeSelectorTerms",
+            ));
+        }
+        if let Some(taint) = &node_pool_taint {
+            // Kubernetes' ExtendedResourceToleration tolerates `<resource>:NoSchedule`
+            // for every extended resource a pod asks for.
+            let by_plugin =
+                taint.effect == "NoSchedule" && resources.patterns().contains(&taint.key);
+            if !by_plugin && !tolerations.iter().any(|t| t.tolerates(taint)) {
+                return Err(ProfileError::new(
+                    "spec.nodePoolTaint",
+                    format!("{taint} is not tolerated by spec.tolerations: pods placed by this profile could not run on the pool"),
+                ));
+            }
+        }
+        Ok(Profile {
+            name,
+            resources,
+            priority: self.priority.unwrap_or(0),
+            namespace_selector,
+            pod_selector,
+            tolerations,
+            required,
+            preferred,
+            node_pool_taint,
+            node_pool_taint_policy: self.node_pool_taint_policy.unwrap_or_default(),
+        })
+    }
+}
+
+fn validate_resources(items: Vec<String>) -> Result<GpuResources, ProfileError> {
     let field = "spec.resources";
-    let items = list(v, field)?;
     if items.is_empty() {
         return Err(ProfileError::new(
             field,
@@ -279,113 +288,152 @@ fn parse_resources(v: Option<&Value>) -> Result<GpuResources, ProfileError> {
     let mut resources = GpuResources::new(std::iter::empty::<&str>())
         .map_err(|e| ProfileError::new(field, e.to_string()))?;
     for (i, item) in items.iter().enumerate() {
-        let f = format!("{field}[{i}]");
-        let s = item
-            .as_str()
-            .ok_or_else(|| ProfileError::new(&f, "must be a string"))?;
         resources
-            .insert(s)
-            .map_err(|e| ProfileError::new(&f, e.to_string()))?;
+            .insert(item)
+            .map_err(|e| ProfileError::new(format!("{field}[{i}]"), e.to_string()))?;
     }
     Ok(resources)
 }
 
-fn parse_preferred(v: &Value, field: &str) -> Result<PreferredTerm, ProfileError> {
-    let obj = object(Some(v), field)?.ok_or_else(|| ProfileError::new(field, "required"))?;
-    unknown_fields(obj, field, &["weight", "preference"])?;
-    let weight = obj
-        .get("weight")
-        .and_then(Value::as_i64)
-        .filter(|w| (1..=100).contains(w))
-        .ok_or_else(|| {
+impl TolerationDoc {
+    /// The toleration, rejecting what Kubernetes would reject.
+    fn validate(self, field: &str) -> Result<Toleration, ProfileError> {
+        let error = |name: &str, message: String| {
+            Err(ProfileError::new(format!("{field}.{name}"), message))
+        };
+        let key = self.key.unwrap_or_default();
+        let operator = match self.operator.as_deref().unwrap_or_default() {
+            "" | "Equal" => TolerationOperator::Equal,
+            "Exists" => TolerationOperator::Exists,
+            other => return error("operator", format!("{other:?}: must be Equal or Exists")),
+        };
+        let value = self.value.unwrap_or_default();
+        let effect = self.effect.unwrap_or_default();
+        if !effect.is_empty() && !EFFECTS.contains(&effect.as_str()) {
+            return error("effect", format!("{effect:?}: must be NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"));
+        }
+        if operator == TolerationOperator::Exists && !value.is_empty() {
+            return error("value", "must be empty when operator is Exists".into());
+        }
+        if key.is_empty() && operator != TolerationOperator::Exists {
+            return error("key", "required unless operator is Exists".into());
+        }
+        if self.toleration_seconds.is_some() && effect != "NoExecute" {
+            return error(
+                "tolerationSeconds",
+                "only allowed with effect NoExecute".into(),
+            );
+        }
+        Ok(Toleration {
+            key,
+            operator,
+            value,
+            effect,
+            toleration_seconds: self.toleration_seconds,
+        })
+    }
+}
+
+impl TaintDoc {
+    fn validate(self, field: &str) -> Result<Taint, ProfileError> {
+        let key = self.key.filter(|k| !k.is_empty());
+        let key = key.ok_or_else(|| ProfileError::new(format!("{field}.key"), "required"))?;
+        let effect = self.effect.unwrap_or_default();
+        if !EFFECTS.contains(&effect.as_str()) {
+            return Err(ProfileError::new(
+                format!("{field}.effect"),
+                "required: NoSchedule, PreferNoSchedule or NoExecute",
+            ));
+        }
+        Ok(Taint {
+            key,
+            value: self.value.unwrap_or_default(),
+            effect,
+        })
+    }
+}
+
+impl PreferredDoc {
+    fn validate(self, field: &str) -> Result<PreferredTerm, ProfileError> {
+        let weight = self
+            .weight
+            .filter(|w| (1..=100).contains(w))
+            .ok_or_else(|| {
+                ProfileError::new(
+                    format!("{field}.weight"),
+                    "required: an integer from 1 to 100",
+                )
+            })?;
+        let preference = self.preference.ok_or_else(|| {
             ProfileError::new(
-                format!("{field}.weight"),
-                "required: an integer from 1 to 100",
+                format!("{field}.preference"),
+                "required: a node-selector term",
             )
         })?;
-    let preference = parse_term(
-        obj.get("preference").unwrap_or(&Value::Null),
-        &format!("{field}.preference"),
-    )?;
-    Ok(PreferredTerm {
-        weight: weight as i32,
-        preference,
-    })
+        Ok(PreferredTerm {
+            weight: weight as i32,
+            preference: preference.validate(&format!("{field}.preference"))?,
+        })
+    }
 }
 
-/// A node-selector term of a profile: `matchExpressions` only.
-fn parse_term(v: &Value, field: &str) -> Result<Term, ProfileError> {
-    let obj = object(Some(v), field)?
-        .ok_or_else(|| ProfileError::new(field, "required: a node-selector term"))?;
-    if obj.contains_key("matchFields") {
-        return Err(ProfileError::new(
-            format!("{field}.matchFields"),
-            "not supported in profiles: node fields differ per node",
-        ));
+impl TermDoc {
+    /// A node-selector term of a profile: `matchExpressions` only.
+    fn validate(self, field: &str) -> Result<Term, ProfileError> {
+        if self.match_fields.is_some() {
+            return Err(ProfileError::new(
+                format!("{field}.matchFields"),
+                "not supported in profiles: node fields differ per node",
+            ));
+        }
+        let exprs_field = format!("{field}.matchExpressions");
+        let exprs = self.match_expressions.unwrap_or_default();
+        if exprs.is_empty() {
+            return Err(ProfileError::new(
+                exprs_field,
+                "required: at least one requirement (an empty term matches no node)",
+            ));
+        }
+        let requirements = (exprs.into_iter().enumerate())
+            .map(|(i, e)| e.validate(&format!("{exprs_field}[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Term::new(requirements))
     }
-    unknown_fields(obj, field, &["matchExpressions"])?;
-    let exprs_field = format!("{field}.matchExpressions");
-    let exprs = list(obj.get("matchExpressions"), &exprs_field)?;
-    if exprs.is_empty() {
-        return Err(ProfileError::new(
-            exprs_field,
-            "required: at least one requirement (an empty term matches no node)",
-        ));
-    }
-    let mut requirements = Vec::new();
-    for (i, e) in exprs.iter().enumerate() {
-        requirements.push(parse_requirement(e, &format!("{exprs_field}[{i}]"))?);
-    }
-    Ok(Term::new(requirements))
 }
 
-fn parse_requirement(v: &Value, field: &str) -> Result<Requirement, ProfileError> {
-    let obj = object(Some(v), field)?.ok_or_else(|| ProfileError::new(field, "required"))?;
-    unknown_fields(obj, field, &["key", "operator", "values"])?;
-    let key = obj
-        .get("key")
-        .and_then(Value::as_str)
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| ProfileError::new(format!("{field}.key"), "required"))?;
-    let op_text = obj
-        .get("operator")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let operator = Operator::parse(op_text).ok_or_else(|| {
-        ProfileError::new(
-            format!("{field}.operator"),
-            format!("{op_text:?}: must be one of In, NotIn, Exists, DoesNotExist, Gt, Lt"),
-        )
-    })?;
-    let values_field = format!("{field}.values");
-    let mut values = Vec::new();
-    for (i, val) in list(obj.get("values"), &values_field)?.iter().enumerate() {
-        let s = val
-            .as_str()
-            .ok_or_else(|| ProfileError::new(format!("{values_field}[{i}]"), "must be a string"))?;
-        values.push(s.to_string());
-    }
-    let ok = match operator {
-        Operator::In | Operator::NotIn => !values.is_empty(),
-        Operator::Exists | Operator::DoesNotExist => values.is_empty(),
-        Operator::Gt | Operator::Lt => values.len() == 1 && values[0].parse::<i64>().is_ok(),
-    };
-    if !ok {
+impl NodeRequirementDoc {
+    fn validate(self, field: &str) -> Result<Requirement, ProfileError> {
+        let key = self.key.filter(|k| !k.is_empty());
+        let key = key.ok_or_else(|| ProfileError::new(format!("{field}.key"), "required"))?;
+        let op_text = self.operator.unwrap_or_default();
+        let operator = Operator::parse(&op_text).ok_or_else(|| {
+            ProfileError::new(
+                format!("{field}.operator"),
+                format!("{op_text:?}: must be one of In, NotIn, Exists, DoesNotExist, Gt, Lt"),
+            )
+        })?;
+        let values = self.values.unwrap_or_default();
         let rule = match operator {
-            Operator::In | Operator::NotIn => "needs at least one value",
-            Operator::Exists | Operator::DoesNotExist => "takes no values",
-            Operator::Gt | Operator::Lt => "takes exactly one integer value",
+            Operator::In | Operator::NotIn if values.is_empty() => "needs at least one value",
+            Operator::Exists | Operator::DoesNotExist if !values.is_empty() => "takes no values",
+            Operator::Gt | Operator::Lt
+                if values.len() != 1 || values[0].parse::<i64>().is_err() =>
+            {
+                "takes exactly one integer value"
+            }
+            _ => {
+                return Ok(Requirement {
+                    key,
+                    operator,
+                    values,
+                })
+            }
         };
-        return Err(ProfileError::new(
-            values_field,
+        Err(ProfileError::new(
+            format!("{field}.values"),
             format!("{} {rule}", operator.as_str()),
-        ));
+        ))
     }
-    Ok(Requirement {
-        key: key.to_string(),
-        operator,
-        values,
-    })
 }
 
 pub(crate) fn object<'a>(
@@ -577,9 +625,80 @@ mod tests {
         d["metadata"]["name"] = json!("Bad_Name");
         assert_eq!(Profile::from_value(&d).unwrap_err().field, "metadata.name");
         let mut d = doc(minimal());
-        d["status"] = json!({});
-        assert_eq!(Profile::from_value(&d).unwrap_err().field, "status");
+        d["specs"] = json!({});
+        assert_eq!(Profile::from_value(&d).unwrap_err().field, "specs");
         assert_eq!(Profile::from_value(&json!([])).unwrap_err().field, "");
+    }
+
+    #[test]
+    fn a_server_export_loads() {
+        let mut d = doc(minimal());
+        d["metadata"] = json!({
+            "name": "gpu",
+            "uid": "6f1c2a9e-3b7d-4c1e-9a55-0d2f8e4b7c13",
+            "resourceVersion": "4711",
+            "generation": 2,
+            "creationTimestamp": "2026-11-29T14:00:00Z",
+            "labels": {"team": "ml"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
+        });
+        d["status"] = json!({"observedGeneration": 2});
+        assert_eq!(Profile::from_value(&d).unwrap().name, "gpu");
+    }
+
+    #[test]
+    fn unknown_fields_are_named_at_any_depth() {
+        let mut spec = minimal();
+        spec["tolerations"][0]["effects"] = json!("NoSchedule");
+        let e = error(spec);
+        assert_eq!(e.field, "spec.tolerations[0].effects");
+        assert!(e.message.starts_with("unknown field"), "{e}");
+        let mut spec = minimal();
+        spec["podSelector"] = json!({"matchExpression": []});
+        assert_eq!(error(spec).field, "spec.podSelector.matchExpression");
+        let mut spec = minimal();
+        spec["requiredNodeSelectorTerms"] =
+            json!([{"matchExpressions": [{"key": "a", "operator": "In", "value": ["x"]}]}]);
+        assert_eq!(
+            error(spec).field,
+            "spec.requiredNodeSelectorTerms[0].matchExpressions[0].value"
+        );
+    }
+
+    #[test]
+    fn label_selectors_match_like_kubernetes() {
+        let labels = std::collections::BTreeMap::from([
+            ("team".to_string(), "ml".to_string()),
+            ("tier".to_string(), "gold".to_string()),
+        ]);
+        let sel = |v: Value| {
+            let mut spec = minimal();
+            spec["podSelector"] = v;
+            Profile::from_value(&doc(spec)).map(|p| p.pod_selector.unwrap())
+        };
+        let matches = |v: Value| sel(v).unwrap().matches(&labels);
+        assert!(matches(json!({})));
+        assert!(matches(json!({"matchLabels": {"team": "ml"}})));
+        assert!(!matches(json!({"matchLabels": {"team": "web"}})));
+        assert!(matches(
+            json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold", "silver"]}]})
+        ));
+        assert!(matches(
+            json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]})
+        ));
+        assert!(!matches(
+            json!({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]})
+        ));
+        assert!(matches(
+            json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]})
+        ));
+        let e = sel(json!({"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["1"]}]}))
+            .unwrap_err();
+        assert_eq!(e.field, "spec.podSelector.matchExpressions[0].operator");
+        assert!(e.message.contains("not Gt"), "{e}");
+        let e = sel(json!({"matchExpressions": [{"key": "n", "operator": "In"}]})).unwrap_err();
+        assert_eq!(e.field, "spec.podSelector.matchExpressions[0].values");
     }
 
     #[test]
