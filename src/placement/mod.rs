@@ -17,7 +17,7 @@ mod toleration;
 pub use nodepool::plan_node_pool;
 pub use plan::PROFILE_ANNOTATION;
 pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
-pub use selector::{parse_label_selector, Operator, Requirement, Term};
+pub use selector::{Operator, Requirement, Term};
 pub use toleration::{Taint, Toleration, TolerationOperator};
 
 use crate::gpu::catalog::Catalog;

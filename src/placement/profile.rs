@@ -5,7 +5,7 @@ use crate::gpu::GpuResources;
 use crate::policy::{from_value, FieldError, LabelSelector, LabelSelectorDoc, Object};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::fmt;
 
 /// `apiVersion` of placement profiles.
@@ -433,43 +433,6 @@ impl NodeRequirementDoc {
             format!("{field}.values"),
             format!("{} {rule}", operator.as_str()),
         ))
-    }
-}
-
-pub(crate) fn object<'a>(
-    v: Option<&'a Value>,
-    field: &str,
-) -> Result<Option<&'a Map<String, Value>>, ProfileError> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => Ok(Some(m)),
-        Some(_) => Err(ProfileError::new(field, "must be a mapping")),
-    }
-}
-
-pub(crate) fn list<'a>(v: Option<&'a Value>, field: &str) -> Result<&'a [Value], ProfileError> {
-    match v {
-        None | Some(Value::Null) => Ok(&[]),
-        Some(Value::Array(a)) => Ok(a),
-        Some(_) => Err(ProfileError::new(field, "must be a list")),
-    }
-}
-
-pub(crate) fn unknown_fields(
-    obj: &Map<String, Value>,
-    field: &str,
-    allowed: &[&str],
-) -> Result<(), ProfileError> {
-    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        None => Ok(()),
-        Some(k) => Err(ProfileError::new(
-            if field.is_empty() {
-                k.clone()
-            } else {
-                format!("{field}.{k}")
-            },
-            format!("unknown field; expected one of {}", allowed.join(", ")),
-        )),
     }
 }
 

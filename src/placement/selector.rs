@@ -1,12 +1,9 @@
-//! Label selectors and node-selector requirements, and the reasoning over
+//! Node-selector requirements, and the reasoning over
 //! them that placement needs: does one requirement imply another, can a set
 //! of requirements be met at all.
-use super::profile::{list, object, unknown_fields, ProfileError};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-
-use crate::policy::{LabelRequirement, LabelSelector, SelectorOp};
 
 /// A node-selector operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,58 +278,6 @@ fn satisfiable(reqs: &[&Requirement]) -> bool {
     }
 }
 
-/// Reads a Kubernetes label selector (`matchLabels` + `matchExpressions`)
-/// of a profile into the selector type the policy engine matches with.
-pub fn parse_label_selector(
-    obj: &Map<String, Value>,
-    field: &str,
-) -> Result<LabelSelector, ProfileError> {
-    unknown_fields(obj, field, &["matchLabels", "matchExpressions"])?;
-    let mut sel = LabelSelector::default();
-    let labels_field = format!("{field}.matchLabels");
-    if let Some(labels) = object(obj.get("matchLabels"), &labels_field)? {
-        for (k, v) in labels {
-            let v = v.as_str().ok_or_else(|| {
-                ProfileError::new(format!("{labels_field}.{k}"), "must be a string")
-            })?;
-            sel.match_labels.insert(k.clone(), v.to_string());
-        }
-    }
-    let exprs_field = format!("{field}.matchExpressions");
-    for (i, e) in list(obj.get("matchExpressions"), &exprs_field)?
-        .iter()
-        .enumerate()
-    {
-        let f = format!("{exprs_field}[{i}]");
-        let req = Requirement::from_pod(e)
-            .and_then(|r| {
-                let operator = match r.operator {
-                    Operator::In => SelectorOp::In,
-                    Operator::NotIn => SelectorOp::NotIn,
-                    Operator::Exists => SelectorOp::Exists,
-                    Operator::DoesNotExist => SelectorOp::DoesNotExist,
-                    Operator::Gt | Operator::Lt => return None,
-                };
-                Some(LabelRequirement {
-                    key: r.key,
-                    operator,
-                    values: r.values,
-                })
-            })
-            .ok_or_else(|| {
-                ProfileError::new(
-                    &f,
-                    "needs key, operator In/NotIn (with values) or Exists/DoesNotExist (without)",
-                )
-            })?;
-        if let Some(m) = e.as_object() {
-            unknown_fields(m, &f, &["key", "operator", "values"])?;
-        }
-        sel.match_expressions.push(req);
-    }
-    Ok(sel)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,35 +354,5 @@ mod tests {
             contradiction(&[&r("a", "NotIn", &["x"]), &r("a", "DoesNotExist", &[])]),
             None
         );
-    }
-
-    #[test]
-    fn label_selectors_match_like_kubernetes() {
-        let labels = BTreeMap::from([
-            ("team".to_string(), "ml".to_string()),
-            ("tier".to_string(), "gold".to_string()),
-        ]);
-        let sel = |v: Value| {
-            parse_label_selector(v.as_object().unwrap(), "spec.namespaceSelector").unwrap()
-        };
-        assert!(sel(json!({})).matches(&labels));
-        assert!(sel(json!({"matchLabels": {"team": "ml"}})).matches(&labels));
-        assert!(!sel(json!({"matchLabels": {"team": "web"}})).matches(&labels));
-        assert!(sel(json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold", "silver"]}]})).matches(&labels));
-        assert!(sel(
-            json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]})
-        )
-        .matches(&labels));
-        assert!(
-            !sel(json!({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}))
-                .matches(&labels)
-        );
-        assert!(
-            sel(json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]}))
-                .matches(&labels)
-        );
-        let bad = json!({"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["1"]}]});
-        let e = parse_label_selector(bad.as_object().unwrap(), "spec.podSelector").unwrap_err();
-        assert_eq!(e.field, "spec.podSelector.matchExpressions[0]");
     }
 }

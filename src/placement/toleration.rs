@@ -1,5 +1,4 @@
 //! Tolerations and taints, and when one toleration already covers another.
-use super::profile::{unknown_fields, ProfileError};
 use serde_json::{json, Map, Value};
 use std::fmt;
 
@@ -31,82 +30,7 @@ pub struct Taint {
     pub effect: String,
 }
 
-const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
-
 impl Toleration {
-    /// Reads a profile's toleration, rejecting what Kubernetes would reject.
-    pub fn parse_strict(v: &Value, field: &str) -> Result<Toleration, ProfileError> {
-        let obj = v
-            .as_object()
-            .ok_or_else(|| ProfileError::new(field, "must be a mapping"))?;
-        unknown_fields(
-            obj,
-            field,
-            &["key", "operator", "value", "effect", "tolerationSeconds"],
-        )?;
-        let text = |name: &str| -> Result<String, ProfileError> {
-            match obj.get(name) {
-                None | Some(Value::Null) => Ok(String::new()),
-                Some(Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(ProfileError::new(
-                    format!("{field}.{name}"),
-                    "must be a string",
-                )),
-            }
-        };
-        let key = text("key")?;
-        let operator = match text("operator")?.as_str() {
-            "" | "Equal" => TolerationOperator::Equal,
-            "Exists" => TolerationOperator::Exists,
-            other => {
-                return Err(ProfileError::new(
-                    format!("{field}.operator"),
-                    format!("{other:?}: must be Equal or Exists"),
-                ))
-            }
-        };
-        let value = text("value")?;
-        let effect = text("effect")?;
-        if !effect.is_empty() && !EFFECTS.contains(&effect.as_str()) {
-            return Err(ProfileError::new(
-                format!("{field}.effect"),
-                format!("{effect:?}: must be NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"),
-            ));
-        }
-        if operator == TolerationOperator::Exists && !value.is_empty() {
-            return Err(ProfileError::new(
-                format!("{field}.value"),
-                "must be empty when operator is Exists",
-            ));
-        }
-        if key.is_empty() && operator != TolerationOperator::Exists {
-            return Err(ProfileError::new(
-                format!("{field}.key"),
-                "required unless operator is Exists",
-            ));
-        }
-        let toleration_seconds = match obj.get("tolerationSeconds") {
-            None | Some(Value::Null) => None,
-            Some(s) => {
-                let f = format!("{field}.tolerationSeconds");
-                let n = s
-                    .as_i64()
-                    .ok_or_else(|| ProfileError::new(&f, "must be an integer"))?;
-                if effect != "NoExecute" {
-                    return Err(ProfileError::new(f, "only allowed with effect NoExecute"));
-                }
-                Some(n)
-            }
-        };
-        Ok(Toleration {
-            key,
-            operator,
-            value,
-            effect,
-            toleration_seconds,
-        })
-    }
-
     /// Reads a toleration from a pod, leniently.
     pub fn from_pod(v: &Value) -> Toleration {
         let text = |name: &str| {
@@ -200,29 +124,6 @@ impl fmt::Display for Toleration {
             write!(f, ":{}", self.effect)?;
         }
         Ok(())
-    }
-}
-
-impl Taint {
-    pub fn parse_strict(obj: &Map<String, Value>, field: &str) -> Result<Taint, ProfileError> {
-        unknown_fields(obj, field, &["key", "value", "effect"])?;
-        let text = |name: &str| obj.get(name).and_then(Value::as_str).unwrap_or_default();
-        let key = text("key");
-        if key.is_empty() {
-            return Err(ProfileError::new(format!("{field}.key"), "required"));
-        }
-        let effect = text("effect");
-        if !EFFECTS.contains(&effect) {
-            return Err(ProfileError::new(
-                format!("{field}.effect"),
-                "required: NoSchedule, PreferNoSchedule or NoExecute",
-            ));
-        }
-        Ok(Taint {
-            key: key.to_string(),
-            value: text("value").to_string(),
-            effect: effect.to_string(),
-        })
     }
 }
 
