@@ -121,65 +121,65 @@ impl From<FieldError> for ProfileError {
 }
 
 /// `spec` of a `PlacementProfile`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct ProfileSpec {
-    resources: Option<Vec<String>>,
-    priority: Option<i32>,
+    resources: Vec<String>,
+    priority: i32,
     namespace_selector: Option<LabelSelectorDoc>,
     pod_selector: Option<LabelSelectorDoc>,
-    tolerations: Option<Vec<TolerationDoc>>,
-    required_node_selector_terms: Option<Vec<TermDoc>>,
-    preferred_node_selector_terms: Option<Vec<PreferredDoc>>,
+    tolerations: Vec<TolerationDoc>,
+    required_node_selector_terms: Vec<TermDoc>,
+    preferred_node_selector_terms: Vec<PreferredDoc>,
     node_pool_taint: Option<TaintDoc>,
     node_pool_taint_policy: Option<NodePoolTaintPolicy>,
     #[serde(rename = "description")]
-    _description: Option<String>,
+    _description: String,
 }
 
 /// A `core/v1` Toleration.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct TolerationDoc {
-    key: Option<String>,
-    operator: Option<String>,
-    value: Option<String>,
-    effect: Option<String>,
+    key: String,
+    operator: String,
+    value: String,
+    effect: String,
     toleration_seconds: Option<i64>,
 }
 
 /// A `core/v1` Taint (without `timeAdded`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 struct TaintDoc {
-    key: Option<String>,
-    value: Option<String>,
-    effect: Option<String>,
+    key: String,
+    value: String,
+    effect: String,
 }
 
 /// A `PreferredSchedulingTerm`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 struct PreferredDoc {
-    weight: Option<i64>,
+    weight: i64,
     preference: Option<TermDoc>,
 }
 
 /// A `NodeSelectorTerm`; `matchFields` is read only to be refused.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct TermDoc {
-    match_expressions: Option<Vec<NodeRequirementDoc>>,
+    match_expressions: Vec<NodeRequirementDoc>,
     match_fields: Option<IgnoredAny>,
 }
 
 /// A `NodeSelectorRequirement`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 struct NodeRequirementDoc {
-    key: Option<String>,
-    operator: Option<String>,
-    values: Option<Vec<String>>,
+    key: String,
+    operator: String,
+    values: Vec<String>,
 }
 
 const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
@@ -201,7 +201,7 @@ fn parse_profile(v: &Value) -> Result<Profile, ProfileError> {
         return Err(ProfileError::new("kind", format!("must be {KIND}")));
     }
     let object: Object<ProfileSpec> = from_value(v)?;
-    let name = object.name().unwrap_or_default();
+    let name = object.metadata.name;
     if !is_dns_label_like(&name) {
         return Err(ProfileError::new(
             "metadata.name",
@@ -214,28 +214,54 @@ fn parse_profile(v: &Value) -> Result<Profile, ProfileError> {
     spec.validate(name)
 }
 
+/// Validates each item of a list, the field named with its index.
+fn each<T, U>(
+    items: Vec<T>,
+    field: &str,
+    validate: impl Fn(T, &str) -> Result<U, ProfileError>,
+) -> Result<Vec<U>, ProfileError> {
+    let items = items.into_iter().enumerate();
+    items
+        .map(|(i, t)| validate(t, &format!("{field}[{i}]")))
+        .collect()
+}
+
 impl ProfileSpec {
     fn validate(self, name: String) -> Result<Profile, ProfileError> {
-        let resources = validate_resources(self.resources.unwrap_or_default())?;
-        let selector =
-            |s: Option<LabelSelectorDoc>, field: &str| s.map(|s| s.validate(field)).transpose();
-        let namespace_selector = selector(self.namespace_selector, "spec.namespaceSelector")?;
-        let pod_selector = selector(self.pod_selector, "spec.podSelector")?;
-        let tolerations = (self.tolerations.unwrap_or_default().into_iter().enumerate())
-            .map(|(i, t)| t.validate(&format!("spec.tolerations[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let required = (self.required_node_selector_terms.unwrap_or_default())
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| t.validate(&format!("spec.requiredNodeSelectorTerms[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let preferred = (self.preferred_node_selector_terms.unwrap_or_default())
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| t.validate(&format!("spec.preferredNodeSelectorTerms[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let node_pool_taint = self
-            .node_pool_taint
+        if self.resources.is_empty() {
+            return Err(ProfileError::new(
+                "spec.resources",
+                "required: the GPU resources this profile serves, e.g. [nvidia.com/gpu]",
+            ));
+        }
+        let mut resources = GpuResources::new(std::iter::empty::<&str>())
+            .map_err(|e| ProfileError::new("spec.resources", e.to_string()))?;
+        for (i, item) in self.resources.iter().enumerate() {
+            (resources.insert(item))
+                .map_err(|e| ProfileError::new(format!("spec.resources[{i}]"), e.to_string()))?;
+        }
+        let selector = |s: Option<LabelSelectorDoc>, field: &str| s.map(|s| s.validate(field));
+        let namespace_selector = selector(self.namespace_selector, "spec.namespaceSelector");
+        let namespace_selector = namespace_selector.transpose()?;
+        let pod_selector = selector(self.pod_selector, "spec.podSelector").transpose()?;
+        let tolerations = each(
+            self.tolerations,
+            "spec.tolerations",
+            TolerationDoc::validate,
+        )?;
+        let required = self.required_node_selector_terms;
+        let required = each(
+            required,
+            "spec.requiredNodeSelectorTerms",
+            TermDoc::validate,
+        )?;
+        let preferred = self.preferred_node_selector_terms;
+        let preferred = each(
+            preferred,
+            "spec.preferredNodeSelectorTerms",
+            PreferredDoc::validate,
+        )?;
+        let node_pool_taint = (self.node_pool_taint)
             .map(|t| t.validate("spec.nodePoolTaint"))
             .transpose()?;
         if self.node_pool_taint_policy.is_some() && node_pool_taint.is_none() {
@@ -265,7 +291,7 @@ impl ProfileSpec {
         Ok(Profile {
             name,
             resources,
-            priority: self.priority.unwrap_or(0),
+            priority: self.priority,
             namespace_selector,
             pod_selector,
             tolerations,
@@ -277,45 +303,25 @@ impl ProfileSpec {
     }
 }
 
-fn validate_resources(items: Vec<String>) -> Result<GpuResources, ProfileError> {
-    let field = "spec.resources";
-    if items.is_empty() {
-        return Err(ProfileError::new(
-            field,
-            "required: the GPU resources this profile serves, e.g. [nvidia.com/gpu]",
-        ));
-    }
-    let mut resources = GpuResources::new(std::iter::empty::<&str>())
-        .map_err(|e| ProfileError::new(field, e.to_string()))?;
-    for (i, item) in items.iter().enumerate() {
-        resources
-            .insert(item)
-            .map_err(|e| ProfileError::new(format!("{field}[{i}]"), e.to_string()))?;
-    }
-    Ok(resources)
-}
-
 impl TolerationDoc {
     /// The toleration, rejecting what Kubernetes would reject.
     fn validate(self, field: &str) -> Result<Toleration, ProfileError> {
         let error = |name: &str, message: String| {
             Err(ProfileError::new(format!("{field}.{name}"), message))
         };
-        let key = self.key.unwrap_or_default();
-        let operator = match self.operator.as_deref().unwrap_or_default() {
+        let operator = match self.operator.as_str() {
             "" | "Equal" => TolerationOperator::Equal,
             "Exists" => TolerationOperator::Exists,
             other => return error("operator", format!("{other:?}: must be Equal or Exists")),
         };
-        let value = self.value.unwrap_or_default();
-        let effect = self.effect.unwrap_or_default();
+        let effect = self.effect;
         if !effect.is_empty() && !EFFECTS.contains(&effect.as_str()) {
             return error("effect", format!("{effect:?}: must be NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"));
         }
-        if operator == TolerationOperator::Exists && !value.is_empty() {
+        if operator == TolerationOperator::Exists && !self.value.is_empty() {
             return error("value", "must be empty when operator is Exists".into());
         }
-        if key.is_empty() && operator != TolerationOperator::Exists {
+        if self.key.is_empty() && operator != TolerationOperator::Exists {
             return error("key", "required unless operator is Exists".into());
         }
         if self.toleration_seconds.is_some() && effect != "NoExecute" {
@@ -325,9 +331,9 @@ impl TolerationDoc {
             );
         }
         Ok(Toleration {
-            key,
+            key: self.key,
             operator,
-            value,
+            value: self.value,
             effect,
             toleration_seconds: self.toleration_seconds,
         })
@@ -336,42 +342,32 @@ impl TolerationDoc {
 
 impl TaintDoc {
     fn validate(self, field: &str) -> Result<Taint, ProfileError> {
-        let key = self.key.filter(|k| !k.is_empty());
-        let key = key.ok_or_else(|| ProfileError::new(format!("{field}.key"), "required"))?;
-        let effect = self.effect.unwrap_or_default();
-        if !EFFECTS.contains(&effect.as_str()) {
+        if self.key.is_empty() {
+            return Err(ProfileError::new(format!("{field}.key"), "required"));
+        }
+        if !EFFECTS.contains(&self.effect.as_str()) {
             return Err(ProfileError::new(
                 format!("{field}.effect"),
                 "required: NoSchedule, PreferNoSchedule or NoExecute",
             ));
         }
-        Ok(Taint {
-            key,
-            value: self.value.unwrap_or_default(),
-            effect,
-        })
+        let (key, value, effect) = (self.key, self.value, self.effect);
+        Ok(Taint { key, value, effect })
     }
 }
 
 impl PreferredDoc {
     fn validate(self, field: &str) -> Result<PreferredTerm, ProfileError> {
-        let weight = self
-            .weight
-            .filter(|w| (1..=100).contains(w))
-            .ok_or_else(|| {
-                ProfileError::new(
-                    format!("{field}.weight"),
-                    "required: an integer from 1 to 100",
-                )
-            })?;
-        let preference = self.preference.ok_or_else(|| {
-            ProfileError::new(
-                format!("{field}.preference"),
-                "required: a node-selector term",
-            )
-        })?;
+        let error =
+            |name: &str, message: &str| ProfileError::new(format!("{field}.{name}"), message);
+        if !(1..=100).contains(&self.weight) {
+            return Err(error("weight", "required: an integer from 1 to 100"));
+        }
+        let preference = self
+            .preference
+            .ok_or_else(|| error("preference", "required: a node-selector term"))?;
         Ok(PreferredTerm {
-            weight: weight as i32,
+            weight: self.weight as i32,
             preference: preference.validate(&format!("{field}.preference"))?,
         })
     }
@@ -387,32 +383,36 @@ impl TermDoc {
             ));
         }
         let exprs_field = format!("{field}.matchExpressions");
-        let exprs = self.match_expressions.unwrap_or_default();
-        if exprs.is_empty() {
+        if self.match_expressions.is_empty() {
             return Err(ProfileError::new(
                 exprs_field,
                 "required: at least one requirement (an empty term matches no node)",
             ));
         }
-        let requirements = (exprs.into_iter().enumerate())
-            .map(|(i, e)| e.validate(&format!("{exprs_field}[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let requirements = each(
+            self.match_expressions,
+            &exprs_field,
+            NodeRequirementDoc::validate,
+        )?;
         Ok(Term::new(requirements))
     }
 }
 
 impl NodeRequirementDoc {
     fn validate(self, field: &str) -> Result<Requirement, ProfileError> {
-        let key = self.key.filter(|k| !k.is_empty());
-        let key = key.ok_or_else(|| ProfileError::new(format!("{field}.key"), "required"))?;
-        let op_text = self.operator.unwrap_or_default();
-        let operator = Operator::parse(&op_text).ok_or_else(|| {
+        if self.key.is_empty() {
+            return Err(ProfileError::new(format!("{field}.key"), "required"));
+        }
+        let operator = Operator::parse(&self.operator).ok_or_else(|| {
             ProfileError::new(
                 format!("{field}.operator"),
-                format!("{op_text:?}: must be one of In, NotIn, Exists, DoesNotExist, Gt, Lt"),
+                format!(
+                    "{:?}: must be one of In, NotIn, Exists, DoesNotExist, Gt, Lt",
+                    self.operator
+                ),
             )
         })?;
-        let values = self.values.unwrap_or_default();
+        let values = self.values;
         let rule = match operator {
             Operator::In | Operator::NotIn if values.is_empty() => "needs at least one value",
             Operator::Exists | Operator::DoesNotExist if !values.is_empty() => "takes no values",
@@ -422,11 +422,12 @@ impl NodeRequirementDoc {
                 "takes exactly one integer value"
             }
             _ => {
+                let key = self.key;
                 return Ok(Requirement {
                     key,
                     operator,
                     values,
-                })
+                });
             }
         };
         Err(ProfileError::new(

@@ -9,13 +9,15 @@ use super::matching::{
     LabelSelector, MatchPolicy, MatchResources, Requirement, Rule, Scope, SelectorOp,
 };
 use crate::cel::{self, Compiled, Env};
+use serde::de::DeserializeOwned;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub enum FailurePolicy {
+    #[default]
     Fail,
     Ignore,
 }
@@ -101,28 +103,46 @@ pub struct FieldError {
 }
 
 /// Reads `value` into `T`, an error naming the path of the field at fault.
-/// serde's wording is turned into the engine's: a missing field is
-/// `required` at its own path, and an unknown enum value says what it must
-/// be.
-pub fn from_value<'de, T: Deserialize<'de>>(value: &'de Value) -> Result<T, FieldError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+/// A null field counts as absent, as in Kubernetes (YAML's `key:` with
+/// nothing after it). serde's wording is turned into the engine's: a
+/// missing field is `required` at its own path, and an unknown enum value
+/// says what it must be.
+pub fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+    fn drop_nulls(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.retain(|_, v| !v.is_null());
+                m.values_mut().for_each(drop_nulls);
+            }
+            Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+            _ => {}
+        }
+    }
+    let mut value = value.clone();
+    drop_nulls(&mut value);
+    serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
         let mut field = if path == "." { String::new() } else { path };
         let text = e.into_inner().to_string();
         let quoted = |prefix: &str| {
-            let rest = text.strip_prefix(prefix)?;
-            let (name, rest) = rest.split_once('`')?;
-            Some((name.to_string(), rest.to_string()))
+            let (name, rest) = text.strip_prefix(prefix)?.split_once('`')?;
+            Some((name.to_string(), rest.replace('`', "")))
         };
         let message = if let Some((name, _)) = quoted("missing field `") {
-            field = join(&field, &name);
+            field = if field.is_empty() {
+                name
+            } else {
+                format!("{field}.{name}")
+            };
             "required".to_string()
         } else if let Some((_, rest)) = quoted("unknown field `") {
             // The path already ends with the unknown field.
-            format!("unknown field{}", rest.replace('`', ""))
+            format!("unknown field{rest}")
         } else if let Some((name, rest)) = quoted("unknown variant `") {
-            let expected = rest.trim_start_matches(", expected ").replace('`', "");
-            format!("must be {expected}, not {name}")
+            format!(
+                "must be {}, not {name}",
+                rest.trim_start_matches(", expected ")
+            )
         } else {
             text
         };
@@ -130,45 +150,55 @@ pub fn from_value<'de, T: Deserialize<'de>>(value: &'de Value) -> Result<T, Fiel
     })
 }
 
-fn join(field: &str, key: &str) -> String {
-    if field.is_empty() {
-        key.to_string()
-    } else {
-        format!("{field}.{key}")
-    }
-}
-
 /// A Kubernetes object: `apiVersion`, `kind`, `metadata`, the kind's
 /// `spec`, and the `status` a server export carries (ignored).
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct Object<S> {
     #[serde(rename = "apiVersion")]
     _api_version: IgnoredAny,
     #[serde(rename = "kind")]
     _kind: IgnoredAny,
     #[serde(default)]
-    pub metadata: Option<ObjectMeta>,
+    pub metadata: ObjectMeta,
     pub spec: Option<S>,
-    #[serde(rename = "status", default)]
+    #[serde(rename = "status")]
     _status: Option<IgnoredAny>,
 }
 
 /// The part of `metadata` the engine uses; every other field Kubernetes
 /// sets (uid, annotations, managedFields, ...) is accepted and ignored.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct ObjectMeta {
-    pub name: Option<String>,
+    pub name: String,
     pub namespace: Option<String>,
-    pub labels: Option<BTreeMap<String, String>>,
+    pub labels: BTreeMap<String, String>,
 }
 
-impl<S> Object<S> {
-    /// The non-empty `metadata.name`.
-    pub fn name(&self) -> Option<String> {
-        let meta = self.metadata.as_ref()?;
-        meta.name.clone().filter(|n| !n.is_empty())
+/// A params document: an object of any kind a policy's `paramKind` names,
+/// of which only `metadata` is read (the whole object is the params value).
+#[derive(Deserialize)]
+struct ParamsObject {
+    #[serde(default)]
+    metadata: ObjectMeta,
+}
+
+/// Reads a document, reporting a serde error against it.
+fn read<T: DeserializeOwned>(doc: &Document, errors: &mut Vec<LoadError>) -> Option<T> {
+    from_value(&doc.value)
+        .map_err(|e| errors.push(LoadError::at(&doc.source, e.field, e.message)))
+        .ok()
+}
+
+/// Reads the metadata of a params document; `metadata.name` is required.
+pub fn read_params(doc: &Document, errors: &mut Vec<LoadError>) -> Option<ObjectMeta> {
+    let meta = read::<ParamsObject>(doc, errors)?.metadata;
+    if meta.name.is_empty() {
+        errors.push(LoadError::at(&doc.source, "metadata.name", "required"));
+        return None;
     }
+    Some(meta)
 }
 
 /// Collects the errors of one document.
@@ -183,100 +213,57 @@ impl Errors<'_> {
     }
 
     /// A non-empty string, or `required` reported at `field`.
-    fn required(&mut self, value: Option<String>, field: &str) -> Option<String> {
-        let value = value.filter(|v| !v.is_empty());
-        if value.is_none() {
+    fn required(&mut self, value: String, field: &str) -> Option<String> {
+        if value.is_empty() {
             self.push(field, "required");
+            return None;
         }
-        value
+        Some(value)
     }
 
-    fn compile(&mut self, env: &Env, source: Option<String>, field: &str) -> Option<Compiled> {
+    fn compile(&mut self, env: &Env, source: String, field: &str) -> Option<Compiled> {
         let source = self.required(source, field)?;
-        match cel::compile(env, &source) {
-            Ok(c) => Some(c),
-            Err(e) => {
+        cel::compile(env, &source)
+            .map_err(|e| {
                 self.errors.push(LoadError {
                     source: Some(self.source.clone()),
                     field: Some(field.to_string()),
                     line: e.line,
                     column: e.column,
                     message: e.message,
-                });
-                None
-            }
-        }
+                })
+            })
+            .ok()
     }
-}
 
-/// A params document: an object of any kind a policy's `paramKind` names,
-/// of which only `metadata` is read (the whole object is the params value).
-#[derive(Deserialize)]
-struct ParamsObject {
-    metadata: Option<ObjectMeta>,
-}
-
-/// Where a params document is and its labels.
-pub struct ParamsMeta {
-    pub name: String,
-    pub namespace: Option<String>,
-    pub labels: BTreeMap<String, String>,
-}
-
-/// Reads the metadata of a params document; `metadata.name` is required.
-pub fn read_params(doc: &Document, errors: &mut Vec<LoadError>) -> Option<ParamsMeta> {
-    let object: ParamsObject = match from_value(&doc.value) {
-        Ok(o) => o,
-        Err(e) => {
-            errors.push(LoadError::at(&doc.source, e.field, e.message));
-            return None;
-        }
-    };
-    let meta = object.metadata.unwrap_or_default();
-    let Some(name) = meta.name.filter(|n| !n.is_empty()) else {
-        errors.push(LoadError::at(&doc.source, "metadata.name", "required"));
-        return None;
-    };
-    Some(ParamsMeta {
-        name,
-        namespace: meta.namespace,
-        labels: meta.labels.unwrap_or_default(),
-    })
-}
-
-/// Reads `doc` as an [`Object`], reporting a serde error against it.
-fn read_object<S: for<'de> Deserialize<'de>>(
-    doc: &Document,
-    errors: &mut Vec<LoadError>,
-) -> Option<Object<S>> {
-    match from_value(&doc.value) {
-        Ok(o) => Some(o),
-        Err(e) => {
-            errors.push(LoadError::at(&doc.source, e.field, e.message));
-            None
-        }
+    fn selector(&mut self, s: LabelSelectorDoc, field: &str) -> LabelSelector {
+        s.validate(field).unwrap_or_else(|e| {
+            self.push(&e.field, e.message);
+            LabelSelector::default()
+        })
     }
 }
 
 /// `metav1.LabelSelector`.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct LabelSelectorDoc {
-    pub match_labels: Option<BTreeMap<String, String>>,
-    pub match_expressions: Option<Vec<LabelRequirementDoc>>,
+    match_labels: BTreeMap<String, String>,
+    match_expressions: Vec<LabelRequirementDoc>,
 }
 
 /// `metav1.LabelSelectorRequirement`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LabelRequirementDoc {
-    pub key: String,
-    pub operator: SelectorOpDoc,
-    pub values: Option<Vec<String>>,
+struct LabelRequirementDoc {
+    key: String,
+    operator: SelectorOpDoc,
+    #[serde(default)]
+    values: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize)]
-pub enum SelectorOpDoc {
+enum SelectorOpDoc {
     In,
     NotIn,
     Exists,
@@ -287,47 +274,35 @@ impl LabelSelectorDoc {
     /// The selector, or the field and the reason it is not a valid one.
     pub fn validate(self, field: &str) -> Result<LabelSelector, FieldError> {
         let mut match_expressions = Vec::new();
-        for (i, r) in self
-            .match_expressions
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-        {
-            let f = format!("{field}.matchExpressions[{i}]");
-            let error = |field: String, message: &str| FieldError {
-                field,
+        for (i, r) in self.match_expressions.into_iter().enumerate() {
+            let (operator, values_ok) = match r.operator {
+                SelectorOpDoc::In => (SelectorOp::In, !r.values.is_empty()),
+                SelectorOpDoc::NotIn => (SelectorOp::NotIn, !r.values.is_empty()),
+                SelectorOpDoc::Exists => (SelectorOp::Exists, r.values.is_empty()),
+                SelectorOpDoc::DoesNotExist => (SelectorOp::DoesNotExist, r.values.is_empty()),
+            };
+            let error = |key: &str, message: &str| FieldError {
+                field: format!("{field}.matchExpressions[{i}].{key}"),
                 message: message.to_string(),
             };
             if r.key.is_empty() {
-                return Err(error(format!("{f}.key"), "required"));
+                return Err(error("key", "required"));
             }
-            let values = r.values.unwrap_or_default();
-            let operator = match r.operator {
-                SelectorOpDoc::In => SelectorOp::In,
-                SelectorOpDoc::NotIn => SelectorOp::NotIn,
-                SelectorOpDoc::Exists => SelectorOp::Exists,
-                SelectorOpDoc::DoesNotExist => SelectorOp::DoesNotExist,
-            };
-            match operator {
-                SelectorOp::In | SelectorOp::NotIn if values.is_empty() => {
-                    return Err(error(format!("{f}.values"), "required with In and NotIn"))
-                }
-                SelectorOp::Exists | SelectorOp::DoesNotExist if !values.is_empty() => {
-                    return Err(error(
-                        format!("{f}.values"),
-                        "must be empty with Exists and DoesNotExist",
-                    ))
-                }
-                _ => {}
+            if !values_ok {
+                return Err(error(
+                    "values",
+                    "required with In and NotIn, and must be empty with Exists and DoesNotExist",
+                ));
             }
+            let (key, values) = (r.key, r.values);
             match_expressions.push(Requirement {
-                key: r.key,
+                key,
                 operator,
                 values,
             });
         }
         Ok(LabelSelector {
-            match_labels: self.match_labels.unwrap_or_default(),
+            match_labels: self.match_labels,
             match_expressions,
         })
     }
@@ -335,59 +310,40 @@ impl LabelSelectorDoc {
 
 /// `MatchResources` (`matchConstraints` of a policy, `matchResources` of
 /// a binding).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct MatchResourcesDoc {
-    namespace_selector: Option<LabelSelectorDoc>,
-    object_selector: Option<LabelSelectorDoc>,
-    resource_rules: Option<Vec<RuleDoc>>,
-    exclude_resource_rules: Option<Vec<RuleDoc>>,
-    match_policy: Option<MatchPolicyDoc>,
+    namespace_selector: LabelSelectorDoc,
+    object_selector: LabelSelectorDoc,
+    resource_rules: Vec<RuleDoc>,
+    exclude_resource_rules: Vec<RuleDoc>,
+    match_policy: MatchPolicyDoc,
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 enum MatchPolicyDoc {
+    #[default]
     Equivalent,
     Exact,
 }
 
 /// `NamedRuleWithOperations`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct RuleDoc {
-    operations: Option<Vec<OperationDoc>>,
-    api_groups: Option<Vec<String>>,
-    api_versions: Option<Vec<String>>,
-    resources: Option<Vec<String>>,
-    resource_names: Option<Vec<String>>,
-    scope: Option<ScopeDoc>,
+    operations: Vec<String>,
+    api_groups: Vec<String>,
+    api_versions: Vec<String>,
+    resources: Vec<String>,
+    resource_names: Vec<String>,
+    scope: ScopeDoc,
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-enum OperationDoc {
-    #[serde(rename = "*")]
-    All,
-    Create,
-    Update,
-    Delete,
-    Connect,
-}
+const OPERATIONS: [&str; 5] = ["*", "CREATE", "UPDATE", "DELETE", "CONNECT"];
 
-impl OperationDoc {
-    fn as_str(self) -> &'static str {
-        match self {
-            OperationDoc::All => "*",
-            OperationDoc::Create => "CREATE",
-            OperationDoc::Update => "UPDATE",
-            OperationDoc::Delete => "DELETE",
-            OperationDoc::Connect => "CONNECT",
-        }
-    }
-}
-
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 enum ScopeDoc {
+    #[default]
     #[serde(rename = "*")]
     All,
     Cluster,
@@ -396,44 +352,44 @@ enum ScopeDoc {
 
 impl MatchResourcesDoc {
     fn validate(self, field: &str, errors: &mut Errors) -> MatchResources {
-        let mut selector = |s: Option<LabelSelectorDoc>, key: &str| {
-            s.unwrap_or_default()
-                .validate(&join(field, key))
-                .unwrap_or_else(|e| {
-                    errors.push(&e.field, e.message);
-                    LabelSelector::default()
-                })
-        };
-        let namespace_selector = selector(self.namespace_selector, "namespaceSelector");
-        let object_selector = selector(self.object_selector, "objectSelector");
-        let rules = |rules: Option<Vec<RuleDoc>>| -> Vec<Rule> {
-            rules
-                .unwrap_or_default()
-                .into_iter()
-                .map(|r| Rule {
-                    operations: (r.operations.unwrap_or_default().into_iter())
-                        .map(|o| o.as_str().to_string())
-                        .collect(),
-                    api_groups: r.api_groups.unwrap_or_default(),
-                    api_versions: r.api_versions.unwrap_or_default(),
-                    resources: r.resources.unwrap_or_default(),
-                    resource_names: r.resource_names.unwrap_or_default(),
+        let mut rules = |rules: Vec<RuleDoc>, key: &str| -> Vec<Rule> {
+            let mut rule = |(i, r): (usize, RuleDoc)| {
+                for (j, op) in r.operations.iter().enumerate() {
+                    if !OPERATIONS.contains(&op.as_str()) {
+                        let choices = OPERATIONS.join(", ");
+                        let f = format!("{field}.{key}[{i}].operations[{j}]");
+                        errors.push(&f, format!("must be one of {choices}, not {op}"));
+                    }
+                }
+                Rule {
+                    operations: r.operations,
+                    api_groups: r.api_groups,
+                    api_versions: r.api_versions,
+                    resources: r.resources,
+                    resource_names: r.resource_names,
                     scope: match r.scope {
-                        None | Some(ScopeDoc::All) => Scope::All,
-                        Some(ScopeDoc::Cluster) => Scope::Cluster,
-                        Some(ScopeDoc::Namespaced) => Scope::Namespaced,
+                        ScopeDoc::All => Scope::All,
+                        ScopeDoc::Cluster => Scope::Cluster,
+                        ScopeDoc::Namespaced => Scope::Namespaced,
                     },
-                })
-                .collect()
+                }
+            };
+            rules.into_iter().enumerate().map(&mut rule).collect()
         };
+        let resource_rules = rules(self.resource_rules, "resourceRules");
+        let exclude_resource_rules = rules(self.exclude_resource_rules, "excludeResourceRules");
         MatchResources {
-            namespace_selector,
-            object_selector,
-            resource_rules: rules(self.resource_rules),
-            exclude_resource_rules: rules(self.exclude_resource_rules),
+            namespace_selector: errors.selector(
+                self.namespace_selector,
+                &format!("{field}.namespaceSelector"),
+            ),
+            object_selector: errors
+                .selector(self.object_selector, &format!("{field}.objectSelector")),
+            resource_rules,
+            exclude_resource_rules,
             match_policy: match self.match_policy {
-                None | Some(MatchPolicyDoc::Equivalent) => MatchPolicy::Equivalent,
-                Some(MatchPolicyDoc::Exact) => MatchPolicy::Exact,
+                MatchPolicyDoc::Equivalent => MatchPolicy::Equivalent,
+                MatchPolicyDoc::Exact => MatchPolicy::Exact,
             },
         }
     }
@@ -441,171 +397,172 @@ impl MatchResourcesDoc {
 
 /// `ValidatingAdmissionPolicySpec`.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default)]
 struct PolicySpec {
-    failure_policy: Option<FailurePolicy>,
+    failure_policy: FailurePolicy,
     param_kind: Option<ParamKindDoc>,
     match_constraints: Option<MatchResourcesDoc>,
-    match_conditions: Option<Vec<NamedDoc>>,
-    variables: Option<Vec<NamedDoc>>,
-    validations: Option<Vec<ValidationDoc>>,
-    audit_annotations: Option<Vec<AuditAnnotationDoc>>,
+    match_conditions: Vec<NamedDoc>,
+    variables: Vec<NamedDoc>,
+    validations: Vec<ValidationDoc>,
+    audit_annotations: Vec<AuditAnnotationDoc>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct ParamKindDoc {
-    api_version: Option<String>,
-    kind: Option<String>,
+    api_version: String,
+    kind: String,
 }
 
 /// A `MatchCondition` or a `Variable`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 struct NamedDoc {
-    name: Option<String>,
-    expression: Option<String>,
+    name: String,
+    expression: String,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct ValidationDoc {
-    expression: Option<String>,
+    expression: String,
     message: Option<String>,
-    message_expression: Option<String>,
-    reason: Option<ReasonDoc>,
+    message_expression: String,
+    reason: Option<String>,
 }
 
-#[derive(Clone, Copy, Deserialize)]
-enum ReasonDoc {
-    Unauthorized,
-    Forbidden,
-    Invalid,
-    RequestEntityTooLarge,
-}
+const REASONS: [&str; 4] = [
+    "Unauthorized",
+    "Forbidden",
+    "Invalid",
+    "RequestEntityTooLarge",
+];
 
-impl ReasonDoc {
-    fn as_str(self) -> &'static str {
-        match self {
-            ReasonDoc::Unauthorized => "Unauthorized",
-            ReasonDoc::Forbidden => "Forbidden",
-            ReasonDoc::Invalid => "Invalid",
-            ReasonDoc::RequestEntityTooLarge => "RequestEntityTooLarge",
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct AuditAnnotationDoc {
-    key: Option<String>,
-    value_expression: Option<String>,
+    key: String,
+    value_expression: String,
 }
 
 impl PolicySpec {
-    fn validate(self, env: &Env, name: Option<&str>, errors: &mut Errors) -> Option<Policy> {
+    fn validate(self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
         let before = errors.errors.len();
         let param_kind = self.param_kind.and_then(|pk| {
             let api = errors.required(pk.api_version, "spec.paramKind.apiVersion");
-            let kind = errors.required(pk.kind, "spec.paramKind.kind");
-            api.zip(kind)
+            api.zip(errors.required(pk.kind, "spec.paramKind.kind"))
         });
         let match_constraints = match self.match_constraints {
-            Some(m) => {
-                let mc = m.validate("spec.matchConstraints", errors);
-                if mc.resource_rules.is_empty() {
-                    errors.push("spec.matchConstraints.resourceRules", "required");
-                }
-                mc
-            }
+            Some(m) => m.validate("spec.matchConstraints", errors),
             None => {
                 errors.push("spec.matchConstraints", "required");
                 MatchResources::default()
             }
         };
-        let mut named = |items: Vec<NamedDoc>, key: &str| -> Vec<Named> {
-            let mut out = Vec::new();
-            for (i, item) in items.into_iter().enumerate() {
-                let f = format!("spec.{key}[{i}]");
-                let name = errors.required(item.name, &format!("{f}.name"));
-                let expr = errors.compile(env, item.expression, &format!("{f}.expression"));
-                if let Some((name, expr)) = name.zip(expr) {
-                    out.push(Named { name, expr });
-                }
-            }
-            out
-        };
-        let match_conditions = named(self.match_conditions.unwrap_or_default(), "matchConditions");
-        let variables = named(self.variables.unwrap_or_default(), "variables");
-        let annotations = self.audit_annotations.unwrap_or_default();
-        let validations = self.validations.unwrap_or_default();
-        if validations.is_empty() && annotations.is_empty() {
+        if match_constraints.resource_rules.is_empty() && errors.errors.len() == before {
+            errors.push("spec.matchConstraints.resourceRules", "required");
+        }
+        if self.validations.is_empty() && self.audit_annotations.is_empty() {
             errors.push(
                 "spec.validations",
                 "a policy needs validations or auditAnnotations",
             );
         }
-        let mut audit_annotations = Vec::new();
-        for (i, a) in annotations.into_iter().enumerate() {
-            let f = format!("spec.auditAnnotations[{i}]");
-            let key = errors.required(a.key, &format!("{f}.key"));
-            let expr = errors.compile(env, a.value_expression, &format!("{f}.valueExpression"));
-            if let Some((name, expr)) = key.zip(expr) {
-                audit_annotations.push(Named { name, expr });
-            }
-        }
-        let mut compiled = Vec::new();
-        for (i, v) in validations.into_iter().enumerate() {
+        let mut named =
+            |items: Vec<(String, String)>, key: &str, name_key: &str, expr_key: &str| {
+                let mut out = Vec::new();
+                for (i, (name, expr)) in items.into_iter().enumerate() {
+                    let name = errors.required(name, &format!("spec.{key}[{i}].{name_key}"));
+                    let expr = errors.compile(env, expr, &format!("spec.{key}[{i}].{expr_key}"));
+                    out.extend(name.zip(expr).map(|(name, expr)| Named { name, expr }));
+                }
+                out
+            };
+        let pairs = |items: Vec<NamedDoc>| items.into_iter().map(|n| (n.name, n.expression));
+        let match_conditions = named(
+            pairs(self.match_conditions).collect(),
+            "matchConditions",
+            "name",
+            "expression",
+        );
+        let variables = named(
+            pairs(self.variables).collect(),
+            "variables",
+            "name",
+            "expression",
+        );
+        let annotations = self
+            .audit_annotations
+            .into_iter()
+            .map(|a| (a.key, a.value_expression));
+        let audit_annotations = named(
+            annotations.collect(),
+            "auditAnnotations",
+            "key",
+            "valueExpression",
+        );
+        let mut validations = Vec::new();
+        for (i, v) in self.validations.into_iter().enumerate() {
             let f = format!("spec.validations[{i}]");
             let expr = errors.compile(env, v.expression, &format!("{f}.expression"));
             if v.message.as_deref().is_some_and(|m| m.contains('\n')) {
                 errors.push(&format!("{f}.message"), "must be a single line");
             }
-            // An empty messageExpression is no messageExpression, as in
-            // Kubernetes.
-            let message_expr = v.message_expression.filter(|m| !m.is_empty());
+            // An empty messageExpression is none, as in Kubernetes.
+            let message_expr = Some(v.message_expression).filter(|m| !m.is_empty());
             let message_expr = message_expr
-                .and_then(|m| errors.compile(env, Some(m), &format!("{f}.messageExpression")));
-            if let Some(expr) = expr {
-                compiled.push(Validation {
-                    expr,
-                    message: v.message,
-                    message_expr,
-                    reason: v.reason.unwrap_or(ReasonDoc::Invalid).as_str().to_string(),
-                });
+                .and_then(|m| errors.compile(env, m, &format!("{f}.messageExpression")));
+            let reason = v.reason.unwrap_or_else(|| "Invalid".to_string());
+            if !REASONS.contains(&reason.as_str()) {
+                let choices = REASONS.join(", ");
+                errors.push(
+                    &format!("{f}.reason"),
+                    format!("must be one of {choices}, not {reason}"),
+                );
             }
+            validations.extend(expr.map(|expr| Validation {
+                expr,
+                message: v.message,
+                message_expr,
+                reason,
+            }));
         }
         check_variables(
             errors,
             &variables,
             &match_conditions,
-            &compiled,
+            &validations,
             &audit_annotations,
         );
         if errors.errors.len() > before {
             return None;
         }
         Some(Policy {
-            name: name?.to_string(),
-            failure_policy: self.failure_policy.unwrap_or(FailurePolicy::Fail),
+            name: name?,
+            failure_policy: self.failure_policy,
             param_kind,
             match_constraints,
             match_conditions,
             variables,
-            validations: compiled,
+            validations,
             audit_annotations,
         })
     }
 }
 
-/// Reads a ValidatingAdmissionPolicy.
-pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
-    let object: Object<PolicySpec> = read_object(doc, errors)?;
+/// Reads a document's object and checks `metadata.name` and `spec`.
+fn read_object<'a, S: DeserializeOwned>(
+    doc: &'a Document,
+    errors: &'a mut Vec<LoadError>,
+) -> Option<(Option<String>, S, Errors<'a>)> {
+    let object: Object<S> = read(doc, errors)?;
     let mut errors = Errors {
         source: &doc.source,
         errors,
     };
-    let name = object.name();
+    let name = Some(object.metadata.name).filter(|n| !n.is_empty());
     if name.is_none() {
         errors.push("metadata.name", "required");
     }
@@ -613,9 +570,14 @@ pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Op
         errors.push("spec", "required");
         return None;
     };
-    spec.validate(env, name.as_deref(), &mut errors)
+    Some((name, spec, errors))
 }
 
+/// Reads a ValidatingAdmissionPolicy.
+pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
+    let (name, spec, mut errors) = read_object::<PolicySpec>(doc, errors)?;
+    spec.validate(env, name, &mut errors)
+}
 /// Every `variables.x` must name a variable; a variable may only use the
 /// ones defined before it.
 fn check_variables(
@@ -677,17 +639,17 @@ fn check_variables(
 }
 
 /// `ValidatingAdmissionPolicyBindingSpec`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct BindingSpec {
-    policy_name: Option<String>,
+    policy_name: String,
     param_ref: Option<ParamRefDoc>,
     match_resources: Option<MatchResourcesDoc>,
-    validation_actions: Option<Vec<Action>>,
+    validation_actions: Vec<Action>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct ParamRefDoc {
     name: Option<String>,
     namespace: Option<String>,
@@ -695,51 +657,17 @@ struct ParamRefDoc {
     parameter_not_found_action: Option<ParameterNotFoundAction>,
 }
 
-#[derive(Deserialize)]
+#[derive(PartialEq, Deserialize)]
 enum ParameterNotFoundAction {
     Allow,
     Deny,
 }
 
-impl ParamRefDoc {
-    fn validate(self, errors: &mut Errors) -> ParamRef {
-        if self.name.is_some() == self.selector.is_some() {
-            errors.push(
-                "spec.paramRef",
-                "exactly one of name or selector is required",
-            );
-        }
-        let selector = self.selector.map(|s| {
-            s.validate("spec.paramRef.selector").unwrap_or_else(|e| {
-                errors.push(&e.field, e.message);
-                LabelSelector::default()
-            })
-        });
-        let deny_when_missing = match self.parameter_not_found_action {
-            Some(ParameterNotFoundAction::Allow) => false,
-            Some(ParameterNotFoundAction::Deny) => true,
-            None => {
-                errors.push(
-                    "spec.paramRef.parameterNotFoundAction",
-                    "required: Allow or Deny",
-                );
-                true
-            }
-        };
-        ParamRef {
-            name: self.name,
-            namespace: self.namespace,
-            selector,
-            deny_when_missing,
-        }
-    }
-}
-
 impl BindingSpec {
-    fn validate(self, name: Option<&str>, errors: &mut Errors) -> Option<Binding> {
+    fn validate(self, name: Option<String>, errors: &mut Errors) -> Option<Binding> {
         let before = errors.errors.len();
         let policy_name = errors.required(self.policy_name, "spec.policyName");
-        let actions = self.validation_actions.unwrap_or_default();
+        let actions = self.validation_actions;
         if actions.is_empty() {
             errors.push(
                 "spec.validationActions",
@@ -752,15 +680,36 @@ impl BindingSpec {
                 "Deny and Warn may not be used together (Deny already tells the user)",
             );
         }
-        let param_ref = self.param_ref.map(|p| p.validate(errors));
-        let match_resources = self
-            .match_resources
-            .map(|m| m.validate("spec.matchResources", errors));
+        let param_ref = self.param_ref.map(|p| {
+            if p.name.is_some() == p.selector.is_some() {
+                errors.push(
+                    "spec.paramRef",
+                    "exactly one of name or selector is required",
+                );
+            }
+            let action = p.parameter_not_found_action;
+            if action.is_none() {
+                errors.push(
+                    "spec.paramRef.parameterNotFoundAction",
+                    "required: Allow or Deny",
+                );
+            }
+            ParamRef {
+                name: p.name,
+                namespace: p.namespace,
+                selector: p
+                    .selector
+                    .map(|s| errors.selector(s, "spec.paramRef.selector")),
+                deny_when_missing: action != Some(ParameterNotFoundAction::Allow),
+            }
+        });
+        let match_resources =
+            (self.match_resources).map(|m| m.validate("spec.matchResources", errors));
         if errors.errors.len() > before {
             return None;
         }
         Some(Binding {
-            name: name?.to_string(),
+            name: name?,
             policy_name: policy_name?,
             param_ref,
             match_resources,
@@ -771,18 +720,6 @@ impl BindingSpec {
 
 /// Reads a ValidatingAdmissionPolicyBinding.
 pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
-    let object: Object<BindingSpec> = read_object(doc, errors)?;
-    let mut errors = Errors {
-        source: &doc.source,
-        errors,
-    };
-    let name = object.name();
-    if name.is_none() {
-        errors.push("metadata.name", "required");
-    }
-    let Some(spec) = object.spec else {
-        errors.push("spec", "required");
-        return None;
-    };
-    spec.validate(name.as_deref(), &mut errors)
+    let (name, spec, mut errors) = read_object::<BindingSpec>(doc, errors)?;
+    spec.validate(name, &mut errors)
 }
