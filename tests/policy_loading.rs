@@ -389,3 +389,30 @@ spec:
     let set = compile(yaml).unwrap();
     assert_eq!((set.len(), set.bindings()), (1, 1));
 }
+
+#[test]
+fn semantic_errors_of_one_document_are_all_reported() {
+    let yaml = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: p}
+spec:
+  paramKind: {apiVersion: v1}
+  matchConstraints:
+    namespaceSelector: {matchLabels: {team: ml}}
+  validations:
+  - expression: "object.x =="
+    reason: Bad
+"#;
+    let err = compile(yaml).unwrap_err();
+    let fields: Vec<_> = err.0.iter().map(|e| e.field.as_deref().unwrap()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.paramKind.kind",
+            "spec.matchConstraints.resourceRules",
+            "spec.validations[0].expression",
+            "spec.validations[0].reason",
+        ],
+        "{err}"
+    );
+}

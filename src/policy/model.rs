@@ -396,9 +396,8 @@ impl MatchResourcesDoc {
 }
 
 /// `ValidatingAdmissionPolicySpec`.
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-#[derive(Default)]
 struct PolicySpec {
     failure_policy: FailurePolicy,
     param_kind: Option<ParamKindDoc>,
@@ -455,15 +454,16 @@ impl PolicySpec {
             api.zip(errors.required(pk.kind, "spec.paramKind.kind"))
         });
         let match_constraints = match self.match_constraints {
+            Some(m) if m.resource_rules.is_empty() => {
+                errors.push("spec.matchConstraints.resourceRules", "required");
+                m.validate("spec.matchConstraints", errors)
+            }
             Some(m) => m.validate("spec.matchConstraints", errors),
             None => {
                 errors.push("spec.matchConstraints", "required");
                 MatchResources::default()
             }
         };
-        if match_constraints.resource_rules.is_empty() && errors.errors.len() == before {
-            errors.push("spec.matchConstraints.resourceRules", "required");
-        }
         if self.validations.is_empty() && self.audit_annotations.is_empty() {
             errors.push(
                 "spec.validations",
