@@ -240,3 +240,179 @@ fn extensions_add_functions_and_variables_and_variables_are_memoized() {
         "host is unknown without the extension"
     );
 }
+
+#[test]
+fn unknown_fields_are_errors_naming_file_document_and_field_path() {
+    let policy = POLICY.replace("EXPR", "true");
+    let cases = [
+        (
+            policy.replace("  validations:", "  validation:"),
+            "document 1 (line 1): spec.validation: unknown field",
+        ),
+        (
+            policy.replace("  matchConstraints:", "  matchConstraint:"),
+            "document 1 (line 1): spec.matchConstraint: unknown field",
+        ),
+        (
+            policy.replace("operations: [\"CREATE\"]", "operation: [\"CREATE\"]"),
+            "document 1 (line 1): spec.matchConstraints.resourceRules[0].operation: unknown field",
+        ),
+        (
+            policy.replace("- expression: \"true\"", "- expresion: \"true\""),
+            "document 1 (line 1): spec.validations[0].expresion: unknown field",
+        ),
+        (
+            policy.replace("  validationActions:", "  validationAction:"),
+            "document 2 (line 14): spec.validationAction: unknown field",
+        ),
+        (
+            policy.replace("policyName: p", "policyName: p\n  paramRef: {nmae: x}"),
+            "document 2 (line 14): spec.paramRef.nmae: unknown field",
+        ),
+        (
+            policy.replace("metadata: {name: b}", "metadata: {name: b}\nspecs: {}"),
+            "document 2 (line 14): specs: unknown field",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let err = compile(&yaml).unwrap_err().to_string();
+        assert!(
+            err.starts_with("policies/p.yaml: ") && err.contains(expected),
+            "{expected}\n{err}"
+        );
+    }
+}
+
+#[test]
+fn wrong_types_and_values_name_the_field_path() {
+    let policy = POLICY.replace("EXPR", "true");
+    let cases = [
+        (
+            policy.replace("resources: [\"pods\"]", "resources: \"pods\""),
+            "spec.matchConstraints.resourceRules[0].resources: invalid type: string",
+        ),
+        (
+            policy.replace(
+                "  validations:",
+                "  failurePolicy: Sometimes\n  validations:",
+            ),
+            "spec.failurePolicy: must be Fail or Ignore, not Sometimes",
+        ),
+        (
+            policy.replace("validationActions: [Deny]", "validationActions: [Block]"),
+            "spec.validationActions[0]: must be one of Deny, Warn, Audit, not Block",
+        ),
+        (
+            policy.replace(
+                "  validations:",
+                "  matchConditions: [{expression: \"true\"}]\n  validations:",
+            ),
+            "spec.matchConditions[0].name: required",
+        ),
+        (
+            policy.replace(
+                "    resourceRules:",
+                "    objectSelector: {matchExpressions: [{key: a, operator: In}]}\n    resourceRules:",
+            ),
+            "spec.matchConstraints.objectSelector.matchExpressions[0].values: required",
+        ),
+        (
+            policy.replace(
+                "    resourceRules:",
+                "    namespaceSelector: {matchLabels: {team: [ml]}}\n    resourceRules:",
+            ),
+            "spec.matchConstraints.namespaceSelector.matchLabels.team: invalid type",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let err = compile(&yaml).unwrap_err().to_string();
+        assert!(err.contains(expected), "{expected}\n{err}");
+    }
+}
+
+#[test]
+fn a_server_export_with_metadata_status_and_empty_fields_loads() {
+    let yaml = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: |
+      {"apiVersion":"admissionregistration.k8s.io/v1"}
+  creationTimestamp: "2026-11-29T14:00:00Z"
+  generation: 3
+  labels: {team: ml}
+  managedFields:
+  - apiVersion: admissionregistration.k8s.io/v1
+    fieldsType: FieldsV1
+    fieldsV1: {f:spec: {}}
+    manager: kubectl-client-side-apply
+    operation: Update
+    time: "2026-11-29T14:00:00Z"
+  name: p
+  resourceVersion: "4711"
+  uid: 6f1c2a9e-3b7d-4c1e-9a55-0d2f8e4b7c13
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    matchPolicy: Equivalent
+    namespaceSelector: {}
+    objectSelector: {}
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+      scope: "*"
+  variables:
+  validations:
+  - expression: "true"
+    message: ok
+    reason: Forbidden
+status:
+  observedGeneration: 3
+  typeChecking: {}
+---
+apiVersion: admissionregistration.k8s.io/v1beta1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: b
+  uid: 0d2f8e4b-3b7d-4c1e-9a55-6f1c2a9e7c13
+  resourceVersion: "4712"
+  generation: 1
+spec:
+  policyName: p
+  validationActions: [Deny, Audit]
+  matchResources:
+    namespaceSelector:
+      matchExpressions: [{key: team, operator: Exists}]
+"#;
+    let set = compile(yaml).unwrap();
+    assert_eq!((set.len(), set.bindings()), (1, 1));
+}
+
+#[test]
+fn semantic_errors_of_one_document_are_all_reported() {
+    let yaml = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: p}
+spec:
+  paramKind: {apiVersion: v1}
+  matchConstraints:
+    namespaceSelector: {matchLabels: {team: ml}}
+  validations:
+  - expression: "object.x =="
+    reason: Bad
+"#;
+    let err = compile(yaml).unwrap_err();
+    let fields: Vec<_> = err.0.iter().map(|e| e.field.as_deref().unwrap()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.paramKind.kind",
+            "spec.matchConstraints.resourceRules",
+            "spec.validations[0].expression",
+            "spec.validations[0].reason",
+        ],
+        "{err}"
+    );
+}

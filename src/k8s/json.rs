@@ -1,6 +1,7 @@
-//! Reading fields of JSON objects, leniently (objects under admission) and
-//! strictly (the project's own documents).
-use serde_json::{Map, Value};
+//! Reading fields of JSON objects under admission, leniently: a field of
+//! the wrong shape reads as absent. (Documents are read strictly by
+//! [`super::doc`].)
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -91,51 +92,6 @@ pub fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// Strict: the mapping at `v` (absent or null: `None`).
-pub fn object<'a>(
-    v: Option<&'a Value>,
-    field: &str,
-) -> Result<Option<&'a Map<String, Value>>, FieldError> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => Ok(Some(m)),
-        Some(_) => Err(FieldError::new(field, "must be a mapping")),
-    }
-}
-
-/// Strict: the list at `v` (absent or null: empty).
-pub fn list<'a>(v: Option<&'a Value>, field: &str) -> Result<&'a [Value], FieldError> {
-    match v {
-        None | Some(Value::Null) => Ok(&[]),
-        Some(Value::Array(a)) => Ok(a),
-        Some(_) => Err(FieldError::new(field, "must be a list")),
-    }
-}
-
-/// Strict: an error naming the first key of `obj` not in `allowed`.
-pub fn unknown_fields(
-    obj: &Map<String, Value>,
-    field: &str,
-    allowed: &[&str],
-) -> Result<(), FieldError> {
-    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        None => Ok(()),
-        Some(k) => Err(FieldError::new(
-            join(field, k),
-            format!("unknown field; expected one of {}", allowed.join(", ")),
-        )),
-    }
-}
-
-/// `field.key`, or `key` at the top.
-pub fn join(field: &str, key: &str) -> String {
-    if field.is_empty() {
-        key.to_string()
-    } else {
-        format!("{field}.{key}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,17 +112,5 @@ mod tests {
         assert_eq!(scalar_string(&json!(4)), Some("4".into()));
         assert_eq!(scalar_string(&json!(true)), Some("true".into()));
         assert_eq!(scalar_string(&json!([1])), None);
-    }
-
-    #[test]
-    fn strict_readers_name_the_field() {
-        let v = json!({"a": 1, "typo": 2});
-        let e = unknown_fields(v.as_object().unwrap(), "spec", &["a"]).unwrap_err();
-        assert_eq!(e.to_string(), "spec.typo: unknown field; expected one of a");
-        assert_eq!(
-            list(Some(&json!("x")), "spec.l").unwrap_err().to_string(),
-            "spec.l: must be a list"
-        );
-        assert!(object(Some(&Value::Null), "m").unwrap().is_none());
     }
 }

@@ -1,6 +1,7 @@
 //! Label selectors (`metav1.LabelSelector`), as Kubernetes matches them.
-use super::json::{list, object, unknown_fields, FieldError};
-use serde_json::{Map, Value};
+use super::json::FieldError;
+use serde::Deserialize;
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// A `metav1.LabelSelector`. The default selects everything.
@@ -18,7 +19,7 @@ pub struct LabelRequirement {
     pub values: Vec<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 pub enum SelectorOp {
     In,
     NotIn,
@@ -48,43 +49,6 @@ impl LabelSelector {
             .iter()
             .all(|(k, v)| labels.get(k) == Some(v))
             && self.match_expressions.iter().all(|r| r.matches(labels))
-    }
-
-    /// Reads a selector strictly: unknown fields, unknown operators and
-    /// values that do not fit the operator are errors naming the field.
-    pub fn parse_strict(
-        obj: &Map<String, Value>,
-        field: &str,
-    ) -> Result<LabelSelector, FieldError> {
-        unknown_fields(obj, field, &["matchLabels", "matchExpressions"])?;
-        let mut sel = LabelSelector::default();
-        let labels_field = format!("{field}.matchLabels");
-        if let Some(labels) = object(obj.get("matchLabels"), &labels_field)? {
-            for (k, v) in labels {
-                let v = v.as_str().ok_or_else(|| {
-                    FieldError::new(format!("{labels_field}.{k}"), "must be a string")
-                })?;
-                sel.match_labels.insert(k.clone(), v.to_string());
-            }
-        }
-        let exprs_field = format!("{field}.matchExpressions");
-        for (i, e) in list(obj.get("matchExpressions"), &exprs_field)?
-            .iter()
-            .enumerate()
-        {
-            let f = format!("{exprs_field}[{i}]");
-            let req = LabelRequirement::from_value(e).ok_or_else(|| {
-                FieldError::new(
-                    &f,
-                    "needs key, operator In/NotIn (with values) or Exists/DoesNotExist (without)",
-                )
-            })?;
-            if let Some(m) = e.as_object() {
-                unknown_fields(m, &f, &["key", "operator", "values"])?;
-            }
-            sel.match_expressions.push(req);
-        }
-        Ok(sel)
     }
 }
 
@@ -124,9 +88,65 @@ impl LabelRequirement {
     }
 }
 
+/// `metav1.LabelSelector` as a document states it: the strict reader.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelectorDoc {
+    match_labels: BTreeMap<String, String>,
+    match_expressions: Vec<LabelRequirementDoc>,
+}
+
+/// `metav1.LabelSelectorRequirement`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LabelRequirementDoc {
+    key: String,
+    operator: SelectorOp,
+    #[serde(default)]
+    values: Vec<String>,
+}
+
+impl LabelSelectorDoc {
+    /// The selector, or the field and the reason it is not a valid one.
+    pub fn validate(self, field: &str) -> Result<LabelSelector, FieldError> {
+        let mut match_expressions = Vec::new();
+        for (i, r) in self.match_expressions.into_iter().enumerate() {
+            let operator = r.operator;
+            let values_ok = match operator {
+                SelectorOp::In | SelectorOp::NotIn => !r.values.is_empty(),
+                SelectorOp::Exists | SelectorOp::DoesNotExist => r.values.is_empty(),
+            };
+            let error = |key: &str, message: &str| FieldError {
+                field: format!("{field}.matchExpressions[{i}].{key}"),
+                message: message.to_string(),
+            };
+            if r.key.is_empty() {
+                return Err(error("key", "required"));
+            }
+            if !values_ok {
+                return Err(error(
+                    "values",
+                    "required with In and NotIn, and must be empty with Exists and DoesNotExist",
+                ));
+            }
+            let (key, values) = (r.key, r.values);
+            match_expressions.push(LabelRequirement {
+                key,
+                operator,
+                values,
+            });
+        }
+        Ok(LabelSelector {
+            match_labels: self.match_labels,
+            match_expressions,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::doc::from_value;
     use serde_json::json;
 
     #[test]
@@ -135,9 +155,10 @@ mod tests {
             ("team".to_string(), "ml".to_string()),
             ("tier".to_string(), "gold".to_string()),
         ]);
-        let sel = |v: Value| {
-            LabelSelector::parse_strict(v.as_object().unwrap(), "spec.namespaceSelector").unwrap()
+        let read = |v: Value, field: &str| {
+            from_value::<LabelSelectorDoc>(&v).and_then(|d| d.validate(field))
         };
+        let sel = |v: Value| read(v, "spec.namespaceSelector").unwrap();
         assert!(sel(json!({})).matches(&labels));
         assert!(sel(json!({"matchLabels": {"team": "ml"}})).matches(&labels));
         assert!(!sel(json!({"matchLabels": {"team": "web"}})).matches(&labels));
@@ -155,11 +176,13 @@ mod tests {
                 .matches(&labels)
         );
         let bad = json!({"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["1"]}]});
-        let e =
-            LabelSelector::parse_strict(bad.as_object().unwrap(), "spec.podSelector").unwrap_err();
-        assert_eq!(e.field, "spec.podSelector.matchExpressions[0]");
+        let e = from_value::<LabelSelectorDoc>(&bad).unwrap_err();
+        assert_eq!(e.field, "matchExpressions[0].operator");
+        let empty = json!({"matchExpressions": [{"key": "n", "operator": "In", "values": []}]});
+        let e = read(empty, "spec.podSelector").unwrap_err();
+        assert_eq!(e.field, "spec.podSelector.matchExpressions[0].values");
         let typo = json!({"matchLabel": {"a": "b"}});
-        let e = LabelSelector::parse_strict(typo.as_object().unwrap(), "s").unwrap_err();
-        assert_eq!(e.field, "s.matchLabel");
+        let e = from_value::<LabelSelectorDoc>(&typo).unwrap_err();
+        assert_eq!(e.field, "matchLabel");
     }
 }

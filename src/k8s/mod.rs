@@ -7,6 +7,7 @@
 //! ones for objects under admission (a field of the wrong shape reads as
 //! absent: the apiserver validates its own objects) and strict ones for the
 //! project's own documents (every mistake is an error naming its field).
+pub mod doc;
 pub mod json;
 pub mod labels;
 pub mod namespaces;

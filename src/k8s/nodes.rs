@@ -3,7 +3,8 @@
 //! ORed required terms), with the reasoning placement and SKU questions
 //! need: does a label value meet a requirement, does one requirement imply
 //! another, can a set of requirements be met at all.
-use super::json::{items, list, object, scalar_string, unknown_fields, FieldError};
+use super::json::{items, scalar_string, FieldError};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -89,60 +90,6 @@ impl NodeSelectorRequirement {
             operator,
             values: values.iter().map(|v| v.to_string()).collect(),
         }
-    }
-
-    /// Reads a requirement of a pod's node affinity strictly, as the API
-    /// validates it (the six core operators; Karpenter's `Gte`/`Lte` are
-    /// not valid on pods): every mistake is an error naming its field.
-    pub fn parse_strict(v: &Value, field: &str) -> Result<Requirement, FieldError> {
-        let obj = object(Some(v), field)?.ok_or_else(|| FieldError::new(field, "required"))?;
-        unknown_fields(obj, field, &["key", "operator", "values"])?;
-        let key = obj
-            .get("key")
-            .and_then(Value::as_str)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| FieldError::new(format!("{field}.key"), "required"))?;
-        let op_text = obj
-            .get("operator")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let operator = Operator::parse(op_text)
-            .filter(|op| !matches!(op, Operator::Gte | Operator::Lte))
-            .ok_or_else(|| {
-                FieldError::new(
-                    format!("{field}.operator"),
-                    format!("{op_text:?}: must be one of In, NotIn, Exists, DoesNotExist, Gt, Lt"),
-                )
-            })?;
-        let values_field = format!("{field}.values");
-        let mut values = Vec::new();
-        for (i, val) in list(obj.get("values"), &values_field)?.iter().enumerate() {
-            let s = val.as_str().ok_or_else(|| {
-                FieldError::new(format!("{values_field}[{i}]"), "must be a string")
-            })?;
-            values.push(s.to_string());
-        }
-        let ok = match operator {
-            Operator::In | Operator::NotIn => !values.is_empty(),
-            Operator::Exists | Operator::DoesNotExist => values.is_empty(),
-            _ => values.len() == 1 && values[0].parse::<i64>().is_ok(),
-        };
-        if !ok {
-            let rule = match operator {
-                Operator::In | Operator::NotIn => "needs at least one value",
-                Operator::Exists | Operator::DoesNotExist => "takes no values",
-                _ => "takes exactly one integer value",
-            };
-            return Err(FieldError::new(
-                values_field,
-                format!("{} {rule}", operator.as_str()),
-            ));
-        }
-        Ok(Requirement {
-            key: key.to_string(),
-            operator,
-            values,
-        })
     }
 
     /// Reads a requirement of an object under admission, leniently: `None`
@@ -352,6 +299,58 @@ impl NodeSelectorTerm {
             .map(Requirement::describe)
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+/// A `NodeSelectorRequirement` of a pod as a document states it: the
+/// strict reader (the six core operators; Karpenter's `Gte`/`Lte` are not
+/// valid on pods).
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeSelectorRequirementDoc {
+    key: String,
+    operator: String,
+    values: Vec<String>,
+}
+
+impl NodeSelectorRequirementDoc {
+    pub fn validate(self, field: &str) -> Result<Requirement, FieldError> {
+        if self.key.is_empty() {
+            return Err(FieldError::new(format!("{field}.key"), "required"));
+        }
+        let operator = Operator::parse(&self.operator)
+            .filter(|op| !matches!(op, Operator::Gte | Operator::Lte))
+            .ok_or_else(|| {
+                FieldError::new(
+                    format!("{field}.operator"),
+                    format!(
+                        "{:?}: must be one of In, NotIn, Exists, DoesNotExist, Gt, Lt",
+                        self.operator
+                    ),
+                )
+            })?;
+        let values = self.values;
+        let rule = match operator {
+            Operator::In | Operator::NotIn if values.is_empty() => "needs at least one value",
+            Operator::Exists | Operator::DoesNotExist if !values.is_empty() => "takes no values",
+            Operator::Gt | Operator::Lt
+                if values.len() != 1 || values[0].parse::<i64>().is_err() =>
+            {
+                "takes exactly one integer value"
+            }
+            _ => {
+                let key = self.key;
+                return Ok(Requirement {
+                    key,
+                    operator,
+                    values,
+                });
+            }
+        };
+        Err(FieldError::new(
+            format!("{field}.values"),
+            format!("{} {rule}", operator.as_str()),
+        ))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Taints and tolerations: when a toleration lets a pod onto a tainted
 //! node, and when one toleration already covers another.
-use super::json::{str_field, unknown_fields, FieldError};
+use super::json::{str_field, FieldError};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::fmt;
 
@@ -32,82 +33,7 @@ pub struct Taint {
     pub effect: String,
 }
 
-const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
-
 impl Toleration {
-    /// Reads a profile's toleration, rejecting what Kubernetes would reject.
-    pub fn parse_strict(v: &Value, field: &str) -> Result<Toleration, FieldError> {
-        let obj = v
-            .as_object()
-            .ok_or_else(|| FieldError::new(field, "must be a mapping"))?;
-        unknown_fields(
-            obj,
-            field,
-            &["key", "operator", "value", "effect", "tolerationSeconds"],
-        )?;
-        let text = |name: &str| -> Result<String, FieldError> {
-            match obj.get(name) {
-                None | Some(Value::Null) => Ok(String::new()),
-                Some(Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(FieldError::new(
-                    format!("{field}.{name}"),
-                    "must be a string",
-                )),
-            }
-        };
-        let key = text("key")?;
-        let operator = match text("operator")?.as_str() {
-            "" | "Equal" => TolerationOperator::Equal,
-            "Exists" => TolerationOperator::Exists,
-            other => {
-                return Err(FieldError::new(
-                    format!("{field}.operator"),
-                    format!("{other:?}: must be Equal or Exists"),
-                ))
-            }
-        };
-        let value = text("value")?;
-        let effect = text("effect")?;
-        if !effect.is_empty() && !EFFECTS.contains(&effect.as_str()) {
-            return Err(FieldError::new(
-                format!("{field}.effect"),
-                format!("{effect:?}: must be NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"),
-            ));
-        }
-        if operator == TolerationOperator::Exists && !value.is_empty() {
-            return Err(FieldError::new(
-                format!("{field}.value"),
-                "must be empty when operator is Exists",
-            ));
-        }
-        if key.is_empty() && operator != TolerationOperator::Exists {
-            return Err(FieldError::new(
-                format!("{field}.key"),
-                "required unless operator is Exists",
-            ));
-        }
-        let toleration_seconds = match obj.get("tolerationSeconds") {
-            None | Some(Value::Null) => None,
-            Some(s) => {
-                let f = format!("{field}.tolerationSeconds");
-                let n = s
-                    .as_i64()
-                    .ok_or_else(|| FieldError::new(&f, "must be an integer"))?;
-                if effect != "NoExecute" {
-                    return Err(FieldError::new(f, "only allowed with effect NoExecute"));
-                }
-                Some(n)
-            }
-        };
-        Ok(Toleration {
-            key,
-            operator,
-            value,
-            effect,
-            toleration_seconds,
-        })
-    }
-
     /// Reads a toleration of an object under admission, leniently.
     pub fn from_value(v: &Value) -> Toleration {
         let text = |name: &str| {
@@ -246,26 +172,80 @@ impl Taint {
     pub fn repels(&self) -> bool {
         self.effect == "NoSchedule" || self.effect == "NoExecute"
     }
+}
 
-    pub fn parse_strict(obj: &Map<String, Value>, field: &str) -> Result<Taint, FieldError> {
-        unknown_fields(obj, field, &["key", "value", "effect"])?;
-        let text = |name: &str| obj.get(name).and_then(Value::as_str).unwrap_or_default();
-        let key = text("key");
-        if key.is_empty() {
+/// A `core/v1` Toleration as a document states it: the strict reader.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct TolerationDoc {
+    key: String,
+    operator: String,
+    value: String,
+    effect: String,
+    toleration_seconds: Option<i64>,
+}
+
+/// A `core/v1` Taint (without `timeAdded`) as a document states it.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TaintDoc {
+    key: String,
+    value: String,
+    effect: String,
+}
+
+const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+impl TolerationDoc {
+    /// The toleration, rejecting what Kubernetes would reject.
+    pub fn validate(self, field: &str) -> Result<Toleration, FieldError> {
+        let error =
+            |name: &str, message: String| Err(FieldError::new(format!("{field}.{name}"), message));
+        let operator = match self.operator.as_str() {
+            "" | "Equal" => TolerationOperator::Equal,
+            "Exists" => TolerationOperator::Exists,
+            other => return error("operator", format!("{other:?}: must be Equal or Exists")),
+        };
+        let effect = self.effect;
+        if !effect.is_empty() && !EFFECTS.contains(&effect.as_str()) {
+            return error("effect", format!("{effect:?}: must be NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"));
+        }
+        if operator == TolerationOperator::Exists && !self.value.is_empty() {
+            return error("value", "must be empty when operator is Exists".into());
+        }
+        if self.key.is_empty() && operator != TolerationOperator::Exists {
+            return error("key", "required unless operator is Exists".into());
+        }
+        if self.toleration_seconds.is_some() && effect != "NoExecute" {
+            return error(
+                "tolerationSeconds",
+                "only allowed with effect NoExecute".into(),
+            );
+        }
+        Ok(Toleration {
+            key: self.key,
+            operator,
+            value: self.value,
+            effect,
+            toleration_seconds: self.toleration_seconds,
+        })
+    }
+}
+
+impl TaintDoc {
+    /// The taint, rejecting what Kubernetes would reject.
+    pub fn validate(self, field: &str) -> Result<Taint, FieldError> {
+        if self.key.is_empty() {
             return Err(FieldError::new(format!("{field}.key"), "required"));
         }
-        let effect = text("effect");
-        if !EFFECTS.contains(&effect) {
+        if !EFFECTS.contains(&self.effect.as_str()) {
             return Err(FieldError::new(
                 format!("{field}.effect"),
                 "required: NoSchedule, PreferNoSchedule or NoExecute",
             ));
         }
-        Ok(Taint {
-            key: key.to_string(),
-            value: text("value").to_string(),
-            effect: effect.to_string(),
-        })
+        let (key, value, effect) = (self.key, self.value, self.effect);
+        Ok(Taint { key, value, effect })
     }
 }
 

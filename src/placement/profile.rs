@@ -1,10 +1,12 @@
 //! The `PlacementProfile` document: parsing and validation.
 use crate::gpu::GpuResources;
-use crate::k8s::json::{list, object, unknown_fields};
-use crate::k8s::{
-    FieldError, LabelSelector, NodeSelectorRequirement as Requirement, NodeSelectorTerm as Term,
-    Taint, Toleration,
-};
+use crate::k8s::doc::{from_value, Object};
+use crate::k8s::labels::LabelSelectorDoc;
+use crate::k8s::nodes::NodeSelectorRequirementDoc;
+use crate::k8s::taints::{TaintDoc, TolerationDoc};
+use crate::k8s::{FieldError, LabelSelector, NodeSelectorTerm as Term, Taint, Toleration};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::Value;
 use std::fmt;
 
@@ -36,7 +38,7 @@ pub struct Profile {
 
 /// What `/mutate` does with a GPU-only node pool that lacks the profile's
 /// `nodePoolTaint` (`spec.nodePoolTaintPolicy`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub enum NodePoolTaintPolicy {
     /// Add the taint by mutation, with a warning.
     #[default]
@@ -84,12 +86,6 @@ impl fmt::Display for ProfileError {
     }
 }
 
-impl From<FieldError> for ProfileError {
-    fn from(e: FieldError) -> ProfileError {
-        ProfileError::new(e.field, e.message)
-    }
-}
-
 impl ProfileError {
     pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> ProfileError {
         ProfileError {
@@ -99,19 +95,6 @@ impl ProfileError {
         }
     }
 }
-
-const SPEC_FIELDS: [&str; 10] = [
-    "resources",
-    "priority",
-    "namespaceSelector",
-    "podSelector",
-    "tolerations",
-    "requiredNodeSelectorTerms",
-    "preferredNodeSelectorTerms",
-    "nodePoolTaint",
-    "nodePoolTaintPolicy",
-    "description",
-];
 
 impl Profile {
     /// Reads a `PlacementProfile` document (YAML already turned into JSON).
@@ -133,221 +116,204 @@ impl Profile {
     }
 }
 
+impl From<FieldError> for ProfileError {
+    fn from(e: FieldError) -> ProfileError {
+        ProfileError::new(e.field, e.message)
+    }
+}
+
+/// `spec` of a `PlacementProfile`.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct ProfileSpec {
+    resources: Vec<String>,
+    priority: i32,
+    namespace_selector: Option<LabelSelectorDoc>,
+    pod_selector: Option<LabelSelectorDoc>,
+    tolerations: Vec<TolerationDoc>,
+    required_node_selector_terms: Vec<TermDoc>,
+    preferred_node_selector_terms: Vec<PreferredDoc>,
+    node_pool_taint: Option<TaintDoc>,
+    node_pool_taint_policy: Option<NodePoolTaintPolicy>,
+    #[serde(rename = "description")]
+    _description: String,
+}
+
+/// A `PreferredSchedulingTerm`.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct PreferredDoc {
+    weight: i64,
+    preference: Option<TermDoc>,
+}
+
+/// A `NodeSelectorTerm`; `matchFields` is read only to be refused.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct TermDoc {
+    match_expressions: Vec<NodeSelectorRequirementDoc>,
+    match_fields: Option<IgnoredAny>,
+}
+
 fn parse_profile(v: &Value) -> Result<Profile, ProfileError> {
-    let doc = v
-        .as_object()
-        .ok_or_else(|| ProfileError::new("", "a PlacementProfile must be a mapping"))?;
-    let api_version = doc.get("apiVersion").and_then(Value::as_str);
-    if api_version != Some(API_VERSION) {
+    if !v.is_object() {
+        return Err(ProfileError::new(
+            "",
+            "a PlacementProfile must be a mapping",
+        ));
+    }
+    if v.get("apiVersion").and_then(Value::as_str) != Some(API_VERSION) {
         return Err(ProfileError::new(
             "apiVersion",
             format!("must be {API_VERSION}"),
         ));
     }
-    if doc.get("kind").and_then(Value::as_str) != Some(KIND) {
+    if v.get("kind").and_then(Value::as_str) != Some(KIND) {
         return Err(ProfileError::new("kind", format!("must be {KIND}")));
     }
-    unknown_fields(doc, "", &["apiVersion", "kind", "metadata", "spec"])?;
-    let name = doc
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if !is_dns_label_like(name) {
+    let object: Object<ProfileSpec> = from_value(v)?;
+    let name = object.metadata.name;
+    if !is_dns_label_like(&name) {
         return Err(ProfileError::new(
             "metadata.name",
             "required: lower-case letters, digits, '-' and '.'",
         ));
     }
-    let spec =
-        object(doc.get("spec"), "spec")?.ok_or_else(|| ProfileError::new("spec", "required"))?;
-    unknown_fields(spec, "spec", &SPEC_FIELDS)?;
-    if let Some(d) = spec.get("description") {
-        if !d.is_string() {
-            return Err(ProfileError::new("spec.description", "must be a string"));
-        }
-    }
+    let spec = object
+        .spec
+        .ok_or_else(|| ProfileError::new("spec", "required"))?;
+    spec.validate(name)
+}
 
-    let resources = parse_resources(spec.get("resources"))?;
-    let priority = match spec.get("priority") {
-        None | Some(Value::Null) => 0,
-        Some(p) => p
-            .as_i64()
-            .and_then(|p| i32::try_from(p).ok())
-            .ok_or_else(|| ProfileError::new("spec.priority", "must be a 32-bit integer"))?,
-    };
-    let namespace_selector = object(spec.get("namespaceSelector"), "spec.namespaceSelector")?
-        .map(|s| LabelSelector::parse_strict(s, "spec.namespaceSelector"))
-        .transpose()?;
-    let pod_selector = object(spec.get("podSelector"), "spec.podSelector")?
-        .map(|s| LabelSelector::parse_strict(s, "spec.podSelector"))
-        .transpose()?;
+/// Validates each item of a list, the field named with its index.
+fn each<T, U>(
+    items: Vec<T>,
+    field: &str,
+    validate: impl Fn(T, &str) -> Result<U, ProfileError>,
+) -> Result<Vec<U>, ProfileError> {
+    let items = items.into_iter().enumerate();
+    items
+        .map(|(i, t)| validate(t, &format!("{field}[{i}]")))
+        .collect()
+}
 
-    let mut tolerations = Vec::new();
-    for (i, t) in list(spec.get("tolerations"), "spec.tolerations")?
-        .iter()
-        .enumerate()
-    {
-        tolerations.push(Toleration::parse_strict(
-            t,
-            &format!("spec.tolerations[{i}]"),
-        )?);
-    }
-
-    let mut required = Vec::new();
-    for (i, t) in list(
-        spec.get("requiredNodeSelectorTerms"),
-        "spec.requiredNodeSelectorTerms",
-    )?
-    .iter()
-    .enumerate()
-    {
-        required.push(parse_term(
-            t,
-            &format!("spec.requiredNodeSelectorTerms[{i}]"),
-        )?);
-    }
-
-    let mut preferred = Vec::new();
-    for (i, t) in list(
-        spec.get("preferredNodeSelectorTerms"),
-        "spec.preferredNodeSelectorTerms",
-    )?
-    .iter()
-    .enumerate()
-    {
-        preferred.push(parse_preferred(
-            t,
-            &format!("spec.preferredNodeSelectorTerms[{i}]"),
-        )?);
-    }
-
-    let node_pool_taint = object(spec.get("nodePoolTaint"), "spec.nodePoolTaint")?
-        .map(|t| Taint::parse_strict(t, "spec.nodePoolTaint"))
-        .transpose()?;
-    let node_pool_taint_policy = match spec.get("nodePoolTaintPolicy") {
-        None | Some(Value::Null) => NodePoolTaintPolicy::default(),
-        Some(Value::String(s)) if s == "Add" => NodePoolTaintPolicy::Add,
-        Some(Value::String(s)) if s == "Require" => NodePoolTaintPolicy::Require,
-        Some(other) => {
+impl ProfileSpec {
+    fn validate(self, name: String) -> Result<Profile, ProfileError> {
+        if self.resources.is_empty() {
             return Err(ProfileError::new(
-                "spec.nodePoolTaintPolicy",
-                format!("{other}: must be Add or Require"),
-            ))
-        }
-    };
-    if spec.contains_key("nodePoolTaintPolicy") && node_pool_taint.is_none() {
-        return Err(ProfileError::new(
-            "spec.nodePoolTaintPolicy",
-            "needs spec.nodePoolTaint: the taint to add or require",
-        ));
-    }
-
-    if tolerations.is_empty() && required.is_empty() && preferred.is_empty() {
-        return Err(ProfileError::new(
-            "spec",
-            "sets none of tolerations, requiredNodeSelectorTerms, preferredNodeSelectorTerms",
-        ));
-    }
-    if let Some(taint) = &node_pool_taint {
-        // Kubernetes' ExtendedResourceToleration tolerates `<resource>:NoSchedule`
-        // for every extended resource a pod asks for.
-        let by_plugin = taint.effect == "NoSchedule" && resources.patterns().contains(&taint.key);
-        if !by_plugin && !tolerations.iter().any(|t| t.tolerates(taint)) {
-            return Err(ProfileError::new(
-                "spec.nodePoolTaint",
-                format!("{taint} is not tolerated by spec.tolerations: pods placed by this profile could not run on the pool"),
+                "spec.resources",
+                "required: the GPU resources this profile serves, e.g. [nvidia.com/gpu]",
             ));
         }
+        let mut resources = GpuResources::new(std::iter::empty::<&str>())
+            .map_err(|e| ProfileError::new("spec.resources", e.to_string()))?;
+        for (i, item) in self.resources.iter().enumerate() {
+            (resources.insert(item))
+                .map_err(|e| ProfileError::new(format!("spec.resources[{i}]"), e.to_string()))?;
+        }
+        let selector = |s: Option<LabelSelectorDoc>, field: &str| s.map(|s| s.validate(field));
+        let namespace_selector = selector(self.namespace_selector, "spec.namespaceSelector");
+        let namespace_selector = namespace_selector.transpose()?;
+        let pod_selector = selector(self.pod_selector, "spec.podSelector").transpose()?;
+        let tolerations = each(
+            self.tolerations,
+            "spec.tolerations",
+            |t: TolerationDoc, f: &str| Ok(t.validate(f)?),
+        )?;
+        let required = self.required_node_selector_terms;
+        let required = each(
+            required,
+            "spec.requiredNodeSelectorTerms",
+            TermDoc::validate,
+        )?;
+        let preferred = self.preferred_node_selector_terms;
+        let preferred = each(
+            preferred,
+            "spec.preferredNodeSelectorTerms",
+            PreferredDoc::validate,
+        )?;
+        let node_pool_taint = (self.node_pool_taint)
+            .map(|t| t.validate("spec.nodePoolTaint").map_err(ProfileError::from))
+            .transpose()?;
+        if self.node_pool_taint_policy.is_some() && node_pool_taint.is_none() {
+            return Err(ProfileError::new(
+                "spec.nodePoolTaintPolicy",
+                "needs spec.nodePoolTaint: the taint to add or require",
+            ));
+        }
+        if tolerations.is_empty() && required.is_empty() && preferred.is_empty() {
+            return Err(ProfileError::new(
+                "spec",
+                "sets none of tolerations, requiredNodeSelectorTerms, preferredNodeSelectorTerms",
+            ));
+        }
+        if let Some(taint) = &node_pool_taint {
+            // Kubernetes' ExtendedResourceToleration tolerates `<resource>:NoSchedule`
+            // for every extended resource a pod asks for.
+            let by_plugin =
+                taint.effect == "NoSchedule" && resources.patterns().contains(&taint.key);
+            if !by_plugin && !tolerations.iter().any(|t| t.tolerates(taint)) {
+                return Err(ProfileError::new(
+                    "spec.nodePoolTaint",
+                    format!("{taint} is not tolerated by spec.tolerations: pods placed by this profile could not run on the pool"),
+                ));
+            }
+        }
+        Ok(Profile {
+            name,
+            resources,
+            priority: self.priority,
+            namespace_selector,
+            pod_selector,
+            tolerations,
+            required,
+            preferred,
+            node_pool_taint,
+            node_pool_taint_policy: self.node_pool_taint_policy.unwrap_or_default(),
+        })
     }
-
-    Ok(Profile {
-        name: name.to_string(),
-        resources,
-        priority,
-        namespace_selector,
-        pod_selector,
-        tolerations,
-        required,
-        preferred,
-        node_pool_taint,
-        node_pool_taint_policy,
-    })
 }
 
-fn parse_resources(v: Option<&Value>) -> Result<GpuResources, ProfileError> {
-    let field = "spec.resources";
-    let items = list(v, field)?;
-    if items.is_empty() {
-        return Err(ProfileError::new(
-            field,
-            "required: the GPU resources this profile serves, e.g. [nvidia.com/gpu]",
-        ));
+impl PreferredDoc {
+    fn validate(self, field: &str) -> Result<PreferredTerm, ProfileError> {
+        let error =
+            |name: &str, message: &str| ProfileError::new(format!("{field}.{name}"), message);
+        if !(1..=100).contains(&self.weight) {
+            return Err(error("weight", "required: an integer from 1 to 100"));
+        }
+        let preference = self
+            .preference
+            .ok_or_else(|| error("preference", "required: a node-selector term"))?;
+        Ok(PreferredTerm {
+            weight: self.weight as i32,
+            preference: preference.validate(&format!("{field}.preference"))?,
+        })
     }
-    let mut resources = GpuResources::new(std::iter::empty::<&str>())
-        .map_err(|e| ProfileError::new(field, e.to_string()))?;
-    for (i, item) in items.iter().enumerate() {
-        let f = format!("{field}[{i}]");
-        let s = item
-            .as_str()
-            .ok_or_else(|| ProfileError::new(&f, "must be a string"))?;
-        resources
-            .insert(s)
-            .map_err(|e| ProfileError::new(&f, e.to_string()))?;
-    }
-    Ok(resources)
 }
 
-fn parse_preferred(v: &Value, field: &str) -> Result<PreferredTerm, ProfileError> {
-    let obj = object(Some(v), field)?.ok_or_else(|| ProfileError::new(field, "required"))?;
-    unknown_fields(obj, field, &["weight", "preference"])?;
-    let weight = obj
-        .get("weight")
-        .and_then(Value::as_i64)
-        .filter(|w| (1..=100).contains(w))
-        .ok_or_else(|| {
-            ProfileError::new(
-                format!("{field}.weight"),
-                "required: an integer from 1 to 100",
-            )
-        })?;
-    let preference = parse_term(
-        obj.get("preference").unwrap_or(&Value::Null),
-        &format!("{field}.preference"),
-    )?;
-    Ok(PreferredTerm {
-        weight: weight as i32,
-        preference,
-    })
-}
-
-/// A node-selector term of a profile: `matchExpressions` only.
-fn parse_term(v: &Value, field: &str) -> Result<Term, ProfileError> {
-    let obj = object(Some(v), field)?
-        .ok_or_else(|| ProfileError::new(field, "required: a node-selector term"))?;
-    if obj.contains_key("matchFields") {
-        return Err(ProfileError::new(
-            format!("{field}.matchFields"),
-            "not supported in profiles: node fields differ per node",
-        ));
+impl TermDoc {
+    /// A node-selector term of a profile: `matchExpressions` only.
+    fn validate(self, field: &str) -> Result<Term, ProfileError> {
+        if self.match_fields.is_some() {
+            return Err(ProfileError::new(
+                format!("{field}.matchFields"),
+                "not supported in profiles: node fields differ per node",
+            ));
+        }
+        let exprs_field = format!("{field}.matchExpressions");
+        if self.match_expressions.is_empty() {
+            return Err(ProfileError::new(
+                exprs_field,
+                "required: at least one requirement (an empty term matches no node)",
+            ));
+        }
+        let requirements = each(
+            self.match_expressions,
+            &exprs_field,
+            |r: NodeSelectorRequirementDoc, f: &str| Ok(r.validate(f)?),
+        )?;
+        Ok(Term::new(requirements))
     }
-    unknown_fields(obj, field, &["matchExpressions"])?;
-    let exprs_field = format!("{field}.matchExpressions");
-    let exprs = list(obj.get("matchExpressions"), &exprs_field)?;
-    if exprs.is_empty() {
-        return Err(ProfileError::new(
-            exprs_field,
-            "required: at least one requirement (an empty term matches no node)",
-        ));
-    }
-    let mut requirements = Vec::new();
-    for (i, e) in exprs.iter().enumerate() {
-        requirements.push(Requirement::parse_strict(
-            e,
-            &format!("{exprs_field}[{i}]"),
-        )?);
-    }
-    Ok(Term::new(requirements))
 }
 
 fn is_dns_label_like(name: &str) -> bool {
@@ -502,9 +468,80 @@ mod tests {
         d["metadata"]["name"] = json!("Bad_Name");
         assert_eq!(Profile::from_value(&d).unwrap_err().field, "metadata.name");
         let mut d = doc(minimal());
-        d["status"] = json!({});
-        assert_eq!(Profile::from_value(&d).unwrap_err().field, "status");
+        d["specs"] = json!({});
+        assert_eq!(Profile::from_value(&d).unwrap_err().field, "specs");
         assert_eq!(Profile::from_value(&json!([])).unwrap_err().field, "");
+    }
+
+    #[test]
+    fn a_server_export_loads() {
+        let mut d = doc(minimal());
+        d["metadata"] = json!({
+            "name": "gpu",
+            "uid": "6f1c2a9e-3b7d-4c1e-9a55-0d2f8e4b7c13",
+            "resourceVersion": "4711",
+            "generation": 2,
+            "creationTimestamp": "2026-11-29T14:00:00Z",
+            "labels": {"team": "ml"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
+        });
+        d["status"] = json!({"observedGeneration": 2});
+        assert_eq!(Profile::from_value(&d).unwrap().name, "gpu");
+    }
+
+    #[test]
+    fn unknown_fields_are_named_at_any_depth() {
+        let mut spec = minimal();
+        spec["tolerations"][0]["effects"] = json!("NoSchedule");
+        let e = error(spec);
+        assert_eq!(e.field, "spec.tolerations[0].effects");
+        assert!(e.message.starts_with("unknown field"), "{e}");
+        let mut spec = minimal();
+        spec["podSelector"] = json!({"matchExpression": []});
+        assert_eq!(error(spec).field, "spec.podSelector.matchExpression");
+        let mut spec = minimal();
+        spec["requiredNodeSelectorTerms"] =
+            json!([{"matchExpressions": [{"key": "a", "operator": "In", "value": ["x"]}]}]);
+        assert_eq!(
+            error(spec).field,
+            "spec.requiredNodeSelectorTerms[0].matchExpressions[0].value"
+        );
+    }
+
+    #[test]
+    fn label_selectors_match_like_kubernetes() {
+        let labels = std::collections::BTreeMap::from([
+            ("team".to_string(), "ml".to_string()),
+            ("tier".to_string(), "gold".to_string()),
+        ]);
+        let sel = |v: Value| {
+            let mut spec = minimal();
+            spec["podSelector"] = v;
+            Profile::from_value(&doc(spec)).map(|p| p.pod_selector.unwrap())
+        };
+        let matches = |v: Value| sel(v).unwrap().matches(&labels);
+        assert!(matches(json!({})));
+        assert!(matches(json!({"matchLabels": {"team": "ml"}})));
+        assert!(!matches(json!({"matchLabels": {"team": "web"}})));
+        assert!(matches(
+            json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold", "silver"]}]})
+        ));
+        assert!(matches(
+            json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]})
+        ));
+        assert!(!matches(
+            json!({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]})
+        ));
+        assert!(matches(
+            json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]})
+        ));
+        let e = sel(json!({"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["1"]}]}))
+            .unwrap_err();
+        assert_eq!(e.field, "spec.podSelector.matchExpressions[0].operator");
+        assert!(e.message.contains("not Gt"), "{e}");
+        let e = sel(json!({"matchExpressions": [{"key": "n", "operator": "In"}]})).unwrap_err();
+        assert_eq!(e.field, "spec.podSelector.matchExpressions[0].values");
     }
 
     #[test]

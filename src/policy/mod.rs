@@ -246,21 +246,15 @@ impl PolicySet {
                 continue;
             }
             if param_kinds.contains(&(api.to_string(), kind.to_string())) {
-                let name = doc.value.pointer("/metadata/name").and_then(|v| v.as_str());
-                match name {
-                    Some(name) => params.push(Param {
+                if let Some(meta) = model::read_params(doc, &mut errors) {
+                    params.push(Param {
                         api_version: api.to_string(),
                         kind: kind.to_string(),
-                        name: name.to_string(),
-                        namespace: doc
-                            .value
-                            .pointer("/metadata/namespace")
-                            .and_then(|v| v.as_str())
-                            .map(str::to_string),
-                        labels: crate::k8s::json::labels_of(Some(&doc.value)),
+                        name: meta.name,
+                        namespace: meta.namespace,
+                        labels: meta.labels,
                         value: cel::json_to_value(&doc.value),
-                    }),
-                    None => errors.push(LoadError::at(&doc.source, "metadata.name", "required")),
+                    });
                 }
                 continue;
             }

@@ -1,14 +1,22 @@
-//! ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding documents,
-//! read from JSON with every error naming its field.
+//! ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding documents.
+//!
+//! Each document is read by serde into a model with Kubernetes' own field
+//! names (unknown fields are errors, as with kube-apiserver's strict field
+//! validation), and its `validate()` makes the checks serde cannot express
+//! and converts it into the engine's types. Every error names its field.
 use super::load::{Document, LoadError, Source};
 use super::matching::{MatchPolicy, MatchResources, Rule, Scope};
 use crate::cel::{self, Compiled, Env};
-use crate::k8s::{LabelRequirement as Requirement, LabelSelector, SelectorOp};
-use serde_json::Value;
+use crate::k8s::doc::{from_value, Object, ObjectMeta};
+use crate::k8s::labels::LabelSelectorDoc;
+use crate::k8s::LabelSelector;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use std::collections::BTreeMap;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub enum FailurePolicy {
+    #[default]
     Fail,
     Ignore,
 }
@@ -50,7 +58,7 @@ pub struct Validation {
     pub reason: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 pub enum Action {
     Deny,
     Warn,
@@ -85,348 +93,348 @@ pub struct ParamRef {
     pub deny_when_missing: bool,
 }
 
-/// Reads fields of one document and records errors against it.
-pub struct Reader<'a> {
-    pub source: &'a Source,
-    pub errors: &'a mut Vec<LoadError>,
+/// A params document: an object of any kind a policy's `paramKind` names,
+/// of which only `metadata` is read (the whole object is the params value).
+#[derive(Deserialize)]
+struct ParamsObject {
+    #[serde(default)]
+    metadata: ObjectMeta,
 }
 
-impl Reader<'_> {
-    fn err(&mut self, field: &str, message: impl Into<String>) {
+/// Reads a document, reporting a serde error against it.
+fn read<T: DeserializeOwned>(doc: &Document, errors: &mut Vec<LoadError>) -> Option<T> {
+    from_value(&doc.value)
+        .map_err(|e| errors.push(LoadError::at(&doc.source, e.field, e.message)))
+        .ok()
+}
+
+/// Reads the metadata of a params document; `metadata.name` is required.
+pub fn read_params(doc: &Document, errors: &mut Vec<LoadError>) -> Option<ObjectMeta> {
+    let meta = read::<ParamsObject>(doc, errors)?.metadata;
+    if meta.name.is_empty() {
+        errors.push(LoadError::at(&doc.source, "metadata.name", "required"));
+        return None;
+    }
+    Some(meta)
+}
+
+/// Collects the errors of one document.
+struct Errors<'a> {
+    source: &'a Source,
+    errors: &'a mut Vec<LoadError>,
+}
+
+impl Errors<'_> {
+    fn push(&mut self, field: &str, message: impl Into<String>) {
         self.errors.push(LoadError::at(self.source, field, message));
     }
 
-    fn str<'v>(&mut self, v: &'v Value, key: &str, field: &str) -> Option<&'v str> {
-        match v.get(key) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s),
-            Some(_) => {
-                self.err(&join(field, key), "must be a string");
-                None
-            }
-        }
-    }
-
-    fn required_str(&mut self, v: &Value, key: &str, field: &str) -> Option<String> {
-        let s = self.str(v, key, field).map(str::to_string);
-        if s.as_deref().is_none_or(str::is_empty) {
-            if v.get(key).is_none_or(Value::is_null) {
-                self.err(&join(field, key), "required");
-            }
+    /// A non-empty string, or `required` reported at `field`.
+    fn required(&mut self, value: String, field: &str) -> Option<String> {
+        if value.is_empty() {
+            self.push(field, "required");
             return None;
         }
-        s
+        Some(value)
     }
 
-    fn list<'v>(&mut self, v: &'v Value, key: &str, field: &str) -> &'v [Value] {
-        match v.get(key) {
-            None | Some(Value::Null) => &[],
-            Some(Value::Array(a)) => a,
-            Some(_) => {
-                self.err(&join(field, key), "must be a list");
-                &[]
-            }
-        }
-    }
-
-    fn strings(&mut self, v: &Value, key: &str, field: &str) -> Vec<String> {
-        let f = join(field, key);
-        let mut out = Vec::new();
-        for (i, item) in self.list(v, key, field).iter().enumerate() {
-            match item.as_str() {
-                Some(s) => out.push(s.to_string()),
-                None => self.err(&format!("{f}[{i}]"), "must be a string"),
-            }
-        }
-        out
-    }
-
-    fn expr(&mut self, env: &Env, v: &Value, key: &str, field: &str) -> Option<Compiled> {
-        let f = join(field, key);
-        let source = self.required_str(v, key, field)?;
-        match cel::compile(env, &source) {
-            Ok(c) => Some(c),
-            Err(e) => {
+    fn compile(&mut self, env: &Env, source: String, field: &str) -> Option<Compiled> {
+        let source = self.required(source, field)?;
+        cel::compile(env, &source)
+            .map_err(|e| {
                 self.errors.push(LoadError {
                     source: Some(self.source.clone()),
-                    field: Some(f),
+                    field: Some(field.to_string()),
                     line: e.line,
                     column: e.column,
                     message: e.message,
-                });
-                None
-            }
-        }
+                })
+            })
+            .ok()
     }
 
-    pub fn selector(&mut self, v: Option<&Value>, field: &str) -> LabelSelector {
-        let Some(v) = v.filter(|v| !v.is_null()) else {
-            return LabelSelector::default();
-        };
-        let mut sel = LabelSelector::default();
-        if let Some(labels) = v.get("matchLabels").filter(|l| !l.is_null()) {
-            match labels.as_object() {
-                Some(m) => {
-                    for (k, val) in m {
-                        match val.as_str() {
-                            Some(s) => {
-                                sel.match_labels.insert(k.clone(), s.to_string());
-                            }
-                            None => {
-                                self.err(&format!("{field}.matchLabels.{k}"), "must be a string")
-                            }
-                        }
+    fn selector(&mut self, s: LabelSelectorDoc, field: &str) -> LabelSelector {
+        s.validate(field).unwrap_or_else(|e| {
+            self.push(&e.field, e.message);
+            LabelSelector::default()
+        })
+    }
+}
+
+/// `MatchResources` (`matchConstraints` of a policy, `matchResources` of
+/// a binding).
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct MatchResourcesDoc {
+    namespace_selector: LabelSelectorDoc,
+    object_selector: LabelSelectorDoc,
+    resource_rules: Vec<RuleDoc>,
+    exclude_resource_rules: Vec<RuleDoc>,
+    match_policy: MatchPolicyDoc,
+}
+
+#[derive(Default, Deserialize)]
+enum MatchPolicyDoc {
+    #[default]
+    Equivalent,
+    Exact,
+}
+
+/// `NamedRuleWithOperations`.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct RuleDoc {
+    operations: Vec<String>,
+    api_groups: Vec<String>,
+    api_versions: Vec<String>,
+    resources: Vec<String>,
+    resource_names: Vec<String>,
+    scope: ScopeDoc,
+}
+
+const OPERATIONS: [&str; 5] = ["*", "CREATE", "UPDATE", "DELETE", "CONNECT"];
+
+#[derive(Default, Deserialize)]
+enum ScopeDoc {
+    #[default]
+    #[serde(rename = "*")]
+    All,
+    Cluster,
+    Namespaced,
+}
+
+impl MatchResourcesDoc {
+    fn validate(self, field: &str, errors: &mut Errors) -> MatchResources {
+        let mut rules = |rules: Vec<RuleDoc>, key: &str| -> Vec<Rule> {
+            let mut rule = |(i, r): (usize, RuleDoc)| {
+                for (j, op) in r.operations.iter().enumerate() {
+                    if !OPERATIONS.contains(&op.as_str()) {
+                        let choices = OPERATIONS.join(", ");
+                        let f = format!("{field}.{key}[{i}].operations[{j}]");
+                        errors.push(&f, format!("must be one of {choices}, not {op}"));
                     }
                 }
-                None => self.err(&format!("{field}.matchLabels"), "must be a map"),
-            }
-        }
-        let exprs = self.list(v, "matchExpressions", field);
-        for (i, e) in exprs.iter().enumerate() {
-            let f = format!("{field}.matchExpressions[{i}]");
-            let key = self.required_str(e, "key", &f).unwrap_or_default();
-            let op = match self.str(e, "operator", &f) {
-                Some("In") => SelectorOp::In,
-                Some("NotIn") => SelectorOp::NotIn,
-                Some("Exists") => SelectorOp::Exists,
-                Some("DoesNotExist") => SelectorOp::DoesNotExist,
-                other => {
-                    self.err(
-                        &format!("{f}.operator"),
-                        format!(
-                            "must be In, NotIn, Exists or DoesNotExist, not {}",
-                            other.unwrap_or("nothing")
-                        ),
-                    );
-                    continue;
+                Rule {
+                    operations: r.operations,
+                    api_groups: r.api_groups,
+                    api_versions: r.api_versions,
+                    resources: r.resources,
+                    resource_names: r.resource_names,
+                    scope: match r.scope {
+                        ScopeDoc::All => Scope::All,
+                        ScopeDoc::Cluster => Scope::Cluster,
+                        ScopeDoc::Namespaced => Scope::Namespaced,
+                    },
                 }
             };
-            let values = self.strings(e, "values", &f);
-            sel.match_expressions.push(Requirement {
-                key,
-                operator: op,
-                values,
-            });
-        }
-        sel
-    }
-
-    fn rules(&mut self, v: &Value, key: &str, field: &str) -> Vec<Rule> {
-        let f = join(field, key);
-        let mut out = Vec::new();
-        for (i, r) in self.list(v, key, field).iter().enumerate() {
-            let rf = format!("{f}[{i}]");
-            let scope = match self.str(r, "scope", &rf) {
-                None | Some("*") => Scope::All,
-                Some("Cluster") => Scope::Cluster,
-                Some("Namespaced") => Scope::Namespaced,
-                Some(other) => {
-                    self.err(
-                        &format!("{rf}.scope"),
-                        format!("must be *, Cluster or Namespaced, not {other}"),
-                    );
-                    Scope::All
-                }
-            };
-            let operations = self.strings(r, "operations", &rf);
-            for (j, op) in operations.iter().enumerate() {
-                if !matches!(
-                    op.as_str(),
-                    "*" | "CREATE" | "UPDATE" | "DELETE" | "CONNECT"
-                ) {
-                    self.err(
-                        &format!("{rf}.operations[{j}]"),
-                        format!("must be *, CREATE, UPDATE, DELETE or CONNECT, not {op}"),
-                    );
-                }
-            }
-            out.push(Rule {
-                operations,
-                api_groups: self.strings(r, "apiGroups", &rf),
-                api_versions: self.strings(r, "apiVersions", &rf),
-                resources: self.strings(r, "resources", &rf),
-                resource_names: self.strings(r, "resourceNames", &rf),
-                scope,
-            });
-        }
-        out
-    }
-
-    pub fn match_resources(&mut self, v: &Value, field: &str) -> MatchResources {
-        let match_policy = match self.str(v, "matchPolicy", field) {
-            None | Some("Equivalent") => MatchPolicy::Equivalent,
-            Some("Exact") => MatchPolicy::Exact,
-            Some(other) => {
-                self.err(
-                    &join(field, "matchPolicy"),
-                    format!("must be Equivalent or Exact, not {other}"),
-                );
-                MatchPolicy::Equivalent
-            }
+            rules.into_iter().enumerate().map(&mut rule).collect()
         };
+        let resource_rules = rules(self.resource_rules, "resourceRules");
+        let exclude_resource_rules = rules(self.exclude_resource_rules, "excludeResourceRules");
         MatchResources {
-            namespace_selector: self.selector(
-                v.get("namespaceSelector"),
-                &join(field, "namespaceSelector"),
+            namespace_selector: errors.selector(
+                self.namespace_selector,
+                &format!("{field}.namespaceSelector"),
             ),
-            object_selector: self.selector(v.get("objectSelector"), &join(field, "objectSelector")),
-            resource_rules: self.rules(v, "resourceRules", field),
-            exclude_resource_rules: self.rules(v, "excludeResourceRules", field),
-            match_policy,
+            object_selector: errors
+                .selector(self.object_selector, &format!("{field}.objectSelector")),
+            resource_rules,
+            exclude_resource_rules,
+            match_policy: match self.match_policy {
+                MatchPolicyDoc::Equivalent => MatchPolicy::Equivalent,
+                MatchPolicyDoc::Exact => MatchPolicy::Exact,
+            },
         }
     }
 }
 
-fn join(field: &str, key: &str) -> String {
-    if field.is_empty() {
-        key.to_string()
-    } else {
-        format!("{field}.{key}")
-    }
+/// `ValidatingAdmissionPolicySpec`.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct PolicySpec {
+    failure_policy: FailurePolicy,
+    param_kind: Option<ParamKindDoc>,
+    match_constraints: Option<MatchResourcesDoc>,
+    match_conditions: Vec<NamedDoc>,
+    variables: Vec<NamedDoc>,
+    validations: Vec<ValidationDoc>,
+    audit_annotations: Vec<AuditAnnotationDoc>,
 }
 
-fn name_of(doc: &Document) -> Option<String> {
-    doc.value
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct ParamKindDoc {
+    api_version: String,
+    kind: String,
 }
 
-const REASONS: &[&str] = &[
+/// A `MatchCondition` or a `Variable`.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct NamedDoc {
+    name: String,
+    expression: String,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct ValidationDoc {
+    expression: String,
+    message: Option<String>,
+    message_expression: String,
+    reason: Option<String>,
+}
+
+const REASONS: [&str; 4] = [
     "Unauthorized",
     "Forbidden",
     "Invalid",
     "RequestEntityTooLarge",
 ];
 
-/// Reads a ValidatingAdmissionPolicy.
-pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
-    let before = errors.len();
-    let mut r = Reader {
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct AuditAnnotationDoc {
+    key: String,
+    value_expression: String,
+}
+
+impl PolicySpec {
+    fn validate(self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
+        let before = errors.errors.len();
+        let param_kind = self.param_kind.and_then(|pk| {
+            let api = errors.required(pk.api_version, "spec.paramKind.apiVersion");
+            api.zip(errors.required(pk.kind, "spec.paramKind.kind"))
+        });
+        let match_constraints = match self.match_constraints {
+            Some(m) if m.resource_rules.is_empty() => {
+                errors.push("spec.matchConstraints.resourceRules", "required");
+                m.validate("spec.matchConstraints", errors)
+            }
+            Some(m) => m.validate("spec.matchConstraints", errors),
+            None => {
+                errors.push("spec.matchConstraints", "required");
+                MatchResources::default()
+            }
+        };
+        if self.validations.is_empty() && self.audit_annotations.is_empty() {
+            errors.push(
+                "spec.validations",
+                "a policy needs validations or auditAnnotations",
+            );
+        }
+        let mut named =
+            |items: Vec<(String, String)>, key: &str, name_key: &str, expr_key: &str| {
+                let mut out = Vec::new();
+                for (i, (name, expr)) in items.into_iter().enumerate() {
+                    let name = errors.required(name, &format!("spec.{key}[{i}].{name_key}"));
+                    let expr = errors.compile(env, expr, &format!("spec.{key}[{i}].{expr_key}"));
+                    out.extend(name.zip(expr).map(|(name, expr)| Named { name, expr }));
+                }
+                out
+            };
+        let pairs = |items: Vec<NamedDoc>| items.into_iter().map(|n| (n.name, n.expression));
+        let match_conditions = named(
+            pairs(self.match_conditions).collect(),
+            "matchConditions",
+            "name",
+            "expression",
+        );
+        let variables = named(
+            pairs(self.variables).collect(),
+            "variables",
+            "name",
+            "expression",
+        );
+        let annotations = self
+            .audit_annotations
+            .into_iter()
+            .map(|a| (a.key, a.value_expression));
+        let audit_annotations = named(
+            annotations.collect(),
+            "auditAnnotations",
+            "key",
+            "valueExpression",
+        );
+        let mut validations = Vec::new();
+        for (i, v) in self.validations.into_iter().enumerate() {
+            let f = format!("spec.validations[{i}]");
+            let expr = errors.compile(env, v.expression, &format!("{f}.expression"));
+            if v.message.as_deref().is_some_and(|m| m.contains('\n')) {
+                errors.push(&format!("{f}.message"), "must be a single line");
+            }
+            // An empty messageExpression is none, as in Kubernetes.
+            let message_expr = Some(v.message_expression).filter(|m| !m.is_empty());
+            let message_expr = message_expr
+                .and_then(|m| errors.compile(env, m, &format!("{f}.messageExpression")));
+            let reason = v.reason.unwrap_or_else(|| "Invalid".to_string());
+            if !REASONS.contains(&reason.as_str()) {
+                let choices = REASONS.join(", ");
+                errors.push(
+                    &format!("{f}.reason"),
+                    format!("must be one of {choices}, not {reason}"),
+                );
+            }
+            validations.extend(expr.map(|expr| Validation {
+                expr,
+                message: v.message,
+                message_expr,
+                reason,
+            }));
+        }
+        check_variables(
+            errors,
+            &variables,
+            &match_conditions,
+            &validations,
+            &audit_annotations,
+        );
+        if errors.errors.len() > before {
+            return None;
+        }
+        Some(Policy {
+            name: name?,
+            failure_policy: self.failure_policy,
+            param_kind,
+            match_constraints,
+            match_conditions,
+            variables,
+            validations,
+            audit_annotations,
+        })
+    }
+}
+
+/// Reads a document's object and checks `metadata.name` and `spec`.
+fn read_object<'a, S: DeserializeOwned>(
+    doc: &'a Document,
+    errors: &'a mut Vec<LoadError>,
+) -> Option<(Option<String>, S, Errors<'a>)> {
+    let object: Object<S> = read(doc, errors)?;
+    let mut errors = Errors {
         source: &doc.source,
         errors,
     };
-    let name = name_of(doc);
+    let name = Some(object.metadata.name).filter(|n| !n.is_empty());
     if name.is_none() {
-        r.err("metadata.name", "required");
+        errors.push("metadata.name", "required");
     }
-    let Some(spec) = doc.value.get("spec").filter(|s| s.is_object()) else {
-        r.err("spec", "required");
+    let Some(spec) = object.spec else {
+        errors.push("spec", "required");
         return None;
     };
-    let failure_policy = match r.str(spec, "failurePolicy", "spec") {
-        None | Some("Fail") => FailurePolicy::Fail,
-        Some("Ignore") => FailurePolicy::Ignore,
-        Some(other) => {
-            r.err(
-                "spec.failurePolicy",
-                format!("must be Fail or Ignore, not {other}"),
-            );
-            FailurePolicy::Fail
-        }
-    };
-    let param_kind = match spec.get("paramKind").filter(|p| !p.is_null()) {
-        None => None,
-        Some(pk) => {
-            let api = r.required_str(pk, "apiVersion", "spec.paramKind");
-            let kind = r.required_str(pk, "kind", "spec.paramKind");
-            api.zip(kind)
-        }
-    };
-    let match_constraints = match spec.get("matchConstraints").filter(|m| !m.is_null()) {
-        Some(m) => {
-            let mc = r.match_resources(m, "spec.matchConstraints");
-            if mc.resource_rules.is_empty() {
-                r.err("spec.matchConstraints.resourceRules", "required");
-            }
-            mc
-        }
-        None => {
-            r.err("spec.matchConstraints", "required");
-            MatchResources::default()
-        }
-    };
-    let named = |r: &mut Reader, key: &str, name_key: &str, expr_key: &str| {
-        let mut out = Vec::new();
-        for (i, item) in r.list(spec, key, "spec").iter().enumerate() {
-            let f = format!("spec.{key}[{i}]");
-            let name = r.required_str(item, name_key, &f).unwrap_or_default();
-            if let Some(expr) = r.expr(env, item, expr_key, &f) {
-                out.push(Named { name, expr });
-            }
-        }
-        out
-    };
-    let match_conditions = named(&mut r, "matchConditions", "name", "expression");
-    let variables = named(&mut r, "variables", "name", "expression");
-    let audit_annotations = named(&mut r, "auditAnnotations", "key", "valueExpression");
-    let mut validations = Vec::new();
-    for (i, item) in r.list(spec, "validations", "spec").iter().enumerate() {
-        let f = format!("spec.validations[{i}]");
-        let expr = r.expr(env, item, "expression", &f);
-        let message = r.str(item, "message", &f).map(str::to_string);
-        if message.as_deref().is_some_and(|m| m.contains('\n')) {
-            r.err(&format!("{f}.message"), "must be a single line");
-        }
-        let message_expr = match item.get("messageExpression") {
-            None | Some(Value::Null) => None,
-            Some(_) => r.expr(env, item, "messageExpression", &f),
-        };
-        let reason = match r.str(item, "reason", &f) {
-            None => "Invalid".to_string(),
-            Some(x) if REASONS.contains(&x) => x.to_string(),
-            Some(x) => {
-                r.err(
-                    &format!("{f}.reason"),
-                    format!("must be one of {}, not {x}", REASONS.join(", ")),
-                );
-                "Invalid".to_string()
-            }
-        };
-        if let Some(expr) = expr {
-            validations.push(Validation {
-                expr,
-                message,
-                message_expr,
-                reason,
-            });
-        }
-    }
-    if r.list(spec, "validations", "spec").is_empty()
-        && r.list(spec, "auditAnnotations", "spec").is_empty()
-    {
-        r.err(
-            "spec.validations",
-            "a policy needs validations or auditAnnotations",
-        );
-    }
-    check_variables(
-        &mut r,
-        &variables,
-        &match_conditions,
-        &validations,
-        &audit_annotations,
-    );
-    if errors.len() > before {
-        return None;
-    }
-    Some(Policy {
-        name: name?,
-        failure_policy,
-        param_kind,
-        match_constraints,
-        match_conditions,
-        variables,
-        validations,
-        audit_annotations,
-    })
+    Some((name, spec, errors))
 }
 
+/// Reads a ValidatingAdmissionPolicy.
+pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
+    let (name, spec, mut errors) = read_object::<PolicySpec>(doc, errors)?;
+    spec.validate(env, name, &mut errors)
+}
 /// Every `variables.x` must name a variable; a variable may only use the
 /// ones defined before it.
 fn check_variables(
-    r: &mut Reader,
+    r: &mut Errors,
     variables: &[Named],
     conditions: &[Named],
     validations: &[Validation],
@@ -435,7 +443,7 @@ fn check_variables(
     let mut seen = std::collections::BTreeSet::new();
     for (i, v) in variables.iter().enumerate() {
         if !seen.insert(v.name.as_str()) {
-            r.err(
+            r.push(
                 &format!("spec.variables[{i}].name"),
                 format!("variable {} is defined twice", v.name),
             );
@@ -449,7 +457,7 @@ fn check_variables(
     for (i, v) in variables.iter().enumerate() {
         for used in &v.expr.policy_variables {
             if index.get(used.as_str()).is_none_or(|j| *j >= i) {
-                r.err(
+                r.push(
                     &format!("spec.variables[{i}].expression"),
                     format!("variables.{used} is not defined before this variable"),
                 );
@@ -459,7 +467,7 @@ fn check_variables(
     let mut check = |field: String, expr: &Compiled| {
         for used in &expr.policy_variables {
             if !index.contains_key(used.as_str()) {
-                r.err(
+                r.push(
                     &field,
                     format!("variables.{used} is not defined in spec.variables"),
                 );
@@ -483,103 +491,88 @@ fn check_variables(
     }
 }
 
-/// Reads a ValidatingAdmissionPolicyBinding.
-pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
-    let before = errors.len();
-    let mut r = Reader {
-        source: &doc.source,
-        errors,
-    };
-    let name = name_of(doc);
-    if name.is_none() {
-        r.err("metadata.name", "required");
-    }
-    let Some(spec) = doc.value.get("spec").filter(|s| s.is_object()) else {
-        r.err("spec", "required");
-        return None;
-    };
-    let policy_name = r.required_str(spec, "policyName", "spec");
-    let mut actions = Vec::new();
-    for (i, a) in r
-        .strings(spec, "validationActions", "spec")
-        .iter()
-        .enumerate()
-    {
-        match a.as_str() {
-            "Deny" => actions.push(Action::Deny),
-            "Warn" => actions.push(Action::Warn),
-            "Audit" => actions.push(Action::Audit),
-            other => r.err(
-                &format!("spec.validationActions[{i}]"),
-                format!("must be Deny, Warn or Audit, not {other}"),
-            ),
+/// `ValidatingAdmissionPolicyBindingSpec`.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct BindingSpec {
+    policy_name: String,
+    param_ref: Option<ParamRefDoc>,
+    match_resources: Option<MatchResourcesDoc>,
+    validation_actions: Vec<Action>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct ParamRefDoc {
+    name: Option<String>,
+    namespace: Option<String>,
+    selector: Option<LabelSelectorDoc>,
+    parameter_not_found_action: Option<ParameterNotFoundAction>,
+}
+
+#[derive(PartialEq, Deserialize)]
+enum ParameterNotFoundAction {
+    Allow,
+    Deny,
+}
+
+impl BindingSpec {
+    fn validate(self, name: Option<String>, errors: &mut Errors) -> Option<Binding> {
+        let before = errors.errors.len();
+        let policy_name = errors.required(self.policy_name, "spec.policyName");
+        let actions = self.validation_actions;
+        if actions.is_empty() {
+            errors.push(
+                "spec.validationActions",
+                "required: Deny, Warn and/or Audit",
+            );
         }
-    }
-    if actions.is_empty() {
-        r.err(
-            "spec.validationActions",
-            "required: Deny, Warn and/or Audit",
-        );
-    }
-    if actions.contains(&Action::Deny) && actions.contains(&Action::Warn) {
-        r.err(
-            "spec.validationActions",
-            "Deny and Warn may not be used together (Deny already tells the user)",
-        );
-    }
-    let param_ref = match spec.get("paramRef").filter(|p| !p.is_null()) {
-        None => None,
-        Some(p) => {
-            let name = r.str(p, "name", "spec.paramRef").map(str::to_string);
-            let namespace = r.str(p, "namespace", "spec.paramRef").map(str::to_string);
-            let selector = p
-                .get("selector")
-                .filter(|s| !s.is_null())
-                .map(|s| r.selector(Some(s), "spec.paramRef.selector"));
-            if name.is_some() == selector.is_some() {
-                r.err(
+        if actions.contains(&Action::Deny) && actions.contains(&Action::Warn) {
+            errors.push(
+                "spec.validationActions",
+                "Deny and Warn may not be used together (Deny already tells the user)",
+            );
+        }
+        let param_ref = self.param_ref.map(|p| {
+            if p.name.is_some() == p.selector.is_some() {
+                errors.push(
                     "spec.paramRef",
                     "exactly one of name or selector is required",
                 );
             }
-            let deny_when_missing = match r.str(p, "parameterNotFoundAction", "spec.paramRef") {
-                Some("Deny") => true,
-                Some("Allow") => false,
-                Some(other) => {
-                    r.err(
-                        "spec.paramRef.parameterNotFoundAction",
-                        format!("must be Allow or Deny, not {other}"),
-                    );
-                    true
-                }
-                None => {
-                    r.err(
-                        "spec.paramRef.parameterNotFoundAction",
-                        "required: Allow or Deny",
-                    );
-                    true
-                }
-            };
-            Some(ParamRef {
-                name,
-                namespace,
-                selector,
-                deny_when_missing,
-            })
+            let action = p.parameter_not_found_action;
+            if action.is_none() {
+                errors.push(
+                    "spec.paramRef.parameterNotFoundAction",
+                    "required: Allow or Deny",
+                );
+            }
+            ParamRef {
+                name: p.name,
+                namespace: p.namespace,
+                selector: p
+                    .selector
+                    .map(|s| errors.selector(s, "spec.paramRef.selector")),
+                deny_when_missing: action != Some(ParameterNotFoundAction::Allow),
+            }
+        });
+        let match_resources =
+            (self.match_resources).map(|m| m.validate("spec.matchResources", errors));
+        if errors.errors.len() > before {
+            return None;
         }
-    };
-    let match_resources = spec
-        .get("matchResources")
-        .filter(|m| !m.is_null())
-        .map(|m| r.match_resources(m, "spec.matchResources"));
-    if errors.len() > before {
-        return None;
+        Some(Binding {
+            name: name?,
+            policy_name: policy_name?,
+            param_ref,
+            match_resources,
+            actions,
+        })
     }
-    Some(Binding {
-        name: name?,
-        policy_name: policy_name?,
-        param_ref,
-        match_resources,
-        actions,
-    })
+}
+
+/// Reads a ValidatingAdmissionPolicyBinding.
+pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
+    let (name, spec, mut errors) = read_object::<BindingSpec>(doc, errors)?;
+    spec.validate(name, &mut errors)
 }

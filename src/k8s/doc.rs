@@ -1,0 +1,82 @@
+//! Strict reading of documents (the project's own and Kubernetes objects in
+//! policy folders) with serde: unknown fields are errors, and every error
+//! names the path of its field.
+use super::json::FieldError;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Reads `value` into `T`, an error naming the path of the field at fault.
+/// A null field counts as absent, as in Kubernetes (YAML's `key:` with
+/// nothing after it). serde's wording is turned into the engine's: a
+/// missing field is `required` at its own path, and an unknown enum value
+/// says what it must be.
+pub fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+    fn drop_nulls(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.retain(|_, v| !v.is_null());
+                m.values_mut().for_each(drop_nulls);
+            }
+            Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+            _ => {}
+        }
+    }
+    let mut value = value.clone();
+    drop_nulls(&mut value);
+    serde_path_to_error::deserialize(&value).map_err(|e| {
+        let path = e.path().to_string();
+        let mut field = if path == "." { String::new() } else { path };
+        let text = e.into_inner().to_string();
+        let quoted = |prefix: &str| {
+            let (name, rest) = text.strip_prefix(prefix)?.split_once('`')?;
+            Some((name.to_string(), rest.replace('`', "")))
+        };
+        let message = if let Some((name, _)) = quoted("missing field `") {
+            field = if field.is_empty() {
+                name
+            } else {
+                format!("{field}.{name}")
+            };
+            "required".to_string()
+        } else if let Some((_, rest)) = quoted("unknown field `") {
+            // The path already ends with the unknown field.
+            format!("unknown field{rest}")
+        } else if let Some((name, rest)) = quoted("unknown variant `") {
+            format!(
+                "must be {}, not {name}",
+                rest.trim_start_matches(", expected ")
+            )
+        } else {
+            text
+        };
+        FieldError { field, message }
+    })
+}
+
+/// A Kubernetes object: `apiVersion`, `kind`, `metadata`, the kind's
+/// `spec`, and the `status` a server export carries (ignored).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Object<S> {
+    #[serde(rename = "apiVersion")]
+    _api_version: IgnoredAny,
+    #[serde(rename = "kind")]
+    _kind: IgnoredAny,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: Option<S>,
+    #[serde(rename = "status")]
+    _status: Option<IgnoredAny>,
+}
+
+/// The part of `metadata` the engine uses; every other field Kubernetes
+/// sets (uid, annotations, managedFields, ...) is accepted and ignored.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ObjectMeta {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub labels: BTreeMap<String, String>,
+}
