@@ -37,7 +37,12 @@ impl<'e> Scope<'e> {
     /// The variables for `evaluated`: the subject's request itself, or the
     /// pod of its template. `request`, `namespaceObject` and the subject's
     /// host variables are the same for both.
-    pub(super) fn new(inner: &'e Inner, subject: &Subject, evaluated: &Request) -> Scope<'e> {
+    pub(super) fn new(
+        inner: &'e Inner,
+        subject: &Subject,
+        evaluated: &Request,
+        shared: &mut Shared,
+    ) -> Scope<'e> {
         let mut ctx = inner.env.scope();
         // Converting is most of the fixed cost of a request: only convert
         // what some expression of the set refers to (nothing else can be
@@ -52,13 +57,16 @@ impl<'e> Scope<'e> {
             ctx.add_variable_from_value("oldObject", to_value(evaluated.old_object.as_ref()));
         }
         if wanted("namespaceObject") {
-            ctx.add_variable_from_value("namespaceObject", to_value(subject.namespace.as_ref()));
+            let namespace = shared
+                .namespace
+                .get_or_insert_with(|| to_value(subject.namespace.as_ref()));
+            ctx.add_variable_from_value("namespaceObject", namespace.clone());
         }
         if wanted("request") {
-            ctx.add_variable_from_value(
-                "request",
-                cel::json_to_value(&request_value(subject.request)),
-            );
+            let request = shared
+                .request
+                .get_or_insert_with(|| cel::json_to_value(&request_value(subject.request)));
+            ctx.add_variable_from_value("request", request.clone());
         }
         for (name, value) in &subject.variables {
             if wanted(name) {
@@ -74,6 +82,14 @@ impl<'e> Scope<'e> {
         }
         Scope { ctx }
     }
+}
+
+/// The variables the object and its template pod share, converted once
+/// (a clone of a converted value shares its contents).
+#[derive(Default)]
+pub(super) struct Shared {
+    namespace: Option<Value>,
+    request: Option<Value>,
 }
 
 /// `request` as Kubernetes shows it to CEL (no uid, object or oldObject).

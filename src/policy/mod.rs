@@ -4,7 +4,7 @@ use crate::cel::{self, Env, Extensions};
 use crate::k8s::NamespaceLookup;
 use crate::review::Request;
 use crate::subject::Subject;
-use eval::{applies, Scope};
+use eval::{applies, Scope, Shared};
 use kube_cel::cel::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -384,6 +384,7 @@ impl PolicySet {
         let req = subject.request;
         let ns_labels = &subject.namespace_labels;
         let mut verdict = Verdict::default();
+        let mut shared = Shared::default();
         let mut direct: Option<Scope> = None;
         for bi in inner.index.candidates(req) {
             let (binding, pi) = &inner.bindings[bi];
@@ -395,7 +396,7 @@ impl PolicySet {
                 verdict.timed_out = true;
                 return verdict;
             }
-            let scope = direct.get_or_insert_with(|| Scope::new(inner, subject, req));
+            let scope = direct.get_or_insert_with(|| Scope::new(inner, subject, req, &mut shared));
             inner.run_binding(policy, binding, req, scope, "", &mut verdict);
         }
         if let Some(template) = &subject.template {
@@ -411,7 +412,8 @@ impl PolicySet {
                     verdict.timed_out = true;
                     return verdict;
                 }
-                let scope = pod_scope.get_or_insert_with(|| Scope::new(inner, subject, pod_req));
+                let scope = pod_scope
+                    .get_or_insert_with(|| Scope::new(inner, subject, pod_req, &mut shared));
                 inner.run_binding(policy, binding, req, scope, &template.prefix, &mut verdict);
             }
         }
