@@ -27,6 +27,9 @@ pub struct Outcome {
     pub profile: Option<String>,
     /// Each policy binding evaluated.
     pub evaluations: Vec<PolicyEvaluation>,
+    /// GPUs one pod of the object asks for (`/validate`: from the subject's
+    /// GPU facts; 0 for objects that make no pods).
+    pub gpus_per_pod: i64,
 }
 
 /// Answers admission requests with the current bundle.
@@ -63,7 +66,7 @@ impl Admission {
         Outcome {
             response,
             profile: plan.profile,
-            evaluations: Vec::new(),
+            ..Outcome::default()
         }
     }
 
@@ -140,12 +143,17 @@ fn validate_with(
     deadline: Option<Instant>,
 ) -> Outcome {
     let subject = subject(bundle, req, namespaces);
+    let gpus_per_pod = match subject.kind {
+        SubjectKind::Pod | SubjectKind::Controller => subject.gpu.as_ref().map_or(0, |g| g.total),
+        _ => 0,
+    };
     let verdict = bundle.policies.evaluate_subject(&subject, deadline);
     if verdict.timed_out {
         return Outcome {
             response: deadline_denial(),
             profile: None,
             evaluations: verdict.evaluations,
+            gpus_per_pod,
         };
     }
     let mut response = if verdict.denials.is_empty() {
@@ -164,6 +172,7 @@ fn validate_with(
         response,
         profile: None,
         evaluations: verdict.evaluations,
+        gpus_per_pod,
     }
 }
 

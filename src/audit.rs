@@ -43,13 +43,8 @@ pub struct Report {
     pub findings: Vec<Finding>,
 }
 
-/// Evaluates `objects` as if each were created now. `gpus_per_pod` says how
-/// many GPUs one pod of an object asks for (0 for non-pod objects).
-pub fn audit(
-    admission: &Admission,
-    objects: &[Value],
-    gpus_per_pod: &dyn Fn(&Value) -> i64,
-) -> Report {
+/// Evaluates `objects` as if each were created now.
+pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
     let uids: BTreeSet<&str> = objects
         .iter()
         .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
@@ -65,8 +60,8 @@ pub fn audit(
         report.evaluated += 1;
         let req = build_request(object.clone(), None, Operation::Create, None);
         let namespace = req.namespace.clone();
-        let response = admission.validate(&req).response;
-        let violations = violations(&response);
+        let outcome = admission.validate(&req);
+        let violations = violations(&outcome.response);
         if violations.is_empty() {
             *report
                 .passed
@@ -74,7 +69,7 @@ pub fn audit(
                 .or_default() += 1;
             continue;
         }
-        let gpus = gpus_held(object, gpus_per_pod);
+        let gpus = gpus_held(object, outcome.gpus_per_pod);
         for (policy, action, message) in violations {
             report.findings.push(Finding {
                 policy,
@@ -272,8 +267,7 @@ pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
 
 /// GPUs an object holds: a pod's own count while it is live (not
 /// Succeeded or Failed); for controllers, per pod times replicas.
-fn gpus_held(object: &Value, gpus_per_pod: &dyn Fn(&Value) -> i64) -> i64 {
-    let per_pod = gpus_per_pod(object);
+fn gpus_held(object: &Value, per_pod: i64) -> i64 {
     if per_pod == 0 {
         return 0;
     }

@@ -4,7 +4,6 @@
 use gpu_admission::admission::Admission;
 use gpu_admission::audit::{self, SummaryRow};
 use gpu_admission::bundle::{self, PolicySource};
-use gpu_admission::gpu::{gpus_per_pod, GpuResources};
 use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::offline::read_manifest;
 use std::path::Path;
@@ -20,8 +19,7 @@ fn run() -> audit::Report {
     let loaded = bundle::load(&PolicySource::Dir(fixture("policies"))).unwrap();
     let admission = Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new()));
     let objects = read_manifest(&fixture("cluster-list.json")).unwrap();
-    let resources = GpuResources::default();
-    audit::audit(&admission, &objects, &|o| gpus_per_pod(o, &resources))
+    audit::audit(&admission, &objects)
 }
 
 fn row(

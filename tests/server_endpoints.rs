@@ -461,6 +461,7 @@ async fn metrics_count_policy_evaluations_and_mutations() {
                 duration: Duration::from_micros(15),
             },
         ],
+        gpus_per_pod: 0,
     };
     let server = TestServer::start_with(config(), Arc::new(webhook)).await;
     let pod = fixture("pod-create-gpu.json");

@@ -47,6 +47,7 @@ impl SpanRecorder {
                 result: EvaluationResult::Deny,
                 duration: Duration::from_micros(20),
             }],
+            gpus_per_pod: 1,
         }
     }
 }

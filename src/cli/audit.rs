@@ -61,14 +61,12 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             .collect();
         (objects, namespaces)
     };
-    let resources = loaded.bundle.placement.gpu_resources().clone();
     let mut lookup = StaticNamespaces::new();
     for (name, labels) in namespaces {
         lookup.insert(&name, labels);
     }
     let admission = Admission::new(loaded.bundle, Arc::new(lookup));
-    let per_pod = |object: &Value| crate::gpu::gpus_per_pod(object, &resources);
-    let report = audit::audit(&admission, &objects, &per_pod);
+    let report = audit::audit(&admission, &objects);
     match args.output {
         AuditFormat::Text => print!("{}", audit::render_text(&report)),
         AuditFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
