@@ -986,8 +986,15 @@ impl Value {
         match &expr.expr {
             Expr::Literal(literal) => Ok(literal.to_val()),
             Expr::Call(call) => {
+                // gpu-admission patch: operators' names never start with a
+                // letter; a function call skips the comparisons with them.
+                let operator = call
+                    .func_name
+                    .as_bytes()
+                    .first()
+                    .is_some_and(|b| !b.is_ascii_alphabetic());
                 // START OF SPECIAL CASES FOR operators::...
-                if call.args.len() == 3 && call.func_name == operators::CONDITIONAL {
+                if operator && call.args.len() == 3 && call.func_name == operators::CONDITIONAL {
                     let cond = Value::resolve_val(&call.args[0], ctx);
                     return if try_bool(cond)? {
                         Value::resolve_val(&call.args[1], ctx)
@@ -995,7 +1002,7 @@ impl Value {
                         Value::resolve_val(&call.args[2], ctx)
                     };
                 }
-                if call.args.len() == 2 {
+                if operator && call.args.len() == 2 {
                     match call.func_name.as_str() {
                         operators::LOGICAL_OR => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
@@ -1269,7 +1276,7 @@ impl Value {
                         _ => (),
                     }
                 }
-                if call.args.len() == 1 {
+                if operator && call.args.len() == 1 {
                     match call.func_name.as_str() {
                         operators::LOGICAL_NOT => {
                             let expr = Value::resolve_val(&call.args[0], ctx)?;
@@ -1355,7 +1362,30 @@ impl Value {
                 let left = Value::resolve_val(select.operand.deref(), ctx)?;
                 match left.get_type() {
                     MAP_TYPE => {
-                        let key: CelString = select.field.as_str().into();
+                        // gpu-admission patch: a field of a `CelMap` is looked
+                        // up without building a key, and a field of a
+                        // borrowed map (a variable, or a field of one) is
+                        // borrowed too.
+                        let field = select.field.as_str();
+                        if let Some(map) = left.downcast_ref::<CelMap>() {
+                            if select.test {
+                                return Ok(bool(map.get_field(field).is_some()));
+                            }
+                            let missing = || ExecutionError::NoSuchKey(Arc::new(field.to_string()));
+                            return match left {
+                                Cow::Borrowed(left) => left
+                                    .downcast_ref::<CelMap>()
+                                    .and_then(|map| map.get_field(field))
+                                    .map(Cow::Borrowed)
+                                    .ok_or_else(missing),
+                                Cow::Owned(left) => left
+                                    .downcast_ref::<CelMap>()
+                                    .and_then(|map| map.get_field(field))
+                                    .map(|v| Cow::Owned(v.clone_as_boxed()))
+                                    .ok_or_else(missing),
+                            };
+                        }
+                        let key: CelString = field.into();
                         if select.test {
                             Ok(bool(
                                 left.as_container()
@@ -1444,9 +1474,9 @@ impl Value {
                     if !try_bool(Value::resolve_val(&comprehension.loop_cond, &ctx))? {
                         break;
                     }
-                    ctx.add_variable_as_val(&comprehension.iter_var, item.clone_as_boxed());
+                    ctx.set_variable_as_val(&comprehension.iter_var, item.clone_as_boxed());
                     let accu = Value::resolve_val(&comprehension.loop_step, &ctx)?;
-                    ctx.add_variable_as_val(&comprehension.accu_var, accu.clone_as_boxed());
+                    ctx.set_variable_as_val(&comprehension.accu_var, accu.clone_as_boxed());
                 }
                 Ok(Cow::<dyn Val>::Owned(
                     Value::resolve_val(&comprehension.result, &ctx)?.into_owned(),
@@ -2692,5 +2722,65 @@ mod preconverted_tests {
     fn gives_the_json_of_the_value_it_holds() {
         let pre = record().preconverted().unwrap();
         assert_eq!(pre.json().unwrap(), record().json().unwrap());
+    }
+}
+
+#[cfg(test)]
+mod select_tests {
+    use super::*;
+    use crate::Program;
+
+    fn eval(expr: &str) -> crate::ResolveResult {
+        let mut ctx = Context::default();
+        let mut inner = HashMap::new();
+        inner.insert(Key::from("name"), Value::from("n"));
+        let mut outer = HashMap::new();
+        outer.insert(
+            Key::from("meta"),
+            Value::Map(Map {
+                map: Arc::new(inner),
+            }),
+        );
+        outer.insert(Key::from("n"), Value::Int(1));
+        ctx.add_variable_from_value(
+            "m",
+            Value::Map(Map {
+                map: Arc::new(outer),
+            }),
+        );
+        Program::compile(expr).unwrap().execute(&ctx)
+    }
+
+    #[test]
+    fn fields_of_variables_and_of_computed_maps() {
+        assert_eq!(eval("m.meta.name"), Ok(Value::from("n")));
+        assert_eq!(eval("{'a': {'b': 2}}.a.b"), Ok(Value::Int(2)));
+        assert_eq!(
+            eval("has(m.meta.name) && !has(m.meta.other)"),
+            Ok(true.into())
+        );
+        assert_eq!(eval("has({'a': 1}.a) && !has({'a': 1}.b)"), Ok(true.into()));
+        assert_eq!(
+            eval("m.meta.other"),
+            Err(ExecutionError::NoSuchKey(Arc::new("other".to_string())))
+        );
+        assert_eq!(
+            eval("{'a': 1}.b"),
+            Err(ExecutionError::NoSuchKey(Arc::new("b".to_string())))
+        );
+    }
+
+    #[test]
+    fn comprehension_variables_are_rebound_each_iteration() {
+        assert_eq!(eval("[1, 2].all(x, [3, 4].all(y, x < y))"), Ok(true.into()));
+        assert_eq!(
+            eval("[[1], [2, 3]].map(x, x.map(x, x + m.n))"),
+            eval("[[2], [3, 4]]")
+        );
+        assert_eq!(eval("[1, 2, 3].filter(x, x > 1).size()"), Ok(Value::Int(2)));
+        assert_eq!(
+            eval("[1, 2].exists(x, x == 2) && [3].exists(x, x == 3)"),
+            Ok(true.into())
+        );
     }
 }
