@@ -5,7 +5,6 @@ use super::{json_to_value, Context, Extension, Value};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::GpuFacts;
 use crate::gpu::GpuResources;
-use kube_cel::cel::objects::pinned;
 use kube_cel::cel::ResolveResult;
 use std::sync::Arc;
 
@@ -18,26 +17,20 @@ pub struct GpuExtension {
     sku_values: Arc<SkuValues>,
 }
 
-/// The catalog's `azure.sku()` records, pinned in the interpreter while
-/// anything (the extension, the functions it registered) holds them.
+/// The catalog's `azure.sku()` records, each held with its conversion to the
+/// interpreter's form ([`Value::preconverted`]): a call hands out a clone.
 struct SkuValues(Vec<Value>);
 
 impl SkuValues {
     fn new(values: Vec<Value>) -> SkuValues {
-        for value in &values {
-            // Records of plain JSON always convert; were one not to, it would
-            // only be converted on each call instead.
-            let _ = pinned::pin(value);
-        }
-        SkuValues(values)
-    }
-}
-
-impl Drop for SkuValues {
-    fn drop(&mut self) {
-        for value in &self.0 {
-            pinned::unpin(value);
-        }
+        SkuValues(
+            values
+                .into_iter()
+                // Records of plain JSON always convert; were one not to, it
+                // would only be converted on each call instead.
+                .map(|value| value.clone().preconverted().unwrap_or(value))
+                .collect(),
+        )
     }
 }
 
@@ -145,6 +138,14 @@ mod tests {
         let ext = GpuExtension::new(Arc::new(Catalog::embedded()), GpuResources::default());
         for sku in catalog.skus() {
             let want = json_to_value(&catalog.sku_value(&sku.name));
+            assert!(
+                matches!(
+                    sku_value(&catalog, &ext.sku_values.0, &sku.name),
+                    Value::Opaque(_)
+                ),
+                "{} is held converted",
+                sku.name
+            );
             assert_eq!(
                 sku_value(&catalog, &ext.sku_values.0, &sku.name),
                 want,

@@ -82,7 +82,9 @@ pub fn with_deadline<R>(deadline: Instant, f: impl FnOnce() -> R) -> R {
 
 /// Whether an installed deadline has passed.
 pub fn deadline_passed() -> bool {
-    DEADLINE.with(|d| d.get()).is_some_and(|d| Instant::now() >= d)
+    DEADLINE
+        .with(|d| d.get())
+        .is_some_and(|d| Instant::now() >= d)
 }
 
 struct DeadlineGuard {
@@ -139,6 +141,12 @@ pub fn charge_value(value: &Value) -> Result<(), ExecutionError> {
         Value::Bytes(b) => 1 + b.len() as u64 / 10,
         Value::List(l) => 1 + l.len() as u64,
         Value::Map(m) => 1 + m.map.len() as u64,
+        Value::Opaque(o) => {
+            return match o.downcast_ref::<crate::objects::Preconverted>() {
+                Some(pre) => charge_value(pre.value()),
+                None => Ok(()),
+            }
+        }
         _ => return Ok(()),
     };
     charge(units)
@@ -239,15 +247,15 @@ mod tests {
     fn a_passed_deadline_stops_charging_within_a_clock_period() {
         let past = Instant::now() - Duration::from_millis(1);
         let stopped = with_deadline(past, || {
-            with_budget(u64::MAX, || {
-                (0..=CLOCK_EVERY).find_map(|_| charge(1).err())
-            })
-            .0
+            with_budget(u64::MAX, || (0..=CLOCK_EVERY).find_map(|_| charge(1).err())).0
         });
         assert!(matches!(stopped, Some(ExecutionError::DeadlineExceeded)));
         let future = Instant::now() + Duration::from_secs(3600);
         let ran = with_deadline(future, || {
-            with_budget(u64::MAX, || (0..10 * CLOCK_EVERY).all(|_| charge(1).is_ok())).0
+            with_budget(u64::MAX, || {
+                (0..10 * CLOCK_EVERY).all(|_| charge(1).is_ok())
+            })
+            .0
         });
         assert!(ran, "a deadline not yet reached stops nothing");
     }

@@ -103,6 +103,21 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// gpu-admission patch: [`Context::add_variable_as_val`] that reuses the
+    /// slot of a variable already set in this scope (a comprehension's
+    /// variables, set on every iteration) instead of allocating its name.
+    pub(crate) fn set_variable_as_val(&mut self, name: &str, value: Box<dyn Val>) {
+        let variables = match self {
+            Context::Root { variables, .. } | Context::Child { variables, .. } => variables,
+        };
+        match variables.get_mut(name) {
+            Some(slot) => *slot = value,
+            None => {
+                variables.insert(name.to_string(), value);
+            }
+        }
+    }
+
     pub fn set_variable_resolver(&mut self, r: &'a dyn VariableResolver) {
         match self {
             Context::Root { resolver, .. } => {

@@ -309,35 +309,40 @@ pub fn matches(
     This(this): This<Arc<String>>,
     regex: Arc<String>,
 ) -> Result<bool> {
-    match cached_regex(&regex) {
-        Ok(re) => Ok(re.is_match(&this)),
+    match with_regex(&regex, |re| re.is_match(&this)) {
+        Ok(matched) => Ok(matched),
         Err(err) => Err(ftx.error(format!("'{regex}' not a valid regex:\n{err}"))),
     }
 }
 
-/// gpu-admission patch: compiled patterns are kept (up to 256; the oldest
-/// half is dropped beyond that), since policies call `matches` with the same
-/// constant pattern on every request and compiling dominates the call.
+/// gpu-admission patch: each thread keeps the patterns it compiled (up to
+/// 256; all are dropped beyond that), since policies call `matches` with the
+/// same constant pattern on every request and compiling dominates the call.
+/// Per thread, so that no lock is taken on the way to a match.
 #[cfg(feature = "regex")]
-fn cached_regex(pattern: &str) -> std::result::Result<Arc<regex::Regex>, regex::Error> {
-    use std::collections::VecDeque;
-    use std::sync::{Mutex, OnceLock};
+fn with_regex<R>(
+    pattern: &str,
+    f: impl FnOnce(&regex::Regex) -> R,
+) -> std::result::Result<R, regex::Error> {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
     const MAX: usize = 256;
-    static CACHE: OnceLock<Mutex<VecDeque<(String, Arc<regex::Regex>)>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(VecDeque::new()));
-    if let Ok(entries) = cache.lock() {
-        if let Some((_, re)) = entries.iter().find(|(p, _)| p == pattern) {
-            return Ok(re.clone());
-        }
+    thread_local! {
+        static REGEXES: RefCell<HashMap<String, regex::Regex>> = RefCell::new(HashMap::new());
     }
-    let re = Arc::new(regex::Regex::new(pattern)?);
-    if let Ok(mut entries) = cache.lock() {
-        if entries.len() >= MAX {
-            entries.drain(..MAX / 2);
+    REGEXES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some(re) = cache.get(pattern) {
+            return Ok(f(re));
         }
-        entries.push_back((pattern.to_string(), re.clone()));
-    }
-    Ok(re)
+        let re = regex::Regex::new(pattern)?;
+        let result = f(&re);
+        if cache.len() >= MAX {
+            cache.clear();
+        }
+        cache.insert(pattern.to_string(), re);
+        Ok(result)
+    })
 }
 
 #[cfg(feature = "chrono")]
@@ -924,6 +929,24 @@ mod tests {
                 }
             )
         );
+    }
+
+    #[cfg(feature = "regex")]
+    #[test]
+    fn matches_past_the_cache_bound() {
+        // More distinct patterns than a thread keeps, each used twice, and
+        // an invalid one in between: answers do not depend on the cache.
+        for round in 0..2 {
+            for i in 0..300 {
+                let script = format!("'x{i}y'.matches('^x{i}y$') && !'x{i}'.matches('^x{i}y$')");
+                assert_eq!(
+                    test_script(&script, None),
+                    Ok(true.into()),
+                    "{i} round {round}"
+                );
+            }
+            assert!(test_script("'a'.matches('(a')", None).is_err());
+        }
     }
 
     #[test]

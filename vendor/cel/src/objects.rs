@@ -651,7 +651,8 @@ impl From<&Value> for Value {
 
 impl PartialEq for Value {
     fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
+        // gpu-admission patch: a `Preconverted` compares as the value it holds.
+        match (self.peel_preconverted(), other.peel_preconverted()) {
             (Value::Map(a), Value::Map(b)) => a == b,
             (Value::List(a), Value::List(b)) => a == b,
             (Value::Function(a1, a2), Value::Function(b1, b2)) => a1 == b1 && a2 == b2,
@@ -927,9 +928,6 @@ impl TryFrom<Value> for Box<dyn Val> {
                 Ok(Box::new(CelList::from(result?)))
             }
             Value::Map(map) => {
-                if let Some(converted) = pinned::get(&map) {
-                    return Ok(converted);
-                }
                 let result: Result<HashMap<CelMapKey, Box<dyn Val>>, ExecutionError> = map
                     .map
                     .iter()
@@ -938,6 +936,9 @@ impl TryFrom<Value> for Box<dyn Val> {
                 Ok(Box::new(CelMap::from(result?)))
             }
             Value::Opaque(o) => {
+                if let Some(pre) = o.downcast_ref::<Preconverted>() {
+                    return Ok(pre.val.clone_as_boxed());
+                }
                 let v: Box<dyn Val> = if let Some(value) = o.downcast_ref::<OptionalValue>() {
                     match value.inner() {
                         None => Box::new(CelOptional::none()),
@@ -985,8 +986,15 @@ impl Value {
         match &expr.expr {
             Expr::Literal(literal) => Ok(literal.to_val()),
             Expr::Call(call) => {
+                // gpu-admission patch: operators' names never start with a
+                // letter; a function call skips the comparisons with them.
+                let operator = call
+                    .func_name
+                    .as_bytes()
+                    .first()
+                    .is_some_and(|b| !b.is_ascii_alphabetic());
                 // START OF SPECIAL CASES FOR operators::...
-                if call.args.len() == 3 && call.func_name == operators::CONDITIONAL {
+                if operator && call.args.len() == 3 && call.func_name == operators::CONDITIONAL {
                     let cond = Value::resolve_val(&call.args[0], ctx);
                     return if try_bool(cond)? {
                         Value::resolve_val(&call.args[1], ctx)
@@ -994,7 +1002,7 @@ impl Value {
                         Value::resolve_val(&call.args[2], ctx)
                     };
                 }
-                if call.args.len() == 2 {
+                if operator && call.args.len() == 2 {
                     match call.func_name.as_str() {
                         operators::LOGICAL_OR => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
@@ -1268,7 +1276,7 @@ impl Value {
                         _ => (),
                     }
                 }
-                if call.args.len() == 1 {
+                if operator && call.args.len() == 1 {
                     match call.func_name.as_str() {
                         operators::LOGICAL_NOT => {
                             let expr = Value::resolve_val(&call.args[0], ctx)?;
@@ -1332,7 +1340,7 @@ impl Value {
                                 );
                                 // todo fix this to _not_ use `Value`
                                 let v = (func)(&mut ctx)?;
-                        crate::budget::charge_value(&v)?;
+                                crate::budget::charge_value(&v)?;
                                 Ok(Cow::<dyn Val>::Owned(TryInto::<Box<dyn Val>>::try_into(v)?))
                             }
                             Some(func) => {
@@ -1340,7 +1348,7 @@ impl Value {
                                     FunctionContext::new(&call.func_name, None, ctx, &call.args);
                                 // todo fix this to _not_ use `Value`
                                 let v = (func)(&mut ctx)?;
-                        crate::budget::charge_value(&v)?;
+                                crate::budget::charge_value(&v)?;
                                 Ok(Cow::<dyn Val>::Owned(TryInto::<Box<dyn Val>>::try_into(v)?))
                             }
                         }
@@ -1354,7 +1362,30 @@ impl Value {
                 let left = Value::resolve_val(select.operand.deref(), ctx)?;
                 match left.get_type() {
                     MAP_TYPE => {
-                        let key: CelString = select.field.as_str().into();
+                        // gpu-admission patch: a field of a `CelMap` is looked
+                        // up without building a key, and a field of a
+                        // borrowed map (a variable, or a field of one) is
+                        // borrowed too.
+                        let field = select.field.as_str();
+                        if let Some(map) = left.downcast_ref::<CelMap>() {
+                            if select.test {
+                                return Ok(bool(map.get_field(field).is_some()));
+                            }
+                            let missing = || ExecutionError::NoSuchKey(Arc::new(field.to_string()));
+                            return match left {
+                                Cow::Borrowed(left) => left
+                                    .downcast_ref::<CelMap>()
+                                    .and_then(|map| map.get_field(field))
+                                    .map(Cow::Borrowed)
+                                    .ok_or_else(missing),
+                                Cow::Owned(left) => left
+                                    .downcast_ref::<CelMap>()
+                                    .and_then(|map| map.get_field(field))
+                                    .map(|v| Cow::Owned(v.clone_as_boxed()))
+                                    .ok_or_else(missing),
+                            };
+                        }
+                        let key: CelString = field.into();
                         if select.test {
                             Ok(bool(
                                 left.as_container()
@@ -1443,9 +1474,9 @@ impl Value {
                     if !try_bool(Value::resolve_val(&comprehension.loop_cond, &ctx))? {
                         break;
                     }
-                    ctx.add_variable_as_val(&comprehension.iter_var, item.clone_as_boxed());
+                    ctx.set_variable_as_val(&comprehension.iter_var, item.clone_as_boxed());
                     let accu = Value::resolve_val(&comprehension.loop_step, &ctx)?;
-                    ctx.add_variable_as_val(&comprehension.accu_var, accu.clone_as_boxed());
+                    ctx.set_variable_as_val(&comprehension.accu_var, accu.clone_as_boxed());
                 }
                 Ok(Cow::<dyn Val>::Owned(
                     Value::resolve_val(&comprehension.result, &ctx)?.into_owned(),
@@ -2547,47 +2578,209 @@ mod tests {
     }
 }
 
-/// gpu-admission patch: maps a host hands out over and over (a function
-/// returning one of a fixed set of records) can be converted to the
-/// interpreter's form once. A pinned map's conversion is a clone of the
-/// stored form; the pin keeps the map alive, so its address stays its key.
-pub mod pinned {
-    use super::{Map, Value};
-    use crate::common::value::Val;
-    use std::collections::HashMap;
-    use std::sync::{Arc, OnceLock, RwLock};
+/// gpu-admission patch: a value a host hands out over and over (a function
+/// returning one of a fixed set of records) can carry its conversion to the
+/// interpreter's form, done once by [`Value::preconverted`]. A function
+/// returning it (a clone: an `Arc`) has its result converted by a clone of
+/// the stored form, O(1) for lists and maps, instead of a walk of the value.
+///
+/// It is a [`Value::Opaque`] that compares equal to the value it holds, is
+/// charged like it and gives its JSON; the interpreter only ever sees the
+/// stored form.
+pub struct Preconverted {
+    value: Value,
+    val: Box<dyn Val>,
+}
 
-    type Pins = RwLock<HashMap<usize, (Value, Box<dyn Val>)>>;
-    static PINS: OnceLock<Pins> = OnceLock::new();
+impl Preconverted {
+    /// The value this holds, in the host's form.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+}
 
-    fn key(map: &Map) -> usize {
-        Arc::as_ptr(&map.map) as *const () as usize
+impl Value {
+    /// This value together with its conversion to the interpreter's form;
+    /// see [`Preconverted`].
+    pub fn preconverted(self) -> Result<Value, ExecutionError> {
+        let val: Box<dyn Val> = self.clone().try_into()?;
+        Ok(Value::Opaque(Arc::new(Preconverted { value: self, val })))
     }
 
-    /// Converts `value` (a map) once and serves later conversions of the
-    /// same map from that. Other values are left alone.
-    pub fn pin(value: &Value) -> Result<(), crate::ExecutionError> {
-        if let Value::Map(map) = value {
-            let converted: Box<dyn Val> = value.clone().try_into()?;
-            let pins = PINS.get_or_init(Default::default);
-            if let Ok(mut pins) = pins.write() {
-                pins.insert(key(map), (value.clone(), converted));
-            }
+    /// The value a [`Preconverted`] holds, or this value.
+    fn peel_preconverted(&self) -> &Value {
+        match self {
+            Value::Opaque(o) => match o.downcast_ref::<Preconverted>() {
+                Some(pre) => &pre.value,
+                None => self,
+            },
+            _ => self,
         }
-        Ok(())
+    }
+}
+
+impl Debug for Preconverted {
+    fn fmt(&self, f: &mut Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Preconverted({:?})", self.value)
+    }
+}
+
+impl OpaqueEq for Preconverted {
+    fn opaque_eq(&self, other: &dyn Opaque) -> bool {
+        other
+            .downcast_ref::<Preconverted>()
+            .is_some_and(|other| self.value == other.value)
+    }
+}
+
+impl Opaque for Preconverted {
+    fn runtime_type_name(&self) -> &str {
+        "cel.preconverted"
     }
 
-    /// Forgets a pinned map.
-    pub fn unpin(value: &Value) {
-        if let (Value::Map(map), Some(pins)) = (value, PINS.get()) {
-            if let Ok(mut pins) = pins.write() {
-                pins.remove(&key(map));
-            }
+    #[cfg(feature = "json")]
+    fn json(&self) -> Option<serde_json::Value> {
+        self.value.json().ok()
+    }
+}
+
+#[cfg(test)]
+mod preconverted_tests {
+    use super::*;
+    use crate::Program;
+
+    fn record() -> Value {
+        let mut map = HashMap::new();
+        map.insert(Key::from("name"), Value::from("a"));
+        map.insert(Key::from("cores"), Value::Int(4));
+        map.insert(
+            Key::from("zones"),
+            Value::List(Arc::new(vec![Value::from("1"), Value::from("2")])),
+        );
+        Value::Map(Map { map: Arc::new(map) })
+    }
+
+    fn context(returned: Value) -> Context<'static> {
+        let mut ctx = Context::default();
+        ctx.add_function("rec", move |_: Arc<String>| -> crate::ResolveResult {
+            Ok(returned.clone())
+        });
+        ctx
+    }
+
+    #[test]
+    fn compares_as_the_value_it_holds() {
+        let pre = record().preconverted().unwrap();
+        assert!(matches!(pre, Value::Opaque(_)));
+        assert_eq!(pre, record());
+        assert_eq!(record(), pre);
+        assert_eq!(pre, record().preconverted().unwrap());
+        assert_ne!(pre, Value::Int(4));
+    }
+
+    #[test]
+    fn a_function_returning_it_gives_the_value() {
+        let plain = context(record());
+        let pre = context(record().preconverted().unwrap());
+        for expr in [
+            "rec('a')",
+            "rec('a').name",
+            "rec('a').cores + 1",
+            "rec('a').zones.map(z, z + 'x')",
+            "'cores' in rec('a')",
+            "rec('a').size() == 3",
+            "rec('a') == {'name': 'a', 'cores': 4, 'zones': ['1', '2']}",
+        ] {
+            let program = Program::compile(expr).unwrap();
+            let want = program.execute(&plain).unwrap();
+            assert_eq!(program.execute(&pre).unwrap(), want, "{expr}");
+            assert!(
+                !matches!(
+                    Value::resolve(&program.expression, &pre),
+                    Ok(Value::Opaque(_))
+                ),
+                "{expr}: the interpreter hands back its own form"
+            );
         }
+        assert_eq!(
+            Program::compile("rec('a')").unwrap().execute(&pre).unwrap(),
+            record()
+        );
     }
 
-    pub(super) fn get(map: &Map) -> Option<Box<dyn Val>> {
-        let pins = PINS.get()?.read().ok()?;
-        pins.get(&key(map)).map(|(_, v)| v.clone_as_boxed())
+    #[test]
+    fn is_charged_like_the_value_it_holds() {
+        let program = Program::compile("rec('a').cores").unwrap();
+        let cost = |ctx: &Context| crate::budget::with_budget(1_000, || program.execute(ctx)).1;
+        let plain = cost(&context(record()));
+        assert!(plain > 3, "the returned map is charged: {plain}");
+        assert_eq!(cost(&context(record().preconverted().unwrap())), plain);
+    }
+
+    #[cfg(feature = "json")]
+    #[test]
+    fn gives_the_json_of_the_value_it_holds() {
+        let pre = record().preconverted().unwrap();
+        assert_eq!(pre.json().unwrap(), record().json().unwrap());
+    }
+}
+
+#[cfg(test)]
+mod select_tests {
+    use super::*;
+    use crate::Program;
+
+    fn eval(expr: &str) -> crate::ResolveResult {
+        let mut ctx = Context::default();
+        let mut inner = HashMap::new();
+        inner.insert(Key::from("name"), Value::from("n"));
+        let mut outer = HashMap::new();
+        outer.insert(
+            Key::from("meta"),
+            Value::Map(Map {
+                map: Arc::new(inner),
+            }),
+        );
+        outer.insert(Key::from("n"), Value::Int(1));
+        ctx.add_variable_from_value(
+            "m",
+            Value::Map(Map {
+                map: Arc::new(outer),
+            }),
+        );
+        Program::compile(expr).unwrap().execute(&ctx)
+    }
+
+    #[test]
+    fn fields_of_variables_and_of_computed_maps() {
+        assert_eq!(eval("m.meta.name"), Ok(Value::from("n")));
+        assert_eq!(eval("{'a': {'b': 2}}.a.b"), Ok(Value::Int(2)));
+        assert_eq!(
+            eval("has(m.meta.name) && !has(m.meta.other)"),
+            Ok(true.into())
+        );
+        assert_eq!(eval("has({'a': 1}.a) && !has({'a': 1}.b)"), Ok(true.into()));
+        assert_eq!(
+            eval("m.meta.other"),
+            Err(ExecutionError::NoSuchKey(Arc::new("other".to_string())))
+        );
+        assert_eq!(
+            eval("{'a': 1}.b"),
+            Err(ExecutionError::NoSuchKey(Arc::new("b".to_string())))
+        );
+    }
+
+    #[test]
+    fn comprehension_variables_are_rebound_each_iteration() {
+        assert_eq!(eval("[1, 2].all(x, [3, 4].all(y, x < y))"), Ok(true.into()));
+        assert_eq!(
+            eval("[[1], [2, 3]].map(x, x.map(x, x + m.n))"),
+            eval("[[2], [3, 4]]")
+        );
+        assert_eq!(eval("[1, 2, 3].filter(x, x > 1).size()"), Ok(Value::Int(2)));
+        assert_eq!(
+            eval("[1, 2].exists(x, x == 2) && [3].exists(x, x == 3)"),
+            Ok(true.into())
+        );
     }
 }

@@ -30,6 +30,14 @@ impl DefaultMap {
     pub fn inner(&self) -> &HashMap<Key, Box<dyn Val>> {
         &self.0
     }
+
+    /// gpu-admission patch: the value under a string key, looked up without
+    /// building a key (field selection).
+    pub(crate) fn get_field(&self, name: &str) -> Option<&dyn Val> {
+        self.0
+            .get(&KeyRef::String(name) as &dyn AsKeyRef)
+            .map(|v| v.as_ref())
+    }
 }
 
 impl Deref for DefaultMap {
