@@ -13,7 +13,6 @@ mod eval;
 mod load;
 mod matching;
 mod model;
-mod pool;
 mod watch;
 
 pub use load::{
@@ -36,19 +35,12 @@ pub const VALIDATION_FAILURE_ANNOTATION: &str =
 /// Longest messageExpression result used (Kubernetes' 5 KiB).
 const MAX_MESSAGE_LEN: usize = 5 * 1024;
 
-/// Stack size a thread needs to evaluate policies itself (see
-/// [`mark_evaluation_thread`]).
-pub const EVALUATION_STACK: usize = pool::STACK;
-
-/// Lets [`PolicySet::evaluate`] run on the current thread instead of handing
-/// the request to the engine's own evaluation threads, saving a thread
-/// switch per request. Call only on threads started with a stack of at
-/// least [`EVALUATION_STACK`] bytes, e.g. from tokio's `on_thread_start` on
-/// a runtime built with `thread_stack_size(EVALUATION_STACK)`: an
-/// unoptimised build needs tens of KiB of stack per nesting level.
-pub fn mark_evaluation_thread() {
-    pool::mark_current_thread();
-}
+/// Stack a thread needs to evaluate policies ([`PolicySet::evaluate`]):
+/// the CEL interpreter recurses per nesting level of expressions and
+/// objects, and an unoptimised build needs tens of KiB per level, more than
+/// the 2 MiB of a default thread. Reserved address space; pages are only
+/// committed as used.
+pub const EVALUATION_STACK: usize = 64 << 20;
 
 /// Looks up Namespace objects for `namespaceObject` and namespaceSelector.
 pub trait NamespaceLookup: Send + Sync {
@@ -307,8 +299,8 @@ impl PolicySet {
 
     /// Evaluates every binding that matches `req`, and, for pod
     /// controllers, every binding whose policy matches pods on the pod the
-    /// controller's template describes. Runs on an evaluation thread with a
-    /// large stack; never panics.
+    /// controller's template describes. Runs on the calling thread, which
+    /// needs a stack of [`EVALUATION_STACK`] bytes.
     pub fn evaluate(&self, req: &Request, namespaces: &dyn NamespaceLookup) -> Verdict {
         self.evaluate_until(req, namespaces, None)
     }
@@ -330,23 +322,6 @@ impl PolicySet {
                 || json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}),
             )
         });
-        if pool::on_worker() {
-            return self.evaluate_here(req, namespace, deadline);
-        }
-        let set = self.clone();
-        let req = req.clone();
-        pool::run(move || set.evaluate_here(&req, namespace, deadline)).unwrap_or_else(|| Verdict {
-            denials: vec!["gpu-admission: policy evaluation failed unexpectedly".to_string()],
-            ..Verdict::default()
-        })
-    }
-
-    fn evaluate_here(
-        &self,
-        req: &Request,
-        namespace: Option<serde_json::Value>,
-        deadline: Option<Instant>,
-    ) -> Verdict {
         let Some(deadline) = deadline else {
             return self.evaluate_bindings(req, namespace, None);
         };
