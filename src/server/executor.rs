@@ -3,9 +3,9 @@
 //! bounded queue. Handlers hand each webhook call here explicitly and await
 //! its answer, so the reactor's threads never run it and the threads that
 //! do always have the stack it needs.
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{self, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -14,8 +14,31 @@ type Job = Box<dyn FnOnce() + Send>;
 /// Dropping it lets the threads end once the work queued so far is done.
 pub struct Executor {
     name: &'static str,
-    queue: mpsc::SyncSender<Job>,
+    shared: Arc<Shared>,
     threads: usize,
+}
+
+/// The queue between callers and threads.
+struct Shared {
+    state: Mutex<Queue>,
+    /// Signalled when a job is queued or the executor is dropped.
+    ready: Condvar,
+}
+
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Jobs the queue holds at most.
+    capacity: usize,
+    /// The executor was dropped: threads end once the queue is empty.
+    closed: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // Jobs run outside the lock and catch their panics: it is never
+        // poisoned by them, and the queue is consistent whatever happened.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Why [`Executor::run`] has no result.
@@ -31,8 +54,8 @@ pub enum RunError {
 
 impl Executor {
     /// Starts `threads` threads (at least one) named `<name>-<i>`, each with
-    /// a stack of `stack` bytes, and a queue holding up to `queue` closures
-    /// not yet started.
+    /// a stack of `stack` bytes, and a queue holding up to `queue` (at least
+    /// one) closures not yet started.
     pub fn new(
         name: &'static str,
         threads: usize,
@@ -40,20 +63,29 @@ impl Executor {
         stack: usize,
     ) -> std::io::Result<Executor> {
         let threads = threads.max(1);
-        let (tx, rx) = mpsc::sync_channel::<Job>(queue);
-        let rx = Arc::new(Mutex::new(rx));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(Queue {
+                jobs: VecDeque::with_capacity(queue),
+                capacity: queue.max(1),
+                closed: false,
+            }),
+            ready: Condvar::new(),
+        });
+        // Built first so that, should a thread fail to start, dropping it
+        // ends those already started.
+        let executor = Executor {
+            name,
+            shared,
+            threads,
+        };
         for i in 0..threads {
-            let rx = Arc::clone(&rx);
+            let shared = Arc::clone(&executor.shared);
             std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .stack_size(stack)
-                .spawn(move || work(&rx))?;
+                .spawn(move || work(&shared))?;
         }
-        Ok(Executor {
-            name,
-            queue: tx,
-            threads,
-        })
+        Ok(executor)
     }
 
     /// Threads started.
@@ -87,14 +119,14 @@ impl Executor {
         let job: Job = Box::new(move || {
             let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
         });
-        match self.queue.try_send(job) {
-            Ok(()) => {}
-            // The threads end only when the sender is dropped, so a
-            // disconnected queue means every one of them died: no room.
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                return Err(RunError::Overloaded(self.name))
+        {
+            let mut queue = self.shared.lock();
+            if queue.jobs.len() >= queue.capacity {
+                return Err(RunError::Overloaded(self.name));
             }
+            queue.jobs.push_back(job);
         }
+        self.shared.ready.notify_one();
         let name = self.name;
         Ok(async move {
             match rx.await {
@@ -105,19 +137,30 @@ impl Executor {
     }
 }
 
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.ready.notify_all();
+    }
+}
+
 /// One thread's life: take the next closure, run it, until the executor
-/// is dropped.
-fn work(queue: &Mutex<mpsc::Receiver<Job>>) {
+/// is dropped and nothing is left to run.
+fn work(shared: &Shared) {
     loop {
-        // Held only while waiting: the next thread waits for the lock.
-        let job = match queue.lock() {
-            Ok(queue) => queue.recv(),
-            Err(_) => return,
+        let job = {
+            let mut queue = shared.lock();
+            loop {
+                if let Some(job) = queue.jobs.pop_front() {
+                    break job;
+                }
+                if queue.closed {
+                    return;
+                }
+                queue = shared.ready.wait(queue).unwrap_or_else(|e| e.into_inner());
+            }
         };
-        match job {
-            Ok(job) => job(),
-            Err(_) => return,
-        }
+        job();
     }
 }
 
