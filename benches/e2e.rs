@@ -105,11 +105,9 @@ fn main() {
     };
     // `serve`'s default logging (one line per review), written nowhere.
     gpu_admission::cli::serve::init_logging_to(LogFormat::Text, std::io::sink, false);
-    // As `serve` builds it: evaluation runs inline on the blocking threads.
+    // As `serve` builds it: the server answers on threads of its own.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_stack_size(gpu_admission::policy::EVALUATION_STACK)
-        .on_thread_start(gpu_admission::policy::mark_evaluation_thread)
         .build()
         .expect("runtime");
     runtime.block_on(run(connections, requests));

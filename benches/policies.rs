@@ -1,7 +1,8 @@
 //! Where `/validate`'s time goes in the shipped set: the patched GPU pod of
-//! the engine bench, evaluated repeatedly on an evaluation thread (as
-//! `serve` runs it), with each binding's own duration as the engine records
-//! it for metrics. Prints a table, slowest policy first.
+//! the engine bench, evaluated repeatedly on a thread with the evaluation
+//! stack (as `serve`'s answering threads run it), with each binding's own
+//! duration as the engine records it for metrics. Prints a table, slowest
+//! policy first.
 //!
 //! `cargo bench --bench policies`; GPU_ADMISSION_BENCH_ROUNDS (default
 //! 2000) sets the evaluations. Without `--bench` (as under
@@ -28,10 +29,7 @@ fn main() {
     std::thread::Builder::new()
         .name("policies-bench".into())
         .stack_size(policy::EVALUATION_STACK)
-        .spawn(move || {
-            policy::mark_evaluation_thread();
-            breakdown(rounds);
-        })
+        .spawn(move || breakdown(rounds))
         .expect("bench thread")
         .join()
         .expect("breakdown ran");

@@ -15,7 +15,7 @@ use criterion::{criterion_group, BenchmarkId, Criterion};
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle;
 use gpu_admission::gpu::catalog::Catalog;
-use gpu_admission::namespaces::StaticNamespaces;
+use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{self, parse_documents};
 use pods::{create, mutated, unplaced_gpu_pod};
 use std::hint::black_box;
@@ -28,7 +28,6 @@ fn main() {
         .name("policy-count-bench".into())
         .stack_size(policy::EVALUATION_STACK)
         .spawn(|| {
-            policy::mark_evaluation_thread();
             on_evaluation_thread();
         })
         .expect("bench thread")

@@ -5,7 +5,7 @@ use crate::cel::gpu::gpu_value;
 use crate::gpu::facts::PlacementFacts;
 use crate::k8s::NamespaceLookup;
 use crate::placement::{self, ProfileSet};
-use crate::policy::{self, PolicyEvaluation, PolicySet};
+use crate::policy::{PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
 use crate::subject::{Subject, SubjectKind};
 use arc_swap::ArcSwap;
@@ -79,19 +79,8 @@ impl Admission {
     /// passed and then answers with a retryable denial: an evaluation cut
     /// short never admits what it did not finish judging.
     pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
-        let bundle = self.bundle.load_full();
-        if policy::on_evaluation_thread() {
-            return validate_with(&bundle, self.namespaces.as_ref(), req, deadline);
-        }
-        let namespaces = self.namespaces.clone();
-        let req = req.clone();
-        policy::run_on_evaluation_thread(move || {
-            validate_with(&bundle, namespaces.as_ref(), &req, deadline)
-        })
-        .unwrap_or_else(|| Outcome {
-            response: Response::deny("gpu-admission: policy evaluation failed unexpectedly"),
-            ..Outcome::default()
-        })
+        let bundle = self.bundle.load();
+        validate_with(&bundle, self.namespaces.as_ref(), req, deadline)
     }
 }
 

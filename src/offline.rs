@@ -2,6 +2,7 @@
 //! kube-apiserver would send, the mutation, then validation of the mutated
 //! object (the order the apiserver runs them in).
 use crate::admission::Admission;
+use crate::policy;
 use crate::review::{self, Operation, Request};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -34,7 +35,27 @@ pub struct Evaluation {
     pub audit_annotations: BTreeMap<String, String>,
 }
 
-/// Runs `/mutate` then `/validate` on `req`, as the apiserver would.
+/// Runs `f` on a thread with the stack policy evaluation needs
+/// ([`policy::EVALUATION_STACK`]) and waits for its result. The offline
+/// commands load, compile and evaluate policies inside it; a panic in `f`
+/// carries on in the caller.
+pub fn with_evaluation_stack<R: Send>(f: impl FnOnce() -> R + Send) -> anyhow::Result<R> {
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("evaluation".into())
+            .stack_size(policy::EVALUATION_STACK)
+            .spawn_scoped(scope, f)
+            .map_err(|e| anyhow::anyhow!("cannot start the evaluation thread: {e}"))?;
+        match thread.join() {
+            Ok(result) => Ok(result),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// Runs `/mutate` then `/validate` on `req`, as the apiserver would, on the
+/// calling thread (which needs [`policy::EVALUATION_STACK`] bytes of stack:
+/// see [`with_evaluation_stack`]).
 pub fn evaluate(admission: &Admission, mut req: Request) -> Evaluation {
     let mutated = admission.mutate(&req);
     let mut warnings = mutated.response.warnings.clone();

@@ -51,16 +51,13 @@ fn deployment(containers: Vec<Value>) -> Value {
     })
 }
 
-/// On an evaluation thread, as `serve` answers (no hand-off, no copy of
-/// the request for another thread).
+/// On a thread with the evaluation stack, as `serve`'s answering threads
+/// answer (the request evaluated where it is, not copied).
 #[test]
 fn the_estimate_bounds_what_answering_allocates() {
     std::thread::Builder::new()
         .stack_size(gpu_admission::policy::EVALUATION_STACK)
-        .spawn(|| {
-            gpu_admission::policy::mark_evaluation_thread();
-            measure_cases();
-        })
+        .spawn(measure_cases)
         .unwrap()
         .join()
         .unwrap();

@@ -1,6 +1,6 @@
 //! Request logs: one line per review with uid, kind, name, operation,
 //! decision, latency and policies, never the object; the request's span
-//! reaches the evaluation thread.
+//! reaches the answering thread.
 mod common;
 
 use common::{config, fixture, TestServer};

@@ -40,6 +40,10 @@ pub struct AuditArgs {
 }
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
+    offline::with_evaluation_stack(|| audit_here(&args))?
+}
+
+fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     let loaded = args.policies.load()?;
     let (objects, namespaces) = if args.files.is_empty() {
         from_cluster()?

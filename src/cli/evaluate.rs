@@ -68,6 +68,10 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<ExitCode> {
 /// What the webhook would do to each object of `args.file`: the answers
 /// `run` prints (`args.output` and `args.fail_on_deny` are not used here).
 pub fn evaluate(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
+    offline::with_evaluation_stack(|| evaluate_here(args))?
+}
+
+fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     let loaded = args.policies.load()?;
     let objects = offline::read_manifest(&args.file)?;
     let operation = match args.operation {

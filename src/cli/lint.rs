@@ -1,6 +1,7 @@
 //! `gpu-admission lint DIR`: loads and compiles every document, and reports
 //! each error with file, document and expression position.
 use crate::bundle::{self, PolicySource};
+use crate::offline;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -16,7 +17,8 @@ pub struct LintArgs {
 
 pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
     let catalog = bundle::catalog(args.catalog.as_deref())?;
-    match bundle::load_with(&PolicySource::Dir(args.dir.clone()), catalog) {
+    let source = PolicySource::Dir(args.dir.clone());
+    match offline::with_evaluation_stack(|| bundle::load_with(&source, catalog))? {
         Ok(loaded) => {
             println!(
                 "{}: ok ({} policies, {} placement profiles, {} tests)",

@@ -191,19 +191,17 @@ impl ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = args.into_config();
     init_logging(config.log_format);
-    // Runtime threads get the evaluation stack, so policies evaluate inline
-    // on the blocking thread that serves the request (no second hand-off).
+    // The server answers reviews on threads of its own (with the stack
+    // policy evaluation needs); the runtime only does I/O.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_stack_size(policy::EVALUATION_STACK)
-        .on_thread_start(policy::mark_evaluation_thread)
         .build()?;
     let shutdown = ShutdownHandle::new();
     let result = runtime.block_on(async {
         tokio::spawn(server::forward_signals(shutdown.clone()));
         serve(config, shutdown).await
     });
-    // A second signal must not wait for evaluations still running.
+    // A second signal must not wait for blocking tasks still running.
     runtime.shutdown_timeout(Duration::from_millis(200));
     result.map(|()| ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! `gpu-admission test DIR`: runs the PolicyTest documents under DIR.
 use crate::bundle::{self, PolicySource};
+use crate::offline;
 use crate::policy;
 use crate::testing;
 use std::path::PathBuf;
@@ -42,6 +43,10 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
 /// Loads policies and tests and runs them; an error only when they cannot
 /// be loaded.
 pub fn run_tests(args: &TestArgs) -> anyhow::Result<Summary> {
+    offline::with_evaluation_stack(|| run_tests_here(args))?
+}
+
+fn run_tests_here(args: &TestArgs) -> anyhow::Result<Summary> {
     let catalog = bundle::catalog(args.catalog.as_deref())?;
     let (bundle, tests) = match &args.policies {
         None => {

@@ -32,32 +32,6 @@ impl StaticNamespaces {
     }
 }
 
-/// One namespace already looked up, to hand to another thread.
-#[derive(Clone, Debug, Default)]
-pub struct KnownNamespace {
-    name: Option<String>,
-    object: Option<Value>,
-}
-
-impl KnownNamespace {
-    /// Looks `name` up in `namespaces` once.
-    pub fn of(name: Option<&str>, namespaces: &dyn NamespaceLookup) -> KnownNamespace {
-        KnownNamespace {
-            name: name.map(str::to_string),
-            object: name.and_then(|n| namespaces.namespace(n)),
-        }
-    }
-}
-
-impl NamespaceLookup for KnownNamespace {
-    fn namespace(&self, name: &str) -> Option<Value> {
-        self.object
-            .as_ref()
-            .filter(|_| self.name.as_deref() == Some(name))
-            .cloned()
-    }
-}
-
 /// Parses `k=v,k2=v2` (the `--namespace-labels` form) into labels.
 pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut labels = BTreeMap::new();

@@ -15,7 +15,6 @@ mod index;
 mod load;
 mod matching;
 mod model;
-mod pool;
 mod watch;
 
 pub use load::{
@@ -38,33 +37,12 @@ pub const VALIDATION_FAILURE_ANNOTATION: &str =
 /// Longest messageExpression result used (Kubernetes' 5 KiB).
 const MAX_MESSAGE_LEN: usize = 5 * 1024;
 
-/// Stack size a thread needs to evaluate policies itself (see
-/// [`mark_evaluation_thread`]).
-pub const EVALUATION_STACK: usize = pool::STACK;
-
-/// Lets [`PolicySet::evaluate`] run on the current thread instead of handing
-/// the request to the engine's own evaluation threads, saving a thread
-/// switch per request. Call only on threads started with a stack of at
-/// least [`EVALUATION_STACK`] bytes, e.g. from tokio's `on_thread_start` on
-/// a runtime built with `thread_stack_size(EVALUATION_STACK)`: an
-/// unoptimised build needs tens of KiB of stack per nesting level.
-pub fn mark_evaluation_thread() {
-    pool::mark_current_thread();
-}
-
-/// Whether the current thread may evaluate policies itself (see
-/// [`mark_evaluation_thread`]).
-pub fn on_evaluation_thread() -> bool {
-    pool::on_worker()
-}
-
-/// Runs `f` on one of the engine's evaluation threads; `None` if it could
-/// not run or panicked.
-pub fn run_on_evaluation_thread<R: Send + 'static>(
-    f: impl FnOnce() -> R + Send + 'static,
-) -> Option<R> {
-    pool::run(f)
-}
+/// Stack a thread needs to evaluate policies ([`PolicySet::evaluate`]):
+/// the CEL interpreter recurses per nesting level of expressions and
+/// objects, and an unoptimised build needs tens of KiB per level, more than
+/// the 2 MiB of a default thread. Reserved address space; pages are only
+/// committed as used.
+pub const EVALUATION_STACK: usize = 64 << 20;
 
 /// Compiled policies, bindings and params. Cheap to clone.
 #[derive(Clone, Debug, Default)]
@@ -325,8 +303,8 @@ impl PolicySet {
 
     /// Evaluates every binding that matches `req`, and, for pod
     /// controllers, every binding whose policy matches pods on the pod the
-    /// controller's template describes. Runs on an evaluation thread with a
-    /// large stack; never panics.
+    /// controller's template describes. Runs on the calling thread, which
+    /// needs a stack of [`EVALUATION_STACK`] bytes.
     pub fn evaluate(&self, req: &Request, namespaces: &dyn NamespaceLookup) -> Verdict {
         self.evaluate_until(req, namespaces, None)
     }
@@ -343,22 +321,7 @@ impl PolicySet {
         if self.inner.bindings.is_empty() {
             return Verdict::default();
         }
-        if pool::on_worker() {
-            return self.evaluate_subject(&Subject::new(req, namespaces), deadline);
-        }
-        // Off an evaluation thread: look the namespace up here, and hand
-        // the rest to one.
-        let known = crate::k8s::namespaces::KnownNamespace::of(
-            crate::subject::namespace_name(req).as_deref(),
-            namespaces,
-        );
-        let set = self.clone();
-        let req = req.clone();
-        pool::run(move || set.evaluate_subject(&Subject::new(&req, &known), deadline))
-            .unwrap_or_else(|| Verdict {
-                denials: vec!["gpu-admission: policy evaluation failed unexpectedly".to_string()],
-                ..Verdict::default()
-            })
+        self.evaluate_subject(&Subject::new(req, namespaces), deadline)
     }
 
     /// Evaluates every binding that matches the subject's request (and its

@@ -1,9 +1,11 @@
 //! Routes and handlers. A readable review always gets HTTP 200 and an
 //! AdmissionReview: it is sized before it is decoded, waits for in-flight
-//! memory and for its endpoint's evaluation slot, runs off the reactor, and
-//! is answered before the apiserver's `?timeout=` whatever happens.
+//! memory and for its endpoint's evaluation slot, runs on its endpoint's
+//! answering threads (never the reactor's), and is answered before the
+//! apiserver's `?timeout=` whatever happens.
 use super::body::{read_body, BodyError, MAX_BODY_BYTES};
 use super::budget::{MemoryPool, Reserved, Slots};
+use super::executor::{Executor, RunError};
 use super::health::Readiness;
 use super::metrics::{kind_label, Metrics};
 use super::shutdown::ShutdownHandle;
@@ -36,6 +38,10 @@ pub(crate) struct AppState {
     pub decoded: MemoryPool,
     pub mutate_slots: Slots,
     pub validate_slots: Slots,
+    /// Threads that run `/mutate`'s webhook calls, one per mutate slot.
+    pub mutate_threads: Executor,
+    /// Threads that run `/validate`'s webhook calls, one per validate slot.
+    pub validate_threads: Executor,
     pub limits: review::Limits,
     pub mutate_on_error: OnError,
     pub shutdown: ShutdownHandle,
@@ -338,19 +344,33 @@ async fn answer(
     let request = request.clone();
     let span = tracing::Span::current();
     let until = deadline.into_std();
-    let work = tokio::task::spawn_blocking(move || {
+    let threads = match endpoint {
+        Endpoint::Mutate => &state.mutate_threads,
+        Endpoint::Validate => &state.validate_threads,
+    };
+    let run = threads.run(move || {
         let _held = (slot, memory);
         span.in_scope(|| match endpoint {
             Endpoint::Mutate => webhook.mutate(&request),
             Endpoint::Validate => webhook.validate_until(&request, until),
         })
     });
-    match tokio::time::timeout_at(deadline, work).await {
+    match tokio::time::timeout_at(deadline, run).await {
         Ok(Ok(outcome)) => {
             let decision = outcome.response.decision();
             (outcome, decision)
         }
-        Ok(Err(err)) => {
+        Ok(Err(err @ RunError::Overloaded(_))) => {
+            tracing::warn!("admission review refused: {err}");
+            state
+                .metrics
+                .inc_rejections(endpoint.as_str(), "overloaded");
+            (
+                outcome(unanswered(state, endpoint, Unanswered::Overloaded)),
+                "overloaded",
+            )
+        }
+        Ok(Err(err @ RunError::Panicked(_))) => {
             tracing::error!("admission handler failed: {err}");
             state.metrics.inc_rejections(endpoint.as_str(), "error");
             (
@@ -375,6 +395,8 @@ async fn answer(
 enum Unanswered {
     Timeout(Duration),
     Error,
+    /// The answering threads and their queue were all taken.
+    Overloaded,
 }
 
 /// The answer for a request that could not be evaluated. `/validate`
@@ -392,6 +414,11 @@ fn unanswered(state: &AppState, endpoint: Endpoint, why: Unanswered) -> Response
             "failed with an internal error (see the webhook logs)".to_string(),
             "InternalError",
             500,
+        ),
+        Unanswered::Overloaded => (
+            "could not start: the webhook is overloaded".to_string(),
+            "TooManyRequests",
+            429,
         ),
     };
     let mut response = match (endpoint, state.mutate_on_error) {
@@ -497,6 +524,92 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::review::Operation;
+    use serde_json::json;
+
+    /// Allows everything at once.
+    struct AllowAll;
+
+    impl Webhook for AllowAll {
+        fn mutate(&self, _request: &Request) -> Outcome {
+            outcome(Response::allow())
+        }
+
+        fn validate(&self, _request: &Request) -> Outcome {
+            outcome(Response::allow())
+        }
+    }
+
+    /// Shared state whose endpoints each have one answering thread and a
+    /// queue of one.
+    fn one_thread_each() -> AppState {
+        let metrics = Metrics::new();
+        let threads = |name| Executor::new(name, 1, 1, crate::server::DEFAULT_STACK).unwrap();
+        AppState {
+            webhook: Arc::new(AllowAll),
+            bodies: MemoryPool::new("body", 1 << 20, metrics.clone()),
+            decoded: MemoryPool::new("decoded", 1 << 20, metrics.clone()),
+            mutate_slots: Slots::new("mutate", 10, metrics.clone()),
+            validate_slots: Slots::new("validate", 10, metrics.clone()),
+            mutate_threads: threads("mutate"),
+            validate_threads: threads("validate"),
+            limits: review::Limits::default(),
+            mutate_on_error: OnError::Deny,
+            metrics,
+            shutdown: ShutdownHandle::new(),
+            readiness: Readiness::ready(),
+            exempt_namespaces: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_review_finding_every_thread_and_queue_place_taken_is_answered_at_once() {
+        let state = one_thread_each();
+        let request = Arc::new(Request::for_object(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+            Operation::Create,
+            Some("ml"),
+        ));
+        let budget = Duration::from_secs(3600);
+        let deadline = tokio::time::Instant::now() + budget;
+        for (endpoint, threads) in [
+            (Endpoint::Validate, &state.validate_threads),
+            (Endpoint::Mutate, &state.mutate_threads),
+        ] {
+            // The endpoint's thread is busy and its queue full.
+            let (release, released) = std::sync::mpsc::channel::<()>();
+            let (started_tx, started) = std::sync::mpsc::channel::<()>();
+            let busy = threads
+                .submit(move || {
+                    started_tx.send(()).unwrap();
+                    released.recv().unwrap();
+                })
+                .unwrap();
+            started.recv_timeout(Duration::from_secs(10)).unwrap();
+            let queued = threads.submit(|| ()).unwrap();
+
+            let memory = state.decoded.reserve(1024).await.unwrap();
+            let (got, decision) =
+                answer(&state, endpoint, &request, memory, deadline, budget).await;
+            assert_eq!(decision, "overloaded", "{endpoint:?}");
+            assert!(!got.response.allowed);
+            assert_eq!(got.response.code, Some(429));
+            assert_eq!(got.response.reason.as_deref(), Some("TooManyRequests"));
+            assert_eq!(state.decoded.in_use(), 0, "the memory went back");
+
+            release.send(()).unwrap();
+            busy.await.unwrap();
+            queued.await.unwrap();
+            let memory = state.decoded.reserve(1024).await.unwrap();
+            let (got, decision) =
+                answer(&state, endpoint, &request, memory, deadline, budget).await;
+            assert_eq!(decision, "allowed", "room again");
+            assert!(got.response.allowed);
+        }
+        assert!(state.metrics.encode().contains(
+            r#"gpu_admission_rejected_requests_total{endpoint="validate",reason="overloaded"} 1"#
+        ));
+    }
 
     #[test]
     fn go_durations() {

@@ -147,7 +147,7 @@ impl Load {
         let rejections = Family::<RejectionLabels, Counter>::default();
         registry.register(
             "gpu_admission_rejected_requests",
-            "Requests answered without evaluation, by endpoint and reason (too_large, memory_wait, slot_wait, deadline, error)",
+            "Requests answered without evaluation, by endpoint and reason (too_large, memory_wait, slot_wait, deadline, overloaded, error)",
             rejections.clone(),
         );
         let slots_in_use = Family::<EndpointLabels, Gauge>::default();

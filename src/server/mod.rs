@@ -5,6 +5,7 @@
 mod body;
 mod budget;
 mod conn;
+mod executor;
 mod handlers;
 pub mod health;
 pub mod metrics;
@@ -14,6 +15,7 @@ mod watchdog;
 
 pub use body::MAX_BODY_BYTES;
 pub use budget::DEFAULT_IN_FLIGHT_BYTES;
+pub use executor::{Executor, RunError};
 pub use handlers::{parse_duration, DEFAULT_TIMEOUT};
 pub use health::Readiness;
 pub use metrics::Metrics;
@@ -33,8 +35,15 @@ use tls::{CertReloader, CertResolver};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-/// Answers decoded admission requests. Called on a blocking thread.
+/// Answers decoded admission requests. Called on the server's answering
+/// threads (one per evaluation slot of each endpoint), each started with
+/// [`Webhook::stack_size`] bytes of stack.
 pub trait Webhook: Send + Sync + 'static {
+    /// Stack each answering thread needs.
+    fn stack_size(&self) -> usize {
+        DEFAULT_STACK
+    }
+
     fn mutate(&self, request: &Request) -> Outcome;
     fn validate(&self, request: &Request) -> Outcome;
 
@@ -47,6 +56,12 @@ pub trait Webhook: Send + Sync + 'static {
 }
 
 impl Webhook for Admission {
+    /// Policy evaluation recurses per nesting level of expressions and
+    /// objects.
+    fn stack_size(&self) -> usize {
+        crate::policy::EVALUATION_STACK
+    }
+
     fn mutate(&self, request: &Request) -> Outcome {
         Admission::mutate(self, request)
     }
@@ -97,9 +112,11 @@ pub struct ServeConfig {
     /// Where self-generated certificates live.
     pub certs_dir: PathBuf,
     pub log_format: LogFormat,
-    /// `/validate` reviews evaluated at once; more wait for a slot.
+    /// `/validate` reviews evaluated at once, each on an answering thread
+    /// of its own; more wait for a slot.
     pub max_concurrency: usize,
-    /// `/mutate` reviews evaluated at once, in slots of their own.
+    /// `/mutate` reviews evaluated at once, in slots and threads of their
+    /// own.
     pub max_mutate_concurrency: usize,
     /// Memory that requests in progress may reserve in all: a third for
     /// bodies being read, the rest for decoded requests.
@@ -158,6 +175,10 @@ impl Default for ServeConfig {
         }
     }
 }
+
+/// Stack of an answering thread when the webhook asks for no other: Rust's
+/// default for spawned threads.
+pub const DEFAULT_STACK: usize = 2 << 20;
 
 /// Room for a large control plane's 1,000 concurrent webhook connections,
 /// with margin.
@@ -238,8 +259,21 @@ impl Server {
             ),
             None => None,
         };
+        // One thread per slot: a request holding a slot always finds a
+        // thread, and mutations never wait behind validations. The queues
+        // hold what a slot-holder hands over while its thread finishes
+        // with the last request.
+        let stack = webhook.stack_size();
+        let answering = |name, slots| {
+            Executor::new(name, slots, slots, stack)
+                .with_context(|| format!("cannot start the {name} threads"))
+        };
+        let mutate_threads = answering("mutate", config.max_mutate_concurrency)?;
+        let validate_threads = answering("validate", config.max_concurrency)?;
         let state = Arc::new(AppState {
             webhook,
+            mutate_threads,
+            validate_threads,
             bodies: budget::MemoryPool::new("body", body_bytes, metrics.clone()),
             decoded: budget::MemoryPool::new("decoded", decoded_bytes, metrics.clone()),
             mutate_slots: budget::Slots::new(
