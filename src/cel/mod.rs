@@ -204,6 +204,33 @@ pub struct Compiled {
     pub variables: BTreeSet<String>,
     /// Names of `variables.<name>` the expression refers to.
     pub policy_variables: BTreeSet<String>,
+    /// Positions, in the policy's `variables`, of those and of every
+    /// variable they use in turn, in order: worked out once by the policy
+    /// loader ([`Compiled::set_variable_closure`]).
+    pub variable_closure: Vec<usize>,
+}
+
+impl Compiled {
+    /// Records which of the policy's variables (by name, in order, each
+    /// with the names it refers to) this expression needs, directly or
+    /// through other variables.
+    pub fn set_variable_closure(&mut self, variables: &[(&str, &BTreeSet<String>)]) {
+        let mut wanted: Vec<bool> = variables
+            .iter()
+            .map(|(name, _)| self.policy_variables.contains(*name))
+            .collect();
+        // Variables only use earlier ones, so one backward pass suffices.
+        for i in (0..variables.len()).rev() {
+            if wanted[i] {
+                for (j, (name, _)) in variables.iter().enumerate().take(i) {
+                    if variables[i].1.contains(*name) {
+                        wanted[j] = true;
+                    }
+                }
+            }
+        }
+        self.variable_closure = (0..variables.len()).filter(|i| wanted[*i]).collect();
+    }
 }
 
 /// Why an expression was rejected at load.
@@ -237,20 +264,31 @@ impl CompileError {
 /// Parses `source` and checks it is safe to evaluate: bounded size, depth
 /// and comprehension nesting, only known variables, and no constructs the
 /// interpreter cannot evaluate. Parsing runs on its own thread with a large
-/// stack ([`limits::COMPILE_STACK`]): the parser recurses.
+/// stack ([`limits::COMPILE_STACK`]): the parser recurses. To compile many
+/// expressions, run them all on one such thread with
+/// [`on_compile_stack`] and [`compile_here`].
 pub fn compile(env: &Env, source: &str) -> Result<Compiled, CompileError> {
+    on_compile_stack(|| compile_here(env, source))
+        .unwrap_or_else(|e| Err(CompileError::plain(e)))
+}
+
+/// Runs `f` on a thread with [`limits::COMPILE_STACK`] bytes of stack and
+/// waits for it; `Err` if the thread could not start or `f` panicked.
+pub fn on_compile_stack<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, String> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .name("cel-compile".into())
             .stack_size(limits::COMPILE_STACK)
-            .spawn_scoped(s, || compile_here(env, source))
-            .map_err(|e| CompileError::plain(format!("cannot start the parser thread: {e}")))?
+            .spawn_scoped(s, f)
+            .map_err(|e| format!("cannot start the parser thread: {e}"))?
             .join()
-            .unwrap_or_else(|_| Err(CompileError::plain("the expression could not be parsed")))
+            .map_err(|_| "the expressions could not be parsed".to_string())
     })
 }
 
-fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
+/// [`compile`] on the calling thread, which must have a stack of
+/// [`limits::COMPILE_STACK`] bytes (see [`on_compile_stack`]).
+pub fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
     let limits = env.limits();
     if source.trim().is_empty() {
         return Err(CompileError::plain("expression is empty"));
@@ -297,6 +335,7 @@ fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
         ast,
         variables,
         policy_variables: shape.policy_variables,
+        variable_closure: Vec::new(),
     })
 }
 

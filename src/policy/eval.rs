@@ -11,7 +11,7 @@ use crate::subject::Subject;
 use kube_cel::cel::common::types::{CelMap, CelMapKey};
 use kube_cel::cel::{Context, Value};
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 pub(super) fn applies(
@@ -383,41 +383,18 @@ struct Variables<'p> {
 
 impl Variables<'_> {
     fn eval(&mut self, ctx: &Context, expr: &cel::Compiled) -> Result<Value, EvalError> {
-        if expr.policy_variables.is_empty() {
+        if expr.variable_closure.is_empty() {
             return cel::evaluate(expr, ctx);
         }
-        let needed = self.closure(&expr.policy_variables);
-        for &i in &needed {
+        for &i in &expr.variable_closure {
             if self.values[i].is_none() {
                 let var = &self.policy.variables[i];
-                let direct = self.closure(&var.expr.policy_variables);
-                let result = self.eval_with(ctx, &var.expr, &direct, cel::evaluate_val);
+                let result =
+                    self.eval_with(ctx, &var.expr, &var.expr.variable_closure, cel::evaluate_val);
                 self.values[i] = Some(result);
             }
         }
-        self.eval_with(ctx, expr, &needed, cel::evaluate)
-    }
-
-    /// Indices of the named variables and everything they use, in order.
-    fn closure(&self, names: &BTreeSet<String>) -> Vec<usize> {
-        let vars = &self.policy.variables;
-        let mut wanted = vec![false; vars.len()];
-        for (i, v) in vars.iter().enumerate() {
-            if names.contains(&v.name) {
-                wanted[i] = true;
-            }
-        }
-        // Variables only use earlier ones, so one backward pass suffices.
-        for i in (0..vars.len()).rev() {
-            if wanted[i] {
-                for (j, v) in vars.iter().enumerate().take(i) {
-                    if vars[i].expr.policy_variables.contains(&v.name) {
-                        wanted[j] = true;
-                    }
-                }
-            }
-        }
-        (0..vars.len()).filter(|i| wanted[*i]).collect()
+        self.eval_with(ctx, expr, &expr.variable_closure, cel::evaluate)
     }
 
     fn eval_with<T>(

@@ -135,6 +135,15 @@ impl PolicySet {
         docs: &[Document],
         extensions: Extensions,
     ) -> Result<PolicySet, LoadErrors> {
+        // Every expression of the set compiles on one large-stack thread
+        // (the parser recurses), not one thread per expression.
+        cel::on_compile_stack(|| PolicySet::compile_here(docs, extensions))
+            .map_err(|e| LoadErrors(vec![LoadError::new(e)]))?
+    }
+
+    /// [`PolicySet::compile_with`] on the calling thread, which must have
+    /// a large stack (see [`cel::on_compile_stack`]).
+    fn compile_here(docs: &[Document], extensions: Extensions) -> Result<PolicySet, LoadErrors> {
         let env = Env::new(extensions);
         let mut errors = Vec::new();
         let is_vap_api = |d: &Document| API_VERSIONS.contains(&d.type_meta().0);

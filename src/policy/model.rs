@@ -43,6 +43,31 @@ pub struct Policy {
     pub audit_annotations: Vec<Named>,
 }
 
+impl Policy {
+    /// Works out, once, which variables each expression needs.
+    fn resolve_variable_closures(&mut self) {
+        let names: Vec<(String, std::collections::BTreeSet<String>)> = self
+            .variables
+            .iter()
+            .map(|v| (v.name.clone(), v.expr.policy_variables.clone()))
+            .collect();
+        let names: Vec<(&str, &std::collections::BTreeSet<String>)> =
+            names.iter().map(|(n, uses)| (n.as_str(), uses)).collect();
+        let exprs = self
+            .variables
+            .iter_mut()
+            .chain(self.match_conditions.iter_mut())
+            .chain(self.audit_annotations.iter_mut())
+            .map(|n| &mut n.expr)
+            .chain(self.validations.iter_mut().flat_map(|v| {
+                std::iter::once(&mut v.expr).chain(v.message_expr.as_mut())
+            }));
+        for expr in exprs {
+            expr.set_variable_closure(&names);
+        }
+    }
+}
+
 /// A named expression (match condition, variable, audit annotation).
 #[derive(Debug)]
 pub struct Named {
@@ -140,7 +165,7 @@ impl Errors<'_> {
 
     fn compile(&mut self, env: &Env, source: String, field: &str) -> Option<Compiled> {
         let source = self.required(source, field)?;
-        cel::compile(env, &source)
+        cel::compile_here(env, &source)
             .map_err(|e| {
                 self.errors.push(LoadError {
                     source: Some(self.source.clone()),
@@ -392,7 +417,7 @@ impl PolicySpec {
         if errors.errors.len() > before {
             return None;
         }
-        Some(Policy {
+        let mut policy = Policy {
             name: name?,
             failure_policy: self.failure_policy,
             param_kind,
@@ -401,7 +426,9 @@ impl PolicySpec {
             variables,
             validations,
             audit_annotations,
-        })
+        };
+        policy.resolve_variable_closures();
+        Some(policy)
     }
 }
 

@@ -340,6 +340,32 @@ async fn answer(
     state
         .metrics
         .observe_queue_wait(endpoint.as_str(), "slot", waiting.elapsed());
+    if endpoint == Endpoint::Mutate && state.webhook.mutate_inline() {
+        let _held = (slot, memory);
+        let webhook = &state.webhook;
+        let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            webhook.mutate(request)
+        }));
+        return match answered {
+            Ok(outcome) if tokio::time::Instant::now() <= deadline => {
+                let decision = outcome.response.decision();
+                (outcome, decision)
+            }
+            Ok(_) => {
+                state.metrics.inc_rejections(endpoint.as_str(), "deadline");
+                let response = unanswered(state, endpoint, Unanswered::Timeout(budget));
+                (outcome(response), "timeout")
+            }
+            Err(_) => {
+                tracing::error!("admission handler failed: mutate panicked");
+                state.metrics.inc_rejections(endpoint.as_str(), "error");
+                (
+                    outcome(unanswered(state, endpoint, Unanswered::Error)),
+                    "error",
+                )
+            }
+        };
+    }
     let webhook = state.webhook.clone();
     let request = request.clone();
     let span = tracing::Span::current();

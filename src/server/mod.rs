@@ -44,6 +44,14 @@ pub trait Webhook: Send + Sync + 'static {
         DEFAULT_STACK
     }
 
+    /// Whether [`Webhook::mutate`] does only short, shallow work (no
+    /// deep recursion, microseconds), so that the server may run it on
+    /// the connection's own thread instead of handing it to an answering
+    /// thread.
+    fn mutate_inline(&self) -> bool {
+        false
+    }
+
     fn mutate(&self, request: &Request) -> Outcome;
     fn validate(&self, request: &Request) -> Outcome;
 
@@ -60,6 +68,12 @@ impl Webhook for Admission {
     /// objects.
     fn stack_size(&self) -> usize {
         crate::policy::EVALUATION_STACK
+    }
+
+    /// Placement walks the pod a fixed number of levels deep and runs no
+    /// CEL: a few microseconds, less than a hand-off to another thread.
+    fn mutate_inline(&self) -> bool {
+        true
     }
 
     fn mutate(&self, request: &Request) -> Outcome {
