@@ -78,6 +78,7 @@ impl Extension for GpuExtension {
         ctx.add_function("azure.isGpuSku", move |name: Arc<String>| -> bool {
             catalog.is_gpu_sku(&name)
         });
+        super::sku_sets::register(ctx, &self.catalog);
     }
 
     fn variable_names(&self) -> &[&'static str] {

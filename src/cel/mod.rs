@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 pub mod gpu;
 mod limits;
+mod sku_sets;
 
 /// The cel crate types extensions work with.
 pub use kube_cel::cel::common::value::Val;

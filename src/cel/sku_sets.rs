@@ -1,0 +1,598 @@
+//! SKU-set functions: `azure.skusIn`, `azure.skusNotIn`, `azure.skusWhere`
+//! and `azure.skusBelow` narrow a list of SKU names by the catalog in one
+//! native call, where a comprehension would call `azure.sku()` once or
+//! twice per element. Documented in docs/cel-extensions.md.
+//!
+//! Each returns elements of its first argument, in its order, each SKU once
+//! (the first spelling of it). Each charges the cost budget one unit per
+//! element of the lists it walks, on top of what the interpreter charges
+//! for the call and its result (one unit, and one per element returned):
+//! the cost of a call grows with its lists, so a list too long for the
+//! cost limit stops the evaluation as a comprehension over it would.
+use super::{type_name, Context, Value};
+use crate::gpu::catalog::{Catalog, Sku};
+use kube_cel::cel::{budget, ExecutionError, ResolveResult};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+const SKUS_IN: &str = "azure.skusIn";
+const SKUS_NOT_IN: &str = "azure.skusNotIn";
+const SKUS_WHERE: &str = "azure.skusWhere";
+const SKUS_BELOW: &str = "azure.skusBelow";
+
+/// Reads a boolean field of a SKU.
+type Flag = fn(&Sku) -> bool;
+
+/// Reads a numeric field of a SKU; `None` for a field the catalog leaves
+/// empty.
+type Numeric = fn(&Sku) -> Option<Number>;
+
+/// The boolean fields `azure.skusWhere` tests, as `azure.sku()` names them.
+const FLAGS: &[(&str, Flag)] = &[
+    ("aksSupported", |s| s.aks_supported),
+    ("fractional", Sku::is_fractional),
+    ("premium", |s| s.premium),
+    ("retired", |s| s.retired),
+];
+
+/// A numeric field of a SKU: integer fields stay integers so that an int
+/// bound compares exactly.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+/// The numeric fields `azure.skusBelow` compares, as `azure.sku()` names
+/// them.
+const NUMBERS: &[(&str, Numeric)] = &[
+    ("gpuDevices", |s| {
+        Some(Number::Int(i64::from(s.gpu_devices)))
+    }),
+    ("gpuMemoryGiB", |s| s.gpu_memory_gib.map(Number::Float)),
+    ("gpus", |s| Some(Number::Float(s.gpus))),
+    ("vcpus", |s| Some(Number::Int(i64::from(s.vcpus)))),
+];
+
+/// Registers the four functions over `catalog`.
+pub(super) fn register(ctx: &mut Context<'static>, catalog: &Arc<Catalog>) {
+    let sets = Arc::new(SkuSets::new(catalog.clone()));
+    let s = sets.clone();
+    ctx.add_function(
+        SKUS_IN,
+        move |skus: Arc<Vec<Value>>, names: Arc<Vec<Value>>| -> ResolveResult {
+            s.named(SKUS_IN, &skus, &names, true)
+        },
+    );
+    let s = sets.clone();
+    ctx.add_function(
+        SKUS_NOT_IN,
+        move |skus: Arc<Vec<Value>>, names: Arc<Vec<Value>>| -> ResolveResult {
+            s.named(SKUS_NOT_IN, &skus, &names, false)
+        },
+    );
+    let s = sets.clone();
+    ctx.add_function(
+        SKUS_WHERE,
+        move |skus: Arc<Vec<Value>>, fields: Arc<Vec<Value>>| -> ResolveResult {
+            s.where_(&skus, &fields)
+        },
+    );
+    let s = sets;
+    ctx.add_function(
+        SKUS_BELOW,
+        move |skus: Arc<Vec<Value>>, field: Arc<String>, bound: Value| -> ResolveResult {
+            s.below(&skus, &field, &bound)
+        },
+    );
+}
+
+/// The catalog with its SKUs numbered by position.
+struct SkuSets {
+    catalog: Arc<Catalog>,
+    /// Azure name, exactly as the catalog spells it -> position. Names from
+    /// `gpu.skus` and `gpu.pool.skus` are spelled so; others go through
+    /// [`Catalog::get`].
+    positions: HashMap<String, usize>,
+}
+
+impl SkuSets {
+    fn new(catalog: Arc<Catalog>) -> SkuSets {
+        let positions = catalog
+            .skus()
+            .iter()
+            .enumerate()
+            .map(|(i, sku)| (sku.name.clone(), i))
+            .collect();
+        SkuSets { catalog, positions }
+    }
+
+    /// Position of the SKU `name` names, by the catalog's rules.
+    fn position(&self, name: &str) -> Option<usize> {
+        match self.positions.get(name) {
+            Some(&i) => Some(i),
+            None => self
+                .positions
+                .get(self.catalog.get(name)?.name.as_str())
+                .copied(),
+        }
+    }
+
+    /// The elements of `skus`, each with the position of the catalog SKU it
+    /// names (`None` for a name the catalog does not know), dropping
+    /// repeats: a second spelling of a SKU, a second copy of an unknown
+    /// string. Charges one unit per element.
+    fn resolve<'a>(
+        &self,
+        function: &str,
+        skus: &'a [Value],
+    ) -> Result<Vec<(&'a Value, Option<usize>)>, ExecutionError> {
+        charge(skus.len())?;
+        let mut seen = vec![false; self.catalog.len()];
+        let mut unknown: HashSet<&str> = HashSet::new();
+        let mut out = Vec::with_capacity(skus.len());
+        for (i, value) in skus.iter().enumerate() {
+            let name = string_at(function, "list", i, value)?;
+            match self.position(name) {
+                Some(p) if !seen[p] => {
+                    seen[p] = true;
+                    out.push((value, Some(p)));
+                }
+                Some(_) => {}
+                None if unknown.insert(name) => out.push((value, None)),
+                None => {}
+            }
+        }
+        Ok(out)
+    }
+
+    fn sku(&self, position: usize) -> &Sku {
+        &self.catalog.skus()[position]
+    }
+
+    /// `azure.skusIn` (`keep` true) and `azure.skusNotIn` (`keep` false).
+    fn named(&self, function: &str, skus: &[Value], names: &[Value], keep: bool) -> ResolveResult {
+        charge(names.len())?;
+        let mut wanted = vec![false; self.catalog.len()];
+        let mut every = false;
+        for (i, value) in names.iter().enumerate() {
+            let name = string_at(function, "names", i, value)?;
+            if name.trim() == "*" {
+                every = true;
+            } else if let Some(p) = self.position(name) {
+                wanted[p] = true;
+            }
+        }
+        let kept = self
+            .resolve(function, skus)?
+            .into_iter()
+            .filter(|(_, p)| p.is_some_and(|p| every || wanted[p]) == keep)
+            .map(|(value, _)| value.clone());
+        Ok(Value::List(Arc::new(kept.collect())))
+    }
+
+    /// `azure.skusWhere`.
+    fn where_(&self, skus: &[Value], fields: &[Value]) -> ResolveResult {
+        charge(fields.len())?;
+        let mut tests: Vec<(Flag, bool)> = Vec::with_capacity(fields.len());
+        for (i, value) in fields.iter().enumerate() {
+            let field = string_at(SKUS_WHERE, "fields", i, value)?;
+            let (name, want) = match field.strip_prefix('!') {
+                Some(rest) => (rest, false),
+                None => (field, true),
+            };
+            let test = FLAGS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, f)| *f)
+                .ok_or_else(|| unknown_field(SKUS_WHERE, name, FLAGS.iter().map(|(n, _)| *n)))?;
+            tests.push((test, want));
+        }
+        let kept = self
+            .resolve(SKUS_WHERE, skus)?
+            .into_iter()
+            .filter_map(|(value, p)| {
+                let sku = self.sku(p?);
+                tests
+                    .iter()
+                    .any(|(test, want)| test(sku) == *want)
+                    .then(|| value.clone())
+            });
+        Ok(Value::List(Arc::new(kept.collect())))
+    }
+
+    /// `azure.skusBelow`.
+    fn below(&self, skus: &[Value], field: &str, bound: &Value) -> ResolveResult {
+        let read = NUMBERS
+            .iter()
+            .find(|(n, _)| *n == field)
+            .map(|(_, f)| *f)
+            .ok_or_else(|| unknown_field(SKUS_BELOW, field, NUMBERS.iter().map(|(n, _)| *n)))?;
+        let bound = match bound {
+            Value::Int(i) => Number::Int(*i),
+            Value::UInt(u) => i64::try_from(*u).map_or(Number::Float(*u as f64), Number::Int),
+            Value::Float(f) => Number::Float(*f),
+            other => {
+                return Err(ExecutionError::function_error(
+                    SKUS_BELOW,
+                    format!("the bound is {}, not a number", type_name(other)),
+                ))
+            }
+        };
+        let kept = self
+            .resolve(SKUS_BELOW, skus)?
+            .into_iter()
+            .filter_map(|(value, sku)| {
+                let number = read(self.sku(sku?))?;
+                is_below(number, bound).then(|| value.clone())
+            });
+        Ok(Value::List(Arc::new(kept.collect())))
+    }
+}
+
+fn is_below(value: Number, bound: Number) -> bool {
+    match (value, bound) {
+        (Number::Int(v), Number::Int(b)) => v < b,
+        (Number::Int(v), Number::Float(b)) => (v as f64) < b,
+        (Number::Float(v), Number::Int(b)) => v < b as f64,
+        (Number::Float(v), Number::Float(b)) => v < b,
+    }
+}
+
+fn charge(elements: usize) -> Result<(), ExecutionError> {
+    budget::charge(u64::try_from(elements).unwrap_or(u64::MAX))
+}
+
+/// Element `i` of list `what`, which must be a string.
+fn string_at<'a>(
+    function: &str,
+    what: &str,
+    i: usize,
+    value: &'a Value,
+) -> Result<&'a str, ExecutionError> {
+    match value {
+        Value::String(s) => Ok(s.as_str()),
+        other => Err(ExecutionError::function_error(
+            function,
+            format!(
+                "element {i} of the {what} is {}, not a string",
+                type_name(other)
+            ),
+        )),
+    }
+}
+
+fn unknown_field<'a>(
+    function: &str,
+    field: &str,
+    known: impl Iterator<Item = &'a str>,
+) -> ExecutionError {
+    ExecutionError::function_error(
+        function,
+        format!(
+            "unknown field '{field}' (known: {})",
+            known.collect::<Vec<_>>().join(", ")
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gpu::GpuExtension;
+    use crate::cel::{compile, evaluate, json_to_value, Env, EvalError, Extensions, Value};
+    use crate::gpu::catalog::Catalog;
+    use crate::gpu::GpuResources;
+    use serde_json::json;
+
+    fn env() -> Env {
+        let ext = GpuExtension::new(Catalog::embedded_arc(), GpuResources::default());
+        Env::new(Extensions::new().with(ext))
+    }
+
+    /// Evaluates `expr` with `variables` bound to `vars`.
+    fn run(env: &Env, expr: &str, vars: serde_json::Value) -> Result<Value, EvalError> {
+        let compiled = compile(env, expr).unwrap();
+        let mut ctx = env.scope();
+        ctx.add_variable_from_value("variables", json_to_value(&vars));
+        evaluate(&compiled, &ctx)
+    }
+
+    fn eval(expr: &str) -> Value {
+        run(&env(), expr, json!({})).unwrap()
+    }
+
+    fn names(list: &[&str]) -> Value {
+        json_to_value(&json!(list))
+    }
+
+    fn error(expr: &str) -> String {
+        match run(&env(), expr, json!({})) {
+            Err(EvalError::Runtime(message)) => message,
+            other => panic!("{expr}: want an evaluation error, got {other:?}"),
+        }
+    }
+
+    const T4: &str = "Standard_NC4as_T4_v3";
+    const V100: &str = "Standard_NC6s_v3";
+    const A10_SIXTH: &str = "Standard_NV6ads_A10_v5";
+    const A10_THIRD: &str = "Standard_NV12ads_A10_v5";
+    const A100: &str = "Standard_NC24ads_A100_v4";
+    const MI25: &str = "Standard_NV32as_v4";
+    const V710: &str = "Standard_NV12ads_V710_v5";
+    /// No GPU memory figure in the catalog.
+    const A10_V4: &str = "Standard_NC8ads_A10_v4";
+
+    #[test]
+    fn skus_in_keeps_named_elements_in_list_order() {
+        let expr =
+            format!("azure.skusIn(['{V100}', '{T4}', '{A10_SIXTH}'], ['{A10_SIXTH}', '{V100}'])");
+        assert_eq!(eval(&expr), names(&[V100, A10_SIXTH]));
+        let expr = format!(
+            "azure.skusNotIn(['{V100}', '{T4}', '{A10_SIXTH}'], ['{A10_SIXTH}', '{V100}'])"
+        );
+        assert_eq!(eval(&expr), names(&[T4]));
+    }
+
+    #[test]
+    fn names_match_by_the_catalog_rules() {
+        // Case, the optional Standard_ prefix, aliases; on either side, and
+        // the element is returned as the list spells it.
+        let expr = format!(
+            "azure.skusIn(['{T4}', 'Standard_ND96asr_v4', '{A100}'], ['standard_nc4as_t4_v3', ' ND96asr_A100_v4 '])"
+        );
+        assert_eq!(eval(&expr), names(&[T4, "Standard_ND96asr_v4"]));
+        let expr = format!("azure.skusIn(['nc4as_t4_v3', 'STANDARD_NC6S_V3'], ['{T4}'])");
+        assert_eq!(eval(&expr), names(&["nc4as_t4_v3"]));
+        let expr = format!("azure.skusNotIn(['nc4as_t4_v3', 'STANDARD_NC6S_V3'], ['{T4}'])");
+        assert_eq!(eval(&expr), names(&["STANDARD_NC6S_V3"]));
+    }
+
+    #[test]
+    fn star_names_every_catalog_sku_and_nothing_else() {
+        let list = format!("['Standard_D4s_v5', '{T4}', 'kaito-gpu', '{MI25}']");
+        assert_eq!(
+            eval(&format!("azure.skusIn({list}, ['{A100}', '*'])")),
+            names(&[T4, MI25])
+        );
+        assert_eq!(
+            eval(&format!("azure.skusIn({list}, [' * '])")),
+            names(&[T4, MI25])
+        );
+        assert_eq!(
+            eval(&format!("azure.skusNotIn({list}, ['*'])")),
+            names(&["Standard_D4s_v5", "kaito-gpu"])
+        );
+        // A name the catalog does not know names nothing, not even itself.
+        assert_eq!(
+            eval(&format!("azure.skusIn({list}, ['Standard_D4s_v5'])")),
+            names(&[])
+        );
+    }
+
+    #[test]
+    fn repeats_are_dropped_keeping_the_first_spelling() {
+        let expr =
+            format!("azure.skusIn(['{T4}', 'standard_nc4as_t4_v3', 'NC4as_T4_v3', '{V100}', '{T4}'], ['*'])");
+        assert_eq!(eval(&expr), names(&[T4, V100]));
+        assert_eq!(
+            eval("azure.skusNotIn(['x', 'Standard_D4s_v5', 'x', 'X'], [])"),
+            names(&["x", "Standard_D4s_v5", "X"])
+        );
+        let expr = format!("azure.skusWhere(['{V100}', 'nc6s_v3'], ['retired'])");
+        assert_eq!(eval(&expr), names(&[V100]));
+        let expr = format!("azure.skusBelow(['{A10_SIXTH}', 'nv6ads_a10_v5'], 'gpus', 1)");
+        assert_eq!(eval(&expr), names(&[A10_SIXTH]));
+    }
+
+    #[test]
+    fn empty_lists() {
+        let list = format!("['{T4}', '{V100}']");
+        assert_eq!(eval("azure.skusIn([], ['*'])"), names(&[]));
+        assert_eq!(eval("azure.skusNotIn([], ['*'])"), names(&[]));
+        assert_eq!(eval(&format!("azure.skusIn({list}, [])")), names(&[]));
+        assert_eq!(
+            eval(&format!("azure.skusNotIn({list}, [])")),
+            names(&[T4, V100])
+        );
+        assert_eq!(eval("azure.skusWhere([], ['retired'])"), names(&[]));
+        assert_eq!(eval(&format!("azure.skusWhere({list}, [])")), names(&[]));
+        assert_eq!(eval("azure.skusBelow([], 'vcpus', 8)"), names(&[]));
+    }
+
+    #[test]
+    fn skus_where_keeps_skus_with_any_listed_field_true() {
+        let list = format!(
+            "['{V100}', '{T4}', '{MI25}', '{V710}', '{A100}', '{A10_SIXTH}', 'Standard_D4s_v5']"
+        );
+        assert_eq!(
+            eval(&format!(
+                "azure.skusWhere({list}, ['retired', '!aksSupported'])"
+            )),
+            names(&[V100, MI25, V710])
+        );
+        assert_eq!(
+            eval(&format!("azure.skusWhere({list}, ['premium'])")),
+            names(&[A100])
+        );
+        assert_eq!(
+            eval(&format!("azure.skusWhere({list}, ['fractional'])")),
+            names(&[V710, A10_SIXTH])
+        );
+        // A size the catalog does not know is kept by no field, negated or not.
+        assert_eq!(
+            eval(&format!("azure.skusWhere({list}, ['!premium'])")),
+            names(&[V100, T4, MI25, V710, A10_SIXTH])
+        );
+        assert_eq!(
+            eval("azure.skusWhere(['nc24ads_a100_v4'], ['premium'])"),
+            names(&["nc24ads_a100_v4"])
+        );
+    }
+
+    #[test]
+    fn skus_below_compares_a_numeric_field() {
+        let list = format!(
+            "['{T4}', '{A10_SIXTH}', '{A10_V4}', '{A10_THIRD}', '{A100}', 'Standard_D4s_v5']"
+        );
+        assert_eq!(
+            eval(&format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16.0)")),
+            names(&[A10_SIXTH, A10_THIRD])
+        );
+        assert_eq!(
+            eval(&format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16)")),
+            names(&[A10_SIXTH, A10_THIRD])
+        );
+        assert_eq!(
+            eval(&format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16u)")),
+            names(&[A10_SIXTH, A10_THIRD])
+        );
+        // A SKU without the figure is never below: A10_V4 has no memory figure.
+        assert_eq!(
+            eval(&format!("azure.skusBelow({list}, 'gpuMemoryGiB', 1000.0)")),
+            names(&[T4, A10_SIXTH, A10_THIRD, A100])
+        );
+        assert_eq!(
+            eval(&format!("azure.skusBelow({list}, 'vcpus', 8)")),
+            names(&[T4, A10_SIXTH])
+        );
+        assert_eq!(
+            eval(&format!("azure.skusBelow({list}, 'gpus', 0.5)")),
+            names(&[A10_SIXTH, A10_THIRD])
+        );
+        assert_eq!(
+            eval(&format!("azure.skusBelow({list}, 'gpuDevices', 1)")),
+            names(&[])
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_naming_them() {
+        let msg = error(&format!(
+            "azure.skusWhere(['{T4}'], ['retired', 'gpuModel'])"
+        ));
+        assert_eq!(
+            msg,
+            "azure.skusWhere: unknown field 'gpuModel' (known: aksSupported, fractional, premium, retired)"
+        );
+        let msg = error(&format!("azure.skusWhere(['{T4}'], ['!Premium'])"));
+        assert!(msg.contains("unknown field 'Premium'"), "{msg}");
+        // Checked even when the list is empty: a typo does not wait for data.
+        let msg = error("azure.skusWhere([], ['retierd'])");
+        assert!(msg.contains("unknown field 'retierd'"), "{msg}");
+        let msg = error(&format!("azure.skusBelow(['{T4}'], 'gpuMemory', 16)"));
+        assert_eq!(
+            msg,
+            "azure.skusBelow: unknown field 'gpuMemory' (known: gpuDevices, gpuMemoryGiB, gpus, vcpus)"
+        );
+        let msg = error(&format!("azure.skusBelow(['{T4}'], 'vcpus', '8')"));
+        assert_eq!(msg, "azure.skusBelow: the bound is string, not a number");
+    }
+
+    #[test]
+    fn non_string_elements_are_errors() {
+        let msg = error(&format!("azure.skusIn(['{T4}', 1], ['*'])"));
+        assert_eq!(
+            msg,
+            "azure.skusIn: element 1 of the list is int, not a string"
+        );
+        let msg = error(&format!("azure.skusNotIn(['{T4}'], ['*', null])"));
+        assert_eq!(
+            msg,
+            "azure.skusNotIn: element 1 of the names is null, not a string"
+        );
+        let msg = error(&format!("azure.skusWhere([['{T4}']], ['retired'])"));
+        assert_eq!(
+            msg,
+            "azure.skusWhere: element 0 of the list is list, not a string"
+        );
+        let msg = error("azure.skusWhere([], [true])");
+        assert_eq!(
+            msg,
+            "azure.skusWhere: element 0 of the fields is bool, not a string"
+        );
+        let msg = error("azure.skusBelow([{'name': 'x'}], 'vcpus', 8)");
+        assert_eq!(
+            msg,
+            "azure.skusBelow: element 0 of the list is map, not a string"
+        );
+        // Not a list at all.
+        assert!(!error(&format!("azure.skusIn('{T4}', ['*'])")).is_empty());
+    }
+
+    #[test]
+    fn agrees_with_the_comprehensions_it_replaces() {
+        let env = env();
+        let all: Vec<String> = Catalog::embedded()
+            .skus()
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        let vars =
+            json!({"all": all, "some": all.iter().step_by(3).collect::<Vec<_>>(), "star": ["*"]});
+        let pairs = [
+            (
+                "azure.skusWhere(variables.all, ['retired', '!aksSupported'])",
+                "variables.all.filter(s, azure.sku(s).retired || !azure.sku(s).aksSupported)",
+            ),
+            (
+                "azure.skusWhere(variables.all, ['premium'])",
+                "variables.all.filter(s, azure.sku(s).premium)",
+            ),
+            (
+                "azure.skusBelow(variables.all, 'gpuMemoryGiB', 16.0)",
+                "variables.all.filter(s, azure.sku(s).gpuMemoryGiB != null && azure.sku(s).gpuMemoryGiB < 16.0)",
+            ),
+            (
+                "azure.skusIn(variables.all, azure.skusWhere(variables.all, ['fractional']) + azure.skusBelow(variables.all, 'gpuMemoryGiB', 24.0))",
+                "variables.all.filter(s, azure.sku(s).fractional || (azure.sku(s).gpuMemoryGiB != null && azure.sku(s).gpuMemoryGiB < 24.0))",
+            ),
+            (
+                "azure.skusIn(variables.all, variables.some)",
+                "variables.all.filter(s, '*' in variables.some || s in variables.some)",
+            ),
+            (
+                "azure.skusNotIn(variables.all, variables.some)",
+                "variables.all.filter(s, !('*' in variables.some || s in variables.some))",
+            ),
+            (
+                "azure.skusIn(variables.all, variables.star)",
+                "variables.all.filter(s, '*' in variables.star || s in variables.star)",
+            ),
+        ];
+        for (native, comprehension) in pairs {
+            let want = run(&env, comprehension, vars.clone()).unwrap();
+            assert_eq!(run(&env, native, vars.clone()).unwrap(), want, "{native}");
+            assert!(
+                matches!(&want, Value::List(l) if !l.is_empty()),
+                "{comprehension} keeps no SKU: a weak comparison"
+            );
+        }
+    }
+
+    #[test]
+    fn cost_grows_with_the_lists_walked() {
+        let env = env();
+        let cost = |expr: &str, n: usize| {
+            let vars = json!({"list": vec!["Standard_D4s_v5"; n]});
+            kube_cel::cel::budget::with_budget(u64::MAX, || run(&env, expr, vars).unwrap()).1
+        };
+        for expr in [
+            "azure.skusIn(variables.list, ['*']).size()",
+            "azure.skusNotIn(['Standard_NC4as_T4_v3'], variables.list).size()",
+            "azure.skusWhere(variables.list, ['retired']).size()",
+            "azure.skusBelow(variables.list, 'vcpus', 8).size()",
+        ] {
+            let (small, large) = (cost(expr, 10), cost(expr, 1010));
+            assert!(large >= small + 1000, "{expr}: {small} then {large}");
+        }
+        // A list longer than what is left of the budget is stopped, not walked.
+        let vars = json!({"list": vec!["x"; 10_000]});
+        let (stopped, _) = kube_cel::cel::budget::with_budget(5_000, || {
+            run(&env, "azure.skusWhere(variables.list, ['retired'])", vars)
+        });
+        assert!(
+            matches!(stopped, Err(EvalError::CostLimit(_))),
+            "{stopped:?}"
+        );
+    }
+}
