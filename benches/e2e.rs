@@ -14,6 +14,10 @@
 //! `cargo bench --bench e2e`; tune with GPU_ADMISSION_BENCH_CONNECTIONS
 //! (default 16) and GPU_ADMISSION_BENCH_REQUESTS (default 20000). Without
 //! `--bench` (as under `cargo test --benches`) it runs a short smoke pass.
+
+/// The allocator the `gpu-admission` binary runs with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[allow(dead_code)]
 #[path = "../tests/common/http.rs"]
 mod http;

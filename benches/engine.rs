@@ -6,6 +6,10 @@
 //! answering thread" adds what the server pays per request to run the
 //! webhook call there: from an async caller to one of the server's
 //! [`Executor`] threads and back.
+
+/// The allocator the `gpu-admission` binary runs with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "common/pods.rs"]
 mod pods;
 

@@ -7,6 +7,7 @@
 //! `cargo bench --bench memory` measures the binary cargo builds with the
 //! bench; `GPU_ADMISSION_BIN=path/to/gpu-admission cargo bench --bench memory`
 //! measures another one (an older build, to compare).
+
 #[allow(dead_code)]
 #[path = "../tests/common/http.rs"]
 mod http;

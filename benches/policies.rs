@@ -7,6 +7,10 @@
 //! `cargo bench --bench policies`; GPU_ADMISSION_BENCH_ROUNDS (default
 //! 2000) sets the evaluations. Without `--bench` (as under
 //! `cargo test --benches`) it runs a few.
+
+/// The allocator the `gpu-admission` binary runs with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "common/pods.rs"]
 mod pods;
 

@@ -8,6 +8,10 @@
 //! match, to show what a policy costs that is only matched and skipped.
 //!
 //! `cargo bench --bench policy_count -- --warm-up-time 1 --measurement-time 3`
+
+/// The allocator the `gpu-admission` binary runs with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "common/pods.rs"]
 mod pods;
 

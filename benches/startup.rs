@@ -8,6 +8,7 @@
 //! `cargo bench --bench startup`; GPU_ADMISSION_BENCH_RUNS (default 10) and
 //! GPU_ADMISSION_BENCH_REVIEWS (default 200) tune it, GPU_ADMISSION_BIN
 //! measures another build. Without `--bench` it runs once with 10 reviews.
+
 #[allow(dead_code)]
 #[path = "../tests/common/http.rs"]
 mod http;

@@ -1,7 +1,7 @@
 //! The two webhook answers: `/mutate` (placement) and `/validate`
 //! (policies). Each works the request's [`Subject`] out once and hands it
 //! to placement and the policy engine.
-use crate::cel::gpu::gpu_value;
+use crate::cel::gpu::gpu_val;
 use crate::gpu::facts::PlacementFacts;
 use crate::k8s::NamespaceLookup;
 use crate::placement::{self, ProfileSet};
@@ -117,7 +117,7 @@ pub fn subject<'r>(
     }
     if bundle.policies.references("gpu") {
         if let Some(facts) = &subject.gpu {
-            let value = gpu_value(facts);
+            let value = gpu_val(facts);
             subject.variables.push(("gpu".to_string(), value));
         }
     }

@@ -4,6 +4,9 @@ use clap::{Parser, Subcommand};
 use gpu_admission::cli;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Kubernetes admission webhook and CEL policy engine for GPU workloads.
 #[derive(Debug, Parser)]
 #[command(name = "gpu-admission", version, about)]

@@ -2,7 +2,7 @@
 //! object, its namespace and labels, the pod a controller's template
 //! describes, and the object's GPU facts. Placement, the policy engine,
 //! the `gpu` CEL variable and the audit all read it; nothing recomputes it.
-use crate::cel::Value as CelValue;
+use crate::cel::Val;
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::GpuFacts;
 use crate::gpu::pools::PoolKind;
@@ -53,7 +53,7 @@ pub struct Subject<'r> {
     pub gpu: Option<GpuFacts>,
     /// Host variables already in CEL form (e.g. `gpu`), shared by every
     /// policy and by the object and its template pod alike.
-    pub variables: Vec<(String, CelValue)>,
+    pub variables: Vec<(String, Box<dyn Val>)>,
 }
 
 impl<'r> Subject<'r> {
@@ -120,11 +120,11 @@ impl<'r> Subject<'r> {
     }
 
     /// The host variable `name`, when the subject carries it.
-    pub fn variable(&self, name: &str) -> Option<&CelValue> {
+    pub fn variable(&self, name: &str) -> Option<&dyn Val> {
         self.variables
             .iter()
             .find(|(n, _)| n == name)
-            .map(|(_, v)| v)
+            .map(|(_, v)| v.as_ref())
     }
 }
 

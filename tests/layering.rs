@@ -43,17 +43,37 @@ fn uses(module: &str, forbidden: &[&str]) -> Vec<String> {
 #[test]
 fn k8s_depends_on_nothing_else_in_the_crate() {
     let others = [
-        "admission", "audit", "bundle", "cel", "certs", "cli", "gpu", "offline", "placement",
-        "policy", "review", "server", "subject", "testing",
+        "admission",
+        "audit",
+        "bundle",
+        "cel",
+        "certs",
+        "cli",
+        "gpu",
+        "offline",
+        "placement",
+        "policy",
+        "review",
+        "server",
+        "subject",
+        "testing",
     ];
     let found = uses("k8s", &others);
-    assert!(found.is_empty(), "k8s uses other modules:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "k8s uses other modules:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
 fn the_edge_knows_nothing_of_gpus_or_cel() {
     let found = uses("server", &["gpu", "cel", "placement", "subject", "k8s"]);
-    assert!(found.is_empty(), "server uses domain modules:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "server uses domain modules:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -66,6 +86,10 @@ fn placement_does_not_depend_on_policy() {
 fn domain_modules_know_nothing_of_http() {
     for module in ["k8s", "gpu", "placement", "policy", "cel", "subject"] {
         let found = uses(module, &["server"]);
-        assert!(found.is_empty(), "{module} uses the server:\n{}", found.join("\n"));
+        assert!(
+            found.is_empty(),
+            "{module} uses the server:\n{}",
+            found.join("\n")
+        );
     }
 }

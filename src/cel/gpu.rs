@@ -58,6 +58,11 @@ pub fn gpu_value(facts: &GpuFacts) -> Value {
     kube_cel::cel::to_value(facts).unwrap_or(Value::Null)
 }
 
+/// [`gpu_value`] in the interpreter's own form, as a context holds it.
+pub fn gpu_val(facts: &GpuFacts) -> Box<dyn super::Val> {
+    super::json_to_val(&serde_json::to_value(facts).unwrap_or(serde_json::Value::Null))
+}
+
 /// The cached `azure.sku()` value for `name`, or null.
 fn sku_value(catalog: &Catalog, values: &[Value], name: &str) -> Value {
     catalog

@@ -269,8 +269,7 @@ impl CompileError {
 /// expressions, run them all on one such thread with
 /// [`on_compile_stack`] and [`compile_here`].
 pub fn compile(env: &Env, source: &str) -> Result<Compiled, CompileError> {
-    on_compile_stack(|| compile_here(env, source))
-        .unwrap_or_else(|e| Err(CompileError::plain(e)))
+    on_compile_stack(|| compile_here(env, source)).unwrap_or_else(|e| Err(CompileError::plain(e)))
 }
 
 /// Runs `f` on a thread with [`limits::COMPILE_STACK`] bytes of stack and
@@ -444,6 +443,32 @@ pub fn with_deadline<R>(deadline: std::time::Instant, f: impl FnOnce() -> R) -> 
 /// Whether the deadline installed by [`with_deadline`] has passed.
 pub fn deadline_passed() -> bool {
     celrs::budget::deadline_passed()
+}
+
+/// Converts JSON straight into the interpreter's own form (what a context
+/// holds its variables as), with [`json_to_value`]'s rules: one conversion
+/// instead of JSON to [`Value`] to the interpreter's form.
+pub fn json_to_val(json: &serde_json::Value) -> Box<dyn Val> {
+    use kube_cel::cel::common::types::{
+        CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString,
+    };
+    match json {
+        serde_json::Value::Null => Box::new(CelNull),
+        serde_json::Value::Bool(b) => Box::new(CelBool::from(*b)),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Box::new(CelInt::from(i)),
+            None => Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
+        },
+        serde_json::Value::String(s) => Box::new(CelString::from(s.as_str())),
+        serde_json::Value::Array(items) => Box::new(CelList::from(
+            items.iter().map(json_to_val).collect::<Vec<_>>(),
+        )),
+        serde_json::Value::Object(map) => Box::new(CelMap::from(
+            map.iter()
+                .map(|(k, v)| (CelMapKey::from(k.as_str()), json_to_val(v)))
+                .collect::<std::collections::HashMap<_, _>>(),
+        )),
+    }
 }
 
 /// Converts JSON to a CEL value the way Kubernetes does: integers are

@@ -48,29 +48,28 @@ impl<'e> Scope<'e> {
         // what some expression of the set refers to (nothing else can be
         // looked up: unknown names are refused at load).
         let wanted = |name: &str| inner.referenced.contains(name);
-        let to_value =
-            |v: Option<&serde_json::Value>| v.map(cel::json_to_value).unwrap_or(Value::Null);
+        let to_val = |v: Option<&serde_json::Value>| cel::json_to_val(v.unwrap_or(&NULL));
         if wanted("object") {
-            ctx.add_variable_from_value("object", to_value(evaluated.object.as_ref()));
+            ctx.add_variable_as_val("object", to_val(evaluated.object.as_ref()));
         }
         if wanted("oldObject") {
-            ctx.add_variable_from_value("oldObject", to_value(evaluated.old_object.as_ref()));
+            ctx.add_variable_as_val("oldObject", to_val(evaluated.old_object.as_ref()));
         }
         if wanted("namespaceObject") {
             let namespace = shared
                 .namespace
-                .get_or_insert_with(|| to_value(subject.namespace.as_ref()));
-            ctx.add_variable_from_value("namespaceObject", namespace.clone());
+                .get_or_insert_with(|| to_val(subject.namespace.as_ref()));
+            ctx.add_variable_as_val("namespaceObject", namespace.clone_as_boxed());
         }
         if wanted("request") {
             let request = shared
                 .request
-                .get_or_insert_with(|| cel::json_to_value(&request_value(subject.request)));
-            ctx.add_variable_from_value("request", request.clone());
+                .get_or_insert_with(|| cel::json_to_val(&request_value(subject.request)));
+            ctx.add_variable_as_val("request", request.clone_as_boxed());
         }
         for (name, value) in &subject.variables {
             if wanted(name) {
-                ctx.add_variable_from_value(name.clone(), value.clone());
+                ctx.add_variable_as_val(name.clone(), value.clone_as_boxed());
             }
         }
         let missing = |name: &str| wanted(name) && subject.variable(name).is_none();
@@ -88,9 +87,11 @@ impl<'e> Scope<'e> {
 /// (a clone of a converted value shares its contents).
 #[derive(Default)]
 pub(super) struct Shared {
-    namespace: Option<Value>,
-    request: Option<Value>,
+    namespace: Option<Box<dyn Val>>,
+    request: Option<Box<dyn Val>>,
 }
+
+static NULL: serde_json::Value = serde_json::Value::Null;
 
 /// `request` as Kubernetes shows it to CEL (no uid, object or oldObject).
 fn request_value(req: &Request) -> serde_json::Value {
@@ -389,8 +390,12 @@ impl Variables<'_> {
         for &i in &expr.variable_closure {
             if self.values[i].is_none() {
                 let var = &self.policy.variables[i];
-                let result =
-                    self.eval_with(ctx, &var.expr, &var.expr.variable_closure, cel::evaluate_val);
+                let result = self.eval_with(
+                    ctx,
+                    &var.expr,
+                    &var.expr.variable_closure,
+                    cel::evaluate_val,
+                );
                 self.values[i] = Some(result);
             }
         }

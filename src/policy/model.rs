@@ -59,9 +59,11 @@ impl Policy {
             .chain(self.match_conditions.iter_mut())
             .chain(self.audit_annotations.iter_mut())
             .map(|n| &mut n.expr)
-            .chain(self.validations.iter_mut().flat_map(|v| {
-                std::iter::once(&mut v.expr).chain(v.message_expr.as_mut())
-            }));
+            .chain(
+                self.validations
+                    .iter_mut()
+                    .flat_map(|v| std::iter::once(&mut v.expr).chain(v.message_expr.as_mut())),
+            );
         for expr in exprs {
             expr.set_variable_closure(&names);
         }

@@ -343,9 +343,8 @@ async fn answer(
     if endpoint == Endpoint::Mutate && state.webhook.mutate_inline() {
         let _held = (slot, memory);
         let webhook = &state.webhook;
-        let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            webhook.mutate(request)
-        }));
+        let answered =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| webhook.mutate(request)));
         return match answered {
             Ok(outcome) if tokio::time::Instant::now() <= deadline => {
                 let decision = outcome.response.decision();
