@@ -232,6 +232,61 @@ async fn run(connections: usize, requests: usize) {
             webhook.failed, mutate.failed, floor.failed
         );
     }
+
+    // A steady load well below saturation: latency as the apiserver sees it
+    // on a busy cluster, not at the limit.
+    let rate = env_usize("GPU_ADMISSION_BENCH_RATE", 1000);
+    let paced_for = if requests >= 1000 {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_millis(300)
+    };
+    println!(
+        "paced: {rate} requests/s for {:.1} s over {connections} connections, latency from each request's scheduled send time",
+        paced_for.as_secs_f64()
+    );
+    let floor_paced = paced(
+        floor_addr,
+        &client_tls,
+        &request,
+        Expect::Ok,
+        connections,
+        rate,
+        paced_for,
+    )
+    .await;
+    floor_paced.print("floor, paced");
+    let mutate_paced = paced(
+        webhook_addr,
+        &client_tls,
+        &mutate_request,
+        MUTATED,
+        connections,
+        rate,
+        paced_for,
+    )
+    .await;
+    mutate_paced.print("webhook /mutate, paced");
+    let validate_paced = paced(
+        webhook_addr,
+        &client_tls,
+        &request,
+        ALLOWED,
+        connections,
+        rate,
+        paced_for,
+    )
+    .await;
+    validate_paced.print("webhook /validate, paced");
+    for (name, run) in [("mutate", &mutate_paced), ("validate", &validate_paced)] {
+        println!(
+            "paced ratio {name}/floor: p50 {:.2}, p99 {:.2}; incorrect {}, failed {}",
+            ratio(run.p(50.0), floor_paced.p(50.0)),
+            ratio(run.p(99.0), floor_paced.p(99.0)),
+            run.incorrect,
+            run.failed,
+        );
+    }
     shutdown.trigger();
     let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
 
@@ -536,6 +591,79 @@ async fn drive(
     latencies.sort_unstable();
     Run {
         rate: latencies.len() as f64 / elapsed.as_secs_f64(),
+        latencies,
+        incorrect: incorrect.load(Ordering::Relaxed),
+        failed: failed.load(Ordering::Relaxed),
+    }
+}
+
+/// An open-loop load: `rate` requests per second for `duration`, spread
+/// over `connections` keep-alive connections (request k goes to connection
+/// k mod N at start + k/rate). Latency counts from the scheduled send
+/// time, so a slow answer that delays the next request is charged to it.
+#[allow(clippy::too_many_arguments)]
+async fn paced(
+    addr: SocketAddr,
+    tls: &Arc<rustls::ClientConfig>,
+    request: &[u8],
+    expect: Expect,
+    connections: usize,
+    rate: usize,
+    duration: Duration,
+) -> Run {
+    let total = (rate as f64 * duration.as_secs_f64()) as usize;
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let failed = Arc::new(AtomicUsize::new(0));
+    let incorrect = Arc::new(AtomicUsize::new(0));
+    let request: Arc<[u8]> = request.into();
+    let start = tokio::time::Instant::now() + Duration::from_millis(50);
+    let tasks: Vec<_> = (0..connections)
+        .map(|i| {
+            let (failed, incorrect, request, tls) = (
+                failed.clone(),
+                incorrect.clone(),
+                request.clone(),
+                tls.clone(),
+            );
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut client = http::Client::connect(addr, tls.clone(), "localhost")
+                    .await
+                    .ok();
+                for k in (i..total).step_by(connections) {
+                    let scheduled = start + interval * k as u32;
+                    tokio::time::sleep_until(scheduled).await;
+                    if client.is_none() {
+                        client = http::Client::connect(addr, tls.clone(), "localhost")
+                            .await
+                            .ok();
+                    }
+                    let Some(c) = client.as_mut() else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    match c.send(&request).await {
+                        Ok(r) if expect.check(&r) => latencies.push(scheduled.elapsed()),
+                        Ok(_) => {
+                            incorrect.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            client = None;
+                        }
+                    }
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(total);
+    for task in tasks {
+        latencies.extend(task.await.unwrap_or_default());
+    }
+    latencies.sort_unstable();
+    Run {
+        rate: latencies.len() as f64 / duration.as_secs_f64(),
         latencies,
         incorrect: incorrect.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),

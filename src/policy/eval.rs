@@ -253,8 +253,16 @@ impl Inner {
     }
 
     fn evaluate_policy(&self, policy: &Policy, scope: &Scope, params: Value) -> Outcome {
-        let mut ctx = scope.ctx.new_inner_scope();
-        ctx.add_variable_from_value("params", params);
+        // A scope for `params` only where some expression reads it.
+        let with_params;
+        let ctx = if policy.uses_params {
+            let mut inner = scope.ctx.new_inner_scope();
+            inner.add_variable_from_value("params", params);
+            with_params = inner;
+            &with_params
+        } else {
+            &scope.ctx
+        };
         let mut vars = Variables {
             policy,
             values: std::iter::repeat_with(|| None)
@@ -264,7 +272,7 @@ impl Inner {
         let mut outcome = Outcome::default();
         let mut condition_error = None;
         for (i, c) in policy.match_conditions.iter().enumerate() {
-            match vars.eval(&ctx, &c.expr) {
+            match vars.eval(ctx, &c.expr) {
                 Ok(Value::Bool(false)) => {
                     outcome.skipped = true;
                     return outcome;
@@ -288,13 +296,13 @@ impl Inner {
             return outcome;
         }
         for (i, v) in policy.validations.iter().enumerate() {
-            match vars.eval(&ctx, &v.expr) {
+            match vars.eval(ctx, &v.expr) {
                 Ok(Value::Bool(true)) => {}
                 Ok(Value::Bool(false)) => {
                     let message = v
                         .message_expr
                         .as_ref()
-                        .and_then(|m| match vars.eval(&ctx, m) {
+                        .and_then(|m| match vars.eval(ctx, m) {
                             Ok(Value::String(s)) => {
                                 let s = s.trim();
                                 (!s.is_empty() && !s.contains('\n') && s.len() <= MAX_MESSAGE_LEN)
@@ -314,7 +322,7 @@ impl Inner {
             }
         }
         for a in &policy.audit_annotations {
-            match vars.eval(&ctx, &a.expr) {
+            match vars.eval(ctx, &a.expr) {
                 Ok(Value::String(s)) if !s.is_empty() => outcome
                     .annotations
                     .push((format!("{}/{}", policy.name, a.name), s.to_string())),
@@ -409,7 +417,10 @@ impl Variables<'_> {
         needed: &[usize],
         evaluate: impl Fn(&cel::Compiled, &Context) -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
-        let mut map = std::collections::HashMap::new();
+        if needed.is_empty() {
+            return evaluate(expr, ctx);
+        }
+        let mut map = std::collections::HashMap::with_capacity(needed.len());
         for &i in needed {
             if let Some(Ok(v)) = &self.values[i] {
                 let name = self.policy.variables[i].name.as_str();

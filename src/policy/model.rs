@@ -41,6 +41,8 @@ pub struct Policy {
     pub variables: Vec<Named>,
     pub validations: Vec<Validation>,
     pub audit_annotations: Vec<Named>,
+    /// Some expression refers to `params`.
+    pub uses_params: bool,
 }
 
 impl Policy {
@@ -64,9 +66,12 @@ impl Policy {
                     .iter_mut()
                     .flat_map(|v| std::iter::once(&mut v.expr).chain(v.message_expr.as_mut())),
             );
+        let mut uses_params = false;
         for expr in exprs {
             expr.set_variable_closure(&names);
+            uses_params |= expr.variables.contains("params");
         }
+        self.uses_params = uses_params;
     }
 }
 
@@ -428,6 +433,7 @@ impl PolicySpec {
             variables,
             validations,
             audit_annotations,
+            uses_params: false,
         };
         policy.resolve_variable_closures();
         Some(policy)
