@@ -554,29 +554,18 @@ async fn drive(
                 let mut latencies = Vec::new();
                 let mut client = None;
                 while next.fetch_add(1, Ordering::Relaxed) < total && Instant::now() < deadline {
-                    if client.is_none() {
-                        client = http::Client::connect(addr, tls.clone(), "localhost")
-                            .await
-                            .ok();
-                    }
-                    let Some(c) = client.as_mut() else {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    };
-                    let sent = Instant::now();
-                    match c.send(&request).await {
-                        Ok(r) => {
-                            let took = sent.elapsed();
-                            if expect.check(&r) {
-                                latencies.push(took);
-                            } else {
-                                incorrect.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                            client = None;
-                        }
+                    if let Some(took) = round_trip(
+                        &mut client,
+                        addr,
+                        &tls,
+                        &request,
+                        expect,
+                        &failed,
+                        &incorrect,
+                    )
+                    .await
+                    {
+                        latencies.push(took);
                     }
                 }
                 latencies
@@ -637,27 +626,19 @@ async fn paced(
                     let scheduled = start + interval * k as u32;
                     let backlog = previous_done.saturating_duration_since(scheduled);
                     tokio::time::sleep_until(scheduled).await;
-                    if client.is_none() {
-                        client = http::Client::connect(addr, tls.clone(), "localhost")
-                            .await
-                            .ok();
-                    }
-                    let Some(c) = client.as_mut() else {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    };
-                    let sent = tokio::time::Instant::now();
-                    let answer = c.send(&request).await;
+                    let answer = round_trip(
+                        &mut client,
+                        addr,
+                        &tls,
+                        &request,
+                        expect,
+                        &failed,
+                        &incorrect,
+                    )
+                    .await;
                     previous_done = tokio::time::Instant::now();
-                    match answer {
-                        Ok(r) if expect.check(&r) => latencies.push(sent.elapsed() + backlog),
-                        Ok(_) => {
-                            incorrect.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                            client = None;
-                        }
+                    if let Some(took) = answer {
+                        latencies.push(took + backlog);
                     }
                 }
                 latencies
@@ -674,6 +655,42 @@ async fn paced(
         latencies,
         incorrect: incorrect.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
+    }
+}
+
+/// One request on `client` (connecting first when it has none): the round
+/// trip of a correct answer; an incorrect answer or a failure is counted
+/// instead (a failure drops the connection).
+async fn round_trip(
+    client: &mut Option<http::Client>,
+    addr: SocketAddr,
+    tls: &Arc<rustls::ClientConfig>,
+    request: &[u8],
+    expect: Expect,
+    failed: &AtomicUsize,
+    incorrect: &AtomicUsize,
+) -> Option<Duration> {
+    if client.is_none() {
+        *client = http::Client::connect(addr, tls.clone(), "localhost")
+            .await
+            .ok();
+    }
+    let Some(c) = client.as_mut() else {
+        failed.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
+    let sent = Instant::now();
+    match c.send(request).await {
+        Ok(r) if expect.check(&r) => Some(sent.elapsed()),
+        Ok(_) => {
+            incorrect.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        Err(_) => {
+            failed.fetch_add(1, Ordering::Relaxed);
+            *client = None;
+            None
+        }
     }
 }
 
