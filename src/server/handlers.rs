@@ -636,6 +636,59 @@ mod tests {
         ));
     }
 
+    /// Answers `/mutate` on the connection's thread, and panics in it.
+    struct PanicsInline;
+
+    impl Webhook for PanicsInline {
+        fn mutate_inline(&self) -> bool {
+            true
+        }
+
+        fn mutate(&self, _request: &Request) -> Outcome {
+            panic!("placement bug")
+        }
+
+        fn validate(&self, _request: &Request) -> Outcome {
+            outcome(Response::allow())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_inline_mutate_that_panics_gets_the_error_answer_and_frees_its_memory() {
+        let mut state = one_thread_each();
+        state.webhook = Arc::new(PanicsInline);
+        let request = Arc::new(Request::for_object(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+            Operation::Create,
+            Some("ml"),
+        ));
+        let budget = Duration::from_secs(3600);
+        let deadline = tokio::time::Instant::now() + budget;
+        let memory = state.decoded.reserve(1024).await.unwrap();
+        let (got, decision) =
+            answer(&state, Endpoint::Mutate, &request, memory, deadline, budget).await;
+        assert_eq!(decision, "error");
+        assert!(
+            !got.response.allowed,
+            "denied, retryable: never admitted unplaced"
+        );
+        assert_eq!(got.response.code, Some(500));
+        assert_eq!(state.decoded.in_use(), 0, "the memory went back");
+        // The thread that ran it still answers.
+        let memory = state.decoded.reserve(1024).await.unwrap();
+        let (got, decision) = answer(
+            &state,
+            Endpoint::Validate,
+            &request,
+            memory,
+            deadline,
+            budget,
+        )
+        .await;
+        assert_eq!(decision, "allowed");
+        assert!(got.response.allowed);
+    }
+
     #[test]
     fn go_durations() {
         assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
