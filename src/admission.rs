@@ -70,6 +70,16 @@ impl Admission {
         }
     }
 
+    /// The `/validate` answer when it is known without evaluating anything:
+    /// no binding could match the request (nor its template pod).
+    pub fn validate_at_once(&self, req: &Request) -> Option<Outcome> {
+        let bundle = self.bundle.load();
+        (!bundle.policies.may_match(req)).then(|| Outcome {
+            response: Response::allow(),
+            ..Outcome::default()
+        })
+    }
+
     /// The `/validate` answer: every matching policy binding.
     pub fn validate(&self, req: &Request) -> Outcome {
         self.validate_until(req, None)

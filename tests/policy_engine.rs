@@ -388,3 +388,41 @@ spec: {policyName: slow, validationActions: [Deny]}
             .timed_out
     );
 }
+
+/// `/validate` is answered at once (allowed, nothing evaluated) exactly
+/// when no binding of the shipped set could match the request or the pod
+/// of its template, and that answer is the one evaluation would give.
+#[test]
+fn requests_no_binding_could_match_are_answered_at_once() {
+    use gpu_admission::admission::Admission;
+    use gpu_admission::bundle::{self, PolicySource};
+    use std::sync::Arc;
+    let bundle = bundle::load(&PolicySource::Embedded).unwrap().bundle;
+    let admission = Admission::new(bundle, Arc::new(StaticNamespaces::new()));
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "ml"}, "data": {"a": "b"}});
+    let mut delete = create(gpu_pod("1"));
+    delete.operation = Operation::Delete;
+    delete.old_object = delete.object.take();
+    for req in [create(config_map), delete] {
+        let at_once = admission.validate_at_once(&req).unwrap_or_else(|| {
+            panic!(
+                "{} {:?} should be answered at once",
+                req.kind.kind, req.operation
+            )
+        });
+        assert!(at_once.response.allowed);
+        let evaluated = admission.validate(&req);
+        assert!(evaluated.response.allowed);
+        assert!(
+            evaluated.evaluations.is_empty(),
+            "{:?}",
+            evaluated.evaluations
+        );
+    }
+    // A GPU pod, and a Deployment whose template pod the pod policies judge.
+    assert!(admission.validate_at_once(&create(gpu_pod("1"))).is_none());
+    assert!(admission
+        .validate_at_once(&create(deployment(1, "ml")))
+        .is_none());
+}

@@ -61,6 +61,22 @@ impl BindingIndex {
         index
     }
 
+    /// Whether any binding could match a request for `resource` (as sent,
+    /// and as requested when different) with `operation`.
+    pub(crate) fn any(
+        &self,
+        resource: &str,
+        requested: Option<&str>,
+        operation: Operation,
+    ) -> bool {
+        let named = |r: &str| {
+            self.by_resource
+                .get(&(r.to_string(), operation))
+                .is_some_and(|l| !l.is_empty())
+        };
+        !self.always.is_empty() || named(resource) || requested.is_some_and(named)
+    }
+
     /// The bindings that could match `req`, in file order: those whose
     /// rules name the resource as it was sent or as it was requested, and
     /// those with wildcard rules.
@@ -131,5 +147,12 @@ mod tests {
             resource: "jobs".into(),
         });
         assert_eq!(index.candidates(&req), [1, 2]);
+
+        let pods_only = BindingIndex::new([constraints(&["pods"], &["CREATE"])].iter());
+        assert!(pods_only.any("pods", None, Operation::Create));
+        assert!(!pods_only.any("pods", None, Operation::Delete));
+        assert!(!pods_only.any("configmaps", None, Operation::Create));
+        assert!(pods_only.any("configmaps", Some("pods"), Operation::Create));
+        assert!(BindingIndex::new(all.iter()).any("configmaps", None, Operation::Delete));
     }
 }

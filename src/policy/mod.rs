@@ -2,7 +2,7 @@
 //! matching and evaluation, with kube-apiserver's semantics.
 use crate::cel::{self, Env, Extensions};
 use crate::k8s::NamespaceLookup;
-use crate::review::Request;
+use crate::review::{Operation, Request};
 use crate::subject::Subject;
 use eval::{applies, Scope, Shared};
 use kube_cel::cel::Value;
@@ -301,6 +301,25 @@ impl PolicySet {
     /// Bindings loaded.
     pub fn bindings(&self) -> usize {
         self.inner.bindings.len()
+    }
+
+    /// Whether some binding could match `req` or, for a pod controller on
+    /// CREATE or UPDATE, the pod its template describes: when not, the
+    /// verdict is known without evaluating anything (allowed).
+    pub fn may_match(&self, req: &Request) -> bool {
+        let index = &self.inner.index;
+        let requested = req.request_resource.as_ref().map(|r| r.resource.as_str());
+        if index.any(&req.resource.resource, requested, req.operation) {
+            return true;
+        }
+        let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
+        main_resource
+            && matches!(req.operation, Operation::Create | Operation::Update)
+            && req
+                .object
+                .as_ref()
+                .is_some_and(|o| crate::k8s::workloads::pod_template(o).is_some())
+            && index.any("pods", None, req.operation)
     }
 
     /// Whether some expression of the set refers to the top-level

@@ -327,6 +327,12 @@ async fn answer(
             return (outcome(Response::allow()), "exempt");
         }
     }
+    if endpoint == Endpoint::Validate {
+        if let Some(known) = state.webhook.validate_at_once(request) {
+            let decision = known.response.decision();
+            return (known, decision);
+        }
+    }
     let slots = match endpoint {
         Endpoint::Mutate => &state.mutate_slots,
         Endpoint::Validate => &state.validate_slots,

@@ -55,6 +55,14 @@ pub trait Webhook: Send + Sync + 'static {
     fn mutate(&self, request: &Request) -> Outcome;
     fn validate(&self, request: &Request) -> Outcome;
 
+    /// The `/validate` answer when it is known at once, without the work
+    /// [`Webhook::validate`] does (nothing to evaluate for this request):
+    /// the server then answers on the connection's thread.
+    fn validate_at_once(&self, request: &Request) -> Option<Outcome> {
+        let _ = request;
+        None
+    }
+
     /// [`Webhook::validate`] for a request whose answer is no use after
     /// `deadline`: an implementation should stop working then.
     fn validate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
@@ -82,6 +90,10 @@ impl Webhook for Admission {
 
     fn validate(&self, request: &Request) -> Outcome {
         Admission::validate(self, request)
+    }
+
+    fn validate_at_once(&self, request: &Request) -> Option<Outcome> {
+        Admission::validate_at_once(self, request)
     }
 
     fn validate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
