@@ -51,16 +51,21 @@ impl GpuExtension {
     }
 }
 
-/// The `gpu` variable of `facts`, in CEL form.
+/// The `gpu` variable of `facts`, in CEL form. Both forms go through the
+/// facts' JSON, so they hold the same values (integers as `int`).
 pub fn gpu_value(facts: &GpuFacts) -> Value {
-    // The facts are plain data (strings, integers, booleans, lists and
-    // maps with string keys), which always convert.
-    kube_cel::cel::to_value(facts).unwrap_or(Value::Null)
+    json_to_value(&facts_json(facts))
 }
 
 /// [`gpu_value`] in the interpreter's own form, as a context holds it.
 pub fn gpu_val(facts: &GpuFacts) -> Box<dyn super::Val> {
-    super::json_to_val(&serde_json::to_value(facts).unwrap_or(serde_json::Value::Null))
+    super::json_to_val(&facts_json(facts))
+}
+
+fn facts_json(facts: &GpuFacts) -> serde_json::Value {
+    // Plain data (strings, integers, booleans, lists, maps with string
+    // keys) always serializes.
+    serde_json::to_value(facts).unwrap_or(serde_json::Value::Null)
 }
 
 /// The cached `azure.sku()` value for `name`, or null.

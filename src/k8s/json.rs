@@ -44,13 +44,6 @@ pub fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
-/// The string at `pointer`, when it is one.
-pub fn opt_str_at(v: &Value, pointer: &str) -> Option<String> {
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .map(str::to_string)
-}
-
 /// The elements of a list, or none when `v` is absent or not a list.
 pub fn items(v: Option<&Value>) -> impl Iterator<Item = &Value> {
     v.and_then(Value::as_array).into_iter().flatten()
