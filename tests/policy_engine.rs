@@ -426,3 +426,36 @@ fn requests_no_binding_could_match_are_answered_at_once() {
         .validate_at_once(&create(deployment(1, "ml")))
         .is_none());
 }
+
+/// Namespace selectors see `kubernetes.io/metadata.name`, which
+/// kube-apiserver puts on every Namespace, also for a namespace the lookup
+/// does not know.
+#[test]
+fn namespace_selectors_see_the_namespace_name_label() {
+    let set = set(r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: not-in-ml}
+spec:
+  matchConstraints:
+    namespaceSelector:
+      matchExpressions:
+      - {key: kubernetes.io/metadata.name, operator: In, values: [ml]}
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}
+  validations:
+  - {expression: "false", message: no pods in ml}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: not-in-ml}
+spec: {policyName: not-in-ml, validationActions: [Deny]}
+"#);
+    let pod_in = |namespace: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace}, "spec": {}});
+    let none = StaticNamespaces::new();
+    let denied = set.evaluate(&create(pod_in("ml")), &none).denials;
+    assert_eq!(denied, ["not-in-ml: no pods in ml"]);
+    assert!(set
+        .evaluate(&create(pod_in("web")), &none)
+        .denials
+        .is_empty());
+}

@@ -155,3 +155,48 @@ spec: {policyName: premium-only, validationActions: [Deny]}
     );
     assert!(s.evaluate(&node, &bare).denials.is_empty());
 }
+
+/// Params reach every kind of expression, also in a policy whose
+/// validations never read them (only its matchConditions, message and
+/// audit annotations do).
+#[test]
+fn params_read_only_outside_validations_are_there() {
+    let yaml = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: msg-params}
+spec:
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}
+  matchConditions:
+  - {name: enabled, expression: "params.data.enabled == 'yes'"}
+  validations:
+  - expression: "object.spec.gpus <= 1"
+    messageExpression: "'ask ' + params.data.team"
+  auditAnnotations:
+  - {key: team, valueExpression: "params.data.team"}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: msg-params}
+spec:
+  policyName: msg-params
+  validationActions: [Deny]
+  paramRef: {name: p, namespace: gpu-system, parameterNotFoundAction: Deny}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: p, namespace: gpu-system}
+data: {enabled: "yes", team: platform}
+"#;
+    let set = PolicySet::compile(&parse_documents(Path::new("p.yaml"), yaml).unwrap())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": {"gpus": 2}});
+    let v = set.evaluate(
+        &Request::for_object(pod, Operation::Create, None),
+        &StaticNamespaces::new(),
+    );
+    assert_eq!(v.denials, ["msg-params: ask platform"]);
+    assert_eq!(v.audit_annotations["msg-params/team"], "platform");
+}
