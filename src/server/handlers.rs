@@ -593,16 +593,21 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_review_finding_every_thread_and_queue_place_taken_is_answered_at_once() {
-        let state = one_thread_each();
+    /// A pod CREATE, with an hour to answer it.
+    fn pod_review_due_in_an_hour() -> (Arc<Request>, tokio::time::Instant, Duration) {
         let request = Arc::new(Request::for_object(
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
             Operation::Create,
             Some("ml"),
         ));
         let budget = Duration::from_secs(3600);
-        let deadline = tokio::time::Instant::now() + budget;
+        (request, tokio::time::Instant::now() + budget, budget)
+    }
+
+    #[tokio::test]
+    async fn a_review_finding_every_thread_and_queue_place_taken_is_answered_at_once() {
+        let state = one_thread_each();
+        let (request, deadline, budget) = pod_review_due_in_an_hour();
         for (endpoint, threads) in [
             (Endpoint::Validate, &state.validate_threads),
             (Endpoint::Mutate, &state.mutate_threads),
@@ -663,13 +668,7 @@ mod tests {
     async fn an_inline_mutate_that_panics_gets_the_error_answer_and_frees_its_memory() {
         let mut state = one_thread_each();
         state.webhook = Arc::new(PanicsInline);
-        let request = Arc::new(Request::for_object(
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
-            Operation::Create,
-            Some("ml"),
-        ));
-        let budget = Duration::from_secs(3600);
-        let deadline = tokio::time::Instant::now() + budget;
+        let (request, deadline, budget) = pod_review_due_in_an_hour();
         let memory = state.decoded.reserve(1024).await.unwrap();
         let (got, decision) =
             answer(&state, Endpoint::Mutate, &request, memory, deadline, budget).await;
