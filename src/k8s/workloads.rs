@@ -8,8 +8,6 @@ pub struct TemplateKind {
     /// API groups it is served under (the first is the current one).
     pub groups: &'static [&'static str],
     pub kind: &'static str,
-    /// The plural resource name, as webhook rules and RBAC name it.
-    pub resource: &'static str,
     /// JSON pointer to the pod template (`metadata` + `spec`).
     pub template: &'static str,
     /// Whether the kind's controller creates pods from the template (a
@@ -24,56 +22,48 @@ pub const TEMPLATE_KINDS: &[TemplateKind] = &[
     TemplateKind {
         groups: APPS,
         kind: "Deployment",
-        resource: "deployments",
         template: "/spec/template",
         makes_pods: true,
     },
     TemplateKind {
         groups: APPS,
         kind: "StatefulSet",
-        resource: "statefulsets",
         template: "/spec/template",
         makes_pods: true,
     },
     TemplateKind {
         groups: APPS,
         kind: "DaemonSet",
-        resource: "daemonsets",
         template: "/spec/template",
         makes_pods: true,
     },
     TemplateKind {
         groups: APPS,
         kind: "ReplicaSet",
-        resource: "replicasets",
         template: "/spec/template",
         makes_pods: true,
     },
     TemplateKind {
         groups: &[""],
         kind: "ReplicationController",
-        resource: "replicationcontrollers",
         template: "/spec/template",
         makes_pods: true,
     },
     TemplateKind {
         groups: &["batch"],
         kind: "Job",
-        resource: "jobs",
         template: "/spec/template",
         makes_pods: true,
     },
     TemplateKind {
         groups: &["batch"],
         kind: "CronJob",
-        resource: "cronjobs",
         template: "/spec/jobTemplate/spec/template",
         makes_pods: true,
     },
     TemplateKind {
         groups: &[""],
         kind: "PodTemplate",
-        resource: "podtemplates",
         template: "/template",
         makes_pods: false,
     },
@@ -230,8 +220,9 @@ mod tests {
             "spec": {"template": {"spec": pod_spec()}}});
         assert!(pod_template(&old).is_some());
         assert_eq!(
-            template_kind("batch", "CronJob").unwrap().resource,
-            "cronjobs"
+            template_kind("batch", "CronJob").unwrap().template,
+            "/spec/jobTemplate/spec/template"
         );
+        assert_eq!(template_kind("example.com", "CronJob"), None);
     }
 }
