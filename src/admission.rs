@@ -90,7 +90,17 @@ impl Admission {
     /// short never admits what it did not finish judging.
     pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
-        validate_with(&bundle, self.namespaces.as_ref(), req, deadline)
+        validate_with(&bundle, self.namespaces.as_ref(), req, deadline).0
+    }
+
+    /// The `/validate` answer if every binding is evaluated by `until`;
+    /// `None` when the evaluation had to stop (its partial verdict is
+    /// dropped, so it never admits or denies anything).
+    pub fn validate_within(&self, req: &Request, until: Instant) -> Option<Outcome> {
+        let bundle = self.bundle.load();
+        let (outcome, finished) =
+            validate_with(&bundle, self.namespaces.as_ref(), req, Some(until));
+        finished.then_some(outcome)
     }
 }
 
@@ -134,13 +144,14 @@ pub fn subject<'r>(
     subject
 }
 
-/// The `/validate` answer, on an evaluation thread.
+/// The `/validate` answer, and whether every binding was evaluated before
+/// `deadline` (when not, the answer is [`deadline_denial`]).
 fn validate_with(
     bundle: &Bundle,
     namespaces: &dyn NamespaceLookup,
     req: &Request,
     deadline: Option<Instant>,
-) -> Outcome {
+) -> (Outcome, bool) {
     let subject = subject(bundle, req, namespaces);
     let gpus_per_pod = match subject.kind {
         SubjectKind::Pod | SubjectKind::Controller => subject.gpu.as_ref().map_or(0, |g| g.total),
@@ -148,12 +159,13 @@ fn validate_with(
     };
     let verdict = bundle.policies.evaluate_subject(&subject, deadline);
     if verdict.timed_out {
-        return Outcome {
+        let outcome = Outcome {
             response: deadline_denial(),
             profile: None,
             evaluations: verdict.evaluations,
             gpus_per_pod,
         };
+        return (outcome, false);
     }
     let mut response = if verdict.denials.is_empty() {
         Response::allow()
@@ -167,12 +179,13 @@ fn validate_with(
     };
     response.warnings = verdict.warnings;
     response.audit_annotations = verdict.audit_annotations;
-    Outcome {
+    let outcome = Outcome {
         response,
         profile: None,
         evaluations: verdict.evaluations,
         gpus_per_pod,
-    }
+    };
+    (outcome, true)
 }
 
 /// The answer when policies could not all be evaluated in time.

@@ -459,3 +459,47 @@ spec: {policyName: not-in-ml, validationActions: [Deny]}
         .denials
         .is_empty());
 }
+
+/// `/validate` within a slice (what the server tries on the connection's
+/// thread): the same answer as a full evaluation when it finishes in time,
+/// and nothing at all, never a partial verdict, when it does not.
+#[test]
+fn validation_within_a_slice_is_whole_or_nothing() {
+    use gpu_admission::admission::{Admission, Bundle};
+    use std::time::{Duration, Instant};
+    let admission = |yaml: &str| {
+        let bundle = Bundle {
+            policies: set(yaml),
+            ..Bundle::default()
+        };
+        Admission::new(bundle, std::sync::Arc::new(StaticNamespaces::new()))
+    };
+    let cheap = admission(&policy(
+        "p",
+        "  validations:\n  - expression: \"object.metadata.name == 'x'\"",
+        "[Deny]",
+    ));
+    let req = create(gpu_pod("1"));
+    let full = cheap.validate(&req);
+    let within = cheap
+        .validate_within(&req, Instant::now() + Duration::from_secs(60))
+        .expect("finished long before the end of the slice");
+    assert!(!full.response.allowed);
+    assert_eq!(within.response, full.response);
+    assert_eq!(within.evaluations.len(), full.evaluations.len());
+    assert!(
+        cheap.validate_within(&req, Instant::now()).is_none(),
+        "a slice already over finishes nothing"
+    );
+
+    let tail = "  validations:\n  - expression: 'object.items.all(a, object.items.all(b, object.items.all(c, a + b + c >= 0)))'";
+    let runaway = admission(&policy("p", tail, "[Deny]"));
+    let mut pod = gpu_pod("1");
+    pod["items"] = json!((0..1000).collect::<Vec<i64>>());
+    // Its full evaluation ends in a cost-limit denial; within a
+    // millisecond it gives nothing, so it stopped at the slice's end.
+    assert!(!runaway.validate(&create(pod.clone())).response.allowed);
+    assert!(runaway
+        .validate_within(&create(pod), Instant::now() + Duration::from_millis(1))
+        .is_none());
+}

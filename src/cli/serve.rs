@@ -191,10 +191,13 @@ impl ServeArgs {
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = args.into_config();
     init_logging(config.log_format);
-    // The server answers reviews on threads of its own (with the stack
-    // policy evaluation needs); the runtime only does I/O.
+    // The server answers reviews on threads of its own, except a
+    // `/validate` that finishes within a short slice, which it answers on
+    // the connection's thread: those threads get the stack policy
+    // evaluation needs (address space; only the pages used are resident).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(crate::policy::EVALUATION_STACK)
         .build()?;
     let shutdown = ShutdownHandle::new();
     let result = runtime.block_on(async {

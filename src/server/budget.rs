@@ -146,6 +146,12 @@ impl Slots {
         }
     }
 
+    /// Slots not held.
+    #[cfg(test)]
+    pub fn free(&self) -> usize {
+        self.semaphore.available_permits()
+    }
+
     /// Waits for a free slot.
     pub async fn acquire(&self) -> Slot {
         let Ok(permit) = self.semaphore.clone().acquire_owned().await else {

@@ -69,6 +69,23 @@ pub trait Webhook: Send + Sync + 'static {
         let _ = deadline;
         self.validate(request)
     }
+
+    /// How long the server may let [`Webhook::validate_within`] run on the
+    /// connection's own thread before it gives the request to an answering
+    /// thread instead; `None` (the default): never.
+    fn validate_inline_slice(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The `/validate` answer if it is complete by `until`, else `None`:
+    /// the work done so far is dropped, nothing of it is observable, and
+    /// the server then asks [`Webhook::validate_until`] on an answering
+    /// thread. Called on a thread with at least [`Webhook::stack_size`]
+    /// bytes of stack free.
+    fn validate_within(&self, request: &Request, until: std::time::Instant) -> Option<Outcome> {
+        let _ = (request, until);
+        None
+    }
 }
 
 impl Webhook for Admission {
@@ -99,7 +116,22 @@ impl Webhook for Admission {
     fn validate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
         Admission::validate_until(self, request, Some(deadline))
     }
+
+    /// The shipped set judges a GPU pod in about 0.1 ms; a request that
+    /// needs more than this goes to an answering thread, so a flood of
+    /// expensive validations costs the connections' threads at most this
+    /// much each.
+    fn validate_inline_slice(&self) -> Option<Duration> {
+        Some(INLINE_VALIDATE_SLICE)
+    }
+
+    fn validate_within(&self, request: &Request, until: std::time::Instant) -> Option<Outcome> {
+        Admission::validate_within(self, request, until)
+    }
 }
+
+/// See [`Webhook::validate_inline_slice`] for [`Admission`].
+const INLINE_VALIDATE_SLICE: Duration = Duration::from_micros(300);
 
 /// What `/mutate` answers when placement fails or runs out of time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
