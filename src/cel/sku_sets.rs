@@ -11,6 +11,9 @@
 //! cost limit stops the evaluation as a comprehension over it would.
 use super::{type_name, Context, Value};
 use crate::gpu::catalog::{Catalog, Sku};
+use kube_cel::cel::common::types::{CelList, CelString};
+use kube_cel::cel::common::value::Val as Interpreted;
+use kube_cel::cel::extractors::Val;
 use kube_cel::cel::{budget, ExecutionError, ResolveResult};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -54,38 +57,35 @@ const NUMBERS: &[(&str, Numeric)] = &[
     ("vcpus", |s| Some(Number::Int(i64::from(s.vcpus)))),
 ];
 
-/// Registers the four functions over `catalog`.
+/// Registers the four functions over `catalog`. Their list arguments and
+/// results stay in the interpreter's form (`extractors::Val`,
+/// `Value::from_val`): no list of ~60 names is converted on the way in or
+/// out.
 pub(super) fn register(ctx: &mut Context<'static>, catalog: &Arc<Catalog>) {
     let sets = Arc::new(SkuSets::new(catalog.clone()));
     let s = sets.clone();
-    ctx.add_function(
-        SKUS_IN,
-        move |skus: Arc<Vec<Value>>, names: Arc<Vec<Value>>| -> ResolveResult {
-            s.named(SKUS_IN, &skus, &names, true)
-        },
-    );
+    ctx.add_function(SKUS_IN, move |skus: Val, names: Val| -> ResolveResult {
+        s.named(SKUS_IN, skus.0.as_ref(), names.0.as_ref(), true)
+    });
     let s = sets.clone();
-    ctx.add_function(
-        SKUS_NOT_IN,
-        move |skus: Arc<Vec<Value>>, names: Arc<Vec<Value>>| -> ResolveResult {
-            s.named(SKUS_NOT_IN, &skus, &names, false)
-        },
-    );
+    ctx.add_function(SKUS_NOT_IN, move |skus: Val, names: Val| -> ResolveResult {
+        s.named(SKUS_NOT_IN, skus.0.as_ref(), names.0.as_ref(), false)
+    });
     let s = sets.clone();
-    ctx.add_function(
-        SKUS_WHERE,
-        move |skus: Arc<Vec<Value>>, fields: Arc<Vec<Value>>| -> ResolveResult {
-            s.where_(&skus, &fields)
-        },
-    );
+    ctx.add_function(SKUS_WHERE, move |skus: Val, fields: Val| -> ResolveResult {
+        s.where_(skus.0.as_ref(), fields.0.as_ref())
+    });
     let s = sets;
     ctx.add_function(
         SKUS_BELOW,
-        move |skus: Arc<Vec<Value>>, field: Arc<String>, bound: Value| -> ResolveResult {
-            s.below(&skus, &field, &bound)
+        move |skus: Val, field: Arc<String>, bound: Value| -> ResolveResult {
+            s.below(skus.0.as_ref(), &field, &bound)
         },
     );
 }
+
+/// An element of a SKU list with the position of the catalog SKU it names.
+type Resolved<'a> = (&'a dyn Interpreted, Option<usize>);
 
 /// The catalog with its SKUs numbered by position.
 struct SkuSets {
@@ -125,13 +125,15 @@ impl SkuSets {
     fn resolve<'a>(
         &self,
         function: &str,
-        skus: &'a [Value],
-    ) -> Result<Vec<(&'a Value, Option<usize>)>, ExecutionError> {
+        skus: &'a dyn Interpreted,
+    ) -> Result<Vec<Resolved<'a>>, ExecutionError> {
+        let skus = list(function, "list", skus)?;
         charge(skus.len())?;
         let mut seen = vec![false; self.catalog.len()];
         let mut unknown: HashSet<&str> = HashSet::new();
         let mut out = Vec::with_capacity(skus.len());
         for (i, value) in skus.iter().enumerate() {
+            let value = value.as_ref();
             let name = string_at(function, "list", i, value)?;
             match self.position(name) {
                 Some(p) if !seen[p] => {
@@ -151,12 +153,19 @@ impl SkuSets {
     }
 
     /// `azure.skusIn` (`keep` true) and `azure.skusNotIn` (`keep` false).
-    fn named(&self, function: &str, skus: &[Value], names: &[Value], keep: bool) -> ResolveResult {
+    fn named(
+        &self,
+        function: &str,
+        skus: &dyn Interpreted,
+        names: &dyn Interpreted,
+        keep: bool,
+    ) -> ResolveResult {
+        let names = list(function, "names", names)?;
         charge(names.len())?;
         let mut wanted = vec![false; self.catalog.len()];
         let mut every = false;
         for (i, value) in names.iter().enumerate() {
-            let name = string_at(function, "names", i, value)?;
+            let name = string_at(function, "names", i, value.as_ref())?;
             if name.trim() == "*" {
                 every = true;
             } else if let Some(p) = self.position(name) {
@@ -167,16 +176,17 @@ impl SkuSets {
             .resolve(function, skus)?
             .into_iter()
             .filter(|(_, p)| p.is_some_and(|p| every || wanted[p]) == keep)
-            .map(|(value, _)| value.clone());
-        Ok(Value::List(Arc::new(kept.collect())))
+            .map(|(value, _)| value.clone_as_boxed());
+        Ok(elements(kept))
     }
 
     /// `azure.skusWhere`.
-    fn where_(&self, skus: &[Value], fields: &[Value]) -> ResolveResult {
+    fn where_(&self, skus: &dyn Interpreted, fields: &dyn Interpreted) -> ResolveResult {
+        let fields = list(SKUS_WHERE, "fields", fields)?;
         charge(fields.len())?;
         let mut tests: Vec<(Flag, bool)> = Vec::with_capacity(fields.len());
         for (i, value) in fields.iter().enumerate() {
-            let field = string_at(SKUS_WHERE, "fields", i, value)?;
+            let field = string_at(SKUS_WHERE, "fields", i, value.as_ref())?;
             let (name, want) = match field.strip_prefix('!') {
                 Some(rest) => (rest, false),
                 None => (field, true),
@@ -196,13 +206,13 @@ impl SkuSets {
                 tests
                     .iter()
                     .any(|(test, want)| test(sku) == *want)
-                    .then(|| value.clone())
+                    .then(|| value.clone_as_boxed())
             });
-        Ok(Value::List(Arc::new(kept.collect())))
+        Ok(elements(kept))
     }
 
     /// `azure.skusBelow`.
-    fn below(&self, skus: &[Value], field: &str, bound: &Value) -> ResolveResult {
+    fn below(&self, skus: &dyn Interpreted, field: &str, bound: &Value) -> ResolveResult {
         let read = NUMBERS
             .iter()
             .find(|(n, _)| *n == field)
@@ -224,9 +234,9 @@ impl SkuSets {
             .into_iter()
             .filter_map(|(value, sku)| {
                 let number = read(self.sku(sku?))?;
-                is_below(number, bound).then(|| value.clone())
+                is_below(number, bound).then(|| value.clone_as_boxed())
             });
-        Ok(Value::List(Arc::new(kept.collect())))
+        Ok(elements(kept))
     }
 }
 
@@ -243,23 +253,52 @@ fn charge(elements: usize) -> Result<(), ExecutionError> {
     budget::charge(u64::try_from(elements).unwrap_or(u64::MAX))
 }
 
+/// The list argument `what` of `function`.
+fn list<'a>(
+    function: &str,
+    what: &str,
+    value: &'a dyn Interpreted,
+) -> Result<&'a [Box<dyn Interpreted>], ExecutionError> {
+    match value.downcast_ref::<CelList>() {
+        Some(list) => Ok(list.inner()),
+        None => Err(ExecutionError::function_error(
+            function,
+            format!("the {what} is {}, not a list", val_type_name(value)),
+        )),
+    }
+}
+
 /// Element `i` of list `what`, which must be a string.
 fn string_at<'a>(
     function: &str,
     what: &str,
     i: usize,
-    value: &'a Value,
+    value: &'a dyn Interpreted,
 ) -> Result<&'a str, ExecutionError> {
-    match value {
-        Value::String(s) => Ok(s.as_str()),
-        other => Err(ExecutionError::function_error(
+    match value.downcast_ref::<CelString>() {
+        Some(s) => Ok(s.inner()),
+        None => Err(ExecutionError::function_error(
             function,
             format!(
                 "element {i} of the {what} is {}, not a string",
-                type_name(other)
+                val_type_name(value)
             ),
         )),
     }
+}
+
+/// The CEL type name of a value in the interpreter's form, as
+/// [`type_name`] names it.
+fn val_type_name(value: &dyn Interpreted) -> String {
+    match Value::try_from(value) {
+        Ok(value) => type_name(&value).to_string(),
+        Err(_) => "a value of an unknown type".to_string(),
+    }
+}
+
+/// A list result, handed to the interpreter as it is.
+fn elements(kept: impl Iterator<Item = Box<dyn Interpreted>>) -> Value {
+    Value::from_val(Box::new(CelList::from(kept.collect::<Vec<_>>())))
 }
 
 fn unknown_field<'a>(

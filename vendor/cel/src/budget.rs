@@ -142,12 +142,33 @@ pub fn charge_value(value: &Value) -> Result<(), ExecutionError> {
         Value::List(l) => 1 + l.len() as u64,
         Value::Map(m) => 1 + m.map.len() as u64,
         Value::Opaque(o) => {
+            if let Some(interpreted) = o.downcast_ref::<crate::objects::Interpreted>() {
+                return charge_val(interpreted.val());
+            }
             return match o.downcast_ref::<crate::objects::Preconverted>() {
                 Some(pre) => charge_value(pre.value()),
                 None => Ok(()),
-            }
+            };
         }
         _ => return Ok(()),
+    };
+    charge(units)
+}
+
+/// [`charge_value`] for a value in the interpreter's form: the same units
+/// for the same value.
+pub fn charge_val(val: &dyn crate::common::value::Val) -> Result<(), ExecutionError> {
+    use crate::common::types::{CelBytes, CelList, CelMap, CelString};
+    let units = if let Some(s) = val.downcast_ref::<CelString>() {
+        1 + s.len() as u64 / 10
+    } else if let Some(b) = val.downcast_ref::<CelBytes>() {
+        1 + b.len() as u64 / 10
+    } else if let Some(l) = val.downcast_ref::<CelList>() {
+        1 + l.len() as u64
+    } else if let Some(m) = val.downcast_ref::<CelMap>() {
+        1 + m.len() as u64
+    } else {
+        return Ok(());
     };
     charge(units)
 }

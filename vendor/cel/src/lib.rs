@@ -40,7 +40,7 @@ pub use json::ConvertToJsonError;
 use magic::FromContext;
 
 pub mod extractors {
-    pub use crate::magic::{Arguments, Identifier, This};
+    pub use crate::magic::{Arguments, Identifier, This, Val};
 
     pub use crate::magic::{IntoFunction, IntoResolveResult};
 }

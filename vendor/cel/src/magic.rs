@@ -255,6 +255,29 @@ impl<'a> FromContext<'a, '_, '_> for Arguments {
     }
 }
 
+/// gpu-admission patch: an argument in the interpreter's form, as it
+/// evaluated (a clone: O(1) for lists and maps), not converted to a
+/// [`Value`]. As a method's target, the target converted back.
+pub struct Val(pub Box<dyn crate::common::value::Val>);
+
+impl<'a, 'context, 'call> FromContext<'a, 'context, 'call> for Val {
+    fn from_context(ctx: &'a mut FunctionContext<'context, 'call>) -> Result<Self, ExecutionError>
+    where
+        Self: Sized,
+    {
+        if let Some(this) = ctx.this.take() {
+            return Ok(Val(this.try_into()?));
+        }
+        let idx = ctx.arg_idx;
+        ctx.arg_idx += 1;
+        let expr = ctx
+            .args
+            .get(idx)
+            .ok_or_else(ExecutionError::missing_argument_or_target)?;
+        Ok(Val(Value::resolve_val(expr, ctx.ptx)?.into_owned()))
+    }
+}
+
 impl<'a, 'context, 'call> FromContext<'a, 'context, 'call> for Value {
     fn from_context(ctx: &'a mut FunctionContext<'context, 'call>) -> Result<Self, ExecutionError>
     where

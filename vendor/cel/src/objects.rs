@@ -939,6 +939,9 @@ impl TryFrom<Value> for Box<dyn Val> {
                 if let Some(pre) = o.downcast_ref::<Preconverted>() {
                     return Ok(pre.val.clone_as_boxed());
                 }
+                if let Some(interpreted) = o.downcast_ref::<Interpreted>() {
+                    return Ok(interpreted.0.clone_as_boxed());
+                }
                 let v: Box<dyn Val> = if let Some(value) = o.downcast_ref::<OptionalValue>() {
                     match value.inner() {
                         None => Box::new(CelOptional::none()),
@@ -977,6 +980,54 @@ impl Value {
         crate::budget::charge(1)?;
         let _depth = crate::budget::DepthGuard::enter()?;
         Self::resolve_val_unbudgeted(expr, ctx)
+    }
+
+    /// gpu-admission patch: the fast path of `size` (see its call site).
+    /// `None` when it does not apply: a target that is an identifier (it
+    /// may name a namespace of functions), other argument counts, no `size`
+    /// function, or a value of another type; the call then goes the usual
+    /// way. An argument or target it resolved is not resolved again: a
+    /// value of another type is handed on to `size` as its target.
+    fn size_in_place<'a>(
+        call: &'a crate::common::ast::CallExpr,
+        ctx: &'a Context<'a>,
+    ) -> Result<Option<Cow<'a, dyn Val>>, ExecutionError> {
+        let (operand, method) = match (&call.target, call.args.len()) {
+            (Some(target), 0) if !matches!(target.expr, Expr::Ident(_)) => (&**target, true),
+            (None, 1) => (&call.args[0], false),
+            _ => return Ok(None),
+        };
+        let Some(func) = ctx.get_function("size") else {
+            return Ok(None);
+        };
+        let val = Value::resolve_val(operand, ctx)?;
+        let val: &dyn Val = val.as_ref();
+        let (size, units) = if let Some(list) = val.downcast_ref::<CelList>() {
+            (list.len(), 1 + list.len() as u64)
+        } else if let Some(map) = val.downcast_ref::<CelMap>() {
+            (map.len(), 1 + map.len() as u64)
+        } else if let Some(string) = val.downcast_ref::<CelString>() {
+            (string.len(), 1 + string.len() as u64 / 10)
+        } else if let Some(bytes) = val.downcast_ref::<CelBytes>() {
+            (bytes.len(), 1 + bytes.len() as u64 / 10)
+        } else {
+            // Another type: `size` itself answers (or errs) on the value
+            // already resolved, as its target.
+            let target: Value = val.try_into()?;
+            if method {
+                crate::budget::charge_value(&target)?;
+            }
+            let mut ftx = FunctionContext::new(&call.func_name, Some(target), ctx, &[]);
+            let v = (func)(&mut ftx)?;
+            crate::budget::charge_value(&v)?;
+            return Ok(Some(Cow::<dyn Val>::Owned(TryInto::<Box<dyn Val>>::try_into(v)?)));
+        };
+        // The method form charged its target before the call; the
+        // function form never did. The result, an int, costs nothing.
+        if method {
+            crate::budget::charge(units)?;
+        }
+        Ok(Some(Cow::<dyn Val>::Owned(Box::new(CelInt::from(size as i64)))))
     }
 
     fn resolve_val_unbudgeted<'a>(
@@ -1300,6 +1351,15 @@ impl Value {
                             ));
                         }
                         _ => (),
+                    }
+                }
+                // gpu-admission patch: `x.size()` and `size(x)` on a list,
+                // map, string or bytes count the interpreter's value where
+                // it is, instead of converting it (a list or map whole) to a
+                // `Value` first. Same result, same cost charged.
+                if !operator && call.func_name == "size" {
+                    if let Some(size) = Self::size_in_place(call, ctx)? {
+                        return Ok(size);
                     }
                 }
                 match &call.target {
@@ -2619,6 +2679,55 @@ impl Value {
     }
 }
 
+/// gpu-admission patch: a value a host function built in the interpreter's
+/// form (see [`Value::from_val`]). Returned from a function, it is handed
+/// to the interpreter as it is (a clone: O(1) for lists and maps) instead
+/// of being built as a `Value` and converted.
+///
+/// It is a [`Value::Opaque`] that is charged like the value it holds,
+/// compares by that value and gives its JSON.
+pub struct Interpreted(Box<dyn Val>);
+
+impl Interpreted {
+    /// The value this holds.
+    pub fn val(&self) -> &dyn Val {
+        self.0.as_ref()
+    }
+}
+
+impl Value {
+    /// A value already in the interpreter's form, for a host function to
+    /// return; see [`Interpreted`].
+    pub fn from_val(val: Box<dyn Val>) -> Value {
+        Value::Opaque(Arc::new(Interpreted(val)))
+    }
+}
+
+impl Debug for Interpreted {
+    fn fmt(&self, f: &mut Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Interpreted({:?})", self.0)
+    }
+}
+
+impl OpaqueEq for Interpreted {
+    fn opaque_eq(&self, other: &dyn Opaque) -> bool {
+        other
+            .downcast_ref::<Interpreted>()
+            .is_some_and(|other| self.0.equals(other.0.as_ref()))
+    }
+}
+
+impl Opaque for Interpreted {
+    fn runtime_type_name(&self) -> &str {
+        "cel.interpreted"
+    }
+
+    #[cfg(feature = "json")]
+    fn json(&self) -> Option<serde_json::Value> {
+        Value::try_from(self.0.as_ref()).ok()?.json().ok()
+    }
+}
+
 impl Debug for Preconverted {
     fn fmt(&self, f: &mut Formatter<'_>) -> std::fmt::Result {
         write!(f, "Preconverted({:?})", self.value)
@@ -2782,5 +2891,186 @@ mod select_tests {
             eval("[1, 2].exists(x, x == 2) && [3].exists(x, x == 3)"),
             Ok(true.into())
         );
+    }
+}
+
+/// gpu-admission patch: `size` counts the interpreter's values in place.
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+    use crate::Program;
+
+    fn context() -> Context<'static> {
+        let mut ctx = Context::default();
+        let list = Value::List(Arc::new((0..25).map(Value::Int).collect()));
+        let mut map = HashMap::new();
+        map.insert(Key::from("a"), Value::Int(1));
+        map.insert(Key::from("b"), Value::Int(2));
+        let map = Value::Map(Map { map: Arc::new(map) });
+        let string = Value::from("héllo, wörld: twenty-six b");
+        let bytes = Value::Bytes(Arc::new(vec![7; 31]));
+        let mut holder = HashMap::new();
+        for (name, value) in [("l", list), ("m", map), ("s", string), ("b", bytes)] {
+            ctx.add_variable_from_value(name, value.clone());
+            holder.insert(Key::from(name), value);
+        }
+        ctx.add_variable_from_value(
+            "h",
+            Value::Map(Map {
+                map: Arc::new(holder),
+            }),
+        );
+        ctx
+    }
+
+    /// The result and the cost charged.
+    fn run(expr: &str) -> (crate::ResolveResult, u64) {
+        let ctx = context();
+        let program = Program::compile(expr).unwrap();
+        crate::budget::with_budget(u64::MAX / 2, || program.execute(&ctx))
+    }
+
+    #[test]
+    fn sizes_are_those_of_the_values() {
+        for (name, size) in [("l", 25), ("m", 2), ("s", 28), ("b", 31)] {
+            for expr in [
+                format!("{name}.size()"),
+                format!("h.{name}.size()"),
+                format!("size({name})"),
+                format!("size(h.{name})"),
+            ] {
+                assert_eq!(run(&expr).0, Ok(Value::Int(size)), "{expr}");
+            }
+        }
+        assert_eq!(run("[1, [2, 3]][1].size()").0, Ok(Value::Int(2)));
+        assert_eq!(run("{'k': 'v'}.size() + size('')").0, Ok(Value::Int(1)));
+    }
+
+    /// `x.size()` on an identifier takes the usual path (its target is
+    /// converted and charged); on a field selection (`h.x`) the in-place
+    /// path, which must charge the same plus the one selection node. The
+    /// function form never charges its argument's size.
+    #[test]
+    fn the_in_place_path_charges_what_the_usual_one_does() {
+        for (name, units) in [("l", 26), ("m", 3), ("s", 3), ("b", 4)] {
+            let (_, usual) = run(&format!("{name}.size()"));
+            let (_, in_place) = run(&format!("h.{name}.size()"));
+            assert_eq!(in_place, usual + 1, "{name}");
+            let (_, function) = run(&format!("size({name})"));
+            assert_eq!(function + units, usual, "{name}");
+        }
+    }
+
+    #[test]
+    fn other_types_get_the_usual_answer_and_are_resolved_once() {
+        let (result, _) = run("size(1)");
+        assert!(result.is_err(), "{result:?}");
+        let (result, _) = run("h.l[0].size()");
+        assert!(result.is_err(), "{result:?}");
+        // An unknown variable is reported as before.
+        assert_eq!(
+            run("size(nope)").0,
+            Err(ExecutionError::UndeclaredReference(Arc::new("nope".into())))
+        );
+        // The operand is evaluated once, whichever path answers.
+        for (expr, want) in [
+            ("size(counted(1))", None),
+            ("counted(1).size()", None),
+            ("size(counted('abc'))", Some(3)),
+            ("[counted('abc')][0].size()", Some(3)),
+        ] {
+            let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let seen = calls.clone();
+            let mut ctx = context();
+            ctx.add_function("counted", move |v: Value| {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<Value, ExecutionError>(v)
+            });
+            let result = Program::compile(expr).unwrap().execute(&ctx);
+            assert_eq!(result.ok(), want.map(Value::Int), "{expr}");
+            assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "{expr}");
+        }
+    }
+}
+
+/// gpu-admission patch: functions that take and return the interpreter's
+/// form (`extractors::Val`, `Value::from_val`).
+#[cfg(test)]
+mod interpreted_tests {
+    use super::*;
+    use crate::extractors::Val as ValArg;
+    use crate::Program;
+
+    /// `firstTwo(list)` in both forms: as a host function usually is
+    /// (`Value` in and out) and over the interpreter's form.
+    fn context(interpreted: bool) -> Context<'static> {
+        let mut ctx = Context::default();
+        if interpreted {
+            ctx.add_function("firstTwo", |list: ValArg| -> crate::ResolveResult {
+                let list = list
+                    .0
+                    .downcast_ref::<CelList>()
+                    .ok_or(ExecutionError::NoSuchOverload)?;
+                let kept: Vec<Box<dyn Val>> =
+                    list.iter().take(2).map(|v| v.clone_as_boxed()).collect();
+                Ok(Value::from_val(Box::new(CelList::from(kept))))
+            });
+        } else {
+            ctx.add_function("firstTwo", |list: Arc<Vec<Value>>| -> crate::ResolveResult {
+                Ok(Value::List(Arc::new(list.iter().take(2).cloned().collect())))
+            });
+        }
+        ctx.add_variable_from_value(
+            "names",
+            Value::List(Arc::new(
+                ["a", "b", "c", "d"].into_iter().map(Value::from).collect(),
+            )),
+        );
+        ctx
+    }
+
+    fn run(interpreted: bool, expr: &str) -> (crate::ResolveResult, u64) {
+        let ctx = context(interpreted);
+        let program = Program::compile(expr).unwrap();
+        crate::budget::with_budget(u64::MAX / 2, || program.execute(&ctx))
+    }
+
+    #[test]
+    fn same_results_and_costs_as_a_function_over_values() {
+        for expr in [
+            "firstTwo(names)",
+            "firstTwo(names).size()",
+            "firstTwo(names)[1]",
+            "firstTwo(names) == ['a', 'b']",
+            "firstTwo(['x']) + firstTwo(names)",
+            "firstTwo(names).map(n, n + '!')",
+            "'b' in firstTwo(names)",
+            "firstTwo(firstTwo(names))",
+            "firstTwo('not a list')",
+        ] {
+            let usual = run(false, expr);
+            let interpreted = run(true, expr);
+            assert_eq!(
+                interpreted.0.is_ok(),
+                usual.0.is_ok(),
+                "{expr}: {interpreted:?} vs {usual:?}"
+            );
+            if usual.0.is_ok() {
+                assert_eq!(interpreted, usual, "{expr}");
+            }
+        }
+        assert_eq!(
+            run(true, "firstTwo(names)").0,
+            Ok(Value::List(Arc::new(vec![Value::from("a"), Value::from("b")])))
+        );
+    }
+
+    #[test]
+    fn an_interpreted_value_compares_by_its_value_and_gives_its_json() {
+        let list = || Value::from_val(Box::new(CelList::from(vec![Box::new(CelInt::from(1)) as Box<dyn Val>])));
+        assert_eq!(list(), list());
+        assert_ne!(list(), Value::from_val(Box::new(CelList::from(Vec::new()))));
+        #[cfg(feature = "json")]
+        assert_eq!(list().json().unwrap(), serde_json::json!([1]));
     }
 }
