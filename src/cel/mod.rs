@@ -450,7 +450,7 @@ pub fn deadline_passed() -> bool {
 /// instead of JSON to [`Value`] to the interpreter's form.
 pub fn json_to_val(json: &serde_json::Value) -> Box<dyn Val> {
     use kube_cel::cel::common::types::{
-        CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString,
+        CelBool, CelDouble, CelInt, CelList, CelMap, CelMapEntries, CelMapKey, CelNull, CelString,
     };
     match json {
         serde_json::Value::Null => Box::new(CelNull),
@@ -466,7 +466,7 @@ pub fn json_to_val(json: &serde_json::Value) -> Box<dyn Val> {
         serde_json::Value::Object(map) => Box::new(CelMap::from(
             map.iter()
                 .map(|(k, v)| (CelMapKey::from(k.as_str()), json_to_val(v)))
-                .collect::<std::collections::HashMap<_, _>>(),
+                .collect::<CelMapEntries>(),
         )),
     }
 }

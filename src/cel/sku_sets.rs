@@ -92,8 +92,10 @@ struct SkuSets {
     catalog: Arc<Catalog>,
     /// Azure name, exactly as the catalog spells it -> position. Names from
     /// `gpu.skus` and `gpu.pool.skus` are spelled so; others go through
-    /// [`Catalog::get`].
-    positions: HashMap<String, usize>,
+    /// [`Catalog::get`]. Looked up for every element of every list these
+    /// functions get, hence a fast hasher (catalog names are not chosen by
+    /// requesters).
+    positions: HashMap<String, usize, foldhash::fast::FixedState>,
 }
 
 impl SkuSets {

@@ -8,7 +8,7 @@ use super::{
 use crate::cel::{self, EvalError, Val};
 use crate::review::Request;
 use crate::subject::Subject;
-use kube_cel::cel::common::types::{CelMap, CelMapKey};
+use kube_cel::cel::common::types::{CelMap, CelMapEntries, CelMapKey};
 use kube_cel::cel::{Context, Value};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -420,7 +420,7 @@ impl Variables<'_> {
         if needed.is_empty() {
             return evaluate(expr, ctx);
         }
-        let mut map = std::collections::HashMap::with_capacity(needed.len());
+        let mut map = CelMapEntries::with_capacity_and_hasher(needed.len(), Default::default());
         for &i in needed {
             if let Some(Ok(v)) = &self.values[i] {
                 let name = self.policy.variables[i].name.as_str();

@@ -240,7 +240,12 @@ impl PolicySet {
                         name: meta.name,
                         namespace: meta.namespace,
                         labels: meta.labels,
-                        value: cel::json_to_value(&doc.value),
+                        // Converted to the interpreter's form here, once:
+                        // each evaluation then binds it in O(1).
+                        value: {
+                            let value = cel::json_to_value(&doc.value);
+                            value.clone().preconverted().unwrap_or(value)
+                        },
                     });
                 }
                 continue;

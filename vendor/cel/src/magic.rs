@@ -3,7 +3,6 @@ use crate::macros::{impl_conversions, impl_handler};
 use crate::objects::Opaque;
 use crate::resolvers::{AllArguments, Argument};
 use crate::{ExecutionError, Expression, FunctionContext, ResolveResult, Value};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 impl_conversions!(
@@ -338,9 +337,13 @@ impl_handler!(C1, C2, C3, C4, C5, C6, C7, C8, C9);
 // Heavily inspired by https://users.rust-lang.org/t/common-data-type-for-functions-with-different-parameters-e-g-axum-route-handlers/90207/6
 // and https://play.rust-lang.org/?version=stable&mode=debug&edition=2021&gist=c6744c27c2358ec1d1196033a0ec11e4
 
+/// gpu-admission patch: a hash map (upstream: a `BTreeMap`, about eight
+/// string comparisons per lookup among the ~150 functions Kubernetes' CEL
+/// libraries add, on every call). Names come from the host and the
+/// policies, not from the objects judged: a fixed-seed hasher is enough.
 #[derive(Default)]
 pub struct FunctionRegistry {
-    functions: BTreeMap<String, Function>,
+    functions: std::collections::HashMap<String, Function, foldhash::fast::FixedState>,
 }
 
 impl FunctionRegistry {

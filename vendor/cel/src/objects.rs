@@ -928,7 +928,7 @@ impl TryFrom<Value> for Box<dyn Val> {
                 Ok(Box::new(CelList::from(result?)))
             }
             Value::Map(map) => {
-                let result: Result<HashMap<CelMapKey, Box<dyn Val>>, ExecutionError> = map
+                let result: Result<CelMapEntries, ExecutionError> = map
                     .map
                     .iter()
                     .map(|(k, v)| v.clone().try_into().map(|v| (k.clone().into(), v)))
@@ -1494,7 +1494,10 @@ impl Value {
                 Ok(Cow::<dyn Val>::Owned(Box::new(CelList::from(list))))
             }
             Expr::Map(map_expr) => {
-                let mut map = HashMap::with_capacity(map_expr.entries.len());
+                let mut map = CelMapEntries::with_capacity_and_hasher(
+                    map_expr.entries.len(),
+                    Default::default(),
+                );
                 for entry in map_expr.entries.iter() {
                     let (k, v, is_optional) = match &entry.expr {
                         EntryExpr::StructField(_) => panic!("WAT?"),

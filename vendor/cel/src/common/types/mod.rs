@@ -26,6 +26,7 @@ pub use int::Int as CelInt;
 pub use list::DefaultList as CelList;
 pub use map::DefaultMap as CelMap;
 pub use map::Key as CelMapKey;
+pub use map::MapEntries as CelMapEntries;
 pub use null::Null as CelNull;
 pub use optional::Optional as CelOptional;
 pub use string::String as CelString;
