@@ -174,6 +174,90 @@ spec:
         .all(|op| op["op"].is_string()));
 }
 
+/// A GPU ResourceClaimTemplate and a Job whose pod claims a GPU through it,
+/// then the pod the Job makes, as `kubectl apply -f` would send them.
+const DRA_MANIFEST: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: single-gpu, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: gpu
+          exactly:
+            deviceClassName: gpu.nvidia.com
+            allocationMode: ExactCount
+            count: 1
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: finetune, namespace: ml}
+spec:
+  restartPolicy: Never
+  resourceClaims:
+    - name: gpu
+      resourceClaimTemplateName: single-gpu
+  containers:
+    - name: train
+      image: nvcr.io/nvidia/pytorch:25.01-py3
+      command: [torchrun, finetune.py]
+      resources:
+        requests: {cpu: "8", memory: 32Gi}
+        limits: {memory: 32Gi}
+        claims:
+          - name: gpu
+"#;
+
+#[test]
+fn evaluate_places_a_pod_that_claims_a_gpu_through_a_claim_template_of_the_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = write(tmp.path(), "finetune.yaml", DRA_MANIFEST);
+    let out = bin()
+        .args(["evaluate", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("ResourceClaimTemplate ml/single-gpu: allowed\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Pod ml/finetune: allowed\n  patched by placement profile aks-nvidia:\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"{"op":"add","path":"/spec/tolerations","value":[{"effect":"NoSchedule","key":"sku","operator":"Equal","value":"gpu"}]}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#""nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.azure.com/accelerator","operator":"In","values":["nvidia"]}]}"#),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("2 objects: 0 denied, 0 warned, 1 patched\n"),
+        "{text}"
+    );
+
+    // Without the template beside it, the pod claims nothing known: no patch.
+    let pod_only = DRA_MANIFEST.split("---\n").nth(1).unwrap();
+    let manifest = write(tmp.path(), "pod-only.yaml", pod_only);
+    let out = bin()
+        .args(["evaluate", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("Pod ml/finetune: allowed\n"), "{text}");
+    assert!(!text.contains("patched by"), "{text}");
+}
+
 #[test]
 fn lint_points_at_file_document_field_and_expression_position() {
     let tmp = tempfile::tempdir().unwrap();
