@@ -1,6 +1,6 @@
 //! The offline subcommands as a platform team runs them: the real binary,
 //! its output and its exit code.
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -256,6 +256,44 @@ fn evaluate_places_a_pod_that_claims_a_gpu_through_a_claim_template_of_the_manif
     let text = stdout(&out);
     assert!(text.contains("Pod ml/finetune: allowed\n"), "{text}");
     assert!(!text.contains("patched by"), "{text}");
+}
+
+#[test]
+fn audit_judges_running_dra_pods_with_the_claims_read_beside_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The pod as the cluster holds it: it tolerates the GPU taint (placed).
+    let placed = DRA_MANIFEST.replace(
+        "  restartPolicy: Never\n",
+        "  restartPolicy: Never\n  tolerations:\n    - {key: sku, operator: Equal, value: gpu, effect: NoSchedule}\n",
+    );
+    let manifest = write(tmp.path(), "cluster.yaml", &placed);
+    let out = bin()
+        .args(["audit", "-o", "json", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["objects"], 2, "{report}");
+    assert_eq!(report["findings"], json!([]), "{report}");
+
+    // Read without its template, the same pod is a CPU pod on GPU nodes.
+    let pod_only = placed.split("---\n").nth(1).unwrap();
+    let manifest = write(tmp.path(), "pod-only.yaml", pod_only);
+    let out = bin()
+        .args(["audit", "-o", "json", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["findings"][0]["policy"], "gpu-node-isolation",
+        "{report}"
+    );
 }
 
 #[test]
