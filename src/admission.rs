@@ -3,7 +3,7 @@
 //! to placement and the policy engine.
 use crate::cel::gpu::gpu_val;
 use crate::gpu::facts::PlacementFacts;
-use crate::k8s::NamespaceLookup;
+use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims};
 use crate::placement::{self, ProfileSet};
 use crate::policy::{PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
@@ -36,14 +36,25 @@ pub struct Outcome {
 pub struct Admission {
     bundle: ArcSwap<Bundle>,
     namespaces: Arc<dyn NamespaceLookup>,
+    claims: Arc<dyn ClaimLookup>,
 }
 
 impl Admission {
+    /// Answers with `bundle`; pods' DRA claims are not looked up until
+    /// [`Admission::with_claims`] says where.
     pub fn new(bundle: Bundle, namespaces: Arc<dyn NamespaceLookup>) -> Admission {
         Admission {
             bundle: ArcSwap::from_pointee(bundle),
             namespaces,
+            claims: Arc::new(NoClaims),
         }
+    }
+
+    /// Looks up the ResourceClaims and ResourceClaimTemplates pods name in
+    /// `claims`.
+    pub fn with_claims(mut self, claims: Arc<dyn ClaimLookup>) -> Admission {
+        self.claims = claims;
+        self
     }
 
     /// Replaces the bundle; requests in flight finish with the old one.
@@ -59,7 +70,7 @@ impl Admission {
     /// Karpenter NodePools on CREATE and UPDATE.
     pub fn mutate(&self, req: &Request) -> Outcome {
         let bundle = self.bundle.load();
-        let subject = Subject::new(req, self.namespaces.as_ref());
+        let subject = Subject::new(req, self.namespaces.as_ref()).with_claims(self.claims.as_ref());
         let plan = placement::plan_subject(&bundle.placement, &subject);
         let mut response = Response::allow().with_patch(plan.patch);
         response.warnings = plan.warnings;
@@ -90,7 +101,8 @@ impl Admission {
     /// short never admits what it did not finish judging.
     pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
-        validate_with(&bundle, self.namespaces.as_ref(), req, deadline).0
+        let lookups = (self.namespaces.as_ref(), self.claims.as_ref());
+        validate_with(&bundle, lookups, req, deadline).0
     }
 
     /// The `/validate` answer if every binding is evaluated by `until`;
@@ -98,23 +110,25 @@ impl Admission {
     /// dropped, so it never admits or denies anything).
     pub fn validate_within(&self, req: &Request, until: Instant) -> Option<Outcome> {
         let bundle = self.bundle.load();
-        let (outcome, finished) =
-            validate_with(&bundle, self.namespaces.as_ref(), req, Some(until));
+        let lookups = (self.namespaces.as_ref(), self.claims.as_ref());
+        let (outcome, finished) = validate_with(&bundle, lookups, req, Some(until));
         finished.then_some(outcome)
     }
 }
 
-/// The subject of `req` with everything the policies read: its GPU facts,
+/// The subject of `req` with everything the policies read: its pod's DRA
+/// claims (looked up in `claims`), its GPU facts,
 /// how placement sees its pod, and the `gpu` variable when some policy
 /// refers to it.
 pub fn subject<'r>(
     bundle: &Bundle,
     req: &'r Request,
-    namespaces: &dyn NamespaceLookup,
+    (namespaces, claims): (&dyn NamespaceLookup, &dyn ClaimLookup),
 ) -> Subject<'r> {
     let profiles = &bundle.placement;
-    let mut subject =
-        Subject::new(req, namespaces).with_gpu(profiles.catalog(), profiles.gpu_resources());
+    let mut subject = Subject::new(req, namespaces)
+        .with_claims(claims)
+        .with_gpu(profiles.catalog(), profiles.gpu_resources());
     let judged = match subject.kind {
         // A pod's scheduling fields cannot change after it is created.
         SubjectKind::Pod => req.operation == Operation::Create,
@@ -148,11 +162,11 @@ pub fn subject<'r>(
 /// `deadline` (when not, the answer is [`deadline_denial`]).
 fn validate_with(
     bundle: &Bundle,
-    namespaces: &dyn NamespaceLookup,
+    lookups: (&dyn NamespaceLookup, &dyn ClaimLookup),
     req: &Request,
     deadline: Option<Instant>,
 ) -> (Outcome, bool) {
-    let subject = subject(bundle, req, namespaces);
+    let subject = subject(bundle, req, lookups);
     let gpus_per_pod = match subject.kind {
         SubjectKind::Pod | SubjectKind::Controller => subject.gpu.as_ref().map_or(0, |g| g.total),
         _ => 0,

@@ -1,14 +1,15 @@
 //! What a request is about, worked out once per request: the kind of
 //! object, its namespace and labels, the pod a controller's template
-//! describes, and the object's GPU facts. Placement, the policy engine,
+//! describes, the DRA claims its pod names, and the object's GPU facts. Placement, the policy engine,
 //! the `gpu` CEL variable and the audit all read it; nothing recomputes it.
 use crate::cel::Val;
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::GpuFacts;
 use crate::gpu::pools::PoolKind;
 use crate::gpu::GpuResources;
+use crate::k8s::claims::{pod_claims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
-use crate::k8s::{workloads, NamespaceLookup};
+use crate::k8s::{workloads, ClaimLookup, NamespaceLookup};
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -49,6 +50,9 @@ pub struct Subject<'r> {
     /// `kubernetes.io/metadata.name`.
     pub namespace_labels: BTreeMap<String, String>,
     pub template: Option<TemplatePod>,
+    /// The DRA claims of the object's pod (or pod template), looked up in
+    /// its namespace ([`Subject::with_claims`]); `None` until looked up.
+    pub claims: Option<Vec<PodClaim>>,
     /// The object's GPU facts, when worked out ([`Subject::with_gpu`]).
     pub gpu: Option<GpuFacts>,
     /// Host variables already in CEL form (e.g. `gpu`), shared by every
@@ -97,15 +101,30 @@ impl<'r> Subject<'r> {
             namespace,
             namespace_labels,
             template,
+            claims: None,
             gpu: None,
             variables: Vec::new(),
         }
     }
 
-    /// Adds the GPU facts of the request's object.
+    /// Looks up the DRA claims (`spec.resourceClaims`) of the object's pod
+    /// or pod template in its namespace.
+    pub fn with_claims(mut self, lookup: &dyn ClaimLookup) -> Subject<'r> {
+        let spec = self.request.object.as_ref().and_then(workloads::pod_spec);
+        if let (Some(spec), Some(namespace)) = (spec, self.namespace_name.as_deref()) {
+            self.claims = Some(pod_claims(spec, namespace, lookup));
+        }
+        self
+    }
+
+    /// Adds the GPU facts of the request's object (with its DRA claims when
+    /// [`Subject::with_claims`] looked them up).
     pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
         let object = self.request.object.as_ref().unwrap_or(&Value::Null);
-        self.gpu = Some(GpuFacts::of(object, catalog, resources));
+        self.gpu = Some(match &self.claims {
+            Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
+            None => GpuFacts::of(object, catalog, resources),
+        });
         self
     }
 

@@ -2,6 +2,7 @@
 //! exactly as the webhook would answer (mutation first, then validation of
 //! the mutated object).
 use crate::admission::{Admission, Bundle};
+use crate::k8s::claims::{ClaimKind, StaticClaims};
 use crate::k8s::namespaces::StaticNamespaces;
 use crate::offline::{self, build_request};
 use crate::policy::Document;
@@ -37,6 +38,10 @@ struct Metadata {
 struct TestSpec {
     #[serde(default)]
     namespaces: Vec<NamespaceSpec>,
+    /// ResourceClaims and ResourceClaimTemplates in the cluster, for the
+    /// cases' pods to claim (`spec.resourceClaims`).
+    #[serde(default)]
+    resource_claims: Vec<Value>,
     cases: Vec<Case>,
 }
 
@@ -282,8 +287,19 @@ pub fn run(bundle: &Bundle, tests: &[Document]) -> Result<Vec<CaseResult>, Vec<S
         for ns in &test.spec.namespaces {
             namespaces.insert(&ns.name, namespace_labels(&ns.name, &ns.labels));
         }
-        let admission = Admission::new(bundle.clone(), Arc::new(namespaces));
         let base = doc.source.file.parent().unwrap_or(Path::new("."));
+        let claims = match test_claims(&test, base) {
+            Ok(claims) => claims,
+            Err(err) => {
+                results.push(CaseResult {
+                    name: format!("{file}: {}", test.metadata.name),
+                    failures: vec![err],
+                });
+                continue;
+            }
+        };
+        let admission =
+            Admission::new(bundle.clone(), Arc::new(namespaces)).with_claims(Arc::new(claims));
         for (case, checked) in test.spec.cases.iter().zip(&checked) {
             let name = format!("{file}: {} / {}", test.metadata.name, case.name);
             let failures = match run_case(&admission, case, checked, base) {
@@ -442,12 +458,39 @@ fn firing_policies<'a>(denials: &'a [String], warnings: &'a [String]) -> BTreeSe
         .collect()
 }
 
+/// The object a `file` case judges: the file's first document that is not a
+/// ResourceClaim or ResourceClaimTemplate (those are the cluster's claims,
+/// see [`test_claims`]), or its first document when all are.
 fn read_first_document(path: &Path) -> Result<Value, String> {
-    offline::read_manifest(path)
-        .map_err(|e| e.to_string())?
+    let objects = offline::read_manifest(path).map_err(|e| e.to_string())?;
+    let judged = objects.iter().position(|o| ClaimKind::of(o).is_none());
+    objects
         .into_iter()
-        .next()
+        .nth(judged.unwrap_or(0))
         .ok_or_else(|| format!("{}: no object", path.display()))
+}
+
+/// The claims a test's pods can name: `spec.resourceClaims`, and every
+/// ResourceClaim and ResourceClaimTemplate of the cases' files.
+fn test_claims(test: &PolicyTest, base: &Path) -> Result<StaticClaims, String> {
+    let mut claims = StaticClaims::new();
+    for (i, object) in test.spec.resource_claims.iter().enumerate() {
+        if !claims.insert(object, "default") {
+            return Err(format!(
+                "spec.resourceClaims[{i}] is not a resource.k8s.io ResourceClaim or ResourceClaimTemplate"
+            ));
+        }
+    }
+    for case in &test.spec.cases {
+        let Some(file) = &case.file else { continue };
+        // An unreadable file fails its own case.
+        let objects = offline::read_manifest(&base.join(file)).unwrap_or_default();
+        let namespace = case.namespace.as_deref().unwrap_or("default");
+        for object in objects.iter().filter(|o| ClaimKind::of(o).is_some()) {
+            claims.insert(object, namespace);
+        }
+    }
+    Ok(claims)
 }
 
 /// Differences between two JSON values, one line each, by JSON pointer.

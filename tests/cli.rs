@@ -1,6 +1,6 @@
 //! The offline subcommands as a platform team runs them: the real binary,
 //! its output and its exit code.
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -172,6 +172,128 @@ spec:
         .unwrap()
         .iter()
         .all(|op| op["op"].is_string()));
+}
+
+/// A GPU ResourceClaimTemplate and a Job whose pod claims a GPU through it,
+/// then the pod the Job makes, as `kubectl apply -f` would send them.
+const DRA_MANIFEST: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: single-gpu, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: gpu
+          exactly:
+            deviceClassName: gpu.nvidia.com
+            allocationMode: ExactCount
+            count: 1
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: finetune, namespace: ml}
+spec:
+  restartPolicy: Never
+  resourceClaims:
+    - name: gpu
+      resourceClaimTemplateName: single-gpu
+  containers:
+    - name: train
+      image: nvcr.io/nvidia/pytorch:25.01-py3
+      command: [torchrun, finetune.py]
+      resources:
+        requests: {cpu: "8", memory: 32Gi}
+        limits: {memory: 32Gi}
+        claims:
+          - name: gpu
+"#;
+
+#[test]
+fn evaluate_places_a_pod_that_claims_a_gpu_through_a_claim_template_of_the_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = write(tmp.path(), "finetune.yaml", DRA_MANIFEST);
+    let out = bin()
+        .args(["evaluate", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("ResourceClaimTemplate ml/single-gpu: allowed\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Pod ml/finetune: allowed\n  patched by placement profile aks-nvidia:\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"{"op":"add","path":"/spec/tolerations","value":[{"effect":"NoSchedule","key":"sku","operator":"Equal","value":"gpu"}]}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#""nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.azure.com/accelerator","operator":"In","values":["nvidia"]}]}"#),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("2 objects: 0 denied, 0 warned, 1 patched\n"),
+        "{text}"
+    );
+
+    // Without the template beside it, the pod claims nothing known: no patch.
+    let pod_only = DRA_MANIFEST.split("---\n").nth(1).unwrap();
+    let manifest = write(tmp.path(), "pod-only.yaml", pod_only);
+    let out = bin()
+        .args(["evaluate", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("Pod ml/finetune: allowed\n"), "{text}");
+    assert!(!text.contains("patched by"), "{text}");
+}
+
+#[test]
+fn audit_judges_running_dra_pods_with_the_claims_read_beside_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The pod as the cluster holds it: it tolerates the GPU taint (placed).
+    let placed = DRA_MANIFEST.replace(
+        "  restartPolicy: Never\n",
+        "  restartPolicy: Never\n  tolerations:\n    - {key: sku, operator: Equal, value: gpu, effect: NoSchedule}\n",
+    );
+    let manifest = write(tmp.path(), "cluster.yaml", &placed);
+    let out = bin()
+        .args(["audit", "-o", "json", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["objects"], 2, "{report}");
+    assert_eq!(report["findings"], json!([]), "{report}");
+
+    // Read without its template, the same pod is a CPU pod on GPU nodes.
+    let pod_only = placed.split("---\n").nth(1).unwrap();
+    let manifest = write(tmp.path(), "pod-only.yaml", pod_only);
+    let out = bin()
+        .args(["audit", "-o", "json", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["findings"][0]["policy"], "gpu-node-isolation",
+        "{report}"
+    );
 }
 
 #[test]

@@ -574,3 +574,145 @@ async fn serve_in_a_cluster_is_ready_once_namespaces_are_listed_and_judges_with_
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+const RESOURCE_CLAIMS: Resource = Resource::new(
+    "resource.k8s.io",
+    "v1",
+    "ResourceClaim",
+    "resourceclaims",
+    true,
+);
+const RESOURCE_CLAIM_TEMPLATES: Resource = Resource::new(
+    "resource.k8s.io",
+    "v1",
+    "ResourceClaimTemplate",
+    "resourceclaimtemplates",
+    true,
+);
+
+/// A ResourceClaimTemplate in `ml` asking for `count` devices of `class`.
+fn claim_template(name: &str, class: &str, count: u64) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": class, "allocationMode": "ExactCount", "count": count}}
+        ]}}},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_cache_follows_resource_claims_and_templates() {
+    use gpu_admission::k8s::{ClaimLookup, ClusterClaims};
+    let fake = FakeApiServer::start(vec![RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES]).await;
+    fake.change(|cluster| {
+        cluster.apply(claim_template("single-gpu", "gpu.nvidia.com", 1));
+        cluster.apply(json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "shared", "namespace": "ml",
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"devices": {"requests": [{"name": "m", "exactly": {"deviceClassName": "mig.nvidia.com"}}]}},
+            "status": {"reservedFor": [{"resource": "pods", "name": "a", "uid": "1"}]},
+        }));
+    });
+    let (lookup, task) = ClusterClaims::start(fake.client());
+    let synced = tokio::time::timeout(Duration::from_secs(30), lookup.wait_until_synced())
+        .await
+        .expect("the cache syncs once both kinds are listed");
+    assert!(synced);
+    let template = lookup
+        .resource_claim_template("ml", "single-gpu")
+        .expect("the template is cached");
+    assert_eq!(template["kind"], "ResourceClaimTemplate");
+    assert_eq!(
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+        "gpu.nvidia.com"
+    );
+    assert!(lookup
+        .resource_claim_template("other", "single-gpu")
+        .is_none());
+    let claim = lookup
+        .resource_claim("ml", "shared")
+        .expect("the claim is cached");
+    assert_eq!(claim["kind"], "ResourceClaim");
+    // Only the spec is read: status and managed fields are not kept.
+    assert!(claim.get("status").is_none_or(Value::is_null), "{claim}");
+    assert!(claim["metadata"]
+        .get("managedFields")
+        .is_none_or(Value::is_null));
+
+    // A template created later is seen by the next lookup.
+    fake.change(|c| c.apply(claim_template("four-gpus", "gpu.nvidia.com", 4)));
+    wait_until("the new template to be cached", || {
+        lookup.resource_claim_template("ml", "four-gpus").is_some()
+    })
+    .await;
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_in_a_cluster_places_pods_that_claim_gpus_through_its_templates() {
+    let fake =
+        FakeApiServer::start(vec![NAMESPACES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES]).await;
+    fake.change(|cluster| {
+        cluster.apply(namespace("ml", &[]));
+        cluster.apply(claim_template("single-gpu", "gpu.nvidia.com", 1));
+    });
+    let server = InCluster::serve(&fake);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while server.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "7d0c7a52-1f0e-4c0b-9d55-2b4a3c1e9f10",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "dra-train",
+            "namespace": "ml",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "dra-train", "namespace": "ml"},
+                "spec": {
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}],
+                    "containers": [{
+                        "name": "trainer",
+                        "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                        "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "claims": [{"name": "gpu"}]},
+                    }],
+                },
+            },
+        },
+    });
+    let (status, body) = server
+        .request("POST", "/mutate", &serde_json::to_vec(&review).unwrap())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    let patch = body["response"]["patch"]
+        .as_str()
+        .expect("a placement patch");
+    use base64::Engine as _;
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    let tolerations = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|op| op["path"] == "/spec/tolerations")
+        .expect("the GPU toleration is added");
+    assert_eq!(
+        tolerations["value"],
+        json!([{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}])
+    );
+}

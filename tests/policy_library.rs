@@ -171,6 +171,12 @@ const KINDS: &[(&str, &str, &str)] = &[
         "managedclustersagentpools",
         "ManagedClustersAgentPool",
     ),
+    ("resource.k8s.io", "resourceclaims", "ResourceClaim"),
+    (
+        "resource.k8s.io",
+        "resourceclaimtemplates",
+        "ResourceClaimTemplate",
+    ),
 ];
 
 /// The controllers whose pod templates the engine judges with pod policies.

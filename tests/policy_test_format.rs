@@ -259,3 +259,63 @@ fn contradictory_expectations_do_not_load() {
         assert!(err.contains(says), "{expect}: {err}");
     }
 }
+
+/// A ResourceClaimTemplate and a pod that claims a GPU through it, in the
+/// order `kubectl apply -f` creates them.
+const DRA_MANIFEST: &str = r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: single-gpu}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: gpu
+          exactly: {deviceClassName: gpu.nvidia.com, count: 1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: notebook}
+spec:
+  tolerations:
+    - {key: sku, operator: Equal, value: gpu, effect: NoSchedule}
+  resourceClaims:
+    - {name: gpu, resourceClaimTemplateName: single-gpu}
+  containers:
+    - name: jupyter
+      image: quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07
+      resources:
+        requests: {cpu: "2", memory: 8Gi}
+        claims: [{name: gpu}]
+"#;
+
+#[test]
+fn a_file_case_judges_its_pod_with_the_claims_of_the_same_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("notebook.yaml"), DRA_MANIFEST).unwrap();
+    let pod = DRA_MANIFEST.split("---\n").nth(1).unwrap();
+    let inline: String = pod.lines().map(|l| format!("        {l}\n")).collect();
+    let tests = format!(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: PolicyTest\nmetadata: {{name: dra}}\nspec:\n  cases:\n\
+         \x20   - name: the pod of the file claims a GPU through the template beside it\n\
+         \x20     file: notebook.yaml\n\
+         \x20     namespace: ml\n\
+         \x20     expect:\n\
+         \x20       allowed: true\n\
+         \x20       notPolicies: [gpu-node-isolation]\n\
+         \x20   - name: in another namespace no such template exists\n\
+         \x20     namespace: web\n\
+         \x20     object:\n{inline}\
+         \x20     expect:\n\
+         \x20       denied: [{{policy: gpu-node-isolation, message: pod asks for no GPU}}]\n"
+    );
+    std::fs::write(tmp.path().join("tests.yaml"), tests).unwrap();
+    let summary = run_tests(&TestArgs {
+        dir: tmp.path().to_path_buf(),
+        policies: Some(root().join("policies")),
+        catalog: None,
+        verbose: true,
+    })
+    .unwrap();
+    assert_eq!(failing(&summary), Vec::<&str>::new(), "{}", summary.report);
+    assert_eq!(summary.passed, 2, "{}", summary.report);
+}

@@ -233,3 +233,128 @@ async fn replica_limit_example_over_tls() {
     assert_eq!(audit[0]["validationActions"][0], "Audit");
     server.stop().await;
 }
+
+/// A ResourceClaimTemplate in `ml` asking for `count` devices of `class`.
+fn claim_template(name: &str, class: &str, count: u64) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": [{
+            "name": "dev",
+            "exactly": {"deviceClassName": class, "allocationMode": "ExactCount", "count": count}
+        }]}}}
+    })
+}
+
+/// A pod in `ml` naming `template` as its claim `dev`, used by its
+/// container, with `tolerations`.
+fn claiming_pod(name: &str, template: Option<&str>, tolerations: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "tolerations": tolerations,
+            "containers": [{
+                "name": "main",
+                "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                "command": ["python", "serve.py"],
+                "resources": {"requests": {"cpu": "2", "memory": "8Gi"}}
+            }]
+        }
+    });
+    if let Some(template) = template {
+        pod["spec"]["resourceClaims"] =
+            json!([{"name": "dev", "resourceClaimTemplateName": template}]);
+        pod["spec"]["containers"][0]["resources"]["claims"] = json!([{"name": "dev"}]);
+    }
+    pod
+}
+
+/// /mutate then /validate on the patched pod, as kube-apiserver runs them:
+/// the patched pod and the validation answer.
+async fn mutate_then_validate(server: &TestServer, uid: &str, pod: &Value) -> (Value, Value) {
+    let (status, mutated) = server
+        .post_review("/mutate", &review(uid, "CREATE", pod))
+        .await;
+    assert_eq!(status, 200, "{uid}");
+    assert_eq!(mutated["response"]["allowed"], true, "{uid}: {mutated}");
+    let mut patched = pod.clone();
+    if let Some(patch) = patch_of(&mutated) {
+        json_patch::patch(&mut patched, &patch).unwrap();
+    }
+    let (status, validated) = server
+        .post_review("/validate", &review(uid, "CREATE", &patched))
+        .await;
+    assert_eq!(status, 200, "{uid}");
+    (patched, validated)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dra_gpu_pods_are_placed_and_allowed_over_tls_and_cpu_pods_on_gpu_nodes_still_denied() {
+    let mut claims = gpu_admission::k8s::StaticClaims::new();
+    claims.insert(&claim_template("single-gpu", "gpu.nvidia.com", 1), "ml");
+    claims.insert(&claim_template("rdma-nic", "rdma.mellanox.com", 1), "ml");
+    let admission = shipped_admission().with_claims(Arc::new(claims));
+    let server = TestServer::start_with(config(), Arc::new(admission)).await;
+    let gpu_toleration =
+        json!([{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
+
+    // A pod claiming a GPU through the template: placed like a GPU pod.
+    let pod = claiming_pod("dra-serve", Some("single-gpu"), json!([]));
+    let (patched, validated) = mutate_then_validate(&server, "dra", &pod).await;
+    assert_eq!(patched["spec"]["tolerations"], gpu_toleration);
+    assert_eq!(
+        patched["spec"]["affinity"]["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+            ["matchExpressions"][0]["key"],
+        "kubernetes.azure.com/accelerator"
+    );
+    assert_eq!(validated["response"]["allowed"], true, "{validated}");
+    assert!(validated["response"]["warnings"].is_null(), "{validated}");
+    let _: k8s_openapi::api::core::v1::Pod = serde_json::from_value(patched.clone()).unwrap();
+
+    // One that tolerates the GPU taint itself is a GPU pod too.
+    let pod = claiming_pod("dra-tolerates", Some("single-gpu"), gpu_toleration.clone());
+    let (_, validated) = mutate_then_validate(&server, "dra-tolerates", &pod).await;
+    assert_eq!(validated["response"]["allowed"], true, "{validated}");
+
+    // A CPU pod tolerating the GPU taint is denied as before, and so is a
+    // pod whose claim asks for a device class that is not a GPU.
+    for (uid, template) in [("cpu", None), ("nic", Some("rdma-nic"))] {
+        let pod = claiming_pod(uid, template, gpu_toleration.clone());
+        let (patched, validated) = mutate_then_validate(&server, uid, &pod).await;
+        assert_eq!(patched, pod, "{uid}: not placed");
+        assert_eq!(
+            validated["response"]["allowed"], false,
+            "{uid}: {validated}"
+        );
+        let message = validated["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(
+                "gpu-node-isolation: pod asks for no GPU but tolerates the GPU node taint"
+            ),
+            "{uid}: {message}"
+        );
+    }
+
+    // The claim template itself is judged by the GPU count limits.
+    let (_, answer) = server
+        .post_review(
+            "/validate",
+            &review(
+                "big",
+                "CREATE",
+                &claim_template("sixteen-gpus", "gpu.nvidia.com", 16),
+            ),
+        )
+        .await;
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("gpu-count-limits: ResourceClaimTemplate sixteen-gpus asks for 16 GPUs; at most 8 per pod"),
+        "{message}"
+    );
+    server.stop().await;
+}

@@ -5,6 +5,7 @@ use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::audit;
 use crate::k8s::namespaces::StaticNamespaces;
+use crate::k8s::StaticClaims;
 use crate::offline;
 use crate::testing::namespace_labels;
 use serde_json::Value;
@@ -69,7 +70,12 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     for (name, labels) in namespaces {
         lookup.insert(&name, labels);
     }
-    let admission = Admission::new(loaded.bundle, Arc::new(lookup));
+    // Pods' DRA claims resolve against the claims read with them.
+    let mut claims = StaticClaims::new();
+    for object in &objects {
+        claims.insert(object, "default");
+    }
+    let admission = Admission::new(loaded.bundle, Arc::new(lookup)).with_claims(Arc::new(claims));
     let report = audit::audit(&admission, &objects);
     match args.output {
         AuditFormat::Text => print!("{}", audit::render_text(&report)),
@@ -103,6 +109,8 @@ pub const AUDITED: &[(&str, &str)] = &[
     ("kaito.sh", "InferenceSet"),
     ("kaito.sh", "RAGEngine"),
     ("containerservice.azure.com", "ManagedClustersAgentPool"),
+    ("resource.k8s.io", "ResourceClaim"),
+    ("resource.k8s.io", "ResourceClaimTemplate"),
 ];
 
 /// Objects per list call: big clusters are read in pages, so no single

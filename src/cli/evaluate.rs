@@ -4,6 +4,7 @@
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::k8s::namespaces::StaticNamespaces;
+use crate::k8s::StaticClaims;
 use crate::offline::{self, Evaluation};
 use crate::review::Operation;
 use crate::testing::namespace_labels;
@@ -74,6 +75,11 @@ pub fn evaluate(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
 fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     let loaded = args.policies.load()?;
     let objects = offline::read_manifest(&args.file)?;
+    // The manifest's ResourceClaims and templates are what its pods claim.
+    let mut claims = StaticClaims::new();
+    for obj in &objects {
+        claims.insert(obj, args.namespace.as_deref().unwrap_or("default"));
+    }
     let operation = match args.operation {
         OperationArg::Create => Operation::Create,
         OperationArg::Update => Operation::Update,
@@ -95,7 +101,7 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     for ns in &namespaces {
         lookup.insert(ns, namespace_labels(ns, &labels));
     }
-    let admission = Admission::new(loaded.bundle, Arc::new(lookup));
+    let admission = Admission::new(loaded.bundle, Arc::new(lookup)).with_claims(Arc::new(claims));
     Ok(requests
         .into_iter()
         .map(|req| offline::evaluate(&admission, req))

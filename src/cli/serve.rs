@@ -4,7 +4,7 @@ use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
 use crate::gpu::catalog::Catalog;
 use crate::k8s::namespaces::ClusterNamespaces;
-use crate::k8s::NamespaceLookup;
+use crate::k8s::{ClaimLookup, ClusterClaims, NamespaceLookup};
 use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
 use crate::review;
 use crate::server::{
@@ -232,7 +232,8 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
         );
     }
     let namespaces = namespace_lookup(&readiness).await;
-    let admission = Arc::new(Admission::new(bundle, namespaces));
+    let claims = claim_lookup(&readiness).await;
+    let admission = Arc::new(Admission::new(bundle, namespaces).with_claims(claims));
     readiness.set_policies_loaded();
     // Held for the life of the server: dropping it stops the watch.
     let _watcher = match &source {
@@ -464,6 +465,47 @@ async fn namespace_lookup(readiness: &Readiness) -> Arc<dyn NamespaceLookup> {
             Arc::new(ClusterNamespaces::empty())
         }
     }
+}
+
+/// DRA ResourceClaims and ResourceClaimTemplates, to tell which pods claim
+/// GPUs: watched from the cluster when it serves `resource.k8s.io/v1`
+/// (Kubernetes 1.34+), readiness then waiting for their first list;
+/// otherwise none (pods' claims then count no device).
+async fn claim_lookup(readiness: &Readiness) -> Arc<dyn ClaimLookup> {
+    use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        return Arc::new(ClusterClaims::empty());
+    }
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        // namespace_lookup has said why, and keeps the server not ready.
+        Err(_) => return Arc::new(ClusterClaims::empty()),
+    };
+    let probe = kube::Api::<ResourceClaimTemplate>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await;
+    if let Err(kube::Error::Api(status)) = &probe {
+        if status.is_not_found() {
+            tracing::info!(
+                "the cluster does not serve resource.k8s.io/v1: pods' resource claims count no GPU"
+            );
+            return Arc::new(ClusterClaims::empty());
+        }
+    }
+    let (claims, _task) = ClusterClaims::start(client);
+    readiness.wait_for_resource_claims();
+    tracing::info!("watching ResourceClaims and ResourceClaimTemplates for DRA GPU pods; ready once they are listed");
+    let synced = claims.clone();
+    let readiness = readiness.clone();
+    tokio::spawn(async move {
+        if synced.wait_until_synced().await {
+            readiness.set_resource_claims_synced();
+            tracing::info!("resource claim cache synced");
+        } else {
+            tracing::error!("resource claim watch ended before its first list; staying not ready");
+        }
+    });
+    Arc::new(claims)
 }
 
 fn init_logging(format: LogFormat) {

@@ -5,20 +5,24 @@
 //! ReplicaSet, Job, CronJob, PodTemplate) it describes the pod's GPU
 //! requests, tolerations and node selection; for capacity objects
 //! (NodePool, Workspace, InferenceSet, RAGEngine, ManagedClustersAgentPool)
-//! it adds `pool`. Every other object gets the same keys with empty values,
-//! so `gpu.requested` is always safe to read.
+//! it adds `pool`. A pod's DRA claims count their GPU devices (see
+//! [`super::claims`]); a ResourceClaim or ResourceClaimTemplate judged on
+//! its own gets the devices it asks for. Every other object gets the same
+//! keys with empty values, so `gpu.requested` is always safe to read.
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::catalog::Catalog;
+use super::claims::{request_devices, ClaimGpuRequest};
 use super::pools::{CapacityRequest, PoolFacts};
 use super::request::{
     parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity, PodGpuRequest,
 };
 use super::selection::SkuSelection;
 use super::GpuResources;
-use crate::k8s::json::items;
+use crate::k8s::claims::{claim_spec, container_claims, pod_claims, ClaimKind, NoClaims, PodClaim};
+use crate::k8s::json::{items, str_at};
 use crate::k8s::workloads::{pod_metadata, pod_spec};
 use crate::k8s::{NodeSelection, Toleration, TolerationOperator};
 
@@ -40,6 +44,9 @@ pub struct GpuFacts {
     /// Catalog SKUs the pod's node selection allows, in catalog order.
     pub skus: Vec<String>,
     pub max_sku_gpus: i64,
+    /// The pod's DRA claims (or the ResourceClaim / ResourceClaimTemplate
+    /// itself) and the GPU devices each asks for.
+    pub claims: Vec<ClaimFacts>,
     /// Capacity objects only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolFacts>,
@@ -61,6 +68,28 @@ pub struct ContainerFacts {
     pub problems: Vec<String>,
 }
 
+/// One DRA claim of the pod.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimFacts {
+    /// The pod's name for the claim (the object's name for a claim or
+    /// template judged on its own).
+    pub name: String,
+    /// `ResourceClaim` or `ResourceClaimTemplate` (empty when the pod's
+    /// entry names neither).
+    pub kind: &'static str,
+    /// The name of that ResourceClaim or ResourceClaimTemplate.
+    pub source: String,
+    /// Whether its spec was found; a claim not found counts no device.
+    pub found: bool,
+    /// GPU devices per device class.
+    pub devices: BTreeMap<String, i64>,
+    pub total: i64,
+    /// Some request takes every matching device of the node
+    /// (`allocationMode: All`), counted as described in docs/dra.md.
+    pub allocates_all: bool,
+}
+
 /// `gpu.placement`: the placement profile that serves the pod and, when
 /// the pod's own node selection excludes every node that profile allows,
 /// why (empty otherwise).
@@ -73,15 +102,32 @@ pub struct PlacementFacts {
 impl GpuFacts {
     /// The facts of `object`: a Pod, an object with a pod template, a
     /// capacity object, or anything else (every key, empty values).
+    /// A pod's DRA claims are not looked up: each counts no device (see
+    /// [`GpuFacts::with_claims`]).
     pub fn of(object: &Value, catalog: &Catalog, resources: &GpuResources) -> GpuFacts {
+        let claims = pod_spec(object)
+            .map(|spec| pod_claims(spec, "", &NoClaims))
+            .unwrap_or_default();
+        GpuFacts::with_claims(object, &claims, catalog, resources)
+    }
+
+    /// [`GpuFacts::of`], with the pod's DRA claims already looked up
+    /// ([`pod_claims`]).
+    pub fn with_claims(
+        object: &Value,
+        claims: &[PodClaim],
+        catalog: &Catalog,
+        resources: &GpuResources,
+    ) -> GpuFacts {
         let mut facts = match pod_spec(object) {
             Some(spec) => pod_facts(
                 spec,
                 pod_metadata(object).and_then(|m| m.get("annotations")),
+                claims,
                 catalog,
                 resources,
             ),
-            None => GpuFacts::default(),
+            None => claim_object_facts(object, resources).unwrap_or_default(),
         };
         facts.pool = CapacityRequest::from_object(object).map(|pool| pool.facts(catalog));
         facts
@@ -155,12 +201,29 @@ fn tolerates_gpu(t: &Toleration) -> bool {
 fn pod_facts(
     spec: &Value,
     annotations: Option<&Value>,
+    claims: &[PodClaim],
     catalog: &Catalog,
     resources: &GpuResources,
 ) -> GpuFacts {
-    let request = pod_gpu_request(spec, resources);
+    let mut request = pod_gpu_request(spec, resources);
     let selection = NodeSelection::from_pod_spec(spec);
     let skus = selection.skus(catalog);
+    let skus_constrained = skus.len() < catalog.len();
+    let max_sku_gpus = skus.iter().map(|s| s.gpu_devices).max().unwrap_or(0);
+    // `allocationMode: All` gets the node's GPUs: known only when the pod's
+    // selection narrows the SKUs; otherwise it counts as one device.
+    let all_devices = if skus_constrained {
+        u64::from(max_sku_gpus)
+    } else {
+        0
+    };
+    request.add_claims(
+        claims
+            .iter()
+            .map(|c| ClaimGpuRequest::of_pod_claim(c, resources, all_devices))
+            .collect(),
+    );
+    let containers = container_claim_devices(spec, &request.claims);
     GpuFacts {
         requested: request.requested(),
         total: int(request.total()),
@@ -169,18 +232,19 @@ fn pod_facts(
             .iter()
             .map(|(k, v)| (k.clone(), int(*v)))
             .collect(),
-        containers: request.containers.iter().map(container_facts).collect(),
+        containers: request
+            .containers
+            .iter()
+            .map(|c| container_facts(c, containers.get(&c.name)))
+            .collect(),
         tolerates: spec.get("tolerations").is_some_and(tolerates_gpu_taint),
         tolerates_all: spec.get("tolerations").is_some_and(tolerates_every_taint),
         shared_by_scheduler: shared_by_scheduler(spec, annotations),
         selects_gpu_nodes: selection.targets_gpu_nodes(catalog),
-        skus_constrained: skus.len() < catalog.len(),
+        skus_constrained,
         skus: skus.iter().map(|s| s.name.clone()).collect(),
-        max_sku_gpus: skus
-            .iter()
-            .map(|s| i64::from(s.gpu_devices))
-            .max()
-            .unwrap_or(0),
+        max_sku_gpus: i64::from(max_sku_gpus),
+        claims: request.claims.iter().map(claim_facts).collect(),
         pool: None,
         placement: PlacementFacts::default(),
         request,
@@ -192,12 +256,89 @@ fn int(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn container_facts(c: &ContainerGpuRequest) -> ContainerFacts {
+/// The facts of a ResourceClaim or ResourceClaimTemplate judged on its
+/// own: the GPU devices it asks for (`All` counts one: no node is known).
+fn claim_object_facts(object: &Value, resources: &GpuResources) -> Option<GpuFacts> {
+    let kind = ClaimKind::of(object)?;
+    let name = str_at(object, "/metadata/name").to_string();
+    let claim = ClaimGpuRequest {
+        name: name.clone(),
+        source: Some((kind, name)),
+        found: true,
+        requests: claim_spec(object)
+            .map(|spec| request_devices(spec, resources, 0))
+            .unwrap_or_default(),
+    };
+    let mut request = PodGpuRequest::default();
+    request.add_claims(vec![claim]);
+    Some(GpuFacts {
+        requested: request.requested(),
+        total: int(request.total()),
+        resources: (request.effective.iter())
+            .map(|(k, v)| (k.clone(), int(*v)))
+            .collect(),
+        claims: request.claims.iter().map(claim_facts).collect(),
+        request,
+        ..GpuFacts::default()
+    })
+}
+
+fn claim_facts(c: &ClaimGpuRequest) -> ClaimFacts {
+    let (kind, source) = match &c.source {
+        Some((kind, name)) => (kind.as_str(), name.clone()),
+        None => ("", String::new()),
+    };
+    ClaimFacts {
+        name: c.name.clone(),
+        kind,
+        source,
+        found: c.found,
+        devices: c.devices().into_iter().map(|(k, v)| (k, int(v))).collect(),
+        total: int(c.total()),
+        allocates_all: c.allocates_all(),
+    }
+}
+
+/// GPU devices per container name, from the claims each container uses
+/// (`resources.claims`, a whole claim or one request of it).
+fn container_claim_devices(
+    spec: &Value,
+    claims: &[ClaimGpuRequest],
+) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let containers = items(spec.get("initContainers")).chain(items(spec.get("containers")));
+    for c in containers {
+        let name = str_at(c, "/name");
+        for (claim, request) in container_claims(c) {
+            let Some(claim) = claims.iter().find(|k| k.name == claim) else {
+                continue;
+            };
+            let entry = out.entry(name.to_string()).or_default();
+            for (class, n) in claim.devices_of(request.as_deref()) {
+                let total = entry.entry(class).or_insert(0);
+                *total = total.saturating_add(n);
+            }
+        }
+    }
+    out
+}
+
+fn container_facts(
+    c: &ContainerGpuRequest,
+    claimed: Option<&BTreeMap<String, u64>>,
+) -> ContainerFacts {
+    let mut gpus = c.gpus();
+    for (class, n) in claimed.into_iter().flatten() {
+        let total = gpus.entry(class.clone()).or_insert(0);
+        *total = total.saturating_add(*n);
+    }
+    gpus.retain(|_, n| *n > 0);
+    let total = gpus.values().fold(0u64, |a, n| a.saturating_add(*n));
     ContainerFacts {
         name: c.name.clone(),
         kind: c.kind.as_str(),
-        gpus: c.gpus().into_iter().map(|(k, v)| (k, int(v))).collect(),
-        total: int(c.total()),
+        gpus: gpus.into_iter().map(|(k, v)| (k, int(v))).collect(),
+        total: int(total),
         problems: c
             .resources
             .iter()
@@ -284,6 +425,7 @@ mod tests {
             "skus",
             "skusConstrained",
             "maxSkuGpus",
+            "claims",
         ] {
             assert!(other.get(key).is_some(), "{key}");
         }
@@ -454,6 +596,148 @@ mod tests {
         assert_eq!(g["pool"]["skus"], json!(["Standard_NC24ads_A100_v4"]));
         assert_eq!(g["pool"]["gpuCapable"], true);
         assert_eq!(g["requested"], false);
+    }
+
+    fn claim_template(name: &str, class: &str, exactly: Value) -> Value {
+        let mut exactly = exactly;
+        exactly["deviceClassName"] = json!(class);
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}})
+    }
+
+    fn with_claims(object: Value, lookup: &crate::k8s::StaticClaims) -> Value {
+        let claims = pod_claims(pod_spec(&object).unwrap(), "ml", lookup);
+        let facts = GpuFacts::with_claims(
+            &object,
+            &claims,
+            &Catalog::embedded(),
+            &GpuResources::default(),
+        );
+        serde_json::to_value(facts).unwrap()
+    }
+
+    #[test]
+    fn dra_claims_of_gpu_classes_count_their_devices() {
+        let mut lookup = crate::k8s::StaticClaims::new();
+        lookup.insert(
+            &claim_template("two-gpus", "gpu.nvidia.com", json!({"count": 2})),
+            "ml",
+        );
+        lookup.insert(
+            &claim_template("nic", "rdma.example.com", json!({"count": 1})),
+            "ml",
+        );
+        let g = with_claims(
+            pod(json!({
+                "resourceClaims": [
+                    {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+                    {"name": "net", "resourceClaimTemplateName": "nic"}
+                ],
+                "containers": [
+                    {"name": "train", "resources": {"claims": [{"name": "gpus"}, {"name": "net"}]}},
+                    {"name": "probe", "resources": {"claims": [{"name": "gpus", "request": "gpu"}]}},
+                    {"name": "log"}
+                ],
+                "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+            })),
+            &lookup,
+        );
+        assert_eq!(g["requested"], true);
+        // A shared claim counts once for the pod.
+        assert_eq!(g["total"], 2);
+        assert_eq!(g["resources"], json!({"gpu.nvidia.com": 2}));
+        assert_eq!(g["tolerates"], true);
+        let cs = g["containers"].as_array().unwrap();
+        assert_eq!(cs[0]["gpus"], json!({"gpu.nvidia.com": 2}));
+        assert_eq!(cs[1]["total"], 2);
+        assert_eq!(cs[2]["total"], 0);
+        assert_eq!(
+            g["claims"][0],
+            json!({"name": "gpus", "kind": "ResourceClaimTemplate", "source": "two-gpus",
+                "found": true, "devices": {"gpu.nvidia.com": 2}, "total": 2, "allocatesAll": false})
+        );
+        assert_eq!(g["claims"][1]["total"], 0);
+        assert_eq!(g["claims"][1]["found"], true);
+    }
+
+    #[test]
+    fn claims_of_other_classes_or_not_found_ask_for_no_gpu() {
+        let mut lookup = crate::k8s::StaticClaims::new();
+        lookup.insert(
+            &claim_template("nic", "rdma.example.com", json!({"count": 1})),
+            "ml",
+        );
+        let g = with_claims(
+            pod(json!({
+                "resourceClaims": [
+                    {"name": "net", "resourceClaimTemplateName": "nic"},
+                    {"name": "gone", "resourceClaimName": "not-created-yet"}
+                ],
+                "containers": [{"name": "web", "resources": {"claims": [{"name": "net"}]}}]
+            })),
+            &lookup,
+        );
+        assert_eq!(g["requested"], false);
+        assert_eq!(g["total"], 0);
+        assert_eq!(g["claims"][1]["found"], false);
+        assert_eq!(g["claims"][1]["kind"], "ResourceClaim");
+        // Without a lookup the claims are listed, not found.
+        let g = gpu(pod(json!({
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}],
+            "containers": [{"name": "c"}]
+        })));
+        assert_eq!(g["claims"][0]["found"], false);
+        assert_eq!(g["requested"], false);
+    }
+
+    #[test]
+    fn allocation_mode_all_counts_the_gpus_of_the_selected_sku() {
+        let mut lookup = crate::k8s::StaticClaims::new();
+        lookup.insert(
+            &claim_template("node", "gpu.nvidia.com", json!({"allocationMode": "All"})),
+            "ml",
+        );
+        let spec = |selector: Value| {
+            pod(json!({
+                "nodeSelector": selector,
+                "resourceClaims": [{"name": "all", "resourceClaimTemplateName": "node"}],
+                "containers": [{"name": "c", "resources": {"claims": [{"name": "all"}]}}]
+            }))
+        };
+        let g = with_claims(
+            spec(json!({"node.kubernetes.io/instance-type": "Standard_NC96ads_A100_v4"})),
+            &lookup,
+        );
+        assert_eq!(g["total"], 4);
+        assert_eq!(g["claims"][0]["allocatesAll"], true);
+        // No SKU known: at least one device.
+        let g = with_claims(spec(json!({})), &lookup);
+        assert_eq!(g["total"], 1);
+        assert_eq!(g["requested"], true);
+    }
+
+    #[test]
+    fn claim_objects_judged_on_their_own() {
+        let g = gpu(claim_template(
+            "big",
+            "gpu.nvidia.com",
+            json!({"count": 16}),
+        ));
+        assert_eq!(g["requested"], true);
+        assert_eq!(g["total"], 16);
+        assert_eq!(g["resources"], json!({"gpu.nvidia.com": 16}));
+        assert_eq!(g["claims"][0]["kind"], "ResourceClaimTemplate");
+        assert_eq!(g["claims"][0]["name"], "big");
+        let claim = gpu(
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "shared"},
+            "spec": {"devices": {"requests": [{"name": "m", "exactly": {"deviceClassName": "mig.nvidia.com", "count": 3}}]}}}),
+        );
+        assert_eq!(claim["resources"], json!({"mig.nvidia.com": 3}));
+        let cpu = gpu(claim_template("nic", "rdma.example.com", json!({})));
+        assert_eq!(cpu["requested"], false);
+        assert_eq!(cpu["claims"][0]["total"], 0);
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! GPU knowledge: resource names, what a pod asks for, the SKU catalog.
+//! GPU knowledge: resource names and DRA device classes, what a pod asks
+//! for, the SKU catalog.
 pub mod catalog;
+pub mod claims;
 pub mod facts;
 pub mod pools;
 pub mod request;
@@ -9,4 +11,6 @@ pub mod selection;
 pub use request::{
     pod_gpu_request, ContainerGpuRequest, ContainerKind, GpuQuantity, PodGpuRequest,
 };
-pub use resources::{GpuResources, ResourcePatternError, DEFAULT_GPU_RESOURCES};
+pub use resources::{
+    GpuResources, ResourcePatternError, DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPU_RESOURCES,
+};

@@ -1,5 +1,6 @@
 //! What a pod asks for: GPUs per container and per pod, counted the way
 //! kube-scheduler counts them.
+use super::claims::ClaimGpuRequest;
 use super::GpuResources;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -11,8 +12,12 @@ pub struct PodGpuRequest {
     /// spec order: `spec.initContainers` first, then `spec.containers`.
     pub containers: Vec<ContainerGpuRequest>,
     /// GPUs per resource as the scheduler reserves them for the pod; only
-    /// resources with a count above zero.
+    /// resources with a count above zero. Devices of the pod's DRA claims
+    /// count here too, keyed by device class (`gpu.nvidia.com`).
     pub effective: BTreeMap<String, u64>,
+    /// The pod's DRA claims (`spec.resourceClaims`), once resolved
+    /// ([`PodGpuRequest::add_claims`]).
+    pub claims: Vec<ClaimGpuRequest>,
 }
 
 /// One container's GPU resources.
@@ -101,6 +106,16 @@ impl ContainerGpuRequest {
 }
 
 impl PodGpuRequest {
+    /// Adds the pod's DRA claims: each claim's GPU devices count once for
+    /// the pod, however many containers share it.
+    pub fn add_claims(&mut self, claims: Vec<ClaimGpuRequest>) {
+        for claim in &claims {
+            add_into(&mut self.effective, &claim.devices());
+        }
+        self.effective.retain(|_, n| *n > 0);
+        self.claims.extend(claims);
+    }
+
     /// Whether the pod asks for a GPU: a count above zero, or a malformed
     /// quantity (someone meant to ask; the policies say what is wrong).
     pub fn requested(&self) -> bool {
@@ -155,6 +170,7 @@ pub fn pod_gpu_request(pod_spec: &Value, resources: &GpuResources) -> PodGpuRequ
     PodGpuRequest {
         containers,
         effective,
+        claims: Vec::new(),
     }
 }
 

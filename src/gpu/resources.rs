@@ -1,11 +1,14 @@
-//! Which extended resources count as GPUs.
+//! Which extended resources, and which DRA device classes, count as GPUs.
 use std::fmt;
 
 /// The configurable set of GPU resource names: exact names (`nvidia.com/gpu`)
-/// and prefix patterns ending in `*` (`nvidia.com/mig-*`).
+/// and prefix patterns ending in `*` (`nvidia.com/mig-*`); and the
+/// DeviceClasses whose devices are GPUs when a pod claims them through
+/// Dynamic Resource Allocation (`gpu.nvidia.com`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuResources {
     patterns: Vec<Pattern>,
+    device_classes: Vec<String>,
 }
 
 /// The resource names detected when nothing else is configured.
@@ -15,6 +18,10 @@ pub const DEFAULT_GPU_RESOURCES: [&str; 4] = [
     "nvidia.com/gpu.shared",
     "amd.com/gpu",
 ];
+
+/// The DRA device classes detected when nothing else is configured: those
+/// NVIDIA's DRA driver installs for whole GPUs and MIG devices.
+pub const DEFAULT_GPU_DEVICE_CLASSES: [&str; 2] = ["gpu.nvidia.com", "mig.nvidia.com"];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Pattern {
@@ -32,16 +39,21 @@ pub struct ResourcePatternError {
 
 impl Default for GpuResources {
     fn default() -> Self {
-        GpuResources::new(DEFAULT_GPU_RESOURCES).unwrap_or(GpuResources {
+        let mut set = GpuResources::new(DEFAULT_GPU_RESOURCES).unwrap_or(GpuResources {
             patterns: Vec::new(),
-        })
+            device_classes: Vec::new(),
+        });
+        for class in DEFAULT_GPU_DEVICE_CLASSES {
+            let _ = set.insert_device_class(class);
+        }
+        set
     }
 }
 
 impl GpuResources {
-    /// Builds the set from names and `prefix*` patterns. Each must be a
-    /// domain-qualified extended resource name (`<domain>/<name>`); a `*` may
-    /// only end the pattern, after the `/`.
+    /// Builds the set from names and `prefix*` patterns, with no device
+    /// class. Each must be a domain-qualified extended resource name
+    /// (`<domain>/<name>`); a `*` may only end the pattern, after the `/`.
     pub fn new<I, S>(patterns: I) -> Result<GpuResources, ResourcePatternError>
     where
         I: IntoIterator<Item = S>,
@@ -49,6 +61,7 @@ impl GpuResources {
     {
         let mut set = GpuResources {
             patterns: Vec::new(),
+            device_classes: Vec::new(),
         };
         for p in patterns {
             set.insert(p.as_ref())?;
@@ -65,7 +78,32 @@ impl GpuResources {
         Ok(())
     }
 
-    /// This set plus every pattern of `other`.
+    /// Adds a DRA DeviceClass name (ignored if already present). Device
+    /// class names are DNS subdomains: `gpu.nvidia.com`.
+    pub fn insert_device_class(&mut self, class: &str) -> Result<(), ResourcePatternError> {
+        let dns_subdomain = !class.is_empty()
+            && class.len() <= 253
+            && class.split('.').all(|label| {
+                !label.is_empty()
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            });
+        if !dns_subdomain {
+            return Err(ResourcePatternError {
+                pattern: class.to_string(),
+                reason: "a DeviceClass name is a DNS subdomain such as gpu.nvidia.com",
+            });
+        }
+        if !self.device_classes.iter().any(|c| c == class) {
+            self.device_classes.push(class.to_string());
+        }
+        Ok(())
+    }
+
+    /// This set plus every pattern and device class of `other`.
     pub fn union(&self, other: &GpuResources) -> GpuResources {
         let mut out = self.clone();
         for p in &other.patterns {
@@ -73,7 +111,22 @@ impl GpuResources {
                 out.patterns.push(p.clone());
             }
         }
+        for c in &other.device_classes {
+            if !out.device_classes.contains(c) {
+                out.device_classes.push(c.clone());
+            }
+        }
         out
+    }
+
+    /// Whether devices of DeviceClass `class` are GPUs.
+    pub fn is_gpu_device_class(&self, class: &str) -> bool {
+        self.device_classes.iter().any(|c| c == class)
+    }
+
+    /// The GPU device classes, as configured.
+    pub fn device_classes(&self) -> &[String] {
+        &self.device_classes
     }
 
     /// Whether `resource` (a key of `resources.limits`) is a GPU resource.
@@ -181,6 +234,31 @@ mod tests {
             assert!(!r.matches(name), "{name}");
         }
         assert_eq!(r.patterns(), DEFAULT_GPU_RESOURCES.to_vec());
+        assert!(r.is_gpu_device_class("gpu.nvidia.com"));
+        assert!(r.is_gpu_device_class("mig.nvidia.com"));
+        assert!(!r.is_gpu_device_class("nvidia.com/gpu"));
+        assert!(!r.is_gpu_device_class("cpu.example.com"));
+    }
+
+    #[test]
+    fn device_classes_are_dns_subdomains_and_union() {
+        let mut r = GpuResources::new(["nvidia.com/gpu"]).unwrap();
+        assert!(r.device_classes().is_empty());
+        r.insert_device_class("gpu.amd.com").unwrap();
+        for bad in [
+            "",
+            "GPU.example.com",
+            "gpu..com",
+            "-gpu.com",
+            "nvidia.com/gpu",
+        ] {
+            assert!(r.insert_device_class(bad).is_err(), "{bad}");
+        }
+        let all = GpuResources::default().union(&r);
+        assert_eq!(
+            all.device_classes(),
+            ["gpu.nvidia.com", "mig.nvidia.com", "gpu.amd.com"]
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Kubernetes semantics, one model each: label selectors, node selectors,
 //! taints and tolerations, the pod templates of controllers, namespaces,
+//! the ResourceClaims of Dynamic Resource Allocation,
 //! JSON field helpers and the JSON patch builder.
 //!
 //! A leaf module: it depends on nothing else in the crate, and knows
@@ -7,6 +8,7 @@
 //! ones for objects under admission (a field of the wrong shape reads as
 //! absent: the apiserver validates its own objects) and strict ones for the
 //! project's own documents (every mistake is an error naming its field).
+pub mod claims;
 pub mod doc;
 pub mod json;
 pub mod labels;
@@ -16,6 +18,7 @@ pub mod patch;
 pub mod taints;
 pub mod workloads;
 
+pub use claims::{ClaimLookup, ClusterClaims, NoClaims, StaticClaims};
 pub use json::FieldError;
 pub use labels::{LabelRequirement, LabelSelector, SelectorOp};
 pub use namespaces::{ClusterNamespaces, NamespaceLookup, StaticNamespaces};

@@ -17,6 +17,7 @@ pub use plan::PROFILE_ANNOTATION;
 pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
 
 use crate::gpu::catalog::Catalog;
+use crate::gpu::claims::ClaimGpuRequest;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
 use crate::k8s::json::labels_of;
 use crate::k8s::NamespaceLookup;
@@ -181,7 +182,7 @@ pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
     };
     let request = match &subject.gpu {
         Some(facts) => std::borrow::Cow::Borrowed(&facts.request),
-        None => std::borrow::Cow::Owned(pod_request(profiles, pod)),
+        None => std::borrow::Cow::Owned(subject_request(profiles, subject, pod)),
     };
     plan_pod_with(profiles, pod, &request, &subject.namespace_labels)
 }
@@ -266,6 +267,22 @@ fn pod_request(profiles: &ProfileSet, pod: &Value) -> PodGpuRequest {
     pod.get("spec")
         .map(|spec| pod_gpu_request(spec, profiles.gpu_resources()))
         .unwrap_or_default()
+}
+
+/// The pod's GPU request with the devices of the DRA claims the subject
+/// looked up (counts do not matter to placement: `All` counts one).
+fn subject_request(profiles: &ProfileSet, subject: &Subject, pod: &Value) -> PodGpuRequest {
+    let mut request = pod_request(profiles, pod);
+    if let Some(claims) = &subject.claims {
+        let resources = profiles.gpu_resources();
+        request.add_claims(
+            claims
+                .iter()
+                .map(|c| ClaimGpuRequest::of_pod_claim(c, resources, 0))
+                .collect(),
+        );
+    }
+    request
 }
 
 /// The labels namespaceSelectors see for `namespace`: the Namespace's own

@@ -19,7 +19,8 @@ pub const KIND: &str = "PlacementProfile";
 #[derive(Clone, Debug, PartialEq)]
 pub struct Profile {
     pub name: String,
-    /// GPU resources (names and `prefix*` patterns) the profile serves.
+    /// GPU resources (names and `prefix*` patterns) and DRA device classes
+    /// the profile serves.
     pub resources: GpuResources,
     /// Higher wins when several profiles match a pod; ties go to the name
     /// that sorts first.
@@ -110,9 +111,10 @@ impl Profile {
         })
     }
 
-    /// Whether the profile serves any of `resources`.
+    /// Whether the profile serves any of `resources` (resource names, or
+    /// device classes of DRA claims).
     pub fn serves<'a>(&self, mut resources: impl Iterator<Item = &'a str>) -> bool {
-        resources.any(|r| self.resources.matches(r))
+        resources.any(|r| self.resources.matches(r) || self.resources.is_gpu_device_class(r))
     }
 }
 
@@ -127,6 +129,7 @@ impl From<FieldError> for ProfileError {
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct ProfileSpec {
     resources: Vec<String>,
+    device_classes: Vec<String>,
     priority: i32,
     namespace_selector: Option<LabelSelectorDoc>,
     pod_selector: Option<LabelSelectorDoc>,
@@ -199,10 +202,10 @@ fn each<T, U>(
 
 impl ProfileSpec {
     fn validate(self, name: String) -> Result<Profile, ProfileError> {
-        if self.resources.is_empty() {
+        if self.resources.is_empty() && self.device_classes.is_empty() {
             return Err(ProfileError::new(
                 "spec.resources",
-                "required: the GPU resources this profile serves, e.g. [nvidia.com/gpu]",
+                "required: the GPU resources this profile serves, e.g. [nvidia.com/gpu] (or spec.deviceClasses)",
             ));
         }
         let mut resources = GpuResources::new(std::iter::empty::<&str>())
@@ -210,6 +213,11 @@ impl ProfileSpec {
         for (i, item) in self.resources.iter().enumerate() {
             (resources.insert(item))
                 .map_err(|e| ProfileError::new(format!("spec.resources[{i}]"), e.to_string()))?;
+        }
+        for (i, class) in self.device_classes.iter().enumerate() {
+            (resources.insert_device_class(class)).map_err(|e| {
+                ProfileError::new(format!("spec.deviceClasses[{i}]"), e.to_string())
+            })?;
         }
         let selector = |s: Option<LabelSelectorDoc>, field: &str| s.map(|s| s.validate(field));
         let namespace_selector = selector(self.namespace_selector, "spec.namespaceSelector");
@@ -373,6 +381,22 @@ mod tests {
         assert_eq!(p.preferred[0].weight, 50);
         assert_eq!(p.node_pool_taint.unwrap().to_string(), "sku=gpu:NoSchedule");
         assert!(p.namespace_selector.is_some() && p.pod_selector.is_some());
+    }
+
+    #[test]
+    fn device_classes_are_served_like_resources() {
+        let p = Profile::from_value(&doc(json!({
+            "deviceClasses": ["gpu.nvidia.com"],
+            "tolerations": minimal()["tolerations"]
+        })))
+        .unwrap();
+        assert!(p.serves(["gpu.nvidia.com"].into_iter()));
+        assert!(!p.serves(["mig.nvidia.com", "nvidia.com/gpu"].into_iter()));
+        let e = error(
+            json!({"resources": ["nvidia.com/gpu"], "deviceClasses": ["nvidia.com/gpu"],
+            "tolerations": minimal()["tolerations"]}),
+        );
+        assert_eq!(e.field, "spec.deviceClasses[0]");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Readiness: what must be in place before the server takes traffic. The
 //! policy bundle must be loaded and, in a cluster, the Namespace cache must
 //! have synced its first list (before that, `namespaceSelector` would see
-//! no labels and give wrong answers). Shutdown turns readiness false on its
+//! no labels and give wrong answers), and so must the ResourceClaim cache
+//! when the cluster serves `resource.k8s.io` (before that, pods claiming
+//! devices would be judged as claiming nothing). Shutdown turns readiness false on its
 //! own, through the [`ShutdownHandle`](super::ShutdownHandle).
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,6 +19,8 @@ pub struct Readiness {
 struct Conditions {
     policies_loaded: AtomicBool,
     namespaces_synced: AtomicBool,
+    /// True unless [`Readiness::wait_for_resource_claims`] asked to wait.
+    resource_claims_synced: AtomicBool,
 }
 
 impl Readiness {
@@ -36,6 +40,7 @@ impl Readiness {
             inner: Arc::new(Conditions {
                 policies_loaded: AtomicBool::new(policies_loaded),
                 namespaces_synced: AtomicBool::new(namespaces_synced),
+                resource_claims_synced: AtomicBool::new(true),
             }),
         }
     }
@@ -51,6 +56,21 @@ impl Readiness {
         self.inner.namespaces_synced.store(true, Ordering::Release);
     }
 
+    /// Readiness now also waits for the ResourceClaim cache's first list
+    /// ([`Readiness::set_resource_claims_synced`]).
+    pub fn wait_for_resource_claims(&self) {
+        self.inner
+            .resource_claims_synced
+            .store(false, Ordering::Release);
+    }
+
+    /// The ResourceClaim cache has its first full list.
+    pub fn set_resource_claims_synced(&self) {
+        self.inner
+            .resource_claims_synced
+            .store(true, Ordering::Release);
+    }
+
     /// Why the server is not ready yet, or `None` once it is. The reason
     /// is the short text `/readyz` answers with.
     pub fn not_ready_reason(&self) -> Option<&'static str> {
@@ -58,6 +78,8 @@ impl Readiness {
             Some("policies not loaded\n")
         } else if !self.inner.namespaces_synced.load(Ordering::Acquire) {
             Some("namespaces not synced\n")
+        } else if !self.inner.resource_claims_synced.load(Ordering::Acquire) {
+            Some("resource claims not synced\n")
         } else {
             None
         }
@@ -93,5 +115,14 @@ mod tests {
         waiting.set_policies_loaded();
         assert_eq!(waiting.not_ready_reason(), Some("namespaces not synced\n"));
         assert!(Readiness::ready().is_ready());
+
+        let claims = Readiness::ready();
+        claims.wait_for_resource_claims();
+        assert_eq!(
+            claims.not_ready_reason(),
+            Some("resource claims not synced\n")
+        );
+        claims.set_resource_claims_synced();
+        assert!(claims.is_ready());
     }
 }

@@ -26,6 +26,8 @@ pub const KNOWN_KINDS: &[&str] = &[
     "InferenceSet",
     "RAGEngine",
     "ManagedClustersAgentPool",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
 ];
 
 /// The `kind` label for a request kind.
