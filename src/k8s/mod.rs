@@ -1,6 +1,6 @@
 //! Kubernetes semantics, one model each: label selectors, node selectors,
 //! taints and tolerations, the pod templates of controllers, namespaces,
-//! JSON field helpers and the JSON patch builder.
+//! image references, JSON field helpers and the JSON patch builder.
 //!
 //! A leaf module: it depends on nothing else in the crate, and knows
 //! nothing of GPUs, policies or HTTP. Readers come in two kinds: lenient
@@ -8,6 +8,7 @@
 //! absent: the apiserver validates its own objects) and strict ones for the
 //! project's own documents (every mistake is an error naming its field).
 pub mod doc;
+pub mod images;
 pub mod json;
 pub mod labels;
 pub mod namespaces;
