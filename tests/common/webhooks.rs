@@ -433,10 +433,16 @@ impl Webhook {
     pub fn applies(&self, req: &Request, namespaces: &dyn NamespaceLookup) -> Result<bool, String> {
         let verdict = with_evaluation_stack(|| self.matcher.evaluate(req, namespaces))
             .expect("evaluation thread");
+        // The engine also runs pod policies on a controller's template pod
+        // (those lines carry a `Kind name: ` prefix); a webhook has no such
+        // thing, so only the lines about the request itself count.
         let sent = format!("{}: {SENT}", self.name);
-        match verdict.denials.first() {
+        let error = format!("{}: policy error", self.name);
+        if verdict.denials.contains(&sent) {
+            return Ok(true);
+        }
+        match verdict.denials.iter().find(|d| d.starts_with(&error)) {
             None => Ok(false),
-            Some(d) if *d == sent => Ok(true),
             Some(_) if self.fail_open => Ok(false),
             Some(d) => Err(format!(
                 "failed calling webhook \"{}\": matchCondition error: {d}",
