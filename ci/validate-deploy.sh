@@ -502,7 +502,14 @@ def match_conditions(objs):
             check(False, f"case {case['name']!r}: no webhook {name}")
             failed += 1
             continue
-        activation = {"object": celpy.json_to_cel(case["object"]), "oldObject": None}
+        # request as kube-apiserver shows it; a case may set the user,
+        # operation or subresource (default: alice creates the object).
+        request = {"operation": "CREATE", "subResource": "",
+                   "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]}}
+        request.update(case.get("request", {}))
+        activation = {"object": celpy.json_to_cel(case["object"]),
+                      "oldObject": celpy.json_to_cel(case.get("oldObject")),
+                      "request": celpy.json_to_cel(request)}
         sent = True
         for mc_name, prog in programs.get(name, []):
             try:
