@@ -123,3 +123,48 @@ async fn updates_and_subresources_follow_the_rules() {
     assert!(!outcome.sent(), "{outcome:?}");
     cluster.stop().await;
 }
+
+/// deploy/tests/match-conditions.yaml (which ci/validate-deploy.sh runs
+/// with cel-python) gives the same answers through the crate's engine,
+/// rules and selectors included.
+#[test]
+fn the_deploy_match_condition_cases_agree_with_the_engine() {
+    use common::webhooks::Webhook;
+    use gpu_admission::k8s::StaticNamespaces;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let webhooks: Vec<Webhook> = ["mutating-webhook.yaml", "validating-webhook.yaml"]
+        .iter()
+        .flat_map(|f| Webhook::load(&root.join("deploy/base").join(f)))
+        .collect();
+    let text = std::fs::read_to_string(root.join("deploy/tests/match-conditions.yaml")).unwrap();
+    let cases: Value = serde_yaml::from_str(&text).unwrap();
+    let cases = cases["cases"].as_array().unwrap();
+    assert!(cases.len() > 20);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let webhook = webhooks
+            .iter()
+            .find(|w| w.name == case["webhook"])
+            .unwrap_or_else(|| panic!("{name}: no webhook {}", case["webhook"]));
+        let request = &case["request"];
+        let mut review = match (request["operation"].as_str(), case.get("oldObject")) {
+            (Some("UPDATE"), Some(old)) => Review::update(old.clone(), case["object"].clone()),
+            _ => Review::create(case["object"].clone()),
+        };
+        if let Some(sub) = request["subResource"].as_str() {
+            review = review.subresource(sub);
+        }
+        if let Some(user) = request["userInfo"]["username"].as_str() {
+            let groups: Vec<&str> = request["userInfo"]["groups"]
+                .as_array()
+                .map(|g| g.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            review = review.by(user, &groups);
+        }
+        let req = review.request(name);
+        let sent = webhook
+            .applies(&req, &StaticNamespaces::new())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(sent, case["sent"] == true, "{name}");
+    }
+}
