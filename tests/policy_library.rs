@@ -266,9 +266,11 @@ fn judged_kinds(policy: &Value) -> BTreeSet<&'static str> {
     let mut kinds = BTreeSet::new();
     for rule in rules {
         for resource in strings(&rule["resources"]) {
+            // A subresource (pods/ephemeralcontainers) is judged on its object's kind.
+            let base = resource.split('/').next().unwrap_or_default();
             let known = KINDS
                 .iter()
-                .filter(|(g, r, _)| *r == resource && strings(&rule["apiGroups"]).contains(g));
+                .filter(|(g, r, _)| *r == base && strings(&rule["apiGroups"]).contains(g));
             let mut found = false;
             for (_, _, kind) in known {
                 found = true;
