@@ -158,3 +158,31 @@ async fn a_control_plane_label_exempts_nothing_and_the_admins_label_still_does()
     assert!(!outcome.sent() && outcome.allowed, "{outcome:?}");
     cluster.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_cluster_the_apiserver_keeps_the_label_to_admins() {
+    let cluster = Cluster::start().await;
+    let plain = namespace(json!({"team": "a"}));
+    let exempt = namespace(json!({"team": "a", LABEL: "true"}));
+    let outcome = cluster
+        .admit(&Review::update(plain.clone(), exempt.clone()).by(ALICE.0, &ALICE.1[1..]))
+        .await;
+    assert!(!outcome.sent(), "namespaces go to no webhook: {outcome:?}");
+    assert!(!outcome.allowed);
+    assert_eq!(
+        outcome.denied_by.as_deref(),
+        Some("ValidatingAdmissionPolicy")
+    );
+    assert!(
+        outcome
+            .message()
+            .contains("may set, change or remove the label gpu-admission.io/exempt"),
+        "{}",
+        outcome.message()
+    );
+    let outcome = cluster
+        .admit(&Review::update(plain, exempt).by(ADMIN.0, &ADMIN.1[1..]))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    cluster.stop().await;
+}

@@ -2,8 +2,9 @@
 //! the webhook configurations of `deploy/base/` decide, as kube-apiserver
 //! does, which webhooks a request is sent to (rules, namespaceSelector,
 //! objectSelector, matchConditions); the mutating ones are called over TLS
-//! in order and their patches applied; the validating ones then judge the
-//! patched object.
+//! in order and their patches applied; the validating ones, and the
+//! ValidatingAdmissionPolicies `deploy/` installs for kube-apiserver to run
+//! (`deploy/namespace-exemption`), then judge the patched object.
 //!
 //! ```ignore
 //! let outcome = cluster_admit(&Review::create(pod).by("alice@example.com")).await;
@@ -130,7 +131,8 @@ pub struct Outcome {
     /// The object as stored (after every patch), if allowed or not.
     pub object: Option<Value>,
     pub allowed: bool,
-    /// The webhook that denied the request, if one did.
+    /// The webhook that denied the request, if one did
+    /// (`ValidatingAdmissionPolicy` for the apiserver's own policies).
     pub denied_by: Option<String>,
     /// The denial's message as the webhook wrote it.
     pub denial: Option<String>,
@@ -157,6 +159,9 @@ pub struct Cluster {
     namespaces: Arc<Namespaces>,
     mutating: Vec<Webhook>,
     validating: Vec<Webhook>,
+    /// The ValidatingAdmissionPolicies `deploy/` installs, which
+    /// kube-apiserver runs itself (deploy/namespace-exemption).
+    native: PolicySet,
 }
 
 /// Starts a [`Cluster`], admits `review` and stops it.
@@ -185,6 +190,7 @@ impl Cluster {
             namespaces,
             mutating: Webhook::load(&root().join("deploy/base/mutating-webhook.yaml")),
             validating: Webhook::load(&root().join("deploy/base/validating-webhook.yaml")),
+            native: native_policies(),
         }
     }
 
@@ -271,7 +277,14 @@ impl Cluster {
             reinvoking = true;
         }
         outcome.object = req.object.clone();
-        // Validation: every matching webhook sees the final object.
+        // Validation: the apiserver's own policies, and every matching
+        // webhook, see the final object.
+        let verdict = with_evaluation_stack(|| self.native.evaluate(&req, &*self.namespaces))
+            .expect("evaluation thread");
+        outcome.warnings.extend(verdict.warnings);
+        if let Some(denial) = verdict.denials.first() {
+            return outcome.denied("ValidatingAdmissionPolicy", denial.clone());
+        }
         let sent = match self.sent_to(&self.validating, &req) {
             Ok(sent) => sent,
             Err(e) => return outcome.denied("matchConditions", e),
@@ -453,6 +466,13 @@ impl Webhook {
 }
 
 const SENT: &str = "sent";
+
+/// The ValidatingAdmissionPolicies of `deploy/namespace-exemption/policy`.
+fn native_policies() -> PolicySet {
+    let dir = root().join("deploy/namespace-exemption/policy");
+    let docs = gpu_admission::policy::read_documents(&dir).expect("native policies read");
+    PolicySet::compile(&docs).expect("native policies compile")
+}
 
 /// The repository root.
 fn root() -> PathBuf {
