@@ -346,9 +346,30 @@ def references(objs, label):
                 excluded = {v for e in exprs if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"
                             for v in e["values"]}
                 check({"kube-system", ns} <= excluded, f"{where}: must exclude kube-system and {ns}")
-                check({"key": "control-plane", "operator": "DoesNotExist"} in exprs,
-                      f"{where}: must exclude AKS control-plane namespaces")
+                # A label in the selector exempts whoever can set it: only
+                # labels the shipped ValidatingAdmissionPolicy keeps to admins.
+                labels = {e["key"] for e in exprs} - {"kubernetes.io/metadata.name"}
+                check(labels <= guarded_labels(objs),
+                      f"{where}: namespaceSelector honours labels anyone may set: "
+                      f"{sorted(labels - guarded_labels(objs))} (guard them in deploy/namespace-exemption)")
     return ns
+
+
+def guarded_labels(objs):
+    """Namespace labels that the shipped ValidatingAdmissionPolicies let
+    only admins set: the string of their `label` variable."""
+    out = set()
+    for p in find(objs, "ValidatingAdmissionPolicy"):
+        rules = p.get("spec", {}).get("matchConstraints", {}).get("resourceRules", [])
+        if not any("namespaces" in r.get("resources", []) for r in rules):
+            continue
+        bound = any(b.get("spec", {}).get("policyName") == p["metadata"]["name"]
+                    and "Deny" in b.get("spec", {}).get("validationActions", [])
+                    for b in find(objs, "ValidatingAdmissionPolicyBinding"))
+        for v in p.get("spec", {}).get("variables", []):
+            if bound and v.get("name") == "label":
+                out.add(v["expression"].strip().strip("'\""))
+    return out
 
 
 # The server's duration flags (server::parse_duration): 500ms, 20s, 1m30s.
@@ -502,7 +523,14 @@ def match_conditions(objs):
             check(False, f"case {case['name']!r}: no webhook {name}")
             failed += 1
             continue
-        activation = {"object": celpy.json_to_cel(case["object"]), "oldObject": None}
+        # request as kube-apiserver shows it; a case may set the user,
+        # operation or subresource (default: alice creates the object).
+        request = {"operation": "CREATE", "subResource": "",
+                   "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]}}
+        request.update(case.get("request", {}))
+        activation = {"object": celpy.json_to_cel(case["object"]),
+                      "oldObject": celpy.json_to_cel(case.get("oldObject")),
+                      "request": celpy.json_to_cel(request)}
         sent = True
         for mc_name, prog in programs.get(name, []):
             try:

@@ -131,11 +131,15 @@ pub fn subject<'r>(
         .with_gpu(profiles.catalog(), profiles.gpu_resources());
     let judged = match subject.kind {
         // A pod's scheduling fields cannot change after it is created.
-        SubjectKind::Pod => req.operation == Operation::Create,
-        // A template edit makes new pods.
-        SubjectKind::Controller => matches!(req.operation, Operation::Create | Operation::Update),
+        SubjectKind::Pod => {
+            req.operation == Operation::Create
+                && req.sub_resource.as_deref().unwrap_or_default().is_empty()
+        }
+        // A new or changed template makes new pods; an update that leaves
+        // it as it was (scaling, finalizers) is not judged.
+        SubjectKind::Controller => subject.template.is_some(),
         _ => false,
-    } && req.sub_resource.as_deref().unwrap_or_default().is_empty();
+    };
     if judged {
         if let (Some(pod), Some(facts)) = (subject.pod(), subject.gpu.as_ref()) {
             let judgement =

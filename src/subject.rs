@@ -28,10 +28,12 @@ pub enum SubjectKind {
     Other,
 }
 
-/// For a controller on CREATE or UPDATE: the Pod request its template
-/// describes, judged by the policies written for pods.
+/// For a controller on CREATE, or on an UPDATE that changes its pod
+/// template ([`judges_template`]): the Pod CREATE request its template
+/// describes, judged by the policies written for pods as a new pod is.
 #[derive(Clone, Debug)]
 pub struct TemplatePod {
+    /// A Pod CREATE with no old object: a changed template makes new pods.
     pub request: Request,
     /// `Kind name: `, put before the messages about the template.
     pub prefix: String,
@@ -64,11 +66,6 @@ impl<'r> Subject<'r> {
     /// Works out the kind, namespace (one lookup) and template pod of `req`.
     pub fn new(request: &'r Request, namespaces: &dyn NamespaceLookup) -> Subject<'r> {
         let object = request.object.as_ref();
-        let main_resource = request
-            .sub_resource
-            .as_deref()
-            .unwrap_or_default()
-            .is_empty();
         let kind = match object {
             _ if request.kind.group.is_empty() && request.kind.kind == "Pod" => SubjectKind::Pod,
             Some(o) if workloads::pod_template(o).is_some() => SubjectKind::Controller,
@@ -86,12 +83,7 @@ impl<'r> Subject<'r> {
             namespace_labels.insert(NAMESPACE_NAME_LABEL.to_string(), n.clone());
         }
         let template = match kind {
-            SubjectKind::Controller
-                if main_resource
-                    && matches!(request.operation, Operation::Create | Operation::Update) =>
-            {
-                template_pod(request)
-            }
+            SubjectKind::Controller if judges_template(request) => template_pod(request),
             _ => None,
         };
         Subject {
@@ -165,13 +157,29 @@ pub fn namespace_name(req: &Request) -> Option<String> {
     Some(ns.to_string())
 }
 
-/// The Pod request a controller's template describes.
+/// Whether the pod policies judge the template of the controller in
+/// `req`: on CREATE, and on an UPDATE of the object itself that changes the
+/// template. An UPDATE that leaves the template as it was (scaling,
+/// finalizers, labels of the controller) makes no new kind of pod, and is
+/// never judged: a policy or profile change must not stop a workload from
+/// scaling down or being deleted.
+pub fn judges_template(req: &Request) -> bool {
+    let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
+    let Some(object) = req.object.as_ref() else {
+        return false;
+    };
+    main_resource
+        && workloads::pod_template(object).is_some()
+        && match req.operation {
+            Operation::Create => true,
+            Operation::Update => workloads::template_changed(object, req.old_object.as_ref()),
+            _ => false,
+        }
+}
+
+/// The Pod CREATE request a controller's template describes.
 fn template_pod(req: &Request) -> Option<TemplatePod> {
     let pod = workloads::pod_from_template(req.object.as_ref()?)?;
-    let old_pod = req
-        .old_object
-        .as_ref()
-        .and_then(workloads::pod_from_template);
     // `generateName` controllers have no name yet; `display_name` shows `web-*`.
     let name = if req.name.is_empty() {
         req.display_name()
@@ -204,10 +212,10 @@ fn template_pod(req: &Request) -> Option<TemplatePod> {
             request_sub_resource: None,
             name,
             namespace: req.namespace.clone(),
-            operation: req.operation,
+            operation: Operation::Create,
             user_info: req.user_info.clone(),
             object: Some(pod),
-            old_object: old_pod,
+            old_object: None,
             dry_run: req.dry_run,
             options: None,
         },

@@ -69,6 +69,10 @@ struct Case {
     old_object: Option<Value>,
     #[serde(default)]
     user_info: Option<Value>,
+    /// `ephemeralcontainers`, `status`, ...: the request is for that
+    /// subresource of the object.
+    #[serde(default)]
+    sub_resource: Option<String>,
     #[serde(default)]
     expect: Expect,
 }
@@ -365,6 +369,10 @@ fn run_case(
     );
     if let Some(user) = &case.user_info {
         req.user_info = user.clone();
+    }
+    if let Some(sub) = case.sub_resource.as_ref().filter(|s| !s.is_empty()) {
+        req.sub_resource = Some(sub.clone());
+        req.request_sub_resource = Some(sub.clone());
     }
 
     let result = offline::evaluate(admission, req);

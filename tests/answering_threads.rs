@@ -105,6 +105,9 @@ fn the_offline_commands_evaluate_deep_objects() {
         namespace: None,
         namespace_labels: None,
         operation: OperationArg::Create,
+        old_filename: None,
+        user: "gpu-admission-cli".to_string(),
+        groups: Vec::new(),
         output: Format::Json,
         fail_on_deny: false,
     };

@@ -44,6 +44,9 @@ fn evaluate(file: &Path) -> Vec<Evaluation> {
         namespace: None,
         namespace_labels: None,
         operation: OperationArg::Create,
+        old_filename: None,
+        user: "gpu-admission-cli".to_string(),
+        groups: Vec::new(),
         output: Format::Text,
         fail_on_deny: false,
     };

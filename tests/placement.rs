@@ -665,7 +665,8 @@ fn nodepools_are_judged_with_the_catalog_the_bundle_was_loaded_with() {
 
 /// A GPU pod whose own selector contradicts the profile is not patched; the
 /// validating side denies it, naming both, and judges a Deployment's
-/// template the same way on CREATE and UPDATE (a pod only on CREATE).
+/// template the same way on CREATE and on an UPDATE that changes the
+/// template (a pod only on CREATE); scaling such a Deployment is allowed.
 #[test]
 fn conflicting_pods_and_templates_are_denied_on_validate() {
     let admission = admission();
@@ -694,9 +695,14 @@ fn conflicting_pods_and_templates_are_denied_on_validate() {
         "spec": {"selector": {"matchLabels": {"app": "t"}},
                  "template": {"metadata": {"labels": {"app": "t"}}, "spec": pod["spec"].clone()}}
     });
-    for operation in [Operation::Create, Operation::Update] {
+    let mut before = deployment.clone();
+    before["spec"]["template"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("nodeSelector");
+    for (operation, old) in [(Operation::Create, None), (Operation::Update, Some(before))] {
         let mut req = Request::for_object(deployment.clone(), operation, None);
-        req.old_object = Some(deployment.clone());
+        req.old_object = old;
         let outcome = admission.validate(&req);
         let message = outcome.response.message.unwrap_or_default();
         assert!(
@@ -704,4 +710,14 @@ fn conflicting_pods_and_templates_are_denied_on_validate() {
             "{operation:?}: {message}"
         );
     }
+    let mut scaled = deployment.clone();
+    scaled["spec"]["replicas"] = serde_json::json!(0);
+    let mut req = Request::for_object(scaled, Operation::Update, None);
+    req.old_object = Some(deployment.clone());
+    let outcome = admission.validate(&req);
+    assert!(outcome.response.allowed, "{:?}", outcome.response.message);
+    assert!(
+        admission.validate_at_once(&req).is_some(),
+        "a scale is answered without evaluating anything"
+    );
 }

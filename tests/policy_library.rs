@@ -193,11 +193,53 @@ const CONTROLLERS: &[(&str, &str)] = &[
 /// (policy, kind) pairs a policy judges but by design never flags, with
 /// why. They still need a case showing the policy quiet on that kind, and
 /// one flagging it makes the entry stale (the test then fails).
-const NEVER_FLAGGED: &[(&str, &str, &str)] = &[(
-    "gpu-tolerate-all",
-    "DaemonSet",
-    "its matchConditions leave DaemonSet pods out: node agents must run on every node",
-)];
+const NEVER_FLAGGED: &[(&str, &str, &str)] = &[
+    (
+        "gpu-tolerate-all",
+        "DaemonSet",
+        "its matchConditions leave DaemonSet pods out: node agents must run on every node",
+    ),
+    (
+        "gpu-node-isolation",
+        "DaemonSet",
+        "a DaemonSet runs on every node by design: gpu-node-isolation-daemonset warns instead",
+    ),
+    (
+        "gpu-node-isolation-daemonset",
+        "Pod",
+        "it warns on a DaemonSet's template only, never on the pods of any controller",
+    ),
+    (
+        "gpu-node-isolation-daemonset",
+        "Deployment",
+        "gpu-node-isolation denies these; this policy judges DaemonSets only",
+    ),
+    (
+        "gpu-node-isolation-daemonset",
+        "StatefulSet",
+        "gpu-node-isolation denies these; this policy judges DaemonSets only",
+    ),
+    (
+        "gpu-node-isolation-daemonset",
+        "ReplicaSet",
+        "gpu-node-isolation denies these; this policy judges DaemonSets only",
+    ),
+    (
+        "gpu-node-isolation-daemonset",
+        "ReplicationController",
+        "gpu-node-isolation denies these; this policy judges DaemonSets only",
+    ),
+    (
+        "gpu-node-isolation-daemonset",
+        "Job",
+        "gpu-node-isolation denies these; this policy judges DaemonSets only",
+    ),
+    (
+        "gpu-node-isolation-daemonset",
+        "CronJob",
+        "gpu-node-isolation denies these; this policy judges DaemonSets only",
+    ),
+];
 
 fn strings(v: &Value) -> Vec<&str> {
     v.as_array()
@@ -230,9 +272,11 @@ fn judged_kinds(policy: &Value) -> BTreeSet<&'static str> {
     let mut kinds = BTreeSet::new();
     for rule in rules {
         for resource in strings(&rule["resources"]) {
+            // A subresource (pods/ephemeralcontainers) is judged on its object's kind.
+            let base = resource.split('/').next().unwrap_or_default();
             let known = KINDS
                 .iter()
-                .filter(|(g, r, _)| *r == resource && strings(&rule["apiGroups"]).contains(g));
+                .filter(|(g, r, _)| *r == base && strings(&rule["apiGroups"]).contains(g));
             let mut found = false;
             for (_, _, kind) in known {
                 found = true;
@@ -254,7 +298,7 @@ fn judged_kinds(policy: &Value) -> BTreeSet<&'static str> {
 
 /// Whether a case's object is judged by `policy`, directly or through its
 /// pod template.
-fn case_is_judged_by(policy: &Value, object: &Value, operation: &str) -> bool {
+fn case_is_judged_by(policy: &Value, object: &Value, old: Option<&Value>, operation: &str) -> bool {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();
     let group = group_of(api_version);
@@ -262,10 +306,15 @@ fn case_is_judged_by(policy: &Value, object: &Value, operation: &str) -> bool {
     let rules = policy["spec"]["matchConstraints"]["resourceRules"]
         .as_array()
         .unwrap();
+    // A controller's template is judged as a pod CREATE, on the
+    // controller's CREATE and on an UPDATE that changes the template.
+    let template_judged = gpu_admission::k8s::workloads::pod_template(object).is_some()
+        && (operation == "CREATE"
+            || (operation == "UPDATE"
+                && gpu_admission::k8s::workloads::template_changed(object, old)));
     rules.iter().any(|r| {
         rule_selects(r, group, &resource, operation)
-            || (gpu_admission::k8s::workloads::pod_template(object).is_some()
-                && rule_selects(r, "", "pods", operation))
+            || (template_judged && rule_selects(r, "", "pods", "CREATE"))
     })
 }
 
@@ -325,7 +374,7 @@ fn every_policy_is_tested_denying_and_allowing_on_every_kind_it_judges() {
                     case["name"]
                 );
                 let operation = case["operation"].as_str().unwrap_or("CREATE");
-                if !case_is_judged_by(p, object, operation) {
+                if !case_is_judged_by(p, object, case.get("oldObject"), operation) {
                     continue;
                 }
                 let kind = object["kind"].as_str().unwrap();

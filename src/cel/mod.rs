@@ -132,6 +132,7 @@ pub struct Env {
 impl Env {
     pub fn new(extensions: Extensions) -> Env {
         let mut root = Context::default().with_all();
+        register_functions(&mut root);
         for ext in &extensions.list {
             ext.register_functions(&mut root);
         }
@@ -180,6 +181,16 @@ impl Env {
         }
         out
     }
+}
+
+/// The crate's own functions beyond kube-cel, documented in
+/// docs/policies.md: `image.repository(ref)`, the repository of a container
+/// image reference (registry and path, no tag or digest), so policies can
+/// compare images with a list exactly.
+fn register_functions(ctx: &mut Context<'static>) {
+    ctx.add_function("image.repository", |image: Arc<String>| -> String {
+        crate::k8s::images::repository(&image)
+    });
 }
 
 impl Default for Env {

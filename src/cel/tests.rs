@@ -39,6 +39,30 @@ fn kubernetes_libraries_are_registered() {
 }
 
 #[test]
+fn image_repository_compares_images_exactly() {
+    let object = json!({"spec": {"containers": [
+        {"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"},
+        {"name": "miner", "image": "docker.io/someone/k8s-device-plugin-miner:latest"}
+    ]}});
+    for (expr, want) in [
+        ("image.repository(object.spec.containers[0].image) == 'nvcr.io/nvidia/k8s-device-plugin'", true),
+        ("image.repository('nvcr.io/nvidia/k8s-device-plugin@sha256:0ff8ee7a') == 'nvcr.io/nvidia/k8s-device-plugin'", true),
+        ("image.repository('rocm/k8s-device-plugin') == 'docker.io/rocm/k8s-device-plugin'", true),
+        (
+            "object.spec.containers.all(c, image.repository(c.image) in \
+               ['nvcr.io/nvidia/k8s-device-plugin'].map(r, image.repository(r)))",
+            false,
+        ),
+        (
+            "object.spec.containers.exists(c, image.repository(c.image) == 'nvcr.io/nvidia/k8s-device-plugin')",
+            true,
+        ),
+    ] {
+        assert_eq!(eval_with(expr, object.clone()), Ok(Value::Bool(want)), "{expr}");
+    }
+}
+
+#[test]
 fn syntax_errors_carry_line_and_column() {
     let env = Env::default();
     let err = compile(&env, "object.spec.replicas >\n  ").unwrap_err();

@@ -37,6 +37,17 @@ pub struct EvaluateArgs {
     /// The admission operation to simulate.
     #[arg(long, value_enum, default_value = "create")]
     pub operation: OperationArg,
+    /// For UPDATE: a manifest of the objects as they are now (oldObject),
+    /// matched to the objects of --filename by kind, namespace and name.
+    /// Without it an UPDATE changes nothing (oldObject is the object).
+    #[arg(long, value_name = "MANIFEST")]
+    pub old_filename: Option<PathBuf>,
+    /// The user making the requests (request.userInfo.username).
+    #[arg(long = "as", value_name = "USER", default_value = "gpu-admission-cli")]
+    pub user: String,
+    /// A group of that user (request.userInfo.groups); repeatable.
+    #[arg(long = "as-group", value_name = "GROUP")]
+    pub groups: Vec<String>,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: Format,
     /// Exit with status 2 when any object is denied.
@@ -85,13 +96,35 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         OperationArg::Update => Operation::Update,
         OperationArg::Delete => Operation::Delete,
     };
-    let requests: Vec<_> = objects
-        .into_iter()
-        .map(|obj| {
-            let old = (operation == Operation::Update).then(|| obj.clone());
-            offline::build_request(obj, old, operation, args.namespace.as_deref())
-        })
-        .collect();
+    let old_objects = match &args.old_filename {
+        Some(path) => offline::read_manifest(path)?,
+        None => Vec::new(),
+    };
+    let user = serde_json::json!({"username": args.user, "groups": args.groups});
+    let mut requests = Vec::new();
+    for obj in objects {
+        let old = match (operation, &args.old_filename) {
+            (Operation::Update, Some(path)) => Some(
+                old_objects
+                    .iter()
+                    .find(|o| same_object(o, &obj, args.namespace.as_deref()))
+                    .cloned()
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "{}: no {} {} to update",
+                            path.display(),
+                            str_at(&obj, "/kind"),
+                            str_at(&obj, "/metadata/name")
+                        )
+                    })?,
+            ),
+            (Operation::Update, None) => Some(obj.clone()),
+            _ => None,
+        };
+        let mut req = offline::build_request(obj, old, operation, args.namespace.as_deref());
+        req.user_info = user.clone();
+        requests.push(req);
+    }
     let labels = args.namespace_labels.clone().unwrap_or_default();
     let namespaces: BTreeSet<String> = requests
         .iter()
@@ -106,6 +139,30 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         .into_iter()
         .map(|req| offline::evaluate(&admission, req))
         .collect())
+}
+
+fn str_at<'a>(v: &'a serde_json::Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+}
+
+/// Whether `a` and `b` are the same object: apiVersion group, kind,
+/// namespace (defaulted as for the request) and name.
+fn same_object(a: &serde_json::Value, b: &serde_json::Value, namespace: Option<&str>) -> bool {
+    let group = |o| {
+        str_at(o, "/apiVersion")
+            .rsplit_once('/')
+            .map_or("", |(g, _)| g)
+    };
+    let ns = |o| match str_at(o, "/metadata/namespace") {
+        "" => namespace.unwrap_or_default(),
+        n => n,
+    };
+    group(a) == group(b)
+        && str_at(a, "/kind") == str_at(b, "/kind")
+        && ns(a) == ns(b)
+        && str_at(a, "/metadata/name") == str_at(b, "/metadata/name")
 }
 
 /// Human-readable report, one block per object.

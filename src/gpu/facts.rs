@@ -17,7 +17,8 @@ use super::catalog::Catalog;
 use super::claims::{request_devices, ClaimGpuRequest};
 use super::pools::{CapacityRequest, PoolFacts};
 use super::request::{
-    parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity, PodGpuRequest,
+    ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity,
+    PodGpuRequest,
 };
 use super::selection::SkuSelection;
 use super::GpuResources;
@@ -36,6 +37,9 @@ pub struct GpuFacts {
     /// GPUs per resource the pod holds while it runs.
     pub resources: BTreeMap<String, i64>,
     pub containers: Vec<ContainerFacts>,
+    /// `spec.ephemeralContainers` (`kubectl debug`), type
+    /// `ephemeralContainer`; not counted in `requested` or `total`.
+    pub ephemeral_containers: Vec<ContainerFacts>,
     pub tolerates: bool,
     pub tolerates_all: bool,
     pub shared_by_scheduler: bool,
@@ -237,6 +241,10 @@ fn pod_facts(
             .iter()
             .map(|c| container_facts(c, containers.get(&c.name)))
             .collect(),
+        ephemeral_containers: ephemeral_container_requests(spec, resources)
+            .iter()
+            .map(|c| container_facts(c, None))
+            .collect(),
         tolerates: spec.get("tolerations").is_some_and(tolerates_gpu_taint),
         tolerates_all: spec.get("tolerations").is_some_and(tolerates_every_taint),
         shared_by_scheduler: shared_by_scheduler(spec, annotations),
@@ -418,6 +426,7 @@ mod tests {
             "total",
             "resources",
             "containers",
+            "ephemeralContainers",
             "tolerates",
             "toleratesAll",
             "sharedByScheduler",
@@ -429,6 +438,31 @@ mod tests {
         ] {
             assert!(other.get(key).is_some(), "{key}");
         }
+    }
+
+    #[test]
+    fn ephemeral_containers_are_listed_apart_and_ask_for_nothing() {
+        let g = gpu(pod(json!({
+            "containers": [{"name": "train", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "ephemeralContainers": [
+                {"name": "debugger-x7k2p", "image": "busybox", "targetContainerName": "train"},
+                {"name": "odd", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+            ]
+        })));
+        assert_eq!(
+            g["total"], 1,
+            "ephemeral containers hold no GPUs of the pod"
+        );
+        assert_eq!(g["containers"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            g["ephemeralContainers"],
+            json!([
+                {"name": "debugger-x7k2p", "type": "ephemeralContainer", "gpus": {}, "total": 0, "problems": []},
+                {"name": "odd", "type": "ephemeralContainer", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []}
+            ])
+        );
+        let cpu = gpu(pod(json!({"containers": [{"name": "web"}]})));
+        assert_eq!(cpu["ephemeralContainers"], json!([]));
     }
 
     #[test]

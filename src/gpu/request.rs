@@ -39,6 +39,9 @@ pub enum ContainerKind {
     InitContainer,
     /// `spec.initContainers[*]` with `restartPolicy: Always`: runs beside the app.
     Sidecar,
+    /// `spec.ephemeralContainers[*]`: added to a running pod (`kubectl
+    /// debug`); never part of what the pod asks for.
+    Ephemeral,
 }
 
 /// One GPU resource of one container, as written and as counted.
@@ -66,12 +69,14 @@ pub enum QuantityError {
 }
 
 impl ContainerKind {
-    /// The name used in the `gpu` CEL variable: `container`, `initContainer`, `sidecar`.
+    /// The name used in the `gpu` CEL variable: `container`,
+    /// `initContainer`, `sidecar`, `ephemeralContainer`.
     pub fn as_str(self) -> &'static str {
         match self {
             ContainerKind::Container => "container",
             ContainerKind::InitContainer => "initContainer",
             ContainerKind::Sidecar => "sidecar",
+            ContainerKind::Ephemeral => "ephemeralContainer",
         }
     }
 }
@@ -172,6 +177,18 @@ pub fn pod_gpu_request(pod_spec: &Value, resources: &GpuResources) -> PodGpuRequ
         effective,
         claims: Vec::new(),
     }
+}
+
+/// The GPU resources of each ephemeral container of `pod_spec`, in spec
+/// order. Kubernetes rejects resources on ephemeral containers, so these are
+/// normally empty; they are read so that nothing written there goes unseen.
+pub fn ephemeral_container_requests(
+    pod_spec: &Value,
+    resources: &GpuResources,
+) -> Vec<ContainerGpuRequest> {
+    array(pod_spec, "ephemeralContainers")
+        .map(|c| container_request(c, ContainerKind::Ephemeral, resources))
+        .collect()
 }
 
 /// Parses a quantity as a whole, non-negative count, with Kubernetes'
@@ -360,6 +377,8 @@ fn effective_counts(containers: &[ContainerGpuRequest]) -> BTreeMap<String, u64>
                 add_into(&mut running, &gpus);
                 add_into(&mut sidecars, &gpus);
             }
+            // Not in a pod's request (see `ephemeral_container_requests`).
+            ContainerKind::Ephemeral => {}
             ContainerKind::InitContainer => {
                 let mut during = sidecars.clone();
                 add_into(&mut during, &gpus);
@@ -511,6 +530,15 @@ mod tests {
         }));
         assert!(!r.requested());
         assert_eq!(r.containers.len(), 1);
+        let spec = json!({
+            "containers": [{"name": "main"}],
+            "ephemeralContainers": [gpu_container("debug", json!({"nvidia.com/gpu": "1"}))]
+        });
+        let ephemeral = ephemeral_container_requests(&spec, &GpuResources::default());
+        assert_eq!(ephemeral.len(), 1);
+        assert_eq!(ephemeral[0].name, "debug");
+        assert_eq!(ephemeral[0].kind.as_str(), "ephemeralContainer");
+        assert_eq!(ephemeral[0].total(), 1);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Kubernetes semantics, one model each: label selectors, node selectors,
 //! taints and tolerations, the pod templates of controllers, namespaces,
-//! the ResourceClaims of Dynamic Resource Allocation,
+//! the ResourceClaims of Dynamic Resource Allocation, image references,
 //! JSON field helpers and the JSON patch builder.
 //!
 //! A leaf module: it depends on nothing else in the crate, and knows
@@ -10,6 +10,7 @@
 //! project's own documents (every mistake is an error naming its field).
 pub mod claims;
 pub mod doc;
+pub mod images;
 pub mod json;
 pub mod labels;
 pub mod namespaces;

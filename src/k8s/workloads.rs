@@ -105,6 +105,15 @@ pub fn pod_template(object: &Value) -> Option<&Value> {
     object.pointer(kind.template).filter(|t| t.is_object())
 }
 
+/// Whether an update of a controller changes the pods it makes: its pod
+/// template differs from the old object's (compared as sent, so a field
+/// one side spells out and the other leaves to its default counts as a
+/// change), or the old object has none. Scaling, finalizers, status and the
+/// controller's own labels leave the template as it was.
+pub fn template_changed(object: &Value, old_object: Option<&Value>) -> bool {
+    pod_template(object) != old_object.and_then(pod_template)
+}
+
 /// The pod spec of a Pod, or of the template of any kind in
 /// [`TEMPLATE_KINDS`] (PodTemplate included).
 pub fn pod_spec(object: &Value) -> Option<&Value> {
@@ -185,6 +194,30 @@ mod tests {
         let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
             "spec": {"jobTemplate": {"spec": {"template": template}}}});
         assert_eq!(pod_from_template(&cron).unwrap()["spec"], pod_spec());
+    }
+
+    #[test]
+    fn template_changes_are_told_from_other_updates() {
+        let deployment = |replicas: i64, labels: Value, image: &str| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "labels": labels, "finalizers": ["example.com/keep"]},
+                "spec": {"replicas": replicas, "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": image}]}}}})
+        };
+        let old = deployment(2, json!({"team": "a"}), "vllm/vllm-openai:v0.6.3");
+        let scaled = deployment(0, json!({"team": "b"}), "vllm/vllm-openai:v0.6.3");
+        let new_image = deployment(2, json!({"team": "a"}), "vllm/vllm-openai:v0.6.4");
+        assert!(!template_changed(&scaled, Some(&old)));
+        assert!(template_changed(&new_image, Some(&old)));
+        assert!(template_changed(&old, None));
+        let cron = |schedule: &str, image: &str| {
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+                "spec": {"schedule": schedule, "jobTemplate": {"spec": {"template": {"spec":
+                    {"containers": [{"name": "job", "image": image}]}}}}}})
+        };
+        let old = cron("0 2 * * *", "batch:1");
+        assert!(!template_changed(&cron("0 3 * * *", "batch:1"), Some(&old)));
+        assert!(template_changed(&cron("0 2 * * *", "batch:2"), Some(&old)));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use crate::cel::{self, Env, Extensions};
 use crate::k8s::NamespaceLookup;
 use crate::review::{Operation, Request};
-use crate::subject::Subject;
+use crate::subject::{judges_template, Subject};
 use eval::{applies, Scope, Shared};
 use kube_cel::cel::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -309,22 +309,16 @@ impl PolicySet {
     }
 
     /// Whether some binding could match `req` or, for a pod controller on
-    /// CREATE or UPDATE, the pod its template describes: when not, the
-    /// verdict is known without evaluating anything (allowed).
+    /// CREATE or on an UPDATE that changes its template, the new pod its
+    /// template describes: when not, the verdict is known without
+    /// evaluating anything (allowed).
     pub fn may_match(&self, req: &Request) -> bool {
         let index = &self.inner.index;
         let requested = req.request_resource.as_ref().map(|r| r.resource.as_str());
         if index.any(&req.resource.resource, requested, req.operation) {
             return true;
         }
-        let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
-        main_resource
-            && matches!(req.operation, Operation::Create | Operation::Update)
-            && req
-                .object
-                .as_ref()
-                .is_some_and(|o| crate::k8s::workloads::pod_template(o).is_some())
-            && index.any("pods", None, req.operation)
+        judges_template(req) && index.any("pods", None, Operation::Create)
     }
 
     /// Whether some expression of the set refers to the top-level
@@ -335,8 +329,9 @@ impl PolicySet {
     }
 
     /// Evaluates every binding that matches `req`, and, for pod
-    /// controllers, every binding whose policy matches pods on the pod the
-    /// controller's template describes. Runs on the calling thread, which
+    /// controllers, every binding whose policy matches pod CREATE on the
+    /// pod the controller's template describes (on CREATE, and on an UPDATE
+    /// that changes the template). Runs on the calling thread, which
     /// needs a stack of [`EVALUATION_STACK`] bytes.
     pub fn evaluate(&self, req: &Request, namespaces: &dyn NamespaceLookup) -> Verdict {
         self.evaluate_until(req, namespaces, None)
