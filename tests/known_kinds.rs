@@ -63,8 +63,8 @@ fn every_kind_the_webhooks_are_sent_has_its_own_metrics_label() {
     }
     assert!(sent.contains(&("kaito.sh".into(), "inferencesets".into())));
     for (group, resource) in &sent {
-        // A subresource (pods/ephemeralcontainers) is sent with the kind of
-        // its object (Pod).
+        // A subresource request (pods/ephemeralcontainers) carries its
+        // object's kind.
         let resource = resource.split('/').next().unwrap_or_default();
         let kind = kind_of(resource).unwrap_or_else(|| {
             panic!("{resource}.{group} is sent to the webhook but has no KNOWN_KINDS entry")
