@@ -9,11 +9,14 @@ pub struct GpuResources {
 }
 
 /// The resource names detected when nothing else is configured.
-pub const DEFAULT_GPU_RESOURCES: [&str; 4] = [
+/// `microsoft.com/directx` is what the DirectX device plugin of AKS
+/// Windows GPU node pools advertises.
+pub const DEFAULT_GPU_RESOURCES: [&str; 5] = [
     "nvidia.com/gpu",
     "nvidia.com/mig-*",
     "nvidia.com/gpu.shared",
     "amd.com/gpu",
+    "microsoft.com/directx",
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,7 +163,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_set_covers_nvidia_mig_shared_and_amd() {
+    fn default_set_covers_nvidia_mig_shared_amd_and_windows() {
         let r = GpuResources::default();
         for name in [
             "nvidia.com/gpu",
@@ -168,6 +171,7 @@ mod tests {
             "nvidia.com/mig-3g.40gb",
             "nvidia.com/gpu.shared",
             "amd.com/gpu",
+            "microsoft.com/directx",
         ] {
             assert!(r.matches(name), "{name}");
         }
@@ -177,6 +181,7 @@ mod tests {
             "nvidia.com/gpumem",
             "nvidia.com/mig-",
             "example.com/gpu",
+            "microsoft.com/directx-other",
         ] {
             assert!(!r.matches(name), "{name}");
         }
