@@ -11,10 +11,12 @@
 mod nodepool;
 mod plan;
 mod profile;
+pub mod tiers;
 
 pub use nodepool::plan_node_pool;
 pub use plan::PROFILE_ANNOTATION;
 pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
+pub use tiers::SkuTiers;
 
 use crate::gpu::catalog::Catalog;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
@@ -37,6 +39,8 @@ pub struct ProfileSet {
     /// The SKU catalog that says which node pools launch GPU nodes; `None`
     /// for the built-in one.
     catalog: Option<Arc<Catalog>>,
+    /// The namespace SKU tiers GPU pods are kept to; `None`: no tiers.
+    tiers: Option<SkuTiers>,
 }
 
 /// What placement does to one request.
@@ -71,7 +75,18 @@ impl ProfileSet {
             profiles,
             gpu_resources,
             catalog: None,
+            tiers: None,
         })
+    }
+
+    /// Keeps GPU pods on the sizes their namespace's tier allows.
+    pub fn with_tiers(mut self, tiers: SkuTiers) -> ProfileSet {
+        self.tiers = Some(tiers);
+        self
+    }
+
+    pub fn tiers(&self) -> Option<&SkuTiers> {
+        self.tiers.as_ref()
     }
 
     /// Uses `catalog` (the one the policies were loaded with) instead of the
@@ -205,7 +220,9 @@ pub fn plan_pod_with(
     let Some(profile) = applicable_profile(profiles, pod, request, namespace_labels) else {
         return Plan::default();
     };
-    match plan::plan_profile(profile, pod) {
+    let narrowed = tier_terms(profiles, profile, pod, request, namespace_labels);
+    let required = narrowed.as_deref().unwrap_or(&profile.required);
+    match plan::plan_profile(profile, required, pod) {
         Ok(plan::Outcome::Patch(ops)) if !ops.is_empty() => Plan {
             profile: Some(profile.name.clone()),
             patch: json_patch::Patch(ops),
@@ -251,7 +268,7 @@ pub fn judge(
     let Some(profile) = applicable_profile(profiles, pod, request, namespace_labels) else {
         return Judgement::default();
     };
-    let conflict = match plan::plan_profile(profile, pod) {
+    let conflict = match plan::plan_profile(profile, &profile.required, pod) {
         Ok(plan::Outcome::Conflict(message)) => Some(message),
         _ => None,
     };
@@ -259,6 +276,20 @@ pub fn judge(
         profile: Some(profile.name.clone()),
         conflict,
     }
+}
+
+/// The profile's required terms narrowed to the sizes the namespace's tier
+/// allows; `None` to place by the profile's own terms.
+fn tier_terms(
+    profiles: &ProfileSet,
+    profile: &Profile,
+    pod: &Value,
+    request: &PodGpuRequest,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Option<Vec<crate::k8s::NodeSelectorTerm>> {
+    let catalog = profiles.catalog();
+    let allowed = profiles.tiers()?.allowed(catalog, namespace_labels)?;
+    tiers::narrow(&profile.required, pod.get("spec")?, request, &allowed)
 }
 
 /// The pod's GPU request, over the resources the profiles serve.
