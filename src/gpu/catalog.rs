@@ -63,6 +63,9 @@ pub struct Sku {
     /// Listed in Karpenter's supported-GPU table, so Karpenter labels its
     /// nodes with the GPU count and manufacturer.
     pub karpenter_gpu: bool,
+    /// AKS can partition its GPUs with Multi-Instance GPU (an agent pool's
+    /// `gpuInstanceProfile`): A100, H100 and H200 sizes.
+    pub mig: bool,
     /// Where the row's facts come from.
     pub source: String,
 }
@@ -209,6 +212,7 @@ impl Sku {
             "retiredOn": self.retired_on,
             "aksSupported": self.aks_supported,
             "premium": self.premium,
+            "mig": self.mig,
         })
     }
 }
@@ -586,6 +590,7 @@ impl Row<'_> {
             aks_supported: self.flag("aks_supported", None)?,
             premium: self.flag("premium", None)?,
             karpenter_gpu: self.flag("karpenter_gpu", Some(true))?,
+            mig: self.flag("mig", Some(false))?,
             source: self.text("source").to_string(),
             name,
             aliases,
@@ -719,6 +724,27 @@ mod tests {
         assert!(sku.aks_supported);
         assert!(!sku.premium);
         assert_eq!((sku.vcpus, sku.gpus), (4, 1.0));
+    }
+
+    #[test]
+    fn mig_marks_the_a100_h100_and_h200_sizes() {
+        let c = catalog();
+        for name in [
+            "Standard_NC24ads_A100_v4",
+            "Standard_ND96asr_v4",
+            "Standard_NC40ads_H100_v5",
+            "Standard_ND96isr_H200_v5",
+        ] {
+            assert!(c.get(name).unwrap().mig, "{name}");
+        }
+        for name in [
+            "Standard_NC4as_T4_v3",
+            "Standard_NV36ads_A10_v5",
+            "Standard_ND96isr_MI300X_v5",
+        ] {
+            assert!(!c.get(name).unwrap().mig, "{name}");
+        }
+        assert_eq!(c.sku_value("Standard_NC24ads_A100_v4")["mig"], true);
     }
 
     #[test]
