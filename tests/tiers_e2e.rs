@@ -389,3 +389,84 @@ async fn aks_windows_gpu_job_is_allowed_and_its_pod_placed_on_windows_gpu_nodes(
     );
     server.stop().await;
 }
+
+/// The shipped policy folder plus one team profile that pins the pods of
+/// the LLM team to H100 nodes.
+fn policies_with_h100_profile() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    copy_dir(&shipped, dir.path());
+    std::fs::write(
+        dir.path().join("placement/llm-h100.yaml"),
+        r#"apiVersion: gpu-admission.io/v1alpha1
+kind: PlacementProfile
+metadata:
+  name: llm-h100
+spec:
+  description: the LLM team's pods run on the H100 pool
+  resources: [nvidia.com/gpu]
+  priority: 10
+  podSelector:
+    matchLabels: {team: llm}
+  tolerations:
+    - {key: sku, operator: Equal, value: gpu, effect: NoSchedule}
+  requiredNodeSelectorTerms:
+    - matchExpressions:
+        - {key: node.kubernetes.io/instance-type, operator: In, values: [Standard_ND96isr_H100_v5]}
+"#,
+    )
+    .unwrap();
+    dir
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            if path.file_name().unwrap() != "tests" {
+                std::fs::create_dir_all(&target).unwrap();
+                copy_dir(&path, &target);
+            }
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_outside_the_tier_is_named_and_the_pods_author_is_not_asked_to_change_it() {
+    let dir = policies_with_h100_profile();
+    let loaded = bundle::load(&PolicySource::Dir(dir.path().to_path_buf())).unwrap();
+    let namespaces = StaticNamespaces::new()
+        .with("ml", labels(&[]))
+        .with("research", labels(&[("gpu-admission.io/tier", "premium")]));
+    let admission = Admission::new(loaded.bundle, Arc::new(namespaces));
+    let server = TestServer::start_with(config(), Arc::new(admission)).await;
+
+    let mut pod = gpu_pod("llama-finetune", "ml", "nvidia.com/gpu", json!({}));
+    pod["metadata"]["labels"]["team"] = json!("llm");
+    let (patched, validated) = admit(&server, &pod).await;
+    assert_eq!(
+        patched["metadata"]["annotations"]["gpu-admission.io/placement-profile"],
+        "llm-h100"
+    );
+    assert_eq!(validated["response"]["allowed"], false, "{validated}");
+    let denial = message(&validated);
+    assert!(
+        denial.contains("gpu-sku-allowlist: placement profile llm-h100 places this pod only on GPU SKUs that namespace tier \"default\" does not allow (Standard_ND96isr_H100_v5); ask the platform team for a namespace tier that allows them"),
+        "{denial}"
+    );
+    assert!(!denial.contains("change its nodeSelector"), "{denial}");
+
+    // Tier premium lists it, but H100 is premium and the namespace has no opt-in.
+    pod["metadata"]["namespace"] = json!("research");
+    let (_, validated) = admit(&server, &pod).await;
+    let denial = message(&validated);
+    assert!(
+        denial.contains("gpu-sku-allowlist: placement profile llm-h100 places this pod only on premium GPU SKUs (H100); ask the platform team to label the namespace gpu-admission.io/premium-gpus=true"),
+        "{denial}"
+    );
+    assert!(!denial.contains("select a smaller GPU"), "{denial}");
+    server.stop().await;
+}

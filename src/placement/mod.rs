@@ -19,6 +19,7 @@ pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API
 pub use tiers::SkuTiers;
 
 use crate::gpu::catalog::Catalog;
+use crate::gpu::selection::SkuSelection;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
 use crate::k8s::json::labels_of;
 use crate::k8s::NamespaceLookup;
@@ -256,6 +257,9 @@ pub fn conflicts(
 pub struct Judgement {
     pub profile: Option<String>,
     pub conflict: Option<String>,
+    /// The catalog SKUs the profile's required terms allow, when fewer than
+    /// every SKU (empty otherwise).
+    pub skus: Vec<String>,
 }
 
 /// [`conflicts`] with the pod's GPU request already read, naming the profile.
@@ -272,9 +276,21 @@ pub fn judge(
         Ok(plan::Outcome::Conflict(message)) => Some(message),
         _ => None,
     };
+    let catalog = profiles.catalog();
+    let selection = crate::k8s::NodeSelection {
+        required: Vec::new(),
+        terms: (!profile.required.is_empty()).then(|| profile.required.clone()),
+    };
+    let skus = selection.skus(catalog);
+    let skus = if skus.len() < catalog.len() {
+        skus.iter().map(|s| s.name.clone()).collect()
+    } else {
+        Vec::new()
+    };
     Judgement {
         profile: Some(profile.name.clone()),
         conflict,
+        skus,
     }
 }
 
