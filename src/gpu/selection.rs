@@ -109,6 +109,8 @@ const GPU_ONLY_KEYS: &[&str] = &[
     "nvidia.com/gpu.family",
     "nvidia.com/mig.config",
     "feature.node.kubernetes.io/pci-10de.present",
+    // The AMD GPU Operator's node labeller labels AMD GPU nodes only.
+    "amd.com/gpu.family",
 ];
 
 fn is_size_key(key: &str) -> bool {
@@ -423,6 +425,8 @@ mod tests {
             json!({"nodeSelector": {"accelerator": "nvidia"}}),
             json!({"nodeSelector": {"nvidia.com/gpu.present": "true"}}),
             json!({"nodeSelector": {"kubernetes.azure.com/accelerator": "nvidia"}}),
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "amd.com/gpu.family", "operator": "Exists"}]}]}}}}),
         ] {
             assert!(
                 NodeSelection::from_pod_spec(&sel).targets_gpu_nodes(&c),
