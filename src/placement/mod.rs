@@ -19,7 +19,7 @@ pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API
 pub use tiers::SkuTiers;
 
 use crate::gpu::catalog::Catalog;
-use crate::gpu::selection::SkuSelection;
+use crate::gpu::selection::SkuRequirement;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
 use crate::k8s::json::labels_of;
 use crate::k8s::NamespaceLookup;
@@ -276,21 +276,34 @@ pub fn judge(
         Ok(plan::Outcome::Conflict(message)) => Some(message),
         _ => None,
     };
-    let catalog = profiles.catalog();
-    let selection = crate::k8s::NodeSelection {
-        required: Vec::new(),
-        terms: (!profile.required.is_empty()).then(|| profile.required.clone()),
-    };
-    let skus = selection.skus(catalog);
-    let skus = if skus.len() < catalog.len() {
-        skus.iter().map(|s| s.name.clone()).collect()
-    } else {
-        Vec::new()
-    };
     Judgement {
         profile: Some(profile.name.clone()),
         conflict,
-        skus,
+        skus: profile_skus(profile, profiles.catalog()),
+    }
+}
+
+/// The catalog SKUs a profile's required terms (ORed) allow; empty when
+/// they allow every SKU.
+fn profile_skus(profile: &Profile, catalog: &Catalog) -> Vec<String> {
+    if profile.required.is_empty() {
+        return Vec::new();
+    }
+    let skus: Vec<String> = catalog
+        .skus()
+        .iter()
+        .filter(|sku| {
+            profile
+                .required
+                .iter()
+                .any(|t| t.requirements.iter().all(|r| r.matches_sku(sku)))
+        })
+        .map(|sku| sku.name.clone())
+        .collect();
+    if skus.len() < catalog.len() {
+        skus
+    } else {
+        Vec::new()
     }
 }
 
@@ -305,7 +318,13 @@ fn tier_terms(
 ) -> Option<Vec<crate::k8s::NodeSelectorTerm>> {
     let catalog = profiles.catalog();
     let allowed = profiles.tiers()?.allowed(catalog, namespace_labels)?;
-    tiers::narrow(&profile.required, pod.get("spec")?, request, &allowed)
+    tiers::narrow(
+        &profile.required,
+        pod.get("spec")?,
+        request,
+        &allowed,
+        catalog,
+    )
 }
 
 /// The pod's GPU request, over the resources the profiles serve.

@@ -8,7 +8,7 @@
 //! tier has no key); premium SKUs need the label
 //! `gpu-admission.io/premium-gpus=true` as well (see docs/tiers.md).
 use crate::gpu::catalog::{labels, Catalog, Sku};
-use crate::gpu::selection::SkuSelection;
+use crate::gpu::selection::{SkuRequirement, SkuSelection};
 use crate::gpu::PodGpuRequest;
 use crate::k8s::{
     NodeSelection, NodeSelectorOperator as Operator, NodeSelectorRequirement as Requirement,
@@ -100,6 +100,7 @@ pub fn narrow(
     pod_spec: &Value,
     request: &PodGpuRequest,
     allowed: &[&Sku],
+    catalog: &Catalog,
 ) -> Option<Vec<Term>> {
     let mut own = NodeSelection::from_pod_spec(pod_spec);
     // An empty term list is no affinity to placement (which then creates
@@ -108,6 +109,7 @@ pub fn narrow(
         own.terms = None;
     }
     let makers = makers(request);
+    let own_skus = own.skus(catalog);
     let candidates: Vec<&Sku> = allowed
         .iter()
         .copied()
@@ -116,7 +118,7 @@ pub fn narrow(
                 .as_ref()
                 .is_none_or(|m| m.contains(&s.manufacturer.as_str()))
         })
-        .filter(|s| own.allows(s))
+        .filter(|s| own_skus.iter().any(|o| std::ptr::eq(*o, *s)))
         .collect();
     if candidates.is_empty() {
         return None;
@@ -130,13 +132,9 @@ pub fn narrow(
     let narrowed: Vec<Term> = terms
         .iter()
         .filter_map(|term| {
-            let selection = NodeSelection {
-                required: term.requirements.clone(),
-                terms: None,
-            };
             let sizes: Vec<&str> = candidates
                 .iter()
-                .filter(|s| selection.allows(s))
+                .filter(|s| term.requirements.iter().all(|r| r.matches_sku(s)))
                 .map(|s| s.name.as_str())
                 .collect();
             if sizes.is_empty() {
@@ -271,7 +269,7 @@ mod tests {
         let c = Catalog::embedded();
         let allowed = tiers().allowed(&c, &labels(tier)).unwrap();
         let request = pod_gpu_request(&spec, &GpuResources::default());
-        narrow(profile, &spec, &request, &allowed)
+        narrow(profile, &spec, &request, &allowed, &c)
             .map(|terms| terms.iter().map(Term::to_json).collect())
     }
 
