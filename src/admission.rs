@@ -147,6 +147,7 @@ pub fn subject<'r>(
             let placement = PlacementFacts {
                 profile: judgement.profile.unwrap_or_default(),
                 conflict: judgement.conflict.unwrap_or_default(),
+                skus: judgement.skus,
             };
             if let Some(facts) = subject.gpu.as_mut() {
                 facts.placement = placement;

@@ -4,7 +4,7 @@ use crate::admission::Bundle;
 use crate::cel::gpu::GpuExtension;
 use crate::cel::Extensions;
 use crate::gpu::catalog::Catalog;
-use crate::placement::{Profile, ProfileSet};
+use crate::placement::{Profile, ProfileSet, SkuTiers};
 use crate::policy::{self, Document, LoadError, LoadErrors, PolicyFile, PolicySet};
 use std::hash::{Hash as _, Hasher as _};
 use std::path::{Path, PathBuf};
@@ -152,8 +152,19 @@ pub fn from_documents(
             None => policy_docs.push(doc),
         }
     }
+    // The tier lists are the params of gpu-sku-allowlist; /mutate keeps GPU
+    // pods to the same sizes.
+    let tiers = policy_docs
+        .iter()
+        .find_map(|d| SkuTiers::from_config_map(&d.value));
     let placement = match ProfileSet::new(profiles) {
-        Ok(set) => Some(set.with_catalog(catalog.clone())),
+        Ok(set) => {
+            let set = set.with_catalog(catalog.clone());
+            Some(match tiers {
+                Some(tiers) => set.with_tiers(tiers),
+                None => set,
+            })
+        }
         Err(err) => {
             errors.push(LoadError {
                 source: None,

@@ -237,7 +237,9 @@ fn evaluate_places_a_pod_that_claims_a_gpu_through_a_claim_template_of_the_manif
         "{text}"
     );
     assert!(
-        text.contains(r#""nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.azure.com/accelerator","operator":"In","values":["nvidia"]}]}"#),
+        // The NVIDIA node pools, held to the sizes of the namespace's tier
+        // (default: T4 and A10).
+        text.contains(r#""nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.azure.com/accelerator","operator":"In","values":["nvidia"]},{"key":"node.kubernetes.io/instance-type","operator":"In","values":["Standard_NC4as_T4_v3","#),
         "{text}"
     );
     assert!(

@@ -471,7 +471,7 @@ fn embedded_policies_load() {
         from_dir.bundle.placement.len()
     );
     assert!(loaded.bundle.policies.len() >= 15);
-    assert_eq!(loaded.bundle.placement.len(), 2);
+    assert_eq!(loaded.bundle.placement.len(), 3);
 }
 
 /// docs/denials.md shows, for each manifest it lists, the exact message the

@@ -67,9 +67,25 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// Every namespace in the premium tier with the premium opt-in: every SKU
+/// allowed, so the fixtures show the profiles' placement alone (tiers have
+/// their own tests in tests/tiers_e2e.rs).
+struct EverySkuNamespaces;
+
+impl gpu_admission::k8s::NamespaceLookup for EverySkuNamespaces {
+    fn namespace(&self, name: &str) -> Option<Value> {
+        Some(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
+            "gpu-admission.io/tier": "premium", "gpu-admission.io/premium-gpus": "true"}}}),
+        )
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placement_fixtures_over_tls_patch_to_valid_pods_and_are_idempotent() {
-    let server = TestServer::start_with(config(), Arc::new(shipped_admission())).await;
+    let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    let admission = Admission::new(loaded.bundle, Arc::new(EverySkuNamespaces));
+    let server = TestServer::start_with(config(), Arc::new(admission)).await;
     let cases = placement_cases();
     assert!(cases.len() >= 10, "placement fixtures present");
     for case in cases {

@@ -34,6 +34,7 @@ type Numeric = fn(&Sku) -> Option<Number>;
 const FLAGS: &[(&str, Flag)] = &[
     ("aksSupported", |s| s.aks_supported),
     ("fractional", Sku::is_fractional),
+    ("mig", |s| s.mig),
     ("premium", |s| s.premium),
     ("retired", |s| s.retired),
 ];
@@ -513,7 +514,7 @@ mod tests {
         ));
         assert_eq!(
             msg,
-            "azure.skusWhere: unknown field 'gpuModel' (known: aksSupported, fractional, premium, retired)"
+            "azure.skusWhere: unknown field 'gpuModel' (known: aksSupported, fractional, mig, premium, retired)"
         );
         let msg = error(&format!("azure.skusWhere(['{T4}'], ['!Premium'])"));
         assert!(msg.contains("unknown field 'Premium'"), "{msg}");

@@ -63,6 +63,9 @@ pub struct Sku {
     /// Listed in Karpenter's supported-GPU table, so Karpenter labels its
     /// nodes with the GPU count and manufacturer.
     pub karpenter_gpu: bool,
+    /// AKS can partition its GPUs with Multi-Instance GPU (an agent pool's
+    /// `gpuInstanceProfile`): A100, H100 and H200 sizes.
+    pub mig: bool,
     /// Where the row's facts come from.
     pub source: String,
 }
@@ -123,6 +126,47 @@ impl Sku {
             }
             SkuLabel::Accelerator if self.manufacturer == "nvidia" => Cow::Borrowed("nvidia"),
             SkuLabel::GpuManufacturer | SkuLabel::Accelerator => return None,
+            // A product name is matched, not stated: see `has_gpu_product`.
+            SkuLabel::GpuProduct => return None,
+        })
+    }
+
+    /// Does a node of this size carry the NVIDIA GPU product `product` (the
+    /// value of GPU feature discovery's `nvidia.com/gpu.product`, e.g.
+    /// `NVIDIA-A100-80GB-PCIe`, `Tesla-T4`, `NVIDIA-H100-NVL-SHARED`)? The
+    /// model must match; a memory token (`80GB`) must match the memory of one
+    /// GPU of the size.
+    pub fn has_gpu_product(&self, product: &str) -> bool {
+        if self.manufacturer != "nvidia" {
+            return false;
+        }
+        let upper = product.trim().to_ascii_uppercase();
+        let upper = upper.strip_suffix("-SHARED").unwrap_or(&upper);
+        let mut tokens: Vec<&str> = upper
+            .split(['-', '_', ' '])
+            .filter(|t| !t.is_empty())
+            .collect();
+        while tokens
+            .first()
+            .is_some_and(|t| matches!(*t, "NVIDIA" | "TESLA"))
+        {
+            tokens.remove(0);
+        }
+        let model = self.gpu_model.to_ascii_uppercase();
+        let model: Vec<&str> = model.split_whitespace().collect();
+        if model.is_empty() || !tokens.starts_with(&model) {
+            return false;
+        }
+        let per_gpu = self
+            .gpu_memory_gib
+            .filter(|_| self.gpus > 0.0)
+            .map(|m| m / self.gpus);
+        tokens[model.len()..].iter().all(|t| {
+            let gb = t.strip_suffix("GB").and_then(|n| n.parse::<f64>().ok());
+            match (gb, per_gpu) {
+                (Some(gb), Some(mem)) => (mem - gb).abs() <= gb * 0.1,
+                _ => true,
+            }
         })
     }
 
@@ -168,6 +212,7 @@ impl Sku {
             "retiredOn": self.retired_on,
             "aksSupported": self.aks_supported,
             "premium": self.premium,
+            "mig": self.mig,
         })
     }
 }
@@ -185,6 +230,9 @@ pub enum SkuLabel {
     GpuCount,
     GpuManufacturer,
     Accelerator,
+    /// GPU feature discovery's `nvidia.com/gpu.product` (NVIDIA nodes with
+    /// the device plugin's GFD or the GPU Operator).
+    GpuProduct,
 }
 
 impl SkuLabel {
@@ -201,6 +249,7 @@ impl SkuLabel {
             labels::SKU_GPU_COUNT => SkuLabel::GpuCount,
             labels::SKU_GPU_MANUFACTURER => SkuLabel::GpuManufacturer,
             labels::ACCELERATOR => SkuLabel::Accelerator,
+            labels::GPU_PRODUCT => SkuLabel::GpuProduct,
             _ => return None,
         })
     }
@@ -220,6 +269,7 @@ pub mod labels {
     pub const SKU_GPU_MANUFACTURER: &str = "karpenter.azure.com/sku-gpu-manufacturer";
     pub const ACCELERATOR: &str = "kubernetes.azure.com/accelerator";
     pub const ARCH: &str = "kubernetes.io/arch";
+    pub const GPU_PRODUCT: &str = "nvidia.com/gpu.product";
 
     /// Every key [`super::Sku::node_labels`] decides: a requirement on one
     /// of these is judged per SKU; any other key says nothing about the SKU.
@@ -540,6 +590,7 @@ impl Row<'_> {
             aks_supported: self.flag("aks_supported", None)?,
             premium: self.flag("premium", None)?,
             karpenter_gpu: self.flag("karpenter_gpu", Some(true))?,
+            mig: self.flag("mig", Some(false))?,
             source: self.text("source").to_string(),
             name,
             aliases,
@@ -676,6 +727,27 @@ mod tests {
     }
 
     #[test]
+    fn mig_marks_the_a100_h100_and_h200_sizes() {
+        let c = catalog();
+        for name in [
+            "Standard_NC24ads_A100_v4",
+            "Standard_ND96asr_v4",
+            "Standard_NC40ads_H100_v5",
+            "Standard_ND96isr_H200_v5",
+        ] {
+            assert!(c.get(name).unwrap().mig, "{name}");
+        }
+        for name in [
+            "Standard_NC4as_T4_v3",
+            "Standard_NV36ads_A10_v5",
+            "Standard_ND96isr_MI300X_v5",
+        ] {
+            assert!(!c.get(name).unwrap().mig, "{name}");
+        }
+        assert_eq!(c.sku_value("Standard_NC24ads_A100_v4")["mig"], true);
+    }
+
+    #[test]
     fn premium_marks_high_end_gpus_only() {
         let c = catalog();
         for name in [
@@ -749,6 +821,37 @@ mod tests {
         assert_eq!(gb.node_labels()[labels::ARCH], "arm64");
         let rtx = c.get("Standard_NC24lds_xl_RTXPRO6000BSE_v6").unwrap();
         assert_eq!(rtx.gpu_name_label(), Some("RTXPRO6000BSE"));
+    }
+
+    #[test]
+    fn gpu_product_names_the_model_and_memory_of_one_gpu() {
+        let c = catalog();
+        let has = |size: &str, product: &str| c.get(size).unwrap().has_gpu_product(product);
+        assert!(has("Standard_NC24ads_A100_v4", "NVIDIA-A100-80GB-PCIe"));
+        assert!(has(
+            "Standard_NC24ads_A100_v4",
+            "NVIDIA-A100-80GB-PCIe-SHARED"
+        ));
+        assert!(has("Standard_ND96asr_v4", "NVIDIA-A100-SXM4-40GB"));
+        assert!(!has("Standard_ND96asr_v4", "NVIDIA-A100-80GB-PCIe"));
+        assert!(has("Standard_NC4as_T4_v3", "Tesla-T4"));
+        // A10 is not A100, and the other way round.
+        assert!(!has("Standard_NV36ads_A10_v5", "NVIDIA-A100-80GB-PCIe"));
+        assert!(!has("Standard_NC24ads_A100_v4", "NVIDIA-A10"));
+        assert!(has("Standard_NV36ads_A10_v5", "NVIDIA-A10"));
+        assert!(has("Standard_NC40ads_H100_v5", "NVIDIA-H100-NVL"));
+        assert!(!has("Standard_NC40ads_H100_v5", "NVIDIA-H100-80GB-HBM3"));
+        assert!(has("Standard_ND96isr_H100_v5", "NVIDIA-H100-80GB-HBM3"));
+        assert!(has("Standard_NC6s_v3", "Tesla-V100-PCIE-16GB"));
+        assert!(has(
+            "Standard_NC144lds_xl_RTXPRO6000BSE_v6",
+            "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
+        ));
+        assert!(!has("Standard_ND96isr_MI300X_v5", "MI300X"));
+        assert_eq!(
+            SkuLabel::of(labels::GPU_PRODUCT),
+            Some(SkuLabel::GpuProduct)
+        );
     }
 
     #[test]

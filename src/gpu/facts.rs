@@ -101,6 +101,10 @@ pub struct ClaimFacts {
 pub struct PlacementFacts {
     pub profile: String,
     pub conflict: String,
+    /// The catalog SKUs the profile's own required terms allow, when they
+    /// narrow the catalog at all (empty otherwise): what a pod is held to
+    /// by placement rather than by anything its author wrote.
+    pub skus: Vec<String>,
 }
 
 impl GpuFacts {

@@ -97,6 +97,22 @@ pub struct CapacityRequest {
     pub budget_nodes: Vec<String>,
     pub os_type: Option<String>,
     pub orchestrator_version: Option<String>,
+    /// Agent pool `spec.osSKU` (`Ubuntu`, `AzureLinux`, ...).
+    pub os_sku: Option<String>,
+    /// Agent pool `spec.gpuProfile.driver`: `Install`, or `None` when the
+    /// GPU Operator (or another) installs the driver.
+    pub gpu_driver: Option<String>,
+    /// Agent pool `spec.gpuProfile.nvidia.managementMode` (managed GPU
+    /// preview): `Managed` installs the driver whatever `driver` says.
+    pub gpu_management_mode: Option<String>,
+    /// Agent pool `spec.gpuInstanceProfile` (`MIG1g` ... `MIG7g`).
+    pub gpu_instance_profile: Option<String>,
+    /// Agent pool autoscaling is on (`spec.enableAutoScaling`, or sizes
+    /// under `spec.virtualMachinesProfile.scale.autoscale`).
+    pub autoscaling: bool,
+    /// Nodes the autoscaler keeps: agent pool `spec.minCount`, else the sum
+    /// of `minCount` under `spec.virtualMachinesProfile.scale.autoscale`.
+    pub min_count: Option<i64>,
 }
 
 impl CapacityRequest {
@@ -117,6 +133,12 @@ impl CapacityRequest {
             budget_nodes: Vec::new(),
             os_type: None,
             orchestrator_version: None,
+            os_sku: None,
+            gpu_driver: None,
+            gpu_management_mode: None,
+            gpu_instance_profile: None,
+            autoscaling: false,
+            min_count: None,
         };
         let str_at = |p: &str| {
             object
@@ -189,6 +211,21 @@ impl CapacityRequest {
                 req.count = int_at("/spec/maxCount").or_else(|| int_at("/spec/count"));
                 req.os_type = str_at("/spec/osType");
                 req.orchestrator_version = str_at("/spec/orchestratorVersion");
+                req.os_sku = str_at("/spec/osSKU");
+                req.gpu_driver = str_at("/spec/gpuProfile/driver");
+                req.gpu_management_mode = str_at("/spec/gpuProfile/nvidia/managementMode");
+                req.gpu_instance_profile = str_at("/spec/gpuInstanceProfile");
+                let autoscale: Vec<&Value> =
+                    list(object.pointer("/spec/virtualMachinesProfile/scale/autoscale")).collect();
+                req.autoscaling = object.pointer("/spec/enableAutoScaling")
+                    == Some(&Value::Bool(true))
+                    || !autoscale.is_empty();
+                req.min_count = int_at("/spec/minCount").or_else(|| {
+                    autoscale
+                        .iter()
+                        .filter_map(|a| a.get("minCount").and_then(int_of))
+                        .reduce(|a, b| a + b)
+                });
             }
         }
         req.sizes.retain(|s| !s.trim().is_empty());
@@ -441,6 +478,42 @@ mod tests {
     }
 
     #[test]
+    fn aso_agent_pool_gpu_profile_and_autoscaler() {
+        let p = pool(json!({
+            "apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool",
+            "spec": {
+                "vmSize": "Standard_NC24ads_A100_v4", "osSKU": "AzureLinux",
+                "enableAutoScaling": true, "minCount": 0, "maxCount": 4,
+                "gpuInstanceProfile": "MIG1g",
+                "gpuProfile": {"driver": "None", "nvidia": {"managementMode": "Unmanaged"}}
+            }
+        }));
+        assert_eq!(p["osSku"], "AzureLinux");
+        assert_eq!(p["gpuDriver"], "None");
+        assert_eq!(p["gpuManagementMode"], "Unmanaged");
+        assert_eq!(p["gpuInstanceProfile"], "MIG1g");
+        assert_eq!(p["autoscaling"], true);
+        assert_eq!(p["minCount"], 0);
+        // VirtualMachines pools: autoscaling per size, the minimums add up.
+        let vm = pool(json!({
+            "apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool",
+            "spec": {"type": "VirtualMachines", "virtualMachinesProfile": {"scale": {"autoscale": [
+                {"size": "Standard_NC4as_T4_v3", "minCount": 1, "maxCount": 3},
+                {"size": "Standard_NC8as_T4_v3", "minCount": 2, "maxCount": 3}
+            ]}}}
+        }));
+        assert_eq!(vm["autoscaling"], true);
+        assert_eq!(vm["minCount"], 3);
+        assert_eq!(vm["gpuDriver"], Value::Null);
+        let manual = pool(json!({
+            "apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool",
+            "spec": {"vmSize": "Standard_NC4as_T4_v3", "count": 2}
+        }));
+        assert_eq!(manual["autoscaling"], false);
+        assert_eq!(manual["minCount"], Value::Null);
+    }
+
+    #[test]
     fn taint_parsing_and_gpu_taints() {
         assert_eq!(
             Taint::parse("nvidia.com/gpu=present:NoSchedule").unwrap(),
@@ -494,6 +567,12 @@ mod tests {
             "osType",
             "orchestratorVersion",
             "orchestratorMinor",
+            "osSku",
+            "gpuDriver",
+            "gpuManagementMode",
+            "gpuInstanceProfile",
+            "autoscaling",
+            "minCount",
         ];
         want.sort_unstable();
         assert_eq!(keys, want);

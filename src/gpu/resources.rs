@@ -12,11 +12,14 @@ pub struct GpuResources {
 }
 
 /// The resource names detected when nothing else is configured.
-pub const DEFAULT_GPU_RESOURCES: [&str; 4] = [
+/// `microsoft.com/directx` is what the DirectX device plugin of AKS
+/// Windows GPU node pools advertises.
+pub const DEFAULT_GPU_RESOURCES: [&str; 5] = [
     "nvidia.com/gpu",
     "nvidia.com/mig-*",
     "nvidia.com/gpu.shared",
     "amd.com/gpu",
+    "microsoft.com/directx",
 ];
 
 /// The DRA device classes detected when nothing else is configured: those
@@ -213,7 +216,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_set_covers_nvidia_mig_shared_and_amd() {
+    fn default_set_covers_nvidia_mig_shared_amd_and_windows() {
         let r = GpuResources::default();
         for name in [
             "nvidia.com/gpu",
@@ -221,6 +224,7 @@ mod tests {
             "nvidia.com/mig-3g.40gb",
             "nvidia.com/gpu.shared",
             "amd.com/gpu",
+            "microsoft.com/directx",
         ] {
             assert!(r.matches(name), "{name}");
         }
@@ -230,6 +234,7 @@ mod tests {
             "nvidia.com/gpumem",
             "nvidia.com/mig-",
             "example.com/gpu",
+            "microsoft.com/directx-other",
         ] {
             assert!(!r.matches(name), "{name}");
         }

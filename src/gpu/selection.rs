@@ -77,6 +77,18 @@ fn matches_sku_as(r: &Requirement, key: Option<SkuLabel>, sku: &Sku) -> bool {
             Operator::NotIn => !r.values.iter().any(|v| sku.is_named(v)),
             _ => r.matches_value(Some(&sku.name)),
         },
+        // GFD's product label is on NVIDIA nodes with the device plugin's
+        // feature discovery; its value names the GPU, matched by model.
+        Some(SkuLabel::GpuProduct) => {
+            let named = || r.values.iter().any(|v| sku.has_gpu_product(v));
+            match r.operator {
+                Operator::In => named(),
+                Operator::NotIn => !named(),
+                Operator::Exists => sku.manufacturer == "nvidia",
+                Operator::DoesNotExist => sku.manufacturer != "nvidia",
+                _ => false,
+            }
+        }
         Some(k) => r.matches_value(sku.label_of(k).as_deref()),
     }
 }
@@ -97,6 +109,8 @@ const GPU_ONLY_KEYS: &[&str] = &[
     "nvidia.com/gpu.family",
     "nvidia.com/mig.config",
     "feature.node.kubernetes.io/pci-10de.present",
+    // The AMD GPU Operator's node labeller labels AMD GPU nodes only.
+    "amd.com/gpu.family",
 ];
 
 fn is_size_key(key: &str) -> bool {
@@ -378,12 +392,41 @@ mod tests {
     }
 
     #[test]
+    fn gpu_product_selects_the_sizes_of_that_gpu() {
+        let c = Catalog::embedded();
+        let a100 = NodeSelection::from_pod_spec(
+            &json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe"}}),
+        );
+        assert_eq!(
+            names(&a100, &c),
+            [
+                "Standard_NC24ads_A100_v4",
+                "Standard_NC48ads_A100_v4",
+                "Standard_NC96ads_A100_v4",
+                "Standard_ND96amsr_A100_v4"
+            ]
+        );
+        assert!(a100.targets_gpu_nodes(&c));
+        let not_t4 = NodeSelection::from_requirements(&json!([
+            {"key": "nvidia.com/gpu.product", "operator": "NotIn", "values": ["Tesla-T4"]}
+        ]));
+        assert!(!names(&not_t4, &c).contains(&"Standard_NC4as_T4_v3".to_string()));
+        assert!(names(&not_t4, &c).contains(&"Standard_ND96isr_MI300X_v5".to_string()));
+        let any = NodeSelection::from_requirements(&json!([
+            {"key": "nvidia.com/gpu.product", "operator": "Exists"}
+        ]));
+        assert!(any.skus(&c).iter().all(|s| s.manufacturer == "nvidia"));
+    }
+
+    #[test]
     fn gfd_and_legacy_labels_target_gpu_nodes() {
         let c = Catalog::embedded();
         for sel in [
             json!({"nodeSelector": {"accelerator": "nvidia"}}),
             json!({"nodeSelector": {"nvidia.com/gpu.present": "true"}}),
             json!({"nodeSelector": {"kubernetes.azure.com/accelerator": "nvidia"}}),
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "amd.com/gpu.family", "operator": "Exists"}]}]}}}}),
         ] {
             assert!(
                 NodeSelection::from_pod_spec(&sel).targets_gpu_nodes(&c),

@@ -11,13 +11,16 @@
 mod nodepool;
 mod plan;
 mod profile;
+pub mod tiers;
 
 pub use nodepool::plan_node_pool;
 pub use plan::PROFILE_ANNOTATION;
 pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
+pub use tiers::SkuTiers;
 
 use crate::gpu::catalog::Catalog;
 use crate::gpu::claims::ClaimGpuRequest;
+use crate::gpu::selection::SkuRequirement;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
 use crate::k8s::json::labels_of;
 use crate::k8s::NamespaceLookup;
@@ -38,6 +41,8 @@ pub struct ProfileSet {
     /// The SKU catalog that says which node pools launch GPU nodes; `None`
     /// for the built-in one.
     catalog: Option<Arc<Catalog>>,
+    /// The namespace SKU tiers GPU pods are kept to; `None`: no tiers.
+    tiers: Option<SkuTiers>,
 }
 
 /// What placement does to one request.
@@ -72,7 +77,18 @@ impl ProfileSet {
             profiles,
             gpu_resources,
             catalog: None,
+            tiers: None,
         })
+    }
+
+    /// Keeps GPU pods on the sizes their namespace's tier allows.
+    pub fn with_tiers(mut self, tiers: SkuTiers) -> ProfileSet {
+        self.tiers = Some(tiers);
+        self
+    }
+
+    pub fn tiers(&self) -> Option<&SkuTiers> {
+        self.tiers.as_ref()
     }
 
     /// Uses `catalog` (the one the policies were loaded with) instead of the
@@ -206,7 +222,9 @@ pub fn plan_pod_with(
     let Some(profile) = applicable_profile(profiles, pod, request, namespace_labels) else {
         return Plan::default();
     };
-    match plan::plan_profile(profile, pod) {
+    let narrowed = tier_terms(profiles, profile, pod, request, namespace_labels);
+    let required = narrowed.as_deref().unwrap_or(&profile.required);
+    match plan::plan_profile(profile, required, pod) {
         Ok(plan::Outcome::Patch(ops)) if !ops.is_empty() => Plan {
             profile: Some(profile.name.clone()),
             patch: json_patch::Patch(ops),
@@ -240,6 +258,9 @@ pub fn conflicts(
 pub struct Judgement {
     pub profile: Option<String>,
     pub conflict: Option<String>,
+    /// The catalog SKUs the profile's required terms allow, when fewer than
+    /// every SKU (empty otherwise).
+    pub skus: Vec<String>,
 }
 
 /// [`conflicts`] with the pod's GPU request already read, naming the profile.
@@ -252,14 +273,59 @@ pub fn judge(
     let Some(profile) = applicable_profile(profiles, pod, request, namespace_labels) else {
         return Judgement::default();
     };
-    let conflict = match plan::plan_profile(profile, pod) {
+    let conflict = match plan::plan_profile(profile, &profile.required, pod) {
         Ok(plan::Outcome::Conflict(message)) => Some(message),
         _ => None,
     };
     Judgement {
         profile: Some(profile.name.clone()),
         conflict,
+        skus: profile_skus(profile, profiles.catalog()),
     }
+}
+
+/// The catalog SKUs a profile's required terms (ORed) allow; empty when
+/// they allow every SKU.
+fn profile_skus(profile: &Profile, catalog: &Catalog) -> Vec<String> {
+    if profile.required.is_empty() {
+        return Vec::new();
+    }
+    let skus: Vec<String> = catalog
+        .skus()
+        .iter()
+        .filter(|sku| {
+            profile
+                .required
+                .iter()
+                .any(|t| t.requirements.iter().all(|r| r.matches_sku(sku)))
+        })
+        .map(|sku| sku.name.clone())
+        .collect();
+    if skus.len() < catalog.len() {
+        skus
+    } else {
+        Vec::new()
+    }
+}
+
+/// The profile's required terms narrowed to the sizes the namespace's tier
+/// allows; `None` to place by the profile's own terms.
+fn tier_terms(
+    profiles: &ProfileSet,
+    profile: &Profile,
+    pod: &Value,
+    request: &PodGpuRequest,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Option<Vec<crate::k8s::NodeSelectorTerm>> {
+    let catalog = profiles.catalog();
+    let allowed = profiles.tiers()?.allowed(catalog, namespace_labels)?;
+    tiers::narrow(
+        &profile.required,
+        pod.get("spec")?,
+        request,
+        &allowed,
+        catalog,
+    )
 }
 
 /// The pod's GPU request, over the resources the profiles serve.

@@ -27,7 +27,14 @@ pub(super) enum Outcome {
     Conflict(String),
 }
 
-pub(super) fn plan_profile(profile: &Profile, pod: &Value) -> Result<Outcome, ShapeError> {
+/// The patch that places `pod` by `profile`, with `required` as the node
+/// requirements to add (the profile's own, or those narrowed to the
+/// namespace's SKU tier). Conflicts are judged on the profile's own terms.
+pub(super) fn plan_profile(
+    profile: &Profile,
+    required: &[Term],
+    pod: &Value,
+) -> Result<Outcome, ShapeError> {
     let spec = object_field(pod.as_object(), "spec", "/spec")?.ok_or(ShapeError {
         path: "/spec".into(),
         expected: "an object",
@@ -38,7 +45,7 @@ pub(super) fn plan_profile(profile: &Profile, pod: &Value) -> Result<Outcome, Sh
     }
     let mut patch = Patch::new(pod);
     add_tolerations(profile, spec, &mut patch)?;
-    if let Some(change) = required_changes(profile, &view) {
+    if let Some(change) = required_changes(required, &view) {
         emit_required(&mut patch, &view, change)?;
     }
     patch.append(
@@ -282,20 +289,16 @@ enum RequiredChange {
 /// is left alone; any other term T becomes T AND P1 in place, and T AND P2,
 /// ..., T AND Pn are appended, since (T1 or T2) and (P1 or P2) is
 /// (T1 and P1) or (T1 and P2) or (T2 and P1) or (T2 and P2).
-fn required_changes(profile: &Profile, view: &PodView) -> Option<RequiredChange> {
-    if profile.required.is_empty() {
+fn required_changes(required: &[Term], view: &PodView) -> Option<RequiredChange> {
+    if required.is_empty() {
         return None;
     }
     if view.terms.is_empty() {
-        if profile
-            .required
-            .iter()
-            .any(|p| p.implied_by(&view.node_selector))
-        {
+        if required.iter().any(|p| p.implied_by(&view.node_selector)) {
             return None;
         }
         return Some(RequiredChange::Create(
-            profile.required.iter().map(Term::to_json).collect(),
+            required.iter().map(Term::to_json).collect(),
         ));
     }
     let mut in_place = Vec::new();
@@ -306,10 +309,10 @@ fn required_changes(profile: &Profile, view: &PodView) -> Option<RequiredChange>
         }
         let mut have = view.term_requirements[i].clone();
         have.extend(view.node_selector.iter().cloned());
-        if profile.required.iter().any(|p| p.implied_by(&have)) {
+        if required.iter().any(|p| p.implied_by(&have)) {
             continue;
         }
-        for (j, p) in profile.required.iter().enumerate() {
+        for (j, p) in required.iter().enumerate() {
             let missing: Vec<Value> = p
                 .missing_from(&have)
                 .into_iter()

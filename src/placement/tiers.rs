@@ -1,0 +1,379 @@
+//! Namespace SKU tiers: which GPU sizes a namespace may use, and the
+//! node-affinity requirement that keeps a GPU pod on them.
+//!
+//! The tiers are the data of the `gpu-sku-allowlist` ConfigMap, which the
+//! `gpu-sku-allowlist` policy reads as its params: one key per tier, each a
+//! comma-separated list of SKU names or `*`. A namespace picks its tier with
+//! the label `gpu-admission.io/tier` (`default` when unlabelled, or when its
+//! tier has no key); premium SKUs need the label
+//! `gpu-admission.io/premium-gpus=true` as well (see docs/tiers.md).
+use crate::gpu::catalog::{labels, Catalog, Sku};
+use crate::gpu::selection::{SkuRequirement, SkuSelection};
+use crate::gpu::PodGpuRequest;
+use crate::k8s::{
+    NodeSelection, NodeSelectorOperator as Operator, NodeSelectorRequirement as Requirement,
+    NodeSelectorTerm as Term,
+};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Name of the ConfigMap (in the policy folder) holding the tiers.
+pub const TIERS_CONFIG_MAP: &str = "gpu-sku-allowlist";
+/// Namespace label naming the tier.
+pub const TIER_LABEL: &str = "gpu-admission.io/tier";
+/// Namespace label opting in to premium SKUs.
+pub const PREMIUM_LABEL: &str = "gpu-admission.io/premium-gpus";
+/// The tier of namespaces without the label (or with an unknown tier).
+pub const DEFAULT_TIER: &str = "default";
+
+/// The SKU lists of each tier, as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SkuTiers {
+    tiers: BTreeMap<String, Vec<String>>,
+}
+
+impl SkuTiers {
+    /// Reads the `data` of the tiers ConfigMap; `None` for any other document.
+    pub fn from_config_map(doc: &Value) -> Option<SkuTiers> {
+        let is_config_map = doc.get("apiVersion").and_then(Value::as_str) == Some("v1")
+            && doc.get("kind").and_then(Value::as_str) == Some("ConfigMap")
+            && doc.pointer("/metadata/name").and_then(Value::as_str) == Some(TIERS_CONFIG_MAP);
+        if !is_config_map {
+            return None;
+        }
+        let tiers = doc
+            .get("data")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(tier, list)| {
+                let names = list
+                    .as_str()?
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                Some((tier.clone(), names))
+            })
+            .collect();
+        Some(SkuTiers { tiers })
+    }
+
+    /// The catalog SKUs a namespace with `namespace_labels` may use, in
+    /// catalog order; `None` when that is every SKU (or no tier applies).
+    pub fn allowed<'a>(
+        &self,
+        catalog: &'a Catalog,
+        namespace_labels: &BTreeMap<String, String>,
+    ) -> Option<Vec<&'a Sku>> {
+        let tier = namespace_labels
+            .get(TIER_LABEL)
+            .map_or(DEFAULT_TIER, String::as_str);
+        let list = self
+            .tiers
+            .get(tier)
+            .or_else(|| self.tiers.get(DEFAULT_TIER))?;
+        let every = list.iter().any(|n| n == "*");
+        let premium = namespace_labels.get(PREMIUM_LABEL).map(String::as_str) == Some("true");
+        let allowed: Vec<&Sku> = catalog
+            .skus()
+            .iter()
+            .filter(|s| every || list.iter().any(|n| s.is_named(n)))
+            .filter(|s| premium || !s.premium)
+            .collect();
+        (allowed.len() < catalog.len()).then_some(allowed)
+    }
+}
+
+/// The required terms that place a GPU pod only on `allowed` sizes: each of
+/// the profile's terms with a `node.kubernetes.io/instance-type In [...]`
+/// requirement naming the allowed sizes it (and the pod's own selection)
+/// can land on. A term that can land on none of them is left out.
+///
+/// `None` leaves the profile's terms as they are: when the pod's own
+/// selection allows no size of the tier (the validating side then denies it
+/// and names the pod's selector), or when no term of the profile leads to
+/// an allowed size of the pod's GPU maker (a tier names no size of it).
+pub fn narrow(
+    profile_terms: &[Term],
+    pod_spec: &Value,
+    request: &PodGpuRequest,
+    allowed: &[&Sku],
+    catalog: &Catalog,
+) -> Option<Vec<Term>> {
+    let mut own = NodeSelection::from_pod_spec(pod_spec);
+    // An empty term list is no affinity to placement (which then creates
+    // the terms); reading it as "no node" would narrow only on reinvocation.
+    if own.terms.as_ref().is_some_and(Vec::is_empty) {
+        own.terms = None;
+    }
+    let makers = makers(request);
+    let own_skus = own.skus(catalog);
+    let candidates: Vec<&Sku> = allowed
+        .iter()
+        .copied()
+        .filter(|s| {
+            makers
+                .as_ref()
+                .is_none_or(|m| m.contains(&s.manufacturer.as_str()))
+        })
+        .filter(|s| own_skus.iter().any(|o| std::ptr::eq(*o, *s)))
+        .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    let whole = [Term::new(Vec::new())];
+    let terms = if profile_terms.is_empty() {
+        &whole[..]
+    } else {
+        profile_terms
+    };
+    let narrowed: Vec<Term> = terms
+        .iter()
+        .filter_map(|term| {
+            let sizes: Vec<&str> = candidates
+                .iter()
+                .filter(|s| term.requirements.iter().all(|r| r.matches_sku(s)))
+                .map(|s| s.name.as_str())
+                .collect();
+            if sizes.is_empty() {
+                return None;
+            }
+            let mut requirements = term.requirements.clone();
+            requirements.push(Requirement::new(
+                labels::INSTANCE_TYPE,
+                Operator::In,
+                &sizes,
+            ));
+            Some(Term::new(requirements))
+        })
+        .collect();
+    (!narrowed.is_empty()).then_some(narrowed)
+}
+
+/// The GPU makers whose sizes can serve the pod's GPU resources (by the
+/// resource's domain); `None` when a resource could be served by any.
+fn makers(request: &PodGpuRequest) -> Option<Vec<&'static str>> {
+    let mut out = Vec::new();
+    for resource in request.resources() {
+        let maker = match resource.split_once('/').map(|(domain, _)| domain) {
+            Some("nvidia.com") => "nvidia",
+            Some("amd.com") => "amd",
+            _ => return None,
+        };
+        if !out.contains(&maker) {
+            out.push(maker);
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{pod_gpu_request, GpuResources};
+    use serde_json::json;
+
+    fn tiers() -> SkuTiers {
+        SkuTiers::from_config_map(&json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gpu-sku-allowlist", "namespace": "gpu-admission"},
+            "data": {
+                "default": "Standard_NC4as_T4_v3, standard_nc8as_t4_v3,\n NV36ads_A10_v5",
+                "standard": "Standard_NC4as_T4_v3, Standard_NC24ads_A100_v4",
+                "premium": "*"
+            }
+        }))
+        .unwrap()
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn names(skus: &[&Sku]) -> Vec<String> {
+        skus.iter().map(|s| s.name.clone()).collect()
+    }
+
+    #[test]
+    fn reads_only_the_tiers_config_map() {
+        assert!(
+            SkuTiers::from_config_map(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "other"}, "data": {"default": "*"}}))
+            .is_none()
+        );
+        assert!(
+            SkuTiers::from_config_map(&json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "gpu-sku-allowlist"}}))
+            .is_none()
+        );
+        let empty = SkuTiers::from_config_map(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpu-sku-allowlist"}}),
+        )
+        .unwrap();
+        assert_eq!(empty.allowed(&Catalog::embedded(), &labels(&[])), None);
+    }
+
+    #[test]
+    fn tier_label_picks_the_list_and_unknown_tiers_fall_back_to_default() {
+        let c = Catalog::embedded();
+        let t = tiers();
+        let default = t.allowed(&c, &labels(&[])).unwrap();
+        assert_eq!(
+            names(&default),
+            [
+                "Standard_NC4as_T4_v3",
+                "Standard_NC8as_T4_v3",
+                "Standard_NV36ads_A10_v5"
+            ]
+        );
+        let unknown = t.allowed(&c, &labels(&[(TIER_LABEL, "gold")])).unwrap();
+        assert_eq!(names(&unknown), names(&default));
+    }
+
+    #[test]
+    fn premium_sizes_need_the_opt_in_even_when_listed() {
+        let c = Catalog::embedded();
+        let t = tiers();
+        let standard = t.allowed(&c, &labels(&[(TIER_LABEL, "standard")])).unwrap();
+        assert_eq!(names(&standard), ["Standard_NC4as_T4_v3"]);
+        let opted = t
+            .allowed(
+                &c,
+                &labels(&[(TIER_LABEL, "standard"), (PREMIUM_LABEL, "true")]),
+            )
+            .unwrap();
+        assert_eq!(
+            names(&opted),
+            ["Standard_NC4as_T4_v3", "Standard_NC24ads_A100_v4"]
+        );
+        // "*" without the opt-in: every size but the premium ones.
+        let star = t.allowed(&c, &labels(&[(TIER_LABEL, "premium")])).unwrap();
+        assert!(star.iter().all(|s| !s.premium));
+        assert!(star.len() > 40);
+        // "*" with the opt-in: every size, nothing to restrict.
+        assert_eq!(
+            t.allowed(
+                &c,
+                &labels(&[(TIER_LABEL, "premium"), (PREMIUM_LABEL, "true")])
+            ),
+            None
+        );
+    }
+
+    fn narrow_pod(spec: Value, profile: &[Term], tier: &[(&str, &str)]) -> Option<Vec<Value>> {
+        let c = Catalog::embedded();
+        let allowed = tiers().allowed(&c, &labels(tier)).unwrap();
+        let request = pod_gpu_request(&spec, &GpuResources::default());
+        narrow(profile, &spec, &request, &allowed, &c)
+            .map(|terms| terms.iter().map(Term::to_json).collect())
+    }
+
+    fn term(key: &str, values: &[&str]) -> Term {
+        Term::new(vec![Requirement::new(key, Operator::In, values)])
+    }
+
+    fn gpu_spec(resource: &str, extra: Value) -> Value {
+        let mut spec =
+            json!({"containers": [{"name": "c", "resources": {"limits": {resource: "1"}}}]});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        spec
+    }
+
+    #[test]
+    fn each_profile_term_gets_the_allowed_sizes_it_can_land_on() {
+        let profile = [
+            term(labels::ACCELERATOR, &["nvidia"]),
+            term(labels::SKU_GPU_MANUFACTURER, &["nvidia"]),
+        ];
+        let out = narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &profile, &[]).unwrap();
+        let sizes = json!([
+            "Standard_NC4as_T4_v3",
+            "Standard_NC8as_T4_v3",
+            "Standard_NV36ads_A10_v5"
+        ]);
+        assert_eq!(out.len(), 2);
+        for t in &out {
+            assert_eq!(t["matchExpressions"][1]["key"], labels::INSTANCE_TYPE);
+            assert_eq!(t["matchExpressions"][1]["values"], sizes);
+        }
+        // No profile terms: one term of the sizes alone.
+        let out = narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &[], &[]).unwrap();
+        assert_eq!(out[0]["matchExpressions"][0]["values"], sizes);
+    }
+
+    #[test]
+    fn the_pods_own_selection_narrows_the_sizes_and_never_widens_them() {
+        let profile = [term(labels::ACCELERATOR, &["nvidia"])];
+        let t4 = json!({"nodeSelector": {"karpenter.azure.com/sku-gpu-name": "T4"}});
+        let out = narrow_pod(gpu_spec("nvidia.com/gpu", t4), &profile, &[]).unwrap();
+        assert_eq!(
+            out[0]["matchExpressions"][1]["values"],
+            json!(["Standard_NC4as_T4_v3", "Standard_NC8as_T4_v3"])
+        );
+        // Only sizes outside the tier: left to the validating side.
+        let a100 = json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe"}});
+        assert_eq!(
+            narrow_pod(gpu_spec("nvidia.com/gpu", a100), &profile, &[]),
+            None
+        );
+    }
+
+    #[test]
+    fn a_profile_term_outside_the_tier_is_dropped_and_no_term_means_no_change() {
+        let profile = [
+            term(labels::SKU_GPU_MANUFACTURER, &["nvidia"]),
+            term(labels::INSTANCE_TYPE, &["Standard_ND96isr_H100_v5"]),
+        ];
+        let out = narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &profile, &[]).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            out[0]["matchExpressions"][0]["key"],
+            labels::SKU_GPU_MANUFACTURER
+        );
+        let pinned = [term(labels::INSTANCE_TYPE, &["Standard_ND96isr_H100_v5"])];
+        assert_eq!(
+            narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &pinned, &[]),
+            None
+        );
+    }
+
+    #[test]
+    fn an_empty_term_list_narrows_like_no_affinity() {
+        // Placement treats `nodeSelectorTerms: []` as no terms and creates
+        // them; narrowing must agree, or only the second /mutate narrows.
+        let profile = [term(labels::ACCELERATOR, &["nvidia"])];
+        let empty = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}});
+        assert_eq!(
+            narrow_pod(gpu_spec("nvidia.com/gpu", empty), &profile, &[]),
+            narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &profile, &[])
+        );
+    }
+
+    #[test]
+    fn sizes_follow_the_maker_of_the_gpu_resource() {
+        let amd = [term(labels::SKU_GPU_MANUFACTURER, &["amd"])];
+        // The tier names no AMD size: nothing to narrow to.
+        assert_eq!(
+            narrow_pod(gpu_spec("amd.com/gpu", json!({})), &amd, &[]),
+            None
+        );
+        // A resource of no known maker can use any allowed size.
+        let windows = [term("kubernetes.io/os", &["windows"])];
+        let out = narrow_pod(gpu_spec("microsoft.com/directx", json!({})), &windows, &[]).unwrap();
+        assert_eq!(
+            out[0]["matchExpressions"][1]["values"],
+            json!([
+                "Standard_NC4as_T4_v3",
+                "Standard_NC8as_T4_v3",
+                "Standard_NV36ads_A10_v5"
+            ])
+        );
+    }
+}
