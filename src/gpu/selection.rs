@@ -146,11 +146,11 @@ impl SkuSelection for NodeSelection {
     }
 
     fn allows(&self, sku: &Sku) -> bool {
-        classified(self).allows(sku)
+        classified(self, None).allows(sku)
     }
 
     fn skus<'a>(&self, catalog: &'a Catalog) -> Vec<&'a Sku> {
-        let classified = classified(self);
+        let classified = classified(self, Some(catalog));
         catalog
             .skus()
             .iter()
@@ -177,24 +177,59 @@ impl SkuSelection for NodeSelection {
 }
 
 /// The requirements with their keys classified, so each SKU costs only
-/// value comparisons.
-fn classified(sel: &NodeSelection) -> Classified<'_> {
+/// value comparisons. With the catalog at hand, the sizes an `In` or
+/// `NotIn` on a size label names are looked up once (names are matched as
+/// [`Sku::is_named`] matches them: case, `Standard_` and aliases), so each
+/// SKU of that catalog is then a few pointer comparisons.
+fn classified<'a>(sel: &'a NodeSelection, catalog: Option<&'a Catalog>) -> Classified<'a> {
     Classified {
-        required: classify(&sel.required),
+        required: classify(&sel.required, catalog),
         terms: sel.terms.as_ref().map(|terms| {
             terms
                 .iter()
-                .map(|t| (t.matches_nothing, classify(&t.requirements)))
+                .map(|t| (t.matches_nothing, classify(&t.requirements, catalog)))
                 .collect()
         }),
     }
 }
 
-fn classify(reqs: &[Requirement]) -> ClassifiedReqs<'_> {
-    reqs.iter().map(|r| (SkuLabel::of(&r.key), r)).collect()
+fn classify<'a>(reqs: &'a [Requirement], catalog: Option<&'a Catalog>) -> ClassifiedReqs<'a> {
+    reqs.iter()
+        .map(|r| {
+            let key = SkuLabel::of(&r.key);
+            let sizes = match (key, r.operator, catalog) {
+                (Some(SkuLabel::Size), Operator::In | Operator::NotIn, Some(catalog)) => {
+                    Some(r.values.iter().filter_map(|v| catalog.get(v)).collect())
+                }
+                _ => None,
+            };
+            ClassifiedRequirement { key, r, sizes }
+        })
+        .collect()
 }
 
-type ClassifiedReqs<'a> = Vec<(Option<SkuLabel>, &'a Requirement)>;
+/// One requirement, classified.
+struct ClassifiedRequirement<'a> {
+    key: Option<SkuLabel>,
+    r: &'a Requirement,
+    /// The catalog SKUs an `In` / `NotIn` on a size label names, when
+    /// looked up in the catalog the SKUs judged come from.
+    sizes: Option<Vec<&'a Sku>>,
+}
+
+impl ClassifiedRequirement<'_> {
+    fn matches(&self, sku: &Sku) -> bool {
+        match &self.sizes {
+            Some(sizes) => {
+                let named = sizes.iter().any(|s| std::ptr::eq(*s, sku));
+                named == (self.r.operator == Operator::In)
+            }
+            None => matches_sku_as(self.r, self.key, sku),
+        }
+    }
+}
+
+type ClassifiedReqs<'a> = Vec<ClassifiedRequirement<'a>>;
 
 struct Classified<'a> {
     required: ClassifiedReqs<'a>,
@@ -204,7 +239,7 @@ struct Classified<'a> {
 
 impl Classified<'_> {
     fn allows(&self, sku: &Sku) -> bool {
-        let all = |reqs: &ClassifiedReqs<'_>| reqs.iter().all(|(k, r)| matches_sku_as(r, *k, sku));
+        let all = |reqs: &ClassifiedReqs<'_>| reqs.iter().all(|c| c.matches(sku));
         all(&self.required)
             && match &self.terms {
                 None => true,
@@ -432,6 +467,52 @@ mod tests {
                 NodeSelection::from_pod_spec(&sel).targets_gpu_nodes(&c),
                 "{sel}"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod size_lookup_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `skus` looks sizes up in the catalog once; `allows` compares names
+    /// per SKU: both must agree on every spelling a size may take.
+    #[test]
+    fn sizes_looked_up_once_match_as_names_do() {
+        let c = Catalog::embedded();
+        for (op, values) in [
+            (
+                "In",
+                json!([
+                    "Standard_NC4as_T4_v3",
+                    "nc8as_t4_v3",
+                    " STANDARD_ND96ASR_A100_V4 "
+                ]),
+            ),
+            (
+                "NotIn",
+                json!(["Standard_NC4as_T4_v3", "ND96asr_v4", "not-a-size"]),
+            ),
+            ("In", json!(["not-a-size"])),
+            ("In", json!([])),
+        ] {
+            for key in [
+                "node.kubernetes.io/instance-type",
+                "karpenter.azure.com/sku-name",
+            ] {
+                let sel = NodeSelection::from_pod_spec(&json!({"affinity": {"nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": key, "operator": op, "values": values}]}]}}}}));
+                let looked_up: Vec<&str> = sel.skus(&c).iter().map(|s| s.name.as_str()).collect();
+                let by_name: Vec<&str> = c
+                    .skus()
+                    .iter()
+                    .filter(|s| sel.allows(s))
+                    .map(|s| s.name.as_str())
+                    .collect();
+                assert_eq!(looked_up, by_name, "{key} {op} {values}");
+            }
         }
     }
 }
