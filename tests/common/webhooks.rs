@@ -12,6 +12,9 @@
 //! assert!(!outcome.allowed, "{}", outcome.message());
 //! ```
 //!
+//! Pods that claim devices through DRA need the claims in the server's
+//! cache: `Cluster::start_with_claims(claims)` with a `StaticClaims`.
+//!
 //! The webhooks' own matching is not reimplemented here: each webhook is
 //! compiled into a ValidatingAdmissionPolicy with the same rules,
 //! selectors, matchPolicy, failurePolicy and matchConditions, and the
@@ -21,7 +24,7 @@ use super::{config, TestServer};
 use base64::Engine as _;
 use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::bundle::{self, PolicySource};
-use gpu_admission::k8s::NamespaceLookup;
+use gpu_admission::k8s::{ClaimLookup, NamespaceLookup, StaticClaims};
 use gpu_admission::offline::{build_request, with_evaluation_stack};
 use gpu_admission::policy::{Document, PolicySet, Source};
 use gpu_admission::review::{Operation, Request};
@@ -180,10 +183,26 @@ impl Cluster {
         Cluster::start_with(loaded.bundle).await
     }
 
+    /// The policies of `policies/` behind `deploy/base/`'s webhooks, with
+    /// the ResourceClaims and ResourceClaimTemplates of `claims` in the
+    /// server's claim cache, as its reflectors hold them once they exist.
+    pub async fn start_with_claims(claims: StaticClaims) -> Cluster {
+        let dir = root().join("policies");
+        let loaded = bundle::load(&PolicySource::Dir(dir)).expect("policies/ loads");
+        Cluster::start_serving(loaded.bundle, Some(Arc::new(claims))).await
+    }
+
     /// `bundle` behind `deploy/base/`'s webhooks.
     pub async fn start_with(bundle: Bundle) -> Cluster {
+        Cluster::start_serving(bundle, None).await
+    }
+
+    async fn start_serving(bundle: Bundle, claims: Option<Arc<dyn ClaimLookup>>) -> Cluster {
         let namespaces = Arc::new(Namespaces::default());
-        let admission = Admission::new(bundle, namespaces.clone());
+        let mut admission = Admission::new(bundle, namespaces.clone());
+        if let Some(claims) = claims {
+            admission = admission.with_claims(claims);
+        }
         let server = TestServer::start_with(config(), Arc::new(admission)).await;
         Cluster {
             server,
