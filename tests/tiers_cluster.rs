@@ -222,3 +222,34 @@ async fn a_plain_amd_pod_in_an_unlabelled_namespace_is_placed_on_amd_nodes() {
     assert!(again.allowed, "{}", again.message());
     cluster.stop().await;
 }
+
+/// The premium tier without the opt-in leaves an AMD pod no size AKS can
+/// run it on but MI300X, which is premium (the other AMD sizes are retired
+/// or not supported for GPU nodes): it is not pinned to sizes it could
+/// never run on (and then denied for a selection placement wrote), but
+/// placed by the AMD profile alone, as docs/tiers.md says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_amd_pod_is_never_pinned_to_sizes_it_cannot_run_on() {
+    let cluster = Cluster::start().await;
+    let pod = gpu_pod(
+        "rocm-bench",
+        "ml",
+        "rocm/pytorch:rocm6.2_ubuntu22.04_py3.10_pytorch_release_2.3.0",
+        "amd.com/gpu",
+    );
+    let review = Review::create(pod).namespace_labels(&[("gpu-admission.io/tier", "premium")]);
+    let outcome = cluster.admit(&review).await;
+    assert_eq!(outcome.mutated_by, [PODS_MUTATE]);
+    assert!(outcome.allowed, "{}", outcome.message());
+    let object = outcome.object.clone().unwrap();
+    assert_eq!(object["metadata"]["annotations"][PROFILE], "aks-amd");
+    assert_eq!(
+        terms(&outcome),
+        [
+            json!({"matchExpressions": [{"key": "karpenter.azure.com/sku-gpu-manufacturer", "operator": "In", "values": ["amd"]}]}),
+            json!({"matchExpressions": [{"key": "amd.com/gpu.family", "operator": "Exists"}]}),
+        ],
+        "no pin to retired or unsupported AMD sizes"
+    );
+    cluster.stop().await;
+}

@@ -91,10 +91,15 @@ impl SkuTiers {
 /// requirement naming the allowed sizes it (and the pod's own selection)
 /// can land on. A term that can land on none of them is left out.
 ///
+/// Sizes that are retired or that AKS does not support for GPU nodes are
+/// never pinned.
+///
 /// `None` leaves the profile's terms as they are: when the pod's own
-/// selection allows no size of the tier (the validating side then denies it
-/// and names the pod's selector), or when no term of the profile leads to
-/// an allowed size of the pod's GPU maker (a tier names no size of it).
+/// selection allows no usable size of the tier (the validating side then
+/// denies it and names the pod's selector, or the placement profile and
+/// the opt-in when placement chose the sizes), or when no term of the
+/// profile leads to an allowed size of the pod's GPU maker (a tier names no
+/// size of it).
 pub fn narrow(
     profile_terms: &[Term],
     pod_spec: &Value,
@@ -119,6 +124,9 @@ pub fn narrow(
                 .is_none_or(|m| m.contains(&s.manufacturer.as_str()))
         })
         .filter(|s| own_skus.iter().any(|o| std::ptr::eq(*o, *s)))
+        // No pin to a size no GPU node of can be created: pinned to those
+        // alone, the pod would be denied for sizes placement chose.
+        .filter(|s| s.aks_supported && !s.retired)
         .collect();
     if candidates.is_empty() {
         return None;
@@ -284,6 +292,33 @@ mod tests {
             s.extend(e.clone());
         }
         spec
+    }
+
+    #[test]
+    fn sizes_no_gpu_node_can_be_made_of_are_never_pinned() {
+        let c = Catalog::embedded();
+        let unusable: Vec<&Sku> = c
+            .skus()
+            .iter()
+            .filter(|s| s.manufacturer == "amd" && (s.retired || !s.aks_supported))
+            .collect();
+        assert!(!unusable.is_empty(), "the catalog has such AMD sizes");
+        let spec = gpu_spec("amd.com/gpu", json!({}));
+        let request = pod_gpu_request(&spec, &GpuResources::default());
+        let profile = [term(labels::SKU_GPU_MANUFACTURER, &["amd"])];
+        assert_eq!(
+            narrow(&profile, &spec, &request, &unusable, &c),
+            None,
+            "pinned to sizes it could never run on"
+        );
+        // Beside a usable size, only the usable one is pinned.
+        let mut with_usable = unusable.clone();
+        with_usable.push(c.get("Standard_ND96isr_MI300X_v5").unwrap());
+        let terms = narrow(&profile, &spec, &request, &with_usable, &c).unwrap();
+        assert_eq!(
+            terms[0].to_json()["matchExpressions"][1]["values"],
+            json!(["Standard_ND96isr_MI300X_v5"])
+        );
     }
 
     #[test]
