@@ -109,11 +109,8 @@ fn main() {
     };
     // `serve`'s default logging (one line per review), written nowhere.
     gpu_admission::cli::serve::init_logging_to(LogFormat::Text, std::io::sink, false);
-    // As `serve` builds it: the server answers on threads of its own.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // The runtime `serve` runs on.
+    let runtime = gpu_admission::cli::serve::runtime().expect("runtime");
     runtime.block_on(run(connections, requests));
 }
 

@@ -187,18 +187,23 @@ impl ServeArgs {
     }
 }
 
+/// The runtime `serve` runs on. The server answers reviews on threads of
+/// its own, except `/mutate` and a `/validate` that finishes within a short
+/// slice, which it answers on the connection's thread: the runtime's
+/// threads get the stack policy evaluation needs (address space; only the
+/// pages used are resident).
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(crate::policy::EVALUATION_STACK)
+        .build()
+}
+
 /// Runs the server until SIGTERM/SIGINT.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = args.into_config();
     init_logging(config.log_format);
-    // The server answers reviews on threads of its own, except a
-    // `/validate` that finishes within a short slice, which it answers on
-    // the connection's thread: those threads get the stack policy
-    // evaluation needs (address space; only the pages used are resident).
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(crate::policy::EVALUATION_STACK)
-        .build()?;
+    let runtime = runtime()?;
     let shutdown = ShutdownHandle::new();
     let result = runtime.block_on(async {
         tokio::spawn(server::forward_signals(shutdown.clone()));
