@@ -179,7 +179,9 @@ fn bench_default_set(c: &mut Criterion) {
             && paths.iter().any(|p| p.starts_with("/spec/affinity")),
         "the patch adds the toleration and the node affinity: {paths:?}"
     );
-    let placed = create(placed_gpu_pod());
+    // What /mutate made of it (toleration, affinity, the namespace tier's
+    // sizes): placed, nothing more to add.
+    let placed = create(mutated(&admission, unplaced_gpu_pod()));
     assert!(
         admission.mutate(&placed).response.patch.is_none(),
         "a placed pod gets no patch"

@@ -8,8 +8,8 @@ use gpu_admission::review::{Operation, Request};
 use serde_json::json;
 use std::sync::Arc;
 
-/// A two-container training pod already placed: it tolerates `sku=gpu` and
-/// selects NVIDIA nodes, so placement has nothing to add.
+/// A two-container training pod that tolerates `sku=gpu` and selects
+/// NVIDIA nodes (placement adds only the sizes of its namespace's tier).
 pub fn placed_gpu_pod() -> serde_json::Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
