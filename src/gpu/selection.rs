@@ -194,7 +194,8 @@ fn classified<'a>(sel: &'a NodeSelection, catalog: Option<&'a Catalog>) -> Class
 }
 
 fn classify<'a>(reqs: &'a [Requirement], catalog: Option<&'a Catalog>) -> ClassifiedReqs<'a> {
-    reqs.iter()
+    let mut classified: ClassifiedReqs<'a> = reqs
+        .iter()
         .map(|r| {
             let key = SkuLabel::of(&r.key);
             let sizes = match (key, r.operator, catalog) {
@@ -205,7 +206,12 @@ fn classify<'a>(reqs: &'a [Requirement], catalog: Option<&'a Catalog>) -> Classi
             };
             ClassifiedRequirement { key, r, sizes }
         })
-        .collect()
+        .collect();
+    // Sizes looked up first: a few pointer comparisons rule most SKUs out
+    // before any label of theirs is worked out (the requirements are
+    // ANDed, so their order does not change the answer).
+    classified.sort_by_key(|c| c.sizes.is_none());
+    classified
 }
 
 /// One requirement, classified.

@@ -76,10 +76,13 @@ impl SkuTiers {
             .or_else(|| self.tiers.get(DEFAULT_TIER))?;
         let every = list.iter().any(|n| n == "*");
         let premium = namespace_labels.get(PREMIUM_LABEL).map(String::as_str) == Some("true");
+        // Each listed name looked up once (as `Sku::is_named` matches:
+        // case, `Standard_`, aliases), then the catalog kept in its order.
+        let listed: Vec<&Sku> = list.iter().filter_map(|n| catalog.get(n)).collect();
         let allowed: Vec<&Sku> = catalog
             .skus()
             .iter()
-            .filter(|s| every || list.iter().any(|n| s.is_named(n)))
+            .filter(|s| every || listed.iter().any(|l| std::ptr::eq(*l, *s)))
             .filter(|s| premium || !s.premium)
             .collect();
         (allowed.len() < catalog.len()).then_some(allowed)
