@@ -4,7 +4,6 @@
 //! patched object, with the shipped policies.
 mod common;
 
-use base64::Engine as _;
 use common::{config, TestServer};
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource};
@@ -29,29 +28,12 @@ async fn server() -> TestServer {
     TestServer::start_with(config(), Arc::new(admission)).await
 }
 
+/// A CREATE by a platform engineer; `resource` is the one kube-apiserver
+/// names (checked against the kind's plural).
 fn review(uid: &str, object: &Value, resource: &str) -> Value {
-    let (group, version) = object["apiVersion"]
-        .as_str()
-        .unwrap()
-        .split_once('/')
-        .unwrap();
-    let kind = object["kind"].as_str().unwrap();
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "name": object["metadata"]["name"],
-            "namespace": object["metadata"].get("namespace").cloned().unwrap_or(Value::Null),
-            "operation": "CREATE",
-            "userInfo": {"username": "platform@example.com", "groups": ["system:authenticated"]},
-            "object": object,
-            "oldObject": null,
-            "dryRun": false
-        }
-    })
+    let review = common::admission_review(uid, "CREATE", object, None, "platform@example.com");
+    assert_eq!(review["request"]["resource"]["resource"], resource);
+    review
 }
 
 /// `/mutate`, its patch applied, then `/validate`: the final answer.
@@ -63,11 +45,7 @@ async fn admit(server: &TestServer, object: &Value, resource: &str) -> Value {
     assert_eq!(status, 200);
     assert_eq!(mutated["response"]["allowed"], true, "{mutated}");
     let mut patched = object.clone();
-    if let Some(encoded) = mutated["response"]["patch"].as_str() {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .unwrap();
-        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    if let Some(patch) = common::review_patch(&mutated) {
         json_patch::patch(&mut patched, &patch).unwrap();
     }
     let (status, validated) = server

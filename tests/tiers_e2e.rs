@@ -4,7 +4,6 @@
 //! applied, then `/validate` on the patched object, as the apiserver does.
 mod common;
 
-use base64::Engine as _;
 use common::{config, TestServer};
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource};
@@ -49,38 +48,10 @@ async fn server() -> TestServer {
 }
 
 fn review(uid: &str, object: &Value) -> Value {
-    let kind = object["kind"].as_str().unwrap();
-    let api_version = object["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let resource = format!("{}s", kind.to_ascii_lowercase());
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "requestKind": {"group": group, "version": version, "kind": kind},
-            "requestResource": {"group": group, "version": version, "resource": resource},
-            "name": object["metadata"]["name"],
-            "namespace": object["metadata"]["namespace"],
-            "operation": "CREATE",
-            "userInfo": {"username": "dev@example.com", "groups": ["system:authenticated"]},
-            "object": object,
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-        }
-    })
+    common::admission_review(uid, "CREATE", object, None, "dev@example.com")
 }
 
-fn patch_of(answer: &Value) -> Option<json_patch::Patch> {
-    let encoded = answer["response"]["patch"].as_str()?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .unwrap();
-    Some(serde_json::from_slice(&bytes).unwrap())
-}
+use common::review_patch as patch_of;
 
 /// What the apiserver ends up with for a pod: the patched pod (checked to
 /// need no second patch) and the `/validate` answer on it.

@@ -3,7 +3,6 @@
 //! with an RFC 6902 implementation and the result checked as a Pod.
 mod common;
 
-use base64::Engine as _;
 use common::{config, NoNamespaces, TestServer};
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource};
@@ -17,40 +16,10 @@ fn shipped_admission() -> Admission {
 }
 
 fn review(uid: &str, operation: &str, object: &Value) -> Value {
-    let kind = object["kind"].as_str().unwrap_or("Pod");
-    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let resource = format!("{}s", kind.to_ascii_lowercase());
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "requestKind": {"group": group, "version": version, "kind": kind},
-            "requestResource": {"group": group, "version": version, "resource": resource},
-            "name": object["metadata"]["name"].as_str().unwrap_or(""),
-            "namespace": object["metadata"]["namespace"].as_str().unwrap_or("default"),
-            "operation": operation,
-            "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
-            "object": object,
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-        }
-    })
+    common::admission_review(uid, operation, object, None, "alice@example.com")
 }
 
-/// The JSON patch in a response, decoded from its base64 string.
-fn patch_of(response: &Value) -> Option<json_patch::Patch> {
-    let encoded = response["response"]["patch"].as_str()?;
-    assert_eq!(response["response"]["patchType"], "JSONPatch");
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .expect("base64 patch");
-    Some(serde_json::from_slice(&bytes).expect("RFC 6902 patch"))
-}
+use common::review_patch as patch_of;
 
 fn placement_cases() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/placement");

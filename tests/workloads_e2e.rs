@@ -5,7 +5,7 @@
 //! GPU nodes without a GPU, and privileged init containers of GPU pods.
 mod common;
 
-use common::{config, NoNamespaces, TestServer};
+use common::{admission_review as review, config, NoNamespaces, TestServer};
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource};
 use serde_json::{json, Value};
@@ -14,45 +14,6 @@ use std::sync::Arc;
 fn shipped_admission() -> Admission {
     let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
     Admission::new(loaded.bundle, Arc::new(NoNamespaces))
-}
-
-/// An AdmissionReview as kube-apiserver sends it for `object` (and, on
-/// UPDATE, `old`), made by `username`.
-fn review(
-    uid: &str,
-    operation: &str,
-    object: &Value,
-    old: Option<&Value>,
-    username: &str,
-) -> Value {
-    let kind = object["kind"].as_str().unwrap_or("Pod");
-    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let resource = format!("{}s", kind.to_ascii_lowercase());
-    let options_kind = if operation == "UPDATE" {
-        "UpdateOptions"
-    } else {
-        "CreateOptions"
-    };
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "requestKind": {"group": group, "version": version, "kind": kind},
-            "requestResource": {"group": group, "version": version, "resource": resource},
-            "name": object["metadata"]["name"].as_str().unwrap_or(""),
-            "namespace": object["metadata"]["namespace"].as_str().unwrap_or("default"),
-            "operation": operation,
-            "userInfo": {"username": username, "groups": ["system:authenticated"]},
-            "object": object,
-            "oldObject": old,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": options_kind}
-        }
-    })
 }
 
 /// What `/validate` said: allowed, the denial message, the warnings.
@@ -247,18 +208,13 @@ const DAEMON_SET_CONTROLLER: &str = "system:serviceaccount:kube-system:daemon-se
 /// `/mutate` then `/validate` of the patched object, as kube-apiserver runs
 /// them on CREATE: the patched object and the validation answer.
 async fn admit(server: &TestServer, uid: &str, object: &Value, username: &str) -> (Value, Answer) {
-    use base64::Engine as _;
     let (status, mutated) = server
         .post_review("/mutate", &review(uid, "CREATE", object, None, username))
         .await;
     assert_eq!(status, 200, "{mutated}");
     assert_eq!(mutated["response"]["allowed"], true, "{mutated}");
     let mut patched = object.clone();
-    if let Some(encoded) = mutated["response"]["patch"].as_str() {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .expect("base64 patch");
-        let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("RFC 6902 patch");
+    if let Some(patch) = common::review_patch(&mutated) {
         json_patch::patch(&mut patched, &patch).expect("patch applies");
     }
     let answer = validate(server, &review(uid, "CREATE", &patched, None, username)).await;

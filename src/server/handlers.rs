@@ -834,23 +834,28 @@ mod tests {
         state
     }
 
+    /// A pod `/validate` with an hour to answer it, through [`answer`].
+    async fn validate_once(state: &AppState) -> (Outcome, &'static str) {
+        let (request, deadline, budget) = pod_review_due_in_an_hour();
+        let memory = state.decoded.reserve(1024).await.unwrap();
+        answer(
+            state,
+            Endpoint::Validate,
+            &request,
+            memory,
+            deadline,
+            budget,
+        )
+        .await
+    }
+
     #[test]
     fn a_validate_done_within_the_slice_is_answered_on_the_connections_thread() {
         let webhook = Arc::new(InlineValidate::new(true, false, BIG));
         let seen = webhook.clone();
         on_connection_thread(BIG + (2 << 20), move || async move {
             let state = state_with(webhook, BIG);
-            let (request, deadline, budget) = pod_review_due_in_an_hour();
-            let memory = state.decoded.reserve(1024).await.unwrap();
-            let (got, decision) = answer(
-                &state,
-                Endpoint::Validate,
-                &request,
-                memory,
-                deadline,
-                budget,
-            )
-            .await;
+            let (got, decision) = validate_once(&state).await;
             assert_eq!(decision, "denied");
             assert_eq!(got.response.message.as_deref(), Some("inline"));
             assert_eq!(state.decoded.in_use(), 0, "the memory went back");
@@ -869,17 +874,7 @@ mod tests {
         let seen = webhook.clone();
         on_connection_thread(BIG + (2 << 20), move || async move {
             let state = state_with(webhook, BIG);
-            let (request, deadline, budget) = pod_review_due_in_an_hour();
-            let memory = state.decoded.reserve(1024).await.unwrap();
-            let (got, _) = answer(
-                &state,
-                Endpoint::Validate,
-                &request,
-                memory,
-                deadline,
-                budget,
-            )
-            .await;
+            let (got, _) = validate_once(&state).await;
             assert_eq!(
                 got.response.message.as_deref(),
                 Some("from an answering thread")
@@ -901,17 +896,7 @@ mod tests {
         let seen = webhook.clone();
         on_connection_thread(2 << 20, move || async move {
             let state = state_with(webhook, BIG);
-            let (request, deadline, budget) = pod_review_due_in_an_hour();
-            let memory = state.decoded.reserve(1024).await.unwrap();
-            let (got, _) = answer(
-                &state,
-                Endpoint::Validate,
-                &request,
-                memory,
-                deadline,
-                budget,
-            )
-            .await;
+            let (got, _) = validate_once(&state).await;
             assert_eq!(
                 got.response.message.as_deref(),
                 Some("from an answering thread")
@@ -926,17 +911,7 @@ mod tests {
         let webhook = Arc::new(InlineValidate::new(true, true, BIG));
         on_connection_thread(BIG + (2 << 20), move || async move {
             let state = state_with(webhook, BIG);
-            let (request, deadline, budget) = pod_review_due_in_an_hour();
-            let memory = state.decoded.reserve(1024).await.unwrap();
-            let (got, decision) = answer(
-                &state,
-                Endpoint::Validate,
-                &request,
-                memory,
-                deadline,
-                budget,
-            )
-            .await;
+            let (got, decision) = validate_once(&state).await;
             assert_eq!(decision, "error");
             assert!(!got.response.allowed);
             assert_eq!(got.response.code, Some(500));

@@ -191,6 +191,59 @@ pub fn fixture(name: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// An AdmissionReview v1 as kube-apiserver sends it for `operation`
+/// (`CREATE`, `UPDATE`) of `object` (for UPDATE, over `old`), made by
+/// `username`. The resource is the kind's lower-case plural; the namespace
+/// is the object's (absent for cluster-scoped objects).
+pub fn admission_review(
+    uid: &str,
+    operation: &str,
+    object: &Value,
+    old: Option<&Value>,
+    username: &str,
+) -> Value {
+    let kind = object["kind"].as_str().unwrap_or("Pod");
+    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = format!("{}s", kind.to_ascii_lowercase());
+    let options_kind = if operation == "UPDATE" {
+        "UpdateOptions"
+    } else {
+        "CreateOptions"
+    };
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": resource},
+            "name": object["metadata"]["name"].as_str().unwrap_or(""),
+            "namespace": object["metadata"].get("namespace").cloned().unwrap_or(Value::Null),
+            "operation": operation,
+            "userInfo": {"username": username, "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": options_kind}
+        }
+    })
+}
+
+/// The JSON patch of an AdmissionReview response, decoded from its base64
+/// string; `None` when it has none.
+pub fn review_patch(response: &Value) -> Option<json_patch::Patch> {
+    use base64::Engine as _;
+    let encoded = response["response"]["patch"].as_str()?;
+    assert_eq!(response["response"]["patchType"], "JSONPatch");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .expect("base64 patch");
+    Some(serde_json::from_slice(&bytes).expect("RFC 6902 patch"))
+}
+
 /// An Admission with no policies and no placement profiles.
 pub fn empty_admission() -> Admission {
     Admission::new(Bundle::default(), Arc::new(NoNamespaces))
