@@ -1,7 +1,8 @@
 //! What a request is about, worked out once per request: the kind of
 //! object, its namespace and labels, the pod a controller's template
-//! describes, the DRA claims its pod names, and the object's GPU facts. Placement, the policy engine,
-//! the `gpu` CEL variable and the audit all read it; nothing recomputes it.
+//! describes, the DRA claims its pod names, and the object's GPU facts.
+//! Placement, the policy engine, the `gpu` CEL variable and the audit all
+//! read it; nothing recomputes it.
 use crate::cel::Val;
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::GpuFacts;
