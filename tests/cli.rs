@@ -343,6 +343,77 @@ spec:
     assert!(stdout(&out).contains("ok (2 policies"), "{}", stdout(&out));
 }
 
+/// A folder as people publish them: a binding with a `paramRef` for a
+/// policy without `paramKind`, a binding of a policy kept elsewhere, and a
+/// Deployment next to the policies. kube-apiserver accepts all three; so
+/// does `lint`, saying what it ignores.
+#[test]
+fn lint_accepts_what_kube_apiserver_ignores_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "library.yaml",
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: no-latest}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  validations: [{expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: no-latest}
+spec:
+  policyName: no-latest
+  validationActions: [Deny]
+  paramRef: {name: no-latest-params, parameterNotFoundAction: Deny}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: elsewhere}
+spec:
+  policyName: defined-in-another-repo
+  validationActions: [Deny]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: example, namespace: default}
+spec:
+  selector: {matchLabels: {app: example}}
+  template:
+    metadata: {labels: {app: example}}
+    spec: {containers: [{name: web, image: nginx:1.27}]}
+"#,
+    );
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[0].starts_with("note: ")
+            && lines[0].contains("library.yaml: document 2")
+            && lines[0].contains("spec.paramRef: ignored: policy no-latest has no paramKind"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("warning: ") && lines[1].contains("document 3")
+            && lines[1].contains("no ValidatingAdmissionPolicy named defined-in-another-repo: binding elsewhere is ignored"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("warning: ")
+            && lines[2].contains("document 4")
+            && lines[2].contains("skipped: kind \"Deployment\""),
+        "{text}"
+    );
+    assert!(
+        lines[3].ends_with("ok (1 policies, 0 placement profiles, 0 tests)"),
+        "{text}"
+    );
+}
+
 #[test]
 fn test_command_counts_and_fails_on_a_failing_case() {
     let tmp = tempfile::tempdir().unwrap();

@@ -76,27 +76,88 @@ fn field_errors_name_the_field() {
         err.contains("spec.matchConstraints.resourceRules[0].operations[0]: must be"),
         "{err}"
     );
-    let bad = POLICY.replace("policyName: p", "policyName: q");
-    let err = compile(&bad.replace("EXPR", "true"))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("spec.policyName: no ValidatingAdmissionPolicy named q"),
-        "{err}"
-    );
 }
 
+/// As kube-apiserver: a binding of a policy that does not exist does
+/// nothing; the policy without a binding is loaded and inert. Both said.
 #[test]
-fn unknown_kinds_are_errors_naming_file_and_document() {
+fn a_binding_of_a_missing_policy_is_ignored_with_a_warning() {
+    let set = compile(
+        &POLICY
+            .replace("policyName: p", "policyName: q")
+            .replace("EXPR", "false"),
+    )
+    .expect("loads");
+    assert_eq!(set.len(), 1, "the policy is loaded");
+    assert_eq!(set.bindings(), 0, "the binding is not");
+    let notices: Vec<String> = set.notices().iter().map(|n| n.to_string()).collect();
+    assert_eq!(
+        notices,
+        ["warning: policies/p.yaml: document 2 (line 14): spec.policyName: no ValidatingAdmissionPolicy named q: binding b is ignored"]
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    let verdict = set.evaluate(
+        &Request::for_object(pod, Operation::Create, None),
+        &StaticNamespaces::new(),
+    );
+    assert!(verdict.denials.is_empty(), "inert: {:?}", verdict.denials);
+}
+
+/// Kubernetes documents `paramRef` as ignored when the policy has no
+/// `paramKind`: the binding applies, without params, and `lint` notes it.
+#[test]
+fn a_param_ref_on_a_policy_without_param_kind_is_ignored_with_a_note() {
+    let yaml = POLICY.replace("EXPR", "object.metadata.name != 'bad'").replace(
+        "  validationActions: [Deny]",
+        "  validationActions: [Deny]\n  paramRef: {name: limits, namespace: default, parameterNotFoundAction: Deny}",
+    );
+    let set = compile(&yaml).expect("loads");
+    assert_eq!(set.bindings(), 1);
+    let notices: Vec<String> = set.notices().iter().map(|n| n.to_string()).collect();
+    assert_eq!(
+        notices,
+        ["note: policies/p.yaml: document 2 (line 14): spec.paramRef: ignored: policy p has no paramKind, so it is evaluated without params"]
+    );
+    let pod = |name: &str| {
+        Request::for_object(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml"},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+            Operation::Create,
+            None,
+        )
+    };
+    let ns = StaticNamespaces::new();
+    // Evaluated without params: no "params not found" denial.
+    assert!(set.evaluate(&pod("good"), &ns).denials.is_empty());
+    assert_eq!(set.evaluate(&pod("bad"), &ns).denials.len(), 1);
+}
+
+/// Documents the engine does not use (a Deployment kept next to its policy,
+/// the CRD of a params kind) are skipped with a warning naming file and
+/// document; the rest of the folder loads.
+#[test]
+fn documents_of_other_kinds_are_skipped_with_a_warning() {
     let yaml = format!(
         "{}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: s}}\n",
         POLICY.replace("EXPR", "true")
     );
-    let err = compile(&yaml).unwrap_err().to_string();
+    let set = compile(&yaml).expect("loads");
+    assert_eq!((set.len(), set.bindings()), (1, 1));
+    let notices: Vec<String> = set.notices().iter().map(|n| n.to_string()).collect();
+    assert_eq!(notices.len(), 1, "{notices:?}");
     assert!(
-        err.starts_with("policies/p.yaml: document 3 (line 21): unknown document kind \"Secret\""),
-        "{err}"
+        notices[0].starts_with(
+            "warning: policies/p.yaml: document 3 (line 21): skipped: kind \"Secret\""
+        ),
+        "{notices:?}"
     );
+    // A malformed binding is still an error.
+    let broken = format!(
+        "{}---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {{name: b2}}\nspec: {{policyName: p, validationActions: [Deny], bogus: 1}}\n",
+        POLICY.replace("EXPR", "true")
+    );
+    assert!(compile(&broken).is_err());
 }
 
 #[test]

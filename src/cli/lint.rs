@@ -20,6 +20,10 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
     let source = PolicySource::Dir(args.dir.clone());
     match offline::with_evaluation_stack(|| bundle::load_with(&source, catalog))? {
         Ok(loaded) => {
+            // What kube-apiserver would accept and ignore: said, not failed.
+            for notice in loaded.bundle.policies.notices() {
+                println!("{notice}");
+            }
             println!(
                 "{}: ok ({} policies, {} placement profiles, {} tests)",
                 args.dir.display(),

@@ -230,6 +230,7 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
         source = %source.describe(),
         "policies loaded"
     );
+    log_notices(&bundle.policies);
     if bundle.policies.bindings() == 0 && !config.allow_empty_policies {
         tracing::warn!(
             source = %source.describe(),
@@ -402,6 +403,7 @@ impl PolicyReloader {
         }
         let (policies, bindings) = (loaded.policies.len(), loaded.policies.bindings());
         let profiles = loaded.placement.len();
+        log_notices(&loaded.policies);
         self.admission.replace(loaded);
         self.metrics.set_policies_loaded(policies);
         tracing::info!(
@@ -511,6 +513,16 @@ async fn claim_lookup(readiness: &Readiness) -> Arc<dyn ClaimLookup> {
         }
     });
     Arc::new(claims)
+}
+
+/// What loading the policies ignored: warnings at warn, notes at debug.
+fn log_notices(policies: &policy::PolicySet) {
+    for notice in policies.notices() {
+        match notice.level {
+            policy::NoticeLevel::Warning => tracing::warn!("policy folder: {notice}"),
+            policy::NoticeLevel::Note => tracing::debug!("policy folder: {notice}"),
+        }
+    }
 }
 
 fn init_logging(format: LogFormat) {

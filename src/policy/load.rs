@@ -86,6 +86,33 @@ impl fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
+/// Something a policy folder does that kube-apiserver accepts and that
+/// changes nothing, or changes less than its author may think: reported by
+/// `lint`, logged by `serve`, never a reason to refuse the folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadNotice {
+    pub level: NoticeLevel,
+    pub at: LoadError,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoticeLevel {
+    /// Probably a mistake: a document that is ignored.
+    Warning,
+    /// A field Kubernetes documents as ignored in this case.
+    Note,
+}
+
+impl fmt::Display for LoadNotice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let level = match self.level {
+            NoticeLevel::Warning => "warning",
+            NoticeLevel::Note => "note",
+        };
+        write!(f, "{level}: {}", self.at)
+    }
+}
+
 /// Every problem found while loading, in file order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LoadErrors(pub Vec<LoadError>);

@@ -19,7 +19,7 @@ mod watch;
 
 pub use load::{
     parse_documents, parse_files, read_documents, read_files, Document, LoadError, LoadErrors,
-    PolicyFile, Source,
+    LoadNotice, NoticeLevel, PolicyFile, Source,
 };
 pub use matching::MatchResources;
 pub use watch::{watch_dir, DirWatcher, WatchOptions, DEFAULT_RESCAN};
@@ -61,6 +61,8 @@ pub(crate) struct Inner {
     pub(crate) params: Vec<Param>,
     /// Every top-level variable some expression refers to.
     pub(crate) referenced: BTreeSet<String>,
+    /// What loading ignored, as kube-apiserver does.
+    pub(crate) notices: Vec<LoadNotice>,
 }
 
 #[derive(Debug)]
@@ -184,6 +186,13 @@ impl PolicySet {
         let mut bindings = Vec::new();
         let mut params = Vec::new();
         let mut binding_names = BTreeSet::new();
+        let mut notices = Vec::new();
+        let mut notice = |level, doc: &Document, field: &str, message: String| {
+            notices.push(LoadNotice {
+                level,
+                at: LoadError::at(&doc.source, field, message),
+            })
+        };
         for doc in docs {
             let (api, kind) = doc.type_meta();
             if is_vap_api(doc) && kind == "ValidatingAdmissionPolicy" {
@@ -202,13 +211,17 @@ impl PolicySet {
                     continue;
                 }
                 match policies.iter().position(|p| p.name == b.policy_name) {
-                    None if !declared.contains(b.policy_name.as_str()) => {
-                        errors.push(LoadError::at(
-                            &doc.source,
-                            "spec.policyName",
-                            format!("no ValidatingAdmissionPolicy named {}", b.policy_name),
-                        ))
-                    }
+                    // As in kube-apiserver: a binding of a policy that does
+                    // not exist does nothing.
+                    None if !declared.contains(b.policy_name.as_str()) => notice(
+                        NoticeLevel::Warning,
+                        doc,
+                        "spec.policyName",
+                        format!(
+                            "no ValidatingAdmissionPolicy named {}: binding {} is ignored",
+                            b.policy_name, b.name
+                        ),
+                    ),
                     None => {}
                     Some(i) => {
                         let policy = &policies[i];
@@ -218,14 +231,28 @@ impl PolicySet {
                                 "spec.paramRef",
                                 format!("required: policy {} has a paramKind", policy.name),
                             )),
-                            (None, Some(_)) => errors.push(LoadError::at(
-                                &doc.source,
-                                "spec.paramRef",
-                                format!(
-                                    "policy {} has no paramKind, so it takes no params",
+                            // Kubernetes: "If the policy does not specify a
+                            // ParamKind then this field is ignored, and the
+                            // rules are evaluated without a param."
+                            (None, Some(_)) => {
+                                tracing::debug!(
+                                    binding = %b.name,
+                                    "paramRef ignored: policy {} has no paramKind",
                                     policy.name
-                                ),
-                            )),
+                                );
+                                notice(
+                                    NoticeLevel::Note,
+                                    doc,
+                                    "spec.paramRef",
+                                    format!(
+                                        "ignored: policy {} has no paramKind, so it is evaluated without params",
+                                        policy.name
+                                    ),
+                                );
+                                let mut b = b;
+                                b.param_ref = None;
+                                bindings.push((b, i));
+                            }
                             _ => bindings.push((b, i)),
                         }
                     }
@@ -250,14 +277,17 @@ impl PolicySet {
                 }
                 continue;
             }
-            errors.push(LoadError::at(
-                &doc.source,
+            // A Deployment kept next to its policy, the CRD of a params
+            // kind: not the engine's, skipped.
+            notice(
+                NoticeLevel::Warning,
+                doc,
                 "",
                 format!(
-                    "unknown document kind {:?} (apiVersion {:?}): expected ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, or a params kind named by a policy's paramKind",
+                    "skipped: kind {:?} (apiVersion {:?}) is not a ValidatingAdmissionPolicy, a ValidatingAdmissionPolicyBinding, or a params kind named by a policy's paramKind",
                     kind, api
                 ),
-            ));
+            );
         }
         if !errors.is_empty() {
             return Err(LoadErrors(errors));
@@ -290,8 +320,15 @@ impl PolicySet {
                 bindings,
                 params,
                 referenced,
+                notices,
             }),
         })
+    }
+
+    /// What loading ignored, as kube-apiserver does (documents of other
+    /// kinds, bindings of missing policies, fields documented as ignored).
+    pub fn notices(&self) -> &[LoadNotice] {
+        &self.inner.notices
     }
 
     /// Policies loaded.
