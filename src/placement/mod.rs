@@ -43,6 +43,10 @@ pub struct ProfileSet {
     catalog: Option<Arc<Catalog>>,
     /// The namespace SKU tiers GPU pods are kept to; `None`: no tiers.
     tiers: Option<SkuTiers>,
+    /// Per profile (same order): the catalog SKUs its required terms allow
+    /// ([`profile_skus`]), worked out when the catalog is set, not per
+    /// request.
+    profile_skus: Vec<Vec<String>>,
 }
 
 /// What placement does to one request.
@@ -78,7 +82,31 @@ impl ProfileSet {
             gpu_resources,
             catalog: None,
             tiers: None,
-        })
+            profile_skus: Vec::new(),
+        }
+        .with_profile_skus())
+    }
+
+    /// Works out [`ProfileSet::profile_skus`] over the current catalog.
+    fn with_profile_skus(mut self) -> ProfileSet {
+        let catalog = self.catalog();
+        let skus = self
+            .profiles
+            .iter()
+            .map(|p| profile_skus(p, catalog))
+            .collect();
+        self.profile_skus = skus;
+        self
+    }
+
+    /// The catalog SKUs `profile`'s required terms allow, when fewer than
+    /// every SKU (empty otherwise).
+    fn skus_of(&self, profile: &Profile) -> &[String] {
+        self.profiles
+            .iter()
+            .position(|p| std::ptr::eq(p, profile))
+            .and_then(|i| self.profile_skus.get(i))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Keeps GPU pods on the sizes their namespace's tier allows.
@@ -95,7 +123,7 @@ impl ProfileSet {
     /// built-in SKU catalog to tell GPU node pools from others.
     pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> ProfileSet {
         self.catalog = Some(catalog);
-        self
+        self.with_profile_skus()
     }
 
     /// The SKU catalog node pools are judged with.
@@ -280,7 +308,7 @@ pub fn judge(
     Judgement {
         profile: Some(profile.name.clone()),
         conflict,
-        skus: profile_skus(profile, profiles.catalog()),
+        skus: profiles.skus_of(profile).to_vec(),
     }
 }
 
