@@ -95,13 +95,15 @@ fn a_binding_of_a_missing_policy_is_ignored_with_a_warning() {
         notices,
         ["warning: policies/p.yaml: document 2 (line 14): spec.policyName: no ValidatingAdmissionPolicy named q: binding b is ignored"]
     );
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
-    let verdict = set.evaluate(
-        &Request::for_object(pod, Operation::Create, None),
-        &StaticNamespaces::new(),
-    );
+    let verdict = set.evaluate(&pod_create("p"), &StaticNamespaces::new());
     assert!(verdict.denials.is_empty(), "inert: {:?}", verdict.denials);
+}
+
+/// A one-container pod named `name`, created in `ml`.
+fn pod_create(name: &str) -> Request {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    Request::for_object(pod, Operation::Create, None)
 }
 
 /// Kubernetes documents `paramRef` as ignored when the policy has no
@@ -119,18 +121,10 @@ fn a_param_ref_on_a_policy_without_param_kind_is_ignored_with_a_note() {
         notices,
         ["note: policies/p.yaml: document 2 (line 14): spec.paramRef: ignored: policy p has no paramKind, so it is evaluated without params"]
     );
-    let pod = |name: &str| {
-        Request::for_object(
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml"},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
-            Operation::Create,
-            None,
-        )
-    };
     let ns = StaticNamespaces::new();
     // Evaluated without params: no "params not found" denial.
-    assert!(set.evaluate(&pod("good"), &ns).denials.is_empty());
-    assert_eq!(set.evaluate(&pod("bad"), &ns).denials.len(), 1);
+    assert!(set.evaluate(&pod_create("good"), &ns).denials.is_empty());
+    assert_eq!(set.evaluate(&pod_create("bad"), &ns).denials.len(), 1);
 }
 
 /// Documents the engine does not use (a Deployment kept next to its policy,
