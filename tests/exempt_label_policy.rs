@@ -89,6 +89,19 @@ fn only_admins_set_the_exempt_label() {
     let (allowed, _) = evaluate(&exempt, None, ALICE.0, ALICE.1);
     assert!(!allowed, "a new namespace born exempt");
 
+    // A user without any group (kube-apiserver then leaves `groups` out of
+    // the request): the same denial, not an evaluation error.
+    let (allowed, denials) = evaluate(&exempt, Some(&plain), "bob", &[]);
+    assert!(!allowed);
+    assert_eq!(denials.len(), 1, "{denials:?}");
+    assert!(
+        denials[0].contains("may set, change or remove the label"),
+        "{denials:?}"
+    );
+    // ...and other labels stay free for them.
+    let relabelled = namespace(json!({"team": "b"}));
+    assert!(evaluate(&relabelled, Some(&plain), "bob", &[]).0);
+
     // An admin may; so may system:masters.
     assert!(evaluate(&exempt, Some(&plain), ADMIN.0, ADMIN.1).0);
     assert!(

@@ -261,10 +261,32 @@ fn audit_annotations_skip_null_and_empty() {
 
 #[test]
 fn request_variable_has_the_kubernetes_shape() {
-    let tail = "  validations:\n  - expression: \"request.operation == 'CREATE' && request.kind.kind == 'Pod' && request.resource.resource == 'pods' && request.userInfo.username == 'gpu-admission-cli' && request.namespace == 'ml' && request.name == 'trainer' && request.subResource == '' && !request.dryRun && oldObject == null && namespaceObject.metadata.name == 'ml' && !has(request.uid)\"";
+    let tail = "  validations:\n  - expression: \"request.operation == 'CREATE' && request.kind.kind == 'Pod' && request.resource.resource == 'pods' && request.userInfo.username == 'gpu-admission-cli' && request.namespace == 'ml' && request.name == 'trainer' && !has(request.subResource) && !request.dryRun && oldObject == null && namespaceObject.metadata.name == 'ml' && !has(request.uid)\"";
     let v =
         set(&policy("p", tail, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
     assert!(v.denials.is_empty(), "{:?}", v.denials);
+}
+
+/// kube-apiserver hands CEL the `AdmissionRequest` as unstructured JSON, so
+/// what Go leaves out when empty is absent: an unguarded read of it is an
+/// error (failurePolicy decides), as it would be in the cluster.
+#[test]
+fn request_fields_empty_in_kubernetes_are_absent_not_empty() {
+    let guarded = "  validations:\n  - expression: \"!has(request.subResource) && !has(request.requestSubResource) && !has(request.userInfo.uid) && !has(request.userInfo.extra) && !has(request.userInfo.groups) && request.userInfo.username == 'gpu-admission-cli'\"";
+    let v = set(&policy("p", guarded, "[Deny]"))
+        .evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert!(v.denials.is_empty(), "{:?}", v.denials);
+
+    let unguarded =
+        "  validations:\n  - expression: \"request.subResource != 'ephemeralcontainers'\"";
+    let v = set(&policy("p", unguarded, "[Deny]"))
+        .evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(v.denials.len(), 1, "{:?}", v.denials);
+    assert!(
+        v.denials[0].starts_with("p: policy error (failurePolicy Fail): validations[0]:"),
+        "{:?}",
+        v.denials
+    );
 }
 
 #[test]

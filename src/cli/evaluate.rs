@@ -100,7 +100,11 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         Some(path) => offline::read_manifest(path)?,
         None => Vec::new(),
     };
-    let user = serde_json::json!({"username": args.user, "groups": args.groups});
+    // As kube-apiserver sends it: `groups` is left out when there are none.
+    let mut user = serde_json::json!({"username": args.user});
+    if !args.groups.is_empty() {
+        user["groups"] = serde_json::json!(args.groups);
+    }
     let mut requests = Vec::new();
     for obj in objects {
         let old = match (operation, &args.old_filename) {

@@ -94,27 +94,54 @@ pub(super) struct Shared {
 static NULL: serde_json::Value = serde_json::Value::Null;
 
 /// `request` as Kubernetes shows it to CEL (no uid, object or oldObject).
+/// kube-apiserver converts an `AdmissionRequest` to unstructured JSON, so
+/// the fields Go tags `omitempty` are absent when empty (`subResource`,
+/// `name` and `namespace` of a cluster-scoped object, a user's `groups`):
+/// reading one unguarded is an error there, and is one here.
 fn request_value(req: &Request) -> serde_json::Value {
-    let user = &req.user_info;
-    json!({
+    let mut user = serde_json::Map::new();
+    for field in ["username", "uid", "groups", "extra"] {
+        if let Some(v) = req.user_info.get(field).filter(|v| !is_empty(v)) {
+            user.insert(field.to_string(), v.clone());
+        }
+    }
+    let mut request = json!({
         "kind": req.kind,
         "resource": req.resource,
-        "subResource": req.sub_resource.clone().unwrap_or_default(),
         "requestKind": req.request_kind.as_ref().unwrap_or(&req.kind),
         "requestResource": req.request_resource.as_ref().unwrap_or(&req.resource),
-        "requestSubResource": req.request_sub_resource.clone().or_else(|| req.sub_resource.clone()).unwrap_or_default(),
-        "name": req.name,
-        "namespace": req.namespace.clone().unwrap_or_default(),
         "operation": req.operation.as_str(),
-        "userInfo": {
-            "username": user.get("username").cloned().unwrap_or(json!("")),
-            "uid": user.get("uid").cloned().unwrap_or(json!("")),
-            "groups": user.get("groups").cloned().unwrap_or(json!([])),
-            "extra": user.get("extra").cloned().unwrap_or(json!({})),
-        },
+        "userInfo": user,
         "dryRun": req.dry_run,
         "options": req.options.clone().unwrap_or(serde_json::Value::Null),
-    })
+    });
+    let sub_resource = req.sub_resource.clone();
+    let optional = [
+        ("subResource", sub_resource.clone()),
+        (
+            "requestSubResource",
+            req.request_sub_resource.clone().or(sub_resource),
+        ),
+        ("name", Some(req.name.clone())),
+        ("namespace", req.namespace.clone()),
+    ];
+    for (field, value) in optional {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            request[field] = json!(value);
+        }
+    }
+    request
+}
+
+/// What Go's `omitempty` leaves out.
+fn is_empty(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Null => true,
+        serde_json::Value::String(s) => s.is_empty(),
+        serde_json::Value::Array(a) => a.is_empty(),
+        serde_json::Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
 }
 
 /// What one policy said about one object with one param.
