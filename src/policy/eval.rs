@@ -157,14 +157,13 @@ struct Outcome {
 impl Inner {
     pub(super) fn run_binding(
         &self,
-        policy: &Policy,
-        binding: &Binding,
+        (policy, binding): (&Policy, &Binding),
         req: &Request,
         scope: &Scope,
         prefix: &str,
+        start: Instant,
         verdict: &mut Verdict,
-    ) {
-        let start = Instant::now();
+    ) -> Instant {
         let mut outcomes = Vec::new();
         match (&policy.param_kind, &binding.param_ref) {
             (Some(kind), Some(pref)) => {
@@ -189,7 +188,7 @@ impl Inner {
                     if pref.deny_when_missing {
                         // A configuration error, as in kube-apiserver: it
                         // follows failurePolicy, not validationActions.
-                        result_error(
+                        return result_error(
                             verdict,
                             policy,
                             start,
@@ -200,7 +199,6 @@ impl Inner {
                                 pref.name.as_deref().unwrap_or("by selector")
                             ),
                         );
-                        return;
                     }
                 } else {
                     for p in found {
@@ -215,7 +213,7 @@ impl Inner {
             })),
         }
         if outcomes.iter().all(|o| o.skipped) {
-            return;
+            return Instant::now();
         }
         let mut result = EvaluationResult::Pass;
         for outcome in outcomes {
@@ -272,11 +270,13 @@ impl Inner {
                 }
             }
         }
+        let end = Instant::now();
         verdict.evaluations.push(PolicyEvaluation {
             policy: policy.name.clone(),
             result,
-            duration: start.elapsed(),
+            duration: end - start,
         });
+        end
     }
 
     fn evaluate_policy(&self, policy: &Policy, scope: &Scope, params: Value) -> Outcome {
@@ -368,8 +368,13 @@ impl Inner {
     }
 }
 
-/// Records a binding that could not be evaluated at all.
-fn result_error(verdict: &mut Verdict, policy: &Policy, start: Instant, message: String) {
+/// Records a binding that could not be evaluated at all; returns when.
+fn result_error(
+    verdict: &mut Verdict,
+    policy: &Policy,
+    start: Instant,
+    message: String,
+) -> Instant {
     if policy.failure_policy == FailurePolicy::Fail {
         verdict.reason.get_or_insert_with(|| "Invalid".to_string());
         verdict.denials.push(format!(
@@ -377,11 +382,13 @@ fn result_error(verdict: &mut Verdict, policy: &Policy, start: Instant, message:
             policy.name
         ));
     }
+    let end = Instant::now();
     verdict.evaluations.push(PolicyEvaluation {
         policy: policy.name.clone(),
         result: EvaluationResult::Error,
-        duration: start.elapsed(),
+        duration: end - start,
     });
+    end
 }
 
 fn add_audit_failure(

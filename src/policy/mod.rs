@@ -407,7 +407,10 @@ impl PolicySet {
     }
 
     fn evaluate_bindings(&self, subject: &Subject, deadline: Option<Instant>) -> Verdict {
-        let passed = || deadline.is_some_and(|d| Instant::now() >= d);
+        // The clock is read once per evaluated binding: the end of one is
+        // the start of the next, and the deadline is checked against it.
+        let mut now = Instant::now();
+        let passed = |now: Instant| deadline.is_some_and(|d| now >= d);
         let inner = &*self.inner;
         let req = subject.request;
         let ns_labels = &subject.namespace_labels;
@@ -420,12 +423,12 @@ impl PolicySet {
             if !applies(policy, binding, req, ns_labels) {
                 continue;
             }
-            if passed() {
+            if passed(now) {
                 verdict.timed_out = true;
                 return verdict;
             }
             let scope = direct.get_or_insert_with(|| Scope::new(inner, subject, req, &mut shared));
-            inner.run_binding(policy, binding, req, scope, "", &mut verdict);
+            now = inner.run_binding((policy, binding), req, scope, "", now, &mut verdict);
         }
         if let Some(template) = &subject.template {
             let pod_req = &template.request;
@@ -436,13 +439,20 @@ impl PolicySet {
                 if !applies(policy, binding, pod_req, ns_labels) {
                     continue;
                 }
-                if passed() {
+                if passed(now) {
                     verdict.timed_out = true;
                     return verdict;
                 }
                 let scope = pod_scope
                     .get_or_insert_with(|| Scope::new(inner, subject, pod_req, &mut shared));
-                inner.run_binding(policy, binding, req, scope, &template.prefix, &mut verdict);
+                now = inner.run_binding(
+                    (policy, binding),
+                    req,
+                    scope,
+                    &template.prefix,
+                    now,
+                    &mut verdict,
+                );
             }
         }
         verdict

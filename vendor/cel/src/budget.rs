@@ -14,12 +14,33 @@ use crate::ExecutionError;
 use std::cell::Cell;
 use std::time::Instant;
 
-thread_local! {
-    static REMAINING: Cell<Option<u64>> = const { Cell::new(None) };
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
-    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+/// The state every evaluated node reads, kept together so that a node costs
+/// one thread-local access rather than four.
+struct State {
+    /// Units left in the installed budget; `None` without one.
+    remaining: Cell<Option<u64>>,
+    depth: Cell<u32>,
     /// Units left before the clock is read again.
-    static UNTIL_CLOCK: Cell<u64> = const { Cell::new(CLOCK_EVERY) };
+    until_clock: Cell<u64>,
+}
+
+thread_local! {
+    static STATE: State = const {
+        State {
+            remaining: Cell::new(None),
+            depth: Cell::new(0),
+            until_clock: Cell::new(CLOCK_EVERY),
+        }
+    };
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+fn remaining() -> Option<u64> {
+    STATE.with(|s| s.remaining.get())
+}
+
+fn set_remaining(value: Option<u64>) {
+    STATE.with(|s| s.remaining.set(value))
 }
 
 /// Deepest nesting of evaluation frames before an evaluation is stopped.
@@ -34,12 +55,12 @@ const CLOCK_EVERY: u64 = 1024;
 /// Runs `f` with `limit` cost units available. Returns the result of `f` and
 /// the cost it used. Nested calls share the outer budget's remainder.
 pub fn with_budget<R>(limit: u64, f: impl FnOnce() -> R) -> (R, u64) {
-    let outer = REMAINING.with(|r| r.get());
+    let outer = remaining();
     let start = match outer {
         Some(rem) => rem.min(limit),
         None => limit,
     };
-    REMAINING.with(|r| r.set(Some(start)));
+    set_remaining(Some(start));
     let guard = BudgetGuard { outer, start };
     let result = f();
     let used = guard.used();
@@ -55,7 +76,7 @@ struct BudgetGuard {
 
 impl BudgetGuard {
     fn used(&self) -> u64 {
-        let left = REMAINING.with(|r| r.get()).unwrap_or(0);
+        let left = remaining().unwrap_or(0);
         self.start - left.min(self.start)
     }
 }
@@ -64,7 +85,7 @@ impl Drop for BudgetGuard {
     fn drop(&mut self) {
         let used = self.used();
         let outer = self.outer;
-        REMAINING.with(|r| r.set(outer.map(|o| o.saturating_sub(used))));
+        set_remaining(outer.map(|o| o.saturating_sub(used)));
     }
 }
 
@@ -101,35 +122,38 @@ impl Drop for DeadlineGuard {
 /// Charges `units` to the installed budget, if any.
 #[inline]
 pub fn charge(units: u64) -> Result<(), ExecutionError> {
-    REMAINING.with(|r| match r.get() {
+    STATE.with(|s| charge_in(s, units))
+}
+
+#[inline(always)]
+fn charge_in(s: &State, units: u64) -> Result<(), ExecutionError> {
+    match s.remaining.get() {
         None => Ok(()),
         Some(rem) if rem >= units => {
-            r.set(Some(rem - units));
-            tick(units)
+            s.remaining.set(Some(rem - units));
+            tick(s, units)
         }
         Some(_) => {
-            r.set(Some(0));
+            s.remaining.set(Some(0));
             Err(ExecutionError::CostLimitExceeded)
         }
-    })
+    }
 }
 
 /// Reads the clock once every [`CLOCK_EVERY`] units charged.
-#[inline]
-fn tick(units: u64) -> Result<(), ExecutionError> {
-    UNTIL_CLOCK.with(|c| {
-        let left = c.get();
-        if left > units {
-            c.set(left - units);
-            return Ok(());
-        }
-        c.set(CLOCK_EVERY);
-        if deadline_passed() {
-            Err(ExecutionError::DeadlineExceeded)
-        } else {
-            Ok(())
-        }
-    })
+#[inline(always)]
+fn tick(s: &State, units: u64) -> Result<(), ExecutionError> {
+    let left = s.until_clock.get();
+    if left > units {
+        s.until_clock.set(left - units);
+        return Ok(());
+    }
+    s.until_clock.set(CLOCK_EVERY);
+    if deadline_passed() {
+        Err(ExecutionError::DeadlineExceeded)
+    } else {
+        Ok(())
+    }
 }
 
 /// Charges for a value that an operation has to walk: strings at one unit
@@ -177,23 +201,37 @@ pub fn charge_val(val: &dyn crate::common::value::Val) -> Result<(), ExecutionEr
 pub(crate) struct DepthGuard;
 
 impl DepthGuard {
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn enter() -> Result<Self, ExecutionError> {
-        DEPTH.with(|d| {
-            let next = d.get() + 1;
-            if next > MAX_EVAL_DEPTH {
-                Err(ExecutionError::DepthLimitExceeded)
-            } else {
-                d.set(next);
-                Ok(DepthGuard)
-            }
+        STATE.with(|s| Self::enter_in(s))
+    }
+
+    /// One evaluated node: charges its unit and enters a level, with one
+    /// thread-local access.
+    #[inline]
+    pub(crate) fn node() -> Result<Self, ExecutionError> {
+        STATE.with(|s| {
+            charge_in(s, 1)?;
+            Self::enter_in(s)
         })
+    }
+
+    #[inline(always)]
+    fn enter_in(s: &State) -> Result<Self, ExecutionError> {
+        let next = s.depth.get() + 1;
+        if next > MAX_EVAL_DEPTH {
+            Err(ExecutionError::DepthLimitExceeded)
+        } else {
+            s.depth.set(next);
+            Ok(DepthGuard)
+        }
     }
 }
 
 impl Drop for DepthGuard {
+    #[inline]
     fn drop(&mut self) {
-        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        STATE.with(|s| s.depth.set(s.depth.get().saturating_sub(1)));
     }
 }
 
@@ -202,10 +240,6 @@ mod tests {
     use super::*;
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::time::Duration;
-
-    fn remaining() -> Option<u64> {
-        REMAINING.with(|r| r.get())
-    }
 
     #[test]
     fn charges_until_the_limit() {
@@ -261,7 +295,7 @@ mod tests {
         }));
         assert!(caught.is_err());
         assert!(!deadline_passed());
-        assert_eq!(DEPTH.with(|d| d.get()), 0);
+        assert_eq!(STATE.with(|s| s.depth.get()), 0);
     }
 
     #[test]

@@ -4,7 +4,6 @@ use crate::objects::{TryIntoValue, Value};
 use crate::parser::Expression;
 use crate::{functions, ExecutionError};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Context is a collection of variables and functions that can be used
@@ -32,15 +31,41 @@ use std::sync::Arc;
 ///                  ↑
 /// Only in scope for the duration of the map expression
 ///
+/// gpu-admission patch: the variables of one scope, in insertion order. A
+/// scope holds a handful (a comprehension's two, a policy's root ones), so a
+/// short vector searched by name beats a `BTreeMap`: no node allocation per
+/// scope, no allocated name for a comprehension variable. A value may be
+/// borrowed: a comprehension binds each element of the list it walks, and
+/// a boolean accumulator, without copying them into a box.
+#[derive(Default)]
+pub struct ScopeVariables<'a>(Vec<(Cow<'a, str>, Cow<'a, dyn Val>)>);
+
+impl<'a> ScopeVariables<'a> {
+    fn insert(&mut self, name: Cow<'a, str>, value: Cow<'a, dyn Val>) {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((name, value)),
+        }
+    }
+
+    #[inline]
+    fn get(&self, name: &str) -> Option<&dyn Val> {
+        self.0
+            .iter()
+            .find(|(n, _)| n.as_ref() == name)
+            .map(|(_, v)| v.as_ref())
+    }
+}
+
 pub enum Context<'a> {
     Root {
         functions: FunctionRegistry,
-        variables: BTreeMap<String, Box<dyn Val>>,
+        variables: ScopeVariables<'a>,
         resolver: Option<&'a dyn VariableResolver>,
     },
     Child {
         parent: &'a Context<'a>,
-        variables: BTreeMap<String, Box<dyn Val>>,
+        variables: ScopeVariables<'a>,
         resolver: Option<&'a dyn VariableResolver>,
     },
 }
@@ -52,19 +77,19 @@ impl<'a> Context<'a> {
         value: V,
     ) -> Result<(), <V as TryIntoValue>::Error>
     where
-        S: Into<String>,
+        S: Into<Cow<'a, str>>,
         V: TryIntoValue,
     {
         match self {
             Context::Root { variables, .. } => {
                 let value = value.try_into_value()?;
                 let value: Box<dyn Val> = value.try_into().unwrap();
-                variables.insert(name.into(), value);
+                variables.insert(name.into(), Cow::Owned(value));
             }
             Context::Child { variables, .. } => {
                 let value = value.try_into_value()?;
                 let value: Box<dyn Val> = value.try_into().unwrap();
-                variables.insert(name.into(), value);
+                variables.insert(name.into(), Cow::Owned(value));
             }
         }
         Ok(())
@@ -72,50 +97,52 @@ impl<'a> Context<'a> {
 
     pub fn add_variable_from_value<S, V>(&mut self, name: S, value: V)
     where
-        S: Into<String>,
+        S: Into<Cow<'a, str>>,
         V: Into<Value>,
     {
         match self {
             Context::Root { variables, .. } => {
                 let value = value.into();
                 let value: Box<dyn Val> = value.try_into().unwrap();
-                variables.insert(name.into(), value);
+                variables.insert(name.into(), Cow::Owned(value));
             }
             Context::Child { variables, .. } => {
                 let value = value.into();
                 let value: Box<dyn Val> = value.try_into().unwrap();
-                variables.insert(name.into(), value);
+                variables.insert(name.into(), Cow::Owned(value));
             }
         }
     }
 
+    /// gpu-admission patch: like every `add_variable*`, takes a name that
+    /// may be borrowed (`&'static str`, or a name the scope outlives), so
+    /// binding a variable need not allocate its name.
     pub fn add_variable_as_val<S>(&mut self, name: S, value: Box<dyn Val>)
     where
-        S: Into<String>,
+        S: Into<Cow<'a, str>>,
     {
         match self {
             Context::Root { variables, .. } => {
-                variables.insert(name.into(), value);
+                variables.insert(name.into(), Cow::Owned(value));
             }
             Context::Child { variables, .. } => {
-                variables.insert(name.into(), value);
+                variables.insert(name.into(), Cow::Owned(value));
             }
         }
     }
 
-    /// gpu-admission patch: [`Context::add_variable_as_val`] that reuses the
-    /// slot of a variable already set in this scope (a comprehension's
-    /// variables, set on every iteration) instead of allocating its name.
-    pub(crate) fn set_variable_as_val(&mut self, name: &str, value: Box<dyn Val>) {
+    /// gpu-admission patch: [`Context::add_variable_as_val`] that borrows
+    /// the name (an expression's comprehension variable) instead of
+    /// allocating it, takes a boxed or a borrowed value, and reuses the slot
+    /// of a variable already set in this scope (set on every iteration).
+    pub(crate) fn set_variable_as_val<V>(&mut self, name: &'a str, value: V)
+    where
+        V: Into<Cow<'a, dyn Val>>,
+    {
         let variables = match self {
             Context::Root { variables, .. } | Context::Child { variables, .. } => variables,
         };
-        match variables.get_mut(name) {
-            Some(slot) => *slot = value,
-            None => {
-                variables.insert(name.to_string(), value);
-            }
-        }
+        variables.insert(Cow::Borrowed(name), value.into());
     }
 
     pub fn set_variable_resolver(&mut self, r: &'a dyn VariableResolver) {
@@ -147,7 +174,7 @@ impl<'a> Context<'a> {
                 .or_else(|| {
                     variables
                         .get(name)
-                        .map(|b| Cow::<dyn Val>::Borrowed(b.as_ref()))
+                        .map(Cow::<dyn Val>::Borrowed)
                         .or_else(|| parent.get_variable(name))
                 }),
             Context::Root {
@@ -159,11 +186,7 @@ impl<'a> Context<'a> {
                     r.resolve(name)
                         .map(|v| Cow::<dyn Val>::Owned(v.try_into().unwrap()))
                 })
-                .or_else(|| {
-                    variables
-                        .get(name)
-                        .map(|v| Cow::<dyn Val>::Borrowed(v.as_ref()))
-                }),
+                .or_else(|| variables.get(name).map(Cow::<dyn Val>::Borrowed)),
         }
     }
 
@@ -172,6 +195,16 @@ impl<'a> Context<'a> {
         match self {
             Context::Root { functions, .. } => functions.get(name),
             Context::Child { parent, .. } => parent.get_function(name),
+        }
+    }
+
+    /// gpu-admission patch: the function `prefix.name` (a call `prefix.name(...)`
+    /// whose target is an identifier), without building that name unless
+    /// some function's name starts with `prefix.`.
+    pub(crate) fn get_qualified_function(&self, prefix: &str, name: &str) -> Option<&Function> {
+        match self {
+            Context::Root { functions, .. } => functions.get_qualified(prefix, name),
+            Context::Child { parent, .. } => parent.get_qualified_function(prefix, name),
         }
     }
 

@@ -210,6 +210,13 @@ impl From<&Identifier> for String {
     }
 }
 
+/// gpu-admission patch: variables take names as `Into<Cow<str>>`.
+impl<'a> From<&'a Identifier> for std::borrow::Cow<'a, str> {
+    fn from(value: &'a Identifier) -> Self {
+        std::borrow::Cow::Borrowed(value.0.as_str())
+    }
+}
+
 impl From<Identifier> for String {
     fn from(value: Identifier) -> Self {
         value.0.as_ref().clone()
@@ -344,6 +351,10 @@ impl_handler!(C1, C2, C3, C4, C5, C6, C7, C8, C9);
 #[derive(Default)]
 pub struct FunctionRegistry {
     functions: std::collections::HashMap<String, Function, foldhash::fast::FixedState>,
+    /// gpu-admission patch: the prefixes of qualified names (`sets` of
+    /// `sets.contains`), so that `x.f()` on a variable `x` needs no
+    /// `"x.f"` string built to learn there is no function of that name.
+    namespaces: std::collections::HashSet<String, foldhash::fast::FixedState>,
 }
 
 impl FunctionRegistry {
@@ -352,6 +363,9 @@ impl FunctionRegistry {
         F: IntoFunction<T> + 'static + Send + Sync,
         T: 'static,
     {
+        if let Some((prefix, _)) = name.rsplit_once('.') {
+            self.namespaces.insert(prefix.to_string());
+        }
         self.functions
             .insert(name.to_string(), function.into_function());
     }
@@ -359,6 +373,14 @@ impl FunctionRegistry {
     #[allow(dead_code)]
     pub(crate) fn get(&self, name: &str) -> Option<&Function> {
         self.functions.get(name)
+    }
+
+    /// The function `prefix.name`, if one is registered.
+    pub(crate) fn get_qualified(&self, prefix: &str, name: &str) -> Option<&Function> {
+        if !self.namespaces.contains(prefix) {
+            return None;
+        }
+        self.functions.get(&format!("{prefix}.{name}"))
     }
 }
 

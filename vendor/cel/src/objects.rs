@@ -977,8 +977,7 @@ impl Value {
     ) -> Result<Cow<'a, dyn Val>, ExecutionError> {
         // gpu-admission patch: every evaluated node costs one unit, and
         // nesting is bounded so that no expression can overflow the stack.
-        crate::budget::charge(1)?;
-        let _depth = crate::budget::DepthGuard::enter()?;
+        let _depth = crate::budget::DepthGuard::node()?;
         Self::resolve_val_unbudgeted(expr, ctx)
     }
 
@@ -1020,14 +1019,18 @@ impl Value {
             let mut ftx = FunctionContext::new(&call.func_name, Some(target), ctx, &[]);
             let v = (func)(&mut ftx)?;
             crate::budget::charge_value(&v)?;
-            return Ok(Some(Cow::<dyn Val>::Owned(TryInto::<Box<dyn Val>>::try_into(v)?)));
+            return Ok(Some(Cow::<dyn Val>::Owned(
+                TryInto::<Box<dyn Val>>::try_into(v)?,
+            )));
         };
         // The method form charged its target before the call; the
         // function form never did. The result, an int, costs nothing.
         if method {
             crate::budget::charge(units)?;
         }
-        Ok(Some(Cow::<dyn Val>::Owned(Box::new(CelInt::from(size as i64)))))
+        Ok(Some(Cow::<dyn Val>::Owned(Box::new(CelInt::from(
+            size as i64,
+        )))))
     }
 
     fn resolve_val_unbudgeted<'a>(
@@ -1058,18 +1061,14 @@ impl Value {
                         operators::LOGICAL_OR => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
                             return if Ok(true) == left {
-                                Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(true))))
+                                Ok(bool(true))
                             } else {
                                 let right = Value::resolve_val(&call.args[1], ctx)?
                                     .downcast_ref::<CelBool>()
                                     .map(|b| *b.inner());
                                 match (&left, right) {
-                                    (Ok(false), Some(right)) => {
-                                        Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(right))))
-                                    }
-                                    (Err(_), Some(true)) => {
-                                        Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(true))))
-                                    }
+                                    (Ok(false), Some(right)) => Ok(bool(right)),
+                                    (Err(_), Some(true)) => Ok(bool(true)),
                                     (_, _) => Err(left.err().unwrap_or(NoSuchOverload)),
                                 }
                             };
@@ -1077,18 +1076,14 @@ impl Value {
                         operators::LOGICAL_AND => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
                             return if Ok(false) == left {
-                                Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(false))))
+                                Ok(bool(false))
                             } else {
                                 let right = Value::resolve_val(&call.args[1], ctx)?
                                     .downcast_ref::<CelBool>()
                                     .map(|b| *b.inner());
                                 match (&left, right) {
-                                    (Ok(true), Some(right)) => {
-                                        Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(right))))
-                                    }
-                                    (Err(_), Some(false)) => {
-                                        Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(false))))
-                                    }
+                                    (Ok(true), Some(right)) => Ok(bool(right)),
+                                    (Err(_), Some(false)) => Ok(bool(false)),
                                     (_, _) => Err(left.err().unwrap_or(NoSuchOverload)),
                                 }
                             };
@@ -1376,8 +1371,7 @@ impl Value {
                     Some(target) => {
                         let qualified_func = match &target.expr {
                             Expr::Ident(prefix) => {
-                                let qualified_name = format!("{prefix}.{}", &call.func_name);
-                                ctx.get_function(&qualified_name)
+                                ctx.get_qualified_function(prefix, &call.func_name)
                             }
                             _ => None,
                         };
@@ -1526,7 +1520,9 @@ impl Value {
                 let accu_init = Value::resolve_val(&comprehension.accu_init, ctx)?;
                 let iter = Value::resolve_val(&comprehension.iter_range, ctx)?;
                 let mut ctx = ctx.new_inner_scope();
-                ctx.add_variable_as_val(&comprehension.accu_var, accu_init.clone_as_boxed());
+                // gpu-admission patch: the accumulator and each element are
+                // bound as they are (borrowed where they were), not boxed.
+                ctx.set_variable_as_val(&comprehension.accu_var, accu_init);
 
                 let mut items = iter
                     .as_iterable()
@@ -1537,9 +1533,13 @@ impl Value {
                     if !try_bool(Value::resolve_val(&comprehension.loop_cond, &ctx))? {
                         break;
                     }
-                    ctx.set_variable_as_val(&comprehension.iter_var, item.clone_as_boxed());
+                    ctx.set_variable_as_val(&comprehension.iter_var, item);
                     let accu = Value::resolve_val(&comprehension.loop_step, &ctx)?;
-                    ctx.set_variable_as_val(&comprehension.accu_var, accu.clone_as_boxed());
+                    let accu = match accu.downcast_ref::<CelBool>() {
+                        Some(b) => bool(*b.inner()),
+                        None => Cow::Owned(accu.into_owned()),
+                    };
+                    ctx.set_variable_as_val(&comprehension.accu_var, accu);
                 }
                 Ok(Cow::<dyn Val>::Owned(
                     Value::resolve_val(&comprehension.result, &ctx)?.into_owned(),
@@ -1551,8 +1551,12 @@ impl Value {
     }
 }
 
+/// gpu-admission patch: a boolean result is borrowed from a `static`, not
+/// allocated (every comparison, `has()` and logical operator makes one).
 fn bool<'a>(boolean: bool) -> Cow<'a, dyn Val> {
-    Cow::<dyn Val>::Owned(Box::new(CelBool::from(boolean)))
+    static TRUE: CelBool = CelBool::TRUE;
+    static FALSE: CelBool = CelBool::FALSE;
+    Cow::Borrowed(if boolean { &TRUE } else { &FALSE })
 }
 
 fn try_bool(val: Result<Cow<dyn Val>, ExecutionError>) -> Result<bool, ExecutionError> {
@@ -3019,9 +3023,14 @@ mod interpreted_tests {
                 Ok(Value::from_val(Box::new(CelList::from(kept))))
             });
         } else {
-            ctx.add_function("firstTwo", |list: Arc<Vec<Value>>| -> crate::ResolveResult {
-                Ok(Value::List(Arc::new(list.iter().take(2).cloned().collect())))
-            });
+            ctx.add_function(
+                "firstTwo",
+                |list: Arc<Vec<Value>>| -> crate::ResolveResult {
+                    Ok(Value::List(Arc::new(
+                        list.iter().take(2).cloned().collect(),
+                    )))
+                },
+            );
         }
         ctx.add_variable_from_value(
             "names",
@@ -3064,13 +3073,20 @@ mod interpreted_tests {
         }
         assert_eq!(
             run(true, "firstTwo(names)").0,
-            Ok(Value::List(Arc::new(vec![Value::from("a"), Value::from("b")])))
+            Ok(Value::List(Arc::new(vec![
+                Value::from("a"),
+                Value::from("b")
+            ])))
         );
     }
 
     #[test]
     fn an_interpreted_value_compares_by_its_value_and_gives_its_json() {
-        let list = || Value::from_val(Box::new(CelList::from(vec![Box::new(CelInt::from(1)) as Box<dyn Val>])));
+        let list = || {
+            Value::from_val(Box::new(CelList::from(vec![
+                Box::new(CelInt::from(1)) as Box<dyn Val>
+            ])))
+        };
         assert_eq!(list(), list());
         assert_ne!(list(), Value::from_val(Box::new(CelList::from(Vec::new()))));
         #[cfg(feature = "json")]

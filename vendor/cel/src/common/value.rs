@@ -3,6 +3,7 @@ use crate::common::traits::{
 };
 use crate::common::types::Type;
 use std::any::Any;
+use std::borrow::Cow;
 use std::fmt::Debug;
 
 pub trait Val: Any + Debug + Send + Sync {
@@ -99,5 +100,20 @@ mod test {
         assert!(test(borrowed.as_ref()));
         assert!(test(cow.as_ref()));
         assert!(test(borrowed.clone().as_ref()));
+    }
+}
+
+/// gpu-admission patch: a boxed value as an owned `Cow` (what
+/// `Context::set_variable_as_val` takes).
+impl<'a> From<Box<dyn Val>> for Cow<'a, dyn Val> {
+    fn from(value: Box<dyn Val>) -> Self {
+        Cow::Owned(value)
+    }
+}
+
+/// gpu-admission patch: a borrowed value as a borrowed `Cow`.
+impl<'a> From<&'a dyn Val> for Cow<'a, dyn Val> {
+    fn from(value: &'a dyn Val) -> Self {
+        Cow::Borrowed(value)
     }
 }
