@@ -376,3 +376,29 @@ fn ten_thousand_objects_make_a_page_of_a_few_mib() {
         number(&html, "total-gpus-in-violation")
     );
 }
+
+#[test]
+fn namespaces_in_the_files_give_their_labels_as_in_the_cluster() {
+    let flagged = |file: &Path| -> Vec<String> {
+        let report: Value = serde_json::from_str(&audit(file, "json")).unwrap();
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["name"] == "pretrain-llama-70b")
+            .map(|f| f["policy"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // ml-research is labelled for premium GPUs: its A100 Job passes.
+    assert_eq!(flagged(&fixture()), Vec::<String>::new());
+    let mut dump: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture()).unwrap()).unwrap();
+    let items = dump["items"].as_array_mut().unwrap();
+    let before = items.len();
+    items.retain(|o| o["kind"] != "Namespace");
+    assert!(items.len() < before, "the fixture lists its namespaces");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("no-namespaces.json");
+    std::fs::write(&file, dump.to_string()).unwrap();
+    assert_eq!(flagged(&file), ["gpu-sku-allowlist"]);
+}

@@ -35,8 +35,8 @@ pub struct AuditArgs {
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub policies: PolicyArgs,
-    /// Labels of every namespace, when reading files (the cluster's own
-    /// Namespace objects are used when reading from the cluster).
+    /// Labels of every namespace, when reading files; the Namespace objects
+    /// among the files (and, from the cluster, the cluster's) add their own.
     #[arg(long, value_name = "k=v,...", value_parser = crate::k8s::namespaces::parse_labels)]
     pub namespace_labels: Option<BTreeMap<String, String>>,
     #[arg(short, long, value_enum, default_value = "text")]
@@ -53,10 +53,14 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         let (objects, namespaces, url) = from_cluster()?;
         (objects, namespaces, audit::ReportSource::Cluster(url))
     } else {
-        let mut objects = Vec::new();
+        let mut read = Vec::new();
         for file in &args.files {
-            objects.extend(offline::read_manifest(file)?);
+            read.extend(offline::read_manifest(file)?);
         }
+        // Namespaces in the files (`kubectl get namespaces,pods,... -A -o
+        // json`) give their own labels, as in the cluster; they are not audited.
+        let (namespace_objects, objects): (Vec<Value>, Vec<Value>) =
+            read.into_iter().partition(is_namespace);
         let labels = args.namespace_labels.clone().unwrap_or_default();
         let names: BTreeSet<String> = objects
             .iter()
@@ -64,10 +68,23 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             .map(str::to_string)
             .chain(std::iter::once("default".to_string()))
             .collect();
-        let namespaces = names
+        let mut namespaces: BTreeMap<String, BTreeMap<String, String>> = names
             .iter()
             .map(|n| (n.clone(), namespace_labels(n, &labels)))
             .collect();
+        for ns in &namespace_objects {
+            let Some(name) = ns.pointer("/metadata/name").and_then(Value::as_str) else {
+                continue;
+            };
+            let own: BTreeMap<String, String> = ns
+                .pointer("/metadata/labels")
+                .and_then(|l| serde_json::from_value(l.clone()).ok())
+                .unwrap_or_default();
+            let mut merged = labels.clone();
+            merged.extend(own);
+            namespaces.insert(name.to_string(), namespace_labels(name, &merged));
+        }
+        let namespaces = namespaces.into_iter().collect();
         let files = args.files.iter().map(|f| f.display().to_string());
         (
             objects,
@@ -109,6 +126,12 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A core/v1 Namespace.
+fn is_namespace(object: &Value) -> bool {
+    object.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && object.get("kind").and_then(Value::as_str) == Some("Namespace")
 }
 
 /// When and against what the report is made: the policy set and its
