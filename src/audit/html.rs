@@ -83,6 +83,8 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
     let view = View::new(report);
     let mut out = String::with_capacity(64 * 1024 + report.findings.len() * 400);
     out.push_str(HEAD);
+    out.push_str(STYLE);
+    out.push_str(BODY);
     header(&mut out, meta);
     totals(&mut out, report);
     charts(&mut out, report, &view);
@@ -802,69 +804,11 @@ const HEAD: &str = r#"<!DOCTYPE html>
 <meta name="generator" content="gpu-admission">
 <title>GPU admission report</title>
 <style>
-:root { --ink: #1f2933; --muted: #616e7c; --line: #d9e2ec; --soft: #f5f7fa; --accent: #2f6690; --bar: #3a7ca5; --deny: #b3261e; --warn: #9a6700; --audit: #52606d; }
-* { box-sizing: border-box; }
-body { margin: 0 auto; max-width: 1180px; padding: 32px 40px 48px; color: var(--ink); background: #fff; font: 14px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-h1 { font-size: 26px; font-weight: 600; margin: 0 0 4px; letter-spacing: -0.01em; }
-h2 { font-size: 18px; font-weight: 600; margin: 36px 0 8px; padding-bottom: 6px; border-bottom: 1px solid var(--line); }
-h3 { font-size: 15px; font-weight: 600; margin: 24px 0 4px; }
-code { font: 12.5px/1.4 ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
-a { color: var(--accent); text-decoration: none; }
-a:hover { text-decoration: underline; }
-.lede { color: var(--muted); margin: 0 0 16px; }
-.hint, .note, .muted, .empty { color: var(--muted); }
-.hint { margin: 0 0 12px; max-width: 80ch; }
-dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 4px 20px; margin: 0; padding: 12px 16px; background: var(--soft); border: 1px solid var(--line); border-radius: 6px; }
-dl.meta dt { color: var(--muted); }
-dl.meta dd { margin: 0; }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(170px, 1fr)); gap: 12px; }
-.card { border: 1px solid var(--line); border-radius: 6px; padding: 12px 14px; }
-.card .value { font-size: 26px; font-weight: 600; font-variant-numeric: tabular-nums; }
-#total-gpus-in-violation, #total-waste-share { color: var(--deny); }
-.card .label { font-weight: 600; }
-.card .note { font-size: 12px; }
-.chart-grid { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 16px; margin-bottom: 12px; }
-@media (max-width: 900px) { .chart-grid { grid-template-columns: 1fr; } }
-figure.chart-box { margin: 0; border: 1px solid var(--line); border-radius: 6px; padding: 12px 14px; }
-figcaption { font-weight: 600; margin-bottom: 8px; }
-svg.chart { display: block; max-width: 100%; height: auto; }
-svg.chart rect { fill: var(--bar); }
-svg.chart g.bar:hover rect { fill: var(--accent); }
-svg.chart text { font: 12px -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: var(--ink); }
-svg.chart text.bar-value { font-variant-numeric: tabular-nums; fill: var(--muted); }
-table { width: 100%; border-collapse: collapse; margin: 8px 0; }
-th, td { text-align: left; vertical-align: top; padding: 6px 10px; border-bottom: 1px solid var(--line); }
-th { font-size: 12px; font-weight: 600; color: var(--muted); text-transform: uppercase; letter-spacing: 0.03em; background: var(--soft); }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.object { white-space: nowrap; }
-td.message { max-width: 70ch; }
-td.links .link { white-space: nowrap; }
-#capacity-objects td.object { white-space: normal; }
-.kind { color: var(--muted); font-size: 12px; }
-ul.messages { margin: 0; padding: 0; list-style: none; }
-ul.messages li + li { margin-top: 4px; }
-.badge { display: inline-block; min-width: 42px; text-align: center; padding: 0 6px; border-radius: 10px; font-size: 11px; font-weight: 600; text-transform: uppercase; letter-spacing: 0.03em; color: #fff; }
-.badge.deny { background: var(--deny); }
-.badge.warn { background: var(--warn); }
-.badge.audit { background: var(--audit); }
-.warn-text { color: var(--warn); font-weight: 600; }
-section.policy { border-top: 1px solid var(--line); }
-section.policy h3 code { font-size: 14px; }
-.desc { margin: 2px 0; max-width: 90ch; }
-.stats { margin: 2px 0 6px; }
-details > summary { cursor: pointer; color: var(--accent); }
-td.skus details > summary { color: var(--accent); }
-tr:target { background: #fff8e1; }
-footer { margin-top: 40px; padding-top: 12px; border-top: 1px solid var(--line); color: var(--muted); font-size: 12px; }
-@media print {
-  body { max-width: none; padding: 0; font-size: 11px; }
-  h2 { break-after: avoid; }
-  tr, figure, .card { break-inside: avoid; }
-  a { color: inherit; }
-  .badge { border: 1px solid currentColor; color: var(--ink); background: none !important; }
-  tr:target { background: none; }
-}
-</style>
+"#;
+
+const STYLE: &str = include_str!("report.css");
+
+const BODY: &str = r#"</style>
 </head>
 <body>
 "#;

@@ -101,10 +101,7 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     for object in &objects {
         claims.insert(object, "default");
     }
-    let meta = match args.output {
-        AuditFormat::Html => Some(report_meta(args, source, &loaded.bundle)?),
-        _ => None,
-    };
+    let meta = report_meta(args, source, &loaded.bundle)?;
     let admission = Admission::new(loaded.bundle, Arc::new(lookup)).with_claims(Arc::new(claims));
     let report = audit::audit(&admission, &objects);
     match args.output {
@@ -119,11 +116,7 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
                 print!("---\n{}", serde_yaml::to_string(&doc)?);
             }
         }
-        AuditFormat::Html => {
-            if let Some(meta) = &meta {
-                print!("{}", audit::render(&report, meta));
-            }
-        }
+        AuditFormat::Html => print!("{}", audit::render(&report, &meta)),
     }
     Ok(ExitCode::SUCCESS)
 }
