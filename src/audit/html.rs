@@ -74,6 +74,9 @@ impl ReportMeta {
 const MAX_BARS: usize = 12;
 /// Rows of the top offenders table.
 const TOP_OFFENDERS: usize = 25;
+/// GPU sizes listed per capacity object (an unconstrained NodePool
+/// allows every size of the catalog).
+const MAX_SIZES: usize = 8;
 /// Finding rows per policy, and capacity rows: the ones holding the most
 /// GPUs are shown, the rest counted (`audit -o json` lists them all).
 const MAX_ROWS: usize = 1_000;
@@ -617,14 +620,20 @@ fn capacity(out: &mut String, report: &Report, view: &View) {
                 .map(|s| esc(s))
                 .collect::<Vec<_>>()
                 .join("<br>"),
-            n => format!(
-                "<details><summary>{n} sizes</summary>{}</details>",
-                c.skus
-                    .iter()
-                    .map(|s| esc(s))
-                    .collect::<Vec<_>>()
-                    .join("<br>")
-            ),
+            n => {
+                let mut listed: Vec<String> =
+                    c.skus.iter().take(MAX_SIZES).map(|s| esc(s)).collect();
+                if n > MAX_SIZES {
+                    listed.push(format!(
+                        "<span class=\"muted\">and {} more</span>",
+                        n - MAX_SIZES
+                    ));
+                }
+                format!(
+                    "<details><summary>{n} sizes</summary>{}</details>",
+                    listed.join("<br>")
+                )
+            }
         };
         let taints = if c.taints.is_empty() && c.gpu_tainted {
             "<code>sku=gpu:NoSchedule</code> <span class=\"muted\">(set by KAITO)</span>"
