@@ -24,10 +24,10 @@ esac
 
 chromium="${CHROMIUM:-/usr/bin/chromium}"
 if [ ! -x "$chromium" ]; then
-  echo "== installing chromium"
+  echo "== installing chromium (and a font for the screenshot)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null
 fi
 command -v node >/dev/null || { echo "browser-test: node (20 or later) is needed" >&2; exit 1; }
 
