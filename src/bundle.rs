@@ -83,10 +83,44 @@ impl Snapshot {
         Fingerprint(hasher.finish())
     }
 
+    /// SHA-256 (hex) of the files' contents in path order: the same
+    /// policies give the same digest wherever the folder is mounted, and
+    /// the same as [`policy_digest`] of the built-in set when the folder
+    /// holds the shipped files.
+    pub fn digest(&self) -> String {
+        digest_texts(self.files.iter().map(|f| f.text.as_str()))
+    }
+
     /// Parses and compiles the snapshot.
     pub fn load(&self, catalog: Arc<Catalog>) -> Result<Loaded, LoadErrors> {
         from_documents(policy::parse_files(&self.files)?, catalog)
     }
+}
+
+/// SHA-256 (hex) of the policy files of `source`; see [`Snapshot::digest`].
+pub fn policy_digest(source: &PolicySource) -> Result<String, LoadErrors> {
+    match source {
+        PolicySource::Dir(dir) => Snapshot::read(dir).map(|s| s.digest()),
+        PolicySource::Embedded => Ok(digest_texts(
+            EMBEDDED_POLICIES.iter().map(|(_path, text)| *text),
+        )),
+    }
+}
+
+/// SHA-256 over each text's length and bytes, so no two lists of texts
+/// run together into the same input.
+fn digest_texts<'a>(texts: impl Iterator<Item = &'a str>) -> String {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    for text in texts {
+        context.update(&(text.len() as u64).to_be_bytes());
+        context.update(text.as_bytes());
+    }
+    context
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The catalog at `path`, or the built-in one.
@@ -208,4 +242,51 @@ fn own_kind(value: &serde_json::Value) -> Option<&str> {
         return None;
     }
     value.get("kind")?.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_digest_is_the_same_for_the_shipped_folder_and_the_built_in_set() {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+        let built_in = policy_digest(&PolicySource::Embedded).unwrap();
+        assert_eq!(built_in.len(), 64);
+        assert!(built_in.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(
+            policy_digest(&PolicySource::Dir(shipped)).unwrap(),
+            built_in
+        );
+    }
+
+    #[test]
+    fn every_shipped_policy_says_what_it_checks() {
+        let loaded = load(&PolicySource::Embedded).unwrap();
+        let descriptions = loaded.bundle.policies.descriptions();
+        assert!(descriptions.len() >= 20, "{descriptions:?}");
+        for (name, description) in descriptions {
+            let description = description.unwrap_or_default();
+            assert!(
+                description.len() > 40 && !description.contains('\n'),
+                "{name}: {description:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn policy_digest_changes_with_any_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n";
+        std::fs::write(dir.path().join("a.yaml"), policy).unwrap();
+        let source = PolicySource::Dir(dir.path().to_path_buf());
+        let before = policy_digest(&source).unwrap();
+        assert_eq!(policy_digest(&source).unwrap(), before);
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            policy.replace("{name: a}", "{name: b}"),
+        )
+        .unwrap();
+        assert_ne!(policy_digest(&source).unwrap(), before);
+    }
 }

@@ -21,6 +21,9 @@ pub enum AuditFormat {
     Json,
     /// wgpolicyk8s.io/v1alpha2 PolicyReport / ClusterPolicyReport YAML.
     Policyreport,
+    /// One self-contained HTML page: totals, charts, top offenders, every
+    /// policy's findings and the GPU capacity objects.
+    Html,
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -32,8 +35,8 @@ pub struct AuditArgs {
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub policies: PolicyArgs,
-    /// Labels of every namespace, when reading files (the cluster's own
-    /// Namespace objects are used when reading from the cluster).
+    /// Labels of every namespace, when reading files; the Namespace objects
+    /// among the files (and, from the cluster, the cluster's) add their own.
     #[arg(long, value_name = "k=v,...", value_parser = crate::k8s::namespaces::parse_labels)]
     pub namespace_labels: Option<BTreeMap<String, String>>,
     #[arg(short, long, value_enum, default_value = "text")]
@@ -46,13 +49,18 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
 
 fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     let loaded = args.policies.load()?;
-    let (objects, namespaces) = if args.files.is_empty() {
-        from_cluster()?
+    let (objects, namespaces, source) = if args.files.is_empty() {
+        let (objects, namespaces, url) = from_cluster()?;
+        (objects, namespaces, audit::ReportSource::Cluster(url))
     } else {
-        let mut objects = Vec::new();
+        let mut read = Vec::new();
         for file in &args.files {
-            objects.extend(offline::read_manifest(file)?);
+            read.extend(offline::read_manifest(file)?);
         }
+        // Namespaces in the files (`kubectl get namespaces,pods,... -A -o
+        // json`) give their own labels, as in the cluster; they are not audited.
+        let (namespace_objects, objects): (Vec<Value>, Vec<Value>) =
+            read.into_iter().partition(is_namespace);
         let labels = args.namespace_labels.clone().unwrap_or_default();
         let names: BTreeSet<String> = objects
             .iter()
@@ -60,11 +68,29 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             .map(str::to_string)
             .chain(std::iter::once("default".to_string()))
             .collect();
-        let namespaces = names
+        let mut namespaces: BTreeMap<String, BTreeMap<String, String>> = names
             .iter()
             .map(|n| (n.clone(), namespace_labels(n, &labels)))
             .collect();
-        (objects, namespaces)
+        for ns in &namespace_objects {
+            let Some(name) = ns.pointer("/metadata/name").and_then(Value::as_str) else {
+                continue;
+            };
+            let own: BTreeMap<String, String> = ns
+                .pointer("/metadata/labels")
+                .and_then(|l| serde_json::from_value(l.clone()).ok())
+                .unwrap_or_default();
+            let mut merged = labels.clone();
+            merged.extend(own);
+            namespaces.insert(name.to_string(), namespace_labels(name, &merged));
+        }
+        let namespaces = namespaces.into_iter().collect();
+        let files = args.files.iter().map(|f| f.display().to_string());
+        (
+            objects,
+            namespaces,
+            audit::ReportSource::Files(files.collect()),
+        )
     };
     let mut lookup = StaticNamespaces::new();
     for (name, labels) in namespaces {
@@ -75,6 +101,7 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     for object in &objects {
         claims.insert(object, "default");
     }
+    let meta = report_meta(args, source, &loaded.bundle)?;
     let admission = Admission::new(loaded.bundle, Arc::new(lookup)).with_claims(Arc::new(claims));
     let report = audit::audit(&admission, &objects);
     match args.output {
@@ -89,8 +116,39 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
                 print!("---\n{}", serde_yaml::to_string(&doc)?);
             }
         }
+        AuditFormat::Html => print!("{}", audit::render(&report, &meta)),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A core/v1 Namespace.
+fn is_namespace(object: &Value) -> bool {
+    object.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && object.get("kind").and_then(Value::as_str) == Some("Namespace")
+}
+
+/// When and against what the report is made: the policy set and its
+/// digest, the catalog and its date.
+fn report_meta(
+    args: &AuditArgs,
+    source: audit::ReportSource,
+    bundle: &crate::admission::Bundle,
+) -> anyhow::Result<audit::ReportMeta> {
+    let policy_source = args.policies.source();
+    let digest = crate::bundle::policy_digest(&policy_source).map_err(|errors| {
+        anyhow::anyhow!("{} has errors:\n{}", policy_source.describe(), errors)
+    })?;
+    let catalog = match &args.policies.catalog {
+        Some(path) => path.display().to_string(),
+        None => "built-in".to_string(),
+    };
+    Ok(audit::ReportMeta::now(
+        source,
+        policy_source.describe(),
+        digest,
+        bundle,
+        catalog,
+    ))
 }
 
 /// Kinds the audit reads from a cluster: (group, kind). A kind the cluster
@@ -117,17 +175,22 @@ pub const AUDITED: &[(&str, &str)] = &[
 /// answer (or the apiserver's work for it) grows with the cluster.
 const PAGE_SIZE: u32 = 500;
 
-/// Objects to audit and each namespace's labels.
-type Inputs = (Vec<Value>, Vec<(String, BTreeMap<String, String>)>);
+/// Objects to audit, each namespace's labels, and the API server's URL.
+type Inputs = (Vec<Value>, Vec<(String, BTreeMap<String, String>)>, String);
 
 fn from_cluster() -> anyhow::Result<Inputs> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let client = kube::Client::try_default().await.map_err(|e| {
+        let no_cluster = |e: String| {
             anyhow::anyhow!("no cluster to audit ({e}); pass objects with -f FILE instead")
-        })?;
+        };
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| no_cluster(e.to_string()))?;
+        let url = config.cluster_url.to_string();
+        let client = kube::Client::try_from(config).map_err(|e| no_cluster(e.to_string()))?;
         let lister = ClusterLister {
             client,
             resources: Default::default(),
@@ -150,7 +213,7 @@ fn from_cluster() -> anyhow::Result<Inputs> {
             Some((name, labels))
         })
         .collect();
-        Ok((objects, namespaces))
+        Ok((objects, namespaces, url))
     })
 }
 

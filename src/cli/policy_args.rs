@@ -21,10 +21,12 @@ impl PolicyArgs {
         }
     }
 
-    /// Loads the policies, or an error listing every problem found.
+    /// Loads the policies with the catalog of `--catalog` (or the built-in
+    /// one), or an error listing every problem found.
     pub fn load(&self) -> anyhow::Result<Loaded> {
         let source = self.source();
-        bundle::load(&source)
+        let catalog = bundle::catalog(self.catalog.as_deref())?;
+        bundle::load_with(&source, catalog)
             .map_err(|errors| anyhow::anyhow!("{} has errors:\n{}", source.describe(), errors))
     }
 }

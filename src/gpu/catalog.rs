@@ -320,6 +320,9 @@ pub struct Catalog {
     skus: Vec<Sku>,
     /// Lower-cased name or alias -> index in `skus`.
     index: HashMap<String, usize>,
+    /// The date the rows were last checked against their sources: a
+    /// `# as-of: YYYY-MM-DD` comment line before the header.
+    as_of: Option<String>,
 }
 
 impl Default for Catalog {
@@ -364,12 +367,14 @@ impl Catalog {
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(true)
             .trim(csv::Trim::All)
+            .comment(Some(b'#'))
             .from_reader(text.as_bytes());
         let line_err = |line: u64, message: String| CatalogError::Line {
             file: file.to_string(),
             line,
             message,
         };
+        let as_of = as_of_line(text).map_err(|(line, message)| line_err(line, message))?;
         let headers = reader
             .headers()
             .map_err(|e| line_err(csv_line(&e).unwrap_or(1), e.to_string()))?
@@ -394,6 +399,7 @@ impl Catalog {
         let mut catalog = Catalog {
             skus: Vec::new(),
             index: HashMap::new(),
+            as_of,
         };
         for record in reader.records() {
             let record = record.map_err(|e| line_err(csv_line(&e).unwrap_or(0), e.to_string()))?;
@@ -431,6 +437,12 @@ impl Catalog {
     /// `azure.isGpuSku(name)`: the name is a GPU SKU of the catalog.
     pub fn is_gpu_sku(&self, name: &str) -> bool {
         self.get(name).is_some()
+    }
+
+    /// When the rows were last checked against their sources
+    /// (`YYYY-MM-DD`), if the file says.
+    pub fn as_of(&self) -> Option<&str> {
+        self.as_of.as_deref()
     }
 
     /// Every SKU, in file order.
@@ -603,6 +615,27 @@ impl Row<'_> {
     }
 }
 
+/// The date of a `# as-of: YYYY-MM-DD` comment among the comment lines
+/// that open the file; `Err((line, message))` when it is not a date.
+fn as_of_line(text: &str) -> Result<Option<String>, (u64, String)> {
+    for (i, line) in text.lines().enumerate() {
+        let Some(comment) = line.trim().strip_prefix('#') else {
+            break;
+        };
+        if let Some(date) = comment.trim().strip_prefix("as-of:") {
+            let date = date.trim();
+            if !is_date(date) {
+                return Err((
+                    i as u64 + 1,
+                    format!("as-of {date:?} is not a date (YYYY-MM-DD)"),
+                ));
+            }
+            return Ok(Some(date.to_string()));
+        }
+    }
+    Ok(None)
+}
+
 fn is_date(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 10
@@ -624,6 +657,24 @@ mod tests {
 
     fn catalog() -> Catalog {
         Catalog::embedded()
+    }
+
+    #[test]
+    fn catalog_date_from_the_as_of_comment() {
+        assert!(Catalog::embedded().as_of().is_some_and(is_date));
+        let header = "name,gpu_model,manufacturer,gpus,gpu_memory_gib,vcpus,family,series,retired,retired_on,aks_supported,premium,source";
+        let dated = format!("# Azure GPU sizes\n# as-of: 2026-01-31\n{header}\n");
+        let c = Catalog::from_csv_str(&dated, "dated.csv").unwrap();
+        assert_eq!(c.as_of(), Some("2026-01-31"));
+        let c = Catalog::from_csv_str(&format!("{header}\n"), "undated.csv").unwrap();
+        assert_eq!(c.as_of(), None);
+        let err = Catalog::from_csv_str(&format!("# as-of: last week\n{header}\n"), "bad.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("bad.csv: line 1") && err.contains("not a date"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -113,6 +113,10 @@ pub struct CapacityRequest {
     /// Nodes the autoscaler keeps: agent pool `spec.minCount`, else the sum
     /// of `minCount` under `spec.virtualMachinesProfile.scale.autoscale`.
     pub min_count: Option<i64>,
+    /// Agent pool `spec.virtualMachinesProfile.scale` entries: each size
+    /// with the most nodes of it (`maxCount` when autoscaled, else `count`).
+    #[serde(skip)]
+    pub scale: Vec<(String, i64)>,
 }
 
 impl CapacityRequest {
@@ -139,6 +143,7 @@ impl CapacityRequest {
             gpu_instance_profile: None,
             autoscaling: false,
             min_count: None,
+            scale: Vec::new(),
         };
         let str_at = |p: &str| {
             object
@@ -198,6 +203,12 @@ impl CapacityRequest {
                     let p = format!("/spec/virtualMachinesProfile/scale/{mode}");
                     for entry in list(object.pointer(&p)) {
                         if let Some(size) = entry.get("size").and_then(Value::as_str) {
+                            let nodes = ["maxCount", "count"]
+                                .iter()
+                                .find_map(|k| entry.get(*k).and_then(int_of));
+                            if let Some(nodes) = nodes {
+                                req.scale.push((size.to_string(), nodes));
+                            }
                             if !req.sizes.iter().any(|s| s.eq_ignore_ascii_case(size)) {
                                 req.sizes.push(size.to_string());
                             }
@@ -246,6 +257,56 @@ impl CapacityRequest {
                     }
                 }
                 out
+            }
+        }
+    }
+
+    /// The most GPUs (devices, as pods request them) the object can bring
+    /// up: a NodePool's GPU limit, or for a static NodePool its replicas
+    /// times the largest of its GPU sizes; a KAITO object's node count times
+    /// its size's GPUs; an agent pool's node count (or each scale entry's)
+    /// times its GPU size's. `None` when nothing bounds it: a dynamic
+    /// NodePool with GPU sizes and no GPU limit. Sizes the catalog does not
+    /// list hold no GPUs.
+    pub fn launchable_gpus(&self, catalog: &Catalog) -> Option<i64> {
+        let devices = |size: &str| catalog.get(size).map_or(0, |s| i64::from(s.gpu_devices));
+        match self.kind {
+            PoolKind::NodePool => {
+                if let Some(limit) = self.gpu_limit {
+                    return Some(limit.max(0));
+                }
+                let largest = self
+                    .gpu_skus(catalog)
+                    .iter()
+                    .map(|s| devices(s))
+                    .max()
+                    .unwrap_or(0);
+                match (self.static_pool, largest) {
+                    (_, 0) => Some(0),
+                    (true, per_node) => {
+                        Some(self.count.unwrap_or(0).max(0).saturating_mul(per_node))
+                    }
+                    (false, _) => None,
+                }
+            }
+            PoolKind::Workspace | PoolKind::InferenceSet | PoolKind::RagEngine => {
+                let per_node = self.sizes.first().map_or(0, |s| devices(s));
+                Some(self.count.unwrap_or(1).max(0).saturating_mul(per_node))
+            }
+            PoolKind::AgentPool => {
+                let from_scale: i64 = self
+                    .scale
+                    .iter()
+                    .map(|(size, nodes)| nodes.max(&0).saturating_mul(devices(size)))
+                    .fold(0, i64::saturating_add);
+                let from_vm_size = self
+                    .sizes
+                    .first()
+                    .filter(|_| self.scale.is_empty())
+                    .map_or(0, |size| {
+                        self.count.unwrap_or(0).max(0).saturating_mul(devices(size))
+                    });
+                Some(from_scale.saturating_add(from_vm_size))
             }
         }
     }
@@ -582,6 +643,53 @@ mod tests {
         assert_eq!(facts["orchestratorMinor"], 30);
         assert_eq!(facts["gpuLimit"], Value::Null);
         assert_eq!(facts["static"], false);
+    }
+
+    fn launchable(v: Value) -> Option<i64> {
+        CapacityRequest::from_object(&v)
+            .unwrap()
+            .launchable_gpus(&Catalog::embedded())
+    }
+
+    #[test]
+    fn gpus_a_capacity_object_can_launch() {
+        // A NodePool's GPU limit bounds it, whatever sizes it allows.
+        let limited = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": {
+            "template": {"spec": {"requirements": [
+                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}]}},
+            "limits": {"nvidia.com/gpu": "16"}}});
+        assert_eq!(launchable(limited), Some(16));
+        // GPU sizes and no limit: nothing bounds it.
+        let unbounded = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": {
+            "template": {"spec": {"requirements": [
+                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}]}}}});
+        assert_eq!(launchable(unbounded), None);
+        // A KAITO static pool: replicas times the size's GPUs.
+        let kaito = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": {
+            "replicas": 2, "template": {"spec": {"requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_ND96asr_v4"]}]}}}});
+        assert_eq!(launchable(kaito), Some(16));
+        let cpu = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": {
+            "template": {"spec": {"requirements": [
+                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}]}}}});
+        assert_eq!(launchable(cpu), Some(0));
+        let workspace = json!({"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
+            "resource": {"instanceType": "Standard_NC12s_v3", "count": 3}});
+        assert_eq!(launchable(workspace), Some(6));
+        let one_node = json!({"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
+            "resource": {"instanceType": "Standard_NC24ads_A100_v4"}});
+        assert_eq!(launchable(one_node), Some(1));
+        // An agent pool: its most nodes times the size's GPUs.
+        let agent_pool = json!({"apiVersion": "containerservice.azure.com/v20260501",
+            "kind": "ManagedClustersAgentPool",
+            "spec": {"vmSize": "Standard_NC12s_v3", "enableAutoScaling": true, "minCount": 0, "maxCount": 4}});
+        assert_eq!(launchable(agent_pool), Some(8));
+        // VirtualMachines pools: every scale entry.
+        let vm = json!({"apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool",
+            "spec": {"type": "VirtualMachines", "virtualMachinesProfile": {"scale": {
+                "autoscale": [{"size": "Standard_NC12s_v3", "minCount": 0, "maxCount": 3}],
+                "manual": [{"size": "Standard_NC4as_T4_v3", "count": 2}, {"size": "Standard_D4s_v5", "count": 5}]}}}});
+        assert_eq!(launchable(vm), Some(3 * 2 + 2));
     }
 
     #[test]

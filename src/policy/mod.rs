@@ -24,6 +24,7 @@ pub use load::{
 pub use matching::MatchResources;
 pub use watch::{watch_dir, DirWatcher, WatchOptions, DEFAULT_RESCAN};
 
+pub use model::DESCRIPTION_ANNOTATION;
 use model::{Binding, Policy};
 
 /// API version of the policy documents.
@@ -329,6 +330,16 @@ impl PolicySet {
     /// kinds, bindings of missing policies, fields documented as ignored).
     pub fn notices(&self) -> &[LoadNotice] {
         &self.inner.notices
+    }
+
+    /// Each policy's name and, when its document says, what it checks
+    /// ([`DESCRIPTION_ANNOTATION`]), in file order.
+    pub fn descriptions(&self) -> Vec<(&str, Option<&str>)> {
+        self.inner
+            .policies
+            .iter()
+            .map(|p| (p.name.as_str(), p.description.as_deref()))
+            .collect()
     }
 
     /// Policies loaded.

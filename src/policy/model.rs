@@ -33,6 +33,9 @@ impl FailurePolicy {
 #[derive(Debug)]
 pub struct Policy {
     pub name: String,
+    /// What the policy checks, in a sentence or two: the
+    /// [`DESCRIPTION_ANNOTATION`] of the policy document.
+    pub description: Option<String>,
     pub failure_policy: FailurePolicy,
     /// (apiVersion, kind) of params.
     pub param_kind: Option<(String, String)>,
@@ -426,6 +429,7 @@ impl PolicySpec {
         }
         let mut policy = Policy {
             name: name?,
+            description: None,
             failure_policy: self.failure_policy,
             param_kind,
             match_constraints,
@@ -461,10 +465,22 @@ fn read_object<'a, S: DeserializeOwned>(
     Some((name, spec, errors))
 }
 
+/// The annotation that says, for people, what a policy checks (reports
+/// show it beside the policy's findings).
+pub const DESCRIPTION_ANNOTATION: &str = "gpu-admission.io/description";
+
 /// Reads a ValidatingAdmissionPolicy.
 pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
     let (name, spec, mut errors) = read_object::<PolicySpec>(doc, errors)?;
-    spec.validate(env, name, &mut errors)
+    let mut policy = spec.validate(env, name, &mut errors)?;
+    policy.description = doc
+        .value
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(DESCRIPTION_ANNOTATION))
+        .and_then(serde_json::Value::as_str)
+        .map(|d| d.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|d| !d.is_empty());
+    Some(policy)
 }
 /// Every `variables.x` must name a variable; a variable may only use the
 /// ones defined before it.

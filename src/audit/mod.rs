@@ -1,6 +1,12 @@
 //! Audit of objects that already exist: which policies they violate, and
-//! how many GPUs the violating objects hold.
+//! how many GPUs the violating objects hold (or, for node pools and other
+//! capacity objects, can bring up).
+pub mod html;
+
+pub use html::{render, ReportMeta, ReportSource};
+
 use crate::admission::Admission;
+use crate::gpu::pools::CapacityRequest;
 use crate::offline::build_request;
 use crate::policy::VALIDATION_FAILURE_ANNOTATION;
 use crate::review::{Operation, Response};
@@ -25,8 +31,55 @@ pub struct Finding {
     pub uid: Option<String>,
     pub message: String,
     /// GPUs the object holds: a live pod's count, or a controller's
-    /// count per pod times its replicas.
+    /// count per pod times its replicas; for a capacity object, the GPUs
+    /// it can bring up (0 when nothing bounds them).
     pub gpus: i64,
+}
+
+/// A GPU capacity object (Karpenter NodePool, KAITO Workspace, ASO agent
+/// pool...): what it can bring up, and how many findings it has.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityObject {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The catalog GPU sizes it can create nodes of.
+    pub skus: Vec<String>,
+    /// A NodePool's GPU limit.
+    pub gpu_limit: Option<i64>,
+    /// Nodes it asks for (Workspace count, agent pool count or maxCount,
+    /// NodePool replicas).
+    pub nodes: Option<i64>,
+    /// Taints of its nodes, `key=value:Effect`.
+    pub taints: Vec<String>,
+    /// Its nodes carry a GPU taint (KAITO taints its nodes itself).
+    pub gpu_tainted: bool,
+    /// GPUs it can bring up; `None` when nothing bounds them (a NodePool
+    /// of GPU sizes with no GPU limit).
+    pub gpus: Option<i64>,
+    /// Findings on it (in [`Report::findings`]).
+    pub findings: usize,
+}
+
+/// The object a finding is about, as the report groups findings.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl Finding {
+    pub fn object(&self) -> ObjectKey {
+        ObjectKey {
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
 }
 
 /// The result of auditing a set of objects.
@@ -40,7 +93,19 @@ pub struct Report {
     pub evaluated: usize,
     /// Evaluated objects with no finding, per namespace ("" for cluster scope).
     pub passed: BTreeMap<String, usize>,
+    /// GPUs held by every evaluated pod and pod controller.
+    pub gpus_requested: i64,
+    /// GPUs held by the evaluated pods and pod controllers that violate
+    /// some policy, each object counted once: the share of
+    /// `gpus_requested` that is waste.
+    pub gpus_in_violation: i64,
+    /// GPUs the capacity objects can bring up (the bounded ones).
+    pub capacity_gpus: i64,
+    /// GPUs the capacity objects with a finding can bring up.
+    pub capacity_gpus_in_violation: i64,
     pub findings: Vec<Finding>,
+    /// Every GPU-capable capacity object, and any other with a finding.
+    pub capacity: Vec<CapacityObject>,
 }
 
 /// Evaluates `objects` as if each were created now.
@@ -49,6 +114,8 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
         .iter()
         .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
         .collect();
+    let bundle = admission.bundle();
+    let catalog = bundle.placement.catalog();
     let mut report = Report {
         objects: objects.len(),
         ..Report::default()
@@ -62,6 +129,40 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
         let namespace = req.namespace.clone();
         let outcome = admission.validate(&req);
         let violations = violations(&outcome.response);
+        let capacity = CapacityRequest::from_object(object).map(|request| CapacityObject {
+            api_version: crate::k8s::json::str_at(object, "/apiVersion").to_string(),
+            kind: req.kind.kind.clone(),
+            namespace: namespace.clone(),
+            name: req.name.clone(),
+            skus: request.gpu_skus(catalog),
+            gpu_limit: request.gpu_limit,
+            nodes: request.count,
+            taints: request.taints.iter().map(ToString::to_string).collect(),
+            gpu_tainted: request.tainted(),
+            gpus: request.launchable_gpus(catalog),
+            findings: violations.len(),
+        });
+        let gpus = match &capacity {
+            Some(c) => c.gpus.unwrap_or(0),
+            None => gpus_held(object, outcome.gpus_per_pod),
+        };
+        match capacity {
+            Some(c) => {
+                report.capacity_gpus += c.gpus.unwrap_or(0);
+                if !violations.is_empty() {
+                    report.capacity_gpus_in_violation += c.gpus.unwrap_or(0);
+                }
+                if !c.skus.is_empty() || c.findings > 0 {
+                    report.capacity.push(c);
+                }
+            }
+            None => {
+                report.gpus_requested += gpus;
+                if !violations.is_empty() {
+                    report.gpus_in_violation += gpus;
+                }
+            }
+        }
         if violations.is_empty() {
             *report
                 .passed
@@ -69,7 +170,6 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
                 .or_default() += 1;
             continue;
         }
-        let gpus = gpus_held(object, outcome.gpus_per_pod);
         for (policy, action, message) in violations {
             report.findings.push(Finding {
                 policy,

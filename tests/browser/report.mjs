@@ -1,0 +1,231 @@
+// Opens the HTML audit report in headless Chromium and checks it against
+// the JSON audit of the same objects: the totals, the top offenders, the
+// bars of every chart, the policy sections and the capacity table. The
+// page must load with no console error and no network request. Saves a
+// full-page screenshot, and with --docs PATH the top of the page as the
+// README's picture.
+//
+//   node report.mjs REPORT.html REPORT.json SCREENSHOT.png [--docs PATH]
+import { chromium } from "playwright-core";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const args = process.argv.slice(2);
+const docsAt = args.indexOf("--docs");
+const docs = docsAt >= 0 ? args.splice(docsAt, 2)[1] : null;
+const [htmlPath, jsonPath, screenshot] = args;
+if (!htmlPath || !jsonPath || !screenshot) {
+  console.error("usage: node report.mjs REPORT.html REPORT.json SCREENSHOT.png [--docs PATH]");
+  process.exit(2);
+}
+const report = JSON.parse(readFileSync(jsonPath, "utf8"));
+const pageUrl = pathToFileURL(resolve(htmlPath)).href;
+
+const failures = [];
+const check = (ok, what) => {
+  if (!ok) failures.push(what);
+};
+const eq = (got, want, what) =>
+  check(JSON.stringify(got) === JSON.stringify(want), `${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+
+// What the page should show, worked out from the JSON report.
+const objectKey = (f) => JSON.stringify([f.kind, f.namespace ?? null, f.name]);
+const capacityKeys = new Set(report.capacity.map(objectKey));
+const objects = new Map(); // key -> {gpus, policies: Set, capacity}
+for (const f of report.findings) {
+  const key = objectKey(f);
+  if (!objects.has(key)) objects.set(key, { gpus: f.gpus, policies: new Set(), capacity: capacityKeys.has(key), finding: f });
+  objects.get(key).policies.add(f.policy);
+}
+const perPolicy = new Map(); // policy -> {objects, gpus, capacityGpus, findings}
+for (const f of report.findings) {
+  if (!perPolicy.has(f.policy)) perPolicy.set(f.policy, { seen: new Set(), objects: 0, gpus: 0, workloadGpus: 0, capacityGpus: 0, findings: 0 });
+  const p = perPolicy.get(f.policy);
+  p.findings += 1;
+  const key = objectKey(f);
+  if (p.seen.has(key)) continue;
+  p.seen.add(key);
+  p.objects += 1;
+  p.gpus += f.gpus;
+  if (capacityKeys.has(key)) p.capacityGpus += f.gpus;
+  else p.workloadGpus += f.gpus;
+}
+const perNamespace = new Map();
+for (const [key, o] of objects) {
+  if (o.capacity) continue;
+  const ns = o.finding.namespace ?? "(cluster)";
+  perNamespace.set(ns, (perNamespace.get(ns) ?? 0) + o.gpus);
+}
+const perKind = new Map();
+for (const c of report.capacity) perKind.set(c.kind, (perKind.get(c.kind) ?? 0) + (c.gpus ?? 0));
+const bars = (map) =>
+  Object.fromEntries([...map].filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)));
+const expectedCharts = {
+  "chart-policy": bars(new Map([...perPolicy].map(([k, p]) => [k, p.workloadGpus]))),
+  "chart-namespace": bars(perNamespace),
+  "chart-capacity": bars(new Map([...perPolicy].map(([k, p]) => [k, p.capacityGpus]))),
+  "chart-capacity-kind": bars(perKind),
+};
+
+const userDataDir = mkdtempSync(join(tmpdir(), "report-chromium-"));
+const context = await chromium.launchPersistentContext(userDataDir, {
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  viewport: { width: 1280, height: 900 },
+  args: [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
+});
+try {
+  const page = context.pages()[0] ?? (await context.newPage());
+  const requests = [];
+  const consoleErrors = [];
+  page.on("request", (r) => {
+    if (r.url() !== pageUrl) requests.push(r.url());
+  });
+  page.on("console", (m) => {
+    if (m.type() === "error") consoleErrors.push(m.text());
+  });
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+  // Anything but the page itself would be a fetch from an offline cluster's browser.
+  await page.route("**/*", (route) => (route.request().url() === pageUrl ? route.continue() : route.abort()));
+  const response = await page.goto(pageUrl, { waitUntil: "load" });
+  check(response === null || response.ok(), "the page loads");
+
+  // Totals.
+  const total = async (id) => {
+    const el = page.locator(`#total-${id}`);
+    return { value: await el.getAttribute("data-value"), text: (await el.textContent()).trim() };
+  };
+  for (const [id, want] of [
+    ["gpus-requested", report.gpusRequested],
+    ["gpus-in-violation", report.gpusInViolation],
+    ["capacity-gpus", report.capacityGpus],
+    ["findings", report.findings.length],
+    ["evaluated", report.evaluated],
+  ]) {
+    const got = await total(id);
+    eq(Number(got.value), want, `#total-${id} data-value`);
+    eq(Number(got.text.replaceAll(",", "")), want, `#total-${id} text`);
+  }
+  eq(Number((await total("objects")).value), report.objects, "#total-objects");
+  eq(Number((await total("capacity-gpus-in-violation")).value), report.capacityGpusInViolation, "#total-capacity-gpus-in-violation");
+  const share = report.gpusRequested > 0 ? report.gpusInViolation / report.gpusRequested : 0;
+  const shown = await total("waste-share");
+  check(Math.abs(Number(shown.value) - share) < 1e-6, `waste share ${shown.value} is ${share}`);
+  eq(shown.text.replace(/\s/g, ""), `${(share * 100).toFixed(1)}%`, "waste share text");
+
+  // Top offenders: the objects holding the most GPUs while violating something.
+  const wantOffenders = [...objects.values()].filter((o) => o.gpus > 0).sort((a, b) => b.gpus - a.gpus);
+  const rows = await page.locator("#top-offenders tr.offender").evaluateAll((trs) =>
+    trs.map((tr) => ({
+      key: JSON.stringify([tr.dataset.kind, tr.dataset.namespace || null, tr.dataset.name]),
+      gpus: Number(tr.dataset.gpus),
+      policies: [...tr.querySelectorAll("a.policy-name")].map((a) => a.textContent),
+      links: [...tr.querySelectorAll("a.policy-name")].map((a) => a.getAttribute("href")),
+    })),
+  );
+  eq(rows.length, Math.min(25, wantOffenders.length), "top offender rows");
+  eq(rows.map((r) => r.gpus), wantOffenders.slice(0, rows.length).map((o) => o.gpus), "top offender GPUs, most first");
+  for (const row of rows) {
+    const want = objects.get(row.key);
+    check(want !== undefined, `offender ${row.key} has findings`);
+    if (!want) continue;
+    eq(row.gpus, want.gpus, `offender ${row.key} GPUs`);
+    eq(new Set(row.policies).size, want.policies.size, `offender ${row.key} policies`);
+    for (const href of row.links) {
+      check((await page.locator(href).count()) === 1, `offender link ${href} has its finding`);
+    }
+  }
+  check(rows.length > 0, "some top offenders are shown");
+
+  // Every chart: one bar per label with the value the JSON gives.
+  const charts = await page.locator("svg.chart").evaluateAll((svgs) =>
+    svgs.map((svg) => ({
+      id: svg.id,
+      bars: [...svg.querySelectorAll("g.bar")].map((g) => ({
+        label: g.dataset.label,
+        value: Number(g.dataset.value),
+        width: Number(g.querySelector("rect").getAttribute("width")),
+        drawn: g.querySelector("rect").getBoundingClientRect().width,
+      })),
+    })),
+  );
+  const drawn = Object.keys(expectedCharts).filter((id) => Object.keys(expectedCharts[id]).length > 0);
+  eq(charts.map((c) => c.id).sort(), drawn.sort(), "charts drawn");
+  for (const chart of charts) {
+    // Past 12 bars, the rest are one bar "N others".
+    let want = Object.entries(expectedCharts[chart.id] ?? {});
+    if (want.length > 12) {
+      const rest = want.splice(11);
+      want.push([`${rest.length} others`, rest.reduce((a, [, v]) => a + v, 0)]);
+    }
+    want = Object.fromEntries(want);
+    check(chart.bars.length > 0, `${chart.id} has bars`);
+    eq(Object.fromEntries(chart.bars.map((b) => [b.label, b.value])), want, `${chart.id} bars`);
+    // Largest first; the bar that sums the rest comes last, whatever its length.
+    const ranked = chart.bars.filter((b) => !/^\d+ others$/.test(b.label));
+    for (let i = 1; i < ranked.length; i++) {
+      check(ranked[i].width <= ranked[i - 1].width, `${chart.id}: bar ${i} no longer than the one above`);
+    }
+    check(chart.bars.every((b) => b.drawn > 0), `${chart.id}: every bar is drawn`);
+  }
+  eq(
+    (await page.locator("#chart-namespace g.bar").evaluateAll((gs) => gs.map((g) => Number(g.dataset.value)))).reduce((a, b) => a + b, 0),
+    report.gpusInViolation,
+    "namespace bars add up to the GPUs held by violating workloads",
+  );
+
+  // Per policy: objects, GPUs and one anchored row per finding.
+  const sections = await page.locator("section.policy").evaluateAll((ss) =>
+    ss.map((s) => ({
+      policy: s.dataset.policy,
+      objects: Number(s.dataset.objects),
+      gpus: Number(s.dataset.gpus),
+      rows: s.querySelectorAll("tr.finding[id^='f-']").length,
+    })),
+  );
+  eq(sections.length, perPolicy.size, "policy sections");
+  for (const s of sections) {
+    const want = perPolicy.get(s.policy);
+    check(want !== undefined, `policy ${s.policy} has findings`);
+    if (!want) continue;
+    eq([s.objects, s.gpus, s.rows], [want.objects, want.gpus, Math.min(want.findings, 1000)], `policy ${s.policy} objects, GPUs, rows`);
+  }
+
+  // GPU capacity objects.
+  const capacity = await page.locator("tr.capacity").evaluateAll((trs) =>
+    trs.map((tr) => JSON.stringify([tr.dataset.kind, tr.dataset.name, tr.dataset.gpus])),
+  );
+  eq(
+    capacity.sort(),
+    report.capacity.map((c) => JSON.stringify([c.kind, c.name, c.gpus === null ? "unbounded" : String(c.gpus)])).sort(),
+    "capacity rows",
+  );
+
+  eq(consoleErrors, [], "console errors");
+  eq(requests, [], "network requests");
+
+  await page.screenshot({ path: screenshot, fullPage: true });
+  if (docs) {
+    await page.screenshot({ path: docs, fullPage: true, clip: { x: 0, y: 0, width: 1280, height: 1400 } });
+  }
+} finally {
+  await context.close();
+  rmSync(userDataDir, { recursive: true, force: true });
+}
+
+if (failures.length > 0) {
+  console.error(`report.mjs: ${failures.length} check(s) failed:`);
+  for (const f of failures) console.error(`  - ${f}`);
+  process.exit(1);
+}
+console.log(`report.mjs: ${htmlPath} checked (totals, top offenders, charts, policies, capacity; no console errors, no requests); screenshot ${screenshot}`);
