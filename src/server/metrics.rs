@@ -193,6 +193,13 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
+        Metrics::with_families(|_| {})
+    }
+
+    /// The server's metrics plus the families `register` adds: metrics of
+    /// work the server hosts but knows nothing of, kept by their owner
+    /// and exported on the same `/metrics`.
+    pub fn with_families(register: impl FnOnce(&mut Registry)) -> Metrics {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -270,6 +277,7 @@ impl Metrics {
         for result in CERTIFICATE_RELOAD_RESULTS {
             let _ = certificate_reloads.get_or_create(&ReloadLabels { result });
         }
+        register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
