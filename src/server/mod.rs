@@ -216,7 +216,7 @@ pub struct ServeConfig {
 }
 
 /// Default of [`ServeConfig::report_max_objects`].
-pub const DEFAULT_REPORT_MAX_OBJECTS: usize = 50_000;
+pub const DEFAULT_REPORT_MAX_OBJECTS: usize = 20_000;
 /// Default of [`ServeConfig::report_lease`].
 pub const DEFAULT_REPORT_LEASE: &str = "gpu-admission-report";
 
