@@ -105,6 +105,19 @@ struct ProfileLabels {
 /// Results of re-reading the serving certificate files.
 const CERTIFICATE_RELOAD_RESULTS: [&str; 3] = ["reloaded", "unchanged", "refused"];
 
+/// Why a review is answered without evaluation.
+const REJECTION_REASONS: [&str; 6] = [
+    "too_large",
+    "memory_wait",
+    "slot_wait",
+    "deadline",
+    "overloaded",
+    "error",
+];
+
+/// Why the server closes a connection.
+const CLOSE_REASONS: [&str; 2] = ["header_timeout", "idle_timeout"];
+
 /// A cheap, cloneable handle on the metrics registry.
 #[derive(Clone)]
 pub struct Metrics {
@@ -164,8 +177,14 @@ impl Load {
             "In-flight memory reserved by requests, by pool (body: bodies being read; decoded: requests being answered)",
             memory_reserved.clone(),
         );
+        // Every bounded series exists from the start at 0, so that the
+        // first rejection shows in rate() and increase(), and dashboards
+        // and alerts find the series before anything went wrong.
         for endpoint in ["mutate", "validate"] {
             let _ = slots_in_use.get_or_create(&EndpointLabels { endpoint });
+            for reason in REJECTION_REASONS {
+                let _ = rejections.get_or_create(&RejectionLabels { endpoint, reason });
+            }
         }
         for pool in ["body", "decoded"] {
             let _ = memory_reserved.get_or_create(&PoolLabels { pool });
@@ -261,6 +280,11 @@ impl Metrics {
             "Connections the server closed for a timeout, by listener and reason (header_timeout, idle_timeout)",
             connections_closed.clone(),
         );
+        for listener in ["webhook", "metrics"] {
+            for reason in CLOSE_REASONS {
+                let _ = connections_closed.get_or_create(&ClosedLabels { listener, reason });
+            }
+        }
         let load = Load::register(&mut registry);
         let certificate_expiry = Gauge::default();
         registry.register(
@@ -493,6 +517,8 @@ mod tests {
             "gpu_admission_certificate_expiry_seconds 1795000000",
             r#"gpu_admission_certificate_reloads_total{result="refused"} 1"#,
             r#"gpu_admission_certificate_reloads_total{result="reloaded"} 0"#,
+            r#"gpu_admission_rejected_requests_total{endpoint="mutate",reason="deadline"} 0"#,
+            r#"gpu_admission_connections_closed_total{listener="metrics",reason="idle_timeout"} 0"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
