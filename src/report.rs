@@ -550,8 +550,9 @@ impl Runner {
                 Ok(false) => {
                     self.metrics.set_leader(false);
                     self.metrics.clear();
+                    let holder = elector.holder().unwrap_or("another replica");
                     self.latest.withdraw(format!(
-                        "no report on this replica: another replica holds the report lease and runs the audit (this is {})",
+                        "no report on this replica ({}): {holder} holds the report lease and runs the audit; ask it (kubectl port-forward pod/{holder} 9090)",
                         elector.identity()
                     ));
                     return;

@@ -74,6 +74,13 @@ impl<S: LeaseStore> LeaderElector<S> {
         &self.identity
     }
 
+    /// Who held the lease when this candidate last looked, if anyone.
+    pub fn holder(&self) -> Option<&str> {
+        self.observed
+            .as_ref()
+            .and_then(|(r, _)| r.holder.as_deref())
+    }
+
     /// Whether this candidate held the lease when it last looked.
     pub fn is_leader(&self) -> bool {
         self.observed
@@ -287,6 +294,7 @@ mod tests {
     use super::*;
     use std::cell::RefCell;
     use std::rc::Rc;
+    use std::sync::Arc;
 
     /// A lease in memory with the API server's optimistic concurrency:
     /// every write bumps the resourceVersion, a stale one is a conflict.
@@ -384,6 +392,7 @@ mod tests {
         assert!(block_on(a.try_acquire_or_renew(at(0))).unwrap());
         assert!(!block_on(b.try_acquire_or_renew(at(1))).unwrap());
         assert!(!b.is_leader());
+        assert_eq!(b.holder(), Some("pod-a"));
         // a keeps renewing: b never sees the record unchanged for 30 s.
         for t in [20, 40, 60] {
             assert!(block_on(a.try_acquire_or_renew(at(t))).unwrap());
@@ -494,5 +503,163 @@ mod tests {
         // a still believes it leads; releasing must not clear b's lease.
         block_on(a.release(at(41))).unwrap();
         assert_eq!(store.holder().as_deref(), Some("pod-b"));
+    }
+
+    /// A Lease endpoint speaking the API server's protocol for one Lease:
+    /// 404 before it exists, 409 AlreadyExists on a second create, 409
+    /// Conflict on a replace with a stale resourceVersion.
+    #[derive(Default)]
+    struct LeaseApi {
+        stored: Option<serde_json::Value>,
+        version: u64,
+        /// Someone else writes just before the next replace.
+        interleave: bool,
+    }
+
+    const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/gpu-admission/leases";
+
+    fn status(code: u16, reason: &str) -> (u16, serde_json::Value) {
+        let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": reason, "reason": reason, "code": code});
+        (code, status)
+    }
+
+    impl LeaseApi {
+        fn store(&mut self, mut object: serde_json::Value) -> serde_json::Value {
+            self.version += 1;
+            object["metadata"]["resourceVersion"] = self.version.to_string().into();
+            object["metadata"]["namespace"] = "gpu-admission".into();
+            self.stored = Some(object.clone());
+            object
+        }
+
+        fn answer(&mut self, method: &str, path: &str, body: &[u8]) -> (u16, serde_json::Value) {
+            let named = format!("{PATH}/gpu-admission-report");
+            match (method, path) {
+                ("GET", p) if p == named => match &self.stored {
+                    Some(object) => (200, object.clone()),
+                    None => status(404, "NotFound"),
+                },
+                ("POST", PATH) if self.stored.is_some() => status(409, "AlreadyExists"),
+                ("POST", PATH) => (201, self.store(serde_json::from_slice(body).unwrap())),
+                ("PUT", p) if p == named => {
+                    if std::mem::take(&mut self.interleave) {
+                        let mut theirs = self.stored.clone().unwrap();
+                        theirs["spec"]["holderIdentity"] = "pod-c".into();
+                        self.store(theirs);
+                    }
+                    let object: serde_json::Value = serde_json::from_slice(body).unwrap();
+                    let current = self
+                        .stored
+                        .as_ref()
+                        .map(|s| s["metadata"]["resourceVersion"].clone());
+                    if current != Some(object["metadata"]["resourceVersion"].clone()) {
+                        return status(409, "Conflict");
+                    }
+                    (200, self.store(object))
+                }
+                _ => status(404, "NotFound"),
+            }
+        }
+    }
+
+    fn client(api: &Arc<std::sync::Mutex<LeaseApi>>) -> kube::Client {
+        let api = api.clone();
+        let service = tower::service_fn(move |request: axum::http::Request<kube::client::Body>| {
+            let api = api.clone();
+            async move {
+                let (parts, body) = request.into_parts();
+                let body = axum::body::to_bytes(axum::body::Body::new(body), 1 << 20)
+                    .await
+                    .unwrap();
+                let (code, answer) =
+                    api.lock()
+                        .unwrap()
+                        .answer(parts.method.as_str(), parts.uri.path(), &body);
+                Ok::<_, std::convert::Infallible>(
+                    axum::http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(axum::body::Body::from(answer.to_string()))
+                        .unwrap(),
+                )
+            }
+        });
+        kube::Client::new(service, "gpu-admission")
+    }
+
+    fn cluster_candidate(
+        api: &Arc<std::sync::Mutex<LeaseApi>>,
+        identity: &str,
+    ) -> LeaderElector<ClusterLease> {
+        LeaderElector::new(
+            ClusterLease::new(client(api), "gpu-admission", "gpu-admission-report"),
+            identity,
+            LEASE,
+        )
+    }
+
+    #[test]
+    fn a_cluster_lease_is_created_renewed_taken_over_and_raced_over_the_api() {
+        // The client starts a task of its own: made inside the runtime.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let api = Arc::new(std::sync::Mutex::new(LeaseApi::default()));
+        runtime.block_on(async {
+            let mut a = cluster_candidate(&api, "pod-a");
+            let mut b = cluster_candidate(&api, "pod-b");
+            assert!(a.try_acquire_or_renew(at(0)).await.unwrap());
+            let lease = api.lock().unwrap().stored.clone().unwrap();
+            assert_eq!(lease["apiVersion"], "coordination.k8s.io/v1");
+            assert_eq!(lease["kind"], "Lease");
+            assert_eq!(lease["spec"]["holderIdentity"], "pod-a");
+            assert_eq!(lease["spec"]["leaseDurationSeconds"], 30);
+            assert_eq!(lease["spec"]["leaseTransitions"], 0);
+            assert_eq!(lease["spec"]["renewTime"], "2027-01-15T08:00:00.000000Z");
+            assert!(a.try_acquire_or_renew(at(10)).await.unwrap());
+            assert_eq!(
+                api.lock().unwrap().stored.as_ref().unwrap()["spec"]["renewTime"],
+                "2027-01-15T08:00:10.000000Z"
+            );
+
+            assert!(!b.try_acquire_or_renew(at(11)).await.unwrap());
+            assert_eq!(b.holder(), Some("pod-a"));
+            assert!(b.try_acquire_or_renew(at(42)).await.unwrap());
+            let lease = api.lock().unwrap().stored.clone().unwrap();
+            assert_eq!(lease["spec"]["holderIdentity"], "pod-b");
+            assert_eq!(lease["spec"]["leaseTransitions"], 1);
+            assert_eq!(lease["spec"]["acquireTime"], "2027-01-15T08:00:42.000000Z");
+
+            // A renewal that races another writer gets a 409 and loses.
+            api.lock().unwrap().interleave = true;
+            assert!(!b.try_acquire_or_renew(at(50)).await.unwrap());
+            assert!(!b.is_leader());
+            let lease = api.lock().unwrap().stored.clone().unwrap();
+            assert_eq!(lease["spec"]["holderIdentity"], "pod-c");
+
+            // Releasing is a no-op for a candidate that does not hold it.
+            b.release(at(51)).await.unwrap();
+            assert_eq!(
+                api.lock().unwrap().stored.as_ref().unwrap()["spec"]["holderIdentity"],
+                "pod-c"
+            );
+        });
+        // A create that loses the race is a follower, not an error.
+        let fresh = Arc::new(std::sync::Mutex::new(LeaseApi::default()));
+        runtime.block_on(async {
+            let mut first = cluster_candidate(&fresh, "pod-a");
+            assert!(first.try_acquire_or_renew(at(0)).await.unwrap());
+            let late = ClusterLease::new(client(&fresh), "gpu-admission", "gpu-admission-report");
+            let err = late
+                .create(&LeaseRecord {
+                    holder: Some("pod-b".into()),
+                    ..LeaseRecord::default()
+                })
+                .await
+                .unwrap_err();
+            assert!(matches!(err, LeaseError::Conflict), "{err:?}");
+        });
     }
 }
