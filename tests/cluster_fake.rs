@@ -773,6 +773,15 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let report = report.expect("a report within 30 s");
+    // Pods were read in pages of 500 (1,006 of them: three pages).
+    let pods: Vec<Recorded> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/pods" && !r.is_watch())
+        .collect();
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    assert!(pods.iter().all(|p| p.param("limit") == Some("500")));
+    assert!(pods[1].param("continue").is_some() && pods[2].param("continue").is_some());
 
     let tmp = tempfile::tempdir().unwrap();
     let kubeconfig = fake.kubeconfig(tmp.path());

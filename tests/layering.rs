@@ -50,9 +50,11 @@ fn k8s_depends_on_nothing_else_in_the_crate() {
         "certs",
         "cli",
         "gpu",
+        "inventory",
         "offline",
         "placement",
         "policy",
+        "report",
         "review",
         "server",
         "subject",
@@ -84,7 +86,16 @@ fn placement_does_not_depend_on_policy() {
 
 #[test]
 fn domain_modules_know_nothing_of_http() {
-    for module in ["k8s", "gpu", "placement", "policy", "cel", "subject"] {
+    for module in [
+        "k8s",
+        "gpu",
+        "placement",
+        "policy",
+        "cel",
+        "subject",
+        "audit",
+        "inventory",
+    ] {
         let found = uses(module, &["server"]);
         assert!(
             found.is_empty(),
@@ -92,4 +103,14 @@ fn domain_modules_know_nothing_of_http() {
             found.join("\n")
         );
     }
+}
+
+#[test]
+fn the_edge_serves_the_report_without_knowing_what_it_says() {
+    let found = uses("server", &["audit", "inventory", "report"]);
+    assert!(
+        found.is_empty(),
+        "server uses the report's domain:\n{}",
+        found.join("\n")
+    );
 }
