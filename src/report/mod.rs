@@ -165,19 +165,29 @@ impl ReportPages for LatestReport {
     }
 }
 
+/// A run given up because the server is shutting down.
+#[derive(Debug, thiserror::Error)]
+#[error("the audit was stopped")]
+pub struct Stopped;
+
 /// One audit of the cluster `lister` reads, judged by `admission`. Kinds
 /// other than Pods are read first and held (at most `max_objects`); Pods
 /// follow a page at a time, those controlled by an object already read
-/// being judged through it.
+/// being judged through it. Between pages, a `stop()` that says true ends
+/// the run with [`Stopped`].
 pub async fn audit_cluster(
     admission: &Admission,
     lister: &impl Lister,
     max_objects: usize,
     warn: &dyn Fn(String),
+    stop: &dyn Fn() -> bool,
 ) -> anyhow::Result<Report> {
     let (pods, others): (Vec<_>, Vec<_>) = AUDITED.iter().partition(|(_, kind)| *kind == "Pod");
     let mut held: Vec<Value> = Vec::new();
     inventory::list_pages(lister, &others, warn, &mut |page| {
+        if stop() {
+            return Err(Stopped.into());
+        }
         held.extend(page);
         if held.len() > max_objects {
             anyhow::bail!(
@@ -195,6 +205,9 @@ pub async fn audit_cluster(
         .collect();
     drop(held);
     inventory::list_pages(lister, &pods, warn, &mut |mut page| {
+        if stop() {
+            return Err(Stopped.into());
+        }
         let read = page.len();
         page.retain(|pod| !controlled_by(pod, &controllers));
         let judged = audit::audit(admission, &page);
@@ -341,7 +354,13 @@ mod tests {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .build()
                 .unwrap();
-            runtime.block_on(audit_cluster(&admission(), cluster, max_objects, &|_| {}))
+            runtime.block_on(audit_cluster(
+                &admission(),
+                cluster,
+                max_objects,
+                &|_| {},
+                &|| false,
+            ))
         })
         .unwrap()
     }
@@ -402,6 +421,29 @@ mod tests {
             .filter(|f| f.name.starts_with("loose-") && f.policy == "gpu-privileged")
             .count();
         assert_eq!(loose, 301);
+    }
+
+    #[test]
+    fn a_stop_between_pages_ends_the_run() {
+        let cluster = cluster(601);
+        let pages = std::sync::atomic::AtomicUsize::new(0);
+        let err = crate::offline::with_evaluation_stack(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(audit_cluster(
+                &admission(),
+                &cluster,
+                100,
+                &|_| {},
+                // Stop once the controllers and the first page of Pods are in.
+                &|| pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 3,
+            ))
+        })
+        .unwrap()
+        .unwrap_err();
+        assert!(err.is::<Stopped>(), "{err:#}");
+        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 2);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The report thread: once ready, every interval, lead (or not), audit,
 //! publish.
-use super::{audit_cluster, lease_duration, AuditMetrics, LatestReport, ReportSettings, RunMeta};
+use super::{
+    audit_cluster, lease_duration, AuditMetrics, LatestReport, ReportSettings, RunMeta, Stopped,
+};
 use crate::admission::Admission;
 use crate::inventory::{ClusterLister, Lister};
 use crate::k8s::lease::{ClusterLease, LeaderElector, LeaseStore};
@@ -58,8 +60,8 @@ impl ReportTask {
         })
     }
 
-    /// Stops the thread and waits for it (it finishes the page it is
-    /// judging and releases its Lease).
+    /// Stops the thread and waits for it: a run in progress ends after
+    /// the page it is judging, and the Lease is released.
     pub fn stop(mut self) {
         self.stop.take();
         if let Some(thread) = self.thread.take() {
@@ -127,7 +129,7 @@ impl Runner {
         });
         loop {
             let started = Instant::now();
-            self.tick(runtime, &lister, elector.as_mut());
+            self.tick(runtime, &lister, elector.as_mut(), stopped);
             let rest = self.settings.interval.saturating_sub(started.elapsed());
             if let Wake::Stop = sleep(stopped, rest) {
                 break;
@@ -146,6 +148,7 @@ impl Runner {
         runtime: &tokio::runtime::Runtime,
         lister: &impl Lister,
         elector: Option<&mut LeaderElector<impl LeaseStore>>,
+        stopped: &Receiver<()>,
     ) {
         if let Some(elector) = elector {
             match runtime.block_on(elector.try_acquire_or_renew(SystemTime::now())) {
@@ -172,11 +175,20 @@ impl Runner {
         let generated_at = SystemTime::now();
         let started = Instant::now();
         let warn = |message: String| tracing::warn!("periodic report: {message}");
+        // A shutdown ends the run between two pages, so the Lease is
+        // released soon after.
+        let stop = || {
+            matches!(
+                stopped.try_recv(),
+                Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)
+            )
+        };
         let run = runtime.block_on(audit_cluster(
             &self.admission,
             lister,
             self.settings.max_objects,
             &warn,
+            &stop,
         ));
         match run {
             Ok(report) => {
@@ -197,6 +209,9 @@ impl Runner {
                     seconds = meta.duration.as_secs_f64(),
                     "periodic report done"
                 );
+            }
+            Err(err) if err.is::<Stopped>() => {
+                tracing::info!("periodic report stopped for shutdown");
             }
             Err(err) => {
                 self.metrics.inc_errors();
