@@ -53,6 +53,12 @@ struct EndpointLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DurationLabels {
+    endpoint: &'static str,
+    decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ListenerLabels {
     listener: &'static str,
 }
@@ -127,7 +133,7 @@ pub struct Metrics {
 struct Inner {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
-    request_duration: Family<EndpointLabels, Histogram>,
+    request_duration: Family<DurationLabels, Histogram>,
     policy_evaluations: Family<PolicyResultLabels, Counter>,
     policy_duration: Family<PolicyLabels, Histogram>,
     policies_loaded: Gauge,
@@ -227,12 +233,12 @@ impl Metrics {
             requests.clone(),
         );
         // 0.5 ms .. ~8 s: admission answers are fast, the apiserver gives up at 30 s.
-        let request_duration = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+        let request_duration = Family::<DurationLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0005, 2.0, 15))
         });
         registry.register(
             "gpu_admission_request_duration_seconds",
-            "Time from request received to answer, by endpoint",
+            "Time from request received to answer, by endpoint and decision",
             request_duration.clone(),
         );
         let policy_evaluations = Family::<PolicyResultLabels, Counter>::default();
@@ -409,7 +415,7 @@ impl Metrics {
             .inc();
         self.inner
             .request_duration
-            .get_or_create(&EndpointLabels { endpoint })
+            .get_or_create(&DurationLabels { endpoint, decision })
             .observe(elapsed.as_secs_f64());
     }
 
@@ -506,7 +512,7 @@ mod tests {
         let text = m.encode();
         for line in [
             r#"gpu_admission_requests_total{endpoint="validate",kind="Pod",operation="CREATE",decision="denied"} 1"#,
-            r#"gpu_admission_request_duration_seconds_count{endpoint="validate"} 1"#,
+            r#"gpu_admission_request_duration_seconds_count{endpoint="validate",decision="denied"} 1"#,
             r#"gpu_admission_policy_evaluations_total{policy="gpu-limits",result="deny"} 1"#,
             r#"gpu_admission_policy_evaluation_duration_seconds_count{policy="gpu-limits"} 1"#,
             "gpu_admission_policies_loaded 7",
