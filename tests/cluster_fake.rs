@@ -501,6 +501,24 @@ impl InCluster {
     }
 }
 
+impl InCluster {
+    /// Sends SIGTERM and waits (at most 20 s) for the server to exit.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        for _ in 0..200 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("serve still runs 20 s after SIGTERM");
+    }
+}
+
 impl Drop for InCluster {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -828,4 +846,9 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
     assert!(sample("gpu_admission_audit_last_run_timestamp_seconds") > 1.7e9);
     assert_eq!(sample("gpu_admission_audit_run_errors_total"), 0.0);
     assert_eq!(sample("gpu_admission_audit_leader"), 1.0);
+
+    // SIGTERM stops the report thread with the server.
+    let mut server = server;
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
 }
