@@ -48,7 +48,8 @@ pub struct LeaseSettings {
 impl LeaseSettings {
     /// The Lease `name` in this pod's namespace (`POD_NAMESPACE`, else the
     /// service account's namespace, else `gpu-admission`), held as this
-    /// pod (`POD_NAME`, else `HOSTNAME`, which Kubernetes sets to it).
+    /// pod (`POD_NAME`, else the host name, which Kubernetes sets to the
+    /// pod's name).
     pub fn from_environment(name: &str) -> LeaseSettings {
         let namespace = std::env::var("POD_NAMESPACE")
             .ok()
@@ -62,7 +63,10 @@ impl LeaseSettings {
             .unwrap_or_else(|| "gpu-admission".to_string());
         let identity = ["POD_NAME", "HOSTNAME"]
             .iter()
-            .find_map(|v| std::env::var(v).ok().filter(|n| !n.is_empty()))
+            .find_map(|v| std::env::var(v).ok())
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
             .unwrap_or_else(|| format!("gpu-admission-{}", std::process::id()));
         LeaseSettings {
             namespace,

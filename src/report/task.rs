@@ -109,14 +109,20 @@ impl Runner {
                 return;
             }
         }
-        let client = match runtime.block_on(kube::Client::try_default()) {
-            Ok(client) => client,
-            Err(err) => {
-                self.metrics.inc_errors();
-                self.latest
-                    .withdraw(format!("no report: no cluster client ({err})"));
-                tracing::error!(error = %err, "the periodic report has no cluster client; it stays off");
-                return;
+        // Without a client (no service account token yet, a kubeconfig
+        // that does not load) each interval tries again.
+        let client = loop {
+            match runtime.block_on(kube::Client::try_default()) {
+                Ok(client) => break client,
+                Err(err) => {
+                    self.metrics.inc_errors();
+                    self.latest
+                        .withdraw(format!("no report: no cluster client ({err})"));
+                    tracing::error!(error = %err, "the periodic report has no cluster client; trying again in one interval");
+                    if let Wake::Stop = sleep(stopped, self.settings.interval) {
+                        return;
+                    }
+                }
             }
         };
         let lister = ClusterLister::new(client.clone());
