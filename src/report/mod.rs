@@ -261,9 +261,9 @@ mod tests {
     use std::sync::Arc;
 
     /// Objects per kind, served in pages of the requested size.
-    struct FakeCluster {
+    pub(super) struct FakeCluster {
         objects: BTreeMap<&'static str, Vec<Value>>,
-        pages_of_pods: std::sync::Mutex<usize>,
+        pub(super) pages_of_pods: std::sync::Mutex<usize>,
     }
 
     impl Lister for FakeCluster {
@@ -304,7 +304,7 @@ mod tests {
 
     /// A privileged GPU Deployment with its ReplicaSet and pods, and
     /// `loose` pods of no controller, every other one privileged.
-    fn cluster(loose: usize) -> FakeCluster {
+    pub(super) fn cluster(loose: usize) -> FakeCluster {
         let template =
             json!({"metadata": {"labels": {"app": "train"}}, "spec": gpu_pod_spec(true)});
         let deployment = json!({
@@ -348,7 +348,7 @@ mod tests {
         }
     }
 
-    fn admission() -> Admission {
+    pub(super) fn admission() -> Admission {
         let loaded = bundle::load(&PolicySource::Embedded).unwrap();
         Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new()))
     }

@@ -229,3 +229,132 @@ impl Runner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::lease::{LeaseError, LeaseRecord};
+    use crate::report::tests::{admission, cluster};
+    use crate::server::{ReportAnswer, ReportFormat, ReportPages};
+    use prometheus_client::registry::Registry;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    /// One Lease in memory, shared by the candidates of a test; writes
+    /// check the resourceVersion as the API server does.
+    #[derive(Clone, Default)]
+    struct SharedLease(Rc<RefCell<(Option<LeaseRecord>, u64)>>, Rc<RefCell<bool>>);
+
+    impl LeaseStore for SharedLease {
+        async fn get(&self) -> Result<Option<LeaseRecord>, LeaseError> {
+            if *self.1.borrow() {
+                return Err(LeaseError::Other(anyhow::anyhow!("connection refused")));
+            }
+            Ok(self.0.borrow().0.clone())
+        }
+
+        async fn create(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
+            self.update(record).await
+        }
+
+        async fn update(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
+            let mut state = self.0.borrow_mut();
+            if state.0.as_ref().and_then(|r| r.resource_version.clone()) != record.resource_version
+            {
+                return Err(LeaseError::Conflict);
+            }
+            state.1 += 1;
+            let mut written = record.clone();
+            written.resource_version = Some(state.1.to_string());
+            state.0 = Some(written.clone());
+            Ok(written)
+        }
+    }
+
+    struct Replica {
+        runner: Runner,
+        registry: Registry,
+        elector: LeaderElector<SharedLease>,
+    }
+
+    fn replica(name: &str, lease: &SharedLease) -> Replica {
+        let mut registry = Registry::default();
+        let metrics = AuditMetrics::register(&mut registry);
+        Replica {
+            runner: Runner {
+                settings: ReportSettings {
+                    interval: Duration::from_secs(600),
+                    max_objects: 100,
+                    lease: None,
+                },
+                admission: Arc::new(admission()),
+                latest: Arc::new(LatestReport::new()),
+                metrics,
+            },
+            registry,
+            elector: LeaderElector::new(lease.clone(), name, Duration::from_secs(1200)),
+        }
+    }
+
+    fn metrics_text(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn only_the_replica_holding_the_lease_audits_and_the_other_says_who_does() {
+        // Everything on one thread with the evaluation stack, as the
+        // report thread runs.
+        crate::offline::with_evaluation_stack(two_replicas_share_one_lease).unwrap();
+    }
+
+    fn two_replicas_share_one_lease() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (_running, stopped) = std::sync::mpsc::channel::<()>();
+        let cluster = cluster(3);
+        let lease = SharedLease::default();
+        let mut a = replica("pod-a", &lease);
+        let mut b = replica("pod-b", &lease);
+        a.runner
+            .tick(&runtime, &cluster, Some(&mut a.elector), &stopped);
+        b.runner
+            .tick(&runtime, &cluster, Some(&mut b.elector), &stopped);
+
+        assert!(matches!(
+            a.runner.latest.latest(ReportFormat::Json),
+            ReportAnswer::Ready { .. }
+        ));
+        let text = metrics_text(&a.registry);
+        assert!(text.contains("gpu_admission_audit_leader 1"), "{text}");
+        assert!(
+            text.contains(
+                r#"gpu_admission_audit_gpus_held{policy="gpu-privileged",namespace="ml"} 2"#
+            ),
+            "{text}"
+        );
+
+        let ReportAnswer::NotYet(why) = b.runner.latest.latest(ReportFormat::Page) else {
+            panic!("the follower serves a report");
+        };
+        assert!(
+            why.contains("(pod-b): pod-a holds the report lease"),
+            "{why}"
+        );
+        assert!(why.contains("port-forward pod/pod-a"), "{why}");
+        let text = metrics_text(&b.registry);
+        assert!(text.contains("gpu_admission_audit_leader 0"), "{text}");
+        assert!(!text.contains("gpu_admission_audit_gpus_held{"), "{text}");
+        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1, "one audit");
+
+        // The Lease cannot be read: the run is skipped and counted.
+        *lease.1.borrow_mut() = true;
+        a.runner
+            .tick(&runtime, &cluster, Some(&mut a.elector), &stopped);
+        assert!(metrics_text(&a.registry).contains("gpu_admission_audit_run_errors_total 1"));
+        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1);
+    }
+}
