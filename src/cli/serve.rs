@@ -322,6 +322,9 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
             .as_deref()
             .map(LeaseSettings::from_environment),
     });
+    if report.is_some() && config.metrics_listen.is_none() {
+        tracing::warn!("--report-interval with --metrics-listen off: the report runs, but neither /report nor its metrics are served");
+    }
     let mut server = Server::bind_with_readiness(
         config,
         admission.clone(),
