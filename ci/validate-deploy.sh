@@ -2,7 +2,10 @@
 # Offline checks of the deployment manifests, for CI and for anyone editing deploy/.
 #
 # 1. deploy/policies/ is in step with policies/ (deploy/sync-policies.sh --check).
-# 2. deploy/ and deploy/overlays/cert-manager build with kustomize.
+# 2. deploy/, deploy/overlays/cert-manager and deploy/overlays/report build
+#    with kustomize. The report overlay adds the flag, the pod name, list and
+#    watch on every audited kind and the Lease (get/update by name, create, in
+#    the webhook's namespace only); the base keeps its namespaces-only RBAC.
 # 3. Every rendered object validates strictly (unknown fields are errors)
 #    against the Kubernetes OpenAPI schemas of the oldest supported version
 #    (1.30: webhook matchConditions are GA there) and the newest one, with
@@ -140,8 +143,11 @@ def render(folder):
             cm["data"] = data
         objs.append(cm)
     for p in k.get("patches", []):
-        allow(p, {"patch"}, f"{folder}: patches")
+        allow(p, {"patch", "target"}, f"{folder}: patches")
         patch = yaml.safe_load(p["patch"])
+        if "target" in p:
+            json6902(objs, p["target"], patch, folder)
+            continue
         if not isinstance(patch, dict):
             raise Unsupported(f"{folder}: only strategic-merge patches are supported by the fallback renderer")
         allow(patch, {"apiVersion", "kind", "metadata"}, f"{folder}: patch")
@@ -183,6 +189,34 @@ def render(folder):
     return objs
 
 
+def json6902(objs, target, ops, folder):
+    """RFC 6902 add and replace, on the one object `target` names by kind and name."""
+    allow(target, {"kind", "name"}, f"{folder}: patch target")
+    targets = [o for o in objs if o["kind"] == target["kind"] and o["metadata"]["name"] == target["name"]]
+    if len(targets) != 1 or not isinstance(ops, list):
+        raise Unsupported(f"{folder}: a JSON patch must be a list of operations on exactly one object")
+    for op in ops:
+        allow(op, {"op", "path", "value"}, f"{folder}: patch operation")
+        if op["op"] not in ("add", "replace"):
+            raise Unsupported(f"{folder}: JSON patch op {op['op']} is not supported by the fallback renderer")
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
+        node = targets[0]
+        for t in tokens[:-1]:
+            node = node[int(t)] if isinstance(node, list) else node[t]
+        last = tokens[-1]
+        if isinstance(node, list):
+            if last == "-" and op["op"] == "add":
+                node.append(op["value"])
+            elif op["op"] == "add":
+                node.insert(int(last), op["value"])
+            else:
+                node[int(last)] = op["value"]
+        elif op["op"] == "replace" and last not in node:
+            raise Unsupported(f"{folder}: JSON patch replaces missing {op['path']}")
+        else:
+            node[last] = op["value"]
+
+
 def ident(o):
     return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
 
@@ -204,7 +238,7 @@ if __name__ == "__main__":
 EOF
 
 step "kustomize build"
-for target in deploy deploy/overlays/cert-manager; do
+for target in deploy deploy/overlays/cert-manager deploy/overlays/report; do
   out="$work/$(basename "$target").yaml"
   if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
     "${kustomize_cmd[@]}" "$root/$target" > "$out"
@@ -225,7 +259,7 @@ import celpy
 
 warnings.filterwarnings("ignore")
 base_file, overlay_file, cases_file, versions = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
-binary, run_dir = sys.argv[5], sys.argv[6]
+binary, run_dir, report_file = sys.argv[5], sys.argv[6], sys.argv[7]
 errors = []
 checks = 0
 
@@ -502,6 +536,78 @@ def cert_manager(objs, label, ns):
             check(svc_dns in cert["spec"].get("dnsNames", []), f"{label}: Certificate {cname} lacks {svc_dns}")
 
 
+def rules_granted(objs, ns, subject_kind="ServiceAccount", subject="gpu-admission"):
+    """(apiGroup, resource, verb, resourceName or None, namespace or None) the server's ServiceAccount is granted."""
+    granted = set()
+    for binding in find(objs, "ClusterRoleBinding") + find(objs, "RoleBinding"):
+        if not any(s.get("kind") == subject_kind and s.get("name") == subject and s.get("namespace") == ns
+                   for s in binding.get("subjects", [])):
+            continue
+        ref = binding["roleRef"]
+        scope = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        roles = [o for o in find(objs, ref["kind"], ref["name"])
+                 if ref["kind"] == "ClusterRole" or o["metadata"].get("namespace") == scope]
+        check(len(roles) == 1, f"{binding['kind']} {binding['metadata']['name']} refers to missing {ref['kind']} {ref['name']}")
+        for role in roles:
+            for rule in role.get("rules", []):
+                for g in rule.get("apiGroups", []):
+                    for r in rule.get("resources", []):
+                        for v in rule.get("verbs", []):
+                            for n in rule.get("resourceNames") or [None]:
+                                granted.add((g, r, v, n, scope))
+    return granted
+
+
+def report_overlay(base, report, ns):
+    """The report overlay adds the flag, the pod name, list/watch on the audited kinds and the Lease; the base has none of it."""
+    label = "report overlay"
+
+    def container(objs):
+        dep = one(objs, "Deployment", "gpu-admission")
+        return (dep.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}])[0]
+
+    args = container(report).get("args", [])
+    intervals = [a.split("=", 1)[1] for a in args if a.startswith("--report-interval=")]
+    check(len(intervals) == 1 and (seconds(intervals[0]) or 0) >= 60, f"{label}: one --report-interval of a minute or more, got {intervals}")
+    check(not any(a.startswith("--report-interval") for a in container(base).get("args", [])),
+          "deploy/: the periodic report is opt-in (no --report-interval in the base)")
+    leases = [a.split("=", 1)[1] for a in args if a.startswith("--report-lease=")]
+    lease = leases[0] if leases else "gpu-admission-report"
+    check(lease != "off", f"{label}: two replicas need the Lease")
+    env = {e["name"]: e for e in container(report).get("env", [])}
+    check(env.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name",
+          f"{label}: POD_NAME from metadata.name (the Lease holder identity)")
+    check(env.get("POD_NAMESPACE", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace",
+          f"{label}: POD_NAMESPACE from metadata.namespace (where the Lease lives)")
+    res = container(report).get("resources", {})
+    check(res.get("requests", {}).get("memory") == res.get("limits", {}).get("memory"),
+          f"{label}: memory request equals the limit")
+
+    audited = [("", "pods"), ("apps", "deployments"), ("apps", "statefulsets"), ("apps", "daemonsets"),
+               ("apps", "replicasets"), ("batch", "jobs"), ("batch", "cronjobs"), ("karpenter.sh", "nodepools"),
+               ("kaito.sh", "workspaces"), ("kaito.sh", "inferencesets"), ("kaito.sh", "ragengines"),
+               ("containerservice.azure.com", "managedclustersagentpools"),
+               ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates")]
+    granted = rules_granted(report, ns)
+    for g, r in audited:
+        for v in ("list", "watch"):
+            check((g, r, v, None, None) in granted, f"{label}: the server may not {v} {r}.{g or 'core'} cluster-wide")
+    for v in ("get", "update"):
+        check((("coordination.k8s.io", "leases", v, lease, ns) in granted), f"{label}: the server may not {v} Lease {ns}/{lease}")
+    check(("coordination.k8s.io", "leases", "create", None, ns) in granted, f"{label}: the server may not create Leases in {ns}")
+    check(not any(g == "coordination.k8s.io" and scope is None for g, _, _, _, scope in granted),
+          f"{label}: Lease access is limited to the webhook's namespace")
+    check(not any(v not in ("get", "list", "watch") and g != "coordination.k8s.io" for g, _, v, _, _ in granted),
+          f"{label}: the server writes nothing but its Lease")
+
+    base_granted = rules_granted(base, ns)
+    check({(g, r) for g, r, _, _, _ in base_granted} <= {("", "namespaces"), ("resource.k8s.io", "resourceclaims"),
+                                                           ("resource.k8s.io", "resourceclaimtemplates")},
+          f"deploy/: the base grants the server only namespaces and DRA claims, got {sorted(base_granted)}")
+    print(f"report overlay: --report-interval={intervals[0] if intervals else '?'}, Lease {ns}/{lease}, "
+          f"{len(audited)} audited kinds listable")
+
+
 def match_conditions(objs):
     webhooks = {}
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
@@ -770,12 +876,15 @@ def run_server(objs, binary, run_dir):
     print(f"server: ran {os.path.basename(binary)} with the Deployment's args, mounts and probes")
 
 
-base, overlay = load(base_file), load(overlay_file)
+base, overlay, report = load(base_file), load(overlay_file), load(report_file)
 schemas(base, "deploy/")
 schemas(overlay, "cert-manager overlay")
+schemas(report, "report overlay")
 ns = references(base, "deploy/")
 references(overlay, "cert-manager overlay")
-for objs, label in ((base, "deploy/"), (overlay, "cert-manager overlay")):
+references(report, "report overlay")
+report_overlay(base, report, ns)
+for objs, label in ((base, "deploy/"), (overlay, "cert-manager overlay"), (report, "report overlay")):
     network_policy(objs, label)
     shutdown_and_priority(objs, label)
 check(not any(w.get("clientConfig", {}).get("caBundle")
@@ -806,4 +915,4 @@ if [[ -n "$binary" ]] && ! "$binary" serve --help 2> /dev/null | grep -q -- --tl
 fi
 
 "$python" "$work/check.py" "$work/base.yaml" "$work/cert-manager.yaml" \
-  "$root/deploy/tests/match-conditions.yaml" "$k8s_versions" "$binary" "$work/run"
+  "$root/deploy/tests/match-conditions.yaml" "$k8s_versions" "$binary" "$work/run" "$work/report.yaml"

@@ -411,29 +411,34 @@ async fn audit_of_the_cluster_pages_skips_what_it_cannot_read_and_agrees_with_th
 struct InCluster {
     child: std::process::Child,
     addr: std::net::SocketAddr,
+    /// The metrics listener's address, when `extra` turned it on.
+    metrics_addr: Option<std::net::SocketAddr>,
     ca_pem: String,
     _dir: tempfile::TempDir,
 }
 
 impl InCluster {
     fn serve(fake: &FakeApiServer) -> InCluster {
+        InCluster::serve_with(fake, &["--metrics-listen", "off"])
+    }
+
+    /// [`InCluster::serve`] with `extra` flags.
+    fn serve_with(fake: &FakeApiServer, extra: &[&str]) -> InCluster {
         use std::io::BufRead as _;
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = fake.kubeconfig(dir.path());
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "off",
-            ])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
             .args(["--log-format", "json", "--certs-dir"])
             .arg(dir.path().join("certs"))
             .env("KUBECONFIG", &kubeconfig)
             .env("KUBERNETES_SERVICE_HOST", fake.addr.ip().to_string())
             .env("KUBERNETES_SERVICE_PORT", fake.addr.port().to_string())
-            .env("RUST_LOG", "warn,gpu_admission::server=info")
+            .env(
+                "RUST_LOG",
+                "warn,gpu_admission::server=info,gpu_admission::report=info",
+            )
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -447,18 +452,28 @@ impl InCluster {
                 .map_while(Result::ok)
             {
                 let entry: Value = serde_json::from_str(&line).unwrap_or_default();
-                if let Some(addr) = entry["fields"]["addr"].as_str() {
-                    let _ = tx.send(addr.parse::<std::net::SocketAddr>().unwrap());
+                for field in ["metrics_addr", "addr"] {
+                    if let Some(addr) = entry["fields"][field].as_str() {
+                        let _ = tx.send((field, addr.parse::<std::net::SocketAddr>().unwrap()));
+                    }
                 }
             }
         });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("serve logs its address");
+        let mut metrics_addr = None;
+        let addr = loop {
+            match rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("serve logs its address")
+            {
+                ("addr", addr) => break addr,
+                (_, addr) => metrics_addr = Some(addr),
+            }
+        };
         let ca_pem = std::fs::read_to_string(dir.path().join("certs/ca.crt")).unwrap();
         InCluster {
             child,
             addr,
+            metrics_addr,
             ca_pem,
             _dir: dir,
         }
@@ -483,6 +498,24 @@ impl InCluster {
         let response = &body["response"];
         let message = response["status"]["message"].as_str().unwrap_or_default();
         (response["allowed"] == true, message.to_string())
+    }
+}
+
+impl InCluster {
+    /// Sends SIGTERM and waits (at most 20 s) for the server to exit.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        for _ in 0..200 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("serve still runs 20 s after SIGTERM");
     }
 }
 
@@ -715,4 +748,116 @@ async fn serve_in_a_cluster_places_pods_that_claim_gpus_through_its_templates() 
         tolerations["value"],
         json!([{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}])
     );
+}
+
+/// `serve --report-interval` in the cluster: `/report` is 503 until the
+/// first audit, then serves the report `gpu-admission audit -o json` makes
+/// of the same cluster (Pods read a page at a time), with its totals in
+/// the `gpu_admission_audit_*` metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
+    let fake = FakeApiServer::start(audited_kinds()).await;
+    fake.change(|cluster| {
+        for name in ["default", "apps", "ml", "serving", "batch"] {
+            cluster.apply(namespace(name, &LABELS));
+        }
+        for object in workload() {
+            cluster.apply(object);
+        }
+    });
+    let server = InCluster::serve_with(
+        &fake,
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--report-interval",
+            "1m",
+            "--report-lease",
+            "off",
+        ],
+    );
+    let metrics = server.metrics_addr.expect("serve logs its metrics address");
+    let mut report = None;
+    for _ in 0..300 {
+        let (status, body) = common::plain_get(metrics, "/report?format=json").await;
+        match status.as_u16() {
+            200 => {
+                report = Some(serde_json::from_str::<Value>(&body).unwrap());
+                break;
+            }
+            503 => assert!(body.contains("no report yet"), "{body}"),
+            other => panic!("/report answered {other}: {body}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report = report.expect("a report within 30 s");
+    // Pods were read in pages of 500 (1,006 of them: three pages).
+    let pods: Vec<Recorded> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/pods" && !r.is_watch())
+        .collect();
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    assert!(pods.iter().all(|p| p.param("limit") == Some("500")));
+    assert!(pods[1].param("continue").is_some() && pods[2].param("continue").is_some());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.kubeconfig(tmp.path());
+    let (cli, _) = tokio::task::spawn_blocking(move || run_audit(&[], &kubeconfig))
+        .await
+        .unwrap();
+    assert_eq!(report["objects"], cli["objects"]);
+    assert_eq!(report["evaluated"], cli["evaluated"]);
+    assert_eq!(report["passed"], cli["passed"]);
+    assert_eq!(sorted_findings(&report), sorted_findings(&cli));
+    assert!(report["findings"].as_array().unwrap().len() > 20);
+
+    let (status, page) = common::plain_get(metrics, "/report").await;
+    assert_eq!(status.as_u16(), 200);
+    // The page of `audit -o html`, with the cluster it read named.
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    assert!(page.contains("GPU admission report"), "{page}");
+    assert!(page.contains("GPUs held by violating workloads"), "{page}");
+    let requested = report["gpusRequested"].as_i64().unwrap();
+    assert!(
+        page.contains(&format!(
+            "id=\"total-gpus-requested\" data-value=\"{requested}\""
+        )),
+        "the page's totals are the JSON's: {page}"
+    );
+
+    let (_, text) = common::plain_get(metrics, "/metrics").await;
+    let idle = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["namespace"] == "batch" && f["policy"] == "gpu-keep-alive")
+        .count();
+    assert!(idle > 0, "{report:#}");
+    assert!(
+        text.lines().any(|l| l.starts_with(
+            r#"gpu_admission_audit_violations{policy="gpu-keep-alive",namespace="batch","#
+        )),
+        "{text}"
+    );
+    let sample = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        sample("gpu_admission_audit_objects"),
+        cli["objects"].as_f64().unwrap()
+    );
+    assert!(sample("gpu_admission_audit_last_run_timestamp_seconds") > 1.7e9);
+    assert_eq!(sample("gpu_admission_audit_run_errors_total"), 0.0);
+    assert_eq!(sample("gpu_admission_audit_leader"), 1.0);
+
+    // SIGTERM stops the report thread with the server.
+    let mut server = server;
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
 }

@@ -2,7 +2,7 @@
 //! metrics label, and the audit reads every kind its ClusterRole lets it
 //! list: a kind added to the deployment is not silently counted as `other`
 //! or left out of the audit.
-use gpu_admission::cli::audit::AUDITED;
+use gpu_admission::inventory::AUDITED;
 use gpu_admission::review::plural_resource;
 use gpu_admission::server::metrics::{kind_label, KNOWN_KINDS};
 use serde_json::Value;

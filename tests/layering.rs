@@ -50,9 +50,11 @@ fn k8s_depends_on_nothing_else_in_the_crate() {
         "certs",
         "cli",
         "gpu",
+        "inventory",
         "offline",
         "placement",
         "policy",
+        "report",
         "review",
         "server",
         "subject",
@@ -92,6 +94,7 @@ fn domain_modules_know_nothing_of_http() {
         "cel",
         "subject",
         "audit",
+        "inventory",
     ] {
         let found = uses(module, &["server"]);
         assert!(
@@ -100,4 +103,14 @@ fn domain_modules_know_nothing_of_http() {
             found.join("\n")
         );
     }
+}
+
+#[test]
+fn the_edge_serves_the_report_without_knowing_what_it_says() {
+    let found = uses("server", &["audit", "inventory", "report"]);
+    assert!(
+        found.is_empty(),
+        "server uses the report's domain:\n{}",
+        found.join("\n")
+    );
 }

@@ -407,7 +407,10 @@ async fn metrics_count_requests_and_latency() {
     let mutate = r#"gpu_admission_requests_total{endpoint="mutate",kind="Pod",operation="CREATE",decision="denied"}"#;
     let other = r#"gpu_admission_requests_total{endpoint="validate",kind="other",operation="CONNECT",decision="denied"}"#;
     let invalid = r#"gpu_admission_requests_total{endpoint="validate",kind="other",operation="other",decision="invalid"}"#;
-    let histogram = r#"gpu_admission_request_duration_seconds_count{endpoint="validate"}"#;
+    let latency_denied =
+        r#"gpu_admission_request_duration_seconds_count{endpoint="validate",decision="denied"}"#;
+    let latency_invalid =
+        r#"gpu_admission_request_duration_seconds_count{endpoint="validate",decision="invalid"}"#;
     assert_eq!(metric_value(&before, denied), 0.0);
 
     let pod = fixture("pod-create-gpu.json");
@@ -429,7 +432,8 @@ async fn metrics_count_requests_and_latency() {
         "PodExecOptions is other: {text}"
     );
     assert_eq!(metric_value(&text, invalid), 1.0, "{text}");
-    assert_eq!(metric_value(&text, histogram), 4.0, "{text}");
+    assert_eq!(metric_value(&text, latency_denied), 3.0, "{text}");
+    assert_eq!(metric_value(&text, latency_invalid), 1.0, "{text}");
     assert!(text.contains("gpu_admission_policies_loaded"), "{text}");
     assert!(
         text.contains("gpu_admission_policy_reload_failures_total"),

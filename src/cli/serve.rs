@@ -6,6 +6,7 @@ use crate::gpu::catalog::Catalog;
 use crate::k8s::namespaces::ClusterNamespaces;
 use crate::k8s::{ClaimLookup, ClusterClaims, NamespaceLookup};
 use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
+use crate::report::{AuditMetrics, LatestReport, LeaseSettings, ReportSettings, ReportTask};
 use crate::review;
 use crate::server::{
     self, LogFormat, Metrics, OnError, Readiness, ServeConfig, Server, ShutdownHandle,
@@ -100,6 +101,52 @@ pub struct ServeArgs {
     /// is refused as a mistake, e.g. an emptied ConfigMap.
     #[arg(long)]
     pub allow_empty_policies: bool,
+    /// Audit the objects already in the cluster this often (e.g. 10m) and
+    /// serve the latest report at /report on the metrics listener, with
+    /// gpu_admission_audit_* metrics. Off by default; needs list access to
+    /// the audited kinds (deploy/overlays/report grants it).
+    #[arg(long, value_name = "DURATION", value_parser = parse_report_interval)]
+    pub report_interval: Option<Duration>,
+    /// Controllers, capacity objects and claims one audit may hold in
+    /// memory (Pods are read a page at a time); a larger cluster fails the run.
+    #[arg(long, value_name = "N", default_value_t = server::DEFAULT_REPORT_MAX_OBJECTS)]
+    pub report_max_objects: usize,
+    /// Lease (in the pod's namespace) that elects the one replica running
+    /// the audit, or `off` to run it on every replica.
+    #[arg(long, value_name = "NAME", default_value = server::DEFAULT_REPORT_LEASE, value_parser = parse_lease)]
+    pub report_lease: OptionalName,
+}
+
+/// A name, or none (`off`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OptionalName(pub Option<String>);
+
+fn parse_lease(text: &str) -> Result<OptionalName, String> {
+    match text {
+        "off" | "none" => Ok(OptionalName(None)),
+        _ if !text.is_empty()
+            && text.len() <= 253
+            && text
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.') =>
+        {
+            Ok(OptionalName(Some(text.to_string())))
+        }
+        _ => Err(format!(
+            "{text:?} is not a Lease name (lower-case letters, digits, '-' and '.') or `off`"
+        )),
+    }
+}
+
+/// At least a minute: each run lists the whole cluster.
+fn parse_report_interval(text: &str) -> Result<Duration, String> {
+    let interval = parse_duration(text)?;
+    if interval < Duration::from_secs(60) {
+        return Err(format!(
+            "{text:?} is too short: each run lists the whole cluster; use 1m or more"
+        ));
+    }
+    Ok(interval)
 }
 
 /// A socket address, or none (`off`).
@@ -154,6 +201,9 @@ impl ServeArgs {
             drain_window,
             drain_timeout,
             allow_empty_policies,
+            report_interval,
+            report_max_objects,
+            report_lease,
         } = self;
         ServeConfig {
             listen,
@@ -183,6 +233,9 @@ impl ServeArgs {
             drain_window,
             drain_timeout,
             allow_empty_policies,
+            report_interval,
+            report_max_objects,
+            report_lease: report_lease.0,
         }
     }
 }
@@ -218,7 +271,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 /// `/readyz` turns true once the policies are loaded and, in a cluster,
 /// the Namespace cache has synced.
 pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Result<()> {
-    let metrics = Metrics::new();
+    let mut audit_metrics = None;
+    let metrics = match config.report_interval {
+        Some(_) => Metrics::with_families(|registry| {
+            audit_metrics = Some(AuditMetrics::register(registry));
+        }),
+        None => Metrics::new(),
+    };
     let readiness = Readiness::new();
     let source = policy_source(&config);
     let (bundle, fingerprint) = load_initial(&config)?;
@@ -255,9 +314,63 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
         }
         PolicySource::Embedded => None,
     };
-    let server =
-        Server::bind_with_readiness(config, admission, metrics, shutdown, readiness).await?;
-    server.run().await
+    let report = config.report_interval.map(|interval| ReportSettings {
+        interval,
+        max_objects: config.report_max_objects,
+        lease: config
+            .report_lease
+            .as_deref()
+            .map(LeaseSettings::from_environment),
+        policies: source.clone(),
+        catalog: config
+            .catalog
+            .as_ref()
+            .map_or_else(|| "built-in".to_string(), |path| path.display().to_string()),
+    });
+    if report.is_some() && config.metrics_listen.is_none() {
+        tracing::warn!("--report-interval with --metrics-listen off: the report runs, but neither /report nor its metrics are served");
+    }
+    let mut server = Server::bind_with_readiness(
+        config,
+        admission.clone(),
+        metrics,
+        shutdown,
+        readiness.clone(),
+    )
+    .await?;
+    let report_task = match (report, audit_metrics) {
+        (Some(settings), Some(audit_metrics)) => {
+            tracing::info!(
+                interval_seconds = settings.interval.as_secs(),
+                lease = settings
+                    .lease
+                    .as_ref()
+                    .map(|l| format!("{}/{} as {}", l.namespace, l.name, l.identity)),
+                "periodic report on: GET /report on the metrics listener"
+            );
+            let latest = Arc::new(LatestReport::new());
+            server = server.with_report(latest.clone());
+            let ready = Box::new(move || readiness.is_ready());
+            Some(ReportTask::spawn(
+                settings,
+                admission,
+                latest,
+                audit_metrics,
+                ready,
+            )?)
+        }
+        _ => None,
+    };
+    let result = server.run().await;
+    if let Some(task) = report_task {
+        // Releases the report lease, so another replica takes over at once.
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::task::spawn_blocking(move || task.stop()),
+        )
+        .await;
+    }
+    result
 }
 
 /// Where `config` takes policies from.
@@ -619,6 +732,12 @@ mod tests {
             "--drain-timeout",
             "1m",
             "--allow-empty-policies",
+            "--report-interval",
+            "10m",
+            "--report-max-objects",
+            "900",
+            "--report-lease",
+            "off",
         ])
         .unwrap();
         assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
@@ -640,6 +759,16 @@ mod tests {
         assert_eq!(config.drain_window, Duration::from_secs(3));
         assert_eq!(config.drain_timeout, Duration::from_secs(60));
         assert!(config.allow_empty_policies);
+        assert_eq!(config.report_interval, Some(Duration::from_secs(600)));
+        assert_eq!(config.report_max_objects, 900);
+        assert_eq!(config.report_lease, None);
+        assert_eq!(
+            parse(&["--report-interval", "1h"])
+                .unwrap()
+                .report_lease
+                .as_deref(),
+            Some("gpu-admission-report")
+        );
     }
 
     #[test]
@@ -653,6 +782,9 @@ mod tests {
         assert!(parse(&["--listen", "nowhere"]).is_err());
         let err = parse(&["--header-read-timeout", "soon"]).unwrap_err();
         assert!(err.to_string().contains("not a duration"), "{err}");
+        let err = parse(&["--report-interval", "10s"]).unwrap_err();
+        assert!(err.to_string().contains("use 1m or more"), "{err}");
+        assert!(parse(&["--report-lease", "Not_A_Name"]).is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod doc;
 pub mod images;
 pub mod json;
 pub mod labels;
+pub mod lease;
 pub mod namespaces;
 pub mod nodes;
 pub mod patch;

@@ -74,13 +74,18 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The metrics listener's routes.
-pub(crate) fn metrics_router(state: Arc<AppState>) -> Router {
+/// The metrics listener's routes; `/report` serves `report`'s latest
+/// report, or answers 404 without one.
+pub(crate) fn metrics_router(
+    state: Arc<AppState>,
+    report: Option<Arc<dyn super::ReportPages>>,
+) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)
+        .merge(super::report::router(report))
 }
 
 async fn healthz() -> &'static str {

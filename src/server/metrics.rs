@@ -53,6 +53,12 @@ struct EndpointLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DurationLabels {
+    endpoint: &'static str,
+    decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ListenerLabels {
     listener: &'static str,
 }
@@ -105,6 +111,19 @@ struct ProfileLabels {
 /// Results of re-reading the serving certificate files.
 const CERTIFICATE_RELOAD_RESULTS: [&str; 3] = ["reloaded", "unchanged", "refused"];
 
+/// Why a review is answered without evaluation.
+const REJECTION_REASONS: [&str; 6] = [
+    "too_large",
+    "memory_wait",
+    "slot_wait",
+    "deadline",
+    "overloaded",
+    "error",
+];
+
+/// Why the server closes a connection.
+const CLOSE_REASONS: [&str; 2] = ["header_timeout", "idle_timeout"];
+
 /// A cheap, cloneable handle on the metrics registry.
 #[derive(Clone)]
 pub struct Metrics {
@@ -114,7 +133,7 @@ pub struct Metrics {
 struct Inner {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
-    request_duration: Family<EndpointLabels, Histogram>,
+    request_duration: Family<DurationLabels, Histogram>,
     policy_evaluations: Family<PolicyResultLabels, Counter>,
     policy_duration: Family<PolicyLabels, Histogram>,
     policies_loaded: Gauge,
@@ -164,8 +183,14 @@ impl Load {
             "In-flight memory reserved by requests, by pool (body: bodies being read; decoded: requests being answered)",
             memory_reserved.clone(),
         );
+        // Every bounded series exists from the start at 0, so that the
+        // first rejection shows in rate() and increase(), and dashboards
+        // and alerts find the series before anything went wrong.
         for endpoint in ["mutate", "validate"] {
             let _ = slots_in_use.get_or_create(&EndpointLabels { endpoint });
+            for reason in REJECTION_REASONS {
+                let _ = rejections.get_or_create(&RejectionLabels { endpoint, reason });
+            }
         }
         for pool in ["body", "decoded"] {
             let _ = memory_reserved.get_or_create(&PoolLabels { pool });
@@ -193,6 +218,13 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
+        Metrics::with_families(|_| {})
+    }
+
+    /// The server's metrics plus the families `register` adds: metrics of
+    /// work the server hosts but knows nothing of, kept by their owner
+    /// and exported on the same `/metrics`.
+    pub fn with_families(register: impl FnOnce(&mut Registry)) -> Metrics {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -201,12 +233,12 @@ impl Metrics {
             requests.clone(),
         );
         // 0.5 ms .. ~8 s: admission answers are fast, the apiserver gives up at 30 s.
-        let request_duration = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+        let request_duration = Family::<DurationLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0005, 2.0, 15))
         });
         registry.register(
             "gpu_admission_request_duration_seconds",
-            "Time from request received to answer, by endpoint",
+            "Time from request received to answer, by endpoint and decision",
             request_duration.clone(),
         );
         let policy_evaluations = Family::<PolicyResultLabels, Counter>::default();
@@ -254,6 +286,11 @@ impl Metrics {
             "Connections the server closed for a timeout, by listener and reason (header_timeout, idle_timeout)",
             connections_closed.clone(),
         );
+        for listener in ["webhook", "metrics"] {
+            for reason in CLOSE_REASONS {
+                let _ = connections_closed.get_or_create(&ClosedLabels { listener, reason });
+            }
+        }
         let load = Load::register(&mut registry);
         let certificate_expiry = Gauge::default();
         registry.register(
@@ -270,6 +307,7 @@ impl Metrics {
         for result in CERTIFICATE_RELOAD_RESULTS {
             let _ = certificate_reloads.get_or_create(&ReloadLabels { result });
         }
+        register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -377,7 +415,7 @@ impl Metrics {
             .inc();
         self.inner
             .request_duration
-            .get_or_create(&EndpointLabels { endpoint })
+            .get_or_create(&DurationLabels { endpoint, decision })
             .observe(elapsed.as_secs_f64());
     }
 
@@ -474,7 +512,7 @@ mod tests {
         let text = m.encode();
         for line in [
             r#"gpu_admission_requests_total{endpoint="validate",kind="Pod",operation="CREATE",decision="denied"} 1"#,
-            r#"gpu_admission_request_duration_seconds_count{endpoint="validate"} 1"#,
+            r#"gpu_admission_request_duration_seconds_count{endpoint="validate",decision="denied"} 1"#,
             r#"gpu_admission_policy_evaluations_total{policy="gpu-limits",result="deny"} 1"#,
             r#"gpu_admission_policy_evaluation_duration_seconds_count{policy="gpu-limits"} 1"#,
             "gpu_admission_policies_loaded 7",
@@ -485,6 +523,8 @@ mod tests {
             "gpu_admission_certificate_expiry_seconds 1795000000",
             r#"gpu_admission_certificate_reloads_total{result="refused"} 1"#,
             r#"gpu_admission_certificate_reloads_total{result="reloaded"} 0"#,
+            r#"gpu_admission_rejected_requests_total{endpoint="mutate",reason="deadline"} 0"#,
+            r#"gpu_admission_connections_closed_total{listener="metrics",reason="idle_timeout"} 0"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

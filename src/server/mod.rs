@@ -9,6 +9,7 @@ mod executor;
 mod handlers;
 pub mod health;
 pub mod metrics;
+pub mod report;
 pub mod shutdown;
 pub mod tls;
 mod watchdog;
@@ -19,6 +20,7 @@ pub use executor::{Executor, RunError};
 pub use handlers::{parse_duration, DEFAULT_TIMEOUT};
 pub use health::Readiness;
 pub use metrics::Metrics;
+pub use report::{ReportAnswer, ReportFormat, ReportPages};
 pub use shutdown::{forward_signals, Phase, ShutdownHandle};
 
 use crate::admission::{Admission, Outcome};
@@ -204,7 +206,19 @@ pub struct ServeConfig {
     /// Accept a policy reload that leaves no binding or placement profile
     /// where the served set has some.
     pub allow_empty_policies: bool,
+    /// Period of the in-cluster audit served at `/report`; none: off.
+    pub report_interval: Option<Duration>,
+    /// Objects other than Pods one audit may hold.
+    pub report_max_objects: usize,
+    /// Name of the Lease that elects the replica running the audit; none:
+    /// every replica runs it.
+    pub report_lease: Option<String>,
 }
+
+/// Default of [`ServeConfig::report_max_objects`].
+pub const DEFAULT_REPORT_MAX_OBJECTS: usize = 20_000;
+/// Default of [`ServeConfig::report_lease`].
+pub const DEFAULT_REPORT_LEASE: &str = "gpu-admission-report";
 
 impl Default for ServeConfig {
     fn default() -> Self {
@@ -230,6 +244,9 @@ impl Default for ServeConfig {
             drain_window: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(30),
             allow_empty_policies: false,
+            report_interval: None,
+            report_max_objects: DEFAULT_REPORT_MAX_OBJECTS,
+            report_lease: Some(DEFAULT_REPORT_LEASE.to_string()),
         }
     }
 }
@@ -257,6 +274,7 @@ pub struct Server {
     cert_files: (PathBuf, PathBuf),
     acceptor: TlsAcceptor,
     state: Arc<AppState>,
+    report: Option<Arc<dyn ReportPages>>,
 }
 
 impl Server {
@@ -355,7 +373,15 @@ impl Server {
             cert_files: (cert, key),
             acceptor,
             state,
+            report: None,
         })
+    }
+
+    /// Serves `report`'s latest report at `GET /report` on the metrics
+    /// listener (without it, `/report` answers 404).
+    pub fn with_report(mut self, report: Arc<dyn ReportPages>) -> Server {
+        self.report = Some(report);
+        self
     }
 
     /// The webhook listener's address (useful with port 0).
@@ -389,6 +415,7 @@ impl Server {
             cert_files: (cert, key),
             acceptor,
             state,
+            report,
         } = self;
         let shutdown = state.shutdown.clone();
         let _reloader = CertReloader::spawn(resolver, cert, key, state.metrics.clone());
@@ -397,11 +424,14 @@ impl Server {
             idle: config.idle_timeout,
             drain_window: config.drain_window,
         };
+        if let Some(addr) = metrics_listener.as_ref().and_then(|l| l.local_addr().ok()) {
+            tracing::info!(metrics_addr = %addr, "serving metrics");
+        }
         let metrics_task = metrics_listener.map(|l| {
             let edge = Arc::new(Edge::new(
                 "metrics",
                 None,
-                handlers::metrics_router(state.clone()),
+                handlers::metrics_router(state.clone(), report),
                 timeouts,
                 conn::METRICS_MAX_CONNECTIONS,
                 state.metrics.clone(),

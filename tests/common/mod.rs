@@ -54,7 +54,17 @@ impl TestServer {
     /// Starts the server answering with `webhook`. Without TLS files in
     /// `config`, certificates are generated into a temporary `certs_dir`;
     /// with them, `config.certs_dir` must hold the CA as `ca.crt`.
-    pub async fn start_with(mut config: ServeConfig, webhook: Arc<dyn Webhook>) -> TestServer {
+    pub async fn start_with(config: ServeConfig, webhook: Arc<dyn Webhook>) -> TestServer {
+        TestServer::start_with_metrics(config, webhook, Metrics::new()).await
+    }
+
+    /// [`TestServer::start_with`], exporting `metrics` (which may carry
+    /// families of its own) on /metrics.
+    pub async fn start_with_metrics(
+        mut config: ServeConfig,
+        webhook: Arc<dyn Webhook>,
+        metrics: Metrics,
+    ) -> TestServer {
         let tmp = if config.tls_cert.is_none() {
             let tmp = tempfile::tempdir().unwrap();
             config.certs_dir = tmp.path().join("certs");
@@ -64,7 +74,7 @@ impl TestServer {
         };
         let certs_dir = config.certs_dir.clone();
         let shutdown = ShutdownHandle::new();
-        let server = Server::bind(config, webhook, Metrics::new(), shutdown.clone())
+        let server = Server::bind(config, webhook, metrics, shutdown.clone())
             .await
             .expect("server binds");
         let addr = server.local_addr();

@@ -1,0 +1,408 @@
+//! Reading the objects an audit judges from a cluster: every kind the
+//! webhook judges, a page at a time, through API discovery. Shared by
+//! `gpu-admission audit` and the periodic report of `serve`.
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Kinds the audit reads from a cluster: (group, kind). A kind the cluster
+/// does not serve (CRD not installed) or that the caller may not list is
+/// skipped with a warning.
+pub const AUDITED: &[(&str, &str)] = &[
+    ("", "Pod"),
+    ("apps", "Deployment"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("apps", "ReplicaSet"),
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+    ("karpenter.sh", "NodePool"),
+    ("kaito.sh", "Workspace"),
+    ("kaito.sh", "InferenceSet"),
+    ("kaito.sh", "RAGEngine"),
+    ("containerservice.azure.com", "ManagedClustersAgentPool"),
+    ("resource.k8s.io", "ResourceClaim"),
+    ("resource.k8s.io", "ResourceClaimTemplate"),
+];
+
+/// Objects per list call: big clusters are read in pages, so no single
+/// answer (or the apiserver's work for it) grows with the cluster.
+pub const PAGE_SIZE: u32 = 500;
+
+/// One page of a list call.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Page {
+    /// Objects with `apiVersion` and `kind` set.
+    pub items: Vec<Value>,
+    /// Where the next page starts; none on the last page.
+    pub continue_token: Option<String>,
+}
+
+/// Why a list call failed.
+#[derive(Debug)]
+pub enum ListError {
+    /// 403: the caller may not list this kind.
+    Forbidden(String),
+    /// 404, or no such group or kind: the cluster does not serve it.
+    NotServed(String),
+    Other(anyhow::Error),
+}
+
+/// Lists objects a page at a time: the cluster, or a fake in tests.
+#[allow(async_fn_in_trait)]
+pub trait Lister {
+    async fn list_page(
+        &self,
+        group: &str,
+        kind: &str,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<Page, ListError>;
+}
+
+/// Every object of `kinds`, [`PAGE_SIZE`] at a time, in memory. A kind
+/// that is forbidden or not served is skipped with a `warn`ing; any other
+/// error ends the listing, since a partial read would under-report.
+pub async fn list_all(
+    lister: &impl Lister,
+    kinds: &[(&str, &str)],
+    warn: &dyn Fn(String),
+) -> anyhow::Result<Vec<Value>> {
+    let mut objects = Vec::new();
+    list_pages(lister, kinds, warn, &mut |page| {
+        objects.extend(page);
+        Ok(())
+    })
+    .await?;
+    Ok(objects)
+}
+
+/// Hands every object of `kinds` to `on_page`, one page at a time, so
+/// that the caller holds no more than it keeps. Forbidden and not-served
+/// kinds are skipped with a `warn`ing when their first page says so; any
+/// other error, an error later in a kind (its first pages are already
+/// handed over), or an error from `on_page`, ends the listing.
+pub async fn list_pages(
+    lister: &impl Lister,
+    kinds: &[(&str, &str)],
+    warn: &dyn Fn(String),
+    on_page: &mut dyn FnMut(Vec<Value>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for (group, kind) in kinds {
+        let name = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut token: Option<String> = None;
+        loop {
+            let first = token.is_none();
+            match lister
+                .list_page(group, kind, PAGE_SIZE, token.as_deref())
+                .await
+            {
+                Ok(page) => {
+                    let mut items = page.items;
+                    items.iter_mut().for_each(slim);
+                    on_page(items)?;
+                    match page.continue_token {
+                        Some(next) => token = Some(next),
+                        None => break,
+                    }
+                }
+                Err(ListError::Forbidden(why)) if first => {
+                    warn(format!("skipping {name}: not allowed to list it ({why})"));
+                    break;
+                }
+                Err(ListError::NotServed(why)) if first => {
+                    warn(format!(
+                        "skipping {name}: the cluster does not serve it ({why})"
+                    ));
+                    break;
+                }
+                Err(ListError::Forbidden(why) | ListError::NotServed(why)) => {
+                    anyhow::bail!("cannot list {name}: it went away while being read ({why})");
+                }
+                Err(ListError::Other(err)) => {
+                    return Err(err.context(format!("cannot list {name}")));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Drops what no policy judges and only costs memory: the server-side
+/// apply bookkeeping (`metadata.managedFields`), often the largest part of
+/// an object as the API returns it.
+fn slim(object: &mut Value) {
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("managedFields");
+    }
+}
+
+/// [`Lister`] over a cluster, through API discovery (once per kind).
+pub struct ClusterLister {
+    client: kube::Client,
+    resources: std::sync::Mutex<BTreeMap<(String, String), kube::discovery::ApiResource>>,
+}
+
+impl ClusterLister {
+    pub fn new(client: kube::Client) -> ClusterLister {
+        ClusterLister {
+            client,
+            resources: Default::default(),
+        }
+    }
+
+    async fn resource(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Result<kube::discovery::ApiResource, ListError> {
+        let key = (group.to_string(), kind.to_string());
+        if let Some(found) = self.cache().get(&key) {
+            return Ok(found.clone());
+        }
+        let api_group = kube::discovery::group(&self.client, group)
+            .await
+            .map_err(classify)?;
+        let Some((resource, _caps)) = api_group.recommended_kind(kind) else {
+            return Err(ListError::NotServed(format!("no kind {kind} in the group")));
+        };
+        self.cache().insert(key, resource.clone());
+        Ok(resource)
+    }
+
+    fn cache(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), kube::discovery::ApiResource>> {
+        self.resources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Lister for ClusterLister {
+    async fn list_page(
+        &self,
+        group: &str,
+        kind: &str,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<Page, ListError> {
+        let resource = self.resource(group, kind).await?;
+        let api: kube::Api<kube::core::DynamicObject> =
+            kube::Api::all_with(self.client.clone(), &resource);
+        let mut params = kube::api::ListParams::default().limit(limit);
+        if let Some(token) = continue_token {
+            params = params.continue_token(token);
+        }
+        let list = api.list(&params).await.map_err(classify)?;
+        let mut items = Vec::with_capacity(list.items.len());
+        for item in list.items {
+            let mut value = serde_json::to_value(&item).map_err(|e| ListError::Other(e.into()))?;
+            value["apiVersion"] = Value::String(resource.api_version.clone());
+            value["kind"] = Value::String(resource.kind.clone());
+            items.push(value);
+        }
+        Ok(Page {
+            items,
+            continue_token: list.metadata.continue_.filter(|t| !t.is_empty()),
+        })
+    }
+}
+
+fn classify(err: kube::Error) -> ListError {
+    match &err {
+        kube::Error::Api(status) if status.is_forbidden() || status.code == 403 => {
+            ListError::Forbidden(status.message.clone())
+        }
+        kube::Error::Api(status) if status.is_not_found() || status.code == 404 => {
+            ListError::NotServed(status.message.clone())
+        }
+        kube::Error::Discovery(
+            kube::error::DiscoveryError::MissingApiGroup(_)
+            | kube::error::DiscoveryError::MissingKind(_)
+            | kube::error::DiscoveryError::MissingResource(_),
+        ) => ListError::NotServed(err.to_string()),
+        _ => ListError::Other(err.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::cell::RefCell;
+
+    /// A cluster of `per_kind` objects per served kind, answered in pages
+    /// of at most the requested limit; Jobs forbidden, NodePools absent.
+    struct FakeCluster {
+        per_kind: usize,
+        calls: RefCell<Vec<(String, u32, Option<String>)>>,
+    }
+
+    impl Lister for FakeCluster {
+        async fn list_page(
+            &self,
+            group: &str,
+            kind: &str,
+            limit: u32,
+            continue_token: Option<&str>,
+        ) -> Result<Page, ListError> {
+            self.calls.borrow_mut().push((
+                kind.to_string(),
+                limit,
+                continue_token.map(str::to_string),
+            ));
+            match kind {
+                "Job" => return Err(ListError::Forbidden("jobs.batch is forbidden".into())),
+                "NodePool" => return Err(ListError::NotServed("Missing Api Group".into())),
+                "CronJob" => return Err(ListError::Other(anyhow::anyhow!("connection reset"))),
+                _ => {}
+            }
+            let start: usize = continue_token.map_or(0, |t| t.parse().unwrap());
+            let end = (start + limit as usize).min(self.per_kind);
+            let api_version = if group.is_empty() {
+                "v1".to_string()
+            } else {
+                format!("{group}/v1")
+            };
+            let items = (start..end)
+                .map(|i| json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": format!("{kind}-{i}")}}))
+                .collect();
+            Ok(Page {
+                items,
+                continue_token: (end < self.per_kind).then(|| end.to_string()),
+            })
+        }
+    }
+
+    fn run(
+        cluster: &FakeCluster,
+        kinds: &[(&str, &str)],
+    ) -> (anyhow::Result<Vec<Value>>, Vec<String>) {
+        let warnings = RefCell::new(Vec::new());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(list_all(cluster, kinds, &|w| warnings.borrow_mut().push(w)));
+        (result, warnings.into_inner())
+    }
+
+    #[test]
+    fn pages_through_every_kind_following_continue_tokens() {
+        let cluster = FakeCluster {
+            per_kind: 1_203,
+            calls: RefCell::default(),
+        };
+        let (objects, warnings) = run(&cluster, &[("", "Pod"), ("apps", "Deployment")]);
+        let objects = objects.unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(objects.len(), 2 * 1_203);
+        assert_eq!(objects[1_202]["metadata"]["name"], "Pod-1202");
+        assert_eq!(objects[1_203]["metadata"]["name"], "Deployment-0");
+        let calls = cluster.calls.into_inner();
+        let pods: Vec<_> = calls.iter().filter(|c| c.0 == "Pod").collect();
+        assert_eq!(pods.len(), 3, "1203 objects in pages of 500");
+        assert!(calls.iter().all(|c| c.1 == PAGE_SIZE));
+        assert_eq!(pods[0].2, None);
+        assert_eq!(pods[1].2.as_deref(), Some("500"));
+        assert_eq!(pods[2].2.as_deref(), Some("1000"));
+    }
+
+    #[test]
+    fn forbidden_and_absent_kinds_are_skipped_with_a_warning() {
+        let cluster = FakeCluster {
+            per_kind: 3,
+            calls: RefCell::default(),
+        };
+        let (objects, warnings) = run(
+            &cluster,
+            &[
+                ("", "Pod"),
+                ("batch", "Job"),
+                ("karpenter.sh", "NodePool"),
+                ("kaito.sh", "Workspace"),
+            ],
+        );
+        let kinds: Vec<_> = objects
+            .unwrap()
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["Pod", "Pod", "Pod", "Workspace", "Workspace", "Workspace"]
+        );
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("skipping Job.batch: not allowed"),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings[0].contains("forbidden"), "{}", warnings[0]);
+        assert!(
+            warnings[1]
+                .starts_with("skipping NodePool.karpenter.sh: the cluster does not serve it"),
+            "{}",
+            warnings[1]
+        );
+    }
+
+    #[test]
+    fn other_errors_end_the_audit() {
+        let cluster = FakeCluster {
+            per_kind: 3,
+            calls: RefCell::default(),
+        };
+        let (result, _) = run(&cluster, &[("", "Pod"), ("batch", "CronJob")]);
+        let err = format!("{:#}", result.unwrap_err());
+        assert!(err.contains("cannot list CronJob.batch"), "{err}");
+        assert!(err.contains("connection reset"), "{err}");
+    }
+
+    /// Pods with server-side-apply bookkeeping, forbidden from the second page on.
+    struct RevokedMidway;
+
+    impl Lister for RevokedMidway {
+        async fn list_page(
+            &self,
+            _group: &str,
+            kind: &str,
+            _limit: u32,
+            continue_token: Option<&str>,
+        ) -> Result<Page, ListError> {
+            match (kind, continue_token) {
+                ("Pod", None) => Ok(Page {
+                    items: vec![json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                        "name": "p", "managedFields": [{"manager": "kubectl", "fieldsV1": {}}]}})],
+                    continue_token: Some("1".into()),
+                }),
+                _ => Err(ListError::Forbidden("pods is forbidden".into())),
+            }
+        }
+    }
+
+    #[test]
+    fn pages_are_handed_over_without_managed_fields_and_a_kind_lost_midway_is_an_error() {
+        let mut pages = Vec::new();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(list_pages(
+            &RevokedMidway,
+            &[("", "Pod")],
+            &|w| panic!("unexpected warning {w}"),
+            &mut |page| {
+                pages.push(page);
+                Ok(())
+            },
+        ));
+        assert_eq!(pages.len(), 1);
+        assert_eq!(pages[0][0]["metadata"], json!({"name": "p"}));
+        let err = format!("{:#}", result.unwrap_err());
+        assert!(
+            err.contains("cannot list Pod: it went away while being read"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,296 @@
+//! The `gpu_admission_audit_*` metrics: the last report's totals per
+//! policy and namespace, with the namespace label bounded.
+use crate::audit::Report;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::time::SystemTime;
+
+use super::RunMeta;
+
+/// Namespaces that get their own label value in the audit metrics (those
+/// with the most GPUs held by violations, then the most violations); the
+/// rest are summed under [`OTHER_NAMESPACES`].
+pub const TOP_NAMESPACES: usize = 20;
+/// The namespace label of namespaces beyond the top ones. Not a valid
+/// namespace name, so it never collides with one.
+pub const OTHER_NAMESPACES: &str = "_other";
+/// The namespace label of cluster-scoped objects (NodePools, ...).
+pub const CLUSTER_SCOPE: &str = "_cluster";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ViolationLabels {
+    policy: String,
+    namespace: String,
+    action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HeldLabels {
+    policy: String,
+    namespace: String,
+}
+
+/// The `gpu_admission_audit_*` families.
+#[derive(Clone, Default)]
+pub struct AuditMetrics {
+    violations: Family<ViolationLabels, Gauge>,
+    gpus_held: Family<HeldLabels, Gauge>,
+    objects: Gauge,
+    evaluated: Gauge,
+    last_run: Gauge,
+    duration: Gauge<f64, AtomicU64>,
+    errors: Counter,
+    leader: Gauge,
+}
+
+impl AuditMetrics {
+    /// Registers the families in `registry` (`Metrics::with_families`).
+    pub fn register(registry: &mut Registry) -> AuditMetrics {
+        let m = AuditMetrics::default();
+        registry.register(
+            "gpu_admission_audit_violations",
+            "Objects in the cluster violating a policy at the last audit, by policy, namespace (top namespaces, the rest as _other; _cluster for cluster-scoped objects) and action (deny, warn, audit)",
+            m.violations.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_gpus_held",
+            "GPUs held by objects violating a policy at the last audit, by policy and namespace",
+            m.gpus_held.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_objects",
+            "Objects read by the last audit",
+            m.objects.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_objects_evaluated",
+            "Objects judged by the last audit (others are judged through their controller)",
+            m.evaluated.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_last_run_timestamp_seconds",
+            "Unix time the last successful audit finished (0: none yet)",
+            m.last_run.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_run_duration_seconds",
+            "How long the last successful audit took",
+            m.duration.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_run_errors",
+            "Audits that failed (listing the cluster or the lease); the last report stays served",
+            m.errors.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_leader",
+            "1 when this replica holds the report Lease and runs the audit, else 0",
+            m.leader.clone(),
+        );
+        m
+    }
+
+    /// Sets the gauges from `report`.
+    pub fn record(&self, report: &Report, meta: &RunMeta) {
+        let (violations, held) = audit_series(report, TOP_NAMESPACES);
+        self.violations.clear();
+        self.gpus_held.clear();
+        for ((policy, namespace, action), n) in violations {
+            self.violations
+                .get_or_create(&ViolationLabels {
+                    policy,
+                    namespace,
+                    action,
+                })
+                .set(n);
+        }
+        for ((policy, namespace), n) in held {
+            self.gpus_held
+                .get_or_create(&HeldLabels { policy, namespace })
+                .set(n);
+        }
+        self.objects
+            .set(i64::try_from(report.objects).unwrap_or(i64::MAX));
+        self.evaluated
+            .set(i64::try_from(report.evaluated).unwrap_or(i64::MAX));
+        let finished = (meta.generated_at + meta.duration)
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.last_run.set(finished);
+        self.duration.set(meta.duration.as_secs_f64());
+    }
+
+    /// Drops the per-policy series: a replica that does not lead exports
+    /// none, so sums across replicas count each violation once.
+    pub fn clear(&self) {
+        self.violations.clear();
+        self.gpus_held.clear();
+    }
+
+    pub fn inc_errors(&self) {
+        self.errors.inc();
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+}
+
+type ViolationSeries = BTreeMap<(String, String, &'static str), i64>;
+type HeldSeries = BTreeMap<(String, String), i64>;
+
+/// The report's totals per (policy, namespace, action) and GPUs per
+/// (policy, namespace), with namespaces beyond the `top` ones (by GPUs
+/// held, then violations, then name) summed as [`OTHER_NAMESPACES`].
+fn audit_series(report: &Report, top: usize) -> (ViolationSeries, HeldSeries) {
+    let label = |ns: &Option<String>| match ns.as_deref() {
+        None | Some("") => CLUSTER_SCOPE.to_string(),
+        Some(ns) => ns.to_string(),
+    };
+    let mut weight: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for f in &report.findings {
+        let w = weight.entry(label(&f.namespace)).or_default();
+        w.0 = w.0.saturating_add(f.gpus);
+        w.1 += 1;
+    }
+    let mut ranked: Vec<(String, (i64, i64))> = weight
+        .into_iter()
+        .filter(|(ns, _)| ns != CLUSTER_SCOPE)
+        .collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let kept: HashSet<String> = ranked.into_iter().take(top).map(|(ns, _)| ns).collect();
+    let bucket = |ns: String| {
+        if ns == CLUSTER_SCOPE || kept.contains(&ns) {
+            ns
+        } else {
+            OTHER_NAMESPACES.to_string()
+        }
+    };
+    let mut violations = ViolationSeries::new();
+    let mut held = HeldSeries::new();
+    for f in &report.findings {
+        let ns = bucket(label(&f.namespace));
+        *violations
+            .entry((f.policy.clone(), ns.clone(), f.action))
+            .or_default() += 1;
+        let gpus = held.entry((f.policy.clone(), ns)).or_default();
+        *gpus = gpus.saturating_add(f.gpus);
+    }
+    (violations, held)
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::audit::Finding;
+    use std::time::Duration;
+
+    pub(crate) fn finding(
+        policy: &str,
+        namespace: Option<&str>,
+        action: &'static str,
+        gpus: i64,
+    ) -> Finding {
+        Finding {
+            policy: policy.into(),
+            action,
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: namespace.map(str::to_string),
+            name: "p".into(),
+            uid: None,
+            message: "m".into(),
+            gpus,
+        }
+    }
+
+    #[test]
+    fn namespaces_beyond_the_top_ones_share_one_label() {
+        let mut report = Report::default();
+        for i in 0..5 {
+            let ns = format!("team-{i}");
+            for _ in 0..=i {
+                report
+                    .findings
+                    .push(finding("gpu-privileged", Some(&ns), "deny", 2));
+            }
+        }
+        report
+            .findings
+            .push(finding("gpu-nodepool", None, "warn", 8));
+        let (violations, held) = audit_series(&report, 2);
+        let namespaces: HashSet<&str> = violations.keys().map(|k| k.1.as_str()).collect();
+        assert_eq!(
+            namespaces,
+            HashSet::from(["team-4", "team-3", OTHER_NAMESPACES, CLUSTER_SCOPE])
+        );
+        assert_eq!(
+            violations[&("gpu-privileged".into(), OTHER_NAMESPACES.into(), "deny")],
+            1 + 2 + 3
+        );
+        assert_eq!(held[&("gpu-privileged".into(), "team-4".into())], 10);
+        assert_eq!(
+            held[&("gpu-privileged".into(), OTHER_NAMESPACES.into())],
+            12
+        );
+        assert_eq!(held[&("gpu-nodepool".into(), CLUSTER_SCOPE.into())], 8);
+    }
+
+    #[test]
+    fn the_gauges_follow_the_last_report_and_a_follower_exports_none() {
+        let mut registry = Registry::default();
+        let metrics = AuditMetrics::register(&mut registry);
+        let encode = |registry: &Registry| {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+            out
+        };
+        let mut report = Report {
+            objects: 7,
+            evaluated: 5,
+            ..Report::default()
+        };
+        report
+            .findings
+            .push(finding("gpu-privileged", Some("ml"), "deny", 4));
+        let meta = RunMeta {
+            generated_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+            duration: Duration::from_millis(2_500),
+            about: crate::report::tests::about(),
+        };
+        metrics.record(&report, &meta);
+        metrics.set_leader(true);
+        let text = encode(&registry);
+        for line in [
+            r#"gpu_admission_audit_violations{policy="gpu-privileged",namespace="ml",action="deny"} 1"#,
+            r#"gpu_admission_audit_gpus_held{policy="gpu-privileged",namespace="ml"} 4"#,
+            "gpu_admission_audit_objects 7",
+            "gpu_admission_audit_objects_evaluated 5",
+            "gpu_admission_audit_last_run_timestamp_seconds 1800000002",
+            "gpu_admission_audit_run_duration_seconds 2.5",
+            "gpu_admission_audit_run_errors_total 0",
+            "gpu_admission_audit_leader 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        // The next report has no finding in "ml": its series goes.
+        metrics.record(&Report::default(), &meta);
+        assert!(!encode(&registry).contains(r#"namespace="ml""#));
+        metrics.record(&report, &meta);
+        metrics.clear();
+        metrics.set_leader(false);
+        metrics.inc_errors();
+        let text = encode(&registry);
+        assert!(!text.contains("gpu_admission_audit_violations{"), "{text}");
+        assert!(text.contains("gpu_admission_audit_leader 0"), "{text}");
+        assert!(
+            text.contains("gpu_admission_audit_run_errors_total 1"),
+            "{text}"
+        );
+    }
+}

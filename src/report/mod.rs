@@ -1,0 +1,549 @@
+//! The periodic audit `serve --report-interval` runs in the cluster: the
+//! objects already there judged by the policies being served, the latest
+//! report kept for `GET /report`, and its totals exported as
+//! `gpu_admission_audit_*` metrics. With several replicas only the holder
+//! of a Lease runs it.
+//!
+//! Memory: Pods, the bulk of a cluster, are read and judged a page at a
+//! time ([`inventory::PAGE_SIZE`]) and dropped; the other audited kinds
+//! (controllers, capacity objects, DRA claims) are held for the length of
+//! a run, at most [`ReportSettings::max_objects`] of them.
+use crate::admission::Admission;
+use crate::audit::{self, Report};
+use crate::inventory::{self, Lister, AUDITED};
+use crate::server::{ReportAnswer, ReportFormat, ReportPages};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::sync::RwLock;
+use std::time::{Duration, SystemTime};
+
+mod metrics;
+mod task;
+
+pub use metrics::{AuditMetrics, CLUSTER_SCOPE, OTHER_NAMESPACES, TOP_NAMESPACES};
+pub use task::ReportTask;
+
+/// How the periodic report runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportSettings {
+    /// Time between the starts of two runs.
+    pub interval: Duration,
+    /// Objects other than Pods a run may hold; a cluster with more fails
+    /// the run (counted in `gpu_admission_audit_run_errors_total`).
+    pub max_objects: usize,
+    /// The Lease that picks the one replica that runs it; none: every
+    /// replica runs it (one replica, or no permission on Leases).
+    pub lease: Option<LeaseSettings>,
+    /// Where the served policies come from (for the report's policy-set
+    /// line and digest).
+    pub policies: crate::bundle::PolicySource,
+    /// The SKU catalog's name: `built-in`, or its file.
+    pub catalog: String,
+}
+
+/// Where the report's Lease lives and who this replica is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    pub name: String,
+    /// This replica's `holderIdentity`: its pod name.
+    pub identity: String,
+}
+
+impl LeaseSettings {
+    /// The Lease `name` in this pod's namespace (`POD_NAMESPACE`, else the
+    /// service account's namespace, else `gpu-admission`), held as this
+    /// pod (`POD_NAME`, else the host name, which Kubernetes sets to the
+    /// pod's name).
+    pub fn from_environment(name: &str) -> LeaseSettings {
+        let namespace = std::env::var("POD_NAMESPACE")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+            })
+            .unwrap_or_else(|| "gpu-admission".to_string());
+        let identity = ["POD_NAME", "HOSTNAME"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok())
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("gpu-admission-{}", std::process::id()));
+        LeaseSettings {
+            namespace,
+            name: name.to_string(),
+            identity,
+        }
+    }
+}
+
+/// How long a report Lease stays valid without renewal. The leader renews
+/// it at the start of every run, so it must outlast one interval; a
+/// replica takes over at most this long (plus an interval) after the
+/// leader stops.
+pub fn lease_duration(interval: Duration) -> Duration {
+    (interval * 2).max(Duration::from_secs(30))
+}
+
+/// The content type of [`render_report_page`]'s output.
+pub const REPORT_PAGE_CONTENT_TYPE: &str = "text/html; charset=utf-8";
+
+/// When and from what a report was made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunMeta {
+    pub generated_at: SystemTime,
+    pub duration: Duration,
+    /// What the page says of its sources (cluster, policy set and digest,
+    /// catalog); its `generated_at` is set from the run's.
+    pub about: audit::ReportMeta,
+}
+
+/// The page `GET /report` serves: the one place the served report is
+/// rendered for people, the same page as `gpu-admission audit -o html`.
+pub fn render_report_page(report: &Report, meta: &RunMeta) -> String {
+    let mut about = meta.about.clone();
+    if let Some(at) = meta
+        .generated_at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| k8s_openapi::jiff::Timestamp::from_second(d.as_secs() as i64).ok())
+    {
+        about.generated_at = at.to_string();
+    }
+    audit::render(report, &about)
+}
+
+/// The latest report, rendered once per run, for `/report`.
+#[derive(Default)]
+pub struct LatestReport {
+    state: RwLock<Latest>,
+}
+
+#[derive(Default)]
+struct Latest {
+    page: Option<axum::body::Bytes>,
+    json: Option<axum::body::Bytes>,
+    /// Why there is no report (yet), when there is none.
+    waiting: Option<String>,
+}
+
+impl LatestReport {
+    pub fn new() -> LatestReport {
+        LatestReport::default()
+    }
+
+    /// Replaces the served report.
+    pub fn publish(&self, report: &Report, meta: &RunMeta) -> anyhow::Result<()> {
+        let json = serde_json::to_string_pretty(report)?;
+        let page = render_report_page(report, meta);
+        let mut latest = self.state.write().unwrap_or_else(|e| e.into_inner());
+        latest.page = Some(page.into());
+        latest.json = Some(json.into());
+        latest.waiting = None;
+        Ok(())
+    }
+
+    /// Serves no report, saying `why` (this replica is not the leader).
+    pub fn withdraw(&self, why: String) {
+        let mut latest = self.state.write().unwrap_or_else(|e| e.into_inner());
+        *latest = Latest {
+            waiting: Some(why),
+            ..Latest::default()
+        };
+    }
+}
+
+impl ReportPages for LatestReport {
+    fn latest(&self, format: ReportFormat) -> ReportAnswer {
+        let latest = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let (body, content_type) = match format {
+            ReportFormat::Page => (&latest.page, REPORT_PAGE_CONTENT_TYPE),
+            ReportFormat::Json => (&latest.json, "application/json"),
+        };
+        match body {
+            Some(body) => ReportAnswer::Ready {
+                content_type,
+                body: body.clone(),
+            },
+            None => ReportAnswer::NotYet(latest.waiting.clone().unwrap_or_else(|| {
+                "no report yet: the first audit of the cluster has not finished".to_string()
+            })),
+        }
+    }
+}
+
+/// A run given up because the server is shutting down.
+#[derive(Debug, thiserror::Error)]
+#[error("the audit was stopped")]
+pub struct Stopped;
+
+/// One audit of the cluster `lister` reads, judged by `admission`. Kinds
+/// other than Pods are read first and held (at most `max_objects`); Pods
+/// follow a page at a time, those controlled by an object already read
+/// being judged through it. Between pages, a `stop()` that says true ends
+/// the run with [`Stopped`].
+pub async fn audit_cluster(
+    admission: &Admission,
+    lister: &impl Lister,
+    max_objects: usize,
+    warn: &dyn Fn(String),
+    stop: &dyn Fn() -> bool,
+) -> anyhow::Result<Report> {
+    let (pods, others): (Vec<_>, Vec<_>) = AUDITED.iter().partition(|(_, kind)| *kind == "Pod");
+    let mut held: Vec<Value> = Vec::new();
+    inventory::list_pages(lister, &others, warn, &mut |page| {
+        if stop() {
+            return Err(Stopped.into());
+        }
+        held.extend(page);
+        if held.len() > max_objects {
+            anyhow::bail!(
+                "the cluster has more than {max_objects} controllers, capacity objects and claims; raise --report-max-objects (each takes a few KiB during a run)"
+            );
+        }
+        Ok(())
+    })
+    .await?;
+    let mut report = audit::audit(admission, &held);
+    let controllers: HashSet<String> = held
+        .iter()
+        .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect();
+    drop(held);
+    inventory::list_pages(lister, &pods, warn, &mut |mut page| {
+        if stop() {
+            return Err(Stopped.into());
+        }
+        let read = page.len();
+        page.retain(|pod| !controlled_by(pod, &controllers));
+        let judged = audit::audit(admission, &page);
+        merge(&mut report, judged);
+        report.objects += read - page.len();
+        Ok(())
+    })
+    .await?;
+    Ok(report)
+}
+
+/// Whether an object in `uids` is `object`'s controller.
+fn controlled_by(object: &Value, uids: &HashSet<String>) -> bool {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|owners| {
+            owners.iter().any(|o| {
+                o.get("controller").and_then(Value::as_bool) == Some(true)
+                    && o.get("uid")
+                        .and_then(Value::as_str)
+                        .is_some_and(|u| uids.contains(u))
+            })
+        })
+}
+
+/// Adds `more` (a report of other objects) to `report`.
+fn merge(report: &mut Report, more: Report) {
+    report.objects += more.objects;
+    report.evaluated += more.evaluated;
+    for (ns, n) in more.passed {
+        *report.passed.entry(ns).or_default() += n;
+    }
+    report.findings.extend(more.findings);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::Finding;
+    use crate::bundle::{self, PolicySource};
+    use crate::inventory::{ListError, Page};
+    use crate::k8s::StaticNamespaces;
+    use metrics::tests::finding;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    /// Objects per kind, served in pages of the requested size.
+    pub(super) struct FakeCluster {
+        objects: BTreeMap<&'static str, Vec<Value>>,
+        pub(super) pages_of_pods: std::sync::Mutex<usize>,
+    }
+
+    impl Lister for FakeCluster {
+        async fn list_page(
+            &self,
+            _group: &str,
+            kind: &str,
+            limit: u32,
+            continue_token: Option<&str>,
+        ) -> Result<Page, ListError> {
+            let Some(all) = self.objects.get(kind) else {
+                return Err(ListError::NotServed(format!("no {kind}")));
+            };
+            if kind == "Pod" {
+                *self.pages_of_pods.lock().unwrap() += 1;
+            }
+            let start: usize = continue_token.map_or(0, |t| t.parse().unwrap());
+            let end = (start + limit as usize).min(all.len());
+            Ok(Page {
+                items: all[start..end].to_vec(),
+                continue_token: (end < all.len()).then(|| end.to_string()),
+            })
+        }
+    }
+
+    fn gpu_pod_spec(privileged: bool) -> Value {
+        json!({"containers": [{
+            "name": "train",
+            "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+            "securityContext": {"privileged": privileged},
+        }]})
+    }
+
+    fn owner(kind: &str, name: &str, uid: &str) -> Value {
+        json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}])
+    }
+
+    /// A privileged GPU Deployment with its ReplicaSet and pods, and
+    /// `loose` pods of no controller, every other one privileged.
+    pub(super) fn cluster(loose: usize) -> FakeCluster {
+        let template =
+            json!({"metadata": {"labels": {"app": "train"}}, "spec": gpu_pod_spec(true)});
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "train", "namespace": "ml", "uid": "d-1"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "train"}}, "template": template},
+        });
+        let replica_set = json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "train-5d8f", "namespace": "ml", "uid": "rs-1",
+                         "ownerReferences": owner("Deployment", "train", "d-1")},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "train"}}, "template": template},
+        });
+        let mut pods: Vec<Value> = (0..2)
+            .map(|i| {
+                json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("train-5d8f-{i}"), "namespace": "ml", "uid": format!("p-{i}"),
+                                 "ownerReferences": owner("ReplicaSet", "train-5d8f", "rs-1"),
+                                 "managedFields": [{"manager": "kube-controller-manager"}]},
+                    "spec": gpu_pod_spec(true),
+                    "status": {"phase": "Running"},
+                })
+            })
+            .collect();
+        pods.extend((0..loose).map(|i| {
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("loose-{i}"), "namespace": format!("team-{}", i % 3), "uid": format!("l-{i}")},
+                "spec": gpu_pod_spec(i % 2 == 0),
+                "status": {"phase": "Running"},
+            })
+        }));
+        FakeCluster {
+            objects: BTreeMap::from([
+                ("Deployment", vec![deployment]),
+                ("ReplicaSet", vec![replica_set]),
+                ("Pod", pods),
+            ]),
+            pages_of_pods: std::sync::Mutex::new(0),
+        }
+    }
+
+    pub(super) fn admission() -> Admission {
+        let loaded = bundle::load(&PolicySource::Embedded).unwrap();
+        Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new()))
+    }
+
+    fn audit_of(cluster: &FakeCluster, max_objects: usize) -> anyhow::Result<Report> {
+        crate::offline::with_evaluation_stack(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(audit_cluster(
+                &admission(),
+                cluster,
+                max_objects,
+                &|_| {},
+                &|| false,
+            ))
+        })
+        .unwrap()
+    }
+
+    fn sorted(findings: &[Finding]) -> Vec<String> {
+        let mut out: Vec<String> = findings
+            .iter()
+            .map(|f| serde_json::to_string(f).unwrap())
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn pods_read_a_page_at_a_time_give_the_report_of_the_whole_cluster_at_once() {
+        let cluster = cluster(601);
+        let streamed = audit_of(&cluster, 100).unwrap();
+        assert_eq!(
+            *cluster.pages_of_pods.lock().unwrap(),
+            2,
+            "603 pods in pages of 500"
+        );
+
+        let mut everything: Vec<Value> = Vec::new();
+        for kind in ["Deployment", "ReplicaSet", "Pod"] {
+            everything.extend(cluster.objects[kind].iter().cloned());
+        }
+        let whole =
+            crate::offline::with_evaluation_stack(|| audit::audit(&admission(), &everything))
+                .unwrap();
+        assert_eq!(streamed.objects, 605);
+        assert_eq!(streamed.objects, whole.objects);
+        assert_eq!(streamed.evaluated, whole.evaluated);
+        assert_eq!(
+            streamed.evaluated,
+            1 + 601,
+            "the Deployment and the loose pods"
+        );
+        assert_eq!(streamed.passed, whole.passed);
+        assert_eq!(sorted(&streamed.findings), sorted(&whole.findings));
+        let deployment: Vec<_> = streamed
+            .findings
+            .iter()
+            .filter(|f| f.kind == "Deployment" && f.policy == "gpu-privileged")
+            .collect();
+        assert_eq!(deployment.len(), 1, "{:#?}", streamed.findings);
+        assert_eq!(deployment[0].gpus, 2);
+        assert!(
+            !streamed
+                .findings
+                .iter()
+                .any(|f| f.name.starts_with("train-5d8f")),
+            "pods and ReplicaSet of the Deployment are judged through it"
+        );
+        let loose = streamed
+            .findings
+            .iter()
+            .filter(|f| f.name.starts_with("loose-") && f.policy == "gpu-privileged")
+            .count();
+        assert_eq!(loose, 301);
+    }
+
+    #[test]
+    fn a_stop_between_pages_ends_the_run() {
+        let cluster = cluster(601);
+        let pages = std::sync::atomic::AtomicUsize::new(0);
+        let err = crate::offline::with_evaluation_stack(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(audit_cluster(
+                &admission(),
+                &cluster,
+                100,
+                &|_| {},
+                // Stop once the controllers and the first page of Pods are in.
+                &|| pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 3,
+            ))
+        })
+        .unwrap()
+        .unwrap_err();
+        assert!(err.is::<Stopped>(), "{err:#}");
+        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_cluster_beyond_the_cap_fails_the_run_saying_which_flag_raises_it() {
+        let err = audit_of(&cluster(0), 1).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("more than 1 "), "{text}");
+        assert!(text.contains("--report-max-objects"), "{text}");
+    }
+
+    #[test]
+    fn the_latest_report_is_served_in_both_formats_until_withdrawn() {
+        let latest = LatestReport::new();
+        let ReportAnswer::NotYet(why) = latest.latest(ReportFormat::Page) else {
+            panic!("a report before any run");
+        };
+        assert!(why.contains("first audit"), "{why}");
+        let mut report = Report {
+            objects: 3,
+            evaluated: 3,
+            ..Report::default()
+        };
+        report
+            .findings
+            .push(finding("gpu-privileged", Some("ml"), "deny", 4));
+        let meta = RunMeta {
+            generated_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+            duration: Duration::from_millis(1_200),
+            about: about(),
+        };
+        latest.publish(&report, &meta).unwrap();
+        let ReportAnswer::Ready { content_type, body } = latest.latest(ReportFormat::Json) else {
+            panic!("no JSON report");
+        };
+        assert_eq!(content_type, "application/json");
+        let json: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            json,
+            serde_json::to_value(&report).unwrap(),
+            "the JSON of `audit -o json`"
+        );
+        let ReportAnswer::Ready { content_type, body } = latest.latest(ReportFormat::Page) else {
+            panic!("no page");
+        };
+        assert_eq!(content_type, REPORT_PAGE_CONTENT_TYPE);
+        let page = String::from_utf8(body.to_vec()).unwrap();
+        assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+        assert_eq!(
+            page,
+            audit::render(
+                &report,
+                &audit::ReportMeta {
+                    generated_at: "2027-01-15T08:00:00Z".into(),
+                    ..about()
+                }
+            ),
+            "the page of `audit -o html`, generated when the run started"
+        );
+        assert!(page.contains("https://aks.example:443"), "{page}");
+
+        latest.withdraw("another replica runs it".into());
+        let ReportAnswer::NotYet(why) = latest.latest(ReportFormat::Json) else {
+            panic!("still served after withdraw");
+        };
+        assert_eq!(why, "another replica runs it");
+    }
+
+    /// What a test report says of its sources.
+    pub(super) fn about() -> audit::ReportMeta {
+        audit::ReportMeta {
+            generated_at: "2000-01-01T00:00:00Z".into(),
+            source: audit::ReportSource::Cluster("https://aks.example:443".into()),
+            policy_set: "built-in policies".into(),
+            policy_digest: "0d85".into(),
+            policies: vec![("gpu-privileged".into(), Some("privileged GPU pods".into()))],
+            catalog: "built-in".into(),
+            catalog_date: None,
+        }
+    }
+
+    #[test]
+    fn the_lease_outlasts_an_interval() {
+        assert_eq!(
+            lease_duration(Duration::from_secs(600)),
+            Duration::from_secs(1200)
+        );
+        assert_eq!(
+            lease_duration(Duration::from_secs(5)),
+            Duration::from_secs(30)
+        );
+    }
+}

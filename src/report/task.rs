@@ -1,0 +1,391 @@
+//! The report thread: once ready, every interval, lead (or not), audit,
+//! publish.
+use super::{
+    audit_cluster, lease_duration, AuditMetrics, LatestReport, ReportSettings, RunMeta, Stopped,
+};
+use crate::admission::Admission;
+use crate::audit::{ReportMeta, ReportSource};
+use crate::inventory::{ClusterLister, Lister};
+use crate::k8s::lease::{ClusterLease, LeaderElector, LeaseStore};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The thread that runs the periodic report; stopped (and its Lease
+/// released) by [`ReportTask::stop`] or on drop.
+pub struct ReportTask {
+    stop: Option<Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ReportTask {
+    /// Starts the report thread: every `settings.interval`, once `ready()`
+    /// (the namespace and claim caches the admission relies on have
+    /// synced), it audits the cluster of the in-cluster service account
+    /// (or kubeconfig) with `admission` and publishes to `latest` and
+    /// `metrics`. It runs on a thread of its own with the stack policy
+    /// evaluation needs, never on the server's runtime.
+    pub fn spawn(
+        settings: ReportSettings,
+        admission: Arc<Admission>,
+        latest: Arc<LatestReport>,
+        metrics: AuditMetrics,
+        ready: Box<dyn Fn() -> bool + Send>,
+    ) -> anyhow::Result<ReportTask> {
+        let (stop, stopped) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("report".into())
+            .stack_size(crate::policy::EVALUATION_STACK)
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(err) => {
+                        tracing::error!(error = %err, "the periodic report cannot start");
+                        return;
+                    }
+                };
+                let runner = Runner {
+                    settings,
+                    admission,
+                    latest,
+                    metrics,
+                };
+                runner.run(&runtime, &stopped, ready.as_ref());
+            })?;
+        Ok(ReportTask {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread and waits for it: a run in progress ends after
+    /// the page it is judging, and the Lease is released.
+    pub fn stop(mut self) {
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ReportTask {
+    fn drop(&mut self) {
+        // Dropping the sender wakes the thread, which then exits.
+        self.stop.take();
+    }
+}
+
+struct Runner {
+    settings: ReportSettings,
+    admission: Arc<Admission>,
+    latest: Arc<LatestReport>,
+    metrics: AuditMetrics,
+}
+
+/// What waiting on the stop channel found.
+enum Wake {
+    Timeout,
+    Stop,
+}
+
+fn sleep(stopped: &Receiver<()>, period: Duration) -> Wake {
+    match stopped.recv_timeout(period) {
+        Err(RecvTimeoutError::Timeout) => Wake::Timeout,
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => Wake::Stop,
+    }
+}
+
+impl Runner {
+    fn run(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        stopped: &Receiver<()>,
+        ready: &dyn Fn() -> bool,
+    ) {
+        while !ready() {
+            if let Wake::Stop = sleep(stopped, Duration::from_millis(500)) {
+                return;
+            }
+        }
+        // Without a client (no service account token yet, a kubeconfig
+        // that does not load) each interval tries again.
+        let (client, cluster_url) = loop {
+            let connect = async {
+                let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+                let url = config.cluster_url.to_string();
+                kube::Client::try_from(config)
+                    .map(|client| (client, url))
+                    .map_err(|e| e.to_string())
+            };
+            match runtime.block_on(connect) {
+                Ok(connected) => break connected,
+                Err(err) => {
+                    self.metrics.inc_errors();
+                    self.latest
+                        .withdraw(format!("no report: no cluster client ({err})"));
+                    tracing::error!(error = %err, "the periodic report has no cluster client; trying again in one interval");
+                    if let Wake::Stop = sleep(stopped, self.settings.interval) {
+                        return;
+                    }
+                }
+            }
+        };
+        let lister = ClusterLister::new(client.clone());
+        let mut elector = self.settings.lease.as_ref().map(|lease| {
+            LeaderElector::new(
+                ClusterLease::new(client.clone(), &lease.namespace, &lease.name),
+                lease.identity.clone(),
+                lease_duration(self.settings.interval),
+            )
+        });
+        loop {
+            let started = Instant::now();
+            self.tick(runtime, &lister, &cluster_url, elector.as_mut(), stopped);
+            let rest = self.settings.interval.saturating_sub(started.elapsed());
+            if let Wake::Stop = sleep(stopped, rest) {
+                break;
+            }
+        }
+        if let Some(elector) = elector.as_mut() {
+            if let Err(err) = runtime.block_on(elector.release(SystemTime::now())) {
+                tracing::warn!(error = %err, "could not release the report lease; another replica takes over once it expires");
+            }
+        }
+    }
+
+    /// What the report says of its sources: the cluster at `cluster_url`,
+    /// the policy set served (its files' digest as they are now) and the
+    /// catalog.
+    fn about(&self, cluster_url: &str) -> ReportMeta {
+        let policies = &self.settings.policies;
+        let digest = crate::bundle::policy_digest(policies).unwrap_or_else(|_| {
+            "unavailable (the policy files do not load; the last good set is served)".to_string()
+        });
+        ReportMeta::now(
+            ReportSource::Cluster(cluster_url.to_string()),
+            policies.describe(),
+            digest,
+            &self.admission.bundle(),
+            self.settings.catalog.clone(),
+        )
+    }
+
+    /// One period: lead (or not), audit, publish.
+    fn tick(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        lister: &impl Lister,
+        cluster_url: &str,
+        elector: Option<&mut LeaderElector<impl LeaseStore>>,
+        stopped: &Receiver<()>,
+    ) {
+        if let Some(elector) = elector {
+            match runtime.block_on(elector.try_acquire_or_renew(SystemTime::now())) {
+                Ok(true) => self.metrics.set_leader(true),
+                Ok(false) => {
+                    self.metrics.set_leader(false);
+                    self.metrics.clear();
+                    let holder = elector.holder().unwrap_or("another replica");
+                    self.latest.withdraw(format!(
+                        "no report on this replica ({}): {holder} holds the report lease and runs the audit; ask it (kubectl port-forward pod/{holder} 9090)",
+                        elector.identity()
+                    ));
+                    return;
+                }
+                Err(err) => {
+                    self.metrics.inc_errors();
+                    tracing::error!(error = %err, "cannot read or renew the report lease; skipping this run");
+                    return;
+                }
+            }
+        } else {
+            self.metrics.set_leader(true);
+        }
+        let generated_at = SystemTime::now();
+        let started = Instant::now();
+        let warn = |message: String| tracing::warn!("periodic report: {message}");
+        // A shutdown ends the run between two pages, so the Lease is
+        // released soon after.
+        let stop = || {
+            matches!(
+                stopped.try_recv(),
+                Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)
+            )
+        };
+        let run = runtime.block_on(audit_cluster(
+            &self.admission,
+            lister,
+            self.settings.max_objects,
+            &warn,
+            &stop,
+        ));
+        match run {
+            Ok(report) => {
+                let meta = RunMeta {
+                    generated_at,
+                    duration: started.elapsed(),
+                    about: self.about(cluster_url),
+                };
+                if let Err(err) = self.latest.publish(&report, &meta) {
+                    self.metrics.inc_errors();
+                    tracing::error!(error = %err, "cannot render the report");
+                    return;
+                }
+                self.metrics.record(&report, &meta);
+                tracing::info!(
+                    objects = report.objects,
+                    evaluated = report.evaluated,
+                    findings = report.findings.len(),
+                    seconds = meta.duration.as_secs_f64(),
+                    "periodic report done"
+                );
+            }
+            Err(err) if err.is::<Stopped>() => {
+                tracing::info!("periodic report stopped for shutdown");
+            }
+            Err(err) => {
+                self.metrics.inc_errors();
+                tracing::error!(
+                    error = format!("{err:#}"),
+                    "periodic report failed; the last report stays served"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::lease::{LeaseError, LeaseRecord};
+    use crate::report::tests::{admission, cluster};
+    use crate::server::{ReportAnswer, ReportFormat, ReportPages};
+    use prometheus_client::registry::Registry;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    /// One Lease in memory, shared by the candidates of a test; writes
+    /// check the resourceVersion as the API server does.
+    #[derive(Clone, Default)]
+    struct SharedLease(Rc<RefCell<(Option<LeaseRecord>, u64)>>, Rc<RefCell<bool>>);
+
+    impl LeaseStore for SharedLease {
+        async fn get(&self) -> Result<Option<LeaseRecord>, LeaseError> {
+            if *self.1.borrow() {
+                return Err(LeaseError::Other(anyhow::anyhow!("connection refused")));
+            }
+            Ok(self.0.borrow().0.clone())
+        }
+
+        async fn create(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
+            self.update(record).await
+        }
+
+        async fn update(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
+            let mut state = self.0.borrow_mut();
+            if state.0.as_ref().and_then(|r| r.resource_version.clone()) != record.resource_version
+            {
+                return Err(LeaseError::Conflict);
+            }
+            state.1 += 1;
+            let mut written = record.clone();
+            written.resource_version = Some(state.1.to_string());
+            state.0 = Some(written.clone());
+            Ok(written)
+        }
+    }
+
+    struct Replica {
+        runner: Runner,
+        registry: Registry,
+        elector: LeaderElector<SharedLease>,
+    }
+
+    const URL: &str = "https://aks.example:443/";
+
+    fn replica(name: &str, lease: &SharedLease) -> Replica {
+        let mut registry = Registry::default();
+        let metrics = AuditMetrics::register(&mut registry);
+        Replica {
+            runner: Runner {
+                settings: ReportSettings {
+                    interval: Duration::from_secs(600),
+                    max_objects: 100,
+                    lease: None,
+                    policies: crate::bundle::PolicySource::Embedded,
+                    catalog: "built-in".into(),
+                },
+                admission: Arc::new(admission()),
+                latest: Arc::new(LatestReport::new()),
+                metrics,
+            },
+            registry,
+            elector: LeaderElector::new(lease.clone(), name, Duration::from_secs(1200)),
+        }
+    }
+
+    fn metrics_text(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn only_the_replica_holding_the_lease_audits_and_the_other_says_who_does() {
+        // Everything on one thread with the evaluation stack, as the
+        // report thread runs.
+        crate::offline::with_evaluation_stack(two_replicas_share_one_lease).unwrap();
+    }
+
+    fn two_replicas_share_one_lease() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (_running, stopped) = std::sync::mpsc::channel::<()>();
+        let cluster = cluster(3);
+        let lease = SharedLease::default();
+        let mut a = replica("pod-a", &lease);
+        let mut b = replica("pod-b", &lease);
+        a.runner
+            .tick(&runtime, &cluster, URL, Some(&mut a.elector), &stopped);
+        b.runner
+            .tick(&runtime, &cluster, URL, Some(&mut b.elector), &stopped);
+
+        assert!(matches!(
+            a.runner.latest.latest(ReportFormat::Json),
+            ReportAnswer::Ready { .. }
+        ));
+        let text = metrics_text(&a.registry);
+        assert!(text.contains("gpu_admission_audit_leader 1"), "{text}");
+        assert!(
+            text.contains(
+                r#"gpu_admission_audit_gpus_held{policy="gpu-privileged",namespace="ml"} 2"#
+            ),
+            "{text}"
+        );
+
+        let ReportAnswer::NotYet(why) = b.runner.latest.latest(ReportFormat::Page) else {
+            panic!("the follower serves a report");
+        };
+        assert!(
+            why.contains("(pod-b): pod-a holds the report lease"),
+            "{why}"
+        );
+        assert!(why.contains("port-forward pod/pod-a"), "{why}");
+        let text = metrics_text(&b.registry);
+        assert!(text.contains("gpu_admission_audit_leader 0"), "{text}");
+        assert!(!text.contains("gpu_admission_audit_gpus_held{"), "{text}");
+        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1, "one audit");
+
+        // The Lease cannot be read: the run is skipped and counted.
+        *lease.1.borrow_mut() = true;
+        a.runner
+            .tick(&runtime, &cluster, URL, Some(&mut a.elector), &stopped);
+        assert!(metrics_text(&a.registry).contains("gpu_admission_audit_run_errors_total 1"));
+        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1);
+    }
+}
