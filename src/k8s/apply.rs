@@ -144,6 +144,58 @@ impl Schema {
     }
 }
 
+/// Checks that every keyed (`map`) list of `object` has objects with their
+/// keys, each key once: what the apiserver requires of an object before
+/// it can merge into it.
+pub fn check(schema: &Schema, object: &Value) -> Result<(), MergeError> {
+    fn walk(
+        schema: &Schema,
+        path: &mut Vec<String>,
+        shown: &mut String,
+        value: &Value,
+    ) -> Result<(), MergeError> {
+        match value {
+            Value::Object(fields) => {
+                for (key, v) in fields {
+                    let mark = shown.len();
+                    if !shown.is_empty() {
+                        shown.push('.');
+                    }
+                    shown.push_str(key);
+                    path.push(key.clone());
+                    let result = walk(schema, path, shown, v);
+                    path.pop();
+                    shown.truncate(mark);
+                    result?;
+                }
+                Ok(())
+            }
+            Value::Array(items) => {
+                let names: Vec<&str> = path.iter().map(String::as_str).collect();
+                if let ListType::Map(keys) = schema.list_type(&names) {
+                    let mut seen = Vec::with_capacity(items.len());
+                    for (i, item) in items.iter().enumerate() {
+                        let key = item_key(keys, item, shown, i, "object")?;
+                        if seen.contains(&key) {
+                            return Err(MergeError {
+                                path: format!("{shown}[{i}]"),
+                                message: format!("duplicate list key {}", show_key(keys, &key)),
+                            });
+                        }
+                        seen.push(key);
+                    }
+                }
+                for item in items {
+                    walk(schema, path, shown, item)?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    walk(schema, &mut Vec::new(), &mut String::new(), object)
+}
+
 /// `path` below `prefix` (`a.b.c` below `a` is `b.c`).
 fn strip<'p>(path: &'p str, prefix: &str) -> Option<&'p str> {
     path.strip_prefix(prefix)?.strip_prefix('.')
