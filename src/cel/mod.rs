@@ -156,6 +156,11 @@ impl Env {
         &self.limits
     }
 
+    /// The host extensions the environment was made with.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
     /// A child scope of the root for one evaluated object.
     pub fn scope(&self) -> Context<'_> {
         self.root.new_inner_scope()

@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     pub(crate) referenced: BTreeSet<String>,
     /// What loading ignored, as kube-apiserver does.
     pub(crate) notices: Vec<LoadNotice>,
+    /// The documents compiled, for [`PolicySet::with_documents`].
+    pub(crate) documents: Vec<Document>,
 }
 
 #[derive(Debug)]
@@ -266,8 +268,17 @@ impl PolicySet {
                 params,
                 referenced,
                 notices,
+                documents: docs.to_vec(),
             }),
         })
+    }
+
+    /// The set compiled again with `extra` documents (bindings, params)
+    /// beside its own, with the same host extensions.
+    pub fn with_documents(&self, extra: &[Document]) -> Result<PolicySet, LoadErrors> {
+        let mut docs = self.inner.documents.clone();
+        docs.extend_from_slice(extra);
+        PolicySet::compile_with(&docs, self.inner.env.extensions().clone())
     }
 
     /// What loading ignored, as kube-apiserver does (documents of other
