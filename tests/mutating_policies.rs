@@ -8,7 +8,7 @@ mod common;
 use common::{config, review_patch, NoNamespaces, TestServer};
 use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::bundle::{self, PolicySource};
-use gpu_admission::policy::{parse_documents, PolicySet, EVALUATION_STACK};
+use gpu_admission::policy::{parse_documents, EVALUATION_STACK};
 use gpu_admission::review::{Operation, Request};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -62,12 +62,12 @@ async fn the_documented_examples_patch_to_the_documented_pod_over_tls_once() {
     }
 }
 
-/// A bundle of the shipped placement profiles and `policies` (YAML).
+/// The shipped bundle with `policies` (YAML) added.
 fn with_placement(policies: &str) -> Admission {
     let shipped = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
     let docs = parse_documents(Path::new("mutating.yaml"), policies).unwrap();
     let bundle = Bundle {
-        policies: PolicySet::compile(&docs).unwrap_or_else(|e| panic!("{e}")),
+        policies: (shipped.bundle.policies.with_documents(&docs)).unwrap_or_else(|e| panic!("{e}")),
         placement: shipped.bundle.placement,
     };
     Admission::new(bundle, Arc::new(NoNamespaces))
@@ -251,4 +251,29 @@ fn evaluate_and_lint_show_mutating_policies() {
         text.contains("policy.yaml: document 1 (line 1): spec.mutations[0].applyConfiguration.expression: line 8, column"),
         "{text}"
     );
+}
+
+#[test]
+fn the_shipped_example_labels_gpu_pods_once_bound() {
+    // Shipped (policies/examples/) unbound: nothing happens.
+    let unbound = with_placement("");
+    assert!(mutate(&unbound, gpu_pod()).mutations.is_empty());
+
+    let bound = with_placement(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicyBinding\nmetadata: {name: gpu-cost-labels}\nspec: {policyName: gpu-cost-labels}\n",
+    );
+    let outcome = mutate(&bound, gpu_pod());
+    assert_eq!(outcome.mutations.len(), 1);
+    assert_eq!(outcome.mutations[0].policy, "gpu-cost-labels");
+    let mut patched = gpu_pod();
+    json_patch::patch(&mut patched, &outcome.response.patch.unwrap()).unwrap();
+    assert_eq!(
+        patched["metadata"]["labels"],
+        json!({"gpu-admission.io/gpus": "1", "gpu-admission.io/gpu-resource": "nvidia.com_gpu"})
+    );
+    assert!(mutate(&bound, patched).response.patch.is_none());
+    // A CPU pod is not labelled.
+    let mut cpu = gpu_pod();
+    cpu["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "1"}});
+    assert!(mutate(&bound, cpu).mutations.is_empty());
 }
