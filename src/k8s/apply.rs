@@ -8,7 +8,10 @@
 //! nothing but is merged into the item with the same keys, and a new key
 //! is added after the existing items), `set` lists as the union of their
 //! items, and `atomic` lists (the default for a list the schema does not
-//! annotate) are replaced whole. Scalars are replaced.
+//! annotate) are replaced whole. Scalars are replaced. As kube-apiserver
+//! does for a MutatingAdmissionPolicy, a configuration that sets an atomic
+//! map or struct (`nodeSelector`, a label selector, an `env` `valueFrom`
+//! reference) is refused.
 //!
 //! The list types are those of the published OpenAPI schema
 //! (kubernetes/kubernetes `api/openapi-spec/v3/api__v1_openapi.json`,
@@ -70,6 +73,36 @@ const CONTAINER: &[(&str, ListType)] = &[
 ];
 
 const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
+
+/// Atomic maps and structs (`x-kubernetes-map-type: atomic`) of a
+/// `PodSpec`, by path from it: an apply configuration may not set them.
+const POD_SPEC_ATOMIC: &[&str] = &[
+    "nodeSelector",
+    "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+    "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution.preference",
+    "affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.labelSelector",
+    "affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.namespaceSelector",
+    "affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution.podAffinityTerm.labelSelector",
+    "affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution.podAffinityTerm.namespaceSelector",
+    "affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution.labelSelector",
+    "affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution.namespaceSelector",
+    "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution.podAffinityTerm.labelSelector",
+    "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution.podAffinityTerm.namespaceSelector",
+    "topologySpreadConstraints.labelSelector",
+    // Items (LocalObjectReference).
+    "imagePullSecrets",
+];
+
+/// Atomic structs of a `Container`, by path from it.
+const CONTAINER_ATOMIC: &[&str] = &[
+    "env.valueFrom.configMapKeyRef",
+    "env.valueFrom.secretKeyRef",
+    "env.valueFrom.fieldRef",
+    "env.valueFrom.resourceFieldRef",
+];
+
+/// Atomic structs of an `ObjectMeta` (items of `ownerReferences`).
+const OBJECT_META_ATOMIC: &[&str] = &["ownerReferences"];
 
 /// Where the pod spec of each supported kind is, by (API group, kind).
 fn pod_spec_path(group: &str, kind: &str) -> Option<&'static str> {
@@ -144,6 +177,83 @@ impl Schema {
     }
 }
 
+impl Schema {
+    /// Whether the object at `path` (field names from the root, list items
+    /// not counted) is an atomic map or struct.
+    pub fn is_atomic_object(&self, path: &[&str]) -> bool {
+        let joined = path.join(".");
+        let metas = ["metadata".to_string()]
+            .into_iter()
+            .chain(self.pod_spec.map(|s| {
+                let template = s.trim_end_matches(".spec");
+                format!("{template}.metadata")
+            }));
+        for meta in metas {
+            if let Some(rest) = strip(&joined, &meta) {
+                return OBJECT_META_ATOMIC.contains(&rest);
+            }
+        }
+        let Some(rest) = self.pod_spec.and_then(|spec| strip(&joined, spec)) else {
+            return false;
+        };
+        for list in CONTAINER_LISTS {
+            if let Some(field) = strip(rest, list) {
+                return CONTAINER_ATOMIC.contains(&field);
+            }
+        }
+        POD_SPEC_ATOMIC.contains(&rest)
+    }
+}
+
+/// kube-apiserver refuses an apply configuration that sets an atomic map or
+/// struct (its fields not given would be dropped without a word); atomic
+/// lists are allowed (a container's `args`, `command`). The first one found.
+fn check_no_atomic_objects(schema: &Schema, config: &Value) -> Result<(), MergeError> {
+    fn walk(
+        schema: &Schema,
+        path: &mut Vec<String>,
+        shown: &mut String,
+        value: &Value,
+    ) -> Result<(), MergeError> {
+        match value {
+            Value::Object(fields) => {
+                let names: Vec<&str> = path.iter().map(String::as_str).collect();
+                if !path.is_empty() && schema.is_atomic_object(&names) {
+                    return Err(MergeError {
+                        path: shown.clone(),
+                        message: "may not mutate atomic arrays, maps or structs (set it with a JSONPatch)".into(),
+                    });
+                }
+                for (key, v) in fields {
+                    let mark = shown.len();
+                    if !shown.is_empty() {
+                        shown.push('.');
+                    }
+                    shown.push_str(key);
+                    path.push(key.clone());
+                    let result = walk(schema, path, shown, v);
+                    path.pop();
+                    shown.truncate(mark);
+                    result?;
+                }
+                Ok(())
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let mark = shown.len();
+                    shown.push_str(&format!("[{i}]"));
+                    let result = walk(schema, path, shown, item);
+                    shown.truncate(mark);
+                    result?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    walk(schema, &mut Vec::new(), &mut String::new(), config)
+}
+
 /// Checks that every keyed (`map`) list of `object` has objects with their
 /// keys, each key once: what the apiserver requires of an object before
 /// it can merge into it.
@@ -212,6 +322,7 @@ pub struct MergeError {
 
 /// Merges `config` into `object` with `schema`'s list types.
 pub fn merge(schema: &Schema, object: &Value, config: &Value) -> Result<Value, MergeError> {
+    check_no_atomic_objects(schema, config)?;
     let mut path = Vec::new();
     let mut shown = String::new();
     merge_value(schema, &mut path, &mut shown, object, config)
@@ -513,17 +624,15 @@ mod tests {
             &object,
             json!({"metadata": {"labels": {"team": "ml"}}, "spec": {
                 "tolerations": [{"key": "b", "operator": "Exists"}],
-                "nodeSelector": {"zone": "1"},
+                "dnsConfig": {"options": [{"name": "ndots", "value": "2"}]},
             }}),
         );
         assert_eq!(
             out["spec"]["tolerations"],
             json!([{"key": "b", "operator": "Exists"}])
         );
-        assert_eq!(
-            out["spec"]["nodeSelector"],
-            json!({"pool": "gpu", "zone": "1"})
-        );
+        assert_eq!(out["spec"]["nodeSelector"], json!({"pool": "gpu"}));
+        assert_eq!(out["spec"]["dnsConfig"]["options"][0]["value"], "2");
         assert_eq!(
             out["metadata"],
             json!({"name": "p", "labels": {"team": "ml"}})
@@ -602,6 +711,87 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.message.contains("duplicate list key name=a"), "{err}");
+    }
+
+    /// k8s-openapi's `DeepMerge` is generated from the same OpenAPI schema
+    /// (it keys a list by its first key only, which these items do not
+    /// tell apart): both merges agree on which lists merge and how.
+    #[test]
+    fn agrees_with_the_merge_strategies_k8s_openapi_generates() {
+        use k8s_openapi::api::core::v1::Pod;
+        use k8s_openapi::DeepMerge as _;
+        let object = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x"]},
+            "spec": {
+                "nodeSelector": {"pool": "gpu"},
+                "tolerations": [{"key": "a", "operator": "Exists"}],
+                "imagePullSecrets": [{"name": "reg"}],
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "initContainers": [{"name": "init", "image": "i:1"}],
+                "containers": [{
+                    "name": "app", "image": "app:1", "args": ["a", "b"],
+                    "env": [{"name": "A", "value": "1"}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                }],
+            },
+        });
+        let config = json!({
+            "metadata": {"labels": {"b": "2"}, "finalizers": ["y", "x"]},
+            "spec": {
+                "tolerations": [{"key": "b", "operator": "Exists"}],
+                "volumes": [{"name": "cache", "emptyDir": {}}],
+                "initContainers": [{"name": "mesh", "image": "m:1", "restartPolicy": "Always"}],
+                "containers": [
+                    {
+                        "name": "app", "args": ["c"],
+                        "env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}],
+                        "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                        "ports": [{"containerPort": 80, "protocol": "TCP", "name": "http"}, {"containerPort": 9090, "protocol": "TCP"}],
+                    },
+                    {"name": "side", "image": "s:1"},
+                ],
+            },
+        });
+        let ours: Pod = serde_json::from_value(merged(&object, config.clone())).unwrap();
+        let mut theirs: Pod = serde_json::from_value(object).unwrap();
+        theirs.merge_from(serde_json::from_value(config).unwrap());
+        assert_eq!(
+            serde_json::to_value(&ours).unwrap(),
+            serde_json::to_value(&theirs).unwrap()
+        );
+    }
+
+    #[test]
+    fn atomic_maps_and_structs_may_not_be_set() {
+        let object = pod(json!({"containers": [{"name": "app"}]}));
+        let schema = Schema::of(&object);
+        for (config, path) in [
+            (
+                json!({"spec": {"nodeSelector": {"pool": "gpu"}}}),
+                "spec.nodeSelector",
+            ),
+            (
+                json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}}),
+                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "app", "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}),
+                "spec.containers[0].env[0].valueFrom.fieldRef",
+            ),
+            (
+                json!({"spec": {"imagePullSecrets": [{"name": "reg"}]}}),
+                "spec.imagePullSecrets[0]",
+            ),
+        ] {
+            let err = merge(&schema, &object, &config).unwrap_err();
+            assert_eq!(err.path, path, "{config}");
+            assert!(err.message.starts_with("may not mutate atomic"), "{err}");
+        }
+        // Atomic lists are fine, as in the documentation's sidecar example.
+        let args = json!({"spec": {"containers": [{"name": "app", "args": ["serve"], "command": ["python"]}]}});
+        assert!(merge(&schema, &object, &args).is_ok());
     }
 
     #[test]
