@@ -232,6 +232,29 @@ fn evaluate_and_lint_show_mutating_policies() {
         "{text}"
     );
 
+    let out = std::process::Command::new(bin)
+        .args(["evaluate", "-o", "json", "-f"])
+        .arg(&pod)
+        .arg("--policies")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let results: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        results[0]["mutations"],
+        json!([{
+            "policy": "sidecar-policy.example.com",
+            "binding": "sidecar-policy.example.com",
+            "patch": [{"op": "add", "path": "/spec/initContainers/1", "value": {
+                "name": "mesh-proxy", "image": "mesh/proxy:v1.0.0",
+                "args": ["proxy", "sidecar"], "restartPolicy": "Always"}}]
+        }])
+    );
+    assert_eq!(
+        results[0]["patched"],
+        read_json(&fixtures().join("apply-configuration.expected.json"))
+    );
+
     let broken = tempfile::tempdir().unwrap();
     let policy = std::fs::read_to_string(dir.join("policy.yaml"))
         .unwrap()
