@@ -22,6 +22,7 @@
 //! ReplicaSets, Jobs and CronJobs. Every kind's `metadata` is ObjectMeta.
 //! Lists of other kinds, and of fields outside the table, are atomic.
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 
 /// How a list merges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -283,17 +284,7 @@ pub fn check(schema: &Schema, object: &Value) -> Result<(), MergeError> {
             Value::Array(items) => {
                 let names: Vec<&str> = path.iter().map(String::as_str).collect();
                 if let ListType::Map(keys) = schema.list_type(&names) {
-                    let mut seen = Vec::with_capacity(items.len());
-                    for (i, item) in items.iter().enumerate() {
-                        let key = item_key(keys, item, shown, i, "object")?;
-                        if seen.contains(&key) {
-                            return Err(MergeError {
-                                path: format!("{shown}[{i}]"),
-                                message: format!("duplicate list key {}", show_key(keys, &key)),
-                            });
-                        }
-                        seen.push(key);
-                    }
+                    index_keys(keys, items, shown, "object")?;
                 }
                 for item in items {
                     walk(schema, path, shown, item)?;
@@ -431,6 +422,36 @@ fn item_key(
         .collect()
 }
 
+/// A key as text (its values as JSON, in key order), to compare and hash
+/// keys by: lists may be long, and every lookup is then O(1).
+fn key_text(key: &[Value]) -> String {
+    serde_json::to_string(key).unwrap_or_default()
+}
+
+/// The keys of a `map` list's items, as [`key_text`], with each one's
+/// position; an item without its key, or a key twice, is an error.
+fn index_keys(
+    keys: &[(&str, Option<&str>)],
+    items: &[Value],
+    shown: &str,
+    side: &str,
+) -> Result<(Vec<String>, HashMap<String, usize>), MergeError> {
+    let mut texts = Vec::with_capacity(items.len());
+    let mut positions = HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let key = item_key(keys, item, shown, i, side)?;
+        let text = key_text(&key);
+        if positions.insert(text.clone(), i).is_some() {
+            return Err(MergeError {
+                path: format!("{shown}[{i}]"),
+                message: format!("{side}: duplicate list key {}", show_key(keys, &key)),
+            });
+        }
+        texts.push(text);
+    }
+    Ok((texts, positions))
+}
+
 /// structured-merge-diff's order: items only in the object keep their
 /// place, items in both are merged where the configuration puts them
 /// relative to each other, and new items follow in the configuration's
@@ -443,24 +464,10 @@ fn merge_map_list(
     lhs: &[Value],
     rhs: &[Value],
 ) -> Result<Value, MergeError> {
-    let index = |items: &[Value], side: &str| -> Result<Vec<Vec<Value>>, MergeError> {
-        let mut out: Vec<Vec<Value>> = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let key = item_key(keys, item, shown, i, side)?;
-            if out.contains(&key) {
-                return Err(MergeError {
-                    path: format!("{shown}[{i}]"),
-                    message: format!("{side}: duplicate list key {}", show_key(keys, &key)),
-                });
-            }
-            out.push(key);
-        }
-        Ok(out)
-    };
-    let lkeys = index(lhs, "object")?;
-    let rkeys = index(rhs, "apply configuration")?;
-    let in_rhs = |k: &Vec<Value>| rkeys.iter().position(|r| r == k);
-    let in_lhs = |k: &Vec<Value>| lkeys.iter().position(|l| l == k);
+    let (lkeys, lpos) = index_keys(keys, lhs, shown, "object")?;
+    let (rkeys, rpos) = index_keys(keys, rhs, shown, "apply configuration")?;
+    let in_rhs = |k: &String| rpos.get(k).copied();
+    let in_lhs = |k: &String| lpos.get(k).copied();
     let mut shared: std::collections::VecDeque<usize> = (0..rkeys.len())
         .filter(|&r| in_lhs(&rkeys[r]).is_some())
         .collect();
@@ -474,7 +481,8 @@ fn merge_map_list(
                       shown: &mut String|
      -> Result<Value, MergeError> {
         let mark = shown.len();
-        shown.push_str(&format!("[{}]", show_key(keys, &rkeys[r])));
+        let key = item_key(keys, &rhs[r], "", r, "apply configuration")?;
+        shown.push_str(&format!("[{}]", show_key(keys, &key)));
         let result = match l {
             Some(l) => merge_value(schema, path, shown, l, &rhs[r]),
             None => fresh(schema, path, shown, &rhs[r]),
@@ -792,6 +800,27 @@ mod tests {
         // Atomic lists are fine, as in the documentation's sidecar example.
         let args = json!({"spec": {"containers": [{"name": "app", "args": ["serve"], "command": ["python"]}]}});
         assert!(merge(&schema, &object, &args).is_ok());
+    }
+
+    #[test]
+    fn long_keyed_lists_merge_in_linear_time() {
+        // A request may carry a container with tens of thousands of env
+        // entries: key lookups must not be quadratic.
+        let env: Vec<Value> = (0..50_000)
+            .map(|i| json!({"name": format!("V{i}"), "value": "x"}))
+            .collect();
+        let object = pod(json!({"containers": [{"name": "app", "env": env}]}));
+        let started = std::time::Instant::now();
+        let out = merged(
+            &object,
+            json!({"spec": {"containers": [{"name": "app", "env": [{"name": "V49999", "value": "y"}, {"name": "NEW", "value": "z"}]}]}}),
+        );
+        check(&Schema::of(&out), &out).unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        let env = out["spec"]["containers"][0]["env"].as_array().unwrap();
+        assert_eq!(env.len(), 50_001);
+        assert_eq!(env[49_999], json!({"name": "V49999", "value": "y"}));
+        assert_eq!(env[50_000], json!({"name": "NEW", "value": "z"}));
     }
 
     #[test]
