@@ -74,6 +74,13 @@ impl Admission {
     /// MutatingAdmissionPolicy in the order of its name, each on what the
     /// previous step made; one patch against the object as it arrived.
     pub fn mutate(&self, req: &Request) -> Outcome {
+        self.mutate_until(req, None)
+    }
+
+    /// [`Admission::mutate`] whose mutating policies stop evaluating once
+    /// `deadline` has passed (their CEL then fails, as their
+    /// failurePolicy says).
+    pub fn mutate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
         let subject = Subject::new(req, self.namespaces.as_ref()).with_claims(self.claims.as_ref());
         let plan = placement::plan_subject(&bundle.placement, &subject);
@@ -94,7 +101,12 @@ impl Admission {
             }
             let lookups = (self.namespaces.as_ref(), self.claims.as_ref());
             let subject = self::subject(&bundle, req, lookups);
-            if let Some(mutated) = bundle.policies.mutate_subject(&subject, &placed) {
+            let mutate = || bundle.policies.mutate_subject(&subject, &placed);
+            let mutated = match deadline {
+                Some(deadline) => crate::cel::with_deadline(deadline, mutate),
+                None => mutate(),
+            };
+            if let Some(mutated) = mutated {
                 outcome.evaluations = mutated.evaluations;
                 if !mutated.errors.is_empty() {
                     let mut denied = Response::deny(mutated.errors.join("\n"));

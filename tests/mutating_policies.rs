@@ -300,3 +300,37 @@ fn the_shipped_example_labels_gpu_pods_once_bound() {
     cpu["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "1"}});
     assert!(mutate(&bound, cpu).mutations.is_empty());
 }
+
+#[test]
+fn mutating_policies_stop_at_the_deadline() {
+    let hundred = (0..100)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let slow = failing("Fail").replace(
+        r#"'[JSONPatch{op: "replace", path: "/spec/nodeName", value: "gpu-0"}]'"#,
+        &format!(
+            r#"'[JSONPatch{{op: "add", path: "/metadata/annotations", value: {{"n": [{hundred}].all(i, [{hundred}].all(j, i * j >= 0)) ? "yes" : "no"}}}}]'"#
+        ),
+    );
+    let admission = with_placement(&slow);
+    // In time: the annotation is added.
+    let done = mutate(&admission, gpu_pod());
+    assert!(done.response.allowed, "{:?}", done.response.message);
+    assert_eq!(done.mutations.len(), 1);
+    // Past its deadline, the evaluation stops and failurePolicy Fail denies.
+    let req = Request::for_object(gpu_pod(), Operation::Create, Some("ml"));
+    let late = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(EVALUATION_STACK)
+            .spawn_scoped(s, || {
+                admission.mutate_until(&req, Some(std::time::Instant::now()))
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    assert!(!late.response.allowed);
+    let message = late.response.message.unwrap();
+    assert!(message.contains("deadline exceeded"), "{message}");
+}
