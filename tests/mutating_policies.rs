@@ -166,6 +166,9 @@ spec:
     resourceRules: [{{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}}]
   reinvocationPolicy: Never
   mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: "Object{{metadata: Object.metadata{{labels: {{'broken': 'half'}}}}}}"
   - patchType: JSONPatch
     jsonPatch:
       expression: '[JSONPatch{{op: "replace", path: "/spec/nodeName", value: "gpu-0"}}]'
@@ -198,17 +201,18 @@ fn a_failing_mutation_denies_under_fail_and_is_left_out_under_ignore() {
     assert!(!denied.response.allowed);
     let message = denied.response.message.unwrap();
     assert!(
-        message.starts_with("broken: policy error (failurePolicy Fail): mutations[0]: JSON patch"),
+        message.starts_with("broken: policy error (failurePolicy Fail): mutations[1]: JSON patch"),
         "{message}"
     );
     let ignored = mutate(&with_placement(&failing("Ignore")), gpu_pod());
     assert!(ignored.response.allowed);
-    // Placement's patch only.
+    // Placement's patch only: not even the first mutation's label.
     let patch = ignored.response.patch.expect("placement patch");
-    assert!(patch
-        .0
-        .iter()
-        .all(|op| !op.path().to_string().contains("nodeName")));
+    let mut patched = gpu_pod();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    assert_eq!(patched["metadata"].get("labels"), None, "{patched}");
+    assert_eq!(patched["spec"].get("nodeName"), None, "{patched}");
+    assert!(patched["spec"]["tolerations"].is_array(), "{patched}");
     assert_eq!(ignored.evaluations.len(), 1);
     assert_eq!(ignored.evaluations[0].result.as_str(), "error");
 }

@@ -123,6 +123,25 @@ impl Inner {
     ) -> Result<Option<json_patch::Patch>, String> {
         let params = self.binding_params(policy, binding, current)?;
         let before = current.object.clone().unwrap_or(Json::Null);
+        let result = self.run_mutations(policy, subject, current, &before, params);
+        if result.is_err() {
+            // Under Ignore the next policy sees the object as if this one
+            // had not run: none of its mutations are kept.
+            current.object = Some(before);
+        }
+        result
+    }
+
+    /// [`Inner::run_mutating`] once its params are known; may leave
+    /// `current` half-mutated when it fails.
+    fn run_mutations(
+        &self,
+        policy: &Policy,
+        subject: &Subject,
+        current: &mut Request,
+        before: &Json,
+        params: Vec<Value>,
+    ) -> Result<Option<json_patch::Patch>, String> {
         let mut matched = false;
         for param in params {
             let mut shared = Shared::default();
@@ -149,7 +168,7 @@ impl Inner {
                 let object = current.object.as_ref().unwrap_or(&Json::Null);
                 let next = apply_mutation(m.patch_type, object, &value)
                     .map_err(|e| format!("{field}: {e}"))?;
-                check_object(&before, &next).map_err(|e| format!("{field}: {e}"))?;
+                check_object(before, &next).map_err(|e| format!("{field}: {e}"))?;
                 current.object = Some(next);
             }
         }
@@ -157,7 +176,7 @@ impl Inner {
             return Ok(None);
         }
         let after = current.object.as_ref().unwrap_or(&Json::Null);
-        Ok(Some(json_patch::diff(&before, after)))
+        Ok(Some(json_patch::diff(before, after)))
     }
 }
 
