@@ -5,7 +5,7 @@ use crate::cel::gpu::gpu_val;
 use crate::gpu::facts::PlacementFacts;
 use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims};
 use crate::placement::{self, ProfileSet};
-use crate::policy::{PolicyEvaluation, PolicySet};
+use crate::policy::{AppliedMutation, PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
 use crate::subject::{Subject, SubjectKind};
 use arc_swap::ArcSwap;
@@ -27,6 +27,9 @@ pub struct Outcome {
     pub profile: Option<String>,
     /// Each policy binding evaluated.
     pub evaluations: Vec<PolicyEvaluation>,
+    /// `/mutate`: what each MutatingAdmissionPolicy binding changed, in
+    /// order, after placement.
+    pub mutations: Vec<AppliedMutation>,
     /// GPUs one pod of the object asks for (`/validate`: from the subject's
     /// GPU facts; 0 for objects that make no pods).
     pub gpus_per_pod: i64,
@@ -67,18 +70,64 @@ impl Admission {
     }
 
     /// The `/mutate` answer: placement patch for pods on CREATE and for
-    /// Karpenter NodePools on CREATE and UPDATE.
+    /// Karpenter NodePools on CREATE and UPDATE, then every matching
+    /// MutatingAdmissionPolicy in the order of its name, each on what the
+    /// previous step made; one patch against the object as it arrived.
     pub fn mutate(&self, req: &Request) -> Outcome {
+        self.mutate_until(req, None)
+    }
+
+    /// [`Admission::mutate`] whose mutating policies stop evaluating once
+    /// `deadline` has passed (their CEL then fails, as their
+    /// failurePolicy says).
+    pub fn mutate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
         let subject = Subject::new(req, self.namespaces.as_ref()).with_claims(self.claims.as_ref());
         let plan = placement::plan_subject(&bundle.placement, &subject);
-        let mut response = Response::allow().with_patch(plan.patch);
-        response.warnings = plan.warnings;
-        Outcome {
-            response,
+        let mut patch = plan.patch;
+        let mut outcome = Outcome {
             profile: plan.profile,
             ..Outcome::default()
+        };
+        if let (true, Some(original)) = (bundle.policies.has_mutations(), req.object.as_ref()) {
+            let mut placed = original.clone();
+            if let Err(e) = json_patch::patch(&mut placed, &patch) {
+                // Placement builds its patch from this very object.
+                tracing::error!("placement patch does not apply to its own object: {e}");
+                outcome.response = Response::deny(format!(
+                    "gpu-admission: the placement patch does not apply: {e}"
+                ));
+                return outcome;
+            }
+            let lookups = (self.namespaces.as_ref(), self.claims.as_ref());
+            let subject = self::subject(&bundle, req, lookups);
+            let mutate = || bundle.policies.mutate_subject(&subject, &placed);
+            let mutated = match deadline {
+                Some(deadline) => crate::cel::with_deadline(deadline, mutate),
+                None => mutate(),
+            };
+            if let Some(mutated) = mutated {
+                outcome.evaluations = mutated.evaluations;
+                if !mutated.errors.is_empty() {
+                    let mut denied = Response::deny(mutated.errors.join("\n"));
+                    denied.warnings = plan.warnings;
+                    outcome.response = denied;
+                    return outcome;
+                }
+                patch.0.extend(json_patch::diff(&placed, &mutated.object).0);
+                outcome.mutations = mutated.applied;
+            }
         }
+        let mut response = Response::allow().with_patch(patch);
+        response.warnings = plan.warnings;
+        outcome.response = response;
+        outcome
+    }
+
+    /// Whether `/mutate` evaluates CEL (some MutatingAdmissionPolicy is
+    /// bound): it then needs an answering thread's stack.
+    pub fn mutate_runs_policies(&self) -> bool {
+        self.bundle.load().policies.has_mutations()
     }
 
     /// The `/validate` answer when it is known without evaluating anything:
@@ -180,9 +229,9 @@ fn validate_with(
     if verdict.timed_out {
         let outcome = Outcome {
             response: deadline_denial(),
-            profile: None,
             evaluations: verdict.evaluations,
             gpus_per_pod,
+            ..Outcome::default()
         };
         return (outcome, false);
     }
@@ -200,9 +249,9 @@ fn validate_with(
     response.audit_annotations = verdict.audit_annotations;
     let outcome = Outcome {
         response,
-        profile: None,
         evaluations: verdict.evaluations,
         gpus_per_pod,
+        ..Outcome::default()
     };
     (outcome, true)
 }

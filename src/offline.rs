@@ -25,6 +25,11 @@ pub struct Evaluation {
     pub profile: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<json_patch::Patch>,
+    /// What each MutatingAdmissionPolicy binding changed, in order (its
+    /// operations apply to the object as placement and the previous
+    /// policies left it; `patch` holds them all against the manifest).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mutations: Vec<policy::AppliedMutation>,
     /// The object after the patch, when there was one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patched: Option<Value>,
@@ -60,6 +65,10 @@ pub fn evaluate(admission: &Admission, mut req: Request) -> Evaluation {
     let mutated = admission.mutate(&req);
     let mut warnings = mutated.response.warnings.clone();
     let mut denials = Vec::new();
+    if !mutated.response.allowed {
+        let message = mutated.response.message.as_deref().unwrap_or_default();
+        denials.extend(message.lines().map(str::to_string));
+    }
     let mut patched = None;
     if let (Some(patch), Some(obj)) = (&mutated.response.patch, req.object.as_mut()) {
         match json_patch::patch(obj, patch) {
@@ -81,6 +90,7 @@ pub fn evaluate(admission: &Admission, mut req: Request) -> Evaluation {
         operation: req.operation,
         allowed: validated.allowed && mutated.response.allowed && denials.is_empty(),
         profile: mutated.profile,
+        mutations: mutated.mutations,
         patch: mutated.response.patch,
         patched,
         denials,

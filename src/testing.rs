@@ -42,6 +42,11 @@ struct TestSpec {
     /// cases' pods to claim (`spec.resourceClaims`).
     #[serde(default)]
     resource_claims: Vec<Value>,
+    /// ValidatingAdmissionPolicyBindings and MutatingAdmissionPolicyBindings
+    /// in force for this test's cases only: to test a policy the folder
+    /// ships unbound (`policies/examples/`).
+    #[serde(default)]
+    bindings: Vec<Value>,
     cases: Vec<Case>,
 }
 
@@ -102,6 +107,10 @@ struct Expect {
     patched: Option<Value>,
     #[serde(default)]
     no_patch: bool,
+    /// The MutatingAdmissionPolicies that changed the object, in the order
+    /// they ran; `[]` means none did.
+    #[serde(default)]
+    mutated_by: Option<Vec<String>>,
 }
 
 impl Expect {
@@ -116,6 +125,7 @@ impl Expect {
             && self.audit.is_empty()
             && self.patched.is_none()
             && !self.no_patch
+            && self.mutated_by.is_none()
     }
 }
 
@@ -208,7 +218,7 @@ fn check_case(case: &Case) -> Result<Checked, String> {
         );
     }
     if expect.is_empty() {
-        return Err("the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched or noPatch".into());
+        return Err("the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch or mutatedBy".into());
     }
     let denied = expected_messages("denied", &expect.denied)?;
     let warned = expected_messages("warned", &expect.warned)?;
@@ -302,8 +312,17 @@ pub fn run(bundle: &Bundle, tests: &[Document]) -> Result<Vec<CaseResult>, Vec<S
                 continue;
             }
         };
-        let admission =
-            Admission::new(bundle.clone(), Arc::new(namespaces)).with_claims(Arc::new(claims));
+        let bundle = match with_bindings(bundle, doc, &test.spec.bindings) {
+            Ok(bundle) => bundle,
+            Err(err) => {
+                results.push(CaseResult {
+                    name: format!("{file}: {}", test.metadata.name),
+                    failures: vec![err],
+                });
+                continue;
+            }
+        };
+        let admission = Admission::new(bundle, Arc::new(namespaces)).with_claims(Arc::new(claims));
         for (case, checked) in test.spec.cases.iter().zip(&checked) {
             let name = format!("{file}: {} / {}", test.metadata.name, case.name);
             let failures = match run_case(&admission, case, checked, base) {
@@ -314,6 +333,39 @@ pub fn run(bundle: &Bundle, tests: &[Document]) -> Result<Vec<CaseResult>, Vec<S
         }
     }
     Ok(results)
+}
+
+/// `bundle` with a test's own bindings added to its policies.
+fn with_bindings(bundle: &Bundle, test: &Document, bindings: &[Value]) -> Result<Bundle, String> {
+    if bindings.is_empty() {
+        return Ok(bundle.clone());
+    }
+    const KINDS: [&str; 2] = [
+        "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicyBinding",
+    ];
+    let mut docs = Vec::with_capacity(bindings.len());
+    for (i, value) in bindings.iter().enumerate() {
+        let doc = Document {
+            source: test.source.clone(),
+            value: value.clone(),
+        };
+        if !KINDS.contains(&doc.type_meta().1) {
+            return Err(format!(
+                "spec.bindings[{i}]: kind {:?} is not one of {KINDS:?}",
+                doc.type_meta().1
+            ));
+        }
+        docs.push(doc);
+    }
+    let policies = bundle
+        .policies
+        .with_documents(&docs)
+        .map_err(|e| format!("spec.bindings: {e}"))?;
+    Ok(Bundle {
+        policies,
+        ..bundle.clone()
+    })
 }
 
 /// A namespace's labels as the cluster would have them: the apiserver
@@ -392,6 +444,12 @@ fn run_case(
                 json_diff(want, got).join("\n")
             )),
             None => failures.push("expected a patched object, got no patch".to_string()),
+        }
+    }
+    if let Some(want) = &expect.mutated_by {
+        let got: Vec<&str> = result.mutations.iter().map(|m| m.policy.as_str()).collect();
+        if got != *want {
+            failures.push(format!("expected mutations by {want:?}, got {got:?}"));
         }
     }
     let message = result.denials.join("\n");

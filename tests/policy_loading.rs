@@ -471,3 +471,124 @@ spec:
         "{err}"
     );
 }
+
+const MUTATING: &str = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: m}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  reinvocationPolicy: Never
+  mutations:
+  - MUTATION
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: mb}
+spec:
+  policyName: m
+"#;
+
+/// `(field, message)` of each load error of `yaml`.
+fn load_errors(yaml: &str) -> Vec<(String, String)> {
+    compile(yaml)
+        .unwrap_err()
+        .0
+        .into_iter()
+        .map(|e| (e.field.unwrap_or_default(), e.message))
+        .collect()
+}
+
+#[test]
+fn mutating_policy_errors_name_their_field() {
+    let with = |mutation: &str| MUTATING.replace("MUTATION", mutation);
+    let ok = compile(&with(
+        "{patchType: JSONPatch, jsonPatch: {expression: '[JSONPatch{op: \"remove\", path: \"/spec/nodeName\"}]'}}",
+    ))
+    .unwrap();
+    assert_eq!((ok.mutating_len(), ok.len()), (1, 0));
+    assert!(ok.has_mutations());
+    for (mutation, field, message) in [
+        (
+            "{patchType: Merge, jsonPatch: {expression: '[]'}}",
+            "spec.mutations[0].patchType",
+            "must be JSONPatch or ApplyConfiguration, not Merge",
+        ),
+        (
+            "{jsonPatch: {expression: '[]'}}",
+            "spec.mutations[0].patchType",
+            "required: JSONPatch or ApplyConfiguration",
+        ),
+        (
+            "{patchType: ApplyConfiguration, jsonPatch: {expression: '[]'}}",
+            "spec.mutations[0].jsonPatch",
+            "must not be set when patchType is ApplyConfiguration",
+        ),
+        (
+            "{patchType: JSONPatch}",
+            "spec.mutations[0].jsonPatch",
+            "required when patchType is JSONPatch",
+        ),
+        (
+            "{patchType: JSONPatch, jsonPatch: {expression: '[]', type: x}}",
+            "spec.mutations[0].jsonPatch.type",
+            "unknown field, expected expression",
+        ),
+        (
+            "{patchType: ApplyConfiguration, applyConfiguration: {expression: 'Object{spec: variables.missing}'}}",
+            "spec.mutations[0].applyConfiguration.expression",
+            "variables.missing is not defined in spec.variables",
+        ),
+    ] {
+        let errors = load_errors(&with(mutation));
+        assert!(
+            errors.iter().any(|(f, m)| f == field && m.contains(message)),
+            "{mutation}: {errors:?}"
+        );
+    }
+    let errors = load_errors(
+        &MUTATING
+            .replace("  reinvocationPolicy: Never\n", "")
+            .replace(
+                "MUTATION",
+                "{patchType: JSONPatch, jsonPatch: {expression: '[]'}}",
+            ),
+    );
+    assert_eq!(
+        errors,
+        [(
+            "spec.reinvocationPolicy".to_string(),
+            "required: Never or IfNeeded".to_string()
+        )]
+    );
+    // A binding of a mutating policy takes no validationActions.
+    let errors = load_errors(
+        &with("{patchType: JSONPatch, jsonPatch: {expression: '[]'}}").replace(
+            "  policyName: m\n",
+            "  policyName: m\n  validationActions: [Deny]\n",
+        ),
+    );
+    assert_eq!(errors[0].0, "spec.validationActions", "{errors:?}");
+    assert!(errors[0].1.starts_with("unknown field"), "{errors:?}");
+}
+
+#[test]
+fn validating_and_mutating_policies_of_one_name_are_two_policies() {
+    let both = format!(
+        "{}---\n{}",
+        POLICY
+            .replace("EXPR", "true")
+            .replace("name: p}", "name: m}")
+            .replace("policyName: p", "policyName: m"),
+        MUTATING.replace(
+            "MUTATION",
+            "{patchType: JSONPatch, jsonPatch: {expression: '[]'}}"
+        )
+    );
+    let set = compile(&both).unwrap();
+    assert_eq!((set.len(), set.mutating_len(), set.bindings()), (1, 1, 1));
+}

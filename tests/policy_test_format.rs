@@ -225,7 +225,7 @@ fn a_case_without_an_expectation_does_not_load() {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 3, "{err}");
     assert!(
-        lines[1].ends_with("tests.yaml: format / checks nothing: the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched or noPatch"),
+        lines[1].ends_with("tests.yaml: format / checks nothing: the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch or mutatedBy"),
         "{err}"
     );
     assert!(
@@ -318,4 +318,75 @@ fn a_file_case_judges_its_pod_with_the_claims_of_the_same_file() {
     .unwrap();
     assert_eq!(failing(&summary), Vec::<&str>::new(), "{}", summary.report);
     assert_eq!(summary.passed, 2, "{}", summary.report);
+}
+
+/// An unbound MutatingAdmissionPolicy, bound by one PolicyTest's
+/// `spec.bindings` only; `expect.mutatedBy` names the policies that changed
+/// the object.
+#[test]
+fn a_test_binds_an_unbound_mutating_policy_and_checks_who_mutated() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("label.yaml"),
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: label-pods}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  reinvocationPolicy: Never
+  mutations:
+    - patchType: ApplyConfiguration
+      applyConfiguration:
+        expression: "Object{metadata: Object.metadata{labels: {'team': 'ml'}}}"
+"#,
+    )
+    .unwrap();
+    let binding = "  bindings:\n    - {apiVersion: admissionregistration.k8s.io/v1, kind: MutatingAdmissionPolicyBinding, metadata: {name: label-pods}, spec: {policyName: label-pods}}\n";
+    let test = |name: &str, bindings: &str, cases: &str| {
+        format!("apiVersion: gpu-admission.io/v1alpha1\nkind: PolicyTest\nmetadata: {{name: {name}}}\nspec:\n{bindings}  cases:\n{cases}")
+    };
+    let pod = "      object: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: ml}, spec: {containers: [{name: a, image: nginx:1.27}]}}\n";
+    let patched = "{apiVersion: v1, kind: Pod, metadata: {name: p, namespace: ml, labels: {team: ml}}, spec: {containers: [{name: a, image: nginx:1.27}]}}";
+    let tests = [
+        test(
+            "bound",
+            binding,
+            &format!(
+                "    - name: labelled\n{pod}      expect: {{mutatedBy: [label-pods], patched: {patched}}}\n    - name: said untouched\n{pod}      expect: {{mutatedBy: []}}\n"
+            ),
+        ),
+        test(
+            "unbound",
+            "",
+            &format!("    - name: untouched\n{pod}      expect: {{mutatedBy: [], noPatch: true}}\n"),
+        ),
+    ]
+    .join("---\n");
+    std::fs::write(tmp.path().join("tests.yaml"), tests).unwrap();
+    let summary = run(tmp.path()).unwrap();
+    assert_eq!(failing(&summary), ["said untouched"], "{}", summary.report);
+    assert!(
+        summary
+            .report
+            .contains("expected mutations by [], got [\"label-pods\"]"),
+        "{}",
+        summary.report
+    );
+
+    // Only bindings may be added.
+    let not_a_binding = test(
+        "bad",
+        "  bindings:\n    - {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n",
+        &format!("    - name: any\n{pod}      expect: {{allowed: true}}\n"),
+    );
+    std::fs::write(tmp.path().join("tests.yaml"), not_a_binding).unwrap();
+    let summary = run(tmp.path()).unwrap();
+    assert!(
+        summary.report.contains(
+            "spec.bindings[0]: kind \"ConfigMap\" is not one of [\"ValidatingAdmissionPolicyBinding\", \"MutatingAdmissionPolicyBinding\"]"
+        ),
+        "{}",
+        summary.report
+    );
 }

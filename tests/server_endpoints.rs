@@ -466,6 +466,7 @@ async fn metrics_count_policy_evaluations_and_mutations() {
             },
         ],
         gpus_per_pod: 0,
+        mutations: Vec::new(),
     };
     let server = TestServer::start_with(config(), Arc::new(webhook)).await;
     let pod = fixture("pod-create-gpu.json");

@@ -48,6 +48,7 @@ impl SpanRecorder {
                 duration: Duration::from_micros(20),
             }],
             gpus_per_pod: 1,
+            mutations: Vec::new(),
         }
     }
 }

@@ -26,6 +26,10 @@ pub struct Limits {
     pub max_depth: usize,
     /// Comprehensions (`all`, `exists`, `map`, `filter`...) inside each other.
     pub max_comprehension_nesting: usize,
+    /// Whether message literals (`JSONPatch{...}`, `Object.spec{...}`) are
+    /// allowed: only in MutatingAdmissionPolicy mutations, where they build
+    /// patches and apply configurations (they evaluate to maps).
+    pub message_literals: bool,
 }
 
 impl Default for Limits {
@@ -35,6 +39,7 @@ impl Default for Limits {
             max_nodes: 2000,
             max_depth: 48,
             max_comprehension_nesting: 3,
+            message_literals: false,
         }
     }
 }
@@ -161,11 +166,21 @@ impl Walker<'_> {
         let next = depth + 1;
         match &e.expr {
             Expr::Unspecified => return Err("expression is incomplete".to_string()),
-            Expr::Struct(s) => {
+            Expr::Struct(s) if !self.limits.message_literals => {
                 return Err(format!(
-                    "message literals ({}{{...}}) are not supported",
+                    "message literals ({}{{...}}) are only available in the mutations of a MutatingAdmissionPolicy",
                     s.type_name
                 ))
+            }
+            Expr::Struct(s) => {
+                for entry in &s.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(f) => self.walk(&f.value, next, comprehensions)?,
+                        EntryExpr::MapEntry(_) => {
+                            return Err("a message literal holds fields, not map entries".into())
+                        }
+                    }
+                }
             }
             Expr::Literal(_) => {}
             Expr::Ident(name) => self.ident(name),

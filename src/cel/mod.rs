@@ -156,6 +156,11 @@ impl Env {
         &self.limits
     }
 
+    /// The host extensions the environment was made with.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
     /// A child scope of the root for one evaluated object.
     pub fn scope(&self) -> Context<'_> {
         self.root.new_inner_scope()
@@ -190,6 +195,11 @@ impl Env {
 fn register_functions(ctx: &mut Context<'static>) {
     ctx.add_function("image.repository", |image: Arc<String>| -> String {
         crate::k8s::images::repository(&image)
+    });
+    // Kubernetes' MutatingAdmissionPolicy library: a key as one RFC 6901
+    // JSON-pointer token (`~` is `~0`, `/` is `~1`).
+    ctx.add_function("jsonpatch.escapeKey", |key: Arc<String>| -> String {
+        key.replace('~', "~0").replace('/', "~1")
     });
 }
 
@@ -300,7 +310,21 @@ pub fn on_compile_stack<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, Stri
 /// [`compile`] on the calling thread, which must have a stack of
 /// [`limits::COMPILE_STACK`] bytes (see [`on_compile_stack`]).
 pub fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
-    let limits = env.limits();
+    compile_with_limits(env, source, env.limits())
+}
+
+/// [`compile_here`] for a MutatingAdmissionPolicy mutation: message
+/// literals (`JSONPatch{...}`, `Object{...}`) are allowed and evaluate to
+/// maps of their fields.
+pub fn compile_mutation_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
+    let limits = Limits {
+        message_literals: true,
+        ..env.limits().clone()
+    };
+    compile_with_limits(env, source, &limits)
+}
+
+fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compiled, CompileError> {
     if source.trim().is_empty() {
         return Err(CompileError::plain("expression is empty"));
     }

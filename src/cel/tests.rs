@@ -87,7 +87,10 @@ fn unknown_variables_are_rejected_at_load() {
 fn message_literals_are_rejected_not_evaluated() {
     let env = Env::default();
     let err = compile(&env, "Foo{a: 1} == null").unwrap_err();
-    assert!(err.message.contains("not supported"), "{err}");
+    assert!(
+        err.message.contains("only available in the mutations"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -303,6 +306,7 @@ fn a_deep_expression_stops_with_the_depth_error_not_a_stack_overflow() {
             max_nodes: 1 << 20,
             max_depth: 10_000,
             max_comprehension_nesting: 3,
+            ..Limits::default()
         },
         ..Env::default()
     };
@@ -329,5 +333,26 @@ fn a_deep_expression_stops_with_the_depth_error_not_a_stack_overflow() {
     assert_eq!(
         eval_with("(1 + (1 + 1)) == 3", json!({})),
         Ok(Value::Bool(true))
+    );
+}
+
+#[test]
+fn message_literals_build_maps_in_mutations_only() {
+    let env = Env::default();
+    let source = r#"[JSONPatch{op: "add", path: "/metadata/labels/" + jsonpatch.escapeKey("example.com/a~b"),
+        value: Object.metadata.labels{?team: optional.of("ml"), ?none: optional.none()}}]"#;
+    let compiled = on_compile_stack(|| compile_mutation_here(&env, source))
+        .unwrap()
+        .unwrap();
+    let value = evaluate(&compiled, &env.scope()).unwrap();
+    assert_eq!(
+        value.json().unwrap(),
+        json!([{"op": "add", "path": "/metadata/labels/example.com~1a~0b", "value": {"team": "ml"}}])
+    );
+    // A validating expression gets a clear load error, not a panic.
+    let err = compile(&env, r#"Object{spec: Object.spec{}} == object"#).unwrap_err();
+    assert_eq!(
+        err.message,
+        "message literals (Object{...}) are only available in the mutations of a MutatingAdmissionPolicy"
     );
 }

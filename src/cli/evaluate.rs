@@ -176,9 +176,23 @@ pub fn render_text(results: &[Evaluation]) -> String {
         let verdict = if r.allowed { "allowed" } else { "DENIED" };
         let _ = writeln!(out, "{} {}: {verdict}", r.kind, r.name);
         if let Some(patch) = &r.patch {
-            let profile = r.profile.as_deref().unwrap_or("-");
-            let _ = writeln!(out, "  patched by placement profile {profile}:");
+            let by = match (r.profile.as_deref(), r.mutations.is_empty()) {
+                (Some(p), false) => format!("placement profile {p} and mutating policies"),
+                (None, false) => "mutating policies".to_string(),
+                (p, true) => format!("placement profile {}", p.unwrap_or("-")),
+            };
+            let _ = writeln!(out, "  patched by {by}:");
             for op in &patch.0 {
+                let _ = writeln!(out, "    {}", serde_json::to_string(op).unwrap_or_default());
+            }
+        }
+        for m in &r.mutations {
+            let _ = writeln!(
+                out,
+                "  mutating policy {} (binding {}):",
+                m.policy, m.binding
+            );
+            for op in &m.patch.0 {
                 let _ = writeln!(out, "    {}", serde_json::to_string(op).unwrap_or_default());
             }
         }

@@ -24,10 +24,15 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
             for notice in loaded.bundle.policies.notices() {
                 println!("{notice}");
             }
+            let policies = &loaded.bundle.policies;
+            let mutating = match policies.mutating_len() {
+                0 => String::new(),
+                n => format!("{n} mutating policies, "),
+            };
             println!(
-                "{}: ok ({} policies, {} placement profiles, {} tests)",
+                "{}: ok ({} policies, {mutating}{} placement profiles, {} tests)",
                 args.dir.display(),
-                loaded.bundle.policies.len(),
+                policies.len(),
                 loaded.bundle.placement.len(),
                 loaded.tests.len()
             );

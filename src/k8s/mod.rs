@@ -1,13 +1,14 @@
 //! Kubernetes semantics, one model each: label selectors, node selectors,
 //! taints and tolerations, the pod templates of controllers, namespaces,
 //! the ResourceClaims of Dynamic Resource Allocation, image references,
-//! JSON field helpers and the JSON patch builder.
+//! JSON field helpers, the JSON patch builder and server-side-apply merge.
 //!
 //! A leaf module: it depends on nothing else in the crate, and knows
 //! nothing of GPUs, policies or HTTP. Readers come in two kinds: lenient
 //! ones for objects under admission (a field of the wrong shape reads as
 //! absent: the apiserver validates its own objects) and strict ones for the
 //! project's own documents (every mistake is an error naming its field).
+pub mod apply;
 pub mod claims;
 pub mod doc;
 pub mod images;

@@ -2,7 +2,7 @@
 //! evaluated object, and what each binding's actions make of the result.
 use super::model::{Action, Binding, FailurePolicy, Policy};
 use super::{
-    EvaluationResult, Inner, Param, PolicyEvaluation, Verdict, MAX_MESSAGE_LEN,
+    EvaluationResult, Inner, PolicyEvaluation, Verdict, MAX_MESSAGE_LEN,
     VALIDATION_FAILURE_ANNOTATION,
 };
 use crate::cel::{self, EvalError, Val};
@@ -30,7 +30,7 @@ pub(super) fn applies(
 /// The CEL variables of one evaluated object, converted once and shared by
 /// every policy.
 pub(super) struct Scope<'e> {
-    ctx: Context<'e>,
+    pub(super) ctx: Context<'e>,
 }
 
 impl<'e> Scope<'e> {
@@ -164,54 +164,18 @@ impl Inner {
         start: Instant,
         verdict: &mut Verdict,
     ) -> Instant {
-        let mut outcomes = Vec::new();
-        match (&policy.param_kind, &binding.param_ref) {
-            (Some(kind), Some(pref)) => {
-                let found: Vec<&Param> = self
-                    .params
-                    .iter()
-                    .filter(|p| {
-                        (p.api_version.as_str(), p.kind.as_str())
-                            == (kind.0.as_str(), kind.1.as_str())
-                    })
-                    .filter(|p| match &pref.namespace {
-                        Some(ns) => p.namespace.as_deref() == Some(ns.as_str()),
-                        None => p.namespace.is_none() || p.namespace == req.namespace,
-                    })
-                    .filter(|p| match (&pref.name, &pref.selector) {
-                        (Some(n), _) => &p.name == n,
-                        (None, Some(sel)) => sel.matches(&p.labels),
-                        (None, None) => false,
-                    })
-                    .collect();
-                if found.is_empty() {
-                    if pref.deny_when_missing {
-                        // A configuration error, as in kube-apiserver: it
-                        // follows failurePolicy, not validationActions.
-                        return result_error(
-                            verdict,
-                            policy,
-                            start,
-                            format!(
-                                "no params found for binding {} ({} {}) and its parameterNotFoundAction is Deny",
-                                binding.name,
-                                kind.1,
-                                pref.name.as_deref().unwrap_or("by selector")
-                            ),
-                        );
-                    }
-                } else {
-                    for p in found {
-                        outcomes.push(cel::with_policy_budget(|| {
-                            self.evaluate_policy(policy, scope, p.value.clone())
-                        }));
-                    }
-                }
+        let params = match self.binding_params(policy, binding, req) {
+            Ok(params) => params,
+            Err(message) => {
+                // A configuration error, as in kube-apiserver: it follows
+                // failurePolicy, not validationActions.
+                return result_error(verdict, policy, start, message);
             }
-            _ => outcomes.push(cel::with_policy_budget(|| {
-                self.evaluate_policy(policy, scope, Value::Null)
-            })),
-        }
+        };
+        let outcomes: Vec<Outcome> = params
+            .into_iter()
+            .map(|p| cel::with_policy_budget(|| self.evaluate_policy(policy, scope, p)))
+            .collect();
         if outcomes.iter().all(|o| o.skipped) {
             return Instant::now();
         }
@@ -279,6 +243,47 @@ impl Inner {
         end
     }
 
+    /// The params `binding` evaluates `policy` with, one evaluation each:
+    /// `null` when the policy has no paramKind or the binding no paramRef,
+    /// none when its paramRef finds nothing and allows that, an error when
+    /// it finds nothing and denies.
+    pub(super) fn binding_params(
+        &self,
+        policy: &Policy,
+        binding: &Binding,
+        req: &Request,
+    ) -> Result<Vec<Value>, String> {
+        let (Some(kind), Some(pref)) = (&policy.param_kind, &binding.param_ref) else {
+            return Ok(vec![Value::Null]);
+        };
+        let found: Vec<Value> = self
+            .params
+            .iter()
+            .filter(|p| {
+                (p.api_version.as_str(), p.kind.as_str()) == (kind.0.as_str(), kind.1.as_str())
+            })
+            .filter(|p| match &pref.namespace {
+                Some(ns) => p.namespace.as_deref() == Some(ns.as_str()),
+                None => p.namespace.is_none() || p.namespace == req.namespace,
+            })
+            .filter(|p| match (&pref.name, &pref.selector) {
+                (Some(n), _) => &p.name == n,
+                (None, Some(sel)) => sel.matches(&p.labels),
+                (None, None) => false,
+            })
+            .map(|p| p.value.clone())
+            .collect();
+        if found.is_empty() && pref.deny_when_missing {
+            return Err(format!(
+                "no params found for binding {} ({} {}) and its parameterNotFoundAction is Deny",
+                binding.name,
+                kind.1,
+                pref.name.as_deref().unwrap_or("by selector")
+            ));
+        }
+        Ok(found)
+    }
+
     fn evaluate_policy(&self, policy: &Policy, scope: &Scope, params: Value) -> Outcome {
         // A scope for `params` only where some expression reads it.
         let with_params;
@@ -290,37 +295,18 @@ impl Inner {
         } else {
             &scope.ctx
         };
-        let mut vars = Variables {
-            policy,
-            values: std::iter::repeat_with(|| None)
-                .take(policy.variables.len())
-                .collect(),
-        };
+        let mut vars = Variables::new(policy);
         let mut outcome = Outcome::default();
-        let mut condition_error = None;
-        for (i, c) in policy.match_conditions.iter().enumerate() {
-            match vars.eval(ctx, &c.expr) {
-                Ok(Value::Bool(false)) => {
-                    outcome.skipped = true;
-                    return outcome;
-                }
-                Ok(Value::Bool(true)) => {}
-                Ok(other) => {
-                    condition_error.get_or_insert(format!(
-                        "matchConditions[{i}] ({}) returned {}, not bool",
-                        c.name,
-                        cel::type_name(&other)
-                    ));
-                }
-                Err(e) => {
-                    condition_error
-                        .get_or_insert(format!("matchConditions[{i}] ({}): {e}", c.name));
-                }
+        match match_conditions(policy, &mut vars, ctx) {
+            Ok(true) => {}
+            Ok(false) => {
+                outcome.skipped = true;
+                return outcome;
             }
-        }
-        if let Some(e) = condition_error {
-            outcome.errors.push(e);
-            return outcome;
+            Err(e) => {
+                outcome.errors.push(e);
+                return outcome;
+            }
         }
         for (i, v) in policy.validations.iter().enumerate() {
             match vars.eval(ctx, &v.expr) {
@@ -366,6 +352,33 @@ impl Inner {
         }
         outcome
     }
+}
+
+/// Whether every match condition holds: `Ok(false)` as soon as one is
+/// false (the policy is skipped), else the first error.
+pub(super) fn match_conditions(
+    policy: &Policy,
+    vars: &mut Variables,
+    ctx: &Context,
+) -> Result<bool, String> {
+    let mut condition_error = None;
+    for (i, c) in policy.match_conditions.iter().enumerate() {
+        match vars.eval(ctx, &c.expr) {
+            Ok(Value::Bool(false)) => return Ok(false),
+            Ok(Value::Bool(true)) => {}
+            Ok(other) => {
+                condition_error.get_or_insert(format!(
+                    "matchConditions[{i}] ({}) returned {}, not bool",
+                    c.name,
+                    cel::type_name(&other)
+                ));
+            }
+            Err(e) => {
+                condition_error.get_or_insert(format!("matchConditions[{i}] ({}): {e}", c.name));
+            }
+        }
+    }
+    condition_error.map_or(Ok(true), Err)
 }
 
 /// Records a binding that could not be evaluated at all; returns when.
@@ -417,15 +430,24 @@ fn add_audit_failure(
 /// A policy's `variables`, evaluated lazily and at most once per request:
 /// an expression evaluates only the variables it refers to (and those they
 /// refer to), when it is itself evaluated.
-struct Variables<'p> {
+pub(super) struct Variables<'p> {
     policy: &'p Policy,
     /// Kept in the interpreter's form: handing them to later expressions is
     /// then a reference-count bump, not a conversion.
     values: Vec<Option<Result<Box<dyn Val>, EvalError>>>,
 }
 
-impl Variables<'_> {
-    fn eval(&mut self, ctx: &Context, expr: &cel::Compiled) -> Result<Value, EvalError> {
+impl<'p> Variables<'p> {
+    pub(super) fn new(policy: &'p Policy) -> Variables<'p> {
+        Variables {
+            policy,
+            values: std::iter::repeat_with(|| None)
+                .take(policy.variables.len())
+                .collect(),
+        }
+    }
+
+    pub(super) fn eval(&mut self, ctx: &Context, expr: &cel::Compiled) -> Result<Value, EvalError> {
         if expr.variable_closure.is_empty() {
             return cel::evaluate(expr, ctx);
         }

@@ -15,6 +15,7 @@ mod index;
 mod load;
 mod matching;
 mod model;
+mod mutate;
 mod watch;
 
 pub use load::{
@@ -22,6 +23,7 @@ pub use load::{
     LoadNotice, NoticeLevel, PolicyFile, Source,
 };
 pub use matching::MatchResources;
+pub use mutate::{AppliedMutation, Mutated};
 pub use watch::{watch_dir, DirWatcher, WatchOptions, DEFAULT_RESCAN};
 
 pub use model::DESCRIPTION_ANNOTATION;
@@ -31,6 +33,13 @@ use model::{Binding, Policy};
 pub const API_VERSIONS: &[&str] = &[
     "admissionregistration.k8s.io/v1",
     "admissionregistration.k8s.io/v1beta1",
+];
+/// API versions of MutatingAdmissionPolicy documents (the same shape in
+/// each).
+pub const MUTATING_API_VERSIONS: &[&str] = &[
+    "admissionregistration.k8s.io/v1",
+    "admissionregistration.k8s.io/v1beta1",
+    "admissionregistration.k8s.io/v1alpha1",
 ];
 /// Audit annotation Kubernetes writes for validation failures under `Audit`.
 pub const VALIDATION_FAILURE_ANNOTATION: &str =
@@ -59,11 +68,18 @@ pub(crate) struct Inner {
     pub(crate) bindings: Vec<(Binding, usize)>,
     /// The bindings a request could match, by resource and operation.
     pub(crate) index: index::BindingIndex,
+    /// MutatingAdmissionPolicies, and their bindings in the order they run
+    /// (by policy name).
+    pub(crate) mutating: Vec<Policy>,
+    pub(crate) mutating_bindings: Vec<(Binding, usize)>,
+    pub(crate) mutating_index: index::BindingIndex,
     pub(crate) params: Vec<Param>,
     /// Every top-level variable some expression refers to.
     pub(crate) referenced: BTreeSet<String>,
     /// What loading ignored, as kube-apiserver does.
     pub(crate) notices: Vec<LoadNotice>,
+    /// The documents compiled, for [`PolicySet::with_documents`].
+    pub(crate) documents: Vec<Document>,
 }
 
 #[derive(Debug)]
@@ -149,115 +165,32 @@ impl PolicySet {
     fn compile_here(docs: &[Document], extensions: Extensions) -> Result<PolicySet, LoadErrors> {
         let env = Env::new(extensions);
         let mut errors = Vec::new();
-        let is_vap_api = |d: &Document| API_VERSIONS.contains(&d.type_meta().0);
-        let mut policies: Vec<Policy> = Vec::new();
-        let mut policy_docs = BTreeMap::new();
-        // Names of every policy document, including those with errors, so
-        // that their bindings are not reported again.
-        let declared: BTreeSet<&str> = docs
-            .iter()
-            .filter(|d| is_vap_api(d) && d.type_meta().1 == "ValidatingAdmissionPolicy")
-            .filter_map(|d| d.value.pointer("/metadata/name").and_then(|n| n.as_str()))
-            .collect();
-        for doc in docs
-            .iter()
-            .filter(|d| is_vap_api(d) && d.type_meta().1 == "ValidatingAdmissionPolicy")
-        {
-            if let Some(p) = model::read_policy(&env, doc, &mut errors) {
-                if let Some(first) = policy_docs.insert(p.name.clone(), &doc.source) {
-                    errors.push(LoadError::at(
-                        &doc.source,
-                        "metadata.name",
-                        format!(
-                            "policy {} is already defined in {} document {}",
-                            p.name,
-                            first.file.display(),
-                            first.document
-                        ),
-                    ));
-                    continue;
-                }
-                policies.push(p);
-            }
-        }
-        let param_kinds: BTreeSet<(String, String)> = policies
-            .iter()
+        let mut notices = Vec::new();
+        let validating = Family::read(Family::VALIDATING, &env, docs, &mut errors);
+        let mutating = Family::read(Family::MUTATING, &env, docs, &mut errors);
+        let param_kinds: BTreeSet<(String, String)> = (validating.policies.iter())
+            .chain(&mutating.policies)
             .filter_map(|p| p.param_kind.clone())
             .collect();
         let mut bindings = Vec::new();
+        let mut mutating_bindings = Vec::new();
+        let (mut binding_names, mut mutating_names) = (BTreeSet::new(), BTreeSet::new());
         let mut params = Vec::new();
-        let mut binding_names = BTreeSet::new();
-        let mut notices = Vec::new();
-        let mut notice = |level, doc: &Document, field: &str, message: String| {
-            notices.push(LoadNotice {
-                level,
-                at: LoadError::at(&doc.source, field, message),
-            })
-        };
         for doc in docs {
             let (api, kind) = doc.type_meta();
-            if is_vap_api(doc) && kind == "ValidatingAdmissionPolicy" {
-                continue;
-            }
-            if is_vap_api(doc) && kind == "ValidatingAdmissionPolicyBinding" {
-                let Some(b) = model::read_binding(doc, &mut errors) else {
-                    continue;
-                };
-                if !binding_names.insert(b.name.clone()) {
-                    errors.push(LoadError::at(
-                        &doc.source,
-                        "metadata.name",
-                        format!("binding {} is defined twice", b.name),
-                    ));
-                    continue;
-                }
-                match policies.iter().position(|p| p.name == b.policy_name) {
-                    // As in kube-apiserver: a binding of a policy that does
-                    // not exist does nothing.
-                    None if !declared.contains(b.policy_name.as_str()) => notice(
-                        NoticeLevel::Warning,
-                        doc,
-                        "spec.policyName",
-                        format!(
-                            "no ValidatingAdmissionPolicy named {}: binding {} is ignored",
-                            b.policy_name, b.name
-                        ),
-                    ),
-                    None => {}
-                    Some(i) => {
-                        let policy = &policies[i];
-                        match (&policy.param_kind, &b.param_ref) {
-                            (Some(_), None) => errors.push(LoadError::at(
-                                &doc.source,
-                                "spec.paramRef",
-                                format!("required: policy {} has a paramKind", policy.name),
-                            )),
-                            // Kubernetes: "If the policy does not specify a
-                            // ParamKind then this field is ignored, and the
-                            // rules are evaluated without a param."
-                            (None, Some(_)) => {
-                                tracing::debug!(
-                                    binding = %b.name,
-                                    "paramRef ignored: policy {} has no paramKind",
-                                    policy.name
-                                );
-                                notice(
-                                    NoticeLevel::Note,
-                                    doc,
-                                    "spec.paramRef",
-                                    format!(
-                                        "ignored: policy {} has no paramKind, so it is evaluated without params",
-                                        policy.name
-                                    ),
-                                );
-                                let mut b = b;
-                                b.param_ref = None;
-                                bindings.push((b, i));
-                            }
-                            _ => bindings.push((b, i)),
-                        }
+            let mut handled = false;
+            for (family, out, names) in [
+                (&validating, &mut bindings, &mut binding_names),
+                (&mutating, &mut mutating_bindings, &mut mutating_names),
+            ] {
+                if family.owns(doc) {
+                    handled = true;
+                    if let Some(bound) = family.bind(doc, names, &mut errors, &mut notices) {
+                        out.push(bound);
                     }
                 }
+            }
+            if handled {
                 continue;
             }
             if param_kinds.contains(&(api.to_string(), kind.to_string())) {
@@ -280,21 +213,28 @@ impl PolicySet {
             }
             // A Deployment kept next to its policy, the CRD of a params
             // kind: not the engine's, skipped.
-            notice(
-                NoticeLevel::Warning,
-                doc,
-                "",
-                format!(
-                    "skipped: kind {:?} (apiVersion {:?}) is not a ValidatingAdmissionPolicy, a ValidatingAdmissionPolicyBinding, or a params kind named by a policy's paramKind",
-                    kind, api
+            notices.push(LoadNotice {
+                level: NoticeLevel::Warning,
+                at: LoadError::at(
+                    &doc.source,
+                    "",
+                    format!(
+                        "skipped: kind {:?} (apiVersion {:?}) is not a ValidatingAdmissionPolicy, a MutatingAdmissionPolicy, one of their bindings, or a params kind named by a policy's paramKind",
+                        kind, api
+                    ),
                 ),
-            );
+            });
         }
         if !errors.is_empty() {
             return Err(LoadErrors(errors));
         }
+        let (policies, mutating) = (validating.policies, mutating.policies);
+        // Mutating policies run in the order of their names (each binding
+        // of one policy in file order), each seeing the previous result.
+        mutating_bindings.sort_by(|(_, a), (_, b)| mutating[*a].name.cmp(&mutating[*b].name));
         let referenced = policies
             .iter()
+            .chain(&mutating)
             .flat_map(|p| {
                 p.match_conditions
                     .iter()
@@ -306,24 +246,40 @@ impl PolicySet {
                             .iter()
                             .flat_map(|v| std::iter::once(&v.expr).chain(&v.message_expr)),
                     )
+                    .chain(p.mutations.iter().map(|m| &m.expr))
             })
             .flat_map(|e| e.variables.iter().cloned())
             .collect();
+        let index = |bindings: &[(Binding, usize)], policies: &[Policy]| {
+            index::BindingIndex::new(
+                bindings
+                    .iter()
+                    .map(|(_, pi)| &policies[*pi].match_constraints),
+            )
+        };
         Ok(PolicySet {
             inner: Arc::new(Inner {
-                index: index::BindingIndex::new(
-                    bindings
-                        .iter()
-                        .map(|(_, pi)| &policies[*pi].match_constraints),
-                ),
+                index: index(&bindings, &policies),
+                mutating_index: index(&mutating_bindings, &mutating),
                 env,
                 policies,
                 bindings,
+                mutating,
+                mutating_bindings,
                 params,
                 referenced,
                 notices,
+                documents: docs.to_vec(),
             }),
         })
+    }
+
+    /// The set compiled again with `extra` documents (bindings, params)
+    /// beside its own, with the same host extensions.
+    pub fn with_documents(&self, extra: &[Document]) -> Result<PolicySet, LoadErrors> {
+        let mut docs = self.inner.documents.clone();
+        docs.extend_from_slice(extra);
+        PolicySet::compile_with(&docs, self.inner.env.extensions().clone())
     }
 
     /// What loading ignored, as kube-apiserver does (documents of other
@@ -349,6 +305,11 @@ impl PolicySet {
 
     pub fn is_empty(&self) -> bool {
         self.inner.policies.is_empty()
+    }
+
+    /// MutatingAdmissionPolicies loaded.
+    pub fn mutating_len(&self) -> usize {
+        self.inner.mutating.len()
     }
 
     /// Bindings loaded.
@@ -467,5 +428,181 @@ impl PolicySet {
             }
         }
         verdict
+    }
+}
+
+/// Validating or mutating policies and their bindings: read the same way,
+/// with their own kinds.
+struct Family<'d> {
+    kinds: &'static FamilyKinds,
+    policies: Vec<Policy>,
+    /// Names of every policy document, including those with errors, so
+    /// that their bindings are not reported again.
+    declared: BTreeSet<&'d str>,
+}
+
+struct FamilyKinds {
+    api_versions: &'static [&'static str],
+    policy: &'static str,
+    binding: &'static str,
+    read_policy: fn(&Env, &Document, &mut Vec<LoadError>) -> Option<Policy>,
+    read_binding: fn(&Document, &mut Vec<LoadError>) -> Option<Binding>,
+    /// Whether a binding without `paramRef` of a policy with `paramKind`
+    /// is evaluated with null params (Kubernetes' documented mutating
+    /// example does this) instead of being an error.
+    params_optional: bool,
+}
+
+impl<'d> Family<'d> {
+    const VALIDATING: &'static FamilyKinds = &FamilyKinds {
+        api_versions: API_VERSIONS,
+        policy: "ValidatingAdmissionPolicy",
+        binding: "ValidatingAdmissionPolicyBinding",
+        read_policy: model::read_policy,
+        read_binding: model::read_binding,
+        params_optional: false,
+    };
+    const MUTATING: &'static FamilyKinds = &FamilyKinds {
+        api_versions: MUTATING_API_VERSIONS,
+        policy: "MutatingAdmissionPolicy",
+        binding: "MutatingAdmissionPolicyBinding",
+        read_policy: model::read_mutating_policy,
+        read_binding: model::read_mutating_binding,
+        params_optional: true,
+    };
+
+    /// Reads the family's policy documents; names must be unique.
+    fn read(
+        kinds: &'static FamilyKinds,
+        env: &Env,
+        docs: &'d [Document],
+        errors: &mut Vec<LoadError>,
+    ) -> Family<'d> {
+        let is_policy = |d: &Document| {
+            let (api, kind) = d.type_meta();
+            kinds.api_versions.contains(&api) && kind == kinds.policy
+        };
+        let declared = docs
+            .iter()
+            .filter(|d| is_policy(d))
+            .filter_map(|d| d.value.pointer("/metadata/name").and_then(|n| n.as_str()))
+            .collect();
+        let mut policies: Vec<Policy> = Vec::new();
+        let mut sources: BTreeMap<String, &Source> = BTreeMap::new();
+        for doc in docs.iter().filter(|d| is_policy(d)) {
+            let Some(p) = (kinds.read_policy)(env, doc, errors) else {
+                continue;
+            };
+            if let Some(first) = sources.insert(p.name.clone(), &doc.source) {
+                errors.push(LoadError::at(
+                    &doc.source,
+                    "metadata.name",
+                    format!(
+                        "policy {} is already defined in {} document {}",
+                        p.name,
+                        first.file.display(),
+                        first.document
+                    ),
+                ));
+                continue;
+            }
+            policies.push(p);
+        }
+        Family {
+            kinds,
+            policies,
+            declared,
+        }
+    }
+
+    /// Whether `doc` is one of the family's policies or bindings.
+    fn owns(&self, doc: &Document) -> bool {
+        let (api, kind) = doc.type_meta();
+        self.kinds.api_versions.contains(&api)
+            && (kind == self.kinds.policy || kind == self.kinds.binding)
+    }
+
+    /// Reads a binding document and finds its policy, as kube-apiserver
+    /// does: a binding of a missing policy does nothing (a warning), a
+    /// `paramRef` for a policy without `paramKind` is ignored (a note).
+    /// `None` for policy documents, read already.
+    fn bind(
+        &self,
+        doc: &Document,
+        names: &mut BTreeSet<String>,
+        errors: &mut Vec<LoadError>,
+        notices: &mut Vec<LoadNotice>,
+    ) -> Option<(Binding, usize)> {
+        if doc.type_meta().1 != self.kinds.binding {
+            return None;
+        }
+        let mut notice = |level, field: &str, message: String| {
+            notices.push(LoadNotice {
+                level,
+                at: LoadError::at(&doc.source, field, message),
+            })
+        };
+        let mut b = (self.kinds.read_binding)(doc, errors)?;
+        if !names.insert(b.name.clone()) {
+            errors.push(LoadError::at(
+                &doc.source,
+                "metadata.name",
+                format!("binding {} is defined twice", b.name),
+            ));
+            return None;
+        }
+        let Some(i) = self.policies.iter().position(|p| p.name == b.policy_name) else {
+            if !self.declared.contains(b.policy_name.as_str()) {
+                notice(
+                    NoticeLevel::Warning,
+                    "spec.policyName",
+                    format!(
+                        "no {} named {}: binding {} is ignored",
+                        self.kinds.policy, b.policy_name, b.name
+                    ),
+                );
+            }
+            return None;
+        };
+        let policy = &self.policies[i];
+        match (&policy.param_kind, &b.param_ref) {
+            (Some(_), None) if self.kinds.params_optional => notice(
+                NoticeLevel::Note,
+                "spec.paramRef",
+                format!(
+                    "absent: policy {} has a paramKind, so it is evaluated with params null",
+                    policy.name
+                ),
+            ),
+            (Some(_), None) => {
+                errors.push(LoadError::at(
+                    &doc.source,
+                    "spec.paramRef",
+                    format!("required: policy {} has a paramKind", policy.name),
+                ));
+                return None;
+            }
+            // Kubernetes: "If the policy does not specify a ParamKind then
+            // this field is ignored, and the rules are evaluated without a
+            // param."
+            (None, Some(_)) => {
+                tracing::debug!(
+                    binding = %b.name,
+                    "paramRef ignored: policy {} has no paramKind",
+                    policy.name
+                );
+                notice(
+                    NoticeLevel::Note,
+                    "spec.paramRef",
+                    format!(
+                        "ignored: policy {} has no paramKind, so it is evaluated without params",
+                        policy.name
+                    ),
+                );
+                b.param_ref = None;
+            }
+            _ => {}
+        }
+        Some((b, i))
     }
 }

@@ -44,8 +44,45 @@ pub struct Policy {
     pub variables: Vec<Named>,
     pub validations: Vec<Validation>,
     pub audit_annotations: Vec<Named>,
+    /// A MutatingAdmissionPolicy's mutations (none for a validating one).
+    pub mutations: Vec<Mutation>,
     /// Some expression refers to `params`.
     pub uses_params: bool,
+}
+
+/// One `spec.mutations[]` item of a MutatingAdmissionPolicy.
+#[derive(Debug)]
+pub struct Mutation {
+    pub patch_type: PatchType,
+    pub expr: Compiled,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    /// `jsonPatch.expression`: a list of `JSONPatch{op, path, from, value}`.
+    JsonPatch,
+    /// `applyConfiguration.expression`: an `Object{...}` merged as
+    /// server-side apply merges.
+    ApplyConfiguration,
+}
+
+impl PatchType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PatchType::JsonPatch => "JSONPatch",
+            PatchType::ApplyConfiguration => "ApplyConfiguration",
+        }
+    }
+}
+
+/// `reinvocationPolicy`: required and checked, not otherwise used: every
+/// call of `/mutate` runs every matching mutating policy once, and the
+/// webhook configuration's own reinvocationPolicy says whether the
+/// apiserver calls again (which then changes nothing more).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+enum Reinvocation {
+    Never,
+    IfNeeded,
 }
 
 impl Policy {
@@ -68,7 +105,8 @@ impl Policy {
                 self.validations
                     .iter_mut()
                     .flat_map(|v| std::iter::once(&mut v.expr).chain(v.message_expr.as_mut())),
-            );
+            )
+            .chain(self.mutations.iter_mut().map(|m| &mut m.expr));
         let mut uses_params = false;
         for expr in exprs {
             expr.set_variable_closure(&names);
@@ -176,6 +214,22 @@ impl Errors<'_> {
     fn compile(&mut self, env: &Env, source: String, field: &str) -> Option<Compiled> {
         let source = self.required(source, field)?;
         cel::compile_here(env, &source)
+            .map_err(|e| {
+                self.errors.push(LoadError {
+                    source: Some(self.source.clone()),
+                    field: Some(field.to_string()),
+                    line: e.line,
+                    column: e.column,
+                    message: e.message,
+                })
+            })
+            .ok()
+    }
+
+    /// [`Errors::compile`] for a mutation (message literals allowed).
+    fn compile_mutation(&mut self, env: &Env, source: String, field: &str) -> Option<Compiled> {
+        let source = self.required(source, field)?;
+        cel::compile_mutation_here(env, &source)
             .map_err(|e| {
                 self.errors.push(LoadError {
                     source: Some(self.source.clone()),
@@ -334,14 +388,29 @@ struct AuditAnnotationDoc {
     value_expression: String,
 }
 
-impl PolicySpec {
-    fn validate(self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
-        let before = errors.errors.len();
-        let param_kind = self.param_kind.and_then(|pk| {
+/// What validating and mutating policies share: params, matching,
+/// match conditions and variables.
+struct Common {
+    param_kind: Option<(String, String)>,
+    match_constraints: MatchResources,
+    match_conditions: Vec<Named>,
+    variables: Vec<Named>,
+}
+
+impl Common {
+    fn read(
+        env: &Env,
+        errors: &mut Errors,
+        param_kind: Option<ParamKindDoc>,
+        match_constraints: Option<MatchResourcesDoc>,
+        match_conditions: Vec<NamedDoc>,
+        variables: Vec<NamedDoc>,
+    ) -> Common {
+        let param_kind = param_kind.and_then(|pk| {
             let api = errors.required(pk.api_version, "spec.paramKind.apiVersion");
             api.zip(errors.required(pk.kind, "spec.paramKind.kind"))
         });
-        let match_constraints = match self.match_constraints {
+        let match_constraints = match match_constraints {
             Some(m) if m.resource_rules.is_empty() => {
                 errors.push("spec.matchConstraints.resourceRules", "required");
                 m.validate("spec.matchConstraints", errors)
@@ -352,44 +421,76 @@ impl PolicySpec {
                 MatchResources::default()
             }
         };
+        let pairs = |items: Vec<NamedDoc>| items.into_iter().map(|n| (n.name, n.expression));
+        let match_conditions = read_named(
+            env,
+            errors,
+            pairs(match_conditions).collect(),
+            ["matchConditions", "name", "expression"],
+        );
+        let variables = read_named(
+            env,
+            errors,
+            pairs(variables).collect(),
+            ["variables", "name", "expression"],
+        );
+        Common {
+            param_kind,
+            match_constraints,
+            match_conditions,
+            variables,
+        }
+    }
+}
+
+/// Named expressions at `spec.<key>[i]`, with their name and expression
+/// fields (`[key, name_key, expr_key]`).
+fn read_named(
+    env: &Env,
+    errors: &mut Errors,
+    items: Vec<(String, String)>,
+    [key, name_key, expr_key]: [&str; 3],
+) -> Vec<Named> {
+    let mut out = Vec::new();
+    for (i, (name, expr)) in items.into_iter().enumerate() {
+        let name = errors.required(name, &format!("spec.{key}[{i}].{name_key}"));
+        let expr = errors.compile(env, expr, &format!("spec.{key}[{i}].{expr_key}"));
+        out.extend(name.zip(expr).map(|(name, expr)| Named { name, expr }));
+    }
+    out
+}
+
+impl PolicySpec {
+    fn validate(self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
+        let before = errors.errors.len();
+        let Common {
+            param_kind,
+            match_constraints,
+            match_conditions,
+            variables,
+        } = Common::read(
+            env,
+            errors,
+            self.param_kind,
+            self.match_constraints,
+            self.match_conditions,
+            self.variables,
+        );
         if self.validations.is_empty() && self.audit_annotations.is_empty() {
             errors.push(
                 "spec.validations",
                 "a policy needs validations or auditAnnotations",
             );
         }
-        let mut named =
-            |items: Vec<(String, String)>, key: &str, name_key: &str, expr_key: &str| {
-                let mut out = Vec::new();
-                for (i, (name, expr)) in items.into_iter().enumerate() {
-                    let name = errors.required(name, &format!("spec.{key}[{i}].{name_key}"));
-                    let expr = errors.compile(env, expr, &format!("spec.{key}[{i}].{expr_key}"));
-                    out.extend(name.zip(expr).map(|(name, expr)| Named { name, expr }));
-                }
-                out
-            };
-        let pairs = |items: Vec<NamedDoc>| items.into_iter().map(|n| (n.name, n.expression));
-        let match_conditions = named(
-            pairs(self.match_conditions).collect(),
-            "matchConditions",
-            "name",
-            "expression",
-        );
-        let variables = named(
-            pairs(self.variables).collect(),
-            "variables",
-            "name",
-            "expression",
-        );
         let annotations = self
             .audit_annotations
             .into_iter()
             .map(|a| (a.key, a.value_expression));
-        let audit_annotations = named(
+        let audit_annotations = read_named(
+            env,
+            errors,
             annotations.collect(),
-            "auditAnnotations",
-            "key",
-            "valueExpression",
+            ["auditAnnotations", "key", "valueExpression"],
         );
         let mut validations = Vec::new();
         for (i, v) in self.validations.into_iter().enumerate() {
@@ -423,6 +524,7 @@ impl PolicySpec {
             &match_conditions,
             &validations,
             &audit_annotations,
+            &[],
         );
         if errors.errors.len() > before {
             return None;
@@ -437,6 +539,7 @@ impl PolicySpec {
             variables,
             validations,
             audit_annotations,
+            mutations: Vec::new(),
             uses_params: false,
         };
         policy.resolve_variable_closures();
@@ -473,14 +576,18 @@ pub const DESCRIPTION_ANNOTATION: &str = "gpu-admission.io/description";
 pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
     let (name, spec, mut errors) = read_object::<PolicySpec>(doc, errors)?;
     let mut policy = spec.validate(env, name, &mut errors)?;
-    policy.description = doc
-        .value
+    policy.description = description(doc);
+    Some(policy)
+}
+
+/// The policy's [`DESCRIPTION_ANNOTATION`], on one line.
+fn description(doc: &Document) -> Option<String> {
+    doc.value
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(DESCRIPTION_ANNOTATION))
         .and_then(serde_json::Value::as_str)
         .map(|d| d.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|d| !d.is_empty());
-    Some(policy)
+        .filter(|d| !d.is_empty())
 }
 /// Every `variables.x` must name a variable; a variable may only use the
 /// ones defined before it.
@@ -490,6 +597,7 @@ fn check_variables(
     conditions: &[Named],
     validations: &[Validation],
     annotations: &[Named],
+    mutations: &[Mutation],
 ) {
     let mut seen = std::collections::BTreeSet::new();
     for (i, v) in variables.iter().enumerate() {
@@ -540,6 +648,12 @@ fn check_variables(
             &a.expr,
         );
     }
+    for (i, m) in mutations.iter().enumerate() {
+        check(
+            format!("spec.mutations[{i}].{}.expression", m.patch_type.field()),
+            &m.expr,
+        );
+    }
 }
 
 /// `ValidatingAdmissionPolicyBindingSpec`.
@@ -584,29 +698,7 @@ impl BindingSpec {
                 "Deny and Warn may not be used together (Deny already tells the user)",
             );
         }
-        let param_ref = self.param_ref.map(|p| {
-            if p.name.is_some() == p.selector.is_some() {
-                errors.push(
-                    "spec.paramRef",
-                    "exactly one of name or selector is required",
-                );
-            }
-            let action = p.parameter_not_found_action;
-            if action.is_none() {
-                errors.push(
-                    "spec.paramRef.parameterNotFoundAction",
-                    "required: Allow or Deny",
-                );
-            }
-            ParamRef {
-                name: p.name,
-                namespace: p.namespace,
-                selector: p
-                    .selector
-                    .map(|s| errors.selector(s, "spec.paramRef.selector")),
-                deny_when_missing: action != Some(ParameterNotFoundAction::Allow),
-            }
-        });
+        let param_ref = self.param_ref.map(|p| p.validate(errors));
         let match_resources =
             (self.match_resources).map(|m| m.validate("spec.matchResources", errors));
         if errors.errors.len() > before {
@@ -622,8 +714,205 @@ impl BindingSpec {
     }
 }
 
+impl ParamRefDoc {
+    fn validate(self, errors: &mut Errors) -> ParamRef {
+        if self.name.is_some() == self.selector.is_some() {
+            errors.push(
+                "spec.paramRef",
+                "exactly one of name or selector is required",
+            );
+        }
+        let action = self.parameter_not_found_action;
+        if action.is_none() {
+            errors.push(
+                "spec.paramRef.parameterNotFoundAction",
+                "required: Allow or Deny",
+            );
+        }
+        ParamRef {
+            name: self.name,
+            namespace: self.namespace,
+            selector: self
+                .selector
+                .map(|s| errors.selector(s, "spec.paramRef.selector")),
+            deny_when_missing: action != Some(ParameterNotFoundAction::Allow),
+        }
+    }
+}
+
 /// Reads a ValidatingAdmissionPolicyBinding.
 pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
     let (name, spec, mut errors) = read_object::<BindingSpec>(doc, errors)?;
     spec.validate(name, &mut errors)
+}
+
+/// `MutatingAdmissionPolicySpec`.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct MutatingPolicySpec {
+    failure_policy: FailurePolicy,
+    param_kind: Option<ParamKindDoc>,
+    match_constraints: Option<MatchResourcesDoc>,
+    match_conditions: Vec<NamedDoc>,
+    variables: Vec<NamedDoc>,
+    mutations: Vec<MutationDoc>,
+    reinvocation_policy: Option<Reinvocation>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct MutationDoc {
+    patch_type: String,
+    json_patch: Option<ExpressionDoc>,
+    apply_configuration: Option<ExpressionDoc>,
+}
+
+/// `JSONPatch` and `ApplyConfiguration` of a mutation.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ExpressionDoc {
+    expression: String,
+}
+
+impl PatchType {
+    /// The mutation field holding this type's expression.
+    pub fn field(self) -> &'static str {
+        match self {
+            PatchType::JsonPatch => "jsonPatch",
+            PatchType::ApplyConfiguration => "applyConfiguration",
+        }
+    }
+}
+
+impl MutatingPolicySpec {
+    fn validate(self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
+        let before = errors.errors.len();
+        let Common {
+            param_kind,
+            match_constraints,
+            match_conditions,
+            variables,
+        } = Common::read(
+            env,
+            errors,
+            self.param_kind,
+            self.match_constraints,
+            self.match_conditions,
+            self.variables,
+        );
+        if self.mutations.is_empty() {
+            errors.push("spec.mutations", "required: at least one mutation");
+        }
+        if self.reinvocation_policy.is_none() {
+            errors.push("spec.reinvocationPolicy", "required: Never or IfNeeded");
+        }
+        let mut mutations = Vec::new();
+        for (i, m) in self.mutations.into_iter().enumerate() {
+            let f = format!("spec.mutations[{i}]");
+            let (patch_type, given, other) = match m.patch_type.as_str() {
+                "JSONPatch" => (PatchType::JsonPatch, m.json_patch, m.apply_configuration),
+                "ApplyConfiguration" => (
+                    PatchType::ApplyConfiguration,
+                    m.apply_configuration,
+                    m.json_patch,
+                ),
+                "" => {
+                    errors.push(
+                        &format!("{f}.patchType"),
+                        "required: JSONPatch or ApplyConfiguration",
+                    );
+                    continue;
+                }
+                other => {
+                    errors.push(
+                        &format!("{f}.patchType"),
+                        format!("must be JSONPatch or ApplyConfiguration, not {other}"),
+                    );
+                    continue;
+                }
+            };
+            let field = format!("{f}.{}", patch_type.field());
+            if other.is_some() {
+                let unused = match patch_type {
+                    PatchType::JsonPatch => PatchType::ApplyConfiguration,
+                    PatchType::ApplyConfiguration => PatchType::JsonPatch,
+                };
+                errors.push(
+                    &format!("{f}.{}", unused.field()),
+                    format!("must not be set when patchType is {}", patch_type.as_str()),
+                );
+            }
+            let Some(given) = given else {
+                errors.push(
+                    &field,
+                    format!("required when patchType is {}", patch_type.as_str()),
+                );
+                continue;
+            };
+            let expr =
+                errors.compile_mutation(env, given.expression, &format!("{field}.expression"));
+            mutations.extend(expr.map(|expr| Mutation { patch_type, expr }));
+        }
+        check_variables(errors, &variables, &match_conditions, &[], &[], &mutations);
+        if errors.errors.len() > before {
+            return None;
+        }
+        let mut policy = Policy {
+            name: name?,
+            failure_policy: self.failure_policy,
+            param_kind,
+            match_constraints,
+            match_conditions,
+            variables,
+            validations: Vec::new(),
+            audit_annotations: Vec::new(),
+            mutations,
+            uses_params: false,
+            description: None,
+        };
+        policy.resolve_variable_closures();
+        Some(policy)
+    }
+}
+
+/// Reads a MutatingAdmissionPolicy.
+pub fn read_mutating_policy(
+    env: &Env,
+    doc: &Document,
+    errors: &mut Vec<LoadError>,
+) -> Option<Policy> {
+    let (name, spec, mut errors) = read_object::<MutatingPolicySpec>(doc, errors)?;
+    let mut policy = spec.validate(env, name, &mut errors)?;
+    policy.description = description(doc);
+    Some(policy)
+}
+
+/// `MutatingAdmissionPolicyBindingSpec`: a validating binding without
+/// `validationActions`.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct MutatingBindingSpec {
+    policy_name: String,
+    param_ref: Option<ParamRefDoc>,
+    match_resources: Option<MatchResourcesDoc>,
+}
+
+/// Reads a MutatingAdmissionPolicyBinding (its `actions` are empty).
+pub fn read_mutating_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
+    let (name, spec, mut errors) = read_object::<MutatingBindingSpec>(doc, errors)?;
+    let before = errors.errors.len();
+    let policy_name = errors.required(spec.policy_name, "spec.policyName");
+    let param_ref = spec.param_ref.map(|p| p.validate(&mut errors));
+    let match_resources =
+        (spec.match_resources).map(|m| m.validate("spec.matchResources", &mut errors));
+    if errors.errors.len() > before {
+        return None;
+    }
+    Some(Binding {
+        name: name?,
+        policy_name: policy_name?,
+        param_ref,
+        match_resources,
+        actions: Vec::new(),
+    })
 }

@@ -406,7 +406,7 @@ async fn answer(
     let run = threads.run(move || {
         let _held = (slot, memory);
         span.in_scope(|| match endpoint {
-            Endpoint::Mutate => webhook.mutate(&request),
+            Endpoint::Mutate => webhook.mutate_until(&request, until),
             Endpoint::Validate => webhook.validate_until(&request, until),
         })
     });

@@ -72,6 +72,14 @@ pub trait Webhook: Send + Sync + 'static {
         self.validate(request)
     }
 
+    /// [`Webhook::mutate`] for a request whose answer is no use after
+    /// `deadline`, on an answering thread: an implementation should stop
+    /// working then.
+    fn mutate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
+        let _ = deadline;
+        self.mutate(request)
+    }
+
     /// How long the server may let [`Webhook::validate_within`] run on the
     /// connection's own thread before it gives the request to an answering
     /// thread instead; `None` (the default): never.
@@ -99,8 +107,9 @@ impl Webhook for Admission {
 
     /// Placement walks the pod a fixed number of levels deep and runs no
     /// CEL: a few microseconds, less than a hand-off to another thread.
+    /// Mutating policies run CEL, on an answering thread.
     fn mutate_inline(&self) -> bool {
-        true
+        !self.mutate_runs_policies()
     }
 
     fn mutate(&self, request: &Request) -> Outcome {
@@ -117,6 +126,10 @@ impl Webhook for Admission {
 
     fn validate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
         Admission::validate_until(self, request, Some(deadline))
+    }
+
+    fn mutate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
+        Admission::mutate_until(self, request, Some(deadline))
     }
 
     /// The shipped set judges a GPU pod in about 0.1 ms; a request that

@@ -1494,7 +1494,13 @@ impl Value {
                 );
                 for entry in map_expr.entries.iter() {
                     let (k, v, is_optional) = match &entry.expr {
-                        EntryExpr::StructField(_) => panic!("WAT?"),
+                        // gpu-admission patch: an error, not a panic.
+                        EntryExpr::StructField(_) => {
+                            return Err(ExecutionError::function_error(
+                                "map",
+                                "a map literal holds entries, not message fields",
+                            ))
+                        }
                         EntryExpr::MapEntry(e) => (&e.key, &e.value, e.optional),
                     };
                     let key: CelMapKey = Value::resolve_val(k, ctx)?.into_owned().try_into()?;
@@ -1545,7 +1551,36 @@ impl Value {
                     Value::resolve_val(&comprehension.result, &ctx)?.into_owned(),
                 ))
             }
-            Expr::Struct(_) => todo!("Support structs!"),
+            // gpu-admission patch: a struct literal (`JSONPatch{op: "add"}`,
+            // `Object.spec{...}`) evaluates to a map of its fields; the
+            // message type is not kept (the host knows what it asked for).
+            Expr::Struct(struct_expr) => {
+                let mut map = CelMapEntries::with_capacity_and_hasher(
+                    struct_expr.entries.len(),
+                    Default::default(),
+                );
+                for entry in struct_expr.entries.iter() {
+                    let EntryExpr::StructField(field) = &entry.expr else {
+                        return Err(ExecutionError::function_error(
+                            &struct_expr.type_name,
+                            "a message literal holds fields, not map entries",
+                        ));
+                    };
+                    let value = Value::resolve_val(&field.value, ctx)?.into_owned();
+                    let key = CelMapKey::from(field.field.as_str());
+                    if field.optional {
+                        if let Some(opt_val) = value.downcast_ref::<CelOptional>() {
+                            if let Some(inner) = opt_val.inner() {
+                                map.insert(key, inner.clone_as_boxed());
+                            }
+                            continue;
+                        }
+                    }
+                    map.insert(key, value);
+                }
+                let map: Box<CelMap> = CelMap::from(map).into();
+                Ok(Cow::<dyn Val>::Owned(map))
+            }
             Expr::Unspecified => panic!("Can't evaluate Unspecified Expr"),
         }
     }
@@ -3091,5 +3126,37 @@ mod interpreted_tests {
         assert_ne!(list(), Value::from_val(Box::new(CelList::from(Vec::new()))));
         #[cfg(feature = "json")]
         assert_eq!(list().json().unwrap(), serde_json::json!([1]));
+    }
+}
+
+// gpu-admission patch: message literals evaluate to maps of their fields.
+#[cfg(test)]
+mod struct_tests {
+    use super::*;
+    use crate::Program;
+
+    #[test]
+    fn a_message_literal_is_a_map_of_its_fields() {
+        let ctx = Context::default();
+        let value = Program::compile(r#"JSONPatch{op: "add", value: Object.spec{a: 1}}"#)
+            .unwrap()
+            .execute(&ctx)
+            .unwrap();
+        let mut spec = HashMap::new();
+        spec.insert(Key::from("a"), Value::Int(1));
+        let mut want = HashMap::new();
+        want.insert(Key::from("op"), Value::from("add"));
+        want.insert(
+            Key::from("value"),
+            Value::Map(Map {
+                map: Arc::new(spec),
+            }),
+        );
+        assert_eq!(
+            value,
+            Value::Map(Map {
+                map: Arc::new(want)
+            })
+        );
     }
 }
