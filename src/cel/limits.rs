@@ -125,6 +125,9 @@ pub struct Shape {
     pub policy_variables: BTreeSet<String>,
 }
 
+/// The iteration variable of the comprehension `cel.bind` expands to.
+const BIND_ITER_VAR: &str = "#unused";
+
 /// Checks `ast` against `limits`.
 pub fn check(ast: &Expression, limits: &Limits) -> Result<Shape, String> {
     let mut walker = Walker {
@@ -227,7 +230,13 @@ impl Walker<'_> {
                 }
             }
             Expr::Comprehension(c) => {
-                let nested = comprehensions + 1;
+                // `cel.bind` expands to a comprehension over nothing: it
+                // binds a name and repeats nothing, so it does not nest.
+                let nested = if c.iter_var == BIND_ITER_VAR {
+                    comprehensions
+                } else {
+                    comprehensions + 1
+                };
                 if nested > self.limits.max_comprehension_nesting {
                     return Err(format!(
                         "comprehensions are nested too deeply: more than {} levels",

@@ -331,3 +331,88 @@ fn a_deep_expression_stops_with_the_depth_error_not_a_stack_overflow() {
         Ok(Value::Bool(true))
     );
 }
+
+/// The examples of the Kubernetes CEL documentation ("Common Expression
+/// Language in Kubernetes") and of cel-go's extension documentation it
+/// points to, for optional types, two-variable comprehensions and
+/// `cel.bind`.
+#[test]
+fn kubernetes_cel_documentation_examples() {
+    let object = json!({
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {"replicas": 3, "containers": [
+            {"name": "a", "image": "nginx"},
+            {"name": "b", "image": "busybox"}
+        ]}
+    });
+    for expr in [
+        // Optional field selection and indexing.
+        "object.?spec.?replicas.orValue(1) == 3",
+        "object.?spec.?paused.orValue(false) == false",
+        "!object.?spec.?selector.?matchLabels.hasValue()",
+        "object.?metadata.?labels.?app.hasValue()",
+        "object.metadata.labels[?'app'].orValue('none') == 'web'",
+        "object.metadata.labels[?'tier'].orValue('none') == 'none'",
+        "optional.of(1).hasValue() && !optional.none().hasValue()",
+        "optional.none().or(optional.of(2)).value() == 2",
+        "object.?spec.?containers.orValue([]).size() == 2",
+        // Two-variable comprehensions.
+        "[1, 2, 3].all(i, j, i < j)",
+        "!{'hello': 'world', 'taco': 'taco'}.all(k, v, k != v)",
+        "[1, 2, 3].exists(i, v, i == 1 && v == 2)",
+        "{'greeting': 'hello', 'farewell': 'goodbye'}.exists(k, v, k == 'farewell' && v == 'goodbye')",
+        "[1, 2, 3].existsOne(i, v, i == 1 || v == 2)",
+        "![1, 2, 3].existsOne(i, v, i == 1 || v == 3)",
+        "[1, 2, 3].transformList(indexVar, valueVar, (indexVar * valueVar) + valueVar) == [1, 4, 9]",
+        "[1, 2, 3].transformList(indexVar, valueVar, indexVar % 2 == 0, (indexVar * valueVar) + valueVar) == [1, 9]",
+        "{'greeting': 'hello', 'farewell': 'goodbye'}.transformList(k, _, k).size() == 2",
+        "{'greeting': 'hello', 'farewell': 'goodbye'}.transformMap(k, v, v + '!') == {'greeting': 'hello!', 'farewell': 'goodbye!'}",
+        "{'greeting': 'hello', 'farewell': 'goodbye'}.transformMap(k, v, k != 'greeting', v + '!') == {'farewell': 'goodbye!'}",
+        "{'greeting': 'hello'}.transformMapEntry(keyVar, valueVar, {valueVar: keyVar}) == {'hello': 'greeting'}",
+        "[1, 2, 3].transformMapEntry(i, v, i > 0, {string(v): i}) == {'2': 1, '3': 2}",
+        "object.spec.containers.all(i, c, c.name == ['a', 'b'][i])",
+        "object.spec.containers.transformMap(i, c, c.image) == {0: 'nginx', 1: 'busybox'}",
+        // cel.bind.
+        "cel.bind(a, 'hello', cel.bind(b, 'world', a + b + b + a)) == 'helloworldworldhello'",
+        "cel.bind(valid_values, ['nginx', 'busybox'], object.spec.containers.all(c, c.image in valid_values))",
+        "cel.bind(x, object.spec.replicas, x * x) == 9",
+    ] {
+        assert_eq!(eval_with(expr, object.clone()), Ok(Value::Bool(true)), "{expr}");
+    }
+}
+
+#[test]
+fn two_variable_comprehension_errors_are_kubernetes_errors() {
+    let env = Env::default();
+    let err = compile(&env, "[1, 2].all(i, i, i > 0)").unwrap_err();
+    assert!(err.message.contains("duplicate variable name: i"), "{err}");
+    let err = eval_with("{'a': 1, 'b': 1}.transformMapEntry(k, v, {'x': v}) == {}", json!({}))
+        .unwrap_err();
+    assert!(err.to_string().contains("insert failed: key x already exists"), "{err}");
+    // A selection on a value that is not a map stays an error, as in cel-go.
+    assert!(eval_with("object.spec.?x.hasValue()", json!({"spec": "text"})).is_err());
+}
+
+#[test]
+fn comprehension_macros_are_charged_per_iteration() {
+    let env = Env::default();
+    let compiled = compile(
+        &env,
+        "object.items.transformList(i, a, object.items.transformList(j, b, i * j).size()).size() > 0",
+    )
+    .unwrap();
+    let mut ctx = env.scope();
+    let items: Vec<i64> = (0..2000).collect();
+    ctx.add_variable_from_value("object", json_to_value(&json!({"items": items})));
+    match evaluate(&compiled, &ctx) {
+        Err(EvalError::CostLimit(_)) => {}
+        other => panic!("a 4M-iteration comprehension must hit the cost limit: {other:?}"),
+    }
+}
+
+#[test]
+fn cel_bind_does_not_count_as_a_nested_comprehension() {
+    let source = "cel.bind(a, 1, cel.bind(b, 2, cel.bind(c, 3, \
+                  [[[1]]].all(x, x.all(y, y.all(z, z + a + b + c == 7))))))";
+    assert_eq!(eval_with(source, json!({})), Ok(Value::Bool(true)));
+}

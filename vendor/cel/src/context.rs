@@ -229,6 +229,8 @@ impl Default for Context<'_> {
         };
 
         ctx.add_function("contains", functions::contains);
+        // gpu-admission patch: the step of transformMap / transformMapEntry.
+        ctx.add_function(crate::parser::MAP_INSERT, functions::map_insert);
         ctx.add_function("size", functions::size);
         ctx.add_function("max", functions::max);
         ctx.add_function("min", functions::min);
