@@ -386,9 +386,16 @@ fn two_variable_comprehension_errors_are_kubernetes_errors() {
     let env = Env::default();
     let err = compile(&env, "[1, 2].all(i, i, i > 0)").unwrap_err();
     assert!(err.message.contains("duplicate variable name: i"), "{err}");
-    let err = eval_with("{'a': 1, 'b': 1}.transformMapEntry(k, v, {'x': v}) == {}", json!({}))
-        .unwrap_err();
-    assert!(err.to_string().contains("insert failed: key x already exists"), "{err}");
+    let err = eval_with(
+        "{'a': 1, 'b': 1}.transformMapEntry(k, v, {'x': v}) == {}",
+        json!({}),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("insert failed: key x already exists"),
+        "{err}"
+    );
     // A selection on a value that is not a map stays an error, as in cel-go.
     assert!(eval_with("object.spec.?x.hasValue()", json!({"spec": "text"})).is_err());
 }

@@ -24,6 +24,7 @@ pub use load::{
 pub use matching::MatchResources;
 pub use watch::{watch_dir, DirWatcher, WatchOptions, DEFAULT_RESCAN};
 
+pub use model::POD_TEMPLATES_ANNOTATION;
 use model::{Binding, Policy};
 
 /// API version of the policy documents.
@@ -151,6 +152,7 @@ impl PolicySet {
         let is_vap_api = |d: &Document| API_VERSIONS.contains(&d.type_meta().0);
         let mut policies: Vec<Policy> = Vec::new();
         let mut policy_docs = BTreeMap::new();
+        let mut template_notices = Vec::new();
         // Names of every policy document, including those with errors, so
         // that their bindings are not reported again.
         let declared: BTreeSet<&str> = docs
@@ -163,6 +165,9 @@ impl PolicySet {
             .filter(|d| is_vap_api(d) && d.type_meta().1 == "ValidatingAdmissionPolicy")
         {
             if let Some(p) = model::read_policy(&env, doc, &mut errors) {
+                if p.judges_pod_templates() {
+                    template_notices.push(pod_template_notice(&p, doc));
+                }
                 if let Some(first) = policy_docs.insert(p.name.clone(), &doc.source) {
                     errors.push(LoadError::at(
                         &doc.source,
@@ -186,7 +191,7 @@ impl PolicySet {
         let mut bindings = Vec::new();
         let mut params = Vec::new();
         let mut binding_names = BTreeSet::new();
-        let mut notices = Vec::new();
+        let mut notices = template_notices;
         let mut notice = |level, doc: &Document, field: &str, message: String| {
             notices.push(LoadNotice {
                 level,
@@ -430,10 +435,23 @@ impl PolicySet {
         if let Some(template) = &subject.template {
             let pod_req = &template.request;
             let mut pod_scope: Option<Scope> = None;
+            let controller = &req.resource;
+            let requested = req.request_resource.as_ref().unwrap_or(controller);
             for bi in inner.index.candidates(pod_req) {
                 let (binding, pi) = &inner.bindings[bi];
                 let policy = &inner.policies[*pi];
-                if !applies(policy, binding, pod_req, ns_labels) {
+                // A policy that names the controller's kind has judged the
+                // controller itself above (or chose not to): running it on
+                // the template too would judge the same pods twice.
+                let names_controller = [controller, requested].iter().any(|r| {
+                    policy
+                        .match_constraints
+                        .names_resource(&r.group, &r.resource)
+                });
+                if !policy.pod_templates
+                    || names_controller
+                    || !applies(policy, binding, pod_req, ns_labels)
+                {
                     continue;
                 }
                 if passed() {
@@ -446,5 +464,38 @@ impl PolicySet {
             }
         }
         verdict
+    }
+}
+
+/// The note `lint` prints for a policy run on controllers' pod templates:
+/// which controller kinds, and how to turn it off.
+fn pod_template_notice(policy: &Policy, doc: &Document) -> LoadNotice {
+    let kinds: Vec<&str> = crate::k8s::workloads::TEMPLATE_KINDS
+        .iter()
+        .filter(|k| k.makes_pods)
+        .filter(|k| {
+            let resource = format!("{}s", k.kind.to_ascii_lowercase());
+            !k.groups
+                .iter()
+                .any(|g| policy.match_constraints.names_resource(g, &resource))
+        })
+        .map(|k| k.kind)
+        .collect();
+    let message = if kinds.is_empty() {
+        format!(
+            "policy {} matches Pod CREATE and names every controller kind itself, so it is run on no pod template",
+            policy.name
+        )
+    } else {
+        format!(
+            "policy {} matches Pod CREATE, so it is also run on the pod templates of {} (annotation {}: \"false\" turns that off)",
+            policy.name,
+            kinds.join(", "),
+            POD_TEMPLATES_ANNOTATION
+        )
+    };
+    LoadNotice {
+        level: NoticeLevel::Note,
+        at: LoadError::at(&doc.source, "spec.matchConstraints", message),
     }
 }

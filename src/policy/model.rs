@@ -43,9 +43,24 @@ pub struct Policy {
     pub audit_annotations: Vec<Named>,
     /// Some expression refers to `params`.
     pub uses_params: bool,
+    /// Whether the policy is also run on the pod a controller's template
+    /// describes (see [`Policy::judges_pod_templates`]); the annotation
+    /// [`POD_TEMPLATES_ANNOTATION`] `"false"` turns it off.
+    pub pod_templates: bool,
 }
 
+/// The policy annotation that turns pod-template evaluation off (`"false"`).
+pub const POD_TEMPLATES_ANNOTATION: &str = "gpu-admission.io/pod-templates";
+
 impl Policy {
+    /// Whether the policy is run on the pod templates of controllers: it
+    /// matches Pod CREATE and the annotation does not turn it off. It is
+    /// still not run on the template of a kind its own rules name
+    /// ([`MatchResources::names_resource`]): that kind it judges itself.
+    pub fn judges_pod_templates(&self) -> bool {
+        self.pod_templates && self.match_constraints.matches_pod_create()
+    }
+
     /// Works out, once, which variables each expression needs.
     fn resolve_variable_closures(&mut self) {
         let names: Vec<(String, std::collections::BTreeSet<String>)> = self
@@ -434,6 +449,7 @@ impl PolicySpec {
             validations,
             audit_annotations,
             uses_params: false,
+            pod_templates: true,
         };
         policy.resolve_variable_closures();
         Some(policy)
@@ -444,7 +460,7 @@ impl PolicySpec {
 fn read_object<'a, S: DeserializeOwned>(
     doc: &'a Document,
     errors: &'a mut Vec<LoadError>,
-) -> Option<(Option<String>, S, Errors<'a>)> {
+) -> Option<(Option<String>, BTreeMap<String, String>, S, Errors<'a>)> {
     let object: Object<S> = read(doc, errors)?;
     let mut errors = Errors {
         source: &doc.source,
@@ -458,13 +474,29 @@ fn read_object<'a, S: DeserializeOwned>(
         errors.push("spec", "required");
         return None;
     };
-    Some((name, spec, errors))
+    Some((name, object.metadata.annotations, spec, errors))
 }
 
 /// Reads a ValidatingAdmissionPolicy.
 pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
-    let (name, spec, mut errors) = read_object::<PolicySpec>(doc, errors)?;
-    spec.validate(env, name, &mut errors)
+    let (name, annotations, spec, mut errors) = read_object::<PolicySpec>(doc, errors)?;
+    let pod_templates = match annotations
+        .get(POD_TEMPLATES_ANNOTATION)
+        .map(String::as_str)
+    {
+        None | Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(other) => {
+            errors.push(
+                &format!("metadata.annotations[{POD_TEMPLATES_ANNOTATION}]"),
+                format!("must be \"true\" or \"false\", not {other:?}"),
+            );
+            None
+        }
+    };
+    let mut policy = spec.validate(env, name, &mut errors)?;
+    policy.pod_templates = pod_templates?;
+    Some(policy)
 }
 /// Every `variables.x` must name a variable; a variable may only use the
 /// ones defined before it.
@@ -608,6 +640,6 @@ impl BindingSpec {
 
 /// Reads a ValidatingAdmissionPolicyBinding.
 pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
-    let (name, spec, mut errors) = read_object::<BindingSpec>(doc, errors)?;
+    let (name, _, spec, mut errors) = read_object::<BindingSpec>(doc, errors)?;
     spec.validate(name, &mut errors)
 }
