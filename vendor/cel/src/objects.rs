@@ -1541,9 +1541,14 @@ impl Value {
                         break;
                     }
                     match second {
-                        None => ctx.set_variable_as_val(&comprehension.iter_var, item.clone_as_boxed()),
+                        None => {
+                            ctx.set_variable_as_val(&comprehension.iter_var, item.clone_as_boxed())
+                        }
                         Some(second) if is_list => {
-                            ctx.set_variable_as_val(&comprehension.iter_var, Box::new(CelInt::from(index)));
+                            ctx.set_variable_as_val(
+                                &comprehension.iter_var,
+                                Box::new(CelInt::from(index)),
+                            );
                             ctx.set_variable_as_val(second, item.clone_as_boxed());
                         }
                         Some(second) => {

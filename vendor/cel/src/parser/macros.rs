@@ -350,7 +350,10 @@ fn filter_macro_expander(
     )
 }
 
-pub(super) fn extract_ident(expr: IdedExpr, helper: &mut MacroExprHelper) -> Result<String, ParseError> {
+pub(super) fn extract_ident(
+    expr: IdedExpr,
+    helper: &mut MacroExprHelper,
+) -> Result<String, ParseError> {
     match expr.expr {
         Expr::Ident(ident) => Ok(ident),
         _ => Err(ParseError {

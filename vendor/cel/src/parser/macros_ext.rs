@@ -3,7 +3,9 @@
 //! `ext.Bindings()`: `transformList`, `transformMap`, `transformMapEntry`
 //! (with and without a filter), and `cel.bind`. The two-variable forms of
 //! `all`, `exists` and `existsOne` share [`iter_vars`].
-use crate::common::ast::{operators, CallExpr, ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue, MapExpr};
+use crate::common::ast::{
+    operators, CallExpr, ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue, MapExpr,
+};
 use crate::parser::{MacroExprHelper, ParseError};
 
 use super::macros::extract_ident;
@@ -83,19 +85,25 @@ fn transform(
     let mut loop_step = step(helper, &v, expr);
     if let Some(filter) = filter {
         let accu = ident(helper, RESULT);
-        loop_step = call(helper, operators::CONDITIONAL, vec![filter, loop_step, accu]);
+        loop_step = call(
+            helper,
+            operators::CONDITIONAL,
+            vec![filter, loop_step, accu],
+        );
     }
     let result = ident(helper, RESULT);
-    Ok(helper.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
-        iter_range: target,
-        iter_var: v,
-        iter_var2: v2,
-        accu_var: RESULT.to_string(),
-        accu_init: init,
-        loop_cond: condition,
-        loop_step,
-        result,
-    }))))
+    Ok(
+        helper.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
+            iter_range: target,
+            iter_var: v,
+            iter_var2: v2,
+            accu_var: RESULT.to_string(),
+            accu_init: init,
+            loop_cond: condition,
+            loop_step,
+            result,
+        }))),
+    )
 }
 
 /// `l.transformList(i, v, [filter,] expr)`: the list of `expr` for each
@@ -120,7 +128,9 @@ pub(super) fn transform_map_expander(
     target: Option<IdedExpr>,
     args: Vec<IdedExpr>,
 ) -> Result<IdedExpr, ParseError> {
-    let init = Expr::Map(MapExpr { entries: Vec::new() });
+    let init = Expr::Map(MapExpr {
+        entries: Vec::new(),
+    });
     transform(helper, target, args, init, |helper, key, expr| {
         let accu = ident(helper, RESULT);
         let key = ident(helper, key);
@@ -135,7 +145,9 @@ pub(super) fn transform_map_entry_expander(
     target: Option<IdedExpr>,
     args: Vec<IdedExpr>,
 ) -> Result<IdedExpr, ParseError> {
-    let init = Expr::Map(MapExpr { entries: Vec::new() });
+    let init = Expr::Map(MapExpr {
+        entries: Vec::new(),
+    });
     transform(helper, target, args, init, |helper, _, expr| {
         let accu = ident(helper, RESULT);
         call(helper, MAP_INSERT, vec![accu, expr])
@@ -156,14 +168,16 @@ pub(super) fn bind_expander(
     let range = helper.next_expr(Expr::List(ListExpr::new(Vec::new())));
     let condition = helper.next_expr(Expr::Literal(LiteralValue::Boolean(false.into())));
     let step = ident(helper, &name);
-    Ok(helper.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
-        iter_range: range,
-        iter_var: "#unused".to_string(),
-        iter_var2: None,
-        accu_var: name,
-        accu_init: init,
-        loop_cond: condition,
-        loop_step: step,
-        result,
-    }))))
+    Ok(
+        helper.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
+            iter_range: range,
+            iter_var: "#unused".to_string(),
+            iter_var2: None,
+            accu_var: name,
+            accu_init: init,
+            loop_cond: condition,
+            loop_step: step,
+            result,
+        }))),
+    )
 }
