@@ -390,7 +390,7 @@ spec:
     let text = stdout(&out);
     assert!(out.status.success(), "{text}");
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines.len(), 5, "{text}");
     assert!(
         lines[0].starts_with("note: ")
             && lines[0].contains("library.yaml: document 2")
@@ -409,7 +409,13 @@ spec:
         "{text}"
     );
     assert!(
-        lines[3].ends_with("ok (1 policies, 0 placement profiles, 0 tests)"),
+        lines[3].starts_with("note: ")
+            && lines[3].contains("library.yaml: document 1")
+            && lines[3].contains("policy no-latest matches Pod CREATE, so it is also run on the pod templates of Deployment"),
+        "{text}"
+    );
+    assert!(
+        lines[4].ends_with("ok (1 policies, 0 placement profiles, 0 tests)"),
         "{text}"
     );
 }

@@ -127,7 +127,11 @@ fn the_annotation_turns_template_evaluation_off() {
         denials(&set, pod, Operation::Create),
         vec!["no-bad-image: Pod p runs a bad image"]
     );
-    assert!(set.notices().is_empty(), "{:?}", set.notices());
+    assert!(
+        set.pod_template_notes().is_empty(),
+        "{:?}",
+        set.pod_template_notes()
+    );
 }
 
 #[test]
@@ -154,7 +158,7 @@ spec:
 fn lint_notes_name_the_kinds_a_policy_is_run_on_through_templates() {
     let set = no_bad_image(PODS_AND_CONTROLLERS, "");
     let notes: Vec<String> = set
-        .notices()
+        .pod_template_notes()
         .iter()
         .filter(|n| n.level == NoticeLevel::Note)
         .map(|n| n.to_string())

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 pub mod gpu;
 mod limits;
+mod signatures;
 mod sku_sets;
 
 /// The cel crate types extensions work with.
@@ -184,10 +185,18 @@ impl Env {
 }
 
 /// The crate's own functions beyond kube-cel, documented in
-/// docs/policies.md: `image.repository(ref)`, the repository of a container
+/// docs/policies.md: `dyn(x)`, and `image.repository(ref)`, the repository of a container
 /// image reference (registry and path, no tag or digest), so policies can
 /// compare images with a list exactly.
 fn register_functions(ctx: &mut Context<'static>) {
+    // `dyn(x)` only tells cel-go's type checker to stop checking; with no
+    // checker it is `x`.
+    ctx.add_function(
+        "dyn",
+        |celrs::extractors::This(value): celrs::extractors::This<Value>| -> Result<Value, ExecutionError> {
+            Ok(value)
+        },
+    );
     ctx.add_function("image.repository", |image: Arc<String>| -> String {
         crate::k8s::images::repository(&image)
     });
@@ -325,6 +334,7 @@ pub fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
             None => CompileError::plain("syntax error"),
         })?;
     let shape = limits::check(&ast, limits).map_err(CompileError::plain)?;
+    signatures::check_calls(&shape.calls, source, &|name| env.root.has_function(name))?;
     let known = env.known_variables();
     for name in &shape.free_variables {
         if !known.contains(name.as_str()) {

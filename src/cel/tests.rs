@@ -423,3 +423,46 @@ fn cel_bind_does_not_count_as_a_nested_comprehension() {
                   [[[1]]].all(x, x.all(y, y.all(z, z + a + b + c == 7))))))";
     assert_eq!(eval_with(source, json!({})), Ok(Value::Bool(true)));
 }
+
+#[test]
+fn unknown_functions_and_wrong_argument_counts_are_load_errors() {
+    let env = Env::default();
+    for (source, message, column) in [
+        ("foo(1)", "undeclared reference to 'foo': no such function", 1),
+        ("object.metadata.name.strtsWith('a')", "undeclared reference to 'strtsWith'", 22),
+        ("sets.containz([1], [1])", "undeclared reference to 'containz'", 6),
+        (
+            "object.metadata.name.startsWith('a', 'b')",
+            "found no matching overload for 'startsWith': <target>.startsWith(..) takes 1 argument(s), not 2",
+            22,
+        ),
+        (
+            "object.spec.containers.all(c)",
+            "found no matching overload for 'all': <target>.all(..) takes 2 or 3 argument(s), not 1",
+            24,
+        ),
+        ("quantity('1', '2')", "'quantity': quantity(..) takes 1 argument(s), not 2", 1),
+        ("sets.contains([1])", "'sets.contains': sets.contains(..) takes 2 argument(s), not 1", 6),
+    ] {
+        let err = compile(&env, source).unwrap_err();
+        assert!(err.message.contains(message), "{source}: {err}");
+        assert_eq!((err.line, err.column), (Some(1), Some(column)), "{source}: {err}");
+    }
+    // Functions that exist, with counts one of their overloads takes.
+    for source in [
+        "'a,b'.split(',', 1).size() == 1",
+        "'abc'.indexOf('b', 1) == 1",
+        "[1].indexOf(1) == 0",
+        "['a'].join() == 'a'",
+        "'a'.matches('a') && matches('a', 'a')",
+        "dyn(1) == 1",
+        "optional.none().orValue(1) == 1",
+        "semver('1.2.3', true).major() == 1",
+    ] {
+        assert_eq!(
+            eval_with(source, json!({})),
+            Ok(Value::Bool(true)),
+            "{source}"
+        );
+    }
+}

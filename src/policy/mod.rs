@@ -64,6 +64,8 @@ pub(crate) struct Inner {
     pub(crate) referenced: BTreeSet<String>,
     /// What loading ignored, as kube-apiserver does.
     pub(crate) notices: Vec<LoadNotice>,
+    /// One note per policy run on controllers' pod templates.
+    pub(crate) template_notes: Vec<LoadNotice>,
 }
 
 #[derive(Debug)]
@@ -152,7 +154,7 @@ impl PolicySet {
         let is_vap_api = |d: &Document| API_VERSIONS.contains(&d.type_meta().0);
         let mut policies: Vec<Policy> = Vec::new();
         let mut policy_docs = BTreeMap::new();
-        let mut template_notices = Vec::new();
+        let mut template_notes = Vec::new();
         // Names of every policy document, including those with errors, so
         // that their bindings are not reported again.
         let declared: BTreeSet<&str> = docs
@@ -166,7 +168,7 @@ impl PolicySet {
         {
             if let Some(p) = model::read_policy(&env, doc, &mut errors) {
                 if p.judges_pod_templates() {
-                    template_notices.push(pod_template_notice(&p, doc));
+                    template_notes.push(pod_template_notice(&p, doc));
                 }
                 if let Some(first) = policy_docs.insert(p.name.clone(), &doc.source) {
                     errors.push(LoadError::at(
@@ -191,7 +193,7 @@ impl PolicySet {
         let mut bindings = Vec::new();
         let mut params = Vec::new();
         let mut binding_names = BTreeSet::new();
-        let mut notices = template_notices;
+        let mut notices = Vec::new();
         let mut notice = |level, doc: &Document, field: &str, message: String| {
             notices.push(LoadNotice {
                 level,
@@ -326,6 +328,7 @@ impl PolicySet {
                 params,
                 referenced,
                 notices,
+                template_notes,
             }),
         })
     }
@@ -334,6 +337,12 @@ impl PolicySet {
     /// kinds, bindings of missing policies, fields documented as ignored).
     pub fn notices(&self) -> &[LoadNotice] {
         &self.inner.notices
+    }
+
+    /// A note for each policy that is also run on the pod templates of
+    /// controllers, naming their kinds (`lint` prints them).
+    pub fn pod_template_notes(&self) -> &[LoadNotice] {
+        &self.inner.template_notes
     }
 
     /// Policies loaded.

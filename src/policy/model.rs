@@ -431,6 +431,7 @@ impl PolicySpec {
         }
         check_variables(
             errors,
+            param_kind.is_some(),
             &variables,
             &match_conditions,
             &validations,
@@ -456,11 +457,19 @@ impl PolicySpec {
     }
 }
 
+/// A document's object as [`read_object`] reads it.
+struct Read<'a, S> {
+    name: Option<String>,
+    annotations: BTreeMap<String, String>,
+    spec: S,
+    errors: Errors<'a>,
+}
+
 /// Reads a document's object and checks `metadata.name` and `spec`.
 fn read_object<'a, S: DeserializeOwned>(
     doc: &'a Document,
     errors: &'a mut Vec<LoadError>,
-) -> Option<(Option<String>, BTreeMap<String, String>, S, Errors<'a>)> {
+) -> Option<Read<'a, S>> {
     let object: Object<S> = read(doc, errors)?;
     let mut errors = Errors {
         source: &doc.source,
@@ -474,12 +483,22 @@ fn read_object<'a, S: DeserializeOwned>(
         errors.push("spec", "required");
         return None;
     };
-    Some((name, object.metadata.annotations, spec, errors))
+    Some(Read {
+        name,
+        annotations: object.metadata.annotations,
+        spec,
+        errors,
+    })
 }
 
 /// Reads a ValidatingAdmissionPolicy.
 pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
-    let (name, annotations, spec, mut errors) = read_object::<PolicySpec>(doc, errors)?;
+    let Read {
+        name,
+        annotations,
+        spec,
+        mut errors,
+    } = read_object::<PolicySpec>(doc, errors)?;
     let pod_templates = match annotations
         .get(POD_TEMPLATES_ANNOTATION)
         .map(String::as_str)
@@ -499,9 +518,11 @@ pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Op
     Some(policy)
 }
 /// Every `variables.x` must name a variable; a variable may only use the
-/// ones defined before it.
+/// ones defined before it. `params` is declared only for a policy with a
+/// `paramKind`, as kube-apiserver declares it.
 fn check_variables(
     r: &mut Errors,
+    has_params: bool,
     variables: &[Named],
     conditions: &[Named],
     validations: &[Validation],
@@ -521,6 +542,32 @@ fn check_variables(
         .enumerate()
         .map(|(i, v)| (v.name.as_str(), i))
         .collect();
+    let mut check_params = |field: String, expr: &Compiled| {
+        if !has_params && expr.variables.contains("params") {
+            r.push(
+                &field,
+                "undeclared reference to 'params': the policy has no spec.paramKind",
+            );
+        }
+    };
+    for (i, v) in variables.iter().enumerate() {
+        check_params(format!("spec.variables[{i}].expression"), &v.expr);
+    }
+    for (i, c) in conditions.iter().enumerate() {
+        check_params(format!("spec.matchConditions[{i}].expression"), &c.expr);
+    }
+    for (i, v) in validations.iter().enumerate() {
+        check_params(format!("spec.validations[{i}].expression"), &v.expr);
+        if let Some(m) = &v.message_expr {
+            check_params(format!("spec.validations[{i}].messageExpression"), m);
+        }
+    }
+    for (i, a) in annotations.iter().enumerate() {
+        check_params(
+            format!("spec.auditAnnotations[{i}].valueExpression"),
+            &a.expr,
+        );
+    }
     for (i, v) in variables.iter().enumerate() {
         for used in &v.expr.policy_variables {
             if index.get(used.as_str()).is_none_or(|j| *j >= i) {
@@ -640,6 +687,11 @@ impl BindingSpec {
 
 /// Reads a ValidatingAdmissionPolicyBinding.
 pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
-    let (name, _, spec, mut errors) = read_object::<BindingSpec>(doc, errors)?;
+    let Read {
+        name,
+        spec,
+        mut errors,
+        ..
+    } = read_object::<BindingSpec>(doc, errors)?;
     spec.validate(name, &mut errors)
 }

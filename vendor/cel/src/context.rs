@@ -175,6 +175,13 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// gpu-admission patch: whether a function of this name is registered
+    /// (here or in a parent scope), so a host can refuse an expression that
+    /// calls an unknown function when it is loaded, as cel-go's checker does.
+    pub fn has_function(&self, name: &str) -> bool {
+        self.get_function(name).is_some()
+    }
+
     pub fn add_function<T: 'static, F>(&mut self, name: &str, value: F)
     where
         F: IntoFunction<T> + 'static + Send + Sync,
