@@ -6,6 +6,7 @@
 //! (quantity, lists, sets, regex, strings, url, ip/cidr, format, semver) come
 //! from `kube-cel`; host extensions ([`Extensions`]) add functions and
 //! per-request variables on top.
+use kube_cel::cel::extractors::{Arguments, This};
 use kube_cel::cel::objects::{Key, Map};
 use kube_cel::cel::parser::{Expression, Parser};
 use kube_cel::cel::{self as celrs, ExecutionError};
@@ -193,13 +194,60 @@ fn register_functions(ctx: &mut Context<'static>) {
     // checker it is `x`.
     ctx.add_function(
         "dyn",
-        |celrs::extractors::This(value): celrs::extractors::This<Value>| -> Result<Value, ExecutionError> {
-            Ok(value)
-        },
+        |This(value): This<Value>| -> Result<Value, ExecutionError> { Ok(value) },
     );
+    // Kubernetes' regex library, as kube-cel has it, with each pattern
+    // compiled once per thread rather than on every call.
+    ctx.add_function("find", regex_find);
+    ctx.add_function("findAll", regex_find_all);
     ctx.add_function("image.repository", |image: Arc<String>| -> String {
         crate::k8s::images::repository(&image)
     });
+}
+
+/// `<string>.find(pattern)`: the first match, or `''`.
+fn regex_find(
+    This(text): This<Arc<String>>,
+    pattern: Arc<String>,
+) -> Result<Value, ExecutionError> {
+    celrs::functions::with_regex(&pattern, |re| {
+        re.find(&text)
+            .map_or_else(String::new, |m| m.as_str().to_string())
+    })
+    .map(|found| Value::String(Arc::new(found)))
+    .map_err(|e| ExecutionError::function_error("find", format!("invalid regex: {e}")))
+}
+
+/// `<string>.findAll(pattern)` and `<string>.findAll(pattern, n)`: every
+/// match, or the first `n` (all when `n` is negative).
+fn regex_find_all(
+    This(text): This<Arc<String>>,
+    Arguments(args): Arguments,
+) -> Result<Value, ExecutionError> {
+    let Some(Value::String(pattern)) = args.first() else {
+        return Err(ExecutionError::function_error(
+            "findAll",
+            "expected string pattern",
+        ));
+    };
+    let limit = match args.get(1) {
+        None => usize::MAX,
+        Some(Value::Int(n)) => usize::try_from(*n).unwrap_or(usize::MAX),
+        Some(_) => {
+            return Err(ExecutionError::function_error(
+                "findAll",
+                "the limit must be an int",
+            ))
+        }
+    };
+    celrs::functions::with_regex(pattern, |re| {
+        re.find_iter(&text)
+            .take(limit)
+            .map(|m| Value::String(Arc::new(m.as_str().to_string())))
+            .collect::<Vec<_>>()
+    })
+    .map(|found| Value::List(Arc::new(found)))
+    .map_err(|e| ExecutionError::function_error("findAll", format!("invalid regex: {e}")))
 }
 
 impl Default for Env {

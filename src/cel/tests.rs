@@ -466,3 +466,31 @@ fn unknown_functions_and_wrong_argument_counts_are_load_errors() {
         );
     }
 }
+
+#[test]
+fn find_and_find_all_keep_kubernetes_semantics_with_compiled_patterns() {
+    // The examples of the Kubernetes CEL documentation's regex library.
+    for expr in [
+        "'abc 123'.find('[0-9]+') == '123'",
+        "'1, 2, 3, 4'.findAll('[0-9]+').map(x, int(x)).sum() < 100",
+        "'abc'.find('[0-9]+') == ''",
+        "'a1b2c3'.findAll('[0-9]', 2) == ['1', '2']",
+        "'a1b2c3'.findAll('[0-9]', -1) == ['1', '2', '3']",
+        "'a1b2c3'.findAll('[0-9]', 0) == []",
+    ] {
+        // Twice: the second run takes the compiled pattern.
+        for _ in 0..2 {
+            assert_eq!(eval_with(expr, json!({})), Ok(Value::Bool(true)), "{expr}");
+        }
+    }
+    // More distinct patterns than a thread keeps compiled: answers do not
+    // depend on the cache.
+    for i in 0..300 {
+        let expr = format!("'x{i}y'.find('x{i}') == 'x{i}' && 'x{i}'.findAll('y').size() == 0");
+        assert_eq!(eval_with(&expr, json!({})), Ok(Value::Bool(true)), "{expr}");
+    }
+    let err = eval_with("'a'.find('(a')", json!({})).unwrap_err();
+    assert!(err.to_string().contains("find: invalid regex"), "{err}");
+    let err = eval_with("'a'.findAll('(a', 1)", json!({})).unwrap_err();
+    assert!(err.to_string().contains("findAll: invalid regex"), "{err}");
+}

@@ -318,9 +318,11 @@ pub fn matches(
 /// gpu-admission patch: each thread keeps the patterns it compiled (up to
 /// 256; all are dropped beyond that), since policies call `matches` with the
 /// same constant pattern on every request and compiling dominates the call.
-/// Per thread, so that no lock is taken on the way to a match.
+/// Per thread, so that no lock is taken on the way to a match. Public so
+/// that a host's own regex functions (Kubernetes' `find`, `findAll`) share
+/// the cache.
 #[cfg(feature = "regex")]
-fn with_regex<R>(
+pub fn with_regex<R>(
     pattern: &str,
     f: impl FnOnce(&regex::Regex) -> R,
 ) -> std::result::Result<R, regex::Error> {
