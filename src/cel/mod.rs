@@ -14,6 +14,7 @@ use kube_cel::KubeCelExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+pub mod authz;
 pub mod gpu;
 mod limits;
 mod signatures;
@@ -32,6 +33,7 @@ pub const BUILTIN_VARIABLES: &[&str] = &[
     "params",
     "namespaceObject",
     "variables",
+    "authorizer",
 ];
 
 /// A host extension: functions registered into every evaluation context and
@@ -198,6 +200,7 @@ fn register_functions(ctx: &mut Context<'static>) {
     );
     // Kubernetes' regex library, as kube-cel has it, with each pattern
     // compiled once per thread rather than on every call.
+    authz::register(ctx);
     ctx.add_function("find", regex_find);
     ctx.add_function("findAll", regex_find_all);
     ctx.add_function("image.repository", |image: Arc<String>| -> String {
