@@ -356,6 +356,11 @@ fn kubernetes_cel_documentation_examples() {
         "optional.of(1).hasValue() && !optional.none().hasValue()",
         "optional.none().or(optional.of(2)).value() == 2",
         "object.?spec.?containers.orValue([]).size() == 2",
+        "optional.of(1).optMap(x, x + 1).value() == 2",
+        "!optional.none().optMap(x, x + 1).hasValue()",
+        "object.?metadata.?labels.optFlatMap(l, l[?'app']).value() == 'web'",
+        "[?optional.none(), 1] == [1]",
+        "{?'a': optional.of(1), ?'b': optional.none()} == {'a': 1}",
         // Two-variable comprehensions.
         "[1, 2, 3].all(i, j, i < j)",
         "!{'hello': 'world', 'taco': 'taco'}.all(k, v, k != v)",

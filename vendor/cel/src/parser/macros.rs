@@ -40,6 +40,12 @@ pub fn find_expander(
         "transformMapEntry" if (args.len() == 3 || args.len() == 4) && target.is_some() => {
             Some(super::macros_ext::transform_map_entry_expander)
         }
+        "optMap" if args.len() == 2 && target.is_some() => {
+            Some(super::macros_ext::opt_map_expander)
+        }
+        "optFlatMap" if args.len() == 2 && target.is_some() => {
+            Some(super::macros_ext::opt_flat_map_expander)
+        }
         "bind"
             if args.len() == 3
                 && matches!(target, Some(t) if matches!(&t.expr, Expr::Ident(n) if n == "cel")) =>

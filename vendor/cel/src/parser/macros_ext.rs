@@ -1,7 +1,8 @@
 //! gpu-admission patch: the macros Kubernetes' CEL environment adds beyond
 //! the standard ones, after cel-go's `ext.TwoVarComprehensions()` and
 //! `ext.Bindings()`: `transformList`, `transformMap`, `transformMapEntry`
-//! (with and without a filter), and `cel.bind`. The two-variable forms of
+//! (with and without a filter), `cel.bind`, and the optional library's
+//! `optMap` and `optFlatMap`. The two-variable forms of
 //! `all`, `exists` and `existsOne` share [`iter_vars`].
 use crate::common::ast::{
     operators, CallExpr, ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue, MapExpr,
@@ -180,4 +181,72 @@ pub(super) fn bind_expander(
             result,
         }))),
     )
+}
+
+/// `opt.optMap(x, expr)`: `optional.of(expr)` with `x` bound to the value
+/// of `opt`, or `optional.none()` when `opt` has none.
+pub(super) fn opt_map_expander(
+    helper: &mut MacroExprHelper,
+    target: Option<IdedExpr>,
+    args: Vec<IdedExpr>,
+) -> Result<IdedExpr, ParseError> {
+    opt_expander(helper, target, args, true)
+}
+
+/// `opt.optFlatMap(x, expr)`: `expr` (an optional) with `x` bound to the
+/// value of `opt`, or `optional.none()` when `opt` has none.
+pub(super) fn opt_flat_map_expander(
+    helper: &mut MacroExprHelper,
+    target: Option<IdedExpr>,
+    args: Vec<IdedExpr>,
+) -> Result<IdedExpr, ParseError> {
+    opt_expander(helper, target, args, false)
+}
+
+/// As cel-go expands them:
+/// `opt.hasValue() ? [optional.of](cel.bind(x, opt.value(), expr)) : optional.none()`.
+fn opt_expander(
+    helper: &mut MacroExprHelper,
+    target: Option<IdedExpr>,
+    mut args: Vec<IdedExpr>,
+    wrap: bool,
+) -> Result<IdedExpr, ParseError> {
+    let Some(target) = target else {
+        unreachable!("Expected a target, but got `None`!")
+    };
+    let expr = args.pop().expect("an expression");
+    let name = extract_ident(args.pop().expect("a variable name"), helper)?;
+    let method = |helper: &mut MacroExprHelper, target: IdedExpr, name: &str, args| {
+        helper.next_expr(Expr::Call(CallExpr {
+            func_name: name.to_string(),
+            target: Some(Box::new(target)),
+            args,
+        }))
+    };
+    let has_value = method(helper, target.clone(), "hasValue", Vec::new());
+    let value = method(helper, target, "value", Vec::new());
+    let range = helper.next_expr(Expr::List(ListExpr::new(Vec::new())));
+    let condition = helper.next_expr(Expr::Literal(LiteralValue::Boolean(false.into())));
+    let step = ident(helper, &name);
+    let mut bound = helper.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
+        iter_range: range,
+        iter_var: "#unused".to_string(),
+        iter_var2: None,
+        accu_var: name,
+        accu_init: value,
+        loop_cond: condition,
+        loop_step: step,
+        result: expr,
+    })));
+    if wrap {
+        let optional = ident(helper, "optional");
+        bound = method(helper, optional, "of", vec![bound]);
+    }
+    let optional = ident(helper, "optional");
+    let none = method(helper, optional, "none", Vec::new());
+    Ok(call(
+        helper,
+        operators::CONDITIONAL,
+        vec![has_value, bound, none],
+    ))
 }
