@@ -84,7 +84,15 @@ fn placement_does_not_depend_on_policy() {
 
 #[test]
 fn domain_modules_know_nothing_of_http() {
-    for module in ["k8s", "gpu", "placement", "policy", "cel", "subject"] {
+    for module in [
+        "k8s",
+        "authz",
+        "gpu",
+        "placement",
+        "policy",
+        "cel",
+        "subject",
+    ] {
         let found = uses(module, &["server"]);
         assert!(
             found.is_empty(),

@@ -95,10 +95,15 @@ pub fn register(ctx: &mut Context<'static>) {
         },
     );
     ctx.add_function("resource", |This(t): This<Value>, resource: Arc<String>| {
-        let g = downcast::<GroupCheck>(&t, "resource")?;
+        // `authorizer.resource(r)` (as the Kubernetes documentation writes
+        // it for a service account) is the core group's.
+        let (checker, group) = match downcast::<GroupCheck>(&t, "resource") {
+            Ok(g) => (g.checker.clone(), g.group.clone()),
+            Err(err) => (checker_of(&t, "resource").map_err(|_| err)?, String::new()),
+        };
         opaque(ResourceCheck {
-            checker: g.checker.clone(),
-            group: g.group.clone(),
+            checker,
+            group,
             resource: resource.to_string(),
             subresource: String::new(),
             namespace: String::new(),
@@ -342,7 +347,11 @@ mod tests {
     fn the_documented_checks_ask_the_authorizer() {
         let fake = Arc::new(Fake::default());
         for (user, source) in [
+            // The three examples of the documentation's authorizer library.
             ("alice", "authorizer.group('').resource('pods').namespace('default').check('create').allowed()"),
+            ("bob", "authorizer.path('/healthz').check('get').allowed()"),
+            ("alice", "!authorizer.serviceAccount('default', 'myserviceaccount').resource('deployments').check('delete').allowed()"),
+            ("bob", "authorizer.serviceAccount('default', 'myserviceaccount').resource('deployments').check('delete').reason() == 'not alice'"),
             ("alice", "authorizer.group('').resource('pods').subresource('status').namespace('ml').name('trainer').check('update').allowed()"),
             ("alice", "authorizer.requestResource.check('delete').allowed()"),
             ("alice", "authorizer.requestResource.check('delete').reason() == 'alice may'"),

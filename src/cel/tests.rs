@@ -499,3 +499,48 @@ fn find_and_find_all_keep_kubernetes_semantics_with_compiled_patterns() {
     let err = eval_with("'a'.findAll('(a', 1)", json!({})).unwrap_err();
     assert!(err.to_string().contains("findAll: invalid regex"), "{err}");
 }
+
+/// The examples of the Kubernetes CEL documentation's list, regex, URL and
+/// quantity libraries, and of its validation rules written for `object`.
+#[test]
+fn kubernetes_cel_library_documentation_examples() {
+    let object = json!({
+        "names": ["alpha", "should-be-first", "zeta"],
+        "items": [{"weight": 0.25}, {"weight": 0.75}],
+        "lowPriorities": [{"priority": 1}, {"priority": 2}],
+        "highPriorities": [{"priority": 5}, {"priority": 9}],
+        "spec": {"minReplicas": 1, "replicas": 3, "maxReplicas": 5,
+                 "stateCounts": {"Available": 2},
+                 "envars": [{"name": "MY_ENV", "value": "abc"}, {"name": "OTHER", "value": "1-2"}],
+                 "health": "ok: all good",
+                 "widgets": [{"key": "x", "foo": 3}],
+                 "details": {"alpha": "a", "beta": "b"}}
+    });
+    for expr in [
+        "object.names.isSorted()",
+        "object.items.map(x, x.weight).sum() == 1.0",
+        "object.lowPriorities.map(x, x.priority).max() < object.highPriorities.map(x, x.priority).min()",
+        "object.names.indexOf('should-be-first') == 1",
+        "'abc 123'.find('[0-9]*') == ''",
+        "'abc 123'.find('[0-9]+') == '123'",
+        "url('https://example.com:80/').getHost() == 'example.com:80'",
+        "url('https://example.com/path with spaces/').getEscapedPath() == '/path%20with%20spaces/'",
+        "quantity('500000G').isInteger()",
+        "quantity('50k').asInteger() == 50000",
+        "quantity('9999999999999999999999999999999999999G').asApproximateFloat() > 1.0e45",
+        "quantity('50k').sub(20000) == quantity('30k')",
+        "quantity('50k').add(20).sub(quantity('100k')).sub(-50000) == quantity('20')",
+        "quantity('200M').compareTo(quantity('0.2G')) == 0",
+        "quantity('150Mi').isGreaterThan(quantity('100Mi'))",
+        "quantity('50M').isLessThan(quantity('100M'))",
+        "object.spec.minReplicas <= object.spec.replicas && object.spec.replicas <= object.spec.maxReplicas",
+        "'Available' in object.spec.stateCounts",
+        "object.spec.envars.filter(e, e.name == 'MY_ENV').all(e, e.value.matches('^[a-zA-Z]*$'))",
+        "object.spec.health.startsWith('ok')",
+        "object.spec.widgets.exists(w, w.key == 'x' && w.foo < 10)",
+        "object.spec.details.all(key, key.matches('^[a-zA-Z]*$'))",
+        "object.spec.details.all(key, object.spec.details[key].matches('^[a-zA-Z]*$'))",
+    ] {
+        assert_eq!(eval_with(expr, object.clone()), Ok(Value::Bool(true)), "{expr}");
+    }
+}
