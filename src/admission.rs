@@ -1,6 +1,7 @@
 //! The two webhook answers: `/mutate` (placement) and `/validate`
 //! (policies). Each works the request's [`Subject`] out once and hands it
 //! to placement and the policy engine.
+use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::gpu::gpu_val;
 use crate::gpu::facts::PlacementFacts;
 use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims};
@@ -40,6 +41,7 @@ pub struct Admission {
     bundle: ArcSwap<Bundle>,
     namespaces: Arc<dyn NamespaceLookup>,
     claims: Arc<dyn ClaimLookup>,
+    authorizer: Arc<dyn Authorizer>,
 }
 
 impl Admission {
@@ -50,7 +52,15 @@ impl Admission {
             bundle: ArcSwap::from_pointee(bundle),
             namespaces,
             claims: Arc::new(NoClaims),
+            authorizer: Arc::new(NoAuthorizer),
         }
+    }
+
+    /// Answers the CEL `authorizer` checks of policies with `authorizer`
+    /// (without it, every check is denied: "no authorizer configured").
+    pub fn with_authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Admission {
+        self.authorizer = authorizer;
+        self
     }
 
     /// Looks up the ResourceClaims and ResourceClaimTemplates pods name in
@@ -151,7 +161,7 @@ impl Admission {
     pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
         let lookups = (self.namespaces.as_ref(), self.claims.as_ref());
-        validate_with(&bundle, lookups, req, deadline).0
+        validate_with(&bundle, lookups, &self.authorizer, req, deadline).0
     }
 
     /// The `/validate` answer if every binding is evaluated by `until`;
@@ -160,7 +170,8 @@ impl Admission {
     pub fn validate_within(&self, req: &Request, until: Instant) -> Option<Outcome> {
         let bundle = self.bundle.load();
         let lookups = (self.namespaces.as_ref(), self.claims.as_ref());
-        let (outcome, finished) = validate_with(&bundle, lookups, req, Some(until));
+        let (outcome, finished) =
+            validate_with(&bundle, lookups, &self.authorizer, req, Some(until));
         finished.then_some(outcome)
     }
 }
@@ -217,10 +228,11 @@ pub fn subject<'r>(
 fn validate_with(
     bundle: &Bundle,
     lookups: (&dyn NamespaceLookup, &dyn ClaimLookup),
+    authorizer: &Arc<dyn Authorizer>,
     req: &Request,
     deadline: Option<Instant>,
 ) -> (Outcome, bool) {
-    let subject = subject(bundle, req, lookups);
+    let subject = subject(bundle, req, lookups).with_authorizer(authorizer.clone());
     let gpus_per_pod = match subject.kind {
         SubjectKind::Pod | SubjectKind::Controller => subject.gpu.as_ref().map_or(0, |g| g.total),
         _ => 0,

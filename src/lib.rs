@@ -8,6 +8,7 @@
 //! joins placement and policy into the two webhook answers.
 pub mod admission;
 pub mod audit;
+pub mod authz;
 pub mod bundle;
 pub mod cel;
 pub mod certs;

@@ -3,6 +3,7 @@
 //! describes, the DRA claims its pod names, and the object's GPU facts.
 //! Placement, the policy engine, the `gpu` CEL variable and the audit all
 //! read it; nothing recomputes it.
+use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::Val;
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::GpuFacts;
@@ -14,6 +15,7 @@ use crate::k8s::{workloads, ClaimLookup, NamespaceLookup};
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The label kube-apiserver puts on every Namespace, holding its name.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -61,6 +63,9 @@ pub struct Subject<'r> {
     /// Host variables already in CEL form (e.g. `gpu`), shared by every
     /// policy and by the object and its template pod alike.
     pub variables: Vec<(String, Box<dyn Val>)>,
+    /// What the CEL `authorizer` checks ask ([`NoAuthorizer`] unless
+    /// [`Subject::with_authorizer`] says otherwise).
+    pub authorizer: Arc<dyn Authorizer>,
 }
 
 impl<'r> Subject<'r> {
@@ -97,7 +102,15 @@ impl<'r> Subject<'r> {
             claims: None,
             gpu: None,
             variables: Vec::new(),
+            authorizer: Arc::new(NoAuthorizer),
         }
+    }
+
+    /// Answers the CEL `authorizer` checks of the request's user with
+    /// `authorizer`.
+    pub fn with_authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Subject<'r> {
+        self.authorizer = authorizer;
+        self
     }
 
     /// Looks up the DRA claims (`spec.resourceClaims`) of the object's pod

@@ -2,6 +2,7 @@
 //! exactly as the webhook would answer (mutation first, then validation of
 //! the mutated object).
 use crate::admission::{Admission, Bundle};
+use crate::authz::{Authorizer, NoAuthorizer};
 use crate::k8s::claims::{ClaimKind, StaticClaims};
 use crate::k8s::namespaces::StaticNamespaces;
 use crate::offline::{self, build_request};
@@ -266,6 +267,15 @@ impl CaseResult {
 /// `warned` entry that does not name its policy, is a load error (one line
 /// each, naming the file and case) and no case runs.
 pub fn run(bundle: &Bundle, tests: &[Document]) -> Result<Vec<CaseResult>, Vec<String>> {
+    run_with_authorizer(bundle, tests, Arc::new(NoAuthorizer))
+}
+
+/// [`run`], answering the policies' `authorizer` checks with `authorizer`.
+pub fn run_with_authorizer(
+    bundle: &Bundle,
+    tests: &[Document],
+    authorizer: Arc<dyn Authorizer>,
+) -> Result<Vec<CaseResult>, Vec<String>> {
     let mut loaded = Vec::new();
     let mut errors = Vec::new();
     for doc in tests {
@@ -322,7 +332,9 @@ pub fn run(bundle: &Bundle, tests: &[Document]) -> Result<Vec<CaseResult>, Vec<S
                 continue;
             }
         };
-        let admission = Admission::new(bundle, Arc::new(namespaces)).with_claims(Arc::new(claims));
+        let admission = Admission::new(bundle, Arc::new(namespaces))
+            .with_claims(Arc::new(claims))
+            .with_authorizer(authorizer.clone());
         for (case, checked) in test.spec.cases.iter().zip(&checked) {
             let name = format!("{file}: {} / {}", test.metadata.name, case.name);
             let failures = match run_case(&admission, case, checked, base) {

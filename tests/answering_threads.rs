@@ -110,6 +110,7 @@ fn the_offline_commands_evaluate_deep_objects() {
         groups: Vec::new(),
         output: Format::Json,
         fail_on_deny: false,
+        authz: None,
     };
     let results = evaluate::evaluate(&args).unwrap();
     assert_eq!(results.len(), 1);

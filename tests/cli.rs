@@ -390,7 +390,7 @@ spec:
     let text = stdout(&out);
     assert!(out.status.success(), "{text}");
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines.len(), 5, "{text}");
     assert!(
         lines[0].starts_with("note: ")
             && lines[0].contains("library.yaml: document 2")
@@ -409,7 +409,13 @@ spec:
         "{text}"
     );
     assert!(
-        lines[3].ends_with("ok (1 policies, 0 placement profiles, 0 tests)"),
+        lines[3].starts_with("note: ")
+            && lines[3].contains("library.yaml: document 1")
+            && lines[3].contains("policy no-latest matches Pod CREATE, so it is also run on the pod templates of Deployment"),
+        "{text}"
+    );
+    assert!(
+        lines[4].ends_with("ok (1 policies, 0 placement profiles, 0 tests)"),
         "{text}"
     );
 }
@@ -490,6 +496,95 @@ fn bad_input_is_a_clean_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.starts_with("error: cannot read /nonexistent/manifest.yaml"),
+        "{err}"
+    );
+}
+
+/// `evaluate --authz FILE` answers a policy's `authorizer` checks from the
+/// file's grants; without it every check is denied, "no authorizer
+/// configured".
+#[test]
+fn evaluate_answers_authorizer_checks_from_the_authz_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policies = tmp.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    write(
+        &policies,
+        "p.yaml",
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: privileged-needs-permission}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  variables:
+  - name: check
+    expression: "authorizer.group('policy.example.com').resource('privilegedpods').namespace(object.metadata.namespace).check('create')"
+  validations:
+  - expression: "variables.check.allowed()"
+    messageExpression: "'not allowed: ' + variables.check.reason()"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: privileged-needs-permission}
+spec: {policyName: privileged-needs-permission, validationActions: [Deny]}
+"#,
+    );
+    let pod = write(
+        tmp.path(),
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ml}\nspec: {containers: [{name: c, image: i}]}\n",
+    );
+    let authz = write(
+        tmp.path(),
+        "authz.yaml",
+        "- {userGroup: ml-admins, verb: create, apiGroup: policy.example.com, resource: privilegedpods, namespace: ml}\n",
+    );
+    let run = |extra: &[&str]| {
+        let out = bin()
+            .args(["evaluate", "-o", "json", "-f"])
+            .arg(&pod)
+            .arg("--policies")
+            .arg(&policies)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        v[0].clone()
+    };
+    let without = run(&[]);
+    assert_eq!(
+        without["denials"],
+        json!(["privileged-needs-permission: not allowed: no authorizer configured"])
+    );
+    let authz = authz.to_str().unwrap();
+    let other = run(&["--authz", authz, "--as", "bob"]);
+    assert_eq!(
+        other["denials"],
+        json!(["privileged-needs-permission: not allowed: no --authz grant allows it"])
+    );
+    let admin = run(&["--authz", authz, "--as", "bob", "--as-group", "ml-admins"]);
+    assert_eq!(admin["allowed"], json!(true), "{admin}");
+    // A malformed file is an error naming it.
+    let bad = write(tmp.path(), "bad.yaml", "- {verb: get}\n");
+    let out = bin()
+        .args(["evaluate", "-f"])
+        .arg(&pod)
+        .arg("--policies")
+        .arg(&policies)
+        .arg("--authz")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.yaml: grant 0: exactly one of user or userGroup is required"),
         "{err}"
     );
 }

@@ -49,6 +49,7 @@ fn evaluate(file: &Path) -> Vec<Evaluation> {
         groups: Vec::new(),
         output: Format::Text,
         fail_on_deny: false,
+        authz: None,
     };
     evaluate::evaluate(&args).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }

@@ -88,6 +88,7 @@ fn placement_does_not_depend_on_policy() {
 fn domain_modules_know_nothing_of_http() {
     for module in [
         "k8s",
+        "authz",
         "gpu",
         "placement",
         "policy",

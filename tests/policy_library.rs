@@ -449,6 +449,7 @@ fn shipped_policy_tests_pass() {
         policies: None,
         catalog: None,
         verbose: false,
+        authz: None,
     };
     let summary = gpu_admission::cli::test::run_tests(&args).unwrap();
     println!("{}", summary.report);

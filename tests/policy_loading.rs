@@ -154,6 +154,46 @@ fn documents_of_other_kinds_are_skipped_with_a_warning() {
     assert!(compile(&broken).is_err());
 }
 
+/// The checks kube-apiserver makes when a policy is created, as load
+/// errors with file, document, field and column.
+#[test]
+fn kubernetes_creation_checks_are_load_errors() {
+    let err = compile(&POLICY.replace("EXPR", "object.metadata.name == params.name"))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err.trim(),
+        "policies/p.yaml: document 1 (line 1): spec.validations[0].expression: undeclared reference to 'params': the policy has no spec.paramKind"
+    );
+    let later = POLICY.replace(
+        "  validations:",
+        "  variables:\n  - {name: a, expression: 'variables.b'}\n  - {name: b, expression: '2'}\n  validations:",
+    );
+    let err = compile(&later.replace("EXPR", "variables.a == 2"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "spec.variables[0].expression: variables.b is not defined before this variable"
+        ),
+        "{err}"
+    );
+    let err = compile(&POLICY.replace("EXPR", "object.metadata.name.endsWit('x')"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.validations[0].expression: line 1, column 22: undeclared reference to 'endsWit': no such function"),
+        "{err}"
+    );
+    let err = compile(&POLICY.replace("EXPR", "object.metadata.name.endsWith('x', 'y')"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.validations[0].expression: line 1, column 22: found no matching overload for 'endsWith'"),
+        "{err}"
+    );
+}
+
 #[test]
 fn undeclared_variables_and_policy_variables_are_errors() {
     let err = compile(&POLICY.replace("EXPR", "variables.missing"))

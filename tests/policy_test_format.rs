@@ -66,6 +66,7 @@ fn run(dir: &Path) -> anyhow::Result<Summary> {
         policies: None,
         catalog: None,
         verbose: true,
+        authz: None,
     })
 }
 
@@ -314,6 +315,7 @@ fn a_file_case_judges_its_pod_with_the_claims_of_the_same_file() {
         policies: Some(root().join("policies")),
         catalog: None,
         verbose: true,
+        authz: None,
     })
     .unwrap();
     assert_eq!(failing(&summary), Vec::<&str>::new(), "{}", summary.report);

@@ -128,7 +128,25 @@ pub struct Shape {
     pub call_targets: BTreeSet<String>,
     /// `<name>` in `variables.<name>` / `variables['<name>']`.
     pub policy_variables: BTreeSet<String>,
+    /// Every call of a named function (operators left out), in order.
+    pub calls: Vec<Call>,
 }
+
+/// A call of a named function, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub function: String,
+    /// The identifier before the dot when the target is one that no
+    /// comprehension binds: a variable, or a namespace (`sets` in
+    /// `sets.contains(a, b)`).
+    pub namespace: Option<String>,
+    /// Called on a target (`x.f()`), not as `f(x)`.
+    pub has_target: bool,
+    pub args: usize,
+}
+
+/// The iteration variable of the comprehension `cel.bind` expands to.
+const BIND_ITER_VAR: &str = "#unused";
 
 /// Checks `ast` against `limits`.
 pub fn check(ast: &Expression, limits: &Limits) -> Result<Shape, String> {
@@ -205,6 +223,21 @@ impl Walker<'_> {
                         }
                     }
                 }
+                if call
+                    .func_name
+                    .starts_with(|c: char| c.is_ascii_alphabetic())
+                {
+                    let namespace = match call.target.as_ref().map(|t| &t.expr) {
+                        Some(Expr::Ident(name)) if !self.is_bound(name) => Some(name.clone()),
+                        _ => None,
+                    };
+                    self.shape.calls.push(Call {
+                        function: call.func_name.clone(),
+                        namespace,
+                        has_target: call.target.is_some(),
+                        args: call.args.len(),
+                    });
+                }
                 if let Some(target) = &call.target {
                     // `sets.contains(...)`, `optional.none()`: a namespace,
                     // not a variable.
@@ -242,7 +275,13 @@ impl Walker<'_> {
                 }
             }
             Expr::Comprehension(c) => {
-                let nested = comprehensions + 1;
+                // `cel.bind` expands to a comprehension over nothing: it
+                // binds a name and repeats nothing, so it does not nest.
+                let nested = if c.iter_var == BIND_ITER_VAR {
+                    comprehensions
+                } else {
+                    comprehensions + 1
+                };
                 if nested > self.limits.max_comprehension_nesting {
                     return Err(format!(
                         "comprehensions are nested too deeply: more than {} levels",

@@ -6,6 +6,7 @@
 //! (quantity, lists, sets, regex, strings, url, ip/cidr, format, semver) come
 //! from `kube-cel`; host extensions ([`Extensions`]) add functions and
 //! per-request variables on top.
+use kube_cel::cel::extractors::{Arguments, This};
 use kube_cel::cel::objects::{Key, Map};
 use kube_cel::cel::parser::{Expression, Parser};
 use kube_cel::cel::{self as celrs, ExecutionError};
@@ -13,8 +14,10 @@ use kube_cel::KubeCelExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+pub mod authz;
 pub mod gpu;
 mod limits;
+mod signatures;
 mod sku_sets;
 
 /// The cel crate types extensions work with.
@@ -30,6 +33,7 @@ pub const BUILTIN_VARIABLES: &[&str] = &[
     "params",
     "namespaceObject",
     "variables",
+    "authorizer",
 ];
 
 /// A host extension: functions registered into every evaluation context and
@@ -189,10 +193,21 @@ impl Env {
 }
 
 /// The crate's own functions beyond kube-cel, documented in
-/// docs/policies.md: `image.repository(ref)`, the repository of a container
+/// docs/policies.md: `dyn(x)`, and `image.repository(ref)`, the repository of a container
 /// image reference (registry and path, no tag or digest), so policies can
 /// compare images with a list exactly.
 fn register_functions(ctx: &mut Context<'static>) {
+    // `dyn(x)` only tells cel-go's type checker to stop checking; with no
+    // checker it is `x`.
+    ctx.add_function(
+        "dyn",
+        |This(value): This<Value>| -> Result<Value, ExecutionError> { Ok(value) },
+    );
+    // Kubernetes' regex library, as kube-cel has it, with each pattern
+    // compiled once per thread rather than on every call.
+    authz::register(ctx);
+    ctx.add_function("find", regex_find);
+    ctx.add_function("findAll", regex_find_all);
     ctx.add_function("image.repository", |image: Arc<String>| -> String {
         crate::k8s::images::repository(&image)
     });
@@ -201,6 +216,51 @@ fn register_functions(ctx: &mut Context<'static>) {
     ctx.add_function("jsonpatch.escapeKey", |key: Arc<String>| -> String {
         key.replace('~', "~0").replace('/', "~1")
     });
+}
+
+/// `<string>.find(pattern)`: the first match, or `''`.
+fn regex_find(
+    This(text): This<Arc<String>>,
+    pattern: Arc<String>,
+) -> Result<Value, ExecutionError> {
+    celrs::functions::with_regex(&pattern, |re| {
+        re.find(&text)
+            .map_or_else(String::new, |m| m.as_str().to_string())
+    })
+    .map(|found| Value::String(Arc::new(found)))
+    .map_err(|e| ExecutionError::function_error("find", format!("invalid regex: {e}")))
+}
+
+/// `<string>.findAll(pattern)` and `<string>.findAll(pattern, n)`: every
+/// match, or the first `n` (all when `n` is negative).
+fn regex_find_all(
+    This(text): This<Arc<String>>,
+    Arguments(args): Arguments,
+) -> Result<Value, ExecutionError> {
+    let Some(Value::String(pattern)) = args.first() else {
+        return Err(ExecutionError::function_error(
+            "findAll",
+            "expected string pattern",
+        ));
+    };
+    let limit = match args.get(1) {
+        None => usize::MAX,
+        Some(Value::Int(n)) => usize::try_from(*n).unwrap_or(usize::MAX),
+        Some(_) => {
+            return Err(ExecutionError::function_error(
+                "findAll",
+                "the limit must be an int",
+            ))
+        }
+    };
+    celrs::functions::with_regex(pattern, |re| {
+        re.find_iter(&text)
+            .take(limit)
+            .map(|m| Value::String(Arc::new(m.as_str().to_string())))
+            .collect::<Vec<_>>()
+    })
+    .map(|found| Value::List(Arc::new(found)))
+    .map_err(|e| ExecutionError::function_error("findAll", format!("invalid regex: {e}")))
 }
 
 impl Default for Env {
@@ -349,6 +409,7 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
             None => CompileError::plain("syntax error"),
         })?;
     let shape = limits::check(&ast, limits).map_err(CompileError::plain)?;
+    signatures::check_calls(&shape.calls, source, &|name| env.root.has_function(name))?;
     let known = env.known_variables();
     for name in &shape.free_variables {
         if !known.contains(name.as_str()) {

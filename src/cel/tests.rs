@@ -356,3 +356,216 @@ fn message_literals_build_maps_in_mutations_only() {
         "message literals (Object{...}) are only available in the mutations of a MutatingAdmissionPolicy"
     );
 }
+
+/// The examples of the Kubernetes CEL documentation ("Common Expression
+/// Language in Kubernetes") and of cel-go's extension documentation it
+/// points to, for optional types, two-variable comprehensions and
+/// `cel.bind`.
+#[test]
+fn kubernetes_cel_documentation_examples() {
+    let object = json!({
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {"replicas": 3, "containers": [
+            {"name": "a", "image": "nginx"},
+            {"name": "b", "image": "busybox"}
+        ]}
+    });
+    for expr in [
+        // Optional field selection and indexing.
+        "object.?spec.?replicas.orValue(1) == 3",
+        "object.?spec.?paused.orValue(false) == false",
+        "!object.?spec.?selector.?matchLabels.hasValue()",
+        "object.?metadata.?labels.?app.hasValue()",
+        "object.metadata.labels[?'app'].orValue('none') == 'web'",
+        "object.metadata.labels[?'tier'].orValue('none') == 'none'",
+        "optional.of(1).hasValue() && !optional.none().hasValue()",
+        "optional.none().or(optional.of(2)).value() == 2",
+        "object.?spec.?containers.orValue([]).size() == 2",
+        "optional.of(1).optMap(x, x + 1).value() == 2",
+        "!optional.none().optMap(x, x + 1).hasValue()",
+        "object.?metadata.?labels.optFlatMap(l, l[?'app']).value() == 'web'",
+        "[?optional.none(), 1] == [1]",
+        "{?'a': optional.of(1), ?'b': optional.none()} == {'a': 1}",
+        // Two-variable comprehensions.
+        "[1, 2, 3].all(i, j, i < j)",
+        "!{'hello': 'world', 'taco': 'taco'}.all(k, v, k != v)",
+        "[1, 2, 3].exists(i, v, i == 1 && v == 2)",
+        "{'greeting': 'hello', 'farewell': 'goodbye'}.exists(k, v, k == 'farewell' && v == 'goodbye')",
+        "[1, 2, 3].existsOne(i, v, i == 1 || v == 2)",
+        "![1, 2, 3].existsOne(i, v, i == 1 || v == 3)",
+        "[1, 2, 3].transformList(indexVar, valueVar, (indexVar * valueVar) + valueVar) == [1, 4, 9]",
+        "[1, 2, 3].transformList(indexVar, valueVar, indexVar % 2 == 0, (indexVar * valueVar) + valueVar) == [1, 9]",
+        "{'greeting': 'hello', 'farewell': 'goodbye'}.transformList(k, _, k).size() == 2",
+        "{'greeting': 'hello', 'farewell': 'goodbye'}.transformMap(k, v, v + '!') == {'greeting': 'hello!', 'farewell': 'goodbye!'}",
+        "{'greeting': 'hello', 'farewell': 'goodbye'}.transformMap(k, v, k != 'greeting', v + '!') == {'farewell': 'goodbye!'}",
+        "{'greeting': 'hello'}.transformMapEntry(keyVar, valueVar, {valueVar: keyVar}) == {'hello': 'greeting'}",
+        "[1, 2, 3].transformMapEntry(i, v, i > 0, {string(v): i}) == {'2': 1, '3': 2}",
+        "object.spec.containers.all(i, c, c.name == ['a', 'b'][i])",
+        "object.spec.containers.transformMap(i, c, c.image) == {0: 'nginx', 1: 'busybox'}",
+        // cel.bind.
+        "cel.bind(a, 'hello', cel.bind(b, 'world', a + b + b + a)) == 'helloworldworldhello'",
+        "cel.bind(valid_values, ['nginx', 'busybox'], object.spec.containers.all(c, c.image in valid_values))",
+        "cel.bind(x, object.spec.replicas, x * x) == 9",
+    ] {
+        assert_eq!(eval_with(expr, object.clone()), Ok(Value::Bool(true)), "{expr}");
+    }
+}
+
+#[test]
+fn two_variable_comprehension_errors_are_kubernetes_errors() {
+    let env = Env::default();
+    let err = compile(&env, "[1, 2].all(i, i, i > 0)").unwrap_err();
+    assert!(err.message.contains("duplicate variable name: i"), "{err}");
+    let err = eval_with(
+        "{'a': 1, 'b': 1}.transformMapEntry(k, v, {'x': v}) == {}",
+        json!({}),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("insert failed: key x already exists"),
+        "{err}"
+    );
+    // A selection on a value that is not a map stays an error, as in cel-go.
+    assert!(eval_with("object.spec.?x.hasValue()", json!({"spec": "text"})).is_err());
+}
+
+#[test]
+fn comprehension_macros_are_charged_per_iteration() {
+    let env = Env::default();
+    let compiled = compile(
+        &env,
+        "object.items.transformList(i, a, object.items.transformList(j, b, i * j).size()).size() > 0",
+    )
+    .unwrap();
+    let mut ctx = env.scope();
+    let items: Vec<i64> = (0..2000).collect();
+    ctx.add_variable_from_value("object", json_to_value(&json!({"items": items})));
+    match evaluate(&compiled, &ctx) {
+        Err(EvalError::CostLimit(_)) => {}
+        other => panic!("a 4M-iteration comprehension must hit the cost limit: {other:?}"),
+    }
+}
+
+#[test]
+fn cel_bind_does_not_count_as_a_nested_comprehension() {
+    let source = "cel.bind(a, 1, cel.bind(b, 2, cel.bind(c, 3, \
+                  [[[1]]].all(x, x.all(y, y.all(z, z + a + b + c == 7))))))";
+    assert_eq!(eval_with(source, json!({})), Ok(Value::Bool(true)));
+}
+
+#[test]
+fn unknown_functions_and_wrong_argument_counts_are_load_errors() {
+    let env = Env::default();
+    for (source, message, column) in [
+        ("foo(1)", "undeclared reference to 'foo': no such function", 1),
+        ("object.metadata.name.strtsWith('a')", "undeclared reference to 'strtsWith'", 22),
+        ("sets.containz([1], [1])", "undeclared reference to 'containz'", 6),
+        (
+            "object.metadata.name.startsWith('a', 'b')",
+            "found no matching overload for 'startsWith': <target>.startsWith(..) takes 1 argument(s), not 2",
+            22,
+        ),
+        (
+            "object.spec.containers.all(c)",
+            "found no matching overload for 'all': <target>.all(..) takes 2 or 3 argument(s), not 1",
+            24,
+        ),
+        ("quantity('1', '2')", "'quantity': quantity(..) takes 1 argument(s), not 2", 1),
+        ("sets.contains([1])", "'sets.contains': sets.contains(..) takes 2 argument(s), not 1", 6),
+    ] {
+        let err = compile(&env, source).unwrap_err();
+        assert!(err.message.contains(message), "{source}: {err}");
+        assert_eq!((err.line, err.column), (Some(1), Some(column)), "{source}: {err}");
+    }
+    // Functions that exist, with counts one of their overloads takes.
+    for source in [
+        "'a,b'.split(',', 1).size() == 1",
+        "'abc'.indexOf('b', 1) == 1",
+        "[1].indexOf(1) == 0",
+        "['a'].join() == 'a'",
+        "'a'.matches('a') && matches('a', 'a')",
+        "dyn(1) == 1",
+        "optional.none().orValue(1) == 1",
+        "semver('1.2.3', true).major() == 1",
+    ] {
+        assert_eq!(
+            eval_with(source, json!({})),
+            Ok(Value::Bool(true)),
+            "{source}"
+        );
+    }
+}
+
+#[test]
+fn find_and_find_all_keep_kubernetes_semantics_with_compiled_patterns() {
+    // The examples of the Kubernetes CEL documentation's regex library.
+    for expr in [
+        "'abc 123'.find('[0-9]+') == '123'",
+        "'1, 2, 3, 4'.findAll('[0-9]+').map(x, int(x)).sum() < 100",
+        "'abc'.find('[0-9]+') == ''",
+        "'a1b2c3'.findAll('[0-9]', 2) == ['1', '2']",
+        "'a1b2c3'.findAll('[0-9]', -1) == ['1', '2', '3']",
+        "'a1b2c3'.findAll('[0-9]', 0) == []",
+    ] {
+        // Twice: the second run takes the compiled pattern.
+        for _ in 0..2 {
+            assert_eq!(eval_with(expr, json!({})), Ok(Value::Bool(true)), "{expr}");
+        }
+    }
+    // More distinct patterns than a thread keeps compiled: answers do not
+    // depend on the cache.
+    for i in 0..300 {
+        let expr = format!("'x{i}y'.find('x{i}') == 'x{i}' && 'x{i}'.findAll('y').size() == 0");
+        assert_eq!(eval_with(&expr, json!({})), Ok(Value::Bool(true)), "{expr}");
+    }
+    let err = eval_with("'a'.find('(a')", json!({})).unwrap_err();
+    assert!(err.to_string().contains("find: invalid regex"), "{err}");
+    let err = eval_with("'a'.findAll('(a', 1)", json!({})).unwrap_err();
+    assert!(err.to_string().contains("findAll: invalid regex"), "{err}");
+}
+
+/// The examples of the Kubernetes CEL documentation's list, regex, URL and
+/// quantity libraries, and of its validation rules written for `object`.
+#[test]
+fn kubernetes_cel_library_documentation_examples() {
+    let object = json!({
+        "names": ["alpha", "should-be-first", "zeta"],
+        "items": [{"weight": 0.25}, {"weight": 0.75}],
+        "lowPriorities": [{"priority": 1}, {"priority": 2}],
+        "highPriorities": [{"priority": 5}, {"priority": 9}],
+        "spec": {"minReplicas": 1, "replicas": 3, "maxReplicas": 5,
+                 "stateCounts": {"Available": 2},
+                 "envars": [{"name": "MY_ENV", "value": "abc"}, {"name": "OTHER", "value": "1-2"}],
+                 "health": "ok: all good",
+                 "widgets": [{"key": "x", "foo": 3}],
+                 "details": {"alpha": "a", "beta": "b"}}
+    });
+    for expr in [
+        "object.names.isSorted()",
+        "object.items.map(x, x.weight).sum() == 1.0",
+        "object.lowPriorities.map(x, x.priority).max() < object.highPriorities.map(x, x.priority).min()",
+        "object.names.indexOf('should-be-first') == 1",
+        "'abc 123'.find('[0-9]*') == ''",
+        "'abc 123'.find('[0-9]+') == '123'",
+        "url('https://example.com:80/').getHost() == 'example.com:80'",
+        "url('https://example.com/path with spaces/').getEscapedPath() == '/path%20with%20spaces/'",
+        "quantity('500000G').isInteger()",
+        "quantity('50k').asInteger() == 50000",
+        "quantity('9999999999999999999999999999999999999G').asApproximateFloat() > 1.0e45",
+        "quantity('50k').sub(20000) == quantity('30k')",
+        "quantity('50k').add(20).sub(quantity('100k')).sub(-50000) == quantity('20')",
+        "quantity('200M').compareTo(quantity('0.2G')) == 0",
+        "quantity('150Mi').isGreaterThan(quantity('100Mi'))",
+        "quantity('50M').isLessThan(quantity('100M'))",
+        "object.spec.minReplicas <= object.spec.replicas && object.spec.replicas <= object.spec.maxReplicas",
+        "'Available' in object.spec.stateCounts",
+        "object.spec.envars.filter(e, e.name == 'MY_ENV').all(e, e.value.matches('^[a-zA-Z]*$'))",
+        "object.spec.health.startsWith('ok')",
+        "object.spec.widgets.exists(w, w.key == 'x' && w.foo < 10)",
+        "object.spec.details.all(key, key.matches('^[a-zA-Z]*$'))",
+        "object.spec.details.all(key, object.spec.details[key].matches('^[a-zA-Z]*$'))",
+    ] {
+        assert_eq!(eval_with(expr, object.clone()), Ok(Value::Bool(true)), "{expr}");
+    }
+}

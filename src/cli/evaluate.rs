@@ -53,6 +53,11 @@ pub struct EvaluateArgs {
     /// Exit with status 2 when any object is denied.
     #[arg(long)]
     pub fail_on_deny: bool,
+    /// Grants the policies' `authorizer` checks answer from (a YAML list of
+    /// {user | userGroup, verb, apiGroup, resource, subresource, namespace,
+    /// name, path}); without it every check is denied.
+    #[arg(long, value_name = "FILE")]
+    pub authz: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -138,7 +143,9 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     for ns in &namespaces {
         lookup.insert(ns, namespace_labels(ns, &labels));
     }
-    let admission = Admission::new(loaded.bundle, Arc::new(lookup)).with_claims(Arc::new(claims));
+    let admission = Admission::new(loaded.bundle, Arc::new(lookup))
+        .with_claims(Arc::new(claims))
+        .with_authorizer(super::authorizer(args.authz.as_deref())?);
     Ok(requests
         .into_iter()
         .map(|req| offline::evaluate(&admission, req))

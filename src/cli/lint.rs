@@ -21,7 +21,12 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
     match offline::with_evaluation_stack(|| bundle::load_with(&source, catalog))? {
         Ok(loaded) => {
             // What kube-apiserver would accept and ignore: said, not failed.
-            for notice in loaded.bundle.policies.notices() {
+            let policies = &loaded.bundle.policies;
+            for notice in policies
+                .notices()
+                .iter()
+                .chain(policies.pod_template_notes())
+            {
                 println!("{notice}");
             }
             let policies = &loaded.bundle.policies;

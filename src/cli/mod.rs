@@ -7,3 +7,17 @@ pub mod lint;
 pub mod policy_args;
 pub mod serve;
 pub mod test;
+
+/// The authorizer of `evaluate --authz FILE` and `test --authz FILE`: the
+/// file's grants, or none (every `authorizer` check denied).
+fn authorizer(
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<std::sync::Arc<dyn crate::authz::Authorizer>> {
+    Ok(match file {
+        Some(path) => std::sync::Arc::new(
+            crate::authz::StaticAuthorizer::load(path)
+                .map_err(|e| anyhow::anyhow!("--authz {e}"))?,
+        ),
+        None => std::sync::Arc::new(crate::authz::NoAuthorizer),
+    })
+}

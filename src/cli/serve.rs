@@ -298,7 +298,11 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
     }
     let namespaces = namespace_lookup(&readiness).await;
     let claims = claim_lookup(&readiness).await;
-    let admission = Arc::new(Admission::new(bundle, namespaces).with_claims(claims));
+    let admission = Arc::new(
+        Admission::new(bundle, namespaces)
+            .with_claims(claims)
+            .with_authorizer(cluster_authorizer()),
+    );
     readiness.set_policies_loaded();
     // Held for the life of the server: dropping it stops the watch.
     let _watcher = match &source {
@@ -583,6 +587,23 @@ async fn namespace_lookup(readiness: &Readiness) -> Arc<dyn NamespaceLookup> {
         Err(err) => {
             tracing::error!(error = %err, "in a cluster but no cluster client: namespaceSelector cannot be evaluated; staying not ready");
             Arc::new(ClusterNamespaces::empty())
+        }
+    }
+}
+
+/// What the policies' `authorizer` checks ask: the cluster, through
+/// SubjectAccessReviews, when running in one; otherwise nothing (every
+/// check denied, "no authorizer configured").
+fn cluster_authorizer() -> Arc<dyn crate::authz::Authorizer> {
+    use crate::k8s::access_review::{ClusterAuthorizer, DEFAULT_TIMEOUT};
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        return Arc::new(crate::authz::NoAuthorizer);
+    }
+    match ClusterAuthorizer::start(None, DEFAULT_TIMEOUT) {
+        Ok(authorizer) => Arc::new(authorizer),
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start the SubjectAccessReview client: authorizer checks are denied");
+            Arc::new(crate::authz::NoAuthorizer)
         }
     }
 }

@@ -21,6 +21,11 @@ pub struct TestArgs {
     /// Print passing cases too.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Grants the policies' `authorizer` checks answer from (a YAML list of
+    /// {user | userGroup, verb, apiGroup, resource, subresource, namespace,
+    /// name, path}); without it every check is denied.
+    #[arg(long, value_name = "FILE")]
+    pub authz: Option<PathBuf>,
 }
 
 /// Summary of a test run.
@@ -69,7 +74,8 @@ fn run_tests_here(args: &TestArgs) -> anyhow::Result<Summary> {
     if tests.is_empty() {
         anyhow::bail!("no PolicyTest documents under {}", args.dir.display());
     }
-    let results = testing::run(&bundle, &tests).map_err(|errors| {
+    let authorizer = super::authorizer(args.authz.as_deref())?;
+    let results = testing::run_with_authorizer(&bundle, &tests, authorizer).map_err(|errors| {
         anyhow::anyhow!(
             "{} has PolicyTest errors:\n{}",
             args.dir.display(),

@@ -79,4 +79,5 @@ pub struct ObjectMeta {
     pub name: String,
     pub namespace: Option<String>,
     pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
 }

@@ -8,6 +8,7 @@
 //! ones for objects under admission (a field of the wrong shape reads as
 //! absent: the apiserver validates its own objects) and strict ones for the
 //! project's own documents (every mistake is an error naming its field).
+pub mod access_review;
 pub mod apply;
 pub mod claims;
 pub mod doc;

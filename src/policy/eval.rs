@@ -67,6 +67,24 @@ impl<'e> Scope<'e> {
                 .get_or_insert_with(|| cel::json_to_val(&request_value(subject.request)));
             ctx.add_variable_as_val("request", request.clone_as_boxed());
         }
+        if wanted("authorizer") {
+            let authorizer = shared.authorizer.get_or_insert_with(|| {
+                let req = subject.request;
+                let target = crate::authz::Target::Resource {
+                    group: req.resource.group.clone(),
+                    resource: req.resource.resource.clone(),
+                    subresource: req.sub_resource.clone().unwrap_or_default(),
+                    namespace: req.namespace.clone().unwrap_or_default(),
+                    name: req.name.clone(),
+                };
+                let user = crate::authz::User::from_user_info(&req.user_info);
+                let value = cel::authz::variable(subject.authorizer.clone(), user, target);
+                // A map of opaque values: the conversion cannot fail.
+                let val: Result<Box<dyn Val>, _> = value.try_into();
+                val.unwrap_or_else(|_| Box::new(CelMap::from(CelMapEntries::default())))
+            });
+            ctx.add_variable_as_val("authorizer", authorizer.clone_as_boxed());
+        }
         for (name, value) in &subject.variables {
             if wanted(name) {
                 ctx.add_variable_as_val(name.clone(), value.clone_as_boxed());
@@ -89,6 +107,9 @@ impl<'e> Scope<'e> {
 pub(super) struct Shared {
     namespace: Option<Box<dyn Val>>,
     request: Option<Box<dyn Val>>,
+    /// One checker for the object and its template pod: one cache of
+    /// answers per request.
+    authorizer: Option<Box<dyn Val>>,
 }
 
 static NULL: serde_json::Value = serde_json::Value::Null;

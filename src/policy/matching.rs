@@ -75,6 +75,34 @@ impl MatchResources {
             && self.matches_object(req)
     }
 
+    /// Whether the rules name `resource` of `group` itself (a main
+    /// resource, in any version, for any operation or scope) and no
+    /// exclusion takes it out whole: the policy was written for that kind.
+    pub fn names_resource(&self, group: &str, resource: &str) -> bool {
+        let names = |r: &Rule| {
+            matches_list(&r.api_groups, group)
+                && r.resources
+                    .iter()
+                    .any(|p| matches_resource(p, resource, ""))
+        };
+        self.resource_rules.iter().any(names)
+            && !self
+                .exclude_resource_rules
+                .iter()
+                .any(|r| r.resource_names.is_empty() && names(r))
+    }
+
+    /// Whether some rule matches a Pod CREATE (core `v1` `pods`), the
+    /// request a controller's pod template is judged as.
+    pub fn matches_pod_create(&self) -> bool {
+        self.resource_rules.iter().any(|r| {
+            matches_operation(r, Operation::Create)
+                && matches_list(&r.api_groups, "")
+                && matches_list(&r.api_versions, "v1")
+                && r.resources.iter().any(|p| matches_resource(p, "pods", ""))
+        })
+    }
+
     fn matches_namespace(
         &self,
         req: &Request,
@@ -191,6 +219,44 @@ mod tests {
         assert!(matches_resource("*/scale", "deployments", "scale"));
         assert!(matches_resource("*/*", "deployments", "scale"));
         assert!(!matches_resource("pods/log", "pods", "exec"));
+    }
+
+    fn rule(groups: &[&str], resources: &[&str], operations: &[&str]) -> Rule {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        Rule {
+            operations: strings(operations),
+            api_groups: strings(groups),
+            api_versions: vec!["*".into()],
+            resources: strings(resources),
+            ..Rule::default()
+        }
+    }
+
+    #[test]
+    fn a_policy_names_the_controller_kinds_its_rules_cover() {
+        let m = MatchResources {
+            resource_rules: vec![
+                rule(&[""], &["pods"], &["CREATE"]),
+                rule(&["apps"], &["deployments", "daemonsets"], &["UPDATE"]),
+            ],
+            exclude_resource_rules: vec![rule(&["apps"], &["daemonsets"], &["*"])],
+            ..MatchResources::default()
+        };
+        assert!(m.names_resource("apps", "deployments"));
+        assert!(!m.names_resource("apps", "daemonsets"), "excluded whole");
+        assert!(!m.names_resource("apps", "statefulsets"));
+        assert!(!m.names_resource("batch", "deployments"));
+        assert!(m.matches_pod_create());
+        let everything = MatchResources {
+            resource_rules: vec![rule(&["*"], &["*"], &["*"])],
+            ..MatchResources::default()
+        };
+        assert!(everything.names_resource("batch", "jobs"));
+        let pods_update = MatchResources {
+            resource_rules: vec![rule(&[""], &["pods", "pods/status"], &["UPDATE"])],
+            ..MatchResources::default()
+        };
+        assert!(!pods_update.matches_pod_create());
     }
 
     #[test]

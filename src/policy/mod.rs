@@ -27,6 +27,7 @@ pub use mutate::{AppliedMutation, Mutated};
 pub use watch::{watch_dir, DirWatcher, WatchOptions, DEFAULT_RESCAN};
 
 pub use model::DESCRIPTION_ANNOTATION;
+pub use model::POD_TEMPLATES_ANNOTATION;
 use model::{Binding, Policy};
 
 /// API version of the policy documents.
@@ -80,6 +81,8 @@ pub(crate) struct Inner {
     pub(crate) notices: Vec<LoadNotice>,
     /// The documents compiled, for [`PolicySet::with_documents`].
     pub(crate) documents: Vec<Document>,
+    /// One note per policy run on controllers' pod templates.
+    pub(crate) template_notes: Vec<LoadNotice>,
 }
 
 #[derive(Debug)]
@@ -228,6 +231,7 @@ impl PolicySet {
         if !errors.is_empty() {
             return Err(LoadErrors(errors));
         }
+        let validating_notes = validating.template_notes;
         let (policies, mutating) = (validating.policies, mutating.policies);
         // Mutating policies run in the order of their names (each binding
         // of one policy in file order), each seeing the previous result.
@@ -270,6 +274,7 @@ impl PolicySet {
                 referenced,
                 notices,
                 documents: docs.to_vec(),
+                template_notes: validating_notes,
             }),
         })
     }
@@ -296,6 +301,12 @@ impl PolicySet {
             .iter()
             .map(|p| (p.name.as_str(), p.description.as_deref()))
             .collect()
+    }
+
+    /// A note for each policy that is also run on the pod templates of
+    /// controllers, naming their kinds (`lint` prints them).
+    pub fn pod_template_notes(&self) -> &[LoadNotice] {
+        &self.inner.template_notes
     }
 
     /// Policies loaded.
@@ -405,10 +416,23 @@ impl PolicySet {
         if let Some(template) = &subject.template {
             let pod_req = &template.request;
             let mut pod_scope: Option<Scope> = None;
+            let controller = &req.resource;
+            let requested = req.request_resource.as_ref().unwrap_or(controller);
             for bi in inner.index.candidates(pod_req) {
                 let (binding, pi) = &inner.bindings[bi];
                 let policy = &inner.policies[*pi];
-                if !applies(policy, binding, pod_req, ns_labels) {
+                // A policy that names the controller's kind has judged the
+                // controller itself above (or chose not to): running it on
+                // the template too would judge the same pods twice.
+                let names_controller = [controller, requested].iter().any(|r| {
+                    policy
+                        .match_constraints
+                        .names_resource(&r.group, &r.resource)
+                });
+                if !policy.pod_templates
+                    || names_controller
+                    || !applies(policy, binding, pod_req, ns_labels)
+                {
                     continue;
                 }
                 if passed(now) {
@@ -439,6 +463,9 @@ struct Family<'d> {
     /// Names of every policy document, including those with errors, so
     /// that their bindings are not reported again.
     declared: BTreeSet<&'d str>,
+    /// One note per policy also run on controllers' pod templates (only
+    /// validating policies are).
+    template_notes: Vec<LoadNotice>,
 }
 
 struct FamilyKinds {
@@ -451,6 +478,8 @@ struct FamilyKinds {
     /// is evaluated with null params (Kubernetes' documented mutating
     /// example does this) instead of being an error.
     params_optional: bool,
+    /// Whether its policies are also run on controllers' pod templates.
+    judges_templates: bool,
 }
 
 impl<'d> Family<'d> {
@@ -461,6 +490,7 @@ impl<'d> Family<'d> {
         read_policy: model::read_policy,
         read_binding: model::read_binding,
         params_optional: false,
+        judges_templates: true,
     };
     const MUTATING: &'static FamilyKinds = &FamilyKinds {
         api_versions: MUTATING_API_VERSIONS,
@@ -469,6 +499,7 @@ impl<'d> Family<'d> {
         read_policy: model::read_mutating_policy,
         read_binding: model::read_mutating_binding,
         params_optional: true,
+        judges_templates: false,
     };
 
     /// Reads the family's policy documents; names must be unique.
@@ -488,11 +519,15 @@ impl<'d> Family<'d> {
             .filter_map(|d| d.value.pointer("/metadata/name").and_then(|n| n.as_str()))
             .collect();
         let mut policies: Vec<Policy> = Vec::new();
+        let mut template_notes = Vec::new();
         let mut sources: BTreeMap<String, &Source> = BTreeMap::new();
         for doc in docs.iter().filter(|d| is_policy(d)) {
             let Some(p) = (kinds.read_policy)(env, doc, errors) else {
                 continue;
             };
+            if kinds.judges_templates && p.judges_pod_templates() {
+                template_notes.push(pod_template_notice(&p, doc));
+            }
             if let Some(first) = sources.insert(p.name.clone(), &doc.source) {
                 errors.push(LoadError::at(
                     &doc.source,
@@ -512,6 +547,7 @@ impl<'d> Family<'d> {
             kinds,
             policies,
             declared,
+            template_notes,
         }
     }
 
@@ -604,5 +640,38 @@ impl<'d> Family<'d> {
             _ => {}
         }
         Some((b, i))
+    }
+}
+
+/// The note `lint` prints for a policy run on controllers' pod templates:
+/// which controller kinds, and how to turn it off.
+fn pod_template_notice(policy: &Policy, doc: &Document) -> LoadNotice {
+    let kinds: Vec<&str> = crate::k8s::workloads::TEMPLATE_KINDS
+        .iter()
+        .filter(|k| k.makes_pods)
+        .filter(|k| {
+            let resource = format!("{}s", k.kind.to_ascii_lowercase());
+            !k.groups
+                .iter()
+                .any(|g| policy.match_constraints.names_resource(g, &resource))
+        })
+        .map(|k| k.kind)
+        .collect();
+    let message = if kinds.is_empty() {
+        format!(
+            "policy {} matches Pod CREATE and names every controller kind itself, so it is run on no pod template",
+            policy.name
+        )
+    } else {
+        format!(
+            "policy {} matches Pod CREATE, so it is also run on the pod templates of {} (annotation {}: \"false\" turns that off)",
+            policy.name,
+            kinds.join(", "),
+            POD_TEMPLATES_ANNOTATION
+        )
+    };
+    LoadNotice {
+        level: NoticeLevel::Note,
+        at: LoadError::at(&doc.source, "spec.matchConstraints", message),
     }
 }

@@ -48,6 +48,10 @@ pub struct Policy {
     pub mutations: Vec<Mutation>,
     /// Some expression refers to `params`.
     pub uses_params: bool,
+    /// Whether the policy is also run on the pod a controller's template
+    /// describes (see [`Policy::judges_pod_templates`]); the annotation
+    /// [`POD_TEMPLATES_ANNOTATION`] `"false"` turns it off.
+    pub pod_templates: bool,
 }
 
 /// One `spec.mutations[]` item of a MutatingAdmissionPolicy.
@@ -85,7 +89,18 @@ enum Reinvocation {
     IfNeeded,
 }
 
+/// The policy annotation that turns pod-template evaluation off (`"false"`).
+pub const POD_TEMPLATES_ANNOTATION: &str = "gpu-admission.io/pod-templates";
+
 impl Policy {
+    /// Whether the policy is run on the pod templates of controllers: it
+    /// matches Pod CREATE and the annotation does not turn it off. It is
+    /// still not run on the template of a kind its own rules name
+    /// ([`MatchResources::names_resource`]): that kind it judges itself.
+    pub fn judges_pod_templates(&self) -> bool {
+        self.pod_templates && self.match_constraints.matches_pod_create()
+    }
+
     /// Works out, once, which variables each expression needs.
     fn resolve_variable_closures(&mut self) {
         let names: Vec<(String, std::collections::BTreeSet<String>)> = self
@@ -520,6 +535,7 @@ impl PolicySpec {
         }
         check_variables(
             errors,
+            param_kind.is_some(),
             &variables,
             &match_conditions,
             &validations,
@@ -541,17 +557,26 @@ impl PolicySpec {
             audit_annotations,
             mutations: Vec::new(),
             uses_params: false,
+            pod_templates: true,
         };
         policy.resolve_variable_closures();
         Some(policy)
     }
 }
 
+/// A document's object as [`read_object`] reads it.
+struct Read<'a, S> {
+    name: Option<String>,
+    annotations: BTreeMap<String, String>,
+    spec: S,
+    errors: Errors<'a>,
+}
+
 /// Reads a document's object and checks `metadata.name` and `spec`.
 fn read_object<'a, S: DeserializeOwned>(
     doc: &'a Document,
     errors: &'a mut Vec<LoadError>,
-) -> Option<(Option<String>, S, Errors<'a>)> {
+) -> Option<Read<'a, S>> {
     let object: Object<S> = read(doc, errors)?;
     let mut errors = Errors {
         source: &doc.source,
@@ -565,7 +590,12 @@ fn read_object<'a, S: DeserializeOwned>(
         errors.push("spec", "required");
         return None;
     };
-    Some((name, spec, errors))
+    Some(Read {
+        name,
+        annotations: object.metadata.annotations,
+        spec,
+        errors,
+    })
 }
 
 /// The annotation that says, for people, what a policy checks (reports
@@ -574,25 +604,45 @@ pub const DESCRIPTION_ANNOTATION: &str = "gpu-admission.io/description";
 
 /// Reads a ValidatingAdmissionPolicy.
 pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
-    let (name, spec, mut errors) = read_object::<PolicySpec>(doc, errors)?;
+    let Read {
+        name,
+        annotations,
+        spec,
+        mut errors,
+    } = read_object::<PolicySpec>(doc, errors)?;
+    let pod_templates = match annotations
+        .get(POD_TEMPLATES_ANNOTATION)
+        .map(String::as_str)
+    {
+        None | Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(other) => {
+            errors.push(
+                &format!("metadata.annotations[{POD_TEMPLATES_ANNOTATION}]"),
+                format!("must be \"true\" or \"false\", not {other:?}"),
+            );
+            None
+        }
+    };
     let mut policy = spec.validate(env, name, &mut errors)?;
-    policy.description = description(doc);
+    policy.pod_templates = pod_templates?;
+    policy.description = description(&annotations);
     Some(policy)
 }
 
 /// The policy's [`DESCRIPTION_ANNOTATION`], on one line.
-fn description(doc: &Document) -> Option<String> {
-    doc.value
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(DESCRIPTION_ANNOTATION))
-        .and_then(serde_json::Value::as_str)
+fn description(annotations: &BTreeMap<String, String>) -> Option<String> {
+    annotations
+        .get(DESCRIPTION_ANNOTATION)
         .map(|d| d.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|d| !d.is_empty())
 }
 /// Every `variables.x` must name a variable; a variable may only use the
-/// ones defined before it.
+/// ones defined before it. `params` is declared only for a policy with a
+/// `paramKind`, as kube-apiserver declares it.
 fn check_variables(
     r: &mut Errors,
+    has_params: bool,
     variables: &[Named],
     conditions: &[Named],
     validations: &[Validation],
@@ -613,6 +663,32 @@ fn check_variables(
         .enumerate()
         .map(|(i, v)| (v.name.as_str(), i))
         .collect();
+    let mut check_params = |field: String, expr: &Compiled| {
+        if !has_params && expr.variables.contains("params") {
+            r.push(
+                &field,
+                "undeclared reference to 'params': the policy has no spec.paramKind",
+            );
+        }
+    };
+    for (i, v) in variables.iter().enumerate() {
+        check_params(format!("spec.variables[{i}].expression"), &v.expr);
+    }
+    for (i, c) in conditions.iter().enumerate() {
+        check_params(format!("spec.matchConditions[{i}].expression"), &c.expr);
+    }
+    for (i, v) in validations.iter().enumerate() {
+        check_params(format!("spec.validations[{i}].expression"), &v.expr);
+        if let Some(m) = &v.message_expr {
+            check_params(format!("spec.validations[{i}].messageExpression"), m);
+        }
+    }
+    for (i, a) in annotations.iter().enumerate() {
+        check_params(
+            format!("spec.auditAnnotations[{i}].valueExpression"),
+            &a.expr,
+        );
+    }
     for (i, v) in variables.iter().enumerate() {
         for used in &v.expr.policy_variables {
             if index.get(used.as_str()).is_none_or(|j| *j >= i) {
@@ -742,7 +818,12 @@ impl ParamRefDoc {
 
 /// Reads a ValidatingAdmissionPolicyBinding.
 pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
-    let (name, spec, mut errors) = read_object::<BindingSpec>(doc, errors)?;
+    let Read {
+        name,
+        spec,
+        mut errors,
+        ..
+    } = read_object::<BindingSpec>(doc, errors)?;
     spec.validate(name, &mut errors)
 }
 
@@ -853,7 +934,15 @@ impl MutatingPolicySpec {
                 errors.compile_mutation(env, given.expression, &format!("{field}.expression"));
             mutations.extend(expr.map(|expr| Mutation { patch_type, expr }));
         }
-        check_variables(errors, &variables, &match_conditions, &[], &[], &mutations);
+        check_variables(
+            errors,
+            param_kind.is_some(),
+            &variables,
+            &match_conditions,
+            &[],
+            &[],
+            &mutations,
+        );
         if errors.errors.len() > before {
             return None;
         }
@@ -869,6 +958,7 @@ impl MutatingPolicySpec {
             mutations,
             uses_params: false,
             description: None,
+            pod_templates: false,
         };
         policy.resolve_variable_closures();
         Some(policy)
@@ -881,9 +971,14 @@ pub fn read_mutating_policy(
     doc: &Document,
     errors: &mut Vec<LoadError>,
 ) -> Option<Policy> {
-    let (name, spec, mut errors) = read_object::<MutatingPolicySpec>(doc, errors)?;
+    let Read {
+        name,
+        annotations,
+        spec,
+        mut errors,
+    } = read_object::<MutatingPolicySpec>(doc, errors)?;
     let mut policy = spec.validate(env, name, &mut errors)?;
-    policy.description = description(doc);
+    policy.description = description(&annotations);
     Some(policy)
 }
 
@@ -899,7 +994,12 @@ struct MutatingBindingSpec {
 
 /// Reads a MutatingAdmissionPolicyBinding (its `actions` are empty).
 pub fn read_mutating_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Binding> {
-    let (name, spec, mut errors) = read_object::<MutatingBindingSpec>(doc, errors)?;
+    let Read {
+        name,
+        spec,
+        mut errors,
+        ..
+    } = read_object::<MutatingBindingSpec>(doc, errors)?;
     let before = errors.errors.len();
     let policy_name = errors.required(spec.policy_name, "spec.policyName");
     let param_ref = spec.param_ref.map(|p| p.validate(&mut errors));

@@ -208,6 +208,13 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// gpu-admission patch: whether a function of this name is registered
+    /// (here or in a parent scope), so a host can refuse an expression that
+    /// calls an unknown function when it is loaded, as cel-go's checker does.
+    pub fn has_function(&self, name: &str) -> bool {
+        self.get_function(name).is_some()
+    }
+
     pub fn add_function<T: 'static, F>(&mut self, name: &str, value: F)
     where
         F: IntoFunction<T> + 'static + Send + Sync,
@@ -262,6 +269,8 @@ impl Default for Context<'_> {
         };
 
         ctx.add_function("contains", functions::contains);
+        // gpu-admission patch: the step of transformMap / transformMapEntry.
+        ctx.add_function(crate::parser::MAP_INSERT, functions::map_insert);
         ctx.add_function("size", functions::size);
         ctx.add_function("max", functions::max);
         ctx.add_function("min", functions::min);

@@ -318,9 +318,11 @@ pub fn matches(
 /// gpu-admission patch: each thread keeps the patterns it compiled (up to
 /// 256; all are dropped beyond that), since policies call `matches` with the
 /// same constant pattern on every request and compiling dominates the call.
-/// Per thread, so that no lock is taken on the way to a match.
+/// Per thread, so that no lock is taken on the way to a match. Public so
+/// that a host's own regex functions (Kubernetes' `find`, `findAll`) share
+/// the cache.
 #[cfg(feature = "regex")]
-fn with_regex<R>(
+pub fn with_regex<R>(
     pattern: &str,
     f: impl FnOnce(&regex::Regex) -> R,
 ) -> std::result::Result<R, regex::Error> {
@@ -491,6 +493,60 @@ pub mod time {
             }
         })
     }
+}
+
+/// gpu-admission patch: `@mapInsert(map, key, value)` and
+/// `@mapInsert(map, entries)`, the step of `transformMap` and
+/// `transformMapEntry` (`parser::MAP_INSERT`): the map with the entries
+/// added; a key it already has is an error, as in cel-go.
+pub fn map_insert(Arguments(args): Arguments) -> Result<Value> {
+    use crate::objects::{Key, Map};
+    let macro_name = if args.len() == 2 {
+        "transformMapEntry"
+    } else {
+        "transformMap"
+    };
+    let insert_failed = |key: &Key| {
+        ExecutionError::function_error(
+            macro_name,
+            format!("insert failed: key {key} already exists"),
+        )
+    };
+    let (accu, entries): (&Value, Vec<(Value, Value)>) = match &args[..] {
+        [accu, key, value] => (accu, vec![(key.clone(), value.clone())]),
+        [accu, Value::Map(entries)] => (
+            accu,
+            entries
+                .map
+                .iter()
+                .map(|(k, v)| (Value::from(k.clone()), v.clone()))
+                .collect(),
+        ),
+        [_, other] => {
+            return Err(ExecutionError::function_error(
+                "transformMapEntry",
+                format!("the expression must give a map, not {:?}", other.type_of()),
+            ))
+        }
+        _ => {
+            return Err(ExecutionError::InvalidArgumentCount {
+                expected: 3,
+                actual: args.len(),
+            })
+        }
+    };
+    let Value::Map(accu) = accu else {
+        return Err(ExecutionError::NoSuchOverload);
+    };
+    let mut map = (*accu.map).clone();
+    for (key, value) in entries {
+        let key: Key = key.try_into().map_err(ExecutionError::UnsupportedKeyType)?;
+        if map.contains_key(&key) {
+            return Err(insert_failed(&key));
+        }
+        map.insert(key, value);
+    }
+    Ok(Value::Map(Map { map: Arc::new(map) }))
 }
 
 pub fn max(Arguments(args): Arguments) -> Result<Value> {

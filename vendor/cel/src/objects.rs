@@ -1155,28 +1155,26 @@ impl Value {
                                     ))
                                 }
                             };
-                            return Ok(Cow::<dyn Val>::Owned(Box::new(
-                                if let Some(opt) = operand.as_ref().downcast_ref::<CelOptional>() {
-                                    opt.map(|operand| {
-                                        operand
-                                            .as_indexer()
-                                            .map(|i| {
-                                                i.get(field)
-                                                    .map(|v| v.clone_as_boxed())
-                                                    .unwrap_or(CelOptional::none().clone_as_boxed())
-                                            })
-                                            .unwrap_or(CelOptional::none().clone_as_boxed())
-                                    })
-                                } else {
-                                    CelOptional::of(
-                                        operand
-                                            .as_indexer()
-                                            .ok_or(NoSuchOverload)?
-                                            .get(field)?
-                                            .clone_as_boxed(),
-                                    )
+                            // gpu-admission patch: `a.?b` is `optional.none()` when `a`
+                            // (or the value `a` holds, when it is an optional) has no
+                            // field `b`, as in cel-go; upstream raised "no such key" for
+                            // a plain operand and nested an optional in an optional.
+                            let target = match operand.as_ref().downcast_ref::<CelOptional>() {
+                                Some(opt) => match opt.inner() {
+                                    Some(inner) => inner,
+                                    None => {
+                                        return Ok(Cow::<dyn Val>::Owned(Box::new(
+                                            CelOptional::none(),
+                                        )))
+                                    }
                                 },
-                            )));
+                                None => operand.as_ref(),
+                            };
+                            let selected = target.as_indexer().ok_or(NoSuchOverload)?.get(field);
+                            return Ok(Cow::<dyn Val>::Owned(Box::new(match selected {
+                                Ok(v) => CelOptional::of(v.clone_as_boxed()),
+                                Err(_) => CelOptional::none(),
+                            })));
                         }
                         // END OF SPECIAL CASES
 
@@ -1534,12 +1532,36 @@ impl Value {
                     .as_iterable()
                     .ok_or(ExecutionError::NoSuchOverload)?
                     .iter();
+                // gpu-admission patch: two-variable comprehensions bind the
+                // index and the element of a list, the key and the value of a map.
+                let second = comprehension.iter_var2.as_deref();
+                let is_list = iter.get_type() == LIST_TYPE;
+                let mut index: i64 = 0;
                 while let Some(item) = items.next() {
                     crate::budget::charge(1)?;
                     if !try_bool(Value::resolve_val(&comprehension.loop_cond, &ctx))? {
                         break;
                     }
-                    ctx.set_variable_as_val(&comprehension.iter_var, item);
+                    match second {
+                        None => ctx.set_variable_as_val(&comprehension.iter_var, item),
+                        Some(second) if is_list => {
+                            ctx.set_variable_as_val(
+                                &comprehension.iter_var,
+                                Box::new(CelInt::from(index)) as Box<dyn Val>,
+                            );
+                            ctx.set_variable_as_val(second, item);
+                        }
+                        Some(second) => {
+                            let value = iter
+                                .as_indexer()
+                                .ok_or(ExecutionError::NoSuchOverload)?
+                                .get(item)?
+                                .into_owned();
+                            ctx.set_variable_as_val(&comprehension.iter_var, item);
+                            ctx.set_variable_as_val(second, value);
+                        }
+                    }
+                    index += 1;
                     let accu = Value::resolve_val(&comprehension.loop_step, &ctx)?;
                     let accu = match accu.downcast_ref::<CelBool>() {
                         Some(b) => bool(*b.inner()),

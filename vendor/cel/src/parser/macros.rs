@@ -16,10 +16,41 @@ pub fn find_expander(
 ) -> Option<MacroExpander> {
     match func_name {
         operators::HAS if args.len() == 1 && target.is_none() => Some(has_macro_expander),
-        operators::EXISTS if args.len() == 2 && target.is_some() => Some(exists_macro_expander),
-        operators::ALL if args.len() == 2 && target.is_some() => Some(all_macro_expander),
-        operators::EXISTS_ONE | "existsOne" if args.len() == 2 && target.is_some() => {
+        // gpu-admission patch: the two-variable forms `all(i, v, p)`,
+        // `exists(i, v, p)` and `existsOne(i, v, p)` (cel-go's
+        // TwoVarComprehensions), with the transform macros and `cel.bind`
+        // below.
+        operators::EXISTS if (args.len() == 2 || args.len() == 3) && target.is_some() => {
+            Some(exists_macro_expander)
+        }
+        operators::ALL if (args.len() == 2 || args.len() == 3) && target.is_some() => {
+            Some(all_macro_expander)
+        }
+        operators::EXISTS_ONE | "existsOne"
+            if (args.len() == 2 || args.len() == 3) && target.is_some() =>
+        {
             Some(exists_one_macro_expander)
+        }
+        "transformList" if (args.len() == 3 || args.len() == 4) && target.is_some() => {
+            Some(super::macros_ext::transform_list_expander)
+        }
+        "transformMap" if (args.len() == 3 || args.len() == 4) && target.is_some() => {
+            Some(super::macros_ext::transform_map_expander)
+        }
+        "transformMapEntry" if (args.len() == 3 || args.len() == 4) && target.is_some() => {
+            Some(super::macros_ext::transform_map_entry_expander)
+        }
+        "optMap" if args.len() == 2 && target.is_some() => {
+            Some(super::macros_ext::opt_map_expander)
+        }
+        "optFlatMap" if args.len() == 2 && target.is_some() => {
+            Some(super::macros_ext::opt_flat_map_expander)
+        }
+        "bind"
+            if args.len() == 3
+                && matches!(target, Some(t) if matches!(&t.expr, Expr::Ident(n) if n == "cel")) =>
+        {
+            Some(super::macros_ext::bind_expander)
         }
         operators::MAP if (args.len() == 2 || args.len() == 3) && target.is_some() => {
             Some(map_macro_expander)
@@ -65,12 +96,12 @@ fn exists_macro_expander(
     if target.is_none() {
         unreachable!("Expected a target, but got `None`!")
     }
-    if args.len() != 2 {
-        unreachable!("Expected two args!")
+    if args.len() != 2 && args.len() != 3 {
+        unreachable!("Expected two or three args!")
     }
 
-    let mut arguments = vec![args.remove(1)];
-    let v = extract_ident(args.remove(0), helper)?;
+    let mut arguments = vec![args.pop().expect("a predicate")];
+    let (v, v2) = super::macros_ext::iter_vars(args, helper)?;
 
     let init = helper.next_expr(Expr::Literal(LiteralValue::Boolean(false.into())));
     let result_binding = "@result".to_string();
@@ -99,7 +130,7 @@ fn exists_macro_expander(
         helper.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
             iter_range: target.unwrap(),
             iter_var: v,
-            iter_var2: None,
+            iter_var2: v2,
             accu_var: result_binding,
             accu_init: init,
             loop_cond: condition,
@@ -116,12 +147,12 @@ fn all_macro_expander(
     if target.is_none() {
         unreachable!("Expected a target, but got `None`!")
     }
-    if args.len() != 2 {
-        unreachable!("Expected two args!")
+    if args.len() != 2 && args.len() != 3 {
+        unreachable!("Expected two or three args!")
     }
 
-    let mut arguments = vec![args.remove(1)];
-    let v = extract_ident(args.remove(0), helper)?;
+    let mut arguments = vec![args.pop().expect("a predicate")];
+    let (v, v2) = super::macros_ext::iter_vars(args, helper)?;
 
     let init = helper.next_expr(Expr::Literal(LiteralValue::Boolean(true.into())));
     let result_binding = "@result".to_string();
@@ -145,7 +176,7 @@ fn all_macro_expander(
         helper.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
             iter_range: target.unwrap(),
             iter_var: v,
-            iter_var2: None,
+            iter_var2: v2,
             accu_var: result_binding,
             accu_init: init,
             loop_cond: condition,
@@ -163,12 +194,12 @@ fn exists_one_macro_expander(
     if target.is_none() {
         unreachable!("Expected a target, but got `None`!")
     }
-    if args.len() != 2 {
-        unreachable!("Expected two args!")
+    if args.len() != 2 && args.len() != 3 {
+        unreachable!("Expected two or three args!")
     }
 
-    let mut arguments = vec![args.remove(1)];
-    let v = extract_ident(args.remove(0), helper)?;
+    let mut arguments = vec![args.pop().expect("a predicate")];
+    let (v, v2) = super::macros_ext::iter_vars(args, helper)?;
 
     let init = helper.next_expr(Expr::Literal(LiteralValue::Int(0.into())));
     let result_binding = "@result".to_string();
@@ -203,7 +234,7 @@ fn exists_one_macro_expander(
         helper.next_expr(Expr::Comprehension(Box::new(ComprehensionExpr {
             iter_range: target.unwrap(),
             iter_var: v,
-            iter_var2: None,
+            iter_var2: v2,
             accu_var: result_binding,
             accu_init: init,
             loop_cond: condition,
@@ -325,7 +356,10 @@ fn filter_macro_expander(
     )
 }
 
-fn extract_ident(expr: IdedExpr, helper: &mut MacroExprHelper) -> Result<String, ParseError> {
+pub(super) fn extract_ident(
+    expr: IdedExpr,
+    helper: &mut MacroExprHelper,
+) -> Result<String, ParseError> {
     match expr.expr {
         Expr::Ident(ident) => Ok(ident),
         _ => Err(ParseError {

@@ -7,6 +7,9 @@ pub mod references;
 pub use crate::common::ast::IdedExpr as Expression;
 
 mod macros;
+// gpu-admission patch: two-variable comprehensions and cel.bind.
+mod macros_ext;
+pub use macros_ext::MAP_INSERT;
 mod parse;
 #[allow(non_snake_case)]
 mod parser;
