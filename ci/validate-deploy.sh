@@ -597,13 +597,20 @@ def report_overlay(base, report, ns):
     check(("coordination.k8s.io", "leases", "create", None, ns) in granted, f"{label}: the server may not create Leases in {ns}")
     check(not any(g == "coordination.k8s.io" and scope is None for g, _, _, _, scope in granted),
           f"{label}: Lease access is limited to the webhook's namespace")
-    check(not any(v not in ("get", "list", "watch") and g != "coordination.k8s.io" for g, _, v, _, _ in granted),
+    # A SubjectAccessReview is a question (the authorizer checks of
+    # policies), not a change to the cluster.
+    asks = ("authorization.k8s.io", "subjectaccessreviews", "create")
+    check(not any(v not in ("get", "list", "watch") and g != "coordination.k8s.io" and (g, r, v) != asks
+                  for g, r, v, _, _ in granted),
           f"{label}: the server writes nothing but its Lease")
 
     base_granted = rules_granted(base, ns)
     check({(g, r) for g, r, _, _, _ in base_granted} <= {("", "namespaces"), ("resource.k8s.io", "resourceclaims"),
-                                                           ("resource.k8s.io", "resourceclaimtemplates")},
-          f"deploy/: the base grants the server only namespaces and DRA claims, got {sorted(base_granted)}")
+                                                           ("resource.k8s.io", "resourceclaimtemplates"),
+                                                           ("authorization.k8s.io", "subjectaccessreviews")},
+          f"deploy/: the base grants the server only namespaces, DRA claims and SubjectAccessReviews, got {sorted(base_granted)}")
+    check(not any(v != "create" for g, r, v, _, _ in base_granted if r == "subjectaccessreviews"),
+          "deploy/: SubjectAccessReviews may only be created")
     print(f"report overlay: --report-interval={intervals[0] if intervals else '?'}, Lease {ns}/{lease}, "
           f"{len(audited)} audited kinds listable")
 

@@ -32,6 +32,7 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
             let policies = &loaded.bundle.policies;
             let mutating = match policies.mutating_len() {
                 0 => String::new(),
+                1 => "1 mutating policy, ".to_string(),
                 n => format!("{n} mutating policies, "),
             };
             println!(
