@@ -407,17 +407,7 @@ fn gpus_held(object: &Value, per_pod: i64) -> i64 {
 /// Whether a controller in the input owns this object (a Deployment's
 /// ReplicaSets and pods are judged through the Deployment).
 fn owned_by_input(object: &Value, uids: &BTreeSet<&str>) -> bool {
-    object
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|owners| {
-            owners.iter().any(|o| {
-                o.get("controller").and_then(Value::as_bool) == Some(true)
-                    && o.get("uid")
-                        .and_then(Value::as_str)
-                        .is_some_and(|u| uids.contains(u))
-            })
-        })
+    crate::k8s::workloads::controller_uid(object).is_some_and(|u| uids.contains(u))
 }
 
 /// (policy, action, message) for each violation in a `/validate` answer.

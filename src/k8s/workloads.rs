@@ -96,6 +96,18 @@ pub fn is_pod(object: &Value) -> bool {
             .is_some_and(|a| group_of(a).is_empty())
 }
 
+/// The uid of the object's controller (its ownerReference with
+/// `controller: true`), if it has one.
+pub fn controller_uid(object: &Value) -> Option<&str> {
+    object
+        .pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?
+        .get("uid")?
+        .as_str()
+}
+
 /// The pod template inside a controller object, if `object` is one of the
 /// controllers whose pods policies judge: Deployment, StatefulSet,
 /// DaemonSet, ReplicaSet, ReplicationController, Job (`spec.template`) or
@@ -257,5 +269,19 @@ mod tests {
             "/spec/jobTemplate/spec/template"
         );
         assert_eq!(template_kind("example.com", "CronJob"), None);
+    }
+
+    #[test]
+    fn the_controller_uid_is_the_controlling_owners() {
+        let pod = json!({"metadata": {"ownerReferences": [
+            {"kind": "Node", "uid": "n-1"},
+            {"kind": "ReplicaSet", "uid": "rs-1", "controller": true}
+        ]}});
+        assert_eq!(controller_uid(&pod), Some("rs-1"));
+        let owned = json!({"metadata": {"ownerReferences": [
+            {"kind": "ReplicaSet", "uid": "rs-1", "controller": false}
+        ]}});
+        assert_eq!(controller_uid(&owned), None);
+        assert_eq!(controller_uid(&json!({"metadata": {}})), None);
     }
 }

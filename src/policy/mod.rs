@@ -410,7 +410,12 @@ impl PolicySet {
                 verdict.timed_out = true;
                 return verdict;
             }
-            let scope = direct.get_or_insert_with(|| Scope::new(inner, subject, req, &mut shared));
+            if direct.is_none() {
+                direct = Some(Scope::new(inner, subject, req, &mut shared));
+                // The scope is the request's, not the first binding's.
+                now = Instant::now();
+            }
+            let scope = direct.as_ref().expect("set above");
             now = inner.run_binding((policy, binding), req, scope, "", now, &mut verdict);
         }
         if let Some(template) = &subject.template {
@@ -439,8 +444,11 @@ impl PolicySet {
                     verdict.timed_out = true;
                     return verdict;
                 }
-                let scope = pod_scope
-                    .get_or_insert_with(|| Scope::new(inner, subject, pod_req, &mut shared));
+                if pod_scope.is_none() {
+                    pod_scope = Some(Scope::new(inner, subject, pod_req, &mut shared));
+                    now = Instant::now();
+                }
+                let scope = pod_scope.as_ref().expect("set above");
                 now = inner.run_binding(
                     (policy, binding),
                     req,

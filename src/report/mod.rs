@@ -232,17 +232,7 @@ pub async fn audit_cluster(
 
 /// Whether an object in `uids` is `object`'s controller.
 fn controlled_by(object: &Value, uids: &HashSet<String>) -> bool {
-    object
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|owners| {
-            owners.iter().any(|o| {
-                o.get("controller").and_then(Value::as_bool) == Some(true)
-                    && o.get("uid")
-                        .and_then(Value::as_str)
-                        .is_some_and(|u| uids.contains(u))
-            })
-        })
+    crate::k8s::workloads::controller_uid(object).is_some_and(|u| uids.contains(u))
 }
 
 /// Adds `more` (a report of other objects) to `report`.
