@@ -211,8 +211,9 @@ async fn review_request(
                 return axum::Json(review::encode(&uid, &response)).into_response();
             }
         };
+        // `uid` was recorded when the envelope was opened: recording a
+        // field twice would print it twice.
         let span = tracing::Span::current();
-        span.record("uid", request.uid.as_str());
         span.record("kind", request.kind.kind.as_str());
         span.record("object", request.display_name());
         span.record("operation", request.operation.as_str());
