@@ -524,4 +524,16 @@ fn validation_within_a_slice_is_whole_or_nothing() {
     assert!(runaway
         .validate_within(&create(pod), Instant::now() + Duration::from_millis(1))
         .is_none());
+
+    // A set that asks the authorizer (a SubjectAccessReview that may wait
+    // on the cluster) is never tried within a slice, however cheap.
+    let asks = admission(&policy(
+        "p",
+        "  validations:\n  - expression: \"authorizer.group('').resource('pods').namespace('ml').check('create').allowed() || true\"",
+        "[Deny]",
+    ));
+    assert!(asks.validate(&req).response.allowed);
+    assert!(asks
+        .validate_within(&req, Instant::now() + Duration::from_secs(60))
+        .is_none());
 }
