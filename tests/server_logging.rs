@@ -65,12 +65,26 @@ impl Webhook for SpanRecorder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_json_line_per_review_without_the_object() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    // The same events in JSON (what is checked field by field) and in the
+    // default text format (what `serve` prints unless told otherwise).
     let captured = Captured::default();
     let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .json()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::INFO)
+    let text_captured = Captured::default();
+    let text_writer = text_captured.clone();
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .with_writer(move || writer.clone()),
+        )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(move || text_writer.clone()),
+        )
+        .with(tracing_subscriber::filter::LevelFilter::INFO)
         .init();
 
     let webhook = Arc::new(SpanRecorder::default());
@@ -92,6 +106,18 @@ async fn one_json_line_per_review_without_the_object() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|v| v["fields"]["message"] == "admission review answered")
         .unwrap_or_else(|| panic!("no review line in:\n{text}"));
+    // Each span field once in the text line too (recording one twice
+    // prints it twice there).
+    let text = String::from_utf8(text_captured.0.lock().unwrap().clone()).unwrap();
+    let text_line = text
+        .lines()
+        .find(|l| l.contains("admission review answered"))
+        .unwrap_or_else(|| panic!("no review line in:\n{text}"));
+    assert_eq!(
+        text_line.matches("uid=").count(),
+        1,
+        "the uid once: {text_line}"
+    );
     let fields = &line["fields"];
     let span = &line["span"];
     assert_eq!(
