@@ -36,21 +36,61 @@ use std::sync::Arc;
 /// short vector searched by name beats a `BTreeMap`: no node allocation per
 /// scope, no allocated name for a comprehension variable. A value may be
 /// borrowed: a comprehension binds each element of the list it walks, and
-/// a boolean accumulator, without copying them into a box.
+/// a boolean accumulator, without copying them into a box. The first four
+/// are kept inline, so a new scope allocates nothing.
 #[derive(Default)]
-pub struct ScopeVariables<'a>(Vec<(Cow<'a, str>, Cow<'a, dyn Val>)>);
+pub struct ScopeVariables<'a> {
+    /// Variables bound: the first [`INLINE_VARIABLES`] in `inline`, in
+    /// order, the rest in `more`.
+    len: usize,
+    inline: [Option<ScopeEntry<'a>>; INLINE_VARIABLES],
+    more: Vec<ScopeEntry<'a>>,
+}
+
+type ScopeEntry<'a> = (Cow<'a, str>, Cow<'a, dyn Val>);
+
+/// Variables a scope holds without allocating.
+const INLINE_VARIABLES: usize = 4;
+
+/// Whether two variable names are the same: a comprehension binds its
+/// variables again on every element under the very same string, which the
+/// address comparison settles without reading the bytes.
+#[inline(always)]
+fn same_name(a: &str, b: &str) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+}
 
 impl<'a> ScopeVariables<'a> {
     fn insert(&mut self, name: Cow<'a, str>, value: Cow<'a, dyn Val>) {
-        match self.0.iter_mut().find(|(n, _)| *n == name) {
-            Some(slot) => slot.1 = value,
-            None => self.0.push((name, value)),
+        let inline = self.len.min(INLINE_VARIABLES);
+        for (n, v) in self.inline[..inline].iter_mut().flatten() {
+            if same_name(n, &name) {
+                *v = value;
+                return;
+            }
         }
+        for (n, v) in self.more.iter_mut() {
+            if same_name(n, &name) {
+                *v = value;
+                return;
+            }
+        }
+        match self.inline.get_mut(self.len) {
+            Some(free) => *free = Some((name, value)),
+            None => self.more.push((name, value)),
+        }
+        self.len += 1;
     }
 
     #[inline]
     fn get(&self, name: &str) -> Option<&dyn Val> {
-        self.0
+        let inline = self.len.min(INLINE_VARIABLES);
+        for (n, v) in self.inline[..inline].iter().flatten() {
+            if n.as_ref() == name {
+                return Some(v.as_ref());
+            }
+        }
+        self.more
             .iter()
             .find(|(n, _)| n.as_ref() == name)
             .map(|(_, v)| v.as_ref())
@@ -135,6 +175,13 @@ impl<'a> Context<'a> {
     /// the name (an expression's comprehension variable) instead of
     /// allocating it, takes a boxed or a borrowed value, and reuses the slot
     /// of a variable already set in this scope (set on every iteration).
+    /// gpu-admission patch: binds `name` to a value the caller keeps,
+    /// without copying it (a host's precomputed values, read by many
+    /// expressions).
+    pub fn add_variable_borrowed(&mut self, name: &'a str, value: &'a dyn Val) {
+        self.set_variable_as_val(name, Cow::Borrowed(value));
+    }
+
     pub(crate) fn set_variable_as_val<V>(&mut self, name: &'a str, value: V)
     where
         V: Into<Cow<'a, dyn Val>>,
@@ -367,5 +414,37 @@ mod test {
     fn test_context_is_send() {
         // This line will only compile if assertion passes
         assert_send::<super::Context>();
+    }
+
+    // gpu-admission patch: variables past the inline ones spill into a
+    // vector; a name bound again is replaced wherever it is kept.
+    #[test]
+    fn scope_variables_inline_and_spilled() {
+        use super::{ScopeVariables, INLINE_VARIABLES};
+        use crate::common::types::CelInt;
+        use crate::common::value::Val;
+        use std::borrow::Cow;
+        let int = |i: i64| Cow::<dyn Val>::Owned(Box::new(CelInt::from(i)));
+        let read = |vars: &ScopeVariables, name: &str| {
+            vars.get(name)
+                .and_then(|v| v.downcast_ref::<CelInt>().map(|i| *i.inner()))
+        };
+        let mut vars = ScopeVariables::default();
+        let count = INLINE_VARIABLES as i64 + 3;
+        for i in 0..count {
+            vars.insert(Cow::Owned(format!("v{i}")), int(i));
+        }
+        assert_eq!(vars.more.len(), 3);
+        vars.insert(Cow::Borrowed("v0"), int(100));
+        vars.insert(Cow::Borrowed("v5"), int(105));
+        assert_eq!(vars.more.len(), 3, "a name bound again is not added twice");
+        for i in 0..count {
+            let expected = match i {
+                0 | 5 => 100 + i,
+                _ => i,
+            };
+            assert_eq!(read(&vars, &format!("v{i}")), Some(expected));
+        }
+        assert_eq!(read(&vars, "v99"), None);
     }
 }

@@ -1,4 +1,4 @@
-use crate::common::ast::{operators, EntryExpr, Expr};
+use crate::common::ast::{EntryExpr, Expr};
 use crate::common::types::bool::Bool;
 use crate::common::types::*;
 use crate::common::value::Val;
@@ -1028,6 +1028,9 @@ impl Value {
         if method {
             crate::budget::charge(units)?;
         }
+        if let Some(small) = crate::common::types::SMALL_INTS.get(size) {
+            return Ok(Some(Cow::Borrowed(small)));
+        }
         Ok(Some(Cow::<dyn Val>::Owned(Box::new(CelInt::from(
             size as i64,
         )))))
@@ -1041,14 +1044,21 @@ impl Value {
             Expr::Literal(literal) => Ok(literal.to_val()),
             Expr::Call(call) => {
                 // gpu-admission patch: operators' names never start with a
-                // letter; a function call skips the comparisons with them.
+                // letter; a function call skips the comparisons with them,
+                // and an operator's name is read once into an `Op`, not
+                // compared with each operator's name in turn.
                 let operator = call
                     .func_name
                     .as_bytes()
                     .first()
                     .is_some_and(|b| !b.is_ascii_alphabetic());
+                let op = if operator {
+                    Op::of(&call.func_name)
+                } else {
+                    None
+                };
                 // START OF SPECIAL CASES FOR operators::...
-                if operator && call.args.len() == 3 && call.func_name == operators::CONDITIONAL {
+                if op == Some(Op::Conditional) && call.args.len() == 3 {
                     let cond = Value::resolve_val(&call.args[0], ctx);
                     return if try_bool(cond)? {
                         Value::resolve_val(&call.args[1], ctx)
@@ -1056,11 +1066,11 @@ impl Value {
                         Value::resolve_val(&call.args[2], ctx)
                     };
                 }
-                if operator && call.args.len() == 2 {
-                    match call.func_name.as_str() {
-                        operators::LOGICAL_OR => {
+                if call.args.len() == 2 {
+                    match op {
+                        Some(Op::LogicalOr) => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
-                            return if Ok(true) == left {
+                            return if matches!(left, Ok(true)) {
                                 Ok(bool(true))
                             } else {
                                 let right = Value::resolve_val(&call.args[1], ctx)?
@@ -1073,9 +1083,9 @@ impl Value {
                                 }
                             };
                         }
-                        operators::LOGICAL_AND => {
+                        Some(Op::LogicalAnd) => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
-                            return if Ok(false) == left {
+                            return if matches!(left, Ok(false)) {
                                 Ok(bool(false))
                             } else {
                                 let right = Value::resolve_val(&call.args[1], ctx)?
@@ -1088,20 +1098,20 @@ impl Value {
                                 }
                             };
                         }
-                        operators::EQUALS => {
+                        Some(Op::Equals) => {
                             return Ok(bool(
                                 Value::resolve_val(&call.args[0], ctx)?
                                     .eq(&Value::resolve_val(&call.args[1], ctx)?),
                             ))
                         }
-                        operators::NOT_EQUALS => {
+                        Some(Op::NotEquals) => {
                             return Ok(bool(
                                 Value::resolve_val(&call.args[0], ctx)?
                                     .ne(&Value::resolve_val(&call.args[1], ctx)?),
                             ))
                         }
-                        operators::INDEX | operators::OPT_INDEX => {
-                            let mut is_optional = call.func_name == operators::OPT_INDEX;
+                        Some(Op::Index | Op::OptIndex) => {
+                            let mut is_optional = op == Some(Op::OptIndex);
                             let value = Value::resolve_val(&call.args[0], ctx)?;
 
                             let value = if let Some(opt) = value.downcast_ref::<CelOptional>() {
@@ -1122,11 +1132,11 @@ impl Value {
                             let result = match value {
                                 Cow::Borrowed(val) => val
                                     .as_indexer()
-                                    .ok_or(ExecutionError::NoSuchOverload)?
+                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
                                     .get(Self::resolve_val(&call.args[1], ctx)?.as_ref()),
                                 Cow::Owned(val) => val
                                     .into_indexer()
-                                    .ok_or(ExecutionError::NoSuchOverload)?
+                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
                                     .steal(Self::resolve_val(&call.args[1], ctx)?.as_ref())
                                     .map(Cow::Owned),
                             };
@@ -1141,7 +1151,7 @@ impl Value {
                                 result
                             };
                         }
-                        operators::OPT_SELECT => {
+                        Some(Op::OptSelect) => {
                             let operand = Value::resolve_val(&call.args[0], ctx)?;
                             let field_literal = Value::resolve_val(&call.args[1], ctx)?;
                             let field = match field_literal.get_type() {
@@ -1170,7 +1180,7 @@ impl Value {
                                 },
                                 None => operand.as_ref(),
                             };
-                            let selected = target.as_indexer().ok_or(NoSuchOverload)?.get(field);
+                            let selected = target.as_indexer().ok_or_else(|| NoSuchOverload)?.get(field);
                             return Ok(Cow::<dyn Val>::Owned(Box::new(match selected {
                                 Ok(v) => CelOptional::of(v.clone_as_boxed()),
                                 Err(_) => CelOptional::none(),
@@ -1179,7 +1189,7 @@ impl Value {
                         // END OF SPECIAL CASES
 
                         // all below is NOT special in the interpreter
-                        operators::ADD => {
+                        Some(Op::Add) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1196,7 +1206,7 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        operators::SUBSTRACT => {
+                        Some(Op::Subtract) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1212,7 +1222,7 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        operators::DIVIDE => {
+                        Some(Op::Divide) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1228,7 +1238,7 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        operators::MULTIPLY => {
+                        Some(Op::Multiply) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1244,7 +1254,7 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        operators::MODULO => {
+                        Some(Op::Modulo) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1260,22 +1270,22 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        operators::LESS => {
+                        Some(Op::Less) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(bool(
                                 lhs.as_comparer()
-                                    .ok_or(ExecutionError::NoSuchOverload)?
+                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
                                     .compare(rhs.as_ref())?
                                     == Ordering::Less,
                             ));
                         }
-                        operators::LESS_EQUALS => {
+                        Some(Op::LessEquals) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return if lhs
                                 .as_comparer()
-                                .ok_or(ExecutionError::NoSuchOverload)?
+                                .ok_or_else(|| ExecutionError::NoSuchOverload)?
                                 .compare(rhs.as_ref())?
                                 == Ordering::Greater
                             {
@@ -1284,22 +1294,22 @@ impl Value {
                                 Ok(bool(true))
                             };
                         }
-                        operators::GREATER => {
+                        Some(Op::Greater) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(bool(
                                 lhs.as_comparer()
-                                    .ok_or(ExecutionError::NoSuchOverload)?
+                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
                                     .compare(rhs.as_ref())?
                                     == Ordering::Greater,
                             ));
                         }
-                        operators::GREATER_EQUALS => {
+                        Some(Op::GreaterEquals) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return if lhs
                                 .as_comparer()
-                                .ok_or(ExecutionError::NoSuchOverload)?
+                                .ok_or_else(|| ExecutionError::NoSuchOverload)?
                                 .compare(rhs.as_ref())?
                                 == Ordering::Less
                             {
@@ -1308,7 +1318,7 @@ impl Value {
                                 Ok(bool(true))
                             };
                         }
-                        operators::IN => {
+                        Some(Op::In) => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return if let Some(container) = rhs.as_container() {
@@ -1320,25 +1330,25 @@ impl Value {
                         _ => (),
                     }
                 }
-                if operator && call.args.len() == 1 {
-                    match call.func_name.as_str() {
-                        operators::LOGICAL_NOT => {
+                if call.args.len() == 1 {
+                    match op {
+                        Some(Op::LogicalNot) => {
                             let expr = Value::resolve_val(&call.args[0], ctx)?;
                             return expr
                                 .downcast_ref::<CelBool>()
                                 .map(Bool::negate)
-                                .ok_or(ExecutionError::NoSuchOverload)
+                                .ok_or_else(|| ExecutionError::NoSuchOverload)
                                 .map(|b| bool(b.into_inner()));
                         }
-                        operators::NEGATE => {
+                        Some(Op::Negate) => {
                             let val = Value::resolve_val(&call.args[0], ctx)?;
                             return Ok(Cow::<dyn Val>::Owned(
                                 val.as_negator()
-                                    .ok_or(ExecutionError::NoSuchOverload)?
+                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
                                     .negate()?,
                             ));
                         }
-                        operators::NOT_STRICTLY_FALSE => {
+                        Some(Op::NotStrictlyFalse) => {
                             return Ok(bool(
                                 try_bool(Value::resolve_val(&call.args[0], ctx)).unwrap_or(true),
                             ));
@@ -1530,7 +1540,7 @@ impl Value {
 
                 let mut items = iter
                     .as_iterable()
-                    .ok_or(ExecutionError::NoSuchOverload)?
+                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
                     .iter();
                 // gpu-admission patch: two-variable comprehensions bind the
                 // index and the element of a list, the key and the value of a map.
@@ -1554,7 +1564,7 @@ impl Value {
                         Some(second) => {
                             let value = iter
                                 .as_indexer()
-                                .ok_or(ExecutionError::NoSuchOverload)?
+                                .ok_or_else(|| ExecutionError::NoSuchOverload)?
                                 .get(item)?
                                 .into_owned();
                             ctx.set_variable_as_val(&comprehension.iter_var, item);
@@ -1569,9 +1579,13 @@ impl Value {
                     };
                     ctx.set_variable_as_val(&comprehension.accu_var, accu);
                 }
-                Ok(Cow::<dyn Val>::Owned(
-                    Value::resolve_val(&comprehension.result, &ctx)?.into_owned(),
-                ))
+                let result = Value::resolve_val(&comprehension.result, &ctx)?;
+                // gpu-admission patch: a boolean result (`all`, `exists`)
+                // is borrowed from a `static`, not copied into a box.
+                if let Some(b) = result.downcast_ref::<CelBool>() {
+                    return Ok(bool(*b.inner()));
+                }
+                Ok(Cow::<dyn Val>::Owned(result.into_owned()))
             }
             // gpu-admission patch: a struct literal (`JSONPatch{op: "add"}`,
             // `Object.spec{...}`) evaluates to a map of its fields; the
@@ -1608,6 +1622,64 @@ impl Value {
     }
 }
 
+/// gpu-admission patch: the operators the interpreter evaluates itself,
+/// read from a call's function name by [`Op::of`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Op {
+    Conditional,
+    LogicalAnd,
+    LogicalOr,
+    LogicalNot,
+    Equals,
+    NotEquals,
+    Add,
+    Subtract,
+    Multiply,
+    Divide,
+    Modulo,
+    Less,
+    LessEquals,
+    Greater,
+    GreaterEquals,
+    In,
+    Negate,
+    NotStrictlyFalse,
+    Index,
+    OptIndex,
+    OptSelect,
+}
+
+impl Op {
+    /// The operator named `name` (one of `operators::*`), if any. The
+    /// names are short and fixed, so this is a few byte comparisons.
+    fn of(name: &str) -> Option<Op> {
+        Some(match name.as_bytes() {
+            b"_?_:_" => Op::Conditional,
+            b"_&&_" => Op::LogicalAnd,
+            b"_||_" => Op::LogicalOr,
+            b"!_" => Op::LogicalNot,
+            b"_==_" => Op::Equals,
+            b"_!=_" => Op::NotEquals,
+            b"_+_" => Op::Add,
+            b"_-_" => Op::Subtract,
+            b"_*_" => Op::Multiply,
+            b"_/_" => Op::Divide,
+            b"_%_" => Op::Modulo,
+            b"_<_" => Op::Less,
+            b"_<=_" => Op::LessEquals,
+            b"_>_" => Op::Greater,
+            b"_>=_" => Op::GreaterEquals,
+            b"@in" => Op::In,
+            b"-_" => Op::Negate,
+            b"@not_strictly_false" => Op::NotStrictlyFalse,
+            b"_[_]" => Op::Index,
+            b"_[?_]" => Op::OptIndex,
+            b"_?._" => Op::OptSelect,
+            _ => return None,
+        })
+    }
+}
+
 /// gpu-admission patch: a boolean result is borrowed from a `static`, not
 /// allocated (every comparison, `has()` and logical operator makes one).
 fn bool<'a>(boolean: bool) -> Cow<'a, dyn Val> {
@@ -1616,12 +1688,15 @@ fn bool<'a>(boolean: bool) -> Cow<'a, dyn Val> {
     Cow::Borrowed(if boolean { &TRUE } else { &FALSE })
 }
 
+// gpu-admission patch: here and in `resolve_val`, `ok_or_else` where
+// upstream had `ok_or`: the error value `ok_or` builds up front was dropped
+// on every success, a call of the error's drop glue per evaluated node.
 fn try_bool(val: Result<Cow<dyn Val>, ExecutionError>) -> Result<bool, ExecutionError> {
     match val {
         Ok(val) => val
             .downcast_ref::<CelBool>()
             .map(|b| *b.inner())
-            .ok_or(ExecutionError::NoSuchOverload),
+            .ok_or_else(|| ExecutionError::NoSuchOverload),
         Err(err) => Result::Err(err),
     }
 }
@@ -1852,6 +1927,43 @@ fn checked_op(
 
 #[cfg(test)]
 mod tests {
+    // gpu-admission patch: `Op::of` knows every operator the interpreter
+    // evaluates itself, by the names the parser gives them, and no other name.
+    #[test]
+    fn op_of_reads_every_operator_name() {
+        use super::Op;
+        use crate::common::ast::operators;
+        let named = [
+            (operators::CONDITIONAL, Op::Conditional),
+            (operators::LOGICAL_AND, Op::LogicalAnd),
+            (operators::LOGICAL_OR, Op::LogicalOr),
+            (operators::LOGICAL_NOT, Op::LogicalNot),
+            (operators::EQUALS, Op::Equals),
+            (operators::NOT_EQUALS, Op::NotEquals),
+            (operators::ADD, Op::Add),
+            (operators::SUBSTRACT, Op::Subtract),
+            (operators::MULTIPLY, Op::Multiply),
+            (operators::DIVIDE, Op::Divide),
+            (operators::MODULO, Op::Modulo),
+            (operators::LESS, Op::Less),
+            (operators::LESS_EQUALS, Op::LessEquals),
+            (operators::GREATER, Op::Greater),
+            (operators::GREATER_EQUALS, Op::GreaterEquals),
+            (operators::IN, Op::In),
+            (operators::NEGATE, Op::Negate),
+            (operators::NOT_STRICTLY_FALSE, Op::NotStrictlyFalse),
+            (operators::INDEX, Op::Index),
+            (operators::OPT_INDEX, Op::OptIndex),
+            (operators::OPT_SELECT, Op::OptSelect),
+        ];
+        for (name, op) in named {
+            assert_eq!(Op::of(name), Some(op), "{name}");
+        }
+        for other in ["size", "has", "_", "", "_&&", "@in_", "_<__", "matches"] {
+            assert_eq!(Op::of(other), None, "{other}");
+        }
+    }
+
     use crate::{objects::Key, Context, ExecutionError, Program, Value};
     use std::collections::HashMap;
     use std::sync::Arc;
