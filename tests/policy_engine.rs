@@ -247,6 +247,16 @@ fn variables_are_lazy_and_may_use_earlier_ones() {
 }
 
 #[test]
+fn variables_read_whole_by_name_or_shadowed_agree() {
+    // `has(variables.x)` and a computed key read the map; a comprehension
+    // may bind the name `variables` itself.
+    let tail = "  variables:\n  - name: names\n    expression: 'object.spec.containers.map(c, c.name)'\n  - name: key\n    expression: \"'names'\"\n  validations:\n  - expression: 'has(variables.names) && has(variables.key)'\n    message: has\n  - expression: 'variables[variables.key] == variables.names'\n    message: computed key\n  - expression: \"[['x']].all(variables, variables == ['x']) && variables['names'].size() == 2\"\n    message: shadowed\n  - expression: 'variables.names.size() == 1'\n    message: by name";
+    let v =
+        set(&policy("p", tail, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
+    assert_eq!(v.denials, vec!["p: by name"]);
+}
+
+#[test]
 fn audit_annotations_skip_null_and_empty() {
     let tail = "  validations:\n  - expression: 'true'\n  auditAnnotations:\n  - key: name\n    valueExpression: \"'pod ' + object.metadata.name\"\n  - key: none\n    valueExpression: 'null'\n  - key: empty\n    valueExpression: \"''\"";
     let v = set(&policy("p", tail, "[Audit]"))

@@ -19,6 +19,7 @@ pub mod gpu;
 mod limits;
 mod signatures;
 mod sku_sets;
+pub mod variables;
 
 /// The cel crate types extensions work with.
 pub use kube_cel::cel::common::value::Val;
@@ -290,6 +291,13 @@ pub struct Compiled {
     /// variable they use in turn, in order: worked out once by the policy
     /// loader ([`Compiled::set_variable_closure`]).
     pub variable_closure: Vec<usize>,
+    /// The variables the expression reads by name, each with its position
+    /// in the policy's `variables` and the identifier it is bound to
+    /// ([`variables::ident`]); also worked out by the policy loader.
+    pub variable_reads: Vec<(usize, String)>,
+    /// Whether the expression reads `variables` whole, which then has to
+    /// be built as a map (see [`variables`]).
+    pub reads_variables_map: bool,
 }
 
 impl Compiled {
@@ -312,6 +320,12 @@ impl Compiled {
             }
         }
         self.variable_closure = (0..variables.len()).filter(|i| wanted[*i]).collect();
+        self.variable_reads = variables
+            .iter()
+            .enumerate()
+            .filter(|(_, (name, _))| self.policy_variables.contains(*name))
+            .map(|(i, (name, _))| (i, variables::ident(name)))
+            .collect();
     }
 }
 
@@ -408,6 +422,7 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
             },
             None => CompileError::plain("syntax error"),
         })?;
+    let mut ast = ast;
     let shape = limits::check(&ast, limits).map_err(CompileError::plain)?;
     signatures::check_calls(&shape.calls, source, &|name| env.root.has_function(name))?;
     let known = env.known_variables();
@@ -426,12 +441,15 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
             .into_iter()
             .filter(|t| known.contains(t.as_str())),
     );
+    let reads_variables_map = variables::inline_references(&mut ast);
     Ok(Compiled {
         source: source.to_string(),
         ast,
         variables,
         policy_variables: shape.policy_variables,
         variable_closure: Vec::new(),
+        variable_reads: Vec::new(),
+        reads_variables_map,
     })
 }
 

@@ -335,6 +335,10 @@ mod tests {
     fn run(env: &Env, expr: &str, vars: serde_json::Value) -> Result<Value, EvalError> {
         let compiled = compile(env, expr).unwrap();
         let mut ctx = env.scope();
+        // Bound as the policy engine binds them: each by name, and whole.
+        for (name, value) in vars.as_object().into_iter().flatten() {
+            ctx.add_variable_from_value(crate::cel::variables::ident(name), json_to_value(value));
+        }
         ctx.add_variable_from_value("variables", json_to_value(&vars));
         evaluate(&compiled, &ctx)
     }

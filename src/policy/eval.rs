@@ -11,6 +11,7 @@ use crate::subject::Subject;
 use kube_cel::cel::common::types::{CelMap, CelMapEntries, CelMapKey};
 use kube_cel::cel::{Context, Value};
 use serde_json::json;
+use smallvec::{smallvec, SmallVec};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -193,7 +194,7 @@ impl Inner {
                 return result_error(verdict, policy, start, message);
             }
         };
-        let outcomes: Vec<Outcome> = params
+        let outcomes: SmallVec<[Outcome; 1]> = params
             .into_iter()
             .map(|p| cel::with_policy_budget(|| self.evaluate_policy(policy, scope, p)))
             .collect();
@@ -273,11 +274,11 @@ impl Inner {
         policy: &Policy,
         binding: &Binding,
         req: &Request,
-    ) -> Result<Vec<Value>, String> {
+    ) -> Result<SmallVec<[Value; 1]>, String> {
         let (Some(kind), Some(pref)) = (&policy.param_kind, &binding.param_ref) else {
-            return Ok(vec![Value::Null]);
+            return Ok(smallvec![Value::Null]);
         };
-        let found: Vec<Value> = self
+        let found: SmallVec<[Value; 1]> = self
             .params
             .iter()
             .filter(|p| {
@@ -434,7 +435,7 @@ fn add_audit_failure(
 ) {
     let entry = json!({
         "message": message,
-        "policy": policy.name,
+        "policy": &*policy.name,
         "binding": binding.name,
         "expressionIndex": index,
         "validationActions": binding.actions.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
@@ -455,8 +456,11 @@ pub(super) struct Variables<'p> {
     policy: &'p Policy,
     /// Kept in the interpreter's form: handing them to later expressions is
     /// then a reference-count bump, not a conversion.
-    values: Vec<Option<Result<Box<dyn Val>, EvalError>>>,
+    values: SmallVec<[Option<VariableValue>; 4]>,
 }
+
+/// A variable's value, or the error evaluating it gave.
+type VariableValue = Result<Box<dyn Val>, EvalError>;
 
 impl<'p> Variables<'p> {
     pub(super) fn new(policy: &'p Policy) -> Variables<'p> {
@@ -474,45 +478,54 @@ impl<'p> Variables<'p> {
         }
         for &i in &expr.variable_closure {
             if self.values[i].is_none() {
-                let var = &self.policy.variables[i];
-                let result = self.eval_with(
-                    ctx,
-                    &var.expr,
-                    &var.expr.variable_closure,
-                    cel::evaluate_val,
-                );
+                let var = &self.policy.variables[i].expr;
+                let result = self.eval_with(ctx, var, cel::evaluate_val);
                 self.values[i] = Some(result);
             }
         }
-        self.eval_with(ctx, expr, &expr.variable_closure, cel::evaluate)
+        self.eval_with(ctx, expr, cel::evaluate)
     }
 
+    /// Evaluates `expr` with the variables it reads bound by reference
+    /// (see [`cel::variables`]), and the `variables` map when it reads that
+    /// whole. A variable whose own evaluation failed is left unbound: when
+    /// `expr` trips over it, the variable's error is reported.
     fn eval_with<T>(
         &self,
         ctx: &Context,
         expr: &cel::Compiled,
-        needed: &[usize],
         evaluate: impl Fn(&cel::Compiled, &Context) -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
-        if needed.is_empty() {
+        if expr.variable_closure.is_empty() {
             return evaluate(expr, ctx);
         }
-        let mut map = CelMapEntries::with_capacity_and_hasher(needed.len(), Default::default());
-        for &i in needed {
-            if let Some(Ok(v)) = &self.values[i] {
-                let name = self.policy.variables[i].name.as_str();
-                map.insert(CelMapKey::from(name), v.clone_as_boxed());
+        let mut child = ctx.new_inner_scope();
+        for (i, ident) in &expr.variable_reads {
+            if let Some(Ok(v)) = &self.values[*i] {
+                child.add_variable_borrowed(ident, v.as_ref());
             }
         }
-        let mut child = ctx.new_inner_scope();
-        child.add_variable_as_val("variables", Box::new(CelMap::from(map)));
+        if expr.reads_variables_map {
+            let needed = &expr.variable_closure;
+            let mut map = CelMapEntries::with_capacity_and_hasher(needed.len(), Default::default());
+            for &i in needed {
+                if let Some(Ok(v)) = &self.values[i] {
+                    let name = self.policy.variables[i].name.as_str();
+                    map.insert(CelMapKey::from(name), v.clone_as_boxed());
+                }
+            }
+            child.add_variable_as_val("variables", Box::new(CelMap::from(map)));
+        }
         match evaluate(expr, &child) {
             Err(EvalError::Runtime(msg)) => {
-                // A failed variable surfaces as a missing key: report its own error.
-                for &i in needed {
+                // A failed variable surfaces as an unbound identifier (or a
+                // missing key of the map): report its own error.
+                for &i in &expr.variable_closure {
                     let name = &self.policy.variables[i].name;
                     if let Some(Err(e)) = &self.values[i] {
-                        if msg == format!("no such key: {name}") {
+                        let unbound =
+                            format!("undeclared reference to '{}'", cel::variables::ident(name));
+                        if msg == unbound || msg == format!("no such key: {name}") {
                             return Err(match e {
                                 EvalError::CostLimit(m) => {
                                     EvalError::CostLimit(format!("variables.{name}: {m}"))

@@ -115,7 +115,7 @@ pub struct Verdict {
 /// How one policy binding came out on one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyEvaluation {
-    pub policy: String,
+    pub policy: std::sync::Arc<str>,
     pub result: EvaluationResult,
     pub duration: std::time::Duration,
 }
@@ -299,7 +299,7 @@ impl PolicySet {
         self.inner
             .policies
             .iter()
-            .map(|p| (p.name.as_str(), p.description.as_deref()))
+            .map(|p| (&*p.name, p.description.as_deref()))
             .collect()
     }
 
@@ -536,7 +536,7 @@ impl<'d> Family<'d> {
             if kinds.judges_templates && p.judges_pod_templates() {
                 template_notes.push(pod_template_notice(&p, doc));
             }
-            if let Some(first) = sources.insert(p.name.clone(), &doc.source) {
+            if let Some(first) = sources.insert(p.name.to_string(), &doc.source) {
                 errors.push(LoadError::at(
                     &doc.source,
                     "metadata.name",
@@ -595,7 +595,7 @@ impl<'d> Family<'d> {
             ));
             return None;
         }
-        let Some(i) = self.policies.iter().position(|p| p.name == b.policy_name) else {
+        let Some(i) = self.policies.iter().position(|p| *p.name == *b.policy_name) else {
             if !self.declared.contains(b.policy_name.as_str()) {
                 notice(
                     NoticeLevel::Warning,

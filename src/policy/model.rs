@@ -32,7 +32,7 @@ impl FailurePolicy {
 
 #[derive(Debug)]
 pub struct Policy {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     /// What the policy checks, in a sentence or two: the
     /// [`DESCRIPTION_ANNOTATION`] of the policy document.
     pub description: Option<String>,
@@ -546,7 +546,7 @@ impl PolicySpec {
             return None;
         }
         let mut policy = Policy {
-            name: name?,
+            name: name?.into(),
             description: None,
             failure_policy: self.failure_policy,
             param_kind,
@@ -947,7 +947,7 @@ impl MutatingPolicySpec {
             return None;
         }
         let mut policy = Policy {
-            name: name?,
+            name: name?.into(),
             failure_policy: self.failure_policy,
             param_kind,
             match_constraints,

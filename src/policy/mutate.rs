@@ -72,7 +72,7 @@ impl PolicySet {
                 Ok(Some(patch)) => {
                     if !patch.0.is_empty() {
                         mutated.applied.push(AppliedMutation {
-                            policy: policy.name.clone(),
+                            policy: policy.name.to_string(),
                             binding: binding.name.clone(),
                             patch,
                         });
@@ -140,7 +140,7 @@ impl Inner {
         subject: &Subject,
         current: &mut Request,
         before: &Json,
-        params: Vec<Value>,
+        params: smallvec::SmallVec<[Value; 1]>,
     ) -> Result<Option<json_patch::Patch>, String> {
         let mut matched = false;
         for param in params {

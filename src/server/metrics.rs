@@ -89,13 +89,27 @@ struct PoolLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyResultLabels {
-    policy: String,
+    policy: PolicyName,
     result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
-    policy: String,
+    policy: PolicyName,
+}
+
+/// A policy's name as a label value: shared with the policy set, so
+/// recording an evaluation copies no string.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct PolicyName(std::sync::Arc<str>);
+
+impl prometheus_client::encoding::EncodeLabelValue for PolicyName {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        prometheus_client::encoding::EncodeLabelValue::encode(&&*self.0, encoder)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -425,14 +439,14 @@ impl Metrics {
             self.inner
                 .policy_evaluations
                 .get_or_create(&PolicyResultLabels {
-                    policy: e.policy.clone(),
+                    policy: PolicyName(e.policy.clone()),
                     result: e.result.as_str(),
                 })
                 .inc();
             self.inner
                 .policy_duration
                 .get_or_create(&PolicyLabels {
-                    policy: e.policy.clone(),
+                    policy: PolicyName(e.policy.clone()),
                 })
                 .observe(e.duration.as_secs_f64());
         }
