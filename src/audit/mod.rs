@@ -7,6 +7,7 @@ pub use html::{render, ReportMeta, ReportSource};
 
 use crate::admission::Admission;
 use crate::gpu::pools::CapacityRequest;
+use crate::k8s::json::Pointer as _;
 use crate::offline::build_request;
 use crate::policy::VALIDATION_FAILURE_ANNOTATION;
 use crate::review::{Operation, Response};
@@ -112,7 +113,7 @@ pub struct Report {
 pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
     let uids: BTreeSet<&str> = objects
         .iter()
-        .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
+        .filter_map(|o| o.at("/metadata/uid").and_then(Value::as_str))
         .collect();
     let bundle = admission.bundle();
     let catalog = bundle.placement.catalog();
@@ -179,7 +180,7 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
                 namespace: namespace.clone(),
                 name: req.name.clone(),
                 uid: object
-                    .pointer("/metadata/uid")
+                    .at("/metadata/uid")
                     .and_then(Value::as_str)
                     .map(str::to_string),
                 message,
@@ -376,26 +377,26 @@ fn gpus_held(object: &Value, per_pod: i64) -> i64 {
         .and_then(Value::as_str)
         .unwrap_or_default();
     let replicas = match kind {
-        "Pod" => match object.pointer("/status/phase").and_then(Value::as_str) {
+        "Pod" => match object.at("/status/phase").and_then(Value::as_str) {
             Some("Succeeded" | "Failed") => 0,
             _ => 1,
         },
         "Deployment" | "StatefulSet" | "ReplicaSet" => object
-            .pointer("/spec/replicas")
+            .at("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1),
         "Job" => object
-            .pointer("/spec/parallelism")
+            .at("/spec/parallelism")
             .and_then(Value::as_i64)
             .unwrap_or(1),
         // A DaemonSet runs one pod per matching node; its status says how many.
         "DaemonSet" => object
-            .pointer("/status/desiredNumberScheduled")
+            .at("/status/desiredNumberScheduled")
             .and_then(Value::as_i64)
             .unwrap_or(1),
         // A CronJob holds GPUs only while one of its Jobs runs.
         "CronJob" => object
-            .pointer("/status/active")
+            .at("/status/active")
             .and_then(Value::as_array)
             .map(|a| a.len() as i64)
             .unwrap_or(0),

@@ -5,6 +5,7 @@ use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::audit;
 use crate::inventory::{self, ClusterLister, AUDITED};
+use crate::k8s::json::Pointer as _;
 use crate::k8s::namespaces::StaticNamespaces;
 use crate::k8s::StaticClaims;
 use crate::offline;
@@ -65,7 +66,7 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         let labels = args.namespace_labels.clone().unwrap_or_default();
         let names: BTreeSet<String> = objects
             .iter()
-            .filter_map(|o| o.pointer("/metadata/namespace").and_then(Value::as_str))
+            .filter_map(|o| o.at("/metadata/namespace").and_then(Value::as_str))
             .map(str::to_string)
             .chain(std::iter::once("default".to_string()))
             .collect();
@@ -74,11 +75,11 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             .map(|n| (n.clone(), namespace_labels(n, &labels)))
             .collect();
         for ns in &namespace_objects {
-            let Some(name) = ns.pointer("/metadata/name").and_then(Value::as_str) else {
+            let Some(name) = ns.at("/metadata/name").and_then(Value::as_str) else {
                 continue;
             };
             let own: BTreeMap<String, String> = ns
-                .pointer("/metadata/labels")
+                .at("/metadata/labels")
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
                 .unwrap_or_default();
             let mut merged = labels.clone();
@@ -179,9 +180,9 @@ fn from_cluster() -> anyhow::Result<Inputs> {
         .await?
         .iter()
         .filter_map(|ns| {
-            let name = ns.pointer("/metadata/name")?.as_str()?.to_string();
+            let name = ns.at("/metadata/name")?.as_str()?.to_string();
             let labels = ns
-                .pointer("/metadata/labels")
+                .at("/metadata/labels")
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
                 .unwrap_or_default();
             Some((name, labels))

@@ -3,6 +3,7 @@
 //! warning.
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
+use crate::k8s::json::Pointer as _;
 use crate::k8s::namespaces::StaticNamespaces;
 use crate::k8s::StaticClaims;
 use crate::offline::{self, Evaluation};
@@ -153,7 +154,7 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
 }
 
 fn str_at<'a>(v: &'a serde_json::Value, pointer: &str) -> &'a str {
-    v.pointer(pointer)
+    v.at(pointer)
         .and_then(serde_json::Value::as_str)
         .unwrap_or_default()
 }

@@ -9,6 +9,7 @@
 //! largest GPU subrequest: the most the claim may be given.
 use super::GpuResources;
 use crate::k8s::claims::{ClaimKind, PodClaim};
+use crate::k8s::json::Pointer as _;
 use crate::k8s::json::{items, str_at};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -103,7 +104,7 @@ pub fn request_devices(
     all_devices: u64,
 ) -> Vec<RequestDevices> {
     let mut out = Vec::new();
-    for request in items(spec.pointer("/devices/requests")).filter(|r| r.is_object()) {
+    for request in items(spec.at("/devices/requests")).filter(|r| r.is_object()) {
         let name = str_at(request, "/name").to_string();
         let choices: Vec<&Value> = if let Some(exact) = request.get("exactly") {
             vec![exact]

@@ -4,6 +4,7 @@
 //!
 //! Read leniently: fields we do not know never matter, and a field of the
 //! wrong shape reads as absent (the object's own API server validates it).
+use crate::k8s::json::Pointer as _;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -145,23 +146,18 @@ impl CapacityRequest {
             min_count: None,
             scale: Vec::new(),
         };
-        let str_at = |p: &str| {
-            object
-                .pointer(p)
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
-        let int_at = |p: &str| object.pointer(p).and_then(int_of);
+        let str_at = |p: &str| object.at(p).and_then(Value::as_str).map(str::to_string);
+        let int_at = |p: &str| object.at(p).and_then(int_of);
         match kind {
             PoolKind::NodePool => {
                 let spec = object.get("spec").unwrap_or(&Value::Null);
                 let selection = NodeSelection::from_requirements(
-                    spec.pointer("/template/spec/requirements")
+                    spec.at("/template/spec/requirements")
                         .unwrap_or(&Value::Null),
                 );
                 req.sizes = selection.named_sizes();
                 req.selection = Some(selection);
-                req.taints = list(spec.pointer("/template/spec/taints"))
+                req.taints = list(spec.at("/template/spec/taints"))
                     .filter_map(Taint::from_value)
                     .collect();
                 req.gpu_limit = ["nvidia.com/gpu", "amd.com/gpu"]
@@ -172,11 +168,11 @@ impl CapacityRequest {
                 req.static_pool = spec.get("replicas").is_some_and(|r| !r.is_null());
                 req.kaito_managed = ["/metadata/labels", "/spec/template/metadata/labels"]
                     .iter()
-                    .filter_map(|p| object.pointer(p))
+                    .filter_map(|p| object.at(p))
                     .any(|l| l.get("karpenter.kaito.sh/workspace-name").is_some());
                 req.consolidation_policy = str_at("/spec/disruption/consolidationPolicy");
                 req.consolidate_after = str_at("/spec/disruption/consolidateAfter");
-                req.budget_nodes = list(spec.pointer("/disruption/budgets"))
+                req.budget_nodes = list(spec.at("/disruption/budgets"))
                     .filter_map(|b| {
                         b.get("nodes")
                             .filter(|n| !n.is_boolean())
@@ -201,7 +197,7 @@ impl CapacityRequest {
                 req.sizes.extend(str_at("/spec/vmSize"));
                 for mode in ["autoscale", "manual"] {
                     let p = format!("/spec/virtualMachinesProfile/scale/{mode}");
-                    for entry in list(object.pointer(&p)) {
+                    for entry in list(object.at(&p)) {
                         if let Some(size) = entry.get("size").and_then(Value::as_str) {
                             let nodes = ["maxCount", "count"]
                                 .iter()
@@ -215,7 +211,7 @@ impl CapacityRequest {
                         }
                     }
                 }
-                req.taints = list(object.pointer("/spec/nodeTaints"))
+                req.taints = list(object.at("/spec/nodeTaints"))
                     .filter_map(Value::as_str)
                     .filter_map(Taint::parse)
                     .collect();
@@ -227,9 +223,8 @@ impl CapacityRequest {
                 req.gpu_management_mode = str_at("/spec/gpuProfile/nvidia/managementMode");
                 req.gpu_instance_profile = str_at("/spec/gpuInstanceProfile");
                 let autoscale: Vec<&Value> =
-                    list(object.pointer("/spec/virtualMachinesProfile/scale/autoscale")).collect();
-                req.autoscaling = object.pointer("/spec/enableAutoScaling")
-                    == Some(&Value::Bool(true))
+                    list(object.at("/spec/virtualMachinesProfile/scale/autoscale")).collect();
+                req.autoscaling = object.at("/spec/enableAutoScaling") == Some(&Value::Bool(true))
                     || !autoscale.is_empty();
                 req.min_count = int_at("/spec/minCount").or_else(|| {
                     autoscale

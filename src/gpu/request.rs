@@ -2,6 +2,7 @@
 //! kube-scheduler counts them.
 use super::claims::ClaimGpuRequest;
 use super::GpuResources;
+use crate::k8s::json::Pointer as _;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -312,8 +313,8 @@ fn container_request(c: &Value, kind: ContainerKind, gpus: &GpuResources) -> Con
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let limits = c.pointer("/resources/limits").and_then(Value::as_object);
-    let requests = c.pointer("/resources/requests").and_then(Value::as_object);
+    let limits = c.at("/resources/limits").and_then(Value::as_object);
+    let requests = c.at("/resources/requests").and_then(Value::as_object);
     let mut resources = BTreeMap::new();
     let names = limits
         .into_iter()

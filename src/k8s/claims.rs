@@ -2,6 +2,7 @@
 //! pod names in `spec.resourceClaims`, and where their specs come from (a
 //! lookup, like the Namespace one: static for offline commands, a watched
 //! cache in a cluster).
+use crate::k8s::json::Pointer as _;
 use crate::k8s::json::{items, str_at};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -59,9 +60,7 @@ impl ClaimKind {
 /// (`spec`) or ResourceClaimTemplate (`spec.spec`).
 pub fn claim_spec(object: &Value) -> Option<&Value> {
     let kind = ClaimKind::of(object)?;
-    object
-        .pointer(kind.spec_pointer())
-        .filter(|s| s.is_object())
+    object.at(kind.spec_pointer()).filter(|s| s.is_object())
 }
 
 /// One entry of a pod's `spec.resourceClaims`, with the claim spec it
@@ -105,7 +104,7 @@ pub fn pod_claims(pod_spec: &Value, namespace: &str, lookup: &dyn ClaimLookup) -
 /// The claims (and requests within them) a container uses through
 /// `resources.claims`: claim name and, when it names one, the request.
 pub fn container_claims(container: &Value) -> Vec<(String, Option<String>)> {
-    items(container.pointer("/resources/claims"))
+    items(container.at("/resources/claims"))
         .filter(|c| c.is_object())
         .map(|c| {
             let request = str_at(c, "/request");

@@ -4,6 +4,7 @@
 //! need: does a label value meet a requirement, does one requirement imply
 //! another, can a set of requirements be met at all.
 use super::json::{items, scalar_string, FieldError};
+use crate::k8s::json::Pointer as _;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -460,7 +461,7 @@ impl NodeSelection {
             })
             .unwrap_or_default();
         let terms = spec
-            .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+            .at("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
             .and_then(Value::as_array)
             .map(|terms| terms.iter().map(Term::from_value).collect());
         NodeSelection { required, terms }

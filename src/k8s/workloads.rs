@@ -1,5 +1,6 @@
 //! Pods and the controllers that make them: one table of the kinds whose
 //! objects hold a pod template, and the pod a controller would create.
+use crate::k8s::json::Pointer as _;
 use serde_json::{json, Map, Value};
 
 /// A kind whose objects carry a pod template.
@@ -100,7 +101,7 @@ pub fn is_pod(object: &Value) -> bool {
 /// `controller: true`), if it has one.
 pub fn controller_uid(object: &Value) -> Option<&str> {
     object
-        .pointer("/metadata/ownerReferences")?
+        .at("/metadata/ownerReferences")?
         .as_array()?
         .iter()
         .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?
@@ -114,7 +115,7 @@ pub fn controller_uid(object: &Value) -> Option<&str> {
 /// CronJob (`spec.jobTemplate.spec.template`).
 pub fn pod_template(object: &Value) -> Option<&Value> {
     let kind = template_kind_of(object).filter(|k| k.makes_pods)?;
-    object.pointer(kind.template).filter(|t| t.is_object())
+    object.at(kind.template).filter(|t| t.is_object())
 }
 
 /// Whether an update of a controller changes the pods it makes: its pod
@@ -133,7 +134,7 @@ pub fn pod_spec(object: &Value) -> Option<&Value> {
         object.get("spec")
     } else {
         let kind = template_kind_of(object)?;
-        object.pointer(kind.template)?.get("spec")
+        object.at(kind.template)?.get("spec")
     };
     spec.filter(|s| s.is_object())
 }
@@ -145,7 +146,7 @@ pub fn pod_metadata(object: &Value) -> Option<&Value> {
         return object.get("metadata");
     }
     let kind = template_kind_of(object)?;
-    object.pointer(kind.template)?.get("metadata")
+    object.at(kind.template)?.get("metadata")
 }
 
 /// A Pod built from the template of a pod controller: the template's labels
@@ -154,17 +155,14 @@ pub fn pod_metadata(object: &Value) -> Option<&Value> {
 pub fn pod_from_template(object: &Value) -> Option<Value> {
     let template = pod_template(object)?;
     let mut metadata = Map::new();
-    if let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) {
+    if let Some(name) = object.at("/metadata/name").and_then(Value::as_str) {
         metadata.insert("name".into(), json!(name));
     }
-    if let Some(ns) = object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-    {
+    if let Some(ns) = object.at("/metadata/namespace").and_then(Value::as_str) {
         metadata.insert("namespace".into(), json!(ns));
     }
     for key in ["labels", "annotations"] {
-        if let Some(v) = template.pointer(&format!("/metadata/{key}")) {
+        if let Some(v) = template.at(&format!("/metadata/{key}")) {
             metadata.insert(key.into(), v.clone());
         }
     }

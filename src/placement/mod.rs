@@ -23,6 +23,7 @@ use crate::gpu::claims::ClaimGpuRequest;
 use crate::gpu::selection::SkuRequirement;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
 use crate::k8s::json::labels_of;
+use crate::k8s::json::Pointer as _;
 use crate::k8s::NamespaceLookup;
 use crate::review::{Operation, Request};
 use crate::subject::{Subject, SubjectKind};
@@ -388,7 +389,7 @@ pub fn namespace_labels(
     let mut labels: BTreeMap<String, String> = namespaces
         .namespace(namespace)
         .as_ref()
-        .and_then(|ns| ns.pointer("/metadata/labels"))
+        .and_then(|ns| ns.at("/metadata/labels"))
         .and_then(Value::as_object)
         .into_iter()
         .flatten()

@@ -8,6 +8,7 @@
 use super::{profile::NodePoolTaintPolicy, Plan, Profile, ProfileSet};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::pools::{is_gpu_taint, CapacityRequest, PoolKind};
+use crate::k8s::json::Pointer as _;
 use crate::k8s::{Patch, ShapeError};
 use crate::review::{Operation, Request};
 use serde_json::Value;
@@ -178,7 +179,7 @@ fn manufacturer_resource(manufacturer: &str) -> Option<&'static str> {
 fn pool_name(pool: &Value) -> &str {
     ["/metadata/name", "/metadata/generateName"]
         .iter()
-        .filter_map(|p| pool.pointer(p).and_then(Value::as_str))
+        .filter_map(|p| pool.at(p).and_then(Value::as_str))
         .find(|n| !n.is_empty())
         .unwrap_or("(unnamed)")
 }

@@ -1,5 +1,6 @@
 //! The patch one profile makes to one pod.
 use super::Profile;
+use crate::k8s::json::Pointer as _;
 use crate::k8s::nodes::contradiction;
 use crate::k8s::patch::{array_field, object_field};
 use crate::k8s::{
@@ -375,7 +376,7 @@ fn preferred_changes(profile: &Profile, view: &PodView) -> Vec<Value> {
         .into_iter()
         .flatten()
         .map(|p| {
-            p.pointer("/preference/matchExpressions")
+            p.at("/preference/matchExpressions")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()

@@ -1,6 +1,7 @@
 //! The `PlacementProfile` document: parsing and validation.
 use crate::gpu::GpuResources;
 use crate::k8s::doc::{from_value, Object};
+use crate::k8s::json::Pointer as _;
 use crate::k8s::labels::LabelSelectorDoc;
 use crate::k8s::nodes::NodeSelectorRequirementDoc;
 use crate::k8s::taints::{TaintDoc, TolerationDoc};
@@ -102,7 +103,7 @@ impl Profile {
     /// Unknown spec fields are errors, so a typo never silently disables a rule.
     pub fn from_value(v: &Value) -> Result<Profile, ProfileError> {
         let name = v
-            .pointer("/metadata/name")
+            .at("/metadata/name")
             .and_then(Value::as_str)
             .map(str::to_string);
         parse_profile(v).map_err(|mut e| {

@@ -78,7 +78,7 @@ fn paths(plan: &Plan) -> Vec<String> {
 }
 
 fn required_terms(pod: &Value) -> Value {
-    pod.pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+    pod.at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .cloned()
         .unwrap_or(Value::Null)
 }

@@ -10,6 +10,7 @@
 use crate::gpu::catalog::{labels, Catalog, Sku};
 use crate::gpu::selection::{SkuRequirement, SkuSelection};
 use crate::gpu::PodGpuRequest;
+use crate::k8s::json::Pointer as _;
 use crate::k8s::{
     NodeSelection, NodeSelectorOperator as Operator, NodeSelectorRequirement as Requirement,
     NodeSelectorTerm as Term,
@@ -37,7 +38,7 @@ impl SkuTiers {
     pub fn from_config_map(doc: &Value) -> Option<SkuTiers> {
         let is_config_map = doc.get("apiVersion").and_then(Value::as_str) == Some("v1")
             && doc.get("kind").and_then(Value::as_str) == Some("ConfigMap")
-            && doc.pointer("/metadata/name").and_then(Value::as_str) == Some(TIERS_CONFIG_MAP);
+            && doc.at("/metadata/name").and_then(Value::as_str) == Some(TIERS_CONFIG_MAP);
         if !is_config_map {
             return None;
         }

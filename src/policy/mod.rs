@@ -1,6 +1,7 @@
 //! Policy files in Kubernetes' ValidatingAdmissionPolicy format: loading,
 //! matching and evaluation, with kube-apiserver's semantics.
 use crate::cel::{self, Env, Extensions};
+use crate::k8s::json::Pointer as _;
 use crate::k8s::NamespaceLookup;
 use crate::review::{Operation, Request};
 use crate::subject::{judges_template, Subject};
@@ -524,7 +525,7 @@ impl<'d> Family<'d> {
         let declared = docs
             .iter()
             .filter(|d| is_policy(d))
-            .filter_map(|d| d.value.pointer("/metadata/name").and_then(|n| n.as_str()))
+            .filter_map(|d| d.value.at("/metadata/name").and_then(|n| n.as_str()))
             .collect();
         let mut policies: Vec<Policy> = Vec::new();
         let mut template_notes = Vec::new();

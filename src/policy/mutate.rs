@@ -6,6 +6,7 @@ use super::model::{Binding, FailurePolicy, PatchType, Policy};
 use super::{EvaluationResult, Inner, PolicyEvaluation, PolicySet};
 use crate::cel;
 use crate::k8s::apply::{self, Schema};
+use crate::k8s::json::Pointer as _;
 use crate::review::Request;
 use crate::subject::Subject;
 use kube_cel::cel::{Context, Value};
@@ -254,7 +255,7 @@ fn check_object(before: &Json, after: &Json) -> Result<(), String> {
         "/metadata/name",
         "/metadata/namespace",
     ] {
-        if before.pointer(pointer) != after.pointer(pointer) {
+        if before.at(pointer) != after.at(pointer) {
             return Err(format!(
                 "invalid object: a mutation may not change {}",
                 pointer[1..].replace('/', ".")

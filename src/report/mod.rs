@@ -11,6 +11,7 @@
 use crate::admission::Admission;
 use crate::audit::{self, Report};
 use crate::inventory::{self, Lister, AUDITED};
+use crate::k8s::json::Pointer as _;
 use crate::server::{ReportAnswer, ReportFormat, ReportPages};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -211,7 +212,7 @@ pub async fn audit_cluster(
     let mut report = audit::audit(admission, &held);
     let controllers: HashSet<String> = held
         .iter()
-        .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
+        .filter_map(|o| o.at("/metadata/uid").and_then(Value::as_str))
         .map(str::to_string)
         .collect();
     drop(held);

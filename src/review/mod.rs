@@ -5,6 +5,7 @@ mod shape;
 
 pub use shape::{measure, Limits, Shape, TooLarge};
 
+use crate::k8s::json::Pointer as _;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -93,7 +94,7 @@ impl Request {
         let name = if self.name.is_empty() {
             self.object
                 .as_ref()
-                .and_then(|o| o.pointer("/metadata/generateName"))
+                .and_then(|o| o.at("/metadata/generateName"))
                 .and_then(Value::as_str)
                 .map(|g| format!("{g}*"))
                 .unwrap_or_default()
@@ -124,13 +125,13 @@ impl Request {
             .unwrap_or_default()
             .to_string();
         let name = object
-            .pointer("/metadata/name")
+            .at("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
         let namespace = namespace.map(str::to_string).or_else(|| {
             object
-                .pointer("/metadata/namespace")
+                .at("/metadata/namespace")
                 .and_then(Value::as_str)
                 .map(str::to_string)
         });
