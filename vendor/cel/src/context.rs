@@ -82,6 +82,22 @@ impl<'a> ScopeVariables<'a> {
         self.len += 1;
     }
 
+    /// Binds the variable at `slot` (in the order they were first bound)
+    /// to `value`; `false` when there is no such slot.
+    fn set_slot(&mut self, slot: usize, value: Cow<'a, dyn Val>) -> bool {
+        let entry = match slot.checked_sub(INLINE_VARIABLES) {
+            None => self.inline[slot].as_mut(),
+            Some(spilled) => self.more.get_mut(spilled),
+        };
+        match entry {
+            Some((_, v)) => {
+                *v = value;
+                true
+            }
+            None => false,
+        }
+    }
+
     #[inline]
     fn get(&self, name: &str) -> Option<&dyn Val> {
         let inline = self.len.min(INLINE_VARIABLES);
@@ -180,6 +196,25 @@ impl<'a> Context<'a> {
     /// expressions).
     pub fn add_variable_borrowed(&mut self, name: &'a str, value: &'a dyn Val) {
         self.set_variable_as_val(name, Cow::Borrowed(value));
+    }
+
+    /// gpu-admission patch: binds the variable this scope bound
+    /// `slot`-th (from 0) again, without looking its name up: a
+    /// comprehension rebinds its variables on every element. Falls back to
+    /// binding by `name` when there is no such slot.
+    pub(crate) fn rebind_slot<V>(&mut self, slot: usize, name: &'a str, value: V)
+    where
+        V: Into<Cow<'a, dyn Val>>,
+    {
+        let variables = match self {
+            Context::Root { variables, .. } | Context::Child { variables, .. } => variables,
+        };
+        let value = value.into();
+        if slot < variables.len {
+            variables.set_slot(slot, value);
+        } else {
+            variables.insert(Cow::Borrowed(name), value);
+        }
     }
 
     pub(crate) fn set_variable_as_val<V>(&mut self, name: &'a str, value: V)

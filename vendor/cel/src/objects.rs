@@ -1546,6 +1546,14 @@ impl Value {
                 // index and the element of a list, the key and the value of a map.
                 let second = comprehension.iter_var2.as_deref();
                 let is_list = iter.get_type() == LIST_TYPE;
+                // gpu-admission patch: the accumulator is this scope's slot 0
+                // and the iteration variables its slots 1 and 2 once first
+                // bound; with distinct names they are bound again by slot on
+                // each element, not looked up by name.
+                let iter_var = comprehension.iter_var.as_str();
+                let accu_var = comprehension.accu_var.as_str();
+                let by_slot = iter_var != accu_var
+                    && second.is_none_or(|s| s != accu_var && s != iter_var);
                 let mut index: i64 = 0;
                 while let Some(item) = items.next() {
                     crate::budget::charge(1)?;
@@ -1553,13 +1561,11 @@ impl Value {
                         break;
                     }
                     match second {
-                        None => ctx.set_variable_as_val(&comprehension.iter_var, item),
+                        None => bind(&mut ctx, by_slot, 1, iter_var, item),
                         Some(second) if is_list => {
-                            ctx.set_variable_as_val(
-                                &comprehension.iter_var,
-                                Box::new(CelInt::from(index)) as Box<dyn Val>,
-                            );
-                            ctx.set_variable_as_val(second, item);
+                            let position = Box::new(CelInt::from(index)) as Box<dyn Val>;
+                            bind(&mut ctx, by_slot, 1, iter_var, position);
+                            bind(&mut ctx, by_slot, 2, second, item);
                         }
                         Some(second) => {
                             let value = iter
@@ -1567,8 +1573,8 @@ impl Value {
                                 .ok_or_else(|| ExecutionError::NoSuchOverload)?
                                 .get(item)?
                                 .into_owned();
-                            ctx.set_variable_as_val(&comprehension.iter_var, item);
-                            ctx.set_variable_as_val(second, value);
+                            bind(&mut ctx, by_slot, 1, iter_var, item);
+                            bind(&mut ctx, by_slot, 2, second, value);
                         }
                     }
                     index += 1;
@@ -1577,7 +1583,7 @@ impl Value {
                         Some(b) => bool(*b.inner()),
                         None => Cow::Owned(accu.into_owned()),
                     };
-                    ctx.set_variable_as_val(&comprehension.accu_var, accu);
+                    bind(&mut ctx, by_slot, 0, accu_var, accu);
                 }
                 let result = Value::resolve_val(&comprehension.result, &ctx)?;
                 // gpu-admission patch: a boolean result (`all`, `exists`)
@@ -1619,6 +1625,22 @@ impl Value {
             }
             Expr::Unspecified => panic!("Can't evaluate Unspecified Expr"),
         }
+    }
+}
+
+/// gpu-admission patch: binds a comprehension's variable `name`, by its
+/// `slot` in the comprehension's scope when `by_slot` (see the call sites).
+fn bind<'a, V: Into<Cow<'a, dyn Val>>>(
+    ctx: &mut Context<'a>,
+    by_slot: bool,
+    slot: usize,
+    name: &'a str,
+    value: V,
+) {
+    if by_slot {
+        ctx.rebind_slot(slot, name, value);
+    } else {
+        ctx.set_variable_as_val(name, value);
     }
 }
 

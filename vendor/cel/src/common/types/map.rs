@@ -200,12 +200,27 @@ impl Key {
     }
 }
 
-#[derive(Copy, Clone, Debug, Eq, PartialEq, Hash, Ord, PartialOrd)]
+#[derive(Copy, Clone, Debug, Eq, PartialEq, Ord, PartialOrd)]
 pub enum KeyRef<'a> {
     Int(i64),
     Uint(u64),
     Bool(bool),
     String(&'a str),
+}
+
+// gpu-admission patch: one hasher call per key, where the derived impl
+// made three (the variant, the bytes, a terminator); every field selection
+// hashes its name. Keys of different types may now hash alike: they never
+// compare equal, so what a lookup finds is unchanged.
+impl std::hash::Hash for KeyRef<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            KeyRef::String(s) => state.write(s.as_bytes()),
+            KeyRef::Int(i) => state.write_i64(*i),
+            KeyRef::Uint(u) => state.write_u64(*u),
+            KeyRef::Bool(b) => state.write_u8(u8::from(*b)),
+        }
+    }
 }
 
 /// Trait for converting to a borrowed [`KeyRef`] for efficient lookups.
