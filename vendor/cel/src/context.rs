@@ -83,18 +83,14 @@ impl<'a> ScopeVariables<'a> {
     }
 
     /// Binds the variable at `slot` (in the order they were first bound)
-    /// to `value`; `false` when there is no such slot.
-    fn set_slot(&mut self, slot: usize, value: Cow<'a, dyn Val>) -> bool {
+    /// to `value`; nothing when there is no such slot.
+    fn set_slot(&mut self, slot: usize, value: Cow<'a, dyn Val>) {
         let entry = match slot.checked_sub(INLINE_VARIABLES) {
             None => self.inline[slot].as_mut(),
             Some(spilled) => self.more.get_mut(spilled),
         };
-        match entry {
-            Some((_, v)) => {
-                *v = value;
-                true
-            }
-            None => false,
+        if let Some((_, v)) = entry {
+            *v = value;
         }
     }
 
@@ -187,10 +183,6 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// gpu-admission patch: [`Context::add_variable_as_val`] that borrows
-    /// the name (an expression's comprehension variable) instead of
-    /// allocating it, takes a boxed or a borrowed value, and reuses the slot
-    /// of a variable already set in this scope (set on every iteration).
     /// gpu-admission patch: binds `name` to a value the caller keeps,
     /// without copying it (a host's precomputed values, read by many
     /// expressions).
@@ -217,6 +209,10 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// gpu-admission patch: [`Context::add_variable_as_val`] that borrows
+    /// the name (an expression's comprehension variable) instead of
+    /// allocating it, takes a boxed or a borrowed value, and reuses the slot
+    /// of a variable already set in this scope (set on every iteration).
     pub(crate) fn set_variable_as_val<V>(&mut self, name: &'a str, value: V)
     where
         V: Into<Cow<'a, dyn Val>>,
