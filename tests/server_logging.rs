@@ -118,6 +118,10 @@ async fn one_json_line_per_review_without_the_object() {
         1,
         "the uid once: {text_line}"
     );
+    assert!(
+        text_line.contains(" policies=gpu-limits=deny"),
+        "the policies' results, unquoted: {text_line}"
+    );
     let fields = &line["fields"];
     let span = &line["span"];
     assert_eq!(

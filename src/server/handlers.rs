@@ -235,23 +235,33 @@ async fn review_request(
                 .metrics
                 .inc_mutations(outcome.profile.as_deref().unwrap_or("none"));
         }
-        let policies = outcome
-            .evaluations
-            .iter()
-            .map(|e| format!("{}={}", e.policy, e.result.as_str()))
-            .collect::<Vec<_>>()
-            .join(",");
         tracing::info!(
             decision,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
             profile = outcome.profile.as_deref().unwrap_or(""),
-            policies = policies.as_str(),
+            policies = %PolicyResults(&outcome.evaluations),
             "admission review answered"
         );
         axum::Json(review::encode(&request.uid, &outcome.response)).into_response()
     }
     .instrument(span)
     .await
+}
+
+/// `policy=result,...` for the request log line, formatted only when the
+/// line is written.
+struct PolicyResults<'a>(&'a [crate::policy::PolicyEvaluation]);
+
+impl std::fmt::Display for PolicyResults<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{}={}", e.policy, e.result.as_str())?;
+        }
+        Ok(())
+    }
 }
 
 /// Why a body did not become a request to evaluate.
