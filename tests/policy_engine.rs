@@ -248,9 +248,9 @@ fn variables_are_lazy_and_may_use_earlier_ones() {
 
 #[test]
 fn variables_read_whole_by_name_or_shadowed_agree() {
-    // `has(variables.x)` and a computed key read the map; a comprehension
-    // may bind the name `variables` itself.
-    let tail = "  variables:\n  - name: names\n    expression: 'object.spec.containers.map(c, c.name)'\n  - name: key\n    expression: \"'names'\"\n  validations:\n  - expression: 'has(variables.names) && has(variables.key)'\n    message: has\n  - expression: 'variables[variables.key] == variables.names'\n    message: computed key\n  - expression: \"[['x']].all(variables, variables == ['x']) && variables['names'].size() == 2\"\n    message: shadowed\n  - expression: 'variables.names.size() == 1'\n    message: by name";
+    // `has(variables.x)`, a computed key and optional selection read the
+    // map; a comprehension may bind the name `variables` itself.
+    let tail = "  variables:\n  - name: names\n    expression: 'object.spec.containers.map(c, c.name)'\n  - name: key\n    expression: \"'names'\"\n  validations:\n  - expression: 'has(variables.names) && has(variables.key)'\n    message: has\n  - expression: 'variables[variables.key] == variables.names'\n    message: computed key\n  - expression: \"[['x']].all(variables, variables == ['x']) && variables['names'].size() == 2\"\n    message: shadowed\n  - expression: \"variables.?names.hasValue() && variables[?'key'].orValue('') == 'names'\"\n    message: optional\n  - expression: 'variables.names.size() == 1'\n    message: by name";
     let v =
         set(&policy("p", tail, "[Deny]")).evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
     assert_eq!(v.denials, vec!["p: by name"]);

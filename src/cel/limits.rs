@@ -211,8 +211,10 @@ impl Walker<'_> {
                 self.walk(&select.operand, next, comprehensions)?;
             }
             Expr::Call(call) => {
-                // `variables['name']`
-                if call.func_name == "_[_]" && call.args.len() == 2 {
+                // `variables['name']`, `variables[?'name']`, `variables.?name`
+                if matches!(call.func_name.as_str(), "_[_]" | "_[?_]" | "_?._")
+                    && call.args.len() == 2
+                {
                     if let (Expr::Ident(name), Expr::Literal(lit)) =
                         (&call.args[0].expr, &call.args[1].expr)
                     {

@@ -98,12 +98,13 @@ fn policy_variable_references_are_collected() {
     let env = Env::default();
     let c = compile(
         &env,
-        "variables.a + variables['b'] > 0 && [1].all(variables, variables > 0)",
+        "variables.a + variables['b'] > 0 && [1].all(variables, variables > 0) \
+         && variables.?c.hasValue() && variables[?'d'].hasValue()",
     )
     .unwrap();
     assert_eq!(
         c.policy_variables.iter().cloned().collect::<Vec<_>>(),
-        vec!["a".to_string(), "b".to_string()]
+        vec!["a", "b", "c", "d"]
     );
 }
 
