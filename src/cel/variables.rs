@@ -6,8 +6,9 @@
 //! evaluation each variable is then bound by reference under that name: a
 //! read is one scope lookup, where a `variables` map had to be built for
 //! every expression and the field looked up in it. What still reads
-//! `variables` itself (`has(variables.x)`, an index that is not a literal,
-//! `variables` passed whole) is told apart, and gets the map as before.
+//! `variables` itself (`has(variables.x)`, the optional `variables.?x` and
+//! `variables[?'x']`, an index that is not a literal, `variables` passed
+//! whole) is told apart, and gets the map as before.
 use kube_cel::cel::common::ast::{EntryExpr, Expr, LiteralValue};
 use kube_cel::cel::parser::Expression;
 
