@@ -210,91 +210,88 @@ impl Schema {
 /// struct (its fields not given would be dropped without a word); atomic
 /// lists are allowed (a container's `args`, `command`). The first one found.
 fn check_no_atomic_objects(schema: &Schema, config: &Value) -> Result<(), MergeError> {
-    fn walk(
-        schema: &Schema,
-        path: &mut Vec<String>,
-        shown: &mut String,
-        value: &Value,
-    ) -> Result<(), MergeError> {
-        match value {
-            Value::Object(fields) => {
-                let names: Vec<&str> = path.iter().map(String::as_str).collect();
-                if !path.is_empty() && schema.is_atomic_object(&names) {
-                    return Err(MergeError {
-                        path: shown.clone(),
-                        message: "may not mutate atomic arrays, maps or structs (set it with a JSONPatch)".into(),
-                    });
-                }
-                for (key, v) in fields {
-                    let mark = shown.len();
-                    if !shown.is_empty() {
-                        shown.push('.');
-                    }
-                    shown.push_str(key);
-                    path.push(key.clone());
-                    let result = walk(schema, path, shown, v);
-                    path.pop();
-                    shown.truncate(mark);
-                    result?;
-                }
-                Ok(())
-            }
-            Value::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    let mark = shown.len();
-                    shown.push_str(&format!("[{i}]"));
-                    let result = walk(schema, path, shown, item);
-                    shown.truncate(mark);
-                    result?;
-                }
-                Ok(())
-            }
-            _ => Ok(()),
+    walk_fields(config, true, &mut |path, shown, value| {
+        if value.is_object() && !path.is_empty() && schema.is_atomic_object(path) {
+            return Err(MergeError {
+                path: shown.to_string(),
+                message: "may not mutate atomic arrays, maps or structs (set it with a JSONPatch)"
+                    .into(),
+            });
         }
-    }
-    walk(schema, &mut Vec::new(), &mut String::new(), config)
+        Ok(())
+    })
 }
 
 /// Checks that every keyed (`map`) list of `object` has objects with their
 /// keys, each key once: what the apiserver requires of an object before
 /// it can merge into it.
 pub fn check(schema: &Schema, object: &Value) -> Result<(), MergeError> {
-    fn walk(
-        schema: &Schema,
+    walk_fields(object, false, &mut |path, shown, value| match value {
+        Value::Array(items) => match schema.list_type(path) {
+            ListType::Map(keys) => index_keys(keys, items, shown, "object").map(drop),
+            _ => Ok(()),
+        },
+        _ => Ok(()),
+    })
+}
+
+/// What [`walk_fields`] calls at each map and list: (field path, path as
+/// shown, the value).
+type Visit<'v> = dyn FnMut(&[&str], &str, &Value) -> Result<(), MergeError> + 'v;
+
+/// Visits every map and list of `value`, depth first, each before what it
+/// holds, with its field path (list items add nothing to it) and its path
+/// as errors show it (`a.b`, with `[i]` for list items when `index_items`);
+/// stops at the first error.
+fn walk_fields(value: &Value, index_items: bool, visit: &mut Visit) -> Result<(), MergeError> {
+    fn go(
         path: &mut Vec<String>,
         shown: &mut String,
         value: &Value,
+        index_items: bool,
+        visit: &mut Visit,
     ) -> Result<(), MergeError> {
+        if !(value.is_object() || value.is_array()) {
+            return Ok(());
+        }
+        let names: Vec<&str> = path.iter().map(String::as_str).collect();
+        visit(&names, shown, value)?;
+        let mark = shown.len();
         match value {
             Value::Object(fields) => {
                 for (key, v) in fields {
-                    let mark = shown.len();
                     if !shown.is_empty() {
                         shown.push('.');
                     }
                     shown.push_str(key);
                     path.push(key.clone());
-                    let result = walk(schema, path, shown, v);
+                    let result = go(path, shown, v, index_items, visit);
                     path.pop();
                     shown.truncate(mark);
                     result?;
                 }
-                Ok(())
             }
             Value::Array(items) => {
-                let names: Vec<&str> = path.iter().map(String::as_str).collect();
-                if let ListType::Map(keys) = schema.list_type(&names) {
-                    index_keys(keys, items, shown, "object")?;
+                for (i, item) in items.iter().enumerate() {
+                    if index_items {
+                        shown.push_str(&format!("[{i}]"));
+                    }
+                    let result = go(path, shown, item, index_items, visit);
+                    shown.truncate(mark);
+                    result?;
                 }
-                for item in items {
-                    walk(schema, path, shown, item)?;
-                }
-                Ok(())
             }
-            _ => Ok(()),
+            _ => {}
         }
+        Ok(())
     }
-    walk(schema, &mut Vec::new(), &mut String::new(), object)
+    go(
+        &mut Vec::new(),
+        &mut String::new(),
+        value,
+        index_items,
+        visit,
+    )
 }
 
 /// `path` below `prefix` (`a.b.c` below `a` is `b.c`).
