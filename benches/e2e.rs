@@ -5,7 +5,10 @@
 //! The server logs as `serve` does by default (info, text), into a sink.
 //! Only correct answers count: the fixture's uid echoed, the expected
 //! `allowed`, and for `/mutate` a patch (the fixture needs the full
-//! placement patch); anything else is printed as incorrect.
+//! placement patch); anything else is printed as incorrect. Each run also
+//! prints the CPU time this process spent per answer, client and server
+//! together (from `/proc/self/stat`, 10 ms ticks; zero off Linux): when
+//! paced, the gap to the floor's is the webhook's own work on cold caches.
 //!
 //! A second phase measures `/mutate` alone and then beside a flood of
 //! expensive `/validate` requests (a policy that runs into its cost limit,
@@ -499,6 +502,8 @@ struct Run {
     incorrect: usize,
     /// No answer: connection or protocol errors.
     failed: usize,
+    /// This process's CPU time (client and server together) per answer.
+    cpu_per_answer: Duration,
 }
 
 impl Run {
@@ -512,12 +517,13 @@ impl Run {
 
     fn print(&self, label: &str) {
         println!(
-            "{label:30} {:>9.0} req/s  p50 {:>8.3} ms  p90 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms",
+            "{label:30} {:>9.0} req/s  p50 {:>8.3} ms  p90 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms  cpu {:>5.1} µs/answer",
             self.rate,
             ms(self.p(50.0)),
             ms(self.p(90.0)),
             ms(self.p(99.0)),
             ms(self.latencies.last().copied().unwrap_or_default()),
+            self.cpu_per_answer.as_secs_f64() * 1e6,
         );
     }
 }
@@ -537,6 +543,7 @@ async fn drive(
     let incorrect = Arc::new(AtomicUsize::new(0));
     let request: Arc<[u8]> = request.into();
     let deadline = Instant::now() + TIME_LIMIT;
+    let cpu = cpu_time();
     let started = Instant::now();
     let tasks: Vec<_> = (0..connections)
         .map(|_| {
@@ -574,9 +581,11 @@ async fn drive(
         latencies.extend(task.await.unwrap_or_default());
     }
     let elapsed = started.elapsed();
+    let cpu_per_answer = per_answer(cpu_time().saturating_sub(cpu), latencies.len());
     latencies.sort_unstable();
     Run {
         rate: latencies.len() as f64 / elapsed.as_secs_f64(),
+        cpu_per_answer,
         latencies,
         incorrect: incorrect.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
@@ -605,6 +614,7 @@ async fn paced(
     let incorrect = Arc::new(AtomicUsize::new(0));
     let request: Arc<[u8]> = request.into();
     let start = tokio::time::Instant::now() + Duration::from_millis(50);
+    let cpu = cpu_time();
     let tasks: Vec<_> = (0..connections)
         .map(|i| {
             let (failed, incorrect, request, tls) = (
@@ -646,9 +656,11 @@ async fn paced(
     for task in tasks {
         latencies.extend(task.await.unwrap_or_default());
     }
+    let cpu_per_answer = per_answer(cpu_time().saturating_sub(cpu), latencies.len());
     latencies.sort_unstable();
     Run {
         rate: latencies.len() as f64 / duration.as_secs_f64(),
+        cpu_per_answer,
         latencies,
         incorrect: incorrect.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
@@ -702,6 +714,33 @@ fn gpu_pod_review() -> serde_json::Value {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reviews/pod-create-gpu.json");
     let text = std::fs::read_to_string(path).expect("fixture");
     serde_json::from_str(&text).expect("fixture JSON")
+}
+
+/// This process's CPU time so far, user and system (Linux; zero elsewhere).
+fn cpu_time() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the command name (which may hold spaces), from field 3:
+    // utime and stime are fields 14 and 15, in clock ticks (USER_HZ, 100).
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return Duration::ZERO;
+    };
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+fn per_answer(cpu: Duration, answers: usize) -> Duration {
+    if answers == 0 {
+        Duration::ZERO
+    } else {
+        cpu / answers as u32
+    }
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
