@@ -6,7 +6,7 @@
 use super::json::{items, scalar_string, FieldError};
 use crate::k8s::json::Pointer as _;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -169,10 +169,14 @@ impl NodeSelectorRequirement {
 
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
-        m.insert("key".into(), json!(self.key));
-        m.insert("operator".into(), json!(self.operator.as_str()));
+        m.insert("key".into(), Value::String(self.key.clone()));
+        m.insert(
+            "operator".into(),
+            Value::String(self.operator.as_str().to_string()),
+        );
         if !self.values.is_empty() {
-            m.insert("values".into(), json!(self.values));
+            let values = self.values.iter().cloned().map(Value::String).collect();
+            m.insert("values".into(), Value::Array(values));
         }
         Value::Object(m)
     }
@@ -291,7 +295,10 @@ impl NodeSelectorTerm {
     }
 
     pub fn to_json(&self) -> Value {
-        json!({"matchExpressions": self.requirements.iter().map(Requirement::to_json).collect::<Vec<_>>()})
+        let expressions = self.requirements.iter().map(Requirement::to_json).collect();
+        let mut m = Map::new();
+        m.insert("matchExpressions".into(), Value::Array(expressions));
+        Value::Object(m)
     }
 
     pub fn describe(&self) -> String {
@@ -506,6 +513,7 @@ impl NodeSelection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn r(key: &str, op: &str, values: &[&str]) -> Requirement {
         Requirement {

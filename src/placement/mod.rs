@@ -18,7 +18,7 @@ pub use plan::PROFILE_ANNOTATION;
 pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
 pub use tiers::SkuTiers;
 
-use crate::gpu::catalog::Catalog;
+use crate::gpu::catalog::{Catalog, Sku};
 use crate::gpu::claims::ClaimGpuRequest;
 use crate::gpu::selection::SkuRequirement;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
@@ -48,6 +48,11 @@ pub struct ProfileSet {
     /// ([`profile_skus`]), worked out when the catalog is set, not per
     /// request.
     profile_skus: Vec<Vec<String>>,
+    /// Per tier, without and with the premium opt-in: the catalog
+    /// positions of the SKUs [`SkuTiers::allowed_in`] gives (`None`: every
+    /// SKU), worked out when the tiers or the catalog are set, not per
+    /// request.
+    tier_skus: BTreeMap<String, [Option<Vec<usize>>; 2]>,
 }
 
 /// What placement does to one request.
@@ -84,11 +89,13 @@ impl ProfileSet {
             catalog: None,
             tiers: None,
             profile_skus: Vec::new(),
+            tier_skus: BTreeMap::new(),
         }
         .with_profile_skus())
     }
 
-    /// Works out [`ProfileSet::profile_skus`] over the current catalog.
+    /// Works out [`ProfileSet::profile_skus`] and
+    /// [`ProfileSet::tier_skus`] over the current catalog.
     fn with_profile_skus(mut self) -> ProfileSet {
         let catalog = self.catalog();
         let skus = self
@@ -96,8 +103,32 @@ impl ProfileSet {
             .iter()
             .map(|p| profile_skus(p, catalog))
             .collect();
+        let mut tier_skus = BTreeMap::new();
+        if let Some(tiers) = &self.tiers {
+            let all = catalog.skus();
+            let position = |sku: &Sku| all.iter().position(|s| std::ptr::eq(s, sku));
+            for tier in tiers.names() {
+                let allowed = [false, true].map(|premium| {
+                    tiers
+                        .allowed_in(catalog, tier, premium)
+                        .map(|skus| skus.into_iter().filter_map(position).collect())
+                });
+                tier_skus.insert(tier.to_string(), allowed);
+            }
+        }
         self.profile_skus = skus;
+        self.tier_skus = tier_skus;
         self
+    }
+
+    /// The catalog SKUs a namespace with `namespace_labels` may use, in
+    /// catalog order ([`SkuTiers::allowed`], looked up rather than worked
+    /// out); `None` when that is every SKU or no tier applies.
+    pub fn tier_allowed(&self, namespace_labels: &BTreeMap<String, String>) -> Option<Vec<&Sku>> {
+        let (tier, premium) = self.tiers.as_ref()?.tier_of(namespace_labels)?;
+        let positions = self.tier_skus.get(tier)?[usize::from(premium)].as_ref()?;
+        let all = self.catalog().skus();
+        Some(positions.iter().filter_map(|&i| all.get(i)).collect())
     }
 
     /// The catalog SKUs `profile`'s required terms allow, when fewer than
@@ -113,7 +144,7 @@ impl ProfileSet {
     /// Keeps GPU pods on the sizes their namespace's tier allows.
     pub fn with_tiers(mut self, tiers: SkuTiers) -> ProfileSet {
         self.tiers = Some(tiers);
-        self
+        self.with_profile_skus()
     }
 
     pub fn tiers(&self) -> Option<&SkuTiers> {
@@ -347,7 +378,7 @@ fn tier_terms(
     namespace_labels: &BTreeMap<String, String>,
 ) -> Option<Vec<crate::k8s::NodeSelectorTerm>> {
     let catalog = profiles.catalog();
-    let allowed = profiles.tiers()?.allowed(catalog, namespace_labels)?;
+    let allowed = profiles.tier_allowed(namespace_labels)?;
     tiers::narrow(
         &profile.required,
         pod.get("spec")?,

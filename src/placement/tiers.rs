@@ -68,15 +68,40 @@ impl SkuTiers {
         catalog: &'a Catalog,
         namespace_labels: &BTreeMap<String, String>,
     ) -> Option<Vec<&'a Sku>> {
+        let (tier, premium) = self.tier_of(namespace_labels)?;
+        self.allowed_in(catalog, tier, premium)
+    }
+
+    /// The tier whose list applies to a namespace with `namespace_labels`
+    /// (its own, or the default one) and whether it opted in to premium
+    /// SKUs; `None` when no tier applies.
+    pub fn tier_of(&self, namespace_labels: &BTreeMap<String, String>) -> Option<(&str, bool)> {
         let tier = namespace_labels
             .get(TIER_LABEL)
             .map_or(DEFAULT_TIER, String::as_str);
-        let list = self
+        let (name, _) = self
             .tiers
-            .get(tier)
-            .or_else(|| self.tiers.get(DEFAULT_TIER))?;
-        let every = list.iter().any(|n| n == "*");
+            .get_key_value(tier)
+            .or_else(|| self.tiers.get_key_value(DEFAULT_TIER))?;
         let premium = namespace_labels.get(PREMIUM_LABEL).map(String::as_str) == Some("true");
+        Some((name, premium))
+    }
+
+    /// The tier names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tiers.keys().map(String::as_str)
+    }
+
+    /// [`SkuTiers::allowed`] for tier `tier` with or without the premium
+    /// opt-in.
+    pub fn allowed_in<'a>(
+        &self,
+        catalog: &'a Catalog,
+        tier: &str,
+        premium: bool,
+    ) -> Option<Vec<&'a Sku>> {
+        let list = self.tiers.get(tier)?;
+        let every = list.iter().any(|n| n == "*");
         // Each listed name looked up once (as `Sku::is_named` matches:
         // case, `Standard_`, aliases), then the catalog kept in its order.
         let listed: Vec<&Sku> = list.iter().filter_map(|n| catalog.get(n)).collect();
@@ -275,6 +300,55 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn the_profile_set_looks_up_what_each_tier_allows() {
+        use crate::placement::ProfileSet;
+        let c = Catalog::embedded();
+        let cases = [
+            labels(&[]),
+            labels(&[(TIER_LABEL, "gold")]),
+            labels(&[(TIER_LABEL, "standard")]),
+            labels(&[(TIER_LABEL, "standard"), (PREMIUM_LABEL, "true")]),
+            labels(&[(TIER_LABEL, "premium")]),
+            labels(&[(TIER_LABEL, "premium"), (PREMIUM_LABEL, "true")]),
+            labels(&[(PREMIUM_LABEL, "yes")]),
+        ];
+        let catalog = std::sync::Arc::new(Catalog::embedded());
+        // Tiers set before and after the catalog: the lookup follows both.
+        let sets = [
+            ProfileSet::new(Vec::new()).unwrap().with_tiers(tiers()),
+            ProfileSet::new(Vec::new())
+                .unwrap()
+                .with_tiers(tiers())
+                .with_catalog(catalog.clone()),
+            ProfileSet::new(Vec::new())
+                .unwrap()
+                .with_catalog(catalog)
+                .with_tiers(tiers()),
+        ];
+        for set in &sets {
+            for namespace in &cases {
+                let looked_up = set.tier_allowed(namespace).map(|s| names(&s));
+                let worked_out = tiers().allowed(&c, namespace).map(|s| names(&s));
+                assert_eq!(looked_up, worked_out, "{namespace:?}");
+            }
+        }
+        let no_default = SkuTiers::from_config_map(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gpu-sku-allowlist"}, "data": {"standard": "Standard_NC4as_T4_v3"}}))
+        .unwrap();
+        let set = ProfileSet::new(Vec::new()).unwrap().with_tiers(no_default);
+        assert_eq!(set.tier_allowed(&labels(&[])).map(|s| s.len()), None);
+        assert_eq!(
+            set.tier_allowed(&labels(&[(TIER_LABEL, "standard")]))
+                .map(|s| names(&s)),
+            Some(vec!["Standard_NC4as_T4_v3".to_string()])
+        );
+        assert!(ProfileSet::new(Vec::new())
+            .unwrap()
+            .tier_allowed(&labels(&[]))
+            .is_none());
     }
 
     fn narrow_pod(spec: Value, profile: &[Term], tier: &[(&str, &str)]) -> Option<Vec<Value>> {
