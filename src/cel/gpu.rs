@@ -51,15 +51,18 @@ impl GpuExtension {
     }
 }
 
-/// The `gpu` variable of `facts`, in CEL form. Both forms go through the
-/// facts' JSON, so they hold the same values (integers as `int`).
+/// The `gpu` variable of `facts`, in CEL form, through the facts' JSON
+/// (integers as `int`).
 pub fn gpu_value(facts: &GpuFacts) -> Value {
     json_to_value(&facts_json(facts))
 }
 
-/// [`gpu_value`] in the interpreter's own form, as a context holds it.
+/// [`gpu_value`] in the interpreter's own form, as a context holds it:
+/// converted straight from the facts, by the same rules as their JSON.
 pub fn gpu_val(facts: &GpuFacts) -> Box<dyn super::Val> {
-    super::json_to_val(&facts_json(facts))
+    // Plain data (strings, integers, booleans, lists, maps with string
+    // keys) always converts.
+    super::to_val(facts).unwrap_or_else(|_| Box::new(kube_cel::cel::common::types::CelNull))
 }
 
 fn facts_json(facts: &GpuFacts) -> serde_json::Value {
@@ -179,6 +182,45 @@ mod tests {
             sku_value(&catalog, &ext.sku_values.0, "Standard_D4s_v5"),
             Value::Null
         );
+    }
+
+    #[test]
+    fn both_forms_of_the_gpu_variable_agree() {
+        let catalog = Catalog::embedded();
+        let resources = GpuResources::default();
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t",
+                "annotations": {"gpu-fraction": "0.5"}},
+                "spec": {"schedulerName": "kai-scheduler",
+                    "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"},
+                    "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+                    "initContainers": [{"name": "init", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                    "containers": [
+                        {"name": "train", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+                        {"name": "log"}],
+                    "ephemeralContainers": [{"name": "debug"}],
+                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]}}),
+            json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
+                "spec": {"template": {"spec": {
+                    "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
+                    "requirements": [{"key": "karpenter.azure.com/sku-gpu-manufacturer",
+                        "operator": "In", "values": ["nvidia"]}]}},
+                    "limits": {"nvidia.com/gpu": "16"}}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+        ];
+        // The pool's facts (flattened, with fields of their own
+        // serializers) are among those compared.
+        assert!(GpuFacts::of(&objects[1], &catalog, &resources)
+            .pool
+            .is_some());
+        for object in &objects {
+            let mut facts = GpuFacts::of(object, &catalog, &resources);
+            facts.placement.profile = "aks-nvidia".into();
+            facts.placement.skus = vec!["Standard_NC4as_T4_v3".into()];
+            let val = gpu_val(&facts);
+            let direct = Value::try_from(val.as_ref()).expect("plain data");
+            assert_eq!(direct, gpu_value(&facts), "{object}");
+        }
     }
 
     #[test]

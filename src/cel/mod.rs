@@ -19,12 +19,14 @@ pub mod gpu;
 mod limits;
 mod signatures;
 mod sku_sets;
+mod to_val;
 pub mod variables;
 
 /// The cel crate types extensions work with.
 pub use kube_cel::cel::common::value::Val;
 pub use kube_cel::cel::{Context, Value};
 pub use limits::{Limits, EXPRESSION_COST_LIMIT, POLICY_COST_LIMIT};
+pub use to_val::{to_val, ToValError};
 
 /// The variables Kubernetes gives admission policy expressions.
 pub const BUILTIN_VARIABLES: &[&str] = &[

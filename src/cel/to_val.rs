@@ -1,0 +1,479 @@
+//! Any `Serialize` value straight into the interpreter's own form, by the
+//! rules [`super::json_to_val`] applies to its JSON: integers that fit are
+//! `int`, larger ones and other numbers `double`, absent options `null`,
+//! enum variants as serde_json writes them. One pass instead of building
+//! the JSON tree, converting it, and dropping it.
+use super::Val;
+use kube_cel::cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapEntries, CelMapKey, CelNull, CelString,
+};
+use serde::ser::{self, Serialize};
+use std::fmt;
+
+/// `value` in the interpreter's form; an error where serde_json would fail
+/// too (a map key that is not a string, a failing `Serialize`).
+pub fn to_val<T: Serialize + ?Sized>(value: &T) -> Result<Box<dyn Val>, ToValError> {
+    value.serialize(ValSerializer)
+}
+
+/// Why a value could not be converted.
+#[derive(Debug)]
+pub struct ToValError(String);
+
+impl fmt::Display for ToValError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ToValError {}
+
+impl ser::Error for ToValError {
+    fn custom<T: fmt::Display>(msg: T) -> ToValError {
+        ToValError(msg.to_string())
+    }
+}
+
+type Out = Result<Box<dyn Val>, ToValError>;
+
+struct ValSerializer;
+
+fn int_or_double(n: u64) -> Box<dyn Val> {
+    match i64::try_from(n) {
+        Ok(i) => Box::new(CelInt::from(i)),
+        Err(_) => Box::new(CelDouble::from(n as f64)),
+    }
+}
+
+/// One entry `{variant: value}`, as serde_json writes data-carrying variants.
+fn tagged(variant: &str, value: Box<dyn Val>) -> Box<dyn Val> {
+    let mut entries = CelMapEntries::default();
+    entries.insert(CelMapKey::from(variant), value);
+    Box::new(CelMap::from(entries))
+}
+
+impl ser::Serializer for ValSerializer {
+    type Ok = Box<dyn Val>;
+    type Error = ToValError;
+    type SerializeSeq = Seq;
+    type SerializeTuple = Seq;
+    type SerializeTupleStruct = Seq;
+    type SerializeTupleVariant = Seq;
+    type SerializeMap = MapOut;
+    type SerializeStruct = MapOut;
+    type SerializeStructVariant = MapOut;
+
+    fn serialize_bool(self, v: bool) -> Out {
+        Ok(Box::new(CelBool::from(v)))
+    }
+    fn serialize_i8(self, v: i8) -> Out {
+        self.serialize_i64(i64::from(v))
+    }
+    fn serialize_i16(self, v: i16) -> Out {
+        self.serialize_i64(i64::from(v))
+    }
+    fn serialize_i32(self, v: i32) -> Out {
+        self.serialize_i64(i64::from(v))
+    }
+    fn serialize_i64(self, v: i64) -> Out {
+        Ok(Box::new(CelInt::from(v)))
+    }
+    fn serialize_i128(self, v: i128) -> Out {
+        Ok(match i64::try_from(v) {
+            Ok(i) => Box::new(CelInt::from(i)),
+            Err(_) => Box::new(CelDouble::from(v as f64)),
+        })
+    }
+    fn serialize_u8(self, v: u8) -> Out {
+        self.serialize_u64(u64::from(v))
+    }
+    fn serialize_u16(self, v: u16) -> Out {
+        self.serialize_u64(u64::from(v))
+    }
+    fn serialize_u32(self, v: u32) -> Out {
+        self.serialize_u64(u64::from(v))
+    }
+    fn serialize_u64(self, v: u64) -> Out {
+        Ok(int_or_double(v))
+    }
+    fn serialize_u128(self, v: u128) -> Out {
+        Ok(match i64::try_from(v) {
+            Ok(i) => Box::new(CelInt::from(i)),
+            Err(_) => Box::new(CelDouble::from(v as f64)),
+        })
+    }
+    fn serialize_f32(self, v: f32) -> Out {
+        self.serialize_f64(f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Out {
+        // serde_json writes a number that is not finite as null.
+        if v.is_finite() {
+            Ok(Box::new(CelDouble::from(v)))
+        } else {
+            Ok(Box::new(CelNull))
+        }
+    }
+    fn serialize_char(self, v: char) -> Out {
+        let mut buf = [0u8; 4];
+        self.serialize_str(v.encode_utf8(&mut buf))
+    }
+    fn serialize_str(self, v: &str) -> Out {
+        Ok(Box::new(CelString::from(v)))
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Out {
+        // serde_json writes bytes as a list of numbers.
+        let items: Vec<Box<dyn Val>> = v.iter().map(|b| int_or_double(u64::from(*b))).collect();
+        Ok(Box::new(CelList::from(items)))
+    }
+    fn serialize_none(self) -> Out {
+        Ok(Box::new(CelNull))
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Out {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Out {
+        Ok(Box::new(CelNull))
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Out {
+        Ok(Box::new(CelNull))
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Out {
+        self.serialize_str(variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Out {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Out {
+        Ok(tagged(variant, value.serialize(ValSerializer)?))
+    }
+    fn serialize_seq(self, len: Option<usize>) -> Result<Seq, ToValError> {
+        Ok(Seq {
+            items: Vec::with_capacity(len.unwrap_or(0)),
+            variant: None,
+        })
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Seq, ToValError> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(self, _name: &'static str, len: usize) -> Result<Seq, ToValError> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Seq, ToValError> {
+        Ok(Seq {
+            items: Vec::with_capacity(len),
+            variant: Some(variant),
+        })
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<MapOut, ToValError> {
+        Ok(MapOut::new(None))
+    }
+    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<MapOut, ToValError> {
+        Ok(MapOut::new(None))
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<MapOut, ToValError> {
+        Ok(MapOut::new(Some(variant)))
+    }
+}
+
+struct Seq {
+    items: Vec<Box<dyn Val>>,
+    /// A tuple variant's name: the list is wrapped as `{variant: [...]}`.
+    variant: Option<&'static str>,
+}
+
+impl Seq {
+    fn done(self) -> Out {
+        let list: Box<dyn Val> = Box::new(CelList::from(self.items));
+        Ok(match self.variant {
+            Some(variant) => tagged(variant, list),
+            None => list,
+        })
+    }
+}
+
+impl ser::SerializeSeq for Seq {
+    type Ok = Box<dyn Val>;
+    type Error = ToValError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
+        self.items.push(value.serialize(ValSerializer)?);
+        Ok(())
+    }
+    fn end(self) -> Out {
+        self.done()
+    }
+}
+
+impl ser::SerializeTuple for Seq {
+    type Ok = Box<dyn Val>;
+    type Error = ToValError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
+        ser::SerializeSeq::serialize_element(self, value)
+    }
+    fn end(self) -> Out {
+        self.done()
+    }
+}
+
+impl ser::SerializeTupleStruct for Seq {
+    type Ok = Box<dyn Val>;
+    type Error = ToValError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
+        ser::SerializeSeq::serialize_element(self, value)
+    }
+    fn end(self) -> Out {
+        self.done()
+    }
+}
+
+impl ser::SerializeTupleVariant for Seq {
+    type Ok = Box<dyn Val>;
+    type Error = ToValError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
+        ser::SerializeSeq::serialize_element(self, value)
+    }
+    fn end(self) -> Out {
+        self.done()
+    }
+}
+
+struct MapOut {
+    entries: CelMapEntries,
+    /// The key given by `serialize_key`, waiting for its value.
+    key: Option<String>,
+    /// A struct variant's name: the map is wrapped as `{variant: {...}}`.
+    variant: Option<&'static str>,
+}
+
+impl MapOut {
+    fn new(variant: Option<&'static str>) -> MapOut {
+        MapOut {
+            entries: CelMapEntries::default(),
+            key: None,
+            variant,
+        }
+    }
+
+    fn insert(&mut self, key: &str, value: Box<dyn Val>) {
+        // A later entry of the same key wins, as in serde_json's map.
+        self.entries.insert(CelMapKey::from(key), value);
+    }
+
+    fn done(self) -> Out {
+        let map: Box<dyn Val> = Box::new(CelMap::from(self.entries));
+        Ok(match self.variant {
+            Some(variant) => tagged(variant, map),
+            None => map,
+        })
+    }
+}
+
+impl ser::SerializeMap for MapOut {
+    type Ok = Box<dyn Val>;
+    type Error = ToValError;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), ToValError> {
+        // Keys as serde_json takes them: strings, and numbers, booleans
+        // and chars written as strings.
+        let key = serde_json::to_value(key).map_err(|e| ToValError(e.to_string()))?;
+        self.key = Some(match key {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::Bool(b) => b.to_string(),
+            _ => return Err(ToValError("map key must be a string".into())),
+        });
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
+        let key = self
+            .key
+            .take()
+            .ok_or_else(|| ToValError("map value without a key".into()))?;
+        let value = value.serialize(ValSerializer)?;
+        self.insert(&key, value);
+        Ok(())
+    }
+    fn serialize_entry<K: Serialize + ?Sized, V: Serialize + ?Sized>(
+        &mut self,
+        key: &K,
+        value: &V,
+    ) -> Result<(), ToValError> {
+        ser::SerializeMap::serialize_key(self, key)?;
+        ser::SerializeMap::serialize_value(self, value)
+    }
+    fn end(self) -> Out {
+        self.done()
+    }
+}
+
+impl ser::SerializeStruct for MapOut {
+    type Ok = Box<dyn Val>;
+    type Error = ToValError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), ToValError> {
+        let value = value.serialize(ValSerializer)?;
+        self.insert(key, value);
+        Ok(())
+    }
+    fn end(self) -> Out {
+        self.done()
+    }
+}
+
+impl ser::SerializeStructVariant for MapOut {
+    type Ok = Box<dyn Val>;
+    type Error = ToValError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), ToValError> {
+        ser::SerializeStruct::serialize_field(self, key, value)
+    }
+    fn end(self) -> Out {
+        self.done()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cel::{json_to_val, Value};
+    use serde::Serialize;
+    use serde_json::json;
+
+    fn as_value(val: &dyn Val) -> Value {
+        Value::try_from(val).expect("a plain value")
+    }
+
+    /// Both routes give the same value for the same data.
+    fn same(json: &serde_json::Value) {
+        let direct = to_val(json).expect("converts");
+        assert_eq!(
+            as_value(direct.as_ref()),
+            as_value(json_to_val(json).as_ref()),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn json_converts_as_json_to_val_converts_it() {
+        same(&json!(null));
+        same(&json!(true));
+        same(&json!(0));
+        same(&json!(-7));
+        same(&json!(i64::MAX));
+        same(&json!(u64::MAX));
+        same(&json!(1.5));
+        same(&json!(2.0));
+        same(&json!("text ü"));
+        same(&json!([]));
+        same(&json!({}));
+        same(&json!({"a": [1, {"b": null, "c": [true, "x"]}], "d": {"e": 3.25}}));
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Sample {
+        count: u32,
+        huge: u64,
+        ratio: f64,
+        not_a_number: f64,
+        name: &'static str,
+        absent: Option<i64>,
+        present: Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        skipped: Option<i64>,
+        tags: Vec<String>,
+        by_name: std::collections::BTreeMap<String, i64>,
+        by_number: std::collections::BTreeMap<u16, bool>,
+        #[serde(flatten)]
+        inner: Inner,
+        letter: char,
+        unit: Shape,
+        newtype: Shape,
+        tuple: Shape,
+        record: Shape,
+        pair: (i32, &'static str),
+    }
+
+    #[derive(Serialize)]
+    struct Inner {
+        flattened: bool,
+    }
+
+    #[derive(Serialize)]
+    enum Shape {
+        Dot,
+        Line(u8),
+        Pair(i8, i8),
+        Box { w: u8 },
+    }
+
+    #[test]
+    fn derived_structs_convert_as_their_json_does() {
+        let sample = Sample {
+            count: 3,
+            huge: u64::MAX,
+            ratio: 0.25,
+            not_a_number: f64::NAN,
+            name: "n",
+            absent: None,
+            present: Some(4),
+            skipped: None,
+            tags: vec!["a".into(), "b".into()],
+            by_name: [("x".to_string(), 1)].into(),
+            by_number: [(7, true)].into(),
+            inner: Inner { flattened: true },
+            letter: 'q',
+            unit: Shape::Dot,
+            newtype: Shape::Line(2),
+            tuple: Shape::Pair(-1, 1),
+            record: Shape::Box { w: 9 },
+            pair: (5, "five"),
+        };
+        let json = serde_json::to_value(&sample).unwrap();
+        assert!(json.get("skipped").is_none());
+        assert_eq!(json["byNumber"], json!({"7": true}));
+        let direct = to_val(&sample).unwrap();
+        assert_eq!(
+            as_value(direct.as_ref()),
+            as_value(json_to_val(&json).as_ref())
+        );
+    }
+
+    #[test]
+    fn keys_serde_json_refuses_are_refused() {
+        let by_list: std::collections::BTreeMap<Vec<u8>, i64> = [(vec![1], 1)].into();
+        assert!(serde_json::to_value(&by_list).is_err());
+        assert!(to_val(&by_list).is_err());
+    }
+}
