@@ -9,7 +9,7 @@ use crate::k8s::json::Pointer as _;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// Group, version and kind of an object (`request.kind`).
@@ -366,48 +366,82 @@ pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
 /// Encodes the answer to request `uid` as an AdmissionReview v1, with the
 /// patch as a base64 string and `patchType: JSONPatch` as the API documents.
 pub fn encode(uid: &str, response: &Response) -> Value {
-    let mut out = Map::new();
-    out.insert("uid".into(), Value::String(uid.to_string()));
-    out.insert("allowed".into(), Value::Bool(response.allowed));
-    if !response.allowed || response.message.is_some() {
-        let mut status = Map::new();
-        if let Some(message) = &response.message {
-            status.insert("message".into(), Value::String(message.clone()));
+    serde_json::to_value(Answer::new(uid, response)).unwrap_or(Value::Null)
+}
+
+/// [`encode`] written as JSON, as the webhook sends it (no tree built).
+pub fn encode_json(uid: &str, response: &Response) -> Vec<u8> {
+    // Strings, booleans and integers always serialize.
+    serde_json::to_vec(&Answer::new(uid, response)).unwrap_or_default()
+}
+
+/// An AdmissionReview v1 answer, borrowing from the [`Response`].
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: AnswerResponse<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AnswerResponse<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<AnswerStatus<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    audit_annotations: &'a BTreeMap<String, String>,
+}
+
+/// `metav1.Status`: the message of any answer that has one, and for a
+/// denial its status, reason and code.
+#[derive(Serialize)]
+struct AnswerStatus<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    code: Option<u16>,
+}
+
+impl<'a> Answer<'a> {
+    fn new(uid: &'a str, response: &'a Response) -> Answer<'a> {
+        let denied = !response.allowed;
+        let status = (denied || response.message.is_some()).then(|| AnswerStatus {
+            message: response.message.as_deref(),
+            status: denied.then_some("Failure"),
+            reason: denied.then(|| response.reason.as_deref().unwrap_or("Forbidden")),
+            code: denied.then(|| response.code.unwrap_or(403)),
+        });
+        let patch = response.patch.as_ref().map(|patch| {
+            let bytes = serde_json::to_vec(patch).unwrap_or_default();
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        });
+        Answer {
+            api_version: "admission.k8s.io/v1",
+            kind: "AdmissionReview",
+            response: AnswerResponse {
+                uid,
+                allowed: response.allowed,
+                status,
+                patch_type: patch.as_ref().map(|_| "JSONPatch"),
+                patch,
+                warnings: &response.warnings,
+                audit_annotations: &response.audit_annotations,
+            },
         }
-        if !response.allowed {
-            status.insert("status".into(), Value::String("Failure".into()));
-            status.insert(
-                "reason".into(),
-                Value::String(
-                    response
-                        .reason
-                        .clone()
-                        .unwrap_or_else(|| "Forbidden".into()),
-                ),
-            );
-            status.insert("code".into(), json!(response.code.unwrap_or(403)));
-        }
-        out.insert("status".into(), Value::Object(status));
     }
-    if let Some(patch) = &response.patch {
-        let bytes = serde_json::to_vec(patch).unwrap_or_default();
-        out.insert(
-            "patch".into(),
-            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
-        );
-        out.insert("patchType".into(), Value::String("JSONPatch".into()));
-    }
-    if !response.warnings.is_empty() {
-        out.insert("warnings".into(), json!(response.warnings));
-    }
-    if !response.audit_annotations.is_empty() {
-        out.insert("auditAnnotations".into(), json!(response.audit_annotations));
-    }
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": Value::Object(out),
-    })
 }
 
 #[cfg(test)]
@@ -577,6 +611,55 @@ mod tests {
             "gpu-keepalive: container \"train\" runs sleep infinity"
         );
         assert!(r.get("patch").is_none());
+    }
+
+    #[test]
+    fn the_sent_answer_is_the_encoded_one_with_only_the_fields_that_apply() {
+        let patch: json_patch::Patch =
+            serde_json::from_value(json!([{"op": "remove", "path": "/spec/x"}])).unwrap();
+        let mut warned = Response::allow().with_patch(patch);
+        warned.warnings.push("w".into());
+        warned.audit_annotations.insert("k".into(), "v".into());
+        let mut invalid = Response::deny("bad");
+        invalid.reason = Some("Invalid".into());
+        invalid.code = Some(422);
+        let mut bare_denial = Response::deny("no");
+        bare_denial.reason = None;
+        bare_denial.code = None;
+        let mut allowed_with_message = Response::allow();
+        allowed_with_message.message = Some("note".into());
+        let cases = [
+            (Response::allow(), json!({"uid": "u", "allowed": true})),
+            (
+                allowed_with_message,
+                json!({"uid": "u", "allowed": true, "status": {"message": "note"}}),
+            ),
+            (
+                invalid,
+                json!({"uid": "u", "allowed": false, "status": {"message": "bad",
+                    "status": "Failure", "reason": "Invalid", "code": 422}}),
+            ),
+            (
+                bare_denial,
+                json!({"uid": "u", "allowed": false, "status": {"message": "no",
+                    "status": "Failure", "reason": "Forbidden", "code": 403}}),
+            ),
+            (
+                warned,
+                json!({"uid": "u", "allowed": true,
+                    "patch": base64::engine::general_purpose::STANDARD
+                        .encode(br#"[{"op":"remove","path":"/spec/x"}]"#),
+                    "patchType": "JSONPatch", "warnings": ["w"],
+                    "auditAnnotations": {"k": "v"}}),
+            ),
+        ];
+        for (response, want) in cases {
+            let want = json!({"apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview", "response": want});
+            assert_eq!(encode("u", &response), want);
+            let sent: Value = serde_json::from_slice(&encode_json("u", &response)).unwrap();
+            assert_eq!(sent, want);
+        }
     }
 
     #[test]

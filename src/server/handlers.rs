@@ -208,7 +208,7 @@ async fn review_request(
                     "admission review answered without evaluation: {}",
                     response.message.as_deref().unwrap_or("")
                 );
-                return axum::Json(review::encode(&uid, &response)).into_response();
+                return answer_review(&uid, &response);
             }
         };
         // `uid` was recorded when the envelope was opened: recording a
@@ -242,10 +242,19 @@ async fn review_request(
             policies = %PolicyResults(&outcome.evaluations),
             "admission review answered"
         );
-        axum::Json(review::encode(&request.uid, &outcome.response)).into_response()
+        answer_review(&request.uid, &outcome.response)
     }
     .instrument(span)
     .await
+}
+
+/// The HTTP answer carrying the review's answer.
+fn answer_review(uid: &str, response: &Response) -> axum::response::Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        review::encode_json(uid, response),
+    )
+        .into_response()
 }
 
 /// `policy=result,...` for the request log line, formatted only when the
