@@ -216,7 +216,7 @@ mod tests {
         for object in &objects {
             let mut facts = GpuFacts::of(object, &catalog, &resources);
             facts.placement.profile = "aks-nvidia".into();
-            facts.placement.skus = vec!["Standard_NC4as_T4_v3".into()];
+            facts.placement.skus = vec!["Standard_NC4as_T4_v3".to_string()].into();
             let val = gpu_val(&facts);
             let direct = Value::try_from(val.as_ref()).expect("plain data");
             assert_eq!(direct, gpu_value(&facts), "{object}");

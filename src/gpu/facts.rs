@@ -12,6 +12,7 @@
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::catalog::Catalog;
 use super::claims::{request_devices, ClaimGpuRequest};
@@ -103,8 +104,9 @@ pub struct PlacementFacts {
     pub conflict: String,
     /// The catalog SKUs the profile's own required terms allow, when they
     /// narrow the catalog at all (empty otherwise): what a pod is held to
-    /// by placement rather than by anything its author wrote.
-    pub skus: Vec<String>,
+    /// by placement rather than by anything its author wrote. Shared with
+    /// the placement profiles, which work it out once.
+    pub skus: Arc<[String]>,
 }
 
 impl GpuFacts {

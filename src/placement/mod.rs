@@ -47,7 +47,7 @@ pub struct ProfileSet {
     /// Per profile (same order): the catalog SKUs its required terms allow
     /// ([`profile_skus`]), worked out when the catalog is set, not per
     /// request.
-    profile_skus: Vec<Vec<String>>,
+    profile_skus: Vec<Arc<[String]>>,
     /// Per tier, without and with the premium opt-in: the catalog
     /// positions of the SKUs [`SkuTiers::allowed_in`] gives (`None`: every
     /// SKU), worked out when the tiers or the catalog are set, not per
@@ -101,7 +101,7 @@ impl ProfileSet {
         let skus = self
             .profiles
             .iter()
-            .map(|p| profile_skus(p, catalog))
+            .map(|p| profile_skus(p, catalog).into())
             .collect();
         let mut tier_skus = BTreeMap::new();
         if let Some(tiers) = &self.tiers {
@@ -132,13 +132,13 @@ impl ProfileSet {
     }
 
     /// The catalog SKUs `profile`'s required terms allow, when fewer than
-    /// every SKU (empty otherwise).
-    fn skus_of(&self, profile: &Profile) -> &[String] {
+    /// every SKU (empty otherwise); shared, not copied.
+    fn skus_of(&self, profile: &Profile) -> Arc<[String]> {
         self.profiles
             .iter()
             .position(|p| std::ptr::eq(p, profile))
             .and_then(|i| self.profile_skus.get(i))
-            .map_or(&[], Vec::as_slice)
+            .map_or_else(|| Arc::from(Vec::new()), Arc::clone)
     }
 
     /// Keeps GPU pods on the sizes their namespace's tier allows.
@@ -320,7 +320,7 @@ pub struct Judgement {
     pub conflict: Option<String>,
     /// The catalog SKUs the profile's required terms allow, when fewer than
     /// every SKU (empty otherwise).
-    pub skus: Vec<String>,
+    pub skus: Arc<[String]>,
 }
 
 /// [`conflicts`] with the pod's GPU request already read, naming the profile.
@@ -333,14 +333,10 @@ pub fn judge(
     let Some(profile) = applicable_profile(profiles, pod, request, namespace_labels) else {
         return Judgement::default();
     };
-    let conflict = match plan::plan_profile(profile, &profile.required, pod) {
-        Ok(plan::Outcome::Conflict(message)) => Some(message),
-        _ => None,
-    };
     Judgement {
         profile: Some(profile.name.clone()),
-        conflict,
-        skus: profiles.skus_of(profile).to_vec(),
+        conflict: plan::conflict_of(profile, pod),
+        skus: profiles.skus_of(profile),
     }
 }
 

@@ -24,8 +24,9 @@ pub const PROFILE_ANNOTATION: &str = "gpu-admission.io/placement-profile";
 pub(super) enum Outcome {
     /// Operations to apply (empty: the pod already says everything).
     Patch(Vec<PatchOperation>),
-    /// The pod's own node selection excludes every node the profile allows.
-    Conflict(String),
+    /// The pod's own node selection excludes every node the profile allows
+    /// (the validating side says why: [`conflict_of`]).
+    Conflict,
 }
 
 /// The patch that places `pod` by `profile`, with `required` as the node
@@ -41,8 +42,8 @@ pub(super) fn plan_profile(
         expected: "an object",
     })?;
     let view = PodView::read(spec)?;
-    if let Some(message) = conflict(profile, &view) {
-        return Ok(Outcome::Conflict(message));
+    if conflict(profile, &view).is_some() {
+        return Ok(Outcome::Conflict);
     }
     let mut patch = Patch::new(pod);
     add_tolerations(profile, spec, &mut patch)?;
@@ -61,6 +62,15 @@ pub(super) fn plan_profile(
         )?;
     }
     Ok(Outcome::Patch(patch.into_operations()))
+}
+
+/// Why `pod`'s own node selection excludes every node `profile` allows,
+/// if it does: [`plan_profile`]'s conflict, without building the patch (a
+/// pod of an unexpected shape has none, as it gets no patch).
+pub(super) fn conflict_of(profile: &Profile, pod: &Value) -> Option<String> {
+    let spec = object_field(pod.as_object(), "spec", "/spec").ok()??;
+    let view = PodView::read(spec).ok()?;
+    conflict(profile, &view)
 }
 
 /// What the pod says about node selection, read once.
