@@ -243,14 +243,19 @@ fn heap(len: usize) -> usize {
 }
 
 /// The index just past the string starting at `start` (a `"`).
-fn skip_string(json: &[u8], start: usize) -> usize {
+pub(super) fn skip_string(json: &[u8], start: usize) -> usize {
     let mut i = start + 1;
-    while i < json.len() {
-        match json[i] {
-            b'\\' => i += 2,
-            b'"' => return i + 1,
-            _ => i += 1,
+    // Strings are most of a review's bytes: find the next quote or
+    // backslash a word at a time rather than a byte at a time.
+    while let Some(found) = json
+        .get(i..)
+        .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+    {
+        i += found;
+        if json[i] == b'"' {
+            return i + 1;
         }
+        i += 2;
     }
     json.len()
 }
@@ -278,6 +283,21 @@ mod tests {
         let s = shape(r#"{"a": [1, -2.5e3, true, null, "s"], "b": {"c": {}}}"#);
         assert_eq!(s.nodes, 9, "outer, list, five scalars, b, c");
         assert_eq!(s.depth, 3);
+    }
+
+    #[test]
+    fn a_string_ends_at_its_first_unescaped_quote() {
+        let end = |s: &str| skip_string(s.as_bytes(), 0);
+        assert_eq!(end(r#""abc" x"#), 5);
+        assert_eq!(end(r#""a\"b" x"#), 6);
+        assert_eq!(end(r#""a\\" x"#), 5);
+        assert_eq!(end(r#""\\\"" x"#), 6);
+        let long = format!("\"{}\\\"{}\" x", "a".repeat(100), "b".repeat(100));
+        assert_eq!(end(&long), long.len() - 2);
+        // Unterminated, or ending in a lone backslash: the end of the input.
+        assert_eq!(end(r#""abc"#), 4);
+        assert_eq!(end("\"abc\\"), 5);
+        assert_eq!(end("\""), 1);
     }
 
     #[test]
