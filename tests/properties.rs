@@ -269,6 +269,33 @@ proptest! {
         }
     }
 
+    /// Sizing the request while walking the whole body gives what sizing
+    /// the request's own JSON gives, wherever a value lands in the review;
+    /// and the one-pass decode agrees with opening and then decoding.
+    #[test]
+    fn the_request_is_sized_and_decoded_the_same_in_one_pass(
+        at in any::<Index>(),
+        value in json_value(),
+    ) {
+        let mut review = valid_review();
+        let all = pointers(&review);
+        let pointer = &all[at.index(all.len())];
+        *review.pointer_mut(pointer).unwrap() = value;
+        let body = serde_json::to_vec(&review).unwrap();
+        let limits = review::Limits::default();
+        if let Ok(envelope) = review::open(&body) {
+            prop_assert_eq!(
+                review::measure_request(&body, &limits),
+                envelope.measure(&limits)
+            );
+            let two_passes = envelope.decode().map_err(|e| e.to_string());
+            let one_pass = review::decode_review(&body).map_err(|e| e.to_string());
+            prop_assert_eq!(one_pass, two_passes);
+        } else {
+            prop_assert!(review::decode_review(&body).is_err());
+        }
+    }
+
     /// Any value in place of any part of a valid review (the whole review,
     /// `request`, `request.kind`, a container, a toleration's key...).
     #[test]

@@ -370,25 +370,70 @@ impl Envelope<'_> {
     /// Decodes the request. Call [`Envelope::measure`] first: this builds
     /// the whole tree.
     pub fn decode(&self) -> Result<Request, DecodeError> {
-        let mut request: Request =
+        let request: Request =
             serde_json::from_str(self.request.get()).map_err(DecodeError::BadRequest)?;
-        // The apiserver sends `null` rather than omitting absent objects.
-        if request.object.as_ref().is_some_and(Value::is_null) {
-            request.object = None;
+        Ok(request.without_null_objects())
+    }
+}
+
+impl Request {
+    /// The apiserver sends `null` rather than omitting absent objects.
+    fn without_null_objects(mut self) -> Request {
+        if self.object.as_ref().is_some_and(Value::is_null) {
+            self.object = None;
         }
-        if request.old_object.as_ref().is_some_and(Value::is_null) {
-            request.old_object = None;
+        if self.old_object.as_ref().is_some_and(Value::is_null) {
+            self.old_object = None;
         }
-        Ok(request)
+        self
     }
 }
 
 /// Decodes an AdmissionReview v1 body into its request, refusing one past
-/// the default [`Limits`] before building it.
+/// the default [`Limits`] before building it, as the webhook does: the body
+/// sized with [`measure_request`], then [`decode_review`].
 pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
-    let envelope = open(body)?;
-    envelope.measure(&Limits::default())?;
-    envelope.decode()
+    if let Err(too_large) = measure_request(body, &Limits::default()) {
+        // That it is no review at all is said first.
+        open(body)?;
+        return Err(too_large.into());
+    }
+    decode_review(body)
+}
+
+/// Sizes the request of an AdmissionReview body as [`Envelope::measure`]
+/// does, in the same pass that walks past the rest of the body (which is
+/// not counted: decoding skips it without building it).
+pub fn measure_request(body: &[u8], limits: &Limits) -> Result<Shape, TooLarge> {
+    shape::measure_member(body, "request", limits)
+}
+
+/// Decodes a whole AdmissionReview v1 body in one pass: the envelope
+/// checked and the request built together. Size the body with
+/// [`measure_request`] first: this builds the whole tree. A body that is not a readable review
+/// gets the error [`open`] and then [`Envelope::decode`] give (read again
+/// that way to say which part is wrong).
+pub fn decode_review(body: &[u8]) -> Result<Request, DecodeError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Review<'a> {
+        #[serde(default, borrow)]
+        api_version: Option<std::borrow::Cow<'a, str>>,
+        #[serde(default, borrow)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+        #[serde(default)]
+        request: Option<Request>,
+    }
+    match serde_json::from_slice::<Review<'_>>(body) {
+        Ok(Review {
+            api_version: Some(api_version),
+            kind: Some(kind),
+            request: Some(request),
+        }) if api_version == "admission.k8s.io/v1" && kind == "AdmissionReview" => {
+            Ok(request.without_null_objects())
+        }
+        _ => open(body)?.decode(),
+    }
 }
 
 /// Encodes the answer to request `uid` as an AdmissionReview v1, with the

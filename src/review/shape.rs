@@ -75,26 +75,70 @@ const COPIES: usize = 2;
 /// Walks `json` (one JSON value, assumed well-formed; malformed input gives
 /// some shape and never panics) and stops as soon as a limit is passed.
 pub fn measure(json: &[u8], limits: &Limits) -> Result<Shape, TooLarge> {
-    let mut walker = Walker {
-        limits,
-        shape: Shape::default(),
-        frames: Vec::with_capacity(32),
-        json_bytes: 0,
-        cel_bytes: 0,
-    };
-    walker.walk(json)?;
-    let decoded = walker
-        .json_bytes
-        .saturating_add(walker.cel_bytes)
-        .saturating_mul(COPIES);
-    walker.shape.decoded_bytes = decoded;
-    if decoded > limits.max_decoded_bytes {
-        return Err(TooLarge::Memory {
-            estimate_mib: decoded.div_ceil(1 << 20),
-            limit_mib: limits.max_decoded_bytes >> 20,
-        });
+    let mut walker = Walker::new(limits);
+    walker.walk(json, 0, false)?;
+    walker.slot();
+    walker.finish()
+}
+
+/// [`measure`] of the value of the outermost object's member `name` (of
+/// every such member together: a body that repeats it is refused when it
+/// is decoded, but never sized short), walking past the rest of `json`
+/// without counting it, as decoding skips it without building it. The
+/// shape of `{"name": V, ...}` is the shape of `V` alone.
+pub fn measure_member(json: &[u8], name: &str, limits: &Limits) -> Result<Shape, TooLarge> {
+    let mut walker = Walker::new(limits);
+    // Containers open around the cursor outside the member, and whether
+    // the outermost is an object whose next string is a key.
+    let mut depth = 0usize;
+    let mut outer_object = false;
+    let mut expect_key = false;
+    let mut member_next = false;
+    let mut i = 0;
+    while i < json.len() {
+        let b = json[i];
+        if member_next && !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b':') {
+            member_next = false;
+            i = walker.walk(json, i, true)?;
+            walker.slot();
+            continue;
+        }
+        match b {
+            b'"' => {
+                let end = skip_string(json, i);
+                if depth == 1 && outer_object && expect_key {
+                    expect_key = false;
+                    member_next = key_is(&json[i..end], name);
+                }
+                i = end;
+                continue;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                if depth == 1 {
+                    outer_object = b == b'{';
+                    expect_key = outer_object;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b',' if depth == 1 => expect_key = outer_object,
+            b':' if depth == 1 => expect_key = false,
+            _ => {}
+        }
+        i += 1;
     }
-    Ok(walker.shape)
+    walker.finish()
+}
+
+/// Whether the JSON string literal `literal` (quotes included) is `name`.
+fn key_is(literal: &[u8], name: &str) -> bool {
+    let inner = literal
+        .get(1..literal.len().saturating_sub(1))
+        .unwrap_or_default();
+    if !inner.contains(&b'\\') {
+        return inner == name.as_bytes();
+    }
+    serde_json::from_slice::<String>(literal).is_ok_and(|key| key == name)
 }
 
 struct Frame {
@@ -113,10 +157,47 @@ struct Walker<'a> {
     cel_bytes: usize,
 }
 
-impl Walker<'_> {
-    fn walk(&mut self, json: &[u8]) -> Result<(), TooLarge> {
-        let mut i = 0;
+impl<'a> Walker<'a> {
+    fn new(limits: &'a Limits) -> Walker<'a> {
+        Walker {
+            limits,
+            shape: Shape::default(),
+            frames: Vec::with_capacity(32),
+            json_bytes: 0,
+            cel_bytes: 0,
+        }
+    }
+
+    /// A measured value's own slot (its container holds it by value).
+    fn slot(&mut self) {
+        self.json_bytes += JSON_VALUE;
+        self.cel_bytes += CEL_VALUE;
+    }
+
+    /// The shape so far, refused past the memory limit.
+    fn finish(mut self) -> Result<Shape, TooLarge> {
+        let decoded = self
+            .json_bytes
+            .saturating_add(self.cel_bytes)
+            .saturating_mul(COPIES);
+        self.shape.decoded_bytes = decoded;
+        if decoded > self.limits.max_decoded_bytes {
+            return Err(TooLarge::Memory {
+                estimate_mib: decoded.div_ceil(1 << 20),
+                limit_mib: self.limits.max_decoded_bytes >> 20,
+            });
+        }
+        Ok(self.shape)
+    }
+
+    /// Walks `json` from `start`: to its end, or with `one_value` to the
+    /// end of the value starting there. Returns where it stopped.
+    fn walk(&mut self, json: &[u8], start: usize, one_value: bool) -> Result<usize, TooLarge> {
+        let mut i = start;
         while i < json.len() {
+            if one_value && i > start && self.frames.is_empty() {
+                return Ok(i);
+            }
             match json[i] {
                 b'"' => {
                     let end = skip_string(json, i);
@@ -174,10 +255,7 @@ impl Walker<'_> {
             }
             i += 1;
         }
-        // The outermost value's own slot.
-        self.json_bytes += JSON_VALUE;
-        self.cel_bytes += CEL_VALUE;
-        Ok(())
+        Ok(i)
     }
 
     /// Whether the string starting here is an object key.
@@ -283,6 +361,63 @@ mod tests {
         let s = shape(r#"{"a": [1, -2.5e3, true, null, "s"], "b": {"c": {}}}"#);
         assert_eq!(s.nodes, 9, "outer, list, five scalars, b, c");
         assert_eq!(s.depth, 3);
+    }
+
+    #[test]
+    fn a_member_is_sized_as_its_value_alone() {
+        let limits = Limits::default();
+        let member = |doc: &str| measure_member(doc.as_bytes(), "request", &limits).unwrap();
+        let value = r#"{"uid": "u", "object": {"a": [1, "x\"y", {"b": null}], "c": true}}"#;
+        let alone = measure(value.as_bytes(), &limits).unwrap();
+        for doc in [
+            format!(r#"{{"request": {value}}}"#),
+            format!(r#"{{"apiVersion": "v", "kind": "k", "request": {value}}}"#),
+            format!(
+                " {{ \"pad\" : [{{\"request\": 1}}, \"request\"], \"request\"\n:\t{value} , \"z\": {{}} }} "
+            ),
+            format!(r#"{{"requ\u0065st": {value}, "other": [[[]]]}}"#),
+        ] {
+            assert_eq!(member(&doc), alone, "{doc}");
+        }
+        // No such member: nothing sized; a member of an inner object or
+        // a string value that reads "request" is not it.
+        let none = Shape::default();
+        assert_eq!(
+            member(r#"{"kind": "request", "x": {"request": [1, 2]}}"#),
+            none
+        );
+        assert_eq!(member(r#"["request", {"request": 1}]"#), none);
+        assert_eq!(member("null"), none);
+        // A scalar member, and a member given twice (counted together).
+        assert_eq!(member(r#"{"request": 7}"#), measure(b"7", &limits).unwrap());
+        let twice = member(&format!(r#"{{"request": {value}, "request": {value}}}"#));
+        assert_eq!(twice.nodes, 2 * alone.nodes);
+        assert_eq!(twice.decoded_bytes, 2 * alone.decoded_bytes);
+        // Limits count the member only, and stop it as they stop the value.
+        let tight = Limits {
+            max_nodes: alone.nodes,
+            ..Limits::default()
+        };
+        let padded = format!(r#"{{"pad": [{}0], "request": {value}}}"#, "0,".repeat(100));
+        assert_eq!(
+            measure_member(padded.as_bytes(), "request", &tight),
+            Ok(alone)
+        );
+        let tighter = Limits {
+            max_nodes: alone.nodes - 1,
+            ..Limits::default()
+        };
+        assert!(measure_member(padded.as_bytes(), "request", &tighter).is_err());
+        // Malformed input gives some shape and never panics.
+        for doc in [
+            r#"{"request": }"#,
+            r#"{"request""#,
+            r#"{"request": [1,"#,
+            "}{",
+            "",
+        ] {
+            let _ = measure_member(doc.as_bytes(), "request", &limits);
+        }
     }
 
     #[test]

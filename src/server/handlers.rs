@@ -287,7 +287,9 @@ enum Refusal {
 
 /// Sizes the review in `bytes` and decodes it once the memory it needs is
 /// reserved (waiting for it within the deadline). What is too large to
-/// decode is denied without building any of it.
+/// decode is denied without building any of it. A review that is sized and
+/// decoded is read twice (its shape, then its values); only a refused one
+/// is also opened on its own, for the uid its answer echoes.
 async fn admit(
     state: &AppState,
     endpoint: Endpoint,
@@ -295,9 +297,14 @@ async fn admit(
     deadline: tokio::time::Instant,
     budget: Duration,
 ) -> Result<(Arc<Request>, Reserved), Refusal> {
-    let envelope = review::open(bytes).map_err(|e| Refusal::Unreadable(e.to_string()))?;
-    tracing::Span::current().record("uid", envelope.uid.as_str());
-    let too_large = |reason: String| {
+    // The uid of a review refused before it is decoded; a body that is no
+    // review at all is refused as unreadable instead.
+    let uid_of = |bytes: &[u8]| -> Result<String, String> {
+        let envelope = review::open(bytes).map_err(|e| e.to_string())?;
+        tracing::Span::current().record("uid", envelope.uid.as_str());
+        Ok(envelope.uid)
+    };
+    let too_large = |uid: String, reason: String| {
         state.metrics.inc_rejections(endpoint.as_str(), "too_large");
         let mut response = Response::deny(format!(
             "gpu-admission: the object is too large to evaluate: {reason}"
@@ -305,34 +312,46 @@ async fn admit(
         response.reason = Some("RequestEntityTooLarge".into());
         response.code = Some(413);
         Refusal::Answered {
-            uid: envelope.uid.clone(),
+            uid,
             response,
             decision: "too_large",
         }
     };
-    let shape = envelope
-        .measure(&state.limits)
-        .map_err(|e| too_large(e.to_string()))?;
+    let shape = match review::measure_request(bytes, &state.limits) {
+        Ok(shape) => shape,
+        Err(e) => {
+            return Err(too_large(
+                uid_of(bytes).map_err(Refusal::Unreadable)?,
+                e.to_string(),
+            ))
+        }
+    };
     let waiting = Instant::now();
-    let memory = tokio::time::timeout_at(deadline, state.decoded.reserve(shape.decoded_bytes))
-        .await
-        .map_err(|_| {
-            state
-                .metrics
-                .inc_rejections(endpoint.as_str(), "memory_wait");
-            Refusal::Answered {
-                uid: envelope.uid.clone(),
-                response: unanswered(state, endpoint, Unanswered::Timeout(budget)),
-                decision: "timeout",
+    let memory =
+        match tokio::time::timeout_at(deadline, state.decoded.reserve(shape.decoded_bytes)).await {
+            Ok(Ok(memory)) => memory,
+            Ok(Err(e)) => {
+                return Err(too_large(
+                    uid_of(bytes).map_err(Refusal::Unreadable)?,
+                    e.to_string(),
+                ))
             }
-        })?
-        .map_err(|e| too_large(e.to_string()))?;
+            Err(_) => {
+                state
+                    .metrics
+                    .inc_rejections(endpoint.as_str(), "memory_wait");
+                return Err(Refusal::Answered {
+                    uid: uid_of(bytes).map_err(Refusal::Unreadable)?,
+                    response: unanswered(state, endpoint, Unanswered::Timeout(budget)),
+                    decision: "timeout",
+                });
+            }
+        };
     state
         .metrics
         .observe_queue_wait(endpoint.as_str(), "memory", waiting.elapsed());
-    let request = envelope
-        .decode()
-        .map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    let request = review::decode_review(bytes).map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    tracing::Span::current().record("uid", request.uid.as_str());
     Ok((Arc::new(request), memory))
 }
 
