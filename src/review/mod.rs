@@ -424,8 +424,13 @@ pub fn decode_review(body: &[u8]) -> Result<Request, DecodeError> {
         #[serde(default)]
         request: Option<Request>,
     }
-    match serde_json::from_slice::<Review<'_>>(body) {
-        Ok(Review {
+    // Checked as UTF-8 once, then read as text: reading the bytes would
+    // check each string again as it goes.
+    let parsed = std::str::from_utf8(body)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Review<'_>>(text).ok());
+    match parsed {
+        Some(Review {
             api_version: Some(api_version),
             kind: Some(kind),
             request: Some(request),
