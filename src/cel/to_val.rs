@@ -218,50 +218,36 @@ impl Seq {
     }
 }
 
-impl ser::SerializeSeq for Seq {
-    type Ok = Box<dyn Val>;
-    type Error = ToValError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
+impl Seq {
+    fn push<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
         self.items.push(value.serialize(ValSerializer)?);
         Ok(())
     }
-    fn end(self) -> Out {
-        self.done()
-    }
 }
 
-impl ser::SerializeTuple for Seq {
-    type Ok = Box<dyn Val>;
-    type Error = ToValError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
-        ser::SerializeSeq::serialize_element(self, value)
-    }
-    fn end(self) -> Out {
-        self.done()
-    }
+/// The four list-shaped serde traits: each element is pushed, the list is
+/// made at the end.
+macro_rules! seq_like {
+    ($($trait:ident :: $method:ident),*) => {$(
+        impl ser::$trait for Seq {
+            type Ok = Box<dyn Val>;
+            type Error = ToValError;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
+                self.push(value)
+            }
+            fn end(self) -> Out {
+                self.done()
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTupleStruct for Seq {
-    type Ok = Box<dyn Val>;
-    type Error = ToValError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
-        ser::SerializeSeq::serialize_element(self, value)
-    }
-    fn end(self) -> Out {
-        self.done()
-    }
-}
-
-impl ser::SerializeTupleVariant for Seq {
-    type Ok = Box<dyn Val>;
-    type Error = ToValError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
-        ser::SerializeSeq::serialize_element(self, value)
-    }
-    fn end(self) -> Out {
-        self.done()
-    }
-}
+seq_like!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 struct MapOut {
     entries: CelMapEntries,
