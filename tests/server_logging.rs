@@ -93,6 +93,16 @@ async fn one_json_line_per_review_without_the_object() {
         .post_review("/validate", &fixture("pod-create-gpu.json"))
         .await;
     assert_eq!(body["response"]["allowed"], false);
+    // A review whose envelope is sound but whose request is malformed: HTTP
+    // 400, logged with the uid it has.
+    let malformed = server
+        .post_raw(
+            "/validate",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",
+                "request":{"uid":"malformed-1","operation":7}}"#,
+        )
+        .await;
+    assert_eq!(malformed.status, 400);
     server.stop().await;
 
     assert_eq!(*webhook.span_names.lock().unwrap(), ["admission"]);
@@ -135,4 +145,12 @@ async fn one_json_line_per_review_without_the_object() {
     assert_eq!(fields["decision"], "denied");
     assert_eq!(fields["policies"], "gpu-limits=deny");
     assert!(fields["latency_ms"].as_f64().is_some(), "{line}");
+    let refused = text
+        .lines()
+        .find(|l| l.contains("unreadable admission review"))
+        .unwrap_or_else(|| panic!("no line for the malformed review in:\n{text}"));
+    assert!(
+        refused.matches("uid=").count() == 1 && refused.contains("malformed-1"),
+        "the uid once: {refused}"
+    );
 }

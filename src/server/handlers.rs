@@ -350,7 +350,15 @@ async fn admit(
     state
         .metrics
         .observe_queue_wait(endpoint.as_str(), "memory", waiting.elapsed());
-    let request = review::decode_review(bytes).map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    let request = match review::decode_review(bytes) {
+        Ok(request) => request,
+        Err(e) => {
+            // A review whose request is malformed is still logged with its
+            // uid when it has one.
+            let _ = uid_of(bytes);
+            return Err(Refusal::Unreadable(e.to_string()));
+        }
+    };
     tracing::Span::current().record("uid", request.uid.as_str());
     Ok((Arc::new(request), memory))
 }
