@@ -410,9 +410,10 @@ pub fn measure_request(body: &[u8], limits: &Limits) -> Result<Shape, TooLarge> 
 
 /// Decodes a whole AdmissionReview v1 body in one pass: the envelope
 /// checked and the request built together. Size the body with
-/// [`measure_request`] first: this builds the whole tree. A body that is not a readable review
-/// gets the error [`open`] and then [`Envelope::decode`] give (read again
-/// that way to say which part is wrong).
+/// [`measure_request`] first: this builds the whole tree. A body that is
+/// not a readable review gets the error [`open`] and then
+/// [`Envelope::decode`] give (read again that way to say which part is
+/// wrong).
 pub fn decode_review(body: &[u8]) -> Result<Request, DecodeError> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]

@@ -211,7 +211,7 @@ async fn review_request(
                 return answer_review(&uid, &response);
             }
         };
-        // `uid` was recorded when the envelope was opened: recording a
+        // `uid` was recorded when the review was decoded: recording a
         // field twice would print it twice.
         let span = tracing::Span::current();
         span.record("kind", request.kind.kind.as_str());
@@ -337,11 +337,12 @@ async fn admit(
                 ))
             }
             Err(_) => {
+                let uid = uid_of(bytes).map_err(Refusal::Unreadable)?;
                 state
                     .metrics
                     .inc_rejections(endpoint.as_str(), "memory_wait");
                 return Err(Refusal::Answered {
-                    uid: uid_of(bytes).map_err(Refusal::Unreadable)?,
+                    uid,
                     response: unanswered(state, endpoint, Unanswered::Timeout(budget)),
                     decision: "timeout",
                 });
