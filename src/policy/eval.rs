@@ -115,8 +115,13 @@ pub(super) struct Shared {
 
 static NULL: serde_json::Value = serde_json::Value::Null;
 
-/// The `request` variable, converted straight from the request (no JSON
-/// tree built on the way; the tests check it against the JSON form).
+/// `request` as Kubernetes shows it to CEL (no uid, object or oldObject).
+/// kube-apiserver converts an `AdmissionRequest` to unstructured JSON, so
+/// the fields Go tags `omitempty` are absent when empty (`subResource`,
+/// `name` and `namespace` of a cluster-scoped object, a user's `groups`):
+/// reading one unguarded is an error there, and is one here. Converted
+/// straight from the request, no JSON tree built on the way (the tests
+/// check it against the JSON form).
 fn request_val(req: &Request) -> Box<dyn Val> {
     let sub_resource = req.sub_resource.as_deref().filter(|s| !s.is_empty());
     let variable = RequestVariable {
