@@ -147,10 +147,6 @@ impl ProfileSet {
         self.with_profile_skus()
     }
 
-    pub fn tiers(&self) -> Option<&SkuTiers> {
-        self.tiers.as_ref()
-    }
-
     /// Uses `catalog` (the one the policies were loaded with) instead of the
     /// built-in SKU catalog to tell GPU node pools from others.
     pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> ProfileSet {

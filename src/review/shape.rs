@@ -321,7 +321,7 @@ fn heap(len: usize) -> usize {
 }
 
 /// The index just past the string starting at `start` (a `"`).
-pub(super) fn skip_string(json: &[u8], start: usize) -> usize {
+fn skip_string(json: &[u8], start: usize) -> usize {
     let mut i = start + 1;
     // Strings are most of a review's bytes: find the next quote or
     // backslash a word at a time rather than a byte at a time.
