@@ -610,6 +610,27 @@ mod tests {
     }
 
     #[test]
+    fn deep_nesting_beside_the_request_is_skipped_without_recursing_through_it() {
+        // Walked past by the sizing without being counted and skipped by
+        // the parser without recursion, as the two-pass reading did: the
+        // review is the one without it, and no stack overflows.
+        let request = serde_json::to_string(&pod_request()).unwrap();
+        let plain = decode(&review(pod_request())).unwrap();
+        let shape = measure(request.as_bytes(), &Limits::default()).unwrap();
+        for depth in [129, 200_000] {
+            let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let review = format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","pad":{nested},"request":{request}}}"#
+            );
+            assert_eq!(
+                measure_request(review.as_bytes(), &Limits::default()),
+                Ok(shape)
+            );
+            assert_eq!(decode(review.as_bytes()).unwrap(), plain, "depth {depth}");
+        }
+    }
+
+    #[test]
     fn a_request_without_uid_is_malformed() {
         let mut request = pod_request();
         request.as_object_mut().unwrap().remove("uid");
