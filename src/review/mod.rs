@@ -443,7 +443,7 @@ struct AnswerResponse<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<AnswerStatus<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
+    patch: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -475,10 +475,7 @@ impl<'a> Answer<'a> {
             reason: denied.then(|| response.reason.as_deref().unwrap_or("Forbidden")),
             code: denied.then(|| response.code.unwrap_or(403)),
         });
-        let patch = response.patch.as_ref().map(|patch| {
-            let bytes = serde_json::to_vec(patch).unwrap_or_default();
-            base64::engine::general_purpose::STANDARD.encode(bytes)
-        });
+        let patch = response.patch.as_ref().map(base64_string);
         Answer {
             api_version: "admission.k8s.io/v1",
             kind: "AdmissionReview",
@@ -493,6 +490,21 @@ impl<'a> Answer<'a> {
             },
         }
     }
+}
+
+/// `patch` as JSON, base64-encoded, as a JSON string. Base64 text needs no
+/// escaping, so the string is written as it is instead of being scanned
+/// for characters to escape like any other string.
+fn base64_string(patch: &json_patch::Patch) -> Box<RawValue> {
+    use base64::engine::general_purpose::STANDARD;
+    let bytes = serde_json::to_vec(patch).unwrap_or_default();
+    let mut quoted = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
+    quoted.push('"');
+    STANDARD.encode_string(&bytes, &mut quoted);
+    quoted.push('"');
+    // Quoted base64 text is always a JSON string: the default (`null`) is
+    // never taken.
+    RawValue::from_string(quoted).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -664,6 +676,22 @@ mod tests {
             .unwrap();
         let ops: Value = serde_json::from_slice(&decoded).unwrap();
         assert_eq!(ops[0]["path"], "/spec/tolerations");
+    }
+
+    #[test]
+    fn the_patch_is_written_as_the_base64_string_of_its_json() {
+        for ops in [
+            json!([]),
+            json!([{"op": "add", "path": "/metadata/annotations/a~1b", "value": "é \" \\ \n ✓"}]),
+            json!([{"op": "add", "path": "/spec/x", "value": {"k": [1, 2.5, null, true]}}]),
+        ] {
+            let patch: json_patch::Patch = serde_json::from_value(ops).unwrap();
+            let expected = base64::engine::general_purpose::STANDARD
+                .encode(serde_json::to_vec(&patch).unwrap());
+            let written = base64_string(&patch);
+            let read: String = serde_json::from_str(written.get()).unwrap();
+            assert_eq!(read, expected);
+        }
     }
 
     #[test]
