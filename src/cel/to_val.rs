@@ -185,20 +185,20 @@ impl ser::Serializer for ValSerializer {
             variant: Some(variant),
         })
     }
-    fn serialize_map(self, _len: Option<usize>) -> Result<MapOut, ToValError> {
-        Ok(MapOut::new(None))
+    fn serialize_map(self, len: Option<usize>) -> Result<MapOut, ToValError> {
+        Ok(MapOut::new(None, len.unwrap_or(0)))
     }
-    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<MapOut, ToValError> {
-        Ok(MapOut::new(None))
+    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<MapOut, ToValError> {
+        Ok(MapOut::new(None, len))
     }
     fn serialize_struct_variant(
         self,
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-        _len: usize,
+        len: usize,
     ) -> Result<MapOut, ToValError> {
-        Ok(MapOut::new(Some(variant)))
+        Ok(MapOut::new(Some(variant), len))
     }
 }
 
@@ -258,9 +258,11 @@ struct MapOut {
 }
 
 impl MapOut {
-    fn new(variant: Option<&'static str>) -> MapOut {
+    /// `len`: the entries expected (a derived struct's fields less those
+    /// it skips), so the map is sized once.
+    fn new(variant: Option<&'static str>, len: usize) -> MapOut {
         MapOut {
-            entries: CelMapEntries::default(),
+            entries: CelMapEntries::with_capacity_and_hasher(len, Default::default()),
             key: None,
             variant,
         }
