@@ -43,7 +43,8 @@ criterion_group!(
     on_evaluation_stack,
     bench_engine,
     bench_default_set,
-    bench_runaway
+    bench_runaway,
+    bench_cluster_namespace
 );
 criterion_group!(hand_off, bench_hand_off);
 
@@ -205,6 +206,64 @@ fn bench_default_set(c: &mut Criterion) {
         &format!("validate patched gpu pod against the shipped set ({policies} policies)"),
         |b| b.iter(|| black_box(admission.validate_until(black_box(&patched), Some(deadline)))),
     );
+}
+
+/// A request's Namespace from the cluster's cache, as `serve` in a cluster
+/// looks it up for each request: written as JSON from the typed object for
+/// each request (as before `ClusterNamespaces` kept the JSON of each
+/// version), and shared from what an earlier request wrote.
+fn bench_cluster_namespace(c: &mut Criterion) {
+    use gpu_admission::k8s::{ClusterNamespaces, NamespaceLookup};
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::runtime::{reflector, watcher::Event};
+    let namespace: Namespace = serde_json::from_value(json!({
+        "metadata": {
+            "name": "ml",
+            "uid": "4a7b6c1e-2f4d-4e61-9d1e-0b9f1c2d3e4f",
+            "resourceVersion": "884213",
+            "creationTimestamp": "2026-10-02T09:14:27Z",
+            "labels": {
+                "kubernetes.io/metadata.name": "ml",
+                "gpu-admission.io/tier": "standard",
+                "team": "ml-platform"
+            },
+            "managedFields": [{
+                "manager": "kubectl-client-side-apply",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": "2026-10-02T09:14:27Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {
+                    ".": {}, "f:kubernetes.io/metadata.name": {},
+                    "f:gpu-admission.io/tier": {}, "f:team": {}
+                }}}
+            }]
+        },
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"}
+    }))
+    .expect("a Namespace");
+    let (store, mut writer) = reflector::store::<Namespace>();
+    writer.apply_watcher_event(&Event::Apply(namespace));
+    let cached = ClusterNamespaces::from_store(store.clone());
+    let key = reflector::ObjectRef::new("ml");
+    let written_each_time = || {
+        let ns = store.get(&key)?;
+        let mut value = serde_json::to_value(ns.as_ref()).ok()?;
+        let obj = value.as_object_mut()?;
+        obj.insert("apiVersion".into(), json!("v1"));
+        obj.insert("kind".into(), json!("Namespace"));
+        Some(Arc::new(value))
+    };
+    assert_eq!(written_each_time(), cached.namespace("ml"));
+    let mut group = c.benchmark_group("cluster namespace lookup");
+    group.bench_function("written as JSON for each request", |b| {
+        b.iter(|| black_box(written_each_time()))
+    });
+    group.bench_function("shared from the last request", |b| {
+        b.iter(|| black_box(cached.namespace(black_box("ml"))))
+    });
+    group.finish();
 }
 
 /// How long the cost limit lets a runaway expression run: three nested

@@ -50,7 +50,7 @@ pub struct Subject<'r> {
     pub namespace_name: Option<String>,
     /// The Namespace object for `namespaceObject`: as looked up, or only
     /// its name when the lookup does not know it.
-    pub namespace: Option<Value>,
+    pub namespace: Option<Arc<Value>>,
     /// The labels namespace selectors see: the Namespace's own labels plus
     /// `kubernetes.io/metadata.name`.
     pub namespace_labels: BTreeMap<String, String>,
@@ -80,11 +80,11 @@ impl<'r> Subject<'r> {
         };
         let namespace_name = namespace_name(request);
         let namespace = namespace_name.as_deref().map(|n| {
-            namespaces.namespace(n).unwrap_or_else(
-                || json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}),
-            )
+            namespaces.namespace(n).unwrap_or_else(|| {
+                Arc::new(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}))
+            })
         });
-        let mut namespace_labels = labels_of(namespace.as_ref());
+        let mut namespace_labels = labels_of(namespace.as_deref());
         if let Some(n) = &namespace_name {
             namespace_labels.insert(NAMESPACE_NAME_LABEL.to_string(), n.clone());
         }

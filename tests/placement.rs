@@ -25,12 +25,12 @@ const FIXTURES: &str = "tests/fixtures/placement";
 struct Namespaces;
 
 impl NamespaceLookup for Namespaces {
-    fn namespace(&self, name: &str) -> Option<Value> {
-        Some(json!({
+    fn namespace(&self, name: &str) -> Option<Arc<Value>> {
+        Some(Arc::new(json!({
             "apiVersion": "v1",
             "kind": "Namespace",
             "metadata": {"name": name, "labels": {NAMESPACE_NAME_LABEL: name}}
-        }))
+        })))
     }
 }
 

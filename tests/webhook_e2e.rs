@@ -42,11 +42,11 @@ fn read_json(path: &Path) -> Value {
 struct EverySkuNamespaces;
 
 impl gpu_admission::k8s::NamespaceLookup for EverySkuNamespaces {
-    fn namespace(&self, name: &str) -> Option<Value> {
-        Some(
+    fn namespace(&self, name: &str) -> Option<Arc<Value>> {
+        Some(Arc::new(
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
             "gpu-admission.io/tier": "premium", "gpu-admission.io/premium-gpus": "true"}}}),
-        )
+        ))
     }
 }
 

@@ -448,7 +448,7 @@ fn applicable_profile<'a>(
 struct NoNamespaces;
 
 impl NamespaceLookup for NoNamespaces {
-    fn namespace(&self, _name: &str) -> Option<Value> {
+    fn namespace(&self, _name: &str) -> Option<Arc<Value>> {
         None
     }
 }

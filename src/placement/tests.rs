@@ -579,8 +579,9 @@ fn selectors_choose_the_profile() {
 fn namespace_labels_come_from_the_lookup() {
     struct One;
     impl NamespaceLookup for One {
-        fn namespace(&self, name: &str) -> Option<Value> {
-            (name == "ml").then(|| json!({"metadata": {"name": "ml", "labels": {"team": "ml"}}}))
+        fn namespace(&self, name: &str) -> Option<Arc<Value>> {
+            (name == "ml")
+                .then(|| Arc::new(json!({"metadata": {"name": "ml", "labels": {"team": "ml"}}})))
         }
     }
     let labels = namespace_labels("ml", &One);

@@ -59,7 +59,7 @@ impl<'e> Scope<'e> {
         if wanted("namespaceObject") {
             let namespace = shared
                 .namespace
-                .get_or_insert_with(|| to_val(subject.namespace.as_ref()));
+                .get_or_insert_with(|| to_val(subject.namespace.as_deref()));
             ctx.add_variable_as_val("namespaceObject", namespace.clone_as_boxed());
         }
         if wanted("request") {

@@ -262,7 +262,7 @@ pub fn empty_admission() -> Admission {
 pub struct NoNamespaces;
 
 impl NamespaceLookup for NoNamespaces {
-    fn namespace(&self, _name: &str) -> Option<Value> {
+    fn namespace(&self, _name: &str) -> Option<Arc<Value>> {
         None
     }
 }

@@ -514,14 +514,14 @@ impl Namespaces {
 }
 
 impl NamespaceLookup for Namespaces {
-    fn namespace(&self, name: &str) -> Option<Value> {
+    fn namespace(&self, name: &str) -> Option<Arc<Value>> {
         let labels = self.labels.read().unwrap().get(name)?.clone();
-        Some(json!({
+        Some(Arc::new(json!({
             "apiVersion": "v1",
             "kind": "Namespace",
             "metadata": {"name": name, "labels": labels},
             "spec": {"finalizers": ["kubernetes"]},
             "status": {"phase": "Active"},
-        }))
+        })))
     }
 }
