@@ -95,7 +95,7 @@ impl Expect {
 struct NoNamespaces;
 
 impl NamespaceLookup for NoNamespaces {
-    fn namespace(&self, _name: &str) -> Option<serde_json::Value> {
+    fn namespace(&self, _name: &str) -> Option<Arc<serde_json::Value>> {
         None
     }
 }
@@ -504,6 +504,9 @@ struct Run {
     failed: usize,
     /// This process's CPU time (client and server together) per answer.
     cpu_per_answer: Duration,
+    /// This process's minor page faults per answer (memory the kernel
+    /// had to map, on first touch or after the allocator gave it back).
+    faults_per_answer: f64,
 }
 
 impl Run {
@@ -517,13 +520,14 @@ impl Run {
 
     fn print(&self, label: &str) {
         println!(
-            "{label:30} {:>9.0} req/s  p50 {:>8.3} ms  p90 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms  cpu {:>5.1} µs/answer",
+            "{label:30} {:>9.0} req/s  p50 {:>8.3} ms  p90 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms  cpu {:>5.1} µs/answer  {:>5.2} faults/answer",
             self.rate,
             ms(self.p(50.0)),
             ms(self.p(90.0)),
             ms(self.p(99.0)),
             ms(self.latencies.last().copied().unwrap_or_default()),
             self.cpu_per_answer.as_secs_f64() * 1e6,
+            self.faults_per_answer,
         );
     }
 }
@@ -543,7 +547,7 @@ async fn drive(
     let incorrect = Arc::new(AtomicUsize::new(0));
     let request: Arc<[u8]> = request.into();
     let deadline = Instant::now() + TIME_LIMIT;
-    let cpu = cpu_time();
+    let usage = Usage::now();
     let started = Instant::now();
     let tasks: Vec<_> = (0..connections)
         .map(|_| {
@@ -581,11 +585,12 @@ async fn drive(
         latencies.extend(task.await.unwrap_or_default());
     }
     let elapsed = started.elapsed();
-    let cpu_per_answer = per_answer(cpu_time().saturating_sub(cpu), latencies.len());
+    let (cpu_per_answer, faults_per_answer) = usage.per_answer(latencies.len());
     latencies.sort_unstable();
     Run {
         rate: latencies.len() as f64 / elapsed.as_secs_f64(),
         cpu_per_answer,
+        faults_per_answer,
         latencies,
         incorrect: incorrect.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
@@ -614,7 +619,7 @@ async fn paced(
     let incorrect = Arc::new(AtomicUsize::new(0));
     let request: Arc<[u8]> = request.into();
     let start = tokio::time::Instant::now() + Duration::from_millis(50);
-    let cpu = cpu_time();
+    let usage = Usage::now();
     let tasks: Vec<_> = (0..connections)
         .map(|i| {
             let (failed, incorrect, request, tls) = (
@@ -656,11 +661,12 @@ async fn paced(
     for task in tasks {
         latencies.extend(task.await.unwrap_or_default());
     }
-    let cpu_per_answer = per_answer(cpu_time().saturating_sub(cpu), latencies.len());
+    let (cpu_per_answer, faults_per_answer) = usage.per_answer(latencies.len());
     latencies.sort_unstable();
     Run {
         rate: latencies.len() as f64 / duration.as_secs_f64(),
         cpu_per_answer,
+        faults_per_answer,
         latencies,
         incorrect: incorrect.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
@@ -716,30 +722,45 @@ fn gpu_pod_review() -> serde_json::Value {
     serde_json::from_str(&text).expect("fixture JSON")
 }
 
-/// This process's CPU time so far, user and system (Linux; zero elsewhere).
-fn cpu_time() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
-    };
-    // Fields after the command name (which may hold spaces), from field 3:
-    // utime and stime are fields 14 and 15, in clock ticks (USER_HZ, 100).
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return Duration::ZERO;
-    };
-    let ticks: u64 = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse::<u64>().ok())
-        .sum();
-    Duration::from_millis(ticks * 10)
+/// This process's CPU time (user and system) and minor page faults so
+/// far, from `/proc/self/stat` (Linux; zero elsewhere).
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    cpu: Duration,
+    minor_faults: u64,
 }
 
-fn per_answer(cpu: Duration, answers: usize) -> Duration {
-    if answers == 0 {
-        Duration::ZERO
-    } else {
-        cpu / answers as u32
+impl Usage {
+    fn now() -> Usage {
+        let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+            return Usage::default();
+        };
+        // Fields after the command name (which may hold spaces), from
+        // field 3: minflt is field 10; utime and stime are fields 14 and
+        // 15, in clock ticks (USER_HZ, 100).
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return Usage::default();
+        };
+        let fields: Vec<u64> = rest
+            .split_whitespace()
+            .map(|f| f.parse::<u64>().unwrap_or(0))
+            .collect();
+        let field = |n: usize| fields.get(n - 3).copied().unwrap_or(0);
+        Usage {
+            cpu: Duration::from_millis((field(14) + field(15)) * 10),
+            minor_faults: field(10),
+        }
+    }
+
+    /// CPU time and minor faults since `self`, per answer.
+    fn per_answer(self, answers: usize) -> (Duration, f64) {
+        if answers == 0 {
+            return (Duration::ZERO, 0.0);
+        }
+        let now = Usage::now();
+        let cpu = now.cpu.saturating_sub(self.cpu);
+        let faults = now.minor_faults.saturating_sub(self.minor_faults);
+        (cpu / answers as u32, faults as f64 / answers as f64)
     }
 }
 
