@@ -112,7 +112,9 @@ impl SkuSets {
 
     /// Position of the SKU `name` names, by the catalog's rules.
     fn position(&self, name: &str) -> Option<usize> {
-        match self.positions.get(name) {
+        // Names as the catalog spells them, spaces around them ignored (as
+        // a comma-separated list splits): found without normalizing.
+        match self.positions.get(name.trim()) {
             Some(&i) => Some(i),
             None => self
                 .positions
@@ -391,6 +393,11 @@ mod tests {
         assert_eq!(eval(&expr), names(&["nc4as_t4_v3"]));
         let expr = format!("azure.skusNotIn(['nc4as_t4_v3', 'STANDARD_NC6S_V3'], ['{T4}'])");
         assert_eq!(eval(&expr), names(&["STANDARD_NC6S_V3"]));
+        // Spaces around a name, as a comma-separated list splits into.
+        let expr = format!("azure.skusIn(['{T4}', ' {A100}', '{V100}'], [' {T4}', '{A100}  '])");
+        assert_eq!(eval(&expr), names(&[T4, &format!(" {A100}")]));
+        let expr = format!("azure.skusNotIn(['{T4}', ' {A100}', '{V100}'], [' {T4}', '{A100}  '])");
+        assert_eq!(eval(&expr), names(&[V100]));
     }
 
     #[test]
