@@ -18,7 +18,7 @@ use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{self, parse_documents, PolicySet};
 use gpu_admission::review::{Operation, Request};
 use gpu_admission::server::Executor;
-use pods::{create, mutated, placed_gpu_pod, shipped_admission, unplaced_gpu_pod};
+use pods::{cpu_pod, create, mutated, placed_gpu_pod, shipped_admission, unplaced_gpu_pod};
 use serde_json::json;
 use std::hint::black_box;
 use std::path::Path;
@@ -205,6 +205,20 @@ fn bench_default_set(c: &mut Criterion) {
     c.bench_function(
         &format!("validate patched gpu pod against the shipped set ({policies} policies)"),
         |b| b.iter(|| black_box(admission.validate_until(black_box(&patched), Some(deadline)))),
+    );
+    let cpu = create(cpu_pod());
+    let outcome = admission.validate_until(&cpu, Some(deadline));
+    assert!(outcome.response.allowed, "{:?}", outcome.response.message);
+    assert!(
+        admission.mutate(&cpu).response.patch.is_none(),
+        "a pod that asks for no GPU is not placed"
+    );
+    c.bench_function("mutate cpu pod, shipped profiles, no patch", |b| {
+        b.iter(|| black_box(admission.mutate(black_box(&cpu))))
+    });
+    c.bench_function(
+        &format!("validate cpu pod against the shipped set ({policies} policies)"),
+        |b| b.iter(|| black_box(admission.validate_until(black_box(&cpu), Some(deadline)))),
     );
 }
 

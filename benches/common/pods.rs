@@ -40,6 +40,23 @@ pub fn unplaced_gpu_pod() -> serde_json::Value {
     pod
 }
 
+/// A web server pod that asks for no GPU (most pods a cluster admits):
+/// `/validate` judges it too, whether it would take a GPU node's place.
+pub fn cpu_pod() -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-7c9f8d-x2x4k", "namespace": "ml", "labels": {"app": "web", "pod-template-hash": "7c9f8d"}},
+        "spec": {
+            "containers": [
+                {"name": "web", "image": "mcr.microsoft.com/oss/nginx/nginx:1.27",
+                 "ports": [{"containerPort": 8080}],
+                 "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
+                               "limits": {"memory": "256Mi"}}}
+            ]
+        }
+    })
+}
+
 /// The shipped policies and placement profiles, with namespace `ml` known.
 pub fn shipped_admission() -> (Admission, usize) {
     let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
