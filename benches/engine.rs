@@ -1,5 +1,8 @@
-//! The policy engine on a typical GPU pod: policies compiled once, the full
-//! verdict measured per request.
+//! The policy engine on a typical GPU pod (and on a pod that asks for no
+//! GPU): policies compiled once, the full verdict measured per request.
+//! Beside it, two parts of a request's work measured alone: a cluster
+//! Namespace looked up for a request, and an apply configuration merged
+//! into a long keyed list.
 //!
 //! Measured on a thread with the evaluation stack, where evaluation runs in
 //! place as it does on `serve`'s answering threads. The row "handed to an
