@@ -10,6 +10,8 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
+use super::SkuList;
+
 /// The catalog built into the binary.
 pub const EMBEDDED_CSV: &str = include_str!("../../data/azure-gpu-skus.csv");
 
@@ -323,6 +325,9 @@ pub struct Catalog {
     /// The date the rows were last checked against their sources: a
     /// `# as-of: YYYY-MM-DD` comment line before the header.
     as_of: Option<String>,
+    /// Every SKU's name, in file order: the `gpu.skus` of a pod whose
+    /// node selection allows every SKU, shared by all such pods.
+    names: SkuList,
 }
 
 impl Default for Catalog {
@@ -400,6 +405,7 @@ impl Catalog {
             skus: Vec::new(),
             index: HashMap::new(),
             as_of,
+            names: SkuList::default(),
         };
         for record in reader.records() {
             let record = record.map_err(|e| line_err(csv_line(&e).unwrap_or(0), e.to_string()))?;
@@ -420,6 +426,12 @@ impl Catalog {
             }
             catalog.skus.push(sku);
         }
+        catalog.names = catalog
+            .skus
+            .iter()
+            .map(|s| s.name.clone())
+            .collect::<Vec<_>>()
+            .into();
         Ok(catalog)
     }
 
@@ -448,6 +460,11 @@ impl Catalog {
     /// Every SKU, in file order.
     pub fn skus(&self) -> &[Sku] {
         &self.skus
+    }
+
+    /// Every SKU's name, in file order (shared, not copied).
+    pub fn names(&self) -> &SkuList {
+        &self.names
     }
 
     pub fn len(&self) -> usize {

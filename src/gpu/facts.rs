@@ -12,7 +12,6 @@
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use super::catalog::Catalog;
 use super::claims::{request_devices, ClaimGpuRequest};
@@ -22,7 +21,7 @@ use super::request::{
     PodGpuRequest,
 };
 use super::selection::SkuSelection;
-use super::GpuResources;
+use super::{GpuResources, SkuList};
 use crate::k8s::claims::{claim_spec, container_claims, pod_claims, ClaimKind, NoClaims, PodClaim};
 use crate::k8s::json::{items, str_at};
 use crate::k8s::workloads::{pod_metadata, pod_spec};
@@ -46,8 +45,9 @@ pub struct GpuFacts {
     pub shared_by_scheduler: bool,
     pub selects_gpu_nodes: bool,
     pub skus_constrained: bool,
-    /// Catalog SKUs the pod's node selection allows, in catalog order.
-    pub skus: Vec<String>,
+    /// Catalog SKUs the pod's node selection allows, in catalog order
+    /// (when that is every SKU, the catalog's own list, shared).
+    pub skus: SkuList,
     pub max_sku_gpus: i64,
     /// The pod's DRA claims (or the ResourceClaim / ResourceClaimTemplate
     /// itself) and the GPU devices each asks for.
@@ -106,7 +106,7 @@ pub struct PlacementFacts {
     /// narrow the catalog at all (empty otherwise): what a pod is held to
     /// by placement rather than by anything its author wrote. Shared with
     /// the placement profiles, which work it out once.
-    pub skus: Arc<[String]>,
+    pub skus: SkuList,
 }
 
 impl GpuFacts {
@@ -256,7 +256,14 @@ fn pod_facts(
         shared_by_scheduler: shared_by_scheduler(spec, annotations),
         selects_gpu_nodes: selection.targets_gpu_nodes(catalog),
         skus_constrained,
-        skus: skus.iter().map(|s| s.name.clone()).collect(),
+        skus: if skus_constrained {
+            skus.iter()
+                .map(|s| s.name.clone())
+                .collect::<Vec<_>>()
+                .into()
+        } else {
+            catalog.names().clone()
+        },
         max_sku_gpus: i64::from(max_sku_gpus),
         claims: request.claims.iter().map(claim_facts).collect(),
         pool: None,

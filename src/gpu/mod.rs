@@ -3,11 +3,13 @@
 pub mod catalog;
 pub mod claims;
 pub mod facts;
+pub mod names;
 pub mod pools;
 pub mod request;
 pub mod resources;
 pub mod selection;
 
+pub use names::SkuList;
 pub use request::{
     pod_gpu_request, ContainerGpuRequest, ContainerKind, GpuQuantity, PodGpuRequest,
 };

@@ -21,7 +21,7 @@ pub use tiers::SkuTiers;
 use crate::gpu::catalog::{Catalog, Sku};
 use crate::gpu::claims::ClaimGpuRequest;
 use crate::gpu::selection::SkuRequirement;
-use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest};
+use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest, SkuList};
 use crate::k8s::json::labels_of;
 use crate::k8s::json::Pointer as _;
 use crate::k8s::NamespaceLookup;
@@ -47,7 +47,7 @@ pub struct ProfileSet {
     /// Per profile (same order): the catalog SKUs its required terms allow
     /// ([`profile_skus`]), worked out when the catalog is set, not per
     /// request.
-    profile_skus: Vec<Arc<[String]>>,
+    profile_skus: Vec<SkuList>,
     /// Per tier, without and with the premium opt-in: the catalog
     /// positions of the SKUs [`SkuTiers::allowed_in`] gives (`None`: every
     /// SKU), worked out when the tiers or the catalog are set, not per
@@ -133,12 +133,13 @@ impl ProfileSet {
 
     /// The catalog SKUs `profile`'s required terms allow, when fewer than
     /// every SKU (empty otherwise); shared, not copied.
-    fn skus_of(&self, profile: &Profile) -> Arc<[String]> {
+    fn skus_of(&self, profile: &Profile) -> SkuList {
         self.profiles
             .iter()
             .position(|p| std::ptr::eq(p, profile))
             .and_then(|i| self.profile_skus.get(i))
-            .map_or_else(|| Arc::from(Vec::new()), Arc::clone)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Keeps GPU pods on the sizes their namespace's tier allows.
@@ -316,7 +317,7 @@ pub struct Judgement {
     pub conflict: Option<String>,
     /// The catalog SKUs the profile's required terms allow, when fewer than
     /// every SKU (empty otherwise).
-    pub skus: Arc<[String]>,
+    pub skus: SkuList,
 }
 
 /// [`conflicts`] with the pod's GPU request already read, naming the profile.
