@@ -24,7 +24,7 @@ use crate::gpu::selection::SkuRequirement;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest, SkuList};
 use crate::k8s::json::labels_of;
 use crate::k8s::json::Pointer as _;
-use crate::k8s::NamespaceLookup;
+use crate::k8s::{NamespaceLookup, NodeSelectorTerm as Term};
 use crate::review::{Operation, Request};
 use crate::subject::{Subject, SubjectKind};
 use serde_json::Value;
@@ -48,11 +48,23 @@ pub struct ProfileSet {
     /// ([`profile_skus`]), worked out when the catalog is set, not per
     /// request.
     profile_skus: Vec<SkuList>,
-    /// Per tier, without and with the premium opt-in: the catalog
-    /// positions of the SKUs [`SkuTiers::allowed_in`] gives (`None`: every
-    /// SKU), worked out when the tiers or the catalog are set, not per
-    /// request.
-    tier_skus: BTreeMap<String, [Option<Vec<usize>>; 2]>,
+    /// Per tier, without and with the premium opt-in: the sizes
+    /// [`SkuTiers::allowed_in`] gives (`None`: every SKU) and what they make
+    /// of each profile's terms, worked out when the tiers, the catalog or
+    /// the profiles are set, not per request.
+    tier_skus: BTreeMap<String, [Option<TierSizes>; 2]>,
+}
+
+/// The sizes one tier allows (with or without the premium opt-in).
+#[derive(Clone, Debug)]
+struct TierSizes {
+    /// Their catalog positions, in catalog order.
+    positions: Vec<usize>,
+    /// Per profile (same order as the profiles) and per set of GPU makers
+    /// ([`tiers::MAKER_SETS`]): the profile's required terms narrowed to
+    /// these sizes ([`tiers::narrow`]) for a pod whose own node selection
+    /// leaves every SKU open, as most GPU pods' does.
+    narrowed: Vec<[Option<Arc<[Term]>>; 4]>,
 }
 
 /// What placement does to one request.
@@ -108,12 +120,24 @@ impl ProfileSet {
             let all = catalog.skus();
             let position = |sku: &Sku| all.iter().position(|s| std::ptr::eq(s, sku));
             for tier in tiers.names() {
-                let allowed = [false, true].map(|premium| {
-                    tiers
-                        .allowed_in(catalog, tier, premium)
-                        .map(|skus| skus.into_iter().filter_map(position).collect())
+                let sizes = [false, true].map(|premium| {
+                    let allowed = tiers.allowed_in(catalog, tier, premium)?;
+                    let narrowed = self
+                        .profiles
+                        .iter()
+                        .map(|p| {
+                            tiers::MAKER_SETS.map(|makers| {
+                                tiers::narrow_for(&p.required, None, makers, &allowed, catalog)
+                                    .map(Arc::from)
+                            })
+                        })
+                        .collect();
+                    Some(TierSizes {
+                        positions: allowed.into_iter().filter_map(position).collect(),
+                        narrowed,
+                    })
                 });
-                tier_skus.insert(tier.to_string(), allowed);
+                tier_skus.insert(tier.to_string(), sizes);
             }
         }
         self.profile_skus = skus;
@@ -126,20 +150,27 @@ impl ProfileSet {
     /// out); `None` when that is every SKU or no tier applies.
     pub fn tier_allowed(&self, namespace_labels: &BTreeMap<String, String>) -> Option<Vec<&Sku>> {
         let (tier, premium) = self.tiers.as_ref()?.tier_of(namespace_labels)?;
-        let positions = self.tier_skus.get(tier)?[usize::from(premium)].as_ref()?;
+        let sizes = self.tier_skus.get(tier)?[usize::from(premium)].as_ref()?;
+        Some(self.at_positions(&sizes.positions))
+    }
+
+    fn at_positions(&self, positions: &[usize]) -> Vec<&Sku> {
         let all = self.catalog().skus();
-        Some(positions.iter().filter_map(|&i| all.get(i)).collect())
+        positions.iter().filter_map(|&i| all.get(i)).collect()
     }
 
     /// The catalog SKUs `profile`'s required terms allow, when fewer than
     /// every SKU (empty otherwise); shared, not copied.
     fn skus_of(&self, profile: &Profile) -> SkuList {
-        self.profiles
-            .iter()
-            .position(|p| std::ptr::eq(p, profile))
+        self.index_of(profile)
             .and_then(|i| self.profile_skus.get(i))
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The position of `profile`, one of this set's, in the set.
+    fn index_of(&self, profile: &Profile) -> Option<usize> {
+        self.profiles.iter().position(|p| std::ptr::eq(p, profile))
     }
 
     /// Keeps GPU pods on the sizes their namespace's tier allows.
@@ -369,16 +400,22 @@ fn tier_terms(
     pod: &Value,
     request: &PodGpuRequest,
     namespace_labels: &BTreeMap<String, String>,
-) -> Option<Vec<crate::k8s::NodeSelectorTerm>> {
-    let catalog = profiles.catalog();
-    let allowed = profiles.tier_allowed(namespace_labels)?;
-    tiers::narrow(
-        &profile.required,
-        pod.get("spec")?,
-        request,
-        &allowed,
-        catalog,
-    )
+) -> Option<Arc<[Term]>> {
+    let (tier, premium) = profiles.tiers.as_ref()?.tier_of(namespace_labels)?;
+    let sizes = profiles.tier_skus.get(tier)?[usize::from(premium)].as_ref()?;
+    let makers = tiers::makers_index(request);
+    match tiers::own_selection(pod.get("spec")?) {
+        // Worked out when the tiers were set.
+        None => sizes.narrowed.get(profiles.index_of(profile)?)?[makers].clone(),
+        Some(own) => tiers::narrow_for(
+            &profile.required,
+            Some(&own),
+            tiers::MAKER_SETS[makers],
+            &profiles.at_positions(&sizes.positions),
+            profiles.catalog(),
+        )
+        .map(Arc::from),
+    }
 }
 
 /// The pod's GPU request, over the resources the profiles serve.

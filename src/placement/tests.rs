@@ -805,3 +805,90 @@ fn detected_resources_can_replace_the_defaults() {
         ProfileSet::default().with_gpu_resources(GpuResources::new(["example.com/fpga"]).unwrap());
     assert!(!bare.gpu_resources().matches("nvidia.com/gpu"));
 }
+
+/// The tier's narrowing of a profile's terms, worked out when the tiers
+/// were set, is what working it out for each pod gives: for pods of every
+/// GPU maker, with and without a node selection of their own, in every
+/// tier with and without the premium opt-in.
+#[test]
+fn tier_narrowing_looked_up_is_tier_narrowing_worked_out() {
+    use tiers::{PREMIUM_LABEL, TIER_LABEL};
+    let tiers = SkuTiers::from_config_map(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "gpu-sku-allowlist", "namespace": "gpu-admission"},
+        "data": {
+            "default": "Standard_NC4as_T4_v3, NV36ads_A10_v5, Standard_ND96isr_MI300X_v5",
+            "standard": "Standard_NC24ads_A100_v4, Standard_NC4as_T4_v3",
+            "amd": "Standard_ND96isr_MI300X_v5",
+            "premium": "*"
+        }
+    }))
+    .unwrap();
+    let set = shipped().with_tiers(tiers);
+    let limits = |resources: &[&str]| {
+        let limits: serde_json::Map<String, Value> = resources
+            .iter()
+            .map(|r| (r.to_string(), json!("1")))
+            .collect();
+        json!({"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]})
+    };
+    let pods = [
+        limits(&["nvidia.com/gpu"]),
+        limits(&["nvidia.com/mig-1g.10gb"]),
+        limits(&["amd.com/gpu"]),
+        limits(&["nvidia.com/gpu", "amd.com/gpu"]),
+        limits(&["microsoft.com/directx"]),
+        // Own selections: computed per pod, not looked up.
+        {
+            let mut spec = limits(&["nvidia.com/gpu"]);
+            spec["nodeSelector"] =
+                json!({"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"});
+            spec
+        },
+        {
+            let mut spec = limits(&["nvidia.com/gpu"]);
+            spec["nodeSelector"] = json!({"topology.kubernetes.io/zone": "eastus-1"});
+            spec
+        },
+        {
+            let mut spec = limits(&["nvidia.com/gpu"]);
+            spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": []}}});
+            spec
+        },
+    ];
+    let namespaces = [
+        vec![],
+        vec![(TIER_LABEL, "standard")],
+        vec![(TIER_LABEL, "standard"), (PREMIUM_LABEL, "true")],
+        vec![(TIER_LABEL, "amd")],
+        vec![(TIER_LABEL, "premium")],
+        vec![(TIER_LABEL, "premium"), (PREMIUM_LABEL, "true")],
+    ];
+    let mut narrowed = 0;
+    for spec in &pods {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ml"}, "spec": spec});
+        let request = pod_gpu_request(spec, set.gpu_resources());
+        for labels in &namespaces {
+            let labels: BTreeMap<String, String> = labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let Some(profile) = applicable_profile(&set, &pod, &request, &labels) else {
+                continue;
+            };
+            let looked_up = tier_terms(&set, profile, &pod, &request, &labels);
+            let worked_out = set.tier_allowed(&labels).and_then(|allowed| {
+                tiers::narrow(&profile.required, spec, &request, &allowed, set.catalog())
+            });
+            assert_eq!(
+                looked_up.as_deref(),
+                worked_out.as_deref(),
+                "{spec} in {labels:?}"
+            );
+            narrowed += usize::from(worked_out.is_some());
+        }
+    }
+    assert!(narrowed > 10, "the cases narrow something: {narrowed}");
+}

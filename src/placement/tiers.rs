@@ -136,23 +136,47 @@ pub fn narrow(
     allowed: &[&Sku],
     catalog: &Catalog,
 ) -> Option<Vec<Term>> {
+    let own = own_selection(pod_spec);
+    narrow_for(
+        profile_terms,
+        own.as_ref(),
+        makers(request).as_deref(),
+        allowed,
+        catalog,
+    )
+}
+
+/// A pod's own node selection as narrowing reads it; `None` when it leaves
+/// every SKU open (no nodeSelector, no required terms). An empty term list
+/// is no affinity to placement (which then creates the terms); reading it
+/// as "no node" would narrow only on reinvocation.
+pub(super) fn own_selection(pod_spec: &Value) -> Option<NodeSelection> {
     let mut own = NodeSelection::from_pod_spec(pod_spec);
-    // An empty term list is no affinity to placement (which then creates
-    // the terms); reading it as "no node" would narrow only on reinvocation.
     if own.terms.as_ref().is_some_and(Vec::is_empty) {
         own.terms = None;
     }
-    let makers = makers(request);
-    let own_skus = own.skus(catalog);
+    (!own.required.is_empty() || own.terms.is_some()).then_some(own)
+}
+
+/// [`narrow`] for a pod whose own selection is `own` (`None`: every SKU)
+/// and whose GPU resources `makers` can serve (`None`: any).
+pub(super) fn narrow_for(
+    profile_terms: &[Term],
+    own: Option<&NodeSelection>,
+    makers: Option<&[&str]>,
+    allowed: &[&Sku],
+    catalog: &Catalog,
+) -> Option<Vec<Term>> {
+    let own_skus = own.map(|own| own.skus(catalog));
     let candidates: Vec<&Sku> = allowed
         .iter()
         .copied()
+        .filter(|s| makers.is_none_or(|m| m.contains(&s.manufacturer.as_str())))
         .filter(|s| {
-            makers
+            own_skus
                 .as_ref()
-                .is_none_or(|m| m.contains(&s.manufacturer.as_str()))
+                .is_none_or(|own| own.iter().any(|o| std::ptr::eq(*o, *s)))
         })
-        .filter(|s| own_skus.iter().any(|o| std::ptr::eq(*o, *s)))
         // No pin to a size no GPU node of can be created: pinned to those
         // alone, the pod would be denied for sizes placement chose.
         .filter(|s| s.aks_supported && !s.retired)
@@ -187,6 +211,27 @@ pub fn narrow(
         })
         .collect();
     (!narrowed.is_empty()).then_some(narrowed)
+}
+
+/// The sets of GPU makers [`makers`] can give, in the order
+/// [`makers_index`] numbers them: any maker, NVIDIA, AMD, both.
+pub(super) const MAKER_SETS: [Option<&[&str]>; 4] = [
+    None,
+    Some(&["nvidia"]),
+    Some(&["amd"]),
+    Some(&["nvidia", "amd"]),
+];
+
+/// The position in [`MAKER_SETS`] of the makers that can serve `request`.
+pub(super) fn makers_index(request: &PodGpuRequest) -> usize {
+    match makers(request) {
+        None => 0,
+        Some(m) => match (m.contains(&"nvidia"), m.contains(&"amd")) {
+            (true, false) => 1,
+            (false, true) => 2,
+            _ => 3,
+        },
+    }
 }
 
 /// The GPU makers whose sizes can serve the pod's GPU resources (by the
