@@ -217,7 +217,12 @@ pub fn parse_count(raw: &str) -> Result<u64, QuantityError> {
         return Err(invalid());
     }
     let (suffix_exp10, exp2) = parse_suffix(suffix).ok_or_else(invalid)?;
-    let digits = format!("{int_part}{frac_part}");
+    // Whole numbers, what GPU counts are, are read in place.
+    let digits: std::borrow::Cow<str> = if frac_part.is_empty() {
+        int_part.into()
+    } else {
+        [int_part, frac_part].concat().into()
+    };
     let mut significant = digits.trim_start_matches('0');
     if significant.is_empty() {
         return Ok(0);
