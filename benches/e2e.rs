@@ -14,8 +14,16 @@
 //! expensive `/validate` requests (a policy that runs into its cost limit,
 //! added to the shipped set), which must not delay placement.
 //!
+//! The floor, `/mutate` and `/validate` take turns in rounds (five by
+//! default), in the saturation phase and the paced one alike, and each
+//! prints what the rounds add up to: a machine whose speed drifts from
+//! second to second (shared hosts do) then drifts under all three alike.
+//! The spread of the per-round ratios is printed too.
+//!
 //! `cargo bench --bench e2e`; tune with GPU_ADMISSION_BENCH_CONNECTIONS
-//! (default 16) and GPU_ADMISSION_BENCH_REQUESTS (default 20000). Without
+//! (default 16), GPU_ADMISSION_BENCH_REQUESTS (default 20000, over all
+//! rounds), GPU_ADMISSION_BENCH_ROUNDS (default 5) and
+//! GPU_ADMISSION_BENCH_RATE (paced requests/s, default 1000). Without
 //! `--bench` (as under `cargo test --benches`) it runs a short smoke pass.
 
 /// The allocator the `gpu-admission` binary runs with.
@@ -180,35 +188,56 @@ async fn run(connections: usize, requests: usize) {
         "/mutate patches the fixture"
     );
 
-    let floor = drive(
-        floor_addr,
-        &client_tls,
-        &request,
-        Expect::Ok,
-        connections,
-        requests,
-    )
-    .await;
+    // The floor and the webhook take turns in short rounds, so that each
+    // ratio compares the same state of a machine whose speed drifts.
+    let rounds = env_usize("GPU_ADMISSION_BENCH_ROUNDS", 5).max(1);
+    let per_round = requests.div_ceil(rounds);
+    let (mut floor, mut mutate, mut webhook) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        floor.push(
+            drive(
+                floor_addr,
+                &client_tls,
+                &request,
+                Expect::Ok,
+                connections,
+                per_round,
+            )
+            .await,
+        );
+        mutate.push(
+            drive(
+                webhook_addr,
+                &client_tls,
+                &mutate_request,
+                MUTATED,
+                connections,
+                per_round,
+            )
+            .await,
+        );
+        webhook.push(
+            drive(
+                webhook_addr,
+                &client_tls,
+                &request,
+                ALLOWED,
+                connections,
+                per_round,
+            )
+            .await,
+        );
+    }
+    print_spread(
+        "saturation, throughput ratio per round",
+        &floor,
+        &mutate,
+        &webhook,
+        |run, floor| run.rate / floor.rate,
+    );
+    let (floor, mutate, webhook) = (Run::merge(floor), Run::merge(mutate), Run::merge(webhook));
     floor.print("floor (bare TLS, fixed 200)");
-    let mutate = drive(
-        webhook_addr,
-        &client_tls,
-        &mutate_request,
-        MUTATED,
-        connections,
-        requests,
-    )
-    .await;
     mutate.print("webhook /mutate");
-    let webhook = drive(
-        webhook_addr,
-        &client_tls,
-        &request,
-        ALLOWED,
-        connections,
-        requests,
-    )
-    .await;
     webhook.print("webhook /validate");
     println!(
         "ratio webhook/floor: throughput {:.2}, p50 {:.2}, p99 {:.2}",
@@ -245,38 +274,59 @@ async fn run(connections: usize, requests: usize) {
         "paced: {rate} requests/s for {:.1} s over {connections} connections (latency: round trip plus any backlog)",
         paced_for.as_secs_f64()
     );
-    let floor_paced = paced(
-        floor_addr,
-        &client_tls,
-        &request,
-        Expect::Ok,
-        connections,
-        rate,
-        paced_for,
-    )
-    .await;
+    let slice = paced_for / rounds as u32;
+    let (mut floor_paced, mut mutate_paced, mut validate_paced) =
+        (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        floor_paced.push(
+            paced(
+                floor_addr,
+                &client_tls,
+                &request,
+                Expect::Ok,
+                connections,
+                rate,
+                slice,
+            )
+            .await,
+        );
+        mutate_paced.push(
+            paced(
+                webhook_addr,
+                &client_tls,
+                &mutate_request,
+                MUTATED,
+                connections,
+                rate,
+                slice,
+            )
+            .await,
+        );
+        validate_paced.push(
+            paced(
+                webhook_addr,
+                &client_tls,
+                &request,
+                ALLOWED,
+                connections,
+                rate,
+                slice,
+            )
+            .await,
+        );
+    }
+    print_spread(
+        "paced, p50 ratio per round",
+        &floor_paced,
+        &mutate_paced,
+        &validate_paced,
+        |run, floor| ratio(run.p(50.0), floor.p(50.0)),
+    );
+    let floor_paced = Run::merge(floor_paced);
+    let mutate_paced = Run::merge(mutate_paced);
+    let validate_paced = Run::merge(validate_paced);
     floor_paced.print("floor, paced");
-    let mutate_paced = paced(
-        webhook_addr,
-        &client_tls,
-        &mutate_request,
-        MUTATED,
-        connections,
-        rate,
-        paced_for,
-    )
-    .await;
     mutate_paced.print("webhook /mutate, paced");
-    let validate_paced = paced(
-        webhook_addr,
-        &client_tls,
-        &request,
-        ALLOWED,
-        connections,
-        rate,
-        paced_for,
-    )
-    .await;
     validate_paced.print("webhook /validate, paced");
     for (name, run) in [("mutate", &mutate_paced), ("validate", &validate_paced)] {
         println!(
@@ -510,6 +560,50 @@ struct Run {
 }
 
 impl Run {
+    /// The runs of several rounds as one: every latency, and the rate, CPU
+    /// time and faults over all of them.
+    fn merge(runs: Vec<Run>) -> Run {
+        let answers: usize = runs.iter().map(|r| r.latencies.len()).sum();
+        let elapsed: f64 = runs
+            .iter()
+            .filter(|r| r.rate > 0.0)
+            .map(|r| r.latencies.len() as f64 / r.rate)
+            .sum();
+        let cpu: Duration = runs
+            .iter()
+            .map(|r| r.cpu_per_answer * r.latencies.len() as u32)
+            .sum();
+        let faults: f64 = runs
+            .iter()
+            .map(|r| r.faults_per_answer * r.latencies.len() as f64)
+            .sum();
+        let mut merged = Run {
+            latencies: Vec::with_capacity(answers),
+            rate: if elapsed > 0.0 {
+                answers as f64 / elapsed
+            } else {
+                0.0
+            },
+            incorrect: runs.iter().map(|r| r.incorrect).sum(),
+            failed: runs.iter().map(|r| r.failed).sum(),
+            cpu_per_answer: if answers > 0 {
+                cpu / answers as u32
+            } else {
+                Duration::ZERO
+            },
+            faults_per_answer: if answers > 0 {
+                faults / answers as f64
+            } else {
+                0.0
+            },
+        };
+        for run in runs {
+            merged.latencies.extend(run.latencies);
+        }
+        merged.latencies.sort_unstable();
+        merged
+    }
+
     fn p(&self, percentile: f64) -> Duration {
         if self.latencies.is_empty() {
             return Duration::ZERO;
@@ -530,6 +624,32 @@ impl Run {
             self.faults_per_answer,
         );
     }
+}
+
+/// The lowest and highest of `measure(webhook round, floor round)` over the
+/// rounds, for `/mutate` and `/validate`: how far the machine drifted.
+fn print_spread(
+    label: &str,
+    floor: &[Run],
+    mutate: &[Run],
+    validate: &[Run],
+    measure: impl Fn(&Run, &Run) -> f64,
+) {
+    let range = |runs: &[Run]| {
+        let values: Vec<f64> = runs.iter().zip(floor).map(|(r, f)| measure(r, f)).collect();
+        let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (low, high)
+    };
+    let (m, v) = (range(mutate), range(validate));
+    println!(
+        "{label} ({} rounds): /mutate {:.2} to {:.2}, /validate {:.2} to {:.2}",
+        floor.len(),
+        m.0,
+        m.1,
+        v.0,
+        v.1
+    );
 }
 
 /// `total` requests over `connections` keep-alive connections, each answer
