@@ -322,6 +322,9 @@ pub struct Catalog {
     skus: Vec<Sku>,
     /// Lower-cased name or alias -> index in `skus`.
     index: HashMap<String, usize>,
+    /// Name or alias as the file spells it -> index in `skus`: the usual
+    /// spelling found without lower-casing it first.
+    exact: HashMap<String, usize>,
     /// The date the rows were last checked against their sources: a
     /// `# as-of: YYYY-MM-DD` comment line before the header.
     as_of: Option<String>,
@@ -404,6 +407,7 @@ impl Catalog {
         let mut catalog = Catalog {
             skus: Vec::new(),
             index: HashMap::new(),
+            exact: HashMap::new(),
             as_of,
             names: SkuList::default(),
         };
@@ -423,6 +427,7 @@ impl Catalog {
                     return Err(row.error("name", format!("{key} is listed twice")));
                 }
                 catalog.index.insert(lower, catalog.skus.len());
+                catalog.exact.insert(key.clone(), catalog.skus.len());
             }
             catalog.skus.push(sku);
         }
@@ -438,7 +443,11 @@ impl Catalog {
     /// The SKU called `name` (case-insensitive; `Standard_` may be left out;
     /// aliases such as KAITO's spelling are accepted).
     pub fn get(&self, name: &str) -> Option<&Sku> {
-        self.index.get(&normalize(name)).map(|&i| &self.skus[i])
+        let i = match self.exact.get(name) {
+            Some(&i) => i,
+            None => *self.index.get(&normalize(name))?,
+        };
+        Some(&self.skus[i])
     }
 
     /// `azure.sku(name)`: the SKU's map, or null for an unknown name.
@@ -465,6 +474,16 @@ impl Catalog {
     /// Every SKU's name, in file order (shared, not copied).
     pub fn names(&self) -> &SkuList {
         &self.names
+    }
+
+    /// Where `sku`, one of this catalog's, is in file order; `None` for a
+    /// SKU of another catalog.
+    pub fn position(&self, sku: &Sku) -> Option<usize> {
+        let at = sku as *const Sku;
+        self.skus
+            .as_ptr_range()
+            .contains(&at)
+            .then(|| (at as usize - self.skus.as_ptr() as usize) / std::mem::size_of::<Sku>())
     }
 
     pub fn len(&self) -> usize {
@@ -703,6 +722,22 @@ mod tests {
             Catalog::embedded_shared(),
             Catalog::embedded_shared()
         ));
+    }
+
+    #[test]
+    fn positions_and_shared_names_follow_file_order() {
+        let c = catalog();
+        for (i, sku) in c.skus().iter().enumerate() {
+            assert_eq!(c.position(sku), Some(i));
+            assert_eq!(c.names()[i], sku.name);
+            // The spelling of the file, and any other, find the same SKU.
+            assert!(std::ptr::eq(c.get(&sku.name).unwrap(), sku));
+            let shouted = sku.name.to_ascii_uppercase();
+            assert!(std::ptr::eq(c.get(&shouted).unwrap(), sku), "{shouted}");
+        }
+        assert_eq!(c.names().len(), c.len());
+        let other = catalog();
+        assert_eq!(c.position(&other.skus()[0]), None, "another catalog's");
     }
 
     #[test]

@@ -151,11 +151,25 @@ impl SkuSelection for NodeSelection {
 
     fn skus<'a>(&self, catalog: &'a Catalog) -> Vec<&'a Sku> {
         let classified = classified(self, Some(catalog));
-        catalog
-            .skus()
-            .iter()
-            .filter(|s| classified.allows(s))
-            .collect()
+        match classified.named_sizes() {
+            // Only the sizes named need judging (placement pins GPU pods to
+            // a few), put back in catalog order.
+            Some(named) => {
+                let mut at: Vec<usize> = named.iter().filter_map(|s| catalog.position(s)).collect();
+                at.sort_unstable();
+                at.dedup();
+                let all = catalog.skus();
+                at.into_iter()
+                    .map(|i| &all[i])
+                    .filter(|s| classified.allows(s))
+                    .collect()
+            }
+            None => catalog
+                .skus()
+                .iter()
+                .filter(|s| classified.allows(s))
+                .collect(),
+        }
     }
 
     fn targets_gpu_nodes(&self, catalog: &Catalog) -> bool {
@@ -243,7 +257,29 @@ struct Classified<'a> {
     terms: Option<Vec<(bool, ClassifiedReqs<'a>)>>,
 }
 
-impl Classified<'_> {
+impl<'a> Classified<'a> {
+    /// Every SKU the selection can allow, when an `In` on a size label
+    /// says so: one in the requirements every node must meet, or one in
+    /// each term that can match anything. `None` when some way to satisfy
+    /// the selection names no size. Repeats and order as they come.
+    fn named_sizes(&self) -> Option<Vec<&'a Sku>> {
+        let in_sizes = |reqs: &ClassifiedReqs<'a>| {
+            reqs.iter()
+                .find(|c| c.r.operator == Operator::In && c.sizes.is_some())
+                .and_then(|c| c.sizes.clone())
+        };
+        if let Some(sizes) = in_sizes(&self.required) {
+            return Some(sizes);
+        }
+        let mut named = Vec::new();
+        for (nothing, reqs) in self.terms.as_ref()? {
+            if !nothing {
+                named.extend(in_sizes(reqs)?);
+            }
+        }
+        Some(named)
+    }
+
     fn allows(&self, sku: &Sku) -> bool {
         let all = |reqs: &ClassifiedReqs<'_>| reqs.iter().all(|c| c.matches(sku));
         all(&self.required)
@@ -520,5 +556,80 @@ mod size_lookup_tests {
                 assert_eq!(looked_up, by_name, "{key} {op} {values}");
             }
         }
+    }
+
+    /// Selections whose sizes are named (placement's pins, a nodeSelector
+    /// on the size, several terms) give what judging every SKU gives, in
+    /// catalog order without repeats.
+    #[test]
+    fn named_sizes_give_what_judging_every_sku_gives() {
+        let c = Catalog::embedded();
+        let size = |values: serde_json::Value| json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": values});
+        let nvidia = json!({"key": "kubernetes.azure.com/accelerator", "operator": "In", "values": ["nvidia"]});
+        let terms = |terms: serde_json::Value| {
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": terms}}}})
+        };
+        let a100 = json!([
+            "Standard_NC24ads_A100_v4",
+            "standard_nc4as_t4_v3",
+            "ND96asr_v4"
+        ]);
+        let t4 = json!([
+            "Standard_NC8as_T4_v3",
+            "Standard_NC4as_T4_v3",
+            "Standard_NC4as_T4_v3"
+        ]);
+        let specs = [
+            // Placement's pin: two terms naming the same sizes.
+            terms(json!([
+                {"matchExpressions": [nvidia, size(t4.clone())]},
+                {"matchExpressions": [size(t4.clone())]}
+            ])),
+            // Terms naming different sizes, out of catalog order.
+            terms(json!([
+                {"matchExpressions": [size(a100.clone())]},
+                {"matchExpressions": [nvidia, size(t4.clone())]}
+            ])),
+            // One term names no size: every SKU is judged.
+            terms(json!([
+                {"matchExpressions": [size(t4.clone())]},
+                {"matchExpressions": [nvidia]}
+            ])),
+            // A term that matches nothing, beside one that names sizes.
+            terms(json!([
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]},
+                {"matchExpressions": [size(a100.clone())]}
+            ])),
+            // No term at all.
+            terms(json!([])),
+            // The nodeSelector names one size; the terms name others.
+            {
+                let mut spec = terms(json!([{"matchExpressions": [size(a100.clone())]}]));
+                spec["nodeSelector"] =
+                    json!({"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"});
+                spec
+            },
+            json!({"nodeSelector": {"karpenter.azure.com/sku-name": "Standard_NC8as_T4_v3"}}),
+            // A size named nowhere in the catalog, and NotIn.
+            terms(json!([{"matchExpressions": [size(json!(["not-a-size"]))]}])),
+            terms(json!([{"matchExpressions": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "NotIn", "values": t4}
+            ]}])),
+        ];
+        let mut named = 0;
+        for spec in &specs {
+            let sel = NodeSelection::from_pod_spec(spec);
+            let looked_up: Vec<&str> = sel.skus(&c).iter().map(|s| s.name.as_str()).collect();
+            let by_name: Vec<&str> = c
+                .skus()
+                .iter()
+                .filter(|s| sel.allows(s))
+                .map(|s| s.name.as_str())
+                .collect();
+            assert_eq!(looked_up, by_name, "{spec}");
+            named += usize::from(!looked_up.is_empty() && looked_up.len() < 5);
+        }
+        assert!(named >= 4, "the cases name a few sizes: {named}");
     }
 }
