@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 pub mod authz;
 pub mod gpu;
+mod keys;
 mod limits;
 mod signatures;
 mod sku_sets;
@@ -566,7 +567,7 @@ pub fn deadline_passed() -> bool {
 /// instead of JSON to [`Value`] to the interpreter's form.
 pub fn json_to_val(json: &serde_json::Value) -> Box<dyn Val> {
     use kube_cel::cel::common::types::{
-        CelBool, CelDouble, CelInt, CelList, CelMap, CelMapEntries, CelMapKey, CelNull, CelString,
+        CelBool, CelDouble, CelInt, CelList, CelMap, CelMapEntries, CelNull, CelString,
     };
     match json {
         serde_json::Value::Null => Box::new(CelNull),
@@ -581,7 +582,7 @@ pub fn json_to_val(json: &serde_json::Value) -> Box<dyn Val> {
         )),
         serde_json::Value::Object(map) => Box::new(CelMap::from(
             map.iter()
-                .map(|(k, v)| (CelMapKey::from(k.as_str()), json_to_val(v)))
+                .map(|(k, v)| (keys::key(k), json_to_val(v)))
                 .collect::<CelMapEntries>(),
         )),
     }

@@ -286,7 +286,7 @@ impl MapOut {
 
     fn insert(&mut self, key: &str, value: Box<dyn Val>) {
         // A later entry of the same key wins, as in serde_json's map.
-        self.entries.insert(CelMapKey::from(key), value);
+        self.entries.insert(super::keys::key(key), value);
     }
 
     fn done(self) -> Out {

@@ -6,16 +6,26 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::ops::Deref;
 use std::string::String as StdString;
+use std::sync::Arc;
 
+// gpu-admission patch: the text is shared behind an `Arc`, so that a clone
+// (every string a comprehension binds or a function returns as it got it)
+// copies no bytes, and a host can hand over text it already shares (map
+// keys it sees again and again) without allocating.
 #[derive(Clone, Debug, Default, Eq, Hash, PartialEq, PartialOrd, Ord)]
-pub struct String(StdString);
+pub struct String(Arc<str>);
 
 impl String {
     pub fn into_inner(self) -> StdString {
-        self.0
+        self.0.to_string()
     }
 
     pub fn inner(&self) -> &str {
+        &self.0
+    }
+
+    /// gpu-admission patch: the shared text.
+    pub fn shared(&self) -> &Arc<str> {
         &self.0
     }
 }
@@ -58,7 +68,7 @@ impl Adder for String {
             let mut s = StdString::with_capacity(rhs.0.len() + self.0.len());
             s.push_str(&self.0);
             s.push_str(&rhs.0);
-            Ok(Cow::<dyn Val>::Owned(Box::new(Self(s))))
+            Ok(Cow::<dyn Val>::Owned(Box::new(Self(s.into()))))
         } else {
             Err(ExecutionError::UnsupportedBinaryOperator(
                 "add",
@@ -81,19 +91,25 @@ impl Comparer for String {
 
 impl From<StdString> for String {
     fn from(v: StdString) -> Self {
-        Self(v)
+        Self(v.into())
     }
 }
 
 impl From<String> for StdString {
     fn from(v: String) -> Self {
-        v.0
+        v.0.to_string()
     }
 }
 
 impl From<&str> for String {
     fn from(value: &str) -> Self {
-        Self(StdString::from(value))
+        Self(value.into())
+    }
+}
+
+impl From<Arc<str>> for String {
+    fn from(value: Arc<str>) -> Self {
+        Self(value)
     }
 }
 
