@@ -4,6 +4,7 @@ pub mod audit;
 pub mod certs;
 pub mod evaluate;
 pub mod lint;
+mod log_lines;
 pub mod policy_args;
 pub mod serve;
 pub mod test;

@@ -676,9 +676,10 @@ where
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(writer);
+        .with_writer(writer)
+        .with_timer(super::log_lines::Clock);
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder.fmt_fields(super::log_lines::Fields).try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
 }
