@@ -498,13 +498,20 @@ impl<'a> Answer<'a> {
 fn base64_string(patch: &json_patch::Patch) -> Box<RawValue> {
     use base64::engine::general_purpose::STANDARD;
     let bytes = serde_json::to_vec(patch).unwrap_or_default();
-    let mut quoted = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
-    quoted.push('"');
-    STANDARD.encode_string(&bytes, &mut quoted);
-    quoted.push('"');
+    // Encoded in one pass into a buffer of its exact size, between quotes.
+    let mut quoted = vec![b'"'; bytes.len().div_ceil(3) * 4 + 2];
+    let inner = quoted.len() - 1;
+    let written = STANDARD
+        .encode_slice(&bytes, &mut quoted[1..inner])
+        .unwrap_or(0);
+    quoted.truncate(written + 1);
+    quoted.push(b'"');
     // Quoted base64 text is always a JSON string: the default (`null`) is
     // never taken.
-    RawValue::from_string(quoted).unwrap_or_default()
+    String::from_utf8(quoted)
+        .ok()
+        .and_then(|quoted| RawValue::from_string(quoted).ok())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
