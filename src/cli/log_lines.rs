@@ -274,33 +274,26 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
+    use std::io::{Read as _, Seek as _};
+    use std::sync::Arc;
     use std::time::Duration;
-    use tracing_subscriber::fmt::MakeWriter;
 
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'w> MakeWriter<'w> for Buffer {
-        type Writer = Buffer;
-        fn make_writer(&'w self) -> Buffer {
-            self.clone()
-        }
-    }
+    /// A log written to a file of its own (`&File` is a writer, so an
+    /// `Arc<File>` makes writers) and read back.
+    #[derive(Clone)]
+    struct Buffer(Arc<std::fs::File>);
 
     impl Buffer {
+        fn new() -> Buffer {
+            Buffer(Arc::new(tempfile::tempfile().unwrap()))
+        }
+
         fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+            let mut file: &std::fs::File = &self.0;
+            file.rewind().unwrap();
+            let mut text = String::new();
+            file.read_to_string(&mut text).unwrap();
+            text
         }
     }
 
@@ -385,9 +378,9 @@ mod tests {
     }
 
     fn capture(fields: bool) -> String {
-        let buffer = Buffer::default();
+        let buffer = Buffer::new();
         let builder = tracing_subscriber::fmt()
-            .with_writer(buffer.clone())
+            .with_writer(buffer.0.clone())
             .with_ansi(false)
             .without_time();
         if fields {
@@ -413,9 +406,9 @@ mod tests {
 
     #[test]
     fn to_a_terminal_the_default_paints_them() {
-        let buffer = Buffer::default();
+        let buffer = Buffer::new();
         let subscriber = tracing_subscriber::fmt()
-            .with_writer(buffer.clone())
+            .with_writer(buffer.0.clone())
             .with_ansi(true)
             .without_time()
             .fmt_fields(Fields)

@@ -518,6 +518,21 @@ mod size_lookup_tests {
     use super::*;
     use serde_json::json;
 
+    /// The sizes `skus` gives for the selection of `spec`, checked against
+    /// those `allows` admits one name at a time.
+    fn looked_up_as_by_name(c: &Catalog, spec: &serde_json::Value) -> Vec<String> {
+        let sel = NodeSelection::from_pod_spec(spec);
+        let looked_up: Vec<String> = sel.skus(c).iter().map(|s| s.name.clone()).collect();
+        let by_name: Vec<String> = c
+            .skus()
+            .iter()
+            .filter(|s| sel.allows(s))
+            .map(|s| s.name.clone())
+            .collect();
+        assert_eq!(looked_up, by_name, "{spec}");
+        looked_up
+    }
+
     /// `skus` looks sizes up in the catalog once; `allows` compares names
     /// per SKU: both must agree on every spelling a size may take.
     #[test]
@@ -543,17 +558,10 @@ mod size_lookup_tests {
                 "node.kubernetes.io/instance-type",
                 "karpenter.azure.com/sku-name",
             ] {
-                let sel = NodeSelection::from_pod_spec(&json!({"affinity": {"nodeAffinity": {
+                let spec = json!({"affinity": {"nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": key, "operator": op, "values": values}]}]}}}}));
-                let looked_up: Vec<&str> = sel.skus(&c).iter().map(|s| s.name.as_str()).collect();
-                let by_name: Vec<&str> = c
-                    .skus()
-                    .iter()
-                    .filter(|s| sel.allows(s))
-                    .map(|s| s.name.as_str())
-                    .collect();
-                assert_eq!(looked_up, by_name, "{key} {op} {values}");
+                        {"matchExpressions": [{"key": key, "operator": op, "values": values}]}]}}}});
+                looked_up_as_by_name(&c, &spec);
             }
         }
     }
@@ -619,15 +627,7 @@ mod size_lookup_tests {
         ];
         let mut named = 0;
         for spec in &specs {
-            let sel = NodeSelection::from_pod_spec(spec);
-            let looked_up: Vec<&str> = sel.skus(&c).iter().map(|s| s.name.as_str()).collect();
-            let by_name: Vec<&str> = c
-                .skus()
-                .iter()
-                .filter(|s| sel.allows(s))
-                .map(|s| s.name.as_str())
-                .collect();
-            assert_eq!(looked_up, by_name, "{spec}");
+            let looked_up = looked_up_as_by_name(&c, spec);
             named += usize::from(!looked_up.is_empty() && looked_up.len() < 5);
         }
         assert!(named >= 4, "the cases name a few sizes: {named}");
