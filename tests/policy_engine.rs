@@ -256,6 +256,30 @@ fn variables_read_whole_by_name_or_shadowed_agree() {
     assert_eq!(v.denials, vec!["p: by name"]);
 }
 
+/// Only what expressions can reach of `object` and `oldObject` is converted
+/// for CEL: what is read whole is whole, and each object has its own reach.
+#[test]
+fn what_expressions_reach_of_the_objects_is_all_they_see() {
+    let tail = "  validations:\n  - expression: 'object.metadata.labels == oldObject.metadata.labels'\n    message: labels changed\n  - expression: 'size(object.metadata) == 4'\n    message: metadata whole\n  - expression: \"oldObject.status.phase == 'Running' && !has(object.status)\"\n    message: status\n  - expression: 'object.spec.containers.all(c, size(c) == 3)'\n    message: containers whole\n  - expression: \"[{'x': 1}].all(oldObject, size(oldObject) == 1)\"\n    message: shadowed";
+    let pod = |labels: Value, status: Option<Value>| {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ml", "labels": labels,
+                "managedFields": [{"manager": "kubectl", "operation": "Update",
+                    "fieldsV1": {"f:metadata": {"f:labels": {}}}}]},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "env": [{"name": "A", "value": "1"}]}]}});
+        if let Some(status) = status {
+            pod["status"] = status;
+        }
+        pod
+    };
+    let mut update =
+        Request::for_object(pod(json!({"a": "1"}), None), Operation::Update, Some("ml"));
+    update.old_object = Some(pod(json!({"a": "2"}), Some(json!({"phase": "Running"}))));
+    let v = set(&policy("p", tail, "[Deny]")).evaluate(&update, &StaticNamespaces::new());
+    assert_eq!(v.denials, vec!["p: labels changed"]);
+}
+
 #[test]
 fn audit_annotations_skip_null_and_empty() {
     let tail = "  validations:\n  - expression: 'true'\n  auditAnnotations:\n  - key: name\n    valueExpression: \"'pod ' + object.metadata.name\"\n  - key: none\n    valueExpression: 'null'\n  - key: empty\n    valueExpression: \"''\"";

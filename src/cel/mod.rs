@@ -18,6 +18,7 @@ pub mod authz;
 pub mod gpu;
 mod keys;
 mod limits;
+mod reach;
 mod signatures;
 mod sku_sets;
 mod to_val;
@@ -281,6 +282,8 @@ impl std::fmt::Debug for Env {
     }
 }
 
+pub use reach::{json_to_val_within, Reach};
+
 /// One expression, parsed and checked at load.
 #[derive(Debug)]
 pub struct Compiled {
@@ -304,6 +307,14 @@ pub struct Compiled {
 }
 
 impl Compiled {
+    /// Adds to `reach` what this expression can reach of the variable
+    /// `root` (`object` or `oldObject`).
+    pub fn add_reach(&self, reach: &mut Reach, root: &str) {
+        if self.variables.contains(root) {
+            reach.add(&self.ast, root);
+        }
+    }
+
     /// Records which of the policy's variables (by name, in order, each
     /// with the names it refers to) this expression needs, directly or
     /// through other variables.

@@ -50,11 +50,18 @@ impl<'e> Scope<'e> {
         // looked up: unknown names are refused at load).
         let wanted = |name: &str| inner.referenced.contains(name);
         let to_val = |v: Option<&serde_json::Value>| cel::json_to_val(v.unwrap_or(&NULL));
+        // Of the object, only what some expression can reach (never
+        // `managedFields` or `status` unless one reads them).
+        let within = |v: Option<&serde_json::Value>, reach: &cel::Reach| {
+            cel::json_to_val_within(v.unwrap_or(&NULL), reach)
+        };
         if wanted("object") {
-            ctx.add_variable_as_val("object", to_val(evaluated.object.as_ref()));
+            let object = within(evaluated.object.as_ref(), &inner.object_reach);
+            ctx.add_variable_as_val("object", object);
         }
         if wanted("oldObject") {
-            ctx.add_variable_as_val("oldObject", to_val(evaluated.old_object.as_ref()));
+            let old = within(evaluated.old_object.as_ref(), &inner.old_object_reach);
+            ctx.add_variable_as_val("oldObject", old);
         }
         if wanted("namespaceObject") {
             let namespace = shared
@@ -617,6 +624,27 @@ impl<'p> Variables<'p> {
 mod tests {
     use super::*;
     use crate::review::Operation;
+
+    /// The shipped policies read part of an object: what an admitted
+    /// object carries for the apiserver's own use is not converted.
+    #[test]
+    fn the_shipped_set_reaches_part_of_the_object() {
+        let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
+        let reach = &loaded.bundle.policies.inner.object_reach;
+        assert!(!reach.is_whole());
+        let metadata = reach.field("metadata").expect("metadata is read");
+        assert!(!metadata.is_whole());
+        for unread in [
+            "managedFields",
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+        ] {
+            assert!(metadata.field(unread).is_none(), "{unread}");
+        }
+        assert!(reach.field("status").is_none());
+        assert!(reach.field("spec").is_some_and(cel::Reach::is_whole));
+    }
 
     #[test]
     fn the_request_variable_holds_what_its_json_holds() {

@@ -78,6 +78,10 @@ pub(crate) struct Inner {
     pub(crate) params: Vec<Param>,
     /// Every top-level variable some expression refers to.
     pub(crate) referenced: BTreeSet<String>,
+    /// What the expressions can reach of `object` and of `oldObject`: all
+    /// they are converted into for CEL.
+    pub(crate) object_reach: crate::cel::Reach,
+    pub(crate) old_object_reach: crate::cel::Reach,
     /// What loading ignored, as kube-apiserver does.
     pub(crate) notices: Vec<LoadNotice>,
     /// The documents compiled, for [`PolicySet::with_documents`].
@@ -237,7 +241,7 @@ impl PolicySet {
         // Mutating policies run in the order of their names (each binding
         // of one policy in file order), each seeing the previous result.
         mutating_bindings.sort_by(|(_, a), (_, b)| mutating[*a].name.cmp(&mutating[*b].name));
-        let referenced = policies
+        let expressions: Vec<&crate::cel::Compiled> = policies
             .iter()
             .chain(&mutating)
             .flat_map(|p| {
@@ -253,8 +257,19 @@ impl PolicySet {
                     )
                     .chain(p.mutations.iter().map(|m| &m.expr))
             })
+            .collect();
+        let referenced = expressions
+            .iter()
             .flat_map(|e| e.variables.iter().cloned())
             .collect();
+        let reach = |root: &str| {
+            let mut reach = crate::cel::Reach::default();
+            for e in &expressions {
+                e.add_reach(&mut reach, root);
+            }
+            reach
+        };
+        let (object_reach, old_object_reach) = (reach("object"), reach("oldObject"));
         let index = |bindings: &[(Binding, usize)], policies: &[Policy]| {
             index::BindingIndex::new(
                 bindings
@@ -273,6 +288,8 @@ impl PolicySet {
                 mutating_bindings,
                 params,
                 referenced,
+                object_reach,
+                old_object_reach,
                 notices,
                 documents: docs.to_vec(),
                 template_notes: validating_notes,

@@ -1,0 +1,313 @@
+//! What of `object` (or `oldObject`) a set of expressions can reach. Most
+//! of an admitted object is never read by any policy: `metadata.
+//! managedFields` (often as large as the spec), `status`, `uid`,
+//! `resourceVersion`... Converting only what some expression can reach
+//! into the interpreter's values saves that work on every request, and
+//! changes nothing any expression can see.
+//!
+//! The walk is conservative. A chain of field selections from the root
+//! (`object.spec.containers`, `has(object.metadata.labels)`,
+//! `object.?spec.?x`) reaches the value at its end whole; the fields on the
+//! way are only looked into. Anything else the root takes part in (passed
+//! to a function, compared, indexed, iterated, or the root alone) reaches
+//! the root whole. A comprehension variable of the root's name hides it:
+//! what such a variable reads is the comprehension's own.
+use kube_cel::cel::common::ast::{operators, EntryExpr, Expr, LiteralValue};
+use kube_cel::cel::parser::Expression;
+use std::collections::BTreeMap;
+
+/// The part of a value expressions can reach: all of it, or some of its
+/// fields (each with the part of it they reach). Nothing at all is the
+/// default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    whole: bool,
+    fields: BTreeMap<String, Reach>,
+}
+
+impl Reach {
+    /// Everything.
+    pub fn whole() -> Reach {
+        Reach {
+            whole: true,
+            fields: BTreeMap::new(),
+        }
+    }
+
+    /// Whether all of the value is reached.
+    pub fn is_whole(&self) -> bool {
+        self.whole
+    }
+
+    /// What is reached of field `name`; `None` when nothing is.
+    pub fn field(&self, name: &str) -> Option<&Reach> {
+        self.fields.get(name)
+    }
+
+    /// Adds what `ast` reaches of the variable `root`.
+    pub fn add(&mut self, ast: &Expression, root: &str) {
+        Walk {
+            root,
+            hidden: 0,
+            reach: self,
+        }
+        .walk(ast);
+    }
+
+    /// Adds the value at `path` whole.
+    fn add_path(&mut self, path: &[&str]) {
+        let mut at = self;
+        for field in path {
+            if at.whole {
+                return;
+            }
+            at = at.fields.entry((*field).to_string()).or_default();
+        }
+        *at = Reach::whole();
+    }
+}
+
+struct Walk<'a> {
+    root: &'a str,
+    /// Comprehensions around the walk that bind the root's name.
+    hidden: usize,
+    reach: &'a mut Reach,
+}
+
+impl Walk<'_> {
+    /// The fields `e` selects from the root, in order, if `e` is a chain
+    /// of field selections from it.
+    fn chain<'e>(&self, e: &'e Expression, path: &mut Vec<&'e str>) -> bool {
+        match &e.expr {
+            Expr::Ident(name) => self.hidden == 0 && name == self.root,
+            Expr::Select(select) => {
+                let found = self.chain(&select.operand, path);
+                path.push(&select.field);
+                found
+            }
+            Expr::Call(call)
+                if call.func_name == operators::OPT_SELECT && call.target.is_none() =>
+            {
+                match call.args.as_slice() {
+                    [operand, field] => match &field.expr {
+                        Expr::Literal(LiteralValue::String(name)) => {
+                            let found = self.chain(operand, path);
+                            path.push(name.inner());
+                            found
+                        }
+                        _ => false,
+                    },
+                    _ => false,
+                }
+            }
+            _ => false,
+        }
+    }
+
+    fn walk(&mut self, e: &Expression) {
+        let mut path = Vec::new();
+        if self.chain(e, &mut path) {
+            self.reach.add_path(&path);
+            return;
+        }
+        match &e.expr {
+            Expr::Unspecified | Expr::Literal(_) => {}
+            Expr::Ident(_) => {}
+            Expr::Select(select) => self.walk(&select.operand),
+            Expr::Call(call) => {
+                if let Some(target) = &call.target {
+                    self.walk(target);
+                }
+                for arg in &call.args {
+                    self.walk(arg);
+                }
+            }
+            Expr::List(list) => {
+                for item in &list.elements {
+                    self.walk(item);
+                }
+            }
+            Expr::Map(map) => {
+                for entry in &map.entries {
+                    if let EntryExpr::MapEntry(m) = &entry.expr {
+                        self.walk(&m.key);
+                        self.walk(&m.value);
+                    }
+                }
+            }
+            Expr::Struct(s) => {
+                for entry in &s.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(f) => self.walk(&f.value),
+                        EntryExpr::MapEntry(m) => {
+                            self.walk(&m.key);
+                            self.walk(&m.value);
+                        }
+                    }
+                }
+            }
+            Expr::Comprehension(c) => {
+                self.walk(&c.iter_range);
+                self.walk(&c.accu_init);
+                let binds = [Some(&c.iter_var), c.iter_var2.as_ref(), Some(&c.accu_var)]
+                    .into_iter()
+                    .flatten()
+                    .any(|name| name == self.root);
+                self.hidden += usize::from(binds);
+                self.walk(&c.loop_cond);
+                self.walk(&c.loop_step);
+                self.walk(&c.result);
+                self.hidden -= usize::from(binds);
+            }
+        }
+    }
+}
+
+/// `json` converted into the interpreter's values as far as `reach` goes:
+/// an object keeps only the fields reached (each converted as far as its
+/// own reach goes); anything else, and whatever is reached whole, is
+/// converted whole.
+pub fn json_to_val_within(json: &serde_json::Value, reach: &Reach) -> Box<dyn super::Val> {
+    use kube_cel::cel::common::types::{CelMap, CelMapEntries};
+    match json {
+        serde_json::Value::Object(map) if !reach.whole => Box::new(CelMap::from(
+            reach
+                .fields
+                .iter()
+                .filter_map(|(name, reach)| {
+                    let value = map.get(name)?;
+                    Some((super::keys::key(name), json_to_val_within(value, reach)))
+                })
+                .collect::<CelMapEntries>(),
+        )),
+        _ => super::json_to_val(json),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_cel::cel::parser::Parser;
+
+    fn reach(sources: &[&str], root: &str) -> Reach {
+        let mut reach = Reach::default();
+        for source in sources {
+            let ast = Parser::new()
+                .enable_optional_syntax(true)
+                .parse(source)
+                .expect("parses");
+            reach.add(&ast, root);
+        }
+        reach
+    }
+
+    /// The reach as `path` strings, `*` marking what is reached whole.
+    fn paths(reach: &Reach) -> Vec<String> {
+        fn walk(reach: &Reach, at: String, out: &mut Vec<String>) {
+            if reach.whole {
+                out.push(format!("{at}*"));
+            }
+            for (name, field) in &reach.fields {
+                walk(field, format!("{at}{name}."), out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(reach, String::new(), &mut out);
+        out
+    }
+
+    #[test]
+    fn a_chain_of_selections_reaches_its_end_whole() {
+        let r = reach(
+            &[
+                "object.spec.containers.all(c, has(c.image))",
+                "has(object.metadata.labels) && object.metadata.name != ''",
+                "object.?spec.?nodeSelector.orValue({}).size() == 0",
+                "object.metadata.annotations['a'] == 'b'",
+            ],
+            "object",
+        );
+        assert_eq!(
+            paths(&r),
+            [
+                "metadata.annotations.*",
+                "metadata.labels.*",
+                "metadata.name.*",
+                "spec.containers.*",
+                "spec.nodeSelector.*"
+            ]
+        );
+        assert!(r.field("status").is_none());
+    }
+
+    #[test]
+    fn the_root_used_otherwise_is_reached_whole() {
+        for source in [
+            "object == oldObject",
+            "size(object) > 0",
+            "object['spec'].containers.size() > 0",
+            "object.all(k, k != 'status')",
+            "[object][0].spec.x == 1",
+            "string(object) != ''",
+            "cel.bind(o, object, o.spec.x == 1)",
+            "(true ? object : oldObject).spec.x == 1",
+        ] {
+            assert!(reach(&[source], "object").is_whole(), "{source}");
+        }
+    }
+
+    #[test]
+    fn a_whole_field_absorbs_its_parts() {
+        let r = reach(&["object.spec.x.y == 1", "object.spec == {}"], "object");
+        assert_eq!(paths(&r), ["spec.*"]);
+        let r = reach(&["object.spec == {}", "object.spec.x.y == 1"], "object");
+        assert_eq!(paths(&r), ["spec.*"]);
+    }
+
+    #[test]
+    fn a_comprehension_variable_of_the_same_name_hides_the_root() {
+        let r = reach(&["[{'a': 1}].all(object, object.a == 1)"], "object");
+        assert_eq!(paths(&r), Vec::<String>::new());
+        let r = reach(
+            &["object.spec.items.exists(object, object == 1) && object.kind == 'Pod'"],
+            "object",
+        );
+        assert_eq!(paths(&r), ["kind.*", "spec.items.*"]);
+        let r = reach(&["oldObject.spec.x == object.spec.y"], "oldObject");
+        assert_eq!(paths(&r), ["spec.x.*"]);
+    }
+
+    #[test]
+    fn conversion_keeps_what_is_reached() {
+        use crate::cel::{json_to_val, Value};
+        let object = serde_json::json!({
+            "kind": "Pod",
+            "metadata": {"name": "p", "managedFields": [{"manager": "kubectl"}], "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "env": [{"name": "X"}]}]},
+            "status": {"phase": "Pending"}
+        });
+        let as_value = |v: Box<dyn crate::cel::Val>| Value::try_from(v.as_ref()).expect("converts");
+        let r = reach(
+            &["object.spec.containers.size() > 0 && object.metadata.name == 'p' && has(object.metadata.uid)"],
+            "object",
+        );
+        let projected = as_value(json_to_val_within(&object, &r));
+        let expected = serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "env": [{"name": "X"}]}]}
+        });
+        assert_eq!(projected, as_value(json_to_val(&expected)));
+        // Reached whole, or not an object where fields are looked into:
+        // converted whole.
+        let whole = as_value(json_to_val(&object));
+        assert_eq!(
+            as_value(json_to_val_within(&object, &Reach::whole())),
+            whole
+        );
+        let list = serde_json::json!([1, {"a": 2}]);
+        assert_eq!(
+            as_value(json_to_val_within(&list, &r)),
+            as_value(json_to_val(&list))
+        );
+    }
+}
