@@ -210,6 +210,16 @@ fn bench_default_set(c: &mut Criterion) {
         &format!("validate patched gpu pod against the shipped set ({policies} policies)"),
         |b| b.iter(|| black_box(admission.validate_until(black_box(&patched), Some(deadline)))),
     );
+    let sent = create(as_the_apiserver_sends_it(&mutated(
+        &admission,
+        unplaced_gpu_pod(),
+    )));
+    let outcome = admission.validate_until(&sent, Some(deadline));
+    assert!(outcome.response.allowed, "{:?}", outcome.response.message);
+    c.bench_function(
+        &format!("validate patched gpu pod as the apiserver sends it, managedFields and status, against the shipped set ({policies} policies)"),
+        |b| b.iter(|| black_box(admission.validate_until(black_box(&sent), Some(deadline)))),
+    );
     let cpu = create(cpu_pod());
     let outcome = admission.validate_until(&cpu, Some(deadline));
     assert!(outcome.response.allowed, "{:?}", outcome.response.message);
@@ -224,6 +234,53 @@ fn bench_default_set(c: &mut Criterion) {
         &format!("validate cpu pod against the shipped set ({policies} policies)"),
         |b| b.iter(|| black_box(admission.validate_until(black_box(&cpu), Some(deadline)))),
     );
+}
+
+/// `pod` as the apiserver hands it to a validating webhook after a
+/// client-side `kubectl apply`: its uid and creation time, the applied
+/// manifest in an annotation, the field manager's record of every field it
+/// set, and the status a new pod starts with.
+fn as_the_apiserver_sends_it(pod: &serde_json::Value) -> serde_json::Value {
+    let mut sent = pod.clone();
+    let manifest = serde_json::to_string(pod).expect("JSON");
+    let metadata = &mut sent["metadata"];
+    metadata["uid"] = json!("6c5b0a1e-93d4-4f0b-a3c2-7d1e9f2b8a40");
+    metadata["creationTimestamp"] = json!("2026-12-01T00:00:00Z");
+    metadata["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json!(manifest);
+    metadata["managedFields"] = json!([{
+        "manager": "kubectl-client-side-apply",
+        "operation": "Update",
+        "apiVersion": "v1",
+        "time": "2026-12-01T00:00:00Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields_v1(pod),
+    }]);
+    sent["status"] = json!({"phase": "Pending", "qosClass": "Burstable"});
+    sent
+}
+
+/// The field manager's set of the fields of `value`: `f:<name>` for a
+/// field, `k:{"name":...}` for a list item keyed by its name.
+fn fields_v1(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{Map, Value};
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| (format!("f:{k}"), fields_v1(v)))
+            .collect::<Map<_, _>>()
+            .into(),
+        Value::Array(items) => items
+            .iter()
+            .filter_map(|item| {
+                let name = item.get("name")?.as_str()?;
+                let mut set = fields_v1(item);
+                set.as_object_mut()?.insert(".".into(), json!({}));
+                Some((format!("k:{{\"name\":\"{name}\"}}"), set))
+            })
+            .collect::<Map<_, _>>()
+            .into(),
+        _ => json!({}),
+    }
 }
 
 /// A request's Namespace from the cluster's cache, as `serve` in a cluster
