@@ -149,15 +149,20 @@ impl Walk<'_> {
             Expr::Comprehension(c) => {
                 self.walk(&c.iter_range);
                 self.walk(&c.accu_init);
-                let binds = [Some(&c.iter_var), c.iter_var2.as_ref(), Some(&c.accu_var)]
+                // The iteration variables are bound in the loop, the
+                // accumulator in the loop and the result.
+                let in_loop = [Some(&c.iter_var), c.iter_var2.as_ref(), Some(&c.accu_var)]
                     .into_iter()
                     .flatten()
                     .any(|name| name == self.root);
-                self.hidden += usize::from(binds);
+                let in_result = c.accu_var == self.root;
+                self.hidden += usize::from(in_loop);
                 self.walk(&c.loop_cond);
                 self.walk(&c.loop_step);
+                self.hidden -= usize::from(in_loop);
+                self.hidden += usize::from(in_result);
                 self.walk(&c.result);
-                self.hidden -= usize::from(binds);
+                self.hidden -= usize::from(in_result);
             }
         }
     }
@@ -273,6 +278,10 @@ mod tests {
             "object",
         );
         assert_eq!(paths(&r), ["kind.*", "spec.items.*"]);
+        let r = reach(&["cel.bind(object, {'a': 1}, object.a) == 1"], "object");
+        assert_eq!(paths(&r), Vec::<String>::new(), "bound by cel.bind");
+        let r = reach(&["cel.bind(x, object.metadata.name, x) == 'p'"], "object");
+        assert_eq!(paths(&r), ["metadata.name.*"]);
         let r = reach(&["oldObject.spec.x == object.spec.y"], "oldObject");
         assert_eq!(paths(&r), ["spec.x.*"]);
     }
