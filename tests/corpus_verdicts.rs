@@ -235,22 +235,9 @@ fn converting_only_what_is_reached_changes_no_answer() {
         Ok(())
     }
     copy(&root().join("policies"), dir.path()).unwrap();
-    std::fs::write(
+    std::fs::copy(
+        root().join("tests/fixtures/policies/whole-object/whole-object.yaml"),
         dir.path().join("zz-whole-object.yaml"),
-        r#"apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: zz-whole-object}
-spec:
-  matchConstraints:
-    resourceRules: [{apiGroups: ["*"], apiVersions: ["*"], operations: ["*"], resources: ["*"]}]
-  validations:
-  - expression: "[object, oldObject].size() == 2"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: zz-whole-object}
-spec: {policyName: zz-whole-object, validationActions: [Deny]}
-"#,
     )
     .unwrap();
     let answer = |e: &Evaluation| {
