@@ -175,16 +175,25 @@ impl Walk<'_> {
 pub fn json_to_val_within(json: &serde_json::Value, reach: &Reach) -> Box<dyn super::Val> {
     use kube_cel::cel::common::types::{CelMap, CelMapEntries};
     match json {
-        serde_json::Value::Object(map) if !reach.whole => Box::new(CelMap::from(
-            reach
-                .fields
-                .iter()
-                .filter_map(|(name, reach)| {
-                    let value = map.get(name)?;
-                    Some((super::keys::key(name), json_to_val_within(value, reach)))
-                })
-                .collect::<CelMapEntries>(),
-        )),
+        serde_json::Value::Object(map) if !reach.whole => {
+            let entry = |name: &String, value, reach| {
+                (super::keys::key(name), json_to_val_within(value, reach))
+            };
+            // Whichever side has fewer names is walked, the other looked
+            // up: the same entries either way.
+            let entries: CelMapEntries = if map.len() <= reach.fields.len() {
+                map.iter()
+                    .filter_map(|(name, value)| Some(entry(name, value, reach.fields.get(name)?)))
+                    .collect()
+            } else {
+                reach
+                    .fields
+                    .iter()
+                    .filter_map(|(name, reach)| Some(entry(name, map.get(name)?, reach)))
+                    .collect()
+            };
+            Box::new(CelMap::from(entries))
+        }
         _ => super::json_to_val(json),
     }
 }
@@ -306,6 +315,12 @@ mod tests {
             "spec": {"containers": [{"name": "c", "env": [{"name": "X"}]}]}
         });
         assert_eq!(projected, as_value(json_to_val(&expected)));
+        // A map with fewer names than are reached gives the same.
+        let few = serde_json::json!({"metadata": {"name": "p"}, "status": {}});
+        assert_eq!(
+            as_value(json_to_val_within(&few, &r)),
+            as_value(json_to_val(&serde_json::json!({"metadata": {"name": "p"}})))
+        );
         // Reached whole, or not an object where fields are looked into:
         // converted whole.
         let whole = as_value(json_to_val(&object));
