@@ -291,6 +291,19 @@ mod tests {
         assert_eq!(paths(&r), Vec::<String>::new(), "bound by cel.bind");
         let r = reach(&["cel.bind(x, object.metadata.name, x) == 'p'"], "object");
         assert_eq!(paths(&r), ["metadata.name.*"]);
+        // A comprehension whose iteration variable is named like the root
+        // and whose result reads the root (no macro writes one; the walk
+        // must not depend on it): the loop's variable is out of scope
+        // there, so the result reads the root itself.
+        let mut ast = Parser::new().parse("[1].all(object, true)").unwrap();
+        let Expr::Comprehension(c) = &mut ast.expr else {
+            panic!("all() is a comprehension")
+        };
+        assert_eq!(c.iter_var, "object");
+        c.result = Parser::new().parse("object").unwrap();
+        let mut r = Reach::default();
+        r.add(&ast, "object");
+        assert!(r.is_whole(), "the result reads the root");
         let r = reach(&["oldObject.spec.x == object.spec.y"], "oldObject");
         assert_eq!(paths(&r), ["spec.x.*"]);
     }
