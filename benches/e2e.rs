@@ -25,6 +25,12 @@
 //! rounds), GPU_ADMISSION_BENCH_ROUNDS (default 5) and
 //! GPU_ADMISSION_BENCH_RATE (paced requests/s, default 1000). Without
 //! `--bench` (as under `cargo test --benches`) it runs a short smoke pass.
+//!
+//! GPU_ADMISSION_BENCH_ONLY=floor|mutate|validate runs only that target's
+//! saturation run (after the warm-up) and stops: for profilers. Two runs
+//! under `valgrind --tool=callgrind` with different request counts give
+//! the instructions one request costs, client and server together: the
+//! difference of their totals over the difference of their counts.
 
 /// The allocator the `gpu-admission` binary runs with.
 #[global_allocator]
@@ -147,6 +153,30 @@ async fn run(connections: usize, requests: usize) {
         "e2e: {connections} keep-alive TLS connections, {requests} requests of {} bytes each",
         body.len()
     );
+    if let Ok(only) = std::env::var("GPU_ADMISSION_BENCH_ONLY") {
+        let (label, addr, req, expect) = match only.as_str() {
+            "floor" => (
+                "floor (bare TLS, fixed 200)",
+                floor_addr,
+                &request,
+                Expect::Ok,
+            ),
+            "mutate" => ("webhook /mutate", webhook_addr, &mutate_request, MUTATED),
+            "validate" => ("webhook /validate", webhook_addr, &request, ALLOWED),
+            other => panic!("GPU_ADMISSION_BENCH_ONLY={other}: floor, mutate or validate"),
+        };
+        // A warm-up of a fixed size: runs of different sizes differ by
+        // their measured requests alone.
+        let warmed = drive(addr, &client_tls, req, expect, connections, 200).await;
+        assert_eq!(warmed.incorrect + warmed.failed, 0, "{label} answers");
+        let run = drive(addr, &client_tls, req, expect, connections, requests).await;
+        run.print(label);
+        assert_eq!(run.incorrect + run.failed, 0, "{label} answers");
+        shutdown.trigger();
+        let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
+        return;
+    }
+
     // Warm both up (handshakes, allocator, caches).
     let warm = requests / 10 + 1;
     let warmed = drive(

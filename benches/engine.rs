@@ -1,8 +1,9 @@
 //! The policy engine on a typical GPU pod (and on a pod that asks for no
 //! GPU): policies compiled once, the full verdict measured per request.
-//! Beside it, two parts of a request's work measured alone: a cluster
-//! Namespace looked up for a request, and an apply configuration merged
-//! into a long keyed list.
+//! Beside it, parts of a request's work measured alone: the review body
+//! sized and decoded as the server's edge does it, a cluster Namespace
+//! looked up for a request, and an apply configuration merged into a long
+//! keyed list.
 //!
 //! Measured on a thread with the evaluation stack, where evaluation runs in
 //! place as it does on `serve`'s answering threads. The row "handed to an
@@ -47,6 +48,7 @@ criterion_group!(
     bench_engine,
     bench_default_set,
     bench_runaway,
+    bench_review_body,
     bench_cluster_namespace,
     bench_apply_merge
 );
@@ -281,6 +283,30 @@ fn fields_v1(value: &serde_json::Value) -> serde_json::Value {
             .into(),
         _ => json!({}),
     }
+}
+
+/// The review body of the end-to-end bench (the GPU pod fixture, compact
+/// as the apiserver sends it), sized before anything is built, then
+/// decoded: what the server's edge does with every body.
+fn bench_review_body(c: &mut Criterion) {
+    use gpu_admission::review::{decode_review, measure_request, Limits};
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reviews/pod-create-gpu.json");
+    let review: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("fixture")).expect("fixture JSON");
+    let body = serde_json::to_vec(&review).expect("review");
+    let limits = Limits::default();
+    let shape = measure_request(&body, &limits).expect("within the limits");
+    assert!(shape.nodes > 50, "{shape:?}");
+    assert!(decode_review(&body).is_ok());
+    let mut group = c.benchmark_group("review body");
+    group.bench_function(format!("sized ({} bytes)", body.len()), |b| {
+        b.iter(|| black_box(measure_request(black_box(&body), &limits)))
+    });
+    group.bench_function(format!("decoded ({} bytes)", body.len()), |b| {
+        b.iter(|| black_box(decode_review(black_box(&body))))
+    });
+    group.finish();
 }
 
 /// A request's Namespace from the cluster's cache, as `serve` in a cluster
