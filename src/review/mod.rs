@@ -1,6 +1,7 @@
 //! AdmissionReview `admission.k8s.io/v1` in and out: the only place that
 //! knows the wire format. Objects are kept as raw JSON so that patches are
 //! computed against exactly what the apiserver sent.
+mod json_text;
 mod shape;
 
 pub use shape::{measure, Limits, Shape, TooLarge};
@@ -492,12 +493,13 @@ impl<'a> Answer<'a> {
     }
 }
 
-/// `patch` as JSON, base64-encoded, as a JSON string. Base64 text needs no
-/// escaping, so the string is written as it is instead of being scanned
-/// for characters to escape like any other string.
+/// `patch` as JSON ([`json_text::patch`]), base64-encoded, as a JSON
+/// string. Base64 text needs no escaping, so the string is written as it
+/// is instead of being scanned for characters to escape like any other
+/// string.
 fn base64_string(patch: &json_patch::Patch) -> Box<RawValue> {
     use base64::engine::general_purpose::STANDARD;
-    let bytes = serde_json::to_vec(patch).unwrap_or_default();
+    let bytes = json_text::patch(patch);
     // Encoded in one pass into a buffer of its exact size, between quotes.
     let mut quoted = vec![b'"'; bytes.len().div_ceil(3) * 4 + 2];
     let inner = quoted.len() - 1;
