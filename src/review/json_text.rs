@@ -1,6 +1,6 @@
-//! The JSON text of an answer's patch, written straight from the patch:
-//! byte for byte what `serde_json::to_vec` writes, without its generic
-//! serializer. Most of a placement patch is strings (label keys, SKU
+//! JSON text of an answer's patch and strings, written straight from
+//! them: byte for byte what `serde_json::to_vec` writes, without its
+//! generic serializer. Most of a placement patch is strings (label keys, SKU
 //! names) that need no escaping: each is checked for a byte that does,
 //! then copied whole, where serde_json writes it in runs between the
 //! bytes it escapes.
@@ -80,7 +80,7 @@ fn value(out: &mut Vec<u8>, v: &Value) {
 /// `s` as a JSON string with serde_json's escapes: `\"`, `\\`, the short
 /// forms `\b \f \n \r \t`, `\u00XX` for other control characters, and
 /// nothing else (not `/`, DEL or non-ASCII text).
-fn string(out: &mut Vec<u8>, s: &str) {
+pub(super) fn string(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');

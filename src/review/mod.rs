@@ -421,10 +421,78 @@ pub fn encode(uid: &str, response: &Response) -> Value {
     serde_json::to_value(Answer::new(uid, response)).unwrap_or(Value::Null)
 }
 
-/// [`encode`] written as JSON, as the webhook sends it (no tree built).
+/// [`encode`] written as JSON, as the webhook sends it: the text
+/// `serde_json` writes for it, byte for byte, written straight into one
+/// buffer (no tree built, the patch base64-encoded in place).
 pub fn encode_json(uid: &str, response: &Response) -> Vec<u8> {
-    // Strings, booleans and integers always serialize.
-    serde_json::to_vec(&Answer::new(uid, response)).unwrap_or_default()
+    use json_text::string;
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(
+        br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#,
+    );
+    string(&mut out, uid);
+    out.extend_from_slice(if response.allowed {
+        b",\"allowed\":true"
+    } else {
+        b",\"allowed\":false"
+    });
+    let denied = !response.allowed;
+    if denied || response.message.is_some() {
+        out.extend_from_slice(b",\"status\":{");
+        if let Some(message) = &response.message {
+            out.extend_from_slice(b"\"message\":");
+            string(&mut out, message);
+            if denied {
+                out.push(b',');
+            }
+        }
+        if denied {
+            out.extend_from_slice(b"\"status\":\"Failure\",\"reason\":");
+            string(&mut out, response.reason.as_deref().unwrap_or("Forbidden"));
+            out.extend_from_slice(b",\"code\":");
+            out.extend_from_slice(response.code.unwrap_or(403).to_string().as_bytes());
+        }
+        out.push(b'}');
+    }
+    if let Some(patch) = &response.patch {
+        out.extend_from_slice(b",\"patch\":\"");
+        base64_into(&mut out, &json_text::patch(patch));
+        out.extend_from_slice(b"\",\"patchType\":\"JSONPatch\"");
+    }
+    if !response.warnings.is_empty() {
+        out.extend_from_slice(b",\"warnings\":[");
+        for (i, warning) in response.warnings.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(&mut out, warning);
+        }
+        out.push(b']');
+    }
+    if !response.audit_annotations.is_empty() {
+        out.extend_from_slice(b",\"auditAnnotations\":{");
+        for (i, (key, value)) in response.audit_annotations.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(&mut out, key);
+            out.push(b':');
+            string(&mut out, value);
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"}}");
+    out
+}
+
+/// Appends `bytes` base64-encoded (standard alphabet, padded) to `out`,
+/// encoded in one pass into room of its exact size.
+fn base64_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    use base64::engine::general_purpose::STANDARD;
+    let at = out.len();
+    out.resize(at + bytes.len().div_ceil(3) * 4, 0);
+    let written = STANDARD.encode_slice(bytes, &mut out[at..]).unwrap_or(0);
+    out.truncate(at + written);
 }
 
 /// An AdmissionReview v1 answer, borrowing from the [`Response`].
@@ -498,15 +566,8 @@ impl<'a> Answer<'a> {
 /// is instead of being scanned for characters to escape like any other
 /// string.
 fn base64_string(patch: &json_patch::Patch) -> Box<RawValue> {
-    use base64::engine::general_purpose::STANDARD;
-    let bytes = json_text::patch(patch);
-    // Encoded in one pass into a buffer of its exact size, between quotes.
-    let mut quoted = vec![b'"'; bytes.len().div_ceil(3) * 4 + 2];
-    let inner = quoted.len() - 1;
-    let written = STANDARD
-        .encode_slice(&bytes, &mut quoted[1..inner])
-        .unwrap_or(0);
-    quoted.truncate(written + 1);
+    let mut quoted = vec![b'"'];
+    base64_into(&mut quoted, &json_text::patch(patch));
     quoted.push(b'"');
     // Quoted base64 text is always a JSON string: the default (`null`) is
     // never taken.
@@ -768,6 +829,55 @@ mod tests {
             assert_eq!(encode("u", &response), want);
             let sent: Value = serde_json::from_slice(&encode_json("u", &response)).unwrap();
             assert_eq!(sent, want);
+        }
+    }
+
+    /// The answer written by hand is the text serde_json writes for the
+    /// answer's declared shape, for every combination of fields and for
+    /// text that needs escaping anywhere.
+    #[test]
+    fn the_sent_answer_is_what_serde_json_writes() {
+        let odd = "quote \" backslash \\ new line \n tab \t nul \u{0} é 🚀";
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "add", "path": "/metadata/annotations/a~1b", "value": {"k": odd}},
+            {"op": "remove", "path": "/spec/x"}
+        ]))
+        .unwrap();
+        let mut responses = Vec::new();
+        for allowed in [true, false] {
+            for message in [None, Some("plain"), Some(odd)] {
+                for with_patch in [false, true] {
+                    for (warnings, annotations) in [(0, 0), (1, 0), (0, 2), (2, 1)] {
+                        for (reason, code) in [(None, None), (Some(odd), Some(422))] {
+                            let mut r = if allowed {
+                                Response::allow()
+                            } else {
+                                Response::deny("denied")
+                            };
+                            r.message = message.map(str::to_string);
+                            r.reason = reason.map(str::to_string);
+                            r.code = code;
+                            if with_patch {
+                                r.patch = Some(patch.clone());
+                            }
+                            r.warnings = (0..warnings).map(|i| format!("{odd} {i}")).collect();
+                            r.audit_annotations = (0..annotations)
+                                .map(|i| (format!("{odd}/{i}"), format!("{i} {odd}")))
+                                .collect();
+                            responses.push(r);
+                        }
+                    }
+                }
+            }
+        }
+        for uid in ["705ab4f5-6393-11e8-b7cc-42010a800002", odd] {
+            for response in &responses {
+                let by_serde = serde_json::to_vec(&Answer::new(uid, response)).unwrap();
+                assert_eq!(
+                    String::from_utf8(encode_json(uid, response)).unwrap(),
+                    String::from_utf8(by_serde).unwrap()
+                );
+            }
         }
     }
 
