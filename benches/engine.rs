@@ -287,9 +287,10 @@ fn fields_v1(value: &serde_json::Value) -> serde_json::Value {
 
 /// The review body of the end-to-end bench (the GPU pod fixture, compact
 /// as the apiserver sends it), sized before anything is built, then
-/// decoded: what the server's edge does with every body.
+/// decoded: what the server's edge does with every body; and the
+/// `/mutate` answer for it written out.
 fn bench_review_body(c: &mut Criterion) {
-    use gpu_admission::review::{decode_review, measure_request, Limits};
+    use gpu_admission::review::{decode_review, encode_json, measure_request, Limits};
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reviews/pod-create-gpu.json");
     let review: serde_json::Value =
@@ -306,6 +307,19 @@ fn bench_review_body(c: &mut Criterion) {
     group.bench_function(format!("decoded ({} bytes)", body.len()), |b| {
         b.iter(|| black_box(decode_review(black_box(&body))))
     });
+    let (admission, _) = shipped_admission();
+    let request = decode_review(&body).expect("the fixture decodes");
+    let answer = admission.mutate(&request).response;
+    let operations = answer.patch.as_ref().map_or(0, |p| p.0.len());
+    assert!(operations >= 2, "the fixture gets the placement patch");
+    let written = encode_json(&request.uid, &answer);
+    group.bench_function(
+        format!(
+            "/mutate answer written ({operations} patch operations, {} bytes)",
+            written.len()
+        ),
+        |b| b.iter(|| black_box(encode_json(black_box(&request.uid), black_box(&answer)))),
+    );
     group.finish();
 }
 

@@ -116,7 +116,7 @@ pub(super) fn string(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Whether no byte of `bytes` is escaped: eight bytes at a time, each word
-/// tested at once for a byte below 0x20, a `"` and a `\\`.
+/// tested at once for a byte below 0x20, a quote and a backslash.
 fn clean(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
@@ -140,7 +140,8 @@ fn needs_escape(b: u8) -> bool {
     ESCAPED[usize::from(b)]
 }
 
-/// The bytes a JSON string escapes: control characters, `"` and `\\`.
+/// The bytes a JSON string escapes: control characters, the quote and
+/// the backslash.
 static ESCAPED: [bool; 256] = {
     let mut table = [false; 256];
     let mut b = 0;
