@@ -6,9 +6,11 @@
 //! changes nothing any expression can see.
 //!
 //! The walk is conservative. A chain of field selections from the root
-//! (`object.spec.containers`, `has(object.metadata.labels)`,
-//! `object.?spec.?x`) reaches the value at its end whole; the fields on the
-//! way are only looked into. Anything else the root takes part in (passed
+//! (`object.spec.containers`, `object.?spec.?x`) reaches the value at its
+//! end whole; the fields on the way are only looked into. A presence test
+//! of such a chain (`has(object.spec)`) only looks for its last field: the
+//! field is kept, and what it holds converted as far as other expressions
+//! reach into it. Anything else the root takes part in (passed
 //! to a function, compared, indexed, iterated, or the root alone) reaches
 //! the root whole. A comprehension variable of the root's name hides it:
 //! what such a variable reads is the comprehension's own.
@@ -52,6 +54,32 @@ impl Reach {
             reach: self,
         }
         .walk(ast);
+    }
+
+    /// Adds what `other` reaches.
+    pub fn merge(&mut self, other: &Reach) {
+        if self.whole {
+            return;
+        }
+        if other.whole {
+            *self = Reach::whole();
+            return;
+        }
+        for (name, reach) in &other.fields {
+            self.fields.entry(name.clone()).or_default().merge(reach);
+        }
+    }
+
+    /// Adds the field at `path` (and the fields on the way), without
+    /// adding anything it holds.
+    fn add_presence(&mut self, path: &[&str]) {
+        let mut at = self;
+        for field in path {
+            if at.whole {
+                return;
+            }
+            at = at.fields.entry((*field).to_string()).or_default();
+        }
     }
 
     /// Adds the value at `path` whole.
@@ -106,6 +134,14 @@ impl Walk<'_> {
 
     fn walk(&mut self, e: &Expression) {
         let mut path = Vec::new();
+        if let Expr::Select(select) = &e.expr {
+            if select.test && self.chain(&select.operand, &mut path) {
+                path.push(&select.field);
+                self.reach.add_presence(&path);
+                return;
+            }
+            path.clear();
+        }
         if self.chain(e, &mut path) {
             self.reach.add_path(&path);
             return;
@@ -220,6 +256,9 @@ mod tests {
         fn walk(reach: &Reach, at: String, out: &mut Vec<String>) {
             if reach.whole {
                 out.push(format!("{at}*"));
+            } else if reach.fields.is_empty() && !at.is_empty() {
+                // Only looked for.
+                out.push(at.trim_end_matches('.').to_string());
             }
             for (name, field) in &reach.fields {
                 walk(field, format!("{at}{name}."), out);
@@ -228,6 +267,36 @@ mod tests {
         let mut out = Vec::new();
         walk(reach, String::new(), &mut out);
         out
+    }
+
+    /// Merging reaches is adding the expressions of both.
+    #[test]
+    fn merged_reaches_reach_what_both_expressions_reach() {
+        let sets: [&[&str]; 5] = [
+            &[
+                "object.spec.containers.size() > 0",
+                "object.metadata.name != ''",
+            ],
+            &[
+                "has(object.spec.affinity.nodeAffinity)",
+                "object.kind == 'Pod'",
+            ],
+            &["object.spec.containers[0].image != ''"],
+            &["f(object.spec)"],
+            &["object == null"],
+        ];
+        for a in sets {
+            for b in sets {
+                let mut merged = reach(a, "object");
+                merged.merge(&reach(b, "object"));
+                let both: Vec<&str> = a.iter().chain(b).copied().collect();
+                assert_eq!(
+                    paths(&merged),
+                    paths(&reach(&both, "object")),
+                    "{a:?} {b:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -245,13 +314,58 @@ mod tests {
             paths(&r),
             [
                 "metadata.annotations.*",
-                "metadata.labels.*",
+                "metadata.labels",
                 "metadata.name.*",
                 "spec.containers.*",
                 "spec.nodeSelector.*"
             ]
         );
         assert!(r.field("status").is_none());
+    }
+
+    /// `has()` looks for a field: it is kept, its contents are not,
+    /// unless another expression reads them.
+    #[test]
+    fn a_presence_test_keeps_the_field_not_its_contents() {
+        let r = reach(&["has(object.spec) && has(object.spec.affinity)"], "object");
+        assert_eq!(paths(&r), ["spec.affinity"]);
+        let r = reach(
+            &["has(object.spec)", "object.spec.containers.size() > 0"],
+            "object",
+        );
+        assert_eq!(paths(&r), ["spec.containers.*"]);
+        let r = reach(&["has(object.spec.x)", "object.spec == {}"], "object");
+        assert_eq!(paths(&r), ["spec.*"]);
+        // Not a chain from the root: the operand is walked as usual.
+        let r = reach(&["has(f(object).spec)"], "object");
+        assert!(r.is_whole());
+
+        use crate::cel::{Context, Value};
+        let object = serde_json::json!({
+            "spec": {"affinity": {"nodeAffinity": {"a": 1}}, "volumes": [{"name": "v"}], "n": null},
+            "status": {}
+        });
+        for (source, want) in [
+            ("has(object.spec)", true),
+            ("has(object.spec.affinity)", true),
+            ("has(object.spec.volumes)", true),
+            ("has(object.spec.n)", true),
+            ("has(object.spec.nodeSelector)", false),
+            ("has(object.status)", true),
+            ("has(object.metadata)", false),
+        ] {
+            let r = reach(&[source], "object");
+            let mut ctx = Context::default();
+            ctx.add_variable_as_val("object", json_to_val_within(&object, &r));
+            let ast = Parser::new().parse(source).unwrap();
+            let got = Value::resolve(&ast, &ctx).expect("evaluates");
+            assert_eq!(got, Value::Bool(want), "{source}");
+        }
+        let projected =
+            json_to_val_within(&object, &reach(&["has(object.spec.affinity)"], "object"));
+        let projected = Value::try_from(projected.as_ref()).unwrap();
+        let expected = serde_json::json!({"spec": {"affinity": {}}});
+        assert_eq!(projected, crate::cel::json_to_value(&expected));
     }
 
     #[test]

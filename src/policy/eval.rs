@@ -1,6 +1,6 @@
 //! Evaluating one request: which bindings apply, the CEL variables of the
 //! evaluated object, and what each binding's actions make of the result.
-use super::model::{Action, Binding, FailurePolicy, Policy};
+use super::model::{Action, Binding, FailurePolicy, Policy, Reaches};
 use super::{
     EvaluationResult, Inner, PolicyEvaluation, Verdict, MAX_MESSAGE_LEN,
     VALIDATION_FAILURE_ANNOTATION,
@@ -37,11 +37,14 @@ pub(super) struct Scope<'e> {
 impl<'e> Scope<'e> {
     /// The variables for `evaluated`: the subject's request itself, or the
     /// pod of its template. `request`, `namespaceObject` and the subject's
-    /// host variables are the same for both.
+    /// host variables are the same for both. Of `object` and `oldObject`,
+    /// only what `reach` says the policies evaluated in this scope can
+    /// reach is converted.
     pub(super) fn new(
         inner: &'e Inner,
         subject: &Subject,
         evaluated: &Request,
+        reach: &Reaches,
         shared: &mut Shared,
     ) -> Scope<'e> {
         let mut ctx = inner.env.scope();
@@ -50,17 +53,17 @@ impl<'e> Scope<'e> {
         // looked up: unknown names are refused at load).
         let wanted = |name: &str| inner.referenced.contains(name);
         let to_val = |v: Option<&serde_json::Value>| cel::json_to_val(v.unwrap_or(&NULL));
-        // Of the object, only what some expression can reach (never
-        // `managedFields` or `status` unless one reads them).
+        // Of the object, only what the policies evaluated here can reach
+        // (never `managedFields` or `status` unless one reads them).
         let within = |v: Option<&serde_json::Value>, reach: &cel::Reach| {
             cel::json_to_val_within(v.unwrap_or(&NULL), reach)
         };
         if wanted("object") {
-            let object = within(evaluated.object.as_ref(), &inner.object_reach);
+            let object = within(evaluated.object.as_ref(), &reach.object);
             ctx.add_variable_as_val("object", object);
         }
         if wanted("oldObject") {
-            let old = within(evaluated.old_object.as_ref(), &inner.old_object_reach);
+            let old = within(evaluated.old_object.as_ref(), &reach.old_object);
             ctx.add_variable_as_val("oldObject", old);
         }
         if wanted("namespaceObject") {
@@ -626,24 +629,42 @@ mod tests {
     use crate::review::Operation;
 
     /// The shipped policies read part of an object: what an admitted
-    /// object carries for the apiserver's own use is not converted.
+    /// object carries for the apiserver's own use is not converted, and of
+    /// a pod only what the policies for pods read.
     #[test]
     fn the_shipped_set_reaches_part_of_the_object() {
         let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
-        let reach = &loaded.bundle.policies.inner.object_reach;
-        assert!(!reach.is_whole());
-        let metadata = reach.field("metadata").expect("metadata is read");
-        assert!(!metadata.is_whole());
-        for unread in [
-            "managedFields",
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-        ] {
-            assert!(metadata.field(unread).is_none(), "{unread}");
+        let inner = &loaded.bundle.policies.inner;
+        let of = |object: serde_json::Value| {
+            let req = Request::for_object(object, Operation::Create, Some("ml"));
+            inner.reaches.get(&req).clone()
+        };
+        let pod = of(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}));
+        let job = of(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}}));
+        for reach in [&pod.object, &job.object] {
+            assert!(!reach.is_whole());
+            let metadata = reach.field("metadata").expect("metadata is read");
+            assert!(!metadata.is_whole());
+            for unread in [
+                "managedFields",
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+            ] {
+                assert!(metadata.field(unread).is_none(), "{unread}");
+            }
+            assert!(reach.field("status").is_none());
         }
-        assert!(reach.field("status").is_none());
-        assert!(reach.field("spec").is_some_and(cel::Reach::is_whole));
+        // gpu-job-lifetime reads a Job's spec whole (its `jobSpec` variable).
+        assert!(job.object.field("spec").is_some_and(cel::Reach::is_whole));
+        // No policy for pods reads their volumes or affinity (the SKU
+        // policies' `has(object.spec)` only looks for the spec).
+        let spec = pod.object.field("spec").expect("spec is read");
+        assert!(!spec.is_whole());
+        assert!(spec.field("containers").is_some_and(cel::Reach::is_whole));
+        for unread in ["volumes", "affinity", "tolerations", "nodeSelector"] {
+            assert!(spec.field(unread).is_none(), "{unread}");
+        }
     }
 
     #[test]

@@ -18,6 +18,40 @@ const OPERATIONS: [Operation; 4] = [
 pub(crate) struct BindingIndex {
     by_resource: HashMap<(String, Operation), Vec<usize>>,
     always: Vec<usize>,
+    /// Bindings indexed.
+    len: usize,
+}
+
+/// A value worked out once per bucket of a [`BindingIndex`] from the
+/// bindings a request of that bucket could match (see
+/// [`BindingIndex::per_bucket`]).
+#[derive(Debug, Default)]
+pub(crate) struct PerBucket<T> {
+    by_resource: HashMap<String, Vec<(Operation, T)>>,
+    /// For a request no bucket names: from the wildcard bindings.
+    always: T,
+    /// For a request found under two resources (sent and requested): from
+    /// every binding.
+    every: T,
+}
+
+impl<T> PerBucket<T> {
+    /// The value for the bindings `req` could match: its bucket's, or one
+    /// worked out from more bindings than that (never fewer).
+    pub(crate) fn get(&self, req: &Request) -> &T {
+        let sent = &req.resource.resource;
+        if req
+            .request_resource
+            .as_ref()
+            .is_some_and(|r| &r.resource != sent)
+        {
+            return &self.every;
+        }
+        self.by_resource
+            .get(sent.as_str())
+            .and_then(|ops| ops.iter().find(|(op, _)| *op == req.operation))
+            .map_or(&self.always, |(_, value)| value)
+    }
 }
 
 impl BindingIndex {
@@ -26,6 +60,7 @@ impl BindingIndex {
     pub(crate) fn new<'a>(constraints: impl Iterator<Item = &'a MatchResources>) -> BindingIndex {
         let mut index = BindingIndex::default();
         for (i, m) in constraints.enumerate() {
+            index.len = i + 1;
             let wildcard = m.resource_rules.iter().any(|r| {
                 r.resources
                     .iter()
@@ -98,6 +133,29 @@ impl BindingIndex {
         out.dedup();
         out
     }
+
+    /// `of` the bindings of each bucket (in file order, wildcard ones
+    /// included), of the wildcard bindings alone, and of every binding:
+    /// what [`PerBucket::get`] answers for a request.
+    pub(crate) fn per_bucket<T>(&self, of: impl Fn(&[usize]) -> T) -> PerBucket<T> {
+        let mut by_resource: HashMap<String, Vec<(Operation, T)>> = HashMap::new();
+        for ((resource, op), list) in &self.by_resource {
+            let mut bindings = self.always.clone();
+            bindings.extend_from_slice(list);
+            bindings.sort_unstable();
+            bindings.dedup();
+            by_resource
+                .entry(resource.clone())
+                .or_default()
+                .push((*op, of(&bindings)));
+        }
+        let every: Vec<usize> = (0..self.len).collect();
+        PerBucket {
+            by_resource,
+            always: of(&self.always),
+            every: of(&every),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -154,5 +212,53 @@ mod tests {
         assert!(!pods_only.any("configmaps", None, Operation::Create));
         assert!(pods_only.any("configmaps", Some("pods"), Operation::Create));
         assert!(BindingIndex::new(all.iter()).any("configmaps", None, Operation::Delete));
+    }
+
+    /// What is worked out per bucket covers every binding a request could
+    /// match: exactly its candidates when it is found under one resource.
+    #[test]
+    fn a_bucket_holds_the_candidates_of_its_requests() {
+        let all = [
+            constraints(&["pods"], &["CREATE"]),
+            constraints(&["deployments", "jobs"], &["CREATE", "UPDATE"]),
+            constraints(&["*"], &["DELETE"]),
+            constraints(&["pods/ephemeralcontainers"], &["UPDATE"]),
+            constraints(&["pods"], &["*"]),
+        ];
+        let index = BindingIndex::new(all.iter());
+        let buckets = index.per_bucket(<[usize]>::to_vec);
+        let resources = ["pods", "deployments", "jobs", "configmaps", "cronjobs"];
+        let object = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}});
+        for resource in resources {
+            for op in OPERATIONS {
+                let mut req = Request::for_object(object.clone(), op, None);
+                req.resource.resource = resource.into();
+                req.request_resource = None;
+                assert_eq!(
+                    buckets.get(&req),
+                    &index.candidates(&req),
+                    "{resource} {op:?}"
+                );
+                for requested in resources {
+                    req.request_resource = Some(crate::review::GroupVersionResource {
+                        group: String::new(),
+                        version: "v1".into(),
+                        resource: requested.into(),
+                    });
+                    let got = buckets.get(&req);
+                    let want = index.candidates(&req);
+                    assert!(
+                        want.iter().all(|b| got.contains(b)),
+                        "{resource} as {requested} {op:?}"
+                    );
+                    if requested == resource {
+                        assert_eq!(got, &want);
+                    }
+                }
+            }
+        }
+        // Wildcard rules are indexed whatever their operations.
+        let unnamed = Request::for_object(object, Operation::Connect, None);
+        assert_eq!(buckets.get(&unnamed), &[2]);
     }
 }

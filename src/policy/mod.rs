@@ -29,7 +29,7 @@ pub use watch::{watch_dir, DirWatcher, WatchOptions, DEFAULT_RESCAN};
 
 pub use model::DESCRIPTION_ANNOTATION;
 pub use model::POD_TEMPLATES_ANNOTATION;
-use model::{Binding, Policy};
+use model::{Binding, Policy, Reaches};
 
 /// API version of the policy documents.
 pub const API_VERSIONS: &[&str] = &[
@@ -78,10 +78,10 @@ pub(crate) struct Inner {
     pub(crate) params: Vec<Param>,
     /// Every top-level variable some expression refers to.
     pub(crate) referenced: BTreeSet<String>,
-    /// What the expressions can reach of `object` and of `oldObject`: all
-    /// they are converted into for CEL.
-    pub(crate) object_reach: crate::cel::Reach,
-    pub(crate) old_object_reach: crate::cel::Reach,
+    /// What the policies a request could match (by its bucket of
+    /// `index`) can reach of `object` and `oldObject`: all of them that is
+    /// converted into CEL values for its validation.
+    pub(crate) reaches: index::PerBucket<Reaches>,
     /// What loading ignored, as kube-apiserver does.
     pub(crate) notices: Vec<LoadNotice>,
     /// The documents compiled, for [`PolicySet::with_documents`].
@@ -241,35 +241,12 @@ impl PolicySet {
         // Mutating policies run in the order of their names (each binding
         // of one policy in file order), each seeing the previous result.
         mutating_bindings.sort_by(|(_, a), (_, b)| mutating[*a].name.cmp(&mutating[*b].name));
-        let expressions: Vec<&crate::cel::Compiled> = policies
+        let referenced = policies
             .iter()
             .chain(&mutating)
-            .flat_map(|p| {
-                p.match_conditions
-                    .iter()
-                    .chain(&p.variables)
-                    .chain(&p.audit_annotations)
-                    .map(|n| &n.expr)
-                    .chain(
-                        p.validations
-                            .iter()
-                            .flat_map(|v| std::iter::once(&v.expr).chain(&v.message_expr)),
-                    )
-                    .chain(p.mutations.iter().map(|m| &m.expr))
-            })
-            .collect();
-        let referenced = expressions
-            .iter()
+            .flat_map(Policy::expressions)
             .flat_map(|e| e.variables.iter().cloned())
             .collect();
-        let reach = |root: &str| {
-            let mut reach = crate::cel::Reach::default();
-            for e in &expressions {
-                e.add_reach(&mut reach, root);
-            }
-            reach
-        };
-        let (object_reach, old_object_reach) = (reach("object"), reach("oldObject"));
         let index = |bindings: &[(Binding, usize)], policies: &[Policy]| {
             index::BindingIndex::new(
                 bindings
@@ -277,9 +254,18 @@ impl PolicySet {
                     .map(|(_, pi)| &policies[*pi].match_constraints),
             )
         };
+        let validating_index = index(&bindings, &policies);
+        let reaches = validating_index.per_bucket(|candidates| {
+            let mut reaches = Reaches::default();
+            for &bi in candidates {
+                reaches.merge(&policies[bindings[bi].1].reach);
+            }
+            reaches
+        });
         Ok(PolicySet {
             inner: Arc::new(Inner {
-                index: index(&bindings, &policies),
+                index: validating_index,
+                reaches,
                 mutating_index: index(&mutating_bindings, &mutating),
                 env,
                 policies,
@@ -288,8 +274,6 @@ impl PolicySet {
                 mutating_bindings,
                 params,
                 referenced,
-                object_reach,
-                old_object_reach,
                 notices,
                 documents: docs.to_vec(),
                 template_notes: validating_notes,
@@ -429,7 +413,8 @@ impl PolicySet {
                 return verdict;
             }
             if direct.is_none() {
-                direct = Some(Scope::new(inner, subject, req, &mut shared));
+                let reach = inner.reaches.get(req);
+                direct = Some(Scope::new(inner, subject, req, reach, &mut shared));
                 // The scope is the request's, not the first binding's.
                 now = Instant::now();
             }
@@ -463,7 +448,8 @@ impl PolicySet {
                     return verdict;
                 }
                 if pod_scope.is_none() {
-                    pod_scope = Some(Scope::new(inner, subject, pod_req, &mut shared));
+                    let reach = inner.reaches.get(pod_req);
+                    pod_scope = Some(Scope::new(inner, subject, pod_req, reach, &mut shared));
                     now = Instant::now();
                 }
                 let scope = pod_scope.as_ref().expect("set above");

@@ -52,6 +52,33 @@ pub struct Policy {
     /// describes (see [`Policy::judges_pod_templates`]); the annotation
     /// [`POD_TEMPLATES_ANNOTATION`] `"false"` turns it off.
     pub pod_templates: bool,
+    /// What its expressions can reach of `object` and `oldObject`.
+    pub reach: Reaches,
+}
+
+/// What some expressions can reach of `object` and of `oldObject`: all of
+/// them that is converted into CEL values for those expressions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reaches {
+    pub object: cel::Reach,
+    pub old_object: cel::Reach,
+}
+
+impl Reaches {
+    pub fn of<'a>(expressions: impl IntoIterator<Item = &'a Compiled>) -> Reaches {
+        let mut reaches = Reaches::default();
+        for e in expressions {
+            e.add_reach(&mut reaches.object, "object");
+            e.add_reach(&mut reaches.old_object, "oldObject");
+        }
+        reaches
+    }
+
+    /// Adds what `other` reaches.
+    pub fn merge(&mut self, other: &Reaches) {
+        self.object.merge(&other.object);
+        self.old_object.merge(&other.old_object);
+    }
 }
 
 /// One `spec.mutations[]` item of a MutatingAdmissionPolicy.
@@ -93,6 +120,22 @@ enum Reinvocation {
 pub const POD_TEMPLATES_ANNOTATION: &str = "gpu-admission.io/pod-templates";
 
 impl Policy {
+    /// Every expression of the policy: match conditions, variables, audit
+    /// annotations, validations with their messages, mutations.
+    pub fn expressions(&self) -> impl Iterator<Item = &Compiled> {
+        self.match_conditions
+            .iter()
+            .chain(&self.variables)
+            .chain(&self.audit_annotations)
+            .map(|n| &n.expr)
+            .chain(
+                self.validations
+                    .iter()
+                    .flat_map(|v| std::iter::once(&v.expr).chain(&v.message_expr)),
+            )
+            .chain(self.mutations.iter().map(|m| &m.expr))
+    }
+
     /// Whether the policy is run on the pod templates of controllers: it
     /// matches Pod CREATE and the annotation does not turn it off. It is
     /// still not run on the template of a kind its own rules name
@@ -558,8 +601,10 @@ impl PolicySpec {
             mutations: Vec::new(),
             uses_params: false,
             pod_templates: true,
+            reach: Reaches::default(),
         };
         policy.resolve_variable_closures();
+        policy.reach = Reaches::of(policy.expressions());
         Some(policy)
     }
 }
@@ -959,8 +1004,10 @@ impl MutatingPolicySpec {
             uses_params: false,
             description: None,
             pod_templates: false,
+            reach: Reaches::default(),
         };
         policy.resolve_variable_closures();
+        policy.reach = Reaches::of(policy.expressions());
         Some(policy)
     }
 }

@@ -148,7 +148,7 @@ impl Inner {
             let mut shared = Shared::default();
             // Conditions are judged on the object as this binding found it.
             {
-                let scope = Scope::new(self, subject, current, &mut shared);
+                let scope = Scope::new(self, subject, current, &policy.reach, &mut shared);
                 let ctx = with_params(policy, &scope.ctx, &param);
                 let mut vars = Variables::new(policy);
                 if !match_conditions(policy, &mut vars, ctx.as_ref().unwrap_or(&scope.ctx))? {
@@ -158,7 +158,7 @@ impl Inner {
             matched = true;
             // Each mutation sees what the previous one made.
             for (i, m) in policy.mutations.iter().enumerate() {
-                let scope = Scope::new(self, subject, current, &mut shared);
+                let scope = Scope::new(self, subject, current, &policy.reach, &mut shared);
                 let inner_ctx = with_params(policy, &scope.ctx, &param);
                 let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
                 let mut vars = Variables::new(policy);
