@@ -2,8 +2,8 @@
 //! GPU): policies compiled once, the full verdict measured per request.
 //! Beside it, parts of a request's work measured alone: the review body
 //! sized and decoded as the server's edge does it, a cluster Namespace
-//! looked up for a request, and an apply configuration merged into a long
-//! keyed list.
+//! looked up for a request (and the GPU pod validated in it), and an apply
+//! configuration merged into a long keyed list.
 //!
 //! Measured on a thread with the evaluation stack, where evaluation runs in
 //! place as it does on `serve`'s answering threads. The row "handed to an
@@ -18,6 +18,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod pods;
 
 use criterion::{criterion_group, Criterion};
+use gpu_admission::admission::Admission;
+use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{self, parse_documents, PolicySet};
 use gpu_admission::review::{Operation, Request};
@@ -377,6 +379,20 @@ fn bench_cluster_namespace(c: &mut Criterion) {
     });
     group.bench_function("shared from the last request", |b| {
         b.iter(|| black_box(cached.namespace(black_box("ml"))))
+    });
+    // The whole /validate of a GPU pod in that namespace: the policies see
+    // it as `namespaceObject` (its tier label picks the allowed sizes).
+    let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    let admission = Admission::new(
+        loaded.bundle,
+        Arc::new(ClusterNamespaces::from_store(store.clone())),
+    );
+    let patched = create(mutated(&admission, unplaced_gpu_pod()));
+    let deadline = Instant::now() + Duration::from_secs(24 * 3600);
+    let outcome = admission.validate_until(&patched, Some(deadline));
+    assert!(outcome.response.allowed, "{:?}", outcome.response.message);
+    group.bench_function("/validate of the patched gpu pod in it, shipped set", |b| {
+        b.iter(|| black_box(admission.validate_until(black_box(&patched), Some(deadline))))
     });
     group.finish();
 }

@@ -10,7 +10,9 @@
 //! end whole; the fields on the way are only looked into. A presence test
 //! of such a chain (`has(object.spec)`) only looks for its last field: the
 //! field is kept, and what it holds converted as far as other expressions
-//! reach into it. Anything else the root takes part in (passed
+//! reach into it. So does a comparison of such a chain with `null`
+//! (`namespaceObject != null`): whether the value is null does not depend
+//! on what it holds. Anything else the root takes part in (passed
 //! to a function, compared, indexed, iterated, or the root alone) reaches
 //! the root whole. A comprehension variable of the root's name hides it:
 //! what such a variable reads is the comprehension's own.
@@ -142,6 +144,13 @@ impl Walk<'_> {
             }
             path.clear();
         }
+        if let Some(operand) = compared_with_null(e) {
+            if self.chain(operand, &mut path) {
+                self.reach.add_presence(&path);
+                return;
+            }
+            path.clear();
+        }
         if self.chain(e, &mut path) {
             self.reach.add_path(&path);
             return;
@@ -201,6 +210,24 @@ impl Walk<'_> {
                 self.hidden -= usize::from(in_result);
             }
         }
+    }
+}
+
+/// The other operand of `e` when `e` is `x == null` or `x != null` (either
+/// way round).
+fn compared_with_null(e: &Expression) -> Option<&Expression> {
+    let Expr::Call(call) = &e.expr else {
+        return None;
+    };
+    if call.target.is_some()
+        || !(call.func_name == operators::EQUALS || call.func_name == operators::NOT_EQUALS)
+    {
+        return None;
+    }
+    let is_null = |e: &Expression| matches!(e.expr, Expr::Literal(LiteralValue::Null));
+    match call.args.as_slice() {
+        [x, n] | [n, x] if is_null(n) => Some(x),
+        _ => None,
     }
 }
 
@@ -366,6 +393,54 @@ mod tests {
         let projected = Value::try_from(projected.as_ref()).unwrap();
         let expected = serde_json::json!({"spec": {"affinity": {}}});
         assert_eq!(projected, crate::cel::json_to_value(&expected));
+    }
+
+    /// Comparing with `null` looks for the value, as `has()` does.
+    #[test]
+    fn a_comparison_with_null_keeps_the_value_not_its_contents() {
+        let r = reach(&["namespaceObject != null"], "namespaceObject");
+        assert_eq!(r, Reach::default());
+        let r = reach(
+            &["namespaceObject != null && has(namespaceObject.metadata.labels) ? namespaceObject.metadata.labels : {}"],
+            "namespaceObject",
+        );
+        assert_eq!(paths(&r), ["metadata.labels.*"]);
+        let r = reach(
+            &["null == object.spec.x", "object.spec.y != null"],
+            "object",
+        );
+        assert_eq!(paths(&r), ["spec.x", "spec.y"]);
+        // Compared with anything else: reached whole.
+        assert!(reach(&["object != {}"], "object").is_whole());
+
+        use crate::cel::{Context, Value};
+        let namespace = serde_json::json!({
+            "metadata": {"name": "ml", "labels": {"a": "b"}, "managedFields": [{"manager": "m"}]},
+            "spec": {"x": {"y": 1}, "s": "text", "n": null}
+        });
+        for (source, want) in [
+            ("object != null", true),
+            ("object == null", false),
+            ("null != object.spec.x", true),
+            ("object.spec.s != null", true),
+            ("object.spec.n == null", true),
+            ("object.spec.x == null", false),
+        ] {
+            let r = reach(&[source], "object");
+            for json in [&namespace, &serde_json::Value::Null] {
+                let mut ctx = Context::default();
+                ctx.add_variable_as_val("object", json_to_val_within(json, &r));
+                let ast = Parser::new().parse(source).unwrap();
+                let got = Value::resolve(&ast, &ctx);
+                let mut whole = Context::default();
+                whole.add_variable_as_val("object", crate::cel::json_to_val(json));
+                let expected = Value::resolve(&ast, &whole);
+                assert_eq!(got, expected, "{source} on {json}");
+                if json == &namespace {
+                    assert_eq!(got, Ok(Value::Bool(want)), "{source}");
+                }
+            }
+        }
     }
 
     #[test]

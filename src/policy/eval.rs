@@ -37,9 +37,9 @@ pub(super) struct Scope<'e> {
 impl<'e> Scope<'e> {
     /// The variables for `evaluated`: the subject's request itself, or the
     /// pod of its template. `request`, `namespaceObject` and the subject's
-    /// host variables are the same for both. Of `object` and `oldObject`,
-    /// only what `reach` says the policies evaluated in this scope can
-    /// reach is converted.
+    /// host variables are the same for both. Of `object`, `oldObject` and
+    /// `namespaceObject`, only what `reach` says the policies evaluated in
+    /// this scope can reach is converted.
     pub(super) fn new(
         inner: &'e Inner,
         subject: &Subject,
@@ -52,7 +52,6 @@ impl<'e> Scope<'e> {
         // what some expression of the set refers to (nothing else can be
         // looked up: unknown names are refused at load).
         let wanted = |name: &str| inner.referenced.contains(name);
-        let to_val = |v: Option<&serde_json::Value>| cel::json_to_val(v.unwrap_or(&NULL));
         // Of the object, only what the policies evaluated here can reach
         // (never `managedFields` or `status` unless one reads them).
         let within = |v: Option<&serde_json::Value>, reach: &cel::Reach| {
@@ -69,7 +68,7 @@ impl<'e> Scope<'e> {
         if wanted("namespaceObject") {
             let namespace = shared
                 .namespace
-                .get_or_insert_with(|| to_val(subject.namespace.as_deref()));
+                .get_or_insert_with(|| within(subject.namespace.as_deref(), &reach.namespace));
             ctx.add_variable_as_val("namespaceObject", namespace.clone_as_boxed());
         }
         if wanted("request") {
@@ -116,6 +115,9 @@ impl<'e> Scope<'e> {
 /// (a clone of a converted value shares its contents).
 #[derive(Default)]
 pub(super) struct Shared {
+    /// Converted with the first scope's reach: the scopes that share it
+    /// have the same reach of the namespace (one per policy set, or the
+    /// one policy's).
     namespace: Option<Box<dyn Val>>,
     request: Option<Box<dyn Val>>,
     /// One checker for the object and its template pod: one cache of
@@ -664,6 +666,16 @@ mod tests {
         assert!(spec.field("containers").is_some_and(cel::Reach::is_whole));
         for unread in ["volumes", "affinity", "tolerations", "nodeSelector"] {
             assert!(spec.field(unread).is_none(), "{unread}");
+        }
+        // Of the namespace, its labels (`namespaceObject != null` only asks
+        // whether there is one).
+        for reaches in [&pod, &job] {
+            let namespace = &reaches.namespace;
+            assert!(!namespace.is_whole());
+            let metadata = namespace.field("metadata").expect("labels are read");
+            assert!(metadata.field("labels").is_some_and(cel::Reach::is_whole));
+            assert!(metadata.field("managedFields").is_none());
+            assert!(namespace.field("status").is_none());
         }
     }
 

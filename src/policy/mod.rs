@@ -79,8 +79,9 @@ pub(crate) struct Inner {
     /// Every top-level variable some expression refers to.
     pub(crate) referenced: BTreeSet<String>,
     /// What the policies a request could match (by its bucket of
-    /// `index`) can reach of `object` and `oldObject`: all of them that is
-    /// converted into CEL values for its validation.
+    /// `index`) can reach of `object` and `oldObject`, and what any policy
+    /// can reach of `namespaceObject`: all of them that is converted into
+    /// CEL values for its validation.
     pub(crate) reaches: index::PerBucket<Reaches>,
     /// What loading ignored, as kube-apiserver does.
     pub(crate) notices: Vec<LoadNotice>,
@@ -255,11 +256,18 @@ impl PolicySet {
             )
         };
         let validating_index = index(&bindings, &policies);
+        // The namespace is converted once per request for every scope (see
+        // `eval::Shared`): every bucket converts what any policy reaches.
+        let mut namespace = crate::cel::Reach::default();
+        for p in &policies {
+            namespace.merge(&p.reach.namespace);
+        }
         let reaches = validating_index.per_bucket(|candidates| {
             let mut reaches = Reaches::default();
             for &bi in candidates {
                 reaches.merge(&policies[bindings[bi].1].reach);
             }
+            reaches.namespace = namespace.clone();
             reaches
         });
         Ok(PolicySet {

@@ -56,12 +56,14 @@ pub struct Policy {
     pub reach: Reaches,
 }
 
-/// What some expressions can reach of `object` and of `oldObject`: all of
-/// them that is converted into CEL values for those expressions.
+/// What some expressions can reach of `object`, `oldObject` and
+/// `namespaceObject`: all of them that is converted into CEL values for
+/// those expressions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reaches {
     pub object: cel::Reach,
     pub old_object: cel::Reach,
+    pub namespace: cel::Reach,
 }
 
 impl Reaches {
@@ -70,6 +72,7 @@ impl Reaches {
         for e in expressions {
             e.add_reach(&mut reaches.object, "object");
             e.add_reach(&mut reaches.old_object, "oldObject");
+            e.add_reach(&mut reaches.namespace, "namespaceObject");
         }
         reaches
     }
@@ -78,6 +81,7 @@ impl Reaches {
     pub fn merge(&mut self, other: &Reaches) {
         self.object.merge(&other.object);
         self.old_object.merge(&other.old_object);
+        self.namespace.merge(&other.namespace);
     }
 }
 
