@@ -213,11 +213,10 @@ fn corpus_verdicts_doc_matches_the_policies() {
     }
 }
 
-/// Every fixture is listed in SOURCES.tsv with where it came from and its
-/// licence, and is the file that was fetched.
-/// Only the parts of the object some expression can reach are converted
-/// for CEL: the shipped policies give every corpus object the same answer
-/// as when one more policy makes the whole object reachable.
+/// Only the parts of the object (and of its namespace) that the policies
+/// a request could match can reach are converted for CEL: the shipped
+/// policies give every corpus object the same answer as when one more
+/// policy, matching every request, makes all of them reachable.
 #[test]
 fn converting_only_what_is_reached_changes_no_answer() {
     let dir = tempfile::tempdir().unwrap();
@@ -263,6 +262,8 @@ fn converting_only_what_is_reached_changes_no_answer() {
     assert!(compared >= 27, "{compared} objects");
 }
 
+/// Every fixture is listed in SOURCES.tsv with where it came from and its
+/// licence, and is the file that was fetched.
 #[test]
 fn corpus_fixtures_have_sources() {
     let dir = root().join("tests/fixtures/corpus");
