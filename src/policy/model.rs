@@ -52,7 +52,8 @@ pub struct Policy {
     /// describes (see [`Policy::judges_pod_templates`]); the annotation
     /// [`POD_TEMPLATES_ANNOTATION`] `"false"` turns it off.
     pub pod_templates: bool,
-    /// What its expressions can reach of `object` and `oldObject`.
+    /// What its expressions can reach of `object`, `oldObject` and
+    /// `namespaceObject`.
     pub reach: Reaches,
 }
 
