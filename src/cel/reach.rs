@@ -73,27 +73,24 @@ impl Reach {
     }
 
     /// Adds the field at `path` (and the fields on the way), without
-    /// adding anything it holds.
-    fn add_presence(&mut self, path: &[&str]) {
+    /// adding anything it holds; `None` when something on the way is
+    /// already reached whole.
+    fn add_presence(&mut self, path: &[&str]) -> Option<&mut Reach> {
         let mut at = self;
         for field in path {
             if at.whole {
-                return;
+                return None;
             }
             at = at.fields.entry((*field).to_string()).or_default();
         }
+        Some(at)
     }
 
     /// Adds the value at `path` whole.
     fn add_path(&mut self, path: &[&str]) {
-        let mut at = self;
-        for field in path {
-            if at.whole {
-                return;
-            }
-            at = at.fields.entry((*field).to_string()).or_default();
+        if let Some(at) = self.add_presence(path) {
+            *at = Reach::whole();
         }
-        *at = Reach::whole();
     }
 }
 
