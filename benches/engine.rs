@@ -18,8 +18,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod pods;
 
 use criterion::{criterion_group, Criterion};
-use gpu_admission::admission::Admission;
-use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{self, parse_documents, PolicySet};
 use gpu_admission::review::{Operation, Request};
@@ -382,11 +380,8 @@ fn bench_cluster_namespace(c: &mut Criterion) {
     });
     // The whole /validate of a GPU pod in that namespace: the policies see
     // it as `namespaceObject` (its tier label picks the allowed sizes).
-    let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
-    let admission = Admission::new(
-        loaded.bundle,
-        Arc::new(ClusterNamespaces::from_store(store.clone())),
-    );
+    let (admission, _) =
+        pods::shipped_admission_in(Arc::new(ClusterNamespaces::from_store(store.clone())));
     let patched = create(mutated(&admission, unplaced_gpu_pod()));
     let deadline = Instant::now() + Duration::from_secs(24 * 3600);
     let outcome = admission.validate_until(&patched, Some(deadline));

@@ -4,6 +4,7 @@
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::k8s::namespaces::StaticNamespaces;
+use gpu_admission::k8s::NamespaceLookup;
 use gpu_admission::review::{Operation, Request};
 use serde_json::json;
 use std::sync::Arc;
@@ -59,13 +60,16 @@ pub fn cpu_pod() -> serde_json::Value {
 
 /// The shipped policies and placement profiles, with namespace `ml` known.
 pub fn shipped_admission() -> (Admission, usize) {
+    shipped_admission_in(Arc::new(
+        StaticNamespaces::new().with("ml", Default::default()),
+    ))
+}
+
+/// [`shipped_admission`] looking namespaces up in `namespaces`.
+pub fn shipped_admission_in(namespaces: Arc<dyn NamespaceLookup>) -> (Admission, usize) {
     let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
     let policies = loaded.bundle.policies.len();
-    let admission = Admission::new(
-        loaded.bundle,
-        Arc::new(StaticNamespaces::new().with("ml", Default::default())),
-    );
-    (admission, policies)
+    (Admission::new(loaded.bundle, namespaces), policies)
 }
 
 /// A pod CREATE request.

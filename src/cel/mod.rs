@@ -308,7 +308,7 @@ pub struct Compiled {
 
 impl Compiled {
     /// Adds to `reach` what this expression can reach of the variable
-    /// `root` (`object` or `oldObject`).
+    /// `root` (`object`, `oldObject` or `namespaceObject`).
     pub fn add_reach(&self, reach: &mut Reach, root: &str) {
         if self.variables.contains(root) {
             reach.add(&self.ast, root);
