@@ -15,6 +15,7 @@ use kube_cel::cel::common::types::{CelList, CelString};
 use kube_cel::cel::common::value::Val as Interpreted;
 use kube_cel::cel::extractors::Val;
 use kube_cel::cel::{budget, ExecutionError, ResolveResult};
+use smallvec::SmallVec;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -85,9 +86,6 @@ pub(super) fn register(ctx: &mut Context<'static>, catalog: &Arc<Catalog>) {
     );
 }
 
-/// An element of a SKU list with the position of the catalog SKU it names.
-type Resolved<'a> = (&'a dyn Interpreted, Option<usize>);
-
 /// The catalog with its SKUs numbered by position.
 struct SkuSets {
     catalog: Arc<Catalog>,
@@ -97,6 +95,29 @@ struct SkuSets {
     /// functions get, hence a fast hasher (catalog names are not chosen by
     /// requesters).
     positions: HashMap<String, usize, foldhash::fast::FixedState>,
+}
+
+/// A set of small numbers (catalog positions, list indices), kept inline
+/// up to 256 of them: these functions run several times per request and
+/// need a few such sets each.
+struct Marks(SmallVec<[u64; 4]>);
+
+impl Marks {
+    fn new(len: usize) -> Marks {
+        Marks(smallvec::smallvec![0; len.div_ceil(64)])
+    }
+
+    /// Marks `i`; whether it was unmarked.
+    fn insert(&mut self, i: usize) -> bool {
+        let (word, bit) = (i / 64, 1u64 << (i % 64));
+        let fresh = self.0[word] & bit == 0;
+        self.0[word] |= bit;
+        fresh
+    }
+
+    fn contains(&self, i: usize) -> bool {
+        self.0[i / 64] & (1u64 << (i % 64)) != 0
+    }
 }
 
 impl SkuSets {
@@ -123,34 +144,46 @@ impl SkuSets {
         }
     }
 
-    /// The elements of `skus`, each with the position of the catalog SKU it
-    /// names (`None` for a name the catalog does not know), dropping
-    /// repeats: a second spelling of a SKU, a second copy of an unknown
-    /// string. Charges one unit per element.
-    fn resolve<'a>(
+    /// The elements of the list `skus` that `keep` keeps, given each with
+    /// the position of the catalog SKU it names (`None` for a name the
+    /// catalog does not know), in list order, repeats dropped: a second
+    /// spelling of a SKU, a second copy of an unknown string. Charges one
+    /// unit per element. When every element is kept the result is the
+    /// list itself (no copy); when none is, an empty list.
+    fn kept(
         &self,
         function: &str,
-        skus: &'a dyn Interpreted,
-    ) -> Result<Vec<Resolved<'a>>, ExecutionError> {
-        let skus = list(function, "list", skus)?;
-        charge(skus.len())?;
-        let mut seen = vec![false; self.catalog.len()];
+        skus: &dyn Interpreted,
+        mut keep: impl FnMut(Option<usize>) -> bool,
+    ) -> ResolveResult {
+        let list = list(function, "list", skus)?;
+        charge(list.len())?;
+        let mut seen = Marks::new(self.catalog.len());
         let mut unknown: HashSet<&str> = HashSet::new();
-        let mut out = Vec::with_capacity(skus.len());
-        for (i, value) in skus.iter().enumerate() {
-            let value = value.as_ref();
-            let name = string_at(function, "list", i, value)?;
-            match self.position(name) {
-                Some(p) if !seen[p] => {
-                    seen[p] = true;
-                    out.push((value, Some(p)));
-                }
-                Some(_) => {}
-                None if unknown.insert(name) => out.push((value, None)),
-                None => {}
+        let mut kept = Marks::new(list.len());
+        let mut count = 0;
+        for (i, value) in list.iter().enumerate() {
+            let name = string_at(function, "list", i, value.as_ref())?;
+            let position = self.position(name);
+            let first = match position {
+                Some(p) => seen.insert(p),
+                None => unknown.insert(name),
+            };
+            if first && keep(position) {
+                kept.insert(i);
+                count += 1;
             }
         }
-        Ok(out)
+        if count == list.len() {
+            return Ok(Value::from_val(skus.clone_as_boxed()));
+        }
+        let mut out = Vec::with_capacity(count);
+        out.extend(
+            (list.iter().enumerate())
+                .filter(|(i, _)| kept.contains(*i))
+                .map(|(_, value)| value.clone_as_boxed()),
+        );
+        Ok(Value::from_val(Box::new(CelList::from(out))))
     }
 
     fn sku(&self, position: usize) -> &Sku {
@@ -167,29 +200,26 @@ impl SkuSets {
     ) -> ResolveResult {
         let names = list(function, "names", names)?;
         charge(names.len())?;
-        let mut wanted = vec![false; self.catalog.len()];
+        let mut wanted = Marks::new(self.catalog.len());
         let mut every = false;
         for (i, value) in names.iter().enumerate() {
             let name = string_at(function, "names", i, value.as_ref())?;
             if name.trim() == "*" {
                 every = true;
             } else if let Some(p) = self.position(name) {
-                wanted[p] = true;
+                wanted.insert(p);
             }
         }
-        let kept = self
-            .resolve(function, skus)?
-            .into_iter()
-            .filter(|(_, p)| p.is_some_and(|p| every || wanted[p]) == keep)
-            .map(|(value, _)| value.clone_as_boxed());
-        Ok(elements(kept))
+        self.kept(function, skus, |p| {
+            p.is_some_and(|p| every || wanted.contains(p)) == keep
+        })
     }
 
     /// `azure.skusWhere`.
     fn where_(&self, skus: &dyn Interpreted, fields: &dyn Interpreted) -> ResolveResult {
         let fields = list(SKUS_WHERE, "fields", fields)?;
         charge(fields.len())?;
-        let mut tests: Vec<(Flag, bool)> = Vec::with_capacity(fields.len());
+        let mut tests: SmallVec<[(Flag, bool); 4]> = SmallVec::with_capacity(fields.len());
         for (i, value) in fields.iter().enumerate() {
             let field = string_at(SKUS_WHERE, "fields", i, value.as_ref())?;
             let (name, want) = match field.strip_prefix('!') {
@@ -203,17 +233,12 @@ impl SkuSets {
                 .ok_or_else(|| unknown_field(SKUS_WHERE, name, FLAGS.iter().map(|(n, _)| *n)))?;
             tests.push((test, want));
         }
-        let kept = self
-            .resolve(SKUS_WHERE, skus)?
-            .into_iter()
-            .filter_map(|(value, p)| {
-                let sku = self.sku(p?);
-                tests
-                    .iter()
-                    .any(|(test, want)| test(sku) == *want)
-                    .then(|| value.clone_as_boxed())
-            });
-        Ok(elements(kept))
+        self.kept(SKUS_WHERE, skus, |p| {
+            p.is_some_and(|p| {
+                let sku = self.sku(p);
+                tests.iter().any(|(test, want)| test(sku) == *want)
+            })
+        })
     }
 
     /// `azure.skusBelow`.
@@ -234,14 +259,10 @@ impl SkuSets {
                 ))
             }
         };
-        let kept = self
-            .resolve(SKUS_BELOW, skus)?
-            .into_iter()
-            .filter_map(|(value, sku)| {
-                let number = read(self.sku(sku?))?;
-                is_below(number, bound).then(|| value.clone_as_boxed())
-            });
-        Ok(elements(kept))
+        self.kept(SKUS_BELOW, skus, |p| {
+            p.and_then(|p| read(self.sku(p)))
+                .is_some_and(|number| is_below(number, bound))
+        })
     }
 }
 
@@ -299,11 +320,6 @@ fn val_type_name(value: &dyn Interpreted) -> String {
         Ok(value) => type_name(&value).to_string(),
         Err(_) => "a value of an unknown type".to_string(),
     }
-}
-
-/// A list result, handed to the interpreter as it is.
-fn elements(kept: impl Iterator<Item = Box<dyn Interpreted>>) -> Value {
-    Value::from_val(Box::new(CelList::from(kept.collect::<Vec<_>>())))
 }
 
 fn unknown_field<'a>(
@@ -435,6 +451,58 @@ mod tests {
         assert_eq!(eval(&expr), names(&[V100]));
         let expr = format!("azure.skusBelow(['{A10_SIXTH}', 'nv6ads_a10_v5'], 'gpus', 1)");
         assert_eq!(eval(&expr), names(&[A10_SIXTH]));
+    }
+
+    #[test]
+    fn long_lists_keep_their_order_and_drop_only_repeats() {
+        // More elements than the sets these functions keep inline, a
+        // repeat past them, and the kept ones spread over the whole list.
+        let mut elements: Vec<String> = (0..300).map(|i| format!("x{i}")).collect();
+        elements.insert(150, T4.to_string());
+        elements.push("x7".to_string());
+        elements.push("nc4as_t4_v3".to_string());
+        let list = serde_json::to_string(&elements).unwrap();
+        let distinct: Vec<&str> = elements[..301].iter().map(String::as_str).collect();
+        assert_eq!(
+            eval(&format!("azure.skusNotIn({list}, [])")),
+            names(&distinct)
+        );
+        let unknown: Vec<&str> = distinct.iter().copied().filter(|n| *n != T4).collect();
+        assert_eq!(
+            eval(&format!("azure.skusNotIn({list}, ['*'])")),
+            names(&unknown)
+        );
+        assert_eq!(eval(&format!("azure.skusIn({list}, ['*'])")), names(&[T4]));
+        assert_eq!(
+            eval(&format!("azure.skusIn({list}, ['*']) == ['{T4}']")),
+            Value::Bool(true)
+        );
+    }
+
+    #[test]
+    fn a_list_kept_whole_is_the_same_value() {
+        // Nothing dropped: the function answers with its list, which still
+        // compares, indexes and concatenates as a list of strings.
+        let list = format!("['{T4}', '{V100}', 'kaito-gpu']");
+        for expr in [
+            format!("azure.skusNotIn({list}, ['{A100}'])"),
+            format!("azure.skusWhere(['{T4}', '{V100}'], ['!mig'])"),
+            format!("azure.skusBelow(['{T4}', '{V100}'], 'gpus', 2)"),
+        ] {
+            let whole = eval(&expr);
+            assert_eq!(eval(&format!("{expr} == {expr}")), Value::Bool(true));
+            assert_eq!(eval(&format!("({expr})[0]")), json_to_value(&json!(T4)));
+            assert_eq!(eval(&format!("({expr} + ['a']).size()")), {
+                let Value::List(items) = &whole else {
+                    panic!("{expr}: a list, got {whole:?}")
+                };
+                Value::Int(items.len() as i64 + 1)
+            });
+        }
+        assert_eq!(
+            eval(&format!("azure.skusNotIn({list}, ['{A100}'])")),
+            names(&[T4, V100, "kaito-gpu"])
+        );
     }
 
     #[test]
