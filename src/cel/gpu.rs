@@ -74,8 +74,7 @@ fn facts_json(facts: &GpuFacts) -> serde_json::Value {
 /// The cached `azure.sku()` value for `name`, or null.
 fn sku_value(catalog: &Catalog, values: &[Value], name: &str) -> Value {
     catalog
-        .get(name)
-        .and_then(|sku| catalog.skus().iter().position(|s| std::ptr::eq(s, sku)))
+        .position_of(name)
         .and_then(|i| values.get(i).cloned())
         .unwrap_or(Value::Null)
 }

@@ -16,7 +16,7 @@ use kube_cel::cel::common::value::Val as Interpreted;
 use kube_cel::cel::extractors::Val;
 use kube_cel::cel::{budget, ExecutionError, ResolveResult};
 use smallvec::SmallVec;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 const SKUS_IN: &str = "azure.skusIn";
@@ -86,15 +86,10 @@ pub(super) fn register(ctx: &mut Context<'static>, catalog: &Arc<Catalog>) {
     );
 }
 
-/// The catalog with its SKUs numbered by position.
+/// The catalog with its SKUs numbered by position
+/// ([`Catalog::position_of`]).
 struct SkuSets {
     catalog: Arc<Catalog>,
-    /// Azure name, exactly as the catalog spells it -> position. Names from
-    /// `gpu.skus` and `gpu.pool.skus` are spelled so; others go through
-    /// [`Catalog::get`]. Looked up for every element of every list these
-    /// functions get, hence a fast hasher (catalog names are not chosen by
-    /// requesters).
-    positions: HashMap<String, usize, foldhash::fast::FixedState>,
 }
 
 /// A set of small numbers (catalog positions, list indices), kept inline
@@ -122,26 +117,13 @@ impl Marks {
 
 impl SkuSets {
     fn new(catalog: Arc<Catalog>) -> SkuSets {
-        let positions = catalog
-            .skus()
-            .iter()
-            .enumerate()
-            .map(|(i, sku)| (sku.name.clone(), i))
-            .collect();
-        SkuSets { catalog, positions }
+        SkuSets { catalog }
     }
 
-    /// Position of the SKU `name` names, by the catalog's rules.
+    /// Position of the SKU `name` names, by the catalog's rules (spaces
+    /// around it ignored, as a comma-separated list splits).
     fn position(&self, name: &str) -> Option<usize> {
-        // Names as the catalog spells them, spaces around them ignored (as
-        // a comma-separated list splits): found without normalizing.
-        match self.positions.get(name.trim()) {
-            Some(&i) => Some(i),
-            None => self
-                .positions
-                .get(self.catalog.get(name)?.name.as_str())
-                .copied(),
-        }
+        self.catalog.position_of(name)
     }
 
     /// The elements of the list `skus` that `keep` keeps, given each with

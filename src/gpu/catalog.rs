@@ -324,7 +324,7 @@ pub struct Catalog {
     index: HashMap<String, usize>,
     /// Name or alias as the file spells it -> index in `skus`: the usual
     /// spelling found without lower-casing it first.
-    exact: HashMap<String, usize>,
+    exact: ExactNames,
     /// The date the rows were last checked against their sources: a
     /// `# as-of: YYYY-MM-DD` comment line before the header.
     as_of: Option<String>,
@@ -407,7 +407,7 @@ impl Catalog {
         let mut catalog = Catalog {
             skus: Vec::new(),
             index: HashMap::new(),
-            exact: HashMap::new(),
+            exact: ExactNames::default(),
             as_of,
             names: SkuList::default(),
         };
@@ -427,7 +427,7 @@ impl Catalog {
                     return Err(row.error("name", format!("{key} is listed twice")));
                 }
                 catalog.index.insert(lower, catalog.skus.len());
-                catalog.exact.insert(key.clone(), catalog.skus.len());
+                catalog.exact.insert(key, catalog.skus.len());
             }
             catalog.skus.push(sku);
         }
@@ -443,11 +443,16 @@ impl Catalog {
     /// The SKU called `name` (case-insensitive; `Standard_` may be left out;
     /// aliases such as KAITO's spelling are accepted).
     pub fn get(&self, name: &str) -> Option<&Sku> {
-        let i = match self.exact.get(name) {
-            Some(&i) => i,
-            None => *self.index.get(&normalize(name))?,
-        };
-        Some(&self.skus[i])
+        Some(&self.skus[self.position_of(name)?])
+    }
+
+    /// Where in [`Catalog::skus`] the SKU [`Catalog::get`] finds for
+    /// `name` is.
+    pub fn position_of(&self, name: &str) -> Option<usize> {
+        match self.exact.get(name.trim()) {
+            Some(i) => Some(i),
+            None => self.index.get(&normalize(name)).copied(),
+        }
     }
 
     /// `azure.sku(name)`: the SKU's map, or null for an unknown name.
@@ -496,6 +501,46 @@ impl Catalog {
 }
 
 /// Lower case, with the `standard_` prefix ensured.
+/// Spellings as the file writes them -> index, found by length and then
+/// by content without hashing: the first lookup of nearly every SKU
+/// question (names differ mostly at their end: `Standard_NC...`).
+#[derive(Clone, Debug, Default)]
+struct ExactNames {
+    /// Spellings of each length, with their last (up to) eight bytes.
+    by_len: Vec<Vec<(u64, Box<str>, usize)>>,
+}
+
+impl ExactNames {
+    fn insert(&mut self, name: &str, index: usize) {
+        if self.by_len.len() <= name.len() {
+            self.by_len.resize_with(name.len() + 1, Vec::new);
+        }
+        let spellings = &mut self.by_len[name.len()];
+        match spellings.iter_mut().find(|(_, n, _)| **n == *name) {
+            Some(entry) => entry.2 = index,
+            None => spellings.push((tail(name), name.into(), index)),
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<usize> {
+        let spellings = self.by_len.get(name.len())?;
+        let end = tail(name);
+        spellings
+            .iter()
+            .find(|(t, n, _)| *t == end && **n == *name)
+            .map(|(_, _, i)| *i)
+    }
+}
+
+/// The last (up to) eight bytes of `name` as one number.
+fn tail(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let last = &bytes[bytes.len().saturating_sub(8)..];
+    let mut word = [0u8; 8];
+    word[..last.len()].copy_from_slice(last);
+    u64::from_le_bytes(word)
+}
+
 fn normalize(name: &str) -> String {
     let lower = name.trim().to_ascii_lowercase();
     if lower.starts_with("standard_") {
@@ -738,6 +783,54 @@ mod tests {
         assert_eq!(c.names().len(), c.len());
         let other = catalog();
         assert_eq!(c.position(&other.skus()[0]), None, "another catalog's");
+    }
+
+    #[test]
+    fn exact_spellings_are_found_by_length_and_content() {
+        let mut names = ExactNames::default();
+        // Same length, same last eight bytes; shorter than eight bytes; a
+        // spelling inserted again takes the new index.
+        for (i, name) in ["xa_T4_v3", "ya_T4_v3", "a", "", "Standard_NC4as_T4_v3"]
+            .iter()
+            .enumerate()
+        {
+            names.insert(name, i);
+        }
+        names.insert("a", 9);
+        assert_eq!(names.get("xa_T4_v3"), Some(0));
+        assert_eq!(names.get("ya_T4_v3"), Some(1));
+        assert_eq!(names.get("za_T4_v3"), None);
+        assert_eq!(names.get("a"), Some(9));
+        assert_eq!(names.get(""), Some(3));
+        assert_eq!(names.get("Standard_NC4as_T4_v3"), Some(4));
+        assert_eq!(names.get("standard_NC4as_T4_v3"), None, "exact only");
+        assert_eq!(names.get("Standard_NC4as_T4_v3 "), None);
+        assert_eq!(names.get("a much longer name than any of them"), None);
+    }
+
+    #[test]
+    fn position_of_a_name_agrees_with_get() {
+        let c = catalog();
+        for (i, sku) in c.skus().iter().enumerate() {
+            let spellings = std::iter::once(sku.name.clone())
+                .chain(sku.aliases.iter().cloned())
+                .flat_map(|n| {
+                    [
+                        format!(" {n}\n"),
+                        n.to_ascii_lowercase(),
+                        strip_standard(&n).to_string(),
+                        n,
+                    ]
+                });
+            for spelling in spellings {
+                assert_eq!(c.position_of(&spelling), Some(i), "{spelling:?}");
+                assert!(std::ptr::eq(c.get(&spelling).unwrap(), sku), "{spelling:?}");
+            }
+        }
+        for unknown in ["", " ", "Standard_D4s_v5", "kaito-gpu", "Standard_"] {
+            assert_eq!(c.position_of(unknown), None, "{unknown:?}");
+            assert!(c.get(unknown).is_none(), "{unknown:?}");
+        }
     }
 
     #[test]
