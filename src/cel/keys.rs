@@ -19,11 +19,40 @@ const MAX_KEPT_LEN: usize = 64;
 thread_local! {
     static KEPT: RefCell<HashSet<Arc<str>, foldhash::fast::RandomState>> =
         RefCell::new(HashSet::default());
+    /// Names of struct fields by where their text is: a `&'static str`
+    /// never moves or changes, so its address and length say which name
+    /// it is without reading it.
+    static FIELDS: RefCell<[Option<(usize, usize, Arc<str>)>; FIELD_SLOTS]> =
+        const { RefCell::new([const { None }; FIELD_SLOTS]) };
 }
+
+/// Struct field names remembered by address per thread (the `gpu` facts
+/// and the `request` variable have about fifty).
+const FIELD_SLOTS: usize = 256;
 
 /// The map key `name`.
 pub(super) fn key(name: &str) -> CelMapKey {
     CelMapKey::String(CelString::from(shared(name)))
+}
+
+/// The map key for the struct field `name`: [`key`], found by the
+/// address of the field name's text.
+pub(super) fn field_key(name: &'static str) -> CelMapKey {
+    let at = name.as_ptr() as usize;
+    // Field names are stored a few bytes apart: the low bits vary most.
+    let slot = (at ^ (at >> 8)) % FIELD_SLOTS;
+    let text = FIELDS.with(|fields| {
+        let mut fields = fields.borrow_mut();
+        match &fields[slot] {
+            Some((a, len, text)) if *a == at && *len == name.len() => text.clone(),
+            _ => {
+                let text = shared(name);
+                fields[slot] = Some((at, name.len(), text.clone()));
+                text
+            }
+        }
+    });
+    CelMapKey::String(CelString::from(text))
 }
 
 /// `name`'s text, shared with the other keys of this thread that spell it.
@@ -66,6 +95,31 @@ mod tests {
         let (c, d) = (key(&long), key(&long));
         assert_eq!(c, d);
         assert!(!Arc::ptr_eq(text(&c), text(&d)), "long names are not kept");
+    }
+
+    #[test]
+    fn field_names_share_the_text_of_keys() {
+        static SPEC: &str = "spec";
+        let (a, b) = (field_key(SPEC), field_key(SPEC));
+        assert_eq!(a, key("spec"));
+        assert!(Arc::ptr_eq(text(&a), text(&b)));
+        assert!(Arc::ptr_eq(text(&a), text(&key("spec"))));
+        // Two names at one address, as a prefix of a longer one: told
+        // apart by their length.
+        static BOTH: &str = "specification";
+        let (short, long) = (&BOTH[..4], BOTH);
+        assert_eq!(field_key(short), key("spec"));
+        assert_eq!(field_key(long), key("specification"));
+        assert_eq!(field_key(short), key("spec"));
+        // More names than slots: every one still its own text.
+        let names: Vec<&'static str> = (0..FIELD_SLOTS * 2)
+            .map(|i| &*Box::leak(format!("f{i}").into_boxed_str()))
+            .collect();
+        for _ in 0..2 {
+            for name in &names {
+                assert_eq!(field_key(name), key(name));
+            }
+        }
     }
 
     #[test]

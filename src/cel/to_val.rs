@@ -344,7 +344,8 @@ impl ser::SerializeStruct for MapOut {
         value: &T,
     ) -> Result<(), ToValError> {
         let value = value.serialize(ValSerializer)?;
-        self.insert(key, value);
+        // A later entry of the same key wins, as in serde_json's map.
+        self.entries.insert(super::keys::field_key(key), value);
         Ok(())
     }
     fn end(self) -> Out {
