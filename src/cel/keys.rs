@@ -22,8 +22,16 @@ thread_local! {
     /// Names of struct fields by where their text is: a `&'static str`
     /// never moves or changes, so its address and length say which name
     /// it is without reading it.
-    static FIELDS: RefCell<[Option<(usize, usize, Arc<str>)>; FIELD_SLOTS]> =
+    static FIELDS: RefCell<[Option<Field>; FIELD_SLOTS]> =
         const { RefCell::new([const { None }; FIELD_SLOTS]) };
+}
+
+/// A struct field name remembered: its text's address and length, and
+/// the shared text.
+struct Field {
+    at: usize,
+    len: usize,
+    text: Arc<str>,
 }
 
 /// Struct field names remembered by address per thread (the `gpu` facts
@@ -44,10 +52,14 @@ pub(super) fn field_key(name: &'static str) -> CelMapKey {
     let text = FIELDS.with(|fields| {
         let mut fields = fields.borrow_mut();
         match &fields[slot] {
-            Some((a, len, text)) if *a == at && *len == name.len() => text.clone(),
+            Some(field) if field.at == at && field.len == name.len() => field.text.clone(),
             _ => {
                 let text = shared(name);
-                fields[slot] = Some((at, name.len(), text.clone()));
+                fields[slot] = Some(Field {
+                    at,
+                    len: name.len(),
+                    text: text.clone(),
+                });
                 text
             }
         }
