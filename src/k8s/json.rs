@@ -47,15 +47,32 @@ impl Pointer for Value {
         if pointer.is_empty() {
             return Some(self);
         }
+        let rest = pointer.strip_prefix('/')?;
         let mut target = self;
-        for token in pointer.strip_prefix('/')?.split('/') {
-            target = if token.contains('~') {
+        let mut start = 0;
+        // Tokens are a few bytes long: one pass over each finds its end
+        // and whether it holds an escape, without a searcher per token.
+        loop {
+            let mut end = start;
+            let mut escaped = false;
+            for &b in &rest.as_bytes()[start..] {
+                if b == b'/' {
+                    break;
+                }
+                escaped |= b == b'~';
+                end += 1;
+            }
+            let token = &rest[start..end];
+            target = if escaped {
                 step(target, &token.replace("~1", "/").replace("~0", "~"))?
             } else {
                 step(target, token)?
             };
+            if end == rest.len() {
+                return Some(target);
+            }
+            start = end + 1;
         }
-        Some(target)
     }
 }
 
@@ -154,6 +171,13 @@ mod tests {
             "/metadata/annotations/",
             "/metadata/annotations/0",
             "/metadata/annotations/example.com~1a~2b",
+            "/metadata/annotations/~",
+            "/metadata/annotations/example.com~01a",
+            "/metadata//annotations",
+            "/spec/",
+            "/spec/containers/0/",
+            "/spec/containers/0/name/",
+            "//",
             "/list/0/1",
             "/list/1/0/0",
             "spec",
