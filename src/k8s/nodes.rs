@@ -7,7 +7,8 @@ use super::json::{items, scalar_string, FieldError};
 use crate::k8s::json::Pointer as _;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use smallvec::SmallVec;
+use std::collections::BTreeSet;
 use std::fmt;
 
 /// A node-selector operator.
@@ -365,18 +366,27 @@ impl NodeSelectorRequirementDoc {
 /// The first key on which `requirements` (ANDed) can never all hold, or
 /// `None` when some node labelling meets them all.
 pub fn contradiction(requirements: &[&Requirement]) -> Option<String> {
-    let mut by_key: BTreeMap<&str, Vec<&Requirement>> = BTreeMap::new();
-    for r in requirements {
-        by_key.entry(r.key.as_str()).or_default().push(r);
-    }
-    by_key
-        .into_iter()
-        .find(|(_, reqs)| !satisfiable(reqs))
-        .map(|(k, _)| k.to_string())
+    // Grouped by key in key order (a stable sort keeps each key's own
+    // order); most keys have one requirement.
+    let mut sorted: SmallVec<[&Requirement; 8]> = requirements.iter().copied().collect();
+    sorted.sort_by(|a, b| a.key.cmp(&b.key));
+    sorted
+        .chunk_by(|a, b| a.key == b.key)
+        .find(|reqs| !satisfiable(reqs))
+        .map(|reqs| reqs[0].key.clone())
 }
 
 /// Whether one label key can meet all of `reqs`.
 pub fn satisfiable(reqs: &[&Requirement]) -> bool {
+    match reqs {
+        // Alone, only `In` with no values excludes every node.
+        [r] => !(r.operator == Operator::In && r.values.is_empty()),
+        _ => satisfiable_together(reqs),
+    }
+}
+
+/// [`satisfiable`], worked out in full.
+fn satisfiable_together(reqs: &[&Requirement]) -> bool {
     let mut exists: Option<bool> = None;
     let mut allowed: Option<BTreeSet<&str>> = None;
     let mut forbidden: BTreeSet<&str> = BTreeSet::new();
@@ -521,6 +531,50 @@ mod tests {
             operator: Operator::parse(op).unwrap(),
             values: values.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn one_requirement_alone_is_judged_as_in_full() {
+        let values: [&[&str]; 4] = [&[], &["x"], &["4"], &["x", "4"]];
+        for op in [
+            "In",
+            "NotIn",
+            "Exists",
+            "DoesNotExist",
+            "Gt",
+            "Lt",
+            "Gte",
+            "Lte",
+        ] {
+            for v in values {
+                let req = r("a", op, v);
+                assert_eq!(satisfiable(&[&req]), satisfiable_together(&[&req]), "{req}");
+            }
+        }
+    }
+
+    #[test]
+    fn contradiction_names_the_first_key_in_order() {
+        let reqs = [
+            r("z", "In", &[]),
+            r("b", "In", &["x"]),
+            r("b", "NotIn", &["x"]),
+            r("a", "Exists", &[]),
+            r("b", "Exists", &[]),
+        ];
+        let all: Vec<&Requirement> = reqs.iter().collect();
+        assert_eq!(contradiction(&all).as_deref(), Some("b"));
+        assert_eq!(contradiction(&[&reqs[0], &reqs[3]]).as_deref(), Some("z"));
+        assert_eq!(contradiction(&[&reqs[1], &reqs[3], &reqs[4]]), None);
+        assert_eq!(contradiction(&[]), None);
+        // A key whose requirements clash only together.
+        let range = [
+            r("n", "Gt", &["3"]),
+            r("n", "Lt", &["4"]),
+            r("m", "Exists", &[]),
+        ];
+        let range: Vec<&Requirement> = range.iter().collect();
+        assert_eq!(contradiction(&range).as_deref(), Some("n"));
     }
 
     #[test]

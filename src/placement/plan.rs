@@ -9,7 +9,6 @@ use crate::k8s::{
 };
 use json_patch::PatchOperation;
 use serde_json::{Map, Value};
-use std::collections::BTreeSet;
 
 const AFFINITY: &str = "affinity";
 const NODE_AFFINITY: &str = "nodeAffinity";
@@ -188,13 +187,9 @@ fn conflict(profile: &Profile, view: &PodView) -> Option<String> {
     // labelled kubernetes.azure.com/accelerator=none is no NVIDIA node,
     // whichever alternative of the profile would have admitted it).
     let profile_reqs = || profile.required.iter().flat_map(|t| t.requirements.iter());
-    let accepted = |key: &str| -> Option<BTreeSet<&str>> {
-        let mut set: Option<BTreeSet<&str>> = None;
-        for r in profile_reqs().filter(|r| r.key == key && r.operator == Operator::In) {
-            set.get_or_insert_default()
-                .extend(r.values.iter().map(String::as_str));
-        }
-        set
+    let selects_in = || profile_reqs().filter(|r| r.operator == Operator::In);
+    let accepted = |key: &str, value: &str| {
+        selects_in().any(|r| r.key == key && r.values.iter().any(|v| v == value))
     };
     let profile_on = |key: &str| -> String {
         profile_reqs()
@@ -212,9 +207,10 @@ fn conflict(profile: &Profile, view: &PodView) -> Option<String> {
             continue;
         }
         let pinned = alt.iter().find_map(|(r, origin)| {
-            let ok = accepted(&r.key)?;
-            (r.operator == Operator::In && r.values.iter().all(|v| !ok.contains(v.as_str())))
-                .then_some((r, *origin))
+            (r.operator == Operator::In
+                && selects_in().any(|p| p.key == r.key)
+                && r.values.iter().all(|v| !accepted(&r.key, v)))
+            .then_some((r, *origin))
         });
         if let Some((r, origin)) = pinned {
             reasons.push(format!(
