@@ -500,7 +500,6 @@ impl Catalog {
     }
 }
 
-/// Lower case, with the `standard_` prefix ensured.
 /// Spellings as the file writes them -> index, found by length and then
 /// by content without hashing: the first lookup of nearly every SKU
 /// question (names differ mostly at their end: `Standard_NC...`).
@@ -541,6 +540,7 @@ fn tail(name: &str) -> u64 {
     u64::from_le_bytes(word)
 }
 
+/// Lower case, with the `standard_` prefix ensured.
 fn normalize(name: &str) -> String {
     let lower = name.trim().to_ascii_lowercase();
     if lower.starts_with("standard_") {
