@@ -643,6 +643,27 @@ mod tests {
         }
     }
 
+    /// gpu-admission patch: `prefix.name(...)` finds the function registered
+    /// under the joined name, short or longer than the stack buffer it is
+    /// joined in, and no other.
+    #[test]
+    fn qualified_functions_are_found_by_their_whole_name() {
+        let long_prefix = format!("n{}", "s".repeat(120));
+        let mut ctx = Context::default();
+        ctx.add_function("ns.twice", |x: i64| x * 2);
+        ctx.add_function("ns.twicex", |x: i64| x * 3);
+        ctx.add_function(&format!("{long_prefix}.thrice"), |x: i64| x * 3);
+        let script = format!("ns.twice(2) == 4 && ns.twicex(2) == 6 && {long_prefix}.thrice(2) == 6");
+        assert_eq!(test_script(&script, Some(ctx)), Ok(true.into()));
+
+        let mut ctx = Context::default();
+        ctx.add_function("ns.twice", |x: i64| x * 2);
+        assert_eq!(
+            test_script("ns.twic(2) == 4", Some(ctx)).map_err(|e| e.to_string()),
+            Err("Undeclared reference to 'twic'".to_string())
+        );
+    }
+
     #[test]
     fn test_map() {
         [

@@ -380,7 +380,20 @@ impl FunctionRegistry {
         if !self.namespaces.contains(prefix) {
             return None;
         }
-        self.functions.get(&format!("{prefix}.{name}"))
+        // gpu-admission patch: the name is joined on the stack (upstream
+        // `format!`, with its formatting machinery and the growth of a
+        // string from an estimate of two bytes, on every call).
+        let len = prefix.len() + 1 + name.len();
+        let mut joined = [0u8; 96];
+        if len > joined.len() {
+            return self.functions.get(&[prefix, name].join("."));
+        }
+        joined[..prefix.len()].copy_from_slice(prefix.as_bytes());
+        joined[prefix.len()] = b'.';
+        joined[prefix.len() + 1..len].copy_from_slice(name.as_bytes());
+        // Two texts joined by an ASCII byte are text.
+        let key = std::str::from_utf8(&joined[..len]).ok()?;
+        self.functions.get(key)
     }
 }
 
