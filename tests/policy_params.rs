@@ -200,3 +200,83 @@ data: {enabled: "yes", team: platform}
     assert_eq!(v.denials, ["msg-params: ask platform"]);
     assert_eq!(v.audit_annotations["msg-params/team"], "platform");
 }
+
+/// A part of an expression that reads only params is worked out once per
+/// params object (see `cel::fold`): each params object a selector finds
+/// still gets its own answer, and one for which the part fails (not a
+/// list to split) fails as it would evaluated whole.
+#[test]
+fn parts_on_params_alone_are_worked_out_per_params_object() {
+    let yaml = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: exempt}
+spec:
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  validations:
+  - expression: "object.metadata.namespace in params.data.allowed.split(',').map(n, n.trim())"
+    messageExpression: "'namespace not in ' + params.metadata.name"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: exempt}
+spec:
+  policyName: exempt
+  validationActions: [Deny]
+  paramRef:
+    namespace: gpu-system
+    selector: {matchLabels: {kind: allowed}}
+    parameterNotFoundAction: Allow
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: one, namespace: gpu-system, labels: {kind: allowed}}
+data: {allowed: "ml, research"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: two, namespace: gpu-system, labels: {kind: allowed}}
+data: {allowed: "ml,batch "}
+"#;
+    let s = PolicySet::compile(&parse_documents(Path::new("p.yaml"), yaml).unwrap()).unwrap();
+    let denied = |ns: &str| {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns}, "spec": {}});
+        s.evaluate(
+            &Request::for_object(pod, Operation::Create, None),
+            &StaticNamespaces::new(),
+        )
+        .denials
+    };
+    assert!(denied("ml").is_empty());
+    assert_eq!(denied("research"), vec!["exempt: namespace not in two"]);
+    assert_eq!(denied("batch"), vec!["exempt: namespace not in one"]);
+    assert_eq!(
+        denied("other"),
+        vec![
+            "exempt: namespace not in one",
+            "exempt: namespace not in two"
+        ]
+    );
+
+    // A ConfigMap whose data has no such key: the part fails for it, and
+    // the expression, evaluated whole, fails as before.
+    let broken = yaml.replace("data: {allowed: \"ml,batch \"}", "data: {other: \"x\"}");
+    let s = PolicySet::compile(&parse_documents(Path::new("p.yaml"), &broken).unwrap()).unwrap();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": {}});
+    let d = s
+        .evaluate(
+            &Request::for_object(pod, Operation::Create, None),
+            &StaticNamespaces::new(),
+        )
+        .denials;
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(
+        d[0].starts_with("exempt: policy error (failurePolicy Fail): ") && d[0].contains("allowed"),
+        "{d:?}"
+    );
+}

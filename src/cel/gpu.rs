@@ -80,6 +80,12 @@ fn sku_value(catalog: &Catalog, values: &[Value], name: &str) -> Value {
 }
 
 impl Extension for GpuExtension {
+    /// The catalog functions answer from the catalog alone, which is fixed
+    /// for the life of the policy set.
+    fn pure(&self) -> bool {
+        true
+    }
+
     fn register_functions(&self, ctx: &mut Context<'static>) {
         let catalog = self.catalog.clone();
         let values = self.sku_values.clone();

@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 pub mod authz;
+pub mod fold;
 pub mod gpu;
 mod keys;
 mod limits;
@@ -97,6 +98,14 @@ pub trait Extension: Send + Sync {
     fn variables(&self, _object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
         Vec::new()
     }
+
+    /// Whether every function this extension registers gives the same
+    /// result for the same arguments, so that a call of one on `params`
+    /// alone may be worked out once per params object (see [`fold`]).
+    /// `false` unless the extension says so.
+    fn pure(&self) -> bool {
+        false
+    }
 }
 
 /// The host extensions a policy set is compiled with.
@@ -136,20 +145,43 @@ pub struct Env {
     root: Context<'static>,
     extensions: Extensions,
     limits: Limits,
+    /// The functions of each extension that does not say they are pure,
+    /// each set registered on its own (see [`Env::is_pure`]).
+    impure: Vec<Context<'static>>,
 }
 
 impl Env {
     pub fn new(extensions: Extensions) -> Env {
         let mut root = Context::default().with_all();
         register_functions(&mut root);
+        let mut impure = Vec::new();
         for ext in &extensions.list {
             ext.register_functions(&mut root);
+            if !ext.pure() {
+                let mut own = Context::default();
+                ext.register_functions(&mut own);
+                impure.push(own);
+            }
         }
         Env {
             root,
             extensions,
             limits: Limits::default(),
+            impure,
         }
+    }
+
+    /// Whether the function `name` gives the same result for the same
+    /// arguments: every function but those of extensions that do not say
+    /// so ([`Extension::pure`]).
+    pub fn is_pure(&self, name: &str) -> bool {
+        !self.impure.iter().any(|own| own.has_function(name))
+    }
+
+    /// Whether `prefix.name` is a function (a call `prefix.name(...)` on
+    /// a namespace, not a method of a variable `prefix`).
+    pub fn is_namespaced(&self, prefix: &str, name: &str) -> bool {
+        self.root.has_function(&format!("{prefix}.{name}"))
     }
 
     /// Names an expression may refer to at top level.
@@ -216,6 +248,7 @@ fn register_functions(ctx: &mut Context<'static>) {
     ctx.add_function("image.repository", |image: Arc<String>| -> String {
         crate::k8s::images::repository(&image)
     });
+    fold::register(ctx);
     // Kubernetes' MutatingAdmissionPolicy library: a key as one RFC 6901
     // JSON-pointer token (`~` is `~0`, `/` is `~1`).
     ctx.add_function("jsonpatch.escapeKey", |key: Arc<String>| -> String {
@@ -304,9 +337,18 @@ pub struct Compiled {
     /// Whether the expression reads `variables` whole, which then has to
     /// be built as a map (see [`variables`]).
     pub reads_variables_map: bool,
+    /// The expression with its parts that read only `params` taken out,
+    /// when it has such parts (see [`fold`]).
+    pub folded: Option<Arc<fold::Folded>>,
 }
 
 impl Compiled {
+    /// The expression's tree, as written (with `variables.<name>` reads
+    /// rewritten, see [`variables`]).
+    pub fn tree(&self) -> &Expression {
+        &self.ast
+    }
+
     /// Adds to `reach` what this expression can reach of the variable
     /// `root` (`object`, `oldObject` or `namespaceObject`).
     pub fn add_reach(&self, reach: &mut Reach, root: &str) {
@@ -456,6 +498,13 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
             .filter(|t| known.contains(t.as_str())),
     );
     let reads_variables_map = variables::inline_references(&mut ast);
+    let folded = if variables.contains("params") {
+        fold::fold(&ast, &|name| env.is_pure(name), &|prefix, name| {
+            env.is_namespaced(prefix, name)
+        })
+    } else {
+        None
+    };
     Ok(Compiled {
         source: source.to_string(),
         ast,
@@ -464,6 +513,7 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
         variable_closure: Vec::new(),
         variable_reads: Vec::new(),
         reads_variables_map,
+        folded,
     })
 }
 
@@ -504,17 +554,28 @@ impl std::fmt::Display for EvalError {
 /// Evaluates `expr` in `ctx` with at most [`EXPRESSION_COST_LIMIT`] units,
 /// drawn from the enclosing budget (the policy's) when one is installed.
 pub fn evaluate(expr: &Compiled, ctx: &Context) -> Result<Value, EvalError> {
-    let (result, used) =
-        celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || Value::resolve(&expr.ast, ctx));
-    result.map_err(|e| eval_error(e, used))
+    evaluate_tree(&expr.ast, ctx)
 }
 
 /// [`evaluate`], keeping the result in the interpreter's own form: cheap to
 /// hand to later expressions (policy variables) with
 /// [`Context::add_variable_as_val`].
 pub fn evaluate_val(expr: &Compiled, ctx: &Context) -> Result<Box<dyn Val>, EvalError> {
+    evaluate_val_tree(&expr.ast, ctx)
+}
+
+/// [`evaluate`] of a tree: an expression's own ([`Compiled::tree`]) or its
+/// folded one ([`fold::Folded::ast`], in a scope with its parts bound).
+pub fn evaluate_tree(tree: &Expression, ctx: &Context) -> Result<Value, EvalError> {
+    let (result, used) =
+        celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || Value::resolve(tree, ctx));
+    result.map_err(|e| eval_error(e, used))
+}
+
+/// [`evaluate_val`] of a tree (see [`evaluate_tree`]).
+pub fn evaluate_val_tree(tree: &Expression, ctx: &Context) -> Result<Box<dyn Val>, EvalError> {
     let (result, used) = celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || {
-        Value::resolve_val(&expr.ast, ctx).map(|v| v.into_owned())
+        Value::resolve_val(tree, ctx).map(|v| v.into_owned())
     });
     result.map_err(|e| eval_error(e, used))
 }

@@ -9,6 +9,7 @@ use crate::cel::{self, EvalError, Val};
 use crate::review::Request;
 use crate::subject::Subject;
 use kube_cel::cel::common::types::{CelMap, CelMapEntries, CelMapKey};
+use kube_cel::cel::parser::Expression;
 use kube_cel::cel::{Context, Value};
 use serde_json::json;
 use smallvec::{smallvec, SmallVec};
@@ -354,26 +355,27 @@ impl Inner {
         policy: &Policy,
         binding: &Binding,
         req: &Request,
-    ) -> Result<SmallVec<[Value; 1]>, String> {
+    ) -> Result<BindingParams, String> {
         let (Some(kind), Some(pref)) = (&policy.param_kind, &binding.param_ref) else {
-            return Ok(smallvec![Value::Null]);
+            return Ok(smallvec![(Value::Null, None)]);
         };
-        let found: SmallVec<[Value; 1]> = self
+        let found: BindingParams = self
             .params
             .iter()
-            .filter(|p| {
+            .enumerate()
+            .filter(|(_, p)| {
                 (p.api_version.as_str(), p.kind.as_str()) == (kind.0.as_str(), kind.1.as_str())
             })
-            .filter(|p| match &pref.namespace {
+            .filter(|(_, p)| match &pref.namespace {
                 Some(ns) => p.namespace.as_deref() == Some(ns.as_str()),
                 None => p.namespace.is_none() || p.namespace == req.namespace,
             })
-            .filter(|p| match (&pref.name, &pref.selector) {
+            .filter(|(_, p)| match (&pref.name, &pref.selector) {
                 (Some(n), _) => &p.name == n,
                 (None, Some(sel)) => sel.matches(&p.labels),
                 (None, None) => false,
             })
-            .map(|p| p.value.clone())
+            .map(|(i, p)| (p.value.clone(), Some(i)))
             .collect();
         if found.is_empty() && pref.deny_when_missing {
             return Err(format!(
@@ -386,7 +388,14 @@ impl Inner {
         Ok(found)
     }
 
-    fn evaluate_policy(&self, policy: &Policy, scope: &Scope, params: Value) -> Outcome {
+    /// Evaluates `policy` with `params` (the params object at `param` in
+    /// the set, whose worked-out constants it then uses, or none).
+    fn evaluate_policy(
+        &self,
+        policy: &Policy,
+        scope: &Scope,
+        (params, param): (Value, Option<usize>),
+    ) -> Outcome {
         // A scope for `params` only where some expression reads it.
         let with_params;
         let ctx = if policy.uses_params {
@@ -397,7 +406,8 @@ impl Inner {
         } else {
             &scope.ctx
         };
-        let mut vars = Variables::new(policy);
+        let constants = param.and_then(|i| policy.constants_for(i));
+        let mut vars = Variables::with_constants(policy, constants);
         let mut outcome = Outcome::default();
         match match_conditions(policy, &mut vars, ctx) {
             Ok(true) => {}
@@ -529,6 +539,10 @@ fn add_audit_failure(
     *slot = serde_json::Value::Array(list).to_string();
 }
 
+/// The params a binding evaluates its policy with, each with its position
+/// in the set's params (`None` for the `null` of a policy without them).
+pub(super) type BindingParams = SmallVec<[(Value, Option<usize>); 1]>;
+
 /// A policy's `variables`, evaluated lazily and at most once per request:
 /// an expression evaluates only the variables it refers to (and those they
 /// refer to), when it is itself evaluated.
@@ -537,6 +551,9 @@ pub(super) struct Variables<'p> {
     /// Kept in the interpreter's form: handing them to later expressions is
     /// then a reference-count bump, not a conversion.
     values: SmallVec<[Option<VariableValue>; 4]>,
+    /// The policy's parts that read only `params`, worked out for the
+    /// params of this evaluation (see [`cel::fold`]).
+    constants: Option<&'p cel::fold::PolicyConstants>,
 }
 
 /// A variable's value, or the error evaluating it gave.
@@ -544,26 +561,33 @@ type VariableValue = Result<Box<dyn Val>, EvalError>;
 
 impl<'p> Variables<'p> {
     pub(super) fn new(policy: &'p Policy) -> Variables<'p> {
+        Variables::with_constants(policy, None)
+    }
+
+    /// Variables of an evaluation that uses `constants` for the parts of
+    /// the policy's expressions that read only `params`.
+    pub(super) fn with_constants(
+        policy: &'p Policy,
+        constants: Option<&'p cel::fold::PolicyConstants>,
+    ) -> Variables<'p> {
         Variables {
             policy,
             values: std::iter::repeat_with(|| None)
                 .take(policy.variables.len())
                 .collect(),
+            constants,
         }
     }
 
     pub(super) fn eval(&mut self, ctx: &Context, expr: &cel::Compiled) -> Result<Value, EvalError> {
-        if expr.variable_closure.is_empty() {
-            return cel::evaluate(expr, ctx);
-        }
         for &i in &expr.variable_closure {
             if self.values[i].is_none() {
                 let var = &self.policy.variables[i].expr;
-                let result = self.eval_with(ctx, var, cel::evaluate_val);
+                let result = self.eval_with(ctx, var, cel::evaluate_val_tree);
                 self.values[i] = Some(result);
             }
         }
-        self.eval_with(ctx, expr, cel::evaluate)
+        self.eval_with(ctx, expr, cel::evaluate_tree)
     }
 
     /// Evaluates `expr` with the variables it reads bound by reference
@@ -574,12 +598,20 @@ impl<'p> Variables<'p> {
         &self,
         ctx: &Context,
         expr: &cel::Compiled,
-        evaluate: impl Fn(&cel::Compiled, &Context) -> Result<T, EvalError>,
+        evaluate: impl Fn(&Expression, &Context) -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
-        if expr.variable_closure.is_empty() {
-            return evaluate(expr, ctx);
+        let folded = self.constants.and_then(|c| c.of(expr));
+        if expr.variable_closure.is_empty() && folded.is_none() {
+            return evaluate(expr.tree(), ctx);
         }
         let mut child = ctx.new_inner_scope();
+        let tree = match folded {
+            Some((folded, constants)) => {
+                constants.bind(folded, &mut child);
+                &folded.ast
+            }
+            None => expr.tree(),
+        };
         for (i, ident) in &expr.variable_reads {
             if let Some(Ok(v)) = &self.values[*i] {
                 child.add_variable_borrowed(ident, v.as_ref());
@@ -596,7 +628,7 @@ impl<'p> Variables<'p> {
             }
             child.add_variable_as_val("variables", Box::new(CelMap::from(map)));
         }
-        match evaluate(expr, &child) {
+        match evaluate(tree, &child) {
             Err(EvalError::Runtime(msg)) => {
                 // A failed variable surfaces as an unbound identifier (or a
                 // missing key of the map): report its own error.
@@ -629,6 +661,32 @@ impl<'p> Variables<'p> {
 mod tests {
     use super::*;
     use crate::review::Operation;
+
+    /// The exemption lists of the shipped policies (split and trimmed from
+    /// their ConfigMap) are worked out once, at load, for the ConfigMap
+    /// their binding names.
+    #[test]
+    fn the_shipped_exemption_lists_are_worked_out_at_load() {
+        let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
+        let inner = &loaded.bundle.policies.inner;
+        for name in ["gpu-visible-devices-leak", "gpu-node-isolation"] {
+            let policy = inner.policies.iter().find(|p| &*p.name == name).unwrap();
+            let condition = policy
+                .match_conditions
+                .iter()
+                .find(|c| c.expr.source.contains("exemptNamespaces"))
+                .expect("an exemption condition");
+            assert!(condition.expr.folded.is_some(), "{name}");
+            let (param, _) = inner
+                .params
+                .iter()
+                .enumerate()
+                .find(|(_, p)| p.name == "gpu-node-isolation")
+                .expect("its ConfigMap");
+            let constants = policy.constants_for(param).expect("worked out");
+            assert!(constants.of(&condition.expr).is_some(), "{name}");
+        }
+    }
 
     /// The shipped policies read part of an object: what an admitted
     /// object carries for the apiserver's own use is not converted, and of

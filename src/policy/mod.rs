@@ -238,7 +238,24 @@ impl PolicySet {
             return Err(LoadErrors(errors));
         }
         let validating_notes = validating.template_notes;
-        let (policies, mutating) = (validating.policies, mutating.policies);
+        let (mut policies, mutating) = (validating.policies, mutating.policies);
+        // The parts of validating policies' expressions that read only
+        // `params`, worked out once per params object (see `cel::fold`).
+        for policy in &mut policies {
+            let Some(kind) = policy.param_kind.clone() else {
+                continue;
+            };
+            for (i, param) in params.iter().enumerate() {
+                if (param.api_version.as_str(), param.kind.as_str()) != (&kind.0[..], &kind.1[..]) {
+                    continue;
+                }
+                let constants =
+                    cel::fold::PolicyConstants::work_out(policy.expressions(), &env, &param.value);
+                if !constants.is_empty() {
+                    policy.param_constants.push((i, constants));
+                }
+            }
+        }
         // Mutating policies run in the order of their names (each binding
         // of one policy in file order), each seeing the previous result.
         mutating_bindings.sort_by(|(_, a), (_, b)| mutating[*a].name.cmp(&mutating[*b].name));

@@ -55,6 +55,10 @@ pub struct Policy {
     /// What its expressions can reach of `object`, `oldObject` and
     /// `namespaceObject`.
     pub reach: Reaches,
+    /// The parts of its expressions that read only `params`, worked out
+    /// for each params object of its paramKind (by position in the set's
+    /// params) that has any; see [`cel::fold`].
+    pub param_constants: Vec<(usize, cel::fold::PolicyConstants)>,
 }
 
 /// What some expressions can reach of `object`, `oldObject` and
@@ -139,6 +143,15 @@ impl Policy {
                     .flat_map(|v| std::iter::once(&v.expr).chain(&v.message_expr)),
             )
             .chain(self.mutations.iter().map(|m| &m.expr))
+    }
+
+    /// The constants worked out for the params at `param` (a position in
+    /// the set's params), if it gave any.
+    pub fn constants_for(&self, param: usize) -> Option<&cel::fold::PolicyConstants> {
+        self.param_constants
+            .iter()
+            .find(|(p, _)| *p == param)
+            .map(|(_, c)| c)
     }
 
     /// Whether the policy is run on the pod templates of controllers: it
@@ -607,6 +620,7 @@ impl PolicySpec {
             uses_params: false,
             pod_templates: true,
             reach: Reaches::default(),
+            param_constants: Vec::new(),
         };
         policy.resolve_variable_closures();
         policy.reach = Reaches::of(policy.expressions());
@@ -1010,6 +1024,7 @@ impl MutatingPolicySpec {
             description: None,
             pod_templates: false,
             reach: Reaches::default(),
+            param_constants: Vec::new(),
         };
         policy.resolve_variable_closures();
         policy.reach = Reaches::of(policy.expressions());

@@ -122,7 +122,10 @@ impl Inner {
         subject: &Subject,
         current: &mut Request,
     ) -> Result<Option<json_patch::Patch>, String> {
-        let params = self.binding_params(policy, binding, current)?;
+        // Mutating policies are evaluated whole: nothing of them is folded.
+        let params = (self.binding_params(policy, binding, current)?.into_iter())
+            .map(|(value, _)| value)
+            .collect();
         let before = current.object.clone().unwrap_or(Json::Null);
         let result = self.run_mutations(policy, subject, current, &before, params);
         if result.is_err() {
