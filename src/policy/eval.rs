@@ -359,24 +359,16 @@ impl Inner {
         let (Some(kind), Some(pref)) = (&policy.param_kind, &binding.param_ref) else {
             return Ok(smallvec![(Value::Null, None)]);
         };
-        let found: BindingParams = self
-            .params
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| {
-                (p.api_version.as_str(), p.kind.as_str()) == (kind.0.as_str(), kind.1.as_str())
-            })
-            .filter(|(_, p)| match &pref.namespace {
-                Some(ns) => p.namespace.as_deref() == Some(ns.as_str()),
-                None => p.namespace.is_none() || p.namespace == req.namespace,
-            })
-            .filter(|(_, p)| match (&pref.name, &pref.selector) {
-                (Some(n), _) => &p.name == n,
-                (None, Some(sel)) => sel.matches(&p.labels),
-                (None, None) => false,
-            })
-            .map(|(i, p)| (p.value.clone(), Some(i)))
-            .collect();
+        let found: BindingParams = match &pref.found {
+            Some(found) => found
+                .iter()
+                .map(|&i| (self.params[i].value.clone(), Some(i)))
+                .collect(),
+            None => (self.params.iter().enumerate())
+                .filter(|(_, p)| pref.finds(kind, p, req.namespace.as_deref()))
+                .map(|(i, p)| (p.value.clone(), Some(i)))
+                .collect(),
+        };
         if found.is_empty() && pref.deny_when_missing {
             return Err(format!(
                 "no params found for binding {} ({} {}) and its parameterNotFoundAction is Deny",
@@ -664,7 +656,7 @@ mod tests {
 
     /// The exemption lists of the shipped policies (split and trimmed from
     /// their ConfigMap) are worked out once, at load, for the ConfigMap
-    /// their binding names.
+    /// their binding names; so is which ConfigMap that is.
     #[test]
     fn the_shipped_exemption_lists_are_worked_out_at_load() {
         let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
@@ -685,6 +677,17 @@ mod tests {
                 .expect("its ConfigMap");
             let constants = policy.constants_for(param).expect("worked out");
             assert!(constants.of(&condition.expr).is_some(), "{name}");
+        }
+        // Every shipped binding names its ConfigMap's namespace: what it
+        // finds is worked out at load too.
+        for (binding, _) in &inner.bindings {
+            if let Some(pref) = &binding.param_ref {
+                assert!(
+                    pref.found.as_ref().is_some_and(|f| f.len() == 1),
+                    "{}",
+                    binding.name
+                );
+            }
         }
     }
 

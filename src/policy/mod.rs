@@ -239,6 +239,26 @@ impl PolicySet {
         }
         let validating_notes = validating.template_notes;
         let (mut policies, mutating) = (validating.policies, mutating.policies);
+        // What a paramRef that names a namespace finds does not depend on
+        // the request: worked out here, once.
+        for (bound, family) in [
+            (&mut bindings, &policies),
+            (&mut mutating_bindings, &mutating),
+        ] {
+            for (binding, pi) in bound.iter_mut() {
+                let (Some(kind), Some(pref)) = (&family[*pi].param_kind, &mut binding.param_ref)
+                else {
+                    continue;
+                };
+                if pref.namespace.is_some() {
+                    let found = (params.iter().enumerate())
+                        .filter(|(_, p)| pref.finds(kind, p, None))
+                        .map(|(i, _)| i)
+                        .collect();
+                    pref.found = Some(found);
+                }
+            }
+        }
         // The parts of validating policies' expressions that read only
         // `params`, worked out once per params object (see `cel::fold`).
         for policy in &mut policies {

@@ -240,6 +240,31 @@ pub struct ParamRef {
     pub selector: Option<LabelSelector>,
     /// `parameterNotFoundAction: Deny`.
     pub deny_when_missing: bool,
+    /// The params it finds (positions in the set's params), worked out at
+    /// load when they do not depend on the request: a namespace is named.
+    pub found: Option<Vec<usize>>,
+}
+
+impl ParamRef {
+    /// Whether this reference finds `param` of a policy whose paramKind is
+    /// `kind`, for a request in `namespace`.
+    pub(crate) fn finds(
+        &self,
+        kind: &(String, String),
+        param: &super::Param,
+        namespace: Option<&str>,
+    ) -> bool {
+        (param.api_version.as_str(), param.kind.as_str()) == (kind.0.as_str(), kind.1.as_str())
+            && match &self.namespace {
+                Some(ns) => param.namespace.as_deref() == Some(ns.as_str()),
+                None => param.namespace.is_none() || param.namespace.as_deref() == namespace,
+            }
+            && match (&self.name, &self.selector) {
+                (Some(n), _) => &param.name == n,
+                (None, Some(sel)) => sel.matches(&param.labels),
+                (None, None) => false,
+            }
+    }
 }
 
 /// A params document: an object of any kind a policy's `paramKind` names,
@@ -876,6 +901,7 @@ impl ParamRefDoc {
                 .selector
                 .map(|s| errors.selector(s, "spec.paramRef.selector")),
             deny_when_missing: action != Some(ParameterNotFoundAction::Allow),
+            found: None,
         }
     }
 }
