@@ -178,6 +178,12 @@ impl Env {
         !self.impure.iter().any(|own| own.has_function(name))
     }
 
+    /// Whether every function of the environment gives the same result
+    /// for the same arguments (no extension says otherwise).
+    pub fn all_pure(&self) -> bool {
+        self.impure.is_empty()
+    }
+
     /// Whether `prefix.name` is a function (a call `prefix.name(...)` on
     /// a namespace, not a method of a variable `prefix`).
     pub fn is_namespaced(&self, prefix: &str, name: &str) -> bool {
@@ -340,6 +346,10 @@ pub struct Compiled {
     /// The expression with its parts that read only `params` taken out,
     /// when it has such parts (see [`fold`]).
     pub folded: Option<Arc<fold::Folded>>,
+    /// Where a request keeps this expression's value when other policies'
+    /// expressions are written the same and read only what all policies of
+    /// the request see alike: set by the policy loader.
+    pub memo_slot: Option<usize>,
 }
 
 impl Compiled {
@@ -514,6 +524,7 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
         variable_reads: Vec::new(),
         reads_variables_map,
         folded,
+        memo_slot: None,
     })
 }
 
@@ -574,10 +585,35 @@ pub fn evaluate_tree(tree: &Expression, ctx: &Context) -> Result<Value, EvalErro
 
 /// [`evaluate_val`] of a tree (see [`evaluate_tree`]).
 pub fn evaluate_val_tree(tree: &Expression, ctx: &Context) -> Result<Box<dyn Val>, EvalError> {
+    evaluate_val_tree_costed(tree, ctx).0
+}
+
+/// [`evaluate_val_tree`], with the cost units the evaluation used.
+pub fn evaluate_val_tree_costed(
+    tree: &Expression,
+    ctx: &Context,
+) -> (Result<Box<dyn Val>, EvalError>, u64) {
     let (result, used) = celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || {
         Value::resolve_val(tree, ctx).map(|v| v.into_owned())
     });
-    result.map_err(|e| eval_error(e, used))
+    (result.map_err(|e| eval_error(e, used)), used)
+}
+
+/// What an evaluation that used `cost` units and answered `value` gives
+/// when it is not run again: `cost` charged as the evaluation would have
+/// been (to the expression's budget, drawn from the enclosing one), then
+/// `value`, or the error running out of budget gives.
+pub fn replay(value: &dyn Val, cost: u64) -> Result<Box<dyn Val>, EvalError> {
+    let (charged, used) =
+        celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || celrs::budget::charge(cost));
+    charged.map_err(|e| eval_error(e, used))?;
+    Ok(value.clone_as_boxed())
+}
+
+/// A value in the interpreter's form as a [`Value`], as [`evaluate`]
+/// answers it.
+pub fn to_value(value: &dyn Val) -> Result<Value, EvalError> {
+    value.try_into().map_err(|e| eval_error(e, 0))
 }
 
 fn eval_error(e: ExecutionError, used: u64) -> EvalError {

@@ -33,6 +33,49 @@ pub(super) fn applies(
 /// every policy.
 pub(super) struct Scope<'e> {
     pub(super) ctx: Context<'e>,
+    /// Values of expressions every policy sees alike, kept for the next
+    /// policy that asks.
+    pub(super) memo: Memo,
+}
+
+/// The values of the expressions given a [`cel::Compiled::memo_slot`]
+/// (written alike in several policies, reading neither params nor policy
+/// variables): worked out for one evaluated object by the first policy
+/// that asks, with the cost units that took. A later policy gets the value
+/// and is charged the same units, so its budget runs out where it would
+/// have; an evaluation that failed is not kept (the next one fails alike,
+/// with its own message).
+pub(super) struct Memo(std::cell::RefCell<SmallVec<[Option<Kept>; 8]>>);
+
+/// A kept value and the cost units working it out used.
+type Kept = (Box<dyn Val>, u64);
+
+impl Memo {
+    fn new(slots: usize) -> Memo {
+        Memo(std::cell::RefCell::new(
+            std::iter::repeat_with(|| None).take(slots).collect(),
+        ))
+    }
+
+    /// The value of the expression at `slot`: kept, or worked out with
+    /// `evaluate` (which answers the units it used) and kept.
+    fn get_or_evaluate(
+        &self,
+        slot: usize,
+        evaluate: impl FnOnce() -> (Result<Box<dyn Val>, EvalError>, u64),
+    ) -> Result<Box<dyn Val>, EvalError> {
+        let kept = self.0.borrow()[slot]
+            .as_ref()
+            .map(|(value, cost)| (value.clone_as_boxed(), *cost));
+        if let Some((value, cost)) = kept {
+            return cel::replay(value.as_ref(), cost);
+        }
+        let (result, used) = evaluate();
+        if let Ok(value) = &result {
+            self.0.borrow_mut()[slot] = Some((value.clone_as_boxed(), used));
+        }
+        result
+    }
 }
 
 impl<'e> Scope<'e> {
@@ -108,7 +151,10 @@ impl<'e> Scope<'e> {
         {
             ctx.add_variable_from_value(name, value);
         }
-        Scope { ctx }
+        Scope {
+            ctx,
+            memo: Memo::new(inner.memo_slots),
+        }
     }
 }
 
@@ -399,7 +445,7 @@ impl Inner {
             &scope.ctx
         };
         let constants = param.and_then(|i| policy.constants_for(i));
-        let mut vars = Variables::with_constants(policy, constants);
+        let mut vars = Variables::with_constants(policy, constants).with_memo(&scope.memo);
         let mut outcome = Outcome::default();
         match match_conditions(policy, &mut vars, ctx) {
             Ok(true) => {}
@@ -546,6 +592,8 @@ pub(super) struct Variables<'p> {
     /// The policy's parts that read only `params`, worked out for the
     /// params of this evaluation (see [`cel::fold`]).
     constants: Option<&'p cel::fold::PolicyConstants>,
+    /// The values of expressions every policy of the request sees alike.
+    memo: Option<&'p Memo>,
 }
 
 /// A variable's value, or the error evaluating it gave.
@@ -568,18 +616,26 @@ impl<'p> Variables<'p> {
                 .take(policy.variables.len())
                 .collect(),
             constants,
+            memo: None,
         }
+    }
+
+    /// Keeps and reuses the values of expressions written alike in other
+    /// policies in `memo` (the evaluated object's).
+    pub(super) fn with_memo(mut self, memo: &'p Memo) -> Variables<'p> {
+        self.memo = Some(memo);
+        self
     }
 
     pub(super) fn eval(&mut self, ctx: &Context, expr: &cel::Compiled) -> Result<Value, EvalError> {
         for &i in &expr.variable_closure {
             if self.values[i].is_none() {
                 let var = &self.policy.variables[i].expr;
-                let result = self.eval_with(ctx, var, cel::evaluate_val_tree);
+                let result = self.eval_with(ctx, var, cel::evaluate_val_tree, Ok);
                 self.values[i] = Some(result);
             }
         }
-        self.eval_with(ctx, expr, cel::evaluate_tree)
+        self.eval_with(ctx, expr, cel::evaluate_tree, |v| cel::to_value(v.as_ref()))
     }
 
     /// Evaluates `expr` with the variables it reads bound by reference
@@ -591,7 +647,14 @@ impl<'p> Variables<'p> {
         ctx: &Context,
         expr: &cel::Compiled,
         evaluate: impl Fn(&Expression, &Context) -> Result<T, EvalError>,
+        from_val: impl Fn(Box<dyn Val>) -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
+        if let (Some(slot), Some(memo)) = (expr.memo_slot, self.memo) {
+            // Reads no params and no variables: nothing below applies.
+            let value =
+                memo.get_or_evaluate(slot, || cel::evaluate_val_tree_costed(expr.tree(), ctx))?;
+            return from_val(value);
+        }
         let folded = self.constants.and_then(|c| c.of(expr));
         if expr.variable_closure.is_empty() && folded.is_none() {
             return evaluate(expr.tree(), ctx);
@@ -653,6 +716,64 @@ impl<'p> Variables<'p> {
 mod tests {
     use super::*;
     use crate::review::Operation;
+
+    /// A kept value is charged what working it out cost: under a budget
+    /// that allows it the value, under one too small the cost-limit error
+    /// the evaluation itself would have met, having used the whole budget.
+    #[test]
+    fn a_kept_value_charges_what_it_cost() {
+        use kube_cel::cel::budget::with_budget;
+        use kube_cel::cel::common::types::CelString;
+        let memo = Memo::new(2);
+        let text = |v: &Result<Box<dyn Val>, EvalError>| match v {
+            Ok(v) => v.downcast_ref::<CelString>().map(|s| s.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        let (first, used) = with_budget(10_000, || {
+            memo.get_or_evaluate(0, || (Ok(Box::new(CelString::from("kept"))), 500))
+        });
+        assert_eq!((text(&first).as_deref(), used), (Some("kept"), 0));
+        let never = || -> (Result<Box<dyn Val>, EvalError>, u64) { panic!("kept") };
+        let (again, used) = with_budget(10_000, || memo.get_or_evaluate(0, never));
+        assert_eq!((text(&again).as_deref(), used), (Some("kept"), 500));
+        let (short, used) = with_budget(400, || memo.get_or_evaluate(0, never));
+        assert!(
+            matches!(short, Err(EvalError::CostLimit(_))),
+            "{:?}",
+            text(&short)
+        );
+        assert_eq!(used, 400);
+        // A failure is not kept: the next evaluation runs.
+        let failed = memo.get_or_evaluate(1, || (Err(EvalError::Runtime("no".into())), 3));
+        assert!(failed.is_err());
+        let ran = memo.get_or_evaluate(1, || (Ok(Box::new(CelString::from("ran"))), 3));
+        assert_eq!(text(&ran).as_deref(), Some("ran"));
+    }
+
+    /// In the shipped set, the conditions and variables several policies
+    /// write alike are kept per request; nothing that reads params or
+    /// policy variables is.
+    #[test]
+    fn the_shipped_set_keeps_what_policies_write_alike() {
+        let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
+        let inner = &loaded.bundle.policies.inner;
+        assert!(inner.memo_slots > 0);
+        let mut kept = BTreeMap::<usize, Vec<&str>>::new();
+        for policy in &inner.policies {
+            for e in policy.expressions() {
+                if let Some(slot) = e.memo_slot {
+                    assert!(!e.variables.contains("params"), "{}", e.source);
+                    assert!(e.policy_variables.is_empty(), "{}", e.source);
+                    kept.entry(slot).or_default().push(&e.source);
+                }
+            }
+        }
+        assert_eq!(kept.len(), inner.memo_slots);
+        for sources in kept.values() {
+            assert!(sources.len() > 1 && sources.iter().all(|s| *s == sources[0]));
+        }
+        assert!(kept.values().any(|s| s[0] == "gpu.requested"), "{kept:?}");
+    }
 
     /// The exemption lists of the shipped policies (split and trimmed from
     /// their ConfigMap) are worked out once, at load, for the ConfigMap

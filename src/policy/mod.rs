@@ -76,6 +76,9 @@ pub(crate) struct Inner {
     pub(crate) mutating_bindings: Vec<(Binding, usize)>,
     pub(crate) mutating_index: index::BindingIndex,
     pub(crate) params: Vec<Param>,
+    /// Slots of expressions a request evaluates once for all policies
+    /// ([`cel::Compiled::memo_slot`]).
+    pub(crate) memo_slots: usize,
     /// Every top-level variable some expression refers to.
     pub(crate) referenced: BTreeSet<String>,
     /// What the policies a request could match (by its bucket of
@@ -148,6 +151,34 @@ impl EvaluationResult {
             EvaluationResult::Error => "error",
         }
     }
+}
+
+/// Gives each expression of `policies` that reads neither params nor
+/// policy variables, and is written the same in another of their
+/// expressions, the slot of its text; returns the number of slots. Such an
+/// expression has one value per evaluated object whichever policy asks.
+fn assign_memo_slots(policies: &mut [Policy]) -> usize {
+    let shared = |e: &cel::Compiled| {
+        !e.variables.contains("params")
+            && !e.variables.contains("variables")
+            && e.policy_variables.is_empty()
+            && e.variable_closure.is_empty()
+            && !e.reads_variables_map
+    };
+    let mut written: std::collections::HashMap<String, usize> = Default::default();
+    for e in policies.iter().flat_map(Policy::expressions) {
+        if shared(e) {
+            *written.entry(e.source.clone()).or_default() += 1;
+        }
+    }
+    let mut slots: std::collections::HashMap<String, usize> = Default::default();
+    for e in policies.iter_mut().flat_map(Policy::expressions_mut) {
+        if shared(e) && written[&e.source] > 1 {
+            let next = slots.len();
+            e.memo_slot = Some(*slots.entry(e.source.clone()).or_insert(next));
+        }
+    }
+    slots.len()
 }
 
 impl PolicySet {
@@ -259,6 +290,14 @@ impl PolicySet {
                 }
             }
         }
+        // Expressions written alike in several validating policies that
+        // read no params and no policy variables: a request evaluates each
+        // once per evaluated object (see `eval::Memo`).
+        let memo_slots = if env.all_pure() {
+            assign_memo_slots(&mut policies)
+        } else {
+            0
+        };
         // The parts of validating policies' expressions that read only
         // `params`, worked out once per params object (see `cel::fold`).
         for policy in &mut policies {
@@ -318,6 +357,7 @@ impl PolicySet {
                 mutating,
                 mutating_bindings,
                 params,
+                memo_slots,
                 referenced,
                 notices,
                 documents: docs.to_vec(),

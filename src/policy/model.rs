@@ -145,6 +145,21 @@ impl Policy {
             .chain(self.mutations.iter().map(|m| &m.expr))
     }
 
+    /// [`Policy::expressions`], to change.
+    pub fn expressions_mut(&mut self) -> impl Iterator<Item = &mut Compiled> {
+        self.match_conditions
+            .iter_mut()
+            .chain(&mut self.variables)
+            .chain(&mut self.audit_annotations)
+            .map(|n| &mut n.expr)
+            .chain(
+                self.validations
+                    .iter_mut()
+                    .flat_map(|v| std::iter::once(&mut v.expr).chain(&mut v.message_expr)),
+            )
+            .chain(self.mutations.iter_mut().map(|m| &mut m.expr))
+    }
+
     /// The constants worked out for the params at `param` (a position in
     /// the set's params), if it gave any.
     pub fn constants_for(&self, param: usize) -> Option<&cel::fold::PolicyConstants> {
