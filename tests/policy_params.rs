@@ -6,6 +6,17 @@ use serde_json::json;
 use std::path::Path;
 
 fn set(param_ref: &str, params: &str) -> PolicySet {
+    policy_set(
+        "object.spec.gpus <= int(params.data.max)",
+        "'at most ' + params.data.max + ' (' + params.metadata.name + ')'",
+        param_ref,
+        params,
+    )
+}
+
+/// The policy `max-gpus` for pods with one validation, bound with
+/// `param_ref`, beside the `params` documents.
+fn policy_set(expression: &str, message: &str, param_ref: &str, params: &str) -> PolicySet {
     let yaml = format!(
         r#"apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
@@ -19,8 +30,8 @@ spec:
       operations: ["CREATE"]
       resources: ["pods"]
   validations:
-  - expression: "object.spec.gpus <= int(params.data.max)"
-    messageExpression: "'at most ' + params.data.max + ' (' + params.metadata.name + ')'"
+  - expression: "{expression}"
+    messageExpression: "{message}"
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -203,80 +214,47 @@ data: {enabled: "yes", team: platform}
 
 /// A part of an expression that reads only params is worked out once per
 /// params object (see `cel::fold`): each params object a selector finds
-/// still gets its own answer, and one for which the part fails (not a
-/// list to split) fails as it would evaluated whole.
+/// still gets its own answer, and one for which the part fails (its data
+/// has no such key) fails as it would evaluated whole.
 #[test]
 fn parts_on_params_alone_are_worked_out_per_params_object() {
-    let yaml = r#"apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: exempt}
-spec:
-  paramKind: {apiVersion: v1, kind: ConfigMap}
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["pods"]
-  validations:
-  - expression: "object.metadata.namespace in params.data.allowed.split(',').map(n, n.trim())"
-    messageExpression: "'namespace not in ' + params.metadata.name"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: exempt}
-spec:
-  policyName: exempt
-  validationActions: [Deny]
-  paramRef:
-    namespace: gpu-system
-    selector: {matchLabels: {kind: allowed}}
-    parameterNotFoundAction: Allow
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: one, namespace: gpu-system, labels: {kind: allowed}}
-data: {allowed: "ml, research"}
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: two, namespace: gpu-system, labels: {kind: allowed}}
-data: {allowed: "ml,batch "}
-"#;
-    let s = PolicySet::compile(&parse_documents(Path::new("p.yaml"), yaml).unwrap()).unwrap();
-    let denied = |ns: &str| {
-        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns}, "spec": {}});
-        s.evaluate(
-            &Request::for_object(pod, Operation::Create, None),
-            &StaticNamespaces::new(),
-        )
-        .denials
+    let allowed = |name: &str, data: &str| {
+        format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: gpu-system, labels: {{kind: allowed}}}}\ndata: {data}\n")
     };
-    assert!(denied("ml").is_empty());
-    assert_eq!(denied("research"), vec!["exempt: namespace not in two"]);
-    assert_eq!(denied("batch"), vec!["exempt: namespace not in one"]);
+    let exempt = |params: &str| {
+        policy_set(
+            "object.metadata.namespace in params.data.allowed.split(',').map(n, n.trim())",
+            "'namespace not in ' + params.metadata.name",
+            "    namespace: gpu-system\n    selector: {matchLabels: {kind: allowed}}\n    parameterNotFoundAction: Allow",
+            params,
+        )
+    };
+    let s = exempt(
+        &(allowed("one", r#"{allowed: "ml, research"}"#)
+            + &allowed("two", r#"{allowed: "ml,batch "}"#)),
+    );
+    assert!(denials(&s, 0, "ml").is_empty());
     assert_eq!(
-        denied("other"),
-        vec![
-            "exempt: namespace not in one",
-            "exempt: namespace not in two"
+        denials(&s, 0, "research"),
+        ["max-gpus: namespace not in two"]
+    );
+    assert_eq!(denials(&s, 0, "batch"), ["max-gpus: namespace not in one"]);
+    assert_eq!(
+        denials(&s, 0, "other"),
+        [
+            "max-gpus: namespace not in one",
+            "max-gpus: namespace not in two"
         ]
     );
 
     // A ConfigMap whose data has no such key: the part fails for it, and
     // the expression, evaluated whole, fails as before.
-    let broken = yaml.replace("data: {allowed: \"ml,batch \"}", "data: {other: \"x\"}");
-    let s = PolicySet::compile(&parse_documents(Path::new("p.yaml"), &broken).unwrap()).unwrap();
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": {}});
-    let d = s
-        .evaluate(
-            &Request::for_object(pod, Operation::Create, None),
-            &StaticNamespaces::new(),
-        )
-        .denials;
+    let s = exempt(&allowed("one", r#"{other: "x"}"#));
+    let d = denials(&s, 0, "ml");
     assert_eq!(d.len(), 1, "{d:?}");
     assert!(
-        d[0].starts_with("exempt: policy error (failurePolicy Fail): ") && d[0].contains("allowed"),
+        d[0].starts_with("max-gpus: policy error (failurePolicy Fail): ")
+            && d[0].contains("allowed"),
         "{d:?}"
     );
 }

@@ -214,47 +214,14 @@ impl Folder<'_> {
             self.parts.push((ident, part));
             return;
         }
-        match &mut e.expr {
-            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-            Expr::Select(select) => self.rewrite(&mut select.operand),
-            Expr::Call(call) => {
-                if let Some(target) = call.target.as_mut() {
-                    self.rewrite(target);
-                }
-                for arg in &mut call.args {
-                    self.rewrite(arg);
-                }
-            }
-            Expr::List(list) => {
-                for item in &mut list.elements {
-                    self.rewrite(item);
-                }
-            }
-            Expr::Map(map) => {
-                for entry in &mut map.entries {
-                    if let EntryExpr::MapEntry(m) = &mut entry.expr {
-                        self.rewrite(&mut m.key);
-                        self.rewrite(&mut m.value);
-                    }
-                }
-            }
-            Expr::Struct(s) => {
-                for entry in &mut s.entries {
-                    if let EntryExpr::StructField(f) = &mut entry.expr {
-                        self.rewrite(&mut f.value);
-                    }
-                }
-            }
-            Expr::Comprehension(c) => {
-                self.rewrite(&mut c.iter_range);
-                self.rewrite(&mut c.accu_init);
-                let before = self.bind(&c.iter_var, c.iter_var2.as_deref(), &c.accu_var);
-                self.rewrite(&mut c.loop_cond);
-                self.rewrite(&mut c.loop_step);
-                self.rewrite(&mut c.result);
+        super::walk::children_mut(e, |child, bound| match bound {
+            Some(bound) => {
+                let before = bound.push_onto(&mut self.bound);
+                self.rewrite(child);
                 self.bound.truncate(before);
             }
-        }
+            None => self.rewrite(child),
+        });
     }
 
     fn bind(&mut self, var: &str, var2: Option<&str>, accu: &str) -> usize {
@@ -428,16 +395,9 @@ impl PolicyConstants {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cel::walk::parse;
     use crate::cel::{compile, json_to_value, Compiled, Extensions};
-    use kube_cel::cel::parser::Parser;
     use serde_json::json;
-
-    fn parse(source: &str) -> Expression {
-        Parser::new()
-            .enable_optional_syntax(true)
-            .parse(source)
-            .expect("parses")
-    }
 
     /// How many parts `fold` takes out of `source`; `None` when nothing is
     /// folded (`azure.sku` is the one namespaced function).

@@ -24,6 +24,7 @@ mod signatures;
 mod sku_sets;
 mod to_val;
 pub mod variables;
+mod walk;
 
 /// The cel crate types extensions work with.
 pub use kube_cel::cel::common::value::Val;

@@ -9,7 +9,7 @@
 //! `variables` itself (`has(variables.x)`, the optional `variables.?x` and
 //! `variables[?'x']`, an index that is not a literal, `variables` passed
 //! whole) is told apart, and gets the map as before.
-use kube_cel::cel::common::ast::{EntryExpr, Expr, LiteralValue};
+use kube_cel::cel::common::ast::{Expr, LiteralValue};
 use kube_cel::cel::parser::Expression;
 
 /// The identifier `variables.<name>` is rewritten to.
@@ -72,65 +72,23 @@ impl Rewriter {
             self.whole = true;
             return;
         }
-        match &mut e.expr {
-            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-            Expr::Select(select) => self.walk(&mut select.operand),
-            Expr::Call(call) => {
-                if let Some(target) = call.target.as_mut() {
-                    self.walk(target);
-                }
-                for arg in &mut call.args {
-                    self.walk(arg);
-                }
-            }
-            Expr::List(list) => {
-                for item in &mut list.elements {
-                    self.walk(item);
-                }
-            }
-            Expr::Map(map) => {
-                for entry in &mut map.entries {
-                    if let EntryExpr::MapEntry(m) = &mut entry.expr {
-                        self.walk(&mut m.key);
-                        self.walk(&mut m.value);
-                    }
-                }
-            }
-            Expr::Struct(s) => {
-                for entry in &mut s.entries {
-                    if let EntryExpr::StructField(f) = &mut entry.expr {
-                        self.walk(&mut f.value);
-                    }
-                }
-            }
-            Expr::Comprehension(c) => {
-                self.walk(&mut c.iter_range);
-                self.walk(&mut c.accu_init);
-                let before = self.bound.len();
-                self.bound.push(c.iter_var.clone());
-                self.bound.extend(c.iter_var2.clone());
-                self.bound.push(c.accu_var.clone());
-                self.walk(&mut c.loop_cond);
-                self.walk(&mut c.loop_step);
-                self.walk(&mut c.result);
+        super::walk::children_mut(e, |child, bound| match bound {
+            Some(bound) => {
+                let before = bound.push_onto(&mut self.bound);
+                self.walk(child);
                 self.bound.truncate(before);
             }
-        }
+            None => self.walk(child),
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::inline_references;
+    use crate::cel::walk::parse;
     use kube_cel::cel::common::ast::Expr;
-    use kube_cel::cel::parser::{Expression, Parser};
-
-    fn parse(source: &str) -> Expression {
-        Parser::new()
-            .enable_optional_syntax(true)
-            .parse(source)
-            .expect("parses")
-    }
+    use kube_cel::cel::parser::Expression;
 
     /// Every identifier in `e`, in the order the walk meets them.
     fn idents(e: &Expression, out: &mut Vec<String>) {
