@@ -263,11 +263,15 @@ struct PolicyResults<'a>(&'a [crate::policy::PolicyEvaluation]);
 
 impl std::fmt::Display for PolicyResults<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Pieces written as they are: `write!` would run the formatting
+        // machinery for each of the ten or twenty entries of a line.
         for (i, e) in self.0.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
-            write!(f, "{}={}", e.policy, e.result.as_str())?;
+            f.write_str(&e.policy)?;
+            f.write_str("=")?;
+            f.write_str(e.result.as_str())?;
         }
         Ok(())
     }
@@ -971,6 +975,26 @@ mod tests {
             assert_eq!(state.decoded.in_use(), 0, "the memory went back");
             assert_eq!(state.validate_slots.free(), 10, "the slot went back");
         });
+    }
+
+    #[test]
+    fn the_log_line_lists_each_policy_with_its_result() {
+        let evaluation = |policy: &str, result| crate::policy::PolicyEvaluation {
+            policy: policy.into(),
+            result,
+            duration: Duration::from_micros(3),
+        };
+        use crate::policy::EvaluationResult::{Deny, Error, Pass};
+        assert_eq!(PolicyResults(&[]).to_string(), "");
+        assert_eq!(
+            PolicyResults(&[
+                evaluation("gpu-a", Pass),
+                evaluation("gpu-b", Deny),
+                evaluation("gpu-c", Error)
+            ])
+            .to_string(),
+            "gpu-a=pass,gpu-b=deny,gpu-c=error"
+        );
     }
 
     #[test]
