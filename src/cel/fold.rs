@@ -224,14 +224,6 @@ impl Folder<'_> {
         });
     }
 
-    fn bind(&mut self, var: &str, var2: Option<&str>, accu: &str) -> usize {
-        let before = self.bound.len();
-        self.bound.push(var.to_string());
-        self.bound.extend(var2.map(str::to_string));
-        self.bound.push(accu.to_string());
-        before
-    }
-
     fn shape(&mut self, e: &Expression) -> Shape {
         match &e.expr {
             Expr::Literal(_) => Shape::default(),
@@ -304,7 +296,12 @@ impl Folder<'_> {
             }
             Expr::Comprehension(c) => {
                 let outside = self.shape(&c.iter_range).and(self.shape(&c.accu_init));
-                let before = self.bind(&c.iter_var, c.iter_var2.as_deref(), &c.accu_var);
+                let before = super::walk::Bound {
+                    var: &c.iter_var,
+                    var2: c.iter_var2.as_deref(),
+                    accu: &c.accu_var,
+                }
+                .push_onto(&mut self.bound);
                 let inside = self
                     .shape(&c.loop_cond)
                     .and(self.shape(&c.loop_step))
