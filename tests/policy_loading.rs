@@ -336,6 +336,75 @@ fn extensions_add_functions_and_variables_and_variables_are_memoized() {
     );
 }
 
+/// [`Counting`] saying its function gives the same result for the same
+/// argument.
+struct PureCounting(Counting);
+
+impl Extension for PureCounting {
+    fn register_functions(&self, ctx: &mut gpu_admission::cel::Context<'static>) {
+        self.0.register_functions(ctx)
+    }
+    fn pure(&self) -> bool {
+        true
+    }
+}
+
+/// Calls of `countCall` when three pods are evaluated against `yaml`,
+/// with the function declared pure or not.
+fn calls_for_three_pods(yaml: &str, pure: bool) -> usize {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counting = Counting(Arc::clone(&calls));
+    let extensions = if pure {
+        Extensions::new().with(PureCounting(counting))
+    } else {
+        Extensions::new().with(counting)
+    };
+    let docs = parse_documents(Path::new("p.yaml"), yaml).unwrap();
+    let set = PolicySet::compile_with(&docs, extensions).unwrap();
+    for name in ["a", "b", "c"] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml"}, "spec": {}});
+        let v = set.evaluate(
+            &Request::for_object(pod, Operation::Create, None),
+            &StaticNamespaces::new(),
+        );
+        assert!(v.denials.is_empty(), "{:?}", v.denials);
+    }
+    calls.load(Ordering::SeqCst)
+}
+
+/// A part that reads only params is worked out once, at load, when its
+/// functions are pure (`cel::fold`); an expression written alike in two
+/// policies is worked out once per request (`eval::Memo`). Neither
+/// happens to a function not declared pure.
+#[test]
+fn pure_functions_on_params_run_at_load_and_shared_expressions_once_per_request() {
+    let params = POLICY
+        .replace("spec:\n  matchConstraints:", "spec:\n  paramKind: {apiVersion: v1, kind: ConfigMap}\n  matchConstraints:")
+        .replace(
+            "  validationActions: [Deny]\n",
+            "  validationActions: [Deny]\n  paramRef: {name: limits, namespace: gpu-system, parameterNotFoundAction: Deny}\n",
+        )
+        .replace("EXPR", "countCall(size(params.data.names.split(','))) == 3 && request.namespace == 'ml'")
+        + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: limits, namespace: gpu-system}\ndata: {names: \"x,y,z\"}\n";
+    assert_eq!(calls_for_three_pods(&params, true), 1, "once, at load");
+    assert_eq!(calls_for_three_pods(&params, false), 3, "once per pod");
+
+    let condition = "countCall(size(object.metadata.name)) == 1";
+    let shared = POLICY.replace("EXPR", condition)
+        + "---\n"
+        + &POLICY
+            .replace("EXPR", condition)
+            .replace("{name: p}", "{name: q}")
+            .replace("policyName: p", "policyName: q")
+            .replace("{name: b}", "{name: c}");
+    assert_eq!(calls_for_three_pods(&shared, true), 3, "once per pod");
+    assert_eq!(
+        calls_for_three_pods(&shared, false),
+        6,
+        "once per pod and policy"
+    );
+}
+
 #[test]
 fn unknown_fields_are_errors_naming_file_document_and_field_path() {
     let policy = POLICY.replace("EXPR", "true");
