@@ -257,10 +257,7 @@ fn pod_facts(
         selects_gpu_nodes: selection.targets_gpu_nodes(catalog),
         skus_constrained,
         skus: if skus_constrained {
-            skus.iter()
-                .map(|s| s.name.clone())
-                .collect::<Vec<_>>()
-                .into()
+            catalog.list_of(&skus)
         } else {
             catalog.names().clone()
         },
