@@ -32,9 +32,8 @@
 //! the instructions one request costs, client and server together: the
 //! difference of their totals over the difference of their counts.
 
-/// The allocator the `gpu-admission` binary runs with.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// The allocator the `gpu-admission` binary runs with.
+gpu_admission::mimalloc_as_malloc!();
 #[allow(dead_code)]
 #[path = "../tests/common/http.rs"]
 mod http;

@@ -11,9 +11,8 @@
 //! webhook call there: from an async caller to one of the server's
 //! [`Executor`] threads and back.
 
-/// The allocator the `gpu-admission` binary runs with.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// The allocator the `gpu-admission` binary runs with.
+gpu_admission::mimalloc_as_malloc!();
 #[path = "common/pods.rs"]
 mod pods;
 

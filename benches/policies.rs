@@ -8,9 +8,8 @@
 //! 2000) sets the evaluations. Without `--bench` (as under
 //! `cargo test --benches`) it runs a few.
 
-/// The allocator the `gpu-admission` binary runs with.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// The allocator the `gpu-admission` binary runs with.
+gpu_admission::mimalloc_as_malloc!();
 #[path = "common/pods.rs"]
 mod pods;
 

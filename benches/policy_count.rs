@@ -9,9 +9,8 @@
 //!
 //! `cargo bench --bench policy_count -- --warm-up-time 1 --measurement-time 3`
 
-/// The allocator the `gpu-admission` binary runs with.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// The allocator the `gpu-admission` binary runs with.
+gpu_admission::mimalloc_as_malloc!();
 #[path = "common/pods.rs"]
 mod pods;
 

@@ -7,6 +7,7 @@
 //! point between the AdmissionReview wire format and the domain; `admission`
 //! joins placement and policy into the two webhook answers.
 pub mod admission;
+pub mod allocator;
 pub mod audit;
 pub mod authz;
 pub mod bundle;

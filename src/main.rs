@@ -4,8 +4,7 @@ use clap::{Parser, Subcommand};
 use gpu_admission::cli;
 use std::process::ExitCode;
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+gpu_admission::mimalloc_as_malloc!();
 
 /// Kubernetes admission webhook and CEL policy engine for GPU workloads.
 #[derive(Debug, Parser)]

@@ -588,3 +588,26 @@ spec: {policyName: privileged-needs-permission, validationActions: [Deny]}
         "{err}"
     );
 }
+
+/// The binary's allocations are served by mimalloc as the process's
+/// `malloc` (src/allocator.rs): it reports its start when asked to, which
+/// it does only once it serves an allocation; with the C library's malloc
+/// (the `override` feature lost) nothing is printed. This is the test
+/// profile's binary; the release build links mimalloc only through the
+/// reference `mimalloc_as_malloc!` keeps, checked with `nm -D` (its
+/// `malloc` defined in the binary) when it was added.
+#[test]
+fn the_binary_allocates_with_mimalloc() {
+    let out = bin()
+        .arg("--version")
+        .env("MIMALLOC_VERBOSE", "1")
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("mimalloc: process init"),
+        "mimalloc did not start: {stderr}"
+    );
+    assert!(stdout(&out).starts_with("gpu-admission "));
+}
