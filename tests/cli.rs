@@ -594,8 +594,8 @@ spec: {policyName: privileged-needs-permission, validationActions: [Deny]}
 /// it does only once it serves an allocation; with the C library's malloc
 /// (the `override` feature lost) nothing is printed. This is the test
 /// profile's binary; the release build links mimalloc only through the
-/// reference `mimalloc_as_malloc!` keeps, checked with `nm -D` (its
-/// `malloc` defined in the binary) when it was added.
+/// reference `mimalloc_as_malloc!` keeps (`nm -D
+/// target/release/gpu-admission` shows `malloc` defined in the binary).
 #[test]
 fn the_binary_allocates_with_mimalloc() {
     let out = bin()
