@@ -527,9 +527,10 @@ fn gpu_only_nodepools_get_the_taint_once_and_others_are_left_alone() {
             json_patch::patch(&mut patched, patch).unwrap();
         }
         match case.as_str() {
-            // GPU-only pools with no GPU taint: the taint is added once,
+            // GPU-only pools with no GPU taint (a GPU series names only GPU
+            // sizes): the taint is added once,
             // after the taints already there.
-            "gpu-only-nvidia" | "gpu-only-existing-taints" | "gpu-only-amd" => {
+            "gpu-only-nvidia" | "gpu-only-existing-taints" | "gpu-only-amd" | "gpu-series" => {
                 let (old, new) = (taints(&pool), taints(&patched));
                 assert!(new.starts_with(&old), "{case}: {new:?}");
                 assert_eq!(new.len(), old.len() + 1, "{case}: {new:?}");

@@ -495,6 +495,13 @@ impl Catalog {
         self.get(name).is_some()
     }
 
+    /// Is `series` (as Karpenter's `karpenter.azure.com/sku-series` label
+    /// writes it, e.g. `NCads_A100_v4`) the series of a GPU size of the
+    /// catalog? Every size of such a series has GPUs.
+    pub fn is_gpu_series(&self, series: &str) -> bool {
+        self.skus().iter().any(|s| s.series == series)
+    }
+
     /// When the rows were last checked against their sources
     /// (`YYYY-MM-DD`), if the file says.
     pub fn as_of(&self) -> Option<&str> {

@@ -40,6 +40,13 @@ impl SkuRequirement for Requirement {
                     && !self.values.is_empty()
                     && self.values.iter().all(|v| v == "N")
             }
+            // A series is a GPU series when the catalog has its sizes
+            // (`NCads_A100_v4`); any other value may name CPU sizes.
+            labels::SKU_SERIES => {
+                op == Operator::In
+                    && !self.values.is_empty()
+                    && self.values.iter().all(|v| catalog.is_gpu_series(v))
+            }
             labels::SKU_GPU_COUNT | GFD_GPU_COUNT => match op {
                 Operator::In => {
                     !self.values.is_empty()
@@ -416,6 +423,31 @@ mod tests {
             {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["NC"]}
         ]));
         assert!(nc.skus(&c).is_empty());
+    }
+
+    #[test]
+    fn a_gpu_series_targets_gpus_and_a_cpu_series_does_not() {
+        let c = Catalog::embedded();
+        let gpu = NodeSelection::from_requirements(&json!([
+            {"key": "karpenter.azure.com/sku-series", "operator": "In", "values": ["NCads_A100_v4", "NVads_A10_v5"]}
+        ]));
+        assert!(gpu.targets_gpu_nodes(&c));
+        assert!(!gpu.skus(&c).is_empty());
+        assert!(gpu
+            .skus(&c)
+            .iter()
+            .all(|s| s.series == "NCads_A100_v4" || s.series == "NVads_A10_v5"));
+        // One CPU series among the values: a node without a GPU satisfies it.
+        let mixed = NodeSelection::from_requirements(&json!([
+            {"key": "karpenter.azure.com/sku-series", "operator": "In", "values": ["NCads_A100_v4", "Dpls_v6"]}
+        ]));
+        assert!(!mixed.targets_gpu_nodes(&c));
+        for op in ["NotIn", "Exists"] {
+            let other = NodeSelection::from_requirements(&json!([
+                {"key": "karpenter.azure.com/sku-series", "operator": op, "values": ["NCads_A100_v4"]}
+            ]));
+            assert!(!other.targets_gpu_nodes(&c), "{op}");
+        }
     }
 
     #[test]
