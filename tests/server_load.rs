@@ -140,27 +140,43 @@ async fn a_validation_flood_never_delays_placement() {
 
 /// A review whose decoded estimate is several MiB: a pod with many one-key
 /// objects.
+/// An UPDATE of a pod with a long env list: the object twice.
 fn heavy_review(uid: &str) -> Value {
     let mut review = fixture("pod-create-gpu.json");
     review["request"]["uid"] = json!(uid);
+    review["request"]["operation"] = json!("UPDATE");
     review["request"]["object"]["spec"]["containers"][0]["env"] =
         Value::Array(vec![json!({"a": 0}); 5_000]);
+    review["request"]["oldObject"] = review["request"]["object"].clone();
     review
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_memory_past_the_deadline_is_a_timeout() {
     let webhook = Arc::new(Gated::default());
-    // 8 MiB for bodies, 16 MiB for decoded requests: one heavy review fits,
-    // two do not.
+    // Each object of the heavy review within one object's limit, and room
+    // for decoded requests (two thirds of the budget, at least two
+    // objects' worth) that holds one heavy review but not two.
+    let unlimited = gpu_admission::review::Limits {
+        max_decoded_bytes: usize::MAX / 4,
+        ..Default::default()
+    };
+    let body = serde_json::to_vec(&heavy_review("sized")).unwrap();
+    let heavy = gpu_admission::review::measure_request(&body, &unlimited)
+        .unwrap()
+        .decoded_bytes;
+    let per_object = (heavy / 2).next_multiple_of(1 << 20) + (1 << 20);
+    let bodies = per_object.max(7 << 20);
+    let decoded = 2 * bodies;
+    assert!(heavy <= decoded && 2 * heavy > decoded, "{heavy} bytes");
     let limits = gpu_admission::review::Limits {
-        max_decoded_bytes: 16 << 20,
+        max_decoded_bytes: per_object,
         ..Default::default()
     };
     let server = Arc::new(
         TestServer::start_with(
             ServeConfig {
-                in_flight_bytes: 24 << 20,
+                in_flight_bytes: bodies + decoded,
                 decode_limits: limits,
                 ..config()
             },

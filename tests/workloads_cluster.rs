@@ -308,3 +308,47 @@ async fn gpu_stack_and_node_agents_through_the_shipped_webhooks() {
     );
     cluster.stop().await;
 }
+
+/// A GPU pod (or Deployment) with a long env list, admitted when created,
+/// can still be updated: an UPDATE carries the object twice (`object` and
+/// `oldObject`), and each is held to what one created object may take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_admitted_when_created_can_still_be_updated() {
+    let cluster = Cluster::start().await;
+    let env: Vec<Value> = (0..10_000)
+        .map(|i| json!({"name": format!("SETTING_{i}"), "value": format!("value-{i}")}))
+        .collect();
+    let mut container = vllm(false);
+    container["env"] = json!(env);
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "llm-serve-0", "namespace": "inference",
+            "finalizers": ["example.com/drain"]},
+        "spec": {"containers": [container.clone()]}
+    });
+    let created = cluster.admit(&Review::create(pod)).await;
+    assert!(created.allowed, "{}", created.message());
+    let stored = created.object.expect("the created pod");
+    let mut finalized = stored.clone();
+    finalized["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("finalizers");
+    let updated = cluster.admit(&Review::update(stored, finalized)).await;
+    assert_eq!(updated.validated_by, ["pods.validate.gpu-admission.io"]);
+    assert!(updated.allowed, "{}", updated.message());
+
+    let deployment = deployment(2, container);
+    let created = cluster.admit(&Review::create(deployment.clone())).await;
+    assert!(created.allowed, "{}", created.message());
+    let mut restarted = deployment.clone();
+    restarted["spec"]["template"]["metadata"]["annotations"] =
+        json!({"kubectl.kubernetes.io/restartedAt": "2026-12-01T23:50:00Z"});
+    let updated = cluster.admit(&Review::update(deployment, restarted)).await;
+    assert_eq!(
+        updated.validated_by,
+        ["workloads.validate.gpu-admission.io"]
+    );
+    assert!(updated.allowed, "{}", updated.message());
+    cluster.stop().await;
+}

@@ -55,14 +55,15 @@ pub struct ServeArgs {
     /// Memory all requests in progress may hold: a third for bodies being
     /// read, the rest for decoded requests. Requests wait for it within
     /// their deadline.
-    #[arg(long, value_name = "SIZE", default_value = "128Mi", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "160Mi", value_parser = parse_size)]
     pub max_in_flight_memory: usize,
-    /// Memory one decoded request may take (estimated before decoding);
-    /// larger ones are denied as too large.
+    /// Memory one decoded object of a request may take (estimated before
+    /// decoding; an UPDATE's object and oldObject each); larger ones are
+    /// denied as too large.
     #[arg(long, value_name = "SIZE", default_value = "48Mi", value_parser = parse_size)]
     pub max_request_memory: usize,
-    /// JSON values one request may hold (both objects of an UPDATE
-    /// together); more are denied as too large.
+    /// JSON values one object of a request may hold (an UPDATE's object
+    /// and oldObject each); more are denied as too large.
     #[arg(long, value_name = "N", default_value_t = review::Limits::default().max_nodes)]
     pub max_object_nodes: usize,
     /// /mutate's answer when placement fails or times out: deny (retryable)

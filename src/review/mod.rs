@@ -374,11 +374,14 @@ pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
     decode_review(body)
 }
 
-/// Sizes the request of an AdmissionReview body as [`Envelope::measure`]
-/// does, in the same pass that walks past the rest of the body (which is
-/// not counted: decoding skips it without building it).
+/// Sizes the request of an AdmissionReview body, in the same pass that
+/// walks past the rest of the body (which is not counted: decoding skips it
+/// without building it). `limits` hold for each of the request's objects
+/// (`object`, `oldObject`): the request as a whole may take twice as much,
+/// so that an UPDATE of an object that was admitted when it was created is
+/// never refused for carrying it twice.
 pub fn measure_request(body: &[u8], limits: &Limits) -> Result<Shape, TooLarge> {
-    shape::measure_member(body, "request", limits)
+    shape::measure_request(body, limits)
 }
 
 /// Decodes a whole AdmissionReview v1 body in one pass: the envelope
@@ -656,6 +659,83 @@ mod tests {
         let envelope = open(&body).unwrap();
         assert_eq!(envelope.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
         assert!(envelope.measure(&Limits::default()).is_err());
+    }
+
+    #[test]
+    fn an_update_may_carry_two_objects_each_as_large_as_one_create() {
+        let limits = Limits {
+            max_nodes: 5_000,
+            max_depth: 100,
+            max_decoded_bytes: 4 << 20,
+        };
+        let pod_with_env = |entries: usize| {
+            let env: Vec<Value> = (0..entries)
+                .map(|i| json!({"name": format!("V{i}"), "value": "x"}))
+                .collect();
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "trainer", "namespace": "ml"},
+                   "spec": {"containers": [{"name": "c", "image": "i", "env": env}]}})
+        };
+        // About 3,000 values: one fits, two together do not fit one
+        // object's limit.
+        let pod = pod_with_env(1_000);
+        let mut create = pod_request();
+        create["object"] = pod.clone();
+        let created = measure_request(&review(create), &limits).unwrap();
+        assert!(created.nodes > limits.max_nodes / 2, "{created:?}");
+        let mut update = pod_request();
+        update["operation"] = json!("UPDATE");
+        update["object"] = pod.clone();
+        update["oldObject"] = pod;
+        let updated = measure_request(&review(update.clone()), &limits).unwrap();
+        assert!(updated.nodes > limits.max_nodes, "{updated:?}");
+        // Either object past one object's limit is refused, alone or beside
+        // a small other one.
+        let big = pod_with_env(2_000);
+        let mut create = pod_request();
+        create["object"] = big.clone();
+        assert_eq!(
+            measure_request(&review(create), &limits),
+            Err(TooLarge::Nodes { limit: 5_000 })
+        );
+        for (field, other) in [("object", "oldObject"), ("oldObject", "object")] {
+            let mut one_big = update.clone();
+            one_big[field] = big.clone();
+            one_big[other] = pod_with_env(1);
+            assert_eq!(
+                measure_request(&review(one_big), &limits),
+                Err(TooLarge::Nodes { limit: 5_000 }),
+                "{field}"
+            );
+        }
+        // The memory estimate is held per object the same way.
+        let memory = Limits {
+            max_nodes: 1_000_000,
+            max_depth: 100,
+            max_decoded_bytes: 1 << 20,
+        };
+        let annotated = |bytes: usize| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "t", "annotations": {"note": "x".repeat(bytes)}}})
+        };
+        let mut two = pod_request();
+        two["operation"] = json!("UPDATE");
+        two["object"] = annotated(150_000);
+        two["oldObject"] = annotated(150_000);
+        let shape = measure_request(&review(two.clone()), &memory).unwrap();
+        assert!(shape.decoded_bytes > memory.max_decoded_bytes, "{shape:?}");
+        two["object"] = annotated(600_000);
+        assert!(matches!(
+            measure_request(&review(two), &memory),
+            Err(TooLarge::Memory { limit_mib: 1, .. })
+        ));
+        // The request as a whole never takes more than two objects' worth.
+        let mut padded = update;
+        padded["options"] = json!(vec![json!({"a": 0}); 2_000]);
+        assert!(matches!(
+            measure_request(&review(padded), &limits),
+            Err(TooLarge::Nodes { limit: 10_000 } | TooLarge::Memory { .. })
+        ));
     }
 
     #[test]

@@ -8,12 +8,26 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// JSON values (objects, arrays, strings, numbers, booleans, nulls) in
-    /// the whole request, both objects of an UPDATE together.
+    /// one object of the request: an UPDATE's `object` and `oldObject` may
+    /// each hold this many, so that whatever was admitted when it was
+    /// created can still be updated. The request as a whole may hold twice
+    /// as many.
     pub max_nodes: usize,
     /// Nesting of objects and arrays.
     pub max_depth: usize,
-    /// The [`Shape::decoded_bytes`] estimate.
+    /// The [`Shape::decoded_bytes`] estimate, per object as `max_nodes`.
     pub max_decoded_bytes: usize,
+}
+
+impl Limits {
+    /// The limits of a whole request: room for two objects.
+    pub fn for_two_objects(&self) -> Limits {
+        Limits {
+            max_nodes: self.max_nodes.saturating_mul(2),
+            max_depth: self.max_depth,
+            max_decoded_bytes: self.max_decoded_bytes.saturating_mul(2),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -49,7 +63,9 @@ pub enum TooLarge {
     Nodes { limit: usize },
     #[error("it nests objects and arrays more than {limit} levels deep")]
     Depth { limit: usize },
-    #[error("decoding it would take about {estimate_mib} MiB, more than the {limit_mib} MiB allowed per request")]
+    #[error(
+        "decoding it would take about {estimate_mib} MiB, more than the {limit_mib} MiB allowed"
+    )]
     Memory {
         estimate_mib: usize,
         limit_mib: usize,
@@ -86,8 +102,46 @@ pub fn measure(json: &[u8], limits: &Limits) -> Result<Shape, TooLarge> {
 /// is decoded, but never sized short), walking past the rest of `json`
 /// without counting it, as decoding skips it without building it. The
 /// shape of `{"name": V, ...}` is the shape of `V` alone.
+#[cfg(test)]
 pub fn measure_member(json: &[u8], name: &str, limits: &Limits) -> Result<Shape, TooLarge> {
-    let mut walker = Walker::new(limits);
+    measure_member_as(json, name, Walker::new(limits))
+}
+
+/// The shape of an AdmissionReview's `request` member (as `measure_member`
+/// gives it), with
+/// `limits` holding for each of its objects (`object`, `oldObject`) and
+/// the request as a whole allowed twice as much: an UPDATE carries its
+/// object twice, and whatever was admitted when it was created must stay
+/// updatable. A refusal names the limit that was passed (an object's, or
+/// the whole request's).
+pub fn measure_request(json: &[u8], limits: &Limits) -> Result<Shape, TooLarge> {
+    let whole = limits.for_two_objects();
+    let mut walker = Walker::new(&whole);
+    walker.per_object = Some(PerObject {
+        limits: *limits,
+        watched: None,
+        next_is_object: false,
+    });
+    measure_member_as(json, "request", walker)
+}
+
+fn measure_member_as(json: &[u8], name: &str, mut walker: Walker<'_>) -> Result<Shape, TooLarge> {
+    each_member(json, name, |start| {
+        let end = walker.walk(json, start, true)?;
+        walker.slot();
+        Ok(end)
+    })?;
+    walker.finish()
+}
+
+/// Calls `value` with the position of the value of each member `name` of
+/// the outermost object of `json`; `value` returns where that value ends.
+/// The rest of `json` is walked past without recursion.
+fn each_member(
+    json: &[u8],
+    name: &str,
+    mut value: impl FnMut(usize) -> Result<usize, TooLarge>,
+) -> Result<(), TooLarge> {
     // Containers open around the cursor outside the member, and whether
     // the outermost is an object whose next string is a key.
     let mut depth = 0usize;
@@ -99,8 +153,7 @@ pub fn measure_member(json: &[u8], name: &str, limits: &Limits) -> Result<Shape,
         let b = json[i];
         if member_next && !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b':') {
             member_next = false;
-            i = walker.walk(json, i, true)?;
-            walker.slot();
+            i = value(i)?;
             continue;
         }
         match b {
@@ -127,7 +180,7 @@ pub fn measure_member(json: &[u8], name: &str, limits: &Limits) -> Result<Shape,
         }
         i += 1;
     }
-    walker.finish()
+    Ok(())
 }
 
 /// Whether the JSON string literal `literal` (quotes included) is `name`.
@@ -155,6 +208,18 @@ struct Walker<'a> {
     frames: Vec<Frame>,
     json_bytes: usize,
     cel_bytes: usize,
+    /// Limits each object of a request's members is also held to.
+    per_object: Option<PerObject>,
+}
+
+/// The request's `object` or `oldObject` being walked, held to one
+/// object's limits as it is walked.
+struct PerObject {
+    limits: Limits,
+    /// Where its value began: the nodes and bytes counted before it.
+    watched: Option<(usize, usize)>,
+    /// The key just read (directly in the walked object) names an object.
+    next_is_object: bool,
 }
 
 impl<'a> Walker<'a> {
@@ -165,7 +230,39 @@ impl<'a> Walker<'a> {
             frames: Vec::with_capacity(32),
             json_bytes: 0,
             cel_bytes: 0,
+            per_object: None,
         }
+    }
+
+    /// Starts holding the value that begins now to one object's limits,
+    /// when the key before it named an object of the request.
+    fn watch(&mut self) {
+        let (nodes, bytes) = (self.shape.nodes, self.json_bytes + self.cel_bytes);
+        if let Some(per) = self.per_object.as_mut() {
+            if std::mem::take(&mut per.next_is_object) {
+                per.watched = Some((nodes, bytes));
+            }
+        }
+    }
+
+    /// The watched object's value has ended: its memory estimate against
+    /// one object's limit.
+    fn unwatch(&mut self) -> Result<(), TooLarge> {
+        let bytes = self.json_bytes + self.cel_bytes;
+        let Some(per) = self.per_object.as_mut() else {
+            return Ok(());
+        };
+        let Some((_, start)) = per.watched.take() else {
+            return Ok(());
+        };
+        let decoded = bytes.saturating_sub(start).saturating_mul(COPIES);
+        if decoded > per.limits.max_decoded_bytes {
+            return Err(TooLarge::Memory {
+                estimate_mib: decoded.div_ceil(1 << 20),
+                limit_mib: per.limits.max_decoded_bytes >> 20,
+            });
+        }
+        Ok(())
     }
 
     /// A measured value's own slot (its container holds it by value).
@@ -204,6 +301,13 @@ impl<'a> Walker<'a> {
                     // The escaped length is at least the decoded one.
                     let len = end.saturating_sub(i + 2);
                     if self.take_key() {
+                        if self.frames.len() == 1 {
+                            if let Some(per) = self.per_object.as_mut() {
+                                let key = &json[i..end];
+                                per.next_is_object =
+                                    key_is(key, "object") || key_is(key, "oldObject");
+                            }
+                        }
                         self.json_bytes += heap(len);
                         self.cel_bytes += heap(ARC + STRING) + heap(len);
                     } else {
@@ -230,11 +334,17 @@ impl<'a> Walker<'a> {
                     self.shape.depth = self.shape.depth.max(self.frames.len());
                 }
                 b'}' | b']' => {
+                    if self.frames.len() == 1 {
+                        self.unwatch()?;
+                    }
                     if let Some(frame) = self.frames.pop() {
                         self.close(&frame);
                     }
                 }
                 b',' => {
+                    if self.frames.len() == 1 {
+                        self.unwatch()?;
+                    }
                     if let Some(frame) = self.frames.last_mut() {
                         frame.expect_key = frame.object;
                     }
@@ -271,11 +381,26 @@ impl<'a> Walker<'a> {
 
     /// Counts one value and charges its place in the enclosing container.
     fn value(&mut self) -> Result<(), TooLarge> {
+        if self.frames.len() == 1 {
+            self.watch();
+        }
         self.shape.nodes += 1;
         if self.shape.nodes > self.limits.max_nodes {
             return Err(TooLarge::Nodes {
                 limit: self.limits.max_nodes,
             });
+        }
+        if let Some(PerObject {
+            limits,
+            watched: Some((start, _)),
+            ..
+        }) = &self.per_object
+        {
+            if self.shape.nodes - start > limits.max_nodes {
+                return Err(TooLarge::Nodes {
+                    limit: limits.max_nodes,
+                });
+            }
         }
         if let Some(frame) = self.frames.last_mut() {
             frame.children += 1;

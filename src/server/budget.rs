@@ -14,8 +14,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Memory is counted in KiB: semaphores count in `u32`.
 const UNIT: usize = 1024;
 
-/// The default process-wide in-flight memory budget.
-pub const DEFAULT_IN_FLIGHT_BYTES: usize = 128 << 20;
+/// The default process-wide in-flight memory budget: its two thirds for
+/// decoded requests hold the largest one, an UPDATE carrying two objects of
+/// the default 48 MiB each.
+pub const DEFAULT_IN_FLIGHT_BYTES: usize = 160 << 20;
 
 /// A pool of memory that requests reserve before using it.
 #[derive(Clone)]

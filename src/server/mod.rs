@@ -315,12 +315,15 @@ impl Server {
         }
         let body_bytes = config.in_flight_bytes / 3;
         let decoded_bytes = config.in_flight_bytes - body_bytes;
-        if body_bytes < MAX_BODY_BYTES || decoded_bytes < config.decode_limits.max_decoded_bytes {
+        // The largest decoded request is an UPDATE carrying two objects of
+        // --max-request-memory each.
+        let largest_decoded = config.decode_limits.for_two_objects().max_decoded_bytes;
+        if body_bytes < MAX_BODY_BYTES || decoded_bytes < largest_decoded {
             anyhow::bail!(
-                "--max-in-flight-memory ({} MiB) must hold one largest body in its third for bodies ({} MiB) and one largest decoded request (--max-request-memory, {} MiB) in the rest",
+                "--max-in-flight-memory ({} MiB) must hold one largest body in its third for bodies ({} MiB) and one largest decoded request (an UPDATE's two objects of --max-request-memory, {} MiB) in the rest",
                 config.in_flight_bytes >> 20,
                 MAX_BODY_BYTES >> 20,
-                config.decode_limits.max_decoded_bytes >> 20
+                largest_decoded >> 20
             );
         }
         if config.max_connections == 0 || u32::try_from(config.max_connections).is_err() {
