@@ -97,6 +97,44 @@ async fn the_largest_body_still_decoded_stays_within_bounds() {
     }
 }
 
+/// The same for an UPDATE whose object and oldObject are each the largest
+/// object sizing lets through: the request as a whole may take twice what
+/// one object may, and is decoded and evaluated within the same bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_update_still_decoded_stays_within_bounds() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_gpu-admission"));
+    let mut review: serde_json::Value = serde_json::from_slice(&near_limit_review()).unwrap();
+    review["request"]["operation"] = json!("UPDATE");
+    review["request"]["oldObject"] = review["request"]["object"].clone();
+    let body = serde_json::to_vec(&review).unwrap();
+    let limits = gpu_admission::review::Limits::default();
+    let shape = gpu_admission::review::measure_request(&body, &limits).unwrap();
+    assert!(
+        shape.nodes > limits.max_nodes || shape.decoded_bytes > limits.max_decoded_bytes,
+        "more than one object may take: {shape:?}"
+    );
+    for path in ["/mutate", "/validate"] {
+        let (figures, answers) = measure_body(binary, path, &body).await;
+        eprintln!(
+            "{path} largest decodable UPDATE ({} KiB): peak RSS {:.1} MiB at rest, {:.1} MiB after one, {:.1} MiB after four at once",
+            body.len() / 1024,
+            Figures::mib(figures.baseline),
+            Figures::mib(figures.one),
+            Figures::mib(figures.four)
+        );
+        for (status, answer) in &answers {
+            assert_eq!(*status, 200);
+            assert_ne!(
+                answer["response"]["status"]["code"], 413,
+                "decoded, not refused: {}",
+                answer["response"]
+            );
+        }
+        assert!(figures.one.saturating_sub(figures.baseline) <= 64 * MIB);
+        assert!(figures.four < 256 * MIB);
+    }
+}
+
 /// Real objects far larger than usual are not refused: a pod with 5,000
 /// env entries, a Deployment with 50 containers, a 1 MiB custom resource.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
