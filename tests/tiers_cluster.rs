@@ -253,3 +253,45 @@ async fn an_amd_pod_is_never_pinned_to_sizes_it_cannot_run_on() {
     );
     cluster.stop().await;
 }
+
+/// A required term met by a Karpenter label's absence (`DoesNotExist`,
+/// `NotIn`) matches nodes of classic node pools of any size, which carry no
+/// such label: it neither takes a pod out of its tier nor out of the checks
+/// of the sizes it can land on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_met_by_a_missing_karpenter_label_keeps_the_tier() {
+    let cluster = Cluster::start().await;
+    let absent = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "karpenter.azure.com/sku-gpu-count", "operator": "DoesNotExist"}
+    ]}]}}});
+
+    // An H100 in tier default stays denied.
+    let mut pinned = nvidia_pod("h100-job", "ml");
+    pinned["spec"]["nodeSelector"] = json!({INSTANCE_TYPE: "Standard_ND96isr_H100_v5"});
+    pinned["spec"]["affinity"] = absent.clone();
+    let outcome = cluster.admit(&Review::create(pinned)).await;
+    assert_eq!(outcome.validated_by, [PODS_VALIDATE]);
+    assert!(!outcome.allowed, "an H100 in tier default");
+    assert!(
+        outcome.message().contains("gpu-sku-allowlist: pod selects only GPU SKUs that namespace tier \"default\" does not allow"),
+        "{}",
+        outcome.message()
+    );
+
+    // A plain GPU pod with the term is pinned to the tier's sizes.
+    let mut plain = nvidia_pod("classic-only", "ml");
+    plain["spec"]["affinity"] = absent;
+    let outcome = cluster.admit(&Review::create(plain)).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let terms = terms(&outcome);
+    assert!(!terms.is_empty());
+    for term in &terms {
+        assert_eq!(
+            values_of(term, INSTANCE_TYPE),
+            [strings(&DEFAULT_SIZES)],
+            "{term}"
+        );
+    }
+    cluster.stop().await;
+}

@@ -75,6 +75,9 @@ impl SkuRequirement for Requirement {
 
 /// [`SkuRequirement::matches_sku`] with the key classified once by the caller.
 fn matches_sku_as(r: &Requirement, key: Option<SkuLabel>, sku: &Sku) -> bool {
+    if met_by_absence(r, key) {
+        return true;
+    }
     match key {
         None => true,
         // VM size names are case-insensitive in Azure and some tools
@@ -98,6 +101,27 @@ fn matches_sku_as(r: &Requirement, key: Option<SkuLabel>, sku: &Sku) -> bool {
         }
         Some(k) => r.matches_value(sku.label_of(k).as_deref()),
     }
+}
+
+/// Size labels only some nodes of a size carry: Karpenter's
+/// `karpenter.azure.com/sku-*` (nodes of classic AKS node pools have none),
+/// AKS's `kubernetes.azure.com/accelerator` (set on node pools, not by every
+/// provisioner) and GPU feature discovery's `nvidia.com/gpu.product` (only
+/// where GFD or the GPU Operator runs). A requirement met by the label's
+/// absence (`NotIn`, `DoesNotExist`) therefore leaves every size possible:
+/// read as excluding sizes, one such term would take a pod out of every
+/// check of the sizes it can land on.
+fn met_by_absence(r: &Requirement, key: Option<SkuLabel>) -> bool {
+    key.is_some()
+        && matches!(r.operator, Operator::NotIn | Operator::DoesNotExist)
+        && may_be_absent(&r.key)
+}
+
+/// See [`met_by_absence`].
+fn may_be_absent(key: &str) -> bool {
+    key.starts_with("karpenter.azure.com/sku-")
+        || key == labels::ACCELERATOR
+        || key == labels::GPU_PRODUCT
 }
 
 /// GFD / GPU-operator label with the GPU count.
@@ -225,7 +249,12 @@ fn classify<'a>(reqs: &'a [Requirement], catalog: Option<&'a Catalog>) -> Classi
                 }
                 _ => None,
             };
-            ClassifiedRequirement { key, r, sizes }
+            ClassifiedRequirement {
+                key,
+                r,
+                sizes,
+                by_absence: met_by_absence(r, key),
+            }
         })
         .collect();
     // Sizes looked up first: a few pointer comparisons rule most SKUs out
@@ -242,10 +271,15 @@ struct ClassifiedRequirement<'a> {
     /// The catalog SKUs an `In` / `NotIn` on a size label names, when
     /// looked up in the catalog the SKUs judged come from.
     sizes: Option<Vec<&'a Sku>>,
+    /// Met on every size ([`met_by_absence`]).
+    by_absence: bool,
 }
 
 impl ClassifiedRequirement<'_> {
     fn matches(&self, sku: &Sku) -> bool {
+        if self.by_absence {
+            return true;
+        }
         match &self.sizes {
             Some(sizes) => {
                 let named = sizes.iter().any(|s| std::ptr::eq(*s, sku));
@@ -386,20 +420,26 @@ mod tests {
             .skus(&c)
             .iter()
             .all(|s| s.gpu_devices < 2 || !s.karpenter_gpu));
-        // DoesNotExist sku-gpu-name: the sizes with no accelerator token.
+        // DoesNotExist sku-gpu-name: every size, since nodes of classic
+        // node pools carry no Karpenter label at all.
         let none =
             req(json!({"key": "karpenter.azure.com/sku-gpu-name", "operator": "DoesNotExist"}));
-        assert!(names(&none, &c).contains(&"Standard_NC6s_v3".to_string()));
-        assert!(!names(&none, &c).contains(&"Standard_NC4as_T4_v3".to_string()));
+        assert_eq!(none.skus(&c).len(), c.len());
+        assert!(!none.targets_gpu_nodes(&c));
         // Exists sku-gpu-name targets GPU nodes.
         let any = req(json!({"key": "karpenter.azure.com/sku-gpu-name", "operator": "Exists"}));
         assert!(any.targets_gpu_nodes(&c));
-        // NotIn on the size name removes it.
+        // NotIn on Karpenter's size name removes nothing (a classic node of
+        // that size lacks the label); on the instance type, it removes it.
         let not = req(
             json!({"key": "karpenter.azure.com/sku-name", "operator": "NotIn", "values": ["Standard_NC6s_v3"]}),
         );
-        assert_eq!(not.skus(&c).len(), c.len() - 1);
+        assert_eq!(not.skus(&c).len(), c.len());
         assert!(!not.targets_gpu_nodes(&c));
+        let not = req(
+            json!({"key": "node.kubernetes.io/instance-type", "operator": "NotIn", "values": ["Standard_NC6s_v3"]}),
+        );
+        assert_eq!(not.skus(&c).len(), c.len() - 1);
     }
 
     #[test]
@@ -423,6 +463,41 @@ mod tests {
             {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["NC"]}
         ]));
         assert!(nc.skus(&c).is_empty());
+    }
+
+    #[test]
+    fn a_label_some_nodes_lack_never_narrows_by_its_absence() {
+        let c = Catalog::embedded();
+        // Pinned to an H100 size: an extra term met by a missing Karpenter,
+        // accelerator or GFD label leaves it there.
+        for (key, op) in [
+            ("karpenter.azure.com/sku-gpu-count", "DoesNotExist"),
+            ("karpenter.azure.com/sku-family", "DoesNotExist"),
+            ("karpenter.azure.com/sku-name", "NotIn"),
+            ("karpenter.azure.com/sku-gpu-manufacturer", "DoesNotExist"),
+            ("kubernetes.azure.com/accelerator", "DoesNotExist"),
+            ("nvidia.com/gpu.product", "NotIn"),
+        ] {
+            let mut extra = json!({"key": key, "operator": op});
+            if op == "NotIn" {
+                extra["values"] = json!(["Standard_ND96isr_H100_v5", "NVIDIA-H100-80GB-HBM3"]);
+            }
+            let pinned = NodeSelection::from_requirements(&json!([
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_ND96isr_H100_v5"]},
+                extra
+            ]));
+            assert_eq!(
+                names(&pinned, &c),
+                ["Standard_ND96isr_H100_v5"],
+                "{key} {op}"
+            );
+            assert!(pinned.targets_gpu_nodes(&c), "{key} {op}");
+        }
+        // Labels every node has still narrow by their absence.
+        let arch = NodeSelection::from_requirements(&json!([
+            {"key": "kubernetes.io/arch", "operator": "NotIn", "values": ["amd64"]}
+        ]));
+        assert!(arch.skus(&c).iter().all(|s| s.arch() != "amd64"));
     }
 
     #[test]
@@ -519,8 +594,8 @@ mod tests {
         let not_t4 = NodeSelection::from_requirements(&json!([
             {"key": "nvidia.com/gpu.product", "operator": "NotIn", "values": ["Tesla-T4"]}
         ]));
-        assert!(!names(&not_t4, &c).contains(&"Standard_NC4as_T4_v3".to_string()));
-        assert!(names(&not_t4, &c).contains(&"Standard_ND96isr_MI300X_v5".to_string()));
+        // A T4 node without GPU feature discovery has no product label.
+        assert_eq!(not_t4.skus(&c).len(), c.len());
         let any = NodeSelection::from_requirements(&json!([
             {"key": "nvidia.com/gpu.product", "operator": "Exists"}
         ]));
