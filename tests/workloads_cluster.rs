@@ -352,3 +352,44 @@ async fn objects_admitted_when_created_can_still_be_updated() {
     assert!(updated.allowed, "{}", updated.message());
     cluster.stop().await;
 }
+
+/// Kubernetes lets an update add tolerations to a pod: a CPU pod given the
+/// GPU toleration that way is denied as it would be when created, and an
+/// update that leaves the tolerations alone is not judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_pod_given_the_gpu_toleration_by_an_update_is_denied() {
+    let cluster = Cluster::start().await;
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "report", "namespace": "shop"},
+        "spec": {"containers": [{"name": "report", "image": "ghcr.io/example/report:1.0",
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}
+    });
+    let created = cluster.admit(&Review::create(pod.clone())).await;
+    assert!(created.allowed, "{}", created.message());
+    let mut tolerating = created.object.clone().expect("stored pod");
+    tolerating["spec"]["tolerations"] =
+        json!([{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
+    let outcome = cluster
+        .admit(&Review::update(
+            created.object.clone().unwrap(),
+            tolerating.clone(),
+        ))
+        .await;
+    assert_eq!(outcome.validated_by, ["pods.validate.gpu-admission.io"]);
+    assert!(!outcome.allowed, "the GPU toleration added by an update");
+    assert!(
+        outcome
+            .message()
+            .contains("gpu-node-isolation: pod asks for no GPU but tolerates the GPU node taint"),
+        "{}",
+        outcome.message()
+    );
+    // A pod that already tolerates it (made before the policy) can still
+    // have its labels changed.
+    let mut relabelled = tolerating.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "finance"});
+    let outcome = cluster.admit(&Review::update(tolerating, relabelled)).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    cluster.stop().await;
+}

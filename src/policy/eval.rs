@@ -841,13 +841,16 @@ mod tests {
         }
         // gpu-job-lifetime reads a Job's spec whole (its `jobSpec` variable).
         assert!(job.object.field("spec").is_some_and(cel::Reach::is_whole));
-        // No policy for pods reads their volumes or affinity (the SKU
-        // policies' `has(object.spec)` only looks for the spec).
+        // No policy for pods reads their volumes (the SKU policies'
+        // `has(object.spec)` only looks for the spec); gpu-node-isolation
+        // compares the tolerations and node selection of an UPDATE's two
+        // objects.
         let spec = pod.object.field("spec").expect("spec is read");
         assert!(!spec.is_whole());
         assert!(spec.field("containers").is_some_and(cel::Reach::is_whole));
-        for unread in ["volumes", "affinity", "tolerations", "nodeSelector"] {
-            assert!(spec.field(unread).is_none(), "{unread}");
+        assert!(spec.field("volumes").is_none());
+        for read in ["affinity", "tolerations", "nodeSelector"] {
+            assert!(spec.field(read).is_some_and(cel::Reach::is_whole), "{read}");
         }
         // Of the namespace, its labels (`namespaceObject != null` only asks
         // whether there is one).
