@@ -295,3 +295,59 @@ async fn a_term_met_by_a_missing_karpenter_label_keeps_the_tier() {
     }
     cluster.stop().await;
 }
+
+/// MIG slices exist only on sizes whose GPUs support MIG: a MIG pod is
+/// pinned to the tier's MIG sizes alone, and in a tier with none it is
+/// denied (it would otherwise be pinned to sizes it cannot run on and stay
+/// pending).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mig_pod_is_pinned_to_mig_sizes_only() {
+    let cluster = Cluster::start().await;
+    let mig_pod = |namespace: &str| {
+        gpu_pod(
+            "mig-infer",
+            namespace,
+            "nvcr.io/nvidia/tritonserver:24.08-py3",
+            "nvidia.com/mig-1g.10gb",
+        )
+    };
+    let outcome = cluster
+        .admit(&Review::create(mig_pod("research")).namespace_labels(&[
+            ("gpu-admission.io/tier", "standard"),
+            ("gpu-admission.io/premium-gpus", "true"),
+        ]))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let terms = terms(&outcome);
+    assert!(!terms.is_empty());
+    for term in &terms {
+        assert_eq!(
+            values_of(term, INSTANCE_TYPE),
+            [strings(&[
+                "Standard_NC24ads_A100_v4",
+                "Standard_NC48ads_A100_v4",
+                "Standard_NC96ads_A100_v4",
+                "Standard_NC40ads_H100_v5",
+                "Standard_NC80adis_H100_v5"
+            ])],
+            "{term}"
+        );
+    }
+
+    let outcome = cluster.admit(&Review::create(mig_pod("ml"))).await;
+    assert!(!outcome.allowed, "a MIG pod in tier default");
+    assert!(
+        outcome
+            .message()
+            .contains("gpu-sku-allowlist: pod asks for MIG slices"),
+        "{}",
+        outcome.message()
+    );
+    assert!(
+        !outcome.object.unwrap()["spec"]["affinity"]
+            .to_string()
+            .contains(INSTANCE_TYPE),
+        "not pinned to sizes without MIG"
+    );
+    cluster.stop().await;
+}

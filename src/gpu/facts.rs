@@ -217,7 +217,11 @@ fn pod_facts(
 ) -> GpuFacts {
     let mut request = pod_gpu_request(spec, resources);
     let selection = NodeSelection::from_pod_spec(spec);
-    let skus = selection.skus(catalog);
+    let mut skus = selection.skus(catalog);
+    // MIG slices exist only on sizes whose GPUs support MIG.
+    if request.asks_for_mig() {
+        skus.retain(|s| s.mig);
+    }
     let skus_constrained = skus.len() < catalog.len();
     let max_sku_gpus = skus.iter().map(|s| s.gpu_devices).max().unwrap_or(0);
     // `allocationMode: All` gets the node's GPUs: known only when the pod's

@@ -139,6 +139,14 @@ impl PodGpuRequest {
             .any(ContainerGpuRequest::has_malformed)
     }
 
+    /// Whether the pod asks for MIG slices (`nvidia.com/mig-<profile>`),
+    /// which only sizes whose GPUs support MIG can serve.
+    pub fn asks_for_mig(&self) -> bool {
+        self.resources()
+            .iter()
+            .any(|r| r.starts_with("nvidia.com/mig-"))
+    }
+
     /// The GPU resources the pod asks for: effective counts above zero and
     /// malformed quantities.
     pub fn resources(&self) -> Vec<&str> {

@@ -121,7 +121,7 @@ impl SkuTiers {
 /// can land on. A term that can land on none of them is left out.
 ///
 /// Sizes that are retired or that AKS does not support for GPU nodes are
-/// never pinned.
+/// never pinned, nor sizes without MIG for a pod that asks for MIG slices.
 ///
 /// `None` leaves the profile's terms as they are: when the pod's own
 /// selection allows no usable size of the tier (the validating side then
@@ -137,6 +137,14 @@ pub fn narrow(
     catalog: &Catalog,
 ) -> Option<Vec<Term>> {
     let own = own_selection(pod_spec);
+    // MIG slices exist only on sizes whose GPUs support MIG.
+    let mig: Vec<&Sku>;
+    let allowed = if request.asks_for_mig() {
+        mig = allowed.iter().copied().filter(|s| s.mig).collect();
+        &mig[..]
+    } else {
+        allowed
+    };
     narrow_for(
         profile_terms,
         own.as_ref(),
