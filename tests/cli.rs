@@ -332,7 +332,7 @@ spec:
     assert!(text.contains("document 2 (line 9)"), "{text}");
     assert!(text.contains("spec.validations[0].expression"), "{text}");
     assert!(
-        text.contains("line 1, column 41"),
+        text.contains("line 1, column 40: Syntax error: mismatched input ')'"),
         "position in the expression: {text}"
     );
     assert!(text.trim_end().ends_with("1 error(s)"), "{text}");
@@ -341,6 +341,55 @@ spec:
     let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
     assert!(out.status.success(), "{}", stdout(&out));
     assert!(stdout(&out).contains("ok (2 policies"), "{}", stdout(&out));
+}
+
+/// Expression positions are kube-apiserver's: 1-based, the line inside the
+/// expression (a block scalar's second line is line 2) and the column of
+/// the offending token in it.
+#[test]
+fn lint_reports_expression_positions_as_kube_apiserver_does() {
+    let policy = |name: &str, expression: &str| {
+        format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  matchConstraints:
+    resourceRules: [{{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}}]
+  validations:
+    - expression: {expression}
+"#
+        )
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let docs = [
+        policy("paren", r#"")""#),
+        policy("plus-paren", r#""1 + )""#),
+        policy(
+            "two-lines",
+            "|\n        object.spec.containers.all(c,\n          c.name == )",
+        ),
+        policy(
+            "call",
+            "|\n        object.metadata.name != '' &&\n          object.metadata.name.startsWith('a', 'b')",
+        ),
+    ];
+    write(tmp.path(), "p.yaml", &docs.join("---\n"));
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    let expected = [
+        "document 1 (line 1): spec.validations[0].expression: line 1, column 1: Syntax error: mismatched input ')'",
+        "document 2 (line 10): spec.validations[0].expression: line 1, column 5: Syntax error: mismatched input ')'",
+        "document 3 (line 19): spec.validations[0].expression: line 2, column 13: Syntax error: mismatched input ')'",
+        "document 4 (line 30): spec.validations[0].expression: line 2, column 24: found no matching overload for 'startsWith'",
+    ];
+    assert_eq!(lines.len(), expected.len() + 1, "{text}");
+    for (line, want) in lines.iter().zip(expected) {
+        assert!(line.contains(&format!("p.yaml: {want}")), "{want}\n{text}");
+    }
+    assert_eq!(lines[4], "4 error(s)", "{text}");
 }
 
 /// A folder as people publish them: a binding with a `paramRef` for a

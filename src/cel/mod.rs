@@ -482,10 +482,12 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
         .enable_optional_syntax(true)
         .parse(source)
         .map_err(|errors| match errors.errors.first() {
+            // The parser's positions are already 1-based, as kube-apiserver
+            // reports them; (0, 0) when it has none.
             Some(e) => CompileError {
                 message: parse_message(&e.msg),
                 line: usize::try_from(e.pos.0).ok().filter(|l| *l > 0),
-                column: usize::try_from(e.pos.1).ok().map(|c| c + 1),
+                column: usize::try_from(e.pos.1).ok().filter(|c| *c > 0),
             },
             None => CompileError::plain("syntax error"),
         })?;

@@ -71,6 +71,63 @@ fn syntax_errors_carry_line_and_column() {
     assert_eq!(err.line, Some(2), "{err:?}");
 }
 
+/// Positions are 1-based and count characters, as kube-apiserver's are:
+/// the line in the expression, and the column of the offending token in
+/// that line.
+#[test]
+fn error_positions_are_kube_apiservers() {
+    let env = Env::default();
+    for (source, line, column, message) in [
+        // Syntax errors.
+        (")", 1, 1, "Syntax error: mismatched input ')'"),
+        ("1 + )", 1, 5, "Syntax error: mismatched input ')'"),
+        (
+            "object.spec.containers.all(c, c.name ==)",
+            1,
+            40,
+            "Syntax error",
+        ),
+        ("object.a == 1 &&\n  object.b == )", 2, 15, "Syntax error"),
+        ("'é' + )", 1, 7, "Syntax error"),
+        // Macro errors, at the offending argument.
+        ("[1].all(1, true)", 1, 9, "argument must be a simple name"),
+        (
+            "[1].all(x,\n  true) && [2].exists(2, true)",
+            2,
+            23,
+            "argument must be a simple name",
+        ),
+        ("has(object)", 1, 5, "invalid argument to has() macro"),
+        // Call checks, at the function's name.
+        ("1 +\n  foo(2)", 2, 3, "undeclared reference to 'foo'"),
+        (
+            "object.a ||\n  object.b.startsWith('a', 'b')",
+            2,
+            12,
+            "found no matching overload",
+        ),
+        (
+            "'é' == 'e' || foo(1)",
+            1,
+            15,
+            "undeclared reference to 'foo'",
+        ),
+    ] {
+        let err = compile(&env, source).unwrap_err();
+        assert!(err.message.starts_with(message), "{source}: {err}");
+        assert_eq!(
+            (err.line, err.column),
+            (Some(line), Some(column)),
+            "{source}: {err}"
+        );
+    }
+    let err = compile(&env, "1 + )").unwrap_err().to_string();
+    assert!(
+        err.starts_with("line 1, column 5: Syntax error: mismatched input ')' expecting "),
+        "{err}"
+    );
+}
+
 #[test]
 fn unknown_variables_are_rejected_at_load() {
     let env = Env::default();
