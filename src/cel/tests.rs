@@ -97,6 +97,12 @@ fn error_positions_are_kube_apiservers() {
             23,
             "argument must be a simple name",
         ),
+        (
+            "'é'.size() == 1 && [1].all(1, true)",
+            1,
+            28,
+            "argument must be a simple name",
+        ),
         ("has(object)", 1, 5, "invalid argument to has() macro"),
         // Call checks, at the function's name.
         ("1 +\n  foo(2)", 2, 3, "undeclared reference to 'foo'"),

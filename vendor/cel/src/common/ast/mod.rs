@@ -183,7 +183,12 @@ impl SourceInfo {
                     line += 1;
                     offset += l.len() as isize;
                     if start < offset {
-                        return Some((line, start + (l.len() as isize) - offset + 1));
+                        // gpu-admission patch: `start` is a byte offset; the
+                        // column counts characters, as the lexer's columns
+                        // (syntax errors) and cel-go's do.
+                        let in_line = (start + (l.len() as isize) - offset) as usize;
+                        let column = l.get(..in_line).map_or(in_line, |s| s.chars().count());
+                        return Some((line, column as isize + 1));
                     }
                 }
                 None
