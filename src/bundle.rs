@@ -4,7 +4,7 @@ use crate::admission::Bundle;
 use crate::cel::gpu::GpuExtension;
 use crate::cel::Extensions;
 use crate::gpu::catalog::Catalog;
-use crate::placement::{Profile, ProfileSet, SkuTiers};
+use crate::placement::{Profile, ProfileSet, SkuTiers, API_VERSION};
 use crate::policy::{self, Document, LoadError, LoadErrors, PolicyFile, PolicySet};
 use std::hash::{Hash as _, Hasher as _};
 use std::path::{Path, PathBuf};
@@ -14,6 +14,9 @@ include!(concat!(env!("OUT_DIR"), "/embedded_policies.rs"));
 
 /// API group of the project's own document kinds.
 pub const API_GROUP: &str = "gpu-admission.io";
+
+/// The kinds of [`API_GROUP`] a policy folder may hold.
+const OWN_KINDS: [&str; 2] = [crate::placement::KIND, "PolicyTest"];
 
 /// Where policies come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,6 +186,11 @@ pub fn from_documents(
                     "unknown kind {other} in {API_GROUP}: expected PlacementProfile or PolicyTest"
                 ),
             }),
+            // One of ours under another group (a typo): an error, not a
+            // document skipped.
+            None if OWN_KINDS.contains(&doc.type_meta().1) => {
+                errors.push(LoadError::unknown_api_version(&doc, &[API_VERSION]));
+            }
             None => policy_docs.push(doc),
         }
     }
@@ -272,6 +280,25 @@ mod tests {
                 "{name}: {description:?}"
             );
         }
+    }
+
+    #[test]
+    fn own_kinds_under_another_group_are_errors() {
+        for kind in OWN_KINDS {
+            let text = format!(
+                "apiVersion: gpu-admision.io/v1alpha1\nkind: {kind}\nmetadata: {{name: a}}\n"
+            );
+            let docs = policy::parse_documents(Path::new("p.yaml"), &text).unwrap();
+            let err = from_documents(docs, Catalog::embedded_arc()).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("p.yaml: document 1 (line 1): apiVersion: \"gpu-admision.io/v1alpha1\" is not an apiVersion of kind {kind}; accepted: gpu-admission.io/v1alpha1")
+            );
+        }
+        // Other kinds, a ConfigMap a policy's params may be, load as before.
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n";
+        let docs = policy::parse_documents(Path::new("p.yaml"), text).unwrap();
+        assert!(from_documents(docs, Catalog::embedded_arc()).is_ok());
     }
 
     #[test]

@@ -469,6 +469,60 @@ spec:
     );
 }
 
+/// A policy whose apiVersion has a typo is an error, not a document
+/// skipped with a warning: `lint` fails, naming file, document, line and
+/// field. A ConfigMap beside it is still accepted.
+#[test]
+fn lint_fails_on_a_policy_under_an_unknown_api_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policy = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: gpu-cap}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  validations: [{expression: "true"}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: gpu-cap}
+spec: {policyName: gpu-cap, validationActions: [Deny]}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: notes}
+data: {owner: platform}
+"#;
+    write(tmp.path(), "gpu.yaml", policy);
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("skipped: kind \"ConfigMap\""),
+        "{}",
+        stdout(&out)
+    );
+
+    write(
+        tmp.path(),
+        "gpu.yaml",
+        &policy.replacen(
+            "admissionregistration.k8s.io/v1\n",
+            "admissionregistration.k8s.io/v2\n",
+            1,
+        ),
+    );
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].ends_with("gpu.yaml: document 1 (line 1): apiVersion: \"admissionregistration.k8s.io/v2\" is not an apiVersion of kind ValidatingAdmissionPolicy; accepted: admissionregistration.k8s.io/v1, admissionregistration.k8s.io/v1beta1"),
+        "{text}"
+    );
+    assert_eq!(lines[1], "1 error(s)", "{text}");
+}
+
 #[test]
 fn test_command_counts_and_fails_on_a_failing_case() {
     let tmp = tempfile::tempdir().unwrap();

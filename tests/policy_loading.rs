@@ -154,6 +154,91 @@ fn documents_of_other_kinds_are_skipped_with_a_warning() {
     assert!(compile(&broken).is_err());
 }
 
+/// A policy or binding under an apiVersion the engine does not read (a
+/// typo of the group, a version not served) is an error naming the field
+/// and the versions accepted, not a document skipped: skipping it would
+/// switch a policy off. Other kinds stay warnings.
+#[test]
+fn known_kinds_under_an_unknown_api_version_are_errors() {
+    const VALIDATING: &str =
+        "accepted: admissionregistration.k8s.io/v1, admissionregistration.k8s.io/v1beta1";
+    const MUTATING: &str = "accepted: admissionregistration.k8s.io/v1, admissionregistration.k8s.io/v1beta1, admissionregistration.k8s.io/v1alpha1";
+    let mutating = r#"apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicy
+metadata: {name: m}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  reinvocationPolicy: Never
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{metadata: Object.metadata{labels: {'a': 'b'}}}"}
+---
+apiVersion: admissionregistration.k8s.io/v1beta1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: m}
+spec: {policyName: m}
+"#;
+    let folder = format!("{}---\n{mutating}", POLICY.replace("EXPR", "true"));
+    let set = compile(&folder).expect("loads");
+    assert_eq!((set.len(), set.mutating_len()), (1, 1));
+    for (document, line, typo, kind, accepted) in [
+        (
+            1,
+            1,
+            "admissionregistration.k8s.io/v2",
+            "ValidatingAdmissionPolicy",
+            VALIDATING,
+        ),
+        (
+            2,
+            14,
+            "admisionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicyBinding",
+            VALIDATING,
+        ),
+        (
+            3,
+            21,
+            "admissionregistration.k8s.io/v2",
+            "MutatingAdmissionPolicy",
+            MUTATING,
+        ),
+        (
+            4,
+            32,
+            "admissionregistration.k8s.io",
+            "MutatingAdmissionPolicyBinding",
+            MUTATING,
+        ),
+    ] {
+        let mut docs: Vec<String> = folder.split("---\n").map(str::to_string).collect();
+        docs[document - 1] = docs[document - 1].replacen(
+            &docs[document - 1].lines().next().unwrap().to_string(),
+            &format!("apiVersion: {typo}"),
+            1,
+        );
+        let err = compile(&docs.join("---\n")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("policies/p.yaml: document {document} (line {line}): apiVersion: \"{typo}\" is not an apiVersion of kind {kind}; {accepted}")
+        );
+    }
+    // Without an apiVersion at all.
+    let err = compile(&folder.replacen("apiVersion: admissionregistration.k8s.io/v1\n", "", 1))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("policies/p.yaml: document 1 (line 1): apiVersion: required for kind ValidatingAdmissionPolicy; {VALIDATING}")
+    );
+    // Kinds the engine does not read: skipped, with a warning, as before.
+    let others = format!(
+        "{folder}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: n}}\n"
+    );
+    let set = compile(&others).expect("loads");
+    assert_eq!(set.notices().len(), 2, "{:?}", set.notices());
+}
+
 /// The checks kube-apiserver makes when a policy is created, as load
 /// errors with file, document, field and column.
 #[test]

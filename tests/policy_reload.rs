@@ -156,6 +156,39 @@ fn configmap_swaps_reload_and_a_broken_update_keeps_the_last_good_set() {
     assert!(metrics.encode().contains("gpu_admission_policies_loaded 1"));
 }
 
+/// An update that writes one policy under an apiVersion the engine does
+/// not read fails to load: the server does not reload with one policy
+/// fewer.
+#[test]
+fn a_policy_under_an_unknown_api_version_fails_the_reload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = tmp.path();
+    let cap = POLICY.replace("MAX", "2");
+    let loose_cap = POLICY.replace("gpu-cap", "gpu-cap-16").replace("MAX", "16");
+    publish_files(
+        volume,
+        1,
+        &[("gpu-cap.yaml", &cap), ("gpu-cap-16.yaml", &loose_cap)],
+    );
+    let metrics = Metrics::new();
+    let (admission, reloader) = serving(volume, &metrics);
+    assert!(!allowed(&admission, 4));
+
+    let typo = cap.replacen(
+        "admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\n",
+        "admissionregistration.k8s.io/v2\nkind: ValidatingAdmissionPolicy\n",
+        1,
+    );
+    publish_files(
+        volume,
+        2,
+        &[("gpu-cap.yaml", &typo), ("gpu-cap-16.yaml", &loose_cap)],
+    );
+    assert_eq!(reloader.check(), ReloadOutcome::Failed);
+    assert_eq!(reload_failures(&metrics), 1);
+    assert!(!allowed(&admission, 4), "the cap of 2 is still enforced");
+}
+
 #[test]
 fn an_emptied_configmap_is_refused_and_the_last_set_stays() {
     let tmp = tempfile::tempdir().unwrap();

@@ -61,6 +61,23 @@ impl LoadError {
             message: message.into(),
         }
     }
+
+    /// `doc` is of a kind the loader reads but under another apiVersion:
+    /// an error at `apiVersion` listing the `accepted` ones, rather than a
+    /// skipped document (a policy switched off by a typo).
+    pub fn unknown_api_version(doc: &Document, accepted: &[&str]) -> LoadError {
+        let kind = doc.type_meta().1;
+        let accepted = accepted.join(", ");
+        let message = match doc.value.get("apiVersion") {
+            None | Some(serde_json::Value::Null) => {
+                format!("required for kind {kind}; accepted: {accepted}")
+            }
+            Some(given) => {
+                format!("{given} is not an apiVersion of kind {kind}; accepted: {accepted}")
+            }
+        };
+        LoadError::at(&doc.source, "apiVersion", message)
+    }
 }
 
 impl fmt::Display for LoadError {
@@ -420,6 +437,24 @@ mod tests {
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].path, root.join("a.yaml"));
         assert_eq!(files[0].text, "a: 2\n");
+    }
+
+    #[test]
+    fn an_unknown_api_version_is_named_with_the_accepted_ones() {
+        let text = "a: 1\n---\napiVersion: admissionregistration.k8s.io/v2\nkind: ValidatingAdmissionPolicy\n---\nkind: ValidatingAdmissionPolicy\n";
+        let docs = parse_documents(Path::new("p.yaml"), text).unwrap();
+        let accepted = [
+            "admissionregistration.k8s.io/v1",
+            "admissionregistration.k8s.io/v1beta1",
+        ];
+        assert_eq!(
+            LoadError::unknown_api_version(&docs[1], &accepted).to_string(),
+            "p.yaml: document 2 (line 3): apiVersion: \"admissionregistration.k8s.io/v2\" is not an apiVersion of kind ValidatingAdmissionPolicy; accepted: admissionregistration.k8s.io/v1, admissionregistration.k8s.io/v1beta1"
+        );
+        assert_eq!(
+            LoadError::unknown_api_version(&docs[2], &accepted).to_string(),
+            "p.yaml: document 3 (line 6): apiVersion: required for kind ValidatingAdmissionPolicy; accepted: admissionregistration.k8s.io/v1, admissionregistration.k8s.io/v1beta1"
+        );
     }
 
     #[test]

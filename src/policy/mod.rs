@@ -187,9 +187,12 @@ impl PolicySet {
         PolicySet::compile_with(docs, Extensions::default())
     }
 
-    /// Compiles `docs`: ValidatingAdmissionPolicies, their bindings, and
-    /// params documents of a kind some policy's `paramKind` names. Any other
-    /// document is an error. Every CEL expression is parsed and checked here.
+    /// Compiles `docs`: Validating and MutatingAdmissionPolicies, their
+    /// bindings, and params documents of a kind some policy's `paramKind`
+    /// names. A policy or binding kind under an apiVersion not listed in
+    /// [`API_VERSIONS`] or [`MUTATING_API_VERSIONS`] is an error; documents
+    /// of other kinds are skipped with a warning ([`PolicySet::notices`]).
+    /// Every CEL expression is parsed and checked here.
     pub fn compile_with(
         docs: &[Document],
         extensions: Extensions,
@@ -249,6 +252,13 @@ impl PolicySet {
                         },
                     });
                 }
+                continue;
+            }
+            // A policy or binding under an apiVersion the engine does not
+            // read (a typo of the group, a version not served) would
+            // otherwise be skipped, silently switching it off.
+            if let Some(accepted) = Family::api_versions_of(kind) {
+                errors.push(LoadError::unknown_api_version(doc, accepted));
                 continue;
             }
             // A Deployment kept next to its policy, the CRD of a params
@@ -598,6 +608,15 @@ impl<'d> Family<'d> {
         params_optional: true,
         judges_templates: false,
     };
+
+    /// The apiVersions of `kind` when it is a policy or binding kind of a
+    /// family.
+    fn api_versions_of(kind: &str) -> Option<&'static [&'static str]> {
+        [Family::VALIDATING, Family::MUTATING]
+            .into_iter()
+            .find(|k| kind == k.policy || kind == k.binding)
+            .map(|k| k.api_versions)
+    }
 
     /// Reads the family's policy documents; names must be unique.
     fn read(
