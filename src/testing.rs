@@ -4,9 +4,10 @@
 use crate::admission::{Admission, Bundle};
 use crate::authz::{Authorizer, NoAuthorizer};
 use crate::k8s::claims::{ClaimKind, StaticClaims};
+use crate::k8s::doc::from_value_with_nulls;
 use crate::k8s::namespaces::StaticNamespaces;
 use crate::offline::{self, build_request};
-use crate::policy::Document;
+use crate::policy::{Document, LoadError, LoadErrors};
 use crate::review::Operation;
 use serde::Deserialize;
 use serde_json::Value;
@@ -262,12 +263,20 @@ impl CaseResult {
 
 /// Runs every case of every `PolicyTest` document against `bundle`.
 ///
-/// The documents are checked first; any document that is not a valid
-/// `PolicyTest`, or any case without an expectation or with a `denied` or
-/// `warned` entry that does not name its policy, is a load error (one line
-/// each, naming the file and case) and no case runs.
-pub fn run(bundle: &Bundle, tests: &[Document]) -> Result<Vec<CaseResult>, Vec<String>> {
+/// The documents are checked first ([`check`]); if any has an error, no
+/// case runs.
+pub fn run(bundle: &Bundle, tests: &[Document]) -> Result<Vec<CaseResult>, LoadErrors> {
     run_with_authorizer(bundle, tests, Arc::new(NoAuthorizer))
+}
+
+/// Checks `PolicyTest` documents as [`run`] does before running a case:
+/// a document that is not a valid `PolicyTest` is an error naming file,
+/// document, line and the path of the field at fault
+/// (`spec.cases[1].expect.allowed`); a case without an expectation, or
+/// with a `denied` or `warned` entry that does not name its policy, is an
+/// error naming file, test and case.
+pub fn check(tests: &[Document]) -> Result<(), LoadErrors> {
+    load(tests).map(|_| ())
 }
 
 /// [`run`], answering the policies' `authorizer` checks with `authorizer`.
@@ -275,38 +284,16 @@ pub fn run_with_authorizer(
     bundle: &Bundle,
     tests: &[Document],
     authorizer: Arc<dyn Authorizer>,
-) -> Result<Vec<CaseResult>, Vec<String>> {
-    let mut loaded = Vec::new();
-    let mut errors = Vec::new();
-    for doc in tests {
-        let file = doc.source.file.display().to_string();
-        let test: PolicyTest = match serde_json::from_value(doc.value.clone()) {
-            Ok(t) => t,
-            Err(err) => {
-                errors.push(format!(
-                    "{file}: document {}: not a valid PolicyTest: {err}",
-                    doc.source.document
-                ));
-                continue;
-            }
-        };
-        let mut checked = Vec::new();
-        for case in &test.spec.cases {
-            match check_case(case) {
-                Ok(c) => checked.push(c),
-                Err(err) => errors.push(format!(
-                    "{file}: {} / {}: {err}",
-                    test.metadata.name, case.name
-                )),
-            }
-        }
-        loaded.push((doc, file, test, checked));
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
+) -> Result<Vec<CaseResult>, LoadErrors> {
+    let loaded = load(tests)?;
     let mut results = Vec::new();
-    for (doc, file, test, checked) in loaded {
+    for LoadedTest {
+        doc,
+        file,
+        test,
+        checked,
+    } in loaded
+    {
         let mut namespaces = StaticNamespaces::new();
         for ns in &test.spec.namespaces {
             namespaces.insert(&ns.name, namespace_labels(&ns.name, &ns.labels));
@@ -345,6 +332,53 @@ pub fn run_with_authorizer(
         }
     }
     Ok(results)
+}
+
+/// A `PolicyTest` document read, with its cases checked.
+struct LoadedTest<'d> {
+    doc: &'d Document,
+    /// The file, as case names show it.
+    file: String,
+    test: PolicyTest,
+    checked: Vec<Checked>,
+}
+
+/// Reads and checks every document; see [`check`].
+fn load(tests: &[Document]) -> Result<Vec<LoadedTest<'_>>, LoadErrors> {
+    let mut loaded = Vec::new();
+    let mut errors = Vec::new();
+    for doc in tests {
+        let file = doc.source.file.display().to_string();
+        // Nulls kept: a case's object or expected patch may hold one.
+        let test: PolicyTest = match from_value_with_nulls(&doc.value) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(LoadError::at(&doc.source, e.field, e.message));
+                continue;
+            }
+        };
+        let mut checked = Vec::new();
+        for case in &test.spec.cases {
+            match check_case(case) {
+                Ok(c) => checked.push(c),
+                Err(err) => errors.push(LoadError::new(format!(
+                    "{file}: {} / {}: {err}",
+                    test.metadata.name, case.name
+                ))),
+            }
+        }
+        loaded.push(LoadedTest {
+            doc,
+            file,
+            test,
+            checked,
+        });
+    }
+    if errors.is_empty() {
+        Ok(loaded)
+    } else {
+        Err(LoadErrors(errors))
+    }
 }
 
 /// `bundle` with a test's own bindings added to its policies.
@@ -625,6 +659,53 @@ mod tests {
         assert!(diff[0].contains("/spec/a"));
         assert!(diff[1].contains("/spec/b"));
         assert!(diff[2].contains("/spec/tolerations/0/key"));
+    }
+
+    fn documents(text: &str) -> Vec<Document> {
+        crate::policy::parse_documents(Path::new("tests.yaml"), text).unwrap()
+    }
+
+    const TEST: &str = "apiVersion: gpu-admission.io/v1alpha1
+kind: PolicyTest
+metadata: {name: t}
+spec:
+  cases:
+    - name: first
+      object: {apiVersion: v1, kind: Pod, metadata: {name: p}}
+      expect: {allowed: true}
+    - name: second
+      object: {apiVersion: v1, kind: Pod, metadata: {name: p}}
+      expect: {allowed: true}
+";
+
+    #[test]
+    fn invalid_documents_name_file_document_line_and_field() {
+        assert_eq!(check(&documents(TEST)), Ok(()));
+        let text = format!(
+            "{TEST}---\n{}---\n{}",
+            TEST.replacen("expect: {allowed: true}\n    - name: second", "expect: {alowed: true}\n    - name: second", 1),
+            TEST.replace("name: second\n      object: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n      expect: {allowed: true}", "name: second\n      object: {apiVersion: v1, kind: Pod, metadata: {name: p}}\n      expect: {allowed: \"no\"}"),
+        );
+        let errors = check(&documents(&text)).unwrap_err().to_string();
+        let lines: Vec<&str> = errors.lines().collect();
+        assert_eq!(lines.len(), 2, "{errors}");
+        assert!(
+            lines[0].starts_with("tests.yaml: document 2 (line 13): spec.cases[0].expect.alowed: unknown field, expected one of allowed, denied"),
+            "{errors}"
+        );
+        assert_eq!(
+            lines[1],
+            "tests.yaml: document 3 (line 25): spec.cases[1].expect.allowed: invalid type: string \"no\", expected a boolean",
+        );
+    }
+
+    #[test]
+    fn case_errors_name_file_test_and_case() {
+        let text = TEST.replacen("expect: {allowed: true}", "expect: {}", 1);
+        assert_eq!(
+            check(&documents(&text)).unwrap_err().to_string(),
+            "tests.yaml: t / first: the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch or mutatedBy"
+        );
     }
 
     #[test]

@@ -566,6 +566,71 @@ spec:
     assert_eq!(text.lines().last(), Some("1 passed, 1 failed"), "{text}");
 }
 
+/// A PolicyTest that does not load (a misspelt field, a string where a
+/// boolean goes) fails `lint` as well as `test`, and both name file,
+/// document, line and the path of the field.
+#[test]
+fn lint_and_test_fail_on_a_broken_policy_test() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(root().join("tests/fixtures/audit/policies/keepalive.yaml"))
+        .unwrap();
+    write(tmp.path(), "policies.yaml", &good);
+    let tests = r#"apiVersion: gpu-admission.io/v1alpha1
+kind: PolicyTest
+metadata: {name: gpu-max-2}
+spec:
+  cases:
+    - name: one GPU is allowed
+      object:
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: p, namespace: ml}
+        spec: {containers: [{name: main, image: cuda, resources: {limits: {nvidia.com/gpu: "1"}}}]}
+      expect:
+        allowed: true
+    - name: three GPUs are denied
+      object:
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: p, namespace: ml}
+        spec: {containers: [{name: main, image: cuda, resources: {limits: {nvidia.com/gpu: "3"}}}]}
+      expect:
+        allowed: false
+"#;
+    write(tmp.path(), "tests.yaml", tests);
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(stdout(&out).contains("1 tests)"), "{}", stdout(&out));
+    let out = bin().arg("test").arg(tmp.path()).output().unwrap();
+    assert!(out.status.success(), "{}", stdout(&out));
+
+    for (broken, says) in [
+        (
+            tests.replacen("allowed: true", "alowed: true", 1),
+            "tests.yaml: document 1 (line 1): spec.cases[0].expect.alowed: unknown field, expected one of allowed, denied",
+        ),
+        (
+            tests.replacen("allowed: false", "allowed: \"no\"", 1),
+            "tests.yaml: document 1 (line 1): spec.cases[1].expect.allowed: invalid type: string \"no\", expected a boolean",
+        ),
+    ] {
+        write(tmp.path(), "tests.yaml", &broken);
+        let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].contains(says), "{says}\n{text}");
+        assert_eq!(lines[1], "1 error(s)", "{text}");
+
+        let out = bin().arg("test").arg(tmp.path()).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("has PolicyTest errors:"), "{err}");
+        assert!(err.contains(says), "{says}\n{err}");
+    }
+}
+
 #[test]
 fn audit_prints_policy_reports() {
     let out = bin()

@@ -1,7 +1,9 @@
-//! `gpu-admission lint DIR`: loads and compiles every document, and reports
-//! each error with file, document and expression position.
+//! `gpu-admission lint DIR`: loads and compiles every document, checks the
+//! PolicyTest documents as `test` would before running them, and reports
+//! each error with file, document and field or expression position.
 use crate::bundle::{self, PolicySource};
 use crate::offline;
+use crate::testing;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -18,7 +20,11 @@ pub struct LintArgs {
 pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
     let catalog = bundle::catalog(args.catalog.as_deref())?;
     let source = PolicySource::Dir(args.dir.clone());
-    match offline::with_evaluation_stack(|| bundle::load_with(&source, catalog))? {
+    let loaded = offline::with_evaluation_stack(|| {
+        bundle::load_with(&source, catalog)
+            .and_then(|loaded| testing::check(&loaded.tests).map(|()| loaded))
+    })?;
+    match loaded {
         Ok(loaded) => {
             // What kube-apiserver would accept and ignore: said, not failed.
             let policies = &loaded.bundle.policies;

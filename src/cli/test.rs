@@ -76,11 +76,7 @@ fn run_tests_here(args: &TestArgs) -> anyhow::Result<Summary> {
     }
     let authorizer = super::authorizer(args.authz.as_deref())?;
     let results = testing::run_with_authorizer(&bundle, &tests, authorizer).map_err(|errors| {
-        anyhow::anyhow!(
-            "{} has PolicyTest errors:\n{}",
-            args.dir.display(),
-            errors.join("\n")
-        )
+        anyhow::anyhow!("{} has PolicyTest errors:\n{errors}", args.dir.display())
     })?;
     let passed = results.iter().filter(|r| r.passed()).count();
     Ok(Summary {

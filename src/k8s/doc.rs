@@ -25,7 +25,14 @@ pub fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
     }
     let mut value = value.clone();
     drop_nulls(&mut value);
-    serde_path_to_error::deserialize(&value).map_err(|e| {
+    from_value_with_nulls(&value)
+}
+
+/// [`from_value`] with null fields kept: for documents that carry objects
+/// as data (a PolicyTest's objects and expected patches), where a null is
+/// a value of its own.
+pub fn from_value_with_nulls<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let mut field = if path == "." { String::new() } else { path };
         let text = e.into_inner().to_string();
