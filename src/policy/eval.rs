@@ -297,7 +297,10 @@ fn is_empty(v: &serde_json::Value) -> bool {
 #[derive(Default)]
 struct Outcome {
     skipped: bool,
-    errors: Vec<String>,
+    /// (message, validation index): the index of the validation that
+    /// failed to evaluate, 0 for an error elsewhere (match conditions,
+    /// audit annotations), as kube-apiserver records it.
+    errors: Vec<(String, usize)>,
     /// (message, reason, validation index)
     failures: Vec<(String, String, usize)>,
     annotations: Vec<(String, String)>,
@@ -338,16 +341,17 @@ impl Inner {
                 result = EvaluationResult::Error;
                 if policy.failure_policy == FailurePolicy::Ignore {
                     // Debug level: a function error may quote a value from the object.
-                    tracing::debug!(policy = %policy.name, binding = %binding.name, errors = ?outcome.errors, "policy error ignored (failurePolicy Ignore)");
+                    let errors: Vec<&str> = outcome.errors.iter().map(|(e, _)| &e[..]).collect();
+                    tracing::debug!(policy = %policy.name, binding = %binding.name, ?errors, "policy error ignored (failurePolicy Ignore)");
                 } else {
-                    for e in outcome.errors {
+                    for (e, index) in outcome.errors {
                         failures.push((
                             format!(
                                 "policy error (failurePolicy {}): {e}",
                                 policy.failure_policy.as_str()
                             ),
                             "Invalid".to_string(),
-                            0,
+                            index,
                         ));
                     }
                 }
@@ -454,7 +458,7 @@ impl Inner {
                 return outcome;
             }
             Err(e) => {
-                outcome.errors.push(e);
+                outcome.errors.push((e, 0));
                 return outcome;
             }
         }
@@ -477,11 +481,14 @@ impl Inner {
                         .unwrap_or_else(|| format!("failed expression: {}", v.expr.source.trim()));
                     outcome.failures.push((message, v.reason.clone(), i));
                 }
-                Ok(other) => outcome.errors.push(format!(
-                    "validations[{i}] returned {}, not bool",
-                    cel::type_name(&other)
+                Ok(other) => outcome.errors.push((
+                    format!(
+                        "validations[{i}] returned {}, not bool",
+                        cel::type_name(&other)
+                    ),
+                    i,
                 )),
-                Err(e) => outcome.errors.push(format!("validations[{i}]: {e}")),
+                Err(e) => outcome.errors.push((format!("validations[{i}]: {e}"), i)),
             }
         }
         for a in &policy.audit_annotations {
@@ -490,14 +497,17 @@ impl Inner {
                     .annotations
                     .push((format!("{}/{}", policy.name, a.name), s.to_string())),
                 Ok(Value::String(_) | Value::Null) => {}
-                Ok(other) => outcome.errors.push(format!(
-                    "auditAnnotations {} returned {}, not string",
-                    a.name,
-                    cel::type_name(&other)
+                Ok(other) => outcome.errors.push((
+                    format!(
+                        "auditAnnotations {} returned {}, not string",
+                        a.name,
+                        cel::type_name(&other)
+                    ),
+                    0,
                 )),
                 Err(e) => outcome
                     .errors
-                    .push(format!("auditAnnotations {}: {e}", a.name)),
+                    .push((format!("auditAnnotations {}: {e}", a.name), 0)),
             }
         }
         outcome
@@ -889,5 +899,76 @@ mod tests {
             let through_json = cel::json_to_value(&request_value(req));
             assert_eq!(direct, through_json, "{:?}", req.operation);
         }
+    }
+
+    /// A policy for pods `p` with `spec` (indented under `spec:`), bound as
+    /// `b` with `actions`, evaluated on a pod without labels.
+    fn evaluate_on_pod(spec: &str, actions: &str) -> Verdict {
+        let yaml = format!(
+            "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: p}}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}}
+{spec}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: b}}
+spec:
+  policyName: p
+  validationActions: {actions}
+"
+        );
+        let docs = super::super::parse_documents(std::path::Path::new("p.yaml"), &yaml).unwrap();
+        let set = super::super::PolicySet::compile(&docs).unwrap_or_else(|e| panic!("{e}"));
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "trainer", "namespace": "ml"},
+            "spec": {"containers": [{"name": "train", "image": "pytorch"}]}});
+        let req = Request::for_object(pod, Operation::Create, None);
+        set.evaluate(&req, &crate::k8s::namespaces::StaticNamespaces::new())
+    }
+
+    /// The `expressionIndex` of each entry of the validation failure
+    /// annotation, in increasing order.
+    fn audited_indexes(verdict: &Verdict) -> Vec<u64> {
+        let list = &verdict.audit_annotations[VALIDATION_FAILURE_ANNOTATION];
+        let list: Vec<serde_json::Value> = serde_json::from_str(list).unwrap();
+        let mut indexes: Vec<u64> = (list.iter())
+            .map(|e| e["expressionIndex"].as_u64().unwrap())
+            .collect();
+        indexes.sort();
+        indexes
+    }
+
+    /// As kube-apiserver: an error under failurePolicy Fail is recorded
+    /// with the index of the validation that failed to evaluate; an error
+    /// before any validation (a match condition) with 0.
+    #[test]
+    fn an_audited_error_names_its_validation() {
+        let spec = "  validations:
+  - expression: 'true'
+  - expression: \"object.metadata.labels.team == 'ml'\"
+  - expression: 'false'";
+        let v = evaluate_on_pod(spec, "[Audit]");
+        assert_eq!(audited_indexes(&v), [1, 2]);
+        let list = &v.audit_annotations[VALIDATION_FAILURE_ANNOTATION];
+        assert!(
+            list.contains("policy error (failurePolicy Fail): validations[1]"),
+            "{list}"
+        );
+        let not_bool = "  validations:
+  - expression: 'true'
+  - expression: 'true'
+  - expression: \"'yes'\"";
+        assert_eq!(audited_indexes(&evaluate_on_pod(not_bool, "[Audit]")), [2]);
+        let condition = "  matchConditions:
+  - {name: team, expression: \"object.metadata.labels.team == 'ml'\"}
+  validations:
+  - expression: 'true'
+  - expression: 'true'";
+        assert_eq!(audited_indexes(&evaluate_on_pod(condition, "[Audit]")), [0]);
     }
 }
