@@ -332,13 +332,14 @@ impl Inner {
             return Instant::now();
         }
         let mut result = EvaluationResult::Pass;
+        let mut errored = false;
         for outcome in outcomes {
             for (k, v) in outcome.annotations {
                 verdict.audit_annotations.insert(k, v);
             }
             let mut failures = outcome.failures;
             if !outcome.errors.is_empty() {
-                result = EvaluationResult::Error;
+                errored = true;
                 if policy.failure_policy == FailurePolicy::Ignore {
                     // Debug level: a function error may quote a value from the object.
                     let errors: Vec<&str> = outcome.errors.iter().map(|(e, _)| &e[..]).collect();
@@ -386,6 +387,11 @@ impl Inner {
                     }
                 }
             }
+        }
+        // Counted as an error whatever failurePolicy made of it: under Fail
+        // the error is also a denial, but not a verdict on the object.
+        if errored {
+            result = EvaluationResult::Error;
         }
         let end = Instant::now();
         verdict.evaluations.push(PolicyEvaluation {
@@ -970,5 +976,45 @@ spec:
   - expression: 'true'
   - expression: 'true'";
         assert_eq!(audited_indexes(&evaluate_on_pod(condition, "[Audit]")), [0]);
+    }
+
+    /// An evaluation that errored counts as `error` whatever the
+    /// failurePolicy; under Fail the error still denies (or warns, or is
+    /// audited) through the binding's actions.
+    #[test]
+    fn an_error_is_counted_as_an_error_under_either_failure_policy() {
+        let results = |v: &Verdict| -> Vec<EvaluationResult> {
+            v.evaluations.iter().map(|e| e.result).collect()
+        };
+        let errs = "  validations:
+  - expression: \"object.metadata.labels.team == 'ml'\"";
+        let v = evaluate_on_pod(errs, "[Deny]");
+        assert_eq!(results(&v), [EvaluationResult::Error]);
+        assert_eq!(v.denials.len(), 1, "{:?}", v.denials);
+        assert!(v.denials[0].starts_with("p: policy error (failurePolicy Fail): validations[0]"));
+        let v = evaluate_on_pod(errs, "[Warn, Audit]");
+        assert_eq!(results(&v), [EvaluationResult::Error]);
+        assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+        let not_bool = "  validations:
+  - expression: '1'";
+        assert_eq!(
+            results(&evaluate_on_pod(not_bool, "[Deny]")),
+            [EvaluationResult::Error]
+        );
+        let ignored = format!("  failurePolicy: Ignore\n{errs}");
+        let v = evaluate_on_pod(&ignored, "[Deny]");
+        assert_eq!(results(&v), [EvaluationResult::Error]);
+        assert!(v.denials.is_empty(), "{:?}", v.denials);
+        // A violation is still a verdict.
+        let violated = "  validations:
+  - expression: 'false'";
+        assert_eq!(
+            results(&evaluate_on_pod(violated, "[Deny]")),
+            [EvaluationResult::Deny]
+        );
+        assert_eq!(
+            results(&evaluate_on_pod(violated, "[Audit]")),
+            [EvaluationResult::Warn]
+        );
     }
 }

@@ -138,7 +138,8 @@ pub enum EvaluationResult {
     Deny,
     /// A validation failed under Warn or Audit only.
     Warn,
-    /// The evaluation failed (CEL error, cost limit, missing params).
+    /// The evaluation failed (CEL error, cost limit, missing params),
+    /// whatever the failurePolicy: under Fail the request is also denied.
     Error,
 }
 
