@@ -293,6 +293,24 @@ fn audit_annotations_skip_null_and_empty() {
     );
 }
 
+/// As kube-apiserver writes a policy's audit annotations: the value
+/// trimmed (blank writes nothing), then cut to 10 KiB.
+#[test]
+fn audit_annotation_values_are_trimmed_and_cut_at_10_kib() {
+    let tail = "  validations:\n  - expression: 'true'\n  auditAnnotations:\n  - key: note\n    valueExpression: \"object.metadata.annotations['note']\"";
+    let set = set(&policy("p", tail, "[Audit]"));
+    let with_note = |note: &str| {
+        let mut pod = gpu_pod("1");
+        pod["metadata"]["annotations"] = json!({ "note": note });
+        set.evaluate(&create(pod), &StaticNamespaces::new())
+            .audit_annotations
+    };
+    assert_eq!(with_note("  a100 \n")["p/note"], "a100");
+    assert!(with_note(" \n ").is_empty());
+    let long = format!("  {}", "x".repeat(20 * 1024));
+    assert_eq!(with_note(&long)["p/note"], "x".repeat(10 * 1024));
+}
+
 #[test]
 fn request_variable_has_the_kubernetes_shape() {
     let tail = "  validations:\n  - expression: \"request.operation == 'CREATE' && request.kind.kind == 'Pod' && request.resource.resource == 'pods' && request.userInfo.username == 'gpu-admission-cli' && request.namespace == 'ml' && request.name == 'trainer' && !has(request.subResource) && !request.dryRun && oldObject == null && namespaceObject.metadata.name == 'ml' && !has(request.uid)\"";

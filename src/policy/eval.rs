@@ -2,7 +2,7 @@
 //! evaluated object, and what each binding's actions make of the result.
 use super::model::{Action, Binding, FailurePolicy, Policy, Reaches};
 use super::{
-    EvaluationResult, Inner, PolicyEvaluation, Verdict, MAX_MESSAGE_LEN,
+    annotations, EvaluationResult, Inner, PolicyEvaluation, Verdict, MAX_MESSAGE_LEN,
     VALIDATION_FAILURE_ANNOTATION,
 };
 use crate::cel::{self, EvalError, Val};
@@ -499,10 +499,13 @@ impl Inner {
         }
         for a in &policy.audit_annotations {
             match vars.eval(ctx, &a.expr) {
-                Ok(Value::String(s)) if !s.is_empty() => outcome
-                    .annotations
-                    .push((format!("{}/{}", policy.name, a.name), s.to_string())),
-                Ok(Value::String(_) | Value::Null) => {}
+                Ok(Value::String(s)) => {
+                    if let Some(value) = annotations::value(&s) {
+                        let key = format!("{}/{}", policy.name, a.name);
+                        outcome.annotations.push((key, value.to_string()));
+                    }
+                }
+                Ok(Value::Null) => {}
                 Ok(other) => outcome.errors.push((
                     format!(
                         "auditAnnotations {} returned {}, not string",
