@@ -279,6 +279,59 @@ fn kubernetes_creation_checks_are_load_errors() {
     );
 }
 
+/// kube-apiserver refuses a policy whose `<policy name>/<key>` is not a
+/// qualified name, or that uses one audit annotation key twice.
+#[test]
+fn audit_annotation_keys_are_checked_as_kube_apiserver_checks_them() {
+    let with_keys = |keys: &[&str]| {
+        let annotations: String = keys
+            .iter()
+            .map(|k| format!("  - {{key: {k:?}, valueExpression: \"'v'\"}}\n"))
+            .collect();
+        POLICY.replace("EXPR", "true").replace(
+            "  validations:",
+            &format!("  auditAnnotations:\n{annotations}  validations:"),
+        )
+    };
+    assert!(compile(&with_keys(&["sku", "GPU_count.v2"])).is_ok());
+    let long = "k".repeat(64);
+    let errors = load_errors(&with_keys(&["sku", "a/b", &long, "sku", "-x"]));
+    let fields: Vec<&str> = errors.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.auditAnnotations[1].key",
+            "spec.auditAnnotations[2].key",
+            "spec.auditAnnotations[3].key",
+            "spec.auditAnnotations[4].key",
+        ],
+        "{errors:?}"
+    );
+    assert!(
+        errors[0]
+            .1
+            .starts_with("\"a/b\" must consist of alphanumeric characters"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1]
+            .1
+            .starts_with("must be at most 63 characters, not 64"),
+        "{errors:?}"
+    );
+    assert_eq!(
+        errors[2].1,
+        "duplicate key \"sku\": spec.auditAnnotations[0] has it"
+    );
+    let text = compile(&with_keys(&["sku", "sku"]))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        text.trim(),
+        "policies/p.yaml: document 1 (line 1): spec.auditAnnotations[1].key: duplicate key \"sku\": spec.auditAnnotations[0] has it"
+    );
+}
+
 #[test]
 fn undeclared_variables_and_policy_variables_are_errors() {
     let err = compile(&POLICY.replace("EXPR", "variables.missing"))

@@ -4,6 +4,7 @@
 //! names (unknown fields are errors, as with kube-apiserver's strict field
 //! validation), and its `validate()` makes the checks serde cannot express
 //! and converts it into the engine's types. Every error names its field.
+use super::annotations;
 use super::load::{Document, LoadError, Source};
 use super::matching::{MatchPolicy, MatchResources, Rule, Scope};
 use crate::cel::{self, Compiled, Env};
@@ -598,6 +599,7 @@ impl PolicySpec {
                 "a policy needs validations or auditAnnotations",
             );
         }
+        check_audit_keys(errors, &self.audit_annotations);
         let annotations = self
             .audit_annotations
             .into_iter()
@@ -665,6 +667,30 @@ impl PolicySpec {
         policy.resolve_variable_closures();
         policy.reach = Reaches::of(policy.expressions());
         Some(policy)
+    }
+}
+
+/// Audit annotation keys kube-apiserver accepts when the policy is
+/// created: each valid (see [`annotations::key_error`]) and used once.
+/// An empty key is reported as required where it is read.
+fn check_audit_keys(errors: &mut Errors, docs: &[AuditAnnotationDoc]) {
+    let mut first: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, a) in docs.iter().enumerate().filter(|(_, a)| !a.key.is_empty()) {
+        let field = format!("spec.auditAnnotations[{i}].key");
+        if let Some(error) = annotations::key_error(&a.key) {
+            errors.push(&field, error);
+        }
+        if let Some(j) = first.get(a.key.as_str()) {
+            errors.push(
+                &field,
+                format!(
+                    "duplicate key {:?}: spec.auditAnnotations[{j}] has it",
+                    a.key
+                ),
+            );
+        } else {
+            first.insert(&a.key, i);
+        }
     }
 }
 
