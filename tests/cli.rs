@@ -91,7 +91,7 @@ fn evaluate_replica_limit_example_deny_warn_and_audit() {
         "replicalimit-policy.example.com: object.spec.replicas must be no greater than 3"
     );
     // The Audit binding (ConfigMap params, limit 5) records, never denies.
-    let audit = web["auditAnnotations"]["validation.policy.admission.k8s.io/validation_failure"]
+    let audit = web["auditAnnotations"]["validation_failure"]
         .as_str()
         .unwrap();
     assert!(audit.contains("too many replicas"), "{audit}");

@@ -107,7 +107,7 @@ fn quantity_and_lists_through_the_engine() {
     );
     let v = set.evaluate(&create(gpu_pod("4")), &none);
     assert!(v.denials.is_empty(), "{:?}", v.denials);
-    assert_eq!(v.audit_annotations["gpu-limits/gpus"], "4");
+    assert_eq!(v.audit_annotations["gpu-limits.gpus"], "4");
 }
 
 #[test]
@@ -287,7 +287,7 @@ fn audit_annotations_skip_null_and_empty() {
         .evaluate(&create(gpu_pod("1")), &StaticNamespaces::new());
     assert_eq!(
         v.audit_annotations,
-        [("p/name".to_string(), "pod trainer".to_string())]
+        [("p.name".to_string(), "pod trainer".to_string())]
             .into_iter()
             .collect()
     );
@@ -305,10 +305,10 @@ fn audit_annotation_values_are_trimmed_and_cut_at_10_kib() {
         set.evaluate(&create(pod), &StaticNamespaces::new())
             .audit_annotations
     };
-    assert_eq!(with_note("  a100 \n")["p/note"], "a100");
+    assert_eq!(with_note("  a100 \n")["p.note"], "a100");
     assert!(with_note(" \n ").is_empty());
     let long = format!("  {}", "x".repeat(20 * 1024));
-    assert_eq!(with_note(&long)["p/note"], "x".repeat(10 * 1024));
+    assert_eq!(with_note(&long)["p.note"], "x".repeat(10 * 1024));
 }
 
 #[test]

@@ -332,6 +332,51 @@ fn audit_annotation_keys_are_checked_as_kube_apiserver_checks_them() {
     );
 }
 
+/// A policy `name` and its binding, writing the audit annotation `key`
+/// (the pod's name) on every pod.
+fn audited(name: &str, key: &str) -> String {
+    POLICY
+        .replace("EXPR", "true")
+        .replace("{name: p}", &format!("{{name: {name}}}"))
+        .replace("{name: b}", &format!("{{name: {name}-b}}"))
+        .replace("policyName: p", &format!("policyName: {name}"))
+        .replace(
+            "  validations:",
+            &format!("  auditAnnotations:\n  - {{key: {key}, valueExpression: 'object.metadata.name'}}\n  validations:"),
+        )
+}
+
+/// A key returned otherwise than `<policy>.<key>` is noted with what it
+/// is returned as; two policies returning the same key are warned of.
+#[test]
+fn audit_keys_returned_otherwise_are_noted_and_clashes_warned_of() {
+    let long = format!("gpu-{}.example.com", "x".repeat(50));
+    let set = compile(&audited(&long, "sku")).expect("loads");
+    let notices: Vec<String> = set.notices().iter().map(|n| n.to_string()).collect();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    let prefix =
+        "note: policies/p.yaml: document 1 (line 1): spec.auditAnnotations[0].key: returned as ";
+    assert!(notices[0].starts_with(prefix), "{notices:?}");
+    let returned = notices[0][prefix.len()..].split(' ').next().unwrap();
+    assert_eq!(returned.len(), 12, "{returned}");
+    assert!(returned.ends_with(".sku"), "{returned}");
+    let verdict = set.evaluate(&pod_create("trainer"), &StaticNamespaces::new());
+    assert_eq!(verdict.audit_annotations[returned], "trainer");
+
+    let clash = format!("{}---\n{}", audited("a.b", "c"), audited("a", "b.c"));
+    let set = compile(&clash).expect("loads");
+    let notices: Vec<String> = set.notices().iter().map(|n| n.to_string()).collect();
+    assert_eq!(
+        notices,
+        ["warning: policies/p.yaml: document 3 (line 23): spec.auditAnnotations[0].key: returned as a.b.c, like key c of policy a.b: on a request both policies match, one value replaces the other"]
+    );
+    // A key that fits is returned as written, with nothing to say.
+    assert!(compile(&audited("gpu-limits", "gpus"))
+        .unwrap()
+        .notices()
+        .is_empty());
+}
+
 #[test]
 fn undeclared_variables_and_policy_variables_are_errors() {
     let err = compile(&POLICY.replace("EXPR", "variables.missing"))

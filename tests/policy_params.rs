@@ -209,7 +209,7 @@ data: {enabled: "yes", team: platform}
         &StaticNamespaces::new(),
     );
     assert_eq!(v.denials, ["msg-params: ask platform"]);
-    assert_eq!(v.audit_annotations["msg-params/team"], "platform");
+    assert_eq!(v.audit_annotations["msg-params.team"], "platform");
 }
 
 /// A part of an expression that reads only params is worked out once per

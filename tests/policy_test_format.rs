@@ -129,6 +129,40 @@ fn a_message_must_come_from_the_named_policy() {
     );
 }
 
+/// `expect.audit` names an annotation by the key the webhook returns it
+/// under: `validation_failure`, not kube-apiserver's own
+/// `validation.policy.admission.k8s.io/validation_failure`.
+#[test]
+fn audit_expectations_name_the_returned_keys() {
+    let tmp = folder(
+        &[
+            case(
+                "returned key",
+                "        audit: {validation_failure: \"\\\"policy\\\":\\\"no-keepalive\\\"\"}",
+            ),
+            case(
+                "kube-apiserver's key",
+                "        audit: {validation.policy.admission.k8s.io/validation_failure: no-keepalive}",
+            ),
+        ]
+        .concat(),
+    );
+    let summary = run(tmp.path()).unwrap();
+    assert_eq!(
+        failing(&summary),
+        ["kube-apiserver's key"],
+        "{}",
+        summary.report
+    );
+    assert!(
+        summary.report.contains(
+            "no audit annotation validation.policy.admission.k8s.io/validation_failure; got [\"validation_failure\"]"
+        ),
+        "{}",
+        summary.report
+    );
+}
+
 #[test]
 fn only_and_not_policies_say_which_policies_fire() {
     let tmp = folder(

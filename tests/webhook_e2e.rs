@@ -210,13 +210,63 @@ async fn replica_limit_example_over_tls() {
         r["warnings"][0],
         "replicalimit-policy.example.com: object.spec.replicas must be no greater than 100"
     );
-    let audit = r["auditAnnotations"]["validation.policy.admission.k8s.io/validation_failure"]
+    let audit = r["auditAnnotations"]["validation_failure"]
         .as_str()
         .expect("audit annotation");
     let audit: Value = serde_json::from_str(audit).unwrap();
     assert_eq!(audit[0]["policy"], "replicalimit-configmap.example.com");
+    assert_eq!(audit[0]["expressionIndex"], 0);
     assert_eq!(audit[0]["validationActions"][0], "Audit");
+    assert_recorded(r, "workloads.validate.gpu-admission.io");
     server.stop().await;
+}
+
+/// A policy's audit annotations through the server: returned under keys
+/// kube-apiserver records, `<policy>.<key>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_audit_annotations_over_tls() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/policies/gpu");
+    let loaded = bundle::load(&PolicySource::Dir(dir)).unwrap();
+    let admission = Admission::new(loaded.bundle, Arc::new(NoNamespaces));
+    let server = TestServer::start_with(config(), Arc::new(admission)).await;
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {"containers": [{"name": "train", "image": "pytorch",
+            "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}});
+    let (_, answer) = server
+        .post_review("/validate", &review("ml", "CREATE", &pod))
+        .await;
+    let r = &answer["response"];
+    assert_eq!(r["allowed"], true, "{answer}");
+    assert_eq!(r["auditAnnotations"], json!({"gpu-limits.gpus": "4"}));
+    assert_recorded(r, "pods.validate.gpu-admission.io");
+    server.stop().await;
+}
+
+/// Every audit annotation of the response `r` is one kube-apiserver
+/// records for the webhook `webhook`: its `checkKeyFormat` takes
+/// `<webhook>/<key>` only as a qualified name (two parts on `/`; the name
+/// part at most 63 characters, alphanumerics, `-`, `_`, `.`, alphanumeric
+/// at both ends).
+fn assert_recorded(r: &Value, webhook: &str) {
+    let keys = r["auditAnnotations"]
+        .as_object()
+        .expect("audit annotations");
+    assert!(!keys.is_empty());
+    for key in keys.keys() {
+        let recorded = format!("{webhook}/{key}");
+        let parts: Vec<&str> = recorded.split('/').collect();
+        let name = parts[parts.len() - 1].as_bytes();
+        let inner = |c: &u8| c.is_ascii_alphanumeric() || b"-_.".contains(c);
+        assert!(
+            parts.len() == 2
+                && (1..=63).contains(&name.len())
+                && name[0].is_ascii_alphanumeric()
+                && name[name.len() - 1].is_ascii_alphanumeric()
+                && name.iter().all(inner),
+            "kube-apiserver would drop {recorded}"
+        );
+    }
 }
 
 /// A ResourceClaimTemplate in `ml` asking for `count` devices of `class`.

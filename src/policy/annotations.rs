@@ -1,5 +1,21 @@
-//! Audit annotations: the keys a policy's `auditAnnotations` may use and
-//! the values they write, as kube-apiserver checks and cuts them.
+//! Audit annotations: the keys a policy's `auditAnnotations` may use, the
+//! values they write, and the keys the webhook returns them under.
+//!
+//! kube-apiserver records each key of a webhook's `auditAnnotations` as
+//! `<webhook name>/<key>` and drops the annotation unless that is a
+//! qualified name: so a key returned here has no `/` and is at most 63
+//! characters. The `<policy>/<key>` and
+//! `validation.policy.admission.k8s.io/validation_failure` that
+//! kube-apiserver's own policies write would never reach the audit log.
+
+use super::load::{Document, LoadError, LoadNotice, NoticeLevel};
+use super::model::Policy;
+use std::collections::BTreeMap;
+
+/// The key of the JSON list of validation failures under the `Audit`
+/// action (`validation.policy.admission.k8s.io/validation_failure` when
+/// kube-apiserver evaluates a policy itself).
+pub const VALIDATION_FAILURE_ANNOTATION: &str = "validation_failure";
 
 /// Longest audit annotation value written, in bytes (kube-apiserver's
 /// `maxAuditAnnotationValueLength`); a longer one is cut to it.
@@ -27,19 +43,72 @@ pub(super) fn key_error(key: &str) -> Option<String> {
     })
 }
 
-/// Whether `s` is the name part of a qualified name.
-fn is_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
-    match (b.first(), b.last()) {
-        (Some(first), Some(last)) => {
-            b.len() <= MAX_NAME_LEN
-                && first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && b.iter().all(inner)
-        }
-        _ => false,
+/// The key the annotation `key` (valid: see [`key_error`]) of `policy` is
+/// returned under: `<policy>.<key>` when that is a name part of at most
+/// 63 characters; else `<hash>.<key>`, `<hash>` the first 8 hex digits of
+/// the SHA-256 of the policy's name; else, the key being too long even
+/// for that, the hash of `<policy>/<key>` (so two keys cut alike stay
+/// apart) and the key cut to fit, ending in an alphanumeric.
+pub(super) fn returned_key(policy: &str, key: &str) -> String {
+    let joined = format!("{policy}.{key}");
+    if is_name(&joined) {
+        return joined;
     }
+    let hashed = format!("{}.{key}", short_hash(policy));
+    if is_name(&hashed) {
+        return hashed;
+    }
+    let whole = format!("{}.{key}", short_hash(&format!("{policy}/{key}")));
+    let mut cut: String = whole.chars().take(MAX_NAME_LEN).collect();
+    while cut.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        cut.pop();
+    }
+    cut
+}
+
+/// Notes for the audit annotations of `policy` not returned as
+/// `<policy>.<key>`, and a warning for each returned under a key another
+/// policy's annotation already has (`returned`: by whom, so far).
+pub(super) fn key_notices(
+    policy: &Policy,
+    doc: &Document,
+    returned: &mut BTreeMap<String, (String, String)>,
+) -> Vec<LoadNotice> {
+    let mut notices = Vec::new();
+    for (i, a) in policy.audit_annotations.iter().enumerate() {
+        let field = format!("spec.auditAnnotations[{i}].key");
+        let mut notice = |level, message| {
+            notices.push(LoadNotice {
+                level,
+                at: LoadError::at(&doc.source, &field, message),
+            })
+        };
+        let joined = format!("{}.{}", policy.name, a.key);
+        if a.returned_key != joined {
+            notice(
+                NoticeLevel::Note,
+                format!(
+                    "returned as {} ({joined} is not a name of at most 63 characters)",
+                    a.returned_key
+                ),
+            );
+        }
+        let owner = (policy.name.to_string(), a.key.clone());
+        match returned.get(&a.returned_key) {
+            Some((other, key)) if *other != owner.0 => notice(
+                NoticeLevel::Warning,
+                format!(
+                    "returned as {}, like key {key} of policy {other}: on a request both policies match, one value replaces the other",
+                    a.returned_key
+                ),
+            ),
+            Some(_) => {}
+            None => {
+                returned.insert(a.returned_key.clone(), owner);
+            }
+        }
+    }
+    notices
 }
 
 /// The value a `valueExpression` that returned `s` writes, as
@@ -60,6 +129,30 @@ pub(super) fn value(s: &str) -> Option<&str> {
         end -= 1;
     }
     Some(&s[..end])
+}
+
+/// The first 8 hex digits of the SHA-256 of `text`.
+fn short_hash(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref()[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether `s` is the name part of a qualified name.
+fn is_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
+    match (b.first(), b.last()) {
+        (Some(first), Some(last)) => {
+            b.len() <= MAX_NAME_LEN
+                && first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && b.iter().all(inner)
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -96,6 +189,73 @@ mod tests {
             error.starts_with("must be at most 63 characters, not 64"),
             "{error}"
         );
+    }
+
+    /// What kube-apiserver's `checkKeyFormat` accepts of a webhook's key
+    /// `k` once recorded as `<webhook name>/k`: two parts on `/`, the
+    /// second a name part.
+    fn survives(k: &str) -> bool {
+        let recorded = format!("pods.validate.gpu-admission.io/{k}");
+        let parts: Vec<&str> = recorded.split('/').collect();
+        parts.len() == 2 && is_name(parts[1])
+    }
+
+    #[test]
+    fn returned_keys_survive_kube_apiserver() {
+        assert!(survives(VALIDATION_FAILURE_ANNOTATION));
+        assert_eq!(
+            returned_key("gpu-sku-allowlist", "sku"),
+            "gpu-sku-allowlist.sku"
+        );
+        assert_eq!(
+            returned_key("gpu-limits", "GPU_count.v2"),
+            "gpu-limits.GPU_count.v2"
+        );
+        let long_policy = format!("gpu-{}.example.com", "x".repeat(60));
+        let hashed = returned_key(&long_policy, "sku");
+        assert_eq!(hashed, format!("{}.sku", short_hash(&long_policy)));
+        assert_eq!(hashed.len(), 12);
+        assert!(
+            hashed[..8].chars().all(|c| c.is_ascii_hexdigit()),
+            "{hashed}"
+        );
+        // The example of docs/policies.md.
+        let documented = "gpu-sku-allowlist.inference-platform.machine-learning.example.com";
+        assert_eq!(returned_key(documented, "sku"), "b7469a88.sku");
+        // The same policy gives the same hash for all its keys.
+        assert!(returned_key(&long_policy, "gpus").starts_with(&hashed[..9]));
+        // A name that cannot start a name part (kube-apiserver would refuse
+        // it) is hashed as well.
+        assert_eq!(
+            returned_key("Bad/Name", "sku"),
+            format!("{}.sku", short_hash("Bad/Name"))
+        );
+        // Keys too long for `<hash>.<key>` (62 characters here): cut,
+        // ending in an alphanumeric, and apart from another key cut alike.
+        let key_a = format!("{}-a{}", "k".repeat(53), "k".repeat(7));
+        let key_b = format!("{}-b{}", "k".repeat(53), "k".repeat(7));
+        let (a, b) = (returned_key("p", &key_a), returned_key("p", &key_b));
+        assert_eq!(a.len(), 8 + 1 + 53, "{a}");
+        assert!(a.ends_with('k') && a != b, "{a} {b}");
+        let max_key = "k".repeat(63);
+        let cut = returned_key("p", &max_key);
+        assert_eq!(cut.len(), 63);
+        assert!(
+            cut.starts_with(&short_hash(&format!("p/{max_key}"))),
+            "{cut}"
+        );
+        for (policy, key) in [
+            ("gpu-sku-allowlist", "sku"),
+            (&*long_policy, "sku"),
+            ("p", &*key_a),
+            ("p", &*max_key),
+            ("Bad/Name", "x"),
+            (&*"a".repeat(253), &*"k".repeat(63)),
+        ] {
+            let returned = returned_key(policy, key);
+            assert!(survives(&returned), "{policy} {key}: {returned}");
+            assert_eq!(returned, returned_key(policy, key), "deterministic");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::subject::Subject;
 use kube_cel::cel::common::types::{CelMap, CelMapEntries, CelMapKey};
 use kube_cel::cel::parser::Expression;
 use kube_cel::cel::{Context, Value};
+#[cfg(test)]
 use serde_json::json;
 use smallvec::{smallvec, SmallVec};
 use std::collections::BTreeMap;
@@ -501,7 +502,7 @@ impl Inner {
             match vars.eval(ctx, &a.expr) {
                 Ok(Value::String(s)) => {
                     if let Some(value) = annotations::value(&s) {
-                        let key = format!("{}/{}", policy.name, a.name);
+                        let key = a.returned_key.clone();
                         outcome.annotations.push((key, value.to_string()));
                     }
                 }
@@ -509,14 +510,14 @@ impl Inner {
                 Ok(other) => outcome.errors.push((
                     format!(
                         "auditAnnotations {} returned {}, not string",
-                        a.name,
+                        a.key,
                         cel::type_name(&other)
                     ),
                     0,
                 )),
                 Err(e) => outcome
                     .errors
-                    .push((format!("auditAnnotations {}: {e}", a.name), 0)),
+                    .push((format!("auditAnnotations {}: {e}", a.key), 0)),
             }
         }
         outcome
@@ -580,20 +581,38 @@ fn add_audit_failure(
     index: usize,
     message: &str,
 ) {
-    let entry = json!({
-        "message": message,
-        "policy": &*policy.name,
-        "binding": binding.name,
-        "expressionIndex": index,
-        "validationActions": binding.actions.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
-    });
-    let slot = verdict
+    let entry = ValidationFailure {
+        message,
+        policy: &policy.name,
+        binding: &binding.name,
+        expression_index: index,
+        validation_actions: binding.actions.iter().map(|a| a.as_str()).collect(),
+    };
+    // Serialising borrowed strings and a list of `&str` cannot fail.
+    let entry = serde_json::to_string(&entry).unwrap_or_default();
+    let list = verdict
         .audit_annotations
         .entry(VALIDATION_FAILURE_ANNOTATION.to_string())
-        .or_insert_with(|| "[]".to_string());
-    let mut list: Vec<serde_json::Value> = serde_json::from_str(slot).unwrap_or_default();
-    list.push(entry);
-    *slot = serde_json::Value::Array(list).to_string();
+        .or_default();
+    // The list is kept as its JSON text, each entry appended to it.
+    match list.pop() {
+        Some(']') => list.push(','),
+        _ => list.push('['),
+    }
+    list.push_str(&entry);
+    list.push(']');
+}
+
+/// One entry of the validation failure annotation: kube-apiserver's
+/// `ValidationFailureValue`, its fields in the same order.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ValidationFailure<'a> {
+    message: &'a str,
+    policy: &'a str,
+    binding: &'a str,
+    expression_index: usize,
+    validation_actions: Vec<&'static str>,
 }
 
 /// The params a binding evaluates its policy with, each with its position
@@ -1019,5 +1038,23 @@ spec:
             results(&evaluate_on_pod(violated, "[Audit]")),
             [EvaluationResult::Warn]
         );
+    }
+
+    /// The failure list is the JSON kube-apiserver writes, fields in the
+    /// order of its `ValidationFailureValue`, one entry per failure.
+    #[test]
+    fn the_validation_failure_list_is_kube_apiservers_json() {
+        let spec = "  validations:
+  - {expression: 'false', message: no GPUs here}
+  - {expression: 'false', message: not today}";
+        let v = evaluate_on_pod(spec, "[Warn, Audit]");
+        assert_eq!(
+            v.audit_annotations[VALIDATION_FAILURE_ANNOTATION],
+            concat!(
+                r#"[{"message":"no GPUs here","policy":"p","binding":"b","expressionIndex":0,"validationActions":["Warn","Audit"]},"#,
+                r#"{"message":"not today","policy":"p","binding":"b","expressionIndex":1,"validationActions":["Warn","Audit"]}]"#
+            )
+        );
+        assert_eq!(VALIDATION_FAILURE_ANNOTATION, "validation_failure");
     }
 }

@@ -20,6 +20,7 @@ mod model;
 mod mutate;
 mod watch;
 
+pub use annotations::VALIDATION_FAILURE_ANNOTATION;
 pub use load::{
     parse_documents, parse_files, read_documents, read_files, Document, LoadError, LoadErrors,
     LoadNotice, NoticeLevel, PolicyFile, Source,
@@ -44,9 +45,6 @@ pub const MUTATING_API_VERSIONS: &[&str] = &[
     "admissionregistration.k8s.io/v1beta1",
     "admissionregistration.k8s.io/v1alpha1",
 ];
-/// Audit annotation Kubernetes writes for validation failures under `Audit`.
-pub const VALIDATION_FAILURE_ANNOTATION: &str =
-    "validation.policy.admission.k8s.io/validation_failure";
 /// Longest messageExpression result used (Kubernetes' 5 KiB).
 const MAX_MESSAGE_LEN: usize = 5 * 1024;
 
@@ -111,6 +109,8 @@ pub struct Verdict {
     /// One line per violated Deny binding: `<policy>: <message>`.
     pub denials: Vec<String>,
     pub warnings: Vec<String>,
+    /// Under the keys the webhook returns them: [`VALIDATION_FAILURE_ANNOTATION`]
+    /// and `<policy>.<key>` (see `annotations::returned_key`).
     pub audit_annotations: BTreeMap<String, String>,
     /// One entry per binding evaluated, for metrics.
     pub evaluations: Vec<PolicyEvaluation>,
@@ -211,8 +211,9 @@ impl PolicySet {
         let env = Env::new(extensions);
         let mut errors = Vec::new();
         let mut notices = Vec::new();
-        let validating = Family::read(Family::VALIDATING, &env, docs, &mut errors);
+        let mut validating = Family::read(Family::VALIDATING, &env, docs, &mut errors);
         let mutating = Family::read(Family::MUTATING, &env, docs, &mut errors);
+        notices.append(&mut validating.key_notices);
         let param_kinds: BTreeSet<(String, String)> = (validating.policies.iter())
             .chain(&mutating.policies)
             .filter_map(|p| p.param_kind.clone())
@@ -575,6 +576,9 @@ struct Family<'d> {
     /// One note per policy also run on controllers' pod templates (only
     /// validating policies are).
     template_notes: Vec<LoadNotice>,
+    /// What `lint` says of audit annotation keys: one returned under
+    /// another key than `<policy>.<key>`, two policies that return the same.
+    key_notices: Vec<LoadNotice>,
 }
 
 struct FamilyKinds {
@@ -638,11 +642,14 @@ impl<'d> Family<'d> {
             .collect();
         let mut policies: Vec<Policy> = Vec::new();
         let mut template_notes = Vec::new();
+        let mut key_notices = Vec::new();
+        let mut returned_keys = BTreeMap::new();
         let mut sources: BTreeMap<String, &Source> = BTreeMap::new();
         for doc in docs.iter().filter(|d| is_policy(d)) {
             let Some(p) = (kinds.read_policy)(env, doc, errors) else {
                 continue;
             };
+            key_notices.extend(annotations::key_notices(&p, doc, &mut returned_keys));
             if kinds.judges_templates && p.judges_pod_templates() {
                 template_notes.push(pod_template_notice(&p, doc));
             }
@@ -666,6 +673,7 @@ impl<'d> Family<'d> {
             policies,
             declared,
             template_notes,
+            key_notices,
         }
     }
 

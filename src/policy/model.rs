@@ -44,7 +44,7 @@ pub struct Policy {
     pub match_conditions: Vec<Named>,
     pub variables: Vec<Named>,
     pub validations: Vec<Validation>,
-    pub audit_annotations: Vec<Named>,
+    pub audit_annotations: Vec<AuditAnnotation>,
     /// A MutatingAdmissionPolicy's mutations (none for a validating one).
     pub mutations: Vec<Mutation>,
     /// Some expression refers to `params`.
@@ -136,8 +136,8 @@ impl Policy {
         self.match_conditions
             .iter()
             .chain(&self.variables)
-            .chain(&self.audit_annotations)
             .map(|n| &n.expr)
+            .chain(self.audit_annotations.iter().map(|a| &a.expr))
             .chain(
                 self.validations
                     .iter()
@@ -151,8 +151,8 @@ impl Policy {
         self.match_conditions
             .iter_mut()
             .chain(&mut self.variables)
-            .chain(&mut self.audit_annotations)
             .map(|n| &mut n.expr)
+            .chain(self.audit_annotations.iter_mut().map(|a| &mut a.expr))
             .chain(
                 self.validations
                     .iter_mut()
@@ -191,8 +191,8 @@ impl Policy {
             .variables
             .iter_mut()
             .chain(self.match_conditions.iter_mut())
-            .chain(self.audit_annotations.iter_mut())
             .map(|n| &mut n.expr)
+            .chain(self.audit_annotations.iter_mut().map(|a| &mut a.expr))
             .chain(
                 self.validations
                     .iter_mut()
@@ -208,10 +208,21 @@ impl Policy {
     }
 }
 
-/// A named expression (match condition, variable, audit annotation).
+/// A named expression (match condition, variable).
 #[derive(Debug)]
 pub struct Named {
     pub name: String,
+    pub expr: Compiled,
+}
+
+/// An audit annotation of a policy.
+#[derive(Debug)]
+pub struct AuditAnnotation {
+    /// Its `key` in the policy.
+    pub key: String,
+    /// The key the webhook returns it under
+    /// ([`annotations::returned_key`]).
+    pub returned_key: String,
     pub expr: Compiled,
 }
 
@@ -600,14 +611,14 @@ impl PolicySpec {
             );
         }
         check_audit_keys(errors, &self.audit_annotations);
-        let annotations = self
+        let keyed = self
             .audit_annotations
             .into_iter()
             .map(|a| (a.key, a.value_expression));
         let audit_annotations = read_named(
             env,
             errors,
-            annotations.collect(),
+            keyed.collect(),
             ["auditAnnotations", "key", "valueExpression"],
         );
         let mut validations = Vec::new();
@@ -648,8 +659,16 @@ impl PolicySpec {
         if errors.errors.len() > before {
             return None;
         }
+        let name = name?;
+        let audit_annotations = (audit_annotations.into_iter())
+            .map(|a| AuditAnnotation {
+                returned_key: annotations::returned_key(&name, &a.name),
+                key: a.name,
+                expr: a.expr,
+            })
+            .collect();
         let mut policy = Policy {
-            name: name?.into(),
+            name: name.into(),
             description: None,
             failure_policy: self.failure_policy,
             param_kind,
