@@ -1,7 +1,8 @@
 //! Peak resident memory of a `gpu-admission serve` process for hostile
 //! AdmissionReview bodies: 7 MiB of tiny JSON objects (env entries, one-key
 //! objects) to `/mutate` and `/validate`, one at a time and four at once, and
-//! the largest body the default limits still decode. Each case runs its own
+//! the largest body the default limits still decode (a CREATE, and an
+//! UPDATE carrying that object twice). Each case runs its own
 //! process; the figures are its VmHWM (peak RSS) from /proc.
 //!
 //! `cargo bench --bench memory` measures the binary cargo builds with the
@@ -15,7 +16,7 @@ mod http;
 #[path = "../tests/common/hostile.rs"]
 mod hostile;
 
-use hostile::{hostile_review, measure_body, near_limit_review, Figures, Shape};
+use hostile::{hostile_review, measure_body, near_limit_review, near_limit_update, Figures, Shape};
 use std::path::PathBuf;
 
 fn main() {
@@ -52,6 +53,8 @@ fn main() {
     if benching {
         cases.push(("/mutate", "largest decodable", near_limit_review()));
         cases.push(("/validate", "largest decodable", near_limit_review()));
+        cases.push(("/mutate", "largest decodable UPDATE", near_limit_update()));
+        cases.push(("/validate", "largest decodable UPDATE", near_limit_update()));
     } else {
         cases.truncate(1);
     }

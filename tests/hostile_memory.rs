@@ -6,7 +6,8 @@
 mod common;
 
 use common::hostile::{
-    measure, measure_body, near_limit_review, pod_review, review_of, Figures, ServerProcess, Shape,
+    measure, measure_body, near_limit_review, near_limit_update, pod_review, review_of, Figures,
+    ServerProcess, Shape,
 };
 use serde_json::json;
 use std::path::Path;
@@ -103,10 +104,7 @@ async fn the_largest_body_still_decoded_stays_within_bounds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_largest_update_still_decoded_stays_within_bounds() {
     let binary = Path::new(env!("CARGO_BIN_EXE_gpu-admission"));
-    let mut review: serde_json::Value = serde_json::from_slice(&near_limit_review()).unwrap();
-    review["request"]["operation"] = json!("UPDATE");
-    review["request"]["oldObject"] = review["request"]["object"].clone();
-    let body = serde_json::to_vec(&review).unwrap();
+    let body = near_limit_update();
     let limits = gpu_admission::review::Limits::default();
     let shape = gpu_admission::review::measure_request(&body, &limits).unwrap();
     assert!(

@@ -227,6 +227,15 @@ pub fn near_limit_review() -> Vec<u8> {
     fits(low).unwrap()
 }
 
+/// [`near_limit_review`] as an UPDATE whose object and oldObject are both
+/// that largest object: the largest request sizing lets through.
+pub fn near_limit_update() -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(&near_limit_review()).unwrap();
+    review["request"]["operation"] = serde_json::json!("UPDATE");
+    review["request"]["oldObject"] = review["request"]["object"].clone();
+    serde_json::to_vec(&review).unwrap()
+}
+
 /// Peak resident memory of one server for hostile bodies of `shape` sent
 /// to `path`: (peak after warm-up, peak after one body, peak after four at
 /// once), in bytes, and the answers to the bodies.
