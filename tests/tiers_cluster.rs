@@ -83,6 +83,15 @@ fn values_of(term: &Value, key: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Every required term of the stored pod pins it to exactly `sizes`.
+fn assert_pinned(outcome: &Outcome, sizes: &[&str]) {
+    let terms = terms(outcome);
+    assert!(!terms.is_empty(), "no required terms");
+    for term in &terms {
+        assert_eq!(values_of(term, INSTANCE_TYPE), [strings(sizes)], "{term}");
+    }
+}
+
 fn strings(values: &[&str]) -> Vec<String> {
     values.iter().map(|s| s.to_string()).collect()
 }
@@ -284,15 +293,7 @@ async fn a_term_met_by_a_missing_karpenter_label_keeps_the_tier() {
     plain["spec"]["affinity"] = absent;
     let outcome = cluster.admit(&Review::create(plain)).await;
     assert!(outcome.allowed, "{}", outcome.message());
-    let terms = terms(&outcome);
-    assert!(!terms.is_empty());
-    for term in &terms {
-        assert_eq!(
-            values_of(term, INSTANCE_TYPE),
-            [strings(&DEFAULT_SIZES)],
-            "{term}"
-        );
-    }
+    assert_pinned(&outcome, &DEFAULT_SIZES);
     cluster.stop().await;
 }
 
@@ -318,21 +319,16 @@ async fn a_mig_pod_is_pinned_to_mig_sizes_only() {
         ]))
         .await;
     assert!(outcome.allowed, "{}", outcome.message());
-    let terms = terms(&outcome);
-    assert!(!terms.is_empty());
-    for term in &terms {
-        assert_eq!(
-            values_of(term, INSTANCE_TYPE),
-            [strings(&[
-                "Standard_NC24ads_A100_v4",
-                "Standard_NC48ads_A100_v4",
-                "Standard_NC96ads_A100_v4",
-                "Standard_NC40ads_H100_v5",
-                "Standard_NC80adis_H100_v5"
-            ])],
-            "{term}"
-        );
-    }
+    assert_pinned(
+        &outcome,
+        &[
+            "Standard_NC24ads_A100_v4",
+            "Standard_NC48ads_A100_v4",
+            "Standard_NC96ads_A100_v4",
+            "Standard_NC40ads_H100_v5",
+            "Standard_NC80adis_H100_v5",
+        ],
+    );
 
     let outcome = cluster.admit(&Review::create(mig_pod("ml"))).await;
     assert!(!outcome.allowed, "a MIG pod in tier default");

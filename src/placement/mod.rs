@@ -403,27 +403,23 @@ fn tier_terms(
 ) -> Option<Arc<[Term]>> {
     let (tier, premium) = profiles.tiers.as_ref()?.tier_of(namespace_labels)?;
     let sizes = profiles.tier_skus.get(tier)?[usize::from(premium)].as_ref()?;
-    let makers = tiers::makers_index(request);
-    let own = tiers::own_selection(pod.get("spec")?);
+    let spec = pod.get("spec")?;
     if request.asks_for_mig() {
-        // Only the tier's sizes whose GPUs support MIG can serve the pod:
-        // none, and the pod is placed by its profile and denied by
-        // /validate rather than pinned to sizes it cannot run on.
-        let allowed: Vec<&Sku> = profiles
-            .at_positions(&sizes.positions)
-            .into_iter()
-            .filter(|s| s.mig)
-            .collect();
-        return tiers::narrow_for(
+        // Not worked out ahead: `narrow` keeps only the tier's sizes whose
+        // GPUs support MIG (none: placed by the profile, and denied by
+        // /validate rather than pinned to sizes it cannot run on).
+        let allowed = profiles.at_positions(&sizes.positions);
+        return tiers::narrow(
             &profile.required,
-            own.as_ref(),
-            tiers::MAKER_SETS[makers],
+            spec,
+            request,
             &allowed,
             profiles.catalog(),
         )
         .map(Arc::from);
     }
-    match own {
+    let makers = tiers::makers_index(request);
+    match tiers::own_selection(spec) {
         // Worked out when the tiers were set.
         None => sizes.narrowed.get(profiles.index_of(profile)?)?[makers].clone(),
         Some(own) => tiers::narrow_for(
