@@ -515,6 +515,7 @@ async fn start_webhook(
     let config = ServeConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
         metrics_listen: None,
+        health_listen: None,
         tls_cert: Some(ensured.paths.cert.clone()),
         tls_key: Some(ensured.paths.key.clone()),
         policies,

@@ -52,7 +52,13 @@ fn main() {
         let started = Instant::now();
         let child = Command::new(&binary)
             .args(["serve", "--listen", &listen.to_string()])
-            .args(["--metrics-listen", &metrics.to_string(), "--certs-dir"])
+            .args([
+                "--metrics-listen",
+                &metrics.to_string(),
+                "--health-listen",
+                "off",
+            ])
+            .arg("--certs-dir")
             .arg(certs.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -17,7 +17,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the admission webhook server (HTTPS /mutate and /validate).
-    Serve(cli::serve::ServeArgs),
+    Serve(Box<cli::serve::ServeArgs>),
     /// Show what the webhook would do to each object of a manifest.
     Evaluate(cli::evaluate::EvaluateArgs),
     /// Run the PolicyTest documents under a folder.
@@ -33,7 +33,7 @@ enum Command {
 fn main() -> ExitCode {
     let Cli { command } = Cli::parse();
     let result = match command {
-        Command::Serve(args) => cli::serve::run(args),
+        Command::Serve(args) => cli::serve::run(*args),
         Command::Evaluate(args) => cli::evaluate::run(args),
         Command::Test(args) => cli::test::run(args),
         Command::Lint(args) => cli::lint::run(args),

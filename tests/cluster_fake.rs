@@ -428,7 +428,7 @@ impl InCluster {
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = fake.kubeconfig(dir.path());
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", "127.0.0.1:0", "--health-listen", "off"])
             .args(extra)
             .args(["--log-format", "json", "--certs-dir"])
             .arg(dir.path().join("certs"))

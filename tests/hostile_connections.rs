@@ -1,7 +1,8 @@
 //! Hostile and heavy clients at the edge: silent and trickling connections
 //! are cut after the header timeout on every protocol, a thousand open
-//! connections are all served, HTTP/2 rapid reset hurts no one else, the
-//! connection cap queues instead of refusing, the metrics listener has the
+//! connections are all served, HTTP/2 rapid reset hurts no one else, at
+//! the connection cap the connection idle longest makes room (and busy
+//! ones are never closed for it), the metrics listener has the
 //! same timeouts, and a shutdown under keep-alive load loses no request.
 mod common;
 
@@ -342,17 +343,18 @@ async fn http2_rapid_reset_does_not_hurt_other_clients() {
     );
 }
 
+/// At the cap a new connection is served: the connection idle longest is
+/// closed to make room (nginx reuses its idle keep-alive connections the
+/// same way), never one with a request in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_beyond_the_cap_wait_to_be_accepted() {
+async fn at_the_cap_the_connection_idle_longest_makes_room() {
     const CAP: usize = 10;
-    let server = Arc::new(
-        TestServer::start(ServeConfig {
-            max_connections: CAP,
-            header_read_timeout: Duration::from_secs(20),
-            ..config()
-        })
-        .await,
-    );
+    let server = TestServer::start(ServeConfig {
+        max_connections: CAP,
+        header_read_timeout: Duration::from_secs(20),
+        ..config()
+    })
+    .await;
     let mut held = Vec::new();
     for _ in 0..CAP {
         let mut client = server.connect().await;
@@ -362,7 +364,68 @@ async fn connections_beyond_the_cap_wait_to_be_accepted() {
         );
         held.push(client);
     }
-    // The next one is not refused: it waits in the kernel's accept queue.
+    let mut newcomer = tokio::time::timeout(Duration::from_secs(5), server.connect())
+        .await
+        .expect("a new connection is served at the cap");
+    assert_eq!(
+        newcomer
+            .request("GET", "/healthz", b"")
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let oldest = tokio::time::timeout(Duration::from_secs(5), held[0].read_eof()).await;
+    assert!(
+        matches!(oldest, Ok(Ok(0)) | Ok(Err(_))),
+        "the connection idle longest was closed: {oldest:?}"
+    );
+    for (i, client) in held.iter_mut().enumerate().skip(1) {
+        assert_eq!(
+            client.request("GET", "/healthz", b"").await.unwrap().status,
+            200,
+            "connection {i} was left alone"
+        );
+    }
+    assert_eq!(
+        metric(
+            &server,
+            r#"gpu_admission_connections_closed_total{listener="webhook",reason="evicted"}"#
+        )
+        .await,
+        Some(1.0)
+    );
+}
+
+/// With every connection busy there is nothing to close: a new one waits
+/// (the ones after it in the kernel's accept queue) until one is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_with_every_connection_busy_new_ones_wait() {
+    const CAP: usize = 4;
+    let server = Arc::new(
+        TestServer::start(ServeConfig {
+            max_connections: CAP,
+            header_read_timeout: Duration::from_secs(20),
+            body_pace: gpu_admission::server::BodyPace {
+                grace: Duration::from_secs(30),
+                ..Default::default()
+            },
+            ..config()
+        })
+        .await,
+    );
+    // Each holds a request whose body is still coming.
+    let body = review("busy");
+    let mut busy = Vec::new();
+    for _ in 0..CAP {
+        let mut client = server.connect().await;
+        let request = common::http::request_bytes("POST", "/validate?timeout=30s", &body);
+        client
+            .write_raw(&request[..request.len() - 10])
+            .await
+            .unwrap();
+        busy.push((client, request));
+    }
     let waiting = tokio::spawn({
         let server = server.clone();
         async move {
@@ -370,20 +433,42 @@ async fn connections_beyond_the_cap_wait_to_be_accepted() {
             client.request("GET", "/healthz", b"").await.unwrap().status
         }
     });
-    // Linux shows a listening socket's accept queue in /proc/net/tcp: the
-    // connection is there, established by the kernel and not taken by the
-    // server, which would have taken it at once without the cap.
+    let behind = tokio::spawn({
+        let server = server.clone();
+        async move {
+            let mut client = server.try_connect().await.expect("connects once accepted");
+            client.request("GET", "/healthz", b"").await.unwrap().status
+        }
+    });
     let queued = wait_for_accept_queue(server.addr, 1).await;
-    assert_eq!(queued, 1, "the connection waits in the accept queue");
-    assert!(!waiting.is_finished(), "served beyond the cap");
+    assert_eq!(
+        queued, 1,
+        "one is taken and waits for a slot, one is queued"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished() && !behind.is_finished(),
+        "nothing busy was closed"
+    );
 
-    drop(held.pop());
+    // A request finishes; its connection, now idle, makes room.
+    let (mut client, request) = busy.pop().unwrap();
+    client
+        .write_raw(&request[request.len() - 10..])
+        .await
+        .unwrap();
+    assert_eq!(client.read_response().await.unwrap().status, 200);
     let status = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
-        .expect("served once a connection closed")
+        .expect("served once a connection was idle")
         .unwrap();
     assert_eq!(status, 200);
-    assert_eq!(accept_queue(server.addr), Some(0), "taken from the queue");
+    drop(busy);
+    let status = tokio::time::timeout(Duration::from_secs(10), behind)
+        .await
+        .expect("served once the busy ones left")
+        .unwrap();
+    assert_eq!(status, 200);
 }
 
 /// The accept queue of the IPv4 listening socket on `addr`: the `rx_queue`

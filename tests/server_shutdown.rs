@@ -153,6 +153,8 @@ fn binary_exits_cleanly_on_sigterm() {
             "127.0.0.1:0",
             "--metrics-listen",
             "off",
+            "--health-listen",
+            "off",
         ])
         .args(["--log-format", "json", "--certs-dir"])
         .arg(certs.path())

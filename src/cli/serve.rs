@@ -35,10 +35,15 @@ pub struct ServeArgs {
     /// Private key of the serving certificate, PEM (PKCS#8, RSA or SEC1).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Address of the plain-HTTP metrics listener (/metrics, /healthz,
-    /// /readyz), or `off`.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9090", value_parser = parse_optional_addr)]
+    /// Address of the plain-HTTP metrics listener (/metrics, /report, and
+    /// /healthz, /readyz), or `off`. Loopback unless told otherwise: in a
+    /// cluster the Deployment names the pod's address.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9090", value_parser = parse_optional_addr)]
     pub metrics_listen: OptionalAddr,
+    /// Address of the plain-HTTP probe listener (/healthz and /readyz only,
+    /// for the kubelet, apart from everything else), or `off`.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081", value_parser = parse_optional_addr)]
+    pub health_listen: OptionalAddr,
     /// Where self-generated certificates are kept.
     #[arg(long, value_name = "DIR", default_value = "certs")]
     pub certs_dir: PathBuf,
@@ -83,7 +88,18 @@ pub struct ServeArgs {
     /// clients keep idle connections, so that they close first.
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
-    /// Connections open at once on the webhook listener; more wait to be accepted.
+    /// A request body may fall behind 1 MiB/s by at most this long (from
+    /// its head; a body the apiserver sends takes milliseconds); slower
+    /// ones are cut with 408.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+    /// A connection whose answers the peer leaves unread this long is cut
+    /// (nginx's send_timeout); until then nothing more is read from it.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub write_timeout: Duration,
+    /// Connections open at once on the webhook listener; at the cap the
+    /// quietest one is closed to serve a new one. Lowered to what the
+    /// open-file limit allows (raised to its hard limit at start).
     #[arg(long, value_name = "N", default_value_t = server::DEFAULT_MAX_CONNECTIONS as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
@@ -186,6 +202,7 @@ impl ServeArgs {
             tls_cert,
             tls_key,
             metrics_listen,
+            health_listen,
             certs_dir,
             log_format,
             max_concurrency,
@@ -197,6 +214,8 @@ impl ServeArgs {
             exempt_namespaces,
             header_read_timeout,
             idle_timeout,
+            body_read_timeout,
+            write_timeout,
             max_connections,
             shutdown_delay,
             drain_window,
@@ -213,6 +232,7 @@ impl ServeArgs {
             tls_cert,
             tls_key,
             metrics_listen: metrics_listen.0,
+            health_listen: health_listen.0,
             certs_dir,
             log_format,
             max_concurrency: max_concurrency
@@ -229,6 +249,11 @@ impl ServeArgs {
             exempt_namespaces,
             header_read_timeout,
             idle_timeout,
+            body_pace: server::BodyPace {
+                grace: body_read_timeout,
+                ..server::BodyPace::default()
+            },
+            write_timeout,
             max_connections: max_connections as usize,
             shutdown_delay,
             drain_window,

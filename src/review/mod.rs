@@ -282,6 +282,20 @@ pub enum DecodeError {
     BadRequest(serde_json::Error),
     #[error("the object is too large to evaluate: {0}")]
     TooLarge(#[from] TooLarge),
+    #[error("AdmissionReview request uid is {0} bytes long; at most {MAX_UID_BYTES} are echoed")]
+    UidTooLong(usize),
+}
+
+/// Longest `request.uid` answered. kube-apiserver's are UUIDs (36 bytes);
+/// a longer one is refused as unreadable, so that no answer, which echoes
+/// it, is large (answers a client leaves unread are held per connection).
+pub const MAX_UID_BYTES: usize = 128;
+
+fn checked_uid(uid: &str) -> Result<(), DecodeError> {
+    if uid.len() > MAX_UID_BYTES {
+        return Err(DecodeError::UidTooLong(uid.len()));
+    }
+    Ok(())
 }
 
 /// An AdmissionReview v1 whose envelope has been checked and whose request
@@ -328,6 +342,7 @@ pub fn open(body: &[u8]) -> Result<Envelope<'_>, DecodeError> {
         _ => return Err(DecodeError::MissingRequest),
     };
     let head: RequestHead = serde_json::from_str(request.get()).map_err(DecodeError::BadRequest)?;
+    checked_uid(&head.uid)?;
     Ok(Envelope {
         request,
         uid: head.uid,
@@ -412,6 +427,7 @@ pub fn decode_review(body: &[u8]) -> Result<Request, DecodeError> {
             kind: Some(kind),
             request: Some(request),
         }) if api_version == "admission.k8s.io/v1" && kind == "AdmissionReview" => {
+            checked_uid(&request.uid)?;
             Ok(request.without_null_objects())
         }
         _ => open(body)?.decode(),
@@ -644,6 +660,32 @@ mod tests {
             decode(&review(bad)),
             Err(DecodeError::BadRequest(_))
         ));
+    }
+
+    #[test]
+    fn a_uid_longer_than_any_apiserver_sends_is_unreadable() {
+        let review = |uid: &str| {
+            serde_json::to_vec(&json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                            "resource": {"group": "", "version": "v1", "resource": "pods"},
+                            "operation": "CREATE", "userInfo": {"username": "alice"},
+                            "object": {"kind": "Pod"}}
+            }))
+            .unwrap()
+        };
+        let long = "u".repeat(MAX_UID_BYTES + 1);
+        assert!(matches!(
+            decode_review(&review(&long)),
+            Err(DecodeError::UidTooLong(n)) if n == MAX_UID_BYTES + 1
+        ));
+        assert!(matches!(
+            open(&review(&long)),
+            Err(DecodeError::UidTooLong(_))
+        ));
+        let longest = "u".repeat(MAX_UID_BYTES);
+        assert_eq!(decode_review(&review(&longest)).unwrap().uid, longest);
     }
 
     #[test]

@@ -1,7 +1,10 @@
-//! Reading request bodies within the in-flight memory budget.
-use super::budget::{MemoryPool, Reserved};
+//! Reading request bodies: memory taken as the bytes arrive, within the
+//! sender's shares ([`BodyMemory`]), at a pace the sender must keep.
+use super::budget::{BodyHold, BodyMemory, Client, Shortfall};
 use axum::body::{Body, Bytes};
 use http_body_util::BodyExt;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Largest body read: an UPDATE carries two objects of up to ~1.5 MiB each.
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
@@ -10,6 +13,35 @@ pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 /// is simply closed.
 const DISCARD_LIMIT_BYTES: usize = 32 * 1024 * 1024;
 
+/// The pace a body must keep: it may fall behind `min_rate` bytes a second
+/// by at most `grace` (nginx's `client_body_timeout`, measured against a
+/// rate rather than between two reads, so a body trickled a byte at a time
+/// is cut too). kube-apiserver writes a body at once: even its largest,
+/// 7 MiB, takes milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyPace {
+    pub grace: Duration,
+    pub min_rate: usize,
+}
+
+impl Default for BodyPace {
+    fn default() -> Self {
+        BodyPace {
+            grace: Duration::from_secs(2),
+            min_rate: 1 << 20,
+        }
+    }
+}
+
+impl BodyPace {
+    /// When the next bytes of a body started at `started`, with `received`
+    /// bytes so far, must have arrived.
+    fn due(&self, started: Instant, received: usize) -> Instant {
+        let ahead = Duration::from_secs_f64(received as f64 / self.min_rate.max(1) as f64);
+        started + self.grace + ahead
+    }
+}
+
 /// Why a body was not read.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BodyError {
@@ -17,181 +49,450 @@ pub(crate) enum BodyError {
     TooLarge,
     #[error("request body not received in time")]
     Slow,
+    #[error("request body arrived slower than {} KiB/s", .0 / 1024)]
+    BelowPace(usize),
+    #[error("request body refused: {0}; retry")]
+    NoMemory(Shortfall),
     #[error("cannot read request body: {0}")]
     Read(String),
 }
 
-/// Reads the whole body with its memory reserved from `pool` in one wait:
-/// the declared length (kube-apiserver always declares it), or else the
-/// largest body allowed, of which the surplus goes back once the body is
-/// read. No reader holds part of the pool while it waits for more, so large
-/// bodies arriving together queue for the pool and all finish, instead of
-/// each holding a slice and waiting for the others' (a deadlock until their
-/// deadlines).
+/// What a body may take, and by when it must be in.
+pub(crate) struct BodyRules<'a> {
+    pub memory: &'a BodyMemory,
+    pub client: &'a Client,
+    pub validate: bool,
+    pub limit: usize,
+    pub pace: BodyPace,
+    /// The answer's deadline: the body must be whole by then.
+    pub deadline: Instant,
+}
+
+/// Reads the whole body. Memory is held for the buffer as it grows (never
+/// for a declared length the client has not sent), within the sender's
+/// shares; a body that would pass one is refused at once rather than
+/// left waiting, so readers never wait on each other. `declared` is
+/// trusted only to refuse a body over the limit without reading it, and
+/// with `expects_continue` (`Expect: 100-continue`) that refusal is sent
+/// before the client sends any of it.
 pub(crate) async fn read_body(
     mut body: Body,
     declared: Option<usize>,
-    limit: usize,
-    pool: &MemoryPool,
-) -> Result<(Bytes, Reserved), BodyError> {
+    expects_continue: bool,
+    rules: BodyRules<'_>,
+) -> Result<(Bytes, BodyHold), BodyError> {
     let expected = match declared {
-        Some(length) if length > limit => {
-            discard(body, DISCARD_LIMIT_BYTES.saturating_sub(length)).await;
+        Some(length) if length > rules.limit => {
+            if !expects_continue {
+                discard(
+                    body,
+                    DISCARD_LIMIT_BYTES.saturating_sub(length),
+                    rules.deadline,
+                )
+                .await;
+            }
             return Err(BodyError::TooLarge);
         }
         Some(length) => length,
-        None => limit,
+        None => rules.limit,
     };
-    let mut reserved = pool
-        .reserve(expected)
-        .await
-        .map_err(|_| BodyError::TooLarge)?;
-    let mut buf = Vec::with_capacity(declared.unwrap_or(0));
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+    let started = Instant::now();
+    let mut hold = rules.memory.hold(rules.client, rules.validate);
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let due = rules.pace.due(started, buf.len()).min(rules.deadline);
+        let frame = match tokio::time::timeout_at(due, body.frame()).await {
+            Ok(Some(frame)) => frame.map_err(|e| BodyError::Read(e.to_string()))?,
+            Ok(None) => break,
+            Err(_) if due >= rules.deadline => return Err(BodyError::Slow),
+            Err(_) => return Err(BodyError::BelowPace(rules.pace.min_rate)),
+        };
         let Ok(data) = frame.into_data() else {
             continue;
         };
+        let needed = buf.len() + data.len();
         // hyper stops a body at its declared length; the limit covers the
         // undeclared ones.
-        if buf.len() + data.len() > expected {
+        if needed > expected {
             discard(
                 body,
-                DISCARD_LIMIT_BYTES.saturating_sub(buf.len() + data.len()),
+                DISCARD_LIMIT_BYTES.saturating_sub(needed),
+                rules.deadline,
             )
             .await;
             return Err(BodyError::TooLarge);
         }
+        if needed > buf.capacity() {
+            // Doubling, as a Vec would, but never past what the body can
+            // still be; held before it is allocated.
+            let capacity = needed.max(buf.capacity() * 2).min(expected);
+            hold.grow_to(capacity).map_err(BodyError::NoMemory)?;
+            buf.reserve_exact(capacity - buf.len());
+        }
         buf.extend_from_slice(&data);
     }
     buf.shrink_to_fit();
-    reserved.shrink_to(buf.capacity());
-    Ok((Bytes::from(buf), reserved))
+    hold.shrink_to(buf.capacity());
+    Ok((Bytes::from(buf), hold))
 }
 
-async fn discard(mut body: Body, mut remaining: usize) {
-    while let Some(Ok(frame)) = body.frame().await {
-        let len = frame.data_ref().map_or(0, |d| d.len());
-        if len > remaining {
-            return;
+/// Reads and drops up to `remaining` bytes of `body`, until `deadline`.
+async fn discard(mut body: Body, mut remaining: usize, deadline: Instant) {
+    let drain = async {
+        while let Some(Ok(frame)) = body.frame().await {
+            let len = frame.data_ref().map_or(0, |d| d.len());
+            if len > remaining {
+                return;
+            }
+            remaining -= len;
         }
-        remaining -= len;
-    }
+    };
+    let _ = tokio::time::timeout_at(deadline, drain).await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::budget::BodyShares;
     use crate::server::metrics::Metrics;
-    use std::time::Duration;
+    use std::net::IpAddr;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
-    #[tokio::test]
-    async fn body_limit() {
-        let pool = MemoryPool::new("body", 1 << 20, Metrics::new());
-        let (small, reserved) = read_body(Body::from(vec![b'x'; 10]), None, 10, &pool)
-            .await
-            .unwrap();
-        assert_eq!(small.len(), 10);
-        assert_eq!(reserved.bytes(), 1024, "what was read, in whole KiB");
-        let big = read_body(Body::from(vec![b'x'; 11]), None, 10, &pool).await;
-        assert!(matches!(big, Err(BodyError::TooLarge)));
-    }
+    type Feed = UnboundedSender<Result<Bytes, std::io::Error>>;
 
-    /// A body of unknown length holds the largest allowed size while it is
-    /// read, then keeps only what it used; another body waits meanwhile.
-    #[tokio::test]
-    async fn an_undeclared_body_reserves_the_limit_then_gives_back_the_surplus() {
-        let limit = 512 * 1024;
-        let pool = MemoryPool::new("body", 768 * 1024, Metrics::new());
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<Bytes, std::io::Error>>();
+    /// A body whose bytes arrive when the test sends them.
+    fn fed_body() -> (Feed, Body) {
+        let (tx, rx) = unbounded_channel::<Result<Bytes, std::io::Error>>();
         let stream = futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|item| (item, rx))
         });
-        let first = tokio::spawn({
-            let pool = pool.clone();
-            async move { read_body(Body::from_stream(stream), None, limit, &pool).await }
-        });
-        tx.send(Ok(Bytes::from(vec![b'x'; 100_000]))).unwrap();
-        while pool.in_use() < limit {
-            tokio::task::yield_now().await;
+        (tx, Body::from_stream(stream))
+    }
+
+    fn memory(total: usize) -> BodyMemory {
+        BodyMemory::new(BodyShares::of(total, 64 * 1024), Metrics::new())
+    }
+
+    fn rules<'a>(memory: &'a BodyMemory, client: &'a Client, limit: usize) -> BodyRules<'a> {
+        BodyRules {
+            memory,
+            client,
+            validate: true,
+            limit,
+            pace: BodyPace::default(),
+            deadline: Instant::now() + Duration::from_secs(60),
         }
-        assert_eq!(pool.in_use(), limit, "the whole limit while reading");
-        let second = tokio::spawn({
-            let pool = pool.clone();
-            async move { read_body(Body::from(vec![b'y'; 10]), None, limit, &pool).await }
+    }
+
+    #[tokio::test]
+    async fn body_limit() {
+        let memory = memory(1 << 20);
+        let client = Client::unknown();
+        let (small, held) = read_body(
+            Body::from(vec![b'x'; 10]),
+            None,
+            false,
+            rules(&memory, &client, 10),
+        )
+        .await
+        .unwrap();
+        assert_eq!(small.len(), 10);
+        assert_eq!(held.bytes(), 1024, "what was read, in whole KiB");
+        let big = read_body(
+            Body::from(vec![b'x'; 11]),
+            None,
+            false,
+            rules(&memory, &client, 10),
+        )
+        .await;
+        assert!(matches!(big, Err(BodyError::TooLarge)));
+    }
+
+    /// A client declaring a large body and sending a little of it holds
+    /// what it sent, not what it declared.
+    #[tokio::test]
+    async fn memory_is_held_as_bytes_arrive_not_by_declaration() {
+        let memory = memory(8 << 20);
+        let client = Client::unknown();
+        let (feed, body) = fed_body();
+        let reader = tokio::spawn({
+            let (memory, client) = (memory.clone(), client.clone());
+            async move {
+                read_body(
+                    body,
+                    Some(MAX_BODY_BYTES),
+                    false,
+                    rules(&memory, &client, MAX_BODY_BYTES),
+                )
+                .await
+                .map(|(bytes, _)| bytes.len())
+            }
         });
         for _ in 0..50 {
             tokio::task::yield_now().await;
         }
-        assert!(
-            !second.is_finished(),
-            "a second limit does not fit beside it"
-        );
-        tx.send(Ok(Bytes::from(vec![b'x'; 100_000]))).unwrap();
-        drop(tx);
-        let (bytes, reserved) = first.await.unwrap().unwrap();
-        assert_eq!(bytes.len(), 200_000);
-        assert_eq!(reserved.bytes(), 200_000_usize.div_ceil(1024) * 1024);
-        let (small, small_reserved) = tokio::time::timeout(Duration::from_secs(5), second)
-            .await
-            .expect("served once the surplus is back")
-            .unwrap()
-            .unwrap();
-        assert_eq!(small.len(), 10);
-        assert_eq!(small_reserved.bytes(), 1024);
+        assert_eq!(memory.in_use(), 0, "nothing sent, nothing held");
+        feed.send(Ok(Bytes::from(vec![b'x'; 100_000]))).unwrap();
+        while memory.in_use() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(memory.in_use(), 100_000_usize.div_ceil(1024) * 1024);
+        assert_eq!(client.connection_bytes(), memory.in_use());
+        feed.send(Ok(Bytes::from(vec![b'x'; 100_000]))).unwrap();
+        drop(feed);
+        assert_eq!(reader.await.unwrap().unwrap(), 200_000);
+        assert_eq!(memory.in_use(), 0, "given back");
+        assert_eq!(client.connection_bytes(), 0);
     }
 
     /// Six 160 KB bodies arrive together, in interleaved 16 KB chunks,
-    /// through a 300 KiB pool. Reserving as they grow, each would take a
-    /// first slice and then wait for more that the others hold: none would
-    /// finish. Reserving each declared body whole, they queue and all finish.
+    /// through a pool of 300 KiB. No reader waits for memory: those that
+    /// no longer fit are refused at once, the others finish, and every
+    /// byte goes back.
     #[tokio::test]
-    async fn declared_bodies_queue_for_the_pool_and_all_finish() {
+    async fn bodies_that_do_not_fit_are_refused_at_once_and_the_rest_finish() {
         const BODIES: usize = 6;
         const LENGTH: usize = 160_000;
-        let pool = MemoryPool::new("body", 300 * 1024, Metrics::new());
+        let memory = BodyMemory::new(
+            BodyShares {
+                total: 300 * 1024,
+                validate: 300 * 1024,
+                per_address: 300 * 1024,
+                per_connection: 300 * 1024,
+            },
+            Metrics::new(),
+        );
         let mut readers = Vec::new();
         let mut feeds = Vec::new();
         for _ in 0..BODIES {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<Bytes, std::io::Error>>();
-            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|item| (item, rx))
-            });
-            let pool = pool.clone();
+            let (feed, body) = fed_body();
+            let memory = memory.clone();
             readers.push(tokio::spawn(async move {
+                let client = Client::unknown();
                 read_body(
-                    Body::from_stream(stream),
+                    body,
                     Some(LENGTH),
-                    MAX_BODY_BYTES,
-                    &pool,
+                    false,
+                    rules(&memory, &client, MAX_BODY_BYTES),
                 )
                 .await
+                .map(|(bytes, _)| bytes.len())
             }));
-            feeds.push(tx);
+            feeds.push(feed);
         }
         for _ in 0..LENGTH.div_ceil(16_000) {
             for feed in &feeds {
                 let _ = feed.send(Ok(Bytes::from(vec![b'x'; 16_000])));
             }
+            tokio::task::yield_now().await;
         }
         drop(feeds);
+        let (mut finished, mut refused) = (0, 0);
         for reader in readers {
-            let (body, reserved) = tokio::time::timeout(Duration::from_secs(10), reader)
+            match tokio::time::timeout(Duration::from_secs(10), reader)
                 .await
-                .expect("every body finishes")
+                .expect("no reader waits")
                 .unwrap()
-                .unwrap();
-            assert_eq!(body.len(), LENGTH);
-            assert!(reserved.bytes() <= 300 * 1024);
+            {
+                Ok(len) => {
+                    assert_eq!(len, LENGTH);
+                    finished += 1;
+                }
+                Err(BodyError::NoMemory(Shortfall::Pool)) => refused += 1,
+                Err(other) => panic!("{other}"),
+            }
         }
-        assert_eq!(pool.in_use(), 0, "every reservation returned");
+        assert!(finished >= 1, "{finished} finished, {refused} refused");
+        assert_eq!(finished + refused, BODIES);
+        assert_eq!(memory.in_use(), 0, "every byte returned");
+    }
+
+    /// A connection, and the connections of one address, cannot take more
+    /// than their shares; another address still can.
+    #[tokio::test]
+    async fn a_connection_and_an_address_are_held_to_their_shares() {
+        let memory = BodyMemory::new(
+            BodyShares {
+                total: 1 << 20,
+                validate: 1 << 20,
+                per_address: 300 * 1024,
+                per_connection: 200 * 1024,
+            },
+            Metrics::new(),
+        );
+        let attacker: IpAddr = "10.1.2.3".parse().unwrap();
+        let one = Client::connected(attacker);
+        let two = Client::connected(attacker);
+        let body = |n| Body::from(vec![b'x'; n]);
+        let first = read_body(
+            body(150_000),
+            None,
+            false,
+            rules(&memory, &one, MAX_BODY_BYTES),
+        );
+        let (_kept, _held) = first.await.unwrap();
+        let over_connection = read_body(
+            body(100_000),
+            None,
+            false,
+            rules(&memory, &one, MAX_BODY_BYTES),
+        )
+        .await;
+        assert!(matches!(
+            over_connection,
+            Err(BodyError::NoMemory(Shortfall::Connection))
+        ));
+        let (_also, _held_too) = read_body(
+            body(100_000),
+            None,
+            false,
+            rules(&memory, &two, MAX_BODY_BYTES),
+        )
+        .await
+        .unwrap();
+        let over_address = read_body(
+            body(100_000),
+            None,
+            false,
+            rules(&memory, &two, MAX_BODY_BYTES),
+        )
+        .await;
+        assert!(matches!(
+            over_address,
+            Err(BodyError::NoMemory(Shortfall::Address))
+        ));
+        assert!(memory.held_by(attacker) <= 300 * 1024);
+        let other = Client::connected("10.9.9.9".parse().unwrap());
+        let (fine, _) = read_body(
+            body(100_000),
+            None,
+            false,
+            rules(&memory, &other, MAX_BODY_BYTES),
+        )
+        .await
+        .unwrap();
+        assert_eq!(fine.len(), 100_000);
+    }
+
+    /// `/validate` bodies leave the rest of the pool to `/mutate`.
+    #[tokio::test]
+    async fn validate_bodies_leave_room_for_mutate() {
+        let memory = BodyMemory::new(
+            BodyShares {
+                total: 300 * 1024,
+                validate: 200 * 1024,
+                per_address: 300 * 1024,
+                per_connection: 300 * 1024,
+            },
+            Metrics::new(),
+        );
+        let body = |n| Body::from(vec![b'x'; n]);
+        let (a, b, c) = (Client::unknown(), Client::unknown(), Client::unknown());
+        let (_v, _held) = read_body(
+            body(190_000),
+            None,
+            false,
+            rules(&memory, &a, MAX_BODY_BYTES),
+        )
+        .await
+        .unwrap();
+        let refused = read_body(
+            body(20_000),
+            None,
+            false,
+            rules(&memory, &b, MAX_BODY_BYTES),
+        )
+        .await;
+        assert!(matches!(
+            refused,
+            Err(BodyError::NoMemory(Shortfall::Validate))
+        ));
+        let mutate = BodyRules {
+            validate: false,
+            ..rules(&memory, &c, MAX_BODY_BYTES)
+        };
+        let (m, _) = read_body(body(90_000), None, false, mutate).await.unwrap();
+        assert_eq!(m.len(), 90_000);
+    }
+
+    /// Bytes that fall behind the pace by more than its grace cut the body,
+    /// however often a byte comes; a body still short at the deadline is
+    /// cut as slow.
+    #[tokio::test]
+    async fn a_body_below_the_pace_is_cut() {
+        let memory = memory(1 << 20);
+        let client = Client::unknown();
+        let pace = BodyPace {
+            grace: Duration::from_millis(300),
+            min_rate: 1 << 20,
+        };
+        let (feed, body) = fed_body();
+        let reading = read_body(
+            body,
+            Some(1000),
+            false,
+            BodyRules {
+                pace,
+                ..rules(&memory, &client, 1000)
+            },
+        );
+        let trickle = async {
+            for _ in 0..100 {
+                if feed.send(Ok(Bytes::from_static(b"x"))).is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let started = Instant::now();
+        let read = tokio::select! {
+            read = reading => read,
+            () = trickle => panic!("the trickle outlasted the pace"),
+        };
+        assert!(
+            matches!(read, Err(BodyError::BelowPace(_))),
+            "{:?}",
+            read.err()
+        );
+        assert!(started.elapsed() >= pace.grace);
+        assert_eq!(memory.in_use(), 0);
+
+        let (_feed, silent) = fed_body();
+        let read = read_body(
+            silent,
+            Some(1000),
+            false,
+            BodyRules {
+                deadline: Instant::now() + Duration::from_millis(100),
+                ..rules(&memory, &client, 1000)
+            },
+        )
+        .await;
+        assert!(matches!(read, Err(BodyError::Slow)));
     }
 
     #[tokio::test]
     async fn a_declared_body_over_the_limit_is_refused_before_reading() {
-        let pool = MemoryPool::new("body", 1 << 20, Metrics::new());
-        let refused = read_body(Body::from(vec![b'x'; 10]), Some(11), 10, &pool).await;
+        let memory = memory(1 << 20);
+        let client = Client::unknown();
+        let refused = read_body(
+            Body::from(vec![b'x'; 10]),
+            Some(11),
+            false,
+            rules(&memory, &client, 10),
+        )
+        .await;
         assert!(matches!(refused, Err(BodyError::TooLarge)));
-        assert_eq!(pool.in_use(), 0);
+        assert_eq!(memory.in_use(), 0);
+        // With `Expect: 100-continue` nothing of it is read, so the client
+        // never gets `100 Continue`: a body that never comes is not waited for.
+        let (_feed, never) = fed_body();
+        let refused = tokio::time::timeout(
+            Duration::from_secs(5),
+            read_body(never, Some(11), true, rules(&memory, &client, 10)),
+        )
+        .await
+        .expect("answered at once");
+        assert!(matches!(refused, Err(BodyError::TooLarge)));
     }
 }

@@ -3,12 +3,19 @@
 //! evaluation slots, separately for `/mutate` and `/validate` so that a flood
 //! of slow validations never delays placement.
 //!
-//! Memory is reserved in two pools taken in a fixed order (body, then
-//! decoded, then a slot), each reservation whole in one wait, and nobody
-//! holding a later one waits for an earlier one, so requests can wait on
-//! each other but never deadlock.
+//! Body memory is taken as the bytes arrive, never by declaration, and
+//! never waited for: a body that would pass its connection's, its client
+//! address's, its endpoint's or the pool's share is refused at once, so no
+//! reader holds memory while it waits for more and a client that declares
+//! large bodies and sends nothing holds nothing. Decoded memory is reserved
+//! whole, in one wait, once the body is read and sized; a slot comes last.
+//! Nobody holding a later reservation waits for an earlier one, so requests
+//! can wait on each other but never deadlock.
 use super::metrics::Metrics;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Memory is counted in KiB: semaphores count in `u32`.
@@ -101,18 +108,6 @@ impl Reserved {
     pub fn bytes(&self) -> usize {
         self.permit.num_permits() * UNIT
     }
-
-    /// Gives back what is held beyond `bytes`.
-    pub fn shrink_to(&mut self, bytes: usize) {
-        let keep = bytes.div_ceil(UNIT);
-        let surplus = self.permit.num_permits().saturating_sub(keep);
-        if surplus > 0 {
-            // Dropping the split-off part returns it to the pool.
-            drop(self.permit.split(surplus));
-            self.metrics
-                .add_memory_reserved(self.pool, -((surplus * UNIT) as i64));
-        }
-    }
 }
 
 impl Drop for Reserved {
@@ -121,6 +116,244 @@ impl Drop for Reserved {
         if bytes > 0 {
             self.metrics.add_memory_reserved(self.pool, -(bytes as i64));
         }
+    }
+}
+
+/// Who sends a request: its address and its connection's count of body
+/// memory, shared by the connection's requests.
+#[derive(Clone, Debug)]
+pub(crate) struct Client {
+    pub address: IpAddr,
+    connection: Arc<AtomicUsize>,
+}
+
+impl Client {
+    /// A new connection from `address`.
+    pub fn connected(address: IpAddr) -> Client {
+        Client {
+            address,
+            connection: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// A request that came with no connection details (a router called
+    /// directly): a connection of its own from an unknown address.
+    pub fn unknown() -> Client {
+        Client::connected(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+    }
+
+    /// Body memory held by this connection's requests now.
+    #[cfg(test)]
+    pub fn connection_bytes(&self) -> usize {
+        self.connection.load(Ordering::Relaxed)
+    }
+}
+
+/// How much body memory each holder may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BodyShares {
+    /// All bodies together.
+    pub total: usize,
+    /// `/validate` bodies together; the rest of `total` is kept for
+    /// `/mutate`, so that validations never leave placement waiting.
+    pub validate: usize,
+    /// The bodies of all connections from one address.
+    pub per_address: usize,
+    /// The bodies of one connection (HTTP/2 carries many at once).
+    pub per_connection: usize,
+}
+
+impl BodyShares {
+    /// Shares of a pool of `total` bytes in which one body may reach
+    /// `largest`: `/validate` two thirds, an address half, a connection a
+    /// quarter, and never less than one largest body each.
+    pub fn of(total: usize, largest: usize) -> BodyShares {
+        BodyShares {
+            total,
+            validate: (total / 3 * 2).max(largest),
+            per_address: (total / 2).max(largest),
+            per_connection: (total / 4).max(largest),
+        }
+    }
+}
+
+/// Which share a body would have passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Shortfall {
+    #[error("the memory for request bodies is in use")]
+    Pool,
+    #[error("the memory for /validate request bodies is in use")]
+    Validate,
+    #[error("this connection's request bodies hold their whole share of memory")]
+    Connection,
+    #[error("this client address's request bodies hold their whole share of memory")]
+    Address,
+}
+
+impl Shortfall {
+    /// The client's own doing (it sends too much at once), rather than
+    /// the server's memory being in use by everyone.
+    pub fn is_clients(self) -> bool {
+        matches!(self, Shortfall::Connection | Shortfall::Address)
+    }
+}
+
+/// Memory for request bodies, taken as their bytes arrive within
+/// [`BodyShares`].
+#[derive(Clone)]
+pub(crate) struct BodyMemory {
+    inner: Arc<BodyLedger>,
+}
+
+struct BodyLedger {
+    shares: BodyShares,
+    held: Mutex<Held>,
+    metrics: Metrics,
+}
+
+#[derive(Default)]
+struct Held {
+    total: usize,
+    validate: usize,
+    by_address: HashMap<IpAddr, usize>,
+}
+
+/// The body memory one request holds; returned when dropped.
+pub(crate) struct BodyHold {
+    memory: BodyMemory,
+    client: Client,
+    validate: bool,
+    units: usize,
+}
+
+impl BodyMemory {
+    pub fn new(shares: BodyShares, metrics: Metrics) -> BodyMemory {
+        BodyMemory {
+            inner: Arc::new(BodyLedger {
+                shares,
+                held: Mutex::new(Held::default()),
+                metrics,
+            }),
+        }
+    }
+
+    /// A hold of nothing yet for a body of `client`'s, for `/validate` or
+    /// `/mutate`.
+    pub fn hold(&self, client: &Client, validate: bool) -> BodyHold {
+        BodyHold {
+            memory: self.clone(),
+            client: client.clone(),
+            validate,
+            units: 0,
+        }
+    }
+
+    /// Bytes held now, by everyone.
+    #[cfg(test)]
+    pub fn in_use(&self) -> usize {
+        self.lock().total
+    }
+
+    /// Bytes held now by `address`.
+    #[cfg(test)]
+    pub fn held_by(&self, address: IpAddr) -> usize {
+        self.lock().by_address.get(&address).copied().unwrap_or(0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        // A holder never panics while it holds the lock: the counts stay
+        // whole even if another thread did.
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl BodyHold {
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.units * UNIT
+    }
+
+    /// Holds `bytes` in all (rounded up to whole KiB), if every share
+    /// has room; otherwise holds what it held and says which share is
+    /// full. Never waits.
+    pub fn grow_to(&mut self, bytes: usize) -> Result<(), Shortfall> {
+        let want = bytes.div_ceil(UNIT) * UNIT;
+        let more = want.saturating_sub(self.bytes());
+        if more == 0 {
+            return Ok(());
+        }
+        let shares = self.memory.inner.shares;
+        let mut held = self.memory.lock();
+        let address = held
+            .by_address
+            .get(&self.client.address)
+            .copied()
+            .unwrap_or(0);
+        let connection = self.client.connection.load(Ordering::Relaxed);
+        if held.total + more > shares.total {
+            return Err(Shortfall::Pool);
+        }
+        if self.validate && held.validate + more > shares.validate {
+            return Err(Shortfall::Validate);
+        }
+        if connection + more > shares.per_connection {
+            return Err(Shortfall::Connection);
+        }
+        if address + more > shares.per_address {
+            return Err(Shortfall::Address);
+        }
+        held.total += more;
+        if self.validate {
+            held.validate += more;
+        }
+        held.by_address.insert(self.client.address, address + more);
+        self.client.connection.fetch_add(more, Ordering::Relaxed);
+        drop(held);
+        self.units = want / UNIT;
+        self.memory
+            .inner
+            .metrics
+            .add_memory_reserved("body", more as i64);
+        Ok(())
+    }
+
+    /// Gives back what is held beyond `bytes`.
+    pub fn shrink_to(&mut self, bytes: usize) {
+        let keep = bytes.div_ceil(UNIT).min(self.units);
+        self.release((self.units - keep) * UNIT);
+        self.units = keep;
+    }
+
+    fn release(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let mut held = self.memory.lock();
+        held.total -= bytes;
+        if self.validate {
+            held.validate -= bytes;
+        }
+        if let Some(by_address) = held.by_address.get_mut(&self.client.address) {
+            *by_address -= bytes;
+            if *by_address == 0 {
+                held.by_address.remove(&self.client.address);
+            }
+        }
+        self.client.connection.fetch_sub(bytes, Ordering::Relaxed);
+        drop(held);
+        self.memory
+            .inner
+            .metrics
+            .add_memory_reserved("body", -(bytes as i64));
+    }
+}
+
+impl Drop for BodyHold {
+    fn drop(&mut self) {
+        self.release(self.bytes());
     }
 }
 
@@ -210,22 +443,6 @@ mod tests {
             .err()
             .expect("larger than the pool");
         assert!(err.to_string().contains("more than the whole"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn a_reservation_shrinks_back_to_what_is_used() {
-        let metrics = Metrics::new();
-        let pool = MemoryPool::new("body", 100 * UNIT, metrics.clone());
-        let mut reserved = pool.reserve(80 * UNIT).await.unwrap();
-        reserved.shrink_to(10 * UNIT + 1);
-        assert_eq!(reserved.bytes(), 11 * UNIT);
-        assert_eq!(pool.in_use(), 11 * UNIT);
-        assert!(metrics.encode().contains(&format!(
-            r#"gpu_admission_memory_reserved_bytes{{pool="body"}} {}"#,
-            11 * UNIT
-        )));
-        drop(reserved);
-        assert_eq!(pool.in_use(), 0);
     }
 
     #[tokio::test]

@@ -1,26 +1,44 @@
-//! Accepting and serving connections, the same way on both listeners:
-//! a cap on open connections, a deadline for each request head, an idle
-//! timeout, and a drain that lets clients leave on their own. Each
+//! Accepting and serving connections, the same way on every listener:
+//! a cap on open connections at which the quietest connection makes room
+//! for a new one, a deadline for each request head, an idle timeout, a
+//! write timeout for peers that stop reading, bounded buffers per
+//! connection, and a drain that lets clients leave on their own. Each
 //! connection is timed by its watchdog ([`super::watchdog`]).
+use super::budget::Client;
 use super::metrics::Metrics;
 use super::shutdown::{Phase, ShutdownHandle};
 use super::watchdog::{Activity, Metered, Step, Tracked, Watch};
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
-/// Streams one HTTP/2 connection may have open at once (the apiserver
-/// multiplexes its webhook calls over a few connections).
-const MAX_CONCURRENT_STREAMS: u32 = 250;
+/// Streams one HTTP/2 connection may have open at once, answered or not:
+/// a stream whose answer the peer has not read stays open, so this bounds
+/// the answers one connection can leave unread. The apiserver opens
+/// another connection when it needs more (Go's HTTP/2 client does).
+pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 32;
+/// What hyper buffers per HTTP/1 connection, for reading requests and for
+/// writing answers (pipelined requests wait in it unread). Request heads
+/// larger than this are refused; a review's head is well under 4 KiB.
+pub(crate) const HTTP1_BUFFER: usize = 32 * 1024;
+/// What one HTTP/2 stream may buffer of its answer before the peer reads.
+const HTTP2_SEND_BUFFER: usize = 16 * 1024;
+/// The kernel's send buffer per connection (its autotuning would grow it
+/// to megabytes for a peer that stops reading, in the pod's memory).
+const SOCKET_SEND_BUFFER: usize = 64 * 1024;
+/// While at the cap with nothing quiet to close, look again this often.
+const EVICTION_RETRY: Duration = Duration::from_millis(100);
 /// Streams a client may open and reset before the server has picked them
 /// up; beyond it the connection gets GOAWAY (HTTP/2 rapid reset).
 const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
@@ -30,8 +48,13 @@ const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 256;
 /// it goes unanswered this long (a peer that vanished without a FIN).
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-/// Open connections on the metrics listener (scrapers and probes).
+/// Open connections on the metrics listener (scrapers).
 pub(crate) const METRICS_MAX_CONNECTIONS: u32 = 64;
+/// Open connections on the probe listener: the kubelet opens one per probe
+/// and closes it; anyone else holding them is made to leave at the cap.
+pub(crate) const HEALTH_MAX_CONNECTIONS: u32 = 16;
+/// A probe's head comes at once; the kubelet waits 2 s for the answer.
+pub(crate) const HEALTH_HEADER_READ: Duration = Duration::from_millis(500);
 
 /// Time limits for every connection of a listener.
 #[derive(Clone, Copy, Debug)]
@@ -45,6 +68,9 @@ pub(crate) struct Timeouts {
     pub idle: Duration,
     /// While draining, an HTTP/1 connection idle this long is closed.
     pub drain_window: Duration,
+    /// A connection whose writes stay blocked this long (the peer stopped
+    /// reading its answers) is closed, busy or not.
+    pub write: Duration,
 }
 
 /// One listener's connections: accepts, serves, counts them.
@@ -57,6 +83,9 @@ pub(crate) struct Edge {
     timeouts: Timeouts,
     slots: Arc<Semaphore>,
     max_connections: u32,
+    /// Every open connection, for choosing which makes room at the cap.
+    open: Mutex<HashMap<u64, Arc<Activity>>>,
+    next_id: AtomicU64,
     metrics: Metrics,
     shutdown: ShutdownHandle,
 }
@@ -78,11 +107,13 @@ impl Edge {
         builder
             .http1()
             .timer(TokioTimer::new())
+            .max_buf_size(HTTP1_BUFFER)
             .header_read_timeout(timeouts.idle + timeouts.header_read);
         builder
             .http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .max_send_buf_size(HTTP2_SEND_BUFFER)
             .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESET_STREAMS)
             .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS)
             .keep_alive_interval(KEEP_ALIVE_INTERVAL)
@@ -95,14 +126,20 @@ impl Edge {
             timeouts,
             slots: Arc::new(Semaphore::new(max_connections as usize)),
             max_connections,
+            open: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
             metrics,
             shutdown,
         }
     }
 
     /// Accepts until `stop` resolves, then drops the listener. At the cap
-    /// it stops accepting: new connections wait in the kernel's queue
-    /// instead of using up file descriptors.
+    /// a new connection is accepted and the quietest open one (nothing in
+    /// flight, quiet longest: an idle keep-alive, a stalled handshake) is
+    /// asked to leave to make room, as nginx reuses its idle keep-alive
+    /// connections; with none quiet, the new one waits for a slot and the
+    /// ones behind it wait in the kernel's queue instead of using up file
+    /// descriptors.
     pub(crate) async fn accept_until(
         self: Arc<Self>,
         listener: TcpListener,
@@ -110,14 +147,6 @@ impl Edge {
     ) {
         tokio::pin!(stop);
         loop {
-            let slot = tokio::select! {
-                biased;
-                _ = &mut stop => break,
-                slot = self.slots.clone().acquire_owned() => match slot {
-                    Ok(slot) => slot,
-                    Err(_) => break,
-                },
-            };
             let (tcp, peer) = tokio::select! {
                 biased;
                 _ = &mut stop => break,
@@ -131,11 +160,58 @@ impl Edge {
                     }
                 },
             };
+            let slot = tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                slot = self.make_room() => match slot {
+                    Some(slot) => slot,
+                    None => break,
+                },
+            };
             let edge = self.clone();
             tokio::spawn(async move {
                 edge.serve(tcp, peer).await;
                 drop(slot);
             });
+        }
+    }
+
+    /// A connection slot: a free one, or the one the quietest connection
+    /// gives back once asked to leave. `None` once the slots are closed.
+    async fn make_room(&self) -> Option<OwnedSemaphorePermit> {
+        loop {
+            match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => return Some(slot),
+                Err(TryAcquireError::Closed) => return None,
+                Err(TryAcquireError::NoPermits) => {}
+            }
+            // One at a time: the one asked leaves within its grace.
+            let wait = if self.evict_quietest() {
+                super::watchdog::EVICTED_GRACE + EVICTION_RETRY
+            } else {
+                EVICTION_RETRY
+            };
+            tokio::select! {
+                slot = self.slots.clone().acquire_owned() => return slot.ok(),
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Asks the open connection that has nothing in flight and has been
+    /// quiet longest to leave; false when every one is busy.
+    fn evict_quietest(&self) -> bool {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let victim = open
+            .values()
+            .filter(|a| a.quiet())
+            .min_by_key(|a| a.last_activity());
+        match victim {
+            Some(activity) => {
+                activity.evict();
+                true
+            }
+            None => false,
         }
     }
 
@@ -152,13 +228,25 @@ impl Edge {
     async fn serve(&self, tcp: TcpStream, peer: SocketAddr) {
         let _open = OpenConnection::new(&self.metrics, self.listener);
         let accepted = Instant::now();
+        let activity = Arc::new(Activity::new(accepted));
+        let _registered = self.register(&activity);
         let _ = tcp.set_nodelay(true);
+        let _ = socket2::SockRef::from(&tcp).set_send_buffer_size(SOCKET_SEND_BUFFER);
         let Some(acceptor) = &self.tls else {
-            return self.serve_http(tcp, accepted, peer).await;
+            return self.serve_http(tcp, activity, peer).await;
         };
         let handshake = acceptor.accept(tcp);
-        match tokio::time::timeout_at(accepted + self.timeouts.header_read, handshake).await {
-            Ok(Ok(tls)) => self.serve_http(tls, accepted, peer).await,
+        let handshake = tokio::time::timeout_at(accepted + self.timeouts.header_read, handshake);
+        let shaken = tokio::select! {
+            shaken = handshake => shaken,
+            _ = activity.evict.notified() => {
+                self.metrics.inc_connections_closed(self.listener, "evicted");
+                tracing::debug!(%peer, "closing a connection still in its TLS handshake to make room");
+                return;
+            }
+        };
+        match shaken {
+            Ok(Ok(tls)) => self.serve_http(tls, activity, peer).await,
             Ok(Err(err)) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
             Err(_) => {
                 self.metrics
@@ -168,11 +256,20 @@ impl Edge {
         }
     }
 
-    async fn serve_http<S>(&self, stream: S, accepted: Instant, peer: SocketAddr)
+    /// Lists the connection among the open ones until the guard drops.
+    fn register(&self, activity: &Arc<Activity>) -> Registered<'_> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, activity.clone());
+        Registered { edge: self, id }
+    }
+
+    async fn serve_http<S>(&self, stream: S, activity: Arc<Activity>, peer: SocketAddr)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let activity = Arc::new(Activity::new(accepted));
         let io = TokioIo::new(Metered {
             inner: stream,
             activity: activity.clone(),
@@ -180,6 +277,7 @@ impl Edge {
         let service = Tracked {
             app: self.app.clone(),
             activity: activity.clone(),
+            client: Client::connected(peer.ip()),
             shutdown: self.shutdown.clone(),
         };
         let conn = self.builder.serve_connection(io, service);
@@ -223,9 +321,34 @@ impl Edge {
                 _ = &mut draining, if watch.drain_started.is_none() => {
                     watch.drain_started = Some(Instant::now());
                 }
+                _ = activity.evict.notified(), if !watch.evicted => {
+                    self.metrics.inc_connections_closed(self.listener, "evicted");
+                    tracing::debug!(%peer, "asking a quiet connection to leave to make room");
+                    watch.evicted = true;
+                    if watch.going_away_since.is_none() {
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    watch.going_away_since = Some(Instant::now());
+                }
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
+    }
+}
+
+/// Keeps a connection listed among the open ones while it lives.
+struct Registered<'a> {
+    edge: &'a Edge,
+    id: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.edge
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
     }
 }
 

@@ -3,8 +3,8 @@
 //! memory and for its endpoint's evaluation slot, runs on its endpoint's
 //! answering threads (never the reactor's), and is answered before the
 //! apiserver's `?timeout=` whatever happens.
-use super::body::{read_body, BodyError, MAX_BODY_BYTES};
-use super::budget::{MemoryPool, Reserved, Slots};
+use super::body::{read_body, BodyError, BodyPace, BodyRules, MAX_BODY_BYTES};
+use super::budget::{BodyMemory, Client, MemoryPool, Reserved, Slots};
 use super::executor::{Executor, RunError};
 use super::health::Readiness;
 use super::metrics::{kind_label, Metrics};
@@ -12,8 +12,7 @@ use super::shutdown::ShutdownHandle;
 use super::{OnError, Webhook};
 use crate::admission::Outcome;
 use crate::review::{self, Request, Response};
-use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -33,7 +32,9 @@ pub(crate) struct AppState {
     pub webhook: Arc<dyn Webhook>,
     pub metrics: Metrics,
     /// Memory for bodies being read.
-    pub bodies: MemoryPool,
+    pub bodies: BodyMemory,
+    /// The pace a body must arrive at.
+    pub body_pace: BodyPace,
     /// Memory for decoded requests, until their answer is sent.
     pub decoded: MemoryPool,
     pub mutate_slots: Slots,
@@ -69,6 +70,14 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+/// The probe listener's routes: the kubelet's, and nothing else.
+pub(crate) fn health_router(state: Arc<AppState>) -> Router {
+    Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)
@@ -114,27 +123,16 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 
 async fn mutate(
     State(state): State<Arc<AppState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: HttpRequest,
 ) -> axum::response::Response {
-    review_request(state, Endpoint::Mutate, uri, content_length(&headers), body).await
+    review_request(state, Endpoint::Mutate, request).await
 }
 
 async fn validate(
     State(state): State<Arc<AppState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: HttpRequest,
 ) -> axum::response::Response {
-    review_request(
-        state,
-        Endpoint::Validate,
-        uri,
-        content_length(&headers),
-        body,
-    )
-    .await
+    review_request(state, Endpoint::Validate, request).await
 }
 
 /// The declared body length, if the client sent one.
@@ -147,13 +145,29 @@ fn content_length(headers: &HeaderMap) -> Option<usize> {
         .ok()
 }
 
+/// Whether the client waits for `100 Continue` before sending the body.
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+}
+
 async fn review_request(
     state: Arc<AppState>,
     endpoint: Endpoint,
-    uri: Uri,
-    declared: Option<usize>,
-    body: Body,
+    request: HttpRequest,
 ) -> axum::response::Response {
+    let (parts, body) = request.into_parts();
+    let uri: Uri = parts.uri;
+    let declared = content_length(&parts.headers);
+    let expects_continue = expects_continue(&parts.headers);
+    // Set by the connection; a router called directly has none.
+    let client = parts
+        .extensions
+        .get::<Client>()
+        .cloned()
+        .unwrap_or_else(Client::unknown);
     let started = Instant::now();
     let budget = answer_budget(uri.query());
     let span = tracing::info_span!(
@@ -166,19 +180,33 @@ async fn review_request(
     );
     let deadline = tokio::time::Instant::from_std(started) + budget;
     async move {
-        let read = tokio::time::timeout_at(
+        let rules = BodyRules {
+            memory: &state.bodies,
+            client: &client,
+            validate: endpoint == Endpoint::Validate,
+            limit: MAX_BODY_BYTES,
+            pace: state.body_pace,
             deadline,
-            read_body(body, declared, MAX_BODY_BYTES, &state.bodies),
-        )
-        .await;
-        let (bytes, body_memory) = match read.unwrap_or(Err(BodyError::Slow)) {
+        };
+        let (bytes, body_memory) = match read_body(body, declared, expects_continue, rules).await {
             Ok(read) => read,
             Err(err) => {
-                let status = match err {
-                    BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-                    BodyError::Slow => StatusCode::REQUEST_TIMEOUT,
-                    BodyError::Read(_) => StatusCode::BAD_REQUEST,
+                let (status, shed) = match &err {
+                    BodyError::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, None),
+                    BodyError::Slow | BodyError::BelowPace(_) => {
+                        (StatusCode::REQUEST_TIMEOUT, Some("body_timeout"))
+                    }
+                    BodyError::NoMemory(short) if short.is_clients() => {
+                        (StatusCode::TOO_MANY_REQUESTS, Some("client_share"))
+                    }
+                    BodyError::NoMemory(_) => {
+                        (StatusCode::SERVICE_UNAVAILABLE, Some("body_memory"))
+                    }
+                    BodyError::Read(_) => (StatusCode::BAD_REQUEST, None),
                 };
+                if let Some(reason) = shed {
+                    state.metrics.inc_rejections(endpoint.as_str(), reason);
+                }
                 return reject(&state, endpoint, started, status, err.to_string());
             }
         };
@@ -588,7 +616,7 @@ fn outcome(response: Response) -> Outcome {
     }
 }
 
-/// A 400, 408 or 413 with a plain-text message.
+/// A 400, 408, 413, 429 or 503 with a plain-text message.
 fn reject(
     state: &AppState,
     endpoint: Endpoint,
@@ -596,17 +624,29 @@ fn reject(
     status: StatusCode,
     message: String,
 ) -> axum::response::Response {
+    let decision = match status {
+        StatusCode::REQUEST_TIMEOUT => "timeout",
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => "overloaded",
+        _ => "invalid",
+    };
     state.metrics.observe_request(
         endpoint.as_str(),
         "other",
         "other",
-        "invalid",
+        decision,
         started.elapsed(),
     );
-    tracing::warn!(
-        status = status.as_u16(),
-        "unreadable admission review: {message}"
-    );
+    if decision == "invalid" {
+        tracing::warn!(
+            status = status.as_u16(),
+            "unreadable admission review: {message}"
+        );
+    } else {
+        tracing::warn!(
+            status = status.as_u16(),
+            "admission review refused before it was read: {message}"
+        );
+    }
     (
         status,
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
@@ -687,7 +727,11 @@ mod tests {
         let threads = |name| Executor::new(name, 1, 1, crate::server::DEFAULT_STACK).unwrap();
         AppState {
             webhook: Arc::new(AllowAll),
-            bodies: MemoryPool::new("body", 1 << 20, metrics.clone()),
+            bodies: BodyMemory::new(
+                crate::server::budget::BodyShares::of(1 << 20, 1 << 20),
+                metrics.clone(),
+            ),
+            body_pace: BodyPace::default(),
             decoded: MemoryPool::new("decoded", 1 << 20, metrics.clone()),
             mutate_slots: Slots::new("mutate", 10, metrics.clone()),
             validate_slots: Slots::new("validate", 10, metrics.clone()),

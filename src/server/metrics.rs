@@ -151,17 +151,20 @@ struct ProfileLabels {
 const CERTIFICATE_RELOAD_RESULTS: [&str; 3] = ["reloaded", "unchanged", "refused"];
 
 /// Why a review is answered without evaluation.
-const REJECTION_REASONS: [&str; 6] = [
+const REJECTION_REASONS: [&str; 9] = [
     "too_large",
     "memory_wait",
     "slot_wait",
     "deadline",
     "overloaded",
     "error",
+    "body_timeout",
+    "body_memory",
+    "client_share",
 ];
 
 /// Why the server closes a connection.
-const CLOSE_REASONS: [&str; 2] = ["header_timeout", "idle_timeout"];
+const CLOSE_REASONS: [&str; 4] = ["header_timeout", "idle_timeout", "write_timeout", "evicted"];
 
 /// A cheap, cloneable handle on the metrics registry.
 #[derive(Clone)]
@@ -207,7 +210,7 @@ impl Load {
         let rejections = Family::<RejectionLabels, Counter>::default();
         registry.register(
             "gpu_admission_rejected_requests",
-            "Requests answered without evaluation, by endpoint and reason (too_large, memory_wait, slot_wait, deadline, overloaded, error)",
+            "Requests answered without evaluation, by endpoint and reason (too_large, memory_wait, slot_wait, deadline, overloaded, error, body_timeout, body_memory, client_share)",
             rejections.clone(),
         );
         let slots_in_use = Family::<EndpointLabels, Gauge>::default();
@@ -322,10 +325,10 @@ impl Metrics {
         let connections_closed = Family::<ClosedLabels, Counter>::default();
         registry.register(
             "gpu_admission_connections_closed",
-            "Connections the server closed for a timeout, by listener and reason (header_timeout, idle_timeout)",
+            "Connections the server closed, by listener and reason (header_timeout, idle_timeout, write_timeout: the peer stopped reading; evicted: closed idle to make room at the connection cap)",
             connections_closed.clone(),
         );
-        for listener in ["webhook", "metrics"] {
+        for listener in ["webhook", "metrics", "health"] {
             for reason in CLOSE_REASONS {
                 let _ = connections_closed.get_or_create(&ClosedLabels { listener, reason });
             }

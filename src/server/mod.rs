@@ -6,6 +6,7 @@ mod body;
 mod budget;
 mod conn;
 mod executor;
+mod fds;
 mod handlers;
 pub mod health;
 pub mod metrics;
@@ -14,7 +15,7 @@ pub mod shutdown;
 pub mod tls;
 mod watchdog;
 
-pub use body::MAX_BODY_BYTES;
+pub use body::{BodyPace, MAX_BODY_BYTES};
 pub use budget::DEFAULT_IN_FLIGHT_BYTES;
 pub use executor::{Executor, RunError};
 pub use handlers::{parse_duration, DEFAULT_TIMEOUT};
@@ -180,8 +181,12 @@ pub struct ServeConfig {
     /// Serving certificate chain (PEM); with `tls_key`, else self-generated.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
-    /// Address of the plain-HTTP metrics listener; none disables it.
+    /// Address of the plain-HTTP metrics listener (`/metrics`, `/report`);
+    /// none disables it.
     pub metrics_listen: Option<SocketAddr>,
+    /// Address of the plain-HTTP probe listener (`/healthz`, `/readyz`
+    /// only, for the kubelet); none disables it.
+    pub health_listen: Option<SocketAddr>,
     /// Where self-generated certificates live.
     pub certs_dir: PathBuf,
     pub log_format: LogFormat,
@@ -205,8 +210,13 @@ pub struct ServeConfig {
     pub header_read_timeout: Duration,
     /// An HTTP/2 connection with no open stream this long gets GOAWAY.
     pub idle_timeout: Duration,
-    /// Connections open at once on the webhook listener; beyond it new
-    /// ones wait in the kernel's accept queue.
+    /// How far a request body may fall behind its minimum rate.
+    pub body_pace: BodyPace,
+    /// A connection whose answers the peer leaves unread this long is cut.
+    pub write_timeout: Duration,
+    /// Connections open at once on the webhook listener; at it, the
+    /// quietest makes room for a new one. Lowered at start to what the
+    /// process's file-descriptor limit allows.
     pub max_connections: usize,
     /// After a shutdown signal, keep accepting connections this long (with
     /// readiness false) so load balancers stop sending traffic first.
@@ -241,7 +251,8 @@ impl Default for ServeConfig {
             catalog: None,
             tls_cert: None,
             tls_key: None,
-            metrics_listen: Some(SocketAddr::from(([0, 0, 0, 0], 9090))),
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            health_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8081))),
             certs_dir: PathBuf::from("certs"),
             log_format: LogFormat::Text,
             max_concurrency: default_concurrency(),
@@ -252,6 +263,8 @@ impl Default for ServeConfig {
             exempt_namespaces: Vec::new(),
             header_read_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(120),
+            body_pace: BodyPace::default(),
+            write_timeout: Duration::from_secs(10),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             shutdown_delay: Duration::ZERO,
             drain_window: Duration::from_secs(5),
@@ -268,9 +281,11 @@ impl Default for ServeConfig {
 /// default for spawned threads.
 pub const DEFAULT_STACK: usize = 2 << 20;
 
-/// Room for a large control plane's 1,000 concurrent webhook connections,
-/// with margin.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1500;
+/// Room for a large control plane's concurrent webhook connections, with
+/// margin; with their buffers bounded (docs/server.md, "Memory per
+/// connection") they fit the Deployment's memory beside the in-flight
+/// budget.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1000;
 
 /// Twice the cores: evaluation is CPU work, and a little slack hides
 /// scheduling gaps.
@@ -283,6 +298,9 @@ pub struct Server {
     config: ServeConfig,
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
+    health_listener: Option<TcpListener>,
+    /// `max_connections` as the file-descriptor limit allows.
+    max_connections: u32,
     resolver: Arc<CertResolver>,
     cert_files: (PathBuf, PathBuf),
     acceptor: TlsAcceptor,
@@ -329,6 +347,7 @@ impl Server {
         if config.max_connections == 0 || u32::try_from(config.max_connections).is_err() {
             anyhow::bail!("--max-connections must be between 1 and {}", u32::MAX);
         }
+        let max_connections = fds::connections_allowed(config.max_connections)?;
         let (cert, key) = match (&config.tls_cert, &config.tls_key) {
             (Some(cert), Some(key)) => (cert.clone(), key.clone()),
             (None, None) => self_generated(&config.certs_dir).await?,
@@ -351,6 +370,14 @@ impl Server {
             ),
             None => None,
         };
+        let health_listener = match config.health_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} for probes"))?,
+            ),
+            None => None,
+        };
         // One thread per slot: a request holding a slot always finds a
         // thread, and mutations never wait behind validations. The queues
         // hold what a slot-holder hands over while its thread finishes
@@ -366,7 +393,11 @@ impl Server {
             webhook,
             mutate_threads,
             validate_threads,
-            bodies: budget::MemoryPool::new("body", body_bytes, metrics.clone()),
+            bodies: budget::BodyMemory::new(
+                budget::BodyShares::of(body_bytes, MAX_BODY_BYTES),
+                metrics.clone(),
+            ),
+            body_pace: config.body_pace,
             decoded: budget::MemoryPool::new("decoded", decoded_bytes, metrics.clone()),
             mutate_slots: budget::Slots::new(
                 "mutate",
@@ -385,6 +416,8 @@ impl Server {
             config,
             listener,
             metrics_listener,
+            health_listener,
+            max_connections,
             resolver,
             cert_files: (cert, key),
             acceptor,
@@ -412,6 +445,19 @@ impl Server {
             .and_then(|l| l.local_addr().ok())
     }
 
+    /// The probe listener's address, if enabled.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    /// Connections the webhook listener takes at once: `--max-connections`,
+    /// or less where the file-descriptor limit does not allow it.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections as usize
+    }
+
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.state.shutdown.clone()
     }
@@ -427,6 +473,8 @@ impl Server {
             config,
             listener,
             metrics_listener,
+            health_listener,
+            max_connections,
             resolver,
             cert_files: (cert, key),
             acceptor,
@@ -439,6 +487,7 @@ impl Server {
             header_read: config.header_read_timeout,
             idle: config.idle_timeout,
             drain_window: config.drain_window,
+            write: config.write_timeout,
         };
         if let Some(addr) = metrics_listener.as_ref().and_then(|l| l.local_addr().ok()) {
             tracing::info!(metrics_addr = %addr, "serving metrics");
@@ -455,10 +504,28 @@ impl Server {
             ));
             tokio::spawn(edge.accept_until(l, std::future::pending()))
         });
+        // The kubelet's probes get a listener of their own: nothing sent
+        // to the webhook or metrics ports can keep them waiting.
+        if let Some(addr) = health_listener.as_ref().and_then(|l| l.local_addr().ok()) {
+            tracing::info!(health_addr = %addr, "serving probes");
+        }
+        let health_task = health_listener.map(|l| {
+            let edge = Arc::new(Edge::new(
+                "health",
+                None,
+                handlers::health_router(state.clone()),
+                Timeouts {
+                    header_read: conn::HEALTH_HEADER_READ,
+                    ..timeouts
+                },
+                conn::HEALTH_MAX_CONNECTIONS,
+                state.metrics.clone(),
+                shutdown.clone(),
+            ));
+            tokio::spawn(edge.accept_until(l, std::future::pending()))
+        });
         tracing::info!(addr = %listener.local_addr()?, "serving admission webhooks");
 
-        // `bind` checked that the cap fits.
-        let max_connections = u32::try_from(config.max_connections).unwrap_or(u32::MAX);
         let edge = Arc::new(Edge::new(
             "webhook",
             Some(acceptor),
@@ -489,7 +556,7 @@ impl Server {
             _ = shutdown.reached(Phase::Aborted) => false,
             _ = tokio::time::sleep(config.drain_timeout) => false,
         };
-        if let Some(task) = metrics_task {
+        for task in [metrics_task, health_task].into_iter().flatten() {
             task.abort();
         }
         if drained {

@@ -5,7 +5,11 @@
 //! detection, which hyper's own timers do not, and it tells an idle
 //! keep-alive connection (kept for `--idle-timeout`, as clients keep
 //! theirs) from one that is slowly sending a request head (cut at the
-//! header timeout).
+//! header timeout). The stream also holds back reading while its answers
+//! cannot be written (a peer that stops reading sends no more requests),
+//! and the watchdog cuts a connection whose writes stay blocked for the
+//! write timeout, or that the listener evicted to make room.
+use super::budget::Client;
 use super::conn::Timeouts;
 use super::shutdown::ShutdownHandle;
 use axum::http::header::{HeaderValue, CONNECTION};
@@ -16,8 +20,8 @@ use hyper::body::Incoming;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
@@ -36,6 +40,16 @@ pub(super) struct Activity {
     /// next request head), in nanoseconds after `accepted` plus one; zero
     /// when none has come since the last request started.
     pending_nanos: AtomicU64,
+    /// When a write last found the peer's window and our buffers full, in
+    /// nanoseconds after `accepted` plus one; zero while writes go through.
+    write_blocked_nanos: AtomicU64,
+    /// The reader held back while writes are blocked, woken when they
+    /// go through again.
+    held_reader: Mutex<Option<Waker>>,
+    /// The listener asked this connection to make room.
+    evicted: AtomicBool,
+    /// Wakes the connection's watchdog on eviction.
+    pub evict: tokio::sync::Notify,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +61,8 @@ pub(super) struct Snapshot {
     last_activity: Instant,
     /// A request head has started arriving at this time.
     pending: Option<Instant>,
+    /// Writes have been blocked since this time.
+    write_blocked: Option<Instant>,
 }
 
 impl Activity {
@@ -58,7 +74,66 @@ impl Activity {
             http2: AtomicBool::new(false),
             last_nanos: AtomicU64::new(0),
             pending_nanos: AtomicU64::new(0),
+            write_blocked_nanos: AtomicU64::new(0),
+            held_reader: Mutex::new(None),
+            evicted: AtomicBool::new(false),
+            evict: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Nothing in flight: a candidate to close when the listener is full.
+    pub fn quiet(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) == 0 && !self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// The start or end of the latest request, or the accept.
+    pub fn last_activity(&self) -> Instant {
+        self.accepted + Duration::from_nanos(self.last_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Asks the connection to leave, to make room for a new one.
+    pub fn evict(&self) {
+        self.evicted.store(true, Ordering::Relaxed);
+        self.evict.notify_one();
+    }
+
+    fn write_blocked(&self) {
+        if self.write_blocked_nanos.load(Ordering::Relaxed) == 0 {
+            self.write_blocked_nanos
+                .store(self.now_nanos() + 1, Ordering::Relaxed);
+        }
+    }
+
+    fn write_went_through(&self) {
+        if self.write_blocked_nanos.swap(0, Ordering::Relaxed) != 0 {
+            let held = self
+                .held_reader
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(reader) = held {
+                reader.wake();
+            }
+        }
+    }
+
+    /// Whether reading must wait for writes; if so, `waker` is woken once
+    /// a write goes through.
+    fn hold_reader(&self, waker: &Waker) -> bool {
+        if self.write_blocked_nanos.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let mut held = self
+            .held_reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Checked again under the lock: a write may have gone through and
+        // looked for a reader to wake just before.
+        if self.write_blocked_nanos.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        *held = Some(waker.clone());
+        true
     }
 
     fn now_nanos(&self) -> u64 {
@@ -96,6 +171,10 @@ impl Activity {
                 0 => None,
                 n => Some(self.accepted + Duration::from_nanos(n - 1)),
             },
+            write_blocked: match self.write_blocked_nanos.load(Ordering::Relaxed) {
+                0 => None,
+                n => Some(self.accepted + Duration::from_nanos(n - 1)),
+            },
         }
     }
 }
@@ -112,10 +191,26 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        // Answers the peer has not read stay bounded: no more requests are
+        // read from it until they are written.
+        if self.activity.hold_reader(cx.waker()) {
+            return Poll::Pending;
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
             self.activity.bytes_read();
+        }
+        polled
+    }
+}
+
+impl<S> Metered<S> {
+    /// Records whether a write went through.
+    fn wrote<T>(&self, polled: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        match &polled {
+            Poll::Pending => self.activity.write_blocked(),
+            Poll::Ready(_) => self.activity.write_went_through(),
         }
         polled
     }
@@ -127,7 +222,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.wrote(polled)
     }
 
     fn poll_write_vectored(
@@ -135,7 +231,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.wrote(polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -143,7 +240,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.wrote(polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -174,12 +272,14 @@ impl Drop for InFlight {
     }
 }
 
-/// The router, recording activity; while draining, HTTP/1 answers carry
-/// `Connection: close` so keep-alive clients leave after their response.
+/// The router, recording activity and telling each request who sent it;
+/// while draining, HTTP/1 answers carry `Connection: close` so keep-alive
+/// clients leave after their response.
 #[derive(Clone)]
 pub(super) struct Tracked {
     pub app: Router,
     pub activity: Arc<Activity>,
+    pub client: Client,
     pub shutdown: ShutdownHandle,
 }
 
@@ -188,7 +288,8 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(self.client.clone());
         let http1 = request.version() < Version::HTTP_2;
         let in_flight = InFlight::begin(&self.activity, !http1);
         let app = self.app.clone();
@@ -221,14 +322,28 @@ pub(super) enum Step {
 pub(super) struct Watch {
     pub drain_started: Option<Instant>,
     pub going_away_since: Option<Instant>,
+    /// Told to leave to make room: it gets [`EVICTED_GRACE`], not the
+    /// header timeout, to do so.
+    pub evicted: bool,
 }
 
 /// Longest nap between checks when nothing is due.
 const FAR: Duration = Duration::from_secs(3600);
+/// How long an evicted connection with nothing in flight has to leave
+/// (an HTTP/2 peer to read its GOAWAY) before it is dropped.
+pub(super) const EVICTED_GRACE: Duration = Duration::from_secs(1);
 
 impl Watch {
     pub fn next(&self, a: &Snapshot, t: &Timeouts, now: Instant) -> Step {
         let mut wake = now + FAR;
+        // A peer that stopped reading its answers is cut, busy or not.
+        if let Some(blocked) = a.write_blocked {
+            let deadline = blocked + t.write;
+            if now >= deadline {
+                return Step::Close(Some("write_timeout"));
+            }
+            wake = wake.min(deadline);
+        }
         if !a.served {
             let deadline = a.accepted + t.header_read;
             if now >= deadline {
@@ -249,7 +364,12 @@ impl Watch {
         if let Some(since) = self.going_away_since {
             // Told to leave: with nothing in flight it gets the header
             // timeout to do so (a peer ignoring GOAWAY is then dropped).
-            let (deadline, due) = idle_deadline(t.header_read, since);
+            let grace = if self.evicted {
+                EVICTED_GRACE
+            } else {
+                t.header_read
+            };
+            let (deadline, due) = idle_deadline(grace, since);
             if due {
                 return Step::Close(None);
             }
@@ -298,6 +418,7 @@ mod tests {
         header_read: Duration::from_secs(5),
         idle: Duration::from_secs(60),
         drain_window: Duration::from_secs(3),
+        write: Duration::from_secs(10),
     };
 
     fn fresh(at: Instant) -> Snapshot {
@@ -308,6 +429,7 @@ mod tests {
             http2: false,
             last_activity: at,
             pending: None,
+            write_blocked: None,
         }
     }
 
@@ -436,6 +558,47 @@ mod tests {
         assert_eq!(
             w.next(&busy, &T, drain + secs(4)),
             Step::Wait(drain + secs(7))
+        );
+    }
+
+    #[test]
+    fn a_peer_that_stops_reading_is_cut_after_the_write_timeout_busy_or_not() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            http2: true,
+            in_flight: 250,
+            write_blocked: Some(t0 + secs(2)),
+            ..fresh(t0)
+        };
+        let w = Watch::default();
+        assert_eq!(w.next(&a, &T, t0 + secs(3)), Step::Wait(t0 + secs(12)));
+        assert_eq!(
+            w.next(&a, &T, t0 + secs(12)),
+            Step::Close(Some("write_timeout"))
+        );
+    }
+
+    #[test]
+    fn an_evicted_connection_is_dropped_after_a_short_grace() {
+        let t0 = Instant::now();
+        let a = Snapshot {
+            served: true,
+            http2: true,
+            ..fresh(t0)
+        };
+        let w = Watch {
+            going_away_since: Some(t0 + secs(60)),
+            evicted: true,
+            ..Watch::default()
+        };
+        assert_eq!(
+            w.next(&a, &T, t0 + secs(60)),
+            Step::Wait(t0 + secs(60) + EVICTED_GRACE)
+        );
+        assert_eq!(
+            w.next(&a, &T, t0 + secs(60) + EVICTED_GRACE),
+            Step::Close(None)
         );
     }
 

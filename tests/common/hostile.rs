@@ -115,10 +115,12 @@ pub fn hostile_review(shape: Shape) -> Vec<u8> {
     body
 }
 
-/// A `gpu-admission serve` child process on a loopback port.
+/// A `gpu-admission serve` child process on loopback ports.
 pub struct ServerProcess {
     pub child: Child,
     pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub health_addr: SocketAddr,
     pub ca_pem: String,
     _certs: tempfile::TempDir,
 }
@@ -134,7 +136,9 @@ impl ServerProcess {
                 "--listen",
                 "127.0.0.1:0",
                 "--metrics-listen",
-                "off",
+                "127.0.0.1:0",
+                "--health-listen",
+                "127.0.0.1:0",
             ])
             .args(["--log-format", "json", "--certs-dir"])
             .arg(certs.path())
@@ -148,26 +152,37 @@ impl ServerProcess {
         let (tx, rx) = std::sync::mpsc::channel();
         // Keeps draining the log so the server never blocks on a full pipe.
         std::thread::spawn(move || {
+            let (mut metrics, mut health) = (None, None);
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if sent {
                     continue;
                 }
-                if let Ok(entry) = serde_json::from_str::<Value>(&line) {
-                    if let Some(addr) = entry["fields"]["addr"].as_str() {
-                        let _ = tx.send(addr.parse::<SocketAddr>().unwrap());
-                        sent = true;
-                    }
+                let Ok(entry) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                let field = |name: &str| {
+                    entry["fields"][name]
+                        .as_str()
+                        .map(|a| a.parse::<SocketAddr>().unwrap())
+                };
+                metrics = metrics.or(field("metrics_addr"));
+                health = health.or(field("health_addr"));
+                if let Some(addr) = field("addr") {
+                    let _ = tx.send((addr, metrics, health));
+                    sent = true;
                 }
             }
         });
-        let addr = rx
+        let (addr, metrics_addr, health_addr) = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("server logs its address");
         let ca_pem = std::fs::read_to_string(certs.path().join("ca.crt")).unwrap();
         ServerProcess {
             child,
             addr,
+            metrics_addr: metrics_addr.expect("server logs its metrics address"),
+            health_addr: health_addr.expect("server logs its probe address"),
             ca_pem,
             _certs: certs,
         }

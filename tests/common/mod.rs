@@ -25,6 +25,7 @@ pub fn config() -> ServeConfig {
     ServeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        health_listen: Some("127.0.0.1:0".parse().unwrap()),
         header_read_timeout: Duration::from_secs(2),
         drain_window: Duration::from_secs(1),
         drain_timeout: Duration::from_secs(10),
