@@ -16,7 +16,8 @@
 #    ports, volumes -> ConfigMap/Secret, selectors -> pod labels, the
 #    webhook's own namespace excluded, the server's flags. The NetworkPolicy
 #    selects the server's pods and opens exactly their ports (8443 to all,
-#    9090 to labelled monitoring namespaces); the grace period outlasts the
+#    9090 to labelled monitoring namespaces, 8081 to no pod: the kubelet's
+#    probes come from the node); the grace period outlasts the
 #    preStop pause, the drain window and the drain timeout; the memory
 #    request equals the limit; the priority class has its ResourceQuota.
 # 5. The webhooks' matchConditions are evaluated (CEL, cel-python) on the
@@ -327,9 +328,11 @@ def references(objs, label):
     for p in svc["spec"]["ports"]:
         check(p["targetPort"] in ports, f"{label}: Service port {p['name']} targets unknown port {p['targetPort']}")
     check(ports.get("metrics") == 9090, f"{label}: the metrics port is 9090 named metrics")
+    check(ports.get("health") == 8081, f"{label}: the probe port is 8081 named health")
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         get = container.get(probe, {}).get("httpGet", {})
-        check(get.get("path") == path and get.get("port") in ports, f"{label}: {probe} must GET {path} on a named port")
+        check(get.get("path") == path and get.get("port") == "health",
+              f"{label}: {probe} must GET {path} on the probe port (health), apart from metrics traffic")
 
     args = container.get("args", [])
     check(args[:1] == ["serve"], f"{label}: container args start with serve")
@@ -424,7 +427,8 @@ MONITORING_LABEL = "gpu-admission.io/metrics-scraper"
 
 def network_policy(objs, label):
     """The NetworkPolicy selects the server's pods and opens exactly their
-    ports: https to any source, metrics only to labelled namespaces."""
+    ports: https to any source, metrics only to labelled namespaces, the
+    probe port to no pod (the kubelet comes from the node)."""
     dep = one(objs, "Deployment", "gpu-admission")
     pod = dep.get("spec", {}).get("template", {})
     labels = pod.get("metadata", {}).get("labels", {})
@@ -447,8 +451,11 @@ def network_policy(objs, label):
             port = ports.get(p.get("port"), p.get("port"))
             check(port not in opened, f"{where}: port {port} is in two rules")
             opened[port] = rule.get("from")
-    check(set(opened) == set(ports.values()),
-          f"{where}: opens ports {sorted(opened, key=str)}, the container has {sorted(ports.values())}")
+    # The probe port is for the kubelet, which comes from the node: no pod
+    # may reach it, so no rule opens it.
+    served = {p for name, p in ports.items() if name != "health"}
+    check(set(opened) == served,
+          f"{where}: opens ports {sorted(opened, key=str)}, the container serves {sorted(served)} to pods")
     check("https" in ports and opened.get(ports["https"]) is None,
           f"{where}: the webhook port must be open to any source (the API server's address is not portable)")
     metrics_from = opened.get(ports.get("metrics")) or []
@@ -770,7 +777,7 @@ def run_server(objs, binary, run_dir):
     for a in container["args"]:
         a = a.replace("$(POD_NAMESPACE)", ns)
         flag, _, value = a.partition("=")
-        if flag in ("--listen", "--metrics-listen"):
+        if flag in ("--listen", "--metrics-listen", "--health-listen"):
             port = int(value.rsplit(":", 1)[1])
             name = next(n for n, p in ports.items() if p == port)
             a = f"{flag}=127.0.0.1:{local[name]}"

@@ -165,14 +165,15 @@ pub(crate) struct BodyShares {
 
 impl BodyShares {
     /// Shares of a pool of `total` bytes in which one body may reach
-    /// `largest`: `/validate` two thirds, an address half, a connection a
-    /// quarter, and never less than one largest body each.
+    /// `largest`: `/validate` two thirds, an address two thirds (the
+    /// apiserver may send several of the largest bodies at once), a
+    /// connection a third, and never less than one largest body each.
     pub fn of(total: usize, largest: usize) -> BodyShares {
         BodyShares {
             total,
             validate: (total / 3 * 2).max(largest),
-            per_address: (total / 2).max(largest),
-            per_connection: (total / 4).max(largest),
+            per_address: (total / 3 * 2).max(largest),
+            per_connection: (total / 3).max(largest),
         }
     }
 }
