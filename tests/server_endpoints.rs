@@ -34,6 +34,71 @@ async fn health_and_readiness_on_both_listeners() {
     server.stop().await;
 }
 
+/// The probe listener answers the kubelet's two paths and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_listener_serves_only_the_probes() {
+    let server = TestServer::start(config()).await;
+    assert_eq!(
+        server.get_health_listener("/healthz").await,
+        (StatusCode::OK, "ok\n".into())
+    );
+    assert_eq!(
+        server.get_health_listener("/readyz").await,
+        (StatusCode::OK, "ok\n".into())
+    );
+    for path in ["/metrics", "/report", "/mutate"] {
+        assert_eq!(
+            server.get_health_listener(path).await.0,
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+    }
+    server.shutdown.trigger();
+    assert_eq!(
+        server.get_health_listener("/readyz").await.0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not ready once shutting down"
+    );
+}
+
+/// `Expect: 100-continue` with a declared body over the limit gets 413 at
+/// once, never `100 Continue`; within the limit the body is asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_continue_over_the_limit_gets_413_without_continue() {
+    let server = TestServer::start(config()).await;
+    let mut client = server.connect().await;
+    client
+        .write_raw(
+            b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 8388608\r\nExpect: 100-continue\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(2), client.read_response())
+        .await
+        .expect("answered without waiting for the body")
+        .unwrap();
+    assert_eq!(response.status, 413, "{}", response.text());
+
+    let body = serde_json::to_vec(&fixture("pod-create-gpu.json")).unwrap();
+    let mut client = server.connect().await;
+    client
+        .write_raw(
+            format!(
+                "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let interim = client.read_response().await.unwrap();
+    assert_eq!(interim.status, 100, "the body is asked for");
+    client.write_raw(&body).await.unwrap();
+    let response = client.read_response().await.unwrap();
+    assert_eq!(response.status, 200, "{}", response.text());
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review_uid_is_echoed_on_both_endpoints() {
     let server = TestServer::start(config()).await;

@@ -26,18 +26,23 @@ const UNIT: usize = 1024;
 /// the default 48 MiB each.
 pub const DEFAULT_IN_FLIGHT_BYTES: usize = 160 << 20;
 
-/// A pool of memory that requests reserve before using it.
+/// A pool of memory that requests reserve before using it; `/validate`
+/// requests may be held to a part of it, the rest kept for `/mutate`.
 #[derive(Clone)]
 pub(crate) struct MemoryPool {
     name: &'static str,
     semaphore: Arc<Semaphore>,
     units: usize,
+    /// The part `/validate` may hold, taken before the pool itself (always
+    /// in that order, so the two never deadlock).
+    validate: Option<(Arc<Semaphore>, usize)>,
     metrics: Metrics,
 }
 
 /// Memory reserved from a [`MemoryPool`]; returned when dropped.
 pub(crate) struct Reserved {
     permit: OwnedSemaphorePermit,
+    _validate: Option<OwnedSemaphorePermit>,
     pool: &'static str,
     metrics: Metrics,
 }
@@ -58,13 +63,17 @@ impl MemoryPool {
             name,
             semaphore: Arc::new(Semaphore::new(units)),
             units,
+            validate: None,
             metrics,
         }
     }
 
-    /// Bytes in the pool.
-    pub fn capacity(&self) -> usize {
-        self.units * UNIT
+    /// The same pool, with `/validate` reservations held to `bytes` of it
+    /// in all (at most the whole pool).
+    pub fn with_validate_share(mut self, bytes: usize) -> MemoryPool {
+        let units = (bytes / UNIT).clamp(1, self.units);
+        self.validate = Some((Arc::new(Semaphore::new(units)), units));
+        self
     }
 
     /// Bytes reserved now, by everyone.
@@ -75,16 +84,37 @@ impl MemoryPool {
 
     /// Waits until `bytes` are free and reserves them, all at once: a
     /// request never holds part of a pool while it waits for more.
+    #[cfg(test)]
     pub async fn reserve(&self, bytes: usize) -> Result<Reserved, TooBig> {
+        self.reserve_for(bytes, false).await
+    }
+
+    /// [`MemoryPool::reserve`] for `/validate` (`validate`), within its
+    /// share, or for `/mutate`, from the whole pool.
+    pub async fn reserve_for(&self, bytes: usize, validate: bool) -> Result<Reserved, TooBig> {
         let units = bytes.div_ceil(UNIT);
-        if units > self.units {
+        let share = match &self.validate {
+            Some((share, share_units)) if validate => Some((share, *share_units)),
+            _ => None,
+        };
+        let limit = share.map_or(self.units, |(_, share_units)| share_units);
+        if units > limit {
             return Err(TooBig {
                 pool: self.name,
                 wanted_mib: (units * UNIT) >> 20,
-                total_mib: self.capacity() >> 20,
+                total_mib: (limit * UNIT) >> 20,
             });
         }
         // Never closed, and `units` fits in u32 since the pool does.
+        let validate_permit = match share {
+            Some((share, _)) => {
+                let Ok(permit) = share.clone().acquire_many_owned(units as u32).await else {
+                    unreachable!("memory pools are never closed")
+                };
+                Some(permit)
+            }
+            None => None,
+        };
         let Ok(permit) = self
             .semaphore
             .clone()
@@ -97,6 +127,7 @@ impl MemoryPool {
             .add_memory_reserved(self.name, (units * UNIT) as i64);
         Ok(Reserved {
             permit,
+            _validate: validate_permit,
             pool: self.name,
             metrics: self.metrics.clone(),
         })
@@ -431,6 +462,37 @@ mod tests {
         drop(first);
         let second = tokio::time::timeout(Duration::from_secs(5), waiting);
         assert_eq!(second.await.unwrap().unwrap().unwrap(), 50 * UNIT);
+    }
+
+    /// `/validate` reservations wait within their share: memory beyond it
+    /// stays free for `/mutate`, which never queues behind them.
+    #[tokio::test]
+    async fn validate_reservations_leave_the_rest_to_mutate() {
+        let pool =
+            MemoryPool::new("decoded", 100 * UNIT, Metrics::new()).with_validate_share(70 * UNIT);
+        let first = pool.reserve_for(60 * UNIT, true).await.unwrap();
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.reserve_for(20 * UNIT, true).await.map(|r| r.bytes()) }
+        });
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "past the /validate share");
+        let mutate =
+            tokio::time::timeout(Duration::from_secs(5), pool.reserve_for(40 * UNIT, false))
+                .await
+                .expect("/mutate does not queue behind /validate")
+                .unwrap();
+        assert_eq!(pool.in_use(), 100 * UNIT);
+        assert!(
+            pool.reserve_for(71 * UNIT, true).await.is_err(),
+            "more than the share can never be granted"
+        );
+        drop((first, mutate));
+        let second = tokio::time::timeout(Duration::from_secs(5), waiting);
+        assert_eq!(second.await.unwrap().unwrap().unwrap(), 20 * UNIT);
+        assert_eq!(pool.in_use(), 0);
     }
 
     #[tokio::test]

@@ -359,27 +359,33 @@ async fn admit(
         }
     };
     let waiting = Instant::now();
-    let memory =
-        match tokio::time::timeout_at(deadline, state.decoded.reserve(shape.decoded_bytes)).await {
-            Ok(Ok(memory)) => memory,
-            Ok(Err(e)) => {
-                return Err(too_large(
-                    uid_of(bytes).map_err(Refusal::Unreadable)?,
-                    e.to_string(),
-                ))
-            }
-            Err(_) => {
-                let uid = uid_of(bytes).map_err(Refusal::Unreadable)?;
-                state
-                    .metrics
-                    .inc_rejections(endpoint.as_str(), "memory_wait");
-                return Err(Refusal::Answered {
-                    uid,
-                    response: unanswered(state, endpoint, Unanswered::Timeout(budget)),
-                    decision: "timeout",
-                });
-            }
-        };
+    let memory = match tokio::time::timeout_at(
+        deadline,
+        state
+            .decoded
+            .reserve_for(shape.decoded_bytes, endpoint == Endpoint::Validate),
+    )
+    .await
+    {
+        Ok(Ok(memory)) => memory,
+        Ok(Err(e)) => {
+            return Err(too_large(
+                uid_of(bytes).map_err(Refusal::Unreadable)?,
+                e.to_string(),
+            ))
+        }
+        Err(_) => {
+            let uid = uid_of(bytes).map_err(Refusal::Unreadable)?;
+            state
+                .metrics
+                .inc_rejections(endpoint.as_str(), "memory_wait");
+            return Err(Refusal::Answered {
+                uid,
+                response: unanswered(state, endpoint, Unanswered::Timeout(budget)),
+                decision: "timeout",
+            });
+        }
+    };
     state
         .metrics
         .observe_queue_wait(endpoint.as_str(), "memory", waiting.elapsed());

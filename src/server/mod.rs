@@ -398,7 +398,10 @@ impl Server {
                 metrics.clone(),
             ),
             body_pace: config.body_pace,
-            decoded: budget::MemoryPool::new("decoded", decoded_bytes, metrics.clone()),
+            // /validate may hold the largest decoded request and no more;
+            // the rest is kept for /mutate.
+            decoded: budget::MemoryPool::new("decoded", decoded_bytes, metrics.clone())
+                .with_validate_share(largest_decoded),
             mutate_slots: budget::Slots::new(
                 "mutate",
                 config.max_mutate_concurrency,

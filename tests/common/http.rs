@@ -161,6 +161,10 @@ impl Client {
             headers,
             body: Vec::new(),
         };
+        if (100..200).contains(&response.status) {
+            // An interim answer (`100 Continue`) has no body.
+            return Ok(response);
+        }
         if let Some(len) = response.header("content-length") {
             let len: usize = len.parse().map_err(|_| invalid("bad content-length"))?;
             while self.buf.len() < len {

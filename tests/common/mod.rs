@@ -37,6 +37,7 @@ pub fn config() -> ServeConfig {
 pub struct TestServer {
     pub addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
+    pub health_addr: Option<SocketAddr>,
     /// The CA the serving certificate chains to (PEM).
     pub ca_pem: String,
     /// Directory holding ca.crt (and, when self-generated, tls.crt/tls.key).
@@ -80,11 +81,13 @@ impl TestServer {
             .expect("server binds");
         let addr = server.local_addr();
         let metrics_addr = server.metrics_addr();
+        let health_addr = server.health_addr();
         let ca_pem = std::fs::read_to_string(certs_dir.join("ca.crt")).expect("ca.crt");
         let task = tokio::spawn(server.run());
         TestServer {
             addr,
             metrics_addr,
+            health_addr,
             ca_pem,
             certs_dir,
             shutdown,
@@ -129,6 +132,12 @@ impl TestServer {
     /// GET on the plain-HTTP metrics listener.
     pub async fn get_metrics_listener(&self, path: &str) -> (StatusCode, String) {
         let addr = self.metrics_addr.expect("metrics listener");
+        plain_get(addr, path).await
+    }
+
+    /// GET `path` on the probe listener.
+    pub async fn get_health_listener(&self, path: &str) -> (StatusCode, String) {
+        let addr = self.health_addr.expect("probe listener");
         plain_get(addr, path).await
     }
 
