@@ -32,7 +32,9 @@ LABEL org.opencontainers.image.title="gpu-admission" \
 COPY --from=builder /out/gpu-admission /usr/local/bin/gpu-admission
 # distroless "nonroot": uid/gid 65532, as deploy/base/deployment.yaml runs it.
 USER 65532:65532
-# 8443: /mutate, /validate (TLS); 9090: /metrics, /healthz, /readyz (HTTP).
-EXPOSE 8443 9090
+# 8443: /mutate, /validate (TLS); 9090: /metrics, /report (HTTP); 8081: the
+# kubelet's /healthz, /readyz (HTTP). The Deployment binds the last two to the
+# pod's address; a bare `serve` keeps them on loopback.
+EXPOSE 8443 9090 8081
 ENTRYPOINT ["/usr/local/bin/gpu-admission"]
 CMD ["serve"]

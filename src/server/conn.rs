@@ -27,16 +27,19 @@ use tokio_rustls::TlsAcceptor;
 /// a stream whose answer the peer has not read stays open, so this bounds
 /// the answers one connection can leave unread. The apiserver opens
 /// another connection when it needs more (Go's HTTP/2 client does).
-pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 32;
+pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 16;
 /// What hyper buffers per HTTP/1 connection, for reading requests and for
 /// writing answers (pipelined requests wait in it unread). Request heads
 /// larger than this are refused; a review's head is well under 4 KiB.
-pub(crate) const HTTP1_BUFFER: usize = 32 * 1024;
+pub(crate) const HTTP1_BUFFER: usize = 16 * 1024;
 /// What one HTTP/2 stream may buffer of its answer before the peer reads.
 const HTTP2_SEND_BUFFER: usize = 16 * 1024;
 /// The kernel's send buffer per connection (its autotuning would grow it
 /// to megabytes for a peer that stops reading, in the pod's memory).
 const SOCKET_SEND_BUFFER: usize = 64 * 1024;
+/// TLS records rustls holds for a connection before the socket takes them
+/// (rustls' own default is 64 KiB).
+const TLS_SEND_BUFFER: usize = 16 * 1024;
 /// While at the cap with nothing quiet to close, look again this often.
 const EVICTION_RETRY: Duration = Duration::from_millis(100);
 /// Streams a client may open and reset before the server has picked them
@@ -199,13 +202,14 @@ impl Edge {
     }
 
     /// Asks the open connection that has nothing in flight and has been
-    /// quiet longest to leave; false when every one is busy.
+    /// quiet longest to leave, one whose peer stopped reading first; false
+    /// when every one is busy.
     fn evict_quietest(&self) -> bool {
         let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let victim = open
             .values()
             .filter(|a| a.quiet())
-            .min_by_key(|a| a.last_activity());
+            .min_by_key(|a| (!a.writes_blocked(), a.last_activity()));
         match victim {
             Some(activity) => {
                 activity.evict();
@@ -235,7 +239,9 @@ impl Edge {
         let Some(acceptor) = &self.tls else {
             return self.serve_http(tcp, activity, peer).await;
         };
-        let handshake = acceptor.accept(tcp);
+        let handshake = acceptor.accept_with(tcp, |tls| {
+            tls.set_buffer_limit(Some(TLS_SEND_BUFFER));
+        });
         let handshake = tokio::time::timeout_at(accepted + self.timeouts.header_read, handshake);
         let shaken = tokio::select! {
             shaken = handshake => shaken,
@@ -323,6 +329,13 @@ impl Edge {
                 }
                 _ = activity.evict.notified(), if !watch.evicted => {
                     self.metrics.inc_connections_closed(self.listener, "evicted");
+                    if !activity.snapshot().is_http2() || activity.writes_blocked() {
+                        // HTTP/1 has no way to say "leave" but closing (an
+                        // idle keep-alive or a half-sent head); a peer that
+                        // stopped reading would not read a GOAWAY either.
+                        tracing::debug!(%peer, "closing a quiet connection to make room");
+                        return;
+                    }
                     tracing::debug!(%peer, "asking a quiet connection to leave to make room");
                     watch.evicted = true;
                     if watch.going_away_since.is_none() {

@@ -285,7 +285,7 @@ pub const DEFAULT_STACK: usize = 2 << 20;
 /// margin; with their buffers bounded (docs/server.md, "Memory per
 /// connection") they fit the Deployment's memory beside the in-flight
 /// budget.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1000;
+pub const DEFAULT_MAX_CONNECTIONS: usize = 700;
 
 /// Twice the cores: evaluation is CPU work, and a little slack hides
 /// scheduling gaps.

@@ -65,6 +65,13 @@ pub(super) struct Snapshot {
     write_blocked: Option<Instant>,
 }
 
+impl Snapshot {
+    /// Served a request over HTTP/2.
+    pub fn is_http2(&self) -> bool {
+        self.http2
+    }
+}
+
 impl Activity {
     pub fn new(accepted: Instant) -> Activity {
         Activity {
@@ -84,6 +91,11 @@ impl Activity {
     /// Nothing in flight: a candidate to close when the listener is full.
     pub fn quiet(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) == 0 && !self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Whether the peer has stopped reading: a write is waiting.
+    pub fn writes_blocked(&self) -> bool {
+        self.write_blocked_nanos.load(Ordering::Relaxed) != 0
     }
 
     /// The start or end of the latest request, or the accept.
@@ -331,7 +343,7 @@ pub(super) struct Watch {
 const FAR: Duration = Duration::from_secs(3600);
 /// How long an evicted connection with nothing in flight has to leave
 /// (an HTTP/2 peer to read its GOAWAY) before it is dropped.
-pub(super) const EVICTED_GRACE: Duration = Duration::from_secs(1);
+pub(super) const EVICTED_GRACE: Duration = Duration::from_millis(250);
 
 impl Watch {
     pub fn next(&self, a: &Snapshot, t: &Timeouts, now: Instant) -> Step {
