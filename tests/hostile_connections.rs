@@ -204,6 +204,7 @@ async fn a_thousand_open_connections_are_all_answered() {
             ServeConfig {
                 // Held open, silent, while the rest connect.
                 header_read_timeout: Duration::from_secs(60),
+                max_connections: CONNECTIONS,
                 ..config()
             },
             Arc::new(DenyValidate),

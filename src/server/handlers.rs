@@ -207,7 +207,7 @@ async fn review_request(
                 if let Some(reason) = shed {
                     state.metrics.inc_rejections(endpoint.as_str(), reason);
                 }
-                return reject(&state, endpoint, started, status, err.to_string());
+                return reject(&state, endpoint, started, status, err.to_string(), &client);
             }
         };
         let admitted = admit(&state, endpoint, &bytes, deadline, budget).await;
@@ -216,7 +216,14 @@ async fn review_request(
         let (request, memory) = match admitted {
             Ok(admitted) => admitted,
             Err(Refusal::Unreadable(message)) => {
-                return reject(&state, endpoint, started, StatusCode::BAD_REQUEST, message)
+                return reject(
+                    &state,
+                    endpoint,
+                    started,
+                    StatusCode::BAD_REQUEST,
+                    message,
+                    &client,
+                )
             }
             Err(Refusal::Answered {
                 uid,
@@ -629,6 +636,7 @@ fn reject(
     started: Instant,
     status: StatusCode,
     message: String,
+    client: &Client,
 ) -> axum::response::Response {
     let decision = match status {
         StatusCode::REQUEST_TIMEOUT => "timeout",
@@ -648,8 +656,11 @@ fn reject(
             "unreadable admission review: {message}"
         );
     } else {
+        // Refused for how it was sent: who sent it says whether it is
+        // the apiserver or someone else on the port.
         tracing::warn!(
             status = status.as_u16(),
+            client = %client.address,
             "admission review refused before it was read: {message}"
         );
     }
