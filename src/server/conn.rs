@@ -42,6 +42,11 @@ const SOCKET_SEND_BUFFER: usize = 64 * 1024;
 const TLS_SEND_BUFFER: usize = 16 * 1024;
 /// While at the cap with nothing quiet to close, look again this often.
 const EVICTION_RETRY: Duration = Duration::from_millis(100);
+/// Connections asked to leave to make room that may still be closing
+/// (within their grace) beyond the cap, at most a quarter of the cap: a
+/// new connection takes the place of the one asked to leave at once,
+/// without waiting for it to go.
+pub(crate) const LEAVING_MAX: u32 = 64;
 /// Streams a client may open and reset before the server has picked them
 /// up; beyond it the connection gets GOAWAY (HTTP/2 rapid reset).
 const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
@@ -87,7 +92,10 @@ pub(crate) struct Edge {
     slots: Arc<Semaphore>,
     max_connections: u32,
     /// Every open connection, for choosing which makes room at the cap.
-    open: Mutex<HashMap<u64, Arc<Activity>>>,
+    open: Mutex<HashMap<u64, Open>>,
+    /// Places for connections leaving to make room, beyond the cap.
+    leaving: Arc<Semaphore>,
+    leaving_max: u32,
     next_id: AtomicU64,
     metrics: Metrics,
     shutdown: ShutdownHandle,
@@ -130,6 +138,8 @@ impl Edge {
             slots: Arc::new(Semaphore::new(max_connections as usize)),
             max_connections,
             open: Mutex::new(HashMap::new()),
+            leaving: Arc::new(Semaphore::new(leaving_max(max_connections) as usize)),
+            leaving_max: leaving_max(max_connections),
             next_id: AtomicU64::new(0),
             metrics,
             shutdown,
@@ -172,15 +182,13 @@ impl Edge {
                 },
             };
             let edge = self.clone();
-            tokio::spawn(async move {
-                edge.serve(tcp, peer).await;
-                drop(slot);
-            });
+            tokio::spawn(async move { edge.serve(tcp, peer, slot).await });
         }
     }
 
-    /// A connection slot: a free one, or the one the quietest connection
-    /// gives back once asked to leave. `None` once the slots are closed.
+    /// A connection slot: a free one, or the place of the quietest
+    /// connection, which is asked to leave. `None` once the slots are
+    /// closed.
     async fn make_room(&self) -> Option<OwnedSemaphorePermit> {
         loop {
             match self.slots.clone().try_acquire_owned() {
@@ -188,52 +196,49 @@ impl Edge {
                 Err(TryAcquireError::Closed) => return None,
                 Err(TryAcquireError::NoPermits) => {}
             }
-            // One at a time: the one asked leaves within its grace.
-            let wait = if self.evict_quietest() {
-                super::watchdog::EVICTED_GRACE + EVICTION_RETRY
-            } else {
-                EVICTION_RETRY
-            };
+            if let Some(slot) = self.evict_quietest() {
+                return Some(slot);
+            }
             tokio::select! {
                 slot = self.slots.clone().acquire_owned() => return slot.ok(),
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep(EVICTION_RETRY) => {}
             }
         }
     }
 
     /// Asks the open connection that has nothing in flight and has been
-    /// quiet longest to leave, one whose peer stopped reading first; false
-    /// when every one is busy.
-    fn evict_quietest(&self) -> bool {
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let victim = open
-            .values()
-            .filter(|a| a.quiet())
-            .min_by_key(|a| (!a.writes_blocked(), a.last_activity()));
-        match victim {
-            Some(activity) => {
-                activity.evict();
-                true
-            }
-            None => false,
-        }
+    /// quiet longest (one whose peer stopped reading first) to leave, and
+    /// takes its place under the cap; it finishes leaving in a place of
+    /// its own beyond the cap. `None` when every connection is busy, or
+    /// too many are still leaving.
+    fn evict_quietest(&self) -> Option<OwnedSemaphorePermit> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let (&id, _) = open
+            .iter()
+            .filter(|(_, o)| o.activity.quiet())
+            .min_by_key(|(_, o)| (!o.activity.writes_blocked(), o.activity.last_activity()))?;
+        let leaving = self.leaving.clone().try_acquire_owned().ok()?;
+        let victim = open.get_mut(&id)?;
+        victim.activity.evict();
+        Some(std::mem::replace(&mut victim.slot, leaving))
     }
 
     /// Connections open now.
     pub(crate) fn open(&self) -> usize {
-        (self.max_connections as usize).saturating_sub(self.slots.available_permits())
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Resolves once every connection has closed.
     pub(crate) async fn closed(&self) {
         let _all = self.slots.acquire_many(self.max_connections).await;
+        let _leaving = self.leaving.acquire_many(self.leaving_max).await;
     }
 
-    async fn serve(&self, tcp: TcpStream, peer: SocketAddr) {
+    async fn serve(&self, tcp: TcpStream, peer: SocketAddr, slot: OwnedSemaphorePermit) {
         let _open = OpenConnection::new(&self.metrics, self.listener);
         let accepted = Instant::now();
         let activity = Arc::new(Activity::new(accepted));
-        let _registered = self.register(&activity);
+        let _registered = self.register(&activity, slot);
         let _ = tcp.set_nodelay(true);
         let _ = socket2::SockRef::from(&tcp).set_send_buffer_size(SOCKET_SEND_BUFFER);
         let Some(acceptor) = &self.tls else {
@@ -262,13 +267,18 @@ impl Edge {
         }
     }
 
-    /// Lists the connection among the open ones until the guard drops.
-    fn register(&self, activity: &Arc<Activity>) -> Registered<'_> {
+    /// Lists the connection among the open ones, holding its place, until
+    /// the guard drops.
+    fn register(&self, activity: &Arc<Activity>, slot: OwnedSemaphorePermit) -> Registered<'_> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let open = Open {
+            activity: activity.clone(),
+            slot,
+        };
         self.open
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, activity.clone());
+            .insert(id, open);
         Registered { edge: self, id }
     }
 
@@ -347,6 +357,19 @@ impl Edge {
             }
         }
     }
+}
+
+/// Places beyond a cap of `max_connections` for connections leaving.
+pub(crate) fn leaving_max(max_connections: u32) -> u32 {
+    (max_connections / 4).clamp(1, LEAVING_MAX)
+}
+
+/// An open connection as its listener sees it.
+struct Open {
+    activity: Arc<Activity>,
+    /// Its place under the cap, or among those leaving once it was asked
+    /// to make room; given back when the connection ends.
+    slot: OwnedSemaphorePermit,
 }
 
 /// Keeps a connection listed among the open ones while it lives.

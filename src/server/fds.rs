@@ -3,10 +3,12 @@
 use anyhow::Context as _;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
-/// Descriptors kept for everything but webhook connections: the metrics
-/// and probe listeners' connections, policy files and watches, the
-/// certificate files, the cluster client, logs.
-const RESERVED: u64 = 64 + 16 + 128;
+/// Descriptors kept for everything but webhook connections under the cap:
+/// the metrics and probe listeners' connections (with those leaving beyond
+/// their caps), webhook connections leaving beyond the cap, and 128 for
+/// policy files and watches, the certificate files, the cluster client,
+/// logs.
+const RESERVED: u64 = 64 + 16 + 16 + 4 + 64 + 128;
 
 /// The webhook connections `wanted` that the descriptor limit allows,
 /// after raising the soft limit to the hard one. Logs when it is fewer.
