@@ -27,11 +27,11 @@ use tokio_rustls::TlsAcceptor;
 /// a stream whose answer the peer has not read stays open, so this bounds
 /// the answers one connection can leave unread. The apiserver opens
 /// another connection when it needs more (Go's HTTP/2 client does).
-pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 16;
+const MAX_CONCURRENT_STREAMS: u32 = 16;
 /// What hyper buffers per HTTP/1 connection, for reading requests and for
 /// writing answers (pipelined requests wait in it unread). Request heads
 /// larger than this are refused; a review's head is well under 4 KiB.
-pub(crate) const HTTP1_BUFFER: usize = 16 * 1024;
+const HTTP1_BUFFER: usize = 16 * 1024;
 /// What one HTTP/2 stream may buffer of its answer before the peer reads.
 const HTTP2_SEND_BUFFER: usize = 16 * 1024;
 /// The kernel's send buffer per connection (its autotuning would grow it
@@ -46,7 +46,7 @@ const EVICTION_RETRY: Duration = Duration::from_millis(100);
 /// (within their grace) beyond the cap, at most a quarter of the cap: a
 /// new connection takes the place of the one asked to leave at once,
 /// without waiting for it to go.
-pub(crate) const LEAVING_MAX: u32 = 64;
+const LEAVING_MAX: u32 = 64;
 /// Streams a client may open and reset before the server has picked them
 /// up; beyond it the connection gets GOAWAY (HTTP/2 rapid reset).
 const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
@@ -360,7 +360,7 @@ impl Edge {
 }
 
 /// Places beyond a cap of `max_connections` for connections leaving.
-pub(crate) fn leaving_max(max_connections: u32) -> u32 {
+fn leaving_max(max_connections: u32) -> u32 {
     (max_connections / 4).clamp(1, LEAVING_MAX)
 }
 

@@ -362,22 +362,8 @@ impl Server {
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let metrics_listener = match config.metrics_listen {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("cannot listen on {addr} for metrics"))?,
-            ),
-            None => None,
-        };
-        let health_listener = match config.health_listen {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("cannot listen on {addr} for probes"))?,
-            ),
-            None => None,
-        };
+        let metrics_listener = bind_if(config.metrics_listen, "metrics").await?;
+        let health_listener = bind_if(config.health_listen, "probes").await?;
         // One thread per slot: a request holding a slot always finds a
         // thread, and mutations never wait behind validations. The queues
         // hold what a slot-holder hands over while its thread finishes
@@ -495,17 +481,22 @@ impl Server {
         if let Some(addr) = metrics_listener.as_ref().and_then(|l| l.local_addr().ok()) {
             tracing::info!(metrics_addr = %addr, "serving metrics");
         }
-        let metrics_task = metrics_listener.map(|l| {
+        // Plain HTTP, served until the process ends.
+        let plain = |name, listener: TcpListener, app, timeouts, cap| {
             let edge = Arc::new(Edge::new(
-                "metrics",
+                name,
                 None,
-                handlers::metrics_router(state.clone(), report),
+                app,
                 timeouts,
-                conn::METRICS_MAX_CONNECTIONS,
+                cap,
                 state.metrics.clone(),
                 shutdown.clone(),
             ));
-            tokio::spawn(edge.accept_until(l, std::future::pending()))
+            tokio::spawn(edge.accept_until(listener, std::future::pending()))
+        };
+        let metrics_task = metrics_listener.map(|l| {
+            let app = handlers::metrics_router(state.clone(), report);
+            plain("metrics", l, app, timeouts, conn::METRICS_MAX_CONNECTIONS)
         });
         // The kubelet's probes get a listener of their own: nothing sent
         // to the webhook or metrics ports can keep them waiting.
@@ -513,19 +504,12 @@ impl Server {
             tracing::info!(health_addr = %addr, "serving probes");
         }
         let health_task = health_listener.map(|l| {
-            let edge = Arc::new(Edge::new(
-                "health",
-                None,
-                handlers::health_router(state.clone()),
-                Timeouts {
-                    header_read: conn::HEALTH_HEADER_READ,
-                    ..timeouts
-                },
-                conn::HEALTH_MAX_CONNECTIONS,
-                state.metrics.clone(),
-                shutdown.clone(),
-            ));
-            tokio::spawn(edge.accept_until(l, std::future::pending()))
+            let app = handlers::health_router(state.clone());
+            let timeouts = Timeouts {
+                header_read: conn::HEALTH_HEADER_READ,
+                ..timeouts
+            };
+            plain("health", l, app, timeouts, conn::HEALTH_MAX_CONNECTIONS)
         });
         tracing::info!(addr = %listener.local_addr()?, "serving admission webhooks");
 
@@ -569,6 +553,17 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// A listener on `addr` for `what`, if one is asked for.
+async fn bind_if(addr: Option<SocketAddr>, what: &str) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for {what}"))?;
+    Ok(Some(listener))
 }
 
 /// Creates or reuses the local CA and serving certificate in `dir`.
