@@ -573,6 +573,45 @@ mod tests {
         );
     }
 
+    /// While a write waits for a peer that does not read, nothing more is
+    /// read from it, though its next request is there; once the peer reads
+    /// and a write goes through, the held reader is woken and reads it.
+    #[tokio::test]
+    async fn reading_waits_while_answers_cannot_be_written() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (ours, mut peer) = tokio::io::duplex(1024);
+        let activity = Arc::new(Activity::new(Instant::now()));
+        let metered = Metered {
+            inner: ours,
+            activity: activity.clone(),
+        };
+        peer.write_all(b"next request").await.unwrap();
+        let (mut reader, mut writer) = tokio::io::split(metered);
+        let answers = vec![b'a'; 4096];
+        let stuck =
+            tokio::time::timeout(Duration::from_millis(100), writer.write_all(&answers)).await;
+        assert!(stuck.is_err(), "the peer reads nothing");
+        assert!(activity.writes_blocked());
+        assert!(activity.snapshot().write_blocked.is_some());
+        let held = tokio::spawn(async move {
+            let mut buf = [0u8; 12];
+            reader.read_exact(&mut buf).await.map(|_| buf)
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!held.is_finished(), "held while answers wait");
+
+        let mut drained = vec![0u8; 1024];
+        peer.read_exact(&mut drained).await.unwrap();
+        writer.write_all(b"more").await.unwrap();
+        assert!(!activity.writes_blocked());
+        let read = tokio::time::timeout(Duration::from_secs(5), held)
+            .await
+            .expect("woken once a write went through")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&read, b"next request");
+    }
+
     #[test]
     fn a_peer_that_stops_reading_is_cut_after_the_write_timeout_busy_or_not() {
         let t0 = Instant::now();
