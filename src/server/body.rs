@@ -87,6 +87,7 @@ pub(crate) async fn read_body(
                 discard(
                     body,
                     DISCARD_LIMIT_BYTES.saturating_sub(length),
+                    rules.pace,
                     rules.deadline,
                 )
                 .await;
@@ -117,6 +118,7 @@ pub(crate) async fn read_body(
             discard(
                 body,
                 DISCARD_LIMIT_BYTES.saturating_sub(needed),
+                rules.pace,
                 rules.deadline,
             )
             .await;
@@ -136,18 +138,24 @@ pub(crate) async fn read_body(
     Ok((Bytes::from(buf), hold))
 }
 
-/// Reads and drops up to `remaining` bytes of `body`, until `deadline`.
-async fn discard(mut body: Body, mut remaining: usize, deadline: Instant) {
-    let drain = async {
-        while let Some(Ok(frame)) = body.frame().await {
-            let len = frame.data_ref().map_or(0, |d| d.len());
-            if len > remaining {
-                return;
-            }
-            remaining -= len;
+/// Reads and drops up to `remaining` bytes of `body`, as long as they keep
+/// `pace` and arrive by `deadline`: a refused body holds its connection no
+/// longer than one being read.
+async fn discard(mut body: Body, mut remaining: usize, pace: BodyPace, deadline: Instant) {
+    let started = Instant::now();
+    let mut dropped = 0usize;
+    loop {
+        let due = pace.due(started, dropped).min(deadline);
+        let Ok(Some(Ok(frame))) = tokio::time::timeout_at(due, body.frame()).await else {
+            return;
+        };
+        let len = frame.data_ref().map_or(0, |d| d.len());
+        if len > remaining {
+            return;
         }
-    };
-    let _ = tokio::time::timeout_at(deadline, drain).await;
+        remaining -= len;
+        dropped += len;
+    }
 }
 
 #[cfg(test)]
@@ -469,6 +477,40 @@ mod tests {
         )
         .await;
         assert!(matches!(read, Err(BodyError::Slow)));
+    }
+
+    /// A body refused for its size is read and dropped (so the client sees
+    /// the 413) only while it keeps the pace.
+    #[tokio::test]
+    async fn an_oversized_body_trickled_is_dropped_no_longer_than_the_pace() {
+        let memory = memory(1 << 20);
+        let client = Client::unknown();
+        let (feed, body) = fed_body();
+        let pace = BodyPace {
+            grace: Duration::from_millis(300),
+            min_rate: 1 << 20,
+        };
+        let trickle = tokio::spawn(async move {
+            while feed.send(Ok(Bytes::from_static(b"x"))).is_ok() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let refused = tokio::time::timeout(
+            Duration::from_secs(5),
+            read_body(
+                body,
+                Some(11),
+                false,
+                BodyRules {
+                    pace,
+                    ..rules(&memory, &client, 10)
+                },
+            ),
+        )
+        .await
+        .expect("given up at the pace, not the minute-long deadline");
+        assert!(matches!(refused, Err(BodyError::TooLarge)));
+        trickle.abort();
     }
 
     #[tokio::test]
