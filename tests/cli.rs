@@ -1,5 +1,5 @@
-//! The offline subcommands as a platform team runs them: the real binary,
-//! its output and its exit code.
+//! The subcommands as a platform team runs them: the real binary, its
+//! output and its exit code (and, for `serve`, how it starts).
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -778,4 +778,90 @@ fn the_binary_allocates_with_mimalloc() {
         "mimalloc did not start: {stderr}"
     );
     assert!(stdout(&out).starts_with("gpu-admission "));
+}
+
+/// The soft and hard open-file limits of process `pid`.
+fn open_file_limits(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let mut numbers = line
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u64>().ok());
+    (numbers.next().unwrap(), numbers.next().unwrap())
+}
+
+/// `serve` started under `limits` (a shell `ulimit` command): the soft and
+/// hard open-file limits it then runs with, and its log up to the line
+/// saying it serves.
+fn serve_under(limits: &str) -> ((u64, u64), String) {
+    use std::io::BufRead as _;
+    let certs = tempfile::tempdir().unwrap();
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(format!("{limits} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_gpu-admission"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "off",
+        ])
+        .args([
+            "--health-listen",
+            "off",
+            "--log-format",
+            "json",
+            "--certs-dir",
+        ])
+        .arg(certs.path())
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = String::new();
+    for line in std::io::BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("serving admission webhooks") {
+            break;
+        }
+    }
+    let limits = open_file_limits(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    (limits, log)
+}
+
+/// At start the soft open-file limit is raised to the hard one (containers
+/// often start with 1,024 soft), and `--max-connections` is lowered, with a
+/// warning, to what a low hard limit leaves.
+#[test]
+fn serve_raises_the_open_file_limit_and_fits_the_connection_cap_to_it() {
+    let (_, hard) = open_file_limits(std::process::id());
+    if hard >= 2048 {
+        let ((soft_after, hard_after), log) = serve_under("ulimit -Sn 1024");
+        assert_eq!(soft_after, hard_after, "soft raised to hard");
+        assert_eq!(hard_after, hard);
+        assert!(!log.contains("lowered"), "{log}");
+    } else {
+        eprintln!("skipped the raise: this process's hard open-file limit is {hard}");
+    }
+    let ((soft_after, _), log) = serve_under("ulimit -n 512");
+    assert_eq!(soft_after, 512);
+    let warning = log
+        .lines()
+        .find(|l| l.contains("--max-connections lowered"))
+        .unwrap_or_else(|| panic!("no warning in:\n{log}"));
+    let entry: serde_json::Value = serde_json::from_str(warning).unwrap();
+    assert_eq!(entry["fields"]["asked"], 700);
+    let allowed = entry["fields"]["max_connections"].as_u64().unwrap();
+    assert!(allowed > 0 && allowed < 512, "{warning}");
 }

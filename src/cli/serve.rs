@@ -58,8 +58,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_mutate_concurrency: Option<u32>,
     /// Memory all requests in progress may hold: a third for bodies being
-    /// read, the rest for decoded requests. Requests wait for it within
-    /// their deadline.
+    /// read (taken as their bytes arrive, within each client's share; a
+    /// body that does not fit is refused at once), the rest for decoded
+    /// requests (waited for within the deadline).
     #[arg(long, value_name = "SIZE", default_value = "160Mi", value_parser = parse_size)]
     pub max_in_flight_memory: usize,
     /// Memory one decoded object of a request may take (estimated before

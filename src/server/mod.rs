@@ -197,7 +197,8 @@ pub struct ServeConfig {
     /// own.
     pub max_mutate_concurrency: usize,
     /// Memory that requests in progress may reserve in all: a third for
-    /// bodies being read, the rest for decoded requests.
+    /// bodies being read (taken as they arrive, never waited for), the
+    /// rest for decoded requests.
     pub in_flight_bytes: usize,
     /// What one request may hold once decoded.
     pub decode_limits: review::Limits,
@@ -439,12 +440,6 @@ impl Server {
         self.health_listener
             .as_ref()
             .and_then(|l| l.local_addr().ok())
-    }
-
-    /// Connections the webhook listener takes at once: `--max-connections`,
-    /// or less where the file-descriptor limit does not allow it.
-    pub fn max_connections(&self) -> usize {
-        self.max_connections as usize
     }
 
     pub fn shutdown_handle(&self) -> ShutdownHandle {
