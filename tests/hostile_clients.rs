@@ -230,6 +230,27 @@ async fn metric(server: &ServerProcess, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// On one HTTP/2 connection, stream after stream to `path`, each declaring
+/// a 7 MiB body and sending one byte of it, until the connection fails.
+async fn declare_bodies(
+    mut send: h2::client::SendRequest<hyper::body::Bytes>,
+    path: &str,
+    streams: Arc<AtomicUsize>,
+) -> Result<std::convert::Infallible, h2::Error> {
+    loop {
+        send = send.ready().await?;
+        let request = hyper::Request::post(format!("https://localhost{path}?timeout=30s"))
+            .header("content-type", "application/json")
+            .header("content-length", DECLARED_BODY.to_string())
+            .body(())
+            .unwrap();
+        let (response, mut body) = send.send_request(request, false)?;
+        body.send_data(hyper::body::Bytes::from_static(b"{"), false)?;
+        streams.fetch_add(1, Ordering::Relaxed);
+        let _ = response.await;
+    }
+}
+
 /// Attack 1a: HTTP/2 streams each declaring a 7 MiB body and sending one
 /// byte of it, 16 at a time (the server's stream limit) on each of 8
 /// connections, a new stream as soon as one is refused, for the whole run.
@@ -248,30 +269,14 @@ async fn bodies_declared_and_never_sent_hold_nothing() {
         let (send, connection) = h2::client::handshake(tls).await.unwrap();
         tokio::spawn(connection);
         for s in 0..16 {
-            let (mut send, streams, stop) = (send.clone(), streams.clone(), stop.clone());
+            let (send, streams, stop) = (send.clone(), streams.clone(), stop.clone());
             let path = if (c + s) % 2 == 0 {
                 "/validate"
             } else {
                 "/mutate"
             };
             attack.push(tokio::spawn(async move {
-                let round = async {
-                    loop {
-                        send = send.ready().await?;
-                        let request =
-                            hyper::Request::post(format!("https://localhost{path}?timeout=30s"))
-                                .header("content-type", "application/json")
-                                .header("content-length", DECLARED_BODY.to_string())
-                                .body(())
-                                .unwrap();
-                        let (response, mut body) = send.send_request(request, false)?;
-                        body.send_data(hyper::body::Bytes::from_static(b"{"), false)?;
-                        streams.fetch_add(1, Ordering::Relaxed);
-                        let _ = response.await;
-                    }
-                    #[allow(unreachable_code)]
-                    Ok::<(), h2::Error>(())
-                };
+                let round = declare_bodies(send, path, streams);
                 tokio::select! {
                     _ = round => {}
                     _ = stop.notified() => {}
