@@ -196,29 +196,44 @@ impl Edge {
                 Err(TryAcquireError::Closed) => return None,
                 Err(TryAcquireError::NoPermits) => {}
             }
-            if let Some(slot) = self.evict_quietest() {
-                return Some(slot);
-            }
+            // A quiet one leaves in a place beyond the cap: wait for one of
+            // those (others are still leaving) or for a free slot.
+            let leaving = async {
+                if self.any_quiet() {
+                    self.leaving.clone().acquire_owned().await.ok()
+                } else {
+                    tokio::time::sleep(EVICTION_RETRY).await;
+                    None
+                }
+            };
             tokio::select! {
                 slot = self.slots.clone().acquire_owned() => return slot.ok(),
-                _ = tokio::time::sleep(EVICTION_RETRY) => {}
+                leaving = leaving => {
+                    if let Some(slot) = leaving.and_then(|l| self.evict_quietest(l)) {
+                        return Some(slot);
+                    }
+                }
             }
         }
     }
 
+    /// Whether some open connection has nothing in flight.
+    fn any_quiet(&self) -> bool {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.values().any(|o| o.activity.quiet())
+    }
+
     /// Asks the open connection that has nothing in flight and has been
     /// quiet longest (one whose peer stopped reading first) to leave, and
-    /// takes its place under the cap; it finishes leaving in a place of
-    /// its own beyond the cap. `None` when every connection is busy, or
-    /// too many are still leaving.
-    fn evict_quietest(&self) -> Option<OwnedSemaphorePermit> {
+    /// takes its place under the cap; it finishes leaving in `leaving`, a
+    /// place of its own beyond the cap. `None` when every connection is
+    /// busy.
+    fn evict_quietest(&self, leaving: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let (&id, _) = open
-            .iter()
-            .filter(|(_, o)| o.activity.quiet())
-            .min_by_key(|(_, o)| (!o.activity.writes_blocked(), o.activity.last_activity()))?;
-        let leaving = self.leaving.clone().try_acquire_owned().ok()?;
-        let victim = open.get_mut(&id)?;
+        let victim = open
+            .values_mut()
+            .filter(|o| o.activity.quiet())
+            .min_by_key(|o| (!o.activity.writes_blocked(), o.activity.last_activity()))?;
         victim.activity.evict();
         Some(std::mem::replace(&mut victim.slot, leaving))
     }
