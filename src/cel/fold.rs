@@ -148,6 +148,7 @@ pub fn fold(
 ) -> Option<Arc<Folded>> {
     let mut folder = Folder {
         bound: Vec::new(),
+        enclosing: Vec::new(),
         pure,
         namespaced,
         parts: Vec::new(),
@@ -196,6 +197,9 @@ impl Shape {
 struct Folder<'a> {
     /// Names comprehensions bind where the walk is.
     bound: Vec<String>,
+    /// While a subtree's shape is read: the names comprehensions around
+    /// that subtree bind (free in it; never `params`).
+    enclosing: Vec<String>,
     pure: &'a dyn Fn(&str) -> bool,
     namespaced: &'a dyn Fn(&str, &str) -> bool,
     parts: Vec<(String, Expression)>,
@@ -204,7 +208,13 @@ struct Folder<'a> {
 impl Folder<'_> {
     /// Replaces each largest foldable part of `e` by a read of its value.
     fn rewrite(&mut self, e: &mut Expression) {
-        if self.shape(e).foldable() {
+        // A variable an enclosing comprehension binds is free in `e`, and
+        // another variable than `params`: only what `e` binds itself counts
+        // as bound while its shape is read.
+        self.enclosing = std::mem::take(&mut self.bound);
+        let shape = self.shape(e);
+        self.bound = std::mem::take(&mut self.enclosing);
+        if shape.foldable() {
             let ident = format!("@params.{}", self.parts.len());
             let read = Expression {
                 id: e.id,
@@ -233,6 +243,10 @@ impl Folder<'_> {
                 ..Shape::default()
             },
             Expr::Ident(name) if self.bound.iter().any(|b| b == name) => Shape::default(),
+            Expr::Ident(name) if self.enclosing.iter().any(|b| b == name) => Shape {
+                other: true,
+                ..Shape::default()
+            },
             Expr::Ident(name) if name == PARAMS => Shape {
                 params: true,
                 ..Shape::default()
@@ -446,6 +460,25 @@ mod tests {
         assert_eq!(parts("object.items.exists(i, i == params.x)", &any), None);
         // No params at all.
         assert_eq!(parts("object.x.split(',').size() > 0", &any), None);
+    }
+
+    #[test]
+    fn variables_of_enclosing_comprehensions_keep_a_part_in() {
+        // The loop step of `all` reads `c` and the accumulator, bound
+        // outside it: never a part of its own.
+        assert_eq!(
+            parts(
+                "object.items.all(c, has(c.image) && params.x.split(',').exists(i, i == c.image))",
+                &any
+            ),
+            Some(1),
+            "only the split"
+        );
+        assert_eq!(
+            parts("object.items.all(c, c.x && params.y.size() > 0)", &any),
+            Some(1),
+            "only the size"
+        );
     }
 
     #[test]
