@@ -192,9 +192,9 @@ pub fn subject<'r>(
     (namespaces, claims): (&dyn NamespaceLookup, &dyn ClaimLookup),
 ) -> Subject<'r> {
     let profiles = &bundle.placement;
-    let mut subject = Subject::new(req, namespaces)
-        .with_claims(claims)
-        .with_gpu(profiles.catalog(), profiles.gpu_resources());
+    let mut subject = Subject::new(req, namespaces).with_claims(claims);
+    place_template(profiles, &mut subject);
+    let mut subject = subject.with_gpu(profiles.catalog(), profiles.gpu_resources());
     let judged = match subject.kind {
         // A pod's scheduling fields cannot change after it is created.
         SubjectKind::Pod => {
@@ -227,6 +227,41 @@ pub fn subject<'r>(
         }
     }
     subject
+}
+
+/// A controller's template pod as `/mutate` will make its pods: the
+/// placement of a Pod CREATE (tier pin, tolerations, GPUs hidden from
+/// containers that ask for none) applied to it, so that what is admitted
+/// as a template is admitted as pods, and the other way round.
+fn place_template(profiles: &placement::ProfileSet, subject: &mut Subject) {
+    let Some(template) = subject.template.as_ref() else {
+        return;
+    };
+    let template_subject = Subject {
+        request: &template.request,
+        kind: SubjectKind::Pod,
+        namespace_name: subject.namespace_name.clone(),
+        namespace: subject.namespace.clone(),
+        namespace_labels: subject.namespace_labels.clone(),
+        template: None,
+        claims: subject.claims.clone(),
+        gpu: None,
+        variables: Vec::new(),
+        authorizer: subject.authorizer.clone(),
+    };
+    let plan = placement::plan_subject(profiles, &template_subject);
+    if plan.patch.0.is_empty() {
+        return;
+    }
+    if let Some(pod) = subject
+        .template
+        .as_mut()
+        .and_then(|t| t.request.object.as_mut())
+    {
+        if let Err(e) = json_patch::patch(pod, &plan.patch) {
+            tracing::error!("placement patch does not apply to a template pod: {e}");
+        }
+    }
 }
 
 /// The `/validate` answer, and whether every binding was evaluated before

@@ -125,8 +125,16 @@ impl<'r> Subject<'r> {
 
     /// Adds the GPU facts of the request's object (with its DRA claims when
     /// [`Subject::with_claims`] looked them up).
+    /// A controller's facts are those of its template pod, as placed when
+    /// the template pod was.
     pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
-        let object = self.request.object.as_ref().unwrap_or(&Value::Null);
+        let template = self
+            .template
+            .as_ref()
+            .and_then(|t| t.request.object.as_ref());
+        let object = template
+            .or(self.request.object.as_ref())
+            .unwrap_or(&Value::Null);
         self.gpu = Some(match &self.claims {
             Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
             None => GpuFacts::of(object, catalog, resources),

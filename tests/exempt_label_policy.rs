@@ -73,6 +73,28 @@ const ADMIN: (&str, &[&str]) = (
 );
 
 #[test]
+fn only_admins_set_the_gpu_infrastructure_label() {
+    const INFRA: &str = "gpu-admission.io/gpu-infrastructure";
+    let plain = namespace(json!({"team": "a"}));
+    let infra = namespace(json!({"team": "a", INFRA: "true"}));
+    let (allowed, denials) = evaluate(&infra, Some(&plain), ALICE.0, ALICE.1);
+    assert!(!allowed);
+    assert!(
+        denials[0].contains("may set, change or remove the label gpu-admission.io/gpu-infrastructure on a namespace (it lets GPU infrastructure there see every GPU)"),
+        "{denials:?}"
+    );
+    assert!(!evaluate(&infra, None, ALICE.0, ALICE.1).0, "born labelled");
+    assert!(
+        !evaluate(&plain, Some(&infra), ALICE.0, ALICE.1).0,
+        "removed"
+    );
+    assert!(evaluate(&infra, Some(&plain), ADMIN.0, ADMIN.1).0);
+    // Unchanged, it stays out of the way of other edits.
+    let relabelled = namespace(json!({"team": "b", INFRA: "true"}));
+    assert!(evaluate(&relabelled, Some(&infra), ALICE.0, ALICE.1).0);
+}
+
+#[test]
 fn only_admins_set_the_exempt_label() {
     let plain = namespace(json!({"team": "a"}));
     let exempt = namespace(json!({"team": "a", LABEL: "true"}));

@@ -152,7 +152,8 @@ async fn gpu_stack_and_node_agents_through_the_shipped_webhooks() {
         json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
     let leak = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]);
 
-    // The device plugin by digest, in a namespace of its own: allowed.
+    // The device plugin by digest, in a namespace no admin marked: its
+    // image alone exempts nothing, and the denial says how to mark it.
     let plugin = daemonset(
         "nvidia-device-plugin-daemonset",
         "kube-gpu",
@@ -163,11 +164,26 @@ async fn gpu_stack_and_node_agents_through_the_shipped_webhooks() {
                 "env": leak}]
         }),
     );
-    let outcome = cluster.admit(&Review::create(plugin)).await;
+    let outcome = cluster.admit(&Review::create(plugin.clone())).await;
     assert_eq!(
         outcome.validated_by,
         ["workloads.validate.gpu-admission.io"]
     );
+    assert!(!outcome.allowed, "an image exempted a DaemonSet");
+    assert!(
+        outcome
+            .message()
+            .contains("labels gpu-admission.io/gpu-infrastructure=true"),
+        "{}",
+        outcome.message()
+    );
+    // In a namespace an admin labelled as GPU infrastructure: allowed.
+    let outcome = cluster
+        .admit(
+            &Review::create(plugin)
+                .namespace_labels(&[("gpu-admission.io/gpu-infrastructure", "true")]),
+        )
+        .await;
     assert!(outcome.allowed, "{}", outcome.message());
     assert!(outcome.warnings.is_empty(), "{:?}", outcome.warnings);
 

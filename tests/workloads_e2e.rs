@@ -238,18 +238,23 @@ async fn infrastructure_is_recognised_by_exact_image_and_every_container() {
         json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
     let leak = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]);
 
-    // The device plugin, by tag or digest, outside the exempt namespaces.
+    // The device plugin, by tag or digest, in a namespace on the admin-set
+    // list: allowed; the same elsewhere: its image alone exempts nothing.
     for image in [
         "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
         "nvcr.io/nvidia/k8s-device-plugin@sha256:7d2c6d4b8a3e1f0c9b5a2e6d4f8c1b3a5e7d9f0b2c4a6e8d0f1b3c5a7e9d2f4b6",
     ] {
-        let plugin = daemonset("nvidia-device-plugin-daemonset", "kube-gpu", json!({
+        let spec = json!({
             "tolerations": toleration,
             "containers": [{"name": "nvidia-device-plugin-ctr", "image": image, "env": leak}]
-        }));
+        });
+        let plugin = daemonset("nvidia-device-plugin-daemonset", "gpu-operator", spec.clone());
         let (_, answer) = admit(&server, "plugin", &plugin, user).await;
         assert!(answer.allowed, "{image}: {}", answer.message);
         assert!(answer.warnings.is_empty(), "{image}: {:?}", answer.warnings);
+        let elsewhere = daemonset("nvidia-device-plugin-daemonset", "kube-gpu", spec);
+        let (_, answer) = admit(&server, "plugin", &elsewhere, user).await;
+        assert!(!answer.allowed, "{image}: exempt by its image alone");
     }
 
     // A look-alike image is not the device plugin.
@@ -293,12 +298,12 @@ async fn infrastructure_is_recognised_by_exact_image_and_every_container() {
         answer.message
     );
 
-    // A pod of the device plugin: exempt when the DaemonSet controller
-    // creates it, judged like any pod when someone else writes the
-    // DaemonSet ownerReference.
+    // A pod of the device plugin in a namespace on the admin-set list:
+    // exempt when the DaemonSet controller creates it, judged like any pod
+    // when a person writes the DaemonSet ownerReference.
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "nvidia-device-plugin-daemonset-x7k2p", "namespace": "kube-gpu",
+        "metadata": {"name": "nvidia-device-plugin-daemonset-x7k2p", "namespace": "gpu-operator",
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
                 "name": "nvidia-device-plugin-daemonset", "uid": "5b0c0a57-8f1e-4c1e-9d55-0b6c2f1f6e21",
                 "controller": true, "blockOwnerDeletion": true}]},

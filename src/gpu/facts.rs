@@ -21,6 +21,7 @@ use super::request::{
     PodGpuRequest,
 };
 use super::selection::SkuSelection;
+use super::visibility::{pod_access, ContainerAccess, PodContext};
 use super::{GpuResources, SkuList};
 use crate::k8s::claims::{claim_spec, container_claims, pod_claims, ClaimKind, NoClaims, PodClaim};
 use crate::k8s::json::{items, str_at};
@@ -52,6 +53,9 @@ pub struct GpuFacts {
     /// The pod's DRA claims (or the ResourceClaim / ResourceClaimTemplate
     /// itself) and the GPU devices each asks for.
     pub claims: Vec<ClaimFacts>,
+    /// Every container (init, regular, ephemeral) and the GPUs it can
+    /// reach beyond its own (see [`super::visibility`]).
+    pub access: Vec<ContainerAccess>,
     /// Capacity objects only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolFacts>,
@@ -153,9 +157,20 @@ pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Val
 /// Run:ai) gives a pod part of a GPU without a GPU resource.
 pub const SHARED_GPU_ANNOTATIONS: [&str; 2] = ["gpu-fraction", "gpu-memory"];
 
+/// The `schedulerName`s of the schedulers that act on
+/// [`SHARED_GPU_ANNOTATIONS`]: any other scheduler (the default one
+/// included) ignores them, so they make no GPU pod of their own.
+pub const SHARING_SCHEDULERS: [&str; 2] = ["kai-scheduler", "runai-scheduler"];
+
+/// Resource name prefixes of GPU shares that device plugins of sharing
+/// schedulers advertise on GPU nodes only (Volcano's vGPU and GPU-share
+/// plugins): a pod asking for one is a GPU pod whatever its scheduler.
+pub const SHARED_GPU_RESOURCE_PREFIXES: [&str; 2] = ["volcano.sh/vgpu-", "volcano.sh/gpu-"];
+
 /// Does the pod ask a GPU-sharing scheduler for part of a GPU: a
-/// `gpu-fraction` or `gpu-memory` annotation, and a scheduler other than the
-/// default one (only such a scheduler acts on them)?
+/// `gpu-fraction` or `gpu-memory` annotation with a scheduler that reads
+/// it ([`SHARING_SCHEDULERS`]), or a GPU-share resource
+/// ([`SHARED_GPU_RESOURCE_PREFIXES`]) in some container?
 fn shared_by_scheduler(spec: &Value, annotations: Option<&Value>) -> bool {
     let scheduler = spec
         .get("schedulerName")
@@ -168,7 +183,36 @@ fn shared_by_scheduler(spec: &Value, annotations: Option<&Value>) -> bool {
                 .is_some_and(|v| !v.trim().is_empty())
         })
     });
-    annotated && !scheduler.is_empty() && scheduler != "default-scheduler"
+    (annotated && SHARING_SCHEDULERS.contains(&scheduler)) || asks_shared_resource(spec)
+}
+
+/// Some container or init container asks for a GPU-share resource.
+fn asks_shared_resource(spec: &Value) -> bool {
+    items(spec.get("initContainers"))
+        .chain(items(spec.get("containers")))
+        .any(|c| {
+            ["limits", "requests"].iter().any(|field| {
+                c.get("resources")
+                    .and_then(|r| r.get(*field))
+                    .and_then(Value::as_object)
+                    .is_some_and(|list| {
+                        list.iter().any(|(name, quantity)| {
+                            SHARED_GPU_RESOURCE_PREFIXES
+                                .iter()
+                                .any(|p| name.starts_with(p))
+                                && parse_count(&scalar(quantity)).is_ok_and(|n| n > 0)
+                        })
+                    })
+            })
+        })
+}
+
+/// A quantity as the string it stands for.
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// Does a toleration list tolerate a GPU taint by name (`sku=gpu` or any
@@ -238,6 +282,30 @@ fn pod_facts(
             .collect(),
     );
     let containers = container_claim_devices(spec, &request.claims);
+    let own_containers: Vec<ContainerFacts> = request
+        .containers
+        .iter()
+        .map(|c| container_facts(c, containers.get(&c.name)))
+        .collect();
+    let tolerates = spec.get("tolerations").is_some_and(tolerates_gpu_taint);
+    let tolerates_all = spec.get("tolerations").is_some_and(tolerates_every_taint);
+    let shared = shared_by_scheduler(spec, annotations);
+    let selects_gpu_nodes = selection.targets_gpu_nodes(catalog);
+    let context = PodContext {
+        asks_gpu: request.requested(),
+        bound_for_gpu_nodes: request.requested()
+            || shared
+            || tolerates
+            || tolerates_all
+            || selects_gpu_nodes,
+    };
+    let access = pod_access(spec, annotations, context, |kind, name| {
+        own_containers.iter().any(|c| {
+            // Restartable init containers are `sidecar` there.
+            let same_kind = c.kind == kind || (kind == "initContainer" && c.kind == "sidecar");
+            same_kind && c.name == name && c.total > 0
+        })
+    });
     GpuFacts {
         requested: request.requested(),
         total: int(request.total()),
@@ -246,19 +314,15 @@ fn pod_facts(
             .iter()
             .map(|(k, v)| (k.clone(), int(*v)))
             .collect(),
-        containers: request
-            .containers
-            .iter()
-            .map(|c| container_facts(c, containers.get(&c.name)))
-            .collect(),
+        containers: own_containers,
         ephemeral_containers: ephemeral_container_requests(spec, resources)
             .iter()
             .map(|c| container_facts(c, None))
             .collect(),
-        tolerates: spec.get("tolerations").is_some_and(tolerates_gpu_taint),
-        tolerates_all: spec.get("tolerations").is_some_and(tolerates_every_taint),
-        shared_by_scheduler: shared_by_scheduler(spec, annotations),
-        selects_gpu_nodes: selection.targets_gpu_nodes(catalog),
+        tolerates,
+        tolerates_all,
+        shared_by_scheduler: shared,
+        selects_gpu_nodes,
         skus_constrained,
         skus: if skus_constrained {
             catalog.list_of(&skus)
@@ -267,6 +331,7 @@ fn pod_facts(
         },
         max_sku_gpus: i64::from(max_sku_gpus),
         claims: request.claims.iter().map(claim_facts).collect(),
+        access,
         pool: None,
         placement: PlacementFacts::default(),
         request,

@@ -5,9 +5,11 @@ pub mod claims;
 pub mod facts;
 pub mod names;
 pub mod pools;
+pub mod reach;
 pub mod request;
 pub mod resources;
 pub mod selection;
+pub mod visibility;
 
 pub use names::SkuList;
 pub use request::{

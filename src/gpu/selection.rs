@@ -63,6 +63,19 @@ impl SkuRequirement for Requirement {
                 Operator::Exists => key == GFD_GPU_COUNT,
                 _ => false,
             },
+            // The GPU Operator's and GPU feature discovery's own labels
+            // (`nvidia.com/gpu.deploy.*`, `nvidia.com/gpu.count`,
+            // `nvidia.com/mig.capable`...) are put on GPU nodes only; a
+            // value of "false" is how the operator turns a component off.
+            _ if key.starts_with("nvidia.com/gpu.") || key.starts_with("nvidia.com/mig.") => {
+                match op {
+                    Operator::In => {
+                        !self.values.is_empty() && self.values.iter().all(|v| v != "false")
+                    }
+                    Operator::Exists => true,
+                    _ => false,
+                }
+            }
             _ if GPU_ONLY_KEYS.contains(&key) => match op {
                 Operator::In => !self.values.is_empty(),
                 Operator::Exists => true,

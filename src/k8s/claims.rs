@@ -229,7 +229,7 @@ impl ClusterClaims {
 
 /// A reflector over every object of `K`, trimmed by `trim` (and of its
 /// managed fields) before it is stored; the future drives it.
-fn reflect<K>(
+pub(crate) fn reflect<K>(
     client: kube::Client,
     trim: fn(&mut K),
 ) -> (
@@ -260,7 +260,7 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             if let Err(e) = event {
-                tracing::warn!(kind = %K::kind(&()), error = %e, "resource claim watch failed; retrying");
+                tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying");
             }
         }
     };

@@ -11,6 +11,7 @@
 pub mod access_review;
 pub mod apply;
 pub mod claims;
+pub mod cluster_nodes;
 pub mod doc;
 pub mod images;
 pub mod json;
@@ -23,6 +24,7 @@ pub mod taints;
 pub mod workloads;
 
 pub use claims::{ClaimLookup, ClusterClaims, NoClaims, StaticClaims};
+pub use cluster_nodes::{ClusterNodes, NoNodes, NodeInfo, NodeLookup, StaticNodes};
 pub use json::FieldError;
 pub use labels::{LabelRequirement, LabelSelector, SelectorOp};
 pub use namespaces::{ClusterNamespaces, NamespaceLookup, StaticNamespaces};

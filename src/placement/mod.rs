@@ -12,6 +12,7 @@ mod nodepool;
 mod plan;
 mod profile;
 pub mod tiers;
+pub mod visibility;
 
 pub use nodepool::plan_node_pool;
 pub use plan::PROFILE_ANNOTATION;
@@ -19,7 +20,7 @@ pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API
 pub use tiers::SkuTiers;
 
 use crate::gpu::catalog::{Catalog, Sku};
-use crate::gpu::claims::ClaimGpuRequest;
+use crate::gpu::facts::GpuFacts;
 use crate::gpu::selection::SkuRequirement;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest, SkuList};
 use crate::k8s::json::labels_of;
@@ -267,28 +268,52 @@ pub fn plan_with_namespaces(
 
 /// Plans the mutation of a request whose subject is worked out: a Pod on
 /// CREATE gets its profile's tolerations and node affinity, a Karpenter
-/// NodePool (CREATE or UPDATE) its profile's taint.
+/// NodePool (CREATE or UPDATE) its profile's taint. The containers of a
+/// GPU pod that ask for no GPU, and the debug containers a
+/// `pods/ephemeralcontainers` update adds to a pod bound for GPU nodes,
+/// get `NVIDIA_VISIBLE_DEVICES=void` ([`visibility`]).
 pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
     let req = subject.request;
     if nodepool::is_node_pool(req) {
         return nodepool::plan_request(profiles, req);
     }
-    let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
-    if subject.kind != SubjectKind::Pod
-        || !main_resource
-        || req.operation != Operation::Create
-        || profiles.is_empty()
-    {
+    let (SubjectKind::Pod, Some(pod)) = (subject.kind, &req.object) else {
+        return Plan::default();
+    };
+    let sub_resource = req.sub_resource.as_deref().unwrap_or_default();
+    let debug = sub_resource == "ephemeralcontainers" && req.operation == Operation::Update;
+    if !debug && (!sub_resource.is_empty() || req.operation != Operation::Create) {
         return Plan::default();
     }
-    let Some(pod) = &req.object else {
-        return Plan::default();
+    let computed;
+    let facts = match &subject.gpu {
+        Some(facts) => facts,
+        None => {
+            computed = match &subject.claims {
+                Some(claims) => {
+                    GpuFacts::with_claims(pod, claims, profiles.catalog(), profiles.gpu_resources())
+                }
+                None => GpuFacts::of(pod, profiles.catalog(), profiles.gpu_resources()),
+            };
+            &computed
+        }
     };
-    let request = match &subject.gpu {
-        Some(facts) => std::borrow::Cow::Borrowed(&facts.request),
-        None => std::borrow::Cow::Owned(subject_request(profiles, subject, pod)),
+    let mut plan = if debug || profiles.is_empty() {
+        Plan::default()
+    } else {
+        plan_pod_with(profiles, pod, &facts.request, &subject.namespace_labels)
     };
-    plan_pod_with(profiles, pod, &request, &subject.namespace_labels)
+    let old = if debug { req.old_object.as_ref() } else { None };
+    // The pods the mutating webhook is sent: GPU pods, and debug
+    // containers added to pods bound for GPU nodes.
+    if (debug && old.is_none()) || !(debug || facts.request.requested()) {
+        return plan;
+    }
+    match visibility::hide_unrequested(pod, &facts.access, old) {
+        Ok(ops) => plan.patch.0.extend(ops),
+        Err(e) => tracing::warn!(error = %e, "GPUs not hidden: unexpected shape"),
+    }
+    plan
 }
 
 /// Plans the mutation of one Pod object (raw JSON as the apiserver sent it).
@@ -438,22 +463,6 @@ fn pod_request(profiles: &ProfileSet, pod: &Value) -> PodGpuRequest {
     pod.get("spec")
         .map(|spec| pod_gpu_request(spec, profiles.gpu_resources()))
         .unwrap_or_default()
-}
-
-/// The pod's GPU request with the devices of the DRA claims the subject
-/// looked up (counts do not matter to placement: `All` counts one).
-fn subject_request(profiles: &ProfileSet, subject: &Subject, pod: &Value) -> PodGpuRequest {
-    let mut request = pod_request(profiles, pod);
-    if let Some(claims) = &subject.claims {
-        let resources = profiles.gpu_resources();
-        request.add_claims(
-            claims
-                .iter()
-                .map(|c| ClaimGpuRequest::of_pod_claim(c, resources, 0))
-                .collect(),
-        );
-    }
-    request
 }
 
 /// The labels namespaceSelectors see for `namespace`: the Namespace's own

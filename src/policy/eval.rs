@@ -834,7 +834,7 @@ mod tests {
                 .enumerate()
                 .find(|(_, p)| p.name == "gpu-node-isolation")
                 .expect("its ConfigMap");
-            let constants = policy.constants_for(param).expect("worked out");
+            let constants = policy.constants_for(param).expect(name);
             assert!(constants.of(&condition.expr).is_some(), "{name}");
         }
         // Every shipped binding names its ConfigMap's namespace: what it

@@ -1,0 +1,315 @@
+//! Which GPU nodes a pod can land on, judged against the nodes that exist
+//! (see docs/threat-model.md): the taints it tolerates and the node
+//! selection it has (nodeSelector, required and preferred node affinity,
+//! any label) or the node it names (`spec.nodeName`, which skips the
+//! scheduler and its taints).
+use super::catalog::Catalog;
+use super::request::parse_count;
+use super::selection::SkuRequirement;
+use super::GpuResources;
+use crate::k8s::json::{items, str_at};
+use crate::k8s::{NodeInfo, NodeSelection, NodeSelectorRequirement, NodeSelectorTerm, Toleration};
+use serde_json::Value;
+
+/// A node with GPUs: a GPU resource in its allocatable resources, or a
+/// label only GPU nodes carry (AKS's accelerator label, a GPU size,
+/// Karpenter's GPU count, the GPU Operator's and feature discovery's own).
+pub fn is_gpu_node(node: &NodeInfo, resources: &GpuResources, catalog: &Catalog) -> bool {
+    node.allocatable
+        .iter()
+        .any(|(name, q)| resources.matches(name) && parse_count(q).is_ok_and(|n| n > 0))
+        || node
+            .labels
+            .iter()
+            .any(|(k, v)| NodeSelectorRequirement::equals(k, v).requires_gpu_node(catalog))
+}
+
+/// How a pod meets the GPU nodes of the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeReach {
+    /// GPU nodes the pod can run on: its required selection (or nodeName)
+    /// allows them and it tolerates their NoSchedule and NoExecute taints
+    /// (a pod bound by nodeName skips the scheduler: taints do not keep it
+    /// off). Names, in node order.
+    pub reachable: Vec<String>,
+    /// Its own nodeName, nodeSelector or required node affinity picks GPU
+    /// nodes and no other node.
+    pub aims: bool,
+    /// A preferred node-affinity term picks GPU nodes and no other node,
+    /// and the pod can run on one of them.
+    pub prefers: bool,
+    /// The node `spec.nodeName` names, when it exists.
+    pub bound_to: Option<NodeInfo>,
+}
+
+/// `spec.nodeName`, when set.
+pub fn node_name(spec: &Value) -> Option<&str> {
+    Some(str_at(spec, "/nodeName")).filter(|n| !n.is_empty())
+}
+
+/// How the pod of `spec` meets the GPU nodes among `nodes`.
+pub fn reach(
+    spec: &Value,
+    nodes: &[NodeInfo],
+    resources: &GpuResources,
+    catalog: &Catalog,
+) -> NodeReach {
+    let tolerations: Vec<Toleration> = items(spec.get("tolerations"))
+        .map(Toleration::from_value)
+        .collect();
+    let tolerated = |node: &NodeInfo| {
+        node.taints
+            .iter()
+            .filter(|t| t.repels())
+            .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
+    };
+    let gpu: Vec<bool> = nodes
+        .iter()
+        .map(|n| is_gpu_node(n, resources, catalog))
+        .collect();
+    let mut out = NodeReach::default();
+    if let Some(name) = node_name(spec) {
+        let node = nodes.iter().position(|n| n.name == name);
+        if let Some(i) = node {
+            out.bound_to = Some(nodes[i].clone());
+            if gpu[i] {
+                out.aims = true;
+                out.reachable.push(nodes[i].name.clone());
+            }
+        }
+        return out;
+    }
+    let selection = NodeSelection::from_pod_spec(spec);
+    let fields = required_field_names(spec);
+    let allowed = |node: &NodeInfo| {
+        selection.matches(|k| node.label(k))
+            && fields
+                .as_ref()
+                .is_none_or(|names| names.contains(&node.name))
+    };
+    let mut picks_other = false;
+    let mut picks_gpu = false;
+    for (node, is_gpu) in nodes.iter().zip(&gpu) {
+        if !allowed(node) {
+            continue;
+        }
+        if *is_gpu {
+            picks_gpu = true;
+            if tolerated(node) {
+                out.reachable.push(node.name.clone());
+            }
+        } else {
+            picks_other = true;
+        }
+    }
+    let selects = !selection.is_empty() || fields.is_some();
+    out.aims = selects && picks_gpu && !picks_other;
+    out.prefers = preferred_terms(spec).iter().any(|term| {
+        let mut picks_gpu = false;
+        for (node, is_gpu) in nodes.iter().zip(&gpu) {
+            if term.matches(|k| node.label(k)) {
+                if !is_gpu {
+                    return false;
+                }
+                picks_gpu |= out.reachable.contains(&node.name);
+            }
+        }
+        picks_gpu
+    });
+    out
+}
+
+/// The preferred node-affinity terms of a pod spec.
+fn preferred_terms(spec: &Value) -> Vec<NodeSelectorTerm> {
+    items(spec.pointer("/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution"))
+        .filter_map(|p| p.get("preference"))
+        .map(NodeSelectorTerm::from_value)
+        .filter(|t| !t.matches_nothing && !t.requirements.is_empty())
+        .collect()
+}
+
+/// Node names the required terms allow through `matchFields` on
+/// `metadata.name` (`In` only), when every term names some; `None` when a
+/// term does not restrict names.
+fn required_field_names(spec: &Value) -> Option<Vec<String>> {
+    let terms = spec
+        .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array)?;
+    let mut names = Vec::new();
+    for term in terms {
+        let fields: Vec<&Value> = items(term.get("matchFields"))
+            .filter(|f| str_at(f, "/key") == "metadata.name" && str_at(f, "/operator") == "In")
+            .collect();
+        if fields.is_empty() {
+            return None;
+        }
+        for f in fields {
+            names.extend(
+                items(f.get("values"))
+                    .filter_map(Value::as_str)
+                    .map(String::from),
+            );
+        }
+    }
+    (!terms.is_empty()).then_some(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::Taint;
+    use serde_json::json;
+
+    fn node(name: &str, labels: &[(&str, &str)], gpus: u32, tainted: bool) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .chain([
+                    ("kubernetes.io/hostname".to_string(), name.to_string()),
+                    ("kubernetes.io/os".to_string(), "linux".to_string()),
+                ])
+                .collect(),
+            taints: if tainted {
+                vec![Taint::parse("sku=gpu:NoSchedule").unwrap()]
+            } else {
+                Vec::new()
+            },
+            allocatable: [("nvidia.com/gpu".to_string(), gpus.to_string())]
+                .into_iter()
+                .filter(|_| gpus > 0)
+                .collect(),
+        }
+    }
+
+    fn cluster() -> Vec<NodeInfo> {
+        vec![
+            node(
+                "aks-system-1",
+                &[("kubernetes.azure.com/agentpool", "system")],
+                0,
+                false,
+            ),
+            node(
+                "aks-gpupool-1",
+                &[("kubernetes.azure.com/agentpool", "gpupool")],
+                1,
+                true,
+            ),
+            node(
+                "aks-gpupool-2",
+                &[("kubernetes.azure.com/agentpool", "gpupool")],
+                1,
+                true,
+            ),
+            node(
+                "aks-bare-1",
+                &[("kubernetes.azure.com/agentpool", "bare")],
+                2,
+                false,
+            ),
+        ]
+    }
+
+    fn judge(spec: Value) -> NodeReach {
+        reach(
+            &spec,
+            &cluster(),
+            &GpuResources::default(),
+            &Catalog::embedded(),
+        )
+    }
+
+    #[test]
+    fn gpu_nodes_are_known_by_resources_or_labels() {
+        let (r, c) = (GpuResources::default(), Catalog::embedded());
+        assert!(is_gpu_node(&node("a", &[], 1, false), &r, &c));
+        assert!(is_gpu_node(
+            &node(
+                "a",
+                &[("nvidia.com/gpu.deploy.dcgm-exporter", "true")],
+                0,
+                false
+            ),
+            &r,
+            &c
+        ));
+        assert!(is_gpu_node(
+            &node(
+                "a",
+                &[(
+                    "node.kubernetes.io/instance-type",
+                    "Standard_NC24ads_A100_v4"
+                )],
+                0,
+                false
+            ),
+            &r,
+            &c
+        ));
+        assert!(!is_gpu_node(
+            &node(
+                "a",
+                &[("node.kubernetes.io/instance-type", "Standard_D4s_v5")],
+                0,
+                false
+            ),
+            &r,
+            &c
+        ));
+    }
+
+    #[test]
+    fn the_agent_pool_name_picks_gpu_nodes_once_the_nodes_are_known() {
+        let r = judge(json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "gpupool"}}));
+        assert!(r.aims);
+        assert!(r.reachable.is_empty(), "the taint still keeps it off");
+        let r = judge(
+            json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "gpupool"},
+            "tolerations": [{"operator": "Exists"}]}),
+        );
+        assert_eq!(r.reachable, ["aks-gpupool-1", "aks-gpupool-2"]);
+        // A selection that also picks CPU nodes does not aim at GPU nodes.
+        let r = judge(json!({"nodeSelector": {"kubernetes.io/os": "linux"}}));
+        assert!(!r.aims);
+        assert_eq!(
+            r.reachable,
+            ["aks-bare-1"],
+            "an untainted GPU node takes anything"
+        );
+        assert!(!judge(json!({})).aims);
+    }
+
+    #[test]
+    fn node_name_skips_taints() {
+        let r = judge(json!({"nodeName": "aks-gpupool-1"}));
+        assert!(r.aims);
+        assert_eq!(r.reachable, ["aks-gpupool-1"]);
+        assert_eq!(r.bound_to.unwrap().name, "aks-gpupool-1");
+        let r = judge(json!({"nodeName": "aks-system-1"}));
+        assert!(!r.aims && r.reachable.is_empty());
+        assert!(judge(json!({"nodeName": "gone"})).bound_to.is_none());
+    }
+
+    #[test]
+    fn preferred_affinity_counts_where_the_pod_can_land() {
+        let prefer = json!({"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
+            "preference": {"matchExpressions": [{"key": "kubernetes.azure.com/agentpool", "operator": "In", "values": ["gpupool"]}]}}]});
+        assert!(!judge(json!({"affinity": {"nodeAffinity": prefer.clone()}})).prefers);
+        let r = judge(
+            json!({"affinity": {"nodeAffinity": prefer}, "tolerations": [{"operator": "Exists"}]}),
+        );
+        assert!(r.prefers && !r.aims);
+    }
+
+    #[test]
+    fn match_fields_name_nodes() {
+        let r = judge(
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["aks-bare-1"]}]}]}}}}),
+        );
+        assert!(r.aims);
+        assert_eq!(r.reachable, ["aks-bare-1"]);
+    }
+}

@@ -1,0 +1,552 @@
+//! Which GPUs each container of a pod can reach, and why: the device
+//! visibility model the GPU boundary policies judge (see
+//! docs/threat-model.md).
+//!
+//! The device plugin gives a container the GPUs the scheduler counted for
+//! it. Everything else that can hand a container GPU devices on a node
+//! whose default runtime is NVIDIA's (AKS GPU nodes) is read here, once:
+//!
+//! - `NVIDIA_VISIBLE_DEVICES` in the container's `env`: its last entry
+//!   decides. An empty value, `void` or `none` hides every GPU and is never
+//!   a leak (MPI launchers and sharing schedulers use them); any other
+//!   value, or a value read from elsewhere (`valueFrom`), reaches GPUs the
+//!   scheduler did not count. On a GPU container too: kubelet puts the
+//!   pod's environment after the device plugin's, so the pod's value wins.
+//! - `envFrom` a ConfigMap or Secret whose keys may include the variable
+//!   (no prefix, or a prefix of the name): unread here, so it may carry it.
+//! - the image: CUDA base images set `NVIDIA_VISIBLE_DEVICES=all` in their
+//!   image config, and a container of a pod on a GPU node whose own
+//!   environment says nothing inherits it; an image not known to be one of
+//!   them may still be built on one.
+//! - `cdi.k8s.io/*` pod annotations naming GPU devices: the container
+//!   runtime injects them into the containers, outside the device plugin.
+//! - mounts at `/var/run/nvidia-container-devices` (the device list the
+//!   NVIDIA runtime reads in volume-mounts mode).
+//! - `securityContext.privileged`: every device node of the node.
+//!
+//! Two of these are closed by `/mutate` rather than denied: a container
+//! that asks for no GPU in a pod that does gets `NVIDIA_VISIBLE_DEVICES=void`
+//! pinned in its `env` (which wins over `envFrom` and the image), unless it
+//! already names the variable ([`needs_hiding`]).
+use crate::k8s::images;
+use crate::k8s::json::{items, str_at};
+use serde::Serialize;
+use serde_json::Value;
+
+/// The variable the NVIDIA container runtime reads.
+pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+
+/// The value `/mutate` pins on containers that must see no GPU.
+pub const HIDDEN: &str = "void";
+
+/// Values of `NVIDIA_VISIBLE_DEVICES` that give a container no GPU.
+pub const HIDING_VALUES: [&str; 3] = ["", "void", "none"];
+
+/// Where the NVIDIA runtime reads the device list in volume-mounts mode
+/// (`/var/run` is `/run` in most images, so both are read).
+pub const DEVICE_LIST_DIRS: [&str; 2] = [
+    "/var/run/nvidia-container-devices",
+    "/run/nvidia-container-devices",
+];
+
+/// The CDI annotation prefix container runtimes act on.
+pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
+
+/// CDI device kinds that are GPUs (`vendor/class` before the `=`).
+const CDI_GPU_KINDS: [&str; 3] = ["nvidia.com/gpu", "nvidia.com/mig", "amd.com/gpu"];
+
+/// Image repositories, and repository prefixes ending in `/`, whose image
+/// config sets `NVIDIA_VISIBLE_DEVICES` (CUDA base images and what NVIDIA
+/// and the common frameworks build on them).
+pub const GPU_IMAGES: &[&str] = &[
+    "nvcr.io/nvidia/",
+    "nvcr.io/nim/",
+    "docker.io/nvidia/",
+    "docker.io/pytorch/pytorch",
+    "docker.io/tensorflow/tensorflow",
+    "docker.io/vllm/vllm-openai",
+    "docker.io/rayproject/ray-ml",
+    "docker.io/huggingface/text-generation-inference",
+    "ghcr.io/huggingface/text-generation-inference",
+    "docker.io/ollama/ollama",
+    "docker.io/rocm/",
+    "mcr.microsoft.com/aks/kaito/",
+];
+
+/// Why a container can reach GPUs the scheduler did not count for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Reach {
+    /// `NVIDIA_VISIBLE_DEVICES` set to a value that names GPUs.
+    Env,
+    /// `NVIDIA_VISIBLE_DEVICES` read from a ConfigMap, Secret or field.
+    EnvValueFrom,
+    /// `envFrom` that may carry the variable, in a container that asks for
+    /// no GPU of a pod bound for GPU nodes.
+    EnvFrom,
+    /// An image known to set the variable, in a container that asks for no
+    /// GPU of a pod bound for GPU nodes.
+    Image,
+    /// An image not known to be clean, in a container that asks for no GPU
+    /// of a pod that asks for GPUs (the NVIDIA runtime is the default on
+    /// its nodes).
+    RuntimeDefault,
+    /// A `cdi.k8s.io/*` pod annotation naming GPU devices.
+    Cdi,
+    /// A mount at the NVIDIA runtime's device list.
+    DeviceListMount,
+    /// A privileged container of a pod bound for GPU nodes.
+    Privileged,
+}
+
+impl Reach {
+    /// How a denial names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reach::Env => "sets NVIDIA_VISIBLE_DEVICES to GPUs",
+            Reach::EnvValueFrom => "reads NVIDIA_VISIBLE_DEVICES from valueFrom",
+            Reach::EnvFrom => "may get NVIDIA_VISIBLE_DEVICES through envFrom",
+            Reach::Image => "runs an image that sets NVIDIA_VISIBLE_DEVICES",
+            Reach::RuntimeDefault => "runs an image that may set NVIDIA_VISIBLE_DEVICES",
+            Reach::Cdi => "gets GPU devices from a cdi.k8s.io annotation",
+            Reach::DeviceListMount => "mounts the NVIDIA device list",
+            Reach::Privileged => "is privileged",
+        }
+    }
+}
+
+/// What the pod as a whole says about where it runs, as far as device
+/// visibility cares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodContext {
+    /// Some container asks for a GPU (so the pod runs on GPU nodes, and
+    /// `/mutate` hides GPUs from its other containers).
+    pub asks_gpu: bool,
+    /// The pod can run on GPU nodes at all: it asks for GPUs, a sharing
+    /// scheduler gives it part of one, or it tolerates or selects GPU nodes.
+    pub bound_for_gpu_nodes: bool,
+}
+
+/// One container's access to GPU devices (`gpu.access[]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerAccess {
+    pub name: String,
+    /// `container`, `initContainer` or `ephemeralContainer`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The container asks for GPUs itself (resources or DRA claims).
+    pub asks_gpu: bool,
+    /// Its `env` hides every GPU (`NVIDIA_VISIBLE_DEVICES` empty, `void`
+    /// or `none`).
+    pub hidden: bool,
+    /// Why it can reach GPUs the scheduler did not count for it; empty
+    /// when it cannot.
+    pub reaches: Vec<Reach>,
+    /// A GPU container with `envFrom` that may carry the variable: what it
+    /// sees depends on an object the webhook does not read.
+    pub unverified: bool,
+}
+
+impl ContainerAccess {
+    /// The container can reach GPUs it was not given.
+    pub fn leaks(&self) -> bool {
+        !self.reaches.is_empty()
+    }
+
+    /// What it reaches them through, for a message.
+    pub fn describe(&self) -> String {
+        let reasons: Vec<&str> = self.reaches.iter().map(|r| r.describe()).collect();
+        reasons.join(", ")
+    }
+}
+
+/// What the container's own `env` says of the variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EnvSetting {
+    Absent,
+    Hides,
+    Names,
+    ValueFrom,
+}
+
+fn env_setting(container: &Value) -> EnvSetting {
+    // Kubernetes keeps the last of repeated names.
+    let Some(entry) = items(container.get("env"))
+        .filter(|e| str_at(e, "/name") == VISIBLE_DEVICES)
+        .last()
+    else {
+        return EnvSetting::Absent;
+    };
+    if entry.get("valueFrom").is_some_and(|v| !v.is_null()) {
+        return EnvSetting::ValueFrom;
+    }
+    // No `value` (MPI launchers serialise `value: ""` this way) is empty.
+    let value = entry.get("value").and_then(Value::as_str).unwrap_or("");
+    if HIDING_VALUES.contains(&value) {
+        EnvSetting::Hides
+    } else {
+        EnvSetting::Names
+    }
+}
+
+/// Whether `envFrom` may put the variable in the container: a ConfigMap or
+/// Secret source whose prefix (none, or a prefix of the name) lets one of
+/// its keys become `NVIDIA_VISIBLE_DEVICES`.
+fn env_from_may_carry(container: &Value) -> bool {
+    items(container.get("envFrom")).any(|source| {
+        let prefix = str_at(source, "/prefix");
+        VISIBLE_DEVICES.starts_with(prefix)
+            && (source.get("configMapRef").is_some() || source.get("secretRef").is_some())
+    })
+}
+
+/// Whether the image is known to set the variable in its config.
+pub fn is_gpu_image(image: &str) -> bool {
+    let repository = images::repository(image);
+    !repository.is_empty()
+        && GPU_IMAGES
+            .iter()
+            .any(|known| match known.strip_suffix('/') {
+                Some(prefix) => repository
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('/')),
+                None => repository == *known,
+            })
+}
+
+/// A mount path at or below one of the device-list directories, however
+/// it is spelled (`//`, `/./`, a trailing `/`).
+pub fn is_device_list_path(path: &str) -> bool {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    let normal = format!("/{}", parts.join("/"));
+    DEVICE_LIST_DIRS.iter().any(|dir| {
+        normal == *dir
+            || normal
+                .strip_prefix(dir)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+/// Whether some `cdi.k8s.io/*` annotation names GPU devices.
+pub fn cdi_gpu_annotation(annotations: Option<&Value>) -> bool {
+    annotations.and_then(Value::as_object).is_some_and(|a| {
+        a.iter().any(|(key, value)| {
+            key.starts_with(CDI_ANNOTATION_PREFIX)
+                && value.as_str().is_some_and(|v| {
+                    v.split(',').any(|device| {
+                        let kind = device.trim().split('=').next().unwrap_or("");
+                        CDI_GPU_KINDS.iter().any(|gpu| {
+                            kind == *gpu
+                                || kind
+                                    .strip_prefix(gpu)
+                                    .is_some_and(|rest| rest.starts_with('-'))
+                        })
+                    })
+                })
+        })
+    })
+}
+
+fn privileged(container: &Value) -> bool {
+    container
+        .pointer("/securityContext/privileged")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The access of one container (`kind` as in `gpu.containers[].type`),
+/// whose own GPU request is `asks_gpu`.
+pub fn container_access(
+    container: &Value,
+    kind: &'static str,
+    asks_gpu: bool,
+    pod: PodContext,
+    cdi: bool,
+) -> ContainerAccess {
+    let setting = env_setting(container);
+    let mut reaches = Vec::new();
+    match setting {
+        EnvSetting::Names => reaches.push(Reach::Env),
+        EnvSetting::ValueFrom => reaches.push(Reach::EnvValueFrom),
+        EnvSetting::Hides => {}
+        EnvSetting::Absent => {
+            // The device plugin's own value wins over the image's; nothing
+            // to inherit for a GPU container. Debug containers are added
+            // to pods already on their nodes.
+            let hideable = !asks_gpu && pod.bound_for_gpu_nodes;
+            if hideable && env_from_may_carry(container) {
+                reaches.push(Reach::EnvFrom);
+            }
+            let image = str_at(container, "/image");
+            if hideable && is_gpu_image(image) {
+                reaches.push(Reach::Image);
+            } else if !asks_gpu && (pod.asks_gpu || (kind == EPHEMERAL && pod.bound_for_gpu_nodes))
+            {
+                reaches.push(Reach::RuntimeDefault);
+            }
+        }
+    }
+    if cdi {
+        reaches.push(Reach::Cdi);
+    }
+    if items(container.get("volumeMounts")).any(|m| is_device_list_path(str_at(m, "/mountPath"))) {
+        reaches.push(Reach::DeviceListMount);
+    }
+    if pod.bound_for_gpu_nodes && privileged(container) {
+        reaches.push(Reach::Privileged);
+    }
+    ContainerAccess {
+        name: str_at(container, "/name").to_string(),
+        kind,
+        asks_gpu,
+        hidden: setting == EnvSetting::Hides,
+        reaches,
+        unverified: asks_gpu && setting == EnvSetting::Absent && env_from_may_carry(container),
+    }
+}
+
+const EPHEMERAL: &str = "ephemeralContainer";
+
+/// Every container of a pod spec (init, regular, ephemeral, in that order)
+/// with its access. `asks_gpu(kind, name)` says whether that container
+/// asks for GPUs itself.
+pub fn pod_access(
+    spec: &Value,
+    annotations: Option<&Value>,
+    pod: PodContext,
+    asks_gpu: impl Fn(&str, &str) -> bool,
+) -> Vec<ContainerAccess> {
+    let cdi = cdi_gpu_annotation(annotations);
+    [
+        ("initContainers", "initContainer"),
+        ("containers", "container"),
+        ("ephemeralContainers", EPHEMERAL),
+    ]
+    .into_iter()
+    .flat_map(|(field, kind)| items(spec.get(field)).map(move |c| (c, kind)))
+    .map(|(c, kind)| {
+        let asks = asks_gpu(kind, str_at(c, "/name"));
+        container_access(c, kind, asks, pod, cdi)
+    })
+    .collect()
+}
+
+/// Whether `/mutate` pins `NVIDIA_VISIBLE_DEVICES=void` on this container:
+/// it asks for no GPU, names the variable nowhere in its `env`, and its pod
+/// asks for GPUs (or, for a debug container, is bound for GPU nodes).
+pub fn needs_hiding(access: &ContainerAccess) -> bool {
+    !access.asks_gpu
+        && !access.hidden
+        && access
+            .reaches
+            .iter()
+            .any(|r| matches!(r, Reach::EnvFrom | Reach::Image | Reach::RuntimeDefault))
+        && !access
+            .reaches
+            .iter()
+            .any(|r| matches!(r, Reach::Env | Reach::EnvValueFrom))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const GPU_POD: PodContext = PodContext {
+        asks_gpu: true,
+        bound_for_gpu_nodes: true,
+    };
+    const CPU_POD: PodContext = PodContext {
+        asks_gpu: false,
+        bound_for_gpu_nodes: false,
+    };
+
+    fn access(container: Value, asks_gpu: bool, pod: PodContext) -> ContainerAccess {
+        container_access(&container, "container", asks_gpu, pod, false)
+    }
+
+    #[test]
+    fn empty_void_and_none_hide_and_the_last_entry_decides() {
+        for value in [json!(""), json!("void"), json!("none")] {
+            let a = access(
+                json!({"name": "c", "env": [{"name": VISIBLE_DEVICES, "value": value}]}),
+                false,
+                GPU_POD,
+            );
+            assert!(a.hidden && !a.leaks(), "{value}");
+        }
+        // MPI launchers: the entry without a value.
+        let launcher = access(
+            json!({"name": "launcher", "image": "mpioperator/openmpi", "env": [{"name": VISIBLE_DEVICES}]}),
+            false,
+            GPU_POD,
+        );
+        assert!(launcher.hidden && !launcher.leaks());
+        let last = access(
+            json!({"name": "c", "env": [
+                {"name": VISIBLE_DEVICES, "value": "void"},
+                {"name": VISIBLE_DEVICES, "value": "all"}]}),
+            false,
+            CPU_POD,
+        );
+        assert_eq!(last.reaches, [Reach::Env]);
+        assert!(
+            !needs_hiding(&last),
+            "an explicit value is never overridden"
+        );
+    }
+
+    #[test]
+    fn a_gpu_container_naming_gpus_leaks_and_valuefrom_is_unverifiable() {
+        let own = access(
+            json!({"name": "train", "env": [{"name": VISIBLE_DEVICES, "value": "all"}]}),
+            true,
+            GPU_POD,
+        );
+        assert_eq!(own.reaches, [Reach::Env]);
+        let from = access(
+            json!({"name": "c", "env": [{"name": VISIBLE_DEVICES, "valueFrom": {"configMapKeyRef": {"name": "x", "key": "k"}}}]}),
+            true,
+            GPU_POD,
+        );
+        assert_eq!(from.reaches, [Reach::EnvValueFrom]);
+    }
+
+    #[test]
+    fn env_from_and_images_count_in_gpu_bound_pods_only() {
+        let sidecar = json!({"name": "s", "image": "busybox", "envFrom": [{"configMapRef": {"name": "cfg"}}]});
+        let a = access(sidecar.clone(), false, GPU_POD);
+        assert_eq!(a.reaches, [Reach::EnvFrom, Reach::RuntimeDefault]);
+        assert!(needs_hiding(&a));
+        assert!(!access(sidecar.clone(), false, CPU_POD).leaks());
+        // A prefix that cannot make the name.
+        let prefixed = json!({"name": "s", "image": "busybox", "envFrom": [{"prefix": "APP_", "configMapRef": {"name": "cfg"}}]});
+        assert_eq!(
+            access(prefixed, false, GPU_POD).reaches,
+            [Reach::RuntimeDefault]
+        );
+        let tricky =
+            json!({"name": "s", "envFrom": [{"prefix": "NVIDIA_", "secretRef": {"name": "s"}}]});
+        assert!(access(tricky, false, GPU_POD)
+            .reaches
+            .contains(&Reach::EnvFrom));
+        // The GPU container itself: unverified, not a leak.
+        let own = access(sidecar, true, GPU_POD);
+        assert!(!own.leaks() && own.unverified);
+
+        let cuda = json!({"name": "agent", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"});
+        let bound_cpu_pod = PodContext {
+            asks_gpu: false,
+            bound_for_gpu_nodes: true,
+        };
+        assert_eq!(
+            access(cuda.clone(), false, bound_cpu_pod).reaches,
+            [Reach::Image]
+        );
+        assert!(
+            !access(
+                json!({"name": "agent", "image": "fluent/fluent-bit"}),
+                false,
+                bound_cpu_pod
+            )
+            .leaks(),
+            "an unknown image of a pod that asks no GPU is not judged"
+        );
+        assert!(!access(cuda.clone(), true, GPU_POD).leaks());
+        assert!(!access(cuda, false, CPU_POD).leaks());
+    }
+
+    #[test]
+    fn gpu_images_are_matched_by_repository() {
+        assert!(is_gpu_image("nvcr.io/nvidia/pytorch:24.05-py3"));
+        assert!(is_gpu_image("nvidia/cuda:12.2.0-runtime-ubuntu22.04"));
+        assert!(is_gpu_image(
+            "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"
+        ));
+        assert!(!is_gpu_image("nvcr.io/nvidiax/thing"));
+        assert!(!is_gpu_image("example.com/nvcr.io/nvidia/cuda"));
+        assert!(!is_gpu_image("busybox"));
+        assert!(!is_gpu_image(""));
+    }
+
+    #[test]
+    fn device_list_mounts_are_found_however_spelled() {
+        for path in [
+            "/var/run/nvidia-container-devices",
+            "/var/run/nvidia-container-devices/all",
+            "//var/run/./nvidia-container-devices/",
+            "/run/nvidia-container-devices/GPU-1",
+            "/var/x/../run/nvidia-container-devices",
+        ] {
+            assert!(is_device_list_path(path), "{path}");
+        }
+        for path in ["/var/run/nvidia-container-devices-x", "/var/run", "/data"] {
+            assert!(!is_device_list_path(path), "{path}");
+        }
+        let a = access(
+            json!({"name": "c", "volumeMounts": [{"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}]}),
+            true,
+            GPU_POD,
+        );
+        assert_eq!(a.reaches, [Reach::DeviceListMount]);
+    }
+
+    #[test]
+    fn cdi_annotations_naming_gpus_reach_every_container() {
+        let gpu = json!({"cdi.k8s.io/x": "nvidia.com/gpu=all"});
+        assert!(cdi_gpu_annotation(Some(&gpu)));
+        assert!(cdi_gpu_annotation(Some(
+            &json!({"cdi.k8s.io/y": "vendor.com/nic=0, nvidia.com/mig-1g.10gb=0"})
+        )));
+        assert!(!cdi_gpu_annotation(Some(
+            &json!({"cdi.k8s.io/y": "vendor.com/nic=0"})
+        )));
+        assert!(!cdi_gpu_annotation(Some(
+            &json!({"other": "nvidia.com/gpu=all"})
+        )));
+        let spec = json!({"containers": [{"name": "a"}, {"name": "b"}]});
+        let all = pod_access(&spec, Some(&gpu), GPU_POD, |_, n| n == "a");
+        assert!(all.iter().all(|c| c.reaches.contains(&Reach::Cdi)));
+    }
+
+    #[test]
+    fn privileged_counts_where_the_pod_can_meet_gpus() {
+        let c = json!({"name": "init", "securityContext": {"privileged": true}});
+        assert_eq!(
+            container_access(&c, "initContainer", false, GPU_POD, false).reaches,
+            [Reach::RuntimeDefault, Reach::Privileged]
+        );
+        assert!(!access(c, false, CPU_POD).leaks());
+    }
+
+    #[test]
+    fn debug_containers_of_gpu_bound_pods_are_hidden() {
+        let spec = json!({
+            "containers": [{"name": "train", "image": "busybox"}],
+            "ephemeralContainers": [{"name": "debugger", "image": "nvidia/cuda:12.4.1-base"}]
+        });
+        let bound = PodContext {
+            asks_gpu: false,
+            bound_for_gpu_nodes: true,
+        };
+        let all = pod_access(&spec, None, bound, |_, _| false);
+        assert_eq!(all[1].kind, EPHEMERAL);
+        assert_eq!(all[1].reaches, [Reach::Image]);
+        assert!(needs_hiding(&all[1]));
+        let plain = json!({"ephemeralContainers": [{"name": "d", "image": "busybox"}]});
+        assert_eq!(
+            pod_access(&plain, None, bound, |_, _| false)[0].reaches,
+            [Reach::RuntimeDefault]
+        );
+    }
+}

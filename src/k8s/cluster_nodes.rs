@@ -1,0 +1,317 @@
+//! The cluster's Nodes as the GPU boundary reads them: name, labels,
+//! taints and allocatable resources, kept current by a watch. Everything
+//! else a Node carries (images, conditions, addresses, annotations) is
+//! dropped before it is stored, so the cache stays small on clusters of
+//! thousands of nodes.
+use super::json::items;
+use super::taints::Taint;
+use k8s_openapi::api::core::v1::Node;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What the GPU boundary reads of one Node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// `status.allocatable`, quantities as the API writes them.
+    pub allocatable: BTreeMap<String, String>,
+}
+
+impl NodeInfo {
+    /// From a Node as JSON, leniently.
+    pub fn from_value(node: &Value) -> NodeInfo {
+        let strings = |v: Option<&Value>| -> BTreeMap<String, String> {
+            v.and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        NodeInfo {
+            name: node
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            labels: strings(node.pointer("/metadata/labels")),
+            taints: items(node.pointer("/spec/taints"))
+                .filter_map(Taint::from_value)
+                .collect(),
+            allocatable: strings(node.pointer("/status/allocatable")),
+        }
+    }
+
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+}
+
+/// The nodes a request is judged against.
+pub trait NodeLookup: Send + Sync {
+    /// Every node, or `None` when nodes are not known at all (no cluster,
+    /// or the cache is switched off): callers then judge by labels alone.
+    fn nodes(&self) -> Option<Arc<[NodeInfo]>>;
+}
+
+/// No node known: judged by labels alone.
+pub struct NoNodes;
+
+impl NodeLookup for NoNodes {
+    fn nodes(&self) -> Option<Arc<[NodeInfo]>> {
+        None
+    }
+}
+
+/// A fixed set of nodes (tests, offline evaluation with a node list).
+#[derive(Clone, Debug, Default)]
+pub struct StaticNodes(pub Arc<[NodeInfo]>);
+
+impl StaticNodes {
+    pub fn new(nodes: Vec<NodeInfo>) -> StaticNodes {
+        StaticNodes(nodes.into())
+    }
+}
+
+impl NodeLookup for StaticNodes {
+    fn nodes(&self) -> Option<Arc<[NodeInfo]>> {
+        Some(self.0.clone())
+    }
+}
+
+/// Nodes of a live cluster, kept current by a watch (needs list and watch
+/// on nodes). Empty until the first list completes. Each Node is read into
+/// a [`NodeInfo`] once per change that touches what it keeps (status
+/// heartbeats change nothing here), and requests share one snapshot until
+/// the next such change.
+#[derive(Clone, Default)]
+pub struct ClusterNodes {
+    inner: Arc<std::sync::RwLock<Known>>,
+    synced: Arc<tokio::sync::watch::Sender<Option<bool>>>,
+}
+
+#[derive(Default)]
+struct Known {
+    nodes: BTreeMap<String, NodeInfo>,
+    /// While a (re)list is under way: what it has seen so far.
+    relisting: Option<BTreeMap<String, NodeInfo>>,
+    snapshot: Option<Arc<[NodeInfo]>>,
+}
+
+impl ClusterNodes {
+    /// Starts watching Nodes with `client`. The returned task runs until
+    /// dropped or aborted.
+    pub fn start(client: kube::Client) -> (ClusterNodes, tokio::task::JoinHandle<()>) {
+        use futures_util::StreamExt as _;
+        use kube::runtime::{watcher, WatchStreamExt};
+        let lookup = ClusterNodes::default();
+        let api: kube::Api<Node> = kube::Api::all(client);
+        let stream = watcher(api, watcher::Config::default())
+            .modify(trim)
+            .default_backoff();
+        let writer = lookup.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => writer.apply(event),
+                    Err(e) => tracing::warn!(error = %e, "node watch failed; retrying"),
+                }
+            }
+            writer.synced.send_if_modified(|s| {
+                let first = s.is_none();
+                if first {
+                    *s = Some(false);
+                }
+                first
+            });
+        });
+        (lookup, task)
+    }
+
+    /// Takes one watch event into the cache.
+    pub fn apply(&self, event: kube::runtime::watcher::Event<Node>) {
+        use kube::runtime::watcher::Event;
+        let read = |node: &Node| {
+            serde_json::to_value(node)
+                .ok()
+                .map(|v| NodeInfo::from_value(&v))
+        };
+        let mut known = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let changed = match event {
+            Event::Init => {
+                known.relisting = Some(BTreeMap::new());
+                false
+            }
+            Event::InitApply(node) => {
+                if let (Some(info), Some(list)) = (read(&node), known.relisting.as_mut()) {
+                    list.insert(info.name.clone(), info);
+                }
+                false
+            }
+            Event::InitDone => {
+                let list = known.relisting.take().unwrap_or_default();
+                let changed = list != known.nodes;
+                known.nodes = list;
+                drop(known);
+                self.synced.send_if_modified(|s| {
+                    let first = *s != Some(true);
+                    *s = Some(true);
+                    first
+                });
+                known = self.inner.write().unwrap_or_else(|e| e.into_inner());
+                changed
+            }
+            Event::Apply(node) => match read(&node) {
+                Some(info) if known.nodes.get(&info.name) != Some(&info) => {
+                    known.nodes.insert(info.name.clone(), info);
+                    true
+                }
+                _ => false,
+            },
+            Event::Delete(node) => {
+                let name = node.metadata.name.unwrap_or_default();
+                known.nodes.remove(&name).is_some()
+            }
+        };
+        if changed {
+            known.snapshot = None;
+        }
+    }
+
+    /// Resolves once the first full list is in the cache. Returns false if
+    /// the watch ended before that.
+    pub async fn wait_until_synced(&self) -> bool {
+        let mut rx = self.synced.subscribe();
+        let synced = match rx.wait_for(Option::is_some).await {
+            Ok(state) => *state == Some(true),
+            Err(_) => false,
+        };
+        synced
+    }
+}
+
+/// Keeps only what [`NodeInfo`] reads.
+fn trim(node: &mut Node) {
+    let meta = &mut node.metadata;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    if let Some(spec) = node.spec.as_mut() {
+        spec.config_source = None;
+        spec.pod_cidrs = None;
+        spec.pod_cidr = None;
+        spec.provider_id = None;
+    }
+    if let Some(status) = node.status.as_mut() {
+        let allocatable = status.allocatable.take();
+        *status = Default::default();
+        status.allocatable = allocatable;
+    }
+}
+
+impl NodeLookup for ClusterNodes {
+    fn nodes(&self) -> Option<Arc<[NodeInfo]>> {
+        if let Some(snapshot) = &self
+            .inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .snapshot
+        {
+            return Some(snapshot.clone());
+        }
+        let mut known = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let snapshot: Arc<[NodeInfo]> = known.nodes.values().cloned().collect();
+        known.snapshot = Some(snapshot.clone());
+        Some(snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_node_is_read_leniently() {
+        let node = NodeInfo::from_value(&json!({
+            "metadata": {"name": "aks-gpu-1", "labels": {"kubernetes.azure.com/agentpool": "gpu", "n": 1}},
+            "spec": {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}, "junk"]},
+            "status": {"allocatable": {"nvidia.com/gpu": "1", "cpu": "23"}, "images": [{"names": ["x"]}]}
+        }));
+        assert_eq!(node.name, "aks-gpu-1");
+        assert_eq!(node.label("kubernetes.azure.com/agentpool"), Some("gpu"));
+        assert_eq!(node.label("n"), None);
+        assert_eq!(node.taints.len(), 1);
+        assert_eq!(node.allocatable["nvidia.com/gpu"], "1");
+        assert_eq!(NodeInfo::from_value(&json!(null)), NodeInfo::default());
+    }
+
+    fn node(name: &str, labels: serde_json::Value) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": "4"}}}))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_cache_follows_the_watch_and_shares_a_snapshot_between_changes() {
+        use kube::runtime::watcher::Event;
+        let nodes = ClusterNodes::default();
+        assert_eq!(nodes.nodes().unwrap().len(), 0);
+        nodes.apply(Event::Init);
+        nodes.apply(Event::InitApply(node("a", json!({"pool": "cpu"}))));
+        nodes.apply(Event::InitApply(node("b", json!({"pool": "gpu"}))));
+        assert_eq!(
+            nodes.nodes().unwrap().len(),
+            0,
+            "a list counts once it is whole"
+        );
+        nodes.apply(Event::InitDone);
+        assert!(nodes.wait_until_synced().await);
+        let first = nodes.nodes().unwrap();
+        assert_eq!(first.len(), 2);
+        // A heartbeat that changes nothing kept: the same snapshot.
+        let mut beat = node("a", json!({"pool": "cpu"}));
+        beat.status.as_mut().unwrap().capacity = Some(Default::default());
+        nodes.apply(Event::Apply(beat));
+        assert!(Arc::ptr_eq(&first, &nodes.nodes().unwrap()));
+        nodes.apply(Event::Apply(node("a", json!({"pool": "gpu"}))));
+        let second = nodes.nodes().unwrap();
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!(second[0].label("pool"), Some("gpu"));
+        nodes.apply(Event::Delete(node("b", json!({}))));
+        assert_eq!(nodes.nodes().unwrap().len(), 1);
+        // A relist replaces what was known.
+        nodes.apply(Event::Init);
+        nodes.apply(Event::InitApply(node("c", json!({}))));
+        nodes.apply(Event::InitDone);
+        let names: Vec<String> = nodes
+            .nodes()
+            .unwrap()
+            .iter()
+            .map(|n| n.name.clone())
+            .collect();
+        assert_eq!(names, ["c"]);
+    }
+
+    #[test]
+    fn only_what_is_read_is_kept() {
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "labels": {"a": "b"}, "annotations": {"big": "x"}},
+            "spec": {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}], "providerID": "azure:///x"},
+            "status": {"allocatable": {"cpu": "4"}, "images": [{"names": ["x"], "sizeBytes": 1}],
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        trim(&mut node);
+        let v = serde_json::to_value(&node).unwrap();
+        assert_eq!(v["metadata"].get("annotations"), None);
+        assert_eq!(v["status"], json!({"allocatable": {"cpu": "4"}}));
+        assert_eq!(NodeInfo::from_value(&v).taints.len(), 1);
+    }
+}
