@@ -4,7 +4,7 @@
 use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::gpu::gpu_val;
 use crate::gpu::facts::PlacementFacts;
-use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims};
+use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims, NoNodes, NodeLookup};
 use crate::placement::{self, ProfileSet};
 use crate::policy::{AppliedMutation, PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
@@ -41,6 +41,7 @@ pub struct Admission {
     bundle: ArcSwap<Bundle>,
     namespaces: Arc<dyn NamespaceLookup>,
     claims: Arc<dyn ClaimLookup>,
+    nodes: Arc<dyn NodeLookup>,
     authorizer: Arc<dyn Authorizer>,
 }
 
@@ -52,6 +53,7 @@ impl Admission {
             bundle: ArcSwap::from_pointee(bundle),
             namespaces,
             claims: Arc::new(NoClaims),
+            nodes: Arc::new(NoNodes),
             authorizer: Arc::new(NoAuthorizer),
         }
     }
@@ -67,6 +69,13 @@ impl Admission {
     /// `claims`.
     pub fn with_claims(mut self, claims: Arc<dyn ClaimLookup>) -> Admission {
         self.claims = claims;
+        self
+    }
+
+    /// Judges where pods can land against the nodes `nodes` knows (without
+    /// it, by node labels alone).
+    pub fn with_nodes(mut self, nodes: Arc<dyn NodeLookup>) -> Admission {
+        self.nodes = nodes;
         self
     }
 
@@ -92,8 +101,12 @@ impl Admission {
     /// failurePolicy says).
     pub fn mutate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
-        let subject = Subject::new(req, self.namespaces.as_ref()).with_claims(self.claims.as_ref());
-        let plan = placement::plan_subject(&bundle.placement, &subject);
+        let profiles = &bundle.placement;
+        let subject = Subject::new(req, self.namespaces.as_ref())
+            .with_claims(self.claims.as_ref())
+            .with_nodes(self.nodes.as_ref())
+            .with_gpu(profiles.catalog(), profiles.gpu_resources());
+        let plan = placement::plan_subject(profiles, &subject);
         let mut patch = plan.patch;
         let mut outcome = Outcome {
             profile: plan.profile,
@@ -109,7 +122,11 @@ impl Admission {
                 ));
                 return outcome;
             }
-            let lookups = (self.namespaces.as_ref(), self.claims.as_ref());
+            let lookups = (
+                self.namespaces.as_ref(),
+                self.claims.as_ref(),
+                self.nodes.as_ref(),
+            );
             let subject = self::subject(&bundle, req, lookups);
             let mutate = || bundle.policies.mutate_subject(&subject, &placed);
             let mutated = match deadline {
@@ -160,7 +177,11 @@ impl Admission {
     /// short never admits what it did not finish judging.
     pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
-        let lookups = (self.namespaces.as_ref(), self.claims.as_ref());
+        let lookups = (
+            self.namespaces.as_ref(),
+            self.claims.as_ref(),
+            self.nodes.as_ref(),
+        );
         validate_with(&bundle, lookups, &self.authorizer, req, deadline).0
     }
 
@@ -175,12 +196,24 @@ impl Admission {
         if bundle.policies.references("authorizer") {
             return None;
         }
-        let lookups = (self.namespaces.as_ref(), self.claims.as_ref());
+        let lookups = (
+            self.namespaces.as_ref(),
+            self.claims.as_ref(),
+            self.nodes.as_ref(),
+        );
         let (outcome, finished) =
             validate_with(&bundle, lookups, &self.authorizer, req, Some(until));
         finished.then_some(outcome)
     }
 }
+
+/// Where a subject's namespace, DRA claims and the cluster's nodes are
+/// looked up.
+pub type Lookups<'a> = (
+    &'a dyn NamespaceLookup,
+    &'a dyn ClaimLookup,
+    &'a dyn NodeLookup,
+);
 
 /// The subject of `req` with everything the policies read: its pod's DRA
 /// claims (looked up in `claims`), its GPU facts,
@@ -189,10 +222,12 @@ impl Admission {
 pub fn subject<'r>(
     bundle: &Bundle,
     req: &'r Request,
-    (namespaces, claims): (&dyn NamespaceLookup, &dyn ClaimLookup),
+    (namespaces, claims, nodes): Lookups,
 ) -> Subject<'r> {
     let profiles = &bundle.placement;
-    let mut subject = Subject::new(req, namespaces).with_claims(claims);
+    let mut subject = Subject::new(req, namespaces)
+        .with_claims(claims)
+        .with_nodes(nodes);
     place_template(profiles, &mut subject);
     let mut subject = subject.with_gpu(profiles.catalog(), profiles.gpu_resources());
     let judged = match subject.kind {
@@ -246,6 +281,7 @@ fn place_template(profiles: &placement::ProfileSet, subject: &mut Subject) {
         template: None,
         claims: subject.claims.clone(),
         gpu: None,
+        nodes: subject.nodes.clone(),
         variables: Vec::new(),
         authorizer: subject.authorizer.clone(),
     };
@@ -268,7 +304,7 @@ fn place_template(profiles: &placement::ProfileSet, subject: &mut Subject) {
 /// `deadline` (when not, the answer is [`deadline_denial`]).
 fn validate_with(
     bundle: &Bundle,
-    lookups: (&dyn NamespaceLookup, &dyn ClaimLookup),
+    lookups: Lookups,
     authorizer: &Arc<dyn Authorizer>,
     req: &Request,
     deadline: Option<Instant>,

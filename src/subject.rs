@@ -11,7 +11,7 @@ use crate::gpu::pools::PoolKind;
 use crate::gpu::GpuResources;
 use crate::k8s::claims::{pod_claims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
-use crate::k8s::{workloads, ClaimLookup, NamespaceLookup};
+use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, NodeInfo, NodeLookup};
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -60,6 +60,9 @@ pub struct Subject<'r> {
     pub claims: Option<Vec<PodClaim>>,
     /// The object's GPU facts, when worked out ([`Subject::with_gpu`]).
     pub gpu: Option<GpuFacts>,
+    /// The cluster's nodes, when known ([`Subject::with_nodes`]): the GPU
+    /// facts are then judged against them.
+    pub nodes: Option<Arc<[NodeInfo]>>,
     /// Host variables already in CEL form (e.g. `gpu`), shared by every
     /// policy and by the object and its template pod alike.
     pub variables: Vec<(String, Box<dyn Val>)>,
@@ -101,6 +104,7 @@ impl<'r> Subject<'r> {
             template,
             claims: None,
             gpu: None,
+            nodes: None,
             variables: Vec::new(),
             authorizer: Arc::new(NoAuthorizer),
         }
@@ -123,6 +127,13 @@ impl<'r> Subject<'r> {
         self
     }
 
+    /// Judges the GPU facts ([`Subject::with_gpu`], called after this)
+    /// against the nodes `lookup` knows, when it knows them.
+    pub fn with_nodes(mut self, lookup: &dyn NodeLookup) -> Subject<'r> {
+        self.nodes = lookup.nodes();
+        self
+    }
+
     /// Adds the GPU facts of the request's object (with its DRA claims when
     /// [`Subject::with_claims`] looked them up).
     /// A controller's facts are those of its template pod, as placed when
@@ -135,9 +146,13 @@ impl<'r> Subject<'r> {
         let object = template
             .or(self.request.object.as_ref())
             .unwrap_or(&Value::Null);
-        self.gpu = Some(match &self.claims {
+        let facts = match &self.claims {
             Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
             None => GpuFacts::of(object, catalog, resources),
+        };
+        self.gpu = Some(match &self.nodes {
+            Some(nodes) => facts.with_nodes(object, nodes, catalog, resources),
+            None => facts,
         });
         self
     }

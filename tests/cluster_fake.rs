@@ -861,3 +861,115 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
     let status = server.terminate();
     assert!(status.success(), "{status:?}");
 }
+
+const NODES: Resource = Resource::new("", "v1", "Node", "nodes", false);
+
+fn cluster_node(name: &str, pool: &str, gpus: u32) -> Value {
+    let mut labels =
+        json!({"kubernetes.azure.com/agentpool": pool, "kubernetes.io/hostname": name});
+    let mut taints = json!([]);
+    if gpus > 0 {
+        labels["kubernetes.azure.com/accelerator"] = json!("nvidia");
+        labels["node.kubernetes.io/instance-type"] = json!("Standard_NC4as_T4_v3");
+        taints = json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]);
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels,
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": {"taints": taints, "providerID": format!("azure:///{name}")},
+        "status": {"allocatable": {"cpu": "3860m", "nvidia.com/gpu": gpus.to_string()},
+            "images": [{"names": ["mcr.microsoft.com/oss/kubernetes/pause:3.6"], "sizeBytes": 299514}],
+            "conditions": [{"type": "Ready", "status": "True"}]},
+    })
+}
+
+fn pod_review(uid: &str, pod: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "apps", "operation": "CREATE",
+        "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+        "object": pod, "oldObject": null, "dryRun": false}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_judges_where_pods_land_against_the_nodes_it_watches() {
+    let fake = FakeApiServer::start(vec![NAMESPACES, NODES]).await;
+    fake.change(|cluster| {
+        cluster.apply(namespace("apps", &[]));
+        cluster.apply(cluster_node("aks-system-1", "system", 0));
+        cluster.apply(cluster_node("aks-gpupool-1", "gpupool", 1));
+    });
+    let server = InCluster::serve(&fake);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while server.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Tolerating everything and selecting the GPU pool by its name: only
+    // the node cache knows that pool is a GPU pool.
+    let by_pool = pod_review(
+        "by-pool",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent", "namespace": "apps"},
+            "spec": {"nodeSelector": {"kubernetes.azure.com/agentpool": "gpupool"},
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "agent", "image": "python:3.12"}]}}),
+    );
+    let (allowed, message) = server.validate(&by_pool).await;
+    assert!(!allowed);
+    assert!(
+        message.contains("gpu-node-isolation: pod asks for no GPU but its nodeSelector / required node affinity selects GPU nodes (it can land on aks-gpupool-1)"),
+        "{message}"
+    );
+    // A pool added later is seen once the watch brings its node.
+    let new_pool = pod_review(
+        "new-pool",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "batch", "namespace": "apps"},
+            "spec": {"nodeName": "aks-gpu2-1", "containers": [{"name": "batch", "image": "python:3.12"}]}}),
+    );
+    let (allowed, message) = server.validate(&new_pool).await;
+    assert!(allowed, "an unknown node is no GPU node: {message}");
+    fake.change(|cluster| cluster.apply(cluster_node("aks-gpu2-1", "gpu2", 1)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (allowed, message) = server.validate(&new_pool).await;
+        if !allowed {
+            assert!(
+                message.contains("is bound by spec.nodeName to GPU node aks-gpu2-1"),
+                "{message}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new node never reached /validate"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_without_access_to_nodes_is_ready_and_judges_by_labels() {
+    let fake = FakeApiServer::start(vec![NAMESPACES, NODES]).await;
+    fake.change(|cluster| {
+        cluster.apply(namespace("apps", &[]));
+        cluster.forbid(&NODES);
+    });
+    let server = InCluster::serve(&fake);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while server.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let by_label = pod_review(
+        "by-label",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent", "namespace": "apps"},
+            "spec": {"nodeSelector": {"nvidia.com/gpu.deploy.dcgm-exporter": "true"},
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "agent", "image": "python:3.12"}]}}),
+    );
+    let (allowed, message) = server.validate(&by_label).await;
+    assert!(!allowed);
+    assert!(message.contains("selects GPU nodes"), "{message}");
+}

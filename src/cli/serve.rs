@@ -5,6 +5,7 @@ use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
 use crate::gpu::catalog::Catalog;
 use crate::k8s::namespaces::ClusterNamespaces;
 use crate::k8s::{ClaimLookup, ClusterClaims, NamespaceLookup};
+use crate::k8s::{ClusterNodes, NoNodes, NodeLookup};
 use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
 use crate::report::{AuditMetrics, LatestReport, LeaseSettings, ReportSettings, ReportTask};
 use crate::review;
@@ -133,6 +134,19 @@ pub struct ServeArgs {
     /// the audit, or `off` to run it on every replica.
     #[arg(long, value_name = "NAME", default_value = server::DEFAULT_REPORT_LEASE, value_parser = parse_lease)]
     pub report_lease: OptionalName,
+    /// Watch the cluster's Nodes so that where a pod can land (any label,
+    /// spec.nodeName) is judged against the nodes that exist; `off` for a
+    /// cluster that does not grant list and watch on nodes: by GPU node
+    /// labels alone.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub node_cache: Switch,
+}
+
+/// On or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// A name, or none (`off`).
@@ -225,6 +239,7 @@ impl ServeArgs {
             report_interval,
             report_max_objects,
             report_lease,
+            node_cache,
         } = self;
         ServeConfig {
             listen,
@@ -263,6 +278,7 @@ impl ServeArgs {
             report_interval,
             report_max_objects,
             report_lease: report_lease.0,
+            node_cache: node_cache == Switch::On,
         }
     }
 }
@@ -325,9 +341,11 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
     }
     let namespaces = namespace_lookup(&readiness).await;
     let claims = claim_lookup(&readiness).await;
+    let nodes = node_lookup(&readiness, config.node_cache).await;
     let admission = Arc::new(
         Admission::new(bundle, namespaces)
             .with_claims(claims)
+            .with_nodes(nodes)
             .with_authorizer(cluster_authorizer()),
     );
     readiness.set_policies_loaded();
@@ -674,6 +692,49 @@ async fn claim_lookup(readiness: &Readiness) -> Arc<dyn ClaimLookup> {
         }
     });
     Arc::new(claims)
+}
+
+/// The cluster's Nodes, for where a pod can land: watched when running in a
+/// cluster with the cache on, readiness then waiting for their first list;
+/// otherwise none (judged by GPU node labels alone).
+async fn node_lookup(readiness: &Readiness, on: bool) -> Arc<dyn NodeLookup> {
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        return Arc::new(NoNodes);
+    }
+    if !on {
+        tracing::info!("node cache off: where pods can land is judged by GPU node labels alone");
+        return Arc::new(NoNodes);
+    }
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        // namespace_lookup has said why, and keeps the server not ready.
+        Err(_) => return Arc::new(NoNodes),
+    };
+    // A cluster that refuses the server the Nodes (RBAC) is judged by labels
+    // rather than left without a ready replica (every GPU pod would then
+    // wait on this webhook); the log says what to grant. Any other error is
+    // retried by the watch, readiness waiting for it.
+    let probe = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await;
+    if let Err(kube::Error::Api(e)) = probe {
+        tracing::error!(error = %e, "cannot list Nodes: where pods can land is judged by GPU node labels alone; grant get, list and watch on nodes (deploy/base/rbac.yaml), or pass --node-cache=off");
+        return Arc::new(NoNodes);
+    }
+    let (nodes, _task) = ClusterNodes::start(client);
+    readiness.wait_for_nodes();
+    tracing::info!("watching Nodes for where pods can land; ready once they are listed");
+    let synced = nodes.clone();
+    let readiness = readiness.clone();
+    tokio::spawn(async move {
+        if synced.wait_until_synced().await {
+            readiness.set_nodes_synced();
+            tracing::info!("node cache synced");
+        } else {
+            tracing::error!("node watch ended before its first list; staying not ready (--node-cache=off judges by labels)");
+        }
+    });
+    Arc::new(nodes)
 }
 
 /// What loading the policies ignored: warnings at warn, notes at debug.

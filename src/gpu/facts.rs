@@ -26,7 +26,7 @@ use super::{GpuResources, SkuList};
 use crate::k8s::claims::{claim_spec, container_claims, pod_claims, ClaimKind, NoClaims, PodClaim};
 use crate::k8s::json::{items, str_at};
 use crate::k8s::workloads::{pod_metadata, pod_spec};
-use crate::k8s::{NodeSelection, Toleration, TolerationOperator};
+use crate::k8s::{NodeInfo, NodeSelection, Toleration, TolerationOperator};
 
 /// The `gpu` variable (see docs/cel-extensions.md). Integers are `i64` so
 /// that CEL sees `int`, as it does for numbers of the object itself.
@@ -44,7 +44,21 @@ pub struct GpuFacts {
     pub tolerates: bool,
     pub tolerates_all: bool,
     pub shared_by_scheduler: bool,
+    /// Its own node selection (nodeSelector, required node affinity,
+    /// `spec.nodeName`) picks GPU nodes and no other node: by labels only
+    /// GPU nodes carry, or, with the nodes known, by any label.
     pub selects_gpu_nodes: bool,
+    /// A preferred node-affinity term picks GPU nodes and no other node,
+    /// and the pod can land on them (it tolerates their taints).
+    pub prefers_gpu_nodes: bool,
+    /// `spec.nodeName` (empty when the scheduler places the pod).
+    pub node_name: String,
+    /// With the nodes known: the GPU nodes the pod can land on (its
+    /// selection allows them and it tolerates their taints, or it names
+    /// one), at most [`REACHABLE_SHOWN`]; empty when none, or unknown.
+    pub reachable_gpu_nodes: Vec<String>,
+    /// Whether the cluster's nodes were known when this was worked out.
+    pub nodes_known: bool,
     pub skus_constrained: bool,
     /// Catalog SKUs the pod's node selection allows, in catalog order
     /// (when that is every SKU, the catalog's own list, shared).
@@ -147,6 +161,87 @@ impl GpuFacts {
         facts
     }
 }
+
+impl GpuFacts {
+    /// The facts of a pod (or pod template) judged against the cluster's
+    /// `nodes`: which GPU nodes it can land on, whether its selection (any
+    /// label, `spec.nodeName`) or its preferred affinity picks GPU nodes
+    /// only, and, for a pod bound to a node by name, that node's size in
+    /// place of what its selection allows.
+    pub fn with_nodes(
+        mut self,
+        object: &Value,
+        nodes: &[NodeInfo],
+        catalog: &Catalog,
+        resources: &GpuResources,
+    ) -> GpuFacts {
+        let Some(spec) = pod_spec(object) else {
+            return self;
+        };
+        let reach = super::reach::reach(spec, nodes, resources, catalog);
+        self.nodes_known = true;
+        self.selects_gpu_nodes |= reach.aims;
+        self.prefers_gpu_nodes |= reach.prefers;
+        self.reachable_gpu_nodes = reach.reachable.into_iter().take(REACHABLE_SHOWN).collect();
+        if let Some(node) = &reach.bound_to {
+            // Bound by name: the node's own size is the only one possible.
+            let size = [
+                "node.kubernetes.io/instance-type",
+                "beta.kubernetes.io/instance-type",
+                "karpenter.azure.com/sku-name",
+            ]
+            .iter()
+            .find_map(|k| node.label(k));
+            let skus: Vec<&super::catalog::Sku> =
+                size.and_then(|s| catalog.get(s)).into_iter().collect();
+            self.skus_constrained = true;
+            self.max_sku_gpus = skus
+                .iter()
+                .map(|s| i64::from(s.gpu_devices))
+                .max()
+                .unwrap_or(0);
+            self.skus = catalog.list_of(&skus);
+        }
+        let bound = !self.reachable_gpu_nodes.is_empty() || self.prefers_gpu_nodes;
+        if bound {
+            let context = PodContext {
+                asks_gpu: self.request.requested(),
+                bound_for_gpu_nodes: true,
+            };
+            let containers = &self.containers;
+            self.access = pod_access(
+                spec,
+                pod_metadata(object).and_then(|m| m.get("annotations")),
+                context,
+                |kind, name| {
+                    containers.iter().any(|c| {
+                        let same_kind =
+                            c.kind == kind || (kind == "initContainer" && c.kind == "sidecar");
+                        same_kind && c.name == name && c.total > 0
+                    })
+                },
+            );
+        }
+        self
+    }
+}
+
+/// Does a preferred node-affinity term pick GPU nodes by labels only GPU
+/// nodes carry?
+fn prefers_gpu_labels(spec: &Value, catalog: &Catalog) -> bool {
+    items(spec.pointer("/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution"))
+        .filter_map(|p| p.get("preference"))
+        .map(crate::k8s::NodeSelectorTerm::from_value)
+        .any(|t| {
+            !t.matches_nothing
+                && t.requirements
+                    .iter()
+                    .any(|r| super::selection::SkuRequirement::requires_gpu_node(r, catalog))
+        })
+}
+
+/// At most this many GPU node names are kept in `reachableGpuNodes`.
+pub const REACHABLE_SHOWN: usize = 5;
 
 /// The `gpu` variable for `object` as JSON.
 pub fn facts(object: &Value, catalog: &Catalog, resources: &GpuResources) -> Value {
@@ -291,13 +386,15 @@ fn pod_facts(
     let tolerates_all = spec.get("tolerations").is_some_and(tolerates_every_taint);
     let shared = shared_by_scheduler(spec, annotations);
     let selects_gpu_nodes = selection.targets_gpu_nodes(catalog);
+    let prefers_gpu_nodes = (tolerates || tolerates_all) && prefers_gpu_labels(spec, catalog);
     let context = PodContext {
         asks_gpu: request.requested(),
         bound_for_gpu_nodes: request.requested()
             || shared
             || tolerates
             || tolerates_all
-            || selects_gpu_nodes,
+            || selects_gpu_nodes
+            || prefers_gpu_nodes,
     };
     let access = pod_access(spec, annotations, context, |kind, name| {
         own_containers.iter().any(|c| {
@@ -323,6 +420,12 @@ fn pod_facts(
         tolerates_all,
         shared_by_scheduler: shared,
         selects_gpu_nodes,
+        prefers_gpu_nodes,
+        node_name: super::reach::node_name(spec)
+            .unwrap_or_default()
+            .to_string(),
+        reachable_gpu_nodes: Vec::new(),
+        nodes_known: false,
         skus_constrained,
         skus: if skus_constrained {
             catalog.list_of(&skus)

@@ -3,7 +3,8 @@
 //! have synced its first list (before that, `namespaceSelector` would see
 //! no labels and give wrong answers), and so must the ResourceClaim cache
 //! when the cluster serves `resource.k8s.io` (before that, pods claiming
-//! devices would be judged as claiming nothing). Shutdown turns readiness false on its
+//! devices would be judged as claiming nothing), and so must the Node cache
+//! when it is on (before that, no pod could be told to reach a GPU node). Shutdown turns readiness false on its
 //! own, through the [`ShutdownHandle`](super::ShutdownHandle).
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,6 +22,8 @@ struct Conditions {
     namespaces_synced: AtomicBool,
     /// True unless [`Readiness::wait_for_resource_claims`] asked to wait.
     resource_claims_synced: AtomicBool,
+    /// True unless [`Readiness::wait_for_nodes`] asked to wait.
+    nodes_synced: AtomicBool,
 }
 
 impl Readiness {
@@ -41,6 +44,7 @@ impl Readiness {
                 policies_loaded: AtomicBool::new(policies_loaded),
                 namespaces_synced: AtomicBool::new(namespaces_synced),
                 resource_claims_synced: AtomicBool::new(true),
+                nodes_synced: AtomicBool::new(true),
             }),
         }
     }
@@ -71,6 +75,17 @@ impl Readiness {
             .store(true, Ordering::Release);
     }
 
+    /// Readiness now also waits for the Node cache's first list
+    /// ([`Readiness::set_nodes_synced`]).
+    pub fn wait_for_nodes(&self) {
+        self.inner.nodes_synced.store(false, Ordering::Release);
+    }
+
+    /// The Node cache has its first full list.
+    pub fn set_nodes_synced(&self) {
+        self.inner.nodes_synced.store(true, Ordering::Release);
+    }
+
     /// Why the server is not ready yet, or `None` once it is. The reason
     /// is the short text `/readyz` answers with.
     pub fn not_ready_reason(&self) -> Option<&'static str> {
@@ -80,6 +95,8 @@ impl Readiness {
             Some("namespaces not synced\n")
         } else if !self.inner.resource_claims_synced.load(Ordering::Acquire) {
             Some("resource claims not synced\n")
+        } else if !self.inner.nodes_synced.load(Ordering::Acquire) {
+            Some("nodes not synced\n")
         } else {
             None
         }

@@ -237,6 +237,9 @@ pub struct ServeConfig {
     /// Name of the Lease that elects the replica running the audit; none:
     /// every replica runs it.
     pub report_lease: Option<String>,
+    /// Watch the cluster's Nodes (in a cluster), so that where a pod can
+    /// land is judged against the nodes that exist; off: by labels alone.
+    pub node_cache: bool,
 }
 
 /// Default of [`ServeConfig::report_max_objects`].
@@ -274,6 +277,7 @@ impl Default for ServeConfig {
             report_interval: None,
             report_max_objects: DEFAULT_REPORT_MAX_OBJECTS,
             report_lease: Some(DEFAULT_REPORT_LEASE.to_string()),
+            node_cache: true,
         }
     }
 }

@@ -24,7 +24,7 @@ use super::{config, TestServer};
 use base64::Engine as _;
 use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::bundle::{self, PolicySource};
-use gpu_admission::k8s::{ClaimLookup, NamespaceLookup, StaticClaims};
+use gpu_admission::k8s::{ClaimLookup, NamespaceLookup, NodeLookup, StaticClaims, StaticNodes};
 use gpu_admission::offline::{build_request, with_evaluation_stack};
 use gpu_admission::policy::{Document, PolicySet, Source};
 use gpu_admission::review::{Operation, Request};
@@ -197,11 +197,30 @@ impl Cluster {
         Cluster::start_serving(bundle, None).await
     }
 
+    /// The policies of `policies/` behind `deploy/base/`'s webhooks, with
+    /// `nodes` in the server's node cache, as its watch holds them.
+    pub async fn start_with_nodes(nodes: StaticNodes) -> Cluster {
+        let dir = root().join("policies");
+        let loaded = bundle::load(&PolicySource::Dir(dir)).expect("policies/ loads");
+        Cluster::start_admission(loaded.bundle, None, Some(Arc::new(nodes))).await
+    }
+
     async fn start_serving(bundle: Bundle, claims: Option<Arc<dyn ClaimLookup>>) -> Cluster {
+        Cluster::start_admission(bundle, claims, None).await
+    }
+
+    async fn start_admission(
+        bundle: Bundle,
+        claims: Option<Arc<dyn ClaimLookup>>,
+        nodes: Option<Arc<dyn NodeLookup>>,
+    ) -> Cluster {
         let namespaces = Arc::new(Namespaces::default());
         let mut admission = Admission::new(bundle, namespaces.clone());
         if let Some(claims) = claims {
             admission = admission.with_claims(claims);
+        }
+        if let Some(nodes) = nodes {
+            admission = admission.with_nodes(nodes);
         }
         let server = TestServer::start_with(config(), Arc::new(admission)).await;
         Cluster {

@@ -1,0 +1,471 @@
+//! The GPU boundary through the shipped webhook configurations: each way a
+//! pod could see GPUs it was not given, or reach a GPU node without asking
+//! for a GPU, next to the legitimate work that must still get through (MPI
+//! launchers, Volcano vGPU pods, the GPU Operator's validator). The server
+//! watches a cluster of three pools: system (CPU), gpupool (T4, tainted)
+//! and a100 (A100, tainted), with the GPU Operator's labels on GPU nodes.
+mod common;
+
+use common::webhooks::{Cluster, Outcome, Review};
+use gpu_admission::k8s::{NodeInfo, StaticNodes, Taint};
+use serde_json::{json, Value};
+
+fn node(name: &str, pool: &str, size: &str, gpus: u32) -> NodeInfo {
+    let mut labels: Vec<(&str, &str)> = vec![
+        ("kubernetes.azure.com/agentpool", pool),
+        ("node.kubernetes.io/instance-type", size),
+        ("kubernetes.io/os", "linux"),
+        ("kubernetes.io/hostname", name),
+    ];
+    if gpus > 0 {
+        labels.push(("kubernetes.azure.com/accelerator", "nvidia"));
+        labels.push(("nvidia.com/gpu.present", "true"));
+        labels.push(("nvidia.com/gpu.deploy.dcgm-exporter", "true"));
+    }
+    NodeInfo {
+        name: name.to_string(),
+        labels: labels
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        taints: if gpus > 0 {
+            vec![Taint::parse("sku=gpu:NoSchedule").unwrap()]
+        } else {
+            Vec::new()
+        },
+        allocatable: [
+            ("cpu", "3860m".to_string()),
+            ("nvidia.com/gpu", gpus.to_string()),
+        ]
+        .into_iter()
+        .filter(|(k, v)| *k == "cpu" || v != "0")
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+    }
+}
+
+const SYSTEM_NODE: &str = "aks-system-31415926-vmss000000";
+const T4_NODE: &str = "aks-gpupool-27182818-vmss000000";
+const A100_NODE: &str = "aks-a100-16180339-vmss000000";
+
+async fn cluster() -> Cluster {
+    Cluster::start_with_nodes(StaticNodes::new(vec![
+        node(SYSTEM_NODE, "system", "Standard_D4s_v5", 0),
+        node(T4_NODE, "gpupool", "Standard_NC4as_T4_v3", 1),
+        node(A100_NODE, "a100", "Standard_NC24ads_A100_v4", 1),
+    ]))
+    .await
+}
+
+fn pod(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
+}
+
+/// A container asking for `gpus` NVIDIA GPUs, as a training job writes it.
+fn trainer(gpus: &str) -> Value {
+    json!({"name": "train", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "command": ["python", "train.py"],
+        "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": gpus},
+                      "limits": {"memory": "16Gi", "nvidia.com/gpu": gpus}}})
+}
+
+fn denied_by(outcome: &Outcome, text: &str) {
+    assert!(!outcome.allowed, "allowed: {outcome:?}");
+    assert!(
+        outcome.message().contains(text),
+        "{text:?} not in: {}",
+        outcome.message()
+    );
+}
+
+fn env_of(outcome: &Outcome, path: &str) -> Value {
+    outcome
+        .object
+        .as_ref()
+        .and_then(|o| o.pointer(path))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+// ---------------------------------------------------------------------------
+// A pod that reserves one GPU uses all of them: every path is closed.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn visible_devices_all_in_the_gpu_container_itself_is_denied() {
+    let c = cluster().await;
+    let mut train = trainer("1");
+    train["env"] = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]);
+    let outcome = c
+        .admit(&Review::create(pod(
+            "greedy",
+            json!({"containers": [train]}),
+        )))
+        .await;
+    denied_by(
+        &outcome,
+        "gpu-visible-devices-leak: container train sets NVIDIA_VISIBLE_DEVICES itself",
+    );
+    // The twin without the variable is placed and allowed.
+    let outcome = c
+        .admit(&Review::create(pod(
+            "fair",
+            json!({"containers": [trainer("1")]}),
+        )))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_from_and_cuda_image_sidecars_get_the_gpus_hidden() {
+    let c = cluster().await;
+    let spec = json!({"containers": [
+        trainer("1"),
+        {"name": "config-agent", "image": "busybox:1.36", "envFrom": [{"configMapRef": {"name": "gpu-settings"}}]},
+        {"name": "metrics", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", "command": ["sleep", "60"]},
+        {"name": "launcher", "image": "mpioperator/openmpi:v0.6.0", "env": [{"name": "NVIDIA_VISIBLE_DEVICES"}]}
+    ]});
+    let outcome = c.admit(&Review::create(pod("sidecars", spec))).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let void = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]);
+    assert_eq!(env_of(&outcome, "/spec/containers/1/env"), void);
+    assert_eq!(env_of(&outcome, "/spec/containers/2/env"), void);
+    assert_eq!(
+        env_of(&outcome, "/spec/containers/0/env"),
+        Value::Null,
+        "the GPU container"
+    );
+    assert_eq!(
+        env_of(&outcome, "/spec/containers/3/env"),
+        json!([{"name": "NVIDIA_VISIBLE_DEVICES"}]),
+        "an explicit empty value is kept"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cdi_annotation_and_a_device_list_mount_are_denied() {
+    let c = cluster().await;
+    let mut cdi = pod("cdi", json!({"containers": [trainer("1")]}));
+    cdi["metadata"]["annotations"] = json!({"cdi.k8s.io/gpus": "nvidia.com/gpu=all"});
+    let outcome = c.admit(&Review::create(cdi)).await;
+    denied_by(
+        &outcome,
+        "a cdi.k8s.io annotation of the pod names GPU devices",
+    );
+
+    // Without a GPU request at all, the CPU pod is still sent and denied.
+    let mut cpu = pod(
+        "cdi-cpu",
+        json!({"containers": [{"name": "app", "image": "python:3.12"}]}),
+    );
+    cpu["metadata"]["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=0"});
+    let outcome = c.admit(&Review::create(cpu)).await;
+    assert_eq!(outcome.validated_by, ["pods.validate.gpu-admission.io"]);
+    denied_by(&outcome, "cdi.k8s.io annotation");
+
+    let mut train = trainer("1");
+    train["volumeMounts"] =
+        json!([{"name": "list", "mountPath": "/var/run/nvidia-container-devices/all"}]);
+    let spec = json!({"containers": [train], "volumes": [{"name": "list", "emptyDir": {}}]});
+    let outcome = c.admit(&Review::create(pod("mounts", spec))).await;
+    denied_by(
+        &outcome,
+        "container train mounts a volume at /var/run/nvidia-container-devices",
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_running_privileged_init_container_is_denied() {
+    let c = cluster().await;
+    let spec = json!({
+        "initContainers": [{"name": "prepare", "image": "busybox:1.36",
+            "command": ["sh", "-c", "sleep infinity"], "securityContext": {"privileged": true}}],
+        "containers": [trainer("1")]
+    });
+    let outcome = c.admit(&Review::create(pod("init", spec))).await;
+    denied_by(
+        &outcome,
+        "gpu-privileged: init container prepare is privileged in a GPU pod and would see every GPU of the node",
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_listed_image_in_a_user_namespace_exempts_nothing() {
+    let c = cluster().await;
+    let ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "metrics", "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"app": "metrics"}},
+            "template": {"metadata": {"labels": {"app": "metrics"}}, "spec": {
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "exporter",
+                    "image": "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",
+                    "command": ["sh", "-c", "python3 /work/train.py"],
+                    "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}}}});
+    let outcome = c.admit(&Review::create(ds.clone())).await;
+    assert_eq!(
+        outcome.validated_by,
+        ["workloads.validate.gpu-admission.io"]
+    );
+    denied_by(
+        &outcome,
+        "DaemonSet metrics: container exporter sets NVIDIA_VISIBLE_DEVICES but asks for no GPU",
+    );
+    // The same DaemonSet in a namespace an admin marked as infrastructure.
+    let mut infra = ds;
+    infra["metadata"]["namespace"] = json!("monitoring");
+    let outcome = c
+        .admit(
+            &Review::create(infra)
+                .namespace_labels(&[("gpu-admission.io/gpu-infrastructure", "true")]),
+        )
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    c.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// CPU work stays off GPU nodes by every path.
+
+fn cpu_container() -> Value {
+    json!({"name": "app", "image": "python:3.12", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_that_is_not_a_sharing_one_switches_nothing_off() {
+    let c = cluster().await;
+    let mut p = pod(
+        "fraction",
+        json!({
+        "schedulerName": "my-scheduler",
+        "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+        "containers": [cpu_container()]}),
+    );
+    p["metadata"]["annotations"] = json!({"gpu-fraction": "0.5"});
+    let outcome = c.admit(&Review::create(p.clone())).await;
+    denied_by(
+        &outcome,
+        "gpu-node-isolation: pod asks for no GPU but tolerates the GPU node taint",
+    );
+    // KAI's own scheduler acts on the annotation: a GPU pod.
+    p["spec"]["schedulerName"] = json!("kai-scheduler");
+    let outcome = c.admit(&Review::create(p)).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tolerate_all_pods_aiming_at_gpu_nodes_are_denied() {
+    let c = cluster().await;
+    let tolerate_all = json!([{"operator": "Exists"}]);
+    // GPU Operator labels, the agent pool name, preferred affinity.
+    let selections = [
+        json!({"nodeSelector": {"nvidia.com/gpu.deploy.dcgm-exporter": "true"}}),
+        json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "gpupool"}}),
+        json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
+            "preference": {"matchExpressions": [{"key": "kubernetes.azure.com/agentpool", "operator": "In", "values": ["a100"]}]}}]}}}),
+    ];
+    for selection in selections {
+        let mut spec = selection.clone();
+        spec["tolerations"] = tolerate_all.clone();
+        spec["containers"] = json!([cpu_container()]);
+        let outcome = c.admit(&Review::create(pod("agent", spec))).await;
+        denied_by(&outcome, "gpu-node-isolation: pod asks for no GPU but");
+        assert!(
+            outcome.message().contains("it can land on aks-"),
+            "{}",
+            outcome.message()
+        );
+    }
+    // Tolerating everything without aiming: a warning, as before.
+    let spec = json!({"tolerations": tolerate_all, "containers": [cpu_container()]});
+    let outcome = c.admit(&Review::create(pod("operator", spec))).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    assert!(
+        outcome
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("gpu-tolerate-all:")),
+        "{:?}",
+        outcome.warnings
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_name_is_routed_and_judged_like_scheduling() {
+    let c = cluster().await;
+    // A CPU pod bound to a GPU node skips the scheduler and the taint.
+    let outcome = c
+        .admit(&Review::create(pod(
+            "bound",
+            json!({"nodeName": T4_NODE, "containers": [cpu_container()]}),
+        )))
+        .await;
+    assert_eq!(outcome.validated_by, ["pods.validate.gpu-admission.io"]);
+    denied_by(
+        &outcome,
+        &format!("pod asks for no GPU but is bound by spec.nodeName to GPU node {T4_NODE}"),
+    );
+    // Bound to a CPU node: allowed.
+    let outcome = c
+        .admit(&Review::create(pod(
+            "bound",
+            json!({"nodeName": SYSTEM_NODE, "containers": [cpu_container()]}),
+        )))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    // A 1-GPU pod bound to an A100 node in a default-tier namespace: the
+    // tier and premium checks see the node's size.
+    let outcome = c
+        .admit(&Review::create(pod(
+            "a100",
+            json!({"nodeName": A100_NODE, "containers": [trainer("1")]}),
+        )))
+        .await;
+    denied_by(&outcome, "gpu-sku-allowlist");
+    assert!(
+        outcome.message().contains("Standard_NC24ads_A100_v4"),
+        "{}",
+        outcome.message()
+    );
+    let outcome = c
+        .admit(&Review::create(pod(
+            "t4",
+            json!({"nodeName": T4_NODE, "containers": [trainer("1")]}),
+        )))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_is_judged_as_its_pods_will_be() {
+    let c = cluster().await;
+    // 8 GPUs in a default-tier namespace: no size of the tier has 8 GPUs,
+    // so each pod would be denied; the StatefulSet is, at apply.
+    let mut big = trainer("8");
+    big["resources"]["requests"]["cpu"] = json!("32");
+    let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "llm", "namespace": "ml"},
+        "spec": {"serviceName": "llm", "selector": {"matchLabels": {"app": "llm"}},
+            "template": {"metadata": {"labels": {"app": "llm"}}, "spec": {"containers": [big.clone()]}}}});
+    let outcome = c.admit(&Review::create(sts)).await;
+    assert!(
+        !outcome.allowed,
+        "an 8-GPU StatefulSet in a default-tier namespace: {outcome:?}"
+    );
+    let as_pod = c
+        .admit(&Review::create(pod("llm-0", json!({"containers": [big]}))))
+        .await;
+    assert!(!as_pod.allowed, "{as_pod:?}");
+    c.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Legitimate work gets through.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpi_launchers_that_hide_gpus_are_allowed() {
+    let c = cluster().await;
+    // mpi-operator v2beta1: the launcher's NVIDIA_VISIBLE_DEVICES and
+    // NVIDIA_DRIVER_CAPABILITIES without a value.
+    let v2 = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "tensorflow-benchmarks-launcher-x7k2p", "namespace": "ml",
+            "labels": {"training.kubeflow.org/job-name": "tensorflow-benchmarks", "training.kubeflow.org/job-role": "launcher"},
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "tensorflow-benchmarks",
+                "uid": "0b6c2f1f-6e21-4c1e-9d55-5b0c0a578f1e", "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "launcher",
+            "image": "mpioperator/tensorflow-benchmarks:latest",
+            "command": ["mpirun", "--allow-run-as-root", "-np", "2", "python", "scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py"],
+            "env": [{"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
+                    {"name": "NVIDIA_VISIBLE_DEVICES"}, {"name": "NVIDIA_DRIVER_CAPABILITIES"}]}]}});
+    let outcome = c
+        .admit(&Review::create(v2).by(
+            "system:serviceaccount:mpi-operator:mpi-operator",
+            &["system:serviceaccounts"],
+        ))
+        .await;
+    assert_eq!(outcome.validated_by, ["pods.validate.gpu-admission.io"]);
+    assert!(outcome.allowed, "{}", outcome.message());
+    // The Training Operator's v1 MPIJob launcher sets the same to "".
+    let v1 = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "mpi-job-launcher", "namespace": "ml",
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "name": "mpi-job",
+                "uid": "6e214c1e-0b6c-2f1f-9d55-5b0c0a578f1e", "controller": true}]},
+        "spec": {"containers": [{"name": "mpi-launcher", "image": "docker.io/kubeflow/mpi-horovod-mnist:latest",
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ""}, {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": ""}]}]}});
+    let outcome = c
+        .admit(&Review::create(v1).by(
+            "system:serviceaccount:kubeflow:training-operator",
+            &["system:serviceaccounts"],
+        ))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volcano_vgpu_pods_are_gpu_pods() {
+    let c = cluster().await;
+    let spec = json!({"schedulerName": "volcano",
+        "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+        "containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04", "command": ["sleep", "100"],
+            "resources": {"limits": {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000"}}}]});
+    let outcome = c.admit(&Review::create(pod("vgpu", spec))).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_operator_validator_pods_in_another_namespace_are_allowed() {
+    let c = cluster().await;
+    // The validator makes its CUDA check pod on each GPU node, as its own
+    // service account, in the namespace the operator was installed in.
+    let validator = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "nvidia-cuda-validator-", "namespace": "nvidia-system",
+            "labels": {"app": "nvidia-cuda-validator"}},
+        "spec": {"nodeName": T4_NODE, "restartPolicy": "OnFailure", "serviceAccountName": "nvidia-operator-validator",
+            "runtimeClassName": "nvidia",
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "initContainers": [{"name": "cuda-validation",
+                "image": "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v24.9.0",
+                "command": ["sh", "-c"], "args": ["vectorAdd"]}],
+            "containers": [{"name": "nvidia-cuda-validator",
+                "image": "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v24.9.0",
+                "command": ["sh", "-c"], "args": ["echo cuda workload validation is successful"]}]}});
+    let by_validator = |review: Review| {
+        review.by(
+            "system:serviceaccount:nvidia-system:nvidia-operator-validator",
+            &[
+                "system:serviceaccounts",
+                "system:serviceaccounts:nvidia-system",
+            ],
+        )
+    };
+    let outcome = c
+        .admit(&by_validator(
+            Review::create(validator.clone())
+                .namespace_labels(&[("gpu-admission.io/gpu-infrastructure", "true")]),
+        ))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    // Before an admin marks the namespace, the denial says how.
+    let outcome = c
+        .admit(&by_validator(Review::create(validator.clone())))
+        .await;
+    assert!(!outcome.allowed);
+    // A person writing the same pod in the marked namespace is not the
+    // validator.
+    let outcome = c
+        .admit(
+            &Review::create(validator)
+                .namespace_labels(&[("gpu-admission.io/gpu-infrastructure", "true")]),
+        )
+        .await;
+    denied_by(&outcome, "gpu-visible-devices-leak");
+    c.stop().await;
+}
