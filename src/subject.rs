@@ -124,13 +124,20 @@ impl<'r> Subject<'r> {
     }
 
     /// Adds the GPU facts of the request's object (with its DRA claims when
-    /// [`Subject::with_claims`] looked them up).
+    /// [`Subject::with_claims`] looked them up); on an UPDATE, which of a
+    /// capacity object's pools it changes.
     pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
         let object = self.request.object.as_ref().unwrap_or(&Value::Null);
-        self.gpu = Some(match &self.claims {
+        let mut gpu = match &self.claims {
             Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
             None => GpuFacts::of(object, catalog, resources),
-        });
+        };
+        if let (Operation::Update, Some(old)) =
+            (self.request.operation, self.request.old_object.as_ref())
+        {
+            gpu.compare_pools(object, old, catalog);
+        }
+        self.gpu = Some(gpu);
         self
     }
 

@@ -4,8 +4,8 @@
 //! For Pods and pod templates (Deployment, StatefulSet, DaemonSet,
 //! ReplicaSet, Job, CronJob, PodTemplate) it describes the pod's GPU
 //! requests, tolerations and node selection; for capacity objects
-//! (NodePool, Workspace, InferenceSet, RAGEngine, ManagedClustersAgentPool)
-//! it adds `pool`. A pod's DRA claims count their GPU devices (see
+//! (NodePool, Workspace, InferenceSet, RAGEngine, ManagedClustersAgentPool,
+//! ManagedCluster, CAPZ machine pools) it adds `pool`. A pod's DRA claims count their GPU devices (see
 //! [`super::claims`]); a ResourceClaim or ResourceClaimTemplate judged on
 //! its own gets the devices it asks for. Every other object gets the same
 //! keys with empty values, so `gpu.requested` is always safe to read.
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use super::catalog::Catalog;
 use super::claims::{request_devices, ClaimGpuRequest};
-use super::pools::{CapacityRequest, PoolFacts};
+use super::pools::{CapacityFacts, CapacityRequest};
 use super::request::{
     ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity,
     PodGpuRequest,
@@ -54,7 +54,7 @@ pub struct GpuFacts {
     pub claims: Vec<ClaimFacts>,
     /// Capacity objects only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pool: Option<PoolFacts>,
+    pub pool: Option<CapacityFacts>,
     /// How placement sees the pod (set by admission; empty otherwise).
     pub placement: PlacementFacts,
     /// The pod's GPU request as read, for the Rust side (placement, audit).
@@ -141,6 +141,17 @@ impl GpuFacts {
         };
         facts.pool = CapacityRequest::from_object(object).map(|pool| pool.facts(catalog));
         facts
+    }
+
+    /// On an UPDATE from `old`: the capacity pools `object` leaves as they
+    /// were are not `changed` (see [`CapacityRequest::compare_with`]).
+    pub fn compare_pools(&mut self, object: &Value, old: &Value, catalog: &Catalog) {
+        if self.pool.is_some() {
+            self.pool = CapacityRequest::from_object(object).map(|mut pool| {
+                pool.compare_with(object, old);
+                pool.facts(catalog)
+            });
+        }
     }
 }
 
