@@ -411,6 +411,28 @@ mod tests {
     }
 
     #[test]
+    fn shared_mig_slices_count_like_their_unshared_kind() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [
+            {"name": "a", "resources": {"limits": {"nvidia.com/mig-1g.10gb.shared": "3"}}},
+            {"name": "b", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "2"}}}
+        ]}});
+        let g = facts(&pod, &Catalog::embedded(), &GpuResources::default());
+        assert_eq!(g["requested"], true);
+        assert_eq!(g["total"], 5);
+        assert_eq!(g["resources"]["nvidia.com/mig-1g.10gb.shared"], 3);
+        assert_eq!(
+            g["containers"][0]["gpus"]["nvidia.com/mig-1g.10gb.shared"],
+            3
+        );
+        // MIG, shared or not, lands only on sizes whose GPUs support it.
+        let skus = g["skus"].as_array().unwrap();
+        assert!(!skus.is_empty());
+        assert!(skus
+            .iter()
+            .all(|s| Catalog::embedded().get(s.as_str().unwrap()).unwrap().mig));
+    }
+
+    #[test]
     fn gpu_pod_counts_and_containers() {
         let g = gpu(pod(json!({
             "initContainers": [{"name": "fetch", "image": "busybox"}],
