@@ -594,6 +594,10 @@ def report_overlay(base, report, ns):
                ("apps", "replicasets"), ("batch", "jobs"), ("batch", "cronjobs"), ("karpenter.sh", "nodepools"),
                ("kaito.sh", "workspaces"), ("kaito.sh", "inferencesets"), ("kaito.sh", "ragengines"),
                ("containerservice.azure.com", "managedclustersagentpools"),
+               ("containerservice.azure.com", "managedclusters"),
+               ("infrastructure.cluster.x-k8s.io", "azuremanagedmachinepools"),
+               ("infrastructure.cluster.x-k8s.io", "azureasomanagedmachinepools"),
+               ("infrastructure.cluster.x-k8s.io", "azureasomanagedcontrolplanes"),
                ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates")]
     granted = rules_granted(report, ns)
     for g, r in audited:

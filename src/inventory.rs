@@ -20,6 +20,16 @@ pub const AUDITED: &[(&str, &str)] = &[
     ("kaito.sh", "InferenceSet"),
     ("kaito.sh", "RAGEngine"),
     ("containerservice.azure.com", "ManagedClustersAgentPool"),
+    ("containerservice.azure.com", "ManagedCluster"),
+    ("infrastructure.cluster.x-k8s.io", "AzureManagedMachinePool"),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        "AzureASOManagedMachinePool",
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        "AzureASOManagedControlPlane",
+    ),
     ("resource.k8s.io", "ResourceClaim"),
     ("resource.k8s.io", "ResourceClaimTemplate"),
 ];

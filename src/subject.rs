@@ -135,21 +135,25 @@ impl<'r> Subject<'r> {
     }
 
     /// Adds the GPU facts of the request's object (with its DRA claims when
-    /// [`Subject::with_claims`] looked them up).
-    /// A controller's facts are those of its template pod, as placed when
-    /// the template pod was.
+    /// [`Subject::with_claims`] looked them up); on an UPDATE, which of a
+    /// capacity object's pools it changes. A controller's facts are those
+    /// of its template pod, as placed when the template pod was.
     pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
         let template = self
             .template
             .as_ref()
             .and_then(|t| t.request.object.as_ref());
-        let object = template
-            .or(self.request.object.as_ref())
-            .unwrap_or(&Value::Null);
-        let facts = match &self.claims {
+        let own = self.request.object.as_ref().unwrap_or(&Value::Null);
+        let object = template.unwrap_or(own);
+        let mut facts = match &self.claims {
             Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
             None => GpuFacts::of(object, catalog, resources),
         };
+        if let (Operation::Update, Some(old)) =
+            (self.request.operation, self.request.old_object.as_ref())
+        {
+            facts.compare_pools(own, old, catalog);
+        }
         self.gpu = Some(match &self.nodes {
             Some(nodes) => facts.with_nodes(object, nodes, catalog, resources),
             None => facts,

@@ -171,6 +171,26 @@ const KINDS: &[(&str, &str, &str)] = &[
         "managedclustersagentpools",
         "ManagedClustersAgentPool",
     ),
+    (
+        "containerservice.azure.com",
+        "managedclusters",
+        "ManagedCluster",
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        "azuremanagedmachinepools",
+        "AzureManagedMachinePool",
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        "azureasomanagedmachinepools",
+        "AzureASOManagedMachinePool",
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        "azureasomanagedcontrolplanes",
+        "AzureASOManagedControlPlane",
+    ),
     ("resource.k8s.io", "resourceclaims", "ResourceClaim"),
     (
         "resource.k8s.io",

@@ -138,8 +138,17 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
             skus: request.gpu_skus(catalog),
             gpu_limit: request.gpu_limit,
             nodes: request.count,
-            taints: request.taints.iter().map(ToString::to_string).collect(),
-            gpu_tainted: request.tainted(),
+            taints: request
+                .pools()
+                .iter()
+                .flat_map(|p| &p.taints)
+                .map(ToString::to_string)
+                .collect(),
+            gpu_tainted: if request.kind.holds_pools() {
+                (request.pools.iter()).all(|p| p.tainted() || p.gpu_skus(catalog).is_empty())
+            } else {
+                request.tainted()
+            },
             gpus: request.launchable_gpus(catalog),
             findings: violations.len(),
         });

@@ -4,8 +4,8 @@
 //! For Pods and pod templates (Deployment, StatefulSet, DaemonSet,
 //! ReplicaSet, Job, CronJob, PodTemplate) it describes the pod's GPU
 //! requests, tolerations and node selection; for capacity objects
-//! (NodePool, Workspace, InferenceSet, RAGEngine, ManagedClustersAgentPool)
-//! it adds `pool`. A pod's DRA claims count their GPU devices (see
+//! (NodePool, Workspace, InferenceSet, RAGEngine, ManagedClustersAgentPool,
+//! ManagedCluster, CAPZ machine pools) it adds `pool`. A pod's DRA claims count their GPU devices (see
 //! [`super::claims`]); a ResourceClaim or ResourceClaimTemplate judged on
 //! its own gets the devices it asks for. Every other object gets the same
 //! keys with empty values, so `gpu.requested` is always safe to read.
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use super::catalog::Catalog;
 use super::claims::{request_devices, ClaimGpuRequest};
-use super::pools::{CapacityRequest, PoolFacts};
+use super::pools::{CapacityFacts, CapacityRequest};
 use super::request::{
     ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity,
     PodGpuRequest,
@@ -72,7 +72,7 @@ pub struct GpuFacts {
     pub access: Vec<ContainerAccess>,
     /// Capacity objects only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pool: Option<PoolFacts>,
+    pub pool: Option<CapacityFacts>,
     /// How placement sees the pod (set by admission; empty otherwise).
     pub placement: PlacementFacts,
     /// The pod's GPU request as read, for the Rust side (placement, audit).
@@ -159,6 +159,17 @@ impl GpuFacts {
         };
         facts.pool = CapacityRequest::from_object(object).map(|pool| pool.facts(catalog));
         facts
+    }
+
+    /// On an UPDATE from `old`: the capacity pools `object` leaves as they
+    /// were are not `changed` (see [`CapacityRequest::compare_with`]).
+    pub fn compare_pools(&mut self, object: &Value, old: &Value, catalog: &Catalog) {
+        if self.pool.is_some() {
+            self.pool = CapacityRequest::from_object(object).map(|mut pool| {
+                pool.compare_with(object, old);
+                pool.facts(catalog)
+            });
+        }
     }
 }
 
@@ -565,6 +576,28 @@ mod tests {
 
     fn pod(spec: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
+    }
+
+    #[test]
+    fn shared_mig_slices_count_like_their_unshared_kind() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [
+            {"name": "a", "resources": {"limits": {"nvidia.com/mig-1g.10gb.shared": "3"}}},
+            {"name": "b", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "2"}}}
+        ]}});
+        let g = facts(&pod, &Catalog::embedded(), &GpuResources::default());
+        assert_eq!(g["requested"], true);
+        assert_eq!(g["total"], 5);
+        assert_eq!(g["resources"]["nvidia.com/mig-1g.10gb.shared"], 3);
+        assert_eq!(
+            g["containers"][0]["gpus"]["nvidia.com/mig-1g.10gb.shared"],
+            3
+        );
+        // MIG, shared or not, lands only on sizes whose GPUs support it.
+        let skus = g["skus"].as_array().unwrap();
+        assert!(!skus.is_empty());
+        assert!(skus
+            .iter()
+            .all(|s| Catalog::embedded().get(s.as_str().unwrap()).unwrap().mig));
     }
 
     #[test]

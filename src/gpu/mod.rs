@@ -1,5 +1,6 @@
 //! GPU knowledge: resource names and DRA device classes, what a pod asks
 //! for, the SKU catalog.
+mod azure_pools;
 pub mod catalog;
 pub mod claims;
 pub mod facts;

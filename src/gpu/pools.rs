@@ -1,6 +1,11 @@
 //! What a GPU capacity object asks for: Karpenter NodePools, KAITO
-//! Workspaces / InferenceSets / RAGEngines and Azure Service Operator
-//! agent pools.
+//! Workspaces / InferenceSets / RAGEngines, Azure Service Operator agent
+//! pools and managed clusters, and Cluster API Azure machine pools.
+//!
+//! An object may create several pools (a ManagedCluster's inline
+//! `agentPoolProfiles`, the agent pools embedded in a CAPZ
+//! `AzureASOManagedMachinePool`): each is a [`CapacityRequest`] of its own,
+//! named, so a policy can say which one fails.
 //!
 //! Read leniently: fields we do not know never matter, and a field of the
 //! wrong shape reads as absent (the object's own API server validates it).
@@ -8,6 +13,7 @@ use crate::k8s::json::Pointer as _;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::azure_pools;
 use super::catalog::Catalog;
 use super::selection::SkuSelection;
 use crate::k8s::json::{int_of, items as list, scalar_string};
@@ -26,10 +32,21 @@ pub enum PoolKind {
     RagEngine,
     /// `containerservice.azure.com` ManagedClustersAgentPool.
     AgentPool,
+    /// `containerservice.azure.com` ManagedCluster: a pool per
+    /// `spec.agentPoolProfiles[]` entry.
+    ManagedCluster,
+    /// `infrastructure.cluster.x-k8s.io` AzureManagedMachinePool (CAPZ).
+    MachinePool,
+    /// `infrastructure.cluster.x-k8s.io` AzureASOManagedMachinePool: the
+    /// ManagedClustersAgentPools among its `spec.resources[]`.
+    AsoMachinePool,
+    /// `infrastructure.cluster.x-k8s.io` AzureASOManagedControlPlane: the
+    /// inline agent pools of the ManagedCluster among its `spec.resources[]`.
+    AsoControlPlane,
 }
 
 impl PoolKind {
-    /// Recognizes a capacity object by API group and kind.
+    /// Recognizes a capacity object by API group and kind (any version).
     pub fn of(object: &Value) -> Option<PoolKind> {
         let api_version = object.get("apiVersion")?.as_str()?;
         let group = api_version.split('/').next().unwrap_or("");
@@ -40,6 +57,14 @@ impl PoolKind {
             ("kaito.sh", "InferenceSet") => PoolKind::InferenceSet,
             ("kaito.sh", "RAGEngine") => PoolKind::RagEngine,
             ("containerservice.azure.com", "ManagedClustersAgentPool") => PoolKind::AgentPool,
+            ("containerservice.azure.com", "ManagedCluster") => PoolKind::ManagedCluster,
+            ("infrastructure.cluster.x-k8s.io", "AzureManagedMachinePool") => PoolKind::MachinePool,
+            ("infrastructure.cluster.x-k8s.io", "AzureASOManagedMachinePool") => {
+                PoolKind::AsoMachinePool
+            }
+            ("infrastructure.cluster.x-k8s.io", "AzureASOManagedControlPlane") => {
+                PoolKind::AsoControlPlane
+            }
             _ => return None,
         })
     }
@@ -51,7 +76,19 @@ impl PoolKind {
             PoolKind::InferenceSet => "InferenceSet",
             PoolKind::RagEngine => "RAGEngine",
             PoolKind::AgentPool => "ManagedClustersAgentPool",
+            PoolKind::ManagedCluster => "ManagedCluster",
+            PoolKind::MachinePool => "AzureManagedMachinePool",
+            PoolKind::AsoMachinePool => "AzureASOManagedMachinePool",
+            PoolKind::AsoControlPlane => "AzureASOManagedControlPlane",
         }
+    }
+
+    /// Its objects hold pools (inline or embedded) rather than being one.
+    pub fn holds_pools(self) -> bool {
+        matches!(
+            self,
+            PoolKind::ManagedCluster | PoolKind::AsoMachinePool | PoolKind::AsoControlPlane
+        )
     }
 }
 
@@ -65,16 +102,38 @@ pub fn is_gpu_taint(taint: &Taint) -> bool {
     taint.repels() && gpu_key
 }
 
-/// What a capacity object asks for. Serialized (camelCase) as the
-/// object's own part of `gpu.pool`.
+/// What a capacity object, or one pool of it, asks for. Serialized
+/// (camelCase) as the pool's own part of `gpu.pool`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityRequest {
     #[serde(serialize_with = "kind_name")]
     pub kind: PoolKind,
+    /// The pool's name: the object's (`metadata.name`; a CAPZ machine
+    /// pool's `spec.name` when set), or an inline pool's own
+    /// (`agentPoolProfiles[].name`, an embedded agent pool's `metadata.name`).
+    pub name: String,
+    /// Where an inline or embedded pool is written in its object
+    /// (`spec.agentPoolProfiles[gpu1]`, `spec.resources[gpu1]`); empty when
+    /// the object is the pool.
+    pub path: String,
+    /// Where its own fields are written: `spec` (KAITO Workspace: empty),
+    /// an inline pool's path, an embedded agent pool's `spec`
+    /// (`spec.resources[gpu1].spec`).
+    pub spec_field: String,
+    /// Where its sizes are written (`spec.vmSize`, `spec.sku`,
+    /// `spec.agentPoolProfiles[gpu1].vmSize`, ...), for messages.
+    pub sizes_field: String,
+    /// Where its taints are written (`spec.nodeTaints`, `spec.taints`,
+    /// `spec.agentPoolProfiles[gpu1].nodeTaints`, ...), for messages.
+    pub taints_field: String,
+    /// On an UPDATE, the pool is new or changed (see
+    /// [`CapacityRequest::compare_with`]); always true otherwise.
+    pub changed: bool,
     /// VM sizes named outright (Workspace instanceType, agent pool vmSize and
-    /// every size under `virtualMachinesProfile.scale`, the values of a
-    /// NodePool's `In` requirements on the instance type), GPU or not.
+    /// every size under `virtualMachinesProfile.scale`, a CAPZ machine
+    /// pool's sku, the values of a NodePool's `In` requirements on the
+    /// instance type), GPU or not.
     pub sizes: Vec<String>,
     /// NodePool requirements (`spec.template.spec.requirements`).
     #[serde(skip)]
@@ -85,7 +144,7 @@ pub struct CapacityRequest {
     /// whole number.
     pub gpu_limit: Option<i64>,
     /// Nodes asked for: Workspace `resource.count`, agent pool
-    /// `count`/`maxCount`, NodePool `replicas`.
+    /// `count`/`maxCount`, CAPZ `scaling.maxSize`, NodePool `replicas`.
     pub count: Option<i64>,
     /// NodePool `replicas` is set (a static pool, as KAITO generates).
     #[serde(rename = "static")]
@@ -108,24 +167,34 @@ pub struct CapacityRequest {
     pub gpu_management_mode: Option<String>,
     /// Agent pool `spec.gpuInstanceProfile` (`MIG1g` ... `MIG7g`).
     pub gpu_instance_profile: Option<String>,
-    /// Agent pool autoscaling is on (`spec.enableAutoScaling`, or sizes
-    /// under `spec.virtualMachinesProfile.scale.autoscale`).
+    /// Agent pool autoscaling is on (`spec.enableAutoScaling`, sizes under
+    /// `spec.virtualMachinesProfile.scale.autoscale`, a CAPZ `scaling`).
     pub autoscaling: bool,
     /// Nodes the autoscaler keeps: agent pool `spec.minCount`, else the sum
-    /// of `minCount` under `spec.virtualMachinesProfile.scale.autoscale`.
+    /// of `minCount` under `spec.virtualMachinesProfile.scale.autoscale`;
+    /// CAPZ `scaling.minSize`.
     pub min_count: Option<i64>,
     /// Agent pool `spec.virtualMachinesProfile.scale` entries: each size
     /// with the most nodes of it (`maxCount` when autoscaled, else `count`).
     #[serde(skip)]
     pub scale: Vec<(String, i64)>,
+    /// The pools of an object that holds several ([`PoolKind::holds_pools`]);
+    /// empty when the object is the pool.
+    #[serde(skip)]
+    pub pools: Vec<CapacityRequest>,
 }
 
 impl CapacityRequest {
-    /// Reads a capacity object; `None` for any other object.
-    pub fn from_object(object: &Value) -> Option<CapacityRequest> {
-        let kind = PoolKind::of(object)?;
-        let mut req = CapacityRequest {
+    /// A request of `kind` named `name` that asks for nothing yet.
+    pub(super) fn empty(kind: PoolKind, name: &str) -> CapacityRequest {
+        CapacityRequest {
             kind,
+            name: name.to_string(),
+            path: String::new(),
+            spec_field: String::new(),
+            sizes_field: String::new(),
+            taints_field: String::new(),
+            changed: true,
             sizes: Vec::new(),
             selection: None,
             taints: Vec::new(),
@@ -145,16 +214,34 @@ impl CapacityRequest {
             autoscaling: false,
             min_count: None,
             scale: Vec::new(),
-        };
+            pools: Vec::new(),
+        }
+    }
+
+    /// Reads a capacity object; `None` for any other object. An object
+    /// that holds several pools reads as their union ([`Self::pools`]
+    /// lists them).
+    pub fn from_object(object: &Value) -> Option<CapacityRequest> {
+        let kind = PoolKind::of(object)?;
+        let name = object
+            .at("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut req = CapacityRequest::empty(kind, name);
         let str_at = |p: &str| object.at(p).and_then(Value::as_str).map(str::to_string);
         let int_at = |p: &str| object.at(p).and_then(int_of);
+        let spec = object.get("spec").unwrap_or(&Value::Null);
+        if kind != PoolKind::Workspace {
+            req.spec_field = "spec".into();
+        }
         match kind {
             PoolKind::NodePool => {
-                let spec = object.get("spec").unwrap_or(&Value::Null);
                 let selection = NodeSelection::from_requirements(
                     spec.at("/template/spec/requirements")
                         .unwrap_or(&Value::Null),
                 );
+                req.sizes_field = "spec.template.spec.requirements".into();
+                req.taints_field = "spec.template.spec.taints".into();
                 req.sizes = selection.named_sizes();
                 req.selection = Some(selection);
                 req.taints = list(spec.at("/template/spec/taints"))
@@ -181,61 +268,68 @@ impl CapacityRequest {
                     .collect();
             }
             PoolKind::Workspace => {
+                req.sizes_field = "resource.instanceType".into();
                 req.sizes.extend(str_at("/resource/instanceType"));
                 req.count = int_at("/resource/count");
             }
             PoolKind::InferenceSet => {
+                req.sizes_field = "spec.template.resource.instanceType".into();
                 req.sizes
                     .extend(str_at("/spec/template/resource/instanceType"));
                 req.count = int_at("/spec/replicas");
             }
             PoolKind::RagEngine => {
+                req.sizes_field = "spec.compute.instanceType".into();
                 req.sizes.extend(str_at("/spec/compute/instanceType"));
                 req.count = int_at("/spec/compute/count");
             }
-            PoolKind::AgentPool => {
-                req.sizes.extend(str_at("/spec/vmSize"));
-                for mode in ["autoscale", "manual"] {
-                    let p = format!("/spec/virtualMachinesProfile/scale/{mode}");
-                    for entry in list(object.at(&p)) {
-                        if let Some(size) = entry.get("size").and_then(Value::as_str) {
-                            let nodes = ["maxCount", "count"]
-                                .iter()
-                                .find_map(|k| entry.get(*k).and_then(int_of));
-                            if let Some(nodes) = nodes {
-                                req.scale.push((size.to_string(), nodes));
-                            }
-                            if !req.sizes.iter().any(|s| s.eq_ignore_ascii_case(size)) {
-                                req.sizes.push(size.to_string());
-                            }
+            PoolKind::AgentPool => azure_pools::read_agent_pool(&mut req, spec, "spec", None),
+            PoolKind::MachinePool => azure_pools::read_machine_pool(&mut req, spec),
+            PoolKind::ManagedCluster | PoolKind::AsoMachinePool | PoolKind::AsoControlPlane => {
+                req.pools = azure_pools::inline_pools(kind, object);
+                for pool in &req.pools {
+                    for size in &pool.sizes {
+                        if !req.sizes.iter().any(|s| s.eq_ignore_ascii_case(size)) {
+                            req.sizes.push(size.clone());
                         }
                     }
                 }
-                req.taints = list(object.at("/spec/nodeTaints"))
-                    .filter_map(Value::as_str)
-                    .filter_map(Taint::parse)
-                    .collect();
-                req.count = int_at("/spec/maxCount").or_else(|| int_at("/spec/count"));
-                req.os_type = str_at("/spec/osType");
-                req.orchestrator_version = str_at("/spec/orchestratorVersion");
-                req.os_sku = str_at("/spec/osSKU");
-                req.gpu_driver = str_at("/spec/gpuProfile/driver");
-                req.gpu_management_mode = str_at("/spec/gpuProfile/nvidia/managementMode");
-                req.gpu_instance_profile = str_at("/spec/gpuInstanceProfile");
-                let autoscale: Vec<&Value> =
-                    list(object.at("/spec/virtualMachinesProfile/scale/autoscale")).collect();
-                req.autoscaling = object.at("/spec/enableAutoScaling") == Some(&Value::Bool(true))
-                    || !autoscale.is_empty();
-                req.min_count = int_at("/spec/minCount").or_else(|| {
-                    autoscale
-                        .iter()
-                        .filter_map(|a| a.get("minCount").and_then(int_of))
-                        .reduce(|a, b| a + b)
-                });
+                req.autoscaling = req.pools.iter().any(|p| p.autoscaling);
+                req.count = req
+                    .pools
+                    .iter()
+                    .filter_map(|p| p.count)
+                    .reduce(i64::saturating_add);
             }
         }
         req.sizes.retain(|s| !s.trim().is_empty());
         Some(req)
+    }
+
+    /// The pools it creates: the inline or embedded ones of an object that
+    /// holds several, else itself.
+    pub fn pools(&self) -> &[CapacityRequest] {
+        if self.kind.holds_pools() {
+            &self.pools
+        } else {
+            std::slice::from_ref(self)
+        }
+    }
+
+    /// On an UPDATE from `old` (to `object`, the object this was read from):
+    /// marks which pools are new or changed. A pool whose own fields are as
+    /// they were (an object's metadata other than labels, its status, a
+    /// ManagedCluster's other settings and other pools) is unchanged.
+    pub fn compare_with(&mut self, object: &Value, old: &Value) {
+        if self.kind.holds_pools() {
+            let changed = azure_pools::changed_pools(self.kind, object, old);
+            for pool in &mut self.pools {
+                pool.changed = changed.contains(&pool.path);
+            }
+            self.changed = self.pools.iter().any(|p| p.changed);
+        } else {
+            self.changed = !azure_pools::same_object(object, old);
+        }
     }
 
     /// The catalog GPU SKUs this object can create nodes of.
@@ -260,8 +354,10 @@ impl CapacityRequest {
     /// up: a NodePool's GPU limit, or for a static NodePool its replicas
     /// times the largest of its GPU sizes; a KAITO object's node count times
     /// its size's GPUs; an agent pool's node count (or each scale entry's)
-    /// times its GPU size's. `None` when nothing bounds it: a dynamic
-    /// NodePool with GPU sizes and no GPU limit. Sizes the catalog does not
+    /// times its GPU size's; the sum over the pools of an object that holds
+    /// several. `None` when nothing bounds it: a dynamic NodePool with GPU
+    /// sizes and no GPU limit, a CAPZ machine pool of a GPU size whose node
+    /// count is its MachinePool's (no `scaling`). Sizes the catalog does not
     /// list hold no GPUs.
     pub fn launchable_gpus(&self, catalog: &Catalog) -> Option<i64> {
         let devices = |size: &str| catalog.get(size).map_or(0, |s| i64::from(s.gpu_devices));
@@ -288,6 +384,14 @@ impl CapacityRequest {
                 let per_node = self.sizes.first().map_or(0, |s| devices(s));
                 Some(self.count.unwrap_or(1).max(0).saturating_mul(per_node))
             }
+            PoolKind::MachinePool => {
+                let per_node = self.sizes.first().map_or(0, |s| devices(s));
+                match (self.count, per_node) {
+                    (_, 0) => Some(0),
+                    (Some(nodes), per_node) => Some(nodes.max(0).saturating_mul(per_node)),
+                    (None, _) => None,
+                }
+            }
             PoolKind::AgentPool => {
                 let from_scale: i64 = self
                     .scale
@@ -303,12 +407,21 @@ impl CapacityRequest {
                     });
                 Some(from_scale.saturating_add(from_vm_size))
             }
+            PoolKind::ManagedCluster | PoolKind::AsoMachinePool | PoolKind::AsoControlPlane => self
+                .pools
+                .iter()
+                .map(|p| p.launchable_gpus(catalog))
+                .try_fold(0i64, |sum, gpus| Some(sum.saturating_add(gpus?))),
         }
     }
 
     /// Every node it creates is a GPU node (a NodePool that can also launch
-    /// CPU sizes is GPU-capable but not GPU-only).
+    /// CPU sizes is GPU-capable but not GPU-only; an object that holds
+    /// pools, when every one of them is).
     pub fn gpu_only(&self, catalog: &Catalog) -> bool {
+        if self.kind.holds_pools() {
+            return !self.pools.is_empty() && self.pools.iter().all(|p| p.gpu_only(catalog));
+        }
         match &self.selection {
             Some(sel) => sel.targets_gpu_nodes(catalog),
             None => !self.sizes.is_empty() && self.sizes.iter().all(|s| catalog.is_gpu_sku(s)),
@@ -316,10 +429,12 @@ impl CapacityRequest {
     }
 
     /// Its nodes carry a GPU taint. KAITO taints the nodes of its
-    /// Workspaces, InferenceSets and RAGEngines with `sku=gpu` itself.
+    /// Workspaces, InferenceSets and RAGEngines with `sku=gpu` itself. An
+    /// object that holds pools: every one of them does.
     pub fn tainted(&self) -> bool {
         match self.kind {
             PoolKind::Workspace | PoolKind::InferenceSet | PoolKind::RagEngine => true,
+            kind if kind.holds_pools() => self.pools.iter().all(CapacityRequest::tainted),
             _ => self.taints.iter().any(is_gpu_taint),
         }
     }
@@ -336,16 +451,47 @@ impl CapacityRequest {
     }
 
     /// The `gpu.pool` facts of the CEL extensions: the request's own
-    /// fields and what the catalog says of them.
-    pub fn facts(self, catalog: &Catalog) -> PoolFacts {
+    /// fields, what the catalog says of them, and the same of each pool.
+    pub fn facts(mut self, catalog: &Catalog) -> CapacityFacts {
+        let pools: Vec<PoolFacts> = if self.kind.holds_pools() {
+            std::mem::take(&mut self.pools)
+                .iter()
+                .map(|p| p.pool_facts(catalog))
+                .collect()
+        } else {
+            vec![self.pool_facts(catalog)]
+        };
+        let mut own = self.pool_facts(catalog);
+        if own.request.kind.holds_pools() {
+            // An object that holds pools is GPU-capable through them, and
+            // tainted when each GPU-capable one is.
+            own.skus = Vec::new();
+            for pool in &pools {
+                for sku in &pool.skus {
+                    if !own.skus.contains(sku) {
+                        own.skus.push(sku.clone());
+                    }
+                }
+            }
+            own.gpu_capable = !own.skus.is_empty();
+            own.gpu_only = !pools.is_empty() && pools.iter().all(|p| p.gpu_only);
+            own.tainted = pools.iter().all(|p| !p.gpu_capable || p.tainted);
+        }
+        CapacityFacts { own, pools }
+    }
+
+    /// The facts of this request alone.
+    fn pool_facts(&self, catalog: &Catalog) -> PoolFacts {
         let skus = self.gpu_skus(catalog);
+        let mut request = self.clone();
+        request.pools = Vec::new();
         PoolFacts {
             gpu_capable: !skus.is_empty(),
             gpu_only: self.gpu_only(catalog),
             skus,
             tainted: self.tainted(),
             orchestrator_minor: self.orchestrator_minor(),
-            request: self,
+            request,
         }
     }
 
@@ -355,7 +501,17 @@ impl CapacityRequest {
     }
 }
 
-/// `gpu.pool`: what a capacity object asks for (see docs/cel-extensions.md).
+/// `gpu.pool`: what a capacity object asks for (see docs/cel-extensions.md):
+/// its own facts and those of each pool it creates.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CapacityFacts {
+    #[serde(flatten)]
+    pub own: PoolFacts,
+    /// The object's pools (itself, when the object is one pool).
+    pub pools: Vec<PoolFacts>,
+}
+
+/// The facts of one pool (or of a whole capacity object).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolFacts {
@@ -607,6 +763,13 @@ mod tests {
             .collect();
         let mut want = vec![
             "kind",
+            "name",
+            "path",
+            "specField",
+            "sizesField",
+            "taintsField",
+            "changed",
+            "pools",
             "gpuCapable",
             "gpuOnly",
             "skus",
@@ -638,6 +801,239 @@ mod tests {
         assert_eq!(facts["orchestratorMinor"], 30);
         assert_eq!(facts["gpuLimit"], Value::Null);
         assert_eq!(facts["static"], false);
+        assert_eq!(facts["name"], "gpu");
+        assert_eq!(facts["path"], "");
+        assert_eq!(facts["sizesField"], "spec.vmSize");
+        assert_eq!(facts["taintsField"], "spec.nodeTaints");
+        assert_eq!(facts["changed"], true);
+        // An object that is one pool lists itself, with the same keys but
+        // `pools`.
+        let own = facts["pools"][0].as_object().unwrap();
+        assert_eq!(facts["pools"].as_array().unwrap().len(), 1);
+        assert_eq!(own.len(), want.len() - 1);
+        assert!(!own.contains_key("pools"));
+        assert_eq!(own["skus"], facts["skus"]);
+    }
+
+    /// An ASO ManagedCluster as the ASO samples write it, with a system
+    /// pool and the given GPU profiles.
+    fn managed_cluster(gpu_profiles: Value) -> Value {
+        let mut profiles = vec![json!({
+            "name": "system", "mode": "System", "vmSize": "Standard_D4s_v5",
+            "count": 3, "osType": "Linux"
+        })];
+        profiles.extend(gpu_profiles.as_array().unwrap().iter().cloned());
+        json!({
+            "apiVersion": "containerservice.azure.com/v1api20240901", "kind": "ManagedCluster",
+            "metadata": {"name": "aks-prod", "namespace": "aks-infra"},
+            "spec": {
+                "location": "westus3", "owner": {"name": "aks-rg"}, "dnsPrefix": "aksprod",
+                "kubernetesVersion": "1.30.4",
+                "agentPoolProfiles": profiles,
+                "identity": {"type": "SystemAssigned"}
+            }
+        })
+    }
+
+    #[test]
+    fn managed_cluster_profiles_are_pools() {
+        let cluster = managed_cluster(json!([
+            {"name": "gpu1", "mode": "User", "vmSize": "Standard_NC24ads_A100_v4",
+             "enableAutoScaling": true, "minCount": 0, "maxCount": 2,
+             "nodeTaints": ["sku=gpu:NoSchedule"], "nodeLabels": {"workload": "gpu"}},
+            {"name": "gpu2", "vmSize": "Standard_NC6s_v3", "count": 1, "osType": "Windows"}
+        ]));
+        let p = pool(cluster.clone());
+        assert_eq!(p["kind"], "ManagedCluster");
+        assert_eq!(p["name"], "aks-prod");
+        assert_eq!(p["gpuCapable"], true);
+        assert_eq!(p["gpuOnly"], false);
+        // gpu2 is untainted.
+        assert_eq!(p["tainted"], false);
+        assert_eq!(
+            p["skus"],
+            json!(["Standard_NC24ads_A100_v4", "Standard_NC6s_v3"])
+        );
+        let pools = p["pools"].as_array().unwrap();
+        assert_eq!(pools.len(), 3);
+        assert_eq!(pools[0]["name"], "system");
+        assert_eq!(pools[0]["gpuCapable"], false);
+        let gpu1 = &pools[1];
+        assert_eq!(gpu1["path"], "spec.agentPoolProfiles[gpu1]");
+        assert_eq!(gpu1["sizesField"], "spec.agentPoolProfiles[gpu1].vmSize");
+        assert_eq!(
+            gpu1["taintsField"],
+            "spec.agentPoolProfiles[gpu1].nodeTaints"
+        );
+        assert_eq!(gpu1["tainted"], true);
+        assert_eq!(gpu1["autoscaling"], true);
+        assert_eq!(gpu1["count"], 2);
+        assert_eq!(gpu1["minCount"], 0);
+        // A profile without orchestratorVersion runs the cluster's version.
+        assert_eq!(gpu1["orchestratorMinor"], 30);
+        assert_eq!(pools[2]["tainted"], false);
+        assert_eq!(pools[2]["osType"], "Windows");
+        // 3 D4s_v5 hold none, 2 A100 nodes one each, 1 NC6s_v3 one.
+        let request = CapacityRequest::from_object(&cluster).unwrap();
+        assert_eq!(request.launchable_gpus(&Catalog::embedded()), Some(3));
+        assert_eq!(request.count, Some(6));
+    }
+
+    #[test]
+    fn cpu_only_and_odd_managed_clusters() {
+        let cpu = pool(managed_cluster(json!([])));
+        assert_eq!(cpu["gpuCapable"], false);
+        assert_eq!(cpu["tainted"], true, "no GPU pool is left untainted");
+        // No profiles, profiles of the wrong shape, unnamed profiles: read
+        // leniently, named by their index.
+        let odd = json!({"apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedCluster",
+            "spec": {"agentPoolProfiles": ["text", 3, {"vmSize": "Standard_NC4as_T4_v3"}, {"vmSize": 7}]}});
+        let p = pool(odd);
+        let pools = p["pools"].as_array().unwrap();
+        assert_eq!(pools.len(), 2);
+        assert_eq!(pools[0]["path"], "spec.agentPoolProfiles[2]");
+        assert_eq!(pools[0]["name"], "");
+        assert_eq!(pools[1]["sizes"], json!([]));
+        let none = pool(json!({"apiVersion": "containerservice.azure.com/v20260501",
+            "kind": "ManagedCluster", "spec": {"agentPoolProfiles": {"gpu": 1}}}));
+        assert_eq!(none["pools"], json!([]));
+        assert_eq!(none["gpuOnly"], false);
+    }
+
+    #[test]
+    fn capz_managed_machine_pool() {
+        let ammp = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "AzureManagedMachinePool",
+            "metadata": {"name": "capz-gpu", "namespace": "default"},
+            "spec": {
+                "mode": "User", "name": "gpupool", "sku": "Standard_NC4as_T4_v3", "osDiskSizeGB": 128,
+                "scaling": {"minSize": 1, "maxSize": 3},
+                "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
+                "nodeLabels": {"accelerator": "nvidia"}
+            }
+        });
+        let p = pool(ammp.clone());
+        assert_eq!(p["kind"], "AzureManagedMachinePool");
+        assert_eq!(p["name"], "gpupool");
+        assert_eq!(p["sizesField"], "spec.sku");
+        assert_eq!(p["taints"], json!(["sku=gpu:NoSchedule"]));
+        assert_eq!(p["tainted"], true);
+        assert_eq!(p["autoscaling"], true);
+        assert_eq!(
+            (p["minCount"].clone(), p["count"].clone()),
+            (json!(1), json!(3))
+        );
+        assert_eq!(launchable(ammp), Some(3));
+        // PreferNoSchedule keeps nothing off; the node count is the
+        // MachinePool's when there is no scaling.
+        let soft = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "AzureManagedMachinePool", "metadata": {"name": "soft"},
+            "spec": {"sku": "Standard_NC4as_T4_v3",
+                     "taints": [{"key": "sku", "value": "gpu", "effect": "PreferNoSchedule"}, {"key": 3}]}});
+        assert_eq!(pool(soft.clone())["tainted"], false);
+        assert_eq!(pool(soft.clone())["name"], "soft");
+        assert_eq!(launchable(soft), None);
+    }
+
+    #[test]
+    fn capz_aso_machine_pool_embeds_agent_pools() {
+        let asomp = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "AzureASOManagedMachinePool",
+            "metadata": {"name": "capz-gpu"},
+            "spec": {"resources": [
+                {"apiVersion": "containerservice.azure.com/v1api20231001", "kind": "ManagedClustersAgentPool",
+                 "metadata": {"name": "capz-gpu"},
+                 "spec": {"azureName": "gpu", "owner": {"name": "capz"}, "mode": "User",
+                          "vmSize": "Standard_NC6s_v3", "nodeTaints": ["nvidia.com/gpu=present:NoSchedule"]}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+            ]}
+        });
+        let p = pool(asomp);
+        let pools = p["pools"].as_array().unwrap();
+        assert_eq!(pools.len(), 1);
+        assert_eq!(pools[0]["name"], "gpu");
+        assert_eq!(pools[0]["path"], "spec.resources[capz-gpu]");
+        assert_eq!(
+            pools[0]["sizesField"],
+            "spec.resources[capz-gpu].spec.vmSize"
+        );
+        assert_eq!(pools[0]["tainted"], true);
+        assert_eq!(p["skus"], json!(["Standard_NC6s_v3"]));
+        // A control plane's ManagedCluster: its inline profiles.
+        let cp = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "AzureASOManagedControlPlane",
+            "metadata": {"name": "capz"},
+            "spec": {"resources": [{"apiVersion": "containerservice.azure.com/v1api20240901",
+                "kind": "ManagedCluster", "metadata": {"name": "capz"},
+                "spec": {"agentPoolProfiles": [{"name": "gpu", "vmSize": "Standard_NC4as_T4_v3"}]}}]}
+        });
+        let p = pool(cp);
+        assert_eq!(
+            p["pools"][0]["path"],
+            "spec.resources[capz].spec.agentPoolProfiles[gpu]"
+        );
+        assert_eq!(p["pools"][0]["tainted"], false);
+    }
+
+    fn changed(old: &Value, new: &Value) -> Value {
+        let mut request = CapacityRequest::from_object(new).unwrap();
+        request.compare_with(new, old);
+        request.to_json(&Catalog::embedded())
+    }
+
+    #[test]
+    fn an_update_changes_only_the_pools_it_touches() {
+        let gpu = json!([{"name": "gpu1", "vmSize": "Standard_NC6s_v3", "count": 1}]);
+        let old = managed_cluster(gpu.clone());
+        // ASO's annotations, a new CPU pool, another setting: gpu1 unchanged.
+        let mut new = managed_cluster(gpu);
+        new["metadata"]["annotations"] = json!({"serviceoperator.azure.com/resource-id": "/x"});
+        new["spec"]["agentPoolProfiles"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "cpu2", "vmSize": "Standard_D8s_v5", "count": 2}));
+        new["spec"]["kubernetesVersion"] = json!("1.31.1");
+        let facts = changed(&old, &new);
+        let flags: Vec<(&str, bool)> = facts["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap(), p["changed"].as_bool().unwrap()))
+            .collect();
+        assert_eq!(flags, [("system", false), ("gpu1", false), ("cpu2", true)]);
+        assert_eq!(facts["changed"], true);
+        // Scaling gpu1 changes it.
+        let mut scaled = new.clone();
+        scaled["spec"]["agentPoolProfiles"][1]["count"] = json!(3);
+        assert_eq!(changed(&new, &scaled)["pools"][1]["changed"], true);
+        assert_eq!(changed(&new, &new)["changed"], false);
+
+        // An object that is one pool: its spec and labels count, not its
+        // annotations or status.
+        let pool = json!({"apiVersion": "containerservice.azure.com/v20260501",
+            "kind": "ManagedClustersAgentPool", "metadata": {"name": "gpu"},
+            "spec": {"vmSize": "Standard_NC6s_v3", "count": 1}});
+        let mut annotated = pool.clone();
+        annotated["metadata"]["annotations"] = json!({"a": "b"});
+        annotated["metadata"]["finalizers"] = json!(["serviceoperator.azure.com/finalizer"]);
+        annotated["status"] = json!({"provisioningState": "Succeeded"});
+        assert_eq!(changed(&pool, &annotated)["changed"], false);
+        assert_eq!(changed(&pool, &annotated)["pools"][0]["changed"], false);
+        let mut labelled = pool.clone();
+        labelled["metadata"]["labels"] = json!({"team": "ml"});
+        assert_eq!(changed(&pool, &labelled)["changed"], true);
+        let mut resized = pool.clone();
+        resized["spec"]["count"] = json!(2);
+        assert_eq!(changed(&pool, &resized)["changed"], true);
+        // KAITO's top-level resource counts too.
+        let ws = json!({"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
+            "resource": {"instanceType": "Standard_NC6s_v3"}});
+        let mut ws2 = ws.clone();
+        ws2["resource"]["count"] = json!(2);
+        assert_eq!(changed(&ws, &ws2)["changed"], true);
+        assert_eq!(changed(&ws, &ws)["changed"], false);
+        // An old object of another shape: everything changed.
+        assert_eq!(changed(&json!("text"), &new)["changed"], true);
     }
 
     fn launchable(v: Value) -> Option<i64> {

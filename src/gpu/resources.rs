@@ -223,6 +223,8 @@ mod tests {
             "nvidia.com/mig-1g.10gb",
             "nvidia.com/mig-3g.40gb",
             "nvidia.com/gpu.shared",
+            // MIG slices shared by time-slicing (renameByDefault).
+            "nvidia.com/mig-1g.10gb.shared",
             "amd.com/gpu",
             "microsoft.com/directx",
         ] {

@@ -51,6 +51,10 @@ pub const KNOWN_KINDS: &[&str] = &[
     "InferenceSet",
     "RAGEngine",
     "ManagedClustersAgentPool",
+    "ManagedCluster",
+    "AzureManagedMachinePool",
+    "AzureASOManagedMachinePool",
+    "AzureASOManagedControlPlane",
     "ResourceClaim",
     "ResourceClaimTemplate",
 ];
