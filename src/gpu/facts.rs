@@ -213,11 +213,13 @@ impl GpuFacts {
                 .unwrap_or(0);
             self.skus = catalog.list_of(&skus);
         }
-        let bound = !self.reachable_gpu_nodes.is_empty() || self.prefers_gpu_nodes;
-        if bound {
+        // Aimed at GPU nodes by what the pod wrote (an untainted GPU node a
+        // pod can reach without asking is the node pool's gap, not its).
+        if reach.aims || reach.prefers {
             let context = PodContext {
                 asks_gpu: self.request.requested(),
                 bound_for_gpu_nodes: true,
+                debug_hidden: self.request.requested() || self.tolerates || self.tolerates_all,
             };
             let containers = &self.containers;
             self.access = pod_access(
@@ -406,6 +408,7 @@ fn pod_facts(
             || tolerates_all
             || selects_gpu_nodes
             || prefers_gpu_nodes,
+        debug_hidden: request.requested() || tolerates || tolerates_all,
     };
     let access = pod_access(spec, annotations, context, |kind, name| {
         own_containers.iter().any(|c| {

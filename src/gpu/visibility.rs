@@ -125,6 +125,11 @@ pub struct PodContext {
     /// The pod can run on GPU nodes at all: it asks for GPUs, a sharing
     /// scheduler gives it part of one, or it tolerates or selects GPU nodes.
     pub bound_for_gpu_nodes: bool,
+    /// The debug containers `kubectl debug` adds to this pod are sent to
+    /// `/mutate`, which hides GPUs from them: the pod asks for GPUs or
+    /// tolerates a GPU taint (or every taint), as the shipped mutating
+    /// webhook routes them.
+    pub debug_hidden: bool,
 }
 
 /// One container's access to GPU devices (`gpu.access[]`).
@@ -281,17 +286,22 @@ pub fn container_access(
         EnvSetting::Hides => {}
         EnvSetting::Absent => {
             // The device plugin's own value wins over the image's; nothing
-            // to inherit for a GPU container. Debug containers are added
-            // to pods already on their nodes.
-            let hideable = !asks_gpu && pod.bound_for_gpu_nodes;
+            // to inherit for a GPU container. A debug container joins a pod
+            // already on its node: it counts where /mutate hides GPUs from
+            // it (so the validating side never sees it without the pin).
+            let bound = if kind == EPHEMERAL {
+                pod.debug_hidden
+            } else {
+                pod.bound_for_gpu_nodes
+            };
+            let hideable = !asks_gpu && bound;
             if hideable && env_from_may_carry(container) {
                 reaches.push(Reach::EnvFrom);
             }
             let image = str_at(container, "/image");
             if hideable && is_gpu_image(image) {
                 reaches.push(Reach::Image);
-            } else if !asks_gpu && (pod.asks_gpu || (kind == EPHEMERAL && pod.bound_for_gpu_nodes))
-            {
+            } else if !asks_gpu && (pod.asks_gpu || (kind == EPHEMERAL && pod.debug_hidden)) {
                 reaches.push(Reach::RuntimeDefault);
             }
         }
@@ -365,10 +375,12 @@ mod tests {
     const GPU_POD: PodContext = PodContext {
         asks_gpu: true,
         bound_for_gpu_nodes: true,
+        debug_hidden: true,
     };
     const CPU_POD: PodContext = PodContext {
         asks_gpu: false,
         bound_for_gpu_nodes: false,
+        debug_hidden: false,
     };
 
     fn access(container: Value, asks_gpu: bool, pod: PodContext) -> ContainerAccess {
@@ -448,6 +460,7 @@ mod tests {
         let bound_cpu_pod = PodContext {
             asks_gpu: false,
             bound_for_gpu_nodes: true,
+            debug_hidden: true,
         };
         assert_eq!(
             access(cuda.clone(), false, bound_cpu_pod).reaches,
@@ -538,6 +551,7 @@ mod tests {
         let bound = PodContext {
             asks_gpu: false,
             bound_for_gpu_nodes: true,
+            debug_hidden: true,
         };
         let all = pod_access(&spec, None, bound, |_, _| false);
         assert_eq!(all[1].kind, EPHEMERAL);
@@ -548,5 +562,12 @@ mod tests {
             pod_access(&plain, None, bound, |_, _| false)[0].reaches,
             [Reach::RuntimeDefault]
         );
+        // A pod that selects GPU nodes but tolerates no GPU taint: its
+        // debug containers are not sent to /mutate, and not judged so.
+        let selecting = PodContext {
+            debug_hidden: false,
+            ..bound
+        };
+        assert!(!pod_access(&spec, None, selecting, |_, _| false)[1].leaks());
     }
 }

@@ -67,6 +67,7 @@ mod tests {
         let context = PodContext {
             asks_gpu: true,
             bound_for_gpu_nodes: true,
+            debug_hidden: true,
         };
         let access = pod_access(spec, None, context, gpu);
         hide_unrequested(pod, &access, old).unwrap()

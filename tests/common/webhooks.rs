@@ -24,7 +24,7 @@ use super::{config, TestServer};
 use base64::Engine as _;
 use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::bundle::{self, PolicySource};
-use gpu_admission::k8s::{ClaimLookup, NamespaceLookup, NodeLookup, StaticClaims, StaticNodes};
+use gpu_admission::k8s::{ClaimLookup, NamespaceLookup, NodeLookup, StaticClaims};
 use gpu_admission::offline::{build_request, with_evaluation_stack};
 use gpu_admission::policy::{Document, PolicySet, Source};
 use gpu_admission::review::{Operation, Request};
@@ -199,7 +199,7 @@ impl Cluster {
 
     /// The policies of `policies/` behind `deploy/base/`'s webhooks, with
     /// `nodes` in the server's node cache, as its watch holds them.
-    pub async fn start_with_nodes(nodes: StaticNodes) -> Cluster {
+    pub async fn start_with_nodes(nodes: impl NodeLookup + 'static) -> Cluster {
         let dir = root().join("policies");
         let loaded = bundle::load(&PolicySource::Dir(dir)).expect("policies/ loads");
         Cluster::start_admission(loaded.bundle, None, Some(Arc::new(nodes))).await

@@ -1,0 +1,848 @@
+//! The GPU boundary against an independent reference model, on generated
+//! pods and node sets, through the shipped webhook configurations (their
+//! rules and matchConditions decide what is sent; `/mutate`'s patch is
+//! applied before `/validate`, over TLS).
+//!
+//! The reference, written here from docs/threat-model.md and sharing no
+//! code with the crate, says for each generated object whether some
+//! container could reach a GPU it did not ask for, and whether a pod that
+//! asks for no GPU could land on a GPU node by something it wrote. Two
+//! properties:
+//!
+//! - **sound**: what the reference calls a breach is denied by a boundary
+//!   policy (gpu-visible-devices-leak, gpu-node-isolation, gpu-privileged);
+//!   a GPU pod that is allowed leaves `/mutate` with every container that
+//!   asks for no GPU hiding the GPUs;
+//! - **no false denial**: what the reference calls clean is never denied by
+//!   a boundary policy.
+//!
+//! 10,000 cases per run (`BOUNDARY_CASES` overrides); the seed is printed,
+//! and `BOUNDARY_SEED` replays one.
+mod common;
+
+use common::webhooks::{Cluster, Outcome, Review};
+use gpu_admission::k8s::{NodeInfo, Taint};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+// ---------------------------------------------------------------------------
+// The generated world.
+
+/// A node of the generated cluster.
+#[derive(Clone, Debug)]
+struct Node {
+    name: String,
+    pool: &'static str,
+    gpus: u32,
+    tainted: bool,
+    /// AKS's accelerator label and the GPU Operator's, on a GPU node.
+    gpu_labels: bool,
+}
+
+impl Node {
+    fn labels(&self) -> BTreeMap<String, String> {
+        let mut l: BTreeMap<String, String> = [
+            ("kubernetes.azure.com/agentpool", self.pool.to_string()),
+            ("kubernetes.io/hostname", self.name.clone()),
+            ("kubernetes.io/os", "linux".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        if self.gpus > 0 && self.gpu_labels {
+            l.insert("kubernetes.azure.com/accelerator".into(), "nvidia".into());
+            l.insert("nvidia.com/gpu.deploy.dcgm-exporter".into(), "true".into());
+        }
+        l
+    }
+
+    fn info(&self) -> NodeInfo {
+        NodeInfo {
+            name: self.name.clone(),
+            labels: self.labels(),
+            taints: if self.tainted {
+                vec![Taint::parse("sku=gpu:NoSchedule").unwrap()]
+            } else {
+                Vec::new()
+            },
+            allocatable: [("cpu".to_string(), "4".to_string())]
+                .into_iter()
+                .chain(
+                    (self.gpus > 0).then(|| ("nvidia.com/gpu".to_string(), self.gpus.to_string())),
+                )
+                .collect(),
+        }
+    }
+}
+
+/// One container of the generated pod.
+#[derive(Clone, Debug)]
+struct Container {
+    gpus: u32,
+    /// None: no entry. Some(None): an entry read through valueFrom.
+    visible: Option<Option<&'static str>>,
+    /// None: no envFrom; Some(prefix).
+    env_from: Option<&'static str>,
+    image: &'static str,
+    mount: Option<&'static str>,
+    privileged: bool,
+    command: &'static [&'static str],
+}
+
+#[derive(Clone, Debug)]
+struct Pod {
+    kind: &'static str,
+    namespace: &'static str,
+    user: &'static str,
+    init: Vec<Container>,
+    containers: Vec<Container>,
+    cdi: Option<&'static str>,
+    tolerations: Vec<Value>,
+    node_selector: Option<(&'static str, String)>,
+    preferred: Option<(&'static str, String)>,
+    node_name: Option<String>,
+    scheduler: Option<&'static str>,
+    fraction: bool,
+    volcano: bool,
+    /// `kubectl debug`: the ephemeral container an UPDATE of
+    /// `pods/ephemeralcontainers` adds to this pod (kind `Debug`).
+    debug: Container,
+}
+
+const POOLS: [&str; 4] = ["system", "batch", "gpupool", "a100"];
+const VALUES: [&str; 7] = ["all", "0", "", "void", "none", "GPU-3f2a", "(none)"];
+const IMAGES: [&str; 6] = [
+    "busybox:1.36",
+    "python:3.12",
+    "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+    "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+    "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+    "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",
+];
+const MOUNTS: [&str; 4] = [
+    "/var/run/nvidia-container-devices/all",
+    "//run/./nvidia-container-devices",
+    "/var/run/secrets/kubernetes.io/serviceaccount",
+    "/data",
+];
+const COMMANDS: [&[&str]; 3] = [
+    &["python", "train.py"],
+    &[
+        "iptables",
+        "-A",
+        "OUTPUT",
+        "-d",
+        "169.254.169.254",
+        "-j",
+        "DROP",
+    ],
+    &["sh", "-c", "sleep infinity"],
+];
+
+fn nodes() -> impl Strategy<Value = Vec<Node>> {
+    let node = (
+        0..POOLS.len(),
+        0u32..3,
+        prop::bool::weighted(0.8),
+        any::<bool>(),
+    );
+    prop::collection::vec(node, 0..4).prop_map(|more| {
+        // A CPU node always: the system pool.
+        let mut nodes = vec![Node {
+            name: "aks-system-0".into(),
+            pool: "system",
+            gpus: 0,
+            tainted: false,
+            gpu_labels: false,
+        }];
+        for (i, (pool, gpus, tainted, labels)) in more.into_iter().enumerate() {
+            let pool = POOLS[pool];
+            let gpus = if pool == "gpupool" || pool == "a100" {
+                gpus.max(1)
+            } else {
+                0
+            };
+            nodes.push(Node {
+                name: format!("aks-{pool}-{}", i + 1),
+                pool,
+                gpus,
+                tainted: gpus > 0 && tainted,
+                gpu_labels: labels,
+            });
+        }
+        nodes
+    })
+}
+
+fn container() -> impl Strategy<Value = Container> {
+    (
+        prop_oneof![3 => Just(0u32), 1 => Just(1), 1 => Just(2)],
+        prop_oneof![
+            4 => Just(None),
+            3 => (0..VALUES.len()).prop_map(|i| Some(Some(VALUES[i]))),
+            1 => Just(Some(None)),
+        ],
+        prop_oneof![4 => Just(None), 1 => Just(Some("")), 1 => Just(Some("APP_")), 1 => Just(Some("NVIDIA_"))],
+        0..IMAGES.len(),
+        prop_oneof![4 => Just(None), 1 => (0..MOUNTS.len()).prop_map(|i| Some(MOUNTS[i]))],
+        prop::bool::weighted(0.15),
+        0..COMMANDS.len(),
+    )
+        .prop_map(|(gpus, visible, env_from, image, mount, privileged, command)| Container {
+            gpus,
+            visible: visible.map(|v| v.map(|s| if s == "(none)" { "" } else { s })),
+            env_from,
+            image: IMAGES[image],
+            mount,
+            privileged,
+            command: COMMANDS[command],
+        })
+}
+
+fn toleration() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(json!({"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"})),
+        Just(json!({"operator": "Exists"})),
+        Just(json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})),
+        Just(
+            json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+        ),
+        Just(json!({"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoExecute"})),
+    ]
+}
+
+fn selection() -> impl Strategy<Value = Option<(&'static str, String)>> {
+    prop_oneof![
+        3 => Just(None),
+        2 => (0..POOLS.len()).prop_map(|p| Some(("kubernetes.azure.com/agentpool", POOLS[p].to_string()))),
+        1 => Just(Some(("kubernetes.azure.com/accelerator", "nvidia".to_string()))),
+        1 => Just(Some(("nvidia.com/gpu.deploy.dcgm-exporter", "true".to_string()))),
+        1 => Just(Some(("kubernetes.io/os", "linux".to_string()))),
+        1 => (0usize..4).prop_map(|i| Some(("kubernetes.io/hostname", node_name(i)))),
+    ]
+}
+
+/// The name of generated node `i` when it exists (`aks-system-0` first).
+fn node_name(i: usize) -> String {
+    if i == 0 {
+        "aks-system-0".to_string()
+    } else {
+        // Pools are generated; a name naming no node is a case too.
+        format!("aks-{}-{i}", POOLS[i % POOLS.len()])
+    }
+}
+
+fn pod() -> impl Strategy<Value = Pod> {
+    (
+        (
+            prop_oneof![6 => Just("Pod"), 1 => Just("Deployment"), 1 => Just("DaemonSet"), 2 => Just("Debug")],
+            prop_oneof![4 => Just("ml"), 1 => Just("gpu-operator")],
+            prop_oneof![4 => Just("alice"), 1 => Just("sa")],
+            prop::collection::vec(container(), 0..2),
+            prop::collection::vec(container(), 1..4),
+            prop_oneof![5 => Just(None), 1 => Just(Some("nvidia.com/gpu=all")), 1 => Just(Some("vendor.example/nic=0"))],
+        ),
+        (
+            prop::collection::vec(toleration(), 0..3),
+            selection(),
+            selection(),
+            prop_oneof![5 => Just(None), 1 => (0usize..4).prop_map(|i| Some(node_name(i)))],
+            prop_oneof![4 => Just(None), 1 => Just(Some("kai-scheduler")), 1 => Just(Some("my-scheduler"))],
+            any::<bool>(),
+            prop::bool::weighted(0.1),
+            container(),
+        ),
+    )
+        .prop_map(
+            |(
+                (kind, namespace, user, init, containers, cdi),
+                (tolerations, node_selector, preferred, node_name, scheduler, fraction, volcano, debug),
+            )| Pod {
+                namespace,
+                user,
+                init,
+                containers,
+                tolerations,
+                node_selector,
+                preferred,
+                node_name,
+                scheduler,
+                fraction,
+                volcano,
+                // Kubernetes gives ephemeral containers no resources; the
+                // pod's annotations were judged when it was made.
+                debug: Container { gpus: 0, ..debug },
+                cdi: if kind == "Debug" { None } else { cdi },
+                kind,
+            },
+        )
+}
+
+// ---------------------------------------------------------------------------
+// The objects as a client writes them.
+
+fn container_json(c: &Container, name: String, volcano: bool) -> Value {
+    let mut out = json!({"name": name, "image": c.image, "command": c.command});
+    let mut limits = serde_json::Map::new();
+    if c.gpus > 0 {
+        limits.insert("nvidia.com/gpu".into(), json!(c.gpus.to_string()));
+    }
+    if volcano {
+        limits.insert("volcano.sh/vgpu-number".into(), json!("1"));
+    }
+    if !limits.is_empty() {
+        out["resources"] = json!({"limits": limits});
+    }
+    match c.visible {
+        None => {}
+        Some(None) => {
+            out["env"] = json!([{"name": "NVIDIA_VISIBLE_DEVICES",
+                "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "visible"}}}]);
+        }
+        Some(Some("")) => out["env"] = json!([{"name": "NVIDIA_VISIBLE_DEVICES"}]),
+        Some(Some(v)) => out["env"] = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": v}]),
+    }
+    if let Some(prefix) = c.env_from {
+        out["envFrom"] = if prefix.is_empty() {
+            json!([{"configMapRef": {"name": "settings"}}])
+        } else {
+            json!([{"prefix": prefix, "secretRef": {"name": "settings"}}])
+        };
+    }
+    if let Some(path) = c.mount {
+        out["volumeMounts"] = json!([{"name": "scratch", "mountPath": path}]);
+    }
+    if c.privileged {
+        out["securityContext"] = json!({"privileged": true});
+    }
+    out
+}
+
+fn pod_spec(p: &Pod) -> Value {
+    let mut spec = json!({
+        "initContainers": p.init.iter().enumerate()
+            .map(|(i, c)| container_json(c, format!("init-{i}"), false)).collect::<Vec<_>>(),
+        "containers": p.containers.iter().enumerate()
+            .map(|(i, c)| container_json(c, format!("c-{i}"), p.volcano && i == 0)).collect::<Vec<_>>(),
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+    });
+    if !p.tolerations.is_empty() {
+        spec["tolerations"] = json!(p.tolerations);
+    }
+    if let Some((k, v)) = &p.node_selector {
+        spec["nodeSelector"] = json!({ *k: v });
+    }
+    if let Some((k, v)) = &p.preferred {
+        spec["affinity"] = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "preference": {"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]}}]}});
+    }
+    if let Some(n) = &p.node_name {
+        spec["nodeName"] = json!(n);
+    }
+    if let Some(s) = p.scheduler {
+        spec["schedulerName"] = json!(s);
+    }
+    spec
+}
+
+fn annotations(p: &Pod) -> Value {
+    let mut a = serde_json::Map::new();
+    if let Some(cdi) = p.cdi {
+        a.insert("cdi.k8s.io/devices".into(), json!(cdi));
+    }
+    if p.fraction {
+        a.insert("gpu-fraction".into(), json!("0.5"));
+    }
+    Value::Object(a)
+}
+
+fn object(p: &Pod) -> Value {
+    let meta = json!({"labels": {"app": "gen"}, "annotations": annotations(p)});
+    match p.kind {
+        "Pod" | "Debug" => json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "gen", "namespace": p.namespace, "labels": meta["labels"], "annotations": meta["annotations"]},
+            "spec": pod_spec(p)}),
+        kind => json!({"apiVersion": "apps/v1", "kind": kind,
+            "metadata": {"name": "gen", "namespace": p.namespace},
+            "spec": {"selector": {"matchLabels": {"app": "gen"}},
+                "template": {"metadata": meta, "spec": pod_spec(p)}}}),
+    }
+}
+
+/// The pod with the debug container added, as `kubectl debug` sends it.
+fn debugged(p: &Pod) -> Value {
+    let mut new = object(p);
+    new["spec"]["ephemeralContainers"] =
+        json!([container_json(&p.debug, "debugger-q9w8e".into(), false)]);
+    new
+}
+
+fn review(p: &Pod) -> Review {
+    if p.kind == "Debug" {
+        return Review::update(object(p), debugged(p)).subresource("ephemeralcontainers");
+    }
+    let review = Review::create(object(p));
+    match p.user {
+        "sa" => review.by(
+            &format!("system:serviceaccount:{}:operator", p.namespace),
+            &["system:serviceaccounts", "system:authenticated"],
+        ),
+        _ => review,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The reference model.
+
+const HIDING: [&str; 3] = ["", "void", "none"];
+const CUDA_IMAGES: [&str; 4] = [
+    "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+    "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+    "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+    "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",
+];
+const INFRA_IMAGES: [&str; 2] = [
+    "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+    "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04",
+];
+const NETWORK_TOOLS: [&str; 1] = ["iptables"];
+
+struct Reference<'a> {
+    pod: &'a Pod,
+    nodes: &'a [Node],
+}
+
+impl Reference<'_> {
+    fn all(&self) -> impl Iterator<Item = &Container> {
+        self.pod.init.iter().chain(&self.pod.containers)
+    }
+
+    fn asks_gpu(&self) -> bool {
+        self.all().any(|c| c.gpus > 0)
+    }
+
+    /// KAI's scheduler with its annotation, or Volcano's vGPU resource.
+    fn shared(&self) -> bool {
+        (self.pod.fraction && self.pod.scheduler == Some("kai-scheduler")) || self.pod.volcano
+    }
+
+    fn tolerates(&self, taint_key: &str, value: &str, effect: &str) -> bool {
+        self.pod.tolerations.iter().any(|t| {
+            let key = t["key"].as_str().unwrap_or("");
+            let exists = t["operator"] == "Exists";
+            let effect_ok = t["effect"]
+                .as_str()
+                .is_none_or(|e| e.is_empty() || e == effect);
+            effect_ok
+                && ((key.is_empty() && exists)
+                    || (key == taint_key && (exists || t["value"].as_str() == Some(value))))
+        })
+    }
+
+    /// A toleration of a GPU taint by its name, for NoSchedule.
+    fn tolerates_gpu_by_name(&self) -> bool {
+        self.pod.tolerations.iter().any(|t| {
+            let key = t["key"].as_str().unwrap_or("");
+            let effect_ok = t["effect"]
+                .as_str()
+                .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+            effect_ok
+                && (key == "nvidia.com/gpu"
+                    || (key == "sku" && (t["operator"] == "Exists" || t["value"] == "gpu")))
+        })
+    }
+
+    fn tolerates_all(&self) -> bool {
+        self.pod
+            .tolerations
+            .iter()
+            .any(|t| t.get("key").is_none() && t["operator"] == "Exists")
+    }
+
+    fn matches(sel: &(&str, String), node: &Node) -> bool {
+        node.labels().get(sel.0) == Some(&sel.1)
+    }
+
+    fn allowed_on(&self, node: &Node) -> bool {
+        self.pod
+            .node_selector
+            .as_ref()
+            .is_none_or(|s| Self::matches(s, node))
+    }
+
+    fn tolerated(&self, node: &Node) -> bool {
+        !node.tainted || self.tolerates("sku", "gpu", "NoSchedule")
+    }
+
+    /// The GPU nodes the pod can land on.
+    fn reachable(&self) -> Vec<&Node> {
+        if let Some(name) = &self.pod.node_name {
+            return self
+                .nodes
+                .iter()
+                .filter(|n| &n.name == name && n.gpus > 0)
+                .collect();
+        }
+        self.nodes
+            .iter()
+            .filter(|n| n.gpus > 0 && self.allowed_on(n) && self.tolerated(n))
+            .collect()
+    }
+
+    /// Labels only GPU nodes carry, when selected with a value.
+    fn gpu_only_label(key: &str) -> bool {
+        key == "kubernetes.azure.com/accelerator" || key.starts_with("nvidia.com/gpu.")
+    }
+
+    /// The pod's own selection picks GPU nodes and no other: the node it
+    /// names, a label only GPU nodes carry, or a selection that matches
+    /// GPU nodes only.
+    fn aims(&self) -> bool {
+        let by_name = self
+            .pod
+            .node_name
+            .as_ref()
+            .is_some_and(|name| self.nodes.iter().any(|n| &n.name == name && n.gpus > 0));
+        let Some(sel) = &self.pod.node_selector else {
+            return by_name;
+        };
+        let picked: Vec<&Node> = self
+            .nodes
+            .iter()
+            .filter(|n| Self::matches(sel, n))
+            .collect();
+        let by_nodes = self.pod.node_name.is_none()
+            && picked.iter().any(|n| n.gpus > 0)
+            && picked.iter().all(|n| n.gpus > 0);
+        by_name || Self::gpu_only_label(sel.0) || by_nodes
+    }
+
+    /// A preferred term picks GPU nodes and no other, and the pod can land
+    /// on one of them; or it names a GPU-only label and the pod tolerates
+    /// GPU nodes.
+    fn prefers(&self) -> bool {
+        let Some(pref) = &self.pod.preferred else {
+            return false;
+        };
+        if Self::gpu_only_label(pref.0) && (self.tolerates_gpu_by_name() || self.tolerates_all()) {
+            return true;
+        }
+        let picked: Vec<&Node> = self
+            .nodes
+            .iter()
+            .filter(|n| Self::matches(pref, n))
+            .collect();
+        let reachable = self.reachable();
+        !picked.is_empty()
+            && picked.iter().all(|n| n.gpus > 0)
+            && picked
+                .iter()
+                .any(|n| reachable.iter().any(|r| r.name == n.name))
+    }
+
+    fn bound_for_gpu_nodes(&self) -> bool {
+        self.asks_gpu()
+            || self.shared()
+            || self.tolerates_gpu_by_name()
+            || self.tolerates_all()
+            || self.aims()
+            || self.prefers()
+    }
+
+    fn listed_namespace(&self) -> bool {
+        self.pod.namespace == "gpu-operator"
+    }
+
+    /// GPU infrastructure: a listed namespace, made by the DaemonSet
+    /// controller (a DaemonSet) or a service account of the namespace,
+    /// every image an infrastructure one.
+    fn infrastructure(&self) -> bool {
+        self.listed_namespace()
+            && (self.pod.kind == "DaemonSet" || self.pod.user == "sa")
+            && self.all().all(|c| INFRA_IMAGES.contains(&c.image))
+    }
+
+    /// Some container can reach GPUs it did not ask for (privileged aside).
+    fn leaks(&self) -> bool {
+        if self.shared() || self.infrastructure() {
+            return false;
+        }
+        let cdi = self
+            .pod
+            .cdi
+            .is_some_and(|c| c.starts_with("nvidia.com/gpu"));
+        let mount = |c: &Container| {
+            c.mount
+                .is_some_and(|m| m.contains("nvidia-container-devices"))
+        };
+        // /mutate pins the variable on every container of a GPU pod that
+        // asks for none and does not name it.
+        let pinned = self.asks_gpu();
+        let bound = self.bound_for_gpu_nodes();
+        self.all().any(|c| {
+            let from_env = match c.visible {
+                Some(None) => true,
+                Some(Some(v)) => !HIDING.contains(&v),
+                None => {
+                    let carries = c
+                        .env_from
+                        .is_some_and(|p| "NVIDIA_VISIBLE_DEVICES".starts_with(p));
+                    c.gpus == 0 && !pinned && bound && (carries || CUDA_IMAGES.contains(&c.image))
+                }
+            };
+            from_env || cdi || mount(c)
+        })
+    }
+
+    /// A privileged container of a GPU pod that is not an init step
+    /// running a network tool directly.
+    fn privileged_in_gpu_pod(&self) -> bool {
+        if !(self.asks_gpu() || self.shared()) {
+            return false;
+        }
+        let init_step = |c: &Container| c.gpus == 0 && NETWORK_TOOLS.contains(&c.command[0]);
+        self.pod.init.iter().any(|c| c.privileged && !init_step(c))
+            || self.pod.containers.iter().any(|c| c.privileged)
+    }
+
+    /// What `kubectl debug` adds: the debug container reaches GPUs by its
+    /// own env or mounts, or is privileged in a GPU pod. (One that names
+    /// nothing is hidden by `/mutate` where the pod is bound for GPU nodes.)
+    fn debug_breach(&self) -> bool {
+        let d = &self.pod.debug;
+        let leaks = !self.shared()
+            && (match d.visible {
+                Some(None) => true,
+                Some(Some(v)) => !HIDING.contains(&v),
+                None => false,
+            } || d
+                .mount
+                .is_some_and(|m| m.contains("nvidia-container-devices")));
+        leaks || (d.privileged && (self.asks_gpu() || self.shared()))
+    }
+
+    /// The pod a debug container joins is on GPU nodes by what it says:
+    /// it asks for a GPU or tolerates a GPU taint.
+    fn debug_bound(&self) -> bool {
+        self.asks_gpu() || self.tolerates_gpu_by_name() || self.tolerates_all()
+    }
+
+    /// A pod that asks for no GPU reaches GPU nodes by what it wrote.
+    fn reaches_gpu_nodes(&self) -> bool {
+        if self.asks_gpu()
+            || self.shared()
+            || self.listed_namespace()
+            || self.pod.kind == "DaemonSet"
+        {
+            return false;
+        }
+        self.tolerates_gpu_by_name() || self.aims() || self.prefers()
+    }
+}
+
+const BOUNDARY: [&str; 3] = [
+    "gpu-visible-devices-leak",
+    "gpu-node-isolation",
+    "gpu-privileged",
+];
+
+fn boundary_denials(outcome: &Outcome) -> Vec<&str> {
+    outcome
+        .message()
+        .lines()
+        .filter(|l| BOUNDARY.iter().any(|p| l.starts_with(&format!("{p}:"))))
+        .collect()
+}
+
+/// How many cases of each kind a run met, so that a run that never met one
+/// is seen (and fails) rather than passing vacuously.
+#[derive(Debug, Default)]
+struct Seen {
+    leaks: u32,
+    privileged: u32,
+    reaches_gpu_nodes: u32,
+    clean_allowed: u32,
+    clean_denied_elsewhere: u32,
+    mutated: u32,
+    debug_breaches: u32,
+    debug_hidden: u32,
+}
+
+fn check(
+    pod: &Pod,
+    nodes: &[Node],
+    outcome: &Outcome,
+    seen: &mut Seen,
+) -> Result<(), TestCaseError> {
+    let reference = Reference { pod, nodes };
+    if pod.kind == "Debug" {
+        return check_debug(&reference, outcome, seen);
+    }
+    seen.leaks += u32::from(reference.leaks());
+    seen.privileged += u32::from(reference.privileged_in_gpu_pod());
+    seen.reaches_gpu_nodes += u32::from(reference.reaches_gpu_nodes());
+    seen.mutated += u32::from(!outcome.patch.is_empty());
+    let breach =
+        reference.leaks() || reference.privileged_in_gpu_pod() || reference.reaches_gpu_nodes();
+    let denials = boundary_denials(outcome);
+    prop_assert!(
+        !breach || !outcome.allowed,
+        "the reference sees a breach (leak {}, privileged {}, reaches GPU nodes {}) and it was allowed",
+        reference.leaks(),
+        reference.privileged_in_gpu_pod(),
+        reference.reaches_gpu_nodes()
+    );
+    prop_assert!(
+        breach || denials.is_empty(),
+        "clean by the reference, denied: {denials:?}"
+    );
+    if !breach {
+        if outcome.allowed {
+            seen.clean_allowed += 1;
+        } else {
+            seen.clean_denied_elsewhere += 1;
+        }
+    }
+    // An allowed GPU pod leaves /mutate with the GPUs hidden from every
+    // container that asks for none and does not name the variable.
+    if pod.kind == "Pod" && outcome.allowed && reference.asks_gpu() {
+        let object = outcome.object.as_ref().expect("the stored pod");
+        for field in ["initContainers", "containers"] {
+            for c in object["spec"][field].as_array().into_iter().flatten() {
+                let asks = c.pointer("/resources/limits/nvidia.com~1gpu").is_some();
+                let named = c["env"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|e| e["name"] == "NVIDIA_VISIBLE_DEVICES");
+                prop_assert!(asks || named, "{} sees the node's GPUs: {c}", c["name"]);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_debug(
+    reference: &Reference,
+    outcome: &Outcome,
+    seen: &mut Seen,
+) -> Result<(), TestCaseError> {
+    let breach = reference.debug_breach();
+    seen.debug_breaches += u32::from(breach);
+    let denials = boundary_denials(outcome);
+    prop_assert!(
+        !breach || !outcome.allowed,
+        "a debug container breach was allowed"
+    );
+    prop_assert!(
+        breach || denials.is_empty(),
+        "a clean debug container was denied: {denials:?}"
+    );
+    if outcome.allowed && reference.debug_bound() {
+        let object = outcome.object.as_ref().expect("the stored pod");
+        let debugger = &object["spec"]["ephemeralContainers"][0];
+        let named = debugger["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["name"] == "NVIDIA_VISIBLE_DEVICES");
+        prop_assert!(
+            named,
+            "the debug container of a GPU-bound pod sees the node's GPUs: {debugger}"
+        );
+        seen.debug_hidden += 1;
+    }
+    Ok(())
+}
+
+#[test]
+fn the_boundary_agrees_with_the_reference_model() {
+    let cases: u32 = std::env::var("BOUNDARY_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(10_000);
+    let seed: u64 = std::env::var("BOUNDARY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("boundary model: {cases} cases, BOUNDARY_SEED={seed}");
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // One server per node set would be slow: the node set is part of the
+    // case, so the server's node cache is swapped through a shared lookup.
+    let nodes_now = std::sync::Arc::new(std::sync::RwLock::new(Vec::<NodeInfo>::new()));
+    let cluster = runtime.block_on(Cluster::start_with_nodes(SharedNodes(nodes_now.clone())));
+    let seen = std::sync::Mutex::new(Seen::default());
+    let result = runner.run(&(pod(), nodes()), |(pod, nodes)| {
+        *nodes_now.write().unwrap() = nodes.iter().map(Node::info).collect();
+        let outcome = runtime.block_on(cluster.admit(&review(&pod)));
+        check(&pod, &nodes, &outcome, &mut seen.lock().unwrap()).map_err(|e| {
+            TestCaseError::fail(format!(
+                "{e}\nobject: {}\nnodes: {nodes:?}\noutcome: allowed {}, denial {:?}",
+                if pod.kind == "Debug" {
+                    debugged(&pod)
+                } else {
+                    object(&pod)
+                },
+                outcome.allowed,
+                outcome.message()
+            ))
+        })
+    });
+    runtime.block_on(cluster.stop());
+    let seen = seen.into_inner().unwrap();
+    eprintln!("boundary model: {seen:?}");
+    match result {
+        Ok(()) => {
+            // Shrinking runs cases again; a passing run counts each once.
+            let floor = cases / 50;
+            for (what, n) in [
+                ("leaks", seen.leaks),
+                ("privileged containers in GPU pods", seen.privileged),
+                ("CPU pods reaching GPU nodes", seen.reaches_gpu_nodes),
+                ("clean cases allowed", seen.clean_allowed),
+                ("pods patched by /mutate", seen.mutated),
+                ("debug containers denied", seen.debug_breaches),
+                ("debug containers hidden from GPUs", seen.debug_hidden),
+            ] {
+                assert!(
+                    n >= floor,
+                    "BOUNDARY_SEED={seed}: only {n} {what} in {cases} cases"
+                );
+            }
+        }
+        Err(TestError::Fail(reason, _)) => {
+            panic!("BOUNDARY_SEED={seed}: {reason}")
+        }
+        Err(e) => panic!("BOUNDARY_SEED={seed}: {e}"),
+    }
+}
+
+/// The nodes of the case being run.
+struct SharedNodes(std::sync::Arc<std::sync::RwLock<Vec<NodeInfo>>>);
+
+impl gpu_admission::k8s::NodeLookup for SharedNodes {
+    fn nodes(&self) -> Option<std::sync::Arc<[NodeInfo]>> {
+        Some(self.0.read().unwrap().clone().into())
+    }
+}
