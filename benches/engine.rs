@@ -2,8 +2,10 @@
 //! GPU): policies compiled once, the full verdict measured per request.
 //! Beside it, parts of a request's work measured alone: the review body
 //! sized and decoded as the server's edge does it, a cluster Namespace
-//! looked up for a request (and the GPU pod validated in it), and an apply
-//! configuration merged into a long keyed list.
+//! looked up for a request (and the GPU pod validated in it), the GPU pod
+//! and a CPU pod aimed at a GPU pool validated against a cluster of 5,000
+//! nodes (the node cache), and an apply configuration merged into a long
+//! keyed list.
 //!
 //! Measured on a thread with the evaluation stack, where evaluation runs in
 //! place as it does on `serve`'s answering threads. The row "handed to an
@@ -49,6 +51,7 @@ criterion_group!(
     bench_runaway,
     bench_review_body,
     bench_cluster_namespace,
+    bench_node_cache,
     bench_apply_merge
 );
 criterion_group!(hand_off, bench_hand_off);
@@ -326,6 +329,87 @@ fn bench_review_body(c: &mut Criterion) {
 /// looks it up for each request: written as JSON from the typed object for
 /// each request (as before `ClusterNamespaces` kept the JSON of each
 /// version), and shared from what an earlier request wrote.
+/// `/validate` of the placed GPU pod, and of a CPU pod that tolerates
+/// everything and selects the GPU pool by its name, by labels alone and
+/// against 5,000 nodes (1,000 of them with GPUs) and 20 NodePools.
+fn bench_node_cache(c: &mut Criterion) {
+    use gpu_admission::k8s::{NodeInfo, StaticNodes, Taint};
+    let node = |i: usize| {
+        let gpu = i % 5 == 0;
+        let pool = if gpu { "gpupool" } else { "general" };
+        let mut labels: std::collections::BTreeMap<String, String> = [
+            ("kubernetes.azure.com/agentpool", pool.to_string()),
+            ("kubernetes.io/hostname", format!("aks-{pool}-{i}")),
+            ("kubernetes.io/os", "linux".to_string()),
+            (
+                "node.kubernetes.io/instance-type",
+                if gpu {
+                    "Standard_NC24ads_A100_v4"
+                } else {
+                    "Standard_D8s_v5"
+                }
+                .to_string(),
+            ),
+            (
+                "topology.kubernetes.io/zone",
+                format!("eastus-{}", i % 3 + 1),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        if gpu {
+            labels.insert("kubernetes.azure.com/accelerator".into(), "nvidia".into());
+        }
+        NodeInfo {
+            name: format!("aks-{pool}-{i}"),
+            labels,
+            taints: if gpu {
+                vec![Taint::parse("sku=gpu:NoSchedule").unwrap()]
+            } else {
+                Vec::new()
+            },
+            allocatable: [("cpu", "7820m"), ("memory", "28Gi"), ("pods", "110")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .chain(gpu.then(|| ("nvidia.com/gpu".to_string(), "1".to_string())))
+                .collect(),
+        }
+    };
+    let pools: Vec<serde_json::Value> = (0..20)
+        .map(|i| json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": format!("pool-{i}")},
+            "spec": {"template": {"spec": {"requirements": [{"key": "karpenter.azure.com/sku-family", "operator": "In",
+                "values": [if i % 4 == 0 { "N" } else { "D" }]}]}}}}))
+        .collect();
+    let nodes = StaticNodes::new((0..5_000).map(node).collect()).with_pools(pools);
+    let (labels_only, _) = shipped_admission();
+    let (with_nodes, _) = shipped_admission();
+    let with_nodes = with_nodes.with_nodes(Arc::new(nodes));
+    let gpu_pod = create(mutated(&labels_only, placed_gpu_pod()));
+    let aimed = create(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "agent", "namespace": "ml"},
+        "spec": {"nodeSelector": {"kubernetes.azure.com/agentpool": "gpupool"},
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "agent", "image": "python:3.12"}]}}));
+    assert!(with_nodes.validate(&gpu_pod).response.allowed);
+    assert!(!with_nodes.validate(&aimed).response.allowed);
+    assert!(
+        labels_only.validate(&aimed).response.allowed,
+        "only the nodes tell the pool"
+    );
+    let mut group = c.benchmark_group("node cache");
+    group.bench_function("GPU pod, by labels", |b| {
+        b.iter(|| black_box(labels_only.validate(black_box(&gpu_pod))))
+    });
+    group.bench_function("GPU pod, 5,000 nodes", |b| {
+        b.iter(|| black_box(with_nodes.validate(black_box(&gpu_pod))))
+    });
+    group.bench_function("CPU pod aimed at the GPU pool, 5,000 nodes", |b| {
+        b.iter(|| black_box(with_nodes.validate(black_box(&aimed))))
+    });
+    group.finish();
+}
+
 fn bench_cluster_namespace(c: &mut Criterion) {
     use gpu_admission::k8s::{ClusterNamespaces, NamespaceLookup};
     use k8s_openapi::api::core::v1::Namespace;

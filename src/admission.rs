@@ -282,6 +282,7 @@ fn place_template(profiles: &placement::ProfileSet, subject: &mut Subject) {
         claims: subject.claims.clone(),
         gpu: None,
         nodes: subject.nodes.clone(),
+        node_pools: subject.node_pools.clone(),
         variables: Vec::new(),
         authorizer: subject.authorizer.clone(),
     };

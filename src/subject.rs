@@ -63,6 +63,8 @@ pub struct Subject<'r> {
     /// The cluster's nodes, when known ([`Subject::with_nodes`]): the GPU
     /// facts are then judged against them.
     pub nodes: Option<Arc<[NodeInfo]>>,
+    /// The Karpenter NodePools the node cache knows (JSON).
+    pub node_pools: Arc<[Value]>,
     /// Host variables already in CEL form (e.g. `gpu`), shared by every
     /// policy and by the object and its template pod alike.
     pub variables: Vec<(String, Box<dyn Val>)>,
@@ -105,6 +107,7 @@ impl<'r> Subject<'r> {
             claims: None,
             gpu: None,
             nodes: None,
+            node_pools: Arc::from(Vec::new()),
             variables: Vec::new(),
             authorizer: Arc::new(NoAuthorizer),
         }
@@ -131,6 +134,9 @@ impl<'r> Subject<'r> {
     /// against the nodes `lookup` knows, when it knows them.
     pub fn with_nodes(mut self, lookup: &dyn NodeLookup) -> Subject<'r> {
         self.nodes = lookup.nodes();
+        if self.nodes.is_some() {
+            self.node_pools = lookup.node_pools();
+        }
         self
     }
 
@@ -155,7 +161,7 @@ impl<'r> Subject<'r> {
             facts.compare_pools(own, old, catalog);
         }
         self.gpu = Some(match &self.nodes {
-            Some(nodes) => facts.with_nodes(object, nodes, catalog, resources),
+            Some(nodes) => facts.with_nodes(object, nodes, &self.node_pools, catalog, resources),
             None => facts,
         });
         self

@@ -893,13 +893,25 @@ fn pod_review(uid: &str, pod: Value) -> Value {
         "object": pod, "oldObject": null, "dryRun": false}})
 }
 
+const NODEPOOLS: Resource = Resource::new("karpenter.sh", "v1", "NodePool", "nodepools", false);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_judges_where_pods_land_against_the_nodes_it_watches() {
-    let fake = FakeApiServer::start(vec![NAMESPACES, NODES]).await;
+    let fake = FakeApiServer::start(vec![NAMESPACES, NODES, NODEPOOLS]).await;
     fake.change(|cluster| {
         cluster.apply(namespace("apps", &[]));
         cluster.apply(cluster_node("aks-system-1", "system", 0));
         cluster.apply(cluster_node("aks-gpupool-1", "gpupool", 1));
+        // A GPU NodePool that scales from zero: no node of it exists yet.
+        cluster.apply(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "a100-spot"},
+            "spec": {"template": {"metadata": {"labels": {"workload": "llm"}}, "spec": {
+                "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+                "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                    "values": ["Standard_NC24ads_A100_v4"]}],
+                "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]}}},
+        }));
     });
     let server = InCluster::serve(&fake);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -922,6 +934,31 @@ async fn serve_judges_where_pods_land_against_the_nodes_it_watches() {
         message.contains("gpu-node-isolation: pod asks for no GPU but its nodeSelector / required node affinity selects GPU nodes (it can land on aks-gpupool-1)"),
         "{message}"
     );
+    // A CPU pod aimed at the NodePool by a label of its template: Karpenter
+    // would create an A100 node for it.
+    let by_nodepool = pod_review(
+        "by-nodepool",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "apps"},
+            "spec": {"nodeSelector": {"karpenter.sh/nodepool": "a100-spot"},
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "web", "image": "nginx:1.27"}]}}),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (allowed, message) = server.validate(&by_nodepool).await;
+        if !allowed {
+            assert!(
+                message.contains("(it can land on NodePool/a100-spot)"),
+                "{message}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the NodePool never reached /validate"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // A pool added later is seen once the watch brings its node.
     let new_pool = pod_review(
         "new-pool",

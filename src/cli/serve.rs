@@ -721,7 +721,28 @@ async fn node_lookup(readiness: &Readiness, on: bool) -> Arc<dyn NodeLookup> {
         tracing::error!(error = %e, "cannot list Nodes: where pods can land is judged by GPU node labels alone; grant get, list and watch on nodes (deploy/base/rbac.yaml), or pass --node-cache=off");
         return Arc::new(NoNodes);
     }
-    let (nodes, _task) = ClusterNodes::start(client);
+    let (nodes, _task) = ClusterNodes::start(client.clone());
+    // Karpenter's NodePools count for the nodes they could create, where
+    // the cluster serves them and lets the server read them.
+    let pools = {
+        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+        let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+        kube::Api::<DynamicObject>::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
+        )
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    };
+    match pools {
+        Ok(_) => {
+            let _pools = nodes.watch_node_pools(client);
+            tracing::info!("watching Karpenter NodePools for the nodes they could create");
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "no Karpenter NodePools to watch: only existing nodes count")
+        }
+    }
     readiness.wait_for_nodes();
     tracing::info!("watching Nodes for where pods can land; ready once they are listed");
     let synced = nodes.clone();

@@ -178,18 +178,21 @@ impl GpuFacts {
     /// `nodes`: which GPU nodes it can land on, whether its selection (any
     /// label, `spec.nodeName`) or its preferred affinity picks GPU nodes
     /// only, and, for a pod bound to a node by name, that node's size in
-    /// place of what its selection allows.
+    /// place of what its selection allows. The nodes Karpenter `node_pools`
+    /// could create count like nodes that exist.
     pub fn with_nodes(
         mut self,
         object: &Value,
         nodes: &[NodeInfo],
+        node_pools: &[Value],
         catalog: &Catalog,
         resources: &GpuResources,
     ) -> GpuFacts {
         let Some(spec) = pod_spec(object) else {
             return self;
         };
-        let reach = super::reach::reach(spec, nodes, resources, catalog);
+        let more = super::reach::pool_nodes(node_pools, catalog);
+        let reach = super::reach::reach(spec, nodes, &more, resources, catalog);
         self.nodes_known = true;
         self.selects_gpu_nodes |= reach.aims;
         self.prefers_gpu_nodes |= reach.prefers;

@@ -47,13 +47,69 @@ pub fn node_name(spec: &Value) -> Option<&str> {
     Some(str_at(spec, "/nodeName")).filter(|n| !n.is_empty())
 }
 
-/// How the pod of `spec` meets the GPU nodes among `nodes`.
+/// The nodes Karpenter NodePools could create, as nodes: one with GPUs
+/// for a pool that can launch GPU sizes, one without for a pool that can
+/// launch other sizes, each with the labels every node of the pool carries
+/// (`karpenter.sh/nodepool`, the template's labels, the values of
+/// single-valued `In` requirements) and the template's taints. Named
+/// `NodePool/<name>`.
+pub fn pool_nodes(pools: &[Value], catalog: &Catalog) -> Vec<NodeInfo> {
+    let mut out = Vec::new();
+    for pool in pools {
+        let Some(request) = super::pools::CapacityRequest::from_object(pool) else {
+            continue;
+        };
+        let name = str_at(pool, "/metadata/name");
+        let template = pool.pointer("/spec/template");
+        let mut labels: std::collections::BTreeMap<String, String> = template
+            .and_then(|t| t.pointer("/metadata/labels"))
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for r in items(template.and_then(|t| t.pointer("/spec/requirements"))) {
+            let values: Vec<&str> = items(r.get("values")).filter_map(Value::as_str).collect();
+            if str_at(r, "/operator") == "In" && values.len() == 1 {
+                labels.insert(str_at(r, "/key").to_string(), values[0].to_string());
+            }
+        }
+        labels.insert("karpenter.sh/nodepool".to_string(), name.to_string());
+        let taints: Vec<crate::k8s::Taint> =
+            items(template.and_then(|t| t.pointer("/spec/taints")))
+                .filter_map(crate::k8s::Taint::from_value)
+                .collect();
+        let node = |gpu: bool| NodeInfo {
+            name: format!("NodePool/{name}"),
+            labels: labels.clone(),
+            taints: taints.clone(),
+            allocatable: [("nvidia.com/gpu".to_string(), "1".to_string())]
+                .into_iter()
+                .filter(|_| gpu)
+                .collect(),
+        };
+        if !request.gpu_skus(catalog).is_empty() {
+            out.push(node(true));
+        }
+        if !request.gpu_only(catalog) {
+            out.push(node(false));
+        }
+    }
+    out
+}
+
+/// How the pod of `spec` meets the GPU nodes among `nodes` and `more`
+/// (the nodes NodePools could create, [`pool_nodes`]).
 pub fn reach(
     spec: &Value,
     nodes: &[NodeInfo],
+    more: &[NodeInfo],
     resources: &GpuResources,
     catalog: &Catalog,
 ) -> NodeReach {
+    let nodes: Vec<&NodeInfo> = nodes.iter().chain(more).collect();
     let tolerations: Vec<Toleration> = items(spec.get("tolerations"))
         .map(Toleration::from_value)
         .collect();
@@ -89,7 +145,7 @@ pub fn reach(
     };
     let mut picks_other = false;
     let mut picks_gpu = false;
-    for (node, is_gpu) in nodes.iter().zip(&gpu) {
+    for (node, is_gpu) in nodes.iter().copied().zip(&gpu) {
         if !allowed(node) {
             continue;
         }
@@ -106,7 +162,7 @@ pub fn reach(
     out.aims = selects && picks_gpu && !picks_other;
     out.prefers = preferred_terms(spec).iter().any(|term| {
         let mut picks_gpu = false;
-        for (node, is_gpu) in nodes.iter().zip(&gpu) {
+        for (node, is_gpu) in nodes.iter().copied().zip(&gpu) {
             if term.matches(|k| node.label(k)) {
                 if !is_gpu {
                     return false;
@@ -216,6 +272,7 @@ mod tests {
         reach(
             &spec,
             &cluster(),
+            &[],
             &GpuResources::default(),
             &Catalog::embedded(),
         )
@@ -301,6 +358,44 @@ mod tests {
             json!({"affinity": {"nodeAffinity": prefer}, "tolerations": [{"operator": "Exists"}]}),
         );
         assert!(r.prefers && !r.aims);
+    }
+
+    #[test]
+    fn a_nodepool_counts_for_the_nodes_it_could_create() {
+        let catalog = Catalog::embedded();
+        let pools = pool_nodes(
+            &[
+                json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
+                    "spec": {"template": {"metadata": {"labels": {"team": "ml"}}, "spec": {
+                        "requirements": [{"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}],
+                        "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]}}}}),
+                json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},
+                    "spec": {"template": {"spec": {"requirements": [
+                        {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}]}}}}),
+            ],
+            &catalog,
+        );
+        assert_eq!(pools.len(), 2, "{pools:?}");
+        assert_eq!(pools[0].label("karpenter.sh/nodepool"), Some("gpu"));
+        assert_eq!(pools[0].label("team"), Some("ml"));
+        let judge = |spec: Value| {
+            reach(
+                &spec,
+                &cluster(),
+                &pools,
+                &GpuResources::default(),
+                &catalog,
+            )
+        };
+        // A pool that scales from zero: no node yet, but the pod would get one.
+        let r = judge(
+            json!({"nodeSelector": {"karpenter.sh/nodepool": "gpu"}, "tolerations": [{"operator": "Exists"}]}),
+        );
+        assert!(r.aims);
+        assert_eq!(r.reachable, ["NodePool/gpu"]);
+        let r = judge(json!({"nodeSelector": {"team": "ml"}}));
+        assert!(r.aims && r.reachable.is_empty());
+        assert!(!judge(json!({"nodeSelector": {"karpenter.sh/nodepool": "general"}})).aims);
     }
 
     #[test]

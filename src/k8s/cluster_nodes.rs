@@ -57,6 +57,13 @@ pub trait NodeLookup: Send + Sync {
     /// Every node, or `None` when nodes are not known at all (no cluster,
     /// or the cache is switched off): callers then judge by labels alone.
     fn nodes(&self) -> Option<Arc<[NodeInfo]>>;
+
+    /// The Karpenter NodePools (`karpenter.sh/v1`), as JSON with their
+    /// name and `spec.template`: the nodes they could create count like
+    /// nodes that exist. Empty when none are known.
+    fn node_pools(&self) -> Arc<[Value]> {
+        Arc::from(Vec::new())
+    }
 }
 
 /// No node known: judged by labels alone.
@@ -68,19 +75,35 @@ impl NodeLookup for NoNodes {
     }
 }
 
-/// A fixed set of nodes (tests, offline evaluation with a node list).
-#[derive(Clone, Debug, Default)]
-pub struct StaticNodes(pub Arc<[NodeInfo]>);
+/// A fixed set of nodes and NodePools (tests, offline evaluation).
+#[derive(Clone, Debug)]
+pub struct StaticNodes {
+    nodes: Arc<[NodeInfo]>,
+    pools: Arc<[Value]>,
+}
 
 impl StaticNodes {
     pub fn new(nodes: Vec<NodeInfo>) -> StaticNodes {
-        StaticNodes(nodes.into())
+        StaticNodes {
+            nodes: nodes.into(),
+            pools: Arc::from(Vec::new()),
+        }
+    }
+
+    /// With these Karpenter NodePools too.
+    pub fn with_pools(mut self, pools: Vec<Value>) -> StaticNodes {
+        self.pools = pools.into();
+        self
     }
 }
 
 impl NodeLookup for StaticNodes {
     fn nodes(&self) -> Option<Arc<[NodeInfo]>> {
-        Some(self.0.clone())
+        Some(self.nodes.clone())
+    }
+
+    fn node_pools(&self) -> Arc<[Value]> {
+        self.pools.clone()
     }
 }
 
@@ -93,6 +116,15 @@ impl NodeLookup for StaticNodes {
 pub struct ClusterNodes {
     inner: Arc<std::sync::RwLock<Known>>,
     synced: Arc<tokio::sync::watch::Sender<Option<bool>>>,
+    pools: Arc<std::sync::RwLock<Pools>>,
+}
+
+/// The NodePools watched, by name, and the snapshot requests share.
+#[derive(Default)]
+struct Pools {
+    by_name: BTreeMap<String, Value>,
+    relisting: Option<BTreeMap<String, Value>>,
+    snapshot: Option<Arc<[Value]>>,
 }
 
 #[derive(Default)]
@@ -184,6 +216,31 @@ impl ClusterNodes {
         }
     }
 
+    /// Also watches Karpenter's `karpenter.sh/v1` NodePools with `client`
+    /// (call only when the cluster serves them). The task runs until
+    /// dropped or aborted.
+    pub fn watch_node_pools(&self, client: kube::Client) -> tokio::task::JoinHandle<()> {
+        use futures_util::StreamExt as _;
+        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+        use kube::runtime::{watcher, WatchStreamExt};
+        let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+        let api: kube::Api<DynamicObject> = kube::Api::all_with(
+            client,
+            &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
+        );
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let pools = self.pools.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => apply_pool(&pools, event),
+                    Err(e) => tracing::warn!(error = %e, "NodePool watch failed; retrying"),
+                }
+            }
+        })
+    }
+
     /// Resolves once the first full list is in the cache. Returns false if
     /// the watch ended before that.
     pub async fn wait_until_synced(&self) -> bool {
@@ -193,6 +250,62 @@ impl ClusterNodes {
             Err(_) => false,
         };
         synced
+    }
+}
+
+/// What a NodePool is judged by: its name and `spec.template`.
+fn pool_value(pool: &kube::api::DynamicObject) -> Option<(String, Value)> {
+    let name = pool.metadata.name.clone()?;
+    let template = pool
+        .data
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or(Value::Null);
+    Some((
+        name.clone(),
+        serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": name}, "spec": {"template": template}}),
+    ))
+}
+
+fn apply_pool(
+    pools: &std::sync::RwLock<Pools>,
+    event: kube::runtime::watcher::Event<kube::api::DynamicObject>,
+) {
+    use kube::runtime::watcher::Event;
+    let mut known = pools.write().unwrap_or_else(|e| e.into_inner());
+    let changed = match event {
+        Event::Init => {
+            known.relisting = Some(BTreeMap::new());
+            false
+        }
+        Event::InitApply(pool) => {
+            if let (Some((name, value)), Some(list)) = (pool_value(&pool), known.relisting.as_mut())
+            {
+                list.insert(name, value);
+            }
+            false
+        }
+        Event::InitDone => {
+            let list = known.relisting.take().unwrap_or_default();
+            let changed = list != known.by_name;
+            known.by_name = list;
+            changed
+        }
+        Event::Apply(pool) => match pool_value(&pool) {
+            Some((name, value)) if known.by_name.get(&name) != Some(&value) => {
+                known.by_name.insert(name, value);
+                true
+            }
+            _ => false,
+        },
+        Event::Delete(pool) => {
+            let name = pool.metadata.name.unwrap_or_default();
+            known.by_name.remove(&name).is_some()
+        }
+    };
+    if changed {
+        known.snapshot = None;
     }
 }
 
@@ -229,6 +342,21 @@ impl NodeLookup for ClusterNodes {
         let snapshot: Arc<[NodeInfo]> = known.nodes.values().cloned().collect();
         known.snapshot = Some(snapshot.clone());
         Some(snapshot)
+    }
+
+    fn node_pools(&self) -> Arc<[Value]> {
+        if let Some(snapshot) = &self
+            .pools
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .snapshot
+        {
+            return snapshot.clone();
+        }
+        let mut known = self.pools.write().unwrap_or_else(|e| e.into_inner());
+        let snapshot: Arc<[Value]> = known.by_name.values().cloned().collect();
+        known.snapshot = Some(snapshot.clone());
+        snapshot
     }
 }
 
