@@ -335,7 +335,7 @@ fn bench_review_body(c: &mut Criterion) {
 fn bench_node_cache(c: &mut Criterion) {
     use gpu_admission::k8s::{NodeInfo, StaticNodes, Taint};
     let node = |i: usize| {
-        let gpu = i % 5 == 0;
+        let gpu = i.is_multiple_of(5);
         let pool = if gpu { "gpupool" } else { "general" };
         let mut labels: std::collections::BTreeMap<String, String> = [
             ("kubernetes.azure.com/agentpool", pool.to_string()),
@@ -379,7 +379,7 @@ fn bench_node_cache(c: &mut Criterion) {
     let pools: Vec<serde_json::Value> = (0..20)
         .map(|i| json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": format!("pool-{i}")},
             "spec": {"template": {"spec": {"requirements": [{"key": "karpenter.azure.com/sku-family", "operator": "In",
-                "values": [if i % 4 == 0 { "N" } else { "D" }]}]}}}}))
+                "values": [if i.is_multiple_of(4) { "N" } else { "D" }]}]}}}}))
         .collect();
     let nodes = StaticNodes::new((0..5_000).map(node).collect()).with_pools(pools);
     let (labels_only, _) = shipped_admission();
