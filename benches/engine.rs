@@ -376,7 +376,7 @@ fn bench_node_cache(c: &mut Criterion) {
                 .collect(),
         }
     };
-    let pools: Vec<serde_json::Value> = (0..20)
+    let pools: Vec<serde_json::Value> = (0..20usize)
         .map(|i| json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": format!("pool-{i}")},
             "spec": {"template": {"spec": {"requirements": [{"key": "karpenter.azure.com/sku-family", "operator": "In",
                 "values": [if i.is_multiple_of(4) { "N" } else { "D" }]}]}}}}))
