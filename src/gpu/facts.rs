@@ -12,6 +12,7 @@
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::catalog::Catalog;
 use super::claims::{request_devices, ClaimGpuRequest};
@@ -183,17 +184,29 @@ impl GpuFacts {
     pub fn with_nodes(
         mut self,
         object: &Value,
-        nodes: &[NodeInfo],
-        node_pools: &[Value],
+        nodes: &Arc<[NodeInfo]>,
+        node_pools: &Arc<[Value]>,
         catalog: &Catalog,
         resources: &GpuResources,
     ) -> GpuFacts {
         let Some(spec) = pod_spec(object) else {
             return self;
         };
-        let more = super::reach::pool_nodes(node_pools, catalog);
-        let reach = super::reach::reach(spec, nodes, &more, resources, catalog);
+        let set = super::reach::GpuNodes::of(nodes, node_pools, resources, catalog);
         self.nodes_known = true;
+        // A GPU pod belongs on GPU nodes: only the node it may name matters.
+        let reach = if self.requested || self.shared_by_scheduler {
+            let mut reach = super::reach::NodeReach::default();
+            if let Some((node, gpu)) = super::reach::node_name(spec).and_then(|n| set.named(n)) {
+                reach.bound_to = Some(node.clone());
+                if gpu {
+                    reach.reachable.push(node.name.clone());
+                }
+            }
+            reach
+        } else {
+            super::reach::reach(spec, &set)
+        };
         self.selects_gpu_nodes |= reach.aims;
         self.prefers_gpu_nodes |= reach.prefers;
         self.reachable_gpu_nodes = reach.reachable.into_iter().take(REACHABLE_SHOWN).collect();

@@ -10,6 +10,7 @@ use super::GpuResources;
 use crate::k8s::json::{items, str_at};
 use crate::k8s::{NodeInfo, NodeSelection, NodeSelectorRequirement, NodeSelectorTerm, Toleration};
 use serde_json::Value;
+use std::sync::{Arc, Mutex};
 
 /// A node with GPUs: a GPU resource in its allocatable resources, or a
 /// label only GPU nodes carry (AKS's accelerator label, a GPU size,
@@ -100,16 +101,86 @@ pub fn pool_nodes(pools: &[Value], catalog: &Catalog) -> Vec<NodeInfo> {
     out
 }
 
-/// How the pod of `spec` meets the GPU nodes among `nodes` and `more`
-/// (the nodes NodePools could create, [`pool_nodes`]).
-pub fn reach(
-    spec: &Value,
-    nodes: &[NodeInfo],
-    more: &[NodeInfo],
-    resources: &GpuResources,
-    catalog: &Catalog,
-) -> NodeReach {
-    let nodes: Vec<&NodeInfo> = nodes.iter().chain(more).collect();
+/// The nodes of a snapshot of the node cache, and those its NodePools
+/// could create ([`pool_nodes`]), each told GPU node or not: worked out
+/// once per snapshot (and policy set), not per request
+/// ([`GpuNodes::of`]).
+#[derive(Debug)]
+pub struct GpuNodes {
+    nodes: Arc<[NodeInfo]>,
+    pools: Arc<[Value]>,
+    more: Vec<NodeInfo>,
+    /// For `nodes` then `more`, in order.
+    gpu: Vec<bool>,
+    /// What the classification was worked out with: the catalog's SKUs
+    /// and the GPU resource patterns.
+    catalog: super::SkuList,
+    resources: Vec<String>,
+}
+
+/// The last classification worked out: snapshots change only when a
+/// node's labels, taints or allocatable resources (or a NodePool) do, so
+/// one entry serves every request in between.
+static LAST: Mutex<Option<Arc<GpuNodes>>> = Mutex::new(None);
+
+impl GpuNodes {
+    /// The classification of `nodes` and `pools` (snapshots of the node
+    /// cache), shared with the requests that saw the same snapshots.
+    pub fn of(
+        nodes: &Arc<[NodeInfo]>,
+        pools: &Arc<[Value]>,
+        resources: &GpuResources,
+        catalog: &Catalog,
+    ) -> Arc<GpuNodes> {
+        let patterns = resources.patterns();
+        let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = last.as_ref() {
+            if Arc::ptr_eq(&known.nodes, nodes)
+                && Arc::ptr_eq(&known.pools, pools)
+                && &known.catalog == catalog.names()
+                && known.resources == patterns
+            {
+                return known.clone();
+            }
+        }
+        let more = pool_nodes(pools, catalog);
+        let gpu = nodes
+            .iter()
+            .chain(&more)
+            .map(|n| is_gpu_node(n, resources, catalog))
+            .collect();
+        let made = Arc::new(GpuNodes {
+            nodes: nodes.clone(),
+            pools: pools.clone(),
+            more,
+            gpu,
+            catalog: catalog.names().clone(),
+            resources: patterns,
+        });
+        *last = Some(made.clone());
+        made
+    }
+
+    /// Every node with whether it is a GPU node.
+    fn all(&self) -> impl Iterator<Item = (&NodeInfo, bool)> {
+        self.nodes
+            .iter()
+            .chain(&self.more)
+            .zip(self.gpu.iter().copied())
+    }
+
+    /// The node named `name` (nodes that exist only), and whether it is a
+    /// GPU node.
+    pub fn named(&self, name: &str) -> Option<(&NodeInfo, bool)> {
+        self.nodes
+            .iter()
+            .zip(self.gpu.iter().copied())
+            .find(|(n, _)| n.name == name)
+    }
+}
+
+/// How the pod of `spec` meets the GPU nodes of `set`.
+pub fn reach(spec: &Value, set: &GpuNodes) -> NodeReach {
     let tolerations: Vec<Toleration> = items(spec.get("tolerations"))
         .map(Toleration::from_value)
         .collect();
@@ -119,18 +190,13 @@ pub fn reach(
             .filter(|t| t.repels())
             .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
     };
-    let gpu: Vec<bool> = nodes
-        .iter()
-        .map(|n| is_gpu_node(n, resources, catalog))
-        .collect();
     let mut out = NodeReach::default();
     if let Some(name) = node_name(spec) {
-        let node = nodes.iter().position(|n| n.name == name);
-        if let Some(i) = node {
-            out.bound_to = Some(nodes[i].clone());
-            if gpu[i] {
+        if let Some((node, gpu)) = set.named(name) {
+            out.bound_to = Some(node.clone());
+            if gpu {
                 out.aims = true;
-                out.reachable.push(nodes[i].name.clone());
+                out.reachable.push(node.name.clone());
             }
         }
         return out;
@@ -145,11 +211,11 @@ pub fn reach(
     };
     let mut picks_other = false;
     let mut picks_gpu = false;
-    for (node, is_gpu) in nodes.iter().copied().zip(&gpu) {
+    for (node, is_gpu) in set.all() {
         if !allowed(node) {
             continue;
         }
-        if *is_gpu {
+        if is_gpu {
             picks_gpu = true;
             if tolerated(node) {
                 out.reachable.push(node.name.clone());
@@ -162,7 +228,7 @@ pub fn reach(
     out.aims = selects && picks_gpu && !picks_other;
     out.prefers = preferred_terms(spec).iter().any(|term| {
         let mut picks_gpu = false;
-        for (node, is_gpu) in nodes.iter().copied().zip(&gpu) {
+        for (node, is_gpu) in set.all() {
             if term.matches(|k| node.label(k)) {
                 if !is_gpu {
                     return false;
@@ -269,13 +335,13 @@ mod tests {
     }
 
     fn judge(spec: Value) -> NodeReach {
-        reach(
-            &spec,
-            &cluster(),
-            &[],
+        let set = GpuNodes::of(
+            &Arc::from(cluster()),
+            &Arc::from(Vec::new()),
             &GpuResources::default(),
             &Catalog::embedded(),
-        )
+        );
+        reach(&spec, &set)
     }
 
     #[test]
@@ -363,30 +429,26 @@ mod tests {
     #[test]
     fn a_nodepool_counts_for_the_nodes_it_could_create() {
         let catalog = Catalog::embedded();
-        let pools = pool_nodes(
-            &[
-                json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
+        let pools_json = vec![
+            json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
                     "spec": {"template": {"metadata": {"labels": {"team": "ml"}}, "spec": {
                         "requirements": [{"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}],
                         "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]}}}}),
-                json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},
+            json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},
                     "spec": {"template": {"spec": {"requirements": [
                         {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}]}}}}),
-            ],
+        ];
+        let set = GpuNodes::of(
+            &Arc::from(cluster()),
+            &Arc::from(pools_json),
+            &GpuResources::default(),
             &catalog,
         );
+        let pools = &set.more;
         assert_eq!(pools.len(), 2, "{pools:?}");
         assert_eq!(pools[0].label("karpenter.sh/nodepool"), Some("gpu"));
         assert_eq!(pools[0].label("team"), Some("ml"));
-        let judge = |spec: Value| {
-            reach(
-                &spec,
-                &cluster(),
-                &pools,
-                &GpuResources::default(),
-                &catalog,
-            )
-        };
+        let judge = |spec: Value| reach(&spec, &set);
         // A pool that scales from zero: no node yet, but the pod would get one.
         let r = judge(
             json!({"nodeSelector": {"karpenter.sh/nodepool": "gpu"}, "tolerations": [{"operator": "Exists"}]}),
@@ -396,6 +458,21 @@ mod tests {
         let r = judge(json!({"nodeSelector": {"team": "ml"}}));
         assert!(r.aims && r.reachable.is_empty());
         assert!(!judge(json!({"nodeSelector": {"karpenter.sh/nodepool": "general"}})).aims);
+    }
+
+    #[test]
+    fn a_classification_is_shared_while_the_snapshots_are_the_same() {
+        let (r, c) = (GpuResources::default(), Catalog::embedded());
+        let nodes: Arc<[NodeInfo]> = Arc::from(cluster());
+        let pools: Arc<[Value]> = Arc::from(Vec::new());
+        let first = GpuNodes::of(&nodes, &pools, &r, &c);
+        assert!(Arc::ptr_eq(&first, &GpuNodes::of(&nodes, &pools, &r, &c)));
+        // A new snapshot with the same content: worked out again.
+        let again: Arc<[NodeInfo]> = Arc::from(cluster());
+        let second = GpuNodes::of(&again, &pools, &r, &c);
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!(first.gpu, second.gpu);
+        assert_eq!(second.gpu, [false, true, true, true]);
     }
 
     #[test]
