@@ -488,6 +488,32 @@ impl InCluster {
         (response.status, response.text())
     }
 
+    /// Waits (at most 30 s) until /readyz answers ok.
+    async fn wait_until_ready(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
+            assert!(tokio::time::Instant::now() < deadline, "never ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The message of /validate's denial of `review`, waiting (at most
+    /// 30 s) for what the server watches to bring it about.
+    async fn denial_eventually(&self, review: &Value, what: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (allowed, message) = self.validate(review).await;
+            if !allowed {
+                return message;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what} never reached /validate"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Whether /validate allows `review`, and its message.
     async fn validate(&self, review: &Value) -> (bool, String) {
         let (status, body) = self
@@ -576,11 +602,7 @@ async fn serve_in_a_cluster_is_ready_once_namespaces_are_listed_and_judges_with_
         (503, "namespaces not synced\n".to_string())
     );
     fake.hold_continued_lists(false);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while server.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
-        assert!(tokio::time::Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.wait_until_ready().await;
 
     // The namespace opts in to premium GPUs: the H100 Workspace passes.
     let review = h100_workspace_review();
@@ -694,11 +716,7 @@ async fn serve_in_a_cluster_places_pods_that_claim_gpus_through_its_templates() 
         cluster.apply(claim_template("single-gpu", "gpu.nvidia.com", 1));
     });
     let server = InCluster::serve(&fake);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while server.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
-        assert!(tokio::time::Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.wait_until_ready().await;
     let review = json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -914,11 +932,7 @@ async fn serve_judges_where_pods_land_against_the_nodes_it_watches() {
         }));
     });
     let server = InCluster::serve(&fake);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while server.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
-        assert!(tokio::time::Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.wait_until_ready().await;
     // Tolerating everything and selecting the GPU pool by its name: only
     // the node cache knows that pool is a GPU pool.
     let by_pool = pod_review(
@@ -943,22 +957,11 @@ async fn serve_judges_where_pods_land_against_the_nodes_it_watches() {
                 "tolerations": [{"operator": "Exists"}],
                 "containers": [{"name": "web", "image": "nginx:1.27"}]}}),
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (allowed, message) = server.validate(&by_nodepool).await;
-        if !allowed {
-            assert!(
-                message.contains("(it can land on NodePool/a100-spot)"),
-                "{message}"
-            );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the NodePool never reached /validate"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let message = server.denial_eventually(&by_nodepool, "the NodePool").await;
+    assert!(
+        message.contains("(it can land on NodePool/a100-spot)"),
+        "{message}"
+    );
     // A pool added later is seen once the watch brings its node.
     let new_pool = pod_review(
         "new-pool",
@@ -968,22 +971,11 @@ async fn serve_judges_where_pods_land_against_the_nodes_it_watches() {
     let (allowed, message) = server.validate(&new_pool).await;
     assert!(allowed, "an unknown node is no GPU node: {message}");
     fake.change(|cluster| cluster.apply(cluster_node("aks-gpu2-1", "gpu2", 1)));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (allowed, message) = server.validate(&new_pool).await;
-        if !allowed {
-            assert!(
-                message.contains("is bound by spec.nodeName to GPU node aks-gpu2-1"),
-                "{message}"
-            );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the new node never reached /validate"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let message = server.denial_eventually(&new_pool, "the new node").await;
+    assert!(
+        message.contains("is bound by spec.nodeName to GPU node aks-gpu2-1"),
+        "{message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -994,11 +986,7 @@ async fn serve_without_access_to_nodes_is_ready_and_judges_by_labels() {
         cluster.forbid(&NODES);
     });
     let server = InCluster::serve(&fake);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while server.request("GET", "/readyz", b"").await != (200, "ok\n".to_string()) {
-        assert!(tokio::time::Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.wait_until_ready().await;
     let by_label = pod_review(
         "by-label",
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent", "namespace": "apps"},

@@ -682,16 +682,32 @@ async fn claim_lookup(readiness: &Readiness) -> Arc<dyn ClaimLookup> {
     readiness.wait_for_resource_claims();
     tracing::info!("watching ResourceClaims and ResourceClaimTemplates for DRA GPU pods; ready once they are listed");
     let synced = claims.clone();
+    ready_once(
+        "resource claim",
+        readiness,
+        async move { synced.wait_until_synced().await },
+        Readiness::set_resource_claims_synced,
+    );
+    Arc::new(claims)
+}
+
+/// Tells `readiness` (with `set`) once `synced` says the `what` cache has
+/// its first list; logs either way.
+fn ready_once(
+    what: &'static str,
+    readiness: &Readiness,
+    synced: impl std::future::Future<Output = bool> + Send + 'static,
+    set: fn(&Readiness),
+) {
     let readiness = readiness.clone();
     tokio::spawn(async move {
-        if synced.wait_until_synced().await {
-            readiness.set_resource_claims_synced();
-            tracing::info!("resource claim cache synced");
+        if synced.await {
+            set(&readiness);
+            tracing::info!("{what} cache synced");
         } else {
-            tracing::error!("resource claim watch ended before its first list; staying not ready");
+            tracing::error!("{what} watch ended before its first list; staying not ready");
         }
     });
-    Arc::new(claims)
 }
 
 /// The cluster's Nodes, for where a pod can land: watched when running in a
@@ -744,17 +760,14 @@ async fn node_lookup(readiness: &Readiness, on: bool) -> Arc<dyn NodeLookup> {
         }
     }
     readiness.wait_for_nodes();
-    tracing::info!("watching Nodes for where pods can land; ready once they are listed");
+    tracing::info!("watching Nodes for where pods can land; ready once they are listed (--node-cache=off judges by labels)");
     let synced = nodes.clone();
-    let readiness = readiness.clone();
-    tokio::spawn(async move {
-        if synced.wait_until_synced().await {
-            readiness.set_nodes_synced();
-            tracing::info!("node cache synced");
-        } else {
-            tracing::error!("node watch ended before its first list; staying not ready (--node-cache=off judges by labels)");
-        }
-    });
+    ready_once(
+        "node",
+        readiness,
+        async move { synced.wait_until_synced().await },
+        Readiness::set_nodes_synced,
+    );
     Arc::new(nodes)
 }
 
