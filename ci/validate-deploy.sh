@@ -394,7 +394,8 @@ def references(objs, label):
 
 def guarded_labels(objs):
     """Namespace labels that the shipped ValidatingAdmissionPolicies let
-    only admins set: the string of their `label` variable."""
+    only admins set: the string of their `label` variable, or each string
+    of their `guarded` list."""
     out = set()
     for p in find(objs, "ValidatingAdmissionPolicy"):
         rules = p.get("spec", {}).get("matchConstraints", {}).get("resourceRules", [])
@@ -406,6 +407,10 @@ def guarded_labels(objs):
         for v in p.get("spec", {}).get("variables", []):
             if bound and v.get("name") == "label":
                 out.add(v["expression"].strip().strip("'\""))
+            if bound and v.get("name") == "guarded":
+                text = v["expression"].strip()
+                if text.startswith("[") and text.endswith("]"):
+                    out.update(x.strip().strip("'\"") for x in text[1:-1].split(",") if x.strip())
     return out
 
 
@@ -616,10 +621,13 @@ def report_overlay(base, report, ns):
           f"{label}: the server writes nothing but its Lease")
 
     base_granted = rules_granted(base, ns)
-    check({(g, r) for g, r, _, _, _ in base_granted} <= {("", "namespaces"), ("resource.k8s.io", "resourceclaims"),
+    check({(g, r) for g, r, _, _, _ in base_granted} <= {("", "namespaces"), ("", "nodes"), ("karpenter.sh", "nodepools"),
+                                                           ("resource.k8s.io", "resourceclaims"),
                                                            ("resource.k8s.io", "resourceclaimtemplates"),
                                                            ("authorization.k8s.io", "subjectaccessreviews")},
-          f"deploy/: the base grants the server only namespaces, DRA claims and SubjectAccessReviews, got {sorted(base_granted)}")
+          f"deploy/: the base grants the server only namespaces, nodes, NodePools, DRA claims and SubjectAccessReviews, got {sorted(base_granted)}")
+    check(not any(v not in ("get", "list", "watch") for g, r, v, _, _ in base_granted if r in ("nodes", "nodepools")),
+          "deploy/: the server only reads nodes and NodePools")
     check(not any(v != "create" for g, r, v, _, _ in base_granted if r == "subjectaccessreviews"),
           "deploy/: SubjectAccessReviews may only be created")
     print(f"report overlay: --report-interval={intervals[0] if intervals else '?'}, Lease {ns}/{lease}, "
