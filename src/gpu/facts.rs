@@ -25,7 +25,7 @@ use super::selection::SkuSelection;
 use super::visibility::{pod_access, ContainerAccess, PodContext};
 use super::{GpuResources, SkuList};
 use crate::k8s::claims::{claim_spec, container_claims, pod_claims, ClaimKind, NoClaims, PodClaim};
-use crate::k8s::json::{items, str_at};
+use crate::k8s::json::{items, scalar_string, str_at};
 use crate::k8s::workloads::{pod_metadata, pod_spec};
 use crate::k8s::{NodeInfo, NodeSelection, Toleration, TolerationOperator};
 
@@ -242,13 +242,7 @@ impl GpuFacts {
                 spec,
                 pod_metadata(object).and_then(|m| m.get("annotations")),
                 context,
-                |kind, name| {
-                    containers.iter().any(|c| {
-                        let same_kind =
-                            c.kind == kind || (kind == "initContainer" && c.kind == "sidecar");
-                        same_kind && c.name == name && c.total > 0
-                    })
-                },
+                |kind, name| asks_gpu(containers, kind, name),
             );
         }
         self
@@ -324,19 +318,22 @@ fn asks_shared_resource(spec: &Value) -> bool {
                             SHARED_GPU_RESOURCE_PREFIXES
                                 .iter()
                                 .any(|p| name.starts_with(p))
-                                && parse_count(&scalar(quantity)).is_ok_and(|n| n > 0)
+                                && scalar_string(quantity)
+                                    .is_some_and(|q| parse_count(&q).is_ok_and(|n| n > 0))
                         })
                     })
             })
         })
 }
 
-/// A quantity as the string it stands for.
-fn scalar(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// Whether the container `name` of `kind` (as `gpu.access` names kinds)
+/// asks for GPUs itself, by its facts.
+fn asks_gpu(containers: &[ContainerFacts], kind: &str, name: &str) -> bool {
+    containers.iter().any(|c| {
+        // Restartable init containers are `sidecar` there.
+        let same_kind = c.kind == kind || (kind == "initContainer" && c.kind == "sidecar");
+        same_kind && c.name == name && c.total > 0
+    })
 }
 
 /// Does a toleration list tolerate a GPU taint by name (`sku=gpu` or any
@@ -427,11 +424,7 @@ fn pod_facts(
         debug_hidden: request.requested() || tolerates || tolerates_all,
     };
     let access = pod_access(spec, annotations, context, |kind, name| {
-        own_containers.iter().any(|c| {
-            // Restartable init containers are `sidecar` there.
-            let same_kind = c.kind == kind || (kind == "initContainer" && c.kind == "sidecar");
-            same_kind && c.name == name && c.total > 0
-        })
+        asks_gpu(&own_containers, kind, name)
     });
     GpuFacts {
         requested: request.requested(),
