@@ -1,39 +1,58 @@
 #!/usr/bin/env bash
-# vendor/cel must be the published cel 0.13.0 plus exactly the changes
-# recorded in vendor/cel/vendor.patch (see vendor/cel/PATCHES.md).
+# vendor/cel must be the published cel 0.13.0 plus exactly the patch series
+# in vendor/cel/patches (NN-topic.patch, applied in order; see
+# vendor/cel/PATCHES.md).
 #
-#   ci/vendor-cel-diff.sh --check       fail if vendor/cel and the recorded
-#                                       diff disagree
-#   ci/vendor-cel-diff.sh --regenerate  rewrite vendor/cel/vendor.patch
+#   ci/vendor-cel-diff.sh --check       fail unless every patch of the series
+#                                       applies exactly, in order, to the
+#                                       published crate and the result is
+#                                       vendor/cel
+#   ci/vendor-cel-diff.sh --add NN-topic
+#                                       record what vendor/cel changes beyond
+#                                       the series as a new last patch
+#   ci/vendor-cel-diff.sh --refresh     rewrite the last patch so that the
+#                                       series gives vendor/cel again
 #
 # The published source comes from crates.io through cargo itself (a
 # throwaway project depending on cel = "=0.13.0", `cargo fetch`), and the
 # .crate file is checked against the checksum cargo resolved. Needs the Rust
-# toolchain, bash, GNU diff, tar, gzip, sed and sha256sum; git is used, when
-# present, to leave out files .gitignore ignores.
+# toolchain, bash, GNU diff, git (to apply the patches, and to leave out
+# files .gitignore ignores), tar, gzip, sed and sha256sum.
 #
 # Not compared:
 # - in the published crate: Cargo.toml.orig and .cargo_vcs_info.json
 #   (packaging metadata; cargo reads the normalized Cargo.toml, which is
 #   compared) and Cargo.lock (vendor/cel/Cargo.lock is resolved locally and
 #   not committed);
-# - in vendor/cel: PATCHES.md and vendor.patch (this diff's own records),
-#   and anything git ignores.
+# - in vendor/cel: PATCHES.md and patches/ (the series' own records), and
+#   anything git ignores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CRATE=cel
 VERSION=0.13.0
 VENDOR=vendor/cel
-RECORD=$VENDOR/vendor.patch
+SERIES=$VENDOR/patches
 
 usage() {
-  echo "usage: $0 --check | --regenerate" >&2
+  echo "usage: $0 --check | --add NN-topic | --refresh" >&2
   exit 2
 }
-[ $# -eq 1 ] || usage
-case "$1" in
-  --check | --regenerate) mode=$1 ;;
+topic=
+case "${1:-}" in
+  --check | --refresh)
+    [ $# -eq 1 ] || usage
+    mode=$1
+    ;;
+  --add)
+    [ $# -eq 2 ] || usage
+    mode=$1
+    topic=$2
+    [[ "$topic" =~ ^[0-9][0-9]-[a-z0-9-]+$ ]] || {
+      echo "vendor-cel-diff: a patch is named NN-topic (two digits, lower-case words)" >&2
+      exit 2
+    }
+    ;;
   *) usage ;;
 esac
 
@@ -95,33 +114,74 @@ else
   cp -pR "$VENDOR/." "$work/b/$CRATE/"
   rm -f "$work/b/$CRATE/Cargo.lock"
 fi
-rm -f "$work/b/$CRATE/PATCHES.md" "$work/b/$CRATE/vendor.patch"
+rm -rf "$work/b/$CRATE/PATCHES.md" "$work/b/$CRATE/patches"
 
+# The series, in order: applies patches 1..n to a copy of the published
+# crate in $work/s$n.
+patches=()
+while IFS= read -r -d '' f; do patches+=("$f"); done < <(
+  find "$SERIES" -maxdepth 1 -name '[0-9][0-9]-*.patch' -print0 2>/dev/null | LC_ALL=C sort -z
+)
+apply_series() {
+  local n=$1 dir="$work/s$1" i
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  cp -pR "$work/a/$CRATE" "$dir/$CRATE"
+  for ((i = 0; i < n; i++)); do
+    if ! (cd "$dir" && git apply -p1 --whitespace=nowarn "$OLDPWD/${patches[$i]}"); then
+      echo "vendor-cel-diff: ${patches[$i]} does not apply to $CRATE $VERSION plus the patches before it" >&2
+      exit 1
+    fi
+  done
+}
 # Deterministic: bytewise file order, relative a/ b/ paths, no timestamps.
-(
-  cd "$work"
-  LC_ALL=C TZ=UTC diff -ruN "a/$CRATE" "b/$CRATE" || [ $? -eq 1 ]
-) | sed -E 's/^((---|\+\+\+) [^\t]*)\t.*$/\1/' >"$work/current.patch"
+diff_to_tree() {
+  local from=$1
+  rm -rf "$work/d"
+  mkdir -p "$work/d/a" "$work/d/b"
+  cp -pR "$from/$CRATE" "$work/d/a/$CRATE"
+  cp -pR "$work/b/$CRATE" "$work/d/b/$CRATE"
+  (
+    cd "$work/d"
+    LC_ALL=C TZ=UTC diff -ruN "a/$CRATE" "b/$CRATE" || [ $? -eq 1 ]
+  ) | sed -E 's/^((---|\+\+\+) [^\t]*)\t.*$/\1/'
+}
 
+n=${#patches[@]}
 case "$mode" in
-  --regenerate)
-    cp "$work/current.patch" "$RECORD"
-    echo "vendor-cel-diff: wrote $RECORD ($(grep -c '^diff ' "$RECORD") files differ from $CRATE $VERSION)"
-    ;;
   --check)
-    if [ ! -f "$RECORD" ]; then
-      echo "vendor-cel-diff: $RECORD is missing; run ci/vendor-cel-diff.sh --regenerate" >&2
+    apply_series "$n"
+    diff_to_tree "$work/s$n" >"$work/rest.patch"
+    if [ -s "$work/rest.patch" ]; then
+      echo "vendor-cel-diff: $VENDOR differs from $CRATE $VERSION plus the $n patches of $SERIES." >&2
+      echo "What vendor/cel has beyond the series:" >&2
+      head -n 200 "$work/rest.patch" >&2
+      echo "If the change is intended, describe it in $VENDOR/PATCHES.md and run" >&2
+      echo "ci/vendor-cel-diff.sh --add NN-topic (a new topic) or --refresh (the last one)." >&2
       exit 1
     fi
-    if ! diff -u --label "$RECORD (recorded)" --label "vendor/cel (actual)" \
-      "$RECORD" "$work/current.patch" >"$work/drift"; then
-      echo "vendor-cel-diff: $VENDOR differs from $CRATE $VERSION by more or less than $RECORD records." >&2
-      echo "Where the recorded diff and the actual one disagree:" >&2
-      head -n 200 "$work/drift" >&2
-      echo "If the change to $VENDOR is intended, describe it in $VENDOR/PATCHES.md and run" >&2
-      echo "ci/vendor-cel-diff.sh --regenerate." >&2
+    echo "vendor-cel-diff: $VENDOR is $CRATE $VERSION plus the $n patches of $SERIES"
+    ;;
+  --add)
+    apply_series "$n"
+    diff_to_tree "$work/s$n" >"$work/rest.patch"
+    if [ ! -s "$work/rest.patch" ]; then
+      echo "vendor-cel-diff: $VENDOR has nothing beyond the series; no patch written" >&2
       exit 1
     fi
-    echo "vendor-cel-diff: $VENDOR is $CRATE $VERSION plus $RECORD"
+    if compgen -G "$SERIES/${topic%%-*}-*.patch" >/dev/null; then
+      echo "vendor-cel-diff: a patch numbered ${topic%%-*} exists already" >&2
+      exit 1
+    fi
+    mkdir -p "$SERIES"
+    cp "$work/rest.patch" "$SERIES/$topic.patch"
+    echo "vendor-cel-diff: wrote $SERIES/$topic.patch ($(grep -c '^diff ' "$SERIES/$topic.patch") files)"
+    ;;
+  --refresh)
+    [ "$n" -gt 0 ] || { echo "vendor-cel-diff: no patch to refresh" >&2; exit 1; }
+    apply_series $((n - 1))
+    diff_to_tree "$work/s$((n - 1))" >"$work/rest.patch"
+    cp "$work/rest.patch" "${patches[$((n - 1))]}"
+    echo "vendor-cel-diff: rewrote ${patches[$((n - 1))]} ($(grep -c '^diff ' "${patches[$((n - 1))]}") files)"
     ;;
 esac
