@@ -369,6 +369,8 @@ impl Default for Context<'_> {
         ctx.add_function("hasValue", functions::optional_has_value);
         ctx.add_function("or", functions::optional_or_optional);
         ctx.add_function("orValue", functions::optional_or_value);
+        // gpu-admission patch: type values.
+        ctx.add_function("type", functions::type_of);
 
         #[cfg(feature = "regex")]
         ctx.add_function("matches", functions::matches);

@@ -77,7 +77,8 @@ pub fn size(ftx: &FunctionContext, This(this): This<Value>) -> Result<i64> {
     let size = match this {
         Value::List(l) => l.len(),
         Value::Map(m) => m.map.len(),
-        Value::String(s) => s.len(),
+        // gpu-admission patch: code points, not bytes (see `size_in_place`).
+        Value::String(s) => s.chars().count(),
         Value::Bytes(b) => b.len(),
         value => return Err(ftx.error(format!("cannot determine the size of {value:?}"))),
     };
@@ -1094,5 +1095,18 @@ mod tests {
         ]
         .iter()
         .for_each(assert_error)
+    }
+}
+
+/// gpu-admission patch: `type(x)`, the type of a value as a value
+/// ([`crate::objects::TypeValue`]): `type(1) == int`, `type(type(1)) ==
+/// type`.
+pub fn type_of(Arguments(args): Arguments) -> Result<Value> {
+    match args.as_slice() {
+        [value] => Ok(crate::objects::TypeValue::of(value).into()),
+        _ => Err(ExecutionError::InvalidArgumentCount {
+            expected: 1,
+            actual: args.len(),
+        }),
     }
 }

@@ -1,5 +1,4 @@
 use crate::common::ast::{EntryExpr, Expr};
-use crate::common::types::bool::Bool;
 use crate::common::types::*;
 use crate::common::value::Val;
 use crate::context::Context;
@@ -442,6 +441,86 @@ impl Val for OpaqueVal {
 impl OpaqueVal {
     fn clone_inner(&self) -> Arc<dyn Opaque> {
         self.0.clone()
+    }
+}
+
+/// gpu-admission patch: a type as a value, what `type(x)` answers and what
+/// a type's name denotes in an expression (`int`, `list`, `null_type`...).
+/// Two are equal when they name the same type.
+#[derive(Debug, Clone, Eq, PartialEq)]
+pub struct TypeValue(Cow<'static, str>);
+
+impl TypeValue {
+    /// The names that denote types when no variable has them.
+    pub const DENOTATIONS: &'static [&'static str] = &[
+        "bool",
+        "bytes",
+        "double",
+        "int",
+        "list",
+        "map",
+        "null_type",
+        "optional_type",
+        "string",
+        "type",
+        "uint",
+    ];
+
+    /// The type named `name`.
+    pub fn named(name: impl Into<Cow<'static, str>>) -> TypeValue {
+        TypeValue(name.into())
+    }
+
+    /// The type `name` denotes, if it is one of [`TypeValue::DENOTATIONS`].
+    pub fn denoted(name: &str) -> Option<TypeValue> {
+        Self::DENOTATIONS
+            .iter()
+            .find(|n| **n == name)
+            .map(|n| TypeValue(Cow::Borrowed(n)))
+    }
+
+    /// The type of `value`.
+    pub fn of(value: &Value) -> TypeValue {
+        TypeValue(Cow::Borrowed(match value.peel_preconverted() {
+            Value::List(_) => "list",
+            Value::Map(_) => "map",
+            Value::Function(..) => "function",
+            Value::Int(_) => "int",
+            Value::UInt(_) => "uint",
+            Value::Float(_) => "double",
+            Value::String(_) => "string",
+            Value::Bytes(_) => "bytes",
+            Value::Bool(_) => "bool",
+            #[cfg(feature = "chrono")]
+            Value::Duration(_) => "google.protobuf.Duration",
+            #[cfg(feature = "chrono")]
+            Value::Timestamp(_) => "google.protobuf.Timestamp",
+            Value::Null => "null_type",
+            Value::Opaque(o) if o.downcast_ref::<TypeValue>().is_some() => "type",
+            Value::Opaque(o) => return TypeValue(Cow::Owned(o.runtime_type_name().to_string())),
+        }))
+    }
+
+    /// The type's name.
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Opaque for TypeValue {
+    fn runtime_type_name(&self) -> &str {
+        "type"
+    }
+
+    #[cfg(feature = "json")]
+    fn json(&self) -> Option<serde_json::Value> {
+        Some(serde_json::Value::String(self.0.to_string()))
+    }
+}
+
+impl From<TypeValue> for Value {
+    fn from(t: TypeValue) -> Value {
+        Value::Opaque(Arc::new(t))
     }
 }
 
@@ -1006,7 +1085,10 @@ impl Value {
         } else if let Some(map) = val.downcast_ref::<CelMap>() {
             (map.len(), 1 + map.len() as u64)
         } else if let Some(string) = val.downcast_ref::<CelString>() {
-            (string.len(), 1 + string.len() as u64 / 10)
+            // gpu-admission patch: a string's size is its number of code
+            // points (`size('ÿ')` is 1), as the spec says; the cost stays
+            // by bytes.
+            (string.inner().chars().count(), 1 + string.len() as u64 / 10)
         } else if let Some(bytes) = val.downcast_ref::<CelBytes>() {
             (bytes.len(), 1 + bytes.len() as u64 / 10)
         } else {
@@ -1070,6 +1152,10 @@ impl Value {
                     match op {
                         Some(Op::LogicalOr) => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
+                            // gpu-admission patch: running out of budget,
+                            // depth or time stops the evaluation; only value
+                            // errors are absorbed by the other operand.
+                            let left = absorbable(left)?;
                             return if matches!(left, Ok(true)) {
                                 Ok(bool(true))
                             } else {
@@ -1085,6 +1171,8 @@ impl Value {
                         }
                         Some(Op::LogicalAnd) => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
+                            // gpu-admission patch: see `||`.
+                            let left = absorbable(left)?;
                             return if matches!(left, Ok(false)) {
                                 Ok(bool(false))
                             } else {
@@ -1333,12 +1421,10 @@ impl Value {
                 if call.args.len() == 1 {
                     match op {
                         Some(Op::LogicalNot) => {
-                            let expr = Value::resolve_val(&call.args[0], ctx)?;
-                            return expr
-                                .downcast_ref::<CelBool>()
-                                .map(Bool::negate)
-                                .ok_or_else(|| ExecutionError::NoSuchOverload)
-                                .map(|b| bool(b.into_inner()));
+                            // gpu-admission patch: `!` of an error a fold
+                            // kept is that error (see `try_bool`).
+                            return try_bool(Value::resolve_val(&call.args[0], ctx))
+                                .map(|b| bool(!b));
                         }
                         Some(Op::Negate) => {
                             let val = Value::resolve_val(&call.args[0], ctx)?;
@@ -1417,9 +1503,14 @@ impl Value {
                     }
                 }
             }
-            Expr::Ident(name) => Ok(ctx
-                .get_variable(name)
-                .ok_or_else(|| ExecutionError::UndeclaredReference(Arc::new(name.to_string())))?),
+            Expr::Ident(name) => match ctx.get_variable(name) {
+                Some(v) => Ok(v),
+                // gpu-admission patch: a type's name denotes the type.
+                None => match TypeValue::denoted(name) {
+                    Some(t) => Ok(Cow::Owned(Box::new(OpaqueVal(Arc::new(t))) as Box<dyn Val>)),
+                    None => Err(ExecutionError::UndeclaredReference(Arc::new(name.to_string()))),
+                },
+            },
             Expr::Select(select) => {
                 let left = Value::resolve_val(select.operand.deref(), ctx)?;
                 match left.get_type() {
@@ -1468,7 +1559,36 @@ impl Value {
                             ))
                         }
                     }
-                    _ => Ok(bool(false)),
+                    // gpu-admission patch: a field of an optional is an
+                    // optional (`optional.of(m).f` is `optional.of(m).?f`,
+                    // and stays `optional.none()` past an empty one), and
+                    // `has()` through an optional asks the value it holds.
+                    OPTIONAL_TYPE => {
+                        let inner = left
+                            .downcast_ref::<CelOptional>()
+                            .and_then(|opt| opt.inner());
+                        let field: CelString = select.field.as_str().into();
+                        let found = match inner {
+                            None => None,
+                            Some(inner) => match inner.get_type() {
+                                MAP_TYPE => inner
+                                    .as_indexer()
+                                    .and_then(|m| m.get(&field).ok())
+                                    .map(|v| v.into_owned()),
+                                _ => return Err(no_field_selection(inner, &select.field)),
+                            },
+                        };
+                        if select.test {
+                            Ok(bool(found.is_some()))
+                        } else {
+                            Ok(Cow::<dyn Val>::Owned(Box::new(CelOptional::from(found))))
+                        }
+                    }
+                    // gpu-admission patch: selecting a field of a value that
+                    // has no fields (a number, a string, a bool, null, a
+                    // list) is an error, as the spec says; upstream answered
+                    // `false`, so `!x.enabled` on a bool `x` was `true`.
+                    _ => Err(no_field_selection(left.as_ref(), &select.field)),
                 }
             }
             Expr::List(list_expr) => {
@@ -1515,17 +1635,32 @@ impl Value {
                     // todo do not clone if not needed!
                     let value = Value::resolve_val(v, ctx)?.into_owned();
 
-                    if is_optional {
-                        if let Some(opt_val) = value.downcast_ref::<CelOptional>() {
-                            if let Some(inner) = opt_val.inner() {
-                                map.insert(key, inner.clone_as_boxed());
-                            }
-                        } else {
-                            map.insert(key, value);
+                    // gpu-admission patch: a key given twice in a map
+                    // literal is an error, as in cel-go (upstream kept the
+                    // last value).
+                    let value = if is_optional {
+                        match value.downcast_ref::<CelOptional>() {
+                            Some(opt_val) => match opt_val.inner() {
+                                Some(inner) => inner.clone_as_boxed(),
+                                None => continue,
+                            },
+                            None => value,
                         }
                     } else {
-                        map.insert(key, value);
+                        value
+                    };
+                    let twin = match &key {
+                        CelMapKey::Int(i) => u64::try_from(*i.inner()).ok().map(|u| CelMapKey::UInt(u.into())),
+                        CelMapKey::UInt(u) => i64::try_from(*u.inner()).ok().map(|i| CelMapKey::Int(i.into())),
+                        _ => None,
+                    };
+                    if map.contains_key(&key) || twin.is_some_and(|t| map.contains_key(&t)) {
+                        return Err(ExecutionError::function_error(
+                            "map",
+                            format!("repeated key {:?} in a map literal", key.inner()),
+                        ));
                     }
+                    map.insert(key, value);
                 }
                 let map: Box<CelMap> = CelMap::from(map).into();
                 Ok(Cow::<dyn Val>::Owned(map))
@@ -1578,7 +1713,19 @@ impl Value {
                         }
                     }
                     index += 1;
-                    let accu = Value::resolve_val(&comprehension.loop_step, &ctx)?;
+                    let accu = match Value::resolve_val(&comprehension.loop_step, &ctx) {
+                        Ok(accu) => accu,
+                        // gpu-admission patch: in `all` and `exists` (a step
+                        // that is `accu && p` or `accu || p`) an element's
+                        // error is kept as the accumulator and a later
+                        // element that decides (false, true) wins, as the
+                        // spec folds `&&` and `||`: `[1, 2, 3].all(e, 6 / (2
+                        // - e) == 6)` is false, whatever the order.
+                        Err(e) if folds_logically(&comprehension.loop_step) && is_absorbable(&e) => {
+                            Cow::Owned(Box::new(ErrorVal(e)) as Box<dyn Val>)
+                        }
+                        Err(e) => return Err(e),
+                    };
                     let accu = match accu.downcast_ref::<CelBool>() {
                         Some(b) => bool(*b.inner()),
                         None => Cow::Owned(accu.into_owned()),
@@ -1586,6 +1733,10 @@ impl Value {
                     bind(&mut ctx, by_slot, 0, accu_var, accu);
                 }
                 let result = Value::resolve_val(&comprehension.result, &ctx)?;
+                // gpu-admission patch: an error the fold kept is the result.
+                if let Some(ErrorVal(e)) = result.downcast_ref::<ErrorVal>() {
+                    return Err(e.clone());
+                }
                 // gpu-admission patch: a boolean result (`all`, `exists`)
                 // is borrowed from a `static`, not copied into a box.
                 if let Some(b) = result.downcast_ref::<CelBool>() {
@@ -1715,11 +1866,70 @@ fn bool<'a>(boolean: bool) -> Cow<'a, dyn Val> {
 // on every success, a call of the error's drop glue per evaluated node.
 fn try_bool(val: Result<Cow<dyn Val>, ExecutionError>) -> Result<bool, ExecutionError> {
     match val {
-        Ok(val) => val
-            .downcast_ref::<CelBool>()
-            .map(|b| *b.inner())
-            .ok_or_else(|| ExecutionError::NoSuchOverload),
+        Ok(val) => match val.downcast_ref::<CelBool>() {
+            Some(b) => Ok(*b.inner()),
+            // gpu-admission patch: an error kept by a fold (see
+            // `ErrorVal`) is that error.
+            None => Err(match val.downcast_ref::<ErrorVal>() {
+                Some(ErrorVal(e)) => e.clone(),
+                None => ExecutionError::NoSuchOverload,
+            }),
+        },
         Err(err) => Result::Err(err),
+    }
+}
+
+/// gpu-admission patch: an error `&&` and `||` may absorb (`Ok(Err(e))`),
+/// or one that stops the evaluation (`Err(e)`): the budget, the depth
+/// bound or the deadline ran out.
+fn absorbable(
+    val: Result<bool, ExecutionError>,
+) -> Result<Result<bool, ExecutionError>, ExecutionError> {
+    match val {
+        Err(e) if !is_absorbable(&e) => Err(e),
+        other => Ok(other),
+    }
+}
+
+fn is_absorbable(e: &ExecutionError) -> bool {
+    !matches!(
+        e,
+        ExecutionError::CostLimitExceeded
+            | ExecutionError::DepthLimitExceeded
+            | ExecutionError::DeadlineExceeded
+    )
+}
+
+/// gpu-admission patch: whether a comprehension's step is `accu && p` or
+/// `accu || p` (the expansions of `all` and `exists`, one or two variables).
+fn folds_logically(step: &Expression) -> bool {
+    matches!(&step.expr, Expr::Call(call)
+        if call.args.len() == 2
+            && matches!(Op::of(&call.func_name), Some(Op::LogicalAnd | Op::LogicalOr)))
+}
+
+/// gpu-admission patch: "field selection: type 'bool' has no field 'x'".
+fn no_field_selection(value: &dyn Val, field: &str) -> ExecutionError {
+    ExecutionError::function_error(
+        "field selection",
+        format!("type '{}' has no field '{field}'", value.get_type().name()),
+    )
+}
+
+/// gpu-admission patch: an element's error an `all` or `exists` keeps as
+/// its accumulator until an element decides the result (see the
+/// comprehension loop). Never seen outside the comprehension: its result is
+/// the error itself.
+#[derive(Debug, Clone)]
+struct ErrorVal(ExecutionError);
+
+impl Val for ErrorVal {
+    fn get_type(&self) -> Type<'_> {
+        Type::new_opaque_type("error")
+    }
+
+    fn clone_as_boxed(&self) -> Box<dyn Val> {
+        Box::new(self.clone())
     }
 }
 
@@ -3130,7 +3340,8 @@ mod size_tests {
 
     #[test]
     fn sizes_are_those_of_the_values() {
-        for (name, size) in [("l", 25), ("m", 2), ("s", 28), ("b", 31)] {
+        // `s` is 28 bytes and 26 code points: a string's size is the latter.
+        for (name, size) in [("l", 25), ("m", 2), ("s", 26), ("b", 31)] {
             for expr in [
                 format!("{name}.size()"),
                 format!("h.{name}.size()"),
@@ -3314,5 +3525,117 @@ mod struct_tests {
                 map: Arc::new(want)
             })
         );
+    }
+}
+
+/// gpu-admission patch: the semantics the CEL specification's conformance
+/// suite checks (error absorption, field selection, optionals, numeric
+/// equality, sizes, type values).
+#[cfg(test)]
+mod conformance_tests {
+    use super::*;
+    use crate::Program;
+
+    fn eval(expr: &str) -> crate::ResolveResult {
+        let expr = crate::parser::Parser::default()
+            .enable_optional_syntax(true)
+            .parse(expr)
+            .unwrap();
+        Value::resolve(&expr, &Context::default())
+    }
+
+    #[test]
+    fn all_and_exists_let_a_deciding_element_win_over_an_error() {
+        assert_eq!(eval("[1, 2, 3].all(e, 6 / (2 - e) == 6)"), Ok(false.into()));
+        assert_eq!(eval("[3, 2, 1].all(e, 6 / (2 - e) == 6)"), Ok(false.into()));
+        assert_eq!(eval("[2, 1].exists(e, 6 / (2 - e) == 6)"), Ok(true.into()));
+        assert_eq!(eval("[0, 'foo', 3].all(i, v, v % 2 == i)"), Ok(false.into()));
+        // No element decides: the error stands.
+        assert!(eval("[2, 3].all(e, 6 / (2 - e) == -6)").is_err());
+        assert!(eval("[1, 2].exists(e, 6 / (2 - e) == 0)").is_err());
+        // Other comprehensions do not absorb.
+        assert!(eval("[1, 2].map(e, 6 / (2 - e))").is_err());
+        assert!(eval("[2, 1].exists_one(e, 6 / (2 - e) == 6)").is_err());
+    }
+
+    #[test]
+    fn running_out_of_budget_is_never_absorbed() {
+        let program = Program::compile("[1, 2, 3, 4].all(e, e > 100) || true").unwrap();
+        let ctx = Context::default();
+        let (result, _) = crate::budget::with_budget(3, || program.execute(&ctx));
+        assert_eq!(result, Err(ExecutionError::CostLimitExceeded));
+    }
+
+    #[test]
+    fn a_field_of_a_value_without_fields_is_an_error() {
+        for expr in ["true.enabled", "1.x", "'s'.x", "null.x", "[1].x", "has(true.x)"] {
+            assert!(eval(expr).is_err(), "{expr}");
+        }
+        assert_eq!(eval("has({'a': 1}.a)"), Ok(true.into()));
+    }
+
+    #[test]
+    fn optionals_chain_compare_and_answer_has() {
+        assert_eq!(
+            eval("optional.of({'c': {'index': 'goodbye'}}).c.index.orValue('d')"),
+            Ok("goodbye".into())
+        );
+        assert_eq!(eval("optional.of({'c': {}}).c.missing.orValue('d')"), Ok("d".into()));
+        assert_eq!(eval("{}.?a.b.c.orValue(1)"), Ok(1.into()));
+        assert_eq!(eval("has(optional.of({'c': 1}).c)"), Ok(true.into()));
+        assert_eq!(eval("has(optional.of({'c': 1}).d)"), Ok(false.into()));
+        assert_eq!(eval("optional.of(1) == optional.of(1)"), Ok(true.into()));
+        assert_eq!(eval("optional.none() == optional.none()"), Ok(true.into()));
+        assert_eq!(eval("optional.of(1) != optional.none()"), Ok(true.into()));
+    }
+
+    #[test]
+    fn numbers_of_different_types_are_equal_when_they_hold_the_same_number() {
+        for expr in [
+            "1 == 1u",
+            "1 == 1.0",
+            "1u == 1.0",
+            "[1.0, 2.0, 3] == [1u, 2, 3u]",
+            "{1: 1.0, 2u: 3u} == {1u: 1, 2: 3.0}",
+            "3 in [5.0, 4.0, 3.0]",
+            "3.0 in {1: 1, 2: 2, 3u: 3}",
+            "{1u: 'a'}[1] == 'a' && {1: 'a'}[1.0] == 'a' && {1: 'a'}[1u] == 'a'",
+            "[7, 8, 9][0.0] == 7",
+        ] {
+            assert_eq!(eval(expr), Ok(true.into()), "{expr}");
+        }
+        assert_eq!(eval("-1 == 18446744073709551615u"), Ok(false.into()));
+        assert_eq!(eval("0.0/0.0 == 0.0/0.0"), Ok(false.into()));
+        assert_eq!(eval("3.1 in {1: 1, 3: 3}"), Ok(false.into()));
+        assert!(eval("[7, 8, 9][0.5]").is_err());
+    }
+
+    #[test]
+    fn a_key_given_twice_in_a_map_literal_is_an_error() {
+        assert!(eval("{true: 1, false: 2, true: 3}").is_err());
+        // 0 and 0u are the same key under numeric equality.
+        assert!(eval("{0: 1, 0u: 2}").is_err());
+    }
+
+    #[test]
+    fn strings_are_sized_in_code_points() {
+        assert_eq!(eval("size('πέντε')"), Ok(5.into()));
+        assert_eq!(eval("'ÿ'.size()"), Ok(1.into()));
+    }
+
+    #[test]
+    fn types_are_values() {
+        for expr in [
+            "type(1) == int",
+            "type(1u) == uint",
+            "type('a') == string",
+            "type([1]) == list && type({}) == map",
+            "type(null) == null_type",
+            "type(int) == type && type(type(1)) == type",
+            "type(optional.none()) == optional_type",
+            "type(1) != type(1u)",
+        ] {
+            assert_eq!(eval(expr), Ok(true.into()), "{expr}");
+        }
     }
 }

@@ -73,10 +73,10 @@ impl Val for Int {
         Some(self)
     }
 
+    // gpu-admission patch: numbers of different types are equal when they
+    // hold the same number (`1 == 1u`, `1 == 1.0`), as cel-go compares them.
     fn equals(&self, other: &dyn Val) -> bool {
-        other
-            .downcast_ref::<Self>()
-            .is_some_and(|other| self.0 == other.0)
+        super::numbers_equal(self, other)
     }
 
     fn clone_as_boxed(&self) -> Box<dyn Val> {

@@ -97,6 +97,25 @@ impl Container for DefaultList {
     }
 }
 
+/// gpu-admission patch: a double index as the int it holds, or an error.
+fn integral_index(idx: &dyn Val) -> Result<CelInt, ExecutionError> {
+    let d = *idx
+        .downcast_ref::<types::CelDouble>()
+        .ok_or(ExecutionError::NoSuchOverload)?
+        .inner();
+    if d.is_finite()
+        && d.fract() == 0.0
+        && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&d)
+    {
+        Ok(CelInt::from(d as i64))
+    } else {
+        Err(ExecutionError::function_error(
+            "_[_]",
+            format!("unsupported index value {d}"),
+        ))
+    }
+}
+
 impl Indexer for DefaultList {
     fn get<'a>(&'a self, idx: &dyn Val) -> Result<Cow<'a, dyn Val>, ExecutionError> {
         match idx.get_type() {
@@ -124,6 +143,9 @@ impl Indexer for DefaultList {
                         .as_ref(),
                 ))
             }
+            // gpu-admission patch: a double that holds an integer indexes
+            // a list as that integer (`[7, 8, 9][dyn(0.0)]`), as in cel-go.
+            types::DOUBLE_TYPE => self.get(&integral_index(idx)?),
             _ => Err(ExecutionError::UnexpectedType {
                 got: idx.get_type().runtime_type_name.to_string(),
                 want: format!(
@@ -158,6 +180,8 @@ impl Indexer for DefaultList {
                 }
                 Ok(list.0[idx as usize].clone_as_boxed())
             }
+            // gpu-admission patch: see `get`.
+            types::DOUBLE_TYPE => list.steal(&integral_index(idx)?),
             _ => Err(ExecutionError::UnexpectedType {
                 got: idx.get_type().runtime_type_name.to_string(),
                 want: format!(

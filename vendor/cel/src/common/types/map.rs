@@ -74,10 +74,25 @@ impl Val for DefaultMap {
         Some(self)
     }
 
+    // gpu-admission patch: maps are equal when they have the same size and
+    // every key of one finds an equal value in the other, numeric keys
+    // compared across int, uint and double as the spec says (`{1: 'a'} ==
+    // {1u: 'a'}`).
     fn equals(&self, other: &dyn Val) -> bool {
-        other
-            .downcast_ref::<Self>()
-            .is_some_and(|other| self.0 == other.0)
+        let Some(other) = other.downcast_ref::<Self>() else {
+            return false;
+        };
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return true;
+        }
+        self.0.len() == other.0.len()
+            && self.0.iter().all(|(k, v)| {
+                other
+                    .lookup(k.inner())
+                    .ok()
+                    .flatten()
+                    .is_some_and(|w| v.as_ref().equals(w.as_ref()))
+            })
     }
 
     fn clone_as_boxed(&self) -> Box<dyn Val> {
@@ -85,63 +100,90 @@ impl Val for DefaultMap {
     }
 }
 
-impl Container for DefaultMap {
-    fn contains(&self, key: &dyn Val) -> Result<bool, ExecutionError> {
+impl DefaultMap {
+    /// gpu-admission patch: the entry for `key`, a number finding the
+    /// entry of an equal number of another numeric type (`{1u: 'a'}[1]`,
+    /// `{1: 'a'}[1.0]`), as cel-go looks keys up. `Ok(None)` when absent,
+    /// an error for a key of a type maps cannot have.
+    pub(crate) fn lookup(&self, key: &dyn Val) -> Result<Option<&Box<dyn Val>>, ExecutionError> {
+        let find = |k: KeyRef| self.0.get(&k as &dyn AsKeyRef);
         if let Some(s) = key.downcast_ref::<CelString>() {
-            Ok(self.0.contains_key(s as &dyn AsKeyRef))
-        } else if let Some(i) = key.downcast_ref::<CelInt>() {
-            Ok(self.0.contains_key(i as &dyn AsKeyRef))
-        } else if let Some(u) = key.downcast_ref::<CelUInt>() {
-            Ok(self.0.contains_key(u as &dyn AsKeyRef))
-        } else if let Some(b) = key.downcast_ref::<CelBool>() {
-            Ok(self.0.contains_key(b as &dyn AsKeyRef))
-        } else {
-            let key: Key = key.clone_as_boxed().try_into()?;
-            Ok(self.0.contains_key(&key))
+            return Ok(self.0.get(s as &dyn AsKeyRef));
         }
+        if let Some(b) = key.downcast_ref::<CelBool>() {
+            return Ok(self.0.get(b as &dyn AsKeyRef));
+        }
+        if let Some(i) = key.downcast_ref::<CelInt>() {
+            let i = *i.inner();
+            return Ok(find(KeyRef::Int(i)).or_else(|| {
+                u64::try_from(i)
+                    .ok()
+                    .and_then(|u| find(KeyRef::Uint(u)))
+            }));
+        }
+        if let Some(u) = key.downcast_ref::<CelUInt>() {
+            let u = *u.inner();
+            return Ok(find(KeyRef::Uint(u)).or_else(|| {
+                i64::try_from(u)
+                    .ok()
+                    .and_then(|i| find(KeyRef::Int(i)))
+            }));
+        }
+        if let Some(d) = key.downcast_ref::<types::CelDouble>() {
+            let d = *d.inner();
+            if !d.is_finite() || d.fract() != 0.0 {
+                return Ok(None);
+            }
+            let as_int = (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0)
+                .contains(&d)
+                .then(|| find(KeyRef::Int(d as i64)))
+                .flatten();
+            let as_uint = || {
+                (0.0..18_446_744_073_709_551_616.0)
+                    .contains(&d)
+                    .then(|| find(KeyRef::Uint(d as u64)))
+                    .flatten()
+            };
+            return Ok(as_int.or_else(as_uint));
+        }
+        Err(NoSuchOverload)
+    }
+}
+
+impl Container for DefaultMap {
+    // gpu-admission patch: numeric keys found across types (see `lookup`).
+    fn contains(&self, key: &dyn Val) -> Result<bool, ExecutionError> {
+        Ok(self.lookup(key)?.is_some())
     }
 }
 
 impl Indexer for DefaultMap {
+    // gpu-admission patch: numeric keys found across types (see `lookup`).
     fn get<'a>(&'a self, key: &dyn Val) -> Result<Cow<'a, dyn Val>, ExecutionError> {
-        let k = if let Some(s) = key.downcast_ref::<CelString>() {
-            s as &dyn AsKeyRef
-        } else if let Some(i) = key.downcast_ref::<CelInt>() {
-            i as &dyn AsKeyRef
-        } else if let Some(u) = key.downcast_ref::<CelUInt>() {
-            u as &dyn AsKeyRef
-        } else if let Some(b) = key.downcast_ref::<CelBool>() {
-            b as &dyn AsKeyRef
-        } else {
-            return Err(NoSuchOverload);
-        };
-
-        self.0
-            .get(k)
+        self.lookup(key)?
             .map(|v| Cow::Borrowed(v.as_ref()))
-            .ok_or_else(|| {
-                let key = match key.clone_as_boxed().try_into().unwrap() {
-                    Key::Bool(b) => b.into_inner().to_string(),
-                    Key::Int(i) => i.into_inner().to_string(),
-                    Key::String(s) => s.into_inner(),
-                    Key::UInt(u) => u.into_inner().to_string(),
-                };
-                ExecutionError::NoSuchKey(Arc::new(key))
-            })
+            .ok_or_else(|| ExecutionError::NoSuchKey(Arc::new(key_text(key))))
     }
 
     fn steal(self: Box<Self>, key: &dyn Val) -> Result<Box<dyn Val>, ExecutionError> {
-        let map = self;
-        let key: Key = key.clone_as_boxed().try_into()?;
-        map.0.get(&key).map(|v| v.clone_as_boxed()).ok_or_else(|| {
-            let key = match key {
-                Key::Bool(b) => b.into_inner().to_string(),
-                Key::Int(i) => i.into_inner().to_string(),
-                Key::String(s) => s.into_inner(),
-                Key::UInt(u) => u.into_inner().to_string(),
-            };
-            ExecutionError::NoSuchKey(Arc::new(key))
-        })
+        self.get(key).map(|v| v.into_owned())
+    }
+}
+
+/// gpu-admission patch: a key as a "no such key" error names it.
+fn key_text(key: &dyn Val) -> String {
+    if let Some(s) = key.downcast_ref::<CelString>() {
+        s.inner().to_string()
+    } else if let Some(i) = key.downcast_ref::<CelInt>() {
+        i.inner().to_string()
+    } else if let Some(u) = key.downcast_ref::<CelUInt>() {
+        u.inner().to_string()
+    } else if let Some(b) = key.downcast_ref::<CelBool>() {
+        b.inner().to_string()
+    } else if let Some(d) = key.downcast_ref::<types::CelDouble>() {
+        d.inner().to_string()
+    } else {
+        format!("{key:?}")
     }
 }
 

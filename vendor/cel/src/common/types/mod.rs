@@ -35,6 +35,45 @@ pub use string::String as CelString;
 pub use timestamp::Timestamp as CelTimestamp;
 pub use uint::UInt as CelUInt;
 
+/// gpu-admission patch: whether two values are equal numbers, across int,
+/// uint and double as the spec's heterogeneous equality (and cel-go) has it:
+/// an int and a uint are equal when they hold the same integer, a double
+/// equals an integer when the integer converted to a double is that double
+/// (NaN equals nothing). `false` when either is not a number.
+pub(crate) fn numbers_equal(a: &dyn Val, b: &dyn Val) -> bool {
+    #[derive(Clone, Copy)]
+    enum N {
+        I(i64),
+        U(u64),
+        D(f64),
+    }
+    fn number(v: &dyn Val) -> Option<N> {
+        if let Some(i) = v.downcast_ref::<CelInt>() {
+            Some(N::I(*i.inner()))
+        } else if let Some(u) = v.downcast_ref::<CelUInt>() {
+            Some(N::U(*u.inner()))
+        } else {
+            v.downcast_ref::<CelDouble>().map(|d| N::D(*d.inner()))
+        }
+    }
+    match (number(a), number(b)) {
+        (Some(N::I(x)), Some(N::I(y))) => x == y,
+        (Some(N::U(x)), Some(N::U(y))) => x == y,
+        (Some(N::D(x)), Some(N::D(y))) => x == y,
+        (Some(N::I(i)), Some(N::U(u))) | (Some(N::U(u)), Some(N::I(i))) => {
+            u64::try_from(i).is_ok_and(|i| i == u)
+        }
+        (Some(N::I(i)), Some(N::D(d))) | (Some(N::D(d)), Some(N::I(i))) => {
+            (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&d)
+                && i as f64 == d
+        }
+        (Some(N::U(u)), Some(N::D(d))) | (Some(N::D(d)), Some(N::U(u))) => {
+            (0.0..18_446_744_073_709_551_616.0).contains(&d) && u as f64 == d
+        }
+        _ => false,
+    }
+}
+
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
 pub enum Kind {
     Unspecified,

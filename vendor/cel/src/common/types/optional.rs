@@ -25,11 +25,25 @@ impl Val for Optional {
         super::OPTIONAL_TYPE
     }
 
+    // gpu-admission patch: a copy of an optional is an optional (upstream
+    // gave the value it holds, so a copied `optional.of(x)` became `x`).
     fn clone_as_boxed(&self) -> Box<dyn Val> {
         match &self.0 {
             None => Box::new(Optional(None)),
-            Some(val) => val.clone_as_boxed(),
+            Some(val) => Box::new(Optional(Some(OptionalInternal::Box(val.clone_as_boxed())))),
         }
+    }
+
+    // gpu-admission patch: two optionals are equal when both are empty or
+    // both hold equal values (`optional.of(1) == optional.of(1)`).
+    fn equals(&self, other: &dyn Val) -> bool {
+        other
+            .downcast_ref::<Optional>()
+            .is_some_and(|other| match (self.inner(), other.inner()) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.equals(b),
+                _ => false,
+            })
     }
 }
 
