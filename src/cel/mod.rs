@@ -7,7 +7,7 @@
 //! from `kube-cel`; host extensions ([`Extensions`]) add functions and
 //! per-request variables on top.
 use kube_cel::cel::extractors::{Arguments, This};
-use kube_cel::cel::objects::{Key, Map};
+use kube_cel::cel::objects::{Key, Map, TypeValue};
 use kube_cel::cel::parser::{Expression, Parser};
 use kube_cel::cel::{self as celrs, ExecutionError};
 use kube_cel::KubeCelExt;
@@ -19,6 +19,7 @@ pub mod fold;
 pub mod gpu;
 mod keys;
 mod limits;
+pub mod portability;
 mod reach;
 mod signatures;
 mod sku_sets;
@@ -495,6 +496,12 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
     let shape = limits::check(&ast, limits).map_err(CompileError::plain)?;
     signatures::check_calls(&shape.calls, source, &|name| env.root.has_function(name))?;
     let known = env.known_variables();
+    // A type's name (`int`, `list`...) denotes the type when no variable
+    // has it.
+    let mut shape = shape;
+    shape
+        .free_variables
+        .retain(|name| known.contains(name.as_str()) || TypeValue::denoted(name).is_none());
     for name in &shape.free_variables {
         if !known.contains(name.as_str()) {
             return Err(CompileError::plain(format!(
