@@ -36,6 +36,20 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
                 println!("{notice}");
             }
             let policies = &loaded.bundle.policies;
+            let portability = policies.beyond_kubernetes();
+            let portable = portability.iter().filter(|(_, b)| b.is_empty()).count();
+            for (name, beyond) in portability.iter().filter(|(_, b)| !b.is_empty()) {
+                println!(
+                    "{name}: uses {} beyond kube-apiserver {}'s CEL",
+                    beyond.iter().cloned().collect::<Vec<_>>().join(", "),
+                    crate::cel::portability::KUBERNETES_VERSION
+                );
+            }
+            println!(
+                "kube-apiserver {}: {portable} of {} policies would load as written",
+                crate::cel::portability::KUBERNETES_VERSION,
+                portability.len()
+            );
             let mutating = match policies.mutating_len() {
                 0 => String::new(),
                 1 => "1 mutating policy, ".to_string(),

@@ -409,6 +409,24 @@ impl PolicySet {
         &self.inner.template_notes
     }
 
+    /// For each policy (validating, then mutating) by name, what its
+    /// expressions use beyond kube-apiserver's CEL environment
+    /// ([`cel::portability`]); empty when it would load there as written.
+    pub fn beyond_kubernetes(&self) -> Vec<(&str, BTreeSet<String>)> {
+        self.inner
+            .policies
+            .iter()
+            .chain(&self.inner.mutating)
+            .map(|p| {
+                let beyond = p
+                    .expressions()
+                    .flat_map(cel::portability::beyond_kubernetes)
+                    .collect();
+                (&*p.name, beyond)
+            })
+            .collect()
+    }
+
     /// Policies loaded.
     pub fn len(&self) -> usize {
         self.inner.policies.len()
