@@ -1004,7 +1004,12 @@ impl gen::CELVisitorCompat<'_> for Parser {
     fn visit_Bytes(&mut self, ctx: &BytesContext<'_>) -> Self::Return {
         if let Some(token) = ctx.tok.as_deref() {
             let string = ctx.get_text();
-            match parse::parse_bytes(&string[2..string.len() - 1]) {
+            // gpu-admission patch: the token is `b` or `B` and then a whole
+            // string literal (raw or not, quoted once or three times):
+            // upstream cut off two characters at the start and one at the
+            // end, which left two quotes on each side of `b'''x'''` and
+            // an `r` and a quote in `br'x'`.
+            match parse::parse_bytes(&string[1..]) {
                 Ok(bytes) => self
                     .helper
                     .next_expr(token, Expr::Literal(LiteralValue::Bytes(bytes.into()))),
@@ -1178,6 +1183,43 @@ mod tests {
 
         // Options to be configured with the parser before parsing the expression.
         enable_optional_syntax: bool,
+    }
+
+    // gpu-admission patch: literals as cel-spec's lexical grammar has them
+    // (conformance tests `basic/self_eval_nonzeroish`,
+    // `parse/string_literals`, `parse/bytes_literals`).
+
+    fn literal(expr: &str) -> LiteralValue {
+        match Parser::new().parse(expr) {
+            Ok(IdedExpr {
+                expr: Expr::Literal(value),
+                ..
+            }) => value,
+            other => panic!("`{expr}` is not a literal: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn string_and_bytes_literals_in_every_quote_form() {
+        let s = |v: &str| LiteralValue::String(v.into());
+        let b = |v: &[u8]| LiteralValue::Bytes(v.to_vec().into());
+        assert_eq!(literal(r#"''' ? " ' ` '''"#), s(" ? \" ' ` "));
+        assert_eq!(
+            literal(r#""\a\b\f\n\r\t\v\"\'\\""#),
+            s("\u{7}\u{8}\u{c}\n\r\t\u{b}\"'\\")
+        );
+        assert_eq!(
+            literal(r"' \X4c \u01aB \U000001aB '"),
+            s(" L \u{1ab} \u{1ab} ")
+        );
+        assert_eq!(literal(r"R'''\a\' '''"), s(r"\a\' "));
+        assert_eq!(literal("b'''hello'''"), b(b"hello"));
+        assert_eq!(literal("B\"\"\"a\nb\"\"\""), b(b"a\nb"));
+        assert_eq!(literal(r"b' \? \` \X7F \377 '"), b(b" ? ` \x7f \xff "));
+        assert_eq!(literal(r"br'\x00\'"), b(br"\x00\"));
+        assert_eq!(literal(r#"bR"\n""#), b(br"\n"));
+        assert_eq!(literal(r"br'''\\'''"), b(br"\\"));
+        assert!(Parser::new().parse(r"b'\u0041'").is_err());
     }
 
     #[test]
