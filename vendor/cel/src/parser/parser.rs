@@ -927,13 +927,27 @@ impl gen::CELVisitorCompat<'_> for Parser {
     fn visit_Int(&mut self, ctx: &IntContext<'_>) -> Self::Return {
         let string = ctx.get_text();
         if let Some(token) = ctx.tok.as_ref() {
-            let val = match if let Some(string) = string.strip_prefix("0x") {
-                i64::from_str_radix(string, 16)
-            } else {
-                string.parse::<i64>()
-            } {
-                Ok(v) => v,
-                Err(e) => return self.report_error(token, Some(e), "invalid int literal"),
+            // gpu-admission patch: the literal's text includes its sign
+            // (`sign=MINUS? tok=NUM_INT`), so `-0x55555555` has no `0x`
+            // prefix to strip; read the sign, then the digits, as cel-go
+            // does. `-0x8000000000000000` is `i64::MIN`, as
+            // `-9223372036854775808` already was.
+            let (negative, digits) = match string.strip_prefix('-') {
+                Some(digits) => (true, digits),
+                None => (false, string.as_str()),
+            };
+            let val = match digits.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16).ok().and_then(|v| {
+                    if negative {
+                        0i64.checked_sub_unsigned(v)
+                    } else {
+                        i64::try_from(v).ok()
+                    }
+                }),
+                None => string.parse::<i64>().ok(),
+            };
+            let Some(val) = val else {
+                return self.report_error::<ParseError, _>(token, None, "invalid int literal");
             };
             self.helper
                 .next_expr(token, Expr::Literal(LiteralValue::Int(val.into())))
@@ -1196,6 +1210,47 @@ mod tests {
                 ..
             }) => value,
             other => panic!("`{expr}` is not a literal: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn int_literals_carry_their_sign() {
+        assert_eq!(
+            literal("-0x55555555"),
+            LiteralValue::Int((-0x55555555).into())
+        );
+        assert_eq!(literal("0x55555555"), LiteralValue::Int(0x55555555.into()));
+        assert_eq!(
+            literal("0x7fffffffffffffff"),
+            LiteralValue::Int(i64::MAX.into())
+        );
+        assert_eq!(
+            literal("-9223372036854775808"),
+            LiteralValue::Int(i64::MIN.into())
+        );
+        assert_eq!(
+            literal("-0x8000000000000000"),
+            LiteralValue::Int(i64::MIN.into())
+        );
+        assert_eq!(literal("0xFFu"), LiteralValue::UInt(255.into()));
+        assert_eq!(
+            literal("0x55555555U"),
+            LiteralValue::UInt(0x55555555.into())
+        );
+        assert_eq!(
+            literal("0xFFFFFFFFFFFFFFFFu"),
+            LiteralValue::UInt(u64::MAX.into())
+        );
+        for expr in [
+            "9223372036854775808",
+            "0x8000000000000000",
+            "-9223372036854775809",
+            "-0x8000000000000001",
+            "0x10000000000000000",
+            "18446744073709551616u",
+        ] {
+            let err = Parser::new().parse(expr).expect_err(expr);
+            assert!(err.to_string().contains("invalid"), "{expr}: {err}");
         }
     }
 
