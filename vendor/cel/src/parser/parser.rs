@@ -7,13 +7,14 @@ use crate::parser::gen::{
     BoolFalseContext, BoolTrueContext, BytesContext, CELListener, CELParserContextType,
     CalcContext, CalcContextAttrs, ConditionalAndContext, ConditionalOrContext,
     ConstantLiteralContext, ConstantLiteralContextAttrs, CreateListContext, CreateMessageContext,
-    CreateStructContext, DoubleContext, ExprContext, Field_initializer_listContext,
-    GlobalCallContext, IdentContext, IndexContext, IndexContextAttrs, IntContext,
-    ListInitContextAll, LogicalNotContext, LogicalNotContextAttrs, MapInitializerListContextAll,
-    MemberCallContext, MemberCallContextAttrs, MemberExprContext, MemberExprContextAttrs,
-    NegateContext, NegateContextAttrs, NestedContext, NullContext, OptFieldContextAttrs,
-    PrimaryExprContext, PrimaryExprContextAttrs, RelationContext, RelationContextAttrs,
-    SelectContext, SelectContextAttrs, StartContext, StartContextAttrs, StringContext, UintContext,
+    CreateStructContext, DoubleContext, EscapeIdentContextAll, ExprContext,
+    Field_initializer_listContext, GlobalCallContext, IdentContext, IndexContext,
+    IndexContextAttrs, IntContext, ListInitContextAll, LogicalNotContext, LogicalNotContextAttrs,
+    MapInitializerListContextAll, MemberCallContext, MemberCallContextAttrs, MemberExprContext,
+    MemberExprContextAttrs, NegateContext, NegateContextAttrs, NestedContext, NullContext,
+    OptFieldContextAttrs, PrimaryExprContext, PrimaryExprContextAttrs, RelationContext,
+    RelationContextAttrs, SelectContext, SelectContextAttrs, StartContext, StartContextAttrs,
+    StringContext, UintContext,
 };
 use crate::parser::{gen, macros, parse};
 use antlr4rust::common_token_stream::CommonTokenStream;
@@ -268,7 +269,7 @@ impl Parser {
                     continue;
                 }
                 Some(ident) => {
-                    let field_name = ident.get_text().to_string();
+                    let field_name = escaped_ident_name(&ident);
                     let value = self.visit(ctx.values[i].as_ref());
                     let is_optional = match (&field.opt, self.enable_optional_syntax) {
                         (Some(opt), false) => {
@@ -739,7 +740,7 @@ impl gen::CELVisitorCompat<'_> for Parser {
     fn visit_Select(&mut self, ctx: &SelectContext<'_>) -> Self::Return {
         if let (Some(member), Some(id), Some(op)) = (&ctx.member(), &ctx.id, &ctx.op) {
             let operand = self.visit(member.as_ref());
-            let field = id.get_text();
+            let field = escaped_ident_name(id);
             if let Some(_opt) = &ctx.opt {
                 return if self.enable_optional_syntax {
                     let field_literal = self.helper.next_expr(
@@ -1172,6 +1173,22 @@ impl LogicManager {
     }
 }
 
+/// gpu-admission patch: the name a field selection or a message field
+/// initializer gives: the identifier, or for a backtick-quoted one
+/// (`` m.`content-type` ``, cel-spec's quoted field names) the text between
+/// the backticks. Upstream kept the backticks in the name.
+fn escaped_ident_name(ident: &EscapeIdentContextAll<'_>) -> String {
+    let text = ident.get_text();
+    match ident {
+        EscapeIdentContextAll::EscapedIdentifierContext(_) => text
+            .strip_prefix('`')
+            .and_then(|t| t.strip_suffix('`'))
+            .map(str::to_string)
+            .unwrap_or(text),
+        _ => text,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1199,9 +1216,10 @@ mod tests {
         enable_optional_syntax: bool,
     }
 
-    // gpu-admission patch: literals as cel-spec's lexical grammar has them
-    // (conformance tests `basic/self_eval_nonzeroish`,
-    // `parse/string_literals`, `parse/bytes_literals`).
+    // gpu-admission patch: literals and field names as cel-spec's lexical
+    // grammar has them (conformance tests `basic/self_eval_nonzeroish`,
+    // `parse/string_literals`, `parse/bytes_literals`,
+    // `fields/quoted_map_fields`).
 
     fn literal(expr: &str) -> LiteralValue {
         match Parser::new().parse(expr) {
@@ -1275,6 +1293,90 @@ mod tests {
         assert_eq!(literal(r#"bR"\n""#), b(br"\n"));
         assert_eq!(literal(r"br'''\\'''"), b(br"\\"));
         assert!(Parser::new().parse(r"b'\u0041'").is_err());
+    }
+
+    fn selected_field(expr: &str) -> String {
+        match Parser::new().enable_optional_syntax(true).parse(expr) {
+            Ok(IdedExpr {
+                expr: Expr::Select(select),
+                ..
+            }) => select.field,
+            Ok(IdedExpr {
+                expr: Expr::Call(call),
+                ..
+            }) => match call.args.as_slice() {
+                // `has(m.f)` and `m.?f`
+                [IdedExpr {
+                    expr: Expr::Select(select),
+                    ..
+                }] => select.field.clone(),
+                [_, IdedExpr {
+                    expr: Expr::Literal(LiteralValue::String(field)),
+                    ..
+                }] => field.to_string(),
+                _ => panic!("`{expr}`: {call:?}"),
+            },
+            other => panic!("`{expr}` selects no field: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn backtick_quoted_field_names_are_the_text_between_the_backticks() {
+        assert_eq!(selected_field("m.`content-type`"), "content-type");
+        assert_eq!(selected_field("{'foo.txt': 1}.`foo.txt`"), "foo.txt");
+        assert_eq!(selected_field("m.`/api/v1`"), "/api/v1");
+        assert_eq!(selected_field("m.`a b`"), "a b");
+        assert_eq!(selected_field("m.`in`"), "in");
+        assert_eq!(selected_field("m.plain"), "plain");
+        assert_eq!(selected_field("m.?`a-b`"), "a-b");
+        assert_eq!(selected_field("m.?plain"), "plain");
+        match Parser::new().parse("has(m.`foo.txt`)") {
+            Ok(IdedExpr {
+                expr: Expr::Select(select),
+                ..
+            }) => {
+                assert!(select.test);
+                assert_eq!(select.field, "foo.txt");
+            }
+            other => panic!("{other:?}"),
+        }
+        match Parser::new().parse("T{`in`: true, plain: 1}") {
+            Ok(IdedExpr {
+                expr: Expr::Struct(s),
+                ..
+            }) => {
+                let fields: Vec<&str> = s
+                    .entries
+                    .iter()
+                    .map(|e| match &e.expr {
+                        EntryExpr::StructField(f) => f.field.as_str(),
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                assert_eq!(fields, ["in", "plain"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn backticks_quote_only_selected_and_initialized_fields() {
+        for expr in [
+            "`a`",
+            "`a`.b",
+            "m.`f`()",
+            "`f`(1)",
+            "{`a`: 1}",
+            "`T`{a: 1}",
+            "m.``",
+            "m.`a+b`",
+            "m.`a",
+        ] {
+            assert!(
+                Parser::new().parse(expr).is_err(),
+                "`{expr}` should not parse"
+            );
+        }
     }
 
     #[test]
