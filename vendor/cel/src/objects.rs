@@ -3287,6 +3287,37 @@ mod select_tests {
         );
     }
 
+    /// gpu-admission patch: a backtick-quoted field name selects the key
+    /// between the backticks (cel-spec `fields/quoted_map_fields`).
+    #[test]
+    fn backtick_quoted_field_names() {
+        let map = "{'content-type': 'json', 'foo.txt': 32, '/api/v1': true}";
+        assert_eq!(
+            eval(&format!("{map}.`content-type`")),
+            Ok(Value::from("json"))
+        );
+        assert_eq!(eval(&format!("{map}.`foo.txt`")), Ok(Value::Int(32)));
+        assert_eq!(eval(&format!("{map}.`/api/v1`")), Ok(true.into()));
+        assert_eq!(
+            eval(&format!(
+                "has({map}.`foo.txt`) && !has({map}.`/api/v3`) && !has({map}.`foo`)"
+            )),
+            Ok(true.into())
+        );
+        assert_eq!(
+            eval(&format!("{map}.`foo`")),
+            Err(ExecutionError::NoSuchKey(Arc::new("foo".to_string())))
+        );
+        let expr = crate::parser::Parser::default()
+            .enable_optional_syntax(true)
+            .parse("{'a-b': 1}.?`a-b`.orValue(0) + {'a': 1}.?`a-b`.orValue(0)")
+            .expect("Must parse");
+        assert_eq!(
+            Value::resolve(&expr, &Context::default()),
+            Ok(Value::Int(1))
+        );
+    }
+
     #[test]
     fn comprehension_variables_are_rebound_each_iteration() {
         assert_eq!(eval("[1, 2].all(x, [3, 4].all(y, x < y))"), Ok(true.into()));

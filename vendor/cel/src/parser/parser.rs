@@ -7,13 +7,14 @@ use crate::parser::gen::{
     BoolFalseContext, BoolTrueContext, BytesContext, CELListener, CELParserContextType,
     CalcContext, CalcContextAttrs, ConditionalAndContext, ConditionalOrContext,
     ConstantLiteralContext, ConstantLiteralContextAttrs, CreateListContext, CreateMessageContext,
-    CreateStructContext, DoubleContext, ExprContext, Field_initializer_listContext,
-    GlobalCallContext, IdentContext, IndexContext, IndexContextAttrs, IntContext,
-    ListInitContextAll, LogicalNotContext, LogicalNotContextAttrs, MapInitializerListContextAll,
-    MemberCallContext, MemberCallContextAttrs, MemberExprContext, MemberExprContextAttrs,
-    NegateContext, NegateContextAttrs, NestedContext, NullContext, OptFieldContextAttrs,
-    PrimaryExprContext, PrimaryExprContextAttrs, RelationContext, RelationContextAttrs,
-    SelectContext, SelectContextAttrs, StartContext, StartContextAttrs, StringContext, UintContext,
+    CreateStructContext, DoubleContext, EscapeIdentContextAll, ExprContext,
+    Field_initializer_listContext, GlobalCallContext, IdentContext, IndexContext,
+    IndexContextAttrs, IntContext, ListInitContextAll, LogicalNotContext, LogicalNotContextAttrs,
+    MapInitializerListContextAll, MemberCallContext, MemberCallContextAttrs, MemberExprContext,
+    MemberExprContextAttrs, NegateContext, NegateContextAttrs, NestedContext, NullContext,
+    OptFieldContextAttrs, PrimaryExprContext, PrimaryExprContextAttrs, RelationContext,
+    RelationContextAttrs, SelectContext, SelectContextAttrs, StartContext, StartContextAttrs,
+    StringContext, UintContext,
 };
 use crate::parser::{gen, macros, parse};
 use antlr4rust::common_token_stream::CommonTokenStream;
@@ -268,7 +269,7 @@ impl Parser {
                     continue;
                 }
                 Some(ident) => {
-                    let field_name = ident.get_text().to_string();
+                    let field_name = escaped_ident_name(&ident);
                     let value = self.visit(ctx.values[i].as_ref());
                     let is_optional = match (&field.opt, self.enable_optional_syntax) {
                         (Some(opt), false) => {
@@ -739,7 +740,7 @@ impl gen::CELVisitorCompat<'_> for Parser {
     fn visit_Select(&mut self, ctx: &SelectContext<'_>) -> Self::Return {
         if let (Some(member), Some(id), Some(op)) = (&ctx.member(), &ctx.id, &ctx.op) {
             let operand = self.visit(member.as_ref());
-            let field = id.get_text();
+            let field = escaped_ident_name(id);
             if let Some(_opt) = &ctx.opt {
                 return if self.enable_optional_syntax {
                     let field_literal = self.helper.next_expr(
@@ -927,13 +928,27 @@ impl gen::CELVisitorCompat<'_> for Parser {
     fn visit_Int(&mut self, ctx: &IntContext<'_>) -> Self::Return {
         let string = ctx.get_text();
         if let Some(token) = ctx.tok.as_ref() {
-            let val = match if let Some(string) = string.strip_prefix("0x") {
-                i64::from_str_radix(string, 16)
-            } else {
-                string.parse::<i64>()
-            } {
-                Ok(v) => v,
-                Err(e) => return self.report_error(token, Some(e), "invalid int literal"),
+            // gpu-admission patch: the literal's text includes its sign
+            // (`sign=MINUS? tok=NUM_INT`), so `-0x55555555` has no `0x`
+            // prefix to strip; read the sign, then the digits, as cel-go
+            // does. `-0x8000000000000000` is `i64::MIN`, as
+            // `-9223372036854775808` already was.
+            let (negative, digits) = match string.strip_prefix('-') {
+                Some(digits) => (true, digits),
+                None => (false, string.as_str()),
+            };
+            let val = match digits.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16).ok().and_then(|v| {
+                    if negative {
+                        0i64.checked_sub_unsigned(v)
+                    } else {
+                        i64::try_from(v).ok()
+                    }
+                }),
+                None => string.parse::<i64>().ok(),
+            };
+            let Some(val) = val else {
+                return self.report_error::<ParseError, _>(token, None, "invalid int literal");
             };
             self.helper
                 .next_expr(token, Expr::Literal(LiteralValue::Int(val.into())))
@@ -1004,7 +1019,12 @@ impl gen::CELVisitorCompat<'_> for Parser {
     fn visit_Bytes(&mut self, ctx: &BytesContext<'_>) -> Self::Return {
         if let Some(token) = ctx.tok.as_deref() {
             let string = ctx.get_text();
-            match parse::parse_bytes(&string[2..string.len() - 1]) {
+            // gpu-admission patch: the token is `b` or `B` and then a whole
+            // string literal (raw or not, quoted once or three times):
+            // upstream cut off two characters at the start and one at the
+            // end, which left two quotes on each side of `b'''x'''` and
+            // an `r` and a quote in `br'x'`.
+            match parse::parse_bytes(&string[1..]) {
                 Ok(bytes) => self
                     .helper
                     .next_expr(token, Expr::Literal(LiteralValue::Bytes(bytes.into()))),
@@ -1153,6 +1173,22 @@ impl LogicManager {
     }
 }
 
+/// gpu-admission patch: the name a field selection or a message field
+/// initializer gives: the identifier, or for a backtick-quoted one
+/// (`` m.`content-type` ``, cel-spec's quoted field names) the text between
+/// the backticks. Upstream kept the backticks in the name.
+fn escaped_ident_name(ident: &EscapeIdentContextAll<'_>) -> String {
+    let text = ident.get_text();
+    match ident {
+        EscapeIdentContextAll::EscapedIdentifierContext(_) => text
+            .strip_prefix('`')
+            .and_then(|t| t.strip_suffix('`'))
+            .map(str::to_string)
+            .unwrap_or(text),
+        _ => text,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1178,6 +1214,169 @@ mod tests {
 
         // Options to be configured with the parser before parsing the expression.
         enable_optional_syntax: bool,
+    }
+
+    // gpu-admission patch: literals and field names as cel-spec's lexical
+    // grammar has them (conformance tests `basic/self_eval_nonzeroish`,
+    // `parse/string_literals`, `parse/bytes_literals`,
+    // `fields/quoted_map_fields`).
+
+    fn literal(expr: &str) -> LiteralValue {
+        match Parser::new().parse(expr) {
+            Ok(IdedExpr {
+                expr: Expr::Literal(value),
+                ..
+            }) => value,
+            other => panic!("`{expr}` is not a literal: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn int_literals_carry_their_sign() {
+        assert_eq!(
+            literal("-0x55555555"),
+            LiteralValue::Int((-0x55555555).into())
+        );
+        assert_eq!(literal("0x55555555"), LiteralValue::Int(0x55555555.into()));
+        assert_eq!(
+            literal("0x7fffffffffffffff"),
+            LiteralValue::Int(i64::MAX.into())
+        );
+        assert_eq!(
+            literal("-9223372036854775808"),
+            LiteralValue::Int(i64::MIN.into())
+        );
+        assert_eq!(
+            literal("-0x8000000000000000"),
+            LiteralValue::Int(i64::MIN.into())
+        );
+        assert_eq!(literal("0xFFu"), LiteralValue::UInt(255.into()));
+        assert_eq!(
+            literal("0x55555555U"),
+            LiteralValue::UInt(0x55555555.into())
+        );
+        assert_eq!(
+            literal("0xFFFFFFFFFFFFFFFFu"),
+            LiteralValue::UInt(u64::MAX.into())
+        );
+        for expr in [
+            "9223372036854775808",
+            "0x8000000000000000",
+            "-9223372036854775809",
+            "-0x8000000000000001",
+            "0x10000000000000000",
+            "18446744073709551616u",
+        ] {
+            let err = Parser::new().parse(expr).expect_err(expr);
+            assert!(err.to_string().contains("invalid"), "{expr}: {err}");
+        }
+    }
+
+    #[test]
+    fn string_and_bytes_literals_in_every_quote_form() {
+        let s = |v: &str| LiteralValue::String(v.into());
+        let b = |v: &[u8]| LiteralValue::Bytes(v.to_vec().into());
+        assert_eq!(literal(r#"''' ? " ' ` '''"#), s(" ? \" ' ` "));
+        assert_eq!(
+            literal(r#""\a\b\f\n\r\t\v\"\'\\""#),
+            s("\u{7}\u{8}\u{c}\n\r\t\u{b}\"'\\")
+        );
+        assert_eq!(
+            literal(r"' \X4c \u01aB \U000001aB '"),
+            s(" L \u{1ab} \u{1ab} ")
+        );
+        assert_eq!(literal(r"R'''\a\' '''"), s(r"\a\' "));
+        assert_eq!(literal("b'''hello'''"), b(b"hello"));
+        assert_eq!(literal("B\"\"\"a\nb\"\"\""), b(b"a\nb"));
+        assert_eq!(literal(r"b' \? \` \X7F \377 '"), b(b" ? ` \x7f \xff "));
+        assert_eq!(literal(r"br'\x00\'"), b(br"\x00\"));
+        assert_eq!(literal(r#"bR"\n""#), b(br"\n"));
+        assert_eq!(literal(r"br'''\\'''"), b(br"\\"));
+        assert!(Parser::new().parse(r"b'\u0041'").is_err());
+    }
+
+    fn selected_field(expr: &str) -> String {
+        match Parser::new().enable_optional_syntax(true).parse(expr) {
+            Ok(IdedExpr {
+                expr: Expr::Select(select),
+                ..
+            }) => select.field,
+            Ok(IdedExpr {
+                expr: Expr::Call(call),
+                ..
+            }) => match call.args.as_slice() {
+                // `has(m.f)` and `m.?f`
+                [IdedExpr {
+                    expr: Expr::Select(select),
+                    ..
+                }] => select.field.clone(),
+                [_, IdedExpr {
+                    expr: Expr::Literal(LiteralValue::String(field)),
+                    ..
+                }] => field.to_string(),
+                _ => panic!("`{expr}`: {call:?}"),
+            },
+            other => panic!("`{expr}` selects no field: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn backtick_quoted_field_names_are_the_text_between_the_backticks() {
+        assert_eq!(selected_field("m.`content-type`"), "content-type");
+        assert_eq!(selected_field("{'foo.txt': 1}.`foo.txt`"), "foo.txt");
+        assert_eq!(selected_field("m.`/api/v1`"), "/api/v1");
+        assert_eq!(selected_field("m.`a b`"), "a b");
+        assert_eq!(selected_field("m.`in`"), "in");
+        assert_eq!(selected_field("m.plain"), "plain");
+        assert_eq!(selected_field("m.?`a-b`"), "a-b");
+        assert_eq!(selected_field("m.?plain"), "plain");
+        match Parser::new().parse("has(m.`foo.txt`)") {
+            Ok(IdedExpr {
+                expr: Expr::Select(select),
+                ..
+            }) => {
+                assert!(select.test);
+                assert_eq!(select.field, "foo.txt");
+            }
+            other => panic!("{other:?}"),
+        }
+        match Parser::new().parse("T{`in`: true, plain: 1}") {
+            Ok(IdedExpr {
+                expr: Expr::Struct(s),
+                ..
+            }) => {
+                let fields: Vec<&str> = s
+                    .entries
+                    .iter()
+                    .map(|e| match &e.expr {
+                        EntryExpr::StructField(f) => f.field.as_str(),
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                assert_eq!(fields, ["in", "plain"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn backticks_quote_only_selected_and_initialized_fields() {
+        for expr in [
+            "`a`",
+            "`a`.b",
+            "m.`f`()",
+            "`f`(1)",
+            "{`a`: 1}",
+            "`T`{a: 1}",
+            "m.``",
+            "m.`a+b`",
+            "m.`a",
+        ] {
+            assert!(
+                Parser::new().parse(expr).is_err(),
+                "`{expr}` should not parse"
+            );
+        }
     }
 
     #[test]
