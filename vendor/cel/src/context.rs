@@ -356,6 +356,8 @@ impl Default for Context<'_> {
         ctx.add_function("endsWith", functions::ends_with);
         ctx.add_function("string", functions::string);
         ctx.add_function("bytes", functions::bytes);
+        // gpu-admission patch: `bool(string)`, `bool(bool)`.
+        ctx.add_function("bool", functions::bool);
         ctx.add_function("double", functions::double);
         ctx.add_function("int", functions::int);
         ctx.add_function("uint", functions::uint);
