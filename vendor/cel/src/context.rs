@@ -293,6 +293,17 @@ impl<'a> Context<'a> {
         self.get_function(name).is_some()
     }
 
+    /// gpu-admission patch: removes the function registered under `name`
+    /// and returns it, so that a host can register a replacement that hands
+    /// some calls on to it (the registry has one function per name, no
+    /// overloads). `None` in a child scope, or when there is none.
+    pub fn take_function(&mut self, name: &str) -> Option<crate::extractors::Function> {
+        match self {
+            Context::Root { functions, .. } => functions.take(name),
+            Context::Child { .. } => None,
+        }
+    }
+
     pub fn add_function<T: 'static, F>(&mut self, name: &str, value: F)
     where
         F: IntoFunction<T> + 'static + Send + Sync,
