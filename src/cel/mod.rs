@@ -23,6 +23,7 @@ pub mod portability;
 mod reach;
 mod signatures;
 mod sku_sets;
+mod strings;
 mod to_val;
 pub mod variables;
 mod walk;
@@ -262,6 +263,9 @@ fn register_functions(ctx: &mut Context<'static>) {
     ctx.add_function("jsonpatch.escapeKey", |key: Arc<String>| -> String {
         key.replace('~', "~0").replace('/', "~1")
     });
+    // Kubernetes' strings library where kube-cel's differs from cel-go's,
+    // and `string()` as the interpreter converts (see `strings`).
+    strings::register(ctx);
 }
 
 /// `<string>.find(pattern)`: the first match, or `''`.

@@ -293,6 +293,17 @@ impl<'a> Context<'a> {
         self.get_function(name).is_some()
     }
 
+    /// gpu-admission patch: removes the function registered under `name`
+    /// and returns it, so that a host can register a replacement that hands
+    /// some calls on to it (the registry has one function per name, no
+    /// overloads). `None` in a child scope, or when there is none.
+    pub fn take_function(&mut self, name: &str) -> Option<crate::extractors::Function> {
+        match self {
+            Context::Root { functions, .. } => functions.take(name),
+            Context::Child { .. } => None,
+        }
+    }
+
     pub fn add_function<T: 'static, F>(&mut self, name: &str, value: F)
     where
         F: IntoFunction<T> + 'static + Send + Sync,
@@ -356,6 +367,8 @@ impl Default for Context<'_> {
         ctx.add_function("endsWith", functions::ends_with);
         ctx.add_function("string", functions::string);
         ctx.add_function("bytes", functions::bytes);
+        // gpu-admission patch: `bool(string)`, `bool(bool)`.
+        ctx.add_function("bool", functions::bool);
         ctx.add_function("double", functions::double);
         ctx.add_function("int", functions::int);
         ctx.add_function("uint", functions::uint);

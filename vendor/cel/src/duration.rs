@@ -1,212 +1,129 @@
 use chrono::Duration;
-use nom::branch::alt;
-use nom::bytes::complete::tag;
-use nom::character::complete::char;
-use nom::combinator::{map, opt};
-use nom::multi::many1;
-use nom::number::complete::double;
-use nom::IResult;
 
-// Constants representing time units in nanoseconds
-const SECOND: u64 = 1_000_000_000;
-const MILLISECOND: u64 = 1_000_000;
-const MICROSECOND: u64 = 1_000;
+/// gpu-admission patch: CEL durations are limited to a single int64 count
+/// of nanoseconds, about ±292 years (cel-spec language definition,
+/// "Overflow"); chrono's `TimeDelta` holds far more.
+pub(crate) fn in_range(d: &Duration) -> bool {
+    d.num_nanoseconds().is_some()
+}
 
-/// Parses a duration string into a [`Duration`]. Duration strings support the
-/// following grammar:
+/// Parses a duration string into a [`Duration`], as Go's
+/// `time.ParseDuration` (which cel-go uses) does:
 ///
-/// DurationString -> Sign? Number Unit String?
-/// Sign           -> '-'
-/// Number         -> Digit+ ('.' Digit+)?
-/// Digit          -> '0' | '1' | '2' | '3' | '4' | '5' | '6' | '7' | '8' | '9'
-/// Unit           -> 'h' | 'm' | 's' | 'ms' | 'us' | 'ns'
-/// String         -> DurationString
+/// DurationString -> Sign? (Number Unit)+ | Sign? '0'
+/// Sign           -> '-' | '+'
+/// Number         -> Digit* ('.' Digit*)?  (at least one digit)
+/// Unit           -> 'h' | 'm' | 's' | 'ms' | 'us' | 'µs' | 'μs' | 'ns'
 ///
 /// # Examples
 /// - `1h` parses as 1 hour
 /// - `1.5h` parses as 1 hour and 30 minutes
-/// - `1h30m` parses as 1 hour and 30 minutes
 /// - `1h30m1s` parses as 1 hour, 30 minutes, and 1 second
-/// - `1ms` parses as 1 millisecond
-/// - `1.5ms` parses as 1 millisecond and 500 microseconds
-/// - `1ns` parses as 1 nanosecond
 /// - `1.5ns` parses as 1 nanosecond (sub-nanosecond durations not supported)
-pub fn parse_duration(i: &str) -> IResult<&str, Duration> {
-    let (i, neg) = opt(parse_negative)(i)?;
-    if i == "0" {
-        return Ok((i, Duration::zero()));
-    }
-    let (i, duration) = many1(parse_number_unit)(i)
-        .map(|(i, d)| (i, d.iter().fold(Duration::zero(), |acc, next| acc + *next)))?;
-    Ok((i, duration * if neg.is_some() { -1 } else { 1 }))
-}
-
-enum Unit {
-    Nanosecond,
-    Microsecond,
-    Millisecond,
-    Second,
-    Minute,
-    Hour,
-}
-
-impl Unit {
-    fn nanos(&self) -> i64 {
-        match self {
-            Unit::Nanosecond => 1,
-            Unit::Microsecond => 1_000,
-            Unit::Millisecond => 1_000_000,
-            Unit::Second => 1_000_000_000,
-            Unit::Minute => 60 * 1_000_000_000,
-            Unit::Hour => 60 * 60 * 1_000_000_000,
-        }
-    }
-}
-
-fn parse_number_unit(i: &str) -> IResult<&str, Duration> {
-    let (i, num) = double(i)?;
-    let (i, unit) = parse_unit(i)?;
-    let duration = to_duration(num, unit);
-    Ok((i, duration))
-}
-
-fn parse_negative(i: &str) -> IResult<&str, ()> {
-    let (i, _): (&str, char) = char('-')(i)?;
-    Ok((i, ()))
-}
-
-fn parse_unit(i: &str) -> IResult<&str, Unit> {
-    alt((
-        map(tag("ms"), |_| Unit::Millisecond),
-        map(tag("us"), |_| Unit::Microsecond),
-        map(tag("ns"), |_| Unit::Nanosecond),
-        map(char('h'), |_| Unit::Hour),
-        map(char('m'), |_| Unit::Minute),
-        map(char('s'), |_| Unit::Second),
-    ))(i)
-}
-
-fn to_duration(num: f64, unit: Unit) -> Duration {
-    Duration::nanoseconds((num * unit.nanos() as f64).trunc() as i64)
-}
-
-/// Formats a [`Duration`] into a string. String returns a string representing the
-/// duration in the form "72h3m0.5s". Leading zero units are omitted. As a special
-/// case, durations less than one second format use a smaller unit (milli-, micro-,
-/// or nanoseconds) to ensure that the leading digit is non-zero. The zero duration
-/// formats as 0s.
 ///
-/// This is a direct port of the Go version of the time.Duration(0).String() function.
+/// gpu-admission patch: upstream read each number as a double and
+/// multiplied it by its unit, so `123.321456789s` lost its last nanosecond,
+/// a value beyond the range saturated instead of failing, and text after
+/// the last unit (`1sx`) was ignored. The integer and fractional parts are
+/// now read exactly, the total must fit an int64 count of nanoseconds, and
+/// the whole text must be a duration.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let invalid = || format!("invalid duration {text:?}");
+    let out_of_range = || format!("duration {text:?} out of range");
+    let (negative, mut rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if rest == "0" {
+        return Ok(Duration::zero());
+    }
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    // The magnitude in nanoseconds; the negative end of the range is one
+    // larger than the positive one.
+    let limit: u128 = if negative { 1 << 63 } else { (1 << 63) - 1 };
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (int_digits, after) = rest.split_at(int_len);
+        let (frac_digits, after) = match after.strip_prefix('.') {
+            Some(after) => {
+                let n = after.bytes().take_while(u8::is_ascii_digit).count();
+                after.split_at(n)
+            }
+            None => ("", after),
+        };
+        if int_digits.is_empty() && frac_digits.is_empty() {
+            return Err(invalid());
+        }
+        let unit_len = after
+            .char_indices()
+            .find(|(_, c)| *c == '.' || c.is_ascii_digit())
+            .map_or(after.len(), |(i, _)| i);
+        let (unit, after) = after.split_at(unit_len);
+        let unit: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60 * 1_000_000_000,
+            "h" => 3_600 * 1_000_000_000,
+            _ => return Err(invalid()),
+        };
+        let mut value: u128 = 0;
+        for d in int_digits.bytes() {
+            value = value * 10 + u128::from(d - b'0');
+            if value * unit > limit {
+                return Err(out_of_range());
+            }
+        }
+        value *= unit;
+        // The fraction, truncated to whole nanoseconds.
+        let mut scale: u128 = 1;
+        let mut frac: u128 = 0;
+        for d in frac_digits.bytes() {
+            if scale > 1_000_000_000_000_000_000 {
+                break; // beyond any unit's resolution
+            }
+            frac = frac * 10 + u128::from(d - b'0');
+            scale *= 10;
+        }
+        value += frac * unit / scale;
+        total += value;
+        if total > limit {
+            return Err(out_of_range());
+        }
+        rest = after;
+    }
+    let nanos = if negative {
+        (total as i128).wrapping_neg() as i64
+    } else {
+        total as i64
+    };
+    Ok(Duration::nanoseconds(nanos))
+}
+
+/// Formats a [`Duration`] as cel-go's `string(duration)` does: seconds with
+/// as many fractional digits as needed, and the suffix `s` (`1000000s`,
+/// `1.5s`, `-0.000000001s`).
+///
+/// gpu-admission patch: upstream printed Go's `time.Duration.String()` form
+/// (`72h3m0.5s`), which is not what CEL's `string()` gives.
 pub fn format_duration(d: &Duration) -> String {
-    let buf = &mut [0u8; 32];
-    let mut w = buf.len();
-
-    let mut neg = false;
-    let mut u = d
+    let nanos = d
         .num_nanoseconds()
-        .map(|n| {
-            if n < 0 {
-                neg = true;
-            }
-            n as u64
-        })
-        .unwrap_or_else(|| {
-            let s = d.num_seconds();
-            if s < 0 {
-                neg = true;
-            }
-            s as u64 * SECOND
-        });
-
-    if u < SECOND {
-        // Special case: if duration is smaller than a second,
-        // use smaller units, like 1.2ms
-        let mut _prec = 0;
-        w -= 1;
-        buf[w] = b's';
-        w -= 1;
-
-        if u == 0 {
-            return "0s".to_string();
-        } else if u < MICROSECOND {
-            _prec = 0;
-            buf[w] = b'n';
-        } else if u < MILLISECOND {
-            _prec = 3;
-            // U+00B5 'µ' micro sign == 0xC2 0xB5
-            buf[w] = 0xB5;
-            w -= 1;
-            buf[w] = 0xC2;
-        } else {
-            _prec = 6;
-            buf[w] = b'm';
-        }
-        (w, u) = format_float(&mut buf[..w], u, _prec);
-        w = format_int(&mut buf[..w], u);
+        .map_or_else(|| i128::from(d.num_seconds()) * 1_000_000_000, i128::from);
+    let sign = if nanos < 0 { "-" } else { "" };
+    let nanos = nanos.unsigned_abs();
+    let (secs, frac) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
+    if frac == 0 {
+        format!("{sign}{secs}s")
     } else {
-        w -= 1;
-        buf[w] = b's';
-        (w, u) = format_float(&mut buf[..w], u, 9);
-
-        // u is now integer number of seconds
-        w = format_int(&mut buf[..w], u % 60);
-        u /= 60;
-
-        // u is now integer number of minutes
-        if u > 0 {
-            w -= 1;
-            buf[w] = b'm';
-            w = format_int(&mut buf[..w], u % 60);
-            u /= 60;
-
-            // u is now integer number of hours
-            if u > 0 {
-                w -= 1;
-                buf[w] = b'h';
-                w = format_int(&mut buf[..w], u);
-            }
-        }
+        let digits = format!("{frac:09}");
+        format!("{sign}{secs}.{}s", digits.trim_end_matches('0'))
     }
-
-    if neg {
-        w -= 1;
-        buf[w] = b'-';
-    }
-    String::from_utf8_lossy(&buf[w..]).into_owned()
-}
-
-fn format_float(buf: &mut [u8], mut v: u64, prec: usize) -> (usize, u64) {
-    let mut w = buf.len();
-    let mut print = false;
-    for _ in 0..prec {
-        let digit = v % 10;
-        print = print || digit != 0;
-        if print {
-            w -= 1;
-            buf[w] = digit as u8 + b'0';
-        }
-        v /= 10;
-    }
-    if print {
-        w -= 1;
-        buf[w] = b'.';
-    }
-    (w, v)
-}
-
-fn format_int(buf: &mut [u8], mut v: u64) -> usize {
-    let mut w = buf.len();
-    if v == 0 {
-        w -= 1;
-        buf[w] = b'0';
-    } else {
-        while v > 0 {
-            w -= 1;
-            buf[w] = (v % 10) as u8 + b'0';
-            v /= 10;
-        }
-    }
-    w
 }
 
 #[cfg(test)]
@@ -215,7 +132,7 @@ mod tests {
     use chrono::Duration;
 
     fn assert_duration(input: &str, expected: Duration) {
-        let (_, duration) = parse_duration(input).unwrap();
+        let duration = parse_duration(input).unwrap();
         assert_eq!(duration, expected, "{input}");
     }
 
@@ -249,12 +166,14 @@ mod tests {
     assert_durations! {
         "1s" => Duration::seconds(1),
         "-1s" => Duration::seconds(-1),
+        "+1s" => Duration::seconds(1),
         "1.1s" => Duration::seconds(1) + Duration::milliseconds(100),
         "1.5m" => Duration::minutes(1) + Duration::seconds(30),
         "1m1s" => Duration::minutes(1) + Duration::seconds(1),
         "1h1m1s" => Duration::hours(1) + Duration::minutes(1) + Duration::seconds(1),
         "1ms" => Duration::milliseconds(1),
         "1us" => Duration::microseconds(1),
+        "1\u{b5}s" => Duration::microseconds(1),
         "1ns" => Duration::nanoseconds(1),
         "1.1ns" => Duration::nanoseconds(1),
         "1.123us" => Duration::microseconds(1) + Duration::nanoseconds(123),
@@ -263,19 +182,52 @@ mod tests {
         "0h0m1s" => Duration::seconds(1),
         "0" => Duration::zero(),
         "-0" => Duration::zero(),
+        ".5s" => Duration::milliseconds(500),
+        "1.s" => Duration::seconds(1),
+        // Exact: a double would give 123.321456788s.
+        "123.321456789s" => Duration::nanoseconds(123_321_456_789),
+        "9223372036.854775807s" => Duration::nanoseconds(i64::MAX),
+        "-9223372036.854775808s" => Duration::nanoseconds(i64::MIN),
+        "2562047h47m16.854775807s" => Duration::nanoseconds(i64::MAX),
+    }
+
+    /// gpu-admission patch: what Go's `time.ParseDuration` refuses, and
+    /// durations beyond an int64 count of nanoseconds, are errors.
+    #[test]
+    fn invalid_and_out_of_range_durations_are_errors() {
+        for text in [
+            "",
+            "-",
+            "s",
+            "1",
+            "1x",
+            "1sx",
+            "1 s",
+            "1e3s",
+            "..5s",
+            "1.5.s",
+            "--1s",
+            "9223372036.854775808s",
+            "-9223372036.854775809s",
+            "320000000000s",
+            "-320000000000s",
+            "2562048h",
+            "99999999999999999999999999ns",
+        ] {
+            assert!(parse_duration(text).is_err(), "{text:?}");
+        }
     }
 
     assert_duration_format! {
         Duration::zero() => "0s",
-        Duration::nanoseconds(1) => "1ns",
-        Duration::nanoseconds(1100) => "1.1µs",
-        Duration::microseconds(2200) => "2.2ms",
+        Duration::nanoseconds(1) => "0.000000001s",
+        Duration::nanoseconds(-1) => "-0.000000001s",
+        Duration::nanoseconds(1100) => "0.0000011s",
         Duration::milliseconds(3300) => "3.3s",
-        Duration::minutes(4) + Duration::seconds(5) => "4m5s",
-        Duration::minutes(4) + Duration::milliseconds(5001) => "4m5.001s",
-        Duration::hours(5) + Duration::minutes(6) + Duration::milliseconds(7001) => "5h6m7.001s",
-        Duration::minutes(8) + Duration::nanoseconds(1) => "8m0.000000001s",
-        Duration::nanoseconds(i64::MAX) => "2562047h47m16.854775807s",
-        Duration::nanoseconds(i64::MIN) => "-2562047h47m16.854775808s",
+        Duration::seconds(1_000_000) => "1000000s",
+        Duration::minutes(4) + Duration::seconds(5) => "245s",
+        Duration::nanoseconds(123_321_456_789) => "123.321456789s",
+        Duration::nanoseconds(i64::MAX) => "9223372036.854775807s",
+        Duration::nanoseconds(i64::MIN) => "-9223372036.854775808s",
     }
 }

@@ -144,29 +144,67 @@ pub fn contains(This(this): This<Value>, arg: Value) -> Result<Value> {
 // Performs a type conversion on the target. The following conversions are currently
 // supported:
 // * `string` - Returns a copy of the target string.
-// * `timestamp` - Returns the timestamp in RFC3339 format.
-// * `duration` - Returns the duration in a string formatted like "72h3m0.5s".
+// * `timestamp` - Returns the timestamp in RFC3339 format, in UTC (`Z`), with
+//   as many fractional digits as needed.
+// * `duration` - Returns the duration in seconds, like "1000000s" or "1.5s".
 // * `int` - Returns the integer value of the target.
 // * `uint` - Returns the unsigned integer value of the target.
 // * `float` - Returns the float value of the target.
-// * `bytes` - Converts bytes to string using from_utf8_lossy.
+// * `bool` - Returns "true" or "false".
+// * `bytes` - Returns the bytes as text; an error unless they are UTF-8.
+//
+// gpu-admission patch: timestamps and durations are spelled as cel-go spells
+// them (upstream gave `+00:00` and Go's `1h30m0s` form), `bool` converts, and
+// bytes that are not UTF-8 are an error instead of being replaced by U+FFFD.
 pub fn string(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
     Ok(match this {
         Value::String(v) => Value::String(v.clone()),
         #[cfg(feature = "chrono")]
-        Value::Timestamp(t) => Value::String(t.to_rfc3339().into()),
+        Value::Timestamp(t) => Value::String(time::format_timestamp(&t).into()),
         #[cfg(feature = "chrono")]
         Value::Duration(v) => Value::String(crate::duration::format_duration(&v).into()),
         Value::Int(v) => Value::String(v.to_string().into()),
         Value::UInt(v) => Value::String(v.to_string().into()),
         Value::Float(v) => Value::String(v.to_string().into()),
-        Value::Bytes(v) => Value::String(Arc::new(String::from_utf8_lossy(v.as_slice()).into())),
+        Value::Bool(v) => Value::String(v.to_string().into()),
+        Value::Bytes(v) => match std::str::from_utf8(v.as_slice()) {
+            Ok(text) => Value::String(Arc::new(text.to_string())),
+            Err(e) => return Err(ftx.error(format!("invalid UTF-8 in bytes: {e}"))),
+        },
         v => return Err(ftx.error(format!("cannot convert {v:?} to string"))),
     })
 }
 
-pub fn bytes(value: Arc<String>) -> Result<Value> {
-    Ok(Value::Bytes(value.as_bytes().to_vec().into()))
+/// `bytes(string)` and `bytes(bytes)`.
+///
+/// gpu-admission patch: bytes convert to themselves (upstream took only a
+/// string).
+pub fn bytes(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
+    Ok(match this {
+        Value::String(v) => Value::Bytes(v.as_bytes().to_vec().into()),
+        Value::Bytes(v) => Value::Bytes(v),
+        v => return Err(ftx.error(format!("cannot convert {v:?} to bytes"))),
+    })
+}
+
+/// `bool(bool)` and `bool(string)`: the strings Go's `strconv.ParseBool`
+/// reads (`1`, `t`, `true`, `TRUE`, `True` and `0`, `f`, `false`, `FALSE`,
+/// `False`); any other string is an error.
+///
+/// gpu-admission patch: a conversion upstream lacks (cel-spec conversions
+/// `bool`, `identity/bool`).
+pub fn bool(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
+    Ok(match this {
+        Value::Bool(v) => Value::Bool(v),
+        Value::String(v) => match v.as_str() {
+            "1" | "t" | "true" | "TRUE" | "True" => Value::Bool(true),
+            "0" | "f" | "false" | "FALSE" | "False" => Value::Bool(false),
+            other => {
+                return Err(ftx.error(format!("type conversion error: {other:?} is not a bool")))
+            }
+        },
+        v => return Err(ftx.error(format!("cannot convert {v:?} to bool"))),
+    })
 }
 
 // Performs a type conversion on the target.
@@ -183,7 +221,17 @@ pub fn double(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
     })
 }
 
+/// 2^63 and 2^64 as doubles: the first double beyond `i64::MAX` and
+/// `u64::MAX` (which a double cannot hold).
+const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
+const TWO_TO_64: f64 = 18_446_744_073_709_551_616.0;
+
 // Performs a type conversion on the target.
+//
+// gpu-admission patch: a double converts only when its integer part fits,
+// as in cel-go: NaN, infinities, negatives and 2^64 or more are range
+// errors. Upstream compared with `u64::MAX as f64`, which is 2^64 itself,
+// so 2^64 and NaN saturated instead of failing.
 pub fn uint(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
     Ok(match this {
         Value::String(v) => v
@@ -191,8 +239,8 @@ pub fn uint(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
             .map(Value::UInt)
             .map_err(|e| ftx.error(format!("string parse error: {e}")))?,
         Value::Float(v) => {
-            if v > u64::MAX as f64 || v < u64::MIN as f64 {
-                return Err(ftx.error("unsigned integer overflow"));
+            if !(v >= 0.0 && v < TWO_TO_64) {
+                return Err(ftx.error("unsigned integer overflow: double out of range"));
             }
             Value::UInt(v as u64)
         }
@@ -206,6 +254,12 @@ pub fn uint(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
 }
 
 // Performs a type conversion on the target.
+//
+// gpu-admission patch: a double converts only when strictly between
+// -2^63 and 2^63 (cel-spec: "(minInt, maxInt) non-inclusive"); NaN and
+// infinities are range errors. Upstream compared with `i64::MAX as f64`,
+// which is 2^63 itself, so 2^63, -2^63 and NaN saturated instead of
+// failing. A timestamp converts to its Unix time in seconds.
 pub fn int(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
     Ok(match this {
         Value::String(v) => v
@@ -213,13 +267,15 @@ pub fn int(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
             .map(Value::Int)
             .map_err(|e| ftx.error(format!("string parse error: {e}")))?,
         Value::Float(v) => {
-            if v > i64::MAX as f64 || v < i64::MIN as f64 {
-                return Err(ftx.error("integer overflow"));
+            if !(v > -TWO_TO_63 && v < TWO_TO_63) {
+                return Err(ftx.error("integer overflow: double out of range"));
             }
             Value::Int(v as i64)
         }
         Value::Int(v) => Value::Int(v),
         Value::UInt(v) => Value::Int(v.try_into().map_err(|_| ftx.error("integer overflow"))?),
+        #[cfg(feature = "chrono")]
+        Value::Timestamp(t) => Value::Int(t.timestamp()),
         v => return Err(ftx.error(format!("cannot convert {v:?} to int"))),
     })
 }
@@ -355,17 +411,16 @@ pub use time::timestamp;
 
 #[cfg(feature = "chrono")]
 pub mod time {
-    use super::Result;
-    use crate::magic::This;
+    use super::{FunctionContext, Result};
+    use crate::magic::{Arguments, This};
     use crate::{ExecutionError, Value};
-    use chrono::{Datelike, Days, Months, Timelike};
-    use std::sync::Arc;
+    use chrono::{DateTime, Datelike, FixedOffset, NaiveDateTime, Timelike};
 
     /// Duration parses the provided argument into a [`Value::Duration`] value.
     ///
     /// The argument must be string, and must be in the format of a duration. See
-    /// the [`parse_duration`] documentation for more information on the supported
-    /// formats.
+    /// the [`crate::duration::parse_duration`] documentation for more
+    /// information on the supported formats.
     ///
     /// # Examples
     /// - `1h` parses as 1 hour
@@ -376,122 +431,264 @@ pub mod time {
     /// - `1.5ms` parses as 1 millisecond and 500 microseconds
     /// - `1ns` parses as 1 nanosecond
     /// - `1.5ns` parses as 1 nanosecond (sub-nanosecond durations not supported)
-    pub fn duration(value: Arc<String>) -> crate::functions::Result<Value> {
-        Ok(Value::Duration(_duration(value.as_str())?))
+    ///
+    /// gpu-admission patch: a duration converts to itself, and a duration
+    /// beyond an int64 count of nanoseconds is an error.
+    pub fn duration(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
+        match this {
+            Value::String(text) => crate::duration::parse_duration(&text)
+                .map(Value::Duration)
+                .map_err(|e| ftx.error(e)),
+            Value::Duration(d) if crate::duration::in_range(&d) => Ok(Value::Duration(d)),
+            Value::Duration(_) => Err(ftx.error("duration out of range")),
+            v => Err(ftx.error(format!("cannot convert {v:?} to duration"))),
+        }
     }
 
     /// Timestamp parses the provided argument into a [`Value::Timestamp`] value.
-    /// The
-    pub fn timestamp(value: Arc<String>) -> Result<Value> {
-        Ok(Value::Timestamp(
-            chrono::DateTime::parse_from_rfc3339(value.as_str())
-                .map_err(|e| ExecutionError::function_error("timestamp", e.to_string().as_str()))?,
+    ///
+    /// gpu-admission patch: also `timestamp(timestamp)` (itself) and
+    /// `timestamp(int)` (Unix time in seconds); a result outside
+    /// 0001-01-01T00:00:00Z..9999-12-31T23:59:59.999999999Z is an error
+    /// (chrono reads the year 0000), and the value is kept in UTC.
+    pub fn timestamp(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
+        let ts = match this {
+            Value::String(text) => {
+                DateTime::parse_from_rfc3339(&text).map_err(|e| ftx.error(e.to_string()))?
+            }
+            Value::Timestamp(ts) => ts,
+            Value::Int(secs) => DateTime::from_timestamp(secs, 0)
+                .ok_or_else(|| ftx.error("timestamp out of range"))?
+                .fixed_offset(),
+            v => return Err(ftx.error(format!("cannot convert {v:?} to timestamp"))),
+        };
+        if !crate::common::types::timestamp::in_range(&ts) {
+            return Err(ftx.error("timestamp out of range"));
+        }
+        Ok(Value::Timestamp(ts.to_utc().fixed_offset()))
+    }
+
+    /// gpu-admission patch: a timestamp as cel-go's `string()` gives it:
+    /// RFC 3339 in UTC (`Z`), with as many fractional digits as needed
+    /// (Go's `time.RFC3339Nano`): `2009-02-13T23:31:30Z`,
+    /// `9999-12-31T23:59:59.999999999Z`.
+    pub fn format_timestamp(ts: &DateTime<FixedOffset>) -> String {
+        let utc = ts.naive_utc();
+        let mut out = utc.format("%Y-%m-%dT%H:%M:%S").to_string();
+        let nanos = utc.nanosecond() % 1_000_000_000;
+        if nanos != 0 {
+            let digits = format!("{nanos:09}");
+            out.push('.');
+            out.push_str(digits.trim_end_matches('0'));
+        }
+        out.push('Z');
+        out
+    }
+
+    /// gpu-admission patch: a duration as cel-go's `string()` gives it:
+    /// seconds with as many fractional digits as needed (`1000000s`,
+    /// `1.5s`).
+    pub fn format_duration(d: &chrono::Duration) -> String {
+        crate::duration::format_duration(d)
+    }
+
+    /// gpu-admission patch: the offset from UTC of the time zone a
+    /// timestamp getter's argument names at the instant `ts`: an IANA name
+    /// (`Australia/Sydney`, `UTC`) or a fixed offset `[+|-]HH:MM`
+    /// (`+11:00`, `-02:30`, `02:00`), as in cel-go. IANA names need the
+    /// `tz` feature (a time zone database compiled in: a webhook image
+    /// has no `/usr/share/zoneinfo`).
+    fn zone_offset(ftx: &FunctionContext, ts: &DateTime<FixedOffset>, zone: &str) -> Result<i32> {
+        if let Some((hours, minutes)) = zone.split_once(':') {
+            let (negative, hours) = match hours.as_bytes().first() {
+                Some(b'-') => (true, &hours[1..]),
+                Some(b'+') => (false, &hours[1..]),
+                _ => (false, hours),
+            };
+            let number = |text: &str| -> Option<i32> {
+                (!text.is_empty() && text.len() <= 2 && text.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| text.parse().ok())
+                    .flatten()
+            };
+            let (Some(hours), Some(minutes)) = (number(hours), number(minutes)) else {
+                return Err(ftx.error(format!("invalid time zone offset {zone:?}")));
+            };
+            if hours > 23 || minutes > 59 {
+                return Err(ftx.error(format!("invalid time zone offset {zone:?}")));
+            }
+            let seconds = hours * 3600 + minutes * 60;
+            return Ok(if negative { -seconds } else { seconds });
+        }
+        if zone == "UTC" {
+            return Ok(0);
+        }
+        named_zone_offset(ts, zone).map_err(|e| ftx.error(e))
+    }
+
+    #[cfg(feature = "tz")]
+    fn named_zone_offset(
+        ts: &DateTime<FixedOffset>,
+        zone: &str,
+    ) -> std::result::Result<i32, String> {
+        let tz = jiff::tz::db()
+            .get(zone)
+            .map_err(|_| format!("unknown time zone {zone:?}"))?;
+        let instant = jiff::Timestamp::new(ts.timestamp(), 0)
+            .map_err(|e| format!("timestamp out of range: {e}"))?;
+        Ok(tz.to_offset(instant).seconds())
+    }
+
+    #[cfg(not(feature = "tz"))]
+    fn named_zone_offset(
+        _: &DateTime<FixedOffset>,
+        zone: &str,
+    ) -> std::result::Result<i32, String> {
+        Err(format!(
+            "unknown time zone {zone:?} (built without a time zone database)"
         ))
     }
 
-    /// A wrapper around [`parse_duration`] that converts errors into [`ExecutionError`].
-    /// and only returns the duration, rather than returning the remaining input.
-    fn _duration(i: &str) -> Result<chrono::Duration> {
-        let (_, duration) = crate::duration::parse_duration(i)
-            .map_err(|e| ExecutionError::function_error("duration", e.to_string()))?;
-        Ok(duration)
+    /// gpu-admission patch: the date and time a getter reads: in UTC, or in
+    /// the time zone of its one optional argument (cel-go's getters all
+    /// take one). Upstream read the offset the timestamp was written with
+    /// (`timestamp('...T23:00:00+02:00').getHours()` was 23, not 21) and
+    /// took no time zone.
+    fn local_time(
+        ftx: &FunctionContext,
+        ts: &DateTime<FixedOffset>,
+        args: &[Value],
+    ) -> Result<NaiveDateTime> {
+        match args {
+            [] => Ok(ts.naive_utc()),
+            [Value::String(zone)] => {
+                let offset = zone_offset(ftx, ts, zone)?;
+                let offset = FixedOffset::east_opt(offset)
+                    .ok_or_else(|| ftx.error(format!("invalid time zone {zone:?}")))?;
+                Ok(ts.with_timezone(&offset).naive_local())
+            }
+            [_] => Err(ExecutionError::NoSuchOverload),
+            _ => Err(ExecutionError::InvalidArgumentCount {
+                expected: 1,
+                actual: args.len(),
+            }),
+        }
     }
 
-    fn _timestamp(i: &str) -> Result<chrono::DateTime<chrono::FixedOffset>> {
-        chrono::DateTime::parse_from_rfc3339(i)
-            .map_err(|e| ExecutionError::function_error("timestamp", e.to_string()))
+    /// A timestamp getter's receiver and its optional time zone, or a
+    /// duration getter's receiver without arguments.
+    fn timestamp_getter(
+        ftx: &FunctionContext,
+        this: &Value,
+        args: &[Value],
+        get: impl FnOnce(NaiveDateTime) -> i64,
+    ) -> Result<Value> {
+        match this {
+            Value::Timestamp(ts) => Ok(Value::Int(get(local_time(ftx, ts, args)?))),
+            _ => Err(ExecutionError::NoSuchOverload),
+        }
+    }
+
+    fn duration_getter(
+        this: &Value,
+        args: &[Value],
+        get: impl FnOnce(&chrono::Duration) -> i64,
+    ) -> Option<Result<Value>> {
+        match this {
+            Value::Duration(d) if args.is_empty() => Some(Ok(Value::Int(get(d)))),
+            Value::Duration(_) => Some(Err(ExecutionError::NoSuchOverload)),
+            _ => None,
+        }
     }
 
     pub fn timestamp_year(
-        This(this): This<chrono::DateTime<chrono::FixedOffset>>,
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
     ) -> Result<Value> {
-        Ok(this.year().into())
+        timestamp_getter(ftx, &this, &args, |t| t.year().into())
     }
 
     pub fn timestamp_month(
-        This(this): This<chrono::DateTime<chrono::FixedOffset>>,
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
     ) -> Result<Value> {
-        Ok((this.month0() as i32).into())
+        timestamp_getter(ftx, &this, &args, |t| t.month0().into())
     }
 
     pub fn timestamp_year_day(
-        This(this): This<chrono::DateTime<chrono::FixedOffset>>,
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
     ) -> Result<Value> {
-        let year = this
-            .checked_sub_days(Days::new(this.day0() as u64))
-            .unwrap()
-            .checked_sub_months(Months::new(this.month0()))
-            .unwrap();
-        Ok(this.signed_duration_since(year).num_days().into())
+        timestamp_getter(ftx, &this, &args, |t| t.ordinal0().into())
     }
 
     pub fn timestamp_month_day(
-        This(this): This<chrono::DateTime<chrono::FixedOffset>>,
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
     ) -> Result<Value> {
-        Ok((this.day0() as i32).into())
+        timestamp_getter(ftx, &this, &args, |t| t.day0().into())
     }
 
     pub fn timestamp_date(
-        This(this): This<chrono::DateTime<chrono::FixedOffset>>,
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
     ) -> Result<Value> {
-        Ok((this.day() as i32).into())
+        timestamp_getter(ftx, &this, &args, |t| t.day().into())
     }
 
     pub fn timestamp_weekday(
-        This(this): This<chrono::DateTime<chrono::FixedOffset>>,
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
     ) -> Result<Value> {
-        Ok((this.weekday().num_days_from_sunday() as i32).into())
-    }
-
-    pub fn get_hours(This(this): This<Value>) -> Result<Value> {
-        Ok(match this {
-            Value::Timestamp(ts) => (ts.hour() as i32).into(),
-            Value::Duration(d) => (d.num_hours() as i32).into(),
-            _ => {
-                return Err(ExecutionError::function_error(
-                    "getHours",
-                    "expected timestamp or duration",
-                ))
-            }
+        timestamp_getter(ftx, &this, &args, |t| {
+            t.weekday().num_days_from_sunday().into()
         })
     }
 
-    pub fn get_minutes(This(this): This<Value>) -> Result<Value> {
-        Ok(match this {
-            Value::Timestamp(ts) => (ts.minute() as i32).into(),
-            Value::Duration(d) => (d.num_minutes() as i32).into(),
-            _ => {
-                return Err(ExecutionError::function_error(
-                    "getMinutes",
-                    "expected timestamp or duration",
-                ))
-            }
-        })
+    pub fn get_hours(
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
+    ) -> Result<Value> {
+        duration_getter(&this, &args, |d| d.num_hours())
+            .unwrap_or_else(|| timestamp_getter(ftx, &this, &args, |t| t.hour().into()))
     }
 
-    pub fn get_seconds(This(this): This<Value>) -> Result<Value> {
-        Ok(match this {
-            Value::Timestamp(ts) => (ts.second() as i32).into(),
-            Value::Duration(d) => (d.num_seconds() as i32).into(),
-            _ => {
-                return Err(ExecutionError::function_error(
-                    "getSeconds",
-                    "expected timestamp or duration",
-                ))
-            }
-        })
+    pub fn get_minutes(
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
+    ) -> Result<Value> {
+        duration_getter(&this, &args, |d| d.num_minutes())
+            .unwrap_or_else(|| timestamp_getter(ftx, &this, &args, |t| t.minute().into()))
     }
 
-    pub fn get_milliseconds(This(this): This<Value>) -> Result<Value> {
-        Ok(match this {
-            Value::Timestamp(ts) => (ts.timestamp_subsec_millis() as i32).into(),
-            Value::Duration(d) => (d.num_milliseconds() as i32).into(),
-            _ => {
-                return Err(ExecutionError::function_error(
-                    "getMilliseconds",
-                    "expected timestamp or duration",
-                ))
-            }
+    pub fn get_seconds(
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
+    ) -> Result<Value> {
+        duration_getter(&this, &args, |d| d.num_seconds())
+            .unwrap_or_else(|| timestamp_getter(ftx, &this, &args, |t| t.second().into()))
+    }
+
+    /// gpu-admission patch: a duration's `getMilliseconds()` is its
+    /// milliseconds component, as in cel-go (`123.321456789s` gives 321);
+    /// upstream gave the whole duration in milliseconds.
+    pub fn get_milliseconds(
+        ftx: &FunctionContext,
+        This(this): This<Value>,
+        Arguments(args): Arguments,
+    ) -> Result<Value> {
+        duration_getter(&this, &args, |d| d.num_milliseconds() % 1000).unwrap_or_else(|| {
+            timestamp_getter(ftx, &this, &args, |t| {
+                (t.nanosecond() % 1_000_000_000 / 1_000_000).into()
+            })
         })
     }
 }
@@ -807,7 +1004,8 @@ mod tests {
             ),
             (
                 "timestamp string",
-                "timestamp('2023-05-28T00:00:00Z').string() == '2023-05-28T00:00:00+00:00'",
+                // gpu-admission patch: RFC 3339 in UTC, as cel-go writes it.
+                "timestamp('2023-05-28T00:00:00Z').string() == '2023-05-28T00:00:00Z'",
             ),
             (
                 "timestamp getFullYear",
@@ -912,7 +1110,8 @@ mod tests {
             ),
             (
                 "duration getMilliseconds",
-                "duration('1s500ms').getMilliseconds() == 1500",
+                // gpu-admission patch: the milliseconds component, as cel-go.
+                "duration('1s500ms').getMilliseconds() == 500",
             ),
             (
                 "duration getHours overflow",
@@ -950,10 +1149,11 @@ mod tests {
     #[test]
     fn test_chrono_string() {
         [
-            ("duration", "duration('1h30m').string() == '1h30m0s'"),
+            // gpu-admission patch: seconds, and RFC 3339 in UTC, as cel-go.
+            ("duration", "duration('1h30m').string() == '5400s'"),
             (
                 "timestamp",
-                "timestamp('2023-05-29T00:00:00Z').string() == '2023-05-29T00:00:00+00:00'",
+                "timestamp('2023-05-29T00:00:00Z').string() == '2023-05-29T00:00:00Z'",
             ),
         ]
         .iter()
@@ -1095,6 +1295,221 @@ mod tests {
         ]
         .iter()
         .for_each(assert_error)
+    }
+
+    /// gpu-admission patch: the conversions cel-spec's conformance suite
+    /// checks (conversions.textproto, timestamps.textproto).
+    #[test]
+    fn conversions_follow_the_specification() {
+        [
+            ("bool('1')", "bool('1') && bool('t') && bool('true') && bool('TRUE') && bool('True')"),
+            ("bool('0')", "!bool('0') && !bool('f') && !bool('false') && !bool('FALSE') && !bool('False')"),
+            ("bool(bool)", "bool(true) && !bool(false)"),
+            ("bytes(bytes)", "bytes(b'abc') == b'abc'"),
+            ("string(bool)", "string(true) == 'true'"),
+            ("string(bytes)", "string(b'\\303\\277') == '\\u00ff'"),
+            ("int(timestamp)", "int(timestamp('2009-02-13T23:31:30Z')) == 1234567890"),
+            ("int(double) below 2^63", "int(9223372036854774784.0) == 9223372036854774784"),
+            ("uint(double) below 2^64", "uint(18446744073709549568.0) == 18446744073709549568u"),
+            ("int(-0.5)", "int(-0.5) == 0"),
+            ("timestamp(int)", "timestamp(1000000000) == timestamp('2001-09-09T01:46:40Z')"),
+            ("timestamp(timestamp)", "timestamp(timestamp(0)) == timestamp(0)"),
+            ("duration(duration)", "duration(duration('100s')) == duration('100s')"),
+            ("string(timestamp)", "string(timestamp('2009-02-13T23:31:30Z')) == '2009-02-13T23:31:30Z'"),
+            (
+                "string(timestamp) nanos",
+                "string(timestamp('9999-12-31T23:59:59.999999999Z')) == '9999-12-31T23:59:59.999999999Z'",
+            ),
+            (
+                "string(timestamp) fraction trimmed, in UTC",
+                "string(timestamp('2009-02-13T23:31:30.120+02:00')) == '2009-02-13T21:31:30.12Z'",
+            ),
+            ("string(timestamp) year 1", "string(timestamp('0001-01-01T00:00:00Z')) == '0001-01-01T00:00:00Z'"),
+            ("string(duration)", "string(duration('1000000s')) == '1000000s'"),
+            ("string(duration) fraction", "string(duration('-1.5ms')) == '-0.0015s'"),
+        ]
+        .iter()
+        .for_each(assert_script);
+
+        for expr in [
+            "bool('TrUe')",
+            "bool('')",
+            "bool(1)",
+            "string(b'\\000\\xff')",
+            "int(9223372036854775807.0)",
+            "int(-9223372036854775808.0)",
+            "int(1e99)",
+            "int(double('NaN'))",
+            "int(double('Infinity'))",
+            "uint(18446744073709551615.0)",
+            "uint(6.022e23)",
+            "uint(-0.5)",
+            "uint(double('NaN'))",
+            "uint(-1)",
+            "timestamp('0000-01-01T00:00:00Z')",
+            "timestamp('10000-01-01T00:00:00Z')",
+            "timestamp(-62135596801)",
+            "timestamp(253402300800)",
+            "duration('320000000000s')",
+            "duration('-320000000000s')",
+            "duration('1sx')",
+            "bytes(1)",
+        ] {
+            assert!(test_script(expr, None).is_err(), "{expr}");
+        }
+        assert_eq!(
+            test_script("timestamp(-62135596800)", None).map(|v| format!("{v:?}")),
+            Ok("Timestamp(0001-01-01T00:00:00+00:00)".to_string())
+        );
+    }
+
+    /// gpu-admission patch: timestamp getters in a time zone (an IANA name
+    /// or a fixed offset), and in UTC without one.
+    #[test]
+    fn timestamp_getters_take_a_time_zone() {
+        [
+            (
+                "IANA",
+                "timestamp('2009-02-13T23:31:30Z').getDate('Australia/Sydney') == 14",
+            ),
+            (
+                "IANA link",
+                "timestamp('2009-02-13T23:31:30Z').getDayOfMonth('US/Central') == 12",
+            ),
+            (
+                "IANA negative half hour",
+                "timestamp('2009-02-13T02:00:00Z').getDayOfMonth('America/St_Johns') == 11",
+            ),
+            (
+                "IANA quarter hour",
+                "timestamp('2009-02-13T23:31:30Z').getMinutes('Asia/Kathmandu') == 16",
+            ),
+            (
+                "UTC",
+                "timestamp('2009-02-13T23:31:30Z').getDayOfWeek('UTC') == 5",
+            ),
+            (
+                "offset",
+                "timestamp('2009-02-13T23:31:30Z').getDayOfMonth('+11:00') == 13",
+            ),
+            (
+                "negative offset",
+                "timestamp('2009-02-13T02:00:00Z').getDayOfMonth('-02:30') == 11",
+            ),
+            (
+                "unsigned offset",
+                "timestamp('2009-02-13T23:31:30Z').getHours('02:00') == 1",
+            ),
+            (
+                "-00:00",
+                "timestamp('2009-02-13T23:31:30Z').getSeconds('-00:00') == 30",
+            ),
+            (
+                "year",
+                "timestamp('2009-01-01T01:00:00Z').getFullYear('-09:30') == 2008",
+            ),
+            (
+                "day of year",
+                "timestamp('2009-01-01T01:00:00Z').getDayOfYear('-09:30') == 365",
+            ),
+            (
+                "month",
+                "timestamp('2009-01-01T01:00:00Z').getMonth('-09:30') == 11",
+            ),
+            (
+                "milliseconds",
+                "timestamp('2009-02-13T23:31:20.123456789Z').getMilliseconds('+01:00') == 123",
+            ),
+            (
+                "summer time",
+                "timestamp('2009-07-13T12:00:00Z').getHours('Europe/Paris') == 14",
+            ),
+            (
+                "winter time",
+                "timestamp('2009-01-13T12:00:00Z').getHours('Europe/Paris') == 13",
+            ),
+            // Without a zone: UTC, whatever offset the text had.
+            (
+                "UTC by default",
+                "timestamp('2009-02-13T23:31:30+02:00').getHours() == 21",
+            ),
+        ]
+        .iter()
+        .for_each(assert_script);
+
+        for expr in [
+            "timestamp('2009-02-13T23:31:30Z').getHours('Mars/Olympus_Mons')",
+            "timestamp('2009-02-13T23:31:30Z').getHours('+25:00')",
+            "timestamp('2009-02-13T23:31:30Z').getHours('a:b')",
+            "timestamp('2009-02-13T23:31:30Z').getHours(1)",
+            "timestamp('2009-02-13T23:31:30Z').getHours('UTC', 'UTC')",
+            "duration('1h').getHours('UTC')",
+            "duration('1h').getFullYear()",
+        ] {
+            assert!(test_script(expr, None).is_err(), "{expr}");
+        }
+    }
+
+    /// gpu-admission patch: duration getters, and arithmetic kept within
+    /// the ranges of timestamps and durations.
+    #[test]
+    fn durations_and_timestamp_arithmetic_stay_in_range() {
+        [
+            ("getMilliseconds", "duration('123.321456789s').getMilliseconds() == 321"),
+            ("getMilliseconds negative", "duration('-1.5s').getMilliseconds() == -500"),
+            ("getSeconds", "duration('3730s').getSeconds() == 3730"),
+            ("getMinutes", "duration('3730s').getMinutes() == 62"),
+            ("getHours", "duration('10000s').getHours() == 2"),
+            (
+                "duration + timestamp",
+                "duration('120s') + timestamp('2009-02-13T23:01:00Z') == timestamp('2009-02-13T23:03:00Z')",
+            ),
+            (
+                "nanoseconds carried",
+                "timestamp('0001-01-01T00:00:01.999999999Z') + duration('999999999ns') == timestamp('0001-01-01T00:00:02.999999998Z')",
+            ),
+            ("largest duration", "duration('9223372036.854775807s') - duration('1ns') < duration('9223372036.854775807s')"),
+            (
+                "timestamps 292 years apart",
+                "timestamp('2262-04-11T23:47:16.854775807Z') - timestamp('1970-01-01T00:00:00Z') == duration('9223372036.854775807s')",
+            ),
+        ]
+        .iter()
+        .for_each(assert_script);
+
+        for expr in [
+            "timestamp('9999-12-31T23:59:59.999999999Z') + duration('1ns')",
+            "duration('1ns') + timestamp('9999-12-31T23:59:59.999999999Z')",
+            "timestamp('0001-01-01T00:00:00Z') - duration('1ns')",
+            "timestamp('0001-01-01T00:00:00Z') + duration('-1ns')",
+            "timestamp('9999-12-31T23:59:59Z') - timestamp('0001-01-01T00:00:00Z')",
+            "timestamp('0001-01-01T00:00:00Z') - timestamp('9999-12-31T23:59:59Z')",
+            "timestamp('2262-04-11T23:47:16.854775808Z') - timestamp('1970-01-01T00:00:00Z')",
+            "duration('200000000000s') + duration('200000000000s')",
+            "duration('-200000000000s') + duration('-200000000000s')",
+            "duration('200000000000s') - duration('-200000000000s')",
+            "duration('-200000000000s') - duration('200000000000s')",
+            "duration('9223372036.854775807s') + duration('1ns')",
+        ] {
+            assert!(test_script(expr, None).is_err(), "{expr}");
+        }
+    }
+
+    /// gpu-admission patch: unary minus takes an int or a double, and
+    /// negating the smallest int overflows (upstream panicked in a debug
+    /// build and wrapped in a release one).
+    #[test]
+    fn unary_minus_is_checked() {
+        [
+            ("int", "-(-42) == 42"),
+            ("double", "-(1.5) == -1.5"),
+            ("zero", "-(0) == 0"),
+        ]
+        .iter()
+        .for_each(assert_script);
+        for expr in ["-(-9223372036854775807 - 1)", "-false", "-(42u)", "-'a'"] {
+            assert!(test_script(expr, None).is_err(), "{expr}");
+        }
     }
 }
 

@@ -43,6 +43,10 @@ pub mod extractors {
     pub use crate::magic::{Arguments, Identifier, This, Val};
 
     pub use crate::magic::{IntoFunction, IntoResolveResult};
+
+    /// gpu-admission patch: a registered function, as
+    /// `Context::take_function` returns it.
+    pub use crate::magic::Function;
 }
 
 #[derive(Error, Clone, Debug, PartialEq)]

@@ -370,6 +370,11 @@ impl FunctionRegistry {
             .insert(name.to_string(), function.into_function());
     }
 
+    /// gpu-admission patch: see `Context::take_function`.
+    pub(crate) fn take(&mut self, name: &str) -> Option<Function> {
+        self.functions.remove(name)
+    }
+
     #[allow(dead_code)]
     pub(crate) fn get(&self, name: &str) -> Option<&Function> {
         self.functions.get(name)

@@ -1,4 +1,4 @@
-use crate::common::traits::{Comparer, Negator};
+use crate::common::traits::Comparer;
 use crate::common::types::Type;
 use crate::common::value::Val;
 use crate::ExecutionError;
@@ -43,9 +43,8 @@ impl Val for Bool {
         Some(self)
     }
 
-    fn as_negator(&self) -> Option<&dyn Negator> {
-        Some(self)
-    }
+    // gpu-admission patch: no `as_negator`: `-false` is no such overload
+    // (CEL's `-` takes an int or a double); upstream gave `true`.
 
     fn equals(&self, other: &dyn Val) -> bool {
         other.downcast_ref::<Self>().is_some_and(|a| self.0 == a.0)
@@ -63,12 +62,6 @@ impl Comparer for Bool {
         } else {
             Err(ExecutionError::NoSuchOverload)
         }
-    }
-}
-
-impl Negator for Bool {
-    fn negate(&self) -> Result<Box<dyn Val>, ExecutionError> {
-        Ok(Box::new(self.negate()))
     }
 }
 

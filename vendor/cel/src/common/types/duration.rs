@@ -54,15 +54,39 @@ impl Val for Duration {
     }
 }
 
+/// gpu-admission patch: a sum or difference of durations must be a CEL
+/// duration (an int64 count of nanoseconds, about ±292 years), not merely
+/// fit chrono's `TimeDelta`.
+fn checked(
+    op: &'static str,
+    result: Option<chrono::Duration>,
+    lhs: &chrono::Duration,
+    rhs: &chrono::Duration,
+) -> Result<Duration, ExecutionError> {
+    result
+        .filter(crate::duration::in_range)
+        .map(Duration)
+        .ok_or_else(|| ExecutionError::Overflow(op, Value::Duration(*lhs), Value::Duration(*rhs)))
+}
+
 impl Adder for Duration {
     fn add<'a>(&'a self, rhs: &dyn Val) -> Result<Cow<'a, dyn Val>, crate::ExecutionError> {
         if let Some(rhs) = rhs.downcast_ref::<Duration>() {
-            Ok(Cow::<dyn Val>::Owned(Box::new(Duration(
-                // todo report the proper values in the error
-                self.0
-                    .checked_add(&rhs.0)
-                    .ok_or_else(|| ExecutionError::Overflow("add", Value::Null, Value::Null))?,
-            ))))
+            Ok(Cow::<dyn Val>::Owned(Box::new(checked(
+                "add",
+                self.0.checked_add(&rhs.0),
+                &self.0,
+                &rhs.0,
+            )?)))
+        } else if let Some(rhs) = rhs.downcast_ref::<super::timestamp::Timestamp>() {
+            // gpu-admission patch: `duration + timestamp`, as cel-go has it
+            // (addition is commutative).
+            Ok(Cow::<dyn Val>::Owned(Box::new(
+                super::timestamp::Timestamp::from(super::timestamp::add_duration(
+                    rhs.inner(),
+                    &self.0,
+                )?),
+            )))
         } else {
             Err(crate::ExecutionError::UnsupportedBinaryOperator(
                 "add",
@@ -86,12 +110,12 @@ impl Comparer for Duration {
 impl Subtractor for Duration {
     fn sub<'a>(&'a self, rhs: &'_ dyn Val) -> Result<Cow<'a, dyn Val>, ExecutionError> {
         if let Some(rhs) = rhs.downcast_ref::<Duration>() {
-            Ok(Cow::<dyn Val>::Owned(Box::new(Duration(
-                // todo report the proper values in the error
-                self.0
-                    .checked_sub(&rhs.0)
-                    .ok_or_else(|| ExecutionError::Overflow("add", Value::Null, Value::Null))?,
-            ))))
+            Ok(Cow::<dyn Val>::Owned(Box::new(checked(
+                "sub",
+                self.0.checked_sub(&rhs.0),
+                &self.0,
+                &rhs.0,
+            )?)))
         } else {
             Err(ExecutionError::NoSuchOverload)
         }

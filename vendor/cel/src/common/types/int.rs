@@ -5,7 +5,7 @@ use crate::common::value::Val;
 use crate::ExecutionError;
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::ops::{Deref, Neg};
+use std::ops::Deref;
 
 #[derive(Clone, Copy, Debug, Default, Eq, Hash, PartialEq, PartialOrd, Ord)]
 pub struct Int(i64);
@@ -175,8 +175,13 @@ impl traits::Multiplier for Int {
 }
 
 impl Negator for Int {
+    /// gpu-admission patch: `-(-9223372036854775807 - 1)` overflows; upstream
+    /// panicked in a debug build and wrapped to itself in a release build.
     fn negate(&self) -> Result<Box<dyn Val>, ExecutionError> {
-        Ok(Box::new(Self::from(self.0.neg())))
+        self.0
+            .checked_neg()
+            .map(|v| Box::new(Self::from(v)) as Box<dyn Val>)
+            .ok_or_else(|| ExecutionError::Overflow("negate", self.0.into(), crate::Value::Null))
     }
 }
 

@@ -13,7 +13,7 @@ mod null;
 mod optional;
 mod string;
 #[cfg(feature = "chrono")]
-mod timestamp;
+pub(crate) mod timestamp;
 mod uint;
 
 use crate::common::value::Val;

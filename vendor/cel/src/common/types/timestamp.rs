@@ -5,7 +5,6 @@ use crate::{ExecutionError, Value};
 use chrono::TimeZone;
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::ops::{Add, Sub};
 use std::sync::LazyLock;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -75,17 +74,27 @@ static MIN_TIMESTAMP: LazyLock<chrono::DateTime<chrono::FixedOffset>> = LazyLock
         .from_utc_datetime(&naive)
 });
 
+/// gpu-admission patch: whether a timestamp is within CEL's range (above).
+pub(crate) fn in_range(ts: &chrono::DateTime<chrono::FixedOffset>) -> bool {
+    *ts <= *MAX_TIMESTAMP && *ts >= *MIN_TIMESTAMP
+}
+
+/// gpu-admission patch: `timestamp + duration` (and `duration + timestamp`,
+/// see `Duration`'s `Adder`), checked: chrono's `+` panics beyond its own
+/// range, which a host's duration may reach.
+pub(crate) fn add_duration(
+    ts: &chrono::DateTime<chrono::FixedOffset>,
+    d: &chrono::Duration,
+) -> Result<chrono::DateTime<chrono::FixedOffset>, ExecutionError> {
+    ts.checked_add_signed(*d)
+        .filter(in_range)
+        .ok_or_else(|| ExecutionError::Overflow("add", Value::Timestamp(*ts), Value::Duration(*d)))
+}
+
 impl Adder for Timestamp {
     fn add<'a>(&'a self, rhs: &dyn Val) -> Result<Cow<'a, dyn Val>, ExecutionError> {
         if let Some(rhs) = rhs.downcast_ref::<CelDuration>() {
-            let result = self.0.add(*rhs.inner());
-            if result > *MAX_TIMESTAMP || result < *MIN_TIMESTAMP {
-                return Err(ExecutionError::Overflow(
-                    "add",
-                    (self as &dyn Val).try_into().unwrap_or(Value::Null),
-                    (rhs as &dyn Val).try_into().unwrap_or(Value::Null),
-                ));
-            }
+            let result = add_duration(&self.0, rhs.inner())?;
             Ok(Cow::<dyn Val>::Owned(Box::new(Self(result))))
         } else {
             Err(ExecutionError::UnsupportedBinaryOperator(
@@ -110,18 +119,32 @@ impl Comparer for Timestamp {
 impl Subtractor for Timestamp {
     fn sub<'a>(&'a self, rhs: &'_ dyn Val) -> Result<Cow<'a, dyn Val>, ExecutionError> {
         if let Some(rhs) = rhs.downcast_ref::<CelDuration>() {
-            let result = self.0.sub(*rhs.inner());
-            if result > *MAX_TIMESTAMP || result < *MIN_TIMESTAMP {
-                return Err(ExecutionError::Overflow(
-                    "sub",
-                    (self as &dyn Val).try_into().unwrap_or(Value::Null),
-                    (rhs as &dyn Val).try_into().unwrap_or(Value::Null),
-                ));
-            }
+            // gpu-admission patch: checked, as in `add_duration`.
+            let result = self
+                .0
+                .checked_sub_signed(*rhs.inner())
+                .filter(in_range)
+                .ok_or_else(|| {
+                    ExecutionError::Overflow(
+                        "sub",
+                        (self as &dyn Val).try_into().unwrap_or(Value::Null),
+                        (rhs as &dyn Val).try_into().unwrap_or(Value::Null),
+                    )
+                })?;
             Ok(Cow::<dyn Val>::Owned(Box::new(Self(result))))
         } else if let Some(rhs) = rhs.downcast_ref::<Self>() {
+            // gpu-admission patch: the difference must be a CEL duration
+            // (an int64 count of nanoseconds, about ±292 years).
+            let difference = self.0.signed_duration_since(rhs.inner());
+            if !crate::duration::in_range(&difference) {
+                return Err(ExecutionError::Overflow(
+                    "sub",
+                    Value::Timestamp(self.0),
+                    Value::Timestamp(rhs.0),
+                ));
+            }
             Ok(Cow::<dyn Val>::Owned(Box::new(CelDuration::from(
-                self.0.signed_duration_since(rhs.inner()),
+                difference,
             ))))
         } else {
             Err(ExecutionError::UnsupportedBinaryOperator(
