@@ -5,6 +5,7 @@
 pub mod fake_apiserver;
 pub mod hostile;
 pub mod http;
+pub mod shared_data;
 pub mod webhooks;
 
 use axum::http::StatusCode;
