@@ -3649,6 +3649,14 @@ mod conformance_tests {
     }
 
     #[test]
+    fn an_even_run_of_a_unary_operator_cancels_out() {
+        assert_eq!(eval("!!true"), Ok(true.into()));
+        assert_eq!(eval("!!!true"), Ok(false.into()));
+        assert_eq!(eval("--19"), Ok(19.into()));
+        assert_eq!(eval("---19"), Ok((-19).into()));
+    }
+
+    #[test]
     fn strings_are_sized_in_code_points() {
         assert_eq!(eval("size('πέντε')"), Ok(5.into()));
         assert_eq!(eval("'ÿ'.size()"), Ok(1.into()));

@@ -690,8 +690,12 @@ impl gen::CELVisitorCompat<'_> for Parser {
                 IdedExpr::default()
             }
             Some(member) => {
+                // gpu-admission patch: an even run of the operator cancels
+                // out (`!!x` is `x`, `--19` is 19), as cel-go parses it;
+                // upstream visited the operand, dropped it and applied the
+                // operator once anyway.
                 if ctx.ops.len() % 2 == 0 {
-                    self.visit(member.as_ref());
+                    return self.visit(member.as_ref());
                 }
                 let op_id = self.helper.next_id(&ctx.ops[0]);
                 let target = self.visit(member.as_ref());
@@ -706,8 +710,12 @@ impl gen::CELVisitorCompat<'_> for Parser {
                 self.report_error::<ParseError, _>(&ctx.start(), None, "No `MemberContextAll`!")
             }
             Some(member) => {
+                // gpu-admission patch: an even run of the operator cancels
+                // out (`!!x` is `x`, `--19` is 19), as cel-go parses it;
+                // upstream visited the operand, dropped it and applied the
+                // operator once anyway.
                 if ctx.ops.len() % 2 == 0 {
-                    self.visit(member.as_ref());
+                    return self.visit(member.as_ref());
                 }
                 let op_id = self.helper.next_id(&ctx.ops[0]);
                 let target = self.visit(member.as_ref());
