@@ -20,7 +20,7 @@
 //! Indexes count code points, as cel-go's do. The interpreter charges every
 //! call for the size of its receiver and result, as it does kube-cel's.
 use kube_cel::cel::extractors::{Arguments, Function, This};
-use kube_cel::cel::objects::Key;
+use kube_cel::cel::objects::{Key, TypeValue};
 use kube_cel::cel::{Context, ExecutionError, FunctionContext, ResolveResult, Value};
 use std::sync::Arc;
 
@@ -412,6 +412,11 @@ fn write_string(value: &Value, out: &mut String) -> Result<(), String> {
                 out.push_str(value);
             }
             out.push('}');
+        }
+        Value::Opaque(o) if o.downcast_ref::<TypeValue>().is_some() => {
+            if let Some(t) = o.downcast_ref::<TypeValue>() {
+                out.push_str(t.name());
+            }
         }
         other => {
             return Err(format!(
