@@ -439,7 +439,7 @@ spec:
     let text = stdout(&out);
     assert!(out.status.success(), "{text}");
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 5, "{text}");
+    assert_eq!(lines.len(), 6, "{text}");
     assert!(
         lines[0].starts_with("note: ")
             && lines[0].contains("library.yaml: document 2")
@@ -463,8 +463,64 @@ spec:
             && lines[3].contains("policy no-latest matches Pod CREATE, so it is also run on the pod templates of Deployment"),
         "{text}"
     );
+    // The policy uses nothing beyond kube-apiserver's CEL.
+    assert_eq!(
+        lines[4], "kube-apiserver 1.33: 1 of 1 policies would load as written",
+        "{text}"
+    );
     assert!(
-        lines[4].ends_with("ok (1 policies, 0 placement profiles, 0 tests)"),
+        lines[5].ends_with("ok (1 policies, 0 placement profiles, 0 tests)"),
+        "{text}"
+    );
+}
+
+/// `lint` names what a policy uses beyond kube-apiserver's CEL environment
+/// (the engine's own extensions, `cel.bind`, `math`) and counts the
+/// policies that would load there as written.
+#[test]
+fn lint_says_which_policies_would_load_in_kube_apiserver() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policy = |name: &str, expression: &str| {
+        format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  matchConstraints:
+    resourceRules: [{{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}}]
+  validations: [{{expression: "{expression}"}}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {name}}}
+spec: {{policyName: {name}, validationActions: [Deny]}}
+"#
+        )
+    };
+    write(
+        tmp.path(),
+        "policies.yaml",
+        &[
+            policy("plain", "object.spec.containers.all(c, c.?securityContext.privileged.orValue(false) == false)"),
+            policy("bound", "cel.bind(n, size(object.spec.containers), n < 10)"),
+            policy("mathematical", "math.greatest(1, size(object.spec.containers)) < 10"),
+        ]
+        .join("---\n"),
+    );
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("bound: uses cel.bind beyond kube-apiserver 1.33's CEL"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mathematical: uses math.greatest beyond kube-apiserver 1.33's CEL"),
+        "{text}"
+    );
+    assert!(!text.contains("plain: uses"), "{text}");
+    assert!(
+        text.contains("kube-apiserver 1.33: 1 of 3 policies would load as written"),
         "{text}"
     );
 }
