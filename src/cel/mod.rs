@@ -17,6 +17,7 @@ use std::sync::Arc;
 pub mod authz;
 pub mod fold;
 pub mod gpu;
+pub mod image;
 mod keys;
 mod limits;
 pub mod portability;
@@ -254,6 +255,8 @@ fn register_functions(ctx: &mut Context<'static>) {
     authz::register(ctx);
     ctx.add_function("find", regex_find);
     ctx.add_function("findAll", regex_find_all);
+    // Kubernetes' image library (1.33).
+    image::register(ctx);
     ctx.add_function("image.repository", |image: Arc<String>| -> String {
         crate::k8s::images::repository(&image)
     });

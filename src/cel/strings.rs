@@ -8,7 +8,10 @@
 //!   too many, is an error (kube-cel ignored it); a negative `replace` limit
 //!   replaces every occurrence, and `split('')` splits into characters, as
 //!   Go does.
-//! - `format`: cel-go's formatter. `%s` prints bytes as text, timestamps and
+//! - `format`: the formatter of cel-go's strings extension version 4, which
+//!   the CEL specification's conformance suite checks (kube-apiserver
+//!   declares version 2, whose `%s` prints lists and maps as CEL literals:
+//!   message texts differ, see docs/policies.md). `%s` prints bytes as text, timestamps and
 //!   durations as `string()` gives them, lists and maps as
 //!   `[a, 1]` and `{k: v}` with map entries sorted by their printed key;
 //!   `%d`, `%f` and `%e` print NaN and infinities as `NaN`, `Infinity` and

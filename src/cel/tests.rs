@@ -38,6 +38,30 @@ fn kubernetes_libraries_are_registered() {
     }
 }
 
+/// Kubernetes' image library (1.33), beside the engine's own
+/// `image.repository(s)`.
+#[test]
+fn kubernetes_image_library_is_registered() {
+    let digest = "sha256:6aefddb645ee6963afd681b1845c661d0ea4c3b20ab9db86d9e753b203d385f2";
+    for expr in [
+        "image('registry.k8s.io/kube-apiserver-arm64:latest').registry() == 'registry.k8s.io'".to_string(),
+        "image('registry.k8s.io/kube-apiserver-arm64').repository() == 'kube-apiserver-arm64'".to_string(),
+        "image('registry.k8s.io/kube-apiserver-arm64').tag() == 'latest'".to_string(),
+        "image('kube-apiserver-arm64:testtag').registry() == 'index.docker.io'".to_string(),
+        "image('registry.k8s.io/kube-apiserver-arm64:testtag').identifier() == 'testtag'".to_string(),
+        format!("image('registry.k8s.io/kube-apiserver-arm64:latest@{digest}').identifier() == '{digest}'"),
+        format!("image('registry.k8s.io/kube-apiserver-arm64@{digest}').containsDigest()"),
+        format!("image('registry.k8s.io/kube-apiserver-arm64@{digest}').digest() == '{digest}'"),
+        "!image('registry.k8s.io/kube-apiserver-arm64:latest').containsDigest()".to_string(),
+        "isImage('nginx') && !isImage('registry.k8s.io//kube-apiserver-arm64')".to_string(),
+        "image.repository('nginx') == 'docker.io/library/nginx'".to_string(),
+    ] {
+        assert_eq!(eval_with(&expr, json!({})), Ok(Value::Bool(true)), "{expr}");
+    }
+    assert!(eval_with("image('registry.k8s.io//x').tag() == ''", json!({})).is_err());
+    assert!(eval_with("'nginx'.tag() == ''", json!({})).is_err());
+}
+
 #[test]
 fn image_repository_compares_images_exactly() {
     let object = json!({"spec": {"containers": [
