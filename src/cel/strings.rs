@@ -100,19 +100,29 @@ fn out_of_range(function: &str, index: i64) -> ExecutionError {
     error(function, format!("index out of range: {index}"))
 }
 
+/// The string a method is called on, or, when it is called on something
+/// else, the answer of `previous` (kube-cel's, which has the lists).
+fn string_receiver(
+    ftx: &mut FunctionContext,
+    previous: Option<&Function>,
+) -> Result<Arc<String>, ResolveResult> {
+    match ftx.this.take() {
+        Some(Value::String(text)) => Ok(text),
+        other => {
+            ftx.this = other;
+            Err(match previous {
+                Some(previous) if ftx.this.is_some() => previous(ftx),
+                _ => Err(ExecutionError::NoSuchOverload),
+            })
+        }
+    }
+}
+
 /// `s.indexOf(sub)`, `s.indexOf(sub, offset)`; lists go to kube-cel.
 fn index_of(ftx: &mut FunctionContext, previous: Option<&Function>) -> ResolveResult {
-    let Some(Value::String(text)) = ftx.this.take().map(|this| match this {
-        Value::String(_) => this,
-        other => {
-            ftx.this = Some(other);
-            Value::Null
-        }
-    }) else {
-        return match previous {
-            Some(previous) if ftx.this.is_some() => previous(ftx),
-            _ => Err(ExecutionError::NoSuchOverload),
-        };
+    let text = match string_receiver(ftx, previous) {
+        Ok(text) => text,
+        Err(answer) => return answer,
     };
     let (sub, offset) = offset_arg("indexOf", &resolve_args(ftx)?)?;
     let offset = offset.unwrap_or(0);
@@ -133,17 +143,9 @@ fn index_of(ftx: &mut FunctionContext, previous: Option<&Function>) -> ResolveRe
 /// `s.lastIndexOf(sub)`, `s.lastIndexOf(sub, offset)` (the last index a
 /// match may start at); lists go to kube-cel.
 fn last_index_of(ftx: &mut FunctionContext, previous: Option<&Function>) -> ResolveResult {
-    let Some(Value::String(text)) = ftx.this.take().map(|this| match this {
-        Value::String(_) => this,
-        other => {
-            ftx.this = Some(other);
-            Value::Null
-        }
-    }) else {
-        return match previous {
-            Some(previous) if ftx.this.is_some() => previous(ftx),
-            _ => Err(ExecutionError::NoSuchOverload),
-        };
+    let text = match string_receiver(ftx, previous) {
+        Ok(text) => text,
+        Err(answer) => return answer,
     };
     let (sub, offset) = offset_arg("lastIndexOf", &resolve_args(ftx)?)?;
     let chars: Vec<char> = text.chars().collect();
