@@ -181,6 +181,7 @@ const NAMESPACES: &[&str] = &[
     "image",
     "azure",
     "cel",
+    "lists",
 ];
 
 /// What `expr` uses that kube-apiserver's environment does not have:
@@ -297,6 +298,10 @@ mod tests {
         assert_eq!(beyond("math.greatest(1, 2) == 2"), ["math.greatest"]);
         assert_eq!(beyond("base64.encode(b'a') != ''"), ["base64.encode"]);
         assert_eq!(beyond("cel.bind(x, 1, x + 1) == 2"), ["cel.bind"]);
+        assert_eq!(
+            beyond("lists.range(3).reverse().slice(0, 1).size() == 1"),
+            ["lists.range", "reverse", "slice"]
+        );
         assert_eq!(
             beyond("image.repository(object.spec.containers[0].image) != ''"),
             ["image.repository"]
