@@ -60,9 +60,9 @@ spec:
       containers: [{name: web, image: nginx:1.27}]
 "#;
 
-/// The Kubernetes documentation's replica-limit policy: Deny in namespaces
-/// labelled environment=test, Warn elsewhere, and an Audit binding with a
-/// ConfigMap as params.
+/// The GPU replica cap (tests/fixtures/policies/replica-limit): Deny in
+/// namespaces labelled environment=test, Warn elsewhere, and an Audit
+/// binding with a ConfigMap as params.
 #[test]
 fn evaluate_replica_limit_example_deny_warn_and_audit() {
     let tmp = tempfile::tempdir().unwrap();
@@ -88,13 +88,16 @@ fn evaluate_replica_limit_example_deny_warn_and_audit() {
     assert_eq!(web["allowed"], false);
     assert_eq!(
         web["denials"][0],
-        "replicalimit-policy.example.com: object.spec.replicas must be no greater than 3"
+        "gpu-replica-cap.gpu-admission.io: at most 3 replicas may share the GPU pool here"
     );
     // The Audit binding (ConfigMap params, limit 5) records, never denies.
     let audit = web["auditAnnotations"]["validation_failure"]
         .as_str()
         .unwrap();
-    assert!(audit.contains("too many replicas"), "{audit}");
+    assert!(
+        audit.contains("more replicas than the GPU pool's audit threshold"),
+        "{audit}"
+    );
     assert_eq!(results[1]["allowed"], true);
     assert_eq!(results[2]["allowed"], false);
 
@@ -110,7 +113,7 @@ fn evaluate_replica_limit_example_deny_warn_and_audit() {
     assert!(text.contains("Deployment default/web: allowed"), "{text}");
     assert!(text.contains("Deployment default/fleet: allowed"), "{text}");
     assert!(
-        text.contains("warning: replicalimit-policy.example.com: object.spec.replicas must be no greater than 100"),
+        text.contains("warning: gpu-replica-cap.gpu-admission.io: at most 100 replicas may share the GPU pool here"),
         "{text}"
     );
     assert!(

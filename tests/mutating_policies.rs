@@ -1,8 +1,8 @@
-//! MutatingAdmissionPolicies through `/mutate`: the Kubernetes
-//! documentation's examples over real TLS (the returned patch applied with
-//! an RFC 6902 implementation gives the documented pod, and a second call
-//! gives no patch), their order after placement, failurePolicy, and what
-//! `evaluate` and `lint` show of them.
+//! MutatingAdmissionPolicies through `/mutate`: the GPU health-check
+//! examples of tests/fixtures/mutating over real TLS (the returned patch
+//! applied with an RFC 6902 implementation gives the expected pod, and a
+//! second call gives no patch), their order after placement, failurePolicy,
+//! and what `evaluate` and `lint` show of them.
 mod common;
 
 use common::{config, review_patch, NoNamespaces, TestServer};
@@ -27,7 +27,7 @@ fn review(uid: &str, object: &Value) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_examples_patch_to_the_documented_pod_over_tls_once() {
+async fn the_examples_patch_to_the_expected_pod_over_tls_once() {
     let pod = read_json(&fixtures().join("pod.json"));
     for example in ["apply-configuration", "json-patch"] {
         let loaded = bundle::load(&PolicySource::Dir(fixtures().join(example)))
@@ -48,7 +48,7 @@ async fn the_documented_examples_patch_to_the_documented_pod_over_tls_once() {
         let _: k8s_openapi::api::core::v1::Pod = serde_json::from_value(patched.clone())
             .unwrap_or_else(|e| panic!("{example}: not a Pod: {e}"));
 
-        // Reinvocation: the sidecar is there, the match condition excludes
+        // Reinvocation: gpu-check is there, the match condition excludes
         // the pod, nothing more to do.
         let (_, again) = server
             .post_review("/mutate", &review(&format!("{example}-again"), &patched))
@@ -56,7 +56,7 @@ async fn the_documented_examples_patch_to_the_documented_pod_over_tls_once() {
         assert_eq!(answer["response"]["allowed"], true);
         assert_eq!(review_patch(&again), None, "{example}: second call patched");
 
-        let pass = r#"gpu_admission_policy_evaluations_total{policy="sidecar-policy.example.com",result="pass"}"#;
+        let pass = r#"gpu_admission_policy_evaluations_total{policy="gpu-health-check.gpu-admission.io",result="pass"}"#;
         assert_eq!(server.metric(pass).await, 1.0, "{example}: metrics");
         server.stop().await;
     }
@@ -232,7 +232,7 @@ fn evaluate_and_lint_show_mutating_policies() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("  mutating policy sidecar-policy.example.com (binding sidecar-policy.example.com):\n    {\"op\":\"add\",\"path\":\"/spec/initContainers/1\""),
+        text.contains("  mutating policy gpu-health-check.gpu-admission.io (binding gpu-health-check):\n    {\"op\":\"add\",\"path\":\"/spec/initContainers/1\""),
         "{text}"
     );
 
@@ -247,11 +247,12 @@ fn evaluate_and_lint_show_mutating_policies() {
     assert_eq!(
         results[0]["mutations"],
         json!([{
-            "policy": "sidecar-policy.example.com",
-            "binding": "sidecar-policy.example.com",
+            "policy": "gpu-health-check.gpu-admission.io",
+            "binding": "gpu-health-check",
             "patch": [{"op": "add", "path": "/spec/initContainers/1", "value": {
-                "name": "mesh-proxy", "image": "mesh/proxy:v1.0.0",
-                "args": ["proxy", "sidecar"], "restartPolicy": "Always"}}]
+                "name": "gpu-check",
+                "image": "registry.example.com/gpu-admission/gpu-check:0.4.2",
+                "args": ["--watch", "--interval=30s"], "restartPolicy": "Always"}}]
         }])
     );
     assert_eq!(

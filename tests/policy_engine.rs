@@ -56,7 +56,7 @@ fn replica_limit_example_denies_in_test_namespaces() {
     let v = set.evaluate(&create(deployment(5, "default")), &test_ns);
     assert_eq!(
         v.denials,
-        vec!["replicalimit-policy.example.com: object.spec.replicas must be no greater than 3"]
+        vec!["gpu-replica-cap.gpu-admission.io: at most 3 replicas may share the GPU pool here"]
     );
     assert_eq!(v.reason.as_deref(), Some("Invalid"));
     assert!(v.warnings.is_empty());
@@ -72,7 +72,7 @@ fn replica_limit_example_warns_elsewhere() {
     assert!(v.denials.is_empty());
     assert_eq!(
         v.warnings,
-        vec!["replicalimit-policy.example.com: object.spec.replicas must be no greater than 100"]
+        vec!["gpu-replica-cap.gpu-admission.io: at most 100 replicas may share the GPU pool here"]
     );
     assert!(v
         .evaluations
@@ -89,9 +89,9 @@ fn configmap_params_with_audit_write_the_kubernetes_annotation() {
     let parsed: Value = serde_json::from_str(raw).unwrap();
     assert_eq!(
         parsed,
-        json!([{"message": "too many replicas", "policy": "replicalimit-configmap.example.com",
-            "binding": "replicalimit-configmap-audit", "expressionIndex": 0,
-            "validationActions": ["Audit"]}])
+        json!([{"message": "more replicas than the GPU pool's audit threshold",
+            "policy": "gpu-replica-audit.gpu-admission.io", "binding": "gpu-replica-audit",
+            "expressionIndex": 0, "validationActions": ["Audit"]}])
     );
     assert!(v.denials.is_empty());
 }

@@ -156,8 +156,9 @@ async fn shipped_policies_deny_templates_and_warn_over_tls() {
     server.stop().await;
 }
 
-/// The Kubernetes documentation's replica-limit policy through the server:
-/// Deny under environment=test, Warn elsewhere, Audit into auditAnnotations.
+/// The GPU replica cap (tests/fixtures/policies/replica-limit) through the
+/// server: Deny under environment=test, Warn elsewhere, Audit into
+/// auditAnnotations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_limit_example_over_tls() {
     use gpu_admission::k8s::namespaces::StaticNamespaces;
@@ -195,7 +196,7 @@ async fn replica_limit_example_over_tls() {
     assert_eq!(r["status"]["reason"], "Invalid");
     assert_eq!(
         r["status"]["message"],
-        "replicalimit-policy.example.com: object.spec.replicas must be no greater than 3"
+        "gpu-replica-cap.gpu-admission.io: at most 3 replicas may share the GPU pool here"
     );
 
     let (_, answer) = server
@@ -208,13 +209,13 @@ async fn replica_limit_example_over_tls() {
     assert_eq!(r["allowed"], true, "{answer}");
     assert_eq!(
         r["warnings"][0],
-        "replicalimit-policy.example.com: object.spec.replicas must be no greater than 100"
+        "gpu-replica-cap.gpu-admission.io: at most 100 replicas may share the GPU pool here"
     );
     let audit = r["auditAnnotations"]["validation_failure"]
         .as_str()
         .expect("audit annotation");
     let audit: Value = serde_json::from_str(audit).unwrap();
-    assert_eq!(audit[0]["policy"], "replicalimit-configmap.example.com");
+    assert_eq!(audit[0]["policy"], "gpu-replica-audit.gpu-admission.io");
     assert_eq!(audit[0]["expressionIndex"], 0);
     assert_eq!(audit[0]["validationActions"][0], "Audit");
     assert_recorded(r, "workloads.validate.gpu-admission.io");

@@ -557,13 +557,13 @@ mod tests {
     #[test]
     fn containers_merge_by_name_and_new_ones_follow() {
         let object = pod(json!({
-            "initContainers": [{"name": "myapp-initializer", "image": "example/initializer:v1.0.0"}],
+            "initContainers": [{"name": "fetch-weights", "image": "registry.example.com/ml/fetch-weights:1.4"}],
             "containers": [{"name": "app", "image": "app:1", "args": ["a", "b"]}],
         }));
         let out = merged(
             &object,
             json!({"spec": {
-                "initContainers": [{"name": "mesh-proxy", "image": "mesh/proxy:v1.0.0", "restartPolicy": "Always"}],
+                "initContainers": [{"name": "gpu-check", "image": "registry.example.com/gpu-admission/gpu-check:0.4.2", "restartPolicy": "Always"}],
                 "containers": [{"name": "app", "args": ["c"]}],
             }}),
         );
@@ -573,7 +573,7 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["myapp-initializer", "mesh-proxy"]);
+        assert_eq!(names, ["fetch-weights", "gpu-check"]);
         // args is atomic: replaced, and the container keeps its image.
         assert_eq!(
             out["spec"]["containers"],
@@ -794,7 +794,7 @@ mod tests {
             assert_eq!(err.path, path, "{config}");
             assert!(err.message.starts_with("may not mutate atomic"), "{err}");
         }
-        // Atomic lists are fine, as in the documentation's sidecar example.
+        // Atomic lists are fine, as the gpu-check example's args.
         let args = json!({"spec": {"containers": [{"name": "app", "args": ["serve"], "command": ["python"]}]}});
         assert!(merge(&schema, &object, &args).is_ok());
     }
