@@ -32,6 +32,9 @@ impl Opaque for Image {
     }
 }
 
+/// A string part of an image.
+type Part = fn(&Image) -> &str;
+
 pub(crate) fn register(ctx: &mut Context<'static>) {
     ctx.add_function(
         "image",
@@ -48,42 +51,29 @@ pub(crate) fn register(ctx: &mut Context<'static>) {
             image_of(&v, "containsDigest").map(|i| !i.digest.is_empty())
         },
     );
-    ctx.add_function(
-        "registry",
-        |This(v): This<Value>| -> Result<Value, ExecutionError> {
-            image_of(&v, "registry").map(|i| text(&i.registry))
-        },
-    );
-    ctx.add_function(
-        "repository",
-        |This(v): This<Value>| -> Result<Value, ExecutionError> {
-            image_of(&v, "repository").map(|i| text(&i.repository))
-        },
-    );
-    ctx.add_function(
-        "identifier",
-        |This(v): This<Value>| -> Result<Value, ExecutionError> {
-            image_of(&v, "identifier").map(|i| {
-                text(if i.digest.is_empty() {
-                    &i.tag
-                } else {
-                    &i.digest
-                })
-            })
-        },
-    );
-    ctx.add_function(
-        "tag",
-        |This(v): This<Value>| -> Result<Value, ExecutionError> {
-            image_of(&v, "tag").map(|i| text(&i.tag))
-        },
-    );
-    ctx.add_function(
-        "digest",
-        |This(v): This<Value>| -> Result<Value, ExecutionError> {
-            image_of(&v, "digest").map(|i| text(&i.digest))
-        },
-    );
+    // The string parts of an image, each a method.
+    let parts: [(&'static str, Part); 5] = [
+        ("registry", |i| &i.registry),
+        ("repository", |i| &i.repository),
+        ("tag", |i| &i.tag),
+        ("digest", |i| &i.digest),
+        // The digest when there is one, else the tag.
+        ("identifier", |i| {
+            if i.digest.is_empty() {
+                &i.tag
+            } else {
+                &i.digest
+            }
+        }),
+    ];
+    for (name, part) in parts {
+        ctx.add_function(
+            name,
+            move |This(v): This<Value>| -> Result<Value, ExecutionError> {
+                image_of(&v, name).map(|i| text(part(i)))
+            },
+        );
+    }
 }
 
 fn text(s: &str) -> Value {
@@ -118,9 +108,7 @@ pub fn parse(text: &str) -> Result<Image, String> {
         None => (name, "latest"),
     };
     let (registry, repository) = match repo.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
+        Some((first, rest)) if crate::k8s::images::is_registry(first) => {
             check_registry(first)?;
             (first.to_string(), rest.to_string())
         }

@@ -51,7 +51,7 @@ pub fn repository(image: &str) -> String {
 /// Whether the first component of a reference names a registry: it holds
 /// a '.' (a domain) or a ':' (a port), or is `localhost`; otherwise it is
 /// a Docker Hub namespace (`rocm` in `rocm/k8s-device-plugin`).
-fn is_registry(first: &str) -> bool {
+pub(crate) fn is_registry(first: &str) -> bool {
     first.contains('.') || first.contains(':') || first == "localhost"
 }
 
