@@ -161,17 +161,23 @@ impl Control {
     }
 }
 
-/// The outcome of each case of `control`, in order. The cases that share
-/// a binding and params are one manifest, evaluated against one folder
-/// holding the policy, that binding and those params.
-fn run_control(library: &Path, work: &Path, control: &Control) -> Vec<String> {
-    let mut groups: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+/// The cases of `control` that share a binding and params: their
+/// positions, a folder holding the policy with that binding and those
+/// params, and one manifest of their objects.
+struct Group {
+    members: Vec<usize>,
+    policies: PathBuf,
+    manifest: PathBuf,
+}
+
+fn groups(library: &Path, work: &Path, control: &Control) -> Vec<Group> {
+    let mut by_templates: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
     for (i, case) in control.cases.iter().enumerate() {
         let key = (case.binding_template.as_str(), case.param_template.as_str());
-        groups.entry(key).or_default().push(i);
+        by_templates.entry(key).or_default().push(i);
     }
-    let mut outcomes = vec![String::new(); control.cases.len()];
-    for (g, ((binding, params), members)) in groups.into_iter().enumerate() {
+    let mut out = Vec::new();
+    for (g, ((binding, params), members)) in by_templates.into_iter().enumerate() {
         let policies = work.join(format!("{}-policies-{g}", control.id));
         write_policy_folder(&policies, library, control, binding, params);
         let mut manifest = String::new();
@@ -184,13 +190,96 @@ fn run_control(library: &Path, work: &Path, control: &Control) -> Vec<String> {
         }
         let file = work.join(format!("{}-objects-{g}.yaml", control.id));
         std::fs::write(&file, manifest).unwrap();
-        let results = evaluate_manifest(&file, &policies);
-        assert_eq!(results.len(), members.len(), "{}", file.display());
-        for (i, result) in members.into_iter().zip(&results) {
+        out.push(Group {
+            members,
+            policies,
+            manifest: file,
+        });
+    }
+    out
+}
+
+/// The outcome of each case of `control`, in order.
+fn run_control(library: &Path, work: &Path, control: &Control) -> Vec<String> {
+    let mut outcomes = vec![String::new(); control.cases.len()];
+    for group in groups(library, work, control) {
+        let results = evaluate_manifest(&group.manifest, &group.policies);
+        assert_eq!(
+            results.len(),
+            group.members.len(),
+            "{}",
+            group.manifest.display()
+        );
+        for (i, result) in group.members.into_iter().zip(&results) {
             outcomes[i] = outcome(result, &control.policy_name);
         }
     }
     outcomes
+}
+
+/// The plan's passes (`policy::plan`) only make evaluation cheaper: with
+/// each one turned off, every case's object gets the same answer
+/// (denials, warnings, audit annotations) as with all of them.
+#[test]
+fn the_library_answers_do_not_depend_on_the_plan_passes() {
+    use gpu_admission::admission::{Admission, Bundle};
+    use gpu_admission::bundle::{self, PolicySource};
+    use gpu_admission::k8s::StaticNamespaces;
+    use gpu_admission::offline;
+    use gpu_admission::policy::Passes;
+    use gpu_admission::review::Operation;
+    use std::sync::Arc;
+    let Some(library) = shared_data::shared_data("kubescape") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(library.join("controls"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("tests.json").is_file())
+        .collect();
+    dirs.sort();
+    let mut compared = 0;
+    offline::with_evaluation_stack(|| {
+        for dir in &dirs {
+            let control = Control::read(dir);
+            for group in groups(&library, work.path(), &control) {
+                let loaded = bundle::load(&PolicySource::Dir(group.policies.clone())).unwrap();
+                let mut requests = Vec::new();
+                for object in offline::read_manifest(&group.manifest).unwrap() {
+                    let mut req = offline::build_request(object, None, Operation::Create, None);
+                    req.user_info =
+                        json!({"username": "kubernetes-admin", "groups": ["system:masters"]});
+                    requests.push(req);
+                }
+                let answers = |bundle: Bundle| -> Vec<Value> {
+                    let mut lookup = StaticNamespaces::new();
+                    for ns in requests.iter().filter_map(|r| r.namespace.as_deref()) {
+                        lookup.insert(ns, Default::default());
+                    }
+                    let admission = Admission::new(bundle, Arc::new(lookup));
+                    (requests.iter())
+                        .map(|req| {
+                            let e = offline::evaluate(&admission, req.clone());
+                            json!([e.allowed, e.denials, e.warnings, e.audit_annotations])
+                        })
+                        .collect()
+                };
+                let planned = answers(loaded.bundle.clone());
+                for name in Passes::NAMES {
+                    let passes = Passes::without(name).unwrap();
+                    let bundle = Bundle {
+                        policies: loaded.bundle.policies.replanned(passes).unwrap(),
+                        ..loaded.bundle.clone()
+                    };
+                    assert_eq!(answers(bundle), planned, "{} without {name}", control.id);
+                }
+                compared += requests.len();
+            }
+        }
+    })
+    .unwrap();
+    assert_eq!(compared, CASES);
 }
 
 /// `fail`, `warn` or `pass` as the library means them for `policy`, or

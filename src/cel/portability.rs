@@ -189,7 +189,7 @@ const NAMESPACES: &[&str] = &[
 /// expression would load there as written.
 pub fn beyond_kubernetes(expr: &Compiled) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = expr
-        .variables
+        .variables()
         .iter()
         .filter(|v| !super::BUILTIN_VARIABLES.contains(&v.as_str()))
         .cloned()

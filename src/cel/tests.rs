@@ -1,4 +1,5 @@
 use super::*;
+use kube_cel::cel as celrs;
 use serde_json::json;
 
 fn eval_with(source: &str, object: serde_json::Value) -> Result<Value, EvalError> {
@@ -190,7 +191,7 @@ fn policy_variable_references_are_collected() {
     )
     .unwrap();
     assert_eq!(
-        c.policy_variables.iter().cloned().collect::<Vec<_>>(),
+        c.policy_variables().iter().cloned().collect::<Vec<_>>(),
         vec!["a", "b", "c", "d"]
     );
 }
@@ -230,10 +231,10 @@ fn variables_used_only_as_call_targets_are_recorded() {
         "object.metadata.name.startsWith('a') || request.name.size() > 0",
     )
     .unwrap();
-    assert!(c.variables.contains("object") && c.variables.contains("request"));
+    assert!(c.reads("object") && c.reads("request"));
     let c = compile(&env, "params.data.size() > 0 && sets.contains([1], [1])").unwrap();
-    assert!(c.variables.contains("params"));
-    assert!(!c.variables.contains("sets"));
+    assert!(c.reads("params"));
+    assert!(!c.reads("sets"));
 }
 
 #[test]
@@ -302,7 +303,7 @@ fn cost_of(source: &str, object: &serde_json::Value) -> u64 {
     let mut ctx = env.scope();
     ctx.add_variable_from_value("object", json_to_value(object));
     let (result, used) =
-        celrs::budget::with_budget(u64::MAX, || Value::resolve(&compiled.ast, &ctx));
+        celrs::budget::with_budget(u64::MAX, || Value::resolve(compiled.tree(), &ctx));
     assert_eq!(result, Ok(Value::Bool(true)), "{source}");
     used
 }
@@ -388,16 +389,13 @@ fn after_a_cost_limit_error_the_next_evaluation_has_its_whole_budget() {
 fn a_deep_expression_stops_with_the_depth_error_not_a_stack_overflow() {
     // Deeper than the interpreter's frame limit; the default compile limits
     // (depth 48) refuse it at load, so they are lifted here.
-    let env = Env {
-        limits: Limits {
-            max_source_len: 1 << 20,
-            max_nodes: 1 << 20,
-            max_depth: 10_000,
-            max_comprehension_nesting: 3,
-            ..Limits::default()
-        },
-        ..Env::default()
-    };
+    let env = Env::default().with_limits(Limits {
+        max_source_len: 1 << 20,
+        max_nodes: 1 << 20,
+        max_depth: 10_000,
+        max_comprehension_nesting: 3,
+        ..Limits::default()
+    });
     let depth = celrs::budget::MAX_EVAL_DEPTH as usize + 50;
     let source = format!("{}1{}", "(1 + ".repeat(depth), ")".repeat(depth));
     let compiled = compile(&env, &source).unwrap();

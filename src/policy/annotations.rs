@@ -8,10 +8,6 @@
 //! `validation.policy.admission.k8s.io/validation_failure` that
 //! kube-apiserver's own policies write would never reach the audit log.
 
-use super::load::{Document, LoadError, LoadNotice, NoticeLevel};
-use super::model::Policy;
-use std::collections::BTreeMap;
-
 /// The key of the JSON list of validation failures under the `Audit`
 /// action (`validation.policy.admission.k8s.io/validation_failure` when
 /// kube-apiserver evaluates a policy itself).
@@ -64,51 +60,6 @@ pub(super) fn returned_key(policy: &str, key: &str) -> String {
         cut.pop();
     }
     cut
-}
-
-/// Notes for the audit annotations of `policy` not returned as
-/// `<policy>.<key>`, and a warning for each returned under a key another
-/// policy's annotation already has (`returned`: by whom, so far).
-pub(super) fn key_notices(
-    policy: &Policy,
-    doc: &Document,
-    returned: &mut BTreeMap<String, (String, String)>,
-) -> Vec<LoadNotice> {
-    let mut notices = Vec::new();
-    for (i, a) in policy.audit_annotations.iter().enumerate() {
-        let field = format!("spec.auditAnnotations[{i}].key");
-        let mut notice = |level, message| {
-            notices.push(LoadNotice {
-                level,
-                at: LoadError::at(&doc.source, &field, message),
-            })
-        };
-        let joined = format!("{}.{}", policy.name, a.key);
-        if a.returned_key != joined {
-            notice(
-                NoticeLevel::Note,
-                format!(
-                    "returned as {} ({joined} is not a name of at most 63 characters)",
-                    a.returned_key
-                ),
-            );
-        }
-        let owner = (policy.name.to_string(), a.key.clone());
-        match returned.get(&a.returned_key) {
-            Some((other, key)) if *other != owner.0 => notice(
-                NoticeLevel::Warning,
-                format!(
-                    "returned as {}, like key {key} of policy {other}: on a request both policies match, one value replaces the other",
-                    a.returned_key
-                ),
-            ),
-            Some(_) => {}
-            None => {
-                returned.insert(a.returned_key.clone(), owner);
-            }
-        }
-    }
-    notices
 }
 
 /// The value a `valueExpression` that returned `s` writes, as

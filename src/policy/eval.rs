@@ -1,6 +1,7 @@
 //! Evaluating one request: which bindings apply, the CEL variables of the
 //! evaluated object, and what each binding's actions make of the result.
-use super::model::{Action, Binding, FailurePolicy, Policy, Reaches};
+use super::model::{Action, Binding, Expr, FailurePolicy, Policy};
+use super::plan::{PolicyPlan, Reaches};
 use super::{
     annotations, EvaluationResult, Inner, PolicyEvaluation, Verdict, MAX_MESSAGE_LEN,
     VALIDATION_FAILURE_ANNOTATION,
@@ -9,7 +10,6 @@ use crate::cel::{self, EvalError, Val};
 use crate::review::Request;
 use crate::subject::Subject;
 use kube_cel::cel::common::types::{CelMap, CelMapEntries, CelMapKey};
-use kube_cel::cel::parser::Expression;
 use kube_cel::cel::{Context, Value};
 #[cfg(test)]
 use serde_json::json;
@@ -39,7 +39,7 @@ pub(super) struct Scope<'e> {
     pub(super) memo: Memo,
 }
 
-/// The values of the expressions given a [`cel::Compiled::memo_slot`]
+/// The values of the expressions given a [`super::plan::ExprPlan::memo_slot`]
 /// (written alike in several policies, reading neither params nor policy
 /// variables): worked out for one evaluated object by the first policy
 /// that asks, with the cost units that took. A later policy gets the value
@@ -154,7 +154,7 @@ impl<'e> Scope<'e> {
         }
         Scope {
             ctx,
-            memo: Memo::new(inner.memo_slots),
+            memo: Memo::new(inner.plan.memo_slots),
         }
     }
 }
@@ -308,16 +308,21 @@ struct Outcome {
 }
 
 impl Inner {
+    /// Evaluates binding `bi` on `req` in `scope` and adds what it says
+    /// to `verdict`; returns when it finished.
     pub(super) fn run_binding(
         &self,
-        (policy, binding): (&Policy, &Binding),
+        bi: usize,
         req: &Request,
         scope: &Scope,
         prefix: &str,
         start: Instant,
         verdict: &mut Verdict,
     ) -> Instant {
-        let params = match self.binding_params(policy, binding, req) {
+        let (binding, pi) = &self.bindings[bi];
+        let (policy, plan) = (&self.policies[*pi], &self.plan.validating.policies[*pi]);
+        let found = self.plan.validating.params_found[bi].as_deref();
+        let params = match self.binding_params(policy, binding, found, req) {
             Ok(params) => params,
             Err(message) => {
                 // A configuration error, as in kube-apiserver: it follows
@@ -327,7 +332,7 @@ impl Inner {
         };
         let outcomes: SmallVec<[Outcome; 1]> = params
             .into_iter()
-            .map(|p| cel::with_policy_budget(|| self.evaluate_policy(policy, scope, p)))
+            .map(|p| cel::with_policy_budget(|| self.evaluate_policy(policy, plan, scope, p)))
             .collect();
         if outcomes.iter().all(|o| o.skipped) {
             return Instant::now();
@@ -406,24 +411,26 @@ impl Inner {
     /// The params `binding` evaluates `policy` with, one evaluation each:
     /// `null` when the policy has no paramKind or the binding no paramRef,
     /// none when its paramRef finds nothing and allows that, an error when
-    /// it finds nothing and denies.
+    /// it finds nothing and denies. `found`: the params the plan found for
+    /// the binding at load, if it did.
     pub(super) fn binding_params(
         &self,
         policy: &Policy,
         binding: &Binding,
+        found: Option<&[usize]>,
         req: &Request,
     ) -> Result<BindingParams, String> {
         let (Some(kind), Some(pref)) = (&policy.param_kind, &binding.param_ref) else {
-            return Ok(smallvec![(Value::Null, None)]);
+            return Ok(smallvec![Value::Null]);
         };
-        let found: BindingParams = match &pref.found {
+        let found: BindingParams = match found {
             Some(found) => found
                 .iter()
-                .map(|&i| (self.params[i].value.clone(), Some(i)))
+                .map(|&i| self.params[i].value.clone())
                 .collect(),
             None => (self.params.iter().enumerate())
                 .filter(|(_, p)| pref.finds(kind, p, req.namespace.as_deref()))
-                .map(|(i, p)| (p.value.clone(), Some(i)))
+                .map(|(_, p)| p.value.clone())
                 .collect(),
         };
         if found.is_empty() && pref.deny_when_missing {
@@ -437,13 +444,13 @@ impl Inner {
         Ok(found)
     }
 
-    /// Evaluates `policy` with `params` (the params object at `param` in
-    /// the set, whose worked-out constants it then uses, or none).
+    /// Evaluates `policy` (planned as `plan`) with `params`.
     fn evaluate_policy(
         &self,
         policy: &Policy,
+        plan: &PolicyPlan,
         scope: &Scope,
-        (params, param): (Value, Option<usize>),
+        params: Value,
     ) -> Outcome {
         // A scope for `params` only where some expression reads it.
         let with_params;
@@ -455,8 +462,7 @@ impl Inner {
         } else {
             &scope.ctx
         };
-        let constants = param.and_then(|i| policy.constants_for(i));
-        let mut vars = Variables::with_constants(policy, constants).with_memo(&scope.memo);
+        let mut vars = Variables::new(policy, plan).with_memo(&scope.memo);
         let mut outcome = Outcome::default();
         match match_conditions(policy, &mut vars, ctx) {
             Ok(true) => {}
@@ -485,7 +491,9 @@ impl Inner {
                             _ => None,
                         })
                         .or_else(|| v.message.clone().filter(|m| !m.trim().is_empty()))
-                        .unwrap_or_else(|| format!("failed expression: {}", v.expr.source.trim()));
+                        .unwrap_or_else(|| {
+                            format!("failed expression: {}", v.expr.source().trim())
+                        });
                     outcome.failures.push((message, v.reason.clone(), i));
                 }
                 Ok(other) => outcome.errors.push((
@@ -617,19 +625,17 @@ struct ValidationFailure<'a> {
 
 /// The params a binding evaluates its policy with, each with its position
 /// in the set's params (`None` for the `null` of a policy without them).
-pub(super) type BindingParams = SmallVec<[(Value, Option<usize>); 1]>;
+pub(super) type BindingParams = SmallVec<[Value; 1]>;
 
 /// A policy's `variables`, evaluated lazily and at most once per request:
-/// an expression evaluates only the variables it refers to (and those they
-/// refer to), when it is itself evaluated.
+/// an expression evaluates only the variables its plan says it needs, when
+/// it is itself evaluated.
 pub(super) struct Variables<'p> {
     policy: &'p Policy,
+    plan: &'p PolicyPlan,
     /// Kept in the interpreter's form: handing them to later expressions is
     /// then a reference-count bump, not a conversion.
     values: SmallVec<[Option<VariableValue>; 4]>,
-    /// The policy's parts that read only `params`, worked out for the
-    /// params of this evaluation (see [`cel::fold`]).
-    constants: Option<&'p cel::fold::PolicyConstants>,
     /// The values of expressions every policy of the request sees alike.
     memo: Option<&'p Memo>,
 }
@@ -638,22 +644,13 @@ pub(super) struct Variables<'p> {
 type VariableValue = Result<Box<dyn Val>, EvalError>;
 
 impl<'p> Variables<'p> {
-    pub(super) fn new(policy: &'p Policy) -> Variables<'p> {
-        Variables::with_constants(policy, None)
-    }
-
-    /// Variables of an evaluation that uses `constants` for the parts of
-    /// the policy's expressions that read only `params`.
-    pub(super) fn with_constants(
-        policy: &'p Policy,
-        constants: Option<&'p cel::fold::PolicyConstants>,
-    ) -> Variables<'p> {
+    pub(super) fn new(policy: &'p Policy, plan: &'p PolicyPlan) -> Variables<'p> {
         Variables {
             policy,
+            plan,
             values: std::iter::repeat_with(|| None)
                 .take(policy.variables.len())
                 .collect(),
-            constants,
             memo: None,
         }
     }
@@ -665,15 +662,15 @@ impl<'p> Variables<'p> {
         self
     }
 
-    pub(super) fn eval(&mut self, ctx: &Context, expr: &cel::Compiled) -> Result<Value, EvalError> {
-        for &i in &expr.variable_closure {
+    pub(super) fn eval(&mut self, ctx: &Context, expr: &Expr) -> Result<Value, EvalError> {
+        for &i in &self.plan.of(expr).closure {
             if self.values[i].is_none() {
                 let var = &self.policy.variables[i].expr;
-                let result = self.eval_with(ctx, var, cel::evaluate_val_tree, Ok);
+                let result = self.eval_with(ctx, var, |e, ctx| cel::evaluate_val(e, ctx).0, Ok);
                 self.values[i] = Some(result);
             }
         }
-        self.eval_with(ctx, expr, cel::evaluate_tree, |v| cel::to_value(v.as_ref()))
+        self.eval_with(ctx, expr, cel::evaluate, |v| cel::to_value(v.as_ref()))
     }
 
     /// Evaluates `expr` with the variables it reads bound by reference
@@ -683,35 +680,27 @@ impl<'p> Variables<'p> {
     fn eval_with<T>(
         &self,
         ctx: &Context,
-        expr: &cel::Compiled,
-        evaluate: impl Fn(&Expression, &Context) -> Result<T, EvalError>,
+        expr: &Expr,
+        evaluate: impl Fn(&cel::Compiled, &Context) -> Result<T, EvalError>,
         from_val: impl Fn(Box<dyn Val>) -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
-        if let (Some(slot), Some(memo)) = (expr.memo_slot, self.memo) {
+        let plan = self.plan.of(expr);
+        if let (Some(slot), Some(memo)) = (plan.memo_slot, self.memo) {
             // Reads no params and no variables: nothing below applies.
-            let value =
-                memo.get_or_evaluate(slot, || cel::evaluate_val_tree_costed(expr.tree(), ctx))?;
+            let value = memo.get_or_evaluate(slot, || cel::evaluate_val(expr, ctx))?;
             return from_val(value);
         }
-        let folded = self.constants.and_then(|c| c.of(expr));
-        if expr.variable_closure.is_empty() && folded.is_none() {
-            return evaluate(expr.tree(), ctx);
+        if plan.closure.is_empty() {
+            return evaluate(expr, ctx);
         }
         let mut child = ctx.new_inner_scope();
-        let tree = match folded {
-            Some((folded, constants)) => {
-                constants.bind(folded, &mut child);
-                &folded.ast
-            }
-            None => expr.tree(),
-        };
-        for (i, ident) in &expr.variable_reads {
+        for (i, ident) in &plan.reads {
             if let Some(Ok(v)) = &self.values[*i] {
                 child.add_variable_borrowed(ident, v.as_ref());
             }
         }
-        if expr.reads_variables_map {
-            let needed = &expr.variable_closure;
+        if expr.reads_variables_map() {
+            let needed = &plan.closure;
             let mut map = CelMapEntries::with_capacity_and_hasher(needed.len(), Default::default());
             for &i in needed {
                 if let Some(Ok(v)) = &self.values[i] {
@@ -721,11 +710,11 @@ impl<'p> Variables<'p> {
             }
             child.add_variable_as_val("variables", Box::new(CelMap::from(map)));
         }
-        match evaluate(tree, &child) {
+        match evaluate(expr, &child) {
             Err(EvalError::Runtime(msg)) => {
                 // A failed variable surfaces as an unbound identifier (or a
                 // missing key of the map): report its own error.
-                for &i in &expr.variable_closure {
+                for &i in &plan.closure {
                     let name = &self.policy.variables[i].name;
                     if let Some(Err(e)) = &self.values[i] {
                         let unbound =
@@ -795,54 +784,36 @@ mod tests {
     fn the_shipped_set_keeps_what_policies_write_alike() {
         let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
         let inner = &loaded.bundle.policies.inner;
-        assert!(inner.memo_slots > 0);
+        assert!(inner.plan.memo_slots > 0);
         let mut kept = BTreeMap::<usize, Vec<&str>>::new();
-        for policy in &inner.policies {
+        for (policy, plan) in inner.policies.iter().zip(&inner.plan.validating.policies) {
             for e in policy.expressions() {
-                if let Some(slot) = e.memo_slot {
-                    assert!(!e.variables.contains("params"), "{}", e.source);
-                    assert!(e.policy_variables.is_empty(), "{}", e.source);
-                    kept.entry(slot).or_default().push(&e.source);
+                if let Some(slot) = plan.of(e).memo_slot {
+                    assert!(!e.reads("params"), "{}", e.source());
+                    assert!(e.policy_variables().is_empty(), "{}", e.source());
+                    kept.entry(slot).or_default().push(e.source());
                 }
             }
         }
-        assert_eq!(kept.len(), inner.memo_slots);
+        assert_eq!(kept.len(), inner.plan.memo_slots);
         for sources in kept.values() {
             assert!(sources.len() > 1 && sources.iter().all(|s| *s == sources[0]));
         }
         assert!(kept.values().any(|s| s[0] == "gpu.requested"), "{kept:?}");
     }
 
-    /// The exemption lists of the shipped policies (split and trimmed from
-    /// their ConfigMap) are worked out once, at load, for the ConfigMap
-    /// their binding names; so is which ConfigMap that is.
+    /// Every shipped binding names its ConfigMap's namespace: what its
+    /// paramRef finds is worked out at load.
     #[test]
-    fn the_shipped_exemption_lists_are_worked_out_at_load() {
+    fn the_shipped_params_are_found_at_load() {
         let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
         let inner = &loaded.bundle.policies.inner;
-        for name in ["gpu-visible-devices-leak", "gpu-node-isolation"] {
-            let policy = inner.policies.iter().find(|p| &*p.name == name).unwrap();
-            let condition = policy
-                .match_conditions
-                .iter()
-                .find(|c| c.expr.source.contains("exemptNamespaces"))
-                .expect("an exemption condition");
-            assert!(condition.expr.folded.is_some(), "{name}");
-            let (param, _) = inner
-                .params
-                .iter()
-                .enumerate()
-                .find(|(_, p)| p.name == "gpu-node-isolation")
-                .expect("its ConfigMap");
-            let constants = policy.constants_for(param).expect(name);
-            assert!(constants.of(&condition.expr).is_some(), "{name}");
-        }
-        // Every shipped binding names its ConfigMap's namespace: what it
-        // finds is worked out at load too.
-        for (binding, _) in &inner.bindings {
-            if let Some(pref) = &binding.param_ref {
+        let found = &inner.plan.validating.params_found;
+        assert!(inner.bindings.iter().any(|(b, _)| b.param_ref.is_some()));
+        for (bi, (binding, _)) in inner.bindings.iter().enumerate() {
+            if binding.param_ref.is_some() {
                 assert!(
-                    pref.found.as_ref().is_some_and(|f| f.len() == 1),
+                    found[bi].as_ref().is_some_and(|f| f.len() == 1),
                     "{}",
                     binding.name
                 );
@@ -859,7 +830,7 @@ mod tests {
         let inner = &loaded.bundle.policies.inner;
         let of = |object: serde_json::Value| {
             let req = Request::for_object(object, Operation::Create, Some("ml"));
-            inner.reaches.get(&req).clone()
+            inner.plan.reaches.get(&req).clone()
         };
         let pod = of(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}));
         let job = of(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}}));

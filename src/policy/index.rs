@@ -96,6 +96,15 @@ impl BindingIndex {
         index
     }
 
+    /// An index that puts every one of `len` bindings on every request.
+    pub(crate) fn unindexed(len: usize) -> BindingIndex {
+        BindingIndex {
+            by_resource: HashMap::new(),
+            always: (0..len).collect(),
+            len,
+        }
+    }
+
     /// Whether any binding could match a request for `resource` (as sent,
     /// and as requested when different) with `operation`.
     pub(crate) fn any(

@@ -2,7 +2,7 @@
 //! order of its policy's name, turns the object as the previous ones left
 //! it into the next, by JSON patch or by server-side-apply merge.
 use super::eval::{applies, match_conditions, Scope, Shared, Variables};
-use super::model::{Binding, FailurePolicy, PatchType, Policy};
+use super::model::{FailurePolicy, PatchType, Policy};
 use super::{EvaluationResult, Inner, PolicyEvaluation, PolicySet};
 use crate::cel;
 use crate::k8s::apply::{self, Schema};
@@ -57,7 +57,7 @@ impl PolicySet {
             ..Mutated::default()
         };
         let mut any = false;
-        for bi in inner.mutating_index.candidates(req) {
+        for bi in inner.plan.mutating.index.candidates(req) {
             let (binding, pi) = &inner.mutating_bindings[bi];
             let policy = &inner.mutating[*pi];
             if !applies(policy, binding, &current, &subject.namespace_labels) {
@@ -65,9 +65,7 @@ impl PolicySet {
             }
             any = true;
             let start = Instant::now();
-            let result = cel::with_policy_budget(|| {
-                inner.run_mutating(policy, binding, subject, &mut current)
-            });
+            let result = cel::with_policy_budget(|| inner.run_mutating(bi, subject, &mut current));
             let result = match result {
                 Ok(None) => continue,
                 Ok(Some(patch)) => {
@@ -117,17 +115,15 @@ impl Inner {
     /// or the error that stopped it (the object is then left as it was).
     fn run_mutating(
         &self,
-        policy: &Policy,
-        binding: &Binding,
+        bi: usize,
         subject: &Subject,
         current: &mut Request,
     ) -> Result<Option<json_patch::Patch>, String> {
-        // Mutating policies are evaluated whole: nothing of them is folded.
-        let params = (self.binding_params(policy, binding, current)?.into_iter())
-            .map(|(value, _)| value)
-            .collect();
+        let (binding, pi) = &self.mutating_bindings[bi];
+        let found = self.plan.mutating.params_found[bi].as_deref();
+        let params = self.binding_params(&self.mutating[*pi], binding, found, current)?;
         let before = current.object.clone().unwrap_or(Json::Null);
-        let result = self.run_mutations(policy, subject, current, &before, params);
+        let result = self.run_mutations(*pi, subject, current, &before, params);
         if result.is_err() {
             // Under Ignore the next policy sees the object as if this one
             // had not run: none of its mutations are kept.
@@ -140,20 +136,21 @@ impl Inner {
     /// `current` half-mutated when it fails.
     fn run_mutations(
         &self,
-        policy: &Policy,
+        pi: usize,
         subject: &Subject,
         current: &mut Request,
         before: &Json,
         params: smallvec::SmallVec<[Value; 1]>,
     ) -> Result<Option<json_patch::Patch>, String> {
+        let (policy, plan) = (&self.mutating[pi], &self.plan.mutating.policies[pi]);
         let mut matched = false;
         for param in params {
             let mut shared = Shared::default();
             // Conditions are judged on the object as this binding found it.
             {
-                let scope = Scope::new(self, subject, current, &policy.reach, &mut shared);
+                let scope = Scope::new(self, subject, current, &plan.reach, &mut shared);
                 let ctx = with_params(policy, &scope.ctx, &param);
-                let mut vars = Variables::new(policy);
+                let mut vars = Variables::new(policy, plan);
                 if !match_conditions(policy, &mut vars, ctx.as_ref().unwrap_or(&scope.ctx))? {
                     continue;
                 }
@@ -161,10 +158,10 @@ impl Inner {
             matched = true;
             // Each mutation sees what the previous one made.
             for (i, m) in policy.mutations.iter().enumerate() {
-                let scope = Scope::new(self, subject, current, &policy.reach, &mut shared);
+                let scope = Scope::new(self, subject, current, &plan.reach, &mut shared);
                 let inner_ctx = with_params(policy, &scope.ctx, &param);
                 let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
-                let mut vars = Variables::new(policy);
+                let mut vars = Variables::new(policy, plan);
                 let field = format!("mutations[{i}]");
                 let value = vars
                     .eval(ctx, &m.expr)
