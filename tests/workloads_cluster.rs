@@ -1,5 +1,5 @@
-//! The workloads of issue 10's second and fourth items and its DaemonSet
-//! and init-container false denials, as a cluster running the shipped
+//! Controllers of GPU pods (Deployments, Jobs, DaemonSets) and pods with
+//! init containers, as a cluster running the shipped
 //! configuration treats them: the `deploy/base/` webhook configurations
 //! decide what reaches the server, then `/mutate` and `/validate` over TLS.
 mod common;

@@ -1,6 +1,6 @@
-//! Issue 10's false denials of node agents and of privileged init
-//! containers, as a cluster running the shipped configuration treats them:
-//! the `deploy/base/` webhook configurations decide which webhooks a
+//! Node agents and privileged init containers, which must not be denied,
+//! as a cluster running the shipped configuration treats them: the
+//! `deploy/base/` webhook configurations decide which webhooks a
 //! DaemonSet or a notebook pod is sent to, then `/mutate` and `/validate`
 //! answer over TLS. Privileged *regular* containers in GPU pods stay denied.
 mod common;
