@@ -390,7 +390,7 @@ fn run_case(
     for (name, value) in bindings {
         scope.add_variable_from_value(name, value);
     }
-    let got = evaluate(&compiled, &scope);
+    let got = evaluate(compiled.tree(), &scope);
     match (want, got) {
         (Want::Error, Err(_)) => Ok(()),
         (Want::Error, Ok(v)) => Err(Outcome::Failed(format!(

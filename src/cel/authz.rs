@@ -338,7 +338,7 @@ mod tests {
         };
         let backend: Arc<dyn Authorizer> = fake.clone();
         ctx.add_variable_from_value("authorizer", variable(backend, user, target));
-        evaluate(&compiled, &ctx).unwrap_or_else(|e| panic!("{source}: {e}"))
+        evaluate(compiled.tree(), &ctx).unwrap_or_else(|e| panic!("{source}: {e}"))
     }
 
     /// The examples of the Kubernetes CEL documentation's authorizer
@@ -384,7 +384,7 @@ mod tests {
             let compiled = compile(&env, source).unwrap();
             let mut ctx = env.scope();
             ctx.add_variable_from_value("object", Value::Int(1));
-            assert!(evaluate(&compiled, &ctx).is_err(), "{source}");
+            assert!(evaluate(compiled.tree(), &ctx).is_err(), "{source}");
         }
     }
 }

@@ -2,7 +2,7 @@
 //! library, Kubernetes' libraries, the crate's own functions, and host
 //! extensions with their per-request variables.
 use super::limits::Limits;
-use super::{authz, image, strings, BUILTIN_VARIABLES};
+use super::{authz, fold, image, strings, BUILTIN_VARIABLES};
 use kube_cel::cel::extractors::{Arguments, This};
 use kube_cel::cel::{self as celrs, Context, ExecutionError, Value};
 use kube_cel::KubeCelExt;
@@ -69,7 +69,9 @@ pub trait Extension: Send + Sync {
     /// Whether every function this extension registers gives the same
     /// result for the same arguments, so that an expression written alike
     /// in several policies may be evaluated once per request and its value
-    /// shared (the plan's memo). `false` unless the extension says so.
+    /// shared (the plan's memo), and a call of one on `params` alone worked
+    /// out once per params object (see [`fold`](super::fold)). `false`
+    /// unless the extension says so.
     fn pure(&self) -> bool {
         false
     }
@@ -112,29 +114,49 @@ pub struct Env {
     root: Context<'static>,
     extensions: Extensions,
     limits: Limits,
-    /// Every extension says its functions are pure ([`Extension::pure`]).
-    all_pure: bool,
+    /// The functions of each extension that does not say they are pure,
+    /// each set registered on its own (see [`Env::is_pure`]).
+    impure: Vec<Context<'static>>,
 }
 
 impl Env {
     pub fn new(extensions: Extensions) -> Env {
         let mut root = Context::default().with_all();
         register_functions(&mut root);
+        let mut impure = Vec::new();
         for ext in &extensions.list {
             ext.register_functions(&mut root);
+            if !ext.pure() {
+                let mut own = Context::default();
+                ext.register_functions(&mut own);
+                impure.push(own);
+            }
         }
         Env {
             root,
-            all_pure: extensions.list.iter().all(|e| e.pure()),
             extensions,
             limits: Limits::default(),
+            impure,
         }
+    }
+
+    /// Whether the function `name` gives the same result for the same
+    /// arguments: every function but those of extensions that do not say
+    /// so ([`Extension::pure`]).
+    pub fn is_pure(&self, name: &str) -> bool {
+        !self.impure.iter().any(|own| own.has_function(name))
     }
 
     /// Whether every function of the environment gives the same result
     /// for the same arguments (no extension says otherwise).
     pub fn all_pure(&self) -> bool {
-        self.all_pure
+        self.impure.is_empty()
+    }
+
+    /// Whether `prefix.name` is a function (a call `prefix.name(...)` on
+    /// a namespace, not a method of a variable `prefix`).
+    pub fn is_namespaced(&self, prefix: &str, name: &str) -> bool {
+        self.root.has_function(&format!("{prefix}.{name}"))
     }
 
     /// Whether the environment has a function `name`.
@@ -215,6 +237,7 @@ fn register_functions(ctx: &mut Context<'static>) {
     ctx.add_function("image.repository", |image: Arc<String>| -> String {
         crate::k8s::images::repository(&image)
     });
+    fold::register(ctx);
     // Kubernetes' MutatingAdmissionPolicy library: a key as one RFC 6901
     // JSON-pointer token (`~` is `~0`, `/` is `~1`).
     ctx.add_function("jsonpatch.escapeKey", |key: Arc<String>| -> String {

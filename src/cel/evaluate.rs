@@ -2,9 +2,11 @@
 //! the errors it gives in words fit for a denial, and JSON values in the
 //! interpreter's forms.
 use super::limits::{EXPRESSION_COST_LIMIT, POLICY_COST_LIMIT};
+#[cfg(doc)]
 use super::Compiled;
 use kube_cel::cel::common::value::Val;
 use kube_cel::cel::objects::{Key, Map};
+use kube_cel::cel::parser::Expression;
 use kube_cel::cel::{self as celrs, Context, ExecutionError, Value};
 use std::sync::Arc;
 
@@ -31,18 +33,20 @@ impl std::fmt::Display for EvalError {
 
 /// Evaluates `expr` in `ctx` with at most [`EXPRESSION_COST_LIMIT`] units,
 /// drawn from the enclosing budget (the policy's) when one is installed.
-pub fn evaluate(expr: &Compiled, ctx: &Context) -> Result<Value, EvalError> {
+/// The tree is a [`Compiled`] expression's ([`Compiled::tree`]) or one the
+/// policy engine's plan made of it ([`super::fold`]).
+pub fn evaluate(tree: &Expression, ctx: &Context) -> Result<Value, EvalError> {
     let (result, used) =
-        celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || Value::resolve(expr.tree(), ctx));
+        celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || Value::resolve(tree, ctx));
     result.map_err(|e| eval_error(e, used))
 }
 
 /// [`evaluate`], keeping the result in the interpreter's own form (cheap
 /// to hand to later expressions with [`Context::add_variable_borrowed`]),
 /// with the cost units the evaluation used.
-pub fn evaluate_val(expr: &Compiled, ctx: &Context) -> (Result<Box<dyn Val>, EvalError>, u64) {
+pub fn evaluate_val(tree: &Expression, ctx: &Context) -> (Result<Box<dyn Val>, EvalError>, u64) {
     let (result, used) = celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || {
-        Value::resolve_val(expr.tree(), ctx).map(|v| v.into_owned())
+        Value::resolve_val(tree, ctx).map(|v| v.into_owned())
     });
     (result.map_err(|e| eval_error(e, used)), used)
 }

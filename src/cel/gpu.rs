@@ -124,7 +124,7 @@ mod tests {
         for (name, value) in env.extension_variables(Some(&object), &|n: &str| n == "gpu") {
             ctx.add_variable_from_value(name, value);
         }
-        evaluate(&compiled, &ctx).unwrap()
+        evaluate(compiled.tree(), &ctx).unwrap()
     }
 
     #[test]

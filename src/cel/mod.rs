@@ -11,6 +11,7 @@ pub mod authz;
 mod compile;
 mod env;
 mod evaluate;
+pub mod fold;
 pub mod gpu;
 pub mod image;
 mod keys;

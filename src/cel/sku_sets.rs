@@ -340,7 +340,7 @@ mod tests {
             ctx.add_variable_from_value(crate::cel::variables::ident(name), json_to_value(value));
         }
         ctx.add_variable_from_value("variables", json_to_value(&vars));
-        evaluate(&compiled, &ctx)
+        evaluate(compiled.tree(), &ctx)
     }
 
     fn eval(expr: &str) -> Value {

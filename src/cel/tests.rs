@@ -7,7 +7,7 @@ fn eval_with(source: &str, object: serde_json::Value) -> Result<Value, EvalError
     let compiled = compile(&env, source).unwrap();
     let mut ctx = env.scope();
     ctx.add_variable_from_value("object", json_to_value(&object));
-    evaluate(&compiled, &ctx)
+    evaluate(compiled.tree(), &ctx)
 }
 
 #[test]
@@ -404,7 +404,7 @@ fn a_deep_expression_stops_with_the_depth_error_not_a_stack_overflow() {
         .stack_size(crate::policy::EVALUATION_STACK)
         .spawn(move || {
             let ctx = env.scope();
-            evaluate(&compiled, &ctx)
+            evaluate(compiled.tree(), &ctx)
         })
         .unwrap()
         .join()
@@ -430,7 +430,7 @@ fn message_literals_build_maps_in_mutations_only() {
     let compiled = on_compile_stack(|| compile_mutation_here(&env, source))
         .unwrap()
         .unwrap();
-    let value = evaluate(&compiled, &env.scope()).unwrap();
+    let value = evaluate(compiled.tree(), &env.scope()).unwrap();
     assert_eq!(
         value.json().unwrap(),
         json!([{"op": "add", "path": "/metadata/labels/example.com~1a~0b", "value": {"team": "ml"}}])
@@ -527,7 +527,7 @@ fn comprehension_macros_are_charged_per_iteration() {
     let mut ctx = env.scope();
     let items: Vec<i64> = (0..2000).collect();
     ctx.add_variable_from_value("object", json_to_value(&json!({"items": items})));
-    match evaluate(&compiled, &ctx) {
+    match evaluate(compiled.tree(), &ctx) {
         Err(EvalError::CostLimit(_)) => {}
         other => panic!("a 4M-iteration comprehension must hit the cost limit: {other:?}"),
     }

@@ -10,6 +10,7 @@ use crate::cel::{self, EvalError, Val};
 use crate::review::Request;
 use crate::subject::Subject;
 use kube_cel::cel::common::types::{CelMap, CelMapEntries, CelMapKey};
+use kube_cel::cel::parser::Expression;
 use kube_cel::cel::{Context, Value};
 #[cfg(test)]
 use serde_json::json;
@@ -421,16 +422,16 @@ impl Inner {
         req: &Request,
     ) -> Result<BindingParams, String> {
         let (Some(kind), Some(pref)) = (&policy.param_kind, &binding.param_ref) else {
-            return Ok(smallvec![Value::Null]);
+            return Ok(smallvec![(Value::Null, None)]);
         };
         let found: BindingParams = match found {
             Some(found) => found
                 .iter()
-                .map(|&i| self.params[i].value.clone())
+                .map(|&i| (self.params[i].value.clone(), Some(i)))
                 .collect(),
             None => (self.params.iter().enumerate())
                 .filter(|(_, p)| pref.finds(kind, p, req.namespace.as_deref()))
-                .map(|(_, p)| p.value.clone())
+                .map(|(i, p)| (p.value.clone(), Some(i)))
                 .collect(),
         };
         if found.is_empty() && pref.deny_when_missing {
@@ -444,13 +445,14 @@ impl Inner {
         Ok(found)
     }
 
-    /// Evaluates `policy` (planned as `plan`) with `params`.
+    /// Evaluates `policy` (planned as `plan`) with `params` (the params
+    /// object at `param` in the set, or none).
     fn evaluate_policy(
         &self,
         policy: &Policy,
         plan: &PolicyPlan,
         scope: &Scope,
-        params: Value,
+        (params, param): (Value, Option<usize>),
     ) -> Outcome {
         // A scope for `params` only where some expression reads it.
         let with_params;
@@ -462,7 +464,9 @@ impl Inner {
         } else {
             &scope.ctx
         };
-        let mut vars = Variables::new(policy, plan).with_memo(&scope.memo);
+        let mut vars = Variables::new(policy, plan)
+            .with_memo(&scope.memo)
+            .with_param(param);
         let mut outcome = Outcome::default();
         match match_conditions(policy, &mut vars, ctx) {
             Ok(true) => {}
@@ -625,7 +629,9 @@ struct ValidationFailure<'a> {
 
 /// The params a binding evaluates its policy with, each with its position
 /// in the set's params (`None` for the `null` of a policy without them).
-pub(super) type BindingParams = SmallVec<[Value; 1]>;
+/// Each params value a binding is evaluated with, and its position in the
+/// set's params (none for `null`).
+pub(super) type BindingParams = SmallVec<[(Value, Option<usize>); 1]>;
 
 /// A policy's `variables`, evaluated lazily and at most once per request:
 /// an expression evaluates only the variables its plan says it needs, when
@@ -638,6 +644,9 @@ pub(super) struct Variables<'p> {
     values: SmallVec<[Option<VariableValue>; 4]>,
     /// The values of expressions every policy of the request sees alike.
     memo: Option<&'p Memo>,
+    /// The position of the params object evaluated with, whose parts the
+    /// plan may have worked out ([`PolicyPlan::folded`]).
+    param: Option<usize>,
 }
 
 /// A variable's value, or the error evaluating it gave.
@@ -652,7 +661,14 @@ impl<'p> Variables<'p> {
                 .take(policy.variables.len())
                 .collect(),
             memo: None,
+            param: None,
         }
+    }
+
+    /// Uses the parts the plan worked out for the params object at `param`.
+    pub(super) fn with_param(mut self, param: Option<usize>) -> Variables<'p> {
+        self.param = param;
+        self
     }
 
     /// Keeps and reuses the values of expressions written alike in other
@@ -681,19 +697,27 @@ impl<'p> Variables<'p> {
         &self,
         ctx: &Context,
         expr: &Expr,
-        evaluate: impl Fn(&cel::Compiled, &Context) -> Result<T, EvalError>,
+        evaluate: impl Fn(&Expression, &Context) -> Result<T, EvalError>,
         from_val: impl Fn(Box<dyn Val>) -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
         let plan = self.plan.of(expr);
         if let (Some(slot), Some(memo)) = (plan.memo_slot, self.memo) {
             // Reads no params and no variables: nothing below applies.
-            let value = memo.get_or_evaluate(slot, || cel::evaluate_val(expr, ctx))?;
+            let value = memo.get_or_evaluate(slot, || cel::evaluate_val(expr.tree(), ctx))?;
             return from_val(value);
         }
-        if plan.closure.is_empty() {
-            return evaluate(expr, ctx);
+        let folded = self.plan.folded(expr, self.param);
+        if plan.closure.is_empty() && folded.is_none() {
+            return evaluate(expr.tree(), ctx);
         }
         let mut child = ctx.new_inner_scope();
+        let tree = match folded {
+            Some((folded, constants)) => {
+                constants.bind(folded, &mut child);
+                &folded.ast
+            }
+            None => expr.tree(),
+        };
         for (i, ident) in &plan.reads {
             if let Some(Ok(v)) = &self.values[*i] {
                 child.add_variable_borrowed(ident, v.as_ref());
@@ -710,7 +734,7 @@ impl<'p> Variables<'p> {
             }
             child.add_variable_as_val("variables", Box::new(CelMap::from(map)));
         }
-        match evaluate(expr, &child) {
+        match evaluate(tree, &child) {
             Err(EvalError::Runtime(msg)) => {
                 // A failed variable surfaces as an unbound identifier (or a
                 // missing key of the map): report its own error.
@@ -802,12 +826,38 @@ mod tests {
         assert!(kept.values().any(|s| s[0] == "gpu.requested"), "{kept:?}");
     }
 
-    /// Every shipped binding names its ConfigMap's namespace: what its
-    /// paramRef finds is worked out at load.
+    /// The exemption lists of the shipped policies (split and trimmed from
+    /// their ConfigMap) are worked out once, at load, for the ConfigMap
+    /// their binding names; so is which ConfigMap that is.
     #[test]
-    fn the_shipped_params_are_found_at_load() {
+    fn the_shipped_exemption_lists_are_worked_out_at_load() {
         let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
         let inner = &loaded.bundle.policies.inner;
+        for name in ["gpu-visible-devices-leak", "gpu-node-isolation"] {
+            let pi = inner
+                .policies
+                .iter()
+                .position(|p| &*p.name == name)
+                .unwrap();
+            let condition = inner.policies[pi]
+                .match_conditions
+                .iter()
+                .find(|c| c.expr.source().contains("exemptNamespaces"))
+                .expect("an exemption condition");
+            let (param, _) = inner
+                .params
+                .iter()
+                .enumerate()
+                .find(|(_, p)| p.name == "gpu-node-isolation")
+                .expect("its ConfigMap");
+            let plan = &inner.plan.validating.policies[pi];
+            assert!(
+                plan.folded(&condition.expr, Some(param)).is_some(),
+                "{name}"
+            );
+        }
+        // Every shipped binding names its ConfigMap's namespace: what its
+        // paramRef finds is worked out at load too.
         let found = &inner.plan.validating.params_found;
         assert!(inner.bindings.iter().any(|(b, _)| b.param_ref.is_some()));
         for (bi, (binding, _)) in inner.bindings.iter().enumerate() {

@@ -170,7 +170,7 @@ impl PolicySet {
         cel::on_compile_stack(|| {
             let env = Env::new(extensions);
             let loaded = read::read(&env, docs)?;
-            let plan = plan::plan(&loaded, passes, env.all_pure());
+            let plan = plan::plan(&loaded, passes, &env);
             let referenced = (loaded.policies.iter())
                 .chain(&loaded.mutating)
                 .flat_map(Policy::expressions)

@@ -121,7 +121,11 @@ impl Inner {
     ) -> Result<Option<json_patch::Patch>, String> {
         let (binding, pi) = &self.mutating_bindings[bi];
         let found = self.plan.mutating.params_found[bi].as_deref();
-        let params = self.binding_params(&self.mutating[*pi], binding, found, current)?;
+        // Mutating policies are evaluated whole: nothing of them is folded.
+        let params = (self.binding_params(&self.mutating[*pi], binding, found, current)?)
+            .into_iter()
+            .map(|(value, _)| value)
+            .collect();
         let before = current.object.clone().unwrap_or(Json::Null);
         let result = self.run_mutations(*pi, subject, current, &before, params);
         if result.is_err() {

@@ -13,6 +13,11 @@
 //!   evaluates each once per evaluated object;
 //! - **param refs**: the params a binding's `paramRef` finds when they do
 //!   not depend on the request (a namespace is named);
+//! - **params constants**: the parts of a validating policy's expressions
+//!   that read nothing but `params` and do some work (an exemption list
+//!   split and trimmed from a ConfigMap), worked out once per params
+//!   object ([`cel::fold`]): a request then reads their values, and is
+//!   charged what they cost;
 //! - **binding index**: the bindings a request could match, by resource and
 //!   operation;
 //! - **reaches**: what the policies a request could match can read of
@@ -21,8 +26,10 @@
 use super::index::{BindingIndex, PerBucket};
 use super::model::{Binding, Expr, Param, Policy};
 use super::read::Loaded;
-use crate::cel::{self, Compiled};
+use crate::cel::fold::{self, Constants, Folded};
+use crate::cel::{self, Compiled, Env};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Which passes run. [`Passes::ALL`] is what the webhook and the CLI use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +37,7 @@ pub struct Passes {
     pub variable_closures: bool,
     pub memo: bool,
     pub param_refs: bool,
+    pub params_constants: bool,
     pub binding_index: bool,
     pub reaches: bool,
 }
@@ -39,6 +47,7 @@ impl Passes {
         variable_closures: true,
         memo: true,
         param_refs: true,
+        params_constants: true,
         binding_index: true,
         reaches: true,
     };
@@ -50,6 +59,7 @@ impl Passes {
             "variable_closures" => &mut passes.variable_closures,
             "memo" => &mut passes.memo,
             "param_refs" => &mut passes.param_refs,
+            "params_constants" => &mut passes.params_constants,
             "binding_index" => &mut passes.binding_index,
             "reaches" => &mut passes.reaches,
             _ => return None,
@@ -59,10 +69,11 @@ impl Passes {
     }
 
     /// The passes, by name.
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 6] = [
         "variable_closures",
         "memo",
         "param_refs",
+        "params_constants",
         "binding_index",
         "reaches",
     ];
@@ -110,16 +121,32 @@ pub(crate) struct PolicyPlan {
     /// What its expressions can reach of `object`, `oldObject` and
     /// `namespaceObject`.
     pub(crate) reach: Reaches,
+    /// For each params object of its paramKind (by position in the set's
+    /// params) that gave any: the folded parts of its expressions worked
+    /// out, by [`Expr::id`].
+    pub(crate) constants: Vec<(usize, Vec<Option<Constants>>)>,
 }
 
 impl PolicyPlan {
     pub(crate) fn of(&self, expr: &Expr) -> &ExprPlan {
         &self.exprs[expr.id]
     }
+
+    /// The folded tree of `expr` and its parts worked out for the params
+    /// object at `param`, when there are such; `None`: evaluated whole.
+    pub(crate) fn folded(
+        &self,
+        expr: &Expr,
+        param: Option<usize>,
+    ) -> Option<(&Folded, &Constants)> {
+        let folded = self.of(expr).folded.as_deref()?;
+        let (_, by_expr) = self.constants.iter().find(|(p, _)| Some(*p) == param)?;
+        Some((folded, by_expr[expr.id].as_ref()?))
+    }
 }
 
 /// The plan of one expression.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct ExprPlan {
     /// Positions, in the policy's `variables`, of the variables the
     /// expression needs, directly or through other variables, in order.
@@ -130,6 +157,8 @@ pub(crate) struct ExprPlan {
     /// Where a request keeps its value, shared with the expressions of
     /// other policies written the same.
     pub(crate) memo_slot: Option<usize>,
+    /// The expression with its params-only parts taken out.
+    pub(crate) folded: Option<Arc<Folded>>,
 }
 
 /// What some expressions can reach of `object`, `oldObject` and
@@ -171,7 +200,7 @@ impl Reaches {
 }
 
 /// The plan of `loaded`, with the passes `passes` turns on.
-pub(super) fn plan(loaded: &Loaded, passes: Passes, all_pure: bool) -> Plan {
+pub(super) fn plan(loaded: &Loaded, passes: Passes, env: &Env) -> Plan {
     let mut validating = family(&loaded.policies, &loaded.bindings, &loaded.params, passes);
     let mutating = family(
         &loaded.mutating,
@@ -181,11 +210,16 @@ pub(super) fn plan(loaded: &Loaded, passes: Passes, all_pure: bool) -> Plan {
     );
     // Shared values need every function to answer alike for alike
     // arguments.
-    let memo_slots = if passes.memo && all_pure {
+    let memo_slots = if passes.memo && env.all_pure() {
         memo_slots(&loaded.policies, &mut validating.policies)
     } else {
         0
     };
+    if passes.params_constants {
+        for (policy, plan) in loaded.policies.iter().zip(&mut validating.policies) {
+            params_constants(policy, plan, &loaded.params, env);
+        }
+    }
     let reaches = bucket_reaches(&validating, &loaded.bindings);
     Plan {
         passes,
@@ -212,6 +246,7 @@ fn family(
                 } else {
                     Reaches::whole()
                 },
+                constants: Vec::new(),
             })
             .collect(),
         index: if passes.binding_index {
@@ -278,7 +313,7 @@ fn variable_closures(policy: &Policy, on: bool) -> Vec<ExprPlan> {
         plans[expr.id] = ExprPlan {
             closure,
             reads,
-            memo_slot: None,
+            ..ExprPlan::default()
         };
     }
     plans
@@ -329,6 +364,33 @@ fn params_found(policy: &Policy, binding: &Binding, params: &[Param]) -> Option<
     )
 }
 
+/// Pass: the folded form of each expression of the validating `policy`
+/// that reads `params`, and its parts worked out for each params object of
+/// the policy's paramKind (see [`cel::fold`]). Mutating policies are
+/// evaluated whole.
+fn params_constants(policy: &Policy, plan: &mut PolicyPlan, params: &[Param], env: &Env) {
+    let Some(kind) = &policy.param_kind else {
+        return;
+    };
+    for expr in policy.expressions() {
+        plan.exprs[expr.id].folded = fold::fold_expression(env, expr);
+    }
+    for (i, param) in params.iter().enumerate() {
+        if (param.api_version.as_str(), param.kind.as_str()) != (&kind.0[..], &kind.1[..]) {
+            continue;
+        }
+        let by_expr: Vec<Option<Constants>> = (plan.exprs.iter())
+            .map(|e| {
+                let folded = e.folded.as_deref()?;
+                Constants::work_out(folded, env, &param.value)
+            })
+            .collect();
+        if by_expr.iter().any(Option::is_some) {
+            plan.constants.push((i, by_expr));
+        }
+    }
+}
+
 /// Pass: what each bucket of the validating binding index reaches (the
 /// reaches of the policies of its bindings); `namespaceObject` is
 /// converted once per request for every scope, so each bucket converts
@@ -372,6 +434,7 @@ spec:
   - expression: "variables.names.size() <= params.max"
   - expression: "object.spec.containers.all(c, c.image != '')"
   - expression: "variables.size() > 0"
+  - expression: "!(object.metadata.name in params.reserved.split(','))"
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
@@ -411,6 +474,7 @@ apiVersion: example.com/v1
 kind: Limits
 metadata: {name: small, namespace: limits}
 max: 2
+reserved: "kube-apiserver,etcd"
 "#;
 
     fn loaded(passes: Passes) -> PolicySet {
@@ -483,6 +547,38 @@ max: 2
         assert_eq!(found, &vec![Some(vec![0]), None, None]);
         let set = loaded(Passes::without("param_refs").unwrap());
         assert_eq!(set.inner.plan.validating.params_found, vec![None; 3]);
+    }
+
+    #[test]
+    fn params_only_parts_are_worked_out_per_params_object() {
+        let split = "!(object.metadata.name in params.reserved.split(','))";
+        let set = loaded(Passes::ALL);
+        let inner = &*set.inner;
+        let (policy, plan) = (&inner.policies[0], &inner.plan.validating.policies[0]);
+        let expr = policy.expressions().find(|e| e.source() == split).unwrap();
+        let (folded, _) = plan
+            .folded(expr, Some(0))
+            .expect("worked out for the Limits");
+        assert_eq!(folded.parts.len(), 1);
+        assert!(
+            plan.folded(expr, None).is_none(),
+            "no params object, no parts"
+        );
+        // A field read alone is not worth it.
+        let read = policy
+            .expressions()
+            .find(|e| e.source().contains("params.max"))
+            .unwrap();
+        assert!(plan.of(read).folded.is_none());
+        let set = loaded(Passes::without("params_constants").unwrap());
+        let inner = &*set.inner;
+        let expr = inner.policies[0]
+            .expressions()
+            .find(|e| e.source() == split)
+            .unwrap();
+        assert!(inner.plan.validating.policies[0]
+            .folded(expr, Some(0))
+            .is_none());
     }
 
     #[test]
