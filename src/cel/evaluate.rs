@@ -127,7 +127,7 @@ pub fn deadline_passed() -> bool {
 /// instead of JSON to [`Value`] to the interpreter's form.
 pub fn json_to_val(json: &serde_json::Value) -> Box<dyn Val> {
     use kube_cel::cel::common::types::{
-        CelBool, CelDouble, CelInt, CelList, CelMap, CelMapEntries, CelNull, CelString,
+        CelBool, CelDouble, CelInt, CelList, CelMap, CelMapEntries, CelMapKey, CelNull, CelString,
     };
     match json {
         serde_json::Value::Null => Box::new(CelNull),
@@ -142,7 +142,7 @@ pub fn json_to_val(json: &serde_json::Value) -> Box<dyn Val> {
         )),
         serde_json::Value::Object(map) => Box::new(CelMap::from(
             map.iter()
-                .map(|(k, v)| (super::keys::key(k), json_to_val(v)))
+                .map(|(k, v)| (CelMapKey::from(k.as_str()), json_to_val(v)))
                 .collect::<CelMapEntries>(),
         )),
     }

@@ -14,7 +14,6 @@ mod evaluate;
 pub mod fold;
 pub mod gpu;
 pub mod image;
-mod keys;
 mod limits;
 pub mod portability;
 mod reach;

@@ -233,11 +233,14 @@ fn compared_with_null(e: &Expression) -> Option<&Expression> {
 /// own reach goes); anything else, and whatever is reached whole, is
 /// converted whole.
 pub fn json_to_val_within(json: &serde_json::Value, reach: &Reach) -> Box<dyn super::Val> {
-    use kube_cel::cel::common::types::{CelMap, CelMapEntries};
+    use kube_cel::cel::common::types::{CelMap, CelMapEntries, CelMapKey};
     match json {
         serde_json::Value::Object(map) if !reach.whole => {
             let entry = |name: &String, value, reach| {
-                (super::keys::key(name), json_to_val_within(value, reach))
+                (
+                    CelMapKey::from(name.as_str()),
+                    json_to_val_within(value, reach),
+                )
             };
             // Whichever side has fewer names is walked, the other looked
             // up: the same entries either way.

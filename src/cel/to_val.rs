@@ -286,7 +286,7 @@ impl MapOut {
 
     fn insert(&mut self, key: &str, value: Box<dyn Val>) {
         // A later entry of the same key wins, as in serde_json's map.
-        self.entries.insert(super::keys::key(key), value);
+        self.entries.insert(CelMapKey::from(key), value);
     }
 
     fn done(self) -> Out {
@@ -345,7 +345,7 @@ impl ser::SerializeStruct for MapOut {
     ) -> Result<(), ToValError> {
         let value = value.serialize(ValSerializer)?;
         // A later entry of the same key wins, as in serde_json's map.
-        self.entries.insert(super::keys::field_key(key), value);
+        self.entries.insert(CelMapKey::from(key), value);
         Ok(())
     }
     fn end(self) -> Out {
