@@ -4,12 +4,9 @@
 //! The catalog shipped with the binary is `data/azure-gpu-skus.csv`
 //! (embedded at build time); a team can replace it with its own file
 //! ([`Catalog::from_csv_file`]).
-use smallvec::SmallVec;
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{json, Value};
 
@@ -334,32 +331,6 @@ pub struct Catalog {
     /// Every SKU's name, in file order: the `gpu.skus` of a pod whose
     /// node selection allows every SKU, shared by all such pods.
     names: SkuList,
-    /// Told apart from every other catalog read by this process (clones
-    /// share it: a catalog never changes once read), so that the lists
-    /// [`Catalog::list_of`] keeps per thread are never handed to another.
-    id: u64,
-}
-
-/// The next [`Catalog::id`].
-static NEXT_CATALOG_ID: AtomicU64 = AtomicU64::new(0);
-
-/// Lists [`Catalog::list_of`] keeps per thread.
-const KEPT_LISTS: usize = 32;
-
-/// Lists of SKUs made by [`Catalog::list_of`] on this thread: which
-/// catalog, which of its SKUs (a bit per position), the list.
-#[derive(Default)]
-struct KeptLists {
-    lists: Vec<(u64, Positions, SkuList)>,
-    /// Where the next list goes once all places are taken.
-    next: usize,
-}
-
-/// A set of catalog positions, a bit each.
-type Positions = SmallVec<[u64; 2]>;
-
-thread_local! {
-    static KEPT: RefCell<KeptLists> = RefCell::new(KeptLists::default());
 }
 
 impl Default for Catalog {
@@ -439,7 +410,6 @@ impl Catalog {
             exact: ExactNames::default(),
             as_of,
             names: SkuList::default(),
-            id: NEXT_CATALOG_ID.fetch_add(1, Ordering::Relaxed),
         };
         for record in reader.records() {
             let record = record.map_err(|e| line_err(csv_line(&e).unwrap_or(0), e.to_string()))?;
@@ -519,46 +489,22 @@ impl Catalog {
     }
 
     /// The names of `skus`, this catalog's SKUs, in catalog order and each
-    /// once, as a list shared with the lists of the same SKUs made before
-    /// on this thread: the pods of a tier are pinned to the same few sizes
-    /// request after request, and a shared list is converted into CEL's
-    /// values once instead of for every pod. A SKU of another catalog is
-    /// named at its place in `skus`, and the list is then not kept.
+    /// once. A SKU of another catalog is named at its place in `skus`, and
+    /// the list is then in the order given.
     pub fn list_of(&self, skus: &[&Sku]) -> SkuList {
-        let mut set: Positions = smallvec::smallvec![0; self.skus.len().div_ceil(64)];
+        let mut positions = Vec::with_capacity(skus.len());
         for sku in skus {
             match self.position(sku) {
-                Some(p) => set[p / 64] |= 1 << (p % 64),
-                None => {
-                    return skus
-                        .iter()
-                        .map(|s| s.name.clone())
-                        .collect::<Vec<_>>()
-                        .into()
-                }
+                Some(p) => positions.push(p),
+                None => return skus.iter().map(|s| s.name.clone()).collect(),
             }
         }
-        KEPT.with(|kept| {
-            let mut kept = kept.borrow_mut();
-            if let Some((_, _, list)) =
-                (kept.lists.iter()).find(|(id, s, _)| *id == self.id && *s == set)
-            {
-                return list.clone();
-            }
-            let names: Vec<String> = (self.skus.iter().enumerate())
-                .filter(|(p, _)| set[p / 64] & (1 << (p % 64)) != 0)
-                .map(|(_, sku)| sku.name.clone())
-                .collect();
-            let list = SkuList::from(names);
-            if kept.lists.len() < KEPT_LISTS {
-                kept.lists.push((self.id, set, list.clone()));
-            } else {
-                let at = kept.next;
-                kept.lists[at] = (self.id, set, list.clone());
-                kept.next = (at + 1) % KEPT_LISTS;
-            }
-            list
-        })
+        positions.sort_unstable();
+        positions.dedup();
+        positions
+            .iter()
+            .map(|&p| self.skus[p].name.clone())
+            .collect()
     }
 
     /// Where `sku`, one of this catalog's, is in file order; `None` for a
@@ -820,16 +766,8 @@ mod tests {
         Catalog::embedded()
     }
 
-    /// Whether `list`'s converted form is the one made for `first`: lists
-    /// that share it are one list.
-    fn shares(list: &SkuList, first: &SkuList) -> bool {
-        let mine = first.converted(|names| names.to_vec()).map(|v| v.as_ptr());
-        let theirs = list.converted(|_| Vec::<String>::new()).map(|v| v.as_ptr());
-        mine.is_some() && mine == theirs
-    }
-
     #[test]
-    fn lists_of_the_same_skus_are_shared_per_catalog() {
+    fn a_list_names_the_skus_in_catalog_order_each_once() {
         let c = catalog();
         let all: Vec<&Sku> = c.skus().iter().collect();
         let some = [all[7], all[2], all[7], all[4]];
@@ -837,19 +775,10 @@ mod tests {
         let names: Vec<&str> = list.iter().map(String::as_str).collect();
         let want: Vec<&str> = [2, 4, 7].iter().map(|&i| all[i].name.as_str()).collect();
         assert_eq!(names, want, "catalog order, each once");
-        assert!(shares(&c.list_of(&[all[2], all[4], all[7]]), &list));
-        assert!(!shares(&c.list_of(&[all[2], all[4]]), &list));
-        // A catalog read again is another catalog: its lists are its own.
-        let other = catalog();
-        let theirs = other.list_of(&[&other.skus()[2], &other.skus()[4], &other.skus()[7]]);
-        assert_eq!(&*theirs, &*list);
-        assert!(!shares(&theirs, &list));
-        // Many lists later the first is made again, with the same names.
         for sku in &all {
             let one = c.list_of(&[sku]);
             assert_eq!((one.len(), one.first()), (1, Some(&sku.name)));
         }
-        assert_eq!(&*c.list_of(&some), &*list);
         assert!(c.list_of(&[]).is_empty());
     }
 
@@ -862,7 +791,6 @@ mod tests {
         let names: Vec<&str> = list.iter().map(String::as_str).collect();
         let want: Vec<&str> = skus.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, want);
-        assert!(!shares(&c.list_of(&skus), &list), "not kept");
     }
 
     #[test]
