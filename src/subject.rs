@@ -11,14 +11,12 @@ use crate::gpu::pools::PoolKind;
 use crate::gpu::GpuResources;
 use crate::k8s::claims::{pod_claims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
+use crate::k8s::namespaces::with_name_label;
 use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, NodeInfo, NodeLookup};
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// The label kube-apiserver puts on every Namespace, holding its name.
-pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// What kind of object a request is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,10 +87,10 @@ impl<'r> Subject<'r> {
                 Arc::new(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}))
             })
         });
-        let mut namespace_labels = labels_of(namespace.as_deref());
-        if let Some(n) = &namespace_name {
-            namespace_labels.insert(NAMESPACE_NAME_LABEL.to_string(), n.clone());
-        }
+        let namespace_labels = match &namespace_name {
+            Some(n) => with_name_label(n, labels_of(namespace.as_deref())),
+            None => BTreeMap::new(),
+        };
         let template = match kind {
             SubjectKind::Controller if judges_template(request) => template_pod(request),
             _ => None,

@@ -5,7 +5,7 @@ use crate::admission::{Admission, Bundle};
 use crate::authz::{Authorizer, NoAuthorizer};
 use crate::k8s::claims::{ClaimKind, StaticClaims};
 use crate::k8s::doc::from_value_with_nulls;
-use crate::k8s::namespaces::StaticNamespaces;
+use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
 use crate::offline::{self, build_request};
 use crate::policy::{Document, LoadError, LoadErrors};
 use crate::review::Operation;
@@ -296,7 +296,7 @@ pub fn run_with_authorizer(
     {
         let mut namespaces = StaticNamespaces::new();
         for ns in &test.spec.namespaces {
-            namespaces.insert(&ns.name, namespace_labels(&ns.name, &ns.labels));
+            namespaces.insert(&ns.name, with_name_label(&ns.name, ns.labels.clone()));
         }
         let base = doc.source.file.parent().unwrap_or(Path::new("."));
         let claims = match test_claims(&test, base) {
@@ -412,16 +412,6 @@ fn with_bindings(bundle: &Bundle, test: &Document, bindings: &[Value]) -> Result
         policies,
         ..bundle.clone()
     })
-}
-
-/// A namespace's labels as the cluster would have them: the apiserver
-/// always adds `kubernetes.io/metadata.name`.
-pub fn namespace_labels(name: &str, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    let mut labels = labels.clone();
-    labels
-        .entry("kubernetes.io/metadata.name".to_string())
-        .or_insert_with(|| name.to_string());
-    labels
 }
 
 /// Formats results as the `test` command prints them; the last line is

@@ -8,6 +8,7 @@ mod shared_data;
 
 use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::bundle::{self, PolicySource};
+use gpu_admission::k8s::namespaces::with_name_label;
 use gpu_admission::k8s::StaticNamespaces;
 use gpu_admission::offline;
 use gpu_admission::policy::Passes;
@@ -71,7 +72,7 @@ fn the_corpus_gets_the_same_answers_with_each_pass_turned_off() {
         let answers = |bundle: Bundle| -> Vec<serde_json::Value> {
             let mut lookup = StaticNamespaces::new();
             for ns in requests.iter().filter_map(|r| r.namespace.as_deref()) {
-                lookup.insert(ns, testing::namespace_labels(ns, &Default::default()));
+                lookup.insert(ns, with_name_label(ns, Default::default()));
             }
             let admission = Admission::new(bundle, Arc::new(lookup));
             (requests.iter())

@@ -4,7 +4,6 @@
 //! enum variants as serde_json writes them. One pass instead of building
 //! the JSON tree, converting it, and dropping it.
 use super::Val;
-use crate::gpu::names::{SkuList, SKU_LIST};
 use kube_cel::cel::common::types::{
     CelBool, CelDouble, CelInt, CelList, CelMap, CelMapEntries, CelMapKey, CelNull, CelString,
 };
@@ -40,9 +39,6 @@ type Out = Result<Box<dyn Val>, ToValError>;
 fn string(v: &str) -> Box<dyn Val> {
     Box::new(CelString::from(v))
 }
-
-/// A [`SkuList`] in the interpreter's form, kept with the list.
-struct Converted(Box<dyn Val>);
 
 struct ValSerializer;
 
@@ -153,19 +149,11 @@ impl ser::Serializer for ValSerializer {
     ) -> Out {
         self.serialize_str(variant)
     }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, name: &'static str, value: &T) -> Out {
-        if name == SKU_LIST {
-            if let Some(list) = SkuList::serializing() {
-                // Converted once per list, then shared: O(1) clones.
-                let names = |names: &[String]| {
-                    let items = names.iter().map(|n| string(n)).collect::<Vec<_>>();
-                    Converted(Box::new(CelList::from(items)))
-                };
-                if let Some(Converted(val)) = list.converted(names) {
-                    return Ok(val.clone_as_boxed());
-                }
-            }
-        }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Out {
         value.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -403,38 +391,6 @@ mod tests {
         same(&json!([]));
         same(&json!({}));
         same(&json!({"a": [1, {"b": null, "c": [true, "x"]}], "d": {"e": 3.25}}));
-    }
-
-    #[test]
-    fn a_sku_list_is_converted_once_and_shared() {
-        #[derive(Serialize)]
-        struct Facts {
-            skus: SkuList,
-            nested: Vec<SkuList>,
-        }
-        let list = SkuList::new(vec!["Standard_NC4as_T4_v3".into(), "b".into()]);
-        let facts = Facts {
-            skus: list.clone(),
-            nested: vec![list.clone(), SkuList::default()],
-        };
-        let json = serde_json::to_value(&facts).unwrap();
-        assert_eq!(
-            json,
-            json!({"skus": ["Standard_NC4as_T4_v3", "b"], "nested": [["Standard_NC4as_T4_v3", "b"], []]})
-        );
-        let first = to_val(&facts).unwrap();
-        assert_eq!(
-            as_value(first.as_ref()),
-            as_value(json_to_val(&json).as_ref())
-        );
-        // The conversion kept its result with the list: asked again, the
-        // list hands it over without converting.
-        assert!(list
-            .converted::<Converted>(|_| panic!("converted again"))
-            .is_some());
-        let second = to_val(&facts).unwrap();
-        assert_eq!(as_value(second.as_ref()), as_value(first.as_ref()));
-        assert!(SkuList::serializing().is_none(), "nothing is left behind");
     }
 
     #[derive(Serialize)]

@@ -6,10 +6,9 @@ use crate::admission::Admission;
 use crate::audit;
 use crate::inventory::{self, ClusterLister, AUDITED};
 use crate::k8s::json::Pointer as _;
-use crate::k8s::namespaces::StaticNamespaces;
+use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
 use crate::k8s::StaticClaims;
 use crate::offline;
-use crate::testing::namespace_labels;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -72,7 +71,7 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let mut namespaces: BTreeMap<String, BTreeMap<String, String>> = names
             .iter()
-            .map(|n| (n.clone(), namespace_labels(n, &labels)))
+            .map(|n| (n.clone(), with_name_label(n, labels.clone())))
             .collect();
         for ns in &namespace_objects {
             let Some(name) = ns.at("/metadata/name").and_then(Value::as_str) else {
@@ -84,7 +83,7 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default();
             let mut merged = labels.clone();
             merged.extend(own);
-            namespaces.insert(name.to_string(), namespace_labels(name, &merged));
+            namespaces.insert(name.to_string(), with_name_label(name, merged));
         }
         let namespaces = namespaces.into_iter().collect();
         let files = args.files.iter().map(|f| f.display().to_string());

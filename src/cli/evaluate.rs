@@ -4,11 +4,10 @@
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::k8s::json::Pointer as _;
-use crate::k8s::namespaces::StaticNamespaces;
+use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
 use crate::k8s::StaticClaims;
 use crate::offline::{self, Evaluation};
 use crate::review::Operation;
-use crate::testing::namespace_labels;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -142,7 +141,7 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         .collect();
     let mut lookup = StaticNamespaces::new();
     for ns in &namespaces {
-        lookup.insert(ns, namespace_labels(ns, &labels));
+        lookup.insert(ns, with_name_label(ns, labels.clone()));
     }
     let admission = Admission::new(loaded.bundle, Arc::new(lookup))
         .with_claims(Arc::new(claims))

@@ -4,7 +4,6 @@ mod azure_pools;
 pub mod catalog;
 pub mod claims;
 pub mod facts;
-pub mod names;
 pub mod pools;
 pub mod reach;
 pub mod request;
@@ -12,10 +11,14 @@ pub mod resources;
 pub mod selection;
 pub mod visibility;
 
-pub use names::SkuList;
 pub use request::{
     pod_gpu_request, ContainerGpuRequest, ContainerKind, GpuQuantity, PodGpuRequest,
 };
 pub use resources::{
     GpuResources, ResourcePatternError, DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPU_RESOURCES,
 };
+
+/// SKU names in catalog order. Lists that outlive a request (every SKU of
+/// the catalog, what a placement profile allows) are shared by the facts
+/// of each request that shows them, not copied.
+pub type SkuList = std::sync::Arc<[String]>;

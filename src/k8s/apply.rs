@@ -18,9 +18,10 @@
 //! `io.k8s.api.core.v1.PodSpec`, `Container`, `EphemeralContainer`,
 //! `ResourceRequirements` and `io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta`:
 //! `x-kubernetes-list-type` and `x-kubernetes-list-map-keys`), for a Pod
-//! and the pod templates of Deployments, StatefulSets, DaemonSets,
-//! ReplicaSets, Jobs and CronJobs. Every kind's `metadata` is ObjectMeta.
+//! and the pod template of every kind in [`workloads::TEMPLATE_KINDS`].
+//! Every kind's `metadata` is ObjectMeta.
 //! Lists of other kinds, and of fields outside the table, are atomic.
+use super::workloads;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
@@ -105,22 +106,23 @@ const CONTAINER_ATOMIC: &[&str] = &[
 /// Atomic structs of an `ObjectMeta` (items of `ownerReferences`).
 const OBJECT_META_ATOMIC: &[&str] = &["ownerReferences"];
 
-/// Where the pod spec of each supported kind is, by (API group, kind).
-fn pod_spec_path(group: &str, kind: &str) -> Option<&'static str> {
-    match (group, kind) {
-        ("", "Pod") => Some("spec"),
-        ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet") | ("batch", "Job") => {
-            Some("spec.template.spec")
-        }
-        ("batch", "CronJob") => Some("spec.jobTemplate.spec.template.spec"),
-        _ => None,
-    }
-}
-
 /// The merge schema of one object, picked by its `apiVersion` and `kind`.
 #[derive(Clone, Copy, Debug)]
 pub struct Schema {
-    pod_spec: Option<&'static str>,
+    /// JSON pointer to the pod template (`metadata` + `spec`) of a kind in
+    /// [`workloads::TEMPLATE_KINDS`]; empty for a Pod; `None` for any other
+    /// kind.
+    template: Option<&'static str>,
+}
+
+/// Where a field path lies, for the tables above.
+enum Place {
+    /// In an ObjectMeta (the object's or its pod template's), at this
+    /// path from it, dotted.
+    Meta(String),
+    /// In the pod spec, at this path from it, dotted.
+    PodSpec(String),
+    Elsewhere,
 }
 
 impl Schema {
@@ -128,81 +130,74 @@ impl Schema {
     pub fn of(object: &Value) -> Schema {
         let api = object.get("apiVersion").and_then(Value::as_str);
         let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-        let group = api
-            .and_then(|a| a.rsplit_once('/').map(|(g, _)| g))
-            .unwrap_or("");
-        Schema {
-            pod_spec: pod_spec_path(group, kind),
-        }
+        let group = workloads::group_of(api.unwrap_or(""));
+        let template = match kind {
+            "Pod" if group.is_empty() => Some(""),
+            _ => workloads::template_kind(group, kind).map(|k| k.template),
+        };
+        Schema { template }
     }
 
     /// Whether the kind's pod spec is in the table (other kinds merge their
     /// lists as atomic, `metadata` apart).
     pub fn is_known(&self) -> bool {
-        self.pod_spec.is_some()
+        self.template.is_some()
     }
 
     /// The list type of the list at `path` (field names from the root,
     /// list items not counted).
     pub fn list_type(&self, path: &[&str]) -> ListType {
-        let joined = path.join(".");
         let lookup = |table: &[(&str, ListType)], rest: &str| {
             table
                 .iter()
                 .find(|(p, _)| *p == rest)
                 .map_or(ListType::Atomic, |(_, t)| *t)
         };
-        let metas = ["metadata".to_string()]
-            .into_iter()
-            .chain(self.pod_spec.map(|s| {
-                let template = s.trim_end_matches(".spec");
-                format!("{template}.metadata")
-            }));
-        for meta in metas {
-            if let Some(rest) = strip(&joined, &meta) {
-                return lookup(OBJECT_META, rest);
-            }
+        match self.place(path) {
+            Place::Meta(rest) => lookup(OBJECT_META, &rest),
+            Place::PodSpec(rest) => CONTAINER_LISTS
+                .iter()
+                .find_map(|list| strip(&rest, list))
+                .map_or_else(|| lookup(POD_SPEC, &rest), |field| lookup(CONTAINER, field)),
+            Place::Elsewhere => ListType::Atomic,
         }
-        let Some(spec) = self.pod_spec else {
-            return ListType::Atomic;
-        };
-        let Some(rest) = strip(&joined, spec) else {
-            return ListType::Atomic;
-        };
-        for list in CONTAINER_LISTS {
-            if let Some(field) = strip(rest, list) {
-                return lookup(CONTAINER, field);
-            }
-        }
-        lookup(POD_SPEC, rest)
     }
-}
 
-impl Schema {
     /// Whether the object at `path` (field names from the root, list items
     /// not counted) is an atomic map or struct.
     pub fn is_atomic_object(&self, path: &[&str]) -> bool {
-        let joined = path.join(".");
-        let metas = ["metadata".to_string()]
-            .into_iter()
-            .chain(self.pod_spec.map(|s| {
-                let template = s.trim_end_matches(".spec");
-                format!("{template}.metadata")
-            }));
-        for meta in metas {
-            if let Some(rest) = strip(&joined, &meta) {
-                return OBJECT_META_ATOMIC.contains(&rest);
-            }
+        match self.place(path) {
+            Place::Meta(rest) => OBJECT_META_ATOMIC.contains(&rest.as_str()),
+            Place::PodSpec(rest) => match CONTAINER_LISTS.iter().find_map(|l| strip(&rest, l)) {
+                Some(field) => CONTAINER_ATOMIC.contains(&field),
+                None => POD_SPEC_ATOMIC.contains(&rest.as_str()),
+            },
+            Place::Elsewhere => false,
         }
-        let Some(rest) = self.pod_spec.and_then(|spec| strip(&joined, spec)) else {
-            return false;
+    }
+
+    fn place(&self, path: &[&str]) -> Place {
+        let inside = |path: &[&str], field: &str| match path.split_first() {
+            Some((first, rest)) if *first == field && !rest.is_empty() => Some(rest.join(".")),
+            _ => None,
         };
-        for list in CONTAINER_LISTS {
-            if let Some(field) = strip(rest, list) {
-                return CONTAINER_ATOMIC.contains(&field);
+        if let Some(rest) = inside(path, "metadata") {
+            return Place::Meta(rest);
+        }
+        let mut template = path;
+        for token in self.template.into_iter().flat_map(|t| t.split('/').skip(1)) {
+            match template.split_first() {
+                Some((first, rest)) if *first == token => template = rest,
+                _ => return Place::Elsewhere,
             }
         }
-        POD_SPEC_ATOMIC.contains(&rest)
+        if let Some(rest) = inside(template, "metadata") {
+            Place::Meta(rest)
+        } else if let Some(rest) = inside(template, "spec").filter(|_| self.is_known()) {
+            Place::PodSpec(rest)
+        } else {
+            Place::Elsewhere
+        }
     }
 }
 
@@ -681,6 +676,11 @@ mod tests {
             schema.list_type(&["spec", "template", "spec", "containers"]),
             ListType::Atomic
         );
+        let template = json!({"apiVersion": "v1", "kind": "PodTemplate"});
+        let schema = Schema::of(&template);
+        assert_eq!(schema.list_type(&["template", "spec", "containers"]), NAME);
+        assert!(schema.is_atomic_object(&["template", "spec", "nodeSelector"]));
+        assert!(!schema.is_atomic_object(&["spec", "nodeSelector"]));
     }
 
     #[test]

@@ -3,6 +3,20 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// The label the apiserver sets on every Namespace to its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// The labels of the Namespace `name` as the cluster has them: `labels`
+/// and [`NAMESPACE_NAME_LABEL`], which the apiserver sets to the name
+/// whatever the object says.
+pub fn with_name_label(
+    name: &str,
+    mut labels: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    labels.insert(NAMESPACE_NAME_LABEL.to_string(), name.to_string());
+    labels
+}
+
 /// Looks up Namespace objects (for `namespaceObject`, namespaceSelector and
 /// placement profiles' namespace selectors).
 pub trait NamespaceLookup: Send + Sync {
@@ -195,6 +209,20 @@ impl NamespaceLookup for ClusterNamespaces {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Namespace;
+
+    #[test]
+    fn the_name_label_is_the_name_whatever_the_labels_say() {
+        let labels = with_name_label(
+            "ml",
+            BTreeMap::from([
+                ("team".to_string(), "a".to_string()),
+                (NAMESPACE_NAME_LABEL.to_string(), "other".to_string()),
+            ]),
+        );
+        assert_eq!(labels[NAMESPACE_NAME_LABEL], "ml");
+        assert_eq!(labels["team"], "a");
+        assert_eq!(labels.len(), 2);
+    }
 
     #[test]
     fn static_namespaces_carry_labels() {

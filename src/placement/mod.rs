@@ -7,14 +7,13 @@
 //! already says is not said again, so a second call returns no patch.
 //!
 //! A Karpenter NodePool that launches only GPU nodes gets its profile's
-//! `nodePoolTaint` when it carries no GPU taint (see [`plan_node_pool`]).
+//! `nodePoolTaint` when it carries no GPU taint.
 mod nodepool;
 mod plan;
 mod profile;
 pub mod tiers;
 pub mod visibility;
 
-pub use nodepool::plan_node_pool;
 pub use plan::PROFILE_ANNOTATION;
 pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
 pub use tiers::SkuTiers;
@@ -24,15 +23,14 @@ use crate::gpu::facts::GpuFacts;
 use crate::gpu::selection::SkuRequirement;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest, SkuList};
 use crate::k8s::json::labels_of;
-use crate::k8s::json::Pointer as _;
-use crate::k8s::{NamespaceLookup, NodeSelectorTerm as Term};
-use crate::review::{Operation, Request};
+use crate::k8s::NodeSelectorTerm as Term;
+use crate::review::Operation;
 use crate::subject::{Subject, SubjectKind};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use crate::subject::NAMESPACE_NAME_LABEL;
+pub use crate::k8s::namespaces::NAMESPACE_NAME_LABEL;
 
 /// The placement profiles loaded from the policy folder.
 #[derive(Clone, Debug, Default)]
@@ -249,23 +247,6 @@ impl ProfileSet {
     }
 }
 
-/// Plans the mutation of `req`: Pods on CREATE, Karpenter NodePools on
-/// CREATE and UPDATE. Namespace selectors see only the
-/// `kubernetes.io/metadata.name` label; use [`plan_with_namespaces`] to
-/// match on the Namespace's own labels.
-pub fn plan(profiles: &ProfileSet, req: &Request) -> Plan {
-    plan_with_namespaces(profiles, req, &NoNamespaces)
-}
-
-/// [`plan`], with the Namespace object looked up for `namespaceSelector`.
-pub fn plan_with_namespaces(
-    profiles: &ProfileSet,
-    req: &Request,
-    namespaces: &dyn NamespaceLookup,
-) -> Plan {
-    plan_subject(profiles, &Subject::new(req, namespaces))
-}
-
 /// Plans the mutation of a request whose subject is worked out: a Pod on
 /// CREATE gets its profile's tolerations and node affinity, a Karpenter
 /// NodePool (CREATE or UPDATE) its profile's taint. The containers of a
@@ -301,7 +282,7 @@ pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
     let mut plan = if debug || profiles.is_empty() {
         Plan::default()
     } else {
-        plan_pod_with(profiles, pod, &facts.request, &subject.namespace_labels)
+        plan_pod(profiles, pod, &facts.request, &subject.namespace_labels)
     };
     let old = if debug { req.old_object.as_ref() } else { None };
     // The pods the mutating webhook is sent: GPU pods, and debug
@@ -316,17 +297,9 @@ pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
     plan
 }
 
-/// Plans the mutation of one Pod object (raw JSON as the apiserver sent it).
-pub fn plan_pod(
-    profiles: &ProfileSet,
-    pod: &Value,
-    namespace_labels: &BTreeMap<String, String>,
-) -> Plan {
-    plan_pod_with(profiles, pod, &pod_request(profiles, pod), namespace_labels)
-}
-
-/// [`plan_pod`] with the pod's GPU request already read.
-pub fn plan_pod_with(
+/// The profile's tolerations and node affinity for a GPU pod (`request`
+/// read from it), as a patch against the pod.
+fn plan_pod(
     profiles: &ProfileSet,
     pod: &Value,
     request: &PodGpuRequest,
@@ -465,25 +438,6 @@ fn pod_request(profiles: &ProfileSet, pod: &Value) -> PodGpuRequest {
         .unwrap_or_default()
 }
 
-/// The labels namespaceSelectors see for `namespace`: the Namespace's own
-/// labels when known, plus `kubernetes.io/metadata.name`.
-pub fn namespace_labels(
-    namespace: &str,
-    namespaces: &dyn NamespaceLookup,
-) -> BTreeMap<String, String> {
-    let mut labels: BTreeMap<String, String> = namespaces
-        .namespace(namespace)
-        .as_ref()
-        .and_then(|ns| ns.at("/metadata/labels"))
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-        .collect();
-    labels.insert(NAMESPACE_NAME_LABEL.to_string(), namespace.to_string());
-    labels
-}
-
 /// The profile for a GPU pod that the scheduler will place.
 fn applicable_profile<'a>(
     profiles: &'a ProfileSet,
@@ -505,14 +459,6 @@ fn applicable_profile<'a>(
         return None;
     }
     profiles.select(request, &labels_of(Some(pod)), namespace_labels)
-}
-
-struct NoNamespaces;
-
-impl NamespaceLookup for NoNamespaces {
-    fn namespace(&self, _name: &str) -> Option<Arc<Value>> {
-        None
-    }
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ pub(super) fn plan_request(profiles: &ProfileSet, req: &Request) -> Plan {
 /// Plans the mutation of one NodePool object (raw JSON as the apiserver
 /// sent it): the profile's `nodePoolTaint` when the pool launches only GPU
 /// nodes, has no GPU taint, and its profile says `Add`.
-pub fn plan_node_pool(profiles: &ProfileSet, pool: &Value) -> Plan {
+fn plan_node_pool(profiles: &ProfileSet, pool: &Value) -> Plan {
     let Some(request) = CapacityRequest::from_object(pool) else {
         return Plan::default();
     };

@@ -1,4 +1,8 @@
 use super::*;
+use crate::k8s::json::Pointer as _;
+use crate::k8s::namespaces::StaticNamespaces;
+use crate::k8s::NamespaceLookup;
+use crate::review::Request;
 use serde_json::json;
 
 const NVIDIA: &str = include_str!("../../policies/placement/aks-nvidia.yaml");
@@ -55,12 +59,40 @@ fn ns() -> BTreeMap<String, String> {
     BTreeMap::from([(NAMESPACE_NAME_LABEL.to_string(), "ml".to_string())])
 }
 
+/// What `/mutate`'s placement makes of `req`, its namespace looked up in
+/// `namespaces`.
+fn plan_in(set: &ProfileSet, req: &Request, namespaces: &dyn NamespaceLookup) -> Plan {
+    plan_subject(set, &Subject::new(req, namespaces))
+}
+
+/// [`plan_in`] for a request whose namespace nobody knows.
+fn plan(set: &ProfileSet, req: &Request) -> Plan {
+    plan_in(set, req, &StaticNamespaces::new())
+}
+
+/// What `/mutate`'s placement makes of `pod` created in namespace `ml`,
+/// whose labels are `labels`.
+fn plan_labelled(set: &ProfileSet, pod: &Value, labels: &[(&str, &str)]) -> Plan {
+    let labels = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let namespaces = StaticNamespaces::new().with("ml", labels);
+    let req = Request::for_object(pod.clone(), Operation::Create, Some("ml"));
+    plan_in(set, &req, &namespaces)
+}
+
+/// [`plan_labelled`] in a namespace without labels.
+fn plan_pod(set: &ProfileSet, pod: &Value) -> Plan {
+    plan_labelled(set, pod, &[])
+}
+
 /// Plans, applies, and checks that a second call returns no patch.
 fn apply(set: &ProfileSet, pod: &Value) -> (Plan, Value) {
-    let plan = plan_pod(set, pod, &ns());
+    let plan = plan_pod(set, pod);
     let mut patched = pod.clone();
     json_patch::patch(&mut patched, &plan.patch).unwrap();
-    let again = plan_pod(set, &patched, &ns());
+    let again = plan_pod(set, &patched);
     assert!(
         again.patch.0.is_empty(),
         "second call patched again: {:?}",
@@ -137,7 +169,7 @@ fn path_tokens_are_escaped() {
     let pod = gpu_pod(json!({}));
     let mut with_annotations = pod.clone();
     with_annotations["metadata"]["annotations"] = json!({"a/b": "c"});
-    let plan = plan_pod(&shipped(), &with_annotations, &ns());
+    let plan = plan_pod(&shipped(), &with_annotations);
     let last = plan.patch.0.last().unwrap().path().to_string();
     assert_eq!(
         last,
@@ -151,12 +183,12 @@ fn non_gpu_zero_and_bound_pods_get_no_patch() {
     let set = shipped();
     let cpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
         "spec": {"containers": [{"name": "web", "image": "nginx", "resources": {"limits": {"cpu": "1"}}}]}});
-    assert!(plan_pod(&set, &cpu, &ns()).patch.0.is_empty());
+    assert!(plan_pod(&set, &cpu).patch.0.is_empty());
     let mut zero = gpu_pod(json!({}));
     zero["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("0");
-    assert!(plan_pod(&set, &zero, &ns()).patch.0.is_empty());
+    assert!(plan_pod(&set, &zero).patch.0.is_empty());
     let bound = gpu_pod(json!({"nodeName": "aks-gpu-12345-vmss000000"}));
-    assert!(plan_pod(&set, &bound, &ns()).patch.0.is_empty());
+    assert!(plan_pod(&set, &bound).patch.0.is_empty());
 }
 
 #[test]
@@ -209,12 +241,12 @@ fn init_container_and_sidecar_gpu_requests_count() {
         "containers": [{"name": "app", "image": "busybox"}],
         "initContainers": [{"name": "warm", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
     }));
-    assert!(!plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+    assert!(!plan_pod(&shipped(), &pod).patch.0.is_empty());
     let pod = gpu_pod(json!({
         "containers": [{"name": "app", "image": "busybox"}],
         "ephemeralContainers": [{"name": "dbg", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
     }));
-    assert!(plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+    assert!(plan_pod(&shipped(), &pod).patch.0.is_empty());
 }
 
 #[test]
@@ -231,7 +263,7 @@ fn toleration_with_same_key_value_effect_is_not_added() {
 fn toleration_with_empty_effect_covers_all_effects() {
     let pod =
         gpu_pod(json!({"tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu"}]}));
-    let plan = plan_pod(&shipped(), &pod, &ns());
+    let plan = plan_pod(&shipped(), &pod);
     assert!(!paths(&plan)
         .iter()
         .any(|p| p.starts_with("/spec/tolerations")));
@@ -240,7 +272,7 @@ fn toleration_with_empty_effect_covers_all_effects() {
 #[test]
 fn exists_toleration_with_same_key_covers() {
     let pod = gpu_pod(json!({"tolerations": [{"key": "sku", "operator": "Exists"}]}));
-    let plan = plan_pod(&shipped(), &pod, &ns());
+    let plan = plan_pod(&shipped(), &pod);
     assert!(!paths(&plan)
         .iter()
         .any(|p| p.starts_with("/spec/tolerations")));
@@ -249,7 +281,7 @@ fn exists_toleration_with_same_key_covers() {
 #[test]
 fn exists_toleration_with_empty_key_covers_everything() {
     let pod = gpu_pod(json!({"tolerations": [{"operator": "Exists"}]}));
-    let plan = plan_pod(&shipped(), &pod, &ns());
+    let plan = plan_pod(&shipped(), &pod);
     assert!(!paths(&plan)
         .iter()
         .any(|p| p.starts_with("/spec/tolerations")));
@@ -285,7 +317,7 @@ fn extended_resource_toleration_is_kept_and_not_duplicated() {
         json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
     );
     let set = ProfileSet::new(vec![tainted]).unwrap();
-    let plan = plan_pod(&set, &pod, &ns());
+    let plan = plan_pod(&set, &pod);
     assert!(!paths(&plan)
         .iter()
         .any(|p| p.starts_with("/spec/tolerations")));
@@ -373,7 +405,7 @@ fn a_narrower_requirement_counts_as_saying_it() {
         json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [expr("karpenter.azure.com/sku-gpu-name", "In", &["H100"])]}]}}}}),
     );
-    let plan = plan_pod(&set, &pod, &ns());
+    let plan = plan_pod(&set, &pod);
     assert!(
         !paths(&plan).iter().any(|p| p.contains("affinity")),
         "{:?}",
@@ -514,19 +546,10 @@ fn malformed_pods_get_no_patch_and_no_panic() {
         json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": {}}}}}),
     ] {
         let pod = gpu_pod(extra.clone());
-        assert!(
-            plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty(),
-            "{extra}"
-        );
+        assert!(plan_pod(&shipped(), &pod).patch.0.is_empty(), "{extra}");
     }
-    assert!(plan_pod(&shipped(), &json!("pod"), &ns())
-        .patch
-        .0
-        .is_empty());
-    assert!(plan_pod(&shipped(), &json!({"spec": 3}), &ns())
-        .patch
-        .0
-        .is_empty());
+    assert!(plan_pod(&shipped(), &json!("pod")).patch.0.is_empty());
+    assert!(plan_pod(&shipped(), &json!({"spec": 3})).patch.0.is_empty());
 }
 
 #[test]
@@ -538,9 +561,7 @@ fn highest_priority_wins_then_name() {
     let names: Vec<&str> = set.profiles().iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, vec!["b-high", "c-high", "a-low"]);
     assert_eq!(
-        plan_pod(&set, &gpu_pod(json!({})), &ns())
-            .profile
-            .as_deref(),
+        plan_pod(&set, &gpu_pod(json!({}))).profile.as_deref(),
         Some("b-high")
     );
 }
@@ -557,20 +578,16 @@ fn selectors_choose_the_profile() {
     );
     let set = ProfileSet::new(vec![team, profile(NVIDIA)]).unwrap();
     let pod = gpu_pod(json!({}));
-    let mut ml = ns();
-    ml.insert("team".into(), "ml".into());
+    let ml = [("team", "ml")];
     assert_eq!(
-        plan_pod(&set, &pod, &ml).profile.as_deref(),
+        plan_labelled(&set, &pod, &ml).profile.as_deref(),
         Some("team-ml")
     );
-    assert_eq!(
-        plan_pod(&set, &pod, &ns()).profile.as_deref(),
-        Some("aks-nvidia")
-    );
+    assert_eq!(plan_pod(&set, &pod).profile.as_deref(), Some("aks-nvidia"));
     let mut skip = pod.clone();
     skip["metadata"]["labels"] = json!({"gpu-admission.io/placement": "skip"});
     assert_eq!(
-        plan_pod(&set, &skip, &ml).profile.as_deref(),
+        plan_labelled(&set, &skip, &ml).profile.as_deref(),
         Some("aks-nvidia")
     );
 }
@@ -584,19 +601,15 @@ fn namespace_labels_come_from_the_lookup() {
                 .then(|| Arc::new(json!({"metadata": {"name": "ml", "labels": {"team": "ml"}}})))
         }
     }
-    let labels = namespace_labels("ml", &One);
-    assert_eq!(labels["team"], "ml");
-    assert_eq!(labels[NAMESPACE_NAME_LABEL], "ml");
-    assert_eq!(namespace_labels("web", &One).len(), 1);
     let team = simple(
         "team-ml",
         10,
-        json!({"namespaceSelector": {"matchLabels": {"team": "ml"}}}),
+        json!({"namespaceSelector": {"matchLabels": {"team": "ml", NAMESPACE_NAME_LABEL: "ml"}}}),
     );
     let set = ProfileSet::new(vec![team]).unwrap();
     let req = Request::for_object(gpu_pod(json!({})), Operation::Create, Some("ml"));
     assert_eq!(
-        plan_with_namespaces(&set, &req, &One).profile.as_deref(),
+        plan_in(&set, &req, &One).profile.as_deref(),
         Some("team-ml")
     );
     assert_eq!(
@@ -622,18 +635,15 @@ fn profile_resources_extend_detection() {
     assert!(set.gpu_resources().matches("nvidia.com/gpu"));
     let mut pod = gpu_pod(json!({}));
     pod["spec"]["containers"][0]["resources"]["limits"] = json!({"example.com/fpga": "1"});
-    assert_eq!(plan_pod(&set, &pod, &ns()).profile.as_deref(), Some("fpga"));
+    assert_eq!(plan_pod(&set, &pod).profile.as_deref(), Some("fpga"));
     // nvidia.com/gpu is detected but no profile serves it.
-    assert!(plan_pod(&set, &gpu_pod(json!({})), &ns())
-        .patch
-        .0
-        .is_empty());
+    assert!(plan_pod(&set, &gpu_pod(json!({}))).patch.0.is_empty());
 }
 
 #[test]
 fn node_selector_for_non_gpu_nodes_conflicts() {
     let pod = gpu_pod(json!({"nodeSelector": {"kubernetes.azure.com/accelerator": "none"}}));
-    assert!(plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+    assert!(plan_pod(&shipped(), &pod).patch.0.is_empty());
     let messages = conflicts(&shipped(), &pod, &ns());
     assert_eq!(messages.len(), 1, "{messages:?}");
     let m = &messages[0];
@@ -662,7 +672,7 @@ fn cpu_agentpool_conflicts_with_a_pool_requirement() {
         json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [expr("kubernetes.azure.com/agentpool", "In", &["nodepool1"])]}]}}}}),
     );
-    assert!(plan_pod(&set, &pod, &ns()).patch.0.is_empty());
+    assert!(plan_pod(&set, &pod).patch.0.is_empty());
     let m = conflicts(&set, &pod, &ns()).join("\n");
     assert!(
         m.contains("required node affinity term 0 (kubernetes.azure.com/agentpool In [nodepool1])"),
@@ -686,7 +696,7 @@ fn conflict_needs_every_alternative_to_be_excluded() {
         ]}}}}),
     );
     assert!(conflicts(&shipped(), &pod, &ns()).is_empty());
-    assert!(!plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+    assert!(!plan_pod(&shipped(), &pod).patch.0.is_empty());
     // NotIn the GPU value in one term, DoesNotExist on the NAP key in the same term.
     let pod = gpu_pod(
         json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -704,7 +714,7 @@ fn conflict_needs_every_alternative_to_be_excluded() {
         m.contains("karpenter.azure.com/sku-gpu-manufacturer DoesNotExist"),
         "{m}"
     );
-    assert!(plan_pod(&shipped(), &pod, &ns()).patch.0.is_empty());
+    assert!(plan_pod(&shipped(), &pod).patch.0.is_empty());
 }
 
 #[test]
