@@ -28,7 +28,7 @@ use crate::admission::{Admission, Outcome};
 use crate::certs;
 use crate::review::{self, Request};
 use anyhow::Context as _;
-use conn::{Edge, Timeouts};
+use conn::Edge;
 use handlers::AppState;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,6 +37,7 @@ use std::time::Duration;
 use tls::{CertReloader, CertResolver};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use watchdog::Timeouts;
 
 /// Answers decoded admission requests. Called on the server's answering
 /// threads (one per evaluation slot of each endpoint), each started with
