@@ -366,6 +366,3 @@ fn status_code(reason: &str) -> u16 {
         _ => 403,
     }
 }
-
-/// The shipped policy that denies placement conflicts (`gpu.placement`).
-pub const PLACEMENT_POLICY: &str = "gpu-placement";
