@@ -10,32 +10,7 @@ use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::policy::{EvaluationResult, PolicyEvaluation};
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::Weak;
-
-/// One policy's metrics of one [`Metrics`], shared with their families
-/// (a counter or histogram clone counts into the same series).
-struct PolicyHandles {
-    /// Held so that neither address in the entry's key is reused by other
-    /// metrics or another policy name while the entry exists.
-    _metrics: Weak<Inner>,
-    _policy: Arc<str>,
-    /// By result: pass, deny, warn, error; each found when first needed.
-    results: [Option<Counter>; 4],
-    duration: Histogram,
-}
-
-/// Entries kept per thread before the cache starts again (each reload of
-/// the policies brings new names).
-const POLICY_HANDLES_KEPT: usize = 4096;
-
-thread_local! {
-    /// By the addresses of the metrics and of the policy's name.
-    static POLICY_HANDLES: RefCell<HashMap<(usize, usize), PolicyHandles, foldhash::fast::FixedState>> =
-        RefCell::new(HashMap::with_hasher(foldhash::fast::FixedState::default()));
-}
+use crate::policy::PolicyEvaluation;
 
 /// Kinds that get their own `kind` label value; anything else is `other`.
 pub const KNOWN_KINDS: &[&str] = &[
@@ -465,49 +440,21 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Records the policy evaluations behind one answer. Each policy's
-    /// counters and histogram are found in their families once per thread
-    /// (see [`PolicyHandles`]): a lookup there hashes the labels' text and
-    /// takes the family's lock, ten or twenty times per `/validate`.
+    /// Records the policy evaluations behind one answer.
     pub fn observe_policies(&self, evaluations: &[PolicyEvaluation]) {
-        POLICY_HANDLES.with_borrow_mut(|cache| {
-            if cache.len() >= POLICY_HANDLES_KEPT {
-                cache.clear();
-            }
-            for e in evaluations {
-                let key = (
-                    Arc::as_ptr(&self.inner) as usize,
-                    Arc::as_ptr(&e.policy) as *const u8 as usize,
-                );
-                let handles = cache.entry(key).or_insert_with(|| PolicyHandles {
-                    _metrics: Arc::downgrade(&self.inner),
-                    _policy: e.policy.clone(),
-                    results: Default::default(),
-                    duration: (self.inner.policy_duration)
-                        .get_or_create(&PolicyLabels {
-                            policy: PolicyName(e.policy.clone()),
-                        })
-                        .clone(),
-                });
-                let slot = match e.result {
-                    EvaluationResult::Pass => 0,
-                    EvaluationResult::Deny => 1,
-                    EvaluationResult::Warn => 2,
-                    EvaluationResult::Error => 3,
-                };
-                handles.results[slot]
-                    .get_or_insert_with(|| {
-                        (self.inner.policy_evaluations)
-                            .get_or_create(&PolicyResultLabels {
-                                policy: PolicyName(e.policy.clone()),
-                                result: e.result.as_str(),
-                            })
-                            .clone()
-                    })
-                    .inc();
-                handles.duration.observe(e.duration.as_secs_f64());
-            }
-        });
+        for e in evaluations {
+            (self.inner.policy_evaluations)
+                .get_or_create(&PolicyResultLabels {
+                    policy: PolicyName(e.policy.clone()),
+                    result: e.result.as_str(),
+                })
+                .inc();
+            (self.inner.policy_duration)
+                .get_or_create(&PolicyLabels {
+                    policy: PolicyName(e.policy.clone()),
+                })
+                .observe(e.duration.as_secs_f64());
+        }
     }
 
     /// Counts an object patched by `profile`.
@@ -558,9 +505,8 @@ mod tests {
         assert_eq!(kind_label("pod"), "other");
     }
 
-    /// Policy metrics found once per thread still count into the metrics
-    /// they were found in: two sets of metrics, names shared or spelled
-    /// again, metrics dropped and made anew, another thread.
+    /// Each set of metrics counts its own evaluations, and a policy's name
+    /// spelled again (a reload) counts into the same series.
     #[test]
     fn policy_metrics_count_where_they_belong() {
         let evaluation = |policy: &Arc<str>, result| PolicyEvaluation {
@@ -583,7 +529,6 @@ mod tests {
         ]);
         a.observe_policies(&[evaluation(&name, EvaluationResult::Pass)]);
         b.observe_policies(&[evaluation(&name, EvaluationResult::Error)]);
-        // The same name spelled again (a reload) is the same series.
         a.observe_policies(&[evaluation(&"gpu-limits".into(), EvaluationResult::Pass)]);
         line(&a, "gpu-limits", "pass", 3);
         line(&a, "gpu-limits", "deny", 1);
@@ -592,18 +537,6 @@ mod tests {
         assert!(a.encode().contains(
             r#"gpu_admission_policy_evaluation_duration_seconds_count{policy="gpu-limits"} 4"#
         ));
-        drop(a);
-        let c = Metrics::new();
-        c.observe_policies(&[evaluation(&name, EvaluationResult::Warn)]);
-        line(&c, "gpu-limits", "warn", 1);
-        assert!(!c.encode().contains(r#"result="pass""#));
-        let clone = c.clone();
-        std::thread::spawn(move || {
-            clone.observe_policies(&[evaluation(&"gpu-limits".into(), EvaluationResult::Warn)]);
-        })
-        .join()
-        .unwrap();
-        line(&c, "gpu-limits", "warn", 2);
     }
 
     #[test]
