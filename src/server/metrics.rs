@@ -1,6 +1,7 @@
 //! Prometheus metrics. Every label is a bounded set: endpoint and decision
-//! are fixed words, kind is one of [`KNOWN_KINDS`] or `other`, policy and
-//! profile names come from the loaded configuration. Never error text.
+//! are fixed words, kind is one of the kinds the webhook names
+//! ([`super::Hints::metric_kinds`]) or `other`, policy and profile names
+//! come from the loaded configuration. Never error text.
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -10,33 +11,12 @@ use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::policy::PolicyEvaluation;
+use super::webhook::PolicyResult;
 
-/// Kinds that get their own `kind` label value; anything else is `other`.
-pub const KNOWN_KINDS: &[&str] = &[
-    "Pod",
-    "Deployment",
-    "StatefulSet",
-    "DaemonSet",
-    "ReplicaSet",
-    "Job",
-    "CronJob",
-    "NodePool",
-    "Workspace",
-    "InferenceSet",
-    "RAGEngine",
-    "ManagedClustersAgentPool",
-    "ManagedCluster",
-    "AzureManagedMachinePool",
-    "AzureASOManagedMachinePool",
-    "AzureASOManagedControlPlane",
-    "ResourceClaim",
-    "ResourceClaimTemplate",
-];
-
-/// The `kind` label for a request kind.
-pub fn kind_label(kind: &str) -> &'static str {
-    KNOWN_KINDS
+/// The `kind` label of a request of `kind`: itself when it is one of
+/// `known` (the webhook's [`super::Hints::metric_kinds`]), else `other`.
+pub(crate) fn kind_label(known: &[&'static str], kind: &str) -> &'static str {
+    known
         .iter()
         .find(|k| **k == kind)
         .copied()
@@ -441,19 +421,19 @@ impl Metrics {
     }
 
     /// Records the policy evaluations behind one answer.
-    pub fn observe_policies(&self, evaluations: &[PolicyEvaluation]) {
-        for e in evaluations {
+    pub fn observe_policies(&self, policies: &[PolicyResult]) {
+        for p in policies {
             (self.inner.policy_evaluations)
                 .get_or_create(&PolicyResultLabels {
-                    policy: PolicyName(e.policy.clone()),
-                    result: e.result.as_str(),
+                    policy: PolicyName(p.policy.clone()),
+                    result: p.result,
                 })
                 .inc();
             (self.inner.policy_duration)
                 .get_or_create(&PolicyLabels {
-                    policy: PolicyName(e.policy.clone()),
+                    policy: PolicyName(p.policy.clone()),
                 })
-                .observe(e.duration.as_secs_f64());
+                .observe(p.duration.as_secs_f64());
         }
     }
 
@@ -495,21 +475,22 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::EvaluationResult;
 
     #[test]
     fn unknown_kinds_share_one_label() {
-        assert_eq!(kind_label("Pod"), "Pod");
-        assert_eq!(kind_label("NodePool"), "NodePool");
-        assert_eq!(kind_label("Secret"), "other");
-        assert_eq!(kind_label("pod"), "other");
+        let known = &["Pod", "NodePool"];
+        assert_eq!(kind_label(known, "Pod"), "Pod");
+        assert_eq!(kind_label(known, "NodePool"), "NodePool");
+        assert_eq!(kind_label(known, "Secret"), "other");
+        assert_eq!(kind_label(known, "pod"), "other");
+        assert_eq!(kind_label(&[], "Pod"), "other");
     }
 
     /// Each set of metrics counts its own evaluations, and a policy's name
     /// spelled again (a reload) counts into the same series.
     #[test]
     fn policy_metrics_count_where_they_belong() {
-        let evaluation = |policy: &Arc<str>, result| PolicyEvaluation {
+        let evaluation = |policy: &Arc<str>, result| PolicyResult {
             policy: policy.clone(),
             result,
             duration: Duration::from_micros(30),
@@ -523,13 +504,10 @@ mod tests {
         };
         let name: Arc<str> = "gpu-limits".into();
         let (a, b) = (Metrics::new(), Metrics::new());
-        a.observe_policies(&[
-            evaluation(&name, EvaluationResult::Pass),
-            evaluation(&name, EvaluationResult::Deny),
-        ]);
-        a.observe_policies(&[evaluation(&name, EvaluationResult::Pass)]);
-        b.observe_policies(&[evaluation(&name, EvaluationResult::Error)]);
-        a.observe_policies(&[evaluation(&"gpu-limits".into(), EvaluationResult::Pass)]);
+        a.observe_policies(&[evaluation(&name, "pass"), evaluation(&name, "deny")]);
+        a.observe_policies(&[evaluation(&name, "pass")]);
+        b.observe_policies(&[evaluation(&name, "error")]);
+        a.observe_policies(&[evaluation(&"gpu-limits".into(), "pass")]);
         line(&a, "gpu-limits", "pass", 3);
         line(&a, "gpu-limits", "deny", 1);
         line(&b, "gpu-limits", "error", 1);
@@ -549,9 +527,9 @@ mod tests {
             "denied",
             Duration::from_millis(2),
         );
-        m.observe_policies(&[PolicyEvaluation {
+        m.observe_policies(&[PolicyResult {
             policy: "gpu-limits".into(),
-            result: EvaluationResult::Deny,
+            result: "deny",
             duration: Duration::from_micros(30),
         }]);
         m.inc_mutations("aks-gpu");
