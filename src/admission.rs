@@ -1,6 +1,7 @@
 //! The two webhook answers: `/mutate` (placement) and `/validate`
 //! (policies). Each works the request's [`Subject`] out once and hands it
-//! to placement and the policy engine.
+//! to placement and the policy engine. [`Admission`] is also the server's
+//! [`Webhook`].
 use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::gpu::gpu_val;
 use crate::gpu::facts::PlacementFacts;
@@ -8,10 +9,11 @@ use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims, NoNodes, NodeLookup};
 use crate::placement::{self, ProfileSet};
 use crate::policy::{AppliedMutation, PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
+use crate::server::{Answer, Endpoint, Hints, PolicyResult, Step, Webhook};
 use crate::subject::{Subject, SubjectKind};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Everything loaded from the policy folder.
 #[derive(Clone, Debug, Default)]
@@ -20,7 +22,8 @@ pub struct Bundle {
     pub placement: ProfileSet,
 }
 
-/// An answer plus what produced it, for logs and metrics.
+/// An answer plus what produced it: read by the audit and the offline
+/// commands, and given to the server as an [`Answer`].
 #[derive(Clone, Debug, Default)]
 pub struct Outcome {
     pub response: Response,
@@ -100,71 +103,7 @@ impl Admission {
     /// `deadline` has passed (their CEL then fails, as their
     /// failurePolicy says).
     pub fn mutate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
-        let bundle = self.bundle.load();
-        let profiles = &bundle.placement;
-        let subject = Subject::new(req, self.namespaces.as_ref())
-            .with_claims(self.claims.as_ref())
-            .with_nodes(self.nodes.as_ref())
-            .with_gpu(profiles.catalog(), profiles.gpu_resources());
-        let plan = placement::plan_subject(profiles, &subject);
-        let mut patch = plan.patch;
-        let mut outcome = Outcome {
-            profile: plan.profile,
-            ..Outcome::default()
-        };
-        if let (true, Some(original)) = (bundle.policies.has_mutations(), req.object.as_ref()) {
-            let mut placed = original.clone();
-            if let Err(e) = json_patch::patch(&mut placed, &patch) {
-                // Placement builds its patch from this very object.
-                tracing::error!("placement patch does not apply to its own object: {e}");
-                outcome.response = Response::deny(format!(
-                    "gpu-admission: the placement patch does not apply: {e}"
-                ));
-                return outcome;
-            }
-            let lookups = (
-                self.namespaces.as_ref(),
-                self.claims.as_ref(),
-                self.nodes.as_ref(),
-            );
-            let subject = self::subject(&bundle, req, lookups);
-            let mutate = || bundle.policies.mutate_subject(&subject, &placed);
-            let mutated = match deadline {
-                Some(deadline) => crate::cel::with_deadline(deadline, mutate),
-                None => mutate(),
-            };
-            if let Some(mutated) = mutated {
-                outcome.evaluations = mutated.evaluations;
-                if !mutated.errors.is_empty() {
-                    let mut denied = Response::deny(mutated.errors.join("\n"));
-                    denied.warnings = plan.warnings;
-                    outcome.response = denied;
-                    return outcome;
-                }
-                patch.0.extend(json_patch::diff(&placed, &mutated.object).0);
-                outcome.mutations = mutated.applied;
-            }
-        }
-        let mut response = Response::allow().with_patch(patch);
-        response.warnings = plan.warnings;
-        outcome.response = response;
-        outcome
-    }
-
-    /// Whether `/mutate` evaluates CEL (some MutatingAdmissionPolicy is
-    /// bound): it then needs an answering thread's stack.
-    pub fn mutate_runs_policies(&self) -> bool {
-        self.bundle.load().policies.has_mutations()
-    }
-
-    /// The `/validate` answer when it is known without evaluating anything:
-    /// no binding could match the request (nor its template pod).
-    pub fn validate_at_once(&self, req: &Request) -> Option<Outcome> {
-        let bundle = self.bundle.load();
-        (!bundle.policies.may_match(req)).then(|| Outcome {
-            response: Response::allow(),
-            ..Outcome::default()
-        })
+        mutate_with(&self.bundle.load(), self.lookups(), req, deadline)
     }
 
     /// The `/validate` answer: every matching policy binding.
@@ -177,35 +116,129 @@ impl Admission {
     /// short never admits what it did not finish judging.
     pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
-        let lookups = (
-            self.namespaces.as_ref(),
-            self.claims.as_ref(),
-            self.nodes.as_ref(),
-        );
-        validate_with(&bundle, lookups, &self.authorizer, req, deadline).0
+        validate_with(&bundle, self.lookups(), &self.authorizer, req, deadline).0
     }
 
-    /// The `/validate` answer if every binding is evaluated by `until`;
-    /// `None` when the evaluation had to stop (its partial verdict is
-    /// dropped, so it never admits or denies anything). Also `None`, at
-    /// once, when some policy reads `authorizer`: its checks may wait on
-    /// the cluster (SubjectAccessReviews), which no clock can interrupt, so
-    /// such a set is never evaluated on a thread that must not block.
-    pub fn validate_within(&self, req: &Request, until: Instant) -> Option<Outcome> {
-        let bundle = self.bundle.load();
-        if bundle.policies.references("authorizer") {
-            return None;
-        }
-        let lookups = (
+    fn lookups(&self) -> Lookups<'_> {
+        (
             self.namespaces.as_ref(),
             self.claims.as_ref(),
             self.nodes.as_ref(),
-        );
-        let (outcome, finished) =
-            validate_with(&bundle, lookups, &self.authorizer, req, Some(until));
-        finished.then_some(outcome)
+        )
     }
 }
+
+/// The server's side of [`Admission`]: what is cheap and shallow is
+/// answered on the connection's thread, the rest resumed on an answering
+/// thread with the evaluation stack.
+impl Webhook for Admission {
+    fn hints(&self) -> Hints {
+        Hints {
+            // Policy evaluation recurses per nesting level of expressions
+            // and objects.
+            stack: crate::policy::EVALUATION_STACK,
+            // The shipped set judges a GPU pod in about 0.1 ms; a request
+            // that needs more is resumed on an answering thread, so a
+            // flood of expensive validations costs the connections'
+            // threads at most this much each.
+            inline_slice: Duration::from_micros(300),
+            metric_kinds: METRIC_KINDS,
+        }
+    }
+
+    /// `/mutate` is answered at once when no MutatingAdmissionPolicy is
+    /// bound (placement walks the pod a fixed number of levels deep and
+    /// runs no CEL: a few microseconds, less than a hand-off), and so is a
+    /// `/validate` no binding could match (nor its template pod). Any other
+    /// `/validate` is evaluated within the slice and answered if every
+    /// binding was; else the work is dropped, nothing of it observable, and
+    /// the evaluation starts again when resumed. A set in which some policy
+    /// reads `authorizer` is never evaluated within the slice: its checks
+    /// may wait on the cluster (SubjectAccessReviews), which no clock can
+    /// interrupt.
+    fn answer(
+        self: Arc<Self>,
+        endpoint: Endpoint,
+        request: &Arc<Request>,
+        slice_end: Instant,
+    ) -> Step {
+        let bundle = self.bundle.load_full();
+        let policies = &bundle.policies;
+        let done = match endpoint {
+            Endpoint::Mutate if !policies.has_mutations() => {
+                Some(mutate_with(&bundle, self.lookups(), request, None))
+            }
+            Endpoint::Mutate => None,
+            Endpoint::Validate if !policies.may_match(request) => Some(Outcome {
+                response: Response::allow(),
+                ..Outcome::default()
+            }),
+            Endpoint::Validate
+                if slice_end > Instant::now() && !policies.references("authorizer") =>
+            {
+                let lookups = self.lookups();
+                let (outcome, finished) =
+                    validate_with(&bundle, lookups, &self.authorizer, request, Some(slice_end));
+                finished.then_some(outcome)
+            }
+            Endpoint::Validate => None,
+        };
+        if let Some(outcome) = done {
+            return Step::Done(outcome.into());
+        }
+        let request = request.clone();
+        Step::Resume(Box::new(move |deadline| {
+            let lookups = self.lookups();
+            let outcome = match endpoint {
+                Endpoint::Mutate => mutate_with(&bundle, lookups, &request, Some(deadline)),
+                Endpoint::Validate => {
+                    validate_with(&bundle, lookups, &self.authorizer, &request, Some(deadline)).0
+                }
+            };
+            outcome.into()
+        }))
+    }
+}
+
+impl From<Outcome> for Answer {
+    fn from(outcome: Outcome) -> Answer {
+        let policies = (outcome.evaluations.into_iter())
+            .map(|e| PolicyResult {
+                policy: e.policy,
+                result: e.result.as_str(),
+                duration: e.duration,
+            })
+            .collect();
+        Answer {
+            response: outcome.response,
+            profile: outcome.profile,
+            policies,
+        }
+    }
+}
+
+/// Kinds that get a `kind` metrics label of their own: those the webhooks
+/// are sent and the audit reads; anything else is `other`.
+pub const METRIC_KINDS: &[&str] = &[
+    "Pod",
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "Job",
+    "CronJob",
+    "NodePool",
+    "Workspace",
+    "InferenceSet",
+    "RAGEngine",
+    "ManagedClustersAgentPool",
+    "ManagedCluster",
+    "AzureManagedMachinePool",
+    "AzureASOManagedMachinePool",
+    "AzureASOManagedControlPlane",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+];
 
 /// Where a subject's namespace, DRA claims and the cluster's nodes are
 /// looked up.
@@ -301,6 +334,65 @@ fn place_template(profiles: &placement::ProfileSet, subject: &mut Subject) {
     }
 }
 
+/// [`Admission::mutate_until`] with `bundle`. The subject is built once:
+/// with everything the policies read when some MutatingAdmissionPolicy is
+/// bound, else with what placement reads.
+fn mutate_with(
+    bundle: &Bundle,
+    lookups: Lookups,
+    req: &Request,
+    deadline: Option<Instant>,
+) -> Outcome {
+    let profiles = &bundle.placement;
+    let runs_policies = bundle.policies.has_mutations();
+    let subject = if runs_policies {
+        subject(bundle, req, lookups)
+    } else {
+        let (namespaces, claims, nodes) = lookups;
+        Subject::new(req, namespaces)
+            .with_claims(claims)
+            .with_nodes(nodes)
+            .with_gpu(profiles.catalog(), profiles.gpu_resources())
+    };
+    let plan = placement::plan_subject(profiles, &subject);
+    let mut patch = plan.patch;
+    let mut outcome = Outcome {
+        profile: plan.profile,
+        ..Outcome::default()
+    };
+    if let (true, Some(original)) = (runs_policies, req.object.as_ref()) {
+        let mut placed = original.clone();
+        if let Err(e) = json_patch::patch(&mut placed, &patch) {
+            // Placement builds its patch from this very object.
+            tracing::error!("placement patch does not apply to its own object: {e}");
+            outcome.response = Response::deny(format!(
+                "gpu-admission: the placement patch does not apply: {e}"
+            ));
+            return outcome;
+        }
+        let mutate = || bundle.policies.mutate_subject(&subject, &placed);
+        let mutated = match deadline {
+            Some(deadline) => crate::cel::with_deadline(deadline, mutate),
+            None => mutate(),
+        };
+        if let Some(mutated) = mutated {
+            outcome.evaluations = mutated.evaluations;
+            if !mutated.errors.is_empty() {
+                let mut denied = Response::deny(mutated.errors.join("\n"));
+                denied.warnings = plan.warnings;
+                outcome.response = denied;
+                return outcome;
+            }
+            patch.0.extend(json_patch::diff(&placed, &mutated.object).0);
+            outcome.mutations = mutated.applied;
+        }
+    }
+    let mut response = Response::allow().with_patch(patch);
+    response.warnings = plan.warnings;
+    outcome.response = response;
+    outcome
+}
+
 /// The `/validate` answer, and whether every binding was evaluated before
 /// `deadline` (when not, the answer is [`deadline_denial`]).
 fn validate_with(
@@ -366,6 +458,3 @@ fn status_code(reason: &str) -> u16 {
         _ => 403,
     }
 }
-
-/// The shipped policy that denies placement conflicts (`gpu.placement`).
-pub const PLACEMENT_POLICY: &str = "gpu-placement";

@@ -9,9 +9,8 @@ mod common;
 use axum::body::Bytes;
 use common::http::{client_config, Client};
 use common::{config, fixture, TestServer};
-use gpu_admission::admission::Outcome;
 use gpu_admission::review::{Request, Response};
-use gpu_admission::server::{ServeConfig, Webhook};
+use gpu_admission::server::{Endpoint, ServeConfig, Step, Webhook};
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
@@ -30,18 +29,11 @@ const HTTP1: &[u8] = b"http/1.1";
 struct DenyValidate;
 
 impl Webhook for DenyValidate {
-    fn mutate(&self, _request: &Request) -> Outcome {
-        Outcome {
-            response: Response::allow(),
-            ..Outcome::default()
-        }
-    }
-
-    fn validate(&self, _request: &Request) -> Outcome {
-        Outcome {
-            response: Response::deny("validated"),
-            ..Outcome::default()
-        }
+    fn answer(self: Arc<Self>, endpoint: Endpoint, _: &Arc<Request>, _: Instant) -> Step {
+        Step::Resume(Box::new(move |_| match endpoint {
+            Endpoint::Mutate => Response::allow().into(),
+            Endpoint::Validate => Response::deny("validated").into(),
+        }))
     }
 }
 

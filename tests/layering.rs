@@ -69,11 +69,45 @@ fn k8s_depends_on_nothing_else_in_the_crate() {
 }
 
 #[test]
-fn the_edge_knows_nothing_of_gpus_or_cel() {
-    let found = uses("server", &["gpu", "cel", "placement", "subject", "k8s"]);
+fn the_edge_knows_nothing_of_gpus_cel_or_policies() {
+    let domain = [
+        "gpu",
+        "cel",
+        "placement",
+        "subject",
+        "k8s",
+        "policy",
+        "admission",
+    ];
+    let found = uses("server", &domain);
     assert!(
         found.is_empty(),
         "server uses domain modules:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The kinds the webhook gives the metrics are named on its side only:
+/// the server's code (its tests aside) spells none of them.
+#[test]
+fn the_edge_names_no_kind() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server");
+    let mut found = Vec::new();
+    for file in rust_files(&dir) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for kind in gpu_admission::admission::METRIC_KINDS {
+                if code.contains(&format!("\"{kind}\"")) {
+                    found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "server names kinds:\n{}",
         found.join("\n")
     );
 }

@@ -463,23 +463,43 @@ spec: {policyName: slow, validationActions: [Deny]}
     );
 }
 
-/// `/validate` is answered at once (allowed, nothing evaluated) exactly
-/// when no binding of the shipped set could match the request or the pod
-/// of its template, and that answer is the one evaluation would give.
+/// What the server's first call gives for a `/validate` of `req` that may
+/// work until `slice_end`: the answer, or `None` when it is left to resume.
+fn validate_started(
+    admission: &std::sync::Arc<gpu_admission::admission::Admission>,
+    req: &Request,
+    slice_end: std::time::Instant,
+) -> Option<gpu_admission::server::Answer> {
+    use gpu_admission::server::{Endpoint, Step, Webhook};
+    let req = std::sync::Arc::new(req.clone());
+    match admission
+        .clone()
+        .answer(Endpoint::Validate, &req, slice_end)
+    {
+        Step::Done(answer) => Some(answer),
+        Step::Resume(_) => None,
+    }
+}
+
+/// `/validate` is answered at once, without a slice (allowed, nothing
+/// evaluated), exactly when no binding of the shipped set could match the
+/// request or the pod of its template, and that answer is the one
+/// evaluation would give.
 #[test]
 fn requests_no_binding_could_match_are_answered_at_once() {
     use gpu_admission::admission::Admission;
     use gpu_admission::bundle::{self, PolicySource};
     use std::sync::Arc;
+    use std::time::Instant;
     let bundle = bundle::load(&PolicySource::Embedded).unwrap().bundle;
-    let admission = Admission::new(bundle, Arc::new(StaticNamespaces::new()));
+    let admission = Arc::new(Admission::new(bundle, Arc::new(StaticNamespaces::new())));
     let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "c", "namespace": "ml"}, "data": {"a": "b"}});
     let mut delete = create(gpu_pod("1"));
     delete.operation = Operation::Delete;
     delete.old_object = delete.object.take();
     for req in [create(config_map), delete] {
-        let at_once = admission.validate_at_once(&req).unwrap_or_else(|| {
+        let at_once = validate_started(&admission, &req, Instant::now()).unwrap_or_else(|| {
             panic!(
                 "{} {:?} should be answered at once",
                 req.kind.kind, req.operation
@@ -495,10 +515,8 @@ fn requests_no_binding_could_match_are_answered_at_once() {
         );
     }
     // A GPU pod, and a Deployment whose template pod the pod policies judge.
-    assert!(admission.validate_at_once(&create(gpu_pod("1"))).is_none());
-    assert!(admission
-        .validate_at_once(&create(deployment(1, "ml")))
-        .is_none());
+    assert!(validate_started(&admission, &create(gpu_pod("1")), Instant::now()).is_none());
+    assert!(validate_started(&admission, &create(deployment(1, "ml")), Instant::now()).is_none());
 }
 
 /// Namespace selectors see `kubernetes.io/metadata.name`, which
@@ -536,17 +554,20 @@ spec: {policyName: not-in-ml, validationActions: [Deny]}
 
 /// `/validate` within a slice (what the server tries on the connection's
 /// thread): the same answer as a full evaluation when it finishes in time,
-/// and nothing at all, never a partial verdict, when it does not.
+/// and nothing at all, never a partial verdict, when it does not; what is
+/// resumed then gives the full answer.
 #[test]
 fn validation_within_a_slice_is_whole_or_nothing() {
     use gpu_admission::admission::{Admission, Bundle};
+    use gpu_admission::server::{Endpoint, Step, Webhook};
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
     let admission = |yaml: &str| {
         let bundle = Bundle {
             policies: set(yaml),
             ..Bundle::default()
         };
-        Admission::new(bundle, std::sync::Arc::new(StaticNamespaces::new()))
+        Arc::new(Admission::new(bundle, Arc::new(StaticNamespaces::new())))
     };
     let cheap = admission(&policy(
         "p",
@@ -555,16 +576,21 @@ fn validation_within_a_slice_is_whole_or_nothing() {
     ));
     let req = create(gpu_pod("1"));
     let full = cheap.validate(&req);
-    let within = cheap
-        .validate_within(&req, Instant::now() + Duration::from_secs(60))
+    let within = validate_started(&cheap, &req, Instant::now() + Duration::from_secs(60))
         .expect("finished long before the end of the slice");
     assert!(!full.response.allowed);
     assert_eq!(within.response, full.response);
-    assert_eq!(within.evaluations.len(), full.evaluations.len());
-    assert!(
-        cheap.validate_within(&req, Instant::now()).is_none(),
-        "a slice already over finishes nothing"
-    );
+    assert_eq!(within.policies.len(), full.evaluations.len());
+    let Step::Resume(resume) =
+        cheap
+            .clone()
+            .answer(Endpoint::Validate, &Arc::new(req.clone()), Instant::now())
+    else {
+        panic!("a slice already over finishes nothing");
+    };
+    let resumed = resume(Instant::now() + Duration::from_secs(60));
+    assert_eq!(resumed.response, full.response);
+    assert_eq!(resumed.policies.len(), full.evaluations.len());
 
     let tail = "  validations:\n  - expression: 'object.items.all(a, object.items.all(b, object.items.all(c, a + b + c >= 0)))'";
     let runaway = admission(&policy("p", tail, "[Deny]"));
@@ -573,9 +599,12 @@ fn validation_within_a_slice_is_whole_or_nothing() {
     // Its full evaluation ends in a cost-limit denial; within a
     // millisecond it gives nothing, so it stopped at the slice's end.
     assert!(!runaway.validate(&create(pod.clone())).response.allowed);
-    assert!(runaway
-        .validate_within(&create(pod), Instant::now() + Duration::from_millis(1))
-        .is_none());
+    assert!(validate_started(
+        &runaway,
+        &create(pod),
+        Instant::now() + Duration::from_millis(1)
+    )
+    .is_none());
 
     // A set that asks the authorizer (a SubjectAccessReview that may wait
     // on the cluster) is never tried within a slice, however cheap.
@@ -585,7 +614,5 @@ fn validation_within_a_slice_is_whole_or_nothing() {
         "[Deny]",
     ));
     assert!(asks.validate(&req).response.allowed);
-    assert!(asks
-        .validate_within(&req, Instant::now() + Duration::from_secs(60))
-        .is_none());
+    assert!(validate_started(&asks, &req, Instant::now() + Duration::from_secs(60)).is_none());
 }

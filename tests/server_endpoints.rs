@@ -5,10 +5,8 @@ mod common;
 use axum::http::StatusCode;
 use common::http::{client_config, client_config_versions, Client};
 use common::{config, fixture, SlowWebhook, TestServer};
-use gpu_admission::admission::Outcome;
-use gpu_admission::policy::{EvaluationResult, PolicyEvaluation};
 use gpu_admission::review::{Request, Response};
-use gpu_admission::server::{OnError, ServeConfig, Webhook};
+use gpu_admission::server::{Answer, Endpoint, OnError, PolicyResult, ServeConfig, Step, Webhook};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -204,7 +202,7 @@ async fn delete_and_connect_are_allowed_untouched() {
 
 fn denying(delay: Duration) -> SlowWebhook {
     let mut webhook = SlowWebhook::new(delay);
-    webhook.outcome.response = Response::deny("test-policy: always denies");
+    webhook.answer.response = Response::deny("test-policy: always denies");
     webhook
 }
 
@@ -407,15 +405,15 @@ async fn keep_alive_connection_serves_many_reviews() {
     server.stop().await;
 }
 
+/// Panics on an answering thread.
 struct PanickingWebhook;
 
 impl Webhook for PanickingWebhook {
-    fn mutate(&self, _request: &Request) -> Outcome {
-        panic!("placement bug")
-    }
-
-    fn validate(&self, _request: &Request) -> Outcome {
-        panic!("policy bug")
+    fn answer(self: Arc<Self>, endpoint: Endpoint, _: &Arc<Request>, _: Instant) -> Step {
+        Step::Resume(Box::new(move |_| match endpoint {
+            Endpoint::Mutate => panic!("placement bug"),
+            Endpoint::Validate => panic!("policy bug"),
+        }))
     }
 }
 
@@ -515,23 +513,21 @@ async fn metrics_count_policy_evaluations_and_mutations() {
         {"op": "add", "path": "/spec/nodeSelector", "value": {"sku": "gpu"}}
     ]))
     .unwrap();
-    webhook.outcome = Outcome {
+    webhook.answer = Answer {
         response: Response::allow().with_patch(patch),
         profile: Some("aks-gpu".into()),
-        evaluations: vec![
-            PolicyEvaluation {
+        policies: vec![
+            PolicyResult {
                 policy: "gpu-limits".into(),
-                result: EvaluationResult::Pass,
+                result: "pass",
                 duration: Duration::from_micros(40),
             },
-            PolicyEvaluation {
+            PolicyResult {
                 policy: "gpu-keepalive".into(),
-                result: EvaluationResult::Warn,
+                result: "warn",
                 duration: Duration::from_micros(15),
             },
         ],
-        gpus_per_pod: 0,
-        mutations: Vec::new(),
     };
     let server = TestServer::start_with(config(), Arc::new(webhook)).await;
     let pod = fixture("pod-create-gpu.json");

@@ -5,15 +5,15 @@
 mod common;
 
 use common::{config, fixture, TestServer};
-use gpu_admission::admission::Outcome;
 use gpu_admission::review::{Request, Response};
-use gpu_admission::server::{ServeConfig, Webhook};
+use gpu_admission::server::{Answer, Endpoint, ServeConfig, Step, Webhook};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Validations block until the gate opens; mutations answer at once.
+/// Both endpoints answer on answering threads: validations block until the
+/// gate opens, mutations answer at once.
 #[derive(Default)]
 struct Gated {
     open: Mutex<bool>,
@@ -40,24 +40,23 @@ impl Gated {
 }
 
 impl Webhook for Gated {
-    fn mutate(&self, _request: &Request) -> Outcome {
-        Outcome {
-            response: Response::allow(),
-            ..Outcome::default()
-        }
+    fn answer(self: Arc<Self>, endpoint: Endpoint, _: &Arc<Request>, _: Instant) -> Step {
+        Step::Resume(Box::new(move |_| match endpoint {
+            Endpoint::Mutate => Response::allow().into(),
+            Endpoint::Validate => self.validate(),
+        }))
     }
+}
 
-    fn validate(&self, _request: &Request) -> Outcome {
+impl Gated {
+    fn validate(&self) -> Answer {
         self.validating.fetch_add(1, Ordering::SeqCst);
         let mut open = self.open.lock().unwrap();
         while !*open {
             open = self.opened.wait(open).unwrap();
         }
         self.validated.fetch_add(1, Ordering::SeqCst);
-        Outcome {
-            response: Response::allow(),
-            ..Outcome::default()
-        }
+        Response::allow().into()
     }
 }
 

@@ -4,13 +4,11 @@
 mod common;
 
 use common::{config, fixture, TestServer};
-use gpu_admission::admission::Outcome;
-use gpu_admission::policy::{EvaluationResult, PolicyEvaluation};
 use gpu_admission::review::{Request, Response};
-use gpu_admission::server::Webhook;
+use gpu_admission::server::{Answer, Endpoint, PolicyResult, Step, Webhook};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -33,33 +31,28 @@ struct SpanRecorder {
 }
 
 impl SpanRecorder {
-    fn answer(&self) -> Outcome {
+    fn record(&self) -> Answer {
         let name = tracing::Span::current()
             .metadata()
             .map(|m| m.name().to_string())
             .unwrap_or_default();
         self.span_names.lock().unwrap().push(name);
-        Outcome {
+        Answer {
             response: Response::deny("gpu-limits: container \"train\" asks for 1 GPU"),
             profile: None,
-            evaluations: vec![PolicyEvaluation {
+            policies: vec![PolicyResult {
                 policy: "gpu-limits".into(),
-                result: EvaluationResult::Deny,
+                result: "deny",
                 duration: Duration::from_micros(20),
             }],
-            gpus_per_pod: 1,
-            mutations: Vec::new(),
         }
     }
 }
 
+/// Answers on an answering thread.
 impl Webhook for SpanRecorder {
-    fn mutate(&self, _request: &Request) -> Outcome {
-        self.answer()
-    }
-
-    fn validate(&self, _request: &Request) -> Outcome {
-        self.answer()
+    fn answer(self: Arc<Self>, _: Endpoint, _: &Arc<Request>, _: Instant) -> Step {
+        Step::Resume(Box::new(move |_| self.record()))
     }
 }
 

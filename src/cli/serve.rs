@@ -51,11 +51,13 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// /validate reviews evaluated at once (default: twice the CPUs).
+    /// /validate reviews evaluated at once on answering threads (default:
+    /// twice the CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrency: Option<u32>,
-    /// /mutate reviews evaluated at once, in slots of their own so that
-    /// slow validations never delay placement (default: twice the CPUs).
+    /// /mutate reviews evaluated at once on answering threads, in slots of
+    /// their own so that slow validations never delay placement (default:
+    /// twice the CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_mutate_concurrency: Option<u32>,
     /// Memory all requests in progress may hold: a third for bodies being
@@ -283,11 +285,12 @@ impl ServeArgs {
     }
 }
 
-/// The runtime `serve` runs on. The server answers reviews on threads of
-/// its own, except `/mutate` and a `/validate` that finishes within a short
-/// slice, which it answers on the connection's thread: the runtime's
-/// threads get the stack policy evaluation needs (address space; only the
-/// pages used are resident).
+/// The runtime `serve` runs on. Every answer starts on the thread serving
+/// its connection, one of this runtime's, and what is cheap ends there
+/// (placement alone, a `/validate` that no binding could match or that
+/// finishes within a short slice); the rest goes to the server's answering
+/// threads. So the runtime's threads get the stack policy evaluation needs
+/// (address space; only the pages used are resident).
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

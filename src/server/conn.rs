@@ -7,7 +7,7 @@
 use super::budget::Client;
 use super::metrics::Metrics;
 use super::shutdown::{Phase, ShutdownHandle};
-use super::watchdog::{Activity, Metered, Step, Tracked, Watch};
+use super::watchdog::{Activity, Metered, Step, Timeouts, Tracked, Watch};
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -63,23 +63,6 @@ pub(crate) const METRICS_MAX_CONNECTIONS: u32 = 64;
 pub(crate) const HEALTH_MAX_CONNECTIONS: u32 = 16;
 /// A probe's head comes at once; the kubelet waits 2 s for the answer.
 pub(crate) const HEALTH_HEADER_READ: Duration = Duration::from_millis(500);
-
-/// Time limits for every connection of a listener.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Timeouts {
-    /// From accept to the first complete request head (TLS handshake and
-    /// protocol detection included), and from the first byte of each later
-    /// HTTP/1 request to its complete head.
-    pub header_read: Duration,
-    /// A connection with nothing in flight and nothing arriving this long is
-    /// closed (HTTP/1) or gets GOAWAY (HTTP/2).
-    pub idle: Duration,
-    /// While draining, an HTTP/1 connection idle this long is closed.
-    pub drain_window: Duration,
-    /// A connection whose writes stay blocked this long (the peer stopped
-    /// reading its answers) is closed, busy or not.
-    pub write: Duration,
-}
 
 /// One listener's connections: accepts, serves, counts them.
 pub(crate) struct Edge {

@@ -1,8 +1,8 @@
 //! The server's answering threads: a fixed set of threads with the stack
-//! the webhook asks for ([`super::Webhook::stack_size`]), fed through a
-//! bounded queue. Handlers hand each webhook call here explicitly and await
-//! its answer, so the reactor's threads never run it and the threads that
-//! do always have the stack it needs.
+//! the webhook asks for ([`super::Hints::stack`]), fed through a bounded
+//! queue. Handlers hand here the work a webhook left to resume and await
+//! its answer, so that work never holds one of the runtime's threads, and
+//! the threads that run it always have the stack it needs.
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -1,16 +1,17 @@
 //! Routes and handlers. A readable review always gets HTTP 200 and an
-//! AdmissionReview: it is sized before it is decoded, waits for in-flight
-//! memory and for its endpoint's evaluation slot, runs on its endpoint's
-//! answering threads (never the reactor's), and is answered before the
-//! apiserver's `?timeout=` whatever happens.
+//! AdmissionReview: it is sized before it is decoded and waits for
+//! in-flight memory; the webhook starts its answer on the connection's
+//! thread, and what it leaves to resume waits for its endpoint's
+//! evaluation slot and runs on one of the endpoint's answering threads. It
+//! is answered before the apiserver's `?timeout=` whatever happens.
 use super::body::{read_body, BodyError, BodyPace, BodyRules, MAX_BODY_BYTES};
 use super::budget::{BodyMemory, Client, MemoryPool, Reserved, Slots};
 use super::executor::{Executor, RunError};
 use super::health::Readiness;
 use super::metrics::{kind_label, Metrics};
 use super::shutdown::ShutdownHandle;
-use super::{OnError, Webhook};
-use crate::admission::Outcome;
+use super::webhook::{Answer, Endpoint, Hints, PolicyResult, Step, Webhook};
+use super::OnError;
 use crate::review::{self, Request, Response};
 use axum::extract::{Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
@@ -30,6 +31,8 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(30);
 /// Shared by every request.
 pub(crate) struct AppState {
     pub webhook: Arc<dyn Webhook>,
+    /// The webhook's, read once at start.
+    pub hints: Hints,
     pub metrics: Metrics,
     /// Memory for bodies being read.
     pub bodies: BodyMemory,
@@ -48,21 +51,6 @@ pub(crate) struct AppState {
     pub shutdown: ShutdownHandle,
     pub readiness: Readiness,
     pub exempt_namespaces: Vec<String>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Endpoint {
-    Mutate,
-    Validate,
-}
-
-impl Endpoint {
-    fn as_str(self) -> &'static str {
-        match self {
-            Endpoint::Mutate => "mutate",
-            Endpoint::Validate => "validate",
-        }
-    }
 }
 
 /// The webhook listener's routes.
@@ -253,10 +241,9 @@ async fn review_request(
         span.record("object", request.display_name());
         span.record("operation", request.operation.as_str());
 
-        let (outcome, decision) =
-            answer(&state, endpoint, &request, memory, deadline, budget).await;
+        let (answer, decision) = answer(&state, endpoint, &request, memory, deadline, budget).await;
         let elapsed = started.elapsed();
-        let kind = kind_label(&request.kind.kind);
+        let kind = kind_label(state.hints.metric_kinds, &request.kind.kind);
         state.metrics.observe_request(
             endpoint.as_str(),
             kind,
@@ -264,20 +251,20 @@ async fn review_request(
             decision,
             elapsed,
         );
-        state.metrics.observe_policies(&outcome.evaluations);
+        state.metrics.observe_policies(&answer.policies);
         if decision == "patched" {
             state
                 .metrics
-                .inc_mutations(outcome.profile.as_deref().unwrap_or("none"));
+                .inc_mutations(answer.profile.as_deref().unwrap_or("none"));
         }
         tracing::info!(
             decision,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
-            profile = outcome.profile.as_deref().unwrap_or(""),
-            policies = %PolicyResults(&outcome.evaluations),
+            profile = answer.profile.as_deref().unwrap_or(""),
+            policies = %PolicyResults(&answer.policies),
             "admission review answered"
         );
-        answer_review(&request.uid, &outcome.response)
+        answer_review(&request.uid, &answer.response)
     }
     .instrument(span)
     .await
@@ -294,7 +281,7 @@ fn answer_review(uid: &str, response: &Response) -> axum::response::Response {
 
 /// `policy=result,...` for the request log line, formatted only when the
 /// line is written.
-struct PolicyResults<'a>(&'a [crate::policy::PolicyEvaluation]);
+struct PolicyResults<'a>(&'a [PolicyResult]);
 
 impl std::fmt::Display for PolicyResults<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -306,7 +293,7 @@ impl std::fmt::Display for PolicyResults<'_> {
             }
             f.write_str(&e.policy)?;
             f.write_str("=")?;
-            f.write_str(e.result.as_str())?;
+            f.write_str(e.result)?;
         }
         Ok(())
     }
@@ -409,9 +396,11 @@ async fn admit(
     Ok((Arc::new(request), memory))
 }
 
-/// Runs the webhook for one request within `budget`; returns the outcome
-/// and its decision label. The evaluation slot and the request's memory are
-/// held until the evaluation itself ends, which the deadline also bounds.
+/// Answers one request within `budget`, and says its decision label: the
+/// webhook starts on this thread, within its slice; what it leaves to
+/// resume waits for an evaluation slot and runs on an answering thread,
+/// which holds the slot and the request's memory until it ends (the
+/// deadline also ends it).
 async fn answer(
     state: &AppState,
     endpoint: Endpoint,
@@ -419,149 +408,85 @@ async fn answer(
     memory: Reserved,
     deadline: tokio::time::Instant,
     budget: Duration,
-) -> (Outcome, &'static str) {
+) -> (Answer, &'static str) {
     if let Some(ns) = request.namespace.as_deref() {
         if state.exempt_namespaces.iter().any(|e| e == ns) {
-            return (outcome(Response::allow()), "exempt");
+            return (Response::allow().into(), "exempt");
         }
     }
-    if endpoint == Endpoint::Validate {
-        if let Some(known) = state.webhook.validate_at_once(request) {
-            let decision = known.response.decision();
-            return (known, decision);
+    let slice_end = slice_end(&state.hints, deadline.into_std());
+    let webhook = state.webhook.clone();
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        webhook.answer(endpoint, request, slice_end)
+    }));
+    let resume = match started {
+        Ok(Step::Done(answer)) if tokio::time::Instant::now() <= deadline => {
+            let decision = answer.response.decision();
+            return (answer, decision);
         }
-    }
-    let slots = match endpoint {
-        Endpoint::Mutate => &state.mutate_slots,
-        Endpoint::Validate => &state.validate_slots,
+        Ok(Step::Done(_)) => return timed_out(state, endpoint, budget),
+        Ok(Step::Resume(resume)) => resume,
+        Err(_) => {
+            tracing::error!("admission handler failed: the webhook panicked");
+            return failed(state, endpoint);
+        }
+    };
+    let (slots, threads) = match endpoint {
+        Endpoint::Mutate => (&state.mutate_slots, &state.mutate_threads),
+        Endpoint::Validate => (&state.validate_slots, &state.validate_threads),
     };
     let waiting = Instant::now();
     let Ok(slot) = tokio::time::timeout_at(deadline, slots.acquire()).await else {
         state.metrics.inc_rejections(endpoint.as_str(), "slot_wait");
         let response = unanswered(state, endpoint, Unanswered::Timeout(budget));
-        return (outcome(response), "timeout");
+        return (response.into(), "timeout");
     };
     state
         .metrics
         .observe_queue_wait(endpoint.as_str(), "slot", waiting.elapsed());
-    if endpoint == Endpoint::Validate {
-        if let Some(answered) = validate_inline(state, request, deadline) {
-            drop((slot, memory));
-            return match answered {
-                Ok(outcome) => {
-                    let decision = outcome.response.decision();
-                    (outcome, decision)
-                }
-                Err(_) => {
-                    tracing::error!("admission handler failed: validate panicked");
-                    state.metrics.inc_rejections(endpoint.as_str(), "error");
-                    (
-                        outcome(unanswered(state, endpoint, Unanswered::Error)),
-                        "error",
-                    )
-                }
-            };
-        }
-    }
-    if endpoint == Endpoint::Mutate && state.webhook.mutate_inline() {
-        let _held = (slot, memory);
-        let webhook = &state.webhook;
-        let answered =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| webhook.mutate(request)));
-        return match answered {
-            Ok(outcome) if tokio::time::Instant::now() <= deadline => {
-                let decision = outcome.response.decision();
-                (outcome, decision)
-            }
-            Ok(_) => {
-                state.metrics.inc_rejections(endpoint.as_str(), "deadline");
-                let response = unanswered(state, endpoint, Unanswered::Timeout(budget));
-                (outcome(response), "timeout")
-            }
-            Err(_) => {
-                tracing::error!("admission handler failed: mutate panicked");
-                state.metrics.inc_rejections(endpoint.as_str(), "error");
-                (
-                    outcome(unanswered(state, endpoint, Unanswered::Error)),
-                    "error",
-                )
-            }
-        };
-    }
-    let webhook = state.webhook.clone();
-    let request = request.clone();
     let span = tracing::Span::current();
     let until = deadline.into_std();
-    let threads = match endpoint {
-        Endpoint::Mutate => &state.mutate_threads,
-        Endpoint::Validate => &state.validate_threads,
-    };
     let run = threads.run(move || {
         let _held = (slot, memory);
-        span.in_scope(|| match endpoint {
-            Endpoint::Mutate => webhook.mutate_until(&request, until),
-            Endpoint::Validate => webhook.validate_until(&request, until),
-        })
+        span.in_scope(|| resume(until))
     });
     match tokio::time::timeout_at(deadline, run).await {
-        Ok(Ok(outcome)) => {
-            let decision = outcome.response.decision();
-            (outcome, decision)
+        Ok(Ok(answer)) => {
+            let decision = answer.response.decision();
+            (answer, decision)
         }
         Ok(Err(err @ RunError::Overloaded(_))) => {
             tracing::warn!("admission review refused: {err}");
             state
                 .metrics
                 .inc_rejections(endpoint.as_str(), "overloaded");
-            (
-                outcome(unanswered(state, endpoint, Unanswered::Overloaded)),
-                "overloaded",
-            )
+            let response = unanswered(state, endpoint, Unanswered::Overloaded);
+            (response.into(), "overloaded")
         }
         Ok(Err(err @ RunError::Panicked(_))) => {
             tracing::error!("admission handler failed: {err}");
-            state.metrics.inc_rejections(endpoint.as_str(), "error");
-            (
-                outcome(unanswered(state, endpoint, Unanswered::Error)),
-                "error",
-            )
+            failed(state, endpoint)
         }
         Err(_) => {
             tracing::warn!(
                 budget_s = budget.as_secs_f64(),
                 "admission review timed out"
             );
-            state.metrics.inc_rejections(endpoint.as_str(), "deadline");
-            let response = unanswered(state, endpoint, Unanswered::Timeout(budget));
-            (outcome(response), "timeout")
+            timed_out(state, endpoint, budget)
         }
     }
 }
 
-/// `/validate` on the connection's own thread, when the webhook allows it
-/// ([`Webhook::validate_inline_slice`]), this thread has the stack it
-/// needs, and the answer is complete within the slice: `None` when any of
-/// these fails (the request then goes to an answering thread), `Err` when
-/// the webhook panicked. Saves the two thread wake-ups of a hand-off, most
-/// of a cheap request's latency.
-fn validate_inline(
-    state: &AppState,
-    request: &Request,
-    deadline: tokio::time::Instant,
-) -> Option<std::thread::Result<Outcome>> {
-    let slice = state.webhook.validate_inline_slice()?;
-    if !stack_free_at_least(state.webhook.stack_size()) {
-        return None;
+/// Until when the webhook may work on this thread: its slice when it asks
+/// for one and this thread has the stack it needs, else now. Answering
+/// there saves the two thread wake-ups of a hand-off, most of a cheap
+/// request's latency.
+fn slice_end(hints: &Hints, deadline: Instant) -> Instant {
+    let now = Instant::now();
+    if hints.inline_slice.is_zero() || !stack_free_at_least(hints.stack) {
+        return now;
     }
-    let until = (Instant::now() + slice).min(deadline.into_std());
-    let webhook = &state.webhook;
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        webhook.validate_within(request, until)
-    })) {
-        Ok(Some(outcome)) => Some(Ok(outcome)),
-        Ok(None) => None,
-        Err(panicked) => Some(Err(panicked)),
-    }
+    (now + hints.inline_slice).min(deadline)
 }
 
 /// Whether the calling thread has `bytes` of stack left, less a margin for
@@ -569,6 +494,20 @@ fn validate_inline(
 fn stack_free_at_least(bytes: usize) -> bool {
     const MARGIN: usize = 1 << 20;
     stacker::remaining_stack().is_some_and(|left| left + MARGIN >= bytes)
+}
+
+/// The answer for a request whose deadline passed before its answer.
+fn timed_out(state: &AppState, endpoint: Endpoint, budget: Duration) -> (Answer, &'static str) {
+    state.metrics.inc_rejections(endpoint.as_str(), "deadline");
+    let response = unanswered(state, endpoint, Unanswered::Timeout(budget));
+    (response.into(), "timeout")
+}
+
+/// The answer for a request whose webhook call panicked.
+fn failed(state: &AppState, endpoint: Endpoint) -> (Answer, &'static str) {
+    state.metrics.inc_rejections(endpoint.as_str(), "error");
+    let response = unanswered(state, endpoint, Unanswered::Error);
+    (response.into(), "error")
 }
 
 /// Why a request got no answer from the webhook itself.
@@ -620,13 +559,6 @@ fn unanswered(state: &AppState, endpoint: Endpoint, why: Unanswered) -> Response
     response.reason = Some(reason.into());
     response.code = Some(code);
     response
-}
-
-fn outcome(response: Response) -> Outcome {
-    Outcome {
-        response,
-        ..Outcome::default()
-    }
 }
 
 /// A 400, 408, 413, 429 or 503 with a plain-text message.
@@ -724,16 +656,12 @@ mod tests {
     use crate::review::Operation;
     use serde_json::json;
 
-    /// Allows everything at once.
+    /// Allows everything, on an answering thread.
     struct AllowAll;
 
     impl Webhook for AllowAll {
-        fn mutate(&self, _request: &Request) -> Outcome {
-            outcome(Response::allow())
-        }
-
-        fn validate(&self, _request: &Request) -> Outcome {
-            outcome(Response::allow())
+        fn answer(self: Arc<Self>, _: Endpoint, _: &Arc<Request>, _: Instant) -> Step {
+            Step::Resume(Box::new(|_| Response::allow().into()))
         }
     }
 
@@ -744,6 +672,7 @@ mod tests {
         let threads = |name| Executor::new(name, 1, 1, crate::server::DEFAULT_STACK).unwrap();
         AppState {
             webhook: Arc::new(AllowAll),
+            hints: Hints::default(),
             bodies: BodyMemory::new(
                 crate::server::budget::BodyShares::of(1 << 20, 1 << 20),
                 metrics.clone(),
@@ -817,20 +746,15 @@ mod tests {
         ));
     }
 
-    /// Answers `/mutate` on the connection's thread, and panics in it.
+    /// Answers on the connection's thread, and panics there on `/mutate`.
     struct PanicsInline;
 
     impl Webhook for PanicsInline {
-        fn mutate_inline(&self) -> bool {
-            true
-        }
-
-        fn mutate(&self, _request: &Request) -> Outcome {
-            panic!("placement bug")
-        }
-
-        fn validate(&self, _request: &Request) -> Outcome {
-            outcome(Response::allow())
+        fn answer(self: Arc<Self>, endpoint: Endpoint, _: &Arc<Request>, _: Instant) -> Step {
+            match endpoint {
+                Endpoint::Mutate => panic!("placement bug"),
+                Endpoint::Validate => Step::Done(Response::allow().into()),
+            }
         }
     }
 
@@ -849,7 +773,7 @@ mod tests {
         );
         assert_eq!(got.response.code, Some(500));
         assert_eq!(state.decoded.in_use(), 0, "the memory went back");
-        // The thread that ran it still answers.
+        // The thread it panicked on still answers.
         let memory = state.decoded.reserve(1024).await.unwrap();
         let (got, decision) = answer(
             &state,
@@ -865,8 +789,9 @@ mod tests {
     }
 
     /// `/validate` that may run on the connection's thread: answers there
-    /// when asked with time left (`quick`), else asks for an answering
-    /// thread; records which thread ran each call.
+    /// when given a slice (if `quick`), else leaves it to an answering
+    /// thread; records which thread ran each part, and whether the first
+    /// was given a slice.
     struct InlineValidate {
         quick: bool,
         panics: bool,
@@ -891,34 +816,31 @@ mod tests {
     }
 
     impl Webhook for InlineValidate {
-        fn stack_size(&self) -> usize {
-            self.stack
+        fn hints(&self) -> Hints {
+            Hints {
+                stack: self.stack,
+                inline_slice: Duration::from_millis(50),
+                ..Hints::default()
+            }
         }
 
-        fn mutate(&self, _request: &Request) -> Outcome {
-            outcome(Response::allow())
-        }
-
-        fn validate(&self, _request: &Request) -> Outcome {
-            self.record("validate");
-            outcome(Response::deny("from an answering thread"))
-        }
-
-        fn validate_inline_slice(&self) -> Option<Duration> {
-            Some(Duration::from_millis(50))
-        }
-
-        fn validate_within(&self, _request: &Request, until: Instant) -> Option<Outcome> {
-            self.record("validate_within");
-            assert!(until > Instant::now(), "asked with the slice still ahead");
+        fn answer(self: Arc<Self>, _: Endpoint, _: &Arc<Request>, slice_end: Instant) -> Step {
+            let sliced = slice_end > Instant::now();
+            self.record(if sliced { "sliced" } else { "no slice" });
             assert!(
-                until <= Instant::now() + Duration::from_millis(50),
+                slice_end <= Instant::now() + Duration::from_millis(50),
                 "never more than the slice"
             );
             if self.panics {
                 panic!("policy engine bug");
             }
-            self.quick.then(|| outcome(Response::deny("inline")))
+            if self.quick && sliced {
+                return Step::Done(Response::deny("inline").into());
+            }
+            Step::Resume(Box::new(move |_| {
+                self.record("resumed");
+                Response::deny("from an answering thread").into()
+            }))
         }
     }
 
@@ -948,12 +870,13 @@ mod tests {
     fn state_with(webhook: Arc<InlineValidate>, stack: usize) -> AppState {
         let mut state = one_thread_each();
         state.validate_threads = Executor::new("validate", 1, 1, stack).unwrap();
+        state.hints = webhook.hints();
         state.webhook = webhook;
         state
     }
 
     /// A pod `/validate` with an hour to answer it, through [`answer`].
-    async fn validate_once(state: &AppState) -> (Outcome, &'static str) {
+    async fn validate_once(state: &AppState) -> (Answer, &'static str) {
         let (request, deadline, budget) = pod_review_due_in_an_hour();
         let memory = state.decoded.reserve(1024).await.unwrap();
         answer(
@@ -980,10 +903,7 @@ mod tests {
             assert_eq!(state.validate_slots.free(), 10, "the slot went back");
         });
         let ran_on = seen.ran_on.lock().unwrap().clone();
-        assert_eq!(
-            ran_on,
-            vec![("validate_within", Some("connection".to_string()))]
-        );
+        assert_eq!(ran_on, vec![("sliced", Some("connection".to_string()))]);
     }
 
     #[test]
@@ -1002,8 +922,8 @@ mod tests {
         assert_eq!(
             ran_on,
             vec![
-                ("validate_within", Some("connection".to_string())),
-                ("validate", Some("validate-0".to_string())),
+                ("sliced", Some("connection".to_string())),
+                ("resumed", Some("validate-0".to_string())),
             ]
         );
     }
@@ -1021,7 +941,13 @@ mod tests {
             );
         });
         let ran_on = seen.ran_on.lock().unwrap().clone();
-        assert_eq!(ran_on, vec![("validate", Some("validate-0".to_string()))]);
+        assert_eq!(
+            ran_on,
+            vec![
+                ("no slice", Some("connection".to_string())),
+                ("resumed", Some("validate-0".to_string())),
+            ]
+        );
     }
 
     #[test]
@@ -1040,18 +966,17 @@ mod tests {
 
     #[test]
     fn the_log_line_lists_each_policy_with_its_result() {
-        let evaluation = |policy: &str, result| crate::policy::PolicyEvaluation {
+        let evaluation = |policy: &str, result| PolicyResult {
             policy: policy.into(),
             result,
             duration: Duration::from_micros(3),
         };
-        use crate::policy::EvaluationResult::{Deny, Error, Pass};
         assert_eq!(PolicyResults(&[]).to_string(), "");
         assert_eq!(
             PolicyResults(&[
-                evaluation("gpu-a", Pass),
-                evaluation("gpu-b", Deny),
-                evaluation("gpu-c", Error)
+                evaluation("gpu-a", "pass"),
+                evaluation("gpu-b", "deny"),
+                evaluation("gpu-c", "error")
             ])
             .to_string(),
             "gpu-a=pass,gpu-b=deny,gpu-c=error"

@@ -1,6 +1,7 @@
 //! Prometheus metrics. Every label is a bounded set: endpoint and decision
-//! are fixed words, kind is one of [`KNOWN_KINDS`] or `other`, policy and
-//! profile names come from the loaded configuration. Never error text.
+//! are fixed words, kind is one of the kinds the webhook names
+//! ([`super::Hints::metric_kinds`]) or `other`, policy and profile names
+//! come from the loaded configuration. Never error text.
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -10,58 +11,12 @@ use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::policy::{EvaluationResult, PolicyEvaluation};
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::Weak;
+use super::webhook::PolicyResult;
 
-/// One policy's metrics of one [`Metrics`], shared with their families
-/// (a counter or histogram clone counts into the same series).
-struct PolicyHandles {
-    /// Held so that neither address in the entry's key is reused by other
-    /// metrics or another policy name while the entry exists.
-    _metrics: Weak<Inner>,
-    _policy: Arc<str>,
-    /// By result: pass, deny, warn, error; each found when first needed.
-    results: [Option<Counter>; 4],
-    duration: Histogram,
-}
-
-/// Entries kept per thread before the cache starts again (each reload of
-/// the policies brings new names).
-const POLICY_HANDLES_KEPT: usize = 4096;
-
-thread_local! {
-    /// By the addresses of the metrics and of the policy's name.
-    static POLICY_HANDLES: RefCell<HashMap<(usize, usize), PolicyHandles, foldhash::fast::FixedState>> =
-        RefCell::new(HashMap::with_hasher(foldhash::fast::FixedState::default()));
-}
-
-/// Kinds that get their own `kind` label value; anything else is `other`.
-pub const KNOWN_KINDS: &[&str] = &[
-    "Pod",
-    "Deployment",
-    "StatefulSet",
-    "DaemonSet",
-    "ReplicaSet",
-    "Job",
-    "CronJob",
-    "NodePool",
-    "Workspace",
-    "InferenceSet",
-    "RAGEngine",
-    "ManagedClustersAgentPool",
-    "ManagedCluster",
-    "AzureManagedMachinePool",
-    "AzureASOManagedMachinePool",
-    "AzureASOManagedControlPlane",
-    "ResourceClaim",
-    "ResourceClaimTemplate",
-];
-
-/// The `kind` label for a request kind.
-pub fn kind_label(kind: &str) -> &'static str {
-    KNOWN_KINDS
+/// The `kind` label of a request of `kind`: itself when it is one of
+/// `known` (the webhook's [`super::Hints::metric_kinds`]), else `other`.
+pub(crate) fn kind_label(known: &[&'static str], kind: &str) -> &'static str {
+    known
         .iter()
         .find(|k| **k == kind)
         .copied()
@@ -465,49 +420,21 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Records the policy evaluations behind one answer. Each policy's
-    /// counters and histogram are found in their families once per thread
-    /// (see [`PolicyHandles`]): a lookup there hashes the labels' text and
-    /// takes the family's lock, ten or twenty times per `/validate`.
-    pub fn observe_policies(&self, evaluations: &[PolicyEvaluation]) {
-        POLICY_HANDLES.with_borrow_mut(|cache| {
-            if cache.len() >= POLICY_HANDLES_KEPT {
-                cache.clear();
-            }
-            for e in evaluations {
-                let key = (
-                    Arc::as_ptr(&self.inner) as usize,
-                    Arc::as_ptr(&e.policy) as *const u8 as usize,
-                );
-                let handles = cache.entry(key).or_insert_with(|| PolicyHandles {
-                    _metrics: Arc::downgrade(&self.inner),
-                    _policy: e.policy.clone(),
-                    results: Default::default(),
-                    duration: (self.inner.policy_duration)
-                        .get_or_create(&PolicyLabels {
-                            policy: PolicyName(e.policy.clone()),
-                        })
-                        .clone(),
-                });
-                let slot = match e.result {
-                    EvaluationResult::Pass => 0,
-                    EvaluationResult::Deny => 1,
-                    EvaluationResult::Warn => 2,
-                    EvaluationResult::Error => 3,
-                };
-                handles.results[slot]
-                    .get_or_insert_with(|| {
-                        (self.inner.policy_evaluations)
-                            .get_or_create(&PolicyResultLabels {
-                                policy: PolicyName(e.policy.clone()),
-                                result: e.result.as_str(),
-                            })
-                            .clone()
-                    })
-                    .inc();
-                handles.duration.observe(e.duration.as_secs_f64());
-            }
-        });
+    /// Records the policy evaluations behind one answer.
+    pub fn observe_policies(&self, policies: &[PolicyResult]) {
+        for p in policies {
+            (self.inner.policy_evaluations)
+                .get_or_create(&PolicyResultLabels {
+                    policy: PolicyName(p.policy.clone()),
+                    result: p.result,
+                })
+                .inc();
+            (self.inner.policy_duration)
+                .get_or_create(&PolicyLabels {
+                    policy: PolicyName(p.policy.clone()),
+                })
+                .observe(p.duration.as_secs_f64());
+        }
     }
 
     /// Counts an object patched by `profile`.
@@ -548,22 +475,22 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::EvaluationResult;
 
     #[test]
     fn unknown_kinds_share_one_label() {
-        assert_eq!(kind_label("Pod"), "Pod");
-        assert_eq!(kind_label("NodePool"), "NodePool");
-        assert_eq!(kind_label("Secret"), "other");
-        assert_eq!(kind_label("pod"), "other");
+        let known = &["Pod", "NodePool"];
+        assert_eq!(kind_label(known, "Pod"), "Pod");
+        assert_eq!(kind_label(known, "NodePool"), "NodePool");
+        assert_eq!(kind_label(known, "Secret"), "other");
+        assert_eq!(kind_label(known, "pod"), "other");
+        assert_eq!(kind_label(&[], "Pod"), "other");
     }
 
-    /// Policy metrics found once per thread still count into the metrics
-    /// they were found in: two sets of metrics, names shared or spelled
-    /// again, metrics dropped and made anew, another thread.
+    /// Each set of metrics counts its own evaluations, and a policy's name
+    /// spelled again (a reload) counts into the same series.
     #[test]
     fn policy_metrics_count_where_they_belong() {
-        let evaluation = |policy: &Arc<str>, result| PolicyEvaluation {
+        let evaluation = |policy: &Arc<str>, result| PolicyResult {
             policy: policy.clone(),
             result,
             duration: Duration::from_micros(30),
@@ -577,14 +504,10 @@ mod tests {
         };
         let name: Arc<str> = "gpu-limits".into();
         let (a, b) = (Metrics::new(), Metrics::new());
-        a.observe_policies(&[
-            evaluation(&name, EvaluationResult::Pass),
-            evaluation(&name, EvaluationResult::Deny),
-        ]);
-        a.observe_policies(&[evaluation(&name, EvaluationResult::Pass)]);
-        b.observe_policies(&[evaluation(&name, EvaluationResult::Error)]);
-        // The same name spelled again (a reload) is the same series.
-        a.observe_policies(&[evaluation(&"gpu-limits".into(), EvaluationResult::Pass)]);
+        a.observe_policies(&[evaluation(&name, "pass"), evaluation(&name, "deny")]);
+        a.observe_policies(&[evaluation(&name, "pass")]);
+        b.observe_policies(&[evaluation(&name, "error")]);
+        a.observe_policies(&[evaluation(&"gpu-limits".into(), "pass")]);
         line(&a, "gpu-limits", "pass", 3);
         line(&a, "gpu-limits", "deny", 1);
         line(&b, "gpu-limits", "error", 1);
@@ -592,18 +515,6 @@ mod tests {
         assert!(a.encode().contains(
             r#"gpu_admission_policy_evaluation_duration_seconds_count{policy="gpu-limits"} 4"#
         ));
-        drop(a);
-        let c = Metrics::new();
-        c.observe_policies(&[evaluation(&name, EvaluationResult::Warn)]);
-        line(&c, "gpu-limits", "warn", 1);
-        assert!(!c.encode().contains(r#"result="pass""#));
-        let clone = c.clone();
-        std::thread::spawn(move || {
-            clone.observe_policies(&[evaluation(&"gpu-limits".into(), EvaluationResult::Warn)]);
-        })
-        .join()
-        .unwrap();
-        line(&c, "gpu-limits", "warn", 2);
     }
 
     #[test]
@@ -616,9 +527,9 @@ mod tests {
             "denied",
             Duration::from_millis(2),
         );
-        m.observe_policies(&[PolicyEvaluation {
+        m.observe_policies(&[PolicyResult {
             policy: "gpu-limits".into(),
-            result: EvaluationResult::Deny,
+            result: "deny",
             duration: Duration::from_micros(30),
         }]);
         m.inc_mutations("aks-gpu");

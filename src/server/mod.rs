@@ -1,7 +1,8 @@
 //! HTTP edge: router, handlers, TLS, health, metrics, shutdown.
 //!
-//! The server knows AdmissionReviews and nothing of GPUs: it hands each
-//! decoded request to a [`Webhook`] (in production, [`Admission`]).
+//! The server knows AdmissionReviews and nothing of GPUs or policies: it
+//! hands each decoded request to a [`Webhook`] (in production,
+//! `admission::Admission`), as [`webhook`] describes.
 mod body;
 mod budget;
 mod conn;
@@ -14,6 +15,7 @@ pub mod report;
 pub mod shutdown;
 pub mod tls;
 mod watchdog;
+pub mod webhook;
 
 pub use body::{BodyPace, MAX_BODY_BYTES};
 pub use budget::DEFAULT_IN_FLIGHT_BYTES;
@@ -23,12 +25,12 @@ pub use health::Readiness;
 pub use metrics::Metrics;
 pub use report::{ReportAnswer, ReportFormat, ReportPages};
 pub use shutdown::{forward_signals, Phase, ShutdownHandle};
+pub use webhook::{Answer, Endpoint, Hints, PolicyResult, Resume, Step, Webhook};
 
-use crate::admission::{Admission, Outcome};
 use crate::certs;
-use crate::review::{self, Request};
+use crate::review;
 use anyhow::Context as _;
-use conn::{Edge, Timeouts};
+use conn::Edge;
 use handlers::AppState;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,117 +39,7 @@ use std::time::Duration;
 use tls::{CertReloader, CertResolver};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-
-/// Answers decoded admission requests. Called on the server's answering
-/// threads (one per evaluation slot of each endpoint), each started with
-/// [`Webhook::stack_size`] bytes of stack.
-pub trait Webhook: Send + Sync + 'static {
-    /// Stack each answering thread needs.
-    fn stack_size(&self) -> usize {
-        DEFAULT_STACK
-    }
-
-    /// Whether [`Webhook::mutate`] does only short, shallow work (no
-    /// deep recursion, microseconds), so that the server may run it on
-    /// the connection's own thread instead of handing it to an answering
-    /// thread.
-    fn mutate_inline(&self) -> bool {
-        false
-    }
-
-    fn mutate(&self, request: &Request) -> Outcome;
-    fn validate(&self, request: &Request) -> Outcome;
-
-    /// The `/validate` answer when it is known at once, without the work
-    /// [`Webhook::validate`] does (nothing to evaluate for this request):
-    /// the server then answers on the connection's thread.
-    fn validate_at_once(&self, request: &Request) -> Option<Outcome> {
-        let _ = request;
-        None
-    }
-
-    /// [`Webhook::validate`] for a request whose answer is no use after
-    /// `deadline`: an implementation should stop working then.
-    fn validate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
-        let _ = deadline;
-        self.validate(request)
-    }
-
-    /// [`Webhook::mutate`] for a request whose answer is no use after
-    /// `deadline`, on an answering thread: an implementation should stop
-    /// working then.
-    fn mutate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
-        let _ = deadline;
-        self.mutate(request)
-    }
-
-    /// How long the server may let [`Webhook::validate_within`] run on the
-    /// connection's own thread before it gives the request to an answering
-    /// thread instead; `None` (the default): never.
-    fn validate_inline_slice(&self) -> Option<Duration> {
-        None
-    }
-
-    /// The `/validate` answer if it is complete by `until`, else `None`:
-    /// the work done so far is dropped, nothing of it is observable, and
-    /// the server then asks [`Webhook::validate_until`] on an answering
-    /// thread. Called on a thread with at least [`Webhook::stack_size`]
-    /// bytes of stack free.
-    fn validate_within(&self, request: &Request, until: std::time::Instant) -> Option<Outcome> {
-        let _ = (request, until);
-        None
-    }
-}
-
-impl Webhook for Admission {
-    /// Policy evaluation recurses per nesting level of expressions and
-    /// objects.
-    fn stack_size(&self) -> usize {
-        crate::policy::EVALUATION_STACK
-    }
-
-    /// Placement walks the pod a fixed number of levels deep and runs no
-    /// CEL: a few microseconds, less than a hand-off to another thread.
-    /// Mutating policies run CEL, on an answering thread.
-    fn mutate_inline(&self) -> bool {
-        !self.mutate_runs_policies()
-    }
-
-    fn mutate(&self, request: &Request) -> Outcome {
-        Admission::mutate(self, request)
-    }
-
-    fn validate(&self, request: &Request) -> Outcome {
-        Admission::validate(self, request)
-    }
-
-    fn validate_at_once(&self, request: &Request) -> Option<Outcome> {
-        Admission::validate_at_once(self, request)
-    }
-
-    fn validate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
-        Admission::validate_until(self, request, Some(deadline))
-    }
-
-    fn mutate_until(&self, request: &Request, deadline: std::time::Instant) -> Outcome {
-        Admission::mutate_until(self, request, Some(deadline))
-    }
-
-    /// The shipped set judges a GPU pod in about 0.1 ms; a request that
-    /// needs more than this goes to an answering thread, so a flood of
-    /// expensive validations costs the connections' threads at most this
-    /// much each.
-    fn validate_inline_slice(&self) -> Option<Duration> {
-        Some(INLINE_VALIDATE_SLICE)
-    }
-
-    fn validate_within(&self, request: &Request, until: std::time::Instant) -> Option<Outcome> {
-        Admission::validate_within(self, request, until)
-    }
-}
-
-/// See [`Webhook::validate_inline_slice`] for [`Admission`].
-const INLINE_VALIDATE_SLICE: Duration = Duration::from_micros(300);
+use watchdog::Timeouts;
 
 /// What `/mutate` answers when placement fails or runs out of time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -190,11 +82,11 @@ pub struct ServeConfig {
     /// Where self-generated certificates live.
     pub certs_dir: PathBuf,
     pub log_format: LogFormat,
-    /// `/validate` reviews evaluated at once, each on an answering thread
-    /// of its own; more wait for a slot.
+    /// `/validate` reviews resumed on answering threads at once, each on a
+    /// thread of its own; more wait for a slot.
     pub max_concurrency: usize,
-    /// `/mutate` reviews evaluated at once, in slots and threads of their
-    /// own.
+    /// `/mutate` reviews resumed on answering threads at once, in slots and
+    /// threads of their own.
     pub max_mutate_concurrency: usize,
     /// Memory that requests in progress may reserve in all: a third for
     /// bodies being read (taken as they arrive, never waited for), the
@@ -373,15 +265,16 @@ impl Server {
         // thread, and mutations never wait behind validations. The queues
         // hold what a slot-holder hands over while its thread finishes
         // with the last request.
-        let stack = webhook.stack_size();
+        let hints = webhook.hints();
         let answering = |name, slots| {
-            Executor::new(name, slots, slots, stack)
+            Executor::new(name, slots, slots, hints.stack)
                 .with_context(|| format!("cannot start the {name} threads"))
         };
         let mutate_threads = answering("mutate", config.max_mutate_concurrency)?;
         let validate_threads = answering("validate", config.max_concurrency)?;
         let state = Arc::new(AppState {
             webhook,
+            hints,
             mutate_threads,
             validate_threads,
             bodies: budget::BodyMemory::new(

@@ -10,7 +10,6 @@
 //! and the watchdog cuts a connection whose writes stay blocked for the
 //! write timeout, or that the listener evicted to make room.
 use super::budget::Client;
-use super::conn::Timeouts;
 use super::shutdown::ShutdownHandle;
 use axum::http::header::{HeaderValue, CONNECTION};
 use axum::http::{Request, Version};
@@ -26,6 +25,23 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 use tower::ServiceExt as _;
+
+/// Time limits for every connection of a listener.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    /// From accept to the first complete request head (TLS handshake and
+    /// protocol detection included), and from the first byte of each later
+    /// HTTP/1 request to its complete head.
+    pub header_read: Duration,
+    /// A connection with nothing in flight and nothing arriving this long is
+    /// closed (HTTP/1) or gets GOAWAY (HTTP/2).
+    pub idle: Duration,
+    /// While draining, an HTTP/1 connection idle this long is closed.
+    pub drain_window: Duration,
+    /// A connection whose writes stay blocked this long (the peer stopped
+    /// reading its answers) is closed, busy or not.
+    pub write: Duration,
+}
 
 /// What a connection's requests have done, written by [`Tracked`] and read
 /// by the watchdog.

@@ -9,10 +9,12 @@ pub mod shared_data;
 pub mod webhooks;
 
 use axum::http::StatusCode;
-use gpu_admission::admission::{Admission, Bundle, Outcome};
+use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::k8s::NamespaceLookup;
 use gpu_admission::review::{Request, Response};
-use gpu_admission::server::{Metrics, ServeConfig, Server, ShutdownHandle, Webhook};
+use gpu_admission::server::{
+    Answer, Endpoint, Hints, Metrics, ServeConfig, Server, ShutdownHandle, Step, Webhook,
+};
 use http::{client_config, Client, HttpResponse};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -280,10 +282,10 @@ impl NamespaceLookup for NoNamespaces {
 
 /// A webhook that takes `delay` per answer (a slow evaluation is the
 /// behaviour under test: its sleep paces nothing the test waits for),
-/// counts calls and the most calls seen at once, and answers with `outcome`.
+/// counts calls and the most calls seen at once, and answers with `answer`.
 pub struct SlowWebhook {
     pub delay: Duration,
-    pub outcome: Outcome,
+    pub answer: Answer,
     pub running: AtomicUsize,
     pub max_running: AtomicUsize,
     pub calls: AtomicUsize,
@@ -293,32 +295,33 @@ impl SlowWebhook {
     pub fn new(delay: Duration) -> SlowWebhook {
         SlowWebhook {
             delay,
-            outcome: Outcome {
-                response: Response::allow(),
-                ..Outcome::default()
-            },
+            answer: Response::allow().into(),
             running: AtomicUsize::new(0),
             max_running: AtomicUsize::new(0),
             calls: AtomicUsize::new(0),
         }
     }
 
-    fn answer(&self) -> Outcome {
+    fn answer_slowly(&self) -> Answer {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         std::thread::sleep(self.delay);
         self.running.fetch_sub(1, Ordering::SeqCst);
-        self.outcome.clone()
+        self.answer.clone()
     }
 }
 
+/// Answers on an answering thread, with the production kind labels.
 impl Webhook for SlowWebhook {
-    fn mutate(&self, _request: &Request) -> Outcome {
-        self.answer()
+    fn hints(&self) -> Hints {
+        Hints {
+            metric_kinds: gpu_admission::admission::METRIC_KINDS,
+            ..Hints::default()
+        }
     }
 
-    fn validate(&self, _request: &Request) -> Outcome {
-        self.answer()
+    fn answer(self: Arc<Self>, _: Endpoint, _: &Arc<Request>, _: std::time::Instant) -> Step {
+        Step::Resume(Box::new(move |_| self.answer_slowly()))
     }
 }
