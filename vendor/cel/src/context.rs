@@ -276,16 +276,6 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// gpu-admission patch: the function `prefix.name` (a call `prefix.name(...)`
-    /// whose target is an identifier), without building that name unless
-    /// some function's name starts with `prefix.`.
-    pub(crate) fn get_qualified_function(&self, prefix: &str, name: &str) -> Option<&Function> {
-        match self {
-            Context::Root { functions, .. } => functions.get_qualified(prefix, name),
-            Context::Child { parent, .. } => parent.get_qualified_function(prefix, name),
-        }
-    }
-
     /// gpu-admission patch: whether a function of this name is registered
     /// (here or in a parent scope), so a host can refuse an expression that
     /// calls an unknown function when it is loaded, as cel-go's checker does.

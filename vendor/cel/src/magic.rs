@@ -351,10 +351,6 @@ impl_handler!(C1, C2, C3, C4, C5, C6, C7, C8, C9);
 #[derive(Default)]
 pub struct FunctionRegistry {
     functions: std::collections::HashMap<String, Function, foldhash::fast::FixedState>,
-    /// gpu-admission patch: the prefixes of qualified names (`sets` of
-    /// `sets.contains`), so that `x.f()` on a variable `x` needs no
-    /// `"x.f"` string built to learn there is no function of that name.
-    namespaces: std::collections::HashSet<String, foldhash::fast::FixedState>,
 }
 
 impl FunctionRegistry {
@@ -363,9 +359,6 @@ impl FunctionRegistry {
         F: IntoFunction<T> + 'static + Send + Sync,
         T: 'static,
     {
-        if let Some((prefix, _)) = name.rsplit_once('.') {
-            self.namespaces.insert(prefix.to_string());
-        }
         self.functions
             .insert(name.to_string(), function.into_function());
     }
@@ -378,27 +371,6 @@ impl FunctionRegistry {
     #[allow(dead_code)]
     pub(crate) fn get(&self, name: &str) -> Option<&Function> {
         self.functions.get(name)
-    }
-
-    /// The function `prefix.name`, if one is registered.
-    pub(crate) fn get_qualified(&self, prefix: &str, name: &str) -> Option<&Function> {
-        if !self.namespaces.contains(prefix) {
-            return None;
-        }
-        // gpu-admission patch: the name is joined on the stack (upstream
-        // `format!`, with its formatting machinery and the growth of a
-        // string from an estimate of two bytes, on every call).
-        let len = prefix.len() + 1 + name.len();
-        let mut joined = [0u8; 96];
-        if len > joined.len() {
-            return self.functions.get(&[prefix, name].join("."));
-        }
-        joined[..prefix.len()].copy_from_slice(prefix.as_bytes());
-        joined[prefix.len()] = b'.';
-        joined[prefix.len() + 1..len].copy_from_slice(name.as_bytes());
-        // Two texts joined by an ASCII byte are text.
-        let key = std::str::from_utf8(&joined[..len]).ok()?;
-        self.functions.get(key)
     }
 }
 

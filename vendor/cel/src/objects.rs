@@ -1,4 +1,4 @@
-use crate::common::ast::{EntryExpr, Expr};
+use crate::common::ast::{operators, EntryExpr, Expr};
 use crate::common::types::*;
 use crate::common::value::Val;
 use crate::context::Context;
@@ -1060,64 +1060,6 @@ impl Value {
         Self::resolve_val_unbudgeted(expr, ctx)
     }
 
-    /// gpu-admission patch: the fast path of `size` (see its call site).
-    /// `None` when it does not apply: a target that is an identifier (it
-    /// may name a namespace of functions), other argument counts, no `size`
-    /// function, or a value of another type; the call then goes the usual
-    /// way. An argument or target it resolved is not resolved again: a
-    /// value of another type is handed on to `size` as its target.
-    fn size_in_place<'a>(
-        call: &'a crate::common::ast::CallExpr,
-        ctx: &'a Context<'a>,
-    ) -> Result<Option<Cow<'a, dyn Val>>, ExecutionError> {
-        let (operand, method) = match (&call.target, call.args.len()) {
-            (Some(target), 0) if !matches!(target.expr, Expr::Ident(_)) => (&**target, true),
-            (None, 1) => (&call.args[0], false),
-            _ => return Ok(None),
-        };
-        let Some(func) = ctx.get_function("size") else {
-            return Ok(None);
-        };
-        let val = Value::resolve_val(operand, ctx)?;
-        let val: &dyn Val = val.as_ref();
-        let (size, units) = if let Some(list) = val.downcast_ref::<CelList>() {
-            (list.len(), 1 + list.len() as u64)
-        } else if let Some(map) = val.downcast_ref::<CelMap>() {
-            (map.len(), 1 + map.len() as u64)
-        } else if let Some(string) = val.downcast_ref::<CelString>() {
-            // gpu-admission patch: a string's size is its number of code
-            // points (`size('ÿ')` is 1), as the spec says; the cost stays
-            // by bytes.
-            (string.inner().chars().count(), 1 + string.len() as u64 / 10)
-        } else if let Some(bytes) = val.downcast_ref::<CelBytes>() {
-            (bytes.len(), 1 + bytes.len() as u64 / 10)
-        } else {
-            // Another type: `size` itself answers (or errs) on the value
-            // already resolved, as its target.
-            let target: Value = val.try_into()?;
-            if method {
-                crate::budget::charge_value(&target)?;
-            }
-            let mut ftx = FunctionContext::new(&call.func_name, Some(target), ctx, &[]);
-            let v = (func)(&mut ftx)?;
-            crate::budget::charge_value(&v)?;
-            return Ok(Some(Cow::<dyn Val>::Owned(
-                TryInto::<Box<dyn Val>>::try_into(v)?,
-            )));
-        };
-        // The method form charged its target before the call; the
-        // function form never did. The result, an int, costs nothing.
-        if method {
-            crate::budget::charge(units)?;
-        }
-        if let Some(small) = crate::common::types::SMALL_INTS.get(size) {
-            return Ok(Some(Cow::Borrowed(small)));
-        }
-        Ok(Some(Cow::<dyn Val>::Owned(Box::new(CelInt::from(
-            size as i64,
-        )))))
-    }
-
     fn resolve_val_unbudgeted<'a>(
         expr: &'a Expression,
         ctx: &'a Context<'a>,
@@ -1125,22 +1067,8 @@ impl Value {
         match &expr.expr {
             Expr::Literal(literal) => Ok(literal.to_val()),
             Expr::Call(call) => {
-                // gpu-admission patch: operators' names never start with a
-                // letter; a function call skips the comparisons with them,
-                // and an operator's name is read once into an `Op`, not
-                // compared with each operator's name in turn.
-                let operator = call
-                    .func_name
-                    .as_bytes()
-                    .first()
-                    .is_some_and(|b| !b.is_ascii_alphabetic());
-                let op = if operator {
-                    Op::of(&call.func_name)
-                } else {
-                    None
-                };
                 // START OF SPECIAL CASES FOR operators::...
-                if op == Some(Op::Conditional) && call.args.len() == 3 {
+                if call.args.len() == 3 && call.func_name == operators::CONDITIONAL {
                     let cond = Value::resolve_val(&call.args[0], ctx);
                     return if try_bool(cond)? {
                         Value::resolve_val(&call.args[1], ctx)
@@ -1149,8 +1077,8 @@ impl Value {
                     };
                 }
                 if call.args.len() == 2 {
-                    match op {
-                        Some(Op::LogicalOr) => {
+                    match call.func_name.as_str() {
+                        operators::LOGICAL_OR => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
                             // gpu-admission patch: running out of budget,
                             // depth or time stops the evaluation; only value
@@ -1169,7 +1097,7 @@ impl Value {
                                 }
                             };
                         }
-                        Some(Op::LogicalAnd) => {
+                        operators::LOGICAL_AND => {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
                             // gpu-admission patch: see `||`.
                             let left = absorbable(left)?;
@@ -1186,20 +1114,20 @@ impl Value {
                                 }
                             };
                         }
-                        Some(Op::Equals) => {
+                        operators::EQUALS => {
                             return Ok(bool(
                                 Value::resolve_val(&call.args[0], ctx)?
                                     .eq(&Value::resolve_val(&call.args[1], ctx)?),
                             ))
                         }
-                        Some(Op::NotEquals) => {
+                        operators::NOT_EQUALS => {
                             return Ok(bool(
                                 Value::resolve_val(&call.args[0], ctx)?
                                     .ne(&Value::resolve_val(&call.args[1], ctx)?),
                             ))
                         }
-                        Some(Op::Index | Op::OptIndex) => {
-                            let mut is_optional = op == Some(Op::OptIndex);
+                        operators::INDEX | operators::OPT_INDEX => {
+                            let mut is_optional = call.func_name == operators::OPT_INDEX;
                             let value = Value::resolve_val(&call.args[0], ctx)?;
 
                             let value = if let Some(opt) = value.downcast_ref::<CelOptional>() {
@@ -1220,11 +1148,11 @@ impl Value {
                             let result = match value {
                                 Cow::Borrowed(val) => val
                                     .as_indexer()
-                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
+                                    .ok_or(ExecutionError::NoSuchOverload)?
                                     .get(Self::resolve_val(&call.args[1], ctx)?.as_ref()),
                                 Cow::Owned(val) => val
                                     .into_indexer()
-                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
+                                    .ok_or(ExecutionError::NoSuchOverload)?
                                     .steal(Self::resolve_val(&call.args[1], ctx)?.as_ref())
                                     .map(Cow::Owned),
                             };
@@ -1239,7 +1167,7 @@ impl Value {
                                 result
                             };
                         }
-                        Some(Op::OptSelect) => {
+                        operators::OPT_SELECT => {
                             let operand = Value::resolve_val(&call.args[0], ctx)?;
                             let field_literal = Value::resolve_val(&call.args[1], ctx)?;
                             let field = match field_literal.get_type() {
@@ -1277,7 +1205,7 @@ impl Value {
                         // END OF SPECIAL CASES
 
                         // all below is NOT special in the interpreter
-                        Some(Op::Add) => {
+                        operators::ADD => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1294,7 +1222,7 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        Some(Op::Subtract) => {
+                        operators::SUBSTRACT => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1310,7 +1238,7 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        Some(Op::Divide) => {
+                        operators::DIVIDE => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1326,7 +1254,7 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        Some(Op::Multiply) => {
+                        operators::MULTIPLY => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1342,7 +1270,7 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        Some(Op::Modulo) => {
+                        operators::MODULO => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(Cow::Owned(
@@ -1358,22 +1286,22 @@ impl Value {
                                     .into_owned(),
                             ));
                         }
-                        Some(Op::Less) => {
+                        operators::LESS => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(bool(
                                 lhs.as_comparer()
-                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
+                                    .ok_or(ExecutionError::NoSuchOverload)?
                                     .compare(rhs.as_ref())?
                                     == Ordering::Less,
                             ));
                         }
-                        Some(Op::LessEquals) => {
+                        operators::LESS_EQUALS => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return if lhs
                                 .as_comparer()
-                                .ok_or_else(|| ExecutionError::NoSuchOverload)?
+                                .ok_or(ExecutionError::NoSuchOverload)?
                                 .compare(rhs.as_ref())?
                                 == Ordering::Greater
                             {
@@ -1382,22 +1310,22 @@ impl Value {
                                 Ok(bool(true))
                             };
                         }
-                        Some(Op::Greater) => {
+                        operators::GREATER => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return Ok(bool(
                                 lhs.as_comparer()
-                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
+                                    .ok_or(ExecutionError::NoSuchOverload)?
                                     .compare(rhs.as_ref())?
                                     == Ordering::Greater,
                             ));
                         }
-                        Some(Op::GreaterEquals) => {
+                        operators::GREATER_EQUALS => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return if lhs
                                 .as_comparer()
-                                .ok_or_else(|| ExecutionError::NoSuchOverload)?
+                                .ok_or(ExecutionError::NoSuchOverload)?
                                 .compare(rhs.as_ref())?
                                 == Ordering::Less
                             {
@@ -1406,7 +1334,7 @@ impl Value {
                                 Ok(bool(true))
                             };
                         }
-                        Some(Op::In) => {
+                        operators::IN => {
                             let lhs = Value::resolve_val(&call.args[0], ctx)?;
                             let rhs = Value::resolve_val(&call.args[1], ctx)?;
                             return if let Some(container) = rhs.as_container() {
@@ -1419,36 +1347,27 @@ impl Value {
                     }
                 }
                 if call.args.len() == 1 {
-                    match op {
-                        Some(Op::LogicalNot) => {
+                    match call.func_name.as_str() {
+                        operators::LOGICAL_NOT => {
                             // gpu-admission patch: `!` of an error a fold
                             // kept is that error (see `try_bool`).
                             return try_bool(Value::resolve_val(&call.args[0], ctx))
                                 .map(|b| bool(!b));
                         }
-                        Some(Op::Negate) => {
+                        operators::NEGATE => {
                             let val = Value::resolve_val(&call.args[0], ctx)?;
                             return Ok(Cow::<dyn Val>::Owned(
                                 val.as_negator()
-                                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
+                                    .ok_or(ExecutionError::NoSuchOverload)?
                                     .negate()?,
                             ));
                         }
-                        Some(Op::NotStrictlyFalse) => {
+                        operators::NOT_STRICTLY_FALSE => {
                             return Ok(bool(
                                 try_bool(Value::resolve_val(&call.args[0], ctx)).unwrap_or(true),
                             ));
                         }
                         _ => (),
-                    }
-                }
-                // gpu-admission patch: `x.size()` and `size(x)` on a list,
-                // map, string or bytes count the interpreter's value where
-                // it is, instead of converting it (a list or map whole) to a
-                // `Value` first. Same result, same cost charged.
-                if !operator && call.func_name == "size" {
-                    if let Some(size) = Self::size_in_place(call, ctx)? {
-                        return Ok(size);
                     }
                 }
                 match &call.target {
@@ -1465,7 +1384,8 @@ impl Value {
                     Some(target) => {
                         let qualified_func = match &target.expr {
                             Expr::Ident(prefix) => {
-                                ctx.get_qualified_function(prefix, &call.func_name)
+                                let qualified_name = format!("{prefix}.{}", &call.func_name);
+                                ctx.get_function(&qualified_name)
                             }
                             _ => None,
                         };
@@ -1675,7 +1595,7 @@ impl Value {
 
                 let mut items = iter
                     .as_iterable()
-                    .ok_or_else(|| ExecutionError::NoSuchOverload)?
+                    .ok_or(ExecutionError::NoSuchOverload)?
                     .iter();
                 // gpu-admission patch: two-variable comprehensions bind the
                 // index and the element of a list, the key and the value of a map.
@@ -1795,64 +1715,6 @@ fn bind<'a, V: Into<Cow<'a, dyn Val>>>(
     }
 }
 
-/// gpu-admission patch: the operators the interpreter evaluates itself,
-/// read from a call's function name by [`Op::of`].
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Op {
-    Conditional,
-    LogicalAnd,
-    LogicalOr,
-    LogicalNot,
-    Equals,
-    NotEquals,
-    Add,
-    Subtract,
-    Multiply,
-    Divide,
-    Modulo,
-    Less,
-    LessEquals,
-    Greater,
-    GreaterEquals,
-    In,
-    Negate,
-    NotStrictlyFalse,
-    Index,
-    OptIndex,
-    OptSelect,
-}
-
-impl Op {
-    /// The operator named `name` (one of `operators::*`), if any. The
-    /// names are short and fixed, so this is a few byte comparisons.
-    fn of(name: &str) -> Option<Op> {
-        Some(match name.as_bytes() {
-            b"_?_:_" => Op::Conditional,
-            b"_&&_" => Op::LogicalAnd,
-            b"_||_" => Op::LogicalOr,
-            b"!_" => Op::LogicalNot,
-            b"_==_" => Op::Equals,
-            b"_!=_" => Op::NotEquals,
-            b"_+_" => Op::Add,
-            b"_-_" => Op::Subtract,
-            b"_*_" => Op::Multiply,
-            b"_/_" => Op::Divide,
-            b"_%_" => Op::Modulo,
-            b"_<_" => Op::Less,
-            b"_<=_" => Op::LessEquals,
-            b"_>_" => Op::Greater,
-            b"_>=_" => Op::GreaterEquals,
-            b"@in" => Op::In,
-            b"-_" => Op::Negate,
-            b"@not_strictly_false" => Op::NotStrictlyFalse,
-            b"_[_]" => Op::Index,
-            b"_[?_]" => Op::OptIndex,
-            b"_?._" => Op::OptSelect,
-            _ => return None,
-        })
-    }
-}
-
 /// gpu-admission patch: a boolean result is borrowed from a `static`, not
 /// allocated (every comparison, `has()` and logical operator makes one).
 fn bool<'a>(boolean: bool) -> Cow<'a, dyn Val> {
@@ -1861,9 +1723,6 @@ fn bool<'a>(boolean: bool) -> Cow<'a, dyn Val> {
     Cow::Borrowed(if boolean { &TRUE } else { &FALSE })
 }
 
-// gpu-admission patch: here and in `resolve_val`, `ok_or_else` where
-// upstream had `ok_or`: the error value `ok_or` builds up front was dropped
-// on every success, a call of the error's drop glue per evaluated node.
 fn try_bool(val: Result<Cow<dyn Val>, ExecutionError>) -> Result<bool, ExecutionError> {
     match val {
         Ok(val) => match val.downcast_ref::<CelBool>() {
@@ -1905,7 +1764,8 @@ fn is_absorbable(e: &ExecutionError) -> bool {
 fn folds_logically(step: &Expression) -> bool {
     matches!(&step.expr, Expr::Call(call)
         if call.args.len() == 2
-            && matches!(Op::of(&call.func_name), Some(Op::LogicalAnd | Op::LogicalOr)))
+            && (call.func_name == operators::LOGICAL_AND
+                || call.func_name == operators::LOGICAL_OR))
 }
 
 /// gpu-admission patch: "field selection: type 'bool' has no field 'x'".
@@ -2159,43 +2019,6 @@ fn checked_op(
 
 #[cfg(test)]
 mod tests {
-    // gpu-admission patch: `Op::of` knows every operator the interpreter
-    // evaluates itself, by the names the parser gives them, and no other name.
-    #[test]
-    fn op_of_reads_every_operator_name() {
-        use super::Op;
-        use crate::common::ast::operators;
-        let named = [
-            (operators::CONDITIONAL, Op::Conditional),
-            (operators::LOGICAL_AND, Op::LogicalAnd),
-            (operators::LOGICAL_OR, Op::LogicalOr),
-            (operators::LOGICAL_NOT, Op::LogicalNot),
-            (operators::EQUALS, Op::Equals),
-            (operators::NOT_EQUALS, Op::NotEquals),
-            (operators::ADD, Op::Add),
-            (operators::SUBSTRACT, Op::Subtract),
-            (operators::MULTIPLY, Op::Multiply),
-            (operators::DIVIDE, Op::Divide),
-            (operators::MODULO, Op::Modulo),
-            (operators::LESS, Op::Less),
-            (operators::LESS_EQUALS, Op::LessEquals),
-            (operators::GREATER, Op::Greater),
-            (operators::GREATER_EQUALS, Op::GreaterEquals),
-            (operators::IN, Op::In),
-            (operators::NEGATE, Op::Negate),
-            (operators::NOT_STRICTLY_FALSE, Op::NotStrictlyFalse),
-            (operators::INDEX, Op::Index),
-            (operators::OPT_INDEX, Op::OptIndex),
-            (operators::OPT_SELECT, Op::OptSelect),
-        ];
-        for (name, op) in named {
-            assert_eq!(Op::of(name), Some(op), "{name}");
-        }
-        for other in ["size", "has", "_", "", "_&&", "@in_", "_<__", "matches"] {
-            assert_eq!(Op::of(other), None, "{other}");
-        }
-    }
-
     use crate::{objects::Key, Context, ExecutionError, Program, Value};
     use std::collections::HashMap;
     use std::sync::Arc;
@@ -3330,106 +3153,6 @@ mod select_tests {
             eval("[1, 2].exists(x, x == 2) && [3].exists(x, x == 3)"),
             Ok(true.into())
         );
-    }
-}
-
-/// gpu-admission patch: `size` counts the interpreter's values in place.
-#[cfg(test)]
-mod size_tests {
-    use super::*;
-    use crate::Program;
-
-    fn context() -> Context<'static> {
-        let mut ctx = Context::default();
-        let list = Value::List(Arc::new((0..25).map(Value::Int).collect()));
-        let mut map = HashMap::new();
-        map.insert(Key::from("a"), Value::Int(1));
-        map.insert(Key::from("b"), Value::Int(2));
-        let map = Value::Map(Map { map: Arc::new(map) });
-        let string = Value::from("héllo, wörld: twenty-six b");
-        let bytes = Value::Bytes(Arc::new(vec![7; 31]));
-        let mut holder = HashMap::new();
-        for (name, value) in [("l", list), ("m", map), ("s", string), ("b", bytes)] {
-            ctx.add_variable_from_value(name, value.clone());
-            holder.insert(Key::from(name), value);
-        }
-        ctx.add_variable_from_value(
-            "h",
-            Value::Map(Map {
-                map: Arc::new(holder),
-            }),
-        );
-        ctx
-    }
-
-    /// The result and the cost charged.
-    fn run(expr: &str) -> (crate::ResolveResult, u64) {
-        let ctx = context();
-        let program = Program::compile(expr).unwrap();
-        crate::budget::with_budget(u64::MAX / 2, || program.execute(&ctx))
-    }
-
-    #[test]
-    fn sizes_are_those_of_the_values() {
-        // `s` is 28 bytes and 26 code points: a string's size is the latter.
-        for (name, size) in [("l", 25), ("m", 2), ("s", 26), ("b", 31)] {
-            for expr in [
-                format!("{name}.size()"),
-                format!("h.{name}.size()"),
-                format!("size({name})"),
-                format!("size(h.{name})"),
-            ] {
-                assert_eq!(run(&expr).0, Ok(Value::Int(size)), "{expr}");
-            }
-        }
-        assert_eq!(run("[1, [2, 3]][1].size()").0, Ok(Value::Int(2)));
-        assert_eq!(run("{'k': 'v'}.size() + size('')").0, Ok(Value::Int(1)));
-    }
-
-    /// `x.size()` on an identifier takes the usual path (its target is
-    /// converted and charged); on a field selection (`h.x`) the in-place
-    /// path, which must charge the same plus the one selection node. The
-    /// function form never charges its argument's size.
-    #[test]
-    fn the_in_place_path_charges_what_the_usual_one_does() {
-        for (name, units) in [("l", 26), ("m", 3), ("s", 3), ("b", 4)] {
-            let (_, usual) = run(&format!("{name}.size()"));
-            let (_, in_place) = run(&format!("h.{name}.size()"));
-            assert_eq!(in_place, usual + 1, "{name}");
-            let (_, function) = run(&format!("size({name})"));
-            assert_eq!(function + units, usual, "{name}");
-        }
-    }
-
-    #[test]
-    fn other_types_get_the_usual_answer_and_are_resolved_once() {
-        let (result, _) = run("size(1)");
-        assert!(result.is_err(), "{result:?}");
-        let (result, _) = run("h.l[0].size()");
-        assert!(result.is_err(), "{result:?}");
-        // An unknown variable is reported as before.
-        assert_eq!(
-            run("size(nope)").0,
-            Err(ExecutionError::UndeclaredReference(Arc::new("nope".into())))
-        );
-        // The operand is evaluated once, whichever path answers.
-        for (expr, want) in [
-            ("size(counted(1))", None),
-            ("counted(1).size()", None),
-            ("size(counted('abc'))", Some(3)),
-            ("[counted('abc')][0].size()", Some(3)),
-        ] {
-            let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let seen = calls.clone();
-            let mut ctx = context();
-            ctx.add_function("counted", move |v: Value| {
-                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Ok::<Value, ExecutionError>(v)
-            });
-            let result = Program::compile(expr).unwrap().execute(&ctx);
-            assert_eq!(result.ok(), want.map(Value::Int), "{expr}");
-            assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "{expr}");
-        }
     }
 }
 

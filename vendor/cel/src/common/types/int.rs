@@ -10,18 +10,6 @@ use std::ops::Deref;
 #[derive(Clone, Copy, Debug, Default, Eq, Hash, PartialEq, PartialOrd, Ord)]
 pub struct Int(i64);
 
-/// gpu-admission patch: the integers 0 to 63, for small results (sizes)
-/// borrowed from a `static` instead of allocated.
-pub(crate) static SMALL_INTS: [Int; 64] = {
-    let mut ints = [Int(0); 64];
-    let mut i = 0;
-    while i < ints.len() {
-        ints[i] = Int(i as i64);
-        i += 1;
-    }
-    ints
-};
-
 impl Int {
     pub fn into_inner(self) -> i64 {
         self.0

@@ -23,7 +23,6 @@ pub use double::Double as CelDouble;
 #[cfg(feature = "chrono")]
 pub use duration::Duration as CelDuration;
 pub use int::Int as CelInt;
-pub(crate) use int::SMALL_INTS;
 pub use list::DefaultList as CelList;
 pub use map::DefaultMap as CelMap;
 pub use map::Key as CelMapKey;
