@@ -551,31 +551,46 @@ fn check_variables(
         .enumerate()
         .map(|(i, v)| (v.name.as_str(), i))
         .collect();
-    let mut check_params = |field: String, expr: &Compiled| {
+    // Every expression but the variables', by field; mutations are not
+    // checked for `params` (a MutatingAdmissionPolicy may go without).
+    let mut others: Vec<(String, &Compiled, bool)> = Vec::new();
+    for (i, c) in conditions.iter().enumerate() {
+        others.push((
+            format!("spec.matchConditions[{i}].expression"),
+            &c.expr,
+            true,
+        ));
+    }
+    for (i, v) in validations.iter().enumerate() {
+        others.push((format!("spec.validations[{i}].expression"), &v.expr, true));
+        if let Some(m) = &v.message_expr {
+            let field = format!("spec.validations[{i}].messageExpression");
+            others.push((field, m, true));
+        }
+    }
+    for (i, a) in annotations.iter().enumerate() {
+        let field = format!("spec.auditAnnotations[{i}].valueExpression");
+        others.push((field, &a.expr, true));
+    }
+    for (i, m) in mutations.iter().enumerate() {
+        let field = format!("spec.mutations[{i}].{}.expression", m.patch_type.field());
+        others.push((field, &m.expr, false));
+    }
+    let mut check_params = |field: &str, expr: &Compiled| {
         if !has_params && expr.reads("params") {
             r.push(
-                &field,
+                field,
                 "undeclared reference to 'params': the policy has no spec.paramKind",
             );
         }
     };
     for (i, v) in variables.iter().enumerate() {
-        check_params(format!("spec.variables[{i}].expression"), &v.expr);
+        check_params(&format!("spec.variables[{i}].expression"), &v.expr);
     }
-    for (i, c) in conditions.iter().enumerate() {
-        check_params(format!("spec.matchConditions[{i}].expression"), &c.expr);
-    }
-    for (i, v) in validations.iter().enumerate() {
-        check_params(format!("spec.validations[{i}].expression"), &v.expr);
-        if let Some(m) = &v.message_expr {
-            check_params(format!("spec.validations[{i}].messageExpression"), m);
+    for (field, expr, params) in &others {
+        if *params {
+            check_params(field, expr);
         }
-    }
-    for (i, a) in annotations.iter().enumerate() {
-        check_params(
-            format!("spec.auditAnnotations[{i}].valueExpression"),
-            &a.expr,
-        );
     }
     for (i, v) in variables.iter().enumerate() {
         for used in v.expr.policy_variables() {
@@ -587,36 +602,15 @@ fn check_variables(
             }
         }
     }
-    let mut check = |field: String, expr: &Compiled| {
+    for (field, expr, _) in &others {
         for used in expr.policy_variables() {
             if !index.contains_key(used.as_str()) {
                 r.push(
-                    &field,
+                    field,
                     format!("variables.{used} is not defined in spec.variables"),
                 );
             }
         }
-    };
-    for (i, c) in conditions.iter().enumerate() {
-        check(format!("spec.matchConditions[{i}].expression"), &c.expr);
-    }
-    for (i, v) in validations.iter().enumerate() {
-        check(format!("spec.validations[{i}].expression"), &v.expr);
-        if let Some(m) = &v.message_expr {
-            check(format!("spec.validations[{i}].messageExpression"), m);
-        }
-    }
-    for (i, a) in annotations.iter().enumerate() {
-        check(
-            format!("spec.auditAnnotations[{i}].valueExpression"),
-            &a.expr,
-        );
-    }
-    for (i, m) in mutations.iter().enumerate() {
-        check(
-            format!("spec.mutations[{i}].{}.expression", m.patch_type.field()),
-            &m.expr,
-        );
     }
 }
 
