@@ -311,7 +311,7 @@ fn plan_pod(
     let narrowed = tier_terms(profiles, profile, pod, request, namespace_labels);
     let required = narrowed.as_deref().unwrap_or(&profile.required);
     match plan::plan_profile(profile, required, pod) {
-        Ok(plan::Outcome::Patch(ops)) if !ops.is_empty() => Plan {
+        Ok(plan::Placed::Patch(ops)) if !ops.is_empty() => Plan {
             profile: Some(profile.name.clone()),
             patch: json_patch::Patch(ops),
             warnings: Vec::new(),

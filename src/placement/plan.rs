@@ -20,7 +20,7 @@ const EXPRESSIONS: &str = "matchExpressions";
 /// Records on a patched pod which profile placed it.
 pub const PROFILE_ANNOTATION: &str = "gpu-admission.io/placement-profile";
 
-pub(super) enum Outcome {
+pub(super) enum Placed {
     /// Operations to apply (empty: the pod already says everything).
     Patch(Vec<PatchOperation>),
     /// The pod's own node selection excludes every node the profile allows
@@ -35,14 +35,14 @@ pub(super) fn plan_profile(
     profile: &Profile,
     required: &[Term],
     pod: &Value,
-) -> Result<Outcome, ShapeError> {
+) -> Result<Placed, ShapeError> {
     let spec = object_field(pod.as_object(), "spec", "/spec")?.ok_or(ShapeError {
         path: "/spec".into(),
         expected: "an object",
     })?;
     let view = PodView::read(spec)?;
     if conflict(profile, &view).is_some() {
-        return Ok(Outcome::Conflict);
+        return Ok(Placed::Conflict);
     }
     let mut patch = Patch::new(pod);
     add_tolerations(profile, spec, &mut patch)?;
@@ -60,7 +60,7 @@ pub(super) fn plan_profile(
             Value::String(profile.name.clone()),
         )?;
     }
-    Ok(Outcome::Patch(patch.into_operations()))
+    Ok(Placed::Patch(patch.into_operations()))
 }
 
 /// Why `pod`'s own node selection excludes every node `profile` allows,

@@ -297,7 +297,7 @@ fn is_empty(v: &serde_json::Value) -> bool {
 
 /// What one policy said about one object with one param.
 #[derive(Default)]
-struct Outcome {
+struct Judged {
     skipped: bool,
     /// (message, validation index): the index of the validation that
     /// failed to evaluate, 0 for an error elsewhere (match conditions,
@@ -331,7 +331,7 @@ impl Inner {
                 return result_error(verdict, policy, start, message);
             }
         };
-        let outcomes: SmallVec<[Outcome; 1]> = params
+        let outcomes: SmallVec<[Judged; 1]> = params
             .into_iter()
             .map(|p| cel::with_policy_budget(|| self.evaluate_policy(policy, plan, scope, p)))
             .collect();
@@ -453,7 +453,7 @@ impl Inner {
         plan: &PolicyPlan,
         scope: &Scope,
         (params, param): (Value, Option<usize>),
-    ) -> Outcome {
+    ) -> Judged {
         // A scope for `params` only where some expression reads it.
         let with_params;
         let ctx = if policy.uses_params {
@@ -467,7 +467,7 @@ impl Inner {
         let mut vars = Variables::new(policy, plan)
             .with_memo(&scope.memo)
             .with_param(param);
-        let mut outcome = Outcome::default();
+        let mut outcome = Judged::default();
         match match_conditions(policy, &mut vars, ctx) {
             Ok(true) => {}
             Ok(false) => {
