@@ -230,6 +230,8 @@ pub(super) fn plan(loaded: &Loaded, passes: Passes, env: &Env) -> Plan {
     }
 }
 
+/// The plan of one family (validating or mutating): the passes made per
+/// policy and per binding.
 fn family(
     policies: &[Policy],
     bindings: &[(Binding, usize)],
