@@ -61,12 +61,7 @@ fn the_library_cases_get_the_library_outcomes() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(library.join("controls"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("tests.json").is_file())
-        .collect();
-    dirs.sort();
+    let dirs = control_dirs(&library);
     let (mut total, mut passed) = (0, 0);
     let mut wrong = Vec::new();
     let mut diverging = Vec::new();
@@ -134,6 +129,17 @@ fn the_library_cases_get_the_library_outcomes() {
         now_right.join("\n")
     );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The library's control folders (those with a `tests.json`), by name.
+fn control_dirs(library: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(library.join("controls"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("tests.json").is_file())
+        .collect();
+    dirs.sort();
+    dirs
 }
 
 /// A control folder: `policy.yaml` and `tests.json`.
@@ -233,12 +239,7 @@ fn the_library_answers_do_not_depend_on_the_plan_passes() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(library.join("controls"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("tests.json").is_file())
-        .collect();
-    dirs.sort();
+    let dirs = control_dirs(&library);
     let mut compared = 0;
     offline::with_evaluation_stack(|| {
         for dir in &dirs {
