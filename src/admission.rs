@@ -238,6 +238,30 @@ pub const METRIC_KINDS: &[&str] = &[
     "AzureASOManagedControlPlane",
     "ResourceClaim",
     "ResourceClaimTemplate",
+    // The workload kinds of the shipped PodTemplateSources
+    // (policies/workload-kinds.yaml; Volcano's Job counts as Job).
+    "RayCluster",
+    "RayJob",
+    "RayService",
+    "PyTorchJob",
+    "TFJob",
+    "MPIJob",
+    "XGBoostJob",
+    "PaddleJob",
+    "JAXJob",
+    "Notebook",
+    "TrainJob",
+    "TrainingRuntime",
+    "ClusterTrainingRuntime",
+    "JobSet",
+    "LeaderWorkerSet",
+    "InferenceService",
+    "ServingRuntime",
+    "ClusterServingRuntime",
+    "Workflow",
+    "WorkflowTemplate",
+    "ClusterWorkflowTemplate",
+    "CronWorkflow",
 ];
 
 /// Where a subject's namespace, DRA claims and the cluster's nodes are
@@ -258,80 +282,99 @@ pub fn subject<'r>(
     (namespaces, claims, nodes): Lookups,
 ) -> Subject<'r> {
     let profiles = &bundle.placement;
-    let mut subject = Subject::new(req, namespaces)
+    let sources = bundle.policies.template_sources();
+    let mut subject = Subject::new(req, namespaces, sources)
         .with_claims(claims)
         .with_nodes(nodes);
-    place_template(profiles, &mut subject);
+    place_templates(profiles, &mut subject);
     let mut subject = subject.with_gpu(profiles.catalog(), profiles.gpu_resources());
-    let judged = match subject.kind {
-        // A pod's scheduling fields cannot change after it is created.
-        SubjectKind::Pod => {
-            req.operation == Operation::Create
-                && req.sub_resource.as_deref().unwrap_or_default().is_empty()
-        }
-        // A new or changed template makes new pods; an update that leaves
-        // it as it was (scaling, finalizers) is not judged.
-        SubjectKind::Controller => subject.template.is_some(),
-        _ => false,
+    let judge = |pod: &serde_json::Value, facts: &mut crate::gpu::facts::GpuFacts| {
+        let judgement = placement::judge(profiles, pod, &facts.request, &subject.namespace_labels);
+        facts.placement = PlacementFacts {
+            profile: judgement.profile.unwrap_or_default(),
+            conflict: judgement.conflict.unwrap_or_default(),
+            skus: judgement.skus,
+        };
     };
-    if judged {
-        if let (Some(pod), Some(facts)) = (subject.pod(), subject.gpu.as_ref()) {
-            let judgement =
-                placement::judge(profiles, pod, &facts.request, &subject.namespace_labels);
-            let placement = PlacementFacts {
-                profile: judgement.profile.unwrap_or_default(),
-                conflict: judgement.conflict.unwrap_or_default(),
-                skus: judgement.skus,
-            };
-            if let Some(facts) = subject.gpu.as_mut() {
-                facts.placement = placement;
+    match subject.kind {
+        // A pod's scheduling fields cannot change after it is created.
+        SubjectKind::Pod
+            if req.operation == Operation::Create
+                && req.sub_resource.as_deref().unwrap_or_default().is_empty() =>
+        {
+            if let (Some(pod), Some(mut facts)) = (req.object.as_ref(), subject.gpu.take()) {
+                judge(pod, &mut facts);
+                subject.gpu = Some(facts);
             }
         }
+        // A new or changed template makes new pods; an update that leaves
+        // every template as it was (scaling, finalizers) is not judged.
+        SubjectKind::Controller => {
+            let mut templates = std::mem::take(&mut subject.templates);
+            for template in &mut templates {
+                if let (Some(pod), Some(facts)) =
+                    (template.request.object.as_ref(), template.gpu.as_mut())
+                {
+                    judge(pod, facts);
+                }
+            }
+            // A built-in controller's own facts are its template's.
+            let built_in = templates.first().filter(|t| t.label.is_empty());
+            if let (Some(template), Some(facts)) = (built_in, subject.gpu.as_mut()) {
+                if let Some(placed) = &template.gpu {
+                    facts.placement = placed.placement.clone();
+                }
+            }
+            subject.templates = templates;
+        }
+        _ => {}
     }
     if bundle.policies.references("gpu") {
         if let Some(facts) = &subject.gpu {
             let value = gpu_val(facts);
             subject.variables.push(("gpu".to_string(), value));
         }
+        for template in &mut subject.templates {
+            if let Some(facts) = &template.gpu {
+                template.variables.push(("gpu".to_string(), gpu_val(facts)));
+            }
+        }
     }
     subject
 }
 
-/// A controller's template pod as `/mutate` will make its pods: the
+/// A workload's template pods as `/mutate` will make their pods: the
 /// placement of a Pod CREATE (tier pin, tolerations, GPUs hidden from
-/// containers that ask for none) applied to it, so that what is admitted
+/// containers that ask for none) applied to each, so that what is admitted
 /// as a template is admitted as pods, and the other way round.
-fn place_template(profiles: &placement::ProfileSet, subject: &mut Subject) {
-    let Some(template) = subject.template.as_ref() else {
-        return;
-    };
-    let template_subject = Subject {
-        request: &template.request,
-        kind: SubjectKind::Pod,
-        namespace_name: subject.namespace_name.clone(),
-        namespace: subject.namespace.clone(),
-        namespace_labels: subject.namespace_labels.clone(),
-        template: None,
-        claims: subject.claims.clone(),
-        gpu: None,
-        nodes: subject.nodes.clone(),
-        node_pools: subject.node_pools.clone(),
-        variables: Vec::new(),
-        authorizer: subject.authorizer.clone(),
-    };
-    let plan = placement::plan_subject(profiles, &template_subject);
-    if plan.patch.0.is_empty() {
-        return;
-    }
-    if let Some(pod) = subject
-        .template
-        .as_mut()
-        .and_then(|t| t.request.object.as_mut())
-    {
-        if let Err(e) = json_patch::patch(pod, &plan.patch) {
-            tracing::error!("placement patch does not apply to a template pod: {e}");
+fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
+    let mut templates = std::mem::take(&mut subject.templates);
+    for template in &mut templates {
+        let template_subject = Subject {
+            request: &template.request,
+            kind: SubjectKind::Pod,
+            namespace_name: subject.namespace_name.clone(),
+            namespace: subject.namespace.clone(),
+            namespace_labels: subject.namespace_labels.clone(),
+            templates: Vec::new(),
+            claims: template.claims.clone(),
+            gpu: None,
+            nodes: subject.nodes.clone(),
+            node_pools: subject.node_pools.clone(),
+            variables: Vec::new(),
+            authorizer: subject.authorizer.clone(),
+        };
+        let plan = placement::plan_subject(profiles, &template_subject);
+        if plan.patch.0.is_empty() {
+            continue;
+        }
+        if let Some(pod) = template.request.object.as_mut() {
+            if let Err(e) = json_patch::patch(pod, &plan.patch) {
+                tracing::error!("placement patch does not apply to a template pod: {e}");
+            }
         }
     }
+    subject.templates = templates;
 }
 
 /// [`Admission::mutate_until`] with `bundle`. The subject is built once:
@@ -349,7 +392,7 @@ fn mutate_with(
         subject(bundle, req, lookups)
     } else {
         let (namespaces, claims, nodes) = lookups;
-        Subject::new(req, namespaces)
+        Subject::new(req, namespaces, bundle.policies.template_sources())
             .with_claims(claims)
             .with_nodes(nodes)
             .with_gpu(profiles.catalog(), profiles.gpu_resources())

@@ -6,13 +6,13 @@
 use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::Val;
 use crate::gpu::catalog::Catalog;
-use crate::gpu::facts::GpuFacts;
+use crate::gpu::facts::{GpuFacts, WorkloadFacts};
 use crate::gpu::pools::PoolKind;
 use crate::gpu::GpuResources;
 use crate::k8s::claims::{pod_claims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
-use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, NodeInfo, NodeLookup};
+use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, NodeInfo, NodeLookup, TemplateSources};
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -29,15 +29,28 @@ pub enum SubjectKind {
     Other,
 }
 
-/// For a controller on CREATE, or on an UPDATE that changes its pod
-/// template ([`judges_template`]): the Pod CREATE request its template
+/// For a workload on CREATE, or on an UPDATE that changes a pod template
+/// ([`judges_template`]): the Pod CREATE request one of its templates
 /// describes, judged by the policies written for pods as a new pod is.
-#[derive(Clone, Debug)]
 pub struct TemplatePod {
     /// A Pod CREATE with no old object: a changed template makes new pods.
     pub request: Request,
-    /// `Kind name: `, put before the messages about the template.
+    /// `Kind name: ` for a built-in controller, `Kind namespace/name
+    /// label: ` for a custom resource: put before the messages about the
+    /// template.
     pub prefix: String,
+    /// Where the template is in the object (`workerGroupSpecs[gpu-workers]`);
+    /// empty for a built-in controller, which has one.
+    pub label: String,
+    /// Pods the template makes, and may make when scaled up.
+    pub replicas: i64,
+    pub max_replicas: i64,
+    /// Its pod's DRA claims, when looked up ([`Subject::with_claims`]).
+    pub claims: Option<Vec<PodClaim>>,
+    /// Its pod's GPU facts ([`Subject::with_gpu`]).
+    pub gpu: Option<GpuFacts>,
+    /// Host variables of its pod in CEL form (its own `gpu`).
+    pub variables: Vec<(String, Box<dyn Val>)>,
 }
 
 /// A request and everything worked out about it.
@@ -52,7 +65,9 @@ pub struct Subject<'r> {
     /// The labels namespace selectors see: the Namespace's own labels plus
     /// `kubernetes.io/metadata.name`.
     pub namespace_labels: BTreeMap<String, String>,
-    pub template: Option<TemplatePod>,
+    /// The pods a workload's templates describe, when judged (on CREATE
+    /// and on an UPDATE that changes a template), in document order.
+    pub templates: Vec<TemplatePod>,
     /// The DRA claims of the object's pod (or pod template), looked up in
     /// its namespace ([`Subject::with_claims`]); `None` until looked up.
     pub claims: Option<Vec<PodClaim>>,
@@ -72,12 +87,18 @@ pub struct Subject<'r> {
 }
 
 impl<'r> Subject<'r> {
-    /// Works out the kind, namespace (one lookup) and template pod of `req`.
-    pub fn new(request: &'r Request, namespaces: &dyn NamespaceLookup) -> Subject<'r> {
+    /// Works out the kind, namespace (one lookup) and template pods of
+    /// `req`; `sources` says which kinds are workloads and where their
+    /// templates are.
+    pub fn new(
+        request: &'r Request,
+        namespaces: &dyn NamespaceLookup,
+        sources: &TemplateSources,
+    ) -> Subject<'r> {
         let object = request.object.as_ref();
         let kind = match object {
             _ if request.kind.group.is_empty() && request.kind.kind == "Pod" => SubjectKind::Pod,
-            Some(o) if workloads::pod_template(o).is_some() => SubjectKind::Controller,
+            Some(o) if sources.is_workload(o) => SubjectKind::Controller,
             Some(o) => PoolKind::of(o).map_or(SubjectKind::Other, SubjectKind::Capacity),
             None => SubjectKind::Other,
         };
@@ -91,9 +112,11 @@ impl<'r> Subject<'r> {
             Some(n) => with_name_label(n, labels_of(namespace.as_deref())),
             None => BTreeMap::new(),
         };
-        let template = match kind {
-            SubjectKind::Controller if judges_template(request) => template_pod(request),
-            _ => None,
+        let templates = match kind {
+            SubjectKind::Controller if judges_template(request, sources) => {
+                template_pods(request, sources)
+            }
+            _ => Vec::new(),
         };
         Subject {
             request,
@@ -101,7 +124,7 @@ impl<'r> Subject<'r> {
             namespace_name,
             namespace,
             namespace_labels,
-            template,
+            templates,
             claims: None,
             gpu: None,
             nodes: None,
@@ -121,9 +144,22 @@ impl<'r> Subject<'r> {
     /// Looks up the DRA claims (`spec.resourceClaims`) of the object's pod
     /// or pod template in its namespace.
     pub fn with_claims(mut self, lookup: &dyn ClaimLookup) -> Subject<'r> {
+        let Some(namespace) = self.namespace_name.as_deref() else {
+            return self;
+        };
         let spec = self.request.object.as_ref().and_then(workloads::pod_spec);
-        if let (Some(spec), Some(namespace)) = (spec, self.namespace_name.as_deref()) {
+        if let Some(spec) = spec {
             self.claims = Some(pod_claims(spec, namespace, lookup));
+        }
+        for template in &mut self.templates {
+            let spec = template
+                .request
+                .object
+                .as_ref()
+                .and_then(workloads::pod_spec);
+            if let Some(spec) = spec {
+                template.claims = Some(pod_claims(spec, namespace, lookup));
+            }
         }
         self
     }
@@ -138,39 +174,72 @@ impl<'r> Subject<'r> {
         self
     }
 
-    /// Adds the GPU facts of the request's object (with its DRA claims when
-    /// [`Subject::with_claims`] looked them up); on an UPDATE, which of a
-    /// capacity object's pools it changes. A controller's facts are those
-    /// of its template pod, as placed when the template pod was.
+    /// Adds the GPU facts of the request's object and of each template pod
+    /// (with their DRA claims when [`Subject::with_claims`] looked them
+    /// up); on an UPDATE, which of a capacity object's pools it changes. A
+    /// built-in controller's facts are those of its template pod, as
+    /// placed when the template pod was; a custom resource's own are
+    /// empty but for `workload`, the pods and GPUs of all its templates.
     pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
-        let template = self
-            .template
-            .as_ref()
-            .and_then(|t| t.request.object.as_ref());
+        let facts_of = |object: &Value, claims: Option<&Vec<PodClaim>>| {
+            let facts = match claims {
+                Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
+                None => GpuFacts::of(object, catalog, resources),
+            };
+            match &self.nodes {
+                Some(nodes) => {
+                    facts.with_nodes(object, nodes, &self.node_pools, catalog, resources)
+                }
+                None => facts,
+            }
+        };
+        let mut per_template = Vec::with_capacity(self.templates.len());
+        for template in &self.templates {
+            let object = template.request.object.as_ref().unwrap_or(&Value::Null);
+            per_template.push(facts_of(object, template.claims.as_ref()));
+        }
         let own = self.request.object.as_ref().unwrap_or(&Value::Null);
-        let object = template.unwrap_or(own);
-        let mut facts = match &self.claims {
-            Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
-            None => GpuFacts::of(object, catalog, resources),
+        let built_in = self.templates.first().filter(|t| t.label.is_empty());
+        let mut facts = match (built_in, per_template.first()) {
+            (Some(_), Some(template)) => template.clone(),
+            _ => facts_of(own, self.claims.as_ref()),
         };
         if let (Operation::Update, Some(old)) =
             (self.request.operation, self.request.old_object.as_ref())
         {
             facts.compare_pools(own, old, catalog);
         }
-        self.gpu = Some(match &self.nodes {
-            Some(nodes) => facts.with_nodes(object, nodes, &self.node_pools, catalog, resources),
-            None => facts,
-        });
+        let workload = match self.kind {
+            SubjectKind::Controller if !self.templates.is_empty() => WorkloadFacts::of(
+                self.templates
+                    .iter()
+                    .zip(&per_template)
+                    .map(|(t, f)| (t.replicas, t.max_replicas, f.total)),
+            ),
+            SubjectKind::Pod => WorkloadFacts::of([(1, 1, facts.total)]),
+            _ => WorkloadFacts::default(),
+        };
+        for (template, mut template_facts) in self.templates.iter_mut().zip(per_template) {
+            template_facts.workload = workload.clone();
+            template.gpu = Some(template_facts);
+        }
+        facts.workload = workload;
+        self.gpu = Some(facts);
         self
     }
 
     /// The pod placement and the pod policies judge: the Pod itself, or the
-    /// pod of a controller's template.
+    /// pod of a built-in controller's template.
     pub fn pod(&self) -> Option<&Value> {
         match self.kind {
             SubjectKind::Pod => self.request.object.as_ref(),
-            SubjectKind::Controller => self.template.as_ref()?.request.object.as_ref(),
+            SubjectKind::Controller => self
+                .templates
+                .first()
+                .filter(|t| t.label.is_empty())?
+                .request
+                .object
+                .as_ref(),
             _ => None,
         }
     }
@@ -202,30 +271,49 @@ pub fn namespace_name(req: &Request) -> Option<String> {
     Some(ns.to_string())
 }
 
-/// Whether the pod policies judge the template of the controller in
-/// `req`: on CREATE, and on an UPDATE of the object itself that changes the
-/// template. An UPDATE that leaves the template as it was (scaling,
-/// finalizers, labels of the controller) makes no new kind of pod, and is
+/// Whether the pod policies judge the templates of the workload in `req`:
+/// on CREATE, and on an UPDATE of the object itself that changes a
+/// template. An UPDATE that leaves every template as it was (scaling,
+/// finalizers, labels of the workload) makes no new kind of pod, and is
 /// never judged: a policy or profile change must not stop a workload from
 /// scaling down or being deleted.
-pub fn judges_template(req: &Request) -> bool {
+pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
     let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
     let Some(object) = req.object.as_ref() else {
         return false;
     };
-    main_resource
-        && workloads::pod_template(object).is_some()
-        && match req.operation {
-            Operation::Create => true,
-            Operation::Update => workloads::template_changed(object, req.old_object.as_ref()),
-            _ => false,
-        }
+    if !main_resource || !sources.is_workload(object) {
+        return false;
+    }
+    match req.operation {
+        Operation::Create => true,
+        Operation::Update => match req.old_object.as_ref() {
+            Some(old) if workloads::pod_template(object).is_some() => {
+                workloads::template_changed(object, Some(old))
+            }
+            Some(old) => {
+                let templates = |o: &Value| {
+                    sources
+                        .templates(o)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|t| (t.label, t.template))
+                        .collect::<Vec<_>>()
+                };
+                templates(object) != templates(old)
+            }
+            None => true,
+        },
+        _ => false,
+    }
 }
 
-/// The Pod CREATE request a controller's template describes.
-fn template_pod(req: &Request) -> Option<TemplatePod> {
-    let pod = workloads::pod_from_template(req.object.as_ref()?)?;
-    // `generateName` controllers have no name yet; `display_name` shows `web-*`.
+/// The Pod CREATE requests a workload's templates describe.
+fn template_pods(req: &Request, sources: &TemplateSources) -> Vec<TemplatePod> {
+    let Some(object) = req.object.as_ref() else {
+        return Vec::new();
+    };
+    // `generateName` workloads have no name yet; `display_name` shows `web-*`.
     let name = if req.name.is_empty() {
         req.display_name()
             .rsplit('/')
@@ -245,25 +333,46 @@ fn template_pod(req: &Request) -> Option<TemplatePod> {
         version: "v1".into(),
         resource: "pods".into(),
     };
-    let prefix = format!("{} {}: ", req.kind.kind, name);
-    Some(TemplatePod {
-        request: Request {
-            uid: req.uid.clone(),
-            kind: pod_kind.clone(),
-            resource: pod_resource.clone(),
-            sub_resource: None,
-            request_kind: Some(pod_kind),
-            request_resource: Some(pod_resource),
-            request_sub_resource: None,
-            name,
-            namespace: req.namespace.clone(),
-            operation: Operation::Create,
-            user_info: req.user_info.clone(),
-            object: Some(pod),
-            old_object: None,
-            dry_run: req.dry_run,
-            options: None,
-        },
-        prefix,
-    })
+    let namespace = req.namespace.as_deref().filter(|n| !n.is_empty());
+    let found = sources.templates(object).unwrap_or_default();
+    found
+        .into_iter()
+        .map(|t| {
+            let prefix = if t.label.is_empty() {
+                format!("{} {}: ", req.kind.kind, name)
+            } else {
+                match namespace {
+                    Some(ns) => format!("{} {ns}/{name} {}: ", req.kind.kind, t.label),
+                    None => format!("{} {name} {}: ", req.kind.kind, t.label),
+                }
+            };
+            let pod = workloads::pod_of_template(object, &t.template);
+            TemplatePod {
+                request: Request {
+                    uid: req.uid.clone(),
+                    kind: pod_kind.clone(),
+                    resource: pod_resource.clone(),
+                    sub_resource: None,
+                    request_kind: Some(pod_kind.clone()),
+                    request_resource: Some(pod_resource.clone()),
+                    request_sub_resource: None,
+                    name: name.clone(),
+                    namespace: req.namespace.clone(),
+                    operation: Operation::Create,
+                    user_info: req.user_info.clone(),
+                    object: Some(pod),
+                    old_object: None,
+                    dry_run: req.dry_run,
+                    options: None,
+                },
+                prefix,
+                label: t.label,
+                replicas: t.replicas,
+                max_replicas: t.max_replicas,
+                claims: None,
+                gpu: None,
+                variables: Vec::new(),
+            }
+        })
+        .collect()
 }

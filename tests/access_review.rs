@@ -176,8 +176,8 @@ spec: {policyName: may-update-pods, validationActions: [Deny]}
         let evaluate = |user: &str| {
             let mut req = Request::for_object(pod.clone(), Operation::Create, None);
             req.user_info = json!({"username": user});
-            let subject =
-                Subject::new(&req, &StaticNamespaces::new()).with_authorizer(authz.clone());
+            let subject = Subject::new(&req, &StaticNamespaces::new(), &Default::default())
+                .with_authorizer(authz.clone());
             set.evaluate_subject(&subject, None).denials
         };
         (evaluate("alice"), evaluate("bob"))

@@ -76,6 +76,9 @@ pub struct GpuFacts {
     pub pool: Option<CapacityFacts>,
     /// How placement sees the pod (set by admission; empty otherwise).
     pub placement: PlacementFacts,
+    /// The pods and GPUs of the whole workload: a Pod's own, or the sum
+    /// over a workload's templates (set by admission; zero otherwise).
+    pub workload: WorkloadFacts,
     /// The pod's GPU request as read, for the Rust side (placement, audit).
     #[serde(skip)]
     pub request: PodGpuRequest,
@@ -126,6 +129,35 @@ pub struct PlacementFacts {
     /// by placement rather than by anything its author wrote. Shared with
     /// the placement profiles, which work it out once.
     pub skus: SkuList,
+}
+
+/// `gpu.workload`: what a whole workload holds. For a Pod, itself; for a
+/// Deployment, Job, RayCluster, PyTorchJob... the sum over its templates
+/// of replicas × GPUs per pod, and the same with the replicas it may scale
+/// up to (`maxReplicas` where the kind autoscales).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadFacts {
+    pub pods: i64,
+    pub max_pods: i64,
+    pub gpus: i64,
+    pub max_gpus: i64,
+}
+
+impl WorkloadFacts {
+    /// The sum over `(replicas, max replicas, GPUs per pod)`.
+    pub fn of(templates: impl IntoIterator<Item = (i64, i64, i64)>) -> WorkloadFacts {
+        templates
+            .into_iter()
+            .fold(WorkloadFacts::default(), |w, (replicas, max, gpus)| {
+                WorkloadFacts {
+                    pods: w.pods.saturating_add(replicas),
+                    max_pods: w.max_pods.saturating_add(max),
+                    gpus: w.gpus.saturating_add(replicas.saturating_mul(gpus)),
+                    max_gpus: w.max_gpus.saturating_add(max.saturating_mul(gpus)),
+                }
+            })
+    }
 }
 
 impl GpuFacts {
@@ -460,6 +492,7 @@ fn pod_facts(
         access,
         pool: None,
         placement: PlacementFacts::default(),
+        workload: WorkloadFacts::default(),
         request,
     }
 }

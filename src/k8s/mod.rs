@@ -21,6 +21,7 @@ pub mod namespaces;
 pub mod nodes;
 pub mod patch;
 pub mod taints;
+pub mod template_sources;
 pub mod workloads;
 
 pub use claims::{ClaimLookup, ClusterClaims, NoClaims, StaticClaims};
@@ -31,3 +32,4 @@ pub use namespaces::{ClusterNamespaces, NamespaceLookup, StaticNamespaces};
 pub use nodes::{NodeSelection, NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm};
 pub use patch::{Patch, ShapeError};
 pub use taints::{Taint, Toleration, TolerationOperator};
+pub use template_sources::{FoundTemplate, TemplateSource, TemplateSources};

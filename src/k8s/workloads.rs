@@ -118,6 +118,24 @@ pub fn pod_template(object: &Value) -> Option<&Value> {
     object.at(kind.template).filter(|t| t.is_object())
 }
 
+/// The pods a built-in controller runs at once as its spec says:
+/// `spec.replicas` (default 1), a Job's `spec.parallelism` (default 1), a
+/// CronJob's job's; a DaemonSet counts one (one per node, which the spec
+/// does not say). 1 for anything else.
+pub fn replicas(object: &Value) -> i64 {
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    let at = match kind {
+        "Deployment" | "StatefulSet" | "ReplicaSet" | "ReplicationController" => "/spec/replicas",
+        "Job" => "/spec/parallelism",
+        "CronJob" => "/spec/jobTemplate/spec/parallelism",
+        _ => return 1,
+    };
+    object
+        .at(at)
+        .and_then(crate::k8s::json::int_of)
+        .map_or(1, |n| n.max(0))
+}
+
 /// Whether an update of a controller changes the pods it makes: its pod
 /// template differs from the old object's (compared as sent, so a field
 /// one side spells out and the other leaves to its default counts as a
@@ -153,7 +171,13 @@ pub fn pod_metadata(object: &Value) -> Option<&Value> {
 /// and annotations, the controller's name and namespace, and the template's
 /// spec. `None` when `object` is not a controller or has no template.
 pub fn pod_from_template(object: &Value) -> Option<Value> {
-    let template = pod_template(object)?;
+    Some(pod_of_template(object, pod_template(object)?))
+}
+
+/// The Pod that `template` (a pod template: `metadata` and `spec`) of the
+/// workload `object` describes: the template's labels and annotations, the
+/// workload's name and namespace, and the template's spec.
+pub fn pod_of_template(object: &Value, template: &Value) -> Value {
     let mut metadata = Map::new();
     if let Some(name) = object.at("/metadata/name").and_then(Value::as_str) {
         metadata.insert("name".into(), json!(name));
@@ -166,12 +190,12 @@ pub fn pod_from_template(object: &Value) -> Option<Value> {
             metadata.insert(key.into(), v.clone());
         }
     }
-    Some(json!({
+    json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": Value::Object(metadata),
         "spec": template.get("spec").cloned().unwrap_or_else(|| json!({})),
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ fn ns() -> BTreeMap<String, String> {
 /// What `/mutate`'s placement makes of `req`, its namespace looked up in
 /// `namespaces`.
 fn plan_in(set: &ProfileSet, req: &Request, namespaces: &dyn NamespaceLookup) -> Plan {
-    plan_subject(set, &Subject::new(req, namespaces))
+    plan_subject(set, &Subject::new(req, namespaces, &Default::default()))
 }
 
 /// [`plan_in`] for a request whose namespace nobody knows.

@@ -82,14 +82,16 @@ impl Memo {
 
 impl<'e> Scope<'e> {
     /// The variables for `evaluated`: the subject's request itself, or the
-    /// pod of its template. `request`, `namespaceObject` and the subject's
-    /// host variables are the same for both. Of `object`, `oldObject` and
+    /// pod of one of its templates, with that one's host `variables` (each
+    /// template pod has its own `gpu`). `request` and `namespaceObject` are
+    /// the same for all. Of `object`, `oldObject` and
     /// `namespaceObject`, only what `reach` says the policies evaluated in
     /// this scope can reach is converted.
     pub(super) fn new(
         inner: &'e Inner,
         subject: &Subject,
         evaluated: &Request,
+        variables: &[(String, Box<dyn Val>)],
         reach: &Reaches,
         shared: &mut Shared,
     ) -> Scope<'e> {
@@ -141,12 +143,12 @@ impl<'e> Scope<'e> {
             });
             ctx.add_variable_as_val("authorizer", authorizer.clone_as_boxed());
         }
-        for (name, value) in &subject.variables {
+        for (name, value) in variables {
             if wanted(name) {
                 ctx.add_variable_as_val(name.clone(), value.clone_as_boxed());
             }
         }
-        let missing = |name: &str| wanted(name) && subject.variable(name).is_none();
+        let missing = |name: &str| wanted(name) && !variables.iter().any(|(n, _)| n == name);
         for (name, value) in inner
             .env
             .extension_variables(evaluated.object.as_ref(), &missing)

@@ -1,7 +1,7 @@
 //! Policy files in Kubernetes' ValidatingAdmissionPolicy format: loading,
 //! matching and evaluation, with kube-apiserver's semantics.
 use crate::cel::{self, Env, Extensions};
-use crate::k8s::NamespaceLookup;
+use crate::k8s::{NamespaceLookup, TemplateSources};
 use crate::review::{Operation, Request};
 use crate::subject::{judges_template, Subject};
 use eval::{applies, Scope, Shared};
@@ -85,6 +85,8 @@ pub(crate) struct Inner {
     pub(crate) documents: Vec<Document>,
     /// One note per policy run on controllers' pod templates.
     pub(crate) template_notes: Vec<LoadNotice>,
+    /// The workload kinds whose pod templates the pod policies judge.
+    pub(crate) template_sources: TemplateSources,
 }
 
 /// Result of evaluating every policy against one request.
@@ -189,6 +191,7 @@ impl PolicySet {
                     notices: loaded.notices,
                     documents: docs.to_vec(),
                     template_notes: loaded.template_notes,
+                    template_sources: TemplateSources::new(loaded.template_sources),
                 }),
             })
         })
@@ -215,6 +218,13 @@ impl PolicySet {
             self.inner.env.extensions().clone(),
             passes,
         )
+    }
+
+    /// The workload kinds whose pod templates the pod policies judge: the
+    /// built-in controllers and the kinds of the set's `PodTemplateSource`
+    /// documents.
+    pub fn template_sources(&self) -> &TemplateSources {
+        &self.inner.template_sources
     }
 
     /// What loading ignored, as kube-apiserver does (documents of other
@@ -286,7 +296,8 @@ impl PolicySet {
         if index.any(&req.resource.resource, requested, req.operation) {
             return true;
         }
-        judges_template(req) && index.any("pods", None, Operation::Create)
+        judges_template(req, &self.inner.template_sources)
+            && index.any("pods", None, Operation::Create)
     }
 
     /// Whether some expression of the set refers to the top-level
@@ -317,7 +328,8 @@ impl PolicySet {
         if self.inner.bindings.is_empty() {
             return Verdict::default();
         }
-        self.evaluate_subject(&Subject::new(req, namespaces), deadline)
+        let subject = Subject::new(req, namespaces, &self.inner.template_sources);
+        self.evaluate_subject(&subject, deadline)
     }
 
     /// Evaluates every binding that matches the subject's request (and its
@@ -360,24 +372,32 @@ impl PolicySet {
             }
             if direct.is_none() {
                 let reach = inner.plan.reaches.get(req);
-                direct = Some(Scope::new(inner, subject, req, reach, &mut shared));
+                let variables = &subject.variables;
+                direct = Some(Scope::new(
+                    inner,
+                    subject,
+                    req,
+                    variables,
+                    reach,
+                    &mut shared,
+                ));
                 // The scope is the request's, not the first binding's.
                 now = Instant::now();
             }
             let scope = direct.as_ref().expect("set above");
             now = inner.run_binding(bi, req, scope, "", now, &mut verdict);
         }
-        if let Some(template) = &subject.template {
+        let controller = &req.resource;
+        let requested = req.request_resource.as_ref().unwrap_or(controller);
+        for template in &subject.templates {
             let pod_req = &template.request;
             let mut pod_scope: Option<Scope> = None;
-            let controller = &req.resource;
-            let requested = req.request_resource.as_ref().unwrap_or(controller);
             for bi in inner.plan.validating.index.candidates(pod_req) {
                 let (binding, pi) = &inner.bindings[bi];
                 let policy = &inner.policies[*pi];
-                // A policy that names the controller's kind has judged the
-                // controller itself above (or chose not to): running it on
-                // the template too would judge the same pods twice.
+                // A policy that names the workload's kind has judged the
+                // workload itself above (or chose not to): running it on
+                // its templates too would judge the same pods twice.
                 let names_controller = [controller, requested].iter().any(|r| {
                     policy
                         .match_constraints
@@ -395,7 +415,15 @@ impl PolicySet {
                 }
                 if pod_scope.is_none() {
                     let reach = inner.plan.reaches.get(pod_req);
-                    pod_scope = Some(Scope::new(inner, subject, pod_req, reach, &mut shared));
+                    let variables = &template.variables;
+                    pod_scope = Some(Scope::new(
+                        inner,
+                        subject,
+                        pod_req,
+                        variables,
+                        reach,
+                        &mut shared,
+                    ));
                     now = Instant::now();
                 }
                 let scope = pod_scope.as_ref().expect("set above");

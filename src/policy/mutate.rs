@@ -152,7 +152,14 @@ impl Inner {
             let mut shared = Shared::default();
             // Conditions are judged on the object as this binding found it.
             {
-                let scope = Scope::new(self, subject, current, &plan.reach, &mut shared);
+                let scope = Scope::new(
+                    self,
+                    subject,
+                    current,
+                    &subject.variables,
+                    &plan.reach,
+                    &mut shared,
+                );
                 let ctx = with_params(policy, &scope.ctx, &param);
                 let mut vars = Variables::new(policy, plan);
                 if !match_conditions(policy, &mut vars, ctx.as_ref().unwrap_or(&scope.ctx))? {
@@ -162,7 +169,14 @@ impl Inner {
             matched = true;
             // Each mutation sees what the previous one made.
             for (i, m) in policy.mutations.iter().enumerate() {
-                let scope = Scope::new(self, subject, current, &plan.reach, &mut shared);
+                let scope = Scope::new(
+                    self,
+                    subject,
+                    current,
+                    &subject.variables,
+                    &plan.reach,
+                    &mut shared,
+                );
                 let inner_ctx = with_params(policy, &scope.ctx, &param);
                 let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
                 let mut vars = Variables::new(policy, plan);

@@ -9,6 +9,7 @@ use super::model::{Binding, Param, Policy};
 use super::{API_VERSIONS, MUTATING_API_VERSIONS, POD_TEMPLATES_ANNOTATION};
 use crate::cel::{self, Env};
 use crate::k8s::json::Pointer as _;
+use crate::k8s::template_sources::{self, TemplateSource};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The policies, bindings and params of a set of documents.
@@ -25,6 +26,8 @@ pub(super) struct Loaded {
     pub(super) notices: Vec<LoadNotice>,
     /// One note per policy run on controllers' pod templates.
     pub(super) template_notes: Vec<LoadNotice>,
+    /// The workload kinds of the `PodTemplateSource` documents.
+    pub(super) template_sources: Vec<TemplateSource>,
 }
 
 /// Reads `docs`: every error of every document, or what they hold.
@@ -42,8 +45,13 @@ pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
     let mut mutating_bindings = Vec::new();
     let (mut binding_names, mut mutating_names) = (BTreeSet::new(), BTreeSet::new());
     let mut params = Vec::new();
+    let mut template_sources: Vec<TemplateSource> = Vec::new();
     for doc in docs {
         let (api, kind) = doc.type_meta();
+        if kind == template_sources::KIND {
+            read_template_source(doc, &mut template_sources, &mut errors);
+            continue;
+        }
         let mut handled = false;
         for (family, out, names) in [
             (&validating, &mut bindings, &mut binding_names),
@@ -92,7 +100,7 @@ pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
                     &doc.source,
                     "",
                     format!(
-                        "skipped: kind {:?} (apiVersion {:?}) is not a ValidatingAdmissionPolicy, a MutatingAdmissionPolicy, one of their bindings, or a params kind named by a policy's paramKind",
+                        "skipped: kind {:?} (apiVersion {:?}) is not a ValidatingAdmissionPolicy, a MutatingAdmissionPolicy, one of their bindings, a PodTemplateSource, or a params kind named by a policy's paramKind",
                         kind, api
                     ),
                 ),
@@ -113,7 +121,51 @@ pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
         params,
         notices,
         template_notes: validating.template_notes,
+        template_sources,
     })
+}
+
+/// Reads a `PodTemplateSource` document into `out`: an error at each
+/// field at fault, and at a kind another document already names.
+fn read_template_source(
+    doc: &Document,
+    out: &mut Vec<TemplateSource>,
+    errors: &mut Vec<LoadError>,
+) {
+    let (api, _) = doc.type_meta();
+    if api != template_sources::API_VERSION {
+        errors.push(LoadError::unknown_api_version(
+            doc,
+            &[template_sources::API_VERSION],
+        ));
+        return;
+    }
+    match template_sources::read(&doc.value) {
+        Ok(sources) => {
+            for (i, source) in sources.into_iter().enumerate() {
+                let named = out
+                    .iter()
+                    .find(|s| s.group == source.group && s.kind == source.kind);
+                if let Some(first) = named {
+                    errors.push(LoadError::at(
+                        &doc.source,
+                        format!("spec.kinds[{i}].kind"),
+                        format!(
+                            "{}/{} is already named by PodTemplateSource {}",
+                            source.group, source.kind, first.document
+                        ),
+                    ));
+                } else {
+                    out.push(source);
+                }
+            }
+        }
+        Err(field_errors) => errors.extend(
+            field_errors
+                .into_iter()
+                .map(|e| LoadError::at(&doc.source, e.field, e.message)),
+        ),
+    }
 }
 
 /// Validating or mutating policies and their bindings: read the same way,

@@ -212,6 +212,9 @@ pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
                     | "ValidatingWebhookConfiguration"
             )
             | ("karpenter.sh", "NodePool" | "NodeClaim")
+            | ("trainer.kubeflow.org", "ClusterTrainingRuntime")
+            | ("serving.kserve.io", "ClusterServingRuntime")
+            | ("argoproj.io", "ClusterWorkflowTemplate")
             | ("karpenter.azure.com", "AKSNodeClass")
     )
 }

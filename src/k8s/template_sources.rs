@@ -1,0 +1,780 @@
+//! Where the pods of workload kinds are described. The built-in
+//! controllers keep one pod template each ([`super::workloads`]); custom
+//! resources such as KubeRay's RayCluster or Kubeflow's PyTorchJob hold
+//! several, at places a `PodTemplateSource` document names:
+//!
+//! ```yaml
+//! apiVersion: gpu-admission.io/v1alpha1
+//! kind: PodTemplateSource
+//! metadata: {name: kuberay}
+//! spec:
+//!   group: ray.io
+//!   kinds:
+//!     - kind: RayCluster
+//!       resource: rayclusters
+//!       templates:
+//!         - path: spec.headGroupSpec.template
+//!         - path: spec.workerGroupSpecs[*].template
+//!           key: groupName
+//!           replicas: [spec.workerGroupSpecs[*].replicas]
+//!           maxReplicas: [spec.workerGroupSpecs[*].maxReplicas]
+//! ```
+//!
+//! A path is a dotted list of fields; `[*]` takes every element of a list
+//! and `*` every value of a map. A template is a pod template
+//! (`metadata` + `spec`, the default) or, with `shape: PodSpec`, an inline
+//! pod spec such as KServe's `predictor`, whose containers may also come
+//! from other fields (`containers`: Argo's `container` and `script`, KServe's
+//! `model`, a Kubeflow TrainJob's `trainer` with its `resourcesPerNode`).
+//! The pods a template makes are the product of its `replicas` paths (each
+//! absent one counts 1; `path - N` subtracts N), and at most the product
+//! of its `maxReplicas` paths where the kind autoscales. The wildcards of
+//! a replicas path stand for the same elements as those of the template's
+//! path. See docs/workload-kinds.md.
+use super::doc::{self, Object};
+use super::json::{int_of, FieldError};
+use super::workloads;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// The apiVersion of `PodTemplateSource` documents.
+pub const API_VERSION: &str = "gpu-admission.io/v1alpha1";
+/// The kind of the document that names where a custom resource's pod
+/// templates are.
+pub const KIND: &str = "PodTemplateSource";
+
+/// A custom resource kind and where its pod templates are.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TemplateSource {
+    /// The `PodTemplateSource` document that names it.
+    pub document: String,
+    pub group: String,
+    pub kind: String,
+    /// The plural resource name (what webhook rules and policies name).
+    pub resource: String,
+    pub templates: Vec<TemplatePath>,
+}
+
+/// Where one kind of template of a [`TemplateSource`] is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TemplatePath {
+    /// The path as written.
+    pub path: String,
+    segments: Vec<Segment>,
+    shape: Shape,
+    /// The field that names a list element in messages (else its index).
+    key: String,
+    containers: Vec<ContainerSource>,
+    /// For an inline pod spec: where the object keeps pod-spec fields
+    /// every template takes unless it sets its own (an Argo Workflow's
+    /// `spec.nodeSelector`, `spec.tolerations`...).
+    pod_defaults: Option<Vec<Segment>>,
+    replicas: Vec<Factor>,
+    max_replicas: Option<Vec<Factor>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Segment {
+    Field(String),
+    /// `[*]`: every element of a list.
+    Items,
+    /// `*`: every value of a map.
+    Values,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+enum Shape {
+    PodTemplateSpec,
+    PodSpec,
+}
+
+/// Containers an inline pod spec keeps in fields of its own.
+#[derive(Clone, Debug, PartialEq)]
+struct ContainerSource {
+    /// Relative to the template; empty for the template itself.
+    segments: Vec<Segment>,
+    /// The container's name when it has none.
+    name: Option<String>,
+    /// Where its resources are, when not at `resources`.
+    resources: String,
+}
+
+/// One factor of a replica count: the integer at `segments`, minus `minus`.
+#[derive(Clone, Debug, PartialEq)]
+struct Factor {
+    segments: Vec<Segment>,
+    minus: i64,
+}
+
+/// One template found in an object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FoundTemplate {
+    /// Where it is, as messages name it (`workerGroupSpecs[gpu-workers]`);
+    /// empty for the built-in controllers, which have one.
+    pub label: String,
+    /// A pod template: `metadata` (labels, annotations) and `spec`.
+    pub template: Value,
+    /// Pods it makes.
+    pub replicas: i64,
+    /// Pods it may make when the kind scales it up.
+    pub max_replicas: i64,
+}
+
+/// The workload kinds whose pod templates are judged: the built-in
+/// controllers, and the custom resources of the loaded
+/// `PodTemplateSource` documents.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TemplateSources {
+    sources: Vec<TemplateSource>,
+}
+
+impl TemplateSources {
+    /// The built-in controllers and `sources`.
+    pub fn new(sources: Vec<TemplateSource>) -> TemplateSources {
+        TemplateSources { sources }
+    }
+
+    /// The custom resource kinds, in the order they were read.
+    pub fn custom(&self) -> &[TemplateSource] {
+        &self.sources
+    }
+
+    /// The source of `object`'s kind, when a document names it.
+    pub fn source_of(&self, object: &Value) -> Option<&TemplateSource> {
+        let api = object.get("apiVersion")?.as_str()?;
+        let kind = object.get("kind")?.as_str()?;
+        let group = workloads::group_of(api);
+        self.sources
+            .iter()
+            .find(|s| s.kind == kind && s.group == group)
+    }
+
+    /// Whether `object` is a workload whose pods are judged: a built-in
+    /// controller with a pod template, or a kind a document names.
+    pub fn is_workload(&self, object: &Value) -> bool {
+        workloads::pod_template(object).is_some() || self.source_of(object).is_some()
+    }
+
+    /// The pod templates of `object`, in document order: one for a
+    /// built-in controller, any number for a custom resource (none when
+    /// its paths find nothing). `None` when `object` is not a workload.
+    pub fn templates(&self, object: &Value) -> Option<Vec<FoundTemplate>> {
+        if let Some(template) = workloads::pod_template(object) {
+            let replicas = workloads::replicas(object);
+            return Some(vec![FoundTemplate {
+                label: String::new(),
+                template: template.clone(),
+                replicas,
+                max_replicas: replicas,
+            }]);
+        }
+        let source = self.source_of(object)?;
+        let mut found = Vec::new();
+        for path in &source.templates {
+            path.find(object, &mut found);
+        }
+        Some(found)
+    }
+}
+
+/// Where a wildcard of a path stood in one object.
+#[derive(Clone, Debug)]
+enum Bound {
+    Index(usize),
+    Key(String),
+}
+
+impl TemplatePath {
+    /// Appends the templates this path finds in `object`.
+    fn find(&self, object: &Value, out: &mut Vec<FoundTemplate>) {
+        let mut matches = Vec::new();
+        walk(object, &self.segments, &mut Vec::new(), &mut matches);
+        for (value, bound) in matches {
+            let Some(template) = self.pod_template(object, value) else {
+                continue;
+            };
+            let replicas = product(object, &self.replicas, &bound);
+            let max_replicas = match &self.max_replicas {
+                Some(factors) => product(object, factors, &bound).max(replicas),
+                None => replicas,
+            };
+            out.push(FoundTemplate {
+                label: self.label(object, &bound),
+                template,
+                replicas,
+                max_replicas,
+            });
+        }
+    }
+
+    /// The pod template at `value`, when it is one (an inline pod spec
+    /// with no container is none: an Argo steps template, say).
+    fn pod_template(&self, object: &Value, value: &Value) -> Option<Value> {
+        let fields = value.as_object()?;
+        match self.shape {
+            Shape::PodTemplateSpec => Some(value.clone()),
+            Shape::PodSpec => {
+                let mut spec: Map<String, Value> = fields
+                    .iter()
+                    .filter(|(k, _)| POD_SPEC_FIELDS.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let mut extra = Vec::new();
+                for source in &self.containers {
+                    let mut found = Vec::new();
+                    walk(value, &source.segments, &mut Vec::new(), &mut found);
+                    extra.extend(found.into_iter().filter_map(|(c, _)| source.container(c)));
+                }
+                if !extra.is_empty() {
+                    let containers = spec.entry("containers").or_insert_with(|| json!([]));
+                    if let Some(list) = containers.as_array_mut() {
+                        list.extend(extra);
+                    }
+                }
+                let defaults = self.pod_defaults.as_ref().and_then(|path| {
+                    let mut found = Vec::new();
+                    walk(object, path, &mut Vec::new(), &mut found);
+                    found.first().and_then(|(v, _)| v.as_object())
+                });
+                for (key, value) in defaults.into_iter().flatten() {
+                    let container_list = key.ends_with("ontainers");
+                    if POD_SPEC_FIELDS.contains(&key.as_str()) && !container_list {
+                        spec.entry(key.clone()).or_insert_with(|| value.clone());
+                    }
+                }
+                let has_containers = spec
+                    .get("containers")
+                    .and_then(Value::as_array)
+                    .is_some_and(|c| !c.is_empty());
+                if !has_containers {
+                    return None;
+                }
+                let metadata = match fields.get("metadata") {
+                    Some(m) if m.is_object() => m.clone(),
+                    _ => {
+                        let mut m = Map::new();
+                        for key in ["labels", "annotations"] {
+                            if let Some(v) = fields.get(key).filter(|v| v.is_object()) {
+                                m.insert(key.into(), v.clone());
+                            }
+                        }
+                        Value::Object(m)
+                    }
+                };
+                Some(json!({"metadata": metadata, "spec": Value::Object(spec)}))
+            }
+        }
+    }
+
+    /// `workerGroupSpecs[gpu-workers]`: the path up to its last wildcard
+    /// (or all of it, without a trailing `template`), without the leading
+    /// `spec`, each wildcard shown as the element it stood for.
+    fn label(&self, object: &Value, bound: &[Bound]) -> String {
+        let last_wildcard = self
+            .segments
+            .iter()
+            .rposition(|s| !matches!(s, Segment::Field(_)));
+        let mut end = last_wildcard.map_or(self.segments.len(), |i| i + 1);
+        let skip_spec = matches!(self.segments.first(), Some(Segment::Field(f)) if f == "spec");
+        let first_shown = usize::from(skip_spec && end > 1);
+        if last_wildcard.is_none()
+            && end - first_shown > 1
+            && matches!(&self.segments[end - 1], Segment::Field(f) if f == "template")
+        {
+            end -= 1;
+        }
+        let mut label = String::new();
+        let mut value = Some(object);
+        let mut bound = bound.iter();
+        for (i, segment) in self.segments[..end].iter().enumerate() {
+            let shown = i >= first_shown;
+            match segment {
+                Segment::Field(f) => {
+                    if shown {
+                        if !label.is_empty() {
+                            label.push('.');
+                        }
+                        label.push_str(f);
+                    }
+                    value = value.and_then(|v| v.get(f));
+                }
+                Segment::Items => {
+                    let index = match bound.next() {
+                        Some(Bound::Index(i)) => *i,
+                        _ => 0,
+                    };
+                    let element = value.and_then(|v| v.get(index));
+                    let name = element
+                        .and_then(|e| e.get(&self.key))
+                        .and_then(Value::as_str)
+                        .map_or_else(|| index.to_string(), str::to_string);
+                    label.push('[');
+                    label.push_str(&name);
+                    label.push(']');
+                    value = element;
+                }
+                Segment::Values => {
+                    let key = match bound.next() {
+                        Some(Bound::Key(k)) => k.clone(),
+                        _ => String::new(),
+                    };
+                    if !label.is_empty() {
+                        label.push('.');
+                    }
+                    label.push_str(&key);
+                    value = value.and_then(|v| v.get(&key));
+                }
+            }
+        }
+        label
+    }
+}
+
+impl ContainerSource {
+    /// The container at `value`, named and with its resources at
+    /// `resources`.
+    fn container(&self, value: &Value) -> Option<Value> {
+        let mut container = value.as_object()?.clone();
+        if let Some(name) = &self.name {
+            let unnamed = container
+                .get("name")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty);
+            if unnamed {
+                container.insert("name".into(), json!(name));
+            }
+        }
+        if self.resources != "resources" {
+            match container.remove(&self.resources) {
+                Some(resources) => container.insert("resources".into(), resources),
+                None => container.remove("resources"),
+            };
+        }
+        Some(Value::Object(container))
+    }
+}
+
+/// Every value `segments` reach from `value`, with where each wildcard
+/// stood.
+fn walk<'v>(
+    value: &'v Value,
+    segments: &[Segment],
+    bound: &mut Vec<Bound>,
+    out: &mut Vec<(&'v Value, Vec<Bound>)>,
+) {
+    let Some((first, rest)) = segments.split_first() else {
+        if !value.is_null() {
+            out.push((value, bound.clone()));
+        }
+        return;
+    };
+    match first {
+        Segment::Field(f) => {
+            if let Some(v) = value.get(f) {
+                walk(v, rest, bound, out);
+            }
+        }
+        Segment::Items => {
+            for (i, v) in value.as_array().into_iter().flatten().enumerate() {
+                bound.push(Bound::Index(i));
+                walk(v, rest, bound, out);
+                bound.pop();
+            }
+        }
+        Segment::Values => {
+            for (k, v) in value.as_object().into_iter().flatten() {
+                bound.push(Bound::Key(k.clone()));
+                walk(v, rest, bound, out);
+                bound.pop();
+            }
+        }
+    }
+}
+
+/// The product of `factors` in `object`, each wildcard standing for the
+/// element `bound` gives; an absent or unreadable factor counts 1, and no
+/// factor below 0 counts.
+fn product(object: &Value, factors: &[Factor], bound: &[Bound]) -> i64 {
+    factors
+        .iter()
+        .map(|f| {
+            let mut value = Some(object);
+            let mut bound = bound.iter();
+            for segment in &f.segments {
+                value = match segment {
+                    Segment::Field(name) => value.and_then(|v| v.get(name)),
+                    Segment::Items => match bound.next() {
+                        Some(Bound::Index(i)) => value.and_then(|v| v.get(*i)),
+                        _ => None,
+                    },
+                    Segment::Values => match bound.next() {
+                        Some(Bound::Key(k)) => value.and_then(|v| v.get(k)),
+                        _ => None,
+                    },
+                };
+            }
+            value.and_then(int_of).map_or(1, |n| (n - f.minus).max(0))
+        })
+        .fold(1i64, |acc, n| acc.saturating_mul(n))
+}
+
+/// The fields of a core/v1 PodSpec, which an inline pod spec keeps beside
+/// fields of its own kind.
+const POD_SPEC_FIELDS: &[&str] = &[
+    "activeDeadlineSeconds",
+    "affinity",
+    "automountServiceAccountToken",
+    "containers",
+    "dnsConfig",
+    "dnsPolicy",
+    "enableServiceLinks",
+    "ephemeralContainers",
+    "hostAliases",
+    "hostIPC",
+    "hostNetwork",
+    "hostPID",
+    "hostUsers",
+    "hostname",
+    "imagePullSecrets",
+    "initContainers",
+    "nodeName",
+    "nodeSelector",
+    "os",
+    "overhead",
+    "preemptionPolicy",
+    "priority",
+    "priorityClassName",
+    "readinessGates",
+    "resourceClaims",
+    "resources",
+    "restartPolicy",
+    "runtimeClassName",
+    "schedulerName",
+    "schedulingGates",
+    "securityContext",
+    "serviceAccount",
+    "serviceAccountName",
+    "setHostnameAsFQDN",
+    "shareProcessNamespace",
+    "subdomain",
+    "terminationGracePeriodSeconds",
+    "tolerations",
+    "topologySpreadConstraints",
+    "volumes",
+];
+
+// ---- reading documents ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourceSpec {
+    group: String,
+    kinds: Vec<KindSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KindSpec {
+    kind: String,
+    resource: String,
+    templates: Vec<TemplateSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TemplateSpec {
+    path: String,
+    #[serde(default)]
+    shape: Option<Shape>,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    containers: Vec<ContainerSpec>,
+    #[serde(default)]
+    pod_defaults: Option<String>,
+    #[serde(default)]
+    replicas: Vec<String>,
+    #[serde(default)]
+    max_replicas: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContainerSpec {
+    path: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    resources: Option<String>,
+}
+
+/// Reads one `PodTemplateSource` document: its kinds, or every mistake,
+/// each naming its field (`spec.kinds[0].templates[1].path`).
+pub fn read(value: &Value) -> Result<Vec<TemplateSource>, Vec<FieldError>> {
+    let object: Object<SourceSpec> = doc::from_value(value).map_err(|e| vec![e])?;
+    let name = object.metadata.name;
+    let mut errors = Vec::new();
+    if name.is_empty() {
+        errors.push(FieldError::new("metadata.name", "required"));
+    }
+    let Some(spec) = object.spec else {
+        errors.push(FieldError::new("spec", "required"));
+        return Err(errors);
+    };
+    if spec.group.is_empty() {
+        errors.push(FieldError::new(
+            "spec.group",
+            "required: the API group of the kinds (e.g. ray.io)",
+        ));
+    }
+    if spec.kinds.is_empty() {
+        errors.push(FieldError::new("spec.kinds", "must name at least one kind"));
+    }
+    let mut sources = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (k, kind) in spec.kinds.into_iter().enumerate() {
+        let at = format!("spec.kinds[{k}]");
+        if kind.kind.is_empty() {
+            errors.push(FieldError::new(format!("{at}.kind"), "required"));
+        } else if !seen.insert(kind.kind.clone()) {
+            errors.push(FieldError::new(
+                format!("{at}.kind"),
+                format!("{} is named twice in this document", kind.kind),
+            ));
+        } else if workloads::template_kind(&spec.group, &kind.kind).is_some() {
+            errors.push(FieldError::new(
+                format!("{at}.kind"),
+                format!(
+                    "{}/{} is a built-in controller whose pod template is always judged",
+                    spec.group, kind.kind
+                ),
+            ));
+        }
+        let resource_ok = !kind.resource.is_empty()
+            && kind
+                .resource
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if !resource_ok {
+            errors.push(FieldError::new(
+                format!("{at}.resource"),
+                "required: the plural resource name in lower case (e.g. rayclusters)",
+            ));
+        }
+        if kind.templates.is_empty() {
+            errors.push(FieldError::new(
+                format!("{at}.templates"),
+                "must name at least one template",
+            ));
+        }
+        let mut templates = Vec::new();
+        for (t, template) in kind.templates.into_iter().enumerate() {
+            let at = format!("{at}.templates[{t}]");
+            match read_template(template, &at) {
+                Ok(path) => templates.push(path),
+                Err(mut e) => errors.append(&mut e),
+            }
+        }
+        sources.push(TemplateSource {
+            document: name.clone(),
+            group: spec.group.clone(),
+            kind: kind.kind,
+            resource: kind.resource,
+            templates,
+        });
+    }
+    if errors.is_empty() {
+        Ok(sources)
+    } else {
+        Err(errors)
+    }
+}
+
+fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let shape = spec.shape.unwrap_or(Shape::PodTemplateSpec);
+    let segments = match parse_path(&spec.path) {
+        Ok(s) if s.is_empty() => {
+            errors.push(FieldError::new(format!("{at}.path"), "required"));
+            s
+        }
+        Ok(s) => s,
+        Err(e) => {
+            errors.push(FieldError::new(format!("{at}.path"), e.to_string()));
+            Vec::new()
+        }
+    };
+    let wildcards = segments
+        .iter()
+        .filter(|s| !matches!(s, Segment::Field(_)))
+        .count();
+    if shape == Shape::PodTemplateSpec && !spec.containers.is_empty() {
+        errors.push(FieldError::new(
+            format!("{at}.containers"),
+            "only an inline pod spec (shape: PodSpec) takes containers from other fields",
+        ));
+    }
+    let mut containers = Vec::new();
+    for (c, container) in spec.containers.into_iter().enumerate() {
+        let at = format!("{at}.containers[{c}]");
+        let segments = if container.path == "." {
+            Ok(Vec::new())
+        } else {
+            parse_path(&container.path)
+        };
+        match segments {
+            Ok(segments) => containers.push(ContainerSource {
+                segments,
+                name: container.name.filter(|n| !n.is_empty()),
+                resources: container
+                    .resources
+                    .filter(|r| !r.is_empty())
+                    .unwrap_or_else(|| "resources".to_string()),
+            }),
+            Err(e) => errors.push(FieldError::new(format!("{at}.path"), e.to_string())),
+        }
+    }
+    let pod_defaults = match spec.pod_defaults.as_deref().map(parse_path) {
+        None => None,
+        Some(Ok(p))
+            if shape == Shape::PodSpec && p.iter().all(|s| matches!(s, Segment::Field(_))) =>
+        {
+            Some(p)
+        }
+        Some(Ok(_)) => {
+            errors.push(FieldError::new(
+                format!("{at}.podDefaults"),
+                "a path without wildcards, for an inline pod spec (shape: PodSpec)",
+            ));
+            None
+        }
+        Some(Err(e)) => {
+            errors.push(FieldError::new(format!("{at}.podDefaults"), e.to_string()));
+            None
+        }
+    };
+    let mut factors = |list: Vec<String>, field: &str| -> Vec<Factor> {
+        let mut out = Vec::new();
+        for (i, written) in list.iter().enumerate() {
+            let at = format!("{at}.{field}[{i}]");
+            let (path, minus) = match written.rsplit_once(" - ") {
+                Some((path, n)) => match n.trim().parse::<i64>() {
+                    Ok(n) if n >= 0 => (path.trim(), n),
+                    _ => {
+                        errors.push(FieldError::new(
+                            at,
+                            format!("{written:?}: after \" - \" comes a whole number"),
+                        ));
+                        continue;
+                    }
+                },
+                None => (written.trim(), 0),
+            };
+            match parse_path(path) {
+                Ok(segments) if segments.is_empty() => {
+                    errors.push(FieldError::new(at, "an empty path"))
+                }
+                Ok(segments) => {
+                    let own = segments
+                        .iter()
+                        .filter(|s| !matches!(s, Segment::Field(_)))
+                        .count();
+                    if own > wildcards {
+                        errors.push(FieldError::new(
+                            at,
+                            format!(
+                                "{path} has {own} wildcards, its template path {wildcards}: each stands for an element the template path reached"
+                            ),
+                        ));
+                    } else {
+                        out.push(Factor { segments, minus });
+                    }
+                }
+                Err(e) => errors.push(FieldError::new(at, e.to_string())),
+            }
+        }
+        out
+    };
+    let replicas = factors(spec.replicas, "replicas");
+    let max_replicas = spec.max_replicas.map(|m| factors(m, "maxReplicas"));
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(TemplatePath {
+        path: spec.path,
+        segments,
+        shape,
+        key: spec
+            .key
+            .filter(|k| !k.is_empty())
+            .unwrap_or_else(|| "name".to_string()),
+        containers,
+        pod_defaults,
+        replicas,
+        max_replicas,
+    })
+}
+
+/// Why a path cannot be read.
+#[derive(Debug, PartialEq, Eq)]
+struct PathError(String);
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `spec.workerGroupSpecs[*].template` → fields and wildcards.
+fn parse_path(path: &str) -> Result<Vec<Segment>, PathError> {
+    let mut segments = Vec::new();
+    if path.trim().is_empty() {
+        return Ok(segments);
+    }
+    for part in path.split('.') {
+        let (field, lists) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        match field {
+            "" if lists.is_empty() => {
+                return Err(PathError(format!(
+                    "{path:?}: an empty field (two dots, or a dot at an end)"
+                )))
+            }
+            "" => {}
+            "*" => segments.push(Segment::Values),
+            f if f
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'/') =>
+            {
+                segments.push(Segment::Field(f.to_string()))
+            }
+            f => {
+                return Err(PathError(format!(
+                    "{path:?}: {f:?} is not a field name (letters, digits, _ and -), `*` or a list wildcard `[*]`"
+                )))
+            }
+        }
+        let mut rest = lists;
+        while !rest.is_empty() {
+            match rest.strip_prefix("[*]") {
+                Some(r) => {
+                    segments.push(Segment::Items);
+                    rest = r;
+                }
+                None => {
+                    return Err(PathError(format!(
+                    "{path:?}: only [*] (every element of a list) may follow a field, not {rest:?}"
+                )))
+                }
+            }
+        }
+    }
+    Ok(segments)
+}
+
+#[cfg(test)]
+mod tests;
