@@ -179,7 +179,7 @@ fn workloads(container: Value) -> Vec<(Value, &'static str)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_shipped_kind_is_judged_at_apply_and_names_its_template() {
     let cluster = Cluster::start().await;
-    for (object, label) in workloads(gpu_container("trainer", 1)) {
+    for (object, _) in workloads(gpu_container("trainer", 1)) {
         let kind = object["kind"].as_str().unwrap().to_string();
         let outcome = cluster
             .admit(&Review::create(object).namespace_labels(&PREMIUM))
