@@ -71,6 +71,10 @@ pub struct TemplatePath {
     /// every template takes unless it sets its own (an Argo Workflow's
     /// `spec.nodeSelector`, `spec.tolerations`...).
     pod_defaults: Option<Vec<Segment>>,
+    /// For an inline pod spec: the field holding a pod-spec patch in YAML
+    /// (Argo's `podSpecPatch`), merged into the pod as Kubernetes merges a
+    /// strategic patch (containers by name, maps key by key).
+    patch_field: Option<String>,
     replicas: Vec<Factor>,
     max_replicas: Option<Vec<Factor>>,
 }
@@ -244,6 +248,15 @@ impl TemplatePath {
                         spec.entry(key.clone()).or_insert_with(|| value.clone());
                     }
                 }
+                let patch = self
+                    .patch_field
+                    .as_ref()
+                    .and_then(|f| fields.get(f))
+                    .and_then(Value::as_str)
+                    .and_then(|text| serde_yaml::from_str::<Value>(text).ok());
+                if let Some(Value::Object(patch)) = patch {
+                    merge_pod_spec(&mut spec, patch);
+                }
                 let has_containers = spec
                     .get("containers")
                     .and_then(Value::as_array)
@@ -353,6 +366,48 @@ impl ContainerSource {
             };
         }
         Some(Value::Object(container))
+    }
+}
+
+/// Merges `patch` into a pod spec as a strategic merge patch does: the
+/// containers of a list by name (a new name is appended), maps key by key,
+/// anything else replaced.
+fn merge_pod_spec(spec: &mut Map<String, Value>, patch: Map<String, Value>) {
+    fn merge(target: &mut Value, patch: Value) {
+        match (target, patch) {
+            (Value::Object(t), Value::Object(p)) => {
+                for (k, v) in p {
+                    match t.get_mut(&k) {
+                        Some(existing) => merge(existing, v),
+                        None => {
+                            t.insert(k, v);
+                        }
+                    }
+                }
+            }
+            (t, p) => *t = p,
+        }
+    }
+    for (key, value) in patch {
+        let by_name = matches!(key.as_str(), "containers" | "initContainers");
+        match (spec.get_mut(&key), value) {
+            (Some(Value::Array(list)), Value::Array(patches)) if by_name => {
+                for p in patches {
+                    let name = p.get("name").and_then(Value::as_str).map(str::to_string);
+                    let existing = list.iter_mut().find(|c| {
+                        name.is_some() && c.get("name").and_then(Value::as_str) == name.as_deref()
+                    });
+                    match existing {
+                        Some(c) => merge(c, p),
+                        None => list.push(p),
+                    }
+                }
+            }
+            (Some(existing), value) => merge(existing, value),
+            (None, value) => {
+                spec.insert(key, value);
+            }
+        }
     }
 }
 
@@ -495,6 +550,8 @@ struct TemplateSpec {
     #[serde(default)]
     pod_defaults: Option<String>,
     #[serde(default)]
+    pod_spec_patch: Option<String>,
+    #[serde(default)]
     replicas: Vec<String>,
     #[serde(default)]
     max_replicas: Option<Vec<String>>,
@@ -610,6 +667,12 @@ fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<Field
         .iter()
         .filter(|s| !matches!(s, Segment::Field(_)))
         .count();
+    if shape == Shape::PodTemplateSpec && spec.pod_spec_patch.is_some() {
+        errors.push(FieldError::new(
+            format!("{at}.podSpecPatch"),
+            "only an inline pod spec (shape: PodSpec) takes a pod-spec patch",
+        ));
+    }
     if shape == Shape::PodTemplateSpec && !spec.containers.is_empty() {
         errors.push(FieldError::new(
             format!("{at}.containers"),
@@ -712,6 +775,7 @@ fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<Field
             .unwrap_or_else(|| "name".to_string()),
         containers,
         pod_defaults,
+        patch_field: spec.pod_spec_patch.filter(|f| !f.is_empty()),
         replicas,
         max_replicas,
     })

@@ -123,7 +123,8 @@ fn inline_pod_specs_take_containers_from_their_own_fields() {
     let s = sources(source_doc(
         "argoproj.io",
         json!([{"kind": "Workflow", "resource": "workflows", "templates": [
-            {"path": "spec.templates[*]", "shape": "PodSpec", "podDefaults": "spec", "containers": [
+            {"path": "spec.templates[*]", "shape": "PodSpec", "podDefaults": "spec",
+             "podSpecPatch": "podSpecPatch", "containers": [
                 {"path": "container", "name": "main"},
                 {"path": "script", "name": "main"},
                 {"path": "sidecars[*]"}]}]}]),
@@ -140,6 +141,17 @@ fn inline_pod_specs_take_containers_from_their_own_fields() {
     let found = s.templates(&wf).unwrap();
     // The steps template makes no pod of its own.
     assert_eq!(found.len(), 1);
+    // A podSpecPatch merges into the main container by name.
+    let mut patched = wf.clone();
+    patched["spec"]["templates"][1]["podSpecPatch"] =
+        json!("containers:\n  - name: main\n    resources:\n      limits: {nvidia.com/gpu: 2}\n");
+    let t = &s.templates(&patched).unwrap()[0].template;
+    assert_eq!(
+        t["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        2
+    );
+    assert_eq!(t["spec"]["containers"][0]["image"], "pytorch");
+    assert_eq!(t["spec"]["containers"].as_array().unwrap().len(), 2);
     assert_eq!(found[0].label, "templates[train]");
     assert_eq!(
         found[0].template,

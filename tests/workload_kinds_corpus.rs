@@ -1,0 +1,189 @@
+//! Published workload custom resources (`../shared/crd-samples`: KubeRay,
+//! Kubeflow, JobSet, LeaderWorkerSet, KServe, Volcano, Argo and Kueue
+//! manifests from AKS, NVIDIA, GKE, AWS, Open Data Hub...) applied to a
+//! cluster running the shipped configuration. Each published sample is
+//! allowed (warnings aside) except the two its README names; each
+//! one-change waste variant is denied or warned, naming the object and the
+//! template. The data is read where CI keeps it, beside the clone; the
+//! tests say they skipped when it is absent.
+mod common;
+
+use common::webhooks::{Cluster, Outcome, Review};
+use gpu_admission::offline::read_manifest;
+use std::path::{Path, PathBuf};
+
+/// The samples a Deny policy catches as published.
+const DENIED_SAMPLES: &[&str] = &[
+    "jobset-gke-a3-ultra-nccl-privileged.yaml",
+    "notebook-odh-workbench.yaml",
+];
+
+/// Whether the shipped webhook configurations send Kueue ResourceFlavors.
+const RESOURCE_FLAVORS_JUDGED: bool = false;
+
+const PREMIUM: &[(&str, &str)] = &[
+    ("gpu-admission.io/tier", "premium"),
+    ("gpu-admission.io/premium-gpus", "true"),
+];
+
+fn corpus() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/crd-samples");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "skipped: {} is absent (CI keeps ../shared beside the clone)",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The labels of the namespace a file is applied in: the published
+/// samples and most variants in a premium namespace that opted in to
+/// premium GPUs (so that only waste is judged, not the tier); the
+/// variants about tiers where their header says.
+fn namespace_labels(file: &str) -> &'static [(&'static str, &'static str)] {
+    if file.contains("default-tier") {
+        &[]
+    } else if file.contains("no-optin") {
+        &[("gpu-admission.io/tier", "standard")]
+    } else {
+        PREMIUM
+    }
+}
+
+/// Each object of `file` created by an ordinary user, and what the
+/// cluster did with it.
+async fn apply(cluster: &Cluster, file: &Path) -> Vec<(String, Outcome)> {
+    let name = file.file_name().unwrap().to_string_lossy().to_string();
+    let mut outcomes = Vec::new();
+    for object in read_manifest(file).unwrap() {
+        let what = format!(
+            "{} {}",
+            object["kind"].as_str().unwrap_or(""),
+            object["metadata"]["name"]
+                .as_str()
+                .or(object["metadata"]["generateName"].as_str())
+                .unwrap_or("")
+        );
+        let review = Review::create(object).namespace_labels(namespace_labels(&name));
+        outcomes.push((what, cluster.admit(&review).await));
+    }
+    outcomes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_samples_are_allowed_but_two() {
+    let Some(dir) = corpus() else { return };
+    let cluster = Cluster::start().await;
+    let mut wrong = Vec::new();
+    let mut judged = 0;
+    for file in files(&dir.join("samples")) {
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        let outcomes = apply(&cluster, &file).await;
+        judged += outcomes.iter().filter(|(_, o)| o.sent()).count();
+        let denied: Vec<String> = outcomes
+            .iter()
+            .filter(|(_, o)| !o.allowed)
+            .map(|(what, o)| format!("{what}: {}", o.message()))
+            .collect();
+        let expected = DENIED_SAMPLES.contains(&name.as_str());
+        if expected == denied.is_empty() {
+            wrong.push(format!(
+                "{name}: {}",
+                if expected {
+                    "allowed, expected a denial".to_string()
+                } else {
+                    denied.join(" | ")
+                }
+            ));
+        }
+    }
+    cluster.stop().await;
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Every file holds a workload (or a Kueue object) the webhook is sent.
+    assert!(judged >= 46, "only {judged} objects reached the webhook");
+}
+
+/// Every denial and warning of the objects of `file`, each after the
+/// object it is about (`RayCluster rc: ...`).
+async fn said(cluster: &Cluster, file: &Path, labels_of: &str) -> Vec<String> {
+    let mut said = Vec::new();
+    for object in read_manifest(file).unwrap() {
+        let what = format!(
+            "{} {}",
+            object["kind"].as_str().unwrap_or(""),
+            object["metadata"]["name"]
+                .as_str()
+                .or(object["metadata"]["generateName"].as_str())
+                .unwrap_or("")
+        );
+        let review = Review::create(object).namespace_labels(namespace_labels(labels_of));
+        let outcome = cluster.admit(&review).await;
+        for message in outcome.denial.iter().chain(&outcome.warnings) {
+            said.push(format!("{what}: {message}"));
+        }
+    }
+    said
+}
+
+/// `samples/x.yaml`, from the header line `# WASTE VARIANT of samples/x.yaml ...`.
+fn sample_of(variant: &Path) -> String {
+    let text = std::fs::read_to_string(variant).unwrap();
+    let first = text.lines().next().unwrap_or("");
+    first
+        .split_whitespace()
+        .find(|w| w.starts_with("samples/"))
+        .unwrap_or_else(|| panic!("{}: no sample named in {first:?}", variant.display()))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waste_variants_are_denied_or_warned_naming_object_and_template() {
+    let Some(dir) = corpus() else { return };
+    let cluster = Cluster::start().await;
+    let mut wrong = Vec::new();
+    let variants = files(&dir.join("waste"));
+    assert_eq!(variants.len(), 24);
+    for file in variants {
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("resourceflavor-") && !RESOURCE_FLAVORS_JUDGED {
+            eprintln!("not judged here: {name} (ResourceFlavors are not sent to the webhook)");
+            continue;
+        }
+        let sample = dir.join(sample_of(&file));
+        // The published sample as it runs (premium), and the variant.
+        let before = said(&cluster, &sample, "").await;
+        let after = said(&cluster, &file, &name).await;
+        let new: Vec<&String> = after.iter().filter(|m| !before.contains(m)).collect();
+        if new.is_empty() {
+            wrong.push(format!(
+                "{name}: nothing denied or warned beyond the sample's"
+            ));
+        }
+        // Each new message names the object it is about, and a template's
+        // message the template: `RayCluster ns/name workerGroupSpecs[x]: `.
+        for message in new {
+            let (what, said) = message.split_once(": ").unwrap();
+            let (kind, object) = what.split_once(' ').unwrap();
+            let object = object.trim_end_matches('-');
+            let names_object = said.contains(&format!("{kind} ")) && said.contains(object);
+            if !names_object {
+                wrong.push(format!("{name}: does not name {what}: {said}"));
+            }
+        }
+    }
+    cluster.stop().await;
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
