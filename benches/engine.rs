@@ -52,7 +52,8 @@ criterion_group!(
     bench_review_body,
     bench_cluster_namespace,
     bench_node_cache,
-    bench_apply_merge
+    bench_apply_merge,
+    bench_workload_kinds
 );
 criterion_group!(hand_off, bench_hand_off);
 
@@ -542,5 +543,56 @@ spec: {policyName: runaway, validationActions: [Deny]}
     group.bench_function("runaway expression stopped", |b| {
         b.iter(|| black_box(set.evaluate(black_box(&req), &namespaces)))
     });
+    group.finish();
+}
+
+/// A workload custom resource costs its templates: a Deployment of the
+/// GPU pod against a RayCluster whose CPU head and three GPU worker groups
+/// (the same pod, in three sizes) are each judged as that pod is.
+fn bench_workload_kinds(c: &mut Criterion) {
+    let (admission, policies) = shipped_admission();
+    let template = |gpus: &str| {
+        let mut pod = placed_gpu_pod();
+        for kind in ["requests", "limits"] {
+            pod["spec"]["containers"][0]["resources"][kind]["nvidia.com/gpu"] = json!(gpus);
+        }
+        json!({"metadata": {"labels": pod["metadata"]["labels"].clone()}, "spec": pod["spec"].clone()})
+    };
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "trainer"}},
+            "template": template("2")}});
+    let head = json!({"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.41.0",
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}}}]}});
+    let group = |name: &str, gpus: &str| {
+        json!({"groupName": name, "replicas": 2, "maxReplicas": 4, "rayStartParams": {},
+            "template": template(gpus)})
+    };
+    let ray_cluster = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "ml"},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": head},
+            "workerGroupSpecs": [group("small", "1"), group("medium", "2"), group("large", "4")]}});
+    let deadline = Instant::now() + Duration::from_secs(24 * 3600);
+    for object in [&deployment, &ray_cluster] {
+        let outcome = admission.validate_until(&create(object.clone()), Some(deadline));
+        assert!(outcome.response.allowed, "{:?}", outcome.response.message);
+        assert!(
+            !outcome.evaluations.is_empty(),
+            "nothing judged the templates"
+        );
+    }
+    let deployment = create(deployment);
+    let ray_cluster = create(ray_cluster);
+    let mut group = c.benchmark_group("workload kinds");
+    group.bench_function(
+        format!("validate Deployment of the gpu pod, shipped set ({policies} policies)"),
+        |b| b.iter(|| black_box(admission.validate_until(black_box(&deployment), Some(deadline)))),
+    );
+    group.bench_function(
+        format!(
+            "validate RayCluster, head and 3 gpu worker groups, shipped set ({policies} policies)"
+        ),
+        |b| b.iter(|| black_box(admission.validate_until(black_box(&ray_cluster), Some(deadline)))),
+    );
     group.finish();
 }
