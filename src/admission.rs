@@ -37,6 +37,9 @@ pub struct Outcome {
     /// GPUs one pod of the object asks for (`/validate`: from the subject's
     /// GPU facts; 0 for objects that make no pods).
     pub gpus_per_pod: i64,
+    /// GPUs of the whole workload as its spec says (`gpu.workload.gpus`:
+    /// replicas × GPUs per pod over its templates; `/validate` only).
+    pub workload_gpus: i64,
 }
 
 /// Answers admission requests with the current bundle.
@@ -450,12 +453,14 @@ fn validate_with(
         SubjectKind::Pod | SubjectKind::Controller => subject.gpu.as_ref().map_or(0, |g| g.total),
         _ => 0,
     };
+    let workload_gpus = subject.gpu.as_ref().map_or(0, |g| g.workload.gpus);
     let verdict = bundle.policies.evaluate_subject(&subject, deadline);
     if verdict.timed_out {
         let outcome = Outcome {
             response: deadline_denial(),
             evaluations: verdict.evaluations,
             gpus_per_pod,
+            workload_gpus,
             ..Outcome::default()
         };
         return (outcome, false);
@@ -476,6 +481,7 @@ fn validate_with(
         response,
         evaluations: verdict.evaluations,
         gpus_per_pod,
+        workload_gpus,
         ..Outcome::default()
     };
     (outcome, true)

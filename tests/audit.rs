@@ -95,3 +95,40 @@ fn policy_reports_per_namespace() {
     assert_eq!(apps["summary"]["pass"], 1);
     assert!(apps["results"].as_array().unwrap().is_empty());
 }
+
+/// A workload custom resource in the dump holds the GPUs of all its
+/// templates: replicas × GPUs per pod over its worker groups.
+#[test]
+fn workload_custom_resources_count_every_template() {
+    let loaded = bundle::load(&PolicySource::Dir(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"),
+    ))
+    .unwrap();
+    let admission = Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new()));
+    let worker = |group: &str, replicas: i64, gpus: &str| {
+        serde_json::json!({"groupName": group, "replicas": replicas, "rayStartParams": {},
+            "template": {"spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.41.0-gpu",
+                "command": ["sleep", "infinity"],
+                "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}})
+    };
+    let rc = serde_json::json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "rc", "namespace": "llm", "uid": "rc-1"},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "ray-head", "image": "rayproject/ray:2.41.0"}]}}},
+            "workerGroupSpecs": [worker("a", 2, "1"), worker("b", 3, "2")]}});
+    let report = audit::audit(&admission, &[rc]);
+    assert_eq!(report.gpus_requested, 2 + 3 * 2);
+    assert_eq!(
+        report.gpus_in_violation, 8,
+        "sleeping workers hold their GPUs"
+    );
+    let finding = report
+        .findings
+        .iter()
+        .find(|f| f.policy == "gpu-keep-alive")
+        .expect("keep-alive finding");
+    assert_eq!((finding.kind.as_str(), finding.gpus), ("RayCluster", 8));
+    assert!(finding
+        .message
+        .contains("RayCluster llm/rc workerGroupSpecs[a]: "));
+}

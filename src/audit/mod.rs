@@ -154,7 +154,7 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
         });
         let gpus = match &capacity {
             Some(c) => c.gpus.unwrap_or(0),
-            None => gpus_held(object, outcome.gpus_per_pod),
+            None => gpus_held(object, outcome.gpus_per_pod, outcome.workload_gpus),
         };
         match capacity {
             Some(c) => {
@@ -376,15 +376,21 @@ pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
 }
 
 /// GPUs an object holds: a pod's own count while it is live (not
-/// Succeeded or Failed); for controllers, per pod times replicas.
-fn gpus_held(object: &Value, per_pod: i64) -> i64 {
-    if per_pod == 0 {
-        return 0;
-    }
+/// Succeeded or Failed); for controllers, per pod times replicas; for a
+/// workload custom resource (a RayCluster, PyTorchJob...), what its spec
+/// asks over all its templates (`workload`).
+fn gpus_held(object: &Value, per_pod: i64, workload: i64) -> i64 {
     let kind = object
         .get("kind")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    let built_in = kind == "Pod" || crate::k8s::workloads::template_kind_of(object).is_some();
+    if !built_in {
+        return workload.max(0);
+    }
+    if per_pod == 0 {
+        return 0;
+    }
     let replicas = match kind {
         "Pod" => match object.at("/status/phase").and_then(Value::as_str) {
             Some("Succeeded" | "Failed") => 0,
