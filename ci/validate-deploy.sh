@@ -604,6 +604,16 @@ def report_overlay(base, report, ns):
                ("infrastructure.cluster.x-k8s.io", "azureasomanagedmachinepools"),
                ("infrastructure.cluster.x-k8s.io", "azureasomanagedcontrolplanes"),
                ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates")]
+    # The workload custom resources of policies/workload-kinds.yaml.
+    audited += [(g, r) for g, rs in (
+        ("ray.io", ["rayclusters", "rayjobs", "rayservices"]),
+        ("kubeflow.org", ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs", "notebooks"]),
+        ("trainer.kubeflow.org", ["trainjobs", "trainingruntimes", "clustertrainingruntimes"]),
+        ("jobset.x-k8s.io", ["jobsets"]), ("leaderworkerset.x-k8s.io", ["leaderworkersets"]),
+        ("serving.kserve.io", ["inferenceservices", "servingruntimes", "clusterservingruntimes"]),
+        ("batch.volcano.sh", ["jobs"]),
+        ("argoproj.io", ["workflows", "workflowtemplates", "clusterworkflowtemplates", "cronworkflows"]))
+        for r in rs]
     granted = rules_granted(report, ns)
     for g, r in audited:
         for v in ("list", "watch"):

@@ -34,6 +34,19 @@ pub const AUDITED: &[(&str, &str)] = &[
     ("resource.k8s.io", "ResourceClaimTemplate"),
 ];
 
+/// The kinds an audit reads: [`AUDITED`] and the workload custom
+/// resources of the policy set's `PodTemplateSource` documents.
+pub fn audited_kinds(sources: &crate::k8s::TemplateSources) -> Vec<(&str, &str)> {
+    let mut kinds: Vec<(&str, &str)> = AUDITED.to_vec();
+    for source in sources.custom() {
+        let kind = (source.group.as_str(), source.kind.as_str());
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds
+}
+
 /// Objects per list call: big clusters are read in pages, so no single
 /// answer (or the apiserver's work for it) grows with the cluster.
 pub const PAGE_SIZE: u32 = 500;

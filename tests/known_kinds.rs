@@ -3,6 +3,7 @@
 //! list: a kind added to the deployment is not silently counted as `other`
 //! or left out of the audit.
 use gpu_admission::admission::METRIC_KINDS;
+use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::inventory::AUDITED;
 use gpu_admission::review::plural_resource;
 use serde_json::Value;
@@ -83,15 +84,29 @@ fn the_audit_reads_every_kind_its_cluster_role_may_list() {
         .into_iter()
         .filter(|(g, r)| !(g.is_empty() && r == "namespaces"))
         .collect();
+    // The built-in kinds, and the workload custom resources of the shipped
+    // PodTemplateSources (which give their resource names).
+    let shipped = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    let sources = shipped.bundle.policies.template_sources();
     let audited: BTreeSet<(String, String)> = AUDITED
         .iter()
         .map(|(g, k)| (g.to_string(), plural_resource(k)))
+        .chain(
+            sources
+                .custom()
+                .iter()
+                .map(|s| (s.group.clone(), s.resource.clone())),
+        )
         .collect();
     assert_eq!(
         audited, listable,
         "AUDITED and the audit ClusterRole differ"
     );
-    for (_, kind) in AUDITED {
-        assert!(METRIC_KINDS.contains(kind), "{kind} has no metrics label");
+    for kind in AUDITED
+        .iter()
+        .map(|(_, k)| *k)
+        .chain(sources.custom().iter().map(|s| s.kind.as_str()))
+    {
+        assert!(METRIC_KINDS.contains(&kind), "{kind} has no metrics label");
     }
 }

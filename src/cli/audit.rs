@@ -4,7 +4,7 @@
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::audit;
-use crate::inventory::{self, ClusterLister, AUDITED};
+use crate::inventory::{self, ClusterLister};
 use crate::k8s::json::Pointer as _;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
 use crate::k8s::StaticClaims;
@@ -51,7 +51,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
 fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     let loaded = args.policies.load()?;
     let (objects, namespaces, source) = if args.files.is_empty() {
-        let (objects, namespaces, url) = from_cluster()?;
+        let (objects, namespaces, url) = from_cluster(loaded.bundle.policies.template_sources())?;
         (objects, namespaces, audit::ReportSource::Cluster(url))
     } else {
         let mut read = Vec::new();
@@ -155,7 +155,9 @@ fn report_meta(
 /// Objects to audit, each namespace's labels, and the API server's URL.
 type Inputs = (Vec<Value>, Vec<(String, BTreeMap<String, String>)>, String);
 
-fn from_cluster() -> anyhow::Result<Inputs> {
+/// The audited kinds of a cluster ([`inventory::audited_kinds`] of
+/// `sources`), and its namespaces.
+fn from_cluster(sources: &crate::k8s::TemplateSources) -> anyhow::Result<Inputs> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -170,7 +172,8 @@ fn from_cluster() -> anyhow::Result<Inputs> {
         let client = kube::Client::try_from(config).map_err(|e| no_cluster(e.to_string()))?;
         let lister = ClusterLister::new(client);
         let warn = |message: String| eprintln!("warning: {message}");
-        let objects = inventory::list_all(&lister, AUDITED, &warn).await?;
+        let kinds = inventory::audited_kinds(sources);
+        let objects = inventory::list_all(&lister, &kinds, &warn).await?;
         let namespaces = inventory::list_all(&lister, &[("", "Namespace")], &|message| {
             warn(format!(
                 "{message}; namespaceSelector and namespaceObject see no namespace labels"

@@ -10,7 +10,7 @@
 //! a run, at most [`ReportSettings::max_objects`] of them.
 use crate::admission::Admission;
 use crate::audit::{self, Report};
-use crate::inventory::{self, Lister, AUDITED};
+use crate::inventory::{self, Lister};
 use crate::k8s::json::Pointer as _;
 use crate::server::{ReportAnswer, ReportFormat, ReportPages};
 use serde_json::Value;
@@ -194,7 +194,9 @@ pub async fn audit_cluster(
     warn: &dyn Fn(String),
     stop: &dyn Fn() -> bool,
 ) -> anyhow::Result<Report> {
-    let (pods, others): (Vec<_>, Vec<_>) = AUDITED.iter().partition(|(_, kind)| *kind == "Pod");
+    let bundle = admission.bundle();
+    let kinds = inventory::audited_kinds(bundle.policies.template_sources());
+    let (pods, others): (Vec<_>, Vec<_>) = kinds.iter().partition(|(_, kind)| *kind == "Pod");
     let mut held: Vec<Value> = Vec::new();
     inventory::list_pages(lister, &others, warn, &mut |page| {
         if stop() {
