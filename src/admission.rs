@@ -360,6 +360,7 @@ fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
             namespace: subject.namespace.clone(),
             namespace_labels: subject.namespace_labels.clone(),
             templates: Vec::new(),
+            too_many_templates: None,
             claims: template.claims.clone(),
             gpu: None,
             nodes: subject.nodes.clone(),
@@ -454,6 +455,21 @@ fn validate_with(
         _ => 0,
     };
     let workload_gpus = subject.gpu.as_ref().map_or(0, |g| g.workload.gpus);
+    if let Some(count) = subject.too_many_templates {
+        let response = Response::deny(format!(
+            "gpu-admission: {} {} holds {count} pod templates; at most {} are judged: split it into smaller objects",
+            req.kind.kind,
+            req.display_name(),
+            crate::subject::MAX_TEMPLATES
+        ));
+        return (
+            Outcome {
+                response,
+                ..Outcome::default()
+            },
+            true,
+        );
+    }
     let verdict = bundle.policies.evaluate_subject(&subject, deadline);
     if verdict.timed_out {
         let outcome = Outcome {

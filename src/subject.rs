@@ -29,6 +29,12 @@ pub enum SubjectKind {
     Other,
 }
 
+/// Pod templates one workload may hold. Each is judged as a pod is, so an
+/// object with thousands (a few bytes each, within the size limit of a
+/// request) would hold an answering thread for long; real workloads have
+/// a handful (Argo workflows a few dozen).
+pub const MAX_TEMPLATES: usize = 256;
+
 /// For a workload on CREATE, or on an UPDATE that changes a pod template
 /// ([`judges_template`]): the Pod CREATE request one of its templates
 /// describes, judged by the policies written for pods as a new pod is.
@@ -68,6 +74,10 @@ pub struct Subject<'r> {
     /// The pods a workload's templates describe, when judged (on CREATE
     /// and on an UPDATE that changes a template), in document order.
     pub templates: Vec<TemplatePod>,
+    /// How many templates a workload holds when that is more than
+    /// [`MAX_TEMPLATES`]: none of them is judged, and the request is
+    /// denied.
+    pub too_many_templates: Option<usize>,
     /// The DRA claims of the object's pod (or pod template), looked up in
     /// its namespace ([`Subject::with_claims`]); `None` until looked up.
     pub claims: Option<Vec<PodClaim>>,
@@ -112,12 +122,16 @@ impl<'r> Subject<'r> {
             Some(n) => with_name_label(n, labels_of(namespace.as_deref())),
             None => BTreeMap::new(),
         };
-        let templates = match kind {
+        let mut templates = match kind {
             SubjectKind::Controller if judges_template(request, sources) => {
                 template_pods(request, sources)
             }
             _ => Vec::new(),
         };
+        let too_many_templates = (templates.len() > MAX_TEMPLATES).then_some(templates.len());
+        if too_many_templates.is_some() {
+            templates.clear();
+        }
         Subject {
             request,
             kind,
@@ -125,6 +139,7 @@ impl<'r> Subject<'r> {
             namespace,
             namespace_labels,
             templates,
+            too_many_templates,
             claims: None,
             gpu: None,
             nodes: None,

@@ -185,6 +185,12 @@ async fn every_shipped_kind_is_judged_at_apply_and_names_its_template() {
             .admit(&Review::create(object).namespace_labels(&PREMIUM))
             .await;
         assert_eq!(outcome.validated_by, [WEBHOOK], "{kind}");
+        // Templates are placed when their pods are created, not in the object.
+        assert!(
+            outcome.mutated_by.is_empty(),
+            "{kind}: {:?}",
+            outcome.mutated_by
+        );
         assert!(outcome.allowed, "{kind} with 1 GPU: {}", outcome.message());
     }
     for (object, label) in workloads(gpu_container("trainer", 16)) {
@@ -266,5 +272,23 @@ async fn updates_are_judged_only_when_a_template_changes() {
         .await;
     assert!(!outcome.allowed);
     assert!(outcome.message().contains("workerGroupSpecs[gpu-workers]"));
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_with_hundreds_of_templates_is_denied_not_judged_one_by_one() {
+    let cluster = Cluster::start().await;
+    let templates: Vec<Value> = (0..300)
+        .map(|i| json!({"name": format!("step-{i}"), "container": {"image": "busybox", "command": ["true"]}}))
+        .collect();
+    let wf = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "wide", "namespace": "ml"},
+        "spec": {"entrypoint": "step-0", "templates": templates}});
+    let outcome = cluster.admit(&Review::create(wf)).await;
+    assert!(!outcome.allowed);
+    assert_eq!(
+        outcome.message(),
+        "gpu-admission: Workflow ml/wide holds 300 pod templates; at most 256 are judged: split it into smaller objects"
+    );
     cluster.stop().await;
 }
