@@ -66,7 +66,7 @@ fn pod(name: &str, spec: Value) -> Value {
 fn trainer(gpus: &str) -> Value {
     json!({"name": "train", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
         "command": ["python", "train.py"],
-        "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": gpus},
+        "resources": {"requests": {"cpu": "3", "memory": "16Gi", "nvidia.com/gpu": gpus},
                       "limits": {"memory": "16Gi", "nvidia.com/gpu": gpus}}})
 }
 

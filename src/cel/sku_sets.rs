@@ -56,6 +56,7 @@ const NUMBERS: &[(&str, Numeric)] = &[
     }),
     ("gpuMemoryGiB", |s| s.gpu_memory_gib.map(Number::Float)),
     ("gpus", |s| Some(Number::Float(s.gpus))),
+    ("memoryGiB", |s| s.memory_gib.map(Number::Float)),
     ("vcpus", |s| Some(Number::Int(i64::from(s.vcpus)))),
 ];
 
@@ -585,7 +586,7 @@ mod tests {
         let msg = error(&format!("azure.skusBelow(['{T4}'], 'gpuMemory', 16)"));
         assert_eq!(
             msg,
-            "azure.skusBelow: unknown field 'gpuMemory' (known: gpuDevices, gpuMemoryGiB, gpus, vcpus)"
+            "azure.skusBelow: unknown field 'gpuMemory' (known: gpuDevices, gpuMemoryGiB, gpus, memoryGiB, vcpus)"
         );
         let msg = error(&format!("azure.skusBelow(['{T4}'], 'vcpus', '8')"));
         assert_eq!(msg, "azure.skusBelow: the bound is string, not a number");

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use super::catalog::Catalog;
 use super::claims::{request_devices, ClaimGpuRequest};
+use super::fit::{FitFacts, PodResources};
 use super::pools::{CapacityFacts, CapacityRequest};
 use super::request::{
     ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity,
@@ -65,6 +66,9 @@ pub struct GpuFacts {
     /// (when that is every SKU, the catalog's own list, shared).
     pub skus: SkuList,
     pub max_sku_gpus: i64,
+    /// Whether the pod's CPU and memory fit the sizes in `skus` (see
+    /// [`super::fit`]).
+    pub fit: FitFacts,
     /// The pod's DRA claims (or the ResourceClaim / ResourceClaimTemplate
     /// itself) and the GPU devices each asks for.
     pub claims: Vec<ClaimFacts>,
@@ -259,6 +263,7 @@ impl GpuFacts {
                 .map(|s| i64::from(s.gpu_devices))
                 .max()
                 .unwrap_or(0);
+            self.fit = FitFacts::of(self.fit.requested, &skus, self.request.total());
             self.skus = catalog.list_of(&skus);
         }
         // Aimed at GPU nodes by what the pod wrote (an untainted GPU node a
@@ -458,6 +463,7 @@ fn pod_facts(
     let access = pod_access(spec, annotations, context, |kind, name| {
         asks_gpu(&own_containers, kind, name)
     });
+    let fit = FitFacts::of(PodResources::of(spec), &skus, request.total());
     GpuFacts {
         requested: request.requested(),
         total: int(request.total()),
@@ -488,6 +494,7 @@ fn pod_facts(
             catalog.names().clone()
         },
         max_sku_gpus: i64::from(max_sku_gpus),
+        fit,
         claims: request.claims.iter().map(claim_facts).collect(),
         access,
         pool: None,
@@ -736,6 +743,39 @@ mod tests {
         assert_eq!(g["maxSkuGpus"], 4);
         assert_eq!(g["skus"].as_array().unwrap().len(), 4);
         assert_eq!(g["total"], 8);
+    }
+
+    #[test]
+    fn fit_shows_the_request_and_the_size_with_most_room() {
+        let g = gpu(pod(json!({
+            "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"},
+            "containers": [{"name": "train", "resources": {
+                "limits": {"nvidia.com/gpu": "1", "cpu": "32", "memory": "500Gi"}}}]
+        })));
+        let fit = &g["fit"];
+        assert_eq!(fit["cpu"], 32_000);
+        assert_eq!(fit["memory"], 500_i64 << 30);
+        assert_eq!(fit["fits"], false);
+        assert_eq!(fit["cpuPerGpu"], 32_000);
+        assert_eq!(fit["maxCpuPerGpu"], 4_000);
+        let largest = &fit["largest"];
+        assert_eq!(largest["name"], "Standard_NC4as_T4_v3");
+        assert_eq!(
+            (largest["vcpus"].clone(), largest["memoryGiB"].clone()),
+            (json!(4), json!(28.0))
+        );
+        assert_eq!(
+            (largest["cpu"].clone(), largest["reservedCpu"].clone()),
+            (json!(3860), json!(140))
+        );
+        // Any catalog size: the pod fits; a CPU pod or another object has
+        // nothing to fit.
+        let loose = gpu(pod(json!({"containers": [{"name": "c", "resources": {
+            "limits": {"nvidia.com/gpu": "1", "cpu": "32", "memory": "500Gi"}}}]})));
+        assert_eq!(loose["fit"]["fits"], true);
+        let other = gpu(json!({"apiVersion": "v1", "kind": "ConfigMap"}));
+        assert_eq!(other["fit"]["fits"], true);
+        assert_eq!(other["fit"]["largest"], Value::Null);
     }
 
     #[test]

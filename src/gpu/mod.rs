@@ -4,6 +4,7 @@ mod azure_pools;
 pub mod catalog;
 pub mod claims;
 pub mod facts;
+pub mod fit;
 pub mod pools;
 pub mod reach;
 pub mod request;

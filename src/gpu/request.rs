@@ -206,6 +206,20 @@ pub fn ephemeral_container_requests(
 /// (`e3`, `E-2`). So `"2"`, `"2000m"`, `"1e1"` are counts; `"500m"`, `"1.5"`
 /// are fractions.
 pub fn parse_count(raw: &str) -> Result<u64, QuantityError> {
+    parse_quantity(raw, 0, false)
+}
+
+/// Parses a resource amount as Kubernetes does, in units of `10^-scale`
+/// (3 for CPU millicores, 0 for memory bytes), with the grammar of
+/// [`parse_count`]; a remainder rounds up, as `Quantity.MilliValue` and
+/// `Quantity.Value` round it (`"0.5m"` CPU is 1 millicore).
+pub fn parse_amount(raw: &str, scale: u32) -> Result<u64, QuantityError> {
+    parse_quantity(raw, i64::from(scale), true)
+}
+
+/// `raw` times `10^shift`, a fraction rounded up when `round_up`, else
+/// an error.
+fn parse_quantity(raw: &str, shift: i64, round_up: bool) -> Result<u64, QuantityError> {
     let invalid = || QuantityError::Invalid(raw.to_string());
     let (negative, rest) = match raw.as_bytes().first() {
         Some(b'-') => (true, &raw[1..]),
@@ -239,7 +253,7 @@ pub fn parse_count(raw: &str) -> Result<u64, QuantityError> {
         return Err(QuantityError::Negative(raw.to_string()));
     }
     let frac_len = i64::try_from(frac_part.len()).map_err(|_| invalid())?;
-    let mut exp10 = suffix_exp10.saturating_sub(frac_len);
+    let mut exp10 = suffix_exp10.saturating_add(shift).saturating_sub(frac_len);
     while exp10 < 0 && significant.ends_with('0') {
         significant = &significant[..significant.len() - 1];
         exp10 += 1;
@@ -263,12 +277,13 @@ pub fn parse_count(raw: &str) -> Result<u64, QuantityError> {
         // A divisor beyond u128 exceeds any mantissa we hold: a fraction.
         let pow = u32::try_from(-exp10)
             .ok()
-            .and_then(|e| 10u128.checked_pow(e))
-            .ok_or_else(fraction)?;
-        if scaled % pow != 0 {
-            return Err(fraction());
+            .and_then(|e| 10u128.checked_pow(e));
+        match pow {
+            Some(pow) if scaled % pow == 0 => scaled / pow,
+            Some(pow) if round_up => scaled / pow + 1,
+            None if round_up => 1,
+            _ => return Err(fraction()),
         }
-        scaled / pow
     };
     // CEL ints are i64: keep counts within that.
     match u64::try_from(value) {
@@ -693,6 +708,28 @@ mod tests {
         ] {
             assert_eq!(parse_count(raw), Err(want), "{raw:?}");
         }
+    }
+
+    #[test]
+    fn amounts_scale_and_round_up() {
+        for (raw, scale, n) in [
+            ("500m", 3, 500),
+            ("2", 3, 2000),
+            ("1.5", 3, 1500),
+            ("0.5m", 3, 1),
+            ("100u", 3, 1),
+            ("32", 3, 32_000),
+            ("500Gi", 0, 500 << 30),
+            ("1.5Gi", 0, 3 << 29),
+            ("128974848", 0, 128_974_848),
+            ("129e6", 0, 129_000_000),
+            ("1e-99999999999", 0, 1),
+            ("0", 3, 0),
+        ] {
+            assert_eq!(parse_amount(raw, scale), Ok(n), "{raw}");
+        }
+        assert!(parse_amount("-1", 3).is_err());
+        assert!(parse_amount("lots", 0).is_err());
     }
 
     #[test]

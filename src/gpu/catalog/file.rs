@@ -3,7 +3,9 @@
 use super::{normalize, Sku};
 use std::collections::{HashMap, HashSet};
 
-/// Columns a catalog file must have. Other columns are ignored.
+/// Columns a catalog file must have. Other columns are ignored; the
+/// optional ones (`aliases`, `gpu_devices`, `memory_gib`, `karpenter_gpu`,
+/// `mig`, `source`) take their defaults when absent.
 const REQUIRED_COLUMNS: &[&str] = &[
     "name",
     "gpu_model",
@@ -238,6 +240,7 @@ impl Row<'_> {
             gpus,
             gpu_devices,
             vcpus,
+            memory_gib: self.number("memory_gib")?,
             retired_on,
         })
     }
@@ -344,6 +347,23 @@ mod tests {
             err.contains("line 3, column 1 (name): standard_a is listed twice"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn host_memory_is_optional_and_empty_is_unknown() {
+        let header = "name,gpu_model,manufacturer,gpus,gpu_memory_gib,vcpus,memory_gib,family,series,retired,retired_on,aks_supported,premium\n";
+        let text = format!(
+            "{header}Standard_A,T4,nvidia,1,16,4,28,F,S,false,,true,false\nStandard_B,T4,nvidia,1,16,4,,F,S,false,,true,false\n"
+        );
+        let c = Catalog::from_csv_str(&text, "f").unwrap();
+        assert_eq!(c.get("Standard_A").unwrap().memory_gib, Some(28.0));
+        assert_eq!(c.get("Standard_B").unwrap().memory_gib, None);
+        let without = format!("{HEADER}Standard_A,T4,nvidia,1,16,4,F,S,false,,true,false\n");
+        let c = Catalog::from_csv_str(&without, "f").unwrap();
+        assert_eq!(c.get("Standard_A").unwrap().memory_gib, None);
+        let bad = text.replace(",28,", ",lots,");
+        let err = Catalog::from_csv_str(&bad, "f").unwrap_err().to_string();
+        assert!(err.contains("column 7 (memory_gib)"), "{err}");
     }
 
     #[test]

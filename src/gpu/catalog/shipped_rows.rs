@@ -121,3 +121,20 @@ fn every_row_is_consistent() {
         }
     }
 }
+
+#[test]
+fn host_memory_is_known_for_every_size() {
+    let c = catalog();
+    for (name, vcpus, memory) in [
+        ("Standard_NC4as_T4_v3", 4, 28.0),
+        ("Standard_NC24ads_A100_v4", 24, 220.0),
+        ("Standard_ND96asr_v4", 96, 900.0),
+        ("Standard_NC6", 6, 56.0),
+    ] {
+        let sku = c.get(name).unwrap();
+        assert_eq!((sku.vcpus, sku.memory_gib), (vcpus, Some(memory)), "{name}");
+    }
+    for sku in c.skus() {
+        assert!(sku.memory_gib.is_some_and(|m| m > 0.0), "{}", sku.name);
+    }
+}

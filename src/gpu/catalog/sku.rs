@@ -23,6 +23,8 @@ pub struct Sku {
     /// Total GPU memory of the VM in GiB, when known.
     pub gpu_memory_gib: Option<f64>,
     pub vcpus: u32,
+    /// Memory of the VM in GiB as Azure's size pages give it, when known.
+    pub memory_gib: Option<f64>,
     /// Azure size family as the docs name it (`NCv3`, `NC_A100_v4`).
     pub family: String,
     /// The name without `Standard_` and the vCPU count (`NCads_A100_v4`),
@@ -181,6 +183,7 @@ impl Sku {
             "fractional": self.is_fractional(),
             "gpuMemoryGiB": self.gpu_memory_gib,
             "vcpus": self.vcpus,
+            "memoryGiB": self.memory_gib,
             "family": self.family,
             "series": self.series,
             "retired": self.retired,
@@ -286,6 +289,7 @@ mod tests {
         assert!(v["gpus"].as_f64().unwrap() < 0.2);
         assert_eq!(v["gpuMemoryGiB"], 4.0);
         assert_eq!(v["vcpus"], 6);
+        assert_eq!(v["memoryGiB"], 55.0);
         assert_eq!(v["family"], "NVadsA10_v5");
         assert_eq!(v["series"], "NVads_A10_v5");
         assert_eq!(v["retired"], false);

@@ -1,0 +1,379 @@
+//! Whether a pod's CPU and memory fit the sizes it may land on: what the
+//! pod asks for (its effective request, as kube-scheduler counts it), what
+//! a node of each size leaves for pods after AKS's node reserve, and the
+//! size with the most room for this pod. `gpu.fit` shows it.
+use serde::Serialize;
+use serde_json::Value;
+
+use super::catalog::Sku;
+use super::request::parse_amount;
+use crate::k8s::json::{items, scalar_string};
+
+/// AKS's kube-reserved CPU in millicores by the cores of the host, the
+/// table of "Node resource reservations" (learn.microsoft.com, AKS docs,
+/// `node-resource-reservations`). A size between two columns takes the
+/// smaller one's, and one above 64 cores the 64-core figure: the reserve
+/// only grows with cores, so no pod is judged against less CPU than the
+/// node leaves.
+const CPU_RESERVE_MILLIS: [(u32, u64); 7] = [
+    (1, 60),
+    (2, 100),
+    (4, 140),
+    (8, 180),
+    (16, 260),
+    (32, 420),
+    (64, 740),
+];
+
+/// The memory AKS (1.29 and later) keeps from pods: the kubelet's
+/// `memory.available<100Mi` eviction threshold, plus kube-reserved, the
+/// lesser of 20 MB per pod the node may hold plus 50 MB, and a quarter of
+/// the VM's memory. Pods per node are taken as [`MIN_MAX_PODS`], so the
+/// reserve is the least any AKS node of the size keeps.
+const EVICTION_BYTES: u64 = 100 << 20;
+const RESERVED_BYTES_PER_POD: u64 = 20_000_000;
+const RESERVED_BYTES_BASE: u64 = 50_000_000;
+/// The smallest `maxPods` AKS accepts for a node pool.
+const MIN_MAX_PODS: u64 = 10;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The CPU (millicores) and memory (bytes) a pod asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodResources {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+}
+
+impl PodResources {
+    /// The effective request of a pod spec, as kube-scheduler computes it:
+    /// the larger of the app containers and sidecars together and, for
+    /// each init container in order, its own request plus the sidecars
+    /// started before it; plus `spec.overhead`. A container's request is
+    /// its `requests` entry, else its `limits` entry (what the API server
+    /// defaults it to). An amount that cannot be read counts nothing.
+    pub fn of(spec: &Value) -> PodResources {
+        let mut running = PodResources::default();
+        let mut sidecars = PodResources::default();
+        let mut init_peak = PodResources::default();
+        for c in items(spec.get("initContainers")) {
+            let own = container_request(c);
+            if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+                running = running.plus(own);
+                sidecars = sidecars.plus(own);
+            } else {
+                init_peak = init_peak.max(sidecars.plus(own));
+            }
+        }
+        for c in items(spec.get("containers")) {
+            running = running.plus(container_request(c));
+        }
+        let overhead = spec
+            .get("overhead")
+            .map_or_else(PodResources::default, |o| PodResources {
+                cpu_millis: amount(o.get("cpu"), 3),
+                memory_bytes: amount(o.get("memory"), 0),
+            });
+        running.max(init_peak).plus(overhead)
+    }
+
+    fn plus(self, other: PodResources) -> PodResources {
+        PodResources {
+            cpu_millis: self.cpu_millis.saturating_add(other.cpu_millis),
+            memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+        }
+    }
+
+    fn max(self, other: PodResources) -> PodResources {
+        PodResources {
+            cpu_millis: self.cpu_millis.max(other.cpu_millis),
+            memory_bytes: self.memory_bytes.max(other.memory_bytes),
+        }
+    }
+}
+
+fn container_request(c: &Value) -> PodResources {
+    let requests = c.pointer("/resources/requests");
+    let limits = c.pointer("/resources/limits");
+    let pick = |name: &str| {
+        requests
+            .and_then(|r| r.get(name))
+            .or_else(|| limits.and_then(|l| l.get(name)))
+    };
+    PodResources {
+        cpu_millis: amount(pick("cpu"), 3),
+        memory_bytes: amount(pick("memory"), 0),
+    }
+}
+
+fn amount(v: Option<&Value>, scale: u32) -> u64 {
+    v.and_then(scalar_string)
+        .and_then(|q| parse_amount(&q, scale).ok())
+        .unwrap_or(0)
+}
+
+/// What a node of one size leaves for pods.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Allocatable {
+    pub cpu_millis: u64,
+    pub reserved_cpu_millis: u64,
+    /// `None` when the catalog does not know the size's memory.
+    pub memory_bytes: Option<u64>,
+    pub reserved_memory_bytes: Option<u64>,
+}
+
+impl Allocatable {
+    /// The size's vCPUs and memory less AKS's node reserve (see
+    /// [`CPU_RESERVE_MILLIS`] and [`EVICTION_BYTES`]).
+    pub fn of(sku: &Sku) -> Allocatable {
+        let cpu = u64::from(sku.vcpus) * 1000;
+        let reserved_cpu = CPU_RESERVE_MILLIS
+            .iter()
+            .rev()
+            .find(|(cores, _)| *cores <= sku.vcpus)
+            .map_or(0, |(_, millis)| *millis);
+        let memory = sku.memory_gib.map(|g| (g * GIB) as u64);
+        let reserved_memory = memory.map(|m| {
+            let kube = (RESERVED_BYTES_PER_POD * MIN_MAX_PODS + RESERVED_BYTES_BASE).min(m / 4);
+            kube + EVICTION_BYTES
+        });
+        Allocatable {
+            cpu_millis: cpu.saturating_sub(reserved_cpu),
+            reserved_cpu_millis: reserved_cpu,
+            memory_bytes: memory
+                .zip(reserved_memory)
+                .map(|(m, r)| m.saturating_sub(r)),
+            reserved_memory_bytes: reserved_memory,
+        }
+    }
+
+    /// The pod's request fits on an empty node of the size (memory
+    /// unknown fits).
+    pub fn holds(&self, pod: PodResources) -> bool {
+        pod.cpu_millis <= self.cpu_millis && self.memory_bytes.is_none_or(|m| pod.memory_bytes <= m)
+    }
+
+    /// The share of the pod's request the size can hold, the lesser of
+    /// CPU and memory (infinite for what the pod does not ask or the
+    /// catalog does not know).
+    fn share_of(&self, pod: PodResources) -> f64 {
+        let share = |room: u64, asked: u64| {
+            if asked == 0 {
+                f64::INFINITY
+            } else {
+                room as f64 / asked as f64
+            }
+        };
+        let cpu = share(self.cpu_millis, pod.cpu_millis);
+        let memory = self
+            .memory_bytes
+            .map_or(f64::INFINITY, |m| share(m, pod.memory_bytes));
+        cpu.min(memory)
+    }
+}
+
+/// `gpu.fit` (see docs/cel-extensions.md). Integers are `i64` for CEL.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FitFacts {
+    /// CPU the pod asks for, in millicores.
+    pub cpu: i64,
+    /// Memory the pod asks for, in bytes.
+    pub memory: i64,
+    /// Some size the pod may land on holds its CPU and memory after the
+    /// node reserve; true when no size is known to it.
+    pub fits: bool,
+    /// The size the pod may land on with the most room for it (the
+    /// largest share of its request, the lesser of CPU and memory; ties
+    /// to more vCPUs, then more memory); `None` when no size is known.
+    pub largest: Option<SizeRoom>,
+    /// CPU millicores the pod asks for per GPU it asks for (0 without GPUs).
+    pub cpu_per_gpu: i64,
+    /// The most vCPU millicores per GPU device among the sizes the pod may
+    /// land on (0 when no size is known).
+    pub max_cpu_per_gpu: i64,
+    #[serde(skip)]
+    pub requested: PodResources,
+}
+
+impl Default for FitFacts {
+    fn default() -> FitFacts {
+        FitFacts::of(PodResources::default(), &[], 0)
+    }
+}
+
+/// One size and its room, as `gpu.fit.largest` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SizeRoom {
+    pub name: String,
+    pub vcpus: i64,
+    /// The VM's memory in GiB (absent when the catalog does not know it,
+    /// as are `memory` and `reservedMemory`).
+    #[serde(rename = "memoryGiB", skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<f64>,
+    /// Millicores left for pods after the node reserve.
+    pub cpu: i64,
+    /// Bytes left for pods after the node reserve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<i64>,
+    pub reserved_cpu: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_memory: Option<i64>,
+}
+
+impl FitFacts {
+    /// The fit of a pod asking `requested` and `gpus` GPUs on `skus`, the
+    /// sizes it may land on.
+    pub fn of(requested: PodResources, skus: &[&Sku], gpus: u64) -> FitFacts {
+        let rooms: Vec<(&Sku, Allocatable)> =
+            skus.iter().map(|s| (*s, Allocatable::of(s))).collect();
+        let largest = rooms.iter().max_by(|(a, ra), (b, rb)| {
+            let key = |s: &Sku, r: &Allocatable| (r.share_of(requested), s.vcpus, s.memory_gib);
+            let (ka, kb) = (key(a, ra), key(b, rb));
+            ka.0.total_cmp(&kb.0)
+                .then(ka.1.cmp(&kb.1))
+                .then(ka.2.unwrap_or(0.0).total_cmp(&kb.2.unwrap_or(0.0)))
+        });
+        let max_cpu_per_gpu = skus
+            .iter()
+            .map(|s| u64::from(s.vcpus) * 1000 / u64::from(s.gpu_devices.max(1)))
+            .max()
+            .unwrap_or(0);
+        FitFacts {
+            cpu: int(requested.cpu_millis),
+            memory: int(requested.memory_bytes),
+            fits: rooms.is_empty() || rooms.iter().any(|(_, r)| r.holds(requested)),
+            largest: largest.map(|(sku, room)| SizeRoom {
+                name: sku.name.clone(),
+                vcpus: i64::from(sku.vcpus),
+                memory_gib: sku.memory_gib,
+                cpu: int(room.cpu_millis),
+                memory: room.memory_bytes.map(int),
+                reserved_cpu: int(room.reserved_cpu_millis),
+                reserved_memory: room.reserved_memory_bytes.map(int),
+            }),
+            cpu_per_gpu: int(requested.cpu_millis.checked_div(gpus).unwrap_or(0)),
+            max_cpu_per_gpu: int(max_cpu_per_gpu),
+            requested,
+        }
+    }
+}
+
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::catalog::Catalog;
+    use super::*;
+    use serde_json::json;
+
+    fn asks(spec: Value) -> PodResources {
+        PodResources::of(&spec)
+    }
+
+    #[test]
+    fn effective_request_follows_kube_scheduler() {
+        let r = asks(json!({
+            "initContainers": [
+                {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                {"name": "fetch", "resources": {"requests": {"cpu": "6", "memory": "1Gi"}}}
+            ],
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "2", "memory": "8Gi"}}},
+                {"name": "b", "resources": {"limits": {"cpu": 1, "memory": "4Gi"}}},
+                {"name": "c"}
+            ],
+            "overhead": {"cpu": "250m", "memory": "120Mi"}
+        }));
+        // CPU: the init container (6) with the sidecar before it (0.5)
+        // beats the running pod (3.5); memory: the running pod (13Gi).
+        assert_eq!(r.cpu_millis, 6500 + 250);
+        assert_eq!(r.memory_bytes, (13 << 30) + (120 << 20));
+        assert_eq!(
+            asks(json!({"containers": [{"name": "c"}]})),
+            PodResources::default()
+        );
+        // Unreadable amounts count nothing.
+        let odd = asks(
+            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots", "memory": true}}}]}),
+        );
+        assert_eq!(odd, PodResources::default());
+    }
+
+    #[test]
+    fn reserve_follows_the_aks_tables() {
+        let c = Catalog::embedded();
+        let t4 = Allocatable::of(c.get("Standard_NC4as_T4_v3").unwrap());
+        assert_eq!((t4.cpu_millis, t4.reserved_cpu_millis), (3860, 140));
+        assert_eq!(t4.reserved_memory_bytes, Some(250_000_000 + (100 << 20)));
+        assert_eq!(
+            t4.memory_bytes,
+            Some((28 << 30) - 250_000_000 - (100 << 20))
+        );
+        // 24 cores: the 16-core figure; 96 cores: the 64-core one.
+        let a100 = Allocatable::of(c.get("Standard_NC24ads_A100_v4").unwrap());
+        assert_eq!(a100.reserved_cpu_millis, 260);
+        let nd = Allocatable::of(c.get("Standard_ND96asr_v4").unwrap());
+        assert_eq!(nd.reserved_cpu_millis, 740);
+        // A quarter of the memory when that is less.
+        let mut tiny = c.get("Standard_NC4as_T4_v3").unwrap().clone();
+        tiny.memory_gib = Some(0.5);
+        assert_eq!(
+            Allocatable::of(&tiny).reserved_memory_bytes,
+            Some((128 << 20) + (100 << 20))
+        );
+        tiny.memory_gib = None;
+        let unknown = Allocatable::of(&tiny);
+        assert_eq!(unknown.memory_bytes, None);
+        assert!(unknown.holds(PodResources {
+            cpu_millis: 1000,
+            memory_bytes: u64::MAX
+        }));
+    }
+
+    #[test]
+    fn largest_is_the_size_with_most_room_for_the_pod() {
+        let c = Catalog::embedded();
+        let sizes: Vec<&Sku> = [
+            "Standard_NC24lds_xl_RTXPRO6000BSE_v6",
+            "Standard_NC16as_T4_v3",
+            "Standard_NC24ads_A100_v4",
+        ]
+        .iter()
+        .map(|n| c.get(n).unwrap())
+        .collect();
+        // 150 GiB: only the A100 size has the memory.
+        let big_memory = PodResources {
+            cpu_millis: 4000,
+            memory_bytes: 150 << 30,
+        };
+        let f = FitFacts::of(big_memory, &sizes, 1);
+        assert!(f.fits);
+        assert_eq!(f.largest.unwrap().name, "Standard_NC24ads_A100_v4");
+        assert_eq!(f.cpu_per_gpu, 4000);
+        assert_eq!(f.max_cpu_per_gpu, 24_000);
+        // 30 CPU fits none; the 24-vCPU size with more memory is nearest.
+        let f = FitFacts::of(
+            PodResources {
+                cpu_millis: 30_000,
+                memory_bytes: 0,
+            },
+            &sizes,
+            2,
+        );
+        assert!(!f.fits);
+        let largest = f.largest.unwrap();
+        assert_eq!(
+            (largest.name.as_str(), largest.vcpus),
+            ("Standard_NC24ads_A100_v4", 24)
+        );
+        assert_eq!(f.cpu_per_gpu, 15_000);
+        // No size known: nothing to judge.
+        let none = FitFacts::of(big_memory, &[], 1);
+        assert!(none.fits && none.largest.is_none());
+        assert_eq!(FitFacts::default().cpu, 0);
+    }
+}
