@@ -13,6 +13,7 @@ use crate::k8s::claims::{pod_claims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, NodeInfo, NodeLookup};
+use crate::kueue;
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -207,7 +208,8 @@ pub fn namespace_name(req: &Request) -> Option<String> {
 /// template. An UPDATE that leaves the template as it was (scaling,
 /// finalizers, labels of the controller) makes no new kind of pod, and is
 /// never judged: a policy or profile change must not stop a workload from
-/// scaling down or being deleted.
+/// scaling down or being deleted. Nor is Kueue admitting a queued workload
+/// ([`kueue::admits_controller`]): its flavors are judged instead.
 pub fn judges_template(req: &Request) -> bool {
     let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
     let Some(object) = req.object.as_ref() else {
@@ -217,7 +219,10 @@ pub fn judges_template(req: &Request) -> bool {
         && workloads::pod_template(object).is_some()
         && match req.operation {
             Operation::Create => true,
-            Operation::Update => workloads::template_changed(object, req.old_object.as_ref()),
+            Operation::Update => {
+                !kueue::admits_controller(req)
+                    && workloads::template_changed(object, req.old_object.as_ref())
+            }
             _ => false,
         }
 }
