@@ -236,6 +236,9 @@ pub const METRIC_KINDS: &[&str] = &[
     "AzureManagedMachinePool",
     "AzureASOManagedMachinePool",
     "AzureASOManagedControlPlane",
+    "ResourceFlavor",
+    "ClusterQueue",
+    "LocalQueue",
     "ResourceClaim",
     "ResourceClaimTemplate",
 ];
