@@ -94,6 +94,11 @@ impl Admission {
         self.bundle.load_full()
     }
 
+    /// Where the namespaces of requests are looked up.
+    pub fn namespaces(&self) -> &dyn NamespaceLookup {
+        self.namespaces.as_ref()
+    }
+
     /// The `/mutate` answer: placement patch for pods on CREATE and for
     /// Karpenter NodePools on CREATE and UPDATE, then every matching
     /// MutatingAdmissionPolicy in the order of its name, each on what the
@@ -239,6 +244,9 @@ pub const METRIC_KINDS: &[&str] = &[
     "AzureManagedMachinePool",
     "AzureASOManagedMachinePool",
     "AzureASOManagedControlPlane",
+    "ResourceFlavor",
+    "ClusterQueue",
+    "LocalQueue",
     "ResourceClaim",
     "ResourceClaimTemplate",
     // The workload kinds of the shipped PodTemplateSources

@@ -30,6 +30,9 @@ pub const AUDITED: &[(&str, &str)] = &[
         "infrastructure.cluster.x-k8s.io",
         "AzureASOManagedControlPlane",
     ),
+    ("kueue.x-k8s.io", "ResourceFlavor"),
+    ("kueue.x-k8s.io", "ClusterQueue"),
+    ("kueue.x-k8s.io", "LocalQueue"),
     ("resource.k8s.io", "ResourceClaim"),
     ("resource.k8s.io", "ResourceClaimTemplate"),
 ];

@@ -17,6 +17,7 @@ pub mod cli;
 pub mod gpu;
 pub mod inventory;
 pub mod k8s;
+pub mod kueue;
 pub mod offline;
 pub mod placement;
 pub mod policy;

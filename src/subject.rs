@@ -13,6 +13,7 @@ use crate::k8s::claims::{pod_claims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, NodeInfo, NodeLookup, TemplateSources};
+use crate::kueue;
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -291,7 +292,8 @@ pub fn namespace_name(req: &Request) -> Option<String> {
 /// template. An UPDATE that leaves every template as it was (scaling,
 /// finalizers, labels of the workload) makes no new kind of pod, and is
 /// never judged: a policy or profile change must not stop a workload from
-/// scaling down or being deleted.
+/// scaling down or being deleted. Nor is Kueue admitting a queued workload
+/// ([`kueue::admission_update`]): its flavors are judged instead.
 pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
     let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
     let Some(object) = req.object.as_ref() else {
@@ -304,7 +306,7 @@ pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
         Operation::Create => true,
         Operation::Update => match req.old_object.as_ref() {
             Some(old) if workloads::pod_template(object).is_some() => {
-                workloads::template_changed(object, Some(old))
+                !kueue::admits_controller(req) && workloads::template_changed(object, Some(old))
             }
             Some(old) => {
                 let templates = |o: &Value| {
@@ -312,10 +314,16 @@ pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
                         .templates(o)
                         .unwrap_or_default()
                         .into_iter()
-                        .map(|t| (t.label, t.template))
+                        .map(|t| (t.label, t.pointer, t.template))
                         .collect::<Vec<_>>()
                 };
-                templates(object) != templates(old)
+                let (now, before) = (templates(object), templates(old));
+                // Kueue writes into pod templates it knows the place of;
+                // an inline pod spec (no pointer) is never its to change.
+                let pointers: Option<Vec<&str>> =
+                    now.iter().map(|(_, p, _)| p.as_deref()).collect();
+                let kueue_admits = pointers.is_some_and(|p| kueue::admission_update(req, &p));
+                !kueue_admits && now != before
             }
             None => true,
         },

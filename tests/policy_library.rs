@@ -166,6 +166,7 @@ const KINDS: &[(&str, &str, &str)] = &[
     ("kaito.sh", "inferencesets", "InferenceSet"),
     ("kaito.sh", "ragengines", "RAGEngine"),
     ("karpenter.sh", "nodepools", "NodePool"),
+    ("kueue.x-k8s.io", "resourceflavors", "ResourceFlavor"),
     (
         "containerservice.azure.com",
         "managedclustersagentpools",

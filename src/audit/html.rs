@@ -94,6 +94,7 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
     offenders(&mut out, report, &view);
     policies(&mut out, report, &view, meta);
     capacity(&mut out, report, &view);
+    kueue(&mut out, report);
     footer(&mut out, meta);
     out.push_str(TAIL);
     out
@@ -688,6 +689,38 @@ fn capacity(out: &mut String, report: &Report, view: &View) {
         );
     }
     out.push_str("</section>\n");
+}
+
+/// Kueue flavors outside the tiers of the namespaces their ClusterQueues
+/// serve; no section when there are none.
+fn kueue(out: &mut String, report: &Report) {
+    if report.kueue.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"kueue\">\n<h2>Kueue flavors outside namespace tiers</h2>\n");
+    out.push_str("<p>Kueue writes a ResourceFlavor's node labels into every pod it admits on the flavor. These flavors select GPU sizes the tier of a namespace they serve does not allow: the pods Kueue admits from it are denied, and their workloads never start.</p>\n");
+    out.push_str("<table id=\"kueue-flavors\">\n<thead><tr><th>ClusterQueue</th><th>Namespace</th><th>Tier</th><th>ResourceFlavor</th><th>GPU sizes outside the tier</th></tr></thead>\n<tbody>\n");
+    for k in &report.kueue {
+        let sizes = (k.sizes.iter().take(MAX_SIZES))
+            .map(|s| esc(s))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = match k.sizes.len().saturating_sub(MAX_SIZES) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        let _ = writeln!(
+            out,
+            "<tr class=\"kueue\" data-flavor=\"{}\" data-namespace=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"skus\">{sizes}{more}</td></tr>",
+            esc(&k.flavor),
+            esc(&k.namespace),
+            esc(&k.cluster_queue),
+            esc(&k.namespace),
+            esc(&k.tier),
+            esc(&k.flavor),
+        );
+    }
+    out.push_str("</tbody>\n</table>\n</section>\n");
 }
 
 fn footer(out: &mut String, meta: &ReportMeta) {

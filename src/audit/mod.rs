@@ -2,6 +2,7 @@
 //! how many GPUs the violating objects hold (or, for node pools and other
 //! capacity objects, can bring up).
 pub mod html;
+pub mod kueue;
 
 pub use html::{render, ReportMeta, ReportSource};
 
@@ -107,6 +108,10 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// Every GPU-capable capacity object, and any other with a finding.
     pub capacity: Vec<CapacityObject>,
+    /// Kueue ResourceFlavors whose GPU sizes fall outside the tier of a
+    /// namespace their ClusterQueue serves (left out when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kueue: Vec<kueue::FlavorOutsideTier>,
 }
 
 /// Evaluates `objects` as if each were created now.
@@ -197,6 +202,7 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
             });
         }
     }
+    report.kueue = kueue::flavors_outside_tiers(objects, &bundle.placement, admission.namespaces());
     report
 }
 
@@ -246,6 +252,12 @@ pub fn render_text(report: &Report) -> String {
         report.evaluated,
         report.findings.len()
     );
+    if !report.kueue.is_empty() {
+        out.push_str("\nKueue flavors outside the tiers of the namespaces they serve:\n");
+        for k in &report.kueue {
+            let _ = writeln!(out, "  {}", k.message);
+        }
+    }
     if rows.is_empty() {
         return out;
     }

@@ -142,6 +142,22 @@ pub struct ServeArgs {
     /// labels alone.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub node_cache: Switch,
+    /// Username of Kueue's controller (repeatable). Its UPDATE of a queued
+    /// Job that only admits it (suspend, the ResourceFlavor's node
+    /// selection and tolerations, Kueue's labels and annotations) is not
+    /// judged again; the flavors are judged instead (docs/kueue.md).
+    #[arg(long = "kueue-controller", value_name = "USER",
+          default_value = crate::kueue::DEFAULT_CONTROLLER, value_parser = parse_username)]
+    pub kueue_controllers: Vec<String>,
+}
+
+/// A username as `request.userInfo.username` spells it: not empty (a
+/// request without a user must never pass for Kueue's controller).
+fn parse_username(text: &str) -> Result<String, String> {
+    match text.trim() {
+        "" => Err("a username cannot be empty".to_string()),
+        name => Ok(name.to_string()),
+    }
 }
 
 /// On or off.
@@ -242,6 +258,8 @@ impl ServeArgs {
             report_max_objects,
             report_lease,
             node_cache,
+            // Process-wide, set by `run` before the configuration is made.
+            kueue_controllers: _,
         } = self;
         ServeConfig {
             listen,
@@ -300,6 +318,9 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 
 /// Runs the server until SIGTERM/SIGINT.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    crate::kueue::set_controllers(args.kueue_controllers.clone()).map_err(|kept| {
+        anyhow::anyhow!("Kueue's controller was already set to {kept:?} in this process")
+    })?;
     let config = args.into_config();
     init_logging(config.log_format);
     let runtime = runtime()?;

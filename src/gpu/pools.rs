@@ -1,6 +1,7 @@
 //! What a GPU capacity object asks for: Karpenter NodePools, KAITO
 //! Workspaces / InferenceSets / RAGEngines, Azure Service Operator agent
-//! pools and managed clusters, and Cluster API Azure machine pools.
+//! pools and managed clusters, Cluster API Azure machine pools, and the
+//! Kueue ResourceFlavors that pin queued workloads to some of these nodes.
 //!
 //! An object may create several pools (a ManagedCluster's inline
 //! `agentPoolProfiles`, the agent pools embedded in a CAPZ
@@ -15,9 +16,10 @@ use serde_json::Value;
 
 use super::azure_pools;
 use super::catalog::Catalog;
+use super::facts::tolerates_gpu_taint;
 use super::selection::SkuSelection;
 use crate::k8s::json::{int_of, items as list, scalar_string};
-use crate::k8s::{NodeSelection, Taint};
+use crate::k8s::{NodeSelection, NodeSelectorRequirement, Taint};
 
 /// The kinds of object that create GPU nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +45,10 @@ pub enum PoolKind {
     /// `infrastructure.cluster.x-k8s.io` AzureASOManagedControlPlane: the
     /// inline agent pools of the ManagedCluster among its `spec.resources[]`.
     AsoControlPlane,
+    /// `kueue.x-k8s.io` ResourceFlavor: creates no node, but every pod
+    /// Kueue admits on it gets its `nodeLabels` as a nodeSelector and its
+    /// tolerations.
+    ResourceFlavor,
 }
 
 impl PoolKind {
@@ -65,6 +71,7 @@ impl PoolKind {
             ("infrastructure.cluster.x-k8s.io", "AzureASOManagedControlPlane") => {
                 PoolKind::AsoControlPlane
             }
+            ("kueue.x-k8s.io", "ResourceFlavor") => PoolKind::ResourceFlavor,
             _ => return None,
         })
     }
@@ -80,6 +87,7 @@ impl PoolKind {
             PoolKind::MachinePool => "AzureManagedMachinePool",
             PoolKind::AsoMachinePool => "AzureASOManagedMachinePool",
             PoolKind::AsoControlPlane => "AzureASOManagedControlPlane",
+            PoolKind::ResourceFlavor => "ResourceFlavor",
         }
     }
 
@@ -140,6 +148,9 @@ pub struct CapacityRequest {
     pub selection: Option<NodeSelection>,
     #[serde(serialize_with = "taint_strings")]
     pub taints: Vec<Taint>,
+    /// A toleration of its own tolerates a GPU taint (a ResourceFlavor's
+    /// `spec.tolerations`, which Kueue adds to the pods it admits on it).
+    pub tolerates_gpu: bool,
     /// NodePool `spec.limits["nvidia.com/gpu"]` (or `amd.com/gpu`), when a
     /// whole number.
     pub gpu_limit: Option<i64>,
@@ -198,6 +209,7 @@ impl CapacityRequest {
             sizes: Vec::new(),
             selection: None,
             taints: Vec::new(),
+            tolerates_gpu: false,
             gpu_limit: None,
             count: None,
             static_pool: false,
@@ -282,6 +294,26 @@ impl CapacityRequest {
                 req.sizes_field = "spec.compute.instanceType".into();
                 req.sizes.extend(str_at("/spec/compute/instanceType"));
                 req.count = int_at("/spec/compute/count");
+            }
+            PoolKind::ResourceFlavor => {
+                // Written into the pods as their nodeSelector: labels ANDed.
+                let labels = spec.get("nodeLabels").and_then(Value::as_object);
+                let selection = NodeSelection {
+                    required: (labels.into_iter().flatten())
+                        .filter_map(|(k, v)| {
+                            Some(NodeSelectorRequirement::equals(k, &scalar_string(v)?))
+                        })
+                        .collect(),
+                    terms: None,
+                };
+                req.sizes_field = "spec.nodeLabels".into();
+                req.taints_field = "spec.nodeTaints".into();
+                req.sizes = selection.named_sizes();
+                req.selection = Some(selection);
+                req.taints = list(spec.get("nodeTaints"))
+                    .filter_map(Taint::from_value)
+                    .collect();
+                req.tolerates_gpu = spec.get("tolerations").is_some_and(tolerates_gpu_taint);
             }
             PoolKind::AgentPool => azure_pools::read_agent_pool(&mut req, spec, "spec", None),
             PoolKind::MachinePool => azure_pools::read_machine_pool(&mut req, spec),
@@ -407,6 +439,8 @@ impl CapacityRequest {
                     });
                 Some(from_scale.saturating_add(from_vm_size))
             }
+            // Its nodes are other objects' (and counted there).
+            PoolKind::ResourceFlavor => Some(0),
             PoolKind::ManagedCluster | PoolKind::AsoMachinePool | PoolKind::AsoControlPlane => self
                 .pools
                 .iter()
@@ -647,6 +681,52 @@ mod tests {
     }
 
     #[test]
+    fn kueue_resource_flavors_select_by_their_node_labels() {
+        let flavor = |spec: Value| {
+            pool(
+                json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+                "metadata": {"name": "f"}, "spec": spec}),
+            )
+        };
+        let t4 = flavor(json!({
+            "nodeLabels": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3", "team": "a"},
+            "nodeTaints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
+            "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+        }));
+        assert_eq!(t4["kind"], "ResourceFlavor");
+        assert_eq!(t4["sizes"], json!(["Standard_NC4as_T4_v3"]));
+        assert_eq!(t4["skus"], json!(["Standard_NC4as_T4_v3"]));
+        assert_eq!(t4["sizesField"], "spec.nodeLabels");
+        assert_eq!(t4["tainted"], true);
+        assert_eq!(t4["toleratesGpu"], true);
+        assert_eq!(t4["gpuOnly"], true);
+        let cpu = flavor(
+            json!({"nodeLabels": {"node.kubernetes.io/instance-type": "Standard_D8s_v5"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
+        );
+        assert_eq!(cpu["sizes"], json!(["Standard_D8s_v5"]));
+        assert_eq!(cpu["skus"], json!([]));
+        assert_eq!(cpu["toleratesGpu"], true);
+        assert_eq!(cpu["gpuOnly"], false);
+        // Kueue's `default` flavor: any node, no GPU of its own.
+        let default = flavor(json!({}));
+        assert_eq!(default["sizes"], json!([]));
+        assert_eq!(default["gpuOnly"], false);
+        assert_eq!(default["toleratesGpu"], false);
+        assert_eq!(default["tainted"], false);
+        let nvidia = flavor(json!({"nodeLabels": {"kubernetes.azure.com/accelerator": "nvidia"}}));
+        assert_eq!(nvidia["gpuOnly"], true);
+        assert!(!nvidia["skus"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("Standard_ND96isr_MI300X_v5")));
+        let request = CapacityRequest::from_object(&json!({"apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor", "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"}}}))
+        .unwrap();
+        assert_eq!(request.launchable_gpus(&Catalog::embedded()), Some(0));
+    }
+
+    #[test]
     fn ragengine_compute_instance_type() {
         let p = pool(
             json!({"apiVersion": "kaito.sh/v1alpha1", "kind": "RAGEngine",
@@ -776,6 +856,7 @@ mod tests {
             "sizes",
             "tainted",
             "taints",
+            "toleratesGpu",
             "gpuLimit",
             "count",
             "static",

@@ -120,6 +120,10 @@ pub struct FoundTemplate {
     pub label: String,
     /// A pod template: `metadata` (labels, annotations) and `spec`.
     pub template: Value,
+    /// The JSON pointer of the template in the object, when it is a pod
+    /// template there (`/spec/workerGroupSpecs/0/template`); `None` for
+    /// an inline pod spec, which the object does not keep as one.
+    pub pointer: Option<String>,
     /// Pods it makes.
     pub replicas: i64,
     /// Pods it may make when the kind scales it up.
@@ -167,9 +171,11 @@ impl TemplateSources {
     pub fn templates(&self, object: &Value) -> Option<Vec<FoundTemplate>> {
         if let Some(template) = workloads::pod_template(object) {
             let replicas = workloads::replicas(object);
+            let pointer = workloads::template_kind_of(object).map(|k| k.template.to_string());
             return Some(vec![FoundTemplate {
                 label: String::new(),
                 template: template.clone(),
+                pointer,
                 replicas,
                 max_replicas: replicas,
             }]);
@@ -204,13 +210,34 @@ impl TemplatePath {
                 Some(factors) => product(object, factors, &bound).max(replicas),
                 None => replicas,
             };
+            let pointer = (self.shape == Shape::PodTemplateSpec).then(|| self.pointer(&bound));
             out.push(FoundTemplate {
                 label: self.label(object, &bound),
                 template,
+                pointer,
                 replicas,
                 max_replicas,
             });
         }
+    }
+
+    /// The JSON pointer of the value this path reached with `bound`.
+    fn pointer(&self, bound: &[Bound]) -> String {
+        let mut pointer = String::new();
+        let mut bound = bound.iter();
+        let escape = |s: &str| s.replace('~', "~0").replace('/', "~1");
+        for segment in &self.segments {
+            pointer.push('/');
+            match segment {
+                Segment::Field(f) => pointer.push_str(&escape(f)),
+                Segment::Items | Segment::Values => match bound.next() {
+                    Some(Bound::Index(i)) => pointer.push_str(&i.to_string()),
+                    Some(Bound::Key(k)) => pointer.push_str(&escape(k)),
+                    None => {}
+                },
+            }
+        }
+        pointer
     }
 
     /// The pod template at `value`, when it is one (an inline pod spec

@@ -153,6 +153,12 @@ impl ProfileSet {
         Some(self.at_positions(&sizes.positions))
     }
 
+    /// The tier whose list applies to a namespace with `namespace_labels`;
+    /// `None` when no tiers are loaded or none applies.
+    pub fn tier_name(&self, namespace_labels: &BTreeMap<String, String>) -> Option<&str> {
+        Some(self.tiers.as_ref()?.tier_of(namespace_labels)?.0)
+    }
+
     fn at_positions(&self, positions: &[usize]) -> Vec<&Sku> {
         let all = self.catalog().skus();
         positions.iter().filter_map(|&i| all.get(i)).collect()

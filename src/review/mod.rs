@@ -187,8 +187,8 @@ pub fn plural_resource(kind: &str) -> String {
 }
 
 /// Whether objects of this kind live outside namespaces. Covers the
-/// built-in kinds and the node-pool kinds the webhook sees; anything else is
-/// taken as namespaced.
+/// built-in kinds, the node-pool kinds the webhook sees and Kueue's
+/// cluster-wide kinds; anything else is taken as namespaced.
 pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
     matches!(
         (group, kind),
@@ -216,6 +216,15 @@ pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
             | ("serving.kserve.io", "ClusterServingRuntime")
             | ("argoproj.io", "ClusterWorkflowTemplate")
             | ("karpenter.azure.com", "AKSNodeClass")
+            | (
+                "kueue.x-k8s.io",
+                "ResourceFlavor"
+                    | "ClusterQueue"
+                    | "Cohort"
+                    | "Topology"
+                    | "AdmissionCheck"
+                    | "WorkloadPriorityClass"
+            )
     )
 }
 

@@ -51,6 +51,14 @@ fn every_template_of_a_raycluster_is_found_and_named() {
     // No maxReplicas: the count it has.
     assert_eq!((found[2].replicas, found[2].max_replicas), (3, 3));
     assert_eq!(found[1].template, pod("ray-worker", "8"));
+    assert_eq!(
+        found[0].pointer.as_deref(),
+        Some("/spec/headGroupSpec/template")
+    );
+    assert_eq!(
+        found[2].pointer.as_deref(),
+        Some("/spec/workerGroupSpecs/1/template")
+    );
     // Another group, or a kind no document names: not a workload.
     let other = json!({"apiVersion": "example.com/v1", "kind": "RayCluster", "spec": {}});
     assert_eq!(ray().templates(&other), None);
@@ -153,6 +161,8 @@ fn inline_pod_specs_take_containers_from_their_own_fields() {
     assert_eq!(t["spec"]["containers"][0]["image"], "pytorch");
     assert_eq!(t["spec"]["containers"].as_array().unwrap().len(), 2);
     assert_eq!(found[0].label, "templates[train]");
+    // An inline pod spec is not a pod template in the object.
+    assert_eq!(found[0].pointer, None);
     assert_eq!(
         found[0].template,
         json!({"metadata": {"labels": {"team": "a"}}, "spec": {
