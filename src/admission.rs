@@ -346,8 +346,15 @@ pub fn subject<'r>(
             subject.variables.push(("gpu".to_string(), value));
         }
         for template in &mut subject.templates {
-            if let Some(facts) = &template.gpu {
-                template.variables.push(("gpu".to_string(), gpu_val(facts)));
+            // A built-in controller's own facts are its template's: its
+            // converted value is shared, not converted twice.
+            let own = subject.variables.iter().find(|(n, _)| n == "gpu");
+            let value = match (template.label.is_empty(), own) {
+                (true, Some((_, value))) => Some(value.clone_as_boxed()),
+                _ => template.gpu.as_ref().map(gpu_val),
+            };
+            if let Some(value) = value {
+                template.variables.push(("gpu".to_string(), value));
             }
         }
     }

@@ -369,7 +369,7 @@ fn template_pods(req: &Request, sources: &TemplateSources) -> Vec<TemplatePod> {
                     None => format!("{} {name} {}: ", req.kind.kind, t.label),
                 }
             };
-            let pod = workloads::pod_of_template(object, &t.template);
+            let pod = workloads::pod_of_template(object, t.template);
             TemplatePod {
                 request: Request {
                     uid: req.uid.clone(),

@@ -171,13 +171,14 @@ pub fn pod_metadata(object: &Value) -> Option<&Value> {
 /// and annotations, the controller's name and namespace, and the template's
 /// spec. `None` when `object` is not a controller or has no template.
 pub fn pod_from_template(object: &Value) -> Option<Value> {
-    Some(pod_of_template(object, pod_template(object)?))
+    Some(pod_of_template(object, pod_template(object)?.clone()))
 }
 
 /// The Pod that `template` (a pod template: `metadata` and `spec`) of the
 /// workload `object` describes: the template's labels and annotations, the
-/// workload's name and namespace, and the template's spec.
-pub fn pod_of_template(object: &Value, template: &Value) -> Value {
+/// workload's name and namespace, and the template's spec (moved, not
+/// copied).
+pub fn pod_of_template(object: &Value, mut template: Value) -> Value {
     let mut metadata = Map::new();
     if let Some(name) = object.at("/metadata/name").and_then(Value::as_str) {
         metadata.insert("name".into(), json!(name));
@@ -185,16 +186,23 @@ pub fn pod_of_template(object: &Value, template: &Value) -> Value {
     if let Some(ns) = object.at("/metadata/namespace").and_then(Value::as_str) {
         metadata.insert("namespace".into(), json!(ns));
     }
-    for key in ["labels", "annotations"] {
-        if let Some(v) = template.at(&format!("/metadata/{key}")) {
-            metadata.insert(key.into(), v.clone());
+    if let Some(own) = template.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in ["labels", "annotations"] {
+            if let Some(v) = own.remove(key) {
+                metadata.insert(key.into(), v);
+            }
         }
     }
+    let spec = template
+        .get_mut("spec")
+        .map(Value::take)
+        .filter(|s| !s.is_null())
+        .unwrap_or_else(|| json!({}));
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": Value::Object(metadata),
-        "spec": template.get("spec").cloned().unwrap_or_else(|| json!({})),
+        "spec": spec,
     })
 }
 
