@@ -55,8 +55,13 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
                 1 => "1 mutating policy, ".to_string(),
                 n => format!("{n} mutating policies, "),
             };
+            let kinds = match policies.template_sources().custom().len() {
+                0 => String::new(),
+                1 => "1 workload kind, ".to_string(),
+                n => format!("{n} workload kinds, "),
+            };
             println!(
-                "{}: ok ({} policies, {mutating}{} placement profiles, {} tests)",
+                "{}: ok ({} policies, {mutating}{kinds}{} placement profiles, {} tests)",
                 args.dir.display(),
                 policies.len(),
                 loaded.bundle.placement.len(),
