@@ -3,6 +3,9 @@
 //! `..data` symlink in one rename. A broken update keeps the last good set,
 //! and so does an update that would switch every policy off; a periodic
 //! rescan catches what the watcher missed.
+mod common;
+
+use common::configmap::publish_files;
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource, Snapshot};
 use gpu_admission::cli::serve::{watch_policies, PolicyReloader, ReloadOutcome};
@@ -13,7 +16,6 @@ use gpu_admission::policy::WatchOptions;
 use gpu_admission::review::Operation;
 use gpu_admission::server::Metrics;
 use serde_json::json;
-use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,23 +48,6 @@ spec:
 /// Writes a new ConfigMap payload and swaps `..data` to it, as the kubelet does.
 fn publish(volume: &Path, generation: u32, text: &str) {
     publish_files(volume, generation, &[("gpu-cap.yaml", text)]);
-}
-
-/// [`publish`] with any set of keys (none: the ConfigMap was emptied).
-fn publish_files(volume: &Path, generation: u32, files: &[(&str, &str)]) {
-    let payload = volume.join(format!("..2026_11_29_{generation:02}"));
-    std::fs::create_dir(&payload).unwrap();
-    for (name, text) in files {
-        std::fs::write(payload.join(name), text).unwrap();
-    }
-    let tmp = volume.join("..data_tmp");
-    symlink(payload.file_name().unwrap(), &tmp).unwrap();
-    std::fs::rename(&tmp, volume.join("..data")).unwrap();
-    for (name, _) in files {
-        if std::fs::symlink_metadata(volume.join(name)).is_err() {
-            symlink(format!("..data/{name}"), volume.join(name)).unwrap();
-        }
-    }
 }
 
 /// The served admission and a reloader for `volume`, loaded from it now.

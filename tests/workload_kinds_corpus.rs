@@ -8,6 +8,7 @@
 //! tests say they skipped when it is absent.
 mod common;
 
+use common::shared_data::shared_data;
 use common::webhooks::{Cluster, Outcome, Review};
 use gpu_admission::offline::read_manifest;
 use std::path::{Path, PathBuf};
@@ -24,16 +25,7 @@ const PREMIUM: &[(&str, &str)] = &[
 ];
 
 fn corpus() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/crd-samples");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipped: {} is absent (CI keeps ../shared beside the clone)",
-            dir.display()
-        );
-        None
-    }
+    shared_data("crd-samples")
 }
 
 fn files(dir: &Path) -> Vec<PathBuf> {
@@ -60,20 +52,24 @@ fn namespace_labels(file: &str) -> &'static [(&'static str, &'static str)] {
     }
 }
 
+/// `Kind name` (or its `generateName`).
+fn object_name(object: &serde_json::Value) -> String {
+    let meta = &object["metadata"];
+    let name = meta["name"].as_str().or(meta["generateName"].as_str());
+    format!(
+        "{} {}",
+        object["kind"].as_str().unwrap_or(""),
+        name.unwrap_or("")
+    )
+}
+
 /// Each object of `file` created by an ordinary user, and what the
 /// cluster did with it.
 async fn apply(cluster: &Cluster, file: &Path) -> Vec<(String, Outcome)> {
     let name = file.file_name().unwrap().to_string_lossy().to_string();
     let mut outcomes = Vec::new();
     for object in read_manifest(file).unwrap() {
-        let what = format!(
-            "{} {}",
-            object["kind"].as_str().unwrap_or(""),
-            object["metadata"]["name"]
-                .as_str()
-                .or(object["metadata"]["generateName"].as_str())
-                .unwrap_or("")
-        );
+        let what = object_name(&object);
         let review = Review::create(object).namespace_labels(namespace_labels(&name));
         outcomes.push((what, cluster.admit(&review).await));
     }
@@ -118,14 +114,7 @@ async fn published_samples_are_allowed_but_two() {
 async fn said(cluster: &Cluster, file: &Path, labels_of: &str) -> Vec<String> {
     let mut said = Vec::new();
     for object in read_manifest(file).unwrap() {
-        let what = format!(
-            "{} {}",
-            object["kind"].as_str().unwrap_or(""),
-            object["metadata"]["name"]
-                .as_str()
-                .or(object["metadata"]["generateName"].as_str())
-                .unwrap_or("")
-        );
+        let what = object_name(&object);
         let review = Review::create(object).namespace_labels(namespace_labels(labels_of));
         let outcome = cluster.admit(&review).await;
         for message in outcome.denial.iter().chain(&outcome.warnings) {

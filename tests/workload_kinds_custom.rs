@@ -5,6 +5,7 @@
 //! document and field of a path it cannot read.
 mod common;
 
+use common::configmap::publish_files;
 use common::{admission_review, config, TestServer};
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle::Snapshot;
@@ -14,8 +15,6 @@ use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::WatchOptions;
 use gpu_admission::server::Metrics;
 use serde_json::{json, Value};
-use std::os::unix::fs::symlink;
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,24 +59,6 @@ spec:
           replicas: ["spec.workers[*].count"]
 "#;
 
-/// Writes a ConfigMap payload of `files` and swaps `..data` to it, as the
-/// kubelet does.
-fn publish(volume: &Path, generation: u32, files: &[(&str, &str)]) {
-    let payload = volume.join(format!("..2026_12_02_{generation:02}"));
-    std::fs::create_dir(&payload).unwrap();
-    for (name, text) in files {
-        std::fs::write(payload.join(name), text).unwrap();
-    }
-    let tmp = volume.join("..data_tmp");
-    symlink(payload.file_name().unwrap(), &tmp).unwrap();
-    std::fs::rename(&tmp, volume.join("..data")).unwrap();
-    for (name, _) in files {
-        if std::fs::symlink_metadata(volume.join(name)).is_err() {
-            symlink(format!("..data/{name}"), volume.join(name)).unwrap();
-        }
-    }
-}
-
 fn trainer(gpus: u32) -> Value {
     json!({"apiVersion": "ml.example.com/v1", "kind": "Trainer",
         "metadata": {"name": "t", "namespace": "ml"},
@@ -97,7 +78,7 @@ async fn validate(server: &TestServer, object: &Value) -> Value {
 async fn a_source_added_to_the_folder_judges_its_kind_at_apply_without_a_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let volume = tmp.path();
-    publish(volume, 1, &[("gpu-cap.yaml", POLICY)]);
+    publish_files(volume, 1, &[("gpu-cap.yaml", POLICY)]);
     let snapshot = Snapshot::read(volume).unwrap();
     let loaded = snapshot.load(Catalog::embedded_arc()).expect("loads");
     let admission = Arc::new(Admission::new(
@@ -118,7 +99,7 @@ async fn a_source_added_to_the_folder_judges_its_kind_at_apply_without_a_restart
     let response = validate(&server, &trainer(8)).await;
     assert_eq!(response["allowed"], true, "{response}");
 
-    publish(
+    publish_files(
         volume,
         2,
         &[("gpu-cap.yaml", POLICY), ("trainer.yaml", SOURCE)],

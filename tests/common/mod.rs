@@ -2,6 +2,7 @@
 //! over real TLS.
 #![allow(dead_code)]
 
+pub mod configmap;
 pub mod fake_apiserver;
 pub mod hostile;
 pub mod http;
