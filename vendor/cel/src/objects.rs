@@ -1084,15 +1084,19 @@ impl Value {
                             // depth or time stops the evaluation; only value
                             // errors are absorbed by the other operand.
                             let left = absorbable(left)?;
-                            return if matches!(left, Ok(true)) {
-                                Ok(bool(true))
+                            return if Ok(true) == left {
+                                Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(true))))
                             } else {
                                 let right = Value::resolve_val(&call.args[1], ctx)?
                                     .downcast_ref::<CelBool>()
                                     .map(|b| *b.inner());
                                 match (&left, right) {
-                                    (Ok(false), Some(right)) => Ok(bool(right)),
-                                    (Err(_), Some(true)) => Ok(bool(true)),
+                                    (Ok(false), Some(right)) => {
+                                        Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(right))))
+                                    }
+                                    (Err(_), Some(true)) => {
+                                        Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(true))))
+                                    }
                                     (_, _) => Err(left.err().unwrap_or(NoSuchOverload)),
                                 }
                             };
@@ -1101,15 +1105,19 @@ impl Value {
                             let left = try_bool(Value::resolve_val(&call.args[0], ctx));
                             // gpu-admission patch: see `||`.
                             let left = absorbable(left)?;
-                            return if matches!(left, Ok(false)) {
-                                Ok(bool(false))
+                            return if Ok(false) == left {
+                                Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(false))))
                             } else {
                                 let right = Value::resolve_val(&call.args[1], ctx)?
                                     .downcast_ref::<CelBool>()
                                     .map(|b| *b.inner());
                                 match (&left, right) {
-                                    (Ok(true), Some(right)) => Ok(bool(right)),
-                                    (Err(_), Some(false)) => Ok(bool(false)),
+                                    (Ok(true), Some(right)) => {
+                                        Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(right))))
+                                    }
+                                    (Err(_), Some(false)) => {
+                                        Ok(Cow::<dyn Val>::Owned(Box::new(CelBool::from(false))))
+                                    }
                                     (_, _) => Err(left.err().unwrap_or(NoSuchOverload)),
                                 }
                             };
@@ -1634,7 +1642,7 @@ impl Value {
                     }
                     index += 1;
                     let accu = match Value::resolve_val(&comprehension.loop_step, &ctx) {
-                        Ok(accu) => accu,
+                        Ok(accu) => accu.into_owned(),
                         // gpu-admission patch: in `all` and `exists` (a step
                         // that is `accu && p` or `accu || p`) an element's
                         // error is kept as the accumulator and a later
@@ -1642,13 +1650,9 @@ impl Value {
                         // spec folds `&&` and `||`: `[1, 2, 3].all(e, 6 / (2
                         // - e) == 6)` is false, whatever the order.
                         Err(e) if folds_logically(&comprehension.loop_step) && is_absorbable(&e) => {
-                            Cow::Owned(Box::new(ErrorVal(e)) as Box<dyn Val>)
+                            Box::new(ErrorVal(e))
                         }
                         Err(e) => return Err(e),
-                    };
-                    let accu = match accu.downcast_ref::<CelBool>() {
-                        Some(b) => bool(*b.inner()),
-                        None => Cow::Owned(accu.into_owned()),
                     };
                     bind(&mut ctx, by_slot, 0, accu_var, accu);
                 }
@@ -1656,11 +1660,6 @@ impl Value {
                 // gpu-admission patch: an error the fold kept is the result.
                 if let Some(ErrorVal(e)) = result.downcast_ref::<ErrorVal>() {
                     return Err(e.clone());
-                }
-                // gpu-admission patch: a boolean result (`all`, `exists`)
-                // is borrowed from a `static`, not copied into a box.
-                if let Some(b) = result.downcast_ref::<CelBool>() {
-                    return Ok(bool(*b.inner()));
                 }
                 Ok(Cow::<dyn Val>::Owned(result.into_owned()))
             }
@@ -1715,12 +1714,8 @@ fn bind<'a, V: Into<Cow<'a, dyn Val>>>(
     }
 }
 
-/// gpu-admission patch: a boolean result is borrowed from a `static`, not
-/// allocated (every comparison, `has()` and logical operator makes one).
 fn bool<'a>(boolean: bool) -> Cow<'a, dyn Val> {
-    static TRUE: CelBool = CelBool::TRUE;
-    static FALSE: CelBool = CelBool::FALSE;
-    Cow::Borrowed(if boolean { &TRUE } else { &FALSE })
+    Cow::<dyn Val>::Owned(Box::new(CelBool::from(boolean)))
 }
 
 fn try_bool(val: Result<Cow<dyn Val>, ExecutionError>) -> Result<bool, ExecutionError> {

@@ -59,11 +59,7 @@ impl LiteralValue {
             LiteralValue::Bytes(b) => Cow::Borrowed(b),
             LiteralValue::Double(f) => Cow::Borrowed(f),
             LiteralValue::Int(i) => Cow::Borrowed(i),
-            // gpu-admission patch: borrowed from a `static`, not allocated.
-            LiteralValue::Null => {
-                static NULL: CelNull = CelNull;
-                Cow::Borrowed(&NULL)
-            }
+            LiteralValue::Null => Cow::<dyn Val>::Owned(Box::new(CelNull)),
             LiteralValue::String(s) => Cow::Borrowed(s),
             LiteralValue::UInt(ui) => Cow::Borrowed(ui),
         }

@@ -8,11 +8,6 @@ use std::ops::Deref;
 pub struct Bool(bool);
 
 impl Bool {
-    /// gpu-admission patch: the two values, for results borrowed from a
-    /// `static` instead of allocated.
-    pub const TRUE: Bool = Bool(true);
-    pub const FALSE: Bool = Bool(false);
-
     pub fn negate(&self) -> Self {
         Self(!self.0)
     }
