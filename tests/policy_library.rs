@@ -59,6 +59,7 @@ fn every_document_is_a_known_kind() {
                     Some("admissionregistration.k8s.io/v1"),
                     Some("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding")
                 ) | (Some("v1"), Some("ConfigMap"))
+                    | (Some("gpu-admission.io/v1alpha1"), Some("PodTemplateSource"))
             ),
             "unexpected document {kind:?}"
         );
@@ -162,6 +163,7 @@ const KINDS: &[(&str, &str, &str)] = &[
     ("", "pods", "Pod"),
     ("batch", "jobs", "Job"),
     ("batch", "cronjobs", "CronJob"),
+    ("argoproj.io", "cronworkflows", "CronWorkflow"),
     ("kaito.sh", "workspaces", "Workspace"),
     ("kaito.sh", "inferencesets", "InferenceSet"),
     ("kaito.sh", "ragengines", "RAGEngine"),
