@@ -16,8 +16,8 @@
 //!         - path: spec.headGroupSpec.template
 //!         - path: spec.workerGroupSpecs[*].template
 //!           key: groupName
-//!           replicas: [spec.workerGroupSpecs[*].replicas]
-//!           maxReplicas: [spec.workerGroupSpecs[*].maxReplicas]
+//!           replicas: ["spec.workerGroupSpecs[*].replicas"]
+//!           maxReplicas: ["spec.workerGroupSpecs[*].maxReplicas"]
 //! ```
 //!
 //! A path is a dotted list of fields; `[*]` takes every element of a list
@@ -25,7 +25,11 @@
 //! (`metadata` + `spec`, the default) or, with `shape: PodSpec`, an inline
 //! pod spec such as KServe's `predictor`, whose containers may also come
 //! from other fields (`containers`: Argo's `container` and `script`, KServe's
-//! `model`, a Kubeflow TrainJob's `trainer` with its `resourcesPerNode`).
+//! `model`, a Kubeflow TrainJob's `trainer` with its `resourcesPerNode`),
+//! pod-spec fields it inherits from elsewhere in the object (`podDefaults`:
+//! an Argo Workflow's own `nodeSelector`, `tolerations`...) and a YAML
+//! patch it carries (`podSpecPatch`, merged as a strategic merge patch).
+//! (A path in a YAML flow list is quoted: `[*]` would read as an alias.)
 //! The pods a template makes are the product of its `replicas` paths (each
 //! absent one counts 1; `path - N` subtracts N), and at most the product
 //! of its `maxReplicas` paths where the kind autoscales. The wildcards of
