@@ -547,8 +547,10 @@ spec: {policyName: runaway, validationActions: [Deny]}
 }
 
 /// A workload custom resource costs its templates: a Deployment of the
-/// GPU pod against a RayCluster whose CPU head and three GPU worker groups
-/// (the same pod, in three sizes) are each judged as that pod is.
+/// GPU pod against a RayCluster whose three GPU worker groups (the same
+/// pod, in three sizes) are each judged as that pod is, and whose CPU head
+/// is not (nothing GPU-related concerns it: the pods webhook would not be
+/// sent its pod).
 fn bench_workload_kinds(c: &mut Criterion) {
     let (admission, policies) = shipped_admission();
     let template = |gpus: &str| {

@@ -375,6 +375,7 @@ fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
             namespace: subject.namespace.clone(),
             namespace_labels: subject.namespace_labels.clone(),
             templates: Vec::new(),
+            unjudged_pods: Vec::new(),
             too_many_templates: None,
             claims: template.claims.clone(),
             gpu: None,

@@ -8,6 +8,7 @@ use crate::cel::Val;
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::{GpuFacts, WorkloadFacts};
 use crate::gpu::pools::PoolKind;
+use crate::gpu::relevance::gpu_relevant;
 use crate::gpu::GpuResources;
 use crate::k8s::claims::{pod_claims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
@@ -75,6 +76,11 @@ pub struct Subject<'r> {
     /// The pods a workload's templates describe, when judged (on CREATE
     /// and on an UPDATE that changes a template), in document order.
     pub templates: Vec<TemplatePod>,
+    /// Pods of a workload custom resource's templates that nothing
+    /// GPU-related concerns ([`gpu_relevant`]: no GPU, no GPU node),
+    /// as `(replicas, max replicas)`: counted in `gpu.workload`, never
+    /// judged, as the pods webhook is never sent their pods.
+    pub unjudged_pods: Vec<(i64, i64)>,
     /// How many templates a workload holds when that is more than
     /// [`MAX_TEMPLATES`]: none of them is judged, and the request is
     /// denied.
@@ -123,13 +129,18 @@ impl<'r> Subject<'r> {
             Some(n) => with_name_label(n, labels_of(namespace.as_deref())),
             None => BTreeMap::new(),
         };
+        // A built-in controller is sent only when its one template is
+        // relevant (the workloads webhook's `gpu-relevant-template`); a
+        // custom resource's templates are told apart here.
+        let mut unjudged_pods = Vec::new();
         let mut templates = match kind {
             SubjectKind::Controller if judges_template(request, sources) => {
-                template_pods(request, sources)
+                template_pods(request, sources, &mut unjudged_pods)
             }
             _ => Vec::new(),
         };
-        let too_many_templates = (templates.len() > MAX_TEMPLATES).then_some(templates.len());
+        let found = templates.len() + unjudged_pods.len();
+        let too_many_templates = (found > MAX_TEMPLATES).then_some(found);
         if too_many_templates.is_some() {
             templates.clear();
         }
@@ -140,6 +151,7 @@ impl<'r> Subject<'r> {
             namespace,
             namespace_labels,
             templates,
+            unjudged_pods,
             too_many_templates,
             claims: None,
             gpu: None,
@@ -226,12 +238,18 @@ impl<'r> Subject<'r> {
             facts.compare_pools(own, old, catalog);
         }
         let workload = match self.kind {
-            SubjectKind::Controller if !self.templates.is_empty() => WorkloadFacts::of(
-                self.templates
-                    .iter()
-                    .zip(&per_template)
-                    .map(|(t, f)| (t.replicas, t.max_replicas, f.total)),
-            ),
+            SubjectKind::Controller
+                if !(self.templates.is_empty() && self.unjudged_pods.is_empty()) =>
+            {
+                let unjudged = self.unjudged_pods.iter().map(|&(r, max)| (r, max, 0));
+                WorkloadFacts::of(
+                    self.templates
+                        .iter()
+                        .zip(&per_template)
+                        .map(|(t, f)| (t.replicas, t.max_replicas, f.total))
+                        .chain(unjudged),
+                )
+            }
             SubjectKind::Pod => WorkloadFacts::of([(1, 1, facts.total)]),
             _ => WorkloadFacts::default(),
         };
@@ -331,8 +349,14 @@ pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
     }
 }
 
-/// The Pod CREATE requests a workload's templates describe.
-fn template_pods(req: &Request, sources: &TemplateSources) -> Vec<TemplatePod> {
+/// The Pod CREATE requests a workload's templates describe; the pods of
+/// a custom resource's templates that nothing GPU-related concerns are
+/// added to `unjudged` instead (replicas, max replicas).
+fn template_pods(
+    req: &Request,
+    sources: &TemplateSources,
+    unjudged: &mut Vec<(i64, i64)>,
+) -> Vec<TemplatePod> {
     let Some(object) = req.object.as_ref() else {
         return Vec::new();
     };
@@ -360,6 +384,13 @@ fn template_pods(req: &Request, sources: &TemplateSources) -> Vec<TemplatePod> {
     let found = sources.templates(object).unwrap_or_default();
     found
         .into_iter()
+        .filter(|t| {
+            let judged = t.label.is_empty() || gpu_relevant(&t.template);
+            if !judged {
+                unjudged.push((t.replicas, t.max_replicas));
+            }
+            judged
+        })
         .map(|t| {
             let prefix = if t.label.is_empty() {
                 format!("{} {}: ", req.kind.kind, name)
@@ -398,4 +429,42 @@ fn template_pods(req: &Request, sources: &TemplateSources) -> Vec<TemplatePod> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::{self, PolicySource};
+    use crate::gpu::catalog::Catalog;
+    use crate::k8s::namespaces::StaticNamespaces;
+    use crate::offline::build_request;
+
+    /// A RayCluster's CPU head is counted, not judged; its GPU workers are
+    /// both.
+    #[test]
+    fn templates_of_cpu_pods_are_counted_not_judged() {
+        let loaded = bundle::load(&PolicySource::Embedded).unwrap();
+        let sources = loaded.bundle.policies.template_sources();
+        let rc = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "rc", "namespace": "ml"},
+            "spec": {
+                "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head",
+                    "resources": {"requests": {"cpu": "2"}}}]}}},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 3, "maxReplicas": 5,
+                    "template": {"spec": {"containers": [{"name": "worker",
+                        "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}},
+                    {"groupName": "cpu", "replicas": 4, "maxReplicas": 4,
+                    "template": {"spec": {"containers": [{"name": "worker",
+                        "resources": {"limits": {"cpu": "8"}}}]}}}]}});
+        let req = build_request(rc, None, Operation::Create, None);
+        let catalog = Catalog::embedded();
+        let subject = Subject::new(&req, &StaticNamespaces::new(), sources)
+            .with_gpu(&catalog, &GpuResources::default());
+        let labels: Vec<&str> = subject.templates.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(labels, ["workerGroupSpecs[gpu]"]);
+        assert_eq!(subject.unjudged_pods, [(1, 1), (4, 4)]);
+        let workload = &subject.gpu.as_ref().unwrap().workload;
+        assert_eq!((workload.pods, workload.max_pods), (8, 10));
+        assert_eq!((workload.gpus, workload.max_gpus), (6, 10));
+    }
 }

@@ -9,7 +9,11 @@
 mod common;
 
 use common::shared_data::shared_data;
-use common::webhooks::{Cluster, Outcome, Review};
+use common::webhooks::{Cluster, Outcome, Review, Webhook};
+use common::NoNamespaces;
+use gpu_admission::bundle::{self, PolicySource};
+use gpu_admission::gpu::relevance::gpu_relevant;
+use gpu_admission::k8s::workloads::pod_of_template;
 use gpu_admission::offline::read_manifest;
 use std::path::{Path, PathBuf};
 
@@ -168,4 +172,68 @@ async fn waste_variants_are_denied_or_warned_naming_object_and_template() {
     }
     cluster.stop().await;
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The server judges a custom resource's template only when the pods
+/// webhook would be sent its pod (`gpu::relevance`): over every template
+/// of every sample and variant, and every pod and pod template of the
+/// public GPU manifests in `../shared/corpus`, the
+/// function and the shipped `gpu-relevant` matchCondition agree.
+#[test]
+fn template_relevance_is_the_pods_webhooks_condition() {
+    let Some(dir) = corpus() else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pods_webhook = Webhook::load(&root.join("deploy/base/validating-webhook.yaml"))
+        .into_iter()
+        .find(|w| w.name == "pods.validate.gpu-admission.io")
+        .expect("the pods webhook");
+    let shipped = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    let sources = shipped.bundle.policies.template_sources();
+    let mut pods = Vec::new();
+    for file in files(&dir.join("samples"))
+        .into_iter()
+        .chain(files(&dir.join("waste")))
+    {
+        for object in read_manifest(&file).unwrap() {
+            for found in sources.templates(&object).unwrap_or_default() {
+                pods.push(pod_of_template(&object, found.template));
+            }
+        }
+    }
+    // The public GPU manifests: pods, and the templates of Deployments,
+    // Jobs, DaemonSets...
+    for file in shared_data("corpus").map(|d| files(&d)).unwrap_or_default() {
+        for object in read_manifest(&file).unwrap_or_default() {
+            if object["kind"] == "Pod" {
+                pods.push(object.clone());
+            }
+            for found in sources.templates(&object).unwrap_or_default() {
+                pods.push(pod_of_template(&object, found.template));
+            }
+        }
+    }
+    let (mut relevant, mut wrong) = (0, Vec::new());
+    for (n, pod) in pods.iter_mut().enumerate() {
+        // The condition is compared, not the namespace selector (the
+        // corpus has kube-system DaemonSets).
+        pod["metadata"]["namespace"] = "ml".into();
+        let pod = &*pod;
+        let sent = pods_webhook
+            .applies(
+                &Review::create(pod.clone()).request(&n.to_string()),
+                &NoNamespaces,
+            )
+            .unwrap();
+        relevant += usize::from(sent);
+        if sent != gpu_relevant(pod) {
+            wrong.push(format!("sent: {sent}, gpu_relevant: {}: {pod}", !sent));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Both answers occur: CPU heads, launchers and submitters are not sent.
+    assert!(
+        pods.len() >= 100 && relevant >= 50 && relevant < pods.len(),
+        "{relevant} of {}",
+        pods.len()
+    );
 }

@@ -7,6 +7,7 @@ pub mod facts;
 pub mod fit;
 pub mod pools;
 pub mod reach;
+pub mod relevance;
 pub mod request;
 pub mod resources;
 pub mod selection;
