@@ -836,11 +836,9 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
     assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
     assert!(page.contains("GPU admission report"), "{page}");
     assert!(page.contains("GPUs held by violating workloads"), "{page}");
-    let requested = report["gpusRequested"].as_i64().unwrap();
+    let held = report["gpusHeld"].as_i64().unwrap();
     assert!(
-        page.contains(&format!(
-            "id=\"total-gpus-requested\" data-value=\"{requested}\""
-        )),
+        page.contains(&format!("id=\"total-gpus-held\" data-value=\"{held}\"")),
         "the page's totals are the JSON's: {page}"
     );
 

@@ -90,9 +90,11 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
     out.push_str(BODY);
     header(&mut out, meta);
     totals(&mut out, report);
+    super::html_waste::money(&mut out, report);
     charts(&mut out, report, &view);
     offenders(&mut out, report, &view);
     policies(&mut out, report, &view, meta);
+    super::html_waste::nodes(&mut out, report);
     capacity(&mut out, report, &view);
     kueue(&mut out, report);
     footer(&mut out, meta);
@@ -226,19 +228,30 @@ fn totals(out: &mut String, report: &Report) {
         .filter(|f| f.action == "warn")
         .count();
     let audit = report.findings.len() - deny - warn;
-    let share = if report.gpus_requested > 0 {
-        report.gpus_in_violation as f64 / report.gpus_requested as f64
+    let share = if report.gpus_held > 0 {
+        report.gpus_in_violation as f64 / report.gpus_held as f64
     } else {
         0.0
     };
     out.push_str("<section id=\"totals\">\n<h2>Totals</h2>\n<div class=\"cards\">\n");
     card(
         out,
-        "gpus-requested",
-        &fmt_int(report.gpus_requested),
-        &report.gpus_requested.to_string(),
-        "GPUs requested",
-        "by the pods and pod controllers read",
+        "gpus-held",
+        &fmt_int(report.gpus_held),
+        &report.gpus_held.to_string(),
+        "GPUs held",
+        "bound to running or scheduled pods of the workloads read",
+    );
+    card(
+        out,
+        "gpus-pending",
+        &fmt_int(report.gpus_pending),
+        &report.gpus_pending.to_string(),
+        "GPUs requested, not placed",
+        &format!(
+            "by Pending pods; {} of them by violating workloads",
+            fmt_int(report.gpus_pending_in_violation)
+        ),
     );
     card(
         out,
@@ -246,7 +259,7 @@ fn totals(out: &mut String, report: &Report) {
         &fmt_int(report.gpus_in_violation),
         &report.gpus_in_violation.to_string(),
         "GPUs held by violating workloads",
-        "each object counted once",
+        "held, each object counted once",
     );
     card(
         out,
@@ -254,7 +267,7 @@ fn totals(out: &mut String, report: &Report) {
         &format!("{:.1}&#8239;%", share * 100.0),
         &format!("{share:.6}"),
         "share that is waste",
-        "GPUs held by violating workloads of all requested",
+        "GPUs held by violating workloads of all GPUs held",
     );
     card(
         out,
@@ -290,8 +303,8 @@ fn totals(out: &mut String, report: &Report) {
     out.push_str("</div>\n");
     let _ = writeln!(
         out,
-        "<span hidden id=\"total-objects\" data-value=\"{}\"></span><span hidden id=\"total-capacity-gpus-in-violation\" data-value=\"{}\"></span>",
-        report.objects, report.capacity_gpus_in_violation
+        "<span hidden id=\"total-objects\" data-value=\"{}\"></span><span hidden id=\"total-capacity-gpus-in-violation\" data-value=\"{}\"></span><span hidden id=\"total-gpus-pending-in-violation\" data-value=\"{}\"></span>",
+        report.objects, report.capacity_gpus_in_violation, report.gpus_pending_in_violation
     );
     out.push_str("</section>\n");
 }
@@ -339,7 +352,13 @@ fn charts(out: &mut String, report: &Report, view: &View) {
 }
 
 /// Draws a horizontal bar chart of `(label, value)`, largest first.
-fn bar_chart(out: &mut String, id: &str, title: &str, unit: &str, mut bars: Vec<(String, i64)>) {
+pub(super) fn bar_chart(
+    out: &mut String,
+    id: &str,
+    title: &str,
+    unit: &str,
+    mut bars: Vec<(String, i64)>,
+) {
     bars.retain(|(_, v)| *v > 0);
     bars.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let _ = writeln!(
@@ -413,7 +432,7 @@ fn offenders(out: &mut String, report: &Report, view: &View) {
         );
         return;
     }
-    out.push_str("<table id=\"top-offenders\">\n<thead><tr><th class=\"num\">#</th><th>Object</th><th class=\"num\">GPUs</th><th>Findings</th></tr></thead>\n<tbody>\n");
+    out.push_str("<table id=\"top-offenders\">\n<thead><tr><th class=\"num\">#</th><th>Object</th><th class=\"num\">GPUs held</th><th>Findings</th></tr></thead>\n<tbody>\n");
     for (rank, (key, idx, gpus)) in objects.iter().enumerate() {
         let _ = write!(
             out,
@@ -515,7 +534,7 @@ fn policies(out: &mut String, report: &Report, view: &View, meta: &ReportMeta) {
             fmt_int(rows.len() as i64),
             plural(rows.len(), "finding", "findings")
         );
-        out.push_str("<table class=\"findings\">\n<thead><tr><th>Object</th><th class=\"num\">GPUs</th><th>Action</th><th>Message</th></tr></thead>\n<tbody>\n");
+        out.push_str("<table class=\"findings\">\n<thead><tr><th>Object</th><th class=\"num\">GPUs held</th><th>Action</th><th>Message</th></tr></thead>\n<tbody>\n");
         for &i in rows.iter().take(MAX_ROWS) {
             finding_row(out, i, &report.findings[i]);
         }
@@ -555,9 +574,18 @@ fn policies(out: &mut String, report: &Report, view: &View, meta: &ReportMeta) {
 }
 
 fn finding_row(out: &mut String, i: usize, f: &Finding) {
+    let pending = if f.gpus_pending > 0 {
+        format!(
+            " <span class=\"muted\" title=\"requested, not placed\">+{} pending</span>",
+            fmt_int(f.gpus_pending)
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "<tr class=\"finding\" id=\"f-{i}\"><td class=\"object\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"message\">{}</td></tr>",
+        "<tr class=\"finding\" id=\"f-{i}\" data-gpus-pending=\"{}\"><td class=\"object\">{}</td><td class=\"num\">{}{pending}</td><td>{}</td><td class=\"message\">{}</td></tr>",
+        f.gpus_pending,
         object_cell(&f.object()),
         fmt_int(f.gpus),
         badge(f.action),
@@ -726,7 +754,7 @@ fn kueue(out: &mut String, report: &Report) {
 fn footer(out: &mut String, meta: &ReportMeta) {
     let _ = writeln!(
         out,
-        "<footer>\n<p>How GPUs are counted: a pod holds its GPUs while it runs; a controller holds its GPUs per pod times its replicas (a Job its parallelism, a DaemonSet its desired pods, a CronJob its active Jobs); pods and ReplicaSets whose controller was read are counted through it. Node pools count the GPUs they can bring up, not GPUs in use.</p>\n<p>Made by <code>gpu-admission {} audit -o html</code> at {}.</p>\n</footer>",
+        "<footer>\n<p>How GPUs are counted: <em>held</em> GPUs are bound to running or scheduled pods: a pod's while it runs or is bound to a node; a controller's per ready pod (ready replicas, a Job's ready active pods, a DaemonSet's ready pods, a CronJob's active Jobs). <em>Requested, not placed</em> GPUs belong to Pending pods not yet on a node, and to a controller's desired pods that are not ready. Suspended, completed and failed work holds none. Pods and ReplicaSets whose controller was read are counted through it. Node pools count the GPUs they can bring up, not GPUs in use; GPU nodes count what is allocatable and what pods bound to them request.</p>\n<p>Made by <code>gpu-admission {} audit -o html</code> at {}.</p>\n</footer>",
         env!("CARGO_PKG_VERSION"),
         esc(&meta.generated_at)
     );
@@ -788,7 +816,7 @@ fn anchor(name: &str, n: usize) -> String {
     }
 }
 
-fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+pub(super) fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 {
         one
     } else {
@@ -806,7 +834,7 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 /// `1234567` as `1,234,567`.
-fn fmt_int(n: i64) -> String {
+pub(super) fn fmt_int(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
     if n < 0 {

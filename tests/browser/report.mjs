@@ -106,7 +106,8 @@ try {
     return { value: await el.getAttribute("data-value"), text: (await el.textContent()).trim() };
   };
   for (const [id, want] of [
-    ["gpus-requested", report.gpusRequested],
+    ["gpus-held", report.gpusHeld],
+    ["gpus-pending", report.gpusPending],
     ["gpus-in-violation", report.gpusInViolation],
     ["capacity-gpus", report.capacityGpus],
     ["findings", report.findings.length],
@@ -118,7 +119,7 @@ try {
   }
   eq(Number((await total("objects")).value), report.objects, "#total-objects");
   eq(Number((await total("capacity-gpus-in-violation")).value), report.capacityGpusInViolation, "#total-capacity-gpus-in-violation");
-  const share = report.gpusRequested > 0 ? report.gpusInViolation / report.gpusRequested : 0;
+  const share = report.gpusHeld > 0 ? report.gpusInViolation / report.gpusHeld : 0;
   const shown = await total("waste-share");
   check(Math.abs(Number(shown.value) - share) < 1e-6, `waste share ${shown.value} is ${share}`);
   eq(shown.text.replace(/\s/g, ""), `${(share * 100).toFixed(1)}%`, "waste share text");
