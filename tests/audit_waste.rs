@@ -403,3 +403,22 @@ fn a_bad_price_file_is_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn the_shipped_example_prices_parse_say_they_are_examples_and_name_catalog_sizes() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/prices/azure-eastus-example.yaml");
+    let prices = Prices::from_file(&path).unwrap();
+    assert!(
+        prices.example,
+        "values not checked against Azure are labelled as examples"
+    );
+    assert!(!prices.source.is_empty() && prices.date.len() == 10);
+    let catalog = gpu_admission::gpu::catalog::Catalog::embedded();
+    for p in &prices.prices {
+        assert!(
+            catalog.get(&p.size).is_some(),
+            "{} is not in the catalog",
+            p.size
+        );
+    }
+}
