@@ -91,10 +91,10 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
     header(&mut out, meta);
     totals(&mut out, report);
     super::html_waste::money(&mut out, report);
+    super::html_waste::nodes(&mut out, report);
     charts(&mut out, report, &view);
     offenders(&mut out, report, &view);
     policies(&mut out, report, &view, meta);
-    super::html_waste::nodes(&mut out, report);
     capacity(&mut out, report, &view);
     kueue(&mut out, report);
     footer(&mut out, meta);
