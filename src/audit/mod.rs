@@ -4,6 +4,7 @@
 //! with a price file, what the waste costs.
 pub mod holding;
 pub mod html;
+mod html_capacity;
 mod html_waste;
 pub mod kueue;
 pub mod nodes;
