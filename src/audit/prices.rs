@@ -190,34 +190,59 @@ pub struct Cost {
     pub per_day: f64,
 }
 
+/// The price of a GPU per hour in a report's cluster: a held pod's at its
+/// node's price, anything else at the mean over the priced GPU nodes.
+/// Sections that find waste in pods (idle GPU pods...) price it here.
+pub struct GpuPricer<'r> {
+    node_price: BTreeMap<&'r str, f64>,
+    pod_node: BTreeMap<(&'r str, &'r str), &'r str>,
+    /// The mean price of a GPU-hour over the priced GPU nodes.
+    pub mean: Option<f64>,
+}
+
+impl<'r> GpuPricer<'r> {
+    pub fn new(report: &'r Report, prices: &Prices) -> GpuPricer<'r> {
+        let gpu_nodes = report
+            .nodes
+            .as_ref()
+            .map_or(&[][..], |n| n.gpu_node_list.as_slice());
+        let node_price: BTreeMap<&str, f64> = gpu_nodes
+            .iter()
+            .filter_map(|n| Some((n.name.as_str(), prices.per_gpu_hour(n)?)))
+            .collect();
+        let (sum, gpus) = gpu_nodes
+            .iter()
+            .filter_map(|n| Some((node_price.get(n.name.as_str())?, n.gpus_allocatable)))
+            .fold((0.0, 0i64), |(s, g), (p, n)| (s + p * n as f64, g + n));
+        let pod_node = report
+            .held_pods
+            .iter()
+            .filter_map(|p| Some(((p.namespace.as_str(), p.name.as_str()), p.node.as_deref()?)))
+            .collect();
+        GpuPricer {
+            node_price,
+            pod_node,
+            mean: (gpus > 0).then(|| sum / gpus as f64),
+        }
+    }
+
+    /// The price of one GPU-hour of the pod `namespace/name`.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<f64> {
+        self.pod_node
+            .get(&(namespace, name))
+            .and_then(|node| self.node_price.get(node).copied())
+            .or(self.mean)
+    }
+}
+
 /// What the report's waste costs at `prices`. A violating pod's GPUs are
 /// priced at its node's price per GPU; a controller's (whose pods may run
 /// anywhere) at the mean over the cluster's priced GPU nodes.
 pub fn cost(report: &Report, prices: &Prices) -> Money {
     let empty = NodeReport::default();
     let nodes = report.nodes.as_ref().unwrap_or(&empty);
-    let node_price: BTreeMap<&str, f64> = nodes
-        .gpu_node_list
-        .iter()
-        .filter_map(|n| Some((n.name.as_str(), prices.per_gpu_hour(n)?)))
-        .collect();
-    let (sum, gpus) = nodes
-        .gpu_node_list
-        .iter()
-        .filter_map(|n| {
-            Some((
-                prices.per_gpu_hour(n)? * n.gpus_allocatable as f64,
-                n.gpus_allocatable,
-            ))
-        })
-        .fold((0.0, 0i64), |(s, g), (p, n)| (s + p, g + n));
-    let mean = (gpus > 0).then(|| sum / gpus as f64);
-    let pod_node: BTreeMap<(&str, &str), &str> = report
-        .held_pods
-        .iter()
-        .filter_map(|p| Some(((p.namespace.as_str(), p.name.as_str()), p.node.as_deref()?)))
-        .collect();
-
+    let pricer = GpuPricer::new(report, prices);
+    let mean = pricer.mean;
     let mut money = Money {
         currency: prices.currency.clone(),
         price_date: prices.date.clone(),
@@ -240,11 +265,12 @@ pub fn cost(report: &Report, prices: &Prices) -> Money {
         {
             continue;
         }
-        let node = (f.kind == "Pod")
-            .then(|| pod_node.get(&(f.namespace.as_deref().unwrap_or_default(), f.name.as_str())))
-            .flatten()
-            .and_then(|n| node_price.get(n).copied());
-        let Some(per_gpu_hour) = node.or(mean) else {
+        let price = if f.kind == "Pod" {
+            pricer.pod(f.namespace.as_deref().unwrap_or_default(), &f.name)
+        } else {
+            mean
+        };
+        let Some(per_gpu_hour) = price else {
             if seen.insert(f.object()) {
                 money.unpriced_gpus += f.gpus;
             }
@@ -335,6 +361,48 @@ prices:
         );
         assert_eq!(prices.per_hour(None, "Standard_NC4as_T4_v3"), Some(0.5));
         assert_eq!(prices.per_hour(Some("eastus"), "Standard_ND96asr_v4"), None);
+    }
+
+    #[test]
+    fn a_pod_is_priced_at_its_node_and_anything_else_at_the_mean() {
+        use crate::audit::nodes::{GpuNode, HeldPod};
+        let prices = Prices::from_str(FILE, "p.yaml").unwrap();
+        let node = |name: &str, size: &str, gpus: i64| GpuNode {
+            name: name.into(),
+            size: size.into(),
+            region: Some("eastus".into()),
+            gpus_allocatable: gpus,
+            ..GpuNode::default()
+        };
+        let report = Report {
+            nodes: Some(NodeReport {
+                gpu_node_list: vec![
+                    node("a100", "Standard_NC24ads_A100_v4", 1),
+                    node("t4", "Standard_NC4as_T4_v3", 1),
+                    node("unpriced", "Standard_ND96asr_v4", 8),
+                ],
+                ..NodeReport::default()
+            }),
+            held_pods: vec![HeldPod {
+                namespace: "ml".into(),
+                name: "nb".into(),
+                node: Some("t4".into()),
+                gpus: 1,
+            }],
+            ..Report::default()
+        };
+        let pricer = GpuPricer::new(&report, &prices);
+        assert_eq!(
+            pricer.mean,
+            Some((3.6 + 0.5) / 2.0),
+            "unpriced nodes left out"
+        );
+        assert_eq!(pricer.pod("ml", "nb"), Some(0.5));
+        assert_eq!(pricer.pod("ml", "elsewhere"), pricer.mean);
+        assert_eq!(
+            GpuPricer::new(&Report::default(), &prices).pod("ml", "nb"),
+            None
+        );
     }
 
     #[test]
