@@ -422,3 +422,33 @@ fn the_shipped_example_prices_parse_say_they_are_examples_and_name_catalog_sizes
         );
     }
 }
+
+/// A workload custom resource holds what its spec asks until its
+/// `PodTemplateSource` (policies/workload-kinds.yaml) says it is done.
+#[test]
+fn a_finished_custom_workload_holds_nothing() {
+    let report = with_evaluation_stack(|| {
+        let loaded = bundle::load(&PolicySource::Dir(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"),
+        ))
+        .unwrap();
+        let admission = Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new()));
+        let job = |name: &str, status: Value| {
+            serde_json::json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                "metadata": {"name": name, "namespace": "ml", "uid": name},
+                "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {
+                    "containers": [{"name": "pytorch", "image": "nvcr.io/nvidia/pytorch:24.10-py3",
+                        "command": ["sleep", "infinity"],
+                        "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}}},
+                "status": status})
+        };
+        let running = serde_json::json!({"conditions": [{"type": "Running", "status": "True"}]});
+        let done = serde_json::json!({"conditions": [{"type": "Running", "status": "False"},
+            {"type": "Succeeded", "status": "True"}]});
+        audit::audit(&admission, &[job("running", running), job("done", done)])
+    })
+    .unwrap();
+    assert_eq!(gpus_of(&report, "PyTorchJob", "running"), (4, 0));
+    assert_eq!(gpus_of(&report, "PyTorchJob", "done"), (0, 0));
+    assert_eq!(report.gpus_held, 4);
+}

@@ -35,7 +35,9 @@ pub struct Holding {
 /// - CronJob: suspended holds 0; otherwise one pod per Job in
 ///   `status.active`.
 /// - Workload custom resources: suspended (`spec.suspend` or
-///   `spec.runPolicy.suspend`) holds 0; otherwise what the spec asks.
+///   `spec.runPolicy.suspend`) holds 0; otherwise `workload`, what the
+///   spec asks (the caller passes 0 for an object in a state its
+///   `PodTemplateSource` says holds nothing: `holdsNothingWhen`).
 pub fn holding(object: &Value, per_pod: i64, workload: i64) -> Holding {
     let kind = object
         .get("kind")

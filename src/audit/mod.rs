@@ -235,7 +235,15 @@ pub fn audit_workloads(admission: &Admission, objects: &[Value]) -> (Report, Pod
                 held: c.gpus.unwrap_or(0),
                 pending: 0,
             },
-            None => holding(object, outcome.gpus_per_pod, outcome.workload_gpus),
+            None => {
+                // A workload custom resource in a state its document says
+                // holds nothing (a finished RayJob, a failed PyTorchJob).
+                let done = (bundle.policies.template_sources())
+                    .source_of(object)
+                    .is_some_and(|source| source.holds_nothing(object));
+                let workload = if done { 0 } else { outcome.workload_gpus };
+                holding(object, outcome.gpus_per_pod, workload)
+            }
         };
         match capacity {
             Some(c) => {
