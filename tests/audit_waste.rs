@@ -452,3 +452,37 @@ fn a_finished_custom_workload_holds_nothing() {
     assert_eq!(gpus_of(&report, "PyTorchJob", "done"), (0, 0));
     assert_eq!(report.gpus_held, 4);
 }
+
+/// `serve --report-prices` reads its file at start: a bad one, or one
+/// without the periodic report, stops the server before it listens.
+#[test]
+fn serve_checks_its_price_file_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("prices.yaml");
+    std::fs::write(&bad, "date: soon\nsource: s\nprices: []\n").unwrap();
+    let serve = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--report-prices"])
+            .arg(&bad)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let alone = serve(&[]);
+    assert!(
+        alone.contains("--report-prices needs --report-interval"),
+        "{alone}"
+    );
+    let with_report = serve(&[
+        "--report-interval",
+        "10m",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(
+        with_report.contains("is not a YYYY-MM-DD date"),
+        "{with_report}"
+    );
+}
