@@ -595,7 +595,8 @@ def report_overlay(base, report, ns):
     check(res.get("requests", {}).get("memory") == res.get("limits", {}).get("memory"),
           f"{label}: memory request equals the limit")
 
-    audited = [("", "pods"), ("apps", "deployments"), ("apps", "statefulsets"), ("apps", "daemonsets"),
+    # Nodes: the report's GPU pools, idle GPU nodes and findings on nodes.
+    audited = [("", "pods"), ("", "nodes"), ("apps", "deployments"), ("apps", "statefulsets"), ("apps", "daemonsets"),
                ("apps", "replicasets"), ("batch", "jobs"), ("batch", "cronjobs"), ("karpenter.sh", "nodepools"),
                ("kaito.sh", "workspaces"), ("kaito.sh", "inferencesets"), ("kaito.sh", "ragengines"),
                ("containerservice.azure.com", "managedclustersagentpools"),
@@ -615,6 +616,13 @@ def report_overlay(base, report, ns):
         ("argoproj.io", ["workflows", "workflowtemplates", "clusterworkflowtemplates", "cronworkflows"]))
         for r in rs]
     granted = rules_granted(report, ns)
+    # The audit role alone (bound to whoever runs `gpu-admission audit`)
+    # reads every audited kind, nodes included.
+    audit_role = {(g, r, v) for rule in one(report, "ClusterRole", "gpu-admission-audit").get("rules", [])
+                  for g in rule.get("apiGroups", []) for r in rule.get("resources", []) for v in rule.get("verbs", [])}
+    for g, r in audited:
+        check((g, r, "list") in audit_role, f"{label}: ClusterRole gpu-admission-audit does not list {r}.{g or 'core'}")
+    check(all(v in ("get", "list", "watch") for _, _, v in audit_role), f"{label}: ClusterRole gpu-admission-audit only reads")
     for g, r in audited:
         for v in ("list", "watch"):
             check((g, r, v, None, None) in granted, f"{label}: the server may not {v} {r}.{g or 'core'} cluster-wide")

@@ -117,7 +117,7 @@ fn workload_custom_resources_count_every_template() {
                 {"name": "ray-head", "image": "rayproject/ray:2.41.0"}]}}},
             "workerGroupSpecs": [worker("a", 2, "1"), worker("b", 3, "2")]}});
     let report = audit::audit(&admission, &[rc]);
-    assert_eq!(report.gpus_requested, 2 + 3 * 2);
+    assert_eq!(report.gpus_held, 2 + 3 * 2);
     assert_eq!(
         report.gpus_in_violation, 8,
         "sleeping workers hold their GPUs"

@@ -86,7 +86,9 @@ fn the_page_shows_the_numbers_of_the_json_audit() {
     );
     assert_eq!(number(&html, "total-findings"), findings.len() as i64);
     for (id, field) in [
-        ("total-gpus-requested", "gpusRequested"),
+        ("total-gpus-held", "gpusHeld"),
+        ("total-gpus-pending", "gpusPending"),
+        ("total-gpus-pending-in-violation", "gpusPendingInViolation"),
         ("total-gpus-in-violation", "gpusInViolation"),
         ("total-capacity-gpus", "capacityGpus"),
         (
@@ -96,7 +98,7 @@ fn the_page_shows_the_numbers_of_the_json_audit() {
     ] {
         assert_eq!(number(&html, id), report[field].as_i64().unwrap(), "{id}");
     }
-    let requested = report["gpusRequested"].as_f64().unwrap();
+    let requested = report["gpusHeld"].as_f64().unwrap();
     let held = report["gpusInViolation"].as_f64().unwrap();
     assert!(requested > held && held > 0.0, "{requested} {held}");
     let share: f64 = total(&html, "total-waste-share").parse().unwrap();

@@ -774,10 +774,26 @@ async fn serve_in_a_cluster_places_pods_that_claim_gpus_through_its_templates() 
 /// the `gpu_admission_audit_*` metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
-    let fake = FakeApiServer::start(audited_kinds()).await;
+    let mut kinds = audited_kinds();
+    kinds.push(Resource::new("", "v1", "Node", "nodes", false));
+    let fake = FakeApiServer::start(kinds).await;
     fake.change(|cluster| {
         for name in ["default", "apps", "ml", "serving", "batch"] {
             cluster.apply(namespace(name, &LABELS));
+        }
+        // Two GPU nodes of one AKS pool, one without the GPU taint.
+        for (name, taints) in [
+            (
+                "aks-gpu-0",
+                json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]),
+            ),
+            ("aks-gpu-1", json!([])),
+        ] {
+            cluster.apply(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.azure.com/agentpool": "gpu",
+                    "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"}},
+                "spec": {"taints": taints},
+                "status": {"allocatable": {"cpu": "23", "nvidia.com/gpu": "1"}}}));
         }
         for object in workload() {
             cluster.apply(object);
@@ -829,6 +845,20 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
     assert_eq!(report["passed"], cli["passed"]);
     assert_eq!(sorted_findings(&report), sorted_findings(&cli));
     assert!(report["findings"].as_array().unwrap().len() > 20);
+    // Nodes are read by both, into the same pools and findings.
+    assert_eq!(report["gpusHeld"], cli["gpusHeld"]);
+    assert_eq!(report["gpusPending"], cli["gpusPending"]);
+    assert_eq!(report["nodes"]["gpuNodes"], 2, "{:#}", report["nodes"]);
+    assert_eq!(report["nodes"]["pools"], cli["nodes"]["pools"]);
+    assert_eq!(report["nodes"]["findings"], cli["nodes"]["findings"]);
+    let untainted: Vec<&Value> = report["nodes"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["rule"] == "gpu-node-untainted")
+        .map(|f| &f["node"])
+        .collect();
+    assert_eq!(untainted, [&json!("aks-gpu-1")]);
 
     let (status, page) = common::plain_get(metrics, "/report").await;
     assert_eq!(status.as_u16(), 200);
@@ -836,11 +866,9 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
     assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
     assert!(page.contains("GPU admission report"), "{page}");
     assert!(page.contains("GPUs held by violating workloads"), "{page}");
-    let requested = report["gpusRequested"].as_i64().unwrap();
+    let held = report["gpusHeld"].as_i64().unwrap();
     assert!(
-        page.contains(&format!(
-            "id=\"total-gpus-requested\" data-value=\"{requested}\""
-        )),
+        page.contains(&format!("id=\"total-gpus-held\" data-value=\"{held}\"")),
         "the page's totals are the JSON's: {page}"
     );
 

@@ -9,7 +9,7 @@
 //! `#total-*[data-value]`, `svg.chart g.bar[data-label][data-value]`,
 //! `tr.offender[data-gpus]`, `section.policy[data-objects][data-gpus]`,
 //! `tr.capacity[data-gpus]`.
-use super::{CapacityObject, Finding, ObjectKey, Report};
+use super::{Finding, ObjectKey, Report};
 use crate::admission::Bundle;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -76,10 +76,10 @@ const MAX_BARS: usize = 12;
 const TOP_OFFENDERS: usize = 25;
 /// GPU sizes listed per capacity object (an unconstrained NodePool
 /// allows every size of the catalog).
-const MAX_SIZES: usize = 8;
+pub(super) const MAX_SIZES: usize = 8;
 /// Finding rows per policy, and capacity rows: the ones holding the most
 /// GPUs are shown, the rest counted (`audit -o json` lists them all).
-const MAX_ROWS: usize = 1_000;
+pub(super) const MAX_ROWS: usize = 1_000;
 
 /// The report as a self-contained HTML page.
 pub fn render(report: &Report, meta: &ReportMeta) -> String {
@@ -90,22 +90,24 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
     out.push_str(BODY);
     header(&mut out, meta);
     totals(&mut out, report);
+    super::html_waste::money(&mut out, report);
+    super::html_waste::nodes(&mut out, report);
     charts(&mut out, report, &view);
     offenders(&mut out, report, &view);
     policies(&mut out, report, &view, meta);
-    capacity(&mut out, report, &view);
-    kueue(&mut out, report);
+    super::html_capacity::capacity(&mut out, report, &view);
+    super::html_capacity::kueue(&mut out, report);
     footer(&mut out, meta);
     out.push_str(TAIL);
     out
 }
 
 /// What the page groups: findings per object and per policy.
-struct View<'r> {
+pub(super) struct View<'r> {
     /// Indexes into `report.findings` per object, in report order.
-    by_object: BTreeMap<ObjectKey, Vec<usize>>,
+    pub(super) by_object: BTreeMap<ObjectKey, Vec<usize>>,
     /// Indexes per policy.
-    by_policy: BTreeMap<&'r str, Vec<usize>>,
+    pub(super) by_policy: BTreeMap<&'r str, Vec<usize>>,
     /// Objects that are capacity objects.
     capacity: BTreeSet<ObjectKey>,
 }
@@ -136,7 +138,7 @@ impl<'r> View<'r> {
 
     /// The objects among the findings `indexes` and their GPUs, each
     /// object once.
-    fn tally(&self, report: &Report, indexes: &[usize]) -> Tally {
+    pub(super) fn tally(&self, report: &Report, indexes: &[usize]) -> Tally {
         let mut seen = BTreeSet::new();
         let (mut workloads, mut capacity) = ((0, 0), (0, 0));
         for &i in indexes {
@@ -161,9 +163,9 @@ impl<'r> View<'r> {
 
 /// (objects, GPUs) of some findings: workloads, and capacity objects
 /// (whose GPUs are the ones they can bring up).
-struct Tally {
-    workloads: (usize, i64),
-    capacity: (usize, i64),
+pub(super) struct Tally {
+    pub(super) workloads: (usize, i64),
+    pub(super) capacity: (usize, i64),
 }
 
 fn header(out: &mut String, meta: &ReportMeta) {
@@ -226,19 +228,30 @@ fn totals(out: &mut String, report: &Report) {
         .filter(|f| f.action == "warn")
         .count();
     let audit = report.findings.len() - deny - warn;
-    let share = if report.gpus_requested > 0 {
-        report.gpus_in_violation as f64 / report.gpus_requested as f64
+    let share = if report.gpus_held > 0 {
+        report.gpus_in_violation as f64 / report.gpus_held as f64
     } else {
         0.0
     };
     out.push_str("<section id=\"totals\">\n<h2>Totals</h2>\n<div class=\"cards\">\n");
     card(
         out,
-        "gpus-requested",
-        &fmt_int(report.gpus_requested),
-        &report.gpus_requested.to_string(),
-        "GPUs requested",
-        "by the pods and pod controllers read",
+        "gpus-held",
+        &fmt_int(report.gpus_held),
+        &report.gpus_held.to_string(),
+        "GPUs held",
+        "bound to running or scheduled pods of the workloads read",
+    );
+    card(
+        out,
+        "gpus-pending",
+        &fmt_int(report.gpus_pending),
+        &report.gpus_pending.to_string(),
+        "GPUs requested, not placed",
+        &format!(
+            "by Pending pods; {} of them by violating workloads",
+            fmt_int(report.gpus_pending_in_violation)
+        ),
     );
     card(
         out,
@@ -246,7 +259,7 @@ fn totals(out: &mut String, report: &Report) {
         &fmt_int(report.gpus_in_violation),
         &report.gpus_in_violation.to_string(),
         "GPUs held by violating workloads",
-        "each object counted once",
+        "held, each object counted once",
     );
     card(
         out,
@@ -254,7 +267,7 @@ fn totals(out: &mut String, report: &Report) {
         &format!("{:.1}&#8239;%", share * 100.0),
         &format!("{share:.6}"),
         "share that is waste",
-        "GPUs held by violating workloads of all requested",
+        "GPUs held by violating workloads of all GPUs held",
     );
     card(
         out,
@@ -290,8 +303,8 @@ fn totals(out: &mut String, report: &Report) {
     out.push_str("</div>\n");
     let _ = writeln!(
         out,
-        "<span hidden id=\"total-objects\" data-value=\"{}\"></span><span hidden id=\"total-capacity-gpus-in-violation\" data-value=\"{}\"></span>",
-        report.objects, report.capacity_gpus_in_violation
+        "<span hidden id=\"total-objects\" data-value=\"{}\"></span><span hidden id=\"total-capacity-gpus-in-violation\" data-value=\"{}\"></span><span hidden id=\"total-gpus-pending-in-violation\" data-value=\"{}\"></span>",
+        report.objects, report.capacity_gpus_in_violation, report.gpus_pending_in_violation
     );
     out.push_str("</section>\n");
 }
@@ -339,7 +352,13 @@ fn charts(out: &mut String, report: &Report, view: &View) {
 }
 
 /// Draws a horizontal bar chart of `(label, value)`, largest first.
-fn bar_chart(out: &mut String, id: &str, title: &str, unit: &str, mut bars: Vec<(String, i64)>) {
+pub(super) fn bar_chart(
+    out: &mut String,
+    id: &str,
+    title: &str,
+    unit: &str,
+    mut bars: Vec<(String, i64)>,
+) {
     bars.retain(|(_, v)| *v > 0);
     bars.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let _ = writeln!(
@@ -413,7 +432,7 @@ fn offenders(out: &mut String, report: &Report, view: &View) {
         );
         return;
     }
-    out.push_str("<table id=\"top-offenders\">\n<thead><tr><th class=\"num\">#</th><th>Object</th><th class=\"num\">GPUs</th><th>Findings</th></tr></thead>\n<tbody>\n");
+    out.push_str("<table id=\"top-offenders\">\n<thead><tr><th class=\"num\">#</th><th>Object</th><th class=\"num\">GPUs held</th><th>Findings</th></tr></thead>\n<tbody>\n");
     for (rank, (key, idx, gpus)) in objects.iter().enumerate() {
         let _ = write!(
             out,
@@ -515,7 +534,7 @@ fn policies(out: &mut String, report: &Report, view: &View, meta: &ReportMeta) {
             fmt_int(rows.len() as i64),
             plural(rows.len(), "finding", "findings")
         );
-        out.push_str("<table class=\"findings\">\n<thead><tr><th>Object</th><th class=\"num\">GPUs</th><th>Action</th><th>Message</th></tr></thead>\n<tbody>\n");
+        out.push_str("<table class=\"findings\">\n<thead><tr><th>Object</th><th class=\"num\">GPUs held</th><th>Action</th><th>Message</th></tr></thead>\n<tbody>\n");
         for &i in rows.iter().take(MAX_ROWS) {
             finding_row(out, i, &report.findings[i]);
         }
@@ -555,9 +574,18 @@ fn policies(out: &mut String, report: &Report, view: &View, meta: &ReportMeta) {
 }
 
 fn finding_row(out: &mut String, i: usize, f: &Finding) {
+    let pending = if f.gpus_pending > 0 {
+        format!(
+            " <span class=\"muted\" title=\"requested, not placed\">+{} pending</span>",
+            fmt_int(f.gpus_pending)
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "<tr class=\"finding\" id=\"f-{i}\"><td class=\"object\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"message\">{}</td></tr>",
+        "<tr class=\"finding\" id=\"f-{i}\" data-gpus-pending=\"{}\"><td class=\"object\">{}</td><td class=\"num\">{}{pending}</td><td>{}</td><td class=\"message\">{}</td></tr>",
+        f.gpus_pending,
         object_cell(&f.object()),
         fmt_int(f.gpus),
         badge(f.action),
@@ -565,168 +593,10 @@ fn finding_row(out: &mut String, i: usize, f: &Finding) {
     );
 }
 
-fn capacity(out: &mut String, report: &Report, view: &View) {
-    out.push_str("<section id=\"capacity\">\n<h2>GPU capacity objects</h2>\n");
-    out.push_str("<p class=\"hint\">Karpenter NodePools, KAITO Workspaces and AKS agent pools that can create GPU nodes: the GPU sizes they allow and how many GPUs they can bring up (a NodePool's GPU limit; otherwise its nodes times the GPUs of its size).</p>\n");
-    if report.capacity.is_empty() {
-        out.push_str("<p class=\"empty\">No GPU capacity objects were read.</p>\n</section>\n");
-        return;
-    }
-    let by_policy = view
-        .by_policy
-        .iter()
-        .map(|(name, idx)| (name.to_string(), view.tally(report, idx).capacity.1))
-        .collect();
-    out.push_str("<div class=\"chart-grid\">\n");
-    bar_chart(
-        out,
-        "chart-capacity",
-        "GPUs node pools with findings can bring up, by policy",
-        "GPUs",
-        by_policy,
-    );
-    let mut by_kind: BTreeMap<String, i64> = BTreeMap::new();
-    for c in &report.capacity {
-        *by_kind.entry(c.kind.clone()).or_default() += c.gpus.unwrap_or(0);
-    }
-    bar_chart(
-        out,
-        "chart-capacity-kind",
-        "GPUs node pools can bring up, by kind (bounded ones)",
-        "GPUs",
-        by_kind.into_iter().collect(),
-    );
-    out.push_str("</div>\n");
-    let mut rows: Vec<&CapacityObject> = report.capacity.iter().collect();
-    rows.sort_by(|a, b| {
-        let gpus = |c: &CapacityObject| c.gpus.unwrap_or(i64::MAX);
-        b.findings
-            .min(1)
-            .cmp(&a.findings.min(1))
-            .then(gpus(b).cmp(&gpus(a)))
-            .then(a.name.cmp(&b.name))
-    });
-    out.push_str("<table id=\"capacity-objects\">\n<thead><tr><th>Object</th><th>GPU sizes</th><th class=\"num\">GPU limit</th><th class=\"num\">Nodes</th><th>Taints</th><th class=\"num\">GPUs</th><th>Findings</th></tr></thead>\n<tbody>\n");
-    for c in rows.iter().take(MAX_ROWS) {
-        let key = ObjectKey {
-            kind: c.kind.clone(),
-            namespace: c.namespace.clone(),
-            name: c.name.clone(),
-        };
-        let skus = match c.skus.len() {
-            0 => "<span class=\"muted\">none in the catalog</span>".to_string(),
-            1..=3 => c
-                .skus
-                .iter()
-                .map(|s| esc(s))
-                .collect::<Vec<_>>()
-                .join("<br>"),
-            n => {
-                let mut listed: Vec<String> =
-                    c.skus.iter().take(MAX_SIZES).map(|s| esc(s)).collect();
-                if n > MAX_SIZES {
-                    listed.push(format!(
-                        "<span class=\"muted\">and {} more</span>",
-                        n - MAX_SIZES
-                    ));
-                }
-                format!(
-                    "<details><summary>{n} sizes</summary>{}</details>",
-                    listed.join("<br>")
-                )
-            }
-        };
-        let taints = if c.taints.is_empty() && c.gpu_tainted {
-            "<code>sku=gpu:NoSchedule</code> <span class=\"muted\">(set by KAITO)</span>"
-                .to_string()
-        } else if c.taints.is_empty() {
-            "<span class=\"muted\">none</span>".to_string()
-        } else {
-            c.taints
-                .iter()
-                .map(|t| format!("<code>{}</code>", esc(t)))
-                .collect::<Vec<_>>()
-                .join("<br>")
-        };
-        let gpus = match c.gpus {
-            Some(g) => fmt_int(g),
-            None => "<span class=\"warn-text\">unbounded</span>".to_string(),
-        };
-        let findings = match view.by_object.get(&key) {
-            Some(idx) => idx
-                .iter()
-                .map(|&i| {
-                    let f = &report.findings[i];
-                    format!(
-                        "<span class=\"link\">{} <a href=\"#f-{i}\">{}</a></span>",
-                        badge(f.action),
-                        esc(&f.policy)
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("<br>"),
-            None => "<span class=\"muted\">none</span>".to_string(),
-        };
-        let _ = writeln!(
-            out,
-            "<tr class=\"capacity\" data-kind=\"{}\" data-name=\"{}\" data-gpus=\"{}\" data-findings=\"{}\"><td class=\"object\">{}</td><td class=\"skus\">{skus}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{taints}</td><td class=\"num\">{gpus}</td><td class=\"links\">{findings}</td></tr>",
-            esc(&c.kind),
-            esc(&c.name),
-            c.gpus.map_or_else(|| "unbounded".to_string(), |g| g.to_string()),
-            c.findings,
-            object_cell(&key),
-            c.gpu_limit.map_or_else(|| "&mdash;".to_string(), fmt_int),
-            c.nodes.map_or_else(|| "&mdash;".to_string(), fmt_int),
-        );
-    }
-    out.push_str("</tbody>\n</table>\n");
-    if rows.len() > MAX_ROWS {
-        let _ = writeln!(
-            out,
-            "<p class=\"note\">{} of {} shown; <code>gpu-admission audit -o json</code> lists them all.</p>",
-            fmt_int(MAX_ROWS as i64),
-            fmt_int(rows.len() as i64)
-        );
-    }
-    out.push_str("</section>\n");
-}
-
-/// Kueue flavors outside the tiers of the namespaces their ClusterQueues
-/// serve; no section when there are none.
-fn kueue(out: &mut String, report: &Report) {
-    if report.kueue.is_empty() {
-        return;
-    }
-    out.push_str("<section id=\"kueue\">\n<h2>Kueue flavors outside namespace tiers</h2>\n");
-    out.push_str("<p>Kueue writes a ResourceFlavor's node labels into every pod it admits on the flavor. These flavors select GPU sizes the tier of a namespace they serve does not allow: the pods Kueue admits from it are denied, and their workloads never start.</p>\n");
-    out.push_str("<table id=\"kueue-flavors\">\n<thead><tr><th>ClusterQueue</th><th>Namespace</th><th>Tier</th><th>ResourceFlavor</th><th>GPU sizes outside the tier</th></tr></thead>\n<tbody>\n");
-    for k in &report.kueue {
-        let sizes = (k.sizes.iter().take(MAX_SIZES))
-            .map(|s| esc(s))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let more = match k.sizes.len().saturating_sub(MAX_SIZES) {
-            0 => String::new(),
-            n => format!(" and {n} more"),
-        };
-        let _ = writeln!(
-            out,
-            "<tr class=\"kueue\" data-flavor=\"{}\" data-namespace=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"skus\">{sizes}{more}</td></tr>",
-            esc(&k.flavor),
-            esc(&k.namespace),
-            esc(&k.cluster_queue),
-            esc(&k.namespace),
-            esc(&k.tier),
-            esc(&k.flavor),
-        );
-    }
-    out.push_str("</tbody>\n</table>\n</section>\n");
-}
-
 fn footer(out: &mut String, meta: &ReportMeta) {
     let _ = writeln!(
         out,
-        "<footer>\n<p>How GPUs are counted: a pod holds its GPUs while it runs; a controller holds its GPUs per pod times its replicas (a Job its parallelism, a DaemonSet its desired pods, a CronJob its active Jobs); pods and ReplicaSets whose controller was read are counted through it. Node pools count the GPUs they can bring up, not GPUs in use.</p>\n<p>Made by <code>gpu-admission {} audit -o html</code> at {}.</p>\n</footer>",
+        "<footer>\n<p>How GPUs are counted: <em>held</em> GPUs are bound to running or scheduled pods: a pod's while it runs or is bound to a node; a controller's per ready pod (ready replicas, a Job's ready active pods, a DaemonSet's ready pods, a CronJob's active Jobs). <em>Requested, not placed</em> GPUs belong to Pending pods not yet on a node, and to a controller's desired pods that are not ready. Suspended, completed and failed work holds none. Pods and ReplicaSets whose controller was read are counted through it. Node pools count the GPUs they can bring up, not GPUs in use; GPU nodes count what is allocatable and what pods bound to them request.</p>\n<p>Made by <code>gpu-admission {} audit -o html</code> at {}.</p>\n</footer>",
         env!("CARGO_PKG_VERSION"),
         esc(&meta.generated_at)
     );
@@ -748,7 +618,7 @@ fn action_counts(report: &Report, idx: &[usize]) -> String {
         .join(" ")
 }
 
-fn badge(action: &str) -> String {
+pub(super) fn badge(action: &str) -> String {
     let class = match action {
         "deny" => "deny",
         "warn" => "warn",
@@ -757,7 +627,7 @@ fn badge(action: &str) -> String {
     format!("<span class=\"badge {class}\">{}</span>", esc(action))
 }
 
-fn object_cell(key: &ObjectKey) -> String {
+pub(super) fn object_cell(key: &ObjectKey) -> String {
     let place = match &key.namespace {
         Some(ns) => format!("{}/", esc(ns)),
         None => String::new(),
@@ -788,7 +658,7 @@ fn anchor(name: &str, n: usize) -> String {
     }
 }
 
-fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+pub(super) fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 {
         one
     } else {
@@ -806,7 +676,7 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 /// `1234567` as `1,234,567`.
-fn fmt_int(n: i64) -> String {
+pub(super) fn fmt_int(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
     if n < 0 {

@@ -1,10 +1,19 @@
 //! Audit of objects that already exist: which policies they violate, and
 //! how many GPUs the violating objects hold (or, for node pools and other
-//! capacity objects, can bring up).
+//! capacity objects, can bring up); the cluster's GPU nodes and pools; and,
+//! with a price file, what the waste costs.
+pub mod holding;
 pub mod html;
+mod html_capacity;
+mod html_waste;
 pub mod kueue;
+pub mod nodes;
+pub mod prices;
 
+pub use holding::{holding, Holding};
 pub use html::{render, ReportMeta, ReportSource};
+pub use nodes::{HeldPod, NodeReport, PodLedger};
+pub use prices::{Money, Prices};
 
 use crate::admission::Admission;
 use crate::gpu::pools::CapacityRequest;
@@ -32,10 +41,12 @@ pub struct Finding {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
     pub message: String,
-    /// GPUs the object holds: a live pod's count, or a controller's
-    /// count per pod times its replicas; for a capacity object, the GPUs
-    /// it can bring up (0 when nothing bounds them).
+    /// GPUs the object holds: bound to its running or scheduled pods
+    /// ([`holding`]); for a capacity object, the GPUs it can bring up (0
+    /// when nothing bounds them).
     pub gpus: i64,
+    /// GPUs its pods ask for and are not placed yet (Pending pods).
+    pub gpus_pending: i64,
 }
 
 /// A GPU capacity object (Karpenter NodePool, KAITO Workspace, ASO agent
@@ -95,12 +106,17 @@ pub struct Report {
     pub evaluated: usize,
     /// Evaluated objects with no finding, per namespace ("" for cluster scope).
     pub passed: BTreeMap<String, usize>,
-    /// GPUs held by every evaluated pod and pod controller.
-    pub gpus_requested: i64,
+    /// GPUs held (bound to running or scheduled pods) by every evaluated
+    /// pod and pod controller.
+    pub gpus_held: i64,
+    /// GPUs requested and not placed (Pending pods) by them.
+    pub gpus_pending: i64,
     /// GPUs held by the evaluated pods and pod controllers that violate
-    /// some policy, each object counted once: the share of
-    /// `gpus_requested` that is waste.
+    /// some policy, each object counted once: the share of `gpus_held`
+    /// that is waste.
     pub gpus_in_violation: i64,
+    /// GPUs requested, not placed, by violating workloads.
+    pub gpus_pending_in_violation: i64,
     /// GPUs the capacity objects can bring up (the bounded ones).
     pub capacity_gpus: i64,
     /// GPUs the capacity objects with a finding can bring up.
@@ -112,22 +128,79 @@ pub struct Report {
     /// namespace their ClusterQueue serves (left out when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kueue: Vec<kueue::FlavorOutsideTier>,
+    /// The GPU nodes, when Nodes were read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeReport>,
+    /// What the waste costs, with a price file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub money: Option<Money>,
+    /// Every pod holding GPUs (controlled or not), for the sections that
+    /// judge pods by what they do with them.
+    #[serde(skip)]
+    pub held_pods: Vec<HeldPod>,
 }
 
-/// Evaluates `objects` as if each were created now.
+/// Evaluates `objects` as if each were created now; Nodes among them are
+/// not evaluated but reported with the pods bound to them.
 pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
+    let (report, ledger) = audit_workloads(admission, objects);
+    let nodes: Vec<Value> = objects.iter().filter(|o| is_node(o)).cloned().collect();
+    finish(report, ledger, |ledger| {
+        (!nodes.is_empty()).then(|| account_nodes(admission, &nodes, ledger))
+    })
+}
+
+/// Sets the report's node section (from `nodes`, given what the pods
+/// said) and its list of pods holding GPUs.
+pub fn finish(
+    mut report: Report,
+    ledger: PodLedger,
+    nodes: impl FnOnce(&PodLedger) -> Option<NodeReport>,
+) -> Report {
+    report.nodes = nodes(&ledger);
+    report.held_pods = ledger.into_held();
+    report
+}
+
+/// The node report on `nodes` with what `ledger` saw of the pods, now.
+pub fn account_nodes(admission: &Admission, nodes: &[Value], ledger: &PodLedger) -> NodeReport {
+    let placement = &admission.bundle().placement;
+    nodes::account(
+        nodes,
+        ledger,
+        placement.catalog(),
+        placement.gpu_resources(),
+        k8s_openapi::jiff::Timestamp::now(),
+    )
+}
+
+/// A core/v1 Node.
+pub fn is_node(object: &Value) -> bool {
+    object.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && object.get("kind").and_then(Value::as_str) == Some("Node")
+}
+
+/// Adds the cost of the report's waste at `prices`.
+pub fn price(report: &mut Report, prices: &Prices) {
+    report.money = Some(prices::cost(report, prices));
+}
+
+/// The report on pods, controllers and capacity objects (Nodes are only
+/// counted), and what the pods among them say about their nodes.
+pub fn audit_workloads(admission: &Admission, objects: &[Value]) -> (Report, PodLedger) {
     let uids: BTreeSet<&str> = objects
         .iter()
         .filter_map(|o| o.at("/metadata/uid").and_then(Value::as_str))
         .collect();
     let bundle = admission.bundle();
     let catalog = bundle.placement.catalog();
-    let mut report = Report {
-        objects: objects.len(),
-        ..Report::default()
-    };
+    let mut report = Report::default();
+    let resources = bundle.placement.gpu_resources();
+    let mut ledger = PodLedger::default();
     for object in objects {
-        if owned_by_input(object, &uids) {
+        report.objects += 1;
+        ledger.add(object, resources);
+        if is_node(object) || owned_by_input(object, &uids) {
             continue;
         }
         report.evaluated += 1;
@@ -157,9 +230,20 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
             gpus: request.launchable_gpus(catalog),
             findings: violations.len(),
         });
-        let gpus = match &capacity {
-            Some(c) => c.gpus.unwrap_or(0),
-            None => gpus_held(object, outcome.gpus_per_pod, outcome.workload_gpus),
+        let holds = match &capacity {
+            Some(c) => Holding {
+                held: c.gpus.unwrap_or(0),
+                pending: 0,
+            },
+            None => {
+                // A workload custom resource in a state its document says
+                // holds nothing (a finished RayJob, a failed PyTorchJob).
+                let done = (bundle.policies.template_sources())
+                    .source_of(object)
+                    .is_some_and(|source| source.holds_nothing(object));
+                let workload = if done { 0 } else { outcome.workload_gpus };
+                holding(object, outcome.gpus_per_pod, workload)
+            }
         };
         match capacity {
             Some(c) => {
@@ -172,9 +256,11 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
                 }
             }
             None => {
-                report.gpus_requested += gpus;
+                report.gpus_held += holds.held;
+                report.gpus_pending += holds.pending;
                 if !violations.is_empty() {
-                    report.gpus_in_violation += gpus;
+                    report.gpus_in_violation += holds.held;
+                    report.gpus_pending_in_violation += holds.pending;
                 }
             }
         }
@@ -198,12 +284,13 @@ pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
                     .and_then(Value::as_str)
                     .map(str::to_string),
                 message,
-                gpus,
+                gpus: holds.held,
+                gpus_pending: holds.pending,
             });
         }
     }
     report.kueue = kueue::flavors_outside_tiers(objects, &bundle.placement, admission.namespaces());
-    report
+    (report, ledger)
 }
 
 /// Totals per policy, namespace and action, most GPUs first.
@@ -252,6 +339,41 @@ pub fn render_text(report: &Report) -> String {
         report.evaluated,
         report.findings.len()
     );
+    let _ = writeln!(
+        out,
+        "GPUs held (running or scheduled pods): {}, {} of them by violating workloads; requested, not placed (Pending pods): {}, {} by violating workloads",
+        report.gpus_held,
+        report.gpus_in_violation,
+        report.gpus_pending,
+        report.gpus_pending_in_violation
+    );
+    if let Some(nodes) = &report.nodes {
+        let _ = writeln!(
+            out,
+            "\nGPU nodes: {}, {} GPUs allocatable, {} requested, {} idle",
+            nodes.gpu_nodes, nodes.gpus_allocatable, nodes.gpus_requested, nodes.gpus_idle
+        );
+        for f in &nodes.findings {
+            let _ = writeln!(
+                out,
+                "  Node {} ({}): [{}] {}",
+                f.node, f.pool, f.rule, f.message
+            );
+        }
+    }
+    if let Some(money) = &report.money {
+        let _ = writeln!(
+            out,
+            "\nCost per day at the prices of {} ({}{}): {:.2} {} held by violating workloads, {:.2} {} in idle node GPUs",
+            money.price_date,
+            money.price_source,
+            if money.example { ", example prices" } else { "" },
+            money.violations_per_day,
+            money.currency,
+            money.idle_nodes_per_day,
+            money.currency
+        );
+    }
     if !report.kueue.is_empty() {
         out.push_str("\nKueue flavors outside the tiers of the namespaces they serve:\n");
         for k in &report.kueue {
@@ -276,8 +398,8 @@ pub fn render_text(report: &Report) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<w_policy$}  {:<w_ns$}  {:<6}  {:>10}  {:>5}",
-        "POLICY", "NAMESPACE", "ACTION", "VIOLATIONS", "GPUS"
+        "{:<w_policy$}  {:<w_ns$}  {:<6}  {:>10}  {:>9}",
+        "POLICY", "NAMESPACE", "ACTION", "VIOLATIONS", "GPUS HELD"
     );
     for r in &rows {
         let ns = if r.namespace.is_empty() {
@@ -287,7 +409,7 @@ pub fn render_text(report: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<w_policy$}  {:<w_ns$}  {:<6}  {:>10}  {:>5}",
+            "{:<w_policy$}  {:<w_ns$}  {:<6}  {:>10}  {:>9}",
             r.policy, ns, r.action, r.violations, r.gpus
         );
     }
@@ -385,51 +507,6 @@ pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
         out.push(doc);
     }
     out
-}
-
-/// GPUs an object holds: a pod's own count while it is live (not
-/// Succeeded or Failed); for controllers, per pod times replicas; for a
-/// workload custom resource (a RayCluster, PyTorchJob...), what its spec
-/// asks over all its templates (`workload`).
-fn gpus_held(object: &Value, per_pod: i64, workload: i64) -> i64 {
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let built_in = kind == "Pod" || crate::k8s::workloads::template_kind_of(object).is_some();
-    if !built_in {
-        return workload.max(0);
-    }
-    if per_pod == 0 {
-        return 0;
-    }
-    let replicas = match kind {
-        "Pod" => match object.at("/status/phase").and_then(Value::as_str) {
-            Some("Succeeded" | "Failed") => 0,
-            _ => 1,
-        },
-        "Deployment" | "StatefulSet" | "ReplicaSet" => object
-            .at("/spec/replicas")
-            .and_then(Value::as_i64)
-            .unwrap_or(1),
-        "Job" => object
-            .at("/spec/parallelism")
-            .and_then(Value::as_i64)
-            .unwrap_or(1),
-        // A DaemonSet runs one pod per matching node; its status says how many.
-        "DaemonSet" => object
-            .at("/status/desiredNumberScheduled")
-            .and_then(Value::as_i64)
-            .unwrap_or(1),
-        // A CronJob holds GPUs only while one of its Jobs runs.
-        "CronJob" => object
-            .at("/status/active")
-            .and_then(Value::as_array)
-            .map(|a| a.len() as i64)
-            .unwrap_or(0),
-        _ => 1,
-    };
-    per_pod.saturating_mul(replicas.max(0))
 }
 
 /// Whether a controller in the input owns this object (a Deployment's

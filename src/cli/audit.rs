@@ -1,6 +1,7 @@
 //! `gpu-admission audit`: evaluates objects that already exist, from files
 //! (`kubectl get ... -A -o json`) or straight from the cluster, and reports
-//! per policy and namespace the violations and the GPUs they hold.
+//! per policy and namespace the violations and the GPUs they hold, the GPU
+//! nodes per pool, and (with `--prices`) what the waste costs.
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::audit;
@@ -42,6 +43,11 @@ pub struct AuditArgs {
     pub namespace_labels: Option<BTreeMap<String, String>>,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: AuditFormat,
+    /// A dated price file (region, VM size, price per hour; see
+    /// docs/prices.md): adds what the waste costs per day, per namespace,
+    /// policy and pool. Without it the report has no costs.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
@@ -50,6 +56,11 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
 
 fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     let loaded = args.policies.load()?;
+    let prices = args
+        .prices
+        .as_deref()
+        .map(audit::Prices::from_file)
+        .transpose()?;
     let (objects, namespaces, source) = if args.files.is_empty() {
         let (objects, namespaces, url) = from_cluster(loaded.bundle.policies.template_sources())?;
         (objects, namespaces, audit::ReportSource::Cluster(url))
@@ -104,7 +115,10 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     }
     let meta = report_meta(args, source, &loaded.bundle)?;
     let admission = Admission::new(loaded.bundle, Arc::new(lookup)).with_claims(Arc::new(claims));
-    let report = audit::audit(&admission, &objects);
+    let mut report = audit::audit(&admission, &objects);
+    if let Some(prices) = &prices {
+        audit::price(&mut report, prices);
+    }
     match args.output {
         AuditFormat::Text => print!("{}", audit::render_text(&report)),
         AuditFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -172,7 +186,9 @@ fn from_cluster(sources: &crate::k8s::TemplateSources) -> anyhow::Result<Inputs>
         let client = kube::Client::try_from(config).map_err(|e| no_cluster(e.to_string()))?;
         let lister = ClusterLister::new(client);
         let warn = |message: String| eprintln!("warning: {message}");
-        let kinds = inventory::audited_kinds(sources);
+        let mut kinds = inventory::audited_kinds(sources);
+        // Nodes are reported per pool, not judged.
+        kinds.push(("", "Node"));
         let objects = inventory::list_all(&lister, &kinds, &warn).await?;
         let namespaces = inventory::list_all(&lister, &[("", "Namespace")], &|message| {
             warn(format!(

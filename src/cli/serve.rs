@@ -136,6 +136,10 @@ pub struct ServeArgs {
     /// the audit, or `off` to run it on every replica.
     #[arg(long, value_name = "NAME", default_value = server::DEFAULT_REPORT_LEASE, value_parser = parse_lease)]
     pub report_lease: OptionalName,
+    /// A dated price file (region, size, price per hour; see
+    /// docs/prices.md) that turns the report's waste into a cost per day.
+    #[arg(long, value_name = "FILE")]
+    pub report_prices: Option<PathBuf>,
     /// Watch the cluster's Nodes so that where a pod can land (any label,
     /// spec.nodeName) is judged against the nodes that exist; `off` for a
     /// cluster that does not grant list and watch on nodes: by GPU node
@@ -257,6 +261,7 @@ impl ServeArgs {
             report_interval,
             report_max_objects,
             report_lease,
+            report_prices,
             node_cache,
             // Process-wide, set by `run` before the configuration is made.
             kueue_controllers: _,
@@ -298,6 +303,7 @@ impl ServeArgs {
             report_interval,
             report_max_objects,
             report_lease: report_lease.0,
+            report_prices,
             node_cache: node_cache == Switch::On,
         }
     }
@@ -387,7 +393,13 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
         }
         PolicySource::Embedded => None,
     };
+    let prices = match (&config.report_interval, &config.report_prices) {
+        (Some(_), Some(path)) => Some(Arc::new(crate::audit::Prices::from_file(path)?)),
+        (None, Some(_)) => anyhow::bail!("--report-prices needs --report-interval"),
+        _ => None,
+    };
     let report = config.report_interval.map(|interval| ReportSettings {
+        prices: prices.clone(),
         interval,
         max_objects: config.report_max_objects,
         lease: config

@@ -59,6 +59,37 @@ pub struct TemplateSource {
     /// The plural resource name (what webhook rules and policies name).
     pub resource: String,
     pub templates: Vec<TemplatePath>,
+    /// States in which the object holds no GPUs (its work finished,
+    /// failed or is suspended), read from its status or spec.
+    pub holds_nothing_when: Vec<HoldsNothingWhen>,
+}
+
+/// A state in which an object holds no GPUs: a value at `path` is one of
+/// `values` (`true` and `false` match booleans).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HoldsNothingWhen {
+    /// The path as written.
+    pub path: String,
+    segments: Vec<Segment>,
+    pub values: Vec<String>,
+}
+
+impl TemplateSource {
+    /// Whether `object` is in a state its document says holds no GPUs.
+    pub fn holds_nothing(&self, object: &Value) -> bool {
+        self.holds_nothing_when.iter().any(|when| {
+            let mut found = Vec::new();
+            walk(object, &when.segments, &mut Vec::new(), &mut found);
+            found.iter().any(|(value, _)| {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    Value::Bool(b) => b.to_string(),
+                    _ => return false,
+                };
+                when.values.contains(&text)
+            })
+        })
+    }
 }
 
 /// Where one kind of template of a [`TemplateSource`] is.
@@ -562,10 +593,20 @@ struct SourceSpec {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct KindSpec {
     kind: String,
     resource: String,
     templates: Vec<TemplateSpec>,
+    #[serde(default)]
+    holds_nothing_when: Vec<HoldsNothingSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HoldsNothingSpec {
+    path: String,
+    values: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -665,12 +706,40 @@ pub fn read(value: &Value) -> Result<Vec<TemplateSource>, Vec<FieldError>> {
                 Err(mut e) => errors.append(&mut e),
             }
         }
+        let mut holds_nothing_when = Vec::new();
+        for (w, when) in kind.holds_nothing_when.into_iter().enumerate() {
+            let at = format!("{at}.holdsNothingWhen[{w}]");
+            let segments = match parse_path(&when.path) {
+                Ok(segments) if !segments.is_empty() => segments,
+                Ok(_) => {
+                    errors.push(FieldError::new(format!("{at}.path"), "required"));
+                    continue;
+                }
+                Err(e) => {
+                    errors.push(FieldError::new(format!("{at}.path"), e.to_string()));
+                    continue;
+                }
+            };
+            if when.values.is_empty() || when.values.iter().any(String::is_empty) {
+                errors.push(FieldError::new(
+                    format!("{at}.values"),
+                    "must name the values (e.g. Complete, Failed) in which the object holds no GPUs",
+                ));
+                continue;
+            }
+            holds_nothing_when.push(HoldsNothingWhen {
+                path: when.path,
+                segments,
+                values: when.values,
+            });
+        }
         sources.push(TemplateSource {
             document: name.clone(),
             group: spec.group.clone(),
             kind: kind.kind,
             resource: kind.resource,
             templates,
+            holds_nothing_when,
         });
     }
     if errors.is_empty() {

@@ -1,5 +1,7 @@
 //! The `gpu_admission_audit_*` metrics: the last report's totals per
-//! policy and namespace, with the namespace label bounded.
+//! policy and namespace, with the namespace label bounded; GPUs held and
+//! requested, GPU pools, findings on nodes, and costs. GPU figures follow
+//! the report's one definition ([`crate::audit::holding`]).
 use crate::audit::Report;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -35,11 +37,39 @@ struct HeldLabels {
     namespace: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+    size: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    rule: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CostLabels {
+    waste: &'static str,
+    currency: String,
+}
+
 /// The `gpu_admission_audit_*` families.
 #[derive(Clone, Default)]
 pub struct AuditMetrics {
     violations: Family<ViolationLabels, Gauge>,
     gpus_held: Family<HeldLabels, Gauge>,
+    gpus_pending: Family<HeldLabels, Gauge>,
+    gpus: Family<StateLabels, Gauge>,
+    pool_gpus: Family<PoolLabels, Gauge>,
+    node_findings: Family<RuleLabels, Gauge>,
+    cost: Family<CostLabels, Gauge<f64, AtomicU64>>,
     objects: Gauge,
     evaluated: Gauge,
     last_run: Gauge,
@@ -59,8 +89,33 @@ impl AuditMetrics {
         );
         registry.register(
             "gpu_admission_audit_gpus_held",
-            "GPUs held by objects violating a policy at the last audit, by policy and namespace",
+            "GPUs held (bound to running or scheduled pods) by objects violating a policy at the last audit, by policy and namespace",
             m.gpus_held.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_gpus_pending",
+            "GPUs requested and not placed (Pending pods) by objects violating a policy at the last audit, by policy and namespace",
+            m.gpus_pending.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_gpus",
+            "GPUs of every workload read at the last audit, by state: held (running or scheduled pods) or pending (requested, not placed)",
+            m.gpus.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_pool_gpus",
+            "GPUs of the GPU nodes at the last audit, by pool, size and state: allocatable, requested (by pods bound there) or idle",
+            m.pool_gpus.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_node_findings",
+            "Findings on GPU nodes at the last audit, by rule (gpu-node-untainted, gpu-node-retired-size, gpu-node-unsupported-size, gpu-node-idle)",
+            m.node_findings.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_cost_per_day",
+            "What the waste found at the last audit costs per day at the report's prices (--report-prices), by waste (violations: GPUs held by violating workloads; idle_nodes: idle GPUs of GPU nodes) and currency",
+            m.cost.clone(),
         );
         registry.register(
             "gpu_admission_audit_objects",
@@ -98,8 +153,7 @@ impl AuditMetrics {
     /// Sets the gauges from `report`.
     pub fn record(&self, report: &Report, meta: &RunMeta) {
         let (violations, held) = audit_series(report, TOP_NAMESPACES);
-        self.violations.clear();
-        self.gpus_held.clear();
+        self.clear();
         for ((policy, namespace, action), n) in violations {
             self.violations
                 .get_or_create(&ViolationLabels {
@@ -109,10 +163,52 @@ impl AuditMetrics {
                 })
                 .set(n);
         }
-        for ((policy, namespace), n) in held {
-            self.gpus_held
-                .get_or_create(&HeldLabels { policy, namespace })
-                .set(n);
+        for ((policy, namespace), (held, pending)) in held {
+            let labels = HeldLabels { policy, namespace };
+            self.gpus_held.get_or_create(&labels).set(held);
+            self.gpus_pending.get_or_create(&labels).set(pending);
+        }
+        for (state, n) in [("held", report.gpus_held), ("pending", report.gpus_pending)] {
+            self.gpus.get_or_create(&StateLabels { state }).set(n);
+        }
+        if let Some(nodes) = &report.nodes {
+            for p in &nodes.pools {
+                for (state, n) in [
+                    ("allocatable", p.gpus_allocatable),
+                    ("requested", p.gpus_requested),
+                    ("idle", p.gpus_idle),
+                ] {
+                    let labels = PoolLabels {
+                        pool: p.pool.clone(),
+                        size: p.size.clone(),
+                        state,
+                    };
+                    self.pool_gpus.get_or_create(&labels).set(n);
+                }
+            }
+            for rule in [
+                crate::audit::nodes::UNTAINTED,
+                crate::audit::nodes::RETIRED_SIZE,
+                crate::audit::nodes::UNSUPPORTED_SIZE,
+                crate::audit::nodes::IDLE,
+            ] {
+                let n = nodes.findings.iter().filter(|f| f.rule == rule).count();
+                self.node_findings
+                    .get_or_create(&RuleLabels { rule })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        if let Some(money) = &report.money {
+            for (waste, per_day) in [
+                ("violations", money.violations_per_day),
+                ("idle_nodes", money.idle_nodes_per_day),
+            ] {
+                let labels = CostLabels {
+                    waste,
+                    currency: money.currency.clone(),
+                };
+                self.cost.get_or_create(&labels).set(per_day);
+            }
         }
         self.objects
             .set(i64::try_from(report.objects).unwrap_or(i64::MAX));
@@ -130,6 +226,11 @@ impl AuditMetrics {
     pub fn clear(&self) {
         self.violations.clear();
         self.gpus_held.clear();
+        self.gpus_pending.clear();
+        self.gpus.clear();
+        self.pool_gpus.clear();
+        self.node_findings.clear();
+        self.cost.clear();
     }
 
     pub fn inc_errors(&self) {
@@ -142,7 +243,8 @@ impl AuditMetrics {
 }
 
 type ViolationSeries = BTreeMap<(String, String, &'static str), i64>;
-type HeldSeries = BTreeMap<(String, String), i64>;
+/// (held, pending) GPUs per (policy, namespace).
+type HeldSeries = BTreeMap<(String, String), (i64, i64)>;
 
 /// The report's totals per (policy, namespace, action) and GPUs per
 /// (policy, namespace), with namespaces beyond the `top` ones (by GPUs
@@ -179,7 +281,8 @@ fn audit_series(report: &Report, top: usize) -> (ViolationSeries, HeldSeries) {
             .entry((f.policy.clone(), ns.clone(), f.action))
             .or_default() += 1;
         let gpus = held.entry((f.policy.clone(), ns)).or_default();
-        *gpus = gpus.saturating_add(f.gpus);
+        gpus.0 = gpus.0.saturating_add(f.gpus);
+        gpus.1 = gpus.1.saturating_add(f.gpus_pending);
     }
     (violations, held)
 }
@@ -206,6 +309,7 @@ pub(super) mod tests {
             uid: None,
             message: "m".into(),
             gpus,
+            gpus_pending: 0,
         }
     }
 
@@ -233,12 +337,12 @@ pub(super) mod tests {
             violations[&("gpu-privileged".into(), OTHER_NAMESPACES.into(), "deny")],
             1 + 2 + 3
         );
-        assert_eq!(held[&("gpu-privileged".into(), "team-4".into())], 10);
+        assert_eq!(held[&("gpu-privileged".into(), "team-4".into())], (10, 0));
         assert_eq!(
             held[&("gpu-privileged".into(), OTHER_NAMESPACES.into())],
-            12
+            (12, 0)
         );
-        assert_eq!(held[&("gpu-nodepool".into(), CLUSTER_SCOPE.into())], 8);
+        assert_eq!(held[&("gpu-nodepool".into(), CLUSTER_SCOPE.into())], (8, 0));
     }
 
     #[test]
@@ -253,11 +357,39 @@ pub(super) mod tests {
         let mut report = Report {
             objects: 7,
             evaluated: 5,
+            gpus_held: 6,
+            gpus_pending: 3,
+            nodes: Some(crate::audit::NodeReport {
+                pools: vec![crate::audit::nodes::PoolRow {
+                    pool: "a100".into(),
+                    size: "Standard_NC24ads_A100_v4".into(),
+                    gpu_nodes: 2,
+                    gpus_allocatable: 2,
+                    gpus_requested: 1,
+                    gpus_idle: 1,
+                    untainted_nodes: 1,
+                }],
+                findings: vec![crate::audit::nodes::NodeFinding {
+                    rule: crate::audit::nodes::IDLE,
+                    node: "n".into(),
+                    pool: "a100".into(),
+                    size: "Standard_NC24ads_A100_v4".into(),
+                    gpus: 1,
+                    message: "idle".into(),
+                }],
+                ..Default::default()
+            }),
+            money: Some(crate::audit::Money {
+                currency: "USD".into(),
+                violations_per_day: 352.5,
+                idle_nodes_per_day: 88.25,
+                ..Default::default()
+            }),
             ..Report::default()
         };
-        report
-            .findings
-            .push(finding("gpu-privileged", Some("ml"), "deny", 4));
+        let mut pending = finding("gpu-privileged", Some("ml"), "deny", 4);
+        pending.gpus_pending = 2;
+        report.findings.push(pending);
         let meta = RunMeta {
             generated_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             duration: Duration::from_millis(2_500),
@@ -269,6 +401,15 @@ pub(super) mod tests {
         for line in [
             r#"gpu_admission_audit_violations{policy="gpu-privileged",namespace="ml",action="deny"} 1"#,
             r#"gpu_admission_audit_gpus_held{policy="gpu-privileged",namespace="ml"} 4"#,
+            r#"gpu_admission_audit_gpus_pending{policy="gpu-privileged",namespace="ml"} 2"#,
+            r#"gpu_admission_audit_gpus{state="held"} 6"#,
+            r#"gpu_admission_audit_gpus{state="pending"} 3"#,
+            r#"gpu_admission_audit_pool_gpus{pool="a100",size="Standard_NC24ads_A100_v4",state="idle"} 1"#,
+            r#"gpu_admission_audit_pool_gpus{pool="a100",size="Standard_NC24ads_A100_v4",state="allocatable"} 2"#,
+            r#"gpu_admission_audit_node_findings{rule="gpu-node-idle"} 1"#,
+            r#"gpu_admission_audit_node_findings{rule="gpu-node-untainted"} 0"#,
+            r#"gpu_admission_audit_cost_per_day{waste="violations",currency="USD"} 352.5"#,
+            r#"gpu_admission_audit_cost_per_day{waste="idle_nodes",currency="USD"} 88.25"#,
             "gpu_admission_audit_objects 7",
             "gpu_admission_audit_objects_evaluated 5",
             "gpu_admission_audit_last_run_timestamp_seconds 1800000002",
@@ -287,6 +428,11 @@ pub(super) mod tests {
         metrics.inc_errors();
         let text = encode(&registry);
         assert!(!text.contains("gpu_admission_audit_violations{"), "{text}");
+        assert!(!text.contains("gpu_admission_audit_pool_gpus{"), "{text}");
+        assert!(
+            !text.contains("gpu_admission_audit_cost_per_day{"),
+            "{text}"
+        );
         assert!(text.contains("gpu_admission_audit_leader 0"), "{text}");
         assert!(
             text.contains("gpu_admission_audit_run_errors_total 1"),

@@ -25,7 +25,7 @@ pub use metrics::{AuditMetrics, CLUSTER_SCOPE, OTHER_NAMESPACES, TOP_NAMESPACES}
 pub use task::ReportTask;
 
 /// How the periodic report runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ReportSettings {
     /// Time between the starts of two runs.
     pub interval: Duration,
@@ -40,6 +40,8 @@ pub struct ReportSettings {
     pub policies: crate::bundle::PolicySource,
     /// The SKU catalog's name: `built-in`, or its file.
     pub catalog: String,
+    /// Prices that turn the report's waste into a cost per day.
+    pub prices: Option<std::sync::Arc<audit::Prices>>,
 }
 
 /// Where the report's Lease lives and who this replica is.
@@ -195,8 +197,25 @@ pub async fn audit_cluster(
     stop: &dyn Fn() -> bool,
 ) -> anyhow::Result<Report> {
     let bundle = admission.bundle();
+    let resources = bundle.placement.gpu_resources();
     let kinds = inventory::audited_kinds(bundle.policies.template_sources());
     let (pods, others): (Vec<_>, Vec<_>) = kinds.iter().partition(|(_, kind)| *kind == "Pod");
+    // Nodes are few (and slim once read): held whole. Without permission
+    // to list them the report has no node section and says so.
+    let mut nodes: Option<Vec<Value>> = None;
+    inventory::list_pages(lister, &[("", "Node")], warn, &mut |page| {
+        if stop() {
+            return Err(Stopped.into());
+        }
+        nodes.get_or_insert_with(Vec::new).extend(page);
+        if nodes.as_ref().map_or(0, Vec::len) > max_objects {
+            anyhow::bail!(
+                "the cluster has more than {max_objects} nodes; raise --report-max-objects"
+            );
+        }
+        Ok(())
+    })
+    .await?;
     let mut held: Vec<Value> = Vec::new();
     inventory::list_pages(lister, &others, warn, &mut |page| {
         if stop() {
@@ -211,7 +230,7 @@ pub async fn audit_cluster(
         Ok(())
     })
     .await?;
-    let mut report = audit::audit(admission, &held);
+    let (mut report, mut ledger) = audit::audit_workloads(admission, &held);
     let controllers: HashSet<String> = held
         .iter()
         .filter_map(|o| o.at("/metadata/uid").and_then(Value::as_str))
@@ -223,14 +242,25 @@ pub async fn audit_cluster(
             return Err(Stopped.into());
         }
         let read = page.len();
+        for pod in &page {
+            if controlled_by(pod, &controllers) {
+                ledger.add(pod, resources);
+            }
+        }
         page.retain(|pod| !controlled_by(pod, &controllers));
-        let judged = audit::audit(admission, &page);
+        let (judged, judged_ledger) = audit::audit_workloads(admission, &page);
         merge(&mut report, judged);
+        ledger.merge(judged_ledger);
         report.objects += read - page.len();
         Ok(())
     })
     .await?;
-    Ok(report)
+    if let Some(nodes) = &nodes {
+        report.objects += nodes.len();
+    }
+    Ok(audit::finish(report, ledger, |ledger| {
+        nodes.map(|nodes| audit::account_nodes(admission, &nodes, ledger))
+    }))
 }
 
 /// Whether an object in `uids` is `object`'s controller.
@@ -242,6 +272,10 @@ fn controlled_by(object: &Value, uids: &HashSet<String>) -> bool {
 fn merge(report: &mut Report, more: Report) {
     report.objects += more.objects;
     report.evaluated += more.evaluated;
+    report.gpus_held += more.gpus_held;
+    report.gpus_pending += more.gpus_pending;
+    report.gpus_in_violation += more.gpus_in_violation;
+    report.gpus_pending_in_violation += more.gpus_pending_in_violation;
     for (ns, n) in more.passed {
         *report.passed.entry(ns).or_default() += n;
     }
@@ -302,8 +336,9 @@ mod tests {
         json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}])
     }
 
-    /// A privileged GPU Deployment with its ReplicaSet and pods, and
-    /// `loose` pods of no controller, every other one privileged.
+    /// A privileged GPU Deployment with its ReplicaSet and pods (on node
+    /// gpu-0), `loose` pods of no controller, every other one privileged,
+    /// and two GPU nodes of 8 GPUs, gpu-1 untainted and unused.
     pub(super) fn cluster(loose: usize) -> FakeCluster {
         let template =
             json!({"metadata": {"labels": {"app": "train"}}, "spec": gpu_pod_spec(true)});
@@ -311,6 +346,7 @@ mod tests {
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "train", "namespace": "ml", "uid": "d-1"},
             "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "train"}}, "template": template},
+            "status": {"replicas": 2, "readyReplicas": 2},
         });
         let replica_set = json!({
             "apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -325,7 +361,7 @@ mod tests {
                     "metadata": {"name": format!("train-5d8f-{i}"), "namespace": "ml", "uid": format!("p-{i}"),
                                  "ownerReferences": owner("ReplicaSet", "train-5d8f", "rs-1"),
                                  "managedFields": [{"manager": "kube-controller-manager"}]},
-                    "spec": gpu_pod_spec(true),
+                    "spec": {"nodeName": "gpu-0", "containers": gpu_pod_spec(true)["containers"]},
                     "status": {"phase": "Running"},
                 })
             })
@@ -338,8 +374,20 @@ mod tests {
                 "status": {"phase": "Running"},
             })
         }));
+        let node = |name: &str, taints: Value| {
+            json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.azure.com/agentpool": "gpu",
+                    "node.kubernetes.io/instance-type": "Standard_ND96asr_v4"}},
+                "spec": {"taints": taints},
+                "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+        };
+        let tainted = json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]);
         FakeCluster {
             objects: BTreeMap::from([
+                (
+                    "Node",
+                    vec![node("gpu-0", tainted), node("gpu-1", json!([]))],
+                ),
                 ("Deployment", vec![deployment]),
                 ("ReplicaSet", vec![replica_set]),
                 ("Pod", pods),
@@ -389,14 +437,48 @@ mod tests {
         );
 
         let mut everything: Vec<Value> = Vec::new();
-        for kind in ["Deployment", "ReplicaSet", "Pod"] {
+        for kind in ["Node", "Deployment", "ReplicaSet", "Pod"] {
             everything.extend(cluster.objects[kind].iter().cloned());
         }
         let whole =
             crate::offline::with_evaluation_stack(|| audit::audit(&admission(), &everything))
                 .unwrap();
-        assert_eq!(streamed.objects, 605);
+        assert_eq!(streamed.objects, 607);
         assert_eq!(streamed.objects, whole.objects);
+        assert_eq!(
+            (streamed.gpus_held, streamed.gpus_pending),
+            (2 + 601, 0),
+            "the Deployment's 2 ready replicas and the running loose pods"
+        );
+        assert_eq!(
+            (streamed.gpus_held, streamed.gpus_in_violation),
+            (whole.gpus_held, whole.gpus_in_violation)
+        );
+        assert_eq!(streamed.held_pods.len(), 2 + 601);
+        let (nodes, whole_nodes) = (streamed.nodes.unwrap(), whole.nodes.unwrap());
+        assert_eq!(nodes.pools, whole_nodes.pools);
+        assert_eq!(nodes.findings, whole_nodes.findings);
+        assert_eq!(
+            (
+                nodes.gpus_allocatable,
+                nodes.gpus_requested,
+                nodes.gpus_idle
+            ),
+            (16, 2, 14),
+            "the Deployment's pods are on gpu-0, the loose ones on no node"
+        );
+        let rules: Vec<(&str, &str)> = nodes
+            .findings
+            .iter()
+            .map(|f| (f.rule, f.node.as_str()))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                (audit::nodes::UNTAINTED, "gpu-1"),
+                (audit::nodes::IDLE, "gpu-1")
+            ]
+        );
         assert_eq!(streamed.evaluated, whole.evaluated);
         assert_eq!(
             streamed.evaluated,
@@ -440,8 +522,9 @@ mod tests {
                 &cluster,
                 100,
                 &|_| {},
-                // Stop once the controllers and the first page of Pods are in.
-                &|| pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 3,
+                // Stop once the nodes, the controllers and the first page
+                // of Pods are in.
+                &|| pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 4,
             ))
         })
         .unwrap()

@@ -223,7 +223,10 @@ impl Runner {
             &stop,
         ));
         match run {
-            Ok(report) => {
+            Ok(mut report) => {
+                if let Some(prices) = &self.settings.prices {
+                    crate::audit::price(&mut report, prices);
+                }
                 let meta = RunMeta {
                     generated_at,
                     duration: started.elapsed(),
@@ -317,6 +320,7 @@ mod tests {
                     lease: None,
                     policies: crate::bundle::PolicySource::Embedded,
                     catalog: "built-in".into(),
+                    prices: None,
                 },
                 admission: Arc::new(admission()),
                 latest: Arc::new(LatestReport::new()),

@@ -129,6 +129,8 @@ pub struct ServeConfig {
     /// Name of the Lease that elects the replica running the audit; none:
     /// every replica runs it.
     pub report_lease: Option<String>,
+    /// A price file for the report's costs; none: no costs.
+    pub report_prices: Option<std::path::PathBuf>,
     /// Watch the cluster's Nodes (in a cluster), so that where a pod can
     /// land is judged against the nodes that exist; off: by labels alone.
     pub node_cache: bool,
@@ -169,6 +171,7 @@ impl Default for ServeConfig {
             report_interval: None,
             report_max_objects: DEFAULT_REPORT_MAX_OBJECTS,
             report_lease: Some(DEFAULT_REPORT_LEASE.to_string()),
+            report_prices: None,
             node_cache: true,
         }
     }

@@ -1,6 +1,7 @@
 // Opens the HTML audit report in headless Chromium and checks it against
-// the JSON audit of the same objects: the totals, the top offenders, the
-// bars of every chart, the policy sections and the capacity table. The
+// the JSON audit of the same objects: the totals, the costs, the GPU nodes
+// and pools, the top offenders, the bars of every chart, the policy
+// sections and the capacity table. The
 // page must load with no console error and no network request. Saves a
 // full-page screenshot, and with --docs PATH the top of the page as the
 // README's picture.
@@ -106,7 +107,8 @@ try {
     return { value: await el.getAttribute("data-value"), text: (await el.textContent()).trim() };
   };
   for (const [id, want] of [
-    ["gpus-requested", report.gpusRequested],
+    ["gpus-held", report.gpusHeld],
+    ["gpus-pending", report.gpusPending],
     ["gpus-in-violation", report.gpusInViolation],
     ["capacity-gpus", report.capacityGpus],
     ["findings", report.findings.length],
@@ -118,7 +120,7 @@ try {
   }
   eq(Number((await total("objects")).value), report.objects, "#total-objects");
   eq(Number((await total("capacity-gpus-in-violation")).value), report.capacityGpusInViolation, "#total-capacity-gpus-in-violation");
-  const share = report.gpusRequested > 0 ? report.gpusInViolation / report.gpusRequested : 0;
+  const share = report.gpusHeld > 0 ? report.gpusInViolation / report.gpusHeld : 0;
   const shown = await total("waste-share");
   check(Math.abs(Number(shown.value) - share) < 1e-6, `waste share ${shown.value} is ${share}`);
   eq(shown.text.replace(/\s/g, ""), `${(share * 100).toFixed(1)}%`, "waste share text");
@@ -211,12 +213,53 @@ try {
     "capacity rows",
   );
 
+  // GPU nodes and pools.
+  const nodes = report.nodes;
+  check(nodes !== undefined, "the JSON has the GPU nodes (the fixture has Nodes)");
+  if (nodes) {
+    for (const [id, want] of [
+      ["node-gpu-nodes", nodes.gpuNodes],
+      ["node-gpus-allocatable", nodes.gpusAllocatable],
+      ["node-gpus-requested", nodes.gpusRequested],
+      ["node-gpus-idle", nodes.gpusIdle],
+    ]) {
+      const got = await total(id);
+      eq(Number(got.value), want, `#total-${id} data-value`);
+      eq(Number(got.text.replaceAll(",", "")), want, `#total-${id} text`);
+    }
+    const pools = await page.locator("tr.pool").evaluateAll((trs) =>
+      trs.map((tr) => [tr.dataset.pool, tr.dataset.size, tr.dataset.nodes, tr.dataset.allocatable, tr.dataset.requested, tr.dataset.idle].join(" ")),
+    );
+    eq(pools, nodes.pools.map((p) => [p.pool, p.size, p.gpuNodes, p.gpusAllocatable, p.gpusRequested, p.gpusIdle].join(" ")), "pool rows");
+    const flagged = await page.locator("tr.node-finding").evaluateAll((trs) =>
+      trs.map((tr) => [tr.dataset.rule, tr.dataset.node, tr.dataset.gpus].join(" ")),
+    );
+    eq(flagged, nodes.findings.slice(0, 500).map((f) => [f.rule, f.node, f.gpus].join(" ")), "node finding rows");
+  }
+
+  // Costs, with the price file the fixture is audited with.
+  const money = report.money;
+  check(money !== undefined, "the JSON has costs (the report is made with --prices)");
+  if (money) {
+    eq((await total("cost-violations")).value, money.violationsPerDay.toFixed(2), "#total-cost-violations");
+    eq((await total("cost-idle-nodes")).value, money.idleNodesPerDay.toFixed(2), "#total-cost-idle-nodes");
+    eq(await page.locator("#price-date").getAttribute("datetime"), money.priceDate, "the price date on the page");
+    for (const [table, rows] of [["namespace", money.byNamespace], ["policy", money.byPolicy], ["pool", money.byPool]]) {
+      const got = await page.locator(`tr.cost[data-table="${table}"]`).evaluateAll((trs) =>
+        trs.map((tr) => [tr.dataset.name, tr.dataset.gpus, tr.dataset.perDay].join(" ")),
+      );
+      eq(got, rows.slice(0, 25).map((c) => [c.name, c.gpus, c.perDay.toFixed(2)].join(" ")), `cost rows by ${table}`);
+    }
+  }
+
   eq(consoleErrors, [], "console errors");
   eq(requests, [], "network requests");
 
   await page.screenshot({ path: screenshot, fullPage: true });
   if (docs) {
-    await page.screenshot({ path: docs, fullPage: true, clip: { x: 0, y: 0, width: 1280, height: 1400 } });
+    // The top of the page: totals, costs, GPU nodes and pools.
+    const bottom = await page.locator("#nodes").evaluate((el) => el.getBoundingClientRect().bottom + window.scrollY);
+    await page.screenshot({ path: docs, fullPage: true, clip: { x: 0, y: 0, width: 1280, height: Math.min(Math.ceil(bottom) + 16, 3200) } });
   }
 } finally {
   await context.close();
@@ -228,4 +271,4 @@ if (failures.length > 0) {
   for (const f of failures) console.error(`  - ${f}`);
   process.exit(1);
 }
-console.log(`report.mjs: ${htmlPath} checked (totals, top offenders, charts, policies, capacity; no console errors, no requests); screenshot ${screenshot}`);
+console.log(`report.mjs: ${htmlPath} checked (totals, costs, GPU nodes and pools, top offenders, charts, policies, capacity; no console errors, no requests); screenshot ${screenshot}`);

@@ -241,3 +241,55 @@ fn mistakes_in_a_document_name_their_field() {
         ["spec.kinds[0].kind: batch/Job is a built-in controller whose pod template is always judged"]
     );
 }
+
+#[test]
+fn holds_nothing_when_names_finished_states_by_value_or_condition() {
+    let s = sources(source_doc(
+        "kubeflow.org",
+        json!([{"kind": "PyTorchJob", "resource": "pytorchjobs",
+        "templates": [{"path": "spec.pytorchReplicaSpecs.*.template"}],
+        "holdsNothingWhen": [
+            {"path": "status.conditions[*].type", "values": ["Succeeded", "Failed"]},
+            {"path": "spec.runPolicy.suspend", "values": ["true"]}
+        ]}]),
+    ));
+    let job = |status: Value, suspend: bool| {
+        json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "spec": {"runPolicy": {"suspend": suspend}}, "status": status})
+    };
+    let source = s.custom().first().unwrap();
+    let running = json!({"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]});
+    let done = json!({"conditions": [{"type": "Running", "status": "False"}, {"type": "Succeeded", "status": "True"}]});
+    assert!(!source.holds_nothing(&job(running.clone(), false)));
+    assert!(source.holds_nothing(&job(done, false)));
+    assert!(
+        source.holds_nothing(&job(running, true)),
+        "a boolean matches \"true\""
+    );
+    assert!(!source.holds_nothing(&job(Value::Null, false)));
+}
+
+#[test]
+fn holds_nothing_when_needs_a_path_and_values() {
+    let errors = read(&source_doc(
+        "ray.io",
+        json!([{"kind": "RayJob", "resource": "rayjobs",
+        "templates": [{"path": "spec.submitterPodTemplate"}],
+        "holdsNothingWhen": [
+            {"path": "", "values": ["Complete"]},
+            {"path": "status.jobDeploymentStatus", "values": []},
+            {"path": "status[0]", "values": ["x"]}
+        ]}]),
+    ))
+    .unwrap_err();
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.kinds[0].holdsNothingWhen[0].path",
+            "spec.kinds[0].holdsNothingWhen[1].values",
+            "spec.kinds[0].holdsNothingWhen[2].path"
+        ],
+        "{errors:?}"
+    );
+}

@@ -1,0 +1,246 @@
+//! How many GPUs a workload holds now, read from its status: *held* GPUs
+//! are bound to running or scheduled pods; *requested, not placed* GPUs
+//! belong to pods waiting for a node. Suspended, completed and failed work
+//! holds none. This is the one definition the JSON, the page, the
+//! PolicyReports and the `gpu_admission_audit_*` gauges use.
+use crate::k8s::json::Pointer as _;
+use serde::Serialize;
+use serde_json::Value;
+
+/// GPUs of one object, by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Holding {
+    /// Bound to running or scheduled pods.
+    pub held: i64,
+    /// Asked for by pods not placed on a node yet (Pending and unscheduled;
+    /// for a controller, its desired pods that are not ready).
+    pub pending: i64,
+}
+
+/// What `object` holds, given the GPUs of one of its pods (`per_pod`) and,
+/// for a workload custom resource, what its spec asks over all its
+/// templates (`workload`).
+///
+/// - Pod: Succeeded or Failed holds 0; Running, or bound to a node
+///   (`spec.nodeName`), holds its GPUs; otherwise they are requested, not
+///   placed.
+/// - Deployment, StatefulSet, ReplicaSet: `status.readyReplicas` pods are
+///   held, the rest of `spec.replicas` requested; an object with no status
+///   (a manifest) has placed nothing.
+/// - Job: suspended (Kueue queues Jobs this way) or finished holds 0;
+///   otherwise `status.ready` of its `status.active` pods are held, the
+///   other active ones requested.
+/// - DaemonSet: `status.numberReady` held, the rest of
+///   `desiredNumberScheduled` requested.
+/// - CronJob: suspended holds 0; otherwise one pod per Job in
+///   `status.active`.
+/// - Workload custom resources: suspended (`spec.suspend` or
+///   `spec.runPolicy.suspend`) holds 0; otherwise `workload`, what the
+///   spec asks (the caller passes 0 for an object in a state its
+///   `PodTemplateSource` says holds nothing: `holdsNothingWhen`).
+pub fn holding(object: &Value, per_pod: i64, workload: i64) -> Holding {
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let built_in = kind == "Pod" || crate::k8s::workloads::template_kind_of(object).is_some();
+    if !built_in {
+        let suspended = flag(object, "/spec/suspend") || flag(object, "/spec/runPolicy/suspend");
+        return Holding {
+            held: if suspended { 0 } else { workload.max(0) },
+            pending: 0,
+        };
+    }
+    let per_pod = per_pod.max(0);
+    if per_pod == 0 {
+        return Holding::default();
+    }
+    let (held, pending) = match kind {
+        "Pod" => pod_state(object),
+        "Deployment" | "StatefulSet" | "ReplicaSet" => {
+            let desired = int(object, "/spec/replicas").unwrap_or(1).max(0);
+            match object.get("status").filter(|s| s.is_object()) {
+                None => (0, desired),
+                Some(_) => {
+                    let ready = int(object, "/status/readyReplicas").unwrap_or(0).max(0);
+                    (ready, (desired - ready).max(0))
+                }
+            }
+        }
+        "Job" => job_state(object),
+        "DaemonSet" => {
+            let desired = int(object, "/status/desiredNumberScheduled")
+                .unwrap_or(0)
+                .max(0);
+            let ready = int(object, "/status/numberReady").unwrap_or(0).max(0);
+            (ready, (desired - ready).max(0))
+        }
+        "CronJob" if flag(object, "/spec/suspend") => (0, 0),
+        "CronJob" => {
+            let active = object
+                .at("/status/active")
+                .and_then(Value::as_array)
+                .map_or(0, |a| a.len() as i64);
+            (active, 0)
+        }
+        _ => (1, 0),
+    };
+    Holding {
+        held: per_pod.saturating_mul(held),
+        pending: per_pod.saturating_mul(pending),
+    }
+}
+
+/// (pods held, pods requested) of a Pod: one or the other, or none.
+fn pod_state(pod: &Value) -> (i64, i64) {
+    match pod.at("/status/phase").and_then(Value::as_str) {
+        Some("Succeeded" | "Failed") => (0, 0),
+        Some("Running") => (1, 0),
+        _ if pod_is_bound(pod) => (1, 0),
+        _ => (0, 1),
+    }
+}
+
+/// Whether the scheduler (or the pod itself) put the pod on a node.
+pub fn pod_is_bound(pod: &Value) -> bool {
+    pod.at("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty())
+}
+
+/// Whether a pod is done (Succeeded or Failed): it holds nothing.
+pub fn pod_is_finished(pod: &Value) -> bool {
+    matches!(
+        pod.at("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// (pods held, pods requested) of a Job.
+fn job_state(job: &Value) -> (i64, i64) {
+    if flag(job, "/spec/suspend") || job_finished(job) {
+        return (0, 0);
+    }
+    match job.get("status").filter(|s| s.is_object()) {
+        None => (0, int(job, "/spec/parallelism").unwrap_or(1).max(0)),
+        Some(_) => {
+            let active = int(job, "/status/active").unwrap_or(0).max(0);
+            let ready = int(job, "/status/ready").map_or(active, |r| r.clamp(0, active));
+            (ready, active - ready)
+        }
+    }
+}
+
+/// A Job whose `Complete` or `Failed` condition is true, or that has a
+/// completion time.
+fn job_finished(job: &Value) -> bool {
+    let done = job
+        .at("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                matches!(
+                    c.get("type").and_then(Value::as_str),
+                    Some("Complete" | "Failed" | "SuccessCriteriaMet" | "FailureTarget")
+                ) && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        });
+    done || job
+        .at("/status/completionTime")
+        .is_some_and(|t| !t.is_null())
+}
+
+fn flag(object: &Value, pointer: &str) -> bool {
+    object.at(pointer).and_then(Value::as_bool) == Some(true)
+}
+
+fn int(object: &Value, pointer: &str) -> Option<i64> {
+    object.at(pointer).and_then(Value::as_i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn of(object: Value) -> Holding {
+        holding(&object, 2, 0)
+    }
+
+    fn h(held: i64, pending: i64) -> Holding {
+        Holding { held, pending }
+    }
+
+    #[test]
+    fn pods_hold_while_running_or_bound_and_request_while_pending() {
+        let pod = |status: Value, node: Option<&str>| {
+            let mut p = json!({"kind": "Pod", "spec": {}, "status": status});
+            if let Some(n) = node {
+                p["spec"]["nodeName"] = json!(n);
+            }
+            of(p)
+        };
+        assert_eq!(pod(json!({"phase": "Running"}), Some("n")), h(2, 0));
+        assert_eq!(pod(json!({"phase": "Pending"}), Some("n")), h(2, 0));
+        assert_eq!(pod(json!({"phase": "Pending"}), None), h(0, 2));
+        assert_eq!(pod(json!({"phase": "Succeeded"}), Some("n")), h(0, 0));
+        assert_eq!(pod(json!({"phase": "Failed"}), Some("n")), h(0, 0));
+        assert_eq!(pod(Value::Null, None), h(0, 2), "a manifest is not placed");
+    }
+
+    #[test]
+    fn jobs_count_their_active_pods_and_nothing_once_suspended_or_finished() {
+        let job = |spec: Value, status: Value| {
+            of(json!({"kind": "Job", "apiVersion": "batch/v1", "spec": spec, "status": status}))
+        };
+        let spec = json!({"parallelism": 4, "template": {"spec": {}}});
+        assert_eq!(job(spec.clone(), json!({"active": 4, "ready": 3})), h(6, 2));
+        assert_eq!(job(spec.clone(), json!({"active": 4})), h(8, 0));
+        let complete = json!({"active": 0, "succeeded": 4, "completionTime": "2026-11-30T10:00:00Z",
+            "conditions": [{"type": "Complete", "status": "True"}]});
+        assert_eq!(job(spec.clone(), complete), h(0, 0));
+        let failed = json!({"failed": 6, "conditions": [{"type": "Failed", "status": "True"}]});
+        assert_eq!(job(spec.clone(), failed), h(0, 0));
+        let mut suspended = spec.clone();
+        suspended["suspend"] = json!(true);
+        assert_eq!(job(suspended, json!({"active": 0})), h(0, 0));
+        assert_eq!(
+            of(json!({"kind": "Job", "apiVersion": "batch/v1", "spec": spec})),
+            h(0, 8),
+            "a Job manifest asks for its parallelism"
+        );
+    }
+
+    #[test]
+    fn replica_controllers_hold_their_ready_replicas() {
+        let deployment = |status: Option<Value>| {
+            let mut d = json!({"kind": "Deployment", "apiVersion": "apps/v1",
+                "spec": {"replicas": 3, "template": {"spec": {}}}});
+            if let Some(s) = status {
+                d["status"] = s;
+            }
+            of(d)
+        };
+        assert_eq!(deployment(Some(json!({"readyReplicas": 2}))), h(4, 2));
+        assert_eq!(deployment(Some(json!({}))), h(0, 6));
+        assert_eq!(deployment(None), h(0, 6));
+        let ds = json!({"kind": "DaemonSet", "apiVersion": "apps/v1", "spec": {"template": {"spec": {}}},
+            "status": {"desiredNumberScheduled": 5, "numberReady": 4}});
+        assert_eq!(of(ds), h(8, 2));
+    }
+
+    #[test]
+    fn cron_jobs_and_custom_workloads_stop_holding_when_suspended() {
+        let cron = |suspend: bool| {
+            of(json!({"kind": "CronJob", "apiVersion": "batch/v1",
+                "spec": {"suspend": suspend, "jobTemplate": {"spec": {"template": {"spec": {}}}}},
+                "status": {"active": [{"name": "a"}]}}))
+        };
+        assert_eq!(cron(false), h(2, 0));
+        assert_eq!(cron(true), h(0, 0));
+        let ray = json!({"kind": "RayJob", "apiVersion": "ray.io/v1", "spec": {"suspend": true}});
+        assert_eq!(holding(&ray, 1, 9), h(0, 0));
+        let torch = json!({"kind": "PyTorchJob", "apiVersion": "kubeflow.org/v1", "spec": {}});
+        assert_eq!(holding(&torch, 1, 9), h(9, 0));
+    }
+}

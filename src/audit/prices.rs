@@ -1,0 +1,425 @@
+//! Money: a dated price file (`--prices FILE`, one hourly price per region
+//! and VM size) turns the GPUs held by violating workloads and the idle
+//! GPUs of nodes into a cost per day, per namespace, policy and pool. The
+//! file's date, source and currency are shown with every figure.
+use super::nodes::{GpuNode, NodeReport};
+use super::Report;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// A price file.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Prices {
+    /// When the prices were read (`YYYY-MM-DD`).
+    pub date: String,
+    /// Where they come from.
+    pub source: String,
+    /// `USD` unless the file says otherwise.
+    #[serde(default = "usd")]
+    pub currency: String,
+    /// The prices are examples, not a quote: the page says so.
+    #[serde(default)]
+    pub example: bool,
+    pub prices: Vec<Price>,
+}
+
+/// The hourly price of one VM size in one region.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Price {
+    /// Azure region name (`eastus`), as nodes carry it in
+    /// `topology.kubernetes.io/region`.
+    pub region: String,
+    /// VM size (`Standard_NC24ads_A100_v4`).
+    pub size: String,
+    /// Price of the whole VM per hour.
+    pub per_hour: f64,
+}
+
+fn usd() -> String {
+    "USD".to_string()
+}
+
+/// Why a price file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PricesError {
+    #[error("cannot read price file {file}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("price file {file}: {message}")]
+    Invalid { file: String, message: String },
+}
+
+impl Prices {
+    pub fn from_file(path: &Path) -> Result<Prices, PricesError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| PricesError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Prices::from_str(&text, &file)
+    }
+
+    /// Parses and checks a price file's text (`file` names it in errors).
+    pub fn from_str(text: &str, file: &str) -> Result<Prices, PricesError> {
+        let invalid = |message: String| PricesError::Invalid {
+            file: file.to_string(),
+            message,
+        };
+        let prices: Prices = serde_yaml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let date_ok = prices.date.len() == 10
+            && prices
+                .date
+                .parse::<k8s_openapi::jiff::civil::Date>()
+                .is_ok();
+        if !date_ok {
+            return Err(invalid(format!(
+                "date {:?} is not a YYYY-MM-DD date",
+                prices.date
+            )));
+        }
+        if prices.source.trim().is_empty() {
+            return Err(invalid(
+                "source is empty: say where the prices come from".into(),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, p) in prices.prices.iter().enumerate() {
+            if p.region.trim().is_empty() || p.size.trim().is_empty() {
+                return Err(invalid(format!(
+                    "prices[{i}]: region and size are required"
+                )));
+            }
+            if !p.per_hour.is_finite() || p.per_hour < 0.0 {
+                return Err(invalid(format!(
+                    "prices[{i}] ({} in {}): perHour {} is not a price",
+                    p.size, p.region, p.per_hour
+                )));
+            }
+            if !seen.insert((key(&p.region), key(&p.size))) {
+                return Err(invalid(format!(
+                    "prices[{i}]: {} in {} is priced twice",
+                    p.size, p.region
+                )));
+            }
+        }
+        if prices.prices.is_empty() {
+            return Err(invalid("no prices".into()));
+        }
+        Ok(prices)
+    }
+
+    /// The hourly price of `size` in `region`; with no region known, the
+    /// price of the size when the file has it in one region only.
+    pub fn per_hour(&self, region: Option<&str>, size: &str) -> Option<f64> {
+        let size = key(size);
+        let mut of_size = self.prices.iter().filter(|p| key(&p.size) == size);
+        match region {
+            Some(region) => of_size
+                .find(|p| key(&p.region) == key(region))
+                .map(|p| p.per_hour),
+            None => {
+                let first = of_size.next()?;
+                of_size.next().is_none().then_some(first.per_hour)
+            }
+        }
+    }
+
+    /// The price of one GPU of `node` per hour: the VM's price over the
+    /// GPUs it offers.
+    pub fn per_gpu_hour(&self, node: &GpuNode) -> Option<f64> {
+        if node.gpus_allocatable <= 0 {
+            return None;
+        }
+        self.per_hour(node.region.as_deref(), &node.size)
+            .map(|p| p / node.gpus_allocatable as f64)
+    }
+}
+
+/// Region and size names compare without case, spaces or dashes
+/// (`East US` is `eastus`).
+fn key(s: &str) -> String {
+    s.chars()
+        .filter(|c| !c.is_whitespace() && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// What waste costs per day.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Money {
+    pub currency: String,
+    /// The price file's date and source.
+    pub price_date: String,
+    pub price_source: String,
+    /// The prices are examples.
+    pub example: bool,
+    /// GPUs held by violating workloads, per day (each object once).
+    pub violations_per_day: f64,
+    /// Idle GPUs of GPU nodes, per day.
+    pub idle_nodes_per_day: f64,
+    /// Violations per namespace (each object once), most first.
+    pub by_namespace: Vec<Cost>,
+    /// Violations per policy (an object violating two counts under both).
+    pub by_policy: Vec<Cost>,
+    /// Idle node GPUs per pool.
+    pub by_pool: Vec<Cost>,
+    /// Held GPUs of violating workloads that could not be priced (no node
+    /// of a priced size to take the price from).
+    pub unpriced_gpus: i64,
+    /// Idle node GPUs of sizes the file does not price.
+    pub unpriced_idle_gpus: i64,
+    /// How a workload's GPU is priced: the node its pod runs on, else the
+    /// mean price of a GPU over the cluster's priced GPU nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_gpu_hour: Option<f64>,
+}
+
+/// One line of a cost table: what, and how much per day.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cost {
+    pub name: String,
+    pub gpus: i64,
+    pub per_day: f64,
+}
+
+/// The price of a GPU per hour in a report's cluster: a held pod's at its
+/// node's price, anything else at the mean over the priced GPU nodes.
+/// Sections that find waste in pods (idle GPU pods...) price it here.
+pub struct GpuPricer<'r> {
+    node_price: BTreeMap<&'r str, f64>,
+    pod_node: BTreeMap<(&'r str, &'r str), &'r str>,
+    /// The mean price of a GPU-hour over the priced GPU nodes.
+    pub mean: Option<f64>,
+}
+
+impl<'r> GpuPricer<'r> {
+    pub fn new(report: &'r Report, prices: &Prices) -> GpuPricer<'r> {
+        let gpu_nodes = report
+            .nodes
+            .as_ref()
+            .map_or(&[][..], |n| n.gpu_node_list.as_slice());
+        let node_price: BTreeMap<&str, f64> = gpu_nodes
+            .iter()
+            .filter_map(|n| Some((n.name.as_str(), prices.per_gpu_hour(n)?)))
+            .collect();
+        let (sum, gpus) = gpu_nodes
+            .iter()
+            .filter_map(|n| Some((node_price.get(n.name.as_str())?, n.gpus_allocatable)))
+            .fold((0.0, 0i64), |(s, g), (p, n)| (s + p * n as f64, g + n));
+        let pod_node = report
+            .held_pods
+            .iter()
+            .filter_map(|p| Some(((p.namespace.as_str(), p.name.as_str()), p.node.as_deref()?)))
+            .collect();
+        GpuPricer {
+            node_price,
+            pod_node,
+            mean: (gpus > 0).then(|| sum / gpus as f64),
+        }
+    }
+
+    /// The price of one GPU-hour of the pod `namespace/name`.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<f64> {
+        self.pod_node
+            .get(&(namespace, name))
+            .and_then(|node| self.node_price.get(node).copied())
+            .or(self.mean)
+    }
+}
+
+/// What the report's waste costs at `prices`. A violating pod's GPUs are
+/// priced at its node's price per GPU; a controller's (whose pods may run
+/// anywhere) at the mean over the cluster's priced GPU nodes.
+pub fn cost(report: &Report, prices: &Prices) -> Money {
+    let empty = NodeReport::default();
+    let nodes = report.nodes.as_ref().unwrap_or(&empty);
+    let pricer = GpuPricer::new(report, prices);
+    let mean = pricer.mean;
+    let mut money = Money {
+        currency: prices.currency.clone(),
+        price_date: prices.date.clone(),
+        price_source: prices.source.clone(),
+        example: prices.example,
+        mean_gpu_hour: mean,
+        ..Money::default()
+    };
+    let mut namespaces: BTreeMap<String, (i64, f64)> = BTreeMap::new();
+    let mut policies: BTreeMap<String, (i64, f64)> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    let capacity: BTreeSet<_> = report
+        .capacity
+        .iter()
+        .map(|c| (c.kind.as_str(), c.namespace.as_deref(), c.name.as_str()))
+        .collect();
+    for f in &report.findings {
+        if f.gpus <= 0
+            || capacity.contains(&(f.kind.as_str(), f.namespace.as_deref(), f.name.as_str()))
+        {
+            continue;
+        }
+        let price = if f.kind == "Pod" {
+            pricer.pod(f.namespace.as_deref().unwrap_or_default(), &f.name)
+        } else {
+            mean
+        };
+        let Some(per_gpu_hour) = price else {
+            if seen.insert(f.object()) {
+                money.unpriced_gpus += f.gpus;
+            }
+            continue;
+        };
+        let per_day = f.gpus as f64 * per_gpu_hour * 24.0;
+        let policy = policies.entry(f.policy.clone()).or_default();
+        policy.0 += f.gpus;
+        policy.1 += per_day;
+        if seen.insert(f.object()) {
+            let ns = namespaces
+                .entry(f.namespace.clone().unwrap_or_default())
+                .or_default();
+            ns.0 += f.gpus;
+            ns.1 += per_day;
+            money.violations_per_day += per_day;
+        }
+    }
+    let mut pools: BTreeMap<String, (i64, f64)> = BTreeMap::new();
+    for n in &nodes.gpu_node_list {
+        if n.gpus_idle == 0 {
+            continue;
+        }
+        match prices.per_gpu_hour(n) {
+            Some(p) => {
+                let per_day = n.gpus_idle as f64 * p * 24.0;
+                let pool = pools.entry(n.pool.clone()).or_default();
+                pool.0 += n.gpus_idle;
+                pool.1 += per_day;
+                money.idle_nodes_per_day += per_day;
+            }
+            None => money.unpriced_idle_gpus += n.gpus_idle,
+        }
+    }
+    money.by_namespace = sorted(namespaces);
+    money.by_policy = sorted(policies);
+    money.by_pool = sorted(pools);
+    money
+}
+
+fn sorted(map: BTreeMap<String, (i64, f64)>) -> Vec<Cost> {
+    let mut out: Vec<Cost> = map
+        .into_iter()
+        .map(|(name, (gpus, per_day))| Cost {
+            name,
+            gpus,
+            per_day,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.per_day
+            .total_cmp(&a.per_day)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+date: "2026-11-01"
+source: "test prices"
+example: true
+prices:
+  - {region: eastus, size: Standard_NC24ads_A100_v4, perHour: 3.6}
+  - {region: westeurope, size: Standard_NC24ads_A100_v4, perHour: 4.0}
+  - {region: eastus, size: Standard_NC4as_T4_v3, perHour: 0.5}
+"#;
+
+    #[test]
+    fn prices_are_looked_up_by_region_and_size() {
+        let prices = Prices::from_str(FILE, "p.yaml").unwrap();
+        assert_eq!(prices.currency, "USD");
+        assert_eq!(
+            prices.per_hour(Some("East US"), "standard_nc24ads_a100_v4"),
+            Some(3.6)
+        );
+        assert_eq!(
+            prices.per_hour(Some("westeurope"), "Standard_NC24ads_A100_v4"),
+            Some(4.0)
+        );
+        assert_eq!(
+            prices.per_hour(None, "Standard_NC24ads_A100_v4"),
+            None,
+            "two regions"
+        );
+        assert_eq!(prices.per_hour(None, "Standard_NC4as_T4_v3"), Some(0.5));
+        assert_eq!(prices.per_hour(Some("eastus"), "Standard_ND96asr_v4"), None);
+    }
+
+    #[test]
+    fn a_pod_is_priced_at_its_node_and_anything_else_at_the_mean() {
+        use crate::audit::nodes::{GpuNode, HeldPod};
+        let prices = Prices::from_str(FILE, "p.yaml").unwrap();
+        let node = |name: &str, size: &str, gpus: i64| GpuNode {
+            name: name.into(),
+            size: size.into(),
+            region: Some("eastus".into()),
+            gpus_allocatable: gpus,
+            ..GpuNode::default()
+        };
+        let report = Report {
+            nodes: Some(NodeReport {
+                gpu_node_list: vec![
+                    node("a100", "Standard_NC24ads_A100_v4", 1),
+                    node("t4", "Standard_NC4as_T4_v3", 1),
+                    node("unpriced", "Standard_ND96asr_v4", 8),
+                ],
+                ..NodeReport::default()
+            }),
+            held_pods: vec![HeldPod {
+                namespace: "ml".into(),
+                name: "nb".into(),
+                node: Some("t4".into()),
+                gpus: 1,
+            }],
+            ..Report::default()
+        };
+        let pricer = GpuPricer::new(&report, &prices);
+        assert_eq!(
+            pricer.mean,
+            Some((3.6 + 0.5) / 2.0),
+            "unpriced nodes left out"
+        );
+        assert_eq!(pricer.pod("ml", "nb"), Some(0.5));
+        assert_eq!(pricer.pod("ml", "elsewhere"), pricer.mean);
+        assert_eq!(
+            GpuPricer::new(&Report::default(), &prices).pod("ml", "nb"),
+            None
+        );
+    }
+
+    #[test]
+    fn bad_files_say_what_is_wrong() {
+        let err = |text: &str| Prices::from_str(text, "p.yaml").unwrap_err().to_string();
+        assert!(err("date: 2026\nsource: s\nprices: []").contains("not a YYYY-MM-DD"));
+        let no_date = err("source: s\nprices: []");
+        assert!(
+            no_date.contains("p.yaml") && no_date.contains("date"),
+            "{no_date}"
+        );
+        let twice = "date: \"2026-01-01\"\nsource: s\nprices:\n- {region: eastus, size: A, perHour: 1}\n- {region: East US, size: a, perHour: 2}";
+        assert!(err(twice).contains("priced twice"), "{}", err(twice));
+        let negative =
+            "date: \"2026-01-01\"\nsource: s\nprices:\n- {region: eastus, size: A, perHour: -1}";
+        assert!(err(negative).contains("is not a price"));
+        let unknown = "date: \"2026-01-01\"\nsource: s\nprice: []";
+        assert!(err(unknown).contains("unknown field"), "{}", err(unknown));
+    }
+}
