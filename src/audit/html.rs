@@ -95,6 +95,9 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
     policies(&mut out, report, &view, meta);
     capacity(&mut out, report, &view);
     kueue(&mut out, report);
+    if let Some(section) = &report.utilization {
+        super::utilization::html::render(&mut out, section);
+    }
     footer(&mut out, meta);
     out.push_str(TAIL);
     out

@@ -3,6 +3,7 @@
 //! capacity objects, can bring up).
 pub mod html;
 pub mod kueue;
+pub mod utilization;
 
 pub use html::{render, ReportMeta, ReportSource};
 
@@ -112,6 +113,10 @@ pub struct Report {
     /// namespace their ClusterQueue serves (left out when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kueue: Vec<kueue::FlavorOutsideTier>,
+    /// Idle GPU pods, when utilization was asked for (`--prometheus`,
+    /// `--utilization`); says why when it could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<utilization::Utilization>,
 }
 
 /// Evaluates `objects` as if each were created now.
@@ -257,6 +262,9 @@ pub fn render_text(report: &Report) -> String {
         for k in &report.kueue {
             let _ = writeln!(out, "  {}", k.message);
         }
+    }
+    if let Some(section) = &report.utilization {
+        out.push_str(&utilization::render_text(section));
     }
     if rows.is_empty() {
         return out;

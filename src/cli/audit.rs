@@ -42,6 +42,12 @@ pub struct AuditArgs {
     pub namespace_labels: Option<BTreeMap<String, String>>,
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: AuditFormat,
+    #[command(flatten)]
+    pub prometheus: super::utilization_args::PrometheusArgs,
+    /// A recorded answer of the utilization query (docs/utilization.md),
+    /// read instead of asking --prometheus.
+    #[arg(long, value_name = "FILE", conflicts_with = "prometheus")]
+    pub utilization: Option<PathBuf>,
 }
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
@@ -104,7 +110,12 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     }
     let meta = report_meta(args, source, &loaded.bundle)?;
     let admission = Admission::new(loaded.bundle, Arc::new(lookup)).with_claims(Arc::new(claims));
-    let report = audit::audit(&admission, &objects);
+    let mut report = audit::audit(&admission, &objects);
+    if let Some(settings) = args.prometheus.settings(args.utilization.as_ref()) {
+        let pods =
+            audit::utilization::gpu_pods(&objects, admission.bundle().placement.gpu_resources());
+        report.utilization = Some(super::utilization_args::measure(&settings, &pods)?);
+    }
     match args.output {
         AuditFormat::Text => print!("{}", audit::render_text(&report)),
         AuditFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
