@@ -219,6 +219,7 @@ impl Runner {
             &self.admission,
             lister,
             self.settings.max_objects,
+            self.settings.utilization.as_ref(),
             &warn,
             &stop,
         ));
@@ -317,6 +318,7 @@ mod tests {
                     lease: None,
                     policies: crate::bundle::PolicySource::Embedded,
                     catalog: "built-in".into(),
+                    utilization: None,
                 },
                 admission: Arc::new(admission()),
                 latest: Arc::new(LatestReport::new()),

@@ -129,6 +129,9 @@ pub struct ServeConfig {
     /// Name of the Lease that elects the replica running the audit; none:
     /// every replica runs it.
     pub report_lease: Option<String>,
+    /// Where the periodic report reads GPU utilization (idle GPU pods);
+    /// none: no such section.
+    pub report_utilization: Option<crate::audit::utilization::Settings>,
     /// Watch the cluster's Nodes (in a cluster), so that where a pod can
     /// land is judged against the nodes that exist; off: by labels alone.
     pub node_cache: bool,
@@ -169,6 +172,7 @@ impl Default for ServeConfig {
             report_interval: None,
             report_max_objects: DEFAULT_REPORT_MAX_OBJECTS,
             report_lease: Some(DEFAULT_REPORT_LEASE.to_string()),
+            report_utilization: None,
             node_cache: true,
         }
     }
