@@ -12,7 +12,7 @@ pub struct PrometheusArgs {
     /// appended) holding dcgm-exporter's series: the report then lists the
     /// GPU pods idle over the window. A query that fails or times out
     /// leaves the report without that section, saying why.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = parse_url)]
     pub prometheus: Option<String>,
     /// File holding a bearer token for --prometheus (read again for each
     /// query). Without it, no Authorization header is sent.
@@ -64,6 +64,27 @@ pub fn measure(
         pods,
         std::time::SystemTime::now(),
     )))
+}
+
+/// An http:// or https:// URL with a host, and no query or fragment (the
+/// query API's path and parameters are added to it).
+fn parse_url(text: &str) -> Result<String, String> {
+    let rest = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"));
+    match (rest, text.parse::<hyper::Uri>()) {
+        (Some(rest), Ok(uri))
+            if !rest.is_empty()
+                && uri.host().is_some()
+                && uri.query().is_none()
+                && !text.contains('#') =>
+        {
+            Ok(text.to_string())
+        }
+        _ => Err(format!(
+            "{text:?} is not the URL of a Prometheus (http://HOST[:PORT][/PATH] or https://...)"
+        )),
+    }
 }
 
 fn parse_percent(text: &str) -> Result<f64, String> {
@@ -140,5 +161,24 @@ mod tests {
             "a token without a URL"
         );
         assert!(parse(&["--prometheus-timeout", "0s"]).is_err());
+        for bad in [
+            "localhost:9090",
+            "ftp://x",
+            "http://",
+            "http://x/?q=1",
+            "http://x/#a",
+            "http://a b",
+        ] {
+            let err = parse(&["--prometheus", bad]).unwrap_err();
+            assert!(
+                err.to_string().contains("is not the URL of a Prometheus"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(parse(&[
+            "--prometheus",
+            "http://prometheus-server.monitoring:80/prom"
+        ])
+        .is_ok());
     }
 }

@@ -268,8 +268,13 @@ pub fn render_text(section: &Utilization) -> String {
     for p in &m.idle_pods {
         let _ = writeln!(
             out,
-            "  {}/{}: {} GPUs, peak {:.1}%, {:.1} GPU-hours",
-            p.namespace, p.pod, p.gpus, p.peak_percent, p.gpu_hours
+            "  {}/{}: {} GPU{}, peak {:.1}%, {:.1} GPU-hours",
+            p.namespace,
+            p.pod,
+            p.gpus,
+            if p.gpus == 1 { "" } else { "s" },
+            p.peak_percent,
+            p.gpu_hours
         );
     }
     out

@@ -287,6 +287,10 @@ fn a_recorded_answer_gives_the_section_with_its_own_window() {
         text.contains("1 of 1 GPU pods idle, holding 2 GPUs: 96.0 GPU-hours wasted"),
         "{text}"
     );
+    assert!(
+        text.contains("  ml/idle: 2 GPUs, peak 0.0%, 96.0 GPU-hours\n"),
+        "{text}"
+    );
 }
 
 #[test]
