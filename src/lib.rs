@@ -21,6 +21,7 @@ pub mod kueue;
 pub mod offline;
 pub mod placement;
 pub mod policy;
+pub mod prometheus;
 pub mod report;
 pub mod review;
 pub mod server;

@@ -97,6 +97,9 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
     policies(&mut out, report, &view, meta);
     super::html_capacity::capacity(&mut out, report, &view);
     super::html_capacity::kueue(&mut out, report);
+    if let Some(section) = &report.utilization {
+        super::utilization::html::render(&mut out, section);
+    }
     footer(&mut out, meta);
     out.push_str(TAIL);
     out

@@ -9,6 +9,7 @@ mod html_waste;
 pub mod kueue;
 pub mod nodes;
 pub mod prices;
+pub mod utilization;
 
 pub use holding::{holding, Holding};
 pub use html::{render, ReportMeta, ReportSource};
@@ -138,6 +139,10 @@ pub struct Report {
     /// judge pods by what they do with them.
     #[serde(skip)]
     pub held_pods: Vec<HeldPod>,
+    /// Idle GPU pods, when utilization was asked for (`--prometheus`,
+    /// `--utilization`); says why when it could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<utilization::Utilization>,
 }
 
 /// Evaluates `objects` as if each were created now; Nodes among them are
@@ -379,6 +384,9 @@ pub fn render_text(report: &Report) -> String {
         for k in &report.kueue {
             let _ = writeln!(out, "  {}", k.message);
         }
+    }
+    if let Some(section) = &report.utilization {
+        out.push_str(&utilization::render_text(section));
     }
     if rows.is_empty() {
         return out;

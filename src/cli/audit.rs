@@ -48,6 +48,12 @@ pub struct AuditArgs {
     /// policy and pool. Without it the report has no costs.
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
+    #[command(flatten)]
+    pub prometheus: super::utilization_args::PrometheusArgs,
+    /// A recorded answer of the utilization query (docs/utilization.md),
+    /// read instead of asking --prometheus.
+    #[arg(long, value_name = "FILE", conflicts_with = "prometheus")]
+    pub utilization: Option<PathBuf>,
 }
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
@@ -118,6 +124,11 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     let mut report = audit::audit(&admission, &objects);
     if let Some(prices) = &prices {
         audit::price(&mut report, prices);
+    }
+    if let Some(settings) = args.prometheus.settings(args.utilization.as_ref()) {
+        let pods =
+            audit::utilization::gpu_pods(&objects, admission.bundle().placement.gpu_resources());
+        report.utilization = Some(super::utilization_args::measure(&settings, &pods)?);
     }
     match args.output {
         AuditFormat::Text => print!("{}", audit::render_text(&report)),

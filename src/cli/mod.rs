@@ -8,6 +8,7 @@ mod log_lines;
 pub mod policy_args;
 pub mod serve;
 pub mod test;
+pub mod utilization_args;
 
 /// The authorizer of `evaluate --authz FILE` and `test --authz FILE`: the
 /// file's grants, or none (every `authorizer` check denied).

@@ -140,6 +140,9 @@ pub struct ServeArgs {
     /// docs/prices.md) that turns the report's waste into a cost per day.
     #[arg(long, value_name = "FILE")]
     pub report_prices: Option<PathBuf>,
+    /// GPU utilization for the periodic report's idle GPU pods.
+    #[command(flatten)]
+    pub utilization: super::utilization_args::PrometheusArgs,
     /// Watch the cluster's Nodes so that where a pod can land (any label,
     /// spec.nodeName) is judged against the nodes that exist; `off` for a
     /// cluster that does not grant list and watch on nodes: by GPU node
@@ -262,6 +265,7 @@ impl ServeArgs {
             report_max_objects,
             report_lease,
             report_prices,
+            utilization,
             node_cache,
             // Process-wide, set by `run` before the configuration is made.
             kueue_controllers: _,
@@ -304,6 +308,7 @@ impl ServeArgs {
             report_max_objects,
             report_lease: report_lease.0,
             report_prices,
+            report_utilization: utilization.settings(None),
             node_cache: node_cache == Switch::On,
         }
     }
@@ -411,7 +416,11 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
             .catalog
             .as_ref()
             .map_or_else(|| "built-in".to_string(), |path| path.display().to_string()),
+        utilization: config.report_utilization.clone(),
     });
+    if report.is_none() && config.report_utilization.is_some() {
+        tracing::warn!("--prometheus without --report-interval: nothing reads utilization");
+    }
     if report.is_some() && config.metrics_listen.is_none() {
         tracing::warn!("--report-interval with --metrics-listen off: the report runs, but neither /report nor its metrics are served");
     }
@@ -948,6 +957,30 @@ mod tests {
                 .report_lease
                 .as_deref(),
             Some("gpu-admission-report")
+        );
+        assert_eq!(config.report_utilization, None);
+        let with_prometheus = parse(&[
+            "--report-interval",
+            "10m",
+            "--prometheus",
+            "http://prometheus-server.monitoring",
+            "--utilization-window",
+            "12h",
+        ])
+        .unwrap();
+        assert_eq!(
+            with_prometheus.report_utilization,
+            Some(crate::audit::utilization::Settings {
+                source: crate::audit::utilization::Source::Prometheus(
+                    crate::prometheus::Endpoint {
+                        url: "http://prometheus-server.monitoring".into(),
+                        token_file: None,
+                        timeout: crate::audit::utilization::DEFAULT_TIMEOUT,
+                    }
+                ),
+                window: Duration::from_secs(12 * 3600),
+                threshold_percent: crate::audit::utilization::DEFAULT_THRESHOLD_PERCENT,
+            })
         );
     }
 

@@ -42,6 +42,9 @@ pub struct ReportSettings {
     pub catalog: String,
     /// Prices that turn the report's waste into a cost per day.
     pub prices: Option<std::sync::Arc<audit::Prices>>,
+    /// Where GPU utilization is read for the idle GPU pods section; none:
+    /// no such section.
+    pub utilization: Option<audit::utilization::Settings>,
 }
 
 /// Where the report's Lease lives and who this replica is.
@@ -188,11 +191,13 @@ pub struct Stopped;
 /// other than Pods are read first and held (at most `max_objects`); Pods
 /// follow a page at a time, those controlled by an object already read
 /// being judged through it. Between pages, a `stop()` that says true ends
-/// the run with [`Stopped`].
+/// the run with [`Stopped`]. With `utilization`, the running GPU pods seen
+/// are joined with their GPU use at the end.
 pub async fn audit_cluster(
     admission: &Admission,
     lister: &impl Lister,
     max_objects: usize,
+    utilization: Option<&audit::utilization::Settings>,
     warn: &dyn Fn(String),
     stop: &dyn Fn() -> bool,
 ) -> anyhow::Result<Report> {
@@ -237,9 +242,14 @@ pub async fn audit_cluster(
         .map(str::to_string)
         .collect();
     drop(held);
+    let mut gpu_pods = Vec::new();
     inventory::list_pages(lister, &pods, warn, &mut |mut page| {
         if stop() {
             return Err(Stopped.into());
+        }
+        if utilization.is_some() {
+            let resources = bundle.placement.gpu_resources();
+            gpu_pods.extend(audit::utilization::gpu_pods(&page, resources));
         }
         let read = page.len();
         for pod in &page {
@@ -258,9 +268,14 @@ pub async fn audit_cluster(
     if let Some(nodes) = &nodes {
         report.objects += nodes.len();
     }
-    Ok(audit::finish(report, ledger, |ledger| {
+    let mut report = audit::finish(report, ledger, |ledger| {
         nodes.map(|nodes| audit::account_nodes(admission, &nodes, ledger))
-    }))
+    });
+    if let Some(settings) = utilization {
+        let measured = audit::utilization::measure(settings, &gpu_pods, SystemTime::now()).await;
+        report.utilization = Some(measured);
+    }
+    Ok(report)
 }
 
 /// Whether an object in `uids` is `object`'s controller.
@@ -410,6 +425,7 @@ mod tests {
                 &admission(),
                 cluster,
                 max_objects,
+                None,
                 &|_| {},
                 &|| false,
             ))
@@ -510,6 +526,57 @@ mod tests {
     }
 
     #[test]
+    fn the_run_joins_the_gpu_pods_of_every_page_with_their_utilization() {
+        use crate::audit::utilization::{self, Settings, Source};
+        let samples: Vec<Value> = ["max", "mean"]
+            .iter()
+            .flat_map(|stat| {
+                [("ml", "train-5d8f-0", 0.0), ("team-1", "loose-1", 0.7)].map(|(ns, pod, v)| {
+                    json!({"metric": {"namespace": ns, "pod": pod, "stat": stat,
+                                      "metric": utilization::ENGINE_ACTIVE, "window": "24h"},
+                           "value": [1_800_000_000.0, v.to_string()]})
+                })
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let answer = dir.path().join("answer.json");
+        let body =
+            json!({"status": "success", "data": {"resultType": "vector", "result": samples}});
+        std::fs::write(&answer, body.to_string()).unwrap();
+        let settings = Settings {
+            source: Source::File(answer),
+            window: utilization::DEFAULT_WINDOW,
+            threshold_percent: utilization::DEFAULT_THRESHOLD_PERCENT,
+        };
+        let cluster = cluster(601);
+        let report = crate::offline::with_evaluation_stack(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(audit_cluster(
+                &admission(),
+                &cluster,
+                100,
+                Some(&settings),
+                &|_| {},
+                &|| false,
+            ))
+        })
+        .unwrap()
+        .unwrap();
+        let m = report.utilization.unwrap().measured.unwrap();
+        // The Deployment's pods (judged through it) are joined too, from
+        // both pages of Pods.
+        assert_eq!(m.gpu_pods, 603);
+        assert_eq!(m.busy_pods, 1);
+        assert_eq!(m.idle_pods.len(), 1);
+        assert_eq!(m.idle_pods[0].pod, "train-5d8f-0");
+        assert_eq!(m.idle_pods[0].gpu_hours, 24.0);
+        assert_eq!(m.without_data.len(), 601);
+    }
+
+    #[test]
     fn a_stop_between_pages_ends_the_run() {
         let cluster = cluster(601);
         let pages = std::sync::atomic::AtomicUsize::new(0);
@@ -521,6 +588,7 @@ mod tests {
                 &admission(),
                 &cluster,
                 100,
+                None,
                 &|_| {},
                 // Stop once the nodes, the controllers and the first page
                 // of Pods are in.

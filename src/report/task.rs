@@ -219,6 +219,7 @@ impl Runner {
             &self.admission,
             lister,
             self.settings.max_objects,
+            self.settings.utilization.as_ref(),
             &warn,
             &stop,
         ));
@@ -321,6 +322,7 @@ mod tests {
                     policies: crate::bundle::PolicySource::Embedded,
                     catalog: "built-in".into(),
                     prices: None,
+                    utilization: None,
                 },
                 admission: Arc::new(admission()),
                 latest: Arc::new(LatestReport::new()),

@@ -131,6 +131,9 @@ pub struct ServeConfig {
     pub report_lease: Option<String>,
     /// A price file for the report's costs; none: no costs.
     pub report_prices: Option<std::path::PathBuf>,
+    /// Where the periodic report reads GPU utilization (idle GPU pods);
+    /// none: no such section.
+    pub report_utilization: Option<crate::audit::utilization::Settings>,
     /// Watch the cluster's Nodes (in a cluster), so that where a pod can
     /// land is judged against the nodes that exist; off: by labels alone.
     pub node_cache: bool,
@@ -172,6 +175,7 @@ impl Default for ServeConfig {
             report_max_objects: DEFAULT_REPORT_MAX_OBJECTS,
             report_lease: Some(DEFAULT_REPORT_LEASE.to_string()),
             report_prices: None,
+            report_utilization: None,
             node_cache: true,
         }
     }
