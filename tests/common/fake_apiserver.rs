@@ -5,7 +5,11 @@
 //! MODIFIED, DELETED, BOOKMARK when asked), `410 Expired` for a watch from
 //! a compacted `resourceVersion` (sent, as kube-apiserver does, as an ERROR
 //! event on a 200 stream), `403 Forbidden` and `404 NotFound` as Status
-//! objects. Every request is recorded for tests to inspect.
+//! objects. Writes of a served kind are answered as kube-apiserver does:
+//! create (POST, 409 AlreadyExists), get, replace (PUT with the
+//! `resourceVersion` read, 409 Conflict when stale) and delete, namespaced
+//! or not; lists filter by an equality `labelSelector`. Every request is
+//! recorded for tests to inspect.
 use axum::body::{Body, Bytes};
 use axum::extract::State as Extract;
 use axum::http::{Method, StatusCode, Uri};
@@ -63,6 +67,15 @@ impl Resource {
         }
     }
 
+    /// The path of the collection in `namespace`.
+    pub fn namespaced_collection(&self, namespace: &str) -> String {
+        format!(
+            "{}/namespaces/{namespace}/{}",
+            self.discovery_path(),
+            self.plural
+        )
+    }
+
     fn discovery_path(&self) -> String {
         if self.group.is_empty() {
             format!("/api/{}", self.version)
@@ -78,6 +91,7 @@ pub const NAMESPACES: Resource = Resource::new("", "v1", "Namespace", "namespace
 /// One request the fake received, and how it answered.
 #[derive(Clone, Debug)]
 pub struct Recorded {
+    pub method: String,
     pub path: String,
     pub query: BTreeMap<String, String>,
     /// The HTTP status of the answer.
@@ -87,6 +101,11 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// A create, replace, patch or delete.
+    pub fn is_write(&self) -> bool {
+        self.method != "GET"
+    }
+
     pub fn is_watch(&self) -> bool {
         self.query.get("watch").map(String::as_str) == Some("true")
     }
@@ -362,9 +381,19 @@ enum Answer {
     Watch(String, BTreeMap<String, String>),
 }
 
-async fn answer(Extract(shared): Extract<Arc<Shared>>, method: Method, uri: Uri) -> Response {
+async fn answer(
+    Extract(shared): Extract<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
     let path = uri.path().trim_end_matches('/').to_string();
     let query = parse_query(uri.query().unwrap_or(""));
+    if method != Method::GET || is_item_or_namespaced(&shared, &path) {
+        let (status, body) = write(&shared, &method, path, query, &body);
+        shared.changed.send_modify(|n| *n += 1);
+        return json_response(status, &body);
+    }
     match decide(&shared, &method, path, query) {
         Answer::Now(status, body) => json_response(status, &body),
         Answer::Page { page, continued } => {
@@ -391,12 +420,7 @@ fn decide(
         .iter()
         .find(|r| r.collection() == path)
         .cloned();
-    let (status, body) = if *method != Method::GET {
-        (
-            StatusCode::METHOD_NOT_ALLOWED,
-            status_object(405, "MethodNotAllowed", "the fake only reads"),
-        )
-    } else if let Some(doc) = discovery(&cluster, &path) {
+    let (status, body) = if let Some(doc) = discovery(&cluster, &path) {
         doc
     } else if let Some(resource) = resource {
         if cluster.forbidden.contains(&path) {
@@ -420,6 +444,7 @@ fn decide(
             let continued = query.contains_key("continue");
             let page = list(&cluster, &resource, &query);
             cluster.requests.push(Recorded {
+                method: "GET".into(),
                 path,
                 query,
                 status: 200,
@@ -438,6 +463,7 @@ fn decide(
         )
     };
     cluster.requests.push(Recorded {
+        method: method.to_string(),
         path,
         query,
         status: status.as_u16(),
@@ -512,7 +538,8 @@ fn discovery(cluster: &Cluster, path: &str) -> Option<(StatusCode, Value)> {
 /// One page of `resource`, by namespace and name. The continue token
 /// carries the list's resourceVersion and the key of the last object sent;
 /// a continued page reads the objects after that key as they are now (not
-/// a snapshot), and selectors and a requested resourceVersion are ignored.
+/// a snapshot). An equality `labelSelector` filters; field selectors and
+/// a requested resourceVersion are ignored.
 fn list(cluster: &Cluster, resource: &Resource, query: &BTreeMap<String, String>) -> Value {
     let empty = BTreeMap::new();
     let objects = cluster
@@ -546,6 +573,10 @@ fn list(cluster: &Cluster, resource: &Resource, query: &BTreeMap<String, String>
             .collect(),
         None => objects.iter().collect(),
     };
+    let rest: Vec<(&(String, String), &Value)> = rest
+        .into_iter()
+        .filter(|(_, object)| selected(object, query.get("labelSelector").map(String::as_str)))
+        .collect();
     let page: Vec<Value> = rest
         .iter()
         .take(limit)
@@ -590,6 +621,7 @@ fn watch(shared: Arc<Shared>, path: String, query: BTreeMap<String, String>) -> 
         let mut cluster = shared.lock();
         let expired = from < cluster.oldest_watchable;
         cluster.requests.push(Recorded {
+            method: "GET".into(),
             path: path.clone(),
             query,
             status: 200,
@@ -649,6 +681,218 @@ fn watch(shared: Arc<Shared>, path: String, query: BTreeMap<String, String>) -> 
         .header("content-type", "application/json")
         .body(Body::from_stream(body))
         .unwrap()
+}
+
+/// Whether `object` has every `key=value` (or `key==value`) of `selector`.
+fn selected(object: &Value, selector: Option<&str>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
+    selector.split(',').all(|requirement| {
+        let (key, value) = requirement
+            .split_once("==")
+            .or_else(|| requirement.split_once('='))
+            .unwrap_or_else(|| panic!("the fake only knows equality selectors: {requirement}"));
+        object
+            .pointer("/metadata/labels")
+            .and_then(|labels| labels.get(key.trim()))
+            .and_then(Value::as_str)
+            == Some(value.trim())
+    })
+}
+
+/// Whether `path` names one object, or a collection in one namespace.
+fn is_item_or_namespaced(shared: &Shared, path: &str) -> bool {
+    locate(&shared.lock().resources, path).is_some()
+}
+
+/// The resource, namespace and name (if any) of a path that names one
+/// object or a namespaced collection; none for the collections across
+/// namespaces and discovery.
+fn locate(resources: &[Resource], path: &str) -> Option<(Resource, String, Option<String>)> {
+    for resource in resources {
+        if let Some(rest) = path.strip_prefix(&format!("{}/namespaces/", resource.discovery_path()))
+        {
+            if !resource.namespaced {
+                continue;
+            }
+            let mut parts = rest.split('/');
+            let (Some(namespace), Some(plural)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            if plural != resource.plural {
+                continue;
+            }
+            let name = parts.next().map(str::to_string);
+            if parts.next().is_none() {
+                return Some((resource.clone(), namespace.to_string(), name));
+            }
+        } else if let Some(name) = path.strip_prefix(&format!("{}/", resource.collection())) {
+            if !resource.namespaced && !name.contains('/') {
+                return Some((resource.clone(), String::new(), Some(name.to_string())));
+            }
+        }
+    }
+    None
+}
+
+/// Answers a request on one object or a namespaced collection: get, list
+/// in a namespace, create, replace, delete.
+fn write(
+    shared: &Shared,
+    method: &Method,
+    path: String,
+    query: BTreeMap<String, String>,
+    body: &[u8],
+) -> (StatusCode, Value) {
+    let mut cluster = shared.lock();
+    let (status, answer) = match locate(&cluster.resources, &path) {
+        None => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            status_object(
+                405,
+                "MethodNotAllowed",
+                "not a collection or object the fake serves",
+            ),
+        ),
+        Some((resource, namespace, name)) => change(
+            &mut cluster,
+            method,
+            &resource,
+            &namespace,
+            name.as_deref(),
+            &query,
+            body,
+        ),
+    };
+    cluster.requests.push(Recorded {
+        method: method.to_string(),
+        path,
+        query,
+        status: status.as_u16(),
+        expired: false,
+    });
+    (status, answer)
+}
+
+fn change(
+    cluster: &mut Cluster,
+    method: &Method,
+    resource: &Resource,
+    namespace: &str,
+    name: Option<&str>,
+    query: &BTreeMap<String, String>,
+    body: &[u8],
+) -> (StatusCode, Value) {
+    let stored = |cluster: &Cluster, name: &str| {
+        cluster
+            .objects
+            .get(&resource.collection())
+            .and_then(|objects| objects.get(&(namespace.to_string(), name.to_string())))
+            .cloned()
+    };
+    let not_found = |name: &str| {
+        (
+            StatusCode::NOT_FOUND,
+            status_object(
+                404,
+                "NotFound",
+                &format!("{} \"{name}\" not found", resource.plural),
+            ),
+        )
+    };
+    let parsed = || -> Result<Value, (StatusCode, Value)> {
+        let mut object: Value = serde_json::from_slice(body).map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                status_object(400, "BadRequest", &e.to_string()),
+            )
+        })?;
+        object["apiVersion"] = json!(resource.api_version());
+        object["kind"] = json!(resource.kind);
+        if resource.namespaced {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        Ok(object)
+    };
+    match (method.as_str(), name) {
+        ("GET", None) => {
+            let mut page = list(cluster, resource, query);
+            if let Some(items) = page["items"].as_array_mut() {
+                items.retain(|item| item.pointer("/metadata/namespace") == Some(&json!(namespace)));
+            }
+            (StatusCode::OK, page)
+        }
+        ("GET", Some(name)) => match stored(cluster, name) {
+            Some(object) => (StatusCode::OK, object),
+            None => not_found(name),
+        },
+        ("POST", None) => {
+            let mut object = match parsed() {
+                Ok(object) => object,
+                Err(answer) => return answer,
+            };
+            let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) else {
+                return (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    status_object(422, "Invalid", "metadata.name: Required value"),
+                );
+            };
+            if stored(cluster, name).is_some() {
+                let message = format!("{} \"{name}\" already exists", resource.plural);
+                return (
+                    StatusCode::CONFLICT,
+                    status_object(409, "AlreadyExists", &message),
+                );
+            }
+            if let Some(meta) = object["metadata"].as_object_mut() {
+                meta.remove("resourceVersion");
+                meta.remove("uid");
+            }
+            let key = key_of(&object);
+            cluster.apply(object);
+            (
+                StatusCode::CREATED,
+                stored(cluster, &key.1).unwrap_or_default(),
+            )
+        }
+        ("PUT", Some(name)) => {
+            let object = match parsed() {
+                Ok(object) => object,
+                Err(answer) => return answer,
+            };
+            let Some(current) = stored(cluster, name) else {
+                return not_found(name);
+            };
+            if object.pointer("/metadata/resourceVersion")
+                != current.pointer("/metadata/resourceVersion")
+            {
+                let message = format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                    resource.plural
+                );
+                return (
+                    StatusCode::CONFLICT,
+                    status_object(409, "Conflict", &message),
+                );
+            }
+            let mut object = object;
+            object["metadata"]["uid"] = current["metadata"]["uid"].clone();
+            cluster.apply(object);
+            (StatusCode::OK, stored(cluster, name).unwrap_or_default())
+        }
+        ("DELETE", Some(name)) => match stored(cluster, name) {
+            Some(object) => {
+                cluster.delete(resource, namespace, name);
+                (StatusCode::OK, object)
+            }
+            None => not_found(name),
+        },
+        _ => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            status_object(405, "MethodNotAllowed", "the fake does not answer this"),
+        ),
+    }
 }
 
 fn event_line(kind: &str, object: &Value) -> Bytes {
