@@ -7,7 +7,9 @@ use crate::k8s::namespaces::ClusterNamespaces;
 use crate::k8s::{ClaimLookup, ClusterClaims, NamespaceLookup};
 use crate::k8s::{ClusterNodes, NoNodes, NodeLookup};
 use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
-use crate::report::{AuditMetrics, LatestReport, LeaseSettings, ReportSettings, ReportTask};
+use crate::report::{
+    AuditMetrics, LatestReport, LeaseSettings, PolicyReportSettings, ReportSettings, ReportTask,
+};
 use crate::review;
 use crate::server::{
     self, LogFormat, Metrics, OnError, Readiness, ServeConfig, Server, ShutdownHandle,
@@ -136,6 +138,23 @@ pub struct ServeArgs {
     /// the audit, or `off` to run it on every replica.
     #[arg(long, value_name = "NAME", default_value = server::DEFAULT_REPORT_LEASE, value_parser = parse_lease)]
     pub report_lease: OptionalName,
+    /// With --report-interval: write the findings as namespaced
+    /// PolicyReports (wgpolicyk8s.io/v1alpha2, one per namespace, named
+    /// gpu-admission), for `kubectl get policyreports -A` and Policy
+    /// Reporter. Needs their CRD and write access to them
+    /// (deploy/overlays/report grants it).
+    #[arg(long, value_enum, default_value_t = Switch::Off)]
+    pub policy_reports: Switch,
+    /// Results in one namespace's PolicyReport (the costliest kept); the
+    /// rest are counted in its summary.
+    #[arg(long, value_name = "N", default_value_t = crate::report::policy_reports::DEFAULT_MAX_RESULTS,
+          value_parser = clap::builder::TypedValueParser::map(
+              clap::value_parser!(u32).range(1..), |n| n as usize))]
+    pub policy_report_max_results: usize,
+    /// PolicyReport creates, updates and deletes per second, at most.
+    #[arg(long, value_name = "N", default_value_t = crate::report::policy_reports::DEFAULT_WRITES_PER_SECOND,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub policy_report_writes_per_second: u32,
     /// Watch the cluster's Nodes so that where a pod can land (any label,
     /// spec.nodeName) is judged against the nodes that exist; `off` for a
     /// cluster that does not grant list and watch on nodes: by GPU node
@@ -257,6 +276,9 @@ impl ServeArgs {
             report_interval,
             report_max_objects,
             report_lease,
+            policy_reports,
+            policy_report_max_results,
+            policy_report_writes_per_second,
             node_cache,
             // Process-wide, set by `run` before the configuration is made.
             kueue_controllers: _,
@@ -298,6 +320,9 @@ impl ServeArgs {
             report_interval,
             report_max_objects,
             report_lease: report_lease.0,
+            policy_reports: policy_reports == Switch::On,
+            policy_report_max_results,
+            policy_report_writes_per_second,
             node_cache: node_cache == Switch::On,
         }
     }
@@ -399,6 +424,10 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
             .catalog
             .as_ref()
             .map_or_else(|| "built-in".to_string(), |path| path.display().to_string()),
+        policy_reports: config.policy_reports.then_some(PolicyReportSettings {
+            max_results: config.policy_report_max_results,
+            writes_per_second: config.policy_report_writes_per_second,
+        }),
     });
     if report.is_some() && config.metrics_listen.is_none() {
         tracing::warn!("--report-interval with --metrics-listen off: the report runs, but neither /report nor its metrics are served");
@@ -906,6 +935,12 @@ mod tests {
             "900",
             "--report-lease",
             "off",
+            "--policy-reports",
+            "on",
+            "--policy-report-max-results",
+            "50",
+            "--policy-report-writes-per-second",
+            "2",
         ])
         .unwrap();
         assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
@@ -930,13 +965,16 @@ mod tests {
         assert_eq!(config.report_interval, Some(Duration::from_secs(600)));
         assert_eq!(config.report_max_objects, 900);
         assert_eq!(config.report_lease, None);
+        assert!(config.policy_reports);
+        assert_eq!(config.policy_report_max_results, 50);
+        assert_eq!(config.policy_report_writes_per_second, 2);
+        let defaults = parse(&["--report-interval", "1h"]).unwrap();
         assert_eq!(
-            parse(&["--report-interval", "1h"])
-                .unwrap()
-                .report_lease
-                .as_deref(),
+            defaults.report_lease.as_deref(),
             Some("gpu-admission-report")
         );
+        assert!(!defaults.policy_reports, "PolicyReports are opt-in");
+        assert_eq!(defaults.policy_report_max_results, 1000);
     }
 
     #[test]
@@ -953,6 +991,9 @@ mod tests {
         let err = parse(&["--report-interval", "10s"]).unwrap_err();
         assert!(err.to_string().contains("use 1m or more"), "{err}");
         assert!(parse(&["--report-lease", "Not_A_Name"]).is_err());
+        assert!(parse(&["--policy-report-max-results", "0"]).is_err());
+        assert!(parse(&["--policy-report-writes-per-second", "0"]).is_err());
+        assert!(parse(&["--policy-reports", "maybe"]).is_err());
     }
 
     #[test]

@@ -19,9 +19,11 @@ use std::sync::RwLock;
 use std::time::{Duration, SystemTime};
 
 mod metrics;
+pub mod policy_reports;
 mod task;
 
 pub use metrics::{AuditMetrics, CLUSTER_SCOPE, OTHER_NAMESPACES, TOP_NAMESPACES};
+pub use policy_reports::PolicyReportSettings;
 pub use task::ReportTask;
 
 /// How the periodic report runs.
@@ -40,6 +42,9 @@ pub struct ReportSettings {
     pub policies: crate::bundle::PolicySource,
     /// The SKU catalog's name: `built-in`, or its file.
     pub catalog: String,
+    /// Write the findings as PolicyReports (by the replica holding the
+    /// Lease); none: off.
+    pub policy_reports: Option<PolicyReportSettings>,
 }
 
 /// Where the report's Lease lives and who this replica is.

@@ -129,6 +129,12 @@ pub struct ServeConfig {
     /// Name of the Lease that elects the replica running the audit; none:
     /// every replica runs it.
     pub report_lease: Option<String>,
+    /// Write the report's findings as PolicyReports in the cluster.
+    pub policy_reports: bool,
+    /// Results in one namespace's PolicyReport.
+    pub policy_report_max_results: usize,
+    /// PolicyReport writes per second, at most.
+    pub policy_report_writes_per_second: u32,
     /// Watch the cluster's Nodes (in a cluster), so that where a pod can
     /// land is judged against the nodes that exist; off: by labels alone.
     pub node_cache: bool,
@@ -136,6 +142,12 @@ pub struct ServeConfig {
 
 /// Default of [`ServeConfig::report_max_objects`].
 pub const DEFAULT_REPORT_MAX_OBJECTS: usize = 20_000;
+/// Default of [`ServeConfig::policy_report_max_results`]: with messages
+/// capped (at 512 characters) a report stays far below etcd's 1.5 MiB
+/// object limit.
+pub const DEFAULT_POLICY_REPORT_MAX_RESULTS: usize = 1000;
+/// Default of [`ServeConfig::policy_report_writes_per_second`].
+pub const DEFAULT_POLICY_REPORT_WRITES_PER_SECOND: u32 = 5;
 /// Default of [`ServeConfig::report_lease`].
 pub const DEFAULT_REPORT_LEASE: &str = "gpu-admission-report";
 
@@ -169,6 +181,9 @@ impl Default for ServeConfig {
             report_interval: None,
             report_max_objects: DEFAULT_REPORT_MAX_OBJECTS,
             report_lease: Some(DEFAULT_REPORT_LEASE.to_string()),
+            policy_reports: false,
+            policy_report_max_results: DEFAULT_POLICY_REPORT_MAX_RESULTS,
+            policy_report_writes_per_second: DEFAULT_POLICY_REPORT_WRITES_PER_SECOND,
             node_cache: true,
         }
     }
