@@ -5,7 +5,9 @@
 # 2. deploy/, deploy/overlays/cert-manager and deploy/overlays/report build
 #    with kustomize. The report overlay adds the flag, the pod name, list and
 #    watch on every audited kind and the Lease (get/update by name, create, in
-#    the webhook's namespace only); the base keeps its namespaces-only RBAC.
+#    the webhook's namespace only), and PolicyReports (list/create, and
+#    update/delete of the name gpu-admission only); the base keeps its
+#    namespaces-only RBAC.
 # 3. Every rendered object validates strictly (unknown fields are errors)
 #    against the Kubernetes OpenAPI schemas of the oldest supported version
 #    (1.30: webhook matchConditions are GA there) and the newest one, with
@@ -634,9 +636,22 @@ def report_overlay(base, report, ns):
     # A SubjectAccessReview is a question (the authorizer checks of
     # policies), not a change to the cluster.
     asks = ("authorization.k8s.io", "subjectaccessreviews", "create")
-    check(not any(v not in ("get", "list", "watch") and g != "coordination.k8s.io" and (g, r, v) != asks
+    # PolicyReports: listed and created anywhere, updated and deleted only
+    # under the one name the server writes.
+    check("--policy-reports=on" in args, f"{label}: --policy-reports=on")
+    for v in ("list", "create"):
+        check(("wgpolicyk8s.io", "policyreports", v, None, None) in granted,
+              f"{label}: the server may not {v} PolicyReports cluster-wide")
+    for v in ("update", "delete"):
+        check(("wgpolicyk8s.io", "policyreports", v, "gpu-admission", None) in granted,
+              f"{label}: the server may not {v} the PolicyReports named gpu-admission")
+    check(not any(g == "wgpolicyk8s.io" and v in ("update", "delete", "patch") and n != "gpu-admission"
+                  for g, r, v, n, _ in granted),
+          f"{label}: PolicyReport updates and deletes are limited to the name gpu-admission")
+    check(not any(v not in ("get", "list", "watch") and g not in ("coordination.k8s.io", "wgpolicyk8s.io")
+                  and (g, r, v) != asks
                   for g, r, v, _, _ in granted),
-          f"{label}: the server writes nothing but its Lease")
+          f"{label}: the server writes nothing but its Lease and its PolicyReports")
 
     base_granted = rules_granted(base, ns)
     check({(g, r) for g, r, _, _, _ in base_granted} <= {("", "namespaces"), ("", "nodes"), ("karpenter.sh", "nodepools"),

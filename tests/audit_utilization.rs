@@ -378,10 +378,7 @@ fn idle_gpu_pods_from_a_real_prometheus() {
     let why = report["utilization"]["missing"].as_str().unwrap();
     assert!(why.starts_with(&format!("cannot reach {url}: ")), "{why}");
     assert!(report["utilization"].get("idlePods").is_none());
-    assert_eq!(
-        report["gpusHeld"], 10,
-        "the rest of the report is there"
-    );
+    assert_eq!(report["gpusHeld"], 10, "the rest of the report is there");
     let html = audit(&dump, &["--prometheus", &url], "html");
     assert!(
         html.contains(r#"<section id="utilization" data-status="missing">"#),

@@ -7,7 +7,9 @@ use crate::k8s::namespaces::ClusterNamespaces;
 use crate::k8s::{ClaimLookup, ClusterClaims, NamespaceLookup};
 use crate::k8s::{ClusterNodes, NoNodes, NodeLookup};
 use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
-use crate::report::{AuditMetrics, LatestReport, LeaseSettings, ReportSettings, ReportTask};
+use crate::report::{
+    AuditMetrics, LatestReport, LeaseSettings, PolicyReportSettings, ReportSettings, ReportTask,
+};
 use crate::review;
 use crate::server::{
     self, LogFormat, Metrics, OnError, Readiness, ServeConfig, Server, ShutdownHandle,
@@ -143,6 +145,23 @@ pub struct ServeArgs {
     /// GPU utilization for the periodic report's idle GPU pods.
     #[command(flatten)]
     pub utilization: super::utilization_args::PrometheusArgs,
+    /// With --report-interval: write the findings as namespaced
+    /// PolicyReports (wgpolicyk8s.io/v1alpha2, one per namespace, named
+    /// gpu-admission), for `kubectl get policyreports -A` and Policy
+    /// Reporter. Needs their CRD and write access to them
+    /// (deploy/overlays/report grants it).
+    #[arg(long, value_enum, default_value_t = Switch::Off)]
+    pub policy_reports: Switch,
+    /// Results in one namespace's PolicyReport (the costliest kept); the
+    /// rest are counted in its summary.
+    #[arg(long, value_name = "N", default_value_t = crate::report::policy_reports::DEFAULT_MAX_RESULTS,
+          value_parser = clap::builder::TypedValueParser::map(
+              clap::value_parser!(u32).range(1..), |n| n as usize))]
+    pub policy_report_max_results: usize,
+    /// PolicyReport creates, updates and deletes per second, at most.
+    #[arg(long, value_name = "N", default_value_t = crate::report::policy_reports::DEFAULT_WRITES_PER_SECOND,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub policy_report_writes_per_second: u32,
     /// Watch the cluster's Nodes so that where a pod can land (any label,
     /// spec.nodeName) is judged against the nodes that exist; `off` for a
     /// cluster that does not grant list and watch on nodes: by GPU node
@@ -234,6 +253,12 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 impl ServeArgs {
+    /// Where the periodic report reads GPU utilization (`--prometheus`);
+    /// none: no idle GPU pods section.
+    pub fn report_utilization(&self) -> Option<crate::audit::utilization::Settings> {
+        self.utilization.settings(None)
+    }
+
     pub fn into_config(self) -> ServeConfig {
         let ServeArgs {
             listen,
@@ -265,7 +290,10 @@ impl ServeArgs {
             report_max_objects,
             report_lease,
             report_prices,
-            utilization,
+            utilization: _,
+            policy_reports,
+            policy_report_max_results,
+            policy_report_writes_per_second,
             node_cache,
             // Process-wide, set by `run` before the configuration is made.
             kueue_controllers: _,
@@ -308,7 +336,9 @@ impl ServeArgs {
             report_max_objects,
             report_lease: report_lease.0,
             report_prices,
-            report_utilization: utilization.settings(None),
+            policy_reports: policy_reports == Switch::On,
+            policy_report_max_results,
+            policy_report_writes_per_second,
             node_cache: node_cache == Switch::On,
         }
     }
@@ -332,13 +362,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     crate::kueue::set_controllers(args.kueue_controllers.clone()).map_err(|kept| {
         anyhow::anyhow!("Kueue's controller was already set to {kept:?} in this process")
     })?;
+    let utilization = args.report_utilization();
     let config = args.into_config();
     init_logging(config.log_format);
     let runtime = runtime()?;
     let shutdown = ShutdownHandle::new();
     let result = runtime.block_on(async {
         tokio::spawn(server::forward_signals(shutdown.clone()));
-        serve(config, shutdown).await
+        serve(config, utilization, shutdown).await
     });
     // A second signal must not wait for blocking tasks still running.
     runtime.shutdown_timeout(Duration::from_millis(200));
@@ -348,7 +379,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 /// Loads the bundle, binds and serves until `shutdown` completes.
 /// `/readyz` turns true once the policies are loaded and, in a cluster,
 /// the Namespace cache has synced.
-pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Result<()> {
+pub async fn serve(
+    config: ServeConfig,
+    utilization: Option<crate::audit::utilization::Settings>,
+    shutdown: ShutdownHandle,
+) -> anyhow::Result<()> {
     let mut audit_metrics = None;
     let metrics = match config.report_interval {
         Some(_) => Metrics::with_families(|registry| {
@@ -416,9 +451,13 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
             .catalog
             .as_ref()
             .map_or_else(|| "built-in".to_string(), |path| path.display().to_string()),
-        utilization: config.report_utilization.clone(),
+        utilization: utilization.clone(),
+        policy_reports: config.policy_reports.then_some(PolicyReportSettings {
+            max_results: config.policy_report_max_results,
+            writes_per_second: config.policy_report_writes_per_second,
+        }),
     });
-    if report.is_none() && config.report_utilization.is_some() {
+    if report.is_none() && utilization.is_some() {
         tracing::warn!("--prometheus without --report-interval: nothing reads utilization");
     }
     if report.is_some() && config.metrics_listen.is_none() {
@@ -868,6 +907,12 @@ mod tests {
         Cli::try_parse_from(argv).map(|c| c.args.into_config())
     }
 
+    fn parse_args(args: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let mut argv = vec!["serve"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|c| c.args)
+    }
+
     #[test]
     fn defaults() {
         let config = parse(&[]).unwrap();
@@ -927,6 +972,12 @@ mod tests {
             "900",
             "--report-lease",
             "off",
+            "--policy-reports",
+            "on",
+            "--policy-report-max-results",
+            "50",
+            "--policy-report-writes-per-second",
+            "2",
         ])
         .unwrap();
         assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
@@ -951,15 +1002,21 @@ mod tests {
         assert_eq!(config.report_interval, Some(Duration::from_secs(600)));
         assert_eq!(config.report_max_objects, 900);
         assert_eq!(config.report_lease, None);
+        assert!(config.policy_reports);
+        assert_eq!(config.policy_report_max_results, 50);
+        assert_eq!(config.policy_report_writes_per_second, 2);
+        let defaults = parse(&["--report-interval", "1h"]).unwrap();
         assert_eq!(
-            parse(&["--report-interval", "1h"])
-                .unwrap()
-                .report_lease
-                .as_deref(),
+            defaults.report_lease.as_deref(),
             Some("gpu-admission-report")
         );
-        assert_eq!(config.report_utilization, None);
-        let with_prometheus = parse(&[
+        assert_eq!(
+            parse_args(&["--report-interval", "1h"])
+                .unwrap()
+                .report_utilization(),
+            None
+        );
+        let with_prometheus = parse_args(&[
             "--report-interval",
             "10m",
             "--prometheus",
@@ -969,7 +1026,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            with_prometheus.report_utilization,
+            with_prometheus.report_utilization(),
             Some(crate::audit::utilization::Settings {
                 source: crate::audit::utilization::Source::Prometheus(
                     crate::prometheus::Endpoint {
@@ -982,6 +1039,8 @@ mod tests {
                 threshold_percent: crate::audit::utilization::DEFAULT_THRESHOLD_PERCENT,
             })
         );
+        assert!(!defaults.policy_reports, "PolicyReports are opt-in");
+        assert_eq!(defaults.policy_report_max_results, 1000);
     }
 
     #[test]
@@ -998,6 +1057,9 @@ mod tests {
         let err = parse(&["--report-interval", "10s"]).unwrap_err();
         assert!(err.to_string().contains("use 1m or more"), "{err}");
         assert!(parse(&["--report-lease", "Not_A_Name"]).is_err());
+        assert!(parse(&["--policy-report-max-results", "0"]).is_err());
+        assert!(parse(&["--policy-report-writes-per-second", "0"]).is_err());
+        assert!(parse(&["--policy-reports", "maybe"]).is_err());
     }
 
     #[test]

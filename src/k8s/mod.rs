@@ -20,6 +20,7 @@ pub mod lease;
 pub mod namespaces;
 pub mod nodes;
 pub mod patch;
+pub mod policy_reports;
 pub mod taints;
 pub mod template_sources;
 pub mod workloads;

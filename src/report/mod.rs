@@ -19,9 +19,11 @@ use std::sync::RwLock;
 use std::time::{Duration, SystemTime};
 
 mod metrics;
+pub mod policy_reports;
 mod task;
 
 pub use metrics::{AuditMetrics, CLUSTER_SCOPE, OTHER_NAMESPACES, TOP_NAMESPACES};
+pub use policy_reports::PolicyReportSettings;
 pub use task::ReportTask;
 
 /// How the periodic report runs.
@@ -45,6 +47,9 @@ pub struct ReportSettings {
     /// Where GPU utilization is read for the idle GPU pods section; none:
     /// no such section.
     pub utilization: Option<audit::utilization::Settings>,
+    /// Write the findings as PolicyReports (by the replica holding the
+    /// Lease); none: off.
+    pub policy_reports: Option<PolicyReportSettings>,
 }
 
 /// Where the report's Lease lives and who this replica is.

@@ -7,6 +7,7 @@ use crate::admission::Admission;
 use crate::audit::{ReportMeta, ReportSource};
 use crate::inventory::{ClusterLister, Lister};
 use crate::k8s::lease::{ClusterLease, LeaderElector, LeaseStore};
+use crate::k8s::policy_reports::{ClusterPolicyReports, PolicyReportStore, ReportStoreError};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -141,9 +142,21 @@ impl Runner {
                 lease_duration(self.settings.interval),
             )
         });
+        let reports = self
+            .settings
+            .policy_reports
+            .as_ref()
+            .map(|_| ClusterPolicyReports::new(client.clone()));
         loop {
             let started = Instant::now();
-            self.tick(runtime, &lister, &cluster_url, elector.as_mut(), stopped);
+            self.tick(
+                runtime,
+                &lister,
+                &cluster_url,
+                elector.as_mut(),
+                reports.as_ref(),
+                stopped,
+            );
             let rest = self.settings.interval.saturating_sub(started.elapsed());
             if let Wake::Stop = sleep(stopped, rest) {
                 break;
@@ -173,13 +186,15 @@ impl Runner {
         )
     }
 
-    /// One period: lead (or not), audit, publish.
+    /// One period: lead (or not), audit, publish, and write the
+    /// PolicyReports to `reports` when they are on.
     fn tick(
         &self,
         runtime: &tokio::runtime::Runtime,
         lister: &impl Lister,
         cluster_url: &str,
         elector: Option<&mut LeaderElector<impl LeaseStore>>,
+        reports: Option<&impl PolicyReportStore>,
         stopped: &Receiver<()>,
     ) {
         if let Some(elector) = elector {
@@ -246,6 +261,16 @@ impl Runner {
                     seconds = meta.duration.as_secs_f64(),
                     "periodic report done"
                 );
+                if let (Some(store), Some(settings)) = (reports, &self.settings.policy_reports) {
+                    self.write_policy_reports(
+                        runtime,
+                        store,
+                        &report,
+                        generated_at,
+                        settings,
+                        &stop,
+                    );
+                }
             }
             Err(err) if err.is::<Stopped>() => {
                 tracing::info!("periodic report stopped for shutdown");
@@ -261,11 +286,57 @@ impl Runner {
     }
 }
 
+impl Runner {
+    /// Makes the cluster's PolicyReports say what `report` found. A
+    /// failure leaves them as they were (the next run tries again) and is
+    /// counted as a run error, but for a cluster without their CRD.
+    fn write_policy_reports(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        store: &impl PolicyReportStore,
+        report: &crate::audit::Report,
+        generated_at: SystemTime,
+        settings: &super::PolicyReportSettings,
+        stop: &dyn Fn() -> bool,
+    ) {
+        let synced = runtime.block_on(super::policy_reports::sync(
+            store,
+            report,
+            generated_at,
+            settings,
+            stop,
+        ));
+        match synced {
+            Ok(done) => tracing::info!(
+                created = done.created,
+                updated = done.updated,
+                unchanged = done.unchanged,
+                deleted = done.deleted,
+                conflicts = done.conflicts,
+                stopped = done.stopped,
+                "policy reports written"
+            ),
+            Err(err @ ReportStoreError::NotServed(_)) => {
+                tracing::warn!(error = %err, "no policy reports written");
+            }
+            Err(err) => {
+                self.metrics.inc_errors();
+                tracing::error!(
+                    error = format!("{err:#}"),
+                    "cannot write the policy reports; the next run tries again"
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::k8s::lease::{LeaseError, LeaseRecord};
+    use crate::report::policy_reports::tests::MemoryReports;
     use crate::report::tests::{admission, cluster};
+    use crate::report::PolicyReportSettings;
     use crate::server::{ReportAnswer, ReportFormat, ReportPages};
     use prometheus_client::registry::Registry;
     use std::cell::RefCell;
@@ -309,6 +380,7 @@ mod tests {
     }
 
     const URL: &str = "https://aks.example:443/";
+    const NO_REPORTS: Option<&MemoryReports> = None;
 
     fn replica(name: &str, lease: &SharedLease) -> Replica {
         let mut registry = Registry::default();
@@ -323,6 +395,10 @@ mod tests {
                     catalog: "built-in".into(),
                     prices: None,
                     utilization: None,
+                    policy_reports: Some(PolicyReportSettings {
+                        max_results: 100,
+                        writes_per_second: 1000,
+                    }),
                 },
                 admission: Arc::new(admission()),
                 latest: Arc::new(LatestReport::new()),
@@ -356,10 +432,22 @@ mod tests {
         let lease = SharedLease::default();
         let mut a = replica("pod-a", &lease);
         let mut b = replica("pod-b", &lease);
-        a.runner
-            .tick(&runtime, &cluster, URL, Some(&mut a.elector), &stopped);
-        b.runner
-            .tick(&runtime, &cluster, URL, Some(&mut b.elector), &stopped);
+        a.runner.tick(
+            &runtime,
+            &cluster,
+            URL,
+            Some(&mut a.elector),
+            NO_REPORTS,
+            &stopped,
+        );
+        b.runner.tick(
+            &runtime,
+            &cluster,
+            URL,
+            Some(&mut b.elector),
+            NO_REPORTS,
+            &stopped,
+        );
 
         assert!(matches!(
             a.runner.latest.latest(ReportFormat::Json),
@@ -389,9 +477,97 @@ mod tests {
 
         // The Lease cannot be read: the run is skipped and counted.
         *lease.1.borrow_mut() = true;
-        a.runner
-            .tick(&runtime, &cluster, URL, Some(&mut a.elector), &stopped);
+        a.runner.tick(
+            &runtime,
+            &cluster,
+            URL,
+            Some(&mut a.elector),
+            NO_REPORTS,
+            &stopped,
+        );
         assert!(metrics_text(&a.registry).contains("gpu_admission_audit_run_errors_total 1"));
         assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1);
+    }
+
+    #[test]
+    fn only_the_leader_writes_policy_reports_and_a_new_leader_takes_them_over() {
+        crate::offline::with_evaluation_stack(policy_reports_survive_a_leader_change).unwrap();
+    }
+
+    fn policy_reports_survive_a_leader_change() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (_running, stopped) = std::sync::mpsc::channel::<()>();
+        let lease = SharedLease::default();
+        let reports = MemoryReports::default();
+        let mut a = replica("pod-a", &lease);
+        let mut b = replica("pod-b", &lease);
+        // GPU pods with findings in ml (the Deployment) and team-0..2.
+        let busy = cluster(3);
+        a.runner.tick(
+            &runtime,
+            &busy,
+            URL,
+            Some(&mut a.elector),
+            Some(&reports),
+            &stopped,
+        );
+        let namespaces = |reports: &MemoryReports| -> Vec<String> {
+            reports
+                .stored
+                .borrow()
+                .keys()
+                .map(|k| k.0.clone())
+                .collect()
+        };
+        assert_eq!(namespaces(&reports), ["ml", "team-0", "team-1", "team-2"]);
+        assert_eq!(reports.writes.borrow().len(), 4);
+        let ml = reports.get("ml").unwrap();
+        assert_eq!(ml["results"][0]["resources"][0]["kind"], "Deployment");
+        assert_eq!(ml["results"][0]["properties"]["gpus"], "2");
+
+        // The follower writes nothing.
+        b.runner.tick(
+            &runtime,
+            &busy,
+            URL,
+            Some(&mut b.elector),
+            Some(&reports),
+            &stopped,
+        );
+        assert_eq!(reports.writes.borrow().len(), 4);
+
+        // pod-a steps down; pod-b leads, finds pod-a's reports unchanged
+        // and writes nothing, then follows the cluster as it changes.
+        runtime
+            .block_on(a.elector.release(SystemTime::now()))
+            .unwrap();
+        b.runner.tick(
+            &runtime,
+            &busy,
+            URL,
+            Some(&mut b.elector),
+            Some(&reports),
+            &stopped,
+        );
+        assert!(b.elector.is_leader());
+        assert_eq!(reports.writes.borrow().len(), 4, "{:?}", reports.writes);
+        let only_ml = cluster(0);
+        b.runner.tick(
+            &runtime,
+            &only_ml,
+            URL,
+            Some(&mut b.elector),
+            Some(&reports),
+            &stopped,
+        );
+        assert_eq!(namespaces(&reports), ["ml"]);
+        assert_eq!(
+            reports.writes.borrow()[4..],
+            ["delete team-0", "delete team-1", "delete team-2"]
+        );
+        assert_eq!(reports.get("ml").unwrap(), ml, "ml's report unchanged");
     }
 }

@@ -131,9 +131,12 @@ pub struct ServeConfig {
     pub report_lease: Option<String>,
     /// A price file for the report's costs; none: no costs.
     pub report_prices: Option<std::path::PathBuf>,
-    /// Where the periodic report reads GPU utilization (idle GPU pods);
-    /// none: no such section.
-    pub report_utilization: Option<crate::audit::utilization::Settings>,
+    /// Write the report's findings as PolicyReports in the cluster.
+    pub policy_reports: bool,
+    /// Results in one namespace's PolicyReport.
+    pub policy_report_max_results: usize,
+    /// PolicyReport writes per second, at most.
+    pub policy_report_writes_per_second: u32,
     /// Watch the cluster's Nodes (in a cluster), so that where a pod can
     /// land is judged against the nodes that exist; off: by labels alone.
     pub node_cache: bool,
@@ -141,6 +144,12 @@ pub struct ServeConfig {
 
 /// Default of [`ServeConfig::report_max_objects`].
 pub const DEFAULT_REPORT_MAX_OBJECTS: usize = 20_000;
+/// Default of [`ServeConfig::policy_report_max_results`]: with messages
+/// capped (at 512 characters) a report stays far below etcd's 1.5 MiB
+/// object limit.
+pub const DEFAULT_POLICY_REPORT_MAX_RESULTS: usize = 1000;
+/// Default of [`ServeConfig::policy_report_writes_per_second`].
+pub const DEFAULT_POLICY_REPORT_WRITES_PER_SECOND: u32 = 5;
 /// Default of [`ServeConfig::report_lease`].
 pub const DEFAULT_REPORT_LEASE: &str = "gpu-admission-report";
 
@@ -175,7 +184,9 @@ impl Default for ServeConfig {
             report_max_objects: DEFAULT_REPORT_MAX_OBJECTS,
             report_lease: Some(DEFAULT_REPORT_LEASE.to_string()),
             report_prices: None,
-            report_utilization: None,
+            policy_reports: false,
+            policy_report_max_results: DEFAULT_POLICY_REPORT_MAX_RESULTS,
+            policy_report_writes_per_second: DEFAULT_POLICY_REPORT_WRITES_PER_SECOND,
             node_cache: true,
         }
     }

@@ -5,7 +5,11 @@
 //! MODIFIED, DELETED, BOOKMARK when asked), `410 Expired` for a watch from
 //! a compacted `resourceVersion` (sent, as kube-apiserver does, as an ERROR
 //! event on a 200 stream), `403 Forbidden` and `404 NotFound` as Status
-//! objects. Every request is recorded for tests to inspect.
+//! objects. Writes of a served kind are answered as kube-apiserver does:
+//! create (POST, 409 AlreadyExists), get, replace (PUT with the
+//! `resourceVersion` read, 409 Conflict when stale) and delete, namespaced
+//! or not; lists filter by an equality `labelSelector`. Every request is
+//! recorded for tests to inspect.
 use axum::body::{Body, Bytes};
 use axum::extract::State as Extract;
 use axum::http::{Method, StatusCode, Uri};
@@ -17,6 +21,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+mod writes;
+use writes::{is_item_or_namespaced, write};
 
 /// A kind the fake serves.
 #[derive(Clone, Debug)]
@@ -63,6 +70,15 @@ impl Resource {
         }
     }
 
+    /// The path of the collection in `namespace`.
+    pub fn namespaced_collection(&self, namespace: &str) -> String {
+        format!(
+            "{}/namespaces/{namespace}/{}",
+            self.discovery_path(),
+            self.plural
+        )
+    }
+
     fn discovery_path(&self) -> String {
         if self.group.is_empty() {
             format!("/api/{}", self.version)
@@ -78,6 +94,7 @@ pub const NAMESPACES: Resource = Resource::new("", "v1", "Namespace", "namespace
 /// One request the fake received, and how it answered.
 #[derive(Clone, Debug)]
 pub struct Recorded {
+    pub method: String,
     pub path: String,
     pub query: BTreeMap<String, String>,
     /// The HTTP status of the answer.
@@ -87,6 +104,11 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// A create, replace, patch or delete.
+    pub fn is_write(&self) -> bool {
+        self.method != "GET"
+    }
+
     pub fn is_watch(&self) -> bool {
         self.query.get("watch").map(String::as_str) == Some("true")
     }
@@ -362,9 +384,19 @@ enum Answer {
     Watch(String, BTreeMap<String, String>),
 }
 
-async fn answer(Extract(shared): Extract<Arc<Shared>>, method: Method, uri: Uri) -> Response {
+async fn answer(
+    Extract(shared): Extract<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
     let path = uri.path().trim_end_matches('/').to_string();
     let query = parse_query(uri.query().unwrap_or(""));
+    if method != Method::GET || is_item_or_namespaced(&shared, &path) {
+        let (status, body) = write(&shared, &method, path, query, &body);
+        shared.changed.send_modify(|n| *n += 1);
+        return json_response(status, &body);
+    }
     match decide(&shared, &method, path, query) {
         Answer::Now(status, body) => json_response(status, &body),
         Answer::Page { page, continued } => {
@@ -391,12 +423,7 @@ fn decide(
         .iter()
         .find(|r| r.collection() == path)
         .cloned();
-    let (status, body) = if *method != Method::GET {
-        (
-            StatusCode::METHOD_NOT_ALLOWED,
-            status_object(405, "MethodNotAllowed", "the fake only reads"),
-        )
-    } else if let Some(doc) = discovery(&cluster, &path) {
+    let (status, body) = if let Some(doc) = discovery(&cluster, &path) {
         doc
     } else if let Some(resource) = resource {
         if cluster.forbidden.contains(&path) {
@@ -420,6 +447,7 @@ fn decide(
             let continued = query.contains_key("continue");
             let page = list(&cluster, &resource, &query);
             cluster.requests.push(Recorded {
+                method: "GET".into(),
                 path,
                 query,
                 status: 200,
@@ -438,6 +466,7 @@ fn decide(
         )
     };
     cluster.requests.push(Recorded {
+        method: method.to_string(),
         path,
         query,
         status: status.as_u16(),
@@ -512,7 +541,8 @@ fn discovery(cluster: &Cluster, path: &str) -> Option<(StatusCode, Value)> {
 /// One page of `resource`, by namespace and name. The continue token
 /// carries the list's resourceVersion and the key of the last object sent;
 /// a continued page reads the objects after that key as they are now (not
-/// a snapshot), and selectors and a requested resourceVersion are ignored.
+/// a snapshot). An equality `labelSelector` filters; field selectors and
+/// a requested resourceVersion are ignored.
 fn list(cluster: &Cluster, resource: &Resource, query: &BTreeMap<String, String>) -> Value {
     let empty = BTreeMap::new();
     let objects = cluster
@@ -546,6 +576,10 @@ fn list(cluster: &Cluster, resource: &Resource, query: &BTreeMap<String, String>
             .collect(),
         None => objects.iter().collect(),
     };
+    let rest: Vec<(&(String, String), &Value)> = rest
+        .into_iter()
+        .filter(|(_, object)| selected(object, query.get("labelSelector").map(String::as_str)))
+        .collect();
     let page: Vec<Value> = rest
         .iter()
         .take(limit)
@@ -590,6 +624,7 @@ fn watch(shared: Arc<Shared>, path: String, query: BTreeMap<String, String>) -> 
         let mut cluster = shared.lock();
         let expired = from < cluster.oldest_watchable;
         cluster.requests.push(Recorded {
+            method: "GET".into(),
             path: path.clone(),
             query,
             status: 200,
@@ -649,6 +684,24 @@ fn watch(shared: Arc<Shared>, path: String, query: BTreeMap<String, String>) -> 
         .header("content-type", "application/json")
         .body(Body::from_stream(body))
         .unwrap()
+}
+
+/// Whether `object` has every `key=value` (or `key==value`) of `selector`.
+fn selected(object: &Value, selector: Option<&str>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
+    selector.split(',').all(|requirement| {
+        let (key, value) = requirement
+            .split_once("==")
+            .or_else(|| requirement.split_once('='))
+            .unwrap_or_else(|| panic!("the fake only knows equality selectors: {requirement}"));
+        object
+            .pointer("/metadata/labels")
+            .and_then(|labels| labels.get(key.trim()))
+            .and_then(Value::as_str)
+            == Some(value.trim())
+    })
 }
 
 fn event_line(kind: &str, object: &Value) -> Bytes {
