@@ -2,6 +2,7 @@
 //! bundle, signals, and the server.
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
+use crate::certs::managed;
 use crate::gpu::catalog::Catalog;
 use crate::k8s::namespaces::ClusterNamespaces;
 use crate::k8s::{ClaimLookup, ClusterClaims, NamespaceLookup};
@@ -31,7 +32,12 @@ pub struct ServeArgs {
     pub catalog: Option<PathBuf>,
     /// Serving certificate chain, PEM, leaf first. Without it, a local CA
     /// and certificate are created under --certs-dir.
-    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "PEM",
+        requires = "tls_key",
+        conflicts_with = "manage_certs"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// Private key of the serving certificate, PEM (PKCS#8, RSA or SEC1).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
@@ -134,7 +140,7 @@ pub struct ServeArgs {
     pub report_max_objects: usize,
     /// Lease (in the pod's namespace) that elects the one replica running
     /// the audit, or `off` to run it on every replica.
-    #[arg(long, value_name = "NAME", default_value = server::DEFAULT_REPORT_LEASE, value_parser = parse_lease)]
+    #[arg(long, value_name = "NAME", default_value = server::DEFAULT_REPORT_LEASE, value_parser = parse_optional_name)]
     pub report_lease: OptionalName,
     /// Watch the cluster's Nodes so that where a pod can land (any label,
     /// spec.nodeName) is judged against the nodes that exist; `off` for a
@@ -149,6 +155,89 @@ pub struct ServeArgs {
     #[arg(long = "kueue-controller", value_name = "USER",
           default_value = crate::kueue::DEFAULT_CONTROLLER, value_parser = parse_username)]
     pub kueue_controllers: Vec<String>,
+    #[command(flatten)]
+    pub certs: ManagedCertArgs,
+}
+
+/// Certificates kept by the server itself (docs/certificates.md).
+#[derive(Debug, clap::Args)]
+pub struct ManagedCertArgs {
+    /// Keep the CA and serving certificate in a Secret in the pod's
+    /// namespace: one replica (elected by --cert-lease) creates them,
+    /// renews them, rotates the CA and writes it into the caBundle of the
+    /// webhook configurations; every replica serves the Secret's
+    /// certificate.
+    #[arg(long)]
+    pub manage_certs: bool,
+    /// The Secret holding the certificates and keys.
+    #[arg(long, value_name = "NAME", default_value = managed::DEFAULT_SECRET, value_parser = parse_object_name)]
+    pub cert_secret: String,
+    /// Lease electing the replica that writes the Secret and caBundle, or
+    /// `off` when one replica runs.
+    #[arg(long, value_name = "NAME", default_value = managed::DEFAULT_LEASE, value_parser = parse_optional_name)]
+    pub cert_lease: OptionalName,
+    /// The MutatingWebhookConfiguration whose caBundle is kept, or `off`.
+    #[arg(long, value_name = "NAME", default_value = managed::DEFAULT_WEBHOOK_CONFIGURATION, value_parser = parse_optional_name)]
+    pub mutating_webhook_configuration: OptionalName,
+    /// The ValidatingWebhookConfiguration whose caBundle is kept, or `off`.
+    #[arg(long, value_name = "NAME", default_value = managed::DEFAULT_WEBHOOK_CONFIGURATION, value_parser = parse_optional_name)]
+    pub validating_webhook_configuration: OptionalName,
+    /// The Service the apiserver calls: the certificate covers
+    /// SERVICE.NAMESPACE.svc and SERVICE.NAMESPACE.svc.cluster.local.
+    #[arg(long, value_name = "NAME", default_value = managed::DEFAULT_SERVICE, value_parser = parse_object_name)]
+    pub cert_service: String,
+    /// Lifetime of each CA; a new one is staged when a third is left.
+    #[arg(long, value_name = "DURATION", default_value = "43800h", value_parser = parse_duration)]
+    pub ca_lifetime: Duration,
+    /// Lifetime of each serving certificate; renewed when a third is left.
+    #[arg(long, value_name = "DURATION", default_value = "2160h", value_parser = parse_duration)]
+    pub cert_lifetime: Duration,
+    /// How long both CAs are trusted before the new one issues the serving
+    /// certificate, and again after.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub ca_overlap: Duration,
+    /// How often the Secret is read (and kept by the elected replica).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub cert_check_interval: Duration,
+}
+
+impl ManagedCertArgs {
+    /// The options, if --manage-certs is on.
+    pub fn options(&self) -> Option<managed::Options> {
+        let ManagedCertArgs {
+            manage_certs,
+            cert_secret,
+            cert_lease,
+            mutating_webhook_configuration,
+            validating_webhook_configuration,
+            cert_service,
+            ca_lifetime,
+            cert_lifetime,
+            ca_overlap,
+            cert_check_interval,
+        } = self;
+        manage_certs.then(|| managed::Options {
+            secret: cert_secret.clone(),
+            lease: cert_lease.0.clone(),
+            mutating_webhook: mutating_webhook_configuration.0.clone(),
+            validating_webhook: validating_webhook_configuration.0.clone(),
+            service: cert_service.clone(),
+            lifetimes: managed::Lifetimes {
+                ca: *ca_lifetime,
+                serving: *cert_lifetime,
+                overlap: *ca_overlap,
+            },
+            check_interval: *cert_check_interval,
+        })
+    }
+}
+
+/// A Kubernetes object name (a DNS subdomain).
+fn parse_object_name(text: &str) -> Result<String, String> {
+    match parse_optional_name(text)? {
+        OptionalName(Some(name)) => Ok(name),
+        OptionalName(None) => Err(format!("{text:?} is not an object name")),
+    }
 }
 
 /// A username as `request.userInfo.username` spells it: not empty (a
@@ -171,7 +260,7 @@ pub enum Switch {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OptionalName(pub Option<String>);
 
-fn parse_lease(text: &str) -> Result<OptionalName, String> {
+fn parse_optional_name(text: &str) -> Result<OptionalName, String> {
     match text {
         "off" | "none" => Ok(OptionalName(None)),
         _ if !text.is_empty()
@@ -183,7 +272,7 @@ fn parse_lease(text: &str) -> Result<OptionalName, String> {
             Ok(OptionalName(Some(text.to_string())))
         }
         _ => Err(format!(
-            "{text:?} is not a Lease name (lower-case letters, digits, '-' and '.') or `off`"
+            "{text:?} is not an object name (lower-case letters, digits, '-' and '.') or `off`"
         )),
     }
 }
@@ -260,7 +349,9 @@ impl ServeArgs {
             node_cache,
             // Process-wide, set by `run` before the configuration is made.
             kueue_controllers: _,
+            certs,
         } = self;
+        let manage_certs = certs.options();
         ServeConfig {
             listen,
             policies,
@@ -299,6 +390,7 @@ impl ServeArgs {
             report_max_objects,
             report_lease: report_lease.0,
             node_cache: node_cache == Switch::On,
+            manage_certs,
         }
     }
 }
@@ -403,14 +495,33 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
     if report.is_some() && config.metrics_listen.is_none() {
         tracing::warn!("--report-interval with --metrics-listen off: the report runs, but neither /report nor its metrics are served");
     }
-    let mut server = Server::bind_with_readiness(
-        config,
-        admission.clone(),
-        metrics,
-        shutdown,
-        readiness.clone(),
-    )
-    .await?;
+    let managed_certs = match &config.manage_certs {
+        Some(options) => Some(start_managed_certs(options).await?),
+        None => None,
+    };
+    let mut server = match &managed_certs {
+        Some(certs) => {
+            Server::bind_with_feed(
+                config,
+                admission.clone(),
+                metrics,
+                shutdown,
+                readiness.clone(),
+                certs.serving(),
+            )
+            .await?
+        }
+        None => {
+            Server::bind_with_readiness(
+                config,
+                admission.clone(),
+                metrics,
+                shutdown,
+                readiness.clone(),
+            )
+            .await?
+        }
+    };
     let report_task = match (report, audit_metrics) {
         (Some(settings), Some(audit_metrics)) => {
             tracing::info!(
@@ -435,6 +546,10 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
         _ => None,
     };
     let result = server.run().await;
+    if let Some(certs) = managed_certs {
+        // Releases the certificate lease, so another replica takes over.
+        let _ = tokio::time::timeout(Duration::from_secs(5), certs.stop()).await;
+    }
     if let Some(task) = report_task {
         // Releases the report lease, so another replica takes over at once.
         let _ = tokio::time::timeout(
@@ -444,6 +559,25 @@ pub async fn serve(config: ServeConfig, shutdown: ShutdownHandle) -> anyhow::Res
         .await;
     }
     result
+}
+
+/// Starts keeping the certificates in the cluster of the in-cluster
+/// service account (or kubeconfig), and waits for the first serving
+/// certificate.
+async fn start_managed_certs(options: &managed::Options) -> anyhow::Result<managed::ManagedCerts> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| anyhow::anyhow!("--manage-certs needs a cluster client: {e}"))?;
+    let pod = LeaseSettings::from_environment(options.lease.as_deref().unwrap_or(""));
+    let settings = options.settings(&pod.namespace, &pod.identity);
+    tracing::info!(
+        secret = %format!("{}/{}", settings.namespace, settings.secret),
+        lease = settings.lease.as_deref().unwrap_or("off"),
+        identity = %settings.identity,
+        names = %settings.names.join(","),
+        "self-managed certificates: waiting for the serving certificate"
+    );
+    managed::ManagedCerts::start(client, settings).await
 }
 
 /// Where `config` takes policies from.
@@ -953,6 +1087,62 @@ mod tests {
         let err = parse(&["--report-interval", "10s"]).unwrap_err();
         assert!(err.to_string().contains("use 1m or more"), "{err}");
         assert!(parse(&["--report-lease", "Not_A_Name"]).is_err());
+    }
+
+    #[test]
+    fn managed_certificate_flags() {
+        assert_eq!(parse(&[]).unwrap().manage_certs, None, "off by default");
+        let options = parse(&["--manage-certs"]).unwrap().manage_certs.unwrap();
+        assert_eq!(options, managed::Options::default());
+        options.lifetimes.check().unwrap();
+        let options = parse(&[
+            "--manage-certs",
+            "--cert-secret",
+            "webhook-tls",
+            "--cert-lease",
+            "off",
+            "--mutating-webhook-configuration",
+            "off",
+            "--validating-webhook-configuration",
+            "gpu-admission-validate",
+            "--cert-service",
+            "webhook",
+            "--ca-lifetime",
+            "8760h",
+            "--cert-lifetime",
+            "720h",
+            "--ca-overlap",
+            "1h",
+            "--cert-check-interval",
+            "10s",
+        ])
+        .unwrap()
+        .manage_certs
+        .unwrap();
+        assert_eq!(options.secret, "webhook-tls");
+        assert_eq!(options.lease, None);
+        assert_eq!(options.mutating_webhook, None);
+        assert_eq!(
+            options.validating_webhook.as_deref(),
+            Some("gpu-admission-validate")
+        );
+        assert_eq!(options.lifetimes.serving, Duration::from_secs(720 * 3600));
+        assert_eq!(options.check_interval, Duration::from_secs(10));
+        let settings = options.settings("platform", "pod-a");
+        assert_eq!(
+            settings.names,
+            ["webhook.platform.svc", "webhook.platform.svc.cluster.local"]
+        );
+        let err = parse(&[
+            "--manage-certs",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
+        assert!(parse(&["--manage-certs", "--cert-secret", "Bad_Name"]).is_err());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! MODIFIED, DELETED, BOOKMARK when asked), `410 Expired` for a watch from
 //! a compacted `resourceVersion` (sent, as kube-apiserver does, as an ERROR
 //! event on a 200 stream), `403 Forbidden` and `404 NotFound` as Status
-//! objects. Every request is recorded for tests to inspect.
+//! objects. Single objects can be read and written too ([`writes`]).
+//! Every request is recorded for tests to inspect.
 use axum::body::{Body, Bytes};
 use axum::extract::State as Extract;
 use axum::http::{Method, StatusCode, Uri};
@@ -17,6 +18,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+mod writes;
 
 /// A kind the fake serves.
 #[derive(Clone, Debug)]
@@ -78,6 +81,7 @@ pub const NAMESPACES: Resource = Resource::new("", "v1", "Namespace", "namespace
 /// One request the fake received, and how it answered.
 #[derive(Clone, Debug)]
 pub struct Recorded {
+    pub method: String,
     pub path: String,
     pub query: BTreeMap<String, String>,
     /// The HTTP status of the answer.
@@ -200,6 +204,15 @@ impl Cluster {
     /// answers 404, as when a CRD is deleted during discovery.
     pub fn vanish(&mut self, group_version: &str) {
         self.vanished.insert(group_version.to_string());
+    }
+
+    /// The object of `resource` named `name` (in `namespace`, "" for a
+    /// cluster-scoped kind), if it exists.
+    pub fn object(&self, resource: &Resource, namespace: &str, name: &str) -> Option<Value> {
+        self.objects
+            .get(&resource.collection())?
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// The objects of `resource`, by namespace and name, with `apiVersion`
@@ -354,6 +367,8 @@ pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// What to do with a request, decided under the lock.
 enum Answer {
     Now(StatusCode, Value),
+    /// An object was read or written: open watches may have news.
+    Wrote(StatusCode, Value),
     /// A page of a list; `continued` pages wait while lists are held.
     Page {
         page: Value,
@@ -362,11 +377,25 @@ enum Answer {
     Watch(String, BTreeMap<String, String>),
 }
 
-async fn answer(Extract(shared): Extract<Arc<Shared>>, method: Method, uri: Uri) -> Response {
+async fn answer(
+    Extract(shared): Extract<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let path = uri.path().trim_end_matches('/').to_string();
     let query = parse_query(uri.query().unwrap_or(""));
-    match decide(&shared, &method, path, query) {
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    match decide(&shared, &method, path, query, content_type, &body) {
         Answer::Now(status, body) => json_response(status, &body),
+        Answer::Wrote(status, body) => {
+            shared.changed.send_modify(|n| *n += 1);
+            json_response(status, &body)
+        }
         Answer::Page { page, continued } => {
             if continued {
                 let mut held = shared.hold_continued.subscribe();
@@ -384,8 +413,21 @@ fn decide(
     method: &Method,
     path: String,
     query: BTreeMap<String, String>,
+    content_type: &str,
+    body: &[u8],
 ) -> Answer {
     let mut cluster = shared.lock();
+    if let Some(target) = writes::target(&cluster.resources, &path) {
+        let (status, answer) = writes::answer(&mut cluster, method, target, content_type, body);
+        cluster.requests.push(Recorded {
+            method: method.to_string(),
+            path,
+            query,
+            status: status.as_u16(),
+            expired: false,
+        });
+        return Answer::Wrote(status, answer);
+    }
     let resource = cluster
         .resources
         .iter()
@@ -394,7 +436,7 @@ fn decide(
     let (status, body) = if *method != Method::GET {
         (
             StatusCode::METHOD_NOT_ALLOWED,
-            status_object(405, "MethodNotAllowed", "the fake only reads"),
+            status_object(405, "MethodNotAllowed", "collections are only read"),
         )
     } else if let Some(doc) = discovery(&cluster, &path) {
         doc
@@ -420,6 +462,7 @@ fn decide(
             let continued = query.contains_key("continue");
             let page = list(&cluster, &resource, &query);
             cluster.requests.push(Recorded {
+                method: method.to_string(),
                 path,
                 query,
                 status: 200,
@@ -438,6 +481,7 @@ fn decide(
         )
     };
     cluster.requests.push(Recorded {
+        method: method.to_string(),
         path,
         query,
         status: status.as_u16(),
@@ -590,6 +634,7 @@ fn watch(shared: Arc<Shared>, path: String, query: BTreeMap<String, String>) -> 
         let mut cluster = shared.lock();
         let expired = from < cluster.oldest_watchable;
         cluster.requests.push(Recorded {
+            method: "GET".to_string(),
             path: path.clone(),
             query,
             status: 200,
