@@ -3,8 +3,9 @@
 //! renews them, rotates the CA and keeps the caBundle of the shipped
 //! webhook configurations. Meanwhile an apiserver-like client sends
 //! AdmissionReviews to both replicas over new TLS connections, trusting
-//! only what the webhook configuration's caBundle says at that moment,
-//! and counts what it sent and what failed: nothing may fail.
+//! only what the webhook configuration's caBundle said a moment before
+//! (the apiserver learns of changes through a watch), and counts what it
+//! sent and what failed: nothing may fail.
 mod common;
 
 use base64::Engine as _;
@@ -87,6 +88,7 @@ fn year() -> Lifetimes {
 
 /// One replica: its certificate manager and its server.
 struct Replica {
+    identity: String,
     addr: SocketAddr,
     certs: ManagedCerts,
     shutdown: ShutdownHandle,
@@ -112,6 +114,7 @@ impl Replica {
         let addr = server.local_addr();
         let task = tokio::spawn(server.run());
         Replica {
+            identity: identity.to_string(),
             addr,
             certs,
             shutdown,
@@ -214,9 +217,14 @@ impl Counts {
     }
 }
 
+/// How far behind the webhook configurations the client's trust runs: the
+/// apiserver learns of a new caBundle through a watch, not at once. A
+/// rotation step shorter than this would fail requests.
+const TRUST_LAG: Duration = Duration::from_secs(1);
+
 /// The apiserver-like client: alternates /mutate and /validate between
 /// the replicas, each request on a new TLS connection trusting the
-/// caBundle of its webhook as it is at that moment.
+/// caBundle of its webhook as it was [`TRUST_LAG`] ago.
 struct Apiserver {
     counts: Arc<Counts>,
     stop: Arc<AtomicBool>,
@@ -236,15 +244,16 @@ impl Apiserver {
             );
             tokio::spawn(async move {
                 let review = common::fixture("pod-create-gpu.json");
+                let mut seen = [TrustHistory::default(), TrustHistory::default()];
                 let mut n = 0usize;
                 while !stop.load(Ordering::SeqCst) {
                     n += 1;
-                    let (path, resource) = if n.is_multiple_of(2) {
-                        ("/mutate", &MUTATING)
+                    let (path, resource, history) = if n.is_multiple_of(2) {
+                        ("/mutate", &MUTATING, &mut seen[0])
                     } else {
-                        ("/validate", &VALIDATING)
+                        ("/validate", &VALIDATING, &mut seen[1])
                     };
-                    let trusted = ca_bundle(&fake, resource, 0);
+                    let trusted = history.trusted(ca_bundle(&fake, resource, 0));
                     if trusted.is_empty() {
                         counts.unsent.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -291,6 +300,25 @@ impl Apiserver {
             self.counts.failures.lock().unwrap()
         );
         self.counts
+    }
+}
+
+/// The caBundles a webhook had, and when each was first seen.
+#[derive(Default)]
+struct TrustHistory(std::collections::VecDeque<(tokio::time::Instant, String)>);
+
+impl TrustHistory {
+    /// Records `now_bundle` and returns the bundle in force [`TRUST_LAG`]
+    /// ago (the first one seen, at the start).
+    fn trusted(&mut self, now_bundle: String) -> String {
+        let now = tokio::time::Instant::now();
+        if self.0.back().is_none_or(|(_, b)| *b != now_bundle) {
+            self.0.push_back((now, now_bundle));
+        }
+        while self.0.len() > 1 && self.0[1].0 + TRUST_LAG <= now {
+            self.0.pop_front();
+        }
+        self.0[0].1.clone()
     }
 }
 
@@ -582,4 +610,44 @@ async fn a_deleted_secret_is_recreated_with_the_same_ca() {
     for replica in replicas {
         replica.stop().await;
     }
+}
+
+/// Who holds the certificate Lease.
+fn lease_holder(fake: &FakeApiServer) -> Option<String> {
+    fake.read(|c| c.object(&LEASES, NAMESPACE, "gpu-admission-certs"))
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_elected_replica_stops_the_other_takes_over_and_renews() {
+    let fake = Arc::new(cluster().await);
+    let lifetimes = Lifetimes {
+        ca: Duration::from_secs(3600),
+        serving: Duration::from_secs(6),
+        overlap: Duration::from_secs(60),
+    };
+    let mut replicas = two_replicas(&fake, lifetimes).await;
+    let leader = lease_holder(&fake).expect("a holder");
+    let index = replicas.iter().position(|r| r.identity == leader).unwrap();
+    replicas.remove(index).stop().await;
+    let survivor = replicas.pop().unwrap();
+    // Stopping released the Lease: the survivor takes it at its next check.
+    wait_until("the survivor holds the Lease", || {
+        lease_holder(&fake).as_deref() == Some(survivor.identity.as_str())
+    })
+    .await;
+    let apiserver = Apiserver::start(&fake, &[survivor.addr]);
+    let (_, before) = secret(&fake);
+    wait_until("a renewal by the survivor", || {
+        secret(&fake)
+            .1
+            .get("tls.crt")
+            .is_some_and(|c| *c != before["tls.crt"])
+    })
+    .await;
+    let (_, after) = secret(&fake);
+    assert_eq!(after["ca.crt"], before["ca.crt"]);
+    apiserver.wait_for_more(20).await;
+    apiserver.finish("leader stopped").await;
+    survivor.stop().await;
 }

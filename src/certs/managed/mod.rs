@@ -110,6 +110,29 @@ impl Settings {
         ]
     }
 
+    /// Refuses settings that cannot work: lifetimes that would chase each
+    /// other, an overlap too short for every replica to read the Secret
+    /// within it, names a certificate cannot carry.
+    pub fn check(&self) -> Result<(), String> {
+        self.lifetimes.check()?;
+        if self.check_interval.is_zero() {
+            return Err("the certificate check interval must be longer than zero".into());
+        }
+        if self.lifetimes.overlap < self.check_interval * 3 {
+            return Err(format!(
+                "the CA overlap ({}s) must be at least three certificate check intervals ({}s): every replica reads the Secret within it",
+                self.lifetimes.overlap.as_secs_f64(),
+                self.check_interval.as_secs_f64()
+            ));
+        }
+        if self.names.is_empty() {
+            return Err("the serving certificate needs at least one name".into());
+        }
+        crate::certs::serving_params(&self.names, SystemTime::now())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
     /// How long the Lease stays valid without renewal: a few checks, and
     /// never less than 15 s (client-go's default).
     fn lease_duration(&self) -> Duration {
@@ -131,15 +154,7 @@ impl ManagedCerts {
     /// none is usable. Until then it checks again every `check_interval`,
     /// logging why it waits.
     pub async fn start(client: kube::Client, settings: Settings) -> anyhow::Result<ManagedCerts> {
-        settings.lifetimes.check().map_err(anyhow::Error::msg)?;
-        if settings.check_interval.is_zero() {
-            anyhow::bail!("the certificate check interval must be longer than zero");
-        }
-        if settings.names.is_empty() {
-            anyhow::bail!("the serving certificate needs at least one name");
-        }
-        // Names are checked before anything is written.
-        crate::certs::serving_params(&settings.names, SystemTime::now())?;
+        settings.check().map_err(anyhow::Error::msg)?;
         let mut manager = Manager::new(client, settings);
         let first = loop {
             match manager.check(SystemTime::now()).await {
@@ -383,5 +398,38 @@ impl Manager {
             tracing::warn!("certificates: {message}");
             self.last_problem = Some(message);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_that_cannot_work_are_refused_before_anything_is_written() {
+        let settings = Options::default().settings("gpu-admission", "pod-a");
+        settings.check().unwrap();
+        assert_eq!(
+            settings.names,
+            [
+                "gpu-admission.gpu-admission.svc",
+                "gpu-admission.gpu-admission.svc.cluster.local"
+            ]
+        );
+        let mut slow = settings.clone();
+        slow.check_interval = Duration::from_secs(300);
+        assert!(slow
+            .check()
+            .unwrap_err()
+            .contains("three certificate check intervals"));
+        let mut nameless = settings.clone();
+        nameless.names.clear();
+        assert!(nameless.check().unwrap_err().contains("at least one name"));
+        let mut bad = settings.clone();
+        bad.names = vec!["not a name".into()];
+        assert!(bad.check().unwrap_err().contains("not a name"));
+        let mut never = settings;
+        never.check_interval = Duration::ZERO;
+        assert!(never.check().is_err());
     }
 }
