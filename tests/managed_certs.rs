@@ -651,3 +651,85 @@ async fn when_the_elected_replica_stops_the_other_takes_over_and_renews() {
     apiserver.finish("leader stopped").await;
     survivor.stop().await;
 }
+
+/// The binary as the overlay runs it: `serve --manage-certs` with the pod's
+/// name and namespace from the environment. It makes the Secret, fills
+/// caBundle, answers over TLS with the Secret's certificate, and on SIGTERM
+/// exits cleanly and releases the Lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_manage_certs_runs_from_the_command_line() {
+    use std::io::BufRead as _;
+    let fake = Arc::new(cluster().await);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.kubeconfig(dir.path());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .args(["serve", "--manage-certs", "--cert-check-interval", "200ms"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "off",
+            "--health-listen",
+            "off",
+        ])
+        .args(["--log-format", "json"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("POD_NAMESPACE", NAMESPACE)
+        .env("POD_NAME", "gpu-admission-7d9f-x2x4q")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Keeps draining the log so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let entry: Value = serde_json::from_str(&line).unwrap_or_default();
+            if let Some(addr) = entry["fields"]["addr"].as_str() {
+                let _ = tx.send(addr.parse::<SocketAddr>().unwrap());
+            }
+        }
+    });
+    let addr = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("serve logs its address");
+    let (_, data) = secret(&fake);
+    wait_until("caBundle in every webhook", || {
+        all_bundles(&fake).iter().all(|b| *b == data["ca.crt"])
+    })
+    .await;
+    assert_eq!(
+        lease_holder(&fake).as_deref(),
+        Some("gpu-admission-7d9f-x2x4q")
+    );
+    let apiserver = Apiserver::start(&fake, &[addr]);
+    apiserver.wait_for_more(10).await;
+    apiserver.finish("serve --manage-certs").await;
+
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut exited = None;
+    for _ in 0..300 {
+        exited = child.try_wait().unwrap();
+        if exited.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(status) = exited else {
+        child.kill().unwrap();
+        panic!("serve did not exit within 30 s of SIGTERM");
+    };
+    assert!(status.success(), "{status}");
+    assert_eq!(lease_holder(&fake), None, "the Lease is released");
+}
