@@ -330,12 +330,10 @@ impl Manager {
             now,
         )
         .map_err(|e| format!("cannot make certificates: {e}"))?;
-        let (target, steps) = match planned {
-            Some((target, steps)) => (target, steps),
-            None => (
-                current.expect("plan makes material when there is none"),
-                Vec::new(),
-            ),
+        let (target, steps) = match (planned, current) {
+            (Some((target, steps)), _) => (target, steps),
+            (None, Some(current)) => (current, Vec::new()),
+            (None, None) => return Err("no certificates to serve".into()),
         };
         if read.as_ref() != Some(&target) {
             let version = if exists { resource_version } else { None };
