@@ -2,12 +2,16 @@
 # Offline checks of the deployment manifests, for CI and for anyone editing deploy/.
 #
 # 1. deploy/policies/ is in step with policies/ (deploy/sync-policies.sh --check).
-# 2. deploy/, deploy/overlays/cert-manager and deploy/overlays/report build
-#    with kustomize. The report overlay adds the flag, the pod name, list and
-#    watch on every audited kind and the Lease (get/update by name, create, in
-#    the webhook's namespace only), and PolicyReports (list/create, and
-#    update/delete of the name gpu-admission only); the base keeps its
-#    namespaces-only RBAC.
+# 2. deploy/, deploy/overlays/cert-manager, deploy/overlays/report and
+#    deploy/overlays/self-managed-certs build with kustomize. The report
+#    overlay adds the flag, the pod name, list and watch on every audited kind
+#    and the Lease (get/update by name, create, in the webhook's namespace
+#    only), and PolicyReports (list/create, and update/delete of the name
+#    gpu-admission only); the base keeps its namespaces-only RBAC. The
+#    self-managed-certs overlay swaps the TLS flags and mount for
+#    --manage-certs and grants its one Secret and Lease (by name, plus
+#    create) and get/patch of the two webhook configurations by name,
+#    nothing more.
 # 3. Every rendered object validates strictly (unknown fields are errors)
 #    against the Kubernetes OpenAPI schemas of the oldest supported version
 #    (1.30: webhook matchConditions are GA there) and the newest one, with
@@ -93,7 +97,8 @@ step "deploy/policies/ is in step with policies/"
 
 # The fallback renderer: only the kustomization features deploy/ uses
 # (resources, namespace, labels without selectors, images, configMapGenerator
-# without a hash suffix, strategic-merge patches of metadata), and an error on
+# without a hash suffix, strategic-merge patches of metadata, JSON patches
+# with add, replace, remove and test), and an error on
 # anything else, so that it cannot quietly render what kustomize would not.
 # When kustomize is present, the two renderings are compared, which keeps the
 # fallback honest.
@@ -193,21 +198,27 @@ def render(folder):
 
 
 def json6902(objs, target, ops, folder):
-    """RFC 6902 add and replace, on the one object `target` names by kind and name."""
+    """RFC 6902 add, replace, remove and test, on the one object `target` names by kind and name."""
     allow(target, {"kind", "name"}, f"{folder}: patch target")
     targets = [o for o in objs if o["kind"] == target["kind"] and o["metadata"]["name"] == target["name"]]
     if len(targets) != 1 or not isinstance(ops, list):
         raise Unsupported(f"{folder}: a JSON patch must be a list of operations on exactly one object")
     for op in ops:
         allow(op, {"op", "path", "value"}, f"{folder}: patch operation")
-        if op["op"] not in ("add", "replace"):
+        if op["op"] not in ("add", "replace", "remove", "test"):
             raise Unsupported(f"{folder}: JSON patch op {op['op']} is not supported by the fallback renderer")
         tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
         node = targets[0]
         for t in tokens[:-1]:
             node = node[int(t)] if isinstance(node, list) else node[t]
         last = tokens[-1]
-        if isinstance(node, list):
+        key = int(last) if isinstance(node, list) and last != "-" else last
+        if op["op"] == "test":
+            if node[key] != op["value"]:
+                raise Unsupported(f"{folder}: JSON patch test of {op['path']} fails: {node[key]!r}")
+        elif op["op"] == "remove":
+            del node[key]
+        elif isinstance(node, list):
             if last == "-" and op["op"] == "add":
                 node.append(op["value"])
             elif op["op"] == "add":
@@ -241,7 +252,7 @@ if __name__ == "__main__":
 EOF
 
 step "kustomize build"
-for target in deploy deploy/overlays/cert-manager deploy/overlays/report; do
+for target in deploy deploy/overlays/cert-manager deploy/overlays/report deploy/overlays/self-managed-certs; do
   out="$work/$(basename "$target").yaml"
   if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
     "${kustomize_cmd[@]}" "$root/$target" > "$out"
@@ -262,7 +273,7 @@ import celpy
 
 warnings.filterwarnings("ignore")
 base_file, overlay_file, cases_file, versions = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
-binary, run_dir, report_file = sys.argv[5], sys.argv[6], sys.argv[7]
+binary, run_dir, report_file, self_managed_file = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 errors = []
 checks = 0
 
@@ -345,13 +356,19 @@ def references(objs, label):
     flag_dirs = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if a.startswith("--") and "=" in a}
     pol = mounts.get("policies", {})
     check(flag_dirs.get("--policies") == pol.get("mountPath"), f"{label}: --policies is not the policies mount")
-    tls = mounts.get("tls", {}).get("mountPath")
-    check(flag_dirs.get("--tls-cert") == f"{tls}/tls.crt" and flag_dirs.get("--tls-key") == f"{tls}/tls.key",
-          f"{label}: --tls-cert/--tls-key are not in the tls mount")
     cm_name = volumes.get("policies", {}).get("configMap", {}).get("name")
     check(cm_name and find(objs, "ConfigMap", cm_name), f"{label}: policies volume names ConfigMap {cm_name}, not rendered")
-    secret_name = volumes.get("tls", {}).get("secret", {}).get("secretName")
-    check(secret_name == "gpu-admission-tls", f"{label}: the tls volume is the Secret gpu-admission-tls")
+    if "--manage-certs" in args:
+        # The certificate comes from its Secret through the API.
+        check("tls" not in mounts and "tls" not in volumes and "--tls-cert" not in flag_dirs
+              and "--tls-key" not in flag_dirs,
+              f"{label}: --manage-certs with a TLS mount or --tls-cert/--tls-key")
+    else:
+        tls = mounts.get("tls", {}).get("mountPath")
+        check(flag_dirs.get("--tls-cert") == f"{tls}/tls.crt" and flag_dirs.get("--tls-key") == f"{tls}/tls.key",
+              f"{label}: --tls-cert/--tls-key are not in the tls mount")
+        secret_name = volumes.get("tls", {}).get("secret", {}).get("secretName")
+        check(secret_name == "gpu-admission-tls", f"{label}: the tls volume is the Secret gpu-admission-tls")
 
     sec = container.get("securityContext", {})
     psec = spec.get("securityContext", {})
@@ -667,6 +684,42 @@ def report_overlay(base, report, ns):
           f"{len(audited)} audited kinds listable")
 
 
+def self_managed_overlay(base, objs, ns):
+    """--manage-certs, the pod name, and RBAC for one Secret, one Lease and the two webhook configurations by name."""
+    label = "self-managed-certs overlay"
+    dep = one(objs, "Deployment", "gpu-admission")
+    container = (dep.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}])[0]
+    args = container.get("args", [])
+    flags = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if a.startswith("--") and "=" in a}
+    check("--manage-certs" in args, f"{label}: serve --manage-certs")
+    secret = flags.get("--cert-secret", "gpu-admission-certs")
+    lease = flags.get("--cert-lease", "gpu-admission-certs")
+    check(lease != "off", f"{label}: two replicas need the certificate Lease")
+    configs = {flags.get("--mutating-webhook-configuration", "gpu-admission"),
+               flags.get("--validating-webhook-configuration", "gpu-admission")}
+    check(configs == {"gpu-admission"}, f"{label}: the webhook configurations kept are the shipped ones, got {configs}")
+    env = {e["name"]: e for e in container.get("env", [])}
+    for name, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        check(env.get(name, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == field,
+              f"{label}: {name} from {field}")
+    check(not any(w.get("clientConfig", {}).get("caBundle") for o in objs for w in o.get("webhooks", [])),
+          f"{label}: caBundle is written by the server, not committed")
+    check(find(objs, "Secret") == [], f"{label}: the certificate Secret is made by the server, never rendered")
+    added = rules_granted(objs, ns) - rules_granted(base, ns)
+    expected = {("", "secrets", "create", None, ns),
+                ("", "secrets", "get", secret, ns), ("", "secrets", "update", secret, ns),
+                ("coordination.k8s.io", "leases", "create", None, ns),
+                ("coordination.k8s.io", "leases", "get", lease, ns),
+                ("coordination.k8s.io", "leases", "update", lease, ns)}
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        for verb in ("get", "patch"):
+            expected.add(("admissionregistration.k8s.io", kind, verb, "gpu-admission", None))
+    check(added == expected, f"{label}: grants {sorted(added - expected, key=str)} beyond what it needs, "
+                             f"lacks {sorted(expected - added, key=str)}")
+    print(f"self-managed-certs overlay: Secret {ns}/{secret}, Lease {ns}/{lease}, "
+          f"caBundle of the gpu-admission webhook configurations; {len(added)} grants, all by name but create")
+
+
 def match_conditions(objs):
     webhooks = {}
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
@@ -936,14 +989,19 @@ def run_server(objs, binary, run_dir):
 
 
 base, overlay, report = load(base_file), load(overlay_file), load(report_file)
+self_managed = load(self_managed_file)
 schemas(base, "deploy/")
 schemas(overlay, "cert-manager overlay")
 schemas(report, "report overlay")
+schemas(self_managed, "self-managed-certs overlay")
 ns = references(base, "deploy/")
 references(overlay, "cert-manager overlay")
 references(report, "report overlay")
+references(self_managed, "self-managed-certs overlay")
 report_overlay(base, report, ns)
-for objs, label in ((base, "deploy/"), (overlay, "cert-manager overlay"), (report, "report overlay")):
+self_managed_overlay(base, self_managed, ns)
+for objs, label in ((base, "deploy/"), (overlay, "cert-manager overlay"), (report, "report overlay"),
+                    (self_managed, "self-managed-certs overlay")):
     network_policy(objs, label)
     shutdown_and_priority(objs, label)
 check(not any(w.get("clientConfig", {}).get("caBundle")
@@ -974,4 +1032,5 @@ if [[ -n "$binary" ]] && ! "$binary" serve --help 2> /dev/null | grep -q -- --tl
 fi
 
 "$python" "$work/check.py" "$work/base.yaml" "$work/cert-manager.yaml" \
-  "$root/deploy/tests/match-conditions.yaml" "$k8s_versions" "$binary" "$work/run" "$work/report.yaml"
+  "$root/deploy/tests/match-conditions.yaml" "$k8s_versions" "$binary" "$work/run" "$work/report.yaml" \
+  "$work/self-managed-certs.yaml"

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod der;
+pub mod managed;
 
 /// Names the self-generated serving certificate covers when none are given:
 /// local runs and the in-cluster Service of the shipped deployment.
@@ -254,9 +255,16 @@ fn serving_cert_valid(paths: &CertPaths, ca_pem: &str, names: &[String], now: Sy
 }
 
 fn ca_params(now: SystemTime) -> CertificateParams {
+    let mut params = ca_params_named(CA_COMMON_NAME);
+    set_validity(&mut params, now, CA_VALIDITY_DAYS);
+    params
+}
+
+/// A CA's parameters under the common name `common_name`, validity unset.
+fn ca_params_named(common_name: &str) -> CertificateParams {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, CA_COMMON_NAME);
+    dn.push(DnType::CommonName, common_name);
     dn.push(DnType::OrganizationName, "gpu-admission");
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -265,7 +273,6 @@ fn ca_params(now: SystemTime) -> CertificateParams {
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    set_validity(&mut params, now, CA_VALIDITY_DAYS);
     params
 }
 
@@ -295,6 +302,18 @@ fn serving_params(names: &[String], now: SystemTime) -> Result<CertificateParams
     params.use_authority_key_identifier_extension = true;
     set_validity(&mut params, now, SERVING_VALIDITY_DAYS);
     Ok(params)
+}
+
+/// Sets a certificate's validity to `not_before`..`not_after`.
+fn set_validity_between(
+    params: &mut CertificateParams,
+    not_before: SystemTime,
+    not_after: SystemTime,
+) {
+    let epoch = rcgen::date_time_ymd(1970, 1, 1);
+    let since = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    params.not_before = epoch + since(not_before);
+    params.not_after = epoch + since(not_after);
 }
 
 /// Valid from one day before `now` (clock skew) to `days` after it.

@@ -7,6 +7,7 @@ pub mod lint;
 mod log_lines;
 pub mod policy_args;
 pub mod serve;
+pub mod serve_certs;
 pub mod test;
 pub mod utilization_args;
 

@@ -1,5 +1,6 @@
 //! `gpu-admission serve`: flags into a [`ServeConfig`], logging, the policy
 //! bundle, signals, and the server.
+use super::serve_certs::{start_managed_certs, ManagedCertArgs};
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
 use crate::gpu::catalog::Catalog;
@@ -33,7 +34,12 @@ pub struct ServeArgs {
     pub catalog: Option<PathBuf>,
     /// Serving certificate chain, PEM, leaf first. Without it, a local CA
     /// and certificate are created under --certs-dir.
-    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "PEM",
+        requires = "tls_key",
+        conflicts_with = "manage_certs"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// Private key of the serving certificate, PEM (PKCS#8, RSA or SEC1).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
@@ -136,7 +142,7 @@ pub struct ServeArgs {
     pub report_max_objects: usize,
     /// Lease (in the pod's namespace) that elects the one replica running
     /// the audit, or `off` to run it on every replica.
-    #[arg(long, value_name = "NAME", default_value = server::DEFAULT_REPORT_LEASE, value_parser = parse_lease)]
+    #[arg(long, value_name = "NAME", default_value = server::DEFAULT_REPORT_LEASE, value_parser = parse_optional_name)]
     pub report_lease: OptionalName,
     /// A dated price file (region, size, price per hour; see
     /// docs/prices.md) that turns the report's waste into a cost per day.
@@ -175,6 +181,8 @@ pub struct ServeArgs {
     #[arg(long = "kueue-controller", value_name = "USER",
           default_value = crate::kueue::DEFAULT_CONTROLLER, value_parser = parse_username)]
     pub kueue_controllers: Vec<String>,
+    #[command(flatten)]
+    pub certs: ManagedCertArgs,
 }
 
 /// A username as `request.userInfo.username` spells it: not empty (a
@@ -197,7 +205,7 @@ pub enum Switch {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OptionalName(pub Option<String>);
 
-fn parse_lease(text: &str) -> Result<OptionalName, String> {
+pub(super) fn parse_optional_name(text: &str) -> Result<OptionalName, String> {
     match text {
         "off" | "none" => Ok(OptionalName(None)),
         _ if !text.is_empty()
@@ -209,7 +217,7 @@ fn parse_lease(text: &str) -> Result<OptionalName, String> {
             Ok(OptionalName(Some(text.to_string())))
         }
         _ => Err(format!(
-            "{text:?} is not a Lease name (lower-case letters, digits, '-' and '.') or `off`"
+            "{text:?} is not an object name (lower-case letters, digits, '-' and '.') or `off`"
         )),
     }
 }
@@ -247,7 +255,7 @@ fn parse_size(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{text:?} is not a size (examples: 128Mi, 1Gi, 65536)"))
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     server::parse_duration(text)
         .ok_or_else(|| format!("{text:?} is not a duration (examples: 500ms, 5s, 1m30s)"))
 }
@@ -297,7 +305,9 @@ impl ServeArgs {
             node_cache,
             // Process-wide, set by `run` before the configuration is made.
             kueue_controllers: _,
+            certs,
         } = self;
+        let manage_certs = certs.options();
         ServeConfig {
             listen,
             policies,
@@ -340,6 +350,7 @@ impl ServeArgs {
             policy_report_max_results,
             policy_report_writes_per_second,
             node_cache: node_cache == Switch::On,
+            manage_certs,
         }
     }
 }
@@ -463,14 +474,33 @@ pub async fn serve(
     if report.is_some() && config.metrics_listen.is_none() {
         tracing::warn!("--report-interval with --metrics-listen off: the report runs, but neither /report nor its metrics are served");
     }
-    let mut server = Server::bind_with_readiness(
-        config,
-        admission.clone(),
-        metrics,
-        shutdown,
-        readiness.clone(),
-    )
-    .await?;
+    let managed_certs = match &config.manage_certs {
+        Some(options) => Some(start_managed_certs(options).await?),
+        None => None,
+    };
+    let mut server = match &managed_certs {
+        Some(certs) => {
+            Server::bind_with_feed(
+                config,
+                admission.clone(),
+                metrics,
+                shutdown,
+                readiness.clone(),
+                certs.serving(),
+            )
+            .await?
+        }
+        None => {
+            Server::bind_with_readiness(
+                config,
+                admission.clone(),
+                metrics,
+                shutdown,
+                readiness.clone(),
+            )
+            .await?
+        }
+    };
     let report_task = match (report, audit_metrics) {
         (Some(settings), Some(audit_metrics)) => {
             tracing::info!(
@@ -495,6 +525,10 @@ pub async fn serve(
         _ => None,
     };
     let result = server.run().await;
+    if let Some(certs) = managed_certs {
+        // Releases the certificate lease, so another replica takes over.
+        let _ = tokio::time::timeout(Duration::from_secs(5), certs.stop()).await;
+    }
     if let Some(task) = report_task {
         // Releases the report lease, so another replica takes over at once.
         let _ = tokio::time::timeout(

@@ -36,7 +36,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tls::{CertReloader, CertResolver};
+use tls::{CertFeed, CertReloader, CertResolver};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use watchdog::Timeouts;
@@ -140,6 +140,9 @@ pub struct ServeConfig {
     /// Watch the cluster's Nodes (in a cluster), so that where a pod can
     /// land is judged against the nodes that exist; off: by labels alone.
     pub node_cache: bool,
+    /// Certificates kept by the server itself in a Secret (instead of
+    /// `tls_cert`/`tls_key` or self-generated files); none: off.
+    pub manage_certs: Option<certs::managed::Options>,
 }
 
 /// Default of [`ServeConfig::report_max_objects`].
@@ -188,6 +191,7 @@ impl Default for ServeConfig {
             policy_report_max_results: DEFAULT_POLICY_REPORT_MAX_RESULTS,
             policy_report_writes_per_second: DEFAULT_POLICY_REPORT_WRITES_PER_SECOND,
             node_cache: true,
+            manage_certs: None,
         }
     }
 }
@@ -208,6 +212,12 @@ pub fn default_concurrency() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get() * 2)
 }
 
+/// Where the served certificate comes from, and is reloaded from.
+enum CertSource {
+    Files(PathBuf, PathBuf),
+    Feed(CertFeed),
+}
+
 /// A bound, not yet running, server.
 pub struct Server {
     config: ServeConfig,
@@ -217,7 +227,7 @@ pub struct Server {
     /// `max_connections` as the file-descriptor limit allows.
     max_connections: u32,
     resolver: Arc<CertResolver>,
-    cert_files: (PathBuf, PathBuf),
+    certs: CertSource,
     acceptor: TlsAcceptor,
     state: Arc<AppState>,
     report: Option<Arc<dyn ReportPages>>,
@@ -243,6 +253,30 @@ impl Server {
         shutdown: ShutdownHandle,
         readiness: Readiness,
     ) -> anyhow::Result<Server> {
+        Server::bind_inner(config, webhook, metrics, shutdown, readiness, None).await
+    }
+
+    /// [`Server::bind_with_readiness`], serving the certificate `feed`
+    /// publishes (self-managed certificates) instead of files.
+    pub async fn bind_with_feed(
+        config: ServeConfig,
+        webhook: Arc<dyn Webhook>,
+        metrics: Metrics,
+        shutdown: ShutdownHandle,
+        readiness: Readiness,
+        feed: CertFeed,
+    ) -> anyhow::Result<Server> {
+        Server::bind_inner(config, webhook, metrics, shutdown, readiness, Some(feed)).await
+    }
+
+    async fn bind_inner(
+        config: ServeConfig,
+        webhook: Arc<dyn Webhook>,
+        metrics: Metrics,
+        shutdown: ShutdownHandle,
+        readiness: Readiness,
+        feed: Option<CertFeed>,
+    ) -> anyhow::Result<Server> {
         if config.max_concurrency == 0 || config.max_mutate_concurrency == 0 {
             anyhow::bail!("--max-concurrency and --max-mutate-concurrency must be at least 1");
         }
@@ -263,12 +297,20 @@ impl Server {
             anyhow::bail!("--max-connections must be between 1 and {}", u32::MAX);
         }
         let max_connections = fds::connections_allowed(config.max_connections)?;
-        let (cert, key) = match (&config.tls_cert, &config.tls_key) {
-            (Some(cert), Some(key)) => (cert.clone(), key.clone()),
-            (None, None) => self_generated(&config.certs_dir).await?,
-            _ => anyhow::bail!("--tls-cert and --tls-key must be given together"),
+        let (certified, certs) = match feed {
+            Some(feed) => (tls::load_from_feed(&feed)?, CertSource::Feed(feed)),
+            None => {
+                let (cert, key) = match (&config.tls_cert, &config.tls_key) {
+                    (Some(cert), Some(key)) => (cert.clone(), key.clone()),
+                    (None, None) => self_generated(&config.certs_dir).await?,
+                    _ => anyhow::bail!("--tls-cert and --tls-key must be given together"),
+                };
+                (
+                    tls::load_certified_key(&cert, &key)?,
+                    CertSource::Files(cert, key),
+                )
+            }
         };
-        let certified = tls::load_certified_key(&cert, &key)?;
         if let Some(expiry) = tls::not_after(&certified) {
             metrics.set_certificate_expiry(expiry);
         }
@@ -324,7 +366,7 @@ impl Server {
             health_listener,
             max_connections,
             resolver,
-            cert_files: (cert, key),
+            certs,
             acceptor,
             state,
             report: None,
@@ -375,13 +417,32 @@ impl Server {
             health_listener,
             max_connections,
             resolver,
-            cert_files: (cert, key),
+            certs,
             acceptor,
             state,
             report,
         } = self;
         let shutdown = state.shutdown.clone();
-        let _reloader = CertReloader::spawn(resolver, cert, key, state.metrics.clone());
+        // Held (or aborted on return) for as long as the server runs.
+        let (_reloader, _follower) = match certs {
+            CertSource::Files(cert, key) => (
+                Some(CertReloader::spawn(
+                    resolver,
+                    cert,
+                    key,
+                    state.metrics.clone(),
+                )),
+                None,
+            ),
+            CertSource::Feed(feed) => (
+                None,
+                Some(AbortOnDrop(tls::follow_feed(
+                    resolver,
+                    feed,
+                    state.metrics.clone(),
+                ))),
+            ),
+        };
         let timeouts = Timeouts {
             header_read: config.header_read_timeout,
             idle: config.idle_timeout,
@@ -462,6 +523,15 @@ impl Server {
             tracing::warn!("exiting before every in-flight request finished");
         }
         Ok(())
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -78,7 +78,19 @@ pub fn load_certified_key_at(
         path: key.to_path_buf(),
         error,
     })?;
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+    certified_key_from_pem(&cert_pem, &key_pem, cert, key, now)
+}
+
+/// [`load_certified_key_at`] for PEM already read; `cert` and `key` name
+/// where it came from, in errors.
+pub fn certified_key_from_pem(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    cert: &Path,
+    key: &Path,
+    now: SystemTime,
+) -> Result<CertifiedKey, CertLoadError> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| CertLoadError::BadCertificate {
             path: cert.to_path_buf(),
@@ -91,7 +103,7 @@ pub fn load_certified_key_at(
     };
     check_validity(cert, leaf, now)?;
     let private_key =
-        PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| CertLoadError::BadKey {
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| CertLoadError::BadKey {
             path: key.to_path_buf(),
             message: e.to_string(),
         })?;
@@ -322,6 +334,58 @@ async fn reload_loop(
             Err(err) => tracing::error!("certificate reload task failed: {err}"),
         }
     }
+}
+
+/// Where a served certificate comes from other than files: the serving
+/// pair a [`certs::managed::ManagedCerts`] publishes from its Secret.
+pub type CertFeed = tokio::sync::watch::Receiver<certs::managed::Pair>;
+
+/// How errors name a certificate from a feed.
+pub const FEED_CERT: &str = "the certificate Secret's tls.crt";
+pub const FEED_KEY: &str = "the certificate Secret's tls.key";
+
+/// Loads the feed's current pair.
+pub fn load_from_feed(feed: &CertFeed) -> Result<CertifiedKey, CertLoadError> {
+    let pair = feed.borrow().clone();
+    certified_key_from_pem(
+        pair.cert.as_bytes(),
+        pair.key.as_bytes(),
+        Path::new(FEED_CERT),
+        Path::new(FEED_KEY),
+        SystemTime::now(),
+    )
+}
+
+/// Serves each new pair of `feed` as it comes, keeping the current one
+/// when a new one does not load; counted and gauged like file reloads.
+/// Ends when the feed does.
+pub fn follow_feed(
+    resolver: Arc<CertResolver>,
+    mut feed: CertFeed,
+    metrics: Metrics,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while feed.changed().await.is_ok() {
+            match load_from_feed(&feed) {
+                Ok(new) => {
+                    if let Some(expiry) = not_after(&new) {
+                        metrics.set_certificate_expiry(expiry);
+                    }
+                    if new.cert != resolver.current().cert {
+                        resolver.set(new);
+                        metrics.inc_certificate_reloads("reloaded");
+                        tracing::info!("serving certificate reloaded from the certificate Secret");
+                    } else {
+                        metrics.inc_certificate_reloads("unchanged");
+                    }
+                }
+                Err(err) => {
+                    metrics.inc_certificate_reloads("refused");
+                    tracing::warn!("keeping the current serving certificate: {err}");
+                }
+            }
+        }
+    })
 }
 
 #[cfg(test)]

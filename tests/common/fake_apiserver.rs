@@ -8,7 +8,7 @@
 //! objects. Writes of a served kind are answered as kube-apiserver does:
 //! create (POST, 409 AlreadyExists), get, replace (PUT with the
 //! `resourceVersion` read, 409 Conflict when stale) and delete, namespaced
-//! or not; lists filter by an equality `labelSelector`. Every request is
+//! or not, and patch (JSON and merge patch, [`objects`]); lists filter by an equality `labelSelector`. Every request is
 //! recorded for tests to inspect.
 use axum::body::{Body, Bytes};
 use axum::extract::State as Extract;
@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+mod objects;
 mod writes;
 use writes::{is_item_or_namespaced, write};
 
@@ -224,6 +225,15 @@ impl Cluster {
         self.vanished.insert(group_version.to_string());
     }
 
+    /// The object of `resource` named `name` (in `namespace`, "" for a
+    /// cluster-scoped kind), if it exists.
+    pub fn object(&self, resource: &Resource, namespace: &str, name: &str) -> Option<Value> {
+        self.objects
+            .get(&resource.collection())?
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
     /// The objects of `resource`, by namespace and name, with `apiVersion`
     /// and `kind` set.
     pub fn objects(&self, resource: &Resource) -> Vec<Value> {
@@ -376,6 +386,8 @@ pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// What to do with a request, decided under the lock.
 enum Answer {
     Now(StatusCode, Value),
+    /// An object was read or written: open watches may have news.
+    Wrote(StatusCode, Value),
     /// A page of a list; `continued` pages wait while lists are held.
     Page {
         page: Value,
@@ -388,17 +400,27 @@ async fn answer(
     Extract(shared): Extract<Arc<Shared>>,
     method: Method,
     uri: Uri,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
     let path = uri.path().trim_end_matches('/').to_string();
     let query = parse_query(uri.query().unwrap_or(""));
-    if method != Method::GET || is_item_or_namespaced(&shared, &path) {
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let patch = method == Method::PATCH;
+    if !patch && (method != Method::GET || is_item_or_namespaced(&shared, &path)) {
         let (status, body) = write(&shared, &method, path, query, &body);
         shared.changed.send_modify(|n| *n += 1);
         return json_response(status, &body);
     }
-    match decide(&shared, &method, path, query) {
+    match decide(&shared, &method, path, query, content_type, &body) {
         Answer::Now(status, body) => json_response(status, &body),
+        Answer::Wrote(status, body) => {
+            shared.changed.send_modify(|n| *n += 1);
+            json_response(status, &body)
+        }
         Answer::Page { page, continued } => {
             if continued {
                 let mut held = shared.hold_continued.subscribe();
@@ -416,14 +438,32 @@ fn decide(
     method: &Method,
     path: String,
     query: BTreeMap<String, String>,
+    content_type: &str,
+    body: &[u8],
 ) -> Answer {
     let mut cluster = shared.lock();
+    if let Some(target) = objects::target(&cluster.resources, &path) {
+        let (status, answer) = objects::answer(&mut cluster, method, target, content_type, body);
+        cluster.requests.push(Recorded {
+            method: method.to_string(),
+            path,
+            query,
+            status: status.as_u16(),
+            expired: false,
+        });
+        return Answer::Wrote(status, answer);
+    }
     let resource = cluster
         .resources
         .iter()
         .find(|r| r.collection() == path)
         .cloned();
-    let (status, body) = if let Some(doc) = discovery(&cluster, &path) {
+    let (status, body) = if *method != Method::GET {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            status_object(405, "MethodNotAllowed", "collections are only read"),
+        )
+    } else if let Some(doc) = discovery(&cluster, &path) {
         doc
     } else if let Some(resource) = resource {
         if cluster.forbidden.contains(&path) {
@@ -447,7 +487,7 @@ fn decide(
             let continued = query.contains_key("continue");
             let page = list(&cluster, &resource, &query);
             cluster.requests.push(Recorded {
-                method: "GET".into(),
+                method: method.to_string(),
                 path,
                 query,
                 status: 200,
