@@ -6,7 +6,8 @@
 #    namespace-exemption policy, the alerts, the dashboard):
 #    charts/sync-files.sh --check.
 # 2. helm lint --strict, with the default values and each values file in
-#    charts/gpu-admission/ci/.
+#    charts/gpu-admission/ci/, with helm 4 and helm 3; both render the
+#    same objects for each of them.
 # 3. The chart renders what deploy/ renders. After normalising labels (the
 #    ones Helm adds, and app.kubernetes.io/part-of, which the chart sets on
 #    every object and kustomize only on deploy/base): the default values
@@ -42,12 +43,19 @@ step "tools"
 helm_dir="$("$root/ci/install-tools.sh" helm)"
 export PATH="$PATH:$helm_dir"
 echo "helm: $(helm version --short) ($(command -v helm))"
+helm3="$("$root/ci/install-tools.sh" helm3)/helm"
+echo "helm 3: $("$helm3" version --short) ($helm3)"
 if command -v kustomize > /dev/null; then
   kustomize=(kustomize build)
 else
   kustomize=(kubectl kustomize)
 fi
 echo "kustomize: ${kustomize[*]}"
+# The Python of ci/validate-deploy.sh (PyYAML); it is made on its first run.
+if [[ ! -x "$cache/venv/bin/python" ]] || ! "$cache/venv/bin/python" -c 'import yaml' 2> /dev/null; then
+  "$root/ci/validate-deploy.sh" > "$work/first-run.log" 2>&1 || { cat "$work/first-run.log"; exit 1; }
+fi
+py="$cache/venv/bin/python"
 
 step "charts/gpu-admission/files/ is in step with deploy/"
 "$root/charts/sync-files.sh" --check
@@ -60,12 +68,22 @@ values_args() {
   if [[ "$1" != defaults ]]; then echo "-f $chart/ci/$1-values.yaml"; fi
 }
 
-step "helm lint --strict"
+step "helm lint --strict (helm 4 and helm 3), the same objects from both"
 for set in "${values_sets[@]}"; do
+  for h in helm "$helm3"; do
+    # shellcheck disable=SC2046
+    "$h" lint --strict --quiet "$chart" --namespace "$ns" $(values_args "$set") > "$work/lint" 2>&1 \
+      || { cat "$work/lint"; echo "$h lint --strict failed with values: $set" >&2; exit 1; }
+  done
   # shellcheck disable=SC2046
-  helm lint --strict --quiet "$chart" --namespace "$ns" $(values_args "$set") > "$work/lint" 2>&1 \
-    || { cat "$work/lint"; echo "helm lint --strict failed with values: $set" >&2; exit 1; }
-  echo "$set: clean"
+  helm template gpu-admission "$chart" --namespace "$ns" $(values_args "$set") > "$work/h4-$set.yaml"
+  # shellcheck disable=SC2046
+  "$helm3" template gpu-admission "$chart" --namespace "$ns" $(values_args "$set") > "$work/h3-$set.yaml"
+  # (The order of the objects differs between the two.)
+  "$py" -c 'import json, sys, yaml; a, b = (sorted(json.dumps(d, sort_keys=True) for d in yaml.safe_load_all(open(f)) if d) for f in sys.argv[1:]); sys.exit(0 if a == b else 1)' \
+    "$work/h4-$set.yaml" "$work/h3-$set.yaml" \
+    || { echo "helm 3 and helm 4 render $set differently: diff $work/h4-$set.yaml $work/h3-$set.yaml" >&2; exit 1; }
+  echo "$set: clean, $(grep -c '^kind:' "$work/h4-$set.yaml") objects, the same from helm 3 and 4"
 done
 
 render() { # render OUT [helm template args...]
@@ -85,10 +103,6 @@ render "$work/h-report.yaml" -f "$chart/ci/report-values.yaml"
 render "$work/h-observability.yaml" -f "$chart/ci/observability-values.yaml"
 render "$work/h-custom.yaml" -f "$chart/ci/custom-values.yaml"
 
-# The Python of ci/validate-deploy.sh (PyYAML); it is made on its first run.
-if [[ ! -x "$cache/venv/bin/python" ]] || ! "$cache/venv/bin/python" -c 'import yaml' 2> /dev/null; then
-  "$root/ci/validate-deploy.sh" > "$work/first-run.log" 2>&1 || { cat "$work/first-run.log"; exit 1; }
-fi
 cat > "$work/compare.py" <<'EOF'
 import json, os, sys
 import yaml
@@ -186,7 +200,7 @@ for e in errors:
     print(f"FAIL {e}")
 sys.exit(1 if errors else 0)
 EOF
-"$cache/venv/bin/python" "$work/compare.py" "$work" "$root" "$chart"
+"$py" "$work/compare.py" "$work" "$root" "$chart"
 
 step "values.schema.json and the templates refuse bad values"
 refused=0

