@@ -40,15 +40,17 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 step "tools"
-helm_dir="$("$root/ci/install-tools.sh" helm)"
-export PATH="$PATH:$helm_dir"
-echo "helm: $(helm version --short) ($(command -v helm))"
+helm_bin="$("$root/ci/install-tools.sh" helm)/helm"
+helm() { "$helm_bin" "$@"; }
+echo "helm: $(helm version --short) ($helm_bin)"
 helm3="$("$root/ci/install-tools.sh" helm3)/helm"
 echo "helm 3: $("$helm3" version --short) ($helm3)"
 if command -v kustomize > /dev/null; then
   kustomize=(kustomize build)
-else
+elif command -v kubectl > /dev/null; then
   kustomize=(kubectl kustomize)
+else
+  kustomize=("$(dirname "$helm_bin")/kubectl" kustomize) # fetched beside helm
 fi
 echo "kustomize: ${kustomize[*]}"
 # The Python of ci/validate-deploy.sh (PyYAML); it is made on its first run.
@@ -70,7 +72,7 @@ values_args() {
 
 step "helm lint --strict (helm 4 and helm 3), the same objects from both"
 for set in "${values_sets[@]}"; do
-  for h in helm "$helm3"; do
+  for h in "$helm_bin" "$helm3"; do
     # shellcheck disable=SC2046
     "$h" lint --strict --quiet "$chart" --namespace "$ns" $(values_args "$set") > "$work/lint" 2>&1 \
       || { cat "$work/lint"; echo "$h lint --strict failed with values: $set" >&2; exit 1; }

@@ -34,7 +34,7 @@
 #   --tag     the image name (default gpu-admission:<Cargo.toml version>-ci)
 #   --keep    keep the image afterwards (it is removed by default)
 # Needs root (podman with runc, as on Debian: ci/install-tools.sh podman
-# installs both), kubectl or kustomize, python3.
+# installs both), python3; kustomize or kubectl (else the one fetched with helm).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,6 +59,18 @@ step() { printf '\n== %s\n' "$*"; }
   exit 1
 }
 "$root/ci/install-tools.sh" podman
+# PyYAML for ci/image-run.py: ci/validate-deploy.sh's venv, else python3's,
+# else a venv of its own.
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/gpu-admission-ci"
+py=""
+for candidate in "$cache/venv/bin/python" "$cache/venv-image/bin/python" python3; do
+  if command -v "$candidate" > /dev/null && "$candidate" -c 'import yaml' 2> /dev/null; then py="$candidate"; break; fi
+done
+if [[ -z "$py" ]]; then
+  python3 -m venv "$cache/venv-image"
+  timeout 300 "$cache/venv-image/bin/pip" install -q --disable-pip-version-check "PyYAML==6.0.2"
+  py="$cache/venv-image/bin/python"
+fi
 # This sandbox (and others like it) refuses crun and the default ulimits.
 podman=(podman --runtime runc --cgroup-manager cgroupfs)
 run_limits=(--ulimit nofile=20000:20000 --ulimit nproc=4096:4096)
@@ -123,10 +135,16 @@ fi
 echo "running /bin/sh fails: $(grep -o 'no such file or directory' "$work/sh.log" | head -1 || tail -1 "$work/sh.log")"
 
 step "run it as the Deployment does"
-if command -v kustomize > /dev/null; then kustomize build "$root/deploy"; else kubectl kustomize "$root/deploy"; fi > "$work/deploy.yaml"
+if command -v kustomize > /dev/null; then
+  kustomize build "$root/deploy"
+elif command -v kubectl > /dev/null; then
+  kubectl kustomize "$root/deploy"
+else
+  "$("$root/ci/install-tools.sh" helm)/kubectl" kustomize "$root/deploy" # fetched beside helm
+fi > "$work/deploy.yaml"
 "$binary" certs --out "$work/certs" --dns gpu-admission.gpu-admission.svc > "$work/certs.log" 2>&1 \
   || { cat "$work/certs.log"; exit 1; }
-python3 "$root/ci/image-run.py" prepare "$work/deploy.yaml" "$work/certs" "$work/run" > "$work/run-args"
+"$py" "$root/ci/image-run.py" prepare "$work/deploy.yaml" "$work/certs" "$work/run" > "$work/run-args"
 # The kubelet mounts these group-readable for fsGroup 65532 (defaultMode 0440).
 chown -R 65532:65532 "$work/run/volumes"
 mapfile -t prepared < "$work/run-args"
@@ -135,5 +153,5 @@ split=0
 for i in "${!prepared[@]}"; do [[ "${prepared[$i]}" == "--" ]] && split=$i; done
 "${podman[@]}" run -d --name "$container" "${run_limits[@]}" --network host \
   "${prepared[@]:0:$split}" "$tag" "${prepared[@]:$((split + 1))}" > /dev/null
-python3 "$root/ci/image-run.py" check "$work/deploy.yaml" "$work/certs" "$work/run" \
+"$py" "$root/ci/image-run.py" check "$work/deploy.yaml" "$work/certs" "$work/run" \
   "$root/tests/fixtures/reviews/pod-create-gpu.json" "${podman[*]}" "$container"
