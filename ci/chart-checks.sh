@@ -15,7 +15,9 @@
 #    namespace; namespace.create=true gives it too), cert-manager mode
 #    deploy/overlays/cert-manager, report.enabled deploy/overlays/report, and
 #    the observability switches deploy/observability/ (the dashboard's JSON
-#    as parsed). Every object the chart renders carries Helm's labels.
+#    as parsed). Every object the chart renders carries Helm's labels. Custom
+#    tiers land in the allow-list ConfigMap, an extra policy beside the
+#    shipped ones; policies.existingConfigMap is projected into the folder.
 # 4. values.schema.json refuses values of the wrong type or out of range,
 #    and the templates refuse what the schema cannot express.
 # 5. Every object rendered for the value sets (defaults, cert-manager,
@@ -104,6 +106,8 @@ render "$work/h-cert-manager.yaml" -f "$chart/ci/cert-manager-values.yaml"
 render "$work/h-report.yaml" -f "$chart/ci/report-values.yaml"
 render "$work/h-observability.yaml" -f "$chart/ci/observability-values.yaml"
 render "$work/h-custom.yaml" -f "$chart/ci/custom-values.yaml"
+render "$work/h-existing.yaml" --set policies.existingConfigMap=team-policies
+render "$work/h-existing-only.yaml" --set policies.existingConfigMap=team-policies --set policies.shipped=false
 
 cat > "$work/compare.py" <<'EOF'
 import json, os, sys
@@ -197,6 +201,26 @@ if sorted(policies["data"]) != sorted(shipped + list(values["policies"]["extra"]
     errors.append(f"custom values: the policies ConfigMap holds {sorted(policies['data'])}")
 print(f"custom values: tiers {sorted(values['tiers'])} in gpu-sku-allowlist, "
       f"{len(policies['data'])} policy files ({len(values['policies']['extra'])} extra)")
+
+# policies.existingConfigMap: one folder from both ConfigMaps (a projected
+# volume), or from that one alone; the Deployment still validates strictly.
+import kubernetes_validate
+for name, want in (("h-existing.yaml", ["gpu-admission-policies", "team-policies"]),
+                   ("h-existing-only.yaml", ["team-policies"])):
+    objs = load(p(name))
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    vol = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "policies")
+    got = [src["configMap"]["name"] for src in vol.get("projected", {}).get("sources", [])]
+    generated = [o["metadata"]["name"] for o in objs if o["kind"] == "ConfigMap"]
+    if got != want or generated != want[:-1]:
+        errors.append(f"{name}: the policies volume mounts {got} and the chart renders ConfigMaps {generated}, "
+                      f"expected {want} and {want[:-1]}")
+    for v in ("1.30.0", "1.37.0"):
+        try:
+            kubernetes_validate.validate(dep, v, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            errors.append(f"{name}: Deployment, Kubernetes {v}: {e.message}")
+    print(f"policies.existingConfigMap: the policies volume projects {', '.join(got)}")
 
 for e in errors:
     print(f"FAIL {e}")
