@@ -111,6 +111,7 @@ render "$work/h-existing-only.yaml" --set policies.existingConfigMap=team-polici
 
 cat > "$work/compare.py" <<'EOF'
 import json, os, sys
+import kubernetes_validate
 import yaml
 
 work, root, chart = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -186,6 +187,11 @@ if len(dashboards) != 1 or [json.loads(v) for v in dashboards[0].get("data", {})
     errors.append("observability: the dashboard ConfigMap does not hold deploy/observability/grafana-dashboard.json")
 else:
     print(f"observability: the dashboard ConfigMap holds grafana-dashboard.json ({len(want.get('panels', []))} panels)")
+    for v in ("1.30.0", "1.37.0"):  # ServiceMonitor and PrometheusRule have no schema offline
+        try:
+            kubernetes_validate.validate(dashboards[0], v, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            errors.append(f"observability: dashboard ConfigMap, Kubernetes {v}: {e.message}")
 
 # Custom values: the tiers replace the allow-list ConfigMap's data, and the
 # extra policy joins the shipped ones.
@@ -204,7 +210,6 @@ print(f"custom values: tiers {sorted(values['tiers'])} in gpu-sku-allowlist, "
 
 # policies.existingConfigMap: one folder from both ConfigMaps (a projected
 # volume), or from that one alone; the Deployment still validates strictly.
-import kubernetes_validate
 for name, want in (("h-existing.yaml", ["gpu-admission-policies", "team-policies"]),
                    ("h-existing-only.yaml", ["team-policies"])):
     objs = load(p(name))
