@@ -107,6 +107,8 @@ render "$work/h-report.yaml" -f "$chart/ci/report-values.yaml"
 render "$work/h-observability.yaml" -f "$chart/ci/observability-values.yaml"
 render "$work/h-custom.yaml" -f "$chart/ci/custom-values.yaml"
 render "$work/h-existing.yaml" --set policies.existingConfigMap=team-policies
+helm template other "$chart" --namespace elsewhere --set fullnameOverride=gpa \
+  --set report.enabled=true --set certificates.mode=self > "$work/h-renamed.yaml"
 render "$work/h-existing-only.yaml" --set policies.existingConfigMap=team-policies --set policies.shipped=false
 
 cat > "$work/compare.py" <<'EOF'
@@ -226,6 +228,45 @@ for name, want in (("h-existing.yaml", ["gpu-admission-policies", "team-policies
         except kubernetes_validate.ValidationError as e:
             errors.append(f"{name}: Deployment, Kubernetes {v}: {e.message}")
     print(f"policies.existingConfigMap: the policies volume projects {', '.join(got)}")
+
+# Another name and namespace (fullnameOverride=gpa, namespace elsewhere):
+# every reference between the objects follows.
+objs = load(p("h-renamed.yaml"))
+by = {}
+for o in objs:
+    by.setdefault(o["kind"], {})[o["metadata"]["name"]] = o
+dep = by["Deployment"]["gpa"]
+pod = dep["spec"]["template"]["spec"]
+args = pod["containers"][0]["args"]
+refs = {
+    "ServiceAccount": [pod["serviceAccountName"]],
+    "ConfigMap": [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v],
+    "Service": [w["clientConfig"]["service"]["name"] for k in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+                for w in by[k]["gpa"]["webhooks"]],
+    "ClusterRole": [b["roleRef"]["name"] for b in by["ClusterRoleBinding"].values()],
+    "Role": [b["roleRef"]["name"] for b in by["RoleBinding"].values()],
+}
+for kind, names in refs.items():
+    for n in names:
+        if n not in by.get(kind, {}):
+            errors.append(f"renamed: a reference to {kind} {n}, which is not rendered")
+for o in objs:
+    ns_ = o["metadata"].get("namespace")
+    if ns_ not in (None, "elsewhere"):
+        errors.append(f"renamed: {o['kind']} {o['metadata']['name']} in namespace {ns_}")
+    if not o["metadata"]["name"].startswith("gpa"):
+        errors.append(f"renamed: {o['kind']} {o['metadata']['name']} does not follow fullnameOverride")
+granted = {n for r in by["Role"].values() for rule in r["rules"] for n in rule.get("resourceNames", [])}
+secret = next(v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v)
+lease = next((a.split("=", 1)[1] for a in args if a.startswith("--report-lease=")), "gpu-admission-report")
+for name in (secret, lease):
+    if name not in granted:
+        errors.append(f"renamed: the server uses {name}, its Roles grant {sorted(granted)}")
+webhooks = {n for r in by["ClusterRole"].values() for rule in r["rules"]
+            if "mutatingwebhookconfigurations" in rule.get("resources", []) for n in rule.get("resourceNames", [])}
+if webhooks != {"gpa"}:
+    errors.append(f"renamed: the certificate manager may update webhook configurations {sorted(webhooks)}, not gpa")
+print(f"renamed (gpa in elsewhere): {len(objs)} objects, every reference follows; Secret {secret}, Lease {lease}")
 
 for e in errors:
     print(f"FAIL {e}")
