@@ -1,9 +1,16 @@
 # syntax=docker/dockerfile:1
 #
-# gpu-admission container image: the release binary on a distroless,
-# non-root base (no shell, no package manager).
+# gpu-admission container image, the release build: the release binary,
+# built in the Rust image, on a distroless non-root base (no shell, no
+# package manager).
 #
 #   docker build -t gpu-admission:0.1.0 .
+#
+# CI builds and runs the runtime stage below (everything after the last
+# FROM) with ci/image.sh: on a root filesystem it assembles from a binary
+# built on the CI machine, since it pulls no base image. Keep the runtime
+# stage to instructions that work there (LABEL, USER, EXPOSE, ENTRYPOINT,
+# CMD, ENV).
 #
 # The builder's Rust version is the project's release toolchain (see
 # docs/operations.md); builder and runtime share the Debian release, so the

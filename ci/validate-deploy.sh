@@ -40,6 +40,13 @@
 #    must count as a failed reload that keeps the last good set, and SIGTERM
 #    must end it cleanly.
 #
+# With --rendered DIR, steps 3 to 6 run on objects rendered elsewhere (the
+# Helm chart, by ci/chart-checks.sh) instead of the kustomize builds: DIR
+# holds base.yaml, cert-manager.yaml and report.yaml in the roles of deploy/
+# and its two overlays, and any other DIR/*.yaml is checked like base.yaml
+# (schemas, references, NetworkPolicy, shutdown) without running the server.
+# --label NAME names the source in the messages.
+#
 # Installs what it needs (pinned Python packages in a venv under
 # ${XDG_CACHE_HOME:-~/.cache}/gpu-admission-ci) and finishes in seconds once
 # installed. Without kustomize (or kubectl 1.27+) it renders with a small
@@ -53,6 +60,22 @@ cel_python_version="0.5.0"
 k8s_versions="1.30.0 1.37.0"
 
 step() { printf '\n== %s\n' "$*"; }
+
+rendered=""
+label="deploy"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rendered) rendered="$(cd "$2" && pwd)"; shift 2 ;;
+    --label) label="$2"; shift 2 ;;
+    -h | --help) sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "validate-deploy: unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+if [[ -n "$rendered" ]]; then
+  for f in base cert-manager report; do
+    [[ -f "$rendered/$f.yaml" ]] || { echo "validate-deploy: $rendered/$f.yaml is missing" >&2; exit 2; }
+  done
+fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -251,18 +274,28 @@ if __name__ == "__main__":
         yaml.safe_dump_all(objs, sys.stdout, sort_keys=False)
 EOF
 
-step "kustomize build"
-for target in deploy deploy/overlays/cert-manager deploy/overlays/report deploy/overlays/self-managed-certs; do
-  out="$work/$(basename "$target").yaml"
-  if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
-    "${kustomize_cmd[@]}" "$root/$target" > "$out"
-    "$python" "$work/render.py" "$root/$target" "$out"
-  else
-    "$python" "$work/render.py" "$root/$target" > "$out"
-  fi
-  echo "$target/: $(grep -c '^kind:' "$out") objects"
-done
-mv "$work/deploy.yaml" "$work/base.yaml"
+extra=()
+if [[ -n "$rendered" ]]; then
+  step "rendered objects ($label)"
+  for f in "$rendered"/*.yaml; do
+    cp "$f" "$work/"
+    echo "$label: $(basename "$f"): $(grep -c '^kind:' "$f") objects"
+    case "$(basename "$f")" in base.yaml | cert-manager.yaml | report.yaml) ;; *) extra+=("$work/$(basename "$f")") ;; esac
+  done
+else
+  step "kustomize build"
+  for target in deploy deploy/overlays/cert-manager deploy/overlays/report deploy/overlays/self-managed-certs; do
+    out="$work/$(basename "$target").yaml"
+    if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
+      "${kustomize_cmd[@]}" "$root/$target" > "$out"
+      "$python" "$work/render.py" "$root/$target" "$out"
+    else
+      "$python" "$work/render.py" "$root/$target" > "$out"
+    fi
+    echo "$target/: $(grep -c '^kind:' "$out") objects"
+  done
+  mv "$work/deploy.yaml" "$work/base.yaml"
+fi
 
 step "schemas, references and matchConditions"
 cat > "$work/check.py" <<'EOF'
@@ -274,6 +307,10 @@ import celpy
 warnings.filterwarnings("ignore")
 base_file, overlay_file, cases_file, versions = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
 binary, run_dir, report_file, self_managed_file = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
+source, extra_files = sys.argv[9], sys.argv[10:]
+BASE = "deploy/" if source == "deploy" else f"{source}: defaults"
+CM = "cert-manager overlay" if source == "deploy" else f"{source}: cert-manager"
+REPORT = "report overlay" if source == "deploy" else f"{source}: report"
 errors = []
 checks = 0
 
@@ -591,7 +628,7 @@ def rules_granted(objs, ns, subject_kind="ServiceAccount", subject="gpu-admissio
 
 def report_overlay(base, report, ns):
     """The report overlay adds the flag, the pod name, list/watch on the audited kinds and the Lease; the base has none of it."""
-    label = "report overlay"
+    label = REPORT
 
     def container(objs):
         dep = one(objs, "Deployment", "gpu-admission")
@@ -601,7 +638,7 @@ def report_overlay(base, report, ns):
     intervals = [a.split("=", 1)[1] for a in args if a.startswith("--report-interval=")]
     check(len(intervals) == 1 and (seconds(intervals[0]) or 0) >= 60, f"{label}: one --report-interval of a minute or more, got {intervals}")
     check(not any(a.startswith("--report-interval") for a in container(base).get("args", [])),
-          "deploy/: the periodic report is opt-in (no --report-interval in the base)")
+          f"{BASE}: the periodic report is opt-in (no --report-interval in the base)")
     leases = [a.split("=", 1)[1] for a in args if a.startswith("--report-lease=")]
     lease = leases[0] if leases else "gpu-admission-report"
     check(lease != "off", f"{label}: two replicas need the Lease")
@@ -675,12 +712,12 @@ def report_overlay(base, report, ns):
                                                            ("resource.k8s.io", "resourceclaims"),
                                                            ("resource.k8s.io", "resourceclaimtemplates"),
                                                            ("authorization.k8s.io", "subjectaccessreviews")},
-          f"deploy/: the base grants the server only namespaces, nodes, NodePools, DRA claims and SubjectAccessReviews, got {sorted(base_granted)}")
+          f"{BASE}: the base grants the server only namespaces, nodes, NodePools, DRA claims and SubjectAccessReviews, got {sorted(base_granted)}")
     check(not any(v not in ("get", "list", "watch") for g, r, v, _, _ in base_granted if r in ("nodes", "nodepools")),
-          "deploy/: the server only reads nodes and NodePools")
+          f"{BASE}: the server only reads nodes and NodePools")
     check(not any(v != "create" for g, r, v, _, _ in base_granted if r == "subjectaccessreviews"),
-          "deploy/: SubjectAccessReviews may only be created")
-    print(f"report overlay: --report-interval={intervals[0] if intervals else '?'}, Lease {ns}/{lease}, "
+          f"{BASE}: SubjectAccessReviews may only be created")
+    print(f"{label}: --report-interval={intervals[0] if intervals else '?'}, Lease {ns}/{lease}, "
           f"{len(audited)} audited kinds listable")
 
 
@@ -989,28 +1026,39 @@ def run_server(objs, binary, run_dir):
 
 
 base, overlay, report = load(base_file), load(overlay_file), load(report_file)
-self_managed = load(self_managed_file)
-schemas(base, "deploy/")
-schemas(overlay, "cert-manager overlay")
-schemas(report, "report overlay")
-schemas(self_managed, "self-managed-certs overlay")
-ns = references(base, "deploy/")
-references(overlay, "cert-manager overlay")
-references(report, "report overlay")
-references(self_managed, "self-managed-certs overlay")
+schemas(base, BASE)
+schemas(overlay, CM)
+schemas(report, REPORT)
+ns = references(base, BASE)
+references(overlay, CM)
+references(report, REPORT)
 report_overlay(base, report, ns)
-self_managed_overlay(base, self_managed, ns)
-for objs, label in ((base, "deploy/"), (overlay, "cert-manager overlay"), (report, "report overlay"),
-                    (self_managed, "self-managed-certs overlay")):
+checked = [(base, BASE), (overlay, CM), (report, REPORT)]
+# The self-managed-certs overlay (kustomize only; a chart's renders come
+# as extra files).
+if self_managed_file != "-":
+    self_managed = load(self_managed_file)
+    schemas(self_managed, "self-managed-certs overlay")
+    references(self_managed, "self-managed-certs overlay")
+    self_managed_overlay(base, self_managed, ns)
+    checked.append((self_managed, "self-managed-certs overlay"))
+for objs, label in checked:
     network_policy(objs, label)
     shutdown_and_priority(objs, label)
 check(not any(w.get("clientConfig", {}).get("caBundle")
-              for o in base for w in o.get("webhooks", [])), "deploy/: caBundle is filled by install-certs.sh, not committed")
-check(find(base, "Secret") == [], "deploy/: the TLS Secret is never rendered from the repository")
-cert_manager(overlay, "cert-manager overlay", ns)
+              for o in base for w in o.get("webhooks", [])), f"{BASE}: caBundle is filled by install-certs.sh, not committed")
+check(find(base, "Secret") == [], f"{BASE}: the TLS Secret is never rendered from the repository")
+cert_manager(overlay, CM, ns)
 skipped = len(find(overlay, "Issuer")) + len(find(overlay, "Certificate"))
 print(f"schemas: Kubernetes {', '.join(versions)}; {skipped} cert-manager objects checked structurally (no schema offline)")
 match_conditions(base)
+for path in extra_files:
+    objs, where = load(path), f"{source}: {os.path.basename(path)[:-5]}"
+    schemas(objs, where)
+    references(objs, where)
+    network_policy(objs, where)
+    shutdown_and_priority(objs, where)
+    print(f"{where}: {len(objs)} objects checked")
 if binary:
     run_server(base, binary, run_dir)
 else:
@@ -1031,6 +1079,8 @@ if [[ -n "$binary" ]] && ! "$binary" serve --help 2> /dev/null | grep -q -- --tl
   binary=""
 fi
 
+self_managed="-"
+if [[ -z "$rendered" ]]; then self_managed="$work/self-managed-certs.yaml"; fi
 "$python" "$work/check.py" "$work/base.yaml" "$work/cert-manager.yaml" \
   "$root/deploy/tests/match-conditions.yaml" "$k8s_versions" "$binary" "$work/run" "$work/report.yaml" \
-  "$work/self-managed-certs.yaml"
+  "$self_managed" "$label" ${extra[@]+"${extra[@]}"}
