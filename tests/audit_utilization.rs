@@ -281,7 +281,7 @@ fn check_measured(report: &Value) {
     assert_eq!(legacy["peakPercent"], 2.0);
     assert_eq!(u["idlePods"][0]["metric"], ENGINE);
     assert_eq!(u["idlePods"][0]["peakPercent"], 1.0);
-    assert_eq!(u["gpuPods"], 6, "the running pods holding GPUs");
+    assert_eq!(u["gpuPods"], 6, "the pods holding GPUs");
     assert_eq!(u["busyPods"], 2, "trainer, and bursty by its one burst");
     assert_eq!(u["idleGpus"], 4);
     assert_eq!(u["gpuHoursWasted"].as_f64().unwrap().round(), 82.0);

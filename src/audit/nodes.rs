@@ -41,6 +41,10 @@ pub struct HeldPod {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     pub gpus: i64,
+    /// `status.startTime`, seconds since the epoch (read by the idle GPU
+    /// pods section).
+    #[serde(skip)]
+    pub started_at: Option<i64>,
 }
 
 /// What the pods of a cluster say about its nodes, pod by pod.
@@ -86,6 +90,11 @@ impl PodLedger {
                 name: crate::k8s::json::str_at(pod, "/metadata/name").to_string(),
                 node: node.map(str::to_string),
                 gpus,
+                started_at: pod
+                    .at("/status/startTime")
+                    .and_then(Value::as_str)
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .map(|t| t.as_second()),
             });
         }
     }

@@ -388,6 +388,7 @@ prices:
                 name: "nb".into(),
                 node: Some("t4".into()),
                 gpus: 1,
+                started_at: None,
             }],
             ..Report::default()
         };

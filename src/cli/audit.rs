@@ -126,8 +126,7 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         audit::price(&mut report, prices);
     }
     if let Some(settings) = args.prometheus.settings(args.utilization.as_ref()) {
-        let pods =
-            audit::utilization::gpu_pods(&objects, admission.bundle().placement.gpu_resources());
+        let pods = audit::utilization::gpu_pods(&report.held_pods);
         report.utilization = Some(super::utilization_args::measure(&settings, &pods)?);
     }
     match args.output {

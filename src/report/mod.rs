@@ -196,7 +196,7 @@ pub struct Stopped;
 /// other than Pods are read first and held (at most `max_objects`); Pods
 /// follow a page at a time, those controlled by an object already read
 /// being judged through it. Between pages, a `stop()` that says true ends
-/// the run with [`Stopped`]. With `utilization`, the running GPU pods seen
+/// the run with [`Stopped`]. With `utilization`, the pods holding GPUs
 /// are joined with their GPU use at the end.
 pub async fn audit_cluster(
     admission: &Admission,
@@ -247,14 +247,9 @@ pub async fn audit_cluster(
         .map(str::to_string)
         .collect();
     drop(held);
-    let mut gpu_pods = Vec::new();
     inventory::list_pages(lister, &pods, warn, &mut |mut page| {
         if stop() {
             return Err(Stopped.into());
-        }
-        if utilization.is_some() {
-            let resources = bundle.placement.gpu_resources();
-            gpu_pods.extend(audit::utilization::gpu_pods(&page, resources));
         }
         let read = page.len();
         for pod in &page {
@@ -277,6 +272,7 @@ pub async fn audit_cluster(
         nodes.map(|nodes| audit::account_nodes(admission, &nodes, ledger))
     });
     if let Some(settings) = utilization {
+        let gpu_pods = audit::utilization::gpu_pods(&report.held_pods);
         let measured = audit::utilization::measure(settings, &gpu_pods, SystemTime::now()).await;
         report.utilization = Some(measured);
     }

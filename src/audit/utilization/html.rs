@@ -24,7 +24,7 @@ pub fn render(out: &mut String, section: &Utilization) {
     );
     let _ = writeln!(
         out,
-        "<p class=\"hint\">Running pods whose GPUs stayed under {}&#8239;% of use for the last {} (or since they started, for younger pods), from dcgm-exporter's series in {}. GPU-hours: GPUs times the hours each pod held them within the window.</p>",
+        "<p class=\"hint\">Pods holding GPUs whose GPUs stayed under {}&#8239;% of use for the last {} (or since they started, for younger pods), from dcgm-exporter's series in {}. GPU-hours: GPUs times the hours each pod held them within the window.</p>",
         section.threshold_percent,
         esc(&section.window),
         esc(&section.source)
@@ -43,7 +43,7 @@ pub fn render(out: &mut String, section: &Utilization) {
             "idle-gpu-pods",
             m.idle_pods.len().to_string(),
             "idle GPU pods",
-            format!("of {} running pods holding GPUs", m.gpu_pods),
+            format!("of {} pods holding GPUs", m.gpu_pods),
         ),
         (
             "idle-gpus",

@@ -7,11 +7,9 @@
 //! CPU use.
 pub mod html;
 
-use crate::gpu::{pod_gpu_request, GpuResources};
-use crate::k8s::json::Pointer as _;
+use crate::audit::nodes::HeldPod;
 use crate::prometheus::{self, Endpoint, Sample};
 use serde::Serialize;
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -33,7 +31,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// an image leaves a GPU idle for a while.
 pub const MIN_AGE: Duration = Duration::from_secs(3600);
 
-/// A running pod holding GPUs: what the join needs of it.
+/// A pod holding GPUs: what the join needs of it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GpuPod {
@@ -47,38 +45,21 @@ pub struct GpuPod {
     pub started_at: Option<i64>,
 }
 
-/// The running pods among `objects` that hold GPUs (`resources`; the
-/// pod's own containers, DRA claims aside), each once.
-pub fn gpu_pods(objects: &[Value], resources: &GpuResources) -> Vec<GpuPod> {
+/// The pods holding GPUs (`audit::holding`: running, or bound to a node,
+/// and not finished; as [`crate::audit::PodLedger`] collects them), each
+/// once: the pods whose GPU use is asked.
+pub fn gpu_pods(held: &[HeldPod]) -> Vec<GpuPod> {
     let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for object in objects {
-        let field = |pointer: &str| object.at(pointer).and_then(Value::as_str);
-        if field("/kind") != Some("Pod") || field("/status/phase") != Some("Running") {
-            continue;
-        }
-        let (Some(namespace), Some(name)) = (field("/metadata/namespace"), field("/metadata/name"))
-        else {
-            continue;
-        };
-        let Some(spec) = object.get("spec") else {
-            continue;
-        };
-        let gpus = i64::try_from(pod_gpu_request(spec, resources).total()).unwrap_or(i64::MAX);
-        if gpus == 0 || !seen.insert((namespace, name)) {
-            continue;
-        }
-        out.push(GpuPod {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            node: field("/spec/nodeName").map(str::to_string),
-            gpus,
-            started_at: field("/status/startTime")
-                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                .map(|t| t.as_second()),
-        });
-    }
-    out
+    held.iter()
+        .filter(|p| p.gpus > 0 && seen.insert((p.namespace.as_str(), p.name.as_str())))
+        .map(|p| GpuPod {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            node: p.node.clone(),
+            gpus: p.gpus,
+            started_at: p.started_at,
+        })
+        .collect()
 }
 
 /// Where utilization is read from.
@@ -127,7 +108,7 @@ pub struct Measured {
     pub measured_at: String,
     /// The metrics the judged pods were measured with.
     pub metrics: Vec<String>,
-    /// Running pods holding GPUs.
+    /// Pods holding GPUs.
     pub gpu_pods: usize,
     /// Pods at or above the threshold at some point of the window.
     pub busy_pods: usize,

@@ -1,5 +1,6 @@
 use super::*;
-use serde_json::json;
+use crate::gpu::GpuResources;
+use serde_json::{json, Value};
 
 /// 2026-12-01T00:00:00Z.
 const NOW: i64 = 1_796_083_200;
@@ -60,8 +61,10 @@ fn section() -> Utilization {
     }
 }
 
+/// The pods holding GPUs as the audit counts them: running or bound to a
+/// node, not finished, each once.
 #[test]
-fn only_running_pods_holding_gpus_are_joined() {
+fn the_pods_holding_gpus_are_joined() {
     let p = |name: &str, phase: &str, gpus: &str| {
         json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "ml"},
@@ -69,24 +72,35 @@ fn only_running_pods_holding_gpus_are_joined() {
                 "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
             "status": {"phase": phase, "startTime": "2026-11-30T00:00:00Z"}})
     };
+    let mut unbound = p("unbound", "Pending", "1");
+    unbound["spec"].as_object_mut().unwrap().remove("nodeName");
+    unbound["status"]
+        .as_object_mut()
+        .unwrap()
+        .remove("startTime");
     let objects = vec![
         p("running", "Running", "2"),
-        p("pending", "Pending", "1"),
+        p("starting", "Pending", "1"),
+        unbound,
         p("done", "Succeeded", "1"),
         p("cpu", "Running", "0"),
         p("running", "Running", "2"),
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ml"}}),
     ];
-    let pods = gpu_pods(&objects, &resources());
+    let mut ledger = crate::audit::PodLedger::default();
+    for object in &objects {
+        ledger.add(object, &resources());
+    }
+    let pod = |name: &str, gpus: i64| GpuPod {
+        namespace: "ml".into(),
+        name: name.into(),
+        node: Some("aks-gpu-0".into()),
+        gpus,
+        started_at: Some(NOW - 86_400),
+    };
     assert_eq!(
-        pods,
-        vec![GpuPod {
-            namespace: "ml".into(),
-            name: "running".into(),
-            node: Some("aks-gpu-0".into()),
-            gpus: 2,
-            started_at: Some(NOW - 86_400),
-        }]
+        gpu_pods(&ledger.into_held()),
+        vec![pod("running", 2), pod("starting", 1)]
     );
 }
 
