@@ -4,6 +4,7 @@
 //! [`Webhook`].
 use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::gpu::gpu_val;
+use crate::exceptions::{webhook as exception_webhook, Excepted, ExceptionLookup, NoExceptions};
 use crate::gpu::facts::PlacementFacts;
 use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims, NoNodes, NodeLookup};
 use crate::placement::{self, ProfileSet};
@@ -40,7 +41,12 @@ pub struct Outcome {
     /// GPUs of the whole workload as its spec says (`gpu.workload.gpus`:
     /// replicas × GPUs per pod over its templates; `/validate` only).
     pub workload_gpus: i64,
+    /// What `GpuPolicyException`s let through (`/validate` only).
+    pub excepted: Vec<Excepted>,
 }
+
+/// What is told of the results exceptions let through (for metrics).
+pub type ExceptedCounter = Arc<dyn Fn(&[Excepted]) + Send + Sync>;
 
 /// Answers admission requests with the current bundle.
 pub struct Admission {
@@ -48,7 +54,10 @@ pub struct Admission {
     namespaces: Arc<dyn NamespaceLookup>,
     claims: Arc<dyn ClaimLookup>,
     nodes: Arc<dyn NodeLookup>,
+    exceptions: Arc<dyn ExceptionLookup>,
     authorizer: Arc<dyn Authorizer>,
+    /// Called with what exceptions let through on each answered request.
+    on_excepted: Option<ExceptedCounter>,
 }
 
 impl Admission {
@@ -60,8 +69,29 @@ impl Admission {
             namespaces,
             claims: Arc::new(NoClaims),
             nodes: Arc::new(NoNodes),
+            exceptions: Arc::new(NoExceptions),
             authorizer: Arc::new(NoAuthorizer),
+            on_excepted: None,
         }
+    }
+
+    /// Lets requests through the policies that the `GpuPolicyException`s
+    /// of `exceptions` cover (besides those of the policy folder).
+    pub fn with_exceptions(mut self, exceptions: Arc<dyn ExceptionLookup>) -> Admission {
+        self.exceptions = exceptions;
+        self
+    }
+
+    /// Calls `count` with what exceptions let through, once per answered
+    /// `/validate` that some exception changed (for metrics).
+    pub fn on_excepted(mut self, count: ExceptedCounter) -> Admission {
+        self.on_excepted = Some(count);
+        self
+    }
+
+    /// Where the cluster's exceptions are looked up.
+    pub fn exceptions(&self) -> &dyn ExceptionLookup {
+        self.exceptions.as_ref()
     }
 
     /// Answers the CEL `authorizer` checks of policies with `authorizer`
@@ -124,7 +154,9 @@ impl Admission {
     /// short never admits what it did not finish judging.
     pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
         let bundle = self.bundle.load();
-        validate_with(&bundle, self.lookups(), &self.authorizer, req, deadline).0
+        let outcome = validate_with(&bundle, self.lookups(), &self.authorizer, req, deadline).0;
+        self.count_excepted(&outcome);
+        outcome
     }
 
     fn lookups(&self) -> Lookups<'_> {
@@ -132,7 +164,14 @@ impl Admission {
             self.namespaces.as_ref(),
             self.claims.as_ref(),
             self.nodes.as_ref(),
+            self.exceptions.as_ref(),
         )
+    }
+
+    fn count_excepted(&self, outcome: &Outcome) {
+        if let (Some(count), false) = (&self.on_excepted, outcome.excepted.is_empty()) {
+            count(&outcome.excepted);
+        }
     }
 }
 
@@ -177,16 +216,23 @@ impl Webhook for Admission {
                 Some(mutate_with(&bundle, self.lookups(), request, None))
             }
             Endpoint::Mutate => None,
-            Endpoint::Validate if !policies.may_match(request) => Some(Outcome {
-                response: Response::allow(),
-                ..Outcome::default()
-            }),
+            Endpoint::Validate
+                if !policies.may_match(request) && !exception_webhook::is_exception(request) =>
+            {
+                Some(Outcome {
+                    response: Response::allow(),
+                    ..Outcome::default()
+                })
+            }
             Endpoint::Validate
                 if slice_end > Instant::now() && !policies.references("authorizer") =>
             {
                 let lookups = self.lookups();
                 let (outcome, finished) =
                     validate_with(&bundle, lookups, &self.authorizer, request, Some(slice_end));
+                if finished {
+                    self.count_excepted(&outcome);
+                }
                 finished.then_some(outcome)
             }
             Endpoint::Validate => None,
@@ -200,7 +246,10 @@ impl Webhook for Admission {
             let outcome = match endpoint {
                 Endpoint::Mutate => mutate_with(&bundle, lookups, &request, Some(deadline)),
                 Endpoint::Validate => {
-                    validate_with(&bundle, lookups, &self.authorizer, &request, Some(deadline)).0
+                    let (outcome, _) =
+                        validate_with(&bundle, lookups, &self.authorizer, &request, Some(deadline));
+                    self.count_excepted(&outcome);
+                    outcome
                 }
             };
             outcome.into()
@@ -275,12 +324,13 @@ pub const METRIC_KINDS: &[&str] = &[
     "CronWorkflow",
 ];
 
-/// Where a subject's namespace, DRA claims and the cluster's nodes are
-/// looked up.
+/// Where a subject's namespace, DRA claims, the cluster's nodes and the
+/// policy exceptions of its namespace are looked up.
 pub type Lookups<'a> = (
     &'a dyn NamespaceLookup,
     &'a dyn ClaimLookup,
     &'a dyn NodeLookup,
+    &'a dyn ExceptionLookup,
 );
 
 /// The subject of `req` with everything the policies read: its pod's DRA
@@ -290,13 +340,14 @@ pub type Lookups<'a> = (
 pub fn subject<'r>(
     bundle: &Bundle,
     req: &'r Request,
-    (namespaces, claims, nodes): Lookups,
+    (namespaces, claims, nodes, exceptions): Lookups,
 ) -> Subject<'r> {
     let profiles = &bundle.placement;
     let sources = bundle.policies.template_sources();
     let mut subject = Subject::new(req, namespaces, sources)
         .with_claims(claims)
-        .with_nodes(nodes);
+        .with_nodes(nodes)
+        .with_exceptions(exceptions);
     place_templates(profiles, &mut subject);
     let mut subject = subject.with_gpu(profiles.catalog(), profiles.gpu_resources());
     let judge = |pod: &serde_json::Value, facts: &mut crate::gpu::facts::GpuFacts| {
@@ -383,6 +434,8 @@ fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
             node_pools: subject.node_pools.clone(),
             variables: Vec::new(),
             authorizer: subject.authorizer.clone(),
+            exceptions: Vec::new(),
+            exceptions_at: subject.exceptions_at,
         };
         let plan = placement::plan_subject(profiles, &template_subject);
         if plan.patch.0.is_empty() {
@@ -406,12 +459,19 @@ fn mutate_with(
     req: &Request,
     deadline: Option<Instant>,
 ) -> Outcome {
+    if exception_webhook::is_exception(req) {
+        let patch = exception_webhook::record_requester(req);
+        return Outcome {
+            response: Response::allow().with_patch(patch),
+            ..Outcome::default()
+        };
+    }
     let profiles = &bundle.placement;
     let runs_policies = bundle.policies.has_mutations();
     let subject = if runs_policies {
         subject(bundle, req, lookups)
     } else {
-        let (namespaces, claims, nodes) = lookups;
+        let (namespaces, claims, nodes, _) = lookups;
         Subject::new(req, namespaces, bundle.policies.template_sources())
             .with_claims(claims)
             .with_nodes(nodes)
@@ -486,7 +546,26 @@ fn validate_with(
             true,
         );
     }
-    let verdict = bundle.policies.evaluate_subject(&subject, deadline);
+    let (exception_denials, exception_warnings) = match exception_webhook::is_exception(req) {
+        true => exception_webhook::judge(
+            req,
+            |object| bundle.policies.read_exception(object),
+            |name| bundle.policies.has_policy(name),
+        ),
+        false => (Vec::new(), Vec::new()),
+    };
+    if !exception_denials.is_empty() {
+        let mut response = Response::deny(exception_denials.join("\n"));
+        response.reason = Some("Invalid".into());
+        response.code = Some(422);
+        let outcome = Outcome {
+            response,
+            ..Outcome::default()
+        };
+        return (outcome, true);
+    }
+    let mut verdict = bundle.policies.evaluate_subject(&subject, deadline);
+    verdict.warnings.extend(exception_warnings);
     if verdict.timed_out {
         let outcome = Outcome {
             response: deadline_denial(),
@@ -514,6 +593,7 @@ fn validate_with(
         evaluations: verdict.evaluations,
         gpus_per_pod,
         workload_gpus,
+        excepted: verdict.excepted,
         ..Outcome::default()
     };
     (outcome, true)

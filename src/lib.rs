@@ -14,6 +14,7 @@ pub mod bundle;
 pub mod cel;
 pub mod certs;
 pub mod cli;
+pub mod exceptions;
 pub mod gpu;
 pub mod inventory;
 pub mod k8s;

@@ -5,6 +5,7 @@
 //! read it; nothing recomputes it.
 use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::Val;
+use crate::exceptions::{self, Exception, ExceptionLookup};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::{GpuFacts, WorkloadFacts};
 use crate::gpu::pools::PoolKind;
@@ -19,6 +20,7 @@ use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// What kind of object a request is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +103,13 @@ pub struct Subject<'r> {
     /// What the CEL `authorizer` checks ask ([`NoAuthorizer`] unless
     /// [`Subject::with_authorizer`] says otherwise).
     pub authorizer: Arc<dyn Authorizer>,
+    /// The `GpuPolicyException`s that may let the request through
+    /// ([`Subject::with_exceptions`]): in its namespace, active at
+    /// `exceptions_at`, taking its object by kind, name and labels (their
+    /// expressions are the policy engine's to evaluate).
+    pub exceptions: Vec<Arc<Exception>>,
+    /// The time exceptions are judged at.
+    pub exceptions_at: SystemTime,
 }
 
 impl<'r> Subject<'r> {
@@ -159,7 +168,20 @@ impl<'r> Subject<'r> {
             node_pools: Arc::from(Vec::new()),
             variables: Vec::new(),
             authorizer: Arc::new(NoAuthorizer),
+            exceptions: Vec::new(),
+            exceptions_at: SystemTime::now(),
         }
+    }
+
+    /// Finds the exceptions `lookup` has that may let the request through,
+    /// judged at the lookup's time.
+    pub fn with_exceptions(mut self, lookup: &dyn ExceptionLookup) -> Subject<'r> {
+        self.exceptions_at = lookup.now();
+        if let Some(namespace) = self.namespace_name.as_deref() {
+            self.exceptions =
+                exceptions::candidates(lookup, &[], self.request, namespace, self.exceptions_at);
+        }
+        self
     }
 
     /// Answers the CEL `authorizer` checks of the request's user with

@@ -17,6 +17,45 @@ pub const VALIDATION_FAILURE_ANNOTATION: &str = "validation_failure";
 /// `maxAuditAnnotationValueLength`); a longer one is cut to it.
 pub const MAX_VALUE_LEN: usize = 10 * 1024;
 
+/// The key of the JSON list of what exceptions let through on a request:
+/// each entry the policy, the exception (`namespace/name`), and what the
+/// policy's binding would have done (recorded by kube-apiserver as
+/// `<webhook name>/policy_exceptions`).
+pub const EXCEPTIONS_ANNOTATION: &str = "policy_exceptions";
+
+/// Writes [`EXCEPTIONS_ANNOTATION`] of `verdict` from its excepted
+/// results, one entry per policy, exception and action, cut to
+/// [`MAX_VALUE_LEN`] by whole entries.
+pub(super) fn add_excepted(verdict: &mut super::Verdict) {
+    if verdict.excepted.is_empty() {
+        return;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut list = String::from("[");
+    for e in &verdict.excepted {
+        if !seen.insert((&*e.policy, &e.exception, e.action)) {
+            continue;
+        }
+        let entry = serde_json::json!({
+            "policy": &*e.policy,
+            "exception": e.exception,
+            "action": e.action,
+        })
+        .to_string();
+        if list.len() + entry.len() + 2 > MAX_VALUE_LEN {
+            break;
+        }
+        if list.len() > 1 {
+            list.push(',');
+        }
+        list.push_str(&entry);
+    }
+    list.push(']');
+    verdict
+        .audit_annotations
+        .insert(EXCEPTIONS_ANNOTATION.to_string(), list);
+}
+
 /// Longest name part of a Kubernetes qualified name.
 const MAX_NAME_LEN: usize = 63;
 

@@ -7,6 +7,7 @@ use super::{
     VALIDATION_FAILURE_ANNOTATION,
 };
 use crate::cel::{self, EvalError, Val};
+use crate::exceptions::Excepted;
 use crate::review::Request;
 use crate::subject::Subject;
 use kube_cel::cel::common::types::{CelMap, CelMapEntries, CelMapKey};
@@ -185,7 +186,7 @@ static NULL: serde_json::Value = serde_json::Value::Null;
 /// reading one unguarded is an error there, and is one here. Converted
 /// straight from the request, no JSON tree built on the way (the tests
 /// check it against the JSON form).
-fn request_val(req: &Request) -> Box<dyn Val> {
+pub(super) fn request_val(req: &Request) -> Box<dyn Val> {
     let sub_resource = req.sub_resource.as_deref().filter(|s| !s.is_empty());
     let variable = RequestVariable {
         kind: &req.kind,
@@ -316,12 +317,13 @@ impl Inner {
     pub(super) fn run_binding(
         &self,
         bi: usize,
-        req: &Request,
+        run: &mut super::Run,
         scope: &Scope,
         prefix: &str,
         start: Instant,
         verdict: &mut Verdict,
     ) -> Instant {
+        let req = run.subject.request;
         let (binding, pi) = &self.bindings[bi];
         let (policy, plan) = (&self.policies[*pi], &self.plan.validating.policies[*pi]);
         let found = self.plan.validating.params_found[bi].as_deref();
@@ -368,20 +370,44 @@ impl Inner {
             }
             for (message, reason, index) in failures {
                 let line = format!("{}: {prefix}{message}", policy.name);
+                let exception = run.excepting.find(self, run.subject, &policy.name);
+                if let Some(exception) = &exception {
+                    for action in &binding.actions {
+                        verdict.excepted.push(Excepted {
+                            policy: policy.name.clone(),
+                            exception: exception.id(),
+                            reason: exception.reason.clone(),
+                            expires_at: exception.expires_at.as_ref().map(|(_, t)| t.clone()),
+                            message: line.clone(),
+                            action: action.as_str(),
+                        });
+                    }
+                }
                 for action in &binding.actions {
-                    match action {
-                        Action::Deny => {
+                    match (action, &exception) {
+                        (Action::Deny, Some(_)) => {
+                            result = EvaluationResult::Excepted;
+                        }
+                        (Action::Warn, Some(exception)) => {
+                            if result == EvaluationResult::Pass {
+                                result = EvaluationResult::Excepted;
+                            }
+                            verdict
+                                .warnings
+                                .push(format!("{line} (allowed by {})", exception.describe()));
+                        }
+                        (Action::Deny, None) => {
                             result = EvaluationResult::Deny;
                             verdict.reason.get_or_insert_with(|| reason.clone());
                             verdict.denials.push(line.clone());
                         }
-                        Action::Warn => {
+                        (Action::Warn, None) => {
                             if result != EvaluationResult::Deny {
                                 result = EvaluationResult::Warn;
                             }
                             verdict.warnings.push(line.clone());
                         }
-                        Action::Audit => {
+                        (Action::Audit, _) => {
                             if result == EvaluationResult::Pass {
                                 result = EvaluationResult::Warn;
                             }

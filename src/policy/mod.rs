@@ -1,6 +1,7 @@
 //! Policy files in Kubernetes' ValidatingAdmissionPolicy format: loading,
 //! matching and evaluation, with kube-apiserver's semantics.
 use crate::cel::{self, Env, Extensions};
+use crate::exceptions::{Excepted, Exception};
 use crate::k8s::{NamespaceLookup, TemplateSources};
 use crate::review::{Operation, Request};
 use crate::subject::{judges_template, Subject};
@@ -12,6 +13,7 @@ use std::time::Instant;
 mod annotations;
 mod documents;
 mod eval;
+mod excepting;
 mod index;
 mod load;
 mod matching;
@@ -21,7 +23,7 @@ pub mod plan;
 mod read;
 mod watch;
 
-pub use annotations::VALIDATION_FAILURE_ANNOTATION;
+pub use annotations::{EXCEPTIONS_ANNOTATION, VALIDATION_FAILURE_ANNOTATION};
 pub use load::{
     parse_documents, parse_files, read_documents, read_files, Document, LoadError, LoadErrors,
     LoadNotice, NoticeLevel, PolicyFile, Source,
@@ -87,6 +89,9 @@ pub(crate) struct Inner {
     pub(crate) template_notes: Vec<LoadNotice>,
     /// The workload kinds whose pod templates the pod policies judge.
     pub(crate) template_sources: TemplateSources,
+    /// The set's own `GpuPolicyException` documents, honoured beside
+    /// those of the subject ([`Subject::exceptions`]).
+    pub(crate) exceptions: Vec<Arc<Exception>>,
 }
 
 /// Result of evaluating every policy against one request.
@@ -106,6 +111,10 @@ pub struct Verdict {
     /// The deadline passed before every binding was evaluated: the rest of
     /// the verdict is incomplete and must not be taken as an answer.
     pub timed_out: bool,
+    /// What exceptions let through: each would have been a denial, a
+    /// warning or an audit failure (warnings and audit failures are still
+    /// given, naming the exception).
+    pub excepted: Vec<Excepted>,
 }
 
 /// How one policy binding came out on one request.
@@ -128,6 +137,9 @@ pub enum EvaluationResult {
     /// The evaluation failed (CEL error, cost limit, missing params),
     /// whatever the failurePolicy: under Fail the request is also denied.
     Error,
+    /// A validation failed, or the evaluation failed, under a Deny action
+    /// and a `GpuPolicyException` let the request through.
+    Excepted,
 }
 
 impl EvaluationResult {
@@ -137,6 +149,7 @@ impl EvaluationResult {
             EvaluationResult::Deny => "deny",
             EvaluationResult::Warn => "warn",
             EvaluationResult::Error => "error",
+            EvaluationResult::Excepted => "excepted",
         }
     }
 }
@@ -192,6 +205,7 @@ impl PolicySet {
                     documents: docs.to_vec(),
                     template_notes: loaded.template_notes,
                     template_sources: TemplateSources::new(loaded.template_sources),
+                    exceptions: loaded.exceptions,
                 }),
             })
         })
@@ -225,6 +239,26 @@ impl PolicySet {
     /// documents.
     pub fn template_sources(&self) -> &TemplateSources {
         &self.inner.template_sources
+    }
+
+    /// The set's own `GpuPolicyException` documents (for offline use:
+    /// `evaluate`, `test`, `audit`), honoured by every evaluation.
+    pub fn exceptions(&self) -> &[Arc<Exception>] {
+        &self.inner.exceptions
+    }
+
+    /// Reads a `GpuPolicyException` object with the set's CEL environment
+    /// (its expression compiled on a thread of its own).
+    pub fn read_exception(
+        &self,
+        value: &serde_json::Value,
+    ) -> Result<Exception, Vec<crate::exceptions::ExceptionError>> {
+        crate::exceptions::read(value, &self.inner.env)
+    }
+
+    /// Whether the set has a validating policy named `name`.
+    pub fn has_policy(&self, name: &str) -> bool {
+        self.inner.policies.iter().any(|p| &*p.name == name)
     }
 
     /// What loading ignored, as kube-apiserver does (documents of other
@@ -360,6 +394,11 @@ impl PolicySet {
         let mut verdict = Verdict::default();
         let mut shared = Shared::default();
         let mut direct: Option<Scope> = None;
+        let mut excepting = excepting::Excepting::new(inner, subject);
+        let mut run = Run {
+            subject,
+            excepting: &mut excepting,
+        };
         for bi in inner.plan.validating.index.candidates(req) {
             let (binding, pi) = &inner.bindings[bi];
             let policy = &inner.policies[*pi];
@@ -385,7 +424,7 @@ impl PolicySet {
                 now = Instant::now();
             }
             let scope = direct.as_ref().expect("set above");
-            now = inner.run_binding(bi, req, scope, "", now, &mut verdict);
+            now = inner.run_binding(bi, &mut run, scope, "", now, &mut verdict);
         }
         let controller = &req.resource;
         let requested = req.request_resource.as_ref().unwrap_or(controller);
@@ -427,9 +466,17 @@ impl PolicySet {
                     now = Instant::now();
                 }
                 let scope = pod_scope.as_ref().expect("set above");
-                now = inner.run_binding(bi, req, scope, &template.prefix, now, &mut verdict);
+                now = inner.run_binding(bi, &mut run, scope, &template.prefix, now, &mut verdict);
             }
         }
+        annotations::add_excepted(&mut verdict);
         verdict
     }
+}
+
+/// What the bindings of one request share: its subject, and the
+/// exceptions that may let a failure through.
+struct Run<'a, 'r> {
+    subject: &'a Subject<'r>,
+    excepting: &'a mut excepting::Excepting,
 }

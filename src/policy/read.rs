@@ -8,9 +8,11 @@ use super::load::{Document, LoadError, LoadErrors, LoadNotice, NoticeLevel, Sour
 use super::model::{Binding, Param, Policy};
 use super::{API_VERSIONS, MUTATING_API_VERSIONS, POD_TEMPLATES_ANNOTATION};
 use crate::cel::{self, Env};
+use crate::exceptions::{self, Exception};
 use crate::k8s::json::Pointer as _;
 use crate::k8s::template_sources::{self, TemplateSource};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// The policies, bindings and params of a set of documents.
 pub(super) struct Loaded {
@@ -28,6 +30,8 @@ pub(super) struct Loaded {
     pub(super) template_notes: Vec<LoadNotice>,
     /// The workload kinds of the `PodTemplateSource` documents.
     pub(super) template_sources: Vec<TemplateSource>,
+    /// The `GpuPolicyException` documents.
+    pub(super) exceptions: Vec<Arc<Exception>>,
 }
 
 /// Reads `docs`: every error of every document, or what they hold.
@@ -46,10 +50,15 @@ pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
     let (mut binding_names, mut mutating_names) = (BTreeSet::new(), BTreeSet::new());
     let mut params = Vec::new();
     let mut template_sources: Vec<TemplateSource> = Vec::new();
+    let mut exceptions = Vec::new();
     for doc in docs {
         let (api, kind) = doc.type_meta();
         if kind == template_sources::KIND {
             read_template_source(doc, &mut template_sources, &mut errors);
+            continue;
+        }
+        if kind == exceptions::KIND {
+            read_exception(env, doc, &mut exceptions, &mut errors);
             continue;
         }
         let mut handled = false;
@@ -100,7 +109,7 @@ pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
                     &doc.source,
                     "",
                     format!(
-                        "skipped: kind {:?} (apiVersion {:?}) is not a ValidatingAdmissionPolicy, a MutatingAdmissionPolicy, one of their bindings, a PodTemplateSource, or a params kind named by a policy's paramKind",
+                        "skipped: kind {:?} (apiVersion {:?}) is not a ValidatingAdmissionPolicy, a MutatingAdmissionPolicy, one of their bindings, a PodTemplateSource, a GpuPolicyException, or a params kind named by a policy's paramKind",
                         kind, api
                     ),
                 ),
@@ -122,7 +131,48 @@ pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
         notices,
         template_notes: validating.template_notes,
         template_sources,
+        exceptions,
     })
+}
+
+/// Reads a `GpuPolicyException` document into `out`: an error at each
+/// field at fault (with the position inside its expression), and at a
+/// name another document of the same namespace already has.
+fn read_exception(
+    env: &Env,
+    doc: &Document,
+    out: &mut Vec<Arc<Exception>>,
+    errors: &mut Vec<LoadError>,
+) {
+    let (api, _) = doc.type_meta();
+    if api != exceptions::API_VERSION {
+        errors.push(LoadError::unknown_api_version(
+            doc,
+            &[exceptions::API_VERSION],
+        ));
+        return;
+    }
+    match exceptions::read_here(&doc.value, env) {
+        Ok(exception) => {
+            if out
+                .iter()
+                .any(|e| e.namespace == exception.namespace && e.name == exception.name)
+            {
+                errors.push(LoadError::at(
+                    &doc.source,
+                    "metadata.name",
+                    format!("GpuPolicyException {} is defined twice", exception.id()),
+                ));
+            } else {
+                out.push(Arc::new(exception));
+            }
+        }
+        Err(found) => errors.extend(found.into_iter().map(|e| LoadError {
+            line: e.line,
+            column: e.column,
+            ..LoadError::at(&doc.source, e.field, e.message)
+        })),
+    }
 }
 
 /// Reads a `PodTemplateSource` document into `out`: an error at each

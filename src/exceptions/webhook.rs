@@ -1,0 +1,89 @@
+//! What the webhooks do to `GpuPolicyException` objects themselves:
+//! `/mutate` records who asked (`spec.requestedBy`, from the request's
+//! authenticated user, never from what the author wrote), and `/validate`
+//! refuses one the engine could not read, with the field at fault, and
+//! warns about policies it names that are not loaded. Who may create one
+//! is not decided here: kube-apiserver's guard policy does that, and also
+//! checks `requestedBy`, so a request that skips this webhook cannot
+//! record another name.
+use super::{ExceptionError, API_VERSION, GROUP, KIND};
+use crate::k8s::json::str_at;
+use crate::k8s::Patch;
+use crate::review::{Operation, Request};
+use serde_json::Value;
+
+/// Whether `req` is about a `GpuPolicyException`.
+pub fn is_exception(req: &Request) -> bool {
+    req.kind.group == GROUP && req.kind.kind == KIND
+}
+
+/// The patch that sets `spec.requestedBy` to the creating user (CREATE)
+/// or back to what it was (UPDATE); none when it already says so, or
+/// when there is nothing to record.
+pub fn record_requester(req: &Request) -> json_patch::Patch {
+    let Some(object) = req.object.as_ref() else {
+        return json_patch::Patch(Vec::new());
+    };
+    let wanted = match req.operation {
+        Operation::Create => req
+            .user_info
+            .get("username")
+            .and_then(Value::as_str)
+            .filter(|u| !u.is_empty()),
+        Operation::Update => req
+            .old_object
+            .as_ref()
+            .map(|old| str_at(old, "/spec/requestedBy"))
+            .filter(|u| !u.is_empty()),
+        _ => None,
+    };
+    let Some(wanted) = wanted else {
+        return json_patch::Patch(Vec::new());
+    };
+    if str_at(object, "/spec/requestedBy") == wanted || object.get("spec").is_none() {
+        return json_patch::Patch(Vec::new());
+    }
+    let mut patch = Patch::new(object);
+    match patch.set(&["spec", "requestedBy"], Value::String(wanted.to_string())) {
+        Ok(()) => json_patch::Patch(patch.into_operations()),
+        // A `spec` that is not an object: the apiserver's schema refuses it.
+        Err(_) => json_patch::Patch(Vec::new()),
+    }
+}
+
+/// What `/validate` says of an exception object: denials (it cannot be
+/// read, each error at its field) and warnings (policies it names that
+/// `known` does not know: it lets nothing through until one is loaded).
+pub fn judge(
+    req: &Request,
+    read: impl FnOnce(&Value) -> Result<super::Exception, Vec<ExceptionError>>,
+    known: impl Fn(&str) -> bool,
+) -> (Vec<String>, Vec<String>) {
+    let Some(object) = req.object.as_ref() else {
+        return (Vec::new(), Vec::new());
+    };
+    if matches!(req.operation, Operation::Delete | Operation::Connect) {
+        return (Vec::new(), Vec::new());
+    }
+    if let Some(api) = object.get("apiVersion").and_then(Value::as_str) {
+        if api != API_VERSION {
+            return (Vec::new(), Vec::new());
+        }
+    }
+    let name = format!("{KIND} {}", req.display_name());
+    match read(object) {
+        Err(errors) => (
+            errors.iter().map(|e| format!("{name}: {e}")).collect(),
+            Vec::new(),
+        ),
+        Ok(exception) => {
+            let warnings = (exception.policies.iter().enumerate())
+                .filter(|(_, p)| *p != super::ALL_POLICIES && !known(p))
+                .map(|(i, p)| {
+                    format!("{name}: spec.policies[{i}]: no policy {p} is loaded; the exception lets nothing through until one is")
+                })
+                .collect();
+            (Vec::new(), warnings)
+        }
+    }
+}
