@@ -217,3 +217,32 @@ fn the_requester_is_recorded_from_the_request_not_the_object() {
     json_patch::patch(&mut updated, &patch).unwrap();
     assert_eq!(updated["spec"]["requestedBy"], "alice@example.com");
 }
+
+#[test]
+fn validate_refuses_a_requester_other_than_the_creator() {
+    let judge = |req: &Request| webhook::judge(req, |v| read(v, &env()), |p| p == "gpu-privileged");
+    let mut req = Request::for_object(exception(valid_spec()), Operation::Create, None);
+    req.user_info = json!({"username": "alice@example.com"});
+    assert_eq!(judge(&req), (Vec::new(), Vec::new()));
+    req.user_info = json!({"username": "mallory@example.com"});
+    assert_eq!(
+        judge(&req).0,
+        ["GpuPolicyException research/nccl-bench: spec.requestedBy: must be the creating user \"mallory@example.com\", not \"alice@example.com\": leave it out, gpu-admission records it"]
+    );
+    let mut changed = exception(valid_spec());
+    changed["spec"]["requestedBy"] = json!("admin@example.com");
+    let mut update = Request::for_object(changed, Operation::Update, None);
+    update.old_object = Some(exception(valid_spec()));
+    assert_eq!(
+        judge(&update).0,
+        ["GpuPolicyException research/nccl-bench: spec.requestedBy: cannot change (it was \"alice@example.com\"): it records who created the exception"]
+    );
+    let mut spec = valid_spec();
+    spec["policies"] = json!(["gpu-privileged", "gpu-unknown"]);
+    let mut unknown = Request::for_object(exception(spec), Operation::Create, None);
+    unknown.user_info = json!({"username": "alice@example.com"});
+    assert_eq!(
+        judge(&unknown).1,
+        ["GpuPolicyException research/nccl-bench: spec.policies[1]: no policy gpu-unknown is loaded; the exception lets nothing through until one is"]
+    );
+}

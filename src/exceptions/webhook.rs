@@ -71,6 +71,12 @@ pub fn judge(
         }
     }
     let name = format!("{KIND} {}", req.display_name());
+    if let Some(wrong) = requester_mismatch(req, object) {
+        return (
+            vec![format!("{name}: spec.requestedBy: {wrong}")],
+            Vec::new(),
+        );
+    }
     match read(object) {
         Err(errors) => (
             errors.iter().map(|e| format!("{name}: {e}")).collect(),
@@ -85,5 +91,28 @@ pub fn judge(
                 .collect();
             (Vec::new(), warnings)
         }
+    }
+}
+
+/// Why `spec.requestedBy` is not what the request says it must be, if it
+/// is not: on CREATE the creating user, on UPDATE what it was. The guard
+/// policy in kube-apiserver checks the same; this check stands where that
+/// policy is not installed.
+fn requester_mismatch(req: &Request, object: &Value) -> Option<String> {
+    let written = str_at(object, "/spec/requestedBy");
+    match req.operation {
+        Operation::Create => {
+            let user = req.user_info.get("username").and_then(Value::as_str)?;
+            (written != user).then(|| {
+                format!("must be the creating user {user:?}, not {written:?}: leave it out, gpu-admission records it")
+            })
+        }
+        Operation::Update => {
+            let was = str_at(req.old_object.as_ref()?, "/spec/requestedBy");
+            (written != was).then(|| {
+                format!("cannot change (it was {was:?}): it records who created the exception")
+            })
+        }
+        _ => None,
     }
 }
