@@ -49,6 +49,7 @@ fn k8s_depends_on_nothing_else_in_the_crate() {
         "cel",
         "certs",
         "cli",
+        "exceptions",
         "gpu",
         "inventory",
         "offline",
@@ -72,6 +73,7 @@ fn k8s_depends_on_nothing_else_in_the_crate() {
 fn the_edge_knows_nothing_of_gpus_cel_or_policies() {
     let domain = [
         "gpu",
+        "exceptions",
         "cel",
         "placement",
         "subject",
@@ -130,6 +132,7 @@ fn domain_modules_know_nothing_of_http() {
         "subject",
         "audit",
         "inventory",
+        "exceptions",
     ] {
         let found = uses(module, &["server"]);
         assert!(
@@ -148,4 +151,13 @@ fn the_edge_serves_the_report_without_knowing_what_it_says() {
         "server uses the report's domain:\n{}",
         found.join("\n")
     );
+}
+
+#[test]
+fn exceptions_know_nothing_of_the_policy_engine_or_its_callers() {
+    let found = uses(
+        "exceptions",
+        &["policy", "admission", "subject", "placement", "audit"],
+    );
+    assert!(found.is_empty(), "exceptions uses:\n{}", found.join("\n"));
 }
