@@ -6,6 +6,9 @@
 #                                  one file per ConfigMap key, as the
 #                                  kustomization names them
 #   files/namespace-exemption.yaml deploy/namespace-exemption/policy/
+#   files/exception-guard.yaml     deploy/exceptions/policy/
+#   crds/gpupolicyexceptions.yaml  deploy/exceptions/crd.yaml (Helm
+#                                  installs crds/ as they are)
 #   files/prometheus-rules.yaml    deploy/observability/
 #   files/grafana-dashboard.json   deploy/observability/
 #
@@ -21,7 +24,7 @@ check=false
 case "${1:-}" in
   --check) check=true ;;
   "") ;;
-  -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "sync-files: unknown argument: $1" >&2; exit 2 ;;
 esac
 
@@ -34,22 +37,31 @@ generate() {
     cp "$root/deploy/policies/$rel" "$out/policies/$key"
   done < <(sed -n 's/^      - \(.*\)$/\1/p' "$root/deploy/policies/kustomization.yaml" | grep -v '^app\.' | grep '\.\(yaml\|yml\|json\)$')
   cp "$root/deploy/namespace-exemption/policy/exempt-label-admins.yaml" "$out/namespace-exemption.yaml"
+  cp "$root/deploy/exceptions/policy/exception-guard.yaml" "$out/exception-guard.yaml"
   cp "$root/deploy/observability/prometheus-rules.yaml" "$out/prometheus-rules.yaml"
   cp "$root/deploy/observability/grafana-dashboard.json" "$out/grafana-dashboard.json"
+}
+
+crds="$root/charts/gpu-admission/crds"
+generate_crds() {
+  mkdir -p "$1"
+  cp "$root/deploy/exceptions/crd.yaml" "$1/gpupolicyexceptions.yaml"
 }
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 generate "$tmp/files"
+generate_crds "$tmp/crds"
 if $check; then
-  if ! diff -r "$tmp/files" "$dest" > "$tmp/diff" 2>&1; then
+  if ! diff -r "$tmp/files" "$dest" > "$tmp/diff" 2>&1 || ! diff -r "$tmp/crds" "$crds" >> "$tmp/diff" 2>&1; then
     cat "$tmp/diff" >&2
-    echo "sync-files: charts/gpu-admission/files/ is out of date with deploy/: run charts/sync-files.sh" >&2
+    echo "sync-files: charts/gpu-admission/files/ or crds/ is out of date with deploy/: run charts/sync-files.sh" >&2
     exit 1
   fi
-  echo "charts/gpu-admission/files/ is up to date with deploy/" >&2
+  echo "charts/gpu-admission/files/ and crds/ are up to date with deploy/" >&2
 else
-  rm -rf "$dest"
+  rm -rf "$dest" "$crds"
   mv "$tmp/files" "$dest"
-  echo "charts/gpu-admission/files/: $(find "$dest" -type f | wc -l) files" >&2
+  mv "$tmp/crds" "$crds"
+  echo "charts/gpu-admission/files/: $(find "$dest" -type f | wc -l) files; crds/: $(find "$crds" -type f | wc -l)" >&2
 fi

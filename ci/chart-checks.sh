@@ -8,14 +8,16 @@
 # 2. helm lint --strict, with the default values and each values file in
 #    charts/gpu-admission/ci/, with helm 4 and helm 3; both render the
 #    same objects for each of them.
-# 3. The chart renders what deploy/ renders. After normalising labels (the
+# 3. The chart renders what deploy/ renders (with its crds/, as
+#    `helm template --include-crds`). After normalising labels (the
 #    ones Helm adds, and app.kubernetes.io/part-of, which the chart sets on
 #    every object and kustomize only on deploy/base): the default values
 #    give `kubectl kustomize deploy` less its Namespace (Helm's release
 #    namespace; namespace.create=true gives it too), cert-manager mode
 #    deploy/overlays/cert-manager, report.enabled deploy/overlays/report, and
 #    the observability switches deploy/observability/ (the dashboard's JSON
-#    as parsed). Every object the chart renders carries Helm's labels. Custom
+#    as parsed). Every object the chart renders carries Helm's labels (but
+#    the CRD of crds/, which Helm installs untemplated). Custom
 #    tiers land in the allow-list ConfigMap, an extra policy beside the
 #    shipped ones; policies.existingConfigMap is projected into the folder.
 # 4. values.schema.json refuses values of the wrong type or out of range,
@@ -90,10 +92,12 @@ for set in "${values_sets[@]}"; do
   echo "$set: clean, $(grep -c '^kind:' "$work/h4-$set.yaml") objects, the same from helm 3 and 4"
 done
 
+# --include-crds: the CRD of crds/ (which Helm installs as it is, before
+# the templates) is compared and validated with the rest.
 render() { # render OUT [helm template args...]
   local out="$1"
   shift
-  helm template gpu-admission "$chart" --namespace "$ns" "$@" > "$out"
+  helm template gpu-admission "$chart" --namespace "$ns" --include-crds "$@" > "$out"
 }
 
 step "helm template renders what kubectl kustomize renders"
@@ -135,7 +139,8 @@ def normalise(objs, helm):
     out = {}
     for o in objs:
         labels = o["metadata"].get("labels", {})
-        if helm:
+        # Helm installs crds/ as they are, without its labels.
+        if helm and o["kind"] != "CustomResourceDefinition":
             missing = sorted(HELM_LABELS - set(labels))
             if missing or labels.get("app.kubernetes.io/part-of") != "gpu-admission":
                 errors.append(f"chart: {ident(o)} lacks the labels {missing or ['app.kubernetes.io/part-of']}")
@@ -274,6 +279,11 @@ webhooks = {n for r in by["ClusterRole"].values() for rule in r["rules"]
             if "mutatingwebhookconfigurations" in rule.get("resources", []) for n in rule.get("resourceNames", [])}
 if webhooks != {"gpa"}:
     errors.append(f"renamed: the certificate manager may update webhook configurations {sorted(webhooks)}, not gpa")
+# The exceptions policy keeps the release's own guards out of exceptions.
+reserved = [v["expression"] for v in by["ValidatingAdmissionPolicy"].get("gpa-exceptions", {}).get("spec", {}).get("variables", [])
+            if v["name"] == "reserved"]
+if reserved != ["['gpa-exempt-label', 'gpa-exceptions']"] or "gpa-exempt-label" not in by["ValidatingAdmissionPolicy"]:
+    errors.append(f"renamed: the exceptions policy reserves {reserved}, not the release's gpa-exempt-label and gpa-exceptions")
 print(f"renamed (gpa in elsewhere): {len(objs)} objects, every reference follows; Secret {secret}, Lease {lease}")
 
 for e in errors:

@@ -26,6 +26,11 @@
 #    probes come from the node); the grace period outlasts the
 #    preStop pause, the drain window and the drain timeout; the memory
 #    request equals the limit; the priority class has its ResourceQuota.
+#    The GpuPolicyException CRD has the model's names, accepts the model's
+#    example and refuses broken ones (jsonschema and its CEL rules with
+#    cel-python); both webhook configurations send it to the server; one
+#    policy guards it, with the exempt-label policy's admin groups, and the
+#    namespace label gpu-admission.io/exceptions is kept to admins.
 # 5. The webhooks' matchConditions are evaluated (CEL, cel-python) on the
 #    cases in deploy/tests/match-conditions.yaml: GPU pods are sent, CPU
 #    pods are not.
@@ -67,7 +72,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --rendered) rendered="$(cd "$2" && pwd)"; shift 2 ;;
     --label) label="$2"; shift 2 ;;
-    -h | --help) sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "validate-deploy: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -660,7 +665,8 @@ def report_overlay(base, report, ns):
                ("infrastructure.cluster.x-k8s.io", "azuremanagedmachinepools"),
                ("infrastructure.cluster.x-k8s.io", "azureasomanagedmachinepools"),
                ("infrastructure.cluster.x-k8s.io", "azureasomanagedcontrolplanes"),
-               ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates")]
+               ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates"),
+               ("gpu-admission.io", "gpupolicyexceptions")]
     # The workload custom resources of policies/workload-kinds.yaml.
     audited += [(g, r) for g, rs in (
         ("ray.io", ["rayclusters", "rayjobs", "rayservices"]),
@@ -711,8 +717,10 @@ def report_overlay(base, report, ns):
     check({(g, r) for g, r, _, _, _ in base_granted} <= {("", "namespaces"), ("", "nodes"), ("karpenter.sh", "nodepools"),
                                                            ("resource.k8s.io", "resourceclaims"),
                                                            ("resource.k8s.io", "resourceclaimtemplates"),
-                                                           ("authorization.k8s.io", "subjectaccessreviews")},
-          f"{BASE}: the base grants the server only namespaces, nodes, NodePools, DRA claims and SubjectAccessReviews, got {sorted(base_granted)}")
+                                                           ("authorization.k8s.io", "subjectaccessreviews"),
+                                                           ("gpu-admission.io", "gpupolicyexceptions")},
+          f"{BASE}: the base grants the server only namespaces, nodes, NodePools, DRA claims, GpuPolicyExceptions "
+          f"and SubjectAccessReviews, got {sorted(base_granted)}")
     check(not any(v not in ("get", "list", "watch") for g, r, v, _, _ in base_granted if r in ("nodes", "nodepools")),
           f"{BASE}: the server only reads nodes and NodePools")
     check(not any(v != "create" for g, r, v, _, _ in base_granted if r == "subjectaccessreviews"),
@@ -755,6 +763,106 @@ def self_managed_overlay(base, objs, ns):
                              f"lacks {sorted(expected - added, key=str)}")
     print(f"self-managed-certs overlay: Secret {ns}/{secret}, Lease {ns}/{lease}, "
           f"caBundle of the gpu-admission webhook configurations; {len(added)} grants, all by name but create")
+
+
+EXCEPTION = {  # The model's example GpuPolicyException.
+    "apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuPolicyException",
+    "metadata": {"name": "nccl-bench", "namespace": "research"},
+    "spec": {"policies": ["gpu-privileged"],
+             "match": {"kinds": ["Pod", "Job"], "names": ["nccl-bench", "nccl-bench-*"],
+                       "selector": {"matchLabels": {"app": "nccl-bench"}},
+                       "expression": "object.metadata.name.startsWith('nccl-')"},
+             "reason": "NCCL bandwidth benchmark needs privileged for one day; OPS-1234",
+             "expiresAt": "2026-12-31T00:00:00Z", "requestedBy": "alice@example.com"}}
+
+
+def crd_errors(schema, obj):
+    """What kube-apiserver would refuse in `obj` under the CRD's schema: the
+    JSON-schema part (types, required, bounds) with jsonschema, and the
+    x-kubernetes-validations rules with CEL (cel-python), where `self` is
+    the value at their node."""
+    import copy, jsonschema
+    out = [e.message for e in jsonschema.Draft7Validator(copy.deepcopy(schema)).iter_errors(obj)]
+
+    def rules(node, value, path):
+        if not isinstance(node, dict):
+            return
+        env = celpy.Environment()
+        for r in node.get("x-kubernetes-validations", []):
+            try:
+                ok = env.program(env.compile(r["rule"])).evaluate({"self": celpy.json_to_cel(value)})
+            except Exception as e:  # a rule cel-python cannot run is a failure to look at
+                ok = e
+            if isinstance(ok, Exception) or not bool(ok):
+                out.append(f"{path}: {r.get('message', r['rule'])}")
+        if isinstance(value, dict):
+            for k, sub in node.get("properties", {}).items():
+                if k in value:
+                    rules(sub, value[k], f"{path}.{k}")
+        if isinstance(value, list) and "items" in node:
+            for i, v in enumerate(value):
+                rules(node["items"], v, f"{path}[{i}]")
+
+    rules(schema, obj, "")
+    return out
+
+
+def exceptions(objs, label):
+    """The GpuPolicyException CRD as the model has it, the webhook entries
+    that reach the server for it, and the guard policy bound with Deny."""
+    crd = find(objs, "CustomResourceDefinition", "gpupolicyexceptions.gpu-admission.io")
+    check(len(crd) == 1, f"{label}: no CustomResourceDefinition gpupolicyexceptions.gpu-admission.io")
+    if not crd:
+        return
+    spec = crd[0]["spec"]
+    names = spec.get("names", {})
+    check((spec.get("group"), spec.get("scope"), names.get("kind"), names.get("plural"), names.get("singular"),
+           names.get("shortNames")) == ("gpu-admission.io", "Namespaced", "GpuPolicyException", "gpupolicyexceptions",
+                                        "gpupolicyexception", ["gpuex"]),
+          f"{label}: the CRD's group, scope or names differ from gpu-admission.io GpuPolicyException/gpuex")
+    versions = [v for v in spec.get("versions", []) if v.get("name") == "v1alpha1"]
+    check(len(versions) == 1 and versions[0].get("served") is True and versions[0].get("storage") is True,
+          f"{label}: the CRD serves and stores v1alpha1")
+    if len(versions) != 1:
+        return
+    schema = versions[0]["schema"]["openAPIV3Schema"]
+    errs = crd_errors(schema, EXCEPTION)
+    check(errs == [], f"{label}: the CRD refuses the model's example: {errs}")
+    broken = {
+        "without spec.reason": lambda s: s.pop("reason"),
+        "with an empty spec.reason": lambda s: s.update(reason=""),
+        "with match.kinds alone": lambda s: s.update(match={"kinds": ["Pod"]}),
+        "with no spec.policies": lambda s: s.update(policies=[]),
+        "with 33 spec.policies": lambda s: s.update(policies=[f"p{i}" for i in range(33)]),
+        "with a 1025-character reason": lambda s: s.update(reason="x" * 1025),
+    }
+    for why, change in broken.items():
+        obj = json.loads(json.dumps(EXCEPTION))
+        change(obj["spec"])
+        check(crd_errors(schema, obj) != [], f"{label}: the CRD accepts an exception {why}")
+    for kind, name, policy in (("MutatingWebhookConfiguration", "exceptions.mutate.gpu-admission.io", "Ignore"),
+                               ("ValidatingWebhookConfiguration", "exceptions.validate.gpu-admission.io", None)):
+        hooks = [w for c in find(objs, kind) for w in c.get("webhooks", []) if w["name"] == name]
+        check(len(hooks) == 1 and any(r.get("apiGroups") == ["gpu-admission.io"] and "v1alpha1" in r.get("apiVersions", [])
+                                      and r.get("resources") == ["gpupolicyexceptions"]
+                                      and set(r.get("operations", [])) == {"CREATE", "UPDATE"}
+                                      for r in hooks[0].get("rules", [])),
+              f"{label}: {kind} has no {name} for CREATE and UPDATE of gpupolicyexceptions v1alpha1")
+        if policy and hooks:
+            check(hooks[0].get("failurePolicy") == policy, f"{label}: {name}: failurePolicy {policy}")
+    guards = [p for p in find(objs, "ValidatingAdmissionPolicy")
+              if any("gpupolicyexceptions" in r.get("resources", [])
+                     for r in p.get("spec", {}).get("matchConstraints", {}).get("resourceRules", []))]
+    check(len(guards) == 1 and any(b.get("spec", {}).get("policyName") == guards[0]["metadata"]["name"]
+                                   and b["spec"].get("validationActions") == ["Deny"]
+                                   for b in find(objs, "ValidatingAdmissionPolicyBinding")),
+          f"{label}: one ValidatingAdmissionPolicy on gpupolicyexceptions, bound with [Deny]")
+    admin_groups = {p["metadata"]["name"]: v["expression"] for p in find(objs, "ValidatingAdmissionPolicy")
+                    for v in p.get("spec", {}).get("variables", []) if v.get("name") == "adminGroups"}
+    check(len(set(admin_groups.values())) == 1,
+          f"{label}: the exception guard and the exempt-label policy name different admin groups: {admin_groups}")
+    check("gpu-admission.io/exceptions" in guarded_labels(objs),
+          f"{label}: the namespace label gpu-admission.io/exceptions is not kept to admins")
 
 
 def match_conditions(objs):
@@ -1045,6 +1153,7 @@ if self_managed_file != "-":
 for objs, label in checked:
     network_policy(objs, label)
     shutdown_and_priority(objs, label)
+    exceptions(objs, label)
 check(not any(w.get("clientConfig", {}).get("caBundle")
               for o in base for w in o.get("webhooks", [])), f"{BASE}: caBundle is filled by install-certs.sh, not committed")
 check(find(base, "Secret") == [], f"{BASE}: the TLS Secret is never rendered from the repository")

@@ -298,6 +298,7 @@ pub const METRIC_KINDS: &[&str] = &[
     "LocalQueue",
     "ResourceClaim",
     "ResourceClaimTemplate",
+    "GpuPolicyException",
     // The workload kinds of the shipped PodTemplateSources
     // (policies/workload-kinds.yaml; Volcano's Job counts as Job).
     "RayCluster",

@@ -1,5 +1,6 @@
 //! The shipped ValidatingAdmissionPolicy that keeps the namespace exempt
-//! label (`gpu-admission.io/exempt`) in the hands of the admin groups,
+//! label (`gpu-admission.io/exempt`), and the gpu-infrastructure and
+//! exceptions labels, in the hands of the admin groups,
 //! through `gpu-admission evaluate` as a platform team would try it; and
 //! what the webhooks' namespaceSelector still honours.
 mod common;
@@ -95,6 +96,38 @@ fn only_admins_set_the_gpu_infrastructure_label() {
 }
 
 #[test]
+fn only_admins_open_a_namespace_for_policy_exceptions() {
+    // gpu-admission.io/exceptions=allowed lets non-admins create
+    // GpuPolicyExceptions there (deploy/exceptions).
+    const OPEN: &str = "gpu-admission.io/exceptions";
+    let plain = namespace(json!({"team": "a"}));
+    let open = namespace(json!({"team": "a", OPEN: "allowed"}));
+    let (allowed, denials) = evaluate(&open, Some(&plain), ALICE.0, ALICE.1);
+    assert!(!allowed);
+    assert_eq!(denials.len(), 1, "{denials:?}");
+    assert!(
+        denials[0].contains("may set, change or remove the label gpu-admission.io/exceptions on a namespace (it lets non-admins create policy exceptions there)"),
+        "{denials:?}"
+    );
+    assert!(
+        denials[0].ends_with("ask a cluster admin to open the namespace for policy exceptions"),
+        "{denials:?}"
+    );
+    assert!(!evaluate(&open, None, ALICE.0, ALICE.1).0, "born open");
+    assert!(!evaluate(&plain, Some(&open), ALICE.0, ALICE.1).0, "closed");
+    let other_value = namespace(json!({"team": "a", OPEN: "yes"}));
+    assert!(
+        !evaluate(&other_value, Some(&open), ALICE.0, ALICE.1).0,
+        "changed"
+    );
+    assert!(evaluate(&open, Some(&plain), ADMIN.0, ADMIN.1).0);
+    assert!(evaluate(&plain, Some(&open), ADMIN.0, ADMIN.1).0);
+    // Unchanged, it stays out of the way of other edits.
+    let relabelled = namespace(json!({"team": "b", OPEN: "allowed"}));
+    assert!(evaluate(&relabelled, Some(&open), ALICE.0, ALICE.1).0);
+}
+
+#[test]
 fn only_admins_set_the_exempt_label() {
     let plain = namespace(json!({"team": "a"}));
     let exempt = namespace(json!({"team": "a", LABEL: "true"}));
@@ -107,7 +140,10 @@ fn only_admins_set_the_exempt_label() {
         denials[0].starts_with("gpu-admission-exempt-label: only members of gpu-admission:admins, system:masters may set, change or remove the label gpu-admission.io/exempt"),
         "{denials:?}"
     );
-    assert!(denials[0].contains("ask a cluster admin"), "{denials:?}");
+    assert!(
+        denials[0].ends_with("(it turns gpu-admission off there); leave the label as it was, or ask a cluster admin to exempt the namespace"),
+        "{denials:?}"
+    );
     let (allowed, _) = evaluate(&exempt, None, ALICE.0, ALICE.1);
     assert!(!allowed, "a new namespace born exempt");
 

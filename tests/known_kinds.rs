@@ -84,11 +84,22 @@ fn the_audit_reads_every_kind_its_cluster_role_may_list() {
         .into_iter()
         .filter(|(g, r)| !(g.is_empty() && r == "namespaces"))
         .collect();
-    // Nodes are read besides the judged kinds, for the GPU pools.
+    // Nodes are read besides the judged kinds, for the GPU pools, and
+    // GpuPolicyExceptions, which the judging honours.
     let nodes = (String::new(), "nodes".to_string());
+    let exceptions = (
+        "gpu-admission.io".to_string(),
+        "gpupolicyexceptions".to_string(),
+    );
     assert!(listable.contains(&nodes), "the audit role lists nodes");
-    let listable: BTreeSet<(String, String)> =
-        listable.into_iter().filter(|k| *k != nodes).collect();
+    assert!(
+        listable.contains(&exceptions),
+        "the audit role lists GpuPolicyExceptions"
+    );
+    let listable: BTreeSet<(String, String)> = listable
+        .into_iter()
+        .filter(|k| *k != nodes && *k != exceptions)
+        .collect();
     // The built-in kinds, and the workload custom resources of the shipped
     // PodTemplateSources (which give their resource names).
     let shipped = bundle::load(&PolicySource::Embedded).expect("shipped policies load");

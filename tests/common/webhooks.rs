@@ -4,7 +4,8 @@
 //! objectSelector, matchConditions); the mutating ones are called over TLS
 //! in order and their patches applied; the validating ones, and the
 //! ValidatingAdmissionPolicies `deploy/` installs for kube-apiserver to run
-//! (`deploy/namespace-exemption`), then judge the patched object.
+//! (`deploy/namespace-exemption`, `deploy/exceptions`), then judge the
+//! patched object.
 //!
 //! ```ignore
 //! let outcome = cluster_admit(&Review::create(pod).by("alice@example.com")).await;
@@ -163,7 +164,8 @@ pub struct Cluster {
     mutating: Vec<Webhook>,
     validating: Vec<Webhook>,
     /// The ValidatingAdmissionPolicies `deploy/` installs, which
-    /// kube-apiserver runs itself (deploy/namespace-exemption).
+    /// kube-apiserver runs itself (deploy/namespace-exemption,
+    /// deploy/exceptions).
     native: PolicySet,
 }
 
@@ -505,10 +507,18 @@ impl Webhook {
 
 const SENT: &str = "sent";
 
-/// The ValidatingAdmissionPolicies of `deploy/namespace-exemption/policy`.
+/// The ValidatingAdmissionPolicies of `deploy/namespace-exemption/policy`
+/// and `deploy/exceptions/policy`.
 fn native_policies() -> PolicySet {
-    let dir = root().join("deploy/namespace-exemption/policy");
-    let docs = gpu_admission::policy::read_documents(&dir).expect("native policies read");
+    let mut docs = Vec::new();
+    for dir in [
+        "deploy/namespace-exemption/policy",
+        "deploy/exceptions/policy",
+    ] {
+        docs.extend(
+            gpu_admission::policy::read_documents(&root().join(dir)).expect("native policies read"),
+        );
+    }
     PolicySet::compile(&docs).expect("native policies compile")
 }
 

@@ -1,0 +1,641 @@
+//! The shipped ValidatingAdmissionPolicy that decides who may write a
+//! GpuPolicyException (`deploy/exceptions/policy/exception-guard.yaml`),
+//! through `gpu-admission evaluate` with requests shaped as kube-apiserver
+//! sends them (creationTimestamp set, userInfo with groups, the namespace's
+//! labels); the CRD's schema against the model's example; and the path an
+//! exception takes through the shipped webhook configurations.
+mod common;
+
+use common::webhooks::{Cluster, Review};
+use gpu_admission::cel::{
+    compile_here, evaluate, json_to_value, on_compile_stack, Env, Extensions,
+};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::Command;
+
+const OPEN: (&str, &str) = ("gpu-admission.io/exceptions", "allowed");
+const CREATED: &str = "2026-12-01T09:00:00Z";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn policy_dir() -> PathBuf {
+    root().join("deploy/exceptions/policy")
+}
+
+/// The model's example, as kube-apiserver has it when admission runs:
+/// created at [`CREATED`], requested by `by`, expiring `days` after
+/// creation (none when `None`).
+fn exception(by: &str, policies: &[&str], days: Option<i64>) -> Value {
+    let mut spec = json!({
+        "policies": policies,
+        "match": {
+            "kinds": ["Pod", "Job"],
+            "names": ["nccl-bench", "nccl-bench-*"],
+            "selector": {"matchLabels": {"app": "nccl-bench"}},
+            "expression": "object.metadata.name.startsWith('nccl-')"
+        },
+        "reason": "NCCL bandwidth benchmark needs privileged for one day; OPS-1234",
+        "requestedBy": by
+    });
+    if let Some(days) = days {
+        spec["expiresAt"] = json!(after_creation(days));
+    }
+    json!({
+        "apiVersion": "gpu-admission.io/v1alpha1",
+        "kind": "GpuPolicyException",
+        "metadata": {
+            "name": "nccl-bench", "namespace": "research",
+            "uid": "6f1c2f0e-5b7a-4c1e-9d59-0c7d1e2a3b4c",
+            "creationTimestamp": CREATED
+        },
+        "spec": spec
+    })
+}
+
+/// [`CREATED`] plus `days` days, in RFC 3339 (no date library needed for
+/// these: December 2026 has 31 days, January 2027 too).
+fn after_creation(days: i64) -> String {
+    let day = 1 + days;
+    let (year, month, day) = match day {
+        1..=31 => (2026, 12, day),
+        32..=62 => (2027, 1, day - 31),
+        63..=90 => (2027, 2, day - 62),
+        _ => (2027, 3, day - 90),
+    };
+    format!("{year}-{month:02}-{day:02}T09:00:00Z")
+}
+
+struct User<'a> {
+    name: &'a str,
+    groups: &'a [&'a str],
+}
+
+const ALICE: User = User {
+    name: "alice@example.com",
+    groups: &["system:authenticated", "research:devs"],
+};
+const ADMIN: User = User {
+    name: "carol@example.com",
+    groups: &["system:authenticated", "gpu-admission:admins"],
+};
+const MASTER: User = User {
+    name: "kubernetes-admin",
+    groups: &["system:masters", "system:authenticated"],
+};
+
+/// `evaluate` of `object` (an UPDATE from `old` when given) by `user`, in a
+/// namespace with `labels`: (allowed, denial lines).
+fn evaluate_guard(
+    object: &Value,
+    old: Option<&Value>,
+    user: &User,
+    labels: &[(&str, &str)],
+) -> (bool, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("exception.json");
+    std::fs::write(&file, object.to_string()).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-admission"));
+    cmd.args(["evaluate", "-o", "json", "--policies"])
+        .arg(policy_dir())
+        .arg("-f")
+        .arg(&file)
+        .args(["--as", user.name]);
+    for g in user.groups {
+        cmd.args(["--as-group", g]);
+    }
+    if !labels.is_empty() {
+        let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        cmd.args(["--namespace-labels", &labels.join(",")]);
+    }
+    if let Some(old) = old {
+        let before = dir.path().join("before.json");
+        std::fs::write(&before, old.to_string()).unwrap();
+        cmd.args(["--operation", "update", "--old-filename"])
+            .arg(&before);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let result = &results[0];
+    assert_eq!(result["kind"], "GpuPolicyException", "{result}");
+    let denials = result["denials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_string())
+        .collect();
+    (result["allowed"] == true, denials)
+}
+
+/// The one denial of a request that must be denied for one reason.
+fn denied(verdict: (bool, Vec<String>)) -> String {
+    let (allowed, denials) = verdict;
+    assert!(!allowed, "allowed");
+    assert_eq!(denials.len(), 1, "{denials:#?}");
+    assert!(
+        denials[0].starts_with("gpu-admission-exceptions: "),
+        "{denials:?}"
+    );
+    assert!(
+        !denials[0].contains("policy error"),
+        "an error, not a verdict: {denials:?}"
+    );
+    denials[0].clone()
+}
+
+fn allowed(verdict: (bool, Vec<String>)) {
+    assert!(verdict.0, "{:#?}", verdict.1);
+}
+
+#[test]
+fn admins_write_any_exception_anywhere() {
+    // Every policy, 90 days, a namespace nobody opened.
+    let wide = exception(ADMIN.name, &["*"], Some(90));
+    allowed(evaluate_guard(&wide, None, &ADMIN, &[]));
+    allowed(evaluate_guard(
+        &exception(MASTER.name, &["*"], None),
+        None,
+        &MASTER,
+        &[],
+    ));
+    // An admin's reason may be blank (the CRD still requires one).
+    let mut terse = exception(ADMIN.name, &["gpu-privileged"], Some(90));
+    terse["spec"]["reason"] = json!(" ");
+    allowed(evaluate_guard(&terse, None, &ADMIN, &[]));
+    // ...and an UPDATE that keeps requestedBy.
+    let mut longer = wide.clone();
+    longer["spec"]["expiresAt"] = json!(after_creation(120));
+    allowed(evaluate_guard(&longer, Some(&wide), &ADMIN, &[]));
+}
+
+#[test]
+fn a_non_admin_writes_a_short_named_reasoned_exception_in_an_opened_namespace() {
+    let week = exception(ALICE.name, &["gpu-privileged"], Some(7));
+    allowed(evaluate_guard(&week, None, &ALICE, &[OPEN]));
+    // Exactly 30 days is the cap, and still allowed.
+    let month = exception(ALICE.name, &["gpu-privileged"], Some(30));
+    allowed(evaluate_guard(&month, None, &ALICE, &[OPEN]));
+    // Editing it within the rules.
+    let mut edited = week.clone();
+    edited["spec"]["policies"] = json!(["gpu-privileged", "gpu-visible-devices-leak"]);
+    allowed(evaluate_guard(&edited, Some(&week), &ALICE, &[OPEN]));
+}
+
+#[test]
+fn a_namespace_nobody_opened_is_closed_to_non_admins() {
+    let week = exception(ALICE.name, &["gpu-privileged"], Some(7));
+    for labels in [&[][..], &[("gpu-admission.io/exceptions", "true")][..]] {
+        let message = denied(evaluate_guard(&week, None, &ALICE, labels));
+        assert!(
+            message.contains("namespace research is not open for policy exceptions")
+                && message.contains("label it gpu-admission.io/exceptions=allowed")
+                && message.contains("ask a cluster admin (gpu-admission:admins, system:masters)"),
+            "{message}"
+        );
+    }
+    // A user in no group at all (kube-apiserver then leaves `groups` out):
+    // the same denial, not an evaluation error.
+    let bob = User {
+        name: "bob",
+        groups: &[],
+    };
+    let message = denied(evaluate_guard(
+        &exception("bob", &["gpu-privileged"], Some(7)),
+        None,
+        &bob,
+        &[],
+    ));
+    assert!(
+        message.contains("not open for policy exceptions"),
+        "{message}"
+    );
+}
+
+#[test]
+fn non_admins_name_the_policies() {
+    let message = denied(evaluate_guard(
+        &exception(ALICE.name, &["gpu-privileged", "*"], Some(7)),
+        None,
+        &ALICE,
+        &[OPEN],
+    ));
+    assert!(
+        message.contains("may except from every policy (\"*\" in spec.policies)")
+            && message.contains("name the policies the workload needs instead"),
+        "{message}"
+    );
+}
+
+#[test]
+fn non_admins_give_a_reason() {
+    for reason in ["", "   ", "\t\n"] {
+        let mut blank = exception(ALICE.name, &["gpu-privileged"], Some(7));
+        blank["spec"]["reason"] = json!(reason);
+        let message = denied(evaluate_guard(&blank, None, &ALICE, &[OPEN]));
+        assert!(
+            message.contains("spec.reason is blank: say why the workload needs the exception"),
+            "{message}"
+        );
+    }
+    let mut none = exception(ALICE.name, &["gpu-privileged"], Some(7));
+    none["spec"].as_object_mut().unwrap().remove("reason");
+    let message = denied(evaluate_guard(&none, None, &ALICE, &[OPEN]));
+    assert!(message.contains("spec.reason is blank"), "{message}");
+}
+
+#[test]
+fn non_admins_expire_within_thirty_days_of_creation() {
+    let message = denied(evaluate_guard(
+        &exception(ALICE.name, &["gpu-privileged"], Some(90)),
+        None,
+        &ALICE,
+        &[OPEN],
+    ));
+    assert!(
+        message.contains(&format!(
+            "spec.expiresAt {} is more than 30 days (720h) after the exception was created ({CREATED})",
+            after_creation(90)
+        )) && message.contains("set it to 2026-12-31T09:00:00Z or earlier")
+            && message.contains("ask a cluster admin"),
+        "{message}"
+    );
+    // One second past the cap.
+    let mut late = exception(ALICE.name, &["gpu-privileged"], Some(30));
+    late["spec"]["expiresAt"] = json!("2026-12-31T09:00:01Z");
+    denied(evaluate_guard(&late, None, &ALICE, &[OPEN]));
+
+    let message = denied(evaluate_guard(
+        &exception(ALICE.name, &["gpu-privileged"], None),
+        None,
+        &ALICE,
+        &[OPEN],
+    ));
+    assert!(
+        message.contains("spec.expiresAt is required: set it to at most 30 days (720h)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_update_cannot_push_the_expiry_past_thirty_days_after_creation() {
+    let week = exception(ALICE.name, &["gpu-privileged"], Some(7));
+    let mut extended = week.clone();
+    extended["spec"]["expiresAt"] = json!(after_creation(45));
+    let message = denied(evaluate_guard(&extended, Some(&week), &ALICE, &[OPEN]));
+    assert!(
+        message.contains("is more than 30 days (720h) after the exception was created")
+            && message.contains("set it to 2026-12-31T09:00:00Z or earlier"),
+        "{message}"
+    );
+    // Nor drop it.
+    let mut open_ended = week.clone();
+    open_ended["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("expiresAt");
+    let message = denied(evaluate_guard(&open_ended, Some(&week), &ALICE, &[OPEN]));
+    assert!(message.contains("spec.expiresAt is required"), "{message}");
+}
+
+#[test]
+fn requested_by_is_the_creator_for_everyone() {
+    for user in [&ALICE, &ADMIN] {
+        let forged = exception("dave@example.com", &["gpu-privileged"], Some(7));
+        let message = denied(evaluate_guard(&forged, None, user, &[OPEN]));
+        assert!(
+            message.contains(&format!(
+                "spec.requestedBy must be the user creating the exception ({}), not 'dave@example.com'",
+                user.name
+            )) && message.contains("leave it out (gpu-admission fills it in) or set it to your own user name"),
+            "{message}"
+        );
+    }
+    // Left out (the mutating webhook did not run): the same denial.
+    let mut missing = exception(ALICE.name, &["gpu-privileged"], Some(7));
+    missing["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("requestedBy");
+    let message = denied(evaluate_guard(&missing, None, &ALICE, &[OPEN]));
+    assert!(message.contains("not empty"), "{message}");
+}
+
+#[test]
+fn an_update_keeps_requested_by_for_everyone() {
+    // Alice hands it to someone else; an admin takes it over.
+    for (user, creator, new) in [
+        (&ALICE, ALICE.name, "dave@example.com"),
+        (&ADMIN, ALICE.name, ADMIN.name),
+    ] {
+        let before = exception(creator, &["gpu-privileged"], Some(7));
+        let mut taken = before.clone();
+        taken["spec"]["requestedBy"] = json!(new);
+        let message = denied(evaluate_guard(&taken, Some(&before), user, &[OPEN]));
+        assert!(
+            message.contains(&format!(
+                "spec.requestedBy cannot change: keep it '{creator}'"
+            )),
+            "{message}"
+        );
+    }
+    // An admin may edit an exception someone else created, keeping it.
+    let before = exception(ALICE.name, &["gpu-privileged"], Some(7));
+    let mut edited = before.clone();
+    edited["spec"]["reason"] = json!("extended after review; OPS-1240");
+    allowed(evaluate_guard(&edited, Some(&before), &ADMIN, &[]));
+}
+
+#[test]
+fn the_guards_of_exemptions_cannot_be_excepted_even_by_admins() {
+    for reserved in ["gpu-admission-exempt-label", "gpu-admission-exceptions"] {
+        for (user, labels) in [(&ADMIN, &[][..]), (&ALICE, &[OPEN][..])] {
+            let message = denied(evaluate_guard(
+                &exception(user.name, &["gpu-privileged", reserved], Some(7)),
+                None,
+                user,
+                labels,
+            ));
+            assert!(
+                message.contains(&format!("spec.policies may not name {reserved}"))
+                    && message.contains("remove it from spec.policies"),
+                "{message}"
+            );
+        }
+    }
+}
+
+// The CRD's schema: kube-apiserver refuses what it does not allow before
+// any admission runs. Checked by a walk over the structural schema (types,
+// required fields, bounds, date-time) and its x-kubernetes-validations
+// rules, evaluated with the crate's CEL environment.
+
+fn crd_schema() -> Value {
+    let text = std::fs::read_to_string(root().join("deploy/exceptions/crd.yaml")).unwrap();
+    let crd: Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(
+        crd["metadata"]["name"],
+        "gpupolicyexceptions.gpu-admission.io"
+    );
+    assert_eq!(crd["spec"]["names"]["shortNames"], json!(["gpuex"]));
+    let versions = crd["spec"]["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 1);
+    assert_eq!(versions[0]["name"], "v1alpha1");
+    versions[0]["schema"]["openAPIV3Schema"].clone()
+}
+
+/// Every way `value` breaks `schema`, as "path: what".
+fn schema_errors(schema: &Value, value: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    on_compile_stack(|| walk(schema, value, "", &mut errors)).unwrap();
+    errors
+}
+
+fn walk(schema: &Value, value: &Value, path: &str, errors: &mut Vec<String>) {
+    let mut fail = |what: String| {
+        errors.push(format!(
+            "{}: {what}",
+            if path.is_empty() { "." } else { path }
+        ))
+    };
+    let ty = schema["type"].as_str().unwrap_or_default();
+    let type_ok = match ty {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "boolean" => value.is_boolean(),
+        _ => true,
+    };
+    if !type_ok {
+        fail(format!("must be of type {ty}"));
+        return;
+    }
+    let bound = |key: &str| schema[key].as_u64().map(|n| n as usize);
+    match value {
+        Value::String(s) => {
+            let chars = s.chars().count();
+            if bound("minLength").is_some_and(|n| chars < n) {
+                fail(format!("shorter than {}", schema["minLength"]));
+            }
+            if bound("maxLength").is_some_and(|n| chars > n) {
+                fail(format!("longer than {}", schema["maxLength"]));
+            }
+            if schema["format"] == "date-time" && !is_rfc3339(s) {
+                fail(format!("{s:?} is not an RFC 3339 date-time"));
+            }
+            if let Some(allowed) = schema["enum"].as_array() {
+                if !allowed.contains(value) {
+                    fail(format!("{s:?} is not one of {allowed:?}"));
+                }
+            }
+        }
+        Value::Array(items) => {
+            if bound("minItems").is_some_and(|n| items.len() < n) {
+                fail(format!("fewer than {} items", schema["minItems"]));
+            }
+            if bound("maxItems").is_some_and(|n| items.len() > n) {
+                fail(format!("more than {} items", schema["maxItems"]));
+            }
+            if schema["x-kubernetes-list-type"] == "set" {
+                for (i, item) in items.iter().enumerate() {
+                    if items[..i].contains(item) {
+                        fail(format!("duplicate item {item}"));
+                    }
+                }
+            }
+        }
+        Value::Object(fields) => {
+            for required in schema["required"].as_array().into_iter().flatten() {
+                let required = required.as_str().unwrap();
+                if !fields.contains_key(required) {
+                    fail(format!("{required} is required"));
+                }
+            }
+        }
+        _ => {}
+    }
+    for rule in schema["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let source = rule["rule"].as_str().unwrap();
+        if !holds(source, value) {
+            fail(rule["message"].as_str().unwrap_or(source).to_string());
+        }
+    }
+    match value {
+        Value::Object(fields) => {
+            for (key, field) in fields {
+                if let Some(sub) = schema["properties"].get(key) {
+                    walk(sub, field, &format!("{path}.{key}"), errors);
+                } else if let Some(extra) = schema.get("additionalProperties") {
+                    walk(extra, field, &format!("{path}.{key}"), errors);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                walk(&schema["items"], item, &format!("{path}[{i}]"), errors);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether the CRD validation rule `source` (CEL over `self`) holds for
+/// `value`. The crate's environment knows the admission variables, so the
+/// rule's `self` is bound as `object`.
+fn holds(source: &str, value: &Value) -> bool {
+    let env = Env::new(Extensions::new());
+    let renamed = regex::Regex::new(r"\bself\b")
+        .unwrap()
+        .replace_all(source, "object");
+    let compiled = compile_here(&env, &renamed).unwrap_or_else(|e| panic!("rule {source:?}: {e}"));
+    let mut scope = env.scope();
+    scope.add_variable_from_value("object", json_to_value(value));
+    match evaluate(compiled.tree(), &scope) {
+        Ok(gpu_admission::cel::Value::Bool(b)) => b,
+        other => panic!("rule {source:?} on {value}: {other:?}"),
+    }
+}
+
+fn is_rfc3339(s: &str) -> bool {
+    regex::Regex::new(
+        r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt]([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$",
+    )
+    .unwrap()
+    .is_match(s)
+}
+
+/// The model's example exactly as documented.
+fn documented_example() -> Value {
+    let mut example = exception("alice@example.com", &["gpu-privileged"], None);
+    example["spec"]["expiresAt"] = json!("2026-12-31T00:00:00Z");
+    example
+}
+
+#[test]
+fn the_crd_accepts_the_models_example() {
+    let schema = crd_schema();
+    let example = documented_example();
+    assert_eq!(schema_errors(&schema, &example), Vec::<String>::new());
+    // Any one of names, selector or expression is enough.
+    for only in ["names", "selector", "expression"] {
+        let mut narrower = example.clone();
+        let m = narrower["spec"]["match"].as_object_mut().unwrap();
+        m.retain(|k, _| k == only);
+        assert_eq!(
+            schema_errors(&schema, &narrower),
+            Vec::<String>::new(),
+            "{only}"
+        );
+    }
+}
+
+#[test]
+fn the_crd_refuses_an_exception_without_reason_or_match() {
+    let schema = crd_schema();
+    let mut no_reason = documented_example();
+    no_reason["spec"].as_object_mut().unwrap().remove("reason");
+    assert_eq!(
+        schema_errors(&schema, &no_reason),
+        [".spec: reason is required"]
+    );
+
+    let mut kinds_only = documented_example();
+    kinds_only["spec"]["match"] = json!({"kinds": ["Pod"]});
+    assert_eq!(
+        schema_errors(&schema, &kinds_only),
+        [".spec.match: set at least one of match.names, match.selector or match.expression"]
+    );
+
+    // And the bounds of the model.
+    let cases: [(&str, Value, &str); 6] = [
+        ("policies", json!([]), ".spec.policies: fewer than 1 items"),
+        ("policies", json!([""]), ".spec.policies[0]: shorter than 1"),
+        (
+            "policies",
+            json!((0..33).map(|i| format!("p{i}")).collect::<Vec<_>>()),
+            ".spec.policies: more than 32 items",
+        ),
+        ("reason", json!(""), ".spec.reason: shorter than 1"),
+        (
+            "reason",
+            json!("x".repeat(1025)),
+            ".spec.reason: longer than 1024",
+        ),
+        (
+            "expiresAt",
+            json!("next tuesday"),
+            ".spec.expiresAt: \"next tuesday\" is not an RFC 3339 date-time",
+        ),
+    ];
+    for (field, value, want) in cases {
+        let mut broken = documented_example();
+        broken["spec"][field] = value;
+        assert_eq!(schema_errors(&schema, &broken), [want], "{field}");
+    }
+    let mut many_names = documented_example();
+    many_names["spec"]["match"]["names"] =
+        json!((0..33).map(|i| format!("n{i}")).collect::<Vec<_>>());
+    assert_eq!(
+        schema_errors(&schema, &many_names),
+        [".spec.match.names: more than 32 items"]
+    );
+}
+
+// In the cluster: the shipped webhook configurations send exceptions to
+// the server, and the guard runs in kube-apiserver before them.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_cluster_exceptions_reach_the_webhooks_behind_the_guard() {
+    let cluster = Cluster::start().await;
+    let week = exception(ALICE.name, &["gpu-privileged"], Some(7));
+    let outcome = cluster
+        .admit(
+            &Review::create(week.clone())
+                .by(ALICE.name, &ALICE.groups[1..])
+                .namespace_labels(&[OPEN]),
+        )
+        .await;
+    assert_eq!(outcome.mutated_by, ["exceptions.mutate.gpu-admission.io"]);
+    assert_eq!(
+        outcome.validated_by,
+        ["exceptions.validate.gpu-admission.io"]
+    );
+    assert!(outcome.allowed, "{}", outcome.message());
+
+    // A namespace nobody opened: kube-apiserver's policy denies.
+    let outcome = cluster
+        .admit(&Review::create(week.clone()).by(ALICE.name, &ALICE.groups[1..]))
+        .await;
+    assert!(!outcome.allowed);
+    assert_eq!(
+        outcome.denied_by.as_deref(),
+        Some("ValidatingAdmissionPolicy")
+    );
+    assert!(
+        outcome.message().contains("not open for policy exceptions"),
+        "{}",
+        outcome.message()
+    );
+
+    // The webhook's own namespace and kube-system are never sent.
+    for ns in ["gpu-admission", "kube-system"] {
+        let mut elsewhere = exception(ADMIN.name, &["gpu-privileged"], Some(7));
+        elsewhere["metadata"]["namespace"] = json!(ns);
+        let outcome = cluster
+            .admit(&Review::create(elsewhere).by(ADMIN.name, &ADMIN.groups[1..]))
+            .await;
+        assert!(!outcome.sent() && outcome.allowed, "{ns}: {outcome:?}");
+    }
+    cluster.stop().await;
+}
