@@ -1,6 +1,6 @@
 //! The shipped ValidatingAdmissionPolicy that decides who may write a
 //! GpuPolicyException (`deploy/exceptions/policy/exception-guard.yaml`),
-//! through `gpu-admission evaluate` with requests shaped as kube-apiserver
+//! evaluated by the project's engine on requests shaped as kube-apiserver
 //! sends them (creationTimestamp set, userInfo with groups, the namespace's
 //! labels); the CRD's schema against the model's example; and the path an
 //! exception takes through the shipped webhook configurations.
@@ -10,9 +10,12 @@ use common::webhooks::{Cluster, Review};
 use gpu_admission::cel::{
     compile_here, evaluate, json_to_value, on_compile_stack, Env, Extensions,
 };
+use gpu_admission::k8s::namespaces::StaticNamespaces;
+use gpu_admission::policy::{read_documents, PolicySet};
+use gpu_admission::review::{Operation, Request};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 
 const OPEN: (&str, &str) = ("gpu-admission.io/exceptions", "allowed");
 const CREATED: &str = "2026-12-01T09:00:00Z";
@@ -86,52 +89,35 @@ const MASTER: User = User {
     groups: &["system:masters", "system:authenticated"],
 };
 
-/// `evaluate` of `object` (an UPDATE from `old` when given) by `user`, in a
-/// namespace with `labels`: (allowed, denial lines).
+/// The guard policy alone (as kube-apiserver runs it, after the
+/// webhooks' mutations) on `object` (an UPDATE from `old` when given) by
+/// `user`, in a namespace with `labels`: (allowed, denial lines).
 fn evaluate_guard(
     object: &Value,
     old: Option<&Value>,
     user: &User,
     labels: &[(&str, &str)],
 ) -> (bool, Vec<String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("exception.json");
-    std::fs::write(&file, object.to_string()).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-admission"));
-    cmd.args(["evaluate", "-o", "json", "--policies"])
-        .arg(policy_dir())
-        .arg("-f")
-        .arg(&file)
-        .args(["--as", user.name]);
-    for g in user.groups {
-        cmd.args(["--as-group", g]);
-    }
-    if !labels.is_empty() {
-        let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        cmd.args(["--namespace-labels", &labels.join(",")]);
-    }
-    if let Some(old) = old {
-        let before = dir.path().join("before.json");
-        std::fs::write(&before, old.to_string()).unwrap();
-        cmd.args(["--operation", "update", "--old-filename"])
-            .arg(&before);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let results: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let result = &results[0];
-    assert_eq!(result["kind"], "GpuPolicyException", "{result}");
-    let denials = result["denials"]
-        .as_array()
-        .unwrap()
+    let docs = read_documents(&policy_dir()).unwrap();
+    let set = PolicySet::compile(&docs).unwrap_or_else(|e| panic!("{e}"));
+    let operation = match old {
+        Some(_) => Operation::Update,
+        None => Operation::Create,
+    };
+    let mut req = Request::for_object(object.clone(), operation, None);
+    req.old_object = old.cloned();
+    // kube-apiserver leaves `groups` out when there are none.
+    req.user_info = match user.groups {
+        [] => json!({"username": user.name}),
+        groups => json!({"username": user.name, "groups": groups}),
+    };
+    let labels: BTreeMap<String, String> = labels
         .iter()
-        .map(|d| d.as_str().unwrap().to_string())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    (result["allowed"] == true, denials)
+    let namespaces = StaticNamespaces::new().with("research", labels);
+    let verdict = set.evaluate(&req, &namespaces);
+    (verdict.denials.is_empty(), verdict.denials)
 }
 
 /// The one denial of a request that must be denied for one reason.
@@ -165,10 +151,6 @@ fn admins_write_any_exception_anywhere() {
         &MASTER,
         &[],
     ));
-    // An admin's reason may be blank (the CRD still requires one).
-    let mut terse = exception(ADMIN.name, &["gpu-privileged"], Some(90));
-    terse["spec"]["reason"] = json!(" ");
-    allowed(evaluate_guard(&terse, None, &ADMIN, &[]));
     // ...and an UPDATE that keeps requestedBy.
     let mut longer = wide.clone();
     longer["spec"]["expiresAt"] = json!(after_creation(120));
@@ -234,7 +216,7 @@ fn non_admins_name_the_policies() {
 }
 
 #[test]
-fn non_admins_give_a_reason() {
+fn everyone_gives_a_reason() {
     for reason in ["", "   ", "\t\n"] {
         let mut blank = exception(ALICE.name, &["gpu-privileged"], Some(7));
         blank["spec"]["reason"] = json!(reason);
@@ -243,6 +225,11 @@ fn non_admins_give_a_reason() {
             message.contains("spec.reason is blank: say why the workload needs the exception"),
             "{message}"
         );
+        // Admins too: the reason is shown with every request it allows.
+        let mut blank = exception(ADMIN.name, &["gpu-privileged"], Some(7));
+        blank["spec"]["reason"] = json!(reason);
+        let message = denied(evaluate_guard(&blank, None, &ADMIN, &[]));
+        assert!(message.contains("spec.reason is blank"), "{message}");
     }
     let mut none = exception(ALICE.name, &["gpu-privileged"], Some(7));
     none["spec"].as_object_mut().unwrap().remove("reason");
