@@ -78,6 +78,7 @@ fn the_edge_knows_nothing_of_gpus_cel_or_policies() {
         "k8s",
         "policy",
         "admission",
+        "exceptions",
     ];
     let found = uses("server", &domain);
     assert!(
@@ -130,6 +131,7 @@ fn domain_modules_know_nothing_of_http() {
         "subject",
         "audit",
         "inventory",
+        "exceptions",
     ] {
         let found = uses(module, &["server"]);
         assert!(
