@@ -80,6 +80,7 @@ fn the_edge_knows_nothing_of_gpus_cel_or_policies() {
         "k8s",
         "policy",
         "admission",
+        "exceptions",
     ];
     let found = uses("server", &domain);
     assert!(

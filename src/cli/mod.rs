@@ -8,6 +8,7 @@ mod log_lines;
 pub mod policy_args;
 pub mod serve;
 pub mod serve_certs;
+pub mod serve_exceptions;
 pub mod test;
 pub mod utilization_args;
 

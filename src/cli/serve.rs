@@ -1,8 +1,10 @@
 //! `gpu-admission serve`: flags into a [`ServeConfig`], logging, the policy
 //! bundle, signals, and the server.
 use super::serve_certs::{start_managed_certs, ManagedCertArgs};
+use super::serve_exceptions::{cluster_exceptions, excepted_counter};
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
+use crate::exceptions::metrics::ExceptionMetrics;
 use crate::gpu::catalog::Catalog;
 use crate::k8s::namespaces::ClusterNamespaces;
 use crate::k8s::{ClaimLookup, ClusterClaims, NamespaceLookup};
@@ -174,6 +176,13 @@ pub struct ServeArgs {
     /// labels alone.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub node_cache: Switch,
+    /// In a cluster, watch its GpuPolicyExceptions (gpu-admission.io/v1alpha1)
+    /// and let the objects they match through the policies they name,
+    /// readiness waiting for their first list; `off`: only those of the
+    /// policy folder apply. Needs get, list and watch on them
+    /// (deploy/base/rbac.yaml).
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub policy_exceptions: Switch,
     /// Username of Kueue's controller (repeatable). Its UPDATE of a queued
     /// Job that only admits it (suspend, the ResourceFlavor's node
     /// selection and tolerations, Kueue's labels and annotations) is not
@@ -303,6 +312,7 @@ impl ServeArgs {
             policy_report_max_results,
             policy_report_writes_per_second,
             node_cache,
+            policy_exceptions,
             // Process-wide, set by `run` before the configuration is made.
             kueue_controllers: _,
             certs,
@@ -350,6 +360,7 @@ impl ServeArgs {
             policy_report_max_results,
             policy_report_writes_per_second,
             node_cache: node_cache == Switch::On,
+            policy_exceptions: policy_exceptions == Switch::On,
             manage_certs,
         }
     }
@@ -396,12 +407,13 @@ pub async fn serve(
     shutdown: ShutdownHandle,
 ) -> anyhow::Result<()> {
     let mut audit_metrics = None;
-    let metrics = match config.report_interval {
-        Some(_) => Metrics::with_families(|registry| {
+    let mut exception_metrics = ExceptionMetrics::default();
+    let metrics = Metrics::with_families(|registry| {
+        if config.report_interval.is_some() {
             audit_metrics = Some(AuditMetrics::register(registry));
-        }),
-        None => Metrics::new(),
-    };
+        }
+        exception_metrics = ExceptionMetrics::register(registry);
+    });
     let readiness = Readiness::new();
     let source = policy_source(&config);
     let (bundle, fingerprint) = load_initial(&config)?;
@@ -423,12 +435,19 @@ pub async fn serve(
     let namespaces = namespace_lookup(&readiness).await;
     let claims = claim_lookup(&readiness).await;
     let nodes = node_lookup(&readiness, config.node_cache).await;
-    let admission = Arc::new(
-        Admission::new(bundle, namespaces)
-            .with_claims(claims)
-            .with_nodes(nodes)
-            .with_authorizer(cluster_authorizer()),
-    );
+    let exceptions = cluster_exceptions(&readiness, config.policy_exceptions).await;
+    let mut admission = Admission::new(bundle, namespaces)
+        .with_claims(claims)
+        .with_nodes(nodes)
+        .with_authorizer(cluster_authorizer())
+        .on_excepted(excepted_counter(&exception_metrics));
+    if let Some(exceptions) = &exceptions {
+        admission = admission.with_exceptions(exceptions.lookup());
+    }
+    let admission = Arc::new(admission);
+    // Runs for the life of the server.
+    let _exceptions =
+        exceptions.map(|pending| pending.start(admission.clone(), &exception_metrics, &readiness));
     readiness.set_policies_loaded();
     // Held for the life of the server: dropping it stops the watch.
     let _watcher = match &source {
@@ -811,7 +830,7 @@ async fn claim_lookup(readiness: &Readiness) -> Arc<dyn ClaimLookup> {
 
 /// Tells `readiness` (with `set`) once `synced` says the `what` cache has
 /// its first list; logs either way.
-fn ready_once(
+pub(super) fn ready_once(
     what: &'static str,
     readiness: &Readiness,
     synced: impl std::future::Future<Output = bool> + Send + 'static,
@@ -1012,6 +1031,8 @@ mod tests {
             "50",
             "--policy-report-writes-per-second",
             "2",
+            "--policy-exceptions",
+            "off",
         ])
         .unwrap();
         assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
@@ -1039,6 +1060,7 @@ mod tests {
         assert!(config.policy_reports);
         assert_eq!(config.policy_report_max_results, 50);
         assert_eq!(config.policy_report_writes_per_second, 2);
+        assert!(!config.policy_exceptions);
         let defaults = parse(&["--report-interval", "1h"]).unwrap();
         assert_eq!(
             defaults.report_lease.as_deref(),
@@ -1074,6 +1096,10 @@ mod tests {
             })
         );
         assert!(!defaults.policy_reports, "PolicyReports are opt-in");
+        assert!(
+            defaults.policy_exceptions,
+            "exceptions are watched by default"
+        );
         assert_eq!(defaults.policy_report_max_results, 1000);
     }
 
@@ -1094,6 +1120,7 @@ mod tests {
         assert!(parse(&["--policy-report-max-results", "0"]).is_err());
         assert!(parse(&["--policy-report-writes-per-second", "0"]).is_err());
         assert!(parse(&["--policy-reports", "maybe"]).is_err());
+        assert!(parse(&["--policy-exceptions", "maybe"]).is_err());
     }
 
     #[test]

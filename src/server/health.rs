@@ -4,7 +4,9 @@
 //! no labels and give wrong answers), and so must the ResourceClaim cache
 //! when the cluster serves `resource.k8s.io` (before that, pods claiming
 //! devices would be judged as claiming nothing), and so must the Node cache
-//! when it is on (before that, no pod could be told to reach a GPU node). Shutdown turns readiness false on its
+//! when it is on (before that, no pod could be told to reach a GPU node),
+//! and so must the policy exception cache when it is on (before that, an
+//! excepted object would be denied). Shutdown turns readiness false on its
 //! own, through the [`ShutdownHandle`](super::ShutdownHandle).
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,6 +26,8 @@ struct Conditions {
     resource_claims_synced: AtomicBool,
     /// True unless [`Readiness::wait_for_nodes`] asked to wait.
     nodes_synced: AtomicBool,
+    /// True unless [`Readiness::wait_for_exceptions`] asked to wait.
+    exceptions_synced: AtomicBool,
 }
 
 impl Readiness {
@@ -45,6 +49,7 @@ impl Readiness {
                 namespaces_synced: AtomicBool::new(namespaces_synced),
                 resource_claims_synced: AtomicBool::new(true),
                 nodes_synced: AtomicBool::new(true),
+                exceptions_synced: AtomicBool::new(true),
             }),
         }
     }
@@ -86,6 +91,18 @@ impl Readiness {
         self.inner.nodes_synced.store(true, Ordering::Release);
     }
 
+    /// Readiness now also waits for the policy exception cache's first
+    /// list ([`Readiness::set_exceptions_synced`]).
+    pub fn wait_for_exceptions(&self) {
+        self.inner.exceptions_synced.store(false, Ordering::Release);
+    }
+
+    /// The policy exception cache has its first full list (or knows the
+    /// cluster serves none).
+    pub fn set_exceptions_synced(&self) {
+        self.inner.exceptions_synced.store(true, Ordering::Release);
+    }
+
     /// Why the server is not ready yet, or `None` once it is. The reason
     /// is the short text `/readyz` answers with.
     pub fn not_ready_reason(&self) -> Option<&'static str> {
@@ -97,6 +114,8 @@ impl Readiness {
             Some("resource claims not synced\n")
         } else if !self.inner.nodes_synced.load(Ordering::Acquire) {
             Some("nodes not synced\n")
+        } else if !self.inner.exceptions_synced.load(Ordering::Acquire) {
+            Some("policy exceptions not synced\n")
         } else {
             None
         }
@@ -141,5 +160,14 @@ mod tests {
         );
         claims.set_resource_claims_synced();
         assert!(claims.is_ready());
+
+        let exceptions = Readiness::ready();
+        exceptions.wait_for_exceptions();
+        assert_eq!(
+            exceptions.not_ready_reason(),
+            Some("policy exceptions not synced\n")
+        );
+        exceptions.set_exceptions_synced();
+        assert!(exceptions.is_ready());
     }
 }

@@ -140,6 +140,9 @@ pub struct ServeConfig {
     /// Watch the cluster's Nodes (in a cluster), so that where a pod can
     /// land is judged against the nodes that exist; off: by labels alone.
     pub node_cache: bool,
+    /// Watch the cluster's GpuPolicyExceptions (in a cluster); off: only
+    /// the policy folder's apply.
+    pub policy_exceptions: bool,
     /// Certificates kept by the server itself in a Secret (instead of
     /// `tls_cert`/`tls_key` or self-generated files); none: off.
     pub manage_certs: Option<certs::managed::Options>,
@@ -191,6 +194,7 @@ impl Default for ServeConfig {
             policy_report_max_results: DEFAULT_POLICY_REPORT_MAX_RESULTS,
             policy_report_writes_per_second: DEFAULT_POLICY_REPORT_WRITES_PER_SECOND,
             node_cache: true,
+            policy_exceptions: true,
             manage_certs: None,
         }
     }

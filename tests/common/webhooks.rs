@@ -15,6 +15,8 @@
 //!
 //! Pods that claim devices through DRA need the claims in the server's
 //! cache: `Cluster::start_with_claims(claims)` with a `StaticClaims`.
+//! GpuPolicyExceptions come from a lookup and feed metrics:
+//! `Cluster::start_with_exceptions(lookup, metrics, counter)`.
 //!
 //! The webhooks' own matching is not reimplemented here: each webhook is
 //! compiled into a ValidatingAdmissionPolicy with the same rules,
@@ -23,12 +25,14 @@
 //! kube-apiserver) says whether it applies.
 use super::{config, TestServer};
 use base64::Engine as _;
-use gpu_admission::admission::{Admission, Bundle};
+use gpu_admission::admission::{Admission, Bundle, ExceptedCounter};
 use gpu_admission::bundle::{self, PolicySource};
+use gpu_admission::exceptions::ExceptionLookup;
 use gpu_admission::k8s::{ClaimLookup, NamespaceLookup, NodeLookup, StaticClaims};
 use gpu_admission::offline::{build_request, with_evaluation_stack};
 use gpu_admission::policy::{Document, PolicySet, Source};
 use gpu_admission::review::{Operation, Request};
+use gpu_admission::server::Metrics;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -142,6 +146,8 @@ pub struct Outcome {
     pub denial: Option<String>,
     /// Warnings of every webhook called.
     pub warnings: Vec<String>,
+    /// `auditAnnotations` of the validating webhooks' answers.
+    pub audit_annotations: BTreeMap<String, String>,
 }
 
 impl Outcome {
@@ -207,6 +213,29 @@ impl Cluster {
         Cluster::start_admission(loaded.bundle, None, Some(Arc::new(nodes))).await
     }
 
+    /// The policies of `policies/` behind `deploy/base/`'s webhooks, with
+    /// the GpuPolicyExceptions of `exceptions`; what they let through is
+    /// told to `counted`, and `metrics` is served on /metrics.
+    pub async fn start_with_exceptions(
+        exceptions: Arc<dyn ExceptionLookup>,
+        metrics: Metrics,
+        counted: ExceptedCounter,
+    ) -> Cluster {
+        let dir = root().join("policies");
+        let loaded = bundle::load(&PolicySource::Dir(dir)).expect("policies/ loads");
+        Cluster::start_configured(
+            loaded.bundle,
+            |admission| admission.with_exceptions(exceptions).on_excepted(counted),
+            metrics,
+        )
+        .await
+    }
+
+    /// The server this cluster calls.
+    pub fn server(&self) -> &TestServer {
+        &self.server
+    }
+
     async fn start_serving(bundle: Bundle, claims: Option<Arc<dyn ClaimLookup>>) -> Cluster {
         Cluster::start_admission(bundle, claims, None).await
     }
@@ -216,15 +245,26 @@ impl Cluster {
         claims: Option<Arc<dyn ClaimLookup>>,
         nodes: Option<Arc<dyn NodeLookup>>,
     ) -> Cluster {
+        let configure = |mut admission: Admission| {
+            if let Some(claims) = claims {
+                admission = admission.with_claims(claims);
+            }
+            if let Some(nodes) = nodes {
+                admission = admission.with_nodes(nodes);
+            }
+            admission
+        };
+        Cluster::start_configured(bundle, configure, Metrics::new()).await
+    }
+
+    async fn start_configured(
+        bundle: Bundle,
+        configure: impl FnOnce(Admission) -> Admission,
+        metrics: Metrics,
+    ) -> Cluster {
         let namespaces = Arc::new(Namespaces::default());
-        let mut admission = Admission::new(bundle, namespaces.clone());
-        if let Some(claims) = claims {
-            admission = admission.with_claims(claims);
-        }
-        if let Some(nodes) = nodes {
-            admission = admission.with_nodes(nodes);
-        }
-        let server = TestServer::start_with(config(), Arc::new(admission)).await;
+        let admission = configure(Admission::new(bundle, namespaces.clone()));
+        let server = TestServer::start_with_metrics(config(), Arc::new(admission), metrics).await;
         Cluster {
             server,
             namespaces,
@@ -333,6 +373,9 @@ impl Cluster {
             outcome.validated_by.push(webhook.name.clone());
             let answer = self.call(webhook, &req).await;
             outcome.warnings.extend(answer.warnings.iter().cloned());
+            outcome
+                .audit_annotations
+                .extend(answer.audit_annotations.clone());
             if !answer.allowed && outcome.allowed {
                 outcome = outcome.denied(&webhook.name, answer.message);
             }
@@ -371,6 +414,14 @@ impl Cluster {
                         .collect()
                 })
                 .unwrap_or_default(),
+            audit_annotations: response["auditAnnotations"]
+                .as_object()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default(),
             patch,
         }
     }
@@ -389,6 +440,7 @@ struct Answer {
     allowed: bool,
     message: String,
     warnings: Vec<String>,
+    audit_annotations: BTreeMap<String, String>,
     patch: Option<json_patch::Patch>,
 }
 
