@@ -393,8 +393,10 @@ async fn scrape() -> Exposition {
         Arc::new(StaticNamespaces::new()),
     ));
     let mut audit_metrics = None;
+    // The families serve registers beside the server's own.
     let metrics = Metrics::with_families(|registry| {
         audit_metrics = Some(AuditMetrics::register(registry));
+        gpu_admission::exceptions::metrics::ExceptionMetrics::register(registry);
     });
     let objects = gpu_admission::offline::read_manifest(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/audit/cluster-list.json"),
