@@ -16,9 +16,10 @@ include!(concat!(env!("OUT_DIR"), "/embedded_policies.rs"));
 pub const API_GROUP: &str = "gpu-admission.io";
 
 /// The kinds of [`API_GROUP`] a policy folder may hold.
-const OWN_KINDS: [&str; 3] = [
+const OWN_KINDS: [&str; 4] = [
     crate::placement::KIND,
     crate::k8s::template_sources::KIND,
+    crate::exceptions::KIND,
     "PolicyTest",
 ];
 
@@ -184,13 +185,15 @@ pub fn from_documents(
             // Read with the policies: they say which kinds' templates the
             // pod policies judge.
             Some(crate::k8s::template_sources::KIND) => policy_docs.push(doc),
+            // Read with the policies, which honour them.
+            Some(crate::exceptions::KIND) => policy_docs.push(doc),
             Some(other) => errors.push(LoadError {
                 source: Some(doc.source.clone()),
                 field: Some("kind".to_string()),
                 line: None,
                 column: None,
                 message: format!(
-                    "unknown kind {other} in {API_GROUP}: expected PlacementProfile, PodTemplateSource or PolicyTest"
+                    "unknown kind {other} in {API_GROUP}: expected PlacementProfile, PodTemplateSource, GpuPolicyException or PolicyTest"
                 ),
             }),
             // One of ours under another group (a typo): an error, not a

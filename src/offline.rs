@@ -2,6 +2,7 @@
 //! kube-apiserver would send, the mutation, then validation of the mutated
 //! object (the order the apiserver runs them in).
 use crate::admission::Admission;
+use crate::exceptions::Excepted;
 use crate::policy;
 use crate::review::{self, Operation, Request};
 use serde::{Deserialize, Serialize};
@@ -38,6 +39,67 @@ pub struct Evaluation {
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub audit_annotations: BTreeMap<String, String>,
+    /// What `GpuPolicyException`s let through: each would have been a
+    /// denial, a warning or an audit failure.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub excepted: Vec<ExceptedResult>,
+}
+
+/// One policy result an exception let through, as the offline commands
+/// show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExceptedResult {
+    pub policy: String,
+    /// The exception's `namespace/name`.
+    pub exception: String,
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// The line the policy said (`<policy>: <message>`).
+    pub message: String,
+    /// What the binding would have done: `Deny`, `Warn` or `Audit`.
+    pub action: &'static str,
+}
+
+impl ExceptedResult {
+    /// `allowed by exception ns/name (reason; expires ...)`.
+    pub fn allowed_by(&self) -> String {
+        let expiry = match &self.expires_at {
+            Some(at) => format!("expires {at}"),
+            None => "no expiry".to_string(),
+        };
+        format!(
+            "allowed by exception {} ({}; {expiry})",
+            self.exception,
+            self.reason.trim()
+        )
+    }
+}
+
+impl From<&Excepted> for ExceptedResult {
+    fn from(e: &Excepted) -> ExceptedResult {
+        ExceptedResult {
+            policy: e.policy.to_string(),
+            exception: e.exception.clone(),
+            reason: e.reason.clone(),
+            expires_at: e.expires_at.clone(),
+            message: e.message.clone(),
+            action: e.action,
+        }
+    }
+}
+
+/// `excepted` without repeats (a policy's failure excepted once per
+/// action of its binding, and once per template pod of a workload).
+pub fn excepted_results(excepted: &[Excepted]) -> Vec<ExceptedResult> {
+    let mut out: Vec<ExceptedResult> = Vec::new();
+    for e in excepted.iter().map(ExceptedResult::from) {
+        if !out.contains(&e) {
+            out.push(e);
+        }
+    }
+    out
 }
 
 /// Runs `f` on a thread with the stack policy evaluation needs
@@ -76,7 +138,9 @@ pub fn evaluate(admission: &Admission, mut req: Request) -> Evaluation {
             Err(err) => denials.push(format!("mutation patch does not apply: {err}")),
         }
     }
-    let validated = admission.validate(&req).response;
+    let validated = admission.validate(&req);
+    let excepted = excepted_results(&validated.excepted);
+    let validated = validated.response;
     warnings.extend(validated.warnings.iter().cloned());
     if let Some(message) = &validated.message {
         if !validated.allowed {
@@ -96,6 +160,7 @@ pub fn evaluate(admission: &Admission, mut req: Request) -> Evaluation {
         denials,
         warnings,
         audit_annotations: validated.audit_annotations,
+        excepted,
     }
 }
 

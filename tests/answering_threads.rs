@@ -111,6 +111,7 @@ fn the_offline_commands_evaluate_deep_objects() {
         output: Format::Json,
         fail_on_deny: false,
         authz: None,
+        at: None,
     };
     let results = evaluate::evaluate(&args).unwrap();
     assert_eq!(results.len(), 1);

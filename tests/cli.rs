@@ -346,6 +346,56 @@ spec:
     assert!(stdout(&out).contains("ok (2 policies"), "{}", stdout(&out));
 }
 
+/// A GpuPolicyException in the policy folder is read with the policies:
+/// a bad expression is reported at its document, field and position in
+/// the expression, a missing reason at its field.
+#[test]
+fn lint_points_at_the_field_of_a_malformed_policy_exception() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exception = |name: &str, rest: &str| {
+        format!(
+            "apiVersion: gpu-admission.io/v1alpha1\nkind: GpuPolicyException\nmetadata: {{name: {name}, namespace: research}}\nspec:\n  policies: [gpu-privileged]\n{rest}"
+        )
+    };
+    let good = exception(
+        "nccl-bench",
+        "  match: {names: [nccl-bench]}\n  reason: NCCL benchmark\n",
+    );
+    write(tmp.path(), "good.yaml", &good);
+    let broken = format!(
+        "{}---\n{}",
+        exception(
+            "bad-expression",
+            "  match:\n    expression: \"object.metadata.name.startsWith('nccl-') &&\"\n  reason: NCCL benchmark\n",
+        ),
+        exception("no-reason", "  match: {names: [nccl-bench]}\n"),
+    );
+    write(tmp.path(), "exceptions.yaml", &broken);
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let dir = tmp.path().display();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!("{dir}/exceptions.yaml: document 1 (line 1): spec.match.expression: line 1, column 44: Syntax error: mismatched input '<EOF>' expecting {{'[', '{{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}}").as_str(),
+            format!("{dir}/exceptions.yaml: document 2 (line 10): spec.reason: required").as_str(),
+            "2 error(s)",
+        ],
+        "{text}"
+    );
+
+    std::fs::remove_file(tmp.path().join("exceptions.yaml")).unwrap();
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("1 policy exception, "),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// Expression positions are kube-apiserver's: 1-based, the line inside the
 /// expression (a block scalar's second line is line 2) and the column of
 /// the offending token in it.

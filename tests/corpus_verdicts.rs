@@ -59,6 +59,7 @@ fn evaluate_with(file: &Path, policies: &Path) -> Vec<Evaluation> {
         output: Format::Text,
         fail_on_deny: false,
         authz: None,
+        at: None,
     };
     evaluate::evaluate(&args).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }

@@ -325,6 +325,7 @@ fn evaluate_manifest(file: &Path, policies: &Path) -> Vec<Evaluation> {
         output: Format::Json,
         fail_on_deny: false,
         authz: None,
+        at: None,
     };
     evaluate::evaluate(&args).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }

@@ -260,7 +260,7 @@ fn a_case_without_an_expectation_does_not_load() {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 3, "{err}");
     assert!(
-        lines[1].ends_with("tests.yaml: format / checks nothing: the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch or mutatedBy"),
+        lines[1].ends_with("tests.yaml: format / checks nothing: the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch, mutatedBy or excepted"),
         "{err}"
     );
     assert!(
@@ -424,5 +424,144 @@ spec:
         ),
         "{}",
         summary.report
+    );
+}
+
+/// `spec.exceptions` puts GpuPolicyExceptions in the cluster of a test
+/// (inline, or from a manifest file); `expect.excepted` says what they let
+/// through, all of it, and `at` the time a case is judged at.
+#[test]
+fn exceptions_let_through_what_the_case_expects_and_nothing_else() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let file = elsewhere.path().join("bench.yaml");
+    std::fs::write(
+        &file,
+        r#"apiVersion: gpu-admission.io/v1alpha1
+kind: GpuPolicyException
+metadata: {name: big-bench, namespace: ml}
+spec:
+  policies: [gpu-max-2]
+  match: {names: [p]}
+  reason: three-GPU benchmark
+  expiresAt: "2026-07-01T00:00:00Z"
+"#,
+    )
+    .unwrap();
+    let exceptions = format!(
+        r#"  exceptions:
+    - apiVersion: gpu-admission.io/v1alpha1
+      kind: GpuPolicyException
+      metadata: {{name: latest-ok, namespace: ml}}
+      spec:
+        policies: [no-latest]
+        match: {{selector: {{matchLabels: {{}}}}, names: ["*"]}}
+        reason: image pinned next sprint
+        expiresAt: "2026-07-01T00:00:00Z"
+    - file: {}
+"#,
+        file.display()
+    );
+    let at = |time: &str, case: String| {
+        case.replacen(
+            "      expect:\n",
+            &format!("      at: \"{time}\"\n      expect:\n"),
+            1,
+        )
+    };
+    let (june, july) = ("2026-06-01T00:00:00Z", "2026-07-01T00:00:00Z");
+    let cases = [
+        at(
+            june,
+            case(
+                "both excepted",
+                "        allowed: true\n        warned: [{policy: no-keepalive}]\n        excepted:\n          - {policy: no-latest, exception: ml/latest-ok}\n          - {policy: gpu-max-2}",
+            ),
+        ),
+        at(
+            june,
+            case("an exception the case does not expect", "        allowed: true"),
+        ),
+        at(
+            july,
+            case(
+                "expired exceptions let nothing through",
+                "        denied: [{policy: no-latest}, {policy: gpu-max-2}]\n        excepted: []",
+            ),
+        ),
+        at(
+            july,
+            case(
+                "an expected exception that has expired",
+                "        excepted: [{policy: no-latest}]",
+            ),
+        ),
+    ]
+    .concat();
+    let tmp = folder(&cases);
+    let text = std::fs::read_to_string(tmp.path().join("tests.yaml")).unwrap();
+    let text = text.replace(
+        "spec:\n  cases:\n",
+        &format!("spec:\n{exceptions}  cases:\n"),
+    );
+    std::fs::write(tmp.path().join("tests.yaml"), text).unwrap();
+    let summary = run(tmp.path()).unwrap();
+    assert_eq!(
+        failing(&summary),
+        [
+            "an exception the case does not expect",
+            "an expected exception that has expired"
+        ],
+        "{}",
+        summary.report
+    );
+    assert!(
+        summary.report.contains("no-latest was let through by exception ml/latest-ok, which the case does not expect (add `- {policy: no-latest, exception: ml/latest-ok}` to expect.excepted)"),
+        "{}",
+        summary.report
+    );
+    assert!(
+        summary.report.contains(
+            "gpu-max-2 was let through by exception ml/big-bench, which the case does not expect"
+        ),
+        "{}",
+        summary.report
+    );
+    assert!(
+        summary.report.contains(
+            "expected an exception to let through no-latest by any exception; let through: []"
+        ),
+        "{}",
+        summary.report
+    );
+    assert_eq!((summary.passed, summary.failed), (2, 2));
+}
+
+/// A test's exception that does not read fails its test with the field
+/// at fault; a bad `at` does not load.
+#[test]
+fn a_bad_exception_or_time_is_an_error_at_its_field() {
+    let tmp = folder(&case("any", "        allowed: false"));
+    let text = std::fs::read_to_string(tmp.path().join("tests.yaml")).unwrap();
+    let broken = text.replace(
+        "spec:\n  cases:\n",
+        "spec:\n  exceptions:\n    - apiVersion: gpu-admission.io/v1alpha1\n      kind: GpuPolicyException\n      metadata: {name: vague}\n      spec: {policies: [no-latest], match: {names: [p]}, reason: \" \"}\n  cases:\n",
+    );
+    std::fs::write(tmp.path().join("tests.yaml"), &broken).unwrap();
+    let summary = run(tmp.path()).unwrap();
+    assert_eq!(summary.failed, 1, "{}", summary.report);
+    assert!(
+        summary.report.contains("tests.yaml: format / spec.exceptions\n     spec.exceptions[0]: spec.reason: required: say why"),
+        "{}",
+        summary.report
+    );
+
+    let timed = text.replace("      expect:\n", "      at: tomorrow\n      expect:\n");
+    std::fs::write(tmp.path().join("tests.yaml"), timed).unwrap();
+    let err = run(tmp.path()).err().unwrap().to_string();
+    assert!(
+        err.contains(
+            "format / any: at: \"tomorrow\" is not an RFC 3339 time such as 2026-12-31T00:00:00Z"
+        ),
+        "{err}"
     );
 }

@@ -1,8 +1,10 @@
 //! `gpu-admission evaluate -f MANIFEST`: what the webhook would do to each
 //! object of a manifest: the patch, the patched object, each denial and
-//! warning.
+//! warning, and what `GpuPolicyException`s (of the policy folder and of the
+//! manifest) let through.
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
+use crate::exceptions::{self, StaticExceptions};
 use crate::k8s::json::Pointer as _;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
 use crate::k8s::StaticClaims;
@@ -13,6 +15,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -58,6 +61,17 @@ pub struct EvaluateArgs {
     /// name, path}); without it every check is denied.
     #[arg(long, value_name = "FILE")]
     pub authz: Option<PathBuf>,
+    /// The time exceptions are judged at (RFC 3339, e.g.
+    /// 2026-12-31T00:00:00Z): an exception whose expiresAt is not after it
+    /// lets nothing through. Default: now.
+    #[arg(long, value_name = "TIME", value_parser = parse_at)]
+    pub at: Option<SystemTime>,
+}
+
+/// `--at`: an RFC 3339 time.
+pub fn parse_at(text: &str) -> Result<SystemTime, String> {
+    exceptions::parse_time(text)
+        .ok_or_else(|| format!("{text:?} is not an RFC 3339 time such as 2026-12-31T00:00:00Z"))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -143,9 +157,27 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     for ns in &namespaces {
         lookup.insert(ns, with_name_label(ns, labels.clone()));
     }
+    // The manifest's readable exceptions let its other objects through; an
+    // unreadable one is denied as an object, with its field errors.
+    let mut found = Vec::new();
+    for req in requests
+        .iter()
+        .filter(|r| exceptions::webhook::is_exception(r))
+    {
+        if let Some(object) = &req.object {
+            if let Ok(exception) = loaded.bundle.policies.read_exception(object) {
+                found.push(Arc::new(exception));
+            }
+        }
+    }
+    let mut manifest_exceptions = StaticExceptions::new(found);
+    if let Some(at) = args.at {
+        manifest_exceptions = manifest_exceptions.at(at);
+    }
     let admission = Admission::new(loaded.bundle, Arc::new(lookup))
         .with_claims(Arc::new(claims))
-        .with_authorizer(super::authorizer(args.authz.as_deref())?);
+        .with_authorizer(super::authorizer(args.authz.as_deref())?)
+        .with_exceptions(Arc::new(manifest_exceptions));
     Ok(requests
         .into_iter()
         .map(|req| offline::evaluate(&admission, req))
@@ -186,7 +218,8 @@ pub fn render_text(results: &[Evaluation]) -> String {
             let by = match (r.profile.as_deref(), r.mutations.is_empty()) {
                 (Some(p), false) => format!("placement profile {p} and mutating policies"),
                 (None, false) => "mutating policies".to_string(),
-                (p, true) => format!("placement profile {}", p.unwrap_or("-")),
+                (Some(p), true) => format!("placement profile {p}"),
+                (None, true) => "gpu-admission".to_string(),
             };
             let _ = writeln!(out, "  patched by {by}:");
             for op in &patch.0 {
@@ -212,14 +245,28 @@ pub fn render_text(results: &[Evaluation]) -> String {
         for (k, v) in &r.audit_annotations {
             let _ = writeln!(out, "  audit: {k}={v}");
         }
+        for e in &r.excepted {
+            let _ = writeln!(
+                out,
+                "  excepted ({}): {}\n    {}",
+                e.action.to_lowercase(),
+                e.message,
+                e.allowed_by()
+            );
+        }
     }
     let denied = results.iter().filter(|r| !r.allowed).count();
     let warned = results.iter().filter(|r| !r.warnings.is_empty()).count();
     let patched = results.iter().filter(|r| r.patch.is_some()).count();
-    let _ = writeln!(
+    let excepted = results.iter().filter(|r| !r.excepted.is_empty()).count();
+    let _ = write!(
         out,
         "{} objects: {denied} denied, {warned} warned, {patched} patched",
         results.len()
     );
+    if excepted > 0 {
+        let _ = write!(out, ", {excepted} let through by exceptions");
+    }
+    out.push('\n');
     out
 }

@@ -60,8 +60,13 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
                 1 => "1 workload kind, ".to_string(),
                 n => format!("{n} workload kinds, "),
             };
+            let exceptions = match policies.exceptions().len() {
+                0 => String::new(),
+                1 => "1 policy exception, ".to_string(),
+                n => format!("{n} policy exceptions, "),
+            };
             println!(
-                "{}: ok ({} policies, {mutating}{kinds}{} placement profiles, {} tests)",
+                "{}: ok ({} policies, {mutating}{kinds}{exceptions}{} placement profiles, {} tests)",
                 args.dir.display(),
                 policies.len(),
                 loaded.bundle.placement.len(),

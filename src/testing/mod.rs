@@ -3,6 +3,7 @@
 //! the mutated object).
 use crate::admission::{Admission, Bundle};
 use crate::authz::{Authorizer, NoAuthorizer};
+use crate::exceptions::{self, StaticExceptions};
 use crate::k8s::claims::{ClaimKind, StaticClaims};
 use crate::k8s::doc::from_value_with_nulls;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
@@ -15,6 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::SystemTime;
+
+mod exceptions_in_tests;
+use exceptions_in_tests::{check_excepted, test_exceptions, ExpectedException};
 
 /// One `PolicyTest` document.
 #[derive(Debug, Deserialize)]
@@ -49,6 +54,11 @@ struct TestSpec {
     /// ships unbound (`policies/examples/`).
     #[serde(default)]
     bindings: Vec<Value>,
+    /// GpuPolicyExceptions in the cluster for this test's cases: each an
+    /// inline document, or `{file: PATH}` (relative to the test file) for
+    /// every GpuPolicyException of a manifest.
+    #[serde(default)]
+    exceptions: Vec<Value>,
     cases: Vec<Case>,
 }
 
@@ -80,6 +90,9 @@ struct Case {
     /// subresource of the object.
     #[serde(default)]
     sub_resource: Option<String>,
+    /// The time exceptions are judged at (RFC 3339); default: now.
+    #[serde(default)]
+    at: Option<String>,
     #[serde(default)]
     expect: Expect,
 }
@@ -113,6 +126,11 @@ struct Expect {
     /// they ran; `[]` means none did.
     #[serde(default)]
     mutated_by: Option<Vec<String>>,
+    /// `{policy, exception}` entries: what exceptions let through, all of
+    /// it; `[]` means nothing. Without it, any exception letting the object
+    /// through fails the case.
+    #[serde(default)]
+    excepted: Option<Vec<ExpectedException>>,
 }
 
 impl Expect {
@@ -128,6 +146,7 @@ impl Expect {
             && self.patched.is_none()
             && !self.no_patch
             && self.mutated_by.is_none()
+            && self.excepted.is_none()
     }
 }
 
@@ -220,7 +239,12 @@ fn check_case(case: &Case) -> Result<Checked, String> {
         );
     }
     if expect.is_empty() {
-        return Err("the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch or mutatedBy".into());
+        return Err("the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch, mutatedBy or excepted".into());
+    }
+    if let Some(at) = &case.at {
+        exceptions::parse_time(at).ok_or_else(|| {
+            format!("at: {at:?} is not an RFC 3339 time such as 2026-12-31T00:00:00Z")
+        })?;
     }
     let denied = expected_messages("denied", &expect.denied)?;
     let warned = expected_messages("warned", &expect.warned)?;
@@ -319,12 +343,42 @@ pub fn run_with_authorizer(
                 continue;
             }
         };
-        let admission = Admission::new(bundle, Arc::new(namespaces))
-            .with_claims(Arc::new(claims))
-            .with_authorizer(authorizer.clone());
+        let found = match test_exceptions(&bundle, &test.spec.exceptions, base) {
+            Ok(found) => found,
+            Err(err) => {
+                results.push(CaseResult {
+                    name: format!("{file}: {} / spec.exceptions", test.metadata.name),
+                    failures: vec![err],
+                });
+                continue;
+            }
+        };
+        let (namespaces, claims): (Arc<StaticNamespaces>, Arc<StaticClaims>) =
+            (Arc::new(namespaces), Arc::new(claims));
+        // The time exceptions are judged at is the lookup's: one admission
+        // per time a case asks for.
+        let admission_at = |at: Option<SystemTime>| {
+            let mut lookup = StaticExceptions::new(found.clone());
+            if let Some(at) = at {
+                lookup = lookup.at(at);
+            }
+            Admission::new(bundle.clone(), namespaces.clone())
+                .with_claims(claims.clone())
+                .with_authorizer(authorizer.clone())
+                .with_exceptions(Arc::new(lookup))
+        };
+        let admission = admission_at(None);
         for (case, checked) in test.spec.cases.iter().zip(&checked) {
             let name = format!("{file}: {} / {}", test.metadata.name, case.name);
-            let failures = match run_case(&admission, case, checked, base) {
+            let at_admission;
+            let admission = match case.at.as_deref().and_then(exceptions::parse_time) {
+                Some(at) => {
+                    at_admission = admission_at(Some(at));
+                    &at_admission
+                }
+                None => &admission,
+            };
+            let failures = match run_case(admission, case, checked, base) {
                 Ok(failures) => failures,
                 Err(err) => vec![err],
             };
@@ -535,6 +589,7 @@ fn run_case(
     if expect.no_warnings && !result.warnings.is_empty() {
         failures.push(format!("expected no warnings, got {:?}", result.warnings));
     }
+    check_excepted(expect.excepted.as_deref(), &result.excepted, &mut failures);
     for (key, want) in &expect.audit {
         match result.audit_annotations.get(key) {
             Some(v) if v.contains(want.as_str()) => {}
@@ -694,7 +749,7 @@ spec:
         let text = TEST.replacen("expect: {allowed: true}", "expect: {}", 1);
         assert_eq!(
             check(&documents(&text)).unwrap_err().to_string(),
-            "tests.yaml: t / first: the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch or mutatedBy"
+            "tests.yaml: t / first: the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch, mutatedBy or excepted"
         );
     }
 
