@@ -132,3 +132,115 @@ fn workload_custom_resources_count_every_template() {
         .message
         .contains("RayCluster llm/rc workerGroupSpecs[a]: "));
 }
+
+/// GpuPolicyExceptions judged at a fixed time: what one lets through is
+/// not a finding (shown and counted apart), one ending within a week is
+/// listed first, an expired one lets nothing through and is flagged.
+#[test]
+fn exceptions_let_findings_through_and_are_listed_with_their_state() {
+    use gpu_admission::exceptions::StaticExceptions;
+    let loaded = bundle::load(&PolicySource::Dir(fixture("policies"))).unwrap();
+    let exception = |text: &str| {
+        let value: serde_json::Value = serde_yaml::from_str(text).unwrap();
+        Arc::new(loaded.bundle.policies.read_exception(&value).unwrap())
+    };
+    let notebooks = exception(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GpuPolicyException\nmetadata: {name: notebooks, namespace: ml}\nspec:\n  policies: [no-keepalive]\n  match: {kinds: [Pod], names: [\"idle-notebook*\"]}\n  reason: course notebooks kept warm until the exam\n  expiresAt: \"2026-06-04T00:00:00Z\"\n  requestedBy: alice@example.com\n",
+    );
+    let pool = exception(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GpuPolicyException\nmetadata: {name: warm-pool, namespace: serving}\nspec:\n  policies: [\"*\"]\n  match: {selector: {matchLabels: {app: warm-pool}}}\n  reason: launch week\n  expiresAt: \"2026-05-01T00:00:00Z\"\n",
+    );
+    let at = gpu_admission::exceptions::parse_time("2026-06-01T00:00:00Z").unwrap();
+    let lookup = StaticExceptions::new(vec![pool, notebooks]).at(at);
+    let admission = Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new()))
+        .with_exceptions(Arc::new(lookup));
+    let objects = read_manifest(&fixture("cluster-list.json")).unwrap();
+    let report = audit::audit(&admission, &objects);
+
+    let excepted: Vec<(&str, &str, &str, &str)> = (report.excepted.iter())
+        .map(|e| {
+            (
+                e.name.as_str(),
+                e.policy.as_str(),
+                e.action,
+                e.exception.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        excepted,
+        [
+            ("idle-notebook", "no-keepalive", "warn", "ml/notebooks"),
+            ("idle-notebook-2", "no-keepalive", "warn", "ml/notebooks"),
+        ]
+    );
+    assert_eq!(report.findings.len(), 4, "{:?}", report.findings);
+    assert!(report
+        .findings
+        .iter()
+        .all(|f| !f.name.starts_with("idle-notebook")));
+    assert_eq!(
+        audit::summary(&report),
+        vec![
+            row("gpu-max-2", "ml", "deny", 2, 4),
+            row("no-keepalive", "serving", "warn", 1, 3),
+            row("no-keepalive", "ml", "warn", 1, 0),
+        ]
+    );
+    assert_eq!(report.passed.get("ml"), Some(&2));
+
+    let listed: Vec<(String, &str, bool, usize)> = (report.exceptions.iter())
+        .map(|e| (e.id(), e.state, e.expiring_soon, e.let_through.len()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("ml/notebooks".to_string(), "active", true, 2),
+            ("serving/warm-pool".to_string(), "expired", false, 0),
+        ]
+    );
+    let notebooks = &report.exceptions[0];
+    assert_eq!(notebooks.requested_by.as_deref(), Some("alice@example.com"));
+    assert_eq!(
+        notebooks.match_.describe(),
+        "kinds Pod; names idle-notebook*"
+    );
+    assert_eq!(
+        notebooks.let_through[0],
+        "Pod ml/idle-notebook through no-keepalive (warn)"
+    );
+    assert_eq!(
+        report.exceptions[1].match_.selector.as_deref(),
+        Some("app=warm-pool")
+    );
+
+    let text = audit::render_text(&report);
+    assert!(
+        text.starts_with("8 objects read, 6 evaluated, 4 findings, 2 allowed by exceptions\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("GpuPolicyExceptions: 2, 1 expiring within 7 days, 1 expired; 2 policy results let through (not counted as findings)\n  ml/notebooks [EXPIRING SOON]\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  serving/warm-pool [EXPIRED: delete it]\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Pod ml/idle-notebook: [warn] no-keepalive: a container runs `sleep infinity`; run the workload or delete the pod — allowed by exception ml/notebooks (course notebooks kept warm until the exam, expires 2026-06-04T00:00:00Z)\n"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["excepted"].as_array().unwrap().len(), 2);
+    assert_eq!(json["exceptions"][0]["state"], "active");
+    assert_eq!(json["exceptions"][0]["expiringSoon"], true);
+    assert_eq!(json["exceptions"][0]["expiresAt"], "2026-06-04T00:00:00Z");
+    assert_eq!(json["exceptions"][0]["match"]["names"][0], "idle-notebook*");
+    // PolicyReports hold the violations only.
+    let results: usize = audit::policy_reports(&report, 0)
+        .iter()
+        .map(|r| r["results"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(results, 4);
+}

@@ -406,3 +406,96 @@ fn namespaces_in_the_files_give_their_labels_as_in_the_cluster() {
     std::fs::write(&file, dump.to_string()).unwrap();
     assert_eq!(flagged(&file), ["gpu-sku-allowlist"]);
 }
+
+/// GpuPolicyExceptions in the dump: one ending within a week and an
+/// expired one are named at the top; each has its section with what it
+/// let through; the results let through are rows of their own, never
+/// findings; the exception's text is escaped.
+#[test]
+fn exceptions_are_listed_with_what_they_let_through() {
+    let soon =
+        k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_hours(72);
+    let soon = soon.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let privileged = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "research", "uid": name},
+            "spec": {"nodeName": "n1", "containers": [{"name": "bench", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                "securityContext": {"privileged": true},
+                "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"},
+                              "requests": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"}}}]},
+            "status": {"phase": "Running"}})
+    };
+    let dump = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuPolicyException",
+         "metadata": {"name": "nccl-bench", "namespace": "research"},
+         "spec": {"policies": ["gpu-privileged"], "match": {"kinds": ["Pod"], "names": ["nccl-bench-*"]},
+                  "reason": "<NCCL> benchmark & tuning", "expiresAt": soon, "requestedBy": "alice@example.com"}},
+        {"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuPolicyException",
+         "metadata": {"name": "old", "namespace": "research"},
+         "spec": {"policies": ["gpu-privileged"], "match": {"names": ["other"]},
+                  "reason": "last quarter", "expiresAt": "2020-01-01T00:00:00Z"}},
+        privileged("nccl-bench-0"),
+        privileged("other"),
+    ]});
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("dump.json");
+    std::fs::write(&file, dump.to_string()).unwrap();
+    let html = audit(&file, "html");
+    let report: Value = serde_json::from_str(&audit(&file, "json")).unwrap();
+    assert_eq!(report["findings"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["findings"][0]["name"], "other");
+    assert_eq!(report["excepted"][0]["name"], "nccl-bench-0");
+
+    let attention = Regex::new(r#"(?s)<section id="exceptions-attention">(.*?)</section>"#)
+        .unwrap()
+        .captures(&html)
+        .expect("an attention section")[1]
+        .to_string();
+    assert!(
+        attention
+            .contains(r#"<li class="exception-expiring" data-exception="research/nccl-bench">"#),
+        "{attention}"
+    );
+    assert!(
+        attention.contains(&format!("ends at <time>{soon}</time>")),
+        "{attention}"
+    );
+    assert!(
+        attention.contains(r#"<li class="exception-expired" data-exception="research/old">"#),
+        "{attention}"
+    );
+    // At the top: before the totals.
+    assert!(html.find("exceptions-attention").unwrap() < html.find("id=\"totals\"").unwrap());
+
+    let section = Regex::new(r#"(?s)<section class="exception" id="exception-research-nccl-bench" data-exception="research/nccl-bench" data-state="active" data-let-through="1">(.*?)</section>"#)
+        .unwrap()
+        .captures(&html)
+        .expect("a section for the exception")[1]
+        .to_string();
+    assert!(section.contains("expiring soon"), "{section}");
+    assert!(
+        section.contains("<dd>&lt;NCCL&gt; benchmark &amp; tuning</dd>"),
+        "{section}"
+    );
+    assert!(section.contains("<dd>alice@example.com</dd>"), "{section}");
+    assert!(
+        section.contains("<code>kinds Pod; names nccl-bench-*</code>"),
+        "{section}"
+    );
+    assert!(
+        section.contains("<li>Pod research/nccl-bench-0 through gpu-privileged (deny)</li>"),
+        "{section}"
+    );
+    assert!(!html.contains("<NCCL>"));
+    assert!(
+        html.contains(r#"data-exception="research/old" data-state="expired" data-let-through="0""#)
+    );
+    let rows = Regex::new(r#"<tr class="excepted" data-policy="gpu-privileged" data-exception="research/nccl-bench">"#)
+        .unwrap()
+        .find_iter(&html)
+        .count();
+    assert_eq!(rows, 1);
+    assert!(html.contains(
+        "allowed by exception research/nccl-bench (&lt;NCCL&gt; benchmark &amp; tuning, expires "
+    ));
+}

@@ -89,12 +89,14 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
     out.push_str(STYLE);
     out.push_str(BODY);
     header(&mut out, meta);
+    super::html_exceptions::attention(&mut out, report);
     totals(&mut out, report);
     super::html_waste::money(&mut out, report);
     super::html_waste::nodes(&mut out, report);
     charts(&mut out, report, &view);
     offenders(&mut out, report, &view);
     policies(&mut out, report, &view, meta);
+    super::html_exceptions::exceptions(&mut out, report);
     super::html_capacity::capacity(&mut out, report, &view);
     super::html_capacity::kueue(&mut out, report);
     if let Some(section) = &report.utilization {

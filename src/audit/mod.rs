@@ -2,21 +2,25 @@
 //! how many GPUs the violating objects hold (or, for node pools and other
 //! capacity objects, can bring up); the cluster's GPU nodes and pools; and,
 //! with a price file, what the waste costs.
+pub mod exceptions;
 pub mod holding;
 pub mod html;
 mod html_capacity;
+mod html_exceptions;
 mod html_waste;
 pub mod kueue;
 pub mod nodes;
 pub mod prices;
 pub mod utilization;
 
+pub use exceptions::{ExceptedFinding, ExceptionEntry, InvalidException};
 pub use holding::{holding, Holding};
 pub use html::{render, ReportMeta, ReportSource};
 pub use nodes::{HeldPod, NodeReport, PodLedger};
 pub use prices::{Money, Prices};
 
 use crate::admission::Admission;
+use crate::exceptions::Exception;
 use crate::gpu::pools::CapacityRequest;
 use crate::k8s::json::Pointer as _;
 use crate::offline::build_request;
@@ -26,6 +30,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 /// One policy violated by one object.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -143,16 +148,34 @@ pub struct Report {
     /// `--utilization`); says why when it could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub utilization: Option<utilization::Utilization>,
+    /// Policy results GpuPolicyExceptions let through: not findings, and
+    /// not counted in the violation totals.
+    pub excepted: Vec<ExceptedFinding>,
+    /// The GpuPolicyExceptions known to the run (expiring ones first).
+    pub exceptions: Vec<ExceptionEntry>,
+    /// What the run could not tell of exceptions (none read, and why).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exception_notes: Vec<String>,
 }
 
 /// Evaluates `objects` as if each were created now; Nodes among them are
 /// not evaluated but reported with the pods bound to them.
 pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
-    let (report, ledger) = audit_workloads(admission, objects);
+    let (mut report, ledger) = audit_workloads(admission, objects);
+    let known = known_exceptions(admission);
+    exceptions::list(&mut report, &known, &[], admission.exceptions().now());
     let nodes: Vec<Value> = objects.iter().filter(|o| is_node(o)).cloned().collect();
     finish(report, ledger, |ledger| {
         (!nodes.is_empty()).then(|| account_nodes(admission, &nodes, ledger))
     })
+}
+
+/// Every GpuPolicyException `admission` honours: its lookup's, then the
+/// policy folder's.
+pub fn known_exceptions(admission: &Admission) -> Vec<Arc<Exception>> {
+    let mut known = admission.exceptions().all();
+    known.extend(admission.bundle().policies.exceptions().iter().cloned());
+    known
 }
 
 /// Sets the report's node section (from `nodes`, given what the pods
@@ -205,14 +228,15 @@ pub fn audit_workloads(admission: &Admission, objects: &[Value]) -> (Report, Pod
     for object in objects {
         report.objects += 1;
         ledger.add(object, resources);
-        if is_node(object) || owned_by_input(object, &uids) {
+        if is_node(object) || exceptions::is_exception(object) || owned_by_input(object, &uids) {
             continue;
         }
         report.evaluated += 1;
         let req = build_request(object.clone(), None, Operation::Create, None);
         let namespace = req.namespace.clone();
         let outcome = admission.validate(&req);
-        let violations = violations(&outcome.response);
+        let excepted = crate::offline::excepted_results(&outcome.excepted);
+        let violations = exceptions::split_excepted(violations(&outcome.response), &excepted);
         let capacity = CapacityRequest::from_object(object).map(|request| CapacityObject {
             api_version: crate::k8s::json::str_at(object, "/apiVersion").to_string(),
             kind: req.kind.kind.clone(),
@@ -268,6 +292,21 @@ pub fn audit_workloads(admission: &Admission, objects: &[Value]) -> (Report, Pod
                     report.gpus_pending_in_violation += holds.pending;
                 }
             }
+        }
+        if !excepted.is_empty() {
+            let template = Finding {
+                policy: String::new(),
+                action: "deny",
+                api_version: crate::k8s::json::str_at(object, "/apiVersion").to_string(),
+                kind: req.kind.kind.clone(),
+                namespace: namespace.clone(),
+                name: req.name.clone(),
+                uid: None,
+                message: String::new(),
+                gpus: holds.held,
+                gpus_pending: holds.pending,
+            };
+            (report.excepted).extend(exceptions::excepted_findings(&excepted, &template));
         }
         if violations.is_empty() {
             *report
@@ -337,13 +376,17 @@ pub struct SummaryRow {
 pub fn render_text(report: &Report) -> String {
     let rows = summary(report);
     let mut out = String::new();
-    let _ = writeln!(
+    let _ = write!(
         out,
         "{} objects read, {} evaluated, {} findings",
         report.objects,
         report.evaluated,
         report.findings.len()
     );
+    if !report.excepted.is_empty() {
+        let _ = write!(out, ", {} allowed by exceptions", report.excepted.len());
+    }
+    out.push('\n');
     let _ = writeln!(
         out,
         "GPUs held (running or scheduled pods): {}, {} of them by violating workloads; requested, not placed (Pending pods): {}, {} by violating workloads",
@@ -388,6 +431,7 @@ pub fn render_text(report: &Report) -> String {
     if let Some(section) = &report.utilization {
         out.push_str(&utilization::render_text(section));
     }
+    out.push_str(&exceptions::render_text(report));
     if rows.is_empty() {
         return out;
     }

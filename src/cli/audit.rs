@@ -4,7 +4,8 @@
 //! nodes per pool, and (with `--prices`) what the waste costs.
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
-use crate::audit;
+use crate::audit::{self, InvalidException};
+use crate::exceptions::{self, StaticExceptions};
 use crate::inventory::{self, ClusterLister};
 use crate::k8s::json::Pointer as _;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
@@ -67,8 +68,10 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(audit::Prices::from_file)
         .transpose()?;
+    let mut notes = Vec::new();
     let (objects, namespaces, source) = if args.files.is_empty() {
-        let (objects, namespaces, url) = from_cluster(loaded.bundle.policies.template_sources())?;
+        let (objects, namespaces, url) =
+            from_cluster(loaded.bundle.policies.template_sources(), &mut notes)?;
         (objects, namespaces, audit::ReportSource::Cluster(url))
     } else {
         let mut read = Vec::new();
@@ -119,9 +122,27 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     for object in &objects {
         claims.insert(object, "default");
     }
+    // The GpuPolicyExceptions read with the objects are honoured; one that
+    // does not read is listed as invalid and lets nothing through.
+    let (mut found, mut invalid) = (Vec::new(), Vec::new());
+    for object in objects
+        .iter()
+        .filter(|o| audit::exceptions::is_exception(o))
+    {
+        match loaded.bundle.policies.read_exception(object) {
+            Ok(exception) => found.push(Arc::new(exception)),
+            Err(errors) => invalid.push(InvalidException::new(object, &errors)),
+        }
+    }
     let meta = report_meta(args, source, &loaded.bundle)?;
-    let admission = Admission::new(loaded.bundle, Arc::new(lookup)).with_claims(Arc::new(claims));
+    let admission = Admission::new(loaded.bundle, Arc::new(lookup))
+        .with_claims(Arc::new(claims))
+        .with_exceptions(Arc::new(StaticExceptions::new(found)));
     let mut report = audit::audit(&admission, &objects);
+    let known = audit::known_exceptions(&admission);
+    let now = exceptions::ExceptionLookup::now(admission.exceptions());
+    audit::exceptions::list(&mut report, &known, &invalid, now);
+    report.exception_notes = notes;
     if let Some(prices) = &prices {
         audit::price(&mut report, prices);
     }
@@ -181,7 +202,10 @@ type Inputs = (Vec<Value>, Vec<(String, BTreeMap<String, String>)>, String);
 
 /// The audited kinds of a cluster ([`inventory::audited_kinds`] of
 /// `sources`), and its namespaces.
-fn from_cluster(sources: &crate::k8s::TemplateSources) -> anyhow::Result<Inputs> {
+fn from_cluster(
+    sources: &crate::k8s::TemplateSources,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Inputs> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -199,7 +223,18 @@ fn from_cluster(sources: &crate::k8s::TemplateSources) -> anyhow::Result<Inputs>
         let mut kinds = inventory::audited_kinds(sources);
         // Nodes are reported per pool, not judged.
         kinds.push(("", "Node"));
-        let objects = inventory::list_all(&lister, &kinds, &warn).await?;
+        let mut objects = inventory::list_all(&lister, &kinds, &warn).await?;
+        // No GpuPolicyException kind, or no right to list it: no exception
+        // is honoured, said once in the report.
+        let skipped = std::cell::RefCell::new(Vec::new());
+        let exception_kind = [(exceptions::GROUP, exceptions::KIND)];
+        let note = |message: String| {
+            skipped.borrow_mut().push(format!(
+                "{message}: no GpuPolicyException was read, so none is honoured"
+            ))
+        };
+        objects.extend(inventory::list_all(&lister, &exception_kind, &note).await?);
+        notes.extend(skipped.into_inner());
         let namespaces = inventory::list_all(&lister, &[("", "Namespace")], &|message| {
             warn(format!(
                 "{message}; namespaceSelector and namespaceObject see no namespace labels"

@@ -268,6 +268,10 @@ pub async fn audit_cluster(
     if let Some(nodes) = &nodes {
         report.objects += nodes.len();
     }
+    // The exceptions the server honours (its cache of the cluster's, and
+    // the policy folder's), with what they let through in this run.
+    let known = audit::known_exceptions(admission);
+    audit::exceptions::list(&mut report, &known, &[], admission.exceptions().now());
     let mut report = audit::finish(report, ledger, |ledger| {
         nodes.map(|nodes| audit::account_nodes(admission, &nodes, ledger))
     });
@@ -296,6 +300,7 @@ fn merge(report: &mut Report, more: Report) {
         *report.passed.entry(ns).or_default() += n;
     }
     report.findings.extend(more.findings);
+    report.excepted.extend(more.excepted);
 }
 
 #[cfg(test)]

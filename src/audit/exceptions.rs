@@ -1,0 +1,382 @@
+//! GpuPolicyExceptions in the audit: the findings an exception lets
+//! through (not violations: shown and counted apart), and the exceptions
+//! themselves, with their state and what they let through in the run.
+use super::{Finding, Report};
+use crate::exceptions::{self, Exception, State, EXPIRING_SOON};
+use crate::k8s::json::str_at;
+use crate::k8s::labels::{LabelSelector, SelectorOp};
+use crate::offline::ExceptedResult;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// A policy result on one object that an exception let through: it would
+/// have been a finding.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExceptedFinding {
+    pub policy: String,
+    /// `deny`, `warn` or `audit`: what the policy's binding would have done.
+    pub action: &'static str,
+    pub api_version: String,
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    pub message: String,
+    /// The exception's `namespace/name`.
+    pub exception: String,
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// GPUs the object holds (as [`Finding::gpus`]).
+    pub gpus: i64,
+}
+
+impl ExceptedFinding {
+    /// `allowed by exception ns/name (reason, expires ...)`.
+    pub fn allowed_by(&self) -> String {
+        let expiry = match &self.expires_at {
+            Some(at) => format!("expires {at}"),
+            None => "no expiry".to_string(),
+        };
+        format!(
+            "allowed by exception {} ({}, {expiry})",
+            self.exception,
+            self.reason.trim()
+        )
+    }
+}
+
+/// One GpuPolicyException as the report lists it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExceptionEntry {
+    pub namespace: String,
+    pub name: String,
+    pub policies: Vec<String>,
+    #[serde(rename = "match")]
+    pub match_: MatchView,
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// `active`, `expired`, or `invalid` (it does not read: `errors` say
+    /// why, and it lets nothing through).
+    pub state: &'static str,
+    /// Active and ending within 7 days.
+    pub expiring_soon: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    /// What it let through in this run: one line per object and policy.
+    pub let_through: Vec<String>,
+}
+
+impl ExceptionEntry {
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// An exception's `match`, as written.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MatchView {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// The label selector in `kubectl` form (`app=x,tier in (a,b)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expression: Option<String>,
+}
+
+impl MatchView {
+    /// One line: `kinds Pod, Job; names nccl-bench-*; selector app=x`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.kinds.is_empty() {
+            parts.push(format!("kinds {}", self.kinds.join(", ")));
+        }
+        if !self.names.is_empty() {
+            parts.push(format!("names {}", self.names.join(", ")));
+        }
+        if let Some(s) = &self.selector {
+            parts.push(format!("selector {s}"));
+        }
+        if let Some(e) = &self.expression {
+            parts.push(format!("expression {e}"));
+        }
+        parts.join("; ")
+    }
+}
+
+/// A selector as `kubectl get -l` writes one.
+fn selector_text(selector: &LabelSelector) -> String {
+    let mut parts: Vec<String> = (selector.match_labels.iter())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for r in &selector.match_expressions {
+        parts.push(match r.operator {
+            SelectorOp::In => format!("{} in ({})", r.key, r.values.join(",")),
+            SelectorOp::NotIn => format!("{} notin ({})", r.key, r.values.join(",")),
+            SelectorOp::Exists => r.key.clone(),
+            SelectorOp::DoesNotExist => format!("!{}", r.key),
+        });
+    }
+    if parts.is_empty() {
+        "(every object)".to_string()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// A GpuPolicyException object that did not read, kept for the report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InvalidException {
+    pub namespace: String,
+    pub name: String,
+    pub errors: Vec<String>,
+}
+
+impl InvalidException {
+    pub fn new(object: &Value, errors: &[exceptions::ExceptionError]) -> InvalidException {
+        InvalidException {
+            namespace: str_at(object, "/metadata/namespace").to_string(),
+            name: str_at(object, "/metadata/name").to_string(),
+            errors: errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+/// Whether `object` is a GpuPolicyException (read as an exception, not
+/// audited as an object).
+pub fn is_exception(object: &Value) -> bool {
+    str_at(object, "/apiVersion")
+        .split_once('/')
+        .is_some_and(|(group, _)| group == exceptions::GROUP)
+        && str_at(object, "/kind") == exceptions::KIND
+}
+
+/// Splits `violations` of one object into those that remain and those
+/// `excepted` let through: a denial or audit failure whose line is the
+/// excepted one, a warning that is it with the exception named after it.
+pub(super) fn split_excepted(
+    violations: Vec<(String, &'static str, String)>,
+    excepted: &[ExceptedResult],
+) -> Vec<(String, &'static str, String)> {
+    violations
+        .into_iter()
+        .filter(|(policy, _, message)| {
+            let line = format!("{policy}: {message}");
+            !excepted
+                .iter()
+                .any(|e| e.policy == *policy && line.starts_with(&e.message))
+        })
+        .collect()
+}
+
+/// The excepted results of one object, as report entries.
+pub(super) fn excepted_findings(
+    excepted: &[ExceptedResult],
+    template: &Finding,
+) -> Vec<ExceptedFinding> {
+    let mut out: Vec<ExceptedFinding> = Vec::new();
+    for finding in excepted.iter().map(|e| ExceptedFinding {
+        policy: e.policy.clone(),
+        action: match e.action {
+            "Deny" => "deny",
+            "Warn" => "warn",
+            _ => "audit",
+        },
+        api_version: template.api_version.clone(),
+        kind: template.kind.clone(),
+        namespace: template.namespace.clone(),
+        name: template.name.clone(),
+        message: e
+            .message
+            .split_once(": ")
+            .map_or(e.message.as_str(), |(_, m)| m)
+            .to_string(),
+        exception: e.exception.clone(),
+        reason: e.reason.clone(),
+        expires_at: e.expires_at.clone(),
+        gpus: template.gpus,
+    }) {
+        // A binding that warns and audits lets one result through once,
+        // shown as its first action (as findings are).
+        let seen = out.iter().any(|o| {
+            o.policy == finding.policy
+                && o.exception == finding.exception
+                && o.message == finding.message
+        });
+        if !seen {
+            out.push(finding);
+        }
+    }
+    out
+}
+
+/// The report's exception entries: every exception of `known` (each id
+/// once, the first kept) and every one of `invalid`, with its state at
+/// `now` and what `excepted` says it let through. Expiring ones first,
+/// then expired, invalid, and the rest, each by namespace and name.
+pub fn entries(
+    known: &[Arc<Exception>],
+    invalid: &[InvalidException],
+    excepted: &[ExceptedFinding],
+    now: SystemTime,
+) -> Vec<ExceptionEntry> {
+    let mut let_through: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for f in excepted {
+        let ns = f
+            .namespace
+            .as_deref()
+            .map(|n| format!("{n}/"))
+            .unwrap_or_default();
+        let line = format!(
+            "{} {ns}{} through {} ({})",
+            f.kind, f.name, f.policy, f.action
+        );
+        let lines = let_through.entry(&f.exception).or_default();
+        if !lines.contains(&line) {
+            lines.push(line);
+        }
+    }
+    let mut out: Vec<ExceptionEntry> = Vec::new();
+    for e in known {
+        if out
+            .iter()
+            .any(|o| o.namespace == e.namespace && o.name == e.name)
+        {
+            continue;
+        }
+        let state = e.state(now);
+        out.push(ExceptionEntry {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+            policies: e.policies.clone(),
+            match_: MatchView {
+                kinds: e.kinds.clone(),
+                names: e.names.clone(),
+                selector: e.selector.as_ref().map(selector_text),
+                expression: e.expression.as_ref().map(|c| c.source().to_string()),
+            },
+            reason: e.reason.trim().to_string(),
+            requested_by: e.requested_by.clone(),
+            expires_at: e.expires_at.as_ref().map(|(_, t)| t.clone()),
+            state: state.as_str(),
+            expiring_soon: e.expiring_soon(now),
+            errors: Vec::new(),
+            let_through: let_through.remove(e.id().as_str()).unwrap_or_default(),
+        });
+    }
+    for e in invalid {
+        out.push(ExceptionEntry {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+            policies: Vec::new(),
+            match_: MatchView::default(),
+            reason: String::new(),
+            requested_by: None,
+            expires_at: None,
+            state: "invalid",
+            expiring_soon: false,
+            errors: e.errors.clone(),
+            let_through: Vec::new(),
+        });
+    }
+    let rank = |e: &ExceptionEntry| match (e.expiring_soon, e.state) {
+        (true, _) => 0,
+        (_, "expired") => 1,
+        (_, "invalid") => 2,
+        _ => 3,
+    };
+    out.sort_by(|a, b| (rank(a), &a.namespace, &a.name).cmp(&(rank(b), &b.namespace, &b.name)));
+    out
+}
+
+/// Sets the report's exception list from `known` and `invalid` and the
+/// excepted findings it holds.
+pub fn list(
+    report: &mut Report,
+    known: &[Arc<Exception>],
+    invalid: &[InvalidException],
+    now: SystemTime,
+) {
+    report.exceptions = entries(known, invalid, &report.excepted, now);
+}
+
+/// The text report's exception part: what was let through, then each
+/// exception (expiring and expired ones first).
+pub fn render_text(report: &Report) -> String {
+    let mut out = String::new();
+    for note in &report.exception_notes {
+        let _ = writeln!(out, "\nnote: {note}");
+    }
+    if report.exceptions.is_empty() && report.excepted.is_empty() {
+        return out;
+    }
+    let soon = report.exceptions.iter().filter(|e| e.expiring_soon).count();
+    let expired = (report.exceptions.iter())
+        .filter(|e| e.state == State::Expired.as_str())
+        .count();
+    let _ = writeln!(
+        out,
+        "\nGpuPolicyExceptions: {}, {soon} expiring within {} days, {expired} expired; {} policy results let through (not counted as findings)",
+        report.exceptions.len(),
+        EXPIRING_SOON.as_secs() / 86_400,
+        report.excepted.len()
+    );
+    for e in &report.exceptions {
+        let flag = match (e.expiring_soon, e.state) {
+            (true, _) => " [EXPIRING SOON]",
+            (_, "expired") => " [EXPIRED: delete it]",
+            (_, "invalid") => " [INVALID: lets nothing through]",
+            _ => "",
+        };
+        let _ = writeln!(out, "  {}{flag}", e.id());
+        if !e.errors.is_empty() {
+            for err in &e.errors {
+                let _ = writeln!(out, "    error: {err}");
+            }
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "    policies {}; {}; expires {}; requested by {}",
+            e.policies.join(", "),
+            e.match_.describe(),
+            e.expires_at.as_deref().unwrap_or("never"),
+            e.requested_by.as_deref().unwrap_or("(not recorded)")
+        );
+        let _ = writeln!(out, "    reason: {}", e.reason);
+        for line in &e.let_through {
+            let _ = writeln!(out, "    let through: {line}");
+        }
+    }
+    for f in &report.excepted {
+        let ns = f
+            .namespace
+            .as_deref()
+            .map(|n| format!("{n}/"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{} {ns}{}: [{}] {}: {} — {}",
+            f.kind,
+            f.name,
+            f.action,
+            f.policy,
+            f.message,
+            f.allowed_by()
+        );
+    }
+    out
+}
