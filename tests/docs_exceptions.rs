@@ -1,0 +1,109 @@
+//! docs/exceptions.md is tested: every YAML block parses, each
+//! GpuPolicyException in it reads without error and names policies the
+//! shipped set has, and its PolicyTest passes against the shipped policies.
+use gpu_admission::bundle::{self, PolicySource};
+use gpu_admission::cli::test::{run_tests, TestArgs};
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The documents of every ```yaml block of the page.
+fn yaml_documents(markdown: &str) -> Vec<Value> {
+    let mut documents = Vec::new();
+    let mut block: Option<String> = None;
+    for line in markdown.lines() {
+        match (&mut block, line.trim_start()) {
+            (None, "```yaml") => block = Some(String::new()),
+            (Some(text), "```") => {
+                for doc in serde_yaml::Deserializer::from_str(text) {
+                    let value = Value::deserialize(doc)
+                        .unwrap_or_else(|e| panic!("a YAML block does not parse: {e}\n{text}"));
+                    documents.push(value);
+                }
+                block = None;
+            }
+            (Some(text), _) => {
+                text.push_str(line);
+                text.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    assert!(block.is_none(), "a ```yaml block is not closed");
+    documents
+}
+
+fn kind(doc: &Value) -> &str {
+    doc["kind"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn every_yaml_example_of_the_exceptions_page_holds() {
+    let page = std::fs::read_to_string(root().join("docs/exceptions.md")).unwrap();
+    let documents = yaml_documents(&page);
+    let loaded = bundle::load(&PolicySource::Dir(root().join("policies"))).unwrap();
+    let policies = &loaded.bundle.policies;
+
+    let exceptions: Vec<&Value> = documents
+        .iter()
+        .filter(|d| kind(d) == "GpuPolicyException")
+        .collect();
+    assert!(exceptions.len() >= 3, "{} examples", exceptions.len());
+    for doc in &exceptions {
+        let exception = policies
+            .read_exception(doc)
+            .unwrap_or_else(|e| panic!("{doc}: {e:?}"));
+        for policy in &exception.policies {
+            assert!(
+                policies.has_policy(policy),
+                "{}: no policy {policy}",
+                exception.id()
+            );
+        }
+    }
+
+    let tests: Vec<&Value> = documents
+        .iter()
+        .filter(|d| kind(d) == "PolicyTest")
+        .collect();
+    assert_eq!(tests.len(), 1);
+    // Its exceptions read too.
+    for doc in tests[0]["spec"]["exceptions"].as_array().unwrap() {
+        policies.read_exception(doc).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("exceptions-test.yaml"),
+        serde_yaml::to_string(tests[0]).unwrap(),
+    )
+    .unwrap();
+    let summary = run_tests(&TestArgs {
+        dir: tmp.path().to_path_buf(),
+        policies: Some(root().join("policies")),
+        catalog: None,
+        verbose: true,
+        authz: None,
+    })
+    .unwrap();
+    assert_eq!(
+        (summary.passed, summary.failed),
+        (3, 0),
+        "{}",
+        summary.report
+    );
+
+    // Every other example is a Kubernetes object.
+    for doc in documents
+        .iter()
+        .filter(|d| !["GpuPolicyException", "PolicyTest"].contains(&kind(d)))
+    {
+        assert!(
+            doc["apiVersion"].is_string() && doc["metadata"]["name"].is_string(),
+            "{doc}"
+        );
+    }
+}
