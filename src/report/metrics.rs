@@ -38,6 +38,11 @@ struct HeldLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
 }
@@ -64,6 +69,7 @@ struct CostLabels {
 #[derive(Clone, Default)]
 pub struct AuditMetrics {
     violations: Family<ViolationLabels, Gauge>,
+    excepted: Family<PolicyLabels, Gauge>,
     gpus_held: Family<HeldLabels, Gauge>,
     gpus_pending: Family<HeldLabels, Gauge>,
     gpus: Family<StateLabels, Gauge>,
@@ -86,6 +92,11 @@ impl AuditMetrics {
             "gpu_admission_audit_violations",
             "Objects in the cluster violating a policy at the last audit, by policy, namespace (top namespaces, the rest as _other; _cluster for cluster-scoped objects) and action (deny, warn, audit)",
             m.violations.clone(),
+        );
+        registry.register(
+            "gpu_admission_audit_excepted",
+            "Policy results on objects in the cluster that a GpuPolicyException let through at the last audit (not counted as violations), by policy",
+            m.excepted.clone(),
         );
         registry.register(
             "gpu_admission_audit_gpus_held",
@@ -163,6 +174,16 @@ impl AuditMetrics {
                 })
                 .set(n);
         }
+        let mut excepted: BTreeMap<&str, i64> = BTreeMap::new();
+        for e in &report.excepted {
+            *excepted.entry(e.policy.as_str()).or_default() += 1;
+        }
+        for (policy, n) in excepted {
+            let labels = PolicyLabels {
+                policy: policy.to_string(),
+            };
+            self.excepted.get_or_create(&labels).set(n);
+        }
         for ((policy, namespace), (held, pending)) in held {
             let labels = HeldLabels { policy, namespace };
             self.gpus_held.get_or_create(&labels).set(held);
@@ -225,6 +246,7 @@ impl AuditMetrics {
     /// none, so sums across replicas count each violation once.
     pub fn clear(&self) {
         self.violations.clear();
+        self.excepted.clear();
         self.gpus_held.clear();
         self.gpus_pending.clear();
         self.gpus.clear();
@@ -390,6 +412,22 @@ pub(super) mod tests {
         let mut pending = finding("gpu-privileged", Some("ml"), "deny", 4);
         pending.gpus_pending = 2;
         report.findings.push(pending);
+        // Let through by an exception: counted apart, not a violation.
+        for name in ["nccl-bench-0", "nccl-bench-1"] {
+            report.excepted.push(crate::audit::ExceptedFinding {
+                policy: "gpu-privileged".into(),
+                action: "deny",
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                namespace: Some("research".into()),
+                name: name.into(),
+                message: "m".into(),
+                exception: "research/nccl-bench".into(),
+                reason: "benchmark".into(),
+                expires_at: None,
+                gpus: 8,
+            });
+        }
         let meta = RunMeta {
             generated_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             duration: Duration::from_millis(2_500),
@@ -401,6 +439,7 @@ pub(super) mod tests {
         for line in [
             r#"gpu_admission_audit_violations{policy="gpu-privileged",namespace="ml",action="deny"} 1"#,
             r#"gpu_admission_audit_gpus_held{policy="gpu-privileged",namespace="ml"} 4"#,
+            r#"gpu_admission_audit_excepted{policy="gpu-privileged"} 2"#,
             r#"gpu_admission_audit_gpus_pending{policy="gpu-privileged",namespace="ml"} 2"#,
             r#"gpu_admission_audit_gpus{state="held"} 6"#,
             r#"gpu_admission_audit_gpus{state="pending"} 3"#,
@@ -419,6 +458,7 @@ pub(super) mod tests {
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+        assert!(!text.contains(r#"namespace="research""#), "{text}");
         // The next report has no finding in "ml": its series goes.
         metrics.record(&Report::default(), &meta);
         assert!(!encode(&registry).contains(r#"namespace="ml""#));
@@ -428,6 +468,7 @@ pub(super) mod tests {
         metrics.inc_errors();
         let text = encode(&registry);
         assert!(!text.contains("gpu_admission_audit_violations{"), "{text}");
+        assert!(!text.contains("gpu_admission_audit_excepted{"), "{text}");
         assert!(!text.contains("gpu_admission_audit_pool_gpus{"), "{text}");
         assert!(
             !text.contains("gpu_admission_audit_cost_per_day{"),

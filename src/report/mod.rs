@@ -448,6 +448,67 @@ mod tests {
         out
     }
 
+    /// The run honours the exceptions of the admission's lookup, across
+    /// pages: what they let through is counted apart, not as findings,
+    /// and each exception is listed with it.
+    #[test]
+    fn the_run_honours_the_admissions_exceptions_on_every_page() {
+        use crate::exceptions::StaticExceptions;
+        let cluster = cluster(1200);
+        let baseline = audit_of(&cluster, 100).unwrap();
+        let privileged = |report: &Report, ns: &str| {
+            (report.findings.iter())
+                .filter(|f| f.policy == "gpu-privileged" && f.namespace.as_deref() == Some(ns))
+                .count()
+        };
+        let (ml, team) = (privileged(&baseline, "ml"), privileged(&baseline, "team-0"));
+        assert!(ml > 0 && team > 0, "{ml} {team}");
+        let admission = admission();
+        let read = |text: &str| {
+            let value: Value = serde_yaml::from_str(text).unwrap();
+            Arc::new(admission.bundle().policies.read_exception(&value).unwrap())
+        };
+        let exceptions = vec![
+            read("apiVersion: gpu-admission.io/v1alpha1\nkind: GpuPolicyException\nmetadata: {name: train, namespace: ml}\nspec: {policies: [gpu-privileged], match: {kinds: [Deployment], names: [train]}, reason: driver debugging, requestedBy: alice}\n"),
+            read("apiVersion: gpu-admission.io/v1alpha1\nkind: GpuPolicyException\nmetadata: {name: loose, namespace: team-0}\nspec: {policies: [gpu-privileged], match: {names: [\"loose-*\"]}, reason: benchmarks, expiresAt: \"2099-01-01T00:00:00Z\"}\n"),
+        ];
+        let admission = admission.with_exceptions(Arc::new(StaticExceptions::new(exceptions)));
+        let report = crate::offline::with_evaluation_stack(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(audit_cluster(
+                &admission,
+                &cluster,
+                100,
+                None,
+                &|_| {},
+                &|| false,
+            ))
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(privileged(&report, "ml"), 0);
+        assert_eq!(privileged(&report, "team-0"), 0);
+        assert_eq!(
+            privileged(&report, "team-1"),
+            privileged(&baseline, "team-1")
+        );
+        assert_eq!(report.findings.len(), baseline.findings.len() - ml - team);
+        assert_eq!(report.excepted.len(), ml + team);
+        let listed: Vec<(String, usize)> = (report.exceptions.iter())
+            .map(|e| (e.id(), e.let_through.len()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("ml/train".to_string(), ml),
+                ("team-0/loose".to_string(), team)
+            ]
+        );
+        assert_eq!(report.exceptions[0].requested_by.as_deref(), Some("alice"));
+    }
+
     #[test]
     fn pods_read_a_page_at_a_time_give_the_report_of_the_whole_cluster_at_once() {
         let cluster = cluster(601);
