@@ -380,3 +380,136 @@ pub fn render_text(report: &Report) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::labels::LabelRequirement;
+
+    fn result(policy: &str, message: &str, action: &'static str) -> ExceptedResult {
+        ExceptedResult {
+            policy: policy.into(),
+            exception: "ml/e".into(),
+            reason: "r".into(),
+            expires_at: None,
+            message: format!("{policy}: {message}"),
+            action,
+        }
+    }
+
+    #[test]
+    fn excepted_lines_leave_the_violations_and_others_stay() {
+        let violations = vec![
+            (
+                "no-latest".to_string(),
+                "deny",
+                "image is latest".to_string(),
+            ),
+            (
+                "no-sleep".to_string(),
+                "warn",
+                "sleeps (allowed by GpuPolicyException ml/e (r; no expiry))".to_string(),
+            ),
+            ("no-sleep".to_string(), "audit", "sleeps".to_string()),
+            ("gpu-max".to_string(), "deny", "too many GPUs".to_string()),
+        ];
+        let excepted = [
+            result("no-latest", "image is latest", "Deny"),
+            result("no-sleep", "sleeps", "Warn"),
+            result("no-sleep", "sleeps", "Audit"),
+        ];
+        let left = split_excepted(violations, &excepted);
+        assert_eq!(
+            left,
+            [("gpu-max".to_string(), "deny", "too many GPUs".to_string())]
+        );
+        let template = Finding {
+            policy: String::new(),
+            action: "deny",
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: Some("ml".into()),
+            name: "p".into(),
+            uid: None,
+            message: String::new(),
+            gpus: 2,
+            gpus_pending: 0,
+        };
+        let found = excepted_findings(&excepted, &template);
+        let shown: Vec<(&str, &str, &str)> = found
+            .iter()
+            .map(|f| (f.policy.as_str(), f.action, f.message.as_str()))
+            .collect();
+        // A warning that is also audited is shown once, as a warning.
+        assert_eq!(
+            shown,
+            [
+                ("no-latest", "deny", "image is latest"),
+                ("no-sleep", "warn", "sleeps")
+            ]
+        );
+        assert_eq!(
+            found[0].allowed_by(),
+            "allowed by exception ml/e (r, no expiry)"
+        );
+    }
+
+    #[test]
+    fn selectors_read_as_kubectl_writes_them() {
+        let selector = LabelSelector {
+            match_labels: [("app".to_string(), "bench".to_string())].into(),
+            match_expressions: vec![
+                LabelRequirement {
+                    key: "tier".into(),
+                    operator: SelectorOp::In,
+                    values: vec!["a".into(), "b".into()],
+                },
+                LabelRequirement {
+                    key: "debug".into(),
+                    operator: SelectorOp::DoesNotExist,
+                    values: vec![],
+                },
+            ],
+        };
+        assert_eq!(selector_text(&selector), "app=bench,tier in (a,b),!debug");
+        assert_eq!(selector_text(&LabelSelector::default()), "(every object)");
+    }
+
+    #[test]
+    fn entries_list_expiring_then_expired_then_invalid_then_the_rest() {
+        let env = crate::cel::Env::new(crate::cel::Extensions::default());
+        let read = |name: &str, expires: &str| {
+            let value = serde_json::json!({
+                "apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuPolicyException",
+                "metadata": {"name": name, "namespace": "ml"},
+                "spec": {"policies": ["p"], "match": {"names": ["x"]}, "reason": " why ", "expiresAt": expires},
+            });
+            Arc::new(exceptions::read(&value, &env).unwrap())
+        };
+        let now = exceptions::parse_time("2026-06-01T00:00:00Z").unwrap();
+        let known = vec![
+            read("a-later", "2026-09-01T00:00:00Z"),
+            read("b-soon", "2026-06-03T00:00:00Z"),
+            read("c-gone", "2026-05-01T00:00:00Z"),
+            read("a-later", "2026-06-02T00:00:00Z"),
+        ];
+        let invalid = [InvalidException {
+            namespace: "ml".into(),
+            name: "d-bad".into(),
+            errors: vec!["spec.reason: required".into()],
+        }];
+        let listed: Vec<(String, &str, bool)> = entries(&known, &invalid, &[], now)
+            .into_iter()
+            .map(|e| (e.name, e.state, e.expiring_soon))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("b-soon".to_string(), "active", true),
+                ("c-gone".to_string(), "expired", false),
+                ("d-bad".to_string(), "invalid", false),
+                ("a-later".to_string(), "active", false),
+            ]
+        );
+    }
+}

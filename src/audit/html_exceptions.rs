@@ -27,9 +27,8 @@ pub(super) fn attention(out: &mut String, report: &Report) {
     for e in soon {
         let _ = writeln!(
             out,
-            "<li class=\"exception-expiring\" data-exception=\"{0}\">{1} <a href=\"#exception-{2}\"><code>{0}</code></a> ends at <time>{3}</time> (within {days} days): what it lets through will be denied after that; renew it or fix the objects.</li>",
+            "<li class=\"exception-expiring\" data-exception=\"{0}\"><span class=\"badge warn\">expiring</span> <a href=\"#exception-{1}\"><code>{0}</code></a> ends at <time>{2}</time> (within {days} days): what it lets through will be denied after that; renew it or fix the objects.</li>",
             esc(&e.id()),
-            badge("warn"),
             anchor(e),
             esc(e.expires_at.as_deref().unwrap_or_default()),
         );
@@ -37,9 +36,8 @@ pub(super) fn attention(out: &mut String, report: &Report) {
     for e in expired {
         let _ = writeln!(
             out,
-            "<li class=\"exception-expired\" data-exception=\"{0}\">{1} <a href=\"#exception-{2}\"><code>{0}</code></a> ended at <time>{3}</time> and lets nothing through: delete it.</li>",
+            "<li class=\"exception-expired\" data-exception=\"{0}\"><span class=\"badge deny\">expired</span> <a href=\"#exception-{1}\"><code>{0}</code></a> ended at <time>{2}</time> and lets nothing through: delete it.</li>",
             esc(&e.id()),
-            badge("deny"),
             anchor(e),
             esc(e.expires_at.as_deref().unwrap_or_default()),
         );
