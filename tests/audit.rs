@@ -237,10 +237,25 @@ fn exceptions_let_findings_through_and_are_listed_with_their_state() {
     assert_eq!(json["exceptions"][0]["expiringSoon"], true);
     assert_eq!(json["exceptions"][0]["expiresAt"], "2026-06-04T00:00:00Z");
     assert_eq!(json["exceptions"][0]["match"]["names"][0], "idle-notebook*");
-    // PolicyReports hold the violations only.
-    let results: usize = audit::policy_reports(&report, 0)
+    // In PolicyReports the violations fail or warn, what exceptions let
+    // through is skipped, naming the exception.
+    let reports = audit::policy_reports(&report, 0);
+    let results: Vec<&serde_json::Value> = reports
         .iter()
-        .map(|r| r["results"].as_array().unwrap().len())
-        .sum();
-    assert_eq!(results, 4);
+        .flat_map(|r| r["results"].as_array().unwrap())
+        .collect();
+    assert_eq!(results.len(), 6);
+    let skipped: Vec<&&serde_json::Value> =
+        results.iter().filter(|r| r["result"] == "skip").collect();
+    assert_eq!(skipped.len(), 2);
+    assert_eq!(skipped[0]["properties"]["exception"], "ml/notebooks");
+    assert_eq!(
+        skipped[0]["properties"]["exceptionExpiresAt"],
+        "2026-06-04T00:00:00Z"
+    );
+    let ml = reports
+        .iter()
+        .find(|r| r["metadata"]["namespace"] == "ml")
+        .unwrap();
+    assert_eq!(ml["summary"]["skip"], 2);
 }

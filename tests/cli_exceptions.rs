@@ -102,7 +102,7 @@ fn evaluate_lets_through_what_an_exception_of_the_manifest_covers_until_it_expir
     assert!(text.contains("Pod research/other: DENIED\n"), "{text}");
     assert!(text.contains("Pod ml/nccl-bench-0: DENIED\n"), "{text}");
     assert!(
-        text.ends_with("4 objects: 2 denied, 0 warned, 4 patched, 1 let through by exceptions\n"),
+        text.ends_with("4 objects: 2 denied, 1 warned, 4 patched, 1 let through by exceptions\n"),
         "{text}"
     );
 

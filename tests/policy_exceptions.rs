@@ -87,9 +87,14 @@ fn an_exception_lets_exactly_its_object_through_its_policies() {
         &StaticNamespaces::new(),
     );
     assert!(v.denials.is_empty(), "{:?}", v.denials);
+    // The requester hears of both, with the exception's reason and end.
+    let by = "(allowed by GpuPolicyException research/nccl-bench (NCCL bandwidth benchmark, one day; expires 2030-01-01T00:00:00Z))";
     assert_eq!(
         v.warnings,
-        ["at-most-one-gpu: at most one GPU per container (allowed by GpuPolicyException research/nccl-bench (NCCL bandwidth benchmark, one day; expires 2030-01-01T00:00:00Z))"]
+        [
+            format!("no-privileged: privileged containers are not allowed {by}"),
+            format!("at-most-one-gpu: at most one GPU per container {by}"),
+        ]
     );
     assert_eq!(v.excepted.len(), 2);
     assert_eq!(

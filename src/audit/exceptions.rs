@@ -164,21 +164,17 @@ pub fn is_exception(object: &Value) -> bool {
         && str_at(object, "/kind") == exceptions::KIND
 }
 
-/// Splits `violations` of one object into those that remain and those
-/// `excepted` let through: a denial or audit failure whose line is the
-/// excepted one, a warning that is it with the exception named after it.
+/// The `violations` of one object that remain once `excepted` let theirs
+/// through: an exception that applies to an object covers every result of
+/// the policy on it (its own and its template pods', whatever the
+/// message), so a policy with an excepted result has no violation left.
 pub(super) fn split_excepted(
     violations: Vec<(String, &'static str, String)>,
     excepted: &[ExceptedResult],
 ) -> Vec<(String, &'static str, String)> {
     violations
         .into_iter()
-        .filter(|(policy, _, message)| {
-            let line = format!("{policy}: {message}");
-            !excepted
-                .iter()
-                .any(|e| e.policy == *policy && line.starts_with(&e.message))
-        })
+        .filter(|(policy, _, _)| !excepted.iter().any(|e| e.policy == *policy))
         .collect()
 }
 

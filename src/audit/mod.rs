@@ -504,6 +504,7 @@ pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
             .iter()
             .map(|f| f.namespace.clone().unwrap_or_default()),
     );
+    namespaces.extend((report.excepted.iter()).map(|e| e.namespace.clone().unwrap_or_default()));
     let mut out = Vec::new();
     for ns in namespaces {
         let findings: Vec<&Finding> = report
@@ -536,6 +537,34 @@ pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
                 })
             })
             .collect();
+        let mut results = results;
+        // What exceptions let through: `skip`, naming the exception.
+        let skipped: Vec<&ExceptedFinding> = (report.excepted.iter())
+            .filter(|e| e.namespace.clone().unwrap_or_default() == ns)
+            .collect();
+        results.extend(skipped.iter().map(|e| {
+            let mut resource = json!({"apiVersion": e.api_version, "kind": e.kind, "name": e.name});
+            if let Some(n) = &e.namespace {
+                resource["namespace"] = json!(n);
+            }
+            let mut properties = json!({"gpus": e.gpus.to_string(), "action": e.action,
+                "exception": e.exception, "exceptionReason": e.reason});
+            if let Some(at) = &e.expires_at {
+                properties["exceptionExpiresAt"] = json!(at);
+            }
+            json!({
+                "source": "gpu-admission",
+                "policy": e.policy,
+                "message": format!("{} ({})", e.message, e.allowed_by()),
+                "result": "skip",
+                "scored": true,
+                "severity": "info",
+                "category": "GPU",
+                "properties": properties,
+                "resources": [resource],
+                "timestamp": {"seconds": now_seconds, "nanos": 0},
+            })
+        }));
         let fail = findings.iter().filter(|f| f.action == "deny").count();
         let warn = findings.len() - fail;
         let pass = report.passed.get(&ns).copied().unwrap_or(0);
@@ -547,7 +576,7 @@ pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
                 "labels": {"app.kubernetes.io/managed-by": "gpu-admission"},
             },
             "scope": Value::Null,
-            "summary": {"pass": pass, "fail": fail, "warn": warn, "error": 0, "skip": 0},
+            "summary": {"pass": pass, "fail": fail, "warn": warn, "error": 0, "skip": skipped.len()},
             "results": results,
         });
         if ns.is_empty() {

@@ -385,11 +385,10 @@ impl Inner {
                 }
                 for action in &binding.actions {
                     match (action, &exception) {
-                        (Action::Deny, Some(_)) => {
-                            result = EvaluationResult::Excepted;
-                        }
-                        (Action::Warn, Some(exception)) => {
-                            if result == EvaluationResult::Pass {
+                        // The requester still hears of it, with the
+                        // exception's reason and end.
+                        (Action::Deny | Action::Warn, Some(exception)) => {
+                            if result != EvaluationResult::Deny {
                                 result = EvaluationResult::Excepted;
                             }
                             verdict

@@ -9,7 +9,7 @@
 //! as ours, so a replica that becomes leader updates what the previous one
 //! wrote instead of writing them again. Writes are spaced to at most
 //! [`PolicyReportSettings::writes_per_second`].
-use crate::audit::{Finding, Report};
+use crate::audit::{ExceptedFinding, Finding, Report};
 use crate::k8s::policy_reports::{
     PolicyReportStore, ReportStoreError, API_VERSION, KIND, MANAGED_BY,
 };
@@ -67,30 +67,40 @@ pub fn desired_reports(
     at: SystemTime,
     max_results: usize,
 ) -> BTreeMap<String, Value> {
-    let mut by_namespace: BTreeMap<&str, Vec<&Finding>> = BTreeMap::new();
+    type Results<'r> = (Vec<&'r Finding>, Vec<&'r ExceptedFinding>);
+    let mut by_namespace: BTreeMap<&str, Results> = BTreeMap::new();
     for finding in &report.findings {
-        if let Some(namespace) = finding.namespace.as_deref().filter(|n| !n.is_empty()) {
-            by_namespace.entry(namespace).or_default().push(finding);
+        if let Some(namespace) = namespaced(&finding.namespace) {
+            by_namespace.entry(namespace).or_default().0.push(finding);
+        }
+    }
+    for excepted in &report.excepted {
+        if let Some(namespace) = namespaced(&excepted.namespace) {
+            by_namespace.entry(namespace).or_default().1.push(excepted);
         }
     }
     let timestamp = timestamp(at);
     by_namespace
         .into_iter()
-        .map(|(namespace, mut findings)| {
+        .map(|(namespace, (mut findings, mut excepted))| {
             // The costliest first, then a stable order, so what a bound
-            // leaves out is the cheapest and the same from run to run.
+            // leaves out is the cheapest and the same from run to run;
+            // what exceptions let through after every finding.
             findings.sort_by(|a, b| {
                 gpus_held(b)
                     .cmp(&gpus_held(a))
                     .then_with(|| (&a.kind, &a.name, &a.policy).cmp(&(&b.kind, &b.name, &b.policy)))
             });
+            excepted.sort_by(|a, b| {
+                (b.gpus, &a.kind, &a.name, &a.policy).cmp(&(a.gpus, &b.kind, &b.name, &b.policy))
+            });
             let fail = findings.iter().filter(|f| result_of(f) == "fail").count();
             let warn = findings.len() - fail;
-            let left_out = findings.len().saturating_sub(max_results);
-            let results: Vec<Value> = findings
-                .iter()
+            let total = findings.len() + excepted.len();
+            let left_out = total.saturating_sub(max_results);
+            let results: Vec<Value> = (findings.iter().map(|f| entry(f, &timestamp)))
+                .chain(excepted.iter().map(|e| skipped_entry(e, &timestamp)))
                 .take(max_results)
-                .map(|f| entry(f, &timestamp))
                 .collect();
             let mut metadata = json!({
                 "name": REPORT_NAME,
@@ -109,13 +119,55 @@ pub fn desired_reports(
                     "fail": fail,
                     "warn": warn,
                     "error": 0,
-                    "skip": 0,
+                    "skip": excepted.len(),
                 },
                 "results": results,
             });
             (namespace.to_string(), object)
         })
         .collect()
+}
+
+/// The result entry of what an exception let through: `skip`, as Kyverno
+/// reports what its PolicyExceptions let through, with the exception, its
+/// reason and its end in `properties`.
+/// The namespace of a namespaced object's result; none for a
+/// cluster-scoped one.
+fn namespaced(namespace: &Option<String>) -> Option<&str> {
+    namespace.as_deref().filter(|n| !n.is_empty())
+}
+
+fn skipped_entry(excepted: &ExceptedFinding, timestamp: &Value) -> Value {
+    let mut resource = json!({
+        "apiVersion": excepted.api_version,
+        "kind": excepted.kind,
+        "name": excepted.name,
+    });
+    if let Some(namespace) = &excepted.namespace {
+        resource["namespace"] = json!(namespace);
+    }
+    let mut properties = json!({
+        "action": excepted.action,
+        "gpus": excepted.gpus.to_string(),
+        "exception": excepted.exception,
+        "exceptionReason": capped(&excepted.reason),
+    });
+    if let Some(at) = &excepted.expires_at {
+        properties["exceptionExpiresAt"] = json!(at);
+    }
+    json!({
+        "source": MANAGER,
+        "policy": excepted.policy,
+        "rule": excepted.policy,
+        "result": "skip",
+        "scored": true,
+        "severity": "info",
+        "category": "GPU",
+        "message": capped(&format!("{} ({})", excepted.message, excepted.allowed_by())),
+        "resources": [resource],
+        "properties": properties,
+        "timestamp": timestamp,
+    })
 }
 
 /// `pass|fail|warn|error|skip` of a finding, as `audit -o policyreport`
@@ -571,6 +623,66 @@ pub(super) mod tests {
         assert_eq!(research["result"], "warn", "an audited violation warns");
         assert_eq!(research["severity"], "medium");
         assert_eq!(reports["research"]["summary"]["pass"], 0);
+    }
+
+    #[test]
+    fn what_exceptions_let_through_is_skipped_with_the_exception_named() {
+        let excepted = |namespace: &str, gpus: i64| ExceptedFinding {
+            policy: "gpu-privileged".into(),
+            action: "deny",
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: Some(namespace.into()),
+            name: "nccl-bench".into(),
+            message: "container bench is privileged".into(),
+            exception: format!("{namespace}/nccl-bench"),
+            reason: "NCCL benchmark, one day".into(),
+            expires_at: Some("2026-12-31T00:00:00Z".into()),
+            gpus,
+        };
+        let mut report = report_of(vec![finding("gpu-keep-alive", Some("research"), "warn", 1)]);
+        report.excepted = vec![excepted("research", 8), excepted("bench", 1)];
+        let reports = desired_reports(&report, at(1_800_000_000), 10);
+        // A namespace with only excepted results still has its report.
+        assert_eq!(reports.keys().collect::<Vec<_>>(), ["bench", "research"]);
+        let research = &reports["research"];
+        assert_eq!(
+            research["summary"],
+            json!({"pass": 0, "fail": 0, "warn": 1, "error": 0, "skip": 1})
+        );
+        // Findings first, whatever the GPUs of what was let through.
+        assert_eq!(research["results"][0]["result"], "warn");
+        assert_eq!(
+            research["results"][1],
+            json!({
+                "source": "gpu-admission",
+                "policy": "gpu-privileged",
+                "rule": "gpu-privileged",
+                "result": "skip",
+                "scored": true,
+                "severity": "info",
+                "category": "GPU",
+                "message": "container bench is privileged (allowed by exception research/nccl-bench (NCCL benchmark, one day, expires 2026-12-31T00:00:00Z))",
+                "resources": [{"apiVersion": "v1", "kind": "Pod", "name": "nccl-bench", "namespace": "research"}],
+                "properties": {
+                    "action": "deny",
+                    "gpus": "8",
+                    "exception": "research/nccl-bench",
+                    "exceptionReason": "NCCL benchmark, one day",
+                    "exceptionExpiresAt": "2026-12-31T00:00:00Z",
+                },
+                "timestamp": {"seconds": 1_800_000_000u64, "nanos": 0},
+            })
+        );
+        // The bound counts skipped results too.
+        let bounded = desired_reports(&report, at(1_800_000_000), 1);
+        let research = &bounded["research"];
+        assert_eq!(research["results"].as_array().unwrap().len(), 1);
+        assert_eq!(research["results"][0]["result"], "warn");
+        assert_eq!(
+            research["metadata"]["annotations"][LEFT_OUT_ANNOTATION],
+            "1"
+        );
     }
 
     #[test]
