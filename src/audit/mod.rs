@@ -542,29 +542,8 @@ pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
         let skipped: Vec<&ExceptedFinding> = (report.excepted.iter())
             .filter(|e| e.namespace.clone().unwrap_or_default() == ns)
             .collect();
-        results.extend(skipped.iter().map(|e| {
-            let mut resource = json!({"apiVersion": e.api_version, "kind": e.kind, "name": e.name});
-            if let Some(n) = &e.namespace {
-                resource["namespace"] = json!(n);
-            }
-            let mut properties = json!({"gpus": e.gpus.to_string(), "action": e.action,
-                "exception": e.exception, "exceptionReason": e.reason});
-            if let Some(at) = &e.expires_at {
-                properties["exceptionExpiresAt"] = json!(at);
-            }
-            json!({
-                "source": "gpu-admission",
-                "policy": e.policy,
-                "message": format!("{} ({})", e.message, e.allowed_by()),
-                "result": "skip",
-                "scored": true,
-                "severity": "info",
-                "category": "GPU",
-                "properties": properties,
-                "resources": [resource],
-                "timestamp": {"seconds": now_seconds, "nanos": 0},
-            })
-        }));
+        let timestamp = json!({"seconds": now_seconds, "nanos": 0});
+        results.extend((skipped.iter()).map(|e| e.policy_report_result(timestamp.clone())));
         let fail = findings.iter().filter(|f| f.action == "deny").count();
         let warn = findings.len() - fail;
         let pass = report.passed.get(&ns).copied().unwrap_or(0);

@@ -128,46 +128,22 @@ pub fn desired_reports(
         .collect()
 }
 
-/// The result entry of what an exception let through: `skip`, as Kyverno
-/// reports what its PolicyExceptions let through, with the exception, its
-/// reason and its end in `properties`.
 /// The namespace of a namespaced object's result; none for a
 /// cluster-scoped one.
 fn namespaced(namespace: &Option<String>) -> Option<&str> {
     namespace.as_deref().filter(|n| !n.is_empty())
 }
 
+/// The result entry of what an exception let through
+/// ([`ExceptedFinding::policy_report_result`]), its texts capped.
 fn skipped_entry(excepted: &ExceptedFinding, timestamp: &Value) -> Value {
-    let mut resource = json!({
-        "apiVersion": excepted.api_version,
-        "kind": excepted.kind,
-        "name": excepted.name,
-    });
-    if let Some(namespace) = &excepted.namespace {
-        resource["namespace"] = json!(namespace);
+    let mut result = excepted.policy_report_result(timestamp.clone());
+    for text in ["/message", "/properties/exceptionReason"] {
+        if let Some(v) = result.pointer_mut(text) {
+            *v = json!(capped(v.as_str().unwrap_or_default()));
+        }
     }
-    let mut properties = json!({
-        "action": excepted.action,
-        "gpus": excepted.gpus.to_string(),
-        "exception": excepted.exception,
-        "exceptionReason": capped(&excepted.reason),
-    });
-    if let Some(at) = &excepted.expires_at {
-        properties["exceptionExpiresAt"] = json!(at);
-    }
-    json!({
-        "source": MANAGER,
-        "policy": excepted.policy,
-        "rule": excepted.policy,
-        "result": "skip",
-        "scored": true,
-        "severity": "info",
-        "category": "GPU",
-        "message": capped(&format!("{} ({})", excepted.message, excepted.allowed_by())),
-        "resources": [resource],
-        "properties": properties,
-        "timestamp": timestamp,
-    })
+    result
 }
 
 /// `pass|fail|warn|error|skip` of a finding, as `audit -o policyreport`
