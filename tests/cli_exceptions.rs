@@ -238,3 +238,65 @@ fn evaluate_honours_the_exceptions_of_the_policy_folder() {
         "{text}"
     );
 }
+
+/// `audit` of a dump holding a GpuPolicyException: what it lets through is
+/// not a finding while it runs (`--at` before its end), and is one again,
+/// the exception listed as expired, at its end.
+#[test]
+fn audit_of_a_dump_honours_its_exceptions_until_they_expire() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dump = write(
+        tmp.path(),
+        "dump.yaml",
+        &format!(
+            "{EXCEPTION}---\n{}",
+            privileged_pod("nccl-bench-0", "research")
+        ),
+    );
+    let audit = |at: &str| -> Value {
+        let out = bin()
+            .arg("audit")
+            .arg("-f")
+            .arg(&dump)
+            .arg("--policies")
+            .arg(policies())
+            .args(["-o", "json", "--at", at])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let during = audit("2026-12-30T00:00:00Z");
+    let excepted = during["excepted"].as_array().unwrap();
+    assert_eq!(excepted.len(), 1, "{during:#}");
+    assert_eq!(excepted[0]["policy"], "gpu-privileged");
+    assert_eq!(excepted[0]["exception"], "research/nccl-bench");
+    let privileged = |report: &Value| {
+        (report["findings"].as_array().unwrap().iter())
+            .filter(|f| f["policy"] == "gpu-privileged")
+            .count()
+    };
+    assert_eq!(privileged(&during), 0);
+    assert_eq!(during["exceptions"][0]["state"], "active");
+    assert_eq!(during["exceptions"][0]["expiringSoon"], true);
+
+    let after = audit("2026-12-31T00:00:00Z");
+    assert!(
+        after["excepted"].as_array().is_none_or(|e| e.is_empty()),
+        "{after:#}"
+    );
+    assert_eq!(privileged(&after), 1);
+    assert_eq!(after["exceptions"][0]["state"], "expired");
+
+    let out = bin()
+        .args(["audit", "-f"])
+        .arg(&dump)
+        .args(["--at", "tomorrow"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not an RFC 3339 time"),
+        "{out:?}"
+    );
+}

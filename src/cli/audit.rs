@@ -55,6 +55,11 @@ pub struct AuditArgs {
     /// read instead of asking --prometheus.
     #[arg(long, value_name = "FILE", conflicts_with = "prometheus")]
     pub utilization: Option<PathBuf>,
+    /// The time GpuPolicyExceptions are judged at (RFC 3339, e.g.
+    /// 2026-12-31T00:00:00Z): an exception whose expiresAt is not after it
+    /// lets nothing through and is listed as expired. Default: now.
+    #[arg(long, value_name = "TIME", value_parser = super::evaluate::parse_at)]
+    pub at: Option<std::time::SystemTime>,
 }
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
@@ -137,7 +142,10 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     let meta = report_meta(args, source, &loaded.bundle)?;
     let admission = Admission::new(loaded.bundle, Arc::new(lookup))
         .with_claims(Arc::new(claims))
-        .with_exceptions(Arc::new(StaticExceptions::new(found)));
+        .with_exceptions(Arc::new(match args.at {
+            Some(at) => StaticExceptions::new(found).at(at),
+            None => StaticExceptions::new(found),
+        }));
     let mut report = audit::audit(&admission, &objects);
     let known = audit::known_exceptions(&admission);
     let now = exceptions::ExceptionLookup::now(admission.exceptions());
