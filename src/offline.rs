@@ -42,61 +42,16 @@ pub struct Evaluation {
     /// What `GpuPolicyException`s let through: each would have been a
     /// denial, a warning or an audit failure.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub excepted: Vec<ExceptedResult>,
-}
-
-/// One policy result an exception let through, as the offline commands
-/// show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExceptedResult {
-    pub policy: String,
-    /// The exception's `namespace/name`.
-    pub exception: String,
-    pub reason: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
-    /// The line the policy said (`<policy>: <message>`).
-    pub message: String,
-    /// What the binding would have done: `Deny`, `Warn` or `Audit`.
-    pub action: &'static str,
-}
-
-impl ExceptedResult {
-    /// `allowed by exception ns/name (reason; expires ...)`.
-    pub fn allowed_by(&self) -> String {
-        let expiry = match &self.expires_at {
-            Some(at) => format!("expires {at}"),
-            None => "no expiry".to_string(),
-        };
-        format!(
-            "allowed by exception {} ({}; {expiry})",
-            self.exception,
-            self.reason.trim()
-        )
-    }
-}
-
-impl From<&Excepted> for ExceptedResult {
-    fn from(e: &Excepted) -> ExceptedResult {
-        ExceptedResult {
-            policy: e.policy.to_string(),
-            exception: e.exception.clone(),
-            reason: e.reason.clone(),
-            expires_at: e.expires_at.clone(),
-            message: e.message.clone(),
-            action: e.action,
-        }
-    }
+    pub excepted: Vec<Excepted>,
 }
 
 /// `excepted` without repeats (a policy's failure excepted once per
 /// action of its binding, and once per template pod of a workload).
-pub fn excepted_results(excepted: &[Excepted]) -> Vec<ExceptedResult> {
-    let mut out: Vec<ExceptedResult> = Vec::new();
-    for e in excepted.iter().map(ExceptedResult::from) {
-        if !out.contains(&e) {
-            out.push(e);
+pub fn excepted_results(excepted: &[Excepted]) -> Vec<Excepted> {
+    let mut out: Vec<Excepted> = Vec::new();
+    for e in excepted {
+        if !out.contains(e) {
+            out.push(e.clone());
         }
     }
     out

@@ -2,10 +2,10 @@
 //! through (not violations: shown and counted apart), and the exceptions
 //! themselves, with their state and what they let through in the run.
 use super::{Finding, Report};
+use crate::exceptions::Excepted;
 use crate::exceptions::{self, Exception, State, EXPIRING_SOON};
 use crate::k8s::json::str_at;
 use crate::k8s::labels::{LabelSelector, SelectorOp};
-use crate::offline::ExceptedResult;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -206,22 +206,19 @@ pub fn is_exception(object: &Value) -> bool {
 /// message), so a policy with an excepted result has no violation left.
 pub(super) fn split_excepted(
     violations: Vec<(String, &'static str, String)>,
-    excepted: &[ExceptedResult],
+    excepted: &[Excepted],
 ) -> Vec<(String, &'static str, String)> {
     violations
         .into_iter()
-        .filter(|(policy, _, _)| !excepted.iter().any(|e| e.policy == *policy))
+        .filter(|(policy, _, _)| !excepted.iter().any(|e| *e.policy == **policy))
         .collect()
 }
 
 /// The excepted results of one object, as report entries.
-pub(super) fn excepted_findings(
-    excepted: &[ExceptedResult],
-    template: &Finding,
-) -> Vec<ExceptedFinding> {
+pub(super) fn excepted_findings(excepted: &[Excepted], template: &Finding) -> Vec<ExceptedFinding> {
     let mut out: Vec<ExceptedFinding> = Vec::new();
     for finding in excepted.iter().map(|e| ExceptedFinding {
-        policy: e.policy.clone(),
+        policy: e.policy.to_string(),
         action: match e.action {
             "Deny" => "deny",
             "Warn" => "warn",
@@ -418,8 +415,8 @@ mod tests {
     use super::*;
     use crate::k8s::labels::LabelRequirement;
 
-    fn result(policy: &str, message: &str, action: &'static str) -> ExceptedResult {
-        ExceptedResult {
+    fn result(policy: &str, message: &str, action: &'static str) -> Excepted {
+        Excepted {
             policy: policy.into(),
             exception: "ml/e".into(),
             reason: "r".into(),

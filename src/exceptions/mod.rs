@@ -470,19 +470,38 @@ pub fn candidates(
 }
 
 /// One policy result an exception turned: the request would have been
-/// denied (or warned, or audited) by `policy` and was let through.
-#[derive(Clone, Debug, PartialEq)]
+/// denied (or warned, or audited) by `policy` and was let through. The
+/// offline commands show it as it is (JSON and YAML in camelCase).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Excepted {
     pub policy: Arc<str>,
     /// The exception's `namespace/name`.
     pub exception: String,
     pub reason: String,
     /// As written in the exception.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
-    /// The line the policy said, with its template prefix.
+    /// The line the policy said (`<policy>: <message>`, with its template
+    /// prefix).
     pub message: String,
-    /// What the binding would have done: `deny`, `warn` or `audit`.
+    /// What the binding would have done: `Deny`, `Warn` or `Audit`.
     pub action: &'static str,
+}
+
+impl Excepted {
+    /// `allowed by exception ns/name (reason; expires ...)`.
+    pub fn allowed_by(&self) -> String {
+        let expiry = match &self.expires_at {
+            Some(at) => format!("expires {at}"),
+            None => "no expiry".to_string(),
+        };
+        format!(
+            "allowed by exception {} ({}; {expiry})",
+            self.exception,
+            self.reason.trim()
+        )
+    }
 }
 
 #[cfg(test)]

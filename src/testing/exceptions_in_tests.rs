@@ -40,12 +40,12 @@ impl std::fmt::Display for ExpectedException {
 /// at all without `expect.excepted`).
 pub(super) fn check_excepted(
     want: Option<&[ExpectedException]>,
-    got: &[offline::ExceptedResult],
+    got: &[crate::exceptions::Excepted],
     failures: &mut Vec<String>,
 ) {
     let got: BTreeSet<(&str, &str)> = got
         .iter()
-        .map(|e| (e.policy.as_str(), e.exception.as_str()))
+        .map(|e| (&*e.policy, e.exception.as_str()))
         .collect();
     let want = want.unwrap_or_default();
     for w in want {
