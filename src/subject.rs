@@ -6,9 +6,9 @@
 use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::Val;
 use crate::exceptions::{self, Exception, ExceptionLookup};
+use crate::gpu::capacity::PoolKind;
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::{GpuFacts, WorkloadFacts};
-use crate::gpu::pools::PoolKind;
 use crate::gpu::relevance::gpu_relevant;
 use crate::gpu::GpuResources;
 use crate::k8s::claims::{pod_claims, PodClaim};

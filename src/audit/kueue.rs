@@ -3,7 +3,7 @@
 //! a flavor's `nodeLabels` into every pod it admits on the flavor; when the
 //! flavor's sizes fall outside the namespace's tier, those pods are denied
 //! (`gpu-sku-allowlist`) and the admitted workload never starts.
-use crate::gpu::pools::{CapacityRequest, PoolKind};
+use crate::gpu::capacity::{CapacityRequest, PoolKind};
 use crate::k8s::json::labels_of;
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::NamespaceLookup;

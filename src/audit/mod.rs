@@ -21,7 +21,7 @@ pub use prices::{Money, Prices};
 
 use crate::admission::Admission;
 use crate::exceptions::Exception;
-use crate::gpu::pools::CapacityRequest;
+use crate::gpu::capacity::CapacityRequest;
 use crate::k8s::json::Pointer as _;
 use crate::offline::build_request;
 use crate::policy::VALIDATION_FAILURE_ANNOTATION;

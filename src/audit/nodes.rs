@@ -6,9 +6,9 @@
 //! few and read whole.
 use super::holding::{pod_is_bound, pod_is_finished};
 use crate::gpu::catalog::Catalog;
-use crate::gpu::pools::is_gpu_taint;
 use crate::gpu::reach::is_gpu_node;
 use crate::gpu::request::{parse_count, pod_gpu_request};
+use crate::gpu::taints::is_gpu_taint;
 use crate::gpu::GpuResources;
 use crate::k8s::json::Pointer as _;
 use crate::k8s::NodeInfo;

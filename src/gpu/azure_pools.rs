@@ -4,7 +4,7 @@
 //! CAPZ's own AzureManagedMachinePool; and which pools an UPDATE changes.
 use serde_json::Value;
 
-use super::pools::{CapacityRequest, PoolKind};
+use super::capacity::{CapacityRequest, PoolKind};
 use crate::k8s::json::{int_of, items as list, Pointer as _};
 use crate::k8s::Taint;
 

@@ -14,21 +14,23 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::capacity::CapacityRequest;
 use super::catalog::Catalog;
 use super::claims::{request_devices, ClaimGpuRequest};
 use super::fit::{FitFacts, PodResources};
-use super::pools::{CapacityFacts, CapacityRequest};
+use super::pools::CapacityFacts;
 use super::request::{
     ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity,
     PodGpuRequest,
 };
 use super::selection::SkuSelection;
+use super::taints::{tolerates_every_taint, tolerates_gpu_taint};
 use super::visibility::{pod_access, ContainerAccess, PodContext};
 use super::{GpuResources, SkuList};
 use crate::k8s::claims::{claim_spec, container_claims, pod_claims, ClaimKind, NoClaims, PodClaim};
 use crate::k8s::json::{items, scalar_string, str_at};
 use crate::k8s::workloads::{pod_metadata, pod_spec};
-use crate::k8s::{NodeInfo, NodeSelection, Toleration, TolerationOperator};
+use crate::k8s::{NodeInfo, NodeSelection};
 
 /// The `gpu` variable (see docs/cel-extensions.md). Integers are `i64` so
 /// that CEL sees `int`, as it does for numbers of the object itself.
@@ -371,43 +373,6 @@ fn asks_gpu(containers: &[ContainerFacts], kind: &str, name: &str) -> bool {
         let same_kind = c.kind == kind || (kind == "initContainer" && c.kind == "sidecar");
         same_kind && c.name == name && c.total > 0
     })
-}
-
-/// Does a toleration list tolerate a GPU taint by name (`sku=gpu` or any
-/// `sku` value, `nvidia.com/gpu`, `amd.com/gpu`) for NoSchedule? A toleration
-/// of every taint (`operator: Exists` without a key) does not count here: it
-/// is what node-wide DaemonSets carry, not a sign of aiming at GPU nodes (see
-/// [`tolerates_every_taint`]).
-pub fn tolerates_gpu_taint(tolerations: &Value) -> bool {
-    items(Some(tolerations))
-        .map(Toleration::from_value)
-        .any(|t| tolerates_gpu(&t))
-}
-
-/// Does a toleration list tolerate every NoSchedule taint (`operator:
-/// Exists` with an empty key and an empty or NoSchedule effect)?
-pub fn tolerates_every_taint(tolerations: &Value) -> bool {
-    items(Some(tolerations))
-        .map(Toleration::from_value)
-        .any(|t| {
-            covers_no_schedule(&t) && t.key.is_empty() && t.operator == TolerationOperator::Exists
-        })
-}
-
-fn covers_no_schedule(t: &Toleration) -> bool {
-    t.effect.is_empty() || t.effect == "NoSchedule"
-}
-
-fn tolerates_gpu(t: &Toleration) -> bool {
-    if !covers_no_schedule(t) {
-        return false;
-    }
-    match t.key.as_str() {
-        "sku" => t.operator == TolerationOperator::Exists || t.value == "gpu",
-        // The taint's value varies (`present`, empty): any value counts.
-        "nvidia.com/gpu" | "amd.com/gpu" => true,
-        _ => false,
-    }
 }
 
 fn pod_facts(
@@ -836,50 +801,6 @@ mod tests {
     }
 
     #[test]
-    fn tolerations_that_count_as_gpu() {
-        let t = |v: Value| tolerates_gpu_taint(&json!([v]));
-        assert!(t(
-            json!({"key": "sku", "operator": "Exists", "effect": "NoSchedule"})
-        ));
-        assert!(t(
-            json!({"key": "sku", "operator": "Equal", "value": "gpu"})
-        ));
-        assert!(t(
-            json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
-        ));
-        assert!(t(json!({"key": "amd.com/gpu", "operator": "Exists"})));
-        // Tolerating every taint is not aiming at GPU nodes.
-        assert!(!t(json!({"operator": "Exists"})));
-        assert!(!t(
-            json!({"key": "sku", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"})
-        ));
-        assert!(!t(
-            json!({"key": "sku", "value": "gpu", "effect": "NoExecute"})
-        ));
-        assert!(!t(
-            json!({"key": "CriticalAddonsOnly", "operator": "Exists"})
-        ));
-        assert!(!tolerates_gpu_taint(&json!("junk")));
-    }
-
-    #[test]
-    fn tolerations_of_every_taint() {
-        let t = |v: Value| tolerates_every_taint(&json!([v]));
-        assert!(t(json!({"operator": "Exists"})));
-        assert!(t(json!({"operator": "Exists", "effect": "NoSchedule"})));
-        assert!(!t(json!({"operator": "Exists", "effect": "NoExecute"})));
-        assert!(!t(json!({"key": "sku", "operator": "Exists"})));
-        assert!(!t(json!({"operator": "Equal", "value": "x"})));
-        assert!(!tolerates_every_taint(&json!({"operator": "Exists"})));
-        let g = gpu(pod(json!({
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "node-exporter", "image": "quay.io/prometheus/node-exporter:v1.8.2"}]
-        })));
-        assert_eq!(g["toleratesAll"], true);
-        assert_eq!(g["tolerates"], false);
-    }
-
-    #[test]
     fn gpu_share_through_a_scheduler_annotation() {
         let kai = |annotations: Value, scheduler: Value| {
             let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
@@ -1086,5 +1007,15 @@ mod tests {
             let g = gpu(obj);
             assert_eq!(g["requested"], false);
         }
+    }
+
+    #[test]
+    fn a_pod_tolerating_every_taint() {
+        let g = gpu(pod(json!({
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "node-exporter", "image": "quay.io/prometheus/node-exporter:v1.8.2"}]
+        })));
+        assert_eq!(g["toleratesAll"], true);
+        assert_eq!(g["tolerates"], false);
     }
 }

@@ -1,6 +1,7 @@
 //! GPU knowledge: resource names and DRA device classes, what a pod asks
 //! for, the SKU catalog.
 mod azure_pools;
+pub mod capacity;
 pub mod catalog;
 pub mod claims;
 pub mod facts;
@@ -11,6 +12,7 @@ pub mod relevance;
 pub mod request;
 pub mod resources;
 pub mod selection;
+pub mod taints;
 pub mod visibility;
 
 pub use request::{

@@ -57,7 +57,7 @@ pub fn node_name(spec: &Value) -> Option<&str> {
 pub fn pool_nodes(pools: &[Value], catalog: &Catalog) -> Vec<NodeInfo> {
     let mut out = Vec::new();
     for pool in pools {
-        let Some(request) = super::pools::CapacityRequest::from_object(pool) else {
+        let Some(request) = super::capacity::CapacityRequest::from_object(pool) else {
             continue;
         };
         let name = str_at(pool, "/metadata/name");

@@ -6,8 +6,9 @@
 //! appends the profile's `nodePoolTaint` to `spec.template.spec.taints` and
 //! warns; with `Require` it leaves the pool to the validating policies.
 use super::{profile::NodePoolTaintPolicy, Plan, Profile, ProfileSet};
+use crate::gpu::capacity::{CapacityRequest, PoolKind};
 use crate::gpu::catalog::Catalog;
-use crate::gpu::pools::{is_gpu_taint, CapacityRequest, PoolKind};
+use crate::gpu::taints::is_gpu_taint;
 use crate::k8s::json::Pointer as _;
 use crate::k8s::{Patch, ShapeError};
 use crate::review::{Operation, Request};
