@@ -27,6 +27,8 @@ async fn readyz_waits_for_policies_and_namespaces() {
         ..common::config()
     };
     let readiness = Readiness::new();
+    let policies = readiness.gate("policies not loaded");
+    let namespaces = readiness.gate("namespaces not synced");
     let shutdown = ShutdownHandle::new();
     let server = Server::bind_with_readiness(
         config,
@@ -53,9 +55,9 @@ async fn readyz_waits_for_policies_and_namespaces() {
         }
     };
     both((StatusCode::SERVICE_UNAVAILABLE, "policies not loaded\n")).await;
-    readiness.set_policies_loaded();
+    policies.open();
     both((StatusCode::SERVICE_UNAVAILABLE, "namespaces not synced\n")).await;
-    readiness.set_namespaces_synced();
+    namespaces.open();
     both((StatusCode::OK, "ok\n")).await;
     // Liveness never depended on any of it.
     assert_eq!(plain_get(metrics_addr, "/healthz").await.0, StatusCode::OK);

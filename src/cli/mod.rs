@@ -3,8 +3,8 @@
 pub mod audit;
 pub mod certs;
 pub mod evaluate;
+pub mod flags;
 pub mod lint;
-mod log_lines;
 pub mod policy_args;
 pub mod serve;
 pub mod serve_certs;

@@ -1,5 +1,9 @@
 //! `gpu-admission serve`: flags into a [`ServeConfig`], logging, the policy
 //! bundle, signals, and the server.
+use super::flags::{
+    parse_duration, parse_optional_addr, parse_optional_name, parse_report_interval, parse_size,
+    parse_username, OptionalAddr, OptionalName, Switch,
+};
 use super::serve_certs::{start_managed_certs, ManagedCertArgs};
 use super::serve_exceptions::{cluster_exceptions, excepted_counter};
 use crate::admission::{Admission, Bundle};
@@ -194,81 +198,6 @@ pub struct ServeArgs {
     pub certs: ManagedCertArgs,
 }
 
-/// A username as `request.userInfo.username` spells it: not empty (a
-/// request without a user must never pass for Kueue's controller).
-fn parse_username(text: &str) -> Result<String, String> {
-    match text.trim() {
-        "" => Err("a username cannot be empty".to_string()),
-        name => Ok(name.to_string()),
-    }
-}
-
-/// On or off.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Switch {
-    On,
-    Off,
-}
-
-/// A name, or none (`off`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OptionalName(pub Option<String>);
-
-pub(super) fn parse_optional_name(text: &str) -> Result<OptionalName, String> {
-    match text {
-        "off" | "none" => Ok(OptionalName(None)),
-        _ if !text.is_empty()
-            && text.len() <= 253
-            && text
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.') =>
-        {
-            Ok(OptionalName(Some(text.to_string())))
-        }
-        _ => Err(format!(
-            "{text:?} is not an object name (lower-case letters, digits, '-' and '.') or `off`"
-        )),
-    }
-}
-
-/// At least a minute: each run lists the whole cluster.
-fn parse_report_interval(text: &str) -> Result<Duration, String> {
-    let interval = parse_duration(text)?;
-    if interval < Duration::from_secs(60) {
-        return Err(format!(
-            "{text:?} is too short: each run lists the whole cluster; use 1m or more"
-        ));
-    }
-    Ok(interval)
-}
-
-/// A socket address, or none (`off`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OptionalAddr(pub Option<SocketAddr>);
-
-fn parse_optional_addr(text: &str) -> Result<OptionalAddr, String> {
-    match text {
-        "off" | "none" | "" => Ok(OptionalAddr(None)),
-        _ => text
-            .parse()
-            .map(|a| OptionalAddr(Some(a)))
-            .map_err(|e| format!("{e} (expected HOST:PORT or `off`)")),
-    }
-}
-
-/// A byte size, written as a Kubernetes quantity (`128Mi`, `1Gi`, `65536`).
-fn parse_size(text: &str) -> Result<usize, String> {
-    crate::gpu::request::parse_count(text)
-        .ok()
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| format!("{text:?} is not a size (examples: 128Mi, 1Gi, 65536)"))
-}
-
-pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
-    server::parse_duration(text)
-        .ok_or_else(|| format!("{text:?} is not a duration (examples: 500ms, 5s, 1m30s)"))
-}
-
 impl ServeArgs {
     /// Where the periodic report reads GPU utilization (`--prometheus`);
     /// none: no idle GPU pods section.
@@ -415,6 +344,7 @@ pub async fn serve(
         exception_metrics = ExceptionMetrics::register(registry);
     });
     let readiness = Readiness::new();
+    let policies_loaded = readiness.gate("policies not loaded");
     let source = policy_source(&config);
     let (bundle, fingerprint) = load_initial(&config)?;
     metrics.set_policies_loaded(bundle.policies.len());
@@ -447,8 +377,8 @@ pub async fn serve(
     let admission = Arc::new(admission);
     // Runs for the life of the server.
     let _exceptions =
-        exceptions.map(|pending| pending.start(admission.clone(), &exception_metrics, &readiness));
-    readiness.set_policies_loaded();
+        exceptions.map(|pending| pending.start(admission.clone(), &exception_metrics));
+    policies_loaded.open();
     // Held for the life of the server: dropping it stops the watch.
     let _watcher = match &source {
         PolicySource::Dir(dir) => {
@@ -745,25 +675,15 @@ fn emptied(served: &Bundle, next: &Bundle) -> Option<&'static str> {
 async fn namespace_lookup(readiness: &Readiness) -> Arc<dyn NamespaceLookup> {
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
         tracing::info!("not running in a cluster: no namespace labels for namespaceSelector");
-        readiness.set_namespaces_synced();
         return Arc::new(ClusterNamespaces::empty());
     }
+    let gate = readiness.gate("namespaces not synced");
     match kube::Client::try_default().await {
         Ok(client) => {
             let (namespaces, _task) = ClusterNamespaces::start(client);
             tracing::info!("watching Namespaces for namespaceSelector and namespaceObject; ready once they are listed");
             let synced = namespaces.clone();
-            let readiness = readiness.clone();
-            tokio::spawn(async move {
-                if synced.wait_until_synced().await {
-                    readiness.set_namespaces_synced();
-                    tracing::info!("namespace cache synced");
-                } else {
-                    tracing::error!(
-                        "namespace watch ended before its first list; staying not ready"
-                    );
-                }
-            });
+            gate.open_when("namespace", async move { synced.wait_until_synced().await });
             Arc::new(namespaces)
         }
         Err(err) => {
@@ -816,35 +736,15 @@ async fn claim_lookup(readiness: &Readiness) -> Arc<dyn ClaimLookup> {
         }
     }
     let (claims, _task) = ClusterClaims::start(client);
-    readiness.wait_for_resource_claims();
     tracing::info!("watching ResourceClaims and ResourceClaimTemplates for DRA GPU pods; ready once they are listed");
     let synced = claims.clone();
-    ready_once(
-        "resource claim",
-        readiness,
-        async move { synced.wait_until_synced().await },
-        Readiness::set_resource_claims_synced,
-    );
+    readiness
+        .gate("resource claims not synced")
+        .open_when(
+            "resource claim",
+            async move { synced.wait_until_synced().await },
+        );
     Arc::new(claims)
-}
-
-/// Tells `readiness` (with `set`) once `synced` says the `what` cache has
-/// its first list; logs either way.
-pub(super) fn ready_once(
-    what: &'static str,
-    readiness: &Readiness,
-    synced: impl std::future::Future<Output = bool> + Send + 'static,
-    set: fn(&Readiness),
-) {
-    let readiness = readiness.clone();
-    tokio::spawn(async move {
-        if synced.await {
-            set(&readiness);
-            tracing::info!("{what} cache synced");
-        } else {
-            tracing::error!("{what} watch ended before its first list; staying not ready");
-        }
-    });
 }
 
 /// The cluster's Nodes, for where a pod can land: watched when running in a
@@ -896,15 +796,11 @@ async fn node_lookup(readiness: &Readiness, on: bool) -> Arc<dyn NodeLookup> {
             tracing::info!(error = %e, "no Karpenter NodePools to watch: only existing nodes count")
         }
     }
-    readiness.wait_for_nodes();
     tracing::info!("watching Nodes for where pods can land; ready once they are listed (--node-cache=off judges by labels)");
     let synced = nodes.clone();
-    ready_once(
-        "node",
-        readiness,
-        async move { synced.wait_until_synced().await },
-        Readiness::set_nodes_synced,
-    );
+    readiness
+        .gate("nodes not synced")
+        .open_when("node", async move { synced.wait_until_synced().await });
     Arc::new(nodes)
 }
 
@@ -935,10 +831,9 @@ where
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(writer)
-        .with_timer(super::log_lines::Clock);
+        .with_writer(writer);
     let _ = match format {
-        LogFormat::Text => builder.fmt_fields(super::log_lines::Fields).try_init(),
+        LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
 }

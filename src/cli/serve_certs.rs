@@ -1,6 +1,6 @@
 //! The flags of `serve --manage-certs` and its start: certificates kept by
 //! the server itself in a Secret (docs/certificates.md).
-use super::serve::{parse_duration, parse_optional_name, OptionalName};
+use super::flags::{parse_duration, parse_optional_name, OptionalName};
 use crate::certs::managed;
 use crate::report::LeaseSettings;
 use std::time::Duration;

@@ -5,7 +5,7 @@ use crate::admission::{Admission, ExceptedCounter};
 use crate::exceptions::cluster::{ClusterExceptions, Reader};
 use crate::exceptions::metrics::ExceptionMetrics;
 use crate::exceptions::ExceptionLookup;
-use crate::server::Readiness;
+use crate::server::{Gate, Readiness};
 use std::sync::Arc;
 
 /// The cluster's exception cache, made before the [`Admission`] that looks
@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub struct PendingExceptions {
     cache: ClusterExceptions,
     client: kube::Client,
+    synced: Gate,
 }
 
 /// In a cluster with `on`: a cache of its GpuPolicyExceptions, readiness
@@ -29,10 +30,10 @@ pub async fn cluster_exceptions(readiness: &Readiness, on: bool) -> Option<Pendi
     // Without a client namespace_lookup has said why, and keeps the
     // server not ready.
     let client = kube::Client::try_default().await.ok()?;
-    readiness.wait_for_exceptions();
     Some(PendingExceptions {
         cache: ClusterExceptions::waiting(),
         client,
+        synced: readiness.gate("policy exceptions not synced"),
     })
 }
 
@@ -44,25 +45,25 @@ impl PendingExceptions {
 
     /// Starts the watch, each exception read with the policy set
     /// `admission` serves at the time; `metrics` then reports the cache,
-    /// and `readiness` learns of its first list.
+    /// and its readiness gate opens on its first list.
     pub fn start(
         self,
         admission: Arc<Admission>,
         metrics: &ExceptionMetrics,
-        readiness: &Readiness,
     ) -> tokio::task::JoinHandle<()> {
-        let PendingExceptions { cache, client } = self;
+        let PendingExceptions {
+            cache,
+            client,
+            synced,
+        } = self;
         let read: Reader =
             Arc::new(move |object| admission.bundle().policies.read_exception(object));
         let task = cache.watch(client, read);
         metrics.watch(cache.clone());
         tracing::info!("watching GpuPolicyExceptions; ready once they are listed (--policy-exceptions=off does without)");
-        super::serve::ready_once(
-            "policy exception",
-            readiness,
-            async move { cache.wait_until_synced().await },
-            Readiness::set_exceptions_synced,
-        );
+        synced.open_when("policy exception", async move {
+            cache.wait_until_synced().await
+        });
         task
     }
 }

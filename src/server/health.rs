@@ -1,124 +1,67 @@
-//! Readiness: what must be in place before the server takes traffic. The
-//! policy bundle must be loaded and, in a cluster, the Namespace cache must
-//! have synced its first list (before that, `namespaceSelector` would see
-//! no labels and give wrong answers), and so must the ResourceClaim cache
-//! when the cluster serves `resource.k8s.io` (before that, pods claiming
-//! devices would be judged as claiming nothing), and so must the Node cache
-//! when it is on (before that, no pod could be told to reach a GPU node),
-//! and so must the policy exception cache when it is on (before that, an
-//! excepted object would be denied). Shutdown turns readiness false on its
-//! own, through the [`ShutdownHandle`](super::ShutdownHandle).
+//! Readiness: what must be in place before the server takes traffic, as a
+//! list of named gates. Whoever owns a start-up condition (the policy
+//! load, each watched cache) registers a [`Gate`] and opens it once the
+//! condition holds; `/readyz` answers with the first gate still closed, in
+//! the order they were registered. The edge never knows what a gate stands
+//! for, so adding a cache adds a gate, not a field here. Shutdown turns
+//! readiness false on its own, through the
+//! [`ShutdownHandle`](super::ShutdownHandle).
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
-/// Start-up conditions, each flipped once by whoever establishes it.
-/// Cloning shares the same conditions.
-#[derive(Clone, Debug)]
+/// The gates of one server. Cloning shares them.
+#[derive(Clone, Debug, Default)]
 pub struct Readiness {
-    inner: Arc<Conditions>,
+    gates: Arc<RwLock<Vec<Arc<GateState>>>>,
 }
 
 #[derive(Debug)]
-struct Conditions {
-    policies_loaded: AtomicBool,
-    namespaces_synced: AtomicBool,
-    /// True unless [`Readiness::wait_for_resource_claims`] asked to wait.
-    resource_claims_synced: AtomicBool,
-    /// True unless [`Readiness::wait_for_nodes`] asked to wait.
-    nodes_synced: AtomicBool,
-    /// True unless [`Readiness::wait_for_exceptions`] asked to wait.
-    exceptions_synced: AtomicBool,
+struct GateState {
+    /// What `/readyz` answers while the gate is closed.
+    reason: &'static str,
+    open: AtomicBool,
+}
+
+/// One start-up condition, closed until [`Gate::open`].
+#[derive(Clone, Debug)]
+pub struct Gate {
+    state: Arc<GateState>,
 }
 
 impl Readiness {
-    /// Nothing established yet.
+    /// No gate yet: ready until one is registered.
     pub fn new() -> Readiness {
-        Readiness::with(false, false)
+        Readiness::default()
     }
 
-    /// Everything established: for a server handed a webhook that is
-    /// already loaded and needs no cluster state.
+    /// Ready, with nothing to wait for: for a server handed a webhook that
+    /// is already loaded and needs no cluster state.
     pub fn ready() -> Readiness {
-        Readiness::with(true, true)
+        Readiness::default()
     }
 
-    fn with(policies_loaded: bool, namespaces_synced: bool) -> Readiness {
-        Readiness {
-            inner: Arc::new(Conditions {
-                policies_loaded: AtomicBool::new(policies_loaded),
-                namespaces_synced: AtomicBool::new(namespaces_synced),
-                resource_claims_synced: AtomicBool::new(true),
-                nodes_synced: AtomicBool::new(true),
-                exceptions_synced: AtomicBool::new(true),
-            }),
-        }
+    /// Registers a closed gate; `/readyz` answers `reason` (one line, e.g.
+    /// "nodes not synced") while it is the first gate still closed.
+    pub fn gate(&self, reason: &'static str) -> Gate {
+        let state = Arc::new(GateState {
+            reason,
+            open: AtomicBool::new(false),
+        });
+        self.gates
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(state.clone());
+        Gate { state }
     }
 
-    /// The policy bundle is loaded.
-    pub fn set_policies_loaded(&self) {
-        self.inner.policies_loaded.store(true, Ordering::Release);
-    }
-
-    /// The Namespace cache has its first full list, or none is needed
-    /// (outside a cluster).
-    pub fn set_namespaces_synced(&self) {
-        self.inner.namespaces_synced.store(true, Ordering::Release);
-    }
-
-    /// Readiness now also waits for the ResourceClaim cache's first list
-    /// ([`Readiness::set_resource_claims_synced`]).
-    pub fn wait_for_resource_claims(&self) {
-        self.inner
-            .resource_claims_synced
-            .store(false, Ordering::Release);
-    }
-
-    /// The ResourceClaim cache has its first full list.
-    pub fn set_resource_claims_synced(&self) {
-        self.inner
-            .resource_claims_synced
-            .store(true, Ordering::Release);
-    }
-
-    /// Readiness now also waits for the Node cache's first list
-    /// ([`Readiness::set_nodes_synced`]).
-    pub fn wait_for_nodes(&self) {
-        self.inner.nodes_synced.store(false, Ordering::Release);
-    }
-
-    /// The Node cache has its first full list.
-    pub fn set_nodes_synced(&self) {
-        self.inner.nodes_synced.store(true, Ordering::Release);
-    }
-
-    /// Readiness now also waits for the policy exception cache's first
-    /// list ([`Readiness::set_exceptions_synced`]).
-    pub fn wait_for_exceptions(&self) {
-        self.inner.exceptions_synced.store(false, Ordering::Release);
-    }
-
-    /// The policy exception cache has its first full list (or knows the
-    /// cluster serves none).
-    pub fn set_exceptions_synced(&self) {
-        self.inner.exceptions_synced.store(true, Ordering::Release);
-    }
-
-    /// Why the server is not ready yet, or `None` once it is. The reason
-    /// is the short text `/readyz` answers with.
-    pub fn not_ready_reason(&self) -> Option<&'static str> {
-        if !self.inner.policies_loaded.load(Ordering::Acquire) {
-            Some("policies not loaded\n")
-        } else if !self.inner.namespaces_synced.load(Ordering::Acquire) {
-            Some("namespaces not synced\n")
-        } else if !self.inner.resource_claims_synced.load(Ordering::Acquire) {
-            Some("resource claims not synced\n")
-        } else if !self.inner.nodes_synced.load(Ordering::Acquire) {
-            Some("nodes not synced\n")
-        } else if !self.inner.exceptions_synced.load(Ordering::Acquire) {
-            Some("policy exceptions not synced\n")
-        } else {
-            None
-        }
+    /// Why the server is not ready yet (the first closed gate's reason and
+    /// a newline, the text `/readyz` answers), or `None` once it is.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        let gates = self.gates.read().unwrap_or_else(|e| e.into_inner());
+        gates
+            .iter()
+            .find(|g| !g.open.load(Ordering::Acquire))
+            .map(|g| format!("{}\n", g.reason))
     }
 
     pub fn is_ready(&self) -> bool {
@@ -126,9 +69,28 @@ impl Readiness {
     }
 }
 
-impl Default for Readiness {
-    fn default() -> Self {
-        Readiness::new()
+impl Gate {
+    /// The condition holds: the gate stays open for the life of the server.
+    pub fn open(&self) {
+        self.state.open.store(true, Ordering::Release);
+    }
+
+    /// Opens the gate once `synced` resolves true (a cache's first list);
+    /// logs either way, naming the cache `what`. A watch that ends before
+    /// its first list leaves the gate closed. The task ends once it knows.
+    pub fn open_when(
+        self,
+        what: &'static str,
+        synced: impl std::future::Future<Output = bool> + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            if synced.await {
+                self.open();
+                tracing::info!("{what} cache synced");
+            } else {
+                tracing::error!("{what} watch ended before its first list; staying not ready");
+            }
+        })
     }
 }
 
@@ -137,37 +99,74 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ready_only_once_every_condition_holds() {
+    fn ready_only_once_every_gate_is_open_first_closed_gate_named() {
         let readiness = Readiness::new();
         let shared = readiness.clone();
-        assert_eq!(readiness.not_ready_reason(), Some("policies not loaded\n"));
-        shared.set_namespaces_synced();
-        assert_eq!(readiness.not_ready_reason(), Some("policies not loaded\n"));
-        shared.set_policies_loaded();
+        let policies = shared.gate("policies not loaded");
+        let namespaces = shared.gate("namespaces not synced");
+        assert_eq!(
+            readiness.not_ready_reason().as_deref(),
+            Some("policies not loaded\n")
+        );
+        namespaces.open();
+        assert_eq!(
+            readiness.not_ready_reason().as_deref(),
+            Some("policies not loaded\n")
+        );
+        policies.open();
         assert_eq!(readiness.not_ready_reason(), None);
         assert!(readiness.is_ready());
 
         let waiting = Readiness::new();
-        waiting.set_policies_loaded();
-        assert_eq!(waiting.not_ready_reason(), Some("namespaces not synced\n"));
+        waiting.gate("policies not loaded").open();
+        let _namespaces = waiting.gate("namespaces not synced");
+        assert_eq!(
+            waiting.not_ready_reason().as_deref(),
+            Some("namespaces not synced\n")
+        );
         assert!(Readiness::ready().is_ready());
 
         let claims = Readiness::ready();
-        claims.wait_for_resource_claims();
+        let gate = claims.gate("resource claims not synced");
         assert_eq!(
-            claims.not_ready_reason(),
+            claims.not_ready_reason().as_deref(),
             Some("resource claims not synced\n")
         );
-        claims.set_resource_claims_synced();
+        gate.open();
         assert!(claims.is_ready());
 
         let exceptions = Readiness::ready();
-        exceptions.wait_for_exceptions();
+        let gate = exceptions.gate("policy exceptions not synced");
         assert_eq!(
-            exceptions.not_ready_reason(),
+            exceptions.not_ready_reason().as_deref(),
             Some("policy exceptions not synced\n")
         );
-        exceptions.set_exceptions_synced();
+        gate.clone().open();
         assert!(exceptions.is_ready());
+    }
+
+    #[tokio::test]
+    async fn a_gate_opens_when_its_cache_syncs_and_stays_closed_when_the_watch_ends() {
+        let readiness = Readiness::new();
+        let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
+        let task = readiness
+            .gate("nodes not synced")
+            .open_when("node", async move { rx.await.unwrap_or(false) });
+        assert!(!readiness.is_ready());
+        tx.send(true).unwrap();
+        task.await.unwrap();
+        assert!(readiness.is_ready());
+
+        let ended = Readiness::new();
+        let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
+        let task = ended
+            .gate("nodes not synced")
+            .open_when("node", async move { rx.await.unwrap_or(false) });
+        drop(tx);
+        task.await.unwrap();
+        assert_eq!(
+            ended.not_ready_reason().as_deref(),
+            Some("nodes not synced\n")
+        );
     }
 }

@@ -21,7 +21,7 @@ pub use body::{BodyPace, MAX_BODY_BYTES};
 pub use budget::DEFAULT_IN_FLIGHT_BYTES;
 pub use executor::{Executor, RunError};
 pub use handlers::{parse_duration, DEFAULT_TIMEOUT};
-pub use health::Readiness;
+pub use health::{Gate, Readiness};
 pub use metrics::Metrics;
 pub use report::{ReportAnswer, ReportFormat, ReportPages};
 pub use shutdown::{forward_signals, Phase, ShutdownHandle};
