@@ -18,6 +18,7 @@ use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::field::Empty;
@@ -89,13 +90,13 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, &'static str) {
+async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, Cow<'static, str>) {
     if !state.shutdown.is_running() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
     }
     match state.readiness.not_ready_reason() {
-        None => (StatusCode::OK, "ok\n"),
-        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
+        None => (StatusCode::OK, "ok\n".into()),
+        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason.into()),
     }
 }
 
@@ -257,17 +258,41 @@ async fn review_request(
                 .metrics
                 .inc_mutations(answer.profile.as_deref().unwrap_or("none"));
         }
-        tracing::info!(
-            decision,
-            latency_ms = elapsed.as_secs_f64() * 1000.0,
-            profile = answer.profile.as_deref().unwrap_or(""),
-            policies = %PolicyResults(&answer.policies),
-            "admission review answered"
-        );
+        // What someone will read (denials, warnings, errors, slow reviews)
+        // at INFO; an allowed review, the common case, at DEBUG.
+        macro_rules! review_line {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    decision,
+                    latency_ms = elapsed.as_secs_f64() * 1000.0,
+                    profile = answer.profile.as_deref().unwrap_or(""),
+                    policies = %PolicyResults(&answer.policies),
+                    "admission review answered"
+                )
+            };
+        }
+        if worth_reading(decision, &answer.response, elapsed) {
+            review_line!(tracing::Level::INFO);
+        } else {
+            review_line!(tracing::Level::DEBUG);
+        }
         answer_review(&request.uid, &answer.response)
     }
     .instrument(span)
     .await
+}
+
+/// A review that took this long is logged at INFO whatever it decided.
+pub const SLOW_REVIEW: Duration = Duration::from_millis(100);
+
+/// Whether a review's log line is for people (INFO): it was denied or
+/// failed, warned the requester, or was slow. Allowed and patched reviews
+/// that warn nobody are DEBUG.
+fn worth_reading(decision: &str, response: &Response, elapsed: Duration) -> bool {
+    !matches!(decision, "allowed" | "patched")
+        || !response.warnings.is_empty()
+        || elapsed >= SLOW_REVIEW
 }
 
 /// The HTTP answer carrying the review's answer.
@@ -655,6 +680,25 @@ mod tests {
     use super::*;
     use crate::review::Operation;
     use serde_json::json;
+
+    #[test]
+    fn only_reviews_worth_reading_are_logged_at_info() {
+        let quick = Duration::from_millis(2);
+        let allowed = Response::allow();
+        assert!(!worth_reading("allowed", &allowed, quick));
+        assert!(!worth_reading("patched", &allowed, quick));
+        assert!(worth_reading("allowed", &allowed, SLOW_REVIEW));
+        let mut warned = Response::allow();
+        warned
+            .warnings
+            .push("gpu-requests: no memory request".into());
+        assert!(worth_reading("allowed", &warned, quick));
+        let denied = Response::deny("gpu-limits: asks for 9 GPUs");
+        assert!(worth_reading("denied", &denied, quick));
+        for refused in ["error", "timeout", "overloaded", "invalid"] {
+            assert!(worth_reading(refused, &denied, quick), "{refused}");
+        }
+    }
 
     /// Allows everything, on an answering thread.
     struct AllowAll;
