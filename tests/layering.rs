@@ -162,3 +162,216 @@ fn exceptions_know_nothing_of_the_policy_engine_or_its_callers() {
     );
     assert!(found.is_empty(), "exceptions uses:\n{}", found.join("\n"));
 }
+
+/// Every module of the crate and the modules it may use, lowest layer
+/// first: the table docs/architecture.md draws. A module may use only
+/// modules listed before it, so the layers have no circle; a new module
+/// must be placed here before it is used.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("allocator", &[]),
+    ("authz", &[]),
+    ("prometheus", &[]),
+    ("k8s", &["authz"]),
+    ("review", &["k8s"]),
+    ("gpu", &["k8s"]),
+    ("inventory", &["k8s"]),
+    ("certs", &["k8s"]),
+    ("kueue", &["k8s", "review"]),
+    ("cel", &["authz", "gpu", "k8s"]),
+    ("exceptions", &["cel", "k8s", "review"]),
+    ("server", &["certs", "review"]),
+    (
+        "subject",
+        &[
+            "authz",
+            "cel",
+            "exceptions",
+            "gpu",
+            "k8s",
+            "kueue",
+            "review",
+        ],
+    ),
+    (
+        "policy",
+        &["authz", "cel", "exceptions", "k8s", "review", "subject"],
+    ),
+    ("placement", &["gpu", "k8s", "review", "subject"]),
+    (
+        "admission",
+        &[
+            "authz",
+            "cel",
+            "exceptions",
+            "gpu",
+            "k8s",
+            "placement",
+            "policy",
+            "review",
+            "server",
+            "subject",
+        ],
+    ),
+    (
+        "bundle",
+        &[
+            "admission",
+            "cel",
+            "exceptions",
+            "gpu",
+            "k8s",
+            "placement",
+            "policy",
+        ],
+    ),
+    ("offline", &["admission", "exceptions", "policy", "review"]),
+    (
+        "audit",
+        &[
+            "admission",
+            "exceptions",
+            "gpu",
+            "k8s",
+            "kueue",
+            "offline",
+            "placement",
+            "policy",
+            "prometheus",
+            "review",
+        ],
+    ),
+    (
+        "report",
+        &[
+            "admission",
+            "audit",
+            "bundle",
+            "inventory",
+            "k8s",
+            "policy",
+            "server",
+        ],
+    ),
+    (
+        "testing",
+        &[
+            "admission",
+            "authz",
+            "exceptions",
+            "k8s",
+            "offline",
+            "policy",
+            "review",
+        ],
+    ),
+    ("cli", &["*"]),
+];
+
+/// The crate's top-level modules, as the sources lay them out.
+fn modules() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_stem()?.to_str()?.to_string();
+            let module = p.is_dir() || p.extension().is_some_and(|e| e == "rs");
+            (module && name != "lib" && name != "main").then_some(name)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The product code of a source file: its unit tests (a `#[cfg(test)]`
+/// block, a `tests.rs` file or a `tests/` folder) left out.
+fn product_code(file: &Path) -> Option<String> {
+    let is_test = file.file_stem().is_some_and(|s| s == "tests")
+        || file.components().any(|c| c.as_os_str() == "tests");
+    if is_test {
+        return None;
+    }
+    let text = std::fs::read_to_string(file).unwrap();
+    Some(
+        text.split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+/// The crate's modules that `module`'s product code uses.
+fn used_by(module: &str, all: &[String]) -> std::collections::BTreeSet<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let dir = root.join(module);
+    let files = if dir.is_dir() {
+        rust_files(&dir)
+    } else {
+        vec![root.join(format!("{module}.rs"))]
+    };
+    let mut used = std::collections::BTreeSet::new();
+    for file in files {
+        let Some(code) = product_code(&file) else {
+            continue;
+        };
+        for line in code.lines() {
+            let code = line.split("//").next().unwrap_or_default();
+            for other in all {
+                let path = format!("crate::{other}");
+                let found = code.match_indices(&path).any(|(i, _)| {
+                    let next = code[i + path.len()..].chars().next();
+                    !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                });
+                if other != module && found {
+                    used.insert(other.clone());
+                }
+            }
+        }
+    }
+    used
+}
+
+#[test]
+fn every_module_keeps_to_its_layer() {
+    let all = modules();
+    let placed: Vec<&str> = LAYERS.iter().map(|(m, _)| *m).collect();
+    let unplaced: Vec<&String> = all
+        .iter()
+        .filter(|m| !placed.contains(&m.as_str()))
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules with no place in LAYERS (and docs/architecture.md): {unplaced:?}"
+    );
+    let gone: Vec<&&str> = placed
+        .iter()
+        .filter(|m| !all.iter().any(|a| a == *m))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "LAYERS names modules that are gone: {gone:?}"
+    );
+    let mut wrong = Vec::new();
+    for (i, (module, allowed)) in LAYERS.iter().enumerate() {
+        for dep in allowed.iter().filter(|d| **d != "*") {
+            // Only lower layers: the table itself has no circle.
+            assert!(
+                placed[..i].contains(dep),
+                "{module} may use {dep}, which is not below it in LAYERS"
+            );
+        }
+        if allowed.contains(&"*") {
+            continue;
+        }
+        for used in used_by(module, &all) {
+            if !allowed.contains(&used.as_str()) {
+                wrong.push(format!("{module} uses {used}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "uses outside the layers:\n{}",
+        wrong.join("\n")
+    );
+}
