@@ -5,9 +5,6 @@
 pub mod exceptions;
 pub mod holding;
 pub mod html;
-mod html_capacity;
-mod html_exceptions;
-mod html_waste;
 pub mod kueue;
 pub mod nodes;
 pub mod prices;

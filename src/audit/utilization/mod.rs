@@ -5,8 +5,6 @@
 //! query (`--utilization FILE`). When neither answers, the report stays
 //! complete without this section and says why; nothing is guessed from
 //! CPU use.
-pub mod html;
-
 use crate::audit::nodes::HeldPod;
 use crate::prometheus::{self, Endpoint, Sample};
 use serde::Serialize;

@@ -336,8 +336,7 @@ fn what_goes_wrong_leaves_the_section_missing_and_says_why() {
     assert!(json.get("idlePods").is_none());
     assert!(render_text(&none).contains(&format!("missing: {why}")));
 
-    let mut html = String::new();
-    html::render(&mut html, &none);
+    let html = crate::audit::html::utilization::section(&none).into_string();
     assert!(
         html.contains(r#"<section id="utilization" data-status="missing">"#),
         "{html}"
@@ -358,8 +357,7 @@ fn the_page_lists_idle_pods_with_their_numbers_escaped() {
     ];
     let mut s = section();
     s.measured = Some(join(&pods, &read, NOW as f64, &s));
-    let mut html = String::new();
-    html::render(&mut html, &s);
+    let html = crate::audit::html::utilization::section(&s).into_string();
     assert!(html.contains(r#"data-status="measured""#), "{html}");
     assert!(
         html.contains(r#"id="total-idle-gpu-pods" data-value="1""#),

@@ -1,0 +1,147 @@
+//! The page's sections on GPU capacity objects (Karpenter NodePools, KAITO
+//! Workspaces, AKS agent pools: what they can bring up) and on Kueue
+//! flavors outside namespace tiers.
+use super::parts::{badge, bar_chart, fmt_int, object_cell, View, MAX_ROWS, MAX_SIZES};
+use crate::audit::{CapacityObject, ObjectKey, Report};
+use maud::{html, Markup};
+use std::collections::BTreeMap;
+
+pub(super) fn capacity(report: &Report, view: &View) -> Markup {
+    let hint = html! {
+        h2 { "GPU capacity objects" }
+        p.hint { "Karpenter NodePools, KAITO Workspaces and AKS agent pools that can create GPU nodes: the GPU sizes they allow and how many GPUs they can bring up (a NodePool's GPU limit; otherwise its nodes times the GPUs of its size)." }
+    };
+    if report.capacity.is_empty() {
+        return html! { section #capacity { (hint) p.empty { "No GPU capacity objects were read." } } };
+    }
+    let by_policy = (view.by_policy.iter())
+        .map(|(name, idx)| (name.to_string(), view.tally(report, idx).capacity.1))
+        .collect();
+    let mut by_kind: BTreeMap<String, i64> = BTreeMap::new();
+    for c in &report.capacity {
+        *by_kind.entry(c.kind.clone()).or_default() += c.gpus.unwrap_or(0);
+    }
+    let mut rows: Vec<&CapacityObject> = report.capacity.iter().collect();
+    rows.sort_by(|a, b| {
+        let gpus = |c: &CapacityObject| c.gpus.unwrap_or(i64::MAX);
+        (b.findings.min(1).cmp(&a.findings.min(1)))
+            .then(gpus(b).cmp(&gpus(a)))
+            .then(a.name.cmp(&b.name))
+    });
+    html! {
+        section #capacity {
+            (hint)
+            div.chart-grid {
+                (bar_chart("chart-capacity", "GPUs node pools with findings can bring up, by policy", "GPUs", by_policy))
+                (bar_chart("chart-capacity-kind", "GPUs node pools can bring up, by kind (bounded ones)", "GPUs",
+                    by_kind.into_iter().collect()))
+            }
+            table #capacity-objects {
+                thead { tr {
+                    th { "Object" } th { "GPU sizes" } th.num { "GPU limit" } th.num { "Nodes" } th { "Taints" }
+                    th.num { "GPUs" } th { "Findings" }
+                } }
+                tbody {
+                    @for c in rows.iter().take(MAX_ROWS) { (row(report, view, c)) }
+                }
+            }
+            @if rows.len() > MAX_ROWS {
+                p.note {
+                    (fmt_int(MAX_ROWS as i64)) " of " (fmt_int(rows.len() as i64)) " shown; "
+                    code { "gpu-admission audit -o json" } " lists them all."
+                }
+            }
+        }
+    }
+}
+
+fn row(report: &Report, view: &View, c: &CapacityObject) -> Markup {
+    let key = ObjectKey {
+        kind: c.kind.clone(),
+        namespace: c.namespace.clone(),
+        name: c.name.clone(),
+    };
+    let skus = match c.skus.len() {
+        0 => html! { span.muted { "none in the catalog" } },
+        1..=3 => lines(c.skus.iter().map(|s| html! { (s) })),
+        n => html! {
+            details {
+                summary { (n) " sizes" }
+                (lines(c.skus.iter().take(MAX_SIZES).map(|s| html! { (s) })))
+                @if n > MAX_SIZES { br; span.muted { "and " (n - MAX_SIZES) " more" } }
+            }
+        },
+    };
+    let taints = if c.taints.is_empty() && c.gpu_tainted {
+        html! { code { "sku=gpu:NoSchedule" } " " span.muted { "(set by KAITO)" } }
+    } else if c.taints.is_empty() {
+        html! { span.muted { "none" } }
+    } else {
+        lines(c.taints.iter().map(|t| html! { code { (t) } }))
+    };
+    let findings = match view.by_object.get(&key) {
+        Some(idx) => lines(idx.iter().map(|&i| {
+            let f = &report.findings[i];
+            html! { span.link { (badge(f.action)) " " a href={ "#f-" (i) } { (f.policy) } } }
+        })),
+        None => html! { span.muted { "none" } },
+    };
+    let dash = |n: Option<i64>| n.map_or_else(|| "—".to_string(), fmt_int);
+    html! {
+        tr.capacity data-kind=(c.kind) data-name=(c.name)
+            data-gpus=(c.gpus.map_or_else(|| "unbounded".to_string(), |g| g.to_string())) data-findings=(c.findings) {
+            td.object { (object_cell(&key)) }
+            td.skus { (skus) }
+            td.num { (dash(c.gpu_limit)) }
+            td.num { (dash(c.nodes)) }
+            td { (taints) }
+            td.num {
+                @match c.gpus {
+                    Some(g) => (fmt_int(g)),
+                    None => span.warn-text { "unbounded" },
+                }
+            }
+            td.links { (findings) }
+        }
+    }
+}
+
+/// `items`, one per line.
+fn lines(items: impl Iterator<Item = Markup>) -> Markup {
+    html! {
+        @for (i, item) in items.enumerate() {
+            @if i > 0 { br; }
+            (item)
+        }
+    }
+}
+
+/// Kueue flavors outside the tiers of the namespaces their ClusterQueues
+/// serve; no section when there are none.
+pub(super) fn kueue(report: &Report) -> Markup {
+    if report.kueue.is_empty() {
+        return html! {};
+    }
+    html! {
+        section #kueue {
+            h2 { "Kueue flavors outside namespace tiers" }
+            p { "Kueue writes a ResourceFlavor's node labels into every pod it admits on the flavor. These flavors select GPU sizes the tier of a namespace they serve does not allow: the pods Kueue admits from it are denied, and their workloads never start." }
+            table #kueue-flavors {
+                thead { tr {
+                    th { "ClusterQueue" } th { "Namespace" } th { "Tier" } th { "ResourceFlavor" } th { "GPU sizes outside the tier" }
+                } }
+                tbody {
+                    @for k in &report.kueue {
+                        tr.kueue data-flavor=(k.flavor) data-namespace=(k.namespace) {
+                            td { (k.cluster_queue) } td { (k.namespace) } td { (k.tier) } td { (k.flavor) }
+                            td.skus {
+                                (k.sizes.iter().take(MAX_SIZES).map(String::as_str).collect::<Vec<_>>().join(", "))
+                                @if k.sizes.len() > MAX_SIZES { " and " (k.sizes.len() - MAX_SIZES) " more" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The page's sections on GPU nodes and pools and on money. Numbers a
+//! program may read: `#total-node-*[data-value]`, `tr.pool[data-*]`,
+//! `tr.node-finding[data-rule][data-node][data-gpus]`,
+//! `#total-cost-*[data-value]`, `tr.cost[data-table][data-name][data-per-day]`.
+use super::parts::{card, fmt_int, plural};
+use crate::audit::nodes::NodeReport;
+use crate::audit::prices::{Cost, Money};
+use crate::audit::Report;
+use maud::{html, Markup};
+
+/// Node findings listed; the rest are counted (`audit -o json` has all).
+const MAX_NODE_ROWS: usize = 500;
+
+/// The GPU nodes per pool and size, and the findings on nodes.
+pub(super) fn nodes(report: &Report) -> Markup {
+    let Some(nodes) = &report.nodes else {
+        return html! {
+            section #nodes {
+                h2 { "GPU nodes and pools" }
+                p.empty #nodes-missing {
+                    "No Nodes were read: pass them with the other objects (" code { "kubectl get nodes,pods,... -o json" }
+                    "), or allow the audit to list nodes."
+                }
+            }
+        };
+    };
+    let node_card = |id, value: i64, label, note| card(id, value, fmt_int(value), label, note);
+    html! {
+        section #nodes {
+            h2 { "GPU nodes and pools" }
+            p.hint {
+                "Every node with GPUs, whatever made its pool (" code { "az aks nodepool add" } ", Bicep, Terraform, Karpenter). "
+                em { "Allocatable" } ": what the nodes offer; " em { "requested" } ": what unfinished pods bound to them ask for; "
+                em { "idle" } ": allocatable GPUs no pod requests."
+            }
+            div.cards {
+                (node_card("node-gpu-nodes", nodes.gpu_nodes as i64, "GPU nodes",
+                    format!("of {} nodes read", fmt_int(nodes.nodes as i64))))
+                (node_card("node-gpus-allocatable", nodes.gpus_allocatable, "GPUs allocatable", "on the GPU nodes".into()))
+                (node_card("node-gpus-requested", nodes.gpus_requested, "GPUs requested on nodes",
+                    "by unfinished pods bound to them".into()))
+                (node_card("node-gpus-idle", nodes.gpus_idle, "GPUs idle on nodes", "allocatable and requested by no pod".into()))
+            }
+            (pools(nodes))
+            (node_findings(nodes))
+        }
+    }
+}
+
+fn pools(nodes: &NodeReport) -> Markup {
+    if nodes.pools.is_empty() {
+        return html! { p.empty { "No GPU nodes." } };
+    }
+    html! {
+        table #gpu-pools {
+            thead { tr {
+                th { "Pool" } th { "Size" } th.num { "GPU nodes" } th.num { "Allocatable" } th.num { "Requested" }
+                th.num { "Idle" } th.num { "Without GPU taint" }
+            } }
+            tbody {
+                @for p in &nodes.pools {
+                    tr.pool data-pool=(p.pool) data-size=(p.size) data-nodes=(p.gpu_nodes) data-allocatable=(p.gpus_allocatable)
+                        data-requested=(p.gpus_requested) data-idle=(p.gpus_idle) data-untainted=(p.untainted_nodes) {
+                        td { strong { (p.pool) } }
+                        td {
+                            @if p.size.is_empty() { span.muted { "not labelled" } } @else { (p.size) }
+                        }
+                        td.num { (fmt_int(p.gpu_nodes as i64)) }
+                        td.num { (fmt_int(p.gpus_allocatable)) }
+                        td.num { (fmt_int(p.gpus_requested)) }
+                        td.num { (fmt_int(p.gpus_idle)) }
+                        td.num {
+                            @if p.untainted_nodes > 0 {
+                                span.warn-text { (fmt_int(p.untainted_nodes as i64)) }
+                            } @else { "0" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn node_findings(nodes: &NodeReport) -> Markup {
+    let n = nodes.findings.len();
+    html! {
+        h3 #node-findings-title { "Findings on nodes (" (fmt_int(n as i64)) ")" }
+        @if n == 0 {
+            p.empty { "Every GPU node carries a GPU taint, has a current size, and has GPUs requested." }
+        } @else {
+            table #node-findings {
+                thead { tr { th { "Node" } th { "Pool" } th { "Rule" } th.num { "GPUs" } th { "Message" } } }
+                tbody {
+                    @for f in nodes.findings.iter().take(MAX_NODE_ROWS) {
+                        tr.node-finding data-rule=(f.rule) data-node=(f.node) data-gpus=(f.gpus) {
+                            td.object { span.kind { "Node" } " " strong { (f.node) } }
+                            td { (f.pool) }
+                            td { code { (f.rule) } }
+                            td.num { (fmt_int(f.gpus)) }
+                            td.message { (f.message) }
+                        }
+                    }
+                }
+            }
+            @if n > MAX_NODE_ROWS {
+                p.note {
+                    (fmt_int(MAX_NODE_ROWS as i64)) " of " (fmt_int(n as i64)) " shown; "
+                    code { "gpu-admission audit -o json" } " lists them all."
+                }
+            }
+        }
+    }
+}
+
+/// What the waste costs per day; no section without a price file.
+pub(super) fn money(report: &Report) -> Markup {
+    let Some(money) = &report.money else {
+        return html! {};
+    };
+    let money_card = |id, value: f64, label, note| {
+        card(
+            id,
+            format!("{value:.2}"),
+            amount(value, &money.currency),
+            label,
+            note,
+        )
+    };
+    html! {
+        section #money {
+            h2 { "What the waste costs" }
+            p.hint #money-prices {
+                "At the prices of " time #price-date datetime=(money.price_date) { (money.price_date) }
+                " (" (money.price_source) "), per day: the GPUs " em { "held" }
+                " by violating workloads (a pod's at its node's price per GPU, a controller's at the mean over the priced GPU nodes), and the "
+                em { "idle" } " GPUs of GPU nodes. GPUs requested, not placed, cost nothing yet."
+                @if money.example { " " strong.warn-text { "Example prices, not a quote." } }
+            }
+            div.cards {
+                (money_card("cost-violations", money.violations_per_day, "per day held by violating workloads",
+                    unpriced(money.unpriced_gpus)))
+                (money_card("cost-idle-nodes", money.idle_nodes_per_day, "per day in idle node GPUs",
+                    unpriced(money.unpriced_idle_gpus)))
+            }
+            div.chart-grid {
+                (cost_table("namespace", "By namespace (violations, each object once)", money, &money.by_namespace))
+                (cost_table("policy", "By policy (violations)", money, &money.by_policy))
+                (cost_table("pool", "By pool (idle node GPUs)", money, &money.by_pool))
+            }
+        }
+    }
+}
+
+fn unpriced(gpus: i64) -> String {
+    match gpus {
+        0 => "every GPU priced".to_string(),
+        n => format!(
+            "{} {} not priced (size not in the file)",
+            fmt_int(n),
+            plural(n as usize, "GPU", "GPUs")
+        ),
+    }
+}
+
+fn cost_table(id: &str, title: &str, money: &Money, rows: &[Cost]) -> Markup {
+    html! {
+        figure.chart-box {
+            figcaption { (title) }
+            @if rows.is_empty() {
+                p.empty id={ "cost-" (id) "-empty" } { "None." }
+            } @else {
+                table.costs id={ "cost-" (id) } {
+                    thead { tr {
+                        th { (id[..1].to_uppercase()) (id[1..]) } th.num { "GPUs" } th.num { "per day" }
+                    } }
+                    tbody {
+                        @for c in rows.iter().take(25) {
+                            tr.cost data-table=(id) data-name=(c.name) data-gpus=(c.gpus) data-per-day=(format!("{:.2}", c.per_day)) {
+                                td { @if c.name.is_empty() { "(cluster)" } @else { (c.name) } }
+                                td.num { (fmt_int(c.gpus)) }
+                                td.num { (amount(c.per_day, &money.currency)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `1234.5` as `$1,234.50` (USD) or `1,234.50 EUR`.
+fn amount(value: f64, currency: &str) -> String {
+    let cents = (value * 100.0).round() as i64;
+    let text = format!("{}.{:02}", fmt_int(cents / 100), (cents % 100).abs());
+    if currency == "USD" {
+        format!("${text}")
+    } else {
+        format!("{text} {currency}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_have_two_decimals_and_their_currency() {
+        assert_eq!(amount(1234.5, "USD"), "$1,234.50");
+        assert_eq!(amount(0.004, "USD"), "$0.00");
+        assert_eq!(amount(87.123, "EUR"), "87.12 EUR");
+    }
+}
