@@ -412,7 +412,8 @@ fn bench_node_cache(c: &mut Criterion) {
 }
 
 fn bench_cluster_namespace(c: &mut Criterion) {
-    use gpu_admission::k8s::{ClusterNamespaces, NamespaceLookup};
+    use gpu_admission::cluster::ClusterNamespaces;
+    use gpu_admission::k8s::NamespaceLookup;
     use k8s_openapi::api::core::v1::Namespace;
     use kube::runtime::{reflector, watcher::Event};
     let namespace: Namespace = serde_json::from_value(json!({

@@ -4,7 +4,7 @@
 use axum::routing::post;
 use axum::Json;
 use gpu_admission::authz::{Attributes, Authorizer, Target, User};
-use gpu_admission::k8s::access_review::ClusterAuthorizer;
+use gpu_admission::cluster::access_review::ClusterAuthorizer;
 use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{parse_documents, PolicySet};
 use gpu_admission::review::{Operation, Request};

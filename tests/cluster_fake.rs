@@ -6,7 +6,7 @@ mod common;
 
 use common::fake_apiserver::{wait_until, FakeApiServer, Recorded, Resource, NAMESPACES};
 use futures_util::FutureExt as _;
-use gpu_admission::k8s::namespaces::ClusterNamespaces;
+use gpu_admission::cluster::ClusterNamespaces;
 use gpu_admission::k8s::NamespaceLookup;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -659,7 +659,8 @@ fn claim_template(name: &str, class: &str, count: u64) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_cache_follows_resource_claims_and_templates() {
-    use gpu_admission::k8s::{ClaimLookup, ClusterClaims};
+    use gpu_admission::cluster::ClusterClaims;
+    use gpu_admission::k8s::ClaimLookup;
     let fake = FakeApiServer::start(vec![RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES]).await;
     fake.change(|cluster| {
         cluster.apply(claim_template("single-gpu", "gpu.nvidia.com", 1));

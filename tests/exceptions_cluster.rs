@@ -7,8 +7,8 @@ mod common;
 
 use common::fake_apiserver::{wait_until, FakeApiServer, Resource, NAMESPACES};
 use common::webhooks::{Cluster, Outcome, Review};
-use gpu_admission::exceptions::cluster::{ClusterExceptions, Reader};
-use gpu_admission::exceptions::metrics::ExceptionMetrics;
+use gpu_admission::cluster::exceptions::metrics::ExceptionMetrics;
+use gpu_admission::cluster::exceptions::{ClusterExceptions, Reader};
 use gpu_admission::exceptions::{parse_time, ExceptionLookup};
 use gpu_admission::policy::EXCEPTIONS_ANNOTATION;
 use gpu_admission::server::Metrics;

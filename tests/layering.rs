@@ -45,13 +45,16 @@ fn k8s_depends_on_nothing_else_in_the_crate() {
     let others = [
         "admission",
         "audit",
+        "authz",
         "bundle",
         "cel",
         "certs",
         "cli",
+        "cluster",
         "exceptions",
         "gpu",
         "inventory",
+        "kueue",
         "offline",
         "placement",
         "policy",
@@ -170,16 +173,19 @@ fn exceptions_know_nothing_of_the_policy_engine_or_its_callers() {
 const LAYERS: &[(&str, &[&str])] = &[
     ("allocator", &[]),
     ("authz", &[]),
-    ("prometheus", &[]),
-    ("k8s", &["authz"]),
+    ("k8s", &[]),
     ("review", &["k8s"]),
     ("gpu", &["k8s"]),
     ("inventory", &["k8s"]),
-    ("certs", &["k8s"]),
+    ("certs", &[]),
     ("kueue", &["k8s", "review"]),
     ("cel", &["authz", "gpu", "k8s"]),
     ("exceptions", &["cel", "k8s", "review"]),
     ("server", &["certs", "review"]),
+    (
+        "cluster",
+        &["authz", "certs", "exceptions", "inventory", "k8s"],
+    ),
     (
         "subject",
         &[
@@ -192,10 +198,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "review",
         ],
     ),
-    (
-        "policy",
-        &["authz", "cel", "exceptions", "k8s", "review", "subject"],
-    ),
+    ("policy", &["cel", "exceptions", "k8s", "review", "subject"]),
     ("placement", &["gpu", "k8s", "review", "subject"]),
     (
         "admission",
@@ -229,6 +232,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "audit",
         &[
             "admission",
+            "cluster",
             "exceptions",
             "gpu",
             "k8s",
@@ -236,7 +240,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "offline",
             "placement",
             "policy",
-            "prometheus",
             "review",
         ],
     ),
@@ -246,6 +249,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "admission",
             "audit",
             "bundle",
+            "cluster",
             "inventory",
             "k8s",
             "policy",
@@ -373,5 +377,41 @@ fn every_module_keeps_to_its_layer() {
         wrong.is_empty(),
         "uses outside the layers:\n{}",
         wrong.join("\n")
+    );
+}
+
+/// Only the cluster layer (and the CLI, which builds clients) talks to
+/// kube-apiserver: no other product file names the `kube` crate.
+#[test]
+fn only_the_cluster_layer_talks_to_the_cluster() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for file in rust_files(&root) {
+        let relative = file.strip_prefix(&root).unwrap();
+        let first = relative.components().next().unwrap().as_os_str();
+        if first == "cluster" || first == "cli" {
+            continue;
+        }
+        let Some(code) = product_code(&file) else {
+            continue;
+        };
+        for (n, line) in code.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            // `kube::` as a path of its own, not the end of another name.
+            let names_kube = code.match_indices("kube::").any(|(i, _)| {
+                !code[..i]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            });
+            if names_kube {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "kube used outside src/cluster:\n{}",
+        found.join("\n")
     );
 }

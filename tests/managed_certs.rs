@@ -11,7 +11,7 @@ mod common;
 use base64::Engine as _;
 use common::fake_apiserver::{wait_until, FakeApiServer, Resource};
 use common::http::{client_config, Client};
-use gpu_admission::certs::managed::{Lifetimes, ManagedCerts, Settings};
+use gpu_admission::cluster::certs::{Lifetimes, ManagedCerts, Settings};
 use gpu_admission::server::{Metrics, Readiness, Server, ShutdownHandle};
 use serde_json::Value;
 use std::net::SocketAddr;

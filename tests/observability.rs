@@ -396,7 +396,7 @@ async fn scrape() -> Exposition {
     // The families serve registers beside the server's own.
     let metrics = Metrics::with_families(|registry| {
         audit_metrics = Some(AuditMetrics::register(registry));
-        gpu_admission::exceptions::metrics::ExceptionMetrics::register(registry);
+        gpu_admission::cluster::exceptions::metrics::ExceptionMetrics::register(registry);
     });
     let objects = gpu_admission::offline::read_manifest(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/audit/cluster-list.json"),

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod der;
 pub mod managed;
+pub mod material;
 
 /// Names the self-generated serving certificate covers when none are given:
 /// local runs and the in-cluster Service of the shipped deployment.

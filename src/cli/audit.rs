@@ -5,8 +5,9 @@
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::audit::{self, InvalidException};
+use crate::cluster::ClusterLister;
 use crate::exceptions::{self, StaticExceptions};
-use crate::inventory::{self, ClusterLister};
+use crate::inventory;
 use crate::k8s::json::Pointer as _;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
 use crate::k8s::StaticClaims;

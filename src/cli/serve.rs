@@ -8,11 +8,10 @@ use super::serve_certs::{start_managed_certs, ManagedCertArgs};
 use super::serve_exceptions::{cluster_exceptions, excepted_counter};
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
-use crate::exceptions::metrics::ExceptionMetrics;
+use crate::cluster::exceptions::metrics::ExceptionMetrics;
+use crate::cluster::{ClusterClaims, ClusterNamespaces, ClusterNodes};
 use crate::gpu::catalog::Catalog;
-use crate::k8s::namespaces::ClusterNamespaces;
-use crate::k8s::{ClaimLookup, ClusterClaims, NamespaceLookup};
-use crate::k8s::{ClusterNodes, NoNodes, NodeLookup};
+use crate::k8s::{ClaimLookup, NamespaceLookup, NoNodes, NodeLookup};
 use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
 use crate::report::{
     AuditMetrics, LatestReport, LeaseSettings, PolicyReportSettings, ReportSettings, ReportTask,
@@ -697,7 +696,7 @@ async fn namespace_lookup(readiness: &Readiness) -> Arc<dyn NamespaceLookup> {
 /// SubjectAccessReviews, when running in one; otherwise nothing (every
 /// check denied, "no authorizer configured").
 fn cluster_authorizer() -> Arc<dyn crate::authz::Authorizer> {
-    use crate::k8s::access_review::{ClusterAuthorizer, DEFAULT_TIMEOUT};
+    use crate::cluster::access_review::{ClusterAuthorizer, DEFAULT_TIMEOUT};
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
         return Arc::new(crate::authz::NoAuthorizer);
     }
@@ -980,7 +979,7 @@ mod tests {
             with_prometheus.report_utilization(),
             Some(crate::audit::utilization::Settings {
                 source: crate::audit::utilization::Source::Prometheus(
-                    crate::prometheus::Endpoint {
+                    crate::cluster::prometheus::Endpoint {
                         url: "http://prometheus-server.monitoring".into(),
                         token_file: None,
                         timeout: crate::audit::utilization::DEFAULT_TIMEOUT,

@@ -1,7 +1,7 @@
 //! The flags of `serve --manage-certs` and its start: certificates kept by
 //! the server itself in a Secret (docs/certificates.md).
 use super::flags::{parse_duration, parse_optional_name, OptionalName};
-use crate::certs::managed;
+use crate::cluster::certs as managed;
 use crate::report::LeaseSettings;
 use std::time::Duration;
 

@@ -2,8 +2,8 @@
 //! running in one with `--policy-exceptions=on`, the default; otherwise
 //! from the policy folder only. Their metrics either way.
 use crate::admission::{Admission, ExceptedCounter};
-use crate::exceptions::cluster::{ClusterExceptions, Reader};
-use crate::exceptions::metrics::ExceptionMetrics;
+use crate::cluster::exceptions::metrics::ExceptionMetrics;
+use crate::cluster::exceptions::{ClusterExceptions, Reader};
 use crate::exceptions::ExceptionLookup;
 use crate::server::{Gate, Readiness};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Flags of the GPU utilization section, shared by `audit` and the
 //! periodic report of `serve`.
 use crate::audit::utilization::{self, parse_window, Settings, Source};
-use crate::prometheus::Endpoint;
+use crate::cluster::prometheus::Endpoint;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -20,8 +20,6 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-pub mod cluster;
-pub mod metrics;
 pub mod webhook;
 
 /// The API group, version and kind of the documents.

@@ -10,7 +10,7 @@
 //! wrote instead of writing them again. Writes are spaced to at most
 //! [`PolicyReportSettings::writes_per_second`].
 use crate::audit::{ExceptedFinding, Finding, Report};
-use crate::k8s::policy_reports::{
+use crate::cluster::policy_reports::{
     PolicyReportStore, ReportStoreError, API_VERSION, KIND, MANAGED_BY,
 };
 use serde_json::{json, Map, Value};
@@ -485,7 +485,7 @@ pub(super) mod tests {
                 .stored
                 .borrow()
                 .values()
-                .filter(|r| crate::k8s::policy_reports::managed_by(r, manager))
+                .filter(|r| crate::cluster::policy_reports::managed_by(r, manager))
                 .cloned()
                 .collect())
         }

@@ -5,9 +5,10 @@ use super::{
 };
 use crate::admission::Admission;
 use crate::audit::{ReportMeta, ReportSource};
-use crate::inventory::{ClusterLister, Lister};
-use crate::k8s::lease::{ClusterLease, LeaderElector, LeaseStore};
-use crate::k8s::policy_reports::{ClusterPolicyReports, PolicyReportStore, ReportStoreError};
+use crate::cluster::lease::{ClusterLease, LeaderElector, LeaseStore};
+use crate::cluster::policy_reports::{ClusterPolicyReports, PolicyReportStore, ReportStoreError};
+use crate::cluster::ClusterLister;
+use crate::inventory::Lister;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -114,14 +115,7 @@ impl Runner {
         // Without a client (no service account token yet, a kubeconfig
         // that does not load) each interval tries again.
         let (client, cluster_url) = loop {
-            let connect = async {
-                let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
-                let url = config.cluster_url.to_string();
-                kube::Client::try_from(config)
-                    .map(|client| (client, url))
-                    .map_err(|e| e.to_string())
-            };
-            match runtime.block_on(connect) {
+            match runtime.block_on(crate::cluster::connect()) {
                 Ok(connected) => break connected,
                 Err(err) => {
                     self.metrics.inc_errors();
@@ -333,7 +327,7 @@ impl Runner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::lease::{LeaseError, LeaseRecord};
+    use crate::cluster::lease::{LeaseError, LeaseRecord};
     use crate::report::policy_reports::tests::MemoryReports;
     use crate::report::tests::{admission, cluster};
     use crate::report::PolicyReportSettings;

@@ -337,8 +337,9 @@ async fn reload_loop(
 }
 
 /// Where a served certificate comes from other than files: the serving
-/// pair a [`certs::managed::ManagedCerts`] publishes from its Secret.
-pub type CertFeed = tokio::sync::watch::Receiver<certs::managed::Pair>;
+/// pair the managed certificates (`serve --manage-certs`) publish from
+/// their Secret.
+pub type CertFeed = tokio::sync::watch::Receiver<certs::material::Pair>;
 
 /// How errors name a certificate from a feed.
 pub const FEED_CERT: &str = "the certificate Secret's tls.crt";

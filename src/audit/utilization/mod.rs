@@ -6,7 +6,7 @@
 //! complete without this section and says why; nothing is guessed from
 //! CPU use.
 use crate::audit::nodes::HeldPod;
-use crate::prometheus::{self, Endpoint, Sample};
+use crate::cluster::prometheus::{self, Endpoint, Sample};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

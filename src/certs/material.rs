@@ -10,7 +10,7 @@
 //! 2. promoted: the new CA issues the serving certificate; the old CA is
 //!    still trusted, for replicas that have not reloaded yet;
 //! 3. the old CA is dropped from the trusted set.
-use super::super::{
+use super::{
     ca_params_named, serving_params, set_validity_between, verify_serving_cert, CertError,
 };
 use rcgen::{Issuer, KeyPair, PublicKeyData};
@@ -314,7 +314,7 @@ fn issue(
     now: SystemTime,
 ) -> Result<Pair, CertError> {
     let ca_key = KeyPair::from_pem(&ca.key).map_err(CertError::Generate)?;
-    let ca_end = cert_der(&ca.cert).and_then(|d| super::super::not_after(&d));
+    let ca_end = cert_der(&ca.cert).and_then(|d| super::not_after(&d));
     let mut end = now + lifetimes.serving;
     if let Some(ca_end) = ca_end {
         end = end.min(ca_end);
@@ -367,7 +367,7 @@ fn cert_der(pem: &str) -> Option<CertificateDer<'static>> {
 /// has, or cannot be read.
 fn remaining(pem: &str, now: SystemTime) -> Duration {
     cert_der(pem)
-        .and_then(|der| super::super::not_after(&der))
+        .and_then(|der| super::not_after(&der))
         .and_then(|end| end.duration_since(now).ok())
         .unwrap_or_default()
 }

@@ -1,6 +1,6 @@
 //! The cluster side of self-managed certificates: the Secret that holds
 //! them, and the caBundle of the project's own webhook configurations.
-use super::material::Material;
+use crate::certs::material::Material;
 use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,

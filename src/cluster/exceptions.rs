@@ -10,7 +10,7 @@
 //! an object beyond the bounds, or one that does not read, is not held,
 //! logged once (namespace/name and why, never the object) and counted as
 //! invalid. Expiry needs no event: exceptions are judged at [`ExceptionLookup::now`].
-use super::{Exception, ExceptionError, ExceptionLookup, State, GROUP, KIND, RESOURCE};
+use crate::exceptions::{Exception, ExceptionError, ExceptionLookup, State, GROUP, KIND, RESOURCE};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 use serde_json::Value;
@@ -526,7 +526,7 @@ fn key_of(object: &DynamicObject) -> Key {
 fn as_value(object: DynamicObject) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(fields) = value.as_object_mut() {
-        fields.insert("apiVersion".into(), super::API_VERSION.into());
+        fields.insert("apiVersion".into(), crate::exceptions::API_VERSION.into());
         fields.insert("kind".into(), KIND.into());
     }
     value
@@ -542,6 +542,8 @@ fn status_of(error: &watcher::Error) -> Option<&kube::core::Status> {
         _ => None,
     }
 }
+
+pub mod metrics;
 
 #[cfg(test)]
 mod tests;

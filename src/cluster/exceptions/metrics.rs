@@ -4,8 +4,8 @@
 //! with no event), and `gpu_admission_excepted_requests_total{policy}`,
 //! requests a policy would have denied or warned and an exception let
 //! through. The policy label takes the loaded policies' names only.
-use super::cluster::ClusterExceptions;
-use super::Excepted;
+use super::ClusterExceptions;
+use crate::exceptions::Excepted;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;

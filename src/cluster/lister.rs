@@ -1,0 +1,92 @@
+//! The audit's [`Lister`] over a live cluster: pages of any kind, found
+//! through API discovery.
+use crate::inventory::{ListError, Lister, Page};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// [`Lister`] over a cluster, through API discovery (once per kind).
+pub struct ClusterLister {
+    client: kube::Client,
+    resources: std::sync::Mutex<BTreeMap<(String, String), kube::discovery::ApiResource>>,
+}
+
+impl ClusterLister {
+    pub fn new(client: kube::Client) -> ClusterLister {
+        ClusterLister {
+            client,
+            resources: Default::default(),
+        }
+    }
+
+    async fn resource(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Result<kube::discovery::ApiResource, ListError> {
+        let key = (group.to_string(), kind.to_string());
+        if let Some(found) = self.cache().get(&key) {
+            return Ok(found.clone());
+        }
+        let api_group = kube::discovery::group(&self.client, group)
+            .await
+            .map_err(classify)?;
+        let Some((resource, _caps)) = api_group.recommended_kind(kind) else {
+            return Err(ListError::NotServed(format!("no kind {kind} in the group")));
+        };
+        self.cache().insert(key, resource.clone());
+        Ok(resource)
+    }
+
+    fn cache(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), kube::discovery::ApiResource>> {
+        self.resources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Lister for ClusterLister {
+    async fn list_page(
+        &self,
+        group: &str,
+        kind: &str,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<Page, ListError> {
+        let resource = self.resource(group, kind).await?;
+        let api: kube::Api<kube::core::DynamicObject> =
+            kube::Api::all_with(self.client.clone(), &resource);
+        let mut params = kube::api::ListParams::default().limit(limit);
+        if let Some(token) = continue_token {
+            params = params.continue_token(token);
+        }
+        let list = api.list(&params).await.map_err(classify)?;
+        let mut items = Vec::with_capacity(list.items.len());
+        for item in list.items {
+            let mut value = serde_json::to_value(&item).map_err(|e| ListError::Other(e.into()))?;
+            value["apiVersion"] = Value::String(resource.api_version.clone());
+            value["kind"] = Value::String(resource.kind.clone());
+            items.push(value);
+        }
+        Ok(Page {
+            items,
+            continue_token: list.metadata.continue_.filter(|t| !t.is_empty()),
+        })
+    }
+}
+
+fn classify(err: kube::Error) -> ListError {
+    match &err {
+        kube::Error::Api(status) if status.is_forbidden() || status.code == 403 => {
+            ListError::Forbidden(status.message.clone())
+        }
+        kube::Error::Api(status) if status.is_not_found() || status.code == 404 => {
+            ListError::NotServed(status.message.clone())
+        }
+        kube::Error::Discovery(
+            kube::error::DiscoveryError::MissingApiGroup(_)
+            | kube::error::DiscoveryError::MissingKind(_)
+            | kube::error::DiscoveryError::MissingResource(_),
+        ) => ListError::NotServed(err.to_string()),
+        _ => ListError::Other(err.into()),
+    }
+}

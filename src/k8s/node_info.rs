@@ -1,0 +1,128 @@
+//! The cluster's Nodes as the GPU boundary reads them: name, labels,
+//! taints and allocatable resources, kept current by a watch. Everything
+//! else a Node carries (images, conditions, addresses, annotations) is
+//! dropped before it is stored, so the cache stays small on clusters of
+//! thousands of nodes.
+use super::json::items;
+use super::taints::Taint;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What the GPU boundary reads of one Node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// `status.allocatable`, quantities as the API writes them.
+    pub allocatable: BTreeMap<String, String>,
+}
+
+impl NodeInfo {
+    /// From a Node as JSON, leniently.
+    pub fn from_value(node: &Value) -> NodeInfo {
+        let strings = |v: Option<&Value>| -> BTreeMap<String, String> {
+            v.and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        NodeInfo {
+            name: node
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            labels: strings(node.pointer("/metadata/labels")),
+            taints: items(node.pointer("/spec/taints"))
+                .filter_map(Taint::from_value)
+                .collect(),
+            allocatable: strings(node.pointer("/status/allocatable")),
+        }
+    }
+
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+}
+
+/// The nodes a request is judged against.
+pub trait NodeLookup: Send + Sync {
+    /// Every node, or `None` when nodes are not known at all (no cluster,
+    /// or the cache is switched off): callers then judge by labels alone.
+    fn nodes(&self) -> Option<Arc<[NodeInfo]>>;
+
+    /// The Karpenter NodePools (`karpenter.sh/v1`), as JSON with their
+    /// name and `spec.template`: the nodes they could create count like
+    /// nodes that exist. Empty when none are known.
+    fn node_pools(&self) -> Arc<[Value]> {
+        Arc::from(Vec::new())
+    }
+}
+
+/// No node known: judged by labels alone.
+pub struct NoNodes;
+
+impl NodeLookup for NoNodes {
+    fn nodes(&self) -> Option<Arc<[NodeInfo]>> {
+        None
+    }
+}
+
+/// A fixed set of nodes and NodePools (tests, offline evaluation).
+#[derive(Clone, Debug)]
+pub struct StaticNodes {
+    nodes: Arc<[NodeInfo]>,
+    pools: Arc<[Value]>,
+}
+
+impl StaticNodes {
+    pub fn new(nodes: Vec<NodeInfo>) -> StaticNodes {
+        StaticNodes {
+            nodes: nodes.into(),
+            pools: Arc::from(Vec::new()),
+        }
+    }
+
+    /// With these Karpenter NodePools too.
+    pub fn with_pools(mut self, pools: Vec<Value>) -> StaticNodes {
+        self.pools = pools.into();
+        self
+    }
+}
+
+impl NodeLookup for StaticNodes {
+    fn nodes(&self) -> Option<Arc<[NodeInfo]>> {
+        Some(self.nodes.clone())
+    }
+
+    fn node_pools(&self) -> Arc<[Value]> {
+        self.pools.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_node_is_read_leniently() {
+        let node = NodeInfo::from_value(&json!({
+            "metadata": {"name": "aks-gpu-1", "labels": {"kubernetes.azure.com/agentpool": "gpu", "n": 1}},
+            "spec": {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}, "junk"]},
+            "status": {"allocatable": {"nvidia.com/gpu": "1", "cpu": "23"}, "images": [{"names": ["x"]}]}
+        }));
+        assert_eq!(node.name, "aks-gpu-1");
+        assert_eq!(node.label("kubernetes.azure.com/agentpool"), Some("gpu"));
+        assert_eq!(node.label("n"), None);
+        assert_eq!(node.taints.len(), 1);
+        assert_eq!(node.allocatable["nvidia.com/gpu"], "1");
+        assert_eq!(NodeInfo::from_value(&json!(null)), NodeInfo::default());
+    }
+}
