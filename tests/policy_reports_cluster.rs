@@ -389,3 +389,132 @@ async fn serve_writes_policy_reports_after_its_first_run() {
     assert_eq!(lease.len(), 1);
     assert_eq!(lease[0]["spec"]["holderIdentity"], "gpu-admission-7c9f-a");
 }
+
+/// The results of a PolicyReport without their timestamps (when a result
+/// was first seen is the writer's to say, not the audit's).
+fn results_without_time(report: &Value) -> Vec<Value> {
+    let mut results = report["results"].as_array().cloned().unwrap_or_default();
+    for result in &mut results {
+        result.as_object_mut().unwrap().remove("timestamp");
+    }
+    results
+}
+
+/// One writer: what `serve --policy-reports on` writes for a cluster and
+/// what `audit -f DUMP -o policyreport` prints for a dump of the same
+/// objects say the same, result for result (rule, GPUs pending, capped
+/// messages and order included), and the namespaces the periodic report
+/// leaves without a report have nothing to say offline either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_of_a_dump_writes_the_policy_reports_serve_writes() {
+    let fake = FakeApiServer::start(vec![NAMESPACES, PODS, LEASES, POLICY_REPORTS]).await;
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/audit/cluster-list.json");
+    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
+    objects.retain(|o| o["kind"] == "Pod");
+    objects.extend(batch_pods(12));
+    objects.extend(
+        ["default", "apps", "ml", "serving", "batch", "retired"]
+            .into_iter()
+            .map(namespace),
+    );
+    fake.change(|cluster| {
+        for object in &objects {
+            cluster.apply(object.clone());
+        }
+        // Deleted as the last write of the first sync: the run is over.
+        cluster.apply(json!({
+            "apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+            "metadata": {"name": "gpu-admission", "namespace": "retired",
+                         "labels": {"app.kubernetes.io/managed-by": "gpu-admission"}},
+            "summary": {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0},
+            "results": [],
+        }));
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.kubeconfig(dir.path());
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(
+        std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--health-listen", "off"])
+            .args(["--metrics-listen", "127.0.0.1:0", "--node-cache", "off"])
+            .args(["--report-interval", "1m", "--policy-reports", "on"])
+            .arg("--certs-dir")
+            .arg(dir.path().join("certs"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBERNETES_SERVICE_HOST", fake.addr.ip().to_string())
+            .env("KUBERNETES_SERVICE_PORT", fake.addr.port().to_string())
+            .env("POD_NAMESPACE", "gpu-admission")
+            .env("POD_NAME", "gpu-admission-7c9f-a")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    fake.wait_for_requests("the first run's policy reports", |requests| {
+        requests.iter().any(|r| {
+            r.method == "DELETE"
+                && r.path
+                    .ends_with("/namespaces/retired/policyreports/gpu-admission")
+        })
+    })
+    .await;
+    let in_cluster = stored(&fake);
+    assert!(in_cluster.len() >= 2, "{in_cluster:#?}");
+
+    let dump = dir.path().join("dump.json");
+    std::fs::write(
+        &dump,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects})).unwrap(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .args(["audit", "-o", "policyreport", "-f"])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let offline: Vec<Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    for ((namespace, _), written) in &in_cluster {
+        let printed = offline
+            .iter()
+            .find(|d| d["metadata"]["namespace"] == namespace.as_str())
+            .unwrap_or_else(|| panic!("no offline report for {namespace}"));
+        assert_eq!(printed["kind"], written["kind"], "{namespace}");
+        assert_eq!(printed["summary"], written["summary"], "{namespace}");
+        assert_eq!(
+            results_without_time(printed),
+            results_without_time(written),
+            "{namespace}"
+        );
+        assert!(!results_without_time(written).is_empty(), "{namespace}");
+    }
+    // What the cluster has no report for has nothing to say offline.
+    for printed in &offline {
+        let namespace = printed["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default();
+        if namespace.is_empty() || in_cluster.contains_key(&key(namespace, "gpu-admission")) {
+            continue;
+        }
+        let summary = &printed["summary"];
+        assert_eq!(
+            (&summary["fail"], &summary["warn"], &summary["skip"]),
+            (&json!(0), &json!(0), &json!(0)),
+            "{printed:#}"
+        );
+    }
+}

@@ -7,6 +7,7 @@ pub mod holding;
 pub mod html;
 pub mod kueue;
 pub mod nodes;
+pub mod policy_reports;
 pub mod prices;
 pub mod utilization;
 
@@ -24,7 +25,7 @@ use crate::offline::build_request;
 use crate::policy::VALIDATION_FAILURE_ANNOTATION;
 use crate::review::{Operation, Response};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -492,78 +493,12 @@ pub fn render_text(report: &Report) -> String {
 }
 
 /// The report as wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace)
-/// and a ClusterPolicyReport for cluster-scoped objects.
+/// and a ClusterPolicyReport for cluster-scoped objects, made at
+/// `now_seconds`, every result kept: [`policy_reports::reports`], the
+/// writer the in-cluster reports use too.
 pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
-    let mut namespaces: BTreeSet<String> = report.passed.keys().cloned().collect();
-    namespaces.extend(
-        report
-            .findings
-            .iter()
-            .map(|f| f.namespace.clone().unwrap_or_default()),
-    );
-    namespaces.extend((report.excepted.iter()).map(|e| e.namespace.clone().unwrap_or_default()));
-    let mut out = Vec::new();
-    for ns in namespaces {
-        let findings: Vec<&Finding> = report
-            .findings
-            .iter()
-            .filter(|f| f.namespace.clone().unwrap_or_default() == ns)
-            .collect();
-        let results: Vec<Value> = findings
-            .iter()
-            .map(|f| {
-                let mut resource =
-                    json!({"apiVersion": f.api_version, "kind": f.kind, "name": f.name});
-                if let Some(n) = &f.namespace {
-                    resource["namespace"] = json!(n);
-                }
-                if let Some(uid) = &f.uid {
-                    resource["uid"] = json!(uid);
-                }
-                json!({
-                    "source": "gpu-admission",
-                    "policy": f.policy,
-                    "message": f.message,
-                    "result": if f.action == "deny" { "fail" } else { "warn" },
-                    "scored": true,
-                    "severity": if f.action == "deny" { "high" } else { "medium" },
-                    "category": "GPU",
-                    "properties": {"gpus": f.gpus.to_string(), "action": f.action},
-                    "resources": [resource],
-                    "timestamp": {"seconds": now_seconds, "nanos": 0},
-                })
-            })
-            .collect();
-        let mut results = results;
-        // What exceptions let through: `skip`, naming the exception.
-        let skipped: Vec<&ExceptedFinding> = (report.excepted.iter())
-            .filter(|e| e.namespace.clone().unwrap_or_default() == ns)
-            .collect();
-        let timestamp = json!({"seconds": now_seconds, "nanos": 0});
-        results.extend((skipped.iter()).map(|e| e.policy_report_result(timestamp.clone())));
-        let fail = findings.iter().filter(|f| f.action == "deny").count();
-        let warn = findings.len() - fail;
-        let pass = report.passed.get(&ns).copied().unwrap_or(0);
-        let mut doc = json!({
-            "apiVersion": "wgpolicyk8s.io/v1alpha2",
-            "kind": if ns.is_empty() { "ClusterPolicyReport" } else { "PolicyReport" },
-            "metadata": {
-                "name": "gpu-admission",
-                "labels": {"app.kubernetes.io/managed-by": "gpu-admission"},
-            },
-            "scope": Value::Null,
-            "summary": {"pass": pass, "fail": fail, "warn": warn, "error": 0, "skip": skipped.len()},
-            "results": results,
-        });
-        if ns.is_empty() {
-            doc.as_object_mut().map(|m| m.remove("scope"));
-        } else {
-            doc["metadata"]["namespace"] = json!(ns);
-            doc.as_object_mut().map(|m| m.remove("scope"));
-        }
-        out.push(doc);
-    }
-    out
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(now_seconds.max(0) as u64);
+    policy_reports::reports(report, at, usize::MAX)
 }
 
 /// Whether a controller in the input owns this object (a Deployment's

@@ -9,28 +9,19 @@
 //! as ours, so a replica that becomes leader updates what the previous one
 //! wrote instead of writing them again. Writes are spaced to at most
 //! [`PolicyReportSettings::writes_per_second`].
-use crate::audit::{ExceptedFinding, Finding, Report};
-use crate::cluster::policy_reports::{
-    PolicyReportStore, ReportStoreError, API_VERSION, KIND, MANAGED_BY,
-};
+use crate::audit::policy_reports::{self, LEFT_OUT_ANNOTATION, MANAGER, REPORT_NAME};
+use crate::audit::Report;
+use crate::cluster::policy_reports::{PolicyReportStore, ReportStoreError, MANAGED_BY};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-/// The name of the report in each namespace.
-pub const REPORT_NAME: &str = "gpu-admission";
-/// The managed-by label value of the reports, and their results' `source`.
-pub const MANAGER: &str = "gpu-admission";
-/// Annotation saying how many findings of the namespace its report leaves
-/// out (absent when none is).
-pub const LEFT_OUT_ANNOTATION: &str = "gpu-admission.io/results-left-out";
 /// Default of [`PolicyReportSettings::max_results`]: with messages capped
-/// at [`MAX_MESSAGE`] a report stays far below etcd's 1.5 MiB object limit.
+/// (at [`policy_reports::MAX_MESSAGE`] characters) a report stays far below
+/// etcd's 1.5 MiB object limit.
 pub const DEFAULT_MAX_RESULTS: usize = crate::server::DEFAULT_POLICY_REPORT_MAX_RESULTS;
 /// Default of [`PolicyReportSettings::writes_per_second`].
 pub const DEFAULT_WRITES_PER_SECOND: u32 = crate::server::DEFAULT_POLICY_REPORT_WRITES_PER_SECOND;
-/// Characters of a finding's message kept in its result.
-pub const MAX_MESSAGE: usize = 512;
 
 /// How the periodic report writes PolicyReports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,166 +42,26 @@ impl Default for PolicyReportSettings {
     }
 }
 
-/// The GPUs a finding's result says its object holds (its `gpus`
-/// property, as in `audit -o policyreport`): bound to its running or
-/// scheduled pods, as every figure of the audit counts them
-/// ([`crate::audit::holding`]).
-pub fn gpus_held(finding: &Finding) -> i64 {
-    finding.gpus
-}
-
-/// The report each namespace with findings should have, by namespace,
-/// as made at `at` (the timestamp of results not seen before).
-/// Cluster-scoped findings have no namespace to go in and are left out.
+/// The report each namespace with findings (or with what exceptions let
+/// through) should have, by namespace, as made at `at` (the timestamp of
+/// results not seen before): the one writer's reports
+/// ([`policy_reports::by_namespace`]) less the cluster-scoped one (there is
+/// no namespace to write it in) and those of namespaces with nothing to
+/// say.
 pub fn desired_reports(
     report: &Report,
     at: SystemTime,
     max_results: usize,
 ) -> BTreeMap<String, Value> {
-    type Results<'r> = (Vec<&'r Finding>, Vec<&'r ExceptedFinding>);
-    let mut by_namespace: BTreeMap<&str, Results> = BTreeMap::new();
-    for finding in &report.findings {
-        if let Some(namespace) = namespaced(&finding.namespace) {
-            by_namespace.entry(namespace).or_default().0.push(finding);
-        }
-    }
-    for excepted in &report.excepted {
-        if let Some(namespace) = namespaced(&excepted.namespace) {
-            by_namespace.entry(namespace).or_default().1.push(excepted);
-        }
-    }
-    let timestamp = timestamp(at);
-    by_namespace
-        .into_iter()
-        .map(|(namespace, (mut findings, mut excepted))| {
-            // The costliest first, then a stable order, so what a bound
-            // leaves out is the cheapest and the same from run to run;
-            // what exceptions let through after every finding.
-            findings.sort_by(|a, b| {
-                gpus_held(b)
-                    .cmp(&gpus_held(a))
-                    .then_with(|| (&a.kind, &a.name, &a.policy).cmp(&(&b.kind, &b.name, &b.policy)))
-            });
-            excepted.sort_by(|a, b| {
-                (b.gpus, &a.kind, &a.name, &a.policy).cmp(&(a.gpus, &b.kind, &b.name, &b.policy))
-            });
-            let fail = findings.iter().filter(|f| result_of(f) == "fail").count();
-            let warn = findings.len() - fail;
-            let total = findings.len() + excepted.len();
-            let left_out = total.saturating_sub(max_results);
-            let results: Vec<Value> = (findings.iter().map(|f| entry(f, &timestamp)))
-                .chain(excepted.iter().map(|e| skipped_entry(e, &timestamp)))
-                .take(max_results)
-                .collect();
-            let mut metadata = json!({
-                "name": REPORT_NAME,
-                "namespace": namespace,
-                "labels": {MANAGED_BY: MANAGER},
-            });
-            if left_out > 0 {
-                metadata["annotations"] = json!({LEFT_OUT_ANNOTATION: left_out.to_string()});
-            }
-            let object = json!({
-                "apiVersion": API_VERSION,
-                "kind": KIND,
-                "metadata": metadata,
-                "summary": {
-                    "pass": report.passed.get(namespace).copied().unwrap_or(0),
-                    "fail": fail,
-                    "warn": warn,
-                    "error": 0,
-                    "skip": excepted.len(),
-                },
-                "results": results,
-            });
-            (namespace.to_string(), object)
-        })
-        .collect()
-}
-
-/// The namespace of a namespaced object's result; none for a
-/// cluster-scoped one.
-fn namespaced(namespace: &Option<String>) -> Option<&str> {
-    namespace.as_deref().filter(|n| !n.is_empty())
-}
-
-/// The result entry of what an exception let through
-/// ([`ExceptedFinding::policy_report_result`]), its texts capped.
-fn skipped_entry(excepted: &ExceptedFinding, timestamp: &Value) -> Value {
-    let mut result = excepted.policy_report_result(timestamp.clone());
-    for text in ["/message", "/properties/exceptionReason"] {
-        if let Some(v) = result.pointer_mut(text) {
-            *v = json!(capped(v.as_str().unwrap_or_default()));
-        }
-    }
-    result
-}
-
-/// `pass|fail|warn|error|skip` of a finding, as `audit -o policyreport`
-/// says it: a violation the webhook denies is `fail`, one it only warns
-/// about or audits is `warn`.
-fn result_of(finding: &Finding) -> &'static str {
-    match finding.action {
-        "deny" => "fail",
-        _ => "warn",
-    }
-}
-
-fn severity_of(finding: &Finding) -> &'static str {
-    match finding.action {
-        "deny" => "high",
-        _ => "medium",
-    }
-}
-
-/// The result entry of one finding.
-fn entry(finding: &Finding, timestamp: &Value) -> Value {
-    let mut resource = json!({
-        "apiVersion": finding.api_version,
-        "kind": finding.kind,
-        "name": finding.name,
+    let mut reports = policy_reports::by_namespace(report, at, max_results);
+    reports.retain(|namespace, object| {
+        let summary = &object["summary"];
+        let said = ["fail", "warn", "skip"]
+            .iter()
+            .any(|k| summary[*k].as_u64().unwrap_or(0) > 0);
+        !namespace.is_empty() && said
     });
-    if let Some(namespace) = &finding.namespace {
-        resource["namespace"] = json!(namespace);
-    }
-    if let Some(uid) = &finding.uid {
-        resource["uid"] = json!(uid);
-    }
-    let mut properties = json!({
-        "action": finding.action,
-        "gpus": gpus_held(finding).to_string(),
-    });
-    // GPUs asked for and not placed yet (Pending pods), when there are any.
-    if finding.gpus_pending > 0 {
-        properties["gpusPending"] = json!(finding.gpus_pending.to_string());
-    }
-    json!({
-        "source": MANAGER,
-        "policy": finding.policy,
-        "rule": finding.policy,
-        "result": result_of(finding),
-        "scored": true,
-        "severity": severity_of(finding),
-        "category": "GPU",
-        "message": capped(&finding.message),
-        "resources": [resource],
-        "properties": properties,
-        "timestamp": timestamp,
-    })
-}
-
-fn capped(message: &str) -> String {
-    match message.char_indices().nth(MAX_MESSAGE) {
-        Some((end, _)) => format!("{}…", &message[..end]),
-        None => message.to_string(),
-    }
-}
-
-fn timestamp(at: SystemTime) -> Value {
-    let since = at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    json!({"seconds": since.as_secs(), "nanos": since.subsec_nanos()})
+    reports
 }
 
 /// What identifies a result from one run to the next.
@@ -442,6 +293,9 @@ pub async fn sync(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::audit::policy_reports::MAX_MESSAGE;
+    use crate::audit::{ExceptedFinding, Finding};
+    use crate::cluster::policy_reports::{API_VERSION, KIND};
     use crate::report::metrics::tests::finding;
     use std::cell::RefCell;
 

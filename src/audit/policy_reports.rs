@@ -1,0 +1,174 @@
+//! The audit's findings as `wgpolicyk8s.io/v1alpha2` PolicyReports, for
+//! `kubectl get policyreports -A` and Policy Reporter: one writer, used by
+//! `audit -o policyreport` and by the periodic report's in-cluster
+//! reports. One report named [`REPORT_NAME`] per namespace (a
+//! ClusterPolicyReport for cluster-scoped objects), the costliest results
+//! first, messages capped at [`MAX_MESSAGE`] characters, at most
+//! `max_results` results (the rest counted in the summary and
+//! [`LEFT_OUT_ANNOTATION`]).
+use super::{ExceptedFinding, Finding, Report};
+use crate::cluster::policy_reports::{API_VERSION, KIND, MANAGED_BY};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+/// The name of the report in each namespace.
+pub const REPORT_NAME: &str = "gpu-admission";
+/// The managed-by label value of the reports, and their results' `source`.
+pub const MANAGER: &str = "gpu-admission";
+/// Annotation saying how many findings of the namespace its report leaves
+/// out (absent when none is).
+pub const LEFT_OUT_ANNOTATION: &str = "gpu-admission.io/results-left-out";
+/// Characters of a finding's message kept in its result.
+pub const MAX_MESSAGE: usize = 512;
+
+/// Every report of `report`, made at `at` (the results' timestamp), in
+/// namespace order: one per namespace with a finding, something an
+/// exception let through, or a passing object; the cluster-scoped ones
+/// (namespace `""`) in a ClusterPolicyReport.
+pub fn reports(report: &Report, at: SystemTime, max_results: usize) -> Vec<Value> {
+    by_namespace(report, at, max_results)
+        .into_values()
+        .collect()
+}
+
+/// [`reports`], by namespace (`""` for the ClusterPolicyReport).
+pub fn by_namespace(
+    report: &Report,
+    at: SystemTime,
+    max_results: usize,
+) -> BTreeMap<String, Value> {
+    let namespace_of = |namespace: &Option<String>| namespace.clone().unwrap_or_default();
+    let mut namespaces: BTreeSet<String> = report.passed.keys().cloned().collect();
+    namespaces.extend(report.findings.iter().map(|f| namespace_of(&f.namespace)));
+    namespaces.extend(report.excepted.iter().map(|e| namespace_of(&e.namespace)));
+    let timestamp = timestamp(at);
+    namespaces
+        .into_iter()
+        .map(|namespace| {
+            let mut findings: Vec<&Finding> = (report.findings.iter())
+                .filter(|f| namespace_of(&f.namespace) == namespace)
+                .collect();
+            let mut excepted: Vec<&ExceptedFinding> = (report.excepted.iter())
+                .filter(|e| namespace_of(&e.namespace) == namespace)
+                .collect();
+            // The costliest first, then a stable order, so what a bound
+            // leaves out is the cheapest and the same from run to run;
+            // what exceptions let through after every finding.
+            findings.sort_by(|a, b| {
+                (b.gpus.cmp(&a.gpus))
+                    .then_with(|| (&a.kind, &a.name, &a.policy).cmp(&(&b.kind, &b.name, &b.policy)))
+            });
+            excepted.sort_by(|a, b| {
+                (b.gpus, &a.kind, &a.name, &a.policy).cmp(&(a.gpus, &b.kind, &b.name, &b.policy))
+            });
+            let fail = findings.iter().filter(|f| result_of(f) == "fail").count();
+            let warn = findings.len() - fail;
+            let left_out = (findings.len() + excepted.len()).saturating_sub(max_results);
+            let results: Vec<Value> = (findings.iter().map(|f| entry(f, &timestamp)))
+                .chain(excepted.iter().map(|e| skipped_entry(e, &timestamp)))
+                .take(max_results)
+                .collect();
+            let mut metadata = json!({"name": REPORT_NAME, "labels": {MANAGED_BY: MANAGER}});
+            if !namespace.is_empty() {
+                metadata["namespace"] = json!(namespace);
+            }
+            if left_out > 0 {
+                metadata["annotations"] = json!({LEFT_OUT_ANNOTATION: left_out.to_string()});
+            }
+            let object = json!({
+                "apiVersion": API_VERSION,
+                "kind": if namespace.is_empty() { "ClusterPolicyReport" } else { KIND },
+                "metadata": metadata,
+                "summary": {
+                    "pass": report.passed.get(&namespace).copied().unwrap_or(0),
+                    "fail": fail,
+                    "warn": warn,
+                    "error": 0,
+                    "skip": excepted.len(),
+                },
+                "results": results,
+            });
+            (namespace, object)
+        })
+        .collect()
+}
+
+/// The result entry of what an exception let through
+/// ([`ExceptedFinding::policy_report_result`]), its texts capped.
+fn skipped_entry(excepted: &ExceptedFinding, timestamp: &Value) -> Value {
+    let mut result = excepted.policy_report_result(timestamp.clone());
+    for text in ["/message", "/properties/exceptionReason"] {
+        if let Some(v) = result.pointer_mut(text) {
+            *v = json!(capped(v.as_str().unwrap_or_default()));
+        }
+    }
+    result
+}
+
+/// `pass|fail|warn|error|skip` of a finding, as `audit -o policyreport`
+/// says it: a violation the webhook denies is `fail`, one it only warns
+/// about or audits is `warn`.
+fn result_of(finding: &Finding) -> &'static str {
+    match finding.action {
+        "deny" => "fail",
+        _ => "warn",
+    }
+}
+
+fn severity_of(finding: &Finding) -> &'static str {
+    match finding.action {
+        "deny" => "high",
+        _ => "medium",
+    }
+}
+
+/// The result entry of one finding.
+fn entry(finding: &Finding, timestamp: &Value) -> Value {
+    let mut resource = json!({
+        "apiVersion": finding.api_version,
+        "kind": finding.kind,
+        "name": finding.name,
+    });
+    if let Some(namespace) = &finding.namespace {
+        resource["namespace"] = json!(namespace);
+    }
+    if let Some(uid) = &finding.uid {
+        resource["uid"] = json!(uid);
+    }
+    let mut properties = json!({
+        "action": finding.action,
+        "gpus": finding.gpus.to_string(),
+    });
+    // GPUs asked for and not placed yet (Pending pods), when there are any.
+    if finding.gpus_pending > 0 {
+        properties["gpusPending"] = json!(finding.gpus_pending.to_string());
+    }
+    json!({
+        "source": MANAGER,
+        "policy": finding.policy,
+        "rule": finding.policy,
+        "result": result_of(finding),
+        "scored": true,
+        "severity": severity_of(finding),
+        "category": "GPU",
+        "message": capped(&finding.message),
+        "resources": [resource],
+        "properties": properties,
+        "timestamp": timestamp,
+    })
+}
+
+fn capped(message: &str) -> String {
+    match message.char_indices().nth(MAX_MESSAGE) {
+        Some((end, _)) => format!("{}…", &message[..end]),
+        None => message.to_string(),
+    }
+}
+
+fn timestamp(at: SystemTime) -> Value {
+    let since = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    json!({"seconds": since.as_secs(), "nanos": since.subsec_nanos()})
+}
