@@ -32,7 +32,9 @@ const SIZE_LABELS: [&str; 2] = [
 const REGION_LABEL: &str = "topology.kubernetes.io/region";
 
 /// A pod that holds GPUs: bound to a node, or running, and not finished.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// The one GPU pod type of the audit: the node section and the idle GPU
+/// pods section both read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HeldPod {
     pub namespace: String,

@@ -222,11 +222,7 @@ fn from_cluster(
         let no_cluster = |e: String| {
             anyhow::anyhow!("no cluster to audit ({e}); pass objects with -f FILE instead")
         };
-        let config = kube::Config::infer()
-            .await
-            .map_err(|e| no_cluster(e.to_string()))?;
-        let url = config.cluster_url.to_string();
-        let client = kube::Client::try_from(config).map_err(|e| no_cluster(e.to_string()))?;
+        let (client, url) = crate::cluster::connect().await.map_err(no_cluster)?;
         let lister = ClusterLister::new(client);
         let warn = |message: String| eprintln!("warning: {message}");
         let mut kinds = inventory::audited_kinds(sources);

@@ -54,7 +54,7 @@ impl PrometheusArgs {
 /// Measures on a runtime of its own (the offline subcommands have none).
 pub fn measure(
     settings: &Settings,
-    pods: &[utilization::GpuPod],
+    pods: &[crate::audit::HeldPod],
 ) -> anyhow::Result<utilization::Utilization> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -29,34 +29,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// an image leaves a GPU idle for a while.
 pub const MIN_AGE: Duration = Duration::from_secs(3600);
 
-/// A pod holding GPUs: what the join needs of it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GpuPod {
-    pub namespace: String,
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    pub gpus: i64,
-    /// `status.startTime`, seconds since the epoch.
-    #[serde(skip)]
-    pub started_at: Option<i64>,
-}
-
 /// The pods holding GPUs (`audit::holding`: running, or bound to a node,
 /// and not finished; as [`crate::audit::PodLedger`] collects them), each
 /// once: the pods whose GPU use is asked.
-pub fn gpu_pods(held: &[HeldPod]) -> Vec<GpuPod> {
+pub fn gpu_pods(held: &[HeldPod]) -> Vec<HeldPod> {
     let mut seen = BTreeSet::new();
     held.iter()
         .filter(|p| p.gpus > 0 && seen.insert((p.namespace.as_str(), p.name.as_str())))
-        .map(|p| GpuPod {
-            namespace: p.namespace.clone(),
-            name: p.name.clone(),
-            node: p.node.clone(),
-            gpus: p.gpus,
-            started_at: p.started_at,
-        })
+        .cloned()
         .collect()
 }
 
@@ -120,7 +100,7 @@ pub struct Measured {
     pub gpu_hours_wasted: f64,
     /// Pods holding GPUs with no series in the window (dcgm-exporter not on
     /// their node, or without its Kubernetes mapping): not judged.
-    pub without_data: Vec<GpuPod>,
+    pub without_data: Vec<HeldPod>,
 }
 
 /// A pod that held its GPUs without using them for the whole window (or
@@ -172,7 +152,7 @@ pub fn query(window: Duration) -> String {
 
 /// Reads utilization as `settings` say and joins it with `pods`. Never
 /// fails: what goes wrong becomes the section's `missing`.
-pub async fn measure(settings: &Settings, pods: &[GpuPod], now: SystemTime) -> Utilization {
+pub async fn measure(settings: &Settings, pods: &[HeldPod], now: SystemTime) -> Utilization {
     let mut section = Utilization {
         source: match &settings.source {
             Source::Prometheus(endpoint) => format!("Prometheus at {}", endpoint.url),
@@ -340,7 +320,7 @@ impl Series {
 
 /// Judges each pod by its engine activity where exported, else its GPU
 /// utilization.
-fn join(pods: &[GpuPod], series: &Series, at: f64, section: &Utilization) -> Measured {
+fn join(pods: &[HeldPod], series: &Series, at: f64, section: &Utilization) -> Measured {
     let window_hours = section.window_seconds as f64 / 3600.0;
     let mut m = Measured {
         measured_at: k8s_openapi::jiff::Timestamp::from_second(at as i64)

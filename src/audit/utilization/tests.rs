@@ -9,8 +9,8 @@ fn resources() -> GpuResources {
     GpuResources::default()
 }
 
-fn pod(namespace: &str, name: &str, gpus: i64, hours_ago: i64) -> GpuPod {
-    GpuPod {
+fn pod(namespace: &str, name: &str, gpus: i64, hours_ago: i64) -> HeldPod {
+    HeldPod {
         namespace: namespace.into(),
         name: name.into(),
         node: Some("aks-gpu-0".into()),
@@ -91,7 +91,7 @@ fn the_pods_holding_gpus_are_joined() {
     for object in &objects {
         ledger.add(object, &resources());
     }
-    let pod = |name: &str, gpus: i64| GpuPod {
+    let pod = |name: &str, gpus: i64| HeldPod {
         namespace: "ml".into(),
         name: name.into(),
         node: Some("aks-gpu-0".into()),
@@ -122,7 +122,7 @@ fn idle_pods_are_those_under_the_threshold_for_the_window() {
         pod("ml", "busy", 8, 48),
         pod("ml", "old-gpu", 1, 6),
         pod("ml", "both", 2, 48),
-        GpuPod {
+        HeldPod {
             started_at: Some(NOW - 600),
             ..pod("ml", "young", 1, 0)
         },
@@ -255,7 +255,7 @@ fn settings(source: Source) -> Settings {
     }
 }
 
-fn measure_now(settings: &Settings, pods: &[GpuPod]) -> Utilization {
+fn measure_now(settings: &Settings, pods: &[HeldPod]) -> Utilization {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
