@@ -155,36 +155,156 @@ pub fn build_request(
 /// The objects of a manifest file: every YAML or JSON document, with `List`
 /// documents (as `kubectl get -o json` writes) opened into their items.
 pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Value>> {
+    let mut objects = Vec::new();
+    read_objects(path, &mut |object| {
+        objects.push(object);
+        Ok(())
+    })?;
+    Ok(objects)
+}
+
+/// [`read_manifest`] one object at a time, so a dump need not fit in
+/// memory as objects: `each` gets every object in file order. A JSON
+/// file's Lists are read an item at a time; a YAML file a document at a
+/// time.
+pub fn read_objects(
+    path: &Path,
+    each: &mut dyn FnMut(Value) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-    parse_manifest(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let located = |e: anyhow::Error| anyhow::anyhow!("{}: {e}", path.display());
+    if text.trim_start().starts_with(['{', '[']) {
+        json_objects(&text, each).map_err(located)
+    } else {
+        yaml_objects(&text, each).map_err(located)
+    }
 }
 
 /// Parses a (multi-document) manifest; see [`read_manifest`].
 pub fn parse_manifest(text: &str) -> anyhow::Result<Vec<Value>> {
     let mut objects = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value =
-            Value::deserialize(doc).map_err(|e| anyhow::anyhow!("document {}: {e}", i + 1))?;
-        match value {
-            Value::Null => {}
-            Value::Object(ref map) if is_list(map) => {
-                if let Some(Value::Array(items)) = map.get("items") {
-                    objects.extend(items.iter().filter(|v| !v.is_null()).cloned());
-                }
-            }
-            Value::Object(_) => objects.push(value),
-            other => anyhow::bail!("document {}: expected an object, got {other}", i + 1),
-        }
-    }
+    yaml_objects(text, &mut |object| {
+        objects.push(object);
+        Ok(())
+    })?;
     Ok(objects)
 }
 
-fn is_list(map: &serde_json::Map<String, Value>) -> bool {
+fn yaml_objects(
+    text: &str,
+    each: &mut dyn FnMut(Value) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value =
+            Value::deserialize(doc).map_err(|e| anyhow::anyhow!("document {}: {e}", i + 1))?;
+        document(i, value, each)?;
+    }
+    Ok(())
+}
+
+/// A document's objects: none for an empty one, a List's items, or itself.
+fn document(
+    i: usize,
+    value: Value,
+    each: &mut dyn FnMut(Value) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    match value {
+        Value::Null => Ok(()),
+        Value::Object(mut map) if is_list(&map) => match map.remove("items") {
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .filter(|v| !v.is_null())
+                .try_for_each(each),
+            _ => Ok(()),
+        },
+        Value::Object(_) => each(value),
+        other => anyhow::bail!("document {}: expected an object, got {other}", i + 1),
+    }
+}
+
+/// JSON documents, each a List's items parsed one at a time (the List's
+/// other fields whole: they are small).
+fn json_objects(
+    text: &str,
+    each: &mut dyn FnMut(Value) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    use serde_json::value::RawValue;
+    let docs = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
+    for (i, doc) in docs.enumerate() {
+        let failed = |e: serde_json::Error| anyhow::anyhow!("document {}: {e}", i + 1);
+        let doc = doc.map_err(failed)?;
+        if !doc.get().starts_with('{') {
+            let value: Value = serde_json::from_str(doc.get()).map_err(failed)?;
+            document(i, value, each)?;
+            continue;
+        }
+        // The fields with the items left raw: only a List's are opened.
+        let mut fields: serde_json::Map<String, Value> = serde_json::Map::new();
+        let mut items: Option<&RawValue> = None;
+        let raw: std::collections::BTreeMap<String, &RawValue> =
+            serde_json::from_str(doc.get()).map_err(failed)?;
+        for (key, value) in raw {
+            if key == "items" {
+                items = Some(value);
+            } else {
+                fields.insert(key, serde_json::from_str(value.get()).map_err(failed)?);
+            }
+        }
+        match items {
+            Some(items) if items.get().starts_with('[') && is_list_kind(&fields) => {
+                let mut de = serde_json::Deserializer::from_str(items.get());
+                serde::de::DeserializeSeed::deserialize(EachItem(each), &mut de)
+                    .map_err(|e| anyhow::anyhow!("document {}: {e}", i + 1))?;
+            }
+            Some(items) => {
+                let items: Value = serde_json::from_str(items.get()).map_err(failed)?;
+                fields.insert("items".to_string(), items);
+                document(i, Value::Object(fields), each)?;
+            }
+            None => document(i, Value::Object(fields), each)?,
+        }
+    }
+    Ok(())
+}
+
+/// Hands each non-null element of a JSON array to a callback as it is
+/// parsed.
+struct EachItem<'f>(&'f mut dyn FnMut(Value) -> anyhow::Result<()>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for EachItem<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for EachItem<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of objects")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(item) = seq.next_element::<Value>()? {
+            if !item.is_null() {
+                (self.0)(item).map_err(serde::de::Error::custom)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_list_kind(map: &serde_json::Map<String, Value>) -> bool {
     map.get("kind")
         .and_then(Value::as_str)
         .is_some_and(|k| k == "List" || k.ends_with("List"))
-        && map.get("items").is_some_and(Value::is_array)
+}
+
+fn is_list(map: &serde_json::Map<String, Value>) -> bool {
+    is_list_kind(map) && map.get("items").is_some_and(Value::is_array)
 }
 
 #[cfg(test)]

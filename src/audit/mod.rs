@@ -9,6 +9,7 @@ pub mod kueue;
 pub mod nodes;
 pub mod policy_reports;
 pub mod prices;
+pub mod run;
 pub mod utilization;
 
 pub use exceptions::{ExceptedFinding, ExceptionEntry, InvalidException};
@@ -157,15 +158,20 @@ pub struct Report {
 }
 
 /// Evaluates `objects` as if each were created now; Nodes among them are
-/// not evaluated but reported with the pods bound to them.
+/// not evaluated but reported with the pods bound to them. One
+/// [`run::Run`] fed the objects in the cluster's order.
 pub fn audit(admission: &Admission, objects: &[Value]) -> Report {
-    let (mut report, ledger) = audit_workloads(admission, objects);
-    let known = known_exceptions(admission);
-    exceptions::list(&mut report, &known, &[], admission.exceptions().now());
-    let nodes: Vec<Value> = objects.iter().filter(|o| is_node(o)).cloned().collect();
-    finish(report, ledger, |ledger| {
-        (!nodes.is_empty()).then(|| account_nodes(admission, &nodes, ledger))
-    })
+    let mut run = run::Run::new(admission);
+    let (nodes, rest): (Vec<&Value>, Vec<&Value>) = objects.iter().partition(|o| is_node(o));
+    let (pods, others): (Vec<&Value>, Vec<&Value>) = rest
+        .into_iter()
+        .partition(|o| crate::k8s::workloads::is_pod(o));
+    if !nodes.is_empty() {
+        run.nodes(nodes.into_iter().cloned().collect());
+    }
+    run.objects(others.into_iter().cloned().collect());
+    run.pods(pods.into_iter().cloned().collect());
+    run.finish(&[])
 }
 
 /// Every GpuPolicyException `admission` honours: its lookup's, then the
@@ -174,18 +180,6 @@ pub fn known_exceptions(admission: &Admission) -> Vec<Arc<Exception>> {
     let mut known = admission.exceptions().all();
     known.extend(admission.bundle().policies.exceptions().iter().cloned());
     known
-}
-
-/// Sets the report's node section (from `nodes`, given what the pods
-/// said) and its list of pods holding GPUs.
-pub fn finish(
-    mut report: Report,
-    ledger: PodLedger,
-    nodes: impl FnOnce(&PodLedger) -> Option<NodeReport>,
-) -> Report {
-    report.nodes = nodes(&ledger);
-    report.held_pods = ledger.into_held();
-    report
 }
 
 /// The node report on `nodes` with what `ledger` saw of the pods, now.

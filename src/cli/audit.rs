@@ -75,24 +75,39 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         .map(audit::Prices::from_file)
         .transpose()?;
     let mut notes = Vec::new();
-    let (objects, namespaces, source) = if args.files.is_empty() {
+    // Everything but Pods is held (as the periodic report holds it); Pods
+    // are judged a page at a time.
+    let (held, pods, namespaces, source) = if args.files.is_empty() {
         let (objects, namespaces, url) =
             from_cluster(loaded.bundle.policies.template_sources(), &mut notes)?;
-        (objects, namespaces, audit::ReportSource::Cluster(url))
+        let (pods, held) = objects.into_iter().partition(is_pod);
+        (
+            held,
+            Pods::Read(pods),
+            namespaces,
+            audit::ReportSource::Cluster(url),
+        )
     } else {
-        let mut read = Vec::new();
+        // A first pass holds all but the Pods, noting their namespaces;
+        // the second reads the Pods again, a page at a time.
+        let (mut held, mut pod_namespaces) = (Vec::new(), BTreeSet::new());
         for file in &args.files {
-            read.extend(offline::read_manifest(file)?);
+            offline::read_objects(file, &mut |object| {
+                if is_pod(&object) {
+                    pod_namespaces.extend(namespace_of(&object));
+                } else {
+                    held.push(object);
+                }
+                Ok(())
+            })?;
         }
         // Namespaces in the files (`kubectl get namespaces,pods,... -A -o
         // json`) give their own labels, as in the cluster; they are not audited.
-        let (namespace_objects, objects): (Vec<Value>, Vec<Value>) =
-            read.into_iter().partition(is_namespace);
+        let (namespace_objects, held): (Vec<Value>, Vec<Value>) =
+            held.into_iter().partition(is_namespace);
         let labels = args.namespace_labels.clone().unwrap_or_default();
-        let names: BTreeSet<String> = objects
-            .iter()
-            .filter_map(|o| o.at("/metadata/namespace").and_then(Value::as_str))
-            .map(str::to_string)
+        let names: BTreeSet<String> = (held.iter().filter_map(namespace_of))
+            .chain(pod_namespaces)
             .chain(std::iter::once("default".to_string()))
             .collect();
         let mut namespaces: BTreeMap<String, BTreeMap<String, String>> = names
@@ -113,11 +128,8 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         }
         let namespaces = namespaces.into_iter().collect();
         let files = args.files.iter().map(|f| f.display().to_string());
-        (
-            objects,
-            namespaces,
-            audit::ReportSource::Files(files.collect()),
-        )
+        let source = audit::ReportSource::Files(files.collect());
+        (held, Pods::InFiles(&args.files), namespaces, source)
     };
     let mut lookup = StaticNamespaces::new();
     for (name, labels) in namespaces {
@@ -125,16 +137,13 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     }
     // Pods' DRA claims resolve against the claims read with them.
     let mut claims = StaticClaims::new();
-    for object in &objects {
+    for object in &held {
         claims.insert(object, "default");
     }
     // The GpuPolicyExceptions read with the objects are honoured; one that
     // does not read is listed as invalid and lets nothing through.
     let (mut found, mut invalid) = (Vec::new(), Vec::new());
-    for object in objects
-        .iter()
-        .filter(|o| audit::exceptions::is_exception(o))
-    {
+    for object in held.iter().filter(|o| audit::exceptions::is_exception(o)) {
         match loaded.bundle.policies.read_exception(object) {
             Ok(exception) => found.push(Arc::new(exception)),
             Err(errors) => invalid.push(InvalidException::new(object, &errors)),
@@ -147,10 +156,14 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             Some(at) => StaticExceptions::new(found).at(at),
             None => StaticExceptions::new(found),
         }));
-    let mut report = audit::audit(&admission, &objects);
-    let known = audit::known_exceptions(&admission);
-    let now = exceptions::ExceptionLookup::now(admission.exceptions());
-    audit::exceptions::list(&mut report, &known, &invalid, now);
+    let mut run = audit::run::Run::new(&admission);
+    let (nodes, held): (Vec<Value>, Vec<Value>) = held.into_iter().partition(audit::is_node);
+    if !nodes.is_empty() {
+        run.nodes(nodes);
+    }
+    run.objects(held);
+    pods.each_page(&mut |page| run.pods(page))?;
+    let mut report = run.finish(&invalid);
     report.exception_notes = notes;
     if let Some(prices) = &prices {
         audit::price(&mut report, prices);
@@ -174,6 +187,56 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         AuditFormat::Html => print!("{}", audit::render(&report, &meta)),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the Pods to judge are.
+enum Pods<'a> {
+    /// Already read (from the cluster).
+    Read(Vec<Value>),
+    /// In these files, read again a page at a time.
+    InFiles(&'a [PathBuf]),
+}
+
+impl Pods<'_> {
+    /// Hands the Pods over in pages of [`inventory::PAGE_SIZE`].
+    fn each_page(self, judge: &mut dyn FnMut(Vec<Value>)) -> anyhow::Result<()> {
+        let size = inventory::PAGE_SIZE as usize;
+        match self {
+            Pods::Read(mut pods) => {
+                while !pods.is_empty() {
+                    let rest = pods.split_off(pods.len().min(size));
+                    judge(std::mem::replace(&mut pods, rest));
+                }
+            }
+            Pods::InFiles(files) => {
+                let mut page = Vec::with_capacity(size);
+                for file in files {
+                    offline::read_objects(file, &mut |object| {
+                        if is_pod(&object) {
+                            page.push(object);
+                            if page.len() == size {
+                                judge(std::mem::take(&mut page));
+                            }
+                        }
+                        Ok(())
+                    })?;
+                }
+                judge(page);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_pod(object: &Value) -> bool {
+    crate::k8s::workloads::is_pod(object)
+}
+
+fn namespace_of(object: &Value) -> Option<String> {
+    object
+        .at("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 /// A core/v1 Namespace.

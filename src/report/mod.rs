@@ -11,10 +11,7 @@
 use crate::admission::Admission;
 use crate::audit::{self, Report};
 use crate::inventory::{self, Lister};
-use crate::k8s::json::Pointer as _;
 use crate::server::{ReportAnswer, ReportFormat, ReportPages};
-use serde_json::Value;
-use std::collections::HashSet;
 use std::sync::RwLock;
 use std::time::{Duration, SystemTime};
 
@@ -207,18 +204,17 @@ pub async fn audit_cluster(
     stop: &dyn Fn() -> bool,
 ) -> anyhow::Result<Report> {
     let bundle = admission.bundle();
-    let resources = bundle.placement.gpu_resources();
     let kinds = inventory::audited_kinds(bundle.policies.template_sources());
     let (pods, others): (Vec<_>, Vec<_>) = kinds.iter().partition(|(_, kind)| *kind == "Pod");
-    // Nodes are few (and slim once read): held whole. Without permission
-    // to list them the report has no node section and says so.
-    let mut nodes: Option<Vec<Value>> = None;
+    let mut run = audit::run::Run::new(admission);
+    // Without permission to list Nodes the report has no node section and
+    // says so.
     inventory::list_pages(lister, &[("", "Node")], warn, &mut |page| {
         if stop() {
             return Err(Stopped.into());
         }
-        nodes.get_or_insert_with(Vec::new).extend(page);
-        if nodes.as_ref().map_or(0, Vec::len) > max_objects {
+        run.nodes(page);
+        if run.held().0 > max_objects {
             anyhow::bail!(
                 "the cluster has more than {max_objects} nodes; raise --report-max-objects"
             );
@@ -226,13 +222,12 @@ pub async fn audit_cluster(
         Ok(())
     })
     .await?;
-    let mut held: Vec<Value> = Vec::new();
     inventory::list_pages(lister, &others, warn, &mut |page| {
         if stop() {
             return Err(Stopped.into());
         }
-        held.extend(page);
-        if held.len() > max_objects {
+        run.objects(page);
+        if run.held().1 > max_objects {
             anyhow::bail!(
                 "the cluster has more than {max_objects} controllers, capacity objects and claims; raise --report-max-objects (each takes a few KiB during a run)"
             );
@@ -240,67 +235,21 @@ pub async fn audit_cluster(
         Ok(())
     })
     .await?;
-    let (mut report, mut ledger) = audit::audit_workloads(admission, &held);
-    let controllers: HashSet<String> = held
-        .iter()
-        .filter_map(|o| o.at("/metadata/uid").and_then(Value::as_str))
-        .map(str::to_string)
-        .collect();
-    drop(held);
-    inventory::list_pages(lister, &pods, warn, &mut |mut page| {
+    inventory::list_pages(lister, &pods, warn, &mut |page| {
         if stop() {
             return Err(Stopped.into());
         }
-        let read = page.len();
-        for pod in &page {
-            if controlled_by(pod, &controllers) {
-                ledger.add(pod, resources);
-            }
-        }
-        page.retain(|pod| !controlled_by(pod, &controllers));
-        let (judged, judged_ledger) = audit::audit_workloads(admission, &page);
-        merge(&mut report, judged);
-        ledger.merge(judged_ledger);
-        report.objects += read - page.len();
+        run.pods(page);
         Ok(())
     })
     .await?;
-    if let Some(nodes) = &nodes {
-        report.objects += nodes.len();
-    }
-    // The exceptions the server honours (its cache of the cluster's, and
-    // the policy folder's), with what they let through in this run.
-    let known = audit::known_exceptions(admission);
-    audit::exceptions::list(&mut report, &known, &[], admission.exceptions().now());
-    let mut report = audit::finish(report, ledger, |ledger| {
-        nodes.map(|nodes| audit::account_nodes(admission, &nodes, ledger))
-    });
+    let mut report = run.finish(&[]);
     if let Some(settings) = utilization {
         let gpu_pods = audit::utilization::gpu_pods(&report.held_pods);
         let measured = audit::utilization::measure(settings, &gpu_pods, SystemTime::now()).await;
         report.utilization = Some(measured);
     }
     Ok(report)
-}
-
-/// Whether an object in `uids` is `object`'s controller.
-fn controlled_by(object: &Value, uids: &HashSet<String>) -> bool {
-    crate::k8s::workloads::controller_uid(object).is_some_and(|u| uids.contains(u))
-}
-
-/// Adds `more` (a report of other objects) to `report`.
-fn merge(report: &mut Report, more: Report) {
-    report.objects += more.objects;
-    report.evaluated += more.evaluated;
-    report.gpus_held += more.gpus_held;
-    report.gpus_pending += more.gpus_pending;
-    report.gpus_in_violation += more.gpus_in_violation;
-    report.gpus_pending_in_violation += more.gpus_pending_in_violation;
-    for (ns, n) in more.passed {
-        *report.passed.entry(ns).or_default() += n;
-    }
-    report.findings.extend(more.findings);
-    report.excepted.extend(more.excepted);
 }
 
 #[cfg(test)]
@@ -312,6 +261,7 @@ mod tests {
     use crate::k8s::StaticNamespaces;
     use metrics::tests::finding;
     use serde_json::json;
+    use serde_json::Value;
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
