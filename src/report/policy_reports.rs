@@ -26,9 +26,9 @@ pub const MANAGER: &str = "gpu-admission";
 pub const LEFT_OUT_ANNOTATION: &str = "gpu-admission.io/results-left-out";
 /// Default of [`PolicyReportSettings::max_results`]: with messages capped
 /// at [`MAX_MESSAGE`] a report stays far below etcd's 1.5 MiB object limit.
-pub const DEFAULT_MAX_RESULTS: usize = crate::server::DEFAULT_POLICY_REPORT_MAX_RESULTS;
+pub const DEFAULT_MAX_RESULTS: usize = 1000;
 /// Default of [`PolicyReportSettings::writes_per_second`].
-pub const DEFAULT_WRITES_PER_SECOND: u32 = crate::server::DEFAULT_POLICY_REPORT_WRITES_PER_SECOND;
+pub const DEFAULT_WRITES_PER_SECOND: u32 = 5;
 /// Characters of a finding's message kept in its result.
 pub const MAX_MESSAGE: usize = 512;
 
