@@ -40,8 +40,9 @@ mod http;
 
 use gpu_admission::admission::Admission;
 use gpu_admission::cli::serve::load_bundle;
+use gpu_admission::daemon::{DaemonConfig, LogFormat};
 use gpu_admission::k8s::NamespaceLookup;
-use gpu_admission::server::{tls, LogFormat, Metrics, ServeConfig, Server, ShutdownHandle};
+use gpu_admission::server::{tls, Metrics, ServeConfig, Server, ShutdownHandle};
 use http::HttpResponse;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::net::SocketAddr;
@@ -518,10 +519,13 @@ async fn start_webhook(
         health_listen: None,
         tls_cert: Some(ensured.paths.cert.clone()),
         tls_key: Some(ensured.paths.key.clone()),
-        policies,
         ..ServeConfig::default()
     };
-    let bundle = load_bundle(&config).expect("policy bundle");
+    let policies = DaemonConfig {
+        policies,
+        ..DaemonConfig::default()
+    };
+    let bundle = load_bundle(&policies).expect("policy bundle");
     let admission = Arc::new(Admission::new(bundle, Arc::new(NoNamespaces)));
     let shutdown = ShutdownHandle::new();
     let server = Server::bind(config, admission, Metrics::new(), shutdown.clone())

@@ -18,6 +18,7 @@ pub mod cel;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod daemon;
 pub mod exceptions;
 pub mod gpu;
 pub mod inventory;

@@ -8,9 +8,9 @@ mod common;
 use common::hostile::review_of;
 use gpu_admission::admission::Admission;
 use gpu_admission::cli::serve::load_bundle;
+use gpu_admission::daemon::DaemonConfig;
 use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::review;
-use gpu_admission::server::ServeConfig;
 use peak_alloc::PeakAlloc;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -64,7 +64,7 @@ fn the_estimate_bounds_what_answering_allocates() {
 }
 
 fn measure_cases() {
-    let bundle = load_bundle(&ServeConfig::default()).expect("built-in policies");
+    let bundle = load_bundle(&DaemonConfig::default()).expect("built-in policies");
     let admission = Admission::new(bundle, Arc::new(StaticNamespaces::new()));
     let one_key: Vec<Value> = vec![json!({"a": 0}); 15_000];
     let cases = [

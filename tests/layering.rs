@@ -51,6 +51,7 @@ fn k8s_depends_on_nothing_else_in_the_crate() {
         "certs",
         "cli",
         "cluster",
+        "daemon",
         "exceptions",
         "gpu",
         "inventory",
@@ -268,6 +269,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "review",
         ],
     ),
+    ("daemon", &["audit", "certs", "report", "server"]),
     ("cli", &["*"]),
 ];
 

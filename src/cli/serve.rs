@@ -1,15 +1,16 @@
-//! `gpu-admission serve`: flags into a [`ServeConfig`], logging, the policy
-//! bundle, signals, and the server.
+//! `gpu-admission serve`: flags into a [`DaemonConfig`], logging, the
+//! policy bundle, signals, and the services a [`Daemon`] runs around the edge.
 use super::flags::{
     parse_duration, parse_optional_addr, parse_optional_name, parse_report_interval, parse_size,
     parse_username, OptionalAddr, OptionalName, Switch,
 };
-use super::serve_certs::{start_managed_certs, ManagedCertArgs};
+use super::serve_certs::{managed_certs, ManagedCertArgs};
 use super::serve_exceptions::{cluster_exceptions, excepted_counter};
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
 use crate::cluster::exceptions::metrics::ExceptionMetrics;
 use crate::cluster::{ClusterClaims, ClusterNamespaces, ClusterNodes};
+use crate::daemon::{self, Daemon, DaemonConfig, LogFormat, Service};
 use crate::gpu::catalog::Catalog;
 use crate::k8s::{ClaimLookup, NamespaceLookup, NoNodes, NodeLookup};
 use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
@@ -17,9 +18,7 @@ use crate::report::{
     AuditMetrics, LatestReport, LeaseSettings, PolicyReportSettings, ReportSettings, ReportTask,
 };
 use crate::review;
-use crate::server::{
-    self, LogFormat, Metrics, OnError, Readiness, ServeConfig, Server, ShutdownHandle,
-};
+use crate::server::{self, Metrics, OnError, Readiness, ServeConfig, Server, ShutdownHandle};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -143,11 +142,11 @@ pub struct ServeArgs {
     pub report_interval: Option<Duration>,
     /// Controllers, capacity objects and claims one audit may hold in
     /// memory (Pods are read a page at a time); a larger cluster fails the run.
-    #[arg(long, value_name = "N", default_value_t = server::DEFAULT_REPORT_MAX_OBJECTS)]
+    #[arg(long, value_name = "N", default_value_t = daemon::DEFAULT_REPORT_MAX_OBJECTS)]
     pub report_max_objects: usize,
     /// Lease (in the pod's namespace) that elects the one replica running
     /// the audit, or `off` to run it on every replica.
-    #[arg(long, value_name = "NAME", default_value = server::DEFAULT_REPORT_LEASE, value_parser = parse_optional_name)]
+    #[arg(long, value_name = "NAME", default_value = daemon::DEFAULT_REPORT_LEASE, value_parser = parse_optional_name)]
     pub report_lease: OptionalName,
     /// A dated price file (region, size, price per hour; see
     /// docs/prices.md) that turns the report's waste into a cost per day.
@@ -204,7 +203,8 @@ impl ServeArgs {
         self.utilization.settings(None)
     }
 
-    pub fn into_config(self) -> ServeConfig {
+    pub fn into_config(self) -> DaemonConfig {
+        let utilization = self.report_utilization();
         let ServeArgs {
             listen,
             policies,
@@ -245,17 +245,13 @@ impl ServeArgs {
             kueue_controllers: _,
             certs,
         } = self;
-        let manage_certs = certs.options();
-        ServeConfig {
+        let edge = ServeConfig {
             listen,
-            policies,
-            catalog,
             tls_cert,
             tls_key,
             metrics_listen: metrics_listen.0,
             health_listen: health_listen.0,
             certs_dir,
-            log_format,
             max_concurrency: max_concurrency
                 .map_or_else(server::default_concurrency, |n| n as usize),
             max_mutate_concurrency: max_mutate_concurrency
@@ -279,17 +275,24 @@ impl ServeArgs {
             shutdown_delay,
             drain_window,
             drain_timeout,
+        };
+        DaemonConfig {
+            edge,
+            policies,
+            catalog,
+            log_format,
             allow_empty_policies,
             report_interval,
             report_max_objects,
             report_lease: report_lease.0,
             report_prices,
+            utilization,
             policy_reports: policy_reports == Switch::On,
             policy_report_max_results,
             policy_report_writes_per_second,
             node_cache: node_cache == Switch::On,
             policy_exceptions: policy_exceptions == Switch::On,
-            manage_certs,
+            manage_certs: certs.options(),
         }
     }
 }
@@ -312,28 +315,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     crate::kueue::set_controllers(args.kueue_controllers.clone()).map_err(|kept| {
         anyhow::anyhow!("Kueue's controller was already set to {kept:?} in this process")
     })?;
-    let utilization = args.report_utilization();
     let config = args.into_config();
     init_logging(config.log_format);
     let runtime = runtime()?;
     let shutdown = ShutdownHandle::new();
     let result = runtime.block_on(async {
         tokio::spawn(server::forward_signals(shutdown.clone()));
-        serve(config, utilization, shutdown).await
+        serve(config, shutdown).await
     });
     // A second signal must not wait for blocking tasks still running.
     runtime.shutdown_timeout(Duration::from_millis(200));
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Loads the bundle, binds and serves until `shutdown` completes.
-/// `/readyz` turns true once the policies are loaded and, in a cluster,
-/// the Namespace cache has synced.
-pub async fn serve(
-    config: ServeConfig,
-    utilization: Option<crate::audit::utilization::Settings>,
-    shutdown: ShutdownHandle,
-) -> anyhow::Result<()> {
+/// Loads the policies, starts the services around the edge (watches,
+/// policy reload, certificates, report) and serves until `shutdown`
+/// completes, then stops the services. `/readyz` turns true once the
+/// policies are loaded and, in a cluster, the watched caches have synced.
+pub async fn serve(config: DaemonConfig, shutdown: ShutdownHandle) -> anyhow::Result<()> {
     let mut audit_metrics = None;
     let mut exception_metrics = ExceptionMetrics::default();
     let metrics = Metrics::with_families(|registry| {
@@ -344,8 +343,72 @@ pub async fn serve(
     });
     let readiness = Readiness::new();
     let policies_loaded = readiness.gate("policies not loaded");
-    let source = policy_source(&config);
     let (bundle, fingerprint) = load_initial(&config)?;
+    log_loaded(&config, &bundle, &metrics);
+    let mut daemon = Daemon::default();
+    let namespaces = namespace_lookup(&readiness, &mut daemon).await;
+    let claims = claim_lookup(&readiness, &mut daemon).await;
+    let nodes = node_lookup(&readiness, config.node_cache, &mut daemon).await;
+    let exceptions = cluster_exceptions(&readiness, config.policy_exceptions).await;
+    let mut admission = Admission::new(bundle, namespaces)
+        .with_claims(claims)
+        .with_nodes(nodes)
+        .with_authorizer(cluster_authorizer())
+        .on_excepted(excepted_counter(&exception_metrics));
+    if let Some(exceptions) = &exceptions {
+        admission = admission.with_exceptions(exceptions.lookup());
+    }
+    let admission = Arc::new(admission);
+    daemon.start(exceptions.map(|pending| pending.start(admission.clone(), &exception_metrics)));
+    policies_loaded.open();
+    daemon.start(policy_reload(&config, fingerprint, &admission, &metrics)?);
+    let report = report_settings(&config)?;
+    let feed = managed_certs(config.manage_certs.as_ref(), &mut daemon).await?;
+    let (webhook, ready) = (admission.clone(), readiness.clone());
+    let mut edge = match feed {
+        Some(feed) => {
+            Server::bind_with_feed(config.edge, webhook, metrics, shutdown, ready, feed).await?
+        }
+        None => Server::bind_with_readiness(config.edge, webhook, metrics, shutdown, ready).await?,
+    };
+    if let (Some(settings), Some(audit_metrics)) = (report, audit_metrics) {
+        let report;
+        (edge, report) = start_report(edge, settings, audit_metrics, admission, readiness)?;
+        daemon.start([report]);
+    }
+    daemon.run(edge.run()).await
+}
+
+/// Starts the periodic report once `readiness` holds, served at `/report`
+/// on `edge`'s metrics listener.
+fn start_report(
+    edge: Server,
+    settings: ReportSettings,
+    audit_metrics: AuditMetrics,
+    admission: Arc<Admission>,
+    readiness: Readiness,
+) -> anyhow::Result<(Server, Service)> {
+    tracing::info!(
+        interval_seconds = settings.interval.as_secs(),
+        lease = settings
+            .lease
+            .as_ref()
+            .map(|l| format!("{}/{} as {}", l.namespace, l.name, l.identity)),
+        "periodic report on: GET /report on the metrics listener"
+    );
+    let latest = Arc::new(LatestReport::new());
+    let ready = Box::new(move || readiness.is_ready());
+    let task = ReportTask::spawn(settings, admission, latest.clone(), audit_metrics, ready)?;
+    // Releases the report lease, so another replica takes over at once.
+    let stop = async move {
+        let _ = tokio::task::spawn_blocking(move || task.stop()).await;
+    };
+    Ok((edge.with_report(latest), Service::new("report", stop)))
+}
+
+/// Logs the policies `serve` starts with, and counts them in `metrics`.
+fn log_loaded(config: &DaemonConfig, bundle: &Bundle, metrics: &Metrics) {
+    let source = policy_source(config);
     metrics.set_policies_loaded(bundle.policies.len());
     tracing::info!(
         policies = bundle.policies.len(),
@@ -361,135 +424,69 @@ pub async fn serve(
             "no policy bindings: nothing is validated until some are added"
         );
     }
-    let namespaces = namespace_lookup(&readiness).await;
-    let claims = claim_lookup(&readiness).await;
-    let nodes = node_lookup(&readiness, config.node_cache).await;
-    let exceptions = cluster_exceptions(&readiness, config.policy_exceptions).await;
-    let mut admission = Admission::new(bundle, namespaces)
-        .with_claims(claims)
-        .with_nodes(nodes)
-        .with_authorizer(cluster_authorizer())
-        .on_excepted(excepted_counter(&exception_metrics));
-    if let Some(exceptions) = &exceptions {
-        admission = admission.with_exceptions(exceptions.lookup());
-    }
-    let admission = Arc::new(admission);
-    // Runs for the life of the server.
-    let _exceptions =
-        exceptions.map(|pending| pending.start(admission.clone(), &exception_metrics));
-    policies_loaded.open();
-    // Held for the life of the server: dropping it stops the watch.
-    let _watcher = match &source {
-        PolicySource::Dir(dir) => {
-            let catalog = bundle::catalog(config.catalog.as_deref())?;
-            let mut reloader =
-                PolicyReloader::new(dir.clone(), catalog, admission.clone(), metrics.clone())
-                    .allow_empty(config.allow_empty_policies);
-            if let Some(fingerprint) = fingerprint {
-                reloader = reloader.serving(fingerprint);
-            }
-            Some(watch_policies(reloader, WatchOptions::default())?)
-        }
-        PolicySource::Embedded => None,
+}
+
+/// The policy folder's watcher, reloading it into `admission` (none for
+/// the built-in policies).
+fn policy_reload(
+    config: &DaemonConfig,
+    fingerprint: Option<Fingerprint>,
+    admission: &Arc<Admission>,
+    metrics: &Metrics,
+) -> anyhow::Result<Option<Service>> {
+    let PolicySource::Dir(dir) = policy_source(config) else {
+        return Ok(None);
     };
+    let catalog = bundle::catalog(config.catalog.as_deref())?;
+    let mut reloader = PolicyReloader::new(dir, catalog, admission.clone(), metrics.clone())
+        .allow_empty(config.allow_empty_policies);
+    if let Some(fingerprint) = fingerprint {
+        reloader = reloader.serving(fingerprint);
+    }
+    let watcher = watch_policies(reloader, WatchOptions::default())?;
+    Ok(Some(Service::held("policy reload", watcher)))
+}
+
+/// The periodic report's settings, if `--report-interval` asks for one.
+fn report_settings(config: &DaemonConfig) -> anyhow::Result<Option<ReportSettings>> {
     let prices = match (&config.report_interval, &config.report_prices) {
         (Some(_), Some(path)) => Some(Arc::new(crate::audit::Prices::from_file(path)?)),
         (None, Some(_)) => anyhow::bail!("--report-prices needs --report-interval"),
         _ => None,
     };
     let report = config.report_interval.map(|interval| ReportSettings {
-        prices: prices.clone(),
+        prices,
         interval,
         max_objects: config.report_max_objects,
         lease: config
             .report_lease
             .as_deref()
             .map(LeaseSettings::from_environment),
-        policies: source.clone(),
+        policies: policy_source(config),
         catalog: config
             .catalog
             .as_ref()
             .map_or_else(|| "built-in".to_string(), |path| path.display().to_string()),
-        utilization: utilization.clone(),
+        utilization: config.utilization.clone(),
         policy_reports: config.policy_reports.then_some(PolicyReportSettings {
             max_results: config.policy_report_max_results,
             writes_per_second: config.policy_report_writes_per_second,
         }),
     });
-    if report.is_none() && utilization.is_some() {
-        tracing::warn!("--prometheus without --report-interval: nothing reads utilization");
-    }
-    if report.is_some() && config.metrics_listen.is_none() {
-        tracing::warn!("--report-interval with --metrics-listen off: the report runs, but neither /report nor its metrics are served");
-    }
-    let managed_certs = match &config.manage_certs {
-        Some(options) => Some(start_managed_certs(options).await?),
-        None => None,
-    };
-    let mut server = match &managed_certs {
-        Some(certs) => {
-            Server::bind_with_feed(
-                config,
-                admission.clone(),
-                metrics,
-                shutdown,
-                readiness.clone(),
-                certs.serving(),
-            )
-            .await?
+    match &report {
+        None if config.utilization.is_some() => {
+            tracing::warn!("--prometheus without --report-interval: nothing reads utilization")
         }
-        None => {
-            Server::bind_with_readiness(
-                config,
-                admission.clone(),
-                metrics,
-                shutdown,
-                readiness.clone(),
-            )
-            .await?
+        Some(_) if config.edge.metrics_listen.is_none() => {
+            tracing::warn!("--report-interval with --metrics-listen off: the report runs, but neither /report nor its metrics are served")
         }
-    };
-    let report_task = match (report, audit_metrics) {
-        (Some(settings), Some(audit_metrics)) => {
-            tracing::info!(
-                interval_seconds = settings.interval.as_secs(),
-                lease = settings
-                    .lease
-                    .as_ref()
-                    .map(|l| format!("{}/{} as {}", l.namespace, l.name, l.identity)),
-                "periodic report on: GET /report on the metrics listener"
-            );
-            let latest = Arc::new(LatestReport::new());
-            server = server.with_report(latest.clone());
-            let ready = Box::new(move || readiness.is_ready());
-            Some(ReportTask::spawn(
-                settings,
-                admission,
-                latest,
-                audit_metrics,
-                ready,
-            )?)
-        }
-        _ => None,
-    };
-    let result = server.run().await;
-    if let Some(certs) = managed_certs {
-        // Releases the certificate lease, so another replica takes over.
-        let _ = tokio::time::timeout(Duration::from_secs(5), certs.stop()).await;
+        _ => {}
     }
-    if let Some(task) = report_task {
-        // Releases the report lease, so another replica takes over at once.
-        let _ = tokio::time::timeout(
-            Duration::from_secs(5),
-            tokio::task::spawn_blocking(move || task.stop()),
-        )
-        .await;
-    }
-    result
+    Ok(report)
 }
 
 /// Where `config` takes policies from.
-pub fn policy_source(config: &ServeConfig) -> PolicySource {
+pub fn policy_source(config: &DaemonConfig) -> PolicySource {
     match &config.policies {
         Some(dir) => PolicySource::Dir(dir.clone()),
         None => PolicySource::Embedded,
@@ -499,12 +496,12 @@ pub fn policy_source(config: &ServeConfig) -> PolicySource {
 /// The policy bundle for `config`: the folder given, or the built-in set.
 /// At start-up there is no last good set to fall back on, so any error is
 /// fatal and lists every problem found.
-pub fn load_bundle(config: &ServeConfig) -> anyhow::Result<Bundle> {
+pub fn load_bundle(config: &DaemonConfig) -> anyhow::Result<Bundle> {
     load_initial(config).map(|(bundle, _)| bundle)
 }
 
 /// [`load_bundle`], with the fingerprint of the folder content it read.
-fn load_initial(config: &ServeConfig) -> anyhow::Result<(Bundle, Option<Fingerprint>)> {
+fn load_initial(config: &DaemonConfig) -> anyhow::Result<(Bundle, Option<Fingerprint>)> {
     let source = policy_source(config);
     let catalog = bundle::catalog(config.catalog.as_deref())?;
     let failed =
@@ -671,7 +668,7 @@ fn emptied(served: &Bundle, next: &Bundle) -> Option<&'static str> {
 /// there is nothing to wait for. In a cluster without a usable client the
 /// server stays not ready: without namespace labels, namespaceSelector
 /// would answer wrongly.
-async fn namespace_lookup(readiness: &Readiness) -> Arc<dyn NamespaceLookup> {
+async fn namespace_lookup(readiness: &Readiness, daemon: &mut Daemon) -> Arc<dyn NamespaceLookup> {
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
         tracing::info!("not running in a cluster: no namespace labels for namespaceSelector");
         return Arc::new(ClusterNamespaces::empty());
@@ -679,10 +676,14 @@ async fn namespace_lookup(readiness: &Readiness) -> Arc<dyn NamespaceLookup> {
     let gate = readiness.gate("namespaces not synced");
     match kube::Client::try_default().await {
         Ok(client) => {
-            let (namespaces, _task) = ClusterNamespaces::start(client);
+            let (namespaces, task) = ClusterNamespaces::start(client);
             tracing::info!("watching Namespaces for namespaceSelector and namespaceObject; ready once they are listed");
             let synced = namespaces.clone();
-            gate.open_when("namespace", async move { synced.wait_until_synced().await });
+            daemon.start([Service::task("namespaces", task).opening(
+                gate,
+                "namespace",
+                async move { synced.wait_until_synced().await },
+            )]);
             Arc::new(namespaces)
         }
         Err(err) => {
@@ -713,7 +714,7 @@ fn cluster_authorizer() -> Arc<dyn crate::authz::Authorizer> {
 /// GPUs: watched from the cluster when it serves `resource.k8s.io/v1`
 /// (Kubernetes 1.34+), readiness then waiting for their first list;
 /// otherwise none (pods' claims then count no device).
-async fn claim_lookup(readiness: &Readiness) -> Arc<dyn ClaimLookup> {
+async fn claim_lookup(readiness: &Readiness, daemon: &mut Daemon) -> Arc<dyn ClaimLookup> {
     use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
         return Arc::new(ClusterClaims::empty());
@@ -734,22 +735,22 @@ async fn claim_lookup(readiness: &Readiness) -> Arc<dyn ClaimLookup> {
             return Arc::new(ClusterClaims::empty());
         }
     }
-    let (claims, _task) = ClusterClaims::start(client);
+    let (claims, task) = ClusterClaims::start(client);
     tracing::info!("watching ResourceClaims and ResourceClaimTemplates for DRA GPU pods; ready once they are listed");
     let synced = claims.clone();
-    readiness
-        .gate("resource claims not synced")
-        .open_when(
-            "resource claim",
-            async move { synced.wait_until_synced().await },
-        );
+    let gate = readiness.gate("resource claims not synced");
+    daemon.start([Service::task("resource claims", task).opening(
+        gate,
+        "resource claim",
+        async move { synced.wait_until_synced().await },
+    )]);
     Arc::new(claims)
 }
 
 /// The cluster's Nodes, for where a pod can land: watched when running in a
 /// cluster with the cache on, readiness then waiting for their first list;
 /// otherwise none (judged by GPU node labels alone).
-async fn node_lookup(readiness: &Readiness, on: bool) -> Arc<dyn NodeLookup> {
+async fn node_lookup(readiness: &Readiness, on: bool, daemon: &mut Daemon) -> Arc<dyn NodeLookup> {
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
         return Arc::new(NoNodes);
     }
@@ -773,7 +774,7 @@ async fn node_lookup(readiness: &Readiness, on: bool) -> Arc<dyn NodeLookup> {
         tracing::error!(error = %e, "cannot list Nodes: where pods can land is judged by GPU node labels alone; grant get, list and watch on nodes (deploy/base/rbac.yaml), or pass --node-cache=off");
         return Arc::new(NoNodes);
     }
-    let (nodes, _task) = ClusterNodes::start(client.clone());
+    let (nodes, task) = ClusterNodes::start(client.clone());
     // Karpenter's NodePools count for the nodes they could create, where
     // the cluster serves them and lets the server read them.
     let pools = {
@@ -786,20 +787,24 @@ async fn node_lookup(readiness: &Readiness, on: bool) -> Arc<dyn NodeLookup> {
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
     };
-    match pools {
+    let pools = match pools {
         Ok(_) => {
-            let _pools = nodes.watch_node_pools(client);
+            let pools = nodes.watch_node_pools(client);
             tracing::info!("watching Karpenter NodePools for the nodes they could create");
+            Some(Service::task("node pools", pools))
         }
         Err(e) => {
-            tracing::info!(error = %e, "no Karpenter NodePools to watch: only existing nodes count")
+            tracing::info!(error = %e, "no Karpenter NodePools to watch: only existing nodes count");
+            None
         }
-    }
+    };
     tracing::info!("watching Nodes for where pods can land; ready once they are listed (--node-cache=off judges by labels)");
     let synced = nodes.clone();
-    readiness
-        .gate("nodes not synced")
-        .open_when("node", async move { synced.wait_until_synced().await });
+    let gate = readiness.gate("nodes not synced");
+    let watch = Service::task("nodes", task).opening(gate, "node", async move {
+        synced.wait_until_synced().await
+    });
+    daemon.start(std::iter::once(watch).chain(pools));
     Arc::new(nodes)
 }
 
@@ -848,7 +853,7 @@ mod tests {
         args: ServeArgs,
     }
 
-    fn parse(args: &[&str]) -> Result<ServeConfig, clap::Error> {
+    fn parse(args: &[&str]) -> Result<DaemonConfig, clap::Error> {
         let mut argv = vec!["serve"];
         argv.extend_from_slice(args);
         Cli::try_parse_from(argv).map(|c| c.args.into_config())
@@ -863,7 +868,7 @@ mod tests {
     #[test]
     fn defaults() {
         let config = parse(&[]).unwrap();
-        let expected = ServeConfig::default();
+        let expected = DaemonConfig::default();
         assert_eq!(config, expected);
     }
 
@@ -929,24 +934,27 @@ mod tests {
             "off",
         ])
         .unwrap();
-        assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
+        assert_eq!(config.edge.listen, "127.0.0.1:9443".parse().unwrap());
         assert_eq!(config.policies, Some(PathBuf::from("policies")));
-        assert_eq!(config.tls_cert, Some(PathBuf::from("c.pem")));
-        assert_eq!(config.metrics_listen, None);
+        assert_eq!(config.edge.tls_cert, Some(PathBuf::from("c.pem")));
+        assert_eq!(config.edge.metrics_listen, None);
         assert_eq!(config.log_format, LogFormat::Json);
-        assert_eq!(config.max_concurrency, 3);
-        assert_eq!(config.max_mutate_concurrency, 5);
-        assert_eq!(config.in_flight_bytes, 1 << 30);
-        assert_eq!(config.decode_limits.max_decoded_bytes, 64 << 20);
-        assert_eq!(config.decode_limits.max_nodes, 1000);
-        assert_eq!(config.mutate_on_error, OnError::Allow);
-        assert_eq!(config.exempt_namespaces, ["gpu-admission", "kube-system"]);
-        assert_eq!(config.header_read_timeout, Duration::from_secs(2));
-        assert_eq!(config.idle_timeout, Duration::from_secs(90));
-        assert_eq!(config.max_connections, 10);
-        assert_eq!(config.shutdown_delay, Duration::from_secs(5));
-        assert_eq!(config.drain_window, Duration::from_secs(3));
-        assert_eq!(config.drain_timeout, Duration::from_secs(60));
+        assert_eq!(config.edge.max_concurrency, 3);
+        assert_eq!(config.edge.max_mutate_concurrency, 5);
+        assert_eq!(config.edge.in_flight_bytes, 1 << 30);
+        assert_eq!(config.edge.decode_limits.max_decoded_bytes, 64 << 20);
+        assert_eq!(config.edge.decode_limits.max_nodes, 1000);
+        assert_eq!(config.edge.mutate_on_error, OnError::Allow);
+        assert_eq!(
+            config.edge.exempt_namespaces,
+            ["gpu-admission", "kube-system"]
+        );
+        assert_eq!(config.edge.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(config.edge.idle_timeout, Duration::from_secs(90));
+        assert_eq!(config.edge.max_connections, 10);
+        assert_eq!(config.edge.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(config.edge.drain_window, Duration::from_secs(3));
+        assert_eq!(config.edge.drain_timeout, Duration::from_secs(60));
         assert!(config.allow_empty_policies);
         assert_eq!(config.report_interval, Some(Duration::from_secs(600)));
         assert_eq!(config.report_max_objects, 900);
@@ -1019,9 +1027,9 @@ mod tests {
 
     #[test]
     fn missing_policy_folder_is_an_error() {
-        let config = ServeConfig {
+        let config = DaemonConfig {
             policies: Some(PathBuf::from("/nonexistent/policies")),
-            ..ServeConfig::default()
+            ..DaemonConfig::default()
         };
         let err = load_bundle(&config).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/policies"), "{err}");

@@ -2,7 +2,9 @@
 //! the server itself in a Secret (docs/certificates.md).
 use super::flags::{parse_duration, parse_optional_name, OptionalName};
 use crate::cluster::certs as managed;
+use crate::daemon::{Daemon, Service};
 use crate::report::LeaseSettings;
+use crate::server::tls::CertFeed;
 use std::time::Duration;
 
 /// Certificates kept by the server itself (docs/certificates.md).
@@ -86,12 +88,16 @@ fn parse_object_name(text: &str) -> Result<String, String> {
     }
 }
 
-/// Starts keeping the certificates in the cluster of the in-cluster
-/// service account (or kubeconfig), and waits for the first serving
-/// certificate.
-pub(super) async fn start_managed_certs(
-    options: &managed::Options,
-) -> anyhow::Result<managed::ManagedCerts> {
+/// With `options`, starts keeping the certificates in the cluster of the
+/// in-cluster service account (or kubeconfig), and waits for the first
+/// serving certificate: what the edge serves.
+pub(super) async fn managed_certs(
+    options: Option<&managed::Options>,
+    daemon: &mut Daemon,
+) -> anyhow::Result<Option<CertFeed>> {
+    let Some(options) = options else {
+        return Ok(None);
+    };
     let client = kube::Client::try_default()
         .await
         .map_err(|e| anyhow::anyhow!("--manage-certs needs a cluster client: {e}"))?;
@@ -104,14 +110,18 @@ pub(super) async fn start_managed_certs(
         names = %settings.names.join(","),
         "self-managed certificates: waiting for the serving certificate"
     );
-    managed::ManagedCerts::start(client, settings).await
+    let certs = managed::ManagedCerts::start(client, settings).await?;
+    let feed = certs.serving();
+    // Releases the certificate lease, so another replica takes over.
+    daemon.start([Service::new("certificates", certs.stop())]);
+    Ok(Some(feed))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::serve::ServeArgs;
-    use crate::server::ServeConfig;
+    use crate::daemon::DaemonConfig;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -120,7 +130,7 @@ mod tests {
         args: ServeArgs,
     }
 
-    fn parse(args: &[&str]) -> Result<ServeConfig, clap::Error> {
+    fn parse(args: &[&str]) -> Result<DaemonConfig, clap::Error> {
         let mut argv = vec!["serve"];
         argv.extend_from_slice(args);
         Cli::try_parse_from(argv).map(|c| c.args.into_config())

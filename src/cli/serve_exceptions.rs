@@ -4,6 +4,7 @@
 use crate::admission::{Admission, ExceptedCounter};
 use crate::cluster::exceptions::metrics::ExceptionMetrics;
 use crate::cluster::exceptions::{ClusterExceptions, Reader};
+use crate::daemon::Service;
 use crate::exceptions::ExceptionLookup;
 use crate::server::{Gate, Readiness};
 use std::sync::Arc;
@@ -46,11 +47,7 @@ impl PendingExceptions {
     /// Starts the watch, each exception read with the policy set
     /// `admission` serves at the time; `metrics` then reports the cache,
     /// and its readiness gate opens on its first list.
-    pub fn start(
-        self,
-        admission: Arc<Admission>,
-        metrics: &ExceptionMetrics,
-    ) -> tokio::task::JoinHandle<()> {
+    pub fn start(self, admission: Arc<Admission>, metrics: &ExceptionMetrics) -> Service {
         let PendingExceptions {
             cache,
             client,
@@ -61,10 +58,9 @@ impl PendingExceptions {
         let task = cache.watch(client, read);
         metrics.watch(cache.clone());
         tracing::info!("watching GpuPolicyExceptions; ready once they are listed (--policy-exceptions=off does without)");
-        synced.open_when("policy exception", async move {
+        Service::task("policy exceptions", task).opening(synced, "policy exception", async move {
             cache.wait_until_synced().await
-        });
-        task
+        })
     }
 }
 

@@ -19,9 +19,9 @@ use std::time::{Duration, SystemTime};
 /// Default of [`PolicyReportSettings::max_results`]: with messages capped
 /// (at [`policy_reports::MAX_MESSAGE`] characters) a report stays far below
 /// etcd's 1.5 MiB object limit.
-pub const DEFAULT_MAX_RESULTS: usize = crate::server::DEFAULT_POLICY_REPORT_MAX_RESULTS;
+pub const DEFAULT_MAX_RESULTS: usize = 1000;
 /// Default of [`PolicyReportSettings::writes_per_second`].
-pub const DEFAULT_WRITES_PER_SECOND: u32 = crate::server::DEFAULT_POLICY_REPORT_WRITES_PER_SECOND;
+pub const DEFAULT_WRITES_PER_SECOND: u32 = 5;
 
 /// How the periodic report writes PolicyReports.
 #[derive(Clone, Debug, PartialEq, Eq)]

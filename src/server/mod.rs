@@ -52,24 +52,12 @@ pub enum OnError {
     Allow,
 }
 
-/// Log output format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
-}
-
-/// Everything `serve` needs; the CLI parses flags into it and tests build
-/// it directly.
+/// The edge's settings; `daemon::DaemonConfig` holds the rest of `serve`'s.
+/// Tests build it directly.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServeConfig {
     /// Address of the HTTPS webhook listener.
     pub listen: SocketAddr,
-    /// Policy folder; none means the policies built into the binary.
-    pub policies: Option<PathBuf>,
-    /// Data file for the policy loader (the SKU catalog); none means built in.
-    pub catalog: Option<PathBuf>,
     /// Serving certificate chain (PEM); with `tls_key`, else self-generated.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
@@ -81,7 +69,6 @@ pub struct ServeConfig {
     pub health_listen: Option<SocketAddr>,
     /// Where self-generated certificates live.
     pub certs_dir: PathBuf,
-    pub log_format: LogFormat,
     /// `/validate` reviews resumed on answering threads at once, each on a
     /// thread of its own; more wait for a slot.
     pub max_concurrency: usize,
@@ -119,58 +106,17 @@ pub struct ServeConfig {
     pub drain_window: Duration,
     /// Longest wait for in-flight requests once draining.
     pub drain_timeout: Duration,
-    /// Accept a policy reload that leaves no binding or placement profile
-    /// where the served set has some.
-    pub allow_empty_policies: bool,
-    /// Period of the in-cluster audit served at `/report`; none: off.
-    pub report_interval: Option<Duration>,
-    /// Objects other than Pods one audit may hold.
-    pub report_max_objects: usize,
-    /// Name of the Lease that elects the replica running the audit; none:
-    /// every replica runs it.
-    pub report_lease: Option<String>,
-    /// A price file for the report's costs; none: no costs.
-    pub report_prices: Option<std::path::PathBuf>,
-    /// Write the report's findings as PolicyReports in the cluster.
-    pub policy_reports: bool,
-    /// Results in one namespace's PolicyReport.
-    pub policy_report_max_results: usize,
-    /// PolicyReport writes per second, at most.
-    pub policy_report_writes_per_second: u32,
-    /// Watch the cluster's Nodes (in a cluster), so that where a pod can
-    /// land is judged against the nodes that exist; off: by labels alone.
-    pub node_cache: bool,
-    /// Watch the cluster's GpuPolicyExceptions (in a cluster); off: only
-    /// the policy folder's apply.
-    pub policy_exceptions: bool,
-    /// Certificates kept by the server itself in a Secret (instead of
-    /// `tls_cert`/`tls_key` or self-generated files); none: off.
-    pub manage_certs: Option<certs::managed::Options>,
 }
-
-/// Default of [`ServeConfig::report_max_objects`].
-pub const DEFAULT_REPORT_MAX_OBJECTS: usize = 20_000;
-/// Default of [`ServeConfig::policy_report_max_results`]: with messages
-/// capped (at 512 characters) a report stays far below etcd's 1.5 MiB
-/// object limit.
-pub const DEFAULT_POLICY_REPORT_MAX_RESULTS: usize = 1000;
-/// Default of [`ServeConfig::policy_report_writes_per_second`].
-pub const DEFAULT_POLICY_REPORT_WRITES_PER_SECOND: u32 = 5;
-/// Default of [`ServeConfig::report_lease`].
-pub const DEFAULT_REPORT_LEASE: &str = "gpu-admission-report";
 
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
-            policies: None,
-            catalog: None,
             tls_cert: None,
             tls_key: None,
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             health_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8081))),
             certs_dir: PathBuf::from("certs"),
-            log_format: LogFormat::Text,
             max_concurrency: default_concurrency(),
             max_mutate_concurrency: default_concurrency(),
             in_flight_bytes: DEFAULT_IN_FLIGHT_BYTES,
@@ -185,17 +131,6 @@ impl Default for ServeConfig {
             shutdown_delay: Duration::ZERO,
             drain_window: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(30),
-            allow_empty_policies: false,
-            report_interval: None,
-            report_max_objects: DEFAULT_REPORT_MAX_OBJECTS,
-            report_lease: Some(DEFAULT_REPORT_LEASE.to_string()),
-            report_prices: None,
-            policy_reports: false,
-            policy_report_max_results: DEFAULT_POLICY_REPORT_MAX_RESULTS,
-            policy_report_writes_per_second: DEFAULT_POLICY_REPORT_WRITES_PER_SECOND,
-            node_cache: true,
-            policy_exceptions: true,
-            manage_certs: None,
         }
     }
 }
