@@ -437,7 +437,7 @@ impl InCluster {
             .env("KUBERNETES_SERVICE_PORT", fake.addr.port().to_string())
             .env(
                 "RUST_LOG",
-                "warn,gpu_admission::server=info,gpu_admission::report=info",
+                "warn,gpu_admission::server=info,gpu_admission::periodic=info",
             )
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

@@ -59,7 +59,7 @@ fn k8s_depends_on_nothing_else_in_the_crate() {
         "offline",
         "placement",
         "policy",
-        "report",
+        "periodic",
         "review",
         "server",
         "subject",
@@ -150,7 +150,7 @@ fn domain_modules_know_nothing_of_http() {
 
 #[test]
 fn the_edge_serves_the_report_without_knowing_what_it_says() {
-    let found = uses("server", &["audit", "inventory", "report"]);
+    let found = uses("server", &["audit", "inventory", "periodic"]);
     assert!(
         found.is_empty(),
         "server uses the report's domain:\n{}",
@@ -245,7 +245,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "report",
+        "periodic",
         &[
             "admission",
             "audit",
@@ -269,7 +269,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "review",
         ],
     ),
-    ("daemon", &["audit", "certs", "report", "server"]),
+    ("daemon", &["audit", "certs", "periodic", "server"]),
     ("cli", &["*"]),
 ];
 

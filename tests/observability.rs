@@ -9,7 +9,7 @@ use common::{admission_review, config, fixture, TestServer};
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::k8s::StaticNamespaces;
-use gpu_admission::report::{AuditMetrics, RunMeta};
+use gpu_admission::periodic::{AuditMetrics, RunMeta};
 use gpu_admission::server::Metrics;
 use regex::Regex;
 use serde_json::{json, Value};

@@ -8,7 +8,7 @@ mod common;
 use common::fake_apiserver::{FakeApiServer, Recorded, Resource, NAMESPACES};
 use gpu_admission::audit::{Finding, Report};
 use gpu_admission::cluster::policy_reports::ClusterPolicyReports;
-use gpu_admission::report::policy_reports::{sync, PolicyReportSettings, SyncOutcome};
+use gpu_admission::periodic::policy_reports::{sync, PolicyReportSettings, SyncOutcome};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

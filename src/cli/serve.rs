@@ -13,10 +13,10 @@ use crate::cluster::{ClusterClaims, ClusterNamespaces, ClusterNodes};
 use crate::daemon::{self, Daemon, DaemonConfig, LogFormat, Service};
 use crate::gpu::catalog::Catalog;
 use crate::k8s::{ClaimLookup, NamespaceLookup, NoNodes, NodeLookup};
-use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
-use crate::report::{
+use crate::periodic::{
     AuditMetrics, LatestReport, LeaseSettings, PolicyReportSettings, ReportSettings, ReportTask,
 };
+use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
 use crate::review;
 use crate::server::{self, Metrics, OnError, Readiness, ServeConfig, Server, ShutdownHandle};
 use std::net::SocketAddr;
@@ -164,12 +164,12 @@ pub struct ServeArgs {
     pub policy_reports: Switch,
     /// Results in one namespace's PolicyReport (the costliest kept); the
     /// rest are counted in its summary.
-    #[arg(long, value_name = "N", default_value_t = crate::report::policy_reports::DEFAULT_MAX_RESULTS,
+    #[arg(long, value_name = "N", default_value_t = crate::periodic::policy_reports::DEFAULT_MAX_RESULTS,
           value_parser = clap::builder::TypedValueParser::map(
               clap::value_parser!(u32).range(1..), |n| n as usize))]
     pub policy_report_max_results: usize,
     /// PolicyReport creates, updates and deletes per second, at most.
-    #[arg(long, value_name = "N", default_value_t = crate::report::policy_reports::DEFAULT_WRITES_PER_SECOND,
+    #[arg(long, value_name = "N", default_value_t = crate::periodic::policy_reports::DEFAULT_WRITES_PER_SECOND,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub policy_report_writes_per_second: u32,
     /// Watch the cluster's Nodes so that where a pod can land (any label,

@@ -3,7 +3,7 @@
 use super::flags::{parse_duration, parse_optional_name, OptionalName};
 use crate::cluster::certs as managed;
 use crate::daemon::{Daemon, Service};
-use crate::report::LeaseSettings;
+use crate::periodic::LeaseSettings;
 use crate::server::tls::CertFeed;
 use std::time::Duration;
 

@@ -154,7 +154,7 @@ pub const DEFAULT_REPORT_LEASE: &str = "gpu-admission-report";
 
 impl Default for DaemonConfig {
     fn default() -> Self {
-        use crate::report::policy_reports::{DEFAULT_MAX_RESULTS, DEFAULT_WRITES_PER_SECOND};
+        use crate::periodic::policy_reports::{DEFAULT_MAX_RESULTS, DEFAULT_WRITES_PER_SECOND};
         DaemonConfig {
             edge: ServeConfig::default(),
             policies: None,

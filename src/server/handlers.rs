@@ -72,7 +72,7 @@ pub(crate) fn health_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The metrics listener's routes; `/report` serves `report`'s latest
+/// The metrics listener's routes; `/report` serves the periodic audit's latest
 /// report, or answers 404 without one.
 pub(crate) fn metrics_router(
     state: Arc<AppState>,

@@ -312,7 +312,7 @@ impl Server {
         })
     }
 
-    /// Serves `report`'s latest report at `GET /report` on the metrics
+    /// Serves the periodic audit's latest report at `GET /report` on the metrics
     /// listener (without it, `/report` answers 404).
     pub fn with_report(mut self, report: Arc<dyn ReportPages>) -> Server {
         self.report = Some(report);

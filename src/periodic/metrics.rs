@@ -431,7 +431,7 @@ pub(super) mod tests {
         let meta = RunMeta {
             generated_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             duration: Duration::from_millis(2_500),
-            about: crate::report::tests::about(),
+            about: crate::periodic::tests::about(),
         };
         metrics.record(&report, &meta);
         metrics.set_leader(true);

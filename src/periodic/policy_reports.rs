@@ -296,7 +296,7 @@ pub(super) mod tests {
     use crate::audit::policy_reports::MAX_MESSAGE;
     use crate::audit::{ExceptedFinding, Finding};
     use crate::cluster::policy_reports::{API_VERSION, KIND};
-    use crate::report::metrics::tests::finding;
+    use crate::periodic::metrics::tests::finding;
     use std::cell::RefCell;
 
     /// Reports in memory, with the API server's resourceVersions and

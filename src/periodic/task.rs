@@ -328,9 +328,9 @@ impl Runner {
 mod tests {
     use super::*;
     use crate::cluster::lease::{LeaseError, LeaseRecord};
-    use crate::report::policy_reports::tests::MemoryReports;
-    use crate::report::tests::{admission, cluster};
-    use crate::report::PolicyReportSettings;
+    use crate::periodic::policy_reports::tests::MemoryReports;
+    use crate::periodic::tests::{admission, cluster};
+    use crate::periodic::PolicyReportSettings;
     use crate::server::{ReportAnswer, ReportFormat, ReportPages};
     use prometheus_client::registry::Registry;
     use std::cell::RefCell;
