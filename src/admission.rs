@@ -6,7 +6,8 @@ use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::gpu::gpu_val;
 use crate::exceptions::{webhook as exception_webhook, Excepted, ExceptionLookup, NoExceptions};
 use crate::gpu::facts::PlacementFacts;
-use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims, NoNodes, NodeLookup};
+use crate::gpu::{NoNodes, NodeLookup};
+use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims};
 use crate::placement::{self, ProfileSet};
 use crate::policy::{AppliedMutation, PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
@@ -432,7 +433,6 @@ fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
             claims: template.claims.clone(),
             gpu: None,
             nodes: subject.nodes.clone(),
-            node_pools: subject.node_pools.clone(),
             variables: Vec::new(),
             authorizer: subject.authorizer.clone(),
             exceptions: Vec::new(),

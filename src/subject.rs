@@ -10,11 +10,11 @@ use crate::gpu::capacity::PoolKind;
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::{GpuFacts, WorkloadFacts};
 use crate::gpu::relevance::gpu_relevant;
-use crate::gpu::GpuResources;
+use crate::gpu::{GpuResources, NodeLookup, NodeSnapshot};
 use crate::k8s::claims::{pod_claims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
-use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, NodeInfo, NodeLookup, TemplateSources};
+use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, TemplateSources};
 use crate::kueue;
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
@@ -92,11 +92,9 @@ pub struct Subject<'r> {
     pub claims: Option<Vec<PodClaim>>,
     /// The object's GPU facts, when worked out ([`Subject::with_gpu`]).
     pub gpu: Option<GpuFacts>,
-    /// The cluster's nodes, when known ([`Subject::with_nodes`]): the GPU
-    /// facts are then judged against them.
-    pub nodes: Option<Arc<[NodeInfo]>>,
-    /// The Karpenter NodePools the node cache knows (JSON).
-    pub node_pools: Arc<[Value]>,
+    /// The cluster's nodes and NodePools, when known
+    /// ([`Subject::with_nodes`]): the GPU facts are then judged against them.
+    pub nodes: Option<Arc<NodeSnapshot>>,
     /// Host variables already in CEL form (e.g. `gpu`), shared by every
     /// policy and by the object and its template pod alike.
     pub variables: Vec<(String, Box<dyn Val>)>,
@@ -165,7 +163,6 @@ impl<'r> Subject<'r> {
             claims: None,
             gpu: None,
             nodes: None,
-            node_pools: Arc::from(Vec::new()),
             variables: Vec::new(),
             authorizer: Arc::new(NoAuthorizer),
             exceptions: Vec::new(),
@@ -218,9 +215,6 @@ impl<'r> Subject<'r> {
     /// against the nodes `lookup` knows, when it knows them.
     pub fn with_nodes(mut self, lookup: &dyn NodeLookup) -> Subject<'r> {
         self.nodes = lookup.nodes();
-        if self.nodes.is_some() {
-            self.node_pools = lookup.node_pools();
-        }
         self
     }
 
@@ -231,15 +225,14 @@ impl<'r> Subject<'r> {
     /// placed when the template pod was; a custom resource's own are
     /// empty but for `workload`, the pods and GPUs of all its templates.
     pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
+        let gpu_nodes = self.nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
         let facts_of = |object: &Value, claims: Option<&Vec<PodClaim>>| {
             let facts = match claims {
                 Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
                 None => GpuFacts::of(object, catalog, resources),
             };
-            match &self.nodes {
-                Some(nodes) => {
-                    facts.with_nodes(object, nodes, &self.node_pools, catalog, resources)
-                }
+            match &gpu_nodes {
+                Some(set) => facts.with_nodes(object, set, catalog),
                 None => facts,
             }
         };

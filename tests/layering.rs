@@ -184,7 +184,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("server", &["certs", "review"]),
     (
         "cluster",
-        &["authz", "certs", "exceptions", "inventory", "k8s"],
+        &["authz", "certs", "exceptions", "gpu", "inventory", "k8s"],
     ),
     (
         "subject",

@@ -11,7 +11,8 @@ use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
 use crate::cluster::exceptions::metrics::ExceptionMetrics;
 use crate::cluster::{ClusterClaims, ClusterNamespaces, ClusterNodes};
 use crate::gpu::catalog::Catalog;
-use crate::k8s::{ClaimLookup, NamespaceLookup, NoNodes, NodeLookup};
+use crate::gpu::{NoNodes, NodeLookup};
+use crate::k8s::{ClaimLookup, NamespaceLookup};
 use crate::policy::{self, DirWatcher, LoadErrors, WatchOptions};
 use crate::report::{
     AuditMetrics, LatestReport, LeaseSettings, PolicyReportSettings, ReportSettings, ReportTask,
