@@ -111,13 +111,26 @@ pub struct Subject<'r> {
 }
 
 impl<'r> Subject<'r> {
-    /// Works out the kind, namespace (one lookup) and template pods of
-    /// `req`; `sources` says which kinds are workloads and where their
-    /// templates are.
+    /// [`Subject::new_with_kueue`] with Kueue's controller as its manifests
+    /// install it ([`kueue::DEFAULT_CONTROLLER`]).
     pub fn new(
         request: &'r Request,
         namespaces: &dyn NamespaceLookup,
         sources: &TemplateSources,
+    ) -> Subject<'r> {
+        let kueue = [kueue::DEFAULT_CONTROLLER.to_string()];
+        Subject::new_with_kueue(request, namespaces, sources, &kueue)
+    }
+
+    /// Works out the kind, namespace (one lookup) and template pods of
+    /// `req`; `sources` says which kinds are workloads and where their
+    /// templates are, `kueue` the usernames of Kueue's controller (whose
+    /// admission of a workload is not judged, see [`judges_template`]).
+    pub fn new_with_kueue(
+        request: &'r Request,
+        namespaces: &dyn NamespaceLookup,
+        sources: &TemplateSources,
+        kueue: &[String],
     ) -> Subject<'r> {
         let object = request.object.as_ref();
         let kind = match object {
@@ -141,7 +154,7 @@ impl<'r> Subject<'r> {
         // custom resource's templates are told apart here.
         let mut unjudged_pods = Vec::new();
         let mut templates = match kind {
-            SubjectKind::Controller if judges_template(request, sources) => {
+            SubjectKind::Controller if judges_template(request, sources, kueue) => {
                 template_pods(request, sources, &mut unjudged_pods)
             }
             _ => Vec::new(),
@@ -326,8 +339,9 @@ pub fn namespace_name(req: &Request) -> Option<String> {
 /// finalizers, labels of the workload) makes no new kind of pod, and is
 /// never judged: a policy or profile change must not stop a workload from
 /// scaling down or being deleted. Nor is Kueue admitting a queued workload
-/// ([`kueue::admission_update`]): its flavors are judged instead.
-pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
+/// (an update by one of `kueue`, see [`kueue::admission_update_by`]): its
+/// flavors are judged instead.
+pub fn judges_template(req: &Request, sources: &TemplateSources, kueue: &[String]) -> bool {
     let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
     let Some(object) = req.object.as_ref() else {
         return false;
@@ -339,7 +353,8 @@ pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
         Operation::Create => true,
         Operation::Update => match req.old_object.as_ref() {
             Some(old) if workloads::pod_template(object).is_some() => {
-                !kueue::admits_controller(req) && workloads::template_changed(object, Some(old))
+                !kueue::admits_controller(req, kueue)
+                    && workloads::template_changed(object, Some(old))
             }
             Some(old) => {
                 let templates = |o: &Value| {
@@ -355,7 +370,8 @@ pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
                 // an inline pod spec (no pointer) is never its to change.
                 let pointers: Option<Vec<&str>> =
                     now.iter().map(|(_, p, _)| p.as_deref()).collect();
-                let kueue_admits = pointers.is_some_and(|p| kueue::admission_update(req, &p));
+                let kueue_admits =
+                    pointers.is_some_and(|p| kueue::admission_update_by(req, &p, kueue));
                 !kueue_admits && now != before
             }
             None => true,

@@ -208,6 +208,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "exceptions",
             "gpu",
             "k8s",
+            "kueue",
             "placement",
             "policy",
             "review",

@@ -242,7 +242,7 @@ impl ServeArgs {
             policy_report_writes_per_second,
             node_cache,
             policy_exceptions,
-            // Process-wide, set by `run` before the configuration is made.
+            // Not the edge's: `run` gives them to `serve`.
             kueue_controllers: _,
             certs,
         } = self;
@@ -310,17 +310,15 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 
 /// Runs the server until SIGTERM/SIGINT.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    crate::kueue::set_controllers(args.kueue_controllers.clone()).map_err(|kept| {
-        anyhow::anyhow!("Kueue's controller was already set to {kept:?} in this process")
-    })?;
     let utilization = args.report_utilization();
+    let kueue = args.kueue_controllers.clone();
     let config = args.into_config();
     init_logging(config.log_format);
     let runtime = runtime()?;
     let shutdown = ShutdownHandle::new();
     let result = runtime.block_on(async {
         tokio::spawn(server::forward_signals(shutdown.clone()));
-        serve(config, utilization, shutdown).await
+        serve(config, utilization, kueue, shutdown).await
     });
     // A second signal must not wait for blocking tasks still running.
     runtime.shutdown_timeout(Duration::from_millis(200));
@@ -329,10 +327,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
 /// Loads the bundle, binds and serves until `shutdown` completes.
 /// `/readyz` turns true once the policies are loaded and, in a cluster,
-/// the Namespace cache has synced.
+/// the Namespace cache has synced. `kueue_controllers`: the usernames of
+/// Kueue's controller (`--kueue-controller`).
 pub async fn serve(
     config: ServeConfig,
     utilization: Option<crate::audit::utilization::Settings>,
+    kueue_controllers: Vec<String>,
     shutdown: ShutdownHandle,
 ) -> anyhow::Result<()> {
     let mut audit_metrics = None;
@@ -369,6 +369,7 @@ pub async fn serve(
     let mut admission = Admission::new(bundle, namespaces)
         .with_claims(claims)
         .with_nodes(nodes)
+        .with_kueue_controllers(kueue_controllers)
         .with_authorizer(cluster_authorizer())
         .on_excepted(excepted_counter(&exception_metrics));
     if let Some(exceptions) = &exceptions {
@@ -1016,6 +1017,14 @@ mod tests {
         assert!(parse(&["--policy-report-writes-per-second", "0"]).is_err());
         assert!(parse(&["--policy-reports", "maybe"]).is_err());
         assert!(parse(&["--policy-exceptions", "maybe"]).is_err());
+    }
+
+    #[test]
+    fn kueue_controllers_default_and_repeat() {
+        let default = parse_args(&[]).unwrap().kueue_controllers;
+        assert_eq!(default, [crate::kueue::DEFAULT_CONTROLLER]);
+        let named = parse_args(&["--kueue-controller", "a", "--kueue-controller", "b"]).unwrap();
+        assert_eq!(named.kueue_controllers, ["a", "b"]);
     }
 
     #[test]

@@ -214,6 +214,15 @@ impl Cluster {
         Cluster::start_admission(loaded.bundle, None, Some(Arc::new(nodes))).await
     }
 
+    /// The policies of `policies/` behind `deploy/base/`'s webhooks, Kueue's
+    /// controller running as `usernames` (`serve --kueue-controller`).
+    pub async fn start_with_kueue_controllers(usernames: Vec<String>) -> Cluster {
+        let dir = root().join("policies");
+        let loaded = bundle::load(&PolicySource::Dir(dir)).expect("policies/ loads");
+        let configure = |admission: Admission| admission.with_kueue_controllers(usernames);
+        Cluster::start_configured(loaded.bundle, configure, Metrics::new()).await
+    }
+
     /// The policies of `policies/` behind `deploy/base/`'s webhooks, with
     /// the GpuPolicyExceptions of `exceptions`; what they let through is
     /// told to `counted`, and `metrics` is served on /metrics.
