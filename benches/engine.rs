@@ -334,7 +334,8 @@ fn bench_review_body(c: &mut Criterion) {
 /// everything and selects the GPU pool by its name, by labels alone and
 /// against 5,000 nodes (1,000 of them with GPUs) and 20 NodePools.
 fn bench_node_cache(c: &mut Criterion) {
-    use gpu_admission::k8s::{NodeInfo, StaticNodes, Taint};
+    use gpu_admission::gpu::StaticNodes;
+    use gpu_admission::k8s::{NodeInfo, Taint};
     let node = |i: usize| {
         let gpu = i.is_multiple_of(5);
         let pool = if gpu { "gpupool" } else { "general" };

@@ -6,7 +6,8 @@ use crate::authz::{Authorizer, NoAuthorizer};
 use crate::cel::gpu::gpu_val;
 use crate::exceptions::{webhook as exception_webhook, Excepted, ExceptionLookup, NoExceptions};
 use crate::gpu::facts::PlacementFacts;
-use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims, NoNodes, NodeLookup};
+use crate::gpu::{NoNodes, NodeLookup};
+use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims};
 use crate::placement::{self, ProfileSet};
 use crate::policy::{AppliedMutation, PolicyEvaluation, PolicySet};
 use crate::review::{Operation, Request, Response};
@@ -56,6 +57,8 @@ pub struct Admission {
     nodes: Arc<dyn NodeLookup>,
     exceptions: Arc<dyn ExceptionLookup>,
     authorizer: Arc<dyn Authorizer>,
+    /// The usernames of Kueue's controller (see [`Admission::with_kueue_controllers`]).
+    kueue_controllers: Vec<String>,
     /// Called with what exceptions let through on each answered request.
     on_excepted: Option<ExceptedCounter>,
 }
@@ -71,6 +74,7 @@ impl Admission {
             nodes: Arc::new(NoNodes),
             exceptions: Arc::new(NoExceptions),
             authorizer: Arc::new(NoAuthorizer),
+            kueue_controllers: vec![crate::kueue::DEFAULT_CONTROLLER.to_string()],
             on_excepted: None,
         }
     }
@@ -112,6 +116,13 @@ impl Admission {
     /// it, by node labels alone).
     pub fn with_nodes(mut self, nodes: Arc<dyn NodeLookup>) -> Admission {
         self.nodes = nodes;
+        self
+    }
+
+    /// Takes the UPDATEs of these users that only admit a queued workload
+    /// as Kueue's, not judged again (without it, [`crate::kueue::DEFAULT_CONTROLLER`]'s).
+    pub fn with_kueue_controllers(mut self, usernames: Vec<String>) -> Admission {
+        self.kueue_controllers = usernames;
         self
     }
 
@@ -165,6 +176,7 @@ impl Admission {
             self.claims.as_ref(),
             self.nodes.as_ref(),
             self.exceptions.as_ref(),
+            &self.kueue_controllers,
         )
     }
 
@@ -217,7 +229,8 @@ impl Webhook for Admission {
             }
             Endpoint::Mutate => None,
             Endpoint::Validate
-                if !policies.may_match(request) && !exception_webhook::is_exception(request) =>
+                if !policies.may_match(request, &self.kueue_controllers)
+                    && !exception_webhook::is_exception(request) =>
             {
                 Some(Outcome {
                     response: Response::allow(),
@@ -326,12 +339,14 @@ pub const METRIC_KINDS: &[&str] = &[
 ];
 
 /// Where a subject's namespace, DRA claims, the cluster's nodes and the
-/// policy exceptions of its namespace are looked up.
+/// policy exceptions of its namespace are looked up; the usernames of
+/// Kueue's controller.
 pub type Lookups<'a> = (
     &'a dyn NamespaceLookup,
     &'a dyn ClaimLookup,
     &'a dyn NodeLookup,
     &'a dyn ExceptionLookup,
+    &'a [String],
 );
 
 /// The subject of `req` with everything the policies read: its pod's DRA
@@ -341,11 +356,11 @@ pub type Lookups<'a> = (
 pub fn subject<'r>(
     bundle: &Bundle,
     req: &'r Request,
-    (namespaces, claims, nodes, exceptions): Lookups,
+    (namespaces, claims, nodes, exceptions, kueue): Lookups,
 ) -> Subject<'r> {
     let profiles = &bundle.placement;
     let sources = bundle.policies.template_sources();
-    let mut subject = Subject::new(req, namespaces, sources)
+    let mut subject = Subject::new_with_kueue(req, namespaces, sources, kueue)
         .with_claims(claims)
         .with_nodes(nodes)
         .with_exceptions(exceptions);
@@ -432,7 +447,6 @@ fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
             claims: template.claims.clone(),
             gpu: None,
             nodes: subject.nodes.clone(),
-            node_pools: subject.node_pools.clone(),
             variables: Vec::new(),
             authorizer: subject.authorizer.clone(),
             exceptions: Vec::new(),
@@ -472,8 +486,8 @@ fn mutate_with(
     let subject = if runs_policies {
         subject(bundle, req, lookups)
     } else {
-        let (namespaces, claims, nodes, _) = lookups;
-        Subject::new(req, namespaces, bundle.policies.template_sources())
+        let (namespaces, claims, nodes, _, kueue) = lookups;
+        Subject::new_with_kueue(req, namespaces, bundle.policies.template_sources(), kueue)
             .with_claims(claims)
             .with_nodes(nodes)
             .with_gpu(profiles.catalog(), profiles.gpu_resources())

@@ -6,7 +6,7 @@
 //! Kueue admits it, its controller updates the object: `suspend` turns
 //! false, and the ResourceFlavor's `nodeLabels`, tolerations (and node
 //! affinity) are written into each pod template, with Kueue's own labels
-//! and annotations. That update ([`admission_update`]) is not judged again:
+//! and annotations. That update ([`admission_update_by`]) is not judged again:
 //! the selection it writes is the flavor's, and flavors are judged
 //! themselves (`gpu-kueue-flavor`, `gpu-sku-lifecycle`) and audited
 //! against the tiers of the namespaces their ClusterQueues serve.
@@ -16,7 +16,6 @@ use crate::k8s::{workloads, LabelSelector};
 use crate::review::{Operation, Request};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 /// The API group of Kueue's objects.
 pub const GROUP: &str = "kueue.x-k8s.io";
@@ -34,42 +33,20 @@ const SUSPEND_FIELDS: &[(&str, &str)] = &[("/spec", "suspend"), ("/spec/runPolic
 /// Kueue's prefix for the labels, annotations and scheduling gates it writes.
 const KUEUE_PREFIX: &str = "kueue.x-k8s.io/";
 
-static CONTROLLERS: OnceLock<Vec<String>> = OnceLock::new();
-
-/// Sets, once per process, the usernames whose updates are Kueue's
-/// (`serve --kueue-controller`). Before any is set, and in the offline
-/// commands, it is [`DEFAULT_CONTROLLER`] alone. `Err` with the usernames
-/// in force when another set was fixed first.
-pub fn set_controllers(usernames: Vec<String>) -> Result<(), Vec<String>> {
-    let kept = CONTROLLERS.get_or_init(|| usernames.clone());
-    if *kept == usernames {
-        Ok(())
-    } else {
-        Err(kept.clone())
-    }
-}
-
-/// The usernames whose updates are Kueue's (see [`set_controllers`]).
-pub fn controllers() -> &'static [String] {
-    CONTROLLERS.get_or_init(|| vec![DEFAULT_CONTROLLER.to_string()])
+/// Whether `req` is Kueue admitting (or suspending again) a built-in
+/// controller (a Job, a Deployment...: the one pod template of its kind in
+/// `workloads::TEMPLATE_KINDS`); see [`admission_update_by`].
+pub fn admits_controller(req: &Request, controllers: &[String]) -> bool {
+    let kind = req.object.as_ref().and_then(workloads::template_kind_of);
+    admission_update_by(req, kind.map(|k| k.template).as_slice(), controllers)
 }
 
 /// Whether `req` is Kueue admitting (or suspending again) a workload whose
 /// pod templates sit at the JSON pointers `templates`: an UPDATE of the
-/// object itself by one of [`controllers`] that changes nothing but what
-/// Kueue writes (see [`changes_only_admission_fields`]).
-pub fn admission_update(req: &Request, templates: &[&str]) -> bool {
-    admission_update_by(req, templates, controllers())
-}
-
-/// [`admission_update`] for a built-in controller (a Job, a Deployment...:
-/// the one pod template of its kind in `workloads::TEMPLATE_KINDS`).
-pub fn admits_controller(req: &Request) -> bool {
-    let kind = req.object.as_ref().and_then(workloads::template_kind_of);
-    admission_update(req, kind.map(|k| k.template).as_slice())
-}
-
-/// [`admission_update`] with the usernames of Kueue's controller given.
+/// object itself by one of `controllers` (the usernames of Kueue's
+/// controller: `serve --kueue-controller`, else [`DEFAULT_CONTROLLER`])
+/// that changes nothing but what Kueue writes (see
+/// [`changes_only_admission_fields`]).
 pub fn admission_update_by(req: &Request, templates: &[&str], controllers: &[String]) -> bool {
     let username = req
         .user_info

@@ -10,11 +10,11 @@ use crate::gpu::capacity::PoolKind;
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::{GpuFacts, WorkloadFacts};
 use crate::gpu::relevance::gpu_relevant;
-use crate::gpu::GpuResources;
+use crate::gpu::{GpuResources, NodeLookup, NodeSnapshot};
 use crate::k8s::claims::{pod_claims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
-use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, NodeInfo, NodeLookup, TemplateSources};
+use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, TemplateSources};
 use crate::kueue;
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
@@ -92,11 +92,9 @@ pub struct Subject<'r> {
     pub claims: Option<Vec<PodClaim>>,
     /// The object's GPU facts, when worked out ([`Subject::with_gpu`]).
     pub gpu: Option<GpuFacts>,
-    /// The cluster's nodes, when known ([`Subject::with_nodes`]): the GPU
-    /// facts are then judged against them.
-    pub nodes: Option<Arc<[NodeInfo]>>,
-    /// The Karpenter NodePools the node cache knows (JSON).
-    pub node_pools: Arc<[Value]>,
+    /// The cluster's nodes and NodePools, when known
+    /// ([`Subject::with_nodes`]): the GPU facts are then judged against them.
+    pub nodes: Option<Arc<NodeSnapshot>>,
     /// Host variables already in CEL form (e.g. `gpu`), shared by every
     /// policy and by the object and its template pod alike.
     pub variables: Vec<(String, Box<dyn Val>)>,
@@ -113,13 +111,26 @@ pub struct Subject<'r> {
 }
 
 impl<'r> Subject<'r> {
-    /// Works out the kind, namespace (one lookup) and template pods of
-    /// `req`; `sources` says which kinds are workloads and where their
-    /// templates are.
+    /// [`Subject::new_with_kueue`] with Kueue's controller as its manifests
+    /// install it ([`kueue::DEFAULT_CONTROLLER`]).
     pub fn new(
         request: &'r Request,
         namespaces: &dyn NamespaceLookup,
         sources: &TemplateSources,
+    ) -> Subject<'r> {
+        let kueue = [kueue::DEFAULT_CONTROLLER.to_string()];
+        Subject::new_with_kueue(request, namespaces, sources, &kueue)
+    }
+
+    /// Works out the kind, namespace (one lookup) and template pods of
+    /// `req`; `sources` says which kinds are workloads and where their
+    /// templates are, `kueue` the usernames of Kueue's controller (whose
+    /// admission of a workload is not judged, see [`judges_template`]).
+    pub fn new_with_kueue(
+        request: &'r Request,
+        namespaces: &dyn NamespaceLookup,
+        sources: &TemplateSources,
+        kueue: &[String],
     ) -> Subject<'r> {
         let object = request.object.as_ref();
         let kind = match object {
@@ -143,7 +154,7 @@ impl<'r> Subject<'r> {
         // custom resource's templates are told apart here.
         let mut unjudged_pods = Vec::new();
         let mut templates = match kind {
-            SubjectKind::Controller if judges_template(request, sources) => {
+            SubjectKind::Controller if judges_template(request, sources, kueue) => {
                 template_pods(request, sources, &mut unjudged_pods)
             }
             _ => Vec::new(),
@@ -165,7 +176,6 @@ impl<'r> Subject<'r> {
             claims: None,
             gpu: None,
             nodes: None,
-            node_pools: Arc::from(Vec::new()),
             variables: Vec::new(),
             authorizer: Arc::new(NoAuthorizer),
             exceptions: Vec::new(),
@@ -218,9 +228,6 @@ impl<'r> Subject<'r> {
     /// against the nodes `lookup` knows, when it knows them.
     pub fn with_nodes(mut self, lookup: &dyn NodeLookup) -> Subject<'r> {
         self.nodes = lookup.nodes();
-        if self.nodes.is_some() {
-            self.node_pools = lookup.node_pools();
-        }
         self
     }
 
@@ -231,15 +238,14 @@ impl<'r> Subject<'r> {
     /// placed when the template pod was; a custom resource's own are
     /// empty but for `workload`, the pods and GPUs of all its templates.
     pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
+        let gpu_nodes = self.nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
         let facts_of = |object: &Value, claims: Option<&Vec<PodClaim>>| {
             let facts = match claims {
                 Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
                 None => GpuFacts::of(object, catalog, resources),
             };
-            match &self.nodes {
-                Some(nodes) => {
-                    facts.with_nodes(object, nodes, &self.node_pools, catalog, resources)
-                }
+            match &gpu_nodes {
+                Some(set) => facts.with_nodes(object, set, catalog),
                 None => facts,
             }
         };
@@ -333,8 +339,9 @@ pub fn namespace_name(req: &Request) -> Option<String> {
 /// finalizers, labels of the workload) makes no new kind of pod, and is
 /// never judged: a policy or profile change must not stop a workload from
 /// scaling down or being deleted. Nor is Kueue admitting a queued workload
-/// ([`kueue::admission_update`]): its flavors are judged instead.
-pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
+/// (an update by one of `kueue`, see [`kueue::admission_update_by`]): its
+/// flavors are judged instead.
+pub fn judges_template(req: &Request, sources: &TemplateSources, kueue: &[String]) -> bool {
     let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
     let Some(object) = req.object.as_ref() else {
         return false;
@@ -346,7 +353,8 @@ pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
         Operation::Create => true,
         Operation::Update => match req.old_object.as_ref() {
             Some(old) if workloads::pod_template(object).is_some() => {
-                !kueue::admits_controller(req) && workloads::template_changed(object, Some(old))
+                !kueue::admits_controller(req, kueue)
+                    && workloads::template_changed(object, Some(old))
             }
             Some(old) => {
                 let templates = |o: &Value| {
@@ -362,7 +370,8 @@ pub fn judges_template(req: &Request, sources: &TemplateSources) -> bool {
                 // an inline pod spec (no pointer) is never its to change.
                 let pointers: Option<Vec<&str>> =
                     now.iter().map(|(_, p, _)| p.as_deref()).collect();
-                let kueue_admits = pointers.is_some_and(|p| kueue::admission_update(req, &p));
+                let kueue_admits =
+                    pointers.is_some_and(|p| kueue::admission_update_by(req, &p, kueue));
                 !kueue_admits && now != before
             }
             None => true,

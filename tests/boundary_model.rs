@@ -846,8 +846,12 @@ fn the_boundary_agrees_with_the_reference_model() {
 /// The nodes of the case being run.
 struct SharedNodes(std::sync::Arc<std::sync::RwLock<Vec<NodeInfo>>>);
 
-impl gpu_admission::k8s::NodeLookup for SharedNodes {
-    fn nodes(&self) -> Option<std::sync::Arc<[NodeInfo]>> {
-        Some(self.0.read().unwrap().clone().into())
+impl gpu_admission::gpu::NodeLookup for SharedNodes {
+    fn nodes(&self) -> Option<std::sync::Arc<gpu_admission::gpu::NodeSnapshot>> {
+        let nodes = self.0.read().unwrap().clone();
+        Some(std::sync::Arc::new(gpu_admission::gpu::NodeSnapshot::new(
+            nodes,
+            Vec::new(),
+        )))
     }
 }

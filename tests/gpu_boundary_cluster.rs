@@ -7,7 +7,8 @@
 mod common;
 
 use common::webhooks::{Cluster, Outcome, Review};
-use gpu_admission::k8s::{NodeInfo, StaticNodes, Taint};
+use gpu_admission::gpu::StaticNodes;
+use gpu_admission::k8s::{NodeInfo, Taint};
 use serde_json::{json, Value};
 
 fn node(name: &str, pool: &str, size: &str, gpus: u32) -> NodeInfo {

@@ -141,6 +141,27 @@ async fn queued_jobs_are_judged_at_creation_and_kueues_admission_is_not() {
     cluster.stop().await;
 }
 
+/// `serve --kueue-controller` names Kueue's controller: its admission is not
+/// judged again, and the same update by the default username is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueues_controller_is_the_one_named() {
+    const QUEUES: &str = "system:serviceaccount:queues:kueue-controller-manager";
+    let cluster = Cluster::start_with_kueue_controllers(vec![QUEUES.to_string()]).await;
+    let job = queued_job(1);
+    let unsuspend = Review::update(job.clone(), admitted(&job, A100));
+    let groups = &["system:serviceaccounts"];
+    let outcome = cluster.admit(&unsuspend.clone().by(QUEUES, groups)).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let outcome = cluster
+        .admit(&unsuspend.by(DEFAULT_CONTROLLER, groups))
+        .await;
+    assert!(
+        !outcome.allowed,
+        "the default username's unsuspend to an A100 was allowed"
+    );
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_flavors_are_judged() {
     let cluster = Cluster::start().await;

@@ -185,7 +185,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("server", &["certs", "review"]),
     (
         "cluster",
-        &["authz", "certs", "exceptions", "inventory", "k8s"],
+        &["authz", "certs", "exceptions", "gpu", "inventory", "k8s"],
     ),
     (
         "subject",
@@ -209,6 +209,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "exceptions",
             "gpu",
             "k8s",
+            "kueue",
             "placement",
             "policy",
             "review",
@@ -269,7 +270,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "review",
         ],
     ),
-    ("daemon", &["audit", "certs", "periodic", "server"]),
+    ("daemon", &["audit", "certs", "kueue", "periodic", "server"]),
     ("cli", &["*"]),
 ];
 

@@ -12,7 +12,8 @@ use crate::cluster::exceptions::metrics::ExceptionMetrics;
 use crate::cluster::{ClusterClaims, ClusterNamespaces, ClusterNodes};
 use crate::daemon::{self, Daemon, DaemonConfig, LogFormat, Service};
 use crate::gpu::catalog::Catalog;
-use crate::k8s::{ClaimLookup, NamespaceLookup, NoNodes, NodeLookup};
+use crate::gpu::{NoNodes, NodeLookup};
+use crate::k8s::{ClaimLookup, NamespaceLookup};
 use crate::periodic::{
     AuditMetrics, LatestReport, LeaseSettings, PolicyReportSettings, ReportSettings, ReportTask,
 };
@@ -241,8 +242,7 @@ impl ServeArgs {
             policy_report_writes_per_second,
             node_cache,
             policy_exceptions,
-            // Process-wide, set by `run` before the configuration is made.
-            kueue_controllers: _,
+            kueue_controllers,
             certs,
         } = self;
         let edge = ServeConfig {
@@ -287,6 +287,7 @@ impl ServeArgs {
             report_lease: report_lease.0,
             report_prices,
             utilization,
+            kueue_controllers,
             policy_reports: policy_reports == Switch::On,
             policy_report_max_results,
             policy_report_writes_per_second,
@@ -312,9 +313,6 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 
 /// Runs the server until SIGTERM/SIGINT.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    crate::kueue::set_controllers(args.kueue_controllers.clone()).map_err(|kept| {
-        anyhow::anyhow!("Kueue's controller was already set to {kept:?} in this process")
-    })?;
     let config = args.into_config();
     init_logging(config.log_format);
     let runtime = runtime()?;
@@ -353,6 +351,7 @@ pub async fn serve(config: DaemonConfig, shutdown: ShutdownHandle) -> anyhow::Re
     let mut admission = Admission::new(bundle, namespaces)
         .with_claims(claims)
         .with_nodes(nodes)
+        .with_kueue_controllers(config.kueue_controllers.clone())
         .with_authorizer(cluster_authorizer())
         .on_excepted(excepted_counter(&exception_metrics));
     if let Some(exceptions) = &exceptions {

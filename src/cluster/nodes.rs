@@ -2,7 +2,8 @@
 //! reads them, kept current by a watch. Everything else a Node carries
 //! (images, conditions, addresses, annotations) is dropped before it is
 //! stored, so the cache stays small on clusters of thousands of nodes.
-use crate::k8s::{NodeInfo, NodeLookup};
+use crate::gpu::{NodeLookup, NodeSnapshot};
+use crate::k8s::NodeInfo;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -17,15 +18,6 @@ use std::sync::Arc;
 pub struct ClusterNodes {
     inner: Arc<std::sync::RwLock<Known>>,
     synced: Arc<tokio::sync::watch::Sender<Option<bool>>>,
-    pools: Arc<std::sync::RwLock<Pools>>,
-}
-
-/// The NodePools watched, by name, and the snapshot requests share.
-#[derive(Default)]
-struct Pools {
-    by_name: BTreeMap<String, Value>,
-    relisting: Option<BTreeMap<String, Value>>,
-    snapshot: Option<Arc<[Value]>>,
 }
 
 #[derive(Default)]
@@ -33,7 +25,11 @@ struct Known {
     nodes: BTreeMap<String, NodeInfo>,
     /// While a (re)list is under way: what it has seen so far.
     relisting: Option<BTreeMap<String, NodeInfo>>,
-    snapshot: Option<Arc<[NodeInfo]>>,
+    /// The NodePools watched, by name, and while relisting what is seen.
+    pools: BTreeMap<String, Value>,
+    relisting_pools: Option<BTreeMap<String, Value>>,
+    /// Of both, shared by requests until either changes.
+    snapshot: Option<Arc<NodeSnapshot>>,
 }
 
 impl ClusterNodes {
@@ -130,7 +126,7 @@ impl ClusterNodes {
             &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
         );
         let stream = watcher(api, watcher::Config::default()).default_backoff();
-        let pools = self.pools.clone();
+        let pools = self.inner.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
@@ -170,39 +166,40 @@ fn pool_value(pool: &kube::api::DynamicObject) -> Option<(String, Value)> {
 }
 
 fn apply_pool(
-    pools: &std::sync::RwLock<Pools>,
+    pools: &std::sync::RwLock<Known>,
     event: kube::runtime::watcher::Event<kube::api::DynamicObject>,
 ) {
     use kube::runtime::watcher::Event;
     let mut known = pools.write().unwrap_or_else(|e| e.into_inner());
     let changed = match event {
         Event::Init => {
-            known.relisting = Some(BTreeMap::new());
+            known.relisting_pools = Some(BTreeMap::new());
             false
         }
         Event::InitApply(pool) => {
-            if let (Some((name, value)), Some(list)) = (pool_value(&pool), known.relisting.as_mut())
+            if let (Some((name, value)), Some(list)) =
+                (pool_value(&pool), known.relisting_pools.as_mut())
             {
                 list.insert(name, value);
             }
             false
         }
         Event::InitDone => {
-            let list = known.relisting.take().unwrap_or_default();
-            let changed = list != known.by_name;
-            known.by_name = list;
+            let list = known.relisting_pools.take().unwrap_or_default();
+            let changed = list != known.pools;
+            known.pools = list;
             changed
         }
         Event::Apply(pool) => match pool_value(&pool) {
-            Some((name, value)) if known.by_name.get(&name) != Some(&value) => {
-                known.by_name.insert(name, value);
+            Some((name, value)) if known.pools.get(&name) != Some(&value) => {
+                known.pools.insert(name, value);
                 true
             }
             _ => false,
         },
         Event::Delete(pool) => {
             let name = pool.metadata.name.unwrap_or_default();
-            known.by_name.remove(&name).is_some()
+            known.pools.remove(&name).is_some()
         }
     };
     if changed {
@@ -230,7 +227,7 @@ fn trim(node: &mut Node) {
 }
 
 impl NodeLookup for ClusterNodes {
-    fn nodes(&self) -> Option<Arc<[NodeInfo]>> {
+    fn nodes(&self) -> Option<Arc<NodeSnapshot>> {
         if let Some(snapshot) = &self
             .inner
             .read()
@@ -240,24 +237,12 @@ impl NodeLookup for ClusterNodes {
             return Some(snapshot.clone());
         }
         let mut known = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        let snapshot: Arc<[NodeInfo]> = known.nodes.values().cloned().collect();
+        let snapshot = Arc::new(NodeSnapshot::new(
+            known.nodes.values().cloned().collect(),
+            known.pools.values().cloned().collect(),
+        ));
         known.snapshot = Some(snapshot.clone());
         Some(snapshot)
-    }
-
-    fn node_pools(&self) -> Arc<[Value]> {
-        if let Some(snapshot) = &self
-            .pools
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .snapshot
-        {
-            return snapshot.clone();
-        }
-        let mut known = self.pools.write().unwrap_or_else(|e| e.into_inner());
-        let snapshot: Arc<[Value]> = known.by_name.values().cloned().collect();
-        known.snapshot = Some(snapshot.clone());
-        snapshot
     }
 }
 
@@ -276,19 +261,19 @@ mod tests {
     async fn the_cache_follows_the_watch_and_shares_a_snapshot_between_changes() {
         use kube::runtime::watcher::Event;
         let nodes = ClusterNodes::default();
-        assert_eq!(nodes.nodes().unwrap().len(), 0);
+        assert_eq!(nodes.nodes().unwrap().nodes.len(), 0);
         nodes.apply(Event::Init);
         nodes.apply(Event::InitApply(node("a", json!({"pool": "cpu"}))));
         nodes.apply(Event::InitApply(node("b", json!({"pool": "gpu"}))));
         assert_eq!(
-            nodes.nodes().unwrap().len(),
+            nodes.nodes().unwrap().nodes.len(),
             0,
             "a list counts once it is whole"
         );
         nodes.apply(Event::InitDone);
         assert!(nodes.wait_until_synced().await);
         let first = nodes.nodes().unwrap();
-        assert_eq!(first.len(), 2);
+        assert_eq!(first.nodes.len(), 2);
         // A heartbeat that changes nothing kept: the same snapshot.
         let mut beat = node("a", json!({"pool": "cpu"}));
         beat.status.as_mut().unwrap().capacity = Some(Default::default());
@@ -297,9 +282,9 @@ mod tests {
         nodes.apply(Event::Apply(node("a", json!({"pool": "gpu"}))));
         let second = nodes.nodes().unwrap();
         assert!(!Arc::ptr_eq(&first, &second));
-        assert_eq!(second[0].label("pool"), Some("gpu"));
+        assert_eq!(second.nodes[0].label("pool"), Some("gpu"));
         nodes.apply(Event::Delete(node("b", json!({}))));
-        assert_eq!(nodes.nodes().unwrap().len(), 1);
+        assert_eq!(nodes.nodes().unwrap().nodes.len(), 1);
         // A relist replaces what was known.
         nodes.apply(Event::Init);
         nodes.apply(Event::InitApply(node("c", json!({}))));
@@ -307,6 +292,7 @@ mod tests {
         let names: Vec<String> = nodes
             .nodes()
             .unwrap()
+            .nodes
             .iter()
             .map(|n| n.name.clone())
             .collect();

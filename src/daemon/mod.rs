@@ -130,6 +130,8 @@ pub struct DaemonConfig {
     pub report_prices: Option<PathBuf>,
     /// Where the report reads GPU utilization; none: no idle GPU pods section.
     pub utilization: Option<crate::audit::utilization::Settings>,
+    /// The usernames whose updates are Kueue's (`--kueue-controller`).
+    pub kueue_controllers: Vec<String>,
     /// Write the report's findings as PolicyReports in the cluster.
     pub policy_reports: bool,
     /// Results in one namespace's PolicyReport.
@@ -166,6 +168,7 @@ impl Default for DaemonConfig {
             report_lease: Some(DEFAULT_REPORT_LEASE.to_string()),
             report_prices: None,
             utilization: None,
+            kueue_controllers: vec![crate::kueue::DEFAULT_CONTROLLER.to_string()],
             policy_reports: false,
             policy_report_max_results: DEFAULT_MAX_RESULTS,
             policy_report_writes_per_second: DEFAULT_WRITES_PER_SECOND,

@@ -12,7 +12,6 @@
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use super::capacity::CapacityRequest;
 use super::catalog::Catalog;
@@ -30,7 +29,7 @@ use super::{GpuResources, SkuList};
 use crate::k8s::claims::{claim_spec, container_claims, pod_claims, ClaimKind, NoClaims, PodClaim};
 use crate::k8s::json::{items, scalar_string, str_at};
 use crate::k8s::workloads::{pod_metadata, pod_spec};
-use crate::k8s::{NodeInfo, NodeSelection};
+use crate::k8s::NodeSelection;
 
 /// The `gpu` variable (see docs/cel-extensions.md). Integers are `i64` so
 /// that CEL sees `int`, as it does for numbers of the object itself.
@@ -217,20 +216,17 @@ impl GpuFacts {
     /// `nodes`: which GPU nodes it can land on, whether its selection (any
     /// label, `spec.nodeName`) or its preferred affinity picks GPU nodes
     /// only, and, for a pod bound to a node by name, that node's size in
-    /// place of what its selection allows. The nodes Karpenter `node_pools`
+    /// place of what its selection allows. The nodes Karpenter NodePools
     /// could create count like nodes that exist.
     pub fn with_nodes(
         mut self,
         object: &Value,
-        nodes: &Arc<[NodeInfo]>,
-        node_pools: &Arc<[Value]>,
+        set: &super::reach::GpuNodes,
         catalog: &Catalog,
-        resources: &GpuResources,
     ) -> GpuFacts {
         let Some(spec) = pod_spec(object) else {
             return self;
         };
-        let set = super::reach::GpuNodes::of(nodes, node_pools, resources, catalog);
         self.nodes_known = true;
         // A GPU pod belongs on GPU nodes: only the node it may name matters.
         let reach = if self.requested || self.shared_by_scheduler {
@@ -243,7 +239,7 @@ impl GpuFacts {
             }
             reach
         } else {
-            super::reach::reach(spec, &set)
+            super::reach::reach(spec, set)
         };
         self.selects_gpu_nodes |= reach.aims;
         self.prefers_gpu_nodes |= reach.prefers;

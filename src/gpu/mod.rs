@@ -15,6 +15,7 @@ pub mod selection;
 pub mod taints;
 pub mod visibility;
 
+pub use reach::{NoNodes, NodeLookup, NodeSnapshot, StaticNodes};
 pub use request::{
     pod_gpu_request, ContainerGpuRequest, ContainerKind, GpuQuantity, PodGpuRequest,
 };

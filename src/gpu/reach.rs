@@ -9,8 +9,9 @@ use super::selection::SkuRequirement;
 use super::GpuResources;
 use crate::k8s::json::{items, str_at};
 use crate::k8s::{NodeInfo, NodeSelection, NodeSelectorRequirement, NodeSelectorTerm, Toleration};
+use arc_swap::ArcSwapOption;
 use serde_json::Value;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// A node with GPUs: a GPU resource in its allocatable resources, or a
 /// label only GPU nodes carry (AKS's accelerator label, a GPU size,
@@ -101,81 +102,121 @@ pub fn pool_nodes(pools: &[Value], catalog: &Catalog) -> Vec<NodeInfo> {
     out
 }
 
-/// The nodes of a snapshot of the node cache, and those its NodePools
-/// could create ([`pool_nodes`]), each told GPU node or not: worked out
-/// once per snapshot (and policy set), not per request
-/// ([`GpuNodes::of`]).
+/// One snapshot of the node cache: the nodes and the Karpenter NodePools
+/// (as JSON with their name and `spec.template`: the nodes they could
+/// create count like nodes that exist). Every request that sees it shares
+/// it, and with it its GPU classification ([`NodeSnapshot::gpu_nodes`]).
 #[derive(Debug)]
-pub struct GpuNodes {
-    nodes: Arc<[NodeInfo]>,
-    pools: Arc<[Value]>,
-    more: Vec<NodeInfo>,
-    /// For `nodes` then `more`, in order.
-    gpu: Vec<bool>,
-    /// What the classification was worked out with: the catalog's SKUs
-    /// and the GPU resource patterns.
-    catalog: super::SkuList,
-    resources: Vec<String>,
+pub struct NodeSnapshot {
+    pub nodes: Vec<NodeInfo>,
+    pub pools: Vec<Value>,
+    /// Worked out on first use; replaced when a reload brings another
+    /// catalog or other GPU resources.
+    classified: ArcSwapOption<Classification>,
 }
 
-/// The last classification worked out: snapshots change only when a
-/// node's labels, taints or allocatable resources (or a NodePool) do, so
-/// one entry serves every request in between.
-static LAST: Mutex<Option<Arc<GpuNodes>>> = Mutex::new(None);
+/// Which nodes of a snapshot, and of those its NodePools could create
+/// ([`pool_nodes`]), are GPU nodes, and what that was worked out with.
+#[derive(Debug)]
+struct Classification {
+    more: Vec<NodeInfo>,
+    /// For the snapshot's nodes then `more`, in order.
+    gpu: Vec<bool>,
+    catalog: super::SkuList,
+    resources: GpuResources,
+}
 
-impl GpuNodes {
-    /// The classification of `nodes` and `pools` (snapshots of the node
-    /// cache), shared with the requests that saw the same snapshots.
-    pub fn of(
-        nodes: &Arc<[NodeInfo]>,
-        pools: &Arc<[Value]>,
-        resources: &GpuResources,
-        catalog: &Catalog,
-    ) -> Arc<GpuNodes> {
-        let patterns = resources.patterns();
-        let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = last.as_ref() {
-            if Arc::ptr_eq(&known.nodes, nodes)
-                && Arc::ptr_eq(&known.pools, pools)
-                && &known.catalog == catalog.names()
-                && known.resources == patterns
-            {
-                return known.clone();
-            }
+/// The nodes of a snapshot, each told GPU node or not.
+pub struct GpuNodes<'a> {
+    nodes: &'a [NodeInfo],
+    classified: Arc<Classification>,
+}
+
+impl NodeSnapshot {
+    pub fn new(nodes: Vec<NodeInfo>, pools: Vec<Value>) -> NodeSnapshot {
+        NodeSnapshot {
+            nodes,
+            pools,
+            classified: ArcSwapOption::empty(),
         }
-        let more = pool_nodes(pools, catalog);
-        let gpu = nodes
-            .iter()
-            .chain(&more)
-            .map(|n| is_gpu_node(n, resources, catalog))
-            .collect();
-        let made = Arc::new(GpuNodes {
-            nodes: nodes.clone(),
-            pools: pools.clone(),
-            more,
-            gpu,
-            catalog: catalog.names().clone(),
-            resources: patterns,
-        });
-        *last = Some(made.clone());
-        made
     }
 
+    /// The snapshot's nodes classified with `resources` and `catalog`:
+    /// worked out once, then shared by every request that uses the same.
+    pub fn gpu_nodes(&self, resources: &GpuResources, catalog: &Catalog) -> GpuNodes<'_> {
+        let known = self.classified.load_full();
+        let classified = match known {
+            Some(c) if &c.catalog == catalog.names() && &c.resources == resources => c,
+            _ => {
+                let more = pool_nodes(&self.pools, catalog);
+                let gpu = (self.nodes.iter().chain(&more))
+                    .map(|n| is_gpu_node(n, resources, catalog))
+                    .collect();
+                let made = Arc::new(Classification {
+                    more,
+                    gpu,
+                    catalog: catalog.names().clone(),
+                    resources: resources.clone(),
+                });
+                self.classified.store(Some(made.clone()));
+                made
+            }
+        };
+        GpuNodes {
+            nodes: &self.nodes,
+            classified,
+        }
+    }
+}
+
+impl GpuNodes<'_> {
     /// Every node with whether it is a GPU node.
     fn all(&self) -> impl Iterator<Item = (&NodeInfo, bool)> {
-        self.nodes
-            .iter()
-            .chain(&self.more)
-            .zip(self.gpu.iter().copied())
+        (self.nodes.iter().chain(&self.classified.more)).zip(self.classified.gpu.iter().copied())
     }
 
     /// The node named `name` (nodes that exist only), and whether it is a
     /// GPU node.
     pub fn named(&self, name: &str) -> Option<(&NodeInfo, bool)> {
-        self.nodes
-            .iter()
-            .zip(self.gpu.iter().copied())
-            .find(|(n, _)| n.name == name)
+        (self.nodes.iter().zip(self.classified.gpu.iter().copied())).find(|(n, _)| n.name == name)
+    }
+}
+
+/// The nodes a request is judged against.
+pub trait NodeLookup: Send + Sync {
+    /// The current snapshot, or `None` when nodes are not known at all (no
+    /// cluster, or the cache is switched off): callers then judge by
+    /// labels alone.
+    fn nodes(&self) -> Option<Arc<NodeSnapshot>>;
+}
+
+/// No node known: judged by labels alone.
+pub struct NoNodes;
+
+impl NodeLookup for NoNodes {
+    fn nodes(&self) -> Option<Arc<NodeSnapshot>> {
+        None
+    }
+}
+
+/// A fixed set of nodes and NodePools (tests, offline evaluation).
+#[derive(Clone, Debug)]
+pub struct StaticNodes(Arc<NodeSnapshot>);
+
+impl StaticNodes {
+    pub fn new(nodes: Vec<NodeInfo>) -> StaticNodes {
+        StaticNodes(Arc::new(NodeSnapshot::new(nodes, Vec::new())))
+    }
+
+    /// With these Karpenter NodePools too.
+    pub fn with_pools(self, pools: Vec<Value>) -> StaticNodes {
+        StaticNodes(Arc::new(NodeSnapshot::new(self.0.nodes.clone(), pools)))
+    }
+}
+
+impl NodeLookup for StaticNodes {
+    fn nodes(&self) -> Option<Arc<NodeSnapshot>> {
+        Some(self.0.clone())
     }
 }
 
@@ -335,13 +376,11 @@ mod tests {
     }
 
     fn judge(spec: Value) -> NodeReach {
-        let set = GpuNodes::of(
-            &Arc::from(cluster()),
-            &Arc::from(Vec::new()),
-            &GpuResources::default(),
-            &Catalog::embedded(),
-        );
-        reach(&spec, &set)
+        let snapshot = NodeSnapshot::new(cluster(), Vec::new());
+        reach(
+            &spec,
+            &snapshot.gpu_nodes(&GpuResources::default(), &Catalog::embedded()),
+        )
     }
 
     #[test]
@@ -438,13 +477,9 @@ mod tests {
                     "spec": {"template": {"spec": {"requirements": [
                         {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}]}}}}),
         ];
-        let set = GpuNodes::of(
-            &Arc::from(cluster()),
-            &Arc::from(pools_json),
-            &GpuResources::default(),
-            &catalog,
-        );
-        let pools = &set.more;
+        let snapshot = NodeSnapshot::new(cluster(), pools_json);
+        let set = snapshot.gpu_nodes(&GpuResources::default(), &catalog);
+        let pools = &set.classified.more;
         assert_eq!(pools.len(), 2, "{pools:?}");
         assert_eq!(pools[0].label("karpenter.sh/nodepool"), Some("gpu"));
         assert_eq!(pools[0].label("team"), Some("ml"));
@@ -463,16 +498,47 @@ mod tests {
     #[test]
     fn a_classification_is_shared_while_the_snapshots_are_the_same() {
         let (r, c) = (GpuResources::default(), Catalog::embedded());
-        let nodes: Arc<[NodeInfo]> = Arc::from(cluster());
-        let pools: Arc<[Value]> = Arc::from(Vec::new());
-        let first = GpuNodes::of(&nodes, &pools, &r, &c);
-        assert!(Arc::ptr_eq(&first, &GpuNodes::of(&nodes, &pools, &r, &c)));
+        let lookup = StaticNodes::new(cluster());
+        // Two requests on one snapshot share its classification.
+        let (one, two) = (lookup.nodes().unwrap(), lookup.nodes().unwrap());
+        let first = one.gpu_nodes(&r, &c).classified;
+        assert!(Arc::ptr_eq(&first, &two.gpu_nodes(&r, &c).classified));
         // A new snapshot with the same content: worked out again.
-        let again: Arc<[NodeInfo]> = Arc::from(cluster());
-        let second = GpuNodes::of(&again, &pools, &r, &c);
+        let again = StaticNodes::new(cluster()).nodes().unwrap();
+        let second = again.gpu_nodes(&r, &c).classified;
         assert!(!Arc::ptr_eq(&first, &second));
         assert_eq!(first.gpu, second.gpu);
         assert_eq!(second.gpu, [false, true, true, true]);
+    }
+
+    #[test]
+    fn a_reload_with_other_resources_or_catalog_classifies_the_snapshot_again() {
+        let (r, c) = (GpuResources::default(), Catalog::embedded());
+        let mut amd = node("amd", &[], 0, false);
+        amd.allocatable.insert("amd.com/gpu".into(), "1".into());
+        let a100 = [(
+            "node.kubernetes.io/instance-type",
+            "Standard_NC24ads_A100_v4",
+        )];
+        let snapshot = NodeSnapshot::new(vec![amd, node("a100", &a100, 0, false)], Vec::new());
+        assert_eq!(snapshot.gpu_nodes(&r, &c).classified.gpu, [true, true]);
+        let nvidia = GpuResources::new(["nvidia.com/gpu"]).unwrap();
+        assert_eq!(
+            snapshot.gpu_nodes(&nvidia, &c).classified.gpu,
+            [false, true]
+        );
+        let csv = include_str!("../../data/azure-gpu-skus.csv");
+        let t4_only: Vec<&str> = (csv.lines())
+            .filter(|l| !l.starts_with("Standard_") || l.starts_with("Standard_NC4as_T4_v3,"))
+            .collect();
+        let t4_only = Catalog::from_csv_str(&t4_only.join("\n"), "t4.csv").unwrap();
+        let reloaded = snapshot.gpu_nodes(&r, &t4_only).classified;
+        assert_eq!(reloaded.gpu, [true, false]);
+        // The reload's classification is the one kept.
+        assert!(Arc::ptr_eq(
+            &reloaded,
+            &snapshot.gpu_nodes(&r, &t4_only).classified
+        ));
     }
 
     #[test]

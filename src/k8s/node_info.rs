@@ -7,7 +7,6 @@ use super::json::items;
 use super::taints::Taint;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// What the GPU boundary reads of one Node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -48,61 +47,6 @@ impl NodeInfo {
     /// The value of label `key`.
     pub fn label(&self, key: &str) -> Option<&str> {
         self.labels.get(key).map(String::as_str)
-    }
-}
-
-/// The nodes a request is judged against.
-pub trait NodeLookup: Send + Sync {
-    /// Every node, or `None` when nodes are not known at all (no cluster,
-    /// or the cache is switched off): callers then judge by labels alone.
-    fn nodes(&self) -> Option<Arc<[NodeInfo]>>;
-
-    /// The Karpenter NodePools (`karpenter.sh/v1`), as JSON with their
-    /// name and `spec.template`: the nodes they could create count like
-    /// nodes that exist. Empty when none are known.
-    fn node_pools(&self) -> Arc<[Value]> {
-        Arc::from(Vec::new())
-    }
-}
-
-/// No node known: judged by labels alone.
-pub struct NoNodes;
-
-impl NodeLookup for NoNodes {
-    fn nodes(&self) -> Option<Arc<[NodeInfo]>> {
-        None
-    }
-}
-
-/// A fixed set of nodes and NodePools (tests, offline evaluation).
-#[derive(Clone, Debug)]
-pub struct StaticNodes {
-    nodes: Arc<[NodeInfo]>,
-    pools: Arc<[Value]>,
-}
-
-impl StaticNodes {
-    pub fn new(nodes: Vec<NodeInfo>) -> StaticNodes {
-        StaticNodes {
-            nodes: nodes.into(),
-            pools: Arc::from(Vec::new()),
-        }
-    }
-
-    /// With these Karpenter NodePools too.
-    pub fn with_pools(mut self, pools: Vec<Value>) -> StaticNodes {
-        self.pools = pools.into();
-        self
-    }
-}
-
-impl NodeLookup for StaticNodes {
-    fn nodes(&self) -> Option<Arc<[NodeInfo]>> {
-        Some(self.nodes.clone())
-    }
-
-    fn node_pools(&self) -> Arc<[Value]> {
-        self.pools.clone()
     }
 }
 

@@ -323,14 +323,15 @@ impl PolicySet {
     /// Whether some binding could match `req` or, for a pod controller on
     /// CREATE or on an UPDATE that changes its template, the new pod its
     /// template describes: when not, the verdict is known without
-    /// evaluating anything (allowed).
-    pub fn may_match(&self, req: &Request) -> bool {
+    /// evaluating anything (allowed). `kueue`: the usernames of Kueue's
+    /// controller ([`judges_template`]).
+    pub fn may_match(&self, req: &Request, kueue: &[String]) -> bool {
         let index = &self.inner.plan.validating.index;
         let requested = req.request_resource.as_ref().map(|r| r.resource.as_str());
         if index.any(&req.resource.resource, requested, req.operation) {
             return true;
         }
-        judges_template(req, &self.inner.template_sources)
+        judges_template(req, &self.inner.template_sources, kueue)
             && index.any("pods", None, Operation::Create)
     }
 

@@ -28,7 +28,8 @@ use base64::Engine as _;
 use gpu_admission::admission::{Admission, Bundle, ExceptedCounter};
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::exceptions::ExceptionLookup;
-use gpu_admission::k8s::{ClaimLookup, NamespaceLookup, NodeLookup, StaticClaims};
+use gpu_admission::gpu::NodeLookup;
+use gpu_admission::k8s::{ClaimLookup, NamespaceLookup, StaticClaims};
 use gpu_admission::offline::{build_request, with_evaluation_stack};
 use gpu_admission::policy::{Document, PolicySet, Source};
 use gpu_admission::review::{Operation, Request};
@@ -211,6 +212,15 @@ impl Cluster {
         let dir = root().join("policies");
         let loaded = bundle::load(&PolicySource::Dir(dir)).expect("policies/ loads");
         Cluster::start_admission(loaded.bundle, None, Some(Arc::new(nodes))).await
+    }
+
+    /// The policies of `policies/` behind `deploy/base/`'s webhooks, Kueue's
+    /// controller running as `usernames` (`serve --kueue-controller`).
+    pub async fn start_with_kueue_controllers(usernames: Vec<String>) -> Cluster {
+        let dir = root().join("policies");
+        let loaded = bundle::load(&PolicySource::Dir(dir)).expect("policies/ loads");
+        let configure = |admission: Admission| admission.with_kueue_controllers(usernames);
+        Cluster::start_configured(loaded.bundle, configure, Metrics::new()).await
     }
 
     /// The policies of `policies/` behind `deploy/base/`'s webhooks, with
