@@ -126,6 +126,22 @@ impl Admission {
         self
     }
 
+    /// This Admission judging against the nodes `nodes` knows instead (an
+    /// audit judges against the nodes it read, in a cluster and of a dump
+    /// alike); everything else shared.
+    pub fn judging_nodes(&self, nodes: Arc<dyn NodeLookup>) -> Admission {
+        Admission {
+            bundle: ArcSwap::new(self.bundle.load_full()),
+            namespaces: self.namespaces.clone(),
+            claims: self.claims.clone(),
+            nodes,
+            exceptions: self.exceptions.clone(),
+            authorizer: self.authorizer.clone(),
+            kueue_controllers: self.kueue_controllers.clone(),
+            on_excepted: self.on_excepted.clone(),
+        }
+    }
+
     /// Replaces the bundle; requests in flight finish with the old one.
     pub fn replace(&self, bundle: Bundle) {
         self.bundle.store(Arc::new(bundle));

@@ -289,6 +289,21 @@ fn run_audit(args: &[&str], kubeconfig: &std::path::Path) -> (Value, String) {
     (report, stderr)
 }
 
+/// The first report `/report?format=json` serves (503 "no report yet"
+/// until the first audit is done).
+async fn first_report(metrics: std::net::SocketAddr) -> Value {
+    for _ in 0..300 {
+        let (status, body) = common::plain_get(metrics, "/report?format=json").await;
+        match status.as_u16() {
+            200 => return serde_json::from_str::<Value>(&body).unwrap(),
+            503 => assert!(body.contains("no report yet"), "{body}"),
+            other => panic!("/report answered {other}: {body}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no report within 30 s")
+}
+
 /// Findings in a stable order, so reports read in different orders compare.
 fn sorted_findings(report: &Value) -> Vec<Value> {
     let mut findings = report["findings"].as_array().unwrap().clone();
@@ -812,20 +827,7 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
         ],
     );
     let metrics = server.metrics_addr.expect("serve logs its metrics address");
-    let mut report = None;
-    for _ in 0..300 {
-        let (status, body) = common::plain_get(metrics, "/report?format=json").await;
-        match status.as_u16() {
-            200 => {
-                report = Some(serde_json::from_str::<Value>(&body).unwrap());
-                break;
-            }
-            503 => assert!(body.contains("no report yet"), "{body}"),
-            other => panic!("/report answered {other}: {body}"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let report = report.expect("a report within 30 s");
+    let report = first_report(metrics).await;
     // Pods were read in pages of 500 (1,006 of them: three pages).
     let pods: Vec<Recorded> = fake
         .requests()
@@ -1026,4 +1028,103 @@ async fn serve_without_access_to_nodes_is_ready_and_judges_by_labels() {
     let (allowed, message) = server.validate(&by_label).await;
     assert!(!allowed);
     assert!(message.contains("selects GPU nodes"), "{message}");
+}
+
+/// One audit run everywhere: for one cluster whose GPU pods are bound by
+/// `nodeName` to A100 nodes in a standard-tier namespace, `/report`,
+/// `audit` of the cluster and `audit -f` of a dump of it reach the same
+/// findings with the same messages, judged against the nodes each read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_reach() {
+    let mut kinds = audited_kinds();
+    kinds.push(Resource::new("", "v1", "Node", "nodes", false));
+    let fake = FakeApiServer::start(kinds).await;
+    let mut objects = vec![namespace(
+        "research",
+        &[("gpu-admission.io/tier", "standard")],
+    )];
+    for i in 0..3 {
+        objects.push(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": format!("aks-a100-{i}"), "labels": {
+                "kubernetes.azure.com/agentpool": "a100",
+                "kubernetes.azure.com/accelerator": "nvidia",
+                "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"}},
+            "spec": {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "23", "memory": "210Gi", "nvidia.com/gpu": "1"}}}));
+    }
+    for i in 0..6 {
+        let limits = if i % 3 == 2 {
+            json!({"cpu": "1", "memory": "1Gi"})
+        } else {
+            json!({"nvidia.com/gpu": "1", "cpu": "4", "memory": "32Gi"})
+        };
+        objects.push(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("trainer-{i}"), "namespace": "research",
+                         "uid": format!("uid-trainer-{i}")},
+            "spec": {"nodeName": format!("aks-a100-{}", i % 3),
+                     "containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:24.08-py3",
+                                     "command": ["python", "train.py"],
+                                     "resources": {"requests": limits.clone(), "limits": limits}}]},
+            "status": {"phase": "Running"}}));
+    }
+    fake.change(|cluster| {
+        for object in &objects {
+            cluster.apply(object.clone());
+        }
+    });
+    let server = InCluster::serve_with(
+        &fake,
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--report-interval",
+            "1m",
+            "--report-lease",
+            "off",
+        ],
+    );
+    let metrics = server.metrics_addr.expect("serve logs its metrics address");
+    let report = first_report(metrics).await;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.kubeconfig(tmp.path());
+    let dump = tmp.path().join("dump.json");
+    std::fs::write(
+        &dump,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects})).unwrap(),
+    )
+    .unwrap();
+    let dump_arg = dump.to_str().unwrap().to_string();
+    let (cluster, of_dump) = tokio::task::spawn_blocking(move || {
+        (
+            run_audit(&[], &kubeconfig).0,
+            run_audit(&["-f", &dump_arg], &kubeconfig).0,
+        )
+    })
+    .await
+    .unwrap();
+    let findings = sorted_findings(&report);
+    assert_eq!(findings, sorted_findings(&cluster));
+    assert_eq!(findings, sorted_findings(&of_dump));
+    // The pods bound to A100 nodes: each GPU pod is outside its tier, each
+    // CPU pod on a GPU node.
+    let on_a100 = |policy: &str| {
+        (findings.iter())
+            .filter(|f| f["policy"] == policy && f["message"].as_str().unwrap().contains("A100"))
+            .count()
+    };
+    assert_eq!(on_a100("gpu-sku-allowlist"), 4, "{findings:#?}");
+    let bound_cpu_pods = (findings.iter())
+        .filter(|f| {
+            f["message"]
+                .as_str()
+                .unwrap()
+                .contains("bound by spec.nodeName to GPU node")
+        })
+        .count();
+    assert_eq!(bound_cpu_pods, 2, "{findings:#?}");
+    for figure in ["objects", "evaluated", "gpusHeld", "gpusInViolation"] {
+        assert_eq!(report[figure], cluster[figure], "{figure}");
+        assert_eq!(report[figure], of_dump[figure], "{figure}");
+    }
 }

@@ -6,16 +6,25 @@
 //! The order is the cluster's: Nodes, then the other kinds (controllers,
 //! capacity objects, DRA claims, exceptions), which the run holds until
 //! the Pods come, then Pods a page at a time, each page judged and
-//! dropped. A pod whose controller was read is judged through it.
+//! dropped. A pod whose controller was read is judged through it. Where a
+//! pod can land is judged against the Nodes (and Karpenter NodePools) the
+//! run read, whatever node lookup the Admission has: a dump is judged as
+//! the cluster it was taken from.
 use super::{exceptions, InvalidException, PodLedger, Report};
 use crate::admission::Admission;
+use crate::gpu::capacity::PoolKind;
+use crate::gpu::StaticNodes;
 use crate::k8s::json::Pointer as _;
+use crate::k8s::NodeInfo;
 use serde_json::Value;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// An audit under way.
 pub struct Run<'a> {
     admission: &'a Admission,
+    /// `admission` judging against the nodes read, once the Pods come.
+    with_nodes: Option<Admission>,
     /// Nodes, held whole (few, and slim once read); none when none were
     /// read, and the report then has no node section.
     nodes: Option<Vec<Value>>,
@@ -30,6 +39,7 @@ impl<'a> Run<'a> {
     pub fn new(admission: &'a Admission) -> Run<'a> {
         Run {
             admission,
+            with_nodes: None,
             nodes: None,
             held: Vec::new(),
             judged: None,
@@ -56,9 +66,10 @@ impl<'a> Run<'a> {
     /// One page of Pods, judged and dropped (a pod whose controller the run
     /// holds only counts towards its node).
     pub fn pods(&mut self, mut page: Vec<Value>) {
-        let admission = self.admission;
+        self.judge_held();
+        let admission = self.with_nodes.as_ref().unwrap_or(self.admission);
         let bundle = admission.bundle();
-        let (report, ledger, controllers) = self.judge_held();
+        let (report, ledger, controllers) = self.judged.as_mut().expect("judged");
         let read = page.len();
         for pod in &page {
             if controlled_by(pod, controllers) {
@@ -94,7 +105,19 @@ impl<'a> Run<'a> {
     /// Judges the held objects once, at the first page of Pods (or the
     /// end), and lets them go.
     fn judge_held(&mut self) -> &mut (Report, PodLedger, HashSet<String>) {
-        let (admission, held) = (self.admission, &mut self.held);
+        if self.judged.is_none() {
+            self.with_nodes = self.nodes.as_ref().map(|nodes| {
+                let pools = (self.held.iter())
+                    .filter(|o| PoolKind::of(o) == Some(PoolKind::NodePool))
+                    .cloned()
+                    .collect();
+                let infos = nodes.iter().map(NodeInfo::from_value).collect();
+                let lookup = StaticNodes::new(infos).with_pools(pools);
+                self.admission.judging_nodes(Arc::new(lookup))
+            });
+        }
+        let admission = self.with_nodes.as_ref().unwrap_or(self.admission);
+        let held = &mut self.held;
         self.judged.get_or_insert_with(|| {
             let held = std::mem::take(held);
             let (report, ledger) = super::audit_workloads(admission, &held);
