@@ -404,8 +404,7 @@ pub fn subject<'r>(
         // A new or changed template makes new pods; an update that leaves
         // every template as it was (scaling, finalizers) is not judged.
         SubjectKind::Controller => {
-            let mut templates = std::mem::take(&mut subject.templates);
-            for template in &mut templates {
+            for template in &mut subject.templates {
                 if let (Some(pod), Some(facts)) =
                     (template.request.object.as_ref(), template.gpu.as_mut())
                 {
@@ -413,13 +412,12 @@ pub fn subject<'r>(
                 }
             }
             // A built-in controller's own facts are its template's.
-            let built_in = templates.first().filter(|t| t.label.is_empty());
+            let built_in = subject.templates.first().filter(|t| t.label.is_empty());
             if let (Some(template), Some(facts)) = (built_in, subject.gpu.as_mut()) {
                 if let Some(placed) = &template.gpu {
                     facts.placement = placed.placement.clone();
                 }
             }
-            subject.templates = templates;
         }
         _ => {}
     }
@@ -449,36 +447,17 @@ pub fn subject<'r>(
 /// containers that ask for none) applied to each, so that what is admitted
 /// as a template is admitted as pods, and the other way round.
 fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
-    let mut templates = std::mem::take(&mut subject.templates);
-    for template in &mut templates {
-        let template_subject = Subject {
-            request: &template.request,
-            kind: SubjectKind::Pod,
-            namespace_name: subject.namespace_name.clone(),
-            namespace: subject.namespace.clone(),
-            namespace_labels: subject.namespace_labels.clone(),
-            templates: Vec::new(),
-            unjudged_pods: Vec::new(),
-            too_many_templates: None,
-            claims: template.claims.clone(),
-            gpu: None,
-            nodes: subject.nodes.clone(),
-            variables: Vec::new(),
-            authorizer: subject.authorizer.clone(),
-            exceptions: Vec::new(),
-            exceptions_at: subject.exceptions_at,
-        };
-        let plan = placement::plan_subject(profiles, &template_subject);
+    for i in 0..subject.templates.len() {
+        let plan = placement::plan_subject(profiles, &subject.template_pod(i));
         if plan.patch.0.is_empty() {
             continue;
         }
-        if let Some(pod) = template.request.object.as_mut() {
+        if let Some(pod) = subject.templates[i].request.object.as_mut() {
             if let Err(e) = json_patch::patch(pod, &plan.patch) {
                 tracing::error!("placement patch does not apply to a template pod: {e}");
             }
         }
     }
-    subject.templates = templates;
 }
 
 /// [`Admission::mutate_until`] with `bundle`. The subject is built once:
@@ -556,6 +535,42 @@ fn validate_with(
     req: &Request,
     deadline: Option<Instant>,
 ) -> (Outcome, bool) {
+    if !exception_webhook::is_exception(req) {
+        return validate_policies(bundle, lookups, authorizer, req, deadline);
+    }
+    // A GpuPolicyException itself: one that cannot be read is refused
+    // before any policy runs; the policies judge one that can.
+    let (denials, warnings) = exception_webhook::judge(
+        req,
+        |object| bundle.policies.read_exception(object),
+        |name| bundle.policies.has_policy(name),
+    );
+    if !denials.is_empty() {
+        let mut response = Response::deny(denials.join("\n"));
+        response.reason = Some("Invalid".into());
+        response.code = Some(422);
+        let outcome = Outcome {
+            response,
+            ..Outcome::default()
+        };
+        return (outcome, true);
+    }
+    let (mut outcome, finished) = validate_policies(bundle, lookups, authorizer, req, deadline);
+    if finished {
+        outcome.response.warnings.extend(warnings);
+    }
+    (outcome, finished)
+}
+
+/// The `/validate` answer of the policy set: the subject built once, every
+/// binding that matches it evaluated.
+fn validate_policies(
+    bundle: &Bundle,
+    lookups: Lookups,
+    authorizer: &Arc<dyn Authorizer>,
+    req: &Request,
+    deadline: Option<Instant>,
+) -> (Outcome, bool) {
     let subject = subject(bundle, req, lookups).with_authorizer(authorizer.clone());
     let gpus_per_pod = match subject.kind {
         SubjectKind::Pod | SubjectKind::Controller => subject.gpu.as_ref().map_or(0, |g| g.total),
@@ -577,26 +592,7 @@ fn validate_with(
             true,
         );
     }
-    let (exception_denials, exception_warnings) = match exception_webhook::is_exception(req) {
-        true => exception_webhook::judge(
-            req,
-            |object| bundle.policies.read_exception(object),
-            |name| bundle.policies.has_policy(name),
-        ),
-        false => (Vec::new(), Vec::new()),
-    };
-    if !exception_denials.is_empty() {
-        let mut response = Response::deny(exception_denials.join("\n"));
-        response.reason = Some("Invalid".into());
-        response.code = Some(422);
-        let outcome = Outcome {
-            response,
-            ..Outcome::default()
-        };
-        return (outcome, true);
-    }
-    let mut verdict = bundle.policies.evaluate_subject(&subject, deadline);
-    verdict.warnings.extend(exception_warnings);
+    let verdict = bundle.policies.evaluate_subject(&subject, deadline);
     if verdict.timed_out {
         let outcome = Outcome {
             response: deadline_denial(),

@@ -306,6 +306,30 @@ impl<'r> Subject<'r> {
         }
     }
 
+    /// The pod subject of template `index`: a Pod CREATE in this subject's
+    /// namespace, seeing its nodes and authorizer, with the template's DRA
+    /// claims; its GPU facts and variables not worked out yet.
+    pub fn template_pod(&self, index: usize) -> Subject<'_> {
+        let template = &self.templates[index];
+        Subject {
+            request: &template.request,
+            kind: SubjectKind::Pod,
+            namespace_name: self.namespace_name.clone(),
+            namespace: self.namespace.clone(),
+            namespace_labels: self.namespace_labels.clone(),
+            templates: Vec::new(),
+            unjudged_pods: Vec::new(),
+            too_many_templates: None,
+            claims: template.claims.clone(),
+            gpu: None,
+            nodes: self.nodes.clone(),
+            variables: Vec::new(),
+            authorizer: self.authorizer.clone(),
+            exceptions: Vec::new(),
+            exceptions_at: self.exceptions_at,
+        }
+    }
+
     /// The host variable `name`, when the subject carries it.
     pub fn variable(&self, name: &str) -> Option<&dyn Val> {
         self.variables
