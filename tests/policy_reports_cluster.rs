@@ -278,6 +278,51 @@ fn batch_pods(n: usize) -> Vec<Value> {
         .collect()
 }
 
+/// `serve --report-interval 1m --policy-reports on` (with `extra` flags)
+/// against `fake`, once its first sync has deleted the report in the
+/// `retired` namespace (the last write of a sync). Killed when dropped.
+async fn serve_first_sync(fake: &FakeApiServer, dir: &std::path::Path, extra: &[&str]) -> Kill {
+    let kubeconfig = fake.kubeconfig(dir);
+    let server = Kill(
+        std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--health-listen", "off"])
+            .args(["--metrics-listen", "127.0.0.1:0", "--node-cache", "off"])
+            .args(["--report-interval", "1m", "--policy-reports", "on"])
+            .args(extra)
+            .arg("--certs-dir")
+            .arg(dir.join("certs"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBERNETES_SERVICE_HOST", fake.addr.ip().to_string())
+            .env("KUBERNETES_SERVICE_PORT", fake.addr.port().to_string())
+            .env("POD_NAMESPACE", "gpu-admission")
+            .env("POD_NAME", "gpu-admission-7c9f-a")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    fake.wait_for_requests("the first run's policy reports", |requests| {
+        requests.iter().any(|r| {
+            r.method == "DELETE"
+                && r.path
+                    .ends_with("/namespaces/retired/policyreports/gpu-admission")
+        })
+    })
+    .await;
+    server
+}
+
+/// A child process, killed when dropped.
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `serve --report-interval 1m --policy-reports on` with a Lease: after its
 /// first run the findings are PolicyReports, the ones a previous leader
 /// left are updated or deleted, not duplicated, and the bound holds.
@@ -317,44 +362,7 @@ async fn serve_writes_policy_reports_after_its_first_run() {
     let batch_uid = stored(&fake)[&key("batch", "gpu-admission")]["metadata"]["uid"].clone();
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = fake.kubeconfig(dir.path());
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Kill(
-        std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--health-listen", "off"])
-            .args(["--metrics-listen", "127.0.0.1:0", "--node-cache", "off"])
-            .args(["--report-interval", "1m", "--policy-reports", "on"])
-            .args(["--policy-report-max-results", "4"])
-            .arg("--certs-dir")
-            .arg(dir.path().join("certs"))
-            .env("KUBECONFIG", &kubeconfig)
-            .env("KUBERNETES_SERVICE_HOST", fake.addr.ip().to_string())
-            .env("KUBERNETES_SERVICE_PORT", fake.addr.port().to_string())
-            .env("POD_NAMESPACE", "gpu-admission")
-            .env("POD_NAME", "gpu-admission-7c9f-a")
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-
-    // The first run ends with the retired namespace's report deleted (the
-    // last write of a sync).
-    fake.wait_for_requests("the first run's policy reports", |requests| {
-        requests.iter().any(|r| {
-            r.method == "DELETE"
-                && r.path
-                    .ends_with("/namespaces/retired/policyreports/gpu-admission")
-        })
-    })
-    .await;
+    let _server = serve_first_sync(&fake, dir.path(), &["--policy-report-max-results", "4"]).await;
     let reports = stored(&fake);
     let namespaces: Vec<&str> = reports.keys().map(|k| k.0.as_str()).collect();
     assert!(!namespaces.contains(&"retired"), "{namespaces:?}");
@@ -432,40 +440,7 @@ async fn audit_of_a_dump_writes_the_policy_reports_serve_writes() {
         }));
     });
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = fake.kubeconfig(dir.path());
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Kill(
-        std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--health-listen", "off"])
-            .args(["--metrics-listen", "127.0.0.1:0", "--node-cache", "off"])
-            .args(["--report-interval", "1m", "--policy-reports", "on"])
-            .arg("--certs-dir")
-            .arg(dir.path().join("certs"))
-            .env("KUBECONFIG", &kubeconfig)
-            .env("KUBERNETES_SERVICE_HOST", fake.addr.ip().to_string())
-            .env("KUBERNETES_SERVICE_PORT", fake.addr.port().to_string())
-            .env("POD_NAMESPACE", "gpu-admission")
-            .env("POD_NAME", "gpu-admission-7c9f-a")
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    fake.wait_for_requests("the first run's policy reports", |requests| {
-        requests.iter().any(|r| {
-            r.method == "DELETE"
-                && r.path
-                    .ends_with("/namespaces/retired/policyreports/gpu-admission")
-        })
-    })
-    .await;
+    let _server = serve_first_sync(&fake, dir.path(), &[]).await;
     let in_cluster = stored(&fake);
     assert!(in_cluster.len() >= 2, "{in_cluster:#?}");
 

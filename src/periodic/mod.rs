@@ -207,42 +207,35 @@ pub async fn audit_cluster(
     let kinds = inventory::audited_kinds(bundle.policies.template_sources());
     let (pods, others): (Vec<_>, Vec<_>) = kinds.iter().partition(|(_, kind)| *kind == "Pod");
     let mut run = audit::run::Run::new(admission);
-    // Without permission to list Nodes the report has no node section and
-    // says so.
-    inventory::list_pages(lister, &[("", "Node")], warn, &mut |page| {
-        if stop() {
-            return Err(Stopped.into());
-        }
-        run.nodes(page);
-        if run.held().0 > max_objects {
-            anyhow::bail!(
-                "the cluster has more than {max_objects} nodes; raise --report-max-objects"
-            );
-        }
-        Ok(())
-    })
-    .await?;
-    inventory::list_pages(lister, &others, warn, &mut |page| {
-        if stop() {
-            return Err(Stopped.into());
-        }
-        run.objects(page);
-        if run.held().1 > max_objects {
-            anyhow::bail!(
-                "the cluster has more than {max_objects} controllers, capacity objects and claims; raise --report-max-objects (each takes a few KiB during a run)"
-            );
-        }
-        Ok(())
-    })
-    .await?;
-    inventory::list_pages(lister, &pods, warn, &mut |page| {
-        if stop() {
-            return Err(Stopped.into());
-        }
-        run.pods(page);
-        Ok(())
-    })
-    .await?;
+    // Nodes first (without permission to list them the report has no node
+    // section and says so), then the other kinds, held (at most
+    // `max_objects` of each), then Pods a page at a time.
+    let phases: [(&[(&str, &str)], usize); 3] = [(&[("", "Node")], 0), (&others, 1), (&pods, 2)];
+    for (kinds, phase) in phases {
+        inventory::list_pages(lister, kinds, warn, &mut |page| {
+            if stop() {
+                return Err(Stopped.into());
+            }
+            match phase {
+                0 => run.nodes(page),
+                1 => run.objects(page),
+                _ => run.pods(page),
+            }
+            let (nodes, held) = run.held();
+            if nodes > max_objects {
+                anyhow::bail!(
+                    "the cluster has more than {max_objects} nodes; raise --report-max-objects"
+                );
+            }
+            if held > max_objects {
+                anyhow::bail!(
+                    "the cluster has more than {max_objects} controllers, capacity objects and claims; raise --report-max-objects (each takes a few KiB during a run)"
+                );
+            }
+            Ok(())
+        })
+        .await?;
+    }
     let mut report = run.finish(&[]);
     if let Some(settings) = utilization {
         let gpu_pods = audit::utilization::gpu_pods(&report.held_pods);
