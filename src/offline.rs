@@ -174,11 +174,20 @@ pub fn read_objects(
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let located = |e: anyhow::Error| anyhow::anyhow!("{}: {e}", path.display());
-    if text.trim_start().starts_with(['{', '[']) {
+    if is_json(&text) {
         json_objects(&text, each).map_err(located)
     } else {
         yaml_objects(&text, each).map_err(located)
     }
+}
+
+/// Whether `text` is JSON documents throughout (checked without building
+/// them); anything else, flow-style YAML included, is read as YAML.
+fn is_json(text: &str) -> bool {
+    text.trim_start().starts_with(['{', '['])
+        && serde_json::Deserializer::from_str(text)
+            .into_iter::<serde::de::IgnoredAny>()
+            .all(|doc| doc.is_ok())
 }
 
 /// Parses a (multi-document) manifest; see [`read_manifest`].
@@ -311,6 +320,38 @@ fn is_list(map: &serde_json::Map<String, Value>) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_lists_are_read_an_item_at_a_time_and_yaml_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            read_manifest(&path).unwrap()
+        };
+        let list = r#"{"apiVersion": "v1", "items": [{"kind": "Pod", "metadata": {"name": "a"}}, null,
+            {"kind": "Pod", "metadata": {"name": "b"}}], "kind": "List", "metadata": {}}
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}"#;
+        let names: Vec<String> = read("list.json", list)
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        // Not a List: `items` is a field like any other.
+        let object = read("object.json", r#"{"kind": "Thing", "items": [1, 2]}"#);
+        assert_eq!(object, vec![json!({"kind": "Thing", "items": [1, 2]})]);
+        // Flow-style YAML that is not JSON is read as YAML.
+        let flow = read(
+            "flow.yaml",
+            "{apiVersion: v1, kind: Pod, metadata: {name: d}}\n",
+        );
+        assert_eq!(flow[0]["metadata"]["name"], "d");
+        let yaml = read(
+            "list.yaml",
+            "kind: List\nitems:\n- kind: Pod\n  metadata: {name: e}\n---\n",
+        );
+        assert_eq!(yaml[0]["metadata"]["name"], "e");
+    }
 
     #[test]
     fn requests_for_cluster_scoped_objects_have_no_namespace() {
