@@ -35,7 +35,13 @@ async fn health_and_readiness_on_both_listeners() {
 /// The probe listener answers the kubelet's two paths and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probe_listener_serves_only_the_probes() {
-    let server = TestServer::start(config()).await;
+    // A shutdown delay keeps the listeners up once shutdown begins (as in
+    // a cluster), so the last probe always finds one to answer it.
+    let server = TestServer::start(ServeConfig {
+        shutdown_delay: Duration::from_secs(30),
+        ..config()
+    })
+    .await;
     assert_eq!(
         server.get_health_listener("/healthz").await,
         (StatusCode::OK, "ok\n".into())
@@ -325,7 +331,7 @@ async fn evaluation_concurrency_is_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_are_cut_off() {
-    let server = TestServer::start(gpu_admission::server::ServeConfig {
+    let server = TestServer::start(ServeConfig {
         header_read_timeout: Duration::from_millis(500),
         ..config()
     })
