@@ -289,6 +289,17 @@ fn run_audit(args: &[&str], kubeconfig: &std::path::Path) -> (Value, String) {
     (report, stderr)
 }
 
+/// `serve` flags for the periodic report on every replica, served at
+/// `/report` on the metrics listener.
+const REPORTING: &[&str] = &[
+    "--metrics-listen",
+    "127.0.0.1:0",
+    "--report-interval",
+    "1m",
+    "--report-lease",
+    "off",
+];
+
 /// The first report `/report?format=json` serves (503 "no report yet"
 /// until the first audit is done).
 async fn first_report(metrics: std::net::SocketAddr) -> Value {
@@ -815,17 +826,7 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
             cluster.apply(object);
         }
     });
-    let server = InCluster::serve_with(
-        &fake,
-        &[
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--report-interval",
-            "1m",
-            "--report-lease",
-            "off",
-        ],
-    );
+    let server = InCluster::serve_with(&fake, REPORTING);
     let metrics = server.metrics_addr.expect("serve logs its metrics address");
     let report = first_report(metrics).await;
     // Pods were read in pages of 500 (1,006 of them: three pages).
@@ -1072,17 +1073,7 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
             cluster.apply(object.clone());
         }
     });
-    let server = InCluster::serve_with(
-        &fake,
-        &[
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--report-interval",
-            "1m",
-            "--report-lease",
-            "off",
-        ],
-    );
+    let server = InCluster::serve_with(&fake, REPORTING);
     let metrics = server.metrics_addr.expect("serve logs its metrics address");
     let report = first_report(metrics).await;
 

@@ -58,9 +58,17 @@ impl<'a> Run<'a> {
 
     /// Objects of the kinds other than Pods (and Nodes), held until the
     /// Pods come: a pod is judged through its controller when it has one.
+    /// Objects that come after Pods are judged at once.
     pub fn objects(&mut self, page: Vec<Value>) {
-        debug_assert!(self.judged.is_none(), "objects after pods");
-        self.held.extend(page);
+        let Some((report, ledger, uids)) = self.judged.as_mut() else {
+            self.held.extend(page);
+            return;
+        };
+        let admission = self.with_nodes.as_ref().unwrap_or(self.admission);
+        uids.extend(uids_of(&page));
+        let (judged, judged_ledger) = super::audit_workloads(admission, &page);
+        merge(report, judged);
+        ledger.merge(judged_ledger);
     }
 
     /// One page of Pods, judged and dropped (a pod whose controller the run
@@ -121,14 +129,17 @@ impl<'a> Run<'a> {
         self.judged.get_or_insert_with(|| {
             let held = std::mem::take(held);
             let (report, ledger) = super::audit_workloads(admission, &held);
-            let uids = held
-                .iter()
-                .filter_map(|o| o.at("/metadata/uid").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect();
-            (report, ledger, uids)
+            (report, ledger, uids_of(&held).collect())
         })
     }
+}
+
+/// The uids of `objects`.
+fn uids_of(objects: &[Value]) -> impl Iterator<Item = String> + '_ {
+    objects
+        .iter()
+        .filter_map(|o| o.at("/metadata/uid").and_then(Value::as_str))
+        .map(str::to_string)
 }
 
 /// Whether an object in `uids` is `object`'s controller.
@@ -149,4 +160,54 @@ fn merge(report: &mut Report, more: Report) {
     }
     report.findings.extend(more.findings);
     report.excepted.extend(more.excepted);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::{self, PolicySource};
+    use crate::k8s::StaticNamespaces;
+    use serde_json::json;
+
+    fn privileged(kind: &str, name: &str) -> Value {
+        let pod = json!({"containers": [{"name": "main", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "securityContext": {"privileged": true},
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
+        match kind {
+            "Pod" => json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}")}, "spec": pod}),
+            _ => json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}")},
+                "spec": {"template": {"spec": pod}}}),
+        }
+    }
+
+    /// Objects fed after the first page of Pods are judged all the same.
+    #[test]
+    fn objects_after_pods_are_judged() {
+        let loaded = bundle::load(&PolicySource::Embedded).unwrap();
+        let admission = Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new()));
+        let in_order = {
+            let mut run = Run::new(&admission);
+            run.objects(vec![privileged("Job", "train")]);
+            run.pods(vec![privileged("Pod", "debug")]);
+            run.finish(&[])
+        };
+        let late = {
+            let mut run = Run::new(&admission);
+            run.pods(vec![privileged("Pod", "debug")]);
+            run.objects(vec![privileged("Job", "train")]);
+            run.finish(&[])
+        };
+        let names = |report: &Report| {
+            let mut names: Vec<String> = report.findings.iter().map(|f| f.name.clone()).collect();
+            names.sort();
+            names.dedup();
+            names
+        };
+        assert_eq!(names(&in_order), ["debug", "train"]);
+        assert_eq!(names(&late), names(&in_order));
+        assert_eq!(late.evaluated, in_order.evaluated);
+        assert_eq!(late.gpus_in_violation, in_order.gpus_in_violation);
+    }
 }

@@ -10,6 +10,7 @@ use crate::exceptions::{self, StaticExceptions};
 use crate::inventory;
 use crate::k8s::json::Pointer as _;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
+use crate::k8s::workloads::is_pod;
 use crate::k8s::StaticClaims;
 use crate::offline;
 use serde_json::Value;
@@ -226,10 +227,6 @@ impl Pods<'_> {
         }
         Ok(())
     }
-}
-
-fn is_pod(object: &Value) -> bool {
-    crate::k8s::workloads::is_pod(object)
 }
 
 fn namespace_of(object: &Value) -> Option<String> {
