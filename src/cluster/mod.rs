@@ -14,6 +14,7 @@ pub mod namespaces;
 pub mod nodes;
 pub mod policy_reports;
 pub mod prometheus;
+pub mod watch;
 
 pub use claims::ClusterClaims;
 pub use lister::ClusterLister;
