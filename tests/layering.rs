@@ -270,7 +270,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "review",
         ],
     ),
-    ("daemon", &["audit", "certs", "kueue", "periodic", "server"]),
+    (
+        "daemon",
+        &["audit", "certs", "cluster", "kueue", "periodic", "server"],
+    ),
     ("cli", &["*"]),
 ];
 

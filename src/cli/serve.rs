@@ -5,10 +5,11 @@ use super::flags::{
     parse_username, OptionalAddr, OptionalName, Switch,
 };
 use super::serve_certs::{managed_certs, ManagedCertArgs};
-use super::serve_exceptions::{cluster_exceptions, excepted_counter};
+use super::serve_exceptions::{excepted_counter, PendingExceptions};
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
 use crate::cluster::exceptions::metrics::ExceptionMetrics;
+use crate::cluster::watch::{CacheMetrics, Settings};
 use crate::cluster::{ClusterClaims, ClusterNamespaces, ClusterNodes};
 use crate::daemon::{self, Daemon, DaemonConfig, LogFormat, Service};
 use crate::gpu::catalog::Catalog;
@@ -333,24 +334,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 pub async fn serve(config: DaemonConfig, shutdown: ShutdownHandle) -> anyhow::Result<()> {
     let mut audit_metrics = None;
     let mut exception_metrics = ExceptionMetrics::default();
+    let mut cache_metrics = CacheMetrics::default();
     let metrics = Metrics::with_families(|registry| {
         if config.report_interval.is_some() {
             audit_metrics = Some(AuditMetrics::register(registry));
         }
         exception_metrics = ExceptionMetrics::register(registry);
+        cache_metrics = CacheMetrics::register(registry);
     });
     let readiness = Readiness::new();
     let policies_loaded = readiness.gate("policies not loaded");
     let (bundle, fingerprint) = load_initial(&config)?;
     log_loaded(&config, &bundle, &metrics);
     let mut daemon = Daemon::default();
-    let namespaces = namespace_lookup(&readiness, &mut daemon).await;
-    let claims = claim_lookup(&readiness, &mut daemon).await;
-    let nodes = node_lookup(&readiness, config.node_cache, &mut daemon).await;
-    let exceptions = cluster_exceptions(&readiness, config.policy_exceptions).await;
-    let mut admission = Admission::new(bundle, namespaces)
-        .with_claims(claims)
-        .with_nodes(nodes)
+    let lookups = watch_cluster(&config, &readiness, &mut daemon, &cache_metrics).await;
+    let exceptions = lookups.exceptions;
+    let mut admission = Admission::new(bundle, lookups.namespaces)
+        .with_claims(lookups.claims)
+        .with_nodes(lookups.nodes)
         .with_kueue_controllers(config.kueue_controllers.clone())
         .with_authorizer(cluster_authorizer())
         .on_excepted(excepted_counter(&exception_metrics));
@@ -660,36 +661,104 @@ fn emptied(served: &Bundle, next: &Bundle) -> Option<&'static str> {
     }
 }
 
-/// Namespace objects for namespaceSelector and namespaceObject: watched
-/// from the cluster when running inside one, otherwise none (selectors
-/// then see only `kubernetes.io/metadata.name`, which placement adds).
-/// `readiness` learns when the cache has its first list; outside a cluster
-/// there is nothing to wait for. In a cluster without a usable client the
-/// server stays not ready: without namespace labels, namespaceSelector
-/// would answer wrongly.
-async fn namespace_lookup(readiness: &Readiness, daemon: &mut Daemon) -> Arc<dyn NamespaceLookup> {
+/// What requests look up in the cluster, and the GpuPolicyException cache
+/// waiting for the Admission that reads its objects.
+struct Lookups {
+    namespaces: Arc<dyn NamespaceLookup>,
+    claims: Arc<dyn ClaimLookup>,
+    nodes: Arc<dyn NodeLookup>,
+    exceptions: Option<PendingExceptions>,
+}
+
+/// Starts the cluster's watched caches, when running in one, each a
+/// service whose readiness gate opens on its first list (or once the
+/// cluster is known not to serve the kind): Namespaces (namespaceSelector,
+/// namespaceObject), DRA ResourceClaims and ResourceClaimTemplates (which
+/// pods claim GPUs; none before Kubernetes 1.34), Nodes and Karpenter
+/// NodePools (where pods can land; `--node-cache`), GpuPolicyExceptions
+/// (`--policy-exceptions`). Outside a cluster, lookups that know nothing:
+/// selectors then see only `kubernetes.io/metadata.name`, which placement
+/// adds, and pods are judged by GPU node labels. In a cluster without a
+/// usable client the server stays not ready: without namespace labels,
+/// namespaceSelector would answer wrongly.
+async fn watch_cluster(
+    config: &DaemonConfig,
+    readiness: &Readiness,
+    daemon: &mut Daemon,
+    metrics: &CacheMetrics,
+) -> Lookups {
+    let mut lookups = Lookups {
+        namespaces: Arc::new(ClusterNamespaces::empty()),
+        claims: Arc::new(ClusterClaims::empty()),
+        nodes: Arc::new(NoNodes),
+        exceptions: None,
+    };
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
-        tracing::info!("not running in a cluster: no namespace labels for namespaceSelector");
-        return Arc::new(ClusterNamespaces::empty());
+        tracing::info!("not running in a cluster: no namespace labels for namespaceSelector, pods judged by GPU node labels alone");
+        return lookups;
     }
-    let gate = readiness.gate("namespaces not synced");
-    match kube::Client::try_default().await {
-        Ok(client) => {
-            let (namespaces, task) = ClusterNamespaces::start(client);
-            tracing::info!("watching Namespaces for namespaceSelector and namespaceObject; ready once they are listed");
-            let synced = namespaces.clone();
-            daemon.start([Service::task("namespaces", task).opening(
-                gate,
-                "namespace",
-                async move { synced.wait_until_synced().await },
-            )]);
-            Arc::new(namespaces)
-        }
+    let namespaces_synced = readiness.gate("namespaces not synced");
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
         Err(err) => {
             tracing::error!(error = %err, "in a cluster but no cluster client: namespaceSelector cannot be evaluated; staying not ready");
-            Arc::new(ClusterNamespaces::empty())
+            namespaces_synced.say(Some(format!("no cluster client: {err}")));
+            return lookups;
         }
+    };
+    let settings = Settings::default();
+    let (namespaces, task) =
+        ClusterNamespaces::start_with(client.clone(), settings, metrics.clone());
+    tracing::info!(
+        "watching Namespaces for namespaceSelector and namespaceObject; ready once they are listed"
+    );
+    let mut service = Service::task("namespaces", task);
+    if let Some(watched) = namespaces.watched() {
+        service = service.following(namespaces_synced, watched);
     }
+    daemon.start([service]);
+    lookups.namespaces = Arc::new(namespaces);
+
+    let (claims, task) = ClusterClaims::start_with(client.clone(), settings, metrics.clone());
+    tracing::info!("watching ResourceClaims and ResourceClaimTemplates for DRA GPU pods (none before Kubernetes 1.34); ready once they are listed");
+    let gates = [
+        "resource claims not synced",
+        "resource claim templates not synced",
+    ];
+    let mut service = Service::task("resource claims", task);
+    for (gate, watched) in gates.into_iter().zip(claims.watched()) {
+        service = service.following(readiness.gate(gate), watched);
+    }
+    daemon.start([service]);
+    lookups.claims = Arc::new(claims);
+
+    if config.node_cache {
+        let (nodes, task) = ClusterNodes::start(client.clone(), settings, metrics.clone());
+        let (pools, pools_task) = nodes.watch_node_pools(client.clone(), settings, metrics.clone());
+        tracing::info!("watching Nodes, and Karpenter NodePools for the nodes they could create, for where pods can land; ready once they are listed (--node-cache=off judges by labels)");
+        let mut service = Service::task("nodes", task);
+        if let Some(watched) = nodes.watched() {
+            service = service.following(readiness.gate("nodes not synced"), watched);
+        }
+        let pools = Service::task("node pools", pools_task)
+            .following(readiness.gate("node pools not synced"), pools);
+        daemon.start([service, pools]);
+        lookups.nodes = Arc::new(nodes);
+    } else {
+        tracing::info!("node cache off: where pods can land is judged by GPU node labels alone");
+    }
+
+    if config.policy_exceptions {
+        lookups.exceptions = Some(PendingExceptions::new(
+            client,
+            readiness,
+            settings,
+            metrics.clone(),
+        ));
+    } else {
+        tracing::info!("policy exceptions off: only the policy folder's GpuPolicyExceptions apply");
+    }
+    lookups
 }
 
 /// What the policies' `authorizer` checks ask: the cluster, through
@@ -707,104 +776,6 @@ fn cluster_authorizer() -> Arc<dyn crate::authz::Authorizer> {
             Arc::new(crate::authz::NoAuthorizer)
         }
     }
-}
-
-/// DRA ResourceClaims and ResourceClaimTemplates, to tell which pods claim
-/// GPUs: watched from the cluster when it serves `resource.k8s.io/v1`
-/// (Kubernetes 1.34+), readiness then waiting for their first list;
-/// otherwise none (pods' claims then count no device).
-async fn claim_lookup(readiness: &Readiness, daemon: &mut Daemon) -> Arc<dyn ClaimLookup> {
-    use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
-    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
-        return Arc::new(ClusterClaims::empty());
-    }
-    let client = match kube::Client::try_default().await {
-        Ok(client) => client,
-        // namespace_lookup has said why, and keeps the server not ready.
-        Err(_) => return Arc::new(ClusterClaims::empty()),
-    };
-    let probe = kube::Api::<ResourceClaimTemplate>::all(client.clone())
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await;
-    if let Err(kube::Error::Api(status)) = &probe {
-        if status.is_not_found() {
-            tracing::info!(
-                "the cluster does not serve resource.k8s.io/v1: pods' resource claims count no GPU"
-            );
-            return Arc::new(ClusterClaims::empty());
-        }
-    }
-    let (claims, task) = ClusterClaims::start(client);
-    tracing::info!("watching ResourceClaims and ResourceClaimTemplates for DRA GPU pods; ready once they are listed");
-    let synced = claims.clone();
-    let gate = readiness.gate("resource claims not synced");
-    daemon.start([Service::task("resource claims", task).opening(
-        gate,
-        "resource claim",
-        async move { synced.wait_until_synced().await },
-    )]);
-    Arc::new(claims)
-}
-
-/// The cluster's Nodes, for where a pod can land: watched when running in a
-/// cluster with the cache on, readiness then waiting for their first list;
-/// otherwise none (judged by GPU node labels alone).
-async fn node_lookup(readiness: &Readiness, on: bool, daemon: &mut Daemon) -> Arc<dyn NodeLookup> {
-    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
-        return Arc::new(NoNodes);
-    }
-    if !on {
-        tracing::info!("node cache off: where pods can land is judged by GPU node labels alone");
-        return Arc::new(NoNodes);
-    }
-    let client = match kube::Client::try_default().await {
-        Ok(client) => client,
-        // namespace_lookup has said why, and keeps the server not ready.
-        Err(_) => return Arc::new(NoNodes),
-    };
-    // A cluster that refuses the server the Nodes (RBAC) is judged by labels
-    // rather than left without a ready replica (every GPU pod would then
-    // wait on this webhook); the log says what to grant. Any other error is
-    // retried by the watch, readiness waiting for it.
-    let probe = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await;
-    if let Err(kube::Error::Api(e)) = probe {
-        tracing::error!(error = %e, "cannot list Nodes: where pods can land is judged by GPU node labels alone; grant get, list and watch on nodes (deploy/base/rbac.yaml), or pass --node-cache=off");
-        return Arc::new(NoNodes);
-    }
-    let (nodes, task) = ClusterNodes::start(client.clone());
-    // Karpenter's NodePools count for the nodes they could create, where
-    // the cluster serves them and lets the server read them.
-    let pools = {
-        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-        let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
-        kube::Api::<DynamicObject>::all_with(
-            client.clone(),
-            &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
-        )
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-    };
-    let pools = match pools {
-        Ok(_) => {
-            let pools = nodes.watch_node_pools(client);
-            tracing::info!("watching Karpenter NodePools for the nodes they could create");
-            Some(Service::task("node pools", pools))
-        }
-        Err(e) => {
-            tracing::info!(error = %e, "no Karpenter NodePools to watch: only existing nodes count");
-            None
-        }
-    };
-    tracing::info!("watching Nodes for where pods can land; ready once they are listed (--node-cache=off judges by labels)");
-    let synced = nodes.clone();
-    let gate = readiness.gate("nodes not synced");
-    let watch = Service::task("nodes", task).opening(gate, "node", async move {
-        synced.wait_until_synced().await
-    });
-    daemon.start(std::iter::once(watch).chain(pools));
-    Arc::new(nodes)
 }
 
 /// What loading the policies ignored: warnings at warn, notes at debug.

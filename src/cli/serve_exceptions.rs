@@ -4,6 +4,7 @@
 use crate::admission::{Admission, ExceptedCounter};
 use crate::cluster::exceptions::metrics::ExceptionMetrics;
 use crate::cluster::exceptions::{ClusterExceptions, Reader};
+use crate::cluster::watch::{CacheMetrics, Settings};
 use crate::daemon::Service;
 use crate::exceptions::ExceptionLookup;
 use crate::server::{Gate, Readiness};
@@ -16,29 +17,29 @@ pub struct PendingExceptions {
     cache: ClusterExceptions,
     client: kube::Client,
     synced: Gate,
-}
-
-/// In a cluster with `on`: a cache of its GpuPolicyExceptions, readiness
-/// then waiting for the first list (a cluster without the CRD, or that
-/// refuses the list, is not waited for). Otherwise none.
-pub async fn cluster_exceptions(readiness: &Readiness, on: bool) -> Option<PendingExceptions> {
-    // Outside a cluster there is nothing to watch.
-    std::env::var_os("KUBERNETES_SERVICE_HOST")?;
-    if !on {
-        tracing::info!("policy exceptions off: only the policy folder's GpuPolicyExceptions apply");
-        return None;
-    }
-    // Without a client namespace_lookup has said why, and keeps the
-    // server not ready.
-    let client = kube::Client::try_default().await.ok()?;
-    Some(PendingExceptions {
-        cache: ClusterExceptions::waiting(),
-        client,
-        synced: readiness.gate("policy exceptions not synced"),
-    })
+    settings: Settings,
+    metrics: CacheMetrics,
 }
 
 impl PendingExceptions {
+    /// A cache of the cluster's GpuPolicyExceptions, readiness waiting for
+    /// its first list (a cluster without the CRD, or that refuses the
+    /// list, is not waited for).
+    pub fn new(
+        client: kube::Client,
+        readiness: &Readiness,
+        settings: Settings,
+        metrics: CacheMetrics,
+    ) -> PendingExceptions {
+        PendingExceptions {
+            cache: ClusterExceptions::waiting(),
+            client,
+            synced: readiness.gate("policy exceptions not synced"),
+            settings,
+            metrics,
+        }
+    }
+
     /// What the Admission looks exceptions up in.
     pub fn lookup(&self) -> Arc<dyn ExceptionLookup> {
         Arc::new(self.cache.clone())
@@ -48,19 +49,14 @@ impl PendingExceptions {
     /// `admission` serves at the time; `metrics` then reports the cache,
     /// and its readiness gate opens on its first list.
     pub fn start(self, admission: Arc<Admission>, metrics: &ExceptionMetrics) -> Service {
-        let PendingExceptions {
-            cache,
-            client,
-            synced,
-        } = self;
         let read: Reader =
             Arc::new(move |object| admission.bundle().policies.read_exception(object));
-        let task = cache.watch(client, read);
-        metrics.watch(cache.clone());
+        let (watched, task) = self
+            .cache
+            .watch(self.client, read, self.settings, self.metrics);
+        metrics.watch(self.cache);
         tracing::info!("watching GpuPolicyExceptions; ready once they are listed (--policy-exceptions=off does without)");
-        Service::task("policy exceptions", task).opening(synced, "policy exception", async move {
-            cache.wait_until_synced().await
-        })
+        Service::task("policy exceptions", task).following(self.synced, watched)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The cluster's DRA ResourceClaims and ResourceClaimTemplates, watched,
 //! for which pods claim GPUs.
+use super::watch::{self, CacheMetrics, Kind, Settings, Watched};
 use crate::k8s::ClaimLookup;
 use serde_json::Value;
 
@@ -8,11 +9,12 @@ type TemplateStore =
     kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaimTemplate>;
 
 /// ResourceClaims and ResourceClaimTemplates of a live cluster
-/// (`resource.k8s.io/v1`), kept current by two reflectors (needs only
+/// (`resource.k8s.io/v1`), kept current by two watched caches (needs only
 /// get/list/watch on both). Empty until the first lists complete.
 #[derive(Clone, Default)]
 pub struct ClusterClaims {
     stores: Option<(ClaimStore, TemplateStore)>,
+    watched: Vec<Watched>,
 }
 
 impl ClusterClaims {
@@ -23,74 +25,78 @@ impl ClusterClaims {
     }
 
     /// Starts watching both kinds with `client`. The returned task runs
-    /// until dropped or aborted.
+    /// until aborted.
     pub fn start(client: kube::Client) -> (ClusterClaims, tokio::task::JoinHandle<()>) {
+        ClusterClaims::start_with(client, Settings::default(), CacheMetrics::default())
+    }
+
+    /// [`ClusterClaims::start`] with these settings and metrics. A cluster
+    /// that does not serve `resource.k8s.io/v1` (before Kubernetes 1.34)
+    /// has no claims: both caches are then synced and empty.
+    pub fn start_with(
+        client: kube::Client,
+        settings: Settings,
+        metrics: CacheMetrics,
+    ) -> (ClusterClaims, tokio::task::JoinHandle<()>) {
         use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
-        let (claims, claim_events) = reflect::<ResourceClaim>(client.clone(), |c| {
+        let claims_kind = Kind::new("resource claims", "resource.k8s.io", "v1", "resourceclaims");
+        let templates_kind = Kind::new(
+            "resource claim templates",
+            "resource.k8s.io",
+            "v1",
+            "resourceclaimtemplates",
+        );
+        let (claims, claims_watched, claims_task) = watch::reflect::<ResourceClaim>(
+            client.clone(),
+            claims_kind,
+            settings,
+            metrics.clone(),
             // Only the spec is read; allocations and reservations churn.
-            c.status = None;
-        });
-        let (templates, template_events) = reflect::<ResourceClaimTemplate>(client, |_| {});
+            |c| c.status = None,
+        );
+        let (templates, templates_watched, templates_task) = watch::reflect::<ResourceClaimTemplate>(
+            client,
+            templates_kind,
+            settings,
+            metrics,
+            |_| {},
+        );
         let task = tokio::spawn(async move {
-            tokio::join!(claim_events, template_events);
+            let _abort_both = (AbortOnDrop(claims_task), AbortOnDrop(templates_task));
+            std::future::pending::<()>().await
         });
         let lookup = ClusterClaims {
             stores: Some((claims, templates)),
+            watched: vec![claims_watched, templates_watched],
         };
         (lookup, task)
     }
 
-    /// Resolves once both kinds are listed (at once for an empty lookup).
-    /// Returns false if a watch ended before that.
+    /// The watches filling the cache.
+    pub fn watched(&self) -> Vec<Watched> {
+        self.watched.clone()
+    }
+
+    /// Resolves once both kinds are listed, or known not served (at once
+    /// for an empty lookup). Returns false if a watch stopped before that.
     pub async fn wait_until_synced(&self) -> bool {
-        match &self.stores {
-            None => true,
-            Some((claims, templates)) => {
-                let (a, b) = tokio::join!(claims.wait_until_ready(), templates.wait_until_ready());
-                a.is_ok() && b.is_ok()
+        for watched in &self.watched {
+            if !watched.synced().await {
+                return false;
             }
         }
+        true
     }
 }
 
-/// A reflector over every object of `K`, trimmed by `trim` (and of its
-/// managed fields) before it is stored; the future drives it.
-pub(crate) fn reflect<K>(
-    client: kube::Client,
-    trim: fn(&mut K),
-) -> (
-    kube::runtime::reflector::Store<K>,
-    impl std::future::Future<Output = ()>,
-)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    use futures_util::StreamExt as _;
-    use kube::runtime::{reflector, watcher, WatchStreamExt};
-    let api: kube::Api<K> = kube::Api::all(client);
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .modify(move |o| {
-            o.meta_mut().managed_fields = None;
-            trim(o);
-        })
-        .default_backoff();
-    let stream = reflector(writer, stream).touched_objects();
-    let events = async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
-                tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying");
-            }
-        }
-    };
-    (reader, events)
+/// Aborts a task when dropped, so that aborting the task holding it stops
+/// both watches.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn stored<K: kube::Resource<DynamicType = ()> + Clone + serde::Serialize>(

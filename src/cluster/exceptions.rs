@@ -10,9 +10,9 @@
 //! an object beyond the bounds, or one that does not read, is not held,
 //! logged once (namespace/name and why, never the object) and counted as
 //! invalid. Expiry needs no event: exceptions are judged at [`ExceptionLookup::now`].
+use super::watch::{self, CacheMetrics, Event, Kind, Settings, Watched};
 use crate::exceptions::{Exception, ExceptionError, ExceptionLookup, State, GROUP, KIND, RESOURCE};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::watcher;
+use kube::api::DynamicObject;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -69,8 +69,6 @@ enum Status {
     Listing,
     /// Listed once (or known to be unavailable: nothing to wait for).
     Synced,
-    /// The watch ended before its first list.
-    Ended,
 }
 
 impl ClusterExceptions {
@@ -98,61 +96,50 @@ impl ClusterExceptions {
         read: Reader,
     ) -> (ClusterExceptions, tokio::task::JoinHandle<()>) {
         let lookup = ClusterExceptions::waiting();
-        let task = lookup.watch(client, read);
+        let (_, task) = lookup.watch(client, read, Settings::default(), CacheMetrics::default());
         (lookup, task)
     }
 
-    /// Watches the exceptions of every namespace with `client` into this
-    /// cache, reading each with `read`. The returned task runs until
-    /// aborted; call it once per cache.
-    ///
-    /// A cluster that does not serve the kind (no CRD) or refuses the
+    /// The kind: a cluster that does not serve it (no CRD) or refuses the
     /// server the list (RBAC) leaves the cache synced and empty, so that
     /// nothing is excepted and readiness does not wait; the watch keeps
-    /// retrying with backoff and fills the cache once it can.
-    pub fn watch(&self, client: kube::Client, read: Reader) -> tokio::task::JoinHandle<()> {
-        use futures_util::StreamExt as _;
-        use kube::runtime::WatchStreamExt as _;
-        let gvk = GroupVersionKind::gvk(GROUP, VERSION, KIND);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, RESOURCE);
-        let api = kube::Api::<DynamicObject>::all_with(client, &resource);
-        let shared = self.shared.clone();
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            let mut cache = Some(Cache::new(read, shared.clone()));
-            while let Some(event) = stream.next().await {
-                let Some(mut held) = cache.take() else { break };
-                match event {
-                    Ok(event) => {
-                        // Reading compiles CEL: off the runtime's threads.
-                        match tokio::task::spawn_blocking(move || {
-                            held.handle(event);
-                            held
-                        })
-                        .await
-                        {
-                            Ok(held) => cache = Some(held),
-                            Err(e) => {
-                                tracing::error!(error = %e, "the GpuPolicyException cache stopped; exceptions are no longer updated");
-                                break;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        held.failed(&e);
-                        cache = Some(held);
+    /// asking and fills the cache once it can.
+    pub fn kind() -> Kind {
+        Kind::new("policy exceptions", GROUP, VERSION, RESOURCE).forbidden_is_empty(RBAC_RULE)
+    }
+
+    /// Watches the exceptions of every namespace with `client` into this
+    /// cache, reading each with `read` (off the runtime's threads: it
+    /// compiles CEL). The returned task runs until aborted; call it once
+    /// per cache.
+    pub fn watch(
+        &self,
+        client: kube::Client,
+        read: Reader,
+        settings: Settings,
+        metrics: CacheMetrics,
+    ) -> (Watched, tokio::task::JoinHandle<()>) {
+        let cache = Arc::new(std::sync::Mutex::new(Cache::new(read, self.shared.clone())));
+        watch::start(
+            client,
+            ClusterExceptions::kind(),
+            settings,
+            metrics,
+            move |event: Event<DynamicObject>| {
+                let cache = cache.clone();
+                async move {
+                    let handled = tokio::task::spawn_blocking(move || {
+                        cache
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .handle(event)
+                    });
+                    if let Err(e) = handled.await {
+                        tracing::error!(error = %e, "reading a GpuPolicyException failed; it is not held");
                     }
                 }
-            }
-            shared.status.send_if_modified(|status| {
-                let listing = *status == Status::Listing;
-                if listing {
-                    *status = Status::Ended;
-                }
-                listing
-            });
-        })
+            },
+        )
     }
 
     /// Judged at `clock` instead of the wall clock (for tests).
@@ -166,8 +153,8 @@ impl ClusterExceptions {
     /// which case the cache never syncs.
     pub async fn wait_until_synced(&self) -> bool {
         let mut status = self.shared.status.subscribe();
-        let status = status.wait_for(|s| *s != Status::Listing).await;
-        matches!(status.as_deref(), Ok(Status::Synced))
+        let synced = status.wait_for(|s| *s == Status::Synced).await.is_ok();
+        synced
     }
 
     /// Whether the first list is in.
@@ -248,9 +235,6 @@ struct Cache {
     live: Entries,
     /// Being filled by a (re)list, replacing `live` when it completes.
     relist: Option<Entries>,
-    /// Why the watch last failed, so that a failure repeated by the
-    /// backoff is logged once.
-    failing: Option<Failure>,
 }
 
 #[derive(Default)]
@@ -275,13 +259,6 @@ enum Kept {
     /// Beyond the bounds (logged); read again when it changes, or on a
     /// relist once there is room.
     Ignored,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Failure {
-    NotServed,
-    Forbidden,
-    Other,
 }
 
 impl Entries {
@@ -350,13 +327,10 @@ impl Cache {
             shared,
             live: Entries::default(),
             relist: None,
-            failing: None,
         }
     }
 
-    fn handle(&mut self, event: watcher::Event<DynamicObject>) {
-        use watcher::Event;
-        self.failing = None;
+    fn handle(&mut self, event: Event<DynamicObject>) {
         match event {
             Event::Init => self.relist = Some(Entries::default()),
             Event::InitApply(object) => {
@@ -380,41 +354,6 @@ impl Cache {
                 self.publish(&namespace);
             }
         }
-    }
-
-    /// A watch or list error: a kind the cluster does not serve, or a list
-    /// it refuses, leaves the cache empty and synced (nothing excepted,
-    /// nothing waited for); anything else is retried, the cache kept.
-    fn failed(&mut self, error: &watcher::Error) {
-        let failure = match status_of(error) {
-            Some(status) if status.is_not_found() => Failure::NotServed,
-            Some(status) if status.is_forbidden() => Failure::Forbidden,
-            _ => Failure::Other,
-        };
-        let repeated = self.failing == Some(failure);
-        self.failing = Some(failure);
-        match failure {
-            Failure::NotServed => {
-                if !repeated {
-                    tracing::info!(error = %error, "the cluster does not serve gpu-admission.io/{VERSION} gpupolicyexceptions (is the CRD of deploy/exceptions installed?): no exceptions from the cluster; retrying");
-                }
-            }
-            Failure::Forbidden => {
-                if !repeated {
-                    tracing::error!(error = %error, "cannot list GpuPolicyExceptions: nothing is excepted until the server is granted {RBAC_RULE}; retrying");
-                }
-            }
-            Failure::Other => {
-                tracing::warn!(error = %error, "GpuPolicyException watch failed; retrying");
-                return;
-            }
-        }
-        self.relist = None;
-        if self.live.held + self.live.not_held > 0 {
-            self.live = Entries::default();
-            self.publish_all();
-        }
-        self.shared.status.send_replace(Status::Synced);
     }
 
     fn publish(&self, namespace: &str) {
@@ -530,17 +469,6 @@ fn as_value(object: DynamicObject) -> Value {
         fields.insert("kind".into(), KIND.into());
     }
     value
-}
-
-/// The API status an error carries, if any.
-fn status_of(error: &watcher::Error) -> Option<&kube::core::Status> {
-    match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status),
-        watcher::Error::WatchError(status) => Some(status),
-        _ => None,
-    }
 }
 
 pub mod metrics;

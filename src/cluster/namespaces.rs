@@ -1,5 +1,6 @@
 //! The cluster's Namespaces, for namespaceSelector and namespaceObject:
 //! a watched cache that writes each Namespace as JSON once per version.
+use super::watch::{self, CacheMetrics, Kind, Settings, Watched};
 use crate::k8s::NamespaceLookup;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -16,6 +17,7 @@ type NamespaceStore = kube::runtime::reflector::Store<k8s_openapi::api::core::v1
 #[derive(Clone)]
 pub struct ClusterNamespaces {
     store: Option<NamespaceStore>,
+    watched: Option<Watched>,
     written: Arc<Mutex<HashMap<String, Written>>>,
 }
 
@@ -35,6 +37,7 @@ impl ClusterNamespaces {
     pub fn empty() -> ClusterNamespaces {
         ClusterNamespaces {
             store: None,
+            watched: None,
             written: Arc::default(),
         }
     }
@@ -43,29 +46,33 @@ impl ClusterNamespaces {
     pub fn from_store(store: NamespaceStore) -> ClusterNamespaces {
         ClusterNamespaces {
             store: Some(store),
+            watched: None,
             written: Arc::default(),
         }
     }
 
     /// Starts watching Namespaces with `client`. The returned task runs
-    /// until dropped or aborted.
+    /// until aborted.
     pub fn start(client: kube::Client) -> (ClusterNamespaces, tokio::task::JoinHandle<()>) {
-        use futures_util::StreamExt as _;
-        use kube::runtime::{reflector, watcher, WatchStreamExt};
-        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
-        let (reader, writer) = reflector::store();
-        let stream = reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-        let task = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                if let Err(e) = event {
-                    tracing::warn!(error = %e, "namespace watch failed; retrying");
-                }
-            }
-        });
-        (ClusterNamespaces::from_store(reader), task)
+        ClusterNamespaces::start_with(client, Settings::default(), CacheMetrics::default())
+    }
+
+    /// [`ClusterNamespaces::start`] with these settings and metrics.
+    pub fn start_with(
+        client: kube::Client,
+        settings: Settings,
+        metrics: CacheMetrics,
+    ) -> (ClusterNamespaces, tokio::task::JoinHandle<()>) {
+        let kind = Kind::new("namespaces", "", "v1", "namespaces");
+        let (store, watched, task) = watch::reflect(client, kind, settings, metrics, |_| {});
+        let mut lookup = ClusterNamespaces::from_store(store);
+        lookup.watched = Some(watched);
+        (lookup, task)
+    }
+
+    /// The watch filling the cache, if it is watched.
+    pub fn watched(&self) -> Option<Watched> {
+        self.watched.clone()
     }
 
     /// Connects with the kubeconfig or in-cluster configuration, if there
@@ -89,9 +96,10 @@ impl ClusterNamespaces {
     /// (at once for a lookup without a cluster). Returns false if the watch
     /// ended before that, in which case the cache never syncs.
     pub async fn wait_until_synced(&self) -> bool {
-        match &self.store {
-            None => true,
-            Some(store) => store.wait_until_ready().await.is_ok(),
+        match (&self.watched, &self.store) {
+            (Some(watched), _) => watched.synced().await,
+            (None, Some(store)) => store.wait_until_ready().await.is_ok(),
+            (None, None) => true,
         }
     }
 }

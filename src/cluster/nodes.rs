@@ -2,6 +2,7 @@
 //! reads them, kept current by a watch. Everything else a Node carries
 //! (images, conditions, addresses, annotations) is dropped before it is
 //! stored, so the cache stays small on clusters of thousands of nodes.
+use super::watch::{self, CacheMetrics, Event, Kind, Settings, Watched};
 use crate::gpu::{NodeLookup, NodeSnapshot};
 use crate::k8s::NodeInfo;
 use k8s_openapi::api::core::v1::Node;
@@ -17,7 +18,9 @@ use std::sync::Arc;
 #[derive(Clone, Default)]
 pub struct ClusterNodes {
     inner: Arc<std::sync::RwLock<Known>>,
-    synced: Arc<tokio::sync::watch::Sender<Option<bool>>>,
+    /// The node watch, once started: while the cluster refuses the list,
+    /// requests are judged by labels.
+    watched: Arc<std::sync::OnceLock<Watched>>,
 }
 
 #[derive(Default)]
@@ -33,39 +36,54 @@ struct Known {
 }
 
 impl ClusterNodes {
-    /// Starts watching Nodes with `client`. The returned task runs until
-    /// dropped or aborted.
-    pub fn start(client: kube::Client) -> (ClusterNodes, tokio::task::JoinHandle<()>) {
-        use futures_util::StreamExt as _;
-        use kube::runtime::{watcher, WatchStreamExt};
+    /// The Node kind: a cluster that refuses the server the list (RBAC) is
+    /// judged by labels rather than left without a ready replica (every
+    /// GPU pod would then wait on this webhook); the log says what to grant.
+    pub fn kind() -> Kind {
+        Kind::new("nodes", "", "v1", "nodes").forbidden_is_empty(
+            "get, list and watch on nodes (deploy/base/rbac.yaml), or pass --node-cache=off",
+        )
+    }
+
+    /// Karpenter's `karpenter.sh/v1` NodePools: a cluster without
+    /// Karpenter, or that refuses the list, has none.
+    pub fn pool_kind() -> Kind {
+        Kind::new("node pools", "karpenter.sh", "v1", "nodepools").forbidden_is_empty(
+            "get, list and watch on nodepools.karpenter.sh (deploy/base/rbac.yaml)",
+        )
+    }
+
+    /// Starts watching Nodes with `client`; the task runs until aborted.
+    pub fn start(
+        client: kube::Client,
+        settings: Settings,
+        metrics: CacheMetrics,
+    ) -> (ClusterNodes, tokio::task::JoinHandle<()>) {
         let lookup = ClusterNodes::default();
-        let api: kube::Api<Node> = kube::Api::all(client);
-        let stream = watcher(api, watcher::Config::default())
-            .modify(trim)
-            .default_backoff();
         let writer = lookup.clone();
-        let task = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) => writer.apply(event),
-                    Err(e) => tracing::warn!(error = %e, "node watch failed; retrying"),
+        let (watched, task) = watch::start(
+            client,
+            ClusterNodes::kind(),
+            settings,
+            metrics,
+            watch::sink(move |mut event: Event<Node>| {
+                if let Event::InitApply(node) | Event::Apply(node) = &mut event {
+                    trim(node);
                 }
-            }
-            writer.synced.send_if_modified(|s| {
-                let first = s.is_none();
-                if first {
-                    *s = Some(false);
-                }
-                first
-            });
-        });
+                writer.apply(event)
+            }),
+        );
+        let _ = lookup.watched.set(watched);
         (lookup, task)
     }
 
+    /// The node watch, once started.
+    pub fn watched(&self) -> Option<Watched> {
+        self.watched.get().cloned()
+    }
+
     /// Takes one watch event into the cache.
-    pub fn apply(&self, event: kube::runtime::watcher::Event<Node>) {
-        use kube::runtime::watcher::Event;
+    pub fn apply(&self, event: Event<Node>) {
         let read = |node: &Node| {
             serde_json::to_value(node)
                 .ok()
@@ -87,13 +105,6 @@ impl ClusterNodes {
                 let list = known.relisting.take().unwrap_or_default();
                 let changed = list != known.nodes;
                 known.nodes = list;
-                drop(known);
-                self.synced.send_if_modified(|s| {
-                    let first = *s != Some(true);
-                    *s = Some(true);
-                    first
-                });
-                known = self.inner.write().unwrap_or_else(|e| e.into_inner());
                 changed
             }
             Event::Apply(node) => match read(&node) {
@@ -113,40 +124,22 @@ impl ClusterNodes {
         }
     }
 
-    /// Also watches Karpenter's `karpenter.sh/v1` NodePools with `client`
-    /// (call only when the cluster serves them). The task runs until
-    /// dropped or aborted.
-    pub fn watch_node_pools(&self, client: kube::Client) -> tokio::task::JoinHandle<()> {
-        use futures_util::StreamExt as _;
-        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-        use kube::runtime::{watcher, WatchStreamExt};
-        let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
-        let api: kube::Api<DynamicObject> = kube::Api::all_with(
-            client,
-            &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
-        );
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
+    /// Also watches Karpenter's NodePools with `client` into this cache.
+    /// The task runs until aborted.
+    pub fn watch_node_pools(
+        &self,
+        client: kube::Client,
+        settings: Settings,
+        metrics: CacheMetrics,
+    ) -> (Watched, tokio::task::JoinHandle<()>) {
         let pools = self.inner.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) => apply_pool(&pools, event),
-                    Err(e) => tracing::warn!(error = %e, "NodePool watch failed; retrying"),
-                }
-            }
-        })
-    }
-
-    /// Resolves once the first full list is in the cache. Returns false if
-    /// the watch ended before that.
-    pub async fn wait_until_synced(&self) -> bool {
-        let mut rx = self.synced.subscribe();
-        let synced = match rx.wait_for(Option::is_some).await {
-            Ok(state) => *state == Some(true),
-            Err(_) => false,
-        };
-        synced
+        watch::start(
+            client,
+            ClusterNodes::pool_kind(),
+            settings,
+            metrics,
+            watch::sink(move |event| apply_pool(&pools, event)),
+        )
     }
 }
 
@@ -165,11 +158,7 @@ fn pool_value(pool: &kube::api::DynamicObject) -> Option<(String, Value)> {
     ))
 }
 
-fn apply_pool(
-    pools: &std::sync::RwLock<Known>,
-    event: kube::runtime::watcher::Event<kube::api::DynamicObject>,
-) {
-    use kube::runtime::watcher::Event;
+fn apply_pool(pools: &std::sync::RwLock<Known>, event: Event<kube::api::DynamicObject>) {
     let mut known = pools.write().unwrap_or_else(|e| e.into_inner());
     let changed = match event {
         Event::Init => {
@@ -228,6 +217,15 @@ fn trim(node: &mut Node) {
 
 impl NodeLookup for ClusterNodes {
     fn nodes(&self) -> Option<Arc<NodeSnapshot>> {
+        // Refused (or, oddly, not served): judged by labels.
+        if let Some(watched) = self.watched.get() {
+            if matches!(
+                watched.status().state,
+                watch::State::Forbidden(_) | watch::State::NotServed
+            ) {
+                return None;
+            }
+        }
         if let Some(snapshot) = &self
             .inner
             .read()
@@ -257,9 +255,8 @@ mod tests {
         .unwrap()
     }
 
-    #[tokio::test]
-    async fn the_cache_follows_the_watch_and_shares_a_snapshot_between_changes() {
-        use kube::runtime::watcher::Event;
+    #[test]
+    fn the_cache_follows_the_watch_and_shares_a_snapshot_between_changes() {
         let nodes = ClusterNodes::default();
         assert_eq!(nodes.nodes().unwrap().nodes.len(), 0);
         nodes.apply(Event::Init);
@@ -271,7 +268,6 @@ mod tests {
             "a list counts once it is whole"
         );
         nodes.apply(Event::InitDone);
-        assert!(nodes.wait_until_synced().await);
         let first = nodes.nodes().unwrap();
         assert_eq!(first.nodes.len(), 2);
         // A heartbeat that changes nothing kept: the same snapshot.

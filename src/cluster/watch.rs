@@ -29,7 +29,7 @@ use futures_util::stream::BoxStream;
 use futures_util::StreamExt as _;
 use kube::core::params::{ListParams, WatchParams};
 use kube::core::WatchEvent;
-use kube::runtime::watcher::Event;
+pub use kube::runtime::watcher::Event;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -47,6 +47,8 @@ pub struct Kind {
     pub name: &'static str,
     /// Its collection across namespaces: "/api/v1/nodes".
     pub path: String,
+    /// Its group/version and plural, for the log: "karpenter.sh/v1 nodepools".
+    pub served_as: String,
     /// A 403 leaves the cache empty and synced (the server works on
     /// without the kind and the log says what to grant) instead of keeping
     /// the server not ready.
@@ -63,9 +65,15 @@ impl Kind {
         } else {
             format!("/apis/{group}/{version}/{plural}")
         };
+        let served_as = if group.is_empty() {
+            format!("{version} {plural}")
+        } else {
+            format!("{group}/{version} {plural}")
+        };
         Kind {
             name,
             path,
+            served_as,
             forbidden_is_empty: false,
             rbac: "get, list and watch on it (deploy/base/rbac.yaml)",
         }
@@ -152,12 +160,13 @@ pub struct Status {
 }
 
 impl Status {
-    /// Why the cache is not synced, in words, for `/readyz`.
-    pub fn why_not_synced(&self) -> String {
+    /// What went wrong while the cache is not synced, in words, for
+    /// `/readyz`; none while the first list is simply under way.
+    pub fn why_not_synced(&self) -> Option<String> {
         match &self.state {
-            State::Starting | State::Watching | State::NotServed => "listing".to_string(),
-            State::Forbidden(e) => format!("forbidden: {e}"),
-            State::Failing(e) => format!("retrying: {e}"),
+            State::Starting | State::Watching | State::NotServed => None,
+            State::Forbidden(e) => Some(format!("forbidden: {e}")),
+            State::Failing(e) => Some(format!("retrying: {e}")),
         }
     }
 }
@@ -184,6 +193,12 @@ impl Watched {
     /// Changes of the status, for whoever reports it (readiness).
     pub fn updates(&self) -> tokio::sync::watch::Receiver<Status> {
         self.status.clone()
+    }
+}
+
+impl From<tokio::sync::watch::Receiver<Status>> for Watched {
+    fn from(status: tokio::sync::watch::Receiver<Status>) -> Watched {
+        Watched { status }
     }
 }
 
@@ -289,7 +304,10 @@ where
 pub fn sink<K>(
     mut take: impl FnMut(Event<K>) + Send + 'static,
 ) -> impl FnMut(Event<K>) -> std::future::Ready<()> + Send + 'static {
-    move |event| std::future::ready(take(event))
+    move |event| {
+        take(event);
+        std::future::ready(())
+    }
 }
 
 /// Starts watching `kind` at the cluster `client` talks to, feeding `sink`.
@@ -309,6 +327,39 @@ where
         path: kind.path.clone(),
     };
     start_with(source, kind, settings, metrics, sink)
+}
+
+/// A kube reflector store of every `K`, trimmed by `trim` (and of its
+/// managed fields) before it is stored, filled by [`start`].
+pub fn reflect<K>(
+    client: kube::Client,
+    kind: Kind,
+    settings: Settings,
+    metrics: CacheMetrics,
+    trim: fn(&mut K),
+) -> (
+    kube::runtime::reflector::Store<K>,
+    Watched,
+    tokio::task::JoinHandle<()>,
+)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Send + Sync + 'static,
+{
+    let (store, mut writer) = kube::runtime::reflector::store::<K>();
+    let (watched, task) = start(
+        client,
+        kind,
+        settings,
+        metrics,
+        sink(move |mut event: Event<K>| {
+            if let Event::InitApply(object) | Event::Apply(object) = &mut event {
+                object.meta_mut().managed_fields = None;
+                trim(object);
+            }
+            writer.apply_watcher_event(&event);
+        }),
+    );
+    (store, watched, task)
 }
 
 /// [`start`] with any [`Source`].
@@ -657,7 +708,7 @@ where
         let wait = match &failure {
             Failure::NotServed(said) => {
                 if !repeated {
-                    tracing::info!(kind, error = %said, "the cluster does not serve this kind: nothing to hold; asking again every {}s", self.settings.backoff.max.as_secs());
+                    tracing::info!(kind, error = %said, "the cluster does not serve {}: nothing to hold; asking again every {}s", self.kind.served_as, self.settings.backoff.max.as_secs());
                 }
                 self.clear().await;
                 self.set(true, State::NotServed);
@@ -666,7 +717,7 @@ where
             Failure::Forbidden(said) => {
                 let empty = self.kind.forbidden_is_empty;
                 if !repeated {
-                    tracing::error!(kind, error = %said, "the cluster refuses the server this kind; grant {}; asking again every {}s", self.kind.rbac, self.settings.forbidden_retry.as_secs());
+                    tracing::error!(kind, error = %said, "the cluster refuses the server the list of {}: grant {}; asking again every {}s", self.kind.served_as, self.kind.rbac, self.settings.forbidden_retry.as_secs());
                 }
                 if empty {
                     self.clear().await;

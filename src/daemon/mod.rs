@@ -4,6 +4,7 @@
 //! serves the edge until it stops (SIGTERM, through the server's
 //! `ShutdownHandle`), then stops the services, last started first.
 use crate::certs::managed;
+use crate::cluster::watch::Watched;
 use crate::server::{Gate, ServeConfig};
 use std::future::Future;
 use std::path::PathBuf;
@@ -42,18 +43,34 @@ impl Service {
         Service::new(name, async move { drop(held) })
     }
 
-    /// Opens `gate` once `synced` resolves true (the watch's first list),
-    /// logging it as `what`'s cache; stopping stops waiting for it.
-    pub fn opening(
-        self,
-        gate: Gate,
-        what: &'static str,
-        synced: impl Future<Output = bool> + Send + 'static,
-    ) -> Service {
-        let waiting = gate.open_when(what, synced);
+    /// Opens `gate` once `watched` has its first list; until then `/readyz`
+    /// says what went wrong after the gate's reason ("retrying: 500 …",
+    /// "forbidden: …"). Stopping the service stops following.
+    pub fn following(self, gate: Gate, watched: Watched) -> Service {
+        let cache = self.name;
+        let following = tokio::spawn(async move {
+            let mut updates = watched.updates();
+            loop {
+                let status = updates.borrow_and_update().clone();
+                if status.synced {
+                    gate.say(None);
+                    gate.open();
+                    tracing::info!(cache, state = ?status.state, "cache synced");
+                    return;
+                }
+                gate.say(status.why_not_synced());
+                if updates.changed().await.is_err() {
+                    tracing::error!(
+                        cache,
+                        "watch stopped before its first list; staying not ready"
+                    );
+                    return;
+                }
+            }
+        });
         let Service { name, stop } = self;
         Service::new(name, async move {
-            waiting.abort();
+            following.abort();
             stop.await
         })
     }
@@ -243,25 +260,50 @@ mod tests {
         assert!(hold_ended.await.is_err(), "the watcher was dropped");
     }
 
+    async fn wait_for(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
     #[tokio::test]
-    async fn stopping_a_service_stops_waiting_to_open_its_gate() {
+    async fn a_gate_follows_its_cache_and_stopping_stops_following() {
+        use crate::cluster::watch::{State, Status};
         let readiness = crate::server::Readiness::new();
-        let (waiting, wait_ended) = tokio::sync::oneshot::channel::<()>();
-        let service = Service::task("nodes", tokio::spawn(async {})).opening(
-            readiness.gate("nodes not synced"),
-            "node",
-            async move {
-                let _waiting = waiting;
-                std::future::pending::<bool>().await
-            },
-        );
+        let (status, watched) = tokio::sync::watch::channel(Status::default());
+        let service = Service::task("nodes", tokio::spawn(async {}))
+            .following(readiness.gate("nodes not synced"), Watched::from(watched));
+        tokio::task::yield_now().await;
+        let said = || readiness.not_ready_reason();
+        wait_for("listing", || {
+            said().as_deref() == Some("nodes not synced\n")
+        })
+        .await;
+        status.send_replace(Status {
+            synced: false,
+            state: State::Failing("500 Internal Server Error".into()),
+        });
+        wait_for("the failure", || {
+            said().as_deref() == Some("nodes not synced: retrying: 500 Internal Server Error\n")
+        })
+        .await;
+        status.send_replace(Status {
+            synced: true,
+            state: State::Watching,
+        });
+        wait_for("ready", || readiness.is_ready()).await;
+
+        let readiness = crate::server::Readiness::new();
+        let (_status, watched) = tokio::sync::watch::channel(Status::default());
+        let service_2 = Service::task("nodes", tokio::spawn(async {}))
+            .following(readiness.gate("nodes not synced"), Watched::from(watched));
         let mut daemon = Daemon::default();
-        daemon.start([service]);
+        daemon.start([service, service_2]);
         assert!(daemon.stop(STOP_TIMEOUT).await.is_empty());
-        assert!(wait_ended.await.is_err(), "the wait ended");
-        assert_eq!(
-            readiness.not_ready_reason().as_deref(),
-            Some("nodes not synced\n")
-        );
+        assert!(!readiness.is_ready());
     }
 }

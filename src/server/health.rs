@@ -19,6 +19,9 @@ pub struct Readiness {
 struct GateState {
     /// What `/readyz` answers while the gate is closed.
     reason: &'static str,
+    /// Why it is still closed, when its owner knows more ("retrying: 500
+    /// Internal Server Error").
+    detail: RwLock<Option<String>>,
     open: AtomicBool,
 }
 
@@ -45,6 +48,7 @@ impl Readiness {
     pub fn gate(&self, reason: &'static str) -> Gate {
         let state = Arc::new(GateState {
             reason,
+            detail: RwLock::new(None),
             open: AtomicBool::new(false),
         });
         self.gates
@@ -61,7 +65,13 @@ impl Readiness {
         gates
             .iter()
             .find(|g| !g.open.load(Ordering::Acquire))
-            .map(|g| format!("{}\n", g.reason))
+            .map(|g| {
+                let detail = g.detail.read().unwrap_or_else(|e| e.into_inner());
+                match detail.as_deref() {
+                    Some(detail) => format!("{}: {detail}\n", g.reason),
+                    None => format!("{}\n", g.reason),
+                }
+            })
     }
 
     pub fn is_ready(&self) -> bool {
@@ -75,22 +85,11 @@ impl Gate {
         self.state.open.store(true, Ordering::Release);
     }
 
-    /// Opens the gate once `synced` resolves true (a cache's first list);
-    /// logs either way, naming the cache `what`. A watch that ends before
-    /// its first list leaves the gate closed. The task ends once it knows.
-    pub fn open_when(
-        self,
-        what: &'static str,
-        synced: impl std::future::Future<Output = bool> + Send + 'static,
-    ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            if synced.await {
-                self.open();
-                tracing::info!("{what} cache synced");
-            } else {
-                tracing::error!("{what} watch ended before its first list; staying not ready");
-            }
-        })
+    /// Says why the gate is still closed, after its reason (one line; none:
+    /// the reason alone).
+    pub fn say(&self, detail: Option<String>) {
+        *self.state.detail.write().unwrap_or_else(|e| e.into_inner()) =
+            detail.map(|d| d.replace('\n', " "));
     }
 }
 
@@ -132,6 +131,11 @@ mod tests {
             claims.not_ready_reason().as_deref(),
             Some("resource claims not synced\n")
         );
+        gate.say(Some("retrying: 500 Internal\nServer Error".into()));
+        assert_eq!(
+            claims.not_ready_reason().as_deref(),
+            Some("resource claims not synced: retrying: 500 Internal Server Error\n")
+        );
         gate.open();
         assert!(claims.is_ready());
 
@@ -143,30 +147,5 @@ mod tests {
         );
         gate.clone().open();
         assert!(exceptions.is_ready());
-    }
-
-    #[tokio::test]
-    async fn a_gate_opens_when_its_cache_syncs_and_stays_closed_when_the_watch_ends() {
-        let readiness = Readiness::new();
-        let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
-        let task = readiness
-            .gate("nodes not synced")
-            .open_when("node", async move { rx.await.unwrap_or(false) });
-        assert!(!readiness.is_ready());
-        tx.send(true).unwrap();
-        task.await.unwrap();
-        assert!(readiness.is_ready());
-
-        let ended = Readiness::new();
-        let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
-        let task = ended
-            .gate("nodes not synced")
-            .open_when("node", async move { rx.await.unwrap_or(false) });
-        drop(tx);
-        task.await.unwrap();
-        assert_eq!(
-            ended.not_ready_reason().as_deref(),
-            Some("nodes not synced\n")
-        );
     }
 }

@@ -90,11 +90,6 @@ fn listed(fed: &mut Fed, objects: Vec<DynamicObject>) {
     fed.cache.handle(Event::InitDone);
 }
 
-fn api_error(code: u16, reason: &str) -> watcher::Error {
-    let status = kube::core::Status::failure("refused", reason).with_code(code);
-    watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()))
-}
-
 #[test]
 fn nothing_is_known_until_the_first_list_and_then_exactly_what_it_held() {
     let mut fed = fed();
@@ -303,32 +298,16 @@ fn states_follow_the_clock_without_an_event() {
 }
 
 #[test]
-fn a_kind_not_served_or_refused_leaves_the_cache_synced_and_empty() {
-    for (code, reason) in [(404, "NotFound"), (403, "Forbidden")] {
-        let mut fed = fed();
-        fed.cache.handle(Event::Init);
-        fed.cache.failed(&api_error(code, reason));
-        assert!(fed.lookup.is_synced(), "{code}");
-        assert!(fed.lookup.all().is_empty());
-        // Served again later: the retried list fills it.
-        listed(&mut fed, vec![object("research", "nccl-bench", 2, "true")]);
-        assert_eq!(names(&fed.lookup, "research"), ["nccl-bench"]);
-        // Refused or gone after that: nothing is excepted any more.
-        fed.cache.failed(&api_error(code, reason));
-        assert!(fed.lookup.all().is_empty(), "{code}");
-        assert_eq!(fed.lookup.counts(), Counts::default());
-    }
-}
-
-#[test]
-fn other_failures_keep_the_cache_and_readiness_waiting() {
+fn an_empty_relist_empties_the_cache_and_counts_as_synced() {
+    // What the watch sends for a kind not served, or refused.
     let mut fed = fed();
-    fed.cache.handle(Event::Init);
-    fed.cache.failed(&api_error(500, "InternalError"));
-    assert!(!fed.lookup.is_synced());
+    listed(&mut fed, Vec::new());
+    assert!(fed.lookup.is_synced());
     listed(&mut fed, vec![object("research", "nccl-bench", 2, "true")]);
-    fed.cache.failed(&api_error(500, "InternalError"));
     assert_eq!(names(&fed.lookup, "research"), ["nccl-bench"]);
+    listed(&mut fed, Vec::new());
+    assert!(fed.lookup.all().is_empty());
+    assert_eq!(fed.lookup.counts(), Counts::default());
 }
 
 #[tokio::test]
