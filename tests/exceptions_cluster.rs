@@ -6,6 +6,7 @@
 mod common;
 
 use common::fake_apiserver::{wait_until, FakeApiServer, Resource, NAMESPACES};
+use common::in_cluster::InCluster;
 use common::webhooks::{Cluster, Outcome, Review};
 use gpu_admission::cluster::exceptions::metrics::ExceptionMetrics;
 use gpu_admission::cluster::exceptions::{ClusterExceptions, Reader};
@@ -465,120 +466,6 @@ async fn metrics_show_the_cache_by_state_and_the_requests_let_through() {
     setup.stop().await;
 }
 
-/// `gpu-admission serve` in a cluster (KUBERNETES_SERVICE_HOST set) whose
-/// kubeconfig points at `fake`; killed when dropped.
-struct InCluster {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-    ca_pem: String,
-    logs: Arc<Mutex<Vec<String>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl InCluster {
-    fn serve(fake: &FakeApiServer, extra: &[&str]) -> InCluster {
-        use std::io::BufRead as _;
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = fake.kubeconfig(dir.path());
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--health-listen", "off"])
-            .args(["--metrics-listen", "off", "--log-format", "json"])
-            .args(extra)
-            .arg("--certs-dir")
-            .arg(dir.path().join("certs"))
-            .env("KUBECONFIG", &kubeconfig)
-            .env("KUBERNETES_SERVICE_HOST", fake.addr.ip().to_string())
-            .env("KUBERNETES_SERVICE_PORT", fake.addr.port().to_string())
-            .env("RUST_LOG", "info")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let kept = logs.clone();
-        // Keeps draining the log so the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let entry: Value = serde_json::from_str(&line).unwrap_or_default();
-                if let Some(addr) = entry["fields"]["addr"].as_str() {
-                    let _ = tx.send(addr.parse::<std::net::SocketAddr>().unwrap());
-                }
-                kept.lock().unwrap().push(line);
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("serve logs its address");
-        let ca_pem = std::fs::read_to_string(dir.path().join("certs/ca.crt")).unwrap();
-        InCluster {
-            child,
-            addr,
-            ca_pem,
-            logs,
-            _dir: dir,
-        }
-    }
-
-    async fn request(&self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-        let config = common::http::client_config(&self.ca_pem, &[b"http/1.1"]);
-        let mut client = common::http::Client::connect(self.addr, config, "localhost")
-            .await
-            .expect("connects");
-        let response = client.request(method, path, body).await.unwrap();
-        (response.status, response.text())
-    }
-
-    /// Waits (at most 30 s) until /readyz answers `expected`.
-    async fn wait_for_readyz(&self, expected: (u16, &str)) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let got = self.request("GET", "/readyz", b"").await;
-            if (got.0, got.1.as_str()) == expected {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "/readyz never answered {expected:?}; last {got:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Whether /validate allows the CREATE of `pod`, and its message.
-    async fn validate(&self, pod: &Value) -> (bool, String) {
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": Review::create(pod.clone()).request("1b7e1a9c-52d4-4e0c-8a52-5f0c7a1d2e31"),
-        });
-        let (status, body) = self
-            .request("POST", "/validate", &serde_json::to_vec(&review).unwrap())
-            .await;
-        assert_eq!(status, 200, "{body}");
-        let body: Value = serde_json::from_str(&body).unwrap();
-        let response = &body["response"];
-        let message = response["status"]["message"].as_str().unwrap_or_default();
-        (response["allowed"] == true, message.to_string())
-    }
-
-    fn logged(&self, text: &str) -> bool {
-        self.logs.lock().unwrap().iter().any(|l| l.contains(text))
-    }
-}
-
-impl Drop for InCluster {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// [`exception`] ending ten days from the wall clock (serve judges at it).
 fn current_exception(namespace: &str, name: &str, objects: &[&str]) -> Value {
     let mut e = exception(namespace, name, &["gpu-privileged"], objects);
     let end = SystemTime::now() + Duration::from_secs(10 * 86_400);
@@ -614,7 +501,7 @@ async fn serve_is_not_ready_until_the_exceptions_are_listed() {
         }
     });
     fake.hold_continued_lists(true);
-    let server = InCluster::serve(&fake, &[]);
+    let server = InCluster::serve_with(&fake, &["--metrics-listen", "off"]);
     fake.wait_for_requests("the second page of GpuPolicyExceptions", |r| {
         r.iter()
             .any(|r| r.path.ends_with("/gpupolicyexceptions") && r.param("continue").is_some())
@@ -626,11 +513,11 @@ async fn serve_is_not_ready_until_the_exceptions_are_listed() {
     fake.hold_continued_lists(false);
     server.wait_for_readyz((200, "ok\n")).await;
     let (allowed, message) = server
-        .validate(&privileged_pod("research", "nccl-bench", "1"))
+        .validate_pod(&privileged_pod("research", "nccl-bench", "1"))
         .await;
     assert!(allowed, "{message}");
     let (allowed, message) = server
-        .validate(&privileged_pod("research", "train", "1"))
+        .validate_pod(&privileged_pod("research", "train", "1"))
         .await;
     assert!(!allowed);
     assert!(message.contains("gpu-privileged: "), "{message}");
@@ -641,11 +528,11 @@ async fn serve_is_ready_without_the_crd_and_excepts_nothing() {
     // The fake serves no GpuPolicyException: its list answers 404.
     let fake = FakeApiServer::start(vec![NAMESPACES]).await;
     fake.change(|cluster| cluster.apply(namespace("research")));
-    let server = InCluster::serve(&fake, &[]);
+    let server = InCluster::serve_with(&fake, &["--metrics-listen", "off"]);
     server.wait_for_readyz((200, "ok\n")).await;
     assert!(exception_lists(&fake).iter().any(|r| r.status == 404));
     let (allowed, _) = server
-        .validate(&privileged_pod("research", "nccl-bench", "1"))
+        .validate_pod(&privileged_pod("research", "nccl-bench", "1"))
         .await;
     assert!(!allowed);
     wait_until("the log line about the missing CRD", || {
@@ -662,10 +549,10 @@ async fn serve_refused_the_list_is_ready_excepts_nothing_and_says_what_to_grant(
         cluster.apply(current_exception("research", "nccl-bench", &["nccl-bench"]));
         cluster.forbid(&EXCEPTIONS);
     });
-    let server = InCluster::serve(&fake, &[]);
+    let server = InCluster::serve_with(&fake, &["--metrics-listen", "off"]);
     server.wait_for_readyz((200, "ok\n")).await;
     let (allowed, _) = server
-        .validate(&privileged_pod("research", "nccl-bench", "1"))
+        .validate_pod(&privileged_pod("research", "nccl-bench", "1"))
         .await;
     assert!(
         !allowed,
@@ -684,10 +571,13 @@ async fn serve_with_exceptions_off_never_asks_for_them() {
         cluster.apply(namespace("research"));
         cluster.apply(current_exception("research", "nccl-bench", &["nccl-bench"]));
     });
-    let server = InCluster::serve(&fake, &["--policy-exceptions", "off"]);
+    let server = InCluster::serve_with(
+        &fake,
+        &["--metrics-listen", "off", "--policy-exceptions", "off"],
+    );
     server.wait_for_readyz((200, "ok\n")).await;
     let (allowed, _) = server
-        .validate(&privileged_pod("research", "nccl-bench", "1"))
+        .validate_pod(&privileged_pod("research", "nccl-bench", "1"))
         .await;
     assert!(!allowed);
     assert!(exception_lists(&fake).is_empty());

@@ -203,11 +203,11 @@ impl From<tokio::sync::watch::Receiver<Status>> for Watched {
 }
 
 /// `gpu_admission_cache_skipped_total{kind}` and
-/// `gpu_admission_cache_list_failures_total{kind}`; cloning shares them.
+/// `gpu_admission_cache_failures_total{kind}`; cloning shares them.
 #[derive(Clone, Debug, Default)]
 pub struct CacheMetrics {
     skipped: Family<KindLabel, Counter>,
-    list_failures: Family<KindLabel, Counter>,
+    failures: Family<KindLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -224,9 +224,9 @@ impl CacheMetrics {
             metrics.skipped.clone(),
         );
         registry.register(
-            "gpu_admission_cache_list_failures",
-            "Lists of a watched cache that failed (any cause but 410 Gone), by kind",
-            metrics.list_failures.clone(),
+            "gpu_admission_cache_failures",
+            "Lists and watches of a watched cache that failed (any cause but 410 Gone), by kind",
+            metrics.failures.clone(),
         );
         metrics
     }
@@ -235,8 +235,8 @@ impl CacheMetrics {
         self.skipped.get_or_create(&KindLabel { kind }).get()
     }
 
-    pub fn list_failures(&self, kind: &'static str) -> u64 {
-        self.list_failures.get_or_create(&KindLabel { kind }).get()
+    pub fn failures(&self, kind: &'static str) -> u64 {
+        self.failures.get_or_create(&KindLabel { kind }).get()
     }
 }
 
@@ -519,14 +519,6 @@ where
                 Some(version)
             }
             Err(failure) => {
-                if failure != Failure::Gone {
-                    self.metrics
-                        .list_failures
-                        .get_or_create(&KindLabel {
-                            kind: self.kind.name,
-                        })
-                        .inc();
-                }
                 let wait = self.failed(failure).await;
                 tokio::time::sleep(wait).await;
                 None
@@ -703,6 +695,14 @@ where
 
     /// Records `failure` and returns how long to wait before the next list.
     async fn failed(&mut self, failure: Failure) -> Duration {
+        if failure != Failure::Gone {
+            self.metrics
+                .failures
+                .get_or_create(&KindLabel {
+                    kind: self.kind.name,
+                })
+                .inc();
+        }
         let repeated = self.last_logged.as_ref() == Some(&failure);
         let kind = self.kind.name;
         let wait = match &failure {

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 mod objects;
+mod outage;
 mod writes;
 use writes::{is_item_or_namespaced, write};
 
@@ -136,6 +137,9 @@ pub struct Cluster {
     forbidden: BTreeSet<String>,
     /// Group versions listed in `/apis` whose resource list answers 404.
     vanished: BTreeSet<String>,
+    /// Collections whose next lists and watches answer an error: the HTTP
+    /// status and how many more times.
+    failing: BTreeMap<String, (u16, usize)>,
     requests: Vec<Recorded>,
 }
 
@@ -219,6 +223,18 @@ impl Cluster {
         self.forbidden.insert(resource.collection());
     }
 
+    /// The next `times` lists and watches of `resource` answer `code` (a
+    /// Status, as kube-apiserver sends for a 500 or 503); `usize::MAX`:
+    /// until [`Cluster::heal`].
+    pub fn fail(&mut self, resource: &Resource, code: u16, times: usize) {
+        self.failing.insert(resource.collection(), (code, times));
+    }
+
+    /// Lists and watches of `resource` answer again.
+    pub fn heal(&mut self, resource: &Resource) {
+        self.failing.remove(&resource.collection());
+    }
+
     /// `group_version` stays listed in `/apis` but its resource list
     /// answers 404, as when a CRD is deleted during discovery.
     pub fn vanish(&mut self, group_version: &str) {
@@ -271,6 +287,9 @@ struct Shared {
     changed: tokio::sync::watch::Sender<u64>,
     /// While true, list requests for a continued page wait.
     hold_continued: tokio::sync::watch::Sender<bool>,
+    /// While true, the server is down: connections are closed as they are
+    /// accepted and open ones fail on their next read or write.
+    down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Shared {
@@ -292,16 +311,22 @@ impl FakeApiServer {
                 watch_generation: 0,
                 forbidden: BTreeSet::new(),
                 vanished: BTreeSet::new(),
+                failing: BTreeMap::new(),
                 requests: Vec::new(),
             }),
             changed: tokio::sync::watch::Sender::new(0),
             hold_continued: tokio::sync::watch::Sender::new(false),
+            down: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         });
         let app = axum::Router::new()
             .fallback(answer)
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let listener = outage::Gated {
+            inner: listener,
+            down: shared.down.clone(),
+        };
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
@@ -310,6 +335,19 @@ impl FakeApiServer {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Takes the server down (`true`): every connection, open or new, is
+    /// cut, as when kube-apiserver is restarted or unreachable; back up
+    /// with `false`.
+    pub fn outage(&self, down: bool) {
+        self.shared
+            .down
+            .store(down, std::sync::atomic::Ordering::SeqCst);
+        if down {
+            // Open watches end, so their connections see the outage.
+            self.change(Cluster::end_watches);
+        }
     }
 
     /// A client for this server, with no credentials.
@@ -465,6 +503,11 @@ fn decide(
         )
     } else if let Some(doc) = discovery(&cluster, &path) {
         doc
+    } else if let Some(code) = failing(&mut cluster, &path) {
+        (
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            status_object(code, "InternalError", "injected failure"),
+        )
     } else if let Some(resource) = resource {
         if cluster.forbidden.contains(&path) {
             let group = if resource.group.is_empty() {
@@ -513,6 +556,18 @@ fn decide(
         expired: false,
     });
     Answer::Now(status, body)
+}
+
+/// The status a failing collection answers now, counting it.
+fn failing(cluster: &mut Cluster, path: &str) -> Option<u16> {
+    let (code, times) = cluster.failing.get_mut(path)?;
+    if *times == 0 {
+        return None;
+    }
+    if *times != usize::MAX {
+        *times -= 1;
+    }
+    Some(*code)
 }
 
 /// `/api`, `/apis`, and the resource list of each group version.

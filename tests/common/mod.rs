@@ -6,6 +6,7 @@ pub mod configmap;
 pub mod fake_apiserver;
 pub mod hostile;
 pub mod http;
+pub mod in_cluster;
 pub mod shared_data;
 pub mod webhooks;
 

@@ -216,7 +216,7 @@ async fn a_failing_list_backs_off_up_to_the_maximum_and_keeps_the_server_waiting
         gaps[gaps.len() - 1] >= Duration::from_millis(80),
         "the waits grew: {gaps:?}"
     );
-    assert_eq!(metrics.list_failures("things"), lists.len() as u64);
+    assert_eq!(metrics.failures("things"), lists.len() as u64);
     let status = watched.status();
     assert!(!status.synced, "a 500 is not a reason to be ready");
     assert!(
