@@ -4,7 +4,10 @@
 //! and labels), and `audit` reading a cluster.
 mod common;
 
-use common::fake_apiserver::{wait_until, FakeApiServer, Recorded, Resource, NAMESPACES};
+use common::fake_apiserver::{
+    wait_until, FakeApiServer, Recorded, Resource, NAMESPACES, NODEPOOLS, NODES, RESOURCE_CLAIMS,
+    RESOURCE_CLAIM_TEMPLATES,
+};
 use common::in_cluster::InCluster;
 use futures_util::FutureExt as _;
 use gpu_admission::cluster::ClusterNamespaces;
@@ -511,21 +514,6 @@ async fn serve_in_a_cluster_is_ready_once_namespaces_are_listed_and_judges_with_
     }
 }
 
-const RESOURCE_CLAIMS: Resource = Resource::new(
-    "resource.k8s.io",
-    "v1",
-    "ResourceClaim",
-    "resourceclaims",
-    true,
-);
-const RESOURCE_CLAIM_TEMPLATES: Resource = Resource::new(
-    "resource.k8s.io",
-    "v1",
-    "ResourceClaimTemplate",
-    "resourceclaimtemplates",
-    true,
-);
-
 /// A ResourceClaimTemplate in `ml` asking for `count` devices of `class`.
 fn claim_template(name: &str, class: &str, count: u64) -> Value {
     json!({
@@ -767,8 +755,6 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
     assert!(status.success(), "{status:?}");
 }
 
-const NODES: Resource = Resource::new("", "v1", "Node", "nodes", false);
-
 fn cluster_node(name: &str, pool: &str, gpus: u32) -> Value {
     let mut labels =
         json!({"kubernetes.azure.com/agentpool": pool, "kubernetes.io/hostname": name});
@@ -797,8 +783,6 @@ fn pod_review(uid: &str, pod: Value) -> Value {
         "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
         "object": pod, "oldObject": null, "dryRun": false}})
 }
-
-const NODEPOOLS: Resource = Resource::new("karpenter.sh", "v1", "NodePool", "nodepools", false);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_judges_where_pods_land_against_the_nodes_it_watches() {

@@ -4,27 +4,13 @@
 //! any outage, never fail-open on one error, back off like client-go.
 mod common;
 
-use common::fake_apiserver::{FakeApiServer, Recorded, Resource, NAMESPACES};
+use common::fake_apiserver::{
+    FakeApiServer, Recorded, Resource, NAMESPACES, NODEPOOLS, NODES, RESOURCE_CLAIMS,
+    RESOURCE_CLAIM_TEMPLATES,
+};
 use common::in_cluster::InCluster;
 use serde_json::{json, Value};
 use std::time::Duration;
-
-const NODES: Resource = Resource::new("", "v1", "Node", "nodes", false);
-const NODEPOOLS: Resource = Resource::new("karpenter.sh", "v1", "NodePool", "nodepools", false);
-const RESOURCE_CLAIMS: Resource = Resource::new(
-    "resource.k8s.io",
-    "v1",
-    "ResourceClaim",
-    "resourceclaims",
-    true,
-);
-const RESOURCE_CLAIM_TEMPLATES: Resource = Resource::new(
-    "resource.k8s.io",
-    "v1",
-    "ResourceClaimTemplate",
-    "resourceclaimtemplates",
-    true,
-);
 
 fn namespace(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace",

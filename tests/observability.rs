@@ -397,6 +397,10 @@ async fn scrape() -> Exposition {
     let metrics = Metrics::with_families(|registry| {
         audit_metrics = Some(AuditMetrics::register(registry));
         gpu_admission::cluster::exceptions::metrics::ExceptionMetrics::register(registry);
+        // A watched cache's series exist once it starts.
+        let caches = gpu_admission::cluster::watch::CacheMetrics::register(registry);
+        caches.failures("nodes");
+        caches.skipped("nodes");
     });
     let objects = gpu_admission::offline::read_manifest(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/audit/cluster-list.json"),

@@ -374,6 +374,10 @@ where
     K: DeserializeOwned + Send + 'static,
 {
     let (status, receiver) = tokio::sync::watch::channel(Status::default());
+    // Exported at 0 from the start, so that rate() sees the first one.
+    let label = KindLabel { kind: kind.name };
+    metrics.skipped.get_or_create(&label);
+    metrics.failures.get_or_create(&label);
     let mut cache = Loop {
         kind,
         settings,

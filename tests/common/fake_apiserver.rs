@@ -92,6 +92,24 @@ impl Resource {
 
 /// The Namespace kind.
 pub const NAMESPACES: Resource = Resource::new("", "v1", "Namespace", "namespaces", false);
+pub const NODES: Resource = Resource::new("", "v1", "Node", "nodes", false);
+/// Karpenter's NodePools.
+pub const NODEPOOLS: Resource = Resource::new("karpenter.sh", "v1", "NodePool", "nodepools", false);
+/// DRA claims, served from Kubernetes 1.34.
+pub const RESOURCE_CLAIMS: Resource = Resource::new(
+    "resource.k8s.io",
+    "v1",
+    "ResourceClaim",
+    "resourceclaims",
+    true,
+);
+pub const RESOURCE_CLAIM_TEMPLATES: Resource = Resource::new(
+    "resource.k8s.io",
+    "v1",
+    "ResourceClaimTemplate",
+    "resourceclaimtemplates",
+    true,
+);
 
 /// One request the fake received, and how it answered.
 #[derive(Clone, Debug)]
