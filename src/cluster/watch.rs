@@ -606,7 +606,7 @@ where
         }
         let mut seen = 0usize;
         while let Some(event) = events.next().await {
-            seen += 1;
+            seen += usize::from(event.is_ok());
             let object = match event {
                 Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => {
                     Some((object, false))
@@ -650,7 +650,7 @@ where
             self.delay.reset();
         }
         if seen == 0 && lasted < Duration::from_secs(1) {
-            // Ended at once with nothing: not a watch to hammer.
+            // Ended (or broke) at once with nothing: not a watch to hammer.
             tokio::time::sleep(self.delay.next()).await;
         }
         Next::Rewatch

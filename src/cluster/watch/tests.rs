@@ -430,3 +430,26 @@ async fn a_failing_relist_keeps_what_the_cache_holds() {
     assert_eq!(held.names(), ["a"], "kept through failed relists");
     task.abort();
 }
+
+#[tokio::test]
+async fn a_watch_that_breaks_at_once_is_not_hammered() {
+    let watches = Arc::new(Mutex::new(0usize));
+    let (mut source, _) = script(
+        Box::new(|_, _| Ok(list_of(vec![thing("a")]))),
+        Box::new(|_| Ok(vec![Err(connection_refused())])),
+    );
+    source.watches = watches.clone();
+    let (watched, task) = start_with(
+        source,
+        kind(),
+        fast(),
+        CacheMetrics::default(),
+        Held::default().sink(),
+    );
+    assert!(watched.synced().await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    task.abort();
+    let watches = *watches.lock().unwrap();
+    // As for a failing list: the backoff's steps, not a tight loop.
+    assert!((2..=14).contains(&watches), "{watches} watches in 1.5 s");
+}
