@@ -376,8 +376,8 @@ where
     let (status, receiver) = tokio::sync::watch::channel(Status::default());
     // Exported at 0 from the start, so that rate() sees the first one.
     let label = KindLabel { kind: kind.name };
-    metrics.skipped.get_or_create(&label);
-    metrics.failures.get_or_create(&label);
+    let _ = metrics.skipped.get_or_create(&label);
+    let _ = metrics.failures.get_or_create(&label);
     let mut cache = Loop {
         kind,
         settings,
