@@ -444,7 +444,12 @@ async fn metrics_show_the_cache_by_state_and_the_requests_let_through() {
         broken,
     ])
     .await;
-    for (state, n) in [("active", 1.0), ("expired", 0.0), ("invalid", 1.0)] {
+    for (state, n) in [
+        ("active", 1.0),
+        ("expired", 0.0),
+        ("invalid", 1.0),
+        ("over_bound", 0.0),
+    ] {
         let sample = format!("gpu_admission_exceptions{{state=\"{state}\"}}");
         assert_eq!(setup.metric(&sample).await, n, "{sample}");
     }
@@ -466,6 +471,80 @@ async fn metrics_show_the_cache_by_state_and_the_requests_let_through() {
     setup.stop().await;
 }
 
+/// 20,000 exceptions over 200 namespaces, served in pages by the fake
+/// cluster: each namespace holds its fair share of the 10,000 bound (its
+/// first 50 by name), the rest are counted over the bound, not invalid,
+/// and let nothing through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_thousand_exceptions_are_shared_fairly_among_two_hundred_namespaces() {
+    // Applied in an order that is neither by namespace nor by name.
+    let mut exceptions = Vec::with_capacity(20_000);
+    for i in 0..100 {
+        for n in 0..200 {
+            let (namespace, name) = (format!("team{n:03}"), format!("e{i:03}"));
+            exceptions.push(exception(
+                &namespace,
+                &name,
+                &["gpu-privileged"],
+                &[&format!("pod-{name}")],
+            ));
+        }
+    }
+    exceptions.reverse();
+    let started = std::time::Instant::now();
+    let setup = Setup::start(exceptions).await;
+    eprintln!(
+        "20,000 exceptions listed and settled in {:?}",
+        started.elapsed()
+    );
+    for (state, n) in [
+        ("active", 10_000.0),
+        ("expired", 0.0),
+        ("invalid", 0.0),
+        ("over_bound", 10_000.0),
+    ] {
+        let sample = format!("gpu_admission_exceptions{{state=\"{state}\"}}");
+        assert_eq!(setup.metric(&sample).await, n, "{sample}");
+    }
+    for n in [0, 117, 199] {
+        let namespace = format!("team{n:03}");
+        let held: Vec<String> = (setup.cache.in_namespace(&namespace).iter())
+            .map(|e| e.name.clone())
+            .collect();
+        let first: Vec<String> = (0..50).map(|i| format!("e{i:03}")).collect();
+        assert_eq!(held, first, "{namespace}");
+    }
+    // Within the share: let through; beyond it: judged as if absent.
+    let outcome = setup
+        .admit(privileged_pod("team117", "pod-e049", "1"))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let outcome = setup
+        .admit(privileged_pod("team117", "pod-e050", "1"))
+        .await;
+    assert!(privileged_denial(&outcome), "{outcome:?}");
+
+    // A deletion frees a slot: the next one by name is held at once.
+    setup
+        .fake
+        .change(|cluster| cluster.delete(&EXCEPTIONS, "team117", "e000"));
+    setup
+        .admit_until(
+            &privileged_pod("team117", "pod-e050", "1"),
+            "the exception held back",
+            |o| o.allowed,
+        )
+        .await;
+    assert_eq!(
+        setup
+            .metric("gpu_admission_exceptions{state=\"over_bound\"}")
+            .await,
+        9_999.0
+    );
+    setup.stop().await;
+}
+
+/// [`exception`] ending ten days from the wall clock (serve judges at it).
 fn current_exception(namespace: &str, name: &str, objects: &[&str]) -> Value {
     let mut e = exception(namespace, name, &["gpu-privileged"], objects);
     let end = SystemTime::now() + Duration::from_secs(10 * 86_400);

@@ -343,6 +343,96 @@ async fn node_name_is_routed_and_judged_like_scheduling() {
     c.stop().await;
 }
 
+/// The pod `kubectl debug node/<node> --profile=sysadmin -it --image=busybox`
+/// creates: bound to the node by name, in the host's namespaces, tolerating
+/// every taint, privileged, the host's root at /host.
+fn node_debugger(node: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("node-debugger-{node}-x7k2p"), "namespace": "default",
+            "labels": {"app.kubernetes.io/managed-by": "kubectl-debug"}},
+        "spec": {
+            "containers": [{"name": "debugger", "image": "busybox", "imagePullPolicy": "Always",
+                "stdin": true, "tty": true, "terminationMessagePolicy": "FallbackToLogsOnError",
+                "securityContext": {"privileged": true},
+                "volumeMounts": [{"name": "host-root", "mountPath": "/host"}]}],
+            "hostIPC": true, "hostNetwork": true, "hostPID": true,
+            "nodeName": node, "restartPolicy": "Never",
+            "tolerations": [{"operator": "Exists"}],
+            "volumes": [{"name": "host-root", "hostPath": {"path": "/"}}]}})
+}
+
+const NODE_DEBUG_ANNOTATION: &str = "gpu-node-isolation.admin-node-debug";
+
+/// `kubectl debug node/<GPU node>` by an SRE in an admin group passes,
+/// recorded in the audit log; a tenant's is denied with whom to ask, however
+/// much its pod looks like kubectl's: only request.userInfo decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_debugging_is_for_the_admin_groups_and_recorded() {
+    let c = cluster().await;
+    let debugger = node_debugger(T4_NODE);
+    for group in ["gpu-admission:admins", "system:masters"] {
+        let outcome = c
+            .admit(&Review::create(debugger.clone()).by("sre@example.com", &[group]))
+            .await;
+        assert_eq!(outcome.validated_by, ["pods.validate.gpu-admission.io"]);
+        assert!(outcome.allowed, "{group}: {}", outcome.message());
+        assert_eq!(
+            outcome.audit_annotations[NODE_DEBUG_ANNOTATION],
+            format!(
+                "sre@example.com ({group}) bound a pod that asks for no GPU to GPU node {T4_NODE} by spec.nodeName (node debugging, allowed for the admin groups)"
+            ),
+            "{:?}",
+            outcome.audit_annotations
+        );
+    }
+    // A tenant's, and one that claims admin-like things where the
+    // requester writes them (name, labels, annotations, username).
+    let mut dressed = debugger.clone();
+    dressed["metadata"]["labels"]["gpu-admission.io/admin"] = json!("true");
+    dressed["metadata"]["annotations"] = json!({"gpu-admission.io/groups": "gpu-admission:admins"});
+    let reviews = [
+        Review::create(debugger.clone()),
+        Review::create(dressed).by("gpu-admission:admins", &["admins", "gpu-admission"]),
+    ];
+    for review in &reviews {
+        let outcome = c.admit(review).await;
+        denied_by(
+            &outcome,
+            &format!(
+                "gpu-node-isolation: pod asks for no GPU but is bound by spec.nodeName to GPU node {T4_NODE}"
+            ),
+        );
+        assert!(
+            outcome.message().ends_with(&format!(
+                "; remove spec.nodeName, or request a GPU in resources.limits; to debug GPU node {T4_NODE} (kubectl debug node/{T4_NODE}), ask a member of gpu-admission:admins, system:masters"
+            )),
+            "{}",
+            outcome.message()
+        );
+        assert!(!outcome
+            .audit_annotations
+            .contains_key(NODE_DEBUG_ANNOTATION));
+    }
+    // Debugging a CPU node needs no exemption and records none.
+    let outcome = c.admit(&Review::create(node_debugger(SYSTEM_NODE))).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    assert!(!outcome
+        .audit_annotations
+        .contains_key(NODE_DEBUG_ANNOTATION));
+    // An admin's Deployment bound to a GPU node by name is not node
+    // debugging: its pods are created by a controller, and judged.
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "pinned", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "pinned"}},
+            "template": {"metadata": {"labels": {"app": "pinned"}},
+                "spec": {"nodeName": T4_NODE, "containers": [cpu_container()]}}}});
+    let outcome = c
+        .admit(&Review::create(deployment).by("sre@example.com", &["gpu-admission:admins"]))
+        .await;
+    denied_by(&outcome, "bound by spec.nodeName to GPU node");
+    c.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_is_judged_as_its_pods_will_be() {
     let c = cluster().await;

@@ -6,10 +6,14 @@
 //! with the reader given at start, the policies' CEL environment), and the
 //! exceptions of a namespace are kept as one shared slice rebuilt when one
 //! of them changes, so a request's lookup is a map lookup and an `Arc`
-//! clone. What is held is bounded ([`MAX_HELD`], [`MAX_PER_NAMESPACE`]);
-//! an object beyond the bounds, or one that does not read, is not held,
-//! logged once (namespace/name and why, never the object) and counted as
-//! invalid. Expiry needs no event: exceptions are judged at [`ExceptionLookup::now`].
+//! clone. What is held is bounded: each namespace holds its fair share of
+//! [`MAX_HELD`], at most [`MAX_PER_NAMESPACE`], its first objects by name
+//! (see [`Entries`]), whatever the order the objects came in. An object
+//! beyond the bounds is not read, not held and counted `over_bound`
+//! (logged once per namespace and change, never the object); one that
+//! does not read is not held, logged (namespace/name and why) and counted
+//! `invalid`. Expiry needs no event: exceptions are judged at
+//! [`ExceptionLookup::now`].
 use super::watch::{self, CacheMetrics, Event, Kind, Settings, Watched};
 use crate::exceptions::{Exception, ExceptionError, ExceptionLookup, State, GROUP, KIND, RESOURCE};
 use kube::api::DynamicObject;
@@ -47,8 +51,11 @@ pub struct ClusterExceptions {
 pub struct Counts {
     pub active: usize,
     pub expired: usize,
-    /// Not held: unreadable, or beyond the bounds.
+    /// Within the bounds but unreadable: not held.
     pub invalid: usize,
+    /// Beyond the bounds (not read, not held): past its namespace's share
+    /// of [`MAX_HELD`] or [`MAX_PER_NAMESPACE`].
+    pub over_bound: usize,
 }
 
 struct Shared {
@@ -61,6 +68,7 @@ struct Shared {
 struct Published {
     by_namespace: HashMap<String, Arc<[Arc<Exception>]>>,
     invalid: usize,
+    over_bound: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,6 +177,7 @@ impl ClusterExceptions {
         let published = self.published();
         let mut counts = Counts {
             invalid: published.invalid,
+            over_bound: published.over_bound,
             ..Counts::default()
         };
         for exception in published.by_namespace.values().flat_map(|e| e.iter()) {
@@ -237,17 +246,52 @@ struct Cache {
     relist: Option<Entries>,
 }
 
+/// Every object seen, and which of them are held.
+///
+/// Each namespace holds its share of [`MAX_HELD`], at most
+/// [`MAX_PER_NAMESPACE`]: its first objects by name. Shares are max-min
+/// fair: a namespace gets all it has up to an equal part of what the
+/// namespaces with fewer leave over, and the slots an equal split leaves
+/// over go one each to the first namespaces by name among those that want
+/// more. So what is held follows from the objects alone, whatever the order
+/// they were listed, applied or deleted in; an object beyond its
+/// namespace's share is not read until it is within it.
 #[derive(Default)]
 struct Entries {
     map: BTreeMap<Key, Entry>,
+    /// Each namespace with objects (or settled with some).
+    namespaces: BTreeMap<String, Namespace>,
+    /// Held, in every namespace.
     held: usize,
-    held_in: HashMap<String, usize>,
+    /// Not held: `unreadable + over_bound`.
     not_held: usize,
+    /// Within the bounds, but read with errors.
+    unreadable: usize,
+    /// Beyond the bounds.
+    over_bound: usize,
 }
 
-#[derive(Clone)]
+#[derive(Clone, Copy, Debug, Default)]
+struct Namespace {
+    objects: usize,
+    /// As last settled.
+    settled: Standing,
+}
+
+/// How one namespace stands: its share and what became of its objects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Standing {
+    share: usize,
+    held: usize,
+    unreadable: usize,
+    over_bound: usize,
+}
+
 struct Entry {
     version: Option<String>,
+    /// The object as the API gave it (apiVersion and kind set,
+    /// managedFields left out), read once it is within the bounds.
+    object: Box<str>,
     kept: Kept,
 }
 
@@ -256,68 +300,170 @@ enum Kept {
     Held(Arc<Exception>),
     /// Read with errors (logged).
     Unreadable,
-    /// Beyond the bounds (logged); read again when it changes, or on a
-    /// relist once there is room.
+    /// Not read, or no longer held: beyond the bounds when last settled.
     Ignored,
 }
 
 impl Entries {
+    /// Adds or replaces the object at `key`; [`Entries::settle`] decides
+    /// what becomes of it.
+    fn insert(&mut self, key: Key, entry: Entry) {
+        let namespace = key.0.clone();
+        if self.map.insert(key, entry).is_none() {
+            self.namespaces.entry(namespace).or_default().objects += 1;
+        }
+    }
+
     fn remove(&mut self, key: &Key) -> Option<Entry> {
         let entry = self.map.remove(key)?;
-        match entry.kept {
-            Kept::Held(_) => {
-                self.held -= 1;
-                if let Some(n) = self.held_in.get_mut(&key.0) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.held_in.remove(&key.0);
-                    }
-                }
-            }
-            Kept::Unreadable | Kept::Ignored => self.not_held -= 1,
+        if let Some(n) = self.namespaces.get_mut(&key.0) {
+            n.objects -= 1;
         }
         Some(entry)
     }
 
-    fn insert(&mut self, key: Key, entry: Entry) {
-        self.remove(&key);
-        match entry.kept {
-            Kept::Held(_) => {
-                self.held += 1;
-                *self.held_in.entry(key.0.clone()).or_default() += 1;
-            }
-            Kept::Unreadable | Kept::Ignored => self.not_held += 1,
+    /// Settles the namespace whose objects `changed` and every namespace
+    /// whose share moved with it (reading what comes within the bounds,
+    /// dropping what falls beyond); returns the namespaces settled.
+    fn settle(&mut self, read: &Reader, changed: &str) -> Vec<String> {
+        let shares = fair_shares(&self.namespaces);
+        let moved: Vec<(String, usize, Standing)> = (self.namespaces.iter())
+            .zip(shares)
+            .filter(|((ns, n), share)| n.settled.share != *share || *ns == changed)
+            .map(|((ns, n), share)| (ns.clone(), share, n.settled))
+            .collect();
+        for (namespace, share, before) in &moved {
+            // Only the first `share` were held when it was last settled;
+            // one object added since moves them one further at most.
+            let walk = before.share.max(*share) + 1;
+            self.settle_namespace(read, namespace, *share, walk, Some(*before));
         }
-        self.map.insert(key, entry);
+        moved.into_iter().map(|(ns, _, _)| ns).collect()
     }
 
-    /// Why one more exception cannot be held in `namespace`, if it cannot.
-    fn full(&self, namespace: &str) -> Option<String> {
-        if self.held >= MAX_HELD {
-            Some(format!(
-                "the server already holds {MAX_HELD} GpuPolicyExceptions, its most"
-            ))
-        } else if self.held_in.get(namespace).copied().unwrap_or(0) >= MAX_PER_NAMESPACE {
-            Some(format!(
-                "namespace {namespace} already has {MAX_PER_NAMESPACE} GpuPolicyExceptions held, the most one namespace may have"
-            ))
-        } else {
-            None
+    /// Settles every namespace (a list just completed); `before` is how
+    /// they stood until then, for the log.
+    fn settle_all(&mut self, read: &Reader, before: &BTreeMap<String, Namespace>) {
+        let shares = fair_shares(&self.namespaces);
+        let namespaces: Vec<String> = self.namespaces.keys().cloned().collect();
+        for (namespace, share) in namespaces.into_iter().zip(shares) {
+            let was = before.get(&namespace).map(|n| n.settled);
+            self.settle_namespace(read, &namespace, share, usize::MAX, was);
         }
+    }
+
+    /// Holds the first `share` objects of `namespace` by name (reading
+    /// those not read), and drops the exceptions of the others among the
+    /// first `walk`.
+    fn settle_namespace(
+        &mut self,
+        read: &Reader,
+        namespace: &str,
+        share: usize,
+        walk: usize,
+        before: Option<Standing>,
+    ) {
+        let Some(state) = self.namespaces.get(namespace).copied() else {
+            return;
+        };
+        let mut now = Standing {
+            share,
+            over_bound: state.objects - share,
+            ..Standing::default()
+        };
+        let mut first_beyond = None;
+        let from = (namespace.to_string(), String::new());
+        let entries = (self.map.range_mut(from..))
+            .take_while(|((ns, _), _)| ns == namespace)
+            .take(walk);
+        for (i, ((_, name), entry)) in entries.enumerate() {
+            if i < share {
+                if matches!(entry.kept, Kept::Ignored) {
+                    entry.kept = read_object(read, namespace, name, &entry.object);
+                }
+                match entry.kept {
+                    Kept::Held(_) => now.held += 1,
+                    Kept::Unreadable | Kept::Ignored => now.unreadable += 1,
+                }
+            } else {
+                if i == share {
+                    first_beyond = Some(name.clone());
+                }
+                if matches!(entry.kept, Kept::Held(_)) {
+                    entry.kept = Kept::Ignored;
+                }
+            }
+        }
+        let old = state.settled;
+        self.held = self.held - old.held + now.held;
+        self.unreadable = self.unreadable - old.unreadable + now.unreadable;
+        self.over_bound = self.over_bound - old.over_bound + now.over_bound;
+        self.not_held = self.unreadable + self.over_bound;
+        if state.objects == 0 {
+            self.namespaces.remove(namespace);
+        } else if let Some(n) = self.namespaces.get_mut(namespace) {
+            n.settled = now;
+        }
+        let namespaces = self.namespaces.len();
+        ignored(namespace, before, now, first_beyond.as_deref(), namespaces);
     }
 
     /// The held exceptions of `namespace`, by name.
     fn held_in(&self, namespace: &str) -> Vec<Arc<Exception>> {
+        let share = self
+            .namespaces
+            .get(namespace)
+            .map_or(0, |n| n.settled.share);
         let from = (namespace.to_string(), String::new());
         self.map
             .range(from..)
             .take_while(|((ns, _), _)| ns == namespace)
+            .take(share)
             .filter_map(|(_, entry)| match &entry.kept {
                 Kept::Held(e) => Some(e.clone()),
                 _ => None,
             })
             .collect()
     }
+}
+
+/// Each namespace's share of [`MAX_HELD`] from how many objects it has, in
+/// the order of `namespaces` (by name): max-min fair, each at most
+/// [`MAX_PER_NAMESPACE`], the remainder of an equal split one each to the
+/// first namespaces by name that want more.
+fn fair_shares(namespaces: &BTreeMap<String, Namespace>) -> Vec<usize> {
+    let wants = namespaces
+        .values()
+        .map(|n| n.objects.min(MAX_PER_NAMESPACE));
+    let total: usize = wants.clone().sum();
+    if total <= MAX_HELD {
+        return wants.collect();
+    }
+    // Water-filling: the smallest wants are met while they fit an equal
+    // part of what is left; the rest get that part.
+    let mut sorted: Vec<usize> = wants.clone().collect();
+    sorted.sort_unstable();
+    let (mut left, mut level, mut extra) = (MAX_HELD, 0, 0);
+    for (i, want) in sorted.iter().enumerate() {
+        let rest = sorted.len() - i;
+        if *want > left / rest {
+            (level, extra) = (left / rest, left % rest);
+            break;
+        }
+        left -= want;
+    }
+    wants
+        .map(|want| {
+            if want <= level {
+                want
+            } else if extra > 0 {
+                extra -= 1;
+                level + 1
+            } else {
+                level
+            }
+        })
+        .collect()
 }
 
 impl Cache {
@@ -334,24 +480,29 @@ impl Cache {
         match event {
             Event::Init => self.relist = Some(Entries::default()),
             Event::InitApply(object) => {
-                let previous = self.live.map.get(&key_of(&object)).cloned();
+                let previous = self.live.map.get(&key_of(&object));
                 let relist = self.relist.get_or_insert_with(Entries::default);
-                take(&self.read, previous, relist, object);
+                take(previous, relist, object);
             }
             Event::InitDone => {
-                self.live = self.relist.take().unwrap_or_default();
+                let mut listed = self.relist.take().unwrap_or_default();
+                listed.settle_all(&self.read, &self.live.namespaces);
+                self.live = listed;
                 self.publish_all();
                 self.shared.status.send_replace(Status::Synced);
             }
             Event::Apply(object) => {
-                let previous = self.live.map.get(&key_of(&object)).cloned();
-                let namespace = take(&self.read, previous, &mut self.live, object);
-                self.publish(&namespace);
+                let namespace = take(None, &mut self.live, object);
+                for namespace in self.live.settle(&self.read, &namespace) {
+                    self.publish(&namespace);
+                }
             }
             Event::Delete(object) => {
                 let (namespace, name) = key_of(&object);
                 self.live.remove(&(namespace.clone(), name));
-                self.publish(&namespace);
+                for namespace in self.live.settle(&self.read, &namespace) {
+                    self.publish(&namespace);
+                }
             }
         }
     }
@@ -366,7 +517,8 @@ impl Cache {
                 .by_namespace
                 .insert(namespace.to_string(), Arc::from(held));
         }
-        published.invalid = self.live.not_held;
+        published.invalid = self.live.unreadable;
+        published.over_bound = self.live.over_bound;
     }
 
     fn publish_all(&self) {
@@ -384,7 +536,8 @@ impl Cache {
             .into_iter()
             .map(|(ns, held)| (ns, Arc::from(held)))
             .collect();
-        published.invalid = self.live.not_held;
+        published.invalid = self.live.unreadable;
+        published.over_bound = self.live.over_bound;
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Published> {
@@ -395,63 +548,90 @@ impl Cache {
     }
 }
 
-/// Reads `object` into `into` (unless `previous`, the live entry, is of the
-/// same version and can be kept); returns its namespace.
-fn take(
-    read: &Reader,
-    previous: Option<Entry>,
-    into: &mut Entries,
-    object: DynamicObject,
-) -> String {
+/// Records `object` in `into`, keeping what was read of it when
+/// `previous` (the live entry; by default the one `into` has) is of the
+/// same version; returns its namespace. Nothing is read here: settling
+/// reads what is within the bounds.
+fn take(previous: Option<&Entry>, into: &mut Entries, object: DynamicObject) -> String {
     let key = key_of(&object);
-    let (namespace, name) = (key.0.as_str(), key.1.as_str());
     let version = object.metadata.resource_version.clone();
-    let was_ignored = matches!(
-        previous,
-        Some(Entry {
-            kept: Kept::Ignored,
-            ..
-        })
+    let kept = (previous.or_else(|| into.map.get(&key)))
+        .filter(|p| version.is_some() && p.version == version)
+        .map_or(Kept::Ignored, |p| p.kept.clone());
+    let object = stored(object);
+    let namespace = key.0.clone();
+    into.insert(
+        key,
+        Entry {
+            version,
+            object,
+            kept,
+        },
     );
-    let same = previous.filter(|p| version.is_some() && p.version == version);
-    into.remove(&key);
-    let kept = match same.map(|p| p.kept) {
-        Some(Kept::Unreadable) => Kept::Unreadable,
-        Some(Kept::Held(held)) => match into.full(namespace) {
-            None => Kept::Held(held),
-            Some(why) => ignored(namespace, name, &why, false),
-        },
-        Some(Kept::Ignored) | None => match into.full(namespace) {
-            Some(why) => ignored(namespace, name, &why, was_ignored),
-            None => match read(&as_value(object)) {
-                Ok(exception) => Kept::Held(Arc::new(exception)),
-                Err(errors) => {
-                    let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                    tracing::warn!(
-                        namespace,
-                        name,
-                        errors = %errors.join("; "),
-                        "GpuPolicyException not read: it lets nothing through until fixed"
-                    );
-                    Kept::Unreadable
-                }
-            },
-        },
-    };
-    into.insert(key.clone(), Entry { version, kept });
-    key.0
+    namespace
 }
 
-/// An object beyond the bounds: logged unless it already was.
-fn ignored(namespace: &str, name: &str, why: &str, logged: bool) -> Kept {
-    if !logged {
+/// Reads a stored object.
+fn read_object(read: &Reader, namespace: &str, name: &str, object: &str) -> Kept {
+    let value = serde_json::from_str(object).unwrap_or(Value::Null);
+    match read(&value) {
+        Ok(exception) => Kept::Held(Arc::new(exception)),
+        Err(errors) => {
+            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                namespace,
+                name,
+                errors = %errors.join("; "),
+                "GpuPolicyException not read: it lets nothing through until fixed"
+            );
+            Kept::Unreadable
+        }
+    }
+}
+
+/// Logs a namespace's objects beyond the bounds: a warning when some
+/// first are (one line per namespace, not per object, never the object),
+/// at debug level when their number changes, and once none is any more.
+fn ignored(
+    namespace: &str,
+    before: Option<Standing>,
+    now: Standing,
+    first_beyond: Option<&str>,
+    namespaces: usize,
+) {
+    let was = before.map_or(0, |b| b.over_bound);
+    let share = now.share;
+    if now.over_bound > 0 && was == 0 {
+        let why = if share >= MAX_PER_NAMESPACE {
+            format!("a namespace holds at most {MAX_PER_NAMESPACE}")
+        } else {
+            format!(
+                "the {MAX_HELD} the server holds are shared among the {namespaces} namespaces that have GpuPolicyExceptions, {share} for this one"
+            )
+        };
         tracing::warn!(
             namespace,
-            name,
-            "GpuPolicyException ignored: {why}; it lets nothing through (delete exceptions no longer needed)"
+            held = share,
+            not_held = now.over_bound,
+            first_not_held = first_beyond.unwrap_or_default(),
+            "GpuPolicyExceptions ignored: {why}; those after the first {share} by name let nothing through (delete exceptions no longer needed)"
+        );
+    } else if now.over_bound > 0
+        && before.is_some_and(|b| b.share != share || was != now.over_bound)
+    {
+        tracing::debug!(
+            namespace,
+            held = share,
+            not_held = now.over_bound,
+            first_not_held = first_beyond.unwrap_or_default(),
+            "GpuPolicyExceptions beyond the bounds changed"
+        );
+    } else if now.over_bound == 0 && was > 0 {
+        tracing::info!(
+            namespace,
+            "every GpuPolicyException of the namespace is held again"
         );
     }
-    Kept::Ignored
 }
 
 fn key_of(object: &DynamicObject) -> Key {
@@ -461,14 +641,19 @@ fn key_of(object: &DynamicObject) -> Key {
     )
 }
 
-/// The object as the API gives it (lists may leave out apiVersion and kind).
-fn as_value(object: DynamicObject) -> Value {
+/// The object as the API gives it (lists may leave out apiVersion and
+/// kind), kept as JSON text without `metadata.managedFields` (the reader
+/// does not look at them).
+fn stored(object: DynamicObject) -> Box<str> {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(fields) = value.as_object_mut() {
         fields.insert("apiVersion".into(), crate::exceptions::API_VERSION.into());
         fields.insert("kind".into(), KIND.into());
+        if let Some(Value::Object(meta)) = fields.get_mut("metadata") {
+            meta.remove("managedFields");
+        }
     }
-    value
+    value.to_string().into_boxed_str()
 }
 
 pub mod metrics;

@@ -1,7 +1,8 @@
 //! Metrics of policy exceptions: `gpu_admission_exceptions{state}`, the
-//! exceptions the cluster cache holds by state at its clock (worked out
+//! exceptions the cluster cache knows by state at its clock (worked out
 //! at each scrape, so that one that expires moves from active to expired
-//! with no event), and `gpu_admission_excepted_requests_total{policy}`,
+//! with no event; `invalid` ones are unreadable, `over_bound` ones beyond
+//! the cache's bounds), and `gpu_admission_excepted_requests_total{policy}`,
 //! requests a policy would have denied or warned and an exception let
 //! through. The policy label takes the loaded policies' names only.
 use super::ClusterExceptions;
@@ -16,7 +17,7 @@ use prometheus_client::registry::Registry;
 use std::sync::{Arc, OnceLock};
 
 /// The states of `gpu_admission_exceptions`.
-pub const STATES: [&str; 3] = ["active", "expired", "invalid"];
+pub const STATES: [&str; 4] = ["active", "expired", "invalid", "over_bound"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
@@ -101,14 +102,16 @@ impl Collector for StateCollector {
         let counts = counts.unwrap_or_default();
         let mut family = encoder.encode_descriptor(
             "gpu_admission_exceptions",
-            "GpuPolicyExceptions the server's cache holds, by state: active, expired (past expiresAt), invalid (not read, or beyond the cache's bounds; they let nothing through)",
+            "GpuPolicyExceptions the server's cache knows, by state: active, expired (past expiresAt), invalid (unreadable), over_bound (beyond the cache's bounds, past their namespace's fair share); invalid and over_bound ones let nothing through",
             None,
             MetricType::Gauge,
         )?;
-        for (state, n) in STATES
-            .into_iter()
-            .zip([counts.active, counts.expired, counts.invalid])
-        {
+        for (state, n) in STATES.into_iter().zip([
+            counts.active,
+            counts.expired,
+            counts.invalid,
+            counts.over_bound,
+        ]) {
             let gauge = ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX));
             gauge.encode(family.encode_family(&StateLabels { state })?)?;
         }

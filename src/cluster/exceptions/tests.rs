@@ -198,7 +198,8 @@ fn an_unreadable_exception_is_not_held_and_counted_invalid_until_fixed() {
         Counts {
             active: 0,
             expired: 0,
-            invalid: 1
+            invalid: 1,
+            over_bound: 0
         }
     );
     fed.cache
@@ -223,33 +224,52 @@ fn a_namespace_holds_at_most_its_share() {
         .collect();
     listed(&mut fed, objects);
     assert_eq!(fed.lookup.in_namespace("research").len(), MAX_PER_NAMESPACE);
-    assert_eq!(fed.lookup.counts().invalid, 1);
-    // The one beyond was not even read.
+    assert_eq!(
+        fed.lookup.counts(),
+        Counts {
+            active: MAX_PER_NAMESPACE,
+            expired: 0,
+            invalid: 0,
+            over_bound: 1
+        }
+    );
+    // The one beyond (the last by name) was not even read.
+    assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_PER_NAMESPACE);
+    let last = format!("e{MAX_PER_NAMESPACE:04}");
+    assert!(!names(&fed.lookup, "research").contains(&last));
+    // A new version of it is not read either while there is no room.
+    fed.cache
+        .handle(Event::Apply(object("research", &last, 9998, "true")));
     assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_PER_NAMESPACE);
     // Other namespaces still have room.
     fed.cache
         .handle(Event::Apply(object("vision", "v", 9999, "true")));
     assert_eq!(names(&fed.lookup, "vision"), ["v"]);
-    // Once there is room, the ignored one is read when it next changes.
+    // A deletion makes room: the one held back is read and held at once.
     fed.cache
         .handle(Event::Delete(object("research", "e0000", 10000, "true")));
-    let last = format!("e{MAX_PER_NAMESPACE:04}");
-    fed.cache
-        .handle(Event::Apply(object("research", &last, 10001, "true")));
     assert_eq!(fed.lookup.in_namespace("research").len(), MAX_PER_NAMESPACE);
-    assert_eq!(fed.lookup.counts().invalid, 0);
     assert!(names(&fed.lookup, "research").contains(&last));
+    assert_eq!(fed.lookup.counts().over_bound, 0);
+    assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_PER_NAMESPACE + 2);
+    // One added before it by name takes its place again.
+    fed.cache
+        .handle(Event::Apply(object("research", "a", 10001, "true")));
+    assert!(names(&fed.lookup, "research").contains(&"a".to_string()));
+    assert!(!names(&fed.lookup, "research").contains(&last));
+    assert_eq!(fed.lookup.counts().over_bound, 1);
 }
 
 #[test]
-fn the_cluster_holds_at_most_its_bound() {
+fn the_cluster_holds_at_most_its_bound_shared_fairly() {
     let mut fed = cheap();
     let per = MAX_PER_NAMESPACE;
+    // 39 full namespaces and one of 17: 10,001 objects.
     let objects = (0..=MAX_HELD)
         .map(|i| {
             object(
                 &format!("ns{:03}", i / per),
-                &format!("e{i}"),
+                &format!("e{:03}", i % per),
                 i as u64 + 2,
                 "true",
             )
@@ -262,11 +282,254 @@ fn the_cluster_holds_at_most_its_bound() {
         Counts {
             active: MAX_HELD,
             expired: 0,
-            invalid: 1
+            invalid: 0,
+            over_bound: 1
         }
     );
-    let beyond = format!("ns{:03}", MAX_HELD / per);
-    assert!(!names(&fed.lookup, &beyond).contains(&format!("e{MAX_HELD}")));
+    // The small namespace holds all it has; the one slot missing is the
+    // last full namespace's by name (the remainder of an equal split goes
+    // to the first by name), its last object by name.
+    assert_eq!(fed.lookup.in_namespace("ns039").len(), 17);
+    assert_eq!(fed.lookup.in_namespace("ns000").len(), per);
+    assert_eq!(fed.lookup.in_namespace("ns038").len(), per - 1);
+    assert!(!names(&fed.lookup, "ns038").contains(&format!("e{:03}", per - 1)));
+    assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_HELD);
+}
+
+/// `namespaces` namespaces of `per` exceptions each (ns000/e000...).
+fn spread(namespaces: usize, per: usize) -> Vec<DynamicObject> {
+    (0..namespaces * per)
+        .map(|i| {
+            object(
+                &format!("ns{:03}", i / per),
+                &format!("e{:03}", i % per),
+                i as u64 + 2,
+                "true",
+            )
+        })
+        .collect()
+}
+
+/// The same objects in another order (a fixed pseudo-random shuffle).
+fn shuffled(mut objects: Vec<DynamicObject>, seed: u64) -> Vec<DynamicObject> {
+    let mut state = seed;
+    for i in (1..objects.len()).rev() {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let j = (state >> 33) as usize % (i + 1);
+        objects.swap(i, j);
+    }
+    objects
+}
+
+/// What requests see: the held exceptions by namespace, by name.
+fn held(lookup: &ClusterExceptions) -> BTreeMap<String, Vec<String>> {
+    let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in lookup.all() {
+        held.entry(e.namespace.clone())
+            .or_default()
+            .push(e.name.clone());
+    }
+    for namespace in held.keys() {
+        assert_eq!(
+            names(lookup, namespace),
+            held[namespace],
+            "the published slice of {namespace} is the held ones, by name"
+        );
+    }
+    held
+}
+
+#[test]
+fn twenty_thousand_exceptions_over_two_hundred_namespaces_hold_fifty_each_whatever_the_order() {
+    let objects = spread(200, 100);
+    let fair: BTreeMap<String, Vec<String>> = (0..200)
+        .map(|n| {
+            let names = (0..50).map(|i| format!("e{i:03}")).collect();
+            (format!("ns{n:03}"), names)
+        })
+        .collect();
+    let expected = Counts {
+        active: MAX_HELD,
+        expired: 0,
+        invalid: 0,
+        over_bound: 10_000,
+    };
+    let mut reversed = objects.clone();
+    reversed.reverse();
+    let orders = [
+        ("by name", objects.clone()),
+        ("reversed", reversed),
+        ("shuffled", shuffled(objects.clone(), 1)),
+    ];
+    for (order, objects) in orders {
+        // Listed: what is beyond the bounds is never read.
+        let mut fed = cheap();
+        listed(&mut fed, objects);
+        assert_eq!(held(&fed.lookup), fair, "listed {order}");
+        assert_eq!(fed.lookup.counts(), expected, "listed {order}");
+        assert_eq!(
+            fed.reads.load(Ordering::Relaxed),
+            MAX_HELD,
+            "listed {order}"
+        );
+    }
+    // Applied one by one through the watch in another order, after an
+    // empty list.
+    let mut fed = cheap();
+    listed(&mut fed, Vec::new());
+    for o in shuffled(objects, 2) {
+        fed.cache.handle(Event::Apply(o));
+    }
+    assert_eq!(held(&fed.lookup), fair, "applied");
+    assert_eq!(fed.lookup.counts(), expected, "applied");
+}
+
+#[test]
+fn events_keep_the_fair_shares_a_list_would_give() {
+    let objects = spread(200, 100);
+    let mut fed = cheap();
+    listed(&mut fed, objects.clone());
+    let mut now: Vec<DynamicObject> = objects;
+    let mut version = 100_000;
+    // A held one deleted: the next by name in its namespace takes its place.
+    fed.cache
+        .handle(Event::Delete(object("ns007", "e003", version, "true")));
+    now.retain(|o| key_of(o) != ("ns007".into(), "e003".into()));
+    assert!(names(&fed.lookup, "ns007").contains(&"e050".to_string()));
+    assert_eq!(fed.lookup.counts().over_bound, 9_999);
+    // A whole namespace deleted: its 50 slots go to the others, one each
+    // to the first 50 by name.
+    for i in 0..100 {
+        version += 1;
+        let name = format!("e{i:03}");
+        fed.cache
+            .handle(Event::Delete(object("ns100", &name, version, "true")));
+    }
+    now.retain(|o| key_of(o).0 != "ns100");
+    assert!(fed.lookup.in_namespace("ns100").is_empty());
+    assert_eq!(fed.lookup.in_namespace("ns000").len(), 51);
+    assert_eq!(fed.lookup.in_namespace("ns199").len(), 50);
+    assert_eq!(fed.lookup.all().len(), MAX_HELD);
+    // A new namespace of 10 gets all 10, taken from the others.
+    for i in 0..10 {
+        version += 1;
+        let o = object("a-new", &format!("n{i}"), version, "true");
+        now.push(o.clone());
+        fed.cache.handle(Event::Apply(o));
+    }
+    assert_eq!(fed.lookup.in_namespace("a-new").len(), 10);
+    assert_eq!(fed.lookup.all().len(), MAX_HELD);
+    // Changes in random order, then the same objects listed again: the
+    // relist changes nothing.
+    for (n, o) in shuffled(now.clone(), 3).into_iter().take(500).enumerate() {
+        version += 1;
+        let (namespace, name) = key_of(&o);
+        if n % 3 == 0 {
+            fed.cache
+                .handle(Event::Delete(object(&namespace, &name, version, "true")));
+            now.retain(|x| key_of(x) != (namespace.clone(), name.clone()));
+        } else {
+            let o = object(&namespace, &format!("x{name}"), version, "true");
+            now.push(o.clone());
+            fed.cache.handle(Event::Apply(o));
+        }
+    }
+    // What the events left is what a list of the same objects gives.
+    let mut fresh = cheap();
+    listed(&mut fresh, now.clone());
+    assert_eq!(held(&fed.lookup), held(&fresh.lookup));
+    assert_eq!(fed.lookup.counts(), fresh.lookup.counts());
+    let before = held(&fed.lookup);
+    listed(&mut fed, shuffled(now.clone(), 4));
+    assert_eq!(held(&fed.lookup), before);
+}
+
+#[test]
+fn small_namespaces_hold_all_they_have_and_the_rest_share_what_is_left() {
+    let mut fed = cheap();
+    // 100 namespaces of 10 and 50 of 300: 1,000 + 50 * 256 wanted.
+    let mut objects = spread(100, 10);
+    for n in 0..50 {
+        for i in 0..300 {
+            objects.push(object(
+                &format!("big{n:02}"),
+                &format!("e{i:03}"),
+                2,
+                "true",
+            ));
+        }
+    }
+    listed(&mut fed, shuffled(objects, 5));
+    assert_eq!(fed.lookup.in_namespace("ns042").len(), 10);
+    // (10,000 - 1,000) / 50.
+    assert_eq!(fed.lookup.in_namespace("big07").len(), 180);
+    assert_eq!(
+        fed.lookup.counts(),
+        Counts {
+            active: MAX_HELD,
+            expired: 0,
+            invalid: 0,
+            over_bound: 50 * 300 - 9_000
+        }
+    );
+}
+
+#[test]
+fn unreadable_ones_within_the_bounds_are_invalid_and_those_beyond_over_bound() {
+    let mut fed = fed();
+    let mut objects: Vec<DynamicObject> = (0..MAX_PER_NAMESPACE)
+        .map(|i| object("research", &format!("e{i:04}"), 10 + i as u64, "true"))
+        .collect();
+    // One unreadable within the bounds, one beyond (never read).
+    objects[3] = object("research", "e0003", 3, "object.metadata.name ==");
+    objects.push(object("research", "z-broken", 4, "1 +"));
+    listed(&mut fed, objects);
+    assert_eq!(
+        fed.lookup.counts(),
+        Counts {
+            active: MAX_PER_NAMESPACE - 1,
+            expired: 0,
+            invalid: 1,
+            over_bound: 1
+        }
+    );
+    // Fixed: held, and nothing is invalid any more.
+    fed.cache
+        .handle(Event::Apply(object("research", "e0003", 20, "true")));
+    assert_eq!(fed.lookup.counts().invalid, 0);
+    assert_eq!(fed.lookup.counts().over_bound, 1);
+}
+
+#[test]
+fn fair_shares_meet_small_wants_and_split_the_rest_by_name() {
+    let shares = |wants: &[usize]| {
+        let namespaces = (wants.iter().enumerate())
+            .map(|(i, w)| {
+                let n = Namespace {
+                    objects: *w,
+                    ..Namespace::default()
+                };
+                (format!("n{i:03}"), n)
+            })
+            .collect();
+        fair_shares(&namespaces)
+    };
+    // Under the bound: every namespace its own, at most MAX_PER_NAMESPACE.
+    assert_eq!(shares(&[3, 1000]), [3, MAX_PER_NAMESPACE]);
+    // Over it: an equal split; its remainder to the first by name.
+    let got = shares(&[300; 41]);
+    assert_eq!(got.iter().sum::<usize>(), MAX_HELD);
+    // 10,000 = 41 * 243 + 37.
+    assert!(got[..37].iter().all(|s| *s == 244), "{got:?}");
+    assert!(got[37..].iter().all(|s| *s == 243), "{got:?}");
+    // Those that want less than an equal part keep all they have.
+    let mut wants = vec![5; 100];
+    wants.extend([256; 50]);
+    let got = shares(&wants);
+    assert!(got[..100].iter().all(|s| *s == 5), "{got:?}");
+    assert!(got[100..].iter().all(|s| *s == 190), "{got:?}");
 }
 
 #[test]
@@ -290,7 +553,8 @@ fn states_follow_the_clock_without_an_event() {
         Counts {
             active: 0,
             expired: 1,
-            invalid: 0
+            invalid: 0,
+            over_bound: 0
         }
     );
     // Still held (the report lists it as expired); candidates skip it.
