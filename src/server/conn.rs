@@ -284,10 +284,7 @@ impl Edge {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let io = TokioIo::new(Metered {
-            inner: stream,
-            activity: activity.clone(),
-        });
+        let io = TokioIo::new(Metered::new(stream, activity.clone()));
         let service = Tracked {
             app: self.app.clone(),
             activity: activity.clone(),
