@@ -14,7 +14,7 @@
 //! figures measured; docs/server.md records them.
 mod common;
 
-use common::hostile::{pod_review, ServerProcess};
+use common::hostile::{burst, large_pod_review, pod_review, tally, ServerProcess};
 use common::http::{client_config, request_bytes, Client};
 use serde_json::Value;
 use std::net::{IpAddr, SocketAddr};
@@ -583,4 +583,56 @@ async fn probes_answer_whatever_holds_the_other_listeners() {
     )
     .await;
     drop(held);
+}
+
+/// Not an attack: kube-apiserver's burst. It is one address (or a few),
+/// and sends many large reviews at once: 50 GPU pod reviews of 3 MiB from
+/// one address, far past its share of body memory (about 35 MiB), over
+/// HTTP/1 (a connection each) and over HTTP/2 (4 connections). The
+/// bodies that do not fit wait for memory, held back by TCP and HTTP/2
+/// flow control, and every review is allowed within its timeout; none is
+/// refused for the address's share, and memory stays under the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(debug_assertions, ignore = "timing: run with --release")]
+async fn a_burst_of_large_reviews_from_one_address_waits_for_memory() {
+    const REVIEWS: usize = 50;
+    let (server, rest) = server().await;
+    let body = large_pod_review(3 << 20);
+    for (what, http2) in [("HTTP/1", None), ("HTTP/2 on 4 connections", Some(4))] {
+        let started = Instant::now();
+        let answers = burst(
+            server.addr,
+            &server.ca_pem,
+            "/validate?timeout=10s",
+            &body,
+            REVIEWS,
+            http2,
+            REVIEW_TIMEOUT,
+        )
+        .await;
+        let (allowed, other) = tally(&answers);
+        eprintln!(
+            "burst over {what}: {allowed} of {REVIEWS} reviews of {:.1} MiB allowed in {:.2} s, others {other:?}",
+            body.len() as f64 / MIB as f64,
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(allowed, REVIEWS, "{what}: {other:?}");
+    }
+    let refused = metric(
+        &server,
+        r#"gpu_admission_rejected_requests_total{endpoint="validate",reason="client_share"}"#,
+    )
+    .await;
+    assert_eq!(refused, 0.0);
+    let (_, peak) = server.memory();
+    eprintln!(
+        "burst: peak RSS {:.1} MiB ({:.1} MiB at rest)",
+        peak as f64 / MIB as f64,
+        rest as f64 / MIB as f64
+    );
+    assert!(
+        peak < MEMORY_LIMIT,
+        "peak RSS {:.1} MiB",
+        peak as f64 / MIB as f64
+    );
 }

@@ -790,3 +790,66 @@ async fn http1_keep_alive_idles_for_the_idle_timeout_but_not_a_slow_head() {
             >= 1.0
     );
 }
+
+/// Sends `head` on a new HTTP/1 connection as most clients do, the whole
+/// head first and then reading the answer: its status line, or what ended
+/// the connection instead.
+async fn status_line_for_head(server: &TestServer, head: Vec<u8>) -> String {
+    let mut stream = tls(server, HTTP1).await;
+    let exchange = async {
+        stream.write_all(&head).await?;
+        stream.flush().await?;
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).await?;
+            answer.extend_from_slice(&chunk[..n]);
+            if n == 0 || answer.windows(2).any(|w| w == b"\r\n") {
+                return Ok::<_, std::io::Error>(answer);
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(20), exchange)
+        .await
+        .expect("answered or closed")
+    {
+        Ok(answer) if answer.is_empty() => "closed without an answer".into(),
+        Ok(answer) => String::from_utf8_lossy(&answer)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        Err(e) => format!("no answer: {e}"),
+    }
+}
+
+/// A request head past what the server reads (one header of 1 MiB, or
+/// 10,000 small ones) gets 431 Request Header Fields Too Large, not a
+/// closed connection, while its sender is still writing it; the server
+/// goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_http1_heads_get_431() {
+    let server = TestServer::start(config()).await;
+    let start = "POST /validate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n";
+    let mut huge = start.as_bytes().to_vec();
+    huge.extend_from_slice(b"X-Huge: ");
+    huge.extend(std::iter::repeat_n(b'a', 1 << 20));
+    huge.extend_from_slice(b"\r\nContent-Length: 2\r\n\r\n{}");
+    let mut many = start.as_bytes().to_vec();
+    for i in 0..10_000 {
+        many.extend_from_slice(format!("X-Header-{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"Content-Length: 2\r\n\r\n{}");
+    for (what, head) in [("a 1 MiB header", huge), ("10,000 headers", many)] {
+        let line = status_line_for_head(&server, head).await;
+        assert!(
+            line.starts_with("HTTP/1.1 431"),
+            "{what}: {line:?}, not 431"
+        );
+    }
+    let (status, answer) = server
+        .post_review("/validate", &fixture("pod-create-gpu.json"))
+        .await;
+    assert_eq!(status, axum::http::StatusCode::OK, "{answer}");
+    server.stop().await;
+}

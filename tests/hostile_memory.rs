@@ -3,14 +3,19 @@
 //! 64 MiB, and four at once keep the whole process under 256 MiB (the
 //! Deployment's limit), for /mutate and /validate and for both shapes. Each
 //! case runs its own `gpu-admission serve` process and reads its VmHWM.
+//! A burst of large reviews from one address waits for memory rather than
+//! being refused.
 mod common;
 
 use common::hostile::{
-    measure, measure_body, near_limit_review, near_limit_update, pod_review, review_of, Figures,
-    ServerProcess, Shape,
+    burst, large_pod_review, measure, measure_body, near_limit_review, near_limit_update,
+    pod_review, review_of, tally, Figures, ServerProcess, Shape,
 };
+use common::{config, TestServer};
+use gpu_admission::server::ServeConfig;
 use serde_json::json;
 use std::path::Path;
+use std::time::Duration;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -204,4 +209,48 @@ async fn large_legitimate_objects_are_evaluated() {
         "{}",
         answer["response"]
     );
+}
+
+/// kube-apiserver is one address (or a few): a burst of large reviews
+/// from it, far past its share of body memory, waits for memory (the
+/// bodies not yet read are held back by TCP or HTTP/2 flow control)
+/// instead of being refused, over HTTP/1 and over HTTP/2. Here 24 reviews
+/// of 2 MiB at once from one address, whose share holds five.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_from_one_address_waits_for_memory() {
+    const REVIEWS: usize = 24;
+    // Bodies get 16 MiB (an address, and /validate, two thirds of it; a
+    // connection 7 MiB, the largest body); decoded requests 32 MiB.
+    let server = TestServer::start(ServeConfig {
+        in_flight_bytes: 48 << 20,
+        decode_limits: gpu_admission::review::Limits {
+            max_decoded_bytes: 16 << 20,
+            ..Default::default()
+        },
+        ..config()
+    })
+    .await;
+    let body = large_pod_review(2 << 20);
+    for (what, http2) in [("HTTP/1", None), ("HTTP/2 on 2 connections", Some(2))] {
+        let answers = burst(
+            server.addr,
+            &server.ca_pem,
+            "/validate?timeout=30s",
+            &body,
+            REVIEWS,
+            http2,
+            Duration::from_secs(60),
+        )
+        .await;
+        let (allowed, other) = tally(&answers);
+        eprintln!("{what}: {allowed} of {REVIEWS} reviews of 2 MiB allowed, others {other:?}");
+        assert_eq!(allowed, REVIEWS, "{what}: {other:?}");
+    }
+    let refused = server
+        .metric(
+            r#"gpu_admission_rejected_requests_total{endpoint="validate",reason="client_share"}"#,
+        )
+        .await;
+    assert_eq!(refused, 0.0, "none refused for the address's share");
+    server.stop().await;
 }

@@ -156,6 +156,54 @@ async fn shipped_policies_deny_templates_and_warn_over_tls() {
     server.stop().await;
 }
 
+/// A review whose `object` (or `oldObject`) is JSON but no object cannot
+/// be judged: both endpoints deny it, echoing its uid, with the shipped
+/// policies loaded, and never take it for a review with no object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_whose_object_is_no_object_are_denied_over_tls() {
+    let server = TestServer::start_with(config(), Arc::new(shipped_admission())).await;
+    let pod = gpu_deployment("1", &["vllm", "serve", "microsoft/phi-4"]);
+    let cases = [
+        ("object", json!("a string"), "a string"),
+        ("object", json!(42), "a number"),
+        ("object", json!([pod.clone()]), "an array"),
+        ("object", json!(true), "a boolean"),
+        ("oldObject", json!("a string"), "a string"),
+        ("oldObject", json!([1, 2]), "an array"),
+    ];
+    for path in ["/validate", "/mutate"] {
+        for (field, value, found) in &cases {
+            let mut review = review("no-object", "UPDATE", &pod);
+            review["request"]["oldObject"] = pod.clone();
+            review["request"][*field] = value.clone();
+            let (status, answer) = server.post_review(path, &review).await;
+            assert_eq!(status, 200, "{path} {field} {found}: {answer}");
+            let response = &answer["response"];
+            assert_eq!(response["uid"], "no-object", "{path}: {response}");
+            assert_eq!(
+                response["allowed"], false,
+                "{path}: {field} as {found} must not be allowed: {response}"
+            );
+            assert_eq!(response["status"]["code"], 400, "{response}");
+            let message = response["status"]["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("request.{field} is {found}")),
+                "{message}"
+            );
+            assert!(response.get("patch").is_none(), "{response}");
+        }
+        // A null object is an absent one, as the apiserver sends it for
+        // the object a DELETE no longer has: still answered as before.
+        let mut delete = review("delete", "DELETE", &pod);
+        delete["request"]["oldObject"] = pod.clone();
+        delete["request"]["object"] = Value::Null;
+        let (status, answer) = server.post_review(path, &delete).await;
+        assert_eq!(status, 200);
+        assert_eq!(answer["response"]["allowed"], true, "{path}: {answer}");
+    }
+    server.stop().await;
+}
+
 /// The GPU replica cap (tests/fixtures/policies/replica-limit) through the
 /// server: Deny under environment=test, Warn elsewhere, Audit into
 /// auditAnnotations.

@@ -296,6 +296,15 @@ pub enum DecodeError {
     TooLarge(#[from] TooLarge),
     #[error("AdmissionReview request uid is {0} bytes long; at most {MAX_UID_BYTES} are echoed")]
     UidTooLong(usize),
+    /// `request.object` or `request.oldObject` is JSON but no object (a
+    /// string, number, boolean or array): nothing can be judged of it. The
+    /// request is otherwise readable, so its uid is known.
+    #[error("AdmissionReview request.{field} is {found}, not an object")]
+    NotAnObject {
+        uid: String,
+        field: &'static str,
+        found: &'static str,
+    },
 }
 
 /// Longest `request.uid` answered. kube-apiserver's are UUIDs (36 bytes);
@@ -372,20 +381,37 @@ impl Envelope<'_> {
     pub fn decode(&self) -> Result<Request, DecodeError> {
         let request: Request =
             serde_json::from_str(self.request.get()).map_err(DecodeError::BadRequest)?;
-        Ok(request.without_null_objects())
+        request.checked_objects()
     }
 }
 
 impl Request {
-    /// The apiserver sends `null` rather than omitting absent objects.
-    fn without_null_objects(mut self) -> Request {
+    /// The apiserver sends `null` rather than omitting absent objects; an
+    /// object that is anything else but a JSON object cannot be judged and
+    /// is refused, never taken for "no object".
+    fn checked_objects(mut self) -> Result<Request, DecodeError> {
         if self.object.as_ref().is_some_and(Value::is_null) {
             self.object = None;
         }
         if self.old_object.as_ref().is_some_and(Value::is_null) {
             self.old_object = None;
         }
-        self
+        for (field, value) in [("object", &self.object), ("oldObject", &self.old_object)] {
+            let found = match value {
+                None | Some(Value::Object(_)) => continue,
+                Some(Value::String(_)) => "a string",
+                Some(Value::Number(_)) => "a number",
+                Some(Value::Bool(_)) => "a boolean",
+                Some(Value::Array(_)) => "an array",
+                Some(Value::Null) => unreachable!("null objects are absent"),
+            };
+            return Err(DecodeError::NotAnObject {
+                uid: self.uid,
+                field,
+                found,
+            });
+        }
+        Ok(self)
     }
 }
 
@@ -440,7 +466,7 @@ pub fn decode_review(body: &[u8]) -> Result<Request, DecodeError> {
             request: Some(request),
         }) if api_version == "admission.k8s.io/v1" && kind == "AdmissionReview" => {
             checked_uid(&request.uid)?;
-            Ok(request.without_null_objects())
+            request.checked_objects()
         }
         _ => open(body)?.decode(),
     }

@@ -51,7 +51,7 @@ pub(crate) enum BodyError {
     Slow,
     #[error("request body arrived slower than {} KiB/s", .0 / 1024)]
     BelowPace(usize),
-    #[error("request body refused: {0}; retry")]
+    #[error("no memory for the request body within its timeout: {0}; retry")]
     NoMemory(Shortfall),
     #[error("cannot read request body: {0}")]
     Read(String),
@@ -70,11 +70,13 @@ pub(crate) struct BodyRules<'a> {
 
 /// Reads the whole body. Memory is held for the buffer as it grows (never
 /// for a declared length the client has not sent), within the sender's
-/// shares; a body that would pass one is refused at once rather than
-/// left waiting, so readers never wait on each other. `declared` is
-/// trusted only to refuse a body over the limit without reading it, and
-/// with `expects_continue` (`Expect: 100-continue`) that refusal is sent
-/// before the client sends any of it.
+/// shares; a body that would pass one is not read further (its sender is
+/// held back) until there is room, and is refused when the deadline
+/// comes first, or at once when it is larger than a share. `declared` is
+/// its claim on memory (see [`BodyMemory`]), and is trusted to refuse a
+/// body over the limit without reading it; with `expects_continue`
+/// (`Expect: 100-continue`) that refusal is sent before the client sends
+/// any of it.
 pub(crate) async fn read_body(
     mut body: Body,
     declared: Option<usize>,
@@ -97,8 +99,10 @@ pub(crate) async fn read_body(
         Some(length) => length,
         None => rules.limit,
     };
-    let started = Instant::now();
-    let mut hold = rules.memory.hold(rules.client, rules.validate);
+    // The pace is counted from here, less the time the body waited for
+    // memory (its sender was held back then, not slow).
+    let mut started = Instant::now();
+    let mut hold = rules.memory.hold(rules.client, rules.validate, expected);
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let due = rules.pace.due(started, buf.len()).min(rules.deadline);
@@ -128,13 +132,16 @@ pub(crate) async fn read_body(
             // Doubling, as a Vec would, but never past what the body can
             // still be; held before it is allocated.
             let capacity = needed.max(buf.capacity() * 2).min(expected);
-            hold.grow_to(capacity).map_err(BodyError::NoMemory)?;
+            started += hold
+                .grow_to(capacity, rules.deadline)
+                .await
+                .map_err(BodyError::NoMemory)?;
             buf.reserve_exact(capacity - buf.len());
         }
         buf.extend_from_slice(&data);
     }
     buf.shrink_to_fit();
-    hold.shrink_to(buf.capacity());
+    hold.finish(buf.capacity());
     Ok((Bytes::from(buf), hold))
 }
 
@@ -253,12 +260,13 @@ mod tests {
         assert_eq!(client.connection_bytes(), 0);
     }
 
-    /// Six 160 KB bodies arrive together, in interleaved 16 KB chunks,
-    /// through a pool of 300 KiB. No reader waits for memory: those that
-    /// no longer fit are refused at once, the others finish, and every
-    /// byte goes back.
+    /// Six 160 KB bodies from one address arrive together, in interleaved
+    /// 16 KB chunks, through a pool (and an address share) of 300 KiB:
+    /// those that do not fit wait for room instead of being refused, none
+    /// waits for good on another holding part of the pool, all finish, and
+    /// every byte goes back.
     #[tokio::test]
-    async fn bodies_that_do_not_fit_are_refused_at_once_and_the_rest_finish() {
+    async fn bodies_that_do_not_fit_wait_and_all_finish() {
         const BODIES: usize = 6;
         const LENGTH: usize = 160_000;
         let memory = BodyMemory::new(
@@ -295,28 +303,20 @@ mod tests {
             tokio::task::yield_now().await;
         }
         drop(feeds);
-        let (mut finished, mut refused) = (0, 0);
         for reader in readers {
-            match tokio::time::timeout(Duration::from_secs(10), reader)
+            let read = tokio::time::timeout(Duration::from_secs(30), reader)
                 .await
-                .expect("no reader waits")
-                .unwrap()
-            {
-                Ok(len) => {
-                    assert_eq!(len, LENGTH);
-                    finished += 1;
-                }
-                Err(BodyError::NoMemory(Shortfall::Pool)) => refused += 1,
-                Err(other) => panic!("{other}"),
-            }
+                .expect("no body waits for good")
+                .unwrap();
+            assert_eq!(read.unwrap(), LENGTH);
         }
-        assert!(finished >= 1, "{finished} finished, {refused} refused");
-        assert_eq!(finished + refused, BODIES);
         assert_eq!(memory.in_use(), 0, "every byte returned");
     }
 
-    /// A connection, and the connections of one address, cannot take more
-    /// than their shares; another address still can.
+    /// A body that would pass its connection's or address's share waits
+    /// for room: it is refused (saying which share) only at the deadline,
+    /// and goes on as soon as the room is given back. Another address is
+    /// not held up meanwhile; a body larger than a share is refused at once.
     #[tokio::test]
     async fn a_connection_and_an_address_are_held_to_their_shares() {
         let memory = BodyMemory::new(
@@ -328,6 +328,7 @@ mod tests {
             },
             Metrics::new(),
         );
+        let soon = || Instant::now() + Duration::from_millis(200);
         let attacker: IpAddr = "10.1.2.3".parse().unwrap();
         let one = Client::connected(attacker);
         let two = Client::connected(attacker);
@@ -338,12 +339,15 @@ mod tests {
             false,
             rules(&memory, &one, MAX_BODY_BYTES),
         );
-        let (_kept, _held) = first.await.unwrap();
+        let (_kept, held) = first.await.unwrap();
         let over_connection = read_body(
             body(100_000),
             None,
             false,
-            rules(&memory, &one, MAX_BODY_BYTES),
+            BodyRules {
+                deadline: soon(),
+                ..rules(&memory, &one, MAX_BODY_BYTES)
+            },
         )
         .await;
         assert!(matches!(
@@ -362,7 +366,10 @@ mod tests {
             body(100_000),
             None,
             false,
-            rules(&memory, &two, MAX_BODY_BYTES),
+            BodyRules {
+                deadline: soon(),
+                ..rules(&memory, &two, MAX_BODY_BYTES)
+            },
         )
         .await;
         assert!(matches!(
@@ -380,9 +387,51 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(fine.len(), 100_000);
+
+        // Waiting, then given the room the first body held.
+        let waiting = tokio::spawn({
+            let (memory, two) = (memory.clone(), two.clone());
+            async move {
+                read_body(
+                    body(100_000),
+                    Some(100_000),
+                    false,
+                    rules(&memory, &two, MAX_BODY_BYTES),
+                )
+                .await
+                .map(|(bytes, _)| bytes.len())
+            }
+        });
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "the address holds its share");
+        drop(held);
+        let read = tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .expect("woken when room is given back")
+            .unwrap();
+        assert_eq!(read.unwrap(), 100_000);
+
+        let larger_than_a_share = tokio::time::timeout(
+            Duration::from_secs(30),
+            read_body(
+                body(250_000),
+                Some(250_000),
+                false,
+                rules(&memory, &other, MAX_BODY_BYTES),
+            ),
+        )
+        .await
+        .expect("refused at once");
+        assert!(matches!(
+            larger_than_a_share,
+            Err(BodyError::NoMemory(Shortfall::Connection))
+        ));
     }
 
-    /// `/validate` bodies leave the rest of the pool to `/mutate`.
+    /// `/validate` bodies leave the rest of the pool to `/mutate`: a
+    /// `/validate` body past its part waits, a `/mutate` one is read.
     #[tokio::test]
     async fn validate_bodies_leave_room_for_mutate() {
         let memory = BodyMemory::new(
@@ -408,7 +457,10 @@ mod tests {
             body(20_000),
             None,
             false,
-            rules(&memory, &b, MAX_BODY_BYTES),
+            BodyRules {
+                deadline: Instant::now() + Duration::from_millis(200),
+                ..rules(&memory, &b, MAX_BODY_BYTES)
+            },
         )
         .await;
         assert!(matches!(
@@ -421,6 +473,55 @@ mod tests {
         };
         let (m, _) = read_body(body(90_000), None, false, mutate).await.unwrap();
         assert_eq!(m.len(), 90_000);
+    }
+
+    /// Time spent waiting for memory is not counted against the body's
+    /// pace: its sender was held back, not slow.
+    #[tokio::test]
+    async fn waiting_for_memory_does_not_count_against_the_pace() {
+        let memory = BodyMemory::new(
+            BodyShares {
+                total: 100 * 1024,
+                validate: 100 * 1024,
+                per_address: 100 * 1024,
+                per_connection: 100 * 1024,
+            },
+            Metrics::new(),
+        );
+        let pace = BodyPace {
+            grace: Duration::from_millis(100),
+            min_rate: 1 << 20,
+        };
+        let (a, b) = (Client::unknown(), Client::unknown());
+        let (_first, held) = read_body(
+            Body::from(vec![b'x'; 90_000]),
+            Some(90_000),
+            false,
+            rules(&memory, &a, MAX_BODY_BYTES),
+        )
+        .await
+        .unwrap();
+        let waiting = tokio::spawn({
+            let memory = memory.clone();
+            async move {
+                read_body(
+                    Body::from(vec![b'x'; 50_000]),
+                    Some(50_000),
+                    false,
+                    BodyRules {
+                        pace,
+                        ..rules(&memory, &b, MAX_BODY_BYTES)
+                    },
+                )
+                .await
+                .map(|(bytes, _)| bytes.len())
+            }
+        });
+        // Several graces pass while it waits.
+        tokio::time::sleep(pace.grace * 5).await;
+        assert!(!waiting.is_finished());
+        drop(held);
+        assert_eq!(waiting.await.unwrap().unwrap(), 50_000);
     }
 
     /// Bytes that fall behind the pace by more than its grace cut the body,

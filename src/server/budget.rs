@@ -3,20 +3,26 @@
 //! evaluation slots, separately for `/mutate` and `/validate` so that a flood
 //! of slow validations never delays placement.
 //!
-//! Body memory is taken as the bytes arrive, never by declaration, and
-//! never waited for: a body that would pass its connection's, its client
-//! address's, its endpoint's or the pool's share is refused at once, so no
-//! reader holds memory while it waits for more and a client that declares
-//! large bodies and sends nothing holds nothing. Decoded memory is reserved
-//! whole, in one wait, once the body is read and sized; a slot comes last.
-//! Nobody holding a later reservation waits for an earlier one, so requests
-//! can wait on each other but never deadlock.
+//! Body memory is taken as the bytes arrive, never by declaration, within
+//! its connection's, its client address's, its endpoint's and the pool's
+//! shares, so a client that declares large bodies and sends nothing holds
+//! nothing. A body that would pass a share stops being read (its sender is
+//! held back by TCP and HTTP/2 flow control) and waits for room, within its
+//! review's deadline. Each body's declared length is its claim, and growth
+//! is granted only while every body in progress could still be read to its
+//! claim in some order (the banker's rule): bodies holding part of their
+//! memory can wait on each other but never deadlock. Decoded memory is
+//! reserved whole, in one wait, once the body is read and sized; a slot
+//! comes last. Nobody holding a later reservation waits for an earlier
+//! one.
 use super::metrics::Metrics;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use std::time::Duration;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 /// Memory is counted in KiB: semaphores count in `u32`.
 const UNIT: usize = 1024;
@@ -178,6 +184,11 @@ impl Client {
     pub fn connection_bytes(&self) -> usize {
         self.connection.load(Ordering::Relaxed)
     }
+
+    /// Tells this connection from others while it lives.
+    fn connection_id(&self) -> usize {
+        Arc::as_ptr(&self.connection) as usize
+    }
 }
 
 /// How much body memory each holder may take.
@@ -207,6 +218,16 @@ impl BodyShares {
             per_connection: (total / 3).max(largest),
         }
     }
+}
+
+/// Why a body could not grow: which share it would have passed, and
+/// whether waiting could ever help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refused {
+    /// Room may come as other bodies are read and given back.
+    Wait(Shortfall),
+    /// Larger than the share itself: it never fits.
+    Never(Shortfall),
 }
 
 /// Which share a body would have passed.
@@ -240,6 +261,9 @@ pub(crate) struct BodyMemory {
 struct BodyLedger {
     shares: BodyShares,
     held: Mutex<Held>,
+    /// Woken whenever memory is given back or a body's claim shrinks.
+    room: Notify,
+    next_id: AtomicU64,
     metrics: Metrics,
 }
 
@@ -248,6 +272,27 @@ struct Held {
     total: usize,
     validate: usize,
     by_address: HashMap<IpAddr, usize>,
+    /// Every body holding or claiming memory, by hold.
+    bodies: HashMap<u64, Body>,
+}
+
+/// One body as the ledger sees it.
+#[derive(Clone, Copy)]
+struct Body {
+    address: IpAddr,
+    connection: usize,
+    validate: bool,
+    held: usize,
+    /// The most it may still come to hold: its declared length (or the
+    /// body limit), no more than any of its shares; what it holds once it
+    /// has been read whole.
+    claim: usize,
+}
+
+impl Body {
+    fn need(&self) -> usize {
+        self.claim.saturating_sub(self.held)
+    }
 }
 
 /// The body memory one request holds; returned when dropped.
@@ -255,6 +300,7 @@ pub(crate) struct BodyHold {
     memory: BodyMemory,
     client: Client,
     validate: bool,
+    id: u64,
     units: usize,
 }
 
@@ -264,18 +310,42 @@ impl BodyMemory {
             inner: Arc::new(BodyLedger {
                 shares,
                 held: Mutex::new(Held::default()),
+                room: Notify::new(),
+                next_id: AtomicU64::new(0),
                 metrics,
             }),
         }
     }
 
     /// A hold of nothing yet for a body of `client`'s, for `/validate` or
-    /// `/mutate`.
-    pub fn hold(&self, client: &Client, validate: bool) -> BodyHold {
+    /// `/mutate`, that may come to `claim` bytes (its declared length, or
+    /// the body limit).
+    pub fn hold(&self, client: &Client, validate: bool, claim: usize) -> BodyHold {
+        let shares = self.inner.shares;
+        let mut cap = shares
+            .total
+            .min(shares.per_address)
+            .min(shares.per_connection);
+        if validate {
+            cap = cap.min(shares.validate);
+        }
+        let claim = claim.div_ceil(UNIT).min(cap / UNIT) * UNIT;
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        self.lock().bodies.insert(
+            id,
+            Body {
+                address: client.address,
+                connection: client.connection_id(),
+                validate,
+                held: 0,
+                claim,
+            },
+        );
         BodyHold {
             memory: self.clone(),
             client: client.clone(),
             validate,
+            id,
             units: 0,
         }
     }
@@ -308,16 +378,57 @@ impl BodyHold {
         self.units * UNIT
     }
 
-    /// Holds `bytes` in all (rounded up to whole KiB), if every share
-    /// has room; otherwise holds what it held and says which share is
-    /// full. Never waits.
-    pub fn grow_to(&mut self, bytes: usize) -> Result<(), Shortfall> {
+    /// Holds `bytes` in all (rounded up to whole KiB), waiting until
+    /// every share has room for it and every body in progress could still
+    /// be read to its claim, or until `deadline`. Says how long it waited,
+    /// or which share it found full: at once when `bytes` is more than a
+    /// share could ever hold, else at the deadline.
+    pub async fn grow_to(
+        &mut self,
+        bytes: usize,
+        deadline: Instant,
+    ) -> Result<Duration, Shortfall> {
+        let started = Instant::now();
+        let memory = self.memory.clone();
+        loop {
+            let room = memory.inner.room.notified();
+            tokio::pin!(room);
+            // Listening before trying: memory given back in between wakes it.
+            room.as_mut().enable();
+            match self.try_grow_to(bytes) {
+                Ok(()) => return Ok(started.elapsed()),
+                Err(Refused::Never(short)) => return Err(short),
+                Err(Refused::Wait(short)) => {
+                    tokio::select! {
+                        () = room => {}
+                        () = tokio::time::sleep_until(deadline) => return Err(short),
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`BodyHold::grow_to`] without waiting.
+    fn try_grow_to(&mut self, bytes: usize) -> Result<(), Refused> {
         let want = bytes.div_ceil(UNIT) * UNIT;
         let more = want.saturating_sub(self.bytes());
         if more == 0 {
             return Ok(());
         }
         let shares = self.memory.inner.shares;
+        let never = |short| Err(Refused::Never(short));
+        if want > shares.total {
+            return never(Shortfall::Pool);
+        }
+        if self.validate && want > shares.validate {
+            return never(Shortfall::Validate);
+        }
+        if want > shares.per_connection {
+            return never(Shortfall::Connection);
+        }
+        if want > shares.per_address {
+            return never(Shortfall::Address);
+        }
         let mut held = self.memory.lock();
         let address = held
             .by_address
@@ -325,23 +436,47 @@ impl BodyHold {
             .copied()
             .unwrap_or(0);
         let connection = self.client.connection.load(Ordering::Relaxed);
+        let wait = |short| Err(Refused::Wait(short));
         if held.total + more > shares.total {
-            return Err(Shortfall::Pool);
+            return wait(Shortfall::Pool);
         }
         if self.validate && held.validate + more > shares.validate {
-            return Err(Shortfall::Validate);
+            return wait(Shortfall::Validate);
         }
         if connection + more > shares.per_connection {
-            return Err(Shortfall::Connection);
+            return wait(Shortfall::Connection);
         }
         if address + more > shares.per_address {
-            return Err(Shortfall::Address);
+            return wait(Shortfall::Address);
         }
+        let Some(body) = held.bodies.get(&self.id).copied() else {
+            unreachable!("a hold is listed until it drops")
+        };
+        let grown = Body {
+            held: want,
+            claim: body.claim.max(want),
+            ..body
+        };
         held.total += more;
         if self.validate {
             held.validate += more;
         }
         held.by_address.insert(self.client.address, address + more);
+        held.bodies.insert(self.id, grown);
+        // Every grant keeps the ledger safe, so one that lets the body be
+        // read whole is safe too (it finishes, then gives all back): only
+        // a partial grant needs checking, and a small body never does.
+        if grown.need() > 0 && !held.every_body_can_finish(&shares) {
+            // Granting it could leave bodies waiting on each other for
+            // good: it waits for room instead.
+            held.total -= more;
+            if self.validate {
+                held.validate -= more;
+            }
+            held.by_address.insert(self.client.address, address);
+            held.bodies.insert(self.id, body);
+            return wait(self.tightest(&held, &shares, body.need()));
+        }
         self.client.connection.fetch_add(more, Ordering::Relaxed);
         drop(held);
         self.units = want / UNIT;
@@ -352,11 +487,38 @@ impl BodyHold {
         Ok(())
     }
 
-    /// Gives back what is held beyond `bytes`.
-    pub fn shrink_to(&mut self, bytes: usize) {
+    /// The share with the least room for `need` more, to say which one a
+    /// body waited for.
+    fn tightest(&self, held: &Held, shares: &BodyShares, need: usize) -> Shortfall {
+        let address = held
+            .by_address
+            .get(&self.client.address)
+            .copied()
+            .unwrap_or(0);
+        let connection = self.client.connection.load(Ordering::Relaxed);
+        if address + need > shares.per_address {
+            Shortfall::Address
+        } else if connection + need > shares.per_connection {
+            Shortfall::Connection
+        } else if self.validate && held.validate + need > shares.validate {
+            Shortfall::Validate
+        } else {
+            Shortfall::Pool
+        }
+    }
+
+    /// The body is read whole into `bytes`: what it holds beyond is given
+    /// back, and it claims no more.
+    pub fn finish(&mut self, bytes: usize) {
         let keep = bytes.div_ceil(UNIT).min(self.units);
         self.release((self.units - keep) * UNIT);
         self.units = keep;
+        let mut held = self.memory.lock();
+        if let Some(body) = held.bodies.get_mut(&self.id) {
+            body.claim = body.held;
+        }
+        drop(held);
+        self.memory.inner.room.notify_waiters();
     }
 
     fn release(&self, bytes: usize) {
@@ -374,18 +536,91 @@ impl BodyHold {
                 held.by_address.remove(&self.client.address);
             }
         }
+        if let Some(body) = held.bodies.get_mut(&self.id) {
+            body.held -= bytes;
+        }
         self.client.connection.fetch_sub(bytes, Ordering::Relaxed);
         drop(held);
         self.memory
             .inner
             .metrics
             .add_memory_reserved("body", -(bytes as i64));
+        self.memory.inner.room.notify_waiters();
+    }
+}
+
+impl Held {
+    /// Whether, from what is held now, every body could still be read to
+    /// its claim: some body's remaining need fits the room of each of its
+    /// shares, it gives all back, and so on until every body is done (the
+    /// banker's rule; finishing one never leaves less room for another, so
+    /// the order tried does not matter).
+    fn every_body_can_finish(&self, shares: &BodyShares) -> bool {
+        let mut pool = shares.total.saturating_sub(self.total);
+        let mut validate = shares.validate.saturating_sub(self.validate);
+        let mut addresses: HashMap<IpAddr, usize> = HashMap::new();
+        let mut connections: HashMap<usize, usize> = HashMap::new();
+        for body in self.bodies.values() {
+            *connections.entry(body.connection).or_default() += body.held;
+        }
+        for held in connections.values_mut() {
+            *held = shares.per_connection.saturating_sub(*held);
+        }
+        for (address, held) in &self.by_address {
+            addresses.insert(*address, shares.per_address.saturating_sub(*held));
+        }
+        let mut left: Vec<&Body> = self.bodies.values().filter(|b| b.need() > 0).collect();
+        // Bodies that need nothing more give back what they hold.
+        for body in self.bodies.values().filter(|b| b.need() == 0) {
+            pool += body.held;
+            if body.validate {
+                validate += body.held;
+            }
+            *addresses.entry(body.address).or_insert(shares.per_address) += body.held;
+            *connections
+                .entry(body.connection)
+                .or_insert(shares.per_connection) += body.held;
+        }
+        while !left.is_empty() {
+            let before = left.len();
+            left.retain(|body| {
+                let need = body.need();
+                let address = addresses
+                    .get(&body.address)
+                    .copied()
+                    .unwrap_or(shares.per_address);
+                let conn = connections
+                    .get(&body.connection)
+                    .copied()
+                    .unwrap_or(shares.per_connection);
+                let fits = need <= pool
+                    && (!body.validate || need <= validate)
+                    && need <= address
+                    && need <= conn;
+                if fits {
+                    pool += body.held;
+                    if body.validate {
+                        validate += body.held;
+                    }
+                    *addresses.entry(body.address).or_insert(address) += body.held;
+                    *connections.entry(body.connection).or_insert(conn) += body.held;
+                }
+                !fits
+            });
+            if left.len() == before {
+                return false;
+            }
+        }
+        true
     }
 }
 
 impl Drop for BodyHold {
     fn drop(&mut self) {
         self.release(self.bytes());
+        self.memory.lock().bodies.remove(&self.id);
+        // Its claim is gone: others may fit now even if it held nothing.
+        self.memory.inner.room.notify_waiters();
     }
 }
 

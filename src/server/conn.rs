@@ -28,6 +28,15 @@ use tokio_rustls::TlsAcceptor;
 /// the answers one connection can leave unread. The apiserver opens
 /// another connection when it needs more (Go's HTTP/2 client does).
 const MAX_CONCURRENT_STREAMS: u32 = 16;
+/// What an HTTP/2 peer may send on one stream before the server reads it.
+/// A body waiting for memory is not read: what its stream holds of the
+/// connection's window is bounded by this, and the connection's window
+/// holds that much for every stream, so the bodies still being read on the
+/// same connection always get their bytes (and the ones waiting cannot
+/// stall them).
+const HTTP2_STREAM_WINDOW: u32 = 64 * 1024;
+/// An HTTP/2 connection's window: a stream's for each of them.
+const HTTP2_CONNECTION_WINDOW: u32 = HTTP2_STREAM_WINDOW * MAX_CONCURRENT_STREAMS;
 /// What hyper buffers per HTTP/1 connection, for reading requests and for
 /// writing answers (pipelined requests wait in it unread). Request heads
 /// larger than this are refused; a review's head is well under 4 KiB.
@@ -107,6 +116,8 @@ impl Edge {
             .http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .initial_stream_window_size(HTTP2_STREAM_WINDOW)
+            .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
             .max_send_buf_size(HTTP2_SEND_BUFFER)
             .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESET_STREAMS)
             .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS)
@@ -284,10 +295,7 @@ impl Edge {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let io = TokioIo::new(Metered {
-            inner: stream,
-            activity: activity.clone(),
-        });
+        let io = TokioIo::new(Metered::new(stream, activity.clone()));
         let service = Tracked {
             app: self.app.clone(),
             activity: activity.clone(),

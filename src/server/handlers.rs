@@ -410,6 +410,22 @@ async fn admit(
         .observe_queue_wait(endpoint.as_str(), "memory", waiting.elapsed());
     let request = match review::decode_review(bytes) {
         Ok(request) => request,
+        // Readable but impossible to judge: denied with its uid, so that
+        // no failurePolicy (`Ignore` included) can admit it.
+        Err(e @ review::DecodeError::NotAnObject { .. }) => {
+            let review::DecodeError::NotAnObject { uid, .. } = &e else {
+                unreachable!()
+            };
+            tracing::Span::current().record("uid", uid.as_str());
+            let mut response = Response::deny(format!("gpu-admission: {e}"));
+            response.reason = Some("BadRequest".into());
+            response.code = Some(400);
+            return Err(Refusal::Answered {
+                uid: uid.clone(),
+                response,
+                decision: "invalid",
+            });
+        }
         Err(e) => {
             // A review whose request is malformed is still logged with its
             // uid when it has one.

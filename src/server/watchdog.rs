@@ -17,6 +17,7 @@ use axum::Router;
 use futures_util::future::BoxFuture;
 use hyper::body::Incoming;
 use std::convert::Infallible;
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -207,10 +208,37 @@ impl Activity {
     }
 }
 
-/// The connection's stream, telling [`Activity`] when bytes arrive.
+/// How long a connection the server closes keeps reading, and dropping,
+/// what its peer still sends (nginx's lingering close): a client still
+/// writing a request the server has answered early (431 for a head too
+/// large, 413) then reads the answer instead of a reset, which closing a
+/// socket with unread bytes sends.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+/// The most a lingering close reads before it closes anyway.
+const LINGER_BYTES: usize = 4 << 20;
+
+/// The connection's stream, telling [`Activity`] when bytes arrive; its
+/// shutdown lingers (see [`LINGER_TIME`]).
 pub(super) struct Metered<S> {
-    pub inner: S,
-    pub activity: Arc<Activity>,
+    inner: S,
+    activity: Arc<Activity>,
+    linger: Option<Linger>,
+}
+
+/// A lingering close under way: the write side is shut.
+struct Linger {
+    until: Pin<Box<tokio::time::Sleep>>,
+    dropped: usize,
+}
+
+impl<S> Metered<S> {
+    pub fn new(inner: S, activity: Arc<Activity>) -> Metered<S> {
+        Metered {
+            inner,
+            activity,
+            linger: None,
+        }
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
@@ -244,7 +272,7 @@ impl<S> Metered<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Metered<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -272,8 +300,36 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
         self.wrote(polled)
     }
 
+    /// Shuts the write side (the peer sees the end of the answers), then
+    /// reads and drops what the peer still sends until it closes too, for
+    /// at most [`LINGER_TIME`] and [`LINGER_BYTES`].
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        if this.linger.is_none() {
+            std::task::ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
+            this.linger = Some(Linger {
+                until: Box::pin(tokio::time::sleep(LINGER_TIME)),
+                dropped: 0,
+            });
+        }
+        let Some(linger) = this.linger.as_mut() else {
+            unreachable!("set above")
+        };
+        let mut scratch = [0u8; 8192];
+        loop {
+            if linger.dropped >= LINGER_BYTES || linger.until.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    linger.dropped += buf.filled().len();
+                }
+                // The peer closed too, or the connection failed: done.
+                Poll::Ready(_) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -597,10 +653,7 @@ mod tests {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let (ours, mut peer) = tokio::io::duplex(1024);
         let activity = Arc::new(Activity::new(Instant::now()));
-        let metered = Metered {
-            inner: ours,
-            activity: activity.clone(),
-        };
+        let metered = Metered::new(ours, activity.clone());
         peer.write_all(b"next request").await.unwrap();
         let (mut reader, mut writer) = tokio::io::split(metered);
         let answers = vec![b'a'; 4096];

@@ -300,3 +300,132 @@ impl Figures {
         bytes as f64 / (1024.0 * 1024.0)
     }
 }
+
+/// A GPU pod review of about `bytes`, most of it in env values of 32 KiB
+/// (few JSON values, as a large real pod is: its size is in its text).
+pub fn large_pod_review(bytes: usize) -> Vec<u8> {
+    const VALUE: usize = 32 * 1024;
+    let entries: Vec<String> = (0..bytes / VALUE)
+        .map(|i| format!(r#"{{"name":"CONFIG_{i}","value":"{}"}}"#, "x".repeat(VALUE)))
+        .collect();
+    pod_review(&format!("[{}]", entries.join(",")))
+}
+
+/// What one review of a [`burst`] got: its HTTP status and the answer
+/// (Null when not JSON), or why it got none.
+pub type BurstAnswer = Result<(u16, Value), String>;
+
+/// `n` copies of `body` posted to `path` at once from one address
+/// (loopback), as kube-apiserver sends a burst: over HTTP/1, each on a
+/// connection of its own, or over HTTP/2, spread over `http2_connections`
+/// connections. Each waits at most `within` for its answer.
+pub async fn burst(
+    addr: SocketAddr,
+    ca_pem: &str,
+    path: &str,
+    body: &[u8],
+    n: usize,
+    http2_connections: Option<usize>,
+    within: Duration,
+) -> Vec<BurstAnswer> {
+    use http_body_util::{BodyExt as _, Full};
+    use hyper::body::Bytes;
+    let body = Bytes::copy_from_slice(body);
+    let mut tasks = Vec::new();
+    match http2_connections {
+        None => {
+            let tls = client_config(ca_pem, &[b"http/1.1"]);
+            for _ in 0..n {
+                let (tls, body, path) = (tls.clone(), body.clone(), path.to_string());
+                tasks.push(tokio::spawn(async move {
+                    let exchange = async {
+                        let mut client = Client::connect(addr, tls, "localhost").await?;
+                        client.request("POST", &path, &body).await
+                    };
+                    match tokio::time::timeout(within, exchange).await {
+                        Err(_) => Err(format!("no answer within {within:?}")),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Ok(Ok(response)) => Ok((
+                            response.status,
+                            serde_json::from_slice(&response.body).unwrap_or(Value::Null),
+                        )),
+                    }
+                }));
+            }
+        }
+        Some(connections) => {
+            let tls = client_config(ca_pem, &[b"h2"]);
+            let mut senders = Vec::new();
+            for _ in 0..connections {
+                let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+                tcp.set_nodelay(true).unwrap();
+                let stream = tokio_rustls::TlsConnector::from(tls.clone())
+                    .connect("localhost".try_into().unwrap(), tcp)
+                    .await
+                    .unwrap();
+                let (sender, conn) = hyper::client::conn::http2::handshake(
+                    hyper_util::rt::TokioExecutor::new(),
+                    hyper_util::rt::TokioIo::new(stream),
+                )
+                .await
+                .unwrap();
+                tokio::spawn(conn);
+                senders.push(sender);
+            }
+            for i in 0..n {
+                let mut sender = senders[i % connections].clone();
+                let request = hyper::Request::post(format!("https://localhost{path}"))
+                    .header("content-type", "application/json")
+                    .body(Full::new(body.clone()))
+                    .unwrap();
+                tasks.push(tokio::spawn(async move {
+                    let exchange = async {
+                        sender.ready().await?;
+                        let response = sender.send_request(request).await?;
+                        let status = response.status().as_u16();
+                        let bytes = response.into_body().collect().await?.to_bytes();
+                        Ok::<_, hyper::Error>((status, bytes))
+                    };
+                    match tokio::time::timeout(within, exchange).await {
+                        Err(_) => Err(format!("no answer within {within:?}")),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Ok(Ok((status, bytes))) => Ok((
+                            status,
+                            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                        )),
+                    }
+                }));
+            }
+        }
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+/// Counts of a [`burst`]'s answers: allowed reviews, and every other
+/// outcome with how often it came (status and reason or message).
+pub fn tally(answers: &[BurstAnswer]) -> (usize, std::collections::BTreeMap<String, usize>) {
+    let mut allowed = 0;
+    let mut other = std::collections::BTreeMap::new();
+    for answer in answers {
+        let what = match answer {
+            Ok((200, review)) if review["response"]["allowed"] == true => {
+                allowed += 1;
+                continue;
+            }
+            Ok((200, review)) => format!(
+                "200 denied: {}",
+                review["response"]["status"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+            ),
+            Ok((status, _)) => format!("HTTP {status}"),
+            Err(e) => e.clone(),
+        };
+        *other.entry(what).or_insert(0) += 1;
+    }
+    (allowed, other)
+}
