@@ -212,6 +212,12 @@ if [d.get("data") for d in allowlist] != [values["tiers"]]:
 shipped = sorted(os.listdir(os.path.join(chart, "files/policies")))
 if sorted(policies["data"]) != sorted(shipped + list(values["policies"]["extra"])):
     errors.append(f"custom values: the policies ConfigMap holds {sorted(policies['data'])}")
+exemptions = [d for d in yaml.safe_load_all(policies["data"]["gpu-exemptions.yaml"])
+              if d and d.get("kind") == "ConfigMap"]
+want_groups = ", ".join(values["namespaceExemptionPolicy"]["adminGroups"])
+if [d["data"].get("adminGroups") for d in exemptions] != [want_groups]:
+    errors.append(f"custom values: gpu-exemptions' adminGroups is {[d['data'].get('adminGroups') for d in exemptions]}, "
+                  f"not namespaceExemptionPolicy.adminGroups {want_groups!r}")
 print(f"custom values: tiers {sorted(values['tiers'])} in gpu-sku-allowlist, "
       f"{len(policies['data'])} policy files ({len(values['policies']['extra'])} extra)")
 
