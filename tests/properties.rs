@@ -312,7 +312,9 @@ proptest! {
 
     /// The free-form fields take any JSON: the review still decodes and
     /// keeps what was sent, as the JSON parser reads it (a `null` object is
-    /// an absent one).
+    /// an absent one), except that `object` and `oldObject` must be objects
+    /// (or absent): any other value makes a review that cannot be judged,
+    /// refused with its uid, never taken for one without an object.
     #[test]
     fn free_form_fields_take_any_json(
         field in select(&["object", "oldObject", "userInfo", "options"][..]),
@@ -322,6 +324,13 @@ proptest! {
         review["request"][field] = value.clone();
         let body = serde_json::to_vec(&review).unwrap();
         let req = review::decode(&body);
+        if field.ends_with("bject") && !(value.is_object() || value.is_null()) {
+            prop_assert!(
+                matches!(req, Err(review::DecodeError::NotAnObject { .. })),
+                "{field}: {:?}", req
+            );
+            return Ok(());
+        }
         prop_assert!(req.is_ok(), "{field}: {:?}", req.err());
         let req = req.unwrap();
         let kept = match field {
