@@ -254,3 +254,56 @@ async fn an_undecodable_object_is_skipped_and_counted_not_a_stall() {
     );
     assert_eq!(readyz(&server).await, (200, "ok\n".to_string()));
 }
+
+/// While the node cache has no list of the cluster's nodes (here: the list
+/// is refused), where pods land is judged by labels, and a pod that asks
+/// for no GPU and names its node (`spec.nodeName`, a hostname selector) is
+/// judged as bound to a GPU node: fail closed. A DaemonSet's pod (its node
+/// in `matchFields`) and a pod that names no node pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_node_list_a_pod_that_names_its_node_is_taken_as_bound_to_a_gpu_node() {
+    let fake = FakeApiServer::start(vec![NAMESPACES, NODES]).await;
+    fake.change(|cluster| {
+        cluster.apply(namespace("apps"));
+        cluster.apply(gpu_node("aks-gpupool-1"));
+        cluster.forbid(&NODES);
+    });
+    let server = InCluster::serve(&fake);
+    server.wait_until_ready().await;
+    let (allowed, message) = server.validate(&bound_cpu_pod("aks-system-1")).await;
+    assert!(!allowed, "{message}");
+    assert!(
+        message.contains(
+            "aks-system-1, which may be a GPU node: the server has not listed the cluster's nodes"
+        ),
+        "{message}"
+    );
+    let pod = |uid: &str, spec: Value| {
+        let mut review = bound_cpu_pod("x");
+        review["request"]["uid"] = json!(uid);
+        review["request"]["object"]["spec"] = spec;
+        review
+    };
+    let by_hostname = pod(
+        "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000003",
+        json!({"nodeSelector": {"kubernetes.io/hostname": "aks-system-1"},
+            "containers": [{"name": "probe", "image": "python:3.12"}]}),
+    );
+    let (allowed, message) = server.validate(&by_hostname).await;
+    assert!(!allowed, "{message}");
+    let daemon_pod = pod(
+        "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000004",
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                    "values": ["aks-system-1"]}]}]}}},
+            "containers": [{"name": "agent", "image": "fluent/fluent-bit:3.2"}]}),
+    );
+    let (allowed, message) = server.validate(&daemon_pod).await;
+    assert!(allowed, "{message}");
+    let unnamed = pod(
+        "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000005",
+        json!({"containers": [{"name": "web", "image": "nginx:1.27"}]}),
+    );
+    let (allowed, message) = server.validate(&unnamed).await;
+    assert!(allowed, "{message}");
+}

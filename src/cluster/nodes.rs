@@ -215,15 +215,24 @@ fn trim(node: &mut Node) {
     }
 }
 
+thread_local! {
+    /// One empty, unlisted snapshot per thread, shared by the requests it
+    /// answers while no node is known.
+    static UNLISTED: Arc<NodeSnapshot> = Arc::new(NodeSnapshot::unlisted());
+}
+
 impl NodeLookup for ClusterNodes {
     fn nodes(&self) -> Option<Arc<NodeSnapshot>> {
-        // Refused (or, oddly, not served): judged by labels.
+        // Never listed, refused (or, oddly, not served): no node is known.
         if let Some(watched) = self.watched.get() {
-            if matches!(
-                watched.status().state,
-                watch::State::Forbidden(_) | watch::State::NotServed
-            ) {
-                return None;
+            let status = watched.status();
+            if !status.synced
+                || matches!(
+                    status.state,
+                    watch::State::Forbidden(_) | watch::State::NotServed
+                )
+            {
+                return Some(UNLISTED.with(Arc::clone));
             }
         }
         if let Some(snapshot) = &self

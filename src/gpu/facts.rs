@@ -227,9 +227,23 @@ impl GpuFacts {
         let Some(spec) = pod_spec(object) else {
             return self;
         };
-        self.nodes_known = true;
+        self.nodes_known = set.listed;
         // A GPU pod belongs on GPU nodes: only the node it may name matters.
-        let reach = if self.requested || self.shared_by_scheduler {
+        let reach = if !set.listed {
+            // No node listed yet (or refused): judged by labels, as without
+            // a node cache, except that a pod that asks for no GPU and names
+            // its node is taken as bound to a GPU node (fail closed).
+            let named = super::reach::named_nodes(spec);
+            let mut reach = super::reach::NodeReach::default();
+            if !(self.requested || self.shared_by_scheduler || named.is_empty()) {
+                reach.aims = true;
+                reach.reachable = named
+                    .into_iter()
+                    .map(|n| format!("{n}, which may be a GPU node: the server has not listed the cluster's nodes"))
+                    .collect();
+            }
+            reach
+        } else if self.requested || self.shared_by_scheduler {
             let mut reach = super::reach::NodeReach::default();
             if let Some((node, gpu)) = super::reach::node_name(spec).and_then(|n| set.named(n)) {
                 reach.bound_to = Some(node.clone());
@@ -1013,5 +1027,47 @@ mod tests {
         })));
         assert_eq!(g["toleratesAll"], true);
         assert_eq!(g["tolerates"], false);
+    }
+}
+
+#[cfg(test)]
+mod unlisted_tests {
+    use super::*;
+    use crate::gpu::reach::NodeSnapshot;
+    use serde_json::json;
+
+    fn judged(spec: Value) -> GpuFacts {
+        let pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec});
+        let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
+        let snapshot = NodeSnapshot::unlisted();
+        GpuFacts::of(&pod, &catalog, &resources).with_nodes(
+            &pod,
+            &snapshot.gpu_nodes(&resources, &catalog),
+            &catalog,
+        )
+    }
+
+    #[test]
+    fn with_no_node_listed_a_cpu_pod_that_names_its_node_is_taken_as_bound_to_a_gpu_node() {
+        let bound = judged(json!({"nodeName": "aks-system-1",
+            "containers": [{"name": "c", "image": "busybox"}]}));
+        assert!(bound.selects_gpu_nodes);
+        assert!(!bound.nodes_known);
+        assert_eq!(bound.reachable_gpu_nodes.len(), 1);
+        assert!(bound.reachable_gpu_nodes[0].starts_with("aks-system-1, which may be a GPU node"));
+        // A GPU pod is placed by its GPUs; a pod naming no node is judged
+        // by its labels alone, as without a node cache.
+        let gpu_pod = judged(json!({"nodeName": "aks-gpu-1", "containers": [{"name": "c",
+            "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}));
+        assert!(gpu_pod.reachable_gpu_nodes.is_empty());
+        let by_label = judged(
+            json!({"nodeSelector": {"kubernetes.azure.com/accelerator": "nvidia"},
+            "containers": [{"name": "c", "image": "busybox"}]}),
+        );
+        assert!(by_label.selects_gpu_nodes);
+        assert!(by_label.reachable_gpu_nodes.is_empty());
+        let free = judged(json!({"containers": [{"name": "c", "image": "busybox"}]}));
+        assert!(!free.selects_gpu_nodes);
     }
 }

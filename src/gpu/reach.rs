@@ -49,6 +49,33 @@ pub fn node_name(spec: &Value) -> Option<&str> {
     Some(str_at(spec, "/nodeName")).filter(|n| !n.is_empty())
 }
 
+/// The nodes a pod names: `spec.nodeName`, the `kubernetes.io/hostname`
+/// of its nodeSelector and the values of `kubernetes.io/hostname In` in its
+/// required node affinity. Judged against no listed node, each may be a
+/// GPU node.
+pub fn named_nodes(spec: &Value) -> Vec<String> {
+    const HOSTNAME: &str = "kubernetes.io/hostname";
+    let mut names: Vec<String> = node_name(spec).map(str::to_string).into_iter().collect();
+    if let Some(name) = spec.pointer("/nodeSelector").and_then(|s| s.get(HOSTNAME)) {
+        names.extend(name.as_str().map(str::to_string));
+    }
+    let terms = spec.pointer(
+        "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
+    );
+    for term in items(terms) {
+        for expression in items(term.get("matchExpressions")) {
+            if str_at(expression, "/key") == HOSTNAME && str_at(expression, "/operator") == "In" {
+                names.extend(
+                    items(expression.get("values")).filter_map(|v| v.as_str().map(str::to_string)),
+                );
+            }
+        }
+    }
+    names.retain(|n| !n.is_empty());
+    names.dedup();
+    names
+}
+
 /// The nodes Karpenter NodePools could create, as nodes: one with GPUs
 /// for a pool that can launch GPU sizes, one without for a pool that can
 /// launch other sizes, each with the labels every node of the pool carries
@@ -110,6 +137,10 @@ pub fn pool_nodes(pools: &[Value], catalog: &Catalog) -> Vec<NodeInfo> {
 pub struct NodeSnapshot {
     pub nodes: Vec<NodeInfo>,
     pub pools: Vec<Value>,
+    /// False while the node cache has never held a whole list of the
+    /// cluster's nodes (or is refused them): then no node is known, and a
+    /// node a pod names may be a GPU node ([`GpuNodes::listed`]).
+    pub listed: bool,
     /// Worked out on first use; replaced when a reload brings another
     /// catalog or other GPU resources.
     classified: ArcSwapOption<Classification>,
@@ -130,6 +161,8 @@ struct Classification {
 pub struct GpuNodes<'a> {
     nodes: &'a [NodeInfo],
     classified: Arc<Classification>,
+    /// See [`NodeSnapshot::listed`].
+    pub listed: bool,
 }
 
 impl NodeSnapshot {
@@ -137,7 +170,18 @@ impl NodeSnapshot {
         NodeSnapshot {
             nodes,
             pools,
+            listed: true,
             classified: ArcSwapOption::empty(),
+        }
+    }
+
+    /// No node known yet: the node cache is on but has not listed the
+    /// cluster's nodes. Pods are judged by labels, and a pod bound to a
+    /// node by name is judged as bound to a GPU node (fail closed).
+    pub fn unlisted() -> NodeSnapshot {
+        NodeSnapshot {
+            listed: false,
+            ..NodeSnapshot::new(Vec::new(), Vec::new())
         }
     }
 
@@ -165,6 +209,7 @@ impl NodeSnapshot {
         GpuNodes {
             nodes: &self.nodes,
             classified,
+            listed: self.listed,
         }
     }
 }
@@ -441,6 +486,26 @@ mod tests {
             "an untainted GPU node takes anything"
         );
         assert!(!judge(json!({})).aims);
+    }
+
+    #[test]
+    fn the_nodes_a_pod_names() {
+        assert_eq!(named_nodes(&json!({"nodeName": "a"})), ["a"]);
+        assert_eq!(
+            named_nodes(&json!({"nodeSelector": {"kubernetes.io/hostname": "b"},
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["c", "d"]},
+                        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["e"]}]}]}}}})),
+            ["b", "c", "d"]
+        );
+        // A DaemonSet's pod names its node in matchFields: not a name that
+        // binds it (the scheduler still applies taints).
+        assert!(named_nodes(&json!({"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["f"]}]}]}}}}))
+        .is_empty());
+        assert!(named_nodes(&json!({"nodeName": ""})).is_empty());
     }
 
     #[test]
