@@ -153,7 +153,8 @@ async fn a_cdi_annotation_and_a_device_list_mount_are_denied() {
     let outcome = c.admit(&Review::create(cdi)).await;
     denied_by(
         &outcome,
-        "a cdi.k8s.io annotation of the pod names GPU devices",
+        "container train gets nvidia.com/gpu=all (every GPU of the node) from pod annotation cdi.k8s.io/gpus, \
+         which the container runtime injects behind the scheduler's back, beyond the GPUs the device plugin gives it",
     );
 
     // Without a GPU request at all, the CPU pod is still sent and denied.
@@ -164,7 +165,10 @@ async fn a_cdi_annotation_and_a_device_list_mount_are_denied() {
     cpu["metadata"]["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=0"});
     let outcome = c.admit(&Review::create(cpu)).await;
     assert_eq!(outcome.validated_by, ["pods.validate.gpu-admission.io"]);
-    denied_by(&outcome, "cdi.k8s.io annotation");
+    denied_by(
+        &outcome,
+        "container app gets nvidia.com/gpu=0 (GPU 0) from pod annotation cdi.k8s.io/x",
+    );
 
     let mut train = trainer("1");
     train["volumeMounts"] =
@@ -558,5 +562,231 @@ async fn gpu_operator_validator_pods_in_another_namespace_are_allowed() {
         )
         .await;
     denied_by(&outcome, "gpu-visible-devices-leak");
+    c.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Device-injection annotations other than cdi.k8s.io: the NVIDIA Container
+// Toolkit's NRI plugin (the GPU Operator's CDI mode) and containerd's NRI
+// device injector inject what they name into containers of any namespace.
+
+/// A DaemonSet as a tenant writes it: one container, tolerating the GPU
+/// taint so that it runs on every GPU node.
+fn daemonset(namespace: &str, annotations: Value, container: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "gpu-probe", "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": "gpu-probe"}},
+            "template": {"metadata": {"labels": {"app": "gpu-probe"}, "annotations": annotations},
+                "spec": {
+                    "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+                    "containers": [container]}}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_daemonset_asking_the_nri_plugin_for_every_gpu_is_denied() {
+    let c = cluster().await;
+    let probe = json!({"name": "probe", "image": "busybox:1.36", "command": ["sh", "-c", "sleep infinity"]});
+    let ds = daemonset(
+        "ml",
+        json!({"nvidia.cdi.k8s.io/container.probe": "nvidia.com/gpu=all"}),
+        probe.clone(),
+    );
+    let outcome = c.admit(&Review::create(ds)).await;
+    assert_eq!(
+        outcome.validated_by,
+        ["workloads.validate.gpu-admission.io"]
+    );
+    denied_by(
+        &outcome,
+        "gpu-visible-devices-leak: DaemonSet gpu-probe: container probe gets nvidia.com/gpu=all (every GPU of the node) \
+         from pod annotation nvidia.cdi.k8s.io/container.probe, which the NVIDIA Container Toolkit's NRI plugin injects \
+         behind the scheduler's back though it asks for no GPU; remove the annotation and request GPUs in resources.limits",
+    );
+    // The infrastructure way out is named too.
+    denied_by(&outcome, "labels gpu-admission.io/gpu-infrastructure=true");
+    // Every spelling of the NRI plugin's annotation, and each kind of device.
+    for (key, value) in [
+        ("nvidia.cdi.k8s.io/container.*", "nvidia.com/gpu=0"),
+        (
+            "nvidia.cdi.k8s.io/pod",
+            "nvidia.com/gpu=GPU-3f2a0c1e-7b1d-4c55-9f6e-0d2b8a1c4e77",
+        ),
+        ("nvidia.cdi.k8s.io", "nvidia.com/gpu=0:1"),
+        (
+            "cdi-devices.nri.io/container.probe",
+            "- nvidia.com/mig-1g.10gb=0\n",
+        ),
+    ] {
+        let outcome = c
+            .admit(&Review::create(daemonset(
+                "ml",
+                json!({ key: value }),
+                probe.clone(),
+            )))
+            .await;
+        denied_by(&outcome, &format!("from pod annotation {key}"));
+    }
+    // Annotations that inject nothing into this pod's containers.
+    for (key, value) in [
+        ("nvidia.cdi.k8s.io/container.other", "nvidia.com/gpu=all"),
+        ("nvidia.cdi.k8s.io/container.probe", "vendor.example/nic=0"),
+    ] {
+        let outcome = c
+            .admit(&Review::create(daemonset(
+                "ml",
+                json!({ key: value }),
+                probe.clone(),
+            )))
+            .await;
+        assert!(
+            !outcome.message().contains("gpu-visible-devices-leak"),
+            "{key}: {}",
+            outcome.message()
+        );
+    }
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_level_nri_annotations_and_the_device_injector_are_denied() {
+    let c = cluster().await;
+    // A CPU pod that asks for nothing else is still sent, for its annotation.
+    let mut cpu = pod("nri-pod", json!({"containers": [cpu_container()]}));
+    cpu["metadata"]["annotations"] = json!({"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=all"});
+    let outcome = c.admit(&Review::create(cpu)).await;
+    assert_eq!(outcome.validated_by, ["pods.validate.gpu-admission.io"]);
+    denied_by(
+        &outcome,
+        "gpu-visible-devices-leak: container app gets nvidia.com/gpu=all (every GPU of the node) from pod annotation \
+         nvidia.cdi.k8s.io/pod, which the NVIDIA Container Toolkit's NRI plugin injects",
+    );
+
+    // containerd's device injector: device nodes by path or by NVIDIA's major.
+    for value in [
+        "- path: /dev/nvidia0\n  type: c\n  major: 195\n  minor: 0\n",
+        "- {path: /dev/gpu, type: c, major: 195, minor: 1}",
+    ] {
+        let mut nodes = pod("nri-nodes", json!({"containers": [cpu_container()]}));
+        nodes["metadata"]["annotations"] = json!({"devices.nri.io/container.app": value});
+        let outcome = c.admit(&Review::create(nodes)).await;
+        assert_eq!(outcome.validated_by, ["pods.validate.gpu-admission.io"]);
+        denied_by(
+            &outcome,
+            "from pod annotation devices.nri.io/container.app, which containerd's NRI device injector injects",
+        );
+    }
+    // A device that is no GPU passes.
+    let mut null = pod("nri-null", json!({"containers": [cpu_container()]}));
+    null["metadata"]["annotations"] =
+        json!({"devices.nri.io/pod": "- {path: /dev/null, type: c, major: 1, minor: 3}"});
+    let outcome = c.admit(&Review::create(null)).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+
+    // A GPU pod asking for a device beyond its own.
+    let mut gpu = pod("nri-gpu", json!({"containers": [trainer("1")]}));
+    gpu["metadata"]["annotations"] =
+        json!({"nvidia.cdi.k8s.io/container.train": "nvidia.com/gpu=1"});
+    let outcome = c.admit(&Review::create(gpu)).await;
+    denied_by(
+        &outcome,
+        "container train gets nvidia.com/gpu=1 (GPU 1) from pod annotation nvidia.cdi.k8s.io/container.train, \
+         which the NVIDIA Container Toolkit's NRI plugin injects behind the scheduler's back, beyond the GPUs the \
+         device plugin gives it; remove the annotation: resources.limits is how the container gets its GPUs",
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_infrastructure_with_nri_annotations_is_allowed_by_identity() {
+    let c = cluster().await;
+    // The GPU Operator's device plugin in CDI+NRI mode, as the operator
+    // renders it.
+    let plugin = json!({"name": "nvidia-device-plugin",
+        "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0", "command": ["nvidia-device-plugin"]});
+    let annotations = json!({"nvidia.cdi.k8s.io/container.nvidia-device-plugin": "management.nvidia.com/gpu=all"});
+    for (namespace, labels) in [
+        ("gpu-operator", vec![]),
+        (
+            "monitoring",
+            vec![("gpu-admission.io/gpu-infrastructure", "true")],
+        ),
+    ] {
+        let ds = daemonset(namespace, annotations.clone(), plugin.clone());
+        let outcome = c.admit(&Review::create(ds).namespace_labels(&labels)).await;
+        assert!(outcome.allowed, "{namespace}: {}", outcome.message());
+    }
+    // The same in a tenant's namespace: the image alone exempts nothing.
+    let outcome = c
+        .admit(&Review::create(daemonset(
+            "ml",
+            annotations.clone(),
+            plugin.clone(),
+        )))
+        .await;
+    denied_by(
+        &outcome,
+        "container nvidia-device-plugin gets management.nvidia.com/gpu=all (every GPU of the node)",
+    );
+    // In the operator's namespace, a container that is not infrastructure
+    // is not carried through by the annotation.
+    let probe = json!({"name": "nvidia-device-plugin", "image": "busybox:1.36"});
+    let outcome = c
+        .admit(&Review::create(daemonset(
+            "gpu-operator",
+            annotations,
+            probe,
+        )))
+        .await;
+    denied_by(
+        &outcome,
+        "from pod annotation nvidia.cdi.k8s.io/container.nvidia-device-plugin",
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_container_with_env_from_is_warned_with_the_node_side_fix() {
+    let c = cluster().await;
+    let mut train = trainer("1");
+    train["envFrom"] = json!([{"secretRef": {"name": "training-env"}}]);
+    let outcome = c
+        .admit(&Review::create(pod(
+            "env-from",
+            json!({"containers": [train.clone()]}),
+        )))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let warning = outcome
+        .warnings
+        .iter()
+        .find(|w| w.starts_with("gpu-visible-devices-envfrom:"))
+        .unwrap_or_else(|| panic!("no envFrom warning: {:?}", outcome.warnings));
+    for text in [
+        "container train asks for GPUs and takes envFrom a ConfigMap or Secret that may set NVIDIA_VISIBLE_DEVICES",
+        "prefix: APP_",
+        "DEVICE_LIST_STRATEGY=volume-mounts",
+        "accept-nvidia-visible-devices-envvar-when-unprivileged=false",
+    ] {
+        assert!(warning.contains(text), "{text:?} not in {warning}");
+    }
+    // Not /mutate's to pin: the container's own GPUs would be hidden too.
+    assert_eq!(env_of(&outcome, "/spec/containers/0/env"), Value::Null);
+    // A prefix that cannot make the name: no warning.
+    train["envFrom"] = json!([{"prefix": "APP_", "secretRef": {"name": "training-env"}}]);
+    let outcome = c
+        .admit(&Review::create(pod(
+            "env-from",
+            json!({"containers": [train]}),
+        )))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    assert!(
+        !outcome
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("gpu-visible-devices-envfrom:")),
+        "{:?}",
+        outcome.warnings
+    );
     c.stop().await;
 }

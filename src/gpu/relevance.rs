@@ -12,10 +12,14 @@
 //! `amd.com/`, `microsoft.com/` or `volcano.sh/` request or limit in any
 //! container or init container) or DRA claims; reaches GPUs behind the
 //! scheduler's back (`NVIDIA_VISIBLE_DEVICES`, a mount at the NVIDIA
-//! device list, a `cdi.k8s.io/` annotation, a sharing scheduler's
+//! device list, a device-injection annotation (`cdi.k8s.io/`,
+//! `nvidia.cdi.k8s.io`, `cdi.nri.io`, `devices.nri.io`,
+//! `cdi-devices.nri.io` and their `noderesource.dev` twins: see
+//! [`super::injection`]), a sharing scheduler's
 //! `gpu-fraction` / `gpu-memory`); or can land on GPU nodes without asking
 //! for a GPU (`spec.nodeName`, a toleration of a GPU taint, a node selector
 //! or node affinity naming GPU, instance-type or pool node labels).
+use super::injection::is_injection_key;
 use serde_json::Value;
 
 /// Whether the pods webhook's `gpu-relevant` condition holds for `pod`: a
@@ -30,7 +34,7 @@ pub fn gpu_relevant(pod: &Value) -> bool {
             .any(container_relevant)
         || annotations.is_some_and(|a| {
             a.keys()
-                .any(|k| k.starts_with("cdi.k8s.io/") || k == "gpu-fraction" || k == "gpu-memory")
+                .any(|k| is_injection_key(k) || k == "gpu-fraction" || k == "gpu-memory")
         })
         || spec["nodeName"].as_str().is_some_and(|n| !n.is_empty())
         || list(&spec["tolerations"]).any(|t| match t["key"].as_str() {

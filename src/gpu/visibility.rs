@@ -18,8 +18,12 @@
 //!   image config, and a container of a pod on a GPU node whose own
 //!   environment says nothing inherits it; an image not known to be one of
 //!   them may still be built on one.
-//! - `cdi.k8s.io/*` pod annotations naming GPU devices: the container
-//!   runtime injects them into the containers, outside the device plugin.
+//! - pod annotations naming GPU devices that the node injects outside the
+//!   device plugin: `cdi.k8s.io/*` (the container runtime, every
+//!   container), `nvidia.cdi.k8s.io/container.<name>` and its pod-wide
+//!   forms (the NVIDIA Container Toolkit's NRI plugin), containerd's NRI
+//!   device injector (`devices.nri.io/`, `cdi-devices.nri.io/` and their
+//!   `noderesource.dev` twins); see [`super::injection`].
 //! - mounts at `/var/run/nvidia-container-devices` (the device list the
 //!   NVIDIA runtime reads in volume-mounts mode).
 //! - `securityContext.privileged`: every device node of the node.
@@ -28,6 +32,7 @@
 //! that asks for no GPU in a pod that does gets `NVIDIA_VISIBLE_DEVICES=void`
 //! pinned in its `env` (which wins over `envFrom` and the image), unless it
 //! already names the variable ([`needs_hiding`]).
+use super::injection::{injections, Injection};
 use crate::k8s::images;
 use crate::k8s::json::{items, str_at};
 use serde::Serialize;
@@ -51,9 +56,6 @@ pub const DEVICE_LIST_DIRS: [&str; 2] = [
 
 /// The CDI annotation prefix container runtimes act on.
 pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
-
-/// CDI device kinds that are GPUs (`vendor/class` before the `=`).
-const CDI_GPU_KINDS: [&str; 3] = ["nvidia.com/gpu", "nvidia.com/mig", "amd.com/gpu"];
 
 /// Image repositories, and repository prefixes ending in `/`, whose image
 /// config sets `NVIDIA_VISIBLE_DEVICES` (CUDA base images and what NVIDIA
@@ -91,7 +93,9 @@ pub enum Reach {
     /// of a pod that asks for GPUs (the NVIDIA runtime is the default on
     /// its nodes).
     RuntimeDefault,
-    /// A `cdi.k8s.io/*` pod annotation naming GPU devices.
+    /// A pod annotation naming GPU devices that the runtime or an NRI
+    /// plugin injects into the container (`cdi.k8s.io/`,
+    /// `nvidia.cdi.k8s.io/`, `devices.nri.io/`...).
     Cdi,
     /// A mount at the NVIDIA runtime's device list.
     DeviceListMount,
@@ -108,7 +112,7 @@ impl Reach {
             Reach::EnvFrom => "may get NVIDIA_VISIBLE_DEVICES through envFrom",
             Reach::Image => "runs an image that sets NVIDIA_VISIBLE_DEVICES",
             Reach::RuntimeDefault => "runs an image that may set NVIDIA_VISIBLE_DEVICES",
-            Reach::Cdi => "gets GPU devices from a cdi.k8s.io annotation",
+            Reach::Cdi => "gets GPU devices from a device-injection annotation",
             Reach::DeviceListMount => "mounts the NVIDIA device list",
             Reach::Privileged => "is privileged",
         }
@@ -151,6 +155,9 @@ pub struct ContainerAccess {
     /// A GPU container with `envFrom` that may carry the variable: what it
     /// sees depends on an object the webhook does not read.
     pub unverified: bool,
+    /// The annotations that inject GPU devices into this container (reach
+    /// `cdi`), each with what it names.
+    pub injected: Vec<Injection>,
 }
 
 impl ContainerAccess {
@@ -242,24 +249,10 @@ pub fn is_device_list_path(path: &str) -> bool {
     })
 }
 
-/// Whether some `cdi.k8s.io/*` annotation names GPU devices.
+/// Whether some device-injection annotation (any family, any scope)
+/// names GPU devices.
 pub fn cdi_gpu_annotation(annotations: Option<&Value>) -> bool {
-    annotations.and_then(Value::as_object).is_some_and(|a| {
-        a.iter().any(|(key, value)| {
-            key.starts_with(CDI_ANNOTATION_PREFIX)
-                && value.as_str().is_some_and(|v| {
-                    v.split(',').any(|device| {
-                        let kind = device.trim().split('=').next().unwrap_or("");
-                        CDI_GPU_KINDS.iter().any(|gpu| {
-                            kind == *gpu
-                                || kind
-                                    .strip_prefix(gpu)
-                                    .is_some_and(|rest| rest.starts_with('-'))
-                        })
-                    })
-                })
-        })
-    })
+    !injections(annotations).is_empty()
 }
 
 fn privileged(container: &Value) -> bool {
@@ -276,7 +269,7 @@ pub fn container_access(
     kind: &'static str,
     asks_gpu: bool,
     pod: PodContext,
-    cdi: bool,
+    injected: Vec<Injection>,
 ) -> ContainerAccess {
     let setting = env_setting(container);
     let mut reaches = Vec::new();
@@ -306,7 +299,7 @@ pub fn container_access(
             }
         }
     }
-    if cdi {
+    if !injected.is_empty() {
         reaches.push(Reach::Cdi);
     }
     if items(container.get("volumeMounts")).any(|m| is_device_list_path(str_at(m, "/mountPath"))) {
@@ -322,6 +315,7 @@ pub fn container_access(
         hidden: setting == EnvSetting::Hides,
         reaches,
         unverified: asks_gpu && setting == EnvSetting::Absent && env_from_may_carry(container),
+        injected,
     }
 }
 
@@ -336,7 +330,7 @@ pub fn pod_access(
     pod: PodContext,
     asks_gpu: impl Fn(&str, &str) -> bool,
 ) -> Vec<ContainerAccess> {
-    let cdi = cdi_gpu_annotation(annotations);
+    let injections = injections(annotations);
     [
         ("initContainers", "initContainer"),
         ("containers", "container"),
@@ -345,8 +339,14 @@ pub fn pod_access(
     .into_iter()
     .flat_map(|(field, kind)| items(spec.get(field)).map(move |c| (c, kind)))
     .map(|(c, kind)| {
-        let asks = asks_gpu(kind, str_at(c, "/name"));
-        container_access(c, kind, asks, pod, cdi)
+        let name = str_at(c, "/name");
+        let asks = asks_gpu(kind, name);
+        let injected = injections
+            .iter()
+            .filter(|(scope, _)| scope.reaches(name))
+            .map(|(_, i)| i.clone())
+            .collect();
+        container_access(c, kind, asks, pod, injected)
     })
     .collect()
 }
@@ -384,7 +384,7 @@ mod tests {
     };
 
     fn access(container: Value, asks_gpu: bool, pod: PodContext) -> ContainerAccess {
-        container_access(&container, "container", asks_gpu, pod, false)
+        container_access(&container, "container", asks_gpu, pod, Vec::new())
     }
 
     #[test]
@@ -530,13 +530,56 @@ mod tests {
         let spec = json!({"containers": [{"name": "a"}, {"name": "b"}]});
         let all = pod_access(&spec, Some(&gpu), GPU_POD, |_, n| n == "a");
         assert!(all.iter().all(|c| c.reaches.contains(&Reach::Cdi)));
+        assert_eq!(all[0].injected[0].annotation, "cdi.k8s.io/x");
+    }
+
+    #[test]
+    fn nri_annotations_reach_the_containers_they_name() {
+        let spec = json!({
+            "initContainers": [{"name": "setup"}],
+            "containers": [{"name": "probe"}, {"name": "app"}],
+            "ephemeralContainers": [{"name": "debugger"}]
+        });
+        let by_name = json!({"nvidia.cdi.k8s.io/container.probe": "nvidia.com/gpu=all"});
+        let cpu_bound = PodContext {
+            asks_gpu: false,
+            bound_for_gpu_nodes: true,
+            debug_hidden: true,
+        };
+        let all = pod_access(&spec, Some(&by_name), cpu_bound, |_, _| false);
+        let leaking: Vec<&str> = all
+            .iter()
+            .filter(|a| a.reaches.contains(&Reach::Cdi))
+            .map(|a| a.name.as_str())
+            .collect();
+        assert_eq!(leaking, ["probe"]);
+        assert_eq!(
+            all[1].injected[0].named,
+            "nvidia.com/gpu=all (every GPU of the node)"
+        );
+        // Pod-wide forms reach every container, the debug container too.
+        for key in [
+            "nvidia.cdi.k8s.io/pod",
+            "nvidia.cdi.k8s.io/container.*",
+            "cdi-devices.nri.io",
+        ] {
+            let a = json!({ key: "nvidia.com/gpu=0" });
+            let all = pod_access(&spec, Some(&a), CPU_POD, |_, _| false);
+            assert!(all.iter().all(|c| c.reaches == [Reach::Cdi]), "{key}");
+        }
+        // A GPU container is not let through: the device it names need not
+        // be the one the device plugin gave it.
+        let own = json!({"devices.nri.io/container.app": "- path: /dev/nvidia1\n  type: c\n  major: 195\n  minor: 1\n"});
+        let all = pod_access(&spec, Some(&own), GPU_POD, |_, n| n == "app");
+        assert_eq!(all[2].reaches, [Reach::Cdi]);
+        assert!(!all[1].reaches.contains(&Reach::Cdi));
     }
 
     #[test]
     fn privileged_counts_where_the_pod_can_meet_gpus() {
         let c = json!({"name": "init", "securityContext": {"privileged": true}});
         assert_eq!(
-            container_access(&c, "initContainer", false, GPU_POD, false).reaches,
+            container_access(&c, "initContainer", false, GPU_POD, Vec::new()).reaches,
             [Reach::RuntimeDefault, Reach::Privileged]
         );
         assert!(!access(c, false, CPU_POD).leaks());
