@@ -99,7 +99,8 @@ struct Pod {
     user: &'static str,
     init: Vec<Container>,
     containers: Vec<Container>,
-    cdi: Option<&'static str>,
+    /// A device-injection annotation (key, value) of the pod or template.
+    injection: Option<(&'static str, &'static str)>,
     tolerations: Vec<Value>,
     node_selector: Option<(&'static str, String)>,
     preferred: Option<(&'static str, String)>,
@@ -113,6 +114,33 @@ struct Pod {
 }
 
 const POOLS: [&str; 4] = ["system", "batch", "gpupool", "a100"];
+/// Device-injection annotation keys: the runtime's CDI prefix (every
+/// container), the NVIDIA Container Toolkit's NRI plugin (one container by
+/// name, every container by `*`, `/pod` or the bare key; `probe` names no
+/// container of the generated pods), containerd's NRI device injector.
+const INJECTION_KEYS: [&str; 8] = [
+    "cdi.k8s.io/devices",
+    "nvidia.cdi.k8s.io/container.c-0",
+    "nvidia.cdi.k8s.io/container.probe",
+    "nvidia.cdi.k8s.io/container.*",
+    "nvidia.cdi.k8s.io/pod",
+    "nvidia.cdi.k8s.io",
+    "cdi-devices.nri.io/pod",
+    "devices.nri.io/container.c-0",
+];
+/// CDI device names, GPUs and not.
+const CDI_DEVICES: [&str; 5] = [
+    "nvidia.com/gpu=all",
+    "nvidia.com/gpu=0",
+    "nvidia.com/gpu=0:1",
+    "management.nvidia.com/gpu=all",
+    "vendor.example/nic=0",
+];
+/// Device nodes for containerd's device injector: a GPU and /dev/null.
+const DEVICE_NODES: [&str; 2] = [
+    "- {path: /dev/nvidia0, type: c, major: 195, minor: 0}",
+    "- {path: /dev/null, type: c, major: 1, minor: 3}",
+];
 const VALUES: [&str; 7] = ["all", "0", "", "void", "none", "GPU-3f2a", "(none)"];
 const IMAGES: [&str; 6] = [
     "busybox:1.36",
@@ -238,12 +266,23 @@ fn node_name(i: usize) -> String {
 fn pod() -> impl Strategy<Value = Pod> {
     (
         (
-            prop_oneof![6 => Just("Pod"), 1 => Just("Deployment"), 1 => Just("DaemonSet"), 2 => Just("Debug")],
+            prop_oneof![6 => Just("Pod"), 1 => Just("Deployment"), 2 => Just("DaemonSet"), 2 => Just("Debug")],
             prop_oneof![4 => Just("ml"), 1 => Just("gpu-operator")],
             prop_oneof![4 => Just("alice"), 1 => Just("sa")],
             prop::collection::vec(container(), 0..2),
             prop::collection::vec(container(), 1..4),
-            prop_oneof![5 => Just(None), 1 => Just(Some("nvidia.com/gpu=all")), 1 => Just(Some("vendor.example/nic=0"))],
+            prop_oneof![
+                1 => Just(None),
+                1 => (0..INJECTION_KEYS.len(), 0..CDI_DEVICES.len()).prop_map(|(k, v)| {
+                    let key = INJECTION_KEYS[k];
+                    let value = if key.starts_with("devices.") {
+                        DEVICE_NODES[v % DEVICE_NODES.len()]
+                    } else {
+                        CDI_DEVICES[v]
+                    };
+                    Some((key, value))
+                }),
+            ],
         ),
         (
             prop::collection::vec(toleration(), 0..3),
@@ -258,7 +297,7 @@ fn pod() -> impl Strategy<Value = Pod> {
     )
         .prop_map(
             |(
-                (kind, namespace, user, init, containers, cdi),
+                (kind, namespace, user, init, containers, injection),
                 (tolerations, node_selector, preferred, node_name, scheduler, fraction, volcano, debug),
             )| Pod {
                 namespace,
@@ -275,7 +314,7 @@ fn pod() -> impl Strategy<Value = Pod> {
                 // Kubernetes gives ephemeral containers no resources; the
                 // pod's annotations were judged when it was made.
                 debug: Container { gpus: 0, ..debug },
-                cdi: if kind == "Debug" { None } else { cdi },
+                injection: if kind == "Debug" { None } else { injection },
                 kind,
             },
         )
@@ -350,8 +389,14 @@ fn pod_spec(p: &Pod) -> Value {
 
 fn annotations(p: &Pod) -> Value {
     let mut a = serde_json::Map::new();
-    if let Some(cdi) = p.cdi {
-        a.insert("cdi.k8s.io/devices".into(), json!(cdi));
+    if let Some((key, value)) = p.injection {
+        // containerd's device injector reads a YAML list.
+        let value = if key.starts_with("cdi-devices.") {
+            format!("- {value}")
+        } else {
+            value.to_string()
+        };
+        a.insert(key.into(), json!(value));
     }
     if p.fraction {
         a.insert("gpu-fraction".into(), json!("0.5"));
@@ -418,6 +463,34 @@ struct Reference<'a> {
 impl Reference<'_> {
     fn all(&self) -> impl Iterator<Item = &Container> {
         self.pod.init.iter().chain(&self.pod.containers)
+    }
+
+    /// Every container with the name the generated object gives it.
+    fn named(&self) -> impl Iterator<Item = (String, &Container)> {
+        let init = self.pod.init.iter().enumerate();
+        let main = self.pod.containers.iter().enumerate();
+        init.map(|(i, c)| (format!("init-{i}"), c))
+            .chain(main.map(|(i, c)| (format!("c-{i}"), c)))
+    }
+
+    /// The pod's annotation makes the node inject a GPU device into the
+    /// container `name`: a key that reaches it (pod-wide, or
+    /// `container.<its name>`) and a value naming an NVIDIA GPU (a CDI
+    /// `gpu` device of `nvidia.com` or a subdomain, or `/dev/nvidia<N>`).
+    fn injects_gpu_into(&self, name: &str) -> bool {
+        let Some((key, value)) = self.pod.injection else {
+            return false;
+        };
+        let reaches = match key.rsplit_once("/container.") {
+            Some((_, "*")) | None => true,
+            Some((_, target)) => target == name,
+        };
+        reaches && (value.contains("nvidia.com/gpu=") || value.contains("/dev/nvidia0"))
+    }
+
+    /// The annotation injects a GPU into some container of a DaemonSet.
+    fn daemonset_injection(&self) -> bool {
+        self.pod.kind == "DaemonSet" && self.named().any(|(n, _)| self.injects_gpu_into(&n))
     }
 
     fn asks_gpu(&self) -> bool {
@@ -570,10 +643,6 @@ impl Reference<'_> {
         if self.shared() || self.infrastructure() {
             return false;
         }
-        let cdi = self
-            .pod
-            .cdi
-            .is_some_and(|c| c.starts_with("nvidia.com/gpu"));
         let mount = |c: &Container| {
             c.mount
                 .is_some_and(|m| m.contains("nvidia-container-devices"))
@@ -582,7 +651,7 @@ impl Reference<'_> {
         // asks for none and does not name it.
         let pinned = self.asks_gpu();
         let bound = self.bound_for_gpu_nodes();
-        self.all().any(|c| {
+        self.named().any(|(name, c)| {
             let from_env = match c.visible {
                 Some(None) => true,
                 Some(Some(v)) => !HIDING.contains(&v),
@@ -593,7 +662,7 @@ impl Reference<'_> {
                     c.gpus == 0 && !pinned && bound && (carries || CUDA_IMAGES.contains(&c.image))
                 }
             };
-            from_env || cdi || mount(c)
+            from_env || self.injects_gpu_into(&name) || mount(c)
         })
     }
 
@@ -669,6 +738,9 @@ struct Seen {
     mutated: u32,
     debug_breaches: u32,
     debug_hidden: u32,
+    /// DaemonSets with an annotation that injects a GPU into a container,
+    /// outside GPU infrastructure.
+    daemonset_injections: u32,
 }
 
 fn check(
@@ -685,6 +757,8 @@ fn check(
     seen.privileged += u32::from(reference.privileged_in_gpu_pod());
     seen.reaches_gpu_nodes += u32::from(reference.reaches_gpu_nodes());
     seen.mutated += u32::from(!outcome.patch.is_empty());
+    seen.daemonset_injections +=
+        u32::from(reference.daemonset_injection() && !reference.infrastructure());
     let breach =
         reference.leaks() || reference.privileged_in_gpu_pod() || reference.reaches_gpu_nodes();
     let denials = boundary_denials(outcome);
@@ -829,6 +903,10 @@ fn the_boundary_agrees_with_the_reference_model() {
                 ("pods patched by /mutate", seen.mutated),
                 ("debug containers denied", seen.debug_breaches),
                 ("debug containers hidden from GPUs", seen.debug_hidden),
+                (
+                    "DaemonSets injecting GPUs by annotation",
+                    seen.daemonset_injections,
+                ),
             ] {
                 assert!(
                     n >= floor,
