@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod claims;
 pub mod facts;
 pub mod fit;
+pub mod mig;
 pub mod pools;
 pub mod reach;
 pub mod relevance;
