@@ -104,6 +104,7 @@ fn the_offline_commands_evaluate_deep_objects() {
         },
         namespace: None,
         namespace_labels: None,
+        cluster: Vec::new(),
         operation: OperationArg::Create,
         old_filename: None,
         user: "gpu-admission-cli".to_string(),

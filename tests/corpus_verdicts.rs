@@ -52,6 +52,7 @@ fn evaluate_with(file: &Path, policies: &Path) -> Vec<Evaluation> {
         },
         namespace: None,
         namespace_labels: None,
+        cluster: Vec::new(),
         operation: OperationArg::Create,
         old_filename: None,
         user: "gpu-admission-cli".to_string(),

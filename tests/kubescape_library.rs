@@ -318,6 +318,7 @@ fn evaluate_manifest(file: &Path, policies: &Path) -> Vec<Evaluation> {
         },
         namespace: None,
         namespace_labels: None,
+        cluster: Vec::new(),
         operation: OperationArg::Create,
         old_filename: None,
         user: "kubernetes-admin".to_string(),

@@ -84,3 +84,72 @@ async fn pods_that_cannot_fit_their_size_are_denied_through_the_shipped_webhooks
     assert!(outcome.allowed, "{}", outcome.message());
     cluster.stop().await;
 }
+
+/// 8 × `mig-1g.10gb` pinned to one A100 80GB (7 of that profile per GPU).
+fn mig_spec(count: &str) -> Value {
+    json!({
+        "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"},
+        "containers": [{
+            "name": "infer", "image": "nvcr.io/nvidia/tritonserver:24.08-py3",
+            "resources": {"limits": {"nvidia.com/mig-1g.10gb": count, "cpu": "4", "memory": "16Gi"}}
+        }]
+    })
+}
+
+const MIG_DENIAL: &str =
+    "gpu-pod-fit: pod asks for 8 nvidia.com/mig-1g.10gb, but the only size it \
+    may land on, Standard_NC24ads_A100_v4 (1 × A100 80GB), holds at most 7 nvidia.com/mig-1g.10gb \
+    (7 per GPU × 1 GPU), not 8";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_slices_beyond_the_size_are_denied_through_the_shipped_webhooks() {
+    let cluster = Cluster::start().await;
+    let labels = [
+        ("gpu-admission.io/tier", "premium"),
+        ("gpu-admission.io/premium-gpus", "true"),
+    ];
+    let pod = |name: &str, count: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": mig_spec(count)
+        })
+    };
+    let outcome = cluster
+        .admit(&Review::create(pod("eight", "8")).namespace_labels(&labels))
+        .await;
+    assert!(!outcome.allowed, "8 slices on one A100 allowed");
+    assert!(
+        outcome.message().contains(MIG_DENIAL),
+        "{}",
+        outcome.message()
+    );
+
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "eight", "namespace": "ml"},
+        "spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": mig_spec("8")["nodeSelector"].clone(),
+            "containers": mig_spec("8")["containers"].clone()
+        }}}
+    });
+    let outcome = cluster
+        .admit(&Review::create(job).namespace_labels(&labels))
+        .await;
+    assert!(!outcome.allowed, "Job of 8 slices on one A100 allowed");
+    assert!(
+        outcome
+            .message()
+            .contains("Job eight: pod asks for 8 nvidia.com/mig-1g.10gb"),
+        "{}",
+        outcome.message()
+    );
+
+    // Seven fit.
+    let outcome = cluster
+        .admit(&Review::create(pod("seven", "7")).namespace_labels(&labels))
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    cluster.stop().await;
+}

@@ -105,7 +105,7 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         // Namespaces in the files (`kubectl get namespaces,pods,... -A -o
         // json`) give their own labels, as in the cluster; they are not audited.
         let (namespace_objects, held): (Vec<Value>, Vec<Value>) =
-            held.into_iter().partition(is_namespace);
+            held.into_iter().partition(super::dump::is_namespace);
         let labels = args.namespace_labels.clone().unwrap_or_default();
         let names: BTreeSet<String> = (held.iter().filter_map(namespace_of))
             .chain(pod_namespaces)
@@ -115,18 +115,11 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|n| (n.clone(), with_name_label(n, labels.clone())))
             .collect();
-        for ns in &namespace_objects {
-            let Some(name) = ns.at("/metadata/name").and_then(Value::as_str) else {
-                continue;
-            };
-            let own: BTreeMap<String, String> = ns
-                .at("/metadata/labels")
-                .and_then(|l| serde_json::from_value(l.clone()).ok())
-                .unwrap_or_default();
-            let mut merged = labels.clone();
-            merged.extend(own);
-            namespaces.insert(name.to_string(), with_name_label(name, merged));
-        }
+        namespaces.extend(
+            namespace_objects
+                .iter()
+                .filter_map(|ns| super::dump::namespace_labels(ns, &labels)),
+        );
         let namespaces = namespaces.into_iter().collect();
         let files = args.files.iter().map(|f| f.display().to_string());
         let source = audit::ReportSource::Files(files.collect());
@@ -234,12 +227,6 @@ fn namespace_of(object: &Value) -> Option<String> {
         .at("/metadata/namespace")
         .and_then(Value::as_str)
         .map(str::to_string)
-}
-
-/// A core/v1 Namespace.
-fn is_namespace(object: &Value) -> bool {
-    object.get("apiVersion").and_then(Value::as_str) == Some("v1")
-        && object.get("kind").and_then(Value::as_str) == Some("Namespace")
 }
 
 /// When and against what the report is made: the policy set and its

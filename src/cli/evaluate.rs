@@ -34,9 +34,18 @@ pub struct EvaluateArgs {
     /// Namespace for namespaced objects that name none.
     #[arg(short, long)]
     pub namespace: Option<String>,
-    /// Labels of the objects' namespaces, as the cluster would have them.
+    /// Labels of the objects' namespaces, as the cluster would have them
+    /// (a namespace of --cluster adds its own).
     #[arg(long, value_name = "k=v,...", value_parser = crate::k8s::namespaces::parse_labels)]
     pub namespace_labels: Option<BTreeMap<String, String>>,
+    /// A dump of the cluster the manifest is for (`kubectl get
+    /// nodes,nodepools,namespaces -o json`, as `audit -f` reads): where pods
+    /// land (spec.nodeName, kubernetes.io/hostname, agent pool and any other
+    /// node label) is judged against its Nodes and Karpenter NodePools, and
+    /// its Namespaces give their labels (tiers), as `serve` judges them in
+    /// that cluster. Repeatable.
+    #[arg(long = "cluster", value_name = "FILE")]
+    pub cluster: Vec<PathBuf>,
     /// The admission operation to simulate.
     #[arg(long, value_enum, default_value = "create")]
     pub operation: OperationArg,
@@ -153,9 +162,14 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         .iter()
         .filter_map(|r| r.namespace.clone())
         .collect();
+    let dump = super::dump::ClusterDump::read(&args.cluster)?;
     let mut lookup = StaticNamespaces::new();
     for ns in &namespaces {
         lookup.insert(ns, with_name_label(ns, labels.clone()));
+    }
+    // The cluster's namespaces carry their own labels.
+    for (ns, own) in dump.namespace_labels(&labels) {
+        lookup.insert(&ns, own);
     }
     // The manifest's readable exceptions let its other objects through; an
     // unreadable one is denied as an object, with its field errors.
@@ -174,10 +188,13 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     if let Some(at) = args.at {
         manifest_exceptions = manifest_exceptions.at(at);
     }
-    let admission = Admission::new(loaded.bundle, Arc::new(lookup))
+    let mut admission = Admission::new(loaded.bundle, Arc::new(lookup))
         .with_claims(Arc::new(claims))
         .with_authorizer(super::authorizer(args.authz.as_deref())?)
         .with_exceptions(Arc::new(manifest_exceptions));
+    if let Some(nodes) = dump.node_lookup() {
+        admission = admission.with_nodes(Arc::new(nodes));
+    }
     Ok(requests
         .into_iter()
         .map(|req| offline::evaluate(&admission, req))

@@ -2,6 +2,7 @@
 //! and `run(args) -> anyhow::Result<ExitCode>`.
 pub mod audit;
 pub mod certs;
+pub mod dump;
 pub mod evaluate;
 pub mod flags;
 pub mod lint;

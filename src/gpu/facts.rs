@@ -17,6 +17,7 @@ use super::capacity::CapacityRequest;
 use super::catalog::Catalog;
 use super::claims::{request_devices, ClaimGpuRequest};
 use super::fit::{FitFacts, PodResources};
+use super::mig::MigFacts;
 use super::pools::CapacityFacts;
 use super::request::{
     ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity,
@@ -70,6 +71,9 @@ pub struct GpuFacts {
     /// Whether the pod's CPU and memory fit the sizes in `skus` (see
     /// [`super::fit`]).
     pub fit: FitFacts,
+    /// Whether the pod's MIG slices fit the sizes its node selection
+    /// allows (see [`super::mig`]).
+    pub mig: MigFacts,
     /// The pod's DRA claims (or the ResourceClaim / ResourceClaimTemplate
     /// itself) and the GPU devices each asks for.
     pub claims: Vec<ClaimFacts>,
@@ -276,6 +280,7 @@ impl GpuFacts {
                 .max()
                 .unwrap_or(0);
             self.fit = FitFacts::of(self.fit.requested, &skus, self.request.total());
+            self.mig = MigFacts::of(&self.request, &skus, true, catalog);
             self.skus = catalog.list_of(&skus);
         }
         // Aimed at GPU nodes by what the pod wrote (an untainted GPU node a
@@ -395,6 +400,8 @@ fn pod_facts(
     let mut request = pod_gpu_request(spec, resources);
     let selection = NodeSelection::from_pod_spec(spec);
     let mut skus = selection.skus(catalog);
+    // Judged on every size the selection allows: one without MIG is named.
+    let mig = MigFacts::of(&request, &skus, skus.len() < catalog.len(), catalog);
     // MIG slices exist only on sizes whose GPUs support MIG.
     if request.asks_for_mig() {
         skus.retain(|s| s.mig);
@@ -470,6 +477,7 @@ fn pod_facts(
         },
         max_sku_gpus: i64::from(max_sku_gpus),
         fit,
+        mig,
         claims: request.claims.iter().map(claim_facts).collect(),
         access,
         pool: None,

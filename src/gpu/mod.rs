@@ -7,6 +7,7 @@ pub mod claims;
 pub mod facts;
 pub mod fit;
 pub mod injection;
+pub mod mig;
 pub mod pools;
 pub mod reach;
 pub mod relevance;

@@ -233,6 +233,7 @@ impl Row<'_> {
             premium: self.flag("premium", None)?,
             karpenter_gpu: self.flag("karpenter_gpu", Some(true))?,
             mig: self.flag("mig", Some(false))?,
+            mig_gpu: None,
             source: self.text("source").to_string(),
             name,
             aliases,

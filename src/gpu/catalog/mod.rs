@@ -8,11 +8,13 @@
 //! (embedded at build time); a team can replace it with its own file
 //! ([`Catalog::from_csv_file`]).
 mod file;
+pub mod mig;
 #[cfg(test)]
 mod shipped_rows;
 mod sku;
 
 pub use file::CatalogError;
+pub use mig::{MigGpu, MigTable};
 pub use sku::{labels, Sku, SkuLabel};
 
 use super::SkuList;
@@ -79,7 +81,11 @@ impl Catalog {
 
     /// Parses catalog CSV text; `file` names it in errors.
     pub fn from_csv_str(text: &str, file: &str) -> Result<Catalog, CatalogError> {
-        let (skus, as_of) = file::read(text, file)?;
+        let (mut skus, as_of) = file::read(text, file)?;
+        // Sizes whose GPUs support MIG take their GPU's profiles.
+        for sku in &mut skus {
+            sku.mig_gpu = MigTable::embedded().gpu_of(sku);
+        }
         let mut index = HashMap::new();
         let mut exact = ExactNames::default();
         for (i, sku) in skus.iter().enumerate() {

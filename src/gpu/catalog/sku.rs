@@ -43,6 +43,9 @@ pub struct Sku {
     /// AKS can partition its GPUs with Multi-Instance GPU (an agent pool's
     /// `gpuInstanceProfile`): A100, H100 and H200 sizes.
     pub mig: bool,
+    /// The MIG profiles of its GPU (`data/mig-profiles.csv`), for a size
+    /// whose GPUs support MIG and are in that table; `None` otherwise.
+    pub mig_gpu: Option<std::sync::Arc<super::mig::MigGpu>>,
     /// Where the row's facts come from.
     pub source: String,
 }
@@ -191,7 +194,21 @@ impl Sku {
             "aksSupported": self.aks_supported,
             "premium": self.premium,
             "mig": self.mig,
+            "migProfiles": self.mig_profiles_value(),
         })
+    }
+
+    /// `migProfiles` of `azure.sku(name)`: each MIG profile one GPU of the
+    /// size offers and how many instances of it one GPU holds (empty when
+    /// the size has no MIG, or its GPU is not in the MIG table).
+    pub fn mig_profiles_value(&self) -> Value {
+        let profiles: serde_json::Map<String, Value> = self
+            .mig_gpu
+            .iter()
+            .flat_map(|g| g.profiles.iter())
+            .map(|(p, n)| (p.clone(), json!(n)))
+            .collect();
+        Value::Object(profiles)
     }
 }
 
