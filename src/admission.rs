@@ -448,7 +448,12 @@ pub fn subject<'r>(
 /// as a template is admitted as pods, and the other way round.
 fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
     for i in 0..subject.templates.len() {
-        let plan = placement::plan_subject(profiles, &subject.template_pod(i));
+        // With the node snapshot, as /mutate sees the pods: whether GPUs
+        // are hidden by default turns on where they can land.
+        let pod = subject
+            .template_pod(i)
+            .with_gpu(profiles.catalog(), profiles.gpu_resources());
+        let plan = placement::plan_subject(profiles, &pod);
         if plan.patch.0.is_empty() {
             continue;
         }
