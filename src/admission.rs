@@ -448,7 +448,12 @@ pub fn subject<'r>(
 /// as a template is admitted as pods, and the other way round.
 fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
     for i in 0..subject.templates.len() {
-        let plan = placement::plan_subject(profiles, &subject.template_pod(i));
+        // With the node snapshot, as /mutate sees the pods: whether GPUs
+        // are hidden by default turns on where they can land.
+        let pod = subject
+            .template_pod(i)
+            .with_gpu(profiles.catalog(), profiles.gpu_resources());
+        let plan = placement::plan_subject(profiles, &pod);
         if plan.patch.0.is_empty() {
             continue;
         }
@@ -489,6 +494,7 @@ fn mutate_with(
     };
     let plan = placement::plan_subject(profiles, &subject);
     let mut patch = plan.patch;
+    let mut warnings = plan.warnings;
     let mut outcome = Outcome {
         profile: plan.profile,
         ..Outcome::default()
@@ -512,18 +518,48 @@ fn mutate_with(
             outcome.evaluations = mutated.evaluations;
             if !mutated.errors.is_empty() {
                 let mut denied = Response::deny(mutated.errors.join("\n"));
-                denied.warnings = plan.warnings;
+                denied.warnings = warnings;
                 outcome.response = denied;
                 return outcome;
             }
             patch.0.extend(json_patch::diff(&placed, &mutated.object).0);
             outcome.mutations = mutated.applied;
+            if mutated.object != placed {
+                // Placement again on what the policies made of the pod (a
+                // sidecar or init container they add gets its pin, a
+                // toleration they add its affinity), so that one call is a
+                // fixed point: a second one adds nothing.
+                let replaced = replace_object(req, mutated.object);
+                let (namespaces, claims, nodes, _, kueue) = lookups;
+                let again = Subject::new_with_kueue(
+                    &replaced,
+                    namespaces,
+                    bundle.policies.template_sources(),
+                    kueue,
+                )
+                .with_claims(claims)
+                .with_nodes(nodes)
+                .with_gpu(profiles.catalog(), profiles.gpu_resources());
+                let replan = placement::plan_subject(profiles, &again);
+                patch.0.extend(replan.patch.0);
+                outcome.profile = outcome.profile.or(replan.profile);
+                warnings.extend(replan.warnings);
+            }
         }
     }
     let mut response = Response::allow().with_patch(patch);
-    response.warnings = plan.warnings;
+    warnings.dedup();
+    response.warnings = warnings;
     outcome.response = response;
     outcome
+}
+
+/// `req` with `object` in place of its object: the same request as
+/// placement sees it after the mutating policies.
+fn replace_object(req: &Request, object: serde_json::Value) -> Request {
+    let mut replaced = req.clone();
+    replaced.object = Some(object);
+    replaced
 }
 
 /// The `/validate` answer, and whether every binding was evaluated before

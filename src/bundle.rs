@@ -4,7 +4,7 @@ use crate::admission::Bundle;
 use crate::cel::gpu::GpuExtension;
 use crate::cel::Extensions;
 use crate::gpu::catalog::Catalog;
-use crate::placement::{Profile, ProfileSet, SkuTiers, API_VERSION};
+use crate::placement::{Infrastructure, Profile, ProfileSet, SkuTiers, API_VERSION};
 use crate::policy::{self, Document, LoadError, LoadErrors, PolicyFile, PolicySet};
 use std::hash::{Hash as _, Hasher as _};
 use std::path::{Path, PathBuf};
@@ -209,11 +209,21 @@ pub fn from_documents(
     let tiers = policy_docs
         .iter()
         .find_map(|d| SkuTiers::from_config_map(&d.value));
+    // The exemption lists of the node-isolation policies: /mutate hides
+    // GPUs by default from pods that can land on GPU nodes, except GPU
+    // infrastructure as those policies know it (no lists: not by default).
+    let infrastructure = policy_docs
+        .iter()
+        .find_map(|d| Infrastructure::from_config_map(&d.value));
     let placement = match ProfileSet::new(profiles) {
         Ok(set) => {
             let set = set.with_catalog(catalog.clone());
-            Some(match tiers {
+            let set = match tiers {
                 Some(tiers) => set.with_tiers(tiers),
+                None => set,
+            };
+            Some(match infrastructure {
+                Some(infrastructure) => set.with_infrastructure(infrastructure),
                 None => set,
             })
         }

@@ -129,15 +129,27 @@ async fn a_log_agent_daemonset_tolerating_the_gpu_taint_is_allowed_with_a_warnin
         outcome.warnings
     );
 
-    // Its pods, made by the DaemonSet controller, are sent nowhere.
+    // Its pods, made by the DaemonSet controller, are never validated;
+    // /mutate hides GPUs from them (they can land on GPU nodes).
     let outcome = cluster
         .admit(
             &Review::create(fluent_bit_pod())
                 .by(DAEMON_SET_CONTROLLER, &["system:serviceaccounts"]),
         )
         .await;
-    assert!(!outcome.sent(), "{outcome:?}");
+    assert_eq!(outcome.mutated_by, ["hide.mutate.gpu-admission.io"]);
+    assert!(outcome.validated_by.is_empty(), "{outcome:?}");
     assert!(outcome.allowed);
+    for container in outcome.object.unwrap()["spec"]["containers"]
+        .as_array()
+        .unwrap()
+    {
+        assert_eq!(
+            container["env"].as_array().unwrap().last().unwrap(),
+            &json!({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}),
+            "{container}"
+        );
+    }
     cluster.stop().await;
 }
 

@@ -16,6 +16,14 @@
 //! - **no false denial**: what the reference calls clean is never denied by
 //!   a boundary policy.
 //!
+//! GPUs are hidden by default: a pod that asks for no GPU but can land on
+//! GPU nodes leaves `/mutate` with every container that asks for no GPU
+//! hiding them (GPU infrastructure by identity, and infrastructure images,
+//! aside). The cluster binds a MutatingAdmissionPolicy that adds a sidecar
+//! (a CUDA image taking envFrom a Secret) to pods labelled for the mesh:
+//! the container it adds is judged with the pod's own, pinned in the same
+//! `/mutate` call.
+//!
 //! 10,000 cases per run in a release build (CI runs it so), 1,000 in a
 //! debug build, where `cargo test` waits on it; `BOUNDARY_CASES` overrides
 //! either. The seed is printed, and `BOUNDARY_SEED` replays one.
@@ -111,7 +119,51 @@ struct Pod {
     /// `kubectl debug`: the ephemeral container an UPDATE of
     /// `pods/ephemeralcontainers` adds to this pod (kind `Debug`).
     debug: Container,
+    /// Labelled for the mesh: [`MESH_POLICY`] adds its sidecar to the pod
+    /// when `/mutate` is sent it.
+    mesh: bool,
 }
+
+/// A MutatingAdmissionPolicy adding a native sidecar that can see GPUs
+/// unless hidden: a CUDA image taking envFrom a Secret.
+const MESH_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: mesh-sidecar}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  matchConditions:
+  - name: meshed
+    expression: "object.metadata.?labels[?'example.com/mesh'].orValue('') == 'true'"
+  - name: no-sidecar-yet
+    expression: "!object.spec.?initContainers.orValue([]).exists(c, c.name == 'mesh-sidecar')"
+  reinvocationPolicy: IfNeeded
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        [JSONPatch{op: "add", path: "/spec/initContainers/-",
+          value: Object.spec.initContainers{name: "mesh-sidecar", image: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+            restartPolicy: "Always",
+            envFrom: [Object.spec.initContainers.envFrom{secretRef: Object.spec.initContainers.envFrom.secretRef{name: "mesh"}}]}}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: mesh-sidecar}
+spec: {policyName: mesh-sidecar}
+"#;
+
+/// The sidecar [`MESH_POLICY`] adds, as the reference sees it.
+const MESH_SIDECAR: Container = Container {
+    gpus: 0,
+    visible: None,
+    env_from: Some(""),
+    image: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+    mount: None,
+    privileged: false,
+    command: &["pilot-agent"],
+};
 
 const POOLS: [&str; 4] = ["system", "batch", "gpupool", "a100"];
 /// Device-injection annotation keys: the runtime's CDI prefix (every
@@ -232,13 +284,14 @@ fn container() -> impl Strategy<Value = Container> {
 
 fn toleration() -> impl Strategy<Value = Value> {
     prop_oneof![
-        Just(json!({"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"})),
-        Just(json!({"operator": "Exists"})),
-        Just(json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})),
-        Just(
+        1 => Just(json!({"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"})),
+        // Node agents tolerate every taint: twice as likely.
+        2 => Just(json!({"operator": "Exists"})),
+        1 => Just(json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})),
+        1 => Just(
             json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
         ),
-        Just(json!({"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoExecute"})),
+        1 => Just(json!({"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoExecute"})),
     ]
 }
 
@@ -283,6 +336,7 @@ fn pod() -> impl Strategy<Value = Pod> {
                     Some((key, value))
                 }),
             ],
+            prop::bool::weighted(0.3),
         ),
         (
             prop::collection::vec(toleration(), 0..3),
@@ -297,7 +351,7 @@ fn pod() -> impl Strategy<Value = Pod> {
     )
         .prop_map(
             |(
-                (kind, namespace, user, init, containers, injection),
+                (kind, namespace, user, init, containers, injection, mesh),
                 (tolerations, node_selector, preferred, node_name, scheduler, fraction, volcano, debug),
             )| Pod {
                 namespace,
@@ -315,6 +369,7 @@ fn pod() -> impl Strategy<Value = Pod> {
                 // pod's annotations were judged when it was made.
                 debug: Container { gpus: 0, ..debug },
                 injection: if kind == "Debug" { None } else { injection },
+                mesh,
                 kind,
             },
         )
@@ -405,7 +460,10 @@ fn annotations(p: &Pod) -> Value {
 }
 
 fn object(p: &Pod) -> Value {
-    let meta = json!({"labels": {"app": "gen"}, "annotations": annotations(p)});
+    let mut meta = json!({"labels": {"app": "gen"}, "annotations": annotations(p)});
+    if p.mesh {
+        meta["labels"]["example.com/mesh"] = json!("true");
+    }
     match p.kind {
         "Pod" | "Debug" => json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "gen", "namespace": p.namespace, "labels": meta["labels"], "annotations": meta["annotations"]},
@@ -458,19 +516,55 @@ const NETWORK_TOOLS: [&str; 1] = ["iptables"];
 struct Reference<'a> {
     pod: &'a Pod,
     nodes: &'a [Node],
+    /// The pod as stored holds the mesh sidecar (the policy ran on it).
+    sidecar: bool,
 }
 
 impl Reference<'_> {
+    /// Every container the pod runs: its own, and the sidecar a mutating
+    /// policy added.
     fn all(&self) -> impl Iterator<Item = &Container> {
-        self.pod.init.iter().chain(&self.pod.containers)
+        self.pod
+            .init
+            .iter()
+            .chain(&self.pod.containers)
+            .chain(self.sidecar.then_some(&MESH_SIDECAR))
     }
 
-    /// Every container with the name the generated object gives it.
+    /// GPUs hidden by default: a pod that asks for no GPU but can land on
+    /// GPU nodes by what it wrote, not shared by a scheduler (which sets
+    /// the variable), and not in a GPU infrastructure namespace.
+    fn hidden_by_default(&self) -> bool {
+        !self.asks_gpu()
+            && !self.shared()
+            && !self.listed_namespace()
+            && (self.tolerates_gpu_by_name()
+                || self.tolerates_all()
+                || self.aims()
+                || self.prefers())
+    }
+
+    /// `/mutate` pins `NVIDIA_VISIBLE_DEVICES=void` on this container (one
+    /// that asks for no GPU and names the variable nowhere): in a GPU pod,
+    /// and in a pod hidden by default unless it runs an infrastructure
+    /// image (judged instead, never silently blinded).
+    fn pinned(&self, c: &Container) -> bool {
+        c.gpus == 0
+            && c.visible.is_none()
+            && (self.asks_gpu() || (self.hidden_by_default() && !INFRA_IMAGES.contains(&c.image)))
+    }
+
+    /// Every container with the name the generated object gives it, and
+    /// the sidecar a mutating policy added.
     fn named(&self) -> impl Iterator<Item = (String, &Container)> {
         let init = self.pod.init.iter().enumerate();
         let main = self.pod.containers.iter().enumerate();
         init.map(|(i, c)| (format!("init-{i}"), c))
             .chain(main.map(|(i, c)| (format!("c-{i}"), c)))
+            .chain(
+                self.sidecar
+                    .then(|| ("mesh-sidecar".to_string(), &MESH_SIDECAR)),
+            )
     }
 
     /// The pod's annotation makes the node inject a GPU device into the
@@ -647,9 +741,6 @@ impl Reference<'_> {
             c.mount
                 .is_some_and(|m| m.contains("nvidia-container-devices"))
         };
-        // /mutate pins the variable on every container of a GPU pod that
-        // asks for none and does not name it.
-        let pinned = self.asks_gpu();
         let bound = self.bound_for_gpu_nodes();
         self.named().any(|(name, c)| {
             let from_env = match c.visible {
@@ -659,7 +750,10 @@ impl Reference<'_> {
                     let carries = c
                         .env_from
                         .is_some_and(|p| "NVIDIA_VISIBLE_DEVICES".starts_with(p));
-                    c.gpus == 0 && !pinned && bound && (carries || CUDA_IMAGES.contains(&c.image))
+                    c.gpus == 0
+                        && !self.pinned(c)
+                        && bound
+                        && (carries || CUDA_IMAGES.contains(&c.image))
                 }
             };
             from_env || self.injects_gpu_into(&name) || mount(c)
@@ -741,6 +835,9 @@ struct Seen {
     /// DaemonSets with an annotation that injects a GPU into a container,
     /// outside GPU infrastructure.
     daemonset_injections: u32,
+    hidden_by_default: u32,
+    hidden_allowed: u32,
+    sidecars: u32,
 }
 
 fn check(
@@ -749,7 +846,18 @@ fn check(
     outcome: &Outcome,
     seen: &mut Seen,
 ) -> Result<(), TestCaseError> {
-    let reference = Reference { pod, nodes };
+    let sidecar = outcome.object.as_ref().is_some_and(|o| {
+        o["spec"]["initContainers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["name"] == "mesh-sidecar")
+    });
+    let reference = Reference {
+        pod,
+        nodes,
+        sidecar,
+    };
     if pod.kind == "Debug" {
         return check_debug(&reference, outcome, seen);
     }
@@ -780,13 +888,25 @@ fn check(
             seen.clean_denied_elsewhere += 1;
         }
     }
-    // An allowed GPU pod leaves /mutate with the GPUs hidden from every
-    // container that asks for none and does not name the variable.
-    if pod.kind == "Pod" && outcome.allowed && reference.asks_gpu() {
+    // The sidecar is added when the pod is sent to /mutate, which is
+    // whenever it asks for a GPU or can land on GPU nodes.
+    if pod.kind == "Pod" && pod.mesh && (reference.asks_gpu() || reference.hidden_by_default()) {
+        prop_assert!(sidecar, "the mesh sidecar was not added");
+    }
+    seen.sidecars += u32::from(sidecar && outcome.allowed);
+    // An allowed GPU pod, or one hidden by default, leaves /mutate with the
+    // GPUs hidden from every container that asks for none and does not
+    // name the variable (infrastructure images aside in the latter), the
+    // sidecar a mutating policy added included.
+    let hidden = reference.hidden_by_default();
+    seen.hidden_by_default += u32::from(hidden);
+    seen.hidden_allowed += u32::from(hidden && outcome.allowed);
+    if pod.kind == "Pod" && outcome.allowed && (reference.asks_gpu() || hidden) {
         let object = outcome.object.as_ref().expect("the stored pod");
         for field in ["initContainers", "containers"] {
             for c in object["spec"][field].as_array().into_iter().flatten() {
-                let asks = c.pointer("/resources/limits/nvidia.com~1gpu").is_some();
+                let asks = c.pointer("/resources/limits/nvidia.com~1gpu").is_some()
+                    || (hidden && INFRA_IMAGES.contains(&c["image"].as_str().unwrap_or_default()));
                 let named = c["env"]
                     .as_array()
                     .into_iter()
@@ -870,7 +990,19 @@ fn the_boundary_agrees_with_the_reference_model() {
     // One server per node set would be slow: the node set is part of the
     // case, so the server's node cache is swapped through a shared lookup.
     let nodes_now = std::sync::Arc::new(std::sync::RwLock::new(Vec::<NodeInfo>::new()));
-    let cluster = runtime.block_on(Cluster::start_with_nodes(SharedNodes(nodes_now.clone())));
+    let loaded = gpu_admission::bundle::load(&gpu_admission::bundle::PolicySource::Embedded)
+        .expect("shipped policies load");
+    let docs =
+        gpu_admission::policy::parse_documents(std::path::Path::new("mesh.yaml"), MESH_POLICY)
+            .unwrap();
+    let bundle = gpu_admission::admission::Bundle {
+        policies: loaded.bundle.policies.with_documents(&docs).unwrap(),
+        placement: loaded.bundle.placement,
+    };
+    let cluster = runtime.block_on(Cluster::start_with_bundle_and_nodes(
+        bundle,
+        SharedNodes(nodes_now.clone()),
+    ));
     let seen = std::sync::Mutex::new(Seen::default());
     let result = runner.run(&(pod(), nodes()), |(pod, nodes)| {
         *nodes_now.write().unwrap() = nodes.iter().map(Node::info).collect();
@@ -907,6 +1039,11 @@ fn the_boundary_agrees_with_the_reference_model() {
                     "DaemonSets injecting GPUs by annotation",
                     seen.daemonset_injections,
                 ),
+                (
+                    "pods and templates hidden by default",
+                    seen.hidden_by_default,
+                ),
+                ("mesh sidecars admitted", seen.sidecars),
             ] {
                 assert!(
                     n >= floor,

@@ -87,7 +87,7 @@ async fn a_forged_daemonset_owner_reference_exempts_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_of_the_daemonset_controller_and_mirror_pods_of_nodes_are_not_sent() {
+async fn pods_of_the_daemonset_controller_and_mirror_pods_of_nodes_are_not_validated() {
     let cluster = Cluster::start().await;
     let owned = json!({"ownerReferences": daemonset_owner(true)});
 
@@ -99,7 +99,10 @@ async fn pods_of_the_daemonset_controller_and_mirror_pods_of_nodes_are_not_sent(
         ],
     );
     let outcome = cluster.admit(&real).await;
-    assert!(!outcome.sent(), "{outcome:?}");
+    // Never validated; /mutate (which hides GPUs from pods that can land
+    // on GPU nodes) leaves GPU infrastructure as it is.
+    assert!(outcome.validated_by.is_empty(), "{outcome:?}");
+    assert!(outcome.patch.is_empty(), "{outcome:?}");
     assert!(outcome.allowed);
 
     // Without per-controller service accounts the controller manager makes

@@ -156,10 +156,13 @@ async fn a_pod_claiming_a_non_gpu_device_and_tolerating_the_gpu_taint_is_denied(
     let pod = claiming_pod("nccl-proxy", "rdma-nic", json!([gpu_toleration()]));
     let outcome = cluster.admit(&Review::create(pod.clone())).await;
     // Sent (it has resource claims), but not placed: no GPU device class.
+    // It can land on GPU nodes, so its GPUs are hidden (and it is denied).
     assert_eq!(outcome.mutated_by, [PODS_MUTATE]);
     assert_eq!(outcome.validated_by, [PODS_VALIDATE]);
-    assert!(outcome.patch.is_empty(), "{:?}", outcome.patch);
-    assert_eq!(outcome.object, Some(pod));
+    let mut hidden = pod;
+    hidden["spec"]["containers"][0]["env"] =
+        json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]);
+    assert_eq!(outcome.object, Some(hidden), "{:?}", outcome.patch);
     assert!(!outcome.allowed, "a NIC claim counted as a GPU");
     assert_eq!(outcome.denied_by.as_deref(), Some(PODS_VALIDATE));
     assert!(

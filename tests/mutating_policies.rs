@@ -339,3 +339,161 @@ fn mutating_policies_stop_at_the_deadline() {
     let message = late.response.message.unwrap();
     assert!(message.contains("deadline exceeded"), "{message}");
 }
+
+/// What platform teams add with MutatingAdmissionPolicies: a native
+/// sidecar (a restartable init container) and a log shipper taking
+/// envFrom a Secret on every pod of the namespace, and the GPU taint's
+/// toleration on pods labelled for a GPU node agent.
+const INJECTORS: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: mesh-proxy}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  matchConditions:
+  - name: no-proxy-yet
+    expression: "!object.spec.?initContainers.orValue([]).exists(c, c.name == 'mesh-proxy')"
+  reinvocationPolicy: IfNeeded
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        has(object.spec.initContainers)
+        ? [JSONPatch{op: "add", path: "/spec/initContainers/-",
+            value: Object.spec.initContainers{name: "mesh-proxy", image: "docker.io/istio/proxyv2:1.24.0", restartPolicy: "Always"}}]
+        : [JSONPatch{op: "add", path: "/spec/initContainers",
+            value: [Object.spec.initContainers{name: "mesh-proxy", image: "docker.io/istio/proxyv2:1.24.0", restartPolicy: "Always"}]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: mesh-proxy}
+spec: {policyName: mesh-proxy}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: log-shipper}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  matchConditions:
+  - name: no-shipper-yet
+    expression: "!object.spec.containers.exists(c, c.name == 'log-shipper')"
+  reinvocationPolicy: IfNeeded
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        [JSONPatch{op: "add", path: "/spec/containers/-",
+          value: Object.spec.containers{name: "log-shipper", image: "cr.fluentbit.io/fluent/fluent-bit:3.1.9",
+            envFrom: [Object.spec.containers.envFrom{secretRef: Object.spec.containers.envFrom.secretRef{name: "log-outputs"}}]}}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: log-shipper}
+spec: {policyName: log-shipper}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: gpu-node-agent}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  matchConditions:
+  - name: node-agent
+    expression: "object.metadata.?labels[?'example.com/node-agent'].orValue('') == 'gpu'"
+  - name: not-tolerating-yet
+    expression: "!object.spec.?tolerations.orValue([]).exists(t, t.?key.orValue('') == 'sku')"
+  reinvocationPolicy: IfNeeded
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        has(object.spec.tolerations)
+        ? [JSONPatch{op: "add", path: "/spec/tolerations/-",
+            value: Object.spec.tolerations{key: "sku", operator: "Equal", value: "gpu", effect: "NoSchedule"}}]
+        : [JSONPatch{op: "add", path: "/spec/tolerations",
+            value: [Object.spec.tolerations{key: "sku", operator: "Equal", value: "gpu", effect: "NoSchedule"}]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: gpu-node-agent}
+spec: {policyName: gpu-node-agent}
+"#;
+
+fn shipped_with(policies: &str) -> Bundle {
+    let shipped = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    let docs = parse_documents(Path::new("mutating.yaml"), policies).unwrap();
+    Bundle {
+        policies: (shipped.bundle.policies.with_documents(&docs)).unwrap_or_else(|e| panic!("{e}")),
+        placement: shipped.bundle.placement,
+    }
+}
+
+fn visible_devices(pod: &Value, field: &str, name: &str) -> Option<String> {
+    let container = pod["spec"][field]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)?;
+    container["env"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|e| e["name"] == "NVIDIA_VISIBLE_DEVICES")
+        .map(|e| e["value"].as_str().unwrap_or("").to_string())
+}
+
+/// One `/mutate` is a fixed point: the containers and tolerations the
+/// policies add are placed and pinned in the same call, through the
+/// shipped webhook configurations over TLS, and a second call (the
+/// apiserver's reinvocation) patches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_the_policies_add_are_pinned_in_the_same_call() {
+    use common::webhooks::{Cluster, Review};
+    let cluster = Cluster::start_with(shipped_with(INJECTORS)).await;
+
+    // A GPU pod: the sidecar and the shipper get the pin with the rest.
+    let outcome = cluster.admit(&Review::create(gpu_pod())).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    assert_eq!(outcome.mutated_by, ["pods.mutate.gpu-admission.io"]);
+    let pod = outcome.object.clone().unwrap();
+    assert_eq!(
+        visible_devices(&pod, "initContainers", "mesh-proxy").as_deref(),
+        Some("void")
+    );
+    assert_eq!(
+        visible_devices(&pod, "containers", "log-shipper").as_deref(),
+        Some("void")
+    );
+    assert_eq!(
+        visible_devices(&pod, "containers", "train"),
+        None,
+        "the GPU container"
+    );
+    let again = cluster.admit(&Review::create(pod)).await;
+    assert!(again.patch.is_empty(), "second call: {:?}", again.patch);
+
+    // A node agent the policy makes tolerate the GPU taint: hidden by
+    // default in the same call, its added containers too.
+    let agent = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "agent", "namespace": "ml", "labels": {"example.com/node-agent": "gpu"}},
+        "spec": {"tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "agent", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}]}});
+    let outcome = cluster.admit(&Review::create(agent)).await;
+    assert_eq!(outcome.mutated_by, ["hide.mutate.gpu-admission.io"]);
+    let pod = outcome.object.clone().unwrap();
+    for (field, name) in [
+        ("containers", "agent"),
+        ("containers", "log-shipper"),
+        ("initContainers", "mesh-proxy"),
+    ] {
+        assert_eq!(
+            visible_devices(&pod, field, name).as_deref(),
+            Some("void"),
+            "{name}: {pod}"
+        );
+    }
+    let again = cluster.admit(&Review::create(pod)).await;
+    assert!(again.patch.is_empty(), "second call: {:?}", again.patch);
+    cluster.stop().await;
+}

@@ -8,6 +8,11 @@
 //!   NodePools: the patch applies to the raw object, only adds (nothing the
 //!   object said is lost), leaves a Pod that still deserialises as one, and a
 //!   second `/mutate` of the patched object patches nothing.
+//! - `/mutate` with generated sets of MutatingAdmissionPolicies (sidecars,
+//!   init containers, tolerations, labels) on the same pods is a fixed
+//!   point in one call: placement and the `void` pins run again on what
+//!   the policies made, so a second call adds nothing, and the containers
+//!   the policies add are pinned whenever the pod's own are.
 //!
 //! Each property runs 256 cases (`PROPTEST_CASES` overrides that).
 use gpu_admission::admission::{Admission, Bundle};
@@ -19,7 +24,8 @@ use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 use serde_json::{json, Map, Value};
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The annotation placement sets to the profile that placed the pod; it may
 /// overwrite a value the pod brought.
@@ -860,5 +866,259 @@ proptest! {
             );
         }
         prop_assert!(after.len() <= before.len() + 1);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// MutatingAdmissionPolicies: one /mutate is a fixed point
+
+/// MutatingAdmissionPolicies as platform teams write them, each with its
+/// binding; a case binds a subset. The names of the containers they add
+/// are in [`ADDED`].
+const MAPS: [&str; 5] = [
+    // A native sidecar (restartable init container).
+    r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: mesh-proxy}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  matchConditions:
+  - name: no-proxy-yet
+    expression: "!object.spec.?initContainers.orValue([]).exists(c, c.name == 'mesh-proxy')"
+  reinvocationPolicy: IfNeeded
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        has(object.spec.initContainers)
+        ? [JSONPatch{op: "add", path: "/spec/initContainers/-",
+            value: Object.spec.initContainers{name: "mesh-proxy", image: "docker.io/istio/proxyv2:1.24.0", restartPolicy: "Always"}}]
+        : [JSONPatch{op: "add", path: "/spec/initContainers",
+            value: [Object.spec.initContainers{name: "mesh-proxy", image: "docker.io/istio/proxyv2:1.24.0", restartPolicy: "Always"}]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: mesh-proxy}
+spec: {policyName: mesh-proxy}
+"#,
+    // An init container with a CUDA image, put first.
+    r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: fetch-model}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  matchConditions:
+  - name: no-fetch-yet
+    expression: "!object.spec.?initContainers.orValue([]).exists(c, c.name == 'fetch-model')"
+  reinvocationPolicy: IfNeeded
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        has(object.spec.initContainers)
+        ? [JSONPatch{op: "add", path: "/spec/initContainers/0",
+            value: Object.spec.initContainers{name: "fetch-model", image: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}}]
+        : [JSONPatch{op: "add", path: "/spec/initContainers",
+            value: [Object.spec.initContainers{name: "fetch-model", image: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: fetch-model}
+spec: {policyName: fetch-model}
+"#,
+    // A container taking envFrom a Secret, by apply configuration (merged
+    // by name, so it applies the same way again).
+    r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: log-shipper}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  reinvocationPolicy: IfNeeded
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >
+        Object{spec: Object.spec{containers: [Object.spec.containers{name: "log-shipper",
+          image: "cr.fluentbit.io/fluent/fluent-bit:3.1.9",
+          envFrom: [Object.spec.containers.envFrom{secretRef: Object.spec.containers.envFrom.secretRef{name: "log-outputs"}}]}]}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: log-shipper}
+spec: {policyName: log-shipper}
+"#,
+    // The GPU taint's toleration on pods of one team.
+    r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: team-tolerations}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  matchConditions:
+  - name: team
+    expression: "object.metadata.?labels[?'app'].hasValue()"
+  - name: not-tolerating-yet
+    expression: "!object.spec.?tolerations.orValue([]).exists(t, t.?key.orValue('') == 'sku' && t.?value.orValue('') == 'gpu')"
+  reinvocationPolicy: IfNeeded
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        has(object.spec.tolerations)
+        ? [JSONPatch{op: "add", path: "/spec/tolerations/-",
+            value: Object.spec.tolerations{key: "sku", operator: "Equal", value: "gpu", effect: "NoSchedule"}}]
+        : [JSONPatch{op: "add", path: "/spec/tolerations",
+            value: [Object.spec.tolerations{key: "sku", operator: "Equal", value: "gpu", effect: "NoSchedule"}]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: team-tolerations}
+spec: {policyName: team-tolerations}
+"#,
+    // A label, by apply configuration.
+    r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: cost-center}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  reinvocationPolicy: IfNeeded
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: "Object{metadata: Object.metadata{labels: {'example.com/cost-center': 'gpu'}}}"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: cost-center}
+spec: {policyName: cost-center}
+"#,
+];
+
+/// The containers the policies of [`MAPS`] add: (field, name).
+const ADDED: [(&str, &str); 3] = [
+    ("initContainers", "mesh-proxy"),
+    ("initContainers", "fetch-model"),
+    ("containers", "log-shipper"),
+];
+
+/// The shipped policies and profiles with the policies of `MAPS` whose bit
+/// is set in `mask`, compiled once per mask.
+fn admission_with_maps(mask: u8) -> Arc<Admission> {
+    static CACHE: OnceLock<Mutex<HashMap<u8, Arc<Admission>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(a) = cache.lock().unwrap().get(&mask) {
+        return a.clone();
+    }
+    let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    let text: Vec<&str> = MAPS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(_, m)| *m)
+        .collect();
+    let docs = gpu_admission::policy::parse_documents(
+        std::path::Path::new("maps.yaml"),
+        &text.join("---\n"),
+    )
+    .unwrap();
+    let bundle = Bundle {
+        policies: loaded.bundle.policies.with_documents(&docs).unwrap(),
+        placement: loaded.bundle.placement,
+    };
+    let admission = Arc::new(Admission::new(
+        bundle,
+        Arc::new(StaticNamespaces::new().with("ml", Default::default())),
+    ));
+    cache.lock().unwrap().insert(mask, admission.clone());
+    admission
+}
+
+fn pinned(pod: &Value, field: &str, name: &str) -> bool {
+    items_named(pod, field, name).is_some_and(|c| {
+        c["env"].as_array().is_some_and(|env| {
+            env.iter()
+                .any(|e| e["name"] == "NVIDIA_VISIBLE_DEVICES" && e["value"] == "void")
+        })
+    })
+}
+
+fn without_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(list) => Value::Array(list.into_iter().map(without_nulls).collect()),
+        other => other,
+    }
+}
+
+fn items_named<'a>(pod: &'a Value, field: &str, name: &str) -> Option<&'a Value> {
+    pod["spec"][field]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn one_mutate_with_mutating_policies_is_a_fixed_point(
+        pod in gpu_pod(),
+        mask in 1u8..(1 << MAPS.len()),
+    ) {
+        // As kube-apiserver sends it: decoded, so no `null` fields, and
+        // container names unique (the policies refuse others as invalid).
+        let pod = without_nulls(pod);
+        let names: Vec<&Value> = ["initContainers", "containers"]
+            .iter()
+            .flat_map(|f| pod["spec"][*f].as_array().into_iter().flatten())
+            .map(|c| &c["name"])
+            .collect();
+        prop_assume!(names.iter().enumerate().all(|(i, n)| !names[..i].contains(n)));
+        let admission = admission_with_maps(mask);
+        let req = Request::for_object(pod.clone(), Operation::Create, Some("ml"));
+        let first = admission.mutate(&req);
+        prop_assert!(first.response.allowed, "{:?}", first.response);
+        let mut patched = pod.clone();
+        if let Some(patch) = &first.response.patch {
+            let applied = json_patch::patch(&mut patched, patch);
+            prop_assert!(applied.is_ok(), "{:?}\npatch: {}", applied.err(),
+                serde_json::to_string(patch).unwrap());
+        }
+        let again = admission.mutate(&Request::for_object(patched.clone(), Operation::Create, Some("ml")));
+        prop_assert!(again.response.allowed);
+        prop_assert!(
+            again.response.patch.is_none(),
+            "mutate(mutate(x)) patched again: {}\nfirst patch: {}\npod: {pod}",
+            serde_json::to_string(&again.response.patch).unwrap(),
+            serde_json::to_string(&first.response.patch).unwrap()
+        );
+        // What the policies add is hidden from whenever the pod's own
+        // containers are: pinned in the same call, not the next one.
+        let own_pinned = ["initContainers", "containers"].iter().any(|field| {
+            pod["spec"][*field].as_array().into_iter().flatten().any(|c| {
+                pinned(&patched, field, c["name"].as_str().unwrap_or(""))
+            })
+        });
+        if own_pinned {
+            for (field, name) in ADDED {
+                if items_named(&patched, field, name).is_some() {
+                    prop_assert!(pinned(&patched, field, name), "{field} {name} not pinned: {patched}");
+                }
+            }
+        }
     }
 }

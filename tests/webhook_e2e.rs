@@ -409,7 +409,12 @@ async fn dra_gpu_pods_are_placed_and_allowed_over_tls_and_cpu_pods_on_gpu_nodes_
     for (uid, template) in [("cpu", None), ("nic", Some("rdma-nic"))] {
         let pod = claiming_pod(uid, template, gpu_toleration.clone());
         let (patched, validated) = mutate_then_validate(&server, uid, &pod).await;
-        assert_eq!(patched, pod, "{uid}: not placed");
+        // Not placed; its GPUs hidden (it can land on GPU nodes).
+        let mut hidden = pod.clone();
+        for c in hidden["spec"]["containers"].as_array_mut().unwrap() {
+            c["env"] = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]);
+        }
+        assert_eq!(patched, hidden, "{uid}: not placed");
         assert_eq!(
             validated["response"]["allowed"], false,
             "{uid}: {validated}"

@@ -8,12 +8,14 @@
 //!
 //! A Karpenter NodePool that launches only GPU nodes gets its profile's
 //! `nodePoolTaint` when it carries no GPU taint.
+pub mod infrastructure;
 mod nodepool;
 mod plan;
 mod profile;
 pub mod tiers;
 pub mod visibility;
 
+pub use infrastructure::Infrastructure;
 pub use plan::PROFILE_ANNOTATION;
 pub use profile::{NodePoolTaintPolicy, PreferredTerm, Profile, ProfileError, API_VERSION, KIND};
 pub use tiers::SkuTiers;
@@ -52,6 +54,10 @@ pub struct ProfileSet {
     /// of each profile's terms, worked out when the tiers, the catalog or
     /// the profiles are set, not per request.
     tier_skus: BTreeMap<String, [Option<TierSizes>; 2]>,
+    /// GPU infrastructure known by identity (the `gpu-node-isolation`
+    /// params); `None`: GPUs are hidden only in GPU pods (see
+    /// [`plan_subject`]).
+    infrastructure: Option<Infrastructure>,
 }
 
 /// The sizes one tier allows (with or without the premium opt-in).
@@ -101,6 +107,7 @@ impl ProfileSet {
             tiers: None,
             profile_skus: Vec::new(),
             tier_skus: BTreeMap::new(),
+            infrastructure: None,
         }
         .with_profile_skus())
     }
@@ -184,6 +191,19 @@ impl ProfileSet {
         self.with_profile_skus()
     }
 
+    /// Hides GPUs by default from the containers of pods that ask for
+    /// none but can land on GPU nodes, except GPU infrastructure as
+    /// `infrastructure` knows it.
+    pub fn with_infrastructure(mut self, infrastructure: Infrastructure) -> ProfileSet {
+        self.infrastructure = Some(infrastructure);
+        self
+    }
+
+    /// GPU infrastructure by identity, when hiding by default is on.
+    pub fn infrastructure(&self) -> Option<&Infrastructure> {
+        self.infrastructure.as_ref()
+    }
+
     /// Uses `catalog` (the one the policies were loaded with) instead of the
     /// built-in SKU catalog to tell GPU node pools from others.
     pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> ProfileSet {
@@ -255,10 +275,13 @@ impl ProfileSet {
 
 /// Plans the mutation of a request whose subject is worked out: a Pod on
 /// CREATE gets its profile's tolerations and node affinity, a Karpenter
-/// NodePool (CREATE or UPDATE) its profile's taint. The containers of a
-/// GPU pod that ask for no GPU, and the debug containers a
+/// NodePool (CREATE or UPDATE) its profile's taint. GPUs are hidden
+/// (`NVIDIA_VISIBLE_DEVICES=void`, [`visibility`]) from the containers of
+/// a GPU pod that ask for no GPU, from the debug containers a
 /// `pods/ephemeralcontainers` update adds to a pod bound for GPU nodes,
-/// get `NVIDIA_VISIBLE_DEVICES=void` ([`visibility`]).
+/// and, with the infrastructure lists loaded ([`hides_by_default`]), from
+/// every container of a pod that asks for no GPU but can land on GPU
+/// nodes.
 pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
     let req = subject.request;
     if nodepool::is_node_pool(req) {
@@ -291,16 +314,52 @@ pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
         plan_pod(profiles, pod, &facts.request, &subject.namespace_labels)
     };
     let old = if debug { req.old_object.as_ref() } else { None };
-    // The pods the mutating webhook is sent: GPU pods, and debug
-    // containers added to pods bound for GPU nodes.
-    if (debug && old.is_none()) || !(debug || facts.request.requested()) {
+    let hidden = if debug {
+        // Debug containers added to pods bound for GPU nodes.
+        match old {
+            Some(old) => visibility::hide_unrequested(pod, &facts.access, Some(old)),
+            None => return plan,
+        }
+    } else if facts.request.requested() {
+        visibility::hide_unrequested(pod, &facts.access, None)
+    } else if let Some(infrastructure) = hides_by_default(profiles, subject, facts) {
+        visibility::hide_by_default(pod, &facts.access, |image| infrastructure.is_image(image))
+    } else {
         return plan;
-    }
-    match visibility::hide_unrequested(pod, &facts.access, old) {
+    };
+    match hidden {
         Ok(ops) => plan.patch.0.extend(ops),
         Err(e) => tracing::warn!(error = %e, "GPUs not hidden: unexpected shape"),
     }
     plan
+}
+
+/// Whether `/mutate` hides GPUs from the containers of a pod that asks for
+/// none (`facts` are its own): it can land on GPU nodes (it tolerates a
+/// GPU taint or every taint, selects or prefers GPU nodes, or names a node
+/// that is one or may be one), no GPU-sharing scheduler hands it part of a
+/// GPU (that scheduler sets the variable), and it is not GPU
+/// infrastructure by identity (a namespace an admin listed or labelled).
+/// The infrastructure lists it returns spare the containers running an
+/// infrastructure image elsewhere: hiding GPUs from an exporter or a
+/// device plugin would break it silently, so it is judged (and denied, with
+/// the way to exempt it) instead. `None` also when the lists are not
+/// loaded: then nothing is hidden by default.
+pub fn hides_by_default<'a>(
+    profiles: &'a ProfileSet,
+    subject: &Subject,
+    facts: &GpuFacts,
+) -> Option<&'a Infrastructure> {
+    let infrastructure = profiles.infrastructure()?;
+    let may_land = facts.tolerates
+        || facts.tolerates_all
+        || facts.selects_gpu_nodes
+        || facts.prefers_gpu_nodes
+        || (!facts.node_name.is_empty() && !facts.nodes_known);
+    let spared =
+        infrastructure.is_namespace(subject.namespace_name.as_deref(), &subject.namespace_labels);
+    (!facts.requested && !facts.shared_by_scheduler && may_land && !spared)
+        .then_some(infrastructure)
 }
 
 /// The profile's tolerations and node affinity for a GPU pod (`request`

@@ -902,3 +902,44 @@ fn tier_narrowing_looked_up_is_tier_narrowing_worked_out() {
     }
     assert!(narrowed > 10, "the cases narrow something: {narrowed}");
 }
+
+#[test]
+fn gpus_are_hidden_by_default_only_with_the_infrastructure_lists() {
+    let agent = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "agent", "namespace": "ml"},
+        "spec": {
+            "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+            "containers": [{"name": "agent", "image": "fluent/fluent-bit:3.1",
+                "envFrom": [{"secretRef": {"name": "outputs"}}]}]
+        }
+    });
+    let req = Request::for_object(agent.clone(), Operation::Create, Some("ml"));
+    // No lists loaded: GPUs hidden in GPU pods only, as before.
+    assert!(plan(&shipped(), &req).patch.0.is_empty());
+    let lists = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "gpu-node-isolation", "namespace": "gpu-admission"},
+        "data": {"exemptNamespaces": "gpu-operator",
+                 "infrastructureImages": "nvcr.io/nvidia/k8s-device-plugin"}});
+    let set = shipped().with_infrastructure(Infrastructure::from_config_map(&lists).unwrap());
+    let hidden = plan(&set, &req);
+    assert_eq!(hidden.profile, None, "hidden, not placed");
+    let mut patched = agent.clone();
+    json_patch::patch(&mut patched, &hidden.patch).unwrap();
+    assert_eq!(
+        patched.at("/spec/containers/0/env"),
+        Some(&json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]))
+    );
+    // Idempotent.
+    let again = Request::for_object(patched, Operation::Create, Some("ml"));
+    assert!(plan(&set, &again).patch.0.is_empty());
+    // In an infrastructure namespace, and for a pod aimed nowhere: nothing.
+    let mut operator = agent.clone();
+    operator["metadata"]["namespace"] = json!("gpu-operator");
+    let req = Request::for_object(operator, Operation::Create, Some("gpu-operator"));
+    assert!(plan(&set, &req).patch.0.is_empty());
+    let mut web = agent;
+    web["spec"].as_object_mut().unwrap().remove("tolerations");
+    let req = Request::for_object(web, Operation::Create, Some("ml"));
+    assert!(plan(&set, &req).patch.0.is_empty());
+}

@@ -1,14 +1,25 @@
-//! Hiding GPUs from the containers of a GPU pod that ask for none:
+//! Hiding GPUs from containers that ask for none:
 //! `NVIDIA_VISIBLE_DEVICES=void` pinned in their `env`, which wins over
 //! `envFrom` and the image's own environment (KAI Scheduler does the same).
+//! Pinned on the containers of a GPU pod that ask for no GPU, on the debug
+//! containers added to a pod bound for GPU nodes, and (hidden by default)
+//! on the containers of a pod that asks for no GPU but can land on GPU
+//! nodes.
 //! Idempotent: a container that names the variable in its `env` is left as
-//! it is, whatever the value (a value that names GPUs is denied by
+//! it is, whatever the value: an explicit entry is the user's, and the pin
+//! never overwrites it (a value that names GPUs is denied by
 //! `gpu-visible-devices-leak`, never rewritten).
-use crate::gpu::visibility::{needs_hiding, ContainerAccess, HIDDEN, VISIBLE_DEVICES};
+use crate::gpu::visibility::{needs_hiding, ContainerAccess, Reach, HIDDEN, VISIBLE_DEVICES};
 use crate::k8s::json::{items, str_at};
 use crate::k8s::patch::{Patch, ShapeError};
 use json_patch::PatchOperation;
 use serde_json::{json, Value};
+
+const FIELDS: [(&str, &str); 3] = [
+    ("initContainers", "initContainer"),
+    ("containers", "container"),
+    ("ephemeralContainers", "ephemeralContainer"),
+];
 
 /// The operations that pin the variable on every container of `pod` whose
 /// access says it needs hiding; `only_new_ephemeral_of`, when given (the
@@ -19,32 +30,66 @@ pub fn hide_unrequested(
     access: &[ContainerAccess],
     only_new_ephemeral_of: Option<&Value>,
 ) -> Result<Vec<PatchOperation>, ShapeError> {
-    let mut patch = Patch::new(pod);
-    let fields = [
-        ("initContainers", "initContainer"),
-        ("containers", "container"),
-        ("ephemeralContainers", "ephemeralContainer"),
-    ];
-    for (field, kind) in fields {
-        if only_new_ephemeral_of.is_some() && kind != "ephemeralContainer" {
-            continue;
+    let existing: Vec<&str> = only_new_ephemeral_of
+        .map(|old| {
+            items(old.pointer("/spec/ephemeralContainers"))
+                .map(|c| str_at(c, "/name"))
+                .collect()
+        })
+        .unwrap_or_default();
+    pin(pod, |field, container| {
+        if only_new_ephemeral_of.is_some() && field != "ephemeralContainers" {
+            return false;
         }
-        let existing: Vec<&str> = only_new_ephemeral_of
-            .map(|old| {
-                items(old.pointer("/spec/ephemeralContainers"))
-                    .map(|c| str_at(c, "/name"))
-                    .collect()
+        let name = str_at(container, "/name");
+        !existing.contains(&name) && access_of(access, field, name).is_some_and(needs_hiding)
+    })
+}
+
+/// The operations that hide GPUs by default: the variable pinned on every
+/// container and init container of `pod` (a pod that asks for no GPU but
+/// can land on GPU nodes) that asks for no GPU and names the variable
+/// nowhere in its `env`, unless its image is GPU infrastructure
+/// (`infrastructure_image`): such a container is judged, not silently
+/// blinded.
+pub fn hide_by_default(
+    pod: &Value,
+    access: &[ContainerAccess],
+    infrastructure_image: impl Fn(&str) -> bool,
+) -> Result<Vec<PatchOperation>, ShapeError> {
+    pin(pod, |field, container| {
+        field != "ephemeralContainers"
+            && !infrastructure_image(str_at(container, "/image"))
+            && access_of(access, field, str_at(container, "/name")).is_some_and(|a| {
+                !a.asks_gpu
+                    && !a.hidden
+                    && !a
+                        .reaches
+                        .iter()
+                        .any(|r| matches!(r, Reach::Env | Reach::EnvValueFrom))
             })
-            .unwrap_or_default();
+    })
+}
+
+fn access_of<'a>(
+    access: &'a [ContainerAccess],
+    field: &str,
+    name: &str,
+) -> Option<&'a ContainerAccess> {
+    let kind = FIELDS.iter().find(|(f, _)| *f == field)?.1;
+    access.iter().find(|a| a.kind == kind && a.name == name)
+}
+
+/// `NVIDIA_VISIBLE_DEVICES=void` appended to the `env` of each container
+/// `hide(field, container)` picks.
+fn pin(
+    pod: &Value,
+    hide: impl Fn(&str, &Value) -> bool,
+) -> Result<Vec<PatchOperation>, ShapeError> {
+    let mut patch = Patch::new(pod);
+    for (field, _) in FIELDS {
         for (index, container) in items(pod.pointer(&format!("/spec/{field}"))).enumerate() {
-            let name = str_at(container, "/name");
-            if existing.contains(&name) {
-                continue;
-            }
-            let hide = access
-                .iter()
-                .any(|a| a.kind == kind && a.name == name && needs_hiding(a));
-            if hide {
+            if hide(field, container) {
                 let index = index.to_string();
                 patch.append(
                     &["spec", field, &index, "env"],
@@ -136,5 +181,47 @@ mod tests {
         );
         assert_eq!(patched["spec"]["ephemeralContainers"][0].get("env"), None);
         assert_eq!(patched["spec"]["containers"][1].get("env"), None);
+    }
+
+    #[test]
+    fn hidden_by_default_except_gpu_containers_explicit_entries_and_infrastructure() {
+        let pod = json!({"spec": {
+        "initContainers": [{"name": "prepull", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}],
+        "containers": [
+            {"name": "agent", "image": "fluent/fluent-bit:3.1", "envFrom": [{"secretRef": {"name": "creds"}}]},
+            {"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"},
+            {"name": "leak", "env": [{"name": VISIBLE_DEVICES, "value": "all"}]},
+            {"name": "from", "env": [{"name": VISIBLE_DEVICES, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
+            {"name": "launcher", "env": [{"name": VISIBLE_DEVICES, "value": ""}]}
+        ]}});
+        let context = PodContext {
+            asks_gpu: false,
+            bound_for_gpu_nodes: true,
+            debug_hidden: true,
+        };
+        let access = pod_access(&pod["spec"], None, context, |_, _| false);
+        let infrastructure = |image: &str| image.starts_with("nvcr.io/nvidia/k8s-device-plugin");
+        let patched = apply(
+            &pod,
+            hide_by_default(&pod, &access, infrastructure).unwrap(),
+        );
+        let void = json!([{"name": VISIBLE_DEVICES, "value": "void"}]);
+        assert_eq!(patched["spec"]["initContainers"][0]["env"], void);
+        assert_eq!(patched["spec"]["containers"][0]["env"], void);
+        assert_eq!(
+            patched["spec"]["containers"][1].get("env"),
+            None,
+            "infrastructure image"
+        );
+        for (i, original) in [(2, "leak"), (3, "from"), (4, "launcher")] {
+            assert_eq!(
+                patched["spec"]["containers"][i]["env"], pod["spec"]["containers"][i]["env"],
+                "{original}: an explicit entry is never overwritten"
+            );
+        }
+        let again = pod_access(&patched["spec"], None, context, |_, _| false);
+        assert!(hide_by_default(&patched, &again, infrastructure)
+            .unwrap()
+            .is_empty());
     }
 }

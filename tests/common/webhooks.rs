@@ -214,6 +214,15 @@ impl Cluster {
         Cluster::start_admission(loaded.bundle, None, Some(Arc::new(nodes))).await
     }
 
+    /// `bundle` behind `deploy/base/`'s webhooks, with `nodes` in the
+    /// server's node cache.
+    pub async fn start_with_bundle_and_nodes(
+        bundle: Bundle,
+        nodes: impl NodeLookup + 'static,
+    ) -> Cluster {
+        Cluster::start_admission(bundle, None, Some(Arc::new(nodes))).await
+    }
+
     /// The policies of `policies/` behind `deploy/base/`'s webhooks, Kueue's
     /// controller running as `usernames` (`serve --kueue-controller`).
     pub async fn start_with_kueue_controllers(usernames: Vec<String>) -> Cluster {
