@@ -474,7 +474,7 @@ struct Loop<K, S, F> {
     source: S,
     delay: Delay,
     /// Objects skipped and logged (namespace/name@resourceVersion), so that
-    /// each is logged once; cleared at a relist that finds none.
+    /// each is logged once; forgotten past 10,000.
     skipped_logged: HashSet<String>,
     /// The last failure logged, so that a repeated one is logged once.
     last_logged: Option<Failure>,
@@ -497,10 +497,9 @@ where
 {
     async fn run(&mut self) {
         loop {
-            let Some(version) = self.list().await else {
+            let Some(mut version) = self.list().await else {
                 continue;
             };
-            let mut version = version;
             loop {
                 match self.watch(&mut version).await {
                     Next::Rewatch => continue,
@@ -730,7 +729,9 @@ where
                 self.set(synced, State::Forbidden(said.clone()));
                 self.settings.forbidden_retry
             }
-            Failure::Gone => Duration::ZERO,
+            // A list's continue token expired: list again, not at once
+            // should the cluster keep answering so.
+            Failure::Gone => self.delay.next(),
             Failure::Transient(said) => {
                 let wait = self.delay.next();
                 tracing::warn!(kind, error = %said, retry_in_ms = wait.as_millis() as u64, "list or watch failed; keeping what the cache holds and retrying");
