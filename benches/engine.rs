@@ -383,7 +383,7 @@ fn bench_node_cache(c: &mut Criterion) {
             "spec": {"template": {"spec": {"requirements": [{"key": "karpenter.azure.com/sku-family", "operator": "In",
                 "values": [if i.is_multiple_of(4) { "N" } else { "D" }]}]}}}}))
         .collect();
-    let nodes = StaticNodes::new((0..5_000).map(node).collect()).with_pools(pools);
+    let nodes = StaticNodes::with_pools((0..5_000).map(node).collect(), pools);
     let (labels_only, _) = shipped_admission();
     let (with_nodes, _) = shipped_admission();
     let with_nodes = with_nodes.with_nodes(Arc::new(nodes));

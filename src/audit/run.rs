@@ -15,7 +15,6 @@ use crate::admission::Admission;
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::StaticNodes;
 use crate::k8s::json::Pointer as _;
-use crate::k8s::NodeInfo;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -119,8 +118,7 @@ impl<'a> Run<'a> {
                     .filter(|o| PoolKind::of(o) == Some(PoolKind::NodePool))
                     .cloned()
                     .collect();
-                let infos = nodes.iter().map(NodeInfo::from_value).collect();
-                let lookup = StaticNodes::new(infos).with_pools(pools);
+                let lookup = StaticNodes::of_objects(nodes, pools);
                 self.admission.judging_nodes(Arc::new(lookup))
             });
         }

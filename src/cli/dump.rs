@@ -4,7 +4,6 @@
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::StaticNodes;
 use crate::k8s::namespaces::with_name_label;
-use crate::k8s::NodeInfo;
 use crate::offline;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -46,8 +45,7 @@ impl ClusterDump {
         if self.nodes.is_empty() && self.pools.is_empty() {
             return None;
         }
-        let infos = self.nodes.iter().map(NodeInfo::from_value).collect();
-        Some(StaticNodes::new(infos).with_pools(self.pools.clone()))
+        Some(StaticNodes::of_objects(&self.nodes, self.pools.clone()))
     }
 
     /// Each Namespace of the dump and its labels: `base` (the labels given

@@ -224,16 +224,8 @@ thread_local! {
 impl NodeLookup for ClusterNodes {
     fn nodes(&self) -> Option<Arc<NodeSnapshot>> {
         // Never listed, refused (or, oddly, not served): no node is known.
-        if let Some(watched) = self.watched.get() {
-            let status = watched.status();
-            if !status.synced
-                || matches!(
-                    status.state,
-                    watch::State::Forbidden(_) | watch::State::NotServed
-                )
-            {
-                return Some(UNLISTED.with(Arc::clone));
-            }
+        if self.watched.get().is_some_and(|w| !w.holds_list()) {
+            return Some(UNLISTED.with(Arc::clone));
         }
         if let Some(snapshot) = &self
             .inner

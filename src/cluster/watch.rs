@@ -182,6 +182,14 @@ impl Watched {
         self.status.borrow().clone()
     }
 
+    /// Whether the cache holds the cluster's objects: listed whole, and
+    /// neither refused since nor found not served. Read per request, so it
+    /// copies nothing.
+    pub fn holds_list(&self) -> bool {
+        let status = self.status.borrow();
+        status.synced && !matches!(status.state, State::Forbidden(_) | State::NotServed)
+    }
+
     /// Resolves once the first list is in: true, or false if the watch
     /// stopped before.
     pub async fn synced(&self) -> bool {

@@ -253,9 +253,16 @@ impl StaticNodes {
         StaticNodes(Arc::new(NodeSnapshot::new(nodes, Vec::new())))
     }
 
-    /// With these Karpenter NodePools too.
-    pub fn with_pools(self, pools: Vec<Value>) -> StaticNodes {
-        StaticNodes(Arc::new(NodeSnapshot::new(self.0.nodes.clone(), pools)))
+    /// Nodes and Karpenter NodePools, as a cluster's list or a dump of it
+    /// gives them.
+    pub fn of_objects(nodes: &[Value], pools: Vec<Value>) -> StaticNodes {
+        let nodes = nodes.iter().map(NodeInfo::from_value).collect();
+        StaticNodes(Arc::new(NodeSnapshot::new(nodes, pools)))
+    }
+
+    /// [`StaticNodes::new`] with these Karpenter NodePools too.
+    pub fn with_pools(nodes: Vec<NodeInfo>, pools: Vec<Value>) -> StaticNodes {
+        StaticNodes(Arc::new(NodeSnapshot::new(nodes, pools)))
     }
 }
 

@@ -88,3 +88,20 @@ pub struct ObjectMeta {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
 }
+/// Whether `doc` is the `v1` ConfigMap named `name` (a policy folder's
+/// data: tiers, exemption lists).
+pub fn is_config_map(doc: &Value, name: &str) -> bool {
+    doc.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && doc.get("kind").and_then(Value::as_str) == Some("ConfigMap")
+        && doc.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+}
+
+/// A list as policies' params write one in a ConfigMap value: split at
+/// commas, trimmed, empty entries dropped.
+pub fn comma_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect()
+}

@@ -6,6 +6,7 @@
 //! that ask for none but can land on GPU nodes; GPU infrastructure is what
 //! it must not hide them from (a device plugin that sees no GPU advertises
 //! none).
+use crate::k8s::doc::{comma_list, is_config_map};
 use crate::k8s::images;
 use crate::k8s::json::Pointer as _;
 use serde_json::Value;
@@ -26,23 +27,17 @@ pub struct Infrastructure {
 }
 
 fn list(doc: &Value, key: &str) -> Vec<String> {
-    doc.at(&format!("/data/{key}"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-        .collect()
+    comma_list(
+        doc.at(&format!("/data/{key}"))
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+    )
 }
 
 impl Infrastructure {
     /// The lists of the `gpu-node-isolation` ConfigMap, when `doc` is it.
     pub fn from_config_map(doc: &Value) -> Option<Infrastructure> {
-        let is_config_map = doc.get("apiVersion").and_then(Value::as_str) == Some("v1")
-            && doc.get("kind").and_then(Value::as_str) == Some("ConfigMap")
-            && doc.at("/metadata/name").and_then(Value::as_str) == Some(EXEMPTIONS_CONFIG_MAP);
-        if !is_config_map {
+        if !is_config_map(doc, EXEMPTIONS_CONFIG_MAP) {
             return None;
         }
         Some(Infrastructure {

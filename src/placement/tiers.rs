@@ -10,7 +10,7 @@
 use crate::gpu::catalog::{labels, Catalog, Sku};
 use crate::gpu::selection::{SkuRequirement, SkuSelection};
 use crate::gpu::PodGpuRequest;
-use crate::k8s::json::Pointer as _;
+use crate::k8s::doc::{comma_list, is_config_map};
 use crate::k8s::{
     NodeSelection, NodeSelectorOperator as Operator, NodeSelectorRequirement as Requirement,
     NodeSelectorTerm as Term,
@@ -36,10 +36,7 @@ pub struct SkuTiers {
 impl SkuTiers {
     /// Reads the `data` of the tiers ConfigMap; `None` for any other document.
     pub fn from_config_map(doc: &Value) -> Option<SkuTiers> {
-        let is_config_map = doc.get("apiVersion").and_then(Value::as_str) == Some("v1")
-            && doc.get("kind").and_then(Value::as_str) == Some("ConfigMap")
-            && doc.at("/metadata/name").and_then(Value::as_str) == Some(TIERS_CONFIG_MAP);
-        if !is_config_map {
+        if !is_config_map(doc, TIERS_CONFIG_MAP) {
             return None;
         }
         let tiers = doc
@@ -47,16 +44,7 @@ impl SkuTiers {
             .and_then(Value::as_object)
             .into_iter()
             .flatten()
-            .filter_map(|(tier, list)| {
-                let names = list
-                    .as_str()?
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                Some((tier.clone(), names))
-            })
+            .filter_map(|(tier, list)| Some((tier.clone(), comma_list(list.as_str()?))))
             .collect();
         Some(SkuTiers { tiers })
     }
