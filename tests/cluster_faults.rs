@@ -28,18 +28,26 @@ fn gpu_node(name: &str) -> Value {
     })
 }
 
-/// A CPU pod bound by `nodeName` to `node`, as a DaemonSet-less agent or a
-/// hand-written pod is.
-fn bound_cpu_pod(node: &str) -> Value {
+/// A CREATE review of a pod in `apps` with `spec`, by a tenant.
+fn pod_review(uid: &str, spec: Value) -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000001",
+        "uid": uid,
         "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "namespace": "apps", "operation": "CREATE",
         "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
         "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": "apps"},
-            "spec": {"nodeName": node, "containers": [{"name": "probe", "image": "python:3.12"}]}},
+            "spec": spec},
         "oldObject": null, "dryRun": false}})
+}
+
+/// A CPU pod bound by `nodeName` to `node`, as a DaemonSet-less agent or a
+/// hand-written pod is.
+fn bound_cpu_pod(node: &str) -> Value {
+    pod_review(
+        "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000001",
+        json!({"nodeName": node, "containers": [{"name": "probe", "image": "python:3.12"}]}),
+    )
 }
 
 fn requests_to(fake: &FakeApiServer, resource: &Resource) -> Vec<Recorded> {
@@ -140,17 +148,12 @@ async fn a_500_on_the_first_node_list_is_retried_not_taken_as_forbidden() {
         message.contains("bound by spec.nodeName to GPU node aks-gpupool-1"),
         "{message}"
     );
-    let by_nodepool = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000002",
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "namespace": "apps", "operation": "CREATE",
-        "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
-        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "apps"},
-            "spec": {"nodeSelector": {"karpenter.sh/nodepool": "a100-spot"},
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": "web", "image": "nginx:1.27"}]}},
-        "oldObject": null, "dryRun": false}});
+    let by_nodepool = pod_review(
+        "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000002",
+        json!({"nodeSelector": {"karpenter.sh/nodepool": "a100-spot"},
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "web", "image": "nginx:1.27"}]}),
+    );
     let (allowed, message) = server.validate(&by_nodepool).await;
     assert!(!allowed, "{message}");
     assert!(
@@ -278,20 +281,14 @@ async fn without_a_node_list_a_pod_that_names_its_node_is_taken_as_bound_to_a_gp
         ),
         "{message}"
     );
-    let pod = |uid: &str, spec: Value| {
-        let mut review = bound_cpu_pod("x");
-        review["request"]["uid"] = json!(uid);
-        review["request"]["object"]["spec"] = spec;
-        review
-    };
-    let by_hostname = pod(
+    let by_hostname = pod_review(
         "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000003",
         json!({"nodeSelector": {"kubernetes.io/hostname": "aks-system-1"},
             "containers": [{"name": "probe", "image": "python:3.12"}]}),
     );
     let (allowed, message) = server.validate(&by_hostname).await;
     assert!(!allowed, "{message}");
-    let daemon_pod = pod(
+    let daemon_pod = pod_review(
         "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000004",
         json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
@@ -300,7 +297,7 @@ async fn without_a_node_list_a_pod_that_names_its_node_is_taken_as_bound_to_a_gp
     );
     let (allowed, message) = server.validate(&daemon_pod).await;
     assert!(allowed, "{message}");
-    let unnamed = pod(
+    let unnamed = pod_review(
         "5c0f6a0e-8e0e-4bde-9d0a-4c1f00000005",
         json!({"containers": [{"name": "web", "image": "nginx:1.27"}]}),
     );

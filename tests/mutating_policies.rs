@@ -344,82 +344,13 @@ fn mutating_policies_stop_at_the_deadline() {
 /// sidecar (a restartable init container) and a log shipper taking
 /// envFrom a Secret on every pod of the namespace, and the GPU taint's
 /// toleration on pods labelled for a GPU node agent.
-const INJECTORS: &str = r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicy
-metadata: {name: mesh-proxy}
-spec:
-  matchConstraints:
-    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
-  matchConditions:
-  - name: no-proxy-yet
-    expression: "!object.spec.?initContainers.orValue([]).exists(c, c.name == 'mesh-proxy')"
-  reinvocationPolicy: IfNeeded
-  mutations:
-  - patchType: JSONPatch
-    jsonPatch:
-      expression: >
-        has(object.spec.initContainers)
-        ? [JSONPatch{op: "add", path: "/spec/initContainers/-",
-            value: Object.spec.initContainers{name: "mesh-proxy", image: "docker.io/istio/proxyv2:1.24.0", restartPolicy: "Always"}}]
-        : [JSONPatch{op: "add", path: "/spec/initContainers",
-            value: [Object.spec.initContainers{name: "mesh-proxy", image: "docker.io/istio/proxyv2:1.24.0", restartPolicy: "Always"}]}]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: mesh-proxy}
-spec: {policyName: mesh-proxy}
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicy
-metadata: {name: log-shipper}
-spec:
-  matchConstraints:
-    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
-  matchConditions:
-  - name: no-shipper-yet
-    expression: "!object.spec.containers.exists(c, c.name == 'log-shipper')"
-  reinvocationPolicy: IfNeeded
-  mutations:
-  - patchType: JSONPatch
-    jsonPatch:
-      expression: >
-        [JSONPatch{op: "add", path: "/spec/containers/-",
-          value: Object.spec.containers{name: "log-shipper", image: "cr.fluentbit.io/fluent/fluent-bit:3.1.9",
-            envFrom: [Object.spec.containers.envFrom{secretRef: Object.spec.containers.envFrom.secretRef{name: "log-outputs"}}]}}]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: log-shipper}
-spec: {policyName: log-shipper}
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicy
-metadata: {name: gpu-node-agent}
-spec:
-  matchConstraints:
-    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
-  matchConditions:
-  - name: node-agent
-    expression: "object.metadata.?labels[?'example.com/node-agent'].orValue('') == 'gpu'"
-  - name: not-tolerating-yet
-    expression: "!object.spec.?tolerations.orValue([]).exists(t, t.?key.orValue('') == 'sku')"
-  reinvocationPolicy: IfNeeded
-  mutations:
-  - patchType: JSONPatch
-    jsonPatch:
-      expression: >
-        has(object.spec.tolerations)
-        ? [JSONPatch{op: "add", path: "/spec/tolerations/-",
-            value: Object.spec.tolerations{key: "sku", operator: "Equal", value: "gpu", effect: "NoSchedule"}}]
-        : [JSONPatch{op: "add", path: "/spec/tolerations",
-            value: [Object.spec.tolerations{key: "sku", operator: "Equal", value: "gpu", effect: "NoSchedule"}]}]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: gpu-node-agent}
-spec: {policyName: gpu-node-agent}
-"#;
+const INJECTORS: &str = concat!(
+    include_str!("fixtures/mutating/injectors/mesh-proxy.yaml"),
+    "---\n",
+    include_str!("fixtures/mutating/injectors/log-shipper-json-patch.yaml"),
+    "---\n",
+    include_str!("fixtures/mutating/injectors/gpu-node-agent.yaml"),
+);
 
 fn shipped_with(policies: &str) -> Bundle {
     let shipped = bundle::load(&PolicySource::Embedded).expect("shipped policies load");

@@ -877,130 +877,16 @@ proptest! {
 /// are in [`ADDED`].
 const MAPS: [&str; 5] = [
     // A native sidecar (restartable init container).
-    r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicy
-metadata: {name: mesh-proxy}
-spec:
-  matchConstraints:
-    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
-  matchConditions:
-  - name: no-proxy-yet
-    expression: "!object.spec.?initContainers.orValue([]).exists(c, c.name == 'mesh-proxy')"
-  reinvocationPolicy: IfNeeded
-  mutations:
-  - patchType: JSONPatch
-    jsonPatch:
-      expression: >
-        has(object.spec.initContainers)
-        ? [JSONPatch{op: "add", path: "/spec/initContainers/-",
-            value: Object.spec.initContainers{name: "mesh-proxy", image: "docker.io/istio/proxyv2:1.24.0", restartPolicy: "Always"}}]
-        : [JSONPatch{op: "add", path: "/spec/initContainers",
-            value: [Object.spec.initContainers{name: "mesh-proxy", image: "docker.io/istio/proxyv2:1.24.0", restartPolicy: "Always"}]}]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: mesh-proxy}
-spec: {policyName: mesh-proxy}
-"#,
+    include_str!("fixtures/mutating/injectors/mesh-proxy.yaml"),
     // An init container with a CUDA image, put first.
-    r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicy
-metadata: {name: fetch-model}
-spec:
-  matchConstraints:
-    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
-  matchConditions:
-  - name: no-fetch-yet
-    expression: "!object.spec.?initContainers.orValue([]).exists(c, c.name == 'fetch-model')"
-  reinvocationPolicy: IfNeeded
-  mutations:
-  - patchType: JSONPatch
-    jsonPatch:
-      expression: >
-        has(object.spec.initContainers)
-        ? [JSONPatch{op: "add", path: "/spec/initContainers/0",
-            value: Object.spec.initContainers{name: "fetch-model", image: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}}]
-        : [JSONPatch{op: "add", path: "/spec/initContainers",
-            value: [Object.spec.initContainers{name: "fetch-model", image: "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}]}]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: fetch-model}
-spec: {policyName: fetch-model}
-"#,
+    include_str!("fixtures/mutating/injectors/fetch-model.yaml"),
     // A container taking envFrom a Secret, by apply configuration (merged
     // by name, so it applies the same way again).
-    r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicy
-metadata: {name: log-shipper}
-spec:
-  matchConstraints:
-    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
-  reinvocationPolicy: IfNeeded
-  mutations:
-  - patchType: ApplyConfiguration
-    applyConfiguration:
-      expression: >
-        Object{spec: Object.spec{containers: [Object.spec.containers{name: "log-shipper",
-          image: "cr.fluentbit.io/fluent/fluent-bit:3.1.9",
-          envFrom: [Object.spec.containers.envFrom{secretRef: Object.spec.containers.envFrom.secretRef{name: "log-outputs"}}]}]}}
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: log-shipper}
-spec: {policyName: log-shipper}
-"#,
+    include_str!("fixtures/mutating/injectors/log-shipper.yaml"),
     // The GPU taint's toleration on pods of one team.
-    r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicy
-metadata: {name: team-tolerations}
-spec:
-  matchConstraints:
-    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
-  matchConditions:
-  - name: team
-    expression: "object.metadata.?labels[?'app'].hasValue()"
-  - name: not-tolerating-yet
-    expression: "!object.spec.?tolerations.orValue([]).exists(t, t.?key.orValue('') == 'sku' && t.?value.orValue('') == 'gpu')"
-  reinvocationPolicy: IfNeeded
-  mutations:
-  - patchType: JSONPatch
-    jsonPatch:
-      expression: >
-        has(object.spec.tolerations)
-        ? [JSONPatch{op: "add", path: "/spec/tolerations/-",
-            value: Object.spec.tolerations{key: "sku", operator: "Equal", value: "gpu", effect: "NoSchedule"}}]
-        : [JSONPatch{op: "add", path: "/spec/tolerations",
-            value: [Object.spec.tolerations{key: "sku", operator: "Equal", value: "gpu", effect: "NoSchedule"}]}]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: team-tolerations}
-spec: {policyName: team-tolerations}
-"#,
+    include_str!("fixtures/mutating/injectors/team-tolerations.yaml"),
     // A label, by apply configuration.
-    r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicy
-metadata: {name: cost-center}
-spec:
-  matchConstraints:
-    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
-  reinvocationPolicy: IfNeeded
-  mutations:
-  - patchType: ApplyConfiguration
-    applyConfiguration:
-      expression: "Object{metadata: Object.metadata{labels: {'example.com/cost-center': 'gpu'}}}"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: cost-center}
-spec: {policyName: cost-center}
-"#,
+    include_str!("fixtures/mutating/injectors/cost-center.yaml"),
 ];
 
 /// The containers the policies of [`MAPS`] add: (field, name).

@@ -149,6 +149,19 @@ fn script(list: ListAnswer, watch: WatchAnswer) -> (Script, Arc<Mutex<Vec<Instan
     (script, lists)
 }
 
+/// The first watch is ended by a 410 Gone (the cache relists); later ones
+/// stay open quietly.
+fn gone_first() -> WatchAnswer {
+    Box::new(|n| match n {
+        0 => Ok(vec![Ok(WatchEvent::Error(
+            kube::core::Status::failure("too old", "Expired")
+                .with_code(410)
+                .boxed(),
+        ))]),
+        _ => Ok(Vec::new()),
+    })
+}
+
 fn quiet_watch() -> WatchAnswer {
     Box::new(|_| Ok(Vec::new()))
 }
@@ -283,20 +296,13 @@ async fn not_served_is_synced_and_empty_and_asked_again() {
             1 | 2 => Err(api_error(404)),
             _ => Ok(list_of(vec![thing("b")])),
         }),
-        // The first watch is ended by a 410: relist.
-        Box::new(|n| match n {
-            0 => Ok(vec![Ok(WatchEvent::Error(
-                kube::core::Status::failure("too old", "Expired")
-                    .with_code(410)
-                    .boxed(),
-            ))]),
-            _ => Ok(Vec::new()),
-        }),
+        gone_first(),
     );
     let held = Held::default();
     let (watched, task) = start_with(source, kind(), fast(), CacheMetrics::default(), held.sink());
     wait_for("the 404", || watched.status().state == State::NotServed).await;
     assert!(watched.status().synced);
+    assert!(!watched.holds_list(), "synced, but nothing served to hold");
     assert!(held.names().is_empty(), "not served: nothing held");
     wait_for("the kind to come back", || held.names() == ["b"]).await;
     assert!(lists.lock().unwrap().len() >= 4);
@@ -344,7 +350,12 @@ async fn forbidden_waits_unless_the_kind_can_be_done_without_and_is_asked_again(
         .unwrap()
         .starts_with("forbidden: 403"));
     // Granted later: picked up on the slow timer.
+    assert!(
+        !watched.holds_list(),
+        "refused: not a list the server holds"
+    );
     assert!(watched.synced().await);
+    assert!(watched.holds_list());
     assert_eq!(held.names(), ["a"]);
     assert_eq!(lists.lock().unwrap().len(), 3);
     task.abort();
@@ -410,14 +421,7 @@ async fn a_failing_relist_keeps_what_the_cache_holds() {
                 Err(api_error(503))
             }
         }),
-        Box::new(|n| match n {
-            0 => Ok(vec![Ok(WatchEvent::Error(
-                kube::core::Status::failure("too old", "Expired")
-                    .with_code(410)
-                    .boxed(),
-            ))]),
-            _ => Ok(Vec::new()),
-        }),
+        gone_first(),
     );
     let held = Held::default();
     let (watched, task) = start_with(source, kind(), fast(), CacheMetrics::default(), held.sink());
