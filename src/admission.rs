@@ -3,16 +3,15 @@
 //! to placement and the policy engine. [`Admission`] is also the server's
 //! [`Webhook`].
 use crate::authz::{Authorizer, NoAuthorizer};
-use crate::cel::gpu::gpu_val;
-use crate::exceptions::{webhook as exception_webhook, Excepted, ExceptionLookup, NoExceptions};
-use crate::gpu::facts::PlacementFacts;
+use crate::exceptions::webhook::{self as exception_webhook, Route};
+use crate::exceptions::{Excepted, ExceptionLookup, NoExceptions};
 use crate::gpu::{NoNodes, NodeLookup};
 use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims};
-use crate::placement::{self, ProfileSet};
+use crate::placement::ProfileSet;
 use crate::policy::{AppliedMutation, PolicyEvaluation, PolicySet};
-use crate::review::{Operation, Request, Response};
+use crate::review::{Request, Response};
 use crate::server::{Answer, Endpoint, Hints, PolicyResult, Step, Webhook};
-use crate::subject::{Subject, SubjectKind};
+use crate::subject::{Lookups, Needs, Subject, SubjectKind};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -168,7 +167,11 @@ impl Admission {
     /// `deadline` has passed (their CEL then fails, as their
     /// failurePolicy says).
     pub fn mutate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
-        mutate_with(&self.bundle.load(), self.lookups(), req, deadline)
+        let bundle = self.bundle.load();
+        match route(&bundle, Endpoint::Mutate, req) {
+            Route::Answered(response) => Outcome::of(response),
+            _ => mutate(&bundle, &self.lookups(), req, deadline),
+        }
     }
 
     /// The `/validate` answer: every matching policy binding.
@@ -180,25 +183,87 @@ impl Admission {
     /// passed and then answers with a retryable denial: an evaluation cut
     /// short never admits what it did not finish judging.
     pub fn validate_until(&self, req: &Request, deadline: Option<Instant>) -> Outcome {
+        let until = deadline.map_or(Until::Never, Until::Deadline);
         let bundle = self.bundle.load();
-        let outcome = validate_with(&bundle, self.lookups(), &self.authorizer, req, deadline).0;
-        self.count_excepted(&outcome);
-        outcome
+        match route(&bundle, Endpoint::Validate, req) {
+            Route::Answered(response) => Outcome::of(response),
+            Route::Judged(warnings) => (self.validate_with(&bundle, req, until, &warnings)).0,
+            Route::Policies => (self.validate_with(&bundle, req, until, &[])).0,
+        }
     }
 
     fn lookups(&self) -> Lookups<'_> {
-        (
-            self.namespaces.as_ref(),
-            self.claims.as_ref(),
-            self.nodes.as_ref(),
-            self.exceptions.as_ref(),
-            &self.kueue_controllers,
-        )
+        Lookups {
+            namespaces: self.namespaces.as_ref(),
+            claims: self.claims.as_ref(),
+            nodes: self.nodes.as_ref(),
+            exceptions: self.exceptions.as_ref(),
+            kueue: &self.kueue_controllers,
+        }
     }
 
-    fn count_excepted(&self, outcome: &Outcome) {
+    /// The `/validate` answer of the policies with `bundle` (`warnings`
+    /// added to it), and whether it finished before `until` (when not,
+    /// after a deadline, the answer is the retryable [`deadline_denial`]).
+    fn validate_with(
+        &self,
+        bundle: &Bundle,
+        req: &Request,
+        until: Until,
+        warnings: &[String],
+    ) -> (Outcome, bool) {
+        let subject = Subject::read(req, &self.lookups(), bundle.policies.template_sources());
+        let mut outcome = if !bundle.policies.may_match(&subject) {
+            Outcome::of(Response::allow())
+        } else if let Some(deadline) = until.deadline(&bundle.policies) {
+            let authorizer = &self.authorizer;
+            match validate(bundle, &self.lookups(), authorizer, subject, deadline) {
+                (outcome, true) => outcome,
+                unfinished => return unfinished,
+            }
+        } else {
+            return (Outcome::default(), false);
+        };
+        outcome.response.warnings.extend_from_slice(warnings);
         if let (Some(count), false) = (&self.on_excepted, outcome.excepted.is_empty()) {
             count(&outcome.excepted);
+        }
+        (outcome, true)
+    }
+}
+
+/// Until when a `/validate` may evaluate policies.
+#[derive(Clone, Copy)]
+enum Until {
+    /// On the connection's thread, within its slice: a set in which some
+    /// policy reads `authorizer` is not evaluated there at all.
+    Slice(Instant),
+    /// On an answering thread, until the request's deadline.
+    Deadline(Instant),
+    Never,
+}
+
+impl Until {
+    /// The deadline of the evaluation (`Some(None)`: none), or `None` when
+    /// the policies are not to be evaluated now.
+    fn deadline(self, policies: &PolicySet) -> Option<Option<Instant>> {
+        match self {
+            Until::Slice(end) if end > Instant::now() && !policies.references("authorizer") => {
+                Some(Some(end))
+            }
+            Until::Slice(_) => None,
+            Until::Deadline(deadline) => Some(Some(deadline)),
+            Until::Never => Some(None),
+        }
+    }
+}
+
+impl Outcome {
+    /// `response`, with nothing else to tell.
+    fn of(response: Response) -> Outcome {
+        Outcome {
+            response,
+            ..Outcome::default()
         }
     }
 }
@@ -221,16 +286,18 @@ impl Webhook for Admission {
         }
     }
 
-    /// `/mutate` is answered at once when no MutatingAdmissionPolicy is
-    /// bound (placement walks the pod a fixed number of levels deep and
-    /// runs no CEL: a few microseconds, less than a hand-off), and so is a
-    /// `/validate` no binding could match (nor its template pod). Any other
-    /// `/validate` is evaluated within the slice and answered if every
-    /// binding was; else the work is dropped, nothing of it observable, and
-    /// the evaluation starts again when resumed. A set in which some policy
-    /// reads `authorizer` is never evaluated within the slice: its checks
-    /// may wait on the cluster (SubjectAccessReviews), which no clock can
-    /// interrupt.
+    /// A `GpuPolicyException` is chosen by its resource first and
+    /// answered by its own webhook (which hands one it can read on to the
+    /// policies). `/mutate` is answered at once when no
+    /// MutatingAdmissionPolicy is bound (placement walks the pod a fixed
+    /// number of levels deep and runs no CEL: a few microseconds, less than
+    /// a hand-off), and so is a `/validate` no binding could match (nor its
+    /// template pods). Any other `/validate` is evaluated within the slice
+    /// and answered if every binding was; else the work is dropped,
+    /// nothing of it observable, and the evaluation starts again when
+    /// resumed. A set in which some policy reads `authorizer` is never
+    /// evaluated within the slice: its checks may wait on the cluster
+    /// (SubjectAccessReviews), which no clock can interrupt.
     fn answer(
         self: Arc<Self>,
         endpoint: Endpoint,
@@ -238,47 +305,30 @@ impl Webhook for Admission {
         slice_end: Instant,
     ) -> Step {
         let bundle = self.bundle.load_full();
-        let policies = &bundle.policies;
-        let done = match endpoint {
-            Endpoint::Mutate if !policies.has_mutations() => {
-                Some(mutate_with(&bundle, self.lookups(), request, None))
-            }
-            Endpoint::Mutate => None,
-            Endpoint::Validate
-                if !policies.may_match(request, &self.kueue_controllers)
-                    && !exception_webhook::is_exception(request) =>
-            {
-                Some(Outcome {
-                    response: Response::allow(),
-                    ..Outcome::default()
-                })
-            }
-            Endpoint::Validate
-                if slice_end > Instant::now() && !policies.references("authorizer") =>
-            {
-                let lookups = self.lookups();
-                let (outcome, finished) =
-                    validate_with(&bundle, lookups, &self.authorizer, request, Some(slice_end));
-                if finished {
-                    self.count_excepted(&outcome);
-                }
+        let warnings = match route(&bundle, endpoint, request) {
+            Route::Answered(response) => return Step::Done(Outcome::of(response).into()),
+            Route::Judged(warnings) => warnings,
+            Route::Policies => Vec::new(),
+        };
+        let done = match (endpoint, bundle.policies.has_mutations()) {
+            (Endpoint::Mutate, false) => Some(mutate(&bundle, &self.lookups(), request, None)),
+            (Endpoint::Mutate, true) => None,
+            (Endpoint::Validate, _) => {
+                let until = Until::Slice(slice_end);
+                let (outcome, finished) = self.validate_with(&bundle, request, until, &warnings);
                 finished.then_some(outcome)
             }
-            Endpoint::Validate => None,
         };
         if let Some(outcome) = done {
             return Step::Done(outcome.into());
         }
         let request = request.clone();
         Step::Resume(Box::new(move |deadline| {
-            let lookups = self.lookups();
             let outcome = match endpoint {
-                Endpoint::Mutate => mutate_with(&bundle, lookups, &request, Some(deadline)),
+                Endpoint::Mutate => mutate(&bundle, &self.lookups(), &request, Some(deadline)),
                 Endpoint::Validate => {
-                    let (outcome, _) =
-                        validate_with(&bundle, lookups, &self.authorizer, &request, Some(deadline));
-                    self.count_excepted(&outcome);
-                    outcome
+                    let until = Until::Deadline(deadline);
+                    (self.validate_with(&bundle, &request, until, &warnings)).0
                 }
             };
             outcome.into()
@@ -354,145 +404,39 @@ pub const METRIC_KINDS: &[&str] = &[
     "CronWorkflow",
 ];
 
-/// Where a subject's namespace, DRA claims, the cluster's nodes and the
-/// policy exceptions of its namespace are looked up; the usernames of
-/// Kueue's controller.
-pub type Lookups<'a> = (
-    &'a dyn NamespaceLookup,
-    &'a dyn ClaimLookup,
-    &'a dyn NodeLookup,
-    &'a dyn ExceptionLookup,
-    &'a [String],
-);
-
-/// The subject of `req` with everything the policies read: its pod's DRA
-/// claims (looked up in `claims`), its GPU facts,
-/// how placement sees its pod, and the `gpu` variable when some policy
-/// refers to it.
-pub fn subject<'r>(
-    bundle: &Bundle,
-    req: &'r Request,
-    (namespaces, claims, nodes, exceptions, kueue): Lookups,
-) -> Subject<'r> {
-    let profiles = &bundle.placement;
-    let sources = bundle.policies.template_sources();
-    let mut subject = Subject::new_with_kueue(req, namespaces, sources, kueue)
-        .with_claims(claims)
-        .with_nodes(nodes)
-        .with_exceptions(exceptions);
-    place_templates(profiles, &mut subject);
-    let mut subject = subject.with_gpu(profiles.catalog(), profiles.gpu_resources());
-    let judge = |pod: &serde_json::Value, facts: &mut crate::gpu::facts::GpuFacts| {
-        let judgement = placement::judge(profiles, pod, &facts.request, &subject.namespace_labels);
-        facts.placement = PlacementFacts {
-            profile: judgement.profile.unwrap_or_default(),
-            conflict: judgement.conflict.unwrap_or_default(),
-            skus: judgement.skus,
-        };
-    };
-    match subject.kind {
-        // A pod's scheduling fields cannot change after it is created.
-        SubjectKind::Pod
-            if req.operation == Operation::Create
-                && req.sub_resource.as_deref().unwrap_or_default().is_empty() =>
-        {
-            if let (Some(pod), Some(mut facts)) = (req.object.as_ref(), subject.gpu.take()) {
-                judge(pod, &mut facts);
-                subject.gpu = Some(facts);
-            }
-        }
-        // A new or changed template makes new pods; an update that leaves
-        // every template as it was (scaling, finalizers) is not judged.
-        SubjectKind::Controller => {
-            for template in &mut subject.templates {
-                if let (Some(pod), Some(facts)) =
-                    (template.request.object.as_ref(), template.gpu.as_mut())
-                {
-                    judge(pod, facts);
-                }
-            }
-            // A built-in controller's own facts are its template's.
-            let built_in = subject.templates.first().filter(|t| t.label.is_empty());
-            if let (Some(template), Some(facts)) = (built_in, subject.gpu.as_mut()) {
-                if let Some(placed) = &template.gpu {
-                    facts.placement = placed.placement.clone();
-                }
-            }
-        }
-        _ => {}
-    }
-    if bundle.policies.references("gpu") {
-        if let Some(facts) = &subject.gpu {
-            let value = gpu_val(facts);
-            subject.variables.push(("gpu".to_string(), value));
-        }
-        for template in &mut subject.templates {
-            // A built-in controller's own facts are its template's: its
-            // converted value is shared, not converted twice.
-            let own = subject.variables.iter().find(|(n, _)| n == "gpu");
-            let value = match (template.label.is_empty(), own) {
-                (true, Some((_, value))) => Some(value.clone_as_boxed()),
-                _ => template.gpu.as_ref().map(gpu_val),
-            };
-            if let Some(value) = value {
-                template.variables.push(("gpu".to_string(), value));
-            }
-        }
-    }
-    subject
+/// What the `GpuPolicyException` webhook makes of `req` at `endpoint`,
+/// before any policy runs.
+fn route(bundle: &Bundle, endpoint: Endpoint, req: &Request) -> Route {
+    let policies = &bundle.policies;
+    exception_webhook::route(
+        req,
+        endpoint == Endpoint::Mutate,
+        |object| policies.read_exception(object),
+        |name| policies.has_policy(name),
+    )
 }
 
-/// A workload's template pods as `/mutate` will make their pods: the
-/// placement of a Pod CREATE (tier pin, tolerations, GPUs hidden from
-/// containers that ask for none) applied to each, so that what is admitted
-/// as a template is admitted as pods, and the other way round.
-fn place_templates(profiles: &placement::ProfileSet, subject: &mut Subject) {
-    for i in 0..subject.templates.len() {
-        // With the node snapshot, as /mutate sees the pods: whether GPUs
-        // are hidden by default turns on where they can land.
-        let pod = subject
-            .template_pod(i)
-            .with_gpu(profiles.catalog(), profiles.gpu_resources());
-        let plan = placement::plan_subject(profiles, &pod);
-        if plan.patch.0.is_empty() {
-            continue;
-        }
-        if let Some(pod) = subject.templates[i].request.object.as_mut() {
-            if let Err(e) = json_patch::patch(pod, &plan.patch) {
-                tracing::error!("placement patch does not apply to a template pod: {e}");
-            }
-        }
+/// What of the policy folder a subject is worked out with: for the
+/// policies, or for placement alone.
+fn needs(bundle: &Bundle, policies: bool) -> Needs<'_> {
+    Needs {
+        profiles: &bundle.placement,
+        sources: bundle.policies.template_sources(),
+        policies,
+        gpu_variable: bundle.policies.references("gpu"),
     }
 }
 
-/// [`Admission::mutate_until`] with `bundle`. The subject is built once:
-/// with everything the policies read when some MutatingAdmissionPolicy is
-/// bound, else with what placement reads.
-fn mutate_with(
-    bundle: &Bundle,
-    lookups: Lookups,
-    req: &Request,
-    deadline: Option<Instant>,
-) -> Outcome {
-    if exception_webhook::is_exception(req) {
-        let patch = exception_webhook::record_requester(req);
-        return Outcome {
-            response: Response::allow().with_patch(patch),
-            ..Outcome::default()
-        };
-    }
+/// Placement, then the MutatingAdmissionPolicies in the order of their
+/// names, each on what the previous step made; one patch against the
+/// object as it arrived. The subject is built once: with everything the
+/// policies read when some MutatingAdmissionPolicy is bound, else with
+/// what placement reads.
+fn mutate(bundle: &Bundle, lookups: &Lookups, req: &Request, deadline: Option<Instant>) -> Outcome {
     let profiles = &bundle.placement;
     let runs_policies = bundle.policies.has_mutations();
-    let subject = if runs_policies {
-        subject(bundle, req, lookups)
-    } else {
-        let (namespaces, claims, nodes, _, kueue) = lookups;
-        Subject::new_with_kueue(req, namespaces, bundle.policies.template_sources(), kueue)
-            .with_claims(claims)
-            .with_nodes(nodes)
-            .with_gpu(profiles.catalog(), profiles.gpu_resources())
-    };
-    let plan = placement::plan_subject(profiles, &subject);
+    let subject = Subject::build(req, lookups, &needs(bundle, runs_policies));
+    let plan = subject.plan(profiles);
     let mut patch = plan.patch;
     let mut warnings = plan.warnings;
     let mut outcome = Outcome {
@@ -529,18 +473,10 @@ fn mutate_with(
                 // sidecar or init container they add gets its pin, a
                 // toleration they add its affinity), so that one call is a
                 // fixed point: a second one adds nothing.
-                let replaced = replace_object(req, mutated.object);
-                let (namespaces, claims, nodes, _, kueue) = lookups;
-                let again = Subject::new_with_kueue(
-                    &replaced,
-                    namespaces,
-                    bundle.policies.template_sources(),
-                    kueue,
-                )
-                .with_claims(claims)
-                .with_nodes(nodes)
-                .with_gpu(profiles.catalog(), profiles.gpu_resources());
-                let replan = placement::plan_subject(profiles, &again);
+                let mut replaced = req.clone();
+                replaced.object = Some(mutated.object);
+                let again = Subject::build(&replaced, lookups, &needs(bundle, false));
+                let replan = again.plan(profiles);
                 patch.0.extend(replan.patch.0);
                 outcome.profile = outcome.profile.or(replan.profile);
                 warnings.extend(replan.warnings);
@@ -554,81 +490,28 @@ fn mutate_with(
     outcome
 }
 
-/// `req` with `object` in place of its object: the same request as
-/// placement sees it after the mutating policies.
-fn replace_object(req: &Request, object: serde_json::Value) -> Request {
-    let mut replaced = req.clone();
-    replaced.object = Some(object);
-    replaced
-}
-
-/// The `/validate` answer, and whether every binding was evaluated before
-/// `deadline` (when not, the answer is [`deadline_denial`]).
-fn validate_with(
+/// The `/validate` answer of the policy set for a subject whose kind,
+/// namespace and templates are read: worked out for the policies, every
+/// binding that matches it evaluated; and whether it finished before
+/// `deadline` (when not, the answer is the retryable [`deadline_denial`]).
+fn validate(
     bundle: &Bundle,
-    lookups: Lookups,
+    lookups: &Lookups,
     authorizer: &Arc<dyn Authorizer>,
-    req: &Request,
+    subject: Subject,
     deadline: Option<Instant>,
 ) -> (Outcome, bool) {
-    if !exception_webhook::is_exception(req) {
-        return validate_policies(bundle, lookups, authorizer, req, deadline);
+    if let Some(denial) = subject.too_many_templates() {
+        return (Outcome::of(Response::deny(denial)), true);
     }
-    // A GpuPolicyException itself: one that cannot be read is refused
-    // before any policy runs; the policies judge one that can.
-    let (denials, warnings) = exception_webhook::judge(
-        req,
-        |object| bundle.policies.read_exception(object),
-        |name| bundle.policies.has_policy(name),
-    );
-    if !denials.is_empty() {
-        let mut response = Response::deny(denials.join("\n"));
-        response.reason = Some("Invalid".into());
-        response.code = Some(422);
-        let outcome = Outcome {
-            response,
-            ..Outcome::default()
-        };
-        return (outcome, true);
-    }
-    let (mut outcome, finished) = validate_policies(bundle, lookups, authorizer, req, deadline);
-    if finished {
-        outcome.response.warnings.extend(warnings);
-    }
-    (outcome, finished)
-}
-
-/// The `/validate` answer of the policy set: the subject built once, every
-/// binding that matches it evaluated.
-fn validate_policies(
-    bundle: &Bundle,
-    lookups: Lookups,
-    authorizer: &Arc<dyn Authorizer>,
-    req: &Request,
-    deadline: Option<Instant>,
-) -> (Outcome, bool) {
-    let subject = subject(bundle, req, lookups).with_authorizer(authorizer.clone());
+    let subject =
+        (subject.work_out(lookups, &needs(bundle, true))).with_authorizer(authorizer.clone());
+    let verdict = bundle.policies.evaluate_subject(&subject, deadline);
     let gpus_per_pod = match subject.kind {
         SubjectKind::Pod | SubjectKind::Controller => subject.gpu.as_ref().map_or(0, |g| g.total),
         _ => 0,
     };
     let workload_gpus = subject.gpu.as_ref().map_or(0, |g| g.workload.gpus);
-    if let Some(count) = subject.too_many_templates {
-        let response = Response::deny(format!(
-            "gpu-admission: {} {} holds {count} pod templates; at most {} are judged: split it into smaller objects",
-            req.kind.kind,
-            req.display_name(),
-            crate::subject::MAX_TEMPLATES
-        ));
-        return (
-            Outcome {
-                response,
-                ..Outcome::default()
-            },
-            true,
-        );
-    }
-    let verdict = bundle.policies.evaluate_subject(&subject, deadline);
     if verdict.timed_out {
         let outcome = Outcome {
             response: deadline_denial(),

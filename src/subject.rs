@@ -4,18 +4,21 @@
 //! Placement, the policy engine, the `gpu` CEL variable and the audit all
 //! read it; nothing recomputes it.
 use crate::authz::{Authorizer, NoAuthorizer};
+use crate::cel::gpu::gpu_val;
 use crate::cel::Val;
 use crate::exceptions::{self, Exception, ExceptionLookup};
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::catalog::Catalog;
-use crate::gpu::facts::{GpuFacts, WorkloadFacts};
+use crate::gpu::facts::{GpuFacts, PlacementFacts, WorkloadFacts};
+use crate::gpu::reach::GpuNodes;
 use crate::gpu::relevance::gpu_relevant;
 use crate::gpu::{GpuResources, NodeLookup, NodeSnapshot};
 use crate::k8s::claims::{pod_claims, PodClaim};
-use crate::k8s::json::{labels_of, str_at};
+use crate::k8s::json::{generated_name, labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, TemplateSources};
 use crate::kueue;
+use crate::placement::{self, PodFacts, ProfileSet};
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -38,6 +41,32 @@ pub enum SubjectKind {
 /// request) would hold an answering thread for long; real workloads have
 /// a handful (Argo workflows a few dozen).
 pub const MAX_TEMPLATES: usize = 256;
+
+/// Where a subject's namespace, DRA claims, the cluster's nodes and the
+/// policy exceptions of its namespace are looked up, and who Kueue's
+/// controller is: snapshots of the cluster, read, never changed.
+#[derive(Clone, Copy)]
+pub struct Lookups<'a> {
+    pub namespaces: &'a dyn NamespaceLookup,
+    pub claims: &'a dyn ClaimLookup,
+    pub nodes: &'a dyn NodeLookup,
+    pub exceptions: &'a dyn ExceptionLookup,
+    /// The usernames of Kueue's controller (see [`judges_template`]).
+    pub kueue: &'a [String],
+}
+
+/// What of the policy folder a subject is worked out with, and for whom.
+#[derive(Clone, Copy)]
+pub struct Needs<'a> {
+    pub profiles: &'a ProfileSet,
+    pub sources: &'a TemplateSources,
+    /// For the policies: the exceptions that may apply, the template pods
+    /// placed as `/mutate` will place their pods, how placement sees the
+    /// pod. Else what placement reads only.
+    pub policies: bool,
+    /// Whether some policy reads the `gpu` variable.
+    pub gpu_variable: bool,
+}
 
 /// For a workload on CREATE, or on an UPDATE that changes a pod template
 /// ([`judges_template`]): the Pod CREATE request one of its templates
@@ -183,6 +212,158 @@ impl<'r> Subject<'r> {
         }
     }
 
+    /// The kind, namespace and template pods of `request` (what decides
+    /// which policies can match it): the first half of [`Subject::build`].
+    pub fn read(request: &'r Request, lookups: &Lookups, sources: &TemplateSources) -> Subject<'r> {
+        Subject::new_with_kueue(request, lookups.namespaces, sources, lookups.kueue)
+    }
+
+    /// The subject of `request`, worked out once with everything `needs`
+    /// asks for.
+    pub fn build(request: &'r Request, lookups: &Lookups, needs: &Needs) -> Subject<'r> {
+        Subject::read(request, lookups, needs.sources).work_out(lookups, needs)
+    }
+
+    /// The second half of [`Subject::build`]: the DRA claims of its pods,
+    /// the cluster's nodes, the GPU facts; for the policies also the
+    /// exceptions that may apply, its template pods placed as `/mutate`
+    /// places their pods, how placement sees its pod, and the `gpu`
+    /// variable.
+    pub fn work_out(self, lookups: &Lookups, needs: &Needs) -> Subject<'r> {
+        let profiles = needs.profiles;
+        let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
+        let mut subject = self.with_claims(lookups.claims).with_nodes(lookups.nodes);
+        if !needs.policies {
+            return subject.with_gpu(catalog, resources);
+        }
+        subject = subject.with_exceptions(lookups.exceptions);
+        subject.place_templates(profiles);
+        let mut subject = subject.with_gpu(catalog, resources);
+        subject.judge_placement(profiles);
+        if needs.gpu_variable {
+            subject.add_gpu_variable();
+        }
+        subject
+    }
+
+    /// How `/mutate`'s placement sees the subject's pod (a Pod's own;
+    /// nothing for other kinds).
+    pub fn placement_pod(&self) -> Option<PodFacts<'_>> {
+        let facts = self
+            .gpu
+            .as_ref()
+            .filter(|_| self.kind == SubjectKind::Pod)?;
+        Some(PodFacts {
+            facts,
+            namespace: self.namespace_name.as_deref(),
+            namespace_labels: &self.namespace_labels,
+        })
+    }
+
+    /// What `/mutate` does to the subject's object.
+    pub fn plan(&self, profiles: &ProfileSet) -> placement::Plan {
+        placement::plan(profiles, self.request, self.placement_pod())
+    }
+
+    /// The template pods as `/mutate` will make their pods: the placement
+    /// of a Pod CREATE (tier pin, tolerations, GPUs hidden from containers
+    /// that ask for none) applied to each, judged against the node
+    /// snapshot, so that what is admitted as a template is admitted as
+    /// pods, and the other way round.
+    fn place_templates(&mut self, profiles: &ProfileSet) {
+        let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
+        let nodes = self.nodes.clone();
+        let gpu_nodes = nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
+        for template in &mut self.templates {
+            let Some(pod) = template.request.object.as_ref() else {
+                continue;
+            };
+            let facts = pod_facts(
+                pod,
+                template.claims.as_ref(),
+                &gpu_nodes,
+                catalog,
+                resources,
+            );
+            let placed = PodFacts {
+                facts: &facts,
+                namespace: self.namespace_name.as_deref(),
+                namespace_labels: &self.namespace_labels,
+            };
+            let plan = placement::plan(profiles, &template.request, Some(placed));
+            if plan.patch.0.is_empty() {
+                continue;
+            }
+            if let Some(pod) = template.request.object.as_mut() {
+                if let Err(e) = json_patch::patch(pod, &plan.patch) {
+                    tracing::error!("placement patch does not apply to a template pod: {e}");
+                }
+            }
+        }
+    }
+
+    /// How placement sees the pods the subject makes: the profile that
+    /// serves each, why it cannot place it, the SKUs it allows. A pod's
+    /// scheduling fields cannot change after it is created, so a Pod is
+    /// judged on CREATE only; a workload's judged templates always (a
+    /// built-in controller's own facts are its template's).
+    fn judge_placement(&mut self, profiles: &ProfileSet) {
+        let labels = &self.namespace_labels;
+        let judge = |pod: &Value, facts: &mut GpuFacts| {
+            let judgement = placement::judge(profiles, pod, &facts.request, labels);
+            facts.placement = PlacementFacts {
+                profile: judgement.profile.unwrap_or_default(),
+                conflict: judgement.conflict.unwrap_or_default(),
+                skus: judgement.skus,
+            };
+        };
+        let req = self.request;
+        match self.kind {
+            SubjectKind::Pod
+                if req.operation == Operation::Create
+                    && req.sub_resource.as_deref().unwrap_or_default().is_empty() =>
+            {
+                if let (Some(pod), Some(facts)) = (req.object.as_ref(), self.gpu.as_mut()) {
+                    judge(pod, facts);
+                }
+            }
+            SubjectKind::Controller => {
+                for template in &mut self.templates {
+                    if let (Some(pod), Some(facts)) =
+                        (template.request.object.as_ref(), template.gpu.as_mut())
+                    {
+                        judge(pod, facts);
+                    }
+                }
+                let built_in = self.templates.first().filter(|t| t.label.is_empty());
+                if let (Some(template), Some(facts)) = (built_in, self.gpu.as_mut()) {
+                    if let Some(placed) = &template.gpu {
+                        facts.placement = placed.placement.clone();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The `gpu` variable of the subject and of each template pod; a
+    /// built-in controller's own is its template's, converted once.
+    fn add_gpu_variable(&mut self) {
+        if let Some(facts) = &self.gpu {
+            self.variables.push(("gpu".to_string(), gpu_val(facts)));
+        }
+        let own = self.variables.iter().find(|(n, _)| n == "gpu");
+        for template in &mut self.templates {
+            let value = match (template.label.is_empty(), own) {
+                (true, Some((_, value))) => Some(value.clone_as_boxed()),
+                _ => template.gpu.as_ref().map(gpu_val),
+            };
+            if let Some(value) = value {
+                template.variables.push(("gpu".to_string(), value));
+            }
+        }
+    }
+
     /// Finds the exceptions `lookup` has that may let the request through,
     /// judged at the lookup's time.
     pub fn with_exceptions(mut self, lookup: &dyn ExceptionLookup) -> Subject<'r> {
@@ -240,14 +421,7 @@ impl<'r> Subject<'r> {
     pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
         let gpu_nodes = self.nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
         let facts_of = |object: &Value, claims: Option<&Vec<PodClaim>>| {
-            let facts = match claims {
-                Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
-                None => GpuFacts::of(object, catalog, resources),
-            };
-            match &gpu_nodes {
-                Some(set) => facts.with_nodes(object, set, catalog),
-                None => facts,
-            }
+            pod_facts(object, claims, &gpu_nodes, catalog, resources)
         };
         let mut per_template = Vec::with_capacity(self.templates.len());
         for template in &self.templates {
@@ -306,28 +480,16 @@ impl<'r> Subject<'r> {
         }
     }
 
-    /// The pod subject of template `index`: a Pod CREATE in this subject's
-    /// namespace, seeing its nodes and authorizer, with the template's DRA
-    /// claims; its GPU facts and variables not worked out yet.
-    pub fn template_pod(&self, index: usize) -> Subject<'_> {
-        let template = &self.templates[index];
-        Subject {
-            request: &template.request,
-            kind: SubjectKind::Pod,
-            namespace_name: self.namespace_name.clone(),
-            namespace: self.namespace.clone(),
-            namespace_labels: self.namespace_labels.clone(),
-            templates: Vec::new(),
-            unjudged_pods: Vec::new(),
-            too_many_templates: None,
-            claims: template.claims.clone(),
-            gpu: None,
-            nodes: self.nodes.clone(),
-            variables: Vec::new(),
-            authorizer: self.authorizer.clone(),
-            exceptions: Vec::new(),
-            exceptions_at: self.exceptions_at,
-        }
+    /// The denial of a workload with more than [`MAX_TEMPLATES`] pod
+    /// templates: none of them is judged.
+    pub fn too_many_templates(&self) -> Option<String> {
+        let count = self.too_many_templates?;
+        let req = self.request;
+        Some(format!(
+            "gpu-admission: {} {} holds {count} pod templates; at most {MAX_TEMPLATES} are judged: split it into smaller objects",
+            req.kind.kind,
+            req.display_name(),
+        ))
     }
 
     /// The host variable `name`, when the subject carries it.
@@ -336,6 +498,25 @@ impl<'r> Subject<'r> {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_ref())
+    }
+}
+
+/// The GPU facts of `object` (with its DRA `claims` when looked up),
+/// judged against the cluster's GPU nodes when known.
+fn pod_facts(
+    object: &Value,
+    claims: Option<&Vec<PodClaim>>,
+    gpu_nodes: &Option<GpuNodes>,
+    catalog: &Catalog,
+    resources: &GpuResources,
+) -> GpuFacts {
+    let facts = match claims {
+        Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
+        None => GpuFacts::of(object, catalog, resources),
+    };
+    match gpu_nodes {
+        Some(set) => facts.with_nodes(object, set, catalog),
+        None => facts,
     }
 }
 
@@ -415,15 +596,10 @@ fn template_pods(
     let Some(object) = req.object.as_ref() else {
         return Vec::new();
     };
-    // `generateName` workloads have no name yet; `display_name` shows `web-*`.
-    let name = if req.name.is_empty() {
-        req.display_name()
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string()
-    } else {
-        req.name.clone()
+    // `generateName` workloads have no name yet: `web-*`.
+    let name = match req.name.as_str() {
+        "" => generated_name(Some(object)),
+        name => name.to_string(),
     };
     let pod_kind = GroupVersionKind {
         group: String::new(),

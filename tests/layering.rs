@@ -187,6 +187,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "cluster",
         &["authz", "certs", "exceptions", "gpu", "inventory", "k8s"],
     ),
+    ("placement", &["gpu", "k8s", "review"]),
     (
         "subject",
         &[
@@ -196,11 +197,11 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gpu",
             "k8s",
             "kueue",
+            "placement",
             "review",
         ],
     ),
     ("policy", &["cel", "exceptions", "k8s", "review", "subject"]),
-    ("placement", &["gpu", "k8s", "review", "subject"]),
     (
         "admission",
         &[

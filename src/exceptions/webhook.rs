@@ -9,12 +9,55 @@
 use super::{ExceptionError, API_VERSION, GROUP, KIND};
 use crate::k8s::json::str_at;
 use crate::k8s::Patch;
-use crate::review::{Operation, Request};
+use crate::review::{Operation, Request, Response};
 use serde_json::Value;
 
 /// Whether `req` is about a `GpuPolicyException`.
 pub fn is_exception(req: &Request) -> bool {
     req.kind.group == GROUP && req.kind.kind == KIND
+}
+
+/// What this webhook makes of a request, before any policy runs.
+#[derive(Debug)]
+pub enum Route {
+    /// Not a `GpuPolicyException`: the policies' alone.
+    Policies,
+    /// Answered here: `/mutate` records the requester, `/validate`
+    /// refuses an exception the engine cannot read (422 Invalid).
+    Answered(Response),
+    /// An exception the engine can read, for the policies to judge; these
+    /// warnings go with their answer.
+    Judged(Vec<String>),
+}
+
+/// Routes `req` (`mutate`: for `/mutate`, else `/validate`), `read` and
+/// `known` as [`judge`] takes them.
+pub fn route(
+    req: &Request,
+    mutate: bool,
+    read: impl FnOnce(&Value) -> Result<super::Exception, Vec<ExceptionError>>,
+    known: impl Fn(&str) -> bool,
+) -> Route {
+    if !is_exception(req) {
+        return Route::Policies;
+    }
+    let (patch, denials, warnings) = match mutate {
+        true => (Some(record_requester(req)), Vec::new(), Vec::new()),
+        false => {
+            let (denials, warnings) = judge(req, read, known);
+            (None, denials, warnings)
+        }
+    };
+    if let Some(patch) = patch {
+        return Route::Answered(Response::allow().with_patch(patch));
+    }
+    if denials.is_empty() {
+        return Route::Judged(warnings);
+    }
+    let mut response = Response::deny(denials.join("\n"));
+    response.reason = Some("Invalid".into());
+    response.code = Some(422);
+    Route::Answered(response)
 }
 
 /// The patch that sets `spec.requestedBy` to the creating user (CREATE)
@@ -70,8 +113,9 @@ pub fn judge(
             return (Vec::new(), Vec::new());
         }
     }
+    let wrong = requester_mismatch(req, object);
     let name = format!("{KIND} {}", req.display_name());
-    if let Some(wrong) = requester_mismatch(req, object) {
+    if let Some(wrong) = wrong {
         return (
             vec![format!("{name}: spec.requestedBy: {wrong}")],
             Vec::new(),

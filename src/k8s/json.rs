@@ -95,6 +95,15 @@ fn step<'v>(v: &'v Value, token: &str) -> Option<&'v Value> {
 }
 
 /// The string at JSON pointer `pointer`, or `""`.
+/// How an object not yet named is shown: its `generateName` and `*`
+/// (`web-*`); empty without one.
+pub fn generated_name(object: Option<&Value>) -> String {
+    match object.and_then(|o| o.at("/metadata/generateName")?.as_str()) {
+        Some(prefix) => format!("{prefix}*"),
+        None => String::new(),
+    }
+}
+
 pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.at(pointer).and_then(Value::as_str).unwrap_or("")
 }

@@ -26,8 +26,7 @@ use crate::gpu::selection::SkuRequirement;
 use crate::gpu::{pod_gpu_request, GpuResources, PodGpuRequest, SkuList};
 use crate::k8s::json::labels_of;
 use crate::k8s::NodeSelectorTerm as Term;
-use crate::review::Operation;
-use crate::subject::{Subject, SubjectKind};
+use crate::review::{Operation, Request};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,7 +55,7 @@ pub struct ProfileSet {
     tier_skus: BTreeMap<String, [Option<TierSizes>; 2]>,
     /// GPU infrastructure known by identity (the `gpu-node-isolation`
     /// params); `None`: GPUs are hidden only in GPU pods (see
-    /// [`plan_subject`]).
+    /// [`plan`]).
     infrastructure: Option<Infrastructure>,
 }
 
@@ -70,6 +69,15 @@ struct TierSizes {
     /// these sizes ([`tiers::narrow`]) for a pod whose own node selection
     /// leaves every SKU open, as most GPU pods' does.
     narrowed: Vec<[Option<Arc<[Term]>>; 4]>,
+}
+
+/// A pod as placement reads it: its GPU facts and the namespace it goes
+/// into.
+#[derive(Clone, Copy)]
+pub struct PodFacts<'a> {
+    pub facts: &'a GpuFacts,
+    pub namespace: Option<&'a str>,
+    pub namespace_labels: &'a BTreeMap<String, String>,
 }
 
 /// What placement does to one request.
@@ -273,7 +281,7 @@ impl ProfileSet {
     }
 }
 
-/// Plans the mutation of a request whose subject is worked out: a Pod on
+/// Plans the mutation of a request (`pod`: its pod's facts, for a Pod): a Pod on
 /// CREATE gets its profile's tolerations and node affinity, a Karpenter
 /// NodePool (CREATE or UPDATE) its profile's taint. GPUs are hidden
 /// (`NVIDIA_VISIBLE_DEVICES=void`, [`visibility`]) from the containers of
@@ -282,12 +290,11 @@ impl ProfileSet {
 /// and, with the infrastructure lists loaded ([`hides_by_default`]), from
 /// every container of a pod that asks for no GPU but can land on GPU
 /// nodes.
-pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
-    let req = subject.request;
+pub fn plan(profiles: &ProfileSet, req: &Request, pod: Option<PodFacts>) -> Plan {
     if nodepool::is_node_pool(req) {
         return nodepool::plan_request(profiles, req);
     }
-    let (SubjectKind::Pod, Some(pod)) = (subject.kind, &req.object) else {
+    let (Some(placed), Some(pod)) = (pod, &req.object) else {
         return Plan::default();
     };
     let sub_resource = req.sub_resource.as_deref().unwrap_or_default();
@@ -295,23 +302,11 @@ pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
     if !debug && (!sub_resource.is_empty() || req.operation != Operation::Create) {
         return Plan::default();
     }
-    let computed;
-    let facts = match &subject.gpu {
-        Some(facts) => facts,
-        None => {
-            computed = match &subject.claims {
-                Some(claims) => {
-                    GpuFacts::with_claims(pod, claims, profiles.catalog(), profiles.gpu_resources())
-                }
-                None => GpuFacts::of(pod, profiles.catalog(), profiles.gpu_resources()),
-            };
-            &computed
-        }
-    };
+    let facts = placed.facts;
     let mut plan = if debug || profiles.is_empty() {
         Plan::default()
     } else {
-        plan_pod(profiles, pod, &facts.request, &subject.namespace_labels)
+        plan_pod(profiles, pod, &facts.request, placed.namespace_labels)
     };
     let old = if debug { req.old_object.as_ref() } else { None };
     let hidden = if debug {
@@ -322,7 +317,7 @@ pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
         }
     } else if facts.request.requested() {
         visibility::hide_unrequested(pod, &facts.access, None)
-    } else if let Some(infrastructure) = hides_by_default(profiles, subject, facts) {
+    } else if let Some(infrastructure) = hides_by_default(profiles, &placed) {
         visibility::hide_by_default(pod, &facts.access, |image| infrastructure.is_image(image))
     } else {
         return plan;
@@ -347,17 +342,16 @@ pub fn plan_subject(profiles: &ProfileSet, subject: &Subject) -> Plan {
 /// loaded: then nothing is hidden by default.
 pub fn hides_by_default<'a>(
     profiles: &'a ProfileSet,
-    subject: &Subject,
-    facts: &GpuFacts,
+    pod: &PodFacts,
 ) -> Option<&'a Infrastructure> {
     let infrastructure = profiles.infrastructure()?;
+    let facts = pod.facts;
     let may_land = facts.tolerates
         || facts.tolerates_all
         || facts.selects_gpu_nodes
         || facts.prefers_gpu_nodes
         || (!facts.node_name.is_empty() && !facts.nodes_known);
-    let spared =
-        infrastructure.is_namespace(subject.namespace_name.as_deref(), &subject.namespace_labels);
+    let spared = infrastructure.is_namespace(pod.namespace, pod.namespace_labels);
     (!facts.requested && !facts.shared_by_scheduler && may_land && !spared)
         .then_some(infrastructure)
 }

@@ -62,7 +62,25 @@ fn ns() -> BTreeMap<String, String> {
 /// What `/mutate`'s placement makes of `req`, its namespace looked up in
 /// `namespaces`.
 fn plan_in(set: &ProfileSet, req: &Request, namespaces: &dyn NamespaceLookup) -> Plan {
-    plan_subject(set, &Subject::new(req, namespaces, &Default::default()))
+    let object = req.object.as_ref().filter(|_| req.kind.kind == "Pod");
+    let Some(pod) = object else {
+        return super::plan(set, req, None);
+    };
+    let namespace = (req.namespace.as_deref().filter(|n| !n.is_empty()))
+        .or(Some(crate::k8s::json::str_at(pod, "/metadata/namespace")))
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default");
+    let labels = crate::k8s::namespaces::with_name_label(
+        namespace,
+        labels_of(namespaces.namespace(namespace).as_deref()),
+    );
+    let facts = GpuFacts::of(pod, set.catalog(), set.gpu_resources());
+    let placed = PodFacts {
+        facts: &facts,
+        namespace: Some(namespace),
+        namespace_labels: &labels,
+    };
+    super::plan(set, req, Some(placed))
 }
 
 /// [`plan_in`] for a request whose namespace nobody knows.

@@ -4,7 +4,7 @@ use crate::cel::{self, Env, Extensions};
 use crate::exceptions::{Excepted, Exception};
 use crate::k8s::{NamespaceLookup, TemplateSources};
 use crate::review::{Operation, Request};
-use crate::subject::{judges_template, Subject};
+use crate::subject::Subject;
 use eval::{applies, Scope, Shared};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -320,19 +320,19 @@ impl PolicySet {
         self.inner.bindings.len()
     }
 
-    /// Whether some binding could match `req` or, for a pod controller on
-    /// CREATE or on an UPDATE that changes its template, the new pod its
-    /// template describes: when not, the verdict is known without
-    /// evaluating anything (allowed). `kueue`: the usernames of Kueue's
-    /// controller ([`judges_template`]).
-    pub fn may_match(&self, req: &Request, kueue: &[String]) -> bool {
+    /// Whether some binding could match the subject's request or the new
+    /// pods its judged templates describe (a workload on CREATE, or on an
+    /// UPDATE that changes a template): when not, the verdict is known
+    /// without evaluating anything (allowed).
+    pub fn may_match(&self, subject: &Subject) -> bool {
         let index = &self.inner.plan.validating.index;
+        let req = subject.request;
         let requested = req.request_resource.as_ref().map(|r| r.resource.as_str());
         if index.any(&req.resource.resource, requested, req.operation) {
             return true;
         }
-        judges_template(req, &self.inner.template_sources, kueue)
-            && index.any("pods", None, Operation::Create)
+        let judged = !subject.templates.is_empty() || subject.too_many_templates.is_some();
+        judged && index.any("pods", None, Operation::Create)
     }
 
     /// Whether some expression of the set refers to the top-level

@@ -6,7 +6,7 @@ mod shape;
 
 pub use shape::{measure, Limits, Shape, TooLarge};
 
-use crate::k8s::json::Pointer as _;
+use crate::k8s::json::{generated_name, Pointer as _};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -92,15 +92,9 @@ impl Request {
     /// `namespace/name` (or `name`) for logs and messages; falls back to the
     /// object's `generateName` for pods not yet named.
     pub fn display_name(&self) -> String {
-        let name = if self.name.is_empty() {
-            self.object
-                .as_ref()
-                .and_then(|o| o.at("/metadata/generateName"))
-                .and_then(Value::as_str)
-                .map(|g| format!("{g}*"))
-                .unwrap_or_default()
-        } else {
-            self.name.clone()
+        let name = match self.name.as_str() {
+            "" => generated_name(self.object.as_ref()),
+            name => name.to_string(),
         };
         match &self.namespace {
             Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
