@@ -15,12 +15,25 @@ use std::sync::Arc;
 /// a [`NodeInfo`] once per change that touches what it keeps (status
 /// heartbeats change nothing here), and requests share one snapshot until
 /// the next such change.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ClusterNodes {
     inner: Arc<std::sync::RwLock<Known>>,
     /// The node watch, once started: while the cluster refuses the list,
     /// requests are judged by labels.
     watched: Arc<std::sync::OnceLock<Watched>>,
+    /// The one empty, unlisted snapshot requests share while no node is
+    /// known.
+    unlisted: Arc<NodeSnapshot>,
+}
+
+impl Default for ClusterNodes {
+    fn default() -> ClusterNodes {
+        ClusterNodes {
+            inner: Arc::default(),
+            watched: Arc::default(),
+            unlisted: Arc::new(NodeSnapshot::unlisted()),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -215,17 +228,11 @@ fn trim(node: &mut Node) {
     }
 }
 
-thread_local! {
-    /// One empty, unlisted snapshot per thread, shared by the requests it
-    /// answers while no node is known.
-    static UNLISTED: Arc<NodeSnapshot> = Arc::new(NodeSnapshot::unlisted());
-}
-
 impl NodeLookup for ClusterNodes {
     fn nodes(&self) -> Option<Arc<NodeSnapshot>> {
         // Never listed, refused (or, oddly, not served): no node is known.
         if self.watched.get().is_some_and(|w| !w.holds_list()) {
-            return Some(UNLISTED.with(Arc::clone));
+            return Some(self.unlisted.clone());
         }
         if let Some(snapshot) = &self
             .inner
