@@ -58,11 +58,10 @@ pub enum PricesError {
 impl Prices {
     pub fn from_file(path: &Path) -> Result<Prices, PricesError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| PricesError::Read {
-            file: file.clone(),
-            source,
-        })?;
-        Prices::from_str(&text, &file)
+        match std::fs::read_to_string(path) {
+            Ok(text) => Prices::from_str(&text, &file),
+            Err(source) => Err(PricesError::Read { file, source }),
+        }
     }
 
     /// Parses and checks a price file's text (`file` names it in errors).

@@ -549,6 +549,11 @@ mod tests {
         merge(&Schema::of(object), object, &config).unwrap()
     }
 
+    fn names_of(list: &Value) -> Vec<&str> {
+        let list = list.as_array().unwrap().iter();
+        list.map(|c| c["name"].as_str().unwrap()).collect()
+    }
+
     #[test]
     fn containers_merge_by_name_and_new_ones_follow() {
         let object = pod(json!({
@@ -562,12 +567,7 @@ mod tests {
                 "containers": [{"name": "app", "args": ["c"]}],
             }}),
         );
-        let names: Vec<&str> = out["spec"]["initContainers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["name"].as_str().unwrap())
-            .collect();
+        let names = names_of(&out["spec"]["initContainers"]);
         assert_eq!(names, ["fetch-weights", "gpu-check"]);
         // args is atomic: replaced, and the container keeps its image.
         assert_eq!(
@@ -826,12 +826,7 @@ mod tests {
             &object,
             json!({"spec": {"containers": [{"name": "b"}, {"name": "a"}]}}),
         );
-        let names: Vec<&str> = out["spec"]["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["name"].as_str().unwrap())
-            .collect();
+        let names = names_of(&out["spec"]["containers"]);
         // As structured-merge-diff: x keeps its place, b before a.
         assert_eq!(names, ["x", "b", "a"]);
     }
