@@ -6,7 +6,7 @@ mod shape;
 
 pub use shape::{measure, Limits, Shape, TooLarge};
 
-use crate::k8s::json::Pointer as _;
+use crate::k8s::json::{str_at, str_field, Pointer as _};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -112,30 +112,17 @@ impl Request {
     /// derived from the object's apiVersion and kind. Used by the CLI and
     /// tests, which start from manifests rather than AdmissionReviews.
     pub fn for_object(object: Value, operation: Operation, namespace: Option<&str>) -> Request {
-        let api_version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("v1");
+        let api_version = object.get("apiVersion").and_then(Value::as_str);
+        let api_version = api_version.unwrap_or("v1");
         let (group, version) = match api_version.split_once('/') {
             Some((g, v)) => (g.to_string(), v.to_string()),
             None => (String::new(), api_version.to_string()),
         };
-        let kind = object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let name = object
-            .at("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let namespace = namespace.map(str::to_string).or_else(|| {
-            object
-                .at("/metadata/namespace")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        });
+        let kind = str_field(&object, "kind").to_string();
+        let name = str_at(&object, "/metadata/name").to_string();
+        let namespace =
+            namespace.or_else(|| object.at("/metadata/namespace").and_then(Value::as_str));
+        let namespace = namespace.map(str::to_string);
         let gvk = GroupVersionKind {
             group: group.clone(),
             version: version.clone(),
