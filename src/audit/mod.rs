@@ -133,7 +133,6 @@ pub struct Report {
     /// some policy, each object counted once: the share of `gpus_held`
     /// that is waste.
     pub gpus_in_violation: i64,
-    /// GPUs requested, not placed, by violating workloads.
     pub gpus_pending_in_violation: i64,
     /// GPUs the capacity objects can bring up (the bounded ones).
     pub capacity_gpus: i64,
