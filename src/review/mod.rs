@@ -377,11 +377,8 @@ impl Request {
     /// object that is anything else but a JSON object cannot be judged and
     /// is refused, never taken for "no object".
     fn checked_objects(mut self) -> Result<Request, DecodeError> {
-        if self.object.as_ref().is_some_and(Value::is_null) {
-            self.object = None;
-        }
-        if self.old_object.as_ref().is_some_and(Value::is_null) {
-            self.old_object = None;
+        for object in [&mut self.object, &mut self.old_object] {
+            *object = object.take().filter(|o| !o.is_null());
         }
         for (field, value) in [("object", &self.object), ("oldObject", &self.old_object)] {
             let found = match value {
