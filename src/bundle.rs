@@ -173,13 +173,7 @@ pub fn from_documents(
         match own_kind(&doc.value) {
             Some("PlacementProfile") => match Profile::from_value(&doc.value) {
                 Ok(profile) => profiles.push(profile),
-                Err(err) => errors.push(LoadError {
-                    source: Some(doc.source.clone()),
-                    field: None,
-                    line: None,
-                    column: None,
-                    message: err.to_string(),
-                }),
+                Err(err) => errors.push(LoadError::at(&doc.source, "", err.to_string())),
             },
             Some("PolicyTest") => tests.push(doc),
             // Read with the policies: they say which kinds' templates the
@@ -187,15 +181,9 @@ pub fn from_documents(
             Some(crate::k8s::template_sources::KIND) => policy_docs.push(doc),
             // Read with the policies, which honour them.
             Some(crate::exceptions::KIND) => policy_docs.push(doc),
-            Some(other) => errors.push(LoadError {
-                source: Some(doc.source.clone()),
-                field: Some("kind".to_string()),
-                line: None,
-                column: None,
-                message: format!(
-                    "unknown kind {other} in {API_GROUP}: expected PlacementProfile, PodTemplateSource, GpuPolicyException or PolicyTest"
-                ),
-            }),
+            Some(other) => errors.push(LoadError::at(&doc.source, "kind", format!(
+                "unknown kind {other} in {API_GROUP}: expected PlacementProfile, PodTemplateSource, GpuPolicyException or PolicyTest"
+            ))),
             // One of ours under another group (a typo): an error, not a
             // document skipped.
             None if OWN_KINDS.contains(&doc.type_meta().1) => {
@@ -218,23 +206,15 @@ pub fn from_documents(
     let placement = match ProfileSet::new(profiles) {
         Ok(set) => {
             let set = set.with_catalog(catalog.clone());
-            let set = match tiers {
-                Some(tiers) => set.with_tiers(tiers),
-                None => set,
-            };
-            Some(match infrastructure {
-                Some(infrastructure) => set.with_infrastructure(infrastructure),
-                None => set,
-            })
+            let set = tiers.into_iter().fold(set, ProfileSet::with_tiers);
+            Some(
+                infrastructure
+                    .into_iter()
+                    .fold(set, ProfileSet::with_infrastructure),
+            )
         }
         Err(err) => {
-            errors.push(LoadError {
-                source: None,
-                field: None,
-                line: None,
-                column: None,
-                message: err.to_string(),
-            });
+            errors.push(LoadError::new(err.to_string()));
             None
         }
     };

@@ -155,22 +155,14 @@ pub fn build_request(
 /// The objects of a manifest file: every YAML or JSON document, with `List`
 /// documents (as `kubectl get -o json` writes) opened into their items.
 pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Value>> {
-    let mut objects = Vec::new();
-    read_objects(path, &mut |object| {
-        objects.push(object);
-        Ok(())
-    })?;
-    Ok(objects)
+    collect_objects(|each| read_objects(path, each))
 }
 
 /// [`read_manifest`] one object at a time, so a dump need not fit in
 /// memory as objects: `each` gets every object in file order. A JSON
 /// file's Lists are read an item at a time; a YAML file a document at a
 /// time.
-pub fn read_objects(
-    path: &Path,
-    each: &mut dyn FnMut(Value) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
+pub fn read_objects(path: &Path, each: EachObject<'_>) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let located = |e: anyhow::Error| anyhow::anyhow!("{}: {e}", path.display());
@@ -192,18 +184,23 @@ fn is_json(text: &str) -> bool {
 
 /// Parses a (multi-document) manifest; see [`read_manifest`].
 pub fn parse_manifest(text: &str) -> anyhow::Result<Vec<Value>> {
+    collect_objects(|each| yaml_objects(text, each))
+}
+
+type EachObject<'a> = &'a mut dyn FnMut(Value) -> anyhow::Result<()>;
+
+fn collect_objects(
+    read: impl FnOnce(EachObject<'_>) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<Value>> {
     let mut objects = Vec::new();
-    yaml_objects(text, &mut |object| {
+    read(&mut |object| {
         objects.push(object);
         Ok(())
     })?;
     Ok(objects)
 }
 
-fn yaml_objects(
-    text: &str,
-    each: &mut dyn FnMut(Value) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
+fn yaml_objects(text: &str, each: EachObject<'_>) -> anyhow::Result<()> {
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value =
             Value::deserialize(doc).map_err(|e| anyhow::anyhow!("document {}: {e}", i + 1))?;
@@ -213,11 +210,7 @@ fn yaml_objects(
 }
 
 /// A document's objects: none for an empty one, a List's items, or itself.
-fn document(
-    i: usize,
-    value: Value,
-    each: &mut dyn FnMut(Value) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
+fn document(i: usize, value: Value, each: EachObject<'_>) -> anyhow::Result<()> {
     match value {
         Value::Null => Ok(()),
         Value::Object(mut map) if is_list(&map) => match map.remove("items") {
@@ -234,10 +227,7 @@ fn document(
 
 /// JSON documents, each a List's items parsed one at a time (the List's
 /// other fields whole: they are small).
-fn json_objects(
-    text: &str,
-    each: &mut dyn FnMut(Value) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
+fn json_objects(text: &str, each: EachObject<'_>) -> anyhow::Result<()> {
     use serde_json::value::RawValue;
     let docs = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
     for (i, doc) in docs.enumerate() {

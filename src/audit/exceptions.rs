@@ -1,7 +1,7 @@
 //! GpuPolicyExceptions in the audit: the findings an exception lets
 //! through (not violations: shown and counted apart), and the exceptions
 //! themselves, with their state and what they let through in the run.
-use super::{Finding, Report};
+use super::{namespace_prefix, Finding, Report};
 use crate::exceptions::Excepted;
 use crate::exceptions::{self, Exception, State, EXPIRING_SOON};
 use crate::k8s::json::str_at;
@@ -75,15 +75,12 @@ impl ExceptedFinding {
 
     /// `allowed by exception ns/name (reason, expires ...)`.
     pub fn allowed_by(&self) -> String {
-        let expiry = match &self.expires_at {
-            Some(at) => format!("expires {at}"),
-            None => "no expiry".to_string(),
-        };
-        format!(
-            "allowed by exception {} ({}, {expiry})",
-            self.exception,
-            self.reason.trim()
-        )
+        let expiry = self
+            .expires_at
+            .as_ref()
+            .map_or("no expiry".into(), |at| format!("expires {at}"));
+        let (exception, reason) = (&self.exception, self.reason.trim());
+        format!("allowed by exception {exception} ({reason}, {expiry})")
     }
 }
 
@@ -264,11 +261,7 @@ pub fn entries(
 ) -> Vec<ExceptionEntry> {
     let mut let_through: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for f in excepted {
-        let ns = f
-            .namespace
-            .as_deref()
-            .map(|n| format!("{n}/"))
-            .unwrap_or_default();
+        let ns = namespace_prefix(&f.namespace);
         let line = format!(
             "{} {ns}{} through {} ({})",
             f.kind, f.name, f.policy, f.action
@@ -391,11 +384,7 @@ pub fn render_text(report: &Report) -> String {
         }
     }
     for f in &report.excepted {
-        let ns = f
-            .namespace
-            .as_deref()
-            .map(|n| format!("{n}/"))
-            .unwrap_or_default();
+        let ns = namespace_prefix(&f.namespace);
         let _ = writeln!(
             out,
             "{} {ns}{}: [{}] {}: {} — {}",

@@ -3,7 +3,7 @@
 //! belong to pods waiting for a node. Suspended, completed and failed work
 //! holds none. This is the one definition the JSON, the page, the
 //! PolicyReports and the `gpu_admission_audit_*` gauges use.
-use crate::k8s::json::Pointer as _;
+use crate::k8s::json::{str_at, str_field, Pointer as _};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -39,10 +39,7 @@ pub struct Holding {
 ///   spec asks (the caller passes 0 for an object in a state its
 ///   `PodTemplateSource` says holds nothing: `holdsNothingWhen`).
 pub fn holding(object: &Value, per_pod: i64, workload: i64) -> Holding {
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let kind = str_field(object, "kind");
     let built_in = kind == "Pod" || crate::k8s::workloads::template_kind_of(object).is_some();
     if !built_in {
         let suspended = flag(object, "/spec/suspend") || flag(object, "/spec/runPolicy/suspend");
@@ -58,21 +55,19 @@ pub fn holding(object: &Value, per_pod: i64, workload: i64) -> Holding {
     let (held, pending) = match kind {
         "Pod" => pod_state(object),
         "Deployment" | "StatefulSet" | "ReplicaSet" => {
-            let desired = int(object, "/spec/replicas").unwrap_or(1).max(0);
+            let desired = count(object, "/spec/replicas", 1);
             match object.get("status").filter(|s| s.is_object()) {
                 None => (0, desired),
                 Some(_) => {
-                    let ready = int(object, "/status/readyReplicas").unwrap_or(0).max(0);
+                    let ready = count(object, "/status/readyReplicas", 0);
                     (ready, (desired - ready).max(0))
                 }
             }
         }
         "Job" => job_state(object),
         "DaemonSet" => {
-            let desired = int(object, "/status/desiredNumberScheduled")
-                .unwrap_or(0)
-                .max(0);
-            let ready = int(object, "/status/numberReady").unwrap_or(0).max(0);
+            let desired = count(object, "/status/desiredNumberScheduled", 0);
+            let ready = count(object, "/status/numberReady", 0);
             (ready, (desired - ready).max(0))
         }
         "CronJob" if flag(object, "/spec/suspend") => (0, 0),
@@ -103,9 +98,7 @@ fn pod_state(pod: &Value) -> (i64, i64) {
 
 /// Whether the scheduler (or the pod itself) put the pod on a node.
 pub fn pod_is_bound(pod: &Value) -> bool {
-    pod.at("/spec/nodeName")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty())
+    !str_at(pod, "/spec/nodeName").is_empty()
 }
 
 /// Whether a pod is done (Succeeded or Failed): it holds nothing.
@@ -122,9 +115,9 @@ fn job_state(job: &Value) -> (i64, i64) {
         return (0, 0);
     }
     match job.get("status").filter(|s| s.is_object()) {
-        None => (0, int(job, "/spec/parallelism").unwrap_or(1).max(0)),
+        None => (0, count(job, "/spec/parallelism", 1)),
         Some(_) => {
-            let active = int(job, "/status/active").unwrap_or(0).max(0);
+            let active = count(job, "/status/active", 0);
             let ready = int(job, "/status/ready").map_or(active, |r| r.clamp(0, active));
             (ready, active - ready)
         }
@@ -156,6 +149,11 @@ fn flag(object: &Value, pointer: &str) -> bool {
 
 fn int(object: &Value, pointer: &str) -> Option<i64> {
     object.at(pointer).and_then(Value::as_i64)
+}
+
+/// The count at `pointer`, or `default`; never below 0.
+fn count(object: &Value, pointer: &str, default: i64) -> i64 {
+    int(object, pointer).unwrap_or(default).max(0)
 }
 
 #[cfg(test)]

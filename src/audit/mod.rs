@@ -90,13 +90,26 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+impl ObjectKey {
+    fn new(kind: &str, namespace: &Option<String>, name: &str) -> ObjectKey {
+        let (kind, namespace, name) = (kind.to_string(), namespace.clone(), name.to_string());
+        ObjectKey {
+            kind,
+            namespace,
+            name,
+        }
+    }
+}
+
 impl Finding {
     pub fn object(&self) -> ObjectKey {
-        ObjectKey {
-            kind: self.kind.clone(),
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        }
+        ObjectKey::new(&self.kind, &self.namespace, &self.name)
+    }
+}
+
+impl CapacityObject {
+    pub fn object(&self) -> ObjectKey {
+        ObjectKey::new(&self.kind, &self.namespace, &self.name)
     }
 }
 
@@ -120,7 +133,6 @@ pub struct Report {
     /// some policy, each object counted once: the share of `gpus_held`
     /// that is waste.
     pub gpus_in_violation: i64,
-    /// GPUs requested, not placed, by violating workloads.
     pub gpus_pending_in_violation: i64,
     /// GPUs the capacity objects can bring up (the bounded ones).
     pub capacity_gpus: i64,
@@ -285,20 +297,20 @@ pub fn audit_workloads(admission: &Admission, objects: &[Value]) -> (Report, Pod
                 }
             }
         }
+        let finding = Finding {
+            policy: String::new(),
+            action: "deny",
+            api_version: crate::k8s::json::str_at(object, "/apiVersion").to_string(),
+            kind: req.kind.kind.clone(),
+            namespace: namespace.clone(),
+            name: req.name.clone(),
+            uid: None,
+            message: String::new(),
+            gpus: holds.held,
+            gpus_pending: holds.pending,
+        };
         if !excepted.is_empty() {
-            let template = Finding {
-                policy: String::new(),
-                action: "deny",
-                api_version: crate::k8s::json::str_at(object, "/apiVersion").to_string(),
-                kind: req.kind.kind.clone(),
-                namespace: namespace.clone(),
-                name: req.name.clone(),
-                uid: None,
-                message: String::new(),
-                gpus: holds.held,
-                gpus_pending: holds.pending,
-            };
-            (report.excepted).extend(exceptions::excepted_findings(&excepted, &template));
+            (report.excepted).extend(exceptions::excepted_findings(&excepted, &finding));
         }
         if violations.is_empty() {
             *report
@@ -307,21 +319,14 @@ pub fn audit_workloads(admission: &Admission, objects: &[Value]) -> (Report, Pod
                 .or_default() += 1;
             continue;
         }
+        let uid = object.at("/metadata/uid").and_then(Value::as_str);
         for (policy, action, message) in violations {
             report.findings.push(Finding {
                 policy,
                 action,
-                api_version: crate::k8s::json::str_at(object, "/apiVersion").to_string(),
-                kind: req.kind.kind.clone(),
-                namespace: namespace.clone(),
-                name: req.name.clone(),
-                uid: object
-                    .at("/metadata/uid")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
+                uid: uid.map(str::to_string),
                 message,
-                gpus: holds.held,
-                gpus_pending: holds.pending,
+                ..finding.clone()
             });
         }
     }
@@ -427,18 +432,13 @@ pub fn render_text(report: &Report) -> String {
     if rows.is_empty() {
         return out;
     }
-    let w_policy = rows
-        .iter()
-        .map(|r| r.policy.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    let w_ns = rows
-        .iter()
-        .map(|r| r.namespace.len())
-        .max()
-        .unwrap_or(9)
-        .max(9);
+    let width = |header: &str, of: fn(&SummaryRow) -> &str| {
+        rows.iter()
+            .map(|r| of(r).len())
+            .fold(header.len(), usize::max)
+    };
+    let w_policy = width("POLICY", |r| &r.policy);
+    let w_ns = width("NAMESPACE", |r| &r.namespace);
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -472,18 +472,22 @@ pub fn render_text(report: &Report) -> String {
     }
     let _ = writeln!(out);
     for f in &report.findings {
-        let ns = f
-            .namespace
-            .as_deref()
-            .map(|n| format!("{n}/"))
-            .unwrap_or_default();
+        let ns = namespace_prefix(&f.namespace);
         let _ = writeln!(
             out,
-            "{} {}{}: [{}] {}",
-            f.kind, ns, f.name, f.action, f.message
+            "{} {ns}{}: [{}] {}",
+            f.kind, f.name, f.action, f.message
         );
     }
     out
+}
+
+/// `namespace/` before an object's name, nothing for a cluster-scoped one.
+fn namespace_prefix(namespace: &Option<String>) -> String {
+    namespace
+        .as_deref()
+        .map(|n| format!("{n}/"))
+        .unwrap_or_default()
 }
 
 /// The report as wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace)

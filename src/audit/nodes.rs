@@ -394,8 +394,9 @@ mod tests {
             "status": {"phase": phase, "containerStatuses": [{"state": {"terminated": {"finishedAt": "2026-11-29T06:00:00Z"}}}]}})
     }
 
-    fn now() -> Timestamp {
-        "2026-11-30T00:00:00Z".parse().unwrap()
+    fn account_now(nodes: &[Value], ledger: &PodLedger) -> NodeReport {
+        let now = "2026-11-30T00:00:00Z".parse().unwrap();
+        account(nodes, ledger, Catalog::embedded_shared(), &resources(), now)
     }
 
     #[test]
@@ -414,13 +415,7 @@ mod tests {
         ] {
             ledger.add(&p, &resources());
         }
-        let report = account(
-            &nodes,
-            &ledger,
-            Catalog::embedded_shared(),
-            &resources(),
-            now(),
-        );
+        let report = account_now(&nodes, &ledger);
         assert_eq!((report.nodes, report.gpu_nodes), (3, 2));
         assert_eq!(
             report.pools,
@@ -447,21 +442,11 @@ mod tests {
         let mut ledger = PodLedger::default();
         ledger.add(&pod("done", "v100", "1", "Succeeded"), &resources());
         ledger.add(&pod("run", "t4", "1", "Running"), &resources());
-        let report = account(
-            &nodes,
-            &ledger,
-            Catalog::embedded_shared(),
-            &resources(),
-            now(),
-        );
-        let rules: Vec<(&str, &str)> = report
-            .findings
-            .iter()
-            .map(|f| (f.rule, f.node.as_str()))
-            .collect();
+        let report = account_now(&nodes, &ledger);
+        let rules = report.findings.iter().map(|f| (f.rule, f.node.as_str()));
         assert_eq!(
-            rules,
-            vec![(UNTAINTED, "t4"), (RETIRED_SIZE, "v100"), (IDLE, "v100")]
+            rules.collect::<Vec<_>>(),
+            [(UNTAINTED, "t4"), (RETIRED_SIZE, "v100"), (IDLE, "v100")]
         );
         let idle = &report.findings[2];
         assert_eq!(idle.gpus, 1);

@@ -58,11 +58,10 @@ pub enum PricesError {
 impl Prices {
     pub fn from_file(path: &Path) -> Result<Prices, PricesError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| PricesError::Read {
-            file: file.clone(),
-            source,
-        })?;
-        Prices::from_str(&text, &file)
+        match std::fs::read_to_string(path) {
+            Ok(text) => Prices::from_str(&text, &file),
+            Err(source) => Err(PricesError::Read { file, source }),
+        }
     }
 
     /// Parses and checks a price file's text (`file` names it in errors).
@@ -158,17 +157,14 @@ pub struct Money {
     /// The price file's date and source.
     pub price_date: String,
     pub price_source: String,
-    /// The prices are examples.
     pub example: bool,
     /// GPUs held by violating workloads, per day (each object once).
     pub violations_per_day: f64,
-    /// Idle GPUs of GPU nodes, per day.
     pub idle_nodes_per_day: f64,
     /// Violations per namespace (each object once), most first.
     pub by_namespace: Vec<Cost>,
     /// Violations per policy (an object violating two counts under both).
     pub by_policy: Vec<Cost>,
-    /// Idle node GPUs per pool.
     pub by_pool: Vec<Cost>,
     /// Held GPUs of violating workloads that could not be priced (no node
     /// of a priced size to take the price from).

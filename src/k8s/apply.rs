@@ -549,6 +549,15 @@ mod tests {
         merge(&Schema::of(object), object, &config).unwrap()
     }
 
+    fn refused(object: &Value, config: Value) -> MergeError {
+        merge(&Schema::of(object), object, &config).unwrap_err()
+    }
+
+    fn names_of(list: &Value) -> Vec<&str> {
+        let list = list.as_array().unwrap().iter();
+        list.map(|c| c["name"].as_str().unwrap()).collect()
+    }
+
     #[test]
     fn containers_merge_by_name_and_new_ones_follow() {
         let object = pod(json!({
@@ -562,12 +571,7 @@ mod tests {
                 "containers": [{"name": "app", "args": ["c"]}],
             }}),
         );
-        let names: Vec<&str> = out["spec"]["initContainers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["name"].as_str().unwrap())
-            .collect();
+        let names = names_of(&out["spec"]["initContainers"]);
         assert_eq!(names, ["fetch-weights", "gpu-check"]);
         // args is atomic: replaced, and the container keeps its image.
         assert_eq!(
@@ -662,16 +666,8 @@ mod tests {
         );
         let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob"});
         let schema = Schema::of(&cron);
-        let path = [
-            "spec",
-            "jobTemplate",
-            "spec",
-            "template",
-            "spec",
-            "containers",
-            "env",
-        ];
-        assert_eq!(schema.list_type(&path), NAME);
+        let path = "spec.jobTemplate.spec.template.spec.containers.env";
+        assert_eq!(schema.list_type(&path.split('.').collect::<Vec<_>>()), NAME);
         assert_eq!(
             schema.list_type(&["spec", "template", "spec", "containers"]),
             ListType::Atomic
@@ -694,27 +690,18 @@ mod tests {
     #[test]
     fn items_without_their_key_and_nulls_are_errors() {
         let object = pod(json!({"containers": [{"name": "app"}]}));
-        let err = merge(
-            &Schema::of(&object),
-            &object,
-            &json!({"spec": {"containers": [{"image": "x"}]}}),
-        )
-        .unwrap_err();
+        let err = refused(&object, json!({"spec": {"containers": [{"image": "x"}]}}));
         assert_eq!(err.path, "spec.containers[0]");
         assert!(err.message.contains("list key name is required"), "{err}");
-        let err = merge(
-            &Schema::of(&object),
+        let err = refused(
             &object,
-            &json!({"spec": {"containers": [{"name": "app", "image": null}]}}),
-        )
-        .unwrap_err();
+            json!({"spec": {"containers": [{"name": "app", "image": null}]}}),
+        );
         assert_eq!(err.path, "spec.containers[name=app].image");
-        let err = merge(
-            &Schema::of(&object),
+        let err = refused(
             &object,
-            &json!({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}}),
-        )
-        .unwrap_err();
+            json!({"spec": {"containers": [{"name": "a"}, {"name": "a"}]}}),
+        );
         assert!(err.message.contains("duplicate list key name=a"), "{err}");
     }
 
@@ -826,12 +813,7 @@ mod tests {
             &object,
             json!({"spec": {"containers": [{"name": "b"}, {"name": "a"}]}}),
         );
-        let names: Vec<&str> = out["spec"]["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["name"].as_str().unwrap())
-            .collect();
+        let names = names_of(&out["spec"]["containers"]);
         // As structured-merge-diff: x keeps its place, b before a.
         assert_eq!(names, ["x", "b", "a"]);
     }

@@ -37,6 +37,15 @@ impl SelectorOp {
             _ => return None,
         })
     }
+
+    /// Whether `values` fit the operator: some for `In`/`NotIn`, none for
+    /// `Exists`/`DoesNotExist`.
+    fn fits(self, values: &[String]) -> bool {
+        match self {
+            SelectorOp::In | SelectorOp::NotIn => !values.is_empty(),
+            SelectorOp::Exists | SelectorOp::DoesNotExist => values.is_empty(),
+        }
+    }
 }
 
 impl LabelSelector {
@@ -76,11 +85,7 @@ impl LabelRequirement {
                 .collect::<Option<Vec<_>>>()?,
             Some(_) => return None,
         };
-        let well_formed = match operator {
-            SelectorOp::In | SelectorOp::NotIn => !values.is_empty(),
-            SelectorOp::Exists | SelectorOp::DoesNotExist => values.is_empty(),
-        };
-        well_formed.then(|| LabelRequirement {
+        operator.fits(&values).then(|| LabelRequirement {
             key: key.to_string(),
             operator,
             values,
@@ -112,10 +117,6 @@ impl LabelSelectorDoc {
         let mut match_expressions = Vec::new();
         for (i, r) in self.match_expressions.into_iter().enumerate() {
             let operator = r.operator;
-            let values_ok = match operator {
-                SelectorOp::In | SelectorOp::NotIn => !r.values.is_empty(),
-                SelectorOp::Exists | SelectorOp::DoesNotExist => r.values.is_empty(),
-            };
             let error = |key: &str, message: &str| FieldError {
                 field: format!("{field}.matchExpressions[{i}].{key}"),
                 message: message.to_string(),
@@ -123,7 +124,7 @@ impl LabelSelectorDoc {
             if r.key.is_empty() {
                 return Err(error("key", "required"));
             }
-            if !values_ok {
+            if !operator.fits(&r.values) {
                 return Err(error(
                     "values",
                     "required with In and NotIn, and must be empty with Exists and DoesNotExist",

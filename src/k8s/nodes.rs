@@ -6,7 +6,7 @@
 use super::json::{items, scalar_string, FieldError};
 use crate::k8s::json::Pointer as _;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{json, Value};
 use smallvec::SmallVec;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -48,31 +48,29 @@ type Requirement = NodeSelectorRequirement;
 type Term = NodeSelectorTerm;
 
 impl NodeSelectorOperator {
+    const NAMES: [(Operator, &'static str); 8] = [
+        (Operator::In, "In"),
+        (Operator::NotIn, "NotIn"),
+        (Operator::Exists, "Exists"),
+        (Operator::DoesNotExist, "DoesNotExist"),
+        (Operator::Gt, "Gt"),
+        (Operator::Lt, "Lt"),
+        (Operator::Gte, "Gte"),
+        (Operator::Lte, "Lte"),
+    ];
+
     pub fn parse(s: &str) -> Option<Operator> {
-        Some(match s {
-            "In" => Operator::In,
-            "NotIn" => Operator::NotIn,
-            "Exists" => Operator::Exists,
-            "DoesNotExist" => Operator::DoesNotExist,
-            "Gt" => Operator::Gt,
-            "Lt" => Operator::Lt,
-            "Gte" => Operator::Gte,
-            "Lte" => Operator::Lte,
-            _ => return None,
-        })
+        Self::NAMES
+            .iter()
+            .find(|(_, name)| *name == s)
+            .map(|(op, _)| *op)
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Operator::In => "In",
-            Operator::NotIn => "NotIn",
-            Operator::Exists => "Exists",
-            Operator::DoesNotExist => "DoesNotExist",
-            Operator::Gt => "Gt",
-            Operator::Lt => "Lt",
-            Operator::Gte => "Gte",
-            Operator::Lte => "Lte",
-        }
+        Self::NAMES
+            .iter()
+            .find(|(op, _)| *op == self)
+            .map_or("", |(_, name)| name)
     }
 }
 
@@ -169,17 +167,11 @@ impl NodeSelectorRequirement {
     }
 
     pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("key".into(), Value::String(self.key.clone()));
-        m.insert(
-            "operator".into(),
-            Value::String(self.operator.as_str().to_string()),
-        );
+        let mut out = json!({"key": self.key, "operator": self.operator.as_str()});
         if !self.values.is_empty() {
-            let values = self.values.iter().cloned().map(Value::String).collect();
-            m.insert("values".into(), Value::Array(values));
+            out["values"] = json!(self.values);
         }
-        Value::Object(m)
+        out
     }
 
     /// Whether every node meeting `self` also meets `other`.
@@ -221,15 +213,10 @@ impl NodeSelectorRequirement {
 
     /// Kubernetes-style text: `key In [a, b]`, `key Exists`.
     pub fn describe(&self) -> String {
-        if self.values.is_empty() {
-            format!("{} {}", self.key, self.operator.as_str())
-        } else {
-            format!(
-                "{} {} [{}]",
-                self.key,
-                self.operator.as_str(),
-                self.values.join(", ")
-            )
+        let (key, operator) = (&self.key, self.operator.as_str());
+        match self.values.is_empty() {
+            true => format!("{key} {operator}"),
+            false => format!("{key} {operator} [{}]", self.values.join(", ")),
         }
     }
 }
@@ -296,10 +283,8 @@ impl NodeSelectorTerm {
     }
 
     pub fn to_json(&self) -> Value {
-        let expressions = self.requirements.iter().map(Requirement::to_json).collect();
-        let mut m = Map::new();
-        m.insert("matchExpressions".into(), Value::Array(expressions));
-        Value::Object(m)
+        let expressions: Vec<Value> = self.requirements.iter().map(Requirement::to_json).collect();
+        json!({ "matchExpressions": expressions })
     }
 
     pub fn describe(&self) -> String {
@@ -536,16 +521,7 @@ mod tests {
     #[test]
     fn one_requirement_alone_is_judged_as_in_full() {
         let values: [&[&str]; 4] = [&[], &["x"], &["4"], &["x", "4"]];
-        for op in [
-            "In",
-            "NotIn",
-            "Exists",
-            "DoesNotExist",
-            "Gt",
-            "Lt",
-            "Gte",
-            "Lte",
-        ] {
+        for (_, op) in Operator::NAMES {
             for v in values {
                 let req = r("a", op, v);
                 assert_eq!(satisfiable(&[&req]), satisfiable_together(&[&req]), "{req}");
@@ -614,48 +590,22 @@ mod tests {
 
     #[test]
     fn finds_contradictions_per_key() {
-        let accel_none = r("accel", "In", &["none"]);
-        let accel_nvidia = r("accel", "In", &["nvidia"]);
-        assert_eq!(
-            contradiction(&[&accel_none, &accel_nvidia]),
-            Some("accel".into())
-        );
-        assert_eq!(
-            contradiction(&[&accel_nvidia, &r("accel", "NotIn", &["nvidia"])]),
-            Some("accel".into())
-        );
-        assert_eq!(
-            contradiction(&[&accel_nvidia, &r("accel", "DoesNotExist", &[])]),
-            Some("accel".into())
-        );
-        assert_eq!(
-            contradiction(&[&r("n", "Gt", &["3"]), &r("n", "Lt", &["4"])]),
-            Some("n".into())
-        );
-        assert_eq!(
-            contradiction(&[&r("n", "In", &["2", "8"]), &r("n", "Gt", &["4"])]),
-            None
-        );
-        assert_eq!(
-            contradiction(&[&r("n", "Gt", &["3"]), &r("n", "Lt", &["5"])]),
-            None
-        );
-        assert_eq!(
-            contradiction(&[&accel_nvidia, &r("pool", "In", &["cpu"])]),
-            None
-        );
-        assert_eq!(
-            contradiction(&[&r("a", "NotIn", &["x"]), &r("a", "DoesNotExist", &[])]),
-            None
-        );
-        assert_eq!(
-            contradiction(&[&r("n", "Gte", &["4"]), &r("n", "Lte", &["4"])]),
-            None
-        );
-        assert_eq!(
-            contradiction(&[&r("n", "Gte", &["5"]), &r("n", "Lte", &["4"])]),
-            Some("n".into())
-        );
+        let accel = || r("accel", "In", &["nvidia"]);
+        let cases = [
+            ([r("accel", "In", &["none"]), accel()], Some("accel")),
+            ([accel(), r("accel", "NotIn", &["nvidia"])], Some("accel")),
+            ([accel(), r("accel", "DoesNotExist", &[])], Some("accel")),
+            ([r("n", "Gt", &["3"]), r("n", "Lt", &["4"])], Some("n")),
+            ([r("n", "In", &["2", "8"]), r("n", "Gt", &["4"])], None),
+            ([r("n", "Gt", &["3"]), r("n", "Lt", &["5"])], None),
+            ([accel(), r("pool", "In", &["cpu"])], None),
+            ([r("a", "NotIn", &["x"]), r("a", "DoesNotExist", &[])], None),
+            ([r("n", "Gte", &["4"]), r("n", "Lte", &["4"])], None),
+            ([r("n", "Gte", &["5"]), r("n", "Lte", &["4"])], Some("n")),
+        ];
+        for ([a, b], want) in cases {
+            assert_eq!(contradiction(&[&a, &b]).as_deref(), want, "{a}, {b}");
+        }
     }
 
     #[test]

@@ -189,14 +189,7 @@ pub fn object_field<'a>(
     key: &str,
     path: &str,
 ) -> Result<Option<&'a Map<String, Value>>, ShapeError> {
-    match parent.and_then(|p| p.get(key)) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => Ok(Some(m)),
-        Some(_) => Err(ShapeError {
-            path: path.to_string(),
-            expected: "an object",
-        }),
-    }
+    shaped_field(parent, key, path, "an object", Value::as_object)
 }
 
 /// Shape-checked read of the list at `key`; `None` when absent or null.
@@ -205,15 +198,25 @@ pub fn array_field<'a>(
     key: &str,
     path: &str,
 ) -> Result<Option<&'a Vec<Value>>, ShapeError> {
+    shaped_field(parent, key, path, "a list", Value::as_array)
+}
+
+fn shaped_field<'a, T>(
+    parent: Option<&'a Map<String, Value>>,
+    key: &str,
+    path: &str,
+    expected: &'static str,
+    read: fn(&'a Value) -> Option<&'a T>,
+) -> Result<Option<&'a T>, ShapeError> {
     match parent.and_then(|p| p.get(key)) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(a)) => Ok(Some(a)),
-        Some(_) => Err(ShapeError {
+        Some(value) => read(value).map(Some).ok_or_else(|| ShapeError {
             path: path.to_string(),
-            expected: "a list",
+            expected,
         }),
     }
 }
+
 fn add(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation { path, value })
 }

@@ -33,23 +33,31 @@ pub struct Taint {
     pub effect: String,
 }
 
-impl Toleration {
-    /// Reads a toleration of an object under admission, leniently.
-    pub fn from_value(v: &Value) -> Toleration {
-        let text = |name: &str| {
-            v.get(name)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        let operator = match text("operator").as_str() {
+impl TolerationOperator {
+    fn parse(operator: &str) -> TolerationOperator {
+        match operator {
             "" | "Equal" => TolerationOperator::Equal,
             "Exists" => TolerationOperator::Exists,
             other => TolerationOperator::Other(other.to_string()),
-        };
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            TolerationOperator::Equal => "Equal",
+            TolerationOperator::Exists => "Exists",
+            TolerationOperator::Other(o) => o,
+        }
+    }
+}
+
+impl Toleration {
+    /// Reads a toleration of an object under admission, leniently.
+    pub fn from_value(v: &Value) -> Toleration {
+        let text = |name: &str| str_field(v, name).to_string();
         Toleration {
             key: text("key"),
-            operator,
+            operator: TolerationOperator::parse(str_field(v, "operator")),
             value: text("value"),
             effect: text("effect"),
             toleration_seconds: v.get("tolerationSeconds").and_then(Value::as_i64),
@@ -93,26 +101,18 @@ impl Toleration {
     }
 
     pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        if !self.key.is_empty() {
-            m.insert("key".into(), json!(self.key));
+        let fields = [
+            ("key", &self.key),
+            ("value", &self.value),
+            ("effect", &self.effect),
+        ];
+        let fields = fields.into_iter().filter(|(_, v)| !v.is_empty());
+        let mut out: Map<String, Value> = fields.map(|(k, v)| (k.into(), json!(v))).collect();
+        out.insert("operator".into(), json!(self.operator.as_str()));
+        if let Some(seconds) = self.toleration_seconds {
+            out.insert("tolerationSeconds".into(), json!(seconds));
         }
-        let op = match &self.operator {
-            TolerationOperator::Equal => "Equal",
-            TolerationOperator::Exists => "Exists",
-            TolerationOperator::Other(o) => o.as_str(),
-        };
-        m.insert("operator".into(), json!(op));
-        if !self.value.is_empty() {
-            m.insert("value".into(), json!(self.value));
-        }
-        if !self.effect.is_empty() {
-            m.insert("effect".into(), json!(self.effect));
-        }
-        if let Some(s) = self.toleration_seconds {
-            m.insert("tolerationSeconds".into(), json!(s));
-        }
-        Value::Object(m)
+        Value::Object(out)
     }
 }
 
@@ -158,13 +158,11 @@ impl Taint {
 
     /// The taint as Kubernetes writes it in a node's `spec.taints`.
     pub fn to_json(&self) -> Value {
-        let mut t = Map::new();
-        t.insert("key".into(), json!(self.key));
+        let mut out = json!({"key": self.key, "effect": self.effect});
         if !self.value.is_empty() {
-            t.insert("value".into(), json!(self.value));
+            out["value"] = json!(self.value);
         }
-        t.insert("effect".into(), json!(self.effect));
-        Value::Object(t)
+        out
     }
 
     /// Does the taint keep pods that do not tolerate it off the node
@@ -201,11 +199,10 @@ impl TolerationDoc {
     pub fn validate(self, field: &str) -> Result<Toleration, FieldError> {
         let error =
             |name: &str, message: String| Err(FieldError::new(format!("{field}.{name}"), message));
-        let operator = match self.operator.as_str() {
-            "" | "Equal" => TolerationOperator::Equal,
-            "Exists" => TolerationOperator::Exists,
-            other => return error("operator", format!("{other:?}: must be Equal or Exists")),
-        };
+        let operator = TolerationOperator::parse(&self.operator);
+        if let TolerationOperator::Other(other) = &operator {
+            return error("operator", format!("{other:?}: must be Equal or Exists"));
+        }
         let effect = self.effect;
         if !effect.is_empty() && !EFFECTS.contains(&effect.as_str()) {
             return error("effect", format!("{effect:?}: must be NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"));

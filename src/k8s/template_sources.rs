@@ -41,7 +41,6 @@ use super::workloads;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
-use std::fmt;
 
 /// The apiVersion of `PodTemplateSource` documents.
 pub const API_VERSION: &str = "gpu-admission.io/v1alpha1";
@@ -709,16 +708,8 @@ pub fn read(value: &Value) -> Result<Vec<TemplateSource>, Vec<FieldError>> {
         let mut holds_nothing_when = Vec::new();
         for (w, when) in kind.holds_nothing_when.into_iter().enumerate() {
             let at = format!("{at}.holdsNothingWhen[{w}]");
-            let segments = match parse_path(&when.path) {
-                Ok(segments) if !segments.is_empty() => segments,
-                Ok(_) => {
-                    errors.push(FieldError::new(format!("{at}.path"), "required"));
-                    continue;
-                }
-                Err(e) => {
-                    errors.push(FieldError::new(format!("{at}.path"), e.to_string()));
-                    continue;
-                }
+            let Some(segments) = required_path(&when.path, &at, &mut errors) else {
+                continue;
             };
             if when.values.is_empty() || when.values.iter().any(String::is_empty) {
                 errors.push(FieldError::new(
@@ -752,17 +743,7 @@ pub fn read(value: &Value) -> Result<Vec<TemplateSource>, Vec<FieldError>> {
 fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<FieldError>> {
     let mut errors = Vec::new();
     let shape = spec.shape.unwrap_or(Shape::PodTemplateSpec);
-    let segments = match parse_path(&spec.path) {
-        Ok(s) if s.is_empty() => {
-            errors.push(FieldError::new(format!("{at}.path"), "required"));
-            s
-        }
-        Ok(s) => s,
-        Err(e) => {
-            errors.push(FieldError::new(format!("{at}.path"), e.to_string()));
-            Vec::new()
-        }
-    };
+    let segments = required_path(&spec.path, at, &mut errors).unwrap_or_default();
     let wildcards = segments
         .iter()
         .filter(|s| !matches!(s, Segment::Field(_)))
@@ -796,7 +777,7 @@ fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<Field
                     .filter(|r| !r.is_empty())
                     .unwrap_or_else(|| "resources".to_string()),
             }),
-            Err(e) => errors.push(FieldError::new(format!("{at}.path"), e.to_string())),
+            Err(e) => errors.push(FieldError::new(format!("{at}.path"), e)),
         }
     }
     let pod_defaults = match spec.pod_defaults.as_deref().map(parse_path) {
@@ -814,7 +795,7 @@ fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<Field
             None
         }
         Some(Err(e)) => {
-            errors.push(FieldError::new(format!("{at}.podDefaults"), e.to_string()));
+            errors.push(FieldError::new(format!("{at}.podDefaults"), e));
             None
         }
     };
@@ -855,7 +836,7 @@ fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<Field
                         out.push(Factor { segments, minus });
                     }
                 }
-                Err(e) => errors.push(FieldError::new(at, e.to_string())),
+                Err(e) => errors.push(FieldError::new(at, e)),
             }
         }
         out
@@ -881,18 +862,20 @@ fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<Field
     })
 }
 
-/// Why a path cannot be read.
-#[derive(Debug, PartialEq, Eq)]
-struct PathError(String);
-
-impl fmt::Display for PathError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// `path` parsed, or an error at `{at}.path` when it is empty or unreadable.
+fn required_path(path: &str, at: &str, errors: &mut Vec<FieldError>) -> Option<Vec<Segment>> {
+    let message = match parse_path(path) {
+        Ok(segments) if !segments.is_empty() => return Some(segments),
+        Ok(_) => "required".to_string(),
+        Err(e) => e,
+    };
+    errors.push(FieldError::new(format!("{at}.path"), message));
+    None
 }
 
-/// `spec.workerGroupSpecs[*].template` → fields and wildcards.
-fn parse_path(path: &str) -> Result<Vec<Segment>, PathError> {
+/// `spec.workerGroupSpecs[*].template` → fields and wildcards, or why the
+/// path cannot be read.
+fn parse_path(path: &str) -> Result<Vec<Segment>, String> {
     let mut segments = Vec::new();
     if path.trim().is_empty() {
         return Ok(segments);
@@ -904,9 +887,9 @@ fn parse_path(path: &str) -> Result<Vec<Segment>, PathError> {
         };
         match field {
             "" if lists.is_empty() => {
-                return Err(PathError(format!(
+                return Err(format!(
                     "{path:?}: an empty field (two dots, or a dot at an end)"
-                )))
+                ))
             }
             "" => {}
             "*" => segments.push(Segment::Values),
@@ -917,24 +900,20 @@ fn parse_path(path: &str) -> Result<Vec<Segment>, PathError> {
                 segments.push(Segment::Field(f.to_string()))
             }
             f => {
-                return Err(PathError(format!(
+                return Err(format!(
                     "{path:?}: {f:?} is not a field name (letters, digits, _ and -), `*` or a list wildcard `[*]`"
-                )))
+                ))
             }
         }
         let mut rest = lists;
-        while !rest.is_empty() {
-            match rest.strip_prefix("[*]") {
-                Some(r) => {
-                    segments.push(Segment::Items);
-                    rest = r;
-                }
-                None => {
-                    return Err(PathError(format!(
-                    "{path:?}: only [*] (every element of a list) may follow a field, not {rest:?}"
-                )))
-                }
-            }
+        while let Some(r) = rest.strip_prefix("[*]") {
+            segments.push(Segment::Items);
+            rest = r;
+        }
+        if !rest.is_empty() {
+            return Err(format!(
+                "{path:?}: only [*] (every element of a list) may follow a field, not {rest:?}"
+            ));
         }
     }
     Ok(segments)

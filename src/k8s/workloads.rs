@@ -217,13 +217,14 @@ mod tests {
     #[test]
     fn builds_pods_from_every_controller() {
         let template = json!({"metadata": {"labels": {"app": "web"}}, "spec": pod_spec()});
-        for (api, kind) in [
-            ("apps/v1", "Deployment"),
-            ("apps/v1", "StatefulSet"),
-            ("apps/v1", "DaemonSet"),
-            ("apps/v1", "ReplicaSet"),
-            ("batch/v1", "Job"),
+        for kind in [
+            "Deployment",
+            "StatefulSet",
+            "DaemonSet",
+            "ReplicaSet",
+            "Job",
         ] {
+            let api = if kind == "Job" { "batch/v1" } else { "apps/v1" };
             let obj = json!({"apiVersion": api, "kind": kind,
                 "metadata": {"name": "web", "namespace": "ml", "labels": {"owner": "x"}},
                 "spec": {"template": template}});

@@ -6,7 +6,7 @@ mod shape;
 
 pub use shape::{measure, Limits, Shape, TooLarge};
 
-use crate::k8s::json::{generated_name, Pointer as _};
+use crate::k8s::json::{generated_name, str_at, str_field, Pointer as _};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -106,30 +106,17 @@ impl Request {
     /// derived from the object's apiVersion and kind. Used by the CLI and
     /// tests, which start from manifests rather than AdmissionReviews.
     pub fn for_object(object: Value, operation: Operation, namespace: Option<&str>) -> Request {
-        let api_version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("v1");
+        let api_version = object.get("apiVersion").and_then(Value::as_str);
+        let api_version = api_version.unwrap_or("v1");
         let (group, version) = match api_version.split_once('/') {
             Some((g, v)) => (g.to_string(), v.to_string()),
             None => (String::new(), api_version.to_string()),
         };
-        let kind = object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let name = object
-            .at("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let namespace = namespace.map(str::to_string).or_else(|| {
-            object
-                .at("/metadata/namespace")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        });
+        let kind = str_field(&object, "kind").to_string();
+        let name = str_at(&object, "/metadata/name").to_string();
+        let namespace =
+            namespace.or_else(|| object.at("/metadata/namespace").and_then(Value::as_str));
+        let namespace = namespace.map(str::to_string);
         let gvk = GroupVersionKind {
             group: group.clone(),
             version: version.clone(),
@@ -384,11 +371,8 @@ impl Request {
     /// object that is anything else but a JSON object cannot be judged and
     /// is refused, never taken for "no object".
     fn checked_objects(mut self) -> Result<Request, DecodeError> {
-        if self.object.as_ref().is_some_and(Value::is_null) {
-            self.object = None;
-        }
-        if self.old_object.as_ref().is_some_and(Value::is_null) {
-            self.old_object = None;
+        for object in [&mut self.object, &mut self.old_object] {
+            *object = object.take().filter(|o| !o.is_null());
         }
         for (field, value) in [("object", &self.object), ("oldObject", &self.old_object)] {
             let found = match value {

@@ -74,80 +74,45 @@ struct NamespaceSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Case {
     name: String,
-    #[serde(default)]
     operation: Option<Operation>,
-    #[serde(default)]
     namespace: Option<String>,
-    #[serde(default)]
     object: Option<Value>,
-    #[serde(default)]
     file: Option<String>,
-    #[serde(default)]
     old_object: Option<Value>,
-    #[serde(default)]
     user_info: Option<Value>,
     /// `ephemeralcontainers`, `status`, ...: the request is for that
     /// subresource of the object.
-    #[serde(default)]
     sub_resource: Option<String>,
     /// The time exceptions are judged at (RFC 3339); default: now.
-    #[serde(default)]
     at: Option<String>,
     #[serde(default)]
     expect: Expect,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// What a case expects; `warnings` is refused before anything else is
+/// read, so an `Expect` equal to the default checks nothing.
+#[derive(Debug, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct Expect {
-    #[serde(default)]
     allowed: Option<bool>,
     /// `{policy, message}` entries; checked by [`expected_messages`].
-    #[serde(default)]
     denied: Vec<Value>,
-    #[serde(default)]
     warned: Vec<Value>,
     /// The old name of `warned`, refused with a message showing the new form.
-    #[serde(default)]
     warnings: Option<Value>,
-    #[serde(default)]
     only_policies: Option<Vec<String>>,
-    #[serde(default)]
     not_policies: Vec<String>,
-    #[serde(default)]
     no_warnings: bool,
-    #[serde(default)]
     audit: BTreeMap<String, String>,
-    #[serde(default)]
     patched: Option<Value>,
-    #[serde(default)]
     no_patch: bool,
     /// The MutatingAdmissionPolicies that changed the object, in the order
     /// they ran; `[]` means none did.
-    #[serde(default)]
     mutated_by: Option<Vec<String>>,
     /// `{policy, exception}` entries: what exceptions let through, all of
     /// it; `[]` means nothing. Without it, any exception letting the object
     /// through fails the case.
-    #[serde(default)]
     excepted: Option<Vec<ExpectedException>>,
-}
-
-impl Expect {
-    /// Whether the case checks anything at all.
-    fn is_empty(&self) -> bool {
-        self.allowed.is_none()
-            && self.denied.is_empty()
-            && self.warned.is_empty()
-            && self.only_policies.is_none()
-            && self.not_policies.is_empty()
-            && !self.no_warnings
-            && self.audit.is_empty()
-            && self.patched.is_none()
-            && !self.no_patch
-            && self.mutated_by.is_none()
-            && self.excepted.is_none()
-    }
 }
 
 /// One expected denial or warning: the policy it comes from and, optionally,
@@ -164,16 +129,10 @@ impl Expected {
     /// Whether `line` (`<policy>: <message>`, as the webhook writes each
     /// denial and warning) comes from this policy and contains the message.
     fn matches(&self, line: &str) -> bool {
-        match line.split_once(": ") {
-            Some((policy, message)) => {
-                policy == self.policy
-                    && self
-                        .message
-                        .as_deref()
-                        .is_none_or(|want| message.contains(want))
-            }
-            None => false,
-        }
+        line.split_once(": ").is_some_and(|(policy, message)| {
+            let want = self.message.as_deref();
+            policy == self.policy && want.is_none_or(|want| message.contains(want))
+        })
     }
 }
 
@@ -238,7 +197,7 @@ fn check_case(case: &Case) -> Result<Checked, String> {
                 .into(),
         );
     }
-    if expect.is_empty() {
+    if *expect == Expect::default() {
         return Err("the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch, mutatedBy or excepted".into());
     }
     if let Some(at) = &case.at {
@@ -323,31 +282,23 @@ pub fn run_with_authorizer(
             namespaces.insert(&ns.name, with_name_label(&ns.name, ns.labels.clone()));
         }
         let base = doc.source.file.parent().unwrap_or(Path::new("."));
-        let claims = match test_claims(&test, base) {
-            Ok(claims) => claims,
-            Err(err) => {
+        // A test that cannot be set up is one failed result, named by the
+        // part that failed.
+        let prepared = test_claims(&test, base)
+            .and_then(|claims| Ok((claims, with_bindings(bundle, doc, &test.spec.bindings)?)))
+            .map_err(|err| ("", err))
+            .and_then(|(claims, bundle)| {
+                match test_exceptions(&bundle, &test.spec.exceptions, base) {
+                    Ok(found) => Ok((claims, bundle, found)),
+                    Err(err) => Err((" / spec.exceptions", err)),
+                }
+            });
+        let (claims, bundle, found) = match prepared {
+            Ok(prepared) => prepared,
+            Err((part, err)) => {
+                let name = format!("{file}: {}{part}", test.metadata.name);
                 results.push(CaseResult {
-                    name: format!("{file}: {}", test.metadata.name),
-                    failures: vec![err],
-                });
-                continue;
-            }
-        };
-        let bundle = match with_bindings(bundle, doc, &test.spec.bindings) {
-            Ok(bundle) => bundle,
-            Err(err) => {
-                results.push(CaseResult {
-                    name: format!("{file}: {}", test.metadata.name),
-                    failures: vec![err],
-                });
-                continue;
-            }
-        };
-        let found = match test_exceptions(&bundle, &test.spec.exceptions, base) {
-            Ok(found) => found,
-            Err(err) => {
-                results.push(CaseResult {
-                    name: format!("{file}: {} / spec.exceptions", test.metadata.name),
+                    name,
                     failures: vec![err],
                 });
                 continue;
@@ -543,11 +494,9 @@ fn run_case(
         }
     }
     let message = result.denials.join("\n");
-    let expected_allowed = expect.allowed.or(if checked.denied.is_empty() {
-        None
-    } else {
-        Some(false)
-    });
+    let expected_allowed = expect
+        .allowed
+        .or((!checked.denied.is_empty()).then_some(false));
     if let Some(want) = expected_allowed {
         if want != result.allowed {
             failures.push(if want {

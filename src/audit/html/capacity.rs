@@ -2,7 +2,7 @@
 //! Workspaces, AKS agent pools: what they can bring up) and on Kueue
 //! flavors outside namespace tiers.
 use super::parts::{badge, bar_chart, fmt_int, object_cell, View, MAX_ROWS, MAX_SIZES};
-use crate::audit::{CapacityObject, ObjectKey, Report};
+use crate::audit::{CapacityObject, Report};
 use maud::{html, Markup};
 use std::collections::BTreeMap;
 
@@ -56,11 +56,7 @@ pub(super) fn capacity(report: &Report, view: &View) -> Markup {
 }
 
 fn row(report: &Report, view: &View, c: &CapacityObject) -> Markup {
-    let key = ObjectKey {
-        kind: c.kind.clone(),
-        namespace: c.namespace.clone(),
-        name: c.name.clone(),
-    };
+    let key = c.object();
     let skus = match c.skus.len() {
         0 => html! { span.muted { "none in the catalog" } },
         1..=3 => lines(c.skus.iter().map(|s| html! { (s) })),

@@ -127,7 +127,7 @@ fn excepted(report: &Report) -> Markup {
             } }
             tbody {
                 @for f in report.excepted.iter().take(MAX_ROWS) {
-                    @let key = ObjectKey { kind: f.kind.clone(), namespace: f.namespace.clone(), name: f.name.clone() };
+                    @let key = ObjectKey::new(&f.kind, &f.namespace, &f.name);
                     tr.excepted data-policy=(f.policy) data-exception=(f.exception) {
                         td { (object_cell(&key)) }
                         td { code { (f.policy) } }

@@ -1,6 +1,6 @@
 //! What the page's sections share: findings grouped per object and per
 //! policy, row caps, numbers, badges, object names, cards and bar charts.
-use crate::audit::{ObjectKey, Report};
+use crate::audit::{CapacityObject, ObjectKey, Report};
 use maud::{html, Markup, Render};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,13 +31,7 @@ impl<'r> View<'r> {
             by_object.entry(f.object()).or_default().push(i);
             by_policy.entry(f.policy.as_str()).or_default().push(i);
         }
-        let capacity = (report.capacity.iter())
-            .map(|c| ObjectKey {
-                kind: c.kind.clone(),
-                namespace: c.namespace.clone(),
-                name: c.name.clone(),
-            })
-            .collect();
+        let capacity = report.capacity.iter().map(CapacityObject::object).collect();
         View {
             by_object,
             by_policy,

@@ -86,7 +86,6 @@ pub struct Measured {
     pub measured_at: String,
     /// The metrics the judged pods were measured with.
     pub metrics: Vec<String>,
-    /// Pods holding GPUs.
     pub gpu_pods: usize,
     /// Pods at or above the threshold at some point of the window.
     pub busy_pods: usize,
@@ -94,7 +93,6 @@ pub struct Measured {
     pub recent_pods: usize,
     /// Idle pods, most GPU-hours first.
     pub idle_pods: Vec<IdlePod>,
-    /// GPUs held by the idle pods.
     pub idle_gpus: i64,
     /// GPU-hours the idle pods held within the window.
     pub gpu_hours_wasted: f64,

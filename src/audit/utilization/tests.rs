@@ -50,6 +50,11 @@ fn series(namespace: &str, pod: &str, metric: &str, peak: f64, mean: f64) -> Vec
         .collect()
 }
 
+/// `text` holds `part`, else the assertion shows all of `text`.
+fn assert_has(text: &str, part: &str) {
+    assert!(text.contains(part), "{part} not in {text}");
+}
+
 fn section() -> Utilization {
     Utilization {
         source: "file x".into(),
@@ -91,16 +96,9 @@ fn the_pods_holding_gpus_are_joined() {
     for object in &objects {
         ledger.add(object, &resources());
     }
-    let pod = |name: &str, gpus: i64| HeldPod {
-        namespace: "ml".into(),
-        name: name.into(),
-        node: Some("aks-gpu-0".into()),
-        gpus,
-        started_at: Some(NOW - 86_400),
-    };
     assert_eq!(
         gpu_pods(&ledger.into_held()),
-        vec![pod("running", 2), pod("starting", 1)]
+        vec![pod("ml", "running", 2, 24), pod("ml", "starting", 1, 24)]
     );
 }
 
@@ -194,16 +192,16 @@ fn series_of_another_query_are_refused_with_the_reason() {
     let err = Series::read(&[sample(&[("pod", "a"), ("namespace", "ml")], 0.0)])
         .err()
         .unwrap();
-    assert!(err.contains("without the `metric` label"), "{err}");
-    assert!(err.contains("docs/utilization.md"), "{err}");
+    assert_has(&err, "without the `metric` label");
+    assert_has(&err, "docs/utilization.md");
     let err = Series::read(&[sample(&[("metric", "up"), ("stat", "max")], 0.0)])
         .err()
         .unwrap();
-    assert!(err.contains("a series of \"up\""), "{err}");
+    assert_has(&err, "a series of \"up\"");
     let err = Series::read(&[sample(&[("metric", GPU_UTIL)], 0.0)])
         .err()
         .unwrap();
-    assert!(err.contains("`stat`"), "{err}");
+    assert_has(&err, "`stat`");
     // GPUs no pod holds (empty pod label) and NaN are left out.
     let mut samples = series("", "", GPU_UTIL, 0.0, 0.0);
     samples.extend(series("ml", "a", GPU_UTIL, f64::NAN, f64::NAN));
@@ -220,7 +218,7 @@ fn the_query_asks_peak_and_mean_of_both_metrics_over_the_window() {
         "\"stat\", \"mean\"",
         "\"window\", \"7d\", \"\", \"\")",
     ] {
-        assert!(q.contains(part), "{part} not in {q}");
+        assert_has(&q, part);
     }
 }
 
@@ -297,14 +295,11 @@ fn a_recorded_answer_gives_the_section_with_its_own_window() {
     assert_eq!(json["source"], format!("file {}", file.display()));
     assert!(json.get("missing").is_none());
     let text = render_text(&section);
-    assert!(
-        text.contains("1 of 1 GPU pods idle, holding 2 GPUs: 96.0 GPU-hours wasted"),
-        "{text}"
+    assert_has(
+        &text,
+        "1 of 1 GPU pods idle, holding 2 GPUs: 96.0 GPU-hours wasted",
     );
-    assert!(
-        text.contains("  ml/idle: 2 GPUs, peak 0.0%, 96.0 GPU-hours\n"),
-        "{text}"
-    );
+    assert_has(&text, "  ml/idle: 2 GPUs, peak 0.0%, 96.0 GPU-hours\n");
 }
 
 #[test]
@@ -337,11 +332,8 @@ fn what_goes_wrong_leaves_the_section_missing_and_says_why() {
     assert!(render_text(&none).contains(&format!("missing: {why}")));
 
     let html = crate::audit::html::utilization::section(&none).into_string();
-    assert!(
-        html.contains(r#"<section id="utilization" data-status="missing">"#),
-        "{html}"
-    );
-    assert!(html.contains("id=\"utilization-missing\""), "{html}");
+    assert_has(&html, r#"<section id="utilization" data-status="missing">"#);
+    assert_has(&html, "id=\"utilization-missing\"");
     assert!(!html.contains("total-idle-gpus"), "{html}");
 }
 
@@ -358,28 +350,16 @@ fn the_page_lists_idle_pods_with_their_numbers_escaped() {
     let mut s = section();
     s.measured = Some(join(&pods, &read, NOW as f64, &s));
     let html = crate::audit::html::utilization::section(&s).into_string();
-    assert!(html.contains(r#"data-status="measured""#), "{html}");
-    assert!(
-        html.contains(r#"id="total-idle-gpu-pods" data-value="1""#),
-        "{html}"
-    );
-    assert!(
-        html.contains(r#"id="total-idle-gpus" data-value="3""#),
-        "{html}"
-    );
-    assert!(
-        html.contains(r#"id="total-idle-gpu-hours" data-value="30.0""#),
-        "{html}"
-    );
-    assert!(
-        html.contains(r#"<tr class="idle-pod" data-namespace="ml" data-pod="&lt;b&gt;idle&lt;/b&gt;" data-gpus="3" data-gpu-hours="30.000">"#),
-        "{html}"
+    assert_has(&html, r#"data-status="measured""#);
+    assert_has(&html, r#"id="total-idle-gpu-pods" data-value="1""#);
+    assert_has(&html, r#"id="total-idle-gpus" data-value="3""#);
+    assert_has(&html, r#"id="total-idle-gpu-hours" data-value="30.0""#);
+    assert_has(
+        &html,
+        r#"<tr class="idle-pod" data-namespace="ml" data-pod="&lt;b&gt;idle&lt;/b&gt;" data-gpus="3" data-gpu-hours="30.000">"#,
     );
     assert!(!html.contains("<b>idle"), "{html}");
     assert_eq!(html.matches("<tr class=\"idle-pod\"").count(), 1);
-    assert!(
-        html.contains("1 pods holding GPUs have no utilization series"),
-        "{html}"
-    );
-    assert!(html.contains("<code>ml/unseen</code>"), "{html}");
+    assert_has(&html, "1 pods holding GPUs have no utilization series");
+    assert_has(&html, "<code>ml/unseen</code>");
 }

@@ -194,48 +194,51 @@ fn inline_pod_specs_take_containers_from_their_own_fields() {
 
 #[test]
 fn mistakes_in_a_document_name_their_field() {
-    let errors = |kinds: Value| -> Vec<String> {
-        read(&source_doc("ray.io", kinds))
-            .unwrap_err()
-            .iter()
-            .map(ToString::to_string)
-            .collect()
+    let errors = |group: &str, kinds: Value| -> Vec<String> {
+        let errors = read(&source_doc(group, kinds)).unwrap_err();
+        errors.iter().map(ToString::to_string).collect()
     };
-    let e = errors(json!([{"kind": "RayCluster", "resource": "rayclusters",
-        "templates": [{"path": "spec.workerGroupSpecs[0].template"}]}]));
+    let ray = |resource: &str, template: Value| {
+        let kinds = json!([{"kind": "RayCluster", "resource": resource, "templates": [template]}]);
+        errors("ray.io", kinds)
+    };
+    let e = ray(
+        "rayclusters",
+        json!({"path": "spec.workerGroupSpecs[0].template"}),
+    );
     assert!(
         e[0].starts_with("spec.kinds[0].templates[0].path: ") && e[0].contains("only [*]"),
         "{e:?}"
     );
-    let e = errors(json!([{"kind": "RayCluster", "resource": "rayclusters",
-        "templates": [{"path": "spec..template"}]}]));
+    let e = ray("rayclusters", json!({"path": "spec..template"}));
     assert!(e[0].contains("an empty field"), "{e:?}");
-    let e = errors(json!([{"kind": "RayCluster", "resource": "rayclusters",
-        "templates": [{"path": "spec.head.template", "replicas": ["spec.groups[*].replicas"]}]}]));
+    let e = ray(
+        "rayclusters",
+        json!({"path": "spec.head.template", "replicas": ["spec.groups[*].replicas"]}),
+    );
     assert!(
         e[0].starts_with("spec.kinds[0].templates[0].replicas[0]: "),
         "{e:?}"
     );
-    let e = errors(json!([{"kind": "RayCluster", "resource": "RayClusters",
-        "templates": [{"path": "spec.head.template", "shape": "Pod"}]}]));
+    let e = ray(
+        "RayClusters",
+        json!({"path": "spec.head.template", "shape": "Pod"}),
+    );
     assert!(e[0].contains("shape"), "{e:?}");
-    let e = errors(json!([{"kind": "RayCluster", "resource": "RayClusters",
-        "templates": [{"path": "spec.head.template"}]}]));
+    let e = ray("RayClusters", json!({"path": "spec.head.template"}));
     assert_eq!(
         e,
         ["spec.kinds[0].resource: required: the plural resource name in lower case (e.g. rayclusters)"]
     );
-    let e = errors(json!([{"kind": "RayCluster", "resource": "rayclusters",
-        "templates": [{"path": "spec.head.template", "replica": ["x"]}]}]));
+    let e = ray(
+        "rayclusters",
+        json!({"path": "spec.head.template", "replica": ["x"]}),
+    );
     assert!(e[0].contains("replica"), "{e:?}");
-    let e: Vec<String> = read(&source_doc(
+    let e = errors(
         "batch",
         json!([{"kind": "Job", "resource": "jobs", "templates": [{"path": "spec.template"}]}]),
-    ))
-    .unwrap_err()
-    .iter()
-    .map(ToString::to_string)
-    .collect();
+    );
     assert_eq!(
         e,
         ["spec.kinds[0].kind: batch/Job is a built-in controller whose pod template is always judged"]
