@@ -481,16 +481,8 @@ impl Inner {
         scope: &Scope,
         (params, param): (Value, Option<usize>),
     ) -> Judged {
-        // A scope for `params` only where some expression reads it.
-        let with_params;
-        let ctx = if policy.uses_params {
-            let mut inner = scope.ctx.new_inner_scope();
-            inner.add_variable_from_value("params", params);
-            with_params = inner;
-            &with_params
-        } else {
-            &scope.ctx
-        };
+        let inner_ctx = with_params(policy, &scope.ctx, &params);
+        let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
         let mut vars = Variables::new(policy, plan)
             .with_memo(&scope.memo)
             .with_param(param);
@@ -561,6 +553,19 @@ impl Inner {
         }
         outcome
     }
+}
+
+/// A scope with `params` when some expression of the policy reads them.
+pub(super) fn with_params<'a>(
+    policy: &Policy,
+    ctx: &'a Context<'a>,
+    params: &Value,
+) -> Option<Context<'a>> {
+    policy.uses_params.then(|| {
+        let mut inner = ctx.new_inner_scope();
+        inner.add_variable_from_value("params", params.clone());
+        inner
+    })
 }
 
 /// Whether every match condition holds: `Ok(false)` as soon as one is
