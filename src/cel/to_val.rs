@@ -17,16 +17,9 @@ pub fn to_val<T: Serialize + ?Sized>(value: &T) -> Result<Box<dyn Val>, ToValErr
 }
 
 /// Why a value could not be converted.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct ToValError(String);
-
-impl fmt::Display for ToValError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ToValError {}
 
 impl ser::Error for ToValError {
     fn custom<T: fmt::Display>(msg: T) -> ToValError {
