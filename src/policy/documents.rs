@@ -75,27 +75,22 @@ impl Errors<'_> {
     }
 
     fn compile(&mut self, env: &Env, source: String, field: &str) -> Option<Expr> {
-        let source = self.required(source, field)?;
-        let compiled = cel::compile_here(env, &source);
-        self.numbered(compiled, field)
+        self.compile_with(cel::compile_here, env, source, field)
     }
 
-    /// [`Errors::compile`] for a mutation (message literals allowed).
-    fn compile_mutation(&mut self, env: &Env, source: String, field: &str) -> Option<Expr> {
-        let source = self.required(source, field)?;
-        let compiled = cel::compile_mutation_here(env, &source);
-        self.numbered(compiled, field)
-    }
-
-    /// The next expression of the policy, or its error reported at `field`.
-    fn numbered(
+    /// The next expression of the policy, compiled with `compile`, or its
+    /// error reported at `field`.
+    fn compile_with(
         &mut self,
-        compiled: Result<Compiled, cel::CompileError>,
+        compile: fn(&Env, &str) -> Result<Compiled, cel::CompileError>,
+        env: &Env,
+        source: String,
         field: &str,
     ) -> Option<Expr> {
+        let source = self.required(source, field)?;
         let id = self.expressions;
         self.expressions += 1;
-        compiled
+        compile(env, &source)
             .map(|compiled| Expr { id, compiled })
             .map_err(|e| {
                 self.errors.push(LoadError {
@@ -797,8 +792,12 @@ impl MutatingPolicySpec {
                 );
                 continue;
             };
-            let expr =
-                errors.compile_mutation(env, given.expression, &format!("{field}.expression"));
+            let expr = errors.compile_with(
+                cel::compile_mutation_here,
+                env,
+                given.expression,
+                &format!("{field}.expression"),
+            );
             mutations.extend(expr.map(|expr| Mutation { patch_type, expr }));
         }
         let failure_policy = self.failure_policy;
