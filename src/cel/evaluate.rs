@@ -11,24 +11,17 @@ use kube_cel::cel::{self as celrs, Context, ExecutionError, Value};
 use std::sync::Arc;
 
 /// Why an evaluation failed, in words fit for a denial message.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EvalError {
     /// The expression or the policy used up its cost budget.
+    #[error("{0}")]
     CostLimit(String),
     /// Any other runtime error (no such key, no matching overload, ...).
+    #[error("{0}")]
     Runtime(String),
     /// The request's deadline passed and the evaluation was stopped.
+    #[error("{0}")]
     Deadline(String),
-}
-
-impl std::fmt::Display for EvalError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            EvalError::CostLimit(m) | EvalError::Runtime(m) | EvalError::Deadline(m) => {
-                f.write_str(m)
-            }
-        }
-    }
 }
 
 /// Evaluates `expr` in `ctx` with at most [`EXPRESSION_COST_LIMIT`] units,

@@ -21,7 +21,7 @@
 //! folded: the interpreter's and Kubernetes' libraries, the crate's own,
 //! and those of extensions that say so ([`super::Extension::pure`]).
 use super::{Compiled, Env, Value, EXPRESSION_COST_LIMIT};
-use kube_cel::cel::common::ast::{CallExpr, EntryExpr, Expr};
+use kube_cel::cel::common::ast::{CallExpr, Expr};
 use kube_cel::cel::common::types::{CelInt, CelList};
 use kube_cel::cel::common::value::Val;
 use kube_cel::cel::parser::Expression;
@@ -224,14 +224,7 @@ impl Folder<'_> {
             self.parts.push((ident, part));
             return;
         }
-        super::walk::children_mut(e, |child, bound| match bound {
-            Some(bound) => {
-                let before = bound.push_onto(&mut self.bound);
-                self.rewrite(child);
-                self.bound.truncate(before);
-            }
-            None => self.rewrite(child),
-        });
+        super::walk::visit_children(self, e, |s| &mut s.bound, Self::rewrite);
     }
 
     fn shape(&mut self, e: &Expression) -> Shape {
@@ -286,26 +279,9 @@ impl Folder<'_> {
                 }
                 shape
             }
-            Expr::List(list) => list
-                .elements
-                .iter()
-                .fold(Shape::default(), |s, item| s.and(self.shape(item))),
-            Expr::Map(map) => {
+            Expr::List(_) | Expr::Map(_) | Expr::Struct(_) => {
                 let mut shape = Shape::default();
-                for entry in &map.entries {
-                    if let EntryExpr::MapEntry(m) = &entry.expr {
-                        shape = shape.and(self.shape(&m.key)).and(self.shape(&m.value));
-                    }
-                }
-                shape
-            }
-            Expr::Struct(s) => {
-                let mut shape = Shape::default();
-                for entry in &s.entries {
-                    if let EntryExpr::StructField(f) = &entry.expr {
-                        shape = shape.and(self.shape(&f.value));
-                    }
-                }
+                super::walk::children(e, |child| shape = shape.and(self.shape(child)));
                 shape
             }
             Expr::Comprehension(c) => {
@@ -332,37 +308,9 @@ impl Folder<'_> {
 
 /// Nesting of `e`'s tree.
 fn depth(e: &Expression) -> usize {
-    let children: Vec<&Expression> = match &e.expr {
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
-        Expr::Select(s) => vec![&s.operand],
-        Expr::Call(c) => c.target.as_deref().into_iter().chain(&c.args).collect(),
-        Expr::List(l) => l.elements.iter().collect(),
-        Expr::Map(m) => m
-            .entries
-            .iter()
-            .filter_map(|entry| match &entry.expr {
-                EntryExpr::MapEntry(m) => Some([&m.key, &m.value]),
-                EntryExpr::StructField(_) => None,
-            })
-            .flatten()
-            .collect(),
-        Expr::Struct(s) => s
-            .entries
-            .iter()
-            .filter_map(|entry| match &entry.expr {
-                EntryExpr::StructField(f) => Some(&f.value),
-                EntryExpr::MapEntry(_) => None,
-            })
-            .collect(),
-        Expr::Comprehension(c) => vec![
-            &c.iter_range,
-            &c.accu_init,
-            &c.loop_cond,
-            &c.loop_step,
-            &c.result,
-        ],
-    };
-    1 + children.into_iter().map(depth).max().unwrap_or(0)
+    let mut deepest = 0;
+    super::walk::children(e, |child| deepest = deepest.max(depth(child)));
+    1 + deepest
 }
 
 /// The folded form of `expr`, when it reads `params` and has parts worth

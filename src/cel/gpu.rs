@@ -21,28 +21,15 @@ pub struct GpuExtension {
 /// interpreter's form ([`Value::preconverted`]): a call hands out a clone.
 struct SkuValues(Vec<Value>);
 
-impl SkuValues {
-    fn new(values: Vec<Value>) -> SkuValues {
-        SkuValues(
-            values
-                .into_iter()
-                // Records of plain JSON always convert; were one not to, it
-                // would only be converted on each call instead.
-                .map(|value| value.clone().preconverted().unwrap_or(value))
-                .collect(),
-        )
-    }
-}
-
 impl GpuExtension {
     pub fn new(catalog: Arc<Catalog>, resources: GpuResources) -> GpuExtension {
-        let sku_values = Arc::new(SkuValues::new(
-            catalog
-                .skus()
-                .iter()
-                .map(|sku| json_to_value(&sku.to_json()))
-                .collect(),
-        ));
+        let values = catalog.skus().iter().map(|sku| {
+            let value = json_to_value(&sku.to_json());
+            // Records of plain JSON always convert; were one not to, it
+            // would only be converted on each call instead.
+            value.clone().preconverted().unwrap_or(value)
+        });
+        let sku_values = Arc::new(SkuValues(values.collect()));
         GpuExtension {
             catalog,
             resources,
@@ -54,7 +41,9 @@ impl GpuExtension {
 /// The `gpu` variable of `facts`, in CEL form, through the facts' JSON
 /// (integers as `int`).
 pub fn gpu_value(facts: &GpuFacts) -> Value {
-    json_to_value(&facts_json(facts))
+    // Plain data (strings, integers, booleans, lists, maps with string
+    // keys) always serializes.
+    json_to_value(&serde_json::to_value(facts).unwrap_or(serde_json::Value::Null))
 }
 
 /// [`gpu_value`] in the interpreter's own form, as a context holds it:
@@ -63,12 +52,6 @@ pub fn gpu_val(facts: &GpuFacts) -> Box<dyn super::Val> {
     // Plain data (strings, integers, booleans, lists, maps with string
     // keys) always converts.
     super::to_val(facts).unwrap_or_else(|_| Box::new(kube_cel::cel::common::types::CelNull))
-}
-
-fn facts_json(facts: &GpuFacts) -> serde_json::Value {
-    // Plain data (strings, integers, booleans, lists, maps with string
-    // keys) always serializes.
-    serde_json::to_value(facts).unwrap_or(serde_json::Value::Null)
 }
 
 /// The cached `azure.sku()` value for `name`, or null.
@@ -129,26 +112,15 @@ mod tests {
 
     #[test]
     fn azure_functions_read_the_catalog() {
-        assert_eq!(
-            eval("azure.isGpuSku('Standard_NC4as_T4_v3')", json!({})),
-            Value::Bool(true)
-        );
-        assert_eq!(
-            eval("azure.isGpuSku('Standard_D4s_v5')", json!({})),
-            Value::Bool(false)
-        );
-        assert_eq!(
-            eval("azure.sku('Standard_NC6s_v3').retired", json!({})),
-            Value::Bool(true)
-        );
-        assert_eq!(
-            eval("azure.sku('Standard_D4s_v5') == null", json!({})),
-            Value::Bool(true)
-        );
-        assert_eq!(
-            eval("azure.sku('Standard_NC24ads_A100_v4').premium", json!({})),
-            Value::Bool(true)
-        );
+        for (expr, want) in [
+            ("azure.isGpuSku('Standard_NC4as_T4_v3')", true),
+            ("azure.isGpuSku('Standard_D4s_v5')", false),
+            ("azure.sku('Standard_NC6s_v3').retired", true),
+            ("azure.sku('Standard_D4s_v5') == null", true),
+            ("azure.sku('Standard_NC24ads_A100_v4').premium", true),
+        ] {
+            assert_eq!(eval(expr, json!({})), Value::Bool(want), "{expr}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! engine's own additions (the `gpu` and `azure` extensions, `math`,
 //! `base64`, `cel.bind`, `image.repository`) are what this reports.
 use super::Compiled;
-use kube_cel::cel::common::ast::{EntryExpr, Expr};
+use kube_cel::cel::common::ast::Expr;
 use kube_cel::cel::parser::Expression;
 use std::collections::BTreeSet;
 
@@ -200,8 +200,6 @@ pub fn beyond_kubernetes(expr: &Compiled) -> BTreeSet<String> {
 
 fn walk(e: &Expression, out: &mut BTreeSet<String>) {
     match &e.expr {
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-        Expr::Select(select) => walk(&select.operand, out),
         Expr::Call(call) => {
             let operator = call
                 .func_name
@@ -230,38 +228,15 @@ fn walk(e: &Expression, out: &mut BTreeSet<String>) {
                 walk(arg, out);
             }
         }
-        Expr::List(list) => list.elements.iter().for_each(|x| walk(x, out)),
-        Expr::Map(map) => {
-            for entry in &map.entries {
-                if let EntryExpr::MapEntry(entry) = &entry.expr {
-                    walk(&entry.key, out);
-                    walk(&entry.value, out);
-                }
-            }
-        }
-        Expr::Struct(s) => {
-            for entry in &s.entries {
-                if let EntryExpr::StructField(field) = &entry.expr {
-                    walk(&field.value, out);
-                }
-            }
-        }
         Expr::Comprehension(c) => {
             // `cel.bind(x, init, e)` is a comprehension over nothing whose
             // iteration variable is `#unused` (cel-go's expansion).
             if c.iter_var == "#unused" {
                 out.insert("cel.bind".to_string());
             }
-            for part in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                walk(part, out);
-            }
+            super::walk::children(e, |part| walk(part, out));
         }
+        _ => super::walk::children(e, |child| walk(child, out)),
     }
 }
 

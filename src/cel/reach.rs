@@ -16,7 +16,7 @@
 //! to a function, compared, indexed, iterated, or the root alone) reaches
 //! the root whole. A comprehension variable of the root's name hides it:
 //! what such a variable reads is the comprehension's own.
-use kube_cel::cel::common::ast::{operators, EntryExpr, Expr, LiteralValue};
+use kube_cel::cel::common::ast::{operators, Expr, LiteralValue};
 use kube_cel::cel::parser::Expression;
 use std::collections::BTreeMap;
 
@@ -153,41 +153,6 @@ impl Walk<'_> {
             return;
         }
         match &e.expr {
-            Expr::Unspecified | Expr::Literal(_) => {}
-            Expr::Ident(_) => {}
-            Expr::Select(select) => self.walk(&select.operand),
-            Expr::Call(call) => {
-                if let Some(target) = &call.target {
-                    self.walk(target);
-                }
-                for arg in &call.args {
-                    self.walk(arg);
-                }
-            }
-            Expr::List(list) => {
-                for item in &list.elements {
-                    self.walk(item);
-                }
-            }
-            Expr::Map(map) => {
-                for entry in &map.entries {
-                    if let EntryExpr::MapEntry(m) = &entry.expr {
-                        self.walk(&m.key);
-                        self.walk(&m.value);
-                    }
-                }
-            }
-            Expr::Struct(s) => {
-                for entry in &s.entries {
-                    match &entry.expr {
-                        EntryExpr::StructField(f) => self.walk(&f.value),
-                        EntryExpr::MapEntry(m) => {
-                            self.walk(&m.key);
-                            self.walk(&m.value);
-                        }
-                    }
-                }
-            }
             Expr::Comprehension(c) => {
                 self.walk(&c.iter_range);
                 self.walk(&c.accu_init);
@@ -206,6 +171,7 @@ impl Walk<'_> {
                 self.walk(&c.result);
                 self.hidden -= usize::from(in_result);
             }
+            _ => super::walk::children(e, |child| self.walk(child)),
         }
     }
 }

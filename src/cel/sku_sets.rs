@@ -65,7 +65,9 @@ const NUMBERS: &[(&str, Numeric)] = &[
 /// `Value::from_val`): no list of ~60 names is converted on the way in or
 /// out.
 pub(super) fn register(ctx: &mut Context<'static>, catalog: &Arc<Catalog>) {
-    let sets = Arc::new(SkuSets::new(catalog.clone()));
+    let sets = Arc::new(SkuSets {
+        catalog: catalog.clone(),
+    });
     let s = sets.clone();
     ctx.add_function(SKUS_IN, move |skus: Val, names: Val| -> ResolveResult {
         s.named(SKUS_IN, skus.0.as_ref(), names.0.as_ref(), true)
@@ -117,16 +119,6 @@ impl Marks {
 }
 
 impl SkuSets {
-    fn new(catalog: Arc<Catalog>) -> SkuSets {
-        SkuSets { catalog }
-    }
-
-    /// Position of the SKU `name` names, by the catalog's rules (spaces
-    /// around it ignored, as a comma-separated list splits).
-    fn position(&self, name: &str) -> Option<usize> {
-        self.catalog.position_of(name)
-    }
-
     /// The elements of the list `skus` that `keep` keeps, given each with
     /// the position of the catalog SKU it names (`None` for a name the
     /// catalog does not know), in list order, repeats dropped: a second
@@ -147,7 +139,9 @@ impl SkuSets {
         let mut count = 0;
         for (i, value) in list.iter().enumerate() {
             let name = string_at(function, "list", i, value.as_ref())?;
-            let position = self.position(name);
+            // By the catalog's rules (spaces around the name ignored, as a
+            // comma-separated list splits).
+            let position = self.catalog.position_of(name);
             let first = match position {
                 Some(p) => seen.insert(p),
                 None => unknown.insert(name),
@@ -189,7 +183,7 @@ impl SkuSets {
             let name = string_at(function, "names", i, value.as_ref())?;
             if name.trim() == "*" {
                 every = true;
-            } else if let Some(p) = self.position(name) {
+            } else if let Some(p) = self.catalog.position_of(name) {
                 wanted.insert(p);
             }
         }
@@ -352,6 +346,11 @@ mod tests {
         json_to_value(&json!(list))
     }
 
+    /// `expr` answers the list `want`.
+    fn kept(expr: &str, want: &[&str]) {
+        assert_eq!(eval(expr), names(want), "{expr}");
+    }
+
     fn error(expr: &str) -> String {
         match run(&env(), expr, json!({})) {
             Err(EvalError::Runtime(message)) => message,
@@ -373,11 +372,11 @@ mod tests {
     fn skus_in_keeps_named_elements_in_list_order() {
         let expr =
             format!("azure.skusIn(['{V100}', '{T4}', '{A10_SIXTH}'], ['{A10_SIXTH}', '{V100}'])");
-        assert_eq!(eval(&expr), names(&[V100, A10_SIXTH]));
+        kept(&expr, &[V100, A10_SIXTH]);
         let expr = format!(
             "azure.skusNotIn(['{V100}', '{T4}', '{A10_SIXTH}'], ['{A10_SIXTH}', '{V100}'])"
         );
-        assert_eq!(eval(&expr), names(&[T4]));
+        kept(&expr, &[T4]);
     }
 
     #[test]
@@ -387,53 +386,47 @@ mod tests {
         let expr = format!(
             "azure.skusIn(['{T4}', 'Standard_ND96asr_v4', '{A100}'], ['standard_nc4as_t4_v3', ' ND96asr_A100_v4 '])"
         );
-        assert_eq!(eval(&expr), names(&[T4, "Standard_ND96asr_v4"]));
+        kept(&expr, &[T4, "Standard_ND96asr_v4"]);
         let expr = format!("azure.skusIn(['nc4as_t4_v3', 'STANDARD_NC6S_V3'], ['{T4}'])");
-        assert_eq!(eval(&expr), names(&["nc4as_t4_v3"]));
+        kept(&expr, &["nc4as_t4_v3"]);
         let expr = format!("azure.skusNotIn(['nc4as_t4_v3', 'STANDARD_NC6S_V3'], ['{T4}'])");
-        assert_eq!(eval(&expr), names(&["STANDARD_NC6S_V3"]));
+        kept(&expr, &["STANDARD_NC6S_V3"]);
         // Spaces around a name, as a comma-separated list splits into.
         let expr = format!("azure.skusIn(['{T4}', ' {A100}', '{V100}'], [' {T4}', '{A100}  '])");
-        assert_eq!(eval(&expr), names(&[T4, &format!(" {A100}")]));
+        kept(&expr, &[T4, &format!(" {A100}")]);
         let expr = format!("azure.skusNotIn(['{T4}', ' {A100}', '{V100}'], [' {T4}', '{A100}  '])");
-        assert_eq!(eval(&expr), names(&[V100]));
+        kept(&expr, &[V100]);
     }
 
     #[test]
     fn star_names_every_catalog_sku_and_nothing_else() {
         let list = format!("['Standard_D4s_v5', '{T4}', 'kaito-gpu', '{MI25}']");
-        assert_eq!(
-            eval(&format!("azure.skusIn({list}, ['{A100}', '*'])")),
-            names(&[T4, MI25])
+        kept(
+            &format!("azure.skusIn({list}, ['{A100}', '*'])"),
+            &[T4, MI25],
         );
-        assert_eq!(
-            eval(&format!("azure.skusIn({list}, [' * '])")),
-            names(&[T4, MI25])
-        );
-        assert_eq!(
-            eval(&format!("azure.skusNotIn({list}, ['*'])")),
-            names(&["Standard_D4s_v5", "kaito-gpu"])
+        kept(&format!("azure.skusIn({list}, [' * '])"), &[T4, MI25]);
+        kept(
+            &format!("azure.skusNotIn({list}, ['*'])"),
+            &["Standard_D4s_v5", "kaito-gpu"],
         );
         // A name the catalog does not know names nothing, not even itself.
-        assert_eq!(
-            eval(&format!("azure.skusIn({list}, ['Standard_D4s_v5'])")),
-            names(&[])
-        );
+        kept(&format!("azure.skusIn({list}, ['Standard_D4s_v5'])"), &[]);
     }
 
     #[test]
     fn repeats_are_dropped_keeping_the_first_spelling() {
         let expr =
             format!("azure.skusIn(['{T4}', 'standard_nc4as_t4_v3', 'NC4as_T4_v3', '{V100}', '{T4}'], ['*'])");
-        assert_eq!(eval(&expr), names(&[T4, V100]));
-        assert_eq!(
-            eval("azure.skusNotIn(['x', 'Standard_D4s_v5', 'x', 'X'], [])"),
-            names(&["x", "Standard_D4s_v5", "X"])
+        kept(&expr, &[T4, V100]);
+        kept(
+            "azure.skusNotIn(['x', 'Standard_D4s_v5', 'x', 'X'], [])",
+            &["x", "Standard_D4s_v5", "X"],
         );
         let expr = format!("azure.skusWhere(['{V100}', 'nc6s_v3'], ['retired'])");
-        assert_eq!(eval(&expr), names(&[V100]));
+        kept(&expr, &[V100]);
         let expr = format!("azure.skusBelow(['{A10_SIXTH}', 'nv6ads_a10_v5'], 'gpus', 1)");
-        assert_eq!(eval(&expr), names(&[A10_SIXTH]));
+        kept(&expr, &[A10_SIXTH]);
     }
 
     #[test]
@@ -446,16 +439,10 @@ mod tests {
         elements.push("nc4as_t4_v3".to_string());
         let list = serde_json::to_string(&elements).unwrap();
         let distinct: Vec<&str> = elements[..301].iter().map(String::as_str).collect();
-        assert_eq!(
-            eval(&format!("azure.skusNotIn({list}, [])")),
-            names(&distinct)
-        );
+        kept(&format!("azure.skusNotIn({list}, [])"), &distinct);
         let unknown: Vec<&str> = distinct.iter().copied().filter(|n| *n != T4).collect();
-        assert_eq!(
-            eval(&format!("azure.skusNotIn({list}, ['*'])")),
-            names(&unknown)
-        );
-        assert_eq!(eval(&format!("azure.skusIn({list}, ['*'])")), names(&[T4]));
+        kept(&format!("azure.skusNotIn({list}, ['*'])"), &unknown);
+        kept(&format!("azure.skusIn({list}, ['*'])"), &[T4]);
         assert_eq!(
             eval(&format!("azure.skusIn({list}, ['*']) == ['{T4}']")),
             Value::Bool(true)
@@ -482,25 +469,22 @@ mod tests {
                 Value::Int(items.len() as i64 + 1)
             });
         }
-        assert_eq!(
-            eval(&format!("azure.skusNotIn({list}, ['{A100}'])")),
-            names(&[T4, V100, "kaito-gpu"])
+        kept(
+            &format!("azure.skusNotIn({list}, ['{A100}'])"),
+            &[T4, V100, "kaito-gpu"],
         );
     }
 
     #[test]
     fn empty_lists() {
         let list = format!("['{T4}', '{V100}']");
-        assert_eq!(eval("azure.skusIn([], ['*'])"), names(&[]));
-        assert_eq!(eval("azure.skusNotIn([], ['*'])"), names(&[]));
-        assert_eq!(eval(&format!("azure.skusIn({list}, [])")), names(&[]));
-        assert_eq!(
-            eval(&format!("azure.skusNotIn({list}, [])")),
-            names(&[T4, V100])
-        );
-        assert_eq!(eval("azure.skusWhere([], ['retired'])"), names(&[]));
-        assert_eq!(eval(&format!("azure.skusWhere({list}, [])")), names(&[]));
-        assert_eq!(eval("azure.skusBelow([], 'vcpus', 8)"), names(&[]));
+        kept("azure.skusIn([], ['*'])", &[]);
+        kept("azure.skusNotIn([], ['*'])", &[]);
+        kept(&format!("azure.skusIn({list}, [])"), &[]);
+        kept(&format!("azure.skusNotIn({list}, [])"), &[T4, V100]);
+        kept("azure.skusWhere([], ['retired'])", &[]);
+        kept(&format!("azure.skusWhere({list}, [])"), &[]);
+        kept("azure.skusBelow([], 'vcpus', 8)", &[]);
     }
 
     #[test]
@@ -508,28 +492,23 @@ mod tests {
         let list = format!(
             "['{V100}', '{T4}', '{MI25}', '{V710}', '{A100}', '{A10_SIXTH}', 'Standard_D4s_v5']"
         );
-        assert_eq!(
-            eval(&format!(
-                "azure.skusWhere({list}, ['retired', '!aksSupported'])"
-            )),
-            names(&[V100, MI25, V710])
+        kept(
+            &format!("azure.skusWhere({list}, ['retired', '!aksSupported'])"),
+            &[V100, MI25, V710],
         );
-        assert_eq!(
-            eval(&format!("azure.skusWhere({list}, ['premium'])")),
-            names(&[A100])
-        );
-        assert_eq!(
-            eval(&format!("azure.skusWhere({list}, ['fractional'])")),
-            names(&[V710, A10_SIXTH])
+        kept(&format!("azure.skusWhere({list}, ['premium'])"), &[A100]);
+        kept(
+            &format!("azure.skusWhere({list}, ['fractional'])"),
+            &[V710, A10_SIXTH],
         );
         // A size the catalog does not know is kept by no field, negated or not.
-        assert_eq!(
-            eval(&format!("azure.skusWhere({list}, ['!premium'])")),
-            names(&[V100, T4, MI25, V710, A10_SIXTH])
+        kept(
+            &format!("azure.skusWhere({list}, ['!premium'])"),
+            &[V100, T4, MI25, V710, A10_SIXTH],
         );
-        assert_eq!(
-            eval("azure.skusWhere(['nc24ads_a100_v4'], ['premium'])"),
-            names(&["nc24ads_a100_v4"])
+        kept(
+            "azure.skusWhere(['nc24ads_a100_v4'], ['premium'])",
+            &["nc24ads_a100_v4"],
         );
     }
 
@@ -538,85 +517,71 @@ mod tests {
         let list = format!(
             "['{T4}', '{A10_SIXTH}', '{A10_V4}', '{A10_THIRD}', '{A100}', 'Standard_D4s_v5']"
         );
-        assert_eq!(
-            eval(&format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16.0)")),
-            names(&[A10_SIXTH, A10_THIRD])
+        kept(
+            &format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16.0)"),
+            &[A10_SIXTH, A10_THIRD],
         );
-        assert_eq!(
-            eval(&format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16)")),
-            names(&[A10_SIXTH, A10_THIRD])
+        kept(
+            &format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16)"),
+            &[A10_SIXTH, A10_THIRD],
         );
-        assert_eq!(
-            eval(&format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16u)")),
-            names(&[A10_SIXTH, A10_THIRD])
+        kept(
+            &format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16u)"),
+            &[A10_SIXTH, A10_THIRD],
         );
         // A SKU without the figure is never below: A10_V4 has no memory figure.
-        assert_eq!(
-            eval(&format!("azure.skusBelow({list}, 'gpuMemoryGiB', 1000.0)")),
-            names(&[T4, A10_SIXTH, A10_THIRD, A100])
+        kept(
+            &format!("azure.skusBelow({list}, 'gpuMemoryGiB', 1000.0)"),
+            &[T4, A10_SIXTH, A10_THIRD, A100],
         );
-        assert_eq!(
-            eval(&format!("azure.skusBelow({list}, 'vcpus', 8)")),
-            names(&[T4, A10_SIXTH])
+        kept(
+            &format!("azure.skusBelow({list}, 'vcpus', 8)"),
+            &[T4, A10_SIXTH],
         );
-        assert_eq!(
-            eval(&format!("azure.skusBelow({list}, 'gpus', 0.5)")),
-            names(&[A10_SIXTH, A10_THIRD])
+        kept(
+            &format!("azure.skusBelow({list}, 'gpus', 0.5)"),
+            &[A10_SIXTH, A10_THIRD],
         );
-        assert_eq!(
-            eval(&format!("azure.skusBelow({list}, 'gpuDevices', 1)")),
-            names(&[])
-        );
+        kept(&format!("azure.skusBelow({list}, 'gpuDevices', 1)"), &[]);
     }
 
     #[test]
     fn unknown_fields_are_errors_naming_them() {
-        let msg = error(&format!(
+        assert_eq!(error(&format!(
             "azure.skusWhere(['{T4}'], ['retired', 'gpuModel'])"
-        ));
-        assert_eq!(
-            msg,
-            "azure.skusWhere: unknown field 'gpuModel' (known: aksSupported, fractional, mig, premium, retired)"
-        );
+        )), "azure.skusWhere: unknown field 'gpuModel' (known: aksSupported, fractional, mig, premium, retired)");
         let msg = error(&format!("azure.skusWhere(['{T4}'], ['!Premium'])"));
         assert!(msg.contains("unknown field 'Premium'"), "{msg}");
         // Checked even when the list is empty: a typo does not wait for data.
         let msg = error("azure.skusWhere([], ['retierd'])");
         assert!(msg.contains("unknown field 'retierd'"), "{msg}");
-        let msg = error(&format!("azure.skusBelow(['{T4}'], 'gpuMemory', 16)"));
+        assert_eq!(error(&format!("azure.skusBelow(['{T4}'], 'gpuMemory', 16)")), "azure.skusBelow: unknown field 'gpuMemory' (known: gpuDevices, gpuMemoryGiB, gpus, memoryGiB, vcpus)");
         assert_eq!(
-            msg,
-            "azure.skusBelow: unknown field 'gpuMemory' (known: gpuDevices, gpuMemoryGiB, gpus, memoryGiB, vcpus)"
+            error(&format!("azure.skusBelow(['{T4}'], 'vcpus', '8')")),
+            "azure.skusBelow: the bound is string, not a number"
         );
-        let msg = error(&format!("azure.skusBelow(['{T4}'], 'vcpus', '8')"));
-        assert_eq!(msg, "azure.skusBelow: the bound is string, not a number");
     }
 
     #[test]
     fn non_string_elements_are_errors() {
-        let msg = error(&format!("azure.skusIn(['{T4}', 1], ['*'])"));
         assert_eq!(
-            msg,
+            error(&format!("azure.skusIn(['{T4}', 1], ['*'])")),
             "azure.skusIn: element 1 of the list is int, not a string"
         );
-        let msg = error(&format!("azure.skusNotIn(['{T4}'], ['*', null])"));
         assert_eq!(
-            msg,
+            error(&format!("azure.skusNotIn(['{T4}'], ['*', null])")),
             "azure.skusNotIn: element 1 of the names is null, not a string"
         );
-        let msg = error(&format!("azure.skusWhere([['{T4}']], ['retired'])"));
         assert_eq!(
-            msg,
+            error(&format!("azure.skusWhere([['{T4}']], ['retired'])")),
             "azure.skusWhere: element 0 of the list is list, not a string"
         );
-        let msg = error("azure.skusWhere([], [true])");
         assert_eq!(
-            msg,
+            error("azure.skusWhere([], [true])"),
             "azure.skusWhere: element 0 of the fields is bool, not a string"
         );
-        let msg = error("azure.skusBelow([{'name': 'x'}], 'vcpus', 8)");
         assert_eq!(
-            msg,
+            error("azure.skusBelow([{'name': 'x'}], 'vcpus', 8)"),
             "azure.skusBelow: element 0 of the list is map, not a string"
         );
         // Not a list at all.

@@ -102,6 +102,8 @@ fn syntax_errors_carry_line_and_column() {
 #[test]
 fn error_positions_are_kube_apiservers() {
     let env = Env::default();
+    const SIMPLE: &str = "argument must be a simple name";
+    const FOO: &str = "undeclared reference to 'foo'";
     for (source, line, column, message) in [
         // Syntax errors.
         (")", 1, 1, "Syntax error: mismatched input ')'"),
@@ -115,34 +117,19 @@ fn error_positions_are_kube_apiservers() {
         ("object.a == 1 &&\n  object.b == )", 2, 15, "Syntax error"),
         ("'é' + )", 1, 7, "Syntax error"),
         // Macro errors, at the offending argument.
-        ("[1].all(1, true)", 1, 9, "argument must be a simple name"),
-        (
-            "[1].all(x,\n  true) && [2].exists(2, true)",
-            2,
-            23,
-            "argument must be a simple name",
-        ),
-        (
-            "'é'.size() == 1 && [1].all(1, true)",
-            1,
-            28,
-            "argument must be a simple name",
-        ),
+        ("[1].all(1, true)", 1, 9, SIMPLE),
+        ("[1].all(x,\n  true) && [2].exists(2, true)", 2, 23, SIMPLE),
+        ("'é'.size() == 1 && [1].all(1, true)", 1, 28, SIMPLE),
         ("has(object)", 1, 5, "invalid argument to has() macro"),
         // Call checks, at the function's name.
-        ("1 +\n  foo(2)", 2, 3, "undeclared reference to 'foo'"),
+        ("1 +\n  foo(2)", 2, 3, FOO),
         (
             "object.a ||\n  object.b.startsWith('a', 'b')",
             2,
             12,
             "found no matching overload",
         ),
-        (
-            "'é' == 'e' || foo(1)",
-            1,
-            15,
-            "undeclared reference to 'foo'",
-        ),
+        ("'é' == 'e' || foo(1)", 1, 15, FOO),
     ] {
         let err = compile(&env, source).unwrap_err();
         assert!(err.message.starts_with(message), "{source}: {err}");

@@ -17,16 +17,9 @@ pub fn to_val<T: Serialize + ?Sized>(value: &T) -> Result<Box<dyn Val>, ToValErr
 }
 
 /// Why a value could not be converted.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct ToValError(String);
-
-impl fmt::Display for ToValError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ToValError {}
 
 impl ser::Error for ToValError {
     fn custom<T: fmt::Display>(msg: T) -> ToValError {
@@ -42,10 +35,11 @@ fn string(v: &str) -> Box<dyn Val> {
 
 struct ValSerializer;
 
-fn int_or_double(n: u64) -> Box<dyn Val> {
-    match i64::try_from(n) {
-        Ok(i) => Box::new(CelInt::from(i)),
-        Err(_) => Box::new(CelDouble::from(n as f64)),
+/// An `int` where the number fits one (`int`), else the `double` `float`.
+fn int_or_double(int: Option<i64>, float: f64) -> Box<dyn Val> {
+    match int {
+        Some(i) => Box::new(CelInt::from(i)),
+        None => Box::new(CelDouble::from(float)),
     }
 }
 
@@ -83,10 +77,7 @@ impl ser::Serializer for ValSerializer {
         Ok(Box::new(CelInt::from(v)))
     }
     fn serialize_i128(self, v: i128) -> Out {
-        Ok(match i64::try_from(v) {
-            Ok(i) => Box::new(CelInt::from(i)),
-            Err(_) => Box::new(CelDouble::from(v as f64)),
-        })
+        Ok(int_or_double(i64::try_from(v).ok(), v as f64))
     }
     fn serialize_u8(self, v: u8) -> Out {
         self.serialize_u64(u64::from(v))
@@ -98,23 +89,19 @@ impl ser::Serializer for ValSerializer {
         self.serialize_u64(u64::from(v))
     }
     fn serialize_u64(self, v: u64) -> Out {
-        Ok(int_or_double(v))
+        self.serialize_u128(u128::from(v))
     }
     fn serialize_u128(self, v: u128) -> Out {
-        Ok(match i64::try_from(v) {
-            Ok(i) => Box::new(CelInt::from(i)),
-            Err(_) => Box::new(CelDouble::from(v as f64)),
-        })
+        Ok(int_or_double(i64::try_from(v).ok(), v as f64))
     }
     fn serialize_f32(self, v: f32) -> Out {
         self.serialize_f64(f64::from(v))
     }
     fn serialize_f64(self, v: f64) -> Out {
         // serde_json writes a number that is not finite as null.
-        if v.is_finite() {
-            Ok(Box::new(CelDouble::from(v)))
-        } else {
-            Ok(Box::new(CelNull))
+        match v.is_finite() {
+            true => Ok(Box::new(CelDouble::from(v))),
+            false => self.serialize_none(),
         }
     }
     fn serialize_char(self, v: char) -> Out {
@@ -126,7 +113,9 @@ impl ser::Serializer for ValSerializer {
     }
     fn serialize_bytes(self, v: &[u8]) -> Out {
         // serde_json writes bytes as a list of numbers.
-        let items: Vec<Box<dyn Val>> = v.iter().map(|b| int_or_double(u64::from(*b))).collect();
+        let items: Vec<Box<dyn Val>> = (v.iter())
+            .map(|b| Box::new(CelInt::from(i64::from(*b))) as Box<dyn Val>)
+            .collect();
         Ok(Box::new(CelList::from(items)))
     }
     fn serialize_none(self) -> Out {
@@ -136,10 +125,10 @@ impl ser::Serializer for ValSerializer {
         value.serialize(self)
     }
     fn serialize_unit(self) -> Out {
-        Ok(Box::new(CelNull))
+        self.serialize_none()
     }
     fn serialize_unit_struct(self, _name: &'static str) -> Out {
-        Ok(Box::new(CelNull))
+        self.serialize_none()
     }
     fn serialize_unit_variant(
         self,
@@ -220,9 +209,7 @@ impl Seq {
             None => list,
         })
     }
-}
 
-impl Seq {
     fn push<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
         self.items.push(value.serialize(ValSerializer)?);
         Ok(())
@@ -306,17 +293,8 @@ impl ser::SerializeMap for MapOut {
             .key
             .take()
             .ok_or_else(|| ToValError("map value without a key".into()))?;
-        let value = value.serialize(ValSerializer)?;
-        self.insert(&key, value);
+        self.insert(&key, value.serialize(ValSerializer)?);
         Ok(())
-    }
-    fn serialize_entry<K: Serialize + ?Sized, V: Serialize + ?Sized>(
-        &mut self,
-        key: &K,
-        value: &V,
-    ) -> Result<(), ToValError> {
-        ser::SerializeMap::serialize_key(self, key)?;
-        ser::SerializeMap::serialize_value(self, value)
     }
     fn end(self) -> Out {
         self.done()
@@ -331,9 +309,7 @@ impl ser::SerializeStruct for MapOut {
         key: &'static str,
         value: &T,
     ) -> Result<(), ToValError> {
-        let value = value.serialize(ValSerializer)?;
-        // A later entry of the same key wins, as in serde_json's map.
-        self.entries.insert(CelMapKey::from(key), value);
+        self.insert(key, value.serialize(ValSerializer)?);
         Ok(())
     }
     fn end(self) -> Out {

@@ -72,14 +72,7 @@ impl Rewriter {
             self.whole = true;
             return;
         }
-        super::walk::children_mut(e, |child, bound| match bound {
-            Some(bound) => {
-                let before = bound.push_onto(&mut self.bound);
-                self.walk(child);
-                self.bound.truncate(before);
-            }
-            None => self.walk(child),
-        });
+        super::walk::visit_children(self, e, |s| &mut s.bound, Self::walk);
     }
 }
 

@@ -1,6 +1,6 @@
 //! Walking an expression's tree with the names comprehensions bind, for
 //! the rewrites done at load (`variables`, `fold`).
-use kube_cel::cel::common::ast::{ComprehensionExpr, EntryExpr, Expr};
+use kube_cel::cel::common::ast::{ComprehensionExpr, EntryExpr, Expr, MapExpr, StructExpr};
 use kube_cel::cel::parser::Expression;
 
 /// The names a comprehension binds around its loop condition, loop step
@@ -83,6 +83,50 @@ pub(super) fn children_mut(
             }
         }
     }
+}
+
+/// Calls `visit` on each child of `e`, in the order the interpreter
+/// evaluates them, whatever names they are in the scope of.
+pub(super) fn children(e: &Expression, mut visit: impl FnMut(&Expression)) {
+    match &e.expr {
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        Expr::Select(select) => visit(&select.operand),
+        Expr::Call(call) => call
+            .target
+            .as_deref()
+            .into_iter()
+            .chain(&call.args)
+            .for_each(visit),
+        Expr::List(list) => list.elements.iter().for_each(visit),
+        Expr::Map(MapExpr { entries }) | Expr::Struct(StructExpr { entries, .. }) => {
+            for entry in entries {
+                match &entry.expr {
+                    EntryExpr::MapEntry(m) => [&m.key, &m.value].into_iter().for_each(&mut visit),
+                    EntryExpr::StructField(f) => visit(&f.value),
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            let parts = [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step];
+            parts.into_iter().chain([&c.result]).for_each(visit);
+        }
+    }
+}
+
+/// Calls `visit` on each child of `e` with the names bound around it
+/// pushed onto the `names` of `state` (and taken off after).
+pub(super) fn visit_children<S>(
+    state: &mut S,
+    e: &mut Expression,
+    names: fn(&mut S) -> &mut Vec<String>,
+    visit: fn(&mut S, &mut Expression),
+) {
+    children_mut(e, |child, bound| {
+        let before = names(state).len();
+        bound.map(|b| b.push_onto(names(state)));
+        visit(state, child);
+        names(state).truncate(before);
+    });
 }
 
 /// `source` parsed as the loader parses it (optional syntax on), for tests.

@@ -209,50 +209,33 @@ pub fn read_here(value: &Value, env: &Env) -> Result<Exception, Vec<ExceptionErr
         ));
     }
     let has_selector = spec.match_.selector.is_some();
-    let selector = match spec.match_.selector {
-        Some(doc) => match doc.validate("spec.match.selector") {
-            Ok(s) => Some(s),
-            Err(e) => {
-                errors.push(e.into());
-                None
-            }
-        },
-        None => None,
-    };
-    let expression = match spec.match_.expression.as_deref() {
-        Some(source) => match cel::compile_here(env, source) {
-            Ok(compiled) => Some(compiled),
-            Err(e) => {
-                errors.push(ExceptionError {
-                    field: "spec.match.expression".to_string(),
-                    message: e.message,
-                    line: e.line,
-                    column: e.column,
-                });
-                None
-            }
-        },
-        None => None,
-    };
+    let selector = (spec.match_.selector).and_then(|doc| {
+        let selector = doc.validate("spec.match.selector");
+        selector.map_err(|e| errors.push(e.into())).ok()
+    });
+    let expression = (spec.match_.expression.as_deref()).and_then(|source| {
+        let compiled = cel::compile_here(env, source).map_err(|e| ExceptionError {
+            field: "spec.match.expression".to_string(),
+            message: e.message,
+            line: e.line,
+            column: e.column,
+        });
+        compiled.map_err(|e| errors.push(e)).ok()
+    });
     if spec.match_.names.is_empty() && !has_selector && spec.match_.expression.is_none() {
         errors.push(ExceptionError::at(
             "spec.match",
             "set at least one of names, selector or expression: an exception names the objects it lets through",
         ));
     }
-    let expires_at = match spec.expires_at {
-        Some(text) => match parse_time(&text) {
-            Some(at) => Some((at, text)),
-            None => {
-                errors.push(ExceptionError::at(
-                    "spec.expiresAt",
-                    format!("{text:?} is not an RFC 3339 time such as 2026-12-31T00:00:00Z"),
-                ));
-                None
-            }
-        },
-        None => None,
-    };
+    let expires_at = spec.expires_at.and_then(|text| match parse_time(&text) {
+        Some(at) => Some((at, text)),
+        None => {
+            let message = format!("{text:?} is not an RFC 3339 time such as 2026-12-31T00:00:00Z");
+            errors.push(ExceptionError::at("spec.expiresAt", message));
+            None
+        }
+    });
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -318,41 +301,25 @@ impl Exception {
     /// (the object under admission; its old object on DELETE), in
     /// `namespace`. The expression is not evaluated here.
     pub fn matches_object(&self, req: &Request, namespace: &str) -> bool {
-        if self.namespace != namespace {
-            return false;
-        }
-        if !self.kinds.is_empty() && !self.kinds.contains(&req.kind.kind) {
-            return false;
-        }
         let object = req.object.as_ref().or(req.old_object.as_ref());
-        if !self.names.is_empty() {
-            let name = object
-                .map(|o| str_at(o, "/metadata/name"))
+        let name = || {
+            (object.map(|o| str_at(o, "/metadata/name")))
                 .filter(|n| !n.is_empty())
-                .unwrap_or(&req.name);
-            if !self.names.iter().any(|pattern| glob_matches(pattern, name)) {
-                return false;
-            }
-        }
-        if let Some(selector) = &self.selector {
-            if !selector.matches(&labels_of(object)) {
-                return false;
-            }
-        }
-        true
+                .unwrap_or(&req.name)
+        };
+        self.namespace == namespace
+            && (self.kinds.is_empty() || self.kinds.contains(&req.kind.kind))
+            && (self.names.is_empty() || self.names.iter().any(|p| glob_matches(p, name())))
+            && (self.selector.as_ref()).is_none_or(|s| s.matches(&labels_of(object)))
     }
 
     /// How it is shown beside what it allowed: `GpuPolicyException
     /// ns/name (reason; expires 2026-12-31T00:00:00Z)`.
     pub fn describe(&self) -> String {
-        let expiry = match &self.expires_at {
-            Some((_, text)) => format!("expires {text}"),
-            None => "no expiry".to_string(),
-        };
+        let expiry = self.expires_at.as_ref().map(|(_, text)| text.as_str());
         format!(
-            "GpuPolicyException {} ({}; {expiry})",
-            self.id(),
-            self.reason.trim()
+            "GpuPolicyException {}",
+            with_reason(&self.id(), &self.reason, expiry)
         )
     }
 }
@@ -490,16 +457,18 @@ pub struct Excepted {
 impl Excepted {
     /// `allowed by exception ns/name (reason; expires ...)`.
     pub fn allowed_by(&self) -> String {
-        let expiry = match &self.expires_at {
-            Some(at) => format!("expires {at}"),
-            None => "no expiry".to_string(),
-        };
+        let expiry = self.expires_at.as_deref();
         format!(
-            "allowed by exception {} ({}; {expiry})",
-            self.exception,
-            self.reason.trim()
+            "allowed by exception {}",
+            with_reason(&self.exception, &self.reason, expiry)
         )
     }
+}
+
+/// `ns/name (reason; expires ...)`, or `(reason; no expiry)`.
+fn with_reason(id: &str, reason: &str, expires_at: Option<&str>) -> String {
+    let expiry = expires_at.map_or("no expiry".to_string(), |at| format!("expires {at}"));
+    format!("{id} ({}; {expiry})", reason.trim())
 }
 
 #[cfg(test)]

@@ -66,27 +66,46 @@ fn a_valid_exception_is_read_whole() {
 
 #[test]
 fn each_malformed_field_is_reported_at_its_path() {
-    let mut spec = valid_spec();
-    spec["reason"] = json!("  ");
-    assert_eq!(
-        errors(spec),
-        ["spec.reason: required: say why the objects need the exception (it is shown with every request it allows)"]
-    );
-    let mut spec = valid_spec();
-    spec.as_object_mut().unwrap().remove("reason");
-    assert_eq!(errors(spec), ["spec.reason: required"]);
-    let mut spec = valid_spec();
-    spec["expiresAt"] = json!("next tuesday");
-    assert_eq!(
-        errors(spec),
-        ["spec.expiresAt: \"next tuesday\" is not an RFC 3339 time such as 2026-12-31T00:00:00Z"]
-    );
-    let mut spec = valid_spec();
-    spec["match"] = json!({"kinds": ["Pod"]});
-    assert_eq!(
-        errors(spec),
-        ["spec.match: set at least one of names, selector or expression: an exception names the objects it lets through"]
-    );
+    type Edit = fn(&mut Value);
+    let cases: [(Edit, &str); 8] = [
+        (
+            |s| s["reason"] = json!("  "),
+            "spec.reason: required: say why the objects need the exception (it is shown with every request it allows)",
+        ),
+        (
+            |s| drop(s.as_object_mut().unwrap().remove("reason")),
+            "spec.reason: required",
+        ),
+        (
+            |s| s["expiresAt"] = json!("next tuesday"),
+            "spec.expiresAt: \"next tuesday\" is not an RFC 3339 time such as 2026-12-31T00:00:00Z",
+        ),
+        (
+            |s| s["match"] = json!({"kinds": ["Pod"]}),
+            "spec.match: set at least one of names, selector or expression: an exception names the objects it lets through",
+        ),
+        (
+            |s| s["match"]["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "In"}]}),
+            "spec.match.selector.matchExpressions[0].values: required with In and NotIn, and must be empty with Exists and DoesNotExist",
+        ),
+        (
+            |s| s["policies"] = json!(["gpu-admission-exempt-label"]),
+            "spec.policies[0]: gpu-admission-exempt-label guards exemptions and exceptions themselves and cannot be excepted",
+        ),
+        (
+            |s| s["policies"] = json!([]),
+            "spec.policies: name at least one policy (or \"*\" for every policy)",
+        ),
+        (
+            |s| s["match"]["name"] = json!("typo"),
+            "spec.match.name: unknown field, expected one of kinds, names, selector, expression",
+        ),
+    ];
+    for (edit, want) in cases {
+        let mut spec = valid_spec();
+        edit(&mut spec);
+        assert_eq!(errors(spec), [want]);
+    }
     let mut spec = valid_spec();
     spec["match"] = json!({"expression": "object.metadata.name.startsWith("});
     let found = errors(spec);
@@ -94,30 +113,6 @@ fn each_malformed_field_is_reported_at_its_path() {
     assert!(
         found[0].starts_with("spec.match.expression: line 1, column"),
         "{found:?}"
-    );
-    let mut spec = valid_spec();
-    spec["match"]["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "In"}]});
-    assert_eq!(
-        errors(spec),
-        ["spec.match.selector.matchExpressions[0].values: required with In and NotIn, and must be empty with Exists and DoesNotExist"]
-    );
-    let mut spec = valid_spec();
-    spec["policies"] = json!(["gpu-admission-exempt-label"]);
-    assert_eq!(
-        errors(spec),
-        ["spec.policies[0]: gpu-admission-exempt-label guards exemptions and exceptions themselves and cannot be excepted"]
-    );
-    let mut spec = valid_spec();
-    spec["policies"] = json!([]);
-    assert_eq!(
-        errors(spec),
-        ["spec.policies: name at least one policy (or \"*\" for every policy)"]
-    );
-    let mut spec = valid_spec();
-    spec["match"]["name"] = json!("typo");
-    assert_eq!(
-        errors(spec),
-        ["spec.match.name: unknown field, expected one of kinds, names, selector, expression"]
     );
 }
 

@@ -7,7 +7,7 @@
 //! and converts it into the engine's types. Every error names its field.
 use super::annotations;
 use super::load::{Document, LoadError, Source};
-use super::matching::{MatchPolicy, MatchResources, Rule, Scope};
+use super::matching::{MatchPolicy, MatchResources, Rule};
 use super::model::*;
 use crate::cel::{self, Compiled, Env};
 use crate::k8s::doc::{from_value, Object, ObjectMeta};
@@ -75,27 +75,22 @@ impl Errors<'_> {
     }
 
     fn compile(&mut self, env: &Env, source: String, field: &str) -> Option<Expr> {
-        let source = self.required(source, field)?;
-        let compiled = cel::compile_here(env, &source);
-        self.numbered(compiled, field)
+        self.compile_with(cel::compile_here, env, source, field)
     }
 
-    /// [`Errors::compile`] for a mutation (message literals allowed).
-    fn compile_mutation(&mut self, env: &Env, source: String, field: &str) -> Option<Expr> {
-        let source = self.required(source, field)?;
-        let compiled = cel::compile_mutation_here(env, &source);
-        self.numbered(compiled, field)
-    }
-
-    /// The next expression of the policy, or its error reported at `field`.
-    fn numbered(
+    /// The next expression of the policy, compiled with `compile`, or its
+    /// error reported at `field`.
+    fn compile_with(
         &mut self,
-        compiled: Result<Compiled, cel::CompileError>,
+        compile: fn(&Env, &str) -> Result<Compiled, cel::CompileError>,
+        env: &Env,
+        source: String,
         field: &str,
     ) -> Option<Expr> {
+        let source = self.required(source, field)?;
         let id = self.expressions;
         self.expressions += 1;
-        compiled
+        compile(env, &source)
             .map(|compiled| Expr { id, compiled })
             .map_err(|e| {
                 self.errors.push(LoadError {
@@ -124,45 +119,20 @@ impl Errors<'_> {
 struct MatchResourcesDoc {
     namespace_selector: LabelSelectorDoc,
     object_selector: LabelSelectorDoc,
-    resource_rules: Vec<RuleDoc>,
-    exclude_resource_rules: Vec<RuleDoc>,
-    match_policy: MatchPolicyDoc,
-}
-
-#[derive(Default, Deserialize)]
-enum MatchPolicyDoc {
-    #[default]
-    Equivalent,
-    Exact,
-}
-
-/// `NamedRuleWithOperations`.
-#[derive(Default, Deserialize)]
-#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-struct RuleDoc {
-    operations: Vec<String>,
-    api_groups: Vec<String>,
-    api_versions: Vec<String>,
-    resources: Vec<String>,
-    resource_names: Vec<String>,
-    scope: ScopeDoc,
+    resource_rules: Vec<Rule>,
+    exclude_resource_rules: Vec<Rule>,
+    match_policy: MatchPolicy,
 }
 
 const OPERATIONS: [&str; 5] = ["*", "CREATE", "UPDATE", "DELETE", "CONNECT"];
 
-#[derive(Default, Deserialize)]
-enum ScopeDoc {
-    #[default]
-    #[serde(rename = "*")]
-    All,
-    Cluster,
-    Namespaced,
-}
-
 impl MatchResourcesDoc {
     fn validate(self, field: &str, errors: &mut Errors) -> MatchResources {
-        let mut rules = |rules: Vec<RuleDoc>, key: &str| -> Vec<Rule> {
-            let mut rule = |(i, r): (usize, RuleDoc)| {
+        for (key, rules) in [
+            ("resourceRules", &self.resource_rules),
+            ("excludeResourceRules", &self.exclude_resource_rules),
+        ] {
+            for (i, r) in rules.iter().enumerate() {
                 for (j, op) in r.operations.iter().enumerate() {
                     if !OPERATIONS.contains(&op.as_str()) {
                         let choices = OPERATIONS.join(", ");
@@ -170,23 +140,8 @@ impl MatchResourcesDoc {
                         errors.push(&f, format!("must be one of {choices}, not {op}"));
                     }
                 }
-                Rule {
-                    operations: r.operations,
-                    api_groups: r.api_groups,
-                    api_versions: r.api_versions,
-                    resources: r.resources,
-                    resource_names: r.resource_names,
-                    scope: match r.scope {
-                        ScopeDoc::All => Scope::All,
-                        ScopeDoc::Cluster => Scope::Cluster,
-                        ScopeDoc::Namespaced => Scope::Namespaced,
-                    },
-                }
-            };
-            rules.into_iter().enumerate().map(&mut rule).collect()
-        };
-        let resource_rules = rules(self.resource_rules, "resourceRules");
-        let exclude_resource_rules = rules(self.exclude_resource_rules, "excludeResourceRules");
+            }
+        }
         MatchResources {
             namespace_selector: errors.selector(
                 self.namespace_selector,
@@ -194,12 +149,9 @@ impl MatchResourcesDoc {
             ),
             object_selector: errors
                 .selector(self.object_selector, &format!("{field}.objectSelector")),
-            resource_rules,
-            exclude_resource_rules,
-            match_policy: match self.match_policy {
-                MatchPolicyDoc::Equivalent => MatchPolicy::Equivalent,
-                MatchPolicyDoc::Exact => MatchPolicy::Exact,
-            },
+            resource_rules: self.resource_rules,
+            exclude_resource_rules: self.exclude_resource_rules,
+            match_policy: self.match_policy,
         }
     }
 }
@@ -258,6 +210,8 @@ struct AuditAnnotationDoc {
 /// What validating and mutating policies share: params, matching,
 /// match conditions and variables.
 struct Common {
+    /// How many errors the document had before its spec was read.
+    before: usize,
     param_kind: Option<(String, String)>,
     match_constraints: MatchResources,
     match_conditions: Vec<Named>,
@@ -273,6 +227,7 @@ impl Common {
         match_conditions: Vec<NamedDoc>,
         variables: Vec<NamedDoc>,
     ) -> Common {
+        let before = errors.errors.len();
         let param_kind = param_kind.and_then(|pk| {
             let api = errors.required(pk.api_version, "spec.paramKind.apiVersion");
             api.zip(errors.required(pk.kind, "spec.paramKind.kind"))
@@ -302,11 +257,72 @@ impl Common {
             ["variables", "name", "expression"],
         );
         Common {
+            before,
             param_kind,
             match_constraints,
             match_conditions,
             variables,
         }
+    }
+
+    /// The policy, unless some part of its document was wrong (the
+    /// variables are checked against every expression first).
+    fn policy(
+        self,
+        errors: &mut Errors,
+        name: Option<String>,
+        failure_policy: FailurePolicy,
+        validations: Vec<Validation>,
+        audit_annotations: Vec<Named>,
+        mutations: Vec<Mutation>,
+    ) -> Option<Policy> {
+        let Common {
+            before,
+            param_kind,
+            match_constraints,
+            match_conditions,
+            variables,
+        } = self;
+        check_variables(
+            errors,
+            param_kind.is_some(),
+            &variables,
+            &match_conditions,
+            &validations,
+            &audit_annotations,
+            &mutations,
+        );
+        if errors.errors.len() > before {
+            return None;
+        }
+        let name = name?;
+        let audit_annotations = (audit_annotations.into_iter())
+            .map(|a| AuditAnnotation {
+                returned_key: annotations::returned_key(&name, &a.name),
+                key: a.name,
+                expr: a.expr,
+            })
+            .collect();
+        let mut policy = Policy {
+            name: name.into(),
+            description: None,
+            failure_policy,
+            param_kind,
+            match_constraints,
+            match_conditions,
+            variables,
+            validations,
+            audit_annotations,
+            // A validating policy judges pod templates unless its
+            // annotation says not to (see `read_policy`).
+            pod_templates: mutations.is_empty(),
+            mutations,
+            uses_params: false,
+            expression_count: errors.expressions,
+        };
+        let uses_params = policy.expressions().any(|e| e.reads("params"));
+        policy.uses_params = uses_params;
+        Some(policy)
     }
 }
 
@@ -329,13 +345,7 @@ fn read_named(
 
 impl PolicySpec {
     fn validate(self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
-        let before = errors.errors.len();
-        let Common {
-            param_kind,
-            match_constraints,
-            match_conditions,
-            variables,
-        } = Common::read(
+        let common = Common::read(
             env,
             errors,
             self.param_kind,
@@ -386,44 +396,14 @@ impl PolicySpec {
                 reason,
             }));
         }
-        check_variables(
+        common.policy(
             errors,
-            param_kind.is_some(),
-            &variables,
-            &match_conditions,
-            &validations,
-            &audit_annotations,
-            &[],
-        );
-        if errors.errors.len() > before {
-            return None;
-        }
-        let name = name?;
-        let audit_annotations = (audit_annotations.into_iter())
-            .map(|a| AuditAnnotation {
-                returned_key: annotations::returned_key(&name, &a.name),
-                key: a.name,
-                expr: a.expr,
-            })
-            .collect();
-        let mut policy = Policy {
-            name: name.into(),
-            description: None,
-            failure_policy: self.failure_policy,
-            param_kind,
-            match_constraints,
-            match_conditions,
-            variables,
+            name,
+            self.failure_policy,
             validations,
             audit_annotations,
-            mutations: Vec::new(),
-            uses_params: false,
-            pod_templates: true,
-            expression_count: errors.expressions,
-        };
-        let uses_params = policy.expressions().any(|e| e.reads("params"));
-        policy.uses_params = uses_params;
-        Some(policy)
+            Vec::new(),
+        )
     }
 }
 
@@ -640,11 +620,17 @@ enum ParameterNotFoundAction {
 }
 
 impl BindingSpec {
-    fn validate(self, name: Option<String>, errors: &mut Errors) -> Option<Binding> {
+    /// `validating`: whether `validationActions` are required.
+    fn validate(
+        self,
+        name: Option<String>,
+        errors: &mut Errors,
+        validating: bool,
+    ) -> Option<Binding> {
         let before = errors.errors.len();
         let policy_name = errors.required(self.policy_name, "spec.policyName");
         let actions = self.validation_actions;
-        if actions.is_empty() {
+        if validating && actions.is_empty() {
             errors.push(
                 "spec.validationActions",
                 "required: Deny, Warn and/or Audit",
@@ -706,7 +692,7 @@ pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Bindi
         mut errors,
         ..
     } = read_object::<BindingSpec>(doc, errors)?;
-    spec.validate(name, &mut errors)
+    spec.validate(name, &mut errors, true)
 }
 
 /// `MutatingAdmissionPolicySpec`.
@@ -749,13 +735,7 @@ impl PatchType {
 
 impl MutatingPolicySpec {
     fn validate(self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
-        let before = errors.errors.len();
-        let Common {
-            param_kind,
-            match_constraints,
-            match_conditions,
-            variables,
-        } = Common::read(
+        let common = Common::read(
             env,
             errors,
             self.param_kind,
@@ -812,40 +792,16 @@ impl MutatingPolicySpec {
                 );
                 continue;
             };
-            let expr =
-                errors.compile_mutation(env, given.expression, &format!("{field}.expression"));
+            let expr = errors.compile_with(
+                cel::compile_mutation_here,
+                env,
+                given.expression,
+                &format!("{field}.expression"),
+            );
             mutations.extend(expr.map(|expr| Mutation { patch_type, expr }));
         }
-        check_variables(
-            errors,
-            param_kind.is_some(),
-            &variables,
-            &match_conditions,
-            &[],
-            &[],
-            &mutations,
-        );
-        if errors.errors.len() > before {
-            return None;
-        }
-        let mut policy = Policy {
-            name: name?.into(),
-            failure_policy: self.failure_policy,
-            param_kind,
-            match_constraints,
-            match_conditions,
-            variables,
-            validations: Vec::new(),
-            audit_annotations: Vec::new(),
-            mutations,
-            uses_params: false,
-            description: None,
-            pod_templates: false,
-            expression_count: errors.expressions,
-        };
-        let uses_params = policy.expressions().any(|e| e.reads("params"));
-        policy.uses_params = uses_params;
-        Some(policy)
+        let failure_policy = self.failure_policy;
+        common.policy(errors, name, failure_policy, vec![], vec![], mutations)
     }
 }
 
@@ -884,19 +840,11 @@ pub fn read_mutating_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Opt
         mut errors,
         ..
     } = read_object::<MutatingBindingSpec>(doc, errors)?;
-    let before = errors.errors.len();
-    let policy_name = errors.required(spec.policy_name, "spec.policyName");
-    let param_ref = spec.param_ref.map(|p| p.validate(&mut errors));
-    let match_resources =
-        (spec.match_resources).map(|m| m.validate("spec.matchResources", &mut errors));
-    if errors.errors.len() > before {
-        return None;
-    }
-    Some(Binding {
-        name: name?,
-        policy_name: policy_name?,
-        param_ref,
-        match_resources,
-        actions: Vec::new(),
-    })
+    let spec = BindingSpec {
+        policy_name: spec.policy_name,
+        param_ref: spec.param_ref,
+        match_resources: spec.match_resources,
+        validation_actions: Vec::new(),
+    };
+    spec.validate(name, &mut errors, false)
 }

@@ -427,13 +427,7 @@ impl Inner {
         if errored {
             result = EvaluationResult::Error;
         }
-        let end = Instant::now();
-        verdict.evaluations.push(PolicyEvaluation {
-            policy: policy.name.clone(),
-            result,
-            duration: end - start,
-        });
-        end
+        record(verdict, policy, result, start)
     }
 
     /// The params `binding` evaluates `policy` with, one evaluation each:
@@ -481,19 +475,9 @@ impl Inner {
         scope: &Scope,
         (params, param): (Value, Option<usize>),
     ) -> Judged {
-        // A scope for `params` only where some expression reads it.
-        let with_params;
-        let ctx = if policy.uses_params {
-            let mut inner = scope.ctx.new_inner_scope();
-            inner.add_variable_from_value("params", params);
-            with_params = inner;
-            &with_params
-        } else {
-            &scope.ctx
-        };
-        let mut vars = Variables::new(policy, plan)
-            .with_memo(&scope.memo)
-            .with_param(param);
+        let inner_ctx = with_params(policy, &scope.ctx, &params);
+        let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
+        let mut vars = Variables::new(policy, plan, Some(&scope.memo), param);
         let mut outcome = Judged::default();
         match match_conditions(policy, &mut vars, ctx) {
             Ok(true) => {}
@@ -563,6 +547,19 @@ impl Inner {
     }
 }
 
+/// A scope with `params` when some expression of the policy reads them.
+pub(super) fn with_params<'a>(
+    policy: &Policy,
+    ctx: &'a Context<'a>,
+    params: &Value,
+) -> Option<Context<'a>> {
+    policy.uses_params.then(|| {
+        let mut inner = ctx.new_inner_scope();
+        inner.add_variable_from_value("params", params.clone());
+        inner
+    })
+}
+
 /// Whether every match condition holds: `Ok(false)` as soon as one is
 /// false (the policy is skipped), else the first error.
 pub(super) fn match_conditions(
@@ -604,10 +601,21 @@ fn result_error(
             policy.name
         ));
     }
+    record(verdict, policy, EvaluationResult::Error, start)
+}
+
+/// Records how the evaluation of `policy` begun at `start` came out;
+/// returns when it ended.
+fn record(
+    verdict: &mut Verdict,
+    policy: &Policy,
+    result: EvaluationResult,
+    start: Instant,
+) -> Instant {
     let end = Instant::now();
     verdict.evaluations.push(PolicyEvaluation {
         policy: policy.name.clone(),
-        result: EvaluationResult::Error,
+        result,
         duration: end - start,
     });
     end
@@ -654,8 +662,6 @@ struct ValidationFailure<'a> {
     validation_actions: Vec<&'static str>,
 }
 
-/// The params a binding evaluates its policy with, each with its position
-/// in the set's params (`None` for the `null` of a policy without them).
 /// Each params value a binding is evaluated with, and its position in the
 /// set's params (none for `null`).
 pub(super) type BindingParams = SmallVec<[(Value, Option<usize>); 1]>;
@@ -680,29 +686,24 @@ pub(super) struct Variables<'p> {
 type VariableValue = Result<Box<dyn Val>, EvalError>;
 
 impl<'p> Variables<'p> {
-    pub(super) fn new(policy: &'p Policy, plan: &'p PolicyPlan) -> Variables<'p> {
+    /// `memo`: the evaluated object's values of expressions written alike
+    /// in other policies; `param`: the params object whose parts the plan
+    /// worked out.
+    pub(super) fn new(
+        policy: &'p Policy,
+        plan: &'p PolicyPlan,
+        memo: Option<&'p Memo>,
+        param: Option<usize>,
+    ) -> Variables<'p> {
         Variables {
             policy,
             plan,
             values: std::iter::repeat_with(|| None)
                 .take(policy.variables.len())
                 .collect(),
-            memo: None,
-            param: None,
+            memo,
+            param,
         }
-    }
-
-    /// Uses the parts the plan worked out for the params object at `param`.
-    pub(super) fn with_param(mut self, param: Option<usize>) -> Variables<'p> {
-        self.param = param;
-        self
-    }
-
-    /// Keeps and reuses the values of expressions written alike in other
-    /// policies in `memo` (the evaluated object's).
-    pub(super) fn with_memo(mut self, memo: &'p Memo) -> Variables<'p> {
-        self.memo = Some(memo);
-        self
     }
 
     pub(super) fn eval(&mut self, ctx: &Context, expr: &Expr) -> Result<Value, EvalError> {

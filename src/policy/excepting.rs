@@ -73,19 +73,14 @@ fn expression_holds(inner: &Inner, subject: &Subject, exception: &Exception) -> 
     let reads = |name: &str| expression.reads(name);
     let mut ctx = inner.env.scope();
     let null = serde_json::Value::Null;
-    if reads("object") {
-        ctx.add_variable_as_val(
-            "object",
-            cel::json_to_val(req.object.as_ref().unwrap_or(&null)),
-        );
-    }
-    if reads("oldObject") {
-        let old = req.old_object.as_ref().unwrap_or(&null);
-        ctx.add_variable_as_val("oldObject", cel::json_to_val(old));
-    }
-    if reads("namespaceObject") {
-        let namespace = subject.namespace.as_deref().unwrap_or(&null);
-        ctx.add_variable_as_val("namespaceObject", cel::json_to_val(namespace));
+    for (name, value) in [
+        ("object", req.object.as_ref()),
+        ("oldObject", req.old_object.as_ref()),
+        ("namespaceObject", subject.namespace.as_deref()),
+    ] {
+        if reads(name) {
+            ctx.add_variable_as_val(name, cel::json_to_val(value.unwrap_or(&null)));
+        }
     }
     if reads("request") {
         ctx.add_variable_as_val("request", request_val(req));

@@ -186,15 +186,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn requests_find_the_bindings_that_name_their_resource_and_operation() {
-        let all = [
+    fn gvr(group: &str, resource: &str) -> crate::review::GroupVersionResource {
+        crate::review::GroupVersionResource {
+            group: group.into(),
+            version: "v1".into(),
+            resource: resource.into(),
+        }
+    }
+
+    /// Five bindings; the third names every resource, for `wildcard_ops`.
+    fn five(wildcard_ops: &[&str]) -> [MatchResources; 5] {
+        [
             constraints(&["pods"], &["CREATE"]),
             constraints(&["deployments", "jobs"], &["CREATE", "UPDATE"]),
-            constraints(&["*"], &["*"]),
+            constraints(&["*"], wildcard_ops),
             constraints(&["pods/ephemeralcontainers"], &["UPDATE"]),
             constraints(&["pods"], &["*"]),
-        ];
+        ]
+    }
+
+    #[test]
+    fn requests_find_the_bindings_that_name_their_resource_and_operation() {
+        let all = five(&["*"]);
         let index = BindingIndex::new(all.iter());
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
         let mut req = Request::for_object(pod, Operation::Create, None);
@@ -208,11 +221,7 @@ mod tests {
         assert_eq!(index.candidates(&req), [1, 2]);
         // Matched as requested too (matchPolicy: Equivalent).
         req.resource.resource = "cronjobs".into();
-        req.request_resource = Some(crate::review::GroupVersionResource {
-            group: "batch".into(),
-            version: "v1".into(),
-            resource: "jobs".into(),
-        });
+        req.request_resource = Some(gvr("batch", "jobs"));
         assert_eq!(index.candidates(&req), [1, 2]);
 
         let pods_only = BindingIndex::new([constraints(&["pods"], &["CREATE"])].iter());
@@ -227,13 +236,7 @@ mod tests {
     /// match: exactly its candidates when it is found under one resource.
     #[test]
     fn a_bucket_holds_the_candidates_of_its_requests() {
-        let all = [
-            constraints(&["pods"], &["CREATE"]),
-            constraints(&["deployments", "jobs"], &["CREATE", "UPDATE"]),
-            constraints(&["*"], &["DELETE"]),
-            constraints(&["pods/ephemeralcontainers"], &["UPDATE"]),
-            constraints(&["pods"], &["*"]),
-        ];
+        let all = five(&["DELETE"]);
         let index = BindingIndex::new(all.iter());
         let buckets = index.per_bucket(<[usize]>::to_vec);
         let resources = ["pods", "deployments", "jobs", "configmaps", "cronjobs"];
@@ -249,11 +252,7 @@ mod tests {
                     "{resource} {op:?}"
                 );
                 for requested in resources {
-                    req.request_resource = Some(crate::review::GroupVersionResource {
-                        group: String::new(),
-                        version: "v1".into(),
-                        resource: requested.into(),
-                    });
+                    req.request_resource = Some(gvr("", requested));
                     let got = buckets.get(&req);
                     let want = index.candidates(&req);
                     assert!(

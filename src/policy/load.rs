@@ -56,10 +56,13 @@ impl LoadError {
         LoadError {
             source: Some(source.clone()),
             field: Some(field.into()).filter(|f: &String| !f.is_empty()),
-            line: None,
-            column: None,
-            message: message.into(),
+            ..LoadError::new(message)
         }
+    }
+
+    /// A file or folder that could not be read.
+    fn io(path: &Path, e: std::io::Error) -> LoadError {
+        LoadError::new(format!("{}: {e}", path.display()))
     }
 
     /// `doc` is of a kind the loader reads but under another apiVersion:
@@ -179,11 +182,9 @@ pub struct PolicyFile {
 /// it names, so a swap during the read cannot mix two versions. Files are
 /// still named as `dir/<key>`.
 pub fn read_files(dir: &Path) -> Result<Vec<PolicyFile>, LoadErrors> {
-    let meta =
-        std::fs::metadata(dir).map_err(|e| LoadError::new(format!("{}: {e}", dir.display())))?;
+    let meta = std::fs::metadata(dir).map_err(|e| LoadError::io(dir, e))?;
     if meta.is_file() {
-        let text = std::fs::read_to_string(dir)
-            .map_err(|e| LoadError::new(format!("{}: {e}", dir.display())))?;
+        let text = std::fs::read_to_string(dir).map_err(|e| LoadError::io(dir, e))?;
         return Ok(vec![PolicyFile {
             path: dir.to_path_buf(),
             text,
@@ -201,13 +202,17 @@ pub fn read_files(dir: &Path) -> Result<Vec<PolicyFile>, LoadErrors> {
         };
         match std::fs::read_to_string(&path) {
             Ok(text) => files.push(PolicyFile { path: shown, text }),
-            Err(e) => errors.push(LoadError::new(format!("{}: {e}", shown.display()))),
+            Err(e) => errors.push(LoadError::io(&shown, e)),
         }
     }
-    if errors.is_empty() {
-        Ok(files)
-    } else {
-        Err(LoadErrors(errors))
+    all_or_errors(files, errors)
+}
+
+/// `value`, or the errors found making it.
+fn all_or_errors<T>(value: T, errors: Vec<LoadError>) -> Result<T, LoadErrors> {
+    match errors.is_empty() {
+        true => Ok(value),
+        false => Err(LoadErrors(errors)),
     }
 }
 
@@ -221,11 +226,7 @@ pub fn parse_files(files: &[PolicyFile]) -> Result<Vec<Document>, LoadErrors> {
             Err(mut e) => errors.append(&mut e.0),
         }
     }
-    if errors.is_empty() {
-        Ok(docs)
-    } else {
-        Err(LoadErrors(errors))
-    }
+    all_or_errors(docs, errors)
 }
 
 /// The folder a mounted ConfigMap's `..data` symlink points to right now,
@@ -234,8 +235,7 @@ fn configmap_payload(dir: &Path) -> Result<Option<PathBuf>, LoadErrors> {
     let data = dir.join("..data");
     match std::fs::symlink_metadata(&data) {
         Ok(meta) if meta.file_type().is_symlink() => {
-            let target = std::fs::read_link(&data)
-                .map_err(|e| LoadError::new(format!("{}: {e}", data.display())))?;
+            let target = std::fs::read_link(&data).map_err(|e| LoadError::io(&data, e))?;
             // The kubelet's target is relative (`..2026_11_29_14_00_00.123`).
             Ok(Some(dir.join(target)))
         }
@@ -251,8 +251,7 @@ fn collect_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(),
         ))
         .into());
     }
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| LoadError::new(format!("{}: {e}", dir.display())))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| LoadError::io(dir, e))?;
     let mut paths: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -328,35 +327,19 @@ pub fn parse_documents(file: &Path, text: &str) -> Result<Vec<Document>, LoadErr
             Ok(serde_json::Value::Null) => {}
             Ok(value) => docs.push(Document { source, value }),
             Err(e) => {
-                let location = e.location();
-                let mut err =
-                    LoadError::at(&source, "", format!("invalid YAML: {}", yaml_message(&e)));
-                if let Some(loc) = location {
-                    err.message = format!(
-                        "invalid YAML at file line {}, column {}: {}",
-                        start + loc.line() - 1,
-                        loc.column(),
-                        yaml_message(&e)
-                    );
-                }
-                errors.push(err);
+                // serde_yaml's message without its own " at line L column C".
+                let text = e.to_string();
+                let message = text.split(" at line ").next().unwrap_or(&text);
+                let at = (e.location()).map_or(String::new(), |loc| {
+                    let (line, column) = (start + loc.line() - 1, loc.column());
+                    format!(" at file line {line}, column {column}")
+                });
+                let message = format!("invalid YAML{at}: {message}");
+                errors.push(LoadError::at(&source, "", message));
             }
         }
     }
-    if errors.is_empty() {
-        Ok(docs)
-    } else {
-        Err(LoadErrors(errors))
-    }
-}
-
-/// serde_yaml's message without its own " at line L column C" suffix.
-fn yaml_message(e: &serde_yaml::Error) -> String {
-    let text = e.to_string();
-    match text.find(" at line ") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    }
+    all_or_errors(docs, errors)
 }
 
 /// Splits YAML text at `---` lines, returning each chunk with the 1-based

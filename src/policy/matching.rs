@@ -3,6 +3,7 @@
 use crate::k8s::json::labels_of;
 use crate::k8s::LabelSelector;
 use crate::review::{GroupVersionKind, GroupVersionResource, Operation, Request};
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -16,7 +17,7 @@ pub struct MatchResources {
     pub match_policy: MatchPolicy,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub enum MatchPolicy {
     /// Also match the request as the apiserver converted it for the policy.
     #[default]
@@ -26,7 +27,8 @@ pub enum MatchPolicy {
 }
 
 /// A `NamedRuleWithOperations`.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Rule {
     pub operations: Vec<String>,
     pub api_groups: Vec<String>,
@@ -36,9 +38,10 @@ pub struct Rule {
     pub scope: Scope,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 pub enum Scope {
     #[default]
+    #[serde(rename = "*")]
     All,
     Cluster,
     Namespaced,
@@ -48,30 +51,19 @@ impl MatchResources {
     /// Whether `req` is in scope. `namespace_labels` are the labels of the
     /// request's namespace (none for cluster-scoped requests).
     pub fn matches(&self, req: &Request, namespace_labels: &BTreeMap<String, String>) -> bool {
-        self.matches_rules(req)
-            && !self
-                .exclude_resource_rules
-                .iter()
-                .any(|r| rule_matches(r, req, self.match_policy))
-            && self.matches_namespace(req, namespace_labels)
-            && self.matches_object(req)
-    }
-
-    /// Only the resource rules (for a binding, no rules means no narrowing).
-    fn matches_rules(&self, req: &Request) -> bool {
-        self.resource_rules
-            .iter()
-            .any(|r| rule_matches(r, req, self.match_policy))
+        self.in_scope(req, namespace_labels, false)
     }
 
     /// For bindings: an empty rule list does not narrow.
     pub fn narrows(&self, req: &Request, namespace_labels: &BTreeMap<String, String>) -> bool {
-        (self.resource_rules.is_empty() || self.matches_rules(req))
-            && !self
-                .exclude_resource_rules
-                .iter()
-                .any(|r| rule_matches(r, req, self.match_policy))
-            && self.matches_namespace(req, namespace_labels)
+        self.in_scope(req, namespace_labels, true)
+    }
+
+    fn in_scope(&self, req: &Request, labels: &BTreeMap<String, String>, no_rules: bool) -> bool {
+        let rule = |r: &Rule| rule_matches(r, req, self.match_policy);
+        ((no_rules && self.resource_rules.is_empty()) || self.resource_rules.iter().any(rule))
+            && !self.exclude_resource_rules.iter().any(rule)
+            && self.matches_namespace(req, labels)
             && self.matches_object(req)
     }
 

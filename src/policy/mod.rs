@@ -394,58 +394,32 @@ impl PolicySet {
         let ns_labels = &subject.namespace_labels;
         let mut verdict = Verdict::default();
         let mut shared = Shared::default();
-        let mut direct: Option<Scope> = None;
         let mut excepting = excepting::Excepting::new(inner, subject);
         let mut run = Run {
             subject,
             excepting: &mut excepting,
         };
-        for bi in inner.plan.validating.index.candidates(req) {
-            let (binding, pi) = &inner.bindings[bi];
-            let policy = &inner.policies[*pi];
-            if !applies(policy, binding, req, ns_labels) {
-                continue;
-            }
-            if passed(now) {
-                verdict.timed_out = true;
-                return verdict;
-            }
-            if direct.is_none() {
-                let reach = inner.plan.reaches.get(req);
-                let variables = &subject.variables;
-                direct = Some(Scope::new(
-                    inner,
-                    subject,
-                    req,
-                    variables,
-                    reach,
-                    &mut shared,
-                ));
-                // The scope is the request's, not the first binding's.
-                now = Instant::now();
-            }
-            let scope = direct.as_ref().expect("set above");
-            now = inner.run_binding(bi, &mut run, scope, "", now, &mut verdict);
-        }
         let controller = &req.resource;
         let requested = req.request_resource.as_ref().unwrap_or(controller);
-        for template in &subject.templates {
-            let pod_req = &template.request;
-            let mut pod_scope: Option<Scope> = None;
-            for bi in inner.plan.validating.index.candidates(pod_req) {
+        // The request itself, then the pod of each of its templates.
+        let templates =
+            (subject.templates.iter()).map(|t| (&t.request, &t.variables, t.prefix.as_str(), true));
+        let evaluated = std::iter::once((req, &subject.variables, "", false)).chain(templates);
+        for (evaluated, variables, prefix, is_template) in evaluated {
+            let mut scope: Option<Scope> = None;
+            for bi in inner.plan.validating.index.candidates(evaluated) {
                 let (binding, pi) = &inner.bindings[bi];
                 let policy = &inner.policies[*pi];
                 // A policy that names the workload's kind has judged the
-                // workload itself above (or chose not to): running it on
-                // its templates too would judge the same pods twice.
-                let names_controller = [controller, requested].iter().any(|r| {
-                    policy
-                        .match_constraints
-                        .names_resource(&r.group, &r.resource)
-                });
-                if !policy.pod_templates
-                    || names_controller
-                    || !applies(policy, binding, pod_req, ns_labels)
+                // workload itself (or chose not to): running it on its
+                // templates too would judge the same pods twice.
+                let names_controller = || {
+                    [controller, requested]
+                        .iter()
+                        .any(|r| (policy.match_constraints).names_resource(&r.group, &r.resource))
+                };
+                if (is_template && (!policy.pod_templates || names_controller()))
+                    || !applies(policy, binding, evaluated, ns_labels)
                 {
                     continue;
                 }
@@ -453,21 +427,21 @@ impl PolicySet {
                     verdict.timed_out = true;
                     return verdict;
                 }
-                if pod_scope.is_none() {
-                    let reach = inner.plan.reaches.get(pod_req);
-                    let variables = &template.variables;
-                    pod_scope = Some(Scope::new(
+                if scope.is_none() {
+                    let reach = inner.plan.reaches.get(evaluated);
+                    scope = Some(Scope::new(
                         inner,
                         subject,
-                        pod_req,
+                        evaluated,
                         variables,
                         reach,
                         &mut shared,
                     ));
+                    // The scope is the evaluated object's, not the first binding's.
                     now = Instant::now();
                 }
-                let scope = pod_scope.as_ref().expect("set above");
-                now = inner.run_binding(bi, &mut run, scope, &template.prefix, now, &mut verdict);
+                let scope = scope.as_ref().expect("set above");
+                now = inner.run_binding(bi, &mut run, scope, prefix, now, &mut verdict);
             }
         }
         annotations::add_excepted(&mut verdict);

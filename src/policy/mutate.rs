@@ -1,15 +1,15 @@
 //! MutatingAdmissionPolicies on one request: each matching binding, in the
 //! order of its policy's name, turns the object as the previous ones left
 //! it into the next, by JSON patch or by server-side-apply merge.
-use super::eval::{applies, match_conditions, Scope, Shared, Variables};
-use super::model::{FailurePolicy, PatchType, Policy};
+use super::eval::{applies, match_conditions, with_params, Scope, Shared, Variables};
+use super::model::{FailurePolicy, PatchType};
 use super::{EvaluationResult, Inner, PolicyEvaluation, PolicySet};
 use crate::cel;
 use crate::k8s::apply::{self, Schema};
 use crate::k8s::json::Pointer as _;
 use crate::review::Request;
 use crate::subject::Subject;
-use kube_cel::cel::{Context, Value};
+use kube_cel::cel::Value;
 use serde_json::Value as Json;
 use std::time::Instant;
 
@@ -148,20 +148,23 @@ impl Inner {
     ) -> Result<Option<json_patch::Patch>, String> {
         let (policy, plan) = (&self.mutating[pi], &self.plan.mutating.policies[pi]);
         let mut matched = false;
+        let scope = |current: &Request, shared: &mut Shared| {
+            Scope::new(
+                self,
+                subject,
+                current,
+                &subject.variables,
+                &plan.reach,
+                shared,
+            )
+        };
         for param in params {
             let mut shared = Shared::default();
             // Conditions are judged on the object as this binding found it.
             {
-                let scope = Scope::new(
-                    self,
-                    subject,
-                    current,
-                    &subject.variables,
-                    &plan.reach,
-                    &mut shared,
-                );
+                let scope = scope(current, &mut shared);
                 let ctx = with_params(policy, &scope.ctx, &param);
-                let mut vars = Variables::new(policy, plan);
+                let mut vars = Variables::new(policy, plan, None, None);
                 if !match_conditions(policy, &mut vars, ctx.as_ref().unwrap_or(&scope.ctx))? {
                     continue;
                 }
@@ -169,25 +172,17 @@ impl Inner {
             matched = true;
             // Each mutation sees what the previous one made.
             for (i, m) in policy.mutations.iter().enumerate() {
-                let scope = Scope::new(
-                    self,
-                    subject,
-                    current,
-                    &subject.variables,
-                    &plan.reach,
-                    &mut shared,
-                );
+                let scope = scope(current, &mut shared);
                 let inner_ctx = with_params(policy, &scope.ctx, &param);
                 let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
-                let mut vars = Variables::new(policy, plan);
-                let field = format!("mutations[{i}]");
-                let value = vars
-                    .eval(ctx, &m.expr)
-                    .map_err(|e| format!("{field}: {e}"))?;
-                let object = current.object.as_ref().unwrap_or(&Json::Null);
-                let next = apply_mutation(m.patch_type, object, &value)
-                    .map_err(|e| format!("{field}: {e}"))?;
-                check_object(before, &next).map_err(|e| format!("{field}: {e}"))?;
+                let mut vars = Variables::new(policy, plan, None, None);
+                let next = (vars.eval(ctx, &m.expr).map_err(|e| e.to_string()))
+                    .and_then(|value| {
+                        let object = current.object.as_ref().unwrap_or(&Json::Null);
+                        apply_mutation(m.patch_type, object, &value)
+                    })
+                    .and_then(|next| check_object(before, &next).map(|()| next))
+                    .map_err(|e| format!("mutations[{i}]: {e}"))?;
                 current.object = Some(next);
             }
         }
@@ -197,15 +192,6 @@ impl Inner {
         let after = current.object.as_ref().unwrap_or(&Json::Null);
         Ok(Some(json_patch::diff(before, after)))
     }
-}
-
-/// A scope with `params` when some expression of the policy reads them.
-fn with_params<'a>(policy: &Policy, ctx: &'a Context<'a>, params: &Value) -> Option<Context<'a>> {
-    policy.uses_params.then(|| {
-        let mut inner = ctx.new_inner_scope();
-        inner.add_variable_from_value("params", params.clone());
-        inner
-    })
 }
 
 /// Applies one mutation's result to `object`.

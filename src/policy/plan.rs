@@ -452,25 +452,17 @@ spec:
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
 metadata: {name: p-in-ns}
-spec:
-  policyName: p
-  paramRef: {name: small, namespace: limits, parameterNotFoundAction: Deny}
-  validationActions: [Deny]
+spec: {policyName: p, validationActions: [Deny], paramRef: {name: small, namespace: limits, parameterNotFoundAction: Deny}}
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
 metadata: {name: p-per-request}
-spec:
-  policyName: p
-  paramRef: {name: small, parameterNotFoundAction: Deny}
-  validationActions: [Deny]
+spec: {policyName: p, validationActions: [Deny], paramRef: {name: small, parameterNotFoundAction: Deny}}
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
 metadata: {name: q}
-spec:
-  policyName: q
-  validationActions: [Deny]
+spec: {policyName: q, validationActions: [Deny]}
 ---
 apiVersion: example.com/v1
 kind: Limits

@@ -53,6 +53,15 @@ pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
     let mut exceptions = Vec::new();
     for doc in docs {
         let (api, kind) = doc.type_meta();
+        // The engine's own kinds, each of one apiVersion.
+        let own = [
+            (template_sources::KIND, template_sources::API_VERSION),
+            (exceptions::KIND, exceptions::API_VERSION),
+        ];
+        if let Some((_, own_api)) = own.iter().find(|(k, a)| *k == kind && *a != api) {
+            errors.push(LoadError::unknown_api_version(doc, &[own_api]));
+            continue;
+        }
         if kind == template_sources::KIND {
             read_template_source(doc, &mut template_sources, &mut errors);
             continue;
@@ -144,14 +153,6 @@ fn read_exception(
     out: &mut Vec<Arc<Exception>>,
     errors: &mut Vec<LoadError>,
 ) {
-    let (api, _) = doc.type_meta();
-    if api != exceptions::API_VERSION {
-        errors.push(LoadError::unknown_api_version(
-            doc,
-            &[exceptions::API_VERSION],
-        ));
-        return;
-    }
     match exceptions::read_here(&doc.value, env) {
         Ok(exception) => {
             if out
@@ -182,14 +183,6 @@ fn read_template_source(
     out: &mut Vec<TemplateSource>,
     errors: &mut Vec<LoadError>,
 ) {
-    let (api, _) = doc.type_meta();
-    if api != template_sources::API_VERSION {
-        errors.push(LoadError::unknown_api_version(
-            doc,
-            &[template_sources::API_VERSION],
-        ));
-        return;
-    }
     match template_sources::read(&doc.value) {
         Ok(sources) => {
             for (i, source) in sources.into_iter().enumerate() {
