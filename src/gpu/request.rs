@@ -294,41 +294,30 @@ fn parse_quantity(raw: &str, shift: i64, round_up: bool) -> Result<u64, Quantity
 
 /// Decimal exponent and binary exponent of a quantity suffix.
 fn parse_suffix(suffix: &str) -> Option<(i64, u32)> {
-    let fixed = match suffix {
-        "" => (0, 0),
-        "Ki" => (0, 10),
-        "Mi" => (0, 20),
-        "Gi" => (0, 30),
-        "Ti" => (0, 40),
-        "Pi" => (0, 50),
-        "Ei" => (0, 60),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        _ => {
-            let exp = suffix
-                .strip_prefix('e')
-                .or_else(|| suffix.strip_prefix('E'))?;
-            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            // Saturate huge exponents: they end as "too large" or "fraction".
-            let n = exp.parse::<i64>().unwrap_or(if exp.starts_with('-') {
-                i64::MIN / 2
-            } else {
-                i64::MAX / 2
-            });
-            return Some((n.clamp(i64::MIN / 2, i64::MAX / 2), 0));
-        }
-    };
-    Some(fixed)
+    const BINARY: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    const DECIMAL: [&str; 9] = ["n", "u", "m", "k", "M", "G", "T", "P", "E"];
+    if let Some(i) = BINARY.iter().position(|s| *s == suffix) {
+        return Some((0, 10 * i as u32));
+    }
+    if let Some(i) = DECIMAL.iter().position(|s| *s == suffix) {
+        // n, u, m are 10^-9, 10^-6, 10^-3; k, M, ... 10^3, 10^6, ...
+        let i = i as i64;
+        return Some((if i < 3 { 3 * i - 9 } else { 3 * i - 6 }, 0));
+    }
+    let exp = suffix
+        .strip_prefix('e')
+        .or_else(|| suffix.strip_prefix('E'))?;
+    let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Saturate huge exponents: they end as "too large" or "fraction".
+    let n = exp.parse::<i64>().unwrap_or(if exp.starts_with('-') {
+        i64::MIN / 2
+    } else {
+        i64::MAX / 2
+    });
+    Some((n.clamp(i64::MIN / 2, i64::MAX / 2), 0))
 }
 
 fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
