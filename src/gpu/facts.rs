@@ -638,11 +638,9 @@ mod tests {
             ],
             "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
         })));
-        assert_fields(
-            &g,
-            json!({"requested": true, "total": 2,
-            "resources": {"nvidia.com/gpu": 2}, "tolerates": true}),
-        );
+        let want = json!({"requested": true, "total": 2,
+            "resources": {"nvidia.com/gpu": 2}, "tolerates": true});
+        assert_fields(&g, want);
         let cs = g["containers"].as_array().unwrap();
         assert_eq!(cs.len(), 3);
         assert_eq!(cs[0]["type"], "initContainer");
@@ -652,21 +650,17 @@ mod tests {
         );
         assert_eq!(cs[2]["total"], 0);
         // No selector: every SKU, the largest has 8 GPUs.
-        assert_fields(
-            &g,
-            json!({"skusConstrained": false, "maxSkuGpus": 8,
-            "selectsGpuNodes": false}),
-        );
+        let want = json!({"skusConstrained": false, "maxSkuGpus": 8,
+            "selectsGpuNodes": false});
+        assert_fields(&g, want);
         assert!(g.get("pool").is_none());
     }
 
     #[test]
     fn cpu_pod_has_every_key_with_empty_values() {
         let g = gpu(pod(json!({"containers": [{"name": "web"}]})));
-        assert_fields(
-            &g,
-            json!({"requested": false, "total": 0, "tolerates": false}),
-        );
+        let want = json!({"requested": false, "total": 0, "tolerates": false});
+        assert_fields(&g, want);
         let other = gpu(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {}}));
         let keys = "requested total resources containers ephemeralContainers tolerates \
             toleratesAll sharedByScheduler selectsGpuNodes skus skusConstrained maxSkuGpus claims";
@@ -706,11 +700,9 @@ mod tests {
             "nodeSelector": {"karpenter.azure.com/sku-gpu-name": "T4"},
             "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]
         })));
-        assert_fields(
-            &g,
-            json!({"skusConstrained": true, "selectsGpuNodes": true,
-            "maxSkuGpus": 4, "total": 8}),
-        );
+        let want = json!({"skusConstrained": true, "selectsGpuNodes": true,
+            "maxSkuGpus": 4, "total": 8});
+        assert_fields(&g, want);
         assert_eq!(g["skus"].as_array().unwrap().len(), 4);
     }
 
@@ -721,16 +713,12 @@ mod tests {
             "containers": [{"name": "train", "resources": {
                 "limits": {"nvidia.com/gpu": "1", "cpu": "32", "memory": "500Gi"}}}]
         })));
-        assert_fields(
-            &g["fit"],
-            json!({"cpu": 32_000, "memory": 500_i64 << 30, "fits": false,
-            "cpuPerGpu": 32_000, "maxCpuPerGpu": 4_000}),
-        );
-        assert_fields(
-            &g["fit"]["largest"],
-            json!({"name": "Standard_NC4as_T4_v3", "vcpus": 4,
-            "memoryGiB": 28.0, "cpu": 3860, "reservedCpu": 140}),
-        );
+        let want = json!({"cpu": 32_000, "memory": 500_i64 << 30, "fits": false,
+            "cpuPerGpu": 32_000, "maxCpuPerGpu": 4_000});
+        assert_fields(&g["fit"], want);
+        let want = json!({"name": "Standard_NC4as_T4_v3", "vcpus": 4,
+            "memoryGiB": 28.0, "cpu": 3860, "reservedCpu": 140});
+        assert_fields(&g["fit"]["largest"], want);
         // Any catalog size: the pod fits; a CPU pod or another object has
         // nothing to fit.
         let loose = gpu(pod(json!({"containers": [{"name": "c", "resources": {
@@ -833,10 +821,8 @@ mod tests {
             json!({"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
             "resource": {"instanceType": "Standard_NC24ads_A100_v4"}}),
         );
-        assert_fields(
-            &g["pool"],
-            json!({"skus": ["Standard_NC24ads_A100_v4"], "gpuCapable": true}),
-        );
+        let want = json!({"skus": ["Standard_NC24ads_A100_v4"], "gpuCapable": true});
+        assert_fields(&g["pool"], want);
         assert_eq!(g["requested"], false);
     }
 
@@ -884,11 +870,9 @@ mod tests {
             ],
         );
         // A shared claim counts once for the pod.
-        assert_fields(
-            &g,
-            json!({"requested": true, "total": 2,
-            "resources": {"gpu.nvidia.com": 2}, "tolerates": true}),
-        );
+        let want = json!({"requested": true, "total": 2,
+            "resources": {"gpu.nvidia.com": 2}, "tolerates": true});
+        assert_fields(&g, want);
         let cs = g["containers"].as_array().unwrap();
         assert_eq!(cs[0]["gpus"], json!({"gpu.nvidia.com": 2}));
         assert_eq!(cs[1]["total"], 2);
@@ -914,10 +898,8 @@ mod tests {
             &[("nic", "rdma.example.com", json!({"count": 1}))],
         );
         assert_fields(&g, json!({"requested": false, "total": 0}));
-        assert_fields(
-            &g["claims"][1],
-            json!({"found": false, "kind": "ResourceClaim"}),
-        );
+        let want = json!({"found": false, "kind": "ResourceClaim"});
+        assert_fields(&g["claims"][1], want);
         // Without a lookup the claims are listed, not found.
         let g = gpu(pod(json!({
             "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}],
@@ -954,15 +936,11 @@ mod tests {
             "gpu.nvidia.com",
             json!({"count": 16}),
         ));
-        assert_fields(
-            &g,
-            json!({"requested": true, "total": 16,
-            "resources": {"gpu.nvidia.com": 16}}),
-        );
-        assert_fields(
-            &g["claims"][0],
-            json!({"kind": "ResourceClaimTemplate", "name": "big"}),
-        );
+        let want = json!({"requested": true, "total": 16,
+            "resources": {"gpu.nvidia.com": 16}});
+        assert_fields(&g, want);
+        let want = json!({"kind": "ResourceClaimTemplate", "name": "big"});
+        assert_fields(&g["claims"][0], want);
         let claim = gpu(
             json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": "shared"},

@@ -279,15 +279,13 @@ mod tests {
         pod_gpu_request(&spec, &GpuResources::default())
     }
 
-    /// Whether `count` of `resource` fits one node of `size`, per case.
+    /// Whether `count` of `nvidia.com/<slice>` fits one node of `size`, per
+    /// case.
     #[track_caller]
     fn assert_fits(cases: &[(&str, &str, &str, bool)]) {
-        for &(resource, count, size, fits) in cases {
-            assert_eq!(
-                facts(resource, count, &[size]).fits,
-                fits,
-                "{count} {resource} on {size}"
-            );
+        for &(slice, count, size, fits) in cases {
+            let f = facts(&format!("nvidia.com/{slice}"), count, &[size]);
+            assert_eq!(f.fits, fits, "{count} {slice} on {size}");
         }
     }
 
@@ -318,24 +316,9 @@ mod tests {
         );
         // Seven fit; two A100s hold fourteen.
         assert_fits(&[
-            (
-                "nvidia.com/mig-1g.10gb",
-                "7",
-                "Standard_NC24ads_A100_v4",
-                true,
-            ),
-            (
-                "nvidia.com/mig-1g.10gb",
-                "14",
-                "Standard_NC48ads_A100_v4",
-                true,
-            ),
-            (
-                "nvidia.com/mig-3g.40gb",
-                "3",
-                "Standard_NC24ads_A100_v4",
-                false,
-            ),
+            ("mig-1g.10gb", "7", "NC24ads_A100_v4", true),
+            ("mig-1g.10gb", "14", "NC48ads_A100_v4", true),
+            ("mig-3g.40gb", "3", "NC24ads_A100_v4", false),
         ]);
     }
 
@@ -348,24 +331,9 @@ mod tests {
         assert_eq!(f.sizes_that_fit, ["Standard_ND96asr_v4"]);
         // H100 NVL has its own profiles.
         assert_fits(&[
-            (
-                "nvidia.com/mig-2g.24gb",
-                "3",
-                "Standard_NC40ads_H100_v5",
-                true,
-            ),
-            (
-                "nvidia.com/mig-1g.10gb",
-                "1",
-                "Standard_NC40ads_H100_v5",
-                false,
-            ),
-            (
-                "nvidia.com/mig-1g.18gb",
-                "56",
-                "Standard_ND96isr_H200_v5",
-                true,
-            ),
+            ("mig-2g.24gb", "3", "NC40ads_H100_v5", true),
+            ("mig-1g.10gb", "1", "NC40ads_H100_v5", false),
+            ("mig-1g.18gb", "56", "ND96isr_H200_v5", true),
         ]);
     }
 
@@ -405,18 +373,8 @@ mod tests {
     #[test]
     fn shared_slices_need_the_profile_but_not_the_count() {
         assert_fits(&[
-            (
-                "nvidia.com/mig-1g.10gb.shared",
-                "9",
-                "Standard_NC24ads_A100_v4",
-                true,
-            ),
-            (
-                "nvidia.com/mig-1g.5gb.shared",
-                "1",
-                "Standard_NC24ads_A100_v4",
-                false,
-            ),
+            ("mig-1g.10gb.shared", "9", "NC24ads_A100_v4", true),
+            ("mig-1g.5gb.shared", "1", "NC24ads_A100_v4", false),
         ]);
     }
 
