@@ -711,10 +711,8 @@ fn shipped_profiles_load() {
     assert_eq!(nvidia.name, "aks-nvidia");
     assert_eq!(nvidia.tolerations[0].to_json(), sku_gpu());
     assert_eq!(nvidia.required.len(), 2);
-    assert_eq!(
-        nvidia.node_pool_taint.as_ref().unwrap().to_string(),
-        "sku=gpu:NoSchedule"
-    );
+    let taint = nvidia.node_pool_taint.as_ref().unwrap();
+    assert_eq!(taint.to_string(), "sku=gpu:NoSchedule");
     let amd = profile(AMD);
     assert!(amd.resources.matches("amd.com/gpu"));
     assert!(!amd.resources.matches("nvidia.com/gpu"));
@@ -749,8 +747,9 @@ fn plan_finds_the_namespace_when_the_request_has_none() {
     let set = ProfileSet::new(vec![only_ml]).unwrap();
     let mut req = Request::for_object(gpu_pod(json!({})), Operation::Create, None);
     req.namespace = None;
+    let from_metadata = plan(&set, &req).profile;
     assert_eq!(
-        plan(&set, &req).profile.as_deref(),
+        from_metadata.as_deref(),
         Some("only-ml"),
         "from metadata.namespace"
     );
@@ -811,6 +810,14 @@ fn tier_narrowing_looked_up_is_tier_narrowing_worked_out() {
             .collect();
         json!({"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]})
     };
+    // A pod asking for one nvidia.com/gpu, with `selection` in its spec.
+    let selecting = |selection: Value| {
+        let mut spec = limits(&["nvidia.com/gpu"]);
+        spec.as_object_mut()
+            .unwrap()
+            .extend(selection.as_object().unwrap().clone());
+        spec
+    };
     let pods = [
         limits(&["nvidia.com/gpu"]),
         limits(&["nvidia.com/mig-1g.10gb"]),
@@ -818,23 +825,14 @@ fn tier_narrowing_looked_up_is_tier_narrowing_worked_out() {
         limits(&["nvidia.com/gpu", "amd.com/gpu"]),
         limits(&["microsoft.com/directx"]),
         // Own selections: computed per pod, not looked up.
-        {
-            let mut spec = limits(&["nvidia.com/gpu"]);
-            spec["nodeSelector"] =
-                json!({"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"});
-            spec
-        },
-        {
-            let mut spec = limits(&["nvidia.com/gpu"]);
-            spec["nodeSelector"] = json!({"topology.kubernetes.io/zone": "eastus-1"});
-            spec
-        },
-        {
-            let mut spec = limits(&["nvidia.com/gpu"]);
-            spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                {"nodeSelectorTerms": []}}});
-            spec
-        },
+        selecting(
+            json!({"nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"}}),
+        ),
+        selecting(json!({"nodeSelector": {"topology.kubernetes.io/zone": "eastus-1"}})),
+        selecting(
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": []}}}}),
+        ),
     ];
     let namespaces = [
         vec![],
