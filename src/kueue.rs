@@ -10,7 +10,7 @@
 //! the selection it writes is the flavor's, and flavors are judged
 //! themselves (`gpu-kueue-flavor`, `gpu-sku-lifecycle`) and audited
 //! against the tiers of the namespaces their ClusterQueues serve.
-use crate::k8s::json::Pointer as _;
+use crate::k8s::json::{items, Pointer as _};
 use crate::k8s::labels::LabelSelectorDoc;
 use crate::k8s::{workloads, LabelSelector};
 use crate::review::{Operation, Request};
@@ -172,14 +172,11 @@ impl ClusterQueue {
             .and_then(|s| serde_json::from_value::<LabelSelectorDoc>(s.clone()).ok())
             .and_then(|s| s.validate("spec.namespaceSelector").ok());
         let mut flavors: Vec<String> = Vec::new();
-        let groups = object.at("/spec/resourceGroups").and_then(Value::as_array);
-        for group in groups.into_iter().flatten() {
-            let named = group.get("flavors").and_then(Value::as_array);
-            for flavor in named.into_iter().flatten() {
-                if let Some(name) = flavor.get("name").and_then(Value::as_str) {
-                    if !flavors.iter().any(|f| f == name) {
-                        flavors.push(name.to_string());
-                    }
+        let groups = items(object.at("/spec/resourceGroups"));
+        for flavor in groups.flat_map(|g| items(g.get("flavors"))) {
+            if let Some(name) = flavor.get("name").and_then(Value::as_str) {
+                if !flavors.iter().any(|f| f == name) {
+                    flavors.push(name.to_string());
                 }
             }
         }
@@ -257,6 +254,11 @@ mod tests {
         job
     }
 
+    /// Whether the default controller's `req` is Kueue's admission.
+    fn by_default_controller(req: &Request) -> bool {
+        admission_update_by(req, JOB_TEMPLATE, &[DEFAULT_CONTROLLER.into()])
+    }
+
     fn update(old: &Value, new: &Value, user: &str) -> Request {
         let mut req = build_request(new.clone(), Some(old.clone()), Operation::Update, None);
         req.user_info = json!({"username": user, "groups": ["system:serviceaccounts"]});
@@ -268,35 +270,19 @@ mod tests {
         let job = queued_job(1, "nvcr.io/nvidia/pytorch:24.05-py3");
         let unsuspended = admitted(&job, "Standard_NC24ads_A100_v4");
         let req = update(&job, &unsuspended, DEFAULT_CONTROLLER);
-        assert!(admission_update_by(
-            &req,
-            JOB_TEMPLATE,
-            &[DEFAULT_CONTROLLER.into()]
-        ));
+        assert!(by_default_controller(&req));
         // Suspended again (preemption): the selection taken back out.
         let back = update(&unsuspended, &job, DEFAULT_CONTROLLER);
-        assert!(admission_update_by(
-            &back,
-            JOB_TEMPLATE,
-            &[DEFAULT_CONTROLLER.into()]
-        ));
+        assert!(by_default_controller(&back));
     }
 
     #[test]
     fn the_same_change_by_anyone_else_is_not() {
         let job = queued_job(1, "nvcr.io/nvidia/pytorch:24.05-py3");
-        let req = update(&job, &admitted(&job, "Standard_NC24ads_A100_v4"), ALICE);
-        assert!(!admission_update_by(
-            &req,
-            JOB_TEMPLATE,
-            &[DEFAULT_CONTROLLER.into()]
-        ));
+        let admitted = admitted(&job, "Standard_NC24ads_A100_v4");
+        assert!(!by_default_controller(&update(&job, &admitted, ALICE)));
         // A controller set elsewhere: the default one is then not trusted.
-        let req = update(
-            &job,
-            &admitted(&job, "Standard_NC24ads_A100_v4"),
-            DEFAULT_CONTROLLER,
-        );
+        let req = update(&job, &admitted, DEFAULT_CONTROLLER);
         let other = ["system:serviceaccount:queues:kueue-controller-manager".to_string()];
         assert!(!admission_update_by(&req, JOB_TEMPLATE, &other));
     }
@@ -372,20 +358,20 @@ mod tests {
         };
         assert!(cq.serves(&labels("team-a")));
         assert!(!cq.serves(&labels("team-b")));
-        let all = ClusterQueue::from_object(&json!({"apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue", "metadata": {"name": "all"}, "spec": {"namespaceSelector": {}}}))
-        .unwrap();
-        assert!(all.serves(&labels("anything")));
-        let none = ClusterQueue::from_object(&json!({"apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "ClusterQueue", "metadata": {"name": "none"}, "spec": {}}))
-        .unwrap();
-        assert!(!none.serves(&labels("team-a")));
+        let all = json!({"apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue", "metadata": {"name": "all"}, "spec": {"namespaceSelector": {}}});
+        assert!(ClusterQueue::from_object(&all)
+            .unwrap()
+            .serves(&labels("anything")));
+        let none = json!({"apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue", "metadata": {"name": "none"}, "spec": {}});
+        assert!(!ClusterQueue::from_object(&none)
+            .unwrap()
+            .serves(&labels("team-a")));
         let lq = json!({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
             "metadata": {"name": "gpu-queue", "namespace": "team-a"}, "spec": {"clusterQueue": "team-a-gpu"}});
         assert_eq!(local_queue(&lq), Some(("team-a", "team-a-gpu")));
-        assert_eq!(
-            local_queue(&json!({"apiVersion": "v1", "kind": "LocalQueue"})),
-            None
-        );
+        let core = json!({"apiVersion": "v1", "kind": "LocalQueue"});
+        assert_eq!(local_queue(&core), None);
     }
 }

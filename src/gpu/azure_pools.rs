@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::capacity::{CapacityRequest, PoolKind};
-use crate::k8s::json::{int_of, items as list, Pointer as _};
+use crate::k8s::json::{int_of, items as list, str_at, Pointer as _};
 use crate::k8s::Taint;
 
 /// Reads an ASO agent pool spec (`ManagedClustersAgentPool.spec`, or one
@@ -176,32 +176,17 @@ fn pool_sources(kind: PoolKind, object: &Value) -> Vec<PoolSource<'_>> {
         PoolKind::ManagedCluster => cluster_profiles(object, "spec", &mut out),
         PoolKind::AsoMachinePool | PoolKind::AsoControlPlane => {
             for (i, resource) in list(object.at("/spec/resources")).enumerate() {
-                let group = resource
-                    .get("apiVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .split('/')
-                    .next()
-                    .unwrap_or_default();
-                if group != "containerservice.azure.com" {
+                let api_version = str_at(resource, "/apiVersion");
+                if api_version.split('/').next() != Some("containerservice.azure.com") {
                     continue;
                 }
-                let meta_name = resource
-                    .at("/metadata/name")
-                    .and_then(Value::as_str)
-                    .filter(|n| !n.is_empty());
-                let path = match meta_name {
-                    Some(n) => format!("spec.resources[{n}]"),
-                    None => format!("spec.resources[{i}]"),
-                };
-                match resource.get("kind").and_then(Value::as_str) {
-                    Some("ManagedClustersAgentPool") => {
+                let (meta_name, path) = entry(resource, "/metadata/name", "spec.resources", i);
+                match str_at(resource, "/kind") {
+                    "ManagedClustersAgentPool" => {
                         let Some(spec) = resource.get("spec").filter(|s| s.is_object()) else {
                             continue;
                         };
-                        let name = spec
-                            .get("azureName")
-                            .and_then(Value::as_str)
+                        let name = Some(str_at(spec, "/azureName"))
                             .filter(|n| !n.is_empty())
                             .or(meta_name)
                             .unwrap_or_default();
@@ -213,7 +198,7 @@ fn pool_sources(kind: PoolKind, object: &Value) -> Vec<PoolSource<'_>> {
                             cluster_version: None,
                         });
                     }
-                    Some("ManagedCluster") => {
+                    "ManagedCluster" => {
                         cluster_profiles(resource, &format!("{path}.spec"), &mut out)
                     }
                     _ => {}
@@ -223,6 +208,17 @@ fn pool_sources(kind: PoolKind, object: &Value) -> Vec<PoolSource<'_>> {
         _ => {}
     }
     out
+}
+
+/// The entry `i` of the list at `list`: its name (a non-empty string at
+/// `name`) and its path, `list[name]`, or `list[i]` when it has none.
+fn entry<'a>(item: &'a Value, name: &str, list: &str, i: usize) -> (Option<&'a str>, String) {
+    let name = Some(str_at(item, name)).filter(|n| !n.is_empty());
+    let path = match name {
+        Some(n) => format!("{list}[{n}]"),
+        None => format!("{list}[{i}]"),
+    };
+    (name, path)
 }
 
 /// The `spec.agentPoolProfiles[]` of a ManagedCluster, written at
@@ -235,14 +231,12 @@ fn cluster_profiles<'a>(cluster: &'a Value, spec_path: &str, out: &mut Vec<PoolS
         if !profile.is_object() {
             continue;
         }
-        let name = profile
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty());
-        let path = match name {
-            Some(n) => format!("{spec_path}.agentPoolProfiles[{n}]"),
-            None => format!("{spec_path}.agentPoolProfiles[{i}]"),
-        };
+        let (name, path) = entry(
+            profile,
+            "/name",
+            &format!("{spec_path}.agentPoolProfiles"),
+            i,
+        );
         out.push(PoolSource {
             name: name.unwrap_or_default().to_string(),
             field: path.clone(),

@@ -150,6 +150,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const GPU: &str = "gpu.nvidia.com";
+
     fn devices(spec: Value, all: u64) -> Vec<RequestDevices> {
         request_devices(&spec, &GpuResources::default(), all)
     }
@@ -165,18 +167,15 @@ mod tests {
             ]}}),
             8,
         );
-        let got: Vec<(&str, &str, u64)> = r
-            .iter()
-            .map(|d| (d.name.as_str(), d.device_class.as_str(), d.count))
+        let got: Vec<String> = (r.iter())
+            .map(|d| format!("{} {} {}", d.name, d.device_class, d.count))
             .collect();
-        assert_eq!(
-            got,
-            [
-                ("gpus", "gpu.nvidia.com", 2),
-                ("one", "gpu.nvidia.com", 1),
-                ("slice", "mig.nvidia.com", 3)
-            ]
-        );
+        let want = [
+            "gpus gpu.nvidia.com 2",
+            "one gpu.nvidia.com 1",
+            "slice mig.nvidia.com 3",
+        ];
+        assert_eq!(got, want);
     }
 
     #[test]
@@ -200,10 +199,7 @@ mod tests {
             0,
         );
         assert_eq!(r.len(), 1);
-        assert_eq!(
-            (r[0].device_class.as_str(), r[0].count),
-            ("gpu.nvidia.com", 2)
-        );
+        assert_eq!((r[0].device_class.as_str(), r[0].count), (GPU, 2));
     }
 
     #[test]
@@ -235,11 +231,8 @@ mod tests {
         let c = ClaimGpuRequest::of_pod_claim(&claim, &GpuResources::default(), 0);
         assert!(c.found);
         assert_eq!(c.total(), 3);
-        assert_eq!(c.devices(), BTreeMap::from([("gpu.nvidia.com".into(), 3)]));
-        assert_eq!(
-            c.devices_of(Some("b")),
-            BTreeMap::from([("gpu.nvidia.com".into(), 1)])
-        );
+        assert_eq!(c.devices(), BTreeMap::from([(GPU.into(), 3)]));
+        assert_eq!(c.devices_of(Some("b")), BTreeMap::from([(GPU.into(), 1)]));
         let missing = PodClaim {
             spec: None,
             ..claim

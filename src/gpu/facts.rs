@@ -447,13 +447,6 @@ fn pod_facts(
     });
     let fit = FitFacts::of(PodResources::of(spec), &skus, request.total());
     GpuFacts {
-        requested: request.requested(),
-        total: int(request.total()),
-        resources: request
-            .effective
-            .iter()
-            .map(|(k, v)| (k.clone(), int(*v)))
-            .collect(),
         containers: own_containers,
         ephemeral_containers: ephemeral_container_requests(spec, resources)
             .iter()
@@ -467,8 +460,6 @@ fn pod_facts(
         node_name: super::reach::node_name(spec)
             .unwrap_or_default()
             .to_string(),
-        reachable_gpu_nodes: Vec::new(),
-        nodes_known: false,
         skus_constrained,
         skus: if skus_constrained {
             catalog.list_of(&skus)
@@ -478,12 +469,22 @@ fn pod_facts(
         max_sku_gpus: i64::from(max_sku_gpus),
         fit,
         mig,
-        claims: request.claims.iter().map(claim_facts).collect(),
         access,
-        pool: None,
-        placement: PlacementFacts::default(),
-        workload: WorkloadFacts::default(),
+        ..counted(request)
+    }
+}
+
+/// The facts of what `request` counts, every other key empty.
+fn counted(request: PodGpuRequest) -> GpuFacts {
+    GpuFacts {
+        requested: request.requested(),
+        total: int(request.total()),
+        resources: (request.effective.iter())
+            .map(|(k, v)| (k.clone(), int(*v)))
+            .collect(),
+        claims: request.claims.iter().map(claim_facts).collect(),
         request,
+        ..GpuFacts::default()
     }
 }
 
@@ -507,16 +508,7 @@ fn claim_object_facts(object: &Value, resources: &GpuResources) -> Option<GpuFac
     };
     let mut request = PodGpuRequest::default();
     request.add_claims(vec![claim]);
-    Some(GpuFacts {
-        requested: request.requested(),
-        total: int(request.total()),
-        resources: (request.effective.iter())
-            .map(|(k, v)| (k.clone(), int(*v)))
-            .collect(),
-        claims: request.claims.iter().map(claim_facts).collect(),
-        request,
-        ..GpuFacts::default()
-    })
+    Some(counted(request))
 }
 
 fn claim_facts(c: &ClaimGpuRequest) -> ClaimFacts {
@@ -603,13 +595,14 @@ fn quantity_problem(name: &str, q: &GpuQuantity) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::assert_fields;
     use serde_json::json;
 
     fn gpu(object: Value) -> Value {
         facts(&object, &Catalog::embedded(), &GpuResources::default())
     }
 
-    fn pod(spec: Value) -> Value {
+    pub(super) fn pod(spec: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
     }
 
@@ -619,9 +612,8 @@ mod tests {
             {"name": "a", "resources": {"limits": {"nvidia.com/mig-1g.10gb.shared": "3"}}},
             {"name": "b", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "2"}}}
         ]}});
-        let g = facts(&pod, &Catalog::embedded(), &GpuResources::default());
-        assert_eq!(g["requested"], true);
-        assert_eq!(g["total"], 5);
+        let g = gpu(pod);
+        assert_fields(&g, json!({"requested": true, "total": 5}));
         assert_eq!(g["resources"]["nvidia.com/mig-1g.10gb.shared"], 3);
         assert_eq!(
             g["containers"][0]["gpus"]["nvidia.com/mig-1g.10gb.shared"],
@@ -630,9 +622,10 @@ mod tests {
         // MIG, shared or not, lands only on sizes whose GPUs support it.
         let skus = g["skus"].as_array().unwrap();
         assert!(!skus.is_empty());
+        let catalog = Catalog::embedded();
         assert!(skus
             .iter()
-            .all(|s| Catalog::embedded().get(s.as_str().unwrap()).unwrap().mig));
+            .all(|s| catalog.get(s.as_str().unwrap()).unwrap().mig));
     }
 
     #[test]
@@ -645,10 +638,9 @@ mod tests {
             ],
             "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
         })));
-        assert_eq!(g["requested"], true);
-        assert_eq!(g["total"], 2);
-        assert_eq!(g["resources"], json!({"nvidia.com/gpu": 2}));
-        assert_eq!(g["tolerates"], true);
+        let want = json!({"requested": true, "total": 2,
+            "resources": {"nvidia.com/gpu": 2}, "tolerates": true});
+        assert_fields(&g, want);
         let cs = g["containers"].as_array().unwrap();
         assert_eq!(cs.len(), 3);
         assert_eq!(cs[0]["type"], "initContainer");
@@ -658,34 +650,21 @@ mod tests {
         );
         assert_eq!(cs[2]["total"], 0);
         // No selector: every SKU, the largest has 8 GPUs.
-        assert_eq!(g["skusConstrained"], false);
-        assert_eq!(g["maxSkuGpus"], 8);
-        assert_eq!(g["selectsGpuNodes"], false);
+        let want = json!({"skusConstrained": false, "maxSkuGpus": 8,
+            "selectsGpuNodes": false});
+        assert_fields(&g, want);
         assert!(g.get("pool").is_none());
     }
 
     #[test]
     fn cpu_pod_has_every_key_with_empty_values() {
         let g = gpu(pod(json!({"containers": [{"name": "web"}]})));
-        assert_eq!(g["requested"], false);
-        assert_eq!(g["total"], 0);
-        assert_eq!(g["tolerates"], false);
+        let want = json!({"requested": false, "total": 0, "tolerates": false});
+        assert_fields(&g, want);
         let other = gpu(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {}}));
-        for key in [
-            "requested",
-            "total",
-            "resources",
-            "containers",
-            "ephemeralContainers",
-            "tolerates",
-            "toleratesAll",
-            "sharedByScheduler",
-            "selectsGpuNodes",
-            "skus",
-            "skusConstrained",
-            "maxSkuGpus",
-            "claims",
-        ] {
+        let keys = "requested total resources containers ephemeralContainers tolerates \
+            toleratesAll sharedByScheduler selectsGpuNodes skus skusConstrained maxSkuGpus claims";
+        for key in keys.split_whitespace() {
             assert!(other.get(key).is_some(), "{key}");
         }
     }
@@ -721,11 +700,10 @@ mod tests {
             "nodeSelector": {"karpenter.azure.com/sku-gpu-name": "T4"},
             "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]
         })));
-        assert_eq!(g["skusConstrained"], true);
-        assert_eq!(g["selectsGpuNodes"], true);
-        assert_eq!(g["maxSkuGpus"], 4);
+        let want = json!({"skusConstrained": true, "selectsGpuNodes": true,
+            "maxSkuGpus": 4, "total": 8});
+        assert_fields(&g, want);
         assert_eq!(g["skus"].as_array().unwrap().len(), 4);
-        assert_eq!(g["total"], 8);
     }
 
     #[test]
@@ -735,30 +713,19 @@ mod tests {
             "containers": [{"name": "train", "resources": {
                 "limits": {"nvidia.com/gpu": "1", "cpu": "32", "memory": "500Gi"}}}]
         })));
-        let fit = &g["fit"];
-        assert_eq!(fit["cpu"], 32_000);
-        assert_eq!(fit["memory"], 500_i64 << 30);
-        assert_eq!(fit["fits"], false);
-        assert_eq!(fit["cpuPerGpu"], 32_000);
-        assert_eq!(fit["maxCpuPerGpu"], 4_000);
-        let largest = &fit["largest"];
-        assert_eq!(largest["name"], "Standard_NC4as_T4_v3");
-        assert_eq!(
-            (largest["vcpus"].clone(), largest["memoryGiB"].clone()),
-            (json!(4), json!(28.0))
-        );
-        assert_eq!(
-            (largest["cpu"].clone(), largest["reservedCpu"].clone()),
-            (json!(3860), json!(140))
-        );
+        let want = json!({"cpu": 32_000, "memory": 500_i64 << 30, "fits": false,
+            "cpuPerGpu": 32_000, "maxCpuPerGpu": 4_000});
+        assert_fields(&g["fit"], want);
+        let want = json!({"name": "Standard_NC4as_T4_v3", "vcpus": 4,
+            "memoryGiB": 28.0, "cpu": 3860, "reservedCpu": 140});
+        assert_fields(&g["fit"]["largest"], want);
         // Any catalog size: the pod fits; a CPU pod or another object has
         // nothing to fit.
         let loose = gpu(pod(json!({"containers": [{"name": "c", "resources": {
             "limits": {"nvidia.com/gpu": "1", "cpu": "32", "memory": "500Gi"}}}]})));
         assert_eq!(loose["fit"]["fits"], true);
         let other = gpu(json!({"apiVersion": "v1", "kind": "ConfigMap"}));
-        assert_eq!(other["fit"]["fits"], true);
-        assert_eq!(other["fit"]["largest"], Value::Null);
+        assert_fields(&other["fit"], json!({"fits": true, "largest": null}));
     }
 
     #[test]
@@ -769,25 +736,18 @@ mod tests {
             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "500m"}}},
             {"name": "d", "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}
         ]})));
-        let problems: Vec<Value> = g["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["problems"].clone())
+        let problems: Vec<&Value> = (g["containers"].as_array().unwrap().iter())
+            .map(|c| &c["problems"])
             .collect();
         assert_eq!(
-            problems[0],
-            json!(["nvidia.com/gpu is in requests (1) but not in limits"])
+            problems,
+            [
+                &json!(["nvidia.com/gpu is in requests (1) but not in limits"]),
+                &json!(["nvidia.com/gpu request 2 differs from limit 1"]),
+                &json!(["nvidia.com/gpu \"500m\" is not a whole number of devices"]),
+                &json!([])
+            ]
         );
-        assert_eq!(
-            problems[1],
-            json!(["nvidia.com/gpu request 2 differs from limit 1"])
-        );
-        assert_eq!(
-            problems[2],
-            json!(["nvidia.com/gpu \"500m\" is not a whole number of devices"])
-        );
-        assert_eq!(problems[3], json!([]));
         assert_eq!(g["requested"], true);
     }
 
@@ -804,15 +764,14 @@ mod tests {
             let g = gpu(json!({"apiVersion": api, "kind": kind, "spec": {"template": tpl}}));
             assert_eq!(g["total"], 1, "{kind}");
         }
-        let cron = gpu(json!({"apiVersion": "batch/v1", "kind": "CronJob",
-            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": tpl}}}}));
-        assert_eq!(cron["total"], 1);
-        let rc = gpu(
+        for other in [
+            json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": tpl}}}}),
             json!({"apiVersion": "v1", "kind": "ReplicationController", "spec": {"template": tpl}}),
-        );
-        assert_eq!(rc["total"], 1);
-        let pt = gpu(json!({"apiVersion": "v1", "kind": "PodTemplate", "template": tpl}));
-        assert_eq!(pt["total"], 1);
+            json!({"apiVersion": "v1", "kind": "PodTemplate", "template": tpl}),
+        ] {
+            assert_eq!(gpu(other.clone())["total"], 1, "{other}");
+        }
         // A Service has no pod template.
         let svc = gpu(json!({"apiVersion": "v1", "kind": "Service", "spec": {"template": tpl}}));
         assert_eq!(svc["total"], 0);
@@ -829,34 +788,30 @@ mod tests {
                 "metadata": {"name": "p", "annotations": annotations}, "spec": spec})
         };
         let g = gpu(kai(json!({"gpu-fraction": "0.5"}), json!("kai-scheduler")));
-        assert_eq!(g["sharedByScheduler"], true);
-        assert_eq!(g["requested"], false);
-        let g = gpu(kai(json!({"gpu-memory": "2000"}), json!("kai-scheduler")));
-        assert_eq!(g["sharedByScheduler"], true);
+        assert_fields(&g, json!({"sharedByScheduler": true, "requested": false}));
         // The default scheduler ignores the annotation: the pod gets no GPU.
-        let g = gpu(kai(json!({"gpu-fraction": "0.5"}), json!(null)));
-        assert_eq!(g["sharedByScheduler"], false);
-        let g = gpu(kai(
-            json!({"gpu-fraction": "0.5"}),
-            json!("default-scheduler"),
-        ));
-        assert_eq!(g["sharedByScheduler"], false);
-        let g = gpu(kai(json!({"gpu-fraction": ""}), json!("kai-scheduler")));
-        assert_eq!(g["sharedByScheduler"], false);
-        let g = gpu(kai(json!({"other": "1"}), json!("kai-scheduler")));
-        assert_eq!(g["sharedByScheduler"], false);
+        for (annotations, scheduler, shared) in [
+            (json!({"gpu-memory": "2000"}), json!("kai-scheduler"), true),
+            (json!({"gpu-fraction": "0.5"}), json!(null), false),
+            (
+                json!({"gpu-fraction": "0.5"}),
+                json!("default-scheduler"),
+                false,
+            ),
+            (json!({"gpu-fraction": ""}), json!("kai-scheduler"), false),
+            (json!({"other": "1"}), json!("kai-scheduler"), false),
+        ] {
+            let g = gpu(kai(annotations.clone(), scheduler));
+            assert_eq!(g["sharedByScheduler"], shared, "{annotations}");
+        }
         // Pod templates carry the annotation on the template.
-        let d = gpu(
-            json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {
-            "metadata": {"annotations": {"gpu-fraction": "0.25"}},
-            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c"}]}}}}),
-        );
+        let template = json!({"metadata": {"annotations": {"gpu-fraction": "0.25"}},
+            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c"}]}});
+        let d = gpu(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "spec": {"template": template}}));
         assert_eq!(d["sharedByScheduler"], true);
-        let c = gpu(
-            json!({"apiVersion": "batch/v1", "kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {
-            "metadata": {"annotations": {"gpu-fraction": "0.25"}},
-            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c"}]}}}}}}),
-        );
+        let c = gpu(json!({"apiVersion": "batch/v1", "kind": "CronJob",
+            "spec": {"jobTemplate": {"spec": {"template": template}}}}));
         assert_eq!(c["sharedByScheduler"], true);
     }
 
@@ -866,8 +821,8 @@ mod tests {
             json!({"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
             "resource": {"instanceType": "Standard_NC24ads_A100_v4"}}),
         );
-        assert_eq!(g["pool"]["skus"], json!(["Standard_NC24ads_A100_v4"]));
-        assert_eq!(g["pool"]["gpuCapable"], true);
+        let want = json!({"skus": ["Standard_NC24ads_A100_v4"], "gpuCapable": true});
+        assert_fields(&g["pool"], want);
         assert_eq!(g["requested"], false);
     }
 
@@ -879,28 +834,23 @@ mod tests {
             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}})
     }
 
-    fn with_claims(object: Value, lookup: &crate::k8s::StaticClaims) -> Value {
-        let claims = pod_claims(pod_spec(&object).unwrap(), "ml", lookup);
-        let facts = GpuFacts::with_claims(
-            &object,
-            &claims,
-            &Catalog::embedded(),
-            &GpuResources::default(),
-        );
-        serde_json::to_value(facts).unwrap()
+    /// The facts of `object` with the claims made from `templates`
+    /// (name, device class, `exactly`) in namespace `ml`.
+    fn with_claims(object: Value, templates: &[(&str, &str, Value)]) -> Value {
+        let mut lookup = crate::k8s::StaticClaims::new();
+        for (name, class, exactly) in templates {
+            lookup.insert(&claim_template(name, class, exactly.clone()), "ml");
+        }
+        let claims = pod_claims(pod_spec(&object).unwrap(), "ml", &lookup);
+        let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
+        serde_json::to_value(GpuFacts::with_claims(
+            &object, &claims, &catalog, &resources,
+        ))
+        .unwrap()
     }
 
     #[test]
     fn dra_claims_of_gpu_classes_count_their_devices() {
-        let mut lookup = crate::k8s::StaticClaims::new();
-        lookup.insert(
-            &claim_template("two-gpus", "gpu.nvidia.com", json!({"count": 2})),
-            "ml",
-        );
-        lookup.insert(
-            &claim_template("nic", "rdma.example.com", json!({"count": 1})),
-            "ml",
-        );
         let g = with_claims(
             pod(json!({
                 "resourceClaims": [
@@ -914,13 +864,15 @@ mod tests {
                 ],
                 "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
             })),
-            &lookup,
+            &[
+                ("two-gpus", "gpu.nvidia.com", json!({"count": 2})),
+                ("nic", "rdma.example.com", json!({"count": 1})),
+            ],
         );
-        assert_eq!(g["requested"], true);
         // A shared claim counts once for the pod.
-        assert_eq!(g["total"], 2);
-        assert_eq!(g["resources"], json!({"gpu.nvidia.com": 2}));
-        assert_eq!(g["tolerates"], true);
+        let want = json!({"requested": true, "total": 2,
+            "resources": {"gpu.nvidia.com": 2}, "tolerates": true});
+        assert_fields(&g, want);
         let cs = g["containers"].as_array().unwrap();
         assert_eq!(cs[0]["gpus"], json!({"gpu.nvidia.com": 2}));
         assert_eq!(cs[1]["total"], 2);
@@ -930,17 +882,11 @@ mod tests {
             json!({"name": "gpus", "kind": "ResourceClaimTemplate", "source": "two-gpus",
                 "found": true, "devices": {"gpu.nvidia.com": 2}, "total": 2, "allocatesAll": false})
         );
-        assert_eq!(g["claims"][1]["total"], 0);
-        assert_eq!(g["claims"][1]["found"], true);
+        assert_fields(&g["claims"][1], json!({"total": 0, "found": true}));
     }
 
     #[test]
     fn claims_of_other_classes_or_not_found_ask_for_no_gpu() {
-        let mut lookup = crate::k8s::StaticClaims::new();
-        lookup.insert(
-            &claim_template("nic", "rdma.example.com", json!({"count": 1})),
-            "ml",
-        );
         let g = with_claims(
             pod(json!({
                 "resourceClaims": [
@@ -949,45 +895,38 @@ mod tests {
                 ],
                 "containers": [{"name": "web", "resources": {"claims": [{"name": "net"}]}}]
             })),
-            &lookup,
+            &[("nic", "rdma.example.com", json!({"count": 1}))],
         );
-        assert_eq!(g["requested"], false);
-        assert_eq!(g["total"], 0);
-        assert_eq!(g["claims"][1]["found"], false);
-        assert_eq!(g["claims"][1]["kind"], "ResourceClaim");
+        assert_fields(&g, json!({"requested": false, "total": 0}));
+        let want = json!({"found": false, "kind": "ResourceClaim"});
+        assert_fields(&g["claims"][1], want);
         // Without a lookup the claims are listed, not found.
         let g = gpu(pod(json!({
             "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}],
             "containers": [{"name": "c"}]
         })));
+        assert_fields(&g, json!({"requested": false}));
         assert_eq!(g["claims"][0]["found"], false);
-        assert_eq!(g["requested"], false);
     }
 
     #[test]
     fn allocation_mode_all_counts_the_gpus_of_the_selected_sku() {
-        let mut lookup = crate::k8s::StaticClaims::new();
-        lookup.insert(
-            &claim_template("node", "gpu.nvidia.com", json!({"allocationMode": "All"})),
-            "ml",
-        );
-        let spec = |selector: Value| {
-            pod(json!({
+        let judged = |selector: Value| {
+            let pod = pod(json!({
                 "nodeSelector": selector,
                 "resourceClaims": [{"name": "all", "resourceClaimTemplateName": "node"}],
                 "containers": [{"name": "c", "resources": {"claims": [{"name": "all"}]}}]
-            }))
+            }));
+            with_claims(
+                pod,
+                &[("node", "gpu.nvidia.com", json!({"allocationMode": "All"}))],
+            )
         };
-        let g = with_claims(
-            spec(json!({"node.kubernetes.io/instance-type": "Standard_NC96ads_A100_v4"})),
-            &lookup,
-        );
+        let g = judged(json!({"node.kubernetes.io/instance-type": "Standard_NC96ads_A100_v4"}));
         assert_eq!(g["total"], 4);
         assert_eq!(g["claims"][0]["allocatesAll"], true);
         // No SKU known: at least one device.
-        let g = with_claims(spec(json!({})), &lookup);
-        assert_eq!(g["total"], 1);
-        assert_eq!(g["requested"], true);
+        assert_fields(&judged(json!({})), json!({"total": 1, "requested": true}));
     }
 
     #[test]
@@ -997,11 +936,11 @@ mod tests {
             "gpu.nvidia.com",
             json!({"count": 16}),
         ));
-        assert_eq!(g["requested"], true);
-        assert_eq!(g["total"], 16);
-        assert_eq!(g["resources"], json!({"gpu.nvidia.com": 16}));
-        assert_eq!(g["claims"][0]["kind"], "ResourceClaimTemplate");
-        assert_eq!(g["claims"][0]["name"], "big");
+        let want = json!({"requested": true, "total": 16,
+            "resources": {"gpu.nvidia.com": 16}});
+        assert_fields(&g, want);
+        let want = json!({"kind": "ResourceClaimTemplate", "name": "big"});
+        assert_fields(&g["claims"][0], want);
         let claim = gpu(
             json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": "shared"},
@@ -1022,8 +961,7 @@ mod tests {
             json!({"kind": "Pod", "spec": "x"}),
             json!({"kind": "Pod", "spec": {"containers": "x", "nodeSelector": [1], "tolerations": {}}}),
         ] {
-            let g = gpu(obj);
-            assert_eq!(g["requested"], false);
+            assert_eq!(gpu(obj)["requested"], false);
         }
     }
 
@@ -1033,8 +971,7 @@ mod tests {
             "tolerations": [{"operator": "Exists"}],
             "containers": [{"name": "node-exporter", "image": "quay.io/prometheus/node-exporter:v1.8.2"}]
         })));
-        assert_eq!(g["toleratesAll"], true);
-        assert_eq!(g["tolerates"], false);
+        assert_fields(&g, json!({"toleratesAll": true, "tolerates": false}));
     }
 }
 
@@ -1045,15 +982,11 @@ mod unlisted_tests {
     use serde_json::json;
 
     fn judged(spec: Value) -> GpuFacts {
-        let pod =
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec});
+        let pod = tests::pod(spec);
         let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
         let snapshot = NodeSnapshot::unlisted();
-        GpuFacts::of(&pod, &catalog, &resources).with_nodes(
-            &pod,
-            &snapshot.gpu_nodes(&resources, &catalog),
-            &catalog,
-        )
+        let nodes = snapshot.gpu_nodes(&resources, &catalog);
+        GpuFacts::of(&pod, &catalog, &resources).with_nodes(&pod, &nodes, &catalog)
     }
 
     #[test]

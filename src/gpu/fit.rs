@@ -270,6 +270,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const A100: &str = "Standard_NC24ads_A100_v4";
+
+    fn pod(cpu_millis: u64, memory_bytes: u64) -> PodResources {
+        PodResources {
+            cpu_millis,
+            memory_bytes,
+        }
+    }
+
     fn asks(spec: Value) -> PodResources {
         PodResources::of(&spec)
     }
@@ -292,15 +301,13 @@ mod tests {
         // beats the running pod (3.5); memory: the running pod (13Gi).
         assert_eq!(r.cpu_millis, 6500 + 250);
         assert_eq!(r.memory_bytes, (13 << 30) + (120 << 20));
-        assert_eq!(
-            asks(json!({"containers": [{"name": "c"}]})),
-            PodResources::default()
-        );
         // Unreadable amounts count nothing.
-        let odd = asks(
+        for spec in [
+            json!({"containers": [{"name": "c"}]}),
             json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots", "memory": true}}}]}),
-        );
-        assert_eq!(odd, PodResources::default());
+        ] {
+            assert_eq!(asks(spec.clone()), PodResources::default(), "{spec}");
+        }
     }
 
     #[test]
@@ -309,10 +316,8 @@ mod tests {
         let t4 = Allocatable::of(c.get("Standard_NC4as_T4_v3").unwrap());
         assert_eq!((t4.cpu_millis, t4.reserved_cpu_millis), (3860, 140));
         assert_eq!(t4.reserved_memory_bytes, Some(250_000_000 + (100 << 20)));
-        assert_eq!(
-            t4.memory_bytes,
-            Some((28 << 30) - 250_000_000 - (100 << 20))
-        );
+        let allocatable = (28 << 30) - 250_000_000 - (100 << 20);
+        assert_eq!(t4.memory_bytes, Some(allocatable));
         // 24 cores: the 16-core figure; 96 cores: the 64-core one.
         let a100 = Allocatable::of(c.get("Standard_NC24ads_A100_v4").unwrap());
         assert_eq!(a100.reserved_cpu_millis, 260);
@@ -321,17 +326,12 @@ mod tests {
         // A quarter of the memory when that is less.
         let mut tiny = c.get("Standard_NC4as_T4_v3").unwrap().clone();
         tiny.memory_gib = Some(0.5);
-        assert_eq!(
-            Allocatable::of(&tiny).reserved_memory_bytes,
-            Some((128 << 20) + (100 << 20))
-        );
+        let reserved = Allocatable::of(&tiny).reserved_memory_bytes;
+        assert_eq!(reserved, Some((128 << 20) + (100 << 20)));
         tiny.memory_gib = None;
         let unknown = Allocatable::of(&tiny);
         assert_eq!(unknown.memory_bytes, None);
-        assert!(unknown.holds(PodResources {
-            cpu_millis: 1000,
-            memory_bytes: u64::MAX
-        }));
+        assert!(unknown.holds(pod(1000, u64::MAX)));
     }
 
     #[test]
@@ -340,36 +340,23 @@ mod tests {
         let sizes: Vec<&Sku> = [
             "Standard_NC24lds_xl_RTXPRO6000BSE_v6",
             "Standard_NC16as_T4_v3",
-            "Standard_NC24ads_A100_v4",
+            A100,
         ]
         .iter()
         .map(|n| c.get(n).unwrap())
         .collect();
         // 150 GiB: only the A100 size has the memory.
-        let big_memory = PodResources {
-            cpu_millis: 4000,
-            memory_bytes: 150 << 30,
-        };
+        let big_memory = pod(4000, 150 << 30);
         let f = FitFacts::of(big_memory, &sizes, 1);
         assert!(f.fits);
-        assert_eq!(f.largest.unwrap().name, "Standard_NC24ads_A100_v4");
+        assert_eq!(f.largest.unwrap().name, A100);
         assert_eq!(f.cpu_per_gpu, 4000);
         assert_eq!(f.max_cpu_per_gpu, 24_000);
         // 30 CPU fits none; the 24-vCPU size with more memory is nearest.
-        let f = FitFacts::of(
-            PodResources {
-                cpu_millis: 30_000,
-                memory_bytes: 0,
-            },
-            &sizes,
-            2,
-        );
+        let f = FitFacts::of(pod(30_000, 0), &sizes, 2);
         assert!(!f.fits);
         let largest = f.largest.unwrap();
-        assert_eq!(
-            (largest.name.as_str(), largest.vcpus),
-            ("Standard_NC24ads_A100_v4", 24)
-        );
+        assert_eq!((largest.name.as_str(), largest.vcpus), (A100, 24));
         assert_eq!(f.cpu_per_gpu, 15_000);
         // No size known: nothing to judge.
         let none = FitFacts::of(big_memory, &[], 1);

@@ -341,61 +341,50 @@ mod tests {
         ] {
             assert!(!is_injection_key(key), "{key}");
         }
-        assert_eq!(
-            family("cdi-devices.nri.io/pod").unwrap().prefix,
-            "cdi-devices.nri.io"
-        );
-        assert_eq!(
-            family("devices.nri.io/pod").unwrap().prefix,
-            "devices.nri.io"
-        );
+        for prefix in ["cdi-devices.nri.io", "devices.nri.io"] {
+            assert_eq!(family(&format!("{prefix}/pod")).unwrap().prefix, prefix);
+        }
     }
 
     #[test]
     fn scopes_follow_each_plugin() {
         let scope = |k: &str| Scope::of(k, family(k).unwrap());
+        let container = |name: &str| Scope::Container(name.into());
         assert_eq!(
             scope("nvidia.cdi.k8s.io/container.probe"),
-            Scope::Container("probe".into())
+            container("probe")
         );
-        assert_eq!(scope("nvidia.cdi.k8s.io/container.*"), Scope::Pod);
-        assert_eq!(scope("nvidia.cdi.k8s.io/pod"), Scope::Pod);
-        assert_eq!(scope("nvidia.cdi.k8s.io"), Scope::Pod);
-        assert_eq!(scope("nvidia.cdi.k8s.io/anything"), Scope::Pod);
-        assert_eq!(
-            scope("cdi.k8s.io/container.probe"),
-            Scope::Pod,
-            "CRI: every container"
-        );
-        assert_eq!(
-            scope("devices.nri.io/container.c-0"),
-            Scope::Container("c-0".into())
-        );
+        for pod_wide in [
+            "nvidia.cdi.k8s.io/container.*",
+            "nvidia.cdi.k8s.io/pod",
+            "nvidia.cdi.k8s.io",
+            "nvidia.cdi.k8s.io/anything",
+            // CRI: every container.
+            "cdi.k8s.io/container.probe",
+        ] {
+            assert_eq!(scope(pod_wide), Scope::Pod, "{pod_wide}");
+        }
+        assert_eq!(scope("devices.nri.io/container.c-0"), container("c-0"));
     }
 
     #[test]
     fn cdi_names_resolve_to_gpus() {
         let gpu = |n: &str| gpu_of_cdi_name(n);
-        assert_eq!(gpu("nvidia.com/gpu=all").unwrap(), EVERY_GPU);
-        assert_eq!(gpu("management.nvidia.com/gpu=all").unwrap(), EVERY_GPU);
-        assert_eq!(gpu("nvidia.com/gpu=0").unwrap(), "GPU 0");
-        assert_eq!(gpu("nvidia.com/gpu=gpu1").unwrap(), "GPU 1");
-        assert_eq!(
-            gpu("nvidia.com/gpu=GPU-3f2a0c1e").unwrap(),
-            "GPU GPU-3f2a0c1e"
-        );
-        assert_eq!(gpu("nvidia.com/gpu=0:1").unwrap(), "MIG device 0:1");
-        assert_eq!(gpu("nvidia.com/gpu=mig0:1").unwrap(), "MIG device 0:1");
-        assert_eq!(
-            gpu("nvidia.com/gpu=MIG-5c1f").unwrap(),
-            "MIG device MIG-5c1f"
-        );
-        assert_eq!(gpu("nvidia.com/mig-1g.10gb=0").unwrap(), "MIG device 0");
-        assert_eq!(
-            gpu("k8s.gpu.nvidia.com/device=c1-gpu-0").unwrap(),
-            "GPU device c1-gpu-0"
-        );
-        assert_eq!(gpu("amd.com/gpu=all").unwrap(), EVERY_GPU);
+        for (name, named) in [
+            ("nvidia.com/gpu=all", EVERY_GPU),
+            ("management.nvidia.com/gpu=all", EVERY_GPU),
+            ("nvidia.com/gpu=0", "GPU 0"),
+            ("nvidia.com/gpu=gpu1", "GPU 1"),
+            ("nvidia.com/gpu=GPU-3f2a0c1e", "GPU GPU-3f2a0c1e"),
+            ("nvidia.com/gpu=0:1", "MIG device 0:1"),
+            ("nvidia.com/gpu=mig0:1", "MIG device 0:1"),
+            ("nvidia.com/gpu=MIG-5c1f", "MIG device MIG-5c1f"),
+            ("nvidia.com/mig-1g.10gb=0", "MIG device 0"),
+            ("k8s.gpu.nvidia.com/device=c1-gpu-0", "GPU device c1-gpu-0"),
+            ("amd.com/gpu=all", EVERY_GPU),
+        ] {
+            assert_eq!(gpu(name).unwrap(), named, "{name}");
+        }
         for not_gpu in [
             "vendor.com/nic=0",
             "nvidia.com/imex-channel=0",
@@ -409,9 +398,9 @@ mod tests {
 
     #[test]
     fn values_in_every_spelling_are_read() {
-        let a = one(
-            json!({"nvidia.cdi.k8s.io/container.probe": "vendor.com/nic=0, nvidia.com/gpu=all"}),
-        );
+        let probe =
+            json!({"nvidia.cdi.k8s.io/container.probe": "vendor.com/nic=0, nvidia.com/gpu=all"});
+        let a = one(probe);
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].0, Scope::Container("probe".into()));
         assert_eq!(a[0].1.devices, ["nvidia.com/gpu=all"]);
@@ -422,27 +411,22 @@ mod tests {
         assert_eq!(yaml[0].1.gpus, ["GPU 0", "GPU 1"]);
         let flow = one(json!({"cdi-devices.noderesource.dev": "[nvidia.com/gpu=GPU-1]"}));
         assert_eq!(flow[0].1.gpus, ["GPU GPU-1"]);
-        assert!(
-            one(json!({"cdi.k8s.io/nic": "vendor.com/nic=0", "other": "nvidia.com/gpu=all"}))
-                .is_empty()
-        );
+        let nic = json!({"cdi.k8s.io/nic": "vendor.com/nic=0", "other": "nvidia.com/gpu=all"});
+        assert!(one(nic).is_empty());
     }
 
     #[test]
     fn device_nodes_name_gpus_by_path_or_number() {
-        let a = one(
-            json!({"devices.nri.io/container.c": "- path: /dev/nvidia0\n  type: c\n  major: 195\n  minor: 0\n- path: /dev/nvidiactl\n  type: c\n  major: 195\n  minor: 255\n"}),
-        );
+        let nodes = json!({"devices.nri.io/container.c": "- path: /dev/nvidia0\n  type: c\n  major: 195\n  minor: 0\n- path: /dev/nvidiactl\n  type: c\n  major: 195\n  minor: 255\n"});
+        let a = one(nodes);
         assert_eq!(a[0].1.devices, ["/dev/nvidia0"]);
         assert_eq!(a[0].1.gpus, ["GPU 0"]);
-        let renamed = one(
-            json!({"devices.nri.io/pod": "- {path: /dev/accel, type: c, major: 195, minor: 3}"}),
-        );
-        assert_eq!(renamed[0].1.gpus, ["GPU 3"]);
-        assert!(one(
-            json!({"devices.nri.io/pod": "- path: /dev/null\n  type: c\n  major: 1\n  minor: 3\n"})
-        )
-        .is_empty());
+        let renamed =
+            json!({"devices.nri.io/pod": "- {path: /dev/accel, type: c, major: 195, minor: 3}"});
+        assert_eq!(one(renamed)[0].1.gpus, ["GPU 3"]);
+        let null =
+            json!({"devices.nri.io/pod": "- path: /dev/null\n  type: c\n  major: 1\n  minor: 3\n"});
+        assert!(one(null).is_empty());
         assert!(one(json!({"devices.nri.io/pod": "- path: /dev/nvidiactl\n  type: c\n  major: 195\n  minor: 255\n"})).is_empty());
         let broken =
             one(json!({"devices.noderesource.dev/pod": "path: /dev/nvidia1\n  bad: [yaml"}));

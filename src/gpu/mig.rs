@@ -261,24 +261,37 @@ mod tests {
     use crate::gpu::{pod_gpu_request, GpuResources};
     use serde_json::json;
 
-    fn facts(limits: serde_json::Value, sizes: &[&str]) -> MigFacts {
+    /// The MIG facts of a pod asking `count` of `resource`, on `sizes` (on
+    /// any size of the catalog when empty).
+    fn facts(resource: &str, count: &str, sizes: &[&str]) -> MigFacts {
         let c = Catalog::embedded_shared();
-        let spec = json!({"containers": [{"name": "c", "resources": {"limits": limits}}]});
-        let request = pod_gpu_request(&spec, &GpuResources::default());
         let skus: Vec<&Sku> = if sizes.is_empty() {
             c.skus().iter().collect()
         } else {
             sizes.iter().map(|s| c.get(s).unwrap()).collect()
         };
-        MigFacts::of(&request, &skus, !sizes.is_empty(), c)
+        MigFacts::of(&request(resource, count), &skus, !sizes.is_empty(), c)
+    }
+
+    fn request(resource: &str, count: &str) -> PodGpuRequest {
+        let limits = json!({resource: count});
+        let spec = json!({"containers": [{"name": "c", "resources": {"limits": limits}}]});
+        pod_gpu_request(&spec, &GpuResources::default())
+    }
+
+    /// Whether `count` of `nvidia.com/<slice>` fits one node of `size`, per
+    /// case.
+    #[track_caller]
+    fn assert_fits(cases: &[(&str, &str, &str, bool)]) {
+        for &(slice, count, size, fits) in cases {
+            let f = facts(&format!("nvidia.com/{slice}"), count, &[size]);
+            assert_eq!(f.fits, fits, "{count} {slice} on {size}");
+        }
     }
 
     #[test]
     fn eight_slices_of_seven_per_gpu_do_not_fit_one_a100() {
-        let f = facts(
-            json!({"nvidia.com/mig-1g.10gb": "8"}),
-            &["Standard_NC24ads_A100_v4"],
-        );
+        let f = facts("nvidia.com/mig-1g.10gb", "8", &["Standard_NC24ads_A100_v4"]);
         assert!(!f.fits);
         assert_eq!(f.asked, "8 nvidia.com/mig-1g.10gb");
         let size = f.size.unwrap();
@@ -302,67 +315,31 @@ mod tests {
             ]
         );
         // Seven fit; two A100s hold fourteen.
-        assert!(
-            facts(
-                json!({"nvidia.com/mig-1g.10gb": "7"}),
-                &["Standard_NC24ads_A100_v4"]
-            )
-            .fits
-        );
-        assert!(
-            facts(
-                json!({"nvidia.com/mig-1g.10gb": "14"}),
-                &["Standard_NC48ads_A100_v4"]
-            )
-            .fits
-        );
-        assert!(
-            !facts(
-                json!({"nvidia.com/mig-3g.40gb": "3"}),
-                &["Standard_NC24ads_A100_v4"]
-            )
-            .fits
-        );
+        assert_fits(&[
+            ("mig-1g.10gb", "7", "NC24ads_A100_v4", true),
+            ("mig-1g.10gb", "14", "NC48ads_A100_v4", true),
+            ("mig-3g.40gb", "3", "NC24ads_A100_v4", false),
+        ]);
     }
 
     #[test]
     fn a_profile_the_gpu_does_not_offer_never_fits() {
-        let f = facts(
-            json!({"nvidia.com/mig-1g.5gb": "1"}),
-            &["Standard_ND96isr_H100_v5"],
-        );
+        let f = facts("nvidia.com/mig-1g.5gb", "1", &["Standard_ND96isr_H100_v5"]);
         assert!(!f.fits);
         assert_eq!(f.problem, "does not offer MIG profile 1g.5gb");
         assert_eq!(f.size.as_ref().unwrap().gpu, "H100 80GB");
         assert_eq!(f.sizes_that_fit, ["Standard_ND96asr_v4"]);
         // H100 NVL has its own profiles.
-        let nvl = facts(
-            json!({"nvidia.com/mig-2g.24gb": "3"}),
-            &["Standard_NC40ads_H100_v5"],
-        );
-        assert!(nvl.fits);
-        assert!(
-            !facts(
-                json!({"nvidia.com/mig-1g.10gb": "1"}),
-                &["Standard_NC40ads_H100_v5"]
-            )
-            .fits
-        );
-        assert!(
-            facts(
-                json!({"nvidia.com/mig-1g.18gb": "56"}),
-                &["Standard_ND96isr_H200_v5"]
-            )
-            .fits
-        );
+        assert_fits(&[
+            ("mig-2g.24gb", "3", "NC40ads_H100_v5", true),
+            ("mig-1g.10gb", "1", "NC40ads_H100_v5", false),
+            ("mig-1g.18gb", "56", "ND96isr_H200_v5", true),
+        ]);
     }
 
     #[test]
     fn sizes_without_mig_offer_nothing() {
-        let f = facts(
-            json!({"nvidia.com/mig-1g.10gb": "1"}),
-            &["Standard_NC4as_T4_v3"],
-        );
+        let f = facts("nvidia.com/mig-1g.10gb", "1", &["Standard_NC4as_T4_v3"]);
         assert!(!f.fits);
         assert_eq!(
             f.problem,
@@ -377,16 +354,17 @@ mod tests {
     fn the_nearest_of_several_sizes_is_named() {
         // A T4 and one A100: the A100 comes nearer.
         let f = facts(
-            json!({"nvidia.com/mig-1g.10gb": "9"}),
+            "nvidia.com/mig-1g.10gb",
+            "9",
             &["Standard_NC4as_T4_v3", "Standard_NC24ads_A100_v4"],
         );
         assert!(!f.fits);
         assert_eq!(f.sizes, 2);
         assert_eq!(f.size.unwrap().name, "Standard_NC24ads_A100_v4");
         // Any size of the catalog: one holds it.
-        assert!(facts(json!({"nvidia.com/mig-1g.10gb": "8"}), &[]).fits);
+        assert!(facts("nvidia.com/mig-1g.10gb", "8", &[]).fits);
         // No size of the catalog holds 57 one-slice instances.
-        let f = facts(json!({"nvidia.com/mig-1g.10gb": "57"}), &[]);
+        let f = facts("nvidia.com/mig-1g.10gb", "57", &[]);
         assert!(!f.fits && !f.constrained);
         assert!(f.size.unwrap().gpus == 8);
         assert!(f.sizes_that_fit.is_empty());
@@ -394,29 +372,18 @@ mod tests {
 
     #[test]
     fn shared_slices_need_the_profile_but_not_the_count() {
-        let f = facts(
-            json!({"nvidia.com/mig-1g.10gb.shared": "9"}),
-            &["Standard_NC24ads_A100_v4"],
-        );
-        assert!(f.fits);
-        let f = facts(
-            json!({"nvidia.com/mig-1g.5gb.shared": "1"}),
-            &["Standard_NC24ads_A100_v4"],
-        );
-        assert!(!f.fits);
+        assert_fits(&[
+            ("mig-1g.10gb.shared", "9", "NC24ads_A100_v4", true),
+            ("mig-1g.5gb.shared", "1", "NC24ads_A100_v4", false),
+        ]);
     }
 
     #[test]
     fn no_slices_or_no_size_fits() {
-        let f = facts(
-            json!({"nvidia.com/gpu": "9"}),
-            &["Standard_NC24ads_A100_v4"],
-        );
+        let f = facts("nvidia.com/gpu", "9", &["Standard_NC24ads_A100_v4"]);
         assert_eq!(f, MigFacts::default());
         assert!(f.fits);
         let c = Catalog::embedded_shared();
-        let spec = json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "99"}}}]});
-        let request = pod_gpu_request(&spec, &GpuResources::default());
-        assert!(MigFacts::of(&request, &[], true, c).fits);
+        assert!(MigFacts::of(&request("nvidia.com/mig-1g.10gb", "99"), &[], true, c).fits);
     }
 }

@@ -29,3 +29,14 @@ pub use resources::{
 /// the catalog, what a placement profile allows) are shared by the facts
 /// of each request that shows them, not copied.
 pub type SkuList = std::sync::Arc<[String]>;
+
+/// Asserts that `actual` holds each key of the object `want` with its value
+/// (a key it lacks reads as `null`).
+#[cfg(test)]
+#[track_caller]
+pub(crate) fn assert_fields(actual: &serde_json::Value, want: serde_json::Value) {
+    let got: serde_json::Map<String, serde_json::Value> = (want.as_object().unwrap().keys())
+        .map(|k| (k.clone(), actual[k].clone()))
+        .collect();
+    assert_eq!(serde_json::Value::Object(got), want);
+}

@@ -41,17 +41,15 @@ impl CapacityRequest {
         }
         match kind {
             PoolKind::NodePool => {
-                let selection = NodeSelection::from_requirements(
-                    spec.at("/template/spec/requirements")
-                        .unwrap_or(&Value::Null),
+                let requirements = spec.at("/template/spec/requirements");
+                req.select(
+                    NodeSelection::from_requirements(requirements.unwrap_or(&Value::Null)),
+                    [
+                        "spec.template.spec.requirements",
+                        "spec.template.spec.taints",
+                    ],
+                    spec.at("/template/spec/taints"),
                 );
-                req.sizes_field = "spec.template.spec.requirements".into();
-                req.taints_field = "spec.template.spec.taints".into();
-                req.sizes = selection.named_sizes();
-                req.selection = Some(selection);
-                req.taints = list(spec.at("/template/spec/taints"))
-                    .filter_map(Taint::from_value)
-                    .collect();
                 req.gpu_limit = ["nvidia.com/gpu", "amd.com/gpu"]
                     .iter()
                     .filter_map(|r| spec.get("limits")?.get(*r).and_then(int_of))
@@ -72,21 +70,17 @@ impl CapacityRequest {
                     })
                     .collect();
             }
-            PoolKind::Workspace => {
-                req.sizes_field = "resource.instanceType".into();
-                req.sizes.extend(str_at("/resource/instanceType"));
-                req.count = int_at("/resource/count");
-            }
-            PoolKind::InferenceSet => {
-                req.sizes_field = "spec.template.resource.instanceType".into();
-                req.sizes
-                    .extend(str_at("/spec/template/resource/instanceType"));
-                req.count = int_at("/spec/replicas");
-            }
-            PoolKind::RagEngine => {
-                req.sizes_field = "spec.compute.instanceType".into();
-                req.sizes.extend(str_at("/spec/compute/instanceType"));
-                req.count = int_at("/spec/compute/count");
+            PoolKind::Workspace | PoolKind::InferenceSet | PoolKind::RagEngine => {
+                let (size, count) = match kind {
+                    PoolKind::Workspace => ("/resource/instanceType", "/resource/count"),
+                    PoolKind::InferenceSet => {
+                        ("/spec/template/resource/instanceType", "/spec/replicas")
+                    }
+                    _ => ("/spec/compute/instanceType", "/spec/compute/count"),
+                };
+                req.sizes_field = size[1..].replace('/', ".");
+                req.sizes.extend(str_at(size));
+                req.count = int_at(count);
             }
             PoolKind::ResourceFlavor => {
                 // Written into the pods as their nodeSelector: labels ANDed.
@@ -99,24 +93,20 @@ impl CapacityRequest {
                         .collect(),
                     terms: None,
                 };
-                req.sizes_field = "spec.nodeLabels".into();
-                req.taints_field = "spec.nodeTaints".into();
-                req.sizes = selection.named_sizes();
-                req.selection = Some(selection);
-                req.taints = list(spec.get("nodeTaints"))
-                    .filter_map(Taint::from_value)
-                    .collect();
+                req.select(
+                    selection,
+                    ["spec.nodeLabels", "spec.nodeTaints"],
+                    spec.get("nodeTaints"),
+                );
                 req.tolerates_gpu = spec.get("tolerations").is_some_and(tolerates_gpu_taint);
             }
             PoolKind::AgentPool => azure_pools::read_agent_pool(&mut req, spec, "spec", None),
             PoolKind::MachinePool => azure_pools::read_machine_pool(&mut req, spec),
             PoolKind::ManagedCluster | PoolKind::AsoMachinePool | PoolKind::AsoControlPlane => {
                 req.pools = azure_pools::inline_pools(kind, object);
-                for pool in &req.pools {
-                    for size in &pool.sizes {
-                        if !req.sizes.iter().any(|s| s.eq_ignore_ascii_case(size)) {
-                            req.sizes.push(size.clone());
-                        }
+                for size in req.pools.iter().flat_map(|p| &p.sizes) {
+                    if !req.sizes.iter().any(|s| s.eq_ignore_ascii_case(size)) {
+                        req.sizes.push(size.clone());
                     }
                 }
                 req.autoscaling = req.pools.iter().any(|p| p.autoscaling);
@@ -129,6 +119,15 @@ impl CapacityRequest {
         }
         req.sizes.retain(|s| !s.trim().is_empty());
         Some(req)
+    }
+
+    /// A pool that picks its nodes by `selection` and taints them with
+    /// `taints`, read from the fields named by `fields` (sizes, taints).
+    fn select(&mut self, selection: NodeSelection, fields: [&str; 2], taints: Option<&Value>) {
+        [self.sizes_field, self.taints_field] = fields.map(String::from);
+        self.sizes = selection.named_sizes();
+        self.selection = Some(selection);
+        self.taints = list(taints).filter_map(Taint::from_value).collect();
     }
 
     /// On an UPDATE from `old` (to `object`, the object this was read from):
@@ -153,11 +152,9 @@ impl CapacityRequest {
             Some(sel) => sel.skus(catalog).iter().map(|s| s.name.clone()).collect(),
             None => {
                 let mut out: Vec<String> = Vec::new();
-                for size in &self.sizes {
-                    if let Some(sku) = catalog.get(size) {
-                        if !out.contains(&sku.name) {
-                            out.push(sku.name.clone());
-                        }
+                for sku in self.sizes.iter().filter_map(|s| catalog.get(s)) {
+                    if !out.contains(&sku.name) {
+                        out.push(sku.name.clone());
                     }
                 }
                 out
@@ -283,11 +280,9 @@ impl CapacityRequest {
             // An object that holds pools is GPU-capable through them, and
             // tainted when each GPU-capable one is.
             own.skus = Vec::new();
-            for pool in &pools {
-                for sku in &pool.skus {
-                    if !own.skus.contains(sku) {
-                        own.skus.push(sku.clone());
-                    }
+            for sku in pools.iter().flat_map(|p| &p.skus) {
+                if !own.skus.contains(sku) {
+                    own.skus.push(sku.clone());
                 }
             }
             own.gpu_capable = !own.skus.is_empty();
@@ -345,6 +340,7 @@ pub struct PoolFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::assert_fields;
     use serde_json::json;
 
     fn pool(v: Value) -> Value {
@@ -372,20 +368,12 @@ mod tests {
                                "budgets": [{"nodes": "10%"}]}
             }
         }));
-        assert_eq!(p["gpuCapable"], true);
-        assert_eq!(p["gpuOnly"], true);
-        assert_eq!(p["tainted"], true);
-        assert_eq!(p["gpuLimit"], 16);
-        assert_eq!(p["consolidateAfter"], "30s");
-        assert_eq!(p["budgetNodes"], json!(["10%"]));
-        assert!(p["skus"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("Standard_NC24ads_A100_v4")));
-        assert!(!p["skus"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("Standard_ND96isr_MI300X_v5")));
+        let want = json!({"gpuCapable": true, "gpuOnly": true, "tainted": true,
+            "gpuLimit": 16, "consolidateAfter": "30s", "budgetNodes": ["10%"]});
+        assert_fields(&p, want);
+        let skus = p["skus"].as_array().unwrap();
+        assert!(skus.contains(&json!("Standard_NC24ads_A100_v4")));
+        assert!(!skus.contains(&json!("Standard_ND96isr_MI300X_v5")));
     }
 
     #[test]
@@ -396,18 +384,15 @@ mod tests {
                 {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}
             ], "startupTaints": [{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]}}}
         }));
-        assert_eq!(p["gpuCapable"], false);
-        assert_eq!(p["gpuOnly"], false);
-        assert_eq!(p["tainted"], false);
-        assert_eq!(p["sizes"], json!([]));
-        assert_eq!(p["gpuLimit"], Value::Null);
+        let want = json!({"gpuCapable": false, "gpuOnly": false, "tainted": false,
+            "sizes": [], "gpuLimit": null});
+        assert_fields(&p, want);
     }
 
     #[test]
     fn unconstrained_nodepool_is_gpu_capable_but_not_gpu_only() {
         let p = pool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": {}}));
-        assert_eq!(p["gpuCapable"], true);
-        assert_eq!(p["gpuOnly"], false);
+        assert_fields(&p, json!({"gpuCapable": true, "gpuOnly": false}));
     }
 
     #[test]
@@ -427,12 +412,10 @@ mod tests {
                 "disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "1", "reasons": ["Drifted"]}]}
             }
         }));
-        assert_eq!(p["skus"], json!(["Standard_NC24ads_A100_v4"]));
-        assert_eq!(p["sizes"], json!(["Standard_NC24ads_A100_v4"]));
-        assert_eq!(p["static"], true);
-        assert_eq!(p["kaitoManaged"], true);
-        assert_eq!(p["count"], 2);
-        assert_eq!(p["tainted"], true);
+        let want = json!({"skus": ["Standard_NC24ads_A100_v4"],
+            "sizes": ["Standard_NC24ads_A100_v4"], "static": true, "kaitoManaged": true,
+            "count": 2, "tainted": true});
+        assert_fields(&p, want);
     }
 
     #[test]
@@ -442,16 +425,14 @@ mod tests {
             "resource": {"instanceType": "Standard_NC12s_v3", "count": 2, "labelSelector": {"matchLabels": {"apps": "falcon"}}},
             "tuning": {"preset": {"name": "falcon-7b"}}
         }));
-        assert_eq!(p["skus"], json!(["Standard_NC12s_v3"]));
-        assert_eq!(p["count"], 2);
-        assert_eq!(p["tainted"], true);
+        let want = json!({"skus": ["Standard_NC12s_v3"], "count": 2, "tainted": true});
+        assert_fields(&p, want);
         // spec.resource is not where KAITO reads it.
         let q = pool(
             json!({"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
             "spec": {"resource": {"instanceType": "Standard_NC12s_v3"}}}),
         );
-        assert_eq!(q["sizes"], json!([]));
-        assert_eq!(q["gpuCapable"], false);
+        assert_fields(&q, json!({"sizes": [], "gpuCapable": false}));
     }
 
     #[test]
@@ -467,37 +448,31 @@ mod tests {
             "nodeTaints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
             "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
         }));
-        assert_eq!(t4["kind"], "ResourceFlavor");
-        assert_eq!(t4["sizes"], json!(["Standard_NC4as_T4_v3"]));
-        assert_eq!(t4["skus"], json!(["Standard_NC4as_T4_v3"]));
-        assert_eq!(t4["sizesField"], "spec.nodeLabels");
-        assert_eq!(t4["tainted"], true);
-        assert_eq!(t4["toleratesGpu"], true);
-        assert_eq!(t4["gpuOnly"], true);
+        let want = json!({"kind": "ResourceFlavor", "sizes": ["Standard_NC4as_T4_v3"],
+            "skus": ["Standard_NC4as_T4_v3"], "sizesField": "spec.nodeLabels", "tainted": true,
+            "toleratesGpu": true, "gpuOnly": true});
+        assert_fields(&t4, want);
         let cpu = flavor(
             json!({"nodeLabels": {"node.kubernetes.io/instance-type": "Standard_D8s_v5"},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
         );
-        assert_eq!(cpu["sizes"], json!(["Standard_D8s_v5"]));
-        assert_eq!(cpu["skus"], json!([]));
-        assert_eq!(cpu["toleratesGpu"], true);
-        assert_eq!(cpu["gpuOnly"], false);
+        let want = json!({"sizes": ["Standard_D8s_v5"], "skus": [],
+            "toleratesGpu": true, "gpuOnly": false});
+        assert_fields(&cpu, want);
         // Kueue's `default` flavor: any node, no GPU of its own.
         let default = flavor(json!({}));
-        assert_eq!(default["sizes"], json!([]));
-        assert_eq!(default["gpuOnly"], false);
-        assert_eq!(default["toleratesGpu"], false);
-        assert_eq!(default["tainted"], false);
+        let want = json!({"sizes": [], "gpuOnly": false, "toleratesGpu": false,
+            "tainted": false});
+        assert_fields(&default, want);
         let nvidia = flavor(json!({"nodeLabels": {"kubernetes.azure.com/accelerator": "nvidia"}}));
         assert_eq!(nvidia["gpuOnly"], true);
         assert!(!nvidia["skus"]
             .as_array()
             .unwrap()
             .contains(&json!("Standard_ND96isr_MI300X_v5")));
-        let request = CapacityRequest::from_object(&json!({"apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor", "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"}}}))
-        .unwrap();
-        assert_eq!(request.launchable_gpus(&Catalog::embedded()), Some(0));
+        let a100 = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+            "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"}}});
+        assert_eq!(launchable(a100), Some(0));
     }
 
     #[test]
@@ -506,8 +481,8 @@ mod tests {
             json!({"apiVersion": "kaito.sh/v1alpha1", "kind": "RAGEngine",
             "spec": {"compute": {"instanceType": "Standard_NC6s_v3", "labelSelector": {}}}}),
         );
-        assert_eq!(p["skus"], json!(["Standard_NC6s_v3"]));
-        assert_eq!(p["kind"], "RAGEngine");
+        let want = json!({"skus": ["Standard_NC6s_v3"], "kind": "RAGEngine"});
+        assert_fields(&p, want);
     }
 
     #[test]
@@ -524,23 +499,12 @@ mod tests {
                 }}
             }
         }));
-        assert_eq!(
-            p["sizes"],
-            json!([
-                "Standard_D4s_v5",
-                "Standard_NC4as_T4_v3",
-                "Standard_NC6s_v3"
-            ])
-        );
-        assert_eq!(
-            p["skus"],
-            json!(["Standard_NC4as_T4_v3", "Standard_NC6s_v3"])
-        );
-        assert_eq!(p["gpuOnly"], false);
-        assert_eq!(p["tainted"], true);
-        assert_eq!(p["taints"], json!(["sku=gpu:NoSchedule"]));
-        assert_eq!(p["orchestratorMinor"], 28);
-        assert_eq!(p["count"], 3);
+        let want = json!({
+            "sizes": ["Standard_D4s_v5", "Standard_NC4as_T4_v3", "Standard_NC6s_v3"],
+            "skus": ["Standard_NC4as_T4_v3", "Standard_NC6s_v3"], "gpuOnly": false,
+            "tainted": true, "taints": ["sku=gpu:NoSchedule"], "orchestratorMinor": 28, "count": 3
+        });
+        assert_fields(&p, want);
     }
 
     #[test]
@@ -554,12 +518,10 @@ mod tests {
                 "gpuProfile": {"driver": "None", "nvidia": {"managementMode": "Unmanaged"}}
             }
         }));
-        assert_eq!(p["osSku"], "AzureLinux");
-        assert_eq!(p["gpuDriver"], "None");
-        assert_eq!(p["gpuManagementMode"], "Unmanaged");
-        assert_eq!(p["gpuInstanceProfile"], "MIG1g");
-        assert_eq!(p["autoscaling"], true);
-        assert_eq!(p["minCount"], 0);
+        let want = json!({"osSku": "AzureLinux", "gpuDriver": "None",
+            "gpuManagementMode": "Unmanaged", "gpuInstanceProfile": "MIG1g", "autoscaling": true,
+            "minCount": 0});
+        assert_fields(&p, want);
         // VirtualMachines pools: autoscaling per size, the minimums add up.
         let vm = pool(json!({
             "apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool",
@@ -568,15 +530,13 @@ mod tests {
                 {"size": "Standard_NC8as_T4_v3", "minCount": 2, "maxCount": 3}
             ]}}}
         }));
-        assert_eq!(vm["autoscaling"], true);
-        assert_eq!(vm["minCount"], 3);
-        assert_eq!(vm["gpuDriver"], Value::Null);
+        let want = json!({"autoscaling": true, "minCount": 3, "gpuDriver": null});
+        assert_fields(&vm, want);
         let manual = pool(json!({
             "apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool",
             "spec": {"vmSize": "Standard_NC4as_T4_v3", "count": 2}
         }));
-        assert_eq!(manual["autoscaling"], false);
-        assert_eq!(manual["minCount"], Value::Null);
+        assert_fields(&manual, json!({"autoscaling": false, "minCount": null}));
     }
 
     #[test]
@@ -606,66 +566,28 @@ mod tests {
             "kind": "ManagedClustersAgentPool", "metadata": {"name": "gpu"},
             "spec": {"vmSize": "Standard_NC24ads_A100_v4", "nodeTaints": ["sku=gpu:NoSchedule"],
                      "count": 2, "osType": "Linux", "orchestratorVersion": "1.30.3"}});
-        let facts = CapacityRequest::from_object(&agent_pool)
-            .unwrap()
-            .to_json(&Catalog::embedded());
-        let keys: Vec<&str> = facts
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        let mut want = vec![
-            "kind",
-            "name",
-            "path",
-            "specField",
-            "sizesField",
-            "taintsField",
-            "changed",
-            "pools",
-            "gpuCapable",
-            "gpuOnly",
-            "skus",
-            "sizes",
-            "tainted",
-            "taints",
-            "toleratesGpu",
-            "gpuLimit",
-            "count",
-            "static",
-            "kaitoManaged",
-            "consolidationPolicy",
-            "consolidateAfter",
-            "budgetNodes",
-            "osType",
-            "orchestratorVersion",
-            "orchestratorMinor",
-            "osSku",
-            "gpuDriver",
-            "gpuManagementMode",
-            "gpuInstanceProfile",
-            "autoscaling",
-            "minCount",
-        ];
-        want.sort_unstable();
-        assert_eq!(keys, want);
-        assert_eq!(facts["kind"], "ManagedClustersAgentPool");
-        assert_eq!(facts["taints"], json!(["sku=gpu:NoSchedule"]));
-        assert_eq!(facts["skus"], json!(["Standard_NC24ads_A100_v4"]));
-        assert_eq!(facts["orchestratorMinor"], 30);
-        assert_eq!(facts["gpuLimit"], Value::Null);
-        assert_eq!(facts["static"], false);
-        assert_eq!(facts["name"], "gpu");
-        assert_eq!(facts["path"], "");
-        assert_eq!(facts["sizesField"], "spec.vmSize");
-        assert_eq!(facts["taintsField"], "spec.nodeTaints");
-        assert_eq!(facts["changed"], true);
+        let facts = pool(agent_pool);
+        let keys: Vec<&String> = facts.as_object().unwrap().keys().collect();
+        let mut keys_want: Vec<&str> =
+            "kind name path specField sizesField taintsField changed pools \
+            gpuCapable gpuOnly skus sizes tainted taints toleratesGpu gpuLimit count static \
+            kaitoManaged consolidationPolicy consolidateAfter budgetNodes osType \
+            orchestratorVersion orchestratorMinor osSku gpuDriver gpuManagementMode \
+            gpuInstanceProfile autoscaling minCount"
+                .split_whitespace()
+                .collect();
+        keys_want.sort_unstable();
+        assert_eq!(keys, keys_want);
+        let want = json!({"kind": "ManagedClustersAgentPool",
+            "taints": ["sku=gpu:NoSchedule"], "skus": ["Standard_NC24ads_A100_v4"],
+            "orchestratorMinor": 30, "gpuLimit": null, "static": false, "name": "gpu", "path": "",
+            "sizesField": "spec.vmSize", "taintsField": "spec.nodeTaints", "changed": true});
+        assert_fields(&facts, want);
         // An object that is one pool lists itself, with the same keys but
         // `pools`.
         let own = facts["pools"][0].as_object().unwrap();
         assert_eq!(facts["pools"].as_array().unwrap().len(), 1);
-        assert_eq!(own.len(), want.len() - 1);
+        assert_eq!(own.len(), keys_want.len() - 1);
         assert!(!own.contains_key("pools"));
         assert_eq!(own["skus"], facts["skus"]);
     }
@@ -699,35 +621,21 @@ mod tests {
             {"name": "gpu2", "vmSize": "Standard_NC6s_v3", "count": 1, "osType": "Windows"}
         ]));
         let p = pool(cluster.clone());
-        assert_eq!(p["kind"], "ManagedCluster");
-        assert_eq!(p["name"], "aks-prod");
-        assert_eq!(p["gpuCapable"], true);
-        assert_eq!(p["gpuOnly"], false);
         // gpu2 is untainted.
-        assert_eq!(p["tainted"], false);
-        assert_eq!(
-            p["skus"],
-            json!(["Standard_NC24ads_A100_v4", "Standard_NC6s_v3"])
-        );
+        let want = json!({"kind": "ManagedCluster", "name": "aks-prod", "gpuCapable": true,
+            "gpuOnly": false, "tainted": false,
+            "skus": ["Standard_NC24ads_A100_v4", "Standard_NC6s_v3"]});
+        assert_fields(&p, want);
         let pools = p["pools"].as_array().unwrap();
         assert_eq!(pools.len(), 3);
-        assert_eq!(pools[0]["name"], "system");
-        assert_eq!(pools[0]["gpuCapable"], false);
-        let gpu1 = &pools[1];
-        assert_eq!(gpu1["path"], "spec.agentPoolProfiles[gpu1]");
-        assert_eq!(gpu1["sizesField"], "spec.agentPoolProfiles[gpu1].vmSize");
-        assert_eq!(
-            gpu1["taintsField"],
-            "spec.agentPoolProfiles[gpu1].nodeTaints"
-        );
-        assert_eq!(gpu1["tainted"], true);
-        assert_eq!(gpu1["autoscaling"], true);
-        assert_eq!(gpu1["count"], 2);
-        assert_eq!(gpu1["minCount"], 0);
+        assert_fields(&pools[0], json!({"name": "system", "gpuCapable": false}));
         // A profile without orchestratorVersion runs the cluster's version.
-        assert_eq!(gpu1["orchestratorMinor"], 30);
-        assert_eq!(pools[2]["tainted"], false);
-        assert_eq!(pools[2]["osType"], "Windows");
+        let want = json!({"path": "spec.agentPoolProfiles[gpu1]",
+            "sizesField": "spec.agentPoolProfiles[gpu1].vmSize",
+            "taintsField": "spec.agentPoolProfiles[gpu1].nodeTaints", "tainted": true,
+            "autoscaling": true, "count": 2, "minCount": 0, "orchestratorMinor": 30});
+        assert_fields(&pools[1], want);
+        assert_fields(&pools[2], json!({"tainted": false, "osType": "Windows"}));
         // 3 D4s_v5 hold none, 2 A100 nodes one each, 1 NC6s_v3 one.
         let request = CapacityRequest::from_object(&cluster).unwrap();
         assert_eq!(request.launchable_gpus(&Catalog::embedded()), Some(3));
@@ -746,13 +654,12 @@ mod tests {
         let p = pool(odd);
         let pools = p["pools"].as_array().unwrap();
         assert_eq!(pools.len(), 2);
-        assert_eq!(pools[0]["path"], "spec.agentPoolProfiles[2]");
-        assert_eq!(pools[0]["name"], "");
+        let want = json!({"path": "spec.agentPoolProfiles[2]", "name": ""});
+        assert_fields(&pools[0], want);
         assert_eq!(pools[1]["sizes"], json!([]));
         let none = pool(json!({"apiVersion": "containerservice.azure.com/v20260501",
             "kind": "ManagedCluster", "spec": {"agentPoolProfiles": {"gpu": 1}}}));
-        assert_eq!(none["pools"], json!([]));
-        assert_eq!(none["gpuOnly"], false);
+        assert_fields(&none, json!({"pools": [], "gpuOnly": false}));
     }
 
     #[test]
@@ -768,16 +675,10 @@ mod tests {
             }
         });
         let p = pool(ammp.clone());
-        assert_eq!(p["kind"], "AzureManagedMachinePool");
-        assert_eq!(p["name"], "gpupool");
-        assert_eq!(p["sizesField"], "spec.sku");
-        assert_eq!(p["taints"], json!(["sku=gpu:NoSchedule"]));
-        assert_eq!(p["tainted"], true);
-        assert_eq!(p["autoscaling"], true);
-        assert_eq!(
-            (p["minCount"].clone(), p["count"].clone()),
-            (json!(1), json!(3))
-        );
+        let want = json!({"kind": "AzureManagedMachinePool", "name": "gpupool",
+            "sizesField": "spec.sku", "taints": ["sku=gpu:NoSchedule"], "tainted": true,
+            "autoscaling": true, "minCount": 1, "count": 3});
+        assert_fields(&p, want);
         assert_eq!(launchable(ammp), Some(3));
         // PreferNoSchedule keeps nothing off; the node count is the
         // MachinePool's when there is no scaling.
@@ -785,8 +686,8 @@ mod tests {
             "kind": "AzureManagedMachinePool", "metadata": {"name": "soft"},
             "spec": {"sku": "Standard_NC4as_T4_v3",
                      "taints": [{"key": "sku", "value": "gpu", "effect": "PreferNoSchedule"}, {"key": 3}]}});
-        assert_eq!(pool(soft.clone())["tainted"], false);
-        assert_eq!(pool(soft.clone())["name"], "soft");
+        let want = json!({"tainted": false, "name": "soft"});
+        assert_fields(&pool(soft.clone()), want);
         assert_eq!(launchable(soft), None);
     }
 
@@ -806,13 +707,9 @@ mod tests {
         let p = pool(asomp);
         let pools = p["pools"].as_array().unwrap();
         assert_eq!(pools.len(), 1);
-        assert_eq!(pools[0]["name"], "gpu");
-        assert_eq!(pools[0]["path"], "spec.resources[capz-gpu]");
-        assert_eq!(
-            pools[0]["sizesField"],
-            "spec.resources[capz-gpu].spec.vmSize"
-        );
-        assert_eq!(pools[0]["tainted"], true);
+        let want = json!({"name": "gpu", "path": "spec.resources[capz-gpu]",
+            "sizesField": "spec.resources[capz-gpu].spec.vmSize", "tainted": true});
+        assert_fields(&pools[0], want);
         assert_eq!(p["skus"], json!(["Standard_NC6s_v3"]));
         // A control plane's ManagedCluster: its inline profiles.
         let cp = json!({
@@ -822,12 +719,9 @@ mod tests {
                 "kind": "ManagedCluster", "metadata": {"name": "capz"},
                 "spec": {"agentPoolProfiles": [{"name": "gpu", "vmSize": "Standard_NC4as_T4_v3"}]}}]}
         });
-        let p = pool(cp);
-        assert_eq!(
-            p["pools"][0]["path"],
-            "spec.resources[capz].spec.agentPoolProfiles[gpu]"
-        );
-        assert_eq!(p["pools"][0]["tainted"], false);
+        let want = json!({"tainted": false,
+            "path": "spec.resources[capz].spec.agentPoolProfiles[gpu]"});
+        assert_fields(&pool(cp)["pools"][0], want);
     }
 
     fn changed(old: &Value, new: &Value) -> Value {
@@ -843,10 +737,11 @@ mod tests {
         // ASO's annotations, a new CPU pool, another setting: gpu1 unchanged.
         let mut new = managed_cluster(gpu);
         new["metadata"]["annotations"] = json!({"serviceoperator.azure.com/resource-id": "/x"});
+        let cpu2 = json!({"name": "cpu2", "vmSize": "Standard_D8s_v5", "count": 2});
         new["spec"]["agentPoolProfiles"]
             .as_array_mut()
             .unwrap()
-            .push(json!({"name": "cpu2", "vmSize": "Standard_D8s_v5", "count": 2}));
+            .push(cpu2);
         new["spec"]["kubernetesVersion"] = json!("1.31.1");
         let facts = changed(&old, &new);
         let flags: Vec<(&str, bool)> = facts["pools"]

@@ -398,80 +398,35 @@ mod tests {
         }
     }
 
+    /// A system node, two tainted GPU nodes, an untainted GPU node.
     fn cluster() -> Vec<NodeInfo> {
+        const AGENTPOOL: &str = "kubernetes.azure.com/agentpool";
+        let pool = |name, pool, gpus, tainted| node(name, &[(AGENTPOOL, pool)], gpus, tainted);
         vec![
-            node(
-                "aks-system-1",
-                &[("kubernetes.azure.com/agentpool", "system")],
-                0,
-                false,
-            ),
-            node(
-                "aks-gpupool-1",
-                &[("kubernetes.azure.com/agentpool", "gpupool")],
-                1,
-                true,
-            ),
-            node(
-                "aks-gpupool-2",
-                &[("kubernetes.azure.com/agentpool", "gpupool")],
-                1,
-                true,
-            ),
-            node(
-                "aks-bare-1",
-                &[("kubernetes.azure.com/agentpool", "bare")],
-                2,
-                false,
-            ),
+            pool("aks-system-1", "system", 0, false),
+            pool("aks-gpupool-1", "gpupool", 1, true),
+            pool("aks-gpupool-2", "gpupool", 1, true),
+            pool("aks-bare-1", "bare", 2, false),
         ]
     }
 
     fn judge(spec: Value) -> NodeReach {
         let snapshot = NodeSnapshot::new(cluster(), Vec::new());
-        reach(
-            &spec,
-            &snapshot.gpu_nodes(&GpuResources::default(), &Catalog::embedded()),
-        )
+        let catalog = Catalog::embedded();
+        let nodes = snapshot.gpu_nodes(&GpuResources::default(), &catalog);
+        reach(&spec, &nodes)
     }
 
     #[test]
     fn gpu_nodes_are_known_by_resources_or_labels() {
         let (r, c) = (GpuResources::default(), Catalog::embedded());
-        assert!(is_gpu_node(&node("a", &[], 1, false), &r, &c));
-        assert!(is_gpu_node(
-            &node(
-                "a",
-                &[("nvidia.com/gpu.deploy.dcgm-exporter", "true")],
-                0,
-                false
-            ),
-            &r,
-            &c
-        ));
-        assert!(is_gpu_node(
-            &node(
-                "a",
-                &[(
-                    "node.kubernetes.io/instance-type",
-                    "Standard_NC24ads_A100_v4"
-                )],
-                0,
-                false
-            ),
-            &r,
-            &c
-        ));
-        assert!(!is_gpu_node(
-            &node(
-                "a",
-                &[("node.kubernetes.io/instance-type", "Standard_D4s_v5")],
-                0,
-                false
-            ),
-            &r,
-            &c
-        ));
+        let gpu =
+            |labels: &[(&str, &str)], gpus| is_gpu_node(&node("a", labels, gpus, false), &r, &c);
+        assert!(gpu(&[], 1));
+        assert!(gpu(&[("nvidia.com/gpu.deploy.dcgm-exporter", "true")], 0));
+        let size = "node.kubernetes.io/instance-type";
+        assert!(gpu(&[(size, "Standard_NC24ads_A100_v4")], 0));
+        assert!(!gpu(&[(size, "Standard_D4s_v5")], 0));
     }
 
     #[test]
@@ -607,10 +562,8 @@ mod tests {
         let reloaded = snapshot.gpu_nodes(&r, &t4_only).classified;
         assert_eq!(reloaded.gpu, [true, false]);
         // The reload's classification is the one kept.
-        assert!(Arc::ptr_eq(
-            &reloaded,
-            &snapshot.gpu_nodes(&r, &t4_only).classified
-        ));
+        let again = snapshot.gpu_nodes(&r, &t4_only).classified;
+        assert!(Arc::ptr_eq(&reloaded, &again));
     }
 
     #[test]

@@ -294,41 +294,30 @@ fn parse_quantity(raw: &str, shift: i64, round_up: bool) -> Result<u64, Quantity
 
 /// Decimal exponent and binary exponent of a quantity suffix.
 fn parse_suffix(suffix: &str) -> Option<(i64, u32)> {
-    let fixed = match suffix {
-        "" => (0, 0),
-        "Ki" => (0, 10),
-        "Mi" => (0, 20),
-        "Gi" => (0, 30),
-        "Ti" => (0, 40),
-        "Pi" => (0, 50),
-        "Ei" => (0, 60),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        _ => {
-            let exp = suffix
-                .strip_prefix('e')
-                .or_else(|| suffix.strip_prefix('E'))?;
-            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            // Saturate huge exponents: they end as "too large" or "fraction".
-            let n = exp.parse::<i64>().unwrap_or(if exp.starts_with('-') {
-                i64::MIN / 2
-            } else {
-                i64::MAX / 2
-            });
-            return Some((n.clamp(i64::MIN / 2, i64::MAX / 2), 0));
-        }
-    };
-    Some(fixed)
+    const BINARY: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    const DECIMAL: [&str; 9] = ["n", "u", "m", "k", "M", "G", "T", "P", "E"];
+    if let Some(i) = BINARY.iter().position(|s| *s == suffix) {
+        return Some((0, 10 * i as u32));
+    }
+    if let Some(i) = DECIMAL.iter().position(|s| *s == suffix) {
+        // n, u, m are 10^-9, 10^-6, 10^-3; k, M, ... 10^3, 10^6, ...
+        let i = i as i64;
+        return Some((if i < 3 { 3 * i - 9 } else { 3 * i - 6 }, 0));
+    }
+    let exp = suffix
+        .strip_prefix('e')
+        .or_else(|| suffix.strip_prefix('E'))?;
+    let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Saturate huge exponents: they end as "too large" or "fraction".
+    let n = exp.parse::<i64>().unwrap_or(if exp.starts_with('-') {
+        i64::MIN / 2
+    } else {
+        i64::MAX / 2
+    });
+    Some((n.clamp(i64::MIN / 2, i64::MAX / 2), 0))
 }
 
 fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
@@ -442,6 +431,10 @@ mod tests {
         pod_gpu_request(&spec, &GpuResources::default())
     }
 
+    fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+    }
+
     fn gpu_container(name: &str, limits: Value) -> Value {
         json!({"name": name, "image": "cuda:12", "resources": {"limits": limits}})
     }
@@ -453,19 +446,12 @@ mod tests {
             gpu_container("b", json!({"nvidia.com/gpu": 1})),
         ]}));
         assert!(r.requested());
-        assert_eq!(
-            r.effective,
-            BTreeMap::from([("nvidia.com/gpu".to_string(), 3)])
-        );
+        assert_eq!(r.effective, counts(&[("nvidia.com/gpu", 3)]));
         assert_eq!(r.total(), 3);
-        assert_eq!(
-            r.containers[0].resources["nvidia.com/gpu"].limit.as_deref(),
-            Some("2")
-        );
-        assert_eq!(
-            r.containers[1].resources["nvidia.com/gpu"].limit.as_deref(),
-            Some("1")
-        );
+        let limits: Vec<_> = (r.containers.iter())
+            .map(|c| c.resources["nvidia.com/gpu"].limit.as_deref())
+            .collect();
+        assert_eq!(limits, [Some("2"), Some("1")]);
     }
 
     #[test]
@@ -495,10 +481,7 @@ mod tests {
         let r = req(json!({"containers": [
             {"name": "a", "resources": {"requests": {"amd.com/gpu": "1"}}}
         ]}));
-        assert_eq!(
-            r.effective,
-            BTreeMap::from([("amd.com/gpu".to_string(), 1)])
-        );
+        assert_eq!(r.effective, counts(&[("amd.com/gpu", 1)]));
     }
 
     #[test]
@@ -517,11 +500,8 @@ mod tests {
         let spec = json!({"containers": [gpu_container("a", json!({
             "nvidia.com/mig-1g.10gb": "1", "nvidia.com/gpu.shared": "1", "example.com/fpga": "1", "cpu": "4"
         }))]});
-        let r = req(spec.clone());
-        assert_eq!(
-            r.resources(),
-            vec!["nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"]
-        );
+        let shipped = ["nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"];
+        assert_eq!(req(spec.clone()).resources(), shipped);
         let custom = pod_gpu_request(&spec, &GpuResources::new(["example.com/fpga"]).unwrap());
         assert_eq!(custom.resources(), vec!["example.com/fpga"]);
     }
@@ -535,18 +515,12 @@ mod tests {
             ],
             "containers": [{"name": "main"}]
         }));
-        let kinds: Vec<_> = r
-            .containers
-            .iter()
-            .map(|c| (c.name.as_str(), c.kind.as_str()))
+        let kinds: Vec<_> = (r.containers.iter())
+            .map(|c| format!("{} {}", c.name, c.kind.as_str()))
             .collect();
         assert_eq!(
             kinds,
-            vec![
-                ("fetch", "initContainer"),
-                ("proxy", "sidecar"),
-                ("main", "container")
-            ]
+            ["fetch initContainer", "proxy sidecar", "main container"]
         );
         assert!(r.requested(), "an init container alone asks for a GPU");
     }
@@ -616,13 +590,8 @@ mod tests {
             "initContainers": [gpu_container("i", json!({"amd.com/gpu": "2"}))],
             "containers": [gpu_container("a", json!({"nvidia.com/gpu": "1"}))]
         }));
-        assert_eq!(
-            r.effective,
-            BTreeMap::from([
-                ("amd.com/gpu".to_string(), 2),
-                ("nvidia.com/gpu".to_string(), 1)
-            ])
-        );
+        let want = counts(&[("amd.com/gpu", 2), ("nvidia.com/gpu", 1)]);
+        assert_eq!(r.effective, want);
     }
 
     #[test]
@@ -630,27 +599,19 @@ mod tests {
         let r = req(json!({"containers": [gpu_container("a", json!({
             "nvidia.com/gpu": "0.5", "amd.com/gpu": "lots", "nvidia.com/gpu.shared": true
         }))]}));
+        let q = &r.containers[0].resources;
+        let fraction = Err(QuantityError::Fraction("0.5".into()));
+        assert_eq!(q["nvidia.com/gpu"].count, fraction);
+        assert_eq!(q["nvidia.com/gpu"].limit.as_deref(), Some("0.5"));
+        let invalid = Err(QuantityError::Invalid("lots".into()));
+        assert_eq!(q["amd.com/gpu"].count, invalid);
+        assert_eq!(q["nvidia.com/gpu.shared"].limit.as_deref(), Some("true"));
         let c = &r.containers[0];
-        assert_eq!(
-            c.resources["nvidia.com/gpu"].count,
-            Err(QuantityError::Fraction("0.5".into()))
-        );
-        assert_eq!(c.resources["nvidia.com/gpu"].limit.as_deref(), Some("0.5"));
-        assert_eq!(
-            c.resources["amd.com/gpu"].count,
-            Err(QuantityError::Invalid("lots".into()))
-        );
-        assert_eq!(
-            c.resources["nvidia.com/gpu.shared"].limit.as_deref(),
-            Some("true")
-        );
         assert!(c.has_malformed());
         assert!(r.requested());
         assert!(r.effective.is_empty());
-        assert_eq!(
-            r.resources(),
-            vec!["amd.com/gpu", "nvidia.com/gpu", "nvidia.com/gpu.shared"]
-        );
+        let all = ["amd.com/gpu", "nvidia.com/gpu", "nvidia.com/gpu.shared"];
+        assert_eq!(r.resources(), all);
     }
 
     #[test]
@@ -680,6 +641,8 @@ mod tests {
     #[test]
     fn rejects_fractions_negatives_and_garbage() {
         use QuantityError::*;
+        const HUGE_EXPONENT: &str = "1e999999999999999999999";
+        const HUGE: &str = "99999999999999999999999999999999999999999";
         for (raw, want) in [
             ("0.5", Fraction("0.5".into())),
             ("500m", Fraction("500m".into())),
@@ -696,14 +659,8 @@ mod tests {
             (".", Invalid(".".into())),
             ("1..0", Invalid("1..0".into())),
             ("10Ei", TooLarge("10Ei".into())),
-            (
-                "1e999999999999999999999",
-                TooLarge("1e999999999999999999999".into()),
-            ),
-            (
-                "99999999999999999999999999999999999999999",
-                TooLarge("99999999999999999999999999999999999999999".into()),
-            ),
+            (HUGE_EXPONENT, TooLarge(HUGE_EXPONENT.into())),
+            (HUGE, TooLarge(HUGE.into())),
             ("1e-99999999999", Fraction("1e-99999999999".into())),
         ] {
             assert_eq!(parse_count(raw), Err(want), "{raw:?}");
@@ -734,16 +691,13 @@ mod tests {
 
     #[test]
     fn json_numbers_follow_the_same_rules() {
-        let r = req(
-            json!({"containers": [gpu_container("a", json!({"nvidia.com/gpu": 1.5, "amd.com/gpu": -1}))]}),
-        );
-        let c = &r.containers[0];
+        let limits = json!({"nvidia.com/gpu": 1.5, "amd.com/gpu": -1});
+        let r = req(json!({"containers": [gpu_container("a", limits)]}));
+        let q = &r.containers[0].resources;
+        let fraction = Err(QuantityError::Fraction("1.5".into()));
+        assert_eq!(q["nvidia.com/gpu"].count, fraction);
         assert_eq!(
-            c.resources["nvidia.com/gpu"].count,
-            Err(QuantityError::Fraction("1.5".into()))
-        );
-        assert_eq!(
-            c.resources["amd.com/gpu"].count,
+            q["amd.com/gpu"].count,
             Err(QuantityError::Negative("-1".into()))
         );
         let r = req(json!({"containers": [gpu_container("a", json!({"nvidia.com/gpu": 2.0}))]}));

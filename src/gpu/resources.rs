@@ -230,21 +230,19 @@ mod tests {
         ] {
             assert!(r.matches(name), "{name}");
         }
-        for name in [
-            "cpu",
-            "memory",
-            "nvidia.com/gpumem",
-            "nvidia.com/mig-",
-            "example.com/gpu",
-            "microsoft.com/directx-other",
-        ] {
+        let others = "cpu memory nvidia.com/gpumem nvidia.com/mig- example.com/gpu";
+        for name in others.split(' ').chain(["microsoft.com/directx-other"]) {
             assert!(!r.matches(name), "{name}");
         }
         assert_eq!(r.patterns(), DEFAULT_GPU_RESOURCES.to_vec());
-        assert!(r.is_gpu_device_class("gpu.nvidia.com"));
-        assert!(r.is_gpu_device_class("mig.nvidia.com"));
-        assert!(!r.is_gpu_device_class("nvidia.com/gpu"));
-        assert!(!r.is_gpu_device_class("cpu.example.com"));
+        for (class, gpu) in [
+            ("gpu.nvidia.com", true),
+            ("mig.nvidia.com", true),
+            ("nvidia.com/gpu", false),
+            ("cpu.example.com", false),
+        ] {
+            assert_eq!(r.is_gpu_device_class(class), gpu, "{class}");
+        }
     }
 
     #[test]
@@ -262,10 +260,8 @@ mod tests {
             assert!(r.insert_device_class(bad).is_err(), "{bad}");
         }
         let all = GpuResources::default().union(&r);
-        assert_eq!(
-            all.device_classes(),
-            ["gpu.nvidia.com", "mig.nvidia.com", "gpu.amd.com"]
-        );
+        let classes = ["gpu.nvidia.com", "mig.nvidia.com", "gpu.amd.com"];
+        assert_eq!(all.device_classes(), classes);
     }
 
     #[test]
@@ -278,16 +274,8 @@ mod tests {
 
     #[test]
     fn rejects_patterns_that_are_not_extended_resources() {
-        for bad in [
-            "*",
-            "gpu",
-            "nvidia.com/*/x",
-            "nvidia.com/",
-            "/gpu",
-            "nvidia.com/g*u",
-            "Nvidia.com/gpu",
-            "localhost/gpu",
-        ] {
+        let bad_patterns = "* gpu nvidia.com/*/x nvidia.com/ /gpu nvidia.com/g*u Nvidia.com/gpu";
+        for bad in bad_patterns.split(' ').chain(["localhost/gpu"]) {
             assert!(GpuResources::new([bad]).is_err(), "{bad}");
         }
         let e = GpuResources::new(["gpu"]).unwrap_err();
@@ -298,9 +286,7 @@ mod tests {
     fn union_keeps_order_and_drops_duplicates() {
         let a = GpuResources::new(["nvidia.com/gpu"]).unwrap();
         let b = GpuResources::new(["nvidia.com/gpu", "example.com/fpga"]).unwrap();
-        assert_eq!(
-            a.union(&b).patterns(),
-            vec!["nvidia.com/gpu", "example.com/fpga"]
-        );
+        let both = vec!["nvidia.com/gpu", "example.com/fpga"];
+        assert_eq!(a.union(&b).patterns(), both);
     }
 }

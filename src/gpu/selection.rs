@@ -349,6 +349,10 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
+    fn reqs(requirements: Value) -> NodeSelection {
+        NodeSelection::from_requirements(&requirements)
+    }
+
     fn names(sel: &NodeSelection, c: &Catalog) -> Vec<String> {
         sel.skus(c).iter().map(|s| s.name.clone()).collect()
     }
@@ -417,7 +421,7 @@ mod tests {
     #[test]
     fn operators_not_in_exists_does_not_exist_gt_lt() {
         let c = Catalog::embedded();
-        let req = |r: Value| NodeSelection::from_requirements(&json!([r]));
+        let req = |r: Value| reqs(json!([r]));
         // Gt 4 GPUs: only the 8-GPU sizes.
         let eight = req(
             json!({"key": "karpenter.azure.com/sku-gpu-count", "operator": "Gt", "values": ["4"]}),
@@ -429,10 +433,8 @@ mod tests {
         let small = req(
             json!({"key": "karpenter.azure.com/sku-gpu-count", "operator": "Lt", "values": ["2"]}),
         );
-        assert!(small
-            .skus(&c)
-            .iter()
-            .all(|s| s.gpu_devices < 2 || !s.karpenter_gpu));
+        let small = small.skus(&c);
+        assert!(small.iter().all(|s| s.gpu_devices < 2 || !s.karpenter_gpu));
         // DoesNotExist sku-gpu-name: every size, since nodes of classic
         // node pools carry no Karpenter label at all.
         let none =
@@ -458,21 +460,21 @@ mod tests {
     #[test]
     fn sku_family_n_targets_gpus_and_other_families_exclude_them() {
         let c = Catalog::embedded();
-        let n = NodeSelection::from_requirements(&json!([
+        let n = reqs(json!([
             {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]},
             {"key": "karpenter.azure.com/sku-gpu-manufacturer", "operator": "In", "values": ["nvidia"]}
         ]));
         assert!(n.targets_gpu_nodes(&c));
-        assert!(n
-            .skus(&c)
+        let nvidia = n.skus(&c);
+        assert!(nvidia
             .iter()
             .all(|s| s.manufacturer == "nvidia" && s.karpenter_gpu));
-        let d = NodeSelection::from_requirements(&json!([
+        let d = reqs(json!([
             {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}
         ]));
         assert!(d.skus(&c).is_empty());
         // "NC" is a wrong value seen in the wild: it matches nothing.
-        let nc = NodeSelection::from_requirements(&json!([
+        let nc = reqs(json!([
             {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["NC"]}
         ]));
         assert!(nc.skus(&c).is_empty());
@@ -495,7 +497,7 @@ mod tests {
             if op == "NotIn" {
                 extra["values"] = json!(["Standard_ND96isr_H100_v5", "NVIDIA-H100-80GB-HBM3"]);
             }
-            let pinned = NodeSelection::from_requirements(&json!([
+            let pinned = reqs(json!([
                 {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_ND96isr_H100_v5"]},
                 extra
             ]));
@@ -507,7 +509,7 @@ mod tests {
             assert!(pinned.targets_gpu_nodes(&c), "{key} {op}");
         }
         // Labels every node has still narrow by their absence.
-        let arch = NodeSelection::from_requirements(&json!([
+        let arch = reqs(json!([
             {"key": "kubernetes.io/arch", "operator": "NotIn", "values": ["amd64"]}
         ]));
         assert!(arch.skus(&c).iter().all(|s| s.arch() != "amd64"));
@@ -516,22 +518,20 @@ mod tests {
     #[test]
     fn a_gpu_series_targets_gpus_and_a_cpu_series_does_not() {
         let c = Catalog::embedded();
-        let gpu = NodeSelection::from_requirements(&json!([
+        let gpu = reqs(json!([
             {"key": "karpenter.azure.com/sku-series", "operator": "In", "values": ["NCads_A100_v4", "NVads_A10_v5"]}
         ]));
         assert!(gpu.targets_gpu_nodes(&c));
         assert!(!gpu.skus(&c).is_empty());
-        assert!(gpu
-            .skus(&c)
-            .iter()
-            .all(|s| s.series == "NCads_A100_v4" || s.series == "NVads_A10_v5"));
+        let series = gpu.skus(&c);
+        assert!((series.iter()).all(|s| s.series == "NCads_A100_v4" || s.series == "NVads_A10_v5"));
         // One CPU series among the values: a node without a GPU satisfies it.
-        let mixed = NodeSelection::from_requirements(&json!([
+        let mixed = reqs(json!([
             {"key": "karpenter.azure.com/sku-series", "operator": "In", "values": ["NCads_A100_v4", "Dpls_v6"]}
         ]));
         assert!(!mixed.targets_gpu_nodes(&c));
         for op in ["NotIn", "Exists"] {
-            let other = NodeSelection::from_requirements(&json!([
+            let other = reqs(json!([
                 {"key": "karpenter.azure.com/sku-series", "operator": op, "values": ["NCads_A100_v4"]}
             ]));
             assert!(!other.targets_gpu_nodes(&c), "{op}");
@@ -541,7 +541,7 @@ mod tests {
     #[test]
     fn kaito_nodepool_alias_and_arch() {
         let c = Catalog::embedded();
-        let kaito = NodeSelection::from_requirements(&json!([
+        let kaito = reqs(json!([
             {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_ND96asr_A100_v4"]},
             {"key": "karpenter.azure.com/placement-scope", "operator": "In", "values": ["regional"]}
         ]));
@@ -566,7 +566,7 @@ mod tests {
 
     #[test]
     fn named_sizes_collects_in_values_of_size_keys() {
-        let sel = NodeSelection::from_requirements(&json!([
+        let sel = reqs(json!([
             {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_NC6s_v3", "Standard_D4s_v5"]},
             {"key": "karpenter.azure.com/sku-name", "operator": "In", "values": ["Standard_NC6s_v3", "Standard_NV32as_v4"]},
             {"key": "karpenter.azure.com/sku-name", "operator": "NotIn", "values": ["Standard_NC24ads_A100_v4"]},
@@ -604,12 +604,12 @@ mod tests {
             ]
         );
         assert!(a100.targets_gpu_nodes(&c));
-        let not_t4 = NodeSelection::from_requirements(&json!([
+        let not_t4 = reqs(json!([
             {"key": "nvidia.com/gpu.product", "operator": "NotIn", "values": ["Tesla-T4"]}
         ]));
         // A T4 node without GPU feature discovery has no product label.
         assert_eq!(not_t4.skus(&c).len(), c.len());
-        let any = NodeSelection::from_requirements(&json!([
+        let any = reqs(json!([
             {"key": "nvidia.com/gpu.product", "operator": "Exists"}
         ]));
         assert!(any.skus(&c).iter().all(|s| s.manufacturer == "nvidia"));

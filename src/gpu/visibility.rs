@@ -249,12 +249,6 @@ pub fn is_device_list_path(path: &str) -> bool {
     })
 }
 
-/// Whether some device-injection annotation (any family, any scope)
-/// names GPU devices.
-pub fn cdi_gpu_annotation(annotations: Option<&Value>) -> bool {
-    !injections(annotations).is_empty()
-}
-
 fn privileged(container: &Value) -> bool {
     container
         .pointer("/securityContext/privileged")
@@ -382,6 +376,12 @@ mod tests {
         bound_for_gpu_nodes: false,
         debug_hidden: false,
     };
+    /// A pod that asks for no GPU but can land on GPU nodes.
+    const BOUND_CPU_POD: PodContext = PodContext {
+        bound_for_gpu_nodes: true,
+        debug_hidden: true,
+        ..CPU_POD
+    };
 
     fn access(container: Value, asks_gpu: bool, pod: PodContext) -> ContainerAccess {
         container_access(&container, "container", asks_gpu, pod, Vec::new())
@@ -390,27 +390,18 @@ mod tests {
     #[test]
     fn empty_void_and_none_hide_and_the_last_entry_decides() {
         for value in [json!(""), json!("void"), json!("none")] {
-            let a = access(
-                json!({"name": "c", "env": [{"name": VISIBLE_DEVICES, "value": value}]}),
-                false,
-                GPU_POD,
-            );
+            let c = json!({"name": "c", "env": [{"name": VISIBLE_DEVICES, "value": value}]});
+            let a = access(c, false, GPU_POD);
             assert!(a.hidden && !a.leaks(), "{value}");
         }
         // MPI launchers: the entry without a value.
-        let launcher = access(
-            json!({"name": "launcher", "image": "mpioperator/openmpi", "env": [{"name": VISIBLE_DEVICES}]}),
-            false,
-            GPU_POD,
-        );
+        let launcher = json!({"name": "launcher", "image": "mpioperator/openmpi", "env": [{"name": VISIBLE_DEVICES}]});
+        let launcher = access(launcher, false, GPU_POD);
         assert!(launcher.hidden && !launcher.leaks());
-        let last = access(
-            json!({"name": "c", "env": [
-                {"name": VISIBLE_DEVICES, "value": "void"},
-                {"name": VISIBLE_DEVICES, "value": "all"}]}),
-            false,
-            CPU_POD,
-        );
+        let last = json!({"name": "c", "env": [
+            {"name": VISIBLE_DEVICES, "value": "void"},
+            {"name": VISIBLE_DEVICES, "value": "all"}]});
+        let last = access(last, false, CPU_POD);
         assert_eq!(last.reaches, [Reach::Env]);
         assert!(
             !needs_hiding(&last),
@@ -420,18 +411,10 @@ mod tests {
 
     #[test]
     fn a_gpu_container_naming_gpus_leaks_and_valuefrom_is_unverifiable() {
-        let own = access(
-            json!({"name": "train", "env": [{"name": VISIBLE_DEVICES, "value": "all"}]}),
-            true,
-            GPU_POD,
-        );
-        assert_eq!(own.reaches, [Reach::Env]);
-        let from = access(
-            json!({"name": "c", "env": [{"name": VISIBLE_DEVICES, "valueFrom": {"configMapKeyRef": {"name": "x", "key": "k"}}}]}),
-            true,
-            GPU_POD,
-        );
-        assert_eq!(from.reaches, [Reach::EnvValueFrom]);
+        let own = json!({"name": "train", "env": [{"name": VISIBLE_DEVICES, "value": "all"}]});
+        assert_eq!(access(own, true, GPU_POD).reaches, [Reach::Env]);
+        let from = json!({"name": "c", "env": [{"name": VISIBLE_DEVICES, "valueFrom": {"configMapKeyRef": {"name": "x", "key": "k"}}}]});
+        assert_eq!(access(from, true, GPU_POD).reaches, [Reach::EnvValueFrom]);
     }
 
     #[test]
@@ -443,36 +426,24 @@ mod tests {
         assert!(!access(sidecar.clone(), false, CPU_POD).leaks());
         // A prefix that cannot make the name.
         let prefixed = json!({"name": "s", "image": "busybox", "envFrom": [{"prefix": "APP_", "configMapRef": {"name": "cfg"}}]});
-        assert_eq!(
-            access(prefixed, false, GPU_POD).reaches,
-            [Reach::RuntimeDefault]
-        );
+        let prefixed = access(prefixed, false, GPU_POD);
+        assert_eq!(prefixed.reaches, [Reach::RuntimeDefault]);
         let tricky =
             json!({"name": "s", "envFrom": [{"prefix": "NVIDIA_", "secretRef": {"name": "s"}}]});
-        assert!(access(tricky, false, GPU_POD)
-            .reaches
-            .contains(&Reach::EnvFrom));
+        let tricky = access(tricky, false, GPU_POD);
+        assert!(tricky.reaches.contains(&Reach::EnvFrom));
         // The GPU container itself: unverified, not a leak.
         let own = access(sidecar, true, GPU_POD);
         assert!(!own.leaks() && own.unverified);
 
         let cuda = json!({"name": "agent", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"});
-        let bound_cpu_pod = PodContext {
-            asks_gpu: false,
-            bound_for_gpu_nodes: true,
-            debug_hidden: true,
-        };
-        assert_eq!(
-            access(cuda.clone(), false, bound_cpu_pod).reaches,
-            [Reach::Image]
-        );
+        let bound_cpu_pod = BOUND_CPU_POD;
+        let image = access(cuda.clone(), false, bound_cpu_pod);
+        assert_eq!(image.reaches, [Reach::Image]);
+        let unknown = json!({"name": "agent", "image": "fluent/fluent-bit"});
+        let unknown = access(unknown, false, bound_cpu_pod);
         assert!(
-            !access(
-                json!({"name": "agent", "image": "fluent/fluent-bit"}),
-                false,
-                bound_cpu_pod
-            )
-            .leaks(),
+            !unknown.leaks(),
             "an unknown image of a pod that asks no GPU is not judged"
         );
         assert!(!access(cuda.clone(), true, GPU_POD).leaks());
@@ -481,15 +452,21 @@ mod tests {
 
     #[test]
     fn gpu_images_are_matched_by_repository() {
-        assert!(is_gpu_image("nvcr.io/nvidia/pytorch:24.05-py3"));
-        assert!(is_gpu_image("nvidia/cuda:12.2.0-runtime-ubuntu22.04"));
-        assert!(is_gpu_image(
-            "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"
-        ));
-        assert!(!is_gpu_image("nvcr.io/nvidiax/thing"));
-        assert!(!is_gpu_image("example.com/nvcr.io/nvidia/cuda"));
-        assert!(!is_gpu_image("busybox"));
-        assert!(!is_gpu_image(""));
+        for image in [
+            "nvcr.io/nvidia/pytorch:24.05-py3",
+            "nvidia/cuda:12.2.0-runtime-ubuntu22.04",
+            "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+        ] {
+            assert!(is_gpu_image(image), "{image}");
+        }
+        for image in [
+            "nvcr.io/nvidiax/thing",
+            "example.com/nvcr.io/nvidia/cuda",
+            "busybox",
+            "",
+        ] {
+            assert!(!is_gpu_image(image), "{image}");
+        }
     }
 
     #[test]
@@ -506,27 +483,23 @@ mod tests {
         for path in ["/var/run/nvidia-container-devices-x", "/var/run", "/data"] {
             assert!(!is_device_list_path(path), "{path}");
         }
-        let a = access(
-            json!({"name": "c", "volumeMounts": [{"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}]}),
-            true,
-            GPU_POD,
-        );
-        assert_eq!(a.reaches, [Reach::DeviceListMount]);
+        let c = json!({"name": "c", "volumeMounts": [{"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}]});
+        assert_eq!(access(c, true, GPU_POD).reaches, [Reach::DeviceListMount]);
     }
 
     #[test]
     fn cdi_annotations_naming_gpus_reach_every_container() {
         let gpu = json!({"cdi.k8s.io/x": "nvidia.com/gpu=all"});
-        assert!(cdi_gpu_annotation(Some(&gpu)));
-        assert!(cdi_gpu_annotation(Some(
-            &json!({"cdi.k8s.io/y": "vendor.com/nic=0, nvidia.com/mig-1g.10gb=0"})
-        )));
-        assert!(!cdi_gpu_annotation(Some(
-            &json!({"cdi.k8s.io/y": "vendor.com/nic=0"})
-        )));
-        assert!(!cdi_gpu_annotation(Some(
-            &json!({"other": "nvidia.com/gpu=all"})
-        )));
+        let mig = json!({"cdi.k8s.io/y": "vendor.com/nic=0, nvidia.com/mig-1g.10gb=0"});
+        for (annotations, names_gpus) in [
+            (&gpu, true),
+            (&mig, true),
+            (&json!({"cdi.k8s.io/y": "vendor.com/nic=0"}), false),
+            (&json!({"other": "nvidia.com/gpu=all"}), false),
+        ] {
+            let injected = injections(Some(annotations));
+            assert_eq!(!injected.is_empty(), names_gpus, "{annotations}");
+        }
         let spec = json!({"containers": [{"name": "a"}, {"name": "b"}]});
         let all = pod_access(&spec, Some(&gpu), GPU_POD, |_, n| n == "a");
         assert!(all.iter().all(|c| c.reaches.contains(&Reach::Cdi)));
@@ -541,22 +514,15 @@ mod tests {
             "ephemeralContainers": [{"name": "debugger"}]
         });
         let by_name = json!({"nvidia.cdi.k8s.io/container.probe": "nvidia.com/gpu=all"});
-        let cpu_bound = PodContext {
-            asks_gpu: false,
-            bound_for_gpu_nodes: true,
-            debug_hidden: true,
-        };
-        let all = pod_access(&spec, Some(&by_name), cpu_bound, |_, _| false);
+        let all = pod_access(&spec, Some(&by_name), BOUND_CPU_POD, |_, _| false);
         let leaking: Vec<&str> = all
             .iter()
             .filter(|a| a.reaches.contains(&Reach::Cdi))
             .map(|a| a.name.as_str())
             .collect();
         assert_eq!(leaking, ["probe"]);
-        assert_eq!(
-            all[1].injected[0].named,
-            "nvidia.com/gpu=all (every GPU of the node)"
-        );
+        let named = &all[1].injected[0].named;
+        assert_eq!(named, "nvidia.com/gpu=all (every GPU of the node)");
         // Pod-wide forms reach every container, the debug container too.
         for key in [
             "nvidia.cdi.k8s.io/pod",
@@ -578,10 +544,8 @@ mod tests {
     #[test]
     fn privileged_counts_where_the_pod_can_meet_gpus() {
         let c = json!({"name": "init", "securityContext": {"privileged": true}});
-        assert_eq!(
-            container_access(&c, "initContainer", false, GPU_POD, Vec::new()).reaches,
-            [Reach::RuntimeDefault, Reach::Privileged]
-        );
+        let init = container_access(&c, "initContainer", false, GPU_POD, Vec::new());
+        assert_eq!(init.reaches, [Reach::RuntimeDefault, Reach::Privileged]);
         assert!(!access(c, false, CPU_POD).leaks());
     }
 
@@ -591,20 +555,14 @@ mod tests {
             "containers": [{"name": "train", "image": "busybox"}],
             "ephemeralContainers": [{"name": "debugger", "image": "nvidia/cuda:12.4.1-base"}]
         });
-        let bound = PodContext {
-            asks_gpu: false,
-            bound_for_gpu_nodes: true,
-            debug_hidden: true,
-        };
+        let bound = BOUND_CPU_POD;
         let all = pod_access(&spec, None, bound, |_, _| false);
         assert_eq!(all[1].kind, EPHEMERAL);
         assert_eq!(all[1].reaches, [Reach::Image]);
         assert!(needs_hiding(&all[1]));
         let plain = json!({"ephemeralContainers": [{"name": "d", "image": "busybox"}]});
-        assert_eq!(
-            pod_access(&plain, None, bound, |_, _| false)[0].reaches,
-            [Reach::RuntimeDefault]
-        );
+        let plain = pod_access(&plain, None, bound, |_, _| false);
+        assert_eq!(plain[0].reaches, [Reach::RuntimeDefault]);
         // A pod that selects GPU nodes but tolerates no GPU taint: its
         // debug containers are not sent to /mutate, and not judged so.
         let selecting = PodContext {

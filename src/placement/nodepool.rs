@@ -253,8 +253,16 @@ mod tests {
         p
     }
 
+    const FAMILY: &str = "karpenter.azure.com/sku-family";
+    const SIZE: &str = "node.kubernetes.io/instance-type";
+
+    /// Requirements that `key` be one of `values`.
+    fn req(key: &str, values: &[&str]) -> Value {
+        json!([{"key": key, "operator": "In", "values": values}])
+    }
+
     fn a100() -> Value {
-        json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_NC24ads_A100_v4"]}])
+        req(SIZE, &["Standard_NC24ads_A100_v4"])
     }
 
     fn patched(pool: &Value, plan: &Plan) -> Value {
@@ -418,14 +426,8 @@ mod tests {
 
     #[test]
     fn cpu_and_mixed_pools_are_untouched() {
-        let cpu = pool(
-            json!([{"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}]),
-            None,
-        );
-        let mixed = pool(
-            json!([{"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D", "N"]}]),
-            None,
-        );
+        let cpu = pool(req(FAMILY, &["D"]), None);
+        let mixed = pool(req(FAMILY, &["D", "N"]), None);
         for p in [cpu, mixed] {
             let plan = plan_node_pool(&shipped(), &p);
             assert!(plan.patch.0.is_empty() && plan.warnings.is_empty(), "{p}");
@@ -443,17 +445,12 @@ mod tests {
             ),
         ])
         .unwrap();
-        let mi300 = pool(
-            json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_ND96isr_MI300X_v5"]}]),
-            None,
-        );
+        let mi300 = pool(req(SIZE, &["Standard_ND96isr_MI300X_v5"]), None);
         let plan = plan_node_pool(&amd_first, &mi300);
         assert_eq!(plan.profile.as_deref(), Some("aks-amd"));
         // The NVIDIA profile requires the taint: an NVIDIA pool gets none.
-        assert!(plan_node_pool(&amd_first, &pool(a100(), None))
-            .patch
-            .0
-            .is_empty());
+        let nvidia = plan_node_pool(&amd_first, &pool(a100(), None));
+        assert!(nvidia.patch.0.is_empty());
     }
 
     #[test]
@@ -488,10 +485,7 @@ mod tests {
     #[test]
     fn pools_of_both_manufacturers() {
         // Family N holds NVIDIA and AMD sizes.
-        let both = pool(
-            json!([{"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}]),
-            None,
-        );
+        let both = pool(req(FAMILY, &["N"]), None);
         let plan = plan_node_pool(&shipped(), &both);
         assert_eq!(plan.profile.as_deref(), Some("aks-amd"), "first by name");
         assert_eq!(plan.patch.0.len(), 1);
@@ -510,20 +504,18 @@ mod tests {
         let plan = plan_node_pool(&differ, &both);
         assert!(plan.patch.0.is_empty() && plan.profile.is_none());
         assert_eq!(plan.warnings.len(), 1);
+        let warnings = &plan.warnings;
         assert!(
-            plan.warnings[0].contains("aks-amd and aks-nvidia"),
-            "{:?}",
-            plan.warnings
+            warnings[0].contains("aks-amd and aks-nvidia"),
+            "{warnings:?}"
         );
         // Already GPU-tainted: no patch and nothing to warn about.
         let mut tainted = both.clone();
         tainted["spec"]["template"]["spec"]["taints"] =
             json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]);
         let plan = plan_node_pool(&differ, &tainted);
-        assert!(
-            plan.patch.0.is_empty() && plan.warnings.is_empty(),
-            "{plan:?}"
-        );
+        let quiet = plan.patch.0.is_empty() && plan.warnings.is_empty();
+        assert!(quiet, "{plan:?}");
         // A manufacturer no profile serves: nothing added.
         let nvidia_only =
             ProfileSet::new(vec![profile("aks-nvidia", &["nvidia.com/gpu"], json!({}))]).unwrap();
@@ -535,10 +527,7 @@ mod tests {
         let csv = "name,aliases,gpu_model,manufacturer,gpus,gpu_devices,gpu_memory_gib,vcpus,family,series,retired,retired_on,aks_supported,premium,karpenter_gpu,source\n\
                    Standard_Custom8_X1,,X1,nvidia,1,1,16,8,NCX,NCX1,false,,true,false,true,test\n";
         let catalog = Catalog::from_csv_str(csv, "custom.csv").unwrap();
-        let custom = pool(
-            json!([{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_Custom8_X1"]}]),
-            None,
-        );
+        let custom = pool(req(SIZE, &["Standard_Custom8_X1"]), None);
         assert!(plan_node_pool(&shipped(), &custom).patch.0.is_empty());
         let set = shipped().with_catalog(std::sync::Arc::new(catalog));
         assert_eq!(plan_node_pool(&set, &custom).patch.0.len(), 1);
@@ -556,11 +545,8 @@ mod tests {
             let mut req = Request::for_object(p.clone(), Operation::Create, None);
             req.operation = op;
             assert!(is_node_pool(&req));
-            assert_eq!(
-                !plan_request(&shipped(), &req).patch.0.is_empty(),
-                patched,
-                "{op:?}"
-            );
+            let plan = plan_request(&shipped(), &req);
+            assert_eq!(!plan.patch.0.is_empty(), patched, "{op:?}");
         }
         let mut status = Request::for_object(p, Operation::Update, None);
         status.sub_resource = Some("status".into());
@@ -569,10 +555,8 @@ mod tests {
 
     #[test]
     fn name_falls_back_to_generate_name() {
-        assert_eq!(
-            pool_name(&json!({"metadata": {"generateName": "gpu-"}})),
-            "gpu-"
-        );
+        let generated = json!({"metadata": {"generateName": "gpu-"}});
+        assert_eq!(pool_name(&generated), "gpu-");
         assert_eq!(pool_name(&json!({})), "(unnamed)");
     }
 }

@@ -403,73 +403,26 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let cases = [
-            (
-                json!({"tolerations": minimal()["tolerations"]}),
-                "spec.resources",
-            ),
-            (
-                json!({"resources": ["gpu"], "tolerations": []}),
-                "spec.resources[0]",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "tolerations": [{"key": "sku", "value": "gpu", "effect": "Never"}]}),
-                "spec.tolerations[0].effect",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "tolerations": [{"operator": "Exists", "key": "sku", "value": "x"}]}),
-                "spec.tolerations[0].value",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "requiredNodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "In"}]}]}),
-                "spec.requiredNodeSelectorTerms[0].matchExpressions[0].values",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "requiredNodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Near", "values": ["x"]}]}]}),
-                "spec.requiredNodeSelectorTerms[0].matchExpressions[0].operator",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "requiredNodeSelectorTerms": [{"matchExpressions": []}]}),
-                "spec.requiredNodeSelectorTerms[0].matchExpressions",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "requiredNodeSelectorTerms": [{"matchFields": []}]}),
-                "spec.requiredNodeSelectorTerms[0].matchFields",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "preferredNodeSelectorTerms": [{"weight": 0, "preference": {}}]}),
-                "spec.preferredNodeSelectorTerms[0].weight",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "tolerance": []}),
-                "spec.tolerance",
-            ),
-            (json!({"resources": ["nvidia.com/gpu"]}), "spec"),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "priority": "high"}),
-                "spec.priority",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "podSelector": {"matchLabels": {"a": 1}}}),
-                "spec.podSelector.matchLabels.a",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaint": {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}}),
-                "spec.nodePoolTaint",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaint": {"key": "sku", "value": "gpu"}}),
-                "spec.nodePoolTaint.effect",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaint": {"key": "sku", "value": "gpu", "effect": "NoSchedule"}, "nodePoolTaintPolicy": "Deny"}),
-                "spec.nodePoolTaintPolicy",
-            ),
-            (
-                json!({"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaintPolicy": "Add"}),
-                "spec.nodePoolTaintPolicy",
-            ),
+            json!(["spec.resources", {"tolerations": minimal()["tolerations"]}]),
+            json!(["spec.resources[0]", {"resources": ["gpu"], "tolerations": []}]),
+            json!(["spec.tolerations[0].effect", {"resources": ["nvidia.com/gpu"], "tolerations": [{"key": "sku", "value": "gpu", "effect": "Never"}]}]),
+            json!(["spec.tolerations[0].value", {"resources": ["nvidia.com/gpu"], "tolerations": [{"operator": "Exists", "key": "sku", "value": "x"}]}]),
+            json!(["spec.requiredNodeSelectorTerms[0].matchExpressions[0].values", {"resources": ["nvidia.com/gpu"], "requiredNodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "In"}]}]}]),
+            json!(["spec.requiredNodeSelectorTerms[0].matchExpressions[0].operator", {"resources": ["nvidia.com/gpu"], "requiredNodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Near", "values": ["x"]}]}]}]),
+            json!(["spec.requiredNodeSelectorTerms[0].matchExpressions", {"resources": ["nvidia.com/gpu"], "requiredNodeSelectorTerms": [{"matchExpressions": []}]}]),
+            json!(["spec.requiredNodeSelectorTerms[0].matchFields", {"resources": ["nvidia.com/gpu"], "requiredNodeSelectorTerms": [{"matchFields": []}]}]),
+            json!(["spec.preferredNodeSelectorTerms[0].weight", {"resources": ["nvidia.com/gpu"], "preferredNodeSelectorTerms": [{"weight": 0, "preference": {}}]}]),
+            json!(["spec.tolerance", {"resources": ["nvidia.com/gpu"], "tolerance": []}]),
+            json!(["spec", {"resources": ["nvidia.com/gpu"]}]),
+            json!(["spec.priority", {"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "priority": "high"}]),
+            json!(["spec.podSelector.matchLabels.a", {"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "podSelector": {"matchLabels": {"a": 1}}}]),
+            json!(["spec.nodePoolTaint", {"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaint": {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}}]),
+            json!(["spec.nodePoolTaint.effect", {"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaint": {"key": "sku", "value": "gpu"}}]),
+            json!(["spec.nodePoolTaintPolicy", {"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaint": {"key": "sku", "value": "gpu", "effect": "NoSchedule"}, "nodePoolTaintPolicy": "Deny"}]),
+            json!(["spec.nodePoolTaintPolicy", {"resources": ["nvidia.com/gpu"], "tolerations": minimal()["tolerations"], "nodePoolTaintPolicy": "Add"}]),
         ];
-        for (spec, field) in cases {
+        for case in cases {
+            let (field, spec) = (case[0].as_str().unwrap(), &case[1]);
             let e = error(spec.clone());
             assert_eq!(e.field, field, "{spec}: {e}");
             assert_eq!(e.profile.as_deref(), Some("gpu"));
@@ -483,15 +436,15 @@ mod tests {
 
     #[test]
     fn checks_the_document_envelope() {
-        let mut d = doc(minimal());
-        d["apiVersion"] = json!("v1");
-        assert_eq!(Profile::from_value(&d).unwrap_err().field, "apiVersion");
-        let mut d = doc(minimal());
-        d["kind"] = json!("ConfigMap");
-        assert_eq!(Profile::from_value(&d).unwrap_err().field, "kind");
-        let mut d = doc(minimal());
-        d["metadata"]["name"] = json!("Bad_Name");
-        assert_eq!(Profile::from_value(&d).unwrap_err().field, "metadata.name");
+        for (pointer, value, field) in [
+            ("/apiVersion", json!("v1"), "apiVersion"),
+            ("/kind", json!("ConfigMap"), "kind"),
+            ("/metadata/name", json!("Bad_Name"), "metadata.name"),
+        ] {
+            let mut d = doc(minimal());
+            *d.pointer_mut(pointer).unwrap() = value;
+            assert_eq!(Profile::from_value(&d).unwrap_err().field, field);
+        }
         let mut d = doc(minimal());
         d["specs"] = json!({});
         assert_eq!(Profile::from_value(&d).unwrap_err().field, "specs");
@@ -549,18 +502,18 @@ mod tests {
         assert!(matches(json!({})));
         assert!(matches(json!({"matchLabels": {"team": "ml"}})));
         assert!(!matches(json!({"matchLabels": {"team": "web"}})));
-        assert!(matches(
-            json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold", "silver"]}]})
-        ));
-        assert!(matches(
-            json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]})
-        ));
-        assert!(!matches(
-            json!({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]})
-        ));
-        assert!(matches(
-            json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]})
-        ));
+        for expression in [
+            json!({"key": "tier", "operator": "In", "values": ["gold", "silver"]}),
+            json!({"key": "env", "operator": "NotIn", "values": ["prod"]}),
+            json!({"key": "team", "operator": "Exists"}),
+        ] {
+            assert!(
+                matches(json!({"matchExpressions": [expression]})),
+                "{expression}"
+            );
+        }
+        let absent = json!({"key": "team", "operator": "DoesNotExist"});
+        assert!(!matches(json!({"matchExpressions": [absent]})));
         let e = sel(json!({"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["1"]}]}))
             .unwrap_err();
         assert_eq!(e.field, "spec.podSelector.matchExpressions[0].operator");

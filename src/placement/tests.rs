@@ -55,6 +55,25 @@ fn gpu_pod(spec_extra: Value) -> Value {
     pod
 }
 
+/// [`gpu_pod`] with required node-selector `terms`.
+fn terms_pod(terms: Value) -> Value {
+    gpu_pod(json!({"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}))
+}
+
+/// Whether some operation of `plan` writes under `prefix`.
+fn touches(plan: &Plan, prefix: &str) -> bool {
+    paths(plan).iter().any(|p| p.starts_with(prefix))
+}
+
+/// Asserts that `text` says each of `parts`.
+#[track_caller]
+fn assert_contains(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "{part:?} not in {text}");
+    }
+}
+
 fn ns() -> BTreeMap<String, String> {
     BTreeMap::from([(NAMESPACE_NAME_LABEL.to_string(), "ml".to_string())])
 }
@@ -271,38 +290,22 @@ fn init_container_and_sidecar_gpu_requests_count() {
 fn toleration_with_same_key_value_effect_is_not_added() {
     let pod = gpu_pod(json!({"tolerations": [sku_gpu()]}));
     let (plan, patched) = apply(&shipped(), &pod);
-    assert!(!paths(&plan)
-        .iter()
-        .any(|p| p.starts_with("/spec/tolerations")));
+    assert!(!touches(&plan, "/spec/tolerations"));
     assert_eq!(patched["spec"]["tolerations"], json!([sku_gpu()]));
 }
 
+/// An empty effect covers every effect; `Exists` covers every value of its
+/// key, and with no key, every taint.
 #[test]
-fn toleration_with_empty_effect_covers_all_effects() {
-    let pod =
-        gpu_pod(json!({"tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu"}]}));
-    let plan = plan_pod(&shipped(), &pod);
-    assert!(!paths(&plan)
-        .iter()
-        .any(|p| p.starts_with("/spec/tolerations")));
-}
-
-#[test]
-fn exists_toleration_with_same_key_covers() {
-    let pod = gpu_pod(json!({"tolerations": [{"key": "sku", "operator": "Exists"}]}));
-    let plan = plan_pod(&shipped(), &pod);
-    assert!(!paths(&plan)
-        .iter()
-        .any(|p| p.starts_with("/spec/tolerations")));
-}
-
-#[test]
-fn exists_toleration_with_empty_key_covers_everything() {
-    let pod = gpu_pod(json!({"tolerations": [{"operator": "Exists"}]}));
-    let plan = plan_pod(&shipped(), &pod);
-    assert!(!paths(&plan)
-        .iter()
-        .any(|p| p.starts_with("/spec/tolerations")));
+fn a_toleration_that_covers_the_taint_is_not_added() {
+    for toleration in [
+        json!({"key": "sku", "operator": "Equal", "value": "gpu"}),
+        json!({"key": "sku", "operator": "Exists"}),
+        json!({"operator": "Exists"}),
+    ] {
+        let plan = plan_pod(&shipped(), &gpu_pod(json!({"tolerations": [toleration]})));
+        assert!(!touches(&plan, "/spec/tolerations"), "{toleration}");
+    }
 }
 
 #[test]
@@ -336,21 +339,16 @@ fn extended_resource_toleration_is_kept_and_not_duplicated() {
     );
     let set = ProfileSet::new(vec![tainted]).unwrap();
     let plan = plan_pod(&set, &pod);
-    assert!(!paths(&plan)
-        .iter()
-        .any(|p| p.starts_with("/spec/tolerations")));
+    assert!(!touches(&plan, "/spec/tolerations"));
 }
 
 #[test]
 fn requirement_is_added_to_every_existing_term() {
     let set = ProfileSet::new(vec![simple("one", 0, json!({}))]).unwrap();
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]},
-            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-2"])]}
-        ]}}}}),
-    );
+    let pod = terms_pod(json!([
+        {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]},
+        {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-2"])]}
+    ]));
     let (plan, patched) = apply(&set, &pod);
     assert!(
         !paths(&plan)
@@ -369,13 +367,10 @@ fn requirement_is_added_to_every_existing_term() {
 
 #[test]
 fn ored_profile_terms_combine_with_existing_terms_as_and() {
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]},
-            {"matchExpressions": [expr("karpenter.sh/capacity-type", "In", &["spot"])]}
-        ]}}}}),
-    );
+    let pod = terms_pod(json!([
+        {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]},
+        {"matchExpressions": [expr("karpenter.sh/capacity-type", "In", &["spot"])]}
+    ]));
     let (_, patched) = apply(&shipped(), &pod);
     let zone = expr("topology.kubernetes.io/zone", "In", &["eastus-1"]);
     let spot = expr("karpenter.sh/capacity-type", "In", &["spot"]);
@@ -393,13 +388,10 @@ fn ored_profile_terms_combine_with_existing_terms_as_and() {
 
 #[test]
 fn a_term_that_already_says_the_requirement_is_left_alone() {
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [nap_nvidia(), expr("karpenter.azure.com/sku-gpu-name", "In", &["A100"])]},
-            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
-        ]}}}}),
-    );
+    let pod = terms_pod(json!([
+        {"matchExpressions": [nap_nvidia(), expr("karpenter.azure.com/sku-gpu-name", "In", &["A100"])]},
+        {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
+    ]));
     let (plan, patched) = apply(&shipped(), &pod);
     assert!(!paths(&plan)
         .iter()
@@ -419,9 +411,8 @@ fn a_narrower_requirement_counts_as_saying_it() {
         {"matchExpressions": [expr("karpenter.azure.com/sku-gpu-name", "In", &["A100", "H100"])]}
     ]}))])
     .unwrap();
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [expr("karpenter.azure.com/sku-gpu-name", "In", &["H100"])]}]}}}}),
+    let pod = terms_pod(
+        json!([{"matchExpressions": [expr("karpenter.azure.com/sku-gpu-name", "In", &["H100"])]}]),
     );
     let plan = plan_pod(&set, &pod);
     assert!(
@@ -443,10 +434,7 @@ fn node_selector_that_already_selects_gpu_nodes_needs_no_affinity() {
 fn match_fields_only_terms_get_match_expressions() {
     // The shape the DaemonSet controller gives its pods.
     let fields = json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["aks-gpu-1"]}]});
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [fields.clone()]}}}}),
-    );
+    let pod = terms_pod(json!([fields.clone()]));
     let (plan, patched) = apply(&shipped(), &pod);
     assert!(paths(&plan).contains(
         &"/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions".to_string()
@@ -548,9 +536,7 @@ fn null_fields_are_treated_as_absent() {
     let (_, patched) = apply(&shipped(), &pod);
     assert_eq!(patched["spec"]["tolerations"], json!([sku_gpu()]));
     assert_eq!(required_terms(&patched).as_array().unwrap().len(), 2);
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}),
-    );
+    let pod = terms_pod(json!([]));
     let (_, patched) = apply(&shipped(), &pod);
     assert_eq!(required_terms(&patched).as_array().unwrap().len(), 2);
 }
@@ -664,15 +650,13 @@ fn node_selector_for_non_gpu_nodes_conflicts() {
     assert!(plan_pod(&shipped(), &pod).patch.0.is_empty());
     let messages = conflicts(&shipped(), &pod, &ns());
     assert_eq!(messages.len(), 1, "{messages:?}");
-    let m = &messages[0];
-    assert!(
-        m.contains("nodeSelector kubernetes.azure.com/accelerator=none"),
-        "{m}"
-    );
-    assert!(m.contains("aks-nvidia"), "{m}");
-    assert!(
-        m.contains("kubernetes.azure.com/accelerator In [nvidia]"),
-        "{m}"
+    assert_contains(
+        &messages[0],
+        &[
+            "nodeSelector kubernetes.azure.com/accelerator=none",
+            "aks-nvidia",
+            "kubernetes.azure.com/accelerator In [nvidia]",
+        ],
     );
 }
 
@@ -686,51 +670,42 @@ fn cpu_agentpool_conflicts_with_a_pool_requirement() {
         ]}]}),
     );
     let set = ProfileSet::new(vec![pool]).unwrap();
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [expr("kubernetes.azure.com/agentpool", "In", &["nodepool1"])]}]}}}}),
+    let pod = terms_pod(
+        json!([{"matchExpressions": [expr("kubernetes.azure.com/agentpool", "In", &["nodepool1"])]}]),
     );
     assert!(plan_pod(&set, &pod).patch.0.is_empty());
     let m = conflicts(&set, &pod, &ns()).join("\n");
-    assert!(
-        m.contains("required node affinity term 0 (kubernetes.azure.com/agentpool In [nodepool1])"),
-        "{m}"
+    assert_contains(
+        &m,
+        &[
+            "required node affinity term 0 (kubernetes.azure.com/agentpool In [nodepool1])",
+            "kubernetes.azure.com/agentpool In [gpunp]",
+            "gpu-pool",
+        ],
     );
-    assert!(
-        m.contains("kubernetes.azure.com/agentpool In [gpunp]"),
-        "{m}"
-    );
-    assert!(m.contains("gpu-pool"), "{m}");
 }
 
 #[test]
 fn conflict_needs_every_alternative_to_be_excluded() {
     // One of the pod's terms can still reach GPU nodes: patch, no conflict.
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [expr("kubernetes.azure.com/accelerator", "In", &["none"])]},
-            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
-        ]}}}}),
-    );
+    let pod = terms_pod(json!([
+        {"matchExpressions": [expr("kubernetes.azure.com/accelerator", "In", &["none"])]},
+        {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
+    ]));
     assert!(conflicts(&shipped(), &pod, &ns()).is_empty());
     assert!(!plan_pod(&shipped(), &pod).patch.0.is_empty());
     // NotIn the GPU value in one term, DoesNotExist on the NAP key in the same term.
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            expr("kubernetes.azure.com/accelerator", "NotIn", &["nvidia"]),
-            expr("karpenter.azure.com/sku-gpu-manufacturer", "DoesNotExist", &[])
-        ]}]}}}}),
-    );
+    let pod = terms_pod(json!([{"matchExpressions": [
+        expr("kubernetes.azure.com/accelerator", "NotIn", &["nvidia"]),
+        expr("karpenter.azure.com/sku-gpu-manufacturer", "DoesNotExist", &[])
+    ]}]));
     let m = conflicts(&shipped(), &pod, &ns()).join("\n");
-    assert!(
-        m.contains("kubernetes.azure.com/accelerator NotIn [nvidia]"),
-        "{m}"
-    );
-    assert!(
-        m.contains("karpenter.azure.com/sku-gpu-manufacturer DoesNotExist"),
-        "{m}"
+    assert_contains(
+        &m,
+        &[
+            "kubernetes.azure.com/accelerator NotIn [nvidia]",
+            "karpenter.azure.com/sku-gpu-manufacturer DoesNotExist",
+        ],
     );
     assert!(plan_pod(&shipped(), &pod).patch.0.is_empty());
 }
@@ -754,10 +729,8 @@ fn shipped_profiles_load() {
     assert_eq!(nvidia.name, "aks-nvidia");
     assert_eq!(nvidia.tolerations[0].to_json(), sku_gpu());
     assert_eq!(nvidia.required.len(), 2);
-    assert_eq!(
-        nvidia.node_pool_taint.as_ref().unwrap().to_string(),
-        "sku=gpu:NoSchedule"
-    );
+    let taint = nvidia.node_pool_taint.as_ref().unwrap();
+    assert_eq!(taint.to_string(), "sku=gpu:NoSchedule");
     let amd = profile(AMD);
     assert!(amd.resources.matches("amd.com/gpu"));
     assert!(!amd.resources.matches("nvidia.com/gpu"));
@@ -774,10 +747,7 @@ fn only_requirements_a_term_lacks_are_added() {
         ]}),
     )])
     .unwrap();
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [accel_nvidia()]}]}}}}),
-    );
+    let pod = terms_pod(json!([{"matchExpressions": [accel_nvidia()]}]));
     let (_, patched) = apply(&set, &pod);
     assert_eq!(
         required_terms(&patched),
@@ -795,8 +765,9 @@ fn plan_finds_the_namespace_when_the_request_has_none() {
     let set = ProfileSet::new(vec![only_ml]).unwrap();
     let mut req = Request::for_object(gpu_pod(json!({})), Operation::Create, None);
     req.namespace = None;
+    let from_metadata = plan(&set, &req).profile;
     assert_eq!(
-        plan(&set, &req).profile.as_deref(),
+        from_metadata.as_deref(),
         Some("only-ml"),
         "from metadata.namespace"
     );
@@ -809,13 +780,10 @@ fn plan_finds_the_namespace_when_the_request_has_none() {
 #[test]
 fn empty_terms_stay_empty() {
     // An empty term matches no node; adding requirements would revive it.
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": []},
-            {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
-        ]}}}}),
-    );
+    let pod = terms_pod(json!([
+        {"matchExpressions": []},
+        {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
+    ]));
     let (_, patched) = apply(&shipped(), &pod);
     let terms = required_terms(&patched);
     assert_eq!(terms[0], json!({"matchExpressions": []}));
@@ -860,6 +828,14 @@ fn tier_narrowing_looked_up_is_tier_narrowing_worked_out() {
             .collect();
         json!({"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]})
     };
+    // A pod asking for one nvidia.com/gpu, with `selection` in its spec.
+    let selecting = |selection: Value| {
+        let mut spec = limits(&["nvidia.com/gpu"]);
+        spec.as_object_mut()
+            .unwrap()
+            .extend(selection.as_object().unwrap().clone());
+        spec
+    };
     let pods = [
         limits(&["nvidia.com/gpu"]),
         limits(&["nvidia.com/mig-1g.10gb"]),
@@ -867,23 +843,14 @@ fn tier_narrowing_looked_up_is_tier_narrowing_worked_out() {
         limits(&["nvidia.com/gpu", "amd.com/gpu"]),
         limits(&["microsoft.com/directx"]),
         // Own selections: computed per pod, not looked up.
-        {
-            let mut spec = limits(&["nvidia.com/gpu"]);
-            spec["nodeSelector"] =
-                json!({"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"});
-            spec
-        },
-        {
-            let mut spec = limits(&["nvidia.com/gpu"]);
-            spec["nodeSelector"] = json!({"topology.kubernetes.io/zone": "eastus-1"});
-            spec
-        },
-        {
-            let mut spec = limits(&["nvidia.com/gpu"]);
-            spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                {"nodeSelectorTerms": []}}});
-            spec
-        },
+        selecting(
+            json!({"nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"}}),
+        ),
+        selecting(json!({"nodeSelector": {"topology.kubernetes.io/zone": "eastus-1"}})),
+        selecting(
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": []}}}}),
+        ),
     ];
     let namespaces = [
         vec![],

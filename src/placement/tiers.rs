@@ -266,12 +266,22 @@ mod tests {
         .unwrap()
     }
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
+    /// The labels of a namespace of `tier` that opts in to premium GPUs
+    /// with `premium` (each left out when empty).
+    fn ns(tier: &str, premium: &str) -> BTreeMap<String, String> {
+        [(TIER_LABEL, tier), (PREMIUM_LABEL, premium)]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     }
+
+    /// What the default tier of [`tiers`] allows, in catalog order.
+    const DEFAULT_TIER: [&str; 3] = [
+        "Standard_NC4as_T4_v3",
+        "Standard_NC8as_T4_v3",
+        "Standard_NV36ads_A10_v5",
+    ];
 
     fn names(skus: &[&Sku]) -> Vec<String> {
         skus.iter().map(|s| s.name.clone()).collect()
@@ -293,23 +303,16 @@ mod tests {
             &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpu-sku-allowlist"}}),
         )
         .unwrap();
-        assert_eq!(empty.allowed(&Catalog::embedded(), &labels(&[])), None);
+        assert_eq!(empty.allowed(&Catalog::embedded(), &ns("", "")), None);
     }
 
     #[test]
     fn tier_label_picks_the_list_and_unknown_tiers_fall_back_to_default() {
         let c = Catalog::embedded();
         let t = tiers();
-        let default = t.allowed(&c, &labels(&[])).unwrap();
-        assert_eq!(
-            names(&default),
-            [
-                "Standard_NC4as_T4_v3",
-                "Standard_NC8as_T4_v3",
-                "Standard_NV36ads_A10_v5"
-            ]
-        );
-        let unknown = t.allowed(&c, &labels(&[(TIER_LABEL, "gold")])).unwrap();
+        let default = t.allowed(&c, &ns("", "")).unwrap();
+        assert_eq!(names(&default), DEFAULT_TIER);
+        let unknown = t.allowed(&c, &ns("gold", "")).unwrap();
         assert_eq!(names(&unknown), names(&default));
     }
 
@@ -317,30 +320,17 @@ mod tests {
     fn premium_sizes_need_the_opt_in_even_when_listed() {
         let c = Catalog::embedded();
         let t = tiers();
-        let standard = t.allowed(&c, &labels(&[(TIER_LABEL, "standard")])).unwrap();
+        let standard = t.allowed(&c, &ns("standard", "")).unwrap();
         assert_eq!(names(&standard), ["Standard_NC4as_T4_v3"]);
-        let opted = t
-            .allowed(
-                &c,
-                &labels(&[(TIER_LABEL, "standard"), (PREMIUM_LABEL, "true")]),
-            )
-            .unwrap();
-        assert_eq!(
-            names(&opted),
-            ["Standard_NC4as_T4_v3", "Standard_NC24ads_A100_v4"]
-        );
+        let opted = t.allowed(&c, &ns("standard", "true")).unwrap();
+        let both = ["Standard_NC4as_T4_v3", "Standard_NC24ads_A100_v4"];
+        assert_eq!(names(&opted), both);
         // "*" without the opt-in: every size but the premium ones.
-        let star = t.allowed(&c, &labels(&[(TIER_LABEL, "premium")])).unwrap();
+        let star = t.allowed(&c, &ns("premium", "")).unwrap();
         assert!(star.iter().all(|s| !s.premium));
         assert!(star.len() > 40);
         // "*" with the opt-in: every size, nothing to restrict.
-        assert_eq!(
-            t.allowed(
-                &c,
-                &labels(&[(TIER_LABEL, "premium"), (PREMIUM_LABEL, "true")])
-            ),
-            None
-        );
+        assert_eq!(t.allowed(&c, &ns("premium", "true")), None);
     }
 
     #[test]
@@ -348,26 +338,21 @@ mod tests {
         use crate::placement::ProfileSet;
         let c = Catalog::embedded();
         let cases = [
-            labels(&[]),
-            labels(&[(TIER_LABEL, "gold")]),
-            labels(&[(TIER_LABEL, "standard")]),
-            labels(&[(TIER_LABEL, "standard"), (PREMIUM_LABEL, "true")]),
-            labels(&[(TIER_LABEL, "premium")]),
-            labels(&[(TIER_LABEL, "premium"), (PREMIUM_LABEL, "true")]),
-            labels(&[(PREMIUM_LABEL, "yes")]),
+            ns("", ""),
+            ns("gold", ""),
+            ns("standard", ""),
+            ns("standard", "true"),
+            ns("premium", ""),
+            ns("premium", "true"),
+            ns("", "yes"),
         ];
         let catalog = std::sync::Arc::new(Catalog::embedded());
         // Tiers set before and after the catalog: the lookup follows both.
+        let none = || ProfileSet::new(Vec::new()).unwrap();
         let sets = [
-            ProfileSet::new(Vec::new()).unwrap().with_tiers(tiers()),
-            ProfileSet::new(Vec::new())
-                .unwrap()
-                .with_tiers(tiers())
-                .with_catalog(catalog.clone()),
-            ProfileSet::new(Vec::new())
-                .unwrap()
-                .with_catalog(catalog)
-                .with_tiers(tiers()),
+            none().with_tiers(tiers()),
+            none().with_tiers(tiers()).with_catalog(catalog.clone()),
+            none().with_catalog(catalog).with_tiers(tiers()),
         ];
         for set in &sets {
             for namespace in &cases {
@@ -379,22 +364,18 @@ mod tests {
         let no_default = SkuTiers::from_config_map(&json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "gpu-sku-allowlist"}, "data": {"standard": "Standard_NC4as_T4_v3"}}))
         .unwrap();
-        let set = ProfileSet::new(Vec::new()).unwrap().with_tiers(no_default);
-        assert_eq!(set.tier_allowed(&labels(&[])).map(|s| s.len()), None);
-        assert_eq!(
-            set.tier_allowed(&labels(&[(TIER_LABEL, "standard")]))
-                .map(|s| names(&s)),
-            Some(vec!["Standard_NC4as_T4_v3".to_string()])
-        );
-        assert!(ProfileSet::new(Vec::new())
-            .unwrap()
-            .tier_allowed(&labels(&[]))
-            .is_none());
+        let set = none().with_tiers(no_default);
+        assert_eq!(set.tier_allowed(&ns("", "")).map(|s| s.len()), None);
+        let standard = set.tier_allowed(&ns("standard", "")).map(|s| names(&s));
+        assert_eq!(standard, Some(vec!["Standard_NC4as_T4_v3".to_string()]));
+        assert!(none().tier_allowed(&ns("", "")).is_none());
     }
 
-    fn narrow_pod(spec: Value, profile: &[Term], tier: &[(&str, &str)]) -> Option<Vec<Value>> {
+    /// The terms that pin a pod of `spec` to what `profile` allows in the
+    /// default tier.
+    fn narrow_pod(spec: Value, profile: &[Term]) -> Option<Vec<Value>> {
         let c = Catalog::embedded();
-        let allowed = tiers().allowed(&c, &labels(tier)).unwrap();
+        let allowed = tiers().allowed(&c, &ns("", "")).unwrap();
         let request = pod_gpu_request(&spec, &GpuResources::default());
         narrow(profile, &spec, &request, &allowed, &c)
             .map(|terms| terms.iter().map(Term::to_json).collect())
@@ -402,6 +383,11 @@ mod tests {
 
     fn term(key: &str, values: &[&str]) -> Term {
         Term::new(vec![Requirement::new(key, Operator::In, values)])
+    }
+
+    /// [`narrow_pod`] for a pod asking for one `nvidia.com/gpu`.
+    fn narrow_nvidia(extra: Value, profile: &[Term]) -> Option<Vec<Value>> {
+        narrow_pod(gpu_spec("nvidia.com/gpu", extra), profile)
     }
 
     fn gpu_spec(resource: &str, extra: Value) -> Value {
@@ -434,10 +420,8 @@ mod tests {
         let mut with_usable = unusable.clone();
         with_usable.push(c.get("Standard_ND96isr_MI300X_v5").unwrap());
         let terms = narrow(&profile, &spec, &request, &with_usable, &c).unwrap();
-        assert_eq!(
-            terms[0].to_json()["matchExpressions"][1]["values"],
-            json!(["Standard_ND96isr_MI300X_v5"])
-        );
+        let sizes = &terms[0].to_json()["matchExpressions"][1]["values"];
+        assert_eq!(sizes, &json!(["Standard_ND96isr_MI300X_v5"]));
     }
 
     #[test]
@@ -446,19 +430,15 @@ mod tests {
             term(labels::ACCELERATOR, &["nvidia"]),
             term(labels::SKU_GPU_MANUFACTURER, &["nvidia"]),
         ];
-        let out = narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &profile, &[]).unwrap();
-        let sizes = json!([
-            "Standard_NC4as_T4_v3",
-            "Standard_NC8as_T4_v3",
-            "Standard_NV36ads_A10_v5"
-        ]);
+        let out = narrow_nvidia(json!({}), &profile).unwrap();
+        let sizes = json!(DEFAULT_TIER);
         assert_eq!(out.len(), 2);
         for t in &out {
             assert_eq!(t["matchExpressions"][1]["key"], labels::INSTANCE_TYPE);
             assert_eq!(t["matchExpressions"][1]["values"], sizes);
         }
         // No profile terms: one term of the sizes alone.
-        let out = narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &[], &[]).unwrap();
+        let out = narrow_nvidia(json!({}), &[]).unwrap();
         assert_eq!(out[0]["matchExpressions"][0]["values"], sizes);
     }
 
@@ -466,17 +446,12 @@ mod tests {
     fn the_pods_own_selection_narrows_the_sizes_and_never_widens_them() {
         let profile = [term(labels::ACCELERATOR, &["nvidia"])];
         let t4 = json!({"nodeSelector": {"karpenter.azure.com/sku-gpu-name": "T4"}});
-        let out = narrow_pod(gpu_spec("nvidia.com/gpu", t4), &profile, &[]).unwrap();
-        assert_eq!(
-            out[0]["matchExpressions"][1]["values"],
-            json!(["Standard_NC4as_T4_v3", "Standard_NC8as_T4_v3"])
-        );
+        let out = narrow_nvidia(t4, &profile).unwrap();
+        let t4_sizes = json!(["Standard_NC4as_T4_v3", "Standard_NC8as_T4_v3"]);
+        assert_eq!(out[0]["matchExpressions"][1]["values"], t4_sizes);
         // Only sizes outside the tier: left to the validating side.
         let a100 = json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe"}});
-        assert_eq!(
-            narrow_pod(gpu_spec("nvidia.com/gpu", a100), &profile, &[]),
-            None
-        );
+        assert_eq!(narrow_nvidia(a100, &profile), None);
     }
 
     #[test]
@@ -485,17 +460,12 @@ mod tests {
             term(labels::SKU_GPU_MANUFACTURER, &["nvidia"]),
             term(labels::INSTANCE_TYPE, &["Standard_ND96isr_H100_v5"]),
         ];
-        let out = narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &profile, &[]).unwrap();
+        let out = narrow_nvidia(json!({}), &profile).unwrap();
         assert_eq!(out.len(), 1);
-        assert_eq!(
-            out[0]["matchExpressions"][0]["key"],
-            labels::SKU_GPU_MANUFACTURER
-        );
+        let key = &out[0]["matchExpressions"][0]["key"];
+        assert_eq!(key, labels::SKU_GPU_MANUFACTURER);
         let pinned = [term(labels::INSTANCE_TYPE, &["Standard_ND96isr_H100_v5"])];
-        assert_eq!(
-            narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &pinned, &[]),
-            None
-        );
+        assert_eq!(narrow_nvidia(json!({}), &pinned), None);
     }
 
     #[test]
@@ -504,30 +474,19 @@ mod tests {
         // them; narrowing must agree, or only the second /mutate narrows.
         let profile = [term(labels::ACCELERATOR, &["nvidia"])];
         let empty = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}});
-        assert_eq!(
-            narrow_pod(gpu_spec("nvidia.com/gpu", empty), &profile, &[]),
-            narrow_pod(gpu_spec("nvidia.com/gpu", json!({})), &profile, &[])
-        );
+        let none = narrow_nvidia(json!({}), &profile);
+        assert_eq!(narrow_nvidia(empty, &profile), none);
     }
 
     #[test]
     fn sizes_follow_the_maker_of_the_gpu_resource() {
         let amd = [term(labels::SKU_GPU_MANUFACTURER, &["amd"])];
         // The tier names no AMD size: nothing to narrow to.
-        assert_eq!(
-            narrow_pod(gpu_spec("amd.com/gpu", json!({})), &amd, &[]),
-            None
-        );
+        assert_eq!(narrow_pod(gpu_spec("amd.com/gpu", json!({})), &amd), None);
         // A resource of no known maker can use any allowed size.
         let windows = [term("kubernetes.io/os", &["windows"])];
-        let out = narrow_pod(gpu_spec("microsoft.com/directx", json!({})), &windows, &[]).unwrap();
-        assert_eq!(
-            out[0]["matchExpressions"][1]["values"],
-            json!([
-                "Standard_NC4as_T4_v3",
-                "Standard_NC8as_T4_v3",
-                "Standard_NV36ads_A10_v5"
-            ])
-        );
+        let directx = gpu_spec("microsoft.com/directx", json!({}));
+        let out = narrow_pod(directx, &windows).unwrap();
+        assert_eq!(out[0]["matchExpressions"][1]["values"], json!(DEFAULT_TIER));
     }
 }

@@ -136,28 +136,18 @@ mod tests {
         ]}});
         let patched = apply(&pod, ops(&pod, None));
         let env = |path: &str| patched.pointer(path).cloned().unwrap_or(Value::Null);
-        assert_eq!(
-            env("/spec/initContainers/0/env"),
-            json!([{"name": VISIBLE_DEVICES, "value": "void"}])
-        );
-        assert_eq!(
-            env("/spec/containers/0/env"),
-            Value::Null,
-            "the GPU container"
-        );
-        assert_eq!(
-            env("/spec/containers/1/env"),
-            json!([{"name": "A", "value": "1"}, {"name": VISIBLE_DEVICES, "value": "void"}])
-        );
-        assert_eq!(
-            env("/spec/containers/2/env"),
-            json!([{"name": VISIBLE_DEVICES}])
-        );
-        assert_eq!(
-            env("/spec/containers/3/env"),
-            json!([{"name": VISIBLE_DEVICES, "value": "all"}]),
-            "an explicit value is judged, not rewritten"
-        );
+        // The GPU container is left alone; an explicit value is judged, not
+        // rewritten.
+        for case in [
+            json!(["/spec/initContainers/0/env", [{"name": VISIBLE_DEVICES, "value": "void"}]]),
+            json!(["/spec/containers/0/env", null]),
+            json!(["/spec/containers/1/env", [{"name": "A", "value": "1"}, {"name": VISIBLE_DEVICES, "value": "void"}]]),
+            json!(["/spec/containers/2/env", [{"name": VISIBLE_DEVICES}]]),
+            json!(["/spec/containers/3/env", [{"name": VISIBLE_DEVICES, "value": "all"}]]),
+        ] {
+            let path = case[0].as_str().unwrap();
+            assert_eq!(env(path), case[1], "{path}");
+        }
         assert!(
             ops(&patched, None).is_empty(),
             "a second pass changes nothing"
@@ -170,15 +160,14 @@ mod tests {
             "containers": [{"name": "train"}, {"name": "side"}],
             "ephemeralContainers": [{"name": "old-debug", "image": "busybox"}]}});
         let mut pod = old.clone();
+        let debugger = json!({"name": "debugger", "image": "nvidia/cuda:12.4.1-base"});
         pod["spec"]["ephemeralContainers"]
             .as_array_mut()
             .unwrap()
-            .push(json!({"name": "debugger", "image": "nvidia/cuda:12.4.1-base"}));
+            .push(debugger);
         let patched = apply(&pod, ops(&pod, Some(&old)));
-        assert_eq!(
-            patched["spec"]["ephemeralContainers"][1]["env"],
-            json!([{"name": VISIBLE_DEVICES, "value": "void"}])
-        );
+        let void = json!([{"name": VISIBLE_DEVICES, "value": "void"}]);
+        assert_eq!(patched["spec"]["ephemeralContainers"][1]["env"], void);
         assert_eq!(patched["spec"]["ephemeralContainers"][0].get("env"), None);
         assert_eq!(patched["spec"]["containers"][1].get("env"), None);
     }
@@ -201,18 +190,13 @@ mod tests {
         };
         let access = pod_access(&pod["spec"], None, context, |_, _| false);
         let infrastructure = |image: &str| image.starts_with("nvcr.io/nvidia/k8s-device-plugin");
-        let patched = apply(
-            &pod,
-            hide_by_default(&pod, &access, infrastructure).unwrap(),
-        );
+        let hidden = hide_by_default(&pod, &access, infrastructure).unwrap();
+        let patched = apply(&pod, hidden);
         let void = json!([{"name": VISIBLE_DEVICES, "value": "void"}]);
         assert_eq!(patched["spec"]["initContainers"][0]["env"], void);
         assert_eq!(patched["spec"]["containers"][0]["env"], void);
-        assert_eq!(
-            patched["spec"]["containers"][1].get("env"),
-            None,
-            "infrastructure image"
-        );
+        let plugin = &patched["spec"]["containers"][1];
+        assert_eq!(plugin.get("env"), None, "infrastructure image");
         for (i, original) in [(2, "leak"), (3, "from"), (4, "launcher")] {
             assert_eq!(
                 patched["spec"]["containers"][i]["env"], pod["spec"]["containers"][i]["env"],
@@ -220,8 +204,7 @@ mod tests {
             );
         }
         let again = pod_access(&patched["spec"], None, context, |_, _| false);
-        assert!(hide_by_default(&patched, &again, infrastructure)
-            .unwrap()
-            .is_empty());
+        let twice = hide_by_default(&patched, &again, infrastructure).unwrap();
+        assert!(twice.is_empty());
     }
 }

@@ -292,14 +292,18 @@ mod tests {
         assert_eq!(c.as_of(), Some("2026-01-31"));
         let c = Catalog::from_csv_str(&format!("{header}\n"), "undated.csv").unwrap();
         assert_eq!(c.as_of(), None);
-        let err = Catalog::from_csv_str(&format!("# as-of: last week\n{header}\n"), "bad.csv")
-            .unwrap_err()
-            .to_string();
+        let err = error(&format!("# as-of: last week\n{header}\n"), "bad.csv");
         assert!(
             err.contains("bad.csv: line 1") && err.contains("not a date"),
             "{err}"
         );
     }
+
+    /// The error reading `text` as the catalog file `name`, as shown.
+    fn error(text: &str, name: &str) -> String {
+        Catalog::from_csv_str(text, name).unwrap_err().to_string()
+    }
+
     const HEADER: &str = "name,gpu_model,manufacturer,gpus,gpu_memory_gib,vcpus,family,series,retired,retired_on,aks_supported,premium\n";
 
     #[test]
@@ -307,24 +311,15 @@ mod tests {
         let text = format!(
             "{HEADER}Standard_NC4as_T4_v3,T4,nvidia,1,16,4,NCasT4_v3,NCas_T4_v3,false,,true,false\nStandard_X,T4,nvidia,one,16,4,F,S,false,,true,false\n"
         );
-        let err = Catalog::from_csv_str(&text, "skus.csv")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            err,
-            "skus.csv: line 3, column 4 (gpus): \"one\" is not a non-negative number"
-        );
+        let want = "skus.csv: line 3, column 4 (gpus): \"one\" is not a non-negative number";
+        assert_eq!(error(&text, "skus.csv"), want);
     }
 
     #[test]
     fn missing_column_is_named() {
-        let err = Catalog::from_csv_str("name,gpus\nStandard_X,1\n", "skus.csv")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with("skus.csv: line 1: header lacks column(s): gpu_model"),
-            "{err}"
-        );
+        let err = error("name,gpus\nStandard_X,1\n", "skus.csv");
+        let want = "skus.csv: line 1: header lacks column(s): gpu_model";
+        assert!(err.starts_with(want), "{err}");
     }
 
     #[test]
@@ -332,22 +327,16 @@ mod tests {
         let row = |r: &str, d: &str| {
             format!("{HEADER}Standard_A,T4,nvidia,1,16,4,F,S,{r},{d},true,false\n")
         };
-        let err = Catalog::from_csv_str(&row("maybe", ""), "f")
-            .unwrap_err()
-            .to_string();
+        let err = error(&row("maybe", ""), "f");
         assert!(err.contains("line 2, column 9 (retired)"), "{err}");
-        let err = Catalog::from_csv_str(&row("true", "30/09/2025"), "f")
-            .unwrap_err()
-            .to_string();
+        let err = error(&row("true", "30/09/2025"), "f");
         assert!(err.contains("column 10 (retired_on)"), "{err}");
         let dup = format!(
             "{HEADER}Standard_A,T4,nvidia,1,16,4,F,S,false,,true,false\nstandard_a,T4,nvidia,1,16,4,F,S,false,,true,false\n"
         );
-        let err = Catalog::from_csv_str(&dup, "f").unwrap_err().to_string();
-        assert!(
-            err.contains("line 3, column 1 (name): standard_a is listed twice"),
-            "{err}"
-        );
+        let err = error(&dup, "f");
+        let want = "line 3, column 1 (name): standard_a is listed twice";
+        assert!(err.contains(want), "{err}");
     }
 
     #[test]
@@ -363,14 +352,14 @@ mod tests {
         let c = Catalog::from_csv_str(&without, "f").unwrap();
         assert_eq!(c.get("Standard_A").unwrap().memory_gib, None);
         let bad = text.replace(",28,", ",lots,");
-        let err = Catalog::from_csv_str(&bad, "f").unwrap_err().to_string();
+        let err = error(&bad, "f");
         assert!(err.contains("column 7 (memory_gib)"), "{err}");
     }
 
     #[test]
     fn ragged_row_is_an_error_not_a_panic() {
         let text = format!("{HEADER}Standard_A,T4\n");
-        let err = Catalog::from_csv_str(&text, "f").unwrap_err().to_string();
+        let err = error(&text, "f");
         assert!(err.starts_with("f: line 2:"), "{err}");
     }
 
@@ -378,13 +367,8 @@ mod tests {
     fn file_override_reads_from_disk_and_reports_missing_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("skus.csv");
-        std::fs::write(
-            &path,
-            format!(
-                "{HEADER}Standard_Custom_GPU_v1,L4,nvidia,1,24,8,NL4,NL4_v1,false,,true,false\n"
-            ),
-        )
-        .unwrap();
+        let row = "Standard_Custom_GPU_v1,L4,nvidia,1,24,8,NL4,NL4_v1,false,,true,false";
+        std::fs::write(&path, format!("{HEADER}{row}\n")).unwrap();
         let c = Catalog::from_csv_file(&path).unwrap();
         assert_eq!(c.len(), 1);
         assert!(c.is_gpu_sku("standard_custom_gpu_v1"));

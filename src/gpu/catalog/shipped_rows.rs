@@ -45,20 +45,13 @@ fn fractional_vgpu_sizes_do_not_report_one_gpu() {
 #[test]
 fn gpu_memory_is_per_vm() {
     let c = catalog();
-    assert_eq!(
-        c.get("Standard_ND96amsr_A100_v4").unwrap().gpu_memory_gib,
-        Some(640.0)
-    );
-    assert_eq!(
-        c.get("Standard_ND128isr_NDR_GB200_v6")
-            .unwrap()
-            .gpu_memory_gib,
-        Some(768.0)
-    );
-    assert_eq!(
-        c.get("Standard_NC48ads_A100_v4").unwrap().gpu_memory_gib,
-        Some(160.0)
-    );
+    for (name, memory) in [
+        ("Standard_ND96amsr_A100_v4", 640.0),
+        ("Standard_ND128isr_NDR_GB200_v6", 768.0),
+        ("Standard_NC48ads_A100_v4", 160.0),
+    ] {
+        assert_eq!(c.get(name).unwrap().gpu_memory_gib, Some(memory), "{name}");
+    }
 }
 
 #[test]
@@ -73,19 +66,11 @@ fn minimum_aks_size_is_current_and_not_premium() {
 #[test]
 fn mig_marks_the_a100_h100_and_h200_sizes() {
     let c = catalog();
-    for name in [
-        "Standard_NC24ads_A100_v4",
-        "Standard_ND96asr_v4",
-        "Standard_NC40ads_H100_v5",
-        "Standard_ND96isr_H200_v5",
-    ] {
+    let mig = "NC24ads_A100_v4 ND96asr_v4 NC40ads_H100_v5 ND96isr_H200_v5";
+    for name in mig.split(' ') {
         assert!(c.get(name).unwrap().mig, "{name}");
     }
-    for name in [
-        "Standard_NC4as_T4_v3",
-        "Standard_NV36ads_A10_v5",
-        "Standard_ND96isr_MI300X_v5",
-    ] {
+    for name in "NC4as_T4_v3 NV36ads_A10_v5 ND96isr_MI300X_v5".split(' ') {
         assert!(!c.get(name).unwrap().mig, "{name}");
     }
     assert_eq!(c.sku_value("Standard_NC24ads_A100_v4")["mig"], true);
@@ -94,16 +79,12 @@ fn mig_marks_the_a100_h100_and_h200_sizes() {
 #[test]
 fn premium_marks_high_end_gpus_only() {
     let c = catalog();
-    for name in [
-        "Standard_NC24ads_A100_v4",
-        "Standard_ND96isr_H100_v5",
-        "Standard_ND96isr_H200_v5",
-        "Standard_ND128isr_GB300_v6",
-        "Standard_ND96isr_MI300X_v5",
-    ] {
+    let premium =
+        "NC24ads_A100_v4 ND96isr_H100_v5 ND96isr_H200_v5 ND128isr_GB300_v6 ND96isr_MI300X_v5";
+    for name in premium.split(' ') {
         assert!(c.get(name).unwrap().premium, "{name}");
     }
-    for name in ["Standard_NC4as_T4_v3", "Standard_NV36ads_A10_v5"] {
+    for name in ["NC4as_T4_v3", "NV36ads_A10_v5"] {
         assert!(!c.get(name).unwrap().premium, "{name}");
     }
 }
@@ -112,13 +93,11 @@ fn premium_marks_high_end_gpus_only() {
 fn every_row_is_consistent() {
     for sku in catalog().skus() {
         assert!(sku.gpu_devices as f64 >= sku.gpus.floor(), "{}", sku.name);
-        if sku.retired {
-            assert!(
-                sku.retired_on.is_some(),
-                "{} retired without a date",
-                sku.name
-            );
-        }
+        let name = &sku.name;
+        assert!(
+            !sku.retired || sku.retired_on.is_some(),
+            "{name} retired without a date"
+        );
     }
 }
 

@@ -292,6 +292,7 @@ pub(super) fn strip_standard(name: &str) -> &str {
 mod tests {
     use super::super::Catalog;
     use super::*;
+    use serde_json::json;
 
     fn catalog() -> Catalog {
         Catalog::embedded()
@@ -300,20 +301,12 @@ mod tests {
     #[test]
     fn sku_json_matches_the_cel_contract() {
         let v = catalog().sku_value("standard_nv6ads_a10_v5");
-        assert_eq!(v["name"], "Standard_NV6ads_A10_v5");
-        assert_eq!(v["gpuModel"], "A10");
-        assert_eq!(v["manufacturer"], "nvidia");
+        let want = json!({"name": "Standard_NV6ads_A10_v5", "gpuModel": "A10",
+            "manufacturer": "nvidia", "gpuMemoryGiB": 4.0, "vcpus": 6, "memoryGiB": 55.0,
+            "family": "NVadsA10_v5", "series": "NVads_A10_v5", "retired": false, "retiredOn": null,
+            "aksSupported": true, "premium": false, "fractional": true});
+        crate::gpu::assert_fields(&v, want);
         assert!(v["gpus"].as_f64().unwrap() < 0.2);
-        assert_eq!(v["gpuMemoryGiB"], 4.0);
-        assert_eq!(v["vcpus"], 6);
-        assert_eq!(v["memoryGiB"], 55.0);
-        assert_eq!(v["family"], "NVadsA10_v5");
-        assert_eq!(v["series"], "NVads_A10_v5");
-        assert_eq!(v["retired"], false);
-        assert_eq!(v["retiredOn"], Value::Null);
-        assert_eq!(v["aksSupported"], true);
-        assert_eq!(v["premium"], false);
-        assert_eq!(v["fractional"], true);
         assert_eq!(catalog().sku_value("Standard_D4s_v5"), Value::Null);
         assert!(catalog().is_gpu_sku("Standard_NC6s_v3"));
         assert!(!catalog().is_gpu_sku("Standard_D4s_v5"));
@@ -323,12 +316,16 @@ mod tests {
     fn node_labels_follow_karpenter_and_aks() {
         let c = catalog();
         let a100 = c.get("Standard_NC24ads_A100_v4").unwrap().node_labels();
-        assert_eq!(a100[labels::SKU_FAMILY], "N");
-        assert_eq!(a100[labels::SKU_GPU_NAME], "A100");
-        assert_eq!(a100[labels::SKU_GPU_COUNT], "1");
-        assert_eq!(a100[labels::SKU_GPU_MANUFACTURER], "nvidia");
-        assert_eq!(a100[labels::ACCELERATOR], "nvidia");
-        assert_eq!(a100[labels::INSTANCE_TYPE], "Standard_NC24ads_A100_v4");
+        for (label, value) in [
+            (labels::SKU_FAMILY, "N"),
+            (labels::SKU_GPU_NAME, "A100"),
+            (labels::SKU_GPU_COUNT, "1"),
+            (labels::SKU_GPU_MANUFACTURER, "nvidia"),
+            (labels::ACCELERATOR, "nvidia"),
+            (labels::INSTANCE_TYPE, "Standard_NC24ads_A100_v4"),
+        ] {
+            assert_eq!(a100[label], value, "{label}");
+        }
         // No accelerator token in the name: no sku-gpu-name label.
         let v100 = c.get("Standard_NC6s_v3").unwrap().node_labels();
         assert!(!v100.contains_key(labels::SKU_GPU_NAME));
@@ -346,32 +343,34 @@ mod tests {
     #[test]
     fn gpu_product_names_the_model_and_memory_of_one_gpu() {
         let c = catalog();
-        let has = |size: &str, product: &str| c.get(size).unwrap().has_gpu_product(product);
-        assert!(has("Standard_NC24ads_A100_v4", "NVIDIA-A100-80GB-PCIe"));
-        assert!(has(
-            "Standard_NC24ads_A100_v4",
-            "NVIDIA-A100-80GB-PCIe-SHARED"
-        ));
-        assert!(has("Standard_ND96asr_v4", "NVIDIA-A100-SXM4-40GB"));
-        assert!(!has("Standard_ND96asr_v4", "NVIDIA-A100-80GB-PCIe"));
-        assert!(has("Standard_NC4as_T4_v3", "Tesla-T4"));
-        // A10 is not A100, and the other way round.
-        assert!(!has("Standard_NV36ads_A10_v5", "NVIDIA-A100-80GB-PCIe"));
-        assert!(!has("Standard_NC24ads_A100_v4", "NVIDIA-A10"));
-        assert!(has("Standard_NV36ads_A10_v5", "NVIDIA-A10"));
-        assert!(has("Standard_NC40ads_H100_v5", "NVIDIA-H100-NVL"));
-        assert!(!has("Standard_NC40ads_H100_v5", "NVIDIA-H100-80GB-HBM3"));
-        assert!(has("Standard_ND96isr_H100_v5", "NVIDIA-H100-80GB-HBM3"));
-        assert!(has("Standard_NC6s_v3", "Tesla-V100-PCIE-16GB"));
-        assert!(has(
-            "Standard_NC144lds_xl_RTXPRO6000BSE_v6",
-            "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
-        ));
-        assert!(!has("Standard_ND96isr_MI300X_v5", "MI300X"));
-        assert_eq!(
-            SkuLabel::of(labels::GPU_PRODUCT),
-            Some(SkuLabel::GpuProduct)
-        );
+        // Sizes without `Standard_`, each with the products it has (+) or
+        // has not (-). A10 is not A100, and the other way round.
+        let cases = [
+            "NC24ads_A100_v4 +NVIDIA-A100-80GB-PCIe +NVIDIA-A100-80GB-PCIe-SHARED -NVIDIA-A10",
+            "ND96asr_v4 +NVIDIA-A100-SXM4-40GB -NVIDIA-A100-80GB-PCIe",
+            "NC4as_T4_v3 +Tesla-T4",
+            "NV36ads_A10_v5 -NVIDIA-A100-80GB-PCIe +NVIDIA-A10",
+            "NC40ads_H100_v5 +NVIDIA-H100-NVL -NVIDIA-H100-80GB-HBM3",
+            "ND96isr_H100_v5 +NVIDIA-H100-80GB-HBM3",
+            "NC6s_v3 +Tesla-V100-PCIE-16GB",
+            "NC144lds_xl_RTXPRO6000BSE_v6 +NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+            "ND96isr_MI300X_v5 -MI300X",
+        ];
+        for case in cases {
+            let mut words = case.split(' ');
+            let sku = c.get(words.next().unwrap()).unwrap();
+            for product in words {
+                let (has, product) = product.split_at(1);
+                assert_eq!(
+                    sku.has_gpu_product(product),
+                    has == "+",
+                    "{} {product}",
+                    sku.name
+                );
+            }
+        }
+        let product = SkuLabel::of(labels::GPU_PRODUCT);
+        assert_eq!(product, Some(SkuLabel::GpuProduct));
     }
 
     #[test]
@@ -390,21 +389,15 @@ mod tests {
         let c = catalog();
         for sku in c.skus() {
             for (k, v) in sku.node_labels() {
-                assert_eq!(
-                    sku.label(k).as_deref(),
-                    Some(v.as_str()),
-                    "{} {k}",
-                    sku.name
-                );
+                let name = &sku.name;
+                assert_eq!(sku.label(k).as_deref(), Some(v.as_str()), "{name} {k}");
             }
             assert_eq!(sku.label("topology.kubernetes.io/zone"), None);
         }
         let amd = c.get("Standard_ND96isr_MI300X_v5").unwrap();
         assert_eq!(amd.label(labels::ACCELERATOR), None);
-        assert_eq!(
-            amd.label(labels::SKU_GPU_MANUFACTURER).as_deref(),
-            Some("amd")
-        );
+        let manufacturer = amd.label(labels::SKU_GPU_MANUFACTURER);
+        assert_eq!(manufacturer.as_deref(), Some("amd"));
         assert_eq!(amd.label(labels::SKU_GPU_COUNT).as_deref(), Some("8"));
     }
 }
