@@ -166,7 +166,7 @@ async fn a_gpu_resource_no_profile_knows_is_named_with_where_to_add_it() {
         "{message}"
     );
     assert!(
-        message.contains("; container infer asks for nvidia.com/vgpu, which no placement profile knows as a GPU resource: if it is a GPU, add it to the resources: list of a placement profile (policies/placement/aks-nvidia.yaml)"),
+        message.contains("; container infer asks for nvidia.com/vgpu, which no placement profile knows as a GPU resource: if it counts GPUs, add it to the resources: list of a placement profile (policies/placement/aks-nvidia.yaml)"),
         "{message}"
     );
 
