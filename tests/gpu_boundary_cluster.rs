@@ -217,7 +217,7 @@ async fn an_allow_listed_image_in_a_user_namespace_exempts_nothing() {
     );
     denied_by(
         &outcome,
-        "DaemonSet metrics: container exporter sets NVIDIA_VISIBLE_DEVICES but asks for no GPU",
+        "DaemonSet metrics: container exporter runs nvcr.io/nvidia/k8s/dcgm-exporter, GPU infrastructure that must see every GPU",
     );
     // The same DaemonSet in a namespace an admin marked as infrastructure.
     let mut infra = ds;
@@ -715,7 +715,8 @@ async fn gpu_infrastructure_with_nri_annotations_is_allowed_by_identity() {
         let outcome = c.admit(&Review::create(ds).namespace_labels(&labels)).await;
         assert!(outcome.allowed, "{namespace}: {}", outcome.message());
     }
-    // The same in a tenant's namespace: the image alone exempts nothing.
+    // The same in a tenant's namespace: the image alone exempts nothing,
+    // and the denial names the infrastructure fix.
     let outcome = c
         .admit(&Review::create(daemonset(
             "ml",
@@ -725,7 +726,11 @@ async fn gpu_infrastructure_with_nri_annotations_is_allowed_by_identity() {
         .await;
     denied_by(
         &outcome,
-        "container nvidia-device-plugin gets management.nvidia.com/gpu=all (every GPU of the node)",
+        "container nvidia-device-plugin runs nvcr.io/nvidia/k8s-device-plugin, GPU infrastructure that must see every GPU",
+    );
+    denied_by(
+        &outcome,
+        "if it is not GPU infrastructure, remove the annotation nvidia.cdi.k8s.io/container.nvidia-device-plugin",
     );
     // In the operator's namespace, a container that is not infrastructure
     // is not carried through by the annotation.

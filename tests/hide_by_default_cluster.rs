@@ -269,11 +269,11 @@ async fn gpu_infrastructure_is_never_pinned() {
     // judged, and the denial says where GPU infrastructure belongs.
     let elsewhere = device_plugin("monitoring");
     let outcome = c.admit(&Review::create(elsewhere.clone())).await;
+    denied_by(&outcome, "GPU infrastructure that must see every GPU");
     denied_by(
         &outcome,
-        "runs an image whose own environment sets NVIDIA_VISIBLE_DEVICES",
+        "kubectl label namespace monitoring gpu-admission.io/gpu-infrastructure=true",
     );
-    denied_by(&outcome, "gpu-admission.io/gpu-infrastructure=true");
     let outcome = c.admit(&by_controller(daemon_pod(&elsewhere))).await;
     assert_eq!(visible_devices(&outcome, "containers", 0), None);
     c.stop().await;

@@ -173,7 +173,7 @@ async fn gpu_stack_and_node_agents_through_the_shipped_webhooks() {
     assert!(
         outcome
             .message()
-            .contains("labels gpu-admission.io/gpu-infrastructure=true"),
+            .contains("kubectl label namespace kube-gpu gpu-admission.io/gpu-infrastructure=true"),
         "{}",
         outcome.message()
     );
