@@ -290,7 +290,7 @@ impl LeaseStore for ClusterLease {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::cell::RefCell;
     use std::rc::Rc;
@@ -299,11 +299,13 @@ mod tests {
     /// A lease in memory with the API server's optimistic concurrency:
     /// every write bumps the resourceVersion, a stale one is a conflict.
     #[derive(Clone, Default)]
-    struct MemoryLease {
+    pub(crate) struct MemoryLease {
         stored: Rc<RefCell<Option<LeaseRecord>>>,
         version: Rc<RefCell<u64>>,
         /// Writes made by "someone else" just before the next update.
         interleave: Rc<RefCell<Option<String>>>,
+        /// Reads fail while set.
+        pub(crate) unreachable: Rc<RefCell<bool>>,
     }
 
     impl MemoryLease {
@@ -321,6 +323,9 @@ mod tests {
 
     impl LeaseStore for MemoryLease {
         async fn get(&self) -> Result<Option<LeaseRecord>, LeaseError> {
+            if *self.unreachable.borrow() {
+                return Err(LeaseError::Other(anyhow::anyhow!("connection refused")));
+            }
             Ok(self.stored.borrow().clone())
         }
 

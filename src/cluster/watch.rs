@@ -772,4 +772,4 @@ where
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

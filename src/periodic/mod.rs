@@ -366,18 +366,24 @@ mod tests {
     }
 
     fn audit_of(cluster: &FakeCluster, max_objects: usize) -> anyhow::Result<Report> {
+        audit_with(&admission(), cluster, max_objects, None, &|| false)
+    }
+
+    /// One `audit_cluster` run on a thread with the evaluation stack.
+    fn audit_with(
+        admission: &Admission,
+        cluster: &FakeCluster,
+        max_objects: usize,
+        utilization: Option<&audit::utilization::Settings>,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> anyhow::Result<Report> {
         crate::offline::with_evaluation_stack(|| {
             let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
                 .build()
                 .unwrap();
-            runtime.block_on(audit_cluster(
-                &admission(),
-                cluster,
-                max_objects,
-                None,
-                &|_| {},
-                &|| false,
-            ))
+            let run = audit_cluster(admission, cluster, max_objects, utilization, &|_| {}, stop);
+            runtime.block_on(run)
         })
         .unwrap()
     }
@@ -416,21 +422,7 @@ mod tests {
             read("apiVersion: gpu-admission.io/v1alpha1\nkind: GpuPolicyException\nmetadata: {name: loose, namespace: team-0}\nspec: {policies: [gpu-privileged], match: {names: [\"loose-*\"]}, reason: benchmarks, expiresAt: \"2099-01-01T00:00:00Z\"}\n"),
         ];
         let admission = admission.with_exceptions(Arc::new(StaticExceptions::new(exceptions)));
-        let report = crate::offline::with_evaluation_stack(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            runtime.block_on(audit_cluster(
-                &admission,
-                &cluster,
-                100,
-                None,
-                &|_| {},
-                &|| false,
-            ))
-        })
-        .unwrap()
-        .unwrap();
+        let report = audit_with(&admission, &cluster, 100, None, &|| false).unwrap();
         assert_eq!(privileged(&report, "ml"), 0);
         assert_eq!(privileged(&report, "team-0"), 0);
         assert_eq!(
@@ -559,22 +551,7 @@ mod tests {
             threshold_percent: utilization::DEFAULT_THRESHOLD_PERCENT,
         };
         let cluster = cluster(601);
-        let report = crate::offline::with_evaluation_stack(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(audit_cluster(
-                &admission(),
-                &cluster,
-                100,
-                Some(&settings),
-                &|_| {},
-                &|| false,
-            ))
-        })
-        .unwrap()
-        .unwrap();
+        let report = audit_with(&admission(), &cluster, 100, Some(&settings), &|| false).unwrap();
         let m = report.utilization.unwrap().measured.unwrap();
         // The Deployment's pods (judged through it) are joined too, from
         // both pages of Pods.
@@ -590,23 +567,10 @@ mod tests {
     fn a_stop_between_pages_ends_the_run() {
         let cluster = cluster(601);
         let pages = std::sync::atomic::AtomicUsize::new(0);
-        let err = crate::offline::with_evaluation_stack(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            runtime.block_on(audit_cluster(
-                &admission(),
-                &cluster,
-                100,
-                None,
-                &|_| {},
-                // Stop once the nodes, the controllers and the first page
-                // of Pods are in.
-                &|| pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 4,
-            ))
-        })
-        .unwrap()
-        .unwrap_err();
+        // Stop once the nodes, the controllers and the first page of Pods
+        // are in.
+        let stop = || pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 4;
+        let err = audit_with(&admission(), &cluster, 100, None, &stop).unwrap_err();
         assert!(err.is::<Stopped>(), "{err:#}");
         assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 2);
     }

@@ -327,56 +327,37 @@ impl Runner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::lease::{LeaseError, LeaseRecord};
+    use crate::cluster::lease::tests::MemoryLease;
     use crate::periodic::policy_reports::tests::MemoryReports;
-    use crate::periodic::tests::{admission, cluster};
+    use crate::periodic::tests::{admission, cluster, FakeCluster};
     use crate::periodic::PolicyReportSettings;
     use crate::server::{ReportAnswer, ReportFormat, ReportPages};
     use prometheus_client::registry::Registry;
-    use std::cell::RefCell;
-    use std::rc::Rc;
-
-    /// One Lease in memory, shared by the candidates of a test; writes
-    /// check the resourceVersion as the API server does.
-    #[derive(Clone, Default)]
-    struct SharedLease(Rc<RefCell<(Option<LeaseRecord>, u64)>>, Rc<RefCell<bool>>);
-
-    impl LeaseStore for SharedLease {
-        async fn get(&self) -> Result<Option<LeaseRecord>, LeaseError> {
-            if *self.1.borrow() {
-                return Err(LeaseError::Other(anyhow::anyhow!("connection refused")));
-            }
-            Ok(self.0.borrow().0.clone())
-        }
-
-        async fn create(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
-            self.update(record).await
-        }
-
-        async fn update(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
-            let mut state = self.0.borrow_mut();
-            if state.0.as_ref().and_then(|r| r.resource_version.clone()) != record.resource_version
-            {
-                return Err(LeaseError::Conflict);
-            }
-            state.1 += 1;
-            let mut written = record.clone();
-            written.resource_version = Some(state.1.to_string());
-            state.0 = Some(written.clone());
-            Ok(written)
-        }
-    }
 
     struct Replica {
         runner: Runner,
         registry: Registry,
-        elector: LeaderElector<SharedLease>,
+        elector: LeaderElector<MemoryLease>,
     }
 
     const URL: &str = "https://aks.example:443/";
-    const NO_REPORTS: Option<&MemoryReports> = None;
 
-    fn replica(name: &str, lease: &SharedLease) -> Replica {
+    impl Replica {
+        /// One report period of this replica.
+        fn tick(
+            &mut self,
+            runtime: &tokio::runtime::Runtime,
+            cluster: &FakeCluster,
+            reports: Option<&MemoryReports>,
+            stopped: &Receiver<()>,
+        ) {
+            let elector = Some(&mut self.elector);
+            self.runner
+                .tick(runtime, cluster, URL, elector, reports, stopped);
+        }
+    }
+
+    fn replica(name: &str, lease: &MemoryLease) -> Replica {
         let mut registry = Registry::default();
         let metrics = AuditMetrics::register(&mut registry);
         Replica {
@@ -423,25 +404,11 @@ mod tests {
             .unwrap();
         let (_running, stopped) = std::sync::mpsc::channel::<()>();
         let cluster = cluster(3);
-        let lease = SharedLease::default();
+        let lease = MemoryLease::default();
         let mut a = replica("pod-a", &lease);
         let mut b = replica("pod-b", &lease);
-        a.runner.tick(
-            &runtime,
-            &cluster,
-            URL,
-            Some(&mut a.elector),
-            NO_REPORTS,
-            &stopped,
-        );
-        b.runner.tick(
-            &runtime,
-            &cluster,
-            URL,
-            Some(&mut b.elector),
-            NO_REPORTS,
-            &stopped,
-        );
+        a.tick(&runtime, &cluster, None, &stopped);
+        b.tick(&runtime, &cluster, None, &stopped);
 
         assert!(matches!(
             a.runner.latest.latest(ReportFormat::Json),
@@ -470,15 +437,8 @@ mod tests {
         assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1, "one audit");
 
         // The Lease cannot be read: the run is skipped and counted.
-        *lease.1.borrow_mut() = true;
-        a.runner.tick(
-            &runtime,
-            &cluster,
-            URL,
-            Some(&mut a.elector),
-            NO_REPORTS,
-            &stopped,
-        );
+        *lease.unreachable.borrow_mut() = true;
+        a.tick(&runtime, &cluster, None, &stopped);
         assert!(metrics_text(&a.registry).contains("gpu_admission_audit_run_errors_total 1"));
         assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1);
     }
@@ -494,20 +454,13 @@ mod tests {
             .build()
             .unwrap();
         let (_running, stopped) = std::sync::mpsc::channel::<()>();
-        let lease = SharedLease::default();
+        let lease = MemoryLease::default();
         let reports = MemoryReports::default();
         let mut a = replica("pod-a", &lease);
         let mut b = replica("pod-b", &lease);
         // GPU pods with findings in ml (the Deployment) and team-0..2.
         let busy = cluster(3);
-        a.runner.tick(
-            &runtime,
-            &busy,
-            URL,
-            Some(&mut a.elector),
-            Some(&reports),
-            &stopped,
-        );
+        a.tick(&runtime, &busy, Some(&reports), &stopped);
         let namespaces = |reports: &MemoryReports| -> Vec<String> {
             reports
                 .stored
@@ -523,14 +476,7 @@ mod tests {
         assert_eq!(ml["results"][0]["properties"]["gpus"], "2");
 
         // The follower writes nothing.
-        b.runner.tick(
-            &runtime,
-            &busy,
-            URL,
-            Some(&mut b.elector),
-            Some(&reports),
-            &stopped,
-        );
+        b.tick(&runtime, &busy, Some(&reports), &stopped);
         assert_eq!(reports.writes.borrow().len(), 4);
 
         // pod-a steps down; pod-b leads, finds pod-a's reports unchanged
@@ -538,25 +484,11 @@ mod tests {
         runtime
             .block_on(a.elector.release(SystemTime::now()))
             .unwrap();
-        b.runner.tick(
-            &runtime,
-            &busy,
-            URL,
-            Some(&mut b.elector),
-            Some(&reports),
-            &stopped,
-        );
+        b.tick(&runtime, &busy, Some(&reports), &stopped);
         assert!(b.elector.is_leader());
         assert_eq!(reports.writes.borrow().len(), 4, "{:?}", reports.writes);
         let only_ml = cluster(0);
-        b.runner.tick(
-            &runtime,
-            &only_ml,
-            URL,
-            Some(&mut b.elector),
-            Some(&reports),
-            &stopped,
-        );
+        b.tick(&runtime, &only_ml, Some(&reports), &stopped);
         assert_eq!(namespaces(&reports), ["ml"]);
         assert_eq!(
             reports.writes.borrow()[4..],
