@@ -250,42 +250,13 @@ mod tests {
     use super::*;
     use crate::audit::Finding;
     use crate::bundle::{self, PolicySource};
-    use crate::inventory::{ListError, Page};
+    pub(super) use crate::inventory::tests::FakeCluster;
     use crate::k8s::StaticNamespaces;
     use metrics::tests::finding;
     use serde_json::json;
     use serde_json::Value;
     use std::collections::BTreeMap;
     use std::sync::Arc;
-
-    /// Objects per kind, served in pages of the requested size.
-    pub(super) struct FakeCluster {
-        objects: BTreeMap<&'static str, Vec<Value>>,
-        pub(super) pages_of_pods: std::sync::Mutex<usize>,
-    }
-
-    impl Lister for FakeCluster {
-        async fn list_page(
-            &self,
-            _group: &str,
-            kind: &str,
-            limit: u32,
-            continue_token: Option<&str>,
-        ) -> Result<Page, ListError> {
-            let Some(all) = self.objects.get(kind) else {
-                return Err(ListError::NotServed(format!("no {kind}")));
-            };
-            if kind == "Pod" {
-                *self.pages_of_pods.lock().unwrap() += 1;
-            }
-            let start: usize = continue_token.map_or(0, |t| t.parse().unwrap());
-            let end = (start + limit as usize).min(all.len());
-            Ok(Page {
-                items: all[start..end].to_vec(),
-                continue_token: (end < all.len()).then(|| end.to_string()),
-            })
-        }
-    }
 
     fn gpu_pod_spec(privileged: bool) -> Value {
         json!({"containers": [{
@@ -346,18 +317,15 @@ mod tests {
                 "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
         };
         let tainted = json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]);
-        FakeCluster {
-            objects: BTreeMap::from([
-                (
-                    "Node",
-                    vec![node("gpu-0", tainted), node("gpu-1", json!([]))],
-                ),
-                ("Deployment", vec![deployment]),
-                ("ReplicaSet", vec![replica_set]),
-                ("Pod", pods),
-            ]),
-            pages_of_pods: std::sync::Mutex::new(0),
-        }
+        FakeCluster::new(BTreeMap::from([
+            (
+                "Node",
+                vec![node("gpu-0", tainted), node("gpu-1", json!([]))],
+            ),
+            ("Deployment", vec![deployment]),
+            ("ReplicaSet", vec![replica_set]),
+            ("Pod", pods),
+        ]))
     }
 
     pub(super) fn admission() -> Admission {
@@ -448,11 +416,7 @@ mod tests {
     fn pods_read_a_page_at_a_time_give_the_report_of_the_whole_cluster_at_once() {
         let cluster = cluster(601);
         let streamed = audit_of(&cluster, 100).unwrap();
-        assert_eq!(
-            *cluster.pages_of_pods.lock().unwrap(),
-            2,
-            "603 pods in pages of 500"
-        );
+        assert_eq!(cluster.pages_of("Pod"), 2, "603 pods in pages of 500");
 
         let mut everything: Vec<Value> = Vec::new();
         for kind in ["Node", "Deployment", "ReplicaSet", "Pod"] {
@@ -485,18 +449,12 @@ mod tests {
             (16, 2, 14),
             "the Deployment's pods are on gpu-0, the loose ones on no node"
         );
-        let rules: Vec<(&str, &str)> = nodes
-            .findings
-            .iter()
-            .map(|f| (f.rule, f.node.as_str()))
-            .collect();
-        assert_eq!(
-            rules,
-            [
-                (audit::nodes::UNTAINTED, "gpu-1"),
-                (audit::nodes::IDLE, "gpu-1")
-            ]
-        );
+        let rules = nodes.findings.iter().map(|f| (f.rule, f.node.as_str()));
+        let expected = [
+            (audit::nodes::UNTAINTED, "gpu-1"),
+            (audit::nodes::IDLE, "gpu-1"),
+        ];
+        assert_eq!(rules.collect::<Vec<_>>(), expected);
         assert_eq!(streamed.evaluated, whole.evaluated);
         assert_eq!(
             streamed.evaluated,
@@ -572,7 +530,7 @@ mod tests {
         let stop = || pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 4;
         let err = audit_with(&admission(), &cluster, 100, None, &stop).unwrap_err();
         assert!(err.is::<Stopped>(), "{err:#}");
-        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 2);
+        assert_eq!(cluster.pages_of("Pod"), 2);
     }
 
     #[test]

@@ -334,26 +334,23 @@ mod tests {
     use crate::server::{ReportAnswer, ReportFormat, ReportPages};
     use prometheus_client::registry::Registry;
 
+    /// A replica on a runtime of its own, never stopped.
     struct Replica {
         runner: Runner,
         registry: Registry,
         elector: LeaderElector<MemoryLease>,
+        runtime: tokio::runtime::Runtime,
+        stop: (std::sync::mpsc::Sender<()>, Receiver<()>),
     }
 
     const URL: &str = "https://aks.example:443/";
 
     impl Replica {
         /// One report period of this replica.
-        fn tick(
-            &mut self,
-            runtime: &tokio::runtime::Runtime,
-            cluster: &FakeCluster,
-            reports: Option<&MemoryReports>,
-            stopped: &Receiver<()>,
-        ) {
+        fn tick(&mut self, cluster: &FakeCluster, reports: Option<&MemoryReports>) {
             let elector = Some(&mut self.elector);
-            self.runner
-                .tick(runtime, cluster, URL, elector, reports, stopped);
+            let stopped = &self.stop.1;
+            (self.runner).tick(&self.runtime, cluster, URL, elector, reports, stopped);
         }
     }
 
@@ -381,6 +378,11 @@ mod tests {
             },
             registry,
             elector: LeaderElector::new(lease.clone(), name, Duration::from_secs(1200)),
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            stop: std::sync::mpsc::channel(),
         }
     }
 
@@ -398,17 +400,12 @@ mod tests {
     }
 
     fn two_replicas_share_one_lease() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let (_running, stopped) = std::sync::mpsc::channel::<()>();
         let cluster = cluster(3);
         let lease = MemoryLease::default();
         let mut a = replica("pod-a", &lease);
         let mut b = replica("pod-b", &lease);
-        a.tick(&runtime, &cluster, None, &stopped);
-        b.tick(&runtime, &cluster, None, &stopped);
+        a.tick(&cluster, None);
+        b.tick(&cluster, None);
 
         assert!(matches!(
             a.runner.latest.latest(ReportFormat::Json),
@@ -434,13 +431,13 @@ mod tests {
         let text = metrics_text(&b.registry);
         assert!(text.contains("gpu_admission_audit_leader 0"), "{text}");
         assert!(!text.contains("gpu_admission_audit_gpus_held{"), "{text}");
-        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1, "one audit");
+        assert_eq!(cluster.pages_of("Pod"), 1, "one audit");
 
         // The Lease cannot be read: the run is skipped and counted.
         *lease.unreachable.borrow_mut() = true;
-        a.tick(&runtime, &cluster, None, &stopped);
+        a.tick(&cluster, None);
         assert!(metrics_text(&a.registry).contains("gpu_admission_audit_run_errors_total 1"));
-        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1);
+        assert_eq!(cluster.pages_of("Pod"), 1);
     }
 
     #[test]
@@ -449,18 +446,13 @@ mod tests {
     }
 
     fn policy_reports_survive_a_leader_change() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let (_running, stopped) = std::sync::mpsc::channel::<()>();
         let lease = MemoryLease::default();
         let reports = MemoryReports::default();
         let mut a = replica("pod-a", &lease);
         let mut b = replica("pod-b", &lease);
         // GPU pods with findings in ml (the Deployment) and team-0..2.
         let busy = cluster(3);
-        a.tick(&runtime, &busy, Some(&reports), &stopped);
+        a.tick(&busy, Some(&reports));
         let namespaces = |reports: &MemoryReports| -> Vec<String> {
             reports
                 .stored
@@ -476,19 +468,19 @@ mod tests {
         assert_eq!(ml["results"][0]["properties"]["gpus"], "2");
 
         // The follower writes nothing.
-        b.tick(&runtime, &busy, Some(&reports), &stopped);
+        b.tick(&busy, Some(&reports));
         assert_eq!(reports.writes.borrow().len(), 4);
 
         // pod-a steps down; pod-b leads, finds pod-a's reports unchanged
         // and writes nothing, then follows the cluster as it changes.
-        runtime
+        a.runtime
             .block_on(a.elector.release(SystemTime::now()))
             .unwrap();
-        b.tick(&runtime, &busy, Some(&reports), &stopped);
+        b.tick(&busy, Some(&reports));
         assert!(b.elector.is_leader());
         assert_eq!(reports.writes.borrow().len(), 4, "{:?}", reports.writes);
         let only_ml = cluster(0);
-        b.tick(&runtime, &only_ml, Some(&reports), &stopped);
+        b.tick(&only_ml, Some(&reports));
         assert_eq!(namespaces(&reports), ["ml"]);
         assert_eq!(
             reports.writes.borrow()[4..],

@@ -82,6 +82,37 @@ fn names(lookup: &ClusterExceptions, namespace: &str) -> Vec<String> {
         .collect()
 }
 
+impl Fed {
+    /// A watch event applying `object(..)`.
+    fn apply(&mut self, namespace: &str, name: &str, version: u64, expression: &str) {
+        let object = object(namespace, name, version, expression);
+        self.cache.handle(Event::Apply(object));
+    }
+
+    /// A watch event deleting `object(..)`.
+    fn delete(&mut self, namespace: &str, name: &str, version: u64, expression: &str) {
+        let object = object(namespace, name, version, expression);
+        self.cache.handle(Event::Delete(object));
+    }
+}
+
+fn counts(active: usize, expired: usize, invalid: usize, over_bound: usize) -> Counts {
+    Counts {
+        active,
+        expired,
+        invalid,
+        over_bound,
+    }
+}
+
+/// A list of `object(..)`s.
+fn listed_objects(fed: &mut Fed, objects: &[(&str, &str, u64, &str)]) {
+    let objects = objects
+        .iter()
+        .map(|&(ns, name, v, e)| object(ns, name, v, e));
+    listed(fed, objects.collect());
+}
+
 fn listed(fed: &mut Fed, objects: Vec<DynamicObject>) {
     fed.cache.handle(Event::Init);
     for o in objects {
@@ -130,12 +161,12 @@ fn each_object_is_read_once_per_resource_version() {
     assert_eq!(fed.reads.load(Ordering::Relaxed), 1);
     assert!(Arc::ptr_eq(&first, &fed.lookup.in_namespace("research")[0]));
     // A new version is read anew.
-    fed.cache.handle(Event::Apply(object(
+    fed.apply(
         "research",
         "nccl-bench",
         9,
         "object.metadata.name == 'nccl-bench'",
-    )));
+    );
     assert_eq!(fed.reads.load(Ordering::Relaxed), 2);
     assert!(!Arc::ptr_eq(
         &first,
@@ -146,27 +177,21 @@ fn each_object_is_read_once_per_resource_version() {
 #[test]
 fn a_change_rebuilds_only_its_namespace() {
     let mut fed = fed();
-    listed(
+    listed_objects(
         &mut fed,
-        vec![
-            object("research", "a", 2, "true"),
-            object("vision", "b", 3, "true"),
-        ],
+        &[("research", "a", 2, "true"), ("vision", "b", 3, "true")],
     );
     let vision = fed.lookup.in_namespace("vision");
     let research = fed.lookup.in_namespace("research");
     // Lookups share the published slice.
     assert!(Arc::ptr_eq(&research, &fed.lookup.in_namespace("research")));
-    fed.cache
-        .handle(Event::Apply(object("research", "c", 4, "true")));
+    fed.apply("research", "c", 4, "true");
     assert_eq!(names(&fed.lookup, "research"), ["a", "c"]);
     assert!(Arc::ptr_eq(&vision, &fed.lookup.in_namespace("vision")));
     assert_eq!(research.len(), 1, "a slice held elsewhere stays as it was");
-    fed.cache
-        .handle(Event::Delete(object("research", "a", 5, "true")));
+    fed.delete("research", "a", 5, "true");
     assert_eq!(names(&fed.lookup, "research"), ["c"]);
-    fed.cache
-        .handle(Event::Delete(object("research", "c", 6, "true")));
+    fed.delete("research", "c", 6, "true");
     assert!(fed.lookup.in_namespace("research").is_empty());
     assert!(!fed.lookup.published().by_namespace.contains_key("research"));
 }
@@ -174,12 +199,9 @@ fn a_change_rebuilds_only_its_namespace() {
 #[test]
 fn a_relist_drops_what_it_no_longer_lists() {
     let mut fed = fed();
-    listed(
+    listed_objects(
         &mut fed,
-        vec![
-            object("research", "a", 2, "true"),
-            object("research", "b", 3, "true"),
-        ],
+        &[("research", "a", 2, "true"), ("research", "b", 3, "true")],
     );
     listed(&mut fed, vec![object("research", "b", 3, "true")]);
     assert_eq!(names(&fed.lookup, "research"), ["b"]);
@@ -193,26 +215,15 @@ fn an_unreadable_exception_is_not_held_and_counted_invalid_until_fixed() {
         vec![object("research", "broken", 2, "object.metadata.name ==")],
     );
     assert!(fed.lookup.in_namespace("research").is_empty());
-    assert_eq!(
-        fed.lookup.counts(),
-        Counts {
-            active: 0,
-            expired: 0,
-            invalid: 1,
-            over_bound: 0
-        }
-    );
-    fed.cache
-        .handle(Event::Apply(object("research", "broken", 3, "true")));
+    assert_eq!(fed.lookup.counts(), counts(0, 0, 1, 0));
+    fed.apply("research", "broken", 3, "true");
     assert_eq!(names(&fed.lookup, "research"), ["broken"]);
     assert_eq!(fed.lookup.counts().invalid, 0);
     // Broken again, then deleted: nothing left to count.
-    fed.cache
-        .handle(Event::Apply(object("research", "broken", 4, "1 +")));
+    fed.apply("research", "broken", 4, "1 +");
     assert!(fed.lookup.in_namespace("research").is_empty());
     assert_eq!(fed.lookup.counts().invalid, 1);
-    fed.cache
-        .handle(Event::Delete(object("research", "broken", 5, "1 +")));
+    fed.delete("research", "broken", 5, "1 +");
     assert_eq!(fed.lookup.counts(), Counts::default());
 }
 
@@ -224,37 +235,25 @@ fn a_namespace_holds_at_most_its_share() {
         .collect();
     listed(&mut fed, objects);
     assert_eq!(fed.lookup.in_namespace("research").len(), MAX_PER_NAMESPACE);
-    assert_eq!(
-        fed.lookup.counts(),
-        Counts {
-            active: MAX_PER_NAMESPACE,
-            expired: 0,
-            invalid: 0,
-            over_bound: 1
-        }
-    );
+    assert_eq!(fed.lookup.counts(), counts(MAX_PER_NAMESPACE, 0, 0, 1));
     // The one beyond (the last by name) was not even read.
     assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_PER_NAMESPACE);
     let last = format!("e{MAX_PER_NAMESPACE:04}");
     assert!(!names(&fed.lookup, "research").contains(&last));
     // A new version of it is not read either while there is no room.
-    fed.cache
-        .handle(Event::Apply(object("research", &last, 9998, "true")));
+    fed.apply("research", &last, 9998, "true");
     assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_PER_NAMESPACE);
     // Other namespaces still have room.
-    fed.cache
-        .handle(Event::Apply(object("vision", "v", 9999, "true")));
+    fed.apply("vision", "v", 9999, "true");
     assert_eq!(names(&fed.lookup, "vision"), ["v"]);
     // A deletion makes room: the one held back is read and held at once.
-    fed.cache
-        .handle(Event::Delete(object("research", "e0000", 10000, "true")));
+    fed.delete("research", "e0000", 10000, "true");
     assert_eq!(fed.lookup.in_namespace("research").len(), MAX_PER_NAMESPACE);
     assert!(names(&fed.lookup, "research").contains(&last));
     assert_eq!(fed.lookup.counts().over_bound, 0);
     assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_PER_NAMESPACE + 2);
     // One added before it by name takes its place again.
-    fed.cache
-        .handle(Event::Apply(object("research", "a", 10001, "true")));
+    fed.apply("research", "a", 10001, "true");
     assert!(names(&fed.lookup, "research").contains(&"a".to_string()));
     assert!(!names(&fed.lookup, "research").contains(&last));
     assert_eq!(fed.lookup.counts().over_bound, 1);
@@ -277,15 +276,7 @@ fn the_cluster_holds_at_most_its_bound_shared_fairly() {
         .collect();
     listed(&mut fed, objects);
     assert_eq!(fed.lookup.all().len(), MAX_HELD);
-    assert_eq!(
-        fed.lookup.counts(),
-        Counts {
-            active: MAX_HELD,
-            expired: 0,
-            invalid: 0,
-            over_bound: 1
-        }
-    );
+    assert_eq!(fed.lookup.counts(), counts(MAX_HELD, 0, 0, 1));
     // The small namespace holds all it has; the one slot missing is the
     // last full namespace's by name (the remainder of an equal split goes
     // to the first by name), its last object by name.
@@ -350,12 +341,7 @@ fn twenty_thousand_exceptions_over_two_hundred_namespaces_hold_fifty_each_whatev
             (format!("ns{n:03}"), names)
         })
         .collect();
-    let expected = Counts {
-        active: MAX_HELD,
-        expired: 0,
-        invalid: 0,
-        over_bound: 10_000,
-    };
+    let expected = counts(MAX_HELD, 0, 0, 10_000);
     let mut reversed = objects.clone();
     reversed.reverse();
     let orders = [
@@ -394,8 +380,7 @@ fn events_keep_the_fair_shares_a_list_would_give() {
     let mut now: Vec<DynamicObject> = objects;
     let mut version = 100_000;
     // A held one deleted: the next by name in its namespace takes its place.
-    fed.cache
-        .handle(Event::Delete(object("ns007", "e003", version, "true")));
+    fed.delete("ns007", "e003", version, "true");
     now.retain(|o| key_of(o) != ("ns007".into(), "e003".into()));
     assert!(names(&fed.lookup, "ns007").contains(&"e050".to_string()));
     assert_eq!(fed.lookup.counts().over_bound, 9_999);
@@ -404,8 +389,7 @@ fn events_keep_the_fair_shares_a_list_would_give() {
     for i in 0..100 {
         version += 1;
         let name = format!("e{i:03}");
-        fed.cache
-            .handle(Event::Delete(object("ns100", &name, version, "true")));
+        fed.delete("ns100", &name, version, "true");
     }
     now.retain(|o| key_of(o).0 != "ns100");
     assert!(fed.lookup.in_namespace("ns100").is_empty());
@@ -427,8 +411,7 @@ fn events_keep_the_fair_shares_a_list_would_give() {
         version += 1;
         let (namespace, name) = key_of(&o);
         if n % 3 == 0 {
-            fed.cache
-                .handle(Event::Delete(object(&namespace, &name, version, "true")));
+            fed.delete(&namespace, &name, version, "true");
             now.retain(|x| key_of(x) != (namespace.clone(), name.clone()));
         } else {
             let o = object(&namespace, &format!("x{name}"), version, "true");
@@ -486,18 +469,9 @@ fn unreadable_ones_within_the_bounds_are_invalid_and_those_beyond_over_bound() {
     objects[3] = object("research", "e0003", 3, "object.metadata.name ==");
     objects.push(object("research", "z-broken", 4, "1 +"));
     listed(&mut fed, objects);
-    assert_eq!(
-        fed.lookup.counts(),
-        Counts {
-            active: MAX_PER_NAMESPACE - 1,
-            expired: 0,
-            invalid: 1,
-            over_bound: 1
-        }
-    );
+    assert_eq!(fed.lookup.counts(), counts(MAX_PER_NAMESPACE - 1, 0, 1, 1));
     // Fixed: held, and nothing is invalid any more.
-    fed.cache
-        .handle(Event::Apply(object("research", "e0003", 20, "true")));
+    fed.apply("research", "e0003", 20, "true");
     assert_eq!(fed.lookup.counts().invalid, 0);
     assert_eq!(fed.lookup.counts().over_bound, 1);
 }
@@ -548,15 +522,7 @@ fn states_follow_the_clock_without_an_event() {
     let end = crate::exceptions::parse_time("2026-12-31T00:00:00Z").unwrap();
     *at.lock().unwrap() = end + Duration::from_secs(1);
     assert_eq!(lookup.now(), end + Duration::from_secs(1));
-    assert_eq!(
-        lookup.counts(),
-        Counts {
-            active: 0,
-            expired: 1,
-            invalid: 0,
-            over_bound: 0
-        }
-    );
+    assert_eq!(lookup.counts(), counts(0, 1, 0, 0));
     // Still held (the report lists it as expired); candidates skip it.
     assert_eq!(lookup.in_namespace("research").len(), 1);
 }
