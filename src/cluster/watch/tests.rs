@@ -17,7 +17,7 @@ struct Script {
 }
 
 impl Source for Script {
-    async fn list(&self, params: ListParams) -> Result<Value, kube::Error> {
+    async fn list(&self, _: &str, params: ListParams) -> Result<Value, kube::Error> {
         let n = {
             let mut lists = self.lists.lock().unwrap();
             lists.push(Instant::now());
@@ -26,7 +26,7 @@ impl Source for Script {
         (self.list)(n, &params)
     }
 
-    async fn watch(&self, _: WatchParams, _: String) -> Result<EventStream, kube::Error> {
+    async fn watch(&self, _: &str, _: WatchParams, _: String) -> Result<EventStream, kube::Error> {
         let n = {
             let mut watches = self.watches.lock().unwrap();
             *watches += 1;
@@ -140,7 +140,7 @@ fn kind() -> Kind {
 
 /// Watches `kind()` of `source` at the fast settings into `held`.
 fn watch(source: Script, held: &Held) -> (Watched, tokio::task::JoinHandle<()>) {
-    start_with(source, kind(), fast(), CacheMetrics::default(), held.sink())
+    start(source, kind(), fast(), CacheMetrics::default(), held.sink())
 }
 
 fn script(list: ListAnswer, watch: WatchAnswer) -> (Script, Arc<Mutex<Vec<Instant>>>) {
@@ -207,7 +207,7 @@ async fn pages_are_one_list_and_the_first_list_syncs() {
 async fn a_failing_list_backs_off_up_to_the_maximum_and_keeps_the_server_waiting() {
     let (source, lists) = script(Box::new(|_, _| Err(api_error(500))), quiet_watch());
     let metrics = CacheMetrics::default();
-    let (watched, task) = start_with(
+    let (watched, task) = start(
         source,
         kind(),
         fast(),
@@ -363,7 +363,7 @@ async fn forbidden_waits_unless_the_kind_can_be_done_without_and_is_asked_again(
     // A kind the server does without: synced (empty) at the first 403.
     let (source, _) = script(answers(), quiet_watch());
     let held = Held::default();
-    let (watched, task) = start_with(
+    let (watched, task) = start(
         source,
         kind().forbidden_is_empty("list on things"),
         fast(),
@@ -400,7 +400,7 @@ async fn an_object_that_does_not_read_is_skipped_and_counted_not_a_stall() {
     );
     let held = Held::default();
     let metrics = CacheMetrics::default();
-    let (watched, task) = start_with(source, kind(), fast(), metrics.clone(), held.sink());
+    let (watched, task) = start(source, kind(), fast(), metrics.clone(), held.sink());
     assert!(
         watched.synced().await,
         "one bad object does not keep the cache from syncing"
