@@ -105,12 +105,15 @@ fn counts(active: usize, expired: usize, invalid: usize, over_bound: usize) -> C
     }
 }
 
-/// A list of `object(..)`s.
-fn listed_objects(fed: &mut Fed, objects: &[(&str, &str, u64, &str)]) {
+/// A cache with the real reader that has listed `object(..)`s of these
+/// namespaces, names and versions, each matching `true`.
+fn fed_listing(objects: &[(&str, &str, u64)]) -> Fed {
+    let mut fed = fed();
     let objects = objects
         .iter()
-        .map(|&(ns, name, v, e)| object(ns, name, v, e));
-    listed(fed, objects.collect());
+        .map(|&(ns, name, v)| object(ns, name, v, "true"));
+    listed(&mut fed, objects.collect());
+    fed
 }
 
 fn listed(fed: &mut Fed, objects: Vec<DynamicObject>) {
@@ -176,11 +179,7 @@ fn each_object_is_read_once_per_resource_version() {
 
 #[test]
 fn a_change_rebuilds_only_its_namespace() {
-    let mut fed = fed();
-    listed_objects(
-        &mut fed,
-        &[("research", "a", 2, "true"), ("vision", "b", 3, "true")],
-    );
+    let mut fed = fed_listing(&[("research", "a", 2), ("vision", "b", 3)]);
     let vision = fed.lookup.in_namespace("vision");
     let research = fed.lookup.in_namespace("research");
     // Lookups share the published slice.
@@ -198,11 +197,7 @@ fn a_change_rebuilds_only_its_namespace() {
 
 #[test]
 fn a_relist_drops_what_it_no_longer_lists() {
-    let mut fed = fed();
-    listed_objects(
-        &mut fed,
-        &[("research", "a", 2, "true"), ("research", "b", 3, "true")],
-    );
+    let mut fed = fed_listing(&[("research", "a", 2), ("research", "b", 3)]);
     listed(&mut fed, vec![object("research", "b", 3, "true")]);
     assert_eq!(names(&fed.lookup, "research"), ["b"]);
 }
