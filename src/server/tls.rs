@@ -394,18 +394,16 @@ mod tests {
     use super::*;
     use rcgen::{CertificateParams, KeyPair};
 
-    /// Writes `tls.crt` and `tls.key` into `dir`.
-    fn write_files(dir: &Path, cert: &str, key: &str) -> (PathBuf, PathBuf) {
-        let (c, k) = (dir.join("tls.crt"), dir.join("tls.key"));
-        std::fs::write(&c, cert).unwrap();
-        std::fs::write(&k, key).unwrap();
-        (c, k)
+    /// Loads a pair kept in `testdata/`.
+    fn load_testdata(cert: &str, key: &str) -> Result<CertifiedKey, CertLoadError> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server/testdata");
+        load_certified_key(&dir.join(cert), &dir.join(key))
     }
 
     type Day = (i32, u8, u8);
 
-    /// A self-signed pair for localhost, valid between the two days if
-    /// given (else as rcgen makes it).
+    /// `tls.crt` and `tls.key` in `dir`: a self-signed pair for localhost,
+    /// valid between the two days if given (else as rcgen makes it).
     fn write_pair(dir: &Path, valid: Option<(Day, Day)>) -> (PathBuf, PathBuf) {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
@@ -414,7 +412,10 @@ mod tests {
             params.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
         }
         let cert = params.self_signed(&key).unwrap();
-        write_files(dir, &cert.pem(), &key.serialize_pem())
+        let (c, k) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
     }
 
     #[test]
@@ -428,24 +429,12 @@ mod tests {
     #[test]
     fn loads_sec1_ec_key() {
         // openssl's `ecparam -genkey` output: "BEGIN EC PRIVATE KEY".
-        let dir = tempfile::tempdir().unwrap();
-        let (c, k) = write_files(
-            dir.path(),
-            include_str!("testdata/ec-sec1.crt"),
-            include_str!("testdata/ec-sec1.key"),
-        );
-        load_certified_key(&c, &k).unwrap();
+        load_testdata("ec-sec1.crt", "ec-sec1.key").unwrap();
     }
 
     #[test]
     fn loads_rsa_pkcs1_key_and_chain() {
-        let dir = tempfile::tempdir().unwrap();
-        let (c, k) = write_files(
-            dir.path(),
-            include_str!("testdata/rsa-chain.crt"),
-            include_str!("testdata/rsa-pkcs1.key"),
-        );
-        let loaded = load_certified_key(&c, &k).unwrap();
+        let loaded = load_testdata("rsa-chain.crt", "rsa-pkcs1.key").unwrap();
         assert_eq!(loaded.cert.len(), 2, "leaf and intermediate");
     }
 

@@ -259,17 +259,7 @@ fn the_cluster_holds_at_most_its_bound_shared_fairly() {
     let mut fed = cheap();
     let per = MAX_PER_NAMESPACE;
     // 39 full namespaces and one of 17: 10,001 objects.
-    let objects = (0..=MAX_HELD)
-        .map(|i| {
-            object(
-                &format!("ns{:03}", i / per),
-                &format!("e{:03}", i % per),
-                i as u64 + 2,
-                "true",
-            )
-        })
-        .collect();
-    listed(&mut fed, objects);
+    listed(&mut fed, spread(MAX_HELD + 1, per));
     assert_eq!(fed.lookup.all().len(), MAX_HELD);
     assert_eq!(fed.lookup.counts(), counts(MAX_HELD, 0, 0, 1));
     // The small namespace holds all it has; the one slot missing is the
@@ -282,9 +272,9 @@ fn the_cluster_holds_at_most_its_bound_shared_fairly() {
     assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_HELD);
 }
 
-/// `namespaces` namespaces of `per` exceptions each (ns000/e000...).
-fn spread(namespaces: usize, per: usize) -> Vec<DynamicObject> {
-    (0..namespaces * per)
+/// `count` exceptions, `per` in each namespace (ns000/e000...).
+fn spread(count: usize, per: usize) -> Vec<DynamicObject> {
+    (0..count)
         .map(|i| {
             object(
                 &format!("ns{:03}", i / per),
@@ -329,7 +319,7 @@ fn held(lookup: &ClusterExceptions) -> BTreeMap<String, Vec<String>> {
 
 #[test]
 fn twenty_thousand_exceptions_over_two_hundred_namespaces_hold_fifty_each_whatever_the_order() {
-    let objects = spread(200, 100);
+    let objects = spread(200 * 100, 100);
     let fair: BTreeMap<String, Vec<String>> = (0..200)
         .map(|n| {
             let names = (0..50).map(|i| format!("e{i:03}")).collect();
@@ -369,7 +359,7 @@ fn twenty_thousand_exceptions_over_two_hundred_namespaces_hold_fifty_each_whatev
 
 #[test]
 fn events_keep_the_fair_shares_a_list_would_give() {
-    let objects = spread(200, 100);
+    let objects = spread(200 * 100, 100);
     let mut fed = cheap();
     listed(&mut fed, objects.clone());
     let mut now: Vec<DynamicObject> = objects;
@@ -428,7 +418,7 @@ fn events_keep_the_fair_shares_a_list_would_give() {
 fn small_namespaces_hold_all_they_have_and_the_rest_share_what_is_left() {
     let mut fed = cheap();
     // 100 namespaces of 10 and 50 of 300: 1,000 + 50 * 256 wanted.
-    let mut objects = spread(100, 10);
+    let mut objects = spread(100 * 10, 10);
     for n in 0..50 {
         for i in 0..300 {
             objects.push(object(
