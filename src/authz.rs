@@ -60,13 +60,17 @@ impl User {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
     Path(String),
-    Resource {
-        group: String,
-        resource: String,
-        subresource: String,
-        namespace: String,
-        name: String,
-    },
+    Resource(ResourceTarget),
+}
+
+/// A resource check's attributes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ResourceTarget {
+    pub group: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 /// One check: may `user` do `verb` on `target`?
@@ -218,19 +222,13 @@ impl Grant {
                     && self.name.is_none()
                     && self.path.as_deref().is_none_or(|p| path_matches(p, path))
             }
-            Target::Resource {
-                group,
-                resource,
-                subresource,
-                namespace,
-                name,
-            } => {
+            Target::Resource(r) => {
                 self.path.is_none()
-                    && any(&self.api_group, group)
-                    && any(&self.resource, resource)
-                    && any(&self.subresource, subresource)
-                    && any(&self.namespace, namespace)
-                    && any(&self.name, name)
+                    && any(&self.api_group, &r.group)
+                    && any(&self.resource, &r.resource)
+                    && any(&self.subresource, &r.subresource)
+                    && any(&self.namespace, &r.namespace)
+                    && any(&self.name, &r.name)
             }
         };
         who && (self.verb == "*" || self.verb == a.verb) && what
@@ -262,13 +260,11 @@ mod tests {
     }
 
     fn pods(namespace: &str) -> Target {
-        Target::Resource {
-            group: String::new(),
+        Target::Resource(ResourceTarget {
             resource: "pods".into(),
-            subresource: String::new(),
             namespace: namespace.into(),
-            name: String::new(),
-        }
+            ..ResourceTarget::default()
+        })
     }
 
     #[test]

@@ -166,50 +166,81 @@ fn slim(object: &mut Value) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
     use std::cell::RefCell;
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
 
-    /// A cluster of `per_kind` objects per served kind, answered in pages
-    /// of at most the requested limit; Jobs forbidden, NodePools absent.
-    struct FakeCluster {
-        per_kind: usize,
-        calls: RefCell<Vec<(String, u32, Option<String>)>>,
+    /// A cluster serving `objects` by kind, in pages of at most the
+    /// requested limit; any other kind not served (with `faults`, Jobs
+    /// forbidden and CronJobs failing). Every call is recorded.
+    pub(crate) struct FakeCluster {
+        pub(crate) objects: BTreeMap<&'static str, Vec<Value>>,
+        faults: bool,
+        calls: Mutex<Vec<(String, u32, Option<String>)>>,
+    }
+
+    impl FakeCluster {
+        pub(crate) fn new(objects: BTreeMap<&'static str, Vec<Value>>) -> FakeCluster {
+            FakeCluster {
+                objects,
+                faults: false,
+                calls: Mutex::default(),
+            }
+        }
+
+        /// `per_kind` objects of each of `kinds` (group, kind).
+        fn synthetic(per_kind: usize, kinds: &[(&str, &'static str)]) -> FakeCluster {
+            let objects = kinds.iter().map(|&(group, kind)| {
+                let api_version = match group {
+                    "" => "v1".to_string(),
+                    _ => format!("{group}/v1"),
+                };
+                let objects = (0..per_kind)
+                    .map(|i| json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": format!("{kind}-{i}")}}))
+                    .collect();
+                (kind, objects)
+            });
+            FakeCluster {
+                faults: true,
+                ..FakeCluster::new(objects.collect())
+            }
+        }
+
+        /// How many pages of `kind` were asked for.
+        pub(crate) fn pages_of(&self, kind: &str) -> usize {
+            let calls = self.calls.lock().unwrap();
+            calls.iter().filter(|c| c.0 == kind).count()
+        }
     }
 
     impl Lister for FakeCluster {
         async fn list_page(
             &self,
-            group: &str,
+            _group: &str,
             kind: &str,
             limit: u32,
             continue_token: Option<&str>,
         ) -> Result<Page, ListError> {
-            self.calls.borrow_mut().push((
-                kind.to_string(),
-                limit,
-                continue_token.map(str::to_string),
-            ));
-            match kind {
-                "Job" => return Err(ListError::Forbidden("jobs.batch is forbidden".into())),
-                "NodePool" => return Err(ListError::NotServed("Missing Api Group".into())),
-                "CronJob" => return Err(ListError::Other(anyhow::anyhow!("connection reset"))),
-                _ => {}
-            }
-            let start: usize = continue_token.map_or(0, |t| t.parse().unwrap());
-            let end = (start + limit as usize).min(self.per_kind);
-            let api_version = if group.is_empty() {
-                "v1".to_string()
-            } else {
-                format!("{group}/v1")
+            let call = (kind.to_string(), limit, continue_token.map(str::to_string));
+            self.calls.lock().unwrap().push(call);
+            let all = match (kind, self.objects.get(kind), self.faults) {
+                (_, Some(all), _) => all,
+                ("Job", _, true) => {
+                    return Err(ListError::Forbidden("jobs.batch is forbidden".into()))
+                }
+                ("CronJob", _, true) => {
+                    return Err(ListError::Other(anyhow::anyhow!("connection reset")))
+                }
+                _ => return Err(ListError::NotServed("Missing Api Group".into())),
             };
-            let items = (start..end)
-                .map(|i| json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": format!("{kind}-{i}")}}))
-                .collect();
+            let start: usize = continue_token.map_or(0, |t| t.parse().unwrap());
+            let end = (start + limit as usize).min(all.len());
             Ok(Page {
-                items,
-                continue_token: (end < self.per_kind).then(|| end.to_string()),
+                items: all[start..end].to_vec(),
+                continue_token: (end < all.len()).then(|| end.to_string()),
             })
         }
     }
@@ -228,17 +259,14 @@ mod tests {
 
     #[test]
     fn pages_through_every_kind_following_continue_tokens() {
-        let cluster = FakeCluster {
-            per_kind: 1_203,
-            calls: RefCell::default(),
-        };
+        let cluster = FakeCluster::synthetic(1_203, &[("", "Pod"), ("apps", "Deployment")]);
         let (objects, warnings) = run(&cluster, &[("", "Pod"), ("apps", "Deployment")]);
         let objects = objects.unwrap();
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(objects.len(), 2 * 1_203);
         assert_eq!(objects[1_202]["metadata"]["name"], "Pod-1202");
         assert_eq!(objects[1_203]["metadata"]["name"], "Deployment-0");
-        let calls = cluster.calls.into_inner();
+        let calls = cluster.calls.into_inner().unwrap();
         let pods: Vec<_> = calls.iter().filter(|c| c.0 == "Pod").collect();
         assert_eq!(pods.len(), 3, "1203 objects in pages of 500");
         assert!(calls.iter().all(|c| c.1 == PAGE_SIZE));
@@ -249,10 +277,7 @@ mod tests {
 
     #[test]
     fn forbidden_and_absent_kinds_are_skipped_with_a_warning() {
-        let cluster = FakeCluster {
-            per_kind: 3,
-            calls: RefCell::default(),
-        };
+        let cluster = FakeCluster::synthetic(3, &[("", "Pod"), ("kaito.sh", "Workspace")]);
         let (objects, warnings) = run(
             &cluster,
             &[
@@ -288,10 +313,7 @@ mod tests {
 
     #[test]
     fn other_errors_end_the_audit() {
-        let cluster = FakeCluster {
-            per_kind: 3,
-            calls: RefCell::default(),
-        };
+        let cluster = FakeCluster::synthetic(3, &[("", "Pod")]);
         let (result, _) = run(&cluster, &[("", "Pod"), ("batch", "CronJob")]);
         let err = format!("{:#}", result.unwrap_err());
         assert!(err.contains("cannot list CronJob.batch"), "{err}");

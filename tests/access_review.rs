@@ -3,7 +3,7 @@
 //! server, with a bounded wait.
 use axum::routing::post;
 use axum::Json;
-use gpu_admission::authz::{Attributes, Authorizer, Target, User};
+use gpu_admission::authz::{Attributes, Authorizer, ResourceTarget, Target, User};
 use gpu_admission::cluster::access_review::ClusterAuthorizer;
 use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{parse_documents, PolicySet};
@@ -64,13 +64,13 @@ fn check(user: &str, groups: &[&str], verb: &str, target: Target) -> Attributes 
 }
 
 fn pods(namespace: &str) -> Target {
-    Target::Resource {
+    Target::Resource(ResourceTarget {
         group: String::new(),
         resource: "pods".into(),
         subresource: "status".into(),
         namespace: namespace.into(),
         name: "web".into(),
-    }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -528,6 +528,7 @@ fn claim_template(name: &str, class: &str, count: u64) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_cache_follows_resource_claims_and_templates() {
+    use gpu_admission::cluster::watch::{CacheMetrics, Settings};
     use gpu_admission::cluster::ClusterClaims;
     use gpu_admission::k8s::ClaimLookup;
     let fake = FakeApiServer::start(vec![RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES]).await;
@@ -542,7 +543,8 @@ async fn claim_cache_follows_resource_claims_and_templates() {
             "status": {"reservedFor": [{"resource": "pods", "name": "a", "uid": "1"}]},
         }));
     });
-    let (lookup, task) = ClusterClaims::start(fake.client());
+    let (lookup, task) =
+        ClusterClaims::start_with(fake.client(), Settings::default(), CacheMetrics::default());
     let synced = tokio::time::timeout(Duration::from_secs(30), lookup.wait_until_synced())
         .await
         .expect("the cache syncs once both kinds are listed");

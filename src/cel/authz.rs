@@ -10,7 +10,7 @@
 //!
 //! Each distinct check is asked once per evaluated object; the answer is
 //! cached for the rest of the request.
-use crate::authz::{Attributes, Authorizer, Decision, Target, User};
+use crate::authz::{Attributes, Authorizer, Decision, ResourceTarget, Target, User};
 use kube_cel::cel::extractors::This;
 use kube_cel::cel::objects::{Key, Map, Opaque};
 use kube_cel::cel::{Context, ExecutionError, Value};
@@ -29,29 +29,13 @@ pub fn variable(backend: Arc<dyn Authorizer>, user: User, request_resource: Targ
         user,
         cache: Mutex::new(HashMap::new()),
     }));
-    let request_check = match request_resource {
-        Target::Resource {
-            group,
-            resource,
-            subresource,
-            namespace,
-            name,
-        } => ResourceCheck {
-            checker: checker.clone(),
-            group,
-            resource,
-            subresource,
-            namespace,
-            name,
-        },
-        Target::Path(_) => ResourceCheck {
-            checker: checker.clone(),
-            group: String::new(),
-            resource: String::new(),
-            subresource: String::new(),
-            namespace: String::new(),
-            name: String::new(),
-        },
+    let target = match request_resource {
+        Target::Resource(target) => target,
+        Target::Path(_) => ResourceTarget::default(),
+    };
+    let request_check = ResourceCheck {
+        checker: checker.clone(),
+        target,
     };
     let entries: HashMap<Key, Value> = [
         (Key::from(SELF_KEY), Value::Opaque(Arc::new(checker))),
@@ -101,42 +85,32 @@ pub fn register(ctx: &mut Context<'static>) {
             Ok(g) => (g.checker.clone(), g.group.clone()),
             Err(err) => (checker_of(&t, "resource").map_err(|_| err)?, String::new()),
         };
-        opaque(ResourceCheck {
-            checker,
+        let resource = resource.to_string();
+        let target = ResourceTarget {
             group,
-            resource: resource.to_string(),
-            subresource: String::new(),
-            namespace: String::new(),
-            name: String::new(),
-        })
+            resource,
+            ..ResourceTarget::default()
+        };
+        opaque(ResourceCheck { checker, target })
     });
     ctx.add_function("subresource", |This(t): This<Value>, s: Arc<String>| {
         let mut r = downcast::<ResourceCheck>(&t, "subresource")?.clone();
-        r.subresource = s.to_string();
+        r.target.subresource = s.to_string();
         opaque(r)
     });
     ctx.add_function("namespace", |This(t): This<Value>, s: Arc<String>| {
         let mut r = downcast::<ResourceCheck>(&t, "namespace")?.clone();
-        r.namespace = s.to_string();
+        r.target.namespace = s.to_string();
         opaque(r)
     });
     ctx.add_function("name", |This(t): This<Value>, s: Arc<String>| {
         let mut r = downcast::<ResourceCheck>(&t, "name")?.clone();
-        r.name = s.to_string();
+        r.target.name = s.to_string();
         opaque(r)
     });
     ctx.add_function("check", |This(t): This<Value>, verb: Arc<String>| {
         let (checker, target) = if let Ok(r) = downcast::<ResourceCheck>(&t, "check") {
-            (
-                &r.checker,
-                Target::Resource {
-                    group: r.group.clone(),
-                    resource: r.resource.clone(),
-                    subresource: r.subresource.clone(),
-                    namespace: r.namespace.clone(),
-                    name: r.name.clone(),
-                },
-            )
+            (&r.checker, Target::Resource(r.target.clone()))
         } else {
             let p = downcast::<PathCheck>(&t, "check")?;
             (&p.checker, Target::Path(p.path.clone()))
@@ -270,11 +244,7 @@ impl Opaque for GroupCheck {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ResourceCheck {
     checker: Checker,
-    group: String,
-    resource: String,
-    subresource: String,
-    namespace: String,
-    name: String,
+    target: ResourceTarget,
 }
 
 impl Opaque for ResourceCheck {
@@ -310,9 +280,7 @@ mod tests {
             self.asked.fetch_add(1, Ordering::SeqCst);
             match (&a.target, a.verb.as_str()) {
                 (_, "explode") => Decision::error("the authorizer is unreachable"),
-                (Target::Resource { resource, .. }, _)
-                    if resource == "pods" && a.user.username == "alice" =>
-                {
+                (Target::Resource(r), _) if r.resource == "pods" && a.user.username == "alice" => {
                     Decision::allow("alice may")
                 }
                 (Target::Path(p), "get") if p == "/healthz" => Decision::allow("public"),
@@ -325,13 +293,12 @@ mod tests {
         let env = Env::default();
         let compiled = compile(&env, source).unwrap_or_else(|e| panic!("{source}: {e}"));
         let mut ctx = env.scope();
-        let target = Target::Resource {
-            group: String::new(),
+        let target = Target::Resource(ResourceTarget {
             resource: "pods".into(),
-            subresource: String::new(),
             namespace: "ml".into(),
             name: "trainer".into(),
-        };
+            ..ResourceTarget::default()
+        });
         let user = User {
             username: user.into(),
             ..User::default()

@@ -400,14 +400,24 @@ mod tests {
 
     fn lifetimes() -> Lifetimes {
         Lifetimes {
-            ca: Duration::from_secs(300 * 86_400),
-            serving: Duration::from_secs(90 * 86_400),
+            ca: day(300),
+            serving: day(90),
             overlap: Duration::from_secs(3600),
         }
     }
 
     fn day(n: u64) -> Duration {
         Duration::from_secs(n * 86_400)
+    }
+
+    /// `plan` with the test names and lifetimes.
+    fn at(
+        current: Option<&Material>,
+        kept: Option<&str>,
+        confirmed: bool,
+        now: SystemTime,
+    ) -> Option<(Material, Vec<Step>)> {
+        plan(current, kept, confirmed, &names(), &lifetimes(), now).unwrap()
     }
 
     fn verifies(material: &Material, trusted: &str, at: SystemTime) -> bool {
@@ -417,9 +427,7 @@ mod tests {
     #[test]
     fn first_plan_creates_a_ca_and_a_serving_certificate_then_keeps_them() {
         let now = SystemTime::now();
-        let (made, steps) = plan(None, None, false, &names(), &lifetimes(), now)
-            .unwrap()
-            .unwrap();
+        let (made, steps) = at(None, None, false, now).unwrap();
         assert_eq!(steps, [Step::Created]);
         assert!(made.next_ca.is_none() && made.previous_ca.is_none() && made.since.is_none());
         assert!(verifies(&made, &made.trusted_pem(), now));
@@ -429,48 +437,15 @@ mod tests {
         );
         let read = Material::from_data(&made.to_data()).unwrap();
         assert_eq!(read, made);
-        assert_eq!(
-            plan(
-                Some(&made),
-                None,
-                true,
-                &names(),
-                &lifetimes(),
-                now + day(1)
-            )
-            .unwrap(),
-            None
-        );
+        assert_eq!(at(Some(&made), None, true, now + day(1)), None);
     }
 
     #[test]
     fn the_serving_certificate_is_renewed_when_a_third_of_its_life_is_left() {
         let now = SystemTime::now();
-        let (made, _) = plan(None, None, true, &names(), &lifetimes(), now)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            plan(
-                Some(&made),
-                None,
-                true,
-                &names(),
-                &lifetimes(),
-                now + day(59)
-            )
-            .unwrap(),
-            None
-        );
-        let (renewed, steps) = plan(
-            Some(&made),
-            None,
-            true,
-            &names(),
-            &lifetimes(),
-            now + day(61),
-        )
-        .unwrap()
-        .unwrap();
+        let (made, _) = at(None, None, true, now).unwrap();
+        assert_eq!(at(Some(&made), None, true, now + day(59)), None);
+        let (renewed, steps) = at(Some(&made), None, true, now + day(61)).unwrap();
         assert_eq!(steps, [Step::RenewedServing]);
         assert_eq!(renewed.ca, made.ca, "same CA");
         assert_ne!(renewed.serving, made.serving);
@@ -487,39 +462,21 @@ mod tests {
     fn the_ca_rotates_with_both_trusted_on_either_side_of_the_switch() {
         let lt = lifetimes();
         let t0 = SystemTime::now();
-        let (first, _) = plan(None, None, true, &names(), &lt, t0).unwrap().unwrap();
+        let (first, _) = at(None, None, true, t0).unwrap();
         let old_ca = first.ca.cert.clone();
         // Two thirds in: a new CA is staged; the old one still issues.
         let t1 = t0 + day(201);
-        let (staged, steps) = plan(Some(&first), None, true, &names(), &lt, t1)
-            .unwrap()
-            .unwrap();
+        let (staged, steps) = at(Some(&first), None, true, t1).unwrap();
         assert!(steps.contains(&Step::StagedCa), "{steps:?}");
         let new_ca = staged.next_ca.clone().unwrap().cert;
         assert_eq!(staged.ca.cert, old_ca);
         assert!(staged.trusted_pem().contains(&old_ca) && staged.trusted_pem().contains(&new_ca));
         assert!(verifies(&staged, &old_ca, t1));
         // Not before the overlap has passed, nor before caBundle has it.
-        assert_eq!(
-            plan(
-                Some(&staged),
-                None,
-                true,
-                &names(),
-                &lt,
-                t1 + lt.overlap / 2
-            )
-            .unwrap(),
-            None
-        );
+        assert_eq!(at(Some(&staged), None, true, t1 + lt.overlap / 2), None);
         let t2 = t1 + lt.overlap;
-        assert_eq!(
-            plan(Some(&staged), None, false, &names(), &lt, t2).unwrap(),
-            None
-        );
-        let (promoted, steps) = plan(Some(&staged), None, true, &names(), &lt, t2)
-            .unwrap()
-            .unwrap();
+        assert_eq!(at(Some(&staged), None, false, t2), None);
+        let (promoted, steps) = at(Some(&staged), None, true, t2).unwrap();
         assert_eq!(steps, [Step::PromotedCa]);
         assert_eq!(promoted.ca.cert, new_ca);
         assert_eq!(promoted.previous_ca.as_deref(), Some(old_ca.as_str()));
@@ -528,70 +485,40 @@ mod tests {
         // A replica still serving the old CA's certificate stays trusted.
         assert!(verifies(&staged, &promoted.trusted_pem(), t2));
         let t3 = t2 + lt.overlap;
-        let (dropped, steps) = plan(Some(&promoted), None, true, &names(), &lt, t3)
-            .unwrap()
-            .unwrap();
+        let (dropped, steps) = at(Some(&promoted), None, true, t3).unwrap();
         assert_eq!(steps, [Step::DroppedPreviousCa]);
         assert_eq!(
             dropped.trusted_pem().matches("BEGIN CERTIFICATE").count(),
             1
         );
         assert!(dropped.trusted_pem().contains(&new_ca));
-        assert_eq!(
-            plan(Some(&dropped), None, true, &names(), &lt, t3 + day(1)).unwrap(),
-            None
-        );
+        assert_eq!(at(Some(&dropped), None, true, t3 + day(1)), None);
     }
 
     #[test]
     fn a_new_ca_keeps_the_bundle_it_replaces_trusted_for_one_overlap() {
         let now = SystemTime::now();
-        let (old, _) = plan(None, None, true, &names(), &lifetimes(), now)
-            .unwrap()
-            .unwrap();
+        let (old, _) = at(None, None, true, now).unwrap();
         let mut broken = old.clone();
         broken.ca.key = KeyPair::generate().unwrap().serialize_pem();
         let bundle = old.trusted_pem();
-        let (made, steps) = plan(
-            Some(&broken),
-            Some(&bundle),
-            true,
-            &names(),
-            &lifetimes(),
-            now,
-        )
-        .unwrap()
-        .unwrap();
+        let (made, steps) = at(Some(&broken), Some(&bundle), true, now).unwrap();
         assert_eq!(steps, [Step::Created]);
         assert_ne!(made.ca, old.ca);
         assert!(
             verifies(&old, &made.trusted_pem(), now),
             "the old serving certificate still verifies"
         );
-        let (dropped, _) = plan(
-            Some(&made),
-            None,
-            true,
-            &names(),
-            &lifetimes(),
-            now + lifetimes().overlap,
-        )
-        .unwrap()
-        .unwrap();
+        let (dropped, _) = at(Some(&made), None, true, now + lifetimes().overlap).unwrap();
         assert!(!verifies(&old, &dropped.trusted_pem(), now));
         // Garbage in the old caBundle is not kept.
-        let (made, _) = plan(None, Some("not pem"), true, &names(), &lifetimes(), now)
-            .unwrap()
-            .unwrap();
+        let (made, _) = at(None, Some("not pem"), true, now).unwrap();
         assert_eq!(made.previous_ca, None);
     }
 
     #[test]
     fn unreadable_secret_data_names_the_key() {
-        let now = SystemTime::now();
-        let (made, _) = plan(None, None, true, &names(), &lifetimes(), now)
-            .unwrap()
-            .unwrap();
+        let (made, _) = at(None, None, true, SystemTime::now()).unwrap();
         let mut data = made.to_data();
         data.remove(SERVING_KEY);
         assert_eq!(

@@ -410,6 +410,12 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
+    /// Verifies the serving certificate `out` wrote against its CA.
+    fn verify(out: &Ensured, names: &[String], at: SystemTime) -> Result<(), String> {
+        let pem = std::fs::read_to_string(&out.paths.cert).unwrap();
+        verify_serving_cert(&pem, &out.ca_pem, names, at)
+    }
+
     #[test]
     fn creates_then_reuses() {
         let dir = tempfile::tempdir().unwrap();
@@ -417,7 +423,7 @@ mod tests {
         let first = ensure(dir.path(), &sans).unwrap();
         assert!(first.created_ca && first.issued_cert);
         let cert = std::fs::read_to_string(&first.paths.cert).unwrap();
-        verify_serving_cert(&cert, &first.ca_pem, &sans, SystemTime::now()).unwrap();
+        verify(&first, &sans, SystemTime::now()).unwrap();
 
         let second = ensure(dir.path(), &sans).unwrap();
         assert!(!second.created_ca && !second.issued_cert);
@@ -433,8 +439,7 @@ mod tests {
         let second = ensure(dir.path(), &wider).unwrap();
         assert!(!second.created_ca && second.issued_cert);
         assert_eq!(second.ca_pem, first.ca_pem);
-        let cert = std::fs::read_to_string(&second.paths.cert).unwrap();
-        verify_serving_cert(&cert, &second.ca_pem, &wider, SystemTime::now()).unwrap();
+        verify(&second, &wider, SystemTime::now()).unwrap();
     }
 
     #[test]
@@ -448,21 +453,11 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&made.paths.cert).unwrap(), cert);
 
         // But an unusable one is replaced, with the default names.
-        std::fs::write(
-            &made.paths.key,
-            KeyPair::generate().unwrap().serialize_pem(),
-        )
-        .unwrap();
+        let other_key = KeyPair::generate().unwrap().serialize_pem();
+        std::fs::write(&made.paths.key, other_key).unwrap();
         let again = ensure_for_serving(dir.path()).unwrap();
         assert!(again.issued_cert);
-        let cert = std::fs::read_to_string(&again.paths.cert).unwrap();
-        verify_serving_cert(
-            &cert,
-            &again.ca_pem,
-            &names(DEFAULT_NAMES),
-            SystemTime::now(),
-        )
-        .unwrap();
+        verify(&again, &names(DEFAULT_NAMES), SystemTime::now()).unwrap();
     }
 
     #[test]
@@ -499,8 +494,7 @@ mod tests {
         let cert = CertificateDer::from_pem_slice(&cert).unwrap();
         // Serving certificate near expiry: verification a year on fails.
         let later = SystemTime::now() + Duration::from_secs(400 * 86_400);
-        let pem = std::fs::read_to_string(&out.paths.cert).unwrap();
-        assert!(verify_serving_cert(&pem, &out.ca_pem, &names(&["localhost"]), later).is_err());
+        assert!(verify(&out, &names(&["localhost"]), later).is_err());
         assert!(not_after(&cert).unwrap() < later);
     }
 
@@ -508,14 +502,7 @@ mod tests {
     fn wrong_name_fails_verification() {
         let dir = tempfile::tempdir().unwrap();
         let out = ensure(dir.path(), &names(&["localhost"])).unwrap();
-        let pem = std::fs::read_to_string(&out.paths.cert).unwrap();
-        let err = verify_serving_cert(
-            &pem,
-            &out.ca_pem,
-            &names(&["other.example"]),
-            SystemTime::now(),
-        )
-        .unwrap_err();
+        let err = verify(&out, &names(&["other.example"]), SystemTime::now()).unwrap_err();
         assert!(err.contains("other.example"), "{err}");
     }
 

@@ -813,7 +813,7 @@ where
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use clap::Parser;
 
@@ -823,86 +823,38 @@ mod tests {
         args: ServeArgs,
     }
 
-    fn parse(args: &[&str]) -> Result<DaemonConfig, clap::Error> {
-        let mut argv = vec!["serve"];
-        argv.extend_from_slice(args);
-        Cli::try_parse_from(argv).map(|c| c.args.into_config())
+    /// `serve` with the flags of `line`, split at spaces.
+    pub(in crate::cli) fn parse(line: &str) -> Result<DaemonConfig, clap::Error> {
+        parse_args(line).map(ServeArgs::into_config)
     }
 
-    fn parse_args(args: &[&str]) -> Result<ServeArgs, clap::Error> {
-        let mut argv = vec!["serve"];
-        argv.extend_from_slice(args);
+    fn parse_args(line: &str) -> Result<ServeArgs, clap::Error> {
+        let argv = std::iter::once("serve").chain(line.split_whitespace());
         Cli::try_parse_from(argv).map(|c| c.args)
     }
 
     #[test]
     fn defaults() {
-        let config = parse(&[]).unwrap();
+        let config = parse("").unwrap();
         let expected = DaemonConfig::default();
         assert_eq!(config, expected);
     }
 
     #[test]
     fn every_flag() {
-        let config = parse(&[
-            "--listen",
-            "127.0.0.1:9443",
-            "--policies",
-            "policies",
-            "--tls-cert",
-            "c.pem",
-            "--tls-key",
-            "k.pem",
-            "--metrics-listen",
-            "off",
-            "--certs-dir",
-            "/tmp/c",
-            "--log-format",
-            "json",
-            "--max-concurrency",
-            "3",
-            "--max-mutate-concurrency",
-            "5",
-            "--max-in-flight-memory",
-            "1Gi",
-            "--max-request-memory",
-            "64Mi",
-            "--max-object-nodes",
-            "1000",
-            "--mutate-on-error",
-            "allow",
-            "--exempt-namespace",
-            "gpu-admission",
-            "--exempt-namespace",
-            "kube-system",
-            "--header-read-timeout",
-            "2s",
-            "--idle-timeout",
-            "90s",
-            "--max-connections",
-            "10",
-            "--shutdown-delay",
-            "5s",
-            "--drain-window",
-            "3s",
-            "--drain-timeout",
-            "1m",
-            "--allow-empty-policies",
-            "--report-interval",
-            "10m",
-            "--report-max-objects",
-            "900",
-            "--report-lease",
-            "off",
-            "--policy-reports",
-            "on",
-            "--policy-report-max-results",
-            "50",
-            "--policy-report-writes-per-second",
-            "2",
-            "--policy-exceptions",
-            "off",
-        ])
+        let config = parse(
+            "--listen 127.0.0.1:9443 --policies policies --tls-cert c.pem --tls-key \
+            k.pem --metrics-listen off --certs-dir /tmp/c --log-format json \
+            --max-concurrency 3 --max-mutate-concurrency 5 --max-in-flight-memory \
+            1Gi --max-request-memory 64Mi --max-object-nodes 1000 \
+            --mutate-on-error allow --exempt-namespace gpu-admission \
+            --exempt-namespace kube-system --header-read-timeout 2s --idle-timeout \
+            90s --max-connections 10 --shutdown-delay 5s --drain-window 3s \
+            --drain-timeout 1m --allow-empty-policies --report-interval 10m \
+            --report-max-objects 900 --report-lease off --policy-reports on \
+            --policy-report-max-results 50 --policy-report-writes-per-second 2 \
+            --policy-exceptions off",
+        )
         .unwrap();
         assert_eq!(config.edge.listen, "127.0.0.1:9443".parse().unwrap());
         assert_eq!(config.policies, Some(PathBuf::from("policies")));
@@ -933,25 +885,18 @@ mod tests {
         assert_eq!(config.policy_report_max_results, 50);
         assert_eq!(config.policy_report_writes_per_second, 2);
         assert!(!config.policy_exceptions);
-        let defaults = parse(&["--report-interval", "1h"]).unwrap();
+        let defaults = parse("--report-interval 1h").unwrap();
         assert_eq!(
             defaults.report_lease.as_deref(),
             Some("gpu-admission-report")
         );
         assert_eq!(
-            parse_args(&["--report-interval", "1h"])
+            parse_args("--report-interval 1h")
                 .unwrap()
                 .report_utilization(),
             None
         );
-        let with_prometheus = parse_args(&[
-            "--report-interval",
-            "10m",
-            "--prometheus",
-            "http://prometheus-server.monitoring",
-            "--utilization-window",
-            "12h",
-        ])
+        let with_prometheus = parse_args("--report-interval 10m --prometheus http://prometheus-server.monitoring --utilization-window 12h")
         .unwrap();
         assert_eq!(
             with_prometheus.report_utilization(),
@@ -977,22 +922,22 @@ mod tests {
 
     #[test]
     fn bad_flags_are_refused() {
-        assert!(parse(&["--tls-cert", "c.pem"]).is_err(), "cert without key");
-        assert!(parse(&["--max-concurrency", "0"]).is_err());
-        assert!(parse(&["--max-mutate-concurrency", "0"]).is_err());
-        assert!(parse(&["--max-in-flight-memory", "lots"]).is_err());
-        assert!(parse(&["--mutate-on-error", "maybe"]).is_err());
-        assert!(parse(&["--max-connections", "0"]).is_err());
-        assert!(parse(&["--listen", "nowhere"]).is_err());
-        let err = parse(&["--header-read-timeout", "soon"]).unwrap_err();
+        assert!(parse("--tls-cert c.pem").is_err(), "cert without key");
+        assert!(parse("--max-concurrency 0").is_err());
+        assert!(parse("--max-mutate-concurrency 0").is_err());
+        assert!(parse("--max-in-flight-memory lots").is_err());
+        assert!(parse("--mutate-on-error maybe").is_err());
+        assert!(parse("--max-connections 0").is_err());
+        assert!(parse("--listen nowhere").is_err());
+        let err = parse("--header-read-timeout soon").unwrap_err();
         assert!(err.to_string().contains("not a duration"), "{err}");
-        let err = parse(&["--report-interval", "10s"]).unwrap_err();
+        let err = parse("--report-interval 10s").unwrap_err();
         assert!(err.to_string().contains("use 1m or more"), "{err}");
-        assert!(parse(&["--report-lease", "Not_A_Name"]).is_err());
-        assert!(parse(&["--policy-report-max-results", "0"]).is_err());
-        assert!(parse(&["--policy-report-writes-per-second", "0"]).is_err());
-        assert!(parse(&["--policy-reports", "maybe"]).is_err());
-        assert!(parse(&["--policy-exceptions", "maybe"]).is_err());
+        assert!(parse("--report-lease Not_A_Name").is_err());
+        assert!(parse("--policy-report-max-results 0").is_err());
+        assert!(parse("--policy-report-writes-per-second 0").is_err());
+        assert!(parse("--policy-reports maybe").is_err());
+        assert!(parse("--policy-exceptions maybe").is_err());
     }
 
     #[test]

@@ -120,49 +120,21 @@ pub(super) async fn managed_certs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::serve::ServeArgs;
-    use crate::daemon::DaemonConfig;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: ServeArgs,
-    }
-
-    fn parse(args: &[&str]) -> Result<DaemonConfig, clap::Error> {
-        let mut argv = vec!["serve"];
-        argv.extend_from_slice(args);
-        Cli::try_parse_from(argv).map(|c| c.args.into_config())
-    }
+    use crate::cli::serve::tests::parse;
 
     #[test]
     fn managed_certificate_flags() {
-        assert_eq!(parse(&[]).unwrap().manage_certs, None, "off by default");
-        let options = parse(&["--manage-certs"]).unwrap().manage_certs.unwrap();
+        assert_eq!(parse("").unwrap().manage_certs, None, "off by default");
+        let options = parse("--manage-certs").unwrap().manage_certs.unwrap();
         assert_eq!(options, managed::Options::default());
         options.lifetimes.check().unwrap();
-        let options = parse(&[
-            "--manage-certs",
-            "--cert-secret",
-            "webhook-tls",
-            "--cert-lease",
-            "off",
-            "--mutating-webhook-configuration",
-            "off",
-            "--validating-webhook-configuration",
-            "gpu-admission-validate",
-            "--cert-service",
-            "webhook",
-            "--ca-lifetime",
-            "8760h",
-            "--cert-lifetime",
-            "720h",
-            "--ca-overlap",
-            "1h",
-            "--cert-check-interval",
-            "10s",
-        ])
+        let options = parse(
+            "--manage-certs --cert-secret webhook-tls --cert-lease off \
+            --mutating-webhook-configuration off \
+            --validating-webhook-configuration gpu-admission-validate \
+            --cert-service webhook --ca-lifetime 8760h --cert-lifetime 720h \
+            --ca-overlap 1h --cert-check-interval 10s",
+        )
         .unwrap()
         .manage_certs
         .unwrap();
@@ -180,15 +152,8 @@ mod tests {
             settings.names,
             ["webhook.platform.svc", "webhook.platform.svc.cluster.local"]
         );
-        let err = parse(&[
-            "--manage-certs",
-            "--tls-cert",
-            "c.pem",
-            "--tls-key",
-            "k.pem",
-        ])
-        .unwrap_err();
+        let err = parse("--manage-certs --tls-cert c.pem --tls-key k.pem").unwrap_err();
         assert!(err.to_string().contains("cannot be used with"), "{err}");
-        assert!(parse(&["--manage-certs", "--cert-secret", "Bad_Name"]).is_err());
+        assert!(parse("--manage-certs --cert-secret Bad_Name").is_err());
     }
 }

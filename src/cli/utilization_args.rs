@@ -111,13 +111,13 @@ mod tests {
         args: PrometheusArgs,
     }
 
-    fn parse(args: &[&str]) -> Result<PrometheusArgs, clap::Error> {
-        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).map(|c| c.args)
+    fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<PrometheusArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("x").chain(args)).map(|c| c.args)
     }
 
     #[test]
     fn flags_make_the_settings() {
-        let none = parse(&[]).unwrap();
+        let none = parse([]).unwrap();
         assert_eq!(none.settings(None), None);
         let file = PathBuf::from("answer.json");
         assert_eq!(
@@ -128,18 +128,12 @@ mod tests {
                 threshold_percent: 5.0,
             })
         );
-        let args = parse(&[
-            "--prometheus",
-            "https://amw.eastus.prometheus.monitor.azure.com",
-            "--prometheus-token-file",
-            "/var/run/token",
-            "--utilization-window",
-            "7d",
-            "--idle-threshold",
-            "1%",
-            "--prometheus-timeout",
-            "10s",
-        ])
+        let args = parse(
+            "--prometheus https://amw.eastus.prometheus.monitor.azure.com \
+             --prometheus-token-file /var/run/token --utilization-window 7d \
+             --idle-threshold 1% --prometheus-timeout 10s"
+                .split_whitespace(),
+        )
         .unwrap();
         assert_eq!(
             args.settings(Some(&file)),
@@ -154,13 +148,13 @@ mod tests {
             }),
             "a live Prometheus wins over a recorded answer"
         );
-        assert!(parse(&["--idle-threshold", "120"]).is_err());
-        assert!(parse(&["--utilization-window", "10m"]).is_err());
+        assert!(parse(["--idle-threshold", "120"]).is_err());
+        assert!(parse(["--utilization-window", "10m"]).is_err());
         assert!(
-            parse(&["--prometheus-token-file", "t"]).is_err(),
+            parse(["--prometheus-token-file", "t"]).is_err(),
             "a token without a URL"
         );
-        assert!(parse(&["--prometheus-timeout", "0s"]).is_err());
+        assert!(parse(["--prometheus-timeout", "0s"]).is_err());
         for bad in [
             "localhost:9090",
             "ftp://x",
@@ -169,13 +163,13 @@ mod tests {
             "http://x/#a",
             "http://a b",
         ] {
-            let err = parse(&["--prometheus", bad]).unwrap_err();
+            let err = parse(["--prometheus", bad]).unwrap_err();
             assert!(
                 err.to_string().contains("is not the URL of a Prometheus"),
                 "{bad}: {err}"
             );
         }
-        assert!(parse(&[
+        assert!(parse([
             "--prometheus",
             "http://prometheus-server.monitoring:80/prom"
         ])

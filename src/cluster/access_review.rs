@@ -103,19 +103,13 @@ pub fn access_review(a: &Attributes) -> SubjectAccessReview {
                 verb: Some(a.verb.clone()),
             }),
         ),
-        Target::Resource {
-            group,
-            resource,
-            subresource,
-            namespace,
-            name,
-        } => (
+        Target::Resource(r) => (
             Some(ResourceAttributes {
-                group: Some(group.clone()),
-                resource: Some(resource.clone()),
-                subresource: Some(subresource.clone()),
-                namespace: Some(namespace.clone()),
-                name: Some(name.clone()),
+                group: Some(r.group.clone()),
+                resource: Some(r.resource.clone()),
+                subresource: Some(r.subresource.clone()),
+                namespace: Some(r.namespace.clone()),
+                name: Some(r.name.clone()),
                 verb: Some(a.verb.clone()),
                 version: Some("*".to_string()),
                 ..ResourceAttributes::default()

@@ -24,15 +24,9 @@ impl ClusterClaims {
         ClusterClaims::default()
     }
 
-    /// Starts watching both kinds with `client`. The returned task runs
-    /// until aborted.
-    pub fn start(client: kube::Client) -> (ClusterClaims, tokio::task::JoinHandle<()>) {
-        ClusterClaims::start_with(client, Settings::default(), CacheMetrics::default())
-    }
-
-    /// [`ClusterClaims::start`] with these settings and metrics. A cluster
-    /// that does not serve `resource.k8s.io/v1` (before Kubernetes 1.34)
-    /// has no claims: both caches are then synced and empty.
+    /// Starts watching both kinds with `client`; the task runs until
+    /// aborted. A cluster that does not serve `resource.k8s.io/v1` (before
+    /// Kubernetes 1.34) has no claims: both caches are then synced and empty.
     pub fn start_with(
         client: kube::Client,
         settings: Settings,

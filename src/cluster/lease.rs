@@ -290,7 +290,7 @@ impl LeaseStore for ClusterLease {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::cell::RefCell;
     use std::rc::Rc;
@@ -299,11 +299,15 @@ mod tests {
     /// A lease in memory with the API server's optimistic concurrency:
     /// every write bumps the resourceVersion, a stale one is a conflict.
     #[derive(Clone, Default)]
-    struct MemoryLease {
+    pub(crate) struct MemoryLease {
         stored: Rc<RefCell<Option<LeaseRecord>>>,
         version: Rc<RefCell<u64>>,
         /// Writes made by "someone else" just before the next update.
         interleave: Rc<RefCell<Option<String>>>,
+        /// Reads fail while set.
+        pub(crate) unreachable: Rc<RefCell<bool>>,
+        /// The next read finds no lease, as if made just before a create.
+        stale_read: Rc<RefCell<bool>>,
     }
 
     impl MemoryLease {
@@ -321,6 +325,12 @@ mod tests {
 
     impl LeaseStore for MemoryLease {
         async fn get(&self) -> Result<Option<LeaseRecord>, LeaseError> {
+            if *self.unreachable.borrow() {
+                return Err(LeaseError::Other(anyhow::anyhow!("connection refused")));
+            }
+            if self.stale_read.replace(false) {
+                return Ok(None);
+            }
             Ok(self.stored.borrow().clone())
         }
 
@@ -353,6 +363,15 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
     }
 
+    fn candidate(store: &MemoryLease, name: &str) -> LeaderElector<MemoryLease> {
+        LeaderElector::new(store.clone(), name, LEASE)
+    }
+
+    /// Whether `elector` leads after trying at `secs`.
+    fn leads(elector: &mut LeaderElector<impl LeaseStore>, secs: u64) -> bool {
+        block_on(elector.try_acquire_or_renew(at(secs))).unwrap()
+    }
+
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .build()
@@ -363,8 +382,8 @@ mod tests {
     #[test]
     fn the_first_candidate_creates_the_lease_and_renews_it() {
         let store = MemoryLease::default();
-        let mut a = LeaderElector::new(store.clone(), "pod-a", LEASE);
-        assert!(block_on(a.try_acquire_or_renew(at(0))).unwrap());
+        let mut a = candidate(&store, "pod-a");
+        assert!(leads(&mut a, 0));
         assert!(a.is_leader());
         let created = store.stored.borrow().clone().unwrap();
         assert_eq!(created.holder.as_deref(), Some("pod-a"));
@@ -372,7 +391,7 @@ mod tests {
         assert_eq!(created.acquire_time, Some(at(0)));
         assert_eq!(created.transitions, 0);
 
-        assert!(block_on(a.try_acquire_or_renew(at(10))).unwrap());
+        assert!(leads(&mut a, 10));
         let renewed = store.stored.borrow().clone().unwrap();
         assert_eq!(renewed.renew_time, Some(at(10)));
         assert_eq!(
@@ -387,16 +406,16 @@ mod tests {
     #[test]
     fn a_valid_lease_held_by_another_is_left_alone() {
         let store = MemoryLease::default();
-        let mut a = LeaderElector::new(store.clone(), "pod-a", LEASE);
-        let mut b = LeaderElector::new(store.clone(), "pod-b", LEASE);
-        assert!(block_on(a.try_acquire_or_renew(at(0))).unwrap());
-        assert!(!block_on(b.try_acquire_or_renew(at(1))).unwrap());
+        let mut a = candidate(&store, "pod-a");
+        let mut b = candidate(&store, "pod-b");
+        assert!(leads(&mut a, 0));
+        assert!(!leads(&mut b, 1));
         assert!(!b.is_leader());
         assert_eq!(b.holder(), Some("pod-a"));
         // a keeps renewing: b never sees the record unchanged for 30 s.
         for t in [20, 40, 60] {
-            assert!(block_on(a.try_acquire_or_renew(at(t))).unwrap());
-            assert!(!block_on(b.try_acquire_or_renew(at(t + 15))).unwrap());
+            assert!(leads(&mut a, t));
+            assert!(!leads(&mut b, t + 15));
         }
         assert_eq!(store.holder().as_deref(), Some("pod-a"));
     }
@@ -404,22 +423,19 @@ mod tests {
     #[test]
     fn an_expired_lease_is_taken_over() {
         let store = MemoryLease::default();
-        let mut a = LeaderElector::new(store.clone(), "pod-a", LEASE);
-        let mut b = LeaderElector::new(store.clone(), "pod-b", LEASE);
-        assert!(block_on(a.try_acquire_or_renew(at(0))).unwrap());
+        let mut a = candidate(&store, "pod-a");
+        let mut b = candidate(&store, "pod-b");
+        assert!(leads(&mut a, 0));
         // b first sees the record at 5 s; a stops renewing.
-        assert!(!block_on(b.try_acquire_or_renew(at(5))).unwrap());
-        assert!(
-            !block_on(b.try_acquire_or_renew(at(34))).unwrap(),
-            "valid until 35 s by b's clock"
-        );
-        assert!(block_on(b.try_acquire_or_renew(at(36))).unwrap());
+        assert!(!leads(&mut b, 5));
+        assert!(!leads(&mut b, 34), "valid until 35 s by b's clock");
+        assert!(leads(&mut b, 36));
         let taken = store.stored.borrow().clone().unwrap();
         assert_eq!(taken.holder.as_deref(), Some("pod-b"));
         assert_eq!(taken.acquire_time, Some(at(36)));
         assert_eq!(taken.transitions, 1);
         // a comes back: the lease is b's now and valid.
-        assert!(!block_on(a.try_acquire_or_renew(at(37))).unwrap());
+        assert!(!leads(&mut a, 37));
         assert!(!a.is_leader());
     }
 
@@ -427,22 +443,22 @@ mod tests {
     fn validity_is_judged_by_the_observers_clock_not_the_holders() {
         let store = MemoryLease::default();
         // The holder's clock is an hour behind: its renewTime looks long expired.
-        let mut a = LeaderElector::new(store.clone(), "pod-a", LEASE);
-        assert!(block_on(a.try_acquire_or_renew(at(0))).unwrap());
-        let mut b = LeaderElector::new(store.clone(), "pod-b", LEASE);
-        assert!(!block_on(b.try_acquire_or_renew(at(3_600))).unwrap());
+        let mut a = candidate(&store, "pod-a");
+        assert!(leads(&mut a, 0));
+        let mut b = candidate(&store, "pod-b");
+        assert!(!leads(&mut b, 3_600));
     }
 
     #[test]
     fn of_two_candidates_writing_at_once_the_one_with_a_stale_version_loses() {
         let store = MemoryLease::default();
-        let mut a = LeaderElector::new(store.clone(), "pod-a", LEASE);
-        assert!(block_on(a.try_acquire_or_renew(at(0))).unwrap());
-        let mut b = LeaderElector::new(store.clone(), "pod-b", LEASE);
-        assert!(!block_on(b.try_acquire_or_renew(at(1))).unwrap());
+        let mut a = candidate(&store, "pod-a");
+        assert!(leads(&mut a, 0));
+        let mut b = candidate(&store, "pod-b");
+        assert!(!leads(&mut b, 1));
         // The lease expires; pod-c writes between b's read and b's update.
         *store.interleave.borrow_mut() = Some("pod-c".into());
-        assert!(!block_on(b.try_acquire_or_renew(at(40))).unwrap());
+        assert!(!leads(&mut b, 40));
         assert!(!b.is_leader());
         assert_eq!(store.holder().as_deref(), Some("pod-c"));
     }
@@ -450,56 +466,38 @@ mod tests {
     #[test]
     fn losing_the_race_to_create_is_not_an_error() {
         let store = MemoryLease::default();
-        let mut a = LeaderElector::new(store.clone(), "pod-a", LEASE);
-        let mut b = LeaderElector::new(store.clone(), "pod-b", LEASE);
+        let mut a = candidate(&store, "pod-a");
+        let mut b = candidate(&store, "pod-b");
+        assert!(leads(&mut a, 0));
         // b read "no lease", then a created it: b's create conflicts.
-        struct CreatedUnderneath(MemoryLease, RefCell<bool>);
-        impl LeaseStore for CreatedUnderneath {
-            async fn get(&self) -> Result<Option<LeaseRecord>, LeaseError> {
-                if self.1.replace(false) {
-                    return Ok(None);
-                }
-                self.0.get().await
-            }
-            async fn create(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
-                self.0.create(record).await
-            }
-            async fn update(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
-                self.0.update(record).await
-            }
-        }
-        assert!(block_on(a.try_acquire_or_renew(at(0))).unwrap());
-        let mut late = LeaderElector::new(
-            CreatedUnderneath(store.clone(), RefCell::new(true)),
-            "pod-b",
-            LEASE,
-        );
-        assert!(!block_on(late.try_acquire_or_renew(at(0))).unwrap());
-        assert!(!block_on(b.try_acquire_or_renew(at(1))).unwrap());
+        let mut late = candidate(&store, "pod-b");
+        *store.stale_read.borrow_mut() = true;
+        assert!(!leads(&mut late, 0));
+        assert!(!leads(&mut b, 1));
     }
 
     #[test]
     fn a_released_lease_is_taken_at_once() {
         let store = MemoryLease::default();
-        let mut a = LeaderElector::new(store.clone(), "pod-a", LEASE);
-        let mut b = LeaderElector::new(store.clone(), "pod-b", LEASE);
-        assert!(block_on(a.try_acquire_or_renew(at(0))).unwrap());
-        assert!(!block_on(b.try_acquire_or_renew(at(1))).unwrap());
+        let mut a = candidate(&store, "pod-a");
+        let mut b = candidate(&store, "pod-b");
+        assert!(leads(&mut a, 0));
+        assert!(!leads(&mut b, 1));
         block_on(a.release(at(2))).unwrap();
         assert!(!a.is_leader());
         assert_eq!(store.holder(), None);
-        assert!(block_on(b.try_acquire_or_renew(at(3))).unwrap());
+        assert!(leads(&mut b, 3));
         assert_eq!(store.stored.borrow().as_ref().unwrap().transitions, 1);
     }
 
     #[test]
     fn a_candidate_that_lost_the_lease_cannot_release_it() {
         let store = MemoryLease::default();
-        let mut a = LeaderElector::new(store.clone(), "pod-a", LEASE);
-        let mut b = LeaderElector::new(store.clone(), "pod-b", LEASE);
-        assert!(block_on(a.try_acquire_or_renew(at(0))).unwrap());
-        assert!(!block_on(b.try_acquire_or_renew(at(1))).unwrap());
-        assert!(block_on(b.try_acquire_or_renew(at(40))).unwrap());
+        let mut a = candidate(&store, "pod-a");
+        let mut b = candidate(&store, "pod-b");
+        assert!(leads(&mut a, 0));
+        assert!(!leads(&mut b, 1));
+        assert!(leads(&mut b, 40));
         // a still believes it leads; releasing must not clear b's lease.
         block_on(a.release(at(41))).unwrap();
         assert_eq!(store.holder().as_deref(), Some("pod-b"));

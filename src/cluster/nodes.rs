@@ -38,14 +38,68 @@ impl Default for ClusterNodes {
 
 #[derive(Default)]
 struct Known {
-    nodes: BTreeMap<String, NodeInfo>,
-    /// While a (re)list is under way: what it has seen so far.
-    relisting: Option<BTreeMap<String, NodeInfo>>,
-    /// The NodePools watched, by name, and while relisting what is seen.
-    pools: BTreeMap<String, Value>,
-    relisting_pools: Option<BTreeMap<String, Value>>,
+    nodes: Relisted<NodeInfo>,
+    /// The NodePools watched.
+    pools: Relisted<Value>,
     /// Of both, shared by requests until either changes.
     snapshot: Option<Arc<NodeSnapshot>>,
+}
+
+/// Objects by name, as the watch last listed and changed them.
+struct Relisted<V> {
+    held: BTreeMap<String, V>,
+    /// While a (re)list is under way: what it has seen so far.
+    relisting: Option<BTreeMap<String, V>>,
+}
+
+impl<V> Default for Relisted<V> {
+    fn default() -> Self {
+        Relisted {
+            held: BTreeMap::new(),
+            relisting: None,
+        }
+    }
+}
+
+impl<V: PartialEq> Relisted<V> {
+    /// Takes one watch event, each object read into its name and value;
+    /// whether what is held changed.
+    fn take<K: kube::Resource>(
+        &mut self,
+        event: Event<K>,
+        read: impl Fn(&K) -> Option<(String, V)>,
+    ) -> bool {
+        match event {
+            Event::Init => {
+                self.relisting = Some(BTreeMap::new());
+                false
+            }
+            Event::InitApply(object) => {
+                if let (Some((name, value)), Some(list)) = (read(&object), self.relisting.as_mut())
+                {
+                    list.insert(name, value);
+                }
+                false
+            }
+            Event::InitDone => {
+                let list = self.relisting.take().unwrap_or_default();
+                let changed = list != self.held;
+                self.held = list;
+                changed
+            }
+            Event::Apply(object) => match read(&object) {
+                Some((name, value)) if self.held.get(&name) != Some(&value) => {
+                    self.held.insert(name, value);
+                    true
+                }
+                _ => false,
+            },
+            Event::Delete(object) => {
+                let name = object.meta().name.clone().unwrap_or_default();
+                self.held.remove(&name).is_some()
+            }
+        }
+    }
 }
 
 impl ClusterNodes {
@@ -98,41 +152,11 @@ impl ClusterNodes {
     /// Takes one watch event into the cache.
     pub fn apply(&self, event: Event<Node>) {
         let read = |node: &Node| {
-            serde_json::to_value(node)
-                .ok()
-                .map(|v| NodeInfo::from_value(&v))
+            let info = NodeInfo::from_value(&serde_json::to_value(node).ok()?);
+            Some((info.name.clone(), info))
         };
         let mut known = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        let changed = match event {
-            Event::Init => {
-                known.relisting = Some(BTreeMap::new());
-                false
-            }
-            Event::InitApply(node) => {
-                if let (Some(info), Some(list)) = (read(&node), known.relisting.as_mut()) {
-                    list.insert(info.name.clone(), info);
-                }
-                false
-            }
-            Event::InitDone => {
-                let list = known.relisting.take().unwrap_or_default();
-                let changed = list != known.nodes;
-                known.nodes = list;
-                changed
-            }
-            Event::Apply(node) => match read(&node) {
-                Some(info) if known.nodes.get(&info.name) != Some(&info) => {
-                    known.nodes.insert(info.name.clone(), info);
-                    true
-                }
-                _ => false,
-            },
-            Event::Delete(node) => {
-                let name = node.metadata.name.unwrap_or_default();
-                known.nodes.remove(&name).is_some()
-            }
-        };
-        if changed {
+        if known.nodes.take(event, read) {
             known.snapshot = None;
         }
     }
@@ -173,38 +197,7 @@ fn pool_value(pool: &kube::api::DynamicObject) -> Option<(String, Value)> {
 
 fn apply_pool(pools: &std::sync::RwLock<Known>, event: Event<kube::api::DynamicObject>) {
     let mut known = pools.write().unwrap_or_else(|e| e.into_inner());
-    let changed = match event {
-        Event::Init => {
-            known.relisting_pools = Some(BTreeMap::new());
-            false
-        }
-        Event::InitApply(pool) => {
-            if let (Some((name, value)), Some(list)) =
-                (pool_value(&pool), known.relisting_pools.as_mut())
-            {
-                list.insert(name, value);
-            }
-            false
-        }
-        Event::InitDone => {
-            let list = known.relisting_pools.take().unwrap_or_default();
-            let changed = list != known.pools;
-            known.pools = list;
-            changed
-        }
-        Event::Apply(pool) => match pool_value(&pool) {
-            Some((name, value)) if known.pools.get(&name) != Some(&value) => {
-                known.pools.insert(name, value);
-                true
-            }
-            _ => false,
-        },
-        Event::Delete(pool) => {
-            let name = pool.metadata.name.unwrap_or_default();
-            known.pools.remove(&name).is_some()
-        }
-    };
-    if changed {
+    if known.pools.take(event, pool_value) {
         known.snapshot = None;
     }
 }
@@ -244,8 +237,8 @@ impl NodeLookup for ClusterNodes {
         }
         let mut known = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let snapshot = Arc::new(NodeSnapshot::new(
-            known.nodes.values().cloned().collect(),
-            known.pools.values().cloned().collect(),
+            known.nodes.held.values().cloned().collect(),
+            known.pools.held.values().cloned().collect(),
         ));
         known.snapshot = Some(snapshot.clone());
         Some(snapshot)

@@ -372,35 +372,39 @@ mod tests {
         (url, task)
     }
 
-    fn endpoint(url: String, token_file: Option<PathBuf>, timeout: Duration) -> Endpoint {
-        Endpoint {
+    const SECS_30: Duration = Duration::from_secs(30);
+
+    /// Asks `up` at time 1 of the server at `url`.
+    async fn ask_up(
+        url: &str,
+        token_file: Option<PathBuf>,
+        timeout: Duration,
+    ) -> Result<Vec<Sample>, QueryError> {
+        let url = url.to_string();
+        let endpoint = Endpoint {
             url,
             token_file,
             timeout,
-        }
+        };
+        query(&endpoint, "up", 1.0).await
+    }
+
+    /// An HTTP/1.1 answer with `head` lines and `body`, then closes.
+    fn http_answer(head: &str, body: &str) -> &'static str {
+        let len = body.len();
+        let text = format!("{head}\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n{body}");
+        Box::leak(text.into_boxed_str())
     }
 
     #[tokio::test]
     async fn sends_the_bearer_token_from_its_file() {
         let body = r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
-        let answer: &'static str = Box::leak(
-            format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .into_boxed_str(),
-        );
+        let answer = http_answer("HTTP/1.1 200 OK\r\ncontent-type: application/json", body);
         let (url, server) = serve_once(Some(answer)).await;
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
         std::fs::write(&token, "s3cret\n").unwrap();
-        let samples = query(
-            &endpoint(url, Some(token), Duration::from_secs(30)),
-            "up",
-            1.0,
-        )
-        .await
-        .unwrap();
+        let samples = ask_up(&url, Some(token), SECS_30).await.unwrap();
         assert!(samples.is_empty());
         let head = server.await.unwrap().to_ascii_lowercase();
         assert!(
@@ -412,17 +416,9 @@ mod tests {
 
     #[tokio::test]
     async fn no_token_file_sends_no_authorization_and_a_missing_one_is_an_error() {
-        let (url, server) = serve_once(Some(
-            "HTTP/1.1 401 Unauthorized\r\ncontent-length: 12\r\nconnection: close\r\n\r\nUnauthorized",
-        ))
-        .await;
-        let err = query(
-            &endpoint(url.clone(), None, Duration::from_secs(30)),
-            "up",
-            1.0,
-        )
-        .await
-        .unwrap_err();
+        let answer = http_answer("HTTP/1.1 401 Unauthorized", "Unauthorized");
+        let (url, server) = serve_once(Some(answer)).await;
+        let err = ask_up(&url, None, SECS_30).await.unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("{url} answered HTTP 401: Unauthorized")
@@ -431,13 +427,7 @@ mod tests {
         assert!(!head.contains("authorization"), "{head}");
 
         let missing = PathBuf::from("/nonexistent/token");
-        let err = query(
-            &endpoint(url, Some(missing), Duration::from_secs(30)),
-            "up",
-            1.0,
-        )
-        .await
-        .unwrap_err();
+        let err = ask_up(&url, Some(missing), SECS_30).await.unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("cannot read the bearer token from /nonexistent/token"),
@@ -448,14 +438,9 @@ mod tests {
     #[tokio::test]
     async fn a_prometheus_error_body_is_reported_as_its_message() {
         let body = r#"{"status":"error","errorType":"timeout","error":"query timed out in expression evaluation"}"#;
-        let answer: &'static str = Box::leak(
-            format!("HTTP/1.1 503 Service Unavailable\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())
-                .into_boxed_str(),
-        );
+        let answer = http_answer("HTTP/1.1 503 Service Unavailable", body);
         let (url, _server) = serve_once(Some(answer)).await;
-        let err = query(&endpoint(url, None, Duration::from_secs(30)), "up", 1.0)
-            .await
-            .unwrap_err();
+        let err = ask_up(&url, None, SECS_30).await.unwrap_err();
         assert_eq!(
             err.to_string(),
             "Prometheus refused the query (timeout): query timed out in expression evaluation"
@@ -465,13 +450,9 @@ mod tests {
     #[tokio::test]
     async fn a_server_that_never_answers_times_out() {
         let (url, _server) = serve_once(None).await;
-        let err = query(
-            &endpoint(url.clone(), None, Duration::from_millis(300)),
-            "up",
-            1.0,
-        )
-        .await
-        .unwrap_err();
+        let err = ask_up(&url, None, Duration::from_millis(300))
+            .await
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("no answer from {url} within 300ms")
@@ -483,13 +464,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         drop(listener);
-        let err = query(
-            &endpoint(url.clone(), None, Duration::from_secs(30)),
-            "up",
-            1.0,
-        )
-        .await
-        .unwrap_err();
+        let err = ask_up(&url, None, SECS_30).await.unwrap_err();
         let text = err.to_string();
         assert!(text.starts_with(&format!("cannot reach {url}: ")), "{text}");
         assert!(text.to_lowercase().contains("refused"), "{text}");

@@ -248,14 +248,19 @@ impl CacheMetrics {
     }
 }
 
-/// Where lists and watches are answered: the cluster ([`ApiSource`]), or a
-/// script in tests.
+/// Where lists and watches of the collection at `path` are answered: the
+/// cluster (a `kube::Client`), or a script in tests.
 pub trait Source: Send + Sync + 'static {
     /// One page of the collection, as JSON.
-    fn list(&self, params: ListParams) -> impl Future<Output = Result<Value, kube::Error>> + Send;
+    fn list(
+        &self,
+        path: &str,
+        params: ListParams,
+    ) -> impl Future<Output = Result<Value, kube::Error>> + Send;
     /// The collection's changes from `version`.
     fn watch(
         &self,
+        path: &str,
         params: WatchParams,
         version: String,
     ) -> impl Future<Output = Result<EventStream, kube::Error>> + Send;
@@ -264,29 +269,24 @@ pub trait Source: Send + Sync + 'static {
 /// A watch's events as they arrive.
 pub type EventStream = BoxStream<'static, Result<WatchEvent<Value>, kube::Error>>;
 
-/// The kind's collection at kube-apiserver.
-pub struct ApiSource {
-    pub client: kube::Client,
-    pub path: String,
-}
-
-impl Source for ApiSource {
-    async fn list(&self, params: ListParams) -> Result<Value, kube::Error> {
-        let request = kube::core::Request::new(&self.path)
+impl Source for kube::Client {
+    async fn list(&self, path: &str, params: ListParams) -> Result<Value, kube::Error> {
+        let request = kube::core::Request::new(path)
             .list(&params)
             .map_err(kube::Error::BuildRequest)?;
-        self.client.request::<Value>(request).await
+        self.request::<Value>(request).await
     }
 
     async fn watch(
         &self,
+        path: &str,
         params: WatchParams,
         version: String,
     ) -> Result<EventStream, kube::Error> {
-        let request = kube::core::Request::new(&self.path)
+        let request = kube::core::Request::new(path)
             .watch(&params, &version)
             .map_err(kube::Error::BuildRequest)?;
-        let events = self.client.request_events::<Value>(request).await?;
+        let events = self.request_events::<Value>(request).await?;
         Ok(events.boxed())
     }
 }
@@ -316,25 +316,6 @@ pub fn sink<K>(
         take(event);
         std::future::ready(())
     }
-}
-
-/// Starts watching `kind` at the cluster `client` talks to, feeding `sink`.
-/// The returned task runs until aborted.
-pub fn start<K>(
-    client: kube::Client,
-    kind: Kind,
-    settings: Settings,
-    metrics: CacheMetrics,
-    sink: impl Sink<K>,
-) -> (Watched, tokio::task::JoinHandle<()>)
-where
-    K: DeserializeOwned + Send + 'static,
-{
-    let source = ApiSource {
-        client,
-        path: kind.path.clone(),
-    };
-    start_with(source, kind, settings, metrics, sink)
 }
 
 /// A kube reflector store of every `K`, trimmed by `trim` (and of its
@@ -370,8 +351,9 @@ where
     (store, watched, task)
 }
 
-/// [`start`] with any [`Source`].
-pub fn start_with<K, S: Source>(
+/// Starts watching `kind` at `source` (the cluster a client talks to),
+/// feeding `sink`. The returned task runs until aborted.
+pub fn start<K, S: Source>(
     source: S,
     kind: Kind,
     settings: Settings,
@@ -541,7 +523,7 @@ where
         let mut params = ListParams::default().limit(self.settings.page);
         let mut started = false;
         loop {
-            let page = self.source.list(params.clone()).await;
+            let page = self.source.list(&self.kind.path, params.clone()).await;
             let mut page = page.map_err(|e| classify(&e))?;
             if page.get("kind").and_then(Value::as_str) == Some("Status") {
                 let status: kube::core::Status = serde_json::from_value(page)
@@ -588,7 +570,8 @@ where
     async fn watch(&mut self, version: &mut String) -> Next {
         let params = WatchParams::default().timeout(self.settings.watch_timeout);
         let opened = Instant::now();
-        let mut events = match self.source.watch(params, version.clone()).await {
+        let path = &self.kind.path;
+        let mut events = match self.source.watch(path, params, version.clone()).await {
             Ok(events) => events,
             Err(e) => {
                 return match classify(&e) {
@@ -772,4 +755,4 @@ where
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -260,18 +260,9 @@ mod tests {
         assert!(hold_ended.await.is_err(), "the watcher was dropped");
     }
 
-    async fn wait_for(what: &str, done: impl Fn() -> bool) {
-        for _ in 0..500 {
-            if done() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("timed out waiting for {what}");
-    }
-
     #[tokio::test]
     async fn a_gate_follows_its_cache_and_stopping_stops_following() {
+        use crate::cluster::watch::tests::wait_for;
         use crate::cluster::watch::{State, Status};
         let readiness = crate::server::Readiness::new();
         let (status, watched) = tokio::sync::watch::channel(Status::default());

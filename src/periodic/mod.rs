@@ -250,42 +250,13 @@ mod tests {
     use super::*;
     use crate::audit::Finding;
     use crate::bundle::{self, PolicySource};
-    use crate::inventory::{ListError, Page};
+    pub(super) use crate::inventory::tests::FakeCluster;
     use crate::k8s::StaticNamespaces;
     use metrics::tests::finding;
     use serde_json::json;
     use serde_json::Value;
     use std::collections::BTreeMap;
     use std::sync::Arc;
-
-    /// Objects per kind, served in pages of the requested size.
-    pub(super) struct FakeCluster {
-        objects: BTreeMap<&'static str, Vec<Value>>,
-        pub(super) pages_of_pods: std::sync::Mutex<usize>,
-    }
-
-    impl Lister for FakeCluster {
-        async fn list_page(
-            &self,
-            _group: &str,
-            kind: &str,
-            limit: u32,
-            continue_token: Option<&str>,
-        ) -> Result<Page, ListError> {
-            let Some(all) = self.objects.get(kind) else {
-                return Err(ListError::NotServed(format!("no {kind}")));
-            };
-            if kind == "Pod" {
-                *self.pages_of_pods.lock().unwrap() += 1;
-            }
-            let start: usize = continue_token.map_or(0, |t| t.parse().unwrap());
-            let end = (start + limit as usize).min(all.len());
-            Ok(Page {
-                items: all[start..end].to_vec(),
-                continue_token: (end < all.len()).then(|| end.to_string()),
-            })
-        }
-    }
 
     fn gpu_pod_spec(privileged: bool) -> Value {
         json!({"containers": [{
@@ -346,18 +317,15 @@ mod tests {
                 "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
         };
         let tainted = json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]);
-        FakeCluster {
-            objects: BTreeMap::from([
-                (
-                    "Node",
-                    vec![node("gpu-0", tainted), node("gpu-1", json!([]))],
-                ),
-                ("Deployment", vec![deployment]),
-                ("ReplicaSet", vec![replica_set]),
-                ("Pod", pods),
-            ]),
-            pages_of_pods: std::sync::Mutex::new(0),
-        }
+        FakeCluster::new(BTreeMap::from([
+            (
+                "Node",
+                vec![node("gpu-0", tainted), node("gpu-1", json!([]))],
+            ),
+            ("Deployment", vec![deployment]),
+            ("ReplicaSet", vec![replica_set]),
+            ("Pod", pods),
+        ]))
     }
 
     pub(super) fn admission() -> Admission {
@@ -366,18 +334,24 @@ mod tests {
     }
 
     fn audit_of(cluster: &FakeCluster, max_objects: usize) -> anyhow::Result<Report> {
+        audit_with(&admission(), cluster, max_objects, None, &|| false)
+    }
+
+    /// One `audit_cluster` run on a thread with the evaluation stack.
+    fn audit_with(
+        admission: &Admission,
+        cluster: &FakeCluster,
+        max_objects: usize,
+        utilization: Option<&audit::utilization::Settings>,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> anyhow::Result<Report> {
         crate::offline::with_evaluation_stack(|| {
             let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
                 .build()
                 .unwrap();
-            runtime.block_on(audit_cluster(
-                &admission(),
-                cluster,
-                max_objects,
-                None,
-                &|_| {},
-                &|| false,
-            ))
+            let run = audit_cluster(admission, cluster, max_objects, utilization, &|_| {}, stop);
+            runtime.block_on(run)
         })
         .unwrap()
     }
@@ -416,21 +390,7 @@ mod tests {
             read("apiVersion: gpu-admission.io/v1alpha1\nkind: GpuPolicyException\nmetadata: {name: loose, namespace: team-0}\nspec: {policies: [gpu-privileged], match: {names: [\"loose-*\"]}, reason: benchmarks, expiresAt: \"2099-01-01T00:00:00Z\"}\n"),
         ];
         let admission = admission.with_exceptions(Arc::new(StaticExceptions::new(exceptions)));
-        let report = crate::offline::with_evaluation_stack(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            runtime.block_on(audit_cluster(
-                &admission,
-                &cluster,
-                100,
-                None,
-                &|_| {},
-                &|| false,
-            ))
-        })
-        .unwrap()
-        .unwrap();
+        let report = audit_with(&admission, &cluster, 100, None, &|| false).unwrap();
         assert_eq!(privileged(&report, "ml"), 0);
         assert_eq!(privileged(&report, "team-0"), 0);
         assert_eq!(
@@ -456,11 +416,7 @@ mod tests {
     fn pods_read_a_page_at_a_time_give_the_report_of_the_whole_cluster_at_once() {
         let cluster = cluster(601);
         let streamed = audit_of(&cluster, 100).unwrap();
-        assert_eq!(
-            *cluster.pages_of_pods.lock().unwrap(),
-            2,
-            "603 pods in pages of 500"
-        );
+        assert_eq!(cluster.pages_of("Pod"), 2, "603 pods in pages of 500");
 
         let mut everything: Vec<Value> = Vec::new();
         for kind in ["Node", "Deployment", "ReplicaSet", "Pod"] {
@@ -493,18 +449,12 @@ mod tests {
             (16, 2, 14),
             "the Deployment's pods are on gpu-0, the loose ones on no node"
         );
-        let rules: Vec<(&str, &str)> = nodes
-            .findings
-            .iter()
-            .map(|f| (f.rule, f.node.as_str()))
-            .collect();
-        assert_eq!(
-            rules,
-            [
-                (audit::nodes::UNTAINTED, "gpu-1"),
-                (audit::nodes::IDLE, "gpu-1")
-            ]
-        );
+        let rules = nodes.findings.iter().map(|f| (f.rule, f.node.as_str()));
+        let expected = [
+            (audit::nodes::UNTAINTED, "gpu-1"),
+            (audit::nodes::IDLE, "gpu-1"),
+        ];
+        assert_eq!(rules.collect::<Vec<_>>(), expected);
         assert_eq!(streamed.evaluated, whole.evaluated);
         assert_eq!(
             streamed.evaluated,
@@ -559,22 +509,7 @@ mod tests {
             threshold_percent: utilization::DEFAULT_THRESHOLD_PERCENT,
         };
         let cluster = cluster(601);
-        let report = crate::offline::with_evaluation_stack(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(audit_cluster(
-                &admission(),
-                &cluster,
-                100,
-                Some(&settings),
-                &|_| {},
-                &|| false,
-            ))
-        })
-        .unwrap()
-        .unwrap();
+        let report = audit_with(&admission(), &cluster, 100, Some(&settings), &|| false).unwrap();
         let m = report.utilization.unwrap().measured.unwrap();
         // The Deployment's pods (judged through it) are joined too, from
         // both pages of Pods.
@@ -590,25 +525,12 @@ mod tests {
     fn a_stop_between_pages_ends_the_run() {
         let cluster = cluster(601);
         let pages = std::sync::atomic::AtomicUsize::new(0);
-        let err = crate::offline::with_evaluation_stack(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            runtime.block_on(audit_cluster(
-                &admission(),
-                &cluster,
-                100,
-                None,
-                &|_| {},
-                // Stop once the nodes, the controllers and the first page
-                // of Pods are in.
-                &|| pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 4,
-            ))
-        })
-        .unwrap()
-        .unwrap_err();
+        // Stop once the nodes, the controllers and the first page of Pods
+        // are in.
+        let stop = || pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 4;
+        let err = audit_with(&admission(), &cluster, 100, None, &stop).unwrap_err();
         assert!(err.is::<Stopped>(), "{err:#}");
-        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 2);
+        assert_eq!(cluster.pages_of("Pod"), 2);
     }
 
     #[test]

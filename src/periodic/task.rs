@@ -327,56 +327,34 @@ impl Runner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::lease::{LeaseError, LeaseRecord};
+    use crate::cluster::lease::tests::MemoryLease;
     use crate::periodic::policy_reports::tests::MemoryReports;
-    use crate::periodic::tests::{admission, cluster};
+    use crate::periodic::tests::{admission, cluster, FakeCluster};
     use crate::periodic::PolicyReportSettings;
     use crate::server::{ReportAnswer, ReportFormat, ReportPages};
     use prometheus_client::registry::Registry;
-    use std::cell::RefCell;
-    use std::rc::Rc;
 
-    /// One Lease in memory, shared by the candidates of a test; writes
-    /// check the resourceVersion as the API server does.
-    #[derive(Clone, Default)]
-    struct SharedLease(Rc<RefCell<(Option<LeaseRecord>, u64)>>, Rc<RefCell<bool>>);
-
-    impl LeaseStore for SharedLease {
-        async fn get(&self) -> Result<Option<LeaseRecord>, LeaseError> {
-            if *self.1.borrow() {
-                return Err(LeaseError::Other(anyhow::anyhow!("connection refused")));
-            }
-            Ok(self.0.borrow().0.clone())
-        }
-
-        async fn create(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
-            self.update(record).await
-        }
-
-        async fn update(&self, record: &LeaseRecord) -> Result<LeaseRecord, LeaseError> {
-            let mut state = self.0.borrow_mut();
-            if state.0.as_ref().and_then(|r| r.resource_version.clone()) != record.resource_version
-            {
-                return Err(LeaseError::Conflict);
-            }
-            state.1 += 1;
-            let mut written = record.clone();
-            written.resource_version = Some(state.1.to_string());
-            state.0 = Some(written.clone());
-            Ok(written)
-        }
-    }
-
+    /// A replica on a runtime of its own, never stopped.
     struct Replica {
         runner: Runner,
         registry: Registry,
-        elector: LeaderElector<SharedLease>,
+        elector: LeaderElector<MemoryLease>,
+        runtime: tokio::runtime::Runtime,
+        stop: (std::sync::mpsc::Sender<()>, Receiver<()>),
     }
 
     const URL: &str = "https://aks.example:443/";
-    const NO_REPORTS: Option<&MemoryReports> = None;
 
-    fn replica(name: &str, lease: &SharedLease) -> Replica {
+    impl Replica {
+        /// One report period of this replica.
+        fn tick(&mut self, cluster: &FakeCluster, reports: Option<&MemoryReports>) {
+            let elector = Some(&mut self.elector);
+            let stopped = &self.stop.1;
+            (self.runner).tick(&self.runtime, cluster, URL, elector, reports, stopped);
+        }
+    }
+
+    fn replica(name: &str, lease: &MemoryLease) -> Replica {
         let mut registry = Registry::default();
         let metrics = AuditMetrics::register(&mut registry);
         Replica {
@@ -400,6 +378,11 @@ mod tests {
             },
             registry,
             elector: LeaderElector::new(lease.clone(), name, Duration::from_secs(1200)),
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            stop: std::sync::mpsc::channel(),
         }
     }
 
@@ -417,31 +400,12 @@ mod tests {
     }
 
     fn two_replicas_share_one_lease() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let (_running, stopped) = std::sync::mpsc::channel::<()>();
         let cluster = cluster(3);
-        let lease = SharedLease::default();
+        let lease = MemoryLease::default();
         let mut a = replica("pod-a", &lease);
         let mut b = replica("pod-b", &lease);
-        a.runner.tick(
-            &runtime,
-            &cluster,
-            URL,
-            Some(&mut a.elector),
-            NO_REPORTS,
-            &stopped,
-        );
-        b.runner.tick(
-            &runtime,
-            &cluster,
-            URL,
-            Some(&mut b.elector),
-            NO_REPORTS,
-            &stopped,
-        );
+        a.tick(&cluster, None);
+        b.tick(&cluster, None);
 
         assert!(matches!(
             a.runner.latest.latest(ReportFormat::Json),
@@ -467,20 +431,13 @@ mod tests {
         let text = metrics_text(&b.registry);
         assert!(text.contains("gpu_admission_audit_leader 0"), "{text}");
         assert!(!text.contains("gpu_admission_audit_gpus_held{"), "{text}");
-        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1, "one audit");
+        assert_eq!(cluster.pages_of("Pod"), 1, "one audit");
 
         // The Lease cannot be read: the run is skipped and counted.
-        *lease.1.borrow_mut() = true;
-        a.runner.tick(
-            &runtime,
-            &cluster,
-            URL,
-            Some(&mut a.elector),
-            NO_REPORTS,
-            &stopped,
-        );
+        *lease.unreachable.borrow_mut() = true;
+        a.tick(&cluster, None);
         assert!(metrics_text(&a.registry).contains("gpu_admission_audit_run_errors_total 1"));
-        assert_eq!(*cluster.pages_of_pods.lock().unwrap(), 1);
+        assert_eq!(cluster.pages_of("Pod"), 1);
     }
 
     #[test]
@@ -489,25 +446,13 @@ mod tests {
     }
 
     fn policy_reports_survive_a_leader_change() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let (_running, stopped) = std::sync::mpsc::channel::<()>();
-        let lease = SharedLease::default();
+        let lease = MemoryLease::default();
         let reports = MemoryReports::default();
         let mut a = replica("pod-a", &lease);
         let mut b = replica("pod-b", &lease);
         // GPU pods with findings in ml (the Deployment) and team-0..2.
         let busy = cluster(3);
-        a.runner.tick(
-            &runtime,
-            &busy,
-            URL,
-            Some(&mut a.elector),
-            Some(&reports),
-            &stopped,
-        );
+        a.tick(&busy, Some(&reports));
         let namespaces = |reports: &MemoryReports| -> Vec<String> {
             reports
                 .stored
@@ -523,40 +468,19 @@ mod tests {
         assert_eq!(ml["results"][0]["properties"]["gpus"], "2");
 
         // The follower writes nothing.
-        b.runner.tick(
-            &runtime,
-            &busy,
-            URL,
-            Some(&mut b.elector),
-            Some(&reports),
-            &stopped,
-        );
+        b.tick(&busy, Some(&reports));
         assert_eq!(reports.writes.borrow().len(), 4);
 
         // pod-a steps down; pod-b leads, finds pod-a's reports unchanged
         // and writes nothing, then follows the cluster as it changes.
-        runtime
+        a.runtime
             .block_on(a.elector.release(SystemTime::now()))
             .unwrap();
-        b.runner.tick(
-            &runtime,
-            &busy,
-            URL,
-            Some(&mut b.elector),
-            Some(&reports),
-            &stopped,
-        );
+        b.tick(&busy, Some(&reports));
         assert!(b.elector.is_leader());
         assert_eq!(reports.writes.borrow().len(), 4, "{:?}", reports.writes);
         let only_ml = cluster(0);
-        b.runner.tick(
-            &runtime,
-            &only_ml,
-            URL,
-            Some(&mut b.elector),
-            Some(&reports),
-            &stopped,
-        );
+        b.tick(&only_ml, Some(&reports));
         assert_eq!(namespaces(&reports), ["ml"]);
         assert_eq!(
             reports.writes.borrow()[4..],

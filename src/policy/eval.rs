@@ -129,13 +129,13 @@ impl<'e> Scope<'e> {
         if wanted("authorizer") {
             let authorizer = shared.authorizer.get_or_insert_with(|| {
                 let req = subject.request;
-                let target = crate::authz::Target::Resource {
+                let target = crate::authz::Target::Resource(crate::authz::ResourceTarget {
                     group: req.resource.group.clone(),
                     resource: req.resource.resource.clone(),
                     subresource: req.sub_resource.clone().unwrap_or_default(),
                     namespace: req.namespace.clone().unwrap_or_default(),
                     name: req.name.clone(),
-                };
+                });
                 let user = crate::authz::User::from_user_info(&req.user_info);
                 let value = cel::authz::variable(subject.authorizer.clone(), user, target);
                 // A map of opaque values: the conversion cannot fail.

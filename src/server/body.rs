@@ -188,6 +188,30 @@ mod tests {
         BodyMemory::new(BodyShares::of(total, 64 * 1024), Metrics::new())
     }
 
+    /// A pool of `total` bytes with the given shares.
+    fn shares(total: usize, validate: usize, address: usize, connection: usize) -> BodyMemory {
+        let shares = BodyShares {
+            total,
+            validate,
+            per_address: address,
+            per_connection: connection,
+        };
+        BodyMemory::new(shares, Metrics::new())
+    }
+
+    fn xs(n: usize) -> Body {
+        Body::from(vec![b'x'; n])
+    }
+
+    /// A body read without `Expect: 100-continue`.
+    async fn receive(
+        body: Body,
+        declared: Option<usize>,
+        rules: BodyRules<'_>,
+    ) -> Result<(Bytes, BodyHold), BodyError> {
+        read_body(body, declared, false, rules).await
+    }
+
     fn rules<'a>(memory: &'a BodyMemory, client: &'a Client, limit: usize) -> BodyRules<'a> {
         BodyRules {
             memory,
@@ -203,23 +227,12 @@ mod tests {
     async fn body_limit() {
         let memory = memory(1 << 20);
         let client = Client::unknown();
-        let (small, held) = read_body(
-            Body::from(vec![b'x'; 10]),
-            None,
-            false,
-            rules(&memory, &client, 10),
-        )
-        .await
-        .unwrap();
+        let (small, held) = receive(xs(10), None, rules(&memory, &client, 10))
+            .await
+            .unwrap();
         assert_eq!(small.len(), 10);
         assert_eq!(held.bytes(), 1024, "what was read, in whole KiB");
-        let big = read_body(
-            Body::from(vec![b'x'; 11]),
-            None,
-            false,
-            rules(&memory, &client, 10),
-        )
-        .await;
+        let big = receive(xs(11), None, rules(&memory, &client, 10)).await;
         assert!(matches!(big, Err(BodyError::TooLarge)));
     }
 
@@ -233,10 +246,9 @@ mod tests {
         let reader = tokio::spawn({
             let (memory, client) = (memory.clone(), client.clone());
             async move {
-                read_body(
+                receive(
                     body,
                     Some(MAX_BODY_BYTES),
-                    false,
                     rules(&memory, &client, MAX_BODY_BYTES),
                 )
                 .await
@@ -269,15 +281,7 @@ mod tests {
     async fn bodies_that_do_not_fit_wait_and_all_finish() {
         const BODIES: usize = 6;
         const LENGTH: usize = 160_000;
-        let memory = BodyMemory::new(
-            BodyShares {
-                total: 300 * 1024,
-                validate: 300 * 1024,
-                per_address: 300 * 1024,
-                per_connection: 300 * 1024,
-            },
-            Metrics::new(),
-        );
+        let memory = shares(300 * 1024, 300 * 1024, 300 * 1024, 300 * 1024);
         let mut readers = Vec::new();
         let mut feeds = Vec::new();
         for _ in 0..BODIES {
@@ -285,14 +289,9 @@ mod tests {
             let memory = memory.clone();
             readers.push(tokio::spawn(async move {
                 let client = Client::unknown();
-                read_body(
-                    body,
-                    Some(LENGTH),
-                    false,
-                    rules(&memory, &client, MAX_BODY_BYTES),
-                )
-                .await
-                .map(|(bytes, _)| bytes.len())
+                receive(body, Some(LENGTH), rules(&memory, &client, MAX_BODY_BYTES))
+                    .await
+                    .map(|(bytes, _)| bytes.len())
             }));
             feeds.push(feed);
         }
@@ -319,31 +318,16 @@ mod tests {
     /// not held up meanwhile; a body larger than a share is refused at once.
     #[tokio::test]
     async fn a_connection_and_an_address_are_held_to_their_shares() {
-        let memory = BodyMemory::new(
-            BodyShares {
-                total: 1 << 20,
-                validate: 1 << 20,
-                per_address: 300 * 1024,
-                per_connection: 200 * 1024,
-            },
-            Metrics::new(),
-        );
+        let memory = shares(1 << 20, 1 << 20, 300 * 1024, 200 * 1024);
         let soon = || Instant::now() + Duration::from_millis(200);
         let attacker: IpAddr = "10.1.2.3".parse().unwrap();
         let one = Client::connected(attacker);
         let two = Client::connected(attacker);
-        let body = |n| Body::from(vec![b'x'; n]);
-        let first = read_body(
-            body(150_000),
-            None,
-            false,
-            rules(&memory, &one, MAX_BODY_BYTES),
-        );
+        let first = receive(xs(150_000), None, rules(&memory, &one, MAX_BODY_BYTES));
         let (_kept, held) = first.await.unwrap();
-        let over_connection = read_body(
-            body(100_000),
+        let over_connection = receive(
+            xs(100_000),
             None,
-            false,
             BodyRules {
                 deadline: soon(),
                 ..rules(&memory, &one, MAX_BODY_BYTES)
@@ -354,18 +338,12 @@ mod tests {
             over_connection,
             Err(BodyError::NoMemory(Shortfall::Connection))
         ));
-        let (_also, _held_too) = read_body(
-            body(100_000),
+        let (_also, _held_too) = receive(xs(100_000), None, rules(&memory, &two, MAX_BODY_BYTES))
+            .await
+            .unwrap();
+        let over_address = receive(
+            xs(100_000),
             None,
-            false,
-            rules(&memory, &two, MAX_BODY_BYTES),
-        )
-        .await
-        .unwrap();
-        let over_address = read_body(
-            body(100_000),
-            None,
-            false,
             BodyRules {
                 deadline: soon(),
                 ..rules(&memory, &two, MAX_BODY_BYTES)
@@ -378,24 +356,18 @@ mod tests {
         ));
         assert!(memory.held_by(attacker) <= 300 * 1024);
         let other = Client::connected("10.9.9.9".parse().unwrap());
-        let (fine, _) = read_body(
-            body(100_000),
-            None,
-            false,
-            rules(&memory, &other, MAX_BODY_BYTES),
-        )
-        .await
-        .unwrap();
+        let (fine, _) = receive(xs(100_000), None, rules(&memory, &other, MAX_BODY_BYTES))
+            .await
+            .unwrap();
         assert_eq!(fine.len(), 100_000);
 
         // Waiting, then given the room the first body held.
         let waiting = tokio::spawn({
             let (memory, two) = (memory.clone(), two.clone());
             async move {
-                read_body(
-                    body(100_000),
+                receive(
+                    xs(100_000),
                     Some(100_000),
-                    false,
                     rules(&memory, &two, MAX_BODY_BYTES),
                 )
                 .await
@@ -415,10 +387,9 @@ mod tests {
 
         let larger_than_a_share = tokio::time::timeout(
             Duration::from_secs(30),
-            read_body(
-                body(250_000),
+            receive(
+                xs(250_000),
                 Some(250_000),
-                false,
                 rules(&memory, &other, MAX_BODY_BYTES),
             ),
         )
@@ -434,29 +405,14 @@ mod tests {
     /// `/validate` body past its part waits, a `/mutate` one is read.
     #[tokio::test]
     async fn validate_bodies_leave_room_for_mutate() {
-        let memory = BodyMemory::new(
-            BodyShares {
-                total: 300 * 1024,
-                validate: 200 * 1024,
-                per_address: 300 * 1024,
-                per_connection: 300 * 1024,
-            },
-            Metrics::new(),
-        );
-        let body = |n| Body::from(vec![b'x'; n]);
+        let memory = shares(300 * 1024, 200 * 1024, 300 * 1024, 300 * 1024);
         let (a, b, c) = (Client::unknown(), Client::unknown(), Client::unknown());
-        let (_v, _held) = read_body(
-            body(190_000),
+        let (_v, _held) = receive(xs(190_000), None, rules(&memory, &a, MAX_BODY_BYTES))
+            .await
+            .unwrap();
+        let refused = receive(
+            xs(20_000),
             None,
-            false,
-            rules(&memory, &a, MAX_BODY_BYTES),
-        )
-        .await
-        .unwrap();
-        let refused = read_body(
-            body(20_000),
-            None,
-            false,
             BodyRules {
                 deadline: Instant::now() + Duration::from_millis(200),
                 ..rules(&memory, &b, MAX_BODY_BYTES)
@@ -471,7 +427,7 @@ mod tests {
             validate: false,
             ..rules(&memory, &c, MAX_BODY_BYTES)
         };
-        let (m, _) = read_body(body(90_000), None, false, mutate).await.unwrap();
+        let (m, _) = receive(xs(90_000), None, mutate).await.unwrap();
         assert_eq!(m.len(), 90_000);
     }
 
@@ -479,35 +435,21 @@ mod tests {
     /// pace: its sender was held back, not slow.
     #[tokio::test]
     async fn waiting_for_memory_does_not_count_against_the_pace() {
-        let memory = BodyMemory::new(
-            BodyShares {
-                total: 100 * 1024,
-                validate: 100 * 1024,
-                per_address: 100 * 1024,
-                per_connection: 100 * 1024,
-            },
-            Metrics::new(),
-        );
+        let memory = shares(100 * 1024, 100 * 1024, 100 * 1024, 100 * 1024);
         let pace = BodyPace {
             grace: Duration::from_millis(100),
             min_rate: 1 << 20,
         };
         let (a, b) = (Client::unknown(), Client::unknown());
-        let (_first, held) = read_body(
-            Body::from(vec![b'x'; 90_000]),
-            Some(90_000),
-            false,
-            rules(&memory, &a, MAX_BODY_BYTES),
-        )
-        .await
-        .unwrap();
+        let (_first, held) = receive(xs(90_000), Some(90_000), rules(&memory, &a, MAX_BODY_BYTES))
+            .await
+            .unwrap();
         let waiting = tokio::spawn({
             let memory = memory.clone();
             async move {
-                read_body(
-                    Body::from(vec![b'x'; 50_000]),
+                receive(
+                    xs(50_000),
                     Some(50_000),
-                    false,
                     BodyRules {
                         pace,
                         ..rules(&memory, &b, MAX_BODY_BYTES)
@@ -536,10 +478,9 @@ mod tests {
             min_rate: 1 << 20,
         };
         let (feed, body) = fed_body();
-        let reading = read_body(
+        let reading = receive(
             body,
             Some(1000),
-            false,
             BodyRules {
                 pace,
                 ..rules(&memory, &client, 1000)
@@ -567,10 +508,9 @@ mod tests {
         assert_eq!(memory.in_use(), 0);
 
         let (_feed, silent) = fed_body();
-        let read = read_body(
+        let read = receive(
             silent,
             Some(1000),
-            false,
             BodyRules {
                 deadline: Instant::now() + Duration::from_millis(100),
                 ..rules(&memory, &client, 1000)
@@ -598,10 +538,9 @@ mod tests {
         });
         let refused = tokio::time::timeout(
             Duration::from_secs(5),
-            read_body(
+            receive(
                 body,
                 Some(11),
-                false,
                 BodyRules {
                     pace,
                     ..rules(&memory, &client, 10)
@@ -618,13 +557,7 @@ mod tests {
     async fn a_declared_body_over_the_limit_is_refused_before_reading() {
         let memory = memory(1 << 20);
         let client = Client::unknown();
-        let refused = read_body(
-            Body::from(vec![b'x'; 10]),
-            Some(11),
-            false,
-            rules(&memory, &client, 10),
-        )
-        .await;
+        let refused = receive(xs(10), Some(11), rules(&memory, &client, 10)).await;
         assert!(matches!(refused, Err(BodyError::TooLarge)));
         assert_eq!(memory.in_use(), 0);
         // With `Expect: 100-continue` nothing of it is read, so the client

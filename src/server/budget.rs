@@ -416,18 +416,8 @@ impl BodyHold {
             return Ok(());
         }
         let shares = self.memory.inner.shares;
-        let never = |short| Err(Refused::Never(short));
-        if want > shares.total {
-            return never(Shortfall::Pool);
-        }
-        if self.validate && want > shares.validate {
-            return never(Shortfall::Validate);
-        }
-        if want > shares.per_connection {
-            return never(Shortfall::Connection);
-        }
-        if want > shares.per_address {
-            return never(Shortfall::Address);
+        if let Some(short) = self.overflows(None, &shares, want).next() {
+            return Err(Refused::Never(short));
         }
         let mut held = self.memory.lock();
         let address = held
@@ -435,19 +425,9 @@ impl BodyHold {
             .get(&self.client.address)
             .copied()
             .unwrap_or(0);
-        let connection = self.client.connection.load(Ordering::Relaxed);
         let wait = |short| Err(Refused::Wait(short));
-        if held.total + more > shares.total {
-            return wait(Shortfall::Pool);
-        }
-        if self.validate && held.validate + more > shares.validate {
-            return wait(Shortfall::Validate);
-        }
-        if connection + more > shares.per_connection {
-            return wait(Shortfall::Connection);
-        }
-        if address + more > shares.per_address {
-            return wait(Shortfall::Address);
+        if let Some(short) = self.overflows(Some(&*held), &shares, more).next() {
+            return wait(short);
         }
         let Some(body) = held.bodies.get(&self.id).copied() else {
             unreachable!("a hold is listed until it drops")
@@ -490,21 +470,35 @@ impl BodyHold {
     /// The share with the least room for `need` more, to say which one a
     /// body waited for.
     fn tightest(&self, held: &Held, shares: &BodyShares, need: usize) -> Shortfall {
-        let address = held
-            .by_address
-            .get(&self.client.address)
-            .copied()
-            .unwrap_or(0);
-        let connection = self.client.connection.load(Ordering::Relaxed);
-        if address + need > shares.per_address {
-            Shortfall::Address
-        } else if connection + need > shares.per_connection {
-            Shortfall::Connection
-        } else if self.validate && held.validate + need > shares.validate {
-            Shortfall::Validate
-        } else {
-            Shortfall::Pool
-        }
+        let mut overflows = self.overflows(Some(held), shares, need);
+        overflows.next_back().unwrap_or(Shortfall::Pool)
+    }
+
+    /// The shares `more` bytes would overflow, from the pool's to the
+    /// address's: on top of what is `held`, or alone.
+    fn overflows(
+        &self,
+        held: Option<&Held>,
+        shares: &BodyShares,
+        more: usize,
+    ) -> impl DoubleEndedIterator<Item = Shortfall> {
+        let (pool, validate, connection, address) = held.map_or((0, 0, 0, 0), |h| {
+            let address = h.by_address.get(&self.client.address).copied();
+            let connection = self.client.connection.load(Ordering::Relaxed);
+            (h.total, h.validate, connection, address.unwrap_or(0))
+        });
+        let for_validate = self.validate;
+        [
+            (pool, shares.total, Shortfall::Pool),
+            (validate, shares.validate, Shortfall::Validate),
+            (connection, shares.per_connection, Shortfall::Connection),
+            (address, shares.per_address, Shortfall::Address),
+        ]
+        .into_iter()
+        .filter(move |&(used, share, short)| {
+            (for_validate || short != Shortfall::Validate) && used + more > share
+        })
+        .map(|(_, _, short)| short)
     }
 
     /// The body is read whole into `bytes`: what it holds beyond is given

@@ -97,21 +97,20 @@ impl Gate {
 mod tests {
     use super::*;
 
+    /// Why `readiness` is not ready; empty when it is.
+    fn reason(readiness: &Readiness) -> String {
+        readiness.not_ready_reason().unwrap_or_default()
+    }
+
     #[test]
     fn ready_only_once_every_gate_is_open_first_closed_gate_named() {
         let readiness = Readiness::new();
         let shared = readiness.clone();
         let policies = shared.gate("policies not loaded");
         let namespaces = shared.gate("namespaces not synced");
-        assert_eq!(
-            readiness.not_ready_reason().as_deref(),
-            Some("policies not loaded\n")
-        );
+        assert_eq!(reason(&readiness), "policies not loaded\n");
         namespaces.open();
-        assert_eq!(
-            readiness.not_ready_reason().as_deref(),
-            Some("policies not loaded\n")
-        );
+        assert_eq!(reason(&readiness), "policies not loaded\n");
         policies.open();
         assert_eq!(readiness.not_ready_reason(), None);
         assert!(readiness.is_ready());
@@ -119,32 +118,23 @@ mod tests {
         let waiting = Readiness::new();
         waiting.gate("policies not loaded").open();
         let _namespaces = waiting.gate("namespaces not synced");
-        assert_eq!(
-            waiting.not_ready_reason().as_deref(),
-            Some("namespaces not synced\n")
-        );
+        assert_eq!(reason(&waiting), "namespaces not synced\n");
         assert!(Readiness::ready().is_ready());
 
         let claims = Readiness::ready();
         let gate = claims.gate("resource claims not synced");
-        assert_eq!(
-            claims.not_ready_reason().as_deref(),
-            Some("resource claims not synced\n")
-        );
+        assert_eq!(reason(&claims), "resource claims not synced\n");
         gate.say(Some("retrying: 500 Internal\nServer Error".into()));
         assert_eq!(
-            claims.not_ready_reason().as_deref(),
-            Some("resource claims not synced: retrying: 500 Internal Server Error\n")
+            reason(&claims),
+            "resource claims not synced: retrying: 500 Internal Server Error\n"
         );
         gate.open();
         assert!(claims.is_ready());
 
         let exceptions = Readiness::ready();
         let gate = exceptions.gate("policy exceptions not synced");
-        assert_eq!(
-            exceptions.not_ready_reason().as_deref(),
-            Some("policy exceptions not synced\n")
-        );
+        assert_eq!(reason(&exceptions), "policy exceptions not synced\n");
         gate.clone().open();
         assert!(exceptions.is_ready());
     }

@@ -73,27 +73,15 @@ struct PoolLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyResultLabels {
-    policy: PolicyName,
+    /// Shared with the policy set: recording copies no string.
+    policy: std::sync::Arc<str>,
     result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
-    policy: PolicyName,
-}
-
-/// A policy's name as a label value: shared with the policy set, so
-/// recording an evaluation copies no string.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-struct PolicyName(std::sync::Arc<str>);
-
-impl prometheus_client::encoding::EncodeLabelValue for PolicyName {
-    fn encode(
-        &self,
-        encoder: &mut prometheus_client::encoding::LabelValueEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        prometheus_client::encoding::EncodeLabelValue::encode(&&*self.0, encoder)
-    }
+    /// Shared with the policy set: recording copies no string.
+    policy: std::sync::Arc<str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -425,13 +413,13 @@ impl Metrics {
         for p in policies {
             (self.inner.policy_evaluations)
                 .get_or_create(&PolicyResultLabels {
-                    policy: PolicyName(p.policy.clone()),
+                    policy: p.policy.clone(),
                     result: p.result,
                 })
                 .inc();
             (self.inner.policy_duration)
                 .get_or_create(&PolicyLabels {
-                    policy: PolicyName(p.policy.clone()),
+                    policy: p.policy.clone(),
                 })
                 .observe(p.duration.as_secs_f64());
         }

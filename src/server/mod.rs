@@ -338,10 +338,6 @@ impl Server {
             .and_then(|l| l.local_addr().ok())
     }
 
-    pub fn shutdown_handle(&self) -> ShutdownHandle {
-        self.state.shutdown.clone()
-    }
-
     /// Serves until shutdown: on the first trigger readiness turns false,
     /// HTTP/1 answers carry `Connection: close` and HTTP/2 connections get
     /// GOAWAY; after `shutdown_delay` the listener closes, and the process

@@ -394,11 +394,24 @@ mod tests {
     use super::*;
     use rcgen::{CertificateParams, KeyPair};
 
-    fn write_pair(dir: &Path, key: &KeyPair) -> (PathBuf, PathBuf) {
-        let cert = CertificateParams::new(vec!["localhost".to_string()])
-            .unwrap()
-            .self_signed(key)
-            .unwrap();
+    /// Loads a pair kept in `testdata/`.
+    fn load_testdata(cert: &str, key: &str) -> Result<CertifiedKey, CertLoadError> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server/testdata");
+        load_certified_key(&dir.join(cert), &dir.join(key))
+    }
+
+    type Day = (i32, u8, u8);
+
+    /// `tls.crt` and `tls.key` in `dir`: a self-signed pair for localhost,
+    /// valid between the two days if given (else as rcgen makes it).
+    fn write_pair(dir: &Path, valid: Option<(Day, Day)>) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        if let Some((from, to)) = valid {
+            params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+            params.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
+        }
+        let cert = params.self_signed(&key).unwrap();
         let (c, k) = (dir.join("tls.crt"), dir.join("tls.key"));
         std::fs::write(&c, cert.pem()).unwrap();
         std::fs::write(&k, key.serialize_pem()).unwrap();
@@ -408,7 +421,7 @@ mod tests {
     #[test]
     fn loads_ecdsa_pkcs8() {
         let dir = tempfile::tempdir().unwrap();
-        let (c, k) = write_pair(dir.path(), &KeyPair::generate().unwrap());
+        let (c, k) = write_pair(dir.path(), None);
         let loaded = load_certified_key(&c, &k).unwrap();
         assert_eq!(loaded.cert.len(), 1);
     }
@@ -416,57 +429,35 @@ mod tests {
     #[test]
     fn loads_sec1_ec_key() {
         // openssl's `ecparam -genkey` output: "BEGIN EC PRIVATE KEY".
-        let dir = tempfile::tempdir().unwrap();
-        let c = dir.path().join("tls.crt");
-        let k = dir.path().join("tls.key");
-        std::fs::write(&c, include_str!("testdata/ec-sec1.crt")).unwrap();
-        std::fs::write(&k, include_str!("testdata/ec-sec1.key")).unwrap();
-        load_certified_key(&c, &k).unwrap();
+        load_testdata("ec-sec1.crt", "ec-sec1.key").unwrap();
     }
 
     #[test]
     fn loads_rsa_pkcs1_key_and_chain() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = dir.path().join("tls.crt");
-        let k = dir.path().join("tls.key");
-        std::fs::write(&c, include_str!("testdata/rsa-chain.crt")).unwrap();
-        std::fs::write(&k, include_str!("testdata/rsa-pkcs1.key")).unwrap();
-        let loaded = load_certified_key(&c, &k).unwrap();
+        let loaded = load_testdata("rsa-chain.crt", "rsa-pkcs1.key").unwrap();
         assert_eq!(loaded.cert.len(), 2, "leaf and intermediate");
     }
 
     #[test]
     fn mismatched_pair_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let (c, k) = write_pair(dir.path(), &KeyPair::generate().unwrap());
+        let (c, k) = write_pair(dir.path(), None);
         std::fs::write(&k, KeyPair::generate().unwrap().serialize_pem()).unwrap();
         let err = load_certified_key(&c, &k).unwrap_err();
         assert!(matches!(err, CertLoadError::Mismatch { .. }), "{err}");
     }
 
-    fn write_pair_valid(dir: &Path, from: (i32, u8, u8), to: (i32, u8, u8)) -> (PathBuf, PathBuf) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-        params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
-        params.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
-        let cert = params.self_signed(&key).unwrap();
-        let (c, k) = (dir.join("tls.crt"), dir.join("tls.key"));
-        std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (c, k)
-    }
-
     #[test]
     fn expired_and_future_certificates_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let (c, k) = write_pair_valid(dir.path(), (2020, 1, 1), (2021, 1, 1));
+        let (c, k) = write_pair(dir.path(), Some(((2020, 1, 1), (2021, 1, 1))));
         let err = load_certified_key(&c, &k).unwrap_err();
         assert!(matches!(err, CertLoadError::Expired { .. }), "{err}");
         let text = err.to_string();
         assert!(text.contains("expired at 2021-01-01T00:00:00Z"), "{text}");
         assert!(text.contains("tls.crt"), "{text}");
 
-        let (c, k) = write_pair_valid(dir.path(), (2090, 1, 1), (2091, 1, 1));
+        let (c, k) = write_pair(dir.path(), Some(((2090, 1, 1), (2091, 1, 1))));
         let err = load_certified_key(&c, &k).unwrap_err();
         assert!(matches!(err, CertLoadError::NotYetValid { .. }), "{err}");
         assert!(err.to_string().contains("2090-01-01T00:00:00Z"), "{err}");
@@ -480,7 +471,7 @@ mod tests {
     #[test]
     fn garbage_is_refused_with_the_path() {
         let dir = tempfile::tempdir().unwrap();
-        let (c, k) = write_pair(dir.path(), &KeyPair::generate().unwrap());
+        let (c, k) = write_pair(dir.path(), None);
         std::fs::write(&c, "half a certificate").unwrap();
         let err = load_certified_key(&c, &k).unwrap_err();
         assert!(err.to_string().contains("tls.crt"), "{err}");

@@ -521,128 +521,124 @@ mod tests {
         Duration::from_secs(n)
     }
 
-    #[test]
-    fn no_request_within_the_header_timeout_closes() {
-        let t0 = Instant::now();
-        let a = fresh(t0);
-        let w = Watch::default();
-        assert_eq!(w.next(&a, &T, t0 + secs(1)), Step::Wait(t0 + secs(5)));
-        assert_eq!(
-            w.next(&a, &T, t0 + secs(5)),
-            Step::Close(Some("header_timeout"))
-        );
-    }
+    /// The watchdog's state, the connection's, and what it does next at
+    /// each time.
+    type Case<'a> = (Watch, Snapshot, &'a [(Instant, Step)]);
 
     #[test]
-    fn idle_http1_is_kept_for_the_idle_timeout() {
+    fn the_watchdog_closes_waits_or_sends_goaway() {
         let t0 = Instant::now();
-        let a = Snapshot {
-            served: true,
-            last_activity: t0 + secs(1),
+        let at = |n: u64| t0 + secs(n);
+        // Served (or not), over HTTP/2 (or not), requests in flight, and
+        // the last activity.
+        let snap = |served: bool, http2: bool, in_flight: usize, last: u64| Snapshot {
+            served,
+            http2,
+            in_flight,
+            last_activity: at(last),
             ..fresh(t0)
         };
-        let w = Watch::default();
-        assert_eq!(w.next(&a, &T, t0 + secs(30)), Step::Wait(t0 + secs(61)));
-        assert_eq!(
-            w.next(&a, &T, t0 + secs(61)),
-            Step::GoAway(Some("idle_timeout"))
-        );
-        let busy = Snapshot { in_flight: 1, ..a };
-        assert_eq!(
-            w.next(&busy, &T, t0 + secs(100)),
-            Step::Wait(t0 + secs(3700))
-        );
-    }
-
-    #[test]
-    fn a_later_http1_head_must_arrive_within_the_header_timeout() {
-        let t0 = Instant::now();
-        let a = Snapshot {
-            served: true,
-            last_activity: t0 + secs(1),
-            pending: Some(t0 + secs(40)),
-            ..fresh(t0)
-        };
-        let w = Watch::default();
-        assert_eq!(w.next(&a, &T, t0 + secs(41)), Step::Wait(t0 + secs(45)));
-        assert_eq!(
-            w.next(&a, &T, t0 + secs(45)),
-            Step::Close(Some("header_timeout"))
-        );
-    }
-
-    #[test]
-    fn idle_http2_gets_goaway_and_busy_http2_does_not() {
-        let t0 = Instant::now();
-        let idle = Snapshot {
-            served: true,
-            http2: true,
-            last_activity: t0 + secs(10),
-            ..fresh(t0)
-        };
-        let w = Watch::default();
-        assert_eq!(w.next(&idle, &T, t0 + secs(20)), Step::Wait(t0 + secs(70)));
-        assert_eq!(
-            w.next(&idle, &T, t0 + secs(70)),
-            Step::GoAway(Some("idle_timeout"))
-        );
-        let busy = Snapshot {
-            in_flight: 1,
-            ..idle
-        };
-        assert_eq!(w.next(&busy, &T, t0 + secs(70)), Step::Wait(t0 + secs(130)));
-    }
-
-    #[test]
-    fn draining_http2_goes_away_at_once() {
-        let t0 = Instant::now();
-        let a = Snapshot {
-            served: true,
-            http2: true,
-            in_flight: 3,
-            ..fresh(t0)
-        };
-        let w = Watch {
-            drain_started: Some(t0 + secs(1)),
+        let watch = Watch::default();
+        let draining = |n| Watch {
+            drain_started: Some(at(n)),
             ..Watch::default()
         };
-        assert_eq!(w.next(&a, &T, t0 + secs(1)), Step::GoAway(None));
-    }
-
-    #[test]
-    fn draining_http1_closes_only_after_a_whole_idle_window() {
-        let t0 = Instant::now();
-        let drain = t0 + secs(10);
-        let w = Watch {
-            drain_started: Some(drain),
+        let leaving = |evicted| Watch {
+            going_away_since: Some(at(60)),
+            evicted,
             ..Watch::default()
         };
-        let idle_before = Snapshot {
-            served: true,
-            last_activity: t0 + secs(2),
-            ..fresh(t0)
-        };
-        assert_eq!(w.next(&idle_before, &T, drain), Step::Wait(drain + secs(3)));
-        assert_eq!(
-            w.next(&idle_before, &T, drain + secs(3)),
-            Step::GoAway(None)
-        );
-        let used_during = Snapshot {
-            last_activity: drain + secs(2),
-            ..idle_before
-        };
-        assert_eq!(
-            w.next(&used_during, &T, drain + secs(3)),
-            Step::Wait(drain + secs(5))
-        );
-        let busy = Snapshot {
-            in_flight: 1,
-            ..idle_before
-        };
-        assert_eq!(
-            w.next(&busy, &T, drain + secs(4)),
-            Step::Wait(drain + secs(7))
-        );
+        let (header, idle) = (Some("header_timeout"), Some("idle_timeout"));
+        let (grace, wait) = (EVICTED_GRACE, Step::Wait);
+        let cases: [Case; 13] = [
+            // A peer that stops reading is cut after the write timeout, busy or not.
+            (
+                watch,
+                Snapshot {
+                    write_blocked: Some(at(2)),
+                    ..snap(true, true, 250, 0)
+                },
+                &[
+                    (at(3), wait(at(12))),
+                    (at(12), Step::Close(Some("write_timeout"))),
+                ],
+            ),
+            // No request within the header timeout closes.
+            (
+                watch,
+                fresh(t0),
+                &[(at(1), wait(at(5))), (at(5), Step::Close(header))],
+            ),
+            // Idle HTTP/1 is kept for the idle timeout.
+            (
+                watch,
+                snap(true, false, 0, 1),
+                &[(at(30), wait(at(61))), (at(61), Step::GoAway(idle))],
+            ),
+            // Busy HTTP/1 is not idle.
+            (watch, snap(true, false, 1, 1), &[(at(100), wait(at(3700)))]),
+            // A later HTTP/1 head must arrive within the header timeout.
+            (
+                watch,
+                Snapshot {
+                    pending: Some(at(40)),
+                    ..snap(true, false, 0, 1)
+                },
+                &[(at(41), wait(at(45))), (at(45), Step::Close(header))],
+            ),
+            // Idle HTTP/2 gets GOAWAY.
+            (
+                watch,
+                snap(true, true, 0, 10),
+                &[(at(20), wait(at(70))), (at(70), Step::GoAway(idle))],
+            ),
+            // Busy HTTP/2 does not.
+            (watch, snap(true, true, 1, 10), &[(at(70), wait(at(130)))]),
+            // Draining HTTP/2 goes away at once.
+            (
+                draining(1),
+                snap(true, true, 3, 0),
+                &[(at(1), Step::GoAway(None))],
+            ),
+            // Draining HTTP/1 idle before closes after a whole idle window.
+            (
+                draining(10),
+                snap(true, false, 0, 2),
+                &[(at(10), wait(at(13))), (at(13), Step::GoAway(None))],
+            ),
+            // Draining HTTP/1 used during the window waits longer.
+            (
+                draining(10),
+                snap(true, false, 0, 12),
+                &[(at(13), wait(at(15)))],
+            ),
+            // Draining HTTP/1 busy is checked a window later.
+            (
+                draining(10),
+                snap(true, false, 1, 2),
+                &[(at(14), wait(at(17)))],
+            ),
+            // An evicted connection is dropped after a short grace.
+            (
+                leaving(true),
+                snap(true, true, 0, 0),
+                &[
+                    (at(60), wait(at(60) + grace)),
+                    (at(60) + grace, Step::Close(None)),
+                ],
+            ),
+            // A connection told to leave is dropped once idle for the header timeout.
+            (
+                leaving(false),
+                snap(true, true, 0, 0),
+                &[(at(61), wait(at(65))), (at(65), Step::Close(None))],
+            ),
+        ];
+        for (case, (w, a, steps)) in cases.into_iter().enumerate() {
+            for &(now, step) in steps {
+                assert_eq!(w.next(&a, &T, now), step, "case {case}, at {:?}", now - t0);
+            }
+        }
     }
 
     /// While a write waits for a peer that does not read, nothing more is
@@ -679,62 +675,5 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(&read, b"next request");
-    }
-
-    #[test]
-    fn a_peer_that_stops_reading_is_cut_after_the_write_timeout_busy_or_not() {
-        let t0 = Instant::now();
-        let a = Snapshot {
-            served: true,
-            http2: true,
-            in_flight: 250,
-            write_blocked: Some(t0 + secs(2)),
-            ..fresh(t0)
-        };
-        let w = Watch::default();
-        assert_eq!(w.next(&a, &T, t0 + secs(3)), Step::Wait(t0 + secs(12)));
-        assert_eq!(
-            w.next(&a, &T, t0 + secs(12)),
-            Step::Close(Some("write_timeout"))
-        );
-    }
-
-    #[test]
-    fn an_evicted_connection_is_dropped_after_a_short_grace() {
-        let t0 = Instant::now();
-        let a = Snapshot {
-            served: true,
-            http2: true,
-            ..fresh(t0)
-        };
-        let w = Watch {
-            going_away_since: Some(t0 + secs(60)),
-            evicted: true,
-            ..Watch::default()
-        };
-        assert_eq!(
-            w.next(&a, &T, t0 + secs(60)),
-            Step::Wait(t0 + secs(60) + EVICTED_GRACE)
-        );
-        assert_eq!(
-            w.next(&a, &T, t0 + secs(60) + EVICTED_GRACE),
-            Step::Close(None)
-        );
-    }
-
-    #[test]
-    fn a_connection_told_to_leave_is_dropped_once_idle_for_the_header_timeout() {
-        let t0 = Instant::now();
-        let a = Snapshot {
-            served: true,
-            http2: true,
-            ..fresh(t0)
-        };
-        let w = Watch {
-            going_away_since: Some(t0 + secs(60)),
-            ..Watch::default()
-        };
-        assert_eq!(w.next(&a, &T, t0 + secs(61)), Step::Wait(t0 + secs(65)));
-        assert_eq!(w.next(&a, &T, t0 + secs(65)), Step::Close(None));
     }
 }

@@ -8,7 +8,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 
 /// What the Secret held when read.
@@ -118,8 +118,28 @@ impl SecretStore {
 /// The project's MutatingWebhookConfiguration and
 /// ValidatingWebhookConfiguration, by name; no other is read or written.
 pub struct WebhookConfigurations {
-    mutating: Option<(kube::Api<MutatingWebhookConfiguration>, String)>,
-    validating: Option<(kube::Api<ValidatingWebhookConfiguration>, String)>,
+    /// Each named configuration, mutating first, and its name.
+    named: Vec<(kube::Api<DynamicObject>, String)>,
+}
+
+/// What is read of a configuration of either kind.
+#[derive(serde::Deserialize)]
+struct Webhooks {
+    #[serde(default)]
+    webhooks: Vec<Webhook>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Webhook {
+    name: String,
+    client_config: ClientConfig,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClientConfig {
+    ca_bundle: Option<ByteString>,
 }
 
 /// One configuration as read: its resourceVersion and, per webhook, its
@@ -146,9 +166,24 @@ impl WebhookConfigurations {
         mutating: Option<&str>,
         validating: Option<&str>,
     ) -> WebhookConfigurations {
+        let kinds = [
+            (
+                mutating,
+                ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+            ),
+            (
+                validating,
+                ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+            ),
+        ];
+        let named = kinds.into_iter().filter_map(|(name, resource)| {
+            Some((
+                kube::Api::all_with(client.clone(), &resource),
+                name?.to_string(),
+            ))
+        });
         WebhookConfigurations {
-            mutating: mutating.map(|n| (kube::Api::all(client.clone()), n.to_string())),
-            validating: validating.map(|n| (kube::Api::all(client), n.to_string())),
+            named: named.collect(),
         }
     }
 
@@ -172,7 +207,7 @@ impl WebhookConfigurations {
             ..BundleState::default()
         };
         let reads = self.read_all().await?;
-        for (read, path) in reads.into_iter().zip(self.paths()) {
+        for (read, (api, name)) in reads.into_iter().zip(&self.named) {
             let Some(read) = read else {
                 state.confirmed = false;
                 continue;
@@ -197,75 +232,35 @@ impl WebhookConfigurations {
             state.confirmed = false;
             let patch = bundle_patch(&read, &stale, trusted_pem);
             let params = PatchParams::default();
-            match path {
-                Kind::Mutating => {
-                    let (api, name) = self.mutating.as_ref().expect("read, so named");
-                    api.patch(name, &params, &Patch::Json::<()>(patch))
-                        .await
-                        .map(drop)
-                }
-                Kind::Validating => {
-                    let (api, name) = self.validating.as_ref().expect("read, so named");
-                    api.patch(name, &params, &Patch::Json::<()>(patch))
-                        .await
-                        .map(drop)
-                }
-            }
-            .map_err(write_error)?;
+            api.patch(name, &params, &Patch::Json::<()>(patch))
+                .await
+                .map_err(write_error)?;
             state.written += stale.len();
         }
         Ok(state)
     }
 
-    fn paths(&self) -> Vec<Kind> {
-        let mut kinds = Vec::new();
-        if self.mutating.is_some() {
-            kinds.push(Kind::Mutating);
-        }
-        if self.validating.is_some() {
-            kinds.push(Kind::Validating);
-        }
-        kinds
-    }
-
-    /// Each named configuration, in [`Self::paths`] order; none for one
-    /// that does not exist.
+    /// Each named configuration, in `named` order; none for one that
+    /// does not exist.
     async fn read_all(&self) -> Result<Vec<Option<Read>>, kube::Error> {
         let mut out = Vec::new();
-        if let Some((api, name)) = &self.mutating {
-            out.push(api.get_opt(name).await?.map(|c| {
-                Read {
-                    resource_version: c.metadata.resource_version,
-                    webhooks: c
-                        .webhooks
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|w| (w.name, pem_of(w.client_config.ca_bundle)))
-                        .collect(),
-                }
-            }));
-        }
-        if let Some((api, name)) = &self.validating {
-            out.push(api.get_opt(name).await?.map(|c| {
-                Read {
-                    resource_version: c.metadata.resource_version,
-                    webhooks: c
-                        .webhooks
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|w| (w.name, pem_of(w.client_config.ca_bundle)))
-                        .collect(),
-                }
+        for (api, name) in &self.named {
+            let Some(object) = api.get_opt(name).await? else {
+                out.push(None);
+                continue;
+            };
+            let read: Webhooks =
+                serde_json::from_value(object.data).map_err(kube::Error::SerdeError)?;
+            let webhooks = read.webhooks.into_iter();
+            out.push(Some(Read {
+                resource_version: object.metadata.resource_version,
+                webhooks: webhooks
+                    .map(|w| (w.name, pem_of(w.client_config.ca_bundle)))
+                    .collect(),
             }));
         }
         Ok(out)
     }
-}
-
-#[derive(Clone, Copy)]
-enum Kind {
-    Mutating,
-    Validating,
 }
 
 fn pem_of(bundle: Option<ByteString>) -> String {

@@ -21,20 +21,7 @@ pub const STATES: [&str; 4] = ["active", "expired", "invalid", "over_bound"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
-    policy: PolicyName,
-}
-
-/// A policy's name as a label value, shared with the policy set.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-struct PolicyName(Arc<str>);
-
-impl prometheus_client::encoding::EncodeLabelValue for PolicyName {
-    fn encode(
-        &self,
-        encoder: &mut prometheus_client::encoding::LabelValueEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        prometheus_client::encoding::EncodeLabelValue::encode(&&*self.0, encoder)
-    }
+    policy: Arc<str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -89,7 +76,7 @@ impl ExceptionMetrics {
             counted.push(&e.policy);
             self.excepted
                 .get_or_create(&PolicyLabels {
-                    policy: PolicyName(e.policy.clone()),
+                    policy: e.policy.clone(),
                 })
                 .inc();
         }

@@ -82,6 +82,40 @@ fn names(lookup: &ClusterExceptions, namespace: &str) -> Vec<String> {
         .collect()
 }
 
+impl Fed {
+    /// A watch event applying `object(..)`.
+    fn apply(&mut self, namespace: &str, name: &str, version: u64, expression: &str) {
+        let object = object(namespace, name, version, expression);
+        self.cache.handle(Event::Apply(object));
+    }
+
+    /// A watch event deleting `object(..)`.
+    fn delete(&mut self, namespace: &str, name: &str, version: u64, expression: &str) {
+        let object = object(namespace, name, version, expression);
+        self.cache.handle(Event::Delete(object));
+    }
+}
+
+fn counts(active: usize, expired: usize, invalid: usize, over_bound: usize) -> Counts {
+    Counts {
+        active,
+        expired,
+        invalid,
+        over_bound,
+    }
+}
+
+/// A cache with the real reader that has listed `object(..)`s of these
+/// namespaces, names and versions, each matching `true`.
+fn fed_listing(objects: &[(&str, &str, u64)]) -> Fed {
+    let mut fed = fed();
+    let objects = objects
+        .iter()
+        .map(|&(ns, name, v)| object(ns, name, v, "true"));
+    listed(&mut fed, objects.collect());
+    fed
+}
+
 fn listed(fed: &mut Fed, objects: Vec<DynamicObject>) {
     fed.cache.handle(Event::Init);
     for o in objects {
@@ -130,12 +164,12 @@ fn each_object_is_read_once_per_resource_version() {
     assert_eq!(fed.reads.load(Ordering::Relaxed), 1);
     assert!(Arc::ptr_eq(&first, &fed.lookup.in_namespace("research")[0]));
     // A new version is read anew.
-    fed.cache.handle(Event::Apply(object(
+    fed.apply(
         "research",
         "nccl-bench",
         9,
         "object.metadata.name == 'nccl-bench'",
-    )));
+    );
     assert_eq!(fed.reads.load(Ordering::Relaxed), 2);
     assert!(!Arc::ptr_eq(
         &first,
@@ -145,42 +179,25 @@ fn each_object_is_read_once_per_resource_version() {
 
 #[test]
 fn a_change_rebuilds_only_its_namespace() {
-    let mut fed = fed();
-    listed(
-        &mut fed,
-        vec![
-            object("research", "a", 2, "true"),
-            object("vision", "b", 3, "true"),
-        ],
-    );
+    let mut fed = fed_listing(&[("research", "a", 2), ("vision", "b", 3)]);
     let vision = fed.lookup.in_namespace("vision");
     let research = fed.lookup.in_namespace("research");
     // Lookups share the published slice.
     assert!(Arc::ptr_eq(&research, &fed.lookup.in_namespace("research")));
-    fed.cache
-        .handle(Event::Apply(object("research", "c", 4, "true")));
+    fed.apply("research", "c", 4, "true");
     assert_eq!(names(&fed.lookup, "research"), ["a", "c"]);
     assert!(Arc::ptr_eq(&vision, &fed.lookup.in_namespace("vision")));
     assert_eq!(research.len(), 1, "a slice held elsewhere stays as it was");
-    fed.cache
-        .handle(Event::Delete(object("research", "a", 5, "true")));
+    fed.delete("research", "a", 5, "true");
     assert_eq!(names(&fed.lookup, "research"), ["c"]);
-    fed.cache
-        .handle(Event::Delete(object("research", "c", 6, "true")));
+    fed.delete("research", "c", 6, "true");
     assert!(fed.lookup.in_namespace("research").is_empty());
     assert!(!fed.lookup.published().by_namespace.contains_key("research"));
 }
 
 #[test]
 fn a_relist_drops_what_it_no_longer_lists() {
-    let mut fed = fed();
-    listed(
-        &mut fed,
-        vec![
-            object("research", "a", 2, "true"),
-            object("research", "b", 3, "true"),
-        ],
-    );
+    let mut fed = fed_listing(&[("research", "a", 2), ("research", "b", 3)]);
     listed(&mut fed, vec![object("research", "b", 3, "true")]);
     assert_eq!(names(&fed.lookup, "research"), ["b"]);
 }
@@ -193,26 +210,15 @@ fn an_unreadable_exception_is_not_held_and_counted_invalid_until_fixed() {
         vec![object("research", "broken", 2, "object.metadata.name ==")],
     );
     assert!(fed.lookup.in_namespace("research").is_empty());
-    assert_eq!(
-        fed.lookup.counts(),
-        Counts {
-            active: 0,
-            expired: 0,
-            invalid: 1,
-            over_bound: 0
-        }
-    );
-    fed.cache
-        .handle(Event::Apply(object("research", "broken", 3, "true")));
+    assert_eq!(fed.lookup.counts(), counts(0, 0, 1, 0));
+    fed.apply("research", "broken", 3, "true");
     assert_eq!(names(&fed.lookup, "research"), ["broken"]);
     assert_eq!(fed.lookup.counts().invalid, 0);
     // Broken again, then deleted: nothing left to count.
-    fed.cache
-        .handle(Event::Apply(object("research", "broken", 4, "1 +")));
+    fed.apply("research", "broken", 4, "1 +");
     assert!(fed.lookup.in_namespace("research").is_empty());
     assert_eq!(fed.lookup.counts().invalid, 1);
-    fed.cache
-        .handle(Event::Delete(object("research", "broken", 5, "1 +")));
+    fed.delete("research", "broken", 5, "1 +");
     assert_eq!(fed.lookup.counts(), Counts::default());
 }
 
@@ -224,37 +230,25 @@ fn a_namespace_holds_at_most_its_share() {
         .collect();
     listed(&mut fed, objects);
     assert_eq!(fed.lookup.in_namespace("research").len(), MAX_PER_NAMESPACE);
-    assert_eq!(
-        fed.lookup.counts(),
-        Counts {
-            active: MAX_PER_NAMESPACE,
-            expired: 0,
-            invalid: 0,
-            over_bound: 1
-        }
-    );
+    assert_eq!(fed.lookup.counts(), counts(MAX_PER_NAMESPACE, 0, 0, 1));
     // The one beyond (the last by name) was not even read.
     assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_PER_NAMESPACE);
     let last = format!("e{MAX_PER_NAMESPACE:04}");
     assert!(!names(&fed.lookup, "research").contains(&last));
     // A new version of it is not read either while there is no room.
-    fed.cache
-        .handle(Event::Apply(object("research", &last, 9998, "true")));
+    fed.apply("research", &last, 9998, "true");
     assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_PER_NAMESPACE);
     // Other namespaces still have room.
-    fed.cache
-        .handle(Event::Apply(object("vision", "v", 9999, "true")));
+    fed.apply("vision", "v", 9999, "true");
     assert_eq!(names(&fed.lookup, "vision"), ["v"]);
     // A deletion makes room: the one held back is read and held at once.
-    fed.cache
-        .handle(Event::Delete(object("research", "e0000", 10000, "true")));
+    fed.delete("research", "e0000", 10000, "true");
     assert_eq!(fed.lookup.in_namespace("research").len(), MAX_PER_NAMESPACE);
     assert!(names(&fed.lookup, "research").contains(&last));
     assert_eq!(fed.lookup.counts().over_bound, 0);
     assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_PER_NAMESPACE + 2);
     // One added before it by name takes its place again.
-    fed.cache
-        .handle(Event::Apply(object("research", "a", 10001, "true")));
+    fed.apply("research", "a", 10001, "true");
     assert!(names(&fed.lookup, "research").contains(&"a".to_string()));
     assert!(!names(&fed.lookup, "research").contains(&last));
     assert_eq!(fed.lookup.counts().over_bound, 1);
@@ -265,27 +259,9 @@ fn the_cluster_holds_at_most_its_bound_shared_fairly() {
     let mut fed = cheap();
     let per = MAX_PER_NAMESPACE;
     // 39 full namespaces and one of 17: 10,001 objects.
-    let objects = (0..=MAX_HELD)
-        .map(|i| {
-            object(
-                &format!("ns{:03}", i / per),
-                &format!("e{:03}", i % per),
-                i as u64 + 2,
-                "true",
-            )
-        })
-        .collect();
-    listed(&mut fed, objects);
+    listed(&mut fed, spread(MAX_HELD + 1, per));
     assert_eq!(fed.lookup.all().len(), MAX_HELD);
-    assert_eq!(
-        fed.lookup.counts(),
-        Counts {
-            active: MAX_HELD,
-            expired: 0,
-            invalid: 0,
-            over_bound: 1
-        }
-    );
+    assert_eq!(fed.lookup.counts(), counts(MAX_HELD, 0, 0, 1));
     // The small namespace holds all it has; the one slot missing is the
     // last full namespace's by name (the remainder of an equal split goes
     // to the first by name), its last object by name.
@@ -296,9 +272,9 @@ fn the_cluster_holds_at_most_its_bound_shared_fairly() {
     assert_eq!(fed.reads.load(Ordering::Relaxed), MAX_HELD);
 }
 
-/// `namespaces` namespaces of `per` exceptions each (ns000/e000...).
-fn spread(namespaces: usize, per: usize) -> Vec<DynamicObject> {
-    (0..namespaces * per)
+/// `count` exceptions, `per` in each namespace (ns000/e000...).
+fn spread(count: usize, per: usize) -> Vec<DynamicObject> {
+    (0..count)
         .map(|i| {
             object(
                 &format!("ns{:03}", i / per),
@@ -343,19 +319,14 @@ fn held(lookup: &ClusterExceptions) -> BTreeMap<String, Vec<String>> {
 
 #[test]
 fn twenty_thousand_exceptions_over_two_hundred_namespaces_hold_fifty_each_whatever_the_order() {
-    let objects = spread(200, 100);
+    let objects = spread(200 * 100, 100);
     let fair: BTreeMap<String, Vec<String>> = (0..200)
         .map(|n| {
             let names = (0..50).map(|i| format!("e{i:03}")).collect();
             (format!("ns{n:03}"), names)
         })
         .collect();
-    let expected = Counts {
-        active: MAX_HELD,
-        expired: 0,
-        invalid: 0,
-        over_bound: 10_000,
-    };
+    let expected = counts(MAX_HELD, 0, 0, 10_000);
     let mut reversed = objects.clone();
     reversed.reverse();
     let orders = [
@@ -388,14 +359,13 @@ fn twenty_thousand_exceptions_over_two_hundred_namespaces_hold_fifty_each_whatev
 
 #[test]
 fn events_keep_the_fair_shares_a_list_would_give() {
-    let objects = spread(200, 100);
+    let objects = spread(200 * 100, 100);
     let mut fed = cheap();
     listed(&mut fed, objects.clone());
     let mut now: Vec<DynamicObject> = objects;
     let mut version = 100_000;
     // A held one deleted: the next by name in its namespace takes its place.
-    fed.cache
-        .handle(Event::Delete(object("ns007", "e003", version, "true")));
+    fed.delete("ns007", "e003", version, "true");
     now.retain(|o| key_of(o) != ("ns007".into(), "e003".into()));
     assert!(names(&fed.lookup, "ns007").contains(&"e050".to_string()));
     assert_eq!(fed.lookup.counts().over_bound, 9_999);
@@ -404,8 +374,7 @@ fn events_keep_the_fair_shares_a_list_would_give() {
     for i in 0..100 {
         version += 1;
         let name = format!("e{i:03}");
-        fed.cache
-            .handle(Event::Delete(object("ns100", &name, version, "true")));
+        fed.delete("ns100", &name, version, "true");
     }
     now.retain(|o| key_of(o).0 != "ns100");
     assert!(fed.lookup.in_namespace("ns100").is_empty());
@@ -427,8 +396,7 @@ fn events_keep_the_fair_shares_a_list_would_give() {
         version += 1;
         let (namespace, name) = key_of(&o);
         if n % 3 == 0 {
-            fed.cache
-                .handle(Event::Delete(object(&namespace, &name, version, "true")));
+            fed.delete(&namespace, &name, version, "true");
             now.retain(|x| key_of(x) != (namespace.clone(), name.clone()));
         } else {
             let o = object(&namespace, &format!("x{name}"), version, "true");
@@ -450,7 +418,7 @@ fn events_keep_the_fair_shares_a_list_would_give() {
 fn small_namespaces_hold_all_they_have_and_the_rest_share_what_is_left() {
     let mut fed = cheap();
     // 100 namespaces of 10 and 50 of 300: 1,000 + 50 * 256 wanted.
-    let mut objects = spread(100, 10);
+    let mut objects = spread(100 * 10, 10);
     for n in 0..50 {
         for i in 0..300 {
             objects.push(object(
@@ -486,18 +454,9 @@ fn unreadable_ones_within_the_bounds_are_invalid_and_those_beyond_over_bound() {
     objects[3] = object("research", "e0003", 3, "object.metadata.name ==");
     objects.push(object("research", "z-broken", 4, "1 +"));
     listed(&mut fed, objects);
-    assert_eq!(
-        fed.lookup.counts(),
-        Counts {
-            active: MAX_PER_NAMESPACE - 1,
-            expired: 0,
-            invalid: 1,
-            over_bound: 1
-        }
-    );
+    assert_eq!(fed.lookup.counts(), counts(MAX_PER_NAMESPACE - 1, 0, 1, 1));
     // Fixed: held, and nothing is invalid any more.
-    fed.cache
-        .handle(Event::Apply(object("research", "e0003", 20, "true")));
+    fed.apply("research", "e0003", 20, "true");
     assert_eq!(fed.lookup.counts().invalid, 0);
     assert_eq!(fed.lookup.counts().over_bound, 1);
 }
@@ -548,15 +507,7 @@ fn states_follow_the_clock_without_an_event() {
     let end = crate::exceptions::parse_time("2026-12-31T00:00:00Z").unwrap();
     *at.lock().unwrap() = end + Duration::from_secs(1);
     assert_eq!(lookup.now(), end + Duration::from_secs(1));
-    assert_eq!(
-        lookup.counts(),
-        Counts {
-            active: 0,
-            expired: 1,
-            invalid: 0,
-            over_bound: 0
-        }
-    );
+    assert_eq!(lookup.counts(), counts(0, 1, 0, 0));
     // Still held (the report lists it as expired); candidates skip it.
     assert_eq!(lookup.in_namespace("research").len(), 1);
 }

@@ -17,7 +17,7 @@ struct Script {
 }
 
 impl Source for Script {
-    async fn list(&self, params: ListParams) -> Result<Value, kube::Error> {
+    async fn list(&self, _: &str, params: ListParams) -> Result<Value, kube::Error> {
         let n = {
             let mut lists = self.lists.lock().unwrap();
             lists.push(Instant::now());
@@ -26,7 +26,7 @@ impl Source for Script {
         (self.list)(n, &params)
     }
 
-    async fn watch(&self, _: WatchParams, _: String) -> Result<EventStream, kube::Error> {
+    async fn watch(&self, _: &str, _: WatchParams, _: String) -> Result<EventStream, kube::Error> {
         let n = {
             let mut watches = self.watches.lock().unwrap();
             *watches += 1;
@@ -138,6 +138,11 @@ fn kind() -> Kind {
     Kind::new("things", "example.com", "v1", "things")
 }
 
+/// Watches `kind()` of `source` at the fast settings into `held`.
+fn watch(source: Script, held: &Held) -> (Watched, tokio::task::JoinHandle<()>) {
+    start(source, kind(), fast(), CacheMetrics::default(), held.sink())
+}
+
 fn script(list: ListAnswer, watch: WatchAnswer) -> (Script, Arc<Mutex<Vec<Instant>>>) {
     let lists = Arc::new(Mutex::new(Vec::new()));
     let script = Script {
@@ -166,7 +171,8 @@ fn quiet_watch() -> WatchAnswer {
     Box::new(|_| Ok(Vec::new()))
 }
 
-async fn wait_for(what: &str, done: impl Fn() -> bool) {
+/// Polls `done` every 10 ms, for at most 5 s.
+pub(crate) async fn wait_for(what: &str, done: impl Fn() -> bool) {
     for _ in 0..500 {
         if done() {
             return;
@@ -189,7 +195,7 @@ async fn pages_are_one_list_and_the_first_list_syncs() {
         quiet_watch(),
     );
     let held = Held::default();
-    let (watched, task) = start_with(source, kind(), fast(), CacheMetrics::default(), held.sink());
+    let (watched, task) = watch(source, &held);
     assert!(watched.synced().await);
     assert_eq!(held.names(), ["a", "b", "c"]);
     assert_eq!(lists.lock().unwrap().len(), 2, "two pages, one list");
@@ -201,7 +207,7 @@ async fn pages_are_one_list_and_the_first_list_syncs() {
 async fn a_failing_list_backs_off_up_to_the_maximum_and_keeps_the_server_waiting() {
     let (source, lists) = script(Box::new(|_, _| Err(api_error(500))), quiet_watch());
     let metrics = CacheMetrics::default();
-    let (watched, task) = start_with(
+    let (watched, task) = start(
         source,
         kind(),
         fast(),
@@ -281,7 +287,7 @@ async fn an_outage_at_start_is_waited_out_and_then_the_cache_syncs() {
         quiet_watch(),
     );
     let held = Held::default();
-    let (watched, task) = start_with(source, kind(), fast(), CacheMetrics::default(), held.sink());
+    let (watched, task) = watch(source, &held);
     assert!(watched.synced().await);
     assert_eq!(held.names(), ["a"]);
     task.abort();
@@ -299,7 +305,7 @@ async fn not_served_is_synced_and_empty_and_asked_again() {
         gone_first(),
     );
     let held = Held::default();
-    let (watched, task) = start_with(source, kind(), fast(), CacheMetrics::default(), held.sink());
+    let (watched, task) = watch(source, &held);
     wait_for("the 404", || watched.status().state == State::NotServed).await;
     assert!(watched.status().synced);
     assert!(!watched.holds_list(), "synced, but nothing served to hold");
@@ -312,13 +318,7 @@ async fn not_served_is_synced_and_empty_and_asked_again() {
 #[tokio::test]
 async fn a_never_served_kind_does_not_hold_readiness() {
     let (source, _) = script(Box::new(|_, _| Err(api_error(404))), quiet_watch());
-    let (watched, task) = start_with(
-        source,
-        kind(),
-        fast(),
-        CacheMetrics::default(),
-        Held::default().sink(),
-    );
+    let (watched, task) = watch(source, &Held::default());
     assert!(watched.synced().await);
     assert_eq!(watched.status().state, State::NotServed);
     task.abort();
@@ -338,7 +338,7 @@ async fn forbidden_waits_unless_the_kind_can_be_done_without_and_is_asked_again(
     // A kind the server needs: not synced while refused.
     let (source, lists) = script(answers(), quiet_watch());
     let held = Held::default();
-    let (watched, task) = start_with(source, kind(), fast(), CacheMetrics::default(), held.sink());
+    let (watched, task) = watch(source, &held);
     wait_for("the 403", || {
         matches!(watched.status().state, State::Forbidden(_))
     })
@@ -363,7 +363,7 @@ async fn forbidden_waits_unless_the_kind_can_be_done_without_and_is_asked_again(
     // A kind the server does without: synced (empty) at the first 403.
     let (source, _) = script(answers(), quiet_watch());
     let held = Held::default();
-    let (watched, task) = start_with(
+    let (watched, task) = start(
         source,
         kind().forbidden_is_empty("list on things"),
         fast(),
@@ -400,7 +400,7 @@ async fn an_object_that_does_not_read_is_skipped_and_counted_not_a_stall() {
     );
     let held = Held::default();
     let metrics = CacheMetrics::default();
-    let (watched, task) = start_with(source, kind(), fast(), metrics.clone(), held.sink());
+    let (watched, task) = start(source, kind(), fast(), metrics.clone(), held.sink());
     assert!(
         watched.synced().await,
         "one bad object does not keep the cache from syncing"
@@ -424,7 +424,7 @@ async fn a_failing_relist_keeps_what_the_cache_holds() {
         gone_first(),
     );
     let held = Held::default();
-    let (watched, task) = start_with(source, kind(), fast(), CacheMetrics::default(), held.sink());
+    let (watched, task) = watch(source, &held);
     wait_for("the failing relist", || {
         matches!(watched.status().state, State::Failing(_))
     })
@@ -443,13 +443,7 @@ async fn a_watch_that_breaks_at_once_is_not_hammered() {
         Box::new(|_| Ok(vec![Err(connection_refused())])),
     );
     source.watches = watches.clone();
-    let (watched, task) = start_with(
-        source,
-        kind(),
-        fast(),
-        CacheMetrics::default(),
-        Held::default().sink(),
-    );
+    let (watched, task) = watch(source, &Held::default());
     assert!(watched.synced().await);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     task.abort();
