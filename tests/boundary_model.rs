@@ -24,7 +24,7 @@
 //! the container it adds is judged with the pod's own, pinned in the same
 //! `/mutate` call.
 //!
-//! 10,000 cases per run in a release build (CI runs it so), 1,000 in a
+//! 10,000 cases per run in a release build (CI runs it so), 500 in a
 //! debug build, where `cargo test` waits on it; `BOUNDARY_CASES` overrides
 //! either. The seed is printed, and `BOUNDARY_SEED` replays one.
 mod common;
@@ -957,11 +957,7 @@ fn the_boundary_agrees_with_the_reference_model() {
     let cases: u32 = std::env::var("BOUNDARY_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(if cfg!(debug_assertions) {
-            1_000
-        } else {
-            10_000
-        });
+        .unwrap_or(if cfg!(debug_assertions) { 500 } else { 10_000 });
     let seed: u64 = std::env::var("BOUNDARY_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
