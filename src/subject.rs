@@ -84,9 +84,9 @@ pub struct TemplatePod {
     /// Pods the template makes, and may make when scaled up.
     pub replicas: i64,
     pub max_replicas: i64,
-    /// Its pod's DRA claims, when looked up ([`Subject::with_claims`]).
+    /// Its pod's DRA claims, when looked up ([`Subject::work_out`]).
     pub claims: Option<Vec<PodClaim>>,
-    /// Its pod's GPU facts ([`Subject::with_gpu`]).
+    /// Its pod's GPU facts ([`Subject::work_out`]).
     pub gpu: Option<GpuFacts>,
     /// Host variables of its pod in CEL form (its own `gpu`).
     pub variables: Vec<(String, Box<dyn Val>)>,
@@ -117,12 +117,12 @@ pub struct Subject<'r> {
     /// denied.
     pub too_many_templates: Option<usize>,
     /// The DRA claims of the object's pod (or pod template), looked up in
-    /// its namespace ([`Subject::with_claims`]); `None` until looked up.
+    /// its namespace ([`Subject::work_out`]); `None` until looked up.
     pub claims: Option<Vec<PodClaim>>,
-    /// The object's GPU facts, when worked out ([`Subject::with_gpu`]).
+    /// The object's GPU facts, when worked out ([`Subject::work_out`]).
     pub gpu: Option<GpuFacts>,
     /// The cluster's nodes and NodePools, when known
-    /// ([`Subject::with_nodes`]): the GPU facts are then judged against them.
+    /// ([`Subject::work_out`]): the GPU facts are then judged against them.
     pub nodes: Option<Arc<NodeSnapshot>>,
     /// Host variables already in CEL form (e.g. `gpu`), shared by every
     /// policy and by the object and its template pod alike.
@@ -140,22 +140,22 @@ pub struct Subject<'r> {
 }
 
 impl<'r> Subject<'r> {
-    /// [`Subject::new_with_kueue`] with Kueue's controller as its manifests
-    /// install it ([`kueue::DEFAULT_CONTROLLER`]).
+    /// [`Subject::read`] with no lookups but `namespaces`, and Kueue's
+    /// controller as its manifests install it ([`kueue::DEFAULT_CONTROLLER`]).
     pub fn new(
         request: &'r Request,
         namespaces: &dyn NamespaceLookup,
         sources: &TemplateSources,
     ) -> Subject<'r> {
         let kueue = [kueue::DEFAULT_CONTROLLER.to_string()];
-        Subject::new_with_kueue(request, namespaces, sources, &kueue)
+        Subject::of(request, namespaces, sources, &kueue)
     }
 
     /// Works out the kind, namespace (one lookup) and template pods of
     /// `req`; `sources` says which kinds are workloads and where their
     /// templates are, `kueue` the usernames of Kueue's controller (whose
     /// admission of a workload is not judged, see [`judges_template`]).
-    pub fn new_with_kueue(
+    fn of(
         request: &'r Request,
         namespaces: &dyn NamespaceLookup,
         sources: &TemplateSources,
@@ -215,7 +215,7 @@ impl<'r> Subject<'r> {
     /// The kind, namespace and template pods of `request` (what decides
     /// which policies can match it): the first half of [`Subject::build`].
     pub fn read(request: &'r Request, lookups: &Lookups, sources: &TemplateSources) -> Subject<'r> {
-        Subject::new_with_kueue(request, lookups.namespaces, sources, lookups.kueue)
+        Subject::of(request, lookups.namespaces, sources, lookups.kueue)
     }
 
     /// The subject of `request`, worked out once with everything `needs`
@@ -248,7 +248,7 @@ impl<'r> Subject<'r> {
 
     /// How `/mutate`'s placement sees the subject's pod (a Pod's own;
     /// nothing for other kinds).
-    pub fn placement_pod(&self) -> Option<PodFacts<'_>> {
+    fn placement_pod(&self) -> Option<PodFacts<'_>> {
         let facts = self
             .gpu
             .as_ref()
@@ -384,7 +384,7 @@ impl<'r> Subject<'r> {
 
     /// Looks up the DRA claims (`spec.resourceClaims`) of the object's pod
     /// or pod template in its namespace.
-    pub fn with_claims(mut self, lookup: &dyn ClaimLookup) -> Subject<'r> {
+    fn with_claims(mut self, lookup: &dyn ClaimLookup) -> Subject<'r> {
         let Some(namespace) = self.namespace_name.as_deref() else {
             return self;
         };
@@ -405,20 +405,20 @@ impl<'r> Subject<'r> {
         self
     }
 
-    /// Judges the GPU facts ([`Subject::with_gpu`], called after this)
-    /// against the nodes `lookup` knows, when it knows them.
-    pub fn with_nodes(mut self, lookup: &dyn NodeLookup) -> Subject<'r> {
+    /// Judges the GPU facts (`with_gpu`, called after this) against the
+    /// nodes `lookup` knows, when it knows them.
+    fn with_nodes(mut self, lookup: &dyn NodeLookup) -> Subject<'r> {
         self.nodes = lookup.nodes();
         self
     }
 
     /// Adds the GPU facts of the request's object and of each template pod
-    /// (with their DRA claims when [`Subject::with_claims`] looked them
-    /// up); on an UPDATE, which of a capacity object's pools it changes. A
+    /// (with their DRA claims when `with_claims` looked them up); on an
+    /// UPDATE, which of a capacity object's pools it changes. A
     /// built-in controller's facts are those of its template pod, as
     /// placed when the template pod was; a custom resource's own are
     /// empty but for `workload`, the pods and GPUs of all its templates.
-    pub fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
+    fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
         let gpu_nodes = self.nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
         let facts_of = |object: &Value, claims: Option<&Vec<PodClaim>>| {
             pod_facts(object, claims, &gpu_nodes, catalog, resources)
