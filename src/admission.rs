@@ -212,12 +212,13 @@ impl Admission {
         until: Until,
         warnings: &[String],
     ) -> (Outcome, bool) {
-        let subject = Subject::read(req, &self.lookups(), bundle.policies.template_sources());
+        let lookups = self.lookups();
+        let subject = Subject::read(req, &lookups, bundle.policies.template_sources());
         let mut outcome = if !bundle.policies.may_match(&subject) {
             Outcome::of(Response::allow())
         } else if let Some(deadline) = until.deadline(&bundle.policies) {
             let authorizer = &self.authorizer;
-            match validate(bundle, &self.lookups(), authorizer, subject, deadline) {
+            match validate(bundle, &lookups, authorizer, subject, deadline) {
                 (outcome, true) => outcome,
                 unfinished => return unfinished,
             }
