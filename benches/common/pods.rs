@@ -65,9 +65,13 @@ pub fn shipped_admission() -> (Admission, usize) {
     ))
 }
 
-/// [`shipped_admission`] looking namespaces up in `namespaces`.
+/// [`shipped_admission`] looking namespaces up in `namespaces`. With
+/// GPU_ADMISSION_BENCH_POLICIES set, the policies of that folder instead of
+/// the shipped ones (to weigh one policy's change against another's).
 pub fn shipped_admission_in(namespaces: Arc<dyn NamespaceLookup>) -> (Admission, usize) {
-    let loaded = bundle::load(&PolicySource::Embedded).expect("shipped policies load");
+    let source = std::env::var_os("GPU_ADMISSION_BENCH_POLICIES")
+        .map_or(PolicySource::Embedded, |dir| PolicySource::Dir(dir.into()));
+    let loaded = bundle::load(&source).expect("the policies load");
     let policies = loaded.bundle.policies.len();
     (Admission::new(loaded.bundle, namespaces), policies)
 }

@@ -103,6 +103,13 @@ pub fn with_policy_budget<R>(f: impl FnOnce() -> R) -> R {
     celrs::budget::with_budget(POLICY_COST_LIMIT, f).0
 }
 
+/// Runs `f`, an evaluation begun in the middle of another (a variable
+/// worked out on its first read), charged to the policy's budget beside
+/// the expression it interrupts, not to that expression's.
+pub fn aside<R>(f: impl FnOnce() -> R) -> R {
+    celrs::budget::aside(f)
+}
+
 /// Runs `f` with every evaluation in it stopping once `deadline` has
 /// passed ([`EvalError::Deadline`]); the clock is read every thousand or so
 /// cost units, so a stopped evaluation ends within microseconds.

@@ -29,8 +29,8 @@ pub use compile::{
 };
 pub use env::{Env, Extension, Extensions};
 pub use evaluate::{
-    deadline_passed, describe_error, evaluate, evaluate_val, json_to_val, json_to_value, replay,
-    to_value, type_name, with_deadline, with_policy_budget, EvalError,
+    aside, deadline_passed, describe_error, evaluate, evaluate_val, json_to_val, json_to_value,
+    replay, to_value, type_name, with_deadline, with_policy_budget, EvalError,
 };
 /// The cel crate types extensions work with.
 pub use kube_cel::cel::common::value::Val;

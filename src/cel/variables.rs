@@ -17,6 +17,11 @@ pub fn ident(name: &str) -> String {
     format!("variables.{name}")
 }
 
+/// The variable's name an identifier of [`ident`] spells, if it is one.
+pub fn name(ident: &str) -> Option<&str> {
+    ident.strip_prefix("variables.")
+}
+
 /// Rewrites every reference to one variable by name in `ast` into its
 /// identifier, except where a comprehension (or `cel.bind`) binds the name
 /// `variables` itself. Returns whether `variables` is still read whole.

@@ -164,8 +164,8 @@ impl Inner {
             {
                 let scope = scope(current, &mut shared);
                 let ctx = with_params(policy, &scope.ctx, &param);
-                let mut vars = Variables::new(policy, plan, None, None);
-                if !match_conditions(policy, &mut vars, ctx.as_ref().unwrap_or(&scope.ctx))? {
+                let vars = Variables::new(policy, plan, None, None);
+                if !match_conditions(policy, &vars, ctx.as_ref().unwrap_or(&scope.ctx))? {
                     continue;
                 }
             }
@@ -175,7 +175,7 @@ impl Inner {
                 let scope = scope(current, &mut shared);
                 let inner_ctx = with_params(policy, &scope.ctx, &param);
                 let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
-                let mut vars = Variables::new(policy, plan, None, None);
+                let vars = Variables::new(policy, plan, None, None);
                 let next = (vars.eval(ctx, &m.expr).map_err(|e| e.to_string()))
                     .and_then(|value| {
                         let object = current.object.as_ref().unwrap_or(&Json::Null);

@@ -22,6 +22,19 @@ struct State {
     depth: Cell<u32>,
     /// Units left before the clock is read again.
     until_clock: Cell<u64>,
+    /// The innermost installed budget; `None` outside any.
+    scope: Cell<Option<Scope>>,
+}
+
+/// One installed budget, as [`with_budget`] began it.
+#[derive(Clone, Copy)]
+struct Scope {
+    /// What the enclosing budget had left when this one began.
+    outer: Option<u64>,
+    /// Units this one began with.
+    start: u64,
+    /// Units [`aside`] charged to the enclosing budget since.
+    aside: u64,
 }
 
 thread_local! {
@@ -30,6 +43,7 @@ thread_local! {
             remaining: Cell::new(None),
             depth: Cell::new(0),
             until_clock: Cell::new(CLOCK_EVERY),
+            scope: Cell::new(None),
         }
     };
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
@@ -61,31 +75,94 @@ pub fn with_budget<R>(limit: u64, f: impl FnOnce() -> R) -> (R, u64) {
         None => limit,
     };
     set_remaining(Some(start));
-    let guard = BudgetGuard { outer, start };
+    let scope = Scope {
+        outer,
+        start,
+        aside: 0,
+    };
+    let guard = BudgetGuard {
+        enclosing: STATE.with(|s| s.scope.replace(Some(scope))),
+    };
     let result = f();
     let used = guard.used();
     drop(guard);
     (result, used)
 }
 
-/// Restores the enclosing budget, less what was used, when dropped.
+/// Runs `f` beside the innermost budget instead of inside it: what `f`
+/// uses is charged to the budget enclosing the innermost one, as if `f`
+/// had run just before the innermost began. A host that works a variable
+/// out on its first read, in the middle of an expression, charges the
+/// variable to the policy's budget as kube-apiserver does, not to the
+/// expression that happened to read it first. The innermost budget then
+/// has at most what the enclosing one has left.
+pub fn aside<R>(f: impl FnOnce() -> R) -> R {
+    let Some(scope) = STATE.with(|s| s.scope.get()) else {
+        return f();
+    };
+    let left = remaining().unwrap_or(0);
+    let used = scope.start - left.min(scope.start);
+    let enclosing = scope.outer.map(|o| o.saturating_sub(used + scope.aside));
+    set_remaining(enclosing);
+    STATE.with(|s| s.scope.set(None));
+    let _back = AsideGuard {
+        scope,
+        left,
+        enclosing,
+    };
+    f()
+}
+
+/// Puts the innermost budget back after [`aside`], on every exit.
+struct AsideGuard {
+    scope: Scope,
+    left: u64,
+    enclosing: Option<u64>,
+}
+
+impl Drop for AsideGuard {
+    fn drop(&mut self) {
+        let mut scope = self.scope;
+        let mut left = self.left;
+        if let (Some(before), Some(after)) = (self.enclosing, remaining()) {
+            scope.aside += before.saturating_sub(after);
+            // Capped by what the enclosing budget has left; what the cap
+            // takes is not counted as used by the innermost.
+            let capped = left.min(after);
+            scope.start -= left - capped;
+            left = capped;
+        }
+        set_remaining(Some(left));
+        STATE.with(|s| s.scope.set(Some(scope)));
+    }
+}
+
+/// Restores the enclosing budget, less what was used (here and aside),
+/// when dropped.
 struct BudgetGuard {
-    outer: Option<u64>,
-    start: u64,
+    enclosing: Option<Scope>,
 }
 
 impl BudgetGuard {
+    fn scope(&self) -> Scope {
+        STATE
+            .with(|s| s.scope.get())
+            .expect("a budget guard's scope is installed")
+    }
+
     fn used(&self) -> u64 {
+        let scope = self.scope();
         let left = remaining().unwrap_or(0);
-        self.start - left.min(self.start)
+        scope.start - left.min(scope.start)
     }
 }
 
 impl Drop for BudgetGuard {
     fn drop(&mut self) {
         let used = self.used();
-        let outer = self.outer;
-        set_remaining(outer.map(|o| o.saturating_sub(used)));
+        let scope = self.scope();
+        set_remaining(scope.outer.map(|o| o.saturating_sub(used + scope.aside)));
+        STATE.with(|s| s.scope.set(self.enclosing));
     }
 }
 
@@ -267,6 +344,47 @@ mod tests {
         });
         assert_eq!(inner_used, 30);
         assert_eq!(outer_used, 30);
+    }
+
+    #[test]
+    fn aside_charges_the_enclosing_budget_not_the_innermost() {
+        let ((inner, used), policy_used) = with_budget(100, || {
+            let ((), used) = with_budget(50, || {
+                charge(10).unwrap();
+                let ((), aside_used) = aside(|| with_budget(50, || charge(30).unwrap()));
+                assert_eq!(aside_used, 30);
+                charge(5).unwrap();
+            });
+            (remaining(), used)
+        });
+        // The expression used 15 of its own; the policy 15 + 30.
+        assert_eq!((used, policy_used), (15, 45));
+        assert_eq!(inner, Some(55));
+        assert!(STATE.with(|s| s.scope.get()).is_none());
+        assert_eq!(remaining(), None);
+    }
+
+    #[test]
+    fn aside_leaves_the_innermost_what_the_enclosing_has_left() {
+        let (failed, policy_used) = with_budget(40, || {
+            let (result, used) = with_budget(50, || {
+                charge(5).unwrap();
+                aside(|| with_budget(50, || charge(30).unwrap()));
+                // 40 - 5 - 30 = 5 left for the expression.
+                (charge(5), charge(1))
+            });
+            assert_eq!(used, 10);
+            result
+        });
+        assert!(failed.0.is_ok());
+        assert!(matches!(failed.1, Err(ExecutionError::CostLimitExceeded)));
+        assert_eq!(policy_used, 40);
+    }
+
+    #[test]
+    fn aside_outside_any_budget_just_runs() {
+        assert_eq!(aside(|| with_budget(10, || charge(3).unwrap()).1), 3);
+        assert_eq!(remaining(), None);
     }
 
     #[test]

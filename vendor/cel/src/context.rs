@@ -245,10 +245,7 @@ impl<'a> Context<'a> {
                 parent,
                 resolver,
             } => resolver
-                .and_then(|r| {
-                    r.resolve(name)
-                        .map(|v| Cow::<dyn Val>::Owned(v.try_into().unwrap()))
-                })
+                .and_then(|r| resolved(r, name))
                 .or_else(|| {
                     variables
                         .get(name)
@@ -260,10 +257,7 @@ impl<'a> Context<'a> {
                 resolver,
                 ..
             } => resolver
-                .and_then(|r| {
-                    r.resolve(name)
-                        .map(|v| Cow::<dyn Val>::Owned(v.try_into().unwrap()))
-                })
+                .and_then(|r| resolved(r, name))
                 .or_else(|| variables.get(name).map(Cow::<dyn Val>::Borrowed)),
         }
     }
@@ -421,11 +415,31 @@ impl Default for Context<'_> {
 /// ```
 pub trait VariableResolver: Send + Sync {
     fn resolve(&self, variable: &str) -> Option<Value>;
+
+    /// gpu-admission patch: a value the resolver keeps itself, lent for as
+    /// long as the resolver is (no conversion, no copy); consulted before
+    /// [`VariableResolver::resolve`]. Lets a host work a variable out on its
+    /// first read and keep it.
+    fn resolve_val(&self, _variable: &str) -> Option<&dyn Val> {
+        None
+    }
+}
+
+/// What `r` answers for `name`: lent, or converted from its owned value.
+fn resolved<'a>(r: &'a dyn VariableResolver, name: &str) -> Option<Cow<'a, dyn Val>> {
+    r.resolve_val(name).map(Cow::Borrowed).or_else(|| {
+        r.resolve(name)
+            .map(|v| Cow::<dyn Val>::Owned(v.try_into().unwrap()))
+    })
 }
 
 impl<T: VariableResolver> VariableResolver for Box<T> {
     fn resolve(&self, variable: &str) -> Option<Value> {
         (**self).resolve(variable)
+    }
+
+    fn resolve_val(&self, variable: &str) -> Option<&dyn Val> {
+        (**self).resolve_val(variable)
     }
 }
 
@@ -433,11 +447,19 @@ impl<T: VariableResolver> VariableResolver for Arc<T> {
     fn resolve(&self, variable: &str) -> Option<Value> {
         (**self).resolve(variable)
     }
+
+    fn resolve_val(&self, variable: &str) -> Option<&dyn Val> {
+        (**self).resolve_val(variable)
+    }
 }
 
 impl<T: VariableResolver> VariableResolver for &T {
     fn resolve(&self, variable: &str) -> Option<Value> {
         (**self).resolve(variable)
+    }
+
+    fn resolve_val(&self, variable: &str) -> Option<&dyn Val> {
+        (**self).resolve_val(variable)
     }
 }
 
