@@ -11,7 +11,7 @@ mod common;
 use base64::Engine as _;
 use common::fake_apiserver::{wait_until, FakeApiServer, Resource};
 use common::http::{client_config, Client};
-use gpu_admission::cluster::certs::{Lifetimes, ManagedCerts, Settings};
+use gpu_admission::cluster::certs::{Lifetimes, ManagedCerts, Options, Settings};
 use gpu_admission::server::{Metrics, Readiness, Server, ShutdownHandle};
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -66,15 +66,18 @@ async fn cluster() -> FakeApiServer {
 
 fn settings(identity: &str, lifetimes: Lifetimes) -> Settings {
     Settings {
+        options: Options {
+            secret: SECRET.to_string(),
+            lease: Some("gpu-admission-certs".to_string()),
+            mutating_webhook: Some("gpu-admission".to_string()),
+            validating_webhook: Some("gpu-admission".to_string()),
+            service: "gpu-admission".to_string(),
+            lifetimes,
+            check_interval: Duration::from_millis(100),
+        },
         namespace: NAMESPACE.to_string(),
-        secret: SECRET.to_string(),
-        lease: Some("gpu-admission-certs".to_string()),
         identity: identity.to_string(),
-        mutating_webhook: Some("gpu-admission".to_string()),
-        validating_webhook: Some("gpu-admission".to_string()),
         names: Settings::service_names("gpu-admission", NAMESPACE),
-        lifetimes,
-        check_interval: Duration::from_millis(100),
     }
 }
 

@@ -37,42 +37,6 @@ pub struct ExceptedFinding {
 }
 
 impl ExceptedFinding {
-    /// Its PolicyReport result (wgpolicyk8s.io/v1alpha2): `skip`, as
-    /// Kyverno reports what its PolicyExceptions let through, with the
-    /// exception, its reason and its end in `properties`.
-    pub fn policy_report_result(&self, timestamp: serde_json::Value) -> serde_json::Value {
-        let mut resource = serde_json::json!({
-            "apiVersion": self.api_version,
-            "kind": self.kind,
-            "name": self.name,
-        });
-        if let Some(namespace) = &self.namespace {
-            resource["namespace"] = serde_json::json!(namespace);
-        }
-        let mut properties = serde_json::json!({
-            "action": self.action,
-            "gpus": self.gpus.to_string(),
-            "exception": self.exception,
-            "exceptionReason": self.reason,
-        });
-        if let Some(at) = &self.expires_at {
-            properties["exceptionExpiresAt"] = serde_json::json!(at);
-        }
-        serde_json::json!({
-            "source": "gpu-admission",
-            "policy": self.policy,
-            "rule": self.policy,
-            "result": "skip",
-            "scored": true,
-            "severity": "info",
-            "category": "GPU",
-            "message": format!("{} ({})", self.message, self.allowed_by()),
-            "resources": [resource],
-            "properties": properties,
-            "timestamp": timestamp,
-        })
-    }
-
     /// `allowed by exception ns/name (reason, expires ...)`.
     pub fn allowed_by(&self) -> String {
         let expiry = self

@@ -94,16 +94,24 @@ pub fn by_namespace(
         .collect()
 }
 
-/// The result entry of what an exception let through
-/// ([`ExceptedFinding::policy_report_result`]), its texts capped.
+/// The result entry of what an exception let through: `skip`, as Kyverno
+/// reports what its PolicyExceptions let through, with the exception, its
+/// reason and its end in `properties`.
 fn skipped_entry(excepted: &ExceptedFinding, timestamp: &Value) -> Value {
-    let mut result = excepted.policy_report_result(timestamp.clone());
-    for text in ["/message", "/properties/exceptionReason"] {
-        if let Some(v) = result.pointer_mut(text) {
-            *v = json!(capped(v.as_str().unwrap_or_default()));
-        }
+    let e = excepted;
+    let mut properties = json!({
+        "action": e.action,
+        "gpus": e.gpus.to_string(),
+        "exception": e.exception,
+        "exceptionReason": capped(&e.reason),
+    });
+    if let Some(at) = &e.expires_at {
+        properties["exceptionExpiresAt"] = json!(at);
     }
-    result
+    let resource = resource(&e.api_version, &e.kind, &e.namespace, &e.name, &None);
+    let message = format!("{} ({})", e.message, e.allowed_by());
+    let said = ("skip", "info", message.as_str());
+    result_entry(&e.policy, said, resource, properties, timestamp)
 }
 
 /// `pass|fail|warn|error|skip` of a finding, as `audit -o policyreport`
@@ -116,43 +124,58 @@ fn result_of(finding: &Finding) -> &'static str {
     }
 }
 
-fn severity_of(finding: &Finding) -> &'static str {
-    match finding.action {
-        "deny" => "high",
-        _ => "medium",
-    }
-}
-
 /// The result entry of one finding.
-fn entry(finding: &Finding, timestamp: &Value) -> Value {
-    let mut resource = json!({
-        "apiVersion": finding.api_version,
-        "kind": finding.kind,
-        "name": finding.name,
-    });
-    if let Some(namespace) = &finding.namespace {
-        resource["namespace"] = json!(namespace);
-    }
-    if let Some(uid) = &finding.uid {
-        resource["uid"] = json!(uid);
-    }
+fn entry(f: &Finding, timestamp: &Value) -> Value {
+    let resource = resource(&f.api_version, &f.kind, &f.namespace, &f.name, &f.uid);
     let mut properties = json!({
-        "action": finding.action,
-        "gpus": finding.gpus.to_string(),
+        "action": f.action,
+        "gpus": f.gpus.to_string(),
     });
     // GPUs asked for and not placed yet (Pending pods), when there are any.
-    if finding.gpus_pending > 0 {
-        properties["gpusPending"] = json!(finding.gpus_pending.to_string());
+    if f.gpus_pending > 0 {
+        properties["gpusPending"] = json!(f.gpus_pending.to_string());
     }
+    let severity = if f.action == "deny" { "high" } else { "medium" };
+    let said = (result_of(f), severity, f.message.as_str());
+    result_entry(&f.policy, said, resource, properties, timestamp)
+}
+
+/// The object a result is about.
+fn resource(
+    api_version: &str,
+    kind: &str,
+    namespace: &Option<String>,
+    name: &str,
+    uid: &Option<String>,
+) -> Value {
+    let mut resource = json!({"apiVersion": api_version, "kind": kind, "name": name});
+    if let Some(namespace) = namespace {
+        resource["namespace"] = json!(namespace);
+    }
+    if let Some(uid) = uid {
+        resource["uid"] = json!(uid);
+    }
+    resource
+}
+
+/// A result of `policy` on `resource`: what it `said` (result, severity,
+/// message, the message capped).
+fn result_entry(
+    policy: &str,
+    (result, severity, message): (&str, &str, &str),
+    resource: Value,
+    properties: Value,
+    timestamp: &Value,
+) -> Value {
     json!({
         "source": MANAGER,
-        "policy": finding.policy,
-        "rule": finding.policy,
-        "result": result_of(finding),
+        "policy": policy,
+        "rule": policy,
+        "result": result,
         "scored": true,
-        "severity": severity_of(finding),
+        "severity": severity,
         "category": "GPU",
-        "message": capped(&finding.message),
+        "message": capped(message),
         "resources": [resource],
         "properties": properties,
         "timestamp": timestamp,

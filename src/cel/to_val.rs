@@ -50,6 +50,16 @@ fn tagged(variant: &str, value: Box<dyn Val>) -> Box<dyn Val> {
     Box::new(CelMap::from(entries))
 }
 
+/// Serializer methods of narrower numbers that hand the value on, widened
+/// losslessly, to the method of a wider type.
+macro_rules! widened {
+    ($($($method:ident($ty:ty)),* => $wide:ident($to:ty));*) => {$($(
+        fn $method(self, v: $ty) -> Out {
+            self.$wide(<$to>::from(v))
+        }
+    )*)*};
+}
+
 impl ser::Serializer for ValSerializer {
     type Ok = Box<dyn Val>;
     type Error = ToValError;
@@ -64,38 +74,20 @@ impl ser::Serializer for ValSerializer {
     fn serialize_bool(self, v: bool) -> Out {
         Ok(Box::new(CelBool::from(v)))
     }
-    fn serialize_i8(self, v: i8) -> Out {
-        self.serialize_i64(i64::from(v))
-    }
-    fn serialize_i16(self, v: i16) -> Out {
-        self.serialize_i64(i64::from(v))
-    }
-    fn serialize_i32(self, v: i32) -> Out {
-        self.serialize_i64(i64::from(v))
-    }
+    widened!(
+        serialize_i8(i8), serialize_i16(i16), serialize_i32(i32) => serialize_i64(i64);
+        serialize_u8(u8), serialize_u16(u16), serialize_u32(u32) => serialize_u64(u64);
+        serialize_u64(u64) => serialize_u128(u128);
+        serialize_f32(f32) => serialize_f64(f64)
+    );
     fn serialize_i64(self, v: i64) -> Out {
         Ok(Box::new(CelInt::from(v)))
     }
     fn serialize_i128(self, v: i128) -> Out {
         Ok(int_or_double(i64::try_from(v).ok(), v as f64))
     }
-    fn serialize_u8(self, v: u8) -> Out {
-        self.serialize_u64(u64::from(v))
-    }
-    fn serialize_u16(self, v: u16) -> Out {
-        self.serialize_u64(u64::from(v))
-    }
-    fn serialize_u32(self, v: u32) -> Out {
-        self.serialize_u64(u64::from(v))
-    }
-    fn serialize_u64(self, v: u64) -> Out {
-        self.serialize_u128(u128::from(v))
-    }
     fn serialize_u128(self, v: u128) -> Out {
         Ok(int_or_double(i64::try_from(v).ok(), v as f64))
-    }
-    fn serialize_f32(self, v: f32) -> Out {
-        self.serialize_f64(f64::from(v))
     }
     fn serialize_f64(self, v: f64) -> Out {
         // serde_json writes a number that is not finite as null.
@@ -301,36 +293,29 @@ impl ser::SerializeMap for MapOut {
     }
 }
 
-impl ser::SerializeStruct for MapOut {
-    type Ok = Box<dyn Val>;
-    type Error = ToValError;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), ToValError> {
-        self.insert(key, value.serialize(ValSerializer)?);
-        Ok(())
-    }
-    fn end(self) -> Out {
-        self.done()
-    }
+/// The two struct-shaped serde traits: each field is inserted under its
+/// name, the map is made at the end.
+macro_rules! struct_like {
+    ($($trait:ident),*) => {$(
+        impl ser::$trait for MapOut {
+            type Ok = Box<dyn Val>;
+            type Error = ToValError;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), ToValError> {
+                self.insert(key, value.serialize(ValSerializer)?);
+                Ok(())
+            }
+            fn end(self) -> Out {
+                self.done()
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeStructVariant for MapOut {
-    type Ok = Box<dyn Val>;
-    type Error = ToValError;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), ToValError> {
-        ser::SerializeStruct::serialize_field(self, key, value)
-    }
-    fn end(self) -> Out {
-        self.done()
-    }
-}
+struct_like!(SerializeStruct, SerializeStructVariant);
 
 #[cfg(test)]
 mod tests {

@@ -5,26 +5,17 @@
 use super::material::Lifetimes;
 use std::time::{Duration, SystemTime};
 
-/// Where the certificates live and how they are kept.
+/// Where the certificates live and how they are kept: what `serve
+/// --manage-certs` is told, and where the pod runs and who it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
+    pub options: Options,
     /// The server's namespace: the Secret's and the Lease's.
     pub namespace: String,
-    /// The Secret holding CA, serving certificate and keys.
-    pub secret: String,
-    /// The Lease electing the replica that writes; none: this one does.
-    pub lease: Option<String>,
     /// This replica's Lease holder identity (its pod name).
     pub identity: String,
-    /// The project's MutatingWebhookConfiguration, if its caBundle is kept.
-    pub mutating_webhook: Option<String>,
-    /// The project's ValidatingWebhookConfiguration, likewise.
-    pub validating_webhook: Option<String>,
     /// DNS names (and addresses) the serving certificate covers.
     pub names: Vec<String>,
-    pub lifetimes: Lifetimes,
-    /// How often the Secret is read (and, by the elected replica, kept).
-    pub check_interval: Duration,
 }
 
 /// Defaults of the flags.
@@ -41,13 +32,18 @@ pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 /// the pod runs and who it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
+    /// The Secret holding CA, serving certificate and keys.
     pub secret: String,
+    /// The Lease electing the replica that writes; none: this one does.
     pub lease: Option<String>,
+    /// The project's MutatingWebhookConfiguration, if its caBundle is kept.
     pub mutating_webhook: Option<String>,
+    /// The project's ValidatingWebhookConfiguration, likewise.
     pub validating_webhook: Option<String>,
     /// The Service the apiserver calls, in the pod's namespace.
     pub service: String,
     pub lifetimes: Lifetimes,
+    /// How often the Secret is read (and, by the elected replica, kept).
     pub check_interval: Duration,
 }
 
@@ -73,15 +69,10 @@ impl Options {
     /// The settings for a pod named `identity` in `namespace`.
     pub fn settings(&self, namespace: &str, identity: &str) -> Settings {
         Settings {
+            options: self.clone(),
             namespace: namespace.to_string(),
-            secret: self.secret.clone(),
-            lease: self.lease.clone(),
             identity: identity.to_string(),
-            mutating_webhook: self.mutating_webhook.clone(),
-            validating_webhook: self.validating_webhook.clone(),
             names: Settings::service_names(&self.service, namespace),
-            lifetimes: self.lifetimes,
-            check_interval: self.check_interval,
         }
     }
 }
@@ -100,15 +91,15 @@ impl Settings {
     /// other, an overlap too short for every replica to read the Secret
     /// within it, names a certificate cannot carry.
     pub fn check(&self) -> Result<(), String> {
-        self.lifetimes.check()?;
-        if self.check_interval.is_zero() {
+        self.options.lifetimes.check()?;
+        if self.options.check_interval.is_zero() {
             return Err("the certificate check interval must be longer than zero".into());
         }
-        if self.lifetimes.overlap < self.check_interval * 3 {
+        if self.options.lifetimes.overlap < self.options.check_interval * 3 {
             return Err(format!(
                 "the CA overlap ({}s) must be at least three certificate check intervals ({}s): every replica reads the Secret within it",
-                self.lifetimes.overlap.as_secs_f64(),
-                self.check_interval.as_secs_f64()
+                self.options.lifetimes.overlap.as_secs_f64(),
+                self.options.check_interval.as_secs_f64()
             ));
         }
         if self.names.is_empty() {
@@ -122,6 +113,6 @@ impl Settings {
     /// How long the Lease stays valid without renewal: a few checks, and
     /// never less than 15 s (client-go's default).
     pub(crate) fn lease_duration(&self) -> Duration {
-        (self.check_interval * 3).max(Duration::from_secs(15))
+        (self.options.check_interval * 3).max(Duration::from_secs(15))
     }
 }

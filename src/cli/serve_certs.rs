@@ -104,8 +104,8 @@ pub(super) async fn managed_certs(
     let pod = LeaseSettings::from_environment(options.lease.as_deref().unwrap_or(""));
     let settings = options.settings(&pod.namespace, &pod.identity);
     tracing::info!(
-        secret = %format!("{}/{}", settings.namespace, settings.secret),
-        lease = settings.lease.as_deref().unwrap_or("off"),
+        secret = %format!("{}/{}", settings.namespace, settings.options.secret),
+        lease = settings.options.lease.as_deref().unwrap_or("off"),
         identity = %settings.identity,
         names = %settings.names.join(","),
         "self-managed certificates: waiting for the serving certificate"

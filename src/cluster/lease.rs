@@ -367,6 +367,20 @@ pub(crate) mod tests {
         LeaderElector::new(store.clone(), name, LEASE)
     }
 
+    /// A store whose lease pod-a took at 0 s, and pod-b, which has not
+    /// tried yet.
+    fn a_holds() -> (
+        MemoryLease,
+        LeaderElector<MemoryLease>,
+        LeaderElector<MemoryLease>,
+    ) {
+        let store = MemoryLease::default();
+        let mut a = candidate(&store, "pod-a");
+        assert!(leads(&mut a, 0));
+        let b = candidate(&store, "pod-b");
+        (store, a, b)
+    }
+
     /// Whether `elector` leads after trying at `secs`.
     fn leads(elector: &mut LeaderElector<impl LeaseStore>, secs: u64) -> bool {
         block_on(elector.try_acquire_or_renew(at(secs))).unwrap()
@@ -405,10 +419,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_valid_lease_held_by_another_is_left_alone() {
-        let store = MemoryLease::default();
-        let mut a = candidate(&store, "pod-a");
-        let mut b = candidate(&store, "pod-b");
-        assert!(leads(&mut a, 0));
+        let (store, mut a, mut b) = a_holds();
         assert!(!leads(&mut b, 1));
         assert!(!b.is_leader());
         assert_eq!(b.holder(), Some("pod-a"));
@@ -422,10 +433,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_expired_lease_is_taken_over() {
-        let store = MemoryLease::default();
-        let mut a = candidate(&store, "pod-a");
-        let mut b = candidate(&store, "pod-b");
-        assert!(leads(&mut a, 0));
+        let (store, mut a, mut b) = a_holds();
         // b first sees the record at 5 s; a stops renewing.
         assert!(!leads(&mut b, 5));
         assert!(!leads(&mut b, 34), "valid until 35 s by b's clock");
@@ -441,20 +449,14 @@ pub(crate) mod tests {
 
     #[test]
     fn validity_is_judged_by_the_observers_clock_not_the_holders() {
-        let store = MemoryLease::default();
         // The holder's clock is an hour behind: its renewTime looks long expired.
-        let mut a = candidate(&store, "pod-a");
-        assert!(leads(&mut a, 0));
-        let mut b = candidate(&store, "pod-b");
+        let (_, _, mut b) = a_holds();
         assert!(!leads(&mut b, 3_600));
     }
 
     #[test]
     fn of_two_candidates_writing_at_once_the_one_with_a_stale_version_loses() {
-        let store = MemoryLease::default();
-        let mut a = candidate(&store, "pod-a");
-        assert!(leads(&mut a, 0));
-        let mut b = candidate(&store, "pod-b");
+        let (store, _a, mut b) = a_holds();
         assert!(!leads(&mut b, 1));
         // The lease expires; pod-c writes between b's read and b's update.
         *store.interleave.borrow_mut() = Some("pod-c".into());
@@ -465,10 +467,7 @@ pub(crate) mod tests {
 
     #[test]
     fn losing_the_race_to_create_is_not_an_error() {
-        let store = MemoryLease::default();
-        let mut a = candidate(&store, "pod-a");
-        let mut b = candidate(&store, "pod-b");
-        assert!(leads(&mut a, 0));
+        let (store, _a, mut b) = a_holds();
         // b read "no lease", then a created it: b's create conflicts.
         let mut late = candidate(&store, "pod-b");
         *store.stale_read.borrow_mut() = true;
@@ -478,10 +477,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_released_lease_is_taken_at_once() {
-        let store = MemoryLease::default();
-        let mut a = candidate(&store, "pod-a");
-        let mut b = candidate(&store, "pod-b");
-        assert!(leads(&mut a, 0));
+        let (store, mut a, mut b) = a_holds();
         assert!(!leads(&mut b, 1));
         block_on(a.release(at(2))).unwrap();
         assert!(!a.is_leader());
@@ -492,10 +488,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_candidate_that_lost_the_lease_cannot_release_it() {
-        let store = MemoryLease::default();
-        let mut a = candidate(&store, "pod-a");
-        let mut b = candidate(&store, "pod-b");
-        assert!(leads(&mut a, 0));
+        let (store, mut a, mut b) = a_holds();
         assert!(!leads(&mut b, 1));
         assert!(leads(&mut b, 40));
         // a still believes it leads; releasing must not clear b's lease.

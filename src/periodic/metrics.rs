@@ -7,7 +7,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
@@ -65,102 +64,56 @@ struct CostLabels {
     currency: String,
 }
 
-/// The `gpu_admission_audit_*` families.
-#[derive(Clone, Default)]
-pub struct AuditMetrics {
-    violations: Family<ViolationLabels, Gauge>,
-    excepted: Family<PolicyLabels, Gauge>,
-    gpus_held: Family<HeldLabels, Gauge>,
-    gpus_pending: Family<HeldLabels, Gauge>,
-    gpus: Family<StateLabels, Gauge>,
-    pool_gpus: Family<PoolLabels, Gauge>,
-    node_findings: Family<RuleLabels, Gauge>,
-    cost: Family<CostLabels, Gauge<f64, AtomicU64>>,
-    objects: Gauge,
-    evaluated: Gauge,
-    last_run: Gauge,
-    duration: Gauge<f64, AtomicU64>,
-    errors: Counter,
-    leader: Gauge,
+crate::server::metrics::families! {
+    /// The `gpu_admission_audit_*` families.
+    #[derive(Clone, Default)]
+    pub struct AuditMetrics {
+        violations: Family<ViolationLabels, Gauge>
+            => "gpu_admission_audit_violations",
+            "Objects in the cluster violating a policy at the last audit, by policy, namespace (top namespaces, the rest as _other; _cluster for cluster-scoped objects) and action (deny, warn, audit)";
+        excepted: Family<PolicyLabels, Gauge>
+            => "gpu_admission_audit_excepted",
+            "Policy results on objects in the cluster that a GpuPolicyException let through at the last audit (not counted as violations), by policy";
+        gpus_held: Family<HeldLabels, Gauge>
+            => "gpu_admission_audit_gpus_held",
+            "GPUs held (bound to running or scheduled pods) by objects violating a policy at the last audit, by policy and namespace";
+        gpus_pending: Family<HeldLabels, Gauge>
+            => "gpu_admission_audit_gpus_pending",
+            "GPUs requested and not placed (Pending pods) by objects violating a policy at the last audit, by policy and namespace";
+        gpus: Family<StateLabels, Gauge>
+            => "gpu_admission_audit_gpus",
+            "GPUs of every workload read at the last audit, by state: held (running or scheduled pods) or pending (requested, not placed)";
+        pool_gpus: Family<PoolLabels, Gauge>
+            => "gpu_admission_audit_pool_gpus",
+            "GPUs of the GPU nodes at the last audit, by pool, size and state: allocatable, requested (by pods bound there) or idle";
+        node_findings: Family<RuleLabels, Gauge>
+            => "gpu_admission_audit_node_findings",
+            "Findings on GPU nodes at the last audit, by rule (gpu-node-untainted, gpu-node-retired-size, gpu-node-unsupported-size, gpu-node-idle)";
+        cost: Family<CostLabels, Gauge<f64, AtomicU64>>
+            => "gpu_admission_audit_cost_per_day",
+            "What the waste found at the last audit costs per day at the report's prices (--report-prices), by waste (violations: GPUs held by violating workloads; idle_nodes: idle GPUs of GPU nodes) and currency";
+        objects: Gauge
+            => "gpu_admission_audit_objects",
+            "Objects read by the last audit";
+        evaluated: Gauge
+            => "gpu_admission_audit_objects_evaluated",
+            "Objects judged by the last audit (others are judged through their controller)";
+        last_run: Gauge
+            => "gpu_admission_audit_last_run_timestamp_seconds",
+            "Unix time the last successful audit finished (0: none yet)";
+        duration: Gauge<f64, AtomicU64>
+            => "gpu_admission_audit_run_duration_seconds",
+            "How long the last successful audit took";
+        errors: Counter
+            => "gpu_admission_audit_run_errors",
+            "Audits that failed (listing the cluster or the lease); the last report stays served";
+        leader: Gauge
+            => "gpu_admission_audit_leader",
+            "1 when this replica holds the report Lease and runs the audit, else 0";
+    }
 }
 
 impl AuditMetrics {
-    /// Registers the families in `registry` (`Metrics::with_families`).
-    pub fn register(registry: &mut Registry) -> AuditMetrics {
-        let m = AuditMetrics::default();
-        registry.register(
-            "gpu_admission_audit_violations",
-            "Objects in the cluster violating a policy at the last audit, by policy, namespace (top namespaces, the rest as _other; _cluster for cluster-scoped objects) and action (deny, warn, audit)",
-            m.violations.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_excepted",
-            "Policy results on objects in the cluster that a GpuPolicyException let through at the last audit (not counted as violations), by policy",
-            m.excepted.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_gpus_held",
-            "GPUs held (bound to running or scheduled pods) by objects violating a policy at the last audit, by policy and namespace",
-            m.gpus_held.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_gpus_pending",
-            "GPUs requested and not placed (Pending pods) by objects violating a policy at the last audit, by policy and namespace",
-            m.gpus_pending.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_gpus",
-            "GPUs of every workload read at the last audit, by state: held (running or scheduled pods) or pending (requested, not placed)",
-            m.gpus.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_pool_gpus",
-            "GPUs of the GPU nodes at the last audit, by pool, size and state: allocatable, requested (by pods bound there) or idle",
-            m.pool_gpus.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_node_findings",
-            "Findings on GPU nodes at the last audit, by rule (gpu-node-untainted, gpu-node-retired-size, gpu-node-unsupported-size, gpu-node-idle)",
-            m.node_findings.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_cost_per_day",
-            "What the waste found at the last audit costs per day at the report's prices (--report-prices), by waste (violations: GPUs held by violating workloads; idle_nodes: idle GPUs of GPU nodes) and currency",
-            m.cost.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_objects",
-            "Objects read by the last audit",
-            m.objects.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_objects_evaluated",
-            "Objects judged by the last audit (others are judged through their controller)",
-            m.evaluated.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_last_run_timestamp_seconds",
-            "Unix time the last successful audit finished (0: none yet)",
-            m.last_run.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_run_duration_seconds",
-            "How long the last successful audit took",
-            m.duration.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_run_errors",
-            "Audits that failed (listing the cluster or the lease); the last report stays served",
-            m.errors.clone(),
-        );
-        registry.register(
-            "gpu_admission_audit_leader",
-            "1 when this replica holds the report Lease and runs the audit, else 0",
-            m.leader.clone(),
-        );
-        m
-    }
-
     /// Sets the gauges from `report`.
     pub fn record(&self, report: &Report, meta: &RunMeta) {
         let (violations, held) = audit_series(report, TOP_NAMESPACES);
@@ -313,6 +266,7 @@ fn audit_series(report: &Report, top: usize) -> (ViolationSeries, HeldSeries) {
 pub(super) mod tests {
     use super::*;
     use crate::audit::Finding;
+    use prometheus_client::registry::Registry;
     use std::time::Duration;
 
     pub(crate) fn finding(

@@ -223,6 +223,14 @@ mod tests {
         }
     }
 
+    impl BodyRules<'_> {
+        /// These rules with the body due within `ms` milliseconds.
+        fn within(self, ms: u64) -> Self {
+            let deadline = Instant::now() + Duration::from_millis(ms);
+            BodyRules { deadline, ..self }
+        }
+    }
+
     #[tokio::test]
     async fn body_limit() {
         let memory = memory(1 << 20);
@@ -319,21 +327,20 @@ mod tests {
     #[tokio::test]
     async fn a_connection_and_an_address_are_held_to_their_shares() {
         let memory = shares(1 << 20, 1 << 20, 300 * 1024, 200 * 1024);
-        let soon = || Instant::now() + Duration::from_millis(200);
+        // 100,000 bytes from `client`, refused if not read within 200 ms.
+        let refused_soon = |client| {
+            receive(
+                xs(100_000),
+                None,
+                rules(&memory, client, MAX_BODY_BYTES).within(200),
+            )
+        };
         let attacker: IpAddr = "10.1.2.3".parse().unwrap();
         let one = Client::connected(attacker);
         let two = Client::connected(attacker);
         let first = receive(xs(150_000), None, rules(&memory, &one, MAX_BODY_BYTES));
         let (_kept, held) = first.await.unwrap();
-        let over_connection = receive(
-            xs(100_000),
-            None,
-            BodyRules {
-                deadline: soon(),
-                ..rules(&memory, &one, MAX_BODY_BYTES)
-            },
-        )
-        .await;
+        let over_connection = refused_soon(&one).await;
         assert!(matches!(
             over_connection,
             Err(BodyError::NoMemory(Shortfall::Connection))
@@ -341,15 +348,7 @@ mod tests {
         let (_also, _held_too) = receive(xs(100_000), None, rules(&memory, &two, MAX_BODY_BYTES))
             .await
             .unwrap();
-        let over_address = receive(
-            xs(100_000),
-            None,
-            BodyRules {
-                deadline: soon(),
-                ..rules(&memory, &two, MAX_BODY_BYTES)
-            },
-        )
-        .await;
+        let over_address = refused_soon(&two).await;
         assert!(matches!(
             over_address,
             Err(BodyError::NoMemory(Shortfall::Address))
@@ -413,10 +412,7 @@ mod tests {
         let refused = receive(
             xs(20_000),
             None,
-            BodyRules {
-                deadline: Instant::now() + Duration::from_millis(200),
-                ..rules(&memory, &b, MAX_BODY_BYTES)
-            },
+            rules(&memory, &b, MAX_BODY_BYTES).within(200),
         )
         .await;
         assert!(matches!(
@@ -511,10 +507,7 @@ mod tests {
         let read = receive(
             silent,
             Some(1000),
-            BodyRules {
-                deadline: Instant::now() + Duration::from_millis(100),
-                ..rules(&memory, &client, 1000)
-            },
+            rules(&memory, &client, 1000).within(100),
         )
         .await;
         assert!(matches!(read, Err(BodyError::Slow)));

@@ -219,13 +219,7 @@ async fn review_request(
                 response,
                 decision,
             }) => {
-                state.metrics.observe_request(
-                    endpoint.as_str(),
-                    "other",
-                    "other",
-                    decision,
-                    started.elapsed(),
-                );
+                observe_unread(&state, endpoint, decision, started);
                 tracing::warn!(
                     decision,
                     latency_ms = started.elapsed().as_secs_f64() * 1000.0,
@@ -602,6 +596,13 @@ fn unanswered(state: &AppState, endpoint: Endpoint, why: Unanswered) -> Response
     response
 }
 
+/// Counts a request answered without being read: its kind and
+/// operation are `other`.
+fn observe_unread(state: &AppState, endpoint: Endpoint, decision: &'static str, started: Instant) {
+    let elapsed = started.elapsed();
+    (state.metrics).observe_request(endpoint.as_str(), "other", "other", decision, elapsed);
+}
+
 /// A 400, 408, 413, 429 or 503 with a plain-text message.
 fn reject(
     state: &AppState,
@@ -616,13 +617,7 @@ fn reject(
         StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => "overloaded",
         _ => "invalid",
     };
-    state.metrics.observe_request(
-        endpoint.as_str(),
-        "other",
-        "other",
-        decision,
-        started.elapsed(),
-    );
+    observe_unread(state, endpoint, decision, started);
     if decision == "invalid" {
         tracing::warn!(
             status = status.as_u16(),
@@ -966,11 +961,13 @@ mod tests {
         assert_eq!(ran_on, vec![("sliced", Some("connection".to_string()))]);
     }
 
-    #[test]
-    fn a_validate_not_done_within_the_slice_goes_to_an_answering_thread() {
-        let webhook = Arc::new(InlineValidate::new(false, false, BIG));
+    /// A validate on a connection thread of `stack` bytes, whose webhook
+    /// is done within the slice when `done_inline`, is answered by the
+    /// answering thread, after `first` ran on the connection's.
+    fn answered_on_an_answering_thread(done_inline: bool, stack: usize, first: &'static str) {
+        let webhook = Arc::new(InlineValidate::new(done_inline, false, BIG));
         let seen = webhook.clone();
-        on_connection_thread(BIG + (2 << 20), move || async move {
+        on_connection_thread(stack, move || async move {
             let state = state_with(webhook, BIG);
             let (got, _) = validate_once(&state).await;
             assert_eq!(
@@ -982,32 +979,20 @@ mod tests {
         assert_eq!(
             ran_on,
             vec![
-                ("sliced", Some("connection".to_string())),
+                (first, Some("connection".to_string())),
                 ("resumed", Some("validate-0".to_string())),
             ]
         );
     }
 
     #[test]
+    fn a_validate_not_done_within_the_slice_goes_to_an_answering_thread() {
+        answered_on_an_answering_thread(false, BIG + (2 << 20), "sliced");
+    }
+
+    #[test]
     fn a_thread_without_the_evaluation_stack_never_validates_inline() {
-        let webhook = Arc::new(InlineValidate::new(true, false, BIG));
-        let seen = webhook.clone();
-        on_connection_thread(2 << 20, move || async move {
-            let state = state_with(webhook, BIG);
-            let (got, _) = validate_once(&state).await;
-            assert_eq!(
-                got.response.message.as_deref(),
-                Some("from an answering thread")
-            );
-        });
-        let ran_on = seen.ran_on.lock().unwrap().clone();
-        assert_eq!(
-            ran_on,
-            vec![
-                ("no slice", Some("connection".to_string())),
-                ("resumed", Some("validate-0".to_string())),
-            ]
-        );
+        answered_on_an_answering_thread(true, 2 << 20, "no slice");
     }
 
     #[test]

@@ -113,83 +113,124 @@ const REJECTION_REASONS: [&str; 9] = [
 /// Why the server closes a connection.
 const CLOSE_REASONS: [&str; 4] = ["header_timeout", "idle_timeout", "write_timeout", "evicted"];
 
+/// A struct of metric families, each said once: its field, its type, how
+/// it is made (by default, `Default::default()`), and the name and help it
+/// is registered under. The struct's `register` makes every family and
+/// registers it, in the order given.
+macro_rules! families {
+    (@make) => { Default::default() };
+    (@make $make:expr) => { $make };
+    ($(#[$meta:meta])* $vis:vis struct $name:ident {
+        $($field:ident: $ty:ty $(= $make:expr)? => $metric:literal, $help:literal;)*
+    }) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $($field: $ty,)*
+        }
+
+        impl $name {
+            /// Registers the families in `registry` (`Metrics::with_families`).
+            $vis fn register(registry: &mut prometheus_client::registry::Registry) -> $name {
+                $(
+                    let $field: $ty = $crate::server::metrics::families!(@make $($make)?);
+                    registry.register($metric, $help, $field.clone());
+                )*
+                $name { $($field,)* }
+            }
+        }
+    };
+}
+pub(crate) use families;
+
 /// A cheap, cloneable handle on the metrics registry.
 #[derive(Clone)]
 pub struct Metrics {
-    inner: Arc<Inner>,
+    registry: Arc<Registry>,
+    families: Arc<Families>,
 }
 
-struct Inner {
-    registry: Registry,
-    requests: Family<RequestLabels, Counter>,
-    request_duration: Family<DurationLabels, Histogram>,
-    policy_evaluations: Family<PolicyResultLabels, Counter>,
-    policy_duration: Family<PolicyLabels, Histogram>,
-    policies_loaded: Gauge,
-    reload_failures: Counter,
-    mutations: Family<ProfileLabels, Counter>,
-    load: Load,
-    open_connections: Family<ListenerLabels, Gauge>,
-    connections_closed: Family<ClosedLabels, Counter>,
-    certificate_expiry: Gauge,
-    certificate_reloads: Family<ReloadLabels, Counter>,
-}
-
-/// Saturation: what requests wait for and what they are refused for.
-struct Load {
-    queue_wait: Family<QueueLabels, Histogram>,
-    rejections: Family<RejectionLabels, Counter>,
-    slots_in_use: Family<EndpointLabels, Gauge>,
-    memory_reserved: Family<PoolLabels, Gauge>,
-}
-
-impl Load {
-    fn register(registry: &mut Registry) -> Load {
+families! {
+    struct Families {
+        requests: Family<RequestLabels, Counter>
+            => "gpu_admission_requests",
+            "Admission reviews answered, by endpoint, kind, operation and decision";
+        // 0.5 ms .. ~8 s: admission answers are fast, the apiserver gives up at 30 s.
+        request_duration: Family<DurationLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 15)))
+            => "gpu_admission_request_duration_seconds",
+            "Time from request received to answer, by endpoint and decision";
+        policy_evaluations: Family<PolicyResultLabels, Counter>
+            => "gpu_admission_policy_evaluations",
+            "Policy binding evaluations, by policy and result (pass, deny, warn, error)";
+        // 10 us .. ~2.6 s.
+        policy_duration: Family<PolicyLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.00001, 4.0, 10)))
+            => "gpu_admission_policy_evaluation_duration_seconds",
+            "Time to evaluate one policy binding, by policy";
+        policies_loaded: Gauge
+            => "gpu_admission_policies_loaded", "Policies in the active set";
+        reload_failures: Counter
+            => "gpu_admission_policy_reload_failures",
+            "Policy folder reloads that failed (the last good set stays active)";
+        mutations: Family<ProfileLabels, Counter>
+            => "gpu_admission_mutations", "Objects patched, by placement profile";
+        open_connections: Family<ListenerLabels, Gauge>
+            => "gpu_admission_open_connections",
+            "Connections open now, by listener (webhook, metrics)";
+        connections_closed: Family<ClosedLabels, Counter>
+            => "gpu_admission_connections_closed",
+            "Connections the server closed, by listener and reason (header_timeout, idle_timeout, write_timeout: the peer stopped reading; evicted: closed idle to make room at the connection cap)";
+        // Saturation: what requests wait for and what they are refused for.
         // 0.1 ms .. ~3.3 s.
-        let queue_wait = Family::<QueueLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
-        });
-        registry.register(
-            "gpu_admission_queue_wait_seconds",
-            "Time a request waited for in-flight memory (queue=memory) or an evaluation slot (queue=slot), by endpoint",
-            queue_wait.clone(),
-        );
-        let rejections = Family::<RejectionLabels, Counter>::default();
-        registry.register(
-            "gpu_admission_rejected_requests",
-            "Requests answered without evaluation, by endpoint and reason (too_large, memory_wait, slot_wait, deadline, overloaded, error, body_timeout, body_memory, client_share)",
-            rejections.clone(),
-        );
-        let slots_in_use = Family::<EndpointLabels, Gauge>::default();
-        registry.register(
-            "gpu_admission_evaluation_slots_in_use",
-            "Evaluation slots held, by endpoint (each endpoint has its own)",
-            slots_in_use.clone(),
-        );
-        let memory_reserved = Family::<PoolLabels, Gauge>::default();
-        registry.register(
-            "gpu_admission_memory_reserved_bytes",
-            "In-flight memory reserved by requests, by pool (body: bodies being read; decoded: requests being answered)",
-            memory_reserved.clone(),
-        );
-        // Every bounded series exists from the start at 0, so that the
-        // first rejection shows in rate() and increase(), and dashboards
-        // and alerts find the series before anything went wrong.
+        queue_wait: Family<QueueLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 16)))
+            => "gpu_admission_queue_wait_seconds",
+            "Time a request waited for in-flight memory (queue=memory) or an evaluation slot (queue=slot), by endpoint";
+        rejections: Family<RejectionLabels, Counter>
+            => "gpu_admission_rejected_requests",
+            "Requests answered without evaluation, by endpoint and reason (too_large, memory_wait, slot_wait, deadline, overloaded, error, body_timeout, body_memory, client_share)";
+        slots_in_use: Family<EndpointLabels, Gauge>
+            => "gpu_admission_evaluation_slots_in_use",
+            "Evaluation slots held, by endpoint (each endpoint has its own)";
+        memory_reserved: Family<PoolLabels, Gauge>
+            => "gpu_admission_memory_reserved_bytes",
+            "In-flight memory reserved by requests, by pool (body: bodies being read; decoded: requests being answered)";
+        certificate_expiry: Gauge
+            => "gpu_admission_certificate_expiry_seconds",
+            "Unix time at which the served certificate's notAfter is reached";
+        certificate_reloads: Family<ReloadLabels, Counter>
+            => "gpu_admission_certificate_reloads",
+            "Times the serving certificate files were re-read, by result (reloaded, unchanged, refused: the current certificate stays)";
+    }
+}
+
+impl Families {
+    /// Makes every bounded series at 0, so that the first rejection shows
+    /// in rate() and increase(), and dashboards and alerts find the series
+    /// before anything went wrong.
+    fn with_bounded_series(self) -> Families {
         for endpoint in ["mutate", "validate"] {
-            let _ = slots_in_use.get_or_create(&EndpointLabels { endpoint });
+            let _ = self
+                .slots_in_use
+                .get_or_create(&EndpointLabels { endpoint });
             for reason in REJECTION_REASONS {
-                let _ = rejections.get_or_create(&RejectionLabels { endpoint, reason });
+                let _ = (self.rejections).get_or_create(&RejectionLabels { endpoint, reason });
             }
         }
         for pool in ["body", "decoded"] {
-            let _ = memory_reserved.get_or_create(&PoolLabels { pool });
+            let _ = self.memory_reserved.get_or_create(&PoolLabels { pool });
         }
-        Load {
-            queue_wait,
-            rejections,
-            slots_in_use,
-            memory_reserved,
+        for listener in ["webhook", "metrics", "health"] {
+            for reason in CLOSE_REASONS {
+                let _ = (self.connections_closed).get_or_create(&ClosedLabels { listener, reason });
+            }
         }
+        for result in CERTIFICATE_RELOAD_RESULTS {
+            let _ = self
+                .certificate_reloads
+                .get_or_create(&ReloadLabels { result });
+        }
+        self
     }
 }
 
@@ -215,105 +256,10 @@ impl Metrics {
     /// and exported on the same `/metrics`.
     pub fn with_families(register: impl FnOnce(&mut Registry)) -> Metrics {
         let mut registry = Registry::default();
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "gpu_admission_requests",
-            "Admission reviews answered, by endpoint, kind, operation and decision",
-            requests.clone(),
-        );
-        // 0.5 ms .. ~8 s: admission answers are fast, the apiserver gives up at 30 s.
-        let request_duration = Family::<DurationLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0005, 2.0, 15))
-        });
-        registry.register(
-            "gpu_admission_request_duration_seconds",
-            "Time from request received to answer, by endpoint and decision",
-            request_duration.clone(),
-        );
-        let policy_evaluations = Family::<PolicyResultLabels, Counter>::default();
-        registry.register(
-            "gpu_admission_policy_evaluations",
-            "Policy binding evaluations, by policy and result (pass, deny, warn, error)",
-            policy_evaluations.clone(),
-        );
-        // 10 us .. ~2.6 s.
-        let policy_duration = Family::<PolicyLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.00001, 4.0, 10))
-        });
-        registry.register(
-            "gpu_admission_policy_evaluation_duration_seconds",
-            "Time to evaluate one policy binding, by policy",
-            policy_duration.clone(),
-        );
-        let policies_loaded = Gauge::default();
-        registry.register(
-            "gpu_admission_policies_loaded",
-            "Policies in the active set",
-            policies_loaded.clone(),
-        );
-        let reload_failures = Counter::default();
-        registry.register(
-            "gpu_admission_policy_reload_failures",
-            "Policy folder reloads that failed (the last good set stays active)",
-            reload_failures.clone(),
-        );
-        let mutations = Family::<ProfileLabels, Counter>::default();
-        registry.register(
-            "gpu_admission_mutations",
-            "Objects patched, by placement profile",
-            mutations.clone(),
-        );
-        let open_connections = Family::<ListenerLabels, Gauge>::default();
-        registry.register(
-            "gpu_admission_open_connections",
-            "Connections open now, by listener (webhook, metrics)",
-            open_connections.clone(),
-        );
-        let connections_closed = Family::<ClosedLabels, Counter>::default();
-        registry.register(
-            "gpu_admission_connections_closed",
-            "Connections the server closed, by listener and reason (header_timeout, idle_timeout, write_timeout: the peer stopped reading; evicted: closed idle to make room at the connection cap)",
-            connections_closed.clone(),
-        );
-        for listener in ["webhook", "metrics", "health"] {
-            for reason in CLOSE_REASONS {
-                let _ = connections_closed.get_or_create(&ClosedLabels { listener, reason });
-            }
-        }
-        let load = Load::register(&mut registry);
-        let certificate_expiry = Gauge::default();
-        registry.register(
-            "gpu_admission_certificate_expiry_seconds",
-            "Unix time at which the served certificate's notAfter is reached",
-            certificate_expiry.clone(),
-        );
-        let certificate_reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register(
-            "gpu_admission_certificate_reloads",
-            "Times the serving certificate files were re-read, by result (reloaded, unchanged, refused: the current certificate stays)",
-            certificate_reloads.clone(),
-        );
-        for result in CERTIFICATE_RELOAD_RESULTS {
-            let _ = certificate_reloads.get_or_create(&ReloadLabels { result });
-        }
+        let families = Families::register(&mut registry).with_bounded_series();
         register(&mut registry);
-        Metrics {
-            inner: Arc::new(Inner {
-                registry,
-                requests,
-                request_duration,
-                policy_evaluations,
-                policy_duration,
-                policies_loaded,
-                reload_failures,
-                mutations,
-                load,
-                open_connections,
-                connections_closed,
-                certificate_expiry,
-                certificate_reloads,
-            }),
-        }
+        let (registry, families) = (Arc::new(registry), Arc::new(families));
+        Metrics { registry, families }
     }
 
     /// Records how long a request waited in `queue` (`memory` or `slot`).
@@ -323,8 +269,7 @@ impl Metrics {
         queue: &'static str,
         waited: Duration,
     ) {
-        self.inner
-            .load
+        self.families
             .queue_wait
             .get_or_create(&QueueLabels { endpoint, queue })
             .observe(waited.as_secs_f64());
@@ -332,24 +277,21 @@ impl Metrics {
 
     /// Counts a request answered without evaluation, for `reason`.
     pub fn inc_rejections(&self, endpoint: &'static str, reason: &'static str) {
-        self.inner
-            .load
+        self.families
             .rejections
             .get_or_create(&RejectionLabels { endpoint, reason })
             .inc();
     }
 
     pub(crate) fn add_slots_in_use(&self, endpoint: &'static str, delta: i64) {
-        self.inner
-            .load
+        self.families
             .slots_in_use
             .get_or_create(&EndpointLabels { endpoint })
             .inc_by(delta);
     }
 
     pub(crate) fn add_memory_reserved(&self, pool: &'static str, delta: i64) {
-        self.inner
-            .load
+        self.families
             .memory_reserved
             .get_or_create(&PoolLabels { pool })
             .inc_by(delta);
@@ -357,14 +299,14 @@ impl Metrics {
 
     /// Sets the number of policies in the active set.
     pub fn set_policies_loaded(&self, n: usize) {
-        self.inner
+        self.families
             .policies_loaded
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Counts a policy reload that failed.
     pub fn inc_reload_failures(&self) {
-        self.inner.reload_failures.inc();
+        self.families.reload_failures.inc();
     }
 
     /// Sets when the served certificate expires.
@@ -372,13 +314,13 @@ impl Metrics {
         let secs = not_after
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        self.inner.certificate_expiry.set(secs);
+        self.families.certificate_expiry.set(secs);
     }
 
     /// Counts one re-reading of the certificate files, by `result` (one of
     /// [`CERTIFICATE_RELOAD_RESULTS`]).
     pub fn inc_certificate_reloads(&self, result: &'static str) {
-        self.inner
+        self.families
             .certificate_reloads
             .get_or_create(&ReloadLabels { result })
             .inc();
@@ -393,7 +335,7 @@ impl Metrics {
         decision: &'static str,
         elapsed: Duration,
     ) {
-        self.inner
+        self.families
             .requests
             .get_or_create(&RequestLabels {
                 endpoint,
@@ -402,7 +344,7 @@ impl Metrics {
                 decision,
             })
             .inc();
-        self.inner
+        self.families
             .request_duration
             .get_or_create(&DurationLabels { endpoint, decision })
             .observe(elapsed.as_secs_f64());
@@ -411,13 +353,13 @@ impl Metrics {
     /// Records the policy evaluations behind one answer.
     pub fn observe_policies(&self, policies: &[PolicyResult]) {
         for p in policies {
-            (self.inner.policy_evaluations)
+            (self.families.policy_evaluations)
                 .get_or_create(&PolicyResultLabels {
                     policy: p.policy.clone(),
                     result: p.result,
                 })
                 .inc();
-            (self.inner.policy_duration)
+            (self.families.policy_duration)
                 .get_or_create(&PolicyLabels {
                     policy: p.policy.clone(),
                 })
@@ -427,7 +369,7 @@ impl Metrics {
 
     /// Counts an object patched by `profile`.
     pub fn inc_mutations(&self, profile: &str) {
-        self.inner
+        self.families
             .mutations
             .get_or_create(&ProfileLabels {
                 profile: profile.to_string(),
@@ -437,7 +379,7 @@ impl Metrics {
 
     /// Adds `delta` to the open connections of `listener`.
     pub fn add_open_connections(&self, listener: &'static str, delta: i64) {
-        self.inner
+        self.families
             .open_connections
             .get_or_create(&ListenerLabels { listener })
             .inc_by(delta);
@@ -445,7 +387,7 @@ impl Metrics {
 
     /// Counts a connection of `listener` closed for `reason` (a timeout).
     pub fn inc_connections_closed(&self, listener: &'static str, reason: &'static str) {
-        self.inner
+        self.families
             .connections_closed
             .get_or_create(&ClosedLabels { listener, reason })
             .inc();
@@ -455,7 +397,7 @@ impl Metrics {
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
 }

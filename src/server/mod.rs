@@ -345,21 +345,10 @@ impl Server {
     /// `drain_window`), at most `drain_timeout` later; a second trigger
     /// returns at once.
     pub async fn run(self) -> anyhow::Result<()> {
-        let Server {
-            config,
-            listener,
-            metrics_listener,
-            health_listener,
-            max_connections,
-            resolver,
-            certs,
-            acceptor,
-            state,
-            report,
-        } = self;
+        let (config, state, resolver) = (self.config, self.state, self.resolver);
         let shutdown = state.shutdown.clone();
         // Held (or aborted on return) for as long as the server runs.
-        let (_reloader, _follower) = match certs {
+        let (_reloader, _follower) = match self.certs {
             CertSource::Files(cert, key) => (
                 Some(CertReloader::spawn(
                     resolver,
@@ -384,7 +373,11 @@ impl Server {
             drain_window: config.drain_window,
             write: config.write_timeout,
         };
-        if let Some(addr) = metrics_listener.as_ref().and_then(|l| l.local_addr().ok()) {
+        if let Some(addr) = self
+            .metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+        {
             tracing::info!(metrics_addr = %addr, "serving metrics");
         }
         // Plain HTTP, served until the process ends.
@@ -400,16 +393,20 @@ impl Server {
             ));
             tokio::spawn(edge.accept_until(listener, std::future::pending()))
         };
-        let metrics_task = metrics_listener.map(|l| {
-            let app = handlers::metrics_router(state.clone(), report);
+        let metrics_task = self.metrics_listener.map(|l| {
+            let app = handlers::metrics_router(state.clone(), self.report);
             plain("metrics", l, app, timeouts, conn::METRICS_MAX_CONNECTIONS)
         });
         // The kubelet's probes get a listener of their own: nothing sent
         // to the webhook or metrics ports can keep them waiting.
-        if let Some(addr) = health_listener.as_ref().and_then(|l| l.local_addr().ok()) {
+        if let Some(addr) = self
+            .health_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+        {
             tracing::info!(health_addr = %addr, "serving probes");
         }
-        let health_task = health_listener.map(|l| {
+        let health_task = self.health_listener.map(|l| {
             let app = handlers::health_router(state.clone());
             let timeouts = Timeouts {
                 header_read: conn::HEALTH_HEADER_READ,
@@ -417,14 +414,14 @@ impl Server {
             };
             plain("health", l, app, timeouts, conn::HEALTH_MAX_CONNECTIONS)
         });
-        tracing::info!(addr = %listener.local_addr()?, "serving admission webhooks");
+        tracing::info!(addr = %self.listener.local_addr()?, "serving admission webhooks");
 
         let edge = Arc::new(Edge::new(
             "webhook",
-            Some(acceptor),
+            Some(self.acceptor),
             handlers::router(state.clone()),
             timeouts,
-            max_connections,
+            self.max_connections,
             state.metrics.clone(),
             shutdown.clone(),
         ));
@@ -439,7 +436,9 @@ impl Server {
                 }
             }
         };
-        edge.clone().accept_until(listener, stop_accepting).await;
+        edge.clone()
+            .accept_until(self.listener, stop_accepting)
+            .await;
         tracing::info!(
             connections = edge.open(),
             "stopped accepting connections; draining in-flight requests"

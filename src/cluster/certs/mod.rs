@@ -39,7 +39,7 @@ impl ManagedCerts {
         let first = loop {
             match manager.check(SystemTime::now()).await {
                 Some(pair) => break pair,
-                None => tokio::time::sleep(manager.settings.check_interval).await,
+                None => tokio::time::sleep(manager.settings.options.check_interval).await,
             }
         };
         let (publish, serving) = watch::channel(first);
@@ -80,7 +80,7 @@ struct Manager {
 
 impl Manager {
     fn new(client: kube::Client, settings: Settings) -> Manager {
-        let elector = settings.lease.as_ref().map(|lease| {
+        let elector = settings.options.lease.as_ref().map(|lease| {
             LeaderElector::new(
                 ClusterLease::new(client.clone(), &settings.namespace, lease),
                 settings.identity.clone(),
@@ -88,11 +88,15 @@ impl Manager {
             )
         });
         Manager {
-            secret: SecretStore::new(client.clone(), &settings.namespace, &settings.secret),
+            secret: SecretStore::new(
+                client.clone(),
+                &settings.namespace,
+                &settings.options.secret,
+            ),
             webhooks: WebhookConfigurations::new(
                 client,
-                settings.mutating_webhook.as_deref(),
-                settings.validating_webhook.as_deref(),
+                settings.options.mutating_webhook.as_deref(),
+                settings.options.validating_webhook.as_deref(),
             ),
             elector,
             settings,
@@ -105,7 +109,7 @@ impl Manager {
     async fn run(mut self, publish: watch::Sender<Pair>, mut stopped: watch::Receiver<bool>) {
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(self.settings.check_interval) => {}
+                _ = tokio::time::sleep(self.settings.options.check_interval) => {}
                 _ = stopped.wait_for(|s| *s) => break,
             }
             if let Some(pair) = self.check(SystemTime::now()).await {
@@ -165,13 +169,13 @@ impl Manager {
         let Some(stored) = stored else {
             return Err(format!(
                 "waiting for the elected replica to create Secret {}/{}",
-                self.settings.namespace, self.settings.secret
+                self.settings.namespace, self.settings.options.secret
             ));
         };
         let material = stored.material.map_err(|why| {
             format!(
                 "Secret {}/{} is incomplete ({why}); waiting for the elected replica to fix it",
-                self.settings.namespace, self.settings.secret
+                self.settings.namespace, self.settings.options.secret
             )
         })?;
         let pair = material.serving.clone();
@@ -185,7 +189,7 @@ impl Manager {
         let (read, resource_version, exists) = match stored {
             Some(stored) => {
                 if let Err(why) = &stored.material {
-                    tracing::warn!(secret = %self.settings.secret, "the certificate Secret is incomplete ({why}); replacing it");
+                    tracing::warn!(secret = %self.settings.options.secret, "the certificate Secret is incomplete ({why}); replacing it");
                 }
                 (stored.material.ok(), stored.resource_version, true)
             }
@@ -206,7 +210,7 @@ impl Manager {
             bundle.as_deref(),
             confirmed,
             &self.settings.names,
-            &self.settings.lifetimes,
+            &self.settings.options.lifetimes,
             now,
         )
         .map_err(|e| format!("cannot make certificates: {e}"))?;
@@ -225,7 +229,7 @@ impl Manager {
                     } else {
                         what.join(", ")
                     };
-                    tracing::info!(secret = %self.settings.secret, change = %what, "certificate Secret written");
+                    tracing::info!(secret = %self.settings.options.secret, change = %what, "certificate Secret written");
                 }
                 Err(WriteError::Conflict) => {
                     return Err(
@@ -267,7 +271,7 @@ impl Manager {
     fn read_error(&self, err: kube::Error) -> String {
         format!(
             "cannot read Secret {}/{}: {err}",
-            self.settings.namespace, self.settings.secret
+            self.settings.namespace, self.settings.options.secret
         )
     }
 
@@ -296,7 +300,7 @@ mod tests {
             ]
         );
         let mut slow = settings.clone();
-        slow.check_interval = Duration::from_secs(300);
+        slow.options.check_interval = Duration::from_secs(300);
         assert!(slow
             .check()
             .unwrap_err()
@@ -308,7 +312,7 @@ mod tests {
         bad.names = vec!["not a name".into()];
         assert!(bad.check().unwrap_err().contains("not a name"));
         let mut never = settings;
-        never.check_interval = Duration::ZERO;
+        never.options.check_interval = Duration::ZERO;
         assert!(never.check().is_err());
     }
 }
