@@ -34,6 +34,9 @@ pub const AUDITED: &[(&str, &str)] = &[
     ("kueue.x-k8s.io", "LocalQueue"),
     ("resource.k8s.io", "ResourceClaim"),
     ("resource.k8s.io", "ResourceClaimTemplate"),
+    // Counted, not judged: the GPUs DRA serves on nodes.
+    ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "ResourceSlice"),
 ];
 
 /// The kinds an audit reads: [`AUDITED`] and the workload custom
