@@ -114,13 +114,7 @@ fn cases() -> Vec<(Value, Value, bool)> {
 }
 
 fn review(object: &Value, uid: &str) -> Value {
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"],
-        "operation": "CREATE",
-        "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
-        "object": object, "oldObject": null, "dryRun": false}})
+    common::admission_review(uid, "CREATE", object, None, "alice@example.com")
 }
 
 /// What `serve` answers for the CREATE of `pod`: `/mutate`, then
@@ -152,15 +146,19 @@ fn unnamed(message: &str) -> String {
     })
 }
 
-fn run(args: &[&str], files: &[&std::path::Path]) -> Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-        .args(args)
-        .args(
-            files
-                .iter()
-                .flat_map(|f| [std::ffi::OsStr::new("-f"), f.as_os_str()]),
-        )
-        .env_remove("KUBERNETES_SERVICE_HOST")
+/// The JSON `gpu-admission` prints for `args`, `-f` each of `files`,
+/// reading the cluster of `kubeconfig` if given.
+fn run(args: &[&str], files: &[&std::path::Path], kubeconfig: Option<&std::path::Path>) -> Value {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"));
+    command.args(args);
+    for file in files {
+        command.arg("-f").arg(file);
+    }
+    if let Some(kubeconfig) = kubeconfig {
+        command.env("KUBECONFIG", kubeconfig);
+    }
+    let out = (command.env_remove("KUBERNETES_SERVICE_HOST"))
+        .env_remove("KUBERNETES_SERVICE_PORT")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -250,7 +248,7 @@ async fn dra_served_gpu_nodes_are_judged_as_device_plugin_gpu_nodes_by_serve_eva
         "--cluster",
         cluster,
     ];
-    let offline = run(&args, &[&manifest]);
+    let offline = run(&args, &[&manifest], None);
     for (pod, result) in pods.iter().zip(offline.as_array().unwrap()) {
         let name = pod["metadata"]["name"].as_str().unwrap();
         let (served, served_message, _) = serve_verdict(&server, pod).await;
@@ -275,7 +273,7 @@ async fn dra_served_gpu_nodes_are_judged_as_device_plugin_gpu_nodes_by_serve_eva
     };
     let pods_file = dir.path().join("running.json");
     write_list(&pods_file, std::slice::from_ref(&running));
-    let report = run(&["audit", "-o", "json"], &[&dump, &pods_file]);
+    let report = run(&["audit", "-o", "json"], &[&dump, &pods_file], None);
     let nodes = &report["nodes"];
     assert_eq!(nodes["gpuNodes"], 4, "{nodes}");
     assert_eq!(nodes["gpusAllocatable"], 8 + 8 + 2 + 2, "{nodes}");
@@ -296,7 +294,7 @@ async fn dra_served_gpu_nodes_are_judged_as_device_plugin_gpu_nodes_by_serve_eva
     // size).
     let bare = dir.path().join("bare.json");
     write_list(&bare, &fake.read(|c| c.objects(&NODES)));
-    let report = run(&["audit", "-o", "json"], &[&bare, &pods_file]);
+    let report = run(&["audit", "-o", "json"], &[&bare, &pods_file], None);
     assert!(listed(&report, ONPREM_DRA).is_none());
     assert_eq!(listed(&report, A100_DRA).unwrap()["gpusAllocatable"], 0);
 
@@ -304,23 +302,10 @@ async fn dra_served_gpu_nodes_are_judged_as_device_plugin_gpu_nodes_by_serve_eva
         cluster.apply(running.clone());
     });
     let kubeconfig = fake.kubeconfig(dir.path());
-    let report = tokio::task::spawn_blocking(move || {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-            .args(["audit", "-o", "json"])
-            .env("KUBECONFIG", &kubeconfig)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("KUBERNETES_SERVICE_PORT")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<Value>(&out.stdout).unwrap()
-    })
-    .await
-    .unwrap();
+    let args = ["audit", "-o", "json"];
+    let report = tokio::task::spawn_blocking(move || run(&args, &[], Some(&kubeconfig)))
+        .await
+        .unwrap();
     assert_eq!(
         report["nodes"]["gpusAllocatable"], 20,
         "{}",
