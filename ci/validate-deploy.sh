@@ -666,6 +666,7 @@ def report_overlay(base, report, ns):
                ("infrastructure.cluster.x-k8s.io", "azureasomanagedmachinepools"),
                ("infrastructure.cluster.x-k8s.io", "azureasomanagedcontrolplanes"),
                ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates"),
+               ("resource.k8s.io", "deviceclasses"), ("resource.k8s.io", "resourceslices"),
                ("gpu-admission.io", "gpupolicyexceptions")]
     # The workload custom resources of policies/workload-kinds.yaml.
     audited += [(g, r) for g, rs in (
@@ -717,9 +718,11 @@ def report_overlay(base, report, ns):
     check({(g, r) for g, r, _, _, _ in base_granted} <= {("", "namespaces"), ("", "nodes"), ("karpenter.sh", "nodepools"),
                                                            ("resource.k8s.io", "resourceclaims"),
                                                            ("resource.k8s.io", "resourceclaimtemplates"),
+                                                           ("resource.k8s.io", "deviceclasses"),
+                                                           ("resource.k8s.io", "resourceslices"),
                                                            ("authorization.k8s.io", "subjectaccessreviews"),
                                                            ("gpu-admission.io", "gpupolicyexceptions")},
-          f"{BASE}: the base grants the server only namespaces, nodes, NodePools, DRA claims, GpuPolicyExceptions "
+          f"{BASE}: the base grants the server only namespaces, nodes, NodePools, DRA claims and devices, GpuPolicyExceptions "
           f"and SubjectAccessReviews, got {sorted(base_granted)}")
     check(not any(v not in ("get", "list", "watch") for g, r, v, _, _ in base_granted if r in ("nodes", "nodepools")),
           f"{BASE}: the server only reads nodes and NodePools")

@@ -36,10 +36,18 @@ pub const AUDITED: &[(&str, &str)] = &[
     ("resource.k8s.io", "ResourceClaimTemplate"),
 ];
 
-/// The kinds an audit reads: [`AUDITED`] and the workload custom
-/// resources of the policy set's `PodTemplateSource` documents.
+/// Kinds the audit reads beside the judged ones, held with them: the GPUs
+/// DRA serves on nodes as an extended resource (counted, not judged).
+pub const DRA_DEVICES: [(&str, &str); 2] = [
+    ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "ResourceSlice"),
+];
+
+/// The kinds an audit reads: [`AUDITED`], [`DRA_DEVICES`] and the
+/// workload custom resources of the policy set's `PodTemplateSource`
+/// documents.
 pub fn audited_kinds(sources: &crate::k8s::TemplateSources) -> Vec<(&str, &str)> {
-    let mut kinds: Vec<(&str, &str)> = AUDITED.to_vec();
+    let mut kinds: Vec<(&str, &str)> = [AUDITED, &DRA_DEVICES[..]].concat();
     for source in sources.custom() {
         let kind = (source.group.as_str(), source.kind.as_str());
         if !kinds.contains(&kind) {

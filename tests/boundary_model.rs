@@ -24,6 +24,11 @@
 //! the container it adds is judged with the pod's own, pinned in the same
 //! `/mutate` call.
 //!
+//! Some GPU nodes publish their GPUs through DRA (KEP-5004: a DeviceClass
+//! serving `nvidia.com/gpu`, a ResourceSlice per node, no `nvidia.com/gpu`
+//! allocatable, and maybe no GPU label): the reference counts their GPUs
+//! like any other, so the server must too.
+//!
 //! 10,000 cases per run in a release build (CI runs it so), 500 in a
 //! debug build, where `cargo test` waits on it; `BOUNDARY_CASES` overrides
 //! either. The seed is printed, and `BOUNDARY_SEED` replays one.
@@ -48,6 +53,10 @@ struct Node {
     tainted: bool,
     /// AKS's accelerator label and the GPU Operator's, on a GPU node.
     gpu_labels: bool,
+    /// Its GPUs are served by DRA (KEP-5004): a ResourceSlice of NVIDIA's
+    /// driver, whose DeviceClass serves `nvidia.com/gpu`, and neither
+    /// `nvidia.com/gpu` allocatable nor a GPU label.
+    dra: bool,
 }
 
 impl Node {
@@ -79,11 +88,32 @@ impl Node {
             allocatable: [("cpu".to_string(), "4".to_string())]
                 .into_iter()
                 .chain(
-                    (self.gpus > 0).then(|| ("nvidia.com/gpu".to_string(), self.gpus.to_string())),
+                    (self.gpus > 0 && !self.dra)
+                        .then(|| ("nvidia.com/gpu".to_string(), self.gpus.to_string())),
                 )
                 .collect(),
         }
     }
+}
+
+/// The DeviceClass serving `nvidia.com/gpu` from NVIDIA's DRA driver and
+/// the ResourceSlice of each node whose GPUs DRA serves, as the API
+/// server lists them.
+fn dra_objects(nodes: &[Node]) -> Vec<Value> {
+    let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com", "creationTimestamp": "2026-09-01T10:00:00Z"},
+        "spec": {"extendedResourceName": "nvidia.com/gpu", "selectors": [{"cel": {"expression":
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}});
+    let slices = nodes.iter().filter(|n| n.dra && n.gpus > 0).map(|n| {
+        let devices: Vec<Value> = (0..n.gpus)
+            .map(|i| json!({"name": format!("gpu-{i}"), "attributes": {"type": {"string": "gpu"}}}))
+            .collect();
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": format!("{}-gpu.nvidia.com", n.name)},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": n.name,
+                "pool": {"name": n.name, "generation": 1, "resourceSliceCount": 1}, "devices": devices}})
+    });
+    std::iter::once(class).chain(slices).collect()
 }
 
 /// One container of the generated pod.
@@ -228,6 +258,7 @@ fn nodes() -> impl Strategy<Value = Vec<Node>> {
         0u32..3,
         prop::bool::weighted(0.8),
         any::<bool>(),
+        any::<bool>(),
     );
     prop::collection::vec(node, 0..4).prop_map(|more| {
         // A CPU node always: the system pool.
@@ -237,8 +268,9 @@ fn nodes() -> impl Strategy<Value = Vec<Node>> {
             gpus: 0,
             tainted: false,
             gpu_labels: false,
+            dra: false,
         }];
-        for (i, (pool, gpus, tainted, labels)) in more.into_iter().enumerate() {
+        for (i, (pool, gpus, tainted, labels, dra)) in more.into_iter().enumerate() {
             let pool = POOLS[pool];
             let gpus = if pool == "gpupool" || pool == "a100" {
                 gpus.max(1)
@@ -250,7 +282,10 @@ fn nodes() -> impl Strategy<Value = Vec<Node>> {
                 pool,
                 gpus,
                 tainted: gpus > 0 && tainted,
-                gpu_labels: labels,
+                // A DRA-served node here carries no GPU label: only its
+                // slices say it has GPUs.
+                gpu_labels: labels && !dra,
+                dra: gpus > 0 && dra,
             });
         }
         nodes
@@ -838,6 +873,8 @@ struct Seen {
     hidden_by_default: u32,
     hidden_allowed: u32,
     sidecars: u32,
+    /// Pods asking for no GPU that can land on a node whose GPUs DRA serves.
+    on_dra_nodes: u32,
 }
 
 fn check(
@@ -864,6 +901,8 @@ fn check(
     seen.leaks += u32::from(reference.leaks());
     seen.privileged += u32::from(reference.privileged_in_gpu_pod());
     seen.reaches_gpu_nodes += u32::from(reference.reaches_gpu_nodes());
+    seen.on_dra_nodes +=
+        u32::from(!reference.asks_gpu() && reference.reachable().iter().any(|n| n.dra));
     seen.mutated += u32::from(!outcome.patch.is_empty());
     seen.daemonset_injections +=
         u32::from(reference.daemonset_injection() && !reference.infrastructure());
@@ -880,6 +919,13 @@ fn check(
     prop_assert!(
         breach || denials.is_empty(),
         "clean by the reference, denied: {denials:?}"
+    );
+    // A pod that lands on GPU nodes by what it wrote is denied for that,
+    // whether the node's GPUs come from a device plugin or DRA.
+    prop_assert!(
+        !reference.reaches_gpu_nodes()
+            || denials.iter().any(|d| d.starts_with("gpu-node-isolation:")),
+        "reaches GPU nodes, not denied by gpu-node-isolation: {denials:?}"
     );
     if !breach {
         if outcome.allowed {
@@ -985,7 +1031,8 @@ fn the_boundary_agrees_with_the_reference_model() {
         .unwrap();
     // One server per node set would be slow: the node set is part of the
     // case, so the server's node cache is swapped through a shared lookup.
-    let nodes_now = std::sync::Arc::new(std::sync::RwLock::new(Vec::<NodeInfo>::new()));
+    let nodes_now =
+        std::sync::Arc::new(std::sync::RwLock::new((Vec::<NodeInfo>::new(), Vec::new())));
     let loaded = gpu_admission::bundle::load(&gpu_admission::bundle::PolicySource::Embedded)
         .expect("shipped policies load");
     let docs =
@@ -1001,7 +1048,7 @@ fn the_boundary_agrees_with_the_reference_model() {
     ));
     let seen = std::sync::Mutex::new(Seen::default());
     let result = runner.run(&(pod(), nodes()), |(pod, nodes)| {
-        *nodes_now.write().unwrap() = nodes.iter().map(Node::info).collect();
+        *nodes_now.write().unwrap() = (nodes.iter().map(Node::info).collect(), dra_objects(&nodes));
         let outcome = runtime.block_on(cluster.admit(&review(&pod)));
         check(&pod, &nodes, &outcome, &mut seen.lock().unwrap()).map_err(|e| {
             TestCaseError::fail(format!(
@@ -1046,6 +1093,13 @@ fn the_boundary_agrees_with_the_reference_model() {
                     "BOUNDARY_SEED={seed}: only {n} {what} in {cases} cases"
                 );
             }
+            // A pod that asks for no GPU, a node set with a DRA-served GPU
+            // node it can reach: rarer, about one case in fifty.
+            let n = seen.on_dra_nodes;
+            assert!(
+                n >= cases / 200,
+                "BOUNDARY_SEED={seed}: only {n} CPU pods that can land on DRA-served GPU nodes in {cases} cases"
+            );
         }
         Err(TestError::Fail(reason, _)) => {
             panic!("BOUNDARY_SEED={seed}: {reason}")
@@ -1054,15 +1108,18 @@ fn the_boundary_agrees_with_the_reference_model() {
     }
 }
 
-/// The nodes of the case being run.
-struct SharedNodes(std::sync::Arc<std::sync::RwLock<Vec<NodeInfo>>>);
+/// The nodes of the case being run, and the DRA objects serving GPUs on
+/// some of them.
+type CaseNodes = (Vec<NodeInfo>, Vec<Value>);
+struct SharedNodes(std::sync::Arc<std::sync::RwLock<CaseNodes>>);
 
 impl gpu_admission::gpu::NodeLookup for SharedNodes {
     fn nodes(&self) -> Option<std::sync::Arc<gpu_admission::gpu::NodeSnapshot>> {
-        let nodes = self.0.read().unwrap().clone();
+        let (nodes, dra) = self.0.read().unwrap().clone();
         Some(std::sync::Arc::new(gpu_admission::gpu::NodeSnapshot::new(
             nodes,
             Vec::new(),
+            &gpu_admission::gpu::DraDevices::read(&dra),
         )))
     }
 }

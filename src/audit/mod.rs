@@ -21,6 +21,8 @@ pub use prices::{Money, Prices};
 use crate::admission::Admission;
 use crate::exceptions::Exception;
 use crate::gpu::capacity::CapacityRequest;
+use crate::gpu::dra_devices::is_dra_device_object;
+use crate::gpu::DraDevices;
 use crate::k8s::json::Pointer as _;
 use crate::offline::build_request;
 use crate::policy::VALIDATION_FAILURE_ANNOTATION;
@@ -194,11 +196,18 @@ pub fn known_exceptions(admission: &Admission) -> Vec<Arc<Exception>> {
     known
 }
 
-/// The node report on `nodes` with what `ledger` saw of the pods, now.
-pub fn account_nodes(admission: &Admission, nodes: &[Value], ledger: &PodLedger) -> NodeReport {
+/// The node report on `nodes`, with the GPUs `devices` serves on them,
+/// and what `ledger` saw of the pods, now.
+pub fn account_nodes(
+    admission: &Admission,
+    nodes: &[Value],
+    devices: &DraDevices,
+    ledger: &PodLedger,
+) -> NodeReport {
     let placement = &admission.bundle().placement;
     nodes::account(
         nodes,
+        devices,
         ledger,
         placement.catalog(),
         placement.gpu_resources(),
@@ -232,7 +241,11 @@ pub fn audit_workloads(admission: &Admission, objects: &[Value]) -> (Report, Pod
     for object in objects {
         report.objects += 1;
         ledger.add(object, resources);
-        if is_node(object) || exceptions::is_exception(object) || owned_by_input(object, &uids) {
+        if is_node(object)
+            || is_dra_device_object(object)
+            || exceptions::is_exception(object)
+            || owned_by_input(object, &uids)
+        {
             continue;
         }
         report.evaluated += 1;

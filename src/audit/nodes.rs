@@ -9,7 +9,7 @@ use crate::gpu::catalog::Catalog;
 use crate::gpu::reach::is_gpu_node;
 use crate::gpu::request::{parse_count, pod_gpu_request};
 use crate::gpu::taints::is_gpu_taint;
-use crate::gpu::GpuResources;
+use crate::gpu::{DraDevices, GpuResources};
 use crate::k8s::json::Pointer as _;
 use crate::k8s::NodeInfo;
 use k8s_openapi::jiff::Timestamp;
@@ -206,10 +206,11 @@ pub const RETIRED_SIZE: &str = "gpu-node-retired-size";
 pub const UNSUPPORTED_SIZE: &str = "gpu-node-unsupported-size";
 pub const IDLE: &str = "gpu-node-idle";
 
-/// The report on `nodes` (Node objects), given what `ledger` saw of the
-/// pods, measured at `now`.
+/// The report on `nodes` (Node objects, with the GPUs `devices` serves
+/// on them), given what `ledger` saw of the pods, measured at `now`.
 pub fn account(
     nodes: &[Value],
+    devices: &DraDevices,
     ledger: &PodLedger,
     catalog: &Catalog,
     resources: &GpuResources,
@@ -222,7 +223,8 @@ pub fn account(
     };
     let mut pools: BTreeMap<(String, String), PoolRow> = BTreeMap::new();
     for node in nodes {
-        let info = NodeInfo::from_value(node);
+        let mut info = NodeInfo::from_value(node);
+        devices.add_to(&mut info);
         if !is_gpu_node(&info, resources, catalog) {
             continue;
         }
@@ -396,7 +398,48 @@ mod tests {
 
     fn account_now(nodes: &[Value], ledger: &PodLedger) -> NodeReport {
         let now = "2026-11-30T00:00:00Z".parse().unwrap();
-        account(nodes, ledger, Catalog::embedded_shared(), &resources(), now)
+        account(
+            nodes,
+            &DraDevices::default(),
+            ledger,
+            Catalog::embedded_shared(),
+            &resources(),
+            now,
+        )
+    }
+
+    #[test]
+    fn gpus_dra_serves_count_as_the_nodes_allocatable_gpus() {
+        let mut dra = node("dra-1", "gpunp", "Standard_NC48ads_A100_v4", "0", true);
+        dra["status"]["allocatable"] = json!({"cpu": "23"});
+        let devices = DraDevices::read(&[
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+                "spec": {"extendedResourceName": "nvidia.com/gpu",
+                    "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}),
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+                "spec": {"driver": "gpu.nvidia.com", "nodeName": "dra-1", "pool": {"name": "dra-1", "generation": 1},
+                    "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}),
+        ]);
+        let mut ledger = PodLedger::default();
+        ledger.add(&pod("p1", "dra-1", "1", "Running"), &resources());
+        let now = "2026-11-30T00:00:00Z".parse().unwrap();
+        let report = account(
+            &[dra],
+            &devices,
+            &ledger,
+            Catalog::embedded_shared(),
+            &resources(),
+            now,
+        );
+        assert_eq!(report.gpu_nodes, 1);
+        assert_eq!(
+            (
+                report.gpus_allocatable,
+                report.gpus_requested,
+                report.gpus_idle
+            ),
+            (2, 1, 1)
+        );
     }
 
     #[test]

@@ -7,13 +7,14 @@
 //! capacity objects, DRA claims, exceptions), which the run holds until
 //! the Pods come, then Pods a page at a time, each page judged and
 //! dropped. A pod whose controller was read is judged through it. Where a
-//! pod can land is judged against the Nodes (and Karpenter NodePools) the
-//! run read, whatever node lookup the Admission has: a dump is judged as
+//! pod can land is judged against the Nodes (with Karpenter NodePools and
+//! the GPUs DRA DeviceClasses and ResourceSlices serve on nodes) the run
+//! read, whatever node lookup the Admission has: a dump is judged as
 //! the cluster it was taken from.
 use super::{exceptions, InvalidException, PodLedger, Report};
 use crate::admission::Admission;
 use crate::gpu::capacity::PoolKind;
-use crate::gpu::StaticNodes;
+use crate::gpu::{DraDevices, StaticNodes};
 use crate::k8s::json::Pointer as _;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -29,6 +30,8 @@ pub struct Run<'a> {
     nodes: Option<Vec<Value>>,
     /// The kinds other than Pods, until the first page of Pods.
     held: Vec<Value>,
+    /// What DRA serves on the nodes, read from the held objects.
+    devices: DraDevices,
     /// Once the held objects are judged: the report so far, what the pods
     /// said of their nodes, and the uids of the held objects.
     judged: Option<(Report, PodLedger, HashSet<String>)>,
@@ -41,6 +44,7 @@ impl<'a> Run<'a> {
             with_nodes: None,
             nodes: None,
             held: Vec::new(),
+            devices: DraDevices::default(),
             judged: None,
         }
     }
@@ -104,7 +108,7 @@ impl<'a> Run<'a> {
         exceptions::list(&mut report, &known, invalid, admission.exceptions().now());
         report.nodes = self
             .nodes
-            .map(|nodes| super::account_nodes(admission, &nodes, &ledger));
+            .map(|nodes| super::account_nodes(admission, &nodes, &self.devices, &ledger));
         report.held_pods = ledger.into_held();
         report
     }
@@ -113,12 +117,13 @@ impl<'a> Run<'a> {
     /// end), and lets them go.
     fn judge_held(&mut self) -> &mut (Report, PodLedger, HashSet<String>) {
         if self.judged.is_none() {
+            self.devices = DraDevices::read(&self.held);
             self.with_nodes = self.nodes.as_ref().map(|nodes| {
                 let pools = (self.held.iter())
                     .filter(|o| PoolKind::of(o) == Some(PoolKind::NodePool))
                     .cloned()
                     .collect();
-                let lookup = StaticNodes::of_objects(nodes, pools);
+                let lookup = StaticNodes::of_objects(nodes, pools, &self.devices);
                 self.admission.judging_nodes(Arc::new(lookup))
             });
         }

@@ -1,8 +1,10 @@
 //! A dump of a cluster (`kubectl get nodes,nodepools,namespaces -o json`,
 //! the files `audit -f` reads) as the offline commands use it: the nodes
-//! pods are judged against and each namespace's labels.
+//! pods are judged against (with the GPUs DRA DeviceClasses and
+//! ResourceSlices serve on them) and each namespace's labels.
 use crate::gpu::capacity::PoolKind;
-use crate::gpu::StaticNodes;
+use crate::gpu::dra_devices::is_dra_device_object;
+use crate::gpu::{DraDevices, StaticNodes};
 use crate::k8s::namespaces::with_name_label;
 use crate::offline;
 use serde_json::Value;
@@ -10,17 +12,20 @@ use std::collections::BTreeMap;
 
 /// What a dump of a cluster (`kubectl get nodes,nodepools,namespaces -o
 /// json`, the files `audit -f` reads) says of where pods land and of its
-/// namespaces: its Nodes, its Karpenter NodePools and its Namespaces.
-/// Other objects of the dump are left out.
+/// namespaces: its Nodes, its Karpenter NodePools, its DRA DeviceClasses
+/// and ResourceSlices and its Namespaces. Other objects of the dump are
+/// left out.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterDump {
     pub nodes: Vec<Value>,
     pub pools: Vec<Value>,
+    pub devices: Vec<Value>,
     pub namespaces: Vec<Value>,
 }
 
 impl ClusterDump {
-    /// The Nodes, NodePools and Namespaces of `files`.
+    /// The Nodes, NodePools, DeviceClasses, ResourceSlices and Namespaces
+    /// of `files`.
     pub fn read(files: &[std::path::PathBuf]) -> anyhow::Result<ClusterDump> {
         let mut dump = ClusterDump::default();
         for file in files {
@@ -29,6 +34,8 @@ impl ClusterDump {
                     dump.nodes.push(object);
                 } else if PoolKind::of(&object) == Some(PoolKind::NodePool) {
                     dump.pools.push(object);
+                } else if is_dra_device_object(&object) {
+                    dump.devices.push(object);
                 } else if is_namespace(&object) {
                     dump.namespaces.push(object);
                 }
@@ -39,13 +46,18 @@ impl ClusterDump {
     }
 
     /// The nodes pods are judged against, as `serve` judges them against
-    /// the nodes and NodePools it watches; `None` when the dump holds
+    /// the nodes, NodePools and DRA devices it watches; `None` when the dump holds
     /// neither (pods are then judged by labels, as without a cluster).
     pub fn node_lookup(&self) -> Option<StaticNodes> {
         if self.nodes.is_empty() && self.pools.is_empty() {
             return None;
         }
-        Some(StaticNodes::of_objects(&self.nodes, self.pools.clone()))
+        let devices = DraDevices::read(&self.devices);
+        Some(StaticNodes::of_objects(
+            &self.nodes,
+            self.pools.clone(),
+            &devices,
+        ))
     }
 
     /// Each Namespace of the dump and its labels: `base` (the labels given
@@ -100,16 +112,22 @@ mod tests {
                 "spec": {"template": {"spec": {"requirements": []}}}},
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "research",
                 "labels": {"gpu-admission.io/tier": "standard"}}},
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "research"}}
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "research"}},
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "dgx-1"}},
+            {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+                "spec": {"extendedResourceName": "nvidia.com/gpu"}},
+            {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "dgx-1-gpus"},
+                "spec": {"driver": "gpu.nvidia.com", "nodeName": "dgx-1", "pool": {"name": "dgx-1"},
+                    "devices": [{"name": "gpu-0"}]}}
         ]});
         std::fs::write(&path, dump.to_string()).unwrap();
         let read = ClusterDump::read(&[path]).unwrap();
-        assert_eq!(
-            (read.nodes.len(), read.pools.len(), read.namespaces.len()),
-            (1, 1, 1)
-        );
+        let counts = (read.nodes.len(), read.pools.len(), read.devices.len());
+        assert_eq!((counts, read.namespaces.len()), ((2, 1, 2), 1));
         let snapshot = crate::gpu::NodeLookup::nodes(&read.node_lookup().unwrap()).unwrap();
-        assert_eq!(snapshot.nodes.len(), 1);
+        assert_eq!(snapshot.nodes.len(), 2);
+        // The GPU DRA serves on a node is counted as its own.
+        assert_eq!(snapshot.nodes[1].allocatable["nvidia.com/gpu"], "1");
         // The namespace's own labels win over the command line's.
         let base = BTreeMap::from([
             ("gpu-admission.io/tier".to_string(), "premium".to_string()),

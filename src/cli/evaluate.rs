@@ -41,7 +41,8 @@ pub struct EvaluateArgs {
     /// A dump of the cluster the manifest is for (`kubectl get
     /// nodes,nodepools,namespaces -o json`, as `audit -f` reads): where pods
     /// land (spec.nodeName, kubernetes.io/hostname, agent pool and any other
-    /// node label) is judged against its Nodes and Karpenter NodePools, and
+    /// node label) is judged against its Nodes, Karpenter NodePools and the
+    /// GPUs its DeviceClasses and ResourceSlices serve on nodes, and
     /// its Namespaces give their labels (tiers), as `serve` judges them in
     /// that cluster. Repeatable.
     #[arg(long = "cluster", value_name = "FILE")]

@@ -674,8 +674,9 @@ struct Lookups {
 /// service whose readiness gate opens on its first list (or once the
 /// cluster is known not to serve the kind): Namespaces (namespaceSelector,
 /// namespaceObject), DRA ResourceClaims and ResourceClaimTemplates (which
-/// pods claim GPUs; none before Kubernetes 1.34), Nodes and Karpenter
-/// NodePools (where pods can land; `--node-cache`), GpuPolicyExceptions
+/// pods claim GPUs; none before Kubernetes 1.34), Nodes with Karpenter
+/// NodePools, DeviceClasses and ResourceSlices (where pods can land and
+/// the GPUs of each node; `--node-cache`), GpuPolicyExceptions
 /// (`--policy-exceptions`). Outside a cluster, lookups that know nothing:
 /// selectors then see only `kubernetes.io/metadata.name`, which placement
 /// adds, and pods are judged by GPU node labels. In a cluster without a
@@ -743,6 +744,15 @@ async fn watch_cluster(
         let pools = Service::task("node pools", pools_task)
             .following(readiness.gate("node pools not synced"), pools);
         daemon.start([service, pools]);
+        let [classes, slices] = nodes.watch_devices(client.clone(), settings, metrics.clone());
+        tracing::info!("watching DeviceClasses and ResourceSlices for the GPUs DRA serves as extended resources (none before Kubernetes 1.34); ready once they are listed");
+        let names = [
+            ("device classes", "device classes not synced"),
+            ("resource slices", "resource slices not synced"),
+        ];
+        for ((watched, task), (name, gate)) in [classes, slices].into_iter().zip(names) {
+            daemon.start([Service::task(name, task).following(readiness.gate(gate), watched)]);
+        }
         lookups.nodes = Arc::new(nodes);
     } else {
         tracing::info!("node cache off: where pods can land is judged by GPU node labels alone");

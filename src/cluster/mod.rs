@@ -1,5 +1,6 @@
 //! Every conversation with the cluster: kube-apiserver (watched caches of
-//! Namespaces, Nodes and NodePools, DRA claims and GpuPolicyExceptions;
+//! Namespaces, Nodes with NodePools and DRA devices, DRA claims and
+//! GpuPolicyExceptions;
 //! pages of any kind for the audit; leases, PolicyReport writes, SubjectAccessReviews,
 //! the certificates kept in a Secret) and Prometheus (GPU utilization).
 //! Domain modules receive what is read here as values and never hold a

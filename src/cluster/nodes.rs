@@ -1,9 +1,10 @@
-//! The cluster's Nodes (and Karpenter NodePools) as the GPU boundary
-//! reads them, kept current by a watch. Everything else a Node carries
+//! The cluster's Nodes (with Karpenter NodePools, and the DRA
+//! DeviceClasses and ResourceSlices that serve GPUs on nodes) as the GPU
+//! boundary reads them, kept current by watches. Everything else a Node carries
 //! (images, conditions, addresses, annotations) is dropped before it is
 //! stored, so the cache stays small on clusters of thousands of nodes.
 use super::watch::{self, CacheMetrics, Event, Kind, Settings, Watched};
-use crate::gpu::{NodeLookup, NodeSnapshot};
+use crate::gpu::{DraDevices, NodeLookup, NodeSnapshot};
 use crate::k8s::NodeInfo;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
@@ -41,7 +42,11 @@ struct Known {
     nodes: Relisted<NodeInfo>,
     /// The NodePools watched.
     pools: Relisted<Value>,
-    /// Of both, shared by requests until either changes.
+    /// DRA DeviceClasses and ResourceSlices, as far as [`DraDevices`]
+    /// reads them.
+    classes: Relisted<Value>,
+    slices: Relisted<Value>,
+    /// Of all, shared by requests until one changes.
     snapshot: Option<Arc<NodeSnapshot>>,
 }
 
@@ -161,6 +166,18 @@ impl ClusterNodes {
         }
     }
 
+    /// `resource.k8s.io/v1` DeviceClasses and ResourceSlices (KEP-5004:
+    /// a class may serve `nvidia.com/gpu` from the slices' devices): a
+    /// cluster before Kubernetes 1.34, or that refuses the list, has none.
+    pub fn device_kinds() -> [Kind; 2] {
+        let rbac = "get, list and watch on deviceclasses and resourceslices.resource.k8s.io (deploy/base/rbac.yaml)";
+        [
+            Kind::new("device classes", "resource.k8s.io", "v1", "deviceclasses"),
+            Kind::new("resource slices", "resource.k8s.io", "v1", "resourceslices"),
+        ]
+        .map(|kind| kind.forbidden_is_empty(rbac))
+    }
+
     /// Also watches Karpenter's NodePools with `client` into this cache.
     /// The task runs until aborted.
     pub fn watch_node_pools(
@@ -169,14 +186,73 @@ impl ClusterNodes {
         settings: Settings,
         metrics: CacheMetrics,
     ) -> (Watched, tokio::task::JoinHandle<()>) {
-        let pools = self.inner.clone();
-        watch::start(
+        let kind = ClusterNodes::pool_kind();
+        self.watch_into(
             client,
-            ClusterNodes::pool_kind(),
+            kind,
             settings,
             metrics,
-            watch::sink(move |event| apply_pool(&pools, event)),
+            |k| &mut k.pools,
+            pool_value,
         )
+    }
+
+    /// Also watches DeviceClasses and ResourceSlices ([`Self::device_kinds`])
+    /// with `client` into this cache. The tasks run until aborted.
+    pub fn watch_devices(
+        &self,
+        client: kube::Client,
+        settings: Settings,
+        metrics: CacheMetrics,
+    ) -> [(Watched, tokio::task::JoinHandle<()>); 2] {
+        let [classes, slices] = ClusterNodes::device_kinds();
+        let (c, m) = (client.clone(), metrics.clone());
+        [
+            self.watch_into(
+                c,
+                classes,
+                settings,
+                m,
+                |k| &mut k.classes,
+                |o| device_value("DeviceClass", o),
+            ),
+            self.watch_into(
+                client,
+                slices,
+                settings,
+                metrics,
+                |k| &mut k.slices,
+                |o| device_value("ResourceSlice", o),
+            ),
+        ]
+    }
+
+    /// Watches `kind` into the objects `held` picks, each read by `read`.
+    fn watch_into(
+        &self,
+        client: kube::Client,
+        kind: Kind,
+        settings: Settings,
+        metrics: CacheMetrics,
+        held: fn(&mut Known) -> &mut Relisted<Value>,
+        read: fn(&kube::api::DynamicObject) -> Option<(String, Value)>,
+    ) -> (Watched, tokio::task::JoinHandle<()>) {
+        let this = self.clone();
+        let sink = watch::sink(move |event| this.take(held, read, event));
+        watch::start(client, kind, settings, metrics, sink)
+    }
+
+    /// Takes one watch event of a kind watched beside the nodes.
+    fn take(
+        &self,
+        held: fn(&mut Known) -> &mut Relisted<Value>,
+        read: fn(&kube::api::DynamicObject) -> Option<(String, Value)>,
+        event: Event<kube::api::DynamicObject>,
+    ) {
+        let mut known = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if held(&mut known).take(event, read) {
+            known.snapshot = None;
+        }
     }
 }
 
@@ -195,11 +271,43 @@ fn pool_value(pool: &kube::api::DynamicObject) -> Option<(String, Value)> {
     ))
 }
 
-fn apply_pool(pools: &std::sync::RwLock<Known>, event: Event<kube::api::DynamicObject>) {
-    let mut known = pools.write().unwrap_or_else(|e| e.into_inner());
-    if known.pools.take(event, pool_value) {
-        known.snapshot = None;
+/// What [`DraDevices`] reads of a DeviceClass or ResourceSlice (`kind`):
+/// its name, creation time and the spec fields that say which devices
+/// serve which nodes; device attributes, capacities and counters, and a
+/// class's configuration, are dropped.
+fn device_value(kind: &str, object: &kube::api::DynamicObject) -> Option<(String, Value)> {
+    const KEPT: [&str; 9] = [
+        "extendedResourceName",
+        "selectors",
+        "driver",
+        "pool",
+        "nodeName",
+        "nodeSelector",
+        "allNodes",
+        "perDeviceNodeSelection",
+        "devices",
+    ];
+    let name = object.metadata.name.clone()?;
+    let mut spec = object.data.get("spec").cloned().unwrap_or_default();
+    if let Some(spec) = spec.as_object_mut() {
+        spec.retain(|k, _| KEPT.contains(&k.as_str()));
+        for device in spec
+            .get_mut("devices")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(device) = device.as_object_mut() {
+                device.retain(|k, _| KEPT[4..8].contains(&k.as_str()) || k == "name");
+            }
+        }
     }
+    let created = &object.metadata.creation_timestamp;
+    Some((
+        name.clone(),
+        serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": kind,
+            "metadata": {"name": name, "creationTimestamp": created}, "spec": spec}),
+    ))
 }
 
 /// Keeps only what [`NodeInfo`] reads.
@@ -236,9 +344,17 @@ impl NodeLookup for ClusterNodes {
             return Some(snapshot.clone());
         }
         let mut known = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let devices = DraDevices::read(
+            known
+                .classes
+                .held
+                .values()
+                .chain(known.slices.held.values()),
+        );
         let snapshot = Arc::new(NodeSnapshot::new(
             known.nodes.held.values().cloned().collect(),
             known.pools.held.values().cloned().collect(),
+            &devices,
         ));
         known.snapshot = Some(snapshot.clone());
         Some(snapshot)
@@ -294,6 +410,52 @@ mod tests {
             .map(|n| n.name.clone())
             .collect();
         assert_eq!(names, ["c"]);
+    }
+
+    #[test]
+    fn the_gpus_dra_serves_on_a_node_follow_the_device_watches() {
+        let nodes = ClusterNodes::default();
+        nodes.apply(Event::Init);
+        nodes.apply(Event::InitApply(node("dra-1", json!({}))));
+        nodes.apply(Event::InitDone);
+        let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": "gpu.nvidia.com", "creationTimestamp": "2026-09-01T10:00:00Z"},
+            "spec": {"extendedResourceName": "nvidia.com/gpu",
+                "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
+                "config": [{"opaque": {"driver": "gpu.nvidia.com", "parameters": {}}}]}});
+        let slice = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "dra-1-gpu.nvidia.com-x"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "dra-1",
+                "pool": {"name": "dra-1", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0", "attributes": {"productName": {"string": "NVIDIA A100"}},
+                    "capacity": {"memory": {"value": "80Gi"}}}]}});
+        let dynamic =
+            |v: &Value| serde_json::from_value::<kube::api::DynamicObject>(v.clone()).unwrap();
+        let gpus = || {
+            nodes.nodes().unwrap().nodes[0]
+                .allocatable
+                .get("nvidia.com/gpu")
+                .cloned()
+        };
+        assert_eq!(gpus(), None);
+        let classes = |o: &_| device_value("DeviceClass", o);
+        nodes.take(|k| &mut k.classes, classes, Event::Apply(dynamic(&class)));
+        let slices = |o: &_| device_value("ResourceSlice", o);
+        nodes.take(|k| &mut k.slices, slices, Event::Apply(dynamic(&slice)));
+        assert_eq!(gpus().as_deref(), Some("1"));
+        // Only what is read is kept.
+        let known = nodes.inner.read().unwrap();
+        assert_eq!(
+            known.slices.held["dra-1-gpu.nvidia.com-x"]["spec"]["devices"],
+            json!([{"name": "gpu-0"}])
+        );
+        assert_eq!(
+            known.classes.held["gpu.nvidia.com"]["spec"].get("config"),
+            None
+        );
+        drop(known);
+        nodes.take(|k| &mut k.slices, slices, Event::Delete(dynamic(&slice)));
+        assert_eq!(gpus(), None);
     }
 
     #[test]

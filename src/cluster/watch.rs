@@ -1,5 +1,6 @@
 //! One watched cache for every kind the server keeps (Namespaces, Nodes,
-//! NodePools, DRA claims, GpuPolicyExceptions): a paged list, then a watch
+//! NodePools, DRA claims, DeviceClasses and ResourceSlices,
+//! GpuPolicyExceptions): a paged list, then a watch
 //! from the list's resourceVersion, with the same start, relist and
 //! readiness rules for each.
 //!

@@ -4,6 +4,7 @@ mod azure_pools;
 pub mod capacity;
 pub mod catalog;
 pub mod claims;
+pub mod dra_devices;
 pub mod facts;
 pub mod fit;
 pub mod injection;
@@ -17,6 +18,7 @@ pub mod selection;
 pub mod taints;
 pub mod visibility;
 
+pub use dra_devices::DraDevices;
 pub use reach::{NoNodes, NodeLookup, NodeSnapshot, StaticNodes};
 pub use request::{
     pod_gpu_request, ContainerGpuRequest, ContainerKind, GpuQuantity, PodGpuRequest,

@@ -6,14 +6,15 @@
 use super::catalog::Catalog;
 use super::request::parse_count;
 use super::selection::SkuRequirement;
-use super::GpuResources;
+use super::{DraDevices, GpuResources};
 use crate::k8s::json::{items, str_at};
 use crate::k8s::{NodeInfo, NodeSelection, NodeSelectorRequirement, NodeSelectorTerm, Toleration};
 use arc_swap::ArcSwapOption;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// A node with GPUs: a GPU resource in its allocatable resources, or a
+/// A node with GPUs: a GPU resource in its allocatable resources (a
+/// device plugin's, or served by DRA: [`NodeSnapshot::new`]), or a
 /// label only GPU nodes carry (AKS's accelerator label, a GPU size,
 /// Karpenter's GPU count, the GPU Operator's and feature discovery's own).
 pub fn is_gpu_node(node: &NodeInfo, resources: &GpuResources, catalog: &Catalog) -> bool {
@@ -166,7 +167,12 @@ pub struct GpuNodes<'a> {
 }
 
 impl NodeSnapshot {
-    pub fn new(nodes: Vec<NodeInfo>, pools: Vec<Value>) -> NodeSnapshot {
+    /// `nodes`, each with the extended resources DRA serves on it
+    /// ([`DraDevices::add_to`]), and Karpenter `pools`.
+    pub fn new(mut nodes: Vec<NodeInfo>, pools: Vec<Value>, devices: &DraDevices) -> NodeSnapshot {
+        for node in &mut nodes {
+            devices.add_to(node);
+        }
         NodeSnapshot {
             nodes,
             pools,
@@ -181,7 +187,7 @@ impl NodeSnapshot {
     pub fn unlisted() -> NodeSnapshot {
         NodeSnapshot {
             listed: false,
-            ..NodeSnapshot::new(Vec::new(), Vec::new())
+            ..NodeSnapshot::new(Vec::new(), Vec::new(), &DraDevices::default())
         }
     }
 
@@ -250,19 +256,23 @@ pub struct StaticNodes(Arc<NodeSnapshot>);
 
 impl StaticNodes {
     pub fn new(nodes: Vec<NodeInfo>) -> StaticNodes {
-        StaticNodes(Arc::new(NodeSnapshot::new(nodes, Vec::new())))
+        StaticNodes::with_pools(nodes, Vec::new())
     }
 
-    /// Nodes and Karpenter NodePools, as a cluster's list or a dump of it
-    /// gives them.
-    pub fn of_objects(nodes: &[Value], pools: Vec<Value>) -> StaticNodes {
+    /// Nodes, Karpenter NodePools and the devices DRA serves on them, as a
+    /// cluster's list or a dump of it gives them.
+    pub fn of_objects(nodes: &[Value], pools: Vec<Value>, devices: &DraDevices) -> StaticNodes {
         let nodes = nodes.iter().map(NodeInfo::from_value).collect();
-        StaticNodes(Arc::new(NodeSnapshot::new(nodes, pools)))
+        StaticNodes(Arc::new(NodeSnapshot::new(nodes, pools, devices)))
     }
 
     /// [`StaticNodes::new`] with these Karpenter NodePools too.
     pub fn with_pools(nodes: Vec<NodeInfo>, pools: Vec<Value>) -> StaticNodes {
-        StaticNodes(Arc::new(NodeSnapshot::new(nodes, pools)))
+        StaticNodes(Arc::new(NodeSnapshot::new(
+            nodes,
+            pools,
+            &DraDevices::default(),
+        )))
     }
 }
 
@@ -411,7 +421,7 @@ mod tests {
     }
 
     fn judge(spec: Value) -> NodeReach {
-        let snapshot = NodeSnapshot::new(cluster(), Vec::new());
+        let snapshot = NodeSnapshot::new(cluster(), Vec::new(), &DraDevices::default());
         let catalog = Catalog::embedded();
         let nodes = snapshot.gpu_nodes(&GpuResources::default(), &catalog);
         reach(&spec, &nodes)
@@ -427,6 +437,40 @@ mod tests {
         let size = "node.kubernetes.io/instance-type";
         assert!(gpu(&[(size, "Standard_NC24ads_A100_v4")], 0));
         assert!(!gpu(&[(size, "Standard_D4s_v5")], 0));
+    }
+
+    #[test]
+    fn a_node_whose_gpus_dra_serves_is_a_gpu_node_with_that_many() {
+        let objects = [
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                "metadata": {"name": "gpu.nvidia.com"},
+                "spec": {"extendedResourceName": "nvidia.com/gpu",
+                    "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}),
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": "dra-1-gpu"},
+                "spec": {"driver": "gpu.nvidia.com", "nodeName": "dra-1",
+                    "pool": {"name": "dra-1", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}),
+        ];
+        let mut nodes = cluster();
+        nodes.push(node("dra-1", &[], 0, false));
+        let catalog = Catalog::embedded();
+        let resources = GpuResources::default();
+        let plain = NodeSnapshot::new(nodes.clone(), Vec::new(), &DraDevices::default());
+        let served = NodeSnapshot::new(nodes, Vec::new(), &DraDevices::read(&objects));
+        let bound = json!({"nodeName": "dra-1"});
+        assert!(reach(&bound, &plain.gpu_nodes(&resources, &catalog))
+            .reachable
+            .is_empty());
+        let set = served.gpu_nodes(&resources, &catalog);
+        let r = reach(&bound, &set);
+        assert!(r.aims);
+        assert_eq!(r.reachable, ["dra-1"]);
+        assert_eq!(r.bound_to.unwrap().allocatable["nvidia.com/gpu"], "2");
+        // Untainted: any pod the scheduler places can land there.
+        assert!(reach(&json!({}), &set)
+            .reachable
+            .contains(&"dra-1".to_string()));
     }
 
     #[test]
@@ -504,7 +548,7 @@ mod tests {
                     "spec": {"template": {"spec": {"requirements": [
                         {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}]}}}}),
         ];
-        let snapshot = NodeSnapshot::new(cluster(), pools_json);
+        let snapshot = NodeSnapshot::new(cluster(), pools_json, &DraDevices::default());
         let set = snapshot.gpu_nodes(&GpuResources::default(), &catalog);
         let pools = &set.classified.more;
         assert_eq!(pools.len(), 2, "{pools:?}");
@@ -547,7 +591,11 @@ mod tests {
             "node.kubernetes.io/instance-type",
             "Standard_NC24ads_A100_v4",
         )];
-        let snapshot = NodeSnapshot::new(vec![amd, node("a100", &a100, 0, false)], Vec::new());
+        let snapshot = NodeSnapshot::new(
+            vec![amd, node("a100", &a100, 0, false)],
+            Vec::new(),
+            &DraDevices::default(),
+        );
         assert_eq!(snapshot.gpu_nodes(&r, &c).classified.gpu, [true, true]);
         let nvidia = GpuResources::new(["nvidia.com/gpu"]).unwrap();
         assert_eq!(

@@ -110,6 +110,22 @@ pub const RESOURCE_CLAIM_TEMPLATES: Resource = Resource::new(
     "resourceclaimtemplates",
     true,
 );
+/// DRA DeviceClasses and ResourceSlices (cluster-scoped): a class may
+/// serve an extended resource from the slices' devices (KEP-5004).
+pub const DEVICE_CLASSES: Resource = Resource::new(
+    "resource.k8s.io",
+    "v1",
+    "DeviceClass",
+    "deviceclasses",
+    false,
+);
+pub const RESOURCE_SLICES: Resource = Resource::new(
+    "resource.k8s.io",
+    "v1",
+    "ResourceSlice",
+    "resourceslices",
+    false,
+);
 
 /// One request the fake received, and how it answered.
 #[derive(Clone, Debug)]
