@@ -254,6 +254,12 @@ impl GpuFacts {
                 if gpu {
                     reach.reachable.push(node.name.clone());
                 }
+            } else if let Some(sizes) = set.sizes_selected(&NodeSelection::from_pod_spec(spec)) {
+                // Pools or nodes it names: their sizes, whatever else it selects.
+                self.narrow_to(
+                    sizes.iter().filter_map(|s| catalog.get(s)).collect(),
+                    catalog,
+                );
             }
             reach
         } else {
@@ -264,24 +270,11 @@ impl GpuFacts {
         self.reachable_gpu_nodes = reach.reachable.into_iter().take(REACHABLE_SHOWN).collect();
         if let Some(node) = &reach.bound_to {
             // Bound by name: the node's own size is the only one possible.
-            let size = [
-                "node.kubernetes.io/instance-type",
-                "beta.kubernetes.io/instance-type",
-                "karpenter.azure.com/sku-name",
-            ]
-            .iter()
-            .find_map(|k| node.label(k));
-            let skus: Vec<&super::catalog::Sku> =
-                size.and_then(|s| catalog.get(s)).into_iter().collect();
-            self.skus_constrained = true;
-            self.max_sku_gpus = skus
-                .iter()
-                .map(|s| i64::from(s.gpu_devices))
-                .max()
-                .unwrap_or(0);
-            self.fit = FitFacts::of(self.fit.requested, &skus, self.request.total());
-            self.mig = MigFacts::of(&self.request, &skus, true, catalog);
-            self.skus = catalog.list_of(&skus);
+            let size = super::reach::node_size(node);
+            self.narrow_to(
+                size.and_then(|s| catalog.get(s)).into_iter().collect(),
+                catalog,
+            );
         }
         // Aimed at GPU nodes by what the pod wrote (an untainted GPU node a
         // pod can reach without asking is the node pool's gap, not its).
@@ -300,6 +293,17 @@ impl GpuFacts {
             );
         }
         self
+    }
+}
+
+impl GpuFacts {
+    /// The sizes the pod can land on are `skus` alone (known from nodes).
+    fn narrow_to(&mut self, skus: Vec<&super::catalog::Sku>, catalog: &Catalog) {
+        self.skus_constrained = true;
+        self.max_sku_gpus = (skus.iter().map(|s| i64::from(s.gpu_devices)).max()).unwrap_or(0);
+        self.fit = FitFacts::of(self.fit.requested, &skus, self.request.total());
+        self.mig = MigFacts::of(&self.request, &skus, true, catalog);
+        self.skus = catalog.list_of(&skus);
     }
 }
 
