@@ -297,6 +297,19 @@ impl GpuFacts {
 }
 
 impl GpuFacts {
+    /// The request placement places the pod by: its own or, for a share of
+    /// a GPU that a sharing scheduler hands out without a GPU resource
+    /// ([`SHARING_SCHEDULERS`]), one `nvidia.com/gpu` (they share NVIDIA
+    /// GPUs), so the pod gets the GPU toleration and GPU nodes.
+    pub fn placed_request(&self) -> std::borrow::Cow<'_, PodGpuRequest> {
+        if !self.shared_by_scheduler || self.request.requested() {
+            return std::borrow::Cow::Borrowed(&self.request);
+        }
+        let mut share = self.request.clone();
+        share.effective.insert("nvidia.com/gpu".to_string(), 1);
+        std::borrow::Cow::Owned(share)
+    }
+
     /// The sizes the pod can land on are `skus` alone (known from nodes).
     fn narrow_to(&mut self, skus: Vec<&super::catalog::Sku>, catalog: &Catalog) {
         self.skus_constrained = true;
@@ -817,6 +830,31 @@ mod tests {
         let c = gpu(json!({"apiVersion": "batch/v1", "kind": "CronJob",
             "spec": {"jobTemplate": {"spec": {"template": template}}}}));
         assert_eq!(c["sharedByScheduler"], true);
+    }
+
+    #[test]
+    fn a_share_is_placed_as_one_nvidia_gpu() {
+        let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
+        let facts = |annotations: Value, limits: Value| {
+            GpuFacts::of(
+                &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"annotations": annotations},
+                    "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c",
+                        "resources": {"limits": limits}}]}}),
+                &catalog,
+                &resources,
+            )
+        };
+        let share = facts(json!({"gpu-fraction": "0.5"}), json!({}));
+        assert!(!share.request.requested());
+        let placed = share.placed_request();
+        assert_eq!(placed.resources(), ["nvidia.com/gpu"]);
+        // Its own GPUs, or no share: placed by what it asks.
+        let whole = facts(json!({}), json!({"amd.com/gpu": "1"}));
+        assert_eq!(whole.placed_request().resources(), ["amd.com/gpu"]);
+        assert!(facts(json!({}), json!({}))
+            .placed_request()
+            .resources()
+            .is_empty());
     }
 
     #[test]
