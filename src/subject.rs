@@ -310,7 +310,7 @@ impl<'r> Subject<'r> {
     fn judge_placement(&mut self, profiles: &ProfileSet) {
         let labels = &self.namespace_labels;
         let judge = |pod: &Value, facts: &mut GpuFacts| {
-            let judgement = placement::judge(profiles, pod, &facts.request, labels);
+            let judgement = placement::judge(profiles, pod, &facts.placed_request(), labels);
             facts.placement = PlacementFacts {
                 profile: judgement.profile.unwrap_or_default(),
                 conflict: judgement.conflict.unwrap_or_default(),

@@ -16,6 +16,9 @@
 //! - **no false denial**: what the reference calls clean is never denied by
 //!   a boundary policy.
 //!
+//! A share KAI Scheduler hands out through its annotation is a GPU pod: it
+//! is sent to `/mutate` and leaves it with the GPU toleration.
+//!
 //! GPUs are hidden by default: a pod that asks for no GPU but can land on
 //! GPU nodes leaves `/mutate` with every container that asks for no GPU
 //! hiding them (GPU infrastructure by identity, and infrastructure images,
@@ -934,9 +937,25 @@ fn check(
             seen.clean_denied_elsewhere += 1;
         }
     }
+    // A share KAI Scheduler hands out through its annotation makes a GPU
+    // pod: it is sent to /mutate and placed as one (the GPU toleration),
+    // unless it names its node (placement leaves bound pods alone).
+    let kai_share = pod.fraction && pod.scheduler == Some("kai-scheduler");
+    if pod.kind == "Pod" && kai_share && outcome.allowed && pod.node_name.is_none() {
+        let object = outcome.object.as_ref().expect("the stored pod");
+        let tolerations = object["spec"]["tolerations"].as_array();
+        prop_assert!(
+            tolerations.is_some_and(|t| t
+                .iter()
+                .any(|t| { matches!(t["key"].as_str().unwrap_or_default(), "sku" | "") })),
+            "a KAI share was not placed: {object}"
+        );
+    }
     // The sidecar is added when the pod is sent to /mutate, which is
-    // whenever it asks for a GPU or can land on GPU nodes.
-    if pod.kind == "Pod" && pod.mesh && (reference.asks_gpu() || reference.hidden_by_default()) {
+    // whenever it asks for a GPU (a KAI share included) or can land on
+    // GPU nodes.
+    let sent = reference.asks_gpu() || kai_share || reference.hidden_by_default();
+    if pod.kind == "Pod" && pod.mesh && sent {
         prop_assert!(sidecar, "the mesh sidecar was not added");
     }
     seen.sidecars += u32::from(sidecar && outcome.allowed);

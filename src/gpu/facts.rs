@@ -254,6 +254,12 @@ impl GpuFacts {
                 if gpu {
                     reach.reachable.push(node.name.clone());
                 }
+            } else if let Some(sizes) = set.sizes_selected(&NodeSelection::from_pod_spec(spec)) {
+                // Pools or nodes it names: their sizes, whatever else it selects.
+                self.narrow_to(
+                    sizes.iter().filter_map(|s| catalog.get(s)).collect(),
+                    catalog,
+                );
             }
             reach
         } else {
@@ -264,24 +270,11 @@ impl GpuFacts {
         self.reachable_gpu_nodes = reach.reachable.into_iter().take(REACHABLE_SHOWN).collect();
         if let Some(node) = &reach.bound_to {
             // Bound by name: the node's own size is the only one possible.
-            let size = [
-                "node.kubernetes.io/instance-type",
-                "beta.kubernetes.io/instance-type",
-                "karpenter.azure.com/sku-name",
-            ]
-            .iter()
-            .find_map(|k| node.label(k));
-            let skus: Vec<&super::catalog::Sku> =
-                size.and_then(|s| catalog.get(s)).into_iter().collect();
-            self.skus_constrained = true;
-            self.max_sku_gpus = skus
-                .iter()
-                .map(|s| i64::from(s.gpu_devices))
-                .max()
-                .unwrap_or(0);
-            self.fit = FitFacts::of(self.fit.requested, &skus, self.request.total());
-            self.mig = MigFacts::of(&self.request, &skus, true, catalog);
-            self.skus = catalog.list_of(&skus);
+            let size = super::reach::node_size(node);
+            self.narrow_to(
+                size.and_then(|s| catalog.get(s)).into_iter().collect(),
+                catalog,
+            );
         }
         // Aimed at GPU nodes by what the pod wrote (an untainted GPU node a
         // pod can reach without asking is the node pool's gap, not its).
@@ -300,6 +293,30 @@ impl GpuFacts {
             );
         }
         self
+    }
+}
+
+impl GpuFacts {
+    /// The request placement places the pod by: its own or, for a share of
+    /// a GPU that a sharing scheduler hands out without a GPU resource
+    /// ([`SHARING_SCHEDULERS`]), one `nvidia.com/gpu` (they share NVIDIA
+    /// GPUs), so the pod gets the GPU toleration and GPU nodes.
+    pub fn placed_request(&self) -> std::borrow::Cow<'_, PodGpuRequest> {
+        if !self.shared_by_scheduler || self.request.requested() {
+            return std::borrow::Cow::Borrowed(&self.request);
+        }
+        let mut share = self.request.clone();
+        share.effective.insert("nvidia.com/gpu".to_string(), 1);
+        std::borrow::Cow::Owned(share)
+    }
+
+    /// The sizes the pod can land on are `skus` alone (known from nodes).
+    fn narrow_to(&mut self, skus: Vec<&super::catalog::Sku>, catalog: &Catalog) {
+        self.skus_constrained = true;
+        self.max_sku_gpus = (skus.iter().map(|s| i64::from(s.gpu_devices)).max()).unwrap_or(0);
+        self.fit = FitFacts::of(self.fit.requested, &skus, self.request.total());
+        self.mig = MigFacts::of(&self.request, &skus, true, catalog);
+        self.skus = catalog.list_of(&skus);
     }
 }
 
@@ -813,6 +830,31 @@ mod tests {
         let c = gpu(json!({"apiVersion": "batch/v1", "kind": "CronJob",
             "spec": {"jobTemplate": {"spec": {"template": template}}}}));
         assert_eq!(c["sharedByScheduler"], true);
+    }
+
+    #[test]
+    fn a_share_is_placed_as_one_nvidia_gpu() {
+        let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
+        let facts = |annotations: Value, limits: Value| {
+            GpuFacts::of(
+                &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"annotations": annotations},
+                    "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c",
+                        "resources": {"limits": limits}}]}}),
+                &catalog,
+                &resources,
+            )
+        };
+        let share = facts(json!({"gpu-fraction": "0.5"}), json!({}));
+        assert!(!share.request.requested());
+        let placed = share.placed_request();
+        assert_eq!(placed.resources(), ["nvidia.com/gpu"]);
+        // Its own GPUs, or no share: placed by what it asks.
+        let whole = facts(json!({}), json!({"amd.com/gpu": "1"}));
+        assert_eq!(whole.placed_request().resources(), ["amd.com/gpu"]);
+        assert!(facts(json!({}), json!({}))
+            .placed_request()
+            .resources()
+            .is_empty());
     }
 
     #[test]

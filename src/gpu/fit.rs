@@ -52,6 +52,10 @@ impl PodResources {
     /// started before it; plus `spec.overhead`. A container's request is
     /// its `requests` entry, else its `limits` entry (what the API server
     /// defaults it to). An amount that cannot be read counts nothing.
+    /// Pod-level resources (`spec.resources`, on by default since
+    /// Kubernetes 1.34) replace the containers' sum for each resource they
+    /// name: the request, else the limit when no container asks for that
+    /// resource (the API server's defaulting), as kube-scheduler reads them.
     pub fn of(spec: &Value) -> PodResources {
         let mut running = PodResources::default();
         let mut sidecars = PodResources::default();
@@ -74,7 +78,22 @@ impl PodResources {
                 cpu_millis: amount(o.get("cpu"), 3),
                 memory_bytes: amount(o.get("memory"), 0),
             });
-        running.max(init_peak).plus(overhead)
+        let containers = running.max(init_peak);
+        let pod = spec.get("resources");
+        let pod_level = |name: &str, scale: u32, summed: u64| {
+            let request = pod.and_then(|r| r.pointer(&format!("/requests/{name}")));
+            let limit = pod.and_then(|r| r.pointer(&format!("/limits/{name}")));
+            match (request, limit) {
+                (Some(r), _) => amount(Some(r), scale),
+                (None, Some(l)) if summed == 0 => amount(Some(l), scale),
+                _ => summed,
+            }
+        };
+        PodResources {
+            cpu_millis: pod_level("cpu", 3, containers.cpu_millis),
+            memory_bytes: pod_level("memory", 0, containers.memory_bytes),
+        }
+        .plus(overhead)
     }
 
     fn plus(self, other: PodResources) -> PodResources {
@@ -301,6 +320,16 @@ mod tests {
         // beats the running pod (3.5); memory: the running pod (13Gi).
         assert_eq!(r.cpu_millis, 6500 + 250);
         assert_eq!(r.memory_bytes, (13 << 30) + (120 << 20));
+        // Pod-level resources replace the containers' sum per resource;
+        // a pod-level limit alone counts when no container asks for it.
+        let pod_level = |resources: Value| {
+            asks(json!({"resources": resources, "containers": [
+                {"name": "a", "resources": {"requests": {"memory": "2Gi"}}}]}))
+        };
+        let r = pod_level(json!({"requests": {"cpu": "40"}}));
+        assert_eq!((r.cpu_millis, r.memory_bytes), (40_000, 2 << 30));
+        let r = pod_level(json!({"limits": {"cpu": "8", "memory": "16Gi"}}));
+        assert_eq!((r.cpu_millis, r.memory_bytes), (8000, 2 << 30));
         // Unreadable amounts count nothing.
         for spec in [
             json!({"containers": [{"name": "c"}]}),

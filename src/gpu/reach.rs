@@ -8,9 +8,13 @@ use super::request::parse_count;
 use super::selection::SkuRequirement;
 use super::{DraDevices, GpuResources};
 use crate::k8s::json::{items, str_at};
-use crate::k8s::{NodeInfo, NodeSelection, NodeSelectorRequirement, NodeSelectorTerm, Toleration};
+use crate::k8s::{
+    NodeInfo, NodeSelection, NodeSelectorOperator as Operator, NodeSelectorRequirement,
+    NodeSelectorTerm, Toleration,
+};
 use arc_swap::ArcSwapOption;
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// A node with GPUs: a GPU resource in its allocatable resources (a
@@ -220,7 +224,67 @@ impl NodeSnapshot {
     }
 }
 
+/// Labels every node of a group carrying one value of has the same size:
+/// an AKS node pool (one VM size per pool) and one node.
+const ONE_SIZE_KEYS: [&str; 3] = [
+    "kubernetes.azure.com/agentpool",
+    "agentpool",
+    "kubernetes.io/hostname",
+];
+
+/// The size label of a node, as AKS and Karpenter write it.
+pub fn node_size(node: &NodeInfo) -> Option<&str> {
+    [
+        "node.kubernetes.io/instance-type",
+        "beta.kubernetes.io/instance-type",
+        "karpenter.azure.com/sku-name",
+    ]
+    .iter()
+    .find_map(|k| node.label(k))
+}
+
 impl GpuNodes<'_> {
+    /// The sizes a pod's selection lands it on, known from the nodes that
+    /// exist: when each of its alternatives names node pools or nodes
+    /// ([`ONE_SIZE_KEYS`] `In`), the sizes of the nodes that carry them.
+    /// `None` when some pool or node it names has no node listed (a pool
+    /// scaled to zero may come back at any size the catalog has), or a
+    /// node has no size label: then its labels alone say where it lands.
+    pub fn sizes_selected(&self, selection: &NodeSelection) -> Option<BTreeSet<&str>> {
+        let names = |reqs: &[NodeSelectorRequirement]| -> Vec<(String, String)> {
+            reqs.iter()
+                .filter(|r| r.operator == Operator::In && ONE_SIZE_KEYS.contains(&r.key.as_str()))
+                .flat_map(|r| r.values.iter().map(|v| (r.key.clone(), v.clone())))
+                .collect()
+        };
+        let mut named = names(&selection.required);
+        if named.is_empty() {
+            for term in selection.terms.iter().flatten() {
+                let own = names(&term.requirements);
+                if own.is_empty() && !term.matches_nothing {
+                    return None;
+                }
+                named.extend(own);
+            }
+        }
+        if !self.listed || named.is_empty() {
+            return None;
+        }
+        let mut sizes = BTreeSet::new();
+        for (key, value) in &named {
+            let mut carrying = self
+                .nodes
+                .iter()
+                .filter(|n| n.label(key) == Some(value))
+                .peekable();
+            carrying.peek()?;
+            for node in carrying {
+                sizes.insert(node_size(node)?);
+            }
+        }
+        Some(sizes)
+    }
+
     /// Every node with whether it is a GPU node.
     fn all(&self) -> impl Iterator<Item = (&NodeInfo, bool)> {
         (self.nodes.iter().chain(&self.classified.more)).zip(self.classified.gpu.iter().copied())
@@ -564,6 +628,79 @@ mod tests {
         let r = judge(json!({"nodeSelector": {"team": "ml"}}));
         assert!(r.aims && r.reachable.is_empty());
         assert!(!judge(json!({"nodeSelector": {"karpenter.sh/nodepool": "general"}})).aims);
+    }
+
+    #[test]
+    fn the_pools_and_nodes_a_selection_names_give_its_sizes() {
+        const SIZE: &str = "node.kubernetes.io/instance-type";
+        let sized = |name, pool, size| {
+            node(
+                name,
+                &[("kubernetes.azure.com/agentpool", pool), (SIZE, size)],
+                1,
+                true,
+            )
+        };
+        let snapshot = NodeSnapshot::new(
+            vec![
+                sized("aks-h100-1", "h100", "Standard_ND96isr_H100_v5"),
+                sized("aks-t4-1", "t4", "Standard_NC4as_T4_v3"),
+                node(
+                    "aks-bare-1",
+                    &[("kubernetes.azure.com/agentpool", "bare")],
+                    1,
+                    true,
+                ),
+            ],
+            Vec::new(),
+        );
+        let catalog = Catalog::embedded();
+        let nodes = snapshot.gpu_nodes(&GpuResources::default(), &catalog);
+        let sizes = |spec: Value| {
+            let sizes = nodes.sizes_selected(&NodeSelection::from_pod_spec(&spec));
+            sizes.map(|s| s.into_iter().map(str::to_string).collect::<Vec<_>>())
+        };
+        let term = |key: &str, values: &[&str]| json!({"matchExpressions": [{"key": key, "operator": "In", "values": values}]});
+        let affinity = |terms: Vec<Value>| {
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": terms}}}})
+        };
+        let h100 = "Standard_ND96isr_H100_v5";
+        let both = vec!["Standard_NC4as_T4_v3".to_string(), h100.to_string()];
+        assert_eq!(
+            sizes(json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "h100"}})),
+            Some(vec![h100.to_string()])
+        );
+        assert_eq!(
+            sizes(json!({"nodeSelector": {"kubernetes.io/hostname": "aks-h100-1"}})),
+            Some(vec![h100.to_string()])
+        );
+        let pools = term("kubernetes.azure.com/agentpool", &["h100", "t4"]);
+        assert_eq!(sizes(affinity(vec![pools.clone()])), Some(both.clone()));
+        let by_host = term("kubernetes.io/hostname", &["aks-t4-1"]);
+        let ored = sizes(affinity(vec![
+            term("kubernetes.azure.com/agentpool", &["h100"]),
+            by_host,
+        ]));
+        assert_eq!(ored, Some(both));
+        // Unknown: a pool with no node (scaled to zero), a node without a
+        // size label, a term that names no pool, no pool named at all.
+        for spec in [
+            json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "zero"}}),
+            json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "bare"}}),
+            affinity(vec![pools, term(SIZE, &[h100])]),
+            json!({"nodeSelector": {SIZE: h100}}),
+            json!({}),
+        ] {
+            assert_eq!(sizes(spec.clone()), None, "{spec}");
+        }
+        let unlisted = NodeSnapshot::unlisted();
+        let none = unlisted.gpu_nodes(&GpuResources::default(), &catalog);
+        let spec = json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "h100"}});
+        assert_eq!(
+            none.sizes_selected(&NodeSelection::from_pod_spec(&spec)),
+            None
+        );
     }
 
     #[test]

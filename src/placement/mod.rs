@@ -306,7 +306,12 @@ pub fn plan(profiles: &ProfileSet, req: &Request, pod: Option<PodFacts>) -> Plan
     let mut plan = if debug || profiles.is_empty() {
         Plan::default()
     } else {
-        plan_pod(profiles, pod, &facts.request, placed.namespace_labels)
+        plan_pod(
+            profiles,
+            pod,
+            &facts.placed_request(),
+            placed.namespace_labels,
+        )
     };
     let old = if debug { req.old_object.as_ref() } else { None };
     let hidden = if debug {

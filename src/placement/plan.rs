@@ -179,6 +179,9 @@ fn describe_pod_requirement(r: &Requirement, origin: Origin) -> String {
 /// A message when every alternative the pod allows excludes every node the
 /// profile requires.
 fn conflict(profile: &Profile, view: &PodView) -> Option<String> {
+    if let Some(never) = never_met(view) {
+        return Some(never);
+    }
     if profile.required.is_empty() {
         return None;
     }
@@ -256,6 +259,37 @@ fn conflict(profile: &Profile, view: &PodView) -> Option<String> {
         profile.name,
         reasons.join("; ")
     ))
+}
+
+/// Why no node can ever meet the pod's own selection, when none can: each
+/// alternative (the nodeSelector ANDed with one required term; terms are
+/// ORed) requires of one label what no value meets, as a merge of two
+/// Kueue flavors does (the nodeSelector one size, the affinity another).
+fn never_met(view: &PodView) -> Option<String> {
+    let alternatives = view.alternatives();
+    let mut reasons = Vec::new();
+    for alt in &alternatives {
+        let own: Vec<&Requirement> = alt.iter().map(|(r, _)| *r).collect();
+        let key = contradiction(&own)?;
+        let clash: Vec<String> = (alt.iter().filter(|(r, _)| r.key == key))
+            .map(|(r, origin)| describe_pod_requirement(r, *origin))
+            .collect();
+        reasons.push(clash.join(" and "));
+    }
+    let several = alternatives.len() > 1;
+    (!reasons.is_empty()).then(|| {
+        format!(
+            "GPU pod's own node selection contradicts itself: {}{}; no node can meet it, so it \
+             would never schedule; keep one of them (a workload that merges node selections, such \
+             as two Kueue flavors, must not name two sizes)",
+            reasons.join("; "),
+            if several {
+                " (each of its ORed required terms)"
+            } else {
+                ""
+            }
+        )
+    })
 }
 
 fn add_tolerations(

@@ -711,6 +711,42 @@ fn conflict_needs_every_alternative_to_be_excluded() {
 }
 
 #[test]
+fn a_selection_no_node_can_meet_is_named_whole() {
+    const SIZE: &str = "node.kubernetes.io/instance-type";
+    let a100 = json!({SIZE: "Standard_NC24ads_A100_v4"});
+    let t4 = |values: &[&str]| json!({"matchExpressions": [expr(SIZE, "In", values)]});
+    // Kueue's two flavors merged: nodeSelector one size, affinity another.
+    let mut pod = terms_pod(json!([t4(&["Standard_NC4as_T4_v3"])]));
+    pod["spec"]["nodeSelector"] = a100.clone();
+    assert!(plan_pod(&shipped(), &pod).patch.0.is_empty());
+    let m = conflicts(&shipped(), &pod, &ns()).join("\n");
+    assert_contains(
+        &m,
+        &[
+            "contradicts itself",
+            "nodeSelector node.kubernetes.io/instance-type=Standard_NC24ads_A100_v4 and required node affinity term 0 (node.kubernetes.io/instance-type In [Standard_NC4as_T4_v3])",
+            "never schedule",
+        ],
+    );
+    // Every ORed term clashing: each named.
+    let mut pod = terms_pod(json!([
+        t4(&["Standard_NC4as_T4_v3"]),
+        t4(&["Standard_NC8as_T4_v3"])
+    ]));
+    pod["spec"]["nodeSelector"] = a100.clone();
+    let m = conflicts(&shipped(), &pod, &ns()).join("\n");
+    assert_contains(&m, &["term 0", "term 1", "each of its ORed required terms"]);
+    // One term the nodeSelector meets: no contradiction.
+    let mut pod = terms_pod(json!([
+        t4(&["Standard_NC4as_T4_v3"]),
+        t4(&["Standard_NC24ads_A100_v4"])
+    ]));
+    pod["spec"]["nodeSelector"] = a100;
+    assert!(conflicts(&shipped(), &pod, &ns()).is_empty());
+    assert!(!plan_pod(&shipped(), &pod).patch.0.is_empty());
+}
+
+#[test]
 fn pods_that_fit_have_no_conflicts() {
     for pod in [
         gpu_pod(json!({})),
