@@ -43,7 +43,12 @@ async fn cluster() -> Cluster {
         node("aks-a100-16180339-vmss000000", "a100", A100, 1),
         node("aks-h100-14142135-vmss000000", "h100", H100, 8),
     ];
-    Cluster::start_with_nodes(StaticNodes::of_objects(&nodes, Vec::new())).await
+    Cluster::start_with_nodes(StaticNodes::of_objects(
+        &nodes,
+        Vec::new(),
+        &Default::default(),
+    ))
+    .await
 }
 
 fn pod(name: &str, spec: Value) -> Value {

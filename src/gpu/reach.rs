@@ -653,6 +653,7 @@ mod tests {
                 ),
             ],
             Vec::new(),
+            &DraDevices::default(),
         );
         let catalog = Catalog::embedded();
         let nodes = snapshot.gpu_nodes(&GpuResources::default(), &catalog);
