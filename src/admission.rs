@@ -403,6 +403,7 @@ pub const METRIC_KINDS: &[&str] = &[
     "WorkflowTemplate",
     "ClusterWorkflowTemplate",
     "CronWorkflow",
+    "SparkApplication",
 ];
 
 /// What the `GpuPolicyException` webhook makes of `req` at `endpoint`,
@@ -502,7 +503,7 @@ fn validate(
     subject: Subject,
     deadline: Option<Instant>,
 ) -> (Outcome, bool) {
-    if let Some(denial) = subject.too_many_templates() {
+    if let Some(denial) = subject.unjudgeable_templates() {
         return (Outcome::of(Response::deny(denial)), true);
     }
     let subject =
