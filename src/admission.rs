@@ -504,7 +504,9 @@ fn validate(
     deadline: Option<Instant>,
 ) -> (Outcome, bool) {
     if let Some(denial) = subject.unjudgeable_templates() {
-        return (Outcome::of(Response::deny(denial)), true);
+        let mut denied = Response::deny(denial);
+        (denied.code, denied.reason) = (Some(status_code("Invalid")), Some("Invalid".into()));
+        return (Outcome::of(denied), true);
     }
     let subject =
         (subject.work_out(lookups, &needs(bundle, true))).with_authorizer(authorizer.clone());
