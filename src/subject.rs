@@ -582,12 +582,26 @@ pub fn judges_template(req: &Request, sources: &TemplateSources, kueue: &[String
                         .collect::<Vec<_>>()
                 };
                 let (now, before) = (templates(object), templates(old));
-                // Kueue writes into pod templates it knows the place of;
-                // an inline pod spec (no pointer) is never its to change.
+                // Kueue writes into pod templates it knows the place of,
+                // and reaches an inline pod spec (a TrainJob's trainer)
+                // through the object's patches: then the templates as found
+                // may differ only in what it writes.
                 let pointers: Option<Vec<&str>> =
                     now.iter().map(|(_, p, _)| p.as_deref()).collect();
-                let kueue_admits =
-                    pointers.is_some_and(|p| kueue::admission_update_by(req, &p, kueue));
+                let kueue_admits = match pointers {
+                    Some(p) => kueue::admission_update_by(req, &p, kueue),
+                    None => {
+                        kueue::update_by(req, kueue) && {
+                            let found = |ts: &[(String, Option<String>, Value)]| {
+                                json!(ts.iter().map(|(l, _, t)| json!([l, t])).collect::<Vec<_>>())
+                            };
+                            let at: Vec<String> =
+                                (0..now.len()).map(|i| format!("/{i}/1")).collect();
+                            let at: Vec<&str> = at.iter().map(String::as_str).collect();
+                            kueue::changes_only_admission_fields(&found(&now), &found(&before), &at)
+                        }
+                    }
+                };
                 !kueue_admits && now != before
             }
             None => true,

@@ -330,3 +330,47 @@ async fn queued_workload_custom_resources_are_admitted_by_kueue_without_a_second
     assert!(!outcome.allowed, "Kueue's update with 16 GPUs was allowed");
     cluster.stop().await;
 }
+
+/// A TrainJob queued by Kueue, which writes the flavor's node selection
+/// into the trainer through `runtimePatches`: Kueue admitting it is not
+/// judged again; the same update by a user is, with the patch applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueue_admitting_a_trainjob_through_its_runtime_patches_is_not_judged_again() {
+    let cluster = Cluster::start().await;
+    let job = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "finetune", "namespace": "team-a",
+            "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue"}},
+        "spec": {"suspend": true, "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"image": "nvcr.io/nvidia/pytorch:24.08-py3", "numNodes": 2,
+                "command": ["torchrun", "finetune.py"],
+                "resourcesPerNode": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+                    "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}}});
+    let outcome = cluster.admit(&Review::create(job.clone())).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let mut admitted = job.clone();
+    admitted["spec"]["suspend"] = json!(false);
+    admitted["spec"]["runtimePatches"] = json!([{"manager": "kueue.x-k8s.io/manager",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node",
+            "template": {"spec": {"template": {"spec": {
+                "nodeSelector": {"node.kubernetes.io/instance-type": A100}}}}}}]}}}}]);
+    let unsuspend = Review::update(job, admitted);
+    let outcome = cluster
+        .admit(
+            &unsuspend
+                .clone()
+                .by(DEFAULT_CONTROLLER, &["system:serviceaccounts"]),
+        )
+        .await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let outcome = cluster.admit(&unsuspend).await;
+    assert!(!outcome.allowed, "alice's unsuspend to an A100 was allowed");
+    assert!(
+        outcome
+            .message()
+            .contains("TrainJob team-a/finetune trainer: ")
+            && outcome.message().contains(A100),
+        "{}",
+        outcome.message()
+    );
+    cluster.stop().await;
+}
