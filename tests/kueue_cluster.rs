@@ -308,18 +308,8 @@ async fn queued_workload_custom_resources_are_admitted_by_kueue_without_a_second
         admitted.pointer_mut(pointer).unwrap()["nodeSelector"] =
             json!({"node.kubernetes.io/instance-type": A100});
     }
-    let unsuspend = Review::update(job.clone(), admitted.clone());
-    let outcome = cluster
-        .admit(
-            &unsuspend
-                .clone()
-                .by(DEFAULT_CONTROLLER, &["system:serviceaccounts"]),
-        )
-        .await;
-    assert!(outcome.allowed, "{}", outcome.message());
-    let outcome = cluster.admit(&unsuspend).await;
-    assert!(!outcome.allowed, "alice's unsuspend to an A100 was allowed");
-    assert!(outcome.message().contains(A100), "{}", outcome.message());
+    let denial = kueue_admits_what_a_user_may_not(&cluster, &job, &admitted).await;
+    assert!(denial.contains(A100), "{denial}");
     // Kueue's update that also changes a GPU count is judged.
     let mut changed = admitted;
     changed["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
@@ -353,24 +343,27 @@ async fn kueue_admitting_a_trainjob_through_its_runtime_patches_is_not_judged_ag
         "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node",
             "template": {"spec": {"template": {"spec": {
                 "nodeSelector": {"node.kubernetes.io/instance-type": A100}}}}}}]}}}}]);
-    let unsuspend = Review::update(job, admitted);
-    let outcome = cluster
-        .admit(
-            &unsuspend
-                .clone()
-                .by(DEFAULT_CONTROLLER, &["system:serviceaccounts"]),
-        )
-        .await;
-    assert!(outcome.allowed, "{}", outcome.message());
-    let outcome = cluster.admit(&unsuspend).await;
-    assert!(!outcome.allowed, "alice's unsuspend to an A100 was allowed");
+    let denial = kueue_admits_what_a_user_may_not(&cluster, &job, &admitted).await;
     assert!(
-        outcome
-            .message()
-            .contains("TrainJob team-a/finetune trainer: ")
-            && outcome.message().contains(A100),
-        "{}",
-        outcome.message()
+        denial.contains("TrainJob team-a/finetune trainer: ") && denial.contains(A100),
+        "{denial}"
     );
     cluster.stop().await;
+}
+
+/// Kueue's controller updating `old` to `new` is allowed; the same update
+/// by a user is denied, with this message.
+async fn kueue_admits_what_a_user_may_not(cluster: &Cluster, old: &Value, new: &Value) -> String {
+    let unsuspend = Review::update(old.clone(), new.clone());
+    let by_kueue = unsuspend
+        .clone()
+        .by(DEFAULT_CONTROLLER, &["system:serviceaccounts"]);
+    let outcome = cluster.admit(&by_kueue).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let outcome = cluster.admit(&unsuspend).await;
+    assert!(
+        !outcome.allowed,
+        "a user's unsuspend to an A100 was allowed"
+    );
+    outcome.message().to_string()
 }
