@@ -676,7 +676,8 @@ def report_overlay(base, report, ns):
         ("jobset.x-k8s.io", ["jobsets"]), ("leaderworkerset.x-k8s.io", ["leaderworkersets"]),
         ("serving.kserve.io", ["inferenceservices", "servingruntimes", "clusterservingruntimes"]),
         ("batch.volcano.sh", ["jobs"]),
-        ("argoproj.io", ["workflows", "workflowtemplates", "clusterworkflowtemplates", "cronworkflows"]))
+        ("argoproj.io", ["workflows", "workflowtemplates", "clusterworkflowtemplates", "cronworkflows"]),
+        ("sparkoperator.k8s.io", ["sparkapplications"]))
         for r in rs]
     granted = rules_granted(report, ns)
     # The audit role alone (bound to whoever runs `gpu-admission audit`)

@@ -403,6 +403,7 @@ pub const METRIC_KINDS: &[&str] = &[
     "WorkflowTemplate",
     "ClusterWorkflowTemplate",
     "CronWorkflow",
+    "SparkApplication",
 ];
 
 /// What the `GpuPolicyException` webhook makes of `req` at `endpoint`,
@@ -502,8 +503,10 @@ fn validate(
     subject: Subject,
     deadline: Option<Instant>,
 ) -> (Outcome, bool) {
-    if let Some(denial) = subject.too_many_templates() {
-        return (Outcome::of(Response::deny(denial)), true);
+    if let Some(denial) = subject.unjudgeable_templates() {
+        let mut denied = Response::deny(denial);
+        (denied.code, denied.reason) = (Some(status_code("Invalid")), Some("Invalid".into()));
+        return (Outcome::of(denied), true);
     }
     let subject =
         (subject.work_out(lookups, &needs(bundle, true))).with_authorizer(authorizer.clone());

@@ -48,19 +48,22 @@ pub fn admits_controller(req: &Request, controllers: &[String]) -> bool {
 /// that changes nothing but what Kueue writes (see
 /// [`changes_only_admission_fields`]).
 pub fn admission_update_by(req: &Request, templates: &[&str], controllers: &[String]) -> bool {
+    update_by(req, controllers)
+        && match (req.object.as_ref(), req.old_object.as_ref()) {
+            (Some(object), Some(old)) => changes_only_admission_fields(object, old, templates),
+            _ => false,
+        }
+}
+
+/// Whether `req` is an UPDATE of an object itself by one of `controllers`.
+pub fn update_by(req: &Request, controllers: &[String]) -> bool {
     let username = req
         .user_info
         .get("username")
         .and_then(Value::as_str)
         .unwrap_or_default();
     let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
-    req.operation == Operation::Update
-        && main_resource
-        && controllers.iter().any(|c| c == username)
-        && match (req.object.as_ref(), req.old_object.as_ref()) {
-            (Some(object), Some(old)) => changes_only_admission_fields(object, old, templates),
-            _ => false,
-        }
+    req.operation == Operation::Update && main_resource && controllers.iter().any(|c| c == username)
 }
 
 /// Whether `object` differs from `old` only in what Kueue writes when it

@@ -116,6 +116,9 @@ pub struct Subject<'r> {
     /// [`MAX_TEMPLATES`]: none of them is judged, and the request is
     /// denied.
     pub too_many_templates: Option<usize>,
+    /// Templates whose patches cannot be read, each as the denial says
+    /// it: their pods can be neither judged nor made.
+    pub unreadable_templates: Vec<String>,
     /// The DRA claims of the object's pod (or pod template), looked up in
     /// its namespace ([`Subject::work_out`]); `None` until looked up.
     pub claims: Option<Vec<PodClaim>>,
@@ -181,11 +184,14 @@ impl<'r> Subject<'r> {
         // A built-in controller is sent only when its one template is
         // relevant (the workloads webhook's `gpu-relevant-template`); a
         // custom resource's templates are told apart here.
-        let mut unjudged_pods = Vec::new();
+        let (mut unjudged_pods, mut unreadable_templates) = (Vec::new(), Vec::new());
         let mut templates = match kind {
-            SubjectKind::Controller if judges_template(request, sources, kueue) => {
-                template_pods(request, sources, &mut unjudged_pods)
-            }
+            SubjectKind::Controller if judges_template(request, sources, kueue) => template_pods(
+                request,
+                sources,
+                &mut unjudged_pods,
+                &mut unreadable_templates,
+            ),
             _ => Vec::new(),
         };
         let found = templates.len() + unjudged_pods.len();
@@ -202,6 +208,7 @@ impl<'r> Subject<'r> {
             templates,
             unjudged_pods,
             too_many_templates,
+            unreadable_templates,
             claims: None,
             gpu: None,
             nodes: None,
@@ -481,9 +488,13 @@ impl<'r> Subject<'r> {
     }
 
     /// The denial of a workload with more than [`MAX_TEMPLATES`] pod
-    /// templates: none of them is judged.
-    pub fn too_many_templates(&self) -> Option<String> {
-        let count = self.too_many_templates?;
+    /// templates, or a template whose patch cannot be read: none of them
+    /// is judged.
+    pub fn unjudgeable_templates(&self) -> Option<String> {
+        let Some(count) = self.too_many_templates else {
+            let problems = &self.unreadable_templates;
+            return (!problems.is_empty()).then(|| problems.join("\n"));
+        };
         let req = self.request;
         Some(format!(
             "gpu-admission: {} {} holds {count} pod templates; at most {MAX_TEMPLATES} are judged: split it into smaller objects",
@@ -571,12 +582,26 @@ pub fn judges_template(req: &Request, sources: &TemplateSources, kueue: &[String
                         .collect::<Vec<_>>()
                 };
                 let (now, before) = (templates(object), templates(old));
-                // Kueue writes into pod templates it knows the place of;
-                // an inline pod spec (no pointer) is never its to change.
+                // Kueue writes into pod templates it knows the place of,
+                // and reaches an inline pod spec (a TrainJob's trainer)
+                // through the object's patches: then the templates as found
+                // may differ only in what it writes.
                 let pointers: Option<Vec<&str>> =
                     now.iter().map(|(_, p, _)| p.as_deref()).collect();
-                let kueue_admits =
-                    pointers.is_some_and(|p| kueue::admission_update_by(req, &p, kueue));
+                let kueue_admits = match pointers {
+                    Some(p) => kueue::admission_update_by(req, &p, kueue),
+                    None => {
+                        kueue::update_by(req, kueue) && {
+                            let found = |ts: &[(String, Option<String>, Value)]| {
+                                json!(ts.iter().map(|(l, _, t)| json!([l, t])).collect::<Vec<_>>())
+                            };
+                            let at: Vec<String> =
+                                (0..now.len()).map(|i| format!("/{i}/1")).collect();
+                            let at: Vec<&str> = at.iter().map(String::as_str).collect();
+                            kueue::changes_only_admission_fields(&found(&now), &found(&before), &at)
+                        }
+                    }
+                };
                 !kueue_admits && now != before
             }
             None => true,
@@ -587,11 +612,13 @@ pub fn judges_template(req: &Request, sources: &TemplateSources, kueue: &[String
 
 /// The Pod CREATE requests a workload's templates describe; the pods of
 /// a custom resource's templates that nothing GPU-related concerns are
-/// added to `unjudged` instead (replicas, max replicas).
+/// added to `unjudged` instead (replicas, max replicas), and why a
+/// template's patch cannot be read to `unreadable`.
 fn template_pods(
     req: &Request,
     sources: &TemplateSources,
     unjudged: &mut Vec<(i64, i64)>,
+    unreadable: &mut Vec<String>,
 ) -> Vec<TemplatePod> {
     let Some(object) = req.object.as_ref() else {
         return Vec::new();
@@ -616,7 +643,7 @@ fn template_pods(
     found
         .into_iter()
         .filter(|t| {
-            let judged = t.label.is_empty() || gpu_relevant(&t.template);
+            let judged = t.label.is_empty() || t.unreadable.is_some() || gpu_relevant(&t.template);
             if !judged {
                 unjudged.push((t.replicas, t.max_replicas));
             }
@@ -631,6 +658,11 @@ fn template_pods(
                     None => format!("{} {name} {}: ", req.kind.kind, t.label),
                 }
             };
+            if let Some(problem) = &t.unreadable {
+                unreadable.push(format!(
+                    "gpu-admission: {prefix}{problem}: its pods can be neither judged nor made; fix the patch"
+                ));
+            }
             let pod = workloads::pod_of_template(object, t.template);
             TemplatePod {
                 request: Request {

@@ -308,18 +308,8 @@ async fn queued_workload_custom_resources_are_admitted_by_kueue_without_a_second
         admitted.pointer_mut(pointer).unwrap()["nodeSelector"] =
             json!({"node.kubernetes.io/instance-type": A100});
     }
-    let unsuspend = Review::update(job.clone(), admitted.clone());
-    let outcome = cluster
-        .admit(
-            &unsuspend
-                .clone()
-                .by(DEFAULT_CONTROLLER, &["system:serviceaccounts"]),
-        )
-        .await;
-    assert!(outcome.allowed, "{}", outcome.message());
-    let outcome = cluster.admit(&unsuspend).await;
-    assert!(!outcome.allowed, "alice's unsuspend to an A100 was allowed");
-    assert!(outcome.message().contains(A100), "{}", outcome.message());
+    let denial = kueue_admits_what_a_user_may_not(&cluster, &job, &admitted).await;
+    assert!(denial.contains(A100), "{denial}");
     // Kueue's update that also changes a GPU count is judged.
     let mut changed = admitted;
     changed["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
@@ -329,4 +319,51 @@ async fn queued_workload_custom_resources_are_admitted_by_kueue_without_a_second
         .await;
     assert!(!outcome.allowed, "Kueue's update with 16 GPUs was allowed");
     cluster.stop().await;
+}
+
+/// A TrainJob queued by Kueue, which writes the flavor's node selection
+/// into the trainer through `runtimePatches`: Kueue admitting it is not
+/// judged again; the same update by a user is, with the patch applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueue_admitting_a_trainjob_through_its_runtime_patches_is_not_judged_again() {
+    let cluster = Cluster::start().await;
+    let job = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "finetune", "namespace": "team-a",
+            "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue"}},
+        "spec": {"suspend": true, "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"image": "nvcr.io/nvidia/pytorch:24.08-py3", "numNodes": 2,
+                "command": ["torchrun", "finetune.py"],
+                "resourcesPerNode": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+                    "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}}});
+    let outcome = cluster.admit(&Review::create(job.clone())).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let mut admitted = job.clone();
+    admitted["spec"]["suspend"] = json!(false);
+    admitted["spec"]["runtimePatches"] = json!([{"manager": "kueue.x-k8s.io/manager",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node",
+            "template": {"spec": {"template": {"spec": {
+                "nodeSelector": {"node.kubernetes.io/instance-type": A100}}}}}}]}}}}]);
+    let denial = kueue_admits_what_a_user_may_not(&cluster, &job, &admitted).await;
+    assert!(
+        denial.contains("TrainJob team-a/finetune trainer: ") && denial.contains(A100),
+        "{denial}"
+    );
+    cluster.stop().await;
+}
+
+/// Kueue's controller updating `old` to `new` is allowed; the same update
+/// by a user is denied, with this message.
+async fn kueue_admits_what_a_user_may_not(cluster: &Cluster, old: &Value, new: &Value) -> String {
+    let unsuspend = Review::update(old.clone(), new.clone());
+    let by_kueue = unsuspend
+        .clone()
+        .by(DEFAULT_CONTROLLER, &["system:serviceaccounts"]);
+    let outcome = cluster.admit(&by_kueue).await;
+    assert!(outcome.allowed, "{}", outcome.message());
+    let outcome = cluster.admit(&unsuspend).await;
+    assert!(
+        !outcome.allowed,
+        "a user's unsuspend to an A100 was allowed"
+    );
+    outcome.message().to_string()
 }

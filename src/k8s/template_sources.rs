@@ -25,22 +25,29 @@
 //! (`metadata` + `spec`, the default) or, with `shape: PodSpec`, an inline
 //! pod spec such as KServe's `predictor`, whose containers may also come
 //! from other fields (`containers`: Argo's `container` and `script`, KServe's
-//! `model`, a Kubeflow TrainJob's `trainer` with its `resourcesPerNode`),
-//! pod-spec fields it inherits from elsewhere in the object (`podDefaults`:
-//! an Argo Workflow's own `nodeSelector`, `tolerations`...) and a YAML
-//! patch it carries (`podSpecPatch`, merged as a strategic merge patch).
+//! `model`, a Kubeflow TrainJob's `trainer` with its `resourcesPerNode`,
+//! a SparkApplication's `executor` with its `gpu: {name, quantity}` as
+//! `resourcePairs`), pod-spec fields it inherits from elsewhere in the
+//! object (`podDefaults`: an Argo Workflow's own `nodeSelector`,
+//! `tolerations`...) or keeps under other names (`podFields`), and a YAML
+//! patch it carries (`podSpecPatch`). Any template takes the pod-spec
+//! patches the object keeps elsewhere (`patches`: Argo's workflow-level
+//! `podSpecPatch`, a TrainJob's `podSpecOverrides` or `runtimePatches`,
+//! each `when` it targets the template), merged as a strategic merge
+//! patch before the template's own.
 //! (A path in a YAML flow list is quoted: `[*]` would read as an alias.)
 //! The pods a template makes are the product of its `replicas` paths (each
 //! absent one counts 1; `path - N` subtracts N), and at most the product
 //! of its `maxReplicas` paths where the kind autoscales. The wildcards of
 //! a replicas path stand for the same elements as those of the template's
 //! path. See docs/workload-kinds.md.
+use super::apply::{ListType, Schema};
 use super::doc::{self, Object};
 use super::json::{int_of, FieldError};
 use super::workloads;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The apiVersion of `PodTemplateSource` documents.
 pub const API_VERSION: &str = "gpu-admission.io/v1alpha1";
@@ -60,34 +67,39 @@ pub struct TemplateSource {
     pub templates: Vec<TemplatePath>,
     /// States in which the object holds no GPUs (its work finished,
     /// failed or is suspended), read from its status or spec.
-    pub holds_nothing_when: Vec<HoldsNothingWhen>,
+    pub holds_nothing_when: Vec<Condition>,
 }
 
-/// A state in which an object holds no GPUs: a value at `path` is one of
-/// `values` (`true` and `false` match booleans).
+/// A value at `path` is one of `values` (`true` and `false` match
+/// booleans): a state in which an object holds no GPUs, or the target of
+/// a patch.
 #[derive(Clone, Debug, PartialEq)]
-pub struct HoldsNothingWhen {
+pub struct Condition {
     /// The path as written.
     pub path: String,
     segments: Vec<Segment>,
     pub values: Vec<String>,
 }
 
+impl Condition {
+    /// Whether it holds in `object`, the first wildcards of its path
+    /// standing for the elements `bound` gives.
+    fn holds(&self, object: &Value, bound: &[Bound]) -> bool {
+        reach(object, &self.segments, bound).iter().any(|value| {
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Bool(b) => b.to_string(),
+                _ => return false,
+            };
+            self.values.contains(&text)
+        })
+    }
+}
+
 impl TemplateSource {
     /// Whether `object` is in a state its document says holds no GPUs.
     pub fn holds_nothing(&self, object: &Value) -> bool {
-        self.holds_nothing_when.iter().any(|when| {
-            let mut found = Vec::new();
-            walk(object, &when.segments, &mut Vec::new(), &mut found);
-            found.iter().any(|(value, _)| {
-                let text = match value {
-                    Value::String(s) => s.clone(),
-                    Value::Bool(b) => b.to_string(),
-                    _ => return false,
-                };
-                when.values.contains(&text)
-            })
-        })
+        self.holds_nothing_when.iter().any(|w| w.holds(object, &[]))
     }
 }
 
@@ -105,10 +117,15 @@ pub struct TemplatePath {
     /// every template takes unless it sets its own (an Argo Workflow's
     /// `spec.nodeSelector`, `spec.tolerations`...).
     pod_defaults: Option<Vec<Segment>>,
-    /// For an inline pod spec: the field holding a pod-spec patch in YAML
-    /// (Argo's `podSpecPatch`), merged into the pod as Kubernetes merges a
-    /// strategic patch (containers by name, maps key by key).
-    patch_field: Option<String>,
+    /// For an inline pod spec: pod-spec fields it keeps under another
+    /// name (`securityContext` ← Spark's `podSecurityContext`).
+    pod_fields: Vec<(String, String)>,
+    /// Pod-spec patches the object keeps outside the template, merged in
+    /// order as Kubernetes merges a strategic patch.
+    patches: Vec<PatchSource>,
+    /// For an inline pod spec: the patch it carries (Argo's
+    /// `podSpecPatch`), merged after `patches`.
+    own_patch: Option<PatchSource>,
     replicas: Vec<Factor>,
     max_replicas: Option<Vec<Factor>>,
 }
@@ -120,6 +137,19 @@ enum Segment {
     Items,
     /// `*`: every value of a map.
     Values,
+}
+
+/// Where a pod-spec patch is: a pod spec or a pod template (`metadata` +
+/// `spec`), or a string holding one in YAML or JSON.
+#[derive(Clone, Debug, PartialEq)]
+struct PatchSource {
+    /// The path as written (messages name it).
+    path: String,
+    segments: Vec<Segment>,
+    shape: Shape,
+    /// Only a patch for which this holds, its wildcards standing first
+    /// for the elements the patch's own stood for.
+    when: Option<Condition>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -137,6 +167,21 @@ struct ContainerSource {
     name: Option<String>,
     /// Where its resources are, when not at `resources`.
     resources: String,
+    /// Resources it asks in fields of its own (Spark's `gpu.name` and
+    /// `gpu.quantity`, `cores`).
+    resource_pairs: Vec<ResourcePair>,
+}
+
+/// A resource a container asks outside `resources`: requested, and for an
+/// extended resource (a name with a domain) limited too, as Kubernetes
+/// requires.
+#[derive(Clone, Debug, PartialEq)]
+struct ResourcePair {
+    /// The resource's name, or where the container names it.
+    name: Result<String, Vec<Segment>>,
+    quantity: Vec<Segment>,
+    /// The quantity is a JVM memory size (`512m`, `4g`; MiB without a unit).
+    jvm: bool,
 }
 
 /// One factor of a replica count: the integer at `segments`, minus `minus`.
@@ -162,6 +207,9 @@ pub struct FoundTemplate {
     pub replicas: i64,
     /// Pods it may make when the kind scales it up.
     pub max_replicas: i64,
+    /// Why a patch of it could not be read (`spec.podSpecPatch is neither
+    /// YAML nor JSON ...`): its pods cannot be judged, nor made.
+    pub unreadable: Option<String>,
 }
 
 /// The workload kinds whose pod templates are judged: the built-in
@@ -212,6 +260,7 @@ impl TemplateSources {
                 pointer,
                 replicas,
                 max_replicas: replicas,
+                unreadable: None,
             }]);
         }
         let source = self.source_of(object)?;
@@ -236,7 +285,8 @@ impl TemplatePath {
         let mut matches = Vec::new();
         walk(object, &self.segments, &mut Vec::new(), &mut matches);
         for (value, bound) in matches {
-            let Some(template) = self.pod_template(object, value) else {
+            let mut problems = Vec::new();
+            let Some(template) = self.pod_template(object, value, &mut problems) else {
                 continue;
             };
             let replicas = product(object, &self.replicas, &bound);
@@ -251,6 +301,7 @@ impl TemplatePath {
                 pointer,
                 replicas,
                 max_replicas,
+                unreadable: (!problems.is_empty()).then(|| problems.join("; ")),
             });
         }
     }
@@ -276,21 +327,28 @@ impl TemplatePath {
 
     /// The pod template at `value`, when it is one (an inline pod spec
     /// with no container is none: an Argo steps template, say).
-    fn pod_template(&self, object: &Value, value: &Value) -> Option<Value> {
+    fn pod_template(
+        &self,
+        object: &Value,
+        value: &Value,
+        problems: &mut Vec<String>,
+    ) -> Option<Value> {
         let fields = value.as_object()?;
-        match self.shape {
-            Shape::PodTemplateSpec => Some(value.clone()),
+        let mut template = match self.shape {
+            Shape::PodTemplateSpec => value.clone(),
             Shape::PodSpec => {
-                let mut spec: Map<String, Value> = fields
+                let mut spec: Map<String, Value> = POD_SPEC_FIELDS
                     .iter()
-                    .filter(|(k, _)| POD_SPEC_FIELDS.contains(&k.as_str()))
-                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .filter_map(|&key| {
+                        let renamed = self.pod_fields.iter().find(|(to, _)| to == key);
+                        let from = renamed.map_or(key, |(_, from)| from.as_str());
+                        Some((key.to_string(), fields.get(from)?.clone()))
+                    })
                     .collect();
                 let mut extra = Vec::new();
                 for source in &self.containers {
-                    let mut found = Vec::new();
-                    walk(value, &source.segments, &mut Vec::new(), &mut found);
-                    extra.extend(found.into_iter().filter_map(|(c, _)| source.container(c)));
+                    let found = reach(value, &source.segments, &[]);
+                    extra.extend(found.into_iter().filter_map(|c| source.container(c)));
                 }
                 if !extra.is_empty() {
                     let containers = spec.entry("containers").or_insert_with(|| json!([]));
@@ -298,32 +356,15 @@ impl TemplatePath {
                         list.extend(extra);
                     }
                 }
-                let defaults = self.pod_defaults.as_ref().and_then(|path| {
-                    let mut found = Vec::new();
-                    walk(object, path, &mut Vec::new(), &mut found);
-                    found.first().and_then(|(v, _)| v.as_object())
-                });
+                let defaults = self
+                    .pod_defaults
+                    .as_ref()
+                    .and_then(|path| reach(object, path, &[]).first().and_then(|v| v.as_object()));
                 for (key, value) in defaults.into_iter().flatten() {
                     let container_list = key.ends_with("ontainers");
                     if POD_SPEC_FIELDS.contains(&key.as_str()) && !container_list {
                         spec.entry(key.clone()).or_insert_with(|| value.clone());
                     }
-                }
-                let patch = self
-                    .patch_field
-                    .as_ref()
-                    .and_then(|f| fields.get(f))
-                    .and_then(Value::as_str)
-                    .and_then(|text| serde_yaml::from_str::<Value>(text).ok());
-                if let Some(Value::Object(patch)) = patch {
-                    merge_pod_spec(&mut spec, patch);
-                }
-                let has_containers = spec
-                    .get("containers")
-                    .and_then(Value::as_array)
-                    .is_some_and(|c| !c.is_empty());
-                if !has_containers {
-                    return None;
                 }
                 let metadata = match fields.get("metadata") {
                     Some(m) if m.is_object() => m.clone(),
@@ -337,9 +378,25 @@ impl TemplatePath {
                         Value::Object(m)
                     }
                 };
-                Some(json!({"metadata": metadata, "spec": Value::Object(spec)}))
+                json!({"metadata": metadata, "spec": Value::Object(spec)})
             }
+        };
+        // An inline pod spec with no container of its own is no pod (an
+        // Argo steps template), whatever the patches name.
+        let has_containers = template
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .is_some_and(|c| !c.is_empty());
+        if self.shape == Shape::PodSpec && !has_containers {
+            return None;
         }
+        for patch in &self.patches {
+            patch.apply(object, &mut template, problems);
+        }
+        if let Some(patch) = &self.own_patch {
+            patch.apply(value, &mut template, problems);
+        }
+        Some(template)
     }
 
     /// `workerGroupSpecs[gpu-workers]`: the path up to its last wildcard
@@ -408,7 +465,7 @@ impl TemplatePath {
 
 impl ContainerSource {
     /// The container at `value`, named and with its resources at
-    /// `resources`.
+    /// `resources`, and its resource pairs among them.
     fn container(&self, value: &Value) -> Option<Value> {
         let mut container = value.as_object()?.clone();
         if let Some(name) = &self.name {
@@ -426,50 +483,230 @@ impl ContainerSource {
                 None => container.remove("resources"),
             };
         }
+        for pair in &self.resource_pairs {
+            let first = |path| reach(value, path, &[]).first().copied().cloned();
+            let name = match &pair.name {
+                Ok(name) => Some(name.clone()),
+                Err(path) => first(path).and_then(|n| n.as_str().map(str::to_string)),
+            };
+            let quantity = match first(&pair.quantity) {
+                Some(Value::Number(n)) => n.to_string(),
+                Some(Value::String(s)) => s,
+                _ => continue,
+            };
+            let quantity = if pair.jvm {
+                jvm_size(&quantity)
+            } else {
+                Some(quantity)
+            };
+            let (Some(name), Some(quantity)) = (name.filter(|n| !n.is_empty()), quantity) else {
+                continue;
+            };
+            let sides: &[&str] = if name.contains('/') {
+                &["limits", "requests"]
+            } else {
+                &["requests"]
+            };
+            let resources = container.entry("resources").or_insert_with(|| json!({}));
+            for side in sides {
+                let Some(r) = resources.as_object_mut() else {
+                    break;
+                };
+                let side = r.entry(*side).or_insert_with(|| json!({}));
+                if let Some(side) = side.as_object_mut() {
+                    side.insert(name.clone(), json!(quantity));
+                }
+            }
+        }
         Some(Value::Object(container))
     }
 }
 
-/// Merges `patch` into a pod spec as a strategic merge patch does: the
-/// containers of a list by name (a new name is appended), maps key by key,
-/// anything else replaced.
-fn merge_pod_spec(spec: &mut Map<String, Value>, patch: Map<String, Value>) {
-    fn merge(target: &mut Value, patch: Value) {
-        match (target, patch) {
-            (Value::Object(t), Value::Object(p)) => {
-                for (k, v) in p {
-                    match t.get_mut(&k) {
-                        Some(existing) => merge(existing, v),
-                        None => {
-                            t.insert(k, v);
+impl PatchSource {
+    /// Merges into `template` each patch this source finds in `root` (the
+    /// object, or the template's own fields) that targets it, in order; a
+    /// patch that cannot be read is left out and said in `problems`.
+    fn apply(&self, root: &Value, template: &mut Value, problems: &mut Vec<String>) {
+        let mut found = Vec::new();
+        walk(root, &self.segments, &mut Vec::new(), &mut found);
+        let schema = Schema::of(&json!({"apiVersion": "v1", "kind": "Pod"}));
+        for (patch, bound) in found {
+            if self.when.as_ref().is_some_and(|w| !w.holds(root, &bound)) {
+                continue;
+            }
+            let patch = match patch {
+                Value::String(text) => match read_patch(text) {
+                    Ok(Some(patch)) => patch,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        problems.push(format!("{} {e}", self.path));
+                        continue;
+                    }
+                },
+                Value::Object(_) => patch.clone(),
+                _ => continue,
+            };
+            let (metadata, spec) = match self.shape {
+                Shape::PodTemplateSpec => (patch.get("metadata"), patch.get("spec")),
+                Shape::PodSpec => (None, Some(&patch)),
+            };
+            if let Some(Value::Object(metadata)) = metadata {
+                merge_patch(
+                    &schema,
+                    &mut vec!["metadata"],
+                    &mut template["metadata"],
+                    metadata,
+                );
+            }
+            if let Some(Value::Object(spec)) = spec {
+                let fields = spec
+                    .iter()
+                    .filter(|(k, _)| POD_SPEC_FIELDS.contains(&k.as_str()));
+                let spec = fields.map(|(k, v)| (k.clone(), v.clone())).collect();
+                merge_patch(&schema, &mut vec!["spec"], &mut template["spec"], &spec);
+            }
+        }
+    }
+}
+
+/// A JVM memory size (`512m`, `4g`, `1024`: MiB without a unit) as a
+/// Kubernetes quantity.
+fn jvm_size(text: &str) -> Option<String> {
+    let text = text.trim().to_ascii_lowercase();
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let unit = match unit {
+        "" | "m" | "mb" => "Mi",
+        "b" => "",
+        "k" | "kb" => "Ki",
+        "g" | "gb" => "Gi",
+        "t" | "tb" => "Ti",
+        "p" | "pb" => "Pi",
+        _ => return None,
+    };
+    (!number.is_empty()).then(|| format!("{number}{unit}"))
+}
+
+/// A pod-spec patch written as YAML or JSON; `None` when there is none to
+/// merge (empty, or one whole `{{...}}` expression only filled in when the
+/// pod is made, as Argo fills them). `{{...}}` expressions elsewhere read
+/// as plain values.
+fn read_patch(text: &str) -> Result<Option<Value>, String> {
+    let expressions = text.contains("{{");
+    let parsed = match serde_yaml::from_str::<Value>(text) {
+        Err(_) if expressions => {
+            let mut plain = String::new();
+            let mut rest = text;
+            while let Some((before, after)) = rest.split_once("{{") {
+                let Some((_, after)) = after.split_once("}}") else {
+                    break;
+                };
+                plain.push_str(before);
+                plain.push_str("parameter");
+                rest = after;
+            }
+            plain.push_str(rest);
+            serde_yaml::from_str::<Value>(&plain)
+        }
+        parsed => parsed,
+    };
+    match parsed {
+        Ok(patch @ Value::Object(_)) => Ok(Some(patch)),
+        Ok(Value::Null) => Ok(None),
+        Ok(_) if expressions => Ok(None),
+        Ok(_) => Err("is not a pod spec: a map of pod-spec fields, in YAML or JSON".into()),
+        Err(e) => Err(format!("is neither YAML nor JSON ({e})")),
+    }
+}
+
+/// Merges `patch` into `target` (at `path` from a pod) as a strategic
+/// merge patch does: maps key by key (`null` removes a key), the lists the
+/// pod schema keys ([`Schema::list_type`]: containers by name, env by
+/// name...) item by item, anything else replaced.
+fn merge_patch<'p>(
+    schema: &Schema,
+    path: &mut Vec<&'p str>,
+    target: &mut Value,
+    patch: &'p Map<String, Value>,
+) {
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let Some(target) = target.as_object_mut() else {
+        return;
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            target.remove(key);
+            continue;
+        }
+        let Some(existing) = target.get_mut(key) else {
+            target.insert(key.clone(), value.clone());
+            continue;
+        };
+        path.push(key);
+        match (existing, value) {
+            (existing @ Value::Object(_), Value::Object(p)) => {
+                merge_patch(schema, path, existing, p)
+            }
+            (Value::Array(list), Value::Array(items)) => match schema.list_type(path) {
+                ListType::Map(keys) => {
+                    let key_of = |item: &Value| -> Vec<Option<Value>> {
+                        let field = |(k, d): &(&str, Option<&str>)| {
+                            item.get(*k).cloned().or_else(|| d.map(|d| json!(d)))
+                        };
+                        keys.iter().map(field).collect()
+                    };
+                    for item in items {
+                        let id = key_of(item);
+                        let known = id.iter().any(Option::is_some);
+                        let at = list.iter().position(|e| known && key_of(e) == id);
+                        match (at, item) {
+                            (Some(i), Value::Object(p)) => {
+                                merge_patch(schema, path, &mut list[i], p)
+                            }
+                            _ => list.push(item.clone()),
                         }
                     }
                 }
-            }
-            (t, p) => *t = p,
+                _ => *list = items.clone(),
+            },
+            (existing, value) => *existing = value.clone(),
         }
+        path.pop();
     }
-    for (key, value) in patch {
-        let by_name = matches!(key.as_str(), "containers" | "initContainers");
-        match (spec.get_mut(&key), value) {
-            (Some(Value::Array(list)), Value::Array(patches)) if by_name => {
-                for p in patches {
-                    let name = p.get("name").and_then(Value::as_str).map(str::to_string);
-                    let existing = list.iter_mut().find(|c| {
-                        name.is_some() && c.get("name").and_then(Value::as_str) == name.as_deref()
-                    });
-                    match existing {
-                        Some(c) => merge(c, p),
-                        None => list.push(p),
-                    }
-                }
-            }
-            (Some(existing), value) => merge(existing, value),
-            (None, value) => {
-                spec.insert(key, value);
-            }
+}
+
+/// Every value `segments` reach from `value`, each wildcard standing for
+/// the element `bound` gives while it gives one, and for every element
+/// after.
+fn reach<'v>(value: &'v Value, segments: &[Segment], bound: &[Bound]) -> Vec<&'v Value> {
+    let Some((first, rest)) = segments.split_first() else {
+        return if value.is_null() {
+            Vec::new()
+        } else {
+            vec![value]
+        };
+    };
+    let next = match (first, bound.split_first()) {
+        (Segment::Field(f), _) => {
+            return value
+                .get(f)
+                .map_or_else(Vec::new, |v| reach(v, rest, bound))
         }
-    }
+        (Segment::Items, Some((Bound::Index(i), more))) => value.get(*i).map(|v| (v, more)),
+        (Segment::Values, Some((Bound::Key(k), more))) => value.get(k).map(|v| (v, more)),
+        (_, Some(_)) => None,
+        (Segment::Items, None) => {
+            let items = value.as_array().into_iter().flatten();
+            return items.flat_map(|v| reach(v, rest, &[])).collect();
+        }
+        (Segment::Values, None) => {
+            let values = value.as_object().into_iter().flat_map(Map::values);
+            return values.flat_map(|v| reach(v, rest, &[])).collect();
+        }
+    };
+    next.map_or_else(Vec::new, |(v, more)| reach(v, rest, more))
 }
 
 /// Every value `segments` reach from `value`, with where each wildcard
@@ -516,21 +753,7 @@ fn product(object: &Value, factors: &[Factor], bound: &[Bound]) -> i64 {
     factors
         .iter()
         .map(|f| {
-            let mut value = Some(object);
-            let mut bound = bound.iter();
-            for segment in &f.segments {
-                value = match segment {
-                    Segment::Field(name) => value.and_then(|v| v.get(name)),
-                    Segment::Items => match bound.next() {
-                        Some(Bound::Index(i)) => value.and_then(|v| v.get(*i)),
-                        _ => None,
-                    },
-                    Segment::Values => match bound.next() {
-                        Some(Bound::Key(k)) => value.and_then(|v| v.get(k)),
-                        _ => None,
-                    },
-                };
-            }
+            let value = reach(object, &f.segments, bound).first().copied();
             value.and_then(int_of).map_or(1, |n| (n - f.minus).max(0))
         })
         .fold(1i64, |acc, n| acc.saturating_mul(n))
@@ -598,14 +821,36 @@ struct KindSpec {
     resource: String,
     templates: Vec<TemplateSpec>,
     #[serde(default)]
-    holds_nothing_when: Vec<HoldsNothingSpec>,
+    holds_nothing_when: Vec<ConditionSpec>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct HoldsNothingSpec {
+struct ConditionSpec {
     path: String,
     values: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchSpec {
+    path: String,
+    #[serde(default)]
+    shape: Option<Shape>,
+    #[serde(default)]
+    when: Option<ConditionSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PairSpec {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    resource: Option<String>,
+    quantity: String,
+    #[serde(default)]
+    units: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -621,7 +866,11 @@ struct TemplateSpec {
     #[serde(default)]
     pod_defaults: Option<String>,
     #[serde(default)]
+    pod_fields: BTreeMap<String, String>,
+    #[serde(default)]
     pod_spec_patch: Option<String>,
+    #[serde(default)]
+    patches: Vec<PatchSpec>,
     #[serde(default)]
     replicas: Vec<String>,
     #[serde(default)]
@@ -629,13 +878,15 @@ struct TemplateSpec {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ContainerSpec {
     path: String,
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
     resources: Option<String>,
+    #[serde(default)]
+    resource_pairs: Vec<PairSpec>,
 }
 
 /// Reads one `PodTemplateSource` document: its kinds, or every mistake,
@@ -708,21 +959,7 @@ pub fn read(value: &Value) -> Result<Vec<TemplateSource>, Vec<FieldError>> {
         let mut holds_nothing_when = Vec::new();
         for (w, when) in kind.holds_nothing_when.into_iter().enumerate() {
             let at = format!("{at}.holdsNothingWhen[{w}]");
-            let Some(segments) = required_path(&when.path, &at, &mut errors) else {
-                continue;
-            };
-            if when.values.is_empty() || when.values.iter().any(String::is_empty) {
-                errors.push(FieldError::new(
-                    format!("{at}.values"),
-                    "must name the values (e.g. Complete, Failed) in which the object holds no GPUs",
-                ));
-                continue;
-            }
-            holds_nothing_when.push(HoldsNothingWhen {
-                path: when.path,
-                segments,
-                values: when.values,
-            });
+            holds_nothing_when.extend(read_condition(when, &at, &mut errors));
         }
         sources.push(TemplateSource {
             document: name.clone(),
@@ -743,7 +980,8 @@ pub fn read(value: &Value) -> Result<Vec<TemplateSource>, Vec<FieldError>> {
 fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<FieldError>> {
     let mut errors = Vec::new();
     let shape = spec.shape.unwrap_or(Shape::PodTemplateSpec);
-    let segments = required_path(&spec.path, at, &mut errors).unwrap_or_default();
+    let segments =
+        required_path(&spec.path, &format!("{at}.path"), &mut errors).unwrap_or_default();
     let wildcards = segments
         .iter()
         .filter(|s| !matches!(s, Segment::Field(_)))
@@ -768,6 +1006,38 @@ fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<Field
         } else {
             parse_path(&container.path)
         };
+        let mut resource_pairs = Vec::new();
+        for (r, pair) in container.resource_pairs.into_iter().enumerate() {
+            let at = format!("{at}.resourcePairs[{r}]");
+            let name = match (pair.resource, pair.name) {
+                (Some(resource), None) if !resource.is_empty() => Some(Ok(resource)),
+                (None, Some(name)) => {
+                    required_path(&name, &format!("{at}.name"), &mut errors).map(Err)
+                }
+                _ => {
+                    let message = "either resource (the resource, e.g. cpu) or name (where the container names it)";
+                    errors.push(FieldError::new(at.clone(), message));
+                    None
+                }
+            };
+            let quantity = required_path(&pair.quantity, &format!("{at}.quantity"), &mut errors);
+            let jvm = match pair.units.as_deref() {
+                None => false,
+                Some("JVM") => true,
+                Some(_) => {
+                    let message = "the only units are JVM (memory sizes such as 512m, 4g)";
+                    errors.push(FieldError::new(format!("{at}.units"), message));
+                    false
+                }
+            };
+            if let (Some(name), Some(quantity)) = (name, quantity) {
+                resource_pairs.push(ResourcePair {
+                    name,
+                    quantity,
+                    jvm,
+                });
+            }
+        }
         match segments {
             Ok(segments) => containers.push(ContainerSource {
                 segments,
@@ -776,10 +1046,55 @@ fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<Field
                     .resources
                     .filter(|r| !r.is_empty())
                     .unwrap_or_else(|| "resources".to_string()),
+                resource_pairs,
             }),
             Err(e) => errors.push(FieldError::new(format!("{at}.path"), e)),
         }
     }
+    for (to, from) in &spec.pod_fields {
+        let field = POD_SPEC_FIELDS.contains(&to.as_str()) && !from.is_empty();
+        if shape != Shape::PodSpec || !field {
+            errors.push(FieldError::new(
+                format!("{at}.podFields.{to}"),
+                "maps a pod-spec field to the field of an inline pod spec (shape: PodSpec) that holds it",
+            ));
+        }
+    }
+    let mut patches = Vec::new();
+    for (p, patch) in spec.patches.into_iter().enumerate() {
+        let at = format!("{at}.patches[{p}]");
+        let segments = required_path(&patch.path, &format!("{at}.path"), &mut errors);
+        let when = match patch.when {
+            Some(w) => match read_condition(w, &format!("{at}.when"), &mut errors) {
+                Some(c) => Some(c),
+                None => continue,
+            },
+            None => None,
+        };
+        if let Some(segments) = segments {
+            let shape = patch.shape.unwrap_or(Shape::PodSpec);
+            let path = patch.path;
+            patches.push(PatchSource {
+                path,
+                segments,
+                shape,
+                when,
+            });
+        }
+    }
+    let own_patch = spec
+        .pod_spec_patch
+        .filter(|f| !f.is_empty())
+        .and_then(|path| {
+            let segments = required_path(&path, &format!("{at}.podSpecPatch"), &mut errors)?;
+            let shape = Shape::PodSpec;
+            Some(PatchSource {
+                path,
+                segments,
+                shape,
+                when: None,
+            })
+        });
     let pod_defaults = match spec.pod_defaults.as_deref().map(parse_path) {
         None => None,
         Some(Ok(p))
@@ -856,21 +1171,44 @@ fn read_template(spec: TemplateSpec, at: &str) -> Result<TemplatePath, Vec<Field
             .unwrap_or_else(|| "name".to_string()),
         containers,
         pod_defaults,
-        patch_field: spec.pod_spec_patch.filter(|f| !f.is_empty()),
+        pod_fields: spec.pod_fields.into_iter().collect(),
+        patches,
+        own_patch,
         replicas,
         max_replicas,
     })
 }
 
-/// `path` parsed, or an error at `{at}.path` when it is empty or unreadable.
+/// `path` parsed, or an error at `at` when it is empty or unreadable.
 fn required_path(path: &str, at: &str, errors: &mut Vec<FieldError>) -> Option<Vec<Segment>> {
     let message = match parse_path(path) {
         Ok(segments) if !segments.is_empty() => return Some(segments),
         Ok(_) => "required".to_string(),
         Err(e) => e,
     };
-    errors.push(FieldError::new(format!("{at}.path"), message));
+    errors.push(FieldError::new(at, message));
     None
+}
+
+/// A `{path, values}` condition, or its mistakes at `at`.
+fn read_condition(
+    spec: ConditionSpec,
+    at: &str,
+    errors: &mut Vec<FieldError>,
+) -> Option<Condition> {
+    let segments = required_path(&spec.path, &format!("{at}.path"), errors)?;
+    if spec.values.is_empty() || spec.values.iter().any(String::is_empty) {
+        errors.push(FieldError::new(
+            format!("{at}.values"),
+            "must name the values (e.g. Complete, Failed) the value at path may be one of",
+        ));
+        return None;
+    }
+    Some(Condition {
+        path: spec.path,
+        segments,
+        values: spec.values,
+    })
 }
 
 /// `spec.workerGroupSpecs[*].template` → fields and wildcards, or why the

@@ -296,3 +296,208 @@ fn holds_nothing_when_needs_a_path_and_values() {
         "{errors:?}"
     );
 }
+
+/// The shipped sources (policies/workload-kinds.yaml).
+fn shipped() -> TemplateSources {
+    let text = include_str!("../../../policies/workload-kinds.yaml");
+    let documents = serde_yaml::Deserializer::from_str(text);
+    let values = documents.map(|d| Value::deserialize(d).expect("YAML"));
+    TemplateSources::new(values.flat_map(|v| read(&v).expect("reads")).collect())
+}
+
+#[test]
+fn a_trainjob_takes_the_overrides_and_patches_that_target_its_trainer() {
+    let t4 = json!({"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"});
+    let gpu = json!([{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
+    let tj = |extra: Value| {
+        let mut spec = json!({"runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"image": "train:1", "numNodes": 2,
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": "2"}}}});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "tj", "namespace": "ml"}, "spec": spec})
+    };
+    let spec_of = |o: Value| shipped().templates(&o).unwrap()[0].template["spec"].clone();
+    // v2.0: the override's own fields; the one for the initializer is not the trainer's.
+    let s = spec_of(tj(json!({"podSpecOverrides": [
+        {"targetJobs": [{"name": "dataset-initializer"}], "nodeSelector": {"pool": "cpu"}},
+        {"targetJobs": [{"name": "node"}], "nodeSelector": t4, "tolerations": gpu,
+         "containers": [{"name": "node", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}]}]})));
+    assert_eq!(s["nodeSelector"], t4);
+    assert_eq!(s["tolerations"], gpu);
+    assert!(s.get("targetJobs").is_none());
+    let node = &s["containers"][0];
+    assert_eq!(
+        (&node["name"], &node["image"]),
+        (&json!("node"), &json!("train:1"))
+    );
+    assert_eq!(
+        node["env"],
+        json!([{"name": "NCCL_DEBUG", "value": "INFO"}])
+    );
+    assert_eq!(node["resources"]["limits"]["nvidia.com/gpu"], "2");
+    // v2.1: a pod template; later entries win.
+    let s = spec_of(tj(json!({"podTemplateOverrides": [
+        {"targetJobs": [{"name": "node"}], "spec": {"nodeSelector": {"pool": "a"}}},
+        {"targetJobs": [{"name": "node"}], "spec": {"nodeSelector": t4}}]})));
+    assert_eq!(
+        s["nodeSelector"],
+        json!({"pool": "a", "node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"})
+    );
+    // runtimePatches: per replicated job, by name.
+    let job = |name: &str, spec: Value| json!({"name": name, "template": {"spec": {"template": {"spec": spec}}}});
+    let s = spec_of(tj(
+        json!({"runtimePatches": [{"manager": "kueue.x-k8s.io/manager",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            job("launcher", json!({"nodeSelector": {"pool": "cpu"}})),
+            job("node", json!({"nodeSelector": t4, "containers": [{"name": "node",
+                "securityContext": {"privileged": true},
+                "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}]}))]}}}}]}),
+    ));
+    assert_eq!(s["nodeSelector"], t4);
+    assert_eq!(s["containers"].as_array().unwrap().len(), 1);
+    assert_eq!(s["containers"][0]["securityContext"]["privileged"], true);
+    assert_eq!(
+        s["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/dev/shm"
+    );
+}
+
+#[test]
+fn argo_merges_the_workflow_patch_then_the_templates_into_every_pod_template() {
+    let wf = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "wf", "namespace": "ml"},
+        "spec": {"entrypoint": "main",
+            "podSpecPatch": "containers:\n  - name: main\n    securityContext: {privileged: true}\n    env: [{name: A, value: wf}, {name: B, value: wf}]\n",
+            "templates": [
+                {"name": "main", "steps": [[{"name": "a", "template": "train"}]]},
+                {"name": "train", "container": {"image": "pytorch", "env": [{"name": "C", "value": "c"}]},
+                 "podSpecPatch": "{\"containers\": [{\"name\": \"main\", \"env\": [{\"name\": \"B\", \"value\": \"tpl\"}]}]}"},
+                {"name": "eval", "script": {"image": "python", "source": "print(1)"}}]}});
+    let found = shipped().templates(&wf).unwrap();
+    assert_eq!(found.len(), 2);
+    for t in &found {
+        assert_eq!(t.unreadable, None);
+        assert_eq!(
+            t.template["spec"]["containers"][0]["securityContext"]["privileged"],
+            true
+        );
+    }
+    // env merges by name: the template's patch wins over the workflow's.
+    assert_eq!(
+        found[0].template["spec"]["containers"][0]["env"],
+        json!([{"name": "C", "value": "c"}, {"name": "A", "value": "wf"}, {"name": "B", "value": "tpl"}])
+    );
+    // A patch that cannot be read is said, never guessed at.
+    let mut bad = wf.clone();
+    bad["spec"]["podSpecPatch"] = json!("containers:\n  - name: main\n   image: [");
+    let found = shipped().templates(&bad).unwrap();
+    let problem = found[0].unreadable.as_deref().unwrap();
+    assert!(
+        problem.starts_with("spec.podSpecPatch is neither YAML nor JSON ("),
+        "{problem}"
+    );
+    bad["spec"]["podSpecPatch"] = json!("[1, 2]");
+    let found = shipped().templates(&bad).unwrap();
+    assert_eq!(
+        found[0].unreadable.as_deref(),
+        Some("spec.podSpecPatch is not a pod spec: a map of pod-spec fields, in YAML or JSON")
+    );
+    // Argo fills {{...}} in before it merges: the rest is still read.
+    bad["spec"]["podSpecPatch"] = json!("containers:\n  - name: main\n    securityContext: {privileged: true}\n    resources: {limits: {memory: {{inputs.parameters.mem}}}}\n");
+    let found = shipped().templates(&bad).unwrap();
+    assert_eq!(found[0].unreadable, None);
+    assert_eq!(
+        found[0].template["spec"]["containers"][0]["securityContext"]["privileged"],
+        true
+    );
+    bad["spec"]["podSpecPatch"] = json!("{{workflow.parameters.patch}}");
+    let found = shipped().templates(&bad).unwrap();
+    assert_eq!(found[0].unreadable, None);
+    assert!(found[0].template["spec"]["containers"][0]
+        .get("securityContext")
+        .is_none());
+}
+
+#[test]
+fn a_spark_application_asks_its_gpus_as_name_and_quantity_per_executor() {
+    let app = json!({"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+        "metadata": {"name": "etl", "namespace": "ml"},
+        "spec": {"type": "Scala", "image": "spark-rapids:24.10", "nodeSelector": {"pool": "spark"},
+            "driver": {"cores": 1, "memory": "4g", "serviceAccount": "spark"},
+            "executor": {"instances": 4, "cores": 3, "coreRequest": "2500m", "memory": "512m",
+                "gpu": {"name": "nvidia.com/gpu", "quantity": 1},
+                "securityContext": {"privileged": true}, "podSecurityContext": {"runAsUser": 0}},
+            "dynamicAllocation": {"enabled": true, "maxExecutors": 10}}});
+    let found = shipped().templates(&app).unwrap();
+    let labels: Vec<&str> = found.iter().map(|t| t.label.as_str()).collect();
+    assert_eq!(labels, ["driver", "executor"]);
+    assert_eq!((found[1].replicas, found[1].max_replicas), (4, 10));
+    let driver = &found[0].template["spec"];
+    assert_eq!(driver["containers"][0]["name"], "spark-kubernetes-driver");
+    assert_eq!(
+        driver["containers"][0]["resources"],
+        json!({"requests": {"cpu": "1", "memory": "4Gi"}})
+    );
+    assert_eq!(driver["nodeSelector"], json!({"pool": "spark"}));
+    let executor = &found[1].template["spec"];
+    let c = &executor["containers"][0];
+    assert_eq!(c["name"], "spark-kubernetes-executor");
+    assert_eq!(
+        c["resources"],
+        json!({"limits": {"nvidia.com/gpu": "1"},
+            "requests": {"nvidia.com/gpu": "1", "cpu": "2500m", "memory": "512Mi"}})
+    );
+    assert_eq!(c["securityContext"]["privileged"], true);
+    assert_eq!(executor["securityContext"], json!({"runAsUser": 0}));
+    for (jvm, quantity) in [
+        ("2048", Some("2048Mi")),
+        ("1G", Some("1Gi")),
+        ("64kb", Some("64Ki")),
+        ("1.5g", None),
+    ] {
+        assert_eq!(jvm_size(jvm).as_deref(), quantity, "{jvm}");
+    }
+}
+
+#[test]
+fn mistakes_in_patches_and_resource_pairs_name_their_field() {
+    let errors = |template: Value| -> Vec<String> {
+        let kinds = json!([{"kind": "Thing", "resource": "things", "templates": [template]}]);
+        let errors = read(&source_doc("example.com", kinds)).unwrap_err();
+        errors.iter().map(ToString::to_string).collect()
+    };
+    let e = errors(
+        json!({"path": "spec.template", "patches": [{"path": "spec.overrides[*]",
+        "when": {"path": "spec.overrides[*].target", "values": []}}]}),
+    );
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].starts_with("spec.kinds[0].templates[0].patches[0].when.values: "),
+        "{e:?}"
+    );
+    let e = errors(
+        json!({"path": "spec.worker", "shape": "PodSpec", "containers": [
+        {"path": ".", "resourcePairs": [{"quantity": "gpu.quantity"},
+            {"resource": "cpu", "quantity": "cores", "units": "bytes"}]}]}),
+    );
+    assert!(
+        e[0].starts_with(
+            "spec.kinds[0].templates[0].containers[0].resourcePairs[0]: either resource"
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("spec.kinds[0].templates[0].containers[0].resourcePairs[1].units: "),
+        "{e:?}"
+    );
+    let e = errors(
+        json!({"path": "spec.template", "podFields": {"securityContext": "podSecurityContext"}}),
+    );
+    assert!(
+        e[0].starts_with("spec.kinds[0].templates[0].podFields.securityContext: "),
+        "{e:?}"
+    );
+}
