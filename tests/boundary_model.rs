@@ -1105,13 +1105,20 @@ fn the_boundary_agrees_with_the_reference_model() {
                     "pods and templates hidden by default",
                     seen.hidden_by_default,
                 ),
-                ("mesh sidecars admitted", seen.sidecars),
             ] {
                 assert!(
                     n >= floor,
                     "BOUNDARY_SEED={seed}: only {n} {what} in {cases} cases"
                 );
             }
+            // Mesh sidecars admitted: about one case in 25, so a floor of
+            // one in fifty failed one seed in a hundred by chance at 500
+            // cases; one in a hundred is still a class the run covers.
+            let n = seen.sidecars;
+            assert!(
+                n >= cases / 100,
+                "BOUNDARY_SEED={seed}: only {n} mesh sidecars admitted in {cases} cases"
+            );
             // A pod that asks for no GPU, a node set with a DRA-served GPU
             // node it can reach: rarer, about one case in fifty.
             let n = seen.on_dra_nodes;
