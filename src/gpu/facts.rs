@@ -48,6 +48,10 @@ pub struct GpuFacts {
     pub tolerates: bool,
     pub tolerates_all: bool,
     pub shared_by_scheduler: bool,
+    /// For a share asked through the `gpu-fraction` / `gpu-memory`
+    /// annotation: the container it goes to (`gpu-fraction-container-name`,
+    /// else the first); empty otherwise.
+    pub shared_container: String,
     /// Its own node selection (nodeSelector, required node affinity,
     /// `spec.nodeName`) picks GPU nodes and no other node: by labels only
     /// GPU nodes carry, or, with the nodes known, by any label.
@@ -356,6 +360,26 @@ pub const SHARING_SCHEDULERS: [&str; 2] = ["kai-scheduler", "runai-scheduler"];
 /// plugins): a pod asking for one is a GPU pod whatever its scheduler.
 pub const SHARED_GPU_RESOURCE_PREFIXES: [&str; 2] = ["volcano.sh/vgpu-", "volcano.sh/gpu-"];
 
+/// The container a share asked by annotation goes to, as KAI Scheduler
+/// picks it: `gpu-fraction-container-name`, else the first container;
+/// empty without a `gpu-fraction` / `gpu-memory` annotation.
+fn share_container(spec: &Value, annotations: Option<&Value>) -> String {
+    let Some(annotations) = annotations.and_then(Value::as_object) else {
+        return String::new();
+    };
+    if !SHARED_GPU_ANNOTATIONS
+        .iter()
+        .any(|k| annotations.contains_key(*k))
+    {
+        return String::new();
+    }
+    annotations
+        .get("gpu-fraction-container-name")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| str_at(spec, "/containers/0/name"))
+        .to_string()
+}
+
 /// Does the pod ask a GPU-sharing scheduler for part of a GPU: a
 /// `gpu-fraction` or `gpu-memory` annotation with a scheduler that reads
 /// it ([`SHARING_SCHEDULERS`]), or a GPU-share resource
@@ -472,6 +496,11 @@ fn pod_facts(
         tolerates,
         tolerates_all,
         shared_by_scheduler: shared,
+        shared_container: if shared {
+            share_container(spec, annotations)
+        } else {
+            String::new()
+        },
         selects_gpu_nodes,
         prefers_gpu_nodes,
         node_name: super::reach::node_name(spec)
@@ -680,7 +709,7 @@ mod tests {
         assert_fields(&g, want);
         let other = gpu(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {}}));
         let keys = "requested total resources containers ephemeralContainers tolerates \
-            toleratesAll sharedByScheduler selectsGpuNodes skus skusConstrained maxSkuGpus claims";
+            toleratesAll sharedByScheduler sharedContainer selectsGpuNodes skus skusConstrained maxSkuGpus claims";
         for key in keys.split_whitespace() {
             assert!(other.get(key).is_some(), "{key}");
         }
@@ -827,6 +856,17 @@ mod tests {
         let d = gpu(json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "spec": {"template": template}}));
         assert_eq!(d["sharedByScheduler"], true);
+        assert_eq!(d["sharedContainer"], "c");
+        let named = gpu(kai(
+            json!({"gpu-memory": "2000", "gpu-fraction-container-name": "worker"}),
+            json!("kai-scheduler"),
+        ));
+        assert_eq!(named["sharedContainer"], "worker");
+        let not_shared = gpu(kai(
+            json!({"gpu-fraction": "0.5"}),
+            json!("default-scheduler"),
+        ));
+        assert_eq!(not_shared["sharedContainer"], "");
         let c = gpu(json!({"apiVersion": "batch/v1", "kind": "CronJob",
             "spec": {"jobTemplate": {"spec": {"template": template}}}}));
         assert_eq!(c["sharedByScheduler"], true);
