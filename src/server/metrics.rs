@@ -23,75 +23,29 @@ pub(crate) fn kind_label(known: &[&'static str], kind: &str) -> &'static str {
         .unwrap_or("other")
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    endpoint: &'static str,
-    kind: &'static str,
-    operation: &'static str,
-    decision: &'static str,
+/// Label sets, each a struct with the derives every family's labels need.
+/// A `policy` label is shared with the policy set: recording copies no
+/// string. A `queue` is `memory` or `slot`.
+macro_rules! label_sets {
+    ($($name:ident { $($field:ident: $ty:ty),* })*) => {$(
+        #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+        struct $name { $($field: $ty),* }
+    )*};
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EndpointLabels {
-    endpoint: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DurationLabels {
-    endpoint: &'static str,
-    decision: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ListenerLabels {
-    listener: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ClosedLabels {
-    listener: &'static str,
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct QueueLabels {
-    endpoint: &'static str,
-    /// `memory` or `slot`.
-    queue: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RejectionLabels {
-    endpoint: &'static str,
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PoolLabels {
-    pool: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PolicyResultLabels {
-    /// Shared with the policy set: recording copies no string.
-    policy: std::sync::Arc<str>,
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PolicyLabels {
-    /// Shared with the policy set: recording copies no string.
-    policy: std::sync::Arc<str>,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReloadLabels {
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProfileLabels {
-    profile: String,
+label_sets! {
+    RequestLabels { endpoint: &'static str, kind: &'static str, operation: &'static str, decision: &'static str }
+    EndpointLabels { endpoint: &'static str }
+    DurationLabels { endpoint: &'static str, decision: &'static str }
+    ListenerLabels { listener: &'static str }
+    ClosedLabels { listener: &'static str, reason: &'static str }
+    QueueLabels { endpoint: &'static str, queue: &'static str }
+    RejectionLabels { endpoint: &'static str, reason: &'static str }
+    PoolLabels { pool: &'static str }
+    PolicyResultLabels { policy: Arc<str>, result: &'static str }
+    PolicyLabels { policy: Arc<str> }
+    ReloadLabels { result: &'static str }
+    ProfileLabels { profile: String }
 }
 
 /// Results of re-reading the serving certificate files.
