@@ -203,6 +203,15 @@ mod tests {
         Body::from(vec![b'x'; n])
     }
 
+    /// 1 MiB/s, with a grace of `ms` milliseconds.
+    fn pace(ms: u64) -> BodyPace {
+        let grace = Duration::from_millis(ms);
+        BodyPace {
+            grace,
+            min_rate: 1 << 20,
+        }
+    }
+
     /// A body read without `Expect: 100-continue`.
     async fn receive(
         body: Body,
@@ -212,12 +221,33 @@ mod tests {
         read_body(body, declared, false, rules).await
     }
 
-    fn rules<'a>(memory: &'a BodyMemory, client: &'a Client, limit: usize) -> BodyRules<'a> {
+    /// [`receive`] on a task of its own; says the length read.
+    fn spawn_receive(
+        body: Body,
+        declared: Option<usize>,
+        memory: &BodyMemory,
+        client: &Client,
+        pace: BodyPace,
+    ) -> tokio::task::JoinHandle<Result<usize, BodyError>> {
+        let (memory, client) = (memory.clone(), client.clone());
+        tokio::spawn(async move {
+            let rules = BodyRules {
+                pace,
+                ..rules(&memory, &client)
+            };
+            receive(body, declared, rules)
+                .await
+                .map(|(bytes, _)| bytes.len())
+        })
+    }
+
+    /// A `/validate` body of up to [`MAX_BODY_BYTES`], due within a minute.
+    fn rules<'a>(memory: &'a BodyMemory, client: &'a Client) -> BodyRules<'a> {
         BodyRules {
             memory,
             client,
             validate: true,
-            limit,
+            limit: MAX_BODY_BYTES,
             pace: BodyPace::default(),
             deadline: Instant::now() + Duration::from_secs(60),
         }
@@ -229,18 +259,23 @@ mod tests {
             let deadline = Instant::now() + Duration::from_millis(ms);
             BodyRules { deadline, ..self }
         }
+
+        /// These rules with a limit of `limit` bytes.
+        fn limit(self, limit: usize) -> Self {
+            BodyRules { limit, ..self }
+        }
     }
 
     #[tokio::test]
     async fn body_limit() {
         let memory = memory(1 << 20);
         let client = Client::unknown();
-        let (small, held) = receive(xs(10), None, rules(&memory, &client, 10))
+        let (small, held) = receive(xs(10), None, rules(&memory, &client).limit(10))
             .await
             .unwrap();
         assert_eq!(small.len(), 10);
         assert_eq!(held.bytes(), 1024, "what was read, in whole KiB");
-        let big = receive(xs(11), None, rules(&memory, &client, 10)).await;
+        let big = receive(xs(11), None, rules(&memory, &client).limit(10)).await;
         assert!(matches!(big, Err(BodyError::TooLarge)));
     }
 
@@ -251,18 +286,8 @@ mod tests {
         let memory = memory(8 << 20);
         let client = Client::unknown();
         let (feed, body) = fed_body();
-        let reader = tokio::spawn({
-            let (memory, client) = (memory.clone(), client.clone());
-            async move {
-                receive(
-                    body,
-                    Some(MAX_BODY_BYTES),
-                    rules(&memory, &client, MAX_BODY_BYTES),
-                )
-                .await
-                .map(|(bytes, _)| bytes.len())
-            }
-        });
+        let pace = BodyPace::default();
+        let reader = spawn_receive(body, Some(MAX_BODY_BYTES), &memory, &client, pace);
         for _ in 0..50 {
             tokio::task::yield_now().await;
         }
@@ -287,22 +312,18 @@ mod tests {
     /// every byte goes back.
     #[tokio::test]
     async fn bodies_that_do_not_fit_wait_and_all_finish() {
-        const BODIES: usize = 6;
         const LENGTH: usize = 160_000;
         let memory = shares(300 * 1024, 300 * 1024, 300 * 1024, 300 * 1024);
-        let mut readers = Vec::new();
-        let mut feeds = Vec::new();
-        for _ in 0..BODIES {
-            let (feed, body) = fed_body();
-            let memory = memory.clone();
-            readers.push(tokio::spawn(async move {
-                let client = Client::unknown();
-                receive(body, Some(LENGTH), rules(&memory, &client, MAX_BODY_BYTES))
-                    .await
-                    .map(|(bytes, _)| bytes.len())
-            }));
-            feeds.push(feed);
-        }
+        let (feeds, readers): (Vec<Feed>, Vec<_>) = (0..6)
+            .map(|_| {
+                let (feed, body) = fed_body();
+                let (client, pace) = (Client::unknown(), BodyPace::default());
+                (
+                    feed,
+                    spawn_receive(body, Some(LENGTH), &memory, &client, pace),
+                )
+            })
+            .unzip();
         for _ in 0..LENGTH.div_ceil(16_000) {
             for feed in &feeds {
                 let _ = feed.send(Ok(Bytes::from(vec![b'x'; 16_000])));
@@ -328,24 +349,19 @@ mod tests {
     async fn a_connection_and_an_address_are_held_to_their_shares() {
         let memory = shares(1 << 20, 1 << 20, 300 * 1024, 200 * 1024);
         // 100,000 bytes from `client`, refused if not read within 200 ms.
-        let refused_soon = |client| {
-            receive(
-                xs(100_000),
-                None,
-                rules(&memory, client, MAX_BODY_BYTES).within(200),
-            )
-        };
+        let refused_soon = |client| receive(xs(100_000), None, rules(&memory, client).within(200));
         let attacker: IpAddr = "10.1.2.3".parse().unwrap();
         let one = Client::connected(attacker);
         let two = Client::connected(attacker);
-        let first = receive(xs(150_000), None, rules(&memory, &one, MAX_BODY_BYTES));
-        let (_kept, held) = first.await.unwrap();
+        let (_kept, held) = receive(xs(150_000), None, rules(&memory, &one))
+            .await
+            .unwrap();
         let over_connection = refused_soon(&one).await;
         assert!(matches!(
             over_connection,
             Err(BodyError::NoMemory(Shortfall::Connection))
         ));
-        let (_also, _held_too) = receive(xs(100_000), None, rules(&memory, &two, MAX_BODY_BYTES))
+        let (_also, _held_too) = receive(xs(100_000), None, rules(&memory, &two))
             .await
             .unwrap();
         let over_address = refused_soon(&two).await;
@@ -355,24 +371,19 @@ mod tests {
         ));
         assert!(memory.held_by(attacker) <= 300 * 1024);
         let other = Client::connected("10.9.9.9".parse().unwrap());
-        let (fine, _) = receive(xs(100_000), None, rules(&memory, &other, MAX_BODY_BYTES))
+        let (fine, _) = receive(xs(100_000), None, rules(&memory, &other))
             .await
             .unwrap();
         assert_eq!(fine.len(), 100_000);
 
         // Waiting, then given the room the first body held.
-        let waiting = tokio::spawn({
-            let (memory, two) = (memory.clone(), two.clone());
-            async move {
-                receive(
-                    xs(100_000),
-                    Some(100_000),
-                    rules(&memory, &two, MAX_BODY_BYTES),
-                )
-                .await
-                .map(|(bytes, _)| bytes.len())
-            }
-        });
+        let waiting = spawn_receive(
+            xs(100_000),
+            Some(100_000),
+            &memory,
+            &two,
+            BodyPace::default(),
+        );
         for _ in 0..50 {
             tokio::task::yield_now().await;
         }
@@ -386,11 +397,7 @@ mod tests {
 
         let larger_than_a_share = tokio::time::timeout(
             Duration::from_secs(30),
-            receive(
-                xs(250_000),
-                Some(250_000),
-                rules(&memory, &other, MAX_BODY_BYTES),
-            ),
+            receive(xs(250_000), Some(250_000), rules(&memory, &other)),
         )
         .await
         .expect("refused at once");
@@ -406,22 +413,17 @@ mod tests {
     async fn validate_bodies_leave_room_for_mutate() {
         let memory = shares(300 * 1024, 200 * 1024, 300 * 1024, 300 * 1024);
         let (a, b, c) = (Client::unknown(), Client::unknown(), Client::unknown());
-        let (_v, _held) = receive(xs(190_000), None, rules(&memory, &a, MAX_BODY_BYTES))
+        let (_v, _held) = receive(xs(190_000), None, rules(&memory, &a))
             .await
             .unwrap();
-        let refused = receive(
-            xs(20_000),
-            None,
-            rules(&memory, &b, MAX_BODY_BYTES).within(200),
-        )
-        .await;
+        let refused = receive(xs(20_000), None, rules(&memory, &b).within(200)).await;
         assert!(matches!(
             refused,
             Err(BodyError::NoMemory(Shortfall::Validate))
         ));
         let mutate = BodyRules {
             validate: false,
-            ..rules(&memory, &c, MAX_BODY_BYTES)
+            ..rules(&memory, &c)
         };
         let (m, _) = receive(xs(90_000), None, mutate).await.unwrap();
         assert_eq!(m.len(), 90_000);
@@ -432,29 +434,12 @@ mod tests {
     #[tokio::test]
     async fn waiting_for_memory_does_not_count_against_the_pace() {
         let memory = shares(100 * 1024, 100 * 1024, 100 * 1024, 100 * 1024);
-        let pace = BodyPace {
-            grace: Duration::from_millis(100),
-            min_rate: 1 << 20,
-        };
+        let pace = pace(100);
         let (a, b) = (Client::unknown(), Client::unknown());
-        let (_first, held) = receive(xs(90_000), Some(90_000), rules(&memory, &a, MAX_BODY_BYTES))
+        let (_first, held) = receive(xs(90_000), Some(90_000), rules(&memory, &a))
             .await
             .unwrap();
-        let waiting = tokio::spawn({
-            let memory = memory.clone();
-            async move {
-                receive(
-                    xs(50_000),
-                    Some(50_000),
-                    BodyRules {
-                        pace,
-                        ..rules(&memory, &b, MAX_BODY_BYTES)
-                    },
-                )
-                .await
-                .map(|(bytes, _)| bytes.len())
-            }
-        });
+        let waiting = spawn_receive(xs(50_000), Some(50_000), &memory, &b, pace);
         // Several graces pass while it waits.
         tokio::time::sleep(pace.grace * 5).await;
         assert!(!waiting.is_finished());
@@ -469,17 +454,14 @@ mod tests {
     async fn a_body_below_the_pace_is_cut() {
         let memory = memory(1 << 20);
         let client = Client::unknown();
-        let pace = BodyPace {
-            grace: Duration::from_millis(300),
-            min_rate: 1 << 20,
-        };
+        let pace = pace(300);
         let (feed, body) = fed_body();
         let reading = receive(
             body,
             Some(1000),
             BodyRules {
                 pace,
-                ..rules(&memory, &client, 1000)
+                ..rules(&memory, &client).limit(1000)
             },
         );
         let trickle = async {
@@ -507,7 +489,7 @@ mod tests {
         let read = receive(
             silent,
             Some(1000),
-            rules(&memory, &client, 1000).within(100),
+            rules(&memory, &client).limit(1000).within(100),
         )
         .await;
         assert!(matches!(read, Err(BodyError::Slow)));
@@ -520,28 +502,18 @@ mod tests {
         let memory = memory(1 << 20);
         let client = Client::unknown();
         let (feed, body) = fed_body();
-        let pace = BodyPace {
-            grace: Duration::from_millis(300),
-            min_rate: 1 << 20,
-        };
         let trickle = tokio::spawn(async move {
             while feed.send(Ok(Bytes::from_static(b"x"))).is_ok() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         });
-        let refused = tokio::time::timeout(
-            Duration::from_secs(5),
-            receive(
-                body,
-                Some(11),
-                BodyRules {
-                    pace,
-                    ..rules(&memory, &client, 10)
-                },
-            ),
-        )
-        .await
-        .expect("given up at the pace, not the minute-long deadline");
+        let rules = BodyRules {
+            pace: pace(300),
+            ..rules(&memory, &client).limit(10)
+        };
+        let refused = tokio::time::timeout(Duration::from_secs(5), receive(body, Some(11), rules))
+            .await
+            .expect("given up at the pace, not the minute-long deadline");
         assert!(matches!(refused, Err(BodyError::TooLarge)));
         trickle.abort();
     }
@@ -550,7 +522,7 @@ mod tests {
     async fn a_declared_body_over_the_limit_is_refused_before_reading() {
         let memory = memory(1 << 20);
         let client = Client::unknown();
-        let refused = receive(xs(10), Some(11), rules(&memory, &client, 10)).await;
+        let refused = receive(xs(10), Some(11), rules(&memory, &client).limit(10)).await;
         assert!(matches!(refused, Err(BodyError::TooLarge)));
         assert_eq!(memory.in_use(), 0);
         // With `Expect: 100-continue` nothing of it is read, so the client
@@ -558,7 +530,7 @@ mod tests {
         let (_feed, never) = fed_body();
         let refused = tokio::time::timeout(
             Duration::from_secs(5),
-            read_body(never, Some(11), true, rules(&memory, &client, 10)),
+            read_body(never, Some(11), true, rules(&memory, &client).limit(10)),
         )
         .await
         .expect("answered at once");
