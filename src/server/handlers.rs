@@ -747,21 +747,22 @@ mod tests {
         }
     }
 
-    /// A pod CREATE, with an hour to answer it.
-    fn pod_review_due_in_an_hour() -> (Arc<Request>, tokio::time::Instant, Duration) {
+    /// A pod CREATE with an hour to answer it, through [`answer`].
+    async fn answer_once(state: &AppState, endpoint: Endpoint) -> (Answer, &'static str) {
         let request = Arc::new(Request::for_object(
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
             Operation::Create,
             Some("ml"),
         ));
         let budget = Duration::from_secs(3600);
-        (request, tokio::time::Instant::now() + budget, budget)
+        let deadline = tokio::time::Instant::now() + budget;
+        let memory = state.decoded.reserve(1024).await.unwrap();
+        answer(state, endpoint, &request, memory, deadline, budget).await
     }
 
     #[tokio::test]
     async fn a_review_finding_every_thread_and_queue_place_taken_is_answered_at_once() {
         let state = one_thread_each();
-        let (request, deadline, budget) = pod_review_due_in_an_hour();
         for (endpoint, threads) in [
             (Endpoint::Validate, &state.validate_threads),
             (Endpoint::Mutate, &state.mutate_threads),
@@ -778,9 +779,7 @@ mod tests {
             started.recv_timeout(Duration::from_secs(10)).unwrap();
             let queued = threads.submit(|| ()).unwrap();
 
-            let memory = state.decoded.reserve(1024).await.unwrap();
-            let (got, decision) =
-                answer(&state, endpoint, &request, memory, deadline, budget).await;
+            let (got, decision) = answer_once(&state, endpoint).await;
             assert_eq!(decision, "overloaded", "{endpoint:?}");
             assert!(!got.response.allowed);
             assert_eq!(got.response.code, Some(429));
@@ -790,9 +789,7 @@ mod tests {
             release.send(()).unwrap();
             busy.await.unwrap();
             queued.await.unwrap();
-            let memory = state.decoded.reserve(1024).await.unwrap();
-            let (got, decision) =
-                answer(&state, endpoint, &request, memory, deadline, budget).await;
+            let (got, decision) = answer_once(&state, endpoint).await;
             assert_eq!(decision, "allowed", "room again");
             assert!(got.response.allowed);
         }
@@ -817,10 +814,7 @@ mod tests {
     async fn an_inline_mutate_that_panics_gets_the_error_answer_and_frees_its_memory() {
         let mut state = one_thread_each();
         state.webhook = Arc::new(PanicsInline);
-        let (request, deadline, budget) = pod_review_due_in_an_hour();
-        let memory = state.decoded.reserve(1024).await.unwrap();
-        let (got, decision) =
-            answer(&state, Endpoint::Mutate, &request, memory, deadline, budget).await;
+        let (got, decision) = answer_once(&state, Endpoint::Mutate).await;
         assert_eq!(decision, "error");
         assert!(
             !got.response.allowed,
@@ -829,16 +823,7 @@ mod tests {
         assert_eq!(got.response.code, Some(500));
         assert_eq!(state.decoded.in_use(), 0, "the memory went back");
         // The thread it panicked on still answers.
-        let memory = state.decoded.reserve(1024).await.unwrap();
-        let (got, decision) = answer(
-            &state,
-            Endpoint::Validate,
-            &request,
-            memory,
-            deadline,
-            budget,
-        )
-        .await;
+        let (got, decision) = answer_once(&state, Endpoint::Validate).await;
         assert_eq!(decision, "allowed");
         assert!(got.response.allowed);
     }
@@ -930,28 +915,13 @@ mod tests {
         state
     }
 
-    /// A pod `/validate` with an hour to answer it, through [`answer`].
-    async fn validate_once(state: &AppState) -> (Answer, &'static str) {
-        let (request, deadline, budget) = pod_review_due_in_an_hour();
-        let memory = state.decoded.reserve(1024).await.unwrap();
-        answer(
-            state,
-            Endpoint::Validate,
-            &request,
-            memory,
-            deadline,
-            budget,
-        )
-        .await
-    }
-
     #[test]
     fn a_validate_done_within_the_slice_is_answered_on_the_connections_thread() {
         let webhook = Arc::new(InlineValidate::new(true, false, BIG));
         let seen = webhook.clone();
         on_connection_thread(BIG + (2 << 20), move || async move {
             let state = state_with(webhook, BIG);
-            let (got, decision) = validate_once(&state).await;
+            let (got, decision) = answer_once(&state, Endpoint::Validate).await;
             assert_eq!(decision, "denied");
             assert_eq!(got.response.message.as_deref(), Some("inline"));
             assert_eq!(state.decoded.in_use(), 0, "the memory went back");
@@ -969,7 +939,7 @@ mod tests {
         let seen = webhook.clone();
         on_connection_thread(stack, move || async move {
             let state = state_with(webhook, BIG);
-            let (got, _) = validate_once(&state).await;
+            let (got, _) = answer_once(&state, Endpoint::Validate).await;
             assert_eq!(
                 got.response.message.as_deref(),
                 Some("from an answering thread")
@@ -1000,7 +970,7 @@ mod tests {
         let webhook = Arc::new(InlineValidate::new(true, true, BIG));
         on_connection_thread(BIG + (2 << 20), move || async move {
             let state = state_with(webhook, BIG);
-            let (got, decision) = validate_once(&state).await;
+            let (got, decision) = answer_once(&state, Endpoint::Validate).await;
             assert_eq!(decision, "error");
             assert!(!got.response.allowed);
             assert_eq!(got.response.code, Some(500));
