@@ -396,11 +396,11 @@ mod tests {
             "status": {"phase": phase, "containerStatuses": [{"state": {"terminated": {"finishedAt": "2026-11-29T06:00:00Z"}}}]}})
     }
 
-    fn account_now(nodes: &[Value], ledger: &PodLedger) -> NodeReport {
+    fn account_now(nodes: &[Value], devices: &DraDevices, ledger: &PodLedger) -> NodeReport {
         let now = "2026-11-30T00:00:00Z".parse().unwrap();
         account(
             nodes,
-            &DraDevices::default(),
+            devices,
             ledger,
             Catalog::embedded_shared(),
             &resources(),
@@ -422,15 +422,7 @@ mod tests {
         ]);
         let mut ledger = PodLedger::default();
         ledger.add(&pod("p1", "dra-1", "1", "Running"), &resources());
-        let now = "2026-11-30T00:00:00Z".parse().unwrap();
-        let report = account(
-            &[dra],
-            &devices,
-            &ledger,
-            Catalog::embedded_shared(),
-            &resources(),
-            now,
-        );
+        let report = account_now(&[dra], &devices, &ledger);
         assert_eq!(report.gpu_nodes, 1);
         assert_eq!(
             (
@@ -458,7 +450,7 @@ mod tests {
         ] {
             ledger.add(&p, &resources());
         }
-        let report = account_now(&nodes, &ledger);
+        let report = account_now(&nodes, &DraDevices::default(), &ledger);
         assert_eq!((report.nodes, report.gpu_nodes), (3, 2));
         assert_eq!(
             report.pools,
@@ -485,7 +477,7 @@ mod tests {
         let mut ledger = PodLedger::default();
         ledger.add(&pod("done", "v100", "1", "Succeeded"), &resources());
         ledger.add(&pod("run", "t4", "1", "Running"), &resources());
-        let report = account_now(&nodes, &ledger);
+        let report = account_now(&nodes, &DraDevices::default(), &ledger);
         let rules = report.findings.iter().map(|f| (f.rule, f.node.as_str()));
         assert_eq!(
             rules.collect::<Vec<_>>(),
