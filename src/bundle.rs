@@ -33,11 +33,21 @@ pub enum PolicySource {
 }
 
 impl PolicySource {
+    /// The folder `dir` when one is given, else the built-in policies.
+    pub fn of(dir: Option<&Path>) -> PolicySource {
+        dir.map_or(PolicySource::Embedded, |dir| PolicySource::Dir(dir.into()))
+    }
+
     pub fn describe(&self) -> String {
         match self {
             PolicySource::Embedded => "built-in policies".to_string(),
             PolicySource::Dir(dir) => dir.display().to_string(),
         }
+    }
+
+    /// The error of loading this source: every problem found, one a line.
+    pub fn failed(&self, errors: LoadErrors) -> anyhow::Error {
+        anyhow::anyhow!("{} has errors:\n{errors}", self.describe())
     }
 }
 
@@ -139,6 +149,11 @@ pub fn catalog(path: Option<&Path>) -> anyhow::Result<Arc<Catalog>> {
             .map(Arc::new)
             .map_err(|e| anyhow::anyhow!("SKU catalog {}: {e}", path.display())),
     }
+}
+
+/// The catalog at `path` as reports name it: its path, or `built-in`.
+pub fn catalog_name(path: Option<&Path>) -> String {
+    path.map_or_else(|| "built-in".to_string(), |path| path.display().to_string())
 }
 
 /// The shipped policy files as documents, named `policies/<path>`.

@@ -237,19 +237,12 @@ fn report_meta(
     bundle: &crate::admission::Bundle,
 ) -> anyhow::Result<audit::ReportMeta> {
     let policy_source = args.policies.source();
-    let digest = crate::bundle::policy_digest(&policy_source).map_err(|errors| {
-        anyhow::anyhow!("{} has errors:\n{}", policy_source.describe(), errors)
-    })?;
-    let catalog = match &args.policies.catalog {
-        Some(path) => path.display().to_string(),
-        None => "built-in".to_string(),
-    };
+    let digest =
+        crate::bundle::policy_digest(&policy_source).map_err(|e| policy_source.failed(e))?;
+    let catalog = crate::bundle::catalog_name(args.policies.catalog.as_deref());
+    let policies = policy_source.describe();
     Ok(audit::ReportMeta::now(
-        source,
-        policy_source.describe(),
-        digest,
-        bundle,
-        catalog,
+        source, policies, digest, bundle, catalog,
     ))
 }
 
@@ -262,10 +255,7 @@ fn from_cluster(
     sources: &crate::k8s::TemplateSources,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Inputs> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
+    offline::block_on(async {
         let no_cluster = |e: String| {
             anyhow::anyhow!("no cluster to audit ({e}); pass objects with -f FILE instead")
         };
@@ -304,5 +294,5 @@ fn from_cluster(
         })
         .collect();
         Ok((objects, namespaces, url))
-    })
+    })?
 }

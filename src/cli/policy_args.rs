@@ -15,10 +15,7 @@ pub struct PolicyArgs {
 
 impl PolicyArgs {
     pub fn source(&self) -> PolicySource {
-        match &self.policies {
-            Some(dir) => PolicySource::Dir(dir.clone()),
-            None => PolicySource::Embedded,
-        }
+        PolicySource::of(self.policies.as_deref())
     }
 
     /// Loads the policies with the catalog of `--catalog` (or the built-in
@@ -26,7 +23,6 @@ impl PolicyArgs {
     pub fn load(&self) -> anyhow::Result<Loaded> {
         let source = self.source();
         let catalog = bundle::catalog(self.catalog.as_deref())?;
-        bundle::load_with(&source, catalog)
-            .map_err(|errors| anyhow::anyhow!("{} has errors:\n{}", source.describe(), errors))
+        bundle::load_with(&source, catalog).map_err(|errors| source.failed(errors))
     }
 }

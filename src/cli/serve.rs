@@ -408,7 +408,7 @@ fn start_report(
 
 /// Logs the policies `serve` starts with, and counts them in `metrics`.
 fn log_loaded(config: &DaemonConfig, bundle: &Bundle, metrics: &Metrics) {
-    let source = policy_source(config);
+    let source = PolicySource::of(config.policies.as_deref());
     metrics.set_policies_loaded(bundle.policies.len());
     tracing::info!(
         policies = bundle.policies.len(),
@@ -434,7 +434,7 @@ fn policy_reload(
     admission: &Arc<Admission>,
     metrics: &Metrics,
 ) -> anyhow::Result<Option<Service>> {
-    let PolicySource::Dir(dir) = policy_source(config) else {
+    let Some(dir) = config.policies.clone() else {
         return Ok(None);
     };
     let catalog = bundle::catalog(config.catalog.as_deref())?;
@@ -462,11 +462,8 @@ fn report_settings(config: &DaemonConfig) -> anyhow::Result<Option<ReportSetting
             .report_lease
             .as_deref()
             .map(LeaseSettings::from_environment),
-        policies: policy_source(config),
-        catalog: config
-            .catalog
-            .as_ref()
-            .map_or_else(|| "built-in".to_string(), |path| path.display().to_string()),
+        policies: PolicySource::of(config.policies.as_deref()),
+        catalog: bundle::catalog_name(config.catalog.as_deref()),
         utilization: config.utilization.clone(),
         policy_reports: config.policy_reports.then_some(PolicyReportSettings {
             max_results: config.policy_report_max_results,
@@ -485,14 +482,6 @@ fn report_settings(config: &DaemonConfig) -> anyhow::Result<Option<ReportSetting
     Ok(report)
 }
 
-/// Where `config` takes policies from.
-pub fn policy_source(config: &DaemonConfig) -> PolicySource {
-    match &config.policies {
-        Some(dir) => PolicySource::Dir(dir.clone()),
-        None => PolicySource::Embedded,
-    }
-}
-
 /// The policy bundle for `config`: the folder given, or the built-in set.
 /// At start-up there is no last good set to fall back on, so any error is
 /// fatal and lists every problem found.
@@ -502,10 +491,9 @@ pub fn load_bundle(config: &DaemonConfig) -> anyhow::Result<Bundle> {
 
 /// [`load_bundle`], with the fingerprint of the folder content it read.
 fn load_initial(config: &DaemonConfig) -> anyhow::Result<(Bundle, Option<Fingerprint>)> {
-    let source = policy_source(config);
+    let source = PolicySource::of(config.policies.as_deref());
     let catalog = bundle::catalog(config.catalog.as_deref())?;
-    let failed =
-        |errors: LoadErrors| anyhow::anyhow!("{} has errors:\n{errors}", source.describe());
+    let failed = |errors: LoadErrors| source.failed(errors);
     match &config.policies {
         Some(dir) => {
             if !dir.is_dir() {

@@ -53,24 +53,21 @@ pub fn run_tests(args: &TestArgs) -> anyhow::Result<Summary> {
 
 fn run_tests_here(args: &TestArgs) -> anyhow::Result<Summary> {
     let catalog = bundle::catalog(args.catalog.as_deref())?;
-    let (bundle, tests) = match &args.policies {
-        None => {
-            let loaded = bundle::load_with(&PolicySource::Dir(args.dir.clone()), catalog)
-                .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", args.dir.display()))?;
-            (loaded.bundle, loaded.tests)
-        }
-        Some(dir) => {
-            let loaded = bundle::load_with(&PolicySource::Dir(dir.clone()), catalog)
-                .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", dir.display()))?;
-            let docs = policy::read_documents(&args.dir)
-                .map_err(|e| anyhow::anyhow!("{} has errors:\n{e}", args.dir.display()))?;
-            let tests = docs
-                .into_iter()
-                .filter(|d| d.value.get("kind").and_then(|k| k.as_str()) == Some("PolicyTest"))
-                .collect();
-            (loaded.bundle, tests)
-        }
+    let tests_dir = PolicySource::Dir(args.dir.clone());
+    let source = args
+        .policies
+        .clone()
+        .map_or(tests_dir.clone(), PolicySource::Dir);
+    let loaded = bundle::load_with(&source, catalog).map_err(|e| source.failed(e))?;
+    let tests = match &args.policies {
+        None => loaded.tests,
+        Some(_) => policy::read_documents(&args.dir)
+            .map_err(|e| tests_dir.failed(e))?
+            .into_iter()
+            .filter(|d| d.value.get("kind").and_then(|k| k.as_str()) == Some("PolicyTest"))
+            .collect(),
     };
+    let bundle = loaded.bundle;
     if tests.is_empty() {
         anyhow::bail!("no PolicyTest documents under {}", args.dir.display());
     }
