@@ -75,6 +75,15 @@ pub fn with_evaluation_stack<R: Send>(f: impl FnOnce() -> R + Send) -> anyhow::R
     })
 }
 
+/// Runs `future` to its end on a runtime of its own: the offline commands
+/// have none.
+pub fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(runtime.block_on(future))
+}
+
 /// Runs `/mutate` then `/validate` on `req`, as the apiserver would, on the
 /// calling thread (which needs [`policy::EVALUATION_STACK`] bytes of stack:
 /// see [`with_evaluation_stack`]).

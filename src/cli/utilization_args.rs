@@ -56,14 +56,10 @@ pub fn measure(
     settings: &Settings,
     pods: &[crate::audit::HeldPod],
 ) -> anyhow::Result<utilization::Utilization> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    Ok(runtime.block_on(utilization::measure(
-        settings,
-        pods,
-        std::time::SystemTime::now(),
-    )))
+    let now = std::time::SystemTime::now();
+    Ok(crate::offline::block_on(utilization::measure(
+        settings, pods, now,
+    ))?)
 }
 
 /// An http:// or https:// URL with a host, and no query or fragment (the

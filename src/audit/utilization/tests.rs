@@ -254,12 +254,8 @@ fn settings(source: Source) -> Settings {
 }
 
 fn measure_now(settings: &Settings, pods: &[HeldPod]) -> Utilization {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(NOW as u64);
-    runtime.block_on(measure(settings, pods, now))
+    crate::offline::block_on(measure(settings, pods, now)).unwrap()
 }
 
 #[test]
