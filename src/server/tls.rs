@@ -70,15 +70,11 @@ pub fn load_certified_key_at(
     key: &Path,
     now: SystemTime,
 ) -> Result<CertifiedKey, CertLoadError> {
-    let cert_pem = std::fs::read(cert).map_err(|error| CertLoadError::Read {
-        path: cert.to_path_buf(),
-        error,
-    })?;
-    let key_pem = std::fs::read(key).map_err(|error| CertLoadError::Read {
-        path: key.to_path_buf(),
-        error,
-    })?;
-    certified_key_from_pem(&cert_pem, &key_pem, cert, key, now)
+    let read = |path: &Path| {
+        let path = path.to_path_buf();
+        std::fs::read(&path).map_err(|error| CertLoadError::Read { path, error })
+    };
+    certified_key_from_pem(&read(cert)?, &read(key)?, cert, key, now)
 }
 
 /// [`load_certified_key_at`] for PEM already read; `cert` and `key` name
@@ -102,18 +98,14 @@ pub fn certified_key_from_pem(
         });
     };
     check_validity(cert, leaf, now)?;
-    let private_key =
-        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| CertLoadError::BadKey {
-            path: key.to_path_buf(),
-            message: e.to_string(),
-        })?;
-    let signing_key = provider()
-        .key_provider
+    let bad_key = |e: &dyn std::fmt::Display| CertLoadError::BadKey {
+        path: key.to_path_buf(),
+        message: e.to_string(),
+    };
+    let private_key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| bad_key(&e))?;
+    let signing_key = (provider().key_provider)
         .load_private_key(private_key)
-        .map_err(|e| CertLoadError::BadKey {
-            path: key.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| bad_key(&e))?;
     let certified = CertifiedKey::new(chain, signing_key);
     certified
         .keys_match()
@@ -177,6 +169,21 @@ impl CertResolver {
 
     pub fn current(&self) -> Arc<CertifiedKey> {
         self.current.load_full()
+    }
+
+    /// Serves `new` if it is another certificate than the current one,
+    /// counted as reloaded or unchanged in `metrics`, whose expiry gauge
+    /// follows it. Says whether it was another.
+    fn offer(&self, new: CertifiedKey, metrics: &Metrics) -> bool {
+        if let Some(expiry) = not_after(&new) {
+            metrics.set_certificate_expiry(expiry);
+        }
+        let changed = new.cert != self.current().cert;
+        if changed {
+            self.set(new);
+        }
+        metrics.inc_certificate_reloads(if changed { "reloaded" } else { "unchanged" });
+        changed
     }
 }
 
@@ -312,15 +319,8 @@ async fn reload_loop(
         match loaded {
             Ok(Ok(new)) => {
                 last_error = None;
-                if let Some(expiry) = not_after(&new) {
-                    metrics.set_certificate_expiry(expiry);
-                }
-                if new.cert != resolver.current().cert {
-                    resolver.set(new);
-                    metrics.inc_certificate_reloads("reloaded");
+                if resolver.offer(new, &metrics) {
                     tracing::info!(cert = %cert.display(), "serving certificate reloaded");
-                } else {
-                    metrics.inc_certificate_reloads("unchanged");
                 }
             }
             Ok(Err(err)) => {
@@ -369,15 +369,8 @@ pub fn follow_feed(
         while feed.changed().await.is_ok() {
             match load_from_feed(&feed) {
                 Ok(new) => {
-                    if let Some(expiry) = not_after(&new) {
-                        metrics.set_certificate_expiry(expiry);
-                    }
-                    if new.cert != resolver.current().cert {
-                        resolver.set(new);
-                        metrics.inc_certificate_reloads("reloaded");
+                    if resolver.offer(new, &metrics) {
                         tracing::info!("serving certificate reloaded from the certificate Secret");
-                    } else {
-                        metrics.inc_certificate_reloads("unchanged");
                     }
                 }
                 Err(err) => {
