@@ -211,10 +211,14 @@ impl Edge {
         }
     }
 
+    /// The open connections, listed.
+    fn listed(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Open>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Whether some open connection has nothing in flight.
     fn any_quiet(&self) -> bool {
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.values().any(|o| o.activity.quiet())
+        self.listed().values().any(|o| o.activity.quiet())
     }
 
     /// Asks the open connection that has nothing in flight and has been
@@ -223,7 +227,7 @@ impl Edge {
     /// place of its own beyond the cap. `None` when every connection is
     /// busy.
     fn evict_quietest(&self, leaving: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = self.listed();
         let victim = open
             .values_mut()
             .filter(|o| o.activity.quiet())
@@ -234,7 +238,7 @@ impl Edge {
 
     /// Connections open now.
     pub(crate) fn open(&self) -> usize {
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.listed().len()
     }
 
     /// Resolves once every connection has closed.
@@ -284,10 +288,7 @@ impl Edge {
             activity: activity.clone(),
             slot,
         };
-        self.open
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, open);
+        self.listed().insert(id, open);
         Registered { edge: self, id }
     }
 
@@ -309,19 +310,17 @@ impl Edge {
         let mut watch = Watch::default();
         loop {
             let now = Instant::now();
-            let wake = match watch.next(&activity.snapshot(), &self.timeouts, now) {
+            let step = watch.next(&activity.snapshot(), &self.timeouts, now);
+            if let Step::Close(Some(reason)) | Step::GoAway(Some(reason)) = step {
+                self.metrics.inc_connections_closed(self.listener, reason);
+            }
+            let wake = match step {
                 Step::Wait(until) => until,
                 Step::Close(reason) => {
-                    if let Some(reason) = reason {
-                        self.metrics.inc_connections_closed(self.listener, reason);
-                    }
                     tracing::debug!(%peer, reason = reason.unwrap_or("going away"), "closing connection");
                     return;
                 }
-                Step::GoAway(reason) => {
-                    if let Some(reason) = reason {
-                        self.metrics.inc_connections_closed(self.listener, reason);
-                    }
+                Step::GoAway(_) => {
                     conn.as_mut().graceful_shutdown();
                     watch.going_away_since = Some(now);
                     continue;
@@ -386,11 +385,7 @@ struct Registered<'a> {
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
-        self.edge
-            .open
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.id);
+        self.edge.listed().remove(&self.id);
     }
 }
 
