@@ -250,15 +250,9 @@ pub fn cost(report: &Report, prices: &Prices) -> Money {
     let mut namespaces: BTreeMap<String, (i64, f64)> = BTreeMap::new();
     let mut policies: BTreeMap<String, (i64, f64)> = BTreeMap::new();
     let mut seen = BTreeSet::new();
-    let capacity: BTreeSet<_> = report
-        .capacity
-        .iter()
-        .map(|c| (c.kind.as_str(), c.namespace.as_deref(), c.name.as_str()))
-        .collect();
+    let capacity: BTreeSet<_> = report.capacity.iter().map(|c| c.object()).collect();
     for f in &report.findings {
-        if f.gpus <= 0
-            || capacity.contains(&(f.kind.as_str(), f.namespace.as_deref(), f.name.as_str()))
-        {
+        if f.gpus <= 0 || capacity.contains(&f.object()) {
             continue;
         }
         let price = if f.kind == "Pod" {
@@ -273,15 +267,14 @@ pub fn cost(report: &Report, prices: &Prices) -> Money {
             continue;
         };
         let per_day = f.gpus as f64 * per_gpu_hour * 24.0;
-        let policy = policies.entry(f.policy.clone()).or_default();
-        policy.0 += f.gpus;
-        policy.1 += per_day;
+        add(&mut policies, &f.policy, f.gpus, per_day);
         if seen.insert(f.object()) {
-            let ns = namespaces
-                .entry(f.namespace.clone().unwrap_or_default())
-                .or_default();
-            ns.0 += f.gpus;
-            ns.1 += per_day;
+            add(
+                &mut namespaces,
+                f.namespace.as_deref().unwrap_or_default(),
+                f.gpus,
+                per_day,
+            );
             money.violations_per_day += per_day;
         }
     }
@@ -293,9 +286,7 @@ pub fn cost(report: &Report, prices: &Prices) -> Money {
         match prices.per_gpu_hour(n) {
             Some(p) => {
                 let per_day = n.gpus_idle as f64 * p * 24.0;
-                let pool = pools.entry(n.pool.clone()).or_default();
-                pool.0 += n.gpus_idle;
-                pool.1 += per_day;
+                add(&mut pools, &n.pool, n.gpus_idle, per_day);
                 money.idle_nodes_per_day += per_day;
             }
             None => money.unpriced_idle_gpus += n.gpus_idle,
@@ -305,6 +296,13 @@ pub fn cost(report: &Report, prices: &Prices) -> Money {
     money.by_policy = sorted(policies);
     money.by_pool = sorted(pools);
     money
+}
+
+/// Counts `gpus` costing `per_day` under `name`.
+fn add(map: &mut BTreeMap<String, (i64, f64)>, name: &str, gpus: i64, per_day: f64) {
+    let entry = map.entry(name.to_string()).or_default();
+    entry.0 += gpus;
+    entry.1 += per_day;
 }
 
 fn sorted(map: BTreeMap<String, (i64, f64)>) -> Vec<Cost> {
