@@ -5,7 +5,7 @@
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::exceptions::{self, StaticExceptions};
-use crate::k8s::json::Pointer as _;
+use crate::k8s::json::str_at;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
 use crate::k8s::StaticClaims;
 use crate::offline::{self, Evaluation};
@@ -200,12 +200,6 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         .into_iter()
         .map(|req| offline::evaluate(&admission, req))
         .collect())
-}
-
-fn str_at<'a>(v: &'a serde_json::Value, pointer: &str) -> &'a str {
-    v.at(pointer)
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or_default()
 }
 
 /// Whether `a` and `b` are the same object: apiVersion group, kind,
