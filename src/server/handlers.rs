@@ -632,12 +632,7 @@ fn reject(
             "admission review refused before it was read: {message}"
         );
     }
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        format!("{message}\n"),
-    )
-        .into_response()
+    super::report::text(status, format!("{message}\n"))
 }
 
 /// How long we have to answer: the apiserver's `?timeout=` (Go duration,

@@ -76,7 +76,8 @@ async fn report(State(pages): State<Option<Arc<dyn ReportPages>>>, uri: Uri) -> 
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response {
+/// A plain-text answer.
+pub(super) fn text(status: StatusCode, body: String) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
