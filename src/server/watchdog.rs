@@ -189,21 +189,19 @@ impl Activity {
     }
 
     pub fn snapshot(&self) -> Snapshot {
+        // Nanoseconds after `accepted` plus one, or zero for none.
+        let since = |nanos: &AtomicU64| match nanos.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(self.accepted + Duration::from_nanos(n - 1)),
+        };
         Snapshot {
             accepted: self.accepted,
             in_flight: self.in_flight.load(Ordering::Relaxed),
             served: self.served.load(Ordering::Relaxed),
             http2: self.http2.load(Ordering::Relaxed),
-            last_activity: self.accepted
-                + Duration::from_nanos(self.last_nanos.load(Ordering::Relaxed)),
-            pending: match self.pending_nanos.load(Ordering::Relaxed) {
-                0 => None,
-                n => Some(self.accepted + Duration::from_nanos(n - 1)),
-            },
-            write_blocked: match self.write_blocked_nanos.load(Ordering::Relaxed) {
-                0 => None,
-                n => Some(self.accepted + Duration::from_nanos(n - 1)),
-            },
+            last_activity: self.last_activity(),
+            pending: since(&self.pending_nanos),
+            write_blocked: since(&self.write_blocked_nanos),
         }
     }
 }
