@@ -49,7 +49,7 @@ impl ExceptedFinding {
 }
 
 /// One GpuPolicyException as the report lists it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExceptionEntry {
     pub namespace: String,
@@ -267,15 +267,9 @@ pub fn entries(
         out.push(ExceptionEntry {
             namespace: e.namespace.clone(),
             name: e.name.clone(),
-            policies: Vec::new(),
-            match_: MatchView::default(),
-            reason: String::new(),
-            requested_by: None,
-            expires_at: None,
             state: "invalid",
-            expiring_soon: false,
             errors: e.errors.clone(),
-            let_through: Vec::new(),
+            ..ExceptionEntry::default()
         });
     }
     let rank = |e: &ExceptionEntry| match (e.expiring_soon, e.state) {
