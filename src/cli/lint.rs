@@ -35,7 +35,6 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
             {
                 println!("{notice}");
             }
-            let policies = &loaded.bundle.policies;
             let portability = policies.beyond_kubernetes();
             let portable = portability.iter().filter(|(_, b)| b.is_empty()).count();
             for (name, beyond) in portability.iter().filter(|(_, b)| !b.is_empty()) {
@@ -50,21 +49,26 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
                 crate::cel::portability::KUBERNETES_VERSION,
                 portability.len()
             );
-            let mutating = match policies.mutating_len() {
+            let count = |n: usize, one: &str, many: &str| match n {
                 0 => String::new(),
-                1 => "1 mutating policy, ".to_string(),
-                n => format!("{n} mutating policies, "),
+                1 => format!("1 {one}, "),
+                n => format!("{n} {many}, "),
             };
-            let kinds = match policies.template_sources().custom().len() {
-                0 => String::new(),
-                1 => "1 workload kind, ".to_string(),
-                n => format!("{n} workload kinds, "),
-            };
-            let exceptions = match policies.exceptions().len() {
-                0 => String::new(),
-                1 => "1 policy exception, ".to_string(),
-                n => format!("{n} policy exceptions, "),
-            };
+            let mutating = count(
+                policies.mutating_len(),
+                "mutating policy",
+                "mutating policies",
+            );
+            let kinds = count(
+                policies.template_sources().custom().len(),
+                "workload kind",
+                "workload kinds",
+            );
+            let exceptions = count(
+                policies.exceptions().len(),
+                "policy exception",
+                "policy exceptions",
+            );
             println!(
                 "{}: ok ({} policies, {mutating}{kinds}{exceptions}{} placement profiles, {} tests)",
                 args.dir.display(),
