@@ -326,16 +326,12 @@ impl Server {
 
     /// The metrics listener's address, if enabled.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics_listener
-            .as_ref()
-            .and_then(|l| l.local_addr().ok())
+        address(&self.metrics_listener)
     }
 
     /// The probe listener's address, if enabled.
     pub fn health_addr(&self) -> Option<SocketAddr> {
-        self.health_listener
-            .as_ref()
-            .and_then(|l| l.local_addr().ok())
+        address(&self.health_listener)
     }
 
     /// Serves until shutdown: on the first trigger readiness turns false,
@@ -373,11 +369,7 @@ impl Server {
             drain_window: config.drain_window,
             write: config.write_timeout,
         };
-        if let Some(addr) = self
-            .metrics_listener
-            .as_ref()
-            .and_then(|l| l.local_addr().ok())
-        {
+        if let Some(addr) = address(&self.metrics_listener) {
             tracing::info!(metrics_addr = %addr, "serving metrics");
         }
         // Plain HTTP, served until the process ends.
@@ -399,11 +391,7 @@ impl Server {
         });
         // The kubelet's probes get a listener of their own: nothing sent
         // to the webhook or metrics ports can keep them waiting.
-        if let Some(addr) = self
-            .health_listener
-            .as_ref()
-            .and_then(|l| l.local_addr().ok())
-        {
+        if let Some(addr) = address(&self.health_listener) {
             tracing::info!(health_addr = %addr, "serving probes");
         }
         let health_task = self.health_listener.map(|l| {
@@ -467,6 +455,11 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The address of `listener`, if there is one.
+fn address(listener: &Option<TcpListener>) -> Option<SocketAddr> {
+    listener.as_ref()?.local_addr().ok()
 }
 
 /// A listener on `addr` for `what`, if one is asked for.
