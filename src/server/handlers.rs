@@ -54,22 +54,24 @@ pub(crate) struct AppState {
     pub exempt_namespaces: Vec<String>,
 }
 
-/// The webhook listener's routes.
-pub(crate) fn router(state: Arc<AppState>) -> Router {
+/// `/healthz` and `/readyz`, served on every listener.
+fn probes() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/mutate", post(mutate))
-        .route("/validate", post(validate))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+}
+
+/// The webhook listener's routes.
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    probes()
+        .route("/mutate", post(mutate))
+        .route("/validate", post(validate))
         .with_state(state)
 }
 
 /// The probe listener's routes: the kubelet's, and nothing else.
 pub(crate) fn health_router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .with_state(state)
+    probes().with_state(state)
 }
 
 /// The metrics listener's routes; `/report` serves the periodic audit's latest
@@ -78,10 +80,8 @@ pub(crate) fn metrics_router(
     state: Arc<AppState>,
     report: Option<Arc<dyn super::ReportPages>>,
 ) -> Router {
-    Router::new()
+    probes()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
         .with_state(state)
         .merge(super::report::router(report))
 }
