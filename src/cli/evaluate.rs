@@ -234,9 +234,7 @@ pub fn render_text(results: &[Evaluation]) -> String {
                 (None, true) => "gpu-admission".to_string(),
             };
             let _ = writeln!(out, "  patched by {by}:");
-            for op in &patch.0 {
-                let _ = writeln!(out, "    {}", serde_json::to_string(op).unwrap_or_default());
-            }
+            operations(&mut out, patch);
         }
         for m in &r.mutations {
             let _ = writeln!(
@@ -244,9 +242,7 @@ pub fn render_text(results: &[Evaluation]) -> String {
                 "  mutating policy {} (binding {}):",
                 m.policy, m.binding
             );
-            for op in &m.patch.0 {
-                let _ = writeln!(out, "    {}", serde_json::to_string(op).unwrap_or_default());
-            }
+            operations(&mut out, &m.patch);
         }
         for d in &r.denials {
             let _ = writeln!(out, "  denied: {d}");
@@ -281,4 +277,11 @@ pub fn render_text(results: &[Evaluation]) -> String {
     }
     out.push('\n');
     out
+}
+
+/// A patch's operations, one a line.
+fn operations(out: &mut String, patch: &json_patch::Patch) {
+    for op in &patch.0 {
+        let _ = writeln!(out, "    {}", serde_json::to_string(op).unwrap_or_default());
+    }
 }
