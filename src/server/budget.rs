@@ -112,23 +112,20 @@ impl MemoryPool {
             });
         }
         // Never closed, and `units` fits in u32 since the pool does.
-        let validate_permit = match share {
-            Some((share, _)) => {
-                let Ok(permit) = share.clone().acquire_many_owned(units as u32).await else {
+        let take = |semaphore: &Arc<Semaphore>| {
+            let acquired = semaphore.clone().acquire_many_owned(units as u32);
+            async move {
+                let Ok(permit) = acquired.await else {
                     unreachable!("memory pools are never closed")
                 };
-                Some(permit)
+                permit
             }
+        };
+        let validate_permit = match share {
+            Some((share, _)) => Some(take(share).await),
             None => None,
         };
-        let Ok(permit) = self
-            .semaphore
-            .clone()
-            .acquire_many_owned(units as u32)
-            .await
-        else {
-            unreachable!("memory pools are never closed")
-        };
+        let permit = take(&self.semaphore).await;
         self.metrics
             .add_memory_reserved(self.name, (units * UNIT) as i64);
         Ok(Reserved {
