@@ -165,10 +165,32 @@ fn work(shared: &Shared) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use std::sync::mpsc::channel;
+    use std::sync::mpsc::{channel, Sender};
     use std::time::Duration;
+
+    type Answers<R> = (Result<R, RunError>, Result<R, RunError>);
+
+    /// Fills `executor` (one thread, a queue of one): its thread runs a job
+    /// answering `busy` once the sender returned is sent to, and its queue
+    /// holds one answering `queued`; the future gives both answers.
+    pub(in crate::server) fn fill<R: Send + 'static>(
+        executor: &Executor,
+        (busy, queued): (R, R),
+    ) -> (Sender<()>, impl std::future::Future<Output = Answers<R>>) {
+        let (release, released) = channel::<()>();
+        let (started_tx, started) = channel::<()>();
+        let running = executor.submit(move || {
+            started_tx.send(()).unwrap();
+            released.recv().unwrap();
+            busy
+        });
+        let running = running.unwrap();
+        started.recv_timeout(Duration::from_secs(10)).unwrap();
+        let queued = executor.submit(|| queued).unwrap();
+        (release, async move { (running.await, queued.await) })
+    }
 
     #[tokio::test]
     async fn runs_on_its_own_named_threads_with_the_stack_asked_for() {
@@ -198,27 +220,15 @@ mod tests {
     #[tokio::test]
     async fn a_full_queue_is_refused_at_once_and_work_resumes_after() {
         let executor = Executor::new("answer", 1, 1, 1 << 20).unwrap();
-        let (release_tx, release_rx) = channel::<()>();
-        let (started_tx, started_rx) = channel::<()>();
-        let running = executor
-            .submit(move || {
-                started_tx.send(()).unwrap();
-                release_rx.recv().unwrap();
-                1
-            })
-            .unwrap();
-        // The only thread is busy with the first closure...
-        started_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        // ...the queue takes one more...
-        let queued = executor.submit(|| 2).unwrap();
-        // ...and the next is refused without waiting.
+        // The only thread is busy and the queue takes one more: the next
+        // is refused without waiting.
+        let (release_tx, answers) = fill(&executor, (1, 2));
         assert_eq!(
             executor.run(|| 3).await,
             Err(RunError::Overloaded("answer"))
         );
         release_tx.send(()).unwrap();
-        assert_eq!(running.await, Ok(1));
-        assert_eq!(queued.await, Ok(2));
+        assert_eq!(answers.await, (Ok(1), Ok(2)));
         assert_eq!(executor.run(|| 4).await, Ok(4), "room again");
     }
 

@@ -763,16 +763,7 @@ mod tests {
             (Endpoint::Mutate, &state.mutate_threads),
         ] {
             // The endpoint's thread is busy and its queue full.
-            let (release, released) = std::sync::mpsc::channel::<()>();
-            let (started_tx, started) = std::sync::mpsc::channel::<()>();
-            let busy = threads
-                .submit(move || {
-                    started_tx.send(()).unwrap();
-                    released.recv().unwrap();
-                })
-                .unwrap();
-            started.recv_timeout(Duration::from_secs(10)).unwrap();
-            let queued = threads.submit(|| ()).unwrap();
+            let (release, answers) = crate::server::executor::tests::fill(threads, ((), ()));
 
             let (got, decision) = answer_once(&state, endpoint).await;
             assert_eq!(decision, "overloaded", "{endpoint:?}");
@@ -782,8 +773,7 @@ mod tests {
             assert_eq!(state.decoded.in_use(), 0, "the memory went back");
 
             release.send(()).unwrap();
-            busy.await.unwrap();
-            queued.await.unwrap();
+            assert!(matches!(answers.await, (Ok(()), Ok(()))));
             let (got, decision) = answer_once(&state, endpoint).await;
             assert_eq!(decision, "allowed", "room again");
             assert!(got.response.allowed);
