@@ -181,10 +181,10 @@ pub fn pod_from_template(object: &Value) -> Option<Value> {
 pub fn pod_of_template(object: &Value, mut template: Value) -> Value {
     let mut metadata = Map::new();
     if let Some(name) = object.at("/metadata/name").and_then(Value::as_str) {
-        metadata.insert("name".into(), json!(name));
+        metadata.insert("name".into(), name.into());
     }
     if let Some(ns) = object.at("/metadata/namespace").and_then(Value::as_str) {
-        metadata.insert("namespace".into(), json!(ns));
+        metadata.insert("namespace".into(), ns.into());
     }
     if let Some(own) = template.get_mut("metadata").and_then(Value::as_object_mut) {
         for key in ["labels", "annotations"] {
@@ -198,12 +198,13 @@ pub fn pod_of_template(object: &Value, mut template: Value) -> Value {
         .map(Value::take)
         .filter(|s| !s.is_null())
         .unwrap_or_else(|| json!({}));
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": Value::Object(metadata),
-        "spec": spec,
-    })
+    // Built as a map: `json!` would serialize (copy) the spec it is given.
+    let mut pod = Map::new();
+    pod.insert("apiVersion".into(), "v1".into());
+    pod.insert("kind".into(), "Pod".into());
+    pod.insert("metadata".into(), Value::Object(metadata));
+    pod.insert("spec".into(), spec);
+    Value::Object(pod)
 }
 
 #[cfg(test)]
