@@ -378,7 +378,11 @@ impl TemplatePath {
                         Value::Object(m)
                     }
                 };
-                json!({"metadata": metadata, "spec": Value::Object(spec)})
+                // A map, not `json!`, which would serialize (copy) both.
+                let mut template = Map::new();
+                template.insert("metadata".into(), metadata);
+                template.insert("spec".into(), Value::Object(spec));
+                Value::Object(template)
             }
         };
         // An inline pod spec with no container of its own is no pod (an

@@ -429,10 +429,10 @@ fn preferred_changes(profile: &Profile, view: &PodView) -> Vec<Value> {
         .iter()
         .filter(|p| !existing.iter().any(|e| p.preference.same_as(e)))
         .map(|p| {
-            serde_json::json!({
-                "weight": p.weight,
-                "preference": p.preference.to_json(),
-            })
+            let mut term = Map::new();
+            term.insert("weight".into(), p.weight.into());
+            term.insert("preference".into(), p.preference.to_json());
+            Value::Object(term)
         })
         .collect()
 }
