@@ -460,7 +460,7 @@ pub fn encode(uid: &str, response: &Response) -> Value {
 /// `serde_json` writes for it, byte for byte, written straight into one
 /// buffer (no tree built, the patch base64-encoded in place).
 pub fn encode_json(uid: &str, response: &Response) -> Vec<u8> {
-    use json_text::string;
+    use json_text::{separated, string};
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(
         br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#,
@@ -496,24 +496,20 @@ pub fn encode_json(uid: &str, response: &Response) -> Vec<u8> {
     }
     if !response.warnings.is_empty() {
         out.extend_from_slice(b",\"warnings\":[");
-        for (i, warning) in response.warnings.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            string(&mut out, warning);
-        }
+        separated(&mut out, &response.warnings, |out, w| string(out, w));
         out.push(b']');
     }
     if !response.audit_annotations.is_empty() {
         out.extend_from_slice(b",\"auditAnnotations\":{");
-        for (i, (key, value)) in response.audit_annotations.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            string(&mut out, key);
-            out.push(b':');
-            string(&mut out, value);
-        }
+        separated(
+            &mut out,
+            &response.audit_annotations,
+            |out, (key, value)| {
+                string(out, key);
+                out.push(b':');
+                string(out, value);
+            },
+        );
         out.push(b'}');
     }
     out.extend_from_slice(b"}}");
