@@ -612,13 +612,18 @@ fn base64_string(patch: &json_patch::Patch) -> Box<RawValue> {
 mod tests {
     use super::*;
 
+    /// An AdmissionReview v1 body with `fields` (its request...) set.
+    fn envelope(fields: Value) -> Vec<u8> {
+        let mut review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"});
+        review
+            .as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        serde_json::to_vec(&review).unwrap()
+    }
+
     fn review(request: Value) -> Vec<u8> {
-        serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": request,
-        }))
-        .unwrap()
+        envelope(json!({ "request": request }))
     }
 
     fn pod_request() -> Value {
@@ -653,15 +658,10 @@ mod tests {
     #[test]
     fn rejects_what_is_not_a_v1_review() {
         assert!(matches!(decode(b"{"), Err(DecodeError::Json(_))));
-        let v1beta1 = serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": pod_request()
-        }))
-        .unwrap();
+        let v1beta1 =
+            envelope(json!({"apiVersion": "admission.k8s.io/v1beta1", "request": pod_request()}));
         assert!(matches!(decode(&v1beta1), Err(DecodeError::WrongKind(_))));
-        let no_request = serde_json::to_vec(
-            &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
-        )
-        .unwrap();
+        let no_request = envelope(json!({}));
         assert!(matches!(
             decode(&no_request),
             Err(DecodeError::MissingRequest)
@@ -677,15 +677,12 @@ mod tests {
     #[test]
     fn a_uid_longer_than_any_apiserver_sends_is_unreadable() {
         let review = |uid: &str| {
-            serde_json::to_vec(&json!({
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                            "resource": {"group": "", "version": "v1", "resource": "pods"},
-                            "operation": "CREATE", "userInfo": {"username": "alice"},
-                            "object": {"kind": "Pod"}}
-            }))
-            .unwrap()
+            review(
+                json!({"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE", "userInfo": {"username": "alice"},
+                "object": {"kind": "Pod"}}),
+            )
         };
         let long = "u".repeat(MAX_UID_BYTES + 1);
         assert!(matches!(
@@ -794,13 +791,10 @@ mod tests {
 
     #[test]
     fn envelope_fields_outside_the_request_are_skipped_unread() {
-        let body = serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
+        let body = envelope(json!({
             "padding": vec![json!({"a": 0}); 300_000],
             "request": pod_request(),
-        }))
-        .unwrap();
+        }));
         assert_eq!(decode(&body).unwrap().name, "trainer");
     }
 
@@ -854,10 +848,7 @@ mod tests {
             decode(&review(request)),
             Err(DecodeError::BadRequest(_))
         ));
-        let null_request = serde_json::to_vec(
-            &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": null}),
-        )
-        .unwrap();
+        let null_request = envelope(json!({ "request": null }));
         assert!(matches!(
             decode(&null_request),
             Err(DecodeError::MissingRequest)
