@@ -141,18 +141,7 @@ impl<'e> Scope<'e> {
             });
             ctx.add_variable_as_val("authorizer", authorizer.clone_as_boxed());
         }
-        for (name, value) in variables {
-            if wanted(name) {
-                ctx.add_variable_as_val(name.clone(), value.clone_as_boxed());
-            }
-        }
-        let missing = |name: &str| wanted(name) && !variables.iter().any(|(n, _)| n == name);
-        for (name, value) in inner
-            .env
-            .extension_variables(evaluated.object.as_ref(), &missing)
-        {
-            ctx.add_variable_from_value(name, value);
-        }
+        (inner.env).bind_host_variables(&mut ctx, evaluated.object.as_ref(), variables, wanted);
         Scope {
             ctx,
             memo: Memo::new(inner.plan.memo_slots),
