@@ -239,7 +239,9 @@ impl<'r> Subject<'r> {
     pub fn work_out(self, lookups: &Lookups, needs: &Needs) -> Subject<'r> {
         let profiles = needs.profiles;
         let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
-        let mut subject = self.with_claims(lookups.claims).with_nodes(lookups.nodes);
+        let mut subject = self.with_claims(lookups.claims);
+        // The GPU facts (`with_gpu`) are judged against these nodes.
+        subject.nodes = lookups.nodes.nodes();
         if !needs.policies {
             return subject.with_gpu(catalog, resources);
         }
@@ -409,13 +411,6 @@ impl<'r> Subject<'r> {
                 template.claims = Some(pod_claims(spec, namespace, lookup));
             }
         }
-        self
-    }
-
-    /// Judges the GPU facts (`with_gpu`, called after this) against the
-    /// nodes `lookup` knows, when it knows them.
-    fn with_nodes(mut self, lookup: &dyn NodeLookup) -> Subject<'r> {
-        self.nodes = lookup.nodes();
         self
     }
 
