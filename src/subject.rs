@@ -14,7 +14,7 @@ use crate::gpu::reach::GpuNodes;
 use crate::gpu::relevance::gpu_relevant;
 use crate::gpu::{GpuResources, NodeLookup, NodeSnapshot};
 use crate::k8s::claims::{pod_claims, PodClaim};
-use crate::k8s::json::{generated_name, labels_of, str_at};
+use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, TemplateSources};
 use crate::kueue;
@@ -618,11 +618,7 @@ fn template_pods(
     let Some(object) = req.object.as_ref() else {
         return Vec::new();
     };
-    // `generateName` workloads have no name yet: `web-*`.
-    let name = match req.name.as_str() {
-        "" => generated_name(Some(object)),
-        name => name.to_string(),
-    };
+    let name = req.name_or_generated();
     let pod_kind = GroupVersionKind {
         group: String::new(),
         version: "v1".into(),

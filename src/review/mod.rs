@@ -92,13 +92,19 @@ impl Request {
     /// `namespace/name` (or `name`) for logs and messages; falls back to the
     /// object's `generateName` for pods not yet named.
     pub fn display_name(&self) -> String {
-        let name = match self.name.as_str() {
-            "" => generated_name(self.object.as_ref()),
-            name => name.to_string(),
-        };
+        let name = self.name_or_generated();
         match &self.namespace {
             Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
             _ => name,
+        }
+    }
+
+    /// The request's name, or for an object not yet named its
+    /// `generateName` (`web-*`).
+    pub fn name_or_generated(&self) -> String {
+        match self.name.as_str() {
+            "" => generated_name(self.object.as_ref()),
+            name => name.to_string(),
         }
     }
 
