@@ -1137,27 +1137,21 @@ spec:
         let v = evaluate_on_pod(errs, "[Warn, Audit]");
         assert_eq!(results(&v), [EvaluationResult::Error]);
         assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
-        let not_bool = "  validations:
-  - expression: '1'";
-        assert_eq!(
-            results(&evaluate_on_pod(not_bool, "[Deny]")),
-            [EvaluationResult::Error]
-        );
         let ignored = format!("  failurePolicy: Ignore\n{errs}");
         let v = evaluate_on_pod(&ignored, "[Deny]");
         assert_eq!(results(&v), [EvaluationResult::Error]);
         assert!(v.denials.is_empty(), "{:?}", v.denials);
-        // A violation is still a verdict.
-        let violated = "  validations:
-  - expression: 'false'";
-        assert_eq!(
-            results(&evaluate_on_pod(violated, "[Deny]")),
-            [EvaluationResult::Deny]
-        );
-        assert_eq!(
-            results(&evaluate_on_pod(violated, "[Audit]")),
-            [EvaluationResult::Warn]
-        );
+        let (not_bool, violated) = ("'1'", "'false'");
+        for (expression, actions, want) in [
+            (not_bool, "[Deny]", EvaluationResult::Error),
+            // A violation is still a verdict.
+            (violated, "[Deny]", EvaluationResult::Deny),
+            (violated, "[Audit]", EvaluationResult::Warn),
+        ] {
+            let spec = format!("  validations:\n  - expression: {expression}");
+            let got = results(&evaluate_on_pod(&spec, actions));
+            assert_eq!(got, [want], "{expression} {actions}");
+        }
     }
 
     /// The failure list is the JSON kube-apiserver writes, fields in the
