@@ -570,7 +570,7 @@ mod tests {
                 "azure.skusBelow: element 0 of the list is map, not a string",
             ),
         ] {
-            assert_eq!(error(&expr), want);
+            assert_eq!(error(&expr), want, "{expr}");
         }
         // Not a list at all.
         assert!(!error(&format!("azure.skusIn('{T4}', ['*'])")).is_empty());
