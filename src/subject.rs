@@ -12,9 +12,9 @@ use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::{GpuFacts, PlacementFacts, WorkloadFacts};
 use crate::gpu::reach::GpuNodes;
 use crate::gpu::relevance::gpu_relevant;
-use crate::gpu::{GpuResources, NodeLookup, NodeSnapshot};
+use crate::gpu::{GpuResources, NodeLookup};
 use crate::k8s::claims::{pod_claims, PodClaim};
-use crate::k8s::json::{generated_name, labels_of, str_at};
+use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, TemplateSources};
 use crate::kueue;
@@ -124,9 +124,6 @@ pub struct Subject<'r> {
     pub claims: Option<Vec<PodClaim>>,
     /// The object's GPU facts, when worked out ([`Subject::work_out`]).
     pub gpu: Option<GpuFacts>,
-    /// The cluster's nodes and NodePools, when known
-    /// ([`Subject::work_out`]): the GPU facts are then judged against them.
-    pub nodes: Option<Arc<NodeSnapshot>>,
     /// Host variables already in CEL form (e.g. `gpu`), shared by every
     /// policy and by the object and its template pod alike.
     pub variables: Vec<(String, Box<dyn Val>)>,
@@ -211,7 +208,6 @@ impl<'r> Subject<'r> {
             unreadable_templates,
             claims: None,
             gpu: None,
-            nodes: None,
             variables: Vec::new(),
             authorizer: Arc::new(NoAuthorizer),
             exceptions: Vec::new(),
@@ -239,13 +235,16 @@ impl<'r> Subject<'r> {
     pub fn work_out(self, lookups: &Lookups, needs: &Needs) -> Subject<'r> {
         let profiles = needs.profiles;
         let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
-        let mut subject = self.with_claims(lookups.claims).with_nodes(lookups.nodes);
+        let mut subject = self.with_claims(lookups.claims);
+        // The GPU facts are judged against the cluster's nodes, when known.
+        let nodes = lookups.nodes.nodes();
+        let gpu_nodes = nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
         if !needs.policies {
-            return subject.with_gpu(catalog, resources);
+            return subject.with_gpu(catalog, resources, &gpu_nodes);
         }
         subject = subject.with_exceptions(lookups.exceptions);
-        subject.place_templates(profiles);
-        let mut subject = subject.with_gpu(catalog, resources);
+        subject.place_templates(profiles, &gpu_nodes);
+        let mut subject = subject.with_gpu(catalog, resources, &gpu_nodes);
         subject.judge_placement(profiles);
         if needs.gpu_variable {
             subject.add_gpu_variable();
@@ -277,21 +276,13 @@ impl<'r> Subject<'r> {
     /// that ask for none) applied to each, judged against the node
     /// snapshot, so that what is admitted as a template is admitted as
     /// pods, and the other way round.
-    fn place_templates(&mut self, profiles: &ProfileSet) {
+    fn place_templates(&mut self, profiles: &ProfileSet, gpu_nodes: &Option<GpuNodes>) {
         let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
-        let nodes = self.nodes.clone();
-        let gpu_nodes = nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
         for template in &mut self.templates {
             let Some(pod) = template.request.object.as_ref() else {
                 continue;
             };
-            let facts = pod_facts(
-                pod,
-                template.claims.as_ref(),
-                &gpu_nodes,
-                catalog,
-                resources,
-            );
+            let facts = pod_facts(pod, template.claims.as_ref(), gpu_nodes, catalog, resources);
             let placed = PodFacts {
                 facts: &facts,
                 namespace: self.namespace_name.as_deref(),
@@ -412,23 +403,22 @@ impl<'r> Subject<'r> {
         self
     }
 
-    /// Judges the GPU facts (`with_gpu`, called after this) against the
-    /// nodes `lookup` knows, when it knows them.
-    fn with_nodes(mut self, lookup: &dyn NodeLookup) -> Subject<'r> {
-        self.nodes = lookup.nodes();
-        self
-    }
-
     /// Adds the GPU facts of the request's object and of each template pod
     /// (with their DRA claims when `with_claims` looked them up); on an
     /// UPDATE, which of a capacity object's pools it changes. A
     /// built-in controller's facts are those of its template pod, as
     /// placed when the template pod was; a custom resource's own are
     /// empty but for `workload`, the pods and GPUs of all its templates.
-    fn with_gpu(mut self, catalog: &Catalog, resources: &GpuResources) -> Subject<'r> {
-        let gpu_nodes = self.nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
+    /// All are judged against `gpu_nodes`, the cluster's GPU nodes, when
+    /// known.
+    fn with_gpu(
+        mut self,
+        catalog: &Catalog,
+        resources: &GpuResources,
+        gpu_nodes: &Option<GpuNodes>,
+    ) -> Subject<'r> {
         let facts_of = |object: &Value, claims: Option<&Vec<PodClaim>>| {
-            pod_facts(object, claims, &gpu_nodes, catalog, resources)
+            pod_facts(object, claims, gpu_nodes, catalog, resources)
         };
         let mut per_template = Vec::with_capacity(self.templates.len());
         for template in &self.templates {
@@ -623,11 +613,7 @@ fn template_pods(
     let Some(object) = req.object.as_ref() else {
         return Vec::new();
     };
-    // `generateName` workloads have no name yet: `web-*`.
-    let name = match req.name.as_str() {
-        "" => generated_name(Some(object)),
-        name => name.to_string(),
-    };
+    let name = req.name_or_generated();
     let pod_kind = GroupVersionKind {
         group: String::new(),
         version: "v1".into(),
@@ -721,8 +707,11 @@ mod tests {
                         "resources": {"limits": {"cpu": "8"}}}]}}}]}});
         let req = build_request(rc, None, Operation::Create, None);
         let catalog = Catalog::embedded();
-        let subject = Subject::new(&req, &StaticNamespaces::new(), sources)
-            .with_gpu(&catalog, &GpuResources::default());
+        let subject = Subject::new(&req, &StaticNamespaces::new(), sources).with_gpu(
+            &catalog,
+            &GpuResources::default(),
+            &None,
+        );
         let labels: Vec<&str> = subject.templates.iter().map(|t| t.label.as_str()).collect();
         assert_eq!(labels, ["workerGroupSpecs[gpu]"]);
         assert_eq!(subject.unjudged_pods, [(1, 1), (4, 4)]);

@@ -37,15 +37,13 @@ pub fn variable(backend: Arc<dyn Authorizer>, user: User, request_resource: Targ
         checker: checker.clone(),
         target,
     };
-    let entries: HashMap<Key, Value> = [
+    let entries = [
         (Key::from(SELF_KEY), Value::Opaque(Arc::new(checker))),
         (
             Key::from("requestResource"),
             Value::Opaque(Arc::new(request_check)),
         ),
-    ]
-    .into_iter()
-    .collect();
+    ];
     Value::Map(Map {
         map: Arc::new(entries.into_iter().collect()),
     })
@@ -93,21 +91,20 @@ pub fn register(ctx: &mut Context<'static>) {
         };
         opaque(ResourceCheck { checker, target })
     });
-    ctx.add_function("subresource", |This(t): This<Value>, s: Arc<String>| {
-        let mut r = downcast::<ResourceCheck>(&t, "subresource")?.clone();
-        r.target.subresource = s.to_string();
-        opaque(r)
-    });
-    ctx.add_function("namespace", |This(t): This<Value>, s: Arc<String>| {
-        let mut r = downcast::<ResourceCheck>(&t, "namespace")?.clone();
-        r.target.namespace = s.to_string();
-        opaque(r)
-    });
-    ctx.add_function("name", |This(t): This<Value>, s: Arc<String>| {
-        let mut r = downcast::<ResourceCheck>(&t, "name")?.clone();
-        r.target.name = s.to_string();
-        opaque(r)
-    });
+    // `subresource`, `namespace` and `name` each set one field of the target.
+    type Field = fn(&mut ResourceTarget) -> &mut String;
+    let fields: [(&'static str, Field); 3] = [
+        ("subresource", |t| &mut t.subresource),
+        ("namespace", |t| &mut t.namespace),
+        ("name", |t| &mut t.name),
+    ];
+    for (function, field) in fields {
+        ctx.add_function(function, move |This(t): This<Value>, s: Arc<String>| {
+            let mut r = downcast::<ResourceCheck>(&t, function)?.clone();
+            *field(&mut r.target) = s.to_string();
+            opaque(r)
+        });
+    }
     ctx.add_function("check", |This(t): This<Value>, verb: Arc<String>| {
         let (checker, target) = if let Ok(r) = downcast::<ResourceCheck>(&t, "check") {
             (&r.checker, Target::Resource(r.target.clone()))

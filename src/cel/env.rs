@@ -194,25 +194,31 @@ impl Env {
         self.root.new_inner_scope()
     }
 
-    /// Host-extension variables for one evaluated object, limited to those
-    /// `wanted` (some expression refers to them, and the caller does not
-    /// already have them).
-    pub fn extension_variables(
+    /// Binds in `ctx` the host `variables` (already in CEL form) that
+    /// `wanted` names, then the host-extension variables of one evaluated
+    /// `object` that `wanted` names and `variables` lacks.
+    pub fn bind_host_variables(
         &self,
+        ctx: &mut Context,
         object: Option<&serde_json::Value>,
-        wanted: &dyn Fn(&str) -> bool,
-    ) -> Vec<(String, Value)> {
-        let mut out = Vec::new();
-        for ext in &self.extensions.list {
-            if ext.variable_names().iter().any(|n| wanted(n)) {
-                out.extend(
-                    ext.variables(object)
-                        .into_iter()
-                        .filter(|(name, _)| wanted(name)),
-                );
+        variables: &[(String, Box<dyn super::Val>)],
+        wanted: impl Fn(&str) -> bool,
+    ) {
+        for (name, value) in variables {
+            if wanted(name) {
+                ctx.add_variable_as_val(name.clone(), value.clone_as_boxed());
             }
         }
-        out
+        let missing = |name: &str| wanted(name) && !variables.iter().any(|(n, _)| n == name);
+        for ext in &self.extensions.list {
+            if ext.variable_names().iter().any(|n| missing(n)) {
+                for (name, value) in ext.variables(object) {
+                    if missing(&name) {
+                        ctx.add_variable_from_value(name, value);
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -104,9 +104,7 @@ mod tests {
         let env = Env::new(Extensions::new().with(ext));
         let compiled = compile(&env, expr).unwrap();
         let mut ctx = env.scope();
-        for (name, value) in env.extension_variables(Some(&object), &|n: &str| n == "gpu") {
-            ctx.add_variable_from_value(name, value);
-        }
+        env.bind_host_variables(&mut ctx, Some(&object), &[], |n| n == "gpu");
         evaluate(compiled.tree(), &ctx).unwrap()
     }
 

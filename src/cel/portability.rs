@@ -16,173 +16,54 @@ use std::collections::BTreeSet;
 /// compares with.
 pub const KUBERNETES_VERSION: &str = "1.33";
 
-/// Functions, methods and operators kube-apiserver declares: the CEL
-/// standard library, optional types, strings extension v2, sets,
-/// two-variable comprehensions (macros), and Kubernetes' own libraries
-/// (lists, regex, URLs, authorizer, quantity, IP, CIDR, format, semver,
-/// image, jsonpatch).
-const KUBERNETES_FUNCTIONS: &[&str] = &[
+/// Functions, methods and operators kube-apiserver declares, separated by
+/// blanks: the CEL standard library, optional types, strings extension v2,
+/// sets, two-variable comprehensions (macros), and Kubernetes' own
+/// libraries (lists, regex, URLs, authorizer, quantity, IP, CIDR, format,
+/// semver, image, jsonpatch).
+const KUBERNETES_FUNCTIONS: &str = concat!(
     // the standard library
-    "size",
-    "contains",
-    "startsWith",
-    "endsWith",
-    "matches",
-    "int",
-    "uint",
-    "double",
-    "string",
-    "bytes",
-    "bool",
-    "dyn",
-    "type",
-    "duration",
-    "timestamp",
-    "getFullYear",
-    "getMonth",
-    "getDayOfYear",
-    "getDayOfMonth",
-    "getDate",
-    "getDayOfWeek",
-    "getHours",
-    "getMinutes",
-    "getSeconds",
-    "getMilliseconds",
+    "size contains startsWith endsWith matches int uint double string bytes bool dyn ",
+    "type duration timestamp getFullYear getMonth getDayOfYear getDayOfMonth getDate ",
+    "getDayOfWeek getHours getMinutes getSeconds getMilliseconds ",
     // optional types
-    "optional.none",
-    "optional.of",
-    "optional.ofNonZeroValue",
-    "value",
-    "hasValue",
-    "or",
-    "orValue",
+    "optional.none optional.of optional.ofNonZeroValue value hasValue or orValue ",
     // strings extension, version 2
-    "charAt",
-    "indexOf",
-    "lastIndexOf",
-    "lowerAscii",
-    "upperAscii",
-    "replace",
-    "split",
-    "substring",
-    "trim",
-    "join",
-    "format",
-    "strings.quote",
+    "charAt indexOf lastIndexOf lowerAscii upperAscii replace split substring trim join ",
+    "format strings.quote ",
     // sets
-    "sets.contains",
-    "sets.equivalent",
-    "sets.intersects",
+    "sets.contains sets.equivalent sets.intersects ",
     // Kubernetes lists and regex
-    "isSorted",
-    "sum",
-    "min",
-    "max",
-    "find",
-    "findAll",
+    "isSorted sum min max find findAll ",
     // URLs
-    "url",
-    "isURL",
-    "getScheme",
-    "getHost",
-    "getHostname",
-    "getPort",
-    "getEscapedPath",
-    "getQuery",
+    "url isURL getScheme getHost getHostname getPort getEscapedPath getQuery ",
     // authorizer
-    "path",
-    "group",
-    "serviceAccount",
-    "resource",
-    "subresource",
-    "namespace",
-    "name",
-    "check",
-    "allowed",
-    "reason",
-    "errored",
-    "error",
-    "fieldSelector",
-    "labelSelector",
+    "path group serviceAccount resource subresource namespace name check allowed reason ",
+    "errored error fieldSelector labelSelector ",
     // quantity
-    "quantity",
-    "isQuantity",
-    "sign",
-    "isGreaterThan",
-    "isLessThan",
-    "compareTo",
-    "add",
-    "sub",
-    "asInteger",
-    "isInteger",
-    "asApproximateFloat",
+    "quantity isQuantity sign isGreaterThan isLessThan compareTo add sub asInteger ",
+    "isInteger asApproximateFloat ",
     // IP and CIDR
-    "ip",
-    "isIP",
-    "ip.isCanonical",
-    "family",
-    "isUnspecified",
-    "isLoopback",
-    "isLinkLocalMulticast",
-    "isLinkLocalUnicast",
-    "isGlobalUnicast",
-    "cidr",
-    "isCIDR",
-    "containsIP",
-    "containsCIDR",
-    "masked",
-    "prefixLength",
+    "ip isIP ip.isCanonical family isUnspecified isLoopback isLinkLocalMulticast ",
+    "isLinkLocalUnicast isGlobalUnicast cidr isCIDR containsIP containsCIDR masked ",
+    "prefixLength ",
     // format
-    "format.named",
-    "format.dns1123Label",
-    "format.dns1123Subdomain",
-    "format.dns1035Label",
-    "format.qualifiedName",
-    "format.dns1123LabelPrefix",
-    "format.dns1123SubdomainPrefix",
-    "format.dns1035LabelPrefix",
-    "format.labelValue",
-    "format.uri",
-    "format.uuid",
-    "format.byte",
-    "format.date",
-    "format.datetime",
-    "validate",
+    "format.named format.dns1123Label format.dns1123Subdomain format.dns1035Label ",
+    "format.qualifiedName format.dns1123LabelPrefix format.dns1123SubdomainPrefix ",
+    "format.dns1035LabelPrefix format.labelValue format.uri format.uuid format.byte ",
+    "format.date format.datetime validate ",
     // semver
-    "semver",
-    "isSemver",
-    "major",
-    "minor",
-    "patch",
+    "semver isSemver major minor patch ",
     // image
-    "image",
-    "isImage",
-    "containsDigest",
-    "registry",
-    "repository",
-    "identifier",
-    "tag",
-    "digest",
+    "image isImage containsDigest registry repository identifier tag digest ",
     // MutatingAdmissionPolicy
-    "jsonpatch.escapeKey",
-];
+    "jsonpatch.escapeKey ",
+);
 
 /// Namespaces whose `prefix.name(...)` calls are functions, not methods of
-/// a variable.
-const NAMESPACES: &[&str] = &[
-    "optional",
-    "strings",
-    "sets",
-    "ip",
-    "format",
-    "jsonpatch",
-    "math",
-    "base64",
-    "image",
-    "azure",
-    "cel",
-    "lists",
-];
+/// a variable, separated by blanks.
+const NAMESPACES: &str =
+    "optional strings sets ip format jsonpatch math base64 image azure cel lists";
 
 /// What `expr` uses that kube-apiserver's environment does not have:
 /// variables beyond admission's own, and functions by name. Empty when the
@@ -207,7 +88,7 @@ fn walk(e: &Expression, out: &mut BTreeSet<String>) {
                 .first()
                 .is_some_and(|b| !b.is_ascii_alphabetic());
             let qualified = match call.target.as_deref().map(|t| &t.expr) {
-                Some(Expr::Ident(prefix)) if NAMESPACES.contains(&prefix.as_str()) => {
+                Some(Expr::Ident(prefix)) if NAMESPACES.split_whitespace().any(|n| n == prefix) => {
                     Some(format!("{prefix}.{}", call.func_name))
                 }
                 _ => None,
@@ -215,7 +96,9 @@ fn walk(e: &Expression, out: &mut BTreeSet<String>) {
             if !operator {
                 let name = qualified.clone().unwrap_or_else(|| call.func_name.clone());
                 // `@mapInsert` steps the transformMap macros.
-                if !name.starts_with('@') && !KUBERNETES_FUNCTIONS.contains(&name.as_str()) {
+                if !name.starts_with('@')
+                    && !KUBERNETES_FUNCTIONS.split_whitespace().any(|f| f == name)
+                {
                     out.insert(name);
                 }
             }

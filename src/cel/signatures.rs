@@ -10,7 +10,8 @@ use super::CompileError;
 /// argument counts its overloads take (the target not counted). Functions
 /// not listed are only checked to exist.
 const ARITIES: &[(&str, bool, &[usize])] = &[
-    // Macros: a call left with one of these names had the wrong count.
+    // Macros ([`MACRO_COUNT`] of them): a call left with one of these
+    // names had the wrong count.
     ("has", false, &[1]),
     ("all", true, &[2, 3]),
     ("exists", true, &[2, 3]),
@@ -94,26 +95,13 @@ const ARITIES: &[(&str, bool, &[usize])] = &[
     ("isSemver", false, &[1, 2]),
 ];
 
-/// Macros: expanded by the parser, never registered as functions, so a
-/// call left with such a name had a wrong argument count.
-const MACROS: &[&str] = &[
-    "has",
-    "all",
-    "exists",
-    "existsOne",
-    "exists_one",
-    "map",
-    "filter",
-    "transformList",
-    "transformMap",
-    "transformMapEntry",
-    "cel.bind",
-    "optMap",
-    "optFlatMap",
-];
+/// Macros (the first [`MACRO_COUNT`] entries of [`ARITIES`]): expanded by
+/// the parser, never registered as functions, so a call left with such a
+/// name had a wrong argument count.
+const MACRO_COUNT: usize = 13;
 
 fn is_macro(name: &str) -> bool {
-    MACROS.contains(&name)
+    ARITIES[..MACRO_COUNT].iter().any(|(n, _, _)| *n == name)
 }
 
 /// Checks every call of `calls` (from the expression `source`): the
@@ -197,6 +185,12 @@ fn position(source: &str, function: &str, has_target: bool) -> (Option<usize>, O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_macros_are_the_first_entries() {
+        let last_macro = (ARITIES[MACRO_COUNT - 1].0, ARITIES[MACRO_COUNT].0);
+        assert_eq!(last_macro, ("optFlatMap", "size"));
+    }
 
     #[test]
     fn positions_point_at_the_call() {

@@ -492,20 +492,15 @@ mod tests {
         let list = format!(
             "['{V100}', '{T4}', '{MI25}', '{V710}', '{A100}', '{A10_SIXTH}', 'Standard_D4s_v5']"
         );
-        kept(
-            &format!("azure.skusWhere({list}, ['retired', '!aksSupported'])"),
-            &[V100, MI25, V710],
-        );
-        kept(&format!("azure.skusWhere({list}, ['premium'])"), &[A100]);
-        kept(
-            &format!("azure.skusWhere({list}, ['fractional'])"),
-            &[V710, A10_SIXTH],
-        );
-        // A size the catalog does not know is kept by no field, negated or not.
-        kept(
-            &format!("azure.skusWhere({list}, ['!premium'])"),
-            &[V100, T4, MI25, V710, A10_SIXTH],
-        );
+        for (fields, want) in [
+            ("'retired', '!aksSupported'", &[V100, MI25, V710][..]),
+            ("'premium'", &[A100]),
+            ("'fractional'", &[V710, A10_SIXTH]),
+            // A size the catalog does not know is kept by no field, negated or not.
+            ("'!premium'", &[V100, T4, MI25, V710, A10_SIXTH]),
+        ] {
+            kept(&format!("azure.skusWhere({list}, [{fields}])"), want);
+        }
         kept(
             "azure.skusWhere(['nc24ads_a100_v4'], ['premium'])",
             &["nc24ads_a100_v4"],
@@ -517,32 +512,21 @@ mod tests {
         let list = format!(
             "['{T4}', '{A10_SIXTH}', '{A10_V4}', '{A10_THIRD}', '{A100}', 'Standard_D4s_v5']"
         );
-        kept(
-            &format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16.0)"),
-            &[A10_SIXTH, A10_THIRD],
-        );
-        kept(
-            &format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16)"),
-            &[A10_SIXTH, A10_THIRD],
-        );
-        kept(
-            &format!("azure.skusBelow({list}, 'gpuMemoryGiB', 16u)"),
-            &[A10_SIXTH, A10_THIRD],
-        );
-        // A SKU without the figure is never below: A10_V4 has no memory figure.
-        kept(
-            &format!("azure.skusBelow({list}, 'gpuMemoryGiB', 1000.0)"),
-            &[T4, A10_SIXTH, A10_THIRD, A100],
-        );
-        kept(
-            &format!("azure.skusBelow({list}, 'vcpus', 8)"),
-            &[T4, A10_SIXTH],
-        );
-        kept(
-            &format!("azure.skusBelow({list}, 'gpus', 0.5)"),
-            &[A10_SIXTH, A10_THIRD],
-        );
-        kept(&format!("azure.skusBelow({list}, 'gpuDevices', 1)"), &[]);
+        for (field, bound, want) in [
+            ("gpuMemoryGiB", "16.0", &[A10_SIXTH, A10_THIRD][..]),
+            ("gpuMemoryGiB", "16", &[A10_SIXTH, A10_THIRD]),
+            ("gpuMemoryGiB", "16u", &[A10_SIXTH, A10_THIRD]),
+            // A SKU without the figure is never below: A10_V4 has no memory figure.
+            ("gpuMemoryGiB", "1000.0", &[T4, A10_SIXTH, A10_THIRD, A100]),
+            ("vcpus", "8", &[T4, A10_SIXTH]),
+            ("gpus", "0.5", &[A10_SIXTH, A10_THIRD]),
+            ("gpuDevices", "1", &[]),
+        ] {
+            kept(
+                &format!("azure.skusBelow({list}, '{field}', {bound})"),
+                want,
+            );
+        }
     }
 
     #[test]
@@ -564,26 +548,30 @@ mod tests {
 
     #[test]
     fn non_string_elements_are_errors() {
-        assert_eq!(
-            error(&format!("azure.skusIn(['{T4}', 1], ['*'])")),
-            "azure.skusIn: element 1 of the list is int, not a string"
-        );
-        assert_eq!(
-            error(&format!("azure.skusNotIn(['{T4}'], ['*', null])")),
-            "azure.skusNotIn: element 1 of the names is null, not a string"
-        );
-        assert_eq!(
-            error(&format!("azure.skusWhere([['{T4}']], ['retired'])")),
-            "azure.skusWhere: element 0 of the list is list, not a string"
-        );
-        assert_eq!(
-            error("azure.skusWhere([], [true])"),
-            "azure.skusWhere: element 0 of the fields is bool, not a string"
-        );
-        assert_eq!(
-            error("azure.skusBelow([{'name': 'x'}], 'vcpus', 8)"),
-            "azure.skusBelow: element 0 of the list is map, not a string"
-        );
+        for (expr, want) in [
+            (
+                format!("azure.skusIn(['{T4}', 1], ['*'])"),
+                "azure.skusIn: element 1 of the list is int, not a string",
+            ),
+            (
+                format!("azure.skusNotIn(['{T4}'], ['*', null])"),
+                "azure.skusNotIn: element 1 of the names is null, not a string",
+            ),
+            (
+                format!("azure.skusWhere([['{T4}']], ['retired'])"),
+                "azure.skusWhere: element 0 of the list is list, not a string",
+            ),
+            (
+                "azure.skusWhere([], [true])".into(),
+                "azure.skusWhere: element 0 of the fields is bool, not a string",
+            ),
+            (
+                "azure.skusBelow([{'name': 'x'}], 'vcpus', 8)".into(),
+                "azure.skusBelow: element 0 of the list is map, not a string",
+            ),
+        ] {
+            assert_eq!(error(&expr), want, "{expr}");
+        }
         // Not a list at all.
         assert!(!error(&format!("azure.skusIn('{T4}', ['*'])")).is_empty());
     }

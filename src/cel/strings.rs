@@ -89,11 +89,16 @@ fn offset_arg(
         [Value::String(sub)] => Ok((sub.clone(), None)),
         [Value::String(sub), Value::Int(offset)] => Ok((sub.clone(), Some(*offset))),
         [_] | [_, _] => Err(ExecutionError::NoSuchOverload),
-        _ => Err(error(
-            function,
-            format!("expected 1 or 2 arguments, got {}", args.len()),
-        )),
+        _ => Err(arg_count(function, "1 or 2", args)),
     }
+}
+
+/// A call with `args` where `counts` arguments are taken.
+fn arg_count(function: &str, counts: &str, args: &[Value]) -> ExecutionError {
+    error(
+        function,
+        format!("expected {counts} arguments, got {}", args.len()),
+    )
 }
 
 fn out_of_range(function: &str, index: i64) -> ExecutionError {
@@ -177,12 +182,7 @@ fn replace(This(text): This<Arc<String>>, Arguments(args): Arguments) -> Resolve
         [Value::String(old), Value::String(new)] => (old, new, -1),
         [Value::String(old), Value::String(new), Value::Int(n)] => (old, new, *n),
         [_, _] | [_, _, _] => return Err(ExecutionError::NoSuchOverload),
-        _ => {
-            return Err(error(
-                "replace",
-                format!("expected 2 or 3 arguments, got {}", args.len()),
-            ))
-        }
+        _ => return Err(arg_count("replace", "2 or 3", &args)),
     };
     let replaced = if limit < 0 {
         text.replace(old.as_str(), new)
@@ -200,12 +200,7 @@ fn split(This(text): This<Arc<String>>, Arguments(args): Arguments) -> ResolveRe
         [Value::String(sep)] => (sep, -1),
         [Value::String(sep), Value::Int(n)] => (sep, *n),
         [_] | [_, _] => return Err(ExecutionError::NoSuchOverload),
-        _ => {
-            return Err(error(
-                "split",
-                format!("expected 1 or 2 arguments, got {}", args.len()),
-            ))
-        }
+        _ => return Err(arg_count("split", "1 or 2", &args)),
     };
     let parts: Vec<&str> = match (limit, sep.is_empty()) {
         (0, _) => Vec::new(),
@@ -243,12 +238,7 @@ fn substring(This(text): This<Arc<String>>, Arguments(args): Arguments) -> Resol
         [Value::Int(start)] => (*start, len),
         [Value::Int(start), Value::Int(end)] => (*start, *end),
         [_] | [_, _] => return Err(ExecutionError::NoSuchOverload),
-        _ => {
-            return Err(error(
-                "substring",
-                format!("expected 1 or 2 arguments, got {}", args.len()),
-            ))
-        }
+        _ => return Err(arg_count("substring", "1 or 2", &args)),
     };
     if start > end {
         return Err(error(

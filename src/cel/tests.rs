@@ -2,6 +2,18 @@ use super::*;
 use kube_cel::cel as celrs;
 use serde_json::json;
 
+/// `source` compiled in the default environment.
+fn compiled(source: &str) -> Result<Compiled, CompileError> {
+    compile(&Env::default(), source)
+}
+
+/// The load error of `source`, which must say `message`.
+fn refused(source: &str, message: &str) -> CompileError {
+    let err = compiled(source).unwrap_err();
+    assert!(err.message.contains(message), "{source}: {err}");
+    err
+}
+
 fn eval_with(source: &str, object: serde_json::Value) -> Result<Value, EvalError> {
     let env = Env::default();
     let compiled = compile(&env, source).unwrap();
@@ -89,10 +101,9 @@ fn image_repository_compares_images_exactly() {
 
 #[test]
 fn syntax_errors_carry_line_and_column() {
-    let env = Env::default();
-    let err = compile(&env, "object.spec.replicas >\n  ").unwrap_err();
+    let err = compiled("object.spec.replicas >\n  ").unwrap_err();
     assert!(err.line.is_some() && err.column.is_some(), "{err:?}");
-    let err = compile(&env, "object.a == 1 &&\n  object.b ==== 2").unwrap_err();
+    let err = compiled("object.a == 1 &&\n  object.b ==== 2").unwrap_err();
     assert_eq!(err.line, Some(2), "{err:?}");
 }
 
@@ -101,7 +112,6 @@ fn syntax_errors_carry_line_and_column() {
 /// that line.
 #[test]
 fn error_positions_are_kube_apiservers() {
-    let env = Env::default();
     const SIMPLE: &str = "argument must be a simple name";
     const FOO: &str = "undeclared reference to 'foo'";
     for (source, line, column, message) in [
@@ -131,7 +141,7 @@ fn error_positions_are_kube_apiservers() {
         ),
         ("'é' == 'e' || foo(1)", 1, 15, FOO),
     ] {
-        let err = compile(&env, source).unwrap_err();
+        let err = compiled(source).unwrap_err();
         assert!(err.message.starts_with(message), "{source}: {err}");
         assert_eq!(
             (err.line, err.column),
@@ -139,7 +149,7 @@ fn error_positions_are_kube_apiservers() {
             "{source}: {err}"
         );
     }
-    let err = compile(&env, "1 + )").unwrap_err().to_string();
+    let err = compiled("1 + )").unwrap_err().to_string();
     assert!(
         err.starts_with("line 1, column 5: Syntax error: mismatched input ')' expecting "),
         "{err}"
@@ -148,31 +158,19 @@ fn error_positions_are_kube_apiservers() {
 
 #[test]
 fn unknown_variables_are_rejected_at_load() {
-    let env = Env::default();
-    let err = compile(&env, "objekt.spec == null").unwrap_err();
-    assert!(
-        err.message.contains("undeclared reference to 'objekt'"),
-        "{err}"
-    );
-    assert!(compile(&env, "object.spec.containers.all(c, c.name != '')").is_ok());
-    assert!(compile(&env, "sets.contains([1], [1])").is_ok());
+    refused("objekt.spec == null", "undeclared reference to 'objekt'");
+    assert!(compiled("object.spec.containers.all(c, c.name != '')").is_ok());
+    assert!(compiled("sets.contains([1], [1])").is_ok());
 }
 
 #[test]
 fn message_literals_are_rejected_not_evaluated() {
-    let env = Env::default();
-    let err = compile(&env, "Foo{a: 1} == null").unwrap_err();
-    assert!(
-        err.message.contains("only available in the mutations"),
-        "{err}"
-    );
+    refused("Foo{a: 1} == null", "only available in the mutations");
 }
 
 #[test]
 fn policy_variable_references_are_collected() {
-    let env = Env::default();
-    let c = compile(
-        &env,
+    let c = compiled(
         "variables.a + variables['b'] > 0 && [1].all(variables, variables > 0) \
          && variables.?c.hasValue() && variables[?'d'].hasValue()",
     )
@@ -185,19 +183,15 @@ fn policy_variable_references_are_collected() {
 
 #[test]
 fn oversized_expressions_are_rejected() {
-    let env = Env::default();
     let long = vec!["1"; 3000].join(" + ");
-    let err = compile(&env, &long).unwrap_err();
-    assert!(err.message.contains("bytes long"), "{err}");
+    refused(&long, "bytes long");
     // Parentheses add no level to the tree: forty of them are accepted.
     let parens = format!("{}1{}", "(".repeat(40), ")".repeat(40));
-    assert!(compile(&env, &parens).is_ok());
+    assert!(compiled(&parens).is_ok());
     let chain = format!("object{}", ".b".repeat(100));
-    let err = compile(&env, &chain).unwrap_err();
-    assert!(err.message.contains("nested too deeply"), "{err}");
+    refused(&chain, "nested too deeply");
     let nested = "[1].all(a, [1].all(b, [1].all(c, [1].all(d, true))))";
-    let err = compile(&env, nested).unwrap_err();
-    assert!(err.message.contains("comprehensions"), "{err}");
+    refused(nested, "comprehensions");
 }
 
 #[test]
@@ -212,14 +206,9 @@ fn runtime_errors_name_types_not_values() {
 
 #[test]
 fn variables_used_only_as_call_targets_are_recorded() {
-    let env = Env::default();
-    let c = compile(
-        &env,
-        "object.metadata.name.startsWith('a') || request.name.size() > 0",
-    )
-    .unwrap();
+    let c = compiled("object.metadata.name.startsWith('a') || request.name.size() > 0").unwrap();
     assert!(c.reads("object") && c.reads("request"));
-    let c = compile(&env, "params.data.size() > 0 && sets.contains([1], [1])").unwrap();
+    let c = compiled("params.data.size() > 0 && sets.contains([1], [1])").unwrap();
     assert!(c.reads("params"));
     assert!(!c.reads("sets"));
 }
@@ -486,9 +475,7 @@ fn kubernetes_cel_documentation_examples() {
 
 #[test]
 fn two_variable_comprehension_errors_are_kubernetes_errors() {
-    let env = Env::default();
-    let err = compile(&env, "[1, 2].all(i, i, i > 0)").unwrap_err();
-    assert!(err.message.contains("duplicate variable name: i"), "{err}");
+    refused("[1, 2].all(i, i, i > 0)", "duplicate variable name: i");
     let err = eval_with(
         "{'a': 1, 'b': 1}.transformMapEntry(k, v, {'x': v}) == {}",
         json!({}),
@@ -506,9 +493,7 @@ fn two_variable_comprehension_errors_are_kubernetes_errors() {
 #[test]
 fn comprehension_macros_are_charged_per_iteration() {
     let env = Env::default();
-    let compiled = compile(
-        &env,
-        "object.items.transformList(i, a, object.items.transformList(j, b, i * j).size()).size() > 0",
+    let compiled = compile(&env, "object.items.transformList(i, a, object.items.transformList(j, b, i * j).size()).size() > 0",
     )
     .unwrap();
     let mut ctx = env.scope();
@@ -529,7 +514,6 @@ fn cel_bind_does_not_count_as_a_nested_comprehension() {
 
 #[test]
 fn unknown_functions_and_wrong_argument_counts_are_load_errors() {
-    let env = Env::default();
     for (source, message, column) in [
         ("foo(1)", "undeclared reference to 'foo': no such function", 1),
         ("object.metadata.name.strtsWith('a')", "undeclared reference to 'strtsWith'", 22),
@@ -547,8 +531,7 @@ fn unknown_functions_and_wrong_argument_counts_are_load_errors() {
         ("quantity('1', '2')", "'quantity': quantity(..) takes 1 argument(s), not 2", 1),
         ("sets.contains([1])", "'sets.contains': sets.contains(..) takes 2 argument(s), not 1", 6),
     ] {
-        let err = compile(&env, source).unwrap_err();
-        assert!(err.message.contains(message), "{source}: {err}");
+        let err = refused(source, message);
         assert_eq!((err.line, err.column), (Some(1), Some(column)), "{source}: {err}");
     }
     // Functions that exist, with counts one of their overloads takes.

@@ -41,16 +41,10 @@ pub fn route(
     if !is_exception(req) {
         return Route::Policies;
     }
-    let (patch, denials, warnings) = match mutate {
-        true => (Some(record_requester(req)), Vec::new(), Vec::new()),
-        false => {
-            let (denials, warnings) = judge(req, read, known);
-            (None, denials, warnings)
-        }
-    };
-    if let Some(patch) = patch {
-        return Route::Answered(Response::allow().with_patch(patch));
+    if mutate {
+        return Route::Answered(Response::allow().with_patch(record_requester(req)));
     }
+    let (denials, warnings) = judge(req, read, known);
     if denials.is_empty() {
         return Route::Judged(warnings);
     }
@@ -64,23 +58,8 @@ pub fn route(
 /// or back to what it was (UPDATE); none when it already says so, or
 /// when there is nothing to record.
 pub fn record_requester(req: &Request) -> json_patch::Patch {
-    let Some(object) = req.object.as_ref() else {
-        return json_patch::Patch(Vec::new());
-    };
-    let wanted = match req.operation {
-        Operation::Create => req
-            .user_info
-            .get("username")
-            .and_then(Value::as_str)
-            .filter(|u| !u.is_empty()),
-        Operation::Update => req
-            .old_object
-            .as_ref()
-            .map(|old| str_at(old, "/spec/requestedBy"))
-            .filter(|u| !u.is_empty()),
-        _ => None,
-    };
-    let Some(wanted) = wanted else {
+    let wanted = requester(req).filter(|u| !u.is_empty());
+    let (Some(object), Some(wanted)) = (req.object.as_ref(), wanted) else {
         return json_patch::Patch(Vec::new());
     };
     if str_at(object, "/spec/requestedBy") == wanted || object.get("spec").is_none() {
@@ -138,25 +117,24 @@ pub fn judge(
     }
 }
 
-/// Why `spec.requestedBy` is not what the request says it must be, if it
-/// is not: on CREATE the creating user, on UPDATE what it was. The guard
-/// policy in kube-apiserver checks the same; this check stands where that
-/// policy is not installed.
-fn requester_mismatch(req: &Request, object: &Value) -> Option<String> {
-    let written = str_at(object, "/spec/requestedBy");
+/// What `spec.requestedBy` must say: on CREATE the creating user, on
+/// UPDATE what it was.
+fn requester(req: &Request) -> Option<&str> {
     match req.operation {
-        Operation::Create => {
-            let user = req.user_info.get("username").and_then(Value::as_str)?;
-            (written != user).then(|| {
-                format!("must be the creating user {user:?}, not {written:?}: leave it out, gpu-admission records it")
-            })
-        }
-        Operation::Update => {
-            let was = str_at(req.old_object.as_ref()?, "/spec/requestedBy");
-            (written != was).then(|| {
-                format!("cannot change (it was {was:?}): it records who created the exception")
-            })
-        }
+        Operation::Create => req.user_info.get("username").and_then(Value::as_str),
+        Operation::Update => (req.old_object.as_ref()).map(|old| str_at(old, "/spec/requestedBy")),
         _ => None,
     }
+}
+
+/// Why `spec.requestedBy` is not what the request says it must be
+/// ([`requester`]), if it is not. The guard policy in kube-apiserver
+/// checks the same; this check stands where that policy is not installed.
+fn requester_mismatch(req: &Request, object: &Value) -> Option<String> {
+    let written = str_at(object, "/spec/requestedBy");
+    let wanted = requester(req).filter(|w| *w != written)?;
+    Some(match req.operation {
+        Operation::Create => format!("must be the creating user {wanted:?}, not {written:?}: leave it out, gpu-admission records it"),
+        _ => format!("cannot change (it was {wanted:?}): it records who created the exception"),
+    })
 }

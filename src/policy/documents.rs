@@ -156,18 +156,40 @@ impl MatchResourcesDoc {
     }
 }
 
-/// `ValidatingAdmissionPolicySpec`.
-#[derive(Default, Deserialize)]
-#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-struct PolicySpec {
-    failure_policy: FailurePolicy,
-    param_kind: Option<ParamKindDoc>,
-    match_constraints: Option<MatchResourcesDoc>,
-    match_conditions: Vec<NamedDoc>,
-    variables: Vec<NamedDoc>,
-    validations: Vec<ValidationDoc>,
-    audit_annotations: Vec<AuditAnnotationDoc>,
+/// A policy document's spec: the fields both kinds share (read by
+/// [`Common::read`]), then its kind's own, in the order serde's errors list.
+macro_rules! policy_spec {
+    ($(#[$doc:meta])* $name:ident { $($field:ident: $type:ty,)* }) => {
+        $(#[$doc])*
+        #[derive(Default, Deserialize)]
+        #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+        struct $name {
+            failure_policy: FailurePolicy,
+            param_kind: Option<ParamKindDoc>,
+            match_constraints: Option<MatchResourcesDoc>,
+            match_conditions: Vec<NamedDoc>,
+            variables: Vec<NamedDoc>,
+            $($field: $type,)*
+        }
+
+        impl $name {
+            fn common(&mut self, env: &Env, errors: &mut Errors) -> Common {
+                let (kind, constraints) = (self.param_kind.take(), self.match_constraints.take());
+                let conditions = std::mem::take(&mut self.match_conditions);
+                let variables = std::mem::take(&mut self.variables);
+                Common::read(env, errors, kind, constraints, conditions, variables)
+            }
+        }
+    };
 }
+
+policy_spec!(
+    /// `ValidatingAdmissionPolicySpec`.
+    PolicySpec {
+        validations: Vec<ValidationDoc>,
+        audit_annotations: Vec<AuditAnnotationDoc>,
+    }
+);
 
 #[derive(Default, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -344,15 +366,8 @@ fn read_named(
 }
 
 impl PolicySpec {
-    fn validate(self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
-        let common = Common::read(
-            env,
-            errors,
-            self.param_kind,
-            self.match_constraints,
-            self.match_conditions,
-            self.variables,
-        );
+    fn validate(mut self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
+        let common = self.common(env, errors);
         if self.validations.is_empty() && self.audit_annotations.is_empty() {
             errors.push(
                 "spec.validations",
@@ -695,18 +710,13 @@ pub fn read_binding(doc: &Document, errors: &mut Vec<LoadError>) -> Option<Bindi
     spec.validate(name, &mut errors, true)
 }
 
-/// `MutatingAdmissionPolicySpec`.
-#[derive(Default, Deserialize)]
-#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-struct MutatingPolicySpec {
-    failure_policy: FailurePolicy,
-    param_kind: Option<ParamKindDoc>,
-    match_constraints: Option<MatchResourcesDoc>,
-    match_conditions: Vec<NamedDoc>,
-    variables: Vec<NamedDoc>,
-    mutations: Vec<MutationDoc>,
-    reinvocation_policy: Option<Reinvocation>,
-}
+policy_spec!(
+    /// `MutatingAdmissionPolicySpec`.
+    MutatingPolicySpec {
+        mutations: Vec<MutationDoc>,
+        reinvocation_policy: Option<Reinvocation>,
+    }
+);
 
 #[derive(Default, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -734,15 +744,8 @@ impl PatchType {
 }
 
 impl MutatingPolicySpec {
-    fn validate(self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
-        let common = Common::read(
-            env,
-            errors,
-            self.param_kind,
-            self.match_constraints,
-            self.match_conditions,
-            self.variables,
-        );
+    fn validate(mut self, env: &Env, name: Option<String>, errors: &mut Errors) -> Option<Policy> {
+        let common = self.common(env, errors);
         if self.mutations.is_empty() {
             errors.push("spec.mutations", "required: at least one mutation");
         }

@@ -141,18 +141,7 @@ impl<'e> Scope<'e> {
             });
             ctx.add_variable_as_val("authorizer", authorizer.clone_as_boxed());
         }
-        for (name, value) in variables {
-            if wanted(name) {
-                ctx.add_variable_as_val(name.clone(), value.clone_as_boxed());
-            }
-        }
-        let missing = |name: &str| wanted(name) && !variables.iter().any(|(n, _)| n == name);
-        for (name, value) in inner
-            .env
-            .extension_variables(evaluated.object.as_ref(), &missing)
-        {
-            ctx.add_variable_from_value(name, value);
-        }
+        (inner.env).bind_host_variables(&mut ctx, evaluated.object.as_ref(), variables, wanted);
         Scope {
             ctx,
             memo: Memo::new(inner.plan.memo_slots),
@@ -1148,27 +1137,21 @@ spec:
         let v = evaluate_on_pod(errs, "[Warn, Audit]");
         assert_eq!(results(&v), [EvaluationResult::Error]);
         assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
-        let not_bool = "  validations:
-  - expression: '1'";
-        assert_eq!(
-            results(&evaluate_on_pod(not_bool, "[Deny]")),
-            [EvaluationResult::Error]
-        );
         let ignored = format!("  failurePolicy: Ignore\n{errs}");
         let v = evaluate_on_pod(&ignored, "[Deny]");
         assert_eq!(results(&v), [EvaluationResult::Error]);
         assert!(v.denials.is_empty(), "{:?}", v.denials);
-        // A violation is still a verdict.
-        let violated = "  validations:
-  - expression: 'false'";
-        assert_eq!(
-            results(&evaluate_on_pod(violated, "[Deny]")),
-            [EvaluationResult::Deny]
-        );
-        assert_eq!(
-            results(&evaluate_on_pod(violated, "[Audit]")),
-            [EvaluationResult::Warn]
-        );
+        let (not_bool, violated) = ("'1'", "'false'");
+        for (expression, actions, want) in [
+            (not_bool, "[Deny]", EvaluationResult::Error),
+            // A violation is still a verdict.
+            (violated, "[Deny]", EvaluationResult::Deny),
+            (violated, "[Audit]", EvaluationResult::Warn),
+        ] {
+            let spec = format!("  validations:\n  - expression: {expression}");
+            let got = results(&evaluate_on_pod(&spec, actions));
+            assert_eq!(got, [want], "{expression} {actions}");
+        }
     }
 
     /// The failure list is the JSON kube-apiserver writes, fields in the

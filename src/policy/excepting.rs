@@ -85,15 +85,7 @@ fn expression_holds(inner: &Inner, subject: &Subject, exception: &Exception) -> 
     if reads("request") {
         ctx.add_variable_as_val("request", request_val(req));
     }
-    for (name, value) in &subject.variables {
-        if reads(name) {
-            ctx.add_variable_as_val(name.clone(), value.clone_as_boxed());
-        }
-    }
-    let missing = |name: &str| reads(name) && !subject.variables.iter().any(|(n, _)| n == name);
-    for (name, value) in inner.env.extension_variables(req.object.as_ref(), &missing) {
-        ctx.add_variable_from_value(name, value);
-    }
+    (inner.env).bind_host_variables(&mut ctx, req.object.as_ref(), &subject.variables, reads);
     let result = cel::with_policy_budget(|| cel::evaluate(expression.tree(), &ctx));
     match result {
         Ok(Value::Bool(b)) => b,

@@ -1,6 +1,6 @@
 //! Which bindings a request could match, looked up by resource and
 //! operation, so that a policy written for other resources costs nothing.
-use super::matching::MatchResources;
+use super::matching::{matches_operation, MatchResources};
 use crate::review::{Operation, Request};
 use std::collections::HashMap;
 
@@ -71,13 +71,8 @@ impl BindingIndex {
                 continue;
             }
             for rule in &m.resource_rules {
-                let ops: Vec<Operation> = OPERATIONS
-                    .into_iter()
-                    .filter(|op| {
-                        rule.operations
-                            .iter()
-                            .any(|o| o == "*" || o.eq_ignore_ascii_case(op.as_str()))
-                    })
+                let ops: Vec<Operation> = (OPERATIONS.into_iter())
+                    .filter(|op| matches_operation(rule, *op))
                     .collect();
                 for pattern in &rule.resources {
                     let base = pattern.split('/').next().unwrap_or_default();

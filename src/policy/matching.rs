@@ -160,7 +160,7 @@ fn rule_matches(rule: &Rule, req: &Request, policy: MatchPolicy) -> bool {
     }
 }
 
-fn matches_operation(rule: &Rule, op: Operation) -> bool {
+pub(super) fn matches_operation(rule: &Rule, op: Operation) -> bool {
     rule.operations
         .iter()
         .any(|o| o == "*" || o.eq_ignore_ascii_case(op.as_str()))

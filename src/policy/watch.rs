@@ -112,26 +112,15 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    fn wait_for(count: &AtomicUsize, n: usize) -> bool {
+    /// Whether `done` holds within 5 s, asked every 50 ms.
+    fn eventually(done: impl Fn() -> bool) -> bool {
         for _ in 0..100 {
-            if count.load(Ordering::SeqCst) >= n {
+            if done() {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         false
-    }
-
-    /// Waits (at most 5 s) until the watcher thread has ended, which drops
-    /// the callback and with it its clone of `shared`.
-    fn wait_for_thread_end<T>(shared: &Arc<T>) {
-        for _ in 0..100 {
-            if Arc::strong_count(shared) == 1 {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the watcher thread is still running");
     }
 
     /// What the kubelet does on a ConfigMap update: new timestamped dir, new
@@ -166,13 +155,8 @@ mod tests {
         .unwrap();
         let calls = || seen.lock().unwrap().clone();
         let wait_until_seen = |text: &str| {
-            for _ in 0..100 {
-                if calls().iter().any(|t| t == text) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            panic!("{text:?} never seen: {:?}", calls());
+            let seen = eventually(|| calls().iter().any(|t| t == text));
+            assert!(seen, "{text:?} never seen: {:?}", calls());
         };
         swap(&root, "..2026_02", "a: 2\n");
         wait_until_seen("a: 2\n");
@@ -196,9 +180,14 @@ mod tests {
             c.fetch_add(1, Ordering::SeqCst);
         })
         .unwrap();
-        assert!(wait_for(&count, 3), "no periodic rescan");
+        assert!(
+            eventually(|| count.load(Ordering::SeqCst) >= 3),
+            "no periodic rescan"
+        );
         drop(watcher);
-        // The thread ends (no more rescans): its callback is dropped.
-        wait_for_thread_end(&count);
+        // The thread ends (no more rescans): its callback, and with it its
+        // clone of `count`, is dropped.
+        let ended = eventually(|| Arc::strong_count(&count) == 1);
+        assert!(ended, "the watcher thread is still running");
     }
 }

@@ -12,10 +12,7 @@ use serde_json::Value;
 pub(super) fn patch(patch: &Patch) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     out.push(b'[');
-    for (i, op) in patch.0.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    separated(&mut out, &patch.0, |out, op| {
         let (name, from, path, value) = match op {
             PatchOperation::Add(o) => ("add", None, &o.path, Some(&o.value)),
             PatchOperation::Remove(o) => ("remove", None, &o.path, None),
@@ -29,18 +26,32 @@ pub(super) fn patch(patch: &Patch) -> Vec<u8> {
         out.push(b'"');
         if let Some(from) = from {
             out.extend_from_slice(b",\"from\":");
-            string(&mut out, from.as_str());
+            string(out, from.as_str());
         }
         out.extend_from_slice(b",\"path\":");
-        string(&mut out, path.as_str());
+        string(out, path.as_str());
         if let Some(value) = value {
             out.extend_from_slice(b",\"value\":");
-            self::value(&mut out, value);
+            self::value(out, value);
         }
         out.push(b'}');
-    }
+    });
     out.push(b']');
     out
+}
+
+/// Writes each of `items` with `write`, a comma between two.
+pub(super) fn separated<T>(
+    out: &mut Vec<u8>,
+    items: impl IntoIterator<Item = T>,
+    mut write: impl FnMut(&mut Vec<u8>, T),
+) {
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write(out, item);
+    }
 }
 
 /// `v` as compact JSON text, as serde_json writes it.
@@ -54,24 +65,16 @@ fn value(out: &mut Vec<u8>, v: &Value) {
         Value::String(s) => string(out, s),
         Value::Array(items) => {
             out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                value(out, item);
-            }
+            separated(out, items, value);
             out.push(b']');
         }
         Value::Object(map) => {
             out.push(b'{');
-            for (i, (k, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
+            separated(out, map, |out, (k, item)| {
                 string(out, k);
                 out.push(b':');
                 value(out, item);
-            }
+            });
             out.push(b'}');
         }
     }

@@ -92,13 +92,19 @@ impl Request {
     /// `namespace/name` (or `name`) for logs and messages; falls back to the
     /// object's `generateName` for pods not yet named.
     pub fn display_name(&self) -> String {
-        let name = match self.name.as_str() {
-            "" => generated_name(self.object.as_ref()),
-            name => name.to_string(),
-        };
+        let name = self.name_or_generated();
         match &self.namespace {
             Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
             _ => name,
+        }
+    }
+
+    /// The request's name, or for an object not yet named its
+    /// `generateName` (`web-*`).
+    pub fn name_or_generated(&self) -> String {
+        match self.name.as_str() {
+            "" => generated_name(self.object.as_ref()),
+            name => name.to_string(),
         }
     }
 
@@ -460,7 +466,7 @@ pub fn encode(uid: &str, response: &Response) -> Value {
 /// `serde_json` writes for it, byte for byte, written straight into one
 /// buffer (no tree built, the patch base64-encoded in place).
 pub fn encode_json(uid: &str, response: &Response) -> Vec<u8> {
-    use json_text::string;
+    use json_text::{separated, string};
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(
         br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#,
@@ -496,24 +502,20 @@ pub fn encode_json(uid: &str, response: &Response) -> Vec<u8> {
     }
     if !response.warnings.is_empty() {
         out.extend_from_slice(b",\"warnings\":[");
-        for (i, warning) in response.warnings.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            string(&mut out, warning);
-        }
+        separated(&mut out, &response.warnings, |out, w| string(out, w));
         out.push(b']');
     }
     if !response.audit_annotations.is_empty() {
         out.extend_from_slice(b",\"auditAnnotations\":{");
-        for (i, (key, value)) in response.audit_annotations.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            string(&mut out, key);
-            out.push(b':');
-            string(&mut out, value);
-        }
+        separated(
+            &mut out,
+            &response.audit_annotations,
+            |out, (key, value)| {
+                string(out, key);
+                out.push(b':');
+                string(out, value);
+            },
+        );
         out.push(b'}');
     }
     out.extend_from_slice(b"}}");
@@ -616,13 +618,18 @@ fn base64_string(patch: &json_patch::Patch) -> Box<RawValue> {
 mod tests {
     use super::*;
 
+    /// An AdmissionReview v1 body with `fields` (its request...) set.
+    fn envelope(fields: Value) -> Vec<u8> {
+        let mut review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"});
+        review
+            .as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        serde_json::to_vec(&review).unwrap()
+    }
+
     fn review(request: Value) -> Vec<u8> {
-        serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": request,
-        }))
-        .unwrap()
+        envelope(json!({ "request": request }))
     }
 
     fn pod_request() -> Value {
@@ -657,15 +664,10 @@ mod tests {
     #[test]
     fn rejects_what_is_not_a_v1_review() {
         assert!(matches!(decode(b"{"), Err(DecodeError::Json(_))));
-        let v1beta1 = serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": pod_request()
-        }))
-        .unwrap();
+        let v1beta1 =
+            envelope(json!({"apiVersion": "admission.k8s.io/v1beta1", "request": pod_request()}));
         assert!(matches!(decode(&v1beta1), Err(DecodeError::WrongKind(_))));
-        let no_request = serde_json::to_vec(
-            &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
-        )
-        .unwrap();
+        let no_request = envelope(json!({}));
         assert!(matches!(
             decode(&no_request),
             Err(DecodeError::MissingRequest)
@@ -681,15 +683,12 @@ mod tests {
     #[test]
     fn a_uid_longer_than_any_apiserver_sends_is_unreadable() {
         let review = |uid: &str| {
-            serde_json::to_vec(&json!({
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                            "resource": {"group": "", "version": "v1", "resource": "pods"},
-                            "operation": "CREATE", "userInfo": {"username": "alice"},
-                            "object": {"kind": "Pod"}}
-            }))
-            .unwrap()
+            review(
+                json!({"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE", "userInfo": {"username": "alice"},
+                "object": {"kind": "Pod"}}),
+            )
         };
         let long = "u".repeat(MAX_UID_BYTES + 1);
         assert!(matches!(
@@ -798,13 +797,10 @@ mod tests {
 
     #[test]
     fn envelope_fields_outside_the_request_are_skipped_unread() {
-        let body = serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
+        let body = envelope(json!({
             "padding": vec![json!({"a": 0}); 300_000],
             "request": pod_request(),
-        }))
-        .unwrap();
+        }));
         assert_eq!(decode(&body).unwrap().name, "trainer");
     }
 
@@ -858,10 +854,7 @@ mod tests {
             decode(&review(request)),
             Err(DecodeError::BadRequest(_))
         ));
-        let null_request = serde_json::to_vec(
-            &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": null}),
-        )
-        .unwrap();
+        let null_request = envelope(json!({ "request": null }));
         assert!(matches!(
             decode(&null_request),
             Err(DecodeError::MissingRequest)

@@ -256,13 +256,7 @@ impl<'a> Walker<'a> {
             return Ok(());
         };
         let decoded = bytes.saturating_sub(start).saturating_mul(COPIES);
-        if decoded > per.limits.max_decoded_bytes {
-            return Err(TooLarge::Memory {
-                estimate_mib: decoded.div_ceil(1 << 20),
-                limit_mib: per.limits.max_decoded_bytes >> 20,
-            });
-        }
-        Ok(())
+        within_memory(decoded, &per.limits)
     }
 
     /// A measured value's own slot (its container holds it by value).
@@ -278,12 +272,7 @@ impl<'a> Walker<'a> {
             .saturating_add(self.cel_bytes)
             .saturating_mul(COPIES);
         self.shape.decoded_bytes = decoded;
-        if decoded > self.limits.max_decoded_bytes {
-            return Err(TooLarge::Memory {
-                estimate_mib: decoded.div_ceil(1 << 20),
-                limit_mib: self.limits.max_decoded_bytes >> 20,
-            });
-        }
+        within_memory(decoded, self.limits)?;
         Ok(self.shape)
     }
 
@@ -308,13 +297,11 @@ impl<'a> Walker<'a> {
                                     key_is(key, "object") || key_is(key, "oldObject");
                             }
                         }
-                        self.json_bytes += heap(len);
-                        self.cel_bytes += heap(ARC + STRING) + heap(len);
                     } else {
                         self.value()?;
-                        self.json_bytes += heap(len);
-                        self.cel_bytes += heap(ARC + STRING) + heap(len);
                     }
+                    self.json_bytes += heap(len);
+                    self.cel_bytes += heap(ARC + STRING) + heap(len);
                     i = end;
                     continue;
                 }
@@ -434,6 +421,17 @@ impl<'a> Walker<'a> {
             self.cel_bytes += heap(ARC + STRING) + heap(n * CEL_VALUE);
         }
     }
+}
+
+/// `decoded` bytes against the memory limit of `limits`.
+fn within_memory(decoded: usize, limits: &Limits) -> Result<(), TooLarge> {
+    if decoded > limits.max_decoded_bytes {
+        return Err(TooLarge::Memory {
+            estimate_mib: decoded.div_ceil(1 << 20),
+            limit_mib: limits.max_decoded_bytes >> 20,
+        });
+    }
+    Ok(())
 }
 
 /// An allocation of `len` bytes as the allocator sees it.
