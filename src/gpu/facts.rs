@@ -535,7 +535,7 @@ fn counted(request: PodGpuRequest) -> GpuFacts {
 }
 
 /// A count as CEL's `int` (counts beyond i64 saturate).
-fn int(n: u64) -> i64 {
+pub(super) fn int(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 

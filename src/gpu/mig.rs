@@ -6,6 +6,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 use super::catalog::{Catalog, Sku};
+use super::facts::int;
 use super::request::PodGpuRequest;
 
 /// Resource names of MIG slices start with this.
@@ -249,10 +250,6 @@ impl MigFacts {
         }
         facts
     }
-}
-
-fn int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
