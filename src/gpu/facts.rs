@@ -23,7 +23,7 @@ use super::request::{
     ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity,
     PodGpuRequest,
 };
-use super::selection::SkuSelection;
+use super::selection::{SkuRequirement, SkuSelection};
 use super::taints::{tolerates_every_taint, tolerates_gpu_taint};
 use super::visibility::{pod_access, ContainerAccess, PodContext};
 use super::{GpuResources, SkuList};
@@ -327,15 +327,8 @@ impl GpuFacts {
 /// Does a preferred node-affinity term pick GPU nodes by labels only GPU
 /// nodes carry?
 fn prefers_gpu_labels(spec: &Value, catalog: &Catalog) -> bool {
-    items(spec.pointer("/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution"))
-        .filter_map(|p| p.get("preference"))
-        .map(crate::k8s::NodeSelectorTerm::from_value)
-        .any(|t| {
-            !t.matches_nothing
-                && t.requirements
-                    .iter()
-                    .any(|r| super::selection::SkuRequirement::requires_gpu_node(r, catalog))
-        })
+    super::reach::preferred_terms(spec)
+        .any(|t| (t.requirements.iter()).any(|r| r.requires_gpu_node(catalog)))
 }
 
 /// At most this many GPU node names are kept in `reachableGpuNodes`.

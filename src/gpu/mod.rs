@@ -42,3 +42,10 @@ pub(crate) fn assert_fields(actual: &serde_json::Value, want: serde_json::Value)
         .collect();
     assert_eq!(serde_json::Value::Object(got), want);
 }
+
+/// A pod spec whose required node affinity is `terms`.
+#[cfg(test)]
+pub(crate) fn with_terms(terms: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}})
+}

@@ -325,6 +325,7 @@ impl<'a> Classified<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::with_terms as terms;
     use serde_json::{json, Value};
 
     fn reqs(requirements: Value) -> NodeSelection {
@@ -342,12 +343,6 @@ mod tests {
 
     fn selector(labels: Value) -> NodeSelection {
         NodeSelection::from_pod_spec(&json!({ "nodeSelector": labels }))
-    }
-
-    /// A pod spec with required node-affinity `terms`.
-    pub(super) fn terms(terms: Value) -> Value {
-        json!({"affinity": {"nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}})
     }
 
     fn names(sel: &NodeSelection, c: &Catalog) -> Vec<String> {
@@ -582,8 +577,8 @@ mod tests {
 
 #[cfg(test)]
 mod size_lookup_tests {
-    use super::tests::terms;
     use super::*;
+    use crate::gpu::with_terms as terms;
     use serde_json::json;
 
     /// The sizes `skus` gives for the selection of `spec`, checked against
