@@ -20,8 +20,8 @@ use super::fit::{FitFacts, PodResources};
 use super::mig::MigFacts;
 use super::pools::CapacityFacts;
 use super::request::{
-    ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity,
-    PodGpuRequest,
+    add_into, ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest,
+    GpuQuantity, PodGpuRequest,
 };
 use super::selection::{SkuRequirement, SkuSelection};
 use super::taints::{tolerates_every_taint, tolerates_gpu_taint};
@@ -581,10 +581,7 @@ fn container_claim_devices(
                 continue;
             };
             let entry = out.entry(name.to_string()).or_default();
-            for (class, n) in claim.devices_of(request.as_deref()) {
-                let total = entry.entry(class).or_insert(0);
-                *total = total.saturating_add(n);
-            }
+            add_into(entry, &claim.devices_of(request.as_deref()));
         }
     }
     out
@@ -595,10 +592,7 @@ fn container_facts(
     claimed: Option<&BTreeMap<String, u64>>,
 ) -> ContainerFacts {
     let mut gpus = c.gpus();
-    for (class, n) in claimed.into_iter().flatten() {
-        let total = gpus.entry(class.clone()).or_insert(0);
-        *total = total.saturating_add(*n);
-    }
+    add_into(&mut gpus, claimed.unwrap_or(&BTreeMap::new()));
     gpus.retain(|_, n| *n > 0);
     let total = gpus.values().fold(0u64, |a, n| a.saturating_add(*n));
     ContainerFacts {
