@@ -656,9 +656,7 @@ mod tests {
         let skus = g["skus"].as_array().unwrap();
         assert!(!skus.is_empty());
         let catalog = Catalog::embedded();
-        assert!(skus
-            .iter()
-            .all(|s| catalog.get(s.as_str().unwrap()).unwrap().mig));
+        assert!((skus.iter()).all(|s| catalog.get(s.as_str().unwrap()).unwrap().mig));
     }
 
     #[test]
@@ -677,10 +675,8 @@ mod tests {
         let cs = g["containers"].as_array().unwrap();
         assert_eq!(cs.len(), 3);
         assert_eq!(cs[0]["type"], "initContainer");
-        assert_eq!(
-            cs[1],
-            json!({"name": "train", "type": "container", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []})
-        );
+        let train = json!({"name": "train", "type": "container", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []});
+        assert_eq!(cs[1], train);
         assert_eq!(cs[2]["total"], 0);
         // No selector: every SKU, the largest has 8 GPUs.
         let want = json!({"skusConstrained": false, "maxSkuGpus": 8,
@@ -716,13 +712,11 @@ mod tests {
             "ephemeral containers hold no GPUs of the pod"
         );
         assert_eq!(g["containers"].as_array().unwrap().len(), 1);
-        assert_eq!(
-            g["ephemeralContainers"],
-            json!([
-                {"name": "debugger-x7k2p", "type": "ephemeralContainer", "gpus": {}, "total": 0, "problems": []},
-                {"name": "odd", "type": "ephemeralContainer", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []}
-            ])
-        );
+        let want = json!([
+            {"name": "debugger-x7k2p", "type": "ephemeralContainer", "gpus": {}, "total": 0, "problems": []},
+            {"name": "odd", "type": "ephemeralContainer", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []}
+        ]);
+        assert_eq!(g["ephemeralContainers"], want);
         let cpu = gpu(pod(json!({"containers": [{"name": "web"}]})));
         assert_eq!(cpu["ephemeralContainers"], json!([]));
     }
@@ -772,14 +766,15 @@ mod tests {
         let problems: Vec<&Value> = (g["containers"].as_array().unwrap().iter())
             .map(|c| &c["problems"])
             .collect();
+        let want = json!([
+            ["nvidia.com/gpu is in requests (1) but not in limits"],
+            ["nvidia.com/gpu request 2 differs from limit 1"],
+            ["nvidia.com/gpu \"500m\" is not a whole number of devices"],
+            []
+        ]);
         assert_eq!(
             problems,
-            [
-                &json!(["nvidia.com/gpu is in requests (1) but not in limits"]),
-                &json!(["nvidia.com/gpu request 2 differs from limit 1"]),
-                &json!(["nvidia.com/gpu \"500m\" is not a whole number of devices"]),
-                &json!([])
-            ]
+            want.as_array().unwrap().iter().collect::<Vec<_>>()
         );
         assert_eq!(g["requested"], true);
     }
@@ -812,7 +807,7 @@ mod tests {
 
     #[test]
     fn gpu_share_through_a_scheduler_annotation() {
-        let kai = |annotations: Value, scheduler: Value| {
+        let share = |annotations: Value, scheduler: Value| {
             let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
             if !scheduler.is_null() {
                 spec["schedulerName"] = scheduler;
@@ -820,21 +815,21 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "p", "annotations": annotations}, "spec": spec})
         };
-        let g = gpu(kai(json!({"gpu-fraction": "0.5"}), json!("kai-scheduler")));
+        let g = gpu(share(
+            json!({"gpu-fraction": "0.5"}),
+            json!("kai-scheduler"),
+        ));
         assert_fields(&g, json!({"sharedByScheduler": true, "requested": false}));
         // The default scheduler ignores the annotation: the pod gets no GPU.
+        let (kai, default) = (json!("kai-scheduler"), json!("default-scheduler"));
         for (annotations, scheduler, shared) in [
-            (json!({"gpu-memory": "2000"}), json!("kai-scheduler"), true),
+            (json!({"gpu-memory": "2000"}), kai.clone(), true),
             (json!({"gpu-fraction": "0.5"}), json!(null), false),
-            (
-                json!({"gpu-fraction": "0.5"}),
-                json!("default-scheduler"),
-                false,
-            ),
-            (json!({"gpu-fraction": ""}), json!("kai-scheduler"), false),
-            (json!({"other": "1"}), json!("kai-scheduler"), false),
+            (json!({"gpu-fraction": "0.5"}), default.clone(), false),
+            (json!({"gpu-fraction": ""}), kai.clone(), false),
+            (json!({"other": "1"}), kai.clone(), false),
         ] {
-            let g = gpu(kai(annotations.clone(), scheduler));
+            let g = gpu(share(annotations.clone(), scheduler));
             assert_eq!(g["sharedByScheduler"], shared, "{annotations}");
         }
         // Pod templates carry the annotation on the template.
@@ -844,15 +839,9 @@ mod tests {
             "spec": {"template": template}}));
         assert_eq!(d["sharedByScheduler"], true);
         assert_eq!(d["sharedContainer"], "c");
-        let named = gpu(kai(
-            json!({"gpu-memory": "2000", "gpu-fraction-container-name": "worker"}),
-            json!("kai-scheduler"),
-        ));
-        assert_eq!(named["sharedContainer"], "worker");
-        let not_shared = gpu(kai(
-            json!({"gpu-fraction": "0.5"}),
-            json!("default-scheduler"),
-        ));
+        let worker = json!({"gpu-memory": "2000", "gpu-fraction-container-name": "worker"});
+        assert_eq!(gpu(share(worker, kai))["sharedContainer"], "worker");
+        let not_shared = gpu(share(json!({"gpu-fraction": "0.5"}), default));
         assert_eq!(not_shared["sharedContainer"], "");
         let c = gpu(json!({"apiVersion": "batch/v1", "kind": "CronJob",
             "spec": {"jobTemplate": {"spec": {"template": template}}}}));
@@ -878,10 +867,8 @@ mod tests {
         // Its own GPUs, or no share: placed by what it asks.
         let whole = facts(json!({}), json!({"amd.com/gpu": "1"}));
         assert_eq!(whole.placed_request().resources(), ["amd.com/gpu"]);
-        assert!(facts(json!({}), json!({}))
-            .placed_request()
-            .resources()
-            .is_empty());
+        let none = facts(json!({}), json!({}));
+        assert!(none.placed_request().resources().is_empty());
     }
 
     #[test]
@@ -912,10 +899,8 @@ mod tests {
         }
         let claims = pod_claims(pod_spec(&object).unwrap(), "ml", &lookup);
         let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
-        serde_json::to_value(GpuFacts::with_claims(
-            &object, &claims, &catalog, &resources,
-        ))
-        .unwrap()
+        let facts = GpuFacts::with_claims(&object, &claims, &catalog, &resources);
+        serde_json::to_value(facts).unwrap()
     }
 
     #[test]
@@ -946,11 +931,9 @@ mod tests {
         assert_eq!(cs[0]["gpus"], json!({"gpu.nvidia.com": 2}));
         assert_eq!(cs[1]["total"], 2);
         assert_eq!(cs[2]["total"], 0);
-        assert_eq!(
-            g["claims"][0],
-            json!({"name": "gpus", "kind": "ResourceClaimTemplate", "source": "two-gpus",
-                "found": true, "devices": {"gpu.nvidia.com": 2}, "total": 2, "allocatesAll": false})
-        );
+        let gpus = json!({"name": "gpus", "kind": "ResourceClaimTemplate", "source": "two-gpus",
+            "found": true, "devices": {"gpu.nvidia.com": 2}, "total": 2, "allocatesAll": false});
+        assert_eq!(g["claims"][0], gpus);
         assert_fields(&g["claims"][1], json!({"total": 0, "found": true}));
     }
 
@@ -986,10 +969,8 @@ mod tests {
                 "resourceClaims": [{"name": "all", "resourceClaimTemplateName": "node"}],
                 "containers": [{"name": "c", "resources": {"claims": [{"name": "all"}]}}]
             }));
-            with_claims(
-                pod,
-                &[("node", "gpu.nvidia.com", json!({"allocationMode": "All"}))],
-            )
+            let all = json!({"allocationMode": "All"});
+            with_claims(pod, &[("node", "gpu.nvidia.com", all)])
         };
         let g = judged(json!({"node.kubernetes.io/instance-type": "Standard_NC96ads_A100_v4"}));
         assert_eq!(g["total"], 4);
