@@ -152,11 +152,8 @@ impl CapacityRequest {
             Some(sel) => sel.skus(catalog).iter().map(|s| s.name.clone()).collect(),
             None => {
                 let mut out: Vec<String> = Vec::new();
-                for sku in self.sizes.iter().filter_map(|s| catalog.get(s)) {
-                    if !out.contains(&sku.name) {
-                        out.push(sku.name.clone());
-                    }
-                }
+                let skus = self.sizes.iter().filter_map(|s| catalog.get(s));
+                super::extend_new(&mut out, skus.map(|sku| &sku.name));
                 out
             }
         }
@@ -280,11 +277,7 @@ impl CapacityRequest {
             // An object that holds pools is GPU-capable through them, and
             // tainted when each GPU-capable one is.
             own.skus = Vec::new();
-            for sku in pools.iter().flat_map(|p| &p.skus) {
-                if !own.skus.contains(sku) {
-                    own.skus.push(sku.clone());
-                }
-            }
+            super::extend_new(&mut own.skus, pools.iter().flat_map(|p| &p.skus));
             own.gpu_capable = !own.skus.is_empty();
             own.gpu_only = !pools.is_empty() && pools.iter().all(|p| p.gpu_only);
             own.tainted = pools.iter().all(|p| !p.gpu_capable || p.tainted);

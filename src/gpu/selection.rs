@@ -157,11 +157,7 @@ impl SkuSelection for NodeSelection {
         let mut out: Vec<String> = Vec::new();
         for r in self.all_requirements() {
             if r.operator == Operator::In && is_size_key(&r.key) {
-                for v in &r.values {
-                    if !out.contains(v) {
-                        out.push(v.clone());
-                    }
-                }
+                super::extend_new(&mut out, &r.values);
             }
         }
         out
