@@ -357,15 +357,12 @@ pub const SHARED_GPU_RESOURCE_PREFIXES: [&str; 2] = ["volcano.sh/vgpu-", "volcan
 /// picks it: `gpu-fraction-container-name`, else the first container;
 /// empty without a `gpu-fraction` / `gpu-memory` annotation.
 fn share_container(spec: &Value, annotations: Option<&Value>) -> String {
-    let Some(annotations) = annotations.and_then(Value::as_object) else {
+    let asked = |a: &&serde_json::Map<String, Value>| {
+        SHARED_GPU_ANNOTATIONS.iter().any(|k| a.contains_key(*k))
+    };
+    let Some(annotations) = annotations.and_then(Value::as_object).filter(asked) else {
         return String::new();
     };
-    if !SHARED_GPU_ANNOTATIONS
-        .iter()
-        .any(|k| annotations.contains_key(*k))
-    {
-        return String::new();
-    }
     annotations
         .get("gpu-fraction-container-name")
         .and_then(Value::as_str)
@@ -378,10 +375,7 @@ fn share_container(spec: &Value, annotations: Option<&Value>) -> String {
 /// it ([`SHARING_SCHEDULERS`]), or a GPU-share resource
 /// ([`SHARED_GPU_RESOURCE_PREFIXES`]) in some container?
 fn shared_by_scheduler(spec: &Value, annotations: Option<&Value>) -> bool {
-    let scheduler = spec
-        .get("schedulerName")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let scheduler = str_at(spec, "/schedulerName");
     let annotated = annotations.and_then(Value::as_object).is_some_and(|a| {
         SHARED_GPU_ANNOTATIONS.iter().any(|k| {
             a.get(*k)
