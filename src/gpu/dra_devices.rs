@@ -180,12 +180,8 @@ mod tests {
     }
 
     fn slice(driver: &str, node: &str, devices: usize) -> Value {
-        let devices: Vec<Value> = (0..devices)
-            .map(|i| {
-                json!({"name": format!("gpu-{i}"),
-            "attributes": {"type": {"string": "gpu"}}, "capacity": {"memory": {"value": "80Gi"}}})
-            })
-            .collect();
+        let device = |i| json!({"name": format!("gpu-{i}"), "attributes": {"type": {"string": "gpu"}}, "capacity": {"memory": {"value": "80Gi"}}});
+        let devices: Vec<Value> = (0..devices).map(device).collect();
         json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": format!("{node}-{driver}")},
             "spec": {"driver": driver, "nodeName": node,
@@ -193,10 +189,8 @@ mod tests {
     }
 
     fn node(name: &str, allocatable: Value) -> NodeInfo {
-        NodeInfo::from_value(
-            &json!({"metadata": {"name": name, "labels": {"pool": "gpu"}},
-            "status": {"allocatable": allocatable}}),
-        )
+        let node = json!({"metadata": {"name": name, "labels": {"pool": "gpu"}}, "status": {"allocatable": allocatable}});
+        NodeInfo::from_value(&node)
     }
 
     fn served(objects: &[Value], node_name: &str) -> BTreeMap<String, String> {
@@ -218,10 +212,8 @@ mod tests {
             slice("gpu.nvidia.com", "gpu-2", 8),
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
         ];
-        assert_eq!(
-            served(&objects, "gpu-1"),
-            BTreeMap::from([("nvidia.com/gpu".into(), "4".into())])
-        );
+        let four = BTreeMap::from([("nvidia.com/gpu".into(), "4".into())]);
+        assert_eq!(served(&objects, "gpu-1"), four);
         assert_eq!(served(&objects, "gpu-2")["nvidia.com/gpu"], "8");
         assert!(served(&objects, "cpu-1").is_empty());
         // A device plugin's own count wins.
@@ -236,27 +228,25 @@ mod tests {
     fn drivers_are_read_from_the_selectors_and_anything_else_narrows_nothing() {
         let read = |expressions: &[&str]| class_drivers(&class("c", "nvidia.com/gpu", expressions));
         let set = |names: &[&str]| Some(names.iter().map(|s| s.to_string()).collect());
-        assert_eq!(
-            read(&["device.driver == \"gpu.nvidia.com\""]),
-            set(&["gpu.nvidia.com"])
-        );
-        assert_eq!(
-            read(&["'gpu.amd.com' == device.driver"]),
-            set(&["gpu.amd.com"])
-        );
-        assert_eq!(
-            read(&["device.driver == 'a' || device.driver in ['b', 'c']"]),
-            set(&["a", "b", "c"])
-        );
-        // Selectors are ANDed.
-        assert_eq!(
-            read(&["device.driver in ['a', 'b']", "device.driver == 'b'"]),
-            set(&["b"])
-        );
-        assert_eq!(
-            read(&["device.driver == 'a'", "device.driver == 'b'"]),
-            set(&[])
-        );
+        for (expressions, want) in [
+            (
+                vec!["device.driver == \"gpu.nvidia.com\""],
+                vec!["gpu.nvidia.com"],
+            ),
+            (vec!["'gpu.amd.com' == device.driver"], vec!["gpu.amd.com"]),
+            (
+                vec!["device.driver == 'a' || device.driver in ['b', 'c']"],
+                vec!["a", "b", "c"],
+            ),
+            // Selectors are ANDed.
+            (
+                vec!["device.driver in ['a', 'b']", "device.driver == 'b'"],
+                vec!["b"],
+            ),
+            (vec!["device.driver == 'a'", "device.driver == 'b'"], vec![]),
+        ] {
+            assert_eq!(read(&expressions), set(&want), "{expressions:?}");
+        }
         // Not understood, or not about the driver: any driver.
         for unread in [
             "device.attributes['gpu.nvidia.com'].productName == 'H100'",
@@ -279,17 +269,16 @@ mod tests {
 
     #[test]
     fn the_newest_class_serves_a_name_and_stale_slices_are_left_out() {
-        let mut old = class(
-            "old",
-            "nvidia.com/gpu",
-            &["device.driver == 'old.example.com'"],
-        );
+        let gpu = |name, driver: &str| {
+            class(
+                name,
+                "nvidia.com/gpu",
+                &[&format!("device.driver == '{driver}'")],
+            )
+        };
+        let mut old = gpu("old", "old.example.com");
         old["metadata"]["creationTimestamp"] = json!("2025-01-01T00:00:00Z");
-        let new = class(
-            "new",
-            "nvidia.com/gpu",
-            &["device.driver == 'gpu.nvidia.com'"],
-        );
+        let new = gpu("new", "gpu.nvidia.com");
         let mut stale = slice("gpu.nvidia.com", "n", 8);
         stale["spec"]["pool"]["generation"] = json!(0);
         let objects = [
@@ -304,11 +293,8 @@ mod tests {
 
     #[test]
     fn slices_for_all_nodes_or_selected_nodes_count_on_each_node_they_reach() {
-        let gpu = class(
-            "gpu.nvidia.com",
-            "nvidia.com/gpu",
-            &["device.driver == 'gpu.nvidia.com'"],
-        );
+        let only_gpus = ["device.driver == 'gpu.nvidia.com'"];
+        let gpu = class("gpu.nvidia.com", "nvidia.com/gpu", &only_gpus);
         let mut all = slice("gpu.nvidia.com", "fabric", 2);
         all["spec"].as_object_mut().unwrap().remove("nodeName");
         all["spec"]["allNodes"] = json!(true);
@@ -323,14 +309,9 @@ mod tests {
                 "devices": [{"name": "a", "nodeName": "n"}, {"name": "b", "nodeName": "m"}]}});
         let objects = [gpu, all, selected, per_device];
         assert_eq!(served(&objects, "n")["nvidia.com/gpu"], "4");
-        let mut elsewhere = NodeInfo {
-            name: "x".into(),
-            ..NodeInfo::default()
-        };
+        let mut elsewhere = NodeInfo::default();
         DraDevices::read(&objects).add_to(&mut elsewhere);
-        assert_eq!(
-            elsewhere.allocatable["nvidia.com/gpu"], "2",
-            "only the slice for all nodes"
-        );
+        let why = "only the slice for all nodes";
+        assert_eq!(elsewhere.allocatable["nvidia.com/gpu"], "2", "{why}");
     }
 }

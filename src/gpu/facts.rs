@@ -20,10 +20,10 @@ use super::fit::{FitFacts, PodResources};
 use super::mig::MigFacts;
 use super::pools::CapacityFacts;
 use super::request::{
-    ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest, GpuQuantity,
-    PodGpuRequest,
+    add_into, ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest,
+    GpuQuantity, PodGpuRequest,
 };
-use super::selection::SkuSelection;
+use super::selection::{SkuRequirement, SkuSelection};
 use super::taints::{tolerates_every_taint, tolerates_gpu_taint};
 use super::visibility::{pod_access, ContainerAccess, PodContext};
 use super::{GpuResources, SkuList};
@@ -327,15 +327,8 @@ impl GpuFacts {
 /// Does a preferred node-affinity term pick GPU nodes by labels only GPU
 /// nodes carry?
 fn prefers_gpu_labels(spec: &Value, catalog: &Catalog) -> bool {
-    items(spec.pointer("/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution"))
-        .filter_map(|p| p.get("preference"))
-        .map(crate::k8s::NodeSelectorTerm::from_value)
-        .any(|t| {
-            !t.matches_nothing
-                && t.requirements
-                    .iter()
-                    .any(|r| super::selection::SkuRequirement::requires_gpu_node(r, catalog))
-        })
+    super::reach::preferred_terms(spec)
+        .any(|t| (t.requirements.iter()).any(|r| r.requires_gpu_node(catalog)))
 }
 
 /// At most this many GPU node names are kept in `reachableGpuNodes`.
@@ -364,15 +357,12 @@ pub const SHARED_GPU_RESOURCE_PREFIXES: [&str; 2] = ["volcano.sh/vgpu-", "volcan
 /// picks it: `gpu-fraction-container-name`, else the first container;
 /// empty without a `gpu-fraction` / `gpu-memory` annotation.
 fn share_container(spec: &Value, annotations: Option<&Value>) -> String {
-    let Some(annotations) = annotations.and_then(Value::as_object) else {
+    let asked = |a: &&serde_json::Map<String, Value>| {
+        SHARED_GPU_ANNOTATIONS.iter().any(|k| a.contains_key(*k))
+    };
+    let Some(annotations) = annotations.and_then(Value::as_object).filter(asked) else {
         return String::new();
     };
-    if !SHARED_GPU_ANNOTATIONS
-        .iter()
-        .any(|k| annotations.contains_key(*k))
-    {
-        return String::new();
-    }
     annotations
         .get("gpu-fraction-container-name")
         .and_then(Value::as_str)
@@ -385,10 +375,7 @@ fn share_container(spec: &Value, annotations: Option<&Value>) -> String {
 /// it ([`SHARING_SCHEDULERS`]), or a GPU-share resource
 /// ([`SHARED_GPU_RESOURCE_PREFIXES`]) in some container?
 fn shared_by_scheduler(spec: &Value, annotations: Option<&Value>) -> bool {
-    let scheduler = spec
-        .get("schedulerName")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let scheduler = str_at(spec, "/schedulerName");
     let annotated = annotations.and_then(Value::as_object).is_some_and(|a| {
         SHARED_GPU_ANNOTATIONS.iter().any(|k| {
             a.get(*k)
@@ -535,7 +522,7 @@ fn counted(request: PodGpuRequest) -> GpuFacts {
 }
 
 /// A count as CEL's `int` (counts beyond i64 saturate).
-fn int(n: u64) -> i64 {
+pub(super) fn int(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -588,10 +575,7 @@ fn container_claim_devices(
                 continue;
             };
             let entry = out.entry(name.to_string()).or_default();
-            for (class, n) in claim.devices_of(request.as_deref()) {
-                let total = entry.entry(class).or_insert(0);
-                *total = total.saturating_add(n);
-            }
+            add_into(entry, &claim.devices_of(request.as_deref()));
         }
     }
     out
@@ -602,10 +586,7 @@ fn container_facts(
     claimed: Option<&BTreeMap<String, u64>>,
 ) -> ContainerFacts {
     let mut gpus = c.gpus();
-    for (class, n) in claimed.into_iter().flatten() {
-        let total = gpus.entry(class.clone()).or_insert(0);
-        *total = total.saturating_add(*n);
-    }
+    add_into(&mut gpus, claimed.unwrap_or(&BTreeMap::new()));
     gpus.retain(|_, n| *n > 0);
     let total = gpus.values().fold(0u64, |a, n| a.saturating_add(*n));
     ContainerFacts {
@@ -669,9 +650,7 @@ mod tests {
         let skus = g["skus"].as_array().unwrap();
         assert!(!skus.is_empty());
         let catalog = Catalog::embedded();
-        assert!(skus
-            .iter()
-            .all(|s| catalog.get(s.as_str().unwrap()).unwrap().mig));
+        assert!((skus.iter()).all(|s| catalog.get(s.as_str().unwrap()).unwrap().mig));
     }
 
     #[test]
@@ -690,10 +669,8 @@ mod tests {
         let cs = g["containers"].as_array().unwrap();
         assert_eq!(cs.len(), 3);
         assert_eq!(cs[0]["type"], "initContainer");
-        assert_eq!(
-            cs[1],
-            json!({"name": "train", "type": "container", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []})
-        );
+        let train = json!({"name": "train", "type": "container", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []});
+        assert_eq!(cs[1], train);
         assert_eq!(cs[2]["total"], 0);
         // No selector: every SKU, the largest has 8 GPUs.
         let want = json!({"skusConstrained": false, "maxSkuGpus": 8,
@@ -729,13 +706,11 @@ mod tests {
             "ephemeral containers hold no GPUs of the pod"
         );
         assert_eq!(g["containers"].as_array().unwrap().len(), 1);
-        assert_eq!(
-            g["ephemeralContainers"],
-            json!([
-                {"name": "debugger-x7k2p", "type": "ephemeralContainer", "gpus": {}, "total": 0, "problems": []},
-                {"name": "odd", "type": "ephemeralContainer", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []}
-            ])
-        );
+        let want = json!([
+            {"name": "debugger-x7k2p", "type": "ephemeralContainer", "gpus": {}, "total": 0, "problems": []},
+            {"name": "odd", "type": "ephemeralContainer", "gpus": {"nvidia.com/gpu": 2}, "total": 2, "problems": []}
+        ]);
+        assert_eq!(g["ephemeralContainers"], want);
         let cpu = gpu(pod(json!({"containers": [{"name": "web"}]})));
         assert_eq!(cpu["ephemeralContainers"], json!([]));
     }
@@ -785,14 +760,15 @@ mod tests {
         let problems: Vec<&Value> = (g["containers"].as_array().unwrap().iter())
             .map(|c| &c["problems"])
             .collect();
+        let want = json!([
+            ["nvidia.com/gpu is in requests (1) but not in limits"],
+            ["nvidia.com/gpu request 2 differs from limit 1"],
+            ["nvidia.com/gpu \"500m\" is not a whole number of devices"],
+            []
+        ]);
         assert_eq!(
             problems,
-            [
-                &json!(["nvidia.com/gpu is in requests (1) but not in limits"]),
-                &json!(["nvidia.com/gpu request 2 differs from limit 1"]),
-                &json!(["nvidia.com/gpu \"500m\" is not a whole number of devices"]),
-                &json!([])
-            ]
+            want.as_array().unwrap().iter().collect::<Vec<_>>()
         );
         assert_eq!(g["requested"], true);
     }
@@ -825,7 +801,7 @@ mod tests {
 
     #[test]
     fn gpu_share_through_a_scheduler_annotation() {
-        let kai = |annotations: Value, scheduler: Value| {
+        let share = |annotations: Value, scheduler: Value| {
             let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
             if !scheduler.is_null() {
                 spec["schedulerName"] = scheduler;
@@ -833,21 +809,21 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "p", "annotations": annotations}, "spec": spec})
         };
-        let g = gpu(kai(json!({"gpu-fraction": "0.5"}), json!("kai-scheduler")));
+        let g = gpu(share(
+            json!({"gpu-fraction": "0.5"}),
+            json!("kai-scheduler"),
+        ));
         assert_fields(&g, json!({"sharedByScheduler": true, "requested": false}));
         // The default scheduler ignores the annotation: the pod gets no GPU.
+        let (kai, default) = (json!("kai-scheduler"), json!("default-scheduler"));
         for (annotations, scheduler, shared) in [
-            (json!({"gpu-memory": "2000"}), json!("kai-scheduler"), true),
+            (json!({"gpu-memory": "2000"}), kai.clone(), true),
             (json!({"gpu-fraction": "0.5"}), json!(null), false),
-            (
-                json!({"gpu-fraction": "0.5"}),
-                json!("default-scheduler"),
-                false,
-            ),
-            (json!({"gpu-fraction": ""}), json!("kai-scheduler"), false),
-            (json!({"other": "1"}), json!("kai-scheduler"), false),
+            (json!({"gpu-fraction": "0.5"}), default.clone(), false),
+            (json!({"gpu-fraction": ""}), kai.clone(), false),
+            (json!({"other": "1"}), kai.clone(), false),
         ] {
-            let g = gpu(kai(annotations.clone(), scheduler));
+            let g = gpu(share(annotations.clone(), scheduler));
             assert_eq!(g["sharedByScheduler"], shared, "{annotations}");
         }
         // Pod templates carry the annotation on the template.
@@ -857,15 +833,9 @@ mod tests {
             "spec": {"template": template}}));
         assert_eq!(d["sharedByScheduler"], true);
         assert_eq!(d["sharedContainer"], "c");
-        let named = gpu(kai(
-            json!({"gpu-memory": "2000", "gpu-fraction-container-name": "worker"}),
-            json!("kai-scheduler"),
-        ));
-        assert_eq!(named["sharedContainer"], "worker");
-        let not_shared = gpu(kai(
-            json!({"gpu-fraction": "0.5"}),
-            json!("default-scheduler"),
-        ));
+        let worker = json!({"gpu-memory": "2000", "gpu-fraction-container-name": "worker"});
+        assert_eq!(gpu(share(worker, kai))["sharedContainer"], "worker");
+        let not_shared = gpu(share(json!({"gpu-fraction": "0.5"}), default));
         assert_eq!(not_shared["sharedContainer"], "");
         let c = gpu(json!({"apiVersion": "batch/v1", "kind": "CronJob",
             "spec": {"jobTemplate": {"spec": {"template": template}}}}));
@@ -891,10 +861,8 @@ mod tests {
         // Its own GPUs, or no share: placed by what it asks.
         let whole = facts(json!({}), json!({"amd.com/gpu": "1"}));
         assert_eq!(whole.placed_request().resources(), ["amd.com/gpu"]);
-        assert!(facts(json!({}), json!({}))
-            .placed_request()
-            .resources()
-            .is_empty());
+        let none = facts(json!({}), json!({}));
+        assert!(none.placed_request().resources().is_empty());
     }
 
     #[test]
@@ -925,10 +893,8 @@ mod tests {
         }
         let claims = pod_claims(pod_spec(&object).unwrap(), "ml", &lookup);
         let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
-        serde_json::to_value(GpuFacts::with_claims(
-            &object, &claims, &catalog, &resources,
-        ))
-        .unwrap()
+        let facts = GpuFacts::with_claims(&object, &claims, &catalog, &resources);
+        serde_json::to_value(facts).unwrap()
     }
 
     #[test]
@@ -959,11 +925,9 @@ mod tests {
         assert_eq!(cs[0]["gpus"], json!({"gpu.nvidia.com": 2}));
         assert_eq!(cs[1]["total"], 2);
         assert_eq!(cs[2]["total"], 0);
-        assert_eq!(
-            g["claims"][0],
-            json!({"name": "gpus", "kind": "ResourceClaimTemplate", "source": "two-gpus",
-                "found": true, "devices": {"gpu.nvidia.com": 2}, "total": 2, "allocatesAll": false})
-        );
+        let gpus = json!({"name": "gpus", "kind": "ResourceClaimTemplate", "source": "two-gpus",
+            "found": true, "devices": {"gpu.nvidia.com": 2}, "total": 2, "allocatesAll": false});
+        assert_eq!(g["claims"][0], gpus);
         assert_fields(&g["claims"][1], json!({"total": 0, "found": true}));
     }
 
@@ -999,10 +963,8 @@ mod tests {
                 "resourceClaims": [{"name": "all", "resourceClaimTemplateName": "node"}],
                 "containers": [{"name": "c", "resources": {"claims": [{"name": "all"}]}}]
             }));
-            with_claims(
-                pod,
-                &[("node", "gpu.nvidia.com", json!({"allocationMode": "All"}))],
-            )
+            let all = json!({"allocationMode": "All"});
+            with_claims(pod, &[("node", "gpu.nvidia.com", all)])
         };
         let g = judged(json!({"node.kubernetes.io/instance-type": "Standard_NC96ads_A100_v4"}));
         assert_eq!(g["total"], 4);

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::catalog::Sku;
+use super::facts::int;
 use super::request::parse_amount;
 use crate::k8s::json::{items, scalar_string};
 
@@ -277,10 +278,6 @@ impl FitFacts {
             requested,
         }
     }
-}
-
-fn int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -350,10 +350,8 @@ mod tests {
     fn scopes_follow_each_plugin() {
         let scope = |k: &str| Scope::of(k, family(k).unwrap());
         let container = |name: &str| Scope::Container(name.into());
-        assert_eq!(
-            scope("nvidia.cdi.k8s.io/container.probe"),
-            container("probe")
-        );
+        let probe = scope("nvidia.cdi.k8s.io/container.probe");
+        assert_eq!(probe, container("probe"));
         for pod_wide in [
             "nvidia.cdi.k8s.io/container.*",
             "nvidia.cdi.k8s.io/pod",

@@ -6,6 +6,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 use super::catalog::{Catalog, Sku};
+use super::facts::int;
 use super::request::PodGpuRequest;
 
 /// Resource names of MIG slices start with this.
@@ -251,10 +252,6 @@ impl MigFacts {
     }
 }
 
-fn int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,25 +292,19 @@ mod tests {
         assert!(!f.fits);
         assert_eq!(f.asked, "8 nvidia.com/mig-1g.10gb");
         let size = f.size.unwrap();
-        assert_eq!(
-            (size.name.as_str(), size.gpu.as_str(), size.gpus),
-            ("Standard_NC24ads_A100_v4", "A100 80GB", 1)
-        );
+        let want = ("Standard_NC24ads_A100_v4", "A100 80GB", 1);
+        assert_eq!((size.name.as_str(), size.gpu.as_str(), size.gpus), want);
         assert_eq!(size.offers[0], "1g.10gb ×7");
-        assert_eq!(
-            f.problem,
-            "holds at most 7 nvidia.com/mig-1g.10gb (7 per GPU × 1 GPU), not 8"
-        );
+        let problem = "holds at most 7 nvidia.com/mig-1g.10gb (7 per GPU × 1 GPU), not 8";
+        assert_eq!(f.problem, problem);
         assert!(f.fix.contains("at most 7"), "{}", f.fix);
         // In catalog order; eight A100 40GB hold 4 × 8 of 1g.10gb.
-        assert_eq!(
-            f.sizes_that_fit,
-            [
-                "Standard_NC48ads_A100_v4",
-                "Standard_NC96ads_A100_v4",
-                "Standard_ND96asr_v4"
-            ]
-        );
+        let fit = [
+            "Standard_NC48ads_A100_v4",
+            "Standard_NC96ads_A100_v4",
+            "Standard_ND96asr_v4",
+        ];
+        assert_eq!(f.sizes_that_fit, fit);
         // Seven fit; two A100s hold fourteen.
         assert_fits(&[
             ("mig-1g.10gb", "7", "NC24ads_A100_v4", true),
@@ -341,10 +332,8 @@ mod tests {
     fn sizes_without_mig_offer_nothing() {
         let f = facts("nvidia.com/mig-1g.10gb", "1", &["Standard_NC4as_T4_v3"]);
         assert!(!f.fits);
-        assert_eq!(
-            f.problem,
-            "has no Multi-Instance GPU: its T4 GPUs offer no MIG profile"
-        );
+        let problem = "has no Multi-Instance GPU: its T4 GPUs offer no MIG profile";
+        assert_eq!(f.problem, problem);
         let size = f.size.unwrap();
         assert_eq!((size.gpu.as_str(), size.offers.len()), ("T4", 0));
         assert!(f.fix.contains("nvidia.com/gpu"));
@@ -353,11 +342,8 @@ mod tests {
     #[test]
     fn the_nearest_of_several_sizes_is_named() {
         // A T4 and one A100: the A100 comes nearer.
-        let f = facts(
-            "nvidia.com/mig-1g.10gb",
-            "9",
-            &["Standard_NC4as_T4_v3", "Standard_NC24ads_A100_v4"],
-        );
+        let sizes = ["Standard_NC4as_T4_v3", "Standard_NC24ads_A100_v4"];
+        let f = facts("nvidia.com/mig-1g.10gb", "9", &sizes);
         assert!(!f.fits);
         assert_eq!(f.sizes, 2);
         assert_eq!(f.size.unwrap().name, "Standard_NC24ads_A100_v4");

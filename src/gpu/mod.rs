@@ -27,6 +27,18 @@ pub use resources::{
     GpuResources, ResourcePatternError, DEFAULT_GPU_DEVICE_CLASSES, DEFAULT_GPU_RESOURCES,
 };
 
+/// Appends each of `items` that `list` does not hold yet (cloned only then).
+pub(crate) fn extend_new<'a, T: PartialEq + Clone + 'a>(
+    list: &mut Vec<T>,
+    items: impl IntoIterator<Item = &'a T>,
+) {
+    for item in items {
+        if !list.contains(item) {
+            list.push(item.clone());
+        }
+    }
+}
+
 /// SKU names in catalog order. Lists that outlive a request (every SKU of
 /// the catalog, what a placement profile allows) are shared by the facts
 /// of each request that shows them, not copied.
@@ -41,4 +53,11 @@ pub(crate) fn assert_fields(actual: &serde_json::Value, want: serde_json::Value)
         .map(|k| (k.clone(), actual[k].clone()))
         .collect();
     assert_eq!(serde_json::Value::Object(got), want);
+}
+
+/// A pod spec whose required node affinity is `terms`.
+#[cfg(test)]
+pub(crate) fn with_terms(terms: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}})
 }

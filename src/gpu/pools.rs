@@ -152,11 +152,8 @@ impl CapacityRequest {
             Some(sel) => sel.skus(catalog).iter().map(|s| s.name.clone()).collect(),
             None => {
                 let mut out: Vec<String> = Vec::new();
-                for sku in self.sizes.iter().filter_map(|s| catalog.get(s)) {
-                    if !out.contains(&sku.name) {
-                        out.push(sku.name.clone());
-                    }
-                }
+                let skus = self.sizes.iter().filter_map(|s| catalog.get(s));
+                super::extend_new(&mut out, skus.map(|sku| &sku.name));
                 out
             }
         }
@@ -280,11 +277,7 @@ impl CapacityRequest {
             // An object that holds pools is GPU-capable through them, and
             // tainted when each GPU-capable one is.
             own.skus = Vec::new();
-            for sku in pools.iter().flat_map(|p| &p.skus) {
-                if !own.skus.contains(sku) {
-                    own.skus.push(sku.clone());
-                }
-            }
+            super::extend_new(&mut own.skus, pools.iter().flat_map(|p| &p.skus));
             own.gpu_capable = !own.skus.is_empty();
             own.gpu_only = !pools.is_empty() && pools.iter().all(|p| p.gpu_only);
             own.tainted = pools.iter().all(|p| !p.gpu_capable || p.tainted);
@@ -343,10 +336,29 @@ mod tests {
     use crate::gpu::assert_fields;
     use serde_json::json;
 
+    const FAMILY: &str = "karpenter.azure.com/sku-family";
+
     fn pool(v: Value) -> Value {
         CapacityRequest::from_object(&v)
             .unwrap()
             .to_json(&Catalog::embedded())
+    }
+
+    /// A NodePool of `requirements` with `extra` in its spec.
+    fn nodepool(requirements: Value, extra: Value) -> Value {
+        let mut spec = json!({"template": {"spec": {"requirements": requirements}}});
+        let extra = extra.as_object().unwrap().clone();
+        spec.as_object_mut().unwrap().extend(extra);
+        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": spec})
+    }
+
+    /// Requirements that `key` be one of `values`.
+    fn is_in(key: &str, values: &[&str]) -> Value {
+        json!([{"key": key, "operator": "In", "values": values}])
+    }
+
+    fn agent_pool(spec: Value) -> Value {
+        json!({"apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool", "spec": spec})
     }
 
     #[test]
@@ -378,12 +390,10 @@ mod tests {
 
     #[test]
     fn cpu_nodepool_is_not_gpu_capable() {
-        let p = pool(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "spec": {"template": {"spec": {"requirements": [
-                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}
-            ], "startupTaints": [{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]}}}
-        }));
+        let mut cpu = nodepool(is_in(FAMILY, &["D"]), json!({}));
+        cpu["spec"]["template"]["spec"]["startupTaints"] =
+            json!([{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]);
+        let p = pool(cpu);
         let want = json!({"gpuCapable": false, "gpuOnly": false, "tainted": false,
             "sizes": [], "gpuLimit": null});
         assert_fields(&p, want);
@@ -466,10 +476,8 @@ mod tests {
         assert_fields(&default, want);
         let nvidia = flavor(json!({"nodeLabels": {"kubernetes.azure.com/accelerator": "nvidia"}}));
         assert_eq!(nvidia["gpuOnly"], true);
-        assert!(!nvidia["skus"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("Standard_ND96isr_MI300X_v5")));
+        let skus = nvidia["skus"].as_array().unwrap();
+        assert!(!skus.contains(&json!("Standard_ND96isr_MI300X_v5")));
         let a100 = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
             "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"}}});
         assert_eq!(launchable(a100), Some(0));
@@ -523,19 +531,16 @@ mod tests {
             "minCount": 0});
         assert_fields(&p, want);
         // VirtualMachines pools: autoscaling per size, the minimums add up.
-        let vm = pool(json!({
-            "apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool",
-            "spec": {"type": "VirtualMachines", "virtualMachinesProfile": {"scale": {"autoscale": [
+        let vm = pool(agent_pool(
+            json!({"type": "VirtualMachines", "virtualMachinesProfile": {"scale": {"autoscale": [
                 {"size": "Standard_NC4as_T4_v3", "minCount": 1, "maxCount": 3},
                 {"size": "Standard_NC8as_T4_v3", "minCount": 2, "maxCount": 3}
-            ]}}}
-        }));
+            ]}}}),
+        ));
         let want = json!({"autoscaling": true, "minCount": 3, "gpuDriver": null});
         assert_fields(&vm, want);
-        let manual = pool(json!({
-            "apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool",
-            "spec": {"vmSize": "Standard_NC4as_T4_v3", "count": 2}
-        }));
+        let manual = agent_pool(json!({"vmSize": "Standard_NC4as_T4_v3", "count": 2}));
+        let manual = pool(manual);
         assert_fields(&manual, json!({"autoscaling": false, "minCount": null}));
     }
 
@@ -549,13 +554,10 @@ mod tests {
                 effect: "NoSchedule".into()
             }
         );
-        assert!(is_gpu_taint(
-            &Taint::parse("nvidia.com/gpu:NoSchedule").unwrap()
-        ));
-        assert!(!is_gpu_taint(
-            &Taint::parse("sku=gpu:PreferNoSchedule").unwrap()
-        ));
-        assert!(!Taint::parse("sku=cpu:NoSchedule").is_some_and(|t| is_gpu_taint(&t)));
+        let gpu = |taint| Taint::parse(taint).is_some_and(|t| is_gpu_taint(&t));
+        assert!(gpu("nvidia.com/gpu:NoSchedule"));
+        assert!(!gpu("sku=gpu:PreferNoSchedule"));
+        assert!(!gpu("sku=cpu:NoSchedule"));
         assert!(Taint::parse("no-effect").is_none());
         assert!(Taint::parse(":NoSchedule").is_none());
     }
@@ -735,19 +737,12 @@ mod tests {
         let gpu = json!([{"name": "gpu1", "vmSize": "Standard_NC6s_v3", "count": 1}]);
         let old = managed_cluster(gpu.clone());
         // ASO's annotations, a new CPU pool, another setting: gpu1 unchanged.
-        let mut new = managed_cluster(gpu);
-        new["metadata"]["annotations"] = json!({"serviceoperator.azure.com/resource-id": "/x"});
         let cpu2 = json!({"name": "cpu2", "vmSize": "Standard_D8s_v5", "count": 2});
-        new["spec"]["agentPoolProfiles"]
-            .as_array_mut()
-            .unwrap()
-            .push(cpu2);
+        let mut new = managed_cluster(json!([gpu[0], cpu2]));
+        new["metadata"]["annotations"] = json!({"serviceoperator.azure.com/resource-id": "/x"});
         new["spec"]["kubernetesVersion"] = json!("1.31.1");
         let facts = changed(&old, &new);
-        let flags: Vec<(&str, bool)> = facts["pools"]
-            .as_array()
-            .unwrap()
-            .iter()
+        let flags: Vec<(&str, bool)> = (facts["pools"].as_array().unwrap().iter())
             .map(|p| (p["name"].as_str().unwrap(), p["changed"].as_bool().unwrap()))
             .collect();
         assert_eq!(flags, [("system", false), ("gpu1", false), ("cpu2", true)]);
@@ -795,24 +790,15 @@ mod tests {
     #[test]
     fn gpus_a_capacity_object_can_launch() {
         // A NodePool's GPU limit bounds it, whatever sizes it allows.
-        let limited = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": {
-            "template": {"spec": {"requirements": [
-                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}]}},
-            "limits": {"nvidia.com/gpu": "16"}}});
+        let limits = json!({"limits": {"nvidia.com/gpu": "16"}});
+        let limited = nodepool(is_in(FAMILY, &["N"]), limits);
         assert_eq!(launchable(limited), Some(16));
         // GPU sizes and no limit: nothing bounds it.
-        let unbounded = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": {
-            "template": {"spec": {"requirements": [
-                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}]}}}});
-        assert_eq!(launchable(unbounded), None);
+        assert_eq!(launchable(nodepool(is_in(FAMILY, &["N"]), json!({}))), None);
         // A KAITO static pool: replicas times the size's GPUs.
-        let kaito = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": {
-            "replicas": 2, "template": {"spec": {"requirements": [
-                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_ND96asr_v4"]}]}}}});
-        assert_eq!(launchable(kaito), Some(16));
-        let cpu = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "spec": {
-            "template": {"spec": {"requirements": [
-                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}]}}}});
+        let nd96 = is_in("node.kubernetes.io/instance-type", &["Standard_ND96asr_v4"]);
+        assert_eq!(launchable(nodepool(nd96, json!({"replicas": 2}))), Some(16));
+        let cpu = nodepool(is_in(FAMILY, &["D"]), json!({}));
         assert_eq!(launchable(cpu), Some(0));
         let workspace = json!({"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
             "resource": {"instanceType": "Standard_NC12s_v3", "count": 3}});
@@ -821,24 +807,24 @@ mod tests {
             "resource": {"instanceType": "Standard_NC24ads_A100_v4"}});
         assert_eq!(launchable(one_node), Some(1));
         // An agent pool: its most nodes times the size's GPUs.
-        let agent_pool = json!({"apiVersion": "containerservice.azure.com/v20260501",
-            "kind": "ManagedClustersAgentPool",
-            "spec": {"vmSize": "Standard_NC12s_v3", "enableAutoScaling": true, "minCount": 0, "maxCount": 4}});
-        assert_eq!(launchable(agent_pool), Some(8));
+        let autoscaled = agent_pool(
+            json!({"vmSize": "Standard_NC12s_v3", "enableAutoScaling": true, "minCount": 0, "maxCount": 4}),
+        );
+        assert_eq!(launchable(autoscaled), Some(8));
         // VirtualMachines pools: every scale entry.
-        let vm = json!({"apiVersion": "containerservice.azure.com/v20260501", "kind": "ManagedClustersAgentPool",
-            "spec": {"type": "VirtualMachines", "virtualMachinesProfile": {"scale": {
-                "autoscale": [{"size": "Standard_NC12s_v3", "minCount": 0, "maxCount": 3}],
-                "manual": [{"size": "Standard_NC4as_T4_v3", "count": 2}, {"size": "Standard_D4s_v5", "count": 5}]}}}});
+        let vm = agent_pool(
+            json!({"type": "VirtualMachines", "virtualMachinesProfile": {"scale": {
+            "autoscale": [{"size": "Standard_NC12s_v3", "minCount": 0, "maxCount": 3}],
+            "manual": [{"size": "Standard_NC4as_T4_v3", "count": 2}, {"size": "Standard_D4s_v5", "count": 5}]}}}),
+        );
         assert_eq!(launchable(vm), Some(3 * 2 + 2));
     }
 
     #[test]
     fn other_objects_are_not_capacity_objects() {
-        assert!(
-            CapacityRequest::from_object(&json!({"apiVersion": "v1", "kind": "Pod"})).is_none()
-        );
-        assert!(CapacityRequest::from_object(&json!({"kind": "NodePool"})).is_none());
-        assert!(CapacityRequest::from_object(&json!("text")).is_none());
+        let pod = json!({"apiVersion": "v1", "kind": "Pod"});
+        for other in [pod, json!({"kind": "NodePool"}), json!("text")] {
+            assert!(CapacityRequest::from_object(&other).is_none(), "{other}");
+        }
     }
 }

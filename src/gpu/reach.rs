@@ -393,7 +393,7 @@ pub fn reach(spec: &Value, set: &GpuNodes) -> NodeReach {
     }
     let selects = !selection.is_empty() || fields.is_some();
     out.aims = selects && picks_gpu && !picks_other;
-    out.prefers = preferred_terms(spec).iter().any(|term| {
+    out.prefers = preferred_terms(spec).any(|term| {
         let mut picks_gpu = false;
         for (node, is_gpu) in set.all() {
             if term.matches(|k| node.label(k)) {
@@ -408,13 +408,12 @@ pub fn reach(spec: &Value, set: &GpuNodes) -> NodeReach {
     out
 }
 
-/// The preferred node-affinity terms of a pod spec.
-fn preferred_terms(spec: &Value) -> Vec<NodeSelectorTerm> {
+/// The preferred node-affinity terms of a pod spec that can match a node.
+pub fn preferred_terms(spec: &Value) -> impl Iterator<Item = NodeSelectorTerm> + '_ {
     items(spec.pointer("/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution"))
         .filter_map(|p| p.get("preference"))
         .map(NodeSelectorTerm::from_value)
         .filter(|t| !t.matches_nothing && !t.requirements.is_empty())
-        .collect()
 }
 
 /// Node names the required terms allow through `matchFields` on
@@ -446,6 +445,7 @@ fn required_field_names(spec: &Value) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::with_terms;
     use crate::k8s::Taint;
     use serde_json::json;
 
@@ -523,18 +523,16 @@ mod tests {
         let plain = NodeSnapshot::new(nodes.clone(), Vec::new(), &DraDevices::default());
         let served = NodeSnapshot::new(nodes, Vec::new(), &DraDevices::read(&objects));
         let bound = json!({"nodeName": "dra-1"});
-        assert!(reach(&bound, &plain.gpu_nodes(&resources, &catalog))
-            .reachable
-            .is_empty());
+        let unserved = reach(&bound, &plain.gpu_nodes(&resources, &catalog));
+        assert!(unserved.reachable.is_empty());
         let set = served.gpu_nodes(&resources, &catalog);
         let r = reach(&bound, &set);
         assert!(r.aims);
         assert_eq!(r.reachable, ["dra-1"]);
         assert_eq!(r.bound_to.unwrap().allocatable["nvidia.com/gpu"], "2");
         // Untainted: any pod the scheduler places can land there.
-        assert!(reach(&json!({}), &set)
-            .reachable
-            .contains(&"dra-1".to_string()));
+        let anywhere = reach(&json!({}), &set).reachable;
+        assert!(anywhere.contains(&"dra-1".to_string()));
     }
 
     #[test]
@@ -550,11 +548,8 @@ mod tests {
         // A selection that also picks CPU nodes does not aim at GPU nodes.
         let r = judge(json!({"nodeSelector": {"kubernetes.io/os": "linux"}}));
         assert!(!r.aims);
-        assert_eq!(
-            r.reachable,
-            ["aks-bare-1"],
-            "an untainted GPU node takes anything"
-        );
+        let why = "an untainted GPU node takes anything";
+        assert_eq!(r.reachable, ["aks-bare-1"], "{why}");
         assert!(!judge(json!({})).aims);
     }
 
@@ -571,10 +566,10 @@ mod tests {
         );
         // A DaemonSet's pod names its node in matchFields: not a name that
         // binds it (the scheduler still applies taints).
-        assert!(named_nodes(&json!({"affinity": {"nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["f"]}]}]}}}}))
-        .is_empty());
+        let fields = with_terms(
+            json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["f"]}]}]),
+        );
+        assert!(named_nodes(&fields).is_empty());
         assert!(named_nodes(&json!({"nodeName": ""})).is_empty());
     }
 
@@ -633,24 +628,13 @@ mod tests {
     #[test]
     fn the_pools_and_nodes_a_selection_names_give_its_sizes() {
         const SIZE: &str = "node.kubernetes.io/instance-type";
-        let sized = |name, pool, size| {
-            node(
-                name,
-                &[("kubernetes.azure.com/agentpool", pool), (SIZE, size)],
-                1,
-                true,
-            )
-        };
+        const POOL: &str = "kubernetes.azure.com/agentpool";
+        let sized = |name, pool, size| node(name, &[(POOL, pool), (SIZE, size)], 1, true);
         let snapshot = NodeSnapshot::new(
             vec![
                 sized("aks-h100-1", "h100", "Standard_ND96isr_H100_v5"),
                 sized("aks-t4-1", "t4", "Standard_NC4as_T4_v3"),
-                node(
-                    "aks-bare-1",
-                    &[("kubernetes.azure.com/agentpool", "bare")],
-                    1,
-                    true,
-                ),
+                node("aks-bare-1", &[(POOL, "bare")], 1, true),
             ],
             Vec::new(),
             &DraDevices::default(),
@@ -659,37 +643,28 @@ mod tests {
         let nodes = snapshot.gpu_nodes(&GpuResources::default(), &catalog);
         let sizes = |spec: Value| {
             let sizes = nodes.sizes_selected(&NodeSelection::from_pod_spec(&spec));
-            sizes.map(|s| s.into_iter().map(str::to_string).collect::<Vec<_>>())
+            sizes.map(|s| s.into_iter().collect::<Vec<_>>().join(" "))
         };
         let term = |key: &str, values: &[&str]| json!({"matchExpressions": [{"key": key, "operator": "In", "values": values}]});
-        let affinity = |terms: Vec<Value>| {
-            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": terms}}}})
-        };
         let h100 = "Standard_ND96isr_H100_v5";
-        let both = vec!["Standard_NC4as_T4_v3".to_string(), h100.to_string()];
-        assert_eq!(
-            sizes(json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "h100"}})),
-            Some(vec![h100.to_string()])
-        );
-        assert_eq!(
-            sizes(json!({"nodeSelector": {"kubernetes.io/hostname": "aks-h100-1"}})),
-            Some(vec![h100.to_string()])
-        );
-        let pools = term("kubernetes.azure.com/agentpool", &["h100", "t4"]);
-        assert_eq!(sizes(affinity(vec![pools.clone()])), Some(both.clone()));
+        let both = Some(format!("Standard_NC4as_T4_v3 {h100}"));
+        let one = Some(h100.to_string());
+        assert_eq!(sizes(json!({"nodeSelector": {POOL: "h100"}})), one);
+        let by_name = json!({"nodeSelector": {"kubernetes.io/hostname": "aks-h100-1"}});
+        assert_eq!(sizes(by_name), one);
+        let pools = term(POOL, &["h100", "t4"]);
+        assert_eq!(sizes(with_terms(json!([pools]))), both);
         let by_host = term("kubernetes.io/hostname", &["aks-t4-1"]);
-        let ored = sizes(affinity(vec![
-            term("kubernetes.azure.com/agentpool", &["h100"]),
-            by_host,
-        ]));
-        assert_eq!(ored, Some(both));
+        assert_eq!(
+            sizes(with_terms(json!([term(POOL, &["h100"]), by_host]))),
+            both
+        );
         // Unknown: a pool with no node (scaled to zero), a node without a
         // size label, a term that names no pool, no pool named at all.
         for spec in [
-            json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "zero"}}),
-            json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "bare"}}),
-            affinity(vec![pools, term(SIZE, &[h100])]),
+            json!({"nodeSelector": {POOL: "zero"}}),
+            json!({"nodeSelector": {POOL: "bare"}}),
+            with_terms(json!([pools, term(SIZE, &[h100])])),
             json!({"nodeSelector": {SIZE: h100}}),
             json!({}),
         ] {
@@ -697,7 +672,7 @@ mod tests {
         }
         let unlisted = NodeSnapshot::unlisted();
         let none = unlisted.gpu_nodes(&GpuResources::default(), &catalog);
-        let spec = json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "h100"}});
+        let spec = json!({"nodeSelector": {POOL: "h100"}});
         assert_eq!(
             none.sizes_selected(&NodeSelection::from_pod_spec(&spec)),
             None
@@ -736,10 +711,8 @@ mod tests {
         );
         assert_eq!(snapshot.gpu_nodes(&r, &c).classified.gpu, [true, true]);
         let nvidia = GpuResources::new(["nvidia.com/gpu"]).unwrap();
-        assert_eq!(
-            snapshot.gpu_nodes(&nvidia, &c).classified.gpu,
-            [false, true]
-        );
+        let by_nvidia = snapshot.gpu_nodes(&nvidia, &c).classified;
+        assert_eq!(by_nvidia.gpu, [false, true]);
         let csv = include_str!("../../data/azure-gpu-skus.csv");
         let t4_only: Vec<&str> = (csv.lines())
             .filter(|l| !l.starts_with("Standard_") || l.starts_with("Standard_NC4as_T4_v3,"))
@@ -754,10 +727,9 @@ mod tests {
 
     #[test]
     fn match_fields_name_nodes() {
-        let r = judge(
-            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["aks-bare-1"]}]}]}}}}),
-        );
+        let r = judge(with_terms(
+            json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["aks-bare-1"]}]}]),
+        ));
         assert!(r.aims);
         assert_eq!(r.reachable, ["aks-bare-1"]);
     }

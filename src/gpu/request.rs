@@ -325,11 +325,7 @@ fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
 }
 
 fn container_request(c: &Value, kind: ContainerKind, gpus: &GpuResources) -> ContainerGpuRequest {
-    let name = c
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let name = crate::k8s::json::str_field(c, "name").to_string();
     let limits = c.at("/resources/limits").and_then(Value::as_object);
     let requests = c.at("/resources/requests").and_then(Value::as_object);
     let mut resources = BTreeMap::new();
@@ -366,18 +362,18 @@ fn container_request(c: &Value, kind: ContainerKind, gpus: &GpuResources) -> Con
 
 /// The text of a quantity and its count.
 fn raw_quantity(v: &Value) -> (String, Result<u64, QuantityError>) {
-    match v {
-        Value::String(s) => (s.clone(), parse_count(s)),
-        Value::Number(n) => {
-            let text = n.to_string();
-            let count = parse_count(&text);
-            (text, count)
-        }
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
         other => {
-            let text = other.to_string();
-            (text.clone(), Err(QuantityError::Invalid(text)))
+            return (
+                other.to_string(),
+                Err(QuantityError::Invalid(other.to_string())),
+            )
         }
-    }
+    };
+    let count = parse_count(&text);
+    (text, count)
 }
 
 /// kube-scheduler's pod request: the larger of (app containers + sidecars)
@@ -415,7 +411,8 @@ fn effective_counts(containers: &[ContainerGpuRequest]) -> BTreeMap<String, u64>
     running
 }
 
-fn add_into(total: &mut BTreeMap<String, u64>, add: &BTreeMap<String, u64>) {
+/// Adds `add` into `total`, per resource (saturating).
+pub(super) fn add_into(total: &mut BTreeMap<String, u64>, add: &BTreeMap<String, u64>) {
     for (r, n) in add {
         let t = total.entry(r.clone()).or_insert(0);
         *t = t.saturating_add(*n);
@@ -518,25 +515,20 @@ mod tests {
         let kinds: Vec<_> = (r.containers.iter())
             .map(|c| format!("{} {}", c.name, c.kind.as_str()))
             .collect();
-        assert_eq!(
-            kinds,
-            ["fetch initContainer", "proxy sidecar", "main container"]
-        );
+        let want = ["fetch initContainer", "proxy sidecar", "main container"];
+        assert_eq!(kinds, want);
         assert!(r.requested(), "an init container alone asks for a GPU");
     }
 
     #[test]
     fn ephemeral_containers_are_ignored() {
-        let r = req(json!({
-            "containers": [{"name": "main"}],
-            "ephemeralContainers": [gpu_container("debug", json!({"nvidia.com/gpu": "1"}))]
-        }));
-        assert!(!r.requested());
-        assert_eq!(r.containers.len(), 1);
         let spec = json!({
             "containers": [{"name": "main"}],
             "ephemeralContainers": [gpu_container("debug", json!({"nvidia.com/gpu": "1"}))]
         });
+        let r = req(spec.clone());
+        assert!(!r.requested());
+        assert_eq!(r.containers.len(), 1);
         let ephemeral = ephemeral_container_requests(&spec, &GpuResources::default());
         assert_eq!(ephemeral.len(), 1);
         assert_eq!(ephemeral[0].name, "debug");
@@ -696,10 +688,8 @@ mod tests {
         let q = &r.containers[0].resources;
         let fraction = Err(QuantityError::Fraction("1.5".into()));
         assert_eq!(q["nvidia.com/gpu"].count, fraction);
-        assert_eq!(
-            q["amd.com/gpu"].count,
-            Err(QuantityError::Negative("-1".into()))
-        );
+        let negative = Err(QuantityError::Negative("-1".into()));
+        assert_eq!(q["amd.com/gpu"].count, negative);
         let r = req(json!({"containers": [gpu_container("a", json!({"nvidia.com/gpu": 2.0}))]}));
         assert_eq!(r.effective["nvidia.com/gpu"], 2);
     }

@@ -109,16 +109,8 @@ impl GpuResources {
     /// This set plus every pattern and device class of `other`.
     pub fn union(&self, other: &GpuResources) -> GpuResources {
         let mut out = self.clone();
-        for p in &other.patterns {
-            if !out.patterns.contains(p) {
-                out.patterns.push(p.clone());
-            }
-        }
-        for c in &other.device_classes {
-            if !out.device_classes.contains(c) {
-                out.device_classes.push(c.clone());
-            }
-        }
+        super::extend_new(&mut out.patterns, &other.patterns);
+        super::extend_new(&mut out.device_classes, &other.device_classes);
         out
     }
 

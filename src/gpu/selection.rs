@@ -29,32 +29,20 @@ impl SkuRequirement for Requirement {
         let key = self.key.as_str();
         let op = self.operator;
         let first_int = || self.values.first().and_then(|v| v.parse::<i64>().ok());
+        // `In` with values, every one of them a GPU value.
+        let all_in = |gpu: &dyn Fn(&str) -> bool| {
+            op == Operator::In && !self.values.is_empty() && self.values.iter().all(|v| gpu(v))
+        };
         if is_size_key(key) {
-            return op == Operator::In
-                && !self.values.is_empty()
-                && self.values.iter().all(|v| catalog.is_gpu_sku(v));
+            return all_in(&|v| catalog.is_gpu_sku(v));
         }
         match key {
-            labels::SKU_FAMILY => {
-                op == Operator::In
-                    && !self.values.is_empty()
-                    && self.values.iter().all(|v| v == "N")
-            }
+            labels::SKU_FAMILY => all_in(&|v| v == "N"),
             // A series is a GPU series when the catalog has its sizes
             // (`NCads_A100_v4`); any other value may name CPU sizes.
-            labels::SKU_SERIES => {
-                op == Operator::In
-                    && !self.values.is_empty()
-                    && self.values.iter().all(|v| catalog.is_gpu_series(v))
-            }
+            labels::SKU_SERIES => all_in(&|v| catalog.is_gpu_series(v)),
             labels::SKU_GPU_COUNT | GFD_GPU_COUNT => match op {
-                Operator::In => {
-                    !self.values.is_empty()
-                        && self
-                            .values
-                            .iter()
-                            .all(|v| v.parse::<i64>().is_ok_and(|n| n > 0))
-                }
+                Operator::In => all_in(&|v| v.parse::<i64>().is_ok_and(|n| n > 0)),
                 Operator::NotIn => {
                     key == labels::SKU_GPU_COUNT && self.values.iter().any(|v| v == "0")
                 }
@@ -68,19 +56,9 @@ impl SkuRequirement for Requirement {
             // `nvidia.com/mig.capable`...) are put on GPU nodes only; a
             // value of "false" is how the operator turns a component off.
             _ if key.starts_with("nvidia.com/gpu.") || key.starts_with("nvidia.com/mig.") => {
-                match op {
-                    Operator::In => {
-                        !self.values.is_empty() && self.values.iter().all(|v| v != "false")
-                    }
-                    Operator::Exists => true,
-                    _ => false,
-                }
+                op == Operator::Exists || all_in(&|v| v != "false")
             }
-            _ if GPU_ONLY_KEYS.contains(&key) => match op {
-                Operator::In => !self.values.is_empty(),
-                Operator::Exists => true,
-                _ => false,
-            },
+            _ if GPU_ONLY_KEYS.contains(&key) => op == Operator::Exists || all_in(&|_| true),
             _ => false,
         }
     }
@@ -179,11 +157,7 @@ impl SkuSelection for NodeSelection {
         let mut out: Vec<String> = Vec::new();
         for r in self.all_requirements() {
             if r.operator == Operator::In && is_size_key(&r.key) {
-                for v in &r.values {
-                    if !out.contains(v) {
-                        out.push(v.clone());
-                    }
-                }
+                super::extend_new(&mut out, &r.values);
             }
         }
         out
@@ -347,10 +321,24 @@ impl<'a> Classified<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::with_terms as terms;
     use serde_json::{json, Value};
 
     fn reqs(requirements: Value) -> NodeSelection {
         NodeSelection::from_requirements(&requirements)
+    }
+
+    /// One requirement; no `values` when `values` is empty.
+    fn one(key: &str, op: &str, values: &[&str]) -> NodeSelection {
+        let mut r = json!({"key": key, "operator": op});
+        if !values.is_empty() {
+            r["values"] = json!(values);
+        }
+        reqs(json!([r]))
+    }
+
+    fn selector(labels: Value) -> NodeSelection {
+        NodeSelection::from_pod_spec(&json!({ "nodeSelector": labels }))
     }
 
     fn names(sel: &NodeSelection, c: &Catalog) -> Vec<String> {
@@ -368,91 +356,71 @@ mod tests {
     #[test]
     fn node_selector_on_instance_type_picks_that_sku() {
         let c = Catalog::embedded();
-        let sel = NodeSelection::from_pod_spec(&json!({
-            "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3", "kubernetes.io/os": "linux"}
-        }));
+        let sel = selector(
+            json!({"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3", "kubernetes.io/os": "linux"}),
+        );
         assert_eq!(names(&sel, &c), ["Standard_NC4as_T4_v3"]);
         assert!(sel.targets_gpu_nodes(&c));
-    }
-
-    #[test]
-    fn cpu_instance_type_selects_no_gpu_sku() {
-        let c = Catalog::embedded();
-        let sel = NodeSelection::from_pod_spec(&json!({
-            "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_D4s_v5"}
-        }));
-        assert!(sel.skus(&c).is_empty());
-        assert!(!sel.targets_gpu_nodes(&c));
+        // A CPU size: no GPU SKU.
+        let cpu = selector(json!({"node.kubernetes.io/instance-type": "Standard_D4s_v5"}));
+        assert!(cpu.skus(&c).is_empty());
+        assert!(!cpu.targets_gpu_nodes(&c));
     }
 
     #[test]
     fn affinity_terms_are_ored() {
         let c = Catalog::embedded();
-        let spec = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
+        let sel = NodeSelection::from_pod_spec(&terms(json!([
             {"matchExpressions": [{"key": "karpenter.azure.com/sku-gpu-name", "operator": "In", "values": ["T4"]}]},
             {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["standard_nc24ads_a100_v4"]}]}
-        ]}}}});
-        let sel = NodeSelection::from_pod_spec(&spec);
-        assert_eq!(
-            names(&sel, &c),
-            [
-                "Standard_NC4as_T4_v3",
-                "Standard_NC8as_T4_v3",
-                "Standard_NC16as_T4_v3",
-                "Standard_NC64as_T4_v3",
-                "Standard_NC24ads_A100_v4"
-            ]
-        );
+        ])));
+        let t4 = ["NC4as_T4_v3", "NC8as_T4_v3", "NC16as_T4_v3", "NC64as_T4_v3"];
+        let want: Vec<String> = (t4.iter().chain(&["NC24ads_A100_v4"]))
+            .map(|s| format!("Standard_{s}"))
+            .collect();
+        assert_eq!(names(&sel, &c), want);
         assert!(sel.targets_gpu_nodes(&c));
-    }
-
-    #[test]
-    fn a_term_without_gpu_requirement_means_not_only_gpu_nodes() {
-        let c = Catalog::embedded();
-        let spec = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
+        // A term without a GPU requirement: not only GPU nodes.
+        let sel = NodeSelection::from_pod_spec(&terms(json!([
             {"matchExpressions": [{"key": "kubernetes.azure.com/accelerator", "operator": "In", "values": ["nvidia"]}]},
             {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eastus-1"]}]}
-        ]}}}});
-        assert!(!NodeSelection::from_pod_spec(&spec).targets_gpu_nodes(&c));
+        ])));
+        assert!(!sel.targets_gpu_nodes(&c));
     }
 
     #[test]
     fn operators_not_in_exists_does_not_exist_gt_lt() {
         let c = Catalog::embedded();
-        let req = |r: Value| reqs(json!([r]));
         // Gt 4 GPUs: only the 8-GPU sizes.
-        let eight = req(
-            json!({"key": "karpenter.azure.com/sku-gpu-count", "operator": "Gt", "values": ["4"]}),
-        );
+        let eight = one("karpenter.azure.com/sku-gpu-count", "Gt", &["4"]);
         assert!(eight.skus(&c).iter().all(|s| s.gpu_devices == 8));
         assert!(!eight.skus(&c).is_empty());
         assert!(eight.targets_gpu_nodes(&c));
         // Lt 2 GPUs excludes 8-GPU sizes.
-        let small = req(
-            json!({"key": "karpenter.azure.com/sku-gpu-count", "operator": "Lt", "values": ["2"]}),
-        );
+        let small = one("karpenter.azure.com/sku-gpu-count", "Lt", &["2"]);
         let small = small.skus(&c);
         assert!(small.iter().all(|s| s.gpu_devices < 2 || !s.karpenter_gpu));
         // DoesNotExist sku-gpu-name: every size, since nodes of classic
         // node pools carry no Karpenter label at all.
-        let none =
-            req(json!({"key": "karpenter.azure.com/sku-gpu-name", "operator": "DoesNotExist"}));
+        let none = one("karpenter.azure.com/sku-gpu-name", "DoesNotExist", &[]);
         assert_eq!(none.skus(&c).len(), c.len());
         assert!(!none.targets_gpu_nodes(&c));
         // Exists sku-gpu-name targets GPU nodes.
-        let any = req(json!({"key": "karpenter.azure.com/sku-gpu-name", "operator": "Exists"}));
+        let any = one("karpenter.azure.com/sku-gpu-name", "Exists", &[]);
         assert!(any.targets_gpu_nodes(&c));
         // NotIn on Karpenter's size name removes nothing (a classic node of
         // that size lacks the label); on the instance type, it removes it.
-        let not = req(
-            json!({"key": "karpenter.azure.com/sku-name", "operator": "NotIn", "values": ["Standard_NC6s_v3"]}),
+        let not = one(
+            "karpenter.azure.com/sku-name",
+            "NotIn",
+            &["Standard_NC6s_v3"],
         );
         assert_eq!(not.skus(&c).len(), c.len());
         assert!(!not.targets_gpu_nodes(&c));
-        let not = req(
-            json!({"key": "node.kubernetes.io/instance-type", "operator": "NotIn", "values": ["Standard_NC6s_v3"]}),
+        let not = one(
+            "node.kubernetes.io/instance-type",
+            "NotIn",
+            &["Standard_NC6s_v3"],
         );
         assert_eq!(not.skus(&c).len(), c.len() - 1);
     }
@@ -466,18 +434,12 @@ mod tests {
         ]));
         assert!(n.targets_gpu_nodes(&c));
         let nvidia = n.skus(&c);
-        assert!(nvidia
-            .iter()
-            .all(|s| s.manufacturer == "nvidia" && s.karpenter_gpu));
-        let d = reqs(json!([
-            {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}
-        ]));
-        assert!(d.skus(&c).is_empty());
+        assert!((nvidia.iter()).all(|s| s.manufacturer == "nvidia" && s.karpenter_gpu));
         // "NC" is a wrong value seen in the wild: it matches nothing.
-        let nc = reqs(json!([
-            {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["NC"]}
-        ]));
-        assert!(nc.skus(&c).is_empty());
+        for family in ["D", "NC"] {
+            let sel = one("karpenter.azure.com/sku-family", "In", &[family]);
+            assert!(sel.skus(&c).is_empty(), "{family}");
+        }
     }
 
     #[test]
@@ -501,39 +463,29 @@ mod tests {
                 {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_ND96isr_H100_v5"]},
                 extra
             ]));
-            assert_eq!(
-                names(&pinned, &c),
-                ["Standard_ND96isr_H100_v5"],
-                "{key} {op}"
-            );
+            let h100 = names(&pinned, &c);
+            assert_eq!(h100, ["Standard_ND96isr_H100_v5"], "{key} {op}");
             assert!(pinned.targets_gpu_nodes(&c), "{key} {op}");
         }
         // Labels every node has still narrow by their absence.
-        let arch = reqs(json!([
-            {"key": "kubernetes.io/arch", "operator": "NotIn", "values": ["amd64"]}
-        ]));
+        let arch = one("kubernetes.io/arch", "NotIn", &["amd64"]);
         assert!(arch.skus(&c).iter().all(|s| s.arch() != "amd64"));
     }
 
     #[test]
     fn a_gpu_series_targets_gpus_and_a_cpu_series_does_not() {
         let c = Catalog::embedded();
-        let gpu = reqs(json!([
-            {"key": "karpenter.azure.com/sku-series", "operator": "In", "values": ["NCads_A100_v4", "NVads_A10_v5"]}
-        ]));
+        let series = "karpenter.azure.com/sku-series";
+        let gpu = one(series, "In", &["NCads_A100_v4", "NVads_A10_v5"]);
         assert!(gpu.targets_gpu_nodes(&c));
         assert!(!gpu.skus(&c).is_empty());
-        let series = gpu.skus(&c);
-        assert!((series.iter()).all(|s| s.series == "NCads_A100_v4" || s.series == "NVads_A10_v5"));
+        let skus = gpu.skus(&c);
+        assert!((skus.iter()).all(|s| s.series == "NCads_A100_v4" || s.series == "NVads_A10_v5"));
         // One CPU series among the values: a node without a GPU satisfies it.
-        let mixed = reqs(json!([
-            {"key": "karpenter.azure.com/sku-series", "operator": "In", "values": ["NCads_A100_v4", "Dpls_v6"]}
-        ]));
+        let mixed = one(series, "In", &["NCads_A100_v4", "Dpls_v6"]);
         assert!(!mixed.targets_gpu_nodes(&c));
         for op in ["NotIn", "Exists"] {
-            let other = reqs(json!([
-                {"key": "karpenter.azure.com/sku-series", "operator": op, "values": ["NCads_A100_v4"]}
-            ]));
+            let other = one(series, op, &["NCads_A100_v4"]);
             assert!(!other.targets_gpu_nodes(&c), "{op}");
         }
     }
@@ -546,16 +498,14 @@ mod tests {
             {"key": "karpenter.azure.com/placement-scope", "operator": "In", "values": ["regional"]}
         ]));
         assert_eq!(names(&kaito, &c), ["Standard_ND96asr_v4"]);
-        let amd64 =
-            NodeSelection::from_pod_spec(&json!({"nodeSelector": {"kubernetes.io/arch": "amd64"}}));
+        let amd64 = selector(json!({"kubernetes.io/arch": "amd64"}));
         assert!(!names(&amd64, &c).contains(&"Standard_ND128isr_GB300_v6".to_string()));
     }
 
     #[test]
     fn empty_term_matches_nothing_and_unknown_operator_is_ignored() {
         let c = Catalog::embedded();
-        let spec = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{}]}}}});
+        let spec = terms(json!([{}]));
         assert!(NodeSelection::from_pod_spec(&spec).skus(&c).is_empty());
         let odd = NodeSelection::from_requirements(
             &json!([{"key": "karpenter.azure.com/sku-family", "operator": "Near", "values": ["N"]}, "junk", 3]),
@@ -572,18 +522,14 @@ mod tests {
             {"key": "karpenter.azure.com/sku-name", "operator": "NotIn", "values": ["Standard_NC24ads_A100_v4"]},
             {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}
         ]));
-        assert_eq!(
-            sel.named_sizes(),
-            ["Standard_NC6s_v3", "Standard_D4s_v5", "Standard_NV32as_v4"]
-        );
+        let want = ["Standard_NC6s_v3", "Standard_D4s_v5", "Standard_NV32as_v4"];
+        assert_eq!(sel.named_sizes(), want);
     }
 
     #[test]
     fn non_string_node_selector_values_are_read_as_text() {
         let c = Catalog::embedded();
-        let sel = NodeSelection::from_pod_spec(
-            &json!({"nodeSelector": {"karpenter.azure.com/sku-gpu-count": 8}}),
-        );
+        let sel = selector(json!({"karpenter.azure.com/sku-gpu-count": 8}));
         assert!(sel.skus(&c).iter().all(|s| s.gpu_devices == 8));
         assert!(sel.targets_gpu_nodes(&c));
     }
@@ -591,27 +537,20 @@ mod tests {
     #[test]
     fn gpu_product_selects_the_sizes_of_that_gpu() {
         let c = Catalog::embedded();
-        let a100 = NodeSelection::from_pod_spec(
-            &json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe"}}),
-        );
-        assert_eq!(
-            names(&a100, &c),
-            [
-                "Standard_NC24ads_A100_v4",
-                "Standard_NC48ads_A100_v4",
-                "Standard_NC96ads_A100_v4",
-                "Standard_ND96amsr_A100_v4"
-            ]
-        );
+        let a100 = selector(json!({"nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe"}));
+        let want = [
+            "NC24ads_A100_v4",
+            "NC48ads_A100_v4",
+            "NC96ads_A100_v4",
+            "ND96amsr_A100_v4",
+        ]
+        .map(|s| format!("Standard_{s}"));
+        assert_eq!(names(&a100, &c), want);
         assert!(a100.targets_gpu_nodes(&c));
-        let not_t4 = reqs(json!([
-            {"key": "nvidia.com/gpu.product", "operator": "NotIn", "values": ["Tesla-T4"]}
-        ]));
+        let not_t4 = one("nvidia.com/gpu.product", "NotIn", &["Tesla-T4"]);
         // A T4 node without GPU feature discovery has no product label.
         assert_eq!(not_t4.skus(&c).len(), c.len());
-        let any = reqs(json!([
-            {"key": "nvidia.com/gpu.product", "operator": "Exists"}
-        ]));
+        let any = one("nvidia.com/gpu.product", "Exists", &[]);
         assert!(any.skus(&c).iter().all(|s| s.manufacturer == "nvidia"));
     }
 
@@ -622,13 +561,12 @@ mod tests {
             json!({"nodeSelector": {"accelerator": "nvidia"}}),
             json!({"nodeSelector": {"nvidia.com/gpu.present": "true"}}),
             json!({"nodeSelector": {"kubernetes.azure.com/accelerator": "nvidia"}}),
-            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "amd.com/gpu.family", "operator": "Exists"}]}]}}}}),
+            terms(
+                json!([{"matchExpressions": [{"key": "amd.com/gpu.family", "operator": "Exists"}]}]),
+            ),
         ] {
-            assert!(
-                NodeSelection::from_pod_spec(&sel).targets_gpu_nodes(&c),
-                "{sel}"
-            );
+            let targets = NodeSelection::from_pod_spec(&sel).targets_gpu_nodes(&c);
+            assert!(targets, "{sel}");
         }
     }
 }
@@ -636,6 +574,7 @@ mod tests {
 #[cfg(test)]
 mod size_lookup_tests {
     use super::*;
+    use crate::gpu::with_terms as terms;
     use serde_json::json;
 
     /// The sizes `skus` gives for the selection of `spec`, checked against
@@ -658,29 +597,25 @@ mod size_lookup_tests {
     #[test]
     fn sizes_looked_up_once_match_as_names_do() {
         let c = Catalog::embedded();
+        let spelt = json!([
+            "Standard_NC4as_T4_v3",
+            "nc8as_t4_v3",
+            " STANDARD_ND96ASR_A100_V4 "
+        ]);
+        let not_in = json!(["Standard_NC4as_T4_v3", "ND96asr_v4", "not-a-size"]);
+        let none = json!(["not-a-size"]);
         for (op, values) in [
-            (
-                "In",
-                json!([
-                    "Standard_NC4as_T4_v3",
-                    "nc8as_t4_v3",
-                    " STANDARD_ND96ASR_A100_V4 "
-                ]),
-            ),
-            (
-                "NotIn",
-                json!(["Standard_NC4as_T4_v3", "ND96asr_v4", "not-a-size"]),
-            ),
-            ("In", json!(["not-a-size"])),
+            ("In", spelt),
+            ("NotIn", not_in),
+            ("In", none),
             ("In", json!([])),
         ] {
             for key in [
                 "node.kubernetes.io/instance-type",
                 "karpenter.azure.com/sku-name",
             ] {
-                let spec = json!({"affinity": {"nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": key, "operator": op, "values": values}]}]}}}});
+                let spec = terms(json!([
+                    {"matchExpressions": [{"key": key, "operator": op, "values": values}]}]));
                 looked_up_as_by_name(&c, &spec);
             }
         }
@@ -694,10 +629,6 @@ mod size_lookup_tests {
         let c = Catalog::embedded();
         let size = |values: serde_json::Value| json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": values});
         let nvidia = json!({"key": "kubernetes.azure.com/accelerator", "operator": "In", "values": ["nvidia"]});
-        let terms = |terms: serde_json::Value| {
-            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                {"nodeSelectorTerms": terms}}}})
-        };
         let a100 = json!([
             "Standard_NC24ads_A100_v4",
             "standard_nc4as_t4_v3",

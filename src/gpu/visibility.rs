@@ -54,9 +54,6 @@ pub const DEVICE_LIST_DIRS: [&str; 2] = [
     "/run/nvidia-container-devices",
 ];
 
-/// The CDI annotation prefix container runtimes act on.
-pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
-
 /// Image repositories, and repository prefixes ending in `/`, whose image
 /// config sets `NVIDIA_VISIBLE_DEVICES` (CUDA base images and what NVIDIA
 /// and the common frameworks build on them).
@@ -403,10 +400,8 @@ mod tests {
             {"name": VISIBLE_DEVICES, "value": "all"}]});
         let last = access(last, false, CPU_POD);
         assert_eq!(last.reaches, [Reach::Env]);
-        assert!(
-            !needs_hiding(&last),
-            "an explicit value is never overridden"
-        );
+        let why = "an explicit value is never overridden";
+        assert!(!needs_hiding(&last), "{why}");
     }
 
     #[test]
@@ -437,15 +432,12 @@ mod tests {
         assert!(!own.leaks() && own.unverified);
 
         let cuda = json!({"name": "agent", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"});
-        let bound_cpu_pod = BOUND_CPU_POD;
-        let image = access(cuda.clone(), false, bound_cpu_pod);
+        let image = access(cuda.clone(), false, BOUND_CPU_POD);
         assert_eq!(image.reaches, [Reach::Image]);
         let unknown = json!({"name": "agent", "image": "fluent/fluent-bit"});
-        let unknown = access(unknown, false, bound_cpu_pod);
-        assert!(
-            !unknown.leaks(),
-            "an unknown image of a pod that asks no GPU is not judged"
-        );
+        let unknown = access(unknown, false, BOUND_CPU_POD);
+        let why = "an unknown image of a pod that asks no GPU is not judged";
+        assert!(!unknown.leaks(), "{why}");
         assert!(!access(cuda.clone(), true, GPU_POD).leaks());
         assert!(!access(cuda, false, CPU_POD).leaks());
     }
@@ -515,9 +507,7 @@ mod tests {
         });
         let by_name = json!({"nvidia.cdi.k8s.io/container.probe": "nvidia.com/gpu=all"});
         let all = pod_access(&spec, Some(&by_name), BOUND_CPU_POD, |_, _| false);
-        let leaking: Vec<&str> = all
-            .iter()
-            .filter(|a| a.reaches.contains(&Reach::Cdi))
+        let leaking: Vec<&str> = (all.iter().filter(|a| a.reaches.contains(&Reach::Cdi)))
             .map(|a| a.name.as_str())
             .collect();
         assert_eq!(leaking, ["probe"]);

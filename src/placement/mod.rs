@@ -512,14 +512,7 @@ fn applicable_profile<'a>(
     let spec = pod.get("spec")?;
     // A pod bound to a node skips the scheduler; the kubelet would reject
     // affinity it does not meet.
-    if spec
-        .get("nodeName")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty())
-    {
-        return None;
-    }
-    if !request.requested() {
+    if crate::gpu::reach::node_name(spec).is_some() || !request.requested() {
         return None;
     }
     profiles.select(request, &labels_of(Some(pod)), namespace_labels)

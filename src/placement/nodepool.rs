@@ -30,10 +30,7 @@ pub(super) fn plan_request(profiles: &ProfileSet, req: &Request) -> Plan {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Plan::default();
     }
-    match &req.object {
-        Some(pool) => plan_node_pool(profiles, pool),
-        None => Plan::default(),
-    }
+    (req.object.as_ref()).map_or_else(Plan::default, |pool| plan_node_pool(profiles, pool))
 }
 
 /// Plans the mutation of one NodePool object (raw JSON as the apiserver
@@ -207,50 +204,45 @@ mod tests {
     use json_patch::PatchOperation;
     use serde_json::json;
 
-    fn profile(name: &str, resources: &[&str], extra: Value) -> Profile {
+    /// A profile serving `resources` (space-separated) with the `sku=gpu`
+    /// pool taint, and `extra` in its spec.
+    fn profile(name: &str, resources: &str, extra: Value) -> Profile {
         let mut spec = json!({
-            "resources": resources,
+            "resources": resources.split(' ').collect::<Vec<_>>(),
             "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
             "nodePoolTaint": {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
         });
         if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
             spec.extend(extra.clone());
         }
-        Profile::from_value(&json!({
-            "apiVersion": super::super::API_VERSION,
-            "kind": super::super::KIND,
-            "metadata": {"name": name},
-            "spec": spec
-        }))
+        Profile::from_value(&json!({"apiVersion": super::super::API_VERSION,
+            "kind": super::super::KIND, "metadata": {"name": name}, "spec": spec}))
         .unwrap()
+    }
+
+    fn set(profiles: Vec<Profile>) -> ProfileSet {
+        ProfileSet::new(profiles).unwrap()
     }
 
     fn shipped() -> ProfileSet {
-        ProfileSet::new(vec![
-            profile(
-                "aks-nvidia",
-                &["nvidia.com/gpu", "nvidia.com/mig-*"],
-                json!({}),
-            ),
-            profile("aks-amd", &["amd.com/gpu"], json!({})),
-        ])
-        .unwrap()
+        let nvidia = profile("aks-nvidia", "nvidia.com/gpu nvidia.com/mig-*", json!({}));
+        set(vec![nvidia, profile("aks-amd", "amd.com/gpu", json!({}))])
     }
 
     fn pool(requirements: Value, taints: Option<Value>) -> Value {
-        let mut p = json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": "gpu"},
+        let mut p = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
             "spec": {"template": {"spec": {
                 "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
-                "requirements": requirements
-            }}}
-        });
+                "requirements": requirements}}}});
         if let Some(t) = taints {
             p["spec"]["template"]["spec"]["taints"] = t;
         }
         p
+    }
+
+    /// An A100 pool with one taint.
+    fn a100_tainted(taint: Value) -> Value {
+        pool(a100(), Some(json!([taint])))
     }
 
     const FAMILY: &str = "karpenter.azure.com/sku-family";
@@ -276,28 +268,22 @@ mod tests {
         let p = pool(a100(), None);
         let plan = plan_node_pool(&shipped(), &p);
         assert_eq!(plan.profile.as_deref(), Some("aks-nvidia"));
+        let taints = json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]);
         assert_eq!(
             patched(&p, &plan)["spec"]["template"]["spec"]["taints"],
-            json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}])
+            taints
         );
-        assert_eq!(
-            plan.warnings,
-            vec!["gpu-placement: NodePool gpu launches GPU nodes without a GPU taint; added sku=gpu:NoSchedule so that only pods that tolerate it land there"]
-        );
+        let warning = "gpu-placement: NodePool gpu launches GPU nodes without a GPU taint; added sku=gpu:NoSchedule so that only pods that tolerate it land there";
+        assert_eq!(plan.warnings, [warning]);
     }
 
     #[test]
     fn taint_is_appended_to_existing_taints() {
-        let p = pool(
-            a100(),
-            Some(json!([{"key": "team", "value": "ml", "effect": "NoSchedule"}])),
-        );
+        let p = a100_tainted(json!({"key": "team", "value": "ml", "effect": "NoSchedule"}));
         let plan = plan_node_pool(&shipped(), &p);
         let ops = serde_json::to_value(&plan.patch).unwrap();
-        assert_eq!(
-            ops,
-            json!([{"op": "add", "path": "/spec/template/spec/taints/-", "value": {"key": "sku", "value": "gpu", "effect": "NoSchedule"}}])
-        );
+        let want = json!([{"op": "add", "path": "/spec/template/spec/taints/-", "value": {"key": "sku", "value": "gpu", "effect": "NoSchedule"}}]);
+        assert_eq!(ops, want);
     }
 
     #[test]
@@ -312,16 +298,11 @@ mod tests {
         let mut p = pool(a100(), None);
         p["spec"]["template"]["spec"]["taints"] = Value::Null;
         let ops = serde_json::to_value(&plan_node_pool(&shipped(), &p).patch).unwrap();
-        assert_eq!(
-            ops,
-            json!([{"op": "add", "path": "/spec/template/spec/taints", "value": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]}])
-        );
+        let want = json!([{"op": "add", "path": "/spec/template/spec/taints", "value": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]}]);
+        assert_eq!(ops, want);
         // Missing parents come whole, in one operation.
-        let ops = taint_ops(
-            &json!({"metadata": {}}),
-            json!({"key": "k", "effect": "NoSchedule"}),
-        )
-        .unwrap();
+        let taint = json!({"key": "k", "effect": "NoSchedule"});
+        let ops = taint_ops(&json!({"metadata": {}}), taint).unwrap();
         let paths: Vec<String> = ops
             .iter()
             .map(|op| match op {
@@ -332,10 +313,9 @@ mod tests {
         assert_eq!(paths, ["/spec"]);
         let mut with_parents = json!({"metadata": {}});
         json_patch::patch(&mut with_parents, &ops).unwrap();
-        assert_eq!(
-            with_parents["spec"],
-            json!({"template": {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}})
-        );
+        let want =
+            json!({"template": {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}});
+        assert_eq!(with_parents["spec"], want);
     }
 
     #[test]
@@ -344,12 +324,8 @@ mod tests {
         p["spec"]["template"]["spec"]["taints"] = json!("sku=gpu:NoSchedule");
         let plan = plan_node_pool(&shipped(), &p);
         assert!(plan.patch.0.is_empty() && plan.profile.is_none());
-        assert_eq!(
-            taint_ops(&json!({"spec": {"template": []}}), json!({}))
-                .unwrap_err()
-                .path,
-            "/spec/template"
-        );
+        let wrong = taint_ops(&json!({"spec": {"template": []}}), json!({}));
+        assert_eq!(wrong.unwrap_err().path, "/spec/template");
     }
 
     #[test]
@@ -366,31 +342,21 @@ mod tests {
             json!({"key": "nvidia.com/gpu", "effect": "NoSchedule"}),
             json!({"key": "sku", "value": "gpu", "effect": "NoExecute"}),
         ] {
-            let plan = plan_node_pool(&shipped(), &pool(a100(), Some(json!([taint]))));
+            let plan = plan_node_pool(&shipped(), &a100_tainted(taint.clone()));
             assert!(plan.patch.0.is_empty(), "{taint}");
         }
         // A weaker effect does not keep CPU pods off.
-        let plan = plan_node_pool(
-            &shipped(),
-            &pool(
-                a100(),
-                Some(json!([{"key": "sku", "value": "gpu", "effect": "PreferNoSchedule"}])),
-            ),
-        );
+        let soft =
+            a100_tainted(json!({"key": "sku", "value": "gpu", "effect": "PreferNoSchedule"}));
+        let plan = plan_node_pool(&shipped(), &soft);
         assert_eq!(plan.patch.0.len(), 1);
     }
 
     #[test]
     fn a_custom_profile_taint_counts_when_identical() {
-        let custom = profile(
-            "dedicated",
-            &["nvidia.com/gpu"],
-            json!({
-                "tolerations": [{"key": "pool", "operator": "Exists"}],
-                "nodePoolTaint": {"key": "pool", "value": "gpu", "effect": "NoSchedule"}
-            }),
-        );
-        let set = ProfileSet::new(vec![custom]).unwrap();
+        let custom = json!({"tolerations": [{"key": "pool", "operator": "Exists"}],
+            "nodePoolTaint": {"key": "pool", "value": "gpu", "effect": "NoSchedule"}});
+        let set = set(vec![profile("dedicated", "nvidia.com/gpu", custom)]);
         let p = pool(a100(), None);
         let plan = plan_node_pool(&set, &p);
         assert_eq!(plan.profile.as_deref(), Some("dedicated"));
@@ -400,26 +366,17 @@ mod tests {
 
     #[test]
     fn same_key_and_effect_with_another_value_is_not_doubled() {
-        let p = pool(
-            a100(),
-            Some(json!([{"key": "sku", "value": "compute", "effect": "NoSchedule"}])),
-        );
+        let p = a100_tainted(json!({"key": "sku", "value": "compute", "effect": "NoSchedule"}));
         let plan = plan_node_pool(&shipped(), &p);
         assert!(plan.patch.0.is_empty() && plan.profile.is_none());
-        assert_eq!(
-            plan.warnings,
-            vec!["gpu-placement: NodePool gpu launches GPU nodes without a GPU taint; did not add sku=gpu:NoSchedule because it already has sku=compute:NoSchedule"]
-        );
+        let warning = "gpu-placement: NodePool gpu launches GPU nodes without a GPU taint; did not add sku=gpu:NoSchedule because it already has sku=compute:NoSchedule";
+        assert_eq!(plan.warnings, [warning]);
     }
 
     #[test]
     fn require_policy_leaves_the_pool_to_validation() {
-        let set = ProfileSet::new(vec![profile(
-            "strict",
-            &["nvidia.com/gpu"],
-            json!({"nodePoolTaintPolicy": "Require"}),
-        )])
-        .unwrap();
+        let require = json!({"nodePoolTaintPolicy": "Require"});
+        let set = set(vec![profile("strict", "nvidia.com/gpu", require)]);
         let plan = plan_node_pool(&set, &pool(a100(), None));
         assert!(plan.patch.0.is_empty() && plan.warnings.is_empty() && plan.profile.is_none());
     }
@@ -436,15 +393,11 @@ mod tests {
 
     #[test]
     fn amd_pools_take_the_amd_profile() {
-        let amd_first = ProfileSet::new(vec![
-            profile("aks-amd", &["amd.com/gpu"], json!({})),
-            profile(
-                "nvidia-strict",
-                &["nvidia.com/gpu"],
-                json!({"nodePoolTaintPolicy": "Require"}),
-            ),
-        ])
-        .unwrap();
+        let require = json!({"nodePoolTaintPolicy": "Require"});
+        let amd_first = set(vec![
+            profile("aks-amd", "amd.com/gpu", json!({})),
+            profile("nvidia-strict", "nvidia.com/gpu", require),
+        ]);
         let mi300 = pool(req(SIZE, &["Standard_ND96isr_MI300X_v5"]), None);
         let plan = plan_node_pool(&amd_first, &mi300);
         assert_eq!(plan.profile.as_deref(), Some("aks-amd"));
@@ -455,13 +408,11 @@ mod tests {
 
     #[test]
     fn highest_priority_profile_with_a_pool_taint_wins() {
-        let set = ProfileSet::new(vec![
-            profile("aks-nvidia", &["nvidia.com/gpu"], json!({})),
-            profile(
-                "h100-strict",
-                &["nvidia.com/gpu"],
-                json!({"priority": 10, "nodePoolTaintPolicy": "Require"}),
-            ),
+        let strict = json!({"priority": 10, "nodePoolTaintPolicy": "Require"});
+        let team = json!({"priority": 30, "podSelector": {"matchLabels": {"team": "a"}}});
+        let set = set(vec![
+            profile("aks-nvidia", "nvidia.com/gpu", json!({})),
+            profile("h100-strict", "nvidia.com/gpu", strict),
             // Higher still, but without a pool taint: not about pools.
             Profile::from_value(&json!({
                 "apiVersion": super::super::API_VERSION, "kind": super::super::KIND,
@@ -471,13 +422,8 @@ mod tests {
             }))
             .unwrap(),
             // Higher still, but scoped to some pods.
-            profile(
-                "team",
-                &["nvidia.com/gpu"],
-                json!({"priority": 30, "podSelector": {"matchLabels": {"team": "a"}}}),
-            ),
-        ])
-        .unwrap();
+            profile("team", "nvidia.com/gpu", team),
+        ]);
         let plan = plan_node_pool(&set, &pool(a100(), None));
         assert!(plan.patch.0.is_empty(), "h100-strict requires: {plan:?}");
     }
@@ -489,18 +435,10 @@ mod tests {
         let plan = plan_node_pool(&shipped(), &both);
         assert_eq!(plan.profile.as_deref(), Some("aks-amd"), "first by name");
         assert_eq!(plan.patch.0.len(), 1);
-        let differ = ProfileSet::new(vec![
-            profile("aks-nvidia", &["nvidia.com/gpu"], json!({})),
-            profile(
-                "aks-amd",
-                &["amd.com/gpu"],
-                json!({
-                    "tolerations": [{"key": "amd.com/gpu", "operator": "Exists"}],
-                    "nodePoolTaint": {"key": "amd.com/gpu", "effect": "NoSchedule"}
-                }),
-            ),
-        ])
-        .unwrap();
+        let amd = json!({"tolerations": [{"key": "amd.com/gpu", "operator": "Exists"}],
+            "nodePoolTaint": {"key": "amd.com/gpu", "effect": "NoSchedule"}});
+        let nvidia = || profile("aks-nvidia", "nvidia.com/gpu", json!({}));
+        let differ = set(vec![nvidia(), profile("aks-amd", "amd.com/gpu", amd)]);
         let plan = plan_node_pool(&differ, &both);
         assert!(plan.patch.0.is_empty() && plan.profile.is_none());
         assert_eq!(plan.warnings.len(), 1);
@@ -517,8 +455,7 @@ mod tests {
         let quiet = plan.patch.0.is_empty() && plan.warnings.is_empty();
         assert!(quiet, "{plan:?}");
         // A manufacturer no profile serves: nothing added.
-        let nvidia_only =
-            ProfileSet::new(vec![profile("aks-nvidia", &["nvidia.com/gpu"], json!({}))]).unwrap();
+        let nvidia_only = set(vec![nvidia()]);
         assert!(plan_node_pool(&nvidia_only, &both).patch.0.is_empty());
     }
 

@@ -36,19 +36,16 @@ fn simple(name: &str, priority: i32, extra: Value) -> Profile {
     .unwrap()
 }
 
+/// A set of one [`simple`] profile of priority 0.
+fn only(name: &str, extra: Value) -> ProfileSet {
+    ProfileSet::new(vec![simple(name, 0, extra)]).unwrap()
+}
+
 fn gpu_pod(spec_extra: Value) -> Value {
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "trainer", "namespace": "ml"},
-        "spec": {
-            "containers": [{
-                "name": "cuda",
-                "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}
-            }]
-        }
-    });
+        "spec": {"containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
     for (k, v) in spec_extra.as_object().unwrap() {
         pod["spec"][k] = v.clone();
     }
@@ -57,13 +54,12 @@ fn gpu_pod(spec_extra: Value) -> Value {
 
 /// [`gpu_pod`] with required node-selector `terms`.
 fn terms_pod(terms: Value) -> Value {
-    gpu_pod(json!({"affinity": {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}))
+    gpu_pod(crate::gpu::with_terms(terms))
 }
 
-/// Whether some operation of `plan` writes under `prefix`.
-fn touches(plan: &Plan, prefix: &str) -> bool {
-    paths(plan).iter().any(|p| p.starts_with(prefix))
+/// Whether some operation of `plan` writes at a path that contains `part`.
+fn touches(plan: &Plan, part: &str) -> bool {
+    paths(plan).iter().any(|p| p.contains(part))
 }
 
 /// Asserts that `text` says each of `parts`.
@@ -130,11 +126,7 @@ fn apply(set: &ProfileSet, pod: &Value) -> (Plan, Value) {
     let mut patched = pod.clone();
     json_patch::patch(&mut patched, &plan.patch).unwrap();
     let again = plan_pod(set, &patched);
-    assert!(
-        again.patch.0.is_empty(),
-        "second call patched again: {:?}",
-        again.patch
-    );
+    assert!(again.patch.0.is_empty(), "patched again: {:?}", again.patch);
     (plan, patched)
 }
 
@@ -152,6 +144,16 @@ fn required_terms(pod: &Value) -> Value {
         .unwrap_or(Value::Null)
 }
 
+fn preferred_terms(pod: &Value) -> Value {
+    let at = pod.at("/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution");
+    at.cloned().unwrap_or(Value::Null)
+}
+
+/// The profile [`plan_pod`] places `pod` with.
+fn profile_of(set: &ProfileSet, pod: &Value) -> Option<String> {
+    plan_pod(set, pod).profile
+}
+
 fn expr(key: &str, op: &str, values: &[&str]) -> Value {
     if values.is_empty() {
         json!({"key": key, "operator": op})
@@ -165,11 +167,8 @@ fn accel_nvidia() -> Value {
 }
 
 fn nap_nvidia() -> Value {
-    expr(
-        "karpenter.azure.com/sku-gpu-manufacturer",
-        "In",
-        &["nvidia"],
-    )
+    let key = "karpenter.azure.com/sku-gpu-manufacturer";
+    expr(key, "In", &["nvidia"])
 }
 
 fn sku_gpu() -> Value {
@@ -181,23 +180,18 @@ fn bare_gpu_pod_gets_toleration_affinity_and_parents_whole() {
     let (plan, patched) = apply(&shipped(), &gpu_pod(json!({})));
     assert_eq!(plan.profile.as_deref(), Some("aks-nvidia"));
     // A missing parent comes in one operation with everything under it.
-    assert_eq!(
-        paths(&plan),
-        vec![
-            "/spec/tolerations",
-            "/spec/affinity",
-            "/metadata/annotations"
-        ]
-    );
+    let whole = [
+        "/spec/tolerations",
+        "/spec/affinity",
+        "/metadata/annotations",
+    ];
+    assert_eq!(paths(&plan), whole);
     assert_eq!(patched["spec"]["tolerations"], json!([sku_gpu()]));
-    assert_eq!(
-        required_terms(&patched),
-        json!([{"matchExpressions": [accel_nvidia()]}, {"matchExpressions": [nap_nvidia()]}])
-    );
-    assert_eq!(
-        patched["metadata"]["annotations"][PROFILE_ANNOTATION],
-        "aks-nvidia"
-    );
+    let both =
+        json!([{"matchExpressions": [accel_nvidia()]}, {"matchExpressions": [nap_nvidia()]}]);
+    assert_eq!(required_terms(&patched), both);
+    let annotations = &patched["metadata"]["annotations"];
+    assert_eq!(annotations[PROFILE_ANNOTATION], "aks-nvidia");
     let _: k8s_openapi::api::core::v1::Pod = serde_json::from_value(patched).unwrap();
 }
 
@@ -256,10 +250,8 @@ fn amd_pods_get_the_amd_profile() {
     pod["spec"]["containers"][0]["resources"]["limits"] = json!({"amd.com/gpu": "8"});
     let (plan, patched) = apply(&shipped(), &pod);
     assert_eq!(plan.profile.as_deref(), Some("aks-amd"));
-    assert_eq!(
-        required_terms(&patched)[0]["matchExpressions"][0]["values"],
-        json!(["amd"])
-    );
+    let values = &required_terms(&patched)[0]["matchExpressions"][0]["values"];
+    assert_eq!(values, &json!(["amd"]));
 }
 
 #[test]
@@ -326,36 +318,26 @@ fn extended_resource_toleration_is_kept_and_not_duplicated() {
     let ert = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
     let pod = gpu_pod(json!({"tolerations": [ert.clone()]}));
     let (_, patched) = apply(&shipped(), &pod);
-    assert_eq!(
-        patched["spec"]["tolerations"],
-        json!([ert.clone(), sku_gpu()])
-    );
+    assert_eq!(patched["spec"]["tolerations"], json!([ert, sku_gpu()]));
     // A profile for nvidia.com/gpu-tainted pools asks for the same toleration:
     // the plugin's one already covers it.
-    let tainted = simple(
-        "gpu-taint",
-        0,
-        json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
-    );
-    let set = ProfileSet::new(vec![tainted]).unwrap();
-    let plan = plan_pod(&set, &pod);
+    let tainted = json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]});
+    let plan = plan_pod(&only("gpu-taint", tainted), &pod);
     assert!(!touches(&plan, "/spec/tolerations"));
 }
 
 #[test]
 fn requirement_is_added_to_every_existing_term() {
-    let set = ProfileSet::new(vec![simple("one", 0, json!({}))]).unwrap();
+    let set = only("one", json!({}));
     let pod = terms_pod(json!([
         {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]},
         {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-2"])]}
     ]));
     let (plan, patched) = apply(&set, &pod);
-    assert!(
-        !paths(&plan)
-            .iter()
-            .any(|p| p.ends_with("/nodeSelectorTerms")),
-        "terms are not replaced"
-    );
+    let replaced = paths(&plan)
+        .iter()
+        .any(|p| p.ends_with("/nodeSelectorTerms"));
+    assert!(!replaced, "terms are not replaced");
     assert_eq!(
         required_terms(&patched),
         json!([
@@ -393,40 +375,28 @@ fn a_term_that_already_says_the_requirement_is_left_alone() {
         {"matchExpressions": [expr("topology.kubernetes.io/zone", "In", &["eastus-1"])]}
     ]));
     let (plan, patched) = apply(&shipped(), &pod);
-    assert!(!paths(&plan)
-        .iter()
-        .any(|p| p.contains("/nodeSelectorTerms/0")));
+    assert!(!touches(&plan, "/nodeSelectorTerms/0"));
     let terms = required_terms(&patched);
-    assert_eq!(
-        terms[0],
-        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            ["nodeSelectorTerms"][0]
-    );
+    assert_eq!(terms[0], required_terms(&pod)[0]);
     assert_eq!(terms.as_array().unwrap().len(), 3);
 }
 
 #[test]
 fn a_narrower_requirement_counts_as_saying_it() {
-    let set = ProfileSet::new(vec![simple("one", 0, json!({"requiredNodeSelectorTerms": [
-        {"matchExpressions": [expr("karpenter.azure.com/sku-gpu-name", "In", &["A100", "H100"])]}
-    ]}))])
-    .unwrap();
-    let pod = terms_pod(
-        json!([{"matchExpressions": [expr("karpenter.azure.com/sku-gpu-name", "In", &["H100"])]}]),
+    let name = |values: &[&str]| json!([{"matchExpressions": [expr("karpenter.azure.com/sku-gpu-name", "In", values)]}]);
+    let set = only(
+        "one",
+        json!({"requiredNodeSelectorTerms": name(&["A100", "H100"])}),
     );
-    let plan = plan_pod(&set, &pod);
-    assert!(
-        !paths(&plan).iter().any(|p| p.contains("affinity")),
-        "{:?}",
-        paths(&plan)
-    );
+    let plan = plan_pod(&set, &terms_pod(name(&["H100"])));
+    assert!(!touches(&plan, "affinity"), "{:?}", paths(&plan));
 }
 
 #[test]
 fn node_selector_that_already_selects_gpu_nodes_needs_no_affinity() {
     let pod = gpu_pod(json!({"nodeSelector": {"kubernetes.azure.com/accelerator": "nvidia"}}));
     let (plan, patched) = apply(&shipped(), &pod);
-    assert!(!paths(&plan).iter().any(|p| p.contains("affinity")));
+    assert!(!touches(&plan, "affinity"));
     assert_eq!(patched["spec"]["tolerations"], json!([sku_gpu()]));
 }
 
@@ -462,10 +432,7 @@ fn preferred_terms_and_pod_affinity_are_preserved() {
     assert!(!paths(&plan).contains(&"/spec/affinity".to_string()));
     assert!(!paths(&plan).contains(&"/spec/affinity/nodeAffinity".to_string()));
     let a = &patched["spec"]["affinity"];
-    assert_eq!(
-        a["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"],
-        preferred
-    );
+    assert_eq!(preferred_terms(&patched), preferred);
     assert_eq!(a["podAffinity"], pod_affinity);
     assert_eq!(a["podAntiAffinity"], anti);
     assert_eq!(required_terms(&patched).as_array().unwrap().len(), 2);
@@ -474,18 +441,9 @@ fn preferred_terms_and_pod_affinity_are_preserved() {
 #[test]
 fn profile_preferences_are_added_once() {
     let pref = json!({"weight": 20, "preference": {"matchExpressions": [expr("karpenter.sh/capacity-type", "In", &["on-demand"])]}});
-    let set = ProfileSet::new(vec![simple(
-        "p",
-        0,
-        json!({"preferredNodeSelectorTerms": [pref.clone()]}),
-    )])
-    .unwrap();
+    let set = only("p", json!({"preferredNodeSelectorTerms": [pref.clone()]}));
     let (_, patched) = apply(&set, &gpu_pod(json!({})));
-    assert_eq!(
-        patched["spec"]["affinity"]["nodeAffinity"]
-            ["preferredDuringSchedulingIgnoredDuringExecution"],
-        json!([pref.clone()])
-    );
+    assert_eq!(preferred_terms(&patched), json!([pref.clone()]));
     // The pod already prefers the same nodes, with its own weight.
     let mut own = pref.clone();
     own["weight"] = json!(90);
@@ -493,11 +451,7 @@ fn profile_preferences_are_added_once() {
         json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [own.clone()]}}}),
     );
     let (_, patched) = apply(&set, &pod);
-    assert_eq!(
-        patched["spec"]["affinity"]["nodeAffinity"]
-            ["preferredDuringSchedulingIgnoredDuringExecution"],
-        json!([own])
-    );
+    assert_eq!(preferred_terms(&patched), json!([own]));
 }
 
 #[test]
@@ -519,15 +473,13 @@ fn unknown_fields_survive() {
     assert_eq!(patched["spec"]["futureSchedulingField"], json!({"x": 1}));
     assert_eq!(patched["spec"]["containers"][0]["x-container"], "kept");
     assert_eq!(
-        patched["spec"]["affinity"]["nodeAffinity"]["x-vendor"],
-        true
+        patched.at("/spec/affinity/nodeAffinity/x-vendor"),
+        Some(&json!(true))
     );
     let terms = required_terms(&patched);
     assert_eq!(terms[0]["x-term"], "kept");
-    assert_eq!(
-        terms[1]["x-term"], "kept",
-        "appended combinations copy the term"
-    );
+    let why = "appended combinations copy the term";
+    assert_eq!(terms[1]["x-term"], "kept", "{why}");
 }
 
 #[test]
@@ -564,10 +516,7 @@ fn highest_priority_wins_then_name() {
     let set = ProfileSet::new(vec![a, c, b]).unwrap();
     let names: Vec<&str> = set.profiles().iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, vec!["b-high", "c-high", "a-low"]);
-    assert_eq!(
-        plan_pod(&set, &gpu_pod(json!({}))).profile.as_deref(),
-        Some("b-high")
-    );
+    assert_eq!(profile_of(&set, &gpu_pod(json!({}))), Some("b-high".into()));
 }
 
 #[test]
@@ -584,15 +533,15 @@ fn selectors_choose_the_profile() {
     let pod = gpu_pod(json!({}));
     let ml = [("team", "ml")];
     assert_eq!(
-        plan_labelled(&set, &pod, &ml).profile.as_deref(),
-        Some("team-ml")
+        plan_labelled(&set, &pod, &ml).profile,
+        Some("team-ml".into())
     );
-    assert_eq!(plan_pod(&set, &pod).profile.as_deref(), Some("aks-nvidia"));
+    assert_eq!(profile_of(&set, &pod), Some("aks-nvidia".into()));
     let mut skip = pod.clone();
     skip["metadata"]["labels"] = json!({"gpu-admission.io/placement": "skip"});
     assert_eq!(
-        plan_labelled(&set, &skip, &ml).profile.as_deref(),
-        Some("aks-nvidia")
+        plan_labelled(&set, &skip, &ml).profile,
+        Some("aks-nvidia".into())
     );
 }
 
@@ -605,22 +554,14 @@ fn namespace_labels_come_from_the_lookup() {
                 .then(|| Arc::new(json!({"metadata": {"name": "ml", "labels": {"team": "ml"}}})))
         }
     }
-    let team = simple(
+    let set = only(
         "team-ml",
-        10,
         json!({"namespaceSelector": {"matchLabels": {"team": "ml", NAMESPACE_NAME_LABEL: "ml"}}}),
     );
-    let set = ProfileSet::new(vec![team]).unwrap();
     let req = Request::for_object(gpu_pod(json!({})), Operation::Create, Some("ml"));
-    assert_eq!(
-        plan_in(&set, &req, &One).profile.as_deref(),
-        Some("team-ml")
-    );
-    assert_eq!(
-        plan(&set, &req).profile,
-        None,
-        "without a lookup only the name label is known"
-    );
+    assert_eq!(plan_in(&set, &req, &One).profile, Some("team-ml".into()));
+    let why = "without a lookup only the name label is known";
+    assert_eq!(plan(&set, &req).profile, None, "{why}");
 }
 
 #[test]
@@ -662,14 +603,11 @@ fn node_selector_for_non_gpu_nodes_conflicts() {
 
 #[test]
 fn cpu_agentpool_conflicts_with_a_pool_requirement() {
-    let pool = simple(
+    let pool = expr("kubernetes.azure.com/agentpool", "In", &["gpunp"]);
+    let set = only(
         "gpu-pool",
-        0,
-        json!({"requiredNodeSelectorTerms": [{"matchExpressions": [
-            expr("kubernetes.azure.com/agentpool", "In", &["gpunp"])
-        ]}]}),
+        json!({"requiredNodeSelectorTerms": [{"matchExpressions": [pool]}]}),
     );
-    let set = ProfileSet::new(vec![pool]).unwrap();
     let pod = terms_pod(
         json!([{"matchExpressions": [expr("kubernetes.azure.com/agentpool", "In", &["nodepool1"])]}]),
     );
@@ -775,36 +713,24 @@ fn shipped_profiles_load() {
 #[test]
 fn only_requirements_a_term_lacks_are_added() {
     let linux = expr("kubernetes.io/os", "In", &["linux"]);
-    let set = ProfileSet::new(vec![simple(
-        "two",
-        0,
-        json!({"requiredNodeSelectorTerms": [
-            {"matchExpressions": [accel_nvidia(), linux.clone()]}
-        ]}),
-    )])
-    .unwrap();
+    let two = json!({"requiredNodeSelectorTerms": [{"matchExpressions": [accel_nvidia(), linux.clone()]}]});
+    let set = only("two", two);
     let pod = terms_pod(json!([{"matchExpressions": [accel_nvidia()]}]));
     let (_, patched) = apply(&set, &pod);
-    assert_eq!(
-        required_terms(&patched),
-        json!([{"matchExpressions": [accel_nvidia(), linux]}])
-    );
+    let want = json!([{"matchExpressions": [accel_nvidia(), linux]}]);
+    assert_eq!(required_terms(&patched), want);
 }
 
 #[test]
 fn plan_finds_the_namespace_when_the_request_has_none() {
-    let only_ml = simple(
-        "only-ml",
-        0,
-        json!({"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "ml"}}}),
-    );
-    let set = ProfileSet::new(vec![only_ml]).unwrap();
+    let only_ml = json!({"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "ml"}}});
+    let set = only("only-ml", only_ml);
     let mut req = Request::for_object(gpu_pod(json!({})), Operation::Create, None);
     req.namespace = None;
     let from_metadata = plan(&set, &req).profile;
     assert_eq!(
-        from_metadata.as_deref(),
-        Some("only-ml"),
+        from_metadata,
+        Some("only-ml".into()),
         "from metadata.namespace"
     );
     if let Some(pod) = req.object.as_mut() {
@@ -913,11 +839,8 @@ fn tier_narrowing_looked_up_is_tier_narrowing_worked_out() {
             let worked_out = set.tier_allowed(&labels).and_then(|allowed| {
                 tiers::narrow(&profile.required, spec, &request, &allowed, set.catalog())
             });
-            assert_eq!(
-                looked_up.as_deref(),
-                worked_out.as_deref(),
-                "{spec} in {labels:?}"
-            );
+            let (looked_up, worked_out) = (looked_up.as_deref(), worked_out.as_deref());
+            assert_eq!(looked_up, worked_out, "{spec} in {labels:?}");
             narrowed += usize::from(worked_out.is_some());
         }
     }
@@ -947,10 +870,8 @@ fn gpus_are_hidden_by_default_only_with_the_infrastructure_lists() {
     assert_eq!(hidden.profile, None, "hidden, not placed");
     let mut patched = agent.clone();
     json_patch::patch(&mut patched, &hidden.patch).unwrap();
-    assert_eq!(
-        patched.at("/spec/containers/0/env"),
-        Some(&json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]))
-    );
+    let void = json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]);
+    assert_eq!(patched.at("/spec/containers/0/env"), Some(&void));
     // Idempotent.
     let again = Request::for_object(patched, Operation::Create, Some("ml"));
     assert!(plan(&set, &again).patch.0.is_empty());

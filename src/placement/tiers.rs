@@ -254,16 +254,15 @@ mod tests {
     use serde_json::json;
 
     fn tiers() -> SkuTiers {
-        SkuTiers::from_config_map(&json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "gpu-sku-allowlist", "namespace": "gpu-admission"},
-            "data": {
-                "default": "Standard_NC4as_T4_v3, standard_nc8as_t4_v3,\n NV36ads_A10_v5",
-                "standard": "Standard_NC4as_T4_v3, Standard_NC24ads_A100_v4",
-                "premium": "*"
-            }
-        }))
-        .unwrap()
+        let data = json!({
+            "default": "Standard_NC4as_T4_v3, standard_nc8as_t4_v3,\n NV36ads_A10_v5",
+            "standard": "Standard_NC4as_T4_v3, Standard_NC24ads_A100_v4", "premium": "*"});
+        SkuTiers::from_config_map(&config_map(TIERS_CONFIG_MAP, data)).unwrap()
+    }
+
+    fn config_map(name: &str, data: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "gpu-admission"}, "data": data})
     }
 
     /// The labels of a namespace of `tier` that opts in to premium GPUs
@@ -289,20 +288,13 @@ mod tests {
 
     #[test]
     fn reads_only_the_tiers_config_map() {
-        assert!(
-            SkuTiers::from_config_map(&json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "other"}, "data": {"default": "*"}}))
-            .is_none()
-        );
-        assert!(
-            SkuTiers::from_config_map(&json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "gpu-sku-allowlist"}}))
-            .is_none()
-        );
-        let empty = SkuTiers::from_config_map(
-            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpu-sku-allowlist"}}),
-        )
-        .unwrap();
+        let other = config_map("other", json!({"default": "*"}));
+        assert!(SkuTiers::from_config_map(&other).is_none());
+        let mut secret = config_map(TIERS_CONFIG_MAP, Value::Null);
+        secret["kind"] = json!("Secret");
+        assert!(SkuTiers::from_config_map(&secret).is_none());
+        let empty = config_map(TIERS_CONFIG_MAP, Value::Null);
+        let empty = SkuTiers::from_config_map(&empty).unwrap();
         assert_eq!(empty.allowed(&Catalog::embedded(), &ns("", "")), None);
     }
 
@@ -361,9 +353,9 @@ mod tests {
                 assert_eq!(looked_up, worked_out, "{namespace:?}");
             }
         }
-        let no_default = SkuTiers::from_config_map(&json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "gpu-sku-allowlist"}, "data": {"standard": "Standard_NC4as_T4_v3"}}))
-        .unwrap();
+        let standard = json!({"standard": "Standard_NC4as_T4_v3"});
+        let no_default = config_map(TIERS_CONFIG_MAP, standard);
+        let no_default = SkuTiers::from_config_map(&no_default).unwrap();
         let set = none().with_tiers(no_default);
         assert_eq!(set.tier_allowed(&ns("", "")).map(|s| s.len()), None);
         let standard = set.tier_allowed(&ns("standard", "")).map(|s| names(&s));
@@ -402,20 +394,15 @@ mod tests {
     #[test]
     fn sizes_no_gpu_node_can_be_made_of_are_never_pinned() {
         let c = Catalog::embedded();
-        let unusable: Vec<&Sku> = c
-            .skus()
-            .iter()
+        let unusable: Vec<&Sku> = (c.skus().iter())
             .filter(|s| s.manufacturer == "amd" && (s.retired || !s.aks_supported))
             .collect();
         assert!(!unusable.is_empty(), "the catalog has such AMD sizes");
         let spec = gpu_spec("amd.com/gpu", json!({}));
         let request = pod_gpu_request(&spec, &GpuResources::default());
         let profile = [term(labels::SKU_GPU_MANUFACTURER, &["amd"])];
-        assert_eq!(
-            narrow(&profile, &spec, &request, &unusable, &c),
-            None,
-            "pinned to sizes it could never run on"
-        );
+        let pinned = narrow(&profile, &spec, &request, &unusable, &c);
+        assert_eq!(pinned, None, "pinned to sizes it could never run on");
         // Beside a usable size, only the usable one is pinned.
         let mut with_usable = unusable.clone();
         with_usable.push(c.get("Standard_ND96isr_MI300X_v5").unwrap());

@@ -109,13 +109,17 @@ mod tests {
     fn ops(pod: &Value, old: Option<&Value>) -> Vec<PatchOperation> {
         let spec = &pod["spec"];
         let gpu = |_: &str, name: &str| name == "train";
-        let context = PodContext {
-            asks_gpu: true,
+        let access = pod_access(spec, None, context(true), gpu);
+        hide_unrequested(pod, &access, old).unwrap()
+    }
+
+    /// A pod bound for GPU nodes that asks for GPUs or not.
+    fn context(asks_gpu: bool) -> PodContext {
+        PodContext {
+            asks_gpu,
             bound_for_gpu_nodes: true,
             debug_hidden: true,
-        };
-        let access = pod_access(spec, None, context, gpu);
-        hide_unrequested(pod, &access, old).unwrap()
+        }
     }
 
     fn apply(pod: &Value, ops: Vec<PatchOperation>) -> Value {
@@ -148,10 +152,8 @@ mod tests {
             let path = case[0].as_str().unwrap();
             assert_eq!(env(path), case[1], "{path}");
         }
-        assert!(
-            ops(&patched, None).is_empty(),
-            "a second pass changes nothing"
-        );
+        let why = "a second pass changes nothing";
+        assert!(ops(&patched, None).is_empty(), "{why}");
     }
 
     #[test]
@@ -161,10 +163,8 @@ mod tests {
             "ephemeralContainers": [{"name": "old-debug", "image": "busybox"}]}});
         let mut pod = old.clone();
         let debugger = json!({"name": "debugger", "image": "nvidia/cuda:12.4.1-base"});
-        pod["spec"]["ephemeralContainers"]
-            .as_array_mut()
-            .unwrap()
-            .push(debugger);
+        pod["spec"]["ephemeralContainers"] =
+            json!([old["spec"]["ephemeralContainers"][0], debugger]);
         let patched = apply(&pod, ops(&pod, Some(&old)));
         let void = json!([{"name": VISIBLE_DEVICES, "value": "void"}]);
         assert_eq!(patched["spec"]["ephemeralContainers"][1]["env"], void);
@@ -183,11 +183,7 @@ mod tests {
             {"name": "from", "env": [{"name": VISIBLE_DEVICES, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
             {"name": "launcher", "env": [{"name": VISIBLE_DEVICES, "value": ""}]}
         ]}});
-        let context = PodContext {
-            asks_gpu: false,
-            bound_for_gpu_nodes: true,
-            debug_hidden: true,
-        };
+        let context = context(false);
         let access = pod_access(&pod["spec"], None, context, |_, _| false);
         let infrastructure = |image: &str| image.starts_with("nvcr.io/nvidia/k8s-device-plugin");
         let hidden = hide_by_default(&pod, &access, infrastructure).unwrap();

@@ -293,10 +293,8 @@ mod tests {
         let c = Catalog::from_csv_str(&format!("{header}\n"), "undated.csv").unwrap();
         assert_eq!(c.as_of(), None);
         let err = error(&format!("# as-of: last week\n{header}\n"), "bad.csv");
-        assert!(
-            err.contains("bad.csv: line 1") && err.contains("not a date"),
-            "{err}"
-        );
+        let named = err.contains("bad.csv: line 1") && err.contains("not a date");
+        assert!(named, "{err}");
     }
 
     /// The error reading `text` as the catalog file `name`, as shown.

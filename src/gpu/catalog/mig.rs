@@ -178,15 +178,8 @@ mod tests {
         }
         // No MIG: no GPU of the table.
         assert!(c.get("Standard_NC4as_T4_v3").unwrap().mig_gpu.is_none());
-        assert_eq!(
-            c.get("Standard_NC40ads_H100_v5")
-                .unwrap()
-                .mig_gpu
-                .as_ref()
-                .unwrap()
-                .label(),
-            "H100 94GB"
-        );
+        let h100 = c.get("Standard_NC40ads_H100_v5").unwrap().mig_gpu.as_ref();
+        assert_eq!(h100.unwrap().label(), "H100 94GB");
     }
 
     #[test]

@@ -93,11 +93,8 @@ fn premium_marks_high_end_gpus_only() {
 fn every_row_is_consistent() {
     for sku in catalog().skus() {
         assert!(sku.gpu_devices as f64 >= sku.gpus.floor(), "{}", sku.name);
-        let name = &sku.name;
-        assert!(
-            !sku.retired || sku.retired_on.is_some(),
-            "{name} retired without a date"
-        );
+        let (name, dated) = (&sku.name, !sku.retired || sku.retired_on.is_some());
+        assert!(dated, "{name} retired without a date");
     }
 }
 

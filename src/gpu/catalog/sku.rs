@@ -361,12 +361,8 @@ mod tests {
             let sku = c.get(words.next().unwrap()).unwrap();
             for product in words {
                 let (has, product) = product.split_at(1);
-                assert_eq!(
-                    sku.has_gpu_product(product),
-                    has == "+",
-                    "{} {product}",
-                    sku.name
-                );
+                let name = &sku.name;
+                assert_eq!(sku.has_gpu_product(product), has == "+", "{name} {product}");
             }
         }
         let product = SkuLabel::of(labels::GPU_PRODUCT);
