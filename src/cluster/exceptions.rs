@@ -645,13 +645,10 @@ fn key_of(object: &DynamicObject) -> Key {
 /// kind), kept as JSON text without `metadata.managedFields` (the reader
 /// does not look at them).
 fn stored(object: DynamicObject) -> Box<str> {
-    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
-    if let Some(fields) = value.as_object_mut() {
-        fields.insert("apiVersion".into(), crate::exceptions::API_VERSION.into());
-        fields.insert("kind".into(), KIND.into());
-        if let Some(Value::Object(meta)) = fields.get_mut("metadata") {
-            meta.remove("managedFields");
-        }
+    let typed = super::typed(&object, crate::exceptions::API_VERSION, KIND);
+    let mut value = typed.unwrap_or(Value::Null);
+    if let Some(Value::Object(meta)) = value.get_mut("metadata") {
+        meta.remove("managedFields");
     }
     value.to_string().into_boxed_str()
 }

@@ -1,7 +1,6 @@
 //! The audit's [`Lister`] over a live cluster: pages of any kind, found
 //! through API discovery.
 use crate::inventory::{ListError, Lister, Page};
-use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// [`Lister`] over a cluster, through API discovery (once per kind).
@@ -60,13 +59,10 @@ impl Lister for ClusterLister {
             params = params.continue_token(token);
         }
         let list = api.list(&params).await.map_err(classify)?;
-        let mut items = Vec::with_capacity(list.items.len());
-        for item in list.items {
-            let mut value = serde_json::to_value(&item).map_err(|e| ListError::Other(e.into()))?;
-            value["apiVersion"] = Value::String(resource.api_version.clone());
-            value["kind"] = Value::String(resource.kind.clone());
-            items.push(value);
-        }
+        let items = (list.items.iter())
+            .map(|item| super::typed(item, &resource.api_version, &resource.kind))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ListError::Other(e.into()))?;
         Ok(Page {
             items,
             continue_token: list.metadata.continue_.filter(|t| !t.is_empty()),

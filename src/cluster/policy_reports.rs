@@ -76,11 +76,8 @@ impl ClusterPolicyReports {
     }
 
     fn value(&self, object: kube::core::DynamicObject) -> Result<Value, ReportStoreError> {
-        let mut value =
-            serde_json::to_value(&object).map_err(|e| ReportStoreError::Other(e.into()))?;
-        value["apiVersion"] = Value::String(self.resource.api_version.clone());
-        value["kind"] = Value::String(self.resource.kind.clone());
-        Ok(value)
+        super::typed(&object, &self.resource.api_version, &self.resource.kind)
+            .map_err(|e| ReportStoreError::Other(e.into()))
     }
 }
 
