@@ -167,13 +167,6 @@ pub fn pod_metadata(object: &Value) -> Option<&Value> {
     object.at(kind.template)?.get("metadata")
 }
 
-/// A Pod built from the template of a pod controller: the template's labels
-/// and annotations, the controller's name and namespace, and the template's
-/// spec. `None` when `object` is not a controller or has no template.
-pub fn pod_from_template(object: &Value) -> Option<Value> {
-    Some(pod_of_template(object, pod_template(object)?.clone()))
-}
-
 /// The Pod that `template` (a pod template: `metadata` and `spec`) of the
 /// workload `object` describes: the template's labels and annotations, the
 /// workload's name and namespace, and the template's spec (moved, not
@@ -209,6 +202,10 @@ pub fn pod_of_template(object: &Value, mut template: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pod_from_template(object: &Value) -> Option<Value> {
+        Some(pod_of_template(object, pod_template(object)?.clone()))
+    }
 
     fn pod_spec() -> Value {
         json!({"containers": [{"name": "train", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]})
