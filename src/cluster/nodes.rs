@@ -3,12 +3,11 @@
 //! boundary reads them, kept current by watches. Everything else a Node carries
 //! (images, conditions, addresses, annotations) is dropped before it is
 //! stored, so the cache stays small on clusters of thousands of nodes.
-use super::watch::{self, CacheMetrics, Event, Kind, Settings, Watched};
+use super::watch::{self, CacheMetrics, Event, Kind, Relisted, Settings, Watched};
 use crate::gpu::{DraDevices, NodeLookup, NodeSnapshot};
 use crate::k8s::NodeInfo;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Nodes of a live cluster, kept current by a watch (needs list and watch
@@ -48,63 +47,6 @@ struct Known {
     slices: Relisted<Value>,
     /// Of all, shared by requests until one changes.
     snapshot: Option<Arc<NodeSnapshot>>,
-}
-
-/// Objects by name, as the watch last listed and changed them.
-struct Relisted<V> {
-    held: BTreeMap<String, V>,
-    /// While a (re)list is under way: what it has seen so far.
-    relisting: Option<BTreeMap<String, V>>,
-}
-
-impl<V> Default for Relisted<V> {
-    fn default() -> Self {
-        Relisted {
-            held: BTreeMap::new(),
-            relisting: None,
-        }
-    }
-}
-
-impl<V: PartialEq> Relisted<V> {
-    /// Takes one watch event, each object read into its name and value;
-    /// whether what is held changed.
-    fn take<K: kube::Resource>(
-        &mut self,
-        event: Event<K>,
-        read: impl Fn(&K) -> Option<(String, V)>,
-    ) -> bool {
-        match event {
-            Event::Init => {
-                self.relisting = Some(BTreeMap::new());
-                false
-            }
-            Event::InitApply(object) => {
-                if let (Some((name, value)), Some(list)) = (read(&object), self.relisting.as_mut())
-                {
-                    list.insert(name, value);
-                }
-                false
-            }
-            Event::InitDone => {
-                let list = self.relisting.take().unwrap_or_default();
-                let changed = list != self.held;
-                self.held = list;
-                changed
-            }
-            Event::Apply(object) => match read(&object) {
-                Some((name, value)) if self.held.get(&name) != Some(&value) => {
-                    self.held.insert(name, value);
-                    true
-                }
-                _ => false,
-            },
-            Event::Delete(object) => {
-                let name = object.meta().name.clone().unwrap_or_default();
-                self.held.remove(&name).is_some()
-            }
-        }
-    }
 }
 
 /// Where a kind watched beside the nodes is held, and how one is read.
@@ -227,7 +169,7 @@ impl ClusterNodes {
 
     /// Takes one watch event into the objects `held` picks; a change
     /// drops the shared snapshot.
-    fn take<K: kube::Resource, V: PartialEq>(
+    fn take<K, V: PartialEq>(
         &self,
         held: impl FnOnce(&mut Known) -> &mut Relisted<V>,
         read: impl Fn(&K) -> Option<(String, V)>,

@@ -319,6 +319,58 @@ pub fn sink<K>(
     }
 }
 
+/// Objects by name, as the watch last listed and changed them.
+pub struct Relisted<V> {
+    pub held: std::collections::BTreeMap<String, V>,
+    /// While a (re)list is under way: what it has seen so far.
+    relisting: Option<std::collections::BTreeMap<String, V>>,
+}
+
+impl<V> Default for Relisted<V> {
+    fn default() -> Self {
+        Relisted {
+            held: std::collections::BTreeMap::new(),
+            relisting: None,
+        }
+    }
+}
+
+impl<V: PartialEq> Relisted<V> {
+    /// Takes one watch event, each object read into its name and value;
+    /// whether what is held changed.
+    pub fn take<K>(&mut self, event: Event<K>, read: impl Fn(&K) -> Option<(String, V)>) -> bool {
+        match event {
+            Event::Init => {
+                self.relisting = Some(std::collections::BTreeMap::new());
+                false
+            }
+            Event::InitApply(object) => {
+                if let (Some((name, value)), Some(list)) = (read(&object), self.relisting.as_mut())
+                {
+                    list.insert(name, value);
+                }
+                false
+            }
+            Event::InitDone => {
+                let list = self.relisting.take().unwrap_or_default();
+                let changed = list != self.held;
+                self.held = list;
+                changed
+            }
+            Event::Apply(object) => match read(&object) {
+                Some((name, value)) if self.held.get(&name) != Some(&value) => {
+                    self.held.insert(name, value);
+                    true
+                }
+                _ => false,
+            },
+            Event::Delete(object) => {
+                read(&object).is_some_and(|(name, _)| self.held.remove(&name).is_some())
+            }
+        }
+    }
+}
+
 /// A kube reflector store of every `K`, trimmed by `trim` (and of its
 /// managed fields) before it is stored, filled by [`start`].
 pub fn reflect<K>(
