@@ -17,9 +17,10 @@ use rustls::server::ParsedCertificate;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use der::{format_utc, validity};
+
 mod der;
 pub mod managed;
-pub use der::{format_utc, validity};
 pub mod material;
 
 /// Names the self-generated serving certificate covers when none are given:
