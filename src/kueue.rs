@@ -211,9 +211,7 @@ pub fn local_queue(object: &Value) -> Option<(&str, &str)> {
 
 /// Whether `object` is a `kueue.x-k8s.io` object of `kind`.
 pub fn is_kind(object: &Value, kind: &str) -> bool {
-    let api = object.get("apiVersion").and_then(Value::as_str);
-    api.is_some_and(|a| workloads::group_of(a) == GROUP)
-        && object.get("kind").and_then(Value::as_str) == Some(kind)
+    workloads::group_kind(object) == Some((GROUP, kind))
 }
 
 #[cfg(test)]

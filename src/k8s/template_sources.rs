@@ -233,9 +233,7 @@ impl TemplateSources {
 
     /// The source of `object`'s kind, when a document names it.
     pub fn source_of(&self, object: &Value) -> Option<&TemplateSource> {
-        let api = object.get("apiVersion")?.as_str()?;
-        let kind = object.get("kind")?.as_str()?;
-        let group = workloads::group_of(api);
+        let (group, kind) = workloads::group_kind(object)?;
         self.sources
             .iter()
             .find(|s| s.kind == kind && s.group == group)
