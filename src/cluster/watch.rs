@@ -26,6 +26,7 @@
 //! [`Event`]s (a relist as `Init`, `InitApply`…, `InitDone`), so each kind
 //! keeps only what it reads. [`Watched`] tells whether the first list is
 //! in, and why not.
+use crate::k8s::json::str_field;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt as _;
 use kube::core::params::{ListParams, WatchParams};
@@ -608,11 +609,7 @@ where
                 }
                 _ => {
                     self.sink.take(Event::InitDone).await;
-                    let version = meta
-                        .get("resourceVersion")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    return Ok(version.to_string());
+                    return Ok(str_field(meta, "resourceVersion").to_string());
                 }
             }
         }
@@ -703,15 +700,8 @@ where
     /// read.
     fn decode(&mut self, object: Value) -> Option<K> {
         let id = || {
-            let meta = &object["metadata"];
-            let part = |k: &str| {
-                meta.get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string()
-            };
-            let namespace = part("namespace");
-            let name = part("name");
+            let part = |k: &str| str_field(&object["metadata"], k);
+            let (namespace, name) = (part("namespace"), part("name"));
             let version = part("resourceVersion");
             if namespace.is_empty() {
                 format!("{name}@{version}")
