@@ -517,8 +517,6 @@ impl Cache {
                 .by_namespace
                 .insert(namespace.to_string(), Arc::from(held));
         }
-        published.invalid = self.live.unreadable;
-        published.over_bound = self.live.over_bound;
     }
 
     fn publish_all(&self) {
@@ -536,15 +534,15 @@ impl Cache {
             .into_iter()
             .map(|(ns, held)| (ns, Arc::from(held)))
             .collect();
-        published.invalid = self.live.unreadable;
-        published.over_bound = self.live.over_bound;
     }
 
+    /// What requests see, its counts brought up to date.
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Published> {
-        self.shared
-            .published
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+        let published = self.shared.published.write();
+        let mut published = published.unwrap_or_else(PoisonError::into_inner);
+        published.invalid = self.live.unreadable;
+        published.over_bound = self.live.over_bound;
+        published
     }
 }
 
