@@ -57,11 +57,7 @@ pub fn admission_update_by(req: &Request, templates: &[&str], controllers: &[Str
 
 /// Whether `req` is an UPDATE of an object itself by one of `controllers`.
 pub fn update_by(req: &Request, controllers: &[String]) -> bool {
-    let username = req
-        .user_info
-        .get("username")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let username = crate::k8s::json::str_field(&req.user_info, "username");
     let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
     req.operation == Operation::Update && main_resource && controllers.iter().any(|c| c == username)
 }

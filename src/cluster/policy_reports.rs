@@ -90,11 +90,7 @@ fn store_error(err: kube::Error) -> ReportStoreError {
 
 /// Whether `report` carries `manager` in its managed-by label.
 pub fn managed_by(report: &Value, manager: &str) -> bool {
-    report
-        .pointer("/metadata/labels")
-        .and_then(|labels| labels.get(MANAGED_BY))
-        .and_then(Value::as_str)
-        == Some(manager)
+    report["metadata"]["labels"][MANAGED_BY].as_str() == Some(manager)
 }
 
 impl PolicyReportStore for ClusterPolicyReports {
