@@ -43,7 +43,7 @@
 //! path. See docs/workload-kinds.md.
 use super::apply::{ListType, Schema};
 use super::doc::{self, Object};
-use super::json::{int_of, FieldError};
+use super::json::{int_of, items, FieldError};
 use super::workloads;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -381,10 +381,7 @@ impl TemplatePath {
         };
         // An inline pod spec with no container of its own is no pod (an
         // Argo steps template), whatever the patches name.
-        let has_containers = template
-            .pointer("/spec/containers")
-            .and_then(Value::as_array)
-            .is_some_and(|c| !c.is_empty());
+        let has_containers = items(template.pointer("/spec/containers")).next().is_some();
         if self.shape == Shape::PodSpec && !has_containers {
             return None;
         }

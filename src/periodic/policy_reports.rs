@@ -88,12 +88,9 @@ fn result_key(result: &Value) -> String {
 /// `desired` with the timestamps of the results `existing` already has:
 /// a result's timestamp says when it was first reported.
 fn keep_first_seen(desired: &mut Value, existing: &Value) {
-    let seen: BTreeMap<String, &Value> = existing["results"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| (result_key(r), &r["timestamp"]))
-        .collect();
+    let results = crate::k8s::json::items(existing.get("results"));
+    let seen: BTreeMap<String, &Value> =
+        results.map(|r| (result_key(r), &r["timestamp"])).collect();
     if let Some(results) = desired["results"].as_array_mut() {
         for result in results {
             if let Some(first) = seen.get(&result_key(result)) {
