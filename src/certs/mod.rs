@@ -17,8 +17,6 @@ use rustls::server::ParsedCertificate;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use der::{format_utc, validity};
-
 mod der;
 pub mod managed;
 pub mod material;
@@ -31,6 +29,8 @@ pub const DEFAULT_NAMES: &[&str] = &[
     "gpu-admission.gpu-admission.svc",
     "gpu-admission.gpu-admission.svc.cluster.local",
 ];
+
+pub use der::{format_utc, validity};
 
 /// Common name of the generated CA; also how a reused CA key is turned back
 /// into an issuer (the issuer name of a certificate is the CA's subject).

@@ -107,9 +107,9 @@ impl ClusterNodes {
         settings: Settings,
         metrics: CacheMetrics,
     ) -> (Watched, tokio::task::JoinHandle<()>) {
-        let kind = Kind::new("node pools", "karpenter.sh", "v1", "nodepools").forbidden_is_empty(
-            "get, list and watch on nodepools.karpenter.sh (deploy/base/rbac.yaml)",
-        );
+        let rbac = "get, list and watch on nodepools.karpenter.sh (deploy/base/rbac.yaml)";
+        let kind = Kind::new("node pools", "karpenter.sh", "v1", "nodepools");
+        let kind = kind.forbidden_is_empty(rbac);
         self.watch_into(
             client,
             kind,
