@@ -599,6 +599,13 @@ fn ignored(
 ) {
     let was = before.map_or(0, |b| b.over_bound);
     let share = now.share;
+    let first_not_held = first_beyond.unwrap_or_default();
+    // Both logs of objects beyond the bounds say where they stand.
+    macro_rules! beyond {
+        ($level:ident, $($message:tt)+) => {
+            tracing::$level!(namespace, held = share, not_held = now.over_bound, first_not_held, $($message)+)
+        };
+    }
     if now.over_bound > 0 && was == 0 {
         let why = if share >= MAX_PER_NAMESPACE {
             format!("a namespace holds at most {MAX_PER_NAMESPACE}")
@@ -607,23 +614,11 @@ fn ignored(
                 "the {MAX_HELD} the server holds are shared among the {namespaces} namespaces that have GpuPolicyExceptions, {share} for this one"
             )
         };
-        tracing::warn!(
-            namespace,
-            held = share,
-            not_held = now.over_bound,
-            first_not_held = first_beyond.unwrap_or_default(),
-            "GpuPolicyExceptions ignored: {why}; those after the first {share} by name let nothing through (delete exceptions no longer needed)"
-        );
+        beyond!(warn, "GpuPolicyExceptions ignored: {why}; those after the first {share} by name let nothing through (delete exceptions no longer needed)");
     } else if now.over_bound > 0
         && before.is_some_and(|b| b.share != share || was != now.over_bound)
     {
-        tracing::debug!(
-            namespace,
-            held = share,
-            not_held = now.over_bound,
-            first_not_held = first_beyond.unwrap_or_default(),
-            "GpuPolicyExceptions beyond the bounds changed"
-        );
+        beyond!(debug, "GpuPolicyExceptions beyond the bounds changed");
     } else if now.over_bound == 0 && was > 0 {
         tracing::info!(
             namespace,
