@@ -1,6 +1,6 @@
 //! The audit's [`Lister`] over a live cluster: pages of any kind, found
 //! through API discovery.
-use crate::inventory::{ListError, Lister, Page};
+use crate::inventory::{ListError, Lister, Page, PageAsk};
 use std::collections::BTreeMap;
 
 /// [`Lister`] over a cluster, through API discovery (once per kind).
@@ -44,18 +44,12 @@ impl ClusterLister {
 }
 
 impl Lister for ClusterLister {
-    async fn list_page(
-        &self,
-        group: &str,
-        kind: &str,
-        limit: u32,
-        continue_token: Option<&str>,
-    ) -> Result<Page, ListError> {
-        let resource = self.resource(group, kind).await?;
+    async fn list_page(&self, ask: PageAsk<'_>) -> Result<Page, ListError> {
+        let resource = self.resource(ask.group, ask.kind).await?;
         let api: kube::Api<kube::core::DynamicObject> =
             kube::Api::all_with(self.client.clone(), &resource);
-        let mut params = kube::api::ListParams::default().limit(limit);
-        if let Some(token) = continue_token {
+        let mut params = kube::api::ListParams::default().limit(ask.limit);
+        if let Some(token) = ask.continue_token {
             params = params.continue_token(token);
         }
         let list = api.list(&params).await.map_err(classify)?;
