@@ -80,16 +80,20 @@ pub enum ListError {
     Other(anyhow::Error),
 }
 
+/// One page asked of a [`Lister`]: at most `limit` objects of `kind` in
+/// `group`, from `continue_token`.
+#[derive(Clone, Copy, Debug)]
+pub struct PageAsk<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub limit: u32,
+    pub continue_token: Option<&'a str>,
+}
+
 /// Lists objects a page at a time: the cluster, or a fake in tests.
 #[allow(async_fn_in_trait)]
 pub trait Lister {
-    async fn list_page(
-        &self,
-        group: &str,
-        kind: &str,
-        limit: u32,
-        continue_token: Option<&str>,
-    ) -> Result<Page, ListError>;
+    async fn list_page(&self, ask: PageAsk<'_>) -> Result<Page, ListError>;
 }
 
 /// Every object of `kinds`, [`PAGE_SIZE`] at a time, in memory. A kind
@@ -129,10 +133,13 @@ pub async fn list_pages(
         let mut token: Option<String> = None;
         loop {
             let first = token.is_none();
-            match lister
-                .list_page(group, kind, PAGE_SIZE, token.as_deref())
-                .await
-            {
+            let ask = PageAsk {
+                group,
+                kind,
+                limit: PAGE_SIZE,
+                continue_token: token.as_deref(),
+            };
+            match lister.list_page(ask).await {
                 Ok(page) => {
                     let mut items = page.items;
                     items.iter_mut().for_each(slim);
@@ -225,14 +232,13 @@ pub(crate) mod tests {
     }
 
     impl Lister for FakeCluster {
-        async fn list_page(
-            &self,
-            _group: &str,
-            kind: &str,
-            limit: u32,
-            continue_token: Option<&str>,
-        ) -> Result<Page, ListError> {
-            let call = (kind.to_string(), limit, continue_token.map(str::to_string));
+        async fn list_page(&self, ask: PageAsk<'_>) -> Result<Page, ListError> {
+            let (kind, continue_token) = (ask.kind, ask.continue_token);
+            let call = (
+                kind.to_string(),
+                ask.limit,
+                continue_token.map(str::to_string),
+            );
             self.calls.lock().unwrap().push(call);
             let all = match (kind, self.objects.get(kind), self.faults) {
                 (_, Some(all), _) => all,
@@ -245,7 +251,7 @@ pub(crate) mod tests {
                 _ => return Err(ListError::NotServed("Missing Api Group".into())),
             };
             let start: usize = continue_token.map_or(0, |t| t.parse().unwrap());
-            let end = (start + limit as usize).min(all.len());
+            let end = (start + ask.limit as usize).min(all.len());
             Ok(Page {
                 items: all[start..end].to_vec(),
                 continue_token: (end < all.len()).then(|| end.to_string()),
@@ -332,14 +338,8 @@ pub(crate) mod tests {
     struct RevokedMidway;
 
     impl Lister for RevokedMidway {
-        async fn list_page(
-            &self,
-            _group: &str,
-            kind: &str,
-            _limit: u32,
-            continue_token: Option<&str>,
-        ) -> Result<Page, ListError> {
-            match (kind, continue_token) {
+        async fn list_page(&self, ask: PageAsk<'_>) -> Result<Page, ListError> {
+            match (ask.kind, ask.continue_token) {
                 ("Pod", None) => Ok(Page {
                     items: vec![json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
                         "name": "p", "managedFields": [{"manager": "kubectl", "fieldsV1": {}}]}})],

@@ -57,11 +57,7 @@ pub fn admission_update_by(req: &Request, templates: &[&str], controllers: &[Str
 
 /// Whether `req` is an UPDATE of an object itself by one of `controllers`.
 pub fn update_by(req: &Request, controllers: &[String]) -> bool {
-    let username = req
-        .user_info
-        .get("username")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let username = crate::k8s::json::str_field(&req.user_info, "username");
     let main_resource = req.sub_resource.as_deref().unwrap_or_default().is_empty();
     req.operation == Operation::Update && main_resource && controllers.iter().any(|c| c == username)
 }
@@ -211,9 +207,7 @@ pub fn local_queue(object: &Value) -> Option<(&str, &str)> {
 
 /// Whether `object` is a `kueue.x-k8s.io` object of `kind`.
 pub fn is_kind(object: &Value, kind: &str) -> bool {
-    let api = object.get("apiVersion").and_then(Value::as_str);
-    api.is_some_and(|a| workloads::group_of(a) == GROUP)
-        && object.get("kind").and_then(Value::as_str) == Some(kind)
+    workloads::group_kind(object) == Some((GROUP, kind))
 }
 
 #[cfg(test)]

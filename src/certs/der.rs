@@ -23,6 +23,7 @@ fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     Some((tag, &rest[..len], &rest[len..]))
 }
 
+/// The `notBefore` and `notAfter` times of a DER certificate.
 pub fn validity(cert: &[u8]) -> Option<(SystemTime, SystemTime)> {
     const SEQUENCE: u8 = 0x30;
     let (SEQUENCE, cert, _) = tlv(cert)? else {
@@ -49,6 +50,8 @@ pub fn validity(cert: &[u8]) -> Option<(SystemTime, SystemTime)> {
     ))
 }
 
+/// A time as RFC 3339 UTC to the second (`2026-11-29T14:00:00Z`), for
+/// messages about certificate validity.
 pub fn format_utc(time: SystemTime) -> String {
     let secs = match time.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),

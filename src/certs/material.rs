@@ -350,7 +350,8 @@ fn serving_good(
         && remaining(&material.serving.cert, now) >= lifetimes.serving / 3
 }
 
-fn key_matches(pair: &Pair) -> bool {
+/// The key belongs to the certificate.
+pub(super) fn key_matches(pair: &Pair) -> bool {
     let (Some(der), Ok(key)) = (cert_der(&pair.cert), KeyPair::from_pem(&pair.key)) else {
         return false;
     };

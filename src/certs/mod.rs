@@ -9,7 +9,7 @@
 use base64::Engine as _;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SanType,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -29,6 +29,8 @@ pub const DEFAULT_NAMES: &[&str] = &[
     "gpu-admission.gpu-admission.svc",
     "gpu-admission.gpu-admission.svc.cluster.local",
 ];
+
+pub use der::{format_utc, validity};
 
 /// Common name of the generated CA; also how a reused CA key is turned back
 /// into an issuer (the issuer name of a certificate is the CA's subject).
@@ -205,17 +207,6 @@ pub fn not_after(der: &[u8]) -> Option<SystemTime> {
     validity(der).map(|(_, not_after)| not_after)
 }
 
-/// The `notBefore` and `notAfter` times of a DER certificate.
-pub fn validity(der: &[u8]) -> Option<(SystemTime, SystemTime)> {
-    der::validity(der)
-}
-
-/// A time as RFC 3339 UTC to the second (`2026-11-29T14:00:00Z`), for
-/// messages about certificate validity.
-pub fn format_utc(time: SystemTime) -> String {
-    der::format_utc(time)
-}
-
 fn reusable_ca(paths: &CertPaths, now: SystemTime) -> Option<(String, KeyPair)> {
     let pem = std::fs::read_to_string(&paths.ca_cert).ok()?;
     let key = KeyPair::from_pem(&std::fs::read_to_string(&paths.ca_key).ok()?).ok()?;
@@ -239,20 +230,9 @@ fn serving_cert_valid(paths: &CertPaths, ca_pem: &str, names: &[String], now: Sy
     ) else {
         return false;
     };
-    let Ok(key) = KeyPair::from_pem(&key) else {
-        return false;
-    };
-    let Ok(der) = CertificateDer::from_pem_slice(cert.as_bytes()) else {
-        return false;
-    };
-    // The key must belong to the certificate.
-    let Ok(parsed) = ParsedCertificate::try_from(&der) else {
-        return false;
-    };
-    if parsed.subject_public_key_info().as_ref() != key.subject_public_key_info().as_slice() {
-        return false;
-    }
-    verify_serving_cert(&cert, ca_pem, names, now + RENEW_BEFORE).is_ok()
+    let pair = material::Pair { cert, key };
+    material::key_matches(&pair)
+        && verify_serving_cert(&pair.cert, ca_pem, names, now + RENEW_BEFORE).is_ok()
 }
 
 fn ca_params(now: SystemTime) -> CertificateParams {
@@ -319,11 +299,9 @@ fn set_validity_between(
 
 /// Valid from one day before `now` (clock skew) to `days` after it.
 fn set_validity(params: &mut CertificateParams, now: SystemTime, days: u32) {
-    let since_epoch = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let epoch = rcgen::date_time_ymd(1970, 1, 1);
     let day = Duration::from_secs(24 * 3600);
-    params.not_before = epoch + since_epoch.saturating_sub(day);
-    params.not_after = epoch + since_epoch + day * days;
+    let before = now.checked_sub(day).unwrap_or(UNIX_EPOCH);
+    set_validity_between(params, before, now + day * days);
 }
 
 /// Writes `contents` to `path` without ever writing through a link

@@ -33,16 +33,10 @@ impl ClusterClaims {
         metrics: CacheMetrics,
     ) -> (ClusterClaims, tokio::task::JoinHandle<()>) {
         use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
-        let claims_kind = Kind::new("resource claims", "resource.k8s.io", "v1", "resourceclaims");
-        let templates_kind = Kind::new(
-            "resource claim templates",
-            "resource.k8s.io",
-            "v1",
-            "resourceclaimtemplates",
-        );
+        let kind = |name, plural| Kind::new(name, "resource.k8s.io", "v1", plural);
         let (claims, claims_watched, claims_task) = watch::reflect::<ResourceClaim>(
             client.clone(),
-            claims_kind,
+            kind("resource claims", "resourceclaims"),
             settings,
             metrics.clone(),
             // Only the spec is read; allocations and reservations churn.
@@ -50,7 +44,7 @@ impl ClusterClaims {
         );
         let (templates, templates_watched, templates_task) = watch::reflect::<ResourceClaimTemplate>(
             client,
-            templates_kind,
+            kind("resource claim templates", "resourceclaimtemplates"),
             settings,
             metrics,
             |_| {},
@@ -99,13 +93,12 @@ fn stored<K: kube::Resource<DynamicType = ()> + Clone + serde::Serialize>(
     name: &str,
 ) -> Option<Value> {
     let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
-    let object = store.get(&key)?;
-    let mut value = serde_json::to_value(object.as_ref()).ok()?;
-    if let Some(obj) = value.as_object_mut() {
-        obj.insert("apiVersion".into(), Value::from(K::api_version(&())));
-        obj.insert("kind".into(), Value::from(K::kind(&())));
-    }
-    Some(value)
+    super::typed(
+        store.get(&key)?.as_ref(),
+        &K::api_version(&()),
+        &K::kind(&()),
+    )
+    .ok()
 }
 
 impl ClaimLookup for ClusterClaims {

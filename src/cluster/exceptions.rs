@@ -517,8 +517,6 @@ impl Cache {
                 .by_namespace
                 .insert(namespace.to_string(), Arc::from(held));
         }
-        published.invalid = self.live.unreadable;
-        published.over_bound = self.live.over_bound;
     }
 
     fn publish_all(&self) {
@@ -536,15 +534,15 @@ impl Cache {
             .into_iter()
             .map(|(ns, held)| (ns, Arc::from(held)))
             .collect();
-        published.invalid = self.live.unreadable;
-        published.over_bound = self.live.over_bound;
     }
 
+    /// What requests see, its counts brought up to date.
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Published> {
-        self.shared
-            .published
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+        let published = self.shared.published.write();
+        let mut published = published.unwrap_or_else(PoisonError::into_inner);
+        published.invalid = self.live.unreadable;
+        published.over_bound = self.live.over_bound;
+        published
     }
 }
 
@@ -601,6 +599,13 @@ fn ignored(
 ) {
     let was = before.map_or(0, |b| b.over_bound);
     let share = now.share;
+    let first_not_held = first_beyond.unwrap_or_default();
+    // Both logs of objects beyond the bounds say where they stand.
+    macro_rules! beyond {
+        ($level:ident, $($message:tt)+) => {
+            tracing::$level!(namespace, held = share, not_held = now.over_bound, first_not_held, $($message)+)
+        };
+    }
     if now.over_bound > 0 && was == 0 {
         let why = if share >= MAX_PER_NAMESPACE {
             format!("a namespace holds at most {MAX_PER_NAMESPACE}")
@@ -609,23 +614,11 @@ fn ignored(
                 "the {MAX_HELD} the server holds are shared among the {namespaces} namespaces that have GpuPolicyExceptions, {share} for this one"
             )
         };
-        tracing::warn!(
-            namespace,
-            held = share,
-            not_held = now.over_bound,
-            first_not_held = first_beyond.unwrap_or_default(),
-            "GpuPolicyExceptions ignored: {why}; those after the first {share} by name let nothing through (delete exceptions no longer needed)"
-        );
+        beyond!(warn, "GpuPolicyExceptions ignored: {why}; those after the first {share} by name let nothing through (delete exceptions no longer needed)");
     } else if now.over_bound > 0
         && before.is_some_and(|b| b.share != share || was != now.over_bound)
     {
-        tracing::debug!(
-            namespace,
-            held = share,
-            not_held = now.over_bound,
-            first_not_held = first_beyond.unwrap_or_default(),
-            "GpuPolicyExceptions beyond the bounds changed"
-        );
+        beyond!(debug, "GpuPolicyExceptions beyond the bounds changed");
     } else if now.over_bound == 0 && was > 0 {
         tracing::info!(
             namespace,
@@ -645,13 +638,10 @@ fn key_of(object: &DynamicObject) -> Key {
 /// kind), kept as JSON text without `metadata.managedFields` (the reader
 /// does not look at them).
 fn stored(object: DynamicObject) -> Box<str> {
-    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
-    if let Some(fields) = value.as_object_mut() {
-        fields.insert("apiVersion".into(), crate::exceptions::API_VERSION.into());
-        fields.insert("kind".into(), KIND.into());
-        if let Some(Value::Object(meta)) = fields.get_mut("metadata") {
-            meta.remove("managedFields");
-        }
+    let typed = super::typed(&object, crate::exceptions::API_VERSION, KIND);
+    let mut value = typed.unwrap_or(Value::Null);
+    if let Some(Value::Object(meta)) = value.get_mut("metadata") {
+        meta.remove("managedFields");
     }
     value.to_string().into_boxed_str()
 }

@@ -92,55 +92,47 @@ impl<S: LeaseStore> LeaderElector<S> {
     /// holds it now. False when another holder's lease is still valid or
     /// another candidate wrote first.
     pub async fn try_acquire_or_renew(&mut self, now: SystemTime) -> Result<bool, LeaseError> {
-        let Some(current) = self.store.get().await? else {
-            let record = LeaseRecord {
-                holder: Some(self.identity.clone()),
-                lease_duration: self.lease_duration,
-                acquire_time: Some(now),
-                renew_time: Some(now),
-                transitions: 0,
-                resource_version: None,
-            };
-            return match self.store.create(&record).await {
-                Ok(created) => {
-                    self.observed = Some((created, now));
-                    Ok(true)
-                }
-                Err(LeaseError::Conflict) => Ok(false),
-                Err(err) => Err(err),
-            };
-        };
-        self.observe(&current, now);
-        let held_by_me = current.holder.as_deref() == Some(self.identity.as_str());
-        let held_by_other = !held_by_me && current.holder.as_deref().is_some_and(|h| !h.is_empty());
-        if held_by_other && self.valid_at(now) {
-            return Ok(false);
+        let current = self.store.get().await?;
+        let held_by_me =
+            (current.as_ref()).is_some_and(|c| c.holder.as_deref() == Some(self.identity.as_str()));
+        if let Some(current) = &current {
+            self.observe(current, now);
+            let held_by_other =
+                !held_by_me && current.holder.as_deref().is_some_and(|h| !h.is_empty());
+            if held_by_other && self.valid_at(now) {
+                return Ok(false);
+            }
         }
         let record = LeaseRecord {
             holder: Some(self.identity.clone()),
             lease_duration: self.lease_duration,
-            acquire_time: if held_by_me {
-                current.acquire_time.or(Some(now))
-            } else {
-                Some(now)
-            },
+            acquire_time: (current.as_ref())
+                .filter(|_| held_by_me)
+                .and_then(|c| c.acquire_time)
+                .or(Some(now)),
             renew_time: Some(now),
-            transitions: if held_by_me {
-                current.transitions
-            } else {
-                current.transitions.saturating_add(1)
+            transitions: match &current {
+                None => 0,
+                Some(c) if held_by_me => c.transitions,
+                Some(c) => c.transitions.saturating_add(1),
             },
-            resource_version: current.resource_version.clone(),
+            resource_version: current.as_ref().and_then(|c| c.resource_version.clone()),
         };
-        match self.store.update(&record).await {
+        let written = match &current {
+            None => self.store.create(&record).await,
+            Some(_) => self.store.update(&record).await,
+        };
+        match written {
             Ok(written) => {
                 self.observed = Some((written, now));
                 Ok(true)
             }
             Err(LeaseError::Conflict) => {
-                // Someone else wrote in between: what they wrote is read
-                // on the next try.
-                self.observed = None;
+                // Someone else wrote in between (or created it first): what
+                // they wrote is read on the next try.
+                if current.is_some() {
+                    self.observed = None;
+                }
                 Ok(false)
             }
             Err(err) => Err(err),

@@ -1,7 +1,6 @@
 //! The audit's [`Lister`] over a live cluster: pages of any kind, found
 //! through API discovery.
-use crate::inventory::{ListError, Lister, Page};
-use serde_json::Value;
+use crate::inventory::{ListError, Lister, Page, PageAsk};
 use std::collections::BTreeMap;
 
 /// [`Lister`] over a cluster, through API discovery (once per kind).
@@ -45,28 +44,19 @@ impl ClusterLister {
 }
 
 impl Lister for ClusterLister {
-    async fn list_page(
-        &self,
-        group: &str,
-        kind: &str,
-        limit: u32,
-        continue_token: Option<&str>,
-    ) -> Result<Page, ListError> {
-        let resource = self.resource(group, kind).await?;
+    async fn list_page(&self, ask: PageAsk<'_>) -> Result<Page, ListError> {
+        let resource = self.resource(ask.group, ask.kind).await?;
         let api: kube::Api<kube::core::DynamicObject> =
             kube::Api::all_with(self.client.clone(), &resource);
-        let mut params = kube::api::ListParams::default().limit(limit);
-        if let Some(token) = continue_token {
+        let mut params = kube::api::ListParams::default().limit(ask.limit);
+        if let Some(token) = ask.continue_token {
             params = params.continue_token(token);
         }
         let list = api.list(&params).await.map_err(classify)?;
-        let mut items = Vec::with_capacity(list.items.len());
-        for item in list.items {
-            let mut value = serde_json::to_value(&item).map_err(|e| ListError::Other(e.into()))?;
-            value["apiVersion"] = Value::String(resource.api_version.clone());
-            value["kind"] = Value::String(resource.kind.clone());
-            items.push(value);
-        }
+        let items = (list.items.iter())
+            .map(|item| super::typed(item, &resource.api_version, &resource.kind))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ListError::Other(e.into()))?;
         Ok(Page {
             items,
             continue_token: list.metadata.continue_.filter(|t| !t.is_empty()),

@@ -31,3 +31,18 @@ pub async fn connect() -> Result<(kube::Client, String), String> {
         .map(|client| (client, url))
         .map_err(|e| e.to_string())
 }
+
+/// `object` as JSON with its `apiVersion` and `kind` (the items of a list
+/// come without them).
+pub(crate) fn typed(
+    object: &impl serde::Serialize,
+    api_version: &str,
+    kind: &str,
+) -> serde_json::Result<serde_json::Value> {
+    let mut value = serde_json::to_value(object)?;
+    if let Some(fields) = value.as_object_mut() {
+        fields.insert("apiVersion".into(), api_version.into());
+        fields.insert("kind".into(), kind.into());
+    }
+    Ok(value)
+}

@@ -2,7 +2,7 @@
 //! a watched cache that writes each Namespace as JSON once per version.
 use super::watch::{self, CacheMetrics, Kind, Settings, Watched};
 use crate::k8s::NamespaceLookup;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -14,7 +14,7 @@ type NamespaceStore = kube::runtime::reflector::Store<k8s_openapi::api::core::v1
 /// Each Namespace is written as JSON once per version, not once per
 /// request: the JSON of the version last looked up is kept and handed out
 /// while the cache still holds that version.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct ClusterNamespaces {
     store: Option<NamespaceStore>,
     watched: Option<Watched>,
@@ -35,19 +35,14 @@ const MAX_WRITTEN: usize = 10_000;
 impl ClusterNamespaces {
     /// A lookup that knows no namespace, for when there is no cluster.
     pub fn empty() -> ClusterNamespaces {
-        ClusterNamespaces {
-            store: None,
-            watched: None,
-            written: Arc::default(),
-        }
+        ClusterNamespaces::default()
     }
 
     /// A lookup over `store`, a reflector's cache filled elsewhere.
     pub fn from_store(store: NamespaceStore) -> ClusterNamespaces {
         ClusterNamespaces {
             store: Some(store),
-            watched: None,
-            written: Arc::default(),
+            ..ClusterNamespaces::default()
         }
     }
 
@@ -75,23 +70,6 @@ impl ClusterNamespaces {
         self.watched.clone()
     }
 
-    /// Connects with the kubeconfig or in-cluster configuration, if there
-    /// is one; otherwise an empty lookup, and a log line saying so.
-    pub async fn from_environment() -> (ClusterNamespaces, Option<tokio::task::JoinHandle<()>>) {
-        match kube::Client::try_default().await {
-            Ok(client) => {
-                let (ns, task) = ClusterNamespaces::start(client);
-                (ns, Some(task))
-            }
-            Err(e) => {
-                tracing::info!(error = %e, "no Kubernetes configuration: namespaceObject and namespaceSelector see no namespace labels");
-                (ClusterNamespaces::empty(), None)
-            }
-        }
-    }
-}
-
-impl ClusterNamespaces {
     /// Resolves once the first full list of Namespaces is in the cache
     /// (at once for a lookup without a cluster). Returns false if the watch
     /// ended before that, in which case the cache never syncs.
@@ -118,12 +96,7 @@ impl NamespaceLookup for ClusterNamespaces {
                 return Some(written.object.clone());
             }
         }
-        let mut value = serde_json::to_value(ns.as_ref()).ok()?;
-        if let Some(obj) = value.as_object_mut() {
-            obj.insert("apiVersion".into(), json!("v1"));
-            obj.insert("kind".into(), json!("Namespace"));
-        }
-        let object = Arc::new(value);
+        let object = Arc::new(super::typed(ns.as_ref(), "v1", "Namespace").ok()?);
         // Without a resourceVersion there is no telling versions apart:
         // such an object is written for each request.
         if let Some(version) = version {

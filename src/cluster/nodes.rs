@@ -3,12 +3,11 @@
 //! boundary reads them, kept current by watches. Everything else a Node carries
 //! (images, conditions, addresses, annotations) is dropped before it is
 //! stored, so the cache stays small on clusters of thousands of nodes.
-use super::watch::{self, CacheMetrics, Event, Kind, Settings, Watched};
+use super::watch::{self, CacheMetrics, Event, Kind, Relisted, Settings, Watched};
 use crate::gpu::{DraDevices, NodeLookup, NodeSnapshot};
 use crate::k8s::NodeInfo;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Nodes of a live cluster, kept current by a watch (needs list and watch
@@ -50,92 +49,28 @@ struct Known {
     snapshot: Option<Arc<NodeSnapshot>>,
 }
 
-/// Objects by name, as the watch last listed and changed them.
-struct Relisted<V> {
-    held: BTreeMap<String, V>,
-    /// While a (re)list is under way: what it has seen so far.
-    relisting: Option<BTreeMap<String, V>>,
-}
-
-impl<V> Default for Relisted<V> {
-    fn default() -> Self {
-        Relisted {
-            held: BTreeMap::new(),
-            relisting: None,
-        }
-    }
-}
-
-impl<V: PartialEq> Relisted<V> {
-    /// Takes one watch event, each object read into its name and value;
-    /// whether what is held changed.
-    fn take<K: kube::Resource>(
-        &mut self,
-        event: Event<K>,
-        read: impl Fn(&K) -> Option<(String, V)>,
-    ) -> bool {
-        match event {
-            Event::Init => {
-                self.relisting = Some(BTreeMap::new());
-                false
-            }
-            Event::InitApply(object) => {
-                if let (Some((name, value)), Some(list)) = (read(&object), self.relisting.as_mut())
-                {
-                    list.insert(name, value);
-                }
-                false
-            }
-            Event::InitDone => {
-                let list = self.relisting.take().unwrap_or_default();
-                let changed = list != self.held;
-                self.held = list;
-                changed
-            }
-            Event::Apply(object) => match read(&object) {
-                Some((name, value)) if self.held.get(&name) != Some(&value) => {
-                    self.held.insert(name, value);
-                    true
-                }
-                _ => false,
-            },
-            Event::Delete(object) => {
-                let name = object.meta().name.clone().unwrap_or_default();
-                self.held.remove(&name).is_some()
-            }
-        }
-    }
-}
+/// Where a kind watched beside the nodes is held, and how one is read.
+type Held = fn(&mut Known) -> &mut Relisted<Value>;
+type Read = fn(&kube::api::DynamicObject) -> Option<(String, Value)>;
 
 impl ClusterNodes {
-    /// The Node kind: a cluster that refuses the server the list (RBAC) is
-    /// judged by labels rather than left without a ready replica (every
-    /// GPU pod would then wait on this webhook); the log says what to grant.
-    pub fn kind() -> Kind {
-        Kind::new("nodes", "", "v1", "nodes").forbidden_is_empty(
-            "get, list and watch on nodes (deploy/base/rbac.yaml), or pass --node-cache=off",
-        )
-    }
-
-    /// Karpenter's `karpenter.sh/v1` NodePools: a cluster without
-    /// Karpenter, or that refuses the list, has none.
-    pub fn pool_kind() -> Kind {
-        Kind::new("node pools", "karpenter.sh", "v1", "nodepools").forbidden_is_empty(
-            "get, list and watch on nodepools.karpenter.sh (deploy/base/rbac.yaml)",
-        )
-    }
-
-    /// Starts watching Nodes with `client`; the task runs until aborted.
+    /// Starts watching Nodes with `client`; the task runs until aborted. A
+    /// cluster that refuses the server the list (RBAC) is judged by labels
+    /// rather than left without a ready replica (every GPU pod would then
+    /// wait on this webhook); the log says what to grant.
     pub fn start(
         client: kube::Client,
         settings: Settings,
         metrics: CacheMetrics,
     ) -> (ClusterNodes, tokio::task::JoinHandle<()>) {
+        let kind = Kind::new("nodes", "", "v1", "nodes").forbidden_is_empty(
+            "get, list and watch on nodes (deploy/base/rbac.yaml), or pass --node-cache=off",
+        );
         let lookup = ClusterNodes::default();
         let writer = lookup.clone();
         let (watched, task) = watch::start(
             client,
-            ClusterNodes::kind(),
+            kind,
             settings,
             metrics,
             watch::sink(move |mut event: Event<Node>| {
@@ -160,33 +95,21 @@ impl ClusterNodes {
             let info = NodeInfo::from_value(&serde_json::to_value(node).ok()?);
             Some((info.name.clone(), info))
         };
-        let mut known = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        if known.nodes.take(event, read) {
-            known.snapshot = None;
-        }
+        self.take(|k| &mut k.nodes, read, event);
     }
 
-    /// `resource.k8s.io/v1` DeviceClasses and ResourceSlices (KEP-5004:
-    /// a class may serve `nvidia.com/gpu` from the slices' devices): a
-    /// cluster before Kubernetes 1.34, or that refuses the list, has none.
-    pub fn device_kinds() -> [Kind; 2] {
-        let rbac = "get, list and watch on deviceclasses and resourceslices.resource.k8s.io (deploy/base/rbac.yaml)";
-        [
-            Kind::new("device classes", "resource.k8s.io", "v1", "deviceclasses"),
-            Kind::new("resource slices", "resource.k8s.io", "v1", "resourceslices"),
-        ]
-        .map(|kind| kind.forbidden_is_empty(rbac))
-    }
-
-    /// Also watches Karpenter's NodePools with `client` into this cache.
-    /// The task runs until aborted.
+    /// Also watches Karpenter's `karpenter.sh/v1` NodePools with `client`
+    /// into this cache: a cluster without Karpenter, or that refuses the
+    /// list, has none. The task runs until aborted.
     pub fn watch_node_pools(
         &self,
         client: kube::Client,
         settings: Settings,
         metrics: CacheMetrics,
     ) -> (Watched, tokio::task::JoinHandle<()>) {
-        let kind = ClusterNodes::pool_kind();
+        let rbac = "get, list and watch on nodepools.karpenter.sh (deploy/base/rbac.yaml)";
+        let kind = Kind::new("node pools", "karpenter.sh", "v1", "nodepools");
+        let kind = kind.forbidden_is_empty(rbac);
         self.watch_into(
             client,
             kind,
@@ -197,34 +120,36 @@ impl ClusterNodes {
         )
     }
 
-    /// Also watches DeviceClasses and ResourceSlices ([`Self::device_kinds`])
-    /// with `client` into this cache. The tasks run until aborted.
+    /// Also watches `resource.k8s.io/v1` DeviceClasses and ResourceSlices
+    /// (KEP-5004: a class may serve `nvidia.com/gpu` from the slices'
+    /// devices) with `client` into this cache: a cluster before Kubernetes
+    /// 1.34, or that refuses the list, has none. The tasks run until
+    /// aborted.
     pub fn watch_devices(
         &self,
         client: kube::Client,
         settings: Settings,
         metrics: CacheMetrics,
     ) -> [(Watched, tokio::task::JoinHandle<()>); 2] {
-        let [classes, slices] = ClusterNodes::device_kinds();
-        let (c, m) = (client.clone(), metrics.clone());
-        [
-            self.watch_into(
-                c,
-                classes,
-                settings,
-                m,
+        let rbac = "get, list and watch on deviceclasses and resourceslices.resource.k8s.io (deploy/base/rbac.yaml)";
+        let kinds: [(&str, &str, Held, Read); 2] = [
+            (
+                "device classes",
+                "deviceclasses",
                 |k| &mut k.classes,
                 |o| device_value("DeviceClass", o),
             ),
-            self.watch_into(
-                client,
-                slices,
-                settings,
-                metrics,
+            (
+                "resource slices",
+                "resourceslices",
                 |k| &mut k.slices,
                 |o| device_value("ResourceSlice", o),
             ),
-        ]
+        ];
+        kinds.map(|(name, plural, held, read)| {
+            let kind = Kind::new(name, "resource.k8s.io", "v1", plural).forbidden_is_empty(rbac);
+            self.watch_into(client.clone(), kind, settings, metrics.clone(), held, read)
+        })
     }
 
     /// Watches `kind` into the objects `held` picks, each read by `read`.
@@ -234,20 +159,21 @@ impl ClusterNodes {
         kind: Kind,
         settings: Settings,
         metrics: CacheMetrics,
-        held: fn(&mut Known) -> &mut Relisted<Value>,
-        read: fn(&kube::api::DynamicObject) -> Option<(String, Value)>,
+        held: Held,
+        read: Read,
     ) -> (Watched, tokio::task::JoinHandle<()>) {
         let this = self.clone();
         let sink = watch::sink(move |event| this.take(held, read, event));
         watch::start(client, kind, settings, metrics, sink)
     }
 
-    /// Takes one watch event of a kind watched beside the nodes.
-    fn take(
+    /// Takes one watch event into the objects `held` picks; a change
+    /// drops the shared snapshot.
+    fn take<K, V: PartialEq>(
         &self,
-        held: fn(&mut Known) -> &mut Relisted<Value>,
-        read: fn(&kube::api::DynamicObject) -> Option<(String, Value)>,
-        event: Event<kube::api::DynamicObject>,
+        held: impl FnOnce(&mut Known) -> &mut Relisted<V>,
+        read: impl Fn(&K) -> Option<(String, V)>,
+        event: Event<K>,
     ) {
         let mut known = self.inner.write().unwrap_or_else(|e| e.into_inner());
         if held(&mut known).take(event, read) {

@@ -76,11 +76,8 @@ impl ClusterPolicyReports {
     }
 
     fn value(&self, object: kube::core::DynamicObject) -> Result<Value, ReportStoreError> {
-        let mut value =
-            serde_json::to_value(&object).map_err(|e| ReportStoreError::Other(e.into()))?;
-        value["apiVersion"] = Value::String(self.resource.api_version.clone());
-        value["kind"] = Value::String(self.resource.kind.clone());
-        Ok(value)
+        super::typed(&object, &self.resource.api_version, &self.resource.kind)
+            .map_err(|e| ReportStoreError::Other(e.into()))
     }
 }
 
@@ -93,11 +90,7 @@ fn store_error(err: kube::Error) -> ReportStoreError {
 
 /// Whether `report` carries `manager` in its managed-by label.
 pub fn managed_by(report: &Value, manager: &str) -> bool {
-    report
-        .pointer("/metadata/labels")
-        .and_then(|labels| labels.get(MANAGED_BY))
-        .and_then(Value::as_str)
-        == Some(manager)
+    report["metadata"]["labels"][MANAGED_BY].as_str() == Some(manager)
 }
 
 impl PolicyReportStore for ClusterPolicyReports {

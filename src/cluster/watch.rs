@@ -26,6 +26,7 @@
 //! [`Event`]s (a relist as `Init`, `InitApply`…, `InitDone`), so each kind
 //! keeps only what it reads. [`Watched`] tells whether the first list is
 //! in, and why not.
+use crate::k8s::json::str_field;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt as _;
 use kube::core::params::{ListParams, WatchParams};
@@ -319,6 +320,58 @@ pub fn sink<K>(
     }
 }
 
+/// Objects by name, as the watch last listed and changed them.
+pub struct Relisted<V> {
+    pub held: std::collections::BTreeMap<String, V>,
+    /// While a (re)list is under way: what it has seen so far.
+    relisting: Option<std::collections::BTreeMap<String, V>>,
+}
+
+impl<V> Default for Relisted<V> {
+    fn default() -> Self {
+        Relisted {
+            held: std::collections::BTreeMap::new(),
+            relisting: None,
+        }
+    }
+}
+
+impl<V: PartialEq> Relisted<V> {
+    /// Takes one watch event, each object read into its name and value;
+    /// whether what is held changed.
+    pub fn take<K>(&mut self, event: Event<K>, read: impl Fn(&K) -> Option<(String, V)>) -> bool {
+        match event {
+            Event::Init => {
+                self.relisting = Some(std::collections::BTreeMap::new());
+                false
+            }
+            Event::InitApply(object) => {
+                if let (Some((name, value)), Some(list)) = (read(&object), self.relisting.as_mut())
+                {
+                    list.insert(name, value);
+                }
+                false
+            }
+            Event::InitDone => {
+                let list = self.relisting.take().unwrap_or_default();
+                let changed = list != self.held;
+                self.held = list;
+                changed
+            }
+            Event::Apply(object) => match read(&object) {
+                Some((name, value)) if self.held.get(&name) != Some(&value) => {
+                    self.held.insert(name, value);
+                    true
+                }
+                _ => false,
+            },
+            Event::Delete(object) => {
+                read(&object).is_some_and(|(name, _)| self.held.remove(&name).is_some())
+            }
+        }
+    }
+}
+
 /// A kube reflector store of every `K`, trimmed by `trim` (and of its
 /// managed fields) before it is stored, filled by [`start`].
 pub fn reflect<K>(
@@ -556,11 +609,7 @@ where
                 }
                 _ => {
                     self.sink.take(Event::InitDone).await;
-                    let version = meta
-                        .get("resourceVersion")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    return Ok(version.to_string());
+                    return Ok(str_field(meta, "resourceVersion").to_string());
                 }
             }
         }
@@ -651,15 +700,8 @@ where
     /// read.
     fn decode(&mut self, object: Value) -> Option<K> {
         let id = || {
-            let meta = &object["metadata"];
-            let part = |k: &str| {
-                meta.get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string()
-            };
-            let namespace = part("namespace");
-            let name = part("name");
+            let part = |k: &str| str_field(&object["metadata"], k);
+            let (namespace, name) = (part("namespace"), part("name"));
             let version = part("resourceVersion");
             if namespace.is_empty() {
                 format!("{name}@{version}")

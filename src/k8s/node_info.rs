@@ -3,7 +3,7 @@
 //! else a Node carries (images, conditions, addresses, annotations) is
 //! dropped before it is stored, so the cache stays small on clusters of
 //! thousands of nodes.
-use super::json::items;
+use super::json::{items, str_at, string_map};
 use super::taints::Taint;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -21,26 +21,13 @@ pub struct NodeInfo {
 impl NodeInfo {
     /// From a Node as JSON, leniently.
     pub fn from_value(node: &Value) -> NodeInfo {
-        let strings = |v: Option<&Value>| -> BTreeMap<String, String> {
-            v.and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
         NodeInfo {
-            name: node
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            labels: strings(node.pointer("/metadata/labels")),
+            name: str_at(node, "/metadata/name").to_string(),
+            labels: string_map(node.pointer("/metadata/labels")),
             taints: items(node.pointer("/spec/taints"))
                 .filter_map(Taint::from_value)
                 .collect(),
-            allocatable: strings(node.pointer("/status/allocatable")),
+            allocatable: string_map(node.pointer("/status/allocatable")),
         }
     }
 

@@ -238,11 +238,7 @@ impl NodeSelectorTerm {
     /// Reads a term of an object under admission, leniently (see
     /// [`NodeSelectorRequirement::from_value`]).
     pub fn from_value(v: &Value) -> Term {
-        let non_empty = |key: &str| {
-            v.get(key)
-                .and_then(Value::as_array)
-                .is_some_and(|a| !a.is_empty())
-        };
+        let non_empty = |key: &str| items(v.get(key)).next().is_some();
         Term {
             requirements: items(v.get("matchExpressions"))
                 .filter_map(Requirement::from_value)

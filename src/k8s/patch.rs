@@ -75,6 +75,10 @@ impl<'a> Patch<'a> {
     }
 
     fn edit(&mut self, path: &[&str], edit: Edit) -> Result<(), ShapeError> {
+        let shape = |pointer: &PointerBuf, expected| ShapeError {
+            path: pointer.to_string(),
+            expected,
+        };
         let mut pointer = PointerBuf::new();
         let mut current = self.doc;
         for (i, token) in path.iter().enumerate() {
@@ -83,25 +87,10 @@ impl<'a> Patch<'a> {
                 Value::Object(m) => m.get(*token).filter(|v| !v.is_null()),
                 Value::Array(a) => match token.parse::<usize>() {
                     Ok(n) if n < a.len() => Some(&a[n]),
-                    Ok(_) => {
-                        return Err(ShapeError {
-                            path: pointer.to_string(),
-                            expected: "a list with that index",
-                        })
-                    }
-                    Err(_) => {
-                        return Err(ShapeError {
-                            path: pointer.to_string(),
-                            expected: "an object",
-                        })
-                    }
+                    Ok(_) => return Err(shape(&pointer, "a list with that index")),
+                    Err(_) => return Err(shape(&pointer, "an object")),
                 },
-                _ => {
-                    return Err(ShapeError {
-                        path: pointer.to_string(),
-                        expected: "an object",
-                    })
-                }
+                _ => return Err(shape(&pointer, "an object")),
             };
             pointer.push_back(*token);
             let Some(child) = child else {
@@ -115,10 +104,7 @@ impl<'a> Patch<'a> {
                     Edit::Set(value) => self.steps.push(Step::Op(add(pointer, value))),
                     Edit::Append(values) => {
                         if !child.is_array() {
-                            return Err(ShapeError {
-                                path: pointer.to_string(),
-                                expected: "a list",
-                            });
+                            return Err(shape(&pointer, "a list"));
                         }
                         for value in values {
                             let mut item = pointer.clone();
@@ -134,12 +120,7 @@ impl<'a> Patch<'a> {
         // An empty path sets or appends to the document itself.
         match edit {
             Edit::Set(value) => self.steps.push(Step::Op(add(pointer, value))),
-            Edit::Append(_) => {
-                return Err(ShapeError {
-                    path: String::new(),
-                    expected: "a list",
-                })
-            }
+            Edit::Append(_) => return Err(shape(&pointer, "a list")),
         }
         Ok(())
     }

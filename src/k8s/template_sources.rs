@@ -43,7 +43,7 @@
 //! path. See docs/workload-kinds.md.
 use super::apply::{ListType, Schema};
 use super::doc::{self, Object};
-use super::json::{int_of, FieldError};
+use super::json::{int_of, items, FieldError};
 use super::workloads;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -233,9 +233,7 @@ impl TemplateSources {
 
     /// The source of `object`'s kind, when a document names it.
     pub fn source_of(&self, object: &Value) -> Option<&TemplateSource> {
-        let api = object.get("apiVersion")?.as_str()?;
-        let kind = object.get("kind")?.as_str()?;
-        let group = workloads::group_of(api);
+        let (group, kind) = workloads::group_kind(object)?;
         self.sources
             .iter()
             .find(|s| s.kind == kind && s.group == group)
@@ -387,10 +385,7 @@ impl TemplatePath {
         };
         // An inline pod spec with no container of its own is no pod (an
         // Argo steps template), whatever the patches name.
-        let has_containers = template
-            .pointer("/spec/containers")
-            .and_then(Value::as_array)
-            .is_some_and(|c| !c.is_empty());
+        let has_containers = items(template.pointer("/spec/containers")).next().is_some();
         if self.shape == Shape::PodSpec && !has_containers {
             return None;
         }

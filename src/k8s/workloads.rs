@@ -20,55 +20,34 @@ const APPS: &[&str] = &["apps", "extensions"];
 
 /// Every kind with a pod template.
 pub const TEMPLATE_KINDS: &[TemplateKind] = &[
-    TemplateKind {
-        groups: APPS,
-        kind: "Deployment",
-        template: "/spec/template",
-        makes_pods: true,
-    },
-    TemplateKind {
-        groups: APPS,
-        kind: "StatefulSet",
-        template: "/spec/template",
-        makes_pods: true,
-    },
-    TemplateKind {
-        groups: APPS,
-        kind: "DaemonSet",
-        template: "/spec/template",
-        makes_pods: true,
-    },
-    TemplateKind {
-        groups: APPS,
-        kind: "ReplicaSet",
-        template: "/spec/template",
-        makes_pods: true,
-    },
-    TemplateKind {
-        groups: &[""],
-        kind: "ReplicationController",
-        template: "/spec/template",
-        makes_pods: true,
-    },
-    TemplateKind {
-        groups: &["batch"],
-        kind: "Job",
-        template: "/spec/template",
-        makes_pods: true,
-    },
-    TemplateKind {
-        groups: &["batch"],
-        kind: "CronJob",
-        template: "/spec/jobTemplate/spec/template",
-        makes_pods: true,
-    },
-    TemplateKind {
-        groups: &[""],
-        kind: "PodTemplate",
-        template: "/template",
-        makes_pods: false,
-    },
+    kind(APPS, "Deployment", "/spec/template", true),
+    kind(APPS, "StatefulSet", "/spec/template", true),
+    kind(APPS, "DaemonSet", "/spec/template", true),
+    kind(APPS, "ReplicaSet", "/spec/template", true),
+    kind(&[""], "ReplicationController", "/spec/template", true),
+    kind(&["batch"], "Job", "/spec/template", true),
+    kind(
+        &["batch"],
+        "CronJob",
+        "/spec/jobTemplate/spec/template",
+        true,
+    ),
+    kind(&[""], "PodTemplate", "/template", false),
 ];
+
+const fn kind(
+    groups: &'static [&'static str],
+    kind: &'static str,
+    template: &'static str,
+    makes_pods: bool,
+) -> TemplateKind {
+    TemplateKind {
+        groups,
+        kind,
+        template,
+        makes_pods,
+    }
+}
 
 /// The API group of an `apiVersion` (`apps/v1` -> `apps`, `v1` -> ``).
 pub fn group_of(api_version: &str) -> &str {
@@ -82,19 +61,21 @@ pub fn template_kind(group: &str, kind: &str) -> Option<&'static TemplateKind> {
         .find(|t| t.kind == kind && t.groups.contains(&group))
 }
 
+/// The API group and kind of an object, by its `apiVersion` and `kind`.
+pub fn group_kind(object: &Value) -> Option<(&str, &str)> {
+    let api = object.get("apiVersion")?.as_str()?;
+    Some((group_of(api), object.get("kind")?.as_str()?))
+}
+
 /// The template kind of an object, by its `apiVersion` and `kind`.
 pub fn template_kind_of(object: &Value) -> Option<&'static TemplateKind> {
-    let api = object.get("apiVersion")?.as_str()?;
-    template_kind(group_of(api), object.get("kind")?.as_str()?)
+    let (group, kind) = group_kind(object)?;
+    template_kind(group, kind)
 }
 
 /// Is the object a core/v1 Pod?
 pub fn is_pod(object: &Value) -> bool {
-    object.get("kind").and_then(Value::as_str) == Some("Pod")
-        && object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .is_some_and(|a| group_of(a).is_empty())
+    group_kind(object) == Some(("", "Pod"))
 }
 
 /// The uid of the object's controller (its ownerReference with
@@ -167,13 +148,6 @@ pub fn pod_metadata(object: &Value) -> Option<&Value> {
     object.at(kind.template)?.get("metadata")
 }
 
-/// A Pod built from the template of a pod controller: the template's labels
-/// and annotations, the controller's name and namespace, and the template's
-/// spec. `None` when `object` is not a controller or has no template.
-pub fn pod_from_template(object: &Value) -> Option<Value> {
-    Some(pod_of_template(object, pod_template(object)?.clone()))
-}
-
 /// The Pod that `template` (a pod template: `metadata` and `spec`) of the
 /// workload `object` describes: the template's labels and annotations, the
 /// workload's name and namespace, and the template's spec (moved, not
@@ -210,6 +184,10 @@ pub fn pod_of_template(object: &Value, mut template: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pod_from_template(object: &Value) -> Option<Value> {
+        Some(pod_of_template(object, pod_template(object)?.clone()))
+    }
 
     fn pod_spec() -> Value {
         json!({"containers": [{"name": "train", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]})

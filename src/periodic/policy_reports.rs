@@ -88,12 +88,9 @@ fn result_key(result: &Value) -> String {
 /// `desired` with the timestamps of the results `existing` already has:
 /// a result's timestamp says when it was first reported.
 fn keep_first_seen(desired: &mut Value, existing: &Value) {
-    let seen: BTreeMap<String, &Value> = existing["results"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| (result_key(r), &r["timestamp"]))
-        .collect();
+    let results = crate::k8s::json::items(existing.get("results"));
+    let seen: BTreeMap<String, &Value> =
+        results.map(|r| (result_key(r), &r["timestamp"])).collect();
     if let Some(results) = desired["results"].as_array_mut() {
         for result in results {
             if let Some(first) = seen.get(&result_key(result)) {
@@ -109,20 +106,14 @@ fn keep_first_seen(desired: &mut Value, existing: &Value) {
 /// (resourceVersion, other tools' labels and annotations) with ours set.
 /// None when nothing we write differs.
 fn replacement(existing: &Value, desired: &Value) -> Option<Value> {
+    let entry = |report: &Value, field: &str, key: &str| {
+        Some(report["metadata"][field][key].clone()).filter(|v| !v.is_null())
+    };
+    let left_out = |report: &Value| entry(report, "annotations", LEFT_OUT_ANNOTATION);
     let ours = |report: &Value| {
-        (
-            report["summary"].clone(),
-            report["results"].clone(),
-            report
-                .pointer(&format!(
-                    "/metadata/annotations/{}",
-                    escape(LEFT_OUT_ANNOTATION)
-                ))
-                .cloned(),
-            report
-                .pointer(&format!("/metadata/labels/{}", escape(MANAGED_BY)))
-                .cloned(),
-        )
+        let labelled = entry(report, "labels", MANAGED_BY);
+        let (summary, results) = (report["summary"].clone(), report["results"].clone());
+        (summary, results, left_out(report), labelled)
     };
     if ours(existing) == ours(desired) {
         return None;
@@ -132,16 +123,12 @@ fn replacement(existing: &Value, desired: &Value) -> Option<Value> {
         .cloned()
         .unwrap_or_default();
     set_entry(&mut metadata, "labels", MANAGED_BY, Some(json!(MANAGER)));
+    let annotation = left_out(desired);
     set_entry(
         &mut metadata,
         "annotations",
         LEFT_OUT_ANNOTATION,
-        desired
-            .pointer(&format!(
-                "/metadata/annotations/{}",
-                escape(LEFT_OUT_ANNOTATION)
-            ))
-            .cloned(),
+        annotation,
     );
     let mut object = desired.clone();
     object["metadata"] = Value::Object(metadata);
@@ -170,11 +157,6 @@ fn set_entry(metadata: &mut Map<String, Value>, field: &str, key: &str, value: O
             }
         }
     }
-}
-
-/// RFC 6901 escaping of one pointer token.
-fn escape(token: &str) -> String {
-    token.replace('~', "~0").replace('/', "~1")
 }
 
 /// What one sync did.
@@ -391,17 +373,19 @@ pub(super) mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
     }
 
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build();
+        runtime.unwrap().block_on(future)
+    }
+
     fn run(store: &MemoryReports, report: &Report, when: SystemTime, max: usize) -> SyncOutcome {
         let settings = PolicyReportSettings {
             max_results: max,
             writes_per_second: 1000,
         };
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap()
-            .block_on(sync(store, report, when, &settings, &|| false))
-            .unwrap()
+        block_on(sync(store, report, when, &settings, &|| false)).unwrap()
     }
 
     #[test]
@@ -659,13 +643,7 @@ pub(super) mod tests {
         }
         let report = report_of(vec![finding("gpu-privileged", Some("ml"), "deny", 5)]);
         let settings = PolicyReportSettings::default();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let raced = runtime
-            .block_on(sync(&Racing(&store), &report, at(2), &settings, &|| false))
-            .unwrap();
+        let raced = block_on(sync(&Racing(&store), &report, at(2), &settings, &|| false)).unwrap();
         assert_eq!(raced.conflicts, 1);
         let caught_up = run(&store, &report, at(3), 10);
         assert_eq!(caught_up.updated, 1);
@@ -683,22 +661,17 @@ pub(super) mod tests {
             .map(|ns| finding("gpu-privileged", Some(ns), "deny", 1))
             .collect();
         let writes = std::cell::Cell::new(0);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let outcome = runtime
-            .block_on(sync(
-                &store,
-                &report_of(findings),
-                at(1),
-                &PolicyReportSettings::default(),
-                &|| {
-                    writes.set(writes.get() + 1);
-                    writes.get() > 1
-                },
-            ))
-            .unwrap();
+        let outcome = block_on(sync(
+            &store,
+            &report_of(findings),
+            at(1),
+            &PolicyReportSettings::default(),
+            &|| {
+                writes.set(writes.get() + 1);
+                writes.get() > 1
+            },
+        ))
+        .unwrap();
         assert!(outcome.stopped);
         assert_eq!(outcome.created, 1);
     }

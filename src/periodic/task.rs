@@ -87,17 +87,9 @@ struct Runner {
     metrics: AuditMetrics,
 }
 
-/// What waiting on the stop channel found.
-enum Wake {
-    Timeout,
-    Stop,
-}
-
-fn sleep(stopped: &Receiver<()>, period: Duration) -> Wake {
-    match stopped.recv_timeout(period) {
-        Err(RecvTimeoutError::Timeout) => Wake::Timeout,
-        Ok(()) | Err(RecvTimeoutError::Disconnected) => Wake::Stop,
-    }
+/// Waits `period` on the stop channel: whether a stop came.
+fn stopped_within(stopped: &Receiver<()>, period: Duration) -> bool {
+    !matches!(stopped.recv_timeout(period), Err(RecvTimeoutError::Timeout))
 }
 
 impl Runner {
@@ -108,7 +100,7 @@ impl Runner {
         ready: &dyn Fn() -> bool,
     ) {
         while !ready() {
-            if let Wake::Stop = sleep(stopped, Duration::from_millis(500)) {
+            if stopped_within(stopped, Duration::from_millis(500)) {
                 return;
             }
         }
@@ -122,7 +114,7 @@ impl Runner {
                     self.latest
                         .withdraw(format!("no report: no cluster client ({err})"));
                     tracing::error!(error = %err, "the periodic report has no cluster client; trying again in one interval");
-                    if let Wake::Stop = sleep(stopped, self.settings.interval) {
+                    if stopped_within(stopped, self.settings.interval) {
                         return;
                     }
                 }
@@ -152,7 +144,7 @@ impl Runner {
                 stopped,
             );
             let rest = self.settings.interval.saturating_sub(started.elapsed());
-            if let Wake::Stop = sleep(stopped, rest) {
+            if stopped_within(stopped, rest) {
                 break;
             }
         }

@@ -1,7 +1,6 @@
 //! The cluster side of self-managed certificates: the Secret that holds
 //! them, and the caBundle of the project's own webhook configurations.
 use crate::certs::material::Material;
-use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -149,6 +148,13 @@ struct Read {
     webhooks: Vec<(String, String)>,
 }
 
+impl Read {
+    fn first_bundle(&self) -> Option<String> {
+        let mut bundles = self.webhooks.iter().map(|(_, pem)| pem);
+        bundles.find(|pem| !pem.is_empty()).cloned()
+    }
+}
+
 /// What [`WebhookConfigurations::ensure`] found.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct BundleState {
@@ -189,12 +195,8 @@ impl WebhookConfigurations {
 
     /// The first non-empty caBundle of the configurations, PEM.
     pub async fn current_bundle(&self) -> Result<Option<String>, kube::Error> {
-        for read in self.read_all().await?.into_iter().flatten() {
-            if let Some((_, pem)) = read.webhooks.into_iter().find(|(_, pem)| !pem.is_empty()) {
-                return Ok(Some(pem));
-            }
-        }
-        Ok(None)
+        let reads = self.read_all().await?;
+        Ok(reads.iter().flatten().find_map(Read::first_bundle))
     }
 
     /// Makes every webhook of both configurations trust exactly
@@ -213,11 +215,7 @@ impl WebhookConfigurations {
                 continue;
             };
             if state.first_bundle.is_none() {
-                state.first_bundle = read
-                    .webhooks
-                    .iter()
-                    .find(|(_, pem)| !pem.is_empty())
-                    .map(|(_, pem)| pem.clone());
+                state.first_bundle = read.first_bundle();
             }
             let stale: Vec<usize> = read
                 .webhooks
@@ -273,7 +271,7 @@ fn pem_of(bundle: Option<ByteString>) -> String {
 /// applies only to the configuration as it was read: its resourceVersion
 /// and each webhook's name are tested first.
 fn bundle_patch(read: &Read, stale: &[usize], trusted_pem: &str) -> json_patch::Patch {
-    let bundle = base64::engine::general_purpose::STANDARD.encode(trusted_pem.as_bytes());
+    let bundle = crate::certs::ca_bundle(trusted_pem);
     let mut ops = Vec::new();
     if let Some(rv) = &read.resource_version {
         ops.push(

@@ -186,14 +186,14 @@ impl Manager {
     /// The elected replica: brings the Secret up to date, then caBundle.
     async fn keep(&mut self, now: SystemTime) -> Result<Pair, String> {
         let stored = self.secret.get().await.map_err(|e| self.read_error(e))?;
-        let (read, resource_version, exists) = match stored {
+        let (read, resource_version) = match stored {
             Some(stored) => {
                 if let Err(why) = &stored.material {
                     tracing::warn!(secret = %self.settings.options.secret, "the certificate Secret is incomplete ({why}); replacing it");
                 }
-                (stored.material.ok(), stored.resource_version, true)
+                (stored.material.ok(), stored.resource_version)
             }
-            None => (None, None, false),
+            None => (None, None),
         };
         let current = read.clone().or_else(|| self.last.clone());
         let bundle = self
@@ -220,8 +220,7 @@ impl Manager {
             (None, None) => return Err("no certificates to serve".into()),
         };
         if read.as_ref() != Some(&target) {
-            let version = if exists { resource_version } else { None };
-            match self.secret.put(&target, version).await {
+            match self.secret.put(&target, resource_version).await {
                 Ok(()) => {
                     let what: Vec<&str> = steps.iter().map(|s| s.as_str()).collect();
                     let what = if what.is_empty() {

@@ -96,41 +96,26 @@ fn fast() -> Settings {
     }
 }
 
-/// What the sink has seen: the names held after each event.
+/// What the sink has seen: the names held, and how many lists completed.
 #[derive(Clone, Default)]
-struct Held(Arc<Mutex<Names>>);
-
-/// Held, being relisted, relists done.
-type Names = (Vec<String>, Option<Vec<String>>, usize);
+struct Held(Arc<Mutex<(Relisted<()>, usize)>>);
 
 impl Held {
     fn sink(&self) -> impl Sink<Thing> {
         let held = self.0.clone();
         sink(move |event: Event<Thing>| {
             let mut held = held.lock().unwrap();
-            match event {
-                Event::Init => held.1 = Some(Vec::new()),
-                Event::InitApply(t) => held.1.get_or_insert_with(Vec::new).push(t.metadata.name),
-                Event::InitDone => {
-                    held.0 = held.1.take().unwrap_or_default();
-                    held.2 += 1;
-                }
-                Event::Apply(t) => {
-                    if !held.0.contains(&t.metadata.name) {
-                        held.0.push(t.metadata.name)
-                    }
-                }
-                Event::Delete(t) => held.0.retain(|n| *n != t.metadata.name),
-            }
+            held.1 += usize::from(matches!(event, Event::InitDone));
+            held.0.take(event, |t| Some((t.metadata.name.clone(), ())));
         })
     }
 
     fn names(&self) -> Vec<String> {
-        self.0.lock().unwrap().0.clone()
+        self.0.lock().unwrap().0.held.keys().cloned().collect()
     }
 
     fn relists(&self) -> usize {
-        self.0.lock().unwrap().2
+        self.0.lock().unwrap().1
     }
 }
 
