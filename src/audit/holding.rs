@@ -29,8 +29,8 @@ pub mod counted {
     /// A controller whose pods were not read, by its status (ready
     /// replicas, active pods).
     pub const STATUS: &str = "status";
-    /// A workload custom resource whose pods were not read, or a capacity
-    /// object: by what its spec asks.
+    /// A workload custom resource whose pods were not read, by what its
+    /// spec asks.
     pub const SPEC: &str = "spec";
 }
 
