@@ -51,13 +51,21 @@ fn summary_counts_violations_and_the_gpus_they_hold() {
             row("gpu-max-2", "ml", "deny", 2, 4),
             // 1 + 2 from running notebooks, 0 from the finished pod.
             row("no-keepalive", "ml", "warn", 3, 3),
-            // A Deployment of 3 replicas at 1 GPU each.
-            row("no-keepalive", "serving", "warn", 1, 3),
+            // A Deployment of 3 replicas at 1 GPU each, counted through
+            // its pods read: one Running; the two with no pod are
+            // requested, not placed (its status says 3 ready).
+            row("no-keepalive", "serving", "warn", 1, 1),
         ]
     );
+    let warm = report
+        .findings
+        .iter()
+        .find(|f| f.name == "warm-pool")
+        .unwrap();
+    assert_eq!((warm.gpus, warm.gpus_pending), (1, 2));
     let text = audit::render_text(&report);
     assert!(
-        text.contains("6 GPUs held by 4 objects violating no-keepalive"),
+        text.contains("4 GPUs held by 4 objects violating no-keepalive"),
         "{text}"
     );
     assert!(
@@ -183,7 +191,7 @@ fn exceptions_let_findings_through_and_are_listed_with_their_state() {
         audit::summary(&report),
         vec![
             row("gpu-max-2", "ml", "deny", 2, 4),
-            row("no-keepalive", "serving", "warn", 1, 3),
+            row("no-keepalive", "serving", "warn", 1, 1),
             row("no-keepalive", "ml", "warn", 1, 0),
         ]
     );

@@ -875,7 +875,10 @@ async fn serve_without_access_to_nodes_is_ready_and_judges_by_labels() {
 /// One audit run everywhere: for one cluster whose GPU pods are bound by
 /// `nodeName` to A100 nodes in a standard-tier namespace, `/report`,
 /// `audit` of the cluster and `audit -f` of a dump of it reach the same
-/// findings with the same messages, judged against the nodes each read.
+/// findings with the same messages, judged against the nodes each read,
+/// and the same GPUs held and requested, counted through the pods of the
+/// controllers (a Deployment's pod bound and still pulling its image is
+/// held, not "not placed" because it is not ready yet).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_reach() {
     let mut kinds = audited_kinds();
@@ -909,6 +912,7 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
                                      "resources": {"requests": limits.clone(), "limits": limits}}]},
             "status": {"phase": "Running"}}));
     }
+    objects.extend(controllers_and_their_pods());
     fake.change(|cluster| {
         for object in &objects {
             cluster.apply(object.clone());
@@ -955,8 +959,104 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
         })
         .count();
     assert_eq!(bound_cpu_pods, 2, "{findings:#?}");
-    for figure in ["objects", "evaluated", "gpusHeld", "gpusInViolation"] {
+    let figures = [
+        "objects",
+        "evaluated",
+        "gpusHeld",
+        "gpusInViolation",
+        "gpusPending",
+        "gpusCounted",
+    ];
+    for figure in figures {
         assert_eq!(report[figure], cluster[figure], "{figure}");
         assert_eq!(report[figure], of_dump[figure], "{figure}");
     }
+    // Held: the 4 trainers, chat's 2 bound pods (one not ready yet),
+    // finetune's running pod; not placed: finetune's unbound pod, eval's 2.
+    assert_eq!(
+        (&report["gpusHeld"], &report["gpusPending"]),
+        (&json!(7), &json!(3))
+    );
+    assert_eq!(report["gpusCounted"], json!({"pod": 5, "pods": 2}));
+    for audit in [&report, &cluster, &of_dump] {
+        assert_eq!(audit["nodes"]["gpusRequested"], audit["gpusHeld"]);
+    }
+}
+
+/// In namespace serving: Deployment chat (2 replicas of 1 GPU, 1 ready)
+/// whose second pod is bound to aks-a100-1 and still pulling its image;
+/// Job finetune (2 × 1 GPU, 1 ready) with one pod running on aks-a100-2
+/// and one unschedulable; and a Pending pod eval (2 GPUs) on no node.
+fn controllers_and_their_pods() -> Vec<Value> {
+    let spec = |gpus: &str| {
+        json!({"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.8.5",
+            "resources": {"limits": {"nvidia.com/gpu": gpus, "cpu": "4", "memory": "32Gi"}}}]})
+    };
+    let meta = |name: &str, owner: Option<(&str, &str)>| {
+        let mut m = json!({"name": name, "namespace": "serving", "uid": format!("uid-{name}")});
+        if let Some((kind, owner)) = owner {
+            m["ownerReferences"] = json!([{"apiVersion": if kind == "Job" { "batch/v1" } else { "apps/v1" },
+                "kind": kind, "name": owner, "uid": format!("uid-{owner}"), "controller": true}]);
+        }
+        m
+    };
+    let pod = |name: &str, owner: (&str, &str), node: Option<&str>, status: Value| {
+        let mut spec = spec("1");
+        if let Some(node) = node {
+            spec["nodeName"] = json!(node);
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta(name, Some(owner)),
+            "spec": spec, "status": status})
+    };
+    let pulling = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"},
+        {"type": "Ready", "status": "False"}],
+        "containerStatuses": [{"name": "main", "ready": false, "restartCount": 0,
+            "image": "vllm/vllm-openai:v0.8.5", "imageID": "",
+            "state": {"waiting": {"reason": "ContainerCreating"}}}]});
+    let unschedulable = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+        "status": "False", "reason": "Unschedulable"}]});
+    let running = json!({"phase": "Running", "startTime": "2026-12-01T00:00:00Z",
+        "conditions": [{"type": "Ready", "status": "True"}]});
+    vec![
+        namespace("serving", &[]),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta("chat", None),
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "chat"}},
+                "template": {"metadata": {"labels": {"app": "chat"}}, "spec": spec("1")}},
+            "status": {"replicas": 2, "readyReplicas": 1, "availableReplicas": 1}}),
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": meta("chat-7c9", Some(("Deployment", "chat"))),
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "chat"}},
+                "template": {"metadata": {"labels": {"app": "chat"}}, "spec": spec("1")}},
+            "status": {"replicas": 2, "readyReplicas": 1}}),
+        pod(
+            "chat-7c9-a",
+            ("ReplicaSet", "chat-7c9"),
+            Some("aks-a100-0"),
+            running.clone(),
+        ),
+        pod(
+            "chat-7c9-b",
+            ("ReplicaSet", "chat-7c9"),
+            Some("aks-a100-1"),
+            pulling,
+        ),
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("finetune", None),
+            "spec": {"parallelism": 2, "completions": 2,
+                "template": {"spec": {"restartPolicy": "Never", "containers": spec("1")["containers"]}}},
+            "status": {"active": 2, "ready": 1, "startTime": "2026-12-01T00:00:00Z"}}),
+        pod(
+            "finetune-a",
+            ("Job", "finetune"),
+            Some("aks-a100-2"),
+            running,
+        ),
+        pod(
+            "finetune-b",
+            ("Job", "finetune"),
+            None,
+            unschedulable.clone(),
+        ),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta("eval", None),
+            "spec": spec("2"), "status": unschedulable}),
+    ]
 }

@@ -1,11 +1,14 @@
-//! How many GPUs a workload holds now, read from its status: *held* GPUs
-//! are bound to running or scheduled pods; *requested, not placed* GPUs
-//! belong to pods waiting for a node. Suspended, completed and failed work
-//! holds none. This is the one definition the JSON, the page, the
-//! PolicyReports and the `gpu_admission_audit_*` gauges use.
+//! How many GPUs a workload holds now: *held* GPUs belong to pods bound
+//! to a node and not finished; *requested, not placed* GPUs to pods not
+//! bound yet, and to the pods a controller wants and has not created.
+//! A controller is counted through its pods where the run read them
+//! ([`through_pods`]), from its status only where it did not
+//! ([`holding`]). This is the one definition the JSON, the page, the node
+//! section, the PolicyReports and the `gpu_admission_audit_*` gauges use.
 use crate::k8s::json::{str_at, str_field, Pointer as _};
 use serde::Serialize;
 use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// GPUs of one object, by state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -15,6 +18,119 @@ pub struct Holding {
     /// Asked for by pods not placed on a node yet (Pending and unscheduled;
     /// for a controller, its desired pods that are not ready).
     pub pending: i64,
+}
+
+/// How an object's GPUs were counted.
+pub mod counted {
+    /// A Pod, by its own state.
+    pub const POD: &str = "pod";
+    /// A controller, through the pods of it the run read.
+    pub const PODS: &str = "pods";
+    /// A controller whose pods were not read, by its status (ready
+    /// replicas, active pods).
+    pub const STATUS: &str = "status";
+    /// A workload custom resource whose pods were not read, by what its
+    /// spec asks.
+    pub const SPEC: &str = "spec";
+}
+
+/// How the GPUs were counted, in words: `2 pods by their own state, 1
+/// controller through its pods read`.
+pub fn counted_text(counted: &BTreeMap<&'static str, usize>) -> String {
+    let ways = [
+        (counted::POD, "pods by their own state"),
+        (counted::PODS, "controllers through their pods read"),
+        (
+            counted::STATUS,
+            "controllers by their status (pods not read)",
+        ),
+        (
+            counted::SPEC,
+            "workload resources by their spec (pods not read)",
+        ),
+    ];
+    let parts: Vec<String> = (ways.iter())
+        .filter_map(|(way, what)| counted.get(way).map(|n| format!("{n} {what}")))
+        .collect();
+    parts.join(", ")
+}
+
+/// The pods read of the controllers a run judges: per controller, GPUs by
+/// state and pods not finished; counters, never the pods.
+#[derive(Clone, Debug, Default)]
+pub struct PodsRead {
+    /// Every namespace's pods were read (a cluster's Pod list).
+    pub every_namespace: bool,
+    /// Namespaces with a pod read.
+    pub namespaces: HashSet<String>,
+    /// By the uid of the controller judged.
+    owners: HashMap<String, (Holding, i64)>,
+}
+
+impl PodsRead {
+    /// Counts `pod`, asking for `gpus`, towards the controller `owner`.
+    pub fn count(&mut self, owner: &str, pod: &Value, gpus: i64) {
+        let (holding, pods) = self.owners.entry(owner.to_string()).or_default();
+        let (held, pending) = pod_state(pod);
+        holding.held += held * gpus;
+        holding.pending += pending * gpus;
+        *pods += held + pending;
+    }
+
+    /// The pods read of `object` (GPUs by state, pods not finished); none
+    /// when its namespace's pods were not read, or it has no uid to own
+    /// pods by.
+    pub fn of(&self, object: &Value) -> Option<(Holding, i64)> {
+        let uid = object.at("/metadata/uid").and_then(Value::as_str)?;
+        let namespace = str_at(object, "/metadata/namespace");
+        let read = self.every_namespace || self.namespaces.contains(namespace);
+        read.then(|| self.owners.get(uid).copied().unwrap_or_default())
+    }
+}
+
+/// What a controller holds, counted through its pods read (`seen`: GPUs by
+/// state and pods not finished): its bound unfinished pods are held, its
+/// unbound ones requested, and so are the pods it wants and has not
+/// created yet (`per_pod` GPUs each; for a workload custom resource, what
+/// its spec asks, `workload`, beyond its pods, unless suspended).
+pub fn through_pods(object: &Value, per_pod: i64, workload: i64, seen: (Holding, i64)) -> Holding {
+    let (Holding { held, pending }, pods) = seen;
+    let missing = if crate::k8s::workloads::template_kind_of(object).is_some() {
+        per_pod
+            .max(0)
+            .saturating_mul((desired_pods(object) - pods).max(0))
+    } else if suspended(object) {
+        0
+    } else {
+        (workload - held - pending).max(0)
+    };
+    Holding {
+        held,
+        pending: pending.saturating_add(missing),
+    }
+}
+
+/// The pods a built-in controller wants running now: its replicas; a
+/// running Job's parallelism, up to the completions left; a DaemonSet's
+/// `desiredNumberScheduled`. A CronJob is counted through its Jobs' pods.
+fn desired_pods(object: &Value) -> i64 {
+    match str_field(object, "kind") {
+        "Deployment" | "StatefulSet" | "ReplicaSet" | "ReplicationController" => {
+            count(object, "/spec/replicas", 1)
+        }
+        "Job" if flag(object, "/spec/suspend") || job_finished(object) => 0,
+        "Job" => {
+            let parallelism = count(object, "/spec/parallelism", 1);
+            let succeeded = count(object, "/status/succeeded", 0);
+            match int(object, "/spec/completions") {
+                Some(completions) => parallelism.min((completions - succeeded).max(0)),
+                None if succeeded > 0 => 0,
+                None => parallelism,
+            }
+        }
+        "DaemonSet" => count(object, "/status/desiredNumberScheduled", 0),
+        _ => 0,
+    }
 }
 
 /// What `object` holds, given the GPUs of one of its pods (`per_pod`) and,
@@ -42,9 +158,12 @@ pub fn holding(object: &Value, per_pod: i64, workload: i64) -> Holding {
     let kind = str_field(object, "kind");
     let built_in = kind == "Pod" || crate::k8s::workloads::template_kind_of(object).is_some();
     if !built_in {
-        let suspended = flag(object, "/spec/suspend") || flag(object, "/spec/runPolicy/suspend");
         return Holding {
-            held: if suspended { 0 } else { workload.max(0) },
+            held: if suspended(object) {
+                0
+            } else {
+                workload.max(0)
+            },
             pending: 0,
         };
     }
@@ -143,6 +262,12 @@ fn job_finished(job: &Value) -> bool {
         .is_some_and(|t| !t.is_null())
 }
 
+/// A workload custom resource suspended (`spec.suspend`, or
+/// `spec.runPolicy.suspend` of the Kubeflow jobs).
+fn suspended(object: &Value) -> bool {
+    flag(object, "/spec/suspend") || flag(object, "/spec/runPolicy/suspend")
+}
+
 fn flag(object: &Value, pointer: &str) -> bool {
     object.at(pointer).and_then(Value::as_bool) == Some(true)
 }
@@ -225,6 +350,65 @@ mod tests {
         let ds = json!({"kind": "DaemonSet", "apiVersion": "apps/v1", "spec": {"template": {"spec": {}}},
             "status": {"desiredNumberScheduled": 5, "numberReady": 4}});
         assert_eq!(of(ds), h(8, 2));
+    }
+
+    /// Through its pods, a controller holds its bound unfinished pods
+    /// (ready or not) and requests its unbound ones and those it wants and
+    /// has not created.
+    #[test]
+    fn controllers_read_through_their_pods_hold_what_is_bound() {
+        let mut read = PodsRead::default();
+        let pod = |node: Option<&str>, phase: &str| json!({"kind": "Pod", "spec": {"nodeName": node}, "status": {"phase": phase}});
+        let deployment = json!({"kind": "Deployment", "apiVersion": "apps/v1",
+            "metadata": {"uid": "d", "namespace": "serving"},
+            "spec": {"replicas": 3, "template": {"spec": {}}}, "status": {"readyReplicas": 1}});
+        assert_eq!(read.of(&deployment), None, "no pod read in serving");
+        assert_eq!(holding(&deployment, 2, 0), h(2, 4), "by status");
+        read.namespaces.insert("serving".into());
+        read.count("d", &pod(Some("a10-0"), "Running"), 2);
+        read.count("d", &pod(Some("a10-1"), "Pending"), 2);
+        read.count("d", &pod(None, "Succeeded"), 2);
+        let seen = read.of(&deployment).unwrap();
+        assert_eq!(seen, (h(4, 0), 2));
+        assert_eq!(
+            through_pods(&deployment, 2, 0, seen),
+            h(4, 2),
+            "a third not created"
+        );
+        read.count("d", &pod(None, "Pending"), 2);
+        let seen = read.of(&deployment).unwrap();
+        assert_eq!(through_pods(&deployment, 2, 0, seen), h(4, 2));
+
+        let job = |spec: Value, status: Value| json!({"kind": "Job", "apiVersion": "batch/v1", "spec": spec, "status": status});
+        let spec = json!({"parallelism": 4, "completions": 6, "template": {"spec": {}}});
+        let one_running = (h(1, 0), 1);
+        let running = job(spec.clone(), json!({"active": 1, "succeeded": 4}));
+        assert_eq!(
+            through_pods(&running, 1, 0, one_running),
+            h(1, 1),
+            "2 completions left"
+        );
+        let done = job(
+            spec,
+            json!({"conditions": [{"type": "Complete", "status": "True"}]}),
+        );
+        assert_eq!(
+            through_pods(&done, 1, 0, one_running),
+            h(1, 0),
+            "a bound pod still holds"
+        );
+        let ds = json!({"kind": "DaemonSet", "apiVersion": "apps/v1", "spec": {"template": {"spec": {}}},
+            "status": {"desiredNumberScheduled": 3}});
+        assert_eq!(through_pods(&ds, 1, 0, (h(1, 1), 2)), h(1, 2));
+        let torch = json!({"kind": "PyTorchJob", "apiVersion": "kubeflow.org/v1", "spec": {}});
+        assert_eq!(
+            through_pods(&torch, 1, 8, (h(4, 2), 6)),
+            h(4, 4),
+            "2 workers not created"
+        );
+        let parked = json!({"kind": "PyTorchJob", "apiVersion": "kubeflow.org/v1",
+            "spec": {"runPolicy": {"suspend": true}}});
+        assert_eq!(through_pods(&parked, 1, 8, (h(0, 0), 0)), h(0, 0));
     }
 
     #[test]

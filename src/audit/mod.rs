@@ -13,7 +13,7 @@ pub mod run;
 pub mod utilization;
 
 pub use exceptions::{ExceptedFinding, ExceptionEntry, InvalidException};
-pub use holding::{holding, Holding};
+pub use holding::{holding, Holding, PodsRead};
 pub use html::{render, ReportMeta, ReportSource};
 pub use nodes::{HeldPod, NodeReport, PodLedger};
 pub use prices::{Money, Prices};
@@ -48,11 +48,12 @@ pub struct Finding {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
     pub message: String,
-    /// GPUs the object holds: bound to its running or scheduled pods
+    /// GPUs the object holds: its pods bound to a node and not finished
     /// ([`holding`]); for a capacity object, the GPUs it can bring up (0
     /// when nothing bounds them).
     pub gpus: i64,
-    /// GPUs its pods ask for and are not placed yet (Pending pods).
+    /// GPUs its pods ask for and are not placed yet (pods not bound, and
+    /// pods a controller wants and has not created).
     pub gpus_pending: i64,
 }
 
@@ -126,11 +127,18 @@ pub struct Report {
     pub evaluated: usize,
     /// Evaluated objects with no finding, per namespace ("" for cluster scope).
     pub passed: BTreeMap<String, usize>,
-    /// GPUs held (bound to running or scheduled pods) by every evaluated
+    /// GPUs held (pods bound to a node, not finished) by every evaluated
     /// pod and pod controller.
     pub gpus_held: i64,
-    /// GPUs requested and not placed (Pending pods) by them.
+    /// GPUs requested and not placed (pods not bound to a node, and pods
+    /// controllers want and have not created) by them.
     pub gpus_pending: i64,
+    /// How the GPUs of those objects were counted: objects asking for GPUs
+    /// by way ([`holding::counted`]): `pod` (a Pod's own state), `pods` (a
+    /// controller through its pods read), `status` (a controller whose
+    /// pods were not read, by its status), `spec` (a workload custom
+    /// resource whose pods were not read, by its spec).
+    pub gpus_counted: BTreeMap<&'static str, usize>,
     /// GPUs held by the evaluated pods and pod controllers that violate
     /// some policy, each object counted once: the share of `gpus_held`
     /// that is waste.
@@ -227,8 +235,13 @@ pub fn price(report: &mut Report, prices: &Prices) {
 }
 
 /// The report on pods, controllers and capacity objects (Nodes are only
-/// counted), and what the pods among them say about their nodes.
-pub fn audit_workloads(admission: &Admission, objects: &[Value]) -> (Report, PodLedger) {
+/// counted), and what the pods among them say about their nodes; a
+/// controller whose pods are in `pods` is counted through them.
+pub fn audit_workloads(
+    admission: &Admission,
+    objects: &[Value],
+    pods: &PodsRead,
+) -> (Report, PodLedger) {
     let uids: BTreeSet<&str> = objects
         .iter()
         .filter_map(|o| o.at("/metadata/uid").and_then(Value::as_str))
@@ -288,7 +301,24 @@ pub fn audit_workloads(admission: &Admission, objects: &[Value]) -> (Report, Pod
                     .source_of(object)
                     .is_some_and(|source| source.holds_nothing(object));
                 let workload = if done { 0 } else { outcome.workload_gpus };
-                holding(object, outcome.gpus_per_pod, workload)
+                let per_pod = outcome.gpus_per_pod;
+                let (holds, way) = match pods.of(object) {
+                    _ if crate::k8s::workloads::is_pod(object) => {
+                        (holding(object, per_pod, 0), holding::counted::POD)
+                    }
+                    Some(seen) => (
+                        holding::through_pods(object, per_pod, workload, seen),
+                        holding::counted::PODS,
+                    ),
+                    None if crate::k8s::workloads::template_kind_of(object).is_some() => {
+                        (holding(object, per_pod, workload), holding::counted::STATUS)
+                    }
+                    None => (holding(object, per_pod, workload), holding::counted::SPEC),
+                };
+                if per_pod > 0 || workload > 0 || holds != Holding::default() {
+                    *report.gpus_counted.entry(way).or_default() += 1;
+                }
+                holds
             }
         };
         match capacity {
@@ -399,12 +429,16 @@ pub fn render_text(report: &Report) -> String {
     out.push('\n');
     let _ = writeln!(
         out,
-        "GPUs held (running or scheduled pods): {}, {} of them by violating workloads; requested, not placed (Pending pods): {}, {} by violating workloads",
+        "GPUs held (pods bound to a node, not finished): {}, {} of them by violating workloads; requested, not placed (pods not bound, or not created): {}, {} by violating workloads",
         report.gpus_held,
         report.gpus_in_violation,
         report.gpus_pending,
         report.gpus_pending_in_violation
     );
+    if !report.gpus_counted.is_empty() {
+        let counted = holding::counted_text(&report.gpus_counted);
+        let _ = writeln!(out, "GPUs counted: {counted}");
+    }
     if let Some(nodes) = &report.nodes {
         let _ = writeln!(
             out,

@@ -61,15 +61,16 @@ pub struct PodLedger {
 }
 
 impl PodLedger {
-    /// Takes one Pod into account; other objects are ignored.
-    pub fn add(&mut self, pod: &Value, resources: &GpuResources) {
+    /// Takes one Pod into account, and says how many GPUs it asks for;
+    /// other objects are ignored (0).
+    pub fn add(&mut self, pod: &Value, resources: &GpuResources) -> i64 {
         if !crate::k8s::workloads::is_pod(pod) {
-            return;
+            return 0;
         }
         let spec = pod.get("spec").unwrap_or(&Value::Null);
         let gpus = i64::try_from(pod_gpu_request(spec, resources).total()).unwrap_or(i64::MAX);
         if gpus == 0 {
-            return;
+            return 0;
         }
         let node = spec
             .get("nodeName")
@@ -80,7 +81,7 @@ impl PodLedger {
                 let last = self.last_gpu_end.entry(node.to_string()).or_insert(end);
                 *last = (*last).max(end);
             }
-            return;
+            return gpus;
         }
         let running = pod.at("/status/phase").and_then(Value::as_str) == Some("Running");
         if let Some(node) = node {
@@ -99,6 +100,7 @@ impl PodLedger {
                     .map(|t| t.as_second()),
             });
         }
+        gpus
     }
 
     /// Adds what another ledger saw.

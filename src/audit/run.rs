@@ -4,20 +4,24 @@
 //! all run it, so they reach the same findings on the same objects.
 //!
 //! The order is the cluster's: Nodes, then the other kinds (controllers,
-//! capacity objects, DRA claims, exceptions), which the run holds until
-//! the Pods come, then Pods a page at a time, each page judged and
-//! dropped. A pod whose controller was read is judged through it. Where a
-//! pod can land is judged against the Nodes (with Karpenter NodePools and
-//! the GPUs DRA DeviceClasses and ResourceSlices serve on nodes) the run
-//! read, whatever node lookup the Admission has: a dump is judged as
-//! the cluster it was taken from.
-use super::{exceptions, InvalidException, PodLedger, Report};
+//! capacity objects, DRA claims, exceptions), which the run holds, then
+//! Pods a page at a time, each page judged and dropped. A pod whose
+//! controller was read is judged through it and counted towards it (GPUs
+//! by state, per controller: counters, not pods); the held objects are
+//! judged at the end, each controller counted through its pods where the
+//! run read its namespace's pods ([`super::holding`]). Where a pod can
+//! land is judged against the Nodes (with Karpenter NodePools and the
+//! GPUs DRA DeviceClasses and ResourceSlices serve on nodes) the run
+//! read, whatever node lookup the Admission has: a dump is judged as the
+//! cluster it was taken from.
+use super::{exceptions, InvalidException, PodLedger, PodsRead, Report};
 use crate::admission::Admission;
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::{DraDevices, StaticNodes};
 use crate::k8s::json::Pointer as _;
+use crate::k8s::workloads::controller_uid;
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// An audit under way.
@@ -28,13 +32,18 @@ pub struct Run<'a> {
     /// Nodes, held whole (few, and slim once read); none when none were
     /// read, and the report then has no node section.
     nodes: Option<Vec<Value>>,
-    /// The kinds other than Pods, until the first page of Pods.
+    /// The kinds other than Pods, judged at the end.
     held: Vec<Value>,
     /// What DRA serves on the nodes, read from the held objects.
     devices: DraDevices,
-    /// Once the held objects are judged: the report so far, what the pods
-    /// said of their nodes, and the uids of the held objects.
-    judged: Option<(Report, PodLedger, HashSet<String>)>,
+    /// Once the Pods come: the uid of each object read and the uid of the
+    /// one it is judged through (itself, or its controller's up the chain).
+    owners: Option<HashMap<String, String>>,
+    /// The pods read of the held controllers.
+    pods_read: PodsRead,
+    /// Pods and late objects judged so far, and what the pods said of
+    /// their nodes.
+    judged: (Report, PodLedger),
 }
 
 impl<'a> Run<'a> {
@@ -45,7 +54,9 @@ impl<'a> Run<'a> {
             nodes: None,
             held: Vec::new(),
             devices: DraDevices::default(),
-            judged: None,
+            owners: None,
+            pods_read: PodsRead::default(),
+            judged: Default::default(),
         }
     }
 
@@ -60,35 +71,49 @@ impl<'a> Run<'a> {
     }
 
     /// Objects of the kinds other than Pods (and Nodes), held until the
-    /// Pods come: a pod is judged through its controller when it has one.
-    /// Objects that come after Pods are judged at once.
+    /// end: a pod is judged through its controller when it has one.
+    /// Objects that come after Pods are judged at once, by their status.
     pub fn objects(&mut self, page: Vec<Value>) {
-        let Some((report, ledger, uids)) = self.judged.as_mut() else {
+        let Some(owners) = self.owners.as_mut() else {
             self.held.extend(page);
             return;
         };
         let admission = self.with_nodes.as_ref().unwrap_or(self.admission);
-        uids.extend(uids_of(&page));
-        let (judged, judged_ledger) = super::audit_workloads(admission, &page);
-        merge(report, judged);
-        ledger.merge(judged_ledger);
+        owners.extend(uids_of(&page).map(|uid| (uid.clone(), uid)));
+        let (judged, ledger) = super::audit_workloads(admission, &page, &PodsRead::default());
+        merge(&mut self.judged.0, judged);
+        self.judged.1.merge(ledger);
+    }
+
+    /// One page of a cluster's Pod list: the pods of every namespace are
+    /// read, and a controller with none has created none.
+    pub fn pods_of_cluster(&mut self, page: Vec<Value>) {
+        self.pods_read.every_namespace = true;
+        self.pods(page);
     }
 
     /// One page of Pods, judged and dropped (a pod whose controller the run
-    /// holds only counts towards its node).
+    /// holds counts towards it and its node).
     pub fn pods(&mut self, mut page: Vec<Value>) {
-        self.judge_held();
+        self.prepare();
         let admission = self.with_nodes.as_ref().unwrap_or(self.admission);
         let bundle = admission.bundle();
-        let (report, ledger, controllers) = self.judged.as_mut().expect("judged");
+        let resources = bundle.placement.gpu_resources();
+        let owners = self.owners.as_ref().expect("prepared");
+        let (report, ledger) = &mut self.judged;
         let read = page.len();
-        for pod in &page {
-            if controlled_by(pod, controllers) {
-                ledger.add(pod, bundle.placement.gpu_resources());
-            }
-        }
-        page.retain(|pod| !controlled_by(pod, controllers));
-        let (judged, judged_ledger) = super::audit_workloads(admission, &page);
+        page.retain(|pod| {
+            let namespace = crate::k8s::json::str_at(pod, "/metadata/namespace");
+            self.pods_read.namespaces.insert(namespace.to_string());
+            let Some(owner) = controller_uid(pod).and_then(|uid| owners.get(uid)) else {
+                return true;
+            };
+            let gpus = ledger.add(pod, resources);
+            self.pods_read.count(owner, pod, gpus);
+            false
+        });
+        let (judged, judged_ledger) =
+            super::audit_workloads(admission, &page, &PodsRead::default());
         merge(report, judged);
         ledger.merge(judged_ledger);
         report.objects += read - page.len();
@@ -98,8 +123,12 @@ impl<'a> Run<'a> {
     /// said, and the GpuPolicyExceptions the run honoured (with `invalid`,
     /// those that could not be read).
     pub fn finish(mut self, invalid: &[InvalidException]) -> Report {
-        self.judge_held();
-        let (mut report, ledger, _) = self.judged.take().expect("judged");
+        self.prepare();
+        let judging = self.with_nodes.as_ref().unwrap_or(self.admission);
+        let (mut report, mut ledger) = super::audit_workloads(judging, &self.held, &self.pods_read);
+        let (pods, pods_ledger) = self.judged;
+        merge(&mut report, pods);
+        ledger.merge(pods_ledger);
         let admission = self.admission;
         if let Some(nodes) = &self.nodes {
             report.objects += nodes.len();
@@ -113,28 +142,52 @@ impl<'a> Run<'a> {
         report
     }
 
-    /// Judges the held objects once, at the first page of Pods (or the
-    /// end), and lets them go.
-    fn judge_held(&mut self) -> &mut (Report, PodLedger, HashSet<String>) {
-        if self.judged.is_none() {
-            self.devices = DraDevices::read(&self.held);
-            self.with_nodes = self.nodes.as_ref().map(|nodes| {
-                let pools = (self.held.iter())
-                    .filter(|o| PoolKind::of(o) == Some(PoolKind::NodePool))
-                    .cloned()
-                    .collect();
-                let lookup = StaticNodes::of_objects(nodes, pools, &self.devices);
-                self.admission.judging_nodes(Arc::new(lookup))
-            });
+    /// Once, at the first page of Pods (or the end): what DRA serves, the
+    /// nodes to judge against, and which held object each uid is judged
+    /// through.
+    fn prepare(&mut self) {
+        if self.owners.is_some() {
+            return;
         }
-        let admission = self.with_nodes.as_ref().unwrap_or(self.admission);
-        let held = &mut self.held;
-        self.judged.get_or_insert_with(|| {
-            let held = std::mem::take(held);
-            let (report, ledger) = super::audit_workloads(admission, &held);
-            (report, ledger, uids_of(&held).collect())
-        })
+        self.devices = DraDevices::read(&self.held);
+        self.with_nodes = self.nodes.as_ref().map(|nodes| {
+            let pools = (self.held.iter())
+                .filter(|o| PoolKind::of(o) == Some(PoolKind::NodePool))
+                .cloned()
+                .collect();
+            let lookup = StaticNodes::of_objects(nodes, pools, &self.devices);
+            self.admission.judging_nodes(Arc::new(lookup))
+        });
+        self.owners = Some(owners(&self.held));
     }
+}
+
+/// Each uid of `objects` and the uid of the one among them it is judged
+/// through: its controller's, up the chain (a Deployment's ReplicaSet's,
+/// a CronJob's Job's), or its own.
+fn owners(objects: &[Value]) -> HashMap<String, String> {
+    let parent: HashMap<&str, Option<&str>> = (objects.iter())
+        .map(|o| {
+            (
+                crate::k8s::json::str_at(o, "/metadata/uid"),
+                controller_uid(o),
+            )
+        })
+        .filter(|(uid, _)| !uid.is_empty())
+        .collect();
+    (parent.keys())
+        .map(|&uid| {
+            let mut root = uid;
+            // Bounded: owner references can form a loop.
+            for _ in 0..8 {
+                match parent.get(root).copied().flatten() {
+                    Some(up) if parent.contains_key(up) => root = up,
+                    _ => break,
+                }
+            }
+            (uid.to_string(), root.to_string())
+        })
+        .collect()
 }
 
 /// The uids of `objects`.
@@ -145,11 +198,6 @@ fn uids_of(objects: &[Value]) -> impl Iterator<Item = String> + '_ {
         .map(str::to_string)
 }
 
-/// Whether an object in `uids` is `object`'s controller.
-fn controlled_by(object: &Value, uids: &HashSet<String>) -> bool {
-    crate::k8s::workloads::controller_uid(object).is_some_and(|u| uids.contains(u))
-}
-
 /// Adds `more` (a report of other objects) to `report`.
 fn merge(report: &mut Report, more: Report) {
     report.objects += more.objects;
@@ -158,6 +206,9 @@ fn merge(report: &mut Report, more: Report) {
     report.gpus_pending += more.gpus_pending;
     report.gpus_in_violation += more.gpus_in_violation;
     report.gpus_pending_in_violation += more.gpus_pending_in_violation;
+    for (way, n) in more.gpus_counted {
+        *report.gpus_counted.entry(way).or_default() += n;
+    }
     for (ns, n) in more.passed {
         *report.passed.entry(ns).or_default() += n;
     }

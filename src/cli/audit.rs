@@ -79,12 +79,12 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     // Everything but Pods is held (as the periodic report holds it); Pods
     // are judged a page at a time.
     let (held, pods, namespaces, source) = if args.files.is_empty() {
-        let (objects, namespaces, url) =
+        let (objects, namespaces, url, listed) =
             from_cluster(loaded.bundle.policies.template_sources(), &mut notes)?;
         let (pods, held) = objects.into_iter().partition(is_pod);
         (
             held,
-            Pods::Read(pods),
+            Pods::Read(pods, listed),
             namespaces,
             audit::ReportSource::Cluster(url),
         )
@@ -156,6 +156,10 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         run.nodes(nodes);
     }
     run.objects(held);
+    if let Pods::Read(_, true) = pods {
+        // The cluster's Pod list: a controller with no pod has created none.
+        run.pods_of_cluster(Vec::new());
+    }
     pods.each_page(&mut |page| run.pods(page))?;
     let mut report = run.finish(&invalid);
     report.exception_notes = notes;
@@ -185,8 +189,9 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
 
 /// Where the Pods to judge are.
 enum Pods<'a> {
-    /// Already read (from the cluster).
-    Read(Vec<Value>),
+    /// Already read (from the cluster), and whether the cluster let them
+    /// be listed.
+    Read(Vec<Value>, bool),
     /// In these files, read again a page at a time.
     InFiles(&'a [PathBuf]),
 }
@@ -196,7 +201,7 @@ impl Pods<'_> {
     fn each_page(self, judge: &mut dyn FnMut(Vec<Value>)) -> anyhow::Result<()> {
         let size = inventory::PAGE_SIZE as usize;
         match self {
-            Pods::Read(mut pods) => {
+            Pods::Read(mut pods, _) => {
                 while !pods.is_empty() {
                     let rest = pods.split_off(pods.len().min(size));
                     judge(std::mem::replace(&mut pods, rest));
@@ -246,8 +251,14 @@ fn report_meta(
     ))
 }
 
-/// Objects to audit, each namespace's labels, and the API server's URL.
-type Inputs = (Vec<Value>, Vec<(String, BTreeMap<String, String>)>, String);
+/// Objects to audit, each namespace's labels, the API server's URL, and
+/// whether Pods could be listed.
+type Inputs = (
+    Vec<Value>,
+    Vec<(String, BTreeMap<String, String>)>,
+    String,
+    bool,
+);
 
 /// The audited kinds of a cluster ([`inventory::audited_kinds`] of
 /// `sources`), and its namespaces.
@@ -261,7 +272,11 @@ fn from_cluster(
         };
         let (client, url) = crate::cluster::connect().await.map_err(no_cluster)?;
         let lister = ClusterLister::new(client);
-        let warn = |message: String| eprintln!("warning: {message}");
+        let pods_listed = std::cell::Cell::new(true);
+        let warn = |message: String| {
+            pods_listed.set(pods_listed.get() && !message.starts_with("skipping Pod:"));
+            eprintln!("warning: {message}")
+        };
         let mut kinds = inventory::audited_kinds(sources);
         // Nodes are reported per pool, not judged.
         kinds.push(("", "Node"));
@@ -293,6 +308,6 @@ fn from_cluster(
             Some((name, labels))
         })
         .collect();
-        Ok((objects, namespaces, url))
+        Ok((objects, namespaces, url, pods_listed.get()))
     })?
 }

@@ -219,7 +219,7 @@ pub async fn audit_cluster(
             match phase {
                 0 => run.nodes(page),
                 1 => run.objects(page),
-                _ => run.pods(page),
+                _ => run.pods_of_cluster(page),
             }
             let (nodes, held) = run.held();
             if nodes > max_objects {

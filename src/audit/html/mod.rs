@@ -185,9 +185,9 @@ fn totals(report: &Report) -> Markup {
             h2 { "Totals" }
             div.cards {
                 (card("gpus-held", report.gpus_held, fmt_int(report.gpus_held), "GPUs held",
-                    "bound to running or scheduled pods of the workloads read"))
+                    "pods of the workloads read bound to a node, not finished"))
                 (card("gpus-pending", report.gpus_pending, fmt_int(report.gpus_pending), "GPUs requested, not placed",
-                    format_args!("by Pending pods; {} of them by violating workloads", fmt_int(report.gpus_pending_in_violation))))
+                    format_args!("pods not bound, or not created yet; {} of them by violating workloads", fmt_int(report.gpus_pending_in_violation))))
                 (card("gpus-in-violation", report.gpus_in_violation, fmt_int(report.gpus_in_violation),
                     "GPUs held by violating workloads", "held, each object counted once"))
                 (card("waste-share", format_args!("{share:.6}"), format_args!("{:.1}\u{202f}%", share * 100.0),
@@ -198,6 +198,9 @@ fn totals(report: &Report) -> Markup {
                     format_args!("of {} read; owned objects judged through their owner", fmt_int(report.objects as i64))))
                 (card("capacity-gpus", report.capacity_gpus, fmt_int(report.capacity_gpus), "GPUs node pools can bring up",
                     format_args!("{} of them in pools with findings; {unbounded} unbounded", fmt_int(report.capacity_gpus_in_violation))))
+            }
+            @if !report.gpus_counted.is_empty() {
+                p.hint #gpus-counted { "GPUs counted: " (crate::audit::holding::counted_text(&report.gpus_counted)) "." }
             }
             span hidden id="total-objects" data-value=(report.objects) {}
             span hidden id="total-capacity-gpus-in-violation" data-value=(report.capacity_gpus_in_violation) {}
@@ -276,8 +279,8 @@ fn footer(meta: &ReportMeta) -> Markup {
     html! {
         footer {
             p {
-                "How GPUs are counted: " em { "held" } " GPUs are bound to running or scheduled pods: a pod's while it runs or is bound to a node; a controller's per ready pod (ready replicas, a Job's ready active pods, a DaemonSet's ready pods, a CronJob's active Jobs). "
-                em { "Requested, not placed" } " GPUs belong to Pending pods not yet on a node, and to a controller's desired pods that are not ready. Suspended, completed and failed work holds none. Pods and ReplicaSets whose controller was read are counted through it. Node pools count the GPUs they can bring up, not GPUs in use; GPU nodes count what is allocatable and what pods bound to them request."
+                "How GPUs are counted: " em { "held" } " GPUs belong to pods bound to a node and not finished; "
+                em { "requested, not placed" } " GPUs to pods not bound yet, and to the pods a controller wants and has not created. A controller is counted through its pods where they were read (a cluster's, or its namespace's in a dump), by its status (ready replicas, a Job's ready active pods) only where they were not; the line under the totals says which. Suspended, completed and failed work holds none. Node pools count the GPUs they can bring up, not GPUs in use; GPU nodes count what is allocatable and what pods bound to them request."
             }
             p {
                 "Made by " code { "gpu-admission " (env!("CARGO_PKG_VERSION")) " audit -o html" } " at " (meta.generated_at) "."
