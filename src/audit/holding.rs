@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 /// GPUs of one object, by state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Holding {
-    /// Bound to running or scheduled pods.
+    /// Of pods bound to a node and not finished.
     pub held: i64,
     /// Asked for by pods not placed on a node yet (Pending and unscheduled;
     /// for a controller, its desired pods that are not ready).

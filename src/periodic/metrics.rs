@@ -76,13 +76,13 @@ crate::server::metrics::families! {
             "Policy results on objects in the cluster that a GpuPolicyException let through at the last audit (not counted as violations), by policy";
         gpus_held: Family<HeldLabels, Gauge>
             => "gpu_admission_audit_gpus_held",
-            "GPUs held (bound to running or scheduled pods) by objects violating a policy at the last audit, by policy and namespace";
+            "GPUs held (pods bound to a node and not finished) by objects violating a policy at the last audit, by policy and namespace";
         gpus_pending: Family<HeldLabels, Gauge>
             => "gpu_admission_audit_gpus_pending",
-            "GPUs requested and not placed (Pending pods) by objects violating a policy at the last audit, by policy and namespace";
+            "GPUs requested and not placed (pods not bound to a node, or not created yet) by objects violating a policy at the last audit, by policy and namespace";
         gpus: Family<StateLabels, Gauge>
             => "gpu_admission_audit_gpus",
-            "GPUs of every workload read at the last audit, by state: held (running or scheduled pods) or pending (requested, not placed)";
+            "GPUs of every workload read at the last audit, by state: held (pods bound to a node and not finished) or pending (requested, not placed)";
         pool_gpus: Family<PoolLabels, Gauge>
             => "gpu_admission_audit_pool_gpus",
             "GPUs of the GPU nodes at the last audit, by pool, size and state: allocatable, requested (by pods bound there) or idle";
