@@ -221,9 +221,16 @@ fn audit_of_the_dump_says_the_same_and_how_it_counted() {
     assert_eq!(json["gpusCounted"], counted);
 
     let text = cli(&dump, "text");
+    let many = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let line = format!(
-        "GPUs counted: {} pods by their own state, {} controllers through their pods read, {} controllers by their status (pods not read)",
-        truth.by_pod, truth.through_pods, truth.by_status
+        "GPUs counted: {} own state, {} pods read, {} status (pods not read)",
+        many(truth.by_pod, "pod by its", "pods by their"),
+        many(
+            truth.through_pods,
+            "controller through its",
+            "controllers through their"
+        ),
+        many(truth.by_status, "controller by its", "controllers by their"),
     );
     assert!(text.contains(&line), "{text}");
     assert!(

@@ -38,19 +38,28 @@ pub mod counted {
 /// controller through its pods read`.
 pub fn counted_text(counted: &BTreeMap<&'static str, usize>) -> String {
     let ways = [
-        (counted::POD, "pods by their own state"),
-        (counted::PODS, "controllers through their pods read"),
+        (counted::POD, ["pod by its", "pods by their"], "own state"),
+        (
+            counted::PODS,
+            ["controller through its", "controllers through their"],
+            "pods read",
+        ),
         (
             counted::STATUS,
-            "controllers by their status (pods not read)",
+            ["controller by its", "controllers by their"],
+            "status (pods not read)",
         ),
         (
             counted::SPEC,
-            "workload resources by their spec (pods not read)",
+            ["workload resource by its", "workload resources by their"],
+            "spec (pods not read)",
         ),
     ];
     let parts: Vec<String> = (ways.iter())
-        .filter_map(|(way, what)| counted.get(way).map(|n| format!("{n} {what}")))
+        .filter_map(|(way, [one, many], what)| {
+            let n = *counted.get(way)?;
+            Some(format!("{n} {} {what}", if n == 1 { one } else { many }))
+        })
         .collect();
     parts.join(", ")
 }
