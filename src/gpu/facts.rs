@@ -20,7 +20,7 @@ use super::fit::{FitFacts, PodResources};
 use super::mig::MigFacts;
 use super::pools::CapacityFacts;
 use super::request::{
-    add_into, ephemeral_container_requests, parse_count, pod_gpu_request, ContainerGpuRequest,
+    add_into, ephemeral_container_requests, int, parse_count, pod_gpu_request, ContainerGpuRequest,
     GpuQuantity, PodGpuRequest,
 };
 use super::selection::{SkuRequirement, SkuSelection};
@@ -519,11 +519,6 @@ fn counted(request: PodGpuRequest) -> GpuFacts {
         request,
         ..GpuFacts::default()
     }
-}
-
-/// A count as CEL's `int` (counts beyond i64 saturate).
-pub(super) fn int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The facts of a ResourceClaim or ResourceClaimTemplate judged on its

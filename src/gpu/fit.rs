@@ -6,8 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::catalog::Sku;
-use super::facts::int;
-use super::request::parse_amount;
+use super::request::{int, parse_amount};
 use crate::k8s::json::{items, scalar_string};
 
 /// AKS's kube-reserved CPU in millicores by the cores of the host, the

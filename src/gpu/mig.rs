@@ -6,8 +6,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 use super::catalog::{Catalog, Sku};
-use super::facts::int;
-use super::request::PodGpuRequest;
+use super::request::{int, PodGpuRequest};
 
 /// Resource names of MIG slices start with this.
 pub const MIG_PREFIX: &str = "nvidia.com/mig-";

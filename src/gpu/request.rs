@@ -419,6 +419,11 @@ pub(super) fn add_into(total: &mut BTreeMap<String, u64>, add: &BTreeMap<String,
     }
 }
 
+/// A count as CEL's `int` (counts beyond i64 saturate).
+pub(super) fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
