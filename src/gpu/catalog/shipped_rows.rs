@@ -21,6 +21,38 @@ fn ncv3_is_retired_on_2025_09_30() {
     }
 }
 
+/// Every size the NVv3 and NVv4 retirement notices name (Azure Updates
+/// 500573 and 500578), the `h` variants by their alias.
+#[test]
+fn nvv3_and_nvv4_are_retired_on_2026_09_30() {
+    let c = catalog();
+    for name in [
+        "Standard_NV12s_v3",
+        "Standard_NV12hs_v3",
+        "Standard_NV24s_v3",
+        "Standard_NV48s_v3",
+        "Standard_NV4as_v4",
+        "Standard_NV4ahs_v4",
+        "Standard_NV8as_v4",
+        "Standard_NV8ahs_v4",
+        "Standard_NV16as_v4",
+        "Standard_NV16ahs_v4",
+        "Standard_NV32as_v4",
+        "Standard_NV32ahs_v4",
+    ] {
+        let sku = c
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} not in the catalog"));
+        assert!(sku.retired, "{name}");
+        assert_eq!(sku.retired_on.as_deref(), Some("2026-09-30"), "{name}");
+        assert!(
+            sku.source.contains("-retirement.md"),
+            "{name}: {}",
+            sku.source
+        );
+    }
+}
+
 #[test]
 fn nvv4_is_amd_and_not_supported_on_aks() {
     let c = catalog();
