@@ -878,7 +878,8 @@ async fn serve_without_access_to_nodes_is_ready_and_judges_by_labels() {
 /// findings with the same messages, judged against the nodes each read,
 /// and the same GPUs held and requested, counted through the pods of the
 /// controllers (a Deployment's pod bound and still pulling its image is
-/// held, not "not placed" because it is not ready yet).
+/// held, not "not placed" because it is not ready yet), in total and per
+/// namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_reach() {
     let mut kinds = audited_kinds();
@@ -966,6 +967,7 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
         "gpusInViolation",
         "gpusPending",
         "gpusCounted",
+        "namespaces",
     ];
     for figure in figures {
         assert_eq!(report[figure], cluster[figure], "{figure}");
@@ -978,6 +980,14 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
         (&json!(7), &json!(3))
     );
     assert_eq!(report["gpusCounted"], json!({"pod": 5, "pods": 2}));
+    // Per namespace the same: research's 4 trainers, each violating its
+    // tier; serving's chat (2), finetune (1 and 1; no deadline: a
+    // finding) and eval (0 and 2). Utilization was not measured: no idle.
+    assert_eq!(
+        report["namespaces"],
+        json!({"research": {"gpusHeld": 4, "gpusPending": 0, "gpusInViolation": 4},
+            "serving": {"gpusHeld": 3, "gpusPending": 3, "gpusInViolation": 1}})
+    );
     for audit in [&report, &cluster, &of_dump] {
         assert_eq!(audit["nodes"]["gpusRequested"], audit["gpusHeld"]);
     }
