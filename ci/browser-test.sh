@@ -2,7 +2,7 @@
 # The HTML audit report in a real browser: Debian's chromium, headless,
 # driven by playwright-core (tests/browser/report.mjs). Builds the report
 # from the fixture cluster dump with the example prices, checks the page
-# against the JSON audit of the same dump (totals, costs, GPU nodes and
+# against the JSON audit of the same dump (totals, GPUs per namespace, costs, GPU nodes and
 # pools, top offenders, every chart's bars, policies, capacity objects), that it loads with no console error and no network
 # request, and saves a screenshot as target/report-screenshot.png.
 #

@@ -5,13 +5,15 @@
 //! are counted through them (a Deployment's pod bound to an A10 node and
 //! still pulling its image is held, though not ready); a Deployment whose
 //! namespace's pods are not in the dump is counted by its status, and the
-//! report says which way each was counted. The node section agrees.
+//! report says which way each was counted. The node section agrees, and
+//! so do the figures per namespace.
 use gpu_admission::admission::Admission;
 use gpu_admission::audit::{self, Report};
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::offline::with_evaluation_stack;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -26,6 +28,9 @@ struct Truth {
     by_pod: usize,
     through_pods: usize,
     by_status: usize,
+    /// (held, not placed) per namespace; every generated workload
+    /// violates a policy, so all its held GPUs are in violation.
+    namespaces: BTreeMap<String, (i64, i64)>,
 }
 
 /// `teams` namespaces, each with: Deployment chat (2 × 1 GPU, 1 ready)
@@ -76,8 +81,10 @@ fn generate(teams: usize) -> (Vec<Value>, Truth) {
             nodes += 1;
             truth.held += 1;
             truth.on_nodes += 1;
+            truth.namespaces.entry(ns.to_string()).or_default().0 += 1;
         } else {
             truth.pending += 1;
+            truth.namespaces.entry(ns.to_string()).or_default().1 += 1;
         }
         objects.push(
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta(ns, name, owner),
@@ -116,6 +123,7 @@ fn generate(teams: usize) -> (Vec<Value>, Truth) {
             "spec": spec(2), "status": unschedulable}),
         );
         truth.pending += 2;
+        truth.namespaces.get_mut(ns).unwrap().1 += 2;
         truth.by_pod += 1;
         truth.through_pods += 2;
     }
@@ -125,6 +133,7 @@ fn generate(teams: usize) -> (Vec<Value>, Truth) {
         "status": {"replicas": 3, "readyReplicas": 2, "availableReplicas": 2}}));
     truth.held += 2;
     truth.pending += 1;
+    truth.namespaces.insert("legacy".into(), (2, 1));
     truth.by_status += 1;
     (objects, truth)
 }
@@ -182,8 +191,15 @@ fn held_and_not_placed_match_the_truth_and_the_node_section() {
             by_pod: counted("pod"),
             through_pods: counted("pods"),
             by_status: counted("status"),
+            namespaces: (report.namespaces.iter())
+                .map(|(ns, r)| (ns.clone(), (r.gpus_held, r.gpus_pending)))
+                .collect(),
         };
         assert_eq!(seen, truth, "{teams} teams");
+        for (ns, row) in &report.namespaces {
+            assert_eq!(row.gpus_in_violation, row.gpus_held, "{ns}");
+            assert_eq!(row.gpus_idle, None, "{ns}: utilization not measured");
+        }
         let nodes = report.nodes.as_ref().unwrap();
         assert_eq!(nodes.pools.len(), 1);
         assert_eq!(nodes.pools[0].gpus_requested, truth.on_nodes);
@@ -219,6 +235,13 @@ fn audit_of_the_dump_says_the_same_and_how_it_counted() {
     let counted =
         json!({"pod": truth.by_pod, "pods": truth.through_pods, "status": truth.by_status});
     assert_eq!(json["gpusCounted"], counted);
+    let rows: BTreeMap<&str, Value> = (truth.namespaces.iter())
+        .map(|(ns, (held, pending))| {
+            let row = json!({"gpusHeld": held, "gpusPending": pending, "gpusInViolation": held});
+            (ns.as_str(), row)
+        })
+        .collect();
+    assert_eq!(json["namespaces"], json!(rows));
 
     let text = cli(&dump, "text");
     let many = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
@@ -240,6 +263,34 @@ fn audit_of_the_dump_says_the_same_and_how_it_counted() {
         )),
         "{text}"
     );
+    // The table: NAMESPACE HELD NOT PLACED IN VIOLATION IDLE.
+    let table = text
+        .split("\nGPUs per namespace (idle: not measured (no --prometheus or --utilization)):\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no namespace table in\n{text}"));
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap()
+        .split("  ")
+        .filter(|c| !c.is_empty())
+        .collect();
+    let header: Vec<&str> = header.iter().map(|c| c.trim()).collect();
+    assert_eq!(
+        header,
+        ["NAMESPACE", "HELD", "NOT PLACED", "IN VIOLATION", "IDLE"]
+    );
+    let seen: BTreeMap<String, (i64, i64)> = lines
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(cells[3], cells[1], "all held GPUs are in violation: {l}");
+            assert_eq!(cells[4..], ["not", "measured"], "{l}");
+            let n = |i: usize| cells[i].parse::<i64>().unwrap();
+            (cells[0].to_string(), (n(1), n(2)))
+        })
+        .collect();
+    assert_eq!(seen, truth.namespaces);
     let html = cli(&dump, "html");
     assert!(html.contains(&format!(
         r#"id="total-gpus-held" data-value="{}""#,
@@ -255,4 +306,16 @@ fn audit_of_the_dump_says_the_same_and_how_it_counted() {
         )),
         "no counted line"
     );
+    let row = regex::Regex::new(r#"<tr class="namespace" data-namespace="([^"]*)" data-held="(\d+)" data-pending="(\d+)" data-in-violation="(\d+)">"#).unwrap();
+    let page: BTreeMap<String, (i64, i64)> = row
+        .captures_iter(&html)
+        .map(|c| {
+            assert_eq!(c[4], c[2], "all held GPUs are in violation");
+            (
+                c[1].to_string(),
+                (c[2].parse().unwrap(), c[3].parse().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(page, truth.namespaces);
 }

@@ -331,7 +331,7 @@ fn the_pods_holding_gpus_are_listed_with_their_nodes() {
 fn prices_turn_held_and_idle_gpus_into_a_cost_per_day() {
     let mut report = run();
     let prices = Prices::from_file(&fixture("waste/prices.yaml")).unwrap();
-    audit::price(&mut report, &prices);
+    audit::conclude(&mut report, Some(&prices));
     let money = report.money.as_ref().unwrap();
     // Per GPU-hour: A100 nodes 4 (the 2-GPU one 8 / 2), T4 0.5, V100 3;
     // V620 not priced. Mean over priced GPUs: (4 + 4 + 0.5 + 3 + 8) / 6.
@@ -373,6 +373,116 @@ fn prices_turn_held_and_idle_gpus_into_a_cost_per_day() {
     assert!(
         html.contains(r#"data-table="pool" data-name="v100" data-gpus="1" data-per-day="72.00""#)
     );
+}
+
+/// A recorded answer of the utilization query over 12 hours, read at
+/// 2026-12-01T00:00:00Z: finetune's running pod (on the gpu-spot A100
+/// node), the notebook (T4) and render (V620, not priced) idle; chat busy.
+fn recorded_utilization(dir: &Path) -> String {
+    let series = |namespace: &str, pod: &str, peak: f64| {
+        ["max", "mean"].map(|stat| {
+            serde_json::json!({"metric": {"namespace": namespace, "pod": pod, "stat": stat,
+                "metric": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "window": "12h"},
+                "value": [1_796_083_200.0, (if stat == "max" { peak } else { peak / 2.0 }).to_string()]})
+        })
+    };
+    let result: Vec<Value> = [
+        series("ml", "finetune-a1b2c", 0.01),
+        series("research", "notebook", 0.0),
+        series("ml", "render", 0.02),
+        series("serving", "chat-6d9f7-k8s2x", 0.9),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let answer = serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": result}});
+    let path = dir.join("utilization.json");
+    std::fs::write(&path, answer.to_string()).unwrap();
+    path.display().to_string()
+}
+
+/// Idle pods cost their GPUs at their node's price, per day and for the
+/// GPU-hours of the window, in total and per namespace, beside the other
+/// figures per namespace, with the prices' date and source.
+#[test]
+fn idle_pods_cost_their_gpus_at_their_nodes_price_per_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let answer = recorded_utilization(dir.path());
+    let prices = prices_arg();
+    let args = ["--prices", &prices, "--utilization", &answer];
+    let json: Value = serde_json::from_str(&cli("json", &args)).unwrap();
+    let money = &json["money"];
+    // finetune's GPU at 8 / 2 = 4 an hour, the notebook's at 0.5; render's
+    // V620 node has no price.
+    assert_eq!(money["idlePodsPerDay"], 96.0 + 12.0);
+    assert_eq!(money["idlePodsInWindow"], 12.0 * 4.0 + 12.0 * 0.5);
+    assert_eq!(money["unpricedIdlePodGpus"], 1);
+    assert_eq!(
+        money["idlePodsByNamespace"],
+        serde_json::json!([{"name": "ml", "gpus": 1, "perDay": 96.0},
+            {"name": "research", "gpus": 1, "perDay": 12.0}])
+    );
+    // Held, not placed and in violation as the table at the top sums
+    // them; idle from the answer; render's GPU unpriced leaves ml's idle
+    // pods without a cost rather than a part of one.
+    assert_eq!(
+        json["namespaces"],
+        serde_json::json!({
+            "ml": {"gpusHeld": 2, "gpusPending": 1, "gpusInViolation": 1, "gpusIdle": 2,
+                "violationsPerDay": 78.0},
+            "research": {"gpusHeld": 1, "gpusPending": 4, "gpusInViolation": 1, "gpusIdle": 1,
+                "violationsPerDay": 12.0, "idlePodsPerDay": 12.0},
+            "serving": {"gpusHeld": 1, "gpusPending": 0, "gpusInViolation": 0, "gpusIdle": 0,
+                "violationsPerDay": 0.0, "idlePodsPerDay": 0.0},
+        })
+    );
+    let held: i64 = ["ml", "research", "serving"]
+        .map(|ns| json["namespaces"][ns]["gpusHeld"].as_i64().unwrap())
+        .iter()
+        .sum();
+    assert_eq!(json["gpusHeld"], held);
+
+    let text = cli("text", &args);
+    for line in [
+        "Cost per day at the prices of 2026-11-01 (test prices (round numbers), example prices): 90.00 USD held by violating workloads, 264.00 USD in idle node GPUs, 108.00 USD in idle GPU pods (54.00 USD for their GPU-hours within the window; 1 GPU on a node without a price)",
+        "GPUs per namespace (idle: peak use under 5% over 12h; cost per day at the prices of 2026-11-01 (test prices (round numbers), USD), example prices):",
+        "NAMESPACE   HELD  NOT PLACED  IN VIOLATION          IDLE  VIOLATING/DAY  IDLE PODS/DAY",
+        "ml             2           1             1             2          78.00     not priced",
+        "research       1           4             1             1          12.00          12.00",
+        "serving        1           0             0             0           0.00           0.00",
+    ] {
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
+
+    let html = cli("html", &args);
+    assert_eq!(total(&html, "total-cost-idle-pods"), "108.00");
+    for row in [
+        r#"<tr class="namespace" data-namespace="ml" data-held="2" data-pending="1" data-in-violation="1" data-idle="2" data-violations-per-day="78.00">"#,
+        r#"<tr class="namespace" data-namespace="research" data-held="1" data-pending="4" data-in-violation="1" data-idle="1" data-violations-per-day="12.00" data-idle-pods-per-day="12.00">"#,
+        r#"data-table="idle-pods" data-name="ml" data-gpus="1" data-per-day="96.00""#,
+    ] {
+        assert!(html.contains(row), "no {row} in the page");
+    }
+    let section = &html[html.find(r#"<section id="namespaces">"#).unwrap()..];
+    assert!(
+        section.contains(r#"at the prices of <time datetime="2026-11-01">2026-11-01</time> (test prices (round numbers))"#),
+        "the namespace table names its prices"
+    );
+}
+
+/// Without utilization, idle pods are "not measured", never 0.
+#[test]
+fn without_utilization_idle_pods_are_not_measured() {
+    let json: Value = serde_json::from_str(&cli("json", &["--prices", &prices_arg()])).unwrap();
+    assert!(json["money"].get("idlePodsPerDay").is_none(), "{json:#}");
+    assert!(json["namespaces"]["ml"].get("gpusIdle").is_none());
+    let text = cli("text", &["--prices", &prices_arg()]);
+    assert!(
+        text.contains("264.00 USD in idle node GPUs, idle GPU pods not measured\n"),
+        "{text}"
+    );
+    let html = cli("html", &["--prices", &prices_arg()]);
+    assert!(html.contains(r#"id="cost-idle-pods-missing""#));
 }
 
 #[test]

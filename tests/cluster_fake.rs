@@ -878,7 +878,9 @@ async fn serve_without_access_to_nodes_is_ready_and_judges_by_labels() {
 /// findings with the same messages, judged against the nodes each read,
 /// and the same GPUs held and requested, counted through the pods of the
 /// controllers (a Deployment's pod bound and still pulling its image is
-/// held, not "not placed" because it is not ready yet).
+/// held, not "not placed" because it is not ready yet), in total and per
+/// namespace; and, with one price file and one Prometheus, the same idle
+/// pods, costs and figures per namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_reach() {
     let mut kinds = audited_kinds();
@@ -918,11 +920,26 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
             cluster.apply(object.clone());
         }
     });
-    let server = InCluster::serve_with(&fake, REPORTING);
+    let tmp = tempfile::tempdir().unwrap();
+    let prices = tmp.path().join("prices.yaml");
+    std::fs::write(&prices, "date: \"2026-11-01\"\nsource: test prices\nprices:\n  - {region: eastus, size: Standard_NC24ads_A100_v4, perHour: 4.0}\n").unwrap();
+    let prices = prices.to_str().unwrap().to_string();
+    // trainer-0 and chat-7c9-a idle all day, trainer-1 busy; the other
+    // pods have no series.
+    let prometheus = fake_prometheus(&[
+        ("research", "trainer-0", 0.0),
+        ("research", "trainer-1", 0.8),
+        ("serving", "chat-7c9-a", 0.01),
+    ])
+    .await;
+    let measured = ["--prometheus", &prometheus];
+    let mut serve = REPORTING.to_vec();
+    serve.extend(measured);
+    serve.extend(["--report-prices", &prices]);
+    let server = InCluster::serve_with(&fake, &serve);
     let metrics = server.metrics_addr.expect("serve logs its metrics address");
     let report = first_report(metrics).await;
 
-    let tmp = tempfile::tempdir().unwrap();
     let kubeconfig = fake.kubeconfig(tmp.path());
     let dump = tmp.path().join("dump.json");
     std::fs::write(
@@ -931,10 +948,12 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
     )
     .unwrap();
     let dump_arg = dump.to_str().unwrap().to_string();
+    let args = [measured[0], measured[1], "--prices", &prices].map(str::to_string);
     let (cluster, of_dump) = tokio::task::spawn_blocking(move || {
+        let args = args.each_ref().map(String::as_str);
         (
-            run_audit(&[], &kubeconfig).0,
-            run_audit(&["-f", &dump_arg], &kubeconfig).0,
+            run_audit(&args, &kubeconfig).0,
+            run_audit(&[&["-f", &dump_arg][..], &args].concat(), &kubeconfig).0,
         )
     })
     .await
@@ -966,6 +985,9 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
         "gpusInViolation",
         "gpusPending",
         "gpusCounted",
+        "namespaces",
+        "utilization",
+        "money",
     ];
     for figure in figures {
         assert_eq!(report[figure], cluster[figure], "{figure}");
@@ -978,9 +1000,66 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
         (&json!(7), &json!(3))
     );
     assert_eq!(report["gpusCounted"], json!({"pod": 5, "pods": 2}));
+    // Per namespace the same: research's 4 trainers, each violating its
+    // tier (each at its node's 4 an hour); serving's chat (2), finetune (1
+    // and 1; no deadline: a finding, at the mean, 4) and eval (0 and 2);
+    // an idle pod in each, at its node's price.
+    assert_eq!(
+        report["namespaces"],
+        json!({"research": {"gpusHeld": 4, "gpusPending": 0, "gpusInViolation": 4, "gpusIdle": 1,
+                "violationsPerDay": 384.0, "idlePodsPerDay": 96.0},
+            "serving": {"gpusHeld": 3, "gpusPending": 3, "gpusInViolation": 1, "gpusIdle": 1,
+                "violationsPerDay": 96.0, "idlePodsPerDay": 96.0}})
+    );
+    assert_eq!(report["money"]["idlePodsPerDay"], 192.0);
+    assert_eq!(
+        report["utilization"]["idlePods"].as_array().unwrap().len(),
+        2
+    );
     for audit in [&report, &cluster, &of_dump] {
         assert_eq!(audit["nodes"]["gpusRequested"], audit["gpusHeld"]);
     }
+}
+
+/// A Prometheus query API answering every query with a day of engine
+/// activity peaking at `peak` for each `(namespace, pod, peak)`, read at
+/// 2026-12-02T00:00:00Z; its base URL.
+async fn fake_prometheus(pods: &[(&str, &str, f64)]) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let result: Vec<Value> = (pods.iter())
+        .flat_map(|(namespace, pod, peak)| {
+            ["max", "mean"].map(|stat| {
+                json!({"metric": {"namespace": namespace, "pod": pod, "stat": stat,
+                    "metric": "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "window": "24h"},
+                    "value": [1_796_169_600.0, peak.to_string()]})
+            })
+        })
+        .collect();
+    let body = json!({"status": "success", "data": {"resultType": "vector", "result": result}});
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.to_string().len()
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                // A GET: the request ends with its headers.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    url
 }
 
 /// In namespace serving: Deployment chat (2 replicas of 1 GPU, 1 ready)

@@ -6,6 +6,7 @@ pub mod exceptions;
 pub mod holding;
 pub mod html;
 pub mod kueue;
+pub mod namespaces;
 pub mod nodes;
 pub mod policy_reports;
 pub mod prices;
@@ -15,6 +16,7 @@ pub mod utilization;
 pub use exceptions::{ExceptedFinding, ExceptionEntry, InvalidException};
 pub use holding::{holding, Holding, PodsRead};
 pub use html::{render, ReportMeta, ReportSource};
+pub use namespaces::NamespaceRow;
 pub use nodes::{HeldPod, NodeReport, PodLedger};
 pub use prices::{Money, Prices};
 
@@ -144,6 +146,11 @@ pub struct Report {
     /// that is waste.
     pub gpus_in_violation: i64,
     pub gpus_pending_in_violation: i64,
+    /// GPUs per namespace that has workloads asking for GPUs
+    /// ([`namespaces`]; cluster-scoped objects hold no pods and have no
+    /// row): held, not placed and in violation as the totals above count
+    /// them, idle and costs once utilization and prices are known.
+    pub namespaces: BTreeMap<String, NamespaceRow>,
     /// GPUs the capacity objects can bring up (the bounded ones).
     pub capacity_gpus: i64,
     /// GPUs the capacity objects with a finding can bring up.
@@ -229,9 +236,15 @@ pub fn is_node(object: &Value) -> bool {
         && object.get("kind").and_then(Value::as_str) == Some("Node")
 }
 
-/// Adds the cost of the report's waste at `prices`.
-pub fn price(report: &mut Report, prices: &Prices) {
-    report.money = Some(prices::cost(report, prices));
+/// Ends a report whose utilization section (if any) is measured: the
+/// cost of its waste at `prices`, and the idle GPUs and costs of each
+/// namespace. `audit` (of files or of the cluster) and the periodic
+/// report call it alike, so their figures agree.
+pub fn conclude(report: &mut Report, prices: Option<&Prices>) {
+    if let Some(prices) = prices {
+        report.money = Some(prices::cost(report, prices));
+    }
+    namespaces::complete(report);
 }
 
 /// The report on pods, controllers and capacity objects (Nodes are only
@@ -338,6 +351,10 @@ pub fn audit_workloads(
                     report.gpus_in_violation += holds.held;
                     report.gpus_pending_in_violation += holds.pending;
                 }
+                if let Some(ns) = namespace.as_ref().filter(|_| holds != Holding::default()) {
+                    let row = report.namespaces.entry(ns.clone()).or_default();
+                    row.count(holds, !violations.is_empty());
+                }
             }
         }
         let finding = Finding {
@@ -439,6 +456,7 @@ pub fn render_text(report: &Report) -> String {
         let counted = holding::counted_text(&report.gpus_counted);
         let _ = writeln!(out, "GPUs counted: {counted}");
     }
+    out.push_str(&namespaces::render_text(report));
     if let Some(nodes) = &report.nodes {
         let _ = writeln!(
             out,
@@ -456,14 +474,15 @@ pub fn render_text(report: &Report) -> String {
     if let Some(money) = &report.money {
         let _ = writeln!(
             out,
-            "\nCost per day at the prices of {} ({}{}): {:.2} {} held by violating workloads, {:.2} {} in idle node GPUs",
+            "\nCost per day at the prices of {} ({}{}): {:.2} {} held by violating workloads, {:.2} {} in idle node GPUs, {}",
             money.price_date,
             money.price_source,
             if money.example { ", example prices" } else { "" },
             money.violations_per_day,
             money.currency,
             money.idle_nodes_per_day,
-            money.currency
+            money.currency,
+            money.idle_pods_text()
         );
     }
     if !report.kueue.is_empty() {

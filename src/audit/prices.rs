@@ -1,11 +1,13 @@
 //! Money: a dated price file (`--prices FILE`, one hourly price per region
-//! and VM size) turns the GPUs held by violating workloads and the idle
-//! GPUs of nodes into a cost per day, per namespace, policy and pool. The
+//! and VM size) turns the GPUs held by violating workloads, the idle GPUs
+//! of nodes and the GPUs of idle pods into a cost per day, per namespace,
+//! policy and pool. The
 //! file's date, source and currency are shown with every figure.
 use super::nodes::{GpuNode, NodeReport};
 use super::Report;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::path::Path;
 
 /// A price file.
@@ -171,6 +173,20 @@ pub struct Money {
     pub unpriced_gpus: i64,
     /// Idle node GPUs of sizes the file does not price.
     pub unpriced_idle_gpus: i64,
+    /// The GPUs of idle pods (the utilization section), each at its
+    /// node's price, per day; absent when utilization was not measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_pods_per_day: Option<f64>,
+    /// What the GPU-hours the idle pods held within the utilization
+    /// window cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_pods_in_window: Option<f64>,
+    /// Idle pods per namespace, per day, most first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub idle_pods_by_namespace: Vec<Cost>,
+    /// GPUs of idle pods whose node has no price (a size the file does
+    /// not price, or a node not read).
+    pub unpriced_idle_pod_gpus: i64,
     /// How a workload's GPU is priced: the node its pod runs on, else the
     /// mean price of a GPU over the cluster's priced GPU nodes.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -226,8 +242,13 @@ impl<'r> GpuPricer<'r> {
     pub fn pod(&self, namespace: &str, name: &str) -> Option<f64> {
         self.pod_node
             .get(&(namespace, name))
-            .and_then(|node| self.node_price.get(node).copied())
+            .and_then(|node| self.node(node))
             .or(self.mean)
+    }
+
+    /// The price of one GPU-hour of the GPU node `name`.
+    pub fn node(&self, name: &str) -> Option<f64> {
+        self.node_price.get(name).copied()
     }
 }
 
@@ -292,10 +313,46 @@ pub fn cost(report: &Report, prices: &Prices) -> Money {
             None => money.unpriced_idle_gpus += n.gpus_idle,
         }
     }
+    if let Some(m) = (report.utilization.as_ref()).and_then(|u| u.measured.as_ref()) {
+        let (mut per_day, mut in_window) = (0.0, 0.0);
+        let mut idle: BTreeMap<String, (i64, f64)> = BTreeMap::new();
+        for p in &m.idle_pods {
+            let Some(price) = p.node.as_deref().and_then(|n| pricer.node(n)) else {
+                money.unpriced_idle_pod_gpus += p.gpus;
+                continue;
+            };
+            let day = p.gpus as f64 * price * 24.0;
+            add(&mut idle, &p.namespace, p.gpus, day);
+            per_day += day;
+            in_window += p.gpu_hours * price;
+        }
+        money.idle_pods_per_day = Some(per_day);
+        money.idle_pods_in_window = Some(in_window);
+        money.idle_pods_by_namespace = sorted(idle);
+    }
     money.by_namespace = sorted(namespaces);
     money.by_policy = sorted(policies);
     money.by_pool = sorted(pools);
     money
+}
+
+impl Money {
+    /// What idle pods cost, in words, for the text report's cost line.
+    pub fn idle_pods_text(&self) -> String {
+        let (Some(per_day), Some(in_window)) = (self.idle_pods_per_day, self.idle_pods_in_window)
+        else {
+            return "idle GPU pods not measured".to_string();
+        };
+        let currency = &self.currency;
+        let mut text = format!("{per_day:.2} {currency} in idle GPU pods ({in_window:.2} {currency} for their GPU-hours within the window");
+        match self.unpriced_idle_pod_gpus {
+            0 => {}
+            1 => text.push_str("; 1 GPU on a node without a price"),
+            n => _ = write!(text, "; {n} GPUs on nodes without a price"),
+        }
+        text.push(')');
+        text
+    }
 }
 
 /// Counts `gpus` costing `per_day` under `name`.
@@ -323,7 +380,7 @@ fn sorted(map: BTreeMap<String, (i64, f64)>) -> Vec<Cost> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const FILE: &str = r#"
@@ -359,24 +416,10 @@ prices:
 
     #[test]
     fn a_pod_is_priced_at_its_node_and_anything_else_at_the_mean() {
-        use crate::audit::nodes::{GpuNode, HeldPod};
-        let prices = Prices::from_str(FILE, "p.yaml").unwrap();
-        let node = |name: &str, size: &str, gpus: i64| GpuNode {
-            name: name.into(),
-            size: size.into(),
-            region: Some("eastus".into()),
-            gpus_allocatable: gpus,
-            ..GpuNode::default()
-        };
+        use crate::audit::nodes::HeldPod;
+        let prices = test_prices();
         let report = Report {
-            nodes: Some(NodeReport {
-                gpu_node_list: vec![
-                    node("a100", "Standard_NC24ads_A100_v4", 1),
-                    node("t4", "Standard_NC4as_T4_v3", 1),
-                    node("unpriced", "Standard_ND96asr_v4", 8),
-                ],
-                ..NodeReport::default()
-            }),
+            nodes: Some(priced_nodes()),
             held_pods: vec![HeldPod {
                 namespace: "ml".into(),
                 name: "nb".into(),
@@ -397,6 +440,121 @@ prices:
         assert_eq!(
             GpuPricer::new(&Report::default(), &prices).pod("ml", "nb"),
             None
+        );
+    }
+
+    /// An idle pod found by a utilization section of `window_hours`, on
+    /// `node`, idle for the whole window.
+    pub(crate) fn idle_pod(
+        namespace: &str,
+        pod: &str,
+        node: &str,
+        gpus: i64,
+        hours: f64,
+    ) -> crate::audit::utilization::IdlePod {
+        crate::audit::utilization::IdlePod {
+            namespace: namespace.into(),
+            pod: pod.into(),
+            node: Some(node.into()),
+            gpus,
+            metric: crate::audit::utilization::ENGINE_ACTIVE,
+            peak_percent: 1.0,
+            mean_percent: 0.5,
+            hours,
+            gpu_hours: gpus as f64 * hours,
+        }
+    }
+
+    /// A utilization section that found `idle_pods`.
+    pub(crate) fn measured(
+        idle_pods: Vec<crate::audit::utilization::IdlePod>,
+    ) -> crate::audit::utilization::Utilization {
+        use crate::audit::utilization::{Measured, Utilization};
+        Utilization {
+            source: "file answer.json".into(),
+            window: "12h".into(),
+            window_seconds: 12 * 3600,
+            threshold_percent: 5.0,
+            missing: None,
+            measured: Some(Measured {
+                measured_at: "2026-12-01T00:00:00Z".into(),
+                metrics: vec![crate::audit::utilization::ENGINE_ACTIVE.into()],
+                gpu_pods: idle_pods.len(),
+                busy_pods: 0,
+                recent_pods: 0,
+                idle_gpus: idle_pods.iter().map(|p| p.gpus).sum(),
+                gpu_hours_wasted: idle_pods.iter().map(|p| p.gpu_hours).sum(),
+                idle_pods,
+                without_data: Vec::new(),
+            }),
+        }
+    }
+
+    /// Priced GPU nodes: `a100` (3.6 an hour, 1 GPU), `t4` (0.5, 1 GPU);
+    /// `nd` is of a size the file does not price.
+    pub(crate) fn priced_nodes() -> NodeReport {
+        let node = |name: &str, size: &str, gpus: i64| GpuNode {
+            name: name.into(),
+            size: size.into(),
+            region: Some("eastus".into()),
+            gpus_allocatable: gpus,
+            ..GpuNode::default()
+        };
+        NodeReport {
+            gpu_node_list: vec![
+                node("a100", "Standard_NC24ads_A100_v4", 1),
+                node("t4", "Standard_NC4as_T4_v3", 1),
+                node("nd", "Standard_ND96asr_v4", 8),
+            ],
+            ..NodeReport::default()
+        }
+    }
+
+    pub(crate) fn test_prices() -> Prices {
+        Prices::from_str(FILE, "p.yaml").unwrap()
+    }
+
+    #[test]
+    fn idle_pods_cost_their_gpus_at_their_nodes_price() {
+        let mut report = Report {
+            nodes: Some(priced_nodes()),
+            ..Report::default()
+        };
+        let prices = test_prices();
+        let money = cost(&report, &prices);
+        assert_eq!(
+            (money.idle_pods_per_day, money.idle_pods_in_window),
+            (None, None),
+            "no utilization section: not measured, not 0"
+        );
+        assert!(money.idle_pods_text().contains("not measured"));
+        report.utilization = Some(measured(vec![
+            idle_pod("ml", "nb", "a100", 1, 12.0),
+            idle_pod("ml", "eval", "t4", 1, 6.0),
+            idle_pod("research", "big", "nd", 8, 12.0),
+            idle_pod("research", "small", "t4", 1, 12.0),
+        ]));
+        let money = cost(&report, &prices);
+        // Per day: a100 3.6 × 24, t4 0.5 × 24 twice; nd not priced.
+        assert_eq!(money.idle_pods_per_day, Some(86.4 + 12.0 + 12.0));
+        // Within the window: 12 GPU-hours at 3.6, 6 and 12 at 0.5.
+        assert_eq!(money.idle_pods_in_window, Some(43.2 + 3.0 + 6.0));
+        assert_eq!(money.unpriced_idle_pod_gpus, 8);
+        let by_namespace: Vec<(&str, i64, f64)> = (money.idle_pods_by_namespace.iter())
+            .map(|c| (c.name.as_str(), c.gpus, c.per_day))
+            .collect();
+        assert_eq!(
+            by_namespace,
+            [("ml", 2, 86.4 + 12.0), ("research", 1, 12.0)]
+        );
+        assert_eq!(
+            money.idle_pods_text(),
+            "110.40 USD in idle GPU pods (52.20 USD for their GPU-hours within the window; 8 GPUs on nodes without a price)"
+        );
+        // Neither the violations nor the idle nodes change.
+        assert_eq!(
+            (money.violations_per_day, money.idle_nodes_per_day),
+            (0.0, 0.0)
         );
     }
 

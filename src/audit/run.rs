@@ -209,6 +209,9 @@ fn merge(report: &mut Report, more: Report) {
     for (way, n) in more.gpus_counted {
         *report.gpus_counted.entry(way).or_default() += n;
     }
+    for (ns, row) in &more.namespaces {
+        report.namespaces.entry(ns.clone()).or_default().add(row);
+    }
     for (ns, n) in more.passed {
         *report.passed.entry(ns).or_default() += n;
     }

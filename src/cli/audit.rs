@@ -163,13 +163,11 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     pods.each_page(&mut |page| run.pods(page))?;
     let mut report = run.finish(&invalid);
     report.exception_notes = notes;
-    if let Some(prices) = &prices {
-        audit::price(&mut report, prices);
-    }
     if let Some(settings) = args.prometheus.settings(args.utilization.as_ref()) {
         let pods = audit::utilization::gpu_pods(&report.held_pods);
         report.utilization = Some(super::utilization_args::measure(&settings, &pods)?);
     }
+    audit::conclude(&mut report, prices.as_ref());
     match args.output {
         AuditFormat::Text => print!("{}", audit::render_text(&report)),
         AuditFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),

@@ -1,6 +1,6 @@
 //! The `gpu_admission_audit_*` metrics: the last report's totals per
 //! policy and namespace, with the namespace label bounded; GPUs held and
-//! requested, GPU pools, findings on nodes, and costs. GPU figures follow
+//! requested, per namespace, GPU pools, findings on nodes, and costs. GPU figures follow
 //! the report's one definition ([`crate::audit::holding`]).
 use crate::audit::Report;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -47,6 +47,19 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NamespaceLabels {
+    namespace: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NamespaceCostLabels {
+    namespace: String,
+    waste: &'static str,
+    currency: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolLabels {
     pool: String,
     size: String,
@@ -83,6 +96,12 @@ crate::server::metrics::families! {
         gpus: Family<StateLabels, Gauge>
             => "gpu_admission_audit_gpus",
             "GPUs of every workload read at the last audit, by state: held (pods bound to a node and not finished) or pending (requested, not placed)";
+        namespace_gpus: Family<NamespaceLabels, Gauge>
+            => "gpu_admission_audit_namespace_gpus",
+            "GPUs of the workloads of each namespace at the last audit (the top namespaces by GPUs held, the rest as _other), by state: held, pending (requested, not placed), in_violation (held by violating workloads) or idle (held by idle pods; only when utilization was measured)";
+        namespace_cost: Family<NamespaceCostLabels, Gauge<f64, AtomicU64>>
+            => "gpu_admission_audit_namespace_cost_per_day",
+            "What the waste of each namespace costs per day at the report's prices (--report-prices), by namespace (as gpu_admission_audit_namespace_gpus), waste (violations; idle_pods, only when utilization was measured) and currency";
         pool_gpus: Family<PoolLabels, Gauge>
             => "gpu_admission_audit_pool_gpus",
             "GPUs of the GPU nodes at the last audit, by pool, size and state: allocatable, requested (by pods bound there) or idle";
@@ -91,7 +110,7 @@ crate::server::metrics::families! {
             "Findings on GPU nodes at the last audit, by rule (gpu-node-untainted, gpu-node-retired-size, gpu-node-unsupported-size, gpu-node-idle)";
         cost: Family<CostLabels, Gauge<f64, AtomicU64>>
             => "gpu_admission_audit_cost_per_day",
-            "What the waste found at the last audit costs per day at the report's prices (--report-prices), by waste (violations: GPUs held by violating workloads; idle_nodes: idle GPUs of GPU nodes) and currency";
+            "What the waste found at the last audit costs per day at the report's prices (--report-prices), by waste (violations: GPUs held by violating workloads; idle_nodes: idle GPUs of GPU nodes; idle_pods: GPUs of idle pods, only when utilization was measured) and currency";
         objects: Gauge
             => "gpu_admission_audit_objects",
             "Objects read by the last audit";
@@ -145,6 +164,20 @@ impl AuditMetrics {
         for (state, n) in [("held", report.gpus_held), ("pending", report.gpus_pending)] {
             self.gpus.get_or_create(&StateLabels { state }).set(n);
         }
+        let (gpus, costs) = namespace_series(report, TOP_NAMESPACES);
+        for ((namespace, state), n) in gpus {
+            let labels = NamespaceLabels { namespace, state };
+            self.namespace_gpus.get_or_create(&labels).set(n);
+        }
+        let currency = report.money.as_ref().map(|m| m.currency.as_str());
+        for ((namespace, waste), per_day) in costs {
+            let labels = NamespaceCostLabels {
+                namespace,
+                waste,
+                currency: currency.unwrap_or_default().to_string(),
+            };
+            self.namespace_cost.get_or_create(&labels).set(per_day);
+        }
         if let Some(nodes) = &report.nodes {
             for p in &nodes.pools {
                 for (state, n) in [
@@ -174,9 +207,11 @@ impl AuditMetrics {
         }
         if let Some(money) = &report.money {
             for (waste, per_day) in [
-                ("violations", money.violations_per_day),
-                ("idle_nodes", money.idle_nodes_per_day),
+                ("violations", Some(money.violations_per_day)),
+                ("idle_nodes", Some(money.idle_nodes_per_day)),
+                ("idle_pods", money.idle_pods_per_day),
             ] {
+                let Some(per_day) = per_day else { continue };
                 let labels = CostLabels {
                     waste,
                     currency: money.currency.clone(),
@@ -203,6 +238,8 @@ impl AuditMetrics {
         self.gpus_held.clear();
         self.gpus_pending.clear();
         self.gpus.clear();
+        self.namespace_gpus.clear();
+        self.namespace_cost.clear();
         self.pool_gpus.clear();
         self.node_findings.clear();
         self.cost.clear();
@@ -235,19 +272,7 @@ fn audit_series(report: &Report, top: usize) -> (ViolationSeries, HeldSeries) {
         w.0 = w.0.saturating_add(f.gpus);
         w.1 += 1;
     }
-    let mut ranked: Vec<(String, (i64, i64))> = weight
-        .into_iter()
-        .filter(|(ns, _)| ns != CLUSTER_SCOPE)
-        .collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let kept: HashSet<String> = ranked.into_iter().take(top).map(|(ns, _)| ns).collect();
-    let bucket = |ns: String| {
-        if ns == CLUSTER_SCOPE || kept.contains(&ns) {
-            ns
-        } else {
-            OTHER_NAMESPACES.to_string()
-        }
-    };
+    let bucket = top_labels(weight, top);
     let mut violations = ViolationSeries::new();
     let mut held = HeldSeries::new();
     for f in &report.findings {
@@ -260,6 +285,64 @@ fn audit_series(report: &Report, top: usize) -> (ViolationSeries, HeldSeries) {
         gpus.1 = gpus.1.saturating_add(f.gpus_pending);
     }
     (violations, held)
+}
+
+/// The label of a namespace label: its own for cluster scope and the
+/// `top` ones of `weight` (heaviest, then by name), else
+/// [`OTHER_NAMESPACES`].
+fn top_labels(weight: BTreeMap<String, (i64, i64)>, top: usize) -> impl Fn(String) -> String {
+    let mut ranked: Vec<(String, (i64, i64))> = weight
+        .into_iter()
+        .filter(|(ns, _)| ns != CLUSTER_SCOPE)
+        .collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let kept: HashSet<String> = ranked.into_iter().take(top).map(|(ns, _)| ns).collect();
+    move |ns: String| {
+        if ns == CLUSTER_SCOPE || kept.contains(&ns) {
+            ns
+        } else {
+            OTHER_NAMESPACES.to_string()
+        }
+    }
+}
+
+/// GPUs per (namespace, state) and costs per day per (namespace, waste).
+type NamespaceSeries = (
+    BTreeMap<(String, &'static str), i64>,
+    BTreeMap<(String, &'static str), f64>,
+);
+
+/// The series of the report's namespace rows, namespaces beyond the `top`
+/// ones (by GPUs held, then requested) summed as [`OTHER_NAMESPACES`];
+/// idle GPUs and costs only where measured and priced.
+fn namespace_series(report: &Report, top: usize) -> NamespaceSeries {
+    let weight = (report.namespaces.iter())
+        .map(|(ns, r)| (ns.clone(), (r.gpus_held, r.gpus_pending)))
+        .collect();
+    let bucket = top_labels(weight, top);
+    let (mut gpus, mut costs) = NamespaceSeries::default();
+    for (ns, r) in &report.namespaces {
+        let ns = bucket(ns.clone());
+        for (state, n) in [
+            ("held", Some(r.gpus_held)),
+            ("pending", Some(r.gpus_pending)),
+            ("in_violation", Some(r.gpus_in_violation)),
+            ("idle", r.gpus_idle),
+        ] {
+            if let Some(n) = n {
+                *gpus.entry((ns.clone(), state)).or_default() += n;
+            }
+        }
+        for (waste, per_day) in [
+            ("violations", r.violations_per_day),
+            ("idle_pods", r.idle_pods_per_day),
+        ] {
+            if let Some(per_day) = per_day {
+                *costs.entry((ns.clone(), waste)).or_default() += per_day;
+            }
+        }
+    }
+    (gpus, costs)
 }
 
 #[cfg(test)]
@@ -321,6 +404,31 @@ pub(super) mod tests {
         assert_eq!(held[&("gpu-nodepool".into(), CLUSTER_SCOPE.into())], (8, 0));
     }
 
+    /// Namespaces beyond the top ones by GPUs held share `_other`; idle
+    /// GPUs and costs are exported only where measured and priced.
+    #[test]
+    fn namespace_gpus_share_the_top_namespace_cap() {
+        let mut report = Report::default();
+        for i in 0..5 {
+            let row = crate::audit::NamespaceRow {
+                gpus_held: i,
+                gpus_pending: 1,
+                gpus_in_violation: i / 2,
+                ..Default::default()
+            };
+            report.namespaces.insert(format!("team-{i}"), row);
+        }
+        let (gpus, costs) = namespace_series(&report, 2);
+        let at = |ns: &str, state| gpus.get(&(ns.to_string(), state)).copied();
+        assert_eq!(at("team-4", "held"), Some(4));
+        assert_eq!(at("team-3", "in_violation"), Some(1));
+        assert_eq!(at(OTHER_NAMESPACES, "held"), Some(2 + 1));
+        assert_eq!(at(OTHER_NAMESPACES, "pending"), Some(3));
+        assert_eq!(at("team-2", "held"), None);
+        assert_eq!(at("team-4", "idle"), None, "not measured: no series");
+        assert!(costs.is_empty(), "not priced: no series");
+    }
+
     #[test]
     fn the_gauges_follow_the_last_report_and_a_follower_exports_none() {
         let mut registry = Registry::default();
@@ -359,8 +467,21 @@ pub(super) mod tests {
                 currency: "USD".into(),
                 violations_per_day: 352.5,
                 idle_nodes_per_day: 88.25,
+                idle_pods_per_day: Some(20.5),
                 ..Default::default()
             }),
+            namespaces: [(
+                "ml".to_string(),
+                crate::audit::NamespaceRow {
+                    gpus_held: 5,
+                    gpus_pending: 2,
+                    gpus_in_violation: 4,
+                    gpus_idle: Some(1),
+                    violations_per_day: Some(352.5),
+                    idle_pods_per_day: Some(20.5),
+                },
+            )]
+            .into(),
             ..Report::default()
         };
         let mut pending = finding("gpu-privileged", Some("ml"), "deny", 4);
@@ -403,6 +524,13 @@ pub(super) mod tests {
             r#"gpu_admission_audit_node_findings{rule="gpu-node-untainted"} 0"#,
             r#"gpu_admission_audit_cost_per_day{waste="violations",currency="USD"} 352.5"#,
             r#"gpu_admission_audit_cost_per_day{waste="idle_nodes",currency="USD"} 88.25"#,
+            r#"gpu_admission_audit_cost_per_day{waste="idle_pods",currency="USD"} 20.5"#,
+            r#"gpu_admission_audit_namespace_gpus{namespace="ml",state="held"} 5"#,
+            r#"gpu_admission_audit_namespace_gpus{namespace="ml",state="pending"} 2"#,
+            r#"gpu_admission_audit_namespace_gpus{namespace="ml",state="in_violation"} 4"#,
+            r#"gpu_admission_audit_namespace_gpus{namespace="ml",state="idle"} 1"#,
+            r#"gpu_admission_audit_namespace_cost_per_day{namespace="ml",waste="violations",currency="USD"} 352.5"#,
+            r#"gpu_admission_audit_namespace_cost_per_day{namespace="ml",waste="idle_pods",currency="USD"} 20.5"#,
             "gpu_admission_audit_objects 7",
             "gpu_admission_audit_objects_evaluated 5",
             "gpu_admission_audit_last_run_timestamp_seconds 1800000002",
@@ -428,6 +556,8 @@ pub(super) mod tests {
             !text.contains("gpu_admission_audit_cost_per_day{"),
             "{text}"
         );
+        assert!(!text.contains("gpu_admission_audit_namespace_gpus{"));
+        assert!(!text.contains("gpu_admission_audit_namespace_cost_per_day{"));
         assert!(text.contains("gpu_admission_audit_leader 0"), "{text}");
         assert!(
             text.contains("gpu_admission_audit_run_errors_total 1"),

@@ -226,9 +226,7 @@ impl Runner {
         ));
         match run {
             Ok(mut report) => {
-                if let Some(prices) = &self.settings.prices {
-                    crate::audit::price(&mut report, prices);
-                }
+                crate::audit::conclude(&mut report, self.settings.prices.as_deref());
                 let meta = RunMeta {
                     generated_at,
                     duration: started.elapsed(),

@@ -1,6 +1,6 @@
 // Opens the HTML audit report in headless Chromium and checks it against
-// the JSON audit of the same objects: the totals, the costs, the GPU nodes
-// and pools, the top offenders, the bars of every chart, the policy
+// the JSON audit of the same objects: the totals, the GPUs per namespace,
+// the costs, the GPU nodes and pools, the top offenders, the bars of every chart, the policy
 // sections and the capacity table. The
 // page must load with no console error and no network request. Saves a
 // full-page screenshot, and with --docs PATH the top of the page as the
@@ -252,6 +252,21 @@ try {
     }
   }
 
+  // GPUs per namespace: a row per namespace of the JSON, most GPUs held
+  // first, with its costs at the same prices.
+  const namespaces = Object.entries(report.namespaces ?? {});
+  check(namespaces.length > 0, "the JSON has GPUs per namespace");
+  const byHeld = ([a, x], [b, y]) => y.gpusHeld - x.gpusHeld || y.gpusPending - x.gpusPending || (a < b ? -1 : 1);
+  const cost = (v) => (v === undefined ? "-" : v.toFixed(2));
+  const namespaceRows = await page.locator("tr.namespace").evaluateAll((trs) =>
+    trs.map((tr) => [tr.dataset.namespace, tr.dataset.held, tr.dataset.pending, tr.dataset.inViolation, tr.dataset.idle ?? "-",
+      tr.dataset.violationsPerDay ?? "-", tr.dataset.idlePodsPerDay ?? "-"].join(" ")),
+  );
+  eq(namespaceRows, namespaces.sort(byHeld).slice(0, 1000).map(([ns, r]) =>
+    [ns, r.gpusHeld, r.gpusPending, r.gpusInViolation, r.gpusIdle ?? "-", cost(r.violationsPerDay), cost(r.idlePodsPerDay)].join(" ")), "namespace rows");
+  eq(namespaces.reduce((sum, [, r]) => sum + r.gpusHeld, 0), report.gpusHeld, "the namespaces hold the GPUs held");
+  check(await page.locator("#gpu-namespaces").isVisible(), "the namespace table is shown");
+
   eq(consoleErrors, [], "console errors");
   eq(requests, [], "network requests");
 
@@ -271,4 +286,4 @@ if (failures.length > 0) {
   for (const f of failures) console.error(`  - ${f}`);
   process.exit(1);
 }
-console.log(`report.mjs: ${htmlPath} checked (totals, costs, GPU nodes and pools, top offenders, charts, policies, capacity; no console errors, no requests); screenshot ${screenshot}`);
+console.log(`report.mjs: ${htmlPath} checked (totals, GPUs per namespace, costs, GPU nodes and pools, top offenders, charts, policies, capacity; no console errors, no requests); screenshot ${screenshot}`);

@@ -104,6 +104,7 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
                 (header(meta))
                 (exceptions::attention(report))
                 (totals(report))
+                (waste::namespaces(report))
                 (waste::money(report))
                 (waste::nodes(report))
                 (charts(report, &view))

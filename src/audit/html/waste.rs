@@ -1,8 +1,11 @@
-//! The page's sections on GPU nodes and pools and on money. Numbers a
-//! program may read: `#total-node-*[data-value]`, `tr.pool[data-*]`,
-//! `tr.node-finding[data-rule][data-node][data-gpus]`,
+//! The page's sections on GPUs per namespace, GPU nodes and pools, and
+//! money. Numbers a program may read: `tr.namespace[data-namespace]
+//! [data-held][data-pending][data-in-violation][data-idle]
+//! [data-violations-per-day][data-idle-pods-per-day]` (`data-idle` and the
+//! costs absent where not measured or priced), `#total-node-*[data-value]`,
+//! `tr.pool[data-*]`, `tr.node-finding[data-rule][data-node][data-gpus]`,
 //! `#total-cost-*[data-value]`, `tr.cost[data-table][data-name][data-per-day]`.
-use super::parts::{card, fmt_int, plural};
+use super::parts::{card, fmt_int, plural, MAX_ROWS};
 use crate::audit::nodes::NodeReport;
 use crate::audit::prices::{Cost, Money};
 use crate::audit::Report;
@@ -10,6 +13,66 @@ use maud::{html, Markup};
 
 /// Node findings listed; the rest are counted (`audit -o json` has all).
 const MAX_NODE_ROWS: usize = 500;
+
+/// What each namespace's workloads hold, wait for, waste, and what it
+/// costs.
+pub(super) fn namespaces(report: &Report) -> Markup {
+    let rows = crate::audit::namespaces::ranked(report);
+    if rows.is_empty() {
+        return html! {};
+    }
+    let money = report.money.as_ref();
+    let measured = (report.utilization.as_ref()).is_some_and(|u| u.measured.is_some());
+    let cost = |v: Option<f64>| v.map(|v| format!("{v:.2}"));
+    let shown = |v: Option<f64>, missing: &'static str| match (v, money) {
+        (Some(v), Some(m)) => amount(v, &m.currency),
+        _ => missing.to_string(),
+    };
+    html! {
+        section #namespaces {
+            h2 { "GPUs per namespace" }
+            p.hint #namespaces-hint {
+                "What each namespace's workloads hold (pods bound to a node, not finished), request and are not given yet, and hold while violating a policy; "
+                em { "idle" } ": GPUs of its idle pods"
+                @if !measured { " (not measured: no utilization section, or it is missing)" }
+                "."
+                @if let Some(m) = money {
+                    " Costs per day at the prices of " time datetime=(m.price_date) { (m.price_date) } " (" (m.price_source) "): the GPUs held by its violating workloads, and those of its idle pods at their node's price."
+                    @if m.example { " " strong.warn-text { "Example prices, not a quote." } }
+                }
+            }
+            table #gpu-namespaces {
+                thead { tr {
+                    th { "Namespace" } th.num { "Held" } th.num { "Not placed" } th.num { "In violation" } th.num { "Idle" }
+                    @if money.is_some() { th.num { "Violating, per day" } th.num { "Idle pods, per day" } }
+                } }
+                tbody {
+                    @for (name, r) in rows.iter().take(MAX_ROWS) {
+                        tr.namespace data-namespace=(name) data-held=(r.gpus_held) data-pending=(r.gpus_pending)
+                            data-in-violation=(r.gpus_in_violation) data-idle=[r.gpus_idle]
+                            data-violations-per-day=[cost(r.violations_per_day)] data-idle-pods-per-day=[cost(r.idle_pods_per_day)] {
+                            td { strong { (name) } }
+                            td.num { (fmt_int(r.gpus_held)) }
+                            td.num { (fmt_int(r.gpus_pending)) }
+                            td.num { (fmt_int(r.gpus_in_violation)) }
+                            td.num { @match r.gpus_idle { Some(n) => (fmt_int(n)), None => span.muted { "not measured" } } }
+                            @if money.is_some() {
+                                td.num { (shown(r.violations_per_day, "not priced")) }
+                                td.num { (shown(r.idle_pods_per_day, if measured { "not priced" } else { "not measured" })) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if rows.len() > MAX_ROWS {
+                p.note {
+                    (fmt_int(MAX_ROWS as i64)) " of " (fmt_int(rows.len() as i64)) " namespaces shown; "
+                    code { "gpu-admission audit -o json" } " lists them all."
+                }
+            }
+        }
+    }
+}
 
 /// The GPU nodes per pool and size, and the findings on nodes.
 pub(super) fn nodes(report: &Report) -> Markup {
@@ -132,8 +195,8 @@ pub(super) fn money(report: &Report) -> Markup {
             p.hint #money-prices {
                 "At the prices of " time #price-date datetime=(money.price_date) { (money.price_date) }
                 " (" (money.price_source) "), per day: the GPUs " em { "held" }
-                " by violating workloads (a pod's at its node's price per GPU, a controller's at the mean over the priced GPU nodes), and the "
-                em { "idle" } " GPUs of GPU nodes. GPUs requested, not placed, cost nothing yet."
+                " by violating workloads (a pod's at its node's price per GPU, a controller's at the mean over the priced GPU nodes), the "
+                em { "idle" } " GPUs of GPU nodes, and the GPUs of " em { "idle pods" } " (the utilization section) at their node's price. GPUs requested, not placed, cost nothing yet."
                 @if money.example { " " strong.warn-text { "Example prices, not a quote." } }
             }
             div.cards {
@@ -141,11 +204,24 @@ pub(super) fn money(report: &Report) -> Markup {
                     unpriced(money.unpriced_gpus)))
                 (money_card("cost-idle-nodes", money.idle_nodes_per_day, "per day in idle node GPUs",
                     unpriced(money.unpriced_idle_gpus)))
+                @match (money.idle_pods_per_day, money.idle_pods_in_window) {
+                    (Some(per_day), Some(window)) => (money_card("cost-idle-pods", per_day, "per day in idle GPU pods",
+                        format!("{} for their GPU-hours within the window; {}", amount(window, &money.currency),
+                            unpriced(money.unpriced_idle_pod_gpus)))),
+                    _ => div.card #cost-idle-pods-missing {
+                        div.value.muted { "—" }
+                        div.label { "per day in idle GPU pods" }
+                        div.note { "not measured: no utilization section, or it is missing" }
+                    },
+                }
             }
             div.chart-grid {
-                (cost_table("namespace", "By namespace (violations, each object once)", money, &money.by_namespace))
-                (cost_table("policy", "By policy (violations)", money, &money.by_policy))
-                (cost_table("pool", "By pool (idle node GPUs)", money, &money.by_pool))
+                (cost_table("namespace", "Namespace", "By namespace (violations, each object once)", money, &money.by_namespace))
+                (cost_table("policy", "Policy", "By policy (violations)", money, &money.by_policy))
+                (cost_table("pool", "Pool", "By pool (idle node GPUs)", money, &money.by_pool))
+                @if money.idle_pods_per_day.is_some() {
+                    (cost_table("idle-pods", "Namespace", "By namespace (idle GPU pods)", money, &money.idle_pods_by_namespace))
+                }
             }
         }
     }
@@ -162,7 +238,7 @@ fn unpriced(gpus: i64) -> String {
     }
 }
 
-fn cost_table(id: &str, title: &str, money: &Money, rows: &[Cost]) -> Markup {
+fn cost_table(id: &str, column: &str, title: &str, money: &Money, rows: &[Cost]) -> Markup {
     html! {
         figure.chart-box {
             figcaption { (title) }
@@ -171,7 +247,7 @@ fn cost_table(id: &str, title: &str, money: &Money, rows: &[Cost]) -> Markup {
             } @else {
                 table.costs id={ "cost-" (id) } {
                     thead { tr {
-                        th { (id[..1].to_uppercase()) (id[1..]) } th.num { "GPUs" } th.num { "per day" }
+                        th { (column) } th.num { "GPUs" } th.num { "per day" }
                     } }
                     tbody {
                         @for c in rows.iter().take(25) {
