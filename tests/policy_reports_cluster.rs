@@ -7,7 +7,7 @@ mod common;
 
 use common::fake_apiserver::{FakeApiServer, Recorded, Resource, NAMESPACES};
 use gpu_admission::audit::{Finding, Report};
-use gpu_admission::cluster::policy_reports::ClusterPolicyReports;
+use gpu_admission::cluster::policy_reports::{ClusterPolicyReports, Schema};
 use gpu_admission::periodic::policy_reports::{sync, PolicyReportSettings, SyncOutcome};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -87,8 +87,9 @@ async fn policy_reports_are_created_updated_bounded_and_deleted_through_the_api(
     let settings = PolicyReportSettings {
         max_results: 3,
         writes_per_second: 50,
+        ..PolicyReportSettings::default()
     };
-    let store = ClusterPolicyReports::new(fake.client());
+    let store = ClusterPolicyReports::new(fake.client(), Schema::PolicyReport);
     let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s);
     let run = |findings: Vec<Finding>, s: u64| {
         let store = &store;
@@ -142,7 +143,7 @@ async fn policy_reports_are_created_updated_bounded_and_deleted_through_the_api(
     // A new writer (another replica leading now) with more findings in ml
     // than the bound: ml's report is replaced in place, the costliest
     // three kept, the first result with the time it was first seen.
-    let store_b = ClusterPolicyReports::new(fake.client());
+    let store_b = ClusterPolicyReports::new(fake.client(), Schema::PolicyReport);
     let mut more = first.clone();
     more.extend(
         (0..4).map(|i| finding("gpu-sku-allowlist", "ml", &format!("a100-{i}"), "audit", i)),
@@ -228,7 +229,7 @@ async fn policy_reports_are_created_updated_bounded_and_deleted_through_the_api(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_without_the_crd_is_said_so() {
     let fake = FakeApiServer::start(vec![NAMESPACES]).await;
-    let store = ClusterPolicyReports::new(fake.client());
+    let store = ClusterPolicyReports::new(fake.client(), Schema::PolicyReport);
     let err = sync(
         &store,
         &report(vec![finding("gpu-privileged", "ml", "train", "deny", 8)]),
