@@ -157,6 +157,13 @@ impl InCluster {
         self.logs.lock().unwrap().iter().any(|l| l.contains(text))
     }
 
+    /// The first log line that contains `text`, as JSON.
+    pub fn log_line(&self, text: &str) -> Option<Value> {
+        let logs = self.logs.lock().unwrap();
+        let line = logs.iter().find(|l| l.contains(text))?;
+        serde_json::from_str(line).ok()
+    }
+
     /// The value of the sample `name` (with its labels, as exposed) on the
     /// metrics listener; 0 when absent.
     pub async fn metric(&self, name: &str) -> f64 {
