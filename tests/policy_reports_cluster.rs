@@ -285,6 +285,17 @@ fn batch_pods(n: usize) -> Vec<Value> {
         .collect()
 }
 
+/// The pods of tests/fixtures/audit/cluster-list.json and `batch` pods of
+/// [`batch_pods`].
+fn cluster_pods(batch: usize) -> Vec<Value> {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/audit/cluster-list.json");
+    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
+    objects.retain(|o| o["kind"] == "Pod");
+    objects.extend(batch_pods(batch));
+    objects
+}
+
 /// `serve --report-interval 1m --policy-reports on` (with `extra` flags)
 /// against `fake`, once its first sync has deleted the report in the
 /// `retired` namespace (the last write of a sync). Killed when dropped.
@@ -336,11 +347,7 @@ impl Drop for Kill {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_writes_policy_reports_after_its_first_run() {
     let fake = FakeApiServer::start(vec![NAMESPACES, PODS, LEASES, POLICY_REPORTS]).await;
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/audit/cluster-list.json");
-    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
-    objects.retain(|o| o["kind"] == "Pod");
-    objects.extend(batch_pods(20));
+    let objects = cluster_pods(20);
     // What a previous leader wrote: a stale report in batch and one in a
     // namespace that has no finding any more.
     let stale = |namespace: &str| {
@@ -423,11 +430,7 @@ fn results_without_time(report: &Value) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_of_a_dump_writes_the_policy_reports_serve_writes() {
     let fake = FakeApiServer::start(vec![NAMESPACES, PODS, LEASES, POLICY_REPORTS]).await;
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/audit/cluster-list.json");
-    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
-    objects.retain(|o| o["kind"] == "Pod");
-    objects.extend(batch_pods(12));
+    let mut objects = cluster_pods(12);
     objects.extend(
         ["default", "apps", "ml", "serving", "batch", "retired"]
             .into_iter()
@@ -457,19 +460,7 @@ async fn audit_of_a_dump_writes_the_policy_reports_serve_writes() {
         serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects})).unwrap(),
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-        .args(["audit", "-o", "policyreport", "-f"])
-        .arg(&dump)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let offline: Vec<Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect();
+    let offline = audit_documents("policyreport", &dump);
     for ((namespace, _), written) in &in_cluster {
         let printed = offline
             .iter()
@@ -509,67 +500,10 @@ fn openreports_schema() -> Value {
     serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Where `value` (at the JSON pointer `at`) breaks `schema`: a wrong type,
-/// a value out of its enum, a required field missing, a field the schema
-/// does not name (the API server would drop it). `$ref`s name
-/// `definitions`.
-fn schema_errors(value: &Value, schema: &Value, definitions: &Value, at: &str) -> Vec<String> {
-    if let Some(name) = schema["$ref"].as_str() {
-        return schema_errors(value, &definitions[name], definitions, at);
-    }
-    let kind = schema["type"].as_str().unwrap_or_default();
-    let fits = match kind {
-        "object" => value.is_object(),
-        "array" => value.is_array(),
-        "string" => value.is_string(),
-        "integer" => value.is_i64() || value.is_u64(),
-        "boolean" => value.is_boolean(),
-        _ => true,
-    };
-    if !fits {
-        return vec![format!("{at}: not a {kind}: {value}")];
-    }
-    let mut errors = Vec::new();
-    if let Some(allowed) = schema["enum"].as_array() {
-        if !allowed.contains(value) {
-            errors.push(format!("{at}: {value} is none of {allowed:?}"));
-        }
-    }
-    for (i, item) in value.as_array().into_iter().flatten().enumerate() {
-        errors.extend(schema_errors(
-            item,
-            &schema["items"],
-            definitions,
-            &format!("{at}/{i}"),
-        ));
-    }
-    if let Some(fields) = value.as_object() {
-        for required in schema["required"].as_array().into_iter().flatten() {
-            if !fields.contains_key(required.as_str().unwrap()) {
-                errors.push(format!("{at}: {required} is missing"));
-            }
-        }
-        let (named, others) = (schema.get("properties"), schema.get("additionalProperties"));
-        for (key, field) in fields {
-            let path = format!("{at}/{key}");
-            match named.and_then(|n| n.get(key)).or(others) {
-                Some(field_schema) => {
-                    errors.extend(schema_errors(field, field_schema, definitions, &path))
-                }
-                None if named.is_some() => errors.push(format!(
-                    "{path}: not a field of the CRD (it would be dropped)"
-                )),
-                None => {}
-            }
-        }
-    }
-    errors
-}
-
 /// What the OpenReports CRDs find wrong in `report`.
 fn openreports_errors(report: &Value) -> Vec<String> {
-    let schema = openreports_schema();
-    schema_errors(report, &schema["report"], &schema["definitions"], "")
+    let no_rules = |rule: &str, _: &Value| panic!("the OpenReports CRDs have no rules: {rule}");
+    common::crd_schema::errors(&openreports_schema()["report"], report, &no_rules)
 }
 
 /// `gpu-admission audit -o FORMAT -f FILE`'s documents.
@@ -634,31 +568,17 @@ fn audit_prints_openreports_the_crd_accepts_with_the_policy_reports_results() {
     broken["owner"] = json!("x");
     let errors = openreports_errors(&broken);
     for said in [
-        "/results/0/properties/gpus: not a string",
-        "/results/0/severity: \"urgent\" is none of",
-        "/results/0: \"policy\" is missing",
-        "/results/0/timestamp: \"nanos\" is missing",
-        "/owner: not a field of the CRD",
+        ".results[0].properties.gpus: must be of type string",
+        ".results[0].severity: \"urgent\" is not one of",
+        ".results[0]: policy is required",
+        ".results[0].timestamp: nanos is required",
+        ".owner: not in the schema (dropped)",
     ] {
         assert!(
             errors.iter().any(|e| e.starts_with(said)),
             "{said}: {errors:#?}"
         );
     }
-}
-
-/// The report page `serve` serves on its metrics listener.
-async fn report_page(server: &InCluster) -> String {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let addr = server.metrics_addr.expect("the metrics listener is on");
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /report HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.unwrap();
-    text
 }
 
 /// `serve --policy-reports on --reports openreports`: after its first run
@@ -670,11 +590,7 @@ async fn report_page(server: &InCluster) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_writes_openreports_and_names_who_holds_a_report_name() {
     let fake = FakeApiServer::start(vec![NAMESPACES, PODS, LEASES, OPEN_REPORTS]).await;
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/audit/cluster-list.json");
-    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
-    objects.retain(|o| o["kind"] == "Pod");
-    objects.extend(batch_pods(6));
+    let objects = cluster_pods(6);
     let kubewardens = json!({
         "apiVersion": "openreports.io/v1alpha1", "kind": "Report",
         "metadata": {"name": "gpu-admission", "namespace": "ml",
@@ -721,7 +637,7 @@ async fn serve_writes_openreports_and_names_who_holds_a_report_name() {
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let page = loop {
-        let page = report_page(&server).await;
+        let page = server.metrics_get("/report").await;
         if page.contains("id=\"reports-held\"") || tokio::time::Instant::now() > deadline {
             break page;
         }
