@@ -14,7 +14,8 @@
 #    every object and kustomize only on deploy/base): the default values
 #    give `kubectl kustomize deploy` less its Namespace (Helm's release
 #    namespace; namespace.create=true gives it too), cert-manager mode
-#    deploy/overlays/cert-manager, report.enabled deploy/overlays/report, and
+#    deploy/overlays/cert-manager, report.enabled deploy/overlays/report
+#    (and with report.reports=openreports deploy/overlays/openreports), and
 #    the observability switches deploy/observability/ (the dashboard's JSON
 #    as parsed). Every object the chart renders carries Helm's labels (but
 #    the CRD of crds/, which Helm installs untemplated). Custom
@@ -104,10 +105,12 @@ step "helm template renders what kubectl kustomize renders"
 "${kustomize[@]}" "$root/deploy" > "$work/k-base.yaml"
 "${kustomize[@]}" "$root/deploy/overlays/cert-manager" > "$work/k-cert-manager.yaml"
 "${kustomize[@]}" "$root/deploy/overlays/report" > "$work/k-report.yaml"
+"${kustomize[@]}" "$root/deploy/overlays/openreports" > "$work/k-openreports.yaml"
 render "$work/h-defaults.yaml"
 render "$work/h-base.yaml" --set namespace.create=true
 render "$work/h-cert-manager.yaml" -f "$chart/ci/cert-manager-values.yaml"
 render "$work/h-report.yaml" -f "$chart/ci/report-values.yaml"
+render "$work/h-openreports.yaml" -f "$chart/ci/report-values.yaml" --set report.reports=openreports
 render "$work/h-observability.yaml" -f "$chart/ci/observability-values.yaml"
 render "$work/h-custom.yaml" -f "$chart/ci/custom-values.yaml"
 render "$work/h-existing.yaml" --set policies.existingConfigMap=team-policies
@@ -180,6 +183,8 @@ same("defaults vs deploy/", load(p("k-base.yaml")), load(p("h-defaults.yaml")), 
 same("namespace.create vs deploy/", load(p("k-base.yaml")), load(p("h-base.yaml")))
 same("cert-manager mode vs deploy/overlays/cert-manager", load(p("k-cert-manager.yaml")), load(p("h-cert-manager.yaml")))
 same("report.enabled vs deploy/overlays/report", load(p("k-report.yaml")), load(p("h-report.yaml")))
+same("report.reports=openreports vs deploy/overlays/openreports", load(p("k-openreports.yaml")),
+     load(p("h-openreports.yaml")))
 
 # Observability: the objects of deploy/observability/, and the dashboard.
 obs = {ident(o): o for o in load(p("h-observability.yaml"))}
@@ -324,6 +329,7 @@ refuse "/webhooks/validate/timeoutSeconds" --set-string webhooks.validate.timeou
 refuse "/webhooks/exemptNamespaces" --set 'webhooks.exemptNamespaces[0]=Not_A_Namespace'
 refuse "/report/enabled" --set-string report.enabled=yes
 refuse "/report/interval" --set report.interval=10minutes
+refuse "/report/reports" --set report.reports=clusterpolicyreport
 refuse "/certificates/mode" --set certificates.mode=vault
 refuse "/certificates/caBundle" --set 'certificates.caBundle=-----BEGIN CERTIFICATE-----'
 refuse "/resources/limits/memory" --set resources.limits.memory=lots
@@ -345,6 +351,7 @@ for set in defaults custom; do
   render "$dir/base.yaml" "${args[@]}"
   render "$dir/cert-manager.yaml" "${args[@]}" -f "$chart/ci/cert-manager-values.yaml"
   render "$dir/report.yaml" "${args[@]}" -f "$chart/ci/report-values.yaml"
+  render "$dir/openreports.yaml" "${args[@]}" -f "$chart/ci/report-values.yaml" --set report.reports=openreports
   render "$dir/self.yaml" "${args[@]}" -f "$chart/ci/self-values.yaml"
   "$root/ci/validate-deploy.sh" --rendered "$dir" --label "chart ($set values)"
 done

@@ -2,12 +2,15 @@
 # Offline checks of the deployment manifests, for CI and for anyone editing deploy/.
 #
 # 1. deploy/policies/ is in step with policies/ (deploy/sync-policies.sh --check).
-# 2. deploy/, deploy/overlays/cert-manager, deploy/overlays/report and
-#    deploy/overlays/self-managed-certs build with kustomize. The report
-#    overlay adds the flag, the pod name, list and watch on every audited kind
-#    and the Lease (get/update by name, create, in the webhook's namespace
-#    only), and PolicyReports (list/create, and update/delete of the name
-#    gpu-admission only); the base keeps its namespaces-only RBAC. The
+# 2. deploy/, deploy/overlays/cert-manager, deploy/overlays/report,
+#    deploy/overlays/openreports and deploy/overlays/self-managed-certs
+#    build with kustomize. The report overlay adds the flag, the pod name,
+#    list and watch on every audited kind and the Lease (get/update by
+#    name, create, in the webhook's namespace only), and PolicyReports
+#    (list/create, and get/update/delete of the name gpu-admission only);
+#    the openreports overlay the same on openreports.io Reports with
+#    --reports=openreports, and nothing on PolicyReports; the base keeps
+#    its namespaces-only RBAC. The
 #    self-managed-certs overlay swaps the TLS flags and mount for
 #    --manage-certs and grants its one Secret and Lease (by name, plus
 #    create) and get/patch of the two webhook configurations by name,
@@ -49,7 +52,8 @@
 # Helm chart, by ci/chart-checks.sh) instead of the kustomize builds: DIR
 # holds base.yaml, cert-manager.yaml and report.yaml in the roles of deploy/
 # and its two overlays, and any other DIR/*.yaml is checked like base.yaml
-# (schemas, references, NetworkPolicy, shutdown) without running the server.
+# (schemas, references, NetworkPolicy, shutdown) without running the server;
+# DIR/openreports.yaml, when there, also as the openreports overlay.
 # --label NAME names the source in the messages.
 #
 # Installs what it needs (pinned Python packages in a venv under
@@ -72,7 +76,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --rendered) rendered="$(cd "$2" && pwd)"; shift 2 ;;
     --label) label="$2"; shift 2 ;;
-    -h | --help) sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,57p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "validate-deploy: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -289,7 +293,7 @@ if [[ -n "$rendered" ]]; then
   done
 else
   step "kustomize build"
-  for target in deploy deploy/overlays/cert-manager deploy/overlays/report deploy/overlays/self-managed-certs; do
+  for target in deploy deploy/overlays/cert-manager deploy/overlays/report deploy/overlays/openreports deploy/overlays/self-managed-certs; do
     out="$work/$(basename "$target").yaml"
     if [[ ${#kustomize_cmd[@]} -gt 0 ]]; then
       "${kustomize_cmd[@]}" "$root/$target" > "$out"
@@ -300,6 +304,7 @@ else
     echo "$target/: $(grep -c '^kind:' "$out") objects"
   done
   mv "$work/deploy.yaml" "$work/base.yaml"
+  extra+=("$work/openreports.yaml")
 fi
 
 step "schemas, references and matchConditions"
@@ -631,9 +636,8 @@ def rules_granted(objs, ns, subject_kind="ServiceAccount", subject="gpu-admissio
     return granted
 
 
-def report_overlay(base, report, ns):
+def report_overlay(base, report, ns, label=REPORT):
     """The report overlay adds the flag, the pod name, list/watch on the audited kinds and the Lease; the base has none of it."""
-    label = REPORT
 
     def container(objs):
         dep = one(objs, "Deployment", "gpu-admission")
@@ -698,22 +702,29 @@ def report_overlay(base, report, ns):
     # A SubjectAccessReview is a question (the authorizer checks of
     # policies), not a change to the cluster.
     asks = ("authorization.k8s.io", "subjectaccessreviews", "create")
-    # PolicyReports: listed and created anywhere, updated and deleted only
-    # under the one name the server writes.
+    # The reports of the API chosen (--reports), and of no other: listed
+    # and created anywhere, read, updated and deleted only under the one
+    # name the server writes.
     check("--policy-reports=on" in args, f"{label}: --policy-reports=on")
+    chosen = [a.split("=", 1)[1] for a in args if a.startswith("--reports=")] or ["policyreport"]
+    apis = {"policyreport": ("wgpolicyk8s.io", "policyreports"), "openreports": ("openreports.io", "reports")}
+    group, resource = apis.get(chosen[-1], ("?", "?"))
+    check(len(chosen) == 1 and chosen[0] in apis, f"{label}: one --reports of {sorted(apis)}, got {chosen}")
     for v in ("list", "create"):
-        check(("wgpolicyk8s.io", "policyreports", v, None, None) in granted,
-              f"{label}: the server may not {v} PolicyReports cluster-wide")
-    for v in ("update", "delete"):
-        check(("wgpolicyk8s.io", "policyreports", v, "gpu-admission", None) in granted,
-              f"{label}: the server may not {v} the PolicyReports named gpu-admission")
-    check(not any(g == "wgpolicyk8s.io" and v in ("update", "delete", "patch") and n != "gpu-admission"
+        check((group, resource, v, None, None) in granted,
+              f"{label}: the server may not {v} {resource}.{group} cluster-wide")
+    for v in ("get", "update", "delete"):
+        check((group, resource, v, "gpu-admission", None) in granted,
+              f"{label}: the server may not {v} the {resource}.{group} named gpu-admission")
+    check(not any(g == group and v in ("get", "update", "delete", "patch") and n != "gpu-admission"
                   for g, r, v, n, _ in granted),
-          f"{label}: PolicyReport updates and deletes are limited to the name gpu-admission")
-    check(not any(v not in ("get", "list", "watch") and g not in ("coordination.k8s.io", "wgpolicyk8s.io")
+          f"{label}: {resource}.{group} reads, updates and deletes are limited to the name gpu-admission")
+    check(not any(g in (a for a, _ in apis.values()) and g != group for g, _, _, _, _ in granted),
+          f"{label}: RBAC for {group} reports only, the API --reports chose")
+    check(not any(v not in ("get", "list", "watch") and g not in ("coordination.k8s.io", group)
                   and (g, r, v) != asks
                   for g, r, v, _, _ in granted),
-          f"{label}: the server writes nothing but its Lease and its PolicyReports")
+          f"{label}: the server writes nothing but its Lease and its {resource}.{group}")
 
     base_granted = rules_granted(base, ns)
     check({(g, r) for g, r, _, _, _ in base_granted} <= {("", "namespaces"), ("", "nodes"), ("karpenter.sh", "nodepools"),
@@ -730,7 +741,7 @@ def report_overlay(base, report, ns):
     check(not any(v != "create" for g, r, v, _, _ in base_granted if r == "subjectaccessreviews"),
           f"{BASE}: SubjectAccessReviews may only be created")
     print(f"{label}: --report-interval={intervals[0] if intervals else '?'}, Lease {ns}/{lease}, "
-          f"{len(audited)} audited kinds listable")
+          f"{len(audited)} audited kinds listable, {resource}.{group} written")
 
 
 def self_managed_overlay(base, objs, ns):
@@ -1171,6 +1182,8 @@ for path in extra_files:
     references(objs, where)
     network_policy(objs, where)
     shutdown_and_priority(objs, where)
+    if os.path.basename(path) == "openreports.yaml":
+        report_overlay(base, objs, ns, where)
     print(f"{where}: {len(objs)} objects checked")
 if binary:
     run_server(base, binary, run_dir)

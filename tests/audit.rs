@@ -78,7 +78,7 @@ fn summary_counts_violations_and_the_gpus_they_hold() {
 #[test]
 fn policy_reports_per_namespace() {
     let report = run();
-    let docs = audit::policy_reports(&report, 1_800_000_000);
+    let docs = audit::policy_reports(&report, 1_800_000_000, Default::default());
     let ml = docs
         .iter()
         .find(|d| d["metadata"]["namespace"] == "ml")
@@ -247,7 +247,7 @@ fn exceptions_let_findings_through_and_are_listed_with_their_state() {
     assert_eq!(json["exceptions"][0]["match"]["names"][0], "idle-notebook*");
     // In PolicyReports the violations fail or warn, what exceptions let
     // through is skipped, naming the exception.
-    let reports = audit::policy_reports(&report, 0);
+    let reports = audit::policy_reports(&report, 0, Default::default());
     let results: Vec<&serde_json::Value> = reports
         .iter()
         .flat_map(|r| r["results"].as_array().unwrap())

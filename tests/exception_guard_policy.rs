@@ -379,102 +379,7 @@ fn crd_schema() -> Value {
 
 /// Every way `value` breaks `schema`, as "path: what".
 fn schema_errors(schema: &Value, value: &Value) -> Vec<String> {
-    let mut errors = Vec::new();
-    on_compile_stack(|| walk(schema, value, "", &mut errors)).unwrap();
-    errors
-}
-
-fn walk(schema: &Value, value: &Value, path: &str, errors: &mut Vec<String>) {
-    let mut fail = |what: String| {
-        errors.push(format!(
-            "{}: {what}",
-            if path.is_empty() { "." } else { path }
-        ))
-    };
-    let ty = schema["type"].as_str().unwrap_or_default();
-    let type_ok = match ty {
-        "object" => value.is_object(),
-        "array" => value.is_array(),
-        "string" => value.is_string(),
-        "integer" => value.is_i64() || value.is_u64(),
-        "boolean" => value.is_boolean(),
-        _ => true,
-    };
-    if !type_ok {
-        fail(format!("must be of type {ty}"));
-        return;
-    }
-    let bound = |key: &str| schema[key].as_u64().map(|n| n as usize);
-    match value {
-        Value::String(s) => {
-            let chars = s.chars().count();
-            if bound("minLength").is_some_and(|n| chars < n) {
-                fail(format!("shorter than {}", schema["minLength"]));
-            }
-            if bound("maxLength").is_some_and(|n| chars > n) {
-                fail(format!("longer than {}", schema["maxLength"]));
-            }
-            if schema["format"] == "date-time" && !is_rfc3339(s) {
-                fail(format!("{s:?} is not an RFC 3339 date-time"));
-            }
-            if let Some(allowed) = schema["enum"].as_array() {
-                if !allowed.contains(value) {
-                    fail(format!("{s:?} is not one of {allowed:?}"));
-                }
-            }
-        }
-        Value::Array(items) => {
-            if bound("minItems").is_some_and(|n| items.len() < n) {
-                fail(format!("fewer than {} items", schema["minItems"]));
-            }
-            if bound("maxItems").is_some_and(|n| items.len() > n) {
-                fail(format!("more than {} items", schema["maxItems"]));
-            }
-            if schema["x-kubernetes-list-type"] == "set" {
-                for (i, item) in items.iter().enumerate() {
-                    if items[..i].contains(item) {
-                        fail(format!("duplicate item {item}"));
-                    }
-                }
-            }
-        }
-        Value::Object(fields) => {
-            for required in schema["required"].as_array().into_iter().flatten() {
-                let required = required.as_str().unwrap();
-                if !fields.contains_key(required) {
-                    fail(format!("{required} is required"));
-                }
-            }
-        }
-        _ => {}
-    }
-    for rule in schema["x-kubernetes-validations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let source = rule["rule"].as_str().unwrap();
-        if !holds(source, value) {
-            fail(rule["message"].as_str().unwrap_or(source).to_string());
-        }
-    }
-    match value {
-        Value::Object(fields) => {
-            for (key, field) in fields {
-                if let Some(sub) = schema["properties"].get(key) {
-                    walk(sub, field, &format!("{path}.{key}"), errors);
-                } else if let Some(extra) = schema.get("additionalProperties") {
-                    walk(extra, field, &format!("{path}.{key}"), errors);
-                }
-            }
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                walk(&schema["items"], item, &format!("{path}[{i}]"), errors);
-            }
-        }
-        _ => {}
-    }
+    on_compile_stack(|| common::crd_schema::errors(schema, value, &holds)).unwrap()
 }
 
 /// Whether the CRD validation rule `source` (CEL over `self`) holds for
@@ -492,14 +397,6 @@ fn holds(source: &str, value: &Value) -> bool {
         Ok(gpu_admission::cel::Value::Bool(b)) => b,
         other => panic!("rule {source:?} on {value}: {other:?}"),
     }
-}
-
-fn is_rfc3339(s: &str) -> bool {
-    regex::Regex::new(
-        r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt]([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$",
-    )
-    .unwrap()
-    .is_match(s)
 }
 
 /// The model's example exactly as documented.

@@ -2,12 +2,16 @@
 //! writes the periodic report makes through kube's client (create,
 //! replace only on change, delete, the bound), and `serve
 //! --report-interval --policy-reports on` writing them after its first run,
-//! taking over the reports a previous leader left.
+//! taking over the reports a previous leader left. The same reports as
+//! OpenReports (`audit -o openreports`, `serve --reports openreports`),
+//! checked against the fields of the OpenReports CRDs, and a report name
+//! another owner holds named in the log, the metrics and the report page.
 mod common;
 
 use common::fake_apiserver::{FakeApiServer, Recorded, Resource, NAMESPACES};
+use common::in_cluster::InCluster;
 use gpu_admission::audit::{Finding, Report};
-use gpu_admission::cluster::policy_reports::ClusterPolicyReports;
+use gpu_admission::cluster::policy_reports::{ClusterPolicyReports, Schema};
 use gpu_admission::periodic::policy_reports::{sync, PolicyReportSettings, SyncOutcome};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -20,6 +24,8 @@ const POLICY_REPORTS: Resource = Resource::new(
     "policyreports",
     true,
 );
+const OPEN_REPORTS: Resource =
+    Resource::new("openreports.io", "v1alpha1", "Report", "reports", true);
 const LEASES: Resource = Resource::new("coordination.k8s.io", "v1", "Lease", "leases", true);
 const PODS: Resource = Resource::new("", "v1", "Pod", "pods", true);
 
@@ -87,8 +93,9 @@ async fn policy_reports_are_created_updated_bounded_and_deleted_through_the_api(
     let settings = PolicyReportSettings {
         max_results: 3,
         writes_per_second: 50,
+        ..PolicyReportSettings::default()
     };
-    let store = ClusterPolicyReports::new(fake.client());
+    let store = ClusterPolicyReports::new(fake.client(), Schema::PolicyReport);
     let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s);
     let run = |findings: Vec<Finding>, s: u64| {
         let store = &store;
@@ -142,7 +149,7 @@ async fn policy_reports_are_created_updated_bounded_and_deleted_through_the_api(
     // A new writer (another replica leading now) with more findings in ml
     // than the bound: ml's report is replaced in place, the costliest
     // three kept, the first result with the time it was first seen.
-    let store_b = ClusterPolicyReports::new(fake.client());
+    let store_b = ClusterPolicyReports::new(fake.client(), Schema::PolicyReport);
     let mut more = first.clone();
     more.extend(
         (0..4).map(|i| finding("gpu-sku-allowlist", "ml", &format!("a100-{i}"), "audit", i)),
@@ -228,7 +235,7 @@ async fn policy_reports_are_created_updated_bounded_and_deleted_through_the_api(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_without_the_crd_is_said_so() {
     let fake = FakeApiServer::start(vec![NAMESPACES]).await;
-    let store = ClusterPolicyReports::new(fake.client());
+    let store = ClusterPolicyReports::new(fake.client(), Schema::PolicyReport);
     let err = sync(
         &store,
         &report(vec![finding("gpu-privileged", "ml", "train", "deny", 8)]),
@@ -276,6 +283,17 @@ fn batch_pods(n: usize) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+/// The pods of tests/fixtures/audit/cluster-list.json and `batch` pods of
+/// [`batch_pods`].
+fn cluster_pods(batch: usize) -> Vec<Value> {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/audit/cluster-list.json");
+    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
+    objects.retain(|o| o["kind"] == "Pod");
+    objects.extend(batch_pods(batch));
+    objects
 }
 
 /// `serve --report-interval 1m --policy-reports on` (with `extra` flags)
@@ -329,11 +347,7 @@ impl Drop for Kill {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_writes_policy_reports_after_its_first_run() {
     let fake = FakeApiServer::start(vec![NAMESPACES, PODS, LEASES, POLICY_REPORTS]).await;
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/audit/cluster-list.json");
-    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
-    objects.retain(|o| o["kind"] == "Pod");
-    objects.extend(batch_pods(20));
+    let objects = cluster_pods(20);
     // What a previous leader wrote: a stale report in batch and one in a
     // namespace that has no finding any more.
     let stale = |namespace: &str| {
@@ -416,11 +430,7 @@ fn results_without_time(report: &Value) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_of_a_dump_writes_the_policy_reports_serve_writes() {
     let fake = FakeApiServer::start(vec![NAMESPACES, PODS, LEASES, POLICY_REPORTS]).await;
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/audit/cluster-list.json");
-    let mut objects = gpu_admission::offline::read_manifest(&fixture).unwrap();
-    objects.retain(|o| o["kind"] == "Pod");
-    objects.extend(batch_pods(12));
+    let mut objects = cluster_pods(12);
     objects.extend(
         ["default", "apps", "ml", "serving", "batch", "retired"]
             .into_iter()
@@ -450,19 +460,7 @@ async fn audit_of_a_dump_writes_the_policy_reports_serve_writes() {
         serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objects})).unwrap(),
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-        .args(["audit", "-o", "policyreport", "-f"])
-        .arg(&dump)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let offline: Vec<Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect();
+    let offline = audit_documents("policyreport", &dump);
     for ((namespace, _), written) in &in_cluster {
         let printed = offline
             .iter()
@@ -490,6 +488,211 @@ async fn audit_of_a_dump_writes_the_policy_reports_serve_writes() {
             (&summary["fail"], &summary["warn"], &summary["skip"]),
             (&json!(0), &json!(0), &json!(0)),
             "{printed:#}"
+        );
+    }
+}
+
+/// The fields of the OpenReports CRDs, as tests/fixtures/openreports keeps
+/// them.
+fn openreports_schema() -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/openreports/v1alpha1.yaml");
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// What the OpenReports CRDs find wrong in `report`.
+fn openreports_errors(report: &Value) -> Vec<String> {
+    let no_rules = |rule: &str, _: &Value| panic!("the OpenReports CRDs have no rules: {rule}");
+    common::crd_schema::errors(&openreports_schema()["report"], report, &no_rules)
+}
+
+/// `gpu-admission audit -o FORMAT -f FILE`'s documents.
+fn audit_documents(format: &str, file: &std::path::Path) -> Vec<Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .args(["audit", "-o", format, "-f"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+/// `audit -o openreports` prints Reports (and a ClusterReport for the
+/// cluster-scoped objects) that the OpenReports CRDs accept field for
+/// field, holding the results `-o policyreport` prints.
+#[test]
+fn audit_prints_openreports_the_crd_accepts_with_the_policy_reports_results() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/report/cluster.json");
+    let open = audit_documents("openreports", &fixture);
+    let policy = audit_documents("policyreport", &fixture);
+    assert_eq!(open.len(), policy.len());
+    let kinds: Vec<&str> = open.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert!(
+        kinds.contains(&"Report") && kinds.contains(&"ClusterReport"),
+        "{kinds:?}"
+    );
+    let mut results = 0;
+    for (o, p) in open.iter().zip(&policy) {
+        let errors = openreports_errors(o);
+        assert!(errors.is_empty(), "{errors:#?}\n{o:#}");
+        let namespace = &o["metadata"]["namespace"];
+        assert_eq!(namespace, &p["metadata"]["namespace"]);
+        assert_eq!(o["kind"] == "ClusterReport", namespace.is_null());
+        assert_eq!(o["apiVersion"], "openreports.io/v1alpha1");
+        assert_eq!(o["source"], "gpu-admission");
+        assert_eq!(o["summary"], p["summary"], "{namespace}");
+        assert_eq!(
+            results_without_time(o),
+            results_without_time(p),
+            "{namespace}"
+        );
+        results += o["results"].as_array().unwrap().len();
+    }
+    assert!(results >= 5, "{results} results");
+    // The check itself refuses what the CRDs refuse.
+    let mut broken = open[0].clone();
+    broken["results"][0]["properties"]["gpus"] = json!(4);
+    broken["results"][0]["severity"] = json!("urgent");
+    broken["results"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("policy");
+    broken["results"][0]["timestamp"] = json!({"seconds": 1});
+    broken["owner"] = json!("x");
+    let errors = openreports_errors(&broken);
+    for said in [
+        ".results[0].properties.gpus: must be of type string",
+        ".results[0].severity: \"urgent\" is not one of",
+        ".results[0]: policy is required",
+        ".results[0].timestamp: nanos is required",
+        ".owner: not in the schema (dropped)",
+    ] {
+        assert!(
+            errors.iter().any(|e| e.starts_with(said)),
+            "{said}: {errors:#?}"
+        );
+    }
+}
+
+/// `serve --policy-reports on --reports openreports`: after its first run
+/// the findings are openreports.io Reports the CRD accepts, the ones of
+/// `-o policyreport`; where Kubewarden already holds a Report named
+/// gpu-admission, that Report is left as it is and the server says so: a
+/// warning naming the namespace and the owner, a series of
+/// gpu_admission_audit_report_conflicts, and a line on the report page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_writes_openreports_and_names_who_holds_a_report_name() {
+    let fake = FakeApiServer::start(vec![NAMESPACES, PODS, LEASES, OPEN_REPORTS]).await;
+    let objects = cluster_pods(6);
+    let kubewardens = json!({
+        "apiVersion": "openreports.io/v1alpha1", "kind": "Report",
+        "metadata": {"name": "gpu-admission", "namespace": "ml",
+                     "labels": {"app.kubernetes.io/managed-by": "kubewarden"}},
+        "source": "kubewarden",
+        "summary": {"pass": 1, "fail": 0, "warn": 0, "error": 0, "skip": 0},
+        "results": [],
+    });
+    fake.change(|cluster| {
+        for name in ["default", "apps", "ml", "serving", "batch"] {
+            cluster.apply(namespace(name));
+        }
+        for object in objects {
+            cluster.apply(object);
+        }
+        cluster.apply(kubewardens.clone());
+    });
+    let server = InCluster::serve_with(
+        &fake,
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--node-cache",
+            "off",
+            "--report-interval",
+            "1m",
+            "--policy-reports",
+            "on",
+            "--reports",
+            "openreports",
+        ],
+    );
+    let said = "the Report ml/gpu-admission belongs to kubewarden";
+    common::fake_apiserver::wait_until("the warning", || server.logged(said)).await;
+    let warning = server.log_line(said).unwrap();
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    assert_eq!(warning["fields"]["namespace"], "ml", "{warning}");
+    assert_eq!(warning["fields"]["owner"], "kubewarden", "{warning}");
+    assert_eq!(
+        server
+            .metric(r#"gpu_admission_audit_report_conflicts{namespace="ml",owner="kubewarden"}"#)
+            .await,
+        1.0
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let page = loop {
+        let page = server.metrics_get("/report").await;
+        if page.contains("id=\"reports-held\"") || tokio::time::Instant::now() > deadline {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        page.contains(r#"<li class="report-held" data-namespace="ml" data-owner="kubewarden">"#),
+        "{page}"
+    );
+
+    // Kubewarden's Report is untouched; the others are ours, as the CRD
+    // wants them, with the results of -o policyreport.
+    let stored: BTreeMap<String, Value> = fake
+        .read(|cluster| cluster.objects(&OPEN_REPORTS))
+        .into_iter()
+        .map(|r| (r["metadata"]["namespace"].as_str().unwrap().to_string(), r))
+        .collect();
+    assert_eq!(stored["ml"]["source"], "kubewarden");
+    assert_eq!(stored["ml"]["results"], json!([]));
+    assert!(stored.contains_key("batch"), "{stored:#?}");
+    // In ml only a create was tried, and refused.
+    let in_ml: Vec<(String, u16)> = (fake.requests().iter())
+        .filter(|r| r.is_write() && r.path.contains("/namespaces/ml/"))
+        .map(|r| (r.method.clone(), r.status))
+        .collect();
+    assert_eq!(in_ml, [("POST".to_string(), 409)]);
+    let dir = tempfile::tempdir().unwrap();
+    let dump = dir.path().join("dump.json");
+    let mut all = fake.read(|cluster| cluster.objects(&PODS));
+    all.extend(fake.read(|cluster| cluster.objects(&NAMESPACES)));
+    std::fs::write(
+        &dump,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": all})).unwrap(),
+    )
+    .unwrap();
+    let offline = audit_documents("policyreport", &dump);
+    for (namespace, written) in stored.iter().filter(|(n, _)| *n != "ml") {
+        let errors = openreports_errors(written);
+        assert!(errors.is_empty(), "{errors:#?}\n{written:#}");
+        assert_eq!(written["kind"], "Report");
+        assert_eq!(
+            written["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "gpu-admission"
+        );
+        assert_eq!(
+            written["scope"],
+            json!({"apiVersion": "v1", "kind": "Namespace", "name": namespace})
+        );
+        let printed = (offline.iter())
+            .find(|d| d["metadata"]["namespace"] == namespace.as_str())
+            .unwrap();
+        assert_eq!(
+            results_without_time(written),
+            results_without_time(printed),
+            "{namespace}"
         );
     }
 }

@@ -184,6 +184,11 @@ pub struct Report {
     /// What the run could not tell of exceptions (none read, and why).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub exception_notes: Vec<String>,
+    /// Namespaces whose in-cluster report name another owner holds, with
+    /// that owner (set by the periodic report's last write): their
+    /// findings reach no report there.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reports_held: BTreeMap<String, String>,
 }
 
 /// Evaluates `objects` as if each were created now; Nodes among them are
@@ -556,13 +561,17 @@ fn namespace_prefix(namespace: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-/// The report as wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace)
-/// and a ClusterPolicyReport for cluster-scoped objects, made at
-/// `now_seconds`, every result kept: [`policy_reports::reports`], the
-/// writer the in-cluster reports use too.
-pub fn policy_reports(report: &Report, now_seconds: i64) -> Vec<Value> {
+/// The report as policy reports in `schema` (one per namespace, and a
+/// cluster-scoped one for cluster-scoped objects), made at `now_seconds`,
+/// every result kept: [`policy_reports::reports`], the writer the
+/// in-cluster reports use too.
+pub fn policy_reports(
+    report: &Report,
+    now_seconds: i64,
+    schema: policy_reports::Schema,
+) -> Vec<Value> {
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(now_seconds.max(0) as u64);
-    policy_reports::reports(report, at, usize::MAX)
+    policy_reports::reports(report, at, usize::MAX, schema)
 }
 
 /// Whether a controller in the input owns this object (a Deployment's

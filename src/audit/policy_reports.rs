@@ -1,13 +1,16 @@
-//! The audit's findings as `wgpolicyk8s.io/v1alpha2` PolicyReports, for
-//! `kubectl get policyreports -A` and Policy Reporter: one writer, used by
-//! `audit -o policyreport` and by the periodic report's in-cluster
-//! reports. One report named [`REPORT_NAME`] per namespace (a
-//! ClusterPolicyReport for cluster-scoped objects), the costliest results
-//! first, messages capped at [`MAX_MESSAGE`] characters, at most
-//! `max_results` results (the rest counted in the summary and
-//! [`LEFT_OUT_ANNOTATION`]).
+//! The audit's findings as policy reports, in either [`Schema`]:
+//! `wgpolicyk8s.io/v1alpha2` PolicyReports (`kubectl get policyreports
+//! -A`, Policy Reporter) or their successor `openreports.io/v1alpha1`
+//! Reports (`kubectl get reports -A`), with the same results. One writer,
+//! used by `audit -o policyreport|openreports` and by the periodic
+//! report's in-cluster reports. One report named [`REPORT_NAME`] per
+//! namespace (a ClusterPolicyReport or ClusterReport for cluster-scoped
+//! objects), the costliest results first, messages capped at
+//! [`MAX_MESSAGE`] characters, at most `max_results` results (the rest
+//! counted in the summary and [`LEFT_OUT_ANNOTATION`]).
 use super::{ExceptedFinding, Finding, Report};
-use crate::cluster::policy_reports::{API_VERSION, KIND, MANAGED_BY};
+pub use crate::cluster::policy_reports::Schema;
+use crate::cluster::policy_reports::MANAGED_BY;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
@@ -22,21 +25,22 @@ pub const LEFT_OUT_ANNOTATION: &str = "gpu-admission.io/results-left-out";
 /// Characters of a finding's message kept in its result.
 pub const MAX_MESSAGE: usize = 512;
 
-/// Every report of `report`, made at `at` (the results' timestamp), in
-/// namespace order: one per namespace with a finding, something an
-/// exception let through, or a passing object; the cluster-scoped ones
-/// (namespace `""`) in a ClusterPolicyReport.
-pub fn reports(report: &Report, at: SystemTime, max_results: usize) -> Vec<Value> {
-    by_namespace(report, at, max_results)
+/// Every report of `report` in `schema`, made at `at` (the results'
+/// timestamp), in namespace order: one per namespace with a finding,
+/// something an exception let through, or a passing object; the
+/// cluster-scoped ones (namespace `""`) in a cluster-scoped report.
+pub fn reports(report: &Report, at: SystemTime, max_results: usize, schema: Schema) -> Vec<Value> {
+    by_namespace(report, at, max_results, schema)
         .into_values()
         .collect()
 }
 
-/// [`reports`], by namespace (`""` for the ClusterPolicyReport).
+/// [`reports`], by namespace (`""` for the cluster-scoped one).
 pub fn by_namespace(
     report: &Report,
     at: SystemTime,
     max_results: usize,
+    schema: Schema,
 ) -> BTreeMap<String, Value> {
     let namespace_of = |namespace: &Option<String>| namespace.clone().unwrap_or_default();
     let mut namespaces: BTreeSet<String> = report.passed.keys().cloned().collect();
@@ -76,9 +80,9 @@ pub fn by_namespace(
             if left_out > 0 {
                 metadata["annotations"] = json!({LEFT_OUT_ANNOTATION: left_out.to_string()});
             }
-            let object = json!({
-                "apiVersion": API_VERSION,
-                "kind": if namespace.is_empty() { "ClusterPolicyReport" } else { KIND },
+            let mut object = json!({
+                "apiVersion": schema.api_version(),
+                "kind": schema.kind(namespace.is_empty()),
                 "metadata": metadata,
                 "summary": {
                     "pass": report.passed.get(&namespace).copied().unwrap_or(0),
@@ -89,6 +93,15 @@ pub fn by_namespace(
                 },
                 "results": results,
             });
+            // OpenReports says who wrote the report and, for a
+            // namespace's, what it covers.
+            if schema == Schema::OpenReports {
+                object["source"] = json!(MANAGER);
+                if !namespace.is_empty() {
+                    object["scope"] =
+                        json!({"apiVersion": "v1", "kind": "Namespace", "name": namespace});
+                }
+            }
             (namespace, object)
         })
         .collect()

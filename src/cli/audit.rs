@@ -26,6 +26,8 @@ pub enum AuditFormat {
     Json,
     /// wgpolicyk8s.io/v1alpha2 PolicyReport / ClusterPolicyReport YAML.
     Policyreport,
+    /// openreports.io/v1alpha1 Report / ClusterReport YAML: the same results.
+    Openreports,
     /// One self-contained HTML page: totals, charts, top offenders, every
     /// policy's findings and the GPU capacity objects.
     Html,
@@ -171,12 +173,16 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     match args.output {
         AuditFormat::Text => print!("{}", audit::render_text(&report)),
         AuditFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        AuditFormat::Policyreport => {
+        AuditFormat::Policyreport | AuditFormat::Openreports => {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs() as i64)
                 .unwrap_or(0);
-            for doc in audit::policy_reports(&report, now) {
+            let schema = match args.output {
+                AuditFormat::Openreports => audit::policy_reports::Schema::OpenReports,
+                _ => audit::policy_reports::Schema::PolicyReport,
+            };
+            for doc in audit::policy_reports(&report, now, schema) {
                 print!("---\n{}", serde_yaml::to_string(&doc)?);
             }
         }

@@ -164,6 +164,13 @@ pub struct ServeArgs {
     /// (deploy/overlays/report grants it).
     #[arg(long, value_enum, default_value_t = Switch::Off)]
     pub policy_reports: Switch,
+    /// With --policy-reports on: the API the reports are written in,
+    /// `policyreport` (wgpolicyk8s.io/v1alpha2 PolicyReports, the default)
+    /// or `openreports` (openreports.io/v1alpha1 Reports, what Kubewarden
+    /// writes by default), with the same results. Needs that CRD and write
+    /// access to it (deploy/overlays/openreports grants it).
+    #[arg(long, value_enum, value_name = "API")]
+    pub reports: Option<crate::cluster::policy_reports::Schema>,
     /// Results in one namespace's PolicyReport (the costliest kept); the
     /// rest are counted in its summary.
     #[arg(long, value_name = "N", default_value_t = crate::periodic::policy_reports::DEFAULT_MAX_RESULTS,
@@ -239,6 +246,7 @@ impl ServeArgs {
             report_prices,
             utilization: _,
             policy_reports,
+            reports,
             policy_report_max_results,
             policy_report_writes_per_second,
             node_cache,
@@ -290,6 +298,7 @@ impl ServeArgs {
             utilization,
             kueue_controllers,
             policy_reports: policy_reports == Switch::On,
+            policy_report_schema: reports,
             policy_report_max_results,
             policy_report_writes_per_second,
             node_cache: node_cache == Switch::On,
@@ -466,11 +475,15 @@ fn report_settings(config: &DaemonConfig) -> anyhow::Result<Option<ReportSetting
         catalog: bundle::catalog_name(config.catalog.as_deref()),
         utilization: config.utilization.clone(),
         policy_reports: config.policy_reports.then_some(PolicyReportSettings {
+            schema: config.policy_report_schema.unwrap_or_default(),
             max_results: config.policy_report_max_results,
             writes_per_second: config.policy_report_writes_per_second,
         }),
     });
     match &report {
+        _ if config.policy_report_schema.is_some() && !config.policy_reports => {
+            tracing::warn!("--reports without --policy-reports on: no report is written")
+        }
         None if config.utilization.is_some() => {
             tracing::warn!("--prometheus without --report-interval: nothing reads utilization")
         }
@@ -813,6 +826,7 @@ where
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::cluster::policy_reports::Schema;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -850,7 +864,7 @@ pub(super) mod tests {
             90s --max-connections 10 --shutdown-delay 5s --drain-window 3s \
             --drain-timeout 1m --allow-empty-policies --report-interval 10m \
             --report-max-objects 900 --report-lease off --policy-reports on \
-            --policy-report-max-results 50 --policy-report-writes-per-second 2 \
+            --reports openreports --policy-report-max-results 50 --policy-report-writes-per-second 2 \
             --policy-exceptions off",
         )
         .unwrap();
@@ -880,6 +894,7 @@ pub(super) mod tests {
         assert_eq!(config.report_max_objects, 900);
         assert_eq!(config.report_lease, None);
         assert!(config.policy_reports);
+        assert_eq!(config.policy_report_schema, Some(Schema::OpenReports));
         assert_eq!(config.policy_report_max_results, 50);
         assert_eq!(config.policy_report_writes_per_second, 2);
         assert!(!config.policy_exceptions);
@@ -911,6 +926,11 @@ pub(super) mod tests {
             })
         );
         assert!(!defaults.policy_reports, "PolicyReports are opt-in");
+        assert_eq!(
+            defaults.policy_report_schema, None,
+            "PolicyReports unless asked"
+        );
+        assert!(parse("--reports policyreports").is_err());
         assert!(
             defaults.policy_exceptions,
             "exceptions are watched by default"

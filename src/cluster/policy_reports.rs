@@ -1,14 +1,62 @@
-//! The namespaced `wgpolicyk8s.io/v1alpha2` PolicyReports one tool
-//! manages (the schema Policy Reporter and Kyverno's tooling read), found
-//! by their `app.kubernetes.io/managed-by` label: list them, create,
+//! The namespaced policy reports one tool manages, in either [`Schema`]
+//! (`wgpolicyk8s.io/v1alpha2` PolicyReports, which Policy Reporter and
+//! Kyverno's tooling read, or their successor `openreports.io/v1alpha1`
+//! Reports, which Kubewarden writes by default), found by their
+//! `app.kubernetes.io/managed-by` label: list them, get one, create,
 //! replace (carrying the `resourceVersion` read, so a concurrent writer
 //! gets a conflict instead of being overwritten) and delete.
 use serde_json::Value;
 
-/// `apiVersion` of the reports written.
-pub const API_VERSION: &str = "wgpolicyk8s.io/v1alpha2";
-/// `kind` of the reports written.
-pub const KIND: &str = "PolicyReport";
+/// Which API the reports are written in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Schema {
+    /// `wgpolicyk8s.io/v1alpha2` PolicyReport / ClusterPolicyReport.
+    #[default]
+    #[value(name = "policyreport")]
+    PolicyReport,
+    /// `openreports.io/v1alpha1` Report / ClusterReport.
+    #[value(name = "openreports")]
+    OpenReports,
+}
+
+impl Schema {
+    /// `apiVersion` of the reports.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Schema::PolicyReport => "wgpolicyk8s.io/v1alpha2",
+            Schema::OpenReports => "openreports.io/v1alpha1",
+        }
+    }
+
+    /// `kind` of a namespace's report, or of the cluster-scoped one.
+    pub fn kind(self, cluster_scoped: bool) -> &'static str {
+        match (self, cluster_scoped) {
+            (Schema::PolicyReport, false) => "PolicyReport",
+            (Schema::PolicyReport, true) => "ClusterPolicyReport",
+            (Schema::OpenReports, false) => "Report",
+            (Schema::OpenReports, true) => "ClusterReport",
+        }
+    }
+
+    /// Who installs the reports' CRD.
+    fn shipped_by(self) -> &'static str {
+        match self {
+            Schema::PolicyReport => "Kyverno and Policy Reporter ship it",
+            Schema::OpenReports => {
+                "the openreports.io chart, Kubewarden and Policy Reporter ship it"
+            }
+        }
+    }
+
+    /// The resource of a namespace's report.
+    fn plural(self) -> &'static str {
+        match self {
+            Schema::PolicyReport => "policyreports",
+            Schema::OpenReports => "reports",
+        }
+    }
+}
+
 /// The label that says which tool manages a report.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Objects per page when listing reports.
@@ -18,11 +66,12 @@ const PAGE: u32 = 500;
 #[derive(Debug, thiserror::Error)]
 pub enum ReportStoreError {
     /// The report changed since it was read (HTTP 409), or already exists.
-    #[error("the PolicyReport was changed or created by another writer")]
+    #[error("the report was changed or created by another writer")]
     Conflict,
-    /// The cluster does not serve PolicyReports.
-    #[error("the cluster does not serve wgpolicyk8s.io/v1alpha2 PolicyReports (install their CRD, e.g. with Kyverno or Policy Reporter): {0}")]
-    NotServed(String),
+    /// The cluster does not serve the reports' API: which, and what it said.
+    #[error("the cluster does not serve {api} {kind}s (install their CRD: {by}): {1}",
+            api = .0.api_version(), kind = .0.kind(false), by = .0.shipped_by())]
+    NotServed(Schema, String),
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -30,9 +79,11 @@ pub enum ReportStoreError {
 /// Where the reports are kept: the cluster, or memory in tests.
 #[allow(async_fn_in_trait)]
 pub trait PolicyReportStore {
-    /// Every PolicyReport, in every namespace, labelled as managed by
-    /// `manager`.
+    /// Every report, in every namespace, labelled as managed by `manager`.
     async fn list(&self, manager: &str) -> Result<Vec<Value>, ReportStoreError>;
+    /// The report `name` in `namespace`, whoever manages it; none when
+    /// there is none.
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Value>, ReportStoreError>;
     /// Creates `report` in its `metadata.namespace`;
     /// [`ReportStoreError::Conflict`] if it exists.
     async fn create(&self, report: &Value) -> Result<Value, ReportStoreError>;
@@ -43,18 +94,22 @@ pub trait PolicyReportStore {
     async fn delete(&self, namespace: &str, name: &str) -> Result<(), ReportStoreError>;
 }
 
-/// [`PolicyReportStore`] over the cluster's API server.
+/// [`PolicyReportStore`] over the cluster's API server, for reports in
+/// one [`Schema`].
 pub struct ClusterPolicyReports {
     client: kube::Client,
+    schema: Schema,
     resource: kube::discovery::ApiResource,
 }
 
 impl ClusterPolicyReports {
-    pub fn new(client: kube::Client) -> ClusterPolicyReports {
-        let gvk = kube::core::GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", KIND);
+    pub fn new(client: kube::Client, schema: Schema) -> ClusterPolicyReports {
+        let (group, version) = schema.api_version().split_once('/').unwrap_or_default();
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, schema.kind(false));
         ClusterPolicyReports {
             client,
-            resource: kube::discovery::ApiResource::from_gvk_with_plural(&gvk, "policyreports"),
+            schema,
+            resource: kube::discovery::ApiResource::from_gvk_with_plural(&gvk, schema.plural()),
         }
     }
 
@@ -67,7 +122,7 @@ impl ClusterPolicyReports {
         let namespace = crate::k8s::json::str_at(report, "/metadata/namespace").to_string();
         if namespace.is_empty() {
             return Err(ReportStoreError::Other(anyhow::anyhow!(
-                "a PolicyReport needs metadata.namespace"
+                "a namespaced report needs metadata.namespace"
             )));
         }
         let object = serde_json::from_value(report.clone())
@@ -109,7 +164,7 @@ impl PolicyReportStore for ClusterPolicyReports {
             }
             let page = api.list(&params).await.map_err(|err| match err {
                 kube::Error::Api(status) if status.code == 404 => {
-                    ReportStoreError::NotServed(status.message)
+                    ReportStoreError::NotServed(self.schema, status.message)
                 }
                 err => store_error(err),
             })?;
@@ -126,6 +181,14 @@ impl PolicyReportStore for ClusterPolicyReports {
                 return Ok(reports);
             }
         }
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Value>, ReportStoreError> {
+        let found = self.namespaced(namespace).get_opt(name).await;
+        found
+            .map_err(store_error)?
+            .map(|o| self.value(o))
+            .transpose()
     }
 
     async fn create(&self, report: &Value) -> Result<Value, ReportStoreError> {
@@ -185,7 +248,7 @@ mod tests {
     #[test]
     fn a_report_without_a_namespace_is_refused_before_any_request() {
         let err = ClusterPolicyReports::object(&json!({
-            "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "gpu-admission"},
+            "apiVersion": "openreports.io/v1alpha1", "kind": "Report", "metadata": {"name": "gpu-admission"},
         }))
         .unwrap_err();
         assert!(err.to_string().contains("metadata.namespace"), "{err}");

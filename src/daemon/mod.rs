@@ -151,6 +151,8 @@ pub struct DaemonConfig {
     pub kueue_controllers: Vec<String>,
     /// Write the report's findings as PolicyReports in the cluster.
     pub policy_reports: bool,
+    /// The API they are written in (`--reports`); none: PolicyReports.
+    pub policy_report_schema: Option<crate::cluster::policy_reports::Schema>,
     /// Results in one namespace's PolicyReport.
     pub policy_report_max_results: usize,
     /// PolicyReport writes per second, at most.
@@ -187,6 +189,7 @@ impl Default for DaemonConfig {
             utilization: None,
             kueue_controllers: vec![crate::kueue::DEFAULT_CONTROLLER.to_string()],
             policy_reports: false,
+            policy_report_schema: None,
             policy_report_max_results: DEFAULT_MAX_RESULTS,
             policy_report_writes_per_second: DEFAULT_WRITES_PER_SECOND,
             node_cache: true,

@@ -72,6 +72,12 @@ struct RuleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HolderLabels {
+    namespace: String,
+    owner: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CostLabels {
     waste: &'static str,
     currency: String,
@@ -111,6 +117,9 @@ crate::server::metrics::families! {
         cost: Family<CostLabels, Gauge<f64, AtomicU64>>
             => "gpu_admission_audit_cost_per_day",
             "What the waste found at the last audit costs per day at the report's prices (--report-prices), by waste (violations: GPUs held by violating workloads; idle_nodes: idle GPUs of GPU nodes; idle_pods: GPUs of idle pods, only when utilization was measured) and currency";
+        report_conflicts: Family<HolderLabels, Gauge>
+            => "gpu_admission_audit_report_conflicts",
+            "1 for each namespace whose policy report name (gpu-admission) another owner holds at the last write, by namespace and that owner: the namespace's findings reach no report there";
         objects: Gauge
             => "gpu_admission_audit_objects",
             "Objects read by the last audit";
@@ -243,6 +252,20 @@ impl AuditMetrics {
         self.pool_gpus.clear();
         self.node_findings.clear();
         self.cost.clear();
+        self.report_conflicts.clear();
+    }
+
+    /// Sets the namespaces whose report name another owner holds, with
+    /// that owner.
+    pub fn set_report_conflicts(&self, held: &BTreeMap<String, String>) {
+        self.report_conflicts.clear();
+        for (namespace, owner) in held {
+            let labels = HolderLabels {
+                namespace: namespace.clone(),
+                owner: owner.clone(),
+            };
+            self.report_conflicts.get_or_create(&labels).set(1);
+        }
     }
 
     pub fn inc_errors(&self) {

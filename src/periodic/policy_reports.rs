@@ -1,17 +1,20 @@
-//! The periodic report's findings as namespaced PolicyReports
-//! (`wgpolicyk8s.io/v1alpha2`), so `kubectl get policyreports -A` and
-//! Policy Reporter show them beside Kyverno's and Kubewarden's: one report
-//! named [`REPORT_NAME`] per namespace with findings, at most
-//! [`PolicyReportSettings::max_results`] entries (most GPUs first), written
-//! only when its content changed, deleted once its namespace has none.
+//! The periodic report's findings as namespaced policy reports in the
+//! [`Schema`] chosen (`wgpolicyk8s.io/v1alpha2` PolicyReports or
+//! `openreports.io/v1alpha1` Reports), so `kubectl get policyreports -A`
+//! (or `reports`) and Policy Reporter show them beside Kyverno's and
+//! Kubewarden's: one report named [`REPORT_NAME`] per namespace with
+//! findings, at most [`PolicyReportSettings::max_results`] entries (most
+//! GPUs first), written only when its content changed, deleted once its
+//! namespace has none. A report of that name another owner holds is
+//! never overwritten: the sync names the namespace and the owner.
 //!
 //! The reports themselves are the state: each sync lists the ones labelled
 //! as ours, so a replica that becomes leader updates what the previous one
 //! wrote instead of writing them again. Writes are spaced to at most
 //! [`PolicyReportSettings::writes_per_second`].
-use crate::audit::policy_reports::{self, LEFT_OUT_ANNOTATION, MANAGER, REPORT_NAME};
+use crate::audit::policy_reports::{self, Schema, LEFT_OUT_ANNOTATION, MANAGER, REPORT_NAME};
 use crate::audit::Report;
-use crate::cluster::policy_reports::{PolicyReportStore, ReportStoreError, MANAGED_BY};
+use crate::cluster::policy_reports::{managed_by, PolicyReportStore, ReportStoreError, MANAGED_BY};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -23,9 +26,11 @@ pub const DEFAULT_MAX_RESULTS: usize = 1000;
 /// Default of [`PolicyReportSettings::writes_per_second`].
 pub const DEFAULT_WRITES_PER_SECOND: u32 = 5;
 
-/// How the periodic report writes PolicyReports.
+/// How the periodic report writes policy reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyReportSettings {
+    /// The API the reports are written in.
+    pub schema: Schema,
     /// Results in one namespace's report; the rest are counted in its
     /// summary and [`LEFT_OUT_ANNOTATION`].
     pub max_results: usize,
@@ -36,6 +41,7 @@ pub struct PolicyReportSettings {
 impl Default for PolicyReportSettings {
     fn default() -> Self {
         PolicyReportSettings {
+            schema: Schema::default(),
             max_results: DEFAULT_MAX_RESULTS,
             writes_per_second: DEFAULT_WRITES_PER_SECOND,
         }
@@ -52,8 +58,9 @@ pub fn desired_reports(
     report: &Report,
     at: SystemTime,
     max_results: usize,
+    schema: Schema,
 ) -> BTreeMap<String, Value> {
-    let mut reports = policy_reports::by_namespace(report, at, max_results);
+    let mut reports = policy_reports::by_namespace(report, at, max_results, schema);
     reports.retain(|namespace, object| {
         let summary = &object["summary"];
         let said = ["fail", "warn", "skip"]
@@ -169,6 +176,9 @@ pub struct SyncOutcome {
     /// Writes lost to another writer (or a report deleted meanwhile): the
     /// next sync sees what they left and tries again.
     pub conflicts: usize,
+    /// Namespaces whose report name another owner holds, with that owner
+    /// ([`holder`]): nothing was written there.
+    pub held_elsewhere: BTreeMap<String, String>,
     /// A `stop()` ended the sync before every write was made.
     pub stopped: bool,
 }
@@ -223,7 +233,7 @@ pub async fn sync(
             (namespace, found)
         })
         .collect();
-    let desired = desired_reports(report, at, settings.max_results);
+    let desired = desired_reports(report, at, settings.max_results, settings.schema);
     let mut limiter = WriteLimiter::new(settings.writes_per_second);
     let mut outcome = SyncOutcome::default();
     for (namespace, mut wanted) in desired {
@@ -256,6 +266,20 @@ pub async fn sync(
         match written {
             Ok(_) if replace => outcome.updated += 1,
             Ok(_) => outcome.created += 1,
+            // Our name exists, and was not among ours when listed.
+            Err(ReportStoreError::Conflict) if !replace => {
+                match store.get(&namespace, REPORT_NAME).await {
+                    Ok(Some(found)) if managed_by(&found, MANAGER) => outcome.conflicts += 1,
+                    Ok(None) => outcome.conflicts += 1,
+                    found => {
+                        let owner = found.ok().flatten().map_or_else(
+                            || "unknown (the report could not be read)".to_string(),
+                            |found| holder(&found),
+                        );
+                        outcome.held_elsewhere.insert(namespace, owner);
+                    }
+                }
+            }
             Err(ReportStoreError::Conflict) => outcome.conflicts += 1,
             Err(err) => return Err(err),
         }
@@ -272,12 +296,26 @@ pub async fn sync(
     Ok(outcome)
 }
 
+/// Who holds `found`, a report of our name that is not ours: its
+/// managed-by label, else its first owner reference (`Kind/name`), else
+/// the first field manager that wrote it.
+pub fn holder(found: &Value) -> String {
+    let metadata = &found["metadata"];
+    let owner = &metadata["ownerReferences"][0];
+    let label = metadata["labels"][MANAGED_BY].as_str();
+    let reference = (owner["kind"].as_str())
+        .map(|kind| format!("{kind}/{}", owner["name"].as_str().unwrap_or_default()));
+    let manager = || metadata["managedFields"][0]["manager"].as_str();
+    (label.map(str::to_string).or(reference))
+        .or_else(|| manager().map(str::to_string))
+        .unwrap_or_else(|| "unknown (no managed-by label, owner or field manager)".to_string())
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
     use crate::audit::policy_reports::MAX_MESSAGE;
     use crate::audit::{ExceptedFinding, Finding};
-    use crate::cluster::policy_reports::{API_VERSION, KIND};
     use crate::periodic::metrics::tests::finding;
     use std::cell::RefCell;
 
@@ -321,9 +359,18 @@ pub(super) mod tests {
                 .stored
                 .borrow()
                 .values()
-                .filter(|r| crate::cluster::policy_reports::managed_by(r, manager))
+                .filter(|r| managed_by(r, manager))
                 .cloned()
                 .collect())
+        }
+
+        async fn get(
+            &self,
+            namespace: &str,
+            name: &str,
+        ) -> Result<Option<Value>, ReportStoreError> {
+            let key = (namespace.to_string(), name.to_string());
+            Ok(self.stored.borrow().get(&key).cloned())
         }
 
         async fn create(&self, report: &Value) -> Result<Value, ReportStoreError> {
@@ -384,6 +431,7 @@ pub(super) mod tests {
         let settings = PolicyReportSettings {
             max_results: max,
             writes_per_second: 1000,
+            ..PolicyReportSettings::default()
         };
         block_on(sync(store, report, when, &settings, &|| false)).unwrap()
     }
@@ -396,7 +444,7 @@ pub(super) mod tests {
         let audited = finding("gpu-sku-allowlist", Some("research"), "audit", 2);
         let cluster_scoped = finding("gpu-nodepool-taint", None, "deny", 16);
         let report = report_of(vec![warned, denied, audited, cluster_scoped]);
-        let reports = desired_reports(&report, at(1_800_000_000), 10);
+        let reports = desired_reports(&report, at(1_800_000_000), 10, Schema::PolicyReport);
         assert_eq!(reports.keys().collect::<Vec<_>>(), ["ml", "research"]);
         let ml = &reports["ml"];
         assert_eq!(ml["apiVersion"], "wgpolicyk8s.io/v1alpha2");
@@ -456,7 +504,7 @@ pub(super) mod tests {
         };
         let mut report = report_of(vec![finding("gpu-keep-alive", Some("research"), "warn", 1)]);
         report.excepted = vec![excepted("research", 8), excepted("bench", 1)];
-        let reports = desired_reports(&report, at(1_800_000_000), 10);
+        let reports = desired_reports(&report, at(1_800_000_000), 10, Schema::PolicyReport);
         // A namespace with only excepted results still has its report.
         assert_eq!(reports.keys().collect::<Vec<_>>(), ["bench", "research"]);
         let research = &reports["research"];
@@ -489,7 +537,7 @@ pub(super) mod tests {
             })
         );
         // The bound counts skipped results too.
-        let bounded = desired_reports(&report, at(1_800_000_000), 1);
+        let bounded = desired_reports(&report, at(1_800_000_000), 1, Schema::PolicyReport);
         let research = &bounded["research"];
         assert_eq!(research["results"].as_array().unwrap().len(), 1);
         assert_eq!(research["results"][0]["result"], "warn");
@@ -508,7 +556,7 @@ pub(super) mod tests {
                 f
             })
             .collect();
-        let reports = desired_reports(&report_of(findings), at(0), 3);
+        let reports = desired_reports(&report_of(findings), at(0), 3, Schema::PolicyReport);
         let ml = &reports["ml"];
         let gpus: Vec<&str> = ml["results"]
             .as_array()
@@ -528,7 +576,7 @@ pub(super) mod tests {
     fn a_long_message_is_cut_on_a_character_boundary() {
         let mut f = finding("gpu-privileged", Some("ml"), "deny", 1);
         f.message = "é".repeat(MAX_MESSAGE + 10);
-        let reports = desired_reports(&report_of(vec![f]), at(0), 10);
+        let reports = desired_reports(&report_of(vec![f]), at(0), 10, Schema::PolicyReport);
         let message = reports["ml"]["results"][0]["message"].as_str().unwrap();
         assert_eq!(message.chars().count(), MAX_MESSAGE + 1);
         assert!(message.ends_with('…'));
@@ -582,7 +630,7 @@ pub(super) mod tests {
     fn reports_of_other_tools_are_left_alone_and_their_labels_on_ours_kept() {
         let store = MemoryReports::default();
         let kyverno = json!({
-            "apiVersion": API_VERSION, "kind": KIND,
+            "apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
             "metadata": {"name": "cpol-require-labels", "namespace": "ml",
                          "labels": {MANAGED_BY: "kyverno"}},
             "results": [],
@@ -631,6 +679,9 @@ pub(super) mod tests {
                 self.0.store(current);
                 listed
             }
+            async fn get(&self, ns: &str, name: &str) -> Result<Option<Value>, ReportStoreError> {
+                PolicyReportStore::get(self.0, ns, name).await
+            }
             async fn create(&self, r: &Value) -> Result<Value, ReportStoreError> {
                 self.0.create(r).await
             }
@@ -651,6 +702,110 @@ pub(super) mod tests {
             store.get("ml").unwrap()["results"][0]["properties"]["gpus"],
             "5"
         );
+    }
+
+    #[test]
+    fn a_report_name_another_owner_holds_is_left_alone_and_named_with_its_owner() {
+        let store = MemoryReports::default();
+        let theirs = |namespace: &str, metadata: Value| {
+            let mut object = json!({
+                "apiVersion": "openreports.io/v1alpha1", "kind": "Report",
+                "metadata": {"name": REPORT_NAME, "namespace": namespace}, "results": [],
+            });
+            object["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .extend(metadata.as_object().unwrap().clone());
+            store.store(object)
+        };
+        let kubewarden = theirs("ml", json!({"labels": {MANAGED_BY: "kubewarden"}}));
+        theirs(
+            "batch",
+            json!({"ownerReferences": [{"kind": "ClusterPolicy", "name": "require-labels"}]}),
+        );
+        theirs(
+            "serving",
+            json!({"managedFields": [{"manager": "kubectl-create", "operation": "Update"}]}),
+        );
+        let findings = ["ml", "batch", "serving", "research"]
+            .iter()
+            .map(|ns| finding("gpu-privileged", Some(ns), "deny", 1))
+            .collect();
+        let settings = PolicyReportSettings {
+            schema: Schema::OpenReports,
+            writes_per_second: 1000,
+            ..PolicyReportSettings::default()
+        };
+        let done = block_on(sync(
+            &store,
+            &report_of(findings),
+            at(1),
+            &settings,
+            &|| false,
+        ));
+        let done = done.unwrap();
+        assert_eq!(
+            done.held_elsewhere,
+            BTreeMap::from([
+                (
+                    "batch".to_string(),
+                    "ClusterPolicy/require-labels".to_string()
+                ),
+                ("ml".to_string(), "kubewarden".to_string()),
+                ("serving".to_string(), "kubectl-create".to_string()),
+            ])
+        );
+        assert_eq!(
+            (done.created, done.conflicts),
+            (1, 0),
+            "research is written"
+        );
+        assert_eq!(
+            store.get("ml").unwrap(),
+            kubewarden,
+            "theirs is not touched"
+        );
+        assert_eq!(store.get("research").unwrap()["kind"], "Report");
+        assert_eq!(
+            holder(&json!({"metadata": {}})),
+            "unknown (no managed-by label, owner or field manager)"
+        );
+    }
+
+    #[test]
+    fn reports_in_either_schema_hold_the_same_results() {
+        let mut report = report_of(vec![
+            finding("gpu-privileged", Some("ml"), "deny", 8),
+            finding("gpu-keep-alive", Some("ml"), "warn", 1),
+        ]);
+        report.passed.insert(String::new(), 2);
+        let by = |schema| policy_reports::by_namespace(&report, at(1_800_000_000), 10, schema);
+        let (policy, open) = (by(Schema::PolicyReport), by(Schema::OpenReports));
+        for namespace in ["", "ml"] {
+            for field in ["summary", "results"] {
+                assert_eq!(
+                    policy[namespace][field], open[namespace][field],
+                    "{namespace} {field}"
+                );
+            }
+            assert_eq!(policy[namespace]["metadata"], open[namespace]["metadata"]);
+        }
+        let ml = &open["ml"];
+        assert_eq!(
+            (&ml["apiVersion"], &ml["kind"]),
+            (&json!("openreports.io/v1alpha1"), &json!("Report"))
+        );
+        assert_eq!(ml["source"], "gpu-admission");
+        assert_eq!(
+            ml["scope"],
+            json!({"apiVersion": "v1", "kind": "Namespace", "name": "ml"})
+        );
+        assert_eq!(open[""]["kind"], "ClusterReport");
+        assert!(open[""].get("scope").is_none());
+        assert_eq!(policy[""]["kind"], "ClusterPolicyReport");
+        // The PolicyReports are today's: no field of the other schema.
+        assert!(policy["ml"].get("source").is_none() && policy["ml"].get("scope").is_none());
+        assert_eq!(policy["ml"]["kind"], "PolicyReport");
     }
 
     #[test]

@@ -4,11 +4,13 @@ use super::{
     audit_cluster, lease_duration, AuditMetrics, LatestReport, ReportSettings, RunMeta, Stopped,
 };
 use crate::admission::Admission;
+use crate::audit::policy_reports::{MANAGER, REPORT_NAME};
 use crate::audit::{ReportMeta, ReportSource};
 use crate::cluster::lease::{ClusterLease, LeaderElector, LeaseStore};
 use crate::cluster::policy_reports::{ClusterPolicyReports, PolicyReportStore, ReportStoreError};
 use crate::cluster::ClusterLister;
 use crate::inventory::Lister;
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -128,11 +130,8 @@ impl Runner {
                 lease_duration(self.settings.interval),
             )
         });
-        let reports = self
-            .settings
-            .policy_reports
-            .as_ref()
-            .map(|_| ClusterPolicyReports::new(client.clone()));
+        let reports = (self.settings.policy_reports.as_ref())
+            .map(|s| ClusterPolicyReports::new(client.clone(), s.schema));
         loop {
             let started = Instant::now();
             self.tick(
@@ -246,7 +245,7 @@ impl Runner {
                     "periodic report done"
                 );
                 if let (Some(store), Some(settings)) = (reports, &self.settings.policy_reports) {
-                    self.write_policy_reports(
+                    let held = self.write_policy_reports(
                         runtime,
                         store,
                         &report,
@@ -254,6 +253,13 @@ impl Runner {
                         settings,
                         &stop,
                     );
+                    // The page says which namespaces have no report, and why.
+                    if !held.is_empty() {
+                        report.reports_held = held;
+                        if let Err(err) = self.latest.publish(&report, &meta) {
+                            tracing::error!(error = %err, "cannot render the report");
+                        }
+                    }
                 }
             }
             Err(err) if err.is::<Stopped>() => {
@@ -271,9 +277,12 @@ impl Runner {
 }
 
 impl Runner {
-    /// Makes the cluster's PolicyReports say what `report` found. A
+    /// Makes the cluster's policy reports say what `report` found. A
     /// failure leaves them as they were (the next run tries again) and is
-    /// counted as a run error, but for a cluster without their CRD.
+    /// counted as a run error, but for a cluster without their CRD. A
+    /// namespace whose report name another owner holds is a warning
+    /// naming both, and a series of `gpu_admission_audit_report_conflicts`;
+    /// those namespaces and owners are returned.
     fn write_policy_reports(
         &self,
         runtime: &tokio::runtime::Runtime,
@@ -282,7 +291,7 @@ impl Runner {
         generated_at: SystemTime,
         settings: &super::PolicyReportSettings,
         stop: &dyn Fn() -> bool,
-    ) {
+    ) -> BTreeMap<String, String> {
         let synced = runtime.block_on(super::policy_reports::sync(
             store,
             report,
@@ -291,16 +300,25 @@ impl Runner {
             stop,
         ));
         match synced {
-            Ok(done) => tracing::info!(
-                created = done.created,
-                updated = done.updated,
-                unchanged = done.unchanged,
-                deleted = done.deleted,
-                conflicts = done.conflicts,
-                stopped = done.stopped,
-                "policy reports written"
-            ),
-            Err(err @ ReportStoreError::NotServed(_)) => {
+            Ok(done) => {
+                tracing::info!(
+                    created = done.created,
+                    updated = done.updated,
+                    unchanged = done.unchanged,
+                    deleted = done.deleted,
+                    conflicts = done.conflicts,
+                    held_elsewhere = done.held_elsewhere.len(),
+                    stopped = done.stopped,
+                    "policy reports written"
+                );
+                let kind = settings.schema.kind(false);
+                for (namespace, owner) in &done.held_elsewhere {
+                    tracing::warn!(namespace, owner, "the {kind} {namespace}/{REPORT_NAME} belongs to {owner}, not to {MANAGER}: this namespace's findings reach no {kind}; remove or rename that report");
+                }
+                self.metrics.set_report_conflicts(&done.held_elsewhere);
+                return done.held_elsewhere;
+            }
+            Err(err @ ReportStoreError::NotServed(..)) => {
                 tracing::warn!(error = %err, "no policy reports written");
             }
             Err(err) => {
@@ -311,6 +329,7 @@ impl Runner {
                 );
             }
         }
+        BTreeMap::new()
     }
 }
 
@@ -360,6 +379,7 @@ mod tests {
                     policy_reports: Some(PolicyReportSettings {
                         max_results: 100,
                         writes_per_second: 1000,
+                        ..PolicyReportSettings::default()
                     }),
                 },
                 admission: Arc::new(admission()),

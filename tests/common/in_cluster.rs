@@ -157,21 +157,33 @@ impl InCluster {
         self.logs.lock().unwrap().iter().any(|l| l.contains(text))
     }
 
+    /// The first log line that contains `text`, as JSON.
+    pub fn log_line(&self, text: &str) -> Option<Value> {
+        let logs = self.logs.lock().unwrap();
+        let line = logs.iter().find(|l| l.contains(text))?;
+        serde_json::from_str(line).ok()
+    }
+
     /// The value of the sample `name` (with its labels, as exposed) on the
     /// metrics listener; 0 when absent.
     pub async fn metric(&self, name: &str) -> f64 {
-        let addr = self.metrics_addr.expect("the metrics listener is on");
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).await.unwrap();
+        let text = self.metrics_get("/metrics").await;
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or(0.0)
+    }
+
+    /// The answer (status line, headers and body) to `GET path` on the
+    /// metrics listener (`/metrics`, `/report`).
+    pub async fn metrics_get(&self, path: &str) -> String {
+        let addr = self.metrics_addr.expect("the metrics listener is on");
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.unwrap();
+        text
     }
 
     /// Sends SIGTERM and waits (at most 20 s) for the server to exit.

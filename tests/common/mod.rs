@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod configmap;
+pub mod crd_schema;
 pub mod fake_apiserver;
 pub mod hostile;
 pub mod http;

@@ -103,6 +103,7 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
             body {
                 (header(meta))
                 (exceptions::attention(report))
+                (policies::reports_held(report))
                 (totals(report))
                 (waste::namespaces(report))
                 (waste::money(report))

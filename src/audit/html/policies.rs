@@ -1,9 +1,32 @@
 //! The page's section on policies: per policy what it flags, with a row
-//! per finding, then the policies that flag nothing.
+//! per finding, then the policies that flag nothing; at the top, the
+//! namespaces whose findings reach no in-cluster report.
 use super::parts::{badge, fmt_int, object_cell, plural, Tally, View, MAX_ROWS};
 use crate::audit::{Finding, Report};
 use maud::{html, Markup};
 use std::collections::BTreeMap;
+
+/// The namespaces whose report name another owner holds, a line each
+/// (nothing when there is none).
+pub(super) fn reports_held(report: &Report) -> Markup {
+    if report.reports_held.is_empty() {
+        return html! {};
+    }
+    html! {
+        section #reports-held {
+            h2 { "Findings that reach no policy report" }
+            ul {
+                @for (namespace, owner) in &report.reports_held {
+                    li.report-held data-namespace=(namespace) data-owner=(owner) {
+                        span.badge.warn { "report name taken" } " namespace " code { (namespace) }
+                        ": the report named " code { (crate::audit::policy_reports::REPORT_NAME) } " belongs to " code { (owner) }
+                        ", so this namespace's findings are in no report; remove or rename that report."
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// `policies`: every policy loaded, in file order, with what it checks.
 pub(super) fn policies(
