@@ -106,6 +106,7 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
                 (totals(report))
                 (waste::money(report))
                 (waste::nodes(report))
+                (capacity::unhealthy(report))
                 (charts(report, &view))
                 (offenders(report, &view))
                 (policies::policies(report, &view, &meta.policies))

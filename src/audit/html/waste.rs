@@ -31,7 +31,8 @@ pub(super) fn nodes(report: &Report) -> Markup {
             p.hint {
                 "Every node with GPUs, whatever made its pool (" code { "az aks nodepool add" } ", Bicep, Terraform, Karpenter). "
                 em { "Allocatable" } ": what the nodes offer; " em { "requested" } ": what unfinished pods bound to them ask for; "
-                em { "idle" } ": allocatable GPUs no pod requests."
+                em { "idle" } ": allocatable GPUs no pod requests, on nodes whose GPUs work; "
+                em { "unusable" } ": GPUs reported unhealthy (" a href="#unhealthy" { "below" } ")."
             }
             div.cards {
                 (node_card("node-gpu-nodes", nodes.gpu_nodes as i64, "GPU nodes",
@@ -40,6 +41,7 @@ pub(super) fn nodes(report: &Report) -> Markup {
                 (node_card("node-gpus-requested", nodes.gpus_requested, "GPUs requested on nodes",
                     "by unfinished pods bound to them".into()))
                 (node_card("node-gpus-idle", nodes.gpus_idle, "GPUs idle on nodes", "allocatable and requested by no pod".into()))
+                (node_card("node-gpus-unusable", nodes.gpus_unusable, "GPUs unusable on nodes", "reported unhealthy, not idle".into()))
             }
             (pools(nodes))
             (node_findings(nodes))
@@ -55,12 +57,12 @@ fn pools(nodes: &NodeReport) -> Markup {
         table #gpu-pools {
             thead { tr {
                 th { "Pool" } th { "Size" } th.num { "GPU nodes" } th.num { "Allocatable" } th.num { "Requested" }
-                th.num { "Idle" } th.num { "Without GPU taint" }
+                th.num { "Idle" } th.num { "Unusable" } th.num { "Without GPU taint" }
             } }
             tbody {
                 @for p in &nodes.pools {
                     tr.pool data-pool=(p.pool) data-size=(p.size) data-nodes=(p.gpu_nodes) data-allocatable=(p.gpus_allocatable)
-                        data-requested=(p.gpus_requested) data-idle=(p.gpus_idle) data-untainted=(p.untainted_nodes) {
+                        data-requested=(p.gpus_requested) data-idle=(p.gpus_idle) data-unusable=(p.gpus_unusable) data-untainted=(p.untainted_nodes) {
                         td { strong { (p.pool) } }
                         td {
                             @if p.size.is_empty() { span.muted { "not labelled" } } @else { (p.size) }
@@ -69,6 +71,7 @@ fn pools(nodes: &NodeReport) -> Markup {
                         td.num { (fmt_int(p.gpus_allocatable)) }
                         td.num { (fmt_int(p.gpus_requested)) }
                         td.num { (fmt_int(p.gpus_idle)) }
+                        td.num { (fmt_int(p.gpus_unusable)) }
                         td.num {
                             @if p.untainted_nodes > 0 {
                                 span.warn-text { (fmt_int(p.untainted_nodes as i64)) }
@@ -141,6 +144,8 @@ pub(super) fn money(report: &Report) -> Markup {
                     unpriced(money.unpriced_gpus)))
                 (money_card("cost-idle-nodes", money.idle_nodes_per_day, "per day in idle node GPUs",
                     unpriced(money.unpriced_idle_gpus)))
+                (money_card("cost-unusable-nodes", money.unusable_nodes_per_day, "per day in unusable node GPUs",
+                    unpriced(money.unpriced_unusable_gpus)))
             }
             div.chart-grid {
                 (cost_table("namespace", "By namespace (violations, each object once)", money, &money.by_namespace))
