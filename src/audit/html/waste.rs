@@ -137,6 +137,7 @@ pub(super) fn money(report: &Report) -> Markup {
                 " (" (money.price_source) "), per day: the GPUs " em { "held" }
                 " by violating workloads (a pod's at its node's price per GPU, a controller's at the mean over the priced GPU nodes), and the "
                 em { "idle" } " GPUs of GPU nodes. GPUs requested, not placed, cost nothing yet."
+                " GPUs reported unhealthy are priced apart, as " em { "unusable" } "."
                 @if money.example { " " strong.warn-text { "Example prices, not a quote." } }
             }
             div.cards {
