@@ -15,10 +15,12 @@
 //! Prices: ND96asr_v4 27.2 an hour (3.4 per GPU, over its 8 GPUs whatever
 //! the device plugin offers), NC24ads_A100_v4 3.6. Unusable: 17 × 3.4 × 24
 //! = 1387.2 a day; idle: 6 × 3.4 × 24 + 3.6 × 24 = 576.
+mod common;
+
 use regex::Regex;
 use serde_json::{json, Value};
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Command;
 
 const ND: &str = "Standard_ND96asr_v4";
 const A100: &str = "Standard_NC24ads_A100_v4";
@@ -93,21 +95,18 @@ fn audit(format: &str) -> String {
     std::fs::write(&file, dump().to_string()).unwrap();
     std::fs::write(&prices, PRICES).unwrap();
     let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
-    let out = Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-        .args(["audit", "-o", format, "-f"])
-        .arg(&file)
-        .arg("--policies")
-        .arg(&policies)
-        .arg("--prices")
-        .arg(&prices)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let (file, policies, prices) = (file.as_os_str(), policies.as_os_str(), prices.as_os_str());
+    common::run_cli([
+        OsStr::new("audit"),
+        OsStr::new("-o"),
+        OsStr::new(format),
+        OsStr::new("-f"),
+        file,
+        OsStr::new("--policies"),
+        policies,
+        OsStr::new("--prices"),
+        prices,
+    ])
 }
 
 #[test]
@@ -123,33 +122,31 @@ fn unhealthy_gpus_are_counted_unusable_not_idle_in_the_json() {
     ]
     .map(|k| nodes[k].as_i64().unwrap());
     assert_eq!(totals, [5, 8 + 6 + 8 + 1, 9, 7, 17]);
-    let pools: Vec<(&str, i64, i64)> = (nodes["pools"].as_array().unwrap().iter())
-        .map(|p| {
-            let n = |k: &str| p[k].as_i64().unwrap();
-            (
-                p["pool"].as_str().unwrap(),
-                n("gpusIdle"),
-                n("gpusUnusable"),
-            )
-        })
-        .collect();
-    assert_eq!(pools, [("a100", 1, 0), ("ndv4", 6, 17)]);
-    let unhealthy: Vec<(&str, i64, i64)> = (nodes["unhealthyNodes"].as_array().unwrap().iter())
-        .map(|u| {
-            let n = |k: &str| u[k].as_i64().unwrap();
-            (
-                u["node"].as_str().unwrap(),
-                n("unhealthyDevices"),
-                n("gpusUnusable"),
-            )
-        })
-        .collect();
+    // (name, two counts) of each row of a list.
+    let rows = |list: &str, name: &str, counts: [&str; 2]| -> Vec<(String, i64, i64)> {
+        (nodes[list].as_array().unwrap().iter())
+            .map(|r| {
+                (
+                    r[name].as_str().unwrap().to_string(),
+                    r[counts[0]].as_i64().unwrap(),
+                    r[counts[1]].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let pools = rows("pools", "pool", ["gpusIdle", "gpusUnusable"]);
+    assert_eq!(pools, [("a100".into(), 1, 0), ("ndv4".into(), 6, 17)]);
+    let unhealthy = rows(
+        "unhealthyNodes",
+        "node",
+        ["unhealthyDevices", "gpusUnusable"],
+    );
     assert_eq!(
         unhealthy,
         [
-            ("nd-xid", 0, 7),
-            ("nd-dropped", 2, 2),
-            ("nd-plugin-down", 8, 8)
+            ("nd-xid".into(), 0, 7),
+            ("nd-dropped".into(), 2, 2),
+            ("nd-plugin-down".into(), 8, 8)
         ]
     );
     assert_eq!(

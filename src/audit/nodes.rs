@@ -651,20 +651,13 @@ mod tests {
                 (IDLE, "nd-2", 6)
             ]
         );
-        assert!(
-            report.findings[0]
-                .message
-                .contains("XIDErrors (XID 79 on GPU 3)"),
-            "{}",
-            report.findings[0].message
-        );
-        assert!(
-            report.findings[1]
-                .message
-                .contains("the device plugin offers 6 of its 8 GPUs"),
-            "{}",
-            report.findings[1].message
-        );
+        let why = [
+            "XIDErrors (XID 79 on GPU 3)",
+            "the device plugin offers 6 of its 8 GPUs",
+        ];
+        for (finding, why) in report.findings.iter().zip(why) {
+            assert!(finding.message.contains(why), "{}", finding.message);
+        }
     }
 
     #[test]
