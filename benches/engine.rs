@@ -376,6 +376,7 @@ fn bench_node_cache(c: &mut Criterion) {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .chain(gpu.then(|| ("nvidia.com/gpu".to_string(), "1".to_string())))
                 .collect(),
+            conditions: Vec::new(),
         }
     };
     let pools: Vec<serde_json::Value> = (0..20usize)

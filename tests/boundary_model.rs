@@ -95,6 +95,7 @@ impl Node {
                         .then(|| ("nvidia.com/gpu".to_string(), self.gpus.to_string())),
                 )
                 .collect(),
+            conditions: Vec::new(),
         }
     }
 }

@@ -42,6 +42,7 @@ fn node(name: &str, pool: &str, size: &str, gpus: u32) -> NodeInfo {
         .filter(|(k, v)| *k == "cpu" || v != "0")
         .map(|(k, v)| (k.to_string(), v))
         .collect(),
+        conditions: Vec::new(),
     }
 }
 

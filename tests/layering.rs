@@ -265,6 +265,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "admission",
             "authz",
             "exceptions",
+            "gpu",
             "k8s",
             "offline",
             "policy",

@@ -465,8 +465,12 @@ pub fn render_text(report: &Report) -> String {
     if let Some(nodes) = &report.nodes {
         let _ = writeln!(
             out,
-            "\nGPU nodes: {}, {} GPUs allocatable, {} requested, {} idle",
-            nodes.gpu_nodes, nodes.gpus_allocatable, nodes.gpus_requested, nodes.gpus_idle
+            "\nGPU nodes: {}, {} GPUs allocatable, {} requested, {} idle, {} unusable (reported unhealthy)",
+            nodes.gpu_nodes,
+            nodes.gpus_allocatable,
+            nodes.gpus_requested,
+            nodes.gpus_idle,
+            nodes.gpus_unusable
         );
         for f in &nodes.findings {
             let _ = writeln!(
@@ -479,13 +483,15 @@ pub fn render_text(report: &Report) -> String {
     if let Some(money) = &report.money {
         let _ = writeln!(
             out,
-            "\nCost per day at the prices of {} ({}{}): {:.2} {} held by violating workloads, {:.2} {} in idle node GPUs, {}",
+            "\nCost per day at the prices of {} ({}{}): {:.2} {} held by violating workloads, {:.2} {} in idle node GPUs, {:.2} {} in unusable node GPUs, {}",
             money.price_date,
             money.price_source,
             if money.example { ", example prices" } else { "" },
             money.violations_per_day,
             money.currency,
             money.idle_nodes_per_day,
+            money.currency,
+            money.unusable_nodes_per_day,
             money.currency,
             money.idle_pods_text()
         );

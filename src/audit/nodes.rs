@@ -1,17 +1,20 @@
 //! The cluster's GPU nodes as the audit sees them: per pool (AKS agent
 //! pool, Karpenter NodePool) and size, the GPUs allocatable, requested by
-//! pods bound there, and idle; and findings on the nodes themselves (no
-//! GPU taint, a retired or AKS-unsupported size, nothing requesting a GPU).
+//! pods bound there, idle, and unusable (reported unhealthy: see
+//! [`crate::gpu::health`]); and findings on the nodes themselves (no GPU
+//! taint, a retired or AKS-unsupported size, nothing requesting a GPU,
+//! GPUs reported unhealthy).
 //! Pods are read once, a page at a time, into a [`PodLedger`]; Nodes are
 //! few and read whole.
 use super::holding::{pod_is_bound, pod_is_finished};
 use crate::gpu::catalog::Catalog;
+use crate::gpu::health::{gpu_count, gpu_problems, unhealthy_devices};
 use crate::gpu::reach::is_gpu_node;
-use crate::gpu::request::{parse_count, pod_gpu_request};
+use crate::gpu::request::pod_gpu_request;
 use crate::gpu::taints::is_gpu_taint;
 use crate::gpu::{DraDevices, GpuResources};
 use crate::k8s::json::Pointer as _;
-use crate::k8s::NodeInfo;
+use crate::k8s::{NodeCondition, NodeInfo};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
@@ -147,11 +150,31 @@ pub struct NodeReport {
     pub gpus_allocatable: i64,
     /// GPUs requested by unfinished pods bound to them.
     pub gpus_requested: i64,
-    /// Allocatable GPUs no pod requests.
+    /// Allocatable GPUs no pod requests, on nodes whose GPUs work.
     pub gpus_idle: i64,
+    /// GPUs reported unhealthy, and no pod requests.
+    pub gpus_unusable: i64,
     pub pools: Vec<PoolRow>,
     pub gpu_node_list: Vec<GpuNode>,
+    /// The GPU nodes with GPUs reported unhealthy.
+    pub unhealthy_nodes: Vec<UnhealthyNode>,
     pub findings: Vec<NodeFinding>,
+}
+
+/// A GPU node with GPUs reported unhealthy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnhealthyNode {
+    pub node: String,
+    pub pool: String,
+    pub size: String,
+    /// Node Problem Detector's GPU conditions that are `True`: every GPU
+    /// of the node is unusable.
+    pub conditions: Vec<NodeCondition>,
+    /// GPUs in `status.capacity` the device plugin no longer offers in
+    /// `status.allocatable`.
+    pub unhealthy_devices: i64,
+    pub gpus_unusable: i64,
 }
 
 /// One pool and size.
@@ -165,6 +188,7 @@ pub struct PoolRow {
     pub gpus_allocatable: i64,
     pub gpus_requested: i64,
     pub gpus_idle: i64,
+    pub gpus_unusable: i64,
     /// GPU nodes with no GPU taint.
     pub untainted_nodes: usize,
 }
@@ -179,8 +203,13 @@ pub struct GpuNode {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     pub gpus_allocatable: i64,
+    /// The GPUs the node has: `status.capacity` with those DRA serves.
+    pub gpus_capacity: i64,
     pub gpus_requested: i64,
     pub gpus_idle: i64,
+    /// Reported unhealthy, and requested by no pod: every one when a GPU
+    /// condition is `True`, else those the device plugin dropped.
+    pub gpus_unusable: i64,
     pub gpu_tainted: bool,
     /// Since when nothing has requested a GPU on it, when nothing does:
     /// its creation, or the end of the last GPU pod the cluster still shows.
@@ -193,12 +222,14 @@ pub struct GpuNode {
 #[serde(rename_all = "camelCase")]
 pub struct NodeFinding {
     /// `gpu-node-untainted`, `gpu-node-retired-size`,
-    /// `gpu-node-unsupported-size` or `gpu-node-idle`.
+    /// `gpu-node-unsupported-size`, `gpu-node-idle` or
+    /// `gpu-node-unhealthy`.
     pub rule: &'static str,
     pub node: String,
     pub pool: String,
     pub size: String,
-    /// The node's idle GPUs for `gpu-node-idle`, else its allocatable GPUs.
+    /// The node's idle GPUs for `gpu-node-idle`, its unusable ones for
+    /// `gpu-node-unhealthy`, else its allocatable GPUs.
     pub gpus: i64,
     pub message: String,
 }
@@ -207,6 +238,7 @@ pub const UNTAINTED: &str = "gpu-node-untainted";
 pub const RETIRED_SIZE: &str = "gpu-node-retired-size";
 pub const UNSUPPORTED_SIZE: &str = "gpu-node-unsupported-size";
 pub const IDLE: &str = "gpu-node-idle";
+pub const UNHEALTHY: &str = "gpu-node-unhealthy";
 
 /// The report on `nodes` (Node objects, with the GPUs `devices` serves
 /// on them), given what `ledger` saw of the pods, measured at `now`.
@@ -230,7 +262,7 @@ pub fn account(
         if !is_gpu_node(&info, resources, catalog) {
             continue;
         }
-        let gpu = gpu_node(node, &info, ledger, resources);
+        let (gpu, unhealthy) = gpu_node(node, &info, ledger, resources);
         let row = pools
             .entry((gpu.pool.clone(), gpu.size.clone()))
             .or_insert_with(|| PoolRow {
@@ -242,32 +274,35 @@ pub fn account(
         row.gpus_allocatable += gpu.gpus_allocatable;
         row.gpus_requested += gpu.gpus_requested;
         row.gpus_idle += gpu.gpus_idle;
+        row.gpus_unusable += gpu.gpus_unusable;
         row.untainted_nodes += usize::from(!gpu.gpu_tainted);
-        report.findings.extend(findings(&gpu, catalog, now));
+        report
+            .findings
+            .extend(findings(&gpu, unhealthy.as_ref(), catalog, now));
         report.gpu_nodes += 1;
         report.gpus_allocatable += gpu.gpus_allocatable;
         report.gpus_requested += gpu.gpus_requested;
         report.gpus_idle += gpu.gpus_idle;
+        report.gpus_unusable += gpu.gpus_unusable;
+        report.unhealthy_nodes.extend(unhealthy);
         report.gpu_node_list.push(gpu);
     }
     report.pools = pools.into_values().collect();
     report
 }
 
+/// The node, and what makes its GPUs unusable when something does.
 fn gpu_node(
     node: &Value,
     info: &NodeInfo,
     ledger: &PodLedger,
     resources: &GpuResources,
-) -> GpuNode {
+) -> (GpuNode, Option<UnhealthyNode>) {
     let label = |keys: &[&str]| keys.iter().find_map(|k| info.label(k)).map(str::to_string);
-    let allocatable: i64 = info
-        .allocatable
-        .iter()
-        .filter(|(name, _)| resources.matches(name))
-        .filter_map(|(_, q)| parse_count(q).ok())
-        .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
-        .fold(0, i64::saturating_add);
+    let allocatable = gpu_count(&info.allocatable, resources);
+    let unhealthy_devices = unhealthy_devices(node, resources);
+    let conditions: Vec<NodeCondition> = gpu_problems(info).into_iter().cloned().collect();
+    let capacity = allocatable.saturating_add(unhealthy_devices);
     let requested = ledger.requested.get(&info.name).copied().unwrap_or(0);
     let idle_since = (requested == 0).then(|| {
         let created: Option<Timestamp> = node
@@ -277,20 +312,41 @@ fn gpu_node(
         let last_end = ledger.last_gpu_end.get(&info.name).copied();
         created.max(last_end).map(|t| format!("{t:.0}"))
     });
-    GpuNode {
+    let (idle, unusable) = if conditions.is_empty() {
+        ((allocatable - requested).max(0), unhealthy_devices)
+    } else {
+        (0, (capacity - requested).max(0))
+    };
+    let gpu = GpuNode {
         name: info.name.clone(),
         pool: label(&POOL_LABELS).unwrap_or_else(|| NO_POOL.to_string()),
         size: label(&SIZE_LABELS).unwrap_or_default(),
         region: label(&[REGION_LABEL]),
         gpus_allocatable: allocatable,
+        gpus_capacity: capacity,
         gpus_requested: requested,
-        gpus_idle: (allocatable - requested).max(0),
+        gpus_idle: idle,
+        gpus_unusable: unusable,
         gpu_tainted: info.taints.iter().any(is_gpu_taint),
         idle_since: idle_since.flatten(),
-    }
+    };
+    let unhealthy = (!conditions.is_empty() || unhealthy_devices > 0).then(|| UnhealthyNode {
+        node: gpu.name.clone(),
+        pool: gpu.pool.clone(),
+        size: gpu.size.clone(),
+        conditions,
+        unhealthy_devices,
+        gpus_unusable: unusable,
+    });
+    (gpu, unhealthy)
 }
 
-fn findings(node: &GpuNode, catalog: &Catalog, now: Timestamp) -> Vec<NodeFinding> {
+fn findings(
+    node: &GpuNode,
+    unhealthy: Option<&UnhealthyNode>,
+    catalog: &Catalog,
+    now: Timestamp,
+) -> Vec<NodeFinding> {
     let mut out = Vec::new();
     let mut push = |rule: &'static str, gpus: i64, message: String| {
         out.push(NodeFinding {
@@ -335,7 +391,34 @@ fn findings(node: &GpuNode, catalog: &Catalog, now: Timestamp) -> Vec<NodeFindin
             );
         }
     }
-    if node.gpus_requested == 0 {
+    if let Some(u) = unhealthy {
+        let mut why: Vec<String> = (u.conditions.iter())
+            .map(|c| match c.message.as_str() {
+                "" => format!("{} ({})", c.kind, c.reason),
+                message => format!("{} ({message})", c.kind),
+            })
+            .collect();
+        if u.unhealthy_devices > 0 {
+            why.push(format!(
+                "the device plugin offers {} of its {} GPUs",
+                node.gpus_allocatable, node.gpus_capacity
+            ));
+        }
+        push(
+            UNHEALTHY,
+            u.gpus_unusable,
+            format!(
+                "GPUs reported unhealthy: {}; {} unusable and paid for: drain and repair or replace the node, and move pods pinned to it",
+                why.join(", "),
+                match u.gpus_unusable {
+                    1 => "1 GPU is".to_string(),
+                    n => format!("{n} GPUs are"),
+                }
+            ),
+        );
+    }
+    // A node whose every free GPU is unusable is not idle.
+    if node.gpus_requested == 0 && (node.gpus_idle > 0 || node.gpus_unusable == 0) {
         let since = match node
             .idle_since
             .as_deref()
@@ -463,6 +546,7 @@ mod tests {
                 gpus_allocatable: 4,
                 gpus_requested: 3,
                 gpus_idle: 1,
+                gpus_unusable: 0,
                 untainted_nodes: 0,
             }]
         );
@@ -499,6 +583,96 @@ mod tests {
             Some("2026-11-29T06:00:00Z"),
             "the last GPU pod's end, after the node's creation"
         );
+    }
+
+    #[test]
+    fn gpus_reported_unhealthy_are_unusable_not_idle() {
+        let nd = "Standard_ND96asr_v4";
+        let mut xid = node("nd-1", "ndv4", nd, "8", true);
+        xid["status"]["conditions"] = json!([
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+            {"type": "XIDErrors", "status": "True", "reason": "XIDErrors", "message": "XID 79 on GPU 3"},
+            {"type": "GPUMissing", "status": "False", "reason": "NoGPUMissing"}]);
+        let mut dropped = node("nd-2", "ndv4", nd, "6", true);
+        dropped["status"]["capacity"] = json!({"nvidia.com/gpu": "8"});
+        let mut healthy = node("nd-3", "ndv4", nd, "8", true);
+        healthy["status"]["conditions"] = json!([{"type": "XIDErrors", "status": "False"}]);
+        let mut ledger = PodLedger::default();
+        ledger.add(&pod("p1", "nd-1", "1", "Running"), &resources());
+        ledger.add(&pod("p3", "nd-3", "8", "Running"), &resources());
+        let report = account_now(&[xid, dropped, healthy], &DraDevices::default(), &ledger);
+        let figures = |n: &GpuNode| {
+            (
+                n.gpus_allocatable,
+                n.gpus_capacity,
+                n.gpus_requested,
+                n.gpus_idle,
+                n.gpus_unusable,
+            )
+        };
+        let nodes: Vec<_> = report.gpu_node_list.iter().map(figures).collect();
+        assert_eq!(nodes, [(8, 8, 1, 0, 7), (6, 8, 0, 6, 2), (8, 8, 8, 0, 0)]);
+        assert_eq!(
+            (
+                report.gpus_allocatable,
+                report.gpus_requested,
+                report.gpus_idle,
+                report.gpus_unusable
+            ),
+            (22, 9, 6, 9)
+        );
+        assert_eq!(
+            (report.pools[0].gpus_idle, report.pools[0].gpus_unusable),
+            (6, 9)
+        );
+        let unhealthy = &report.unhealthy_nodes;
+        assert_eq!(unhealthy.len(), 2);
+        assert_eq!(
+            (unhealthy[0].node.as_str(), unhealthy[0].gpus_unusable),
+            ("nd-1", 7)
+        );
+        assert_eq!(unhealthy[0].conditions.len(), 1);
+        assert_eq!(unhealthy[0].conditions[0].message, "XID 79 on GPU 3");
+        assert_eq!(
+            (unhealthy[1].unhealthy_devices, unhealthy[1].gpus_unusable),
+            (2, 2)
+        );
+        assert!(unhealthy[1].conditions.is_empty());
+        let rules: Vec<_> = report
+            .findings
+            .iter()
+            .map(|f| (f.rule, f.node.as_str(), f.gpus))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                (UNHEALTHY, "nd-1", 7),
+                (UNHEALTHY, "nd-2", 2),
+                (IDLE, "nd-2", 6)
+            ]
+        );
+        let why = [
+            "XIDErrors (XID 79 on GPU 3)",
+            "the device plugin offers 6 of its 8 GPUs",
+        ];
+        for (finding, why) in report.findings.iter().zip(why) {
+            assert!(finding.message.contains(why), "{}", finding.message);
+        }
+    }
+
+    #[test]
+    fn a_node_whose_free_gpus_are_all_unusable_is_not_idle() {
+        let mut down = node("nd-1", "ndv4", "Standard_ND96asr_v4", "0", true);
+        down["status"]["capacity"] = json!({"nvidia.com/gpu": "8"});
+        down["status"]["conditions"] = json!([{"type": "UnhealthyNvidiaDevicePlugin", "status": "True",
+            "reason": "NVIDIA device plugin service is not active"}]);
+        let report = account_now(&[down], &DraDevices::default(), &PodLedger::default());
+        assert_eq!((report.gpus_idle, report.gpus_unusable), (0, 8));
+        let rules: Vec<_> = report.findings.iter().map(|f| f.rule).collect();
+        assert_eq!(rules, [UNHEALTHY]);
+        assert!(report.findings[0].message.contains(
+            "UnhealthyNvidiaDevicePlugin (NVIDIA device plugin service is not active), the device plugin offers 0 of its 8 GPUs"
+        ), "{}", report.findings[0].message);
     }
 
     #[test]

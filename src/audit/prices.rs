@@ -132,13 +132,14 @@ impl Prices {
     }
 
     /// The price of one GPU of `node` per hour: the VM's price over the
-    /// GPUs it offers.
+    /// GPUs it has (offered or reported unhealthy).
     pub fn per_gpu_hour(&self, node: &GpuNode) -> Option<f64> {
-        if node.gpus_allocatable <= 0 {
+        let gpus = node.gpus_allocatable.max(node.gpus_capacity);
+        if gpus <= 0 {
             return None;
         }
         self.per_hour(node.region.as_deref(), &node.size)
-            .map(|p| p / node.gpus_allocatable as f64)
+            .map(|p| p / gpus as f64)
     }
 }
 
@@ -163,6 +164,8 @@ pub struct Money {
     /// GPUs held by violating workloads, per day (each object once).
     pub violations_per_day: f64,
     pub idle_nodes_per_day: f64,
+    /// Node GPUs reported unhealthy (unusable), per day.
+    pub unusable_nodes_per_day: f64,
     /// Violations per namespace (each object once), most first.
     pub by_namespace: Vec<Cost>,
     /// Violations per policy (an object violating two counts under both).
@@ -187,6 +190,7 @@ pub struct Money {
     /// GPUs of idle pods whose node has no price (a size the file does
     /// not price, or a node not read).
     pub unpriced_idle_pod_gpus: i64,
+    pub unpriced_unusable_gpus: i64,
     /// How a workload's GPU is priced: the node its pod runs on, else the
     /// mean price of a GPU over the cluster's priced GPU nodes.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -311,6 +315,12 @@ pub fn cost(report: &Report, prices: &Prices) -> Money {
                 money.idle_nodes_per_day += per_day;
             }
             None => money.unpriced_idle_gpus += n.gpus_idle,
+        }
+    }
+    for n in &nodes.gpu_node_list {
+        match prices.per_gpu_hour(n) {
+            Some(p) => money.unusable_nodes_per_day += n.gpus_unusable as f64 * p * 24.0,
+            None => money.unpriced_unusable_gpus += n.gpus_unusable,
         }
     }
     if let Some(m) = (report.utilization.as_ref()).and_then(|u| u.measured.as_ref()) {

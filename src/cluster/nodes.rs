@@ -1,8 +1,9 @@
 //! The cluster's Nodes (with Karpenter NodePools, and the DRA
 //! DeviceClasses and ResourceSlices that serve GPUs on nodes) as the GPU
 //! boundary reads them, kept current by watches. Everything else a Node carries
-//! (images, conditions, addresses, annotations) is dropped before it is
-//! stored, so the cache stays small on clusters of thousands of nodes.
+//! (images, addresses, annotations, every condition but the GPU problems of
+//! [`crate::gpu::health`]) is dropped before it is stored, so the cache
+//! stays small on clusters of thousands of nodes.
 use super::watch::{self, CacheMetrics, Event, Kind, Relisted, Settings, Watched};
 use crate::gpu::{DraDevices, NodeLookup, NodeSnapshot};
 use crate::k8s::NodeInfo;
@@ -236,7 +237,8 @@ fn device_value(kind: &str, object: &kube::api::DynamicObject) -> Option<(String
     ))
 }
 
-/// Keeps only what [`NodeInfo`] reads.
+/// Keeps only what [`NodeInfo`] reads, and of the conditions the GPU
+/// problems present (their times dropped: a heartbeat changes nothing).
 fn trim(node: &mut Node) {
     let meta = &mut node.metadata;
     meta.annotations = None;
@@ -250,8 +252,14 @@ fn trim(node: &mut Node) {
     }
     if let Some(status) = node.status.as_mut() {
         let allocatable = status.allocatable.take();
+        let mut conditions = status.conditions.take().unwrap_or_default();
+        conditions.retain(|c| crate::gpu::health::is_gpu_problem(&c.type_, &c.status));
+        for c in &mut conditions {
+            (c.last_heartbeat_time, c.last_transition_time) = (None, None);
+        }
         *status = Default::default();
         status.allocatable = allocatable;
+        status.conditions = Some(conditions).filter(|c| !c.is_empty());
     }
 }
 
@@ -390,13 +398,20 @@ mod tests {
             "metadata": {"name": "n", "labels": {"a": "b"}, "annotations": {"big": "x"}},
             "spec": {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}], "providerID": "azure:///x"},
             "status": {"allocatable": {"cpu": "4"}, "images": [{"names": ["x"], "sizeBytes": 1}],
-                "conditions": [{"type": "Ready", "status": "True"}]}
+                "conditions": [{"type": "Ready", "status": "True"},
+                    {"type": "GPUMissing", "status": "False", "reason": "NoGPUMissing"},
+                    {"type": "XIDErrors", "status": "True", "reason": "XIDErrors", "message": "XID 79",
+                        "lastHeartbeatTime": "2026-12-01T10:00:00Z", "lastTransitionTime": "2026-12-01T09:00:00Z"}]}
         }))
         .unwrap();
         trim(&mut node);
         let v = serde_json::to_value(&node).unwrap();
         assert_eq!(v["metadata"].get("annotations"), None);
-        assert_eq!(v["status"], json!({"allocatable": {"cpu": "4"}}));
+        assert_eq!(
+            v["status"],
+            json!({"allocatable": {"cpu": "4"}, "conditions": [
+                {"type": "XIDErrors", "status": "True", "reason": "XIDErrors", "message": "XID 79"}]})
+        );
         assert_eq!(NodeInfo::from_value(&v).taints.len(), 1);
     }
 }

@@ -67,6 +67,10 @@ pub struct GpuFacts {
     pub reachable_gpu_nodes: Vec<String>,
     /// Whether the cluster's nodes were known when this was worked out.
     pub nodes_known: bool,
+    /// With the nodes known, for a GPU pod: the nodes it names
+    /// ([`super::reach::named_nodes`]) whose GPUs are reported unhealthy
+    /// ([`super::health`]).
+    pub unhealthy_nodes: Vec<UnhealthyNode>,
     pub skus_constrained: bool,
     /// Catalog SKUs the pod's node selection allows, in catalog order
     /// (when that is every SKU, the catalog's own list, shared).
@@ -106,6 +110,13 @@ pub struct ContainerFacts {
     pub gpus: BTreeMap<String, i64>,
     pub total: i64,
     pub problems: Vec<String>,
+}
+
+/// A node whose GPUs are reported unhealthy, with the conditions that say so.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UnhealthyNode {
+    pub name: String,
+    pub conditions: Vec<crate::k8s::NodeCondition>,
 }
 
 /// One DRA claim of the pod.
@@ -252,6 +263,17 @@ impl GpuFacts {
             }
             reach
         } else if self.requested || self.shared_by_scheduler {
+            let named = super::reach::named_nodes(spec);
+            self.unhealthy_nodes = (named.iter().filter_map(|n| set.named(n)))
+                .map(|(node, _)| UnhealthyNode {
+                    name: node.name.clone(),
+                    conditions: super::health::gpu_problems(node)
+                        .into_iter()
+                        .cloned()
+                        .collect(),
+                })
+                .filter(|n| !n.conditions.is_empty())
+                .collect();
             let mut reach = super::reach::NodeReach::default();
             if let Some((node, gpu)) = super::reach::node_name(spec).and_then(|n| set.named(n)) {
                 reach.bound_to = Some(node.clone());
@@ -1002,6 +1024,50 @@ mod tests {
         ] {
             assert_eq!(gpu(obj)["requested"], false);
         }
+    }
+
+    #[test]
+    fn a_gpu_pod_naming_a_node_with_gpu_problems_is_told_which_and_why() {
+        use crate::gpu::reach::NodeSnapshot;
+        let node = |name: &str, status: &str| {
+            crate::k8s::NodeInfo::from_value(&json!({"metadata": {"name": name,
+                "labels": {"kubernetes.io/hostname": name, "kubernetes.azure.com/accelerator": "nvidia"}},
+                "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "XIDErrors", "status": status, "reason": "XIDErrors", "message": "XID 79"}]}}))
+        };
+        let snapshot = NodeSnapshot::new(
+            vec![node("bad", "True"), node("good", "False")],
+            Vec::new(),
+            &crate::gpu::DraDevices::default(),
+        );
+        let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
+        let set = snapshot.gpu_nodes(&resources, &catalog);
+        let judged = |spec: Value| {
+            let pod = pod(spec);
+            GpuFacts::of(&pod, &catalog, &resources).with_nodes(&pod, &set, &catalog)
+        };
+        let gpu = json!([{"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]);
+        let by_name = judged(json!({"nodeName": "bad", "containers": gpu}));
+        assert_eq!(by_name.unhealthy_nodes.len(), 1);
+        assert_eq!(by_name.unhealthy_nodes[0].name, "bad");
+        assert_eq!(by_name.unhealthy_nodes[0].conditions[0].kind, "XIDErrors");
+        let by_affinity = judged(json!({"containers": gpu, "affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["good", "bad"]}]}]}}}}));
+        let names: Vec<&str> = (by_affinity.unhealthy_nodes.iter())
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(names, ["bad"]);
+        assert!(judged(json!({"nodeName": "good", "containers": gpu}))
+            .unhealthy_nodes
+            .is_empty());
+        let cpu =
+            judged(json!({"nodeName": "bad", "containers": [{"name": "c", "image": "busybox"}]}));
+        assert!(
+            cpu.unhealthy_nodes.is_empty(),
+            "a CPU pod's GPUs do not matter"
+        );
     }
 
     #[test]

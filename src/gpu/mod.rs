@@ -7,6 +7,7 @@ pub mod claims;
 pub mod dra_devices;
 pub mod facts;
 pub mod fit;
+pub mod health;
 pub mod injection;
 pub mod mig;
 pub mod pools;

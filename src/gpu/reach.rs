@@ -123,6 +123,7 @@ pub fn pool_nodes(pools: &[Value], catalog: &Catalog) -> Vec<NodeInfo> {
                 .into_iter()
                 .filter(|_| gpu)
                 .collect(),
+            conditions: Vec::new(),
         };
         if !request.gpu_skus(catalog).is_empty() {
             out.push(node(true));
@@ -469,6 +470,7 @@ mod tests {
                 .into_iter()
                 .filter(|_| gpus > 0)
                 .collect(),
+            conditions: Vec::new(),
         }
     }
 

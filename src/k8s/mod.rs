@@ -28,7 +28,7 @@ pub use claims::{ClaimLookup, NoClaims, StaticClaims};
 pub use json::FieldError;
 pub use labels::{LabelRequirement, LabelSelector, SelectorOp};
 pub use namespaces::{NamespaceLookup, StaticNamespaces};
-pub use node_info::NodeInfo;
+pub use node_info::{NodeCondition, NodeInfo};
 pub use nodes::{NodeSelection, NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm};
 pub use patch::{Patch, ShapeError};
 pub use taints::{Taint, Toleration, TolerationOperator};

@@ -1,10 +1,11 @@
 //! The cluster's Nodes as the GPU boundary reads them: name, labels,
-//! taints and allocatable resources, kept current by a watch. Everything
-//! else a Node carries (images, conditions, addresses, annotations) is
-//! dropped before it is stored, so the cache stays small on clusters of
-//! thousands of nodes.
+//! taints, allocatable resources and conditions, kept current by a watch.
+//! Everything else a Node carries (images, addresses, annotations, the
+//! conditions no one reads) is dropped before it is stored, so the cache
+//! stays small on clusters of thousands of nodes.
 use super::json::{items, str_at, string_map};
 use super::taints::Taint;
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -16,6 +17,20 @@ pub struct NodeInfo {
     pub taints: Vec<Taint>,
     /// `status.allocatable`, quantities as the API writes them.
     pub allocatable: BTreeMap<String, String>,
+    /// `status.conditions`.
+    pub conditions: Vec<NodeCondition>,
+}
+
+/// One entry of a Node's `status.conditions`, without its times (a
+/// heartbeat changes nothing kept).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NodeCondition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
 }
 
 impl NodeInfo {
@@ -28,6 +43,14 @@ impl NodeInfo {
                 .filter_map(Taint::from_value)
                 .collect(),
             allocatable: string_map(node.pointer("/status/allocatable")),
+            conditions: items(node.pointer("/status/conditions"))
+                .map(|c| NodeCondition {
+                    kind: str_at(c, "/type").to_string(),
+                    status: str_at(c, "/status").to_string(),
+                    reason: str_at(c, "/reason").to_string(),
+                    message: str_at(c, "/message").to_string(),
+                })
+                .collect(),
         }
     }
 
@@ -47,13 +70,24 @@ mod tests {
         let node = NodeInfo::from_value(&json!({
             "metadata": {"name": "aks-gpu-1", "labels": {"kubernetes.azure.com/agentpool": "gpu", "n": 1}},
             "spec": {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}, "junk"]},
-            "status": {"allocatable": {"nvidia.com/gpu": "1", "cpu": "23"}, "images": [{"names": ["x"]}]}
+            "status": {"allocatable": {"nvidia.com/gpu": "1", "cpu": "23"}, "images": [{"names": ["x"]}],
+                "conditions": [{"type": "XIDErrors", "status": "True", "reason": "XIDErrors",
+                    "lastHeartbeatTime": "2026-12-01T10:00:00Z", "message": "XID 79"}]}
         }));
         assert_eq!(node.name, "aks-gpu-1");
         assert_eq!(node.label("kubernetes.azure.com/agentpool"), Some("gpu"));
         assert_eq!(node.label("n"), None);
         assert_eq!(node.taints.len(), 1);
         assert_eq!(node.allocatable["nvidia.com/gpu"], "1");
+        assert_eq!(
+            node.conditions,
+            [NodeCondition {
+                kind: "XIDErrors".into(),
+                status: "True".into(),
+                reason: "XIDErrors".into(),
+                message: "XID 79".into(),
+            }]
+        );
         assert_eq!(NodeInfo::from_value(&json!(null)), NodeInfo::default());
     }
 }

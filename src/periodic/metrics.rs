@@ -110,13 +110,13 @@ crate::server::metrics::families! {
             "What the waste of each namespace costs per day at the report's prices (--report-prices), by namespace (as gpu_admission_audit_namespace_gpus), waste (violations; idle_pods, only when utilization was measured) and currency";
         pool_gpus: Family<PoolLabels, Gauge>
             => "gpu_admission_audit_pool_gpus",
-            "GPUs of the GPU nodes at the last audit, by pool, size and state: allocatable, requested (by pods bound there) or idle";
+            "GPUs of the GPU nodes at the last audit, by pool, size and state: allocatable, requested (by pods bound there), idle, or unusable (reported unhealthy)";
         node_findings: Family<RuleLabels, Gauge>
             => "gpu_admission_audit_node_findings",
-            "Findings on GPU nodes at the last audit, by rule (gpu-node-untainted, gpu-node-retired-size, gpu-node-unsupported-size, gpu-node-idle)";
+            "Findings on GPU nodes at the last audit, by rule (gpu-node-untainted, gpu-node-retired-size, gpu-node-unsupported-size, gpu-node-idle, gpu-node-unhealthy)";
         cost: Family<CostLabels, Gauge<f64, AtomicU64>>
             => "gpu_admission_audit_cost_per_day",
-            "What the waste found at the last audit costs per day at the report's prices (--report-prices), by waste (violations: GPUs held by violating workloads; idle_nodes: idle GPUs of GPU nodes; idle_pods: GPUs of idle pods, only when utilization was measured) and currency";
+            "What the waste found at the last audit costs per day at the report's prices (--report-prices), by waste (violations: GPUs held by violating workloads; idle_nodes: idle GPUs of GPU nodes; idle_pods: GPUs of idle pods, only when utilization was measured; unusable_nodes: GPUs of GPU nodes reported unhealthy) and currency";
         report_conflicts: Family<HolderLabels, Gauge>
             => "gpu_admission_audit_report_conflicts",
             "1 for each namespace whose policy report name (gpu-admission) another owner holds at the last write, by namespace and that owner: the namespace's findings reach no report there";
@@ -193,6 +193,7 @@ impl AuditMetrics {
                     ("allocatable", p.gpus_allocatable),
                     ("requested", p.gpus_requested),
                     ("idle", p.gpus_idle),
+                    ("unusable", p.gpus_unusable),
                 ] {
                     let labels = PoolLabels {
                         pool: p.pool.clone(),
@@ -207,6 +208,7 @@ impl AuditMetrics {
                 crate::audit::nodes::RETIRED_SIZE,
                 crate::audit::nodes::UNSUPPORTED_SIZE,
                 crate::audit::nodes::IDLE,
+                crate::audit::nodes::UNHEALTHY,
             ] {
                 let n = nodes.findings.iter().filter(|f| f.rule == rule).count();
                 self.node_findings
@@ -219,6 +221,7 @@ impl AuditMetrics {
                 ("violations", Some(money.violations_per_day)),
                 ("idle_nodes", Some(money.idle_nodes_per_day)),
                 ("idle_pods", money.idle_pods_per_day),
+                ("unusable_nodes", Some(money.unusable_nodes_per_day)),
             ] {
                 let Some(per_day) = per_day else { continue };
                 let labels = CostLabels {
@@ -474,6 +477,7 @@ pub(super) mod tests {
                     gpus_allocatable: 2,
                     gpus_requested: 1,
                     gpus_idle: 1,
+                    gpus_unusable: 3,
                     untainted_nodes: 1,
                 }],
                 findings: vec![crate::audit::nodes::NodeFinding {
@@ -491,6 +495,7 @@ pub(super) mod tests {
                 violations_per_day: 352.5,
                 idle_nodes_per_day: 88.25,
                 idle_pods_per_day: Some(20.5),
+                unusable_nodes_per_day: 705.5,
                 ..Default::default()
             }),
             namespaces: [(
@@ -543,7 +548,9 @@ pub(super) mod tests {
             r#"gpu_admission_audit_gpus{state="pending"} 3"#,
             r#"gpu_admission_audit_pool_gpus{pool="a100",size="Standard_NC24ads_A100_v4",state="idle"} 1"#,
             r#"gpu_admission_audit_pool_gpus{pool="a100",size="Standard_NC24ads_A100_v4",state="allocatable"} 2"#,
+            r#"gpu_admission_audit_pool_gpus{pool="a100",size="Standard_NC24ads_A100_v4",state="unusable"} 3"#,
             r#"gpu_admission_audit_node_findings{rule="gpu-node-idle"} 1"#,
+            r#"gpu_admission_audit_node_findings{rule="gpu-node-unhealthy"} 0"#,
             r#"gpu_admission_audit_node_findings{rule="gpu-node-untainted"} 0"#,
             r#"gpu_admission_audit_cost_per_day{waste="violations",currency="USD"} 352.5"#,
             r#"gpu_admission_audit_cost_per_day{waste="idle_nodes",currency="USD"} 88.25"#,
@@ -554,6 +561,7 @@ pub(super) mod tests {
             r#"gpu_admission_audit_namespace_gpus{namespace="ml",state="idle"} 1"#,
             r#"gpu_admission_audit_namespace_cost_per_day{namespace="ml",waste="violations",currency="USD"} 352.5"#,
             r#"gpu_admission_audit_namespace_cost_per_day{namespace="ml",waste="idle_pods",currency="USD"} 20.5"#,
+            r#"gpu_admission_audit_cost_per_day{waste="unusable_nodes",currency="USD"} 705.5"#,
             "gpu_admission_audit_objects 7",
             "gpu_admission_audit_objects_evaluated 5",
             "gpu_admission_audit_last_run_timestamp_seconds 1800000002",

@@ -4,6 +4,7 @@
 use crate::admission::{Admission, Bundle};
 use crate::authz::{Authorizer, NoAuthorizer};
 use crate::exceptions::{self, StaticExceptions};
+use crate::gpu::StaticNodes;
 use crate::k8s::claims::{ClaimKind, StaticClaims};
 use crate::k8s::doc::from_value_with_nulls;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
@@ -49,6 +50,10 @@ struct TestSpec {
     /// cases' pods to claim (`spec.resourceClaims`).
     #[serde(default)]
     resource_claims: Vec<Value>,
+    /// Nodes in the cluster, as the server's node cache holds them
+    /// (`spec.nodes`): without them, pods are judged by labels alone.
+    #[serde(default)]
+    nodes: Vec<Value>,
     /// ValidatingAdmissionPolicyBindings and MutatingAdmissionPolicyBindings
     /// in force for this test's cases only: to test a policy the folder
     /// ships unbound (`policies/examples/`).
@@ -306,6 +311,10 @@ pub fn run_with_authorizer(
         };
         let (namespaces, claims): (Arc<StaticNamespaces>, Arc<StaticClaims>) =
             (Arc::new(namespaces), Arc::new(claims));
+        let nodes = (!test.spec.nodes.is_empty()).then(|| {
+            let nodes = StaticNodes::of_objects(&test.spec.nodes, Vec::new(), &Default::default());
+            Arc::new(nodes) as Arc<dyn crate::gpu::NodeLookup>
+        });
         // The time exceptions are judged at is the lookup's: one admission
         // per time a case asks for.
         let admission_at = |at: Option<SystemTime>| {
@@ -313,10 +322,14 @@ pub fn run_with_authorizer(
             if let Some(at) = at {
                 lookup = lookup.at(at);
             }
-            Admission::new(bundle.clone(), namespaces.clone())
+            let admission = Admission::new(bundle.clone(), namespaces.clone())
                 .with_claims(claims.clone())
                 .with_authorizer(authorizer.clone())
-                .with_exceptions(Arc::new(lookup))
+                .with_exceptions(Arc::new(lookup));
+            match &nodes {
+                Some(nodes) => admission.with_nodes(nodes.clone()),
+                None => admission,
+            }
         };
         let admission = admission_at(None);
         for (case, checked) in test.spec.cases.iter().zip(&checked) {

@@ -26,6 +26,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What `gpu-admission` prints on standard output, run with `args`; the
+/// run must succeed.
+pub fn run_cli<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// A config for tests: loopback listeners on free ports, short timeouts.
 pub fn config() -> ServeConfig {
     ServeConfig {

@@ -1,6 +1,7 @@
 //! The page's sections on GPU capacity objects (Karpenter NodePools, KAITO
-//! Workspaces, AKS agent pools: what they can bring up) and on Kueue
-//! flavors outside namespace tiers.
+//! Workspaces, AKS agent pools: what they can bring up), on GPU nodes whose
+//! GPUs are reported unhealthy (`tr.unhealthy[data-node][data-unusable]`),
+//! and on Kueue flavors outside namespace tiers.
 use super::parts::{badge, bar_chart, fmt_int, object_cell, View, MAX_ROWS, MAX_SIZES};
 use crate::audit::{CapacityObject, Report};
 use maud::{html, Markup};
@@ -98,6 +99,54 @@ fn row(report: &Report, view: &View, c: &CapacityObject) -> Markup {
                 }
             }
             td.links { (findings) }
+        }
+    }
+}
+
+/// GPU nodes whose GPUs Node Problem Detector or the device plugin report
+/// unhealthy: paid for, unusable; no section when Nodes were not read.
+pub(super) fn unhealthy(report: &Report) -> Markup {
+    let Some(nodes) = &report.nodes else {
+        return html! {};
+    };
+    html! {
+        section #unhealthy {
+            h2 { "Unhealthy GPU capacity" }
+            p.hint {
+                "GPU nodes on which Node Problem Detector set a GPU condition (" code { "GPUMissing" } ", " code { "XIDErrors" }
+                ", " code { "NVLinkStatusInactive" } ", " code { "GPUClockThrottling" } ", " code { "UnhealthyNvidiaDevicePlugin" }
+                "), whose GPUs all count as unusable, or whose device plugin offers fewer GPUs than the node has. "
+                "Unusable GPUs are paid for and not counted as idle; a pod pinned to such a node is warned at admission."
+            }
+            @if nodes.unhealthy_nodes.is_empty() {
+                p.empty #unhealthy-none { "No GPU node reports unhealthy GPUs." }
+            } @else {
+                p #total-gpus-unusable data-value=(nodes.gpus_unusable) {
+                    strong { (fmt_int(nodes.gpus_unusable)) } " GPUs unusable on " (fmt_int(nodes.unhealthy_nodes.len() as i64)) " nodes."
+                }
+                table #unhealthy-nodes {
+                    thead { tr {
+                        th { "Node" } th { "Pool" } th { "Size" } th { "Conditions" } th.num { "Devices dropped" } th.num { "GPUs unusable" }
+                    } }
+                    tbody {
+                        @for u in nodes.unhealthy_nodes.iter().take(MAX_ROWS) {
+                            tr.unhealthy data-node=(u.node) data-pool=(u.pool) data-unusable=(u.gpus_unusable) {
+                                td.object { span.kind { "Node" } " " strong { (u.node) } }
+                                td { (u.pool) }
+                                td { (u.size) }
+                                td {
+                                    @if u.conditions.is_empty() { span.muted { "none" } }
+                                    (lines(u.conditions.iter().map(|c| html! {
+                                        code { (c.kind) } " " (if c.message.is_empty() { &c.reason } else { &c.message })
+                                    })))
+                                }
+                                td.num { (fmt_int(u.unhealthy_devices)) }
+                                td.num { span.warn-text { (fmt_int(u.gpus_unusable)) } }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

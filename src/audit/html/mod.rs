@@ -108,6 +108,7 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
                 (waste::namespaces(report))
                 (waste::money(report))
                 (waste::nodes(report))
+                (capacity::unhealthy(report))
                 (charts(report, &view))
                 (offenders(report, &view))
                 (policies::policies(report, &view, &meta.policies))

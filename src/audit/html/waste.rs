@@ -94,7 +94,8 @@ pub(super) fn nodes(report: &Report) -> Markup {
             p.hint {
                 "Every node with GPUs, whatever made its pool (" code { "az aks nodepool add" } ", Bicep, Terraform, Karpenter). "
                 em { "Allocatable" } ": what the nodes offer; " em { "requested" } ": what unfinished pods bound to them ask for; "
-                em { "idle" } ": allocatable GPUs no pod requests."
+                em { "idle" } ": allocatable GPUs no pod requests, on nodes whose GPUs work; "
+                em { "unusable" } ": GPUs reported unhealthy (" a href="#unhealthy" { "below" } ")."
             }
             div.cards {
                 (node_card("node-gpu-nodes", nodes.gpu_nodes as i64, "GPU nodes",
@@ -103,6 +104,7 @@ pub(super) fn nodes(report: &Report) -> Markup {
                 (node_card("node-gpus-requested", nodes.gpus_requested, "GPUs requested on nodes",
                     "by unfinished pods bound to them".into()))
                 (node_card("node-gpus-idle", nodes.gpus_idle, "GPUs idle on nodes", "allocatable and requested by no pod".into()))
+                (node_card("node-gpus-unusable", nodes.gpus_unusable, "GPUs unusable on nodes", "reported unhealthy, not idle".into()))
             }
             (pools(nodes))
             (node_findings(nodes))
@@ -118,12 +120,12 @@ fn pools(nodes: &NodeReport) -> Markup {
         table #gpu-pools {
             thead { tr {
                 th { "Pool" } th { "Size" } th.num { "GPU nodes" } th.num { "Allocatable" } th.num { "Requested" }
-                th.num { "Idle" } th.num { "Without GPU taint" }
+                th.num { "Idle" } th.num { "Unusable" } th.num { "Without GPU taint" }
             } }
             tbody {
                 @for p in &nodes.pools {
                     tr.pool data-pool=(p.pool) data-size=(p.size) data-nodes=(p.gpu_nodes) data-allocatable=(p.gpus_allocatable)
-                        data-requested=(p.gpus_requested) data-idle=(p.gpus_idle) data-untainted=(p.untainted_nodes) {
+                        data-requested=(p.gpus_requested) data-idle=(p.gpus_idle) data-unusable=(p.gpus_unusable) data-untainted=(p.untainted_nodes) {
                         td { strong { (p.pool) } }
                         td {
                             @if p.size.is_empty() { span.muted { "not labelled" } } @else { (p.size) }
@@ -132,6 +134,7 @@ fn pools(nodes: &NodeReport) -> Markup {
                         td.num { (fmt_int(p.gpus_allocatable)) }
                         td.num { (fmt_int(p.gpus_requested)) }
                         td.num { (fmt_int(p.gpus_idle)) }
+                        td.num { (fmt_int(p.gpus_unusable)) }
                         td.num {
                             @if p.untainted_nodes > 0 {
                                 span.warn-text { (fmt_int(p.untainted_nodes as i64)) }
@@ -197,6 +200,7 @@ pub(super) fn money(report: &Report) -> Markup {
                 " (" (money.price_source) "), per day: the GPUs " em { "held" }
                 " by violating workloads (a pod's at its node's price per GPU, a controller's at the mean over the priced GPU nodes), the "
                 em { "idle" } " GPUs of GPU nodes, and the GPUs of " em { "idle pods" } " (the utilization section) at their node's price. GPUs requested, not placed, cost nothing yet."
+                " GPUs reported unhealthy are priced apart, as " em { "unusable" } "."
                 @if money.example { " " strong.warn-text { "Example prices, not a quote." } }
             }
             div.cards {
@@ -214,6 +218,8 @@ pub(super) fn money(report: &Report) -> Markup {
                         div.note { "not measured: no utilization section, or it is missing" }
                     },
                 }
+                (money_card("cost-unusable-nodes", money.unusable_nodes_per_day, "per day in unusable node GPUs",
+                    unpriced(money.unpriced_unusable_gpus)))
             }
             div.chart-grid {
                 (cost_table("namespace", "Namespace", "By namespace (violations, each object once)", money, &money.by_namespace))
