@@ -232,6 +232,7 @@ pub fn is_node(object: &Value) -> bool {
 /// Adds the cost of the report's waste at `prices`.
 pub fn price(report: &mut Report, prices: &Prices) {
     report.money = Some(prices::cost(report, prices));
+    utilization::sizing::price(report, prices);
 }
 
 /// The report on pods, controllers and capacity objects (Nodes are only

@@ -382,7 +382,7 @@ prices:
                 name: "nb".into(),
                 node: Some("t4".into()),
                 gpus: 1,
-                started_at: None,
+                ..HeldPod::default()
             }],
             ..Report::default()
         };

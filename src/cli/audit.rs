@@ -163,12 +163,14 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     pods.each_page(&mut |page| run.pods(page))?;
     let mut report = run.finish(&invalid);
     report.exception_notes = notes;
+    if let Some(settings) = args.prometheus.settings(args.utilization.as_ref()) {
+        let bundle = admission.bundle();
+        let measured =
+            super::utilization_args::measure(&settings, &report, bundle.placement.catalog())?;
+        report.utilization = Some(measured);
+    }
     if let Some(prices) = &prices {
         audit::price(&mut report, prices);
-    }
-    if let Some(settings) = args.prometheus.settings(args.utilization.as_ref()) {
-        let pods = audit::utilization::gpu_pods(&report.held_pods);
-        report.utilization = Some(super::utilization_args::measure(&settings, &pods)?);
     }
     match args.output {
         AuditFormat::Text => print!("{}", audit::render_text(&report)),
