@@ -9,7 +9,7 @@
 //! `tr.right-size[data-namespace][data-pod][data-choice][data-to][data-gpus-freed][data-per-day]`;
 //! `#total-idle-gpu-pods`, `#total-idle-gpus`, `#total-idle-gpu-hours`
 //! (`data-value`), and `tr.idle-pod[data-namespace][data-pod][data-gpus][data-gpu-hours]`.
-use super::parts::{card, MAX_ROWS};
+use super::parts::{card, plural, MAX_ROWS};
 use crate::audit::utilization::{Efficiency, Utilization};
 use maud::{html, Markup};
 use std::collections::BTreeMap;
@@ -133,7 +133,7 @@ pub(crate) fn efficiency(section: &Utilization) -> Markup {
                 (card("dram-active", format!("{:.3}", e.dram_active_percent.unwrap_or(0.0)), percent(e.dram_active_percent),
                     "DRAM active", "memory bandwidth, weighted by GPU-seconds"))
                 (card("gpu-seconds-without-data", format!("{:.0}", e.gpu_seconds_without_data), hours(e.gpu_seconds_without_data),
-                    "GPU-hours without data", format!("{} pods without series", e.pods_without_data)))
+                    "GPU-hours without data", format!("{} {} without series", e.pods_without_data, plural(e.pods_without_data, "pod", "pods"))))
             }
             (rows("class", "By workload class", &m.by_class))
             (rows("namespace", "By namespace", &m.by_namespace))
@@ -153,17 +153,16 @@ pub(crate) fn efficiency(section: &Utilization) -> Markup {
             } @else {
                 table #right-sizing {
                     thead { tr {
-                        th { "Pod" } th { "Size" } th.num { "GPUs" } th { "Fits" } th.num { "GPUs freed" } th.num { "Per day" }
-                        th.num { "Peak activity" } th.num { "Peak memory" }
+                        th { "Pod" } th.num { "GPUs" } th { "Of size, fits" } th.num { "GPUs freed" } th.num { "Per day" }
+                        th.num { "Peaks: activity, memory" }
                     } }
                     tbody {
                         @for r in m.right_sizing.iter().take(MAX_ROWS) {
                             tr.right-size data-namespace=(r.namespace) data-pod=(r.pod) data-choice=(r.choice) data-to=(r.to)
                                 data-gpus-freed=(format!("{:.3}", r.gpus_freed)) data-per-day=(r.per_day.map_or(String::new(), |d| format!("{d:.2}"))) {
                                 td.object { span.kind { (r.workload_kind.as_deref().unwrap_or("Pod")) } " " (r.namespace) "/" strong { (r.pod) } }
-                                td { (r.size) }
                                 td.num { (r.gpus) }
-                                td { (r.choice) " " code { (r.to) } }
+                                td { (r.size) br; "\u{2192} " (r.choice) " " code { (r.to) } }
                                 td.num { (format!("{:.2}", r.gpus_freed)) }
                                 td.num {
                                     @match (r.per_day, &m.savings) {
@@ -171,8 +170,10 @@ pub(crate) fn efficiency(section: &Utilization) -> Markup {
                                         _ => "—",
                                     }
                                 }
-                                td.num { (format!("{:.1}\u{202f}%", r.peak_percent)) " " code { (r.metric) } }
-                                td.num { (format!("{:.0} of {:.0} MiB", r.peak_memory_mib, r.gpu_memory_mib)) }
+                                td.num {
+                                    (format!("{:.1}\u{202f}%", r.peak_percent)) " " code title=(r.metric) { (short(r.metric)) } br;
+                                    (format!("{:.0} of {:.0} MiB", r.peak_memory_mib, r.gpu_memory_mib))
+                                }
                             }
                         }
                     }
@@ -205,11 +206,21 @@ fn rows<K: AsRef<str>>(by: &str, title: &str, map: &BTreeMap<K, Efficiency>) -> 
                         td.num { (format!("{:.1}", e.gpu_seconds_used / 3600.0)) }
                         td.num { (percent(e.used_percent)) }
                         td.num { (percent(e.dram_active_percent)) }
-                        td { @for (i, metric) in e.metrics.keys().enumerate() { @if i > 0 { ", " } code { (metric) } } }
-                        td.num { (e.pods_without_data) " pods, " (format!("{:.1}", e.gpu_seconds_without_data / 3600.0)) " GPU-hours" }
+                        td { @for (i, metric) in e.metrics.keys().enumerate() { @if i > 0 { ", " } code title=(metric) { (short(metric)) } } }
+                        td.num {
+                            (e.pods_without_data) " " (plural(e.pods_without_data, "pod", "pods")) ", "
+                            (format!("{:.1}", e.gpu_seconds_without_data / 3600.0)) " GPU-hours"
+                        }
                     }
                 }
             }
         }
     }
+}
+
+/// A DCGM field without its `DCGM_FI_PROF_` or `DCGM_FI_DEV_` prefix.
+fn short(metric: &str) -> &str {
+    (metric.strip_prefix("DCGM_FI_PROF_"))
+        .or_else(|| metric.strip_prefix("DCGM_FI_DEV_"))
+        .unwrap_or(metric)
 }
