@@ -142,6 +142,40 @@ fn cluster(now: u64) -> Value {
     ]})
 }
 
+/// Seconds since the epoch.
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// In `dir`: `history` (OpenMetrics) written as a TSDB and served by a
+/// Prometheus, and `cluster` as a dump; none (saying so) without the
+/// binaries.
+fn serve(dir: &Path, history: &str, cluster: &Value) -> Option<(Prometheus, PathBuf)> {
+    let (Some(prometheus), Some(promtool)) = (tool("prometheus"), tool("promtool")) else {
+        return None;
+    };
+    let om = dir.join("dcgm.om");
+    std::fs::write(&om, history).unwrap();
+    let data = dir.join("data");
+    let made = Command::new(promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
+        .arg(&om)
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "promtool: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let dump = dir.join("cluster.json");
+    std::fs::write(&dump, cluster.to_string()).unwrap();
+    Some((Prometheus::start(&prometheus, dir, &data), dump))
+}
+
 /// A Prometheus on a loopback port, serving the TSDB in `data`.
 struct Prometheus {
     child: Child,
@@ -292,32 +326,11 @@ fn check_measured(report: &Value) {
 
 #[test]
 fn idle_gpu_pods_from_a_real_prometheus() {
-    let (Some(prometheus), Some(promtool)) = (tool("prometheus"), tool("promtool")) else {
+    let dir = tempfile::tempdir().unwrap();
+    let now = now();
+    let Some((server, dump)) = serve(dir.path(), &history(now), &cluster(now)) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let om = dir.path().join("dcgm.om");
-    std::fs::write(&om, history(now)).unwrap();
-    let data = dir.path().join("data");
-    let made = Command::new(promtool)
-        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
-        .arg(&om)
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "promtool: {}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let dump = dir.path().join("cluster.json");
-    std::fs::write(&dump, cluster(now).to_string()).unwrap();
-
-    let server = Prometheus::start(&prometheus, dir.path(), &data);
     let url = server.url.clone();
     let report: Value =
         serde_json::from_str(&audit(&dump, &["--prometheus", &url], "json")).unwrap();
@@ -996,31 +1009,12 @@ fn check_generated(u: &Value, now: u64, pods: &[GenPod], prices: &[(&str, f64)])
 
 #[test]
 fn efficiency_and_right_sizing_of_a_generated_cluster_match_its_truth() {
-    let (Some(prometheus), Some(promtool)) = (tool("prometheus"), tool("promtool")) else {
+    let dir = tempfile::tempdir().unwrap();
+    let (now, pods) = (now(), gen_pods());
+    let history = gen_history(now, &pods);
+    let Some((server, dump)) = serve(dir.path(), &history, &gen_cluster(now, &pods)) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let pods = gen_pods();
-    let om = dir.path().join("dcgm.om");
-    std::fs::write(&om, gen_history(now, &pods)).unwrap();
-    let data = dir.path().join("data");
-    let made = Command::new(promtool)
-        .args(["tsdb", "create-blocks-from", "openmetrics", "-q"])
-        .arg(&om)
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "promtool: {}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let dump = dir.path().join("cluster.json");
-    std::fs::write(&dump, gen_cluster(now, &pods).to_string()).unwrap();
     let prices: [(&str, f64); 5] = [
         ("Standard_NC96ads_A100_v4", 14.692),
         ("Standard_NC48ads_A100_v4", 7.346),
@@ -1037,8 +1031,6 @@ fn efficiency_and_right_sizing_of_a_generated_cluster_match_its_truth() {
     }
     std::fs::write(&price_file, yaml).unwrap();
     let price_arg = price_file.to_str().unwrap();
-
-    let server = Prometheus::start(&prometheus, dir.path(), &data);
     let url = server.url.clone();
     let live: Value = serde_json::from_str(&audit(
         &dump,

@@ -87,7 +87,7 @@ pub const MIN_AGE: Duration = Duration::from_secs(3600);
 /// The pods holding GPUs (`audit::holding`: running, or bound to a node,
 /// and not finished; as [`crate::audit::PodLedger`] collects them), each
 /// once: the pods whose GPU use is asked.
-pub fn gpu_pods(held: &[HeldPod]) -> Vec<HeldPod> {
+fn gpu_pods(held: &[HeldPod]) -> Vec<HeldPod> {
     let mut seen = BTreeSet::new();
     held.iter()
         .filter(|p| p.gpus > 0 && seen.insert((p.namespace.as_str(), p.name.as_str())))
