@@ -343,6 +343,10 @@ fn what_goes_wrong_leaves_the_section_missing_and_says_why() {
     assert_has(&html, r#"<section id="utilization" data-status="missing">"#);
     assert_has(&html, "id=\"utilization-missing\"");
     assert!(!html.contains("total-idle-gpus"), "{html}");
+    let html = crate::audit::html::utilization::efficiency(&none).into_string();
+    assert_has(&html, r#"<section id="efficiency" data-status="missing">"#);
+    assert_has(&html, &format!("Not measured: {why}"));
+    assert!(!html.contains("total-gpu-used-share"), "{html}");
 }
 
 #[test]
