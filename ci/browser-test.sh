@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The HTML audit report in a real browser: Debian's chromium, headless,
 # driven by playwright-core (tests/browser/report.mjs). Builds the report
-# from the fixture cluster dump with the example prices, checks the page
-# against the JSON audit of the same dump (totals, GPUs per namespace, costs, GPU nodes and
-# pools, top offenders, every chart's bars, policies, capacity objects), that it loads with no console error and no network
+# from the fixture cluster dump with the example prices and a recorded
+# utilization answer, checks the page against the JSON audit of the same
+# dump (totals, GPUs per namespace, costs, GPU nodes and pools, top
+# offenders, every chart's bars, policies, capacity objects, GPU efficiency
+# first on the page and right-sizing), that it loads with no console error and no network
 # request, and saves a screenshot as target/report-screenshot.png.
 #
 # Installs what is missing: chromium (apt-get, as root) and playwright-core
@@ -42,9 +44,9 @@ if [ -z "${GPU_ADMISSION:-}" ]; then
 fi
 out=target/report
 mkdir -p "$out"
-prices=(--prices data/prices/azure-eastus-example.yaml)
-"$bin" audit -f tests/fixtures/report/cluster.json "${prices[@]}" -o html >"$out/report.html"
-"$bin" audit -f tests/fixtures/report/cluster.json "${prices[@]}" -o json >"$out/report.json"
+inputs=(--prices data/prices/azure-eastus-example.yaml --utilization tests/fixtures/report/utilization.json)
+"$bin" audit -f tests/fixtures/report/cluster.json "${inputs[@]}" -o html >"$out/report.html"
+"$bin" audit -f tests/fixtures/report/cluster.json "${inputs[@]}" -o json >"$out/report.json"
 
 CHROMIUM="$chromium" node tests/browser/report.mjs \
   "$out/report.html" "$out/report.json" target/report-screenshot.png "${docs[@]}"

@@ -248,6 +248,7 @@ pub fn is_node(object: &Value) -> bool {
 pub fn conclude(report: &mut Report, prices: Option<&Prices>) {
     if let Some(prices) = prices {
         report.money = Some(prices::cost(report, prices));
+        utilization::sizing::price(report, prices);
     }
     namespaces::complete(report);
 }

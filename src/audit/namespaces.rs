@@ -26,6 +26,13 @@ pub struct NamespaceRow {
     /// utilization was not measured, never 0 by guess.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpus_idle: Option<i64>,
+    /// GPU-seconds its pods with a utilization series held within the
+    /// window, and of those the seconds used (the utilization section's
+    /// efficiency by namespace); absent when utilization was not measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_seconds_allocated: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_seconds_used: Option<f64>,
     /// Per day at the report's prices (`money` says which): the GPUs held
     /// by its violating workloads; absent without prices, or when they
     /// could not be priced.
@@ -58,16 +65,25 @@ impl NamespaceRow {
 }
 
 /// Adds to the rows what the finished report knows: the GPUs of idle pods
-/// where utilization was measured, and the costs of its `money`. A
+/// and the GPU-seconds allocated and used where utilization was measured,
+/// and the costs of its `money`. A
 /// namespace with nothing to price costs 0; one whose GPUs could not be
 /// priced has no cost.
 pub(super) fn complete(report: &mut Report) {
     let rows = &mut report.namespaces;
     if let Some(m) = (report.utilization.as_ref()).and_then(|u| u.measured.as_ref()) {
-        rows.values_mut().for_each(|row| row.gpus_idle = Some(0));
+        for row in rows.values_mut() {
+            row.gpus_idle = Some(0);
+            (row.gpu_seconds_allocated, row.gpu_seconds_used) = (Some(0.0), Some(0.0));
+        }
         for p in &m.idle_pods {
             let row = rows.entry(p.namespace.clone()).or_default();
             *row.gpus_idle.get_or_insert(0) += p.gpus;
+        }
+        for (namespace, e) in &m.by_namespace {
+            let row = rows.entry(namespace.clone()).or_default();
+            row.gpu_seconds_allocated = Some(e.gpu_seconds_allocated);
+            row.gpu_seconds_used = Some(e.gpu_seconds_used);
         }
     }
     let Some(money) = &report.money else {
@@ -135,6 +151,10 @@ pub fn render_text(report: &Report) -> String {
         "{:<width$}  {:>5}  {:>10}  {:>12}  {:>12}",
         "NAMESPACE", "HELD", "NOT PLACED", "IN VIOLATION", "IDLE"
     );
+    let seconds = (rows.iter()).any(|(_, r)| r.gpu_seconds_allocated.is_some());
+    if seconds {
+        let _ = write!(out, "  {:>15}  {:>10}", "GPU-S ALLOCATED", "GPU-S USED");
+    }
     if money.is_some() {
         let _ = write!(out, "  {:>13}  {:>13}", "VIOLATING/DAY", "IDLE PODS/DAY");
     }
@@ -149,6 +169,15 @@ pub fn render_text(report: &Report) -> String {
             "{name:<width$}  {:>5}  {:>10}  {:>12}  {idle:>12}",
             r.gpus_held, r.gpus_pending, r.gpus_in_violation
         );
+        if seconds {
+            let (allocated, used) = (r.gpu_seconds_allocated, r.gpu_seconds_used);
+            let _ = write!(
+                out,
+                "  {:>15.0}  {:>10.0}",
+                allocated.unwrap_or(0.0),
+                used.unwrap_or(0.0)
+            );
+        }
         if let Some(m) = money {
             let idle_pods = match m.idle_pods_per_day {
                 Some(_) => amount(r.idle_pods_per_day),
@@ -203,7 +232,7 @@ mod tests {
                 name: "nb".into(),
                 node: Some("a100".into()),
                 gpus: 1,
-                started_at: None,
+                ..HeldPod::default()
             }],
             findings: vec![nb],
             namespaces: [
@@ -224,10 +253,23 @@ mod tests {
         ]
     }
 
+    /// The utilization section of [`idle_pods`], with their GPU-seconds by
+    /// namespace (12 hours each, 1 % used in ml, none in research).
+    fn measured_idle() -> crate::audit::utilization::Utilization {
+        let mut section = measured(idle_pods());
+        let m = section.measured.as_mut().unwrap();
+        for (namespace, gpus, used) in [("ml", 1.0, 0.01), ("research", 9.0, 0.0)] {
+            let e = m.by_namespace.entry(namespace.to_string()).or_default();
+            e.gpu_seconds_allocated = gpus * 12.0 * 3600.0;
+            e.gpu_seconds_used = e.gpu_seconds_allocated * used;
+        }
+        section
+    }
+
     #[test]
     fn idle_gpus_and_costs_join_the_rows_where_measured_and_priced() {
         let mut report = cluster();
-        report.utilization = Some(measured(idle_pods()));
+        report.utilization = Some(measured_idle());
         conclude(&mut report, Some(&test_prices()));
         let rows = &report.namespaces;
         let a100_day = 3.6 * 24.0;
@@ -235,6 +277,8 @@ mod tests {
             rows["ml"],
             NamespaceRow {
                 gpus_idle: Some(1),
+                gpu_seconds_allocated: Some(43_200.0),
+                gpu_seconds_used: Some(432.0),
                 violations_per_day: Some(a100_day),
                 idle_pods_per_day: Some(a100_day),
                 ..row(1, 1, 1)
@@ -244,16 +288,24 @@ mod tests {
             rows["research"],
             NamespaceRow {
                 gpus_idle: Some(9),
+                gpu_seconds_allocated: Some(388_800.0),
+                gpu_seconds_used: Some(0.0),
                 violations_per_day: Some(0.0),
                 idle_pods_per_day: None,
                 ..row(9, 0, 0)
             },
             "8 of its idle GPUs have no price: no figure rather than a part"
         );
+        let serving = &rows["serving"];
         assert_eq!(
-            (rows["serving"].gpus_idle, rows["serving"].idle_pods_per_day),
+            (serving.gpus_idle, serving.idle_pods_per_day),
             (Some(0), Some(0.0)),
             "measured and busy: 0"
+        );
+        assert_eq!(
+            (serving.gpu_seconds_allocated, serving.gpu_seconds_used),
+            (Some(0.0), Some(0.0)),
+            "measured, no pod with a series"
         );
     }
 
@@ -263,9 +315,13 @@ mod tests {
         conclude(&mut report, Some(&test_prices()));
         let ml = &report.namespaces["ml"];
         assert_eq!((ml.gpus_idle, ml.idle_pods_per_day), (None, None));
+        assert_eq!(
+            (ml.gpu_seconds_allocated, ml.gpu_seconds_used),
+            (None, None)
+        );
         assert_eq!(ml.violations_per_day, Some(3.6 * 24.0));
         let mut measured_only = cluster();
-        measured_only.utilization = Some(measured(idle_pods()));
+        measured_only.utilization = Some(measured_idle());
         conclude(&mut measured_only, None);
         let ml = &measured_only.namespaces["ml"];
         assert_eq!(ml.gpus_idle, Some(1));
@@ -273,7 +329,8 @@ mod tests {
         let json = serde_json::to_value(ml).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"gpusHeld": 1, "gpusPending": 1, "gpusInViolation": 1, "gpusIdle": 1})
+            serde_json::json!({"gpusHeld": 1, "gpusPending": 1, "gpusInViolation": 1, "gpusIdle": 1,
+                "gpuSecondsAllocated": 43_200.0, "gpuSecondsUsed": 432.0})
         );
     }
 
@@ -288,15 +345,15 @@ mod tests {
              ml             1           1             1  not measured\n\
              serving        1           0             0  not measured\n"
         );
-        report.utilization = Some(measured(idle_pods()));
+        report.utilization = Some(measured_idle());
         conclude(&mut report, Some(&test_prices()));
         assert_eq!(
             render_text(&report),
             "\nGPUs per namespace (idle: peak use under 5% over 12h; cost per day at the prices of 2026-11-01 (test prices, USD), example prices):\n\
-             NAMESPACE   HELD  NOT PLACED  IN VIOLATION          IDLE  VIOLATING/DAY  IDLE PODS/DAY\n\
-             research       9           0             0             9           0.00     not priced\n\
-             ml             1           1             1             1          86.40          86.40\n\
-             serving        1           0             0             0           0.00           0.00\n"
+             NAMESPACE   HELD  NOT PLACED  IN VIOLATION          IDLE  GPU-S ALLOCATED  GPU-S USED  VIOLATING/DAY  IDLE PODS/DAY\n\
+             research       9           0             0             9           388800           0           0.00     not priced\n\
+             ml             1           1             1             1            43200         432          86.40          86.40\n\
+             serving        1           0             0             0                0           0           0.00           0.00\n"
         );
         assert_eq!(render_text(&Report::default()), "");
     }

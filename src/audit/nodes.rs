@@ -14,6 +14,7 @@ use crate::gpu::request::pod_gpu_request;
 use crate::gpu::taints::is_gpu_taint;
 use crate::gpu::{DraDevices, GpuResources};
 use crate::k8s::json::Pointer as _;
+use crate::k8s::workloads::{controller_ref, controller_uid};
 use crate::k8s::{NodeCondition, NodeInfo};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -37,7 +38,7 @@ const REGION_LABEL: &str = "topology.kubernetes.io/region";
 /// A pod that holds GPUs: bound to a node, or running, and not finished.
 /// The one GPU pod type of the audit: the node section and the idle GPU
 /// pods section both read it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HeldPod {
     pub namespace: String,
@@ -50,6 +51,14 @@ pub struct HeldPod {
     /// pods section).
     #[serde(skip)]
     pub started_at: Option<i64>,
+    /// The kind of its workload: its root controller's where the run read
+    /// it (a Deployment, not its ReplicaSet), else its own controller's;
+    /// none for a bare pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload_kind: Option<String>,
+    /// Its own controller's uid, by which the run finds the root.
+    #[serde(skip)]
+    pub controller_uid: Option<String>,
 }
 
 /// What the pods of a cluster say about its nodes, pod by pod.
@@ -101,6 +110,9 @@ impl PodLedger {
                     .and_then(Value::as_str)
                     .and_then(|t| t.parse::<Timestamp>().ok())
                     .map(|t| t.as_second()),
+                workload_kind: controller_ref(pod)
+                    .and_then(|o| Some(o.get("kind")?.as_str()?.to_string())),
+                controller_uid: controller_uid(pod).map(str::to_string),
             });
         }
         gpus

@@ -435,7 +435,7 @@ prices:
                 name: "nb".into(),
                 node: Some("t4".into()),
                 gpus: 1,
-                started_at: None,
+                ..HeldPod::default()
             }],
             ..Report::default()
         };
@@ -485,6 +485,7 @@ prices:
             window: "12h".into(),
             window_seconds: 12 * 3600,
             threshold_percent: 5.0,
+            sizing: crate::audit::utilization::sizing::DEFAULT_RULES,
             missing: None,
             measured: Some(Measured {
                 measured_at: "2026-12-01T00:00:00Z".into(),
@@ -495,7 +496,7 @@ prices:
                 idle_gpus: idle_pods.iter().map(|p| p.gpus).sum(),
                 gpu_hours_wasted: idle_pods.iter().map(|p| p.gpu_hours).sum(),
                 idle_pods,
-                without_data: Vec::new(),
+                ..Measured::default()
             }),
         }
     }

@@ -18,7 +18,7 @@ use super::{exceptions, InvalidException, PodLedger, PodsRead, Report};
 use crate::admission::Admission;
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::{DraDevices, StaticNodes};
-use crate::k8s::json::Pointer as _;
+use crate::k8s::json::{str_at, Pointer as _};
 use crate::k8s::workloads::controller_uid;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -139,6 +139,18 @@ impl<'a> Run<'a> {
             .nodes
             .map(|nodes| super::account_nodes(admission, &nodes, &self.devices, &ledger));
         report.held_pods = ledger.into_held();
+        // A pod's workload is its root controller, where the run read it.
+        let kinds: HashMap<&str, &str> = (self.held.iter())
+            .map(|o| (str_at(o, "/metadata/uid"), str_at(o, "/kind")))
+            .collect();
+        let roots = self.owners.as_ref().expect("prepared");
+        for pod in &mut report.held_pods {
+            let root =
+                (pod.controller_uid.as_ref()).and_then(|uid| kinds.get(roots.get(uid)?.as_str()));
+            if let Some(kind) = root {
+                pod.workload_kind = Some(kind.to_string());
+            }
+        }
         report
     }
 
@@ -266,5 +278,51 @@ mod tests {
         assert_eq!(names(&late), names(&in_order));
         assert_eq!(late.evaluated, in_order.evaluated);
         assert_eq!(late.gpus_in_violation, in_order.gpus_in_violation);
+    }
+
+    /// A pod's workload is its root controller where the run read it
+    /// (the Deployment, not its ReplicaSet), else its own controller.
+    #[test]
+    fn held_pods_carry_the_kind_of_their_root_controller() {
+        let loaded = bundle::load(&PolicySource::Embedded).unwrap();
+        let admission = Admission::new(loaded.bundle, Arc::new(StaticNamespaces::new()));
+        let owned = |kind: &str, name: &str, owner: Option<(&str, &str)>| {
+            let mut o = json!({"apiVersion": "apps/v1", "kind": kind,
+                "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}")}});
+            if let Some((kind, name)) = owner {
+                o["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind,
+                    "name": name, "uid": format!("uid-{name}"), "controller": true}]);
+            }
+            o
+        };
+        let pod = |name: &str, owner: Option<(&str, &str)>| {
+            let mut p = privileged("Pod", name);
+            p["metadata"]["ownerReferences"] =
+                owned("Pod", name, owner)["metadata"]["ownerReferences"].clone();
+            p["spec"]["nodeName"] = json!("aks-gpu-0");
+            p["status"] = json!({"phase": "Running"});
+            p
+        };
+        let mut run = Run::new(&admission);
+        run.objects(vec![
+            owned("Deployment", "llm", None),
+            owned("ReplicaSet", "llm-5d8f", Some(("Deployment", "llm"))),
+        ]);
+        run.pods(vec![
+            pod("llm-5d8f-x", Some(("ReplicaSet", "llm-5d8f"))),
+            pod("orphan-x", Some(("ReplicaSet", "unread"))),
+            pod("bare", None),
+        ]);
+        let kinds: Vec<(String, Option<String>)> = (run.finish(&[]).held_pods.into_iter())
+            .map(|p| (p.name, p.workload_kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("llm-5d8f-x".to_string(), Some("Deployment".to_string())),
+                ("orphan-x".to_string(), Some("ReplicaSet".to_string())),
+                ("bare".to_string(), None),
+            ]
+        );
     }
 }

@@ -166,8 +166,10 @@ fn audit_here(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     let mut report = run.finish(&invalid);
     report.exception_notes = notes;
     if let Some(settings) = args.prometheus.settings(args.utilization.as_ref()) {
-        let pods = audit::utilization::gpu_pods(&report.held_pods);
-        report.utilization = Some(super::utilization_args::measure(&settings, &pods)?);
+        let bundle = admission.bundle();
+        let measured =
+            super::utilization_args::measure(&settings, &report, bundle.placement.catalog())?;
+        report.utilization = Some(measured);
     }
     audit::conclude(&mut report, prices.as_ref());
     match args.output {

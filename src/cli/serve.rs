@@ -923,6 +923,7 @@ pub(super) mod tests {
                 ),
                 window: Duration::from_secs(12 * 3600),
                 threshold_percent: crate::audit::utilization::DEFAULT_THRESHOLD_PERCENT,
+                sizing: crate::audit::utilization::sizing::DEFAULT_RULES,
             })
         );
         assert!(!defaults.policy_reports, "PolicyReports are opt-in");

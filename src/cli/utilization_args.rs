@@ -1,6 +1,6 @@
 //! Flags of the GPU utilization section, shared by `audit` and the
 //! periodic report of `serve`.
-use crate::audit::utilization::{self, parse_window, Settings, Source};
+use crate::audit::utilization::{self, parse_window, sizing, Settings, Source};
 use crate::cluster::prometheus::Endpoint;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,6 +28,15 @@ pub struct PrometheusArgs {
     /// Peak GPU use, in percent, under which a pod is idle.
     #[arg(long, value_name = "PERCENT", default_value_t = utilization::DEFAULT_THRESHOLD_PERCENT, value_parser = parse_percent)]
     pub idle_threshold: f64,
+    /// Right-sizing grows a pod's peak activity and memory by this share
+    /// before fitting them to a MIG profile, a shared GPU or a smaller size.
+    #[arg(long, value_name = "PERCENT", default_value_t = sizing::DEFAULT_RULES.headroom_percent, value_parser = parse_percent)]
+    pub sizing_headroom: f64,
+    /// The share of a GPU one pod gets on a time-sliced GPU: a one-GPU pod
+    /// whose grown peaks stay within it (activity, and memory of the GPU's)
+    /// could share its GPU.
+    #[arg(long, value_name = "PERCENT", default_value_t = sizing::DEFAULT_RULES.shared_percent, value_parser = parse_percent)]
+    pub shared_gpu_share: f64,
 }
 
 impl PrometheusArgs {
@@ -47,6 +56,10 @@ impl PrometheusArgs {
             source,
             window: self.utilization_window,
             threshold_percent: self.idle_threshold,
+            sizing: sizing::Rules {
+                headroom_percent: self.sizing_headroom,
+                shared_percent: self.shared_gpu_share,
+            },
         })
     }
 }
@@ -54,11 +67,12 @@ impl PrometheusArgs {
 /// Measures on a runtime of its own (the offline subcommands have none).
 pub fn measure(
     settings: &Settings,
-    pods: &[crate::audit::HeldPod],
+    report: &crate::audit::Report,
+    catalog: &crate::gpu::catalog::Catalog,
 ) -> anyhow::Result<utilization::Utilization> {
     let now = std::time::SystemTime::now();
     Ok(crate::offline::block_on(utilization::measure(
-        settings, pods, now,
+        settings, report, catalog, now,
     ))?)
 }
 
@@ -122,12 +136,14 @@ mod tests {
                 source: Source::File(file.clone()),
                 window: utilization::DEFAULT_WINDOW,
                 threshold_percent: 5.0,
+                sizing: sizing::DEFAULT_RULES,
             })
         );
         let args = parse(
             "--prometheus https://amw.eastus.prometheus.monitor.azure.com \
              --prometheus-token-file /var/run/token --utilization-window 7d \
-             --idle-threshold 1% --prometheus-timeout 10s"
+             --idle-threshold 1% --prometheus-timeout 10s \
+             --sizing-headroom 10 --shared-gpu-share 25%"
                 .split_whitespace(),
         )
         .unwrap();
@@ -141,10 +157,15 @@ mod tests {
                 }),
                 window: Duration::from_secs(7 * 86_400),
                 threshold_percent: 1.0,
+                sizing: sizing::Rules {
+                    headroom_percent: 10.0,
+                    shared_percent: 25.0,
+                },
             }),
             "a live Prometheus wins over a recorded answer"
         );
         assert!(parse(["--idle-threshold", "120"]).is_err());
+        assert!(parse(["--shared-gpu-share", "101"]).is_err());
         assert!(parse(["--utilization-window", "10m"]).is_err());
         assert!(
             parse(["--prometheus-token-file", "t"]).is_err(),

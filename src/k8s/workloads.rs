@@ -81,13 +81,13 @@ pub fn is_pod(object: &Value) -> bool {
 /// The uid of the object's controller (its ownerReference with
 /// `controller: true`), if it has one.
 pub fn controller_uid(object: &Value) -> Option<&str> {
-    object
-        .at("/metadata/ownerReferences")?
-        .as_array()?
-        .iter()
-        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?
-        .get("uid")?
-        .as_str()
+    controller_ref(object)?.get("uid")?.as_str()
+}
+
+/// The owner reference of `object`'s controller (`controller: true`).
+pub fn controller_ref(object: &Value) -> Option<&Value> {
+    (object.at("/metadata/ownerReferences")?.as_array()?.iter())
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
 }
 
 /// The pod template inside a controller object, if `object` is one of the

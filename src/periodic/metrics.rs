@@ -53,6 +53,12 @@ struct NamespaceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabels {
+    class: &'static str,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NamespaceCostLabels {
     namespace: String,
     waste: &'static str,
@@ -105,6 +111,12 @@ crate::server::metrics::families! {
         namespace_gpus: Family<NamespaceLabels, Gauge>
             => "gpu_admission_audit_namespace_gpus",
             "GPUs of the workloads of each namespace at the last audit (the top namespaces by GPUs held, the rest as _other), by state: held, pending (requested, not placed), in_violation (held by violating workloads) or idle (held by idle pods; only when utilization was measured)";
+        namespace_gpu_seconds: Family<NamespaceLabels, Gauge<f64, AtomicU64>>
+            => "gpu_admission_audit_namespace_gpu_seconds",
+            "GPU-seconds of each namespace's pods with a utilization series within the utilization window at the last audit (namespaces as gpu_admission_audit_namespace_gpus), by state: allocated (held) or used (allocated times mean SM, else engine, activity); only when utilization was measured";
+        class_gpu_seconds: Family<ClassLabels, Gauge<f64, AtomicU64>>
+            => "gpu_admission_audit_class_gpu_seconds",
+            "GPU-seconds of the pods with a utilization series within the utilization window at the last audit, by workload class (training, inference, notebook, other) and state (allocated, used); only when utilization was measured";
         namespace_cost: Family<NamespaceCostLabels, Gauge<f64, AtomicU64>>
             => "gpu_admission_audit_namespace_cost_per_day",
             "What the waste of each namespace costs per day at the report's prices (--report-prices), by namespace (as gpu_admission_audit_namespace_gpus), waste (violations; idle_pods, only when utilization was measured) and currency";
@@ -173,10 +185,27 @@ impl AuditMetrics {
         for (state, n) in [("held", report.gpus_held), ("pending", report.gpus_pending)] {
             self.gpus.get_or_create(&StateLabels { state }).set(n);
         }
-        let (gpus, costs) = namespace_series(report, TOP_NAMESPACES);
+        let (gpus, costs, seconds) = namespace_series(report, TOP_NAMESPACES);
         for ((namespace, state), n) in gpus {
             let labels = NamespaceLabels { namespace, state };
             self.namespace_gpus.get_or_create(&labels).set(n);
+        }
+        for ((namespace, state), n) in seconds {
+            let labels = NamespaceLabels { namespace, state };
+            self.namespace_gpu_seconds.get_or_create(&labels).set(n);
+        }
+        let measured = report
+            .utilization
+            .as_ref()
+            .and_then(|u| u.measured.as_ref());
+        for (class, e) in measured.iter().flat_map(|m| &m.by_class) {
+            for (state, n) in [
+                ("allocated", e.gpu_seconds_allocated),
+                ("used", e.gpu_seconds_used),
+            ] {
+                let labels = ClassLabels { class, state };
+                self.class_gpu_seconds.get_or_create(&labels).set(n);
+            }
         }
         let currency = report.money.as_ref().map(|m| m.currency.as_str());
         for ((namespace, waste), per_day) in costs {
@@ -251,6 +280,8 @@ impl AuditMetrics {
         self.gpus_pending.clear();
         self.gpus.clear();
         self.namespace_gpus.clear();
+        self.namespace_gpu_seconds.clear();
+        self.class_gpu_seconds.clear();
         self.namespace_cost.clear();
         self.pool_gpus.clear();
         self.node_findings.clear();
@@ -332,21 +363,23 @@ fn top_labels(weight: BTreeMap<String, (i64, i64)>, top: usize) -> impl Fn(Strin
     }
 }
 
-/// GPUs per (namespace, state) and costs per day per (namespace, waste).
+/// GPUs per (namespace, state), costs per day per (namespace, waste) and
+/// GPU-seconds per (namespace, state).
 type NamespaceSeries = (
     BTreeMap<(String, &'static str), i64>,
+    BTreeMap<(String, &'static str), f64>,
     BTreeMap<(String, &'static str), f64>,
 );
 
 /// The series of the report's namespace rows, namespaces beyond the `top`
 /// ones (by GPUs held, then requested) summed as [`OTHER_NAMESPACES`];
-/// idle GPUs and costs only where measured and priced.
+/// idle GPUs, GPU-seconds and costs only where measured and priced.
 fn namespace_series(report: &Report, top: usize) -> NamespaceSeries {
     let weight = (report.namespaces.iter())
         .map(|(ns, r)| (ns.clone(), (r.gpus_held, r.gpus_pending)))
         .collect();
     let bucket = top_labels(weight, top);
-    let (mut gpus, mut costs) = NamespaceSeries::default();
+    let (mut gpus, mut costs, mut seconds) = NamespaceSeries::default();
     for (ns, r) in &report.namespaces {
         let ns = bucket(ns.clone());
         for (state, n) in [
@@ -367,8 +400,16 @@ fn namespace_series(report: &Report, top: usize) -> NamespaceSeries {
                 *costs.entry((ns.clone(), waste)).or_default() += per_day;
             }
         }
+        for (state, n) in [
+            ("allocated", r.gpu_seconds_allocated),
+            ("used", r.gpu_seconds_used),
+        ] {
+            if let Some(n) = n {
+                *seconds.entry((ns.clone(), state)).or_default() += n;
+            }
+        }
     }
-    (gpus, costs)
+    (gpus, costs, seconds)
 }
 
 #[cfg(test)]
@@ -444,7 +485,7 @@ pub(super) mod tests {
             };
             report.namespaces.insert(format!("team-{i}"), row);
         }
-        let (gpus, costs) = namespace_series(&report, 2);
+        let (gpus, costs, seconds) = namespace_series(&report, 2);
         let at = |ns: &str, state| gpus.get(&(ns.to_string(), state)).copied();
         assert_eq!(at("team-4", "held"), Some(4));
         assert_eq!(at("team-3", "in_violation"), Some(1));
@@ -453,6 +494,7 @@ pub(super) mod tests {
         assert_eq!(at("team-2", "held"), None);
         assert_eq!(at("team-4", "idle"), None, "not measured: no series");
         assert!(costs.is_empty(), "not priced: no series");
+        assert!(seconds.is_empty(), "not measured: no series");
     }
 
     #[test]
@@ -505,6 +547,8 @@ pub(super) mod tests {
                     gpus_pending: 2,
                     gpus_in_violation: 4,
                     gpus_idle: Some(1),
+                    gpu_seconds_allocated: Some(7200.0),
+                    gpu_seconds_used: Some(1800.0),
                     violations_per_day: Some(352.5),
                     idle_pods_per_day: Some(20.5),
                 },
@@ -512,6 +556,20 @@ pub(super) mod tests {
             .into(),
             ..Report::default()
         };
+        let mut training = crate::audit::utilization::Efficiency::default();
+        (training.gpu_seconds_allocated, training.gpu_seconds_used) = (7200.0, 1800.0);
+        report.utilization = Some(crate::audit::utilization::Utilization {
+            source: "file answer.json".into(),
+            window: "1h".into(),
+            window_seconds: 3600,
+            threshold_percent: 5.0,
+            sizing: crate::audit::utilization::sizing::DEFAULT_RULES,
+            missing: None,
+            measured: Some(crate::audit::utilization::Measured {
+                by_class: [("training", training)].into(),
+                ..Default::default()
+            }),
+        });
         let mut pending = finding("gpu-privileged", Some("ml"), "deny", 4);
         pending.gpus_pending = 2;
         report.findings.push(pending);
@@ -559,6 +617,10 @@ pub(super) mod tests {
             r#"gpu_admission_audit_namespace_gpus{namespace="ml",state="pending"} 2"#,
             r#"gpu_admission_audit_namespace_gpus{namespace="ml",state="in_violation"} 4"#,
             r#"gpu_admission_audit_namespace_gpus{namespace="ml",state="idle"} 1"#,
+            r#"gpu_admission_audit_namespace_gpu_seconds{namespace="ml",state="allocated"} 7200.0"#,
+            r#"gpu_admission_audit_namespace_gpu_seconds{namespace="ml",state="used"} 1800.0"#,
+            r#"gpu_admission_audit_class_gpu_seconds{class="training",state="allocated"} 7200.0"#,
+            r#"gpu_admission_audit_class_gpu_seconds{class="training",state="used"} 1800.0"#,
             r#"gpu_admission_audit_namespace_cost_per_day{namespace="ml",waste="violations",currency="USD"} 352.5"#,
             r#"gpu_admission_audit_namespace_cost_per_day{namespace="ml",waste="idle_pods",currency="USD"} 20.5"#,
             r#"gpu_admission_audit_cost_per_day{waste="unusable_nodes",currency="USD"} 705.5"#,
@@ -588,6 +650,8 @@ pub(super) mod tests {
             "{text}"
         );
         assert!(!text.contains("gpu_admission_audit_namespace_gpus{"));
+        assert!(!text.contains("gpu_admission_audit_namespace_gpu_seconds{"));
+        assert!(!text.contains("gpu_admission_audit_class_gpu_seconds{"));
         assert!(!text.contains("gpu_admission_audit_namespace_cost_per_day{"));
         assert!(text.contains("gpu_admission_audit_leader 0"), "{text}");
         assert!(

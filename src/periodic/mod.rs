@@ -238,8 +238,9 @@ pub async fn audit_cluster(
     }
     let mut report = run.finish(&[]);
     if let Some(settings) = utilization {
-        let gpu_pods = audit::utilization::gpu_pods(&report.held_pods);
-        let measured = audit::utilization::measure(settings, &gpu_pods, SystemTime::now()).await;
+        let catalog = bundle.placement.catalog();
+        let measured =
+            audit::utilization::measure(settings, &report, catalog, SystemTime::now()).await;
         report.utilization = Some(measured);
     }
     Ok(report)
@@ -507,6 +508,7 @@ mod tests {
             source: Source::File(answer),
             window: utilization::DEFAULT_WINDOW,
             threshold_percent: utilization::DEFAULT_THRESHOLD_PERCENT,
+            sizing: utilization::sizing::DEFAULT_RULES,
         };
         let cluster = cluster(601);
         let report = audit_with(&admission(), &cluster, 100, Some(&settings), &|| false).unwrap();

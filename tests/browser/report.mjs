@@ -1,7 +1,8 @@
 // Opens the HTML audit report in headless Chromium and checks it against
 // the JSON audit of the same objects: the totals, the GPUs per namespace,
-// the costs, the GPU nodes and pools, the top offenders, the bars of every chart, the policy
-// sections and the capacity table. The
+// the costs, the GPU nodes and pools, the top offenders, the bars of every
+// chart, the policy sections, the capacity table, and GPU efficiency (first
+// on the page) with right-sizing. The
 // page must load with no console error and no network request. Saves a
 // full-page screenshot, and with --docs PATH the top of the page as the
 // README's picture.
@@ -260,12 +261,50 @@ try {
   const cost = (v) => (v === undefined ? "-" : v.toFixed(2));
   const namespaceRows = await page.locator("tr.namespace").evaluateAll((trs) =>
     trs.map((tr) => [tr.dataset.namespace, tr.dataset.held, tr.dataset.pending, tr.dataset.inViolation, tr.dataset.idle ?? "-",
+      tr.dataset.allocated ?? "-", tr.dataset.used ?? "-",
       tr.dataset.violationsPerDay ?? "-", tr.dataset.idlePodsPerDay ?? "-"].join(" ")),
   );
   eq(namespaceRows, namespaces.sort(byHeld).slice(0, 1000).map(([ns, r]) =>
-    [ns, r.gpusHeld, r.gpusPending, r.gpusInViolation, r.gpusIdle ?? "-", cost(r.violationsPerDay), cost(r.idlePodsPerDay)].join(" ")), "namespace rows");
+    [ns, r.gpusHeld, r.gpusPending, r.gpusInViolation, r.gpusIdle ?? "-",
+      r.gpuSecondsAllocated?.toFixed(0) ?? "-", r.gpuSecondsUsed?.toFixed(0) ?? "-", cost(r.violationsPerDay), cost(r.idlePodsPerDay)].join(" ")), "namespace rows");
   eq(namespaces.reduce((sum, [, r]) => sum + r.gpusHeld, 0), report.gpusHeld, "the namespaces hold the GPUs held");
   check(await page.locator("#gpu-namespaces").isVisible(), "the namespace table is shown");
+
+  // GPU efficiency, which the page opens with, and right-sizing, with the
+  // recorded utilization answer the fixture is audited with.
+  const u = report.utilization;
+  check(u?.efficiency !== undefined, "the JSON has GPU efficiency (the report is made with --utilization)");
+  if (u?.efficiency) {
+    eq(await page.locator("body > section").first().getAttribute("id"), "efficiency", "the page opens with GPU efficiency");
+    check(await page.locator("#total-gpu-used-share").isVisible(), "the efficiency headline is visible");
+    const e = u.efficiency;
+    const fixed = (v, digits) => (v === null || v === undefined ? "" : v.toFixed(digits));
+    for (const [id, want] of [
+      ["gpu-used-share", fixed(e.usedPercent ?? 0, 3)],
+      ["gpu-seconds-allocated", fixed(e.gpuSecondsAllocated, 0)],
+      ["gpu-seconds-used", fixed(e.gpuSecondsUsed, 0)],
+      ["dram-active", fixed(e.dramActivePercent ?? 0, 3)],
+      ["gpu-seconds-without-data", fixed(e.gpuSecondsWithoutData, 0)],
+    ]) {
+      eq((await total(id)).value, want, `#total-${id} data-value`);
+    }
+    eq((await total("gpu-used-share")).text.replace(/\s/g, ""), `${e.usedPercent.toFixed(1)}%`, "the share used as shown");
+    for (const [by, rows] of [["class", u.byClass], ["namespace", u.byNamespace], ["kind", u.byKind]]) {
+      const got = await page.locator(`#efficiency-by-${by} tr.efficiency`).evaluateAll((trs) =>
+        trs.map((tr) => [tr.dataset.name, tr.dataset.pods, tr.dataset.allocated, tr.dataset.used, tr.dataset.dram, tr.dataset.withoutData].join(" ")),
+      );
+      const want = Object.entries(rows).map(([name, r]) =>
+        [name, r.pods, fixed(r.gpuSecondsAllocated, 0), fixed(r.gpuSecondsUsed, 0), fixed(r.dramActivePercent, 3), r.podsWithoutData].join(" "),
+      );
+      check(want.length > 0, `efficiency by ${by} has rows`);
+      eq(got, want, `efficiency rows by ${by}`);
+    }
+    const sized = await page.locator("#right-sizing tr.right-size").evaluateAll((trs) =>
+      trs.map((tr) => [tr.dataset.namespace, tr.dataset.pod, tr.dataset.choice, tr.dataset.to, tr.dataset.gpusFreed, tr.dataset.perDay].join(" ")),
+    );
+    check(u.rightSizing.length > 0, "the fixture has right-sizing choices");
+    eq(sized, u.rightSizing.map((r) => [r.namespace, r.pod, r.choice, r.to, fixed(r.gpusFreed, 3), fixed(r.perDay, 2)].join(" ")), "right-sizing rows");
+  }
 
   eq(consoleErrors, [], "console errors");
   eq(requests, [], "network requests");
@@ -286,4 +325,4 @@ if (failures.length > 0) {
   for (const f of failures) console.error(`  - ${f}`);
   process.exit(1);
 }
-console.log(`report.mjs: ${htmlPath} checked (totals, GPUs per namespace, costs, GPU nodes and pools, top offenders, charts, policies, capacity; no console errors, no requests); screenshot ${screenshot}`);
+console.log(`report.mjs: ${htmlPath} checked (totals, GPUs per namespace, costs, GPU nodes and pools, top offenders, charts, policies, capacity, GPU efficiency and right-sizing; no console errors, no requests); screenshot ${screenshot}`);

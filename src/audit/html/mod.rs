@@ -102,6 +102,9 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
             }
             body {
                 (header(meta))
+                @if let Some(section) = &report.utilization {
+                    (utilization::efficiency(section))
+                }
                 (exceptions::attention(report))
                 (policies::reports_held(report))
                 (totals(report))

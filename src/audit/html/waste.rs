@@ -24,6 +24,7 @@ pub(super) fn namespaces(report: &Report) -> Markup {
     let money = report.money.as_ref();
     let measured = (report.utilization.as_ref()).is_some_and(|u| u.measured.is_some());
     let cost = |v: Option<f64>| v.map(|v| format!("{v:.2}"));
+    let seconds = |v: Option<f64>| v.map(|v| format!("{v:.0}"));
     let shown = |v: Option<f64>, missing: &'static str| match (v, money) {
         (Some(v), Some(m)) => amount(v, &m.currency),
         _ => missing.to_string(),
@@ -33,7 +34,7 @@ pub(super) fn namespaces(report: &Report) -> Markup {
             h2 { "GPUs per namespace" }
             p.hint #namespaces-hint {
                 "What each namespace's workloads hold (pods bound to a node, not finished), request and are not given yet, and hold while violating a policy; "
-                em { "idle" } ": GPUs of its idle pods"
+                em { "idle" } ": GPUs of its idle pods; GPU-seconds its measured pods held within the window, and used"
                 @if !measured { " (not measured: no utilization section, or it is missing)" }
                 "."
                 @if let Some(m) = money {
@@ -44,18 +45,23 @@ pub(super) fn namespaces(report: &Report) -> Markup {
             table #gpu-namespaces {
                 thead { tr {
                     th { "Namespace" } th.num { "Held" } th.num { "Not placed" } th.num { "In violation" } th.num { "Idle" }
+                    th.num { "GPU-s allocated" } th.num { "GPU-s used" }
                     @if money.is_some() { th.num { "Violating, per day" } th.num { "Idle pods, per day" } }
                 } }
                 tbody {
                     @for (name, r) in rows.iter().take(MAX_ROWS) {
                         tr.namespace data-namespace=(name) data-held=(r.gpus_held) data-pending=(r.gpus_pending)
                             data-in-violation=(r.gpus_in_violation) data-idle=[r.gpus_idle]
+                            data-allocated=[seconds(r.gpu_seconds_allocated)] data-used=[seconds(r.gpu_seconds_used)]
                             data-violations-per-day=[cost(r.violations_per_day)] data-idle-pods-per-day=[cost(r.idle_pods_per_day)] {
                             td { strong { (name) } }
                             td.num { (fmt_int(r.gpus_held)) }
                             td.num { (fmt_int(r.gpus_pending)) }
                             td.num { (fmt_int(r.gpus_in_violation)) }
                             td.num { @match r.gpus_idle { Some(n) => (fmt_int(n)), None => span.muted { "not measured" } } }
+                            @for v in [r.gpu_seconds_allocated, r.gpu_seconds_used] {
+                                td.num { @match v { Some(v) => (fmt_int(v.round() as i64)), None => span.muted { "not measured" } } }
+                            }
                             @if money.is_some() {
                                 td.num { (shown(r.violations_per_day, "not priced")) }
                                 td.num { (shown(r.idle_pods_per_day, if measured { "not priced" } else { "not measured" })) }

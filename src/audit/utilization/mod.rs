@@ -1,12 +1,22 @@
 //! GPU utilization of the pods holding GPUs, from the series dcgm-exporter
-//! exports and Prometheus keeps: which pods stayed below a threshold for a
-//! whole window, and the GPU-hours they held meanwhile. Read from a
+//! exports and Prometheus keeps: GPU-seconds used against GPU-seconds
+//! allocated over a window (cluster-wide, per namespace, per workload
+//! class and kind), which pods stayed below a threshold for the whole
+//! window and the GPU-hours they held meanwhile, and which would fit a MIG
+//! profile, a shared GPU or a smaller size ([`sizing`]). Read from a
 //! Prometheus (`--prometheus URL`) or from a recorded answer of the same
 //! query (`--utilization FILE`). When neither answers, the report stays
 //! complete without this section and says why; nothing is guessed from
 //! CPU use.
+mod efficiency;
+pub mod sizing;
+
+pub use efficiency::{class, Efficiency, CLASSES, INFERENCE, NOTEBOOK, OTHER, TRAINING};
+
 use crate::audit::nodes::HeldPod;
+use crate::audit::Report;
 use crate::cluster::prometheus::{self, Endpoint, Sample};
+use crate::gpu::catalog::Catalog;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -19,6 +29,27 @@ pub const ENGINE_ACTIVE: &str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE";
 /// The driver's GPU utilization, 0 to 100: the fallback for GPUs or
 /// set-ups without profiling metrics.
 pub const GPU_UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
+/// The share of time at least one warp was resident on an SM, averaged
+/// over the SMs, 0 to 1: how much of the GPU's compute the work occupies.
+pub const SM_ACTIVE: &str = "DCGM_FI_PROF_SM_ACTIVE";
+/// The share of cycles the memory interface was busy, 0 to 1.
+pub const DRAM_ACTIVE: &str = "DCGM_FI_PROF_DRAM_ACTIVE";
+/// Frame-buffer memory used, MiB (only its peak is asked).
+pub const FB_USED: &str = "DCGM_FI_DEV_FB_USED";
+/// The metrics asked, each with the statistics asked of it.
+const ASKED: [(&str, &[&str]); 5] = [
+    (ENGINE_ACTIVE, &["max", "mean"]),
+    (GPU_UTIL, &["max", "mean"]),
+    (SM_ACTIVE, &["max", "mean"]),
+    (DRAM_ACTIVE, &["max", "mean"]),
+    (FB_USED, &["max"]),
+];
+/// How a pod's GPU-seconds used are measured: the first of these it
+/// exports (SM activity where the profiling metrics are on).
+pub const ACTIVITY: [&str; 3] = [SM_ACTIVE, ENGINE_ACTIVE, GPU_UTIL];
+/// How a pod is judged idle: engine activity, which counts any kernel
+/// running (SM activity only where it alone is exported).
+const IDLENESS: [&str; 3] = [ENGINE_ACTIVE, GPU_UTIL, SM_ACTIVE];
 /// The window when none is given.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// Peak use (percent) under which a pod is idle, when none is given.
@@ -32,7 +63,7 @@ pub const MIN_AGE: Duration = Duration::from_secs(3600);
 /// The pods holding GPUs (`audit::holding`: running, or bound to a node,
 /// and not finished; as [`crate::audit::PodLedger`] collects them), each
 /// once: the pods whose GPU use is asked.
-pub fn gpu_pods(held: &[HeldPod]) -> Vec<HeldPod> {
+fn gpu_pods(held: &[HeldPod]) -> Vec<HeldPod> {
     let mut seen = BTreeSet::new();
     held.iter()
         .filter(|p| p.gpus > 0 && seen.insert((p.namespace.as_str(), p.name.as_str())))
@@ -57,6 +88,8 @@ pub struct Settings {
     pub window: Duration,
     /// Peak use, in percent, under which a pod is idle.
     pub threshold_percent: f64,
+    /// How right-sizing judges a pod's peaks.
+    pub sizing: sizing::Rules,
 }
 
 /// The report's utilization section.
@@ -70,6 +103,8 @@ pub struct Utilization {
     pub window_seconds: u64,
     /// A pod is idle when its peak use over the window stays below this.
     pub threshold_percent: f64,
+    /// How right-sizing fitted the pods' peaks.
+    pub sizing: sizing::Rules,
     /// Why the section is missing (the query failed, timed out, or found no
     /// series); the rest of the report is complete.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,7 +114,7 @@ pub struct Utilization {
 }
 
 /// The join of the pods holding GPUs with their utilization.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Measured {
     /// When the series were read (RFC 3339).
@@ -99,6 +134,20 @@ pub struct Measured {
     /// Pods holding GPUs with no series in the window (dcgm-exporter not on
     /// their node, or without its Kubernetes mapping): not judged.
     pub without_data: Vec<HeldPod>,
+    /// GPU-seconds used against allocated over the window, cluster-wide.
+    pub efficiency: Efficiency,
+    /// The same per namespace.
+    pub by_namespace: BTreeMap<String, Efficiency>,
+    /// The same per workload class ([`CLASSES`]).
+    pub by_class: BTreeMap<&'static str, Efficiency>,
+    /// The same per workload kind (`Pod` for a bare pod).
+    pub by_kind: BTreeMap<String, Efficiency>,
+    /// Pods whose peaks would fit a MIG profile, a shared GPU or a smaller
+    /// size, most GPUs freed first.
+    pub right_sizing: Vec<sizing::RightSize>,
+    /// What right-sizing would save, with a price file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub savings: Option<sizing::Savings>,
 }
 
 /// A pod that held its GPUs without using them for the whole window (or
@@ -122,35 +171,46 @@ pub struct IdlePod {
     pub gpu_hours: f64,
 }
 
-/// The instant query that gives, per pod and metric, the peak (`stat="max"`)
-/// and mean (`stat="mean"`) over `window`; each series says its `metric`,
-/// `stat` and `window`. dcgm-exporter sets the labels `namespace` and `pod`
-/// of the pod using a GPU; a Prometheus that keeps its target's own labels
-/// names them `exported_namespace` and `exported_pod`: both are kept.
+/// The instant query that gives, per pod and metric ([`ASKED`]), the peak
+/// (`stat="max"`, over the window and the pod's GPUs) and mean
+/// (`stat="mean"`, over the window, then over the pod's GPUs) over
+/// `window`; each series says its `metric`, `stat` and `window`.
+/// dcgm-exporter sets the labels `namespace` and `pod` of the pod using a
+/// GPU; a Prometheus that keeps its target's own labels names them
+/// `exported_namespace` and `exported_pod`: both are kept.
 pub fn query(window: Duration) -> String {
     let range = promql_duration(window);
-    let per_metric = |metric: &str| {
-        let stat = |function: &str, over: &str, name: &str| {
+    let per_metric = |(metric, stats): &(&str, &[&str])| {
+        let stat = |name: &&str| {
+            let function = if *name == "max" { "max" } else { "avg" };
             format!(
-                "label_replace({function} by (namespace, pod, exported_namespace, exported_pod) ({over}_over_time({metric}[{range}])), \"stat\", \"{name}\", \"\", \"\")"
+                "label_replace({function} by (namespace, pod, exported_namespace, exported_pod) ({function}_over_time({metric}[{range}])), \"stat\", \"{name}\", \"\", \"\")"
             )
         };
+        let stats: Vec<String> = stats.iter().map(stat).collect();
         format!(
-            "label_replace({} or {}, \"metric\", \"{metric}\", \"\", \"\")",
-            stat("max", "max", "max"),
-            stat("avg", "avg", "mean")
+            "label_replace({}, \"metric\", \"{metric}\", \"\", \"\")",
+            stats.join(" or ")
         )
     };
+    let metrics: Vec<String> = ASKED.iter().map(per_metric).collect();
     format!(
-        "label_replace({} or {}, \"window\", \"{range}\", \"\", \"\")",
-        per_metric(ENGINE_ACTIVE),
-        per_metric(GPU_UTIL)
+        "label_replace({}, \"window\", \"{range}\", \"\", \"\")",
+        metrics.join(" or ")
     )
 }
 
-/// Reads utilization as `settings` say and joins it with `pods`. Never
-/// fails: what goes wrong becomes the section's `missing`.
-pub async fn measure(settings: &Settings, pods: &[HeldPod], now: SystemTime) -> Utilization {
+/// Reads utilization as `settings` say and joins it with the pods holding
+/// GPUs of `report` (right-sized against its GPU nodes' sizes in
+/// `catalog`). Never fails: what goes wrong becomes the section's
+/// `missing`.
+pub async fn measure(
+    settings: &Settings,
+    report: &Report,
+    catalog: &Catalog,
+    now: SystemTime,
+) -> Utilization {
+    let pods = gpu_pods(&report.held_pods);
     let mut section = Utilization {
         source: match &settings.source {
             Source::Prometheus(endpoint) => format!("Prometheus at {}", endpoint.url),
@@ -159,6 +219,7 @@ pub async fn measure(settings: &Settings, pods: &[HeldPod], now: SystemTime) -> 
         window: promql_duration(settings.window),
         window_seconds: settings.window.as_secs(),
         threshold_percent: settings.threshold_percent,
+        sizing: settings.sizing,
         missing: None,
         measured: None,
     };
@@ -188,7 +249,11 @@ pub async fn measure(settings: &Settings, pods: &[HeldPod], now: SystemTime) -> 
             ));
         }
         let at = series.at.unwrap_or(now_seconds);
-        Ok(join(pods, &series, at, &section))
+        let mut measured = join(&pods, &series, at, &section);
+        let nodes = report.nodes.as_ref().map_or(&[][..], |n| &n.gpu_node_list);
+        measured.right_sizing =
+            sizing::right_size(&pods, &series, nodes, catalog, &settings.sizing);
+        Ok(measured)
     });
     match joined {
         Ok(measured) => section.measured = Some(measured),
@@ -234,24 +299,97 @@ pub fn render_text(section: &Utilization) -> String {
             p.gpu_hours
         );
     }
+    let _ = writeln!(
+        out,
+        "\nGPU efficiency (GPU-seconds used of allocated over {}):",
+        section.window
+    );
+    let rows = (m.by_class.iter().map(|(k, e)| (format!("class {k}"), e))).chain(
+        m.by_namespace
+            .iter()
+            .map(|(k, e)| (format!("namespace {k}"), e)),
+    );
+    for (name, e) in std::iter::once(("cluster".to_string(), &m.efficiency)).chain(rows) {
+        let _ = writeln!(
+            out,
+            "  {name}: {} used of {:.1} GPU-hours allocated ({}), DRAM active {}; {} pods without data ({:.1} GPU-hours)",
+            e.used_percent.map_or("-".to_string(), |p| format!("{p:.1}%")),
+            e.gpu_seconds_allocated / 3600.0,
+            e.metrics.keys().copied().collect::<Vec<_>>().join(", "),
+            e.dram_active_percent.map_or("-".to_string(), |p| format!("{p:.1}%")),
+            e.pods_without_data,
+            e.gpu_seconds_without_data / 3600.0,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nRight-sizing (peaks grown by {}%): {} pods",
+        section.sizing.headroom_percent,
+        m.right_sizing.len()
+    );
+    for r in &m.right_sizing {
+        let _ =
+            writeln!(
+            out,
+            "  {}/{}: {} of {} -> {} {} ({:.2} GPUs freed{}): peak {:.1}% {}, {:.0} of {:.0} MiB",
+            r.namespace,
+            r.pod,
+            r.gpus,
+            r.size,
+            r.choice,
+            r.to,
+            r.gpus_freed,
+            (r.per_day.zip(m.savings.as_ref()))
+                .map_or(String::new(), |(d, s)| format!(", {d:.2} {}/day", s.currency)),
+            r.peak_percent,
+            r.metric,
+            r.peak_memory_mib,
+            r.gpu_memory_mib,
+        );
+    }
     out
 }
 
-/// Peak and mean of one pod under one metric, in percent.
+/// Peak and mean of one pod under one metric, in percent (MiB for
+/// [`FB_USED`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Use {
-    peak: Option<f64>,
-    mean: Option<f64>,
+pub(crate) struct Use {
+    pub(crate) peak: Option<f64>,
+    pub(crate) mean: Option<f64>,
 }
 
 /// The query's answer, per pod and metric.
-struct Series {
+pub(crate) struct Series {
     by_pod: BTreeMap<(String, String), BTreeMap<&'static str, Use>>,
     window: Option<Duration>,
     at: Option<f64>,
 }
 
 impl Series {
+    /// The first of `metrics` `pod` has a peak and a mean of: (metric,
+    /// peak, mean).
+    pub(crate) fn first(
+        &self,
+        pod: &HeldPod,
+        metrics: &[&'static str],
+    ) -> Option<(&'static str, f64, f64)> {
+        let by_metric = self
+            .by_pod
+            .get(&(pod.namespace.clone(), pod.name.clone()))?;
+        metrics.iter().find_map(|&metric| {
+            let used = by_metric.get(metric)?;
+            Some((metric, used.peak?, used.mean?))
+        })
+    }
+
+    /// The peak of `metric` for `pod`.
+    pub(crate) fn peak(&self, pod: &HeldPod, metric: &str) -> Option<f64> {
+        self.by_pod
+            .get(&(pod.namespace.clone(), pod.name.clone()))?
+            .get(metric)?
+            .peak
+    }
+
     fn read(samples: &[Sample]) -> Result<Series, String> {
         let mut series = Series {
             by_pod: BTreeMap::new(),
@@ -266,13 +404,12 @@ impl Series {
                     s.labels
                 )
             };
-            let metric = match label("metric") {
-                ENGINE_ACTIVE => ENGINE_ACTIVE,
-                GPU_UTIL => GPU_UTIL,
-                "" => return Err(not_ours("metric")),
-                other => {
+            let metric = match (label("metric"), ASKED.iter().find(|(m, _)| *m == label("metric"))) {
+                (_, Some((metric, _))) => *metric,
+                ("", _) => return Err(not_ours("metric")),
+                (other, None) => {
                     return Err(format!(
-                        "a series of {other:?}, not of {ENGINE_ACTIVE} or {GPU_UTIL}"
+                        "a series of {other:?}, not of {ENGINE_ACTIVE}, {SM_ACTIVE} or another metric of the query"
                     ))
                 }
             };
@@ -299,8 +436,8 @@ impl Series {
                 continue;
             }
             let percent = match metric {
-                ENGINE_ACTIVE => s.value * 100.0,
-                _ => s.value,
+                GPU_UTIL | FB_USED => s.value,
+                _ => s.value * 100.0,
             };
             let entry = (series.by_pod.entry((namespace, pod)).or_default())
                 .entry(metric)
@@ -316,8 +453,9 @@ impl Series {
     }
 }
 
-/// Judges each pod by its engine activity where exported, else its GPU
-/// utilization.
+/// Judges each pod idle or not by [`IDLENESS`], and measures its
+/// GPU-seconds by [`ACTIVITY`], cluster-wide, per namespace, class and
+/// kind.
 fn join(pods: &[HeldPod], series: &Series, at: f64, section: &Utilization) -> Measured {
     let window_hours = section.window_seconds as f64 / 3600.0;
     let mut m = Measured {
@@ -332,19 +470,35 @@ fn join(pods: &[HeldPod], series: &Series, at: f64, section: &Utilization) -> Me
         idle_gpus: 0,
         gpu_hours_wasted: 0.0,
         without_data: Vec::new(),
+        efficiency: Efficiency::default(),
+        by_namespace: BTreeMap::new(),
+        by_class: BTreeMap::new(),
+        by_kind: BTreeMap::new(),
+        right_sizing: Vec::new(),
+        savings: None,
     };
     let mut metrics = BTreeSet::new();
     for pod in pods {
-        let found = series
-            .by_pod
-            .get(&(pod.namespace.clone(), pod.name.clone()))
-            .and_then(|by_metric| {
-                [ENGINE_ACTIVE, GPU_UTIL].into_iter().find_map(|metric| {
-                    let used = by_metric.get(metric)?;
-                    Some((metric, used.peak?, used.mean.unwrap_or(0.0)))
-                })
-            });
-        let Some((metric, peak, mean)) = found else {
+        // Seconds it held its GPUs within the window.
+        let seconds = pod.started_at.map_or(section.window_seconds as f64, |s| {
+            (at - s as f64).clamp(0.0, section.window_seconds as f64)
+        });
+        let activity = series
+            .first(pod, &ACTIVITY)
+            .map(|(metric, _, mean)| (metric, mean));
+        let dram = series.first(pod, &[DRAM_ACTIVE]).map(|(_, _, mean)| mean);
+        let kind = pod.workload_kind.as_deref();
+        for row in [
+            &mut m.efficiency,
+            m.by_namespace.entry(pod.namespace.clone()).or_default(),
+            m.by_class.entry(class(kind)).or_default(),
+            m.by_kind
+                .entry(kind.unwrap_or("Pod").to_string())
+                .or_default(),
+        ] {
+            row.add(pod, seconds, activity, dram);
+        }
+        let Some((metric, peak, mean)) = series.first(pod, &IDLENESS) else {
             m.without_data.push(pod.clone());
             continue;
         };
