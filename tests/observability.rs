@@ -383,6 +383,53 @@ fn rules() -> Value {
         .expect("the rules are YAML")
 }
 
+/// The report with what the fixture dump cannot give: a pool with a GPU
+/// reported unhealthy, a utilization section with GPU-seconds per
+/// namespace and class, and idle pods priced.
+fn with_efficiency_and_health(
+    mut report: gpu_admission::audit::Report,
+) -> gpu_admission::audit::Report {
+    use gpu_admission::audit::{nodes::PoolRow, utilization, Money, NamespaceRow};
+    let pool = PoolRow {
+        pool: "a100".into(),
+        size: "Standard_NC24ads_A100_v4".into(),
+        gpus_allocatable: 3,
+        gpus_unusable: 1,
+        ..PoolRow::default()
+    };
+    report
+        .nodes
+        .get_or_insert_with(Default::default)
+        .pools
+        .push(pool);
+    let mut training = utilization::Efficiency::default();
+    (training.gpu_seconds_allocated, training.gpu_seconds_used) = (7200.0, 1800.0);
+    report.utilization = Some(utilization::Utilization {
+        source: "file answer.json".into(),
+        window: "1h".into(),
+        window_seconds: 3600,
+        threshold_percent: 5.0,
+        sizing: utilization::sizing::DEFAULT_RULES,
+        missing: None,
+        measured: Some(utilization::Measured {
+            by_class: [(utilization::TRAINING, training)].into(),
+            ..Default::default()
+        }),
+    });
+    let ml = NamespaceRow {
+        gpu_seconds_allocated: Some(7200.0),
+        gpu_seconds_used: Some(1800.0),
+        ..Default::default()
+    };
+    report.namespaces.insert("ml".into(), ml);
+    report.money = Some(Money {
+        currency: "USD".into(),
+        idle_pods_per_day: Some(86.4),
+        ..Default::default()
+    });
+    report
+}
+
 /// `/metrics` of the real server, over the shipped policies, after a GPU
 /// pod was placed and validated and a privileged one denied, with the
 /// audit families as a periodic report run leaves them.
@@ -412,6 +459,7 @@ async fn scrape() -> Exposition {
     })
     .unwrap();
     assert!(!report.findings.is_empty());
+    let report = with_efficiency_and_health(report);
     let audit_metrics = audit_metrics.unwrap();
     audit_metrics.record(
         &report,
@@ -428,6 +476,7 @@ async fn scrape() -> Exposition {
         },
     );
     audit_metrics.set_leader(true);
+    audit_metrics.set_report_conflicts(&[("ml".to_string(), "kubewarden".to_string())].into());
 
     let server = TestServer::start_with_metrics(config(), admission, metrics).await;
     let placed = fixture("pod-create-gpu.json");
