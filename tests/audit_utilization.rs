@@ -495,6 +495,31 @@ const OWNERS: [(&str, &str, &str, Option<Ref>); 10] = [
     ("Notebook", "kubeflow.org/v1", "alice-nb", None),
 ];
 
+/// GPU nodes no pod runs on, with unusable GPUs: (name, size, GPU
+/// capacity, allocatable, the Node Problem Detector condition set `True`
+/// and its message).
+type UnhealthyNode = (
+    &'static str,
+    &'static str,
+    u32,
+    u32,
+    Option<(&'static str, &'static str)>,
+);
+const UNHEALTHY: [UnhealthyNode; 2] = [
+    (
+        "a100-1e",
+        "Standard_NC24ads_A100_v4",
+        1,
+        1,
+        Some(("GPUXIDErrors", "XID 79 on GPU 0")),
+    ),
+    // The device plugin dropped one GPU: 3 allocatable, free and idle.
+    ("a100-4b", "Standard_NC96ads_A100_v4", 4, 3, None),
+];
+
+/// A pod asking for 2 GPUs and not placed: (namespace, name, GPUs).
+const QUEUED: (&str, &str, u32) = ("alice", "queued", 2);
+
 /// The GPU nodes: (name, size, GPUs).
 const NODES: [(&str, &str, u32); 8] = [
     ("a100-4a", "Standard_NC96ads_A100_v4", 4),
@@ -671,6 +696,10 @@ fn gen_pods() -> Vec<GenPod> {
     ]
 }
 
+/// The one pod of the generated cluster that violates policies
+/// (`gpu-privileged`, and the tier of its namespace); it is also idle.
+const PRIVILEGED: &str = "debug";
+
 fn rfc3339(seconds: u64) -> String {
     k8s_openapi::jiff::Timestamp::from_second(seconds as i64)
         .unwrap()
@@ -681,13 +710,20 @@ fn rfc3339(seconds: u64) -> String {
 /// whose series must not count).
 fn gen_cluster(now: u64, pods: &[GenPod]) -> Value {
     let mut items = Vec::new();
-    for (name, size, gpus) in NODES {
+    let healthy = (NODES.iter()).map(|&(name, size, gpus)| (name, size, gpus, gpus, None));
+    for (name, size, capacity, allocatable, problem) in healthy.chain(UNHEALTHY) {
+        let conditions: Vec<Value> = problem
+            .map(|(kind, message)| json!({"type": kind, "status": "True", "reason": kind, "message": message}))
+            .into_iter()
+            .collect();
         items.push(json!({"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "uid": format!("uid-node-{name}"), "creationTimestamp": rfc3339(now - 100 * 3600),
                 "labels": {"node.kubernetes.io/instance-type": size, "topology.kubernetes.io/region": "eastus",
                     "kubernetes.azure.com/agentpool": name.split('-').next().unwrap()}},
             "spec": {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]},
-            "status": {"allocatable": {"cpu": "23", "nvidia.com/gpu": gpus.to_string()}}}));
+            "status": {"capacity": {"cpu": "24", "nvidia.com/gpu": capacity.to_string()},
+                "allocatable": {"cpu": "23", "nvidia.com/gpu": allocatable.to_string()},
+                "conditions": conditions}}));
     }
     let reference = |kind: &str, name: &str| {
         let api = OWNERS
@@ -720,7 +756,8 @@ fn gen_cluster(now: u64, pods: &[GenPod]) -> Value {
             "metadata": {"name": p.name, "namespace": p.namespace, "uid": format!("uid-pod-{}", p.name)},
             "spec": {"nodeName": p.node, "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
                 "containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:24.01-py3",
-                    "resources": {"limits": {"nvidia.com/gpu": p.gpus.to_string()}}}]},
+                    "resources": {"requests": {"cpu": "4", "memory": "32Gi"},
+                        "limits": {"nvidia.com/gpu": p.gpus.to_string(), "memory": "32Gi"}}}]},
             "status": {"phase": phase, "startTime": rfc3339(now - p.hours_ago * 3600)}});
         if let Some((kind, name)) = p.owner {
             o["metadata"]["ownerReferences"] = reference(kind, name);
@@ -728,8 +765,20 @@ fn gen_cluster(now: u64, pods: &[GenPod]) -> Value {
         o
     };
     for p in pods {
-        items.push(pod_object(p, "Running"));
+        let mut pod = pod_object(p, "Running");
+        if p.name == PRIVILEGED {
+            pod["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
+        }
+        items.push(pod);
     }
+    let (namespace, name, gpus) = QUEUED;
+    items.push(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": "uid-pod-queued"},
+        "spec": {"tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+                "resources": {"requests": {"cpu": "4", "memory": "32Gi"},
+                    "limits": {"nvidia.com/gpu": gpus.to_string(), "memory": "32Gi"}}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}));
     let finished = GenPod {
         name: "etl-done",
         ..gen_pods().remove(1)
@@ -1007,8 +1056,134 @@ fn check_generated(u: &Value, now: u64, pods: &[GenPod], prices: &[(&str, f64)])
     assert_eq!(u["savings"]["unpriced"], 0);
 }
 
+/// The rest of the report on the generated cluster against its truth:
+/// GPUs held and not placed, in total and per namespace with the
+/// violating and idle ones and the GPU-seconds of the efficiency section,
+/// the one finding, unusable GPUs, and the money of violations, idle
+/// pods, idle and unusable node GPUs.
+fn check_cluster(report: &Value, pods: &[GenPod], prices: &[(&str, f64)]) {
+    let price = |size: &str| prices.iter().find(|(s, _)| *s == size).unwrap().1;
+    let node_price = |node: &str| {
+        let (_, size, gpus) = NODES.iter().find(|n| n.0 == node).unwrap();
+        price(size) / *gpus as f64
+    };
+    let idle = |p: &GenPod| p.name == PRIVILEGED;
+    #[derive(Default, Debug, PartialEq)]
+    struct Ns {
+        held: i64,
+        pending: i64,
+        in_violation: i64,
+        idle: i64,
+        violations_per_day: f64,
+        idle_per_day: f64,
+    }
+    let mut want: std::collections::BTreeMap<&str, Ns> = Default::default();
+    for p in pods {
+        let ns = want.entry(p.namespace).or_default();
+        ns.held += p.gpus as i64;
+        if p.name == PRIVILEGED {
+            ns.in_violation += p.gpus as i64;
+            ns.violations_per_day += p.gpus as f64 * node_price(p.node) * 24.0;
+        }
+        if idle(p) {
+            ns.idle += p.gpus as i64;
+            ns.idle_per_day += p.gpus as f64 * node_price(p.node) * 24.0;
+        }
+    }
+    want.entry(QUEUED.0).or_default().pending += QUEUED.2 as i64;
+    let total = |f: fn(&Ns) -> i64| want.values().map(f).sum::<i64>();
+    assert_eq!(report["gpusHeld"], total(|n| n.held), "held");
+    assert_eq!(report["gpusPending"], total(|n| n.pending), "not placed");
+    assert_eq!(report["gpusInViolation"], total(|n| n.in_violation));
+    let rows = report["namespaces"].as_object().unwrap();
+    assert_eq!(
+        rows.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    let efficiency = &report["utilization"]["byNamespace"];
+    for (name, w) in &want {
+        let got = &rows[*name];
+        let what = format!("namespace {name}");
+        for (field, n) in [
+            ("gpusHeld", w.held),
+            ("gpusPending", w.pending),
+            ("gpusInViolation", w.in_violation),
+            ("gpusIdle", w.idle),
+        ] {
+            assert_eq!(got[field], n, "{what} {field}: {got:#}");
+        }
+        close(&got["violationsPerDay"], w.violations_per_day, &what);
+        close(&got["idlePodsPerDay"], w.idle_per_day, &what);
+        for field in ["gpuSecondsAllocated", "gpuSecondsUsed"] {
+            let seconds = efficiency[*name][field].as_f64().unwrap();
+            close(&got[field], seconds, &format!("{what} {field}"));
+        }
+    }
+    let findings: Vec<(&str, &str, &str)> = (report["findings"].as_array().unwrap().iter())
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap();
+            (s("kind"), s("name"), s("policy"))
+        })
+        .collect();
+    // Privileged, and bound to an H100 the namespace's tier does not
+    // allow: one object, counted once.
+    assert_eq!(
+        findings,
+        [
+            ("Pod", PRIVILEGED, "gpu-privileged"),
+            ("Pod", PRIVILEGED, "gpu-sku-allowlist")
+        ]
+    );
+
+    let nodes = &report["nodes"];
+    let unusable: Vec<(&str, i64)> = (nodes["unhealthyNodes"].as_array().unwrap().iter())
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap(),
+                n["gpusUnusable"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(unusable, [("a100-1e", 1), ("a100-4b", 1)]);
+    assert_eq!(nodes["gpusUnusable"], 2);
+    assert_eq!(nodes["gpusIdle"], 3, "the 3 GPUs a100-4b still offers");
+
+    let money = &report["money"];
+    let sum = |f: fn(&Ns) -> f64| want.values().map(f).sum::<f64>();
+    close(
+        &money["violationsPerDay"],
+        sum(|n| n.violations_per_day),
+        "violations",
+    );
+    close(
+        &money["idlePodsPerDay"],
+        sum(|n| n.idle_per_day),
+        "idle pods",
+    );
+    let a100_4 = price("Standard_NC96ads_A100_v4") / 4.0;
+    close(
+        &money["unusableNodesPerDay"],
+        (price("Standard_NC24ads_A100_v4") + a100_4) * 24.0,
+        "unusable node GPUs",
+    );
+    close(
+        &money["idleNodesPerDay"],
+        3.0 * a100_4 * 24.0,
+        "idle node GPUs",
+    );
+    for field in [
+        "unpricedGpus",
+        "unpricedIdleGpus",
+        "unpricedUnusableGpus",
+        "unpricedIdlePodGpus",
+    ] {
+        assert_eq!(money[field], 0, "{field}");
+    }
+    assert_eq!(money["priceSource"], "test");
+}
+
 #[test]
-fn efficiency_and_right_sizing_of_a_generated_cluster_match_its_truth() {
+fn every_figure_of_a_generated_cluster_matches_its_truth() {
     let dir = tempfile::tempdir().unwrap();
     let (now, pods) = (now(), gen_pods());
     let history = gen_history(now, &pods);
@@ -1041,6 +1216,7 @@ fn efficiency_and_right_sizing_of_a_generated_cluster_match_its_truth() {
     let u = &live["utilization"];
     check_generated(u, now, &pods, &prices);
     assert_eq!(u["gpuPods"], 8, "the finished pod is not held");
+    check_cluster(&live, &pods, &prices);
 
     // The answer recorded at the same time gives the same section.
     let at = u["measuredAt"]

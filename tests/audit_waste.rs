@@ -424,15 +424,20 @@ fn idle_pods_cost_their_gpus_at_their_nodes_price_per_namespace() {
     );
     // Held, not placed and in violation as the table at the top sums
     // them; idle from the answer; render's GPU unpriced leaves ml's idle
-    // pods without a cost rather than a part of one.
+    // pods without a cost rather than a part of one. GPU-seconds: each
+    // pod's GPU for the 12 hours, used at its mean engine activity (half
+    // its peak in the answer): ml 43,200 × (0.5 % + 1 %), serving 45 %.
     assert_eq!(
         json["namespaces"],
         serde_json::json!({
             "ml": {"gpusHeld": 2, "gpusPending": 1, "gpusInViolation": 1, "gpusIdle": 2,
+                "gpuSecondsAllocated": 86_400.0, "gpuSecondsUsed": 648.0,
                 "violationsPerDay": 78.0},
             "research": {"gpusHeld": 1, "gpusPending": 4, "gpusInViolation": 1, "gpusIdle": 1,
+                "gpuSecondsAllocated": 43_200.0, "gpuSecondsUsed": 0.0,
                 "violationsPerDay": 12.0, "idlePodsPerDay": 12.0},
             "serving": {"gpusHeld": 1, "gpusPending": 0, "gpusInViolation": 0, "gpusIdle": 0,
+                "gpuSecondsAllocated": 43_200.0, "gpuSecondsUsed": 19_440.0,
                 "violationsPerDay": 0.0, "idlePodsPerDay": 0.0},
         })
     );
@@ -444,12 +449,12 @@ fn idle_pods_cost_their_gpus_at_their_nodes_price_per_namespace() {
 
     let text = cli("text", &args);
     for line in [
-        "Cost per day at the prices of 2026-11-01 (test prices (round numbers), example prices): 90.00 USD held by violating workloads, 264.00 USD in idle node GPUs, 108.00 USD in idle GPU pods (54.00 USD for their GPU-hours within the window; 1 GPU on a node without a price)",
+        "Cost per day at the prices of 2026-11-01 (test prices (round numbers), example prices): 90.00 USD held by violating workloads, 264.00 USD in idle node GPUs, 0.00 USD in unusable node GPUs, 108.00 USD in idle GPU pods (54.00 USD for their GPU-hours within the window; 1 GPU on a node without a price)",
         "GPUs per namespace (idle: peak use under 5% over 12h; cost per day at the prices of 2026-11-01 (test prices (round numbers), USD), example prices):",
-        "NAMESPACE   HELD  NOT PLACED  IN VIOLATION          IDLE  VIOLATING/DAY  IDLE PODS/DAY",
-        "ml             2           1             1             2          78.00     not priced",
-        "research       1           4             1             1          12.00          12.00",
-        "serving        1           0             0             0           0.00           0.00",
+        "NAMESPACE   HELD  NOT PLACED  IN VIOLATION          IDLE  GPU-S ALLOCATED  GPU-S USED  VIOLATING/DAY  IDLE PODS/DAY",
+        "ml             2           1             1             2            86400         648          78.00     not priced",
+        "research       1           4             1             1            43200           0          12.00          12.00",
+        "serving        1           0             0             0            43200       19440           0.00           0.00",
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }
@@ -457,8 +462,8 @@ fn idle_pods_cost_their_gpus_at_their_nodes_price_per_namespace() {
     let html = cli("html", &args);
     assert_eq!(total(&html, "total-cost-idle-pods"), "108.00");
     for row in [
-        r#"<tr class="namespace" data-namespace="ml" data-held="2" data-pending="1" data-in-violation="1" data-idle="2" data-violations-per-day="78.00">"#,
-        r#"<tr class="namespace" data-namespace="research" data-held="1" data-pending="4" data-in-violation="1" data-idle="1" data-violations-per-day="12.00" data-idle-pods-per-day="12.00">"#,
+        r#"<tr class="namespace" data-namespace="ml" data-held="2" data-pending="1" data-in-violation="1" data-idle="2" data-allocated="86400" data-used="648" data-violations-per-day="78.00">"#,
+        r#"<tr class="namespace" data-namespace="research" data-held="1" data-pending="4" data-in-violation="1" data-idle="1" data-allocated="43200" data-used="0" data-violations-per-day="12.00" data-idle-pods-per-day="12.00">"#,
         r#"data-table="idle-pods" data-name="ml" data-gpus="1" data-per-day="96.00""#,
     ] {
         assert!(html.contains(row), "no {row} in the page");
@@ -478,7 +483,7 @@ fn without_utilization_idle_pods_are_not_measured() {
     assert!(json["namespaces"]["ml"].get("gpusIdle").is_none());
     let text = cli("text", &["--prices", &prices_arg()]);
     assert!(
-        text.contains("264.00 USD in idle node GPUs, idle GPU pods not measured\n"),
+        text.contains("264.00 USD in idle node GPUs, 0.00 USD in unusable node GPUs, idle GPU pods not measured\n"),
         "{text}"
     );
     let html = cli("html", &["--prices", &prices_arg()]);

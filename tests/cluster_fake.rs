@@ -1003,12 +1003,16 @@ async fn the_periodic_report_audit_of_the_cluster_and_of_a_dump_agree_on_node_re
     // Per namespace the same: research's 4 trainers, each violating its
     // tier (each at its node's 4 an hour); serving's chat (2), finetune (1
     // and 1; no deadline: a finding, at the mean, 4) and eval (0 and 2);
-    // an idle pod in each, at its node's price.
+    // an idle pod in each, at its node's price; GPU-seconds of the pods
+    // with a series, a day each: trainer-0 and -1 (used 0 and 80 %),
+    // chat-7c9-a (1 %).
     assert_eq!(
         report["namespaces"],
         json!({"research": {"gpusHeld": 4, "gpusPending": 0, "gpusInViolation": 4, "gpusIdle": 1,
+                "gpuSecondsAllocated": 172_800.0, "gpuSecondsUsed": 69_120.0,
                 "violationsPerDay": 384.0, "idlePodsPerDay": 96.0},
             "serving": {"gpusHeld": 3, "gpusPending": 3, "gpusInViolation": 1, "gpusIdle": 1,
+                "gpuSecondsAllocated": 86_400.0, "gpuSecondsUsed": 864.0,
                 "violationsPerDay": 96.0, "idlePodsPerDay": 96.0}})
     );
     assert_eq!(report["money"]["idlePodsPerDay"], 192.0);
