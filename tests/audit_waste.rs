@@ -451,10 +451,10 @@ fn idle_pods_cost_their_gpus_at_their_nodes_price_per_namespace() {
     for line in [
         "Cost per day at the prices of 2026-11-01 (test prices (round numbers), example prices): 90.00 USD held by violating workloads, 264.00 USD in idle node GPUs, 0.00 USD in unusable node GPUs, 108.00 USD in idle GPU pods (54.00 USD for their GPU-hours within the window; 1 GPU on a node without a price)",
         "GPUs per namespace (idle: peak use under 5% over 12h; cost per day at the prices of 2026-11-01 (test prices (round numbers), USD), example prices):",
-        "NAMESPACE   HELD  NOT PLACED  IN VIOLATION          IDLE  GPU-S ALLOCATED  GPU-S USED  VIOLATING/DAY  IDLE PODS/DAY",
-        "ml             2           1             1             2            86400         648          78.00     not priced",
-        "research       1           4             1             1            43200           0          12.00          12.00",
-        "serving        1           0             0             0            43200       19440           0.00           0.00",
+        "NAMESPACE   HELD  NOT PLACED  IN VIOLATION          IDLE  GPU-H ALLOCATED  GPU-H USED  VIOLATING/DAY  IDLE PODS/DAY",
+        "ml             2           1             1             2             24.0         0.2          78.00     not priced",
+        "research       1           4             1             1             12.0         0.0          12.00          12.00",
+        "serving        1           0             0             0             12.0         5.4           0.00           0.00",
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }

@@ -153,7 +153,7 @@ pub fn render_text(report: &Report) -> String {
     );
     let seconds = (rows.iter()).any(|(_, r)| r.gpu_seconds_allocated.is_some());
     if seconds {
-        let _ = write!(out, "  {:>15}  {:>10}", "GPU-S ALLOCATED", "GPU-S USED");
+        let _ = write!(out, "  {:>15}  {:>10}", "GPU-H ALLOCATED", "GPU-H USED");
     }
     if money.is_some() {
         let _ = write!(out, "  {:>13}  {:>13}", "VIOLATING/DAY", "IDLE PODS/DAY");
@@ -173,9 +173,9 @@ pub fn render_text(report: &Report) -> String {
             let (allocated, used) = (r.gpu_seconds_allocated, r.gpu_seconds_used);
             let _ = write!(
                 out,
-                "  {:>15.0}  {:>10.0}",
-                allocated.unwrap_or(0.0),
-                used.unwrap_or(0.0)
+                "  {:>15.1}  {:>10.1}",
+                allocated.unwrap_or(0.0) / 3600.0,
+                used.unwrap_or(0.0) / 3600.0
             );
         }
         if let Some(m) = money {
@@ -350,10 +350,10 @@ mod tests {
         assert_eq!(
             render_text(&report),
             "\nGPUs per namespace (idle: peak use under 5% over 12h; cost per day at the prices of 2026-11-01 (test prices, USD), example prices):\n\
-             NAMESPACE   HELD  NOT PLACED  IN VIOLATION          IDLE  GPU-S ALLOCATED  GPU-S USED  VIOLATING/DAY  IDLE PODS/DAY\n\
-             research       9           0             0             9           388800           0           0.00     not priced\n\
-             ml             1           1             1             1            43200         432          86.40          86.40\n\
-             serving        1           0             0             0                0           0           0.00           0.00\n"
+             NAMESPACE   HELD  NOT PLACED  IN VIOLATION          IDLE  GPU-H ALLOCATED  GPU-H USED  VIOLATING/DAY  IDLE PODS/DAY\n\
+             research       9           0             0             9            108.0         0.0           0.00     not priced\n\
+             ml             1           1             1             1             12.0         0.1          86.40          86.40\n\
+             serving        1           0             0             0              0.0         0.0           0.00           0.00\n"
         );
         assert_eq!(render_text(&Report::default()), "");
     }

@@ -34,7 +34,7 @@ pub(super) fn namespaces(report: &Report) -> Markup {
             h2 { "GPUs per namespace" }
             p.hint #namespaces-hint {
                 "What each namespace's workloads hold (pods bound to a node, not finished), request and are not given yet, and hold while violating a policy; "
-                em { "idle" } ": GPUs of its idle pods; GPU-seconds its measured pods held within the window, and used"
+                em { "idle" } ": GPUs of its idle pods; GPU-hours its measured pods held within the window, and used (as in GPU efficiency)"
                 @if !measured { " (not measured: no utilization section, or it is missing)" }
                 "."
                 @if let Some(m) = money {
@@ -45,7 +45,7 @@ pub(super) fn namespaces(report: &Report) -> Markup {
             table #gpu-namespaces {
                 thead { tr {
                     th { "Namespace" } th.num { "Held" } th.num { "Not placed" } th.num { "In violation" } th.num { "Idle" }
-                    th.num { "GPU-s allocated" } th.num { "GPU-s used" }
+                    th.num { "GPU-hours allocated" } th.num { "GPU-hours used" }
                     @if money.is_some() { th.num { "Violating, per day" } th.num { "Idle pods, per day" } }
                 } }
                 tbody {
@@ -60,7 +60,7 @@ pub(super) fn namespaces(report: &Report) -> Markup {
                             td.num { (fmt_int(r.gpus_in_violation)) }
                             td.num { @match r.gpus_idle { Some(n) => (fmt_int(n)), None => span.muted { "not measured" } } }
                             @for v in [r.gpu_seconds_allocated, r.gpu_seconds_used] {
-                                td.num { @match v { Some(v) => (fmt_int(v.round() as i64)), None => span.muted { "not measured" } } }
+                                td.num { @match v { Some(v) => (format!("{:.1}", v / 3600.0)), None => span.muted { "not measured" } } }
                             }
                             @if money.is_some() {
                                 td.num { (shown(r.violations_per_day, "not priced")) }
