@@ -4,9 +4,10 @@
 # from the fixture cluster dump with the example prices and a recorded
 # utilization answer, checks the page against the JSON audit of the same
 # dump (totals, GPUs per namespace, costs, GPU nodes and pools, top
-# offenders, every chart's bars, policies, capacity objects, GPU efficiency
-# first on the page and right-sizing), that it loads with no console error and no network
-# request, and saves a screenshot as target/report-screenshot.png.
+# offenders, every chart's bars, policies, capacity objects, unhealthy GPU
+# capacity, GPU efficiency first on the page and right-sizing), that it
+# loads with no console error and no network request, and saves a
+# screenshot as target/report-screenshot.png.
 #
 # Installs what is missing: chromium (apt-get, as root) and playwright-core
 # (npm ci, from tests/browser/package-lock.json; it drives the system

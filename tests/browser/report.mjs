@@ -270,6 +270,16 @@ try {
   eq(namespaces.reduce((sum, [, r]) => sum + r.gpusHeld, 0), report.gpusHeld, "the namespaces hold the GPUs held");
   check(await page.locator("#gpu-namespaces").isVisible(), "the namespace table is shown");
 
+  // Unhealthy GPU capacity: a row per node of the JSON, its GPUs unusable.
+  const unhealthy = report.nodes?.unhealthyNodes ?? [];
+  check(unhealthy.length > 0, "the fixture has a node with unhealthy GPUs");
+  const unhealthyRows = await page.locator("#unhealthy-nodes tr.unhealthy").evaluateAll((trs) =>
+    trs.map((tr) => [tr.dataset.node, tr.dataset.pool, tr.dataset.unusable].join(" ")),
+  );
+  eq(unhealthyRows, unhealthy.map((n) => [n.node, n.pool, n.gpusUnusable].join(" ")), "unhealthy node rows");
+  eq(await page.locator("#total-gpus-unusable").getAttribute("data-value"), String(report.nodes.gpusUnusable), "GPUs unusable");
+  check(await page.locator("#unhealthy-nodes").isVisible(), "the unhealthy capacity table is shown");
+
   // GPU efficiency, which the page opens with, and right-sizing, with the
   // recorded utilization answer the fixture is audited with.
   const u = report.utilization;
@@ -325,4 +335,4 @@ if (failures.length > 0) {
   for (const f of failures) console.error(`  - ${f}`);
   process.exit(1);
 }
-console.log(`report.mjs: ${htmlPath} checked (totals, GPUs per namespace, costs, GPU nodes and pools, top offenders, charts, policies, capacity, GPU efficiency and right-sizing; no console errors, no requests); screenshot ${screenshot}`);
+console.log(`report.mjs: ${htmlPath} checked (totals, GPUs per namespace, costs, GPU nodes and pools, top offenders, charts, policies, capacity, unhealthy GPUs, GPU efficiency and right-sizing; no console errors, no requests); screenshot ${screenshot}`);

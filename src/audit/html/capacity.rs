@@ -2,7 +2,7 @@
 //! Workspaces, AKS agent pools: what they can bring up), on GPU nodes whose
 //! GPUs are reported unhealthy (`tr.unhealthy[data-node][data-unusable]`),
 //! and on Kueue flavors outside namespace tiers.
-use super::parts::{badge, bar_chart, fmt_int, object_cell, View, MAX_ROWS, MAX_SIZES};
+use super::parts::{badge, bar_chart, fmt_int, object_cell, plural, View, MAX_ROWS, MAX_SIZES};
 use crate::audit::{CapacityObject, Report};
 use maud::{html, Markup};
 use std::collections::BTreeMap;
@@ -122,7 +122,8 @@ pub(super) fn unhealthy(report: &Report) -> Markup {
                 p.empty #unhealthy-none { "No GPU node reports unhealthy GPUs." }
             } @else {
                 p #total-gpus-unusable data-value=(nodes.gpus_unusable) {
-                    strong { (fmt_int(nodes.gpus_unusable)) } " GPUs unusable on " (fmt_int(nodes.unhealthy_nodes.len() as i64)) " nodes."
+                    strong { (fmt_int(nodes.gpus_unusable)) } " " (plural(nodes.gpus_unusable as usize, "GPU", "GPUs")) " unusable on "
+                    (fmt_int(nodes.unhealthy_nodes.len() as i64)) " " (plural(nodes.unhealthy_nodes.len(), "node", "nodes")) "."
                 }
                 table #unhealthy-nodes {
                     thead { tr {
