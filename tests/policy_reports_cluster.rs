@@ -508,17 +508,15 @@ fn openreports_errors(report: &Value) -> Vec<String> {
 
 /// `gpu-admission audit -o FORMAT -f FILE`'s documents.
 fn audit_documents(format: &str, file: &std::path::Path) -> Vec<Value> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
-        .args(["audit", "-o", format, "-f"])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_yaml::Deserializer::from_slice(&out.stdout)
+    let file = file.as_os_str();
+    let out = common::run_cli([
+        "audit".as_ref(),
+        "-o".as_ref(),
+        format.as_ref(),
+        "-f".as_ref(),
+        file,
+    ]);
+    serde_yaml::Deserializer::from_str(&out)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect()
 }
