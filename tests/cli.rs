@@ -402,16 +402,9 @@ fn lint_points_at_the_field_of_a_malformed_policy_exception() {
 #[test]
 fn lint_reports_expression_positions_as_kube_apiserver_does() {
     let policy = |name: &str, expression: &str| {
-        format!(
-            r#"apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {{name: {name}}}
-spec:
-  matchConstraints:
-    resourceRules: [{{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}}]
-  validations:
-    - expression: {expression}
-"#
+        pod_policy(
+            name,
+            &format!("  validations:\n    - expression: {expression}\n"),
         )
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -443,6 +436,54 @@ spec:
         assert!(line.contains(&format!("p.yaml: {want}")), "{want}\n{text}");
     }
     assert_eq!(lines[4], "4 error(s)", "{text}");
+}
+
+/// A ValidatingAdmissionPolicy of Pod creations, `rest` its spec after
+/// `matchConstraints`.
+fn pod_policy(name: &str, rest: &str) -> String {
+    format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  matchConstraints:
+    resourceRules: [{{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}}]
+{rest}"#
+    )
+}
+
+/// A list literal whose elements differ in type is refused, as
+/// kube-apiserver's type checker refuses it when the policy is created:
+/// at the first element that differs. A list whose elements' types only
+/// a checker knows (fields of `object`) loads.
+#[test]
+fn lint_refuses_a_heterogeneous_list_literal_at_its_element() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fine = pod_policy(
+        "fine",
+        "  validations:\n    - expression: \"object.metadata.name in [object.metadata.namespace, 'a', 1]\"\n",
+    );
+    let mixed = pod_policy(
+        "mixed",
+        "  variables:\n    - name: ports\n      expression: |\n        object.spec.containers.map(c, c.name) +\n          ['sidecar', 8080]\n  validations:\n    - expression: \"object.spec.containers.size() < 10\"\n",
+    );
+    write(tmp.path(), "lists.yaml", &format!("{fine}---\n{mixed}"));
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "{}/lists.yaml: document 2 (line 10): spec.variables[0].expression: line 2, column 15: expected type 'string' but found 'int'",
+                tmp.path().display()
+            )
+            .as_str(),
+            "1 error(s)",
+        ],
+        "{text}"
+    );
 }
 
 /// A folder as people publish them: a binding with a `paramRef` for a
@@ -534,20 +575,17 @@ spec:
 fn lint_says_which_policies_would_load_in_kube_apiserver() {
     let tmp = tempfile::tempdir().unwrap();
     let policy = |name: &str, expression: &str| {
-        format!(
-            r#"apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {{name: {name}}}
-spec:
-  matchConstraints:
-    resourceRules: [{{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}}]
-  validations: [{{expression: "{expression}"}}]
+        pod_policy(
+            name,
+            &format!(
+                r#"  validations: [{{expression: "{expression}"}}]
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
 metadata: {{name: {name}}}
 spec: {{policyName: {name}, validationActions: [Deny]}}
 "#
+            ),
         )
     };
     write(

@@ -134,8 +134,17 @@ fn configmap_swaps_reload_and_a_broken_update_keeps_the_last_good_set() {
     assert!(!allowed(&admission, 4), "last good set still enforced");
     assert!(allowed(&admission, 2));
 
+    // So does one that kube-apiserver's type checker would refuse: a list
+    // literal whose elements differ in type.
+    publish(volume, 3, &POLICY.replace("MAX", "[2, 'two'][0]"));
+    wait_for("the second reload failure", || {
+        reload_failures(&metrics) >= 2
+    });
+    assert!(!allowed(&admission, 4), "last good set still enforced");
+    assert!(allowed(&admission, 2));
+
     // A good update takes over.
-    publish(volume, 3, &POLICY.replace("MAX", "8"));
+    publish(volume, 4, &POLICY.replace("MAX", "8"));
     wait_for("the new cap", || allowed(&admission, 4));
     assert!(!allowed(&admission, 9));
     assert!(metrics.encode().contains("gpu_admission_policies_loaded 1"));

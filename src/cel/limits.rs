@@ -1,6 +1,7 @@
 //! Static limits on expressions, checked once at load so that nothing in a
 //! policy file can exhaust the stack or run away at evaluation time.
 use kube_cel::cel::common::ast::{EntryExpr, Expr};
+use kube_cel::cel::objects::TypeValue;
 use kube_cel::cel::parser::Expression;
 use std::collections::BTreeSet;
 
@@ -210,6 +211,9 @@ impl Walker<'_> {
             }
             Expr::Literal(_) => {}
             Expr::Ident(name) => self.ident(name),
+            // A qualified type name (`net.IP`): no variable.
+            Expr::Select(_)
+                if TypeValue::denoted_by(&e.expr).is_some_and(|(_, root)| !self.is_bound(root)) => {}
             Expr::Select(select) => {
                 if let Expr::Ident(name) = &select.operand.expr {
                     if name == "variables" && !self.is_bound(name) {

@@ -548,9 +548,11 @@ mod tests {
 
     #[test]
     fn non_string_elements_are_errors() {
+        // `dyn(1)`: a literal `['a', 1]` is refused at load; a list from
+        // `params` or an object can hold anything.
         for (expr, want) in [
             (
-                format!("azure.skusIn(['{T4}', 1], ['*'])"),
+                format!("azure.skusIn(['{T4}', dyn(1)], ['*'])"),
                 "azure.skusIn: element 1 of the list is int, not a string",
             ),
             (

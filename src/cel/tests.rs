@@ -625,3 +625,92 @@ fn kubernetes_cel_library_documentation_examples() {
         assert_eq!(eval_with(expr, object.clone()), Ok(Value::Bool(true)), "{expr}");
     }
 }
+
+#[test]
+fn qualified_type_names_denote_types() {
+    let denoted = "type(ip('1.2.3.4')) == net.IP && type(cidr('10.0.0.0/8')) == net.CIDR \
+         && type(duration('1s')) == google.protobuf.Duration \
+         && type(timestamp('2009-02-13T23:31:30Z')) == google.protobuf.Timestamp";
+    assert_eq!(eval_with(denoted, json!({})).unwrap(), Value::Bool(true));
+    refused("net.IPv4 == int", "undeclared reference to 'net'");
+    // A comprehension's variable is a variable, not a package.
+    assert!(eval_with("[{'IP': 1}].all(net, net.IP == 1)", json!({})).is_ok());
+}
+
+/// kube-apiserver's type checker refuses a list literal whose elements
+/// have different types, at the first element that differs.
+#[test]
+fn heterogeneous_literals_are_refused_at_load() {
+    for (source, line, column, message) in [
+        ("[1, 'a']", 1, 5, "expected type 'int' but found 'string'"),
+        (
+            "object.x in [1,\n  2, 3.5]",
+            2,
+            6,
+            "expected type 'int' but found 'double'",
+        ),
+        (
+            "[[1], ['a']] == []",
+            1,
+            7,
+            "expected type 'list(int)' but found 'list(string)'",
+        ),
+        (
+            "[{'a': 1}, {'a': 'b'}] != []",
+            1,
+            12,
+            "expected type 'map(string, int)' but found 'map(string, string)'",
+        ),
+        // A call is where its `(` is, as in cel-go.
+        (
+            "['x', size(object.a)]",
+            1,
+            11,
+            "expected type 'string' but found 'int'",
+        ),
+        // `dyn()` of the list does not change its elements' types.
+        (
+            "type(dyn([1, 'one']))",
+            1,
+            14,
+            "expected type 'int' but found 'string'",
+        ),
+        // Columns count characters.
+        (
+            "[object.a == 1, 'é'] == []",
+            1,
+            17,
+            "expected type 'bool' but found 'string'",
+        ),
+        (
+            "[object.a, 'é'] == [] && [1, 2u] == []",
+            1,
+            30,
+            "expected type 'int' but found 'uint'",
+        ),
+    ] {
+        let err = refused(source, message);
+        assert_eq!(
+            (err.line, err.column),
+            (Some(line), Some(column)),
+            "{source}: {err}"
+        );
+    }
+    // An element whose type only a checker would know (`dyn` here) joins
+    // with any, as after it in cel-go.
+    for source in [
+        "[1, object.a, 'a'] == []",
+        "[object.a, 1] == []",
+        "[1, null] == [] && [dyn(1), 'a'] == []",
+        "[[], [1]] == [] && [{}, {'a': 1}] == [] && [[1], [object.a]] == []",
+        "[1, 2].map(x, x * 2) == [2, 4] && {'a': [1], 'b': []} != {}",
+        // Map literals are not checked (cel-go checks them too).
+        "{'sizes': [], 'field': ''} != {}",
+    ] {
+        assert!(
+            compiled(source).is_ok(),
+            "{source}: {:?}",
+            compiled(source).err()
+        );
+    }
+}

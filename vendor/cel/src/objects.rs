@@ -464,6 +464,13 @@ impl TypeValue {
         "string",
         "type",
         "uint",
+        // Qualified names: what `type()` answers for timestamps and
+        // durations, and for the values of Kubernetes' ip and cidr
+        // libraries (kube-cel's `ip()`, `cidr()`).
+        "google.protobuf.Duration",
+        "google.protobuf.Timestamp",
+        "net.CIDR",
+        "net.IP",
     ];
 
     /// The type named `name`.
@@ -477,6 +484,35 @@ impl TypeValue {
             .iter()
             .find(|n| **n == name)
             .map(|n| TypeValue(Cow::Borrowed(n)))
+    }
+
+    /// The type a qualified name (`net.IP`: selections over an identifier)
+    /// denotes, if it is one of [`TypeValue::DENOTATIONS`]; `None` for a
+    /// field test (`has()`). The caller checks that no variable has the
+    /// first name.
+    pub fn denoted_by(expr: &Expr) -> Option<(TypeValue, &str)> {
+        fn name(expr: &Expr, out: &mut String) -> Option<()> {
+            match expr {
+                Expr::Ident(root) => out.push_str(root),
+                Expr::Select(s) if !s.test => {
+                    name(&s.operand.expr, out)?;
+                    out.push('.');
+                    out.push_str(&s.field);
+                }
+                _ => return None,
+            }
+            Some(())
+        }
+        let mut root = expr;
+        while let Expr::Select(s) = root {
+            root = &s.operand.expr;
+        }
+        let (Expr::Select(_), Expr::Ident(root)) = (expr, root) else {
+            return None;
+        };
+        let mut full = String::new();
+        name(expr, &mut full)?;
+        Some((Self::denoted(&full)?, root))
     }
 
     /// The type of `value`.
@@ -1440,6 +1476,13 @@ impl Value {
                 },
             },
             Expr::Select(select) => {
+                // gpu-admission patch: a qualified type name (`net.IP`)
+                // denotes the type when no variable has its first name.
+                if let Some((t, _)) = TypeValue::denoted_by(&expr.expr)
+                    .filter(|(_, root)| ctx.get_variable(root).is_none())
+                {
+                    return Ok(Cow::Owned(Box::new(OpaqueVal(Arc::new(t))) as Box<dyn Val>));
+                }
                 let left = Value::resolve_val(select.operand.deref(), ctx)?;
                 match left.get_type() {
                     MAP_TYPE => {
@@ -3391,8 +3434,13 @@ mod conformance_tests {
             "type(int) == type && type(type(1)) == type",
             "type(optional.none()) == optional_type",
             "type(1) != type(1u)",
+            "type(duration('1s')) == google.protobuf.Duration",
+            "google.protobuf.Timestamp == type(timestamp('2009-02-13T23:31:30Z'))",
+            "google.protobuf.Timestamp != google.protobuf.Duration",
         ] {
             assert_eq!(eval(expr), Ok(true.into()), "{expr}");
         }
+        // Only the declared names: `google.protobuf.Any` is no type here.
+        assert!(eval("google.protobuf.Any == int").is_err());
     }
 }

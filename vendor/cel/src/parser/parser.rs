@@ -194,7 +194,17 @@ impl Parser {
         }
     }
 
-    pub fn parse(mut self, source: &str) -> Result<IdedExpr, ParseErrors> {
+    pub fn parse(self, source: &str) -> Result<IdedExpr, ParseErrors> {
+        self.parse_with_positions(source).map(|(expr, _)| expr)
+    }
+
+    /// gpu-admission patch: [`Parser::parse`], with where each node is in
+    /// `source` (`SourceInfo::pos_for` its node's id) for errors a caller
+    /// finds after parsing.
+    pub fn parse_with_positions(
+        mut self,
+        source: &str,
+    ) -> Result<(IdedExpr, Arc<SourceInfo>), ParseErrors> {
         let parse_errors = Rc::new(RefCell::new(Vec::<ParseError>::new()));
         let stream = InputStream::new(source);
         let mut lexer = gen::CELLexer::new(stream);
@@ -234,7 +244,8 @@ impl Parser {
         errors.sort_by(|a, b| a.pos.cmp(&b.pos));
 
         if errors.is_empty() {
-            r.map_err(|e| ParseErrors { errors: vec![e] })
+            r.map(|expr| (expr, source_info))
+                .map_err(|e| ParseErrors { errors: vec![e] })
         } else {
             Err(ParseErrors {
                 errors: errors

@@ -169,7 +169,9 @@ impl SourceInfo {
         self.offsets.get(&id).map(|range| (range.start, range.stop))
     }
 
-    pub(crate) fn pos_for(&self, id: u64) -> Option<(isize, isize)> {
+    /// The 1-based line and column of node `id` (gpu-admission patch:
+    /// public).
+    pub fn pos_for(&self, id: u64) -> Option<(isize, isize)> {
         match self.offset_for(id) {
             Some((start, _)) => {
                 let start = start as isize;
