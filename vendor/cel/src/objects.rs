@@ -503,11 +503,31 @@ impl TypeValue {
             }
             Some(())
         }
+        // gpu-admission patch: a selection whose field ends no qualified
+        // name (every field of an object but these few) is not one; the
+        // check comes before the name is built. Every qualified name ends
+        // in a capitalised word, so a field that does not start with a
+        // capital is turned away on its first byte.
+        let Expr::Select(last) = expr else {
+            return None;
+        };
+        let field = last.field.as_str();
+        if !field.starts_with(|c: char| c.is_ascii_uppercase()) {
+            return None;
+        }
+        let ends = |n: &&str| {
+            n.len() > field.len()
+                && n.ends_with(field)
+                && n.as_bytes()[n.len() - field.len() - 1] == b'.'
+        };
+        if !Self::DENOTATIONS.iter().any(ends) {
+            return None;
+        }
         let mut root = expr;
         while let Expr::Select(s) = root {
             root = &s.operand.expr;
         }
-        let (Expr::Select(_), Expr::Ident(root)) = (expr, root) else {
+        let Expr::Ident(root) = root else {
             return None;
         };
         let mut full = String::new();
@@ -3442,5 +3462,13 @@ mod conformance_tests {
         }
         // Only the declared names: `google.protobuf.Any` is no type here.
         assert!(eval("google.protobuf.Any == int").is_err());
+        // `denoted_by` turns a field away on its first byte: each qualified
+        // name ends in a capitalised word.
+        for name in TypeValue::DENOTATIONS.iter().filter(|n| n.contains('.')) {
+            let end = name.rsplit('.').next().unwrap();
+            assert!(end.starts_with(|c: char| c.is_ascii_uppercase()), "{name}");
+        }
+        // A map with a capitalised key is still a map, not a type.
+        assert_eq!(eval("{'IP': 1}.IP"), Ok(1.into()));
     }
 }
