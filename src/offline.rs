@@ -3,6 +3,7 @@
 //! object (the order the apiserver runs them in).
 use crate::admission::Admission;
 use crate::exceptions::Excepted;
+use crate::k8s::doc::Unique;
 use crate::policy;
 use crate::review::{self, Operation, Request};
 use serde::{Deserialize, Serialize};
@@ -211,8 +212,8 @@ fn collect_objects(
 
 fn yaml_objects(text: &str, each: EachObject<'_>) -> anyhow::Result<()> {
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value =
-            Value::deserialize(doc).map_err(|e| anyhow::anyhow!("document {}: {e}", i + 1))?;
+        let Unique(value) =
+            Unique::deserialize(doc).map_err(|e| anyhow::anyhow!("document {}: {e}", i + 1))?;
         document(i, value, each)?;
     }
     Ok(())

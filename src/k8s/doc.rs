@@ -2,10 +2,11 @@
 //! policy folders) with serde: unknown fields are errors, and every error
 //! names the path of its field.
 use super::json::FieldError;
-use serde::de::{DeserializeOwned, IgnoredAny};
-use serde::Deserialize;
-use serde_json::Value;
+use serde::de::{self, DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Number, Value};
 use std::collections::BTreeMap;
+use std::fmt;
 
 /// Reads `value` into `T`, an error naming the path of the field at fault.
 /// A null field counts as absent, as in Kubernetes (YAML's `key:` with
@@ -104,4 +105,109 @@ pub fn comma_list(text: &str) -> Vec<String> {
         .filter(|n| !n.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+/// A document read as kube-apiserver's decoder reads one: a key written
+/// twice in one mapping is an error (`mapping key "name" already defined`),
+/// where reading straight into a [`Value`] would keep the last one.
+pub struct Unique(pub Value);
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a YAML or JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Unique::deserialize(d).map(|u| u.0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(Unique(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "mapping key {key:?} already defined"
+                )));
+            }
+            let Unique(value) = map.next_value()?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Unique;
+    use serde_json::json;
+
+    #[test]
+    fn a_key_written_twice_is_an_error_at_its_mapping() {
+        let text = "metadata:\n  name: a\n  labels: {x: \"1\"}\n  name: b\n";
+        let e = serde_yaml::from_str::<Unique>(text).err().unwrap();
+        // serde_yaml names the mapping's path and where it starts.
+        assert!(
+            e.to_string()
+                .starts_with("metadata: mapping key \"name\" already defined"),
+            "{e}"
+        );
+        assert_eq!(e.location().map(|l| l.line()), Some(2), "{e}");
+        let e = serde_json::from_str::<Unique>(r#"{"a": 1, "a": 2}"#)
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("mapping key \"a\" already defined"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn values_read_as_serde_json_reads_them() {
+        let text = "a: [1, -2, 2.5, true, null, x, '3']\nb: {c: ~}\nd: 18446744073709551615\n";
+        let Unique(value) = serde_yaml::from_str(text).unwrap();
+        assert_eq!(
+            value,
+            serde_yaml::from_str::<serde_json::Value>(text).unwrap()
+        );
+        assert_eq!(value["a"], json!([1, -2, 2.5, true, null, "x", "3"]));
+    }
 }

@@ -1,5 +1,6 @@
 //! Reading policy folders: multi-document YAML and JSON files, recursively,
 //! in a stable order, each document tagged with where it came from.
+use crate::k8s::doc::Unique;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -294,7 +295,7 @@ pub fn parse_documents(file: &Path, text: &str) -> Result<Vec<Document>, LoadErr
             document: 1,
             line: 1,
         };
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        let Unique(value) = serde_json::from_str(text).map_err(|e| {
             let text = e.to_string();
             let message = text.split(" at line ").next().unwrap_or(&text);
             LoadError::at(
@@ -323,9 +324,9 @@ pub fn parse_documents(file: &Path, text: &str) -> Result<Vec<Document>, LoadErr
             document: docs.len() + errors.len() + 1,
             line: start,
         };
-        match serde_yaml::from_str::<serde_json::Value>(chunk) {
-            Ok(serde_json::Value::Null) => {}
-            Ok(value) => docs.push(Document { source, value }),
+        match serde_yaml::from_str::<Unique>(chunk) {
+            Ok(Unique(serde_json::Value::Null)) => {}
+            Ok(Unique(value)) => docs.push(Document { source, value }),
             Err(e) => {
                 // serde_yaml's message without its own " at line L column C".
                 let text = e.to_string();
@@ -387,6 +388,25 @@ mod tests {
         assert!(
             msg.starts_with("p.yaml: document 2 (line 3): invalid YAML"),
             "{msg}"
+        );
+    }
+
+    /// A key written twice is refused, as `kubectl apply` refuses it,
+    /// not read as its last value.
+    #[test]
+    fn a_key_written_twice_is_an_error_naming_its_mapping() {
+        let text = "a: 1\n---\nkind: X\nmetadata:\n  name: a\n  name: b\n";
+        let msg = parse_documents(Path::new("p.yaml"), text)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            msg,
+            "p.yaml: document 2 (line 3): invalid YAML at file line 5, column 3: metadata: mapping key \"name\" already defined"
+        );
+        let err = parse_documents(Path::new("p.json"), r#"{"kind": "X", "kind": "Y"}"#);
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "p.json: document 1 (line 1): invalid JSON at line 1, column 20: mapping key \"kind\" already defined"
         );
     }
 
