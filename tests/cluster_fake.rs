@@ -694,6 +694,24 @@ async fn serve_audits_the_cluster_periodically_and_serves_the_report() {
     assert_eq!(report["passed"], cli["passed"]);
     assert_eq!(sorted_findings(&report), sorted_findings(&cli));
     assert!(report["findings"].as_array().unwrap().len() > 20);
+    // The INFO line of the run gives its totals.
+    let done = "periodic report done";
+    common::fake_apiserver::wait_until("the run's line", || server.logged(done)).await;
+    let line = &server.log_line(done).unwrap()["fields"];
+    assert_eq!(
+        line["findings"],
+        report["findings"].as_array().unwrap().len()
+    );
+    for (field, total) in [
+        ("gpus_held", &report["gpusHeld"]),
+        ("gpus_pending", &report["gpusPending"]),
+        ("gpus_in_violation", &report["gpusInViolation"]),
+        ("gpus_idle", &report["nodes"]["gpusIdle"]),
+        ("gpus_unusable", &report["nodes"]["gpusUnusable"]),
+    ] {
+        assert!(total.is_i64(), "{field}: {total}");
+        assert_eq!(&line[field], total, "{field}: {line}");
+    }
     // Nodes are read by both, into the same pools and findings.
     assert_eq!(report["gpusHeld"], cli["gpusHeld"]);
     assert_eq!(report["gpusPending"], cli["gpusPending"]);

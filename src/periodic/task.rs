@@ -237,10 +237,16 @@ impl Runner {
                     return;
                 }
                 self.metrics.record(&report, &meta);
+                let nodes = report.nodes.as_ref();
                 tracing::info!(
                     objects = report.objects,
                     evaluated = report.evaluated,
                     findings = report.findings.len(),
+                    gpus_held = report.gpus_held,
+                    gpus_pending = report.gpus_pending,
+                    gpus_in_violation = report.gpus_in_violation,
+                    gpus_idle = nodes.map(|n| n.gpus_idle),
+                    gpus_unusable = nodes.map(|n| n.gpus_unusable),
                     seconds = meta.duration.as_secs_f64(),
                     "periodic report done"
                 );
