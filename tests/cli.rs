@@ -455,7 +455,8 @@ spec:
 /// A list literal whose elements differ in type is refused, as
 /// kube-apiserver's type checker refuses it when the policy is created:
 /// at the first element that differs. A list whose elements' types only
-/// a checker knows (fields of `object`) loads.
+/// a checker knows (fields of `object`) loads, and type checking against
+/// the Pod schema warns of it.
 #[test]
 fn lint_refuses_a_heterogeneous_list_literal_at_its_element() {
     let tmp = tempfile::tempdir().unwrap();
@@ -476,12 +477,68 @@ fn lint_refuses_a_heterogeneous_list_literal_at_its_element() {
         lines,
         [
             format!(
+                "warning: {}/lists.yaml: document 1 (line 1): spec.validations[0].expression: line 1, column 58: v1, Kind=Pod: expected type 'string' but found 'int'",
+                tmp.path().display()
+            )
+            .as_str(),
+            format!(
                 "{}/lists.yaml: document 2 (line 10): spec.variables[0].expression: line 2, column 15: expected type 'string' but found 'int'",
                 tmp.path().display()
             )
             .as_str(),
             "1 error(s)",
         ],
+        "{text}"
+    );
+}
+
+/// Type checking (tests/fixtures/policies/typing): a field no matched
+/// kind's schema has (a Pod's, a RayCluster's from the CRD in the folder),
+/// a selection on a bool and a comparison of an int with a string are
+/// warnings, errors with `--strict`; a list literal of an int and a string
+/// is refused either way. Each at its document, field, line and column.
+#[test]
+fn lint_reports_what_type_checking_finds_at_its_position() {
+    let dir = root().join("tests/fixtures/policies/typing");
+    let file = dir.join("policies.yaml").display().to_string();
+    let findings = [
+        "document 1 (line 1): spec.validations[0].expression: line 1, column 35: v1, Kind=Pod: undefined field 'securityContxt' (object.spec.containers[*].securityContxt)",
+        "document 1 (line 1): spec.validations[1].expression: line 1, column 25: v1, Kind=Pod: type 'bool' does not support field selection (object.spec.hostNetwork.enabled)",
+        "document 2 (line 22): spec.validations[0].expression: line 1, column 52: apps/v1, Kind=Deployment; apps/v1, Kind=StatefulSet: found no matching overload for '_!=_' applied to '(int, string)' (object.spec.replicas)",
+        "document 4 (line 52): spec.validations[0].expression: line 1, column 38: ray.io/v1, Kind=RayCluster: undefined field 'maxReplica' (object.spec.workerGroupSpecs[*].maxReplica)",
+    ];
+    let refused = format!("{file}: document 3 (line 37): spec.validations[0].expression: line 1, column 78: expected type 'string' but found 'int'");
+    for (strict, level, errors) in [(false, "warning", 1), (true, "error", 5)] {
+        let mut lint = bin();
+        lint.arg("lint").arg(&dir);
+        if strict {
+            lint.arg("--strict");
+        }
+        let out = lint.output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let text = stdout(&out);
+        let mut want: Vec<String> = findings
+            .iter()
+            .map(|f| format!("{level}: {file}: {f}"))
+            .collect();
+        want.extend([refused.clone(), format!("{errors} error(s)")]);
+        assert_eq!(text.lines().collect::<Vec<_>>(), want, "{text}");
+    }
+}
+
+/// The shipped policies are clean under `lint --strict`: type checking
+/// finds nothing in them.
+#[test]
+fn shipped_policies_lint_clean_under_strict() {
+    let out = bin()
+        .args(["lint", "--strict"])
+        .arg(root().join("policies"))
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains("warning:") && !text.contains("error"),
         "{text}"
     );
 }
