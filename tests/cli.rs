@@ -1069,3 +1069,84 @@ fn serve_raises_the_open_file_limit_and_fits_the_connection_cap_to_it() {
     let allowed = entry["fields"]["max_connections"].as_u64().unwrap();
     assert!(allowed > 0 && allowed < 512, "{warning}");
 }
+
+/// `serve` logs what type checking finds at WARN, at start and on each
+/// reload, and keeps serving with the policies loaded.
+#[test]
+fn serve_logs_type_checking_findings_at_start_and_on_reload() {
+    use std::io::BufRead as _;
+    use std::time::{Duration, Instant};
+    let (policies, certs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let typo = |field: &str| {
+        pod_policy(
+            "typo",
+            &format!("  validations:\n    - expression: \"!has(object.spec.{field})\"\n"),
+        )
+    };
+    write(policies.path(), "p.yaml", &typo("hostNetwrk"));
+    let mut child = bin()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "off",
+        ])
+        .args([
+            "--health-listen",
+            "off",
+            "--log-format",
+            "json",
+            "--certs-dir",
+        ])
+        .arg(certs.path())
+        .arg("--policies")
+        .arg(policies.path())
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, log) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match log.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no {what:?} in:\n{}", seen.join("\n")),
+            }
+        }
+    };
+    for field in ["hostNetwrk", "dnsPolicyy"] {
+        if field != "hostNetwrk" {
+            write(policies.path(), "p.yaml", &typo(field));
+        }
+        let finding = wait_for(&format!("undefined field '{field}'"));
+        let entry: serde_json::Value = serde_json::from_str(&finding).unwrap();
+        assert_eq!(entry["level"], "WARN", "{finding}");
+        let message = entry["fields"]["message"].as_str().unwrap();
+        assert!(
+            message.ends_with(&format!("p.yaml: document 1 (line 1): spec.validations[0].expression: line 1, column 5: v1, Kind=Pod: undefined field '{field}' (object.spec.{field})")),
+            "{message}"
+        );
+        wait_for(if field == "hostNetwrk" {
+            "serving admission webhooks"
+        } else {
+            "policies reloaded"
+        });
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
