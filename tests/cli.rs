@@ -997,6 +997,21 @@ fn open_file_limits(pid: u32) -> (u64, u64) {
     (numbers.next().unwrap(), numbers.next().unwrap())
 }
 
+/// `serve` on a free port with JSON logs and no metrics or health
+/// listeners; `--certs-dir` comes next.
+const SERVE_LOGGING_JSON: [&str; 10] = [
+    "serve",
+    "--listen",
+    "127.0.0.1:0",
+    "--metrics-listen",
+    "off",
+    "--health-listen",
+    "off",
+    "--log-format",
+    "json",
+    "--certs-dir",
+];
+
 /// `serve` started under `limits` (a shell `ulimit` command): the soft and
 /// hard open-file limits it then runs with, and its log up to the line
 /// saying it serves.
@@ -1007,20 +1022,7 @@ fn serve_under(limits: &str) -> ((u64, u64), String) {
         .arg("-c")
         .arg(format!("{limits} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_gpu-admission"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "off",
-        ])
-        .args([
-            "--health-listen",
-            "off",
-            "--log-format",
-            "json",
-            "--certs-dir",
-        ])
+        .args(SERVE_LOGGING_JSON)
         .arg(certs.path())
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())
@@ -1085,20 +1087,7 @@ fn serve_logs_type_checking_findings_at_start_and_on_reload() {
     };
     write(policies.path(), "p.yaml", &typo("hostNetwrk"));
     let mut child = bin()
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "off",
-        ])
-        .args([
-            "--health-listen",
-            "off",
-            "--log-format",
-            "json",
-            "--certs-dir",
-        ])
+        .args(SERVE_LOGGING_JSON)
         .arg(certs.path())
         .arg("--policies")
         .arg(policies.path())
