@@ -118,6 +118,7 @@ impl Schema {
         Some(match (self, other) {
             (Schema::Dyn, _) | (_, Schema::Dyn) => Schema::Dyn,
             (Schema::List(a), Schema::List(b)) => Schema::List(Box::new(a.join(b)?)),
+            (Schema::Optional(a), Schema::Optional(b)) => Schema::Optional(Box::new(a.join(b)?)),
             (Schema::Map(k, v), Schema::Map(k2, v2)) => {
                 Schema::Map(Box::new(k.join(k2)?), Box::new(v.join(v2)?))
             }
@@ -227,6 +228,16 @@ pub(super) fn check_tree(
     (ty, checker.findings)
 }
 
+/// The type of an aggregate literal's element or value: of the optional's
+/// value for one written `?x` (added only when present).
+fn optional_value(ty: Schema, optional: bool) -> Schema {
+    match (optional, ty) {
+        (true, Schema::Optional(t)) => *t,
+        (true, _) => Schema::Dyn,
+        (false, t) => t,
+    }
+}
+
 /// A type, and the field it is the value of.
 struct Typed {
     ty: Schema,
@@ -315,10 +326,13 @@ impl Checker<'_> {
                 self.call(e, &call.func_name, target, args)
             }
             Expr::List(list) => {
-                let items = list
-                    .elements
-                    .iter()
-                    .map(|i| (i, self.check(i).ty))
+                let items = (list.elements.iter().enumerate())
+                    .map(|(n, i)| {
+                        (
+                            i,
+                            optional_value(self.check(i).ty, list.optional_indices.contains(&n)),
+                        )
+                    })
                     .collect();
                 Typed::of(Schema::List(Box::new(self.join(items))))
             }
@@ -327,7 +341,10 @@ impl Checker<'_> {
                 for entry in &map.entries {
                     if let EntryExpr::MapEntry(m) = &entry.expr {
                         keys.push((&m.key, self.check(&m.key).ty));
-                        values.push((&m.value, self.check(&m.value).ty));
+                        values.push((
+                            &m.value,
+                            optional_value(self.check(&m.value).ty, m.optional),
+                        ));
                     }
                 }
                 Typed::of(Schema::Map(
@@ -462,11 +479,20 @@ impl Checker<'_> {
                     }
                 }
                 match func {
-                    op::ADD | op::SUBSTRACT | op::MULTIPLY | op::DIVIDE | op::MODULO => Typed::of(
-                        x.filter(|x| Some(*x) == y)
-                            .map_or(Schema::Dyn, Schema::Scalar),
-                    ),
-                    _ => bool_,
+                    op::EQUALS
+                    | op::NOT_EQUALS
+                    | op::LESS
+                    | op::LESS_EQUALS
+                    | op::GREATER
+                    | op::GREATER_EQUALS => bool_,
+                    // `containers + initContainers` is a list of containers.
+                    _ => Typed::of(match (x, y, &a.ty, &b.ty) {
+                        (Some(x), Some(y), _, _) if x == y => Schema::Scalar(x),
+                        (_, _, Schema::List(_), Schema::List(_)) if func == op::ADD => {
+                            a.ty.join(&b.ty).unwrap_or(Schema::Dyn)
+                        }
+                        _ => Schema::Dyn,
+                    }),
                 }
             }
             (op::LOGICAL_NOT | op::LOGICAL_AND | op::LOGICAL_OR | op::IN, None, _) => bool_,
@@ -523,7 +549,8 @@ mod tests {
     const TYPES: &str = r#"{
         "Pod": {"apiVersion": "string", "metadata": "Meta", "spec": "PodSpec"},
         "Meta": {"name": "string", "labels": {"*": "string"}, "creationTimestamp": "dyn"},
-        "PodSpec": {"hostNetwork": "bool", "priority": "int", "containers": ["Container"]},
+        "PodSpec": {"hostNetwork": "bool", "priority": "int", "containers": ["Container"],
+            "initContainers": ["Container"]},
         "Container": {"name": "string", "ports": [{"containerPort": "int"}],
             "resources": {"limits": {"*": "dyn"}}}
     }"#;
@@ -557,6 +584,10 @@ mod tests {
         );
         assert!(
             found("object.spec.containers.all(c, c.ports.all(p, p.containerPort > 0))").is_empty()
+        );
+        assert_eq!(
+            found("(object.spec.containers + object.spec.?initContainers.orValue([])).all(c, c.nme != '')"),
+            ["1:76 undefined field 'nme'"]
         );
     }
 
@@ -659,9 +690,16 @@ mod tests {
                 "[object.spec.priority, 'a']",
                 "1:24 expected type 'int' but found 'string'",
             ),
+            (
+                "[1, ?object.?spec.?priority, 'a']",
+                "1:30 expected type 'int' but found 'string'",
+            ),
         ] {
             assert_eq!(found(source), [want], "{source}");
         }
         assert!(found("[object.spec.x, 1, null] == [{'a': [1]}, {'b': []}]").len() == 1);
+        // `?x` adds the optional's value, when it has one.
+        let optional = "['a', ?object.?metadata.?name] == [] && {?'a': optional.of(1), 'b': 2} != {} && [variables.a.?x, object.?metadata.?name] != []";
+        assert!(found(optional).is_empty(), "{:?}", found(optional));
     }
 }

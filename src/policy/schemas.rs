@@ -135,8 +135,9 @@ impl Schemas {
             .map_or(Schema::Dyn, |(a, k)| self.kind(a, k));
         let request: Value = serde_json::from_str(REQUEST).unwrap_or_default();
         let mut common: Option<BTreeSet<(&str, Finding)>> = None;
+        let host = env.variable_types();
         for (_, object) in &kinds {
-            let mut roots: BTreeMap<&str, Schema> = env.variable_types().into_iter().collect();
+            let mut roots: BTreeMap<&str, Schema> = host.iter().cloned().collect();
             roots.extend([
                 ("object", object.clone()),
                 ("oldObject", object.clone()),
