@@ -1012,6 +1012,21 @@ const SERVE_LOGGING_JSON: [&str; 10] = [
     "--certs-dir",
 ];
 
+/// Starts `serve` logging at info to a pipe (its stderr).
+trait LoggingToStderr {
+    fn logging_to_stderr(&mut self) -> std::process::Child;
+}
+
+impl LoggingToStderr for Command {
+    fn logging_to_stderr(&mut self) -> std::process::Child {
+        self.env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
 /// `serve` started under `limits` (a shell `ulimit` command): the soft and
 /// hard open-file limits it then runs with, and its log up to the line
 /// saying it serves.
@@ -1024,11 +1039,7 @@ fn serve_under(limits: &str) -> ((u64, u64), String) {
         .arg(env!("CARGO_BIN_EXE_gpu-admission"))
         .args(SERVE_LOGGING_JSON)
         .arg(certs.path())
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .logging_to_stderr();
     let mut log = String::new();
     for line in std::io::BufReader::new(child.stderr.take().unwrap())
         .lines()
@@ -1091,11 +1102,7 @@ fn serve_logs_type_checking_findings_at_start_and_on_reload() {
         .arg(certs.path())
         .arg("--policies")
         .arg(policies.path())
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .logging_to_stderr();
     let (lines, log) = std::sync::mpsc::channel();
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
