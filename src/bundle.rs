@@ -164,13 +164,13 @@ pub fn embedded_documents() -> Result<Vec<Document>, LoadErrors> {
         let file = Path::new("policies").join(path);
         match policy::parse_documents(&file, text) {
             Ok(docs) => documents.extend(docs),
-            Err(LoadErrors(errs)) => errors.extend(errs),
+            Err(LoadErrors(errs, _)) => errors.extend(errs),
         }
     }
     if errors.is_empty() {
         Ok(documents)
     } else {
-        Err(LoadErrors(errors))
+        Err(LoadErrors(errors, Vec::new()))
     }
 }
 
@@ -238,10 +238,12 @@ pub fn from_documents(
         .map(|p| p.gpu_resources().clone())
         .unwrap_or_default();
     let extensions = Extensions::new().with(GpuExtension::new(catalog, resources));
+    let mut typing = Vec::new();
     let policies = match PolicySet::compile_with(&policy_docs, extensions) {
         Ok(set) => Some(set),
-        Err(LoadErrors(errs)) => {
+        Err(LoadErrors(errs, notices)) => {
             errors.extend(errs);
+            typing = notices;
             None
         }
     };
@@ -253,7 +255,7 @@ pub fn from_documents(
             },
             tests,
         }),
-        _ => Err(LoadErrors(errors)),
+        _ => Err(LoadErrors(errors, typing)),
     }
 }
 

@@ -58,7 +58,7 @@ const KNOWN_DIVERGENCES: &[(&str, &str)] = &[];
 
 /// The applicable cases that passed at the last measurement: an exclusion
 /// rule that grows, or a case that stops applying, shows here.
-const PASSING: usize = 1369;
+const PASSING: usize = 1343;
 
 #[test]
 fn the_cel_spec_conformance_suite_passes() {
@@ -294,6 +294,12 @@ fn exclusion(file: &str, _section: &str, case: &Json) -> Option<String> {
                 .into(),
         );
     }
+    if HETEROGENEOUS_MAPS.contains(&name.as_str()) {
+        return Some(
+            "a map literal whose keys or values differ in type: kube-apiserver's type checker refuses it at creation (so does `gpu-admission` at load)"
+                .into(),
+        );
+    }
     if uses_message_names(expr) {
         return Some("needs protobuf messages (message types named in the expression)".into());
     }
@@ -330,6 +336,38 @@ const HETEROGENEOUS_LISTS: &[&str] = &[
     "string_ext/format/list support for string",
     "string_ext/format/dyntype support for lists",
     "string_ext/format/multiple substitutions in a string variable",
+];
+
+/// Cases with a map literal whose keys or values differ in type
+/// (`{'k': 1, 'l': 'v'}`, `{1: 'a', 2u: 'b'}`), refused by kube-apiserver
+/// as the lists above are.
+const HETEROGENEOUS_MAPS: &[&str] = &[
+    "comparisons/eq_literal/eq_map_mixed_type_numbers",
+    "comparisons/eq_literal/not_eq_map_false_vs_types",
+    "comparisons/eq_literal/eq_map_value_mixed_types",
+    "comparisons/in_map_literal/key_in_mixed_key_type_map",
+    "comparisons/in_map_literal/key_in_mixed_key_type_map_cross_type",
+    "fields/map_fields/map_key_int64",
+    "fields/map_fields/map_key_uint64",
+    "fields/map_fields/map_key_mixed_type",
+    "fields/map_fields/map_key_mixed_numbers_double_key",
+    "fields/map_fields/map_key_mixed_numbers_uint_key",
+    "fields/map_fields/map_key_mixed_numbers_int_key",
+    "fields/map_fields/map_value_mix_type",
+    "fields/quoted_map_fields/field_access_dash",
+    "fields/quoted_map_fields/has_field_dash",
+    "fields/in/mixed_numbers_and_keys_present",
+    "fields/in/mixed_numbers_and_keys_absent",
+    "macros/exists/map_key_type_shortcircuit",
+    "macros/exists/map_key_type_exhaustive",
+    "macros2/exists/map_key_type_shortcircuit",
+    "macros2/exists/map_key_type_exhaustive",
+    "optionals/optionals/map_key_mixed_type_optindex_value",
+    "optionals/optionals/map_key_mixed_numbers_double_key_optindex_value",
+    "optionals/optionals/map_key_mixed_numbers_uint_key_optindex_value",
+    "optionals/optionals/map_key_mixed_numbers_int_key_optindex_value",
+    "string_ext/format/map support (all key types)",
+    "string_ext/format/dyntype support for maps",
 ];
 
 /// Sections whose cases call functions no library declares (`a.as()`,

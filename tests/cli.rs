@@ -455,7 +455,8 @@ spec:
 /// A list literal whose elements differ in type is refused, as
 /// kube-apiserver's type checker refuses it when the policy is created:
 /// at the first element that differs. A list whose elements' types only
-/// a checker knows (fields of `object`) loads.
+/// a checker knows (fields of `object`) loads, and type checking against
+/// the Pod schema warns of it.
 #[test]
 fn lint_refuses_a_heterogeneous_list_literal_at_its_element() {
     let tmp = tempfile::tempdir().unwrap();
@@ -476,12 +477,68 @@ fn lint_refuses_a_heterogeneous_list_literal_at_its_element() {
         lines,
         [
             format!(
+                "warning: {}/lists.yaml: document 1 (line 1): spec.validations[0].expression: line 1, column 58: v1, Kind=Pod: expected type 'string' but found 'int'",
+                tmp.path().display()
+            )
+            .as_str(),
+            format!(
                 "{}/lists.yaml: document 2 (line 10): spec.variables[0].expression: line 2, column 15: expected type 'string' but found 'int'",
                 tmp.path().display()
             )
             .as_str(),
             "1 error(s)",
         ],
+        "{text}"
+    );
+}
+
+/// Type checking (tests/fixtures/policies/typing): a field no matched
+/// kind's schema has (a Pod's, a RayCluster's from the CRD in the folder),
+/// a selection on a bool and a comparison of an int with a string are
+/// warnings, errors with `--strict`; a list literal of an int and a string
+/// is refused either way. Each at its document, field, line and column.
+#[test]
+fn lint_reports_what_type_checking_finds_at_its_position() {
+    let dir = root().join("tests/fixtures/policies/typing");
+    let file = dir.join("policies.yaml").display().to_string();
+    let findings = [
+        "document 1 (line 1): spec.validations[0].expression: line 1, column 35: v1, Kind=Pod: undefined field 'securityContxt' (object.spec.containers[*].securityContxt)",
+        "document 1 (line 1): spec.validations[1].expression: line 1, column 25: v1, Kind=Pod: type 'bool' does not support field selection (object.spec.hostNetwork.enabled)",
+        "document 2 (line 22): spec.validations[0].expression: line 1, column 52: apps/v1, Kind=Deployment; apps/v1, Kind=StatefulSet: found no matching overload for '_!=_' applied to '(int, string)' (object.spec.replicas)",
+        "document 4 (line 52): spec.validations[0].expression: line 1, column 38: ray.io/v1, Kind=RayCluster: undefined field 'maxReplica' (object.spec.workerGroupSpecs[*].maxReplica)",
+    ];
+    let refused = format!("{file}: document 3 (line 37): spec.validations[0].expression: line 1, column 78: expected type 'string' but found 'int'");
+    for (strict, level, errors) in [(false, "warning", 1), (true, "error", 5)] {
+        let mut lint = bin();
+        lint.arg("lint").arg(&dir);
+        if strict {
+            lint.arg("--strict");
+        }
+        let out = lint.output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let text = stdout(&out);
+        let mut want: Vec<String> = findings
+            .iter()
+            .map(|f| format!("{level}: {file}: {f}"))
+            .collect();
+        want.extend([refused.clone(), format!("{errors} error(s)")]);
+        assert_eq!(text.lines().collect::<Vec<_>>(), want, "{text}");
+    }
+}
+
+/// The shipped policies are clean under `lint --strict`: type checking
+/// finds nothing in them.
+#[test]
+fn shipped_policies_lint_clean_under_strict() {
+    let out = bin()
+        .args(["lint", "--strict"])
+        .arg(root().join("policies"))
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains("warning:") && !text.contains("error"),
         "{text}"
     );
 }
@@ -940,6 +997,36 @@ fn open_file_limits(pid: u32) -> (u64, u64) {
     (numbers.next().unwrap(), numbers.next().unwrap())
 }
 
+/// `serve` on a free port with JSON logs and no metrics or health
+/// listeners; `--certs-dir` comes next.
+const SERVE_LOGGING_JSON: [&str; 10] = [
+    "serve",
+    "--listen",
+    "127.0.0.1:0",
+    "--metrics-listen",
+    "off",
+    "--health-listen",
+    "off",
+    "--log-format",
+    "json",
+    "--certs-dir",
+];
+
+/// Starts `serve` logging at info to a pipe (its stderr).
+trait LoggingToStderr {
+    fn logging_to_stderr(&mut self) -> std::process::Child;
+}
+
+impl LoggingToStderr for Command {
+    fn logging_to_stderr(&mut self) -> std::process::Child {
+        self.env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
 /// `serve` started under `limits` (a shell `ulimit` command): the soft and
 /// hard open-file limits it then runs with, and its log up to the line
 /// saying it serves.
@@ -950,26 +1037,9 @@ fn serve_under(limits: &str) -> ((u64, u64), String) {
         .arg("-c")
         .arg(format!("{limits} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_gpu-admission"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "off",
-        ])
-        .args([
-            "--health-listen",
-            "off",
-            "--log-format",
-            "json",
-            "--certs-dir",
-        ])
+        .args(SERVE_LOGGING_JSON)
         .arg(certs.path())
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .logging_to_stderr();
     let mut log = String::new();
     for line in std::io::BufReader::new(child.stderr.take().unwrap())
         .lines()
@@ -1011,4 +1081,68 @@ fn serve_raises_the_open_file_limit_and_fits_the_connection_cap_to_it() {
     assert_eq!(entry["fields"]["asked"], 700);
     let allowed = entry["fields"]["max_connections"].as_u64().unwrap();
     assert!(allowed > 0 && allowed < 512, "{warning}");
+}
+
+/// `serve` logs what type checking finds at WARN, at start and on each
+/// reload, and keeps serving with the policies loaded.
+#[test]
+fn serve_logs_type_checking_findings_at_start_and_on_reload() {
+    use std::io::BufRead as _;
+    use std::time::{Duration, Instant};
+    let (policies, certs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let typo = |field: &str| {
+        pod_policy(
+            "typo",
+            &format!("  validations:\n    - expression: \"!has(object.spec.{field})\"\n"),
+        )
+    };
+    write(policies.path(), "p.yaml", &typo("hostNetwrk"));
+    let mut child = bin()
+        .args(SERVE_LOGGING_JSON)
+        .arg(certs.path())
+        .arg("--policies")
+        .arg(policies.path())
+        .logging_to_stderr();
+    let (lines, log) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match log.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no {what:?} in:\n{}", seen.join("\n")),
+            }
+        }
+    };
+    for field in ["hostNetwrk", "dnsPolicyy"] {
+        if field != "hostNetwrk" {
+            write(policies.path(), "p.yaml", &typo(field));
+        }
+        let finding = wait_for(&format!("undefined field '{field}'"));
+        let entry: serde_json::Value = serde_json::from_str(&finding).unwrap();
+        assert_eq!(entry["level"], "WARN", "{finding}");
+        let message = entry["fields"]["message"].as_str().unwrap();
+        assert!(
+            message.ends_with(&format!("p.yaml: document 1 (line 1): spec.validations[0].expression: line 1, column 5: v1, Kind=Pod: undefined field '{field}' (object.spec.{field})")),
+            "{message}"
+        );
+        wait_for(if field == "hostNetwrk" {
+            "serving admission webhooks"
+        } else {
+            "policies reloaded"
+        });
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -198,127 +198,22 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
     })
 }
 
-/// A type known without a type checker: of a literal, or of an
-/// operator's or conversion's result; `Dyn` for anything else.
-#[derive(Clone, Debug, PartialEq)]
-enum Static {
-    Dyn,
-    Named(&'static str),
-    List(Box<Static>),
-    Map(Box<Static>, Box<Static>),
-}
-
-impl std::fmt::Display for Static {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Static::Dyn => f.write_str("dyn"),
-            Static::Named(name) => f.write_str(name),
-            Static::List(e) => write!(f, "list({e})"),
-            Static::Map(k, v) => write!(f, "map({k}, {v})"),
-        }
-    }
-}
-
-impl Static {
-    fn of(e: &Expression) -> Static {
-        use kube_cel::cel::common::ast::{EntryExpr, Expr, LiteralValue as L};
-        let named = |name| Static::Named(name);
-        match &e.expr {
-            Expr::Literal(L::Boolean(_)) => named("bool"),
-            Expr::Literal(L::Bytes(_)) => named("bytes"),
-            Expr::Literal(L::Double(_)) => named("double"),
-            Expr::Literal(L::Int(_)) => named("int"),
-            Expr::Literal(L::UInt(_)) => named("uint"),
-            Expr::Literal(L::String(_)) => named("string"),
-            Expr::List(list) => Static::List(Box::new(
-                Static::join_all(list.elements.iter()).unwrap_or(Static::Dyn),
-            )),
-            Expr::Map(map) => {
-                let entries = || {
-                    map.entries.iter().filter_map(|entry| match &entry.expr {
-                        EntryExpr::MapEntry(m) => Some(m),
-                        EntryExpr::StructField(_) => None,
-                    })
-                };
-                let key = Static::join_all(entries().map(|m| &m.key)).unwrap_or(Static::Dyn);
-                let value = Static::join_all(entries().map(|m| &m.value));
-                Static::Map(Box::new(key), Box::new(value.unwrap_or(Static::Dyn)))
-            }
-            Expr::Call(call) => match call.func_name.as_str() {
-                "_==_" | "_!=_" | "_<_" | "_<=_" | "_>_" | "_>=_" | "_&&_" | "_||_" | "!_"
-                | "@in" => named("bool"),
-                "size" => named("int"),
-                // Conversions.
-                f if call.target.is_none() && call.args.len() == 1 => {
-                    ["int", "uint", "double", "string", "bytes", "bool"]
-                        .into_iter()
-                        .find(|n| *n == f)
-                        .map_or(Static::Dyn, named)
-                }
-                _ => Static::Dyn,
-            },
-            // `null` is assignable to more than its own type.
-            _ => Static::Dyn,
-        }
-    }
-
-    /// The type that holds both, as cel-go joins an aggregate literal's
-    /// element types: `dyn` takes anything.
-    fn join(self, other: Static) -> Option<Static> {
-        match (self, other) {
-            (Static::Dyn, _) | (_, Static::Dyn) => Some(Static::Dyn),
-            (Static::List(a), Static::List(b)) => Some(Static::List(Box::new(a.join(*b)?))),
-            (Static::Map(k, v), Static::Map(k2, v2)) => {
-                Some(Static::Map(Box::new(k.join(*k2)?), Box::new(v.join(*v2)?)))
-            }
-            (a, b) => (a == b).then_some(a),
-        }
-    }
-
-    /// The joined type of `items`, or the first that does not join: the
-    /// type so far, the item and its type.
-    fn join_items<'a>(
-        items: impl Iterator<Item = &'a Expression>,
-    ) -> Result<Option<Static>, (Static, &'a Expression, Static)> {
-        let mut joined: Option<Static> = None;
-        for item in items {
-            let ty = Static::of(item);
-            joined = Some(match joined {
-                None => ty,
-                Some(prev) => prev.clone().join(ty.clone()).ok_or((prev, item, ty))?,
-            });
-        }
-        Ok(joined)
-    }
-
-    fn join_all<'a>(items: impl Iterator<Item = &'a Expression>) -> Option<Static> {
-        Static::join_items(items).ok().flatten()
-    }
-}
-
-/// Refuses a list literal whose elements have different types, as
-/// kube-apiserver's type checker does (cel-go's homogeneous aggregate
-/// literals): `[1, 'a']`, at the first element that differs. Only types
-/// known without a checker count; an element of type `dyn` (a field of
-/// `object`...) joins with any. Map literals are not checked here.
+/// Refuses an aggregate literal whose elements (a list's) or keys or
+/// values (a map's) differ in type, as kube-apiserver's type checker does
+/// (cel-go's homogeneous aggregate literals): `[1, 'a']`, `{'a': 1, 'b':
+/// 'c'}`, at the first that differs. Only types known without a schema
+/// count; one of type `dyn` (a field of `object`...) joins with any.
 fn homogeneous_literals(e: &Expression, positions: &SourceInfo) -> Result<(), CompileError> {
-    if let kube_cel::cel::common::ast::Expr::List(list) = &e.expr {
-        if let Err((expected, item, found)) = Static::join_items(list.elements.iter()) {
-            let (line, column) = positions.pos_for(item.id).unzip();
-            return Err(CompileError {
-                message: format!("expected type '{expected}' but found '{found}'"),
-                line: line.and_then(|l| usize::try_from(l).ok()),
-                column: column.and_then(|c| usize::try_from(c).ok()),
-            });
-        }
+    let (_, found) =
+        super::schema::check_tree(e, positions, &Default::default(), &Default::default());
+    match found.into_iter().find(|f| f.literal) {
+        Some(f) => Err(CompileError {
+            message: f.message,
+            line: Some(f.line).filter(|l| *l > 0),
+            column: Some(f.column).filter(|c| *c > 0),
+        }),
+        None => Ok(()),
     }
-    let mut result = Ok(());
-    super::walk::children(e, |child| {
-        if result.is_ok() {
-            result = homogeneous_literals(child, positions);
-        }
-    });
-    result
 }
 
 /// The parser's message without its debug wrapping.

@@ -60,6 +60,12 @@ pub trait Extension: Send + Sync {
         &[]
     }
 
+    /// The types of its variables, for type checking (see
+    /// [`super::schema`]); one not given is `dyn`.
+    fn variable_types(&self) -> Vec<(&'static str, super::schema::Schema)> {
+        Vec::new()
+    }
+
     /// The extension's variables for one evaluated object: the request's
     /// object, or the pod built from a controller's template.
     fn variables(&self, _object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
@@ -170,6 +176,15 @@ impl Env {
             .iter()
             .copied()
             .chain(self.extensions.variable_names())
+            .collect()
+    }
+
+    /// The types of the host extensions' variables ([`Extension::variable_types`]).
+    pub fn variable_types(&self) -> Vec<(&'static str, super::schema::Schema)> {
+        self.extensions
+            .list
+            .iter()
+            .flat_map(|e| e.variable_types())
             .collect()
     }
 

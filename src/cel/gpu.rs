@@ -1,6 +1,7 @@
 //! The GPU extensions of the CEL environment: the `gpu` variable (what the
 //! evaluated object asks for) and the `azure.sku` / `azure.isGpuSku`
 //! functions over the SKU catalog. Documented in docs/cel-extensions.md.
+use super::schema::Schema;
 use super::{json_to_value, Context, Extension, Value};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::GpuFacts;
@@ -84,6 +85,22 @@ impl Extension for GpuExtension {
 
     fn variable_names(&self) -> &[&'static str] {
         &["gpu"]
+    }
+
+    /// Every object gets every key of the facts (`pool` only capacity
+    /// objects): their names are closed, what they hold open.
+    fn variable_types(&self) -> Vec<(&'static str, Schema)> {
+        let facts = serde_json::to_value(GpuFacts::default()).unwrap_or_default();
+        match Schema::of_sample(&facts, false) {
+            Schema::Object(fields, open) => {
+                let pool = [("pool".to_string(), Schema::Dyn)];
+                vec![(
+                    "gpu",
+                    Schema::object(fields.as_ref().clone().into_iter().chain(pool), open),
+                )]
+            }
+            _ => Vec::new(),
+        }
     }
 
     fn variables(&self, object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
@@ -196,6 +213,29 @@ mod tests {
             let direct = Value::try_from(val.as_ref()).expect("plain data");
             assert_eq!(direct, gpu_value(&facts), "{object}");
         }
+    }
+
+    #[test]
+    fn the_gpu_variable_is_typed_by_its_keys() {
+        let ext = GpuExtension::new(Arc::new(Catalog::embedded()), GpuResources::default());
+        let roots = ext.variable_types().into_iter().collect();
+        let found = |source: &str| {
+            let parsed = crate::cel::schema::Parsed::new(source).unwrap();
+            let found = parsed.check(&Default::default(), &roots).1;
+            found.into_iter().map(|f| f.message).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            found("gpu.totl > 0 || gpu.total == '2' || gpu.requested.x"),
+            [
+                "undefined field 'totl'",
+                "found no matching overload for '_==_' applied to '(int, string)'",
+                "type 'bool' does not support field selection",
+            ]
+        );
+        // Capacity objects' `pool`; what the keys hold is open.
+        assert!(
+            found("has(gpu.pool) && gpu.pool.pools.size() > 0 && gpu.placement.x == 1").is_empty()
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod image;
 mod limits;
 pub mod portability;
 mod reach;
+pub mod schema;
 mod signatures;
 mod sku_sets;
 mod strings;

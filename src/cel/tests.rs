@@ -638,7 +638,8 @@ fn qualified_type_names_denote_types() {
 }
 
 /// kube-apiserver's type checker refuses a list literal whose elements
-/// have different types, at the first element that differs.
+/// have different types, or a map literal whose keys or values do, at the
+/// first that differs.
 #[test]
 fn heterogeneous_literals_are_refused_at_load() {
     for (source, line, column, message) in [
@@ -688,6 +689,19 @@ fn heterogeneous_literals_are_refused_at_load() {
             30,
             "expected type 'int' but found 'uint'",
         ),
+        // Map literals: their values, then their keys.
+        (
+            "{'sizes': [], 'field': ''} != {}",
+            1,
+            24,
+            "expected type 'list(dyn)' but found 'string'",
+        ),
+        (
+            "{'a': 1, 2: 1} != {}",
+            1,
+            10,
+            "expected type 'string' but found 'int'",
+        ),
     ] {
         let err = refused(source, message);
         assert_eq!(
@@ -704,8 +718,7 @@ fn heterogeneous_literals_are_refused_at_load() {
         "[1, null] == [] && [dyn(1), 'a'] == []",
         "[[], [1]] == [] && [{}, {'a': 1}] == [] && [[1], [object.a]] == []",
         "[1, 2].map(x, x * 2) == [2, 4] && {'a': [1], 'b': []} != {}",
-        // Map literals are not checked (cel-go checks them too).
-        "{'sizes': [], 'field': ''} != {}",
+        "{'sizes': [], 'field': dyn('')} != {} && {'a': object.a, 'b': 1} != {}",
     ] {
         assert!(
             compiled(source).is_ok(),

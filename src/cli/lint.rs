@@ -3,6 +3,7 @@
 //! each error with file, document and field or expression position.
 use crate::bundle::{self, PolicySource};
 use crate::offline;
+use crate::policy::{LoadNotice, NoticeLevel};
 use crate::testing;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,6 +16,10 @@ pub struct LintArgs {
     /// SKU catalog CSV replacing the built-in one.
     #[arg(long, value_name = "CSV")]
     pub catalog: Option<PathBuf>,
+    /// What type checking finds (a field no matched kind has, values of
+    /// different types compared) is an error, not a warning.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
@@ -28,12 +33,11 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
         Ok(loaded) => {
             // What kube-apiserver would accept and ignore: said, not failed.
             let policies = &loaded.bundle.policies;
-            for notice in policies
-                .notices()
-                .iter()
-                .chain(policies.pod_template_notes())
-            {
-                println!("{notice}");
+            let notices = policies.notices().iter();
+            let typing = print_notices(notices.chain(policies.pod_template_notes()), args.strict);
+            if typing > 0 && args.strict {
+                println!("{typing} error(s)");
+                return Ok(ExitCode::FAILURE);
             }
             let portability = policies.beyond_kubernetes();
             let portable = portability.iter().filter(|(_, b)| b.is_empty()).count();
@@ -79,11 +83,30 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
+            let typing = print_notices(errors.1.iter(), args.strict);
             for error in &errors.0 {
                 println!("{error}");
             }
-            println!("{} error(s)", errors.0.len());
+            let typing = if args.strict { typing } else { 0 };
+            println!("{} error(s)", errors.0.len() + typing);
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Prints `notices`, type checking's as errors when `strict`; returns how
+/// many are type checking's.
+fn print_notices<'a>(notices: impl Iterator<Item = &'a LoadNotice>, strict: bool) -> usize {
+    let mut typing = 0;
+    for notice in notices {
+        if notice.level == NoticeLevel::Typing {
+            typing += 1;
+            if strict {
+                println!("error: {}", notice.at);
+                continue;
+            }
+        }
+        println!("{notice}");
+    }
+    typing
 }

@@ -793,7 +793,9 @@ fn cluster_authorizer() -> Arc<dyn crate::authz::Authorizer> {
 fn log_notices(policies: &policy::PolicySet) {
     for notice in policies.notices() {
         match notice.level {
-            policy::NoticeLevel::Warning => tracing::warn!("policy folder: {notice}"),
+            policy::NoticeLevel::Warning | policy::NoticeLevel::Typing => {
+                tracing::warn!("policy folder: {notice}")
+            }
             policy::NoticeLevel::Note => tracing::debug!("policy folder: {notice}"),
         }
     }

@@ -91,7 +91,11 @@ impl Errors<'_> {
         let id = self.expressions;
         self.expressions += 1;
         compile(env, &source)
-            .map(|compiled| Expr { id, compiled })
+            .map(|compiled| Expr {
+                id,
+                field: field.into(),
+                compiled,
+            })
             .map_err(|e| {
                 self.errors.push(LoadError {
                     source: Some(self.source.clone()),

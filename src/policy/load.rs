@@ -122,21 +122,27 @@ pub enum NoticeLevel {
     Warning,
     /// A field Kubernetes documents as ignored in this case.
     Note,
+    /// What type checking an expression against the schemas of what it
+    /// reads found (see [`super::schemas`]): a warning, an error in
+    /// `lint --strict`.
+    Typing,
 }
 
 impl fmt::Display for LoadNotice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let level = match self.level {
-            NoticeLevel::Warning => "warning",
+            NoticeLevel::Warning | NoticeLevel::Typing => "warning",
             NoticeLevel::Note => "note",
         };
         write!(f, "{level}: {}", self.at)
     }
 }
 
-/// Every problem found while loading, in file order.
+/// Every problem found while loading, in file order, and what type
+/// checking found in the policies that did load ([`NoticeLevel::Typing`]),
+/// which `lint` still reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LoadErrors(pub Vec<LoadError>);
+pub struct LoadErrors(pub Vec<LoadError>, pub Vec<LoadNotice>);
 
 impl fmt::Display for LoadErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -154,7 +160,7 @@ impl std::error::Error for LoadErrors {}
 
 impl From<LoadError> for LoadErrors {
     fn from(e: LoadError) -> LoadErrors {
-        LoadErrors(vec![e])
+        LoadErrors(vec![e], Vec::new())
     }
 }
 
@@ -213,7 +219,7 @@ pub fn read_files(dir: &Path) -> Result<Vec<PolicyFile>, LoadErrors> {
 fn all_or_errors<T>(value: T, errors: Vec<LoadError>) -> Result<T, LoadErrors> {
     match errors.is_empty() {
         true => Ok(value),
-        false => Err(LoadErrors(errors)),
+        false => Err(LoadErrors(errors, Vec::new())),
     }
 }
 

@@ -21,6 +21,7 @@ mod model;
 mod mutate;
 pub mod plan;
 mod read;
+mod schemas;
 mod watch;
 
 pub use annotations::{EXCEPTIONS_ANNOTATION, VALIDATION_FAILURE_ANNOTATION};
@@ -209,7 +210,7 @@ impl PolicySet {
                 }),
             })
         })
-        .map_err(|e| LoadErrors(vec![LoadError::new(e)]))?
+        .map_err(|e| LoadErrors::from(LoadError::new(e)))?
     }
 
     /// The set compiled again with `extra` documents (bindings, params)

@@ -56,6 +56,8 @@ pub struct Policy {
 #[derive(Debug)]
 pub struct Expr {
     pub id: usize,
+    /// Where it is in the policy's document (`spec.validations[0].expression`).
+    pub field: Box<str>,
     pub compiled: Compiled,
 }
 

@@ -6,6 +6,7 @@
 use super::documents;
 use super::load::{Document, LoadError, LoadErrors, LoadNotice, NoticeLevel, Source};
 use super::model::{Binding, Param, Policy};
+use super::schemas::Schemas;
 use super::{API_VERSIONS, MUTATING_API_VERSIONS, POD_TEMPLATES_ANNOTATION};
 use crate::cel::{self, Env};
 use crate::exceptions::{self, Exception};
@@ -38,9 +39,11 @@ pub(super) struct Loaded {
 pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
     let mut errors = Vec::new();
     let mut notices = Vec::new();
-    let mut validating = Family::read(Family::VALIDATING, env, docs, &mut errors);
-    let mutating = Family::read(Family::MUTATING, env, docs, &mut errors);
+    let schemas = Schemas::new(docs);
+    let mut validating = Family::read(Family::VALIDATING, env, docs, &schemas, &mut errors);
+    let mut mutating = Family::read(Family::MUTATING, env, docs, &schemas, &mut errors);
     notices.append(&mut validating.key_notices);
+    notices.append(&mut mutating.key_notices);
     let param_kinds: BTreeSet<(String, String)> = (validating.policies.iter())
         .chain(&mutating.policies)
         .filter_map(|p| p.param_kind.clone())
@@ -110,8 +113,11 @@ pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
             errors.push(LoadError::unknown_api_version(doc, accepted));
             continue;
         }
-        // A Deployment kept next to its policy, the CRD of a params
-        // kind: not the engine's, skipped.
+        // Read by `Schemas::new` for the types of its kinds.
+        if (api, kind) == ("apiextensions.k8s.io/v1", "CustomResourceDefinition") {
+            continue;
+        }
+        // A Deployment kept next to its policy: not the engine's, skipped.
         notices.push(LoadNotice {
                 level: NoticeLevel::Warning,
                 at: LoadError::at(
@@ -125,7 +131,10 @@ pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
             });
     }
     if !errors.is_empty() {
-        return Err(LoadErrors(errors));
+        let typing = notices
+            .into_iter()
+            .filter(|n| n.level == NoticeLevel::Typing);
+        return Err(LoadErrors(errors, typing.collect()));
     }
     // Mutating policies run in the order of their names (each binding
     // of one policy in file order), each seeing the previous result.
@@ -222,8 +231,9 @@ struct Family<'d> {
     /// One note per policy also run on controllers' pod templates (only
     /// validating policies are).
     template_notes: Vec<LoadNotice>,
-    /// What `lint` says of audit annotation keys: one returned under
-    /// another key than `<policy>.<key>`, two policies that return the same.
+    /// What `lint` says of audit annotation keys (one returned under
+    /// another key than `<policy>.<key>`, two policies that return the
+    /// same) and of the expressions' types ([`Schemas::check`]).
     key_notices: Vec<LoadNotice>,
 }
 
@@ -275,6 +285,7 @@ impl<'d> Family<'d> {
         kinds: &'static FamilyKinds,
         env: &Env,
         docs: &'d [Document],
+        schemas: &Schemas,
         errors: &mut Vec<LoadError>,
     ) -> Family<'d> {
         let is_policy = |d: &Document| {
@@ -296,6 +307,7 @@ impl<'d> Family<'d> {
                 continue;
             };
             notes_on_keys.extend(key_notices(&p, doc, &mut returned_keys));
+            notes_on_keys.extend(schemas.check(env, &p, &doc.source));
             if kinds.judges_templates && p.judges_pod_templates() {
                 template_notes.push(pod_template_notice(&p, doc));
             }

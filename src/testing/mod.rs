@@ -395,7 +395,7 @@ fn load(tests: &[Document]) -> Result<Vec<LoadedTest<'_>>, LoadErrors> {
     if errors.is_empty() {
         Ok(loaded)
     } else {
-        Err(LoadErrors(errors))
+        Err(LoadErrors(errors, Vec::new()))
     }
 }
 
