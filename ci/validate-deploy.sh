@@ -733,9 +733,12 @@ def report_overlay(base, report, ns, label=REPORT):
                                                            ("resource.k8s.io", "deviceclasses"),
                                                            ("resource.k8s.io", "resourceslices"),
                                                            ("authorization.k8s.io", "subjectaccessreviews"),
-                                                           ("gpu-admission.io", "gpupolicyexceptions")},
-          f"{BASE}: the base grants the server only namespaces, nodes, NodePools, DRA claims and devices, GpuPolicyExceptions "
-          f"and SubjectAccessReviews, got {sorted(base_granted)}")
+                                                           ("gpu-admission.io", "gpupolicyexceptions"),
+                                                           ("gpu-admission.io", "gpubudgets"), ("", "pods")},
+          f"{BASE}: the base grants the server only namespaces, nodes, NodePools, DRA claims and devices, GpuPolicyExceptions, "
+          f"GpuBudgets, pods and SubjectAccessReviews, got {sorted(base_granted)}")
+    check(not any(v not in ("get", "list", "watch") for g, r, v, _, _ in base_granted if r in ("pods", "gpubudgets")),
+          f"{BASE}: the server only reads pods and GpuBudgets")
     check(not any(v not in ("get", "list", "watch") for g, r, v, _, _ in base_granted if r in ("nodes", "nodepools")),
           f"{BASE}: the server only reads nodes and NodePools")
     check(not any(v != "create" for g, r, v, _, _ in base_granted if r == "subjectaccessreviews"),
@@ -789,6 +792,48 @@ EXCEPTION = {  # The model's example GpuPolicyException.
                        "expression": "object.metadata.name.startsWith('nccl-')"},
              "reason": "NCCL bandwidth benchmark needs privileged for one day; OPS-1234",
              "expiresAt": "2026-12-31T00:00:00Z", "requestedBy": "alice@example.com"}}
+
+
+BUDGET = {  # The model's example GpuBudget (docs/budgets.md).
+    "apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+    "metadata": {"name": "team-nlp", "namespace": "gpu-admission"},
+    "spec": {"models": {"A100": 8, "T4": 16}, "sizes": {"Standard_NC24ads_A100_v4": 4}, "total": 20,
+             "namespaceSelector": {"matchLabels": {"team": "nlp"},
+                                   "matchExpressions": [{"key": "stage", "operator": "NotIn", "values": ["dev"]}]}}}
+
+
+def budgets(objs, label):
+    """The GpuBudget CRD as the model has it: names, the model's example
+    accepted, what the model refuses refused."""
+    crd = find(objs, "CustomResourceDefinition", "gpubudgets.gpu-admission.io")
+    check(len(crd) == 1, f"{label}: no CustomResourceDefinition gpubudgets.gpu-admission.io")
+    if not crd:
+        return
+    spec = crd[0]["spec"]
+    names = spec.get("names", {})
+    check((spec.get("group"), spec.get("scope"), names.get("kind"), names.get("plural")) ==
+          ("gpu-admission.io", "Namespaced", "GpuBudget", "gpubudgets"),
+          f"{label}: the CRD's group, scope or names differ from gpu-admission.io GpuBudget")
+    versions = [v for v in spec.get("versions", []) if v.get("name") == "v1alpha1"]
+    check(len(versions) == 1 and versions[0].get("served") is True and versions[0].get("storage") is True,
+          f"{label}: the GpuBudget CRD serves and stores v1alpha1")
+    if len(versions) != 1:
+        return
+    schema = versions[0]["schema"]["openAPIV3Schema"]
+    errs = crd_errors(schema, BUDGET)
+    check(errs == [], f"{label}: the GpuBudget CRD refuses the model's example: {errs}")
+    broken = {
+        "with no limit": lambda s: s.clear(),
+        "with a negative model limit": lambda s: s.update(models={"A100": -1}),
+        "with a limit that is not a number": lambda s: s.update(models={"A100": "8"}),
+        "with a negative total": lambda s: s.update(total=-1),
+        "with an unknown selector operator": lambda s: s.update(namespaceSelector={"matchExpressions": [
+            {"key": "team", "operator": "Like"}]}),
+    }
+    for why, change in broken.items():
+        obj = json.loads(json.dumps(BUDGET))
+        change(obj["spec"])
+        check(crd_errors(schema, obj) != [], f"{label}: the GpuBudget CRD accepts a budget {why}")
 
 
 def crd_errors(schema, obj):
@@ -1169,6 +1214,7 @@ for objs, label in checked:
     network_policy(objs, label)
     shutdown_and_priority(objs, label)
     exceptions(objs, label)
+    budgets(objs, label)
 check(not any(w.get("clientConfig", {}).get("caBundle")
               for o in base for w in o.get("webhooks", [])), f"{BASE}: caBundle is filled by install-certs.sh, not committed")
 check(find(base, "Secret") == [], f"{BASE}: the TLS Secret is never rendered from the repository")
