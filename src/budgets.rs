@@ -232,13 +232,15 @@ pub trait BudgetLookup: Send + Sync {
 
     /// Calls `judge` with the budgets covering `namespace` and what the
     /// namespaces each covers hold (the pods the cluster shows, plus those
-    /// admitted here and not shown yet); the pod it returns is recorded as
-    /// admitted before another request is judged. `Err` (why) when what is
-    /// held cannot be counted.
+    /// admitted here and not shown yet, but `pod`, the one judged, should
+    /// it be judged again); the pod it returns is recorded as admitted
+    /// before another request is judged. `Err` (why) when what is held
+    /// cannot be counted.
     fn judge(
         &self,
         namespace: &str,
         labels: &BTreeMap<String, String>,
+        pod: Option<&str>,
         judge: &mut dyn FnMut(&[Standing]) -> Option<Admitted>,
     ) -> Result<(), String>;
 }
@@ -255,6 +257,7 @@ impl BudgetLookup for NoBudgets {
         &self,
         _: &str,
         _: &BTreeMap<String, String>,
+        _: Option<&str>,
         judge: &mut dyn FnMut(&[Standing]) -> Option<Admitted>,
     ) -> Result<(), String> {
         judge(&[]);
@@ -292,7 +295,7 @@ pub fn judge(
     pod: Option<&str>,
 ) -> Verdict {
     let mut verdict = Verdict::default();
-    let counted = budgets.judge(namespace, labels, &mut |standings| {
+    let counted = budgets.judge(namespace, labels, pod, &mut |standings| {
         for ask in asks {
             judge_ask(standings, ask, &mut verdict);
         }

@@ -101,6 +101,7 @@ impl BudgetLookup for Fixed {
         &self,
         _: &str,
         _: &BTreeMap<String, String>,
+        _: Option<&str>,
         judge: &mut dyn FnMut(&[Standing]) -> Option<Admitted>,
     ) -> Result<(), String> {
         self.admitted.lock().unwrap().extend(judge(&self.standings));

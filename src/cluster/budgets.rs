@@ -222,7 +222,14 @@ fn read_budget(object: &Value, teams_in: &str) -> Option<(String, Option<Arc<Bud
 }
 
 impl State {
-    fn take(&mut self, event: Event<Value>, read: &PodReader) {
+    fn take(&mut self, mut event: Event<Value>, read: &PodReader) {
+        // The items of a list come without their kind.
+        if let Event::InitApply(pod) | Event::Apply(pod) = &mut event {
+            if let Some(fields) = pod.as_object_mut() {
+                fields.insert("apiVersion".into(), "v1".into());
+                fields.insert("kind".into(), "Pod".into());
+            }
+        }
         match event {
             Event::Init => self.relisting = Some(HashMap::new()),
             Event::InitApply(pod) => {
@@ -344,14 +351,17 @@ impl BudgetLookup for ClusterBudgets {
         &self,
         namespace: &str,
         labels: &BTreeMap<String, String>,
+        pod: Option<&str>,
         judge: &mut dyn FnMut(&[Standing]) -> Option<Admitted>,
     ) -> Result<(), String> {
         let shared = &*self.shared;
         let mut state = shared.lock();
         let now = Instant::now();
+        // The pod judged again (a retried create) is not counted twice.
+        let retried = |key: &(String, String)| Some(key.1.as_str()) == pod && key.0 == namespace;
         state
             .ledger
-            .retain(|_, (_, at)| now.duration_since(*at) < shared.ttl);
+            .retain(|key, (_, at)| now.duration_since(*at) < shared.ttl && !retried(key));
         let standings: Vec<Standing> = (state.budgets.held.values().flatten())
             .filter(|b| b.covers(namespace, labels))
             .map(|b| Standing {
