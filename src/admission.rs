@@ -3,7 +3,7 @@
 //! to placement and the policy engine. [`Admission`] is also the server's
 //! [`Webhook`].
 use crate::authz::{Authorizer, NoAuthorizer};
-use crate::budgets::{self, BudgetLookup, NoBudgets};
+use crate::budgets::{self, BudgetLookup, StaticBudgets};
 use crate::exceptions::webhook::{self as exception_webhook, Route};
 use crate::exceptions::{Excepted, ExceptionLookup, NoExceptions};
 use crate::gpu::catalog::Catalog;
@@ -78,7 +78,7 @@ impl Admission {
             nodes: Arc::new(NoNodes),
             exceptions: Arc::new(NoExceptions),
             authorizer: Arc::new(NoAuthorizer),
-            budgets: Arc::new(NoBudgets),
+            budgets: Arc::new(StaticBudgets::default()),
             kueue_controllers: vec![crate::kueue::DEFAULT_CONTROLLER.to_string()],
             on_excepted: None,
         }

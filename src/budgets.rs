@@ -245,22 +245,53 @@ pub trait BudgetLookup: Send + Sync {
     ) -> Result<(), String>;
 }
 
-/// No budget anywhere.
-pub struct NoBudgets;
+/// Budgets known up front with what is held (none by default: no budget
+/// anywhere); each pod admitted is added to what the budgets covering its
+/// namespace hold.
+#[derive(Default)]
+pub struct StaticBudgets {
+    standings: std::sync::Mutex<Vec<Standing>>,
+}
 
-impl BudgetLookup for NoBudgets {
-    fn covers(&self, _: &str, _: &BTreeMap<String, String>) -> bool {
-        false
+impl StaticBudgets {
+    pub fn new(standings: Vec<Standing>) -> StaticBudgets {
+        StaticBudgets {
+            standings: std::sync::Mutex::new(standings),
+        }
+    }
+
+    /// The budgets and what they hold now.
+    pub fn standings(&self) -> Vec<Standing> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Standing>> {
+        (self.standings.lock()).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl BudgetLookup for StaticBudgets {
+    fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.lock()
+            .iter()
+            .any(|s| s.budget.covers(namespace, labels))
     }
 
     fn judge(
         &self,
-        _: &str,
-        _: &BTreeMap<String, String>,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
         _: Option<&str>,
         judge: &mut dyn FnMut(&[Standing]) -> Option<Admitted>,
     ) -> Result<(), String> {
-        judge(&[]);
+        let mut all = self.lock();
+        let covering = |s: &&mut Standing| s.budget.covers(namespace, labels);
+        let mine: Vec<Standing> = all.iter_mut().filter(covering).map(|s| s.clone()).collect();
+        if let Some(admitted) = judge(&mine) {
+            for standing in all.iter_mut().filter(covering) {
+                standing.used.add(&admitted.charge, 1);
+            }
+        }
         Ok(())
     }
 }

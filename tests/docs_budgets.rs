@@ -6,7 +6,7 @@ mod common;
 
 use common::webhooks::{Cluster, Review};
 use common::yaml_documents;
-use gpu_admission::budgets::{self, Admitted, BudgetLookup, Charge, Standing, Usage};
+use gpu_admission::budgets::{self, Charge, Standing, StaticBudgets, Usage};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -95,26 +95,6 @@ fn the_kueue_example_agrees_with_the_budget_it_pairs_with() {
     assert_eq!(local["spec"]["clusterQueue"], queue["metadata"]["name"]);
 }
 
-/// The page's budget with seven A100s held in its namespace.
-struct SevenHeld(Standing);
-
-impl BudgetLookup for SevenHeld {
-    fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
-        self.0.budget.covers(namespace, labels)
-    }
-
-    fn judge(
-        &self,
-        _: &str,
-        _: &BTreeMap<String, String>,
-        _: Option<&str>,
-        judge: &mut dyn FnMut(&[Standing]) -> Option<Admitted>,
-    ) -> Result<(), String> {
-        judge(std::slice::from_ref(&self.0));
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn the_denial_the_page_shows_is_the_webhooks_answer() {
     let text = page();
@@ -131,7 +111,7 @@ async fn the_denial_the_page_shows_is_the_webhooks_answer() {
         budget: Arc::new(budget),
         used,
     };
-    let cluster = Cluster::start_with_budgets(Arc::new(SevenHeld(standing))).await;
+    let cluster = Cluster::start_with_budgets(Arc::new(StaticBudgets::new(vec![standing]))).await;
     let pod = of_kind(&documents, "Pod")[0].clone();
     let review = Review::create(pod).namespace_labels(&[
         ("gpu-admission.io/tier", "standard"),

@@ -1,7 +1,6 @@
 use super::*;
 use crate::gpu::GpuResources;
 use serde_json::json;
-use std::sync::Mutex;
 
 fn budget(spec: Value) -> Value {
     json!({"apiVersion": API_VERSION, "kind": KIND,
@@ -87,29 +86,7 @@ fn a_pod_is_charged_as_the_most_expensive_model_its_selection_allows() {
     assert!(catalog.get(&any.size).unwrap().premium);
 }
 
-/// Budgets and what is held, with the pods recorded as admitted.
-struct Fixed {
-    standings: Vec<Standing>,
-    admitted: Mutex<Vec<Admitted>>,
-}
-
-impl BudgetLookup for Fixed {
-    fn covers(&self, _: &str, _: &BTreeMap<String, String>) -> bool {
-        !self.standings.is_empty()
-    }
-    fn judge(
-        &self,
-        _: &str,
-        _: &BTreeMap<String, String>,
-        _: Option<&str>,
-        judge: &mut dyn FnMut(&[Standing]) -> Option<Admitted>,
-    ) -> Result<(), String> {
-        self.admitted.lock().unwrap().extend(judge(&self.standings));
-        Ok(())
-    }
-}
-
-fn fixed(spec: Value, held: &[(&str, i64)]) -> Fixed {
+fn fixed(spec: Value, held: &[(&str, i64)]) -> StaticBudgets {
     let mut used = Usage::default();
     for (model, gpus) in held {
         let charge = Charge {
@@ -119,13 +96,18 @@ fn fixed(spec: Value, held: &[(&str, i64)]) -> Fixed {
         };
         used.add(&charge, 1);
     }
-    Fixed {
-        standings: vec![Standing {
-            budget: Arc::new(read(&budget(spec)).unwrap()),
-            used,
-        }],
-        admitted: Mutex::new(Vec::new()),
-    }
+    let budget = Arc::new(read(&budget(spec)).unwrap());
+    StaticBudgets::new(vec![Standing { budget, used }])
+}
+
+/// A100s the budgets of `lookup` hold.
+fn a100s(lookup: &StaticBudgets) -> i64 {
+    lookup.standings()[0]
+        .used
+        .models
+        .get("A100")
+        .copied()
+        .unwrap_or(0)
 }
 
 fn ask(model: &str, gpus: i64, replicas: i64, prefix: &str) -> Ask {
@@ -167,10 +149,7 @@ fn a_pod_past_a_limit_is_denied_naming_the_budget_model_and_what_to_do() {
     ] {
         assert!(denial.contains(part), "{part:?} not in {denial}");
     }
-    assert!(
-        lookup.admitted.lock().unwrap().is_empty(),
-        "a denied pod is not recorded"
-    );
+    assert_eq!(a100s(&lookup), 7, "a denied pod is not recorded");
 
     let verdict = judge(
         &lookup,
@@ -180,15 +159,15 @@ fn a_pod_past_a_limit_is_denied_naming_the_budget_model_and_what_to_do() {
         Some("fits"),
     );
     assert_eq!(verdict, Verdict::default());
-    let admitted = lookup.admitted.lock().unwrap().clone();
-    assert_eq!(admitted.len(), 1);
-    assert_eq!(
-        (admitted[0].name.as_str(), admitted[0].charge.gpus),
-        ("fits", 1)
-    );
+    assert_eq!(a100s(&lookup), 8, "the pod admitted now holds its GPU");
     // A dry run (no name given) is judged and not recorded.
-    judge(&lookup, "nlp", &labels, &[ask("A100", 1, 1, "")], None);
-    assert_eq!(lookup.admitted.lock().unwrap().len(), 1);
+    let full = judge(&lookup, "nlp", &labels, &[ask("A100", 1, 1, "")], None);
+    assert!(full.denials[0].contains("8/8 are held"), "{full:?}");
+    assert_eq!(a100s(&lookup), 8);
+    let web = BTreeMap::new();
+    let elsewhere = judge(&lookup, "web", &web, &[ask("A100", 9, 1, "")], Some("w"));
+    assert_eq!(elsewhere, Verdict::default(), "no budget covers web");
+    assert_eq!(a100s(&lookup), 8);
 }
 
 #[test]
