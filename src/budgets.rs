@@ -388,7 +388,7 @@ fn judge_ask(standings: &[Standing], ask: &Ask, verdict: &mut Verdict) {
 }
 
 /// GPUs held of `key` in `map`, whatever the case either spells it in.
-fn held_of(map: &BTreeMap<String, i64>, key: &str) -> i64 {
+pub fn held_of(map: &BTreeMap<String, i64>, key: &str) -> i64 {
     (map.iter().filter(|(k, _)| k.eq_ignore_ascii_case(key)))
         .map(|(_, gpus)| gpus)
         .sum()

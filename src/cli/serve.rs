@@ -9,6 +9,7 @@ use super::serve_certs::{managed_certs, ManagedCertArgs};
 use super::serve_exceptions::{excepted_counter, PendingExceptions};
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
+use crate::cluster::budgets::metrics::BudgetMetrics;
 use crate::cluster::exceptions::metrics::ExceptionMetrics;
 use crate::cluster::watch::{CacheMetrics, Settings};
 use crate::cluster::{ClusterClaims, ClusterNamespaces, ClusterNodes};
@@ -353,7 +354,9 @@ pub async fn serve(config: DaemonConfig, shutdown: ShutdownHandle) -> anyhow::Re
     let mut audit_metrics = None;
     let mut exception_metrics = ExceptionMetrics::default();
     let mut cache_metrics = CacheMetrics::default();
+    let mut budget_metrics = BudgetMetrics::default();
     let metrics = Metrics::with_families(|registry| {
+        budget_metrics = BudgetMetrics::register(registry);
         if config.report_interval.is_some() {
             audit_metrics = Some(AuditMetrics::register(registry));
         }
@@ -381,7 +384,11 @@ pub async fn serve(config: DaemonConfig, shutdown: ShutdownHandle) -> anyhow::Re
     }
     let admission = Arc::new(admission);
     daemon.start(exceptions.map(|pending| pending.start(admission.clone(), &exception_metrics)));
-    daemon.start(budgets.into_iter().flat_map(|b| b.start(admission.clone())));
+    daemon.start(
+        budgets
+            .into_iter()
+            .flat_map(|b| b.start(admission.clone(), &budget_metrics)),
+    );
     policies_loaded.open();
     daemon.start(policy_reload(&config, fingerprint, &admission, &metrics)?);
     let report = report_settings(&config)?;

@@ -4,6 +4,7 @@
 //! are read with the catalog and GPU resources of the policies it serves).
 use crate::admission::Admission;
 use crate::budgets::{self, BudgetLookup};
+use crate::cluster::budgets::metrics::BudgetMetrics;
 use crate::cluster::budgets::{ClusterBudgets, PodReader};
 use crate::cluster::watch::{CacheMetrics, Settings};
 use crate::daemon::Service;
@@ -49,8 +50,9 @@ impl PendingBudgets {
         Arc::new(self.cache.clone())
     }
 
-    /// Starts both watches.
-    pub fn start(self, admission: Arc<Admission>) -> [Service; 2] {
+    /// Starts both watches; `metrics` then reports the cache.
+    pub fn start(self, admission: Arc<Admission>, metrics: &BudgetMetrics) -> [Service; 2] {
+        metrics.watch(self.cache.clone());
         let read: PodReader = Arc::new(move |pod| {
             let bundle = admission.bundle();
             let (catalog, resources) =

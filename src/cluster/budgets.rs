@@ -63,6 +63,8 @@ struct State {
     /// While the pods are (re)listed.
     relisting: Option<HashMap<(String, String), Pod>>,
     by_namespace: HashMap<String, Usage>,
+    /// Of those, the pods not bound yet.
+    pending: HashMap<String, Usage>,
     ledger: HashMap<(String, String), (Charge, Instant)>,
     over_bound: bool,
 }
@@ -74,9 +76,14 @@ struct Pod {
     bound: bool,
 }
 
-/// GPUs of one namespace and model, held (bound) and pending.
+/// One limit of a budget: `model` is a GPU model, a VM size, or `total`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Held {
+pub struct Limit {
+    pub namespace: String,
+    pub budget: String,
+    pub model: String,
+    pub limit: i64,
+    /// GPUs held against it (pending ones included).
     pub held: i64,
     pub pending: i64,
 }
@@ -162,21 +169,35 @@ impl ClusterBudgets {
         [budgets, pods]
     }
 
-    /// GPUs held and pending per namespace and model (`""`: no catalog
-    /// model), of the pods the watch shows.
-    pub fn held(&self) -> BTreeMap<(String, String), Held> {
-        let state = self.shared.lock();
-        let mut held: BTreeMap<(String, String), Held> = BTreeMap::new();
-        for ((namespace, _), pod) in &state.pods {
-            let key = (namespace.clone(), pod.charge.model.clone());
-            let entry = held.entry(key).or_default();
-            *if pod.bound {
-                &mut entry.held
-            } else {
-                &mut entry.pending
-            } += pod.charge.gpus;
+    /// Each limit of each budget with what is held against it and, of
+    /// that, what is pending (pods not bound yet, and admitted pods the
+    /// watch has not shown).
+    pub fn limits(&self) -> Vec<Limit> {
+        let shared = &*self.shared;
+        let state = shared.lock();
+        let mut limits = Vec::new();
+        for budget in state.budgets.held.values().flatten() {
+            let [used, pending] = [false, true].map(|p| state.used(budget, shared, p));
+            let of = |usage: &Usage, key: &str| {
+                budgets::held_of(&usage.models, key) + budgets::held_of(&usage.sizes, key)
+            };
+            let each = (budget.models.iter().chain(&budget.sizes))
+                .map(|(key, limit)| (key.clone(), *limit, of(&used, key), of(&pending, key)));
+            let total = budget
+                .total
+                .map(|t| ("total".to_string(), t, used.total, pending.total));
+            for (model, limit, held, pending) in each.chain(total) {
+                limits.push(Limit {
+                    namespace: budget.namespace.clone(),
+                    budget: budget.name.clone(),
+                    model,
+                    limit,
+                    held,
+                    pending,
+                });
+            }
         }
-        held
+        limits
     }
 
     /// The budgets held (that read), by namespace and name.
@@ -241,19 +262,18 @@ impl State {
                 self.relisting = Some(listed);
             }
             Event::InitDone => {
-                self.pods = self.relisting.take().unwrap_or_default();
-                self.by_namespace.clear();
-                for ((namespace, _), pod) in &self.pods {
-                    let used = self.by_namespace.entry(namespace.clone()).or_default();
-                    used.add(&pod.charge, 1);
+                let pods = self.relisting.take().unwrap_or_default();
+                (self.by_namespace, self.pending) = Default::default();
+                for ((namespace, _), pod) in &pods {
+                    self.count(namespace, pod, 1);
                 }
+                self.pods = pods;
             }
             Event::Apply(pod) => {
                 let key = key_of(&pod);
                 let known = self.remove(&key);
                 if let Some((key, entry)) = self.read_pod(&pod, known, read, self.pods.len()) {
-                    let used = self.by_namespace.entry(key.0.clone()).or_default();
-                    used.add(&entry.charge, 1);
+                    self.count(&key.0, &entry, 1);
                     self.pods.insert(key, entry);
                 }
             }
@@ -268,13 +288,23 @@ impl State {
     /// Takes a pod out of what is held.
     fn remove(&mut self, key: &(String, String)) -> Option<Pod> {
         let pod = self.pods.remove(key)?;
-        if let Some(used) = self.by_namespace.get_mut(&key.0) {
-            used.add(&pod.charge, -1);
+        self.count(&key.0, &pod, -1);
+        Some(pod)
+    }
+
+    /// Adds `times` of `pod` to what its namespace holds (and has pending).
+    fn count(&mut self, namespace: &str, pod: &Pod, times: i64) {
+        let maps = [
+            Some(&mut self.by_namespace),
+            (!pod.bound).then_some(&mut self.pending),
+        ];
+        for map in maps.into_iter().flatten() {
+            let used = map.entry(namespace.to_string()).or_default();
+            used.add(&pod.charge, times);
             if *used == Usage::default() {
-                self.by_namespace.remove(&key.0);
+                map.remove(namespace);
             }
         }
-        Some(pod)
     }
 
     /// A pod the watch shows, as kept (none: finished, not a GPU pod, or
@@ -313,15 +343,20 @@ impl State {
         Some((key, Pod { uid, charge, bound }))
     }
 
-    /// What the namespaces `budget` covers hold, with the pods admitted
-    /// and not shown yet.
-    fn used(&self, budget: &Budget, shared: &Shared) -> Usage {
+    /// What the namespaces `budget` covers hold (`pending`: of that, the
+    /// pods not bound yet), with the pods admitted and not shown yet.
+    fn used(&self, budget: &Budget, shared: &Shared, pending: bool) -> Usage {
         let covered = |namespace: &str| match &budget.selector {
             None => namespace == budget.namespace,
             Some(selector) => selector.matches(&shared.labels(namespace)),
         };
         let mut used = Usage::default();
-        for (namespace, usage) in &self.by_namespace {
+        let map = if pending {
+            &self.pending
+        } else {
+            &self.by_namespace
+        };
+        for (namespace, usage) in map {
             if covered(namespace) {
                 used.merge(usage);
             }
@@ -366,7 +401,7 @@ impl BudgetLookup for ClusterBudgets {
             .filter(|b| b.covers(namespace, labels))
             .map(|b| Standing {
                 budget: b.clone(),
-                used: state.used(b, shared),
+                used: state.used(b, shared, false),
             })
             .collect();
         let pods = shared.pods.get();
@@ -386,6 +421,8 @@ impl BudgetLookup for ClusterBudgets {
         Ok(())
     }
 }
+
+pub mod metrics;
 
 #[cfg(test)]
 mod tests;

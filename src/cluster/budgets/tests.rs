@@ -52,6 +52,17 @@ fn apply(cache: &ClusterBudgets, event: Event<Value>) {
     cache.shared.lock().take(event, &reader());
 }
 
+/// (held, pending) against the one A100 limit.
+fn held(cache: &ClusterBudgets) -> (i64, i64) {
+    let limits = cache.limits();
+    assert_eq!(limits.len(), 1);
+    assert_eq!(
+        (limits[0].model.as_str(), limits[0].budget.as_str()),
+        ("A100", "team")
+    );
+    (limits[0].held, limits[0].pending)
+}
+
 /// Judges a pod of `gpus` A100s named `name`; whether it is admitted.
 fn admit(cache: &ClusterBudgets, name: &str, gpus: i64) -> bool {
     let ask = Ask {
@@ -77,14 +88,7 @@ fn pods_held_count_until_finished_or_deleted_and_admitted_ones_until_shown() {
     ] {
         apply(&cache, event);
     }
-    let held = cache.held();
-    assert_eq!(
-        held[&("nlp".to_string(), "A100".to_string())],
-        Held {
-            held: 2,
-            pending: 0
-        }
-    );
+    assert_eq!(held(&cache), (2, 0));
     assert!(admit(&cache, "b", 2), "2 held + 2 fit 4");
     assert!(
         !admit(&cache, "c", 1),
@@ -93,13 +97,9 @@ fn pods_held_count_until_finished_or_deleted_and_admitted_ones_until_shown() {
     // The watch shows b (pending): counted once, from the cache.
     apply(&cache, Event::Apply(pod("b", 2, "", "Pending")));
     assert_eq!(cache.shared.lock().ledger.len(), 0);
-    assert_eq!(
-        cache.held()[&("nlp".to_string(), "A100".to_string())],
-        Held {
-            held: 2,
-            pending: 2
-        }
-    );
+    assert_eq!(held(&cache), (4, 2), "b is pending");
+    apply(&cache, Event::Apply(pod("b", 2, "n2", "Pending")));
+    assert_eq!(held(&cache), (4, 0), "bound: held, no longer pending");
     assert!(!admit(&cache, "c", 1));
     // Finishing a frees its two.
     apply(&cache, Event::Apply(pod("a", 2, "n1", "Succeeded")));
@@ -137,7 +137,11 @@ fn the_ledger_forgets_after_its_ttl_and_a_relist_replaces_what_is_held() {
     ] {
         apply(&cache, event);
     }
-    assert_eq!(cache.held().len(), 1);
+    assert_eq!(
+        held(&cache),
+        (2, 1),
+        "x, and b still in the ledger (pending)"
+    );
     assert_eq!(cache.shared.lock().by_namespace["nlp"].total, 1);
 }
 
@@ -168,4 +172,29 @@ fn without_the_pods_a_covered_namespace_is_refused_and_team_budgets_need_the_ser
     );
     let (_, honoured) = read_budget(&team, "nlp").unwrap();
     assert!(honoured.unwrap().covers("web", &BTreeMap::new()));
+}
+
+#[test]
+fn the_gauges_show_each_limit_with_what_is_held_and_pending() {
+    let cache = cache(Duration::from_secs(60));
+    budget_event(&cache, 4);
+    for event in [
+        Event::Init,
+        Event::InitApply(pod("a", 1, "n1", "Running")),
+        Event::InitApply(pod("b", 2, "", "Pending")),
+        Event::InitDone,
+    ] {
+        apply(&cache, event);
+    }
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics::BudgetMetrics::register(&mut registry).watch(cache.clone());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        r#"gpu_admission_budget_limit{namespace="nlp",budget="team",model="A100"} 4"#,
+        r#"gpu_admission_budget_used{namespace="nlp",budget="team",model="A100"} 3"#,
+        r#"gpu_admission_budget_pending{namespace="nlp",budget="team",model="A100"} 2"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+    }
 }
