@@ -8,9 +8,13 @@
 //! through a [`BudgetLookup`] (docs/budgets.md).
 use crate::gpu::catalog::{Catalog, Sku};
 use crate::gpu::facts::GpuFacts;
+use crate::gpu::GpuResources;
 use crate::k8s::doc::{from_value, Object};
-use crate::k8s::json::FieldError;
+use crate::k8s::json::{labels_of, str_at, FieldError};
 use crate::k8s::labels::{LabelSelector, LabelSelectorDoc};
+use crate::k8s::namespaces::with_name_label;
+use crate::k8s::workloads::pod_is_finished;
+use crate::k8s::NamespaceLookup;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -293,6 +297,48 @@ impl BudgetLookup for StaticBudgets {
             }
         }
         Ok(())
+    }
+}
+
+impl StaticBudgets {
+    /// The GpuBudgets among `objects` that read, each holding the GPUs of
+    /// the Pods among them that are not finished in the namespaces it
+    /// covers (labels from `namespaces`): what `evaluate` reads of a
+    /// manifest and of a dump of the cluster. A namespaceSelector is
+    /// honoured wherever the budget is.
+    pub fn of_objects(
+        objects: &[&Value],
+        namespaces: &dyn NamespaceLookup,
+        catalog: &Catalog,
+        resources: &GpuResources,
+    ) -> StaticBudgets {
+        let kind = |o: &Value, k: &str| o.get("kind").and_then(Value::as_str) == Some(k);
+        let labels = |ns: &str| with_name_label(ns, labels_of(namespaces.namespace(ns).as_deref()));
+        let held: Vec<(String, BTreeMap<String, String>, Charge)> = (objects.iter())
+            .filter(|o| kind(o, "Pod") && !pod_is_finished(o))
+            .filter_map(|pod| {
+                let charge = charge(&GpuFacts::of(pod, catalog, resources), catalog)?;
+                let ns = str_at(pod, "/metadata/namespace");
+                Some((ns.to_string(), labels(ns), charge))
+            })
+            .collect();
+        let standings = (objects.iter())
+            .filter(|o| kind(o, KIND))
+            .filter_map(|o| read(o).ok())
+            .map(|budget| {
+                let mut used = Usage::default();
+                for (ns, labels, charge) in &held {
+                    if budget.covers(ns, labels) {
+                        used.add(charge, 1);
+                    }
+                }
+                Standing {
+                    budget: Arc::new(budget),
+                    used,
+                }
+            })
+            .collect();
+        StaticBudgets::new(standings)
     }
 }
 

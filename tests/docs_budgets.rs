@@ -130,3 +130,68 @@ async fn the_denial_the_page_shows_is_the_webhooks_answer() {
     assert_eq!(outcome.denied_by.as_deref(), Some(webhook));
     assert_eq!(outcome.message(), message);
 }
+
+/// `evaluate` counts the pods of a dump of the cluster and the manifest's
+/// own pods, in order, against the budgets of both.
+#[test]
+fn evaluate_judges_a_manifest_against_its_budgets_and_what_a_dump_holds() {
+    let documents = yaml_documents(&page());
+    let budget = of_kind(&documents, "GpuBudget")[0].clone();
+    let pod = |name: &str, gpus: &str, phase: &str| {
+        let mut pod = of_kind(&documents, "Pod")[0].clone();
+        pod["metadata"]["name"] = json!(name);
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus);
+        pod["status"] = json!({"phase": phase});
+        pod
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, objects: &[Value]| {
+        let path = dir.path().join(name);
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        std::fs::write(&path, list.to_string()).unwrap();
+        path
+    };
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nlp",
+        "labels": {"gpu-admission.io/tier": "standard", "gpu-admission.io/premium-gpus": "true"}}});
+    let dump = write(
+        "dump.json",
+        &[
+            namespace,
+            pod("running", "2", "Running"),
+            pod("done", "8", "Succeeded"),
+        ],
+    );
+    let manifest = write(
+        "manifest.json",
+        &[
+            budget,
+            pod("first", "4", "Pending"),
+            pod("second", "3", "Pending"),
+        ],
+    );
+    let out = common::run_cli([
+        "evaluate".as_ref(),
+        "-f".as_ref(),
+        manifest.as_os_str(),
+        "--cluster".as_ref(),
+        dump.as_os_str(),
+        "-o".as_ref(),
+        "json".as_ref(),
+    ]);
+    let results: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let verdict = |name: &str| {
+        (results
+            .iter()
+            .find(|r| r["name"] == format!("nlp/{name}"))
+            .cloned())
+        .unwrap_or_else(|| panic!("{name}: {out}"))
+    };
+    assert_eq!(verdict("first")["allowed"], true, "{out}");
+    let second = verdict("second");
+    assert_eq!(second["allowed"], false, "{out}");
+    let denial = second["denials"][0].as_str().unwrap();
+    assert!(
+        denial.starts_with("GpuBudget nlp/team-nlp allows 8 A100 GPUs held at once; 6/8 are held and this pod asks for 3 more"),
+        "{denial}"
+    );
+}
