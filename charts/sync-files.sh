@@ -7,6 +7,7 @@
 #                                  kustomization names them
 #   files/namespace-exemption.yaml deploy/namespace-exemption/policy/
 #   files/exception-guard.yaml     deploy/exceptions/policy/
+#   crds/gpubudgets.yaml           deploy/budgets/crd.yaml
 #   crds/gpupolicyexceptions.yaml  deploy/exceptions/crd.yaml (Helm
 #                                  installs crds/ as they are)
 #   files/prometheus-rules.yaml    deploy/observability/
@@ -46,6 +47,7 @@ crds="$root/charts/gpu-admission/crds"
 generate_crds() {
   mkdir -p "$1"
   cp "$root/deploy/exceptions/crd.yaml" "$1/gpupolicyexceptions.yaml"
+  cp "$root/deploy/budgets/crd.yaml" "$1/gpubudgets.yaml"
 }
 
 tmp="$(mktemp -d)"

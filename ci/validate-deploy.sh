@@ -33,7 +33,9 @@
 #    example and refuses broken ones (jsonschema and its CEL rules with
 #    cel-python); both webhook configurations send it to the server; one
 #    policy guards it, with the exempt-label policy's admin groups, and the
-#    namespace label gpu-admission.io/exceptions is kept to admins.
+#    namespace label gpu-admission.io/exceptions is kept to admins. The
+#    GpuBudget CRD, likewise, has its names, accepts the model's example
+#    and refuses broken ones; the server only reads pods and GpuBudgets.
 # 5. The webhooks' matchConditions are evaluated (CEL, cel-python) on the
 #    cases in deploy/tests/match-conditions.yaml: GPU pods are sent, CPU
 #    pods are not.
@@ -733,9 +735,12 @@ def report_overlay(base, report, ns, label=REPORT):
                                                            ("resource.k8s.io", "deviceclasses"),
                                                            ("resource.k8s.io", "resourceslices"),
                                                            ("authorization.k8s.io", "subjectaccessreviews"),
-                                                           ("gpu-admission.io", "gpupolicyexceptions")},
-          f"{BASE}: the base grants the server only namespaces, nodes, NodePools, DRA claims and devices, GpuPolicyExceptions "
-          f"and SubjectAccessReviews, got {sorted(base_granted)}")
+                                                           ("gpu-admission.io", "gpupolicyexceptions"),
+                                                           ("gpu-admission.io", "gpubudgets"), ("", "pods")},
+          f"{BASE}: the base grants the server only namespaces, nodes, NodePools, DRA claims and devices, GpuPolicyExceptions, "
+          f"GpuBudgets, pods and SubjectAccessReviews, got {sorted(base_granted)}")
+    check(not any(v not in ("get", "list", "watch") for g, r, v, _, _ in base_granted if r in ("pods", "gpubudgets")),
+          f"{BASE}: the server only reads pods and GpuBudgets")
     check(not any(v not in ("get", "list", "watch") for g, r, v, _, _ in base_granted if r in ("nodes", "nodepools")),
           f"{BASE}: the server only reads nodes and NodePools")
     check(not any(v != "create" for g, r, v, _, _ in base_granted if r == "subjectaccessreviews"),
@@ -791,6 +796,56 @@ EXCEPTION = {  # The model's example GpuPolicyException.
              "expiresAt": "2026-12-31T00:00:00Z", "requestedBy": "alice@example.com"}}
 
 
+BUDGET = {  # The model's example GpuBudget (docs/budgets.md).
+    "apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+    "metadata": {"name": "team-nlp", "namespace": "gpu-admission"},
+    "spec": {"models": {"A100": 8, "T4": 16}, "sizes": {"Standard_NC24ads_A100_v4": 4}, "total": 20,
+             "namespaceSelector": {"matchLabels": {"team": "nlp"},
+                                   "matchExpressions": [{"key": "stage", "operator": "NotIn", "values": ["dev"]}]}}}
+
+
+def crd_checked(objs, label, kind, short_names, example, broken):
+    """The gpu-admission.io CRD of `kind` as the model has it: group, scope
+    and names, v1alpha1 served and stored, the model's `example` accepted,
+    and each `broken` change of its spec refused."""
+    plural = kind.lower() + "s"
+    name = f"{plural}.gpu-admission.io"
+    crd = find(objs, "CustomResourceDefinition", name)
+    check(len(crd) == 1, f"{label}: no CustomResourceDefinition {name}")
+    if not crd:
+        return
+    spec = crd[0]["spec"]
+    names = spec.get("names", {})
+    check((spec.get("group"), spec.get("scope"), names.get("kind"), names.get("plural"), names.get("singular"),
+           names.get("shortNames")) == ("gpu-admission.io", "Namespaced", kind, plural, kind.lower(), short_names),
+          f"{label}: the CRD's group, scope or names differ from gpu-admission.io {kind}/{short_names}")
+    versions = [v for v in spec.get("versions", []) if v.get("name") == "v1alpha1"]
+    check(len(versions) == 1 and versions[0].get("served") is True and versions[0].get("storage") is True,
+          f"{label}: the {kind} CRD serves and stores v1alpha1")
+    if len(versions) != 1:
+        return
+    schema = versions[0]["schema"]["openAPIV3Schema"]
+    errs = crd_errors(schema, example)
+    check(errs == [], f"{label}: the {kind} CRD refuses the model's example: {errs}")
+    for why, change in broken.items():
+        obj = json.loads(json.dumps(example))
+        change(obj["spec"])
+        check(crd_errors(schema, obj) != [], f"{label}: the {kind} CRD accepts an object {why}")
+
+
+def budgets(objs, label):
+    """The GpuBudget CRD as the model has it: names, the model's example
+    accepted, what the model refuses refused."""
+    crd_checked(objs, label, "GpuBudget", ["gpub"], BUDGET, {
+        "with no limit": lambda s: s.clear(),
+        "with a negative model limit": lambda s: s.update(models={"A100": -1}),
+        "with a limit that is not a number": lambda s: s.update(models={"A100": "8"}),
+        "with a negative total": lambda s: s.update(total=-1),
+        "with an unknown selector operator": lambda s: s.update(namespaceSelector={"matchExpressions": [
+            {"key": "team", "operator": "Like"}]}),
+    })
+
+
 def crd_errors(schema, obj):
     """What kube-apiserver would refuse in `obj` under the CRD's schema: the
     JSON-schema part (types, required, bounds) with jsonschema, and the
@@ -825,36 +880,14 @@ def crd_errors(schema, obj):
 def exceptions(objs, label):
     """The GpuPolicyException CRD as the model has it, the webhook entries
     that reach the server for it, and the guard policy bound with Deny."""
-    crd = find(objs, "CustomResourceDefinition", "gpupolicyexceptions.gpu-admission.io")
-    check(len(crd) == 1, f"{label}: no CustomResourceDefinition gpupolicyexceptions.gpu-admission.io")
-    if not crd:
-        return
-    spec = crd[0]["spec"]
-    names = spec.get("names", {})
-    check((spec.get("group"), spec.get("scope"), names.get("kind"), names.get("plural"), names.get("singular"),
-           names.get("shortNames")) == ("gpu-admission.io", "Namespaced", "GpuPolicyException", "gpupolicyexceptions",
-                                        "gpupolicyexception", ["gpuex"]),
-          f"{label}: the CRD's group, scope or names differ from gpu-admission.io GpuPolicyException/gpuex")
-    versions = [v for v in spec.get("versions", []) if v.get("name") == "v1alpha1"]
-    check(len(versions) == 1 and versions[0].get("served") is True and versions[0].get("storage") is True,
-          f"{label}: the CRD serves and stores v1alpha1")
-    if len(versions) != 1:
-        return
-    schema = versions[0]["schema"]["openAPIV3Schema"]
-    errs = crd_errors(schema, EXCEPTION)
-    check(errs == [], f"{label}: the CRD refuses the model's example: {errs}")
-    broken = {
+    crd_checked(objs, label, "GpuPolicyException", ["gpuex"], EXCEPTION, {
         "without spec.reason": lambda s: s.pop("reason"),
         "with an empty spec.reason": lambda s: s.update(reason=""),
         "with match.kinds alone": lambda s: s.update(match={"kinds": ["Pod"]}),
         "with no spec.policies": lambda s: s.update(policies=[]),
         "with 33 spec.policies": lambda s: s.update(policies=[f"p{i}" for i in range(33)]),
         "with a 1025-character reason": lambda s: s.update(reason="x" * 1025),
-    }
-    for why, change in broken.items():
-        obj = json.loads(json.dumps(EXCEPTION))
-        change(obj["spec"])
-        check(crd_errors(schema, obj) != [], f"{label}: the CRD accepts an exception {why}")
+    })
     for kind, name, policy in (("MutatingWebhookConfiguration", "exceptions.mutate.gpu-admission.io", "Ignore"),
                                ("ValidatingWebhookConfiguration", "exceptions.validate.gpu-admission.io", None)):
         hooks = [w for c in find(objs, kind) for w in c.get("webhooks", []) if w["name"] == name]
@@ -1169,6 +1202,7 @@ for objs, label in checked:
     network_policy(objs, label)
     shutdown_and_priority(objs, label)
     exceptions(objs, label)
+    budgets(objs, label)
 check(not any(w.get("clientConfig", {}).get("caBundle")
               for o in base for w in o.get("webhooks", [])), f"{BASE}: caBundle is filled by install-certs.sh, not committed")
 check(find(base, "Secret") == [], f"{BASE}: the TLS Secret is never rendered from the repository")

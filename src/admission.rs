@@ -3,16 +3,20 @@
 //! to placement and the policy engine. [`Admission`] is also the server's
 //! [`Webhook`].
 use crate::authz::{Authorizer, NoAuthorizer};
+use crate::budgets::{self, BudgetLookup, StaticBudgets};
 use crate::exceptions::webhook::{self as exception_webhook, Route};
 use crate::exceptions::{Excepted, ExceptionLookup, NoExceptions};
+use crate::gpu::catalog::Catalog;
 use crate::gpu::{NoNodes, NodeLookup};
+use crate::k8s::json::str_at;
 use crate::k8s::{ClaimLookup, NamespaceLookup, NoClaims};
 use crate::placement::ProfileSet;
 use crate::policy::{AppliedMutation, PolicyEvaluation, PolicySet};
-use crate::review::{Request, Response};
+use crate::review::{Operation, Request, Response};
 use crate::server::{Answer, Endpoint, Hints, PolicyResult, Step, Webhook};
 use crate::subject::{Lookups, Needs, Subject, SubjectKind};
 use arc_swap::ArcSwap;
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,6 +60,7 @@ pub struct Admission {
     nodes: Arc<dyn NodeLookup>,
     exceptions: Arc<dyn ExceptionLookup>,
     authorizer: Arc<dyn Authorizer>,
+    budgets: Arc<dyn BudgetLookup>,
     /// The usernames of Kueue's controller (see [`Admission::with_kueue_controllers`]).
     kueue_controllers: Vec<String>,
     /// Called with what exceptions let through on each answered request.
@@ -73,6 +78,7 @@ impl Admission {
             nodes: Arc::new(NoNodes),
             exceptions: Arc::new(NoExceptions),
             authorizer: Arc::new(NoAuthorizer),
+            budgets: Arc::new(StaticBudgets::default()),
             kueue_controllers: vec![crate::kueue::DEFAULT_CONTROLLER.to_string()],
             on_excepted: None,
         }
@@ -101,6 +107,13 @@ impl Admission {
     /// (without it, every check is denied: "no authorizer configured").
     pub fn with_authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Admission {
         self.authorizer = authorizer;
+        self
+    }
+
+    /// Judges GPU pods and workload templates against the GpuBudgets of
+    /// `budgets` (without it, there are none).
+    pub fn with_budgets(mut self, budgets: Arc<dyn BudgetLookup>) -> Admission {
+        self.budgets = budgets;
         self
     }
 
@@ -136,6 +149,7 @@ impl Admission {
             nodes,
             exceptions: self.exceptions.clone(),
             authorizer: self.authorizer.clone(),
+            budgets: self.budgets.clone(),
             kueue_controllers: self.kueue_controllers.clone(),
             on_excepted: self.on_excepted.clone(),
         }
@@ -214,11 +228,14 @@ impl Admission {
     ) -> (Outcome, bool) {
         let lookups = self.lookups();
         let subject = Subject::read(req, &lookups, bundle.policies.template_sources());
-        let mut outcome = if !bundle.policies.may_match(&subject) {
+        let budgeted = (subject.namespace_name.as_deref())
+            .is_some_and(|ns| self.budgets.covers(ns, &subject.namespace_labels));
+        let mut outcome = if !budgeted && !bundle.policies.may_match(&subject) {
             Outcome::of(Response::allow())
         } else if let Some(deadline) = until.deadline(&bundle.policies) {
             let authorizer = &self.authorizer;
-            match validate(bundle, &lookups, authorizer, subject, deadline) {
+            let budgets = self.budgets.as_ref();
+            match validate(bundle, &lookups, authorizer, budgets, subject, deadline) {
                 (outcome, true) => outcome,
                 unfinished => return unfinished,
             }
@@ -500,6 +517,7 @@ fn validate(
     bundle: &Bundle,
     lookups: &Lookups,
     authorizer: &Arc<dyn Authorizer>,
+    budgets: &dyn BudgetLookup,
     subject: Subject,
     deadline: Option<Instant>,
 ) -> (Outcome, bool) {
@@ -538,6 +556,9 @@ fn validate(
     };
     response.warnings = verdict.warnings;
     response.audit_annotations = verdict.audit_annotations;
+    if response.allowed {
+        budget(&subject, budgets, bundle.placement.catalog(), &mut response);
+    }
     let outcome = Outcome {
         response,
         evaluations: verdict.evaluations,
@@ -547,6 +568,62 @@ fn validate(
         ..Outcome::default()
     };
     (outcome, true)
+}
+
+/// The budget stage, once the policies allowed: a GPU pod's CREATE, or a
+/// workload's templates when judged, against the GpuBudgets covering the
+/// request's namespace (the request's, never the object's); a pod that
+/// passes is recorded as admitted unless it is a dry run.
+fn budget(subject: &Subject, budgets: &dyn BudgetLookup, catalog: &Catalog, to: &mut Response) {
+    let req = subject.request;
+    let Some(namespace) = subject.namespace_name.as_deref() else {
+        return;
+    };
+    let pod = subject.kind == SubjectKind::Pod
+        && req.operation == Operation::Create
+        && req.sub_resource.is_none();
+    let asks: Vec<budgets::Ask> = if pod {
+        let charge = subject
+            .gpu
+            .as_ref()
+            .and_then(|g| budgets::charge(g, catalog));
+        (charge.into_iter())
+            .map(|charge| budgets::Ask {
+                prefix: String::new(),
+                charge,
+                replicas: 1,
+            })
+            .collect()
+    } else {
+        (subject.templates.iter())
+            .filter_map(|t| {
+                let charge = budgets::charge(t.gpu.as_ref()?, catalog)?;
+                let (prefix, replicas) = (t.prefix.clone(), t.replicas);
+                Some(budgets::Ask {
+                    prefix,
+                    charge,
+                    replicas,
+                })
+            })
+            .collect()
+    };
+    if asks.is_empty() || !budgets.covers(namespace, &subject.namespace_labels) {
+        return;
+    }
+    let name = str_at(
+        req.object.as_ref().unwrap_or(&Value::Null),
+        "/metadata/name",
+    );
+    let admitted = (pod && !req.dry_run && !name.is_empty()).then_some(name);
+    let labels = &subject.namespace_labels;
+    let verdict = budgets::judge(budgets, namespace, labels, &asks, admitted);
+    to.warnings.extend(verdict.warnings);
+    if !verdict.denials.is_empty() {
+        let mut denied = Response::deny(verdict.denials.join("\n"));
+        denied.warnings = std::mem::take(&mut to.warnings);
+        denied.audit_annotations = std::mem::take(&mut to.audit_annotations);
+        *to = denied;
+    }
 }
 
 /// The answer when policies could not all be evaluated in time.

@@ -13,6 +13,7 @@ pub mod admission;
 pub mod allocator;
 pub mod audit;
 pub mod authz;
+pub mod budgets;
 pub mod bundle;
 pub mod cel;
 pub mod certs;

@@ -1,40 +1,16 @@
 //! docs/exceptions.md is tested: every YAML block parses, each
 //! GpuPolicyException in it reads without error and names policies the
 //! shipped set has, and its PolicyTest passes against the shipped policies.
+mod common;
+
+use common::yaml_documents;
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::cli::test::{run_tests, TestArgs};
-use serde::Deserialize;
 use serde_json::Value;
 use std::path::PathBuf;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The documents of every ```yaml block of the page.
-fn yaml_documents(markdown: &str) -> Vec<Value> {
-    let mut documents = Vec::new();
-    let mut block: Option<String> = None;
-    for line in markdown.lines() {
-        match (&mut block, line.trim_start()) {
-            (None, "```yaml") => block = Some(String::new()),
-            (Some(text), "```") => {
-                for doc in serde_yaml::Deserializer::from_str(text) {
-                    let value = Value::deserialize(doc)
-                        .unwrap_or_else(|e| panic!("a YAML block does not parse: {e}\n{text}"));
-                    documents.push(value);
-                }
-                block = None;
-            }
-            (Some(text), _) => {
-                text.push_str(line);
-                text.push('\n');
-            }
-            (None, _) => {}
-        }
-    }
-    assert!(block.is_none(), "a ```yaml block is not closed");
-    documents
 }
 
 fn kind(doc: &Value) -> &str {

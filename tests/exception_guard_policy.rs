@@ -7,9 +7,6 @@
 mod common;
 
 use common::webhooks::{Cluster, Review};
-use gpu_admission::cel::{
-    compile_here, evaluate, json_to_value, on_compile_stack, Env, Extensions,
-};
 use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::policy::{read_documents, PolicySet};
 use gpu_admission::review::{Operation, Request};
@@ -377,28 +374,6 @@ fn crd_schema() -> Value {
     versions[0]["schema"]["openAPIV3Schema"].clone()
 }
 
-/// Every way `value` breaks `schema`, as "path: what".
-fn schema_errors(schema: &Value, value: &Value) -> Vec<String> {
-    on_compile_stack(|| common::crd_schema::errors(schema, value, &holds)).unwrap()
-}
-
-/// Whether the CRD validation rule `source` (CEL over `self`) holds for
-/// `value`. The crate's environment knows the admission variables, so the
-/// rule's `self` is bound as `object`.
-fn holds(source: &str, value: &Value) -> bool {
-    let env = Env::new(Extensions::new());
-    let renamed = regex::Regex::new(r"\bself\b")
-        .unwrap()
-        .replace_all(source, "object");
-    let compiled = compile_here(&env, &renamed).unwrap_or_else(|e| panic!("rule {source:?}: {e}"));
-    let mut scope = env.scope();
-    scope.add_variable_from_value("object", json_to_value(value));
-    match evaluate(compiled.tree(), &scope) {
-        Ok(gpu_admission::cel::Value::Bool(b)) => b,
-        other => panic!("rule {source:?} on {value}: {other:?}"),
-    }
-}
-
 /// The model's example exactly as documented.
 fn documented_example() -> Value {
     let mut example = exception("alice@example.com", &["gpu-privileged"], None);
@@ -410,14 +385,17 @@ fn documented_example() -> Value {
 fn the_crd_accepts_the_models_example() {
     let schema = crd_schema();
     let example = documented_example();
-    assert_eq!(schema_errors(&schema, &example), Vec::<String>::new());
+    assert_eq!(
+        common::crd_schema::with_cel(&schema, &example),
+        Vec::<String>::new()
+    );
     // Any one of names, selector or expression is enough.
     for only in ["names", "selector", "expression"] {
         let mut narrower = example.clone();
         let m = narrower["spec"]["match"].as_object_mut().unwrap();
         m.retain(|k, _| k == only);
         assert_eq!(
-            schema_errors(&schema, &narrower),
+            common::crd_schema::with_cel(&schema, &narrower),
             Vec::<String>::new(),
             "{only}"
         );
@@ -430,14 +408,14 @@ fn the_crd_refuses_an_exception_without_reason_or_match() {
     let mut no_reason = documented_example();
     no_reason["spec"].as_object_mut().unwrap().remove("reason");
     assert_eq!(
-        schema_errors(&schema, &no_reason),
+        common::crd_schema::with_cel(&schema, &no_reason),
         [".spec: reason is required"]
     );
 
     let mut kinds_only = documented_example();
     kinds_only["spec"]["match"] = json!({"kinds": ["Pod"]});
     assert_eq!(
-        schema_errors(&schema, &kinds_only),
+        common::crd_schema::with_cel(&schema, &kinds_only),
         [".spec.match: set at least one of match.names, match.selector or match.expression"]
     );
 
@@ -465,13 +443,17 @@ fn the_crd_refuses_an_exception_without_reason_or_match() {
     for (field, value, want) in cases {
         let mut broken = documented_example();
         broken["spec"][field] = value;
-        assert_eq!(schema_errors(&schema, &broken), [want], "{field}");
+        assert_eq!(
+            common::crd_schema::with_cel(&schema, &broken),
+            [want],
+            "{field}"
+        );
     }
     let mut many_names = documented_example();
     many_names["spec"]["match"]["names"] =
         json!((0..33).map(|i| format!("n{i}")).collect::<Vec<_>>());
     assert_eq!(
-        schema_errors(&schema, &many_names),
+        common::crd_schema::with_cel(&schema, &many_names),
         [".spec.match.names: more than 32 items"]
     );
 }

@@ -46,6 +46,7 @@ fn k8s_depends_on_nothing_else_in_the_crate() {
         "admission",
         "audit",
         "authz",
+        "budgets",
         "bundle",
         "cel",
         "certs",
@@ -177,6 +178,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("k8s", &[]),
     ("review", &["k8s"]),
     ("gpu", &["k8s"]),
+    ("budgets", &["gpu", "k8s"]),
     ("inventory", &["k8s"]),
     ("certs", &[]),
     ("kueue", &["k8s", "review"]),
@@ -185,7 +187,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("server", &["certs", "review"]),
     (
         "cluster",
-        &["authz", "certs", "exceptions", "gpu", "inventory", "k8s"],
+        &[
+            "authz",
+            "budgets",
+            "certs",
+            "exceptions",
+            "gpu",
+            "inventory",
+            "k8s",
+        ],
     ),
     ("placement", &["gpu", "k8s", "review"]),
     (
@@ -206,6 +216,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "admission",
         &[
             "authz",
+            "budgets",
             "cel",
             "exceptions",
             "gpu",

@@ -444,6 +444,7 @@ async fn scrape() -> Exposition {
     let metrics = Metrics::with_families(|registry| {
         audit_metrics = Some(AuditMetrics::register(registry));
         gpu_admission::cluster::exceptions::metrics::ExceptionMetrics::register(registry);
+        gpu_admission::cluster::budgets::metrics::BudgetMetrics::register(registry);
         // A watched cache's series exist once it starts.
         let caches = gpu_admission::cluster::watch::CacheMetrics::register(registry);
         caches.failures("nodes");

@@ -6,6 +6,7 @@
 //! ([`holding`]). This is the one definition the JSON, the page, the node
 //! section, the PolicyReports and the `gpu_admission_audit_*` gauges use.
 use crate::k8s::json::{str_at, str_field, Pointer as _};
+use crate::k8s::workloads::pod_state;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -212,29 +213,6 @@ pub fn holding(object: &Value, per_pod: i64, workload: i64) -> Holding {
         held: per_pod.saturating_mul(held),
         pending: per_pod.saturating_mul(pending),
     }
-}
-
-/// (pods held, pods requested) of a Pod: one or the other, or none.
-fn pod_state(pod: &Value) -> (i64, i64) {
-    match pod.at("/status/phase").and_then(Value::as_str) {
-        Some("Succeeded" | "Failed") => (0, 0),
-        Some("Running") => (1, 0),
-        _ if pod_is_bound(pod) => (1, 0),
-        _ => (0, 1),
-    }
-}
-
-/// Whether the scheduler (or the pod itself) put the pod on a node.
-pub fn pod_is_bound(pod: &Value) -> bool {
-    !str_at(pod, "/spec/nodeName").is_empty()
-}
-
-/// Whether a pod is done (Succeeded or Failed): it holds nothing.
-pub fn pod_is_finished(pod: &Value) -> bool {
-    matches!(
-        pod.at("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 /// (pods held, pods requested) of a Job.

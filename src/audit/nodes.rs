@@ -6,7 +6,6 @@
 //! GPUs reported unhealthy).
 //! Pods are read once, a page at a time, into a [`PodLedger`]; Nodes are
 //! few and read whole.
-use super::holding::{pod_is_bound, pod_is_finished};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::health::{gpu_count, gpu_problems, unhealthy_devices};
 use crate::gpu::reach::is_gpu_node;
@@ -15,6 +14,7 @@ use crate::gpu::taints::is_gpu_taint;
 use crate::gpu::{DraDevices, GpuResources};
 use crate::k8s::json::Pointer as _;
 use crate::k8s::workloads::{controller_ref, controller_uid};
+use crate::k8s::workloads::{pod_is_bound, pod_is_finished};
 use crate::k8s::{NodeCondition, NodeInfo};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;

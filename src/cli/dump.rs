@@ -1,10 +1,13 @@
 //! A dump of a cluster (`kubectl get nodes,nodepools,namespaces -o json`,
 //! the files `audit -f` reads) as the offline commands use it: the nodes
 //! pods are judged against (with the GPUs DRA DeviceClasses and
-//! ResourceSlices serve on them) and each namespace's labels.
+//! ResourceSlices serve on them), each namespace's labels, and its
+//! GpuBudgets with the pods they count.
+use crate::budgets;
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::dra_devices::is_dra_device_object;
 use crate::gpu::{DraDevices, StaticNodes};
+use crate::k8s::json::str_at;
 use crate::k8s::namespaces::with_name_label;
 use crate::offline;
 use serde_json::Value;
@@ -21,6 +24,8 @@ pub struct ClusterDump {
     pub pools: Vec<Value>,
     pub devices: Vec<Value>,
     pub namespaces: Vec<Value>,
+    /// Its GpuBudgets and Pods (what the budgets hold).
+    pub budgets: Vec<Value>,
 }
 
 impl ClusterDump {
@@ -38,6 +43,8 @@ impl ClusterDump {
                     dump.devices.push(object);
                 } else if is_namespace(&object) {
                     dump.namespaces.push(object);
+                } else if ["Pod", budgets::KIND].contains(&str_at(&object, "/kind")) {
+                    dump.budgets.push(object);
                 }
                 Ok(())
             })?;

@@ -4,6 +4,7 @@
 //! manifest) let through.
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
+use crate::budgets::{self, StaticBudgets};
 use crate::exceptions::{self, StaticExceptions};
 use crate::k8s::json::str_at;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
@@ -44,7 +45,9 @@ pub struct EvaluateArgs {
     /// node label) is judged against its Nodes, Karpenter NodePools and the
     /// GPUs its DeviceClasses and ResourceSlices serve on nodes, and
     /// its Namespaces give their labels (tiers), as `serve` judges them in
-    /// that cluster. Repeatable.
+    /// that cluster; its GpuBudgets (and the manifest's) hold the GPUs of
+    /// its Pods, and of the manifest's pods as each is admitted
+    /// (docs/budgets.md). Repeatable.
     #[arg(long = "cluster", value_name = "FILE")]
     pub cluster: Vec<PathBuf>,
     /// The admission operation to simulate.
@@ -189,7 +192,16 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     if let Some(at) = args.at {
         manifest_exceptions = manifest_exceptions.at(at);
     }
+    // The budgets of the manifest and the dump, holding what the dump's
+    // pods hold; each pod of the manifest admitted adds to it.
+    let listed =
+        (dump.budgets.iter()).chain(objects_of(&requests).filter(|o| o["kind"] == budgets::KIND));
+    let placement = &loaded.bundle.placement;
+    let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
+    let budgets =
+        StaticBudgets::of_objects(&listed.collect::<Vec<_>>(), &lookup, catalog, resources);
     let mut admission = Admission::new(loaded.bundle, Arc::new(lookup))
+        .with_budgets(Arc::new(budgets))
         .with_claims(Arc::new(claims))
         .with_authorizer(super::authorizer(args.authz.as_deref())?)
         .with_exceptions(Arc::new(manifest_exceptions));
@@ -200,6 +212,11 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         .into_iter()
         .map(|req| offline::evaluate(&admission, req))
         .collect())
+}
+
+/// The objects of `requests`.
+fn objects_of(requests: &[crate::review::Request]) -> impl Iterator<Item = &serde_json::Value> {
+    requests.iter().filter_map(|r| r.object.as_ref())
 }
 
 /// Whether `a` and `b` are the same object: apiVersion group, kind,

@@ -8,6 +8,7 @@ pub mod flags;
 pub mod lint;
 pub mod policy_args;
 pub mod serve;
+pub mod serve_budgets;
 pub mod serve_certs;
 pub mod serve_exceptions;
 pub mod test;

@@ -4,10 +4,12 @@ use super::flags::{
     parse_duration, parse_optional_addr, parse_optional_name, parse_report_interval, parse_size,
     parse_username, OptionalAddr, OptionalName, Switch,
 };
+use super::serve_budgets::PendingBudgets;
 use super::serve_certs::{managed_certs, ManagedCertArgs};
 use super::serve_exceptions::{excepted_counter, PendingExceptions};
 use crate::admission::{Admission, Bundle};
 use crate::bundle::{self, Fingerprint, PolicySource, Snapshot};
+use crate::cluster::budgets::metrics::BudgetMetrics;
 use crate::cluster::exceptions::metrics::ExceptionMetrics;
 use crate::cluster::watch::{CacheMetrics, Settings};
 use crate::cluster::{ClusterClaims, ClusterNamespaces, ClusterNodes};
@@ -194,6 +196,12 @@ pub struct ServeArgs {
     /// (deploy/base/rbac.yaml).
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub policy_exceptions: Switch,
+    /// In a cluster, watch its GpuBudgets (gpu-admission.io/v1alpha1) and
+    /// its GPU pods, and deny a GPU pod that would take a namespace past
+    /// its budget (docs/budgets.md), readiness waiting for both lists;
+    /// `off`: no budget applies. Needs get, list and watch on both.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub gpu_budgets: Switch,
     /// Username of Kueue's controller (repeatable). Its UPDATE of a queued
     /// Job that only admits it (suspend, the ResourceFlavor's node
     /// selection and tolerations, Kueue's labels and annotations) is not
@@ -251,6 +259,7 @@ impl ServeArgs {
             policy_report_writes_per_second,
             node_cache,
             policy_exceptions,
+            gpu_budgets,
             kueue_controllers,
             certs,
         } = self;
@@ -303,6 +312,7 @@ impl ServeArgs {
             policy_report_writes_per_second,
             node_cache: node_cache == Switch::On,
             policy_exceptions: policy_exceptions == Switch::On,
+            gpu_budgets: gpu_budgets == Switch::On,
             manage_certs: certs.options(),
         }
     }
@@ -344,7 +354,9 @@ pub async fn serve(config: DaemonConfig, shutdown: ShutdownHandle) -> anyhow::Re
     let mut audit_metrics = None;
     let mut exception_metrics = ExceptionMetrics::default();
     let mut cache_metrics = CacheMetrics::default();
+    let mut budget_metrics = BudgetMetrics::default();
     let metrics = Metrics::with_families(|registry| {
+        budget_metrics = BudgetMetrics::register(registry);
         if config.report_interval.is_some() {
             audit_metrics = Some(AuditMetrics::register(registry));
         }
@@ -357,7 +369,7 @@ pub async fn serve(config: DaemonConfig, shutdown: ShutdownHandle) -> anyhow::Re
     log_loaded(&config, &bundle, &metrics);
     let mut daemon = Daemon::default();
     let lookups = watch_cluster(&config, &readiness, &mut daemon, &cache_metrics).await;
-    let exceptions = lookups.exceptions;
+    let (exceptions, budgets) = (lookups.exceptions, lookups.budgets);
     let mut admission = Admission::new(bundle, lookups.namespaces)
         .with_claims(lookups.claims)
         .with_nodes(lookups.nodes)
@@ -367,8 +379,16 @@ pub async fn serve(config: DaemonConfig, shutdown: ShutdownHandle) -> anyhow::Re
     if let Some(exceptions) = &exceptions {
         admission = admission.with_exceptions(exceptions.lookup());
     }
+    if let Some(budgets) = &budgets {
+        admission = admission.with_budgets(budgets.lookup());
+    }
     let admission = Arc::new(admission);
     daemon.start(exceptions.map(|pending| pending.start(admission.clone(), &exception_metrics)));
+    daemon.start(
+        budgets
+            .into_iter()
+            .flat_map(|b| b.start(admission.clone(), &budget_metrics)),
+    );
     policies_loaded.open();
     daemon.start(policy_reload(&config, fingerprint, &admission, &metrics)?);
     let report = report_settings(&config)?;
@@ -669,6 +689,7 @@ struct Lookups {
     claims: Arc<dyn ClaimLookup>,
     nodes: Arc<dyn NodeLookup>,
     exceptions: Option<PendingExceptions>,
+    budgets: Option<PendingBudgets>,
 }
 
 /// Starts the cluster's watched caches, when running in one, each a
@@ -694,6 +715,7 @@ async fn watch_cluster(
         claims: Arc::new(ClusterClaims::empty()),
         nodes: Arc::new(NoNodes),
         exceptions: None,
+        budgets: None,
     };
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
         tracing::info!("not running in a cluster: no namespace labels for namespaceSelector, pods judged by GPU node labels alone");
@@ -757,6 +779,14 @@ async fn watch_cluster(
         lookups.nodes = Arc::new(nodes);
     } else {
         tracing::info!("node cache off: where pods can land is judged by GPU node labels alone");
+    }
+
+    if config.gpu_budgets {
+        let namespaces = lookups.namespaces.clone();
+        let budgets = PendingBudgets::new(client.clone(), namespaces, readiness, settings, metrics);
+        lookups.budgets = Some(budgets);
+    } else {
+        tracing::info!("GPU budgets off: no GpuBudget applies");
     }
 
     if config.policy_exceptions {

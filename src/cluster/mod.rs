@@ -6,6 +6,7 @@
 //! Domain modules receive what is read here as values and never hold a
 //! client.
 pub mod access_review;
+pub mod budgets;
 pub mod certs;
 pub mod claims;
 pub mod exceptions;

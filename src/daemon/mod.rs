@@ -163,6 +163,9 @@ pub struct DaemonConfig {
     /// Watch the cluster's GpuPolicyExceptions (in a cluster); off: only
     /// the policy folder's apply.
     pub policy_exceptions: bool,
+    /// Watch the cluster's GpuBudgets and GPU pods (in a cluster) and hold
+    /// namespaces to their budgets; off: no budget applies.
+    pub gpu_budgets: bool,
     /// Certificates kept by the server itself in a Secret (instead of the
     /// edge's files or self-generated ones); none: off.
     pub manage_certs: Option<managed::Options>,
@@ -194,6 +197,7 @@ impl Default for DaemonConfig {
             policy_report_writes_per_second: DEFAULT_WRITES_PER_SECOND,
             node_cache: true,
             policy_exceptions: true,
+            gpu_budgets: true,
             manage_certs: None,
         }
     }

@@ -78,6 +78,31 @@ pub fn is_pod(object: &Value) -> bool {
     group_kind(object) == Some(("", "Pod"))
 }
 
+/// (held, requested) of a pod: (0, 0) once finished (Succeeded or
+/// Failed); (1, 0) while Running or bound to a node (`spec.nodeName`);
+/// (0, 1) otherwise (not placed yet). The one holding rule the audit and
+/// the GPU budgets share.
+pub fn pod_state(pod: &Value) -> (i64, i64) {
+    match pod.at("/status/phase").and_then(Value::as_str) {
+        Some("Succeeded" | "Failed") => (0, 0),
+        Some("Running") => (1, 0),
+        _ if pod_is_bound(pod) => (1, 0),
+        _ => (0, 1),
+    }
+}
+
+/// Whether the scheduler (or the pod itself) put the pod on a node.
+pub fn pod_is_bound(pod: &Value) -> bool {
+    pod.at("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty())
+}
+
+/// Whether a pod is done (Succeeded or Failed): it holds nothing.
+pub fn pod_is_finished(pod: &Value) -> bool {
+    pod_state(pod) == (0, 0)
+}
+
 /// The uid of the object's controller (its ownerReference with
 /// `controller: true`), if it has one.
 pub fn controller_uid(object: &Value) -> Option<&str> {

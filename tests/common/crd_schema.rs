@@ -1,11 +1,36 @@
 //! A CRD's structural schema (`openAPIV3Schema`) checked the way
 //! kube-apiserver checks an object against it: types, required fields,
-//! enums, bounds, RFC 3339 date-times, list sets, fields it would drop, and
-//! the `x-kubernetes-validations` rules (judged by the caller's `rules`).
+//! enums, bounds (lengths, items, properties, numbers), RFC 3339
+//! date-times, list sets, fields it would drop, and the
+//! `x-kubernetes-validations` rules (judged by the caller's `rules`).
 use serde_json::Value;
 
 /// Whether a CEL rule (its source) holds for a value.
 type Rules<'a> = &'a dyn Fn(&str, &Value) -> bool;
+
+/// Every way `value` breaks `schema`, as "path: what", its rules judged
+/// with the crate's CEL ([`holds`]).
+pub fn with_cel(schema: &Value, value: &Value) -> Vec<String> {
+    gpu_admission::cel::on_compile_stack(|| errors(schema, value, &holds)).unwrap()
+}
+
+/// Whether the CRD validation rule `source` (CEL over `self`) holds for
+/// `value`. The crate's environment knows the admission variables, so the
+/// rule's `self` is bound as `object`.
+fn holds(source: &str, value: &Value) -> bool {
+    use gpu_admission::cel::{compile_here, evaluate, json_to_value, Env, Extensions};
+    let env = Env::new(Extensions::new());
+    let renamed = regex::Regex::new(r"\bself\b")
+        .unwrap()
+        .replace_all(source, "object");
+    let compiled = compile_here(&env, &renamed).unwrap_or_else(|e| panic!("rule {source:?}: {e}"));
+    let mut scope = env.scope();
+    scope.add_variable_from_value("object", json_to_value(value));
+    match evaluate(compiled.tree(), &scope) {
+        Ok(gpu_admission::cel::Value::Bool(b)) => b,
+        other => panic!("rule {source:?} on {value}: {other:?}"),
+    }
+}
 
 /// Every way `value` breaks `schema`, as "path: what".
 pub fn errors(schema: &Value, value: &Value, rules: Rules) -> Vec<String> {
@@ -68,7 +93,19 @@ fn walk(schema: &Value, value: &Value, path: &str, rules: Rules, errors: &mut Ve
                 }
             }
         }
+        Value::Number(n) => {
+            let n = n.as_f64().unwrap_or_default();
+            if schema["minimum"].as_f64().is_some_and(|min| n < min) {
+                fail(format!("less than {}", schema["minimum"]));
+            }
+            if schema["maximum"].as_f64().is_some_and(|max| n > max) {
+                fail(format!("more than {}", schema["maximum"]));
+            }
+        }
         Value::Object(fields) => {
+            if bound("maxProperties").is_some_and(|n| fields.len() > n) {
+                fail(format!("more than {} properties", schema["maxProperties"]));
+            }
             for required in schema["required"].as_array().into_iter().flatten() {
                 let required = required.as_str().unwrap();
                 if !fields.contains_key(required) {

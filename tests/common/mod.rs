@@ -340,3 +340,29 @@ impl Webhook for SlowWebhook {
         Step::Resume(Box::new(move |_| self.answer_slowly()))
     }
 }
+
+/// The documents of every ```yaml block of the page.
+pub fn yaml_documents(markdown: &str) -> Vec<Value> {
+    let mut documents = Vec::new();
+    let mut block: Option<String> = None;
+    for line in markdown.lines() {
+        match (&mut block, line.trim_start()) {
+            (None, "```yaml") => block = Some(String::new()),
+            (Some(text), "```") => {
+                for doc in serde_yaml::Deserializer::from_str(text) {
+                    let value = <Value as serde::Deserialize>::deserialize(doc)
+                        .unwrap_or_else(|e| panic!("a YAML block does not parse: {e}\n{text}"));
+                    documents.push(value);
+                }
+                block = None;
+            }
+            (Some(text), _) => {
+                text.push_str(line);
+                text.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    assert!(block.is_none(), "a ```yaml block is not closed");
+    documents
+}

@@ -250,6 +250,17 @@ impl Cluster {
         .await
     }
 
+    /// The policies of `policies/` behind `deploy/base/`'s webhooks, GPU
+    /// pods judged against the GpuBudgets of `budgets`.
+    pub async fn start_with_budgets(
+        budgets: Arc<dyn gpu_admission::budgets::BudgetLookup>,
+    ) -> Cluster {
+        let dir = root().join("policies");
+        let loaded = bundle::load(&PolicySource::Dir(dir)).expect("policies/ loads");
+        let configure = |admission: Admission| admission.with_budgets(budgets);
+        Cluster::start_configured(loaded.bundle, configure, Metrics::new()).await
+    }
+
     /// The server this cluster calls.
     pub fn server(&self) -> &TestServer {
         &self.server

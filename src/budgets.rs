@@ -1,0 +1,460 @@
+//! GPU budgets: `GpuBudget` objects (`gpu-admission.io/v1alpha1`) that cap
+//! the GPUs a namespace, or a team of namespaces chosen by labels, holds
+//! at once: per GPU model (`A100`, as the catalog names models), per VM
+//! size, and in total. What one pod is charged against them, and the
+//! judgement of a pod or a workload's templates against what is already
+//! held. Knows nothing of the cluster: the cluster layer keeps the
+//! budgets and what the namespaces hold, and hands them to [`judge`]
+//! through a [`BudgetLookup`] (docs/budgets.md).
+use crate::gpu::catalog::{Catalog, Sku};
+use crate::gpu::facts::GpuFacts;
+use crate::gpu::GpuResources;
+use crate::k8s::doc::{from_value, Object};
+use crate::k8s::json::{labels_of, str_at, FieldError};
+use crate::k8s::labels::{LabelSelector, LabelSelectorDoc};
+use crate::k8s::namespaces::with_name_label;
+use crate::k8s::workloads::pod_is_finished;
+use crate::k8s::NamespaceLookup;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const GROUP: &str = "gpu-admission.io";
+pub const VERSION: &str = "v1alpha1";
+pub const API_VERSION: &str = "gpu-admission.io/v1alpha1";
+pub const KIND: &str = "GpuBudget";
+pub const RESOURCE: &str = "gpubudgets";
+
+/// One `GpuBudget`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Budget {
+    pub namespace: String,
+    pub name: String,
+    /// The namespaces it covers, by their labels; `None`: its own.
+    pub selector: Option<LabelSelector>,
+    /// GPUs held at once, per GPU model.
+    pub models: BTreeMap<String, i64>,
+    /// GPUs held at once, per VM size.
+    pub sizes: BTreeMap<String, i64>,
+    pub total: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SpecDoc {
+    #[serde(default)]
+    models: BTreeMap<String, i64>,
+    #[serde(default)]
+    sizes: BTreeMap<String, i64>,
+    total: Option<i64>,
+    namespace_selector: Option<LabelSelectorDoc>,
+}
+
+/// Reads one `GpuBudget` (as YAML or the API gives it); every error at
+/// its field.
+pub fn read(value: &Value) -> Result<Budget, Vec<FieldError>> {
+    let object: Object<SpecDoc> = from_value(value).map_err(|e| vec![e])?;
+    let mut errors = Vec::new();
+    let Some(spec) = object.spec else {
+        return Err(vec![FieldError::new("spec", "required")]);
+    };
+    let limits = (spec
+        .models
+        .iter()
+        .map(|(k, v)| (format!("spec.models.{k}"), *v)))
+    .chain(
+        spec.sizes
+            .iter()
+            .map(|(k, v)| (format!("spec.sizes.{k}"), *v)),
+    )
+    .chain(spec.total.map(|t| ("spec.total".to_string(), t)));
+    let mut any = false;
+    for (field, limit) in limits {
+        any = true;
+        if limit < 0 {
+            errors.push(FieldError::new(field, "must be 0 or more"));
+        }
+    }
+    if !any {
+        errors.push(FieldError::new(
+            "spec",
+            "set at least one of models, sizes or total",
+        ));
+    }
+    let selector = (spec.namespace_selector).and_then(|doc| {
+        let selector = doc.validate("spec.namespaceSelector");
+        selector.map_err(|e| errors.push(e)).ok()
+    });
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(Budget {
+        namespace: object.metadata.namespace.unwrap_or_default(),
+        name: object.metadata.name,
+        selector,
+        models: spec.models,
+        sizes: spec.sizes,
+        total: spec.total,
+    })
+}
+
+impl Budget {
+    /// Whether it covers `namespace`, whose labels are `labels`.
+    pub fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        match &self.selector {
+            Some(selector) => selector.matches(labels),
+            None => namespace == self.namespace,
+        }
+    }
+
+    /// The limits that apply to `charge`: (what, how many held, limit).
+    fn limits(&self, charge: &Charge, used: &Usage) -> Vec<(String, i64, i64)> {
+        let mut limits = Vec::new();
+        for (mine, held, name) in [
+            (&self.models, &used.models, &charge.model),
+            (&self.sizes, &used.sizes, &charge.size),
+        ] {
+            let found = mine.iter().find(|(k, _)| k.eq_ignore_ascii_case(name));
+            if let (Some((key, limit)), false) = (found, name.is_empty()) {
+                limits.push((format!("{key} GPUs"), held_of(held, key), *limit));
+            }
+        }
+        if let Some(limit) = self.total {
+            limits.push(("GPUs in total".to_string(), used.total, limit));
+        }
+        limits
+    }
+}
+
+/// What one pod is charged against budgets: its GPUs, counted as the
+/// most expensive size its node selection allows ([`costlier`]) and that
+/// size's GPU model.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Charge {
+    /// Empty when the selection allows no catalog size of the pod's GPU
+    /// maker: then only `total` limits apply.
+    pub model: String,
+    pub size: String,
+    pub gpus: i64,
+}
+
+/// The charge of a pod with `facts`; none for a pod that asks for no GPU.
+/// The sizes are those its node selection allows (after placement: the
+/// pod's own pins and the profile's), of the maker its GPU resources name
+/// (`amd.com/` AMD, anything else NVIDIA).
+pub fn charge(facts: &GpuFacts, catalog: &Catalog) -> Option<Charge> {
+    if facts.total <= 0 {
+        return None;
+    }
+    let amd = (facts.request.resources().iter()).all(|r| r.starts_with("amd.com/"));
+    let maker = if amd { "amd" } else { "nvidia" };
+    let top = (facts.skus.iter())
+        .filter_map(|name| catalog.get(name))
+        .filter(|sku| sku.manufacturer.eq_ignore_ascii_case(maker))
+        .max_by(|a, b| costlier(a, b));
+    Some(Charge {
+        model: top.map(|s| s.gpu_model.clone()).unwrap_or_default(),
+        size: top.map(|s| s.name.clone()).unwrap_or_default(),
+        gpus: facts.total,
+    })
+}
+
+/// The order "more expensive" follows (the catalog has no prices): a
+/// premium GPU (A100, H100, H200, GB200/GB300, MI300X) first, then more
+/// GPU memory per GPU, then more GPUs per VM, then the name.
+pub fn costlier(a: &Sku, b: &Sku) -> std::cmp::Ordering {
+    let per_gpu = |s: &Sku| s.gpu_memory_gib.unwrap_or(0.0) / s.gpus.max(f64::MIN_POSITIVE);
+    (a.premium.cmp(&b.premium))
+        .then(per_gpu(a).total_cmp(&per_gpu(b)))
+        .then(a.gpus.total_cmp(&b.gpus))
+        .then(b.name.cmp(&a.name))
+}
+
+/// GPUs held, per model, per size and in total.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub models: BTreeMap<String, i64>,
+    pub sizes: BTreeMap<String, i64>,
+    pub total: i64,
+}
+
+impl Usage {
+    /// Adds `times` pods of `charge` (negative: takes them away).
+    pub fn add(&mut self, charge: &Charge, times: i64) {
+        let gpus = charge.gpus.saturating_mul(times);
+        for (map, key) in [
+            (&mut self.models, &charge.model),
+            (&mut self.sizes, &charge.size),
+        ] {
+            if key.is_empty() {
+                continue;
+            }
+            let held = map.entry(key.clone()).or_default();
+            *held += gpus;
+            if *held == 0 {
+                map.remove(key);
+            }
+        }
+        self.total += gpus;
+    }
+
+    /// Adds what `other` holds.
+    pub fn merge(&mut self, other: &Usage) {
+        for (mine, theirs) in [
+            (&mut self.models, &other.models),
+            (&mut self.sizes, &other.sizes),
+        ] {
+            for (key, gpus) in theirs {
+                *mine.entry(key.clone()).or_default() += gpus;
+            }
+        }
+        self.total += other.total;
+    }
+}
+
+/// A budget that covers a request's namespace, and what the namespaces it
+/// covers hold now.
+#[derive(Clone, Debug)]
+pub struct Standing {
+    pub budget: Arc<Budget>,
+    pub used: Usage,
+}
+
+/// A pod admitted: recorded until the cluster's pods show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub namespace: String,
+    pub name: String,
+    pub charge: Charge,
+}
+
+/// Where budgets and what is held are looked up.
+pub trait BudgetLookup: Send + Sync {
+    /// Whether some budget covers `namespace` (labels `labels`).
+    fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool;
+
+    /// Calls `judge` with the budgets covering `namespace` and what the
+    /// namespaces each covers hold (the pods the cluster shows, plus those
+    /// admitted here and not shown yet, but `pod`, the one judged, should
+    /// it be judged again); the pod it returns is recorded as admitted
+    /// before another request is judged. `Err` (why) when what is held
+    /// cannot be counted.
+    fn judge(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        pod: Option<&str>,
+        judge: &mut dyn FnMut(&[Standing]) -> Option<Admitted>,
+    ) -> Result<(), String>;
+}
+
+/// Budgets known up front with what is held (none by default: no budget
+/// anywhere); each pod admitted is added to what the budgets covering its
+/// namespace hold.
+#[derive(Default)]
+pub struct StaticBudgets {
+    standings: std::sync::Mutex<Vec<Standing>>,
+}
+
+impl StaticBudgets {
+    pub fn new(standings: Vec<Standing>) -> StaticBudgets {
+        StaticBudgets {
+            standings: std::sync::Mutex::new(standings),
+        }
+    }
+
+    /// The budgets and what they hold now.
+    pub fn standings(&self) -> Vec<Standing> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Standing>> {
+        (self.standings.lock()).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl BudgetLookup for StaticBudgets {
+    fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.lock()
+            .iter()
+            .any(|s| s.budget.covers(namespace, labels))
+    }
+
+    fn judge(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        _: Option<&str>,
+        judge: &mut dyn FnMut(&[Standing]) -> Option<Admitted>,
+    ) -> Result<(), String> {
+        let mut all = self.lock();
+        let covering = |s: &&mut Standing| s.budget.covers(namespace, labels);
+        let mine: Vec<Standing> = all.iter_mut().filter(covering).map(|s| s.clone()).collect();
+        if let Some(admitted) = judge(&mine) {
+            for standing in all.iter_mut().filter(covering) {
+                standing.used.add(&admitted.charge, 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StaticBudgets {
+    /// The GpuBudgets among `objects` that read, each holding the GPUs of
+    /// the Pods among them that are not finished in the namespaces it
+    /// covers (labels from `namespaces`): what `evaluate` reads of a
+    /// manifest and of a dump of the cluster. A namespaceSelector is
+    /// honoured wherever the budget is.
+    pub fn of_objects(
+        objects: &[&Value],
+        namespaces: &dyn NamespaceLookup,
+        catalog: &Catalog,
+        resources: &GpuResources,
+    ) -> StaticBudgets {
+        let kind = |o: &Value, k: &str| o.get("kind").and_then(Value::as_str) == Some(k);
+        let labels = |ns: &str| with_name_label(ns, labels_of(namespaces.namespace(ns).as_deref()));
+        let held: Vec<(String, BTreeMap<String, String>, Charge)> = (objects.iter())
+            .filter(|o| kind(o, "Pod") && !pod_is_finished(o))
+            .filter_map(|pod| {
+                let charge = charge(&GpuFacts::of(pod, catalog, resources), catalog)?;
+                let ns = str_at(pod, "/metadata/namespace");
+                Some((ns.to_string(), labels(ns), charge))
+            })
+            .collect();
+        let standings = (objects.iter())
+            .filter(|o| kind(o, KIND))
+            .filter_map(|o| read(o).ok())
+            .map(|budget| {
+                let mut used = Usage::default();
+                for (ns, labels, charge) in &held {
+                    if budget.covers(ns, labels) {
+                        used.add(charge, 1);
+                    }
+                }
+                Standing {
+                    budget: Arc::new(budget),
+                    used,
+                }
+            })
+            .collect();
+        StaticBudgets::new(standings)
+    }
+}
+
+/// Pods asked for at once: one pod (`replicas` 1, recorded when
+/// admitted), or the pods of a workload's template.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    /// Put before messages about it (`Deployment train: `); empty for a pod.
+    pub prefix: String,
+    pub charge: Charge,
+    pub replicas: i64,
+}
+
+/// What the budgets make of a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    pub denials: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Judges `asks` against the budgets covering `namespace`: a pod that
+/// would take some limit past it is denied; a template whose one pod
+/// would is denied, one whose replicas could not all fit is warned about.
+/// `pod` (the pod's name, for a pod CREATE that is not a dry run) is
+/// recorded as admitted when nothing is denied.
+pub fn judge(
+    budgets: &dyn BudgetLookup,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    asks: &[Ask],
+    pod: Option<&str>,
+) -> Verdict {
+    let mut verdict = Verdict::default();
+    let counted = budgets.judge(namespace, labels, pod, &mut |standings| {
+        for ask in asks {
+            judge_ask(standings, ask, &mut verdict);
+        }
+        let name = pod.filter(|_| verdict.denials.is_empty())?;
+        Some(Admitted {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            charge: asks.first()?.charge.clone(),
+        })
+    });
+    if let Err(why) = counted {
+        verdict.denials.push(format!(
+            "gpu-admission: a GpuBudget covers namespace {namespace} but the GPUs it holds cannot be counted ({why}); retry once the server has listed the cluster's pods"
+        ));
+    }
+    verdict
+}
+
+fn judge_ask(standings: &[Standing], ask: &Ask, verdict: &mut Verdict) {
+    let Ask {
+        prefix,
+        charge,
+        replicas,
+    } = ask;
+    let counted = if charge.model.is_empty() {
+        "no catalog size: counted in total only".to_string()
+    } else {
+        format!(
+            "counted as {} on {}, the most expensive size its node selection allows",
+            charge.model, charge.size
+        )
+    };
+    for Standing { budget, used } in standings {
+        for (what, held, limit) in budget.limits(charge, used) {
+            let who = format!(
+                "{prefix}GpuBudget {}/{} allows {limit} {what} held at once",
+                budget.namespace, budget.name
+            );
+            if held + charge.gpus > limit {
+                let pod = if prefix.is_empty() {
+                    "this pod"
+                } else {
+                    "one pod"
+                };
+                verdict.denials.push(format!(
+                    "{who}; {held}/{limit} are held and {pod} asks for {} more ({counted}). Wait for pods holding them to finish or delete some, narrow the pod's node selection to a model with room{}, or ask the budget's owner for more",
+                    charge.gpus,
+                    room(budget, used, &charge.model)
+                ));
+            } else if held + charge.gpus.saturating_mul(*replicas) > limit {
+                let fit = (limit - held) / charge.gpus.max(1);
+                verdict.warnings.push(format!(
+                    "{who}; {held}/{limit} are held: {fit} of {replicas} replicas of {} GPUs each fit ({counted}); the rest will be denied when created",
+                    charge.gpus
+                ));
+            }
+        }
+    }
+}
+
+/// GPUs held of `key` in `map`, whatever the case either spells it in.
+pub fn held_of(map: &BTreeMap<String, i64>, key: &str) -> i64 {
+    (map.iter().filter(|(k, _)| k.eq_ignore_ascii_case(key)))
+        .map(|(_, gpus)| gpus)
+        .sum()
+}
+
+/// The models of `budget` other than `model` with room left, as a
+/// parenthesis (empty when none).
+fn room(budget: &Budget, used: &Usage, model: &str) -> String {
+    let free: Vec<String> = (budget.models.iter())
+        .filter(|(m, _)| !m.eq_ignore_ascii_case(model))
+        .map(|(m, limit)| (m, limit - held_of(&used.models, m)))
+        .filter(|(_, left)| *left > 0)
+        .map(|(m, left)| format!("{m}: {left} left"))
+        .collect();
+    if free.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", free.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,72 @@
+//! `serve`'s GpuBudgets: in a cluster with `--gpu-budgets=on`, the
+//! default, a cache of the budgets and of the GPU pods, made before the
+//! [`Admission`] that judges with it and watched once that exists (pods
+//! are read with the catalog and GPU resources of the policies it serves).
+use crate::admission::Admission;
+use crate::budgets::{self, BudgetLookup};
+use crate::cluster::budgets::metrics::BudgetMetrics;
+use crate::cluster::budgets::{ClusterBudgets, PodReader};
+use crate::cluster::watch::{CacheMetrics, Settings};
+use crate::daemon::Service;
+use crate::gpu::facts::GpuFacts;
+use crate::k8s::NamespaceLookup;
+use crate::server::{Gate, Readiness};
+use std::sync::Arc;
+
+pub struct PendingBudgets {
+    cache: ClusterBudgets,
+    client: kube::Client,
+    gates: [Gate; 2],
+    settings: Settings,
+    metrics: CacheMetrics,
+}
+
+impl PendingBudgets {
+    /// The cache, readiness waiting for the first list of budgets and of
+    /// pods (so a restarted server counts what is held before it answers);
+    /// team budgets (a namespaceSelector) are honoured in the server's
+    /// own namespace.
+    pub fn new(
+        client: kube::Client,
+        namespaces: Arc<dyn NamespaceLookup>,
+        readiness: &Readiness,
+        settings: Settings,
+        metrics: &CacheMetrics,
+    ) -> PendingBudgets {
+        let own = crate::periodic::LeaseSettings::from_environment("").namespace;
+        PendingBudgets {
+            cache: ClusterBudgets::new(namespaces, &own),
+            client,
+            gates: [
+                readiness.gate("gpu budgets not synced"),
+                readiness.gate("pods not synced"),
+            ],
+            settings,
+            metrics: metrics.clone(),
+        }
+    }
+
+    pub fn lookup(&self) -> Arc<dyn BudgetLookup> {
+        Arc::new(self.cache.clone())
+    }
+
+    /// Starts both watches; `metrics` then reports the cache.
+    pub fn start(self, admission: Arc<Admission>, metrics: &BudgetMetrics) -> [Service; 2] {
+        metrics.watch(self.cache.clone());
+        let read: PodReader = Arc::new(move |pod| {
+            let bundle = admission.bundle();
+            let (catalog, resources) =
+                (bundle.placement.catalog(), bundle.placement.gpu_resources());
+            budgets::charge(&GpuFacts::of(pod, catalog, resources), catalog)
+        });
+        let [budgets, pods] = self
+            .cache
+            .watch(self.client, read, self.settings, self.metrics);
+        let [budgets_synced, pods_synced] = self.gates;
+        tracing::info!("watching GpuBudgets and pods; ready once both are listed (--gpu-budgets=off does without)");
+        [
+            Service::task("gpu budgets", budgets.1).following(budgets_synced, budgets.0),
+            Service::task("pods", pods.1).following(pods_synced, pods.0),
+        ]
+    }
+}

@@ -1,0 +1,391 @@
+//! GpuBudgets from the cluster: budgets and GPU pods served by the fake
+//! API server's list and watch, held by the server's budget cache, and
+//! enforced by /validate behind the shipped webhook configurations (real
+//! TLS, AdmissionReview JSON). The test stores each pod the webhooks
+//! admit in the fake, as kube-apiserver would. Then `serve` itself in a
+//! cluster: a restart counts what is held before it is ready, and two
+//! replicas admitting at once overshoot a budget by at most the bound
+//! docs/budgets.md states.
+mod common;
+
+use common::fake_apiserver::{FakeApiServer, Resource, NAMESPACES};
+use common::in_cluster::InCluster;
+use common::webhooks::{Cluster, Outcome, Review};
+use gpu_admission::bundle::{self, PolicySource};
+use gpu_admission::cluster::budgets::{ClusterBudgets, PodReader};
+use gpu_admission::cluster::watch::{CacheMetrics, Settings};
+use gpu_admission::gpu::facts::GpuFacts;
+use gpu_admission::k8s::StaticNamespaces;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+const BUDGETS: Resource = Resource::new(
+    "gpu-admission.io",
+    "v1alpha1",
+    "GpuBudget",
+    "gpubudgets",
+    true,
+);
+const PODS: Resource = Resource::new("", "v1", "Pod", "pods", true);
+/// The namespace labels that let its pods take A100s: the standard tier,
+/// premium GPUs opted in.
+const LABELS: [(&str, &str); 2] = [
+    ("gpu-admission.io/tier", "standard"),
+    ("gpu-admission.io/premium-gpus", "true"),
+];
+
+fn budget(namespace: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+           "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+}
+
+/// A training pod of `gpus` GPUs whose node affinity allows the GPU
+/// `models` (Karpenter's `sku-gpu-name` label), as `kubectl apply` sends it.
+fn pod(namespace: &str, name: &str, gpus: u32, models: &[&str]) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+                     "labels": {"app": "train"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{
+                    "key": "karpenter.azure.com/sku-gpu-name", "operator": "In", "values": models}]}]}}},
+            "containers": [{
+                "name": "train",
+                "image": "nvcr.io/nvidia/pytorch:24.08-py3",
+                "command": ["python", "train.py"],
+                "resources": {
+                    "requests": {"cpu": "4", "memory": "16Gi"},
+                    "limits": {"memory": "16Gi", "nvidia.com/gpu": gpus.to_string()}
+                }
+            }]
+        }
+    })
+}
+
+/// How serve reads a pod into its charge: with the shipped policy set's
+/// catalog and GPU resources.
+fn reader() -> PodReader {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let placement = bundle::load(&PolicySource::Dir(dir))
+        .unwrap()
+        .bundle
+        .placement;
+    Arc::new(move |pod| {
+        let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
+        gpu_admission::budgets::charge(&GpuFacts::of(pod, catalog, resources), catalog)
+    })
+}
+
+/// The fake cluster, the server's budget cache watching it, and the
+/// shipped webhooks in front of a server judging with that cache.
+struct Setup {
+    fake: FakeApiServer,
+    cluster: Cluster,
+}
+
+impl Setup {
+    async fn start(objects: Vec<Value>) -> Setup {
+        let fake = FakeApiServer::start(vec![BUDGETS, PODS]).await;
+        fake.change(|c| objects.into_iter().for_each(|o| _ = c.apply(o)));
+        let cache = ClusterBudgets::new(Arc::new(StaticNamespaces::new()), "gpu-admission");
+        let [budgets, pods] = cache.watch(
+            fake.client(),
+            reader(),
+            Settings::default(),
+            CacheMetrics::default(),
+        );
+        assert!(budgets.0.synced().await && pods.0.synced().await);
+        let cluster = Cluster::start_with_budgets(Arc::new(cache)).await;
+        Setup { fake, cluster }
+    }
+
+    /// Admits `pod` through the webhooks; stores what they admitted.
+    async fn create(&self, pod: Value) -> Outcome {
+        let review = Review::create(pod).namespace_labels(&LABELS);
+        let outcome = self.cluster.admit(&review).await;
+        if outcome.allowed && outcome.object.as_ref().is_some_and(|o| o["kind"] == "Pod") {
+            let stored = outcome.object.clone().expect("the admitted pod");
+            self.fake.change(|c| c.apply(stored));
+        }
+        outcome
+    }
+
+    /// Judges `pod` until `done` holds (the watch has brought a change),
+    /// storing nothing; at most 30 s.
+    async fn judged_until(&self, pod: &Value, what: &str, done: impl Fn(&Outcome) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let review = Review::create(pod.clone()).namespace_labels(&LABELS);
+            let outcome = self.cluster.admit(&review).await;
+            if done(&outcome) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: {outcome:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn set_phase(&self, name: &str, node: &str, phase: &str) {
+        self.fake.change(|c| {
+            let mut pod = c.object(&PODS, "nlp", name).expect("stored");
+            pod["spec"]["nodeName"] = json!(node);
+            pod["status"] = json!({"phase": phase});
+            c.apply(pod)
+        });
+    }
+}
+
+const BUDGET_DENIAL: &str = "pods.validate.gpu-admission.io";
+
+#[tokio::test]
+async fn pods_are_admitted_until_the_budget_and_the_next_is_denied_with_its_message() {
+    let setup = Setup::start(vec![budget(
+        "nlp",
+        "team-nlp",
+        json!({"models": {"A100": 4, "T4": 16}}),
+    )])
+    .await;
+    for name in ["a", "b"] {
+        let outcome = setup.create(pod("nlp", name, 2, &["A100"])).await;
+        assert!(outcome.allowed, "{name}: {outcome:?}");
+    }
+    let denied = setup.create(pod("nlp", "c", 1, &["A100"])).await;
+    assert!(!denied.allowed);
+    assert_eq!(denied.denied_by.as_deref(), Some(BUDGET_DENIAL));
+    assert_eq!(
+        denied.message(),
+        "GpuBudget nlp/team-nlp allows 4 A100 GPUs held at once; 4/4 are held and this pod asks for 1 more \
+         (counted as A100 on Standard_NC96ads_A100_v4, the most expensive size its node selection allows). \
+         Wait for pods holding them to finish or delete some, narrow the pod's node selection to a model \
+         with room (T4: 16 left), or ask the budget's owner for more"
+    );
+    // Another model, another limit; another namespace, no budget.
+    assert!(setup.create(pod("nlp", "t4", 1, &["T4"])).await.allowed);
+    assert!(setup.create(pod("web", "w", 4, &["A100"])).await.allowed);
+    setup.cluster.stop().await;
+}
+
+#[tokio::test]
+async fn finishing_or_deleting_a_pod_frees_room_through_the_watch() {
+    let setup = Setup::start(vec![budget(
+        "nlp",
+        "team-nlp",
+        json!({"models": {"A100": 4}}),
+    )])
+    .await;
+    for name in ["a", "b"] {
+        assert!(setup.create(pod("nlp", name, 2, &["A100"])).await.allowed);
+    }
+    // Bound and running: still held.
+    setup.set_phase("a", "aks-a100-1", "Running");
+    let next = pod("nlp", "c", 2, &["A100"]);
+    assert!(!setup.create(next.clone()).await.allowed);
+    setup.set_phase("a", "aks-a100-1", "Succeeded");
+    setup.judged_until(&next, "a finished", |o| o.allowed).await;
+    assert!(setup.create(next).await.allowed);
+    let more = pod("nlp", "d", 2, &["A100"]);
+    assert!(!setup.create(more.clone()).await.allowed);
+    setup.fake.change(|c| c.delete(&PODS, "nlp", "b"));
+    setup.judged_until(&more, "b deleted", |o| o.allowed).await;
+    setup.cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_pod_that_may_take_two_models_counts_against_the_most_expensive() {
+    let setup = Setup::start(vec![budget(
+        "nlp",
+        "team-nlp",
+        json!({"models": {"A100": 1, "T4": 8}}),
+    )])
+    .await;
+    assert!(setup.create(pod("nlp", "a", 1, &["A100"])).await.allowed);
+    let either = setup.create(pod("nlp", "either", 1, &["A100", "T4"])).await;
+    assert!(!either.allowed);
+    assert!(
+        either
+            .message()
+            .contains("1/1 are held and this pod asks for 1 more (counted as A100")
+            && either.message().contains("(T4: 8 left)"),
+        "{either:?}"
+    );
+    // Narrowed to the model with room, as the message says.
+    assert!(setup.create(pod("nlp", "t4", 1, &["T4"])).await.allowed);
+    setup.cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_workload_template_is_warned_when_its_replicas_cannot_all_fit_and_denied_when_one_pod_cannot(
+) {
+    let setup = Setup::start(vec![budget(
+        "nlp",
+        "team-nlp",
+        json!({"models": {"A100": 3}}),
+    )])
+    .await;
+    let deployment = |name: &str, replicas: u32, gpus: u32| {
+        let template = pod("nlp", name, gpus, &["A100"]);
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": name, "namespace": "nlp"},
+               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "train"}},
+                        "template": {"metadata": {"labels": {"app": "train"}}, "spec": template["spec"]}}})
+    };
+    let warned = setup.create(deployment("serve", 2, 2)).await;
+    assert!(warned.allowed, "{warned:?}");
+    assert!(
+        warned.warnings.iter().any(|w| w
+            .starts_with("Deployment serve: GpuBudget nlp/team-nlp allows 3 A100 GPUs")
+            && w.contains("0/3 are held: 1 of 2 replicas of 2 GPUs each fit")),
+        "{:?}",
+        warned.warnings
+    );
+    let denied = setup.create(deployment("big", 1, 4)).await;
+    assert!(!denied.allowed);
+    assert!(
+        denied
+            .message()
+            .starts_with("Deployment big: GpuBudget nlp/team-nlp"),
+        "{denied:?}"
+    );
+    assert!(
+        denied.message().contains("one pod asks for 4 more"),
+        "{denied:?}"
+    );
+    setup.cluster.stop().await;
+}
+
+/// The cluster `serve` starts in: namespace nlp in the standard tier, a
+/// budget of `limit` A100s, and `held` running pods of one A100 each.
+fn serve_cluster(fake: &FakeApiServer, limit: i64, held: usize) {
+    fake.change(|c| {
+        c.apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": "nlp", "labels": {LABELS[0].0: LABELS[0].1, LABELS[1].0: LABELS[1].1}}}));
+        c.apply(budget(
+            "nlp",
+            "team-nlp",
+            json!({"models": {"A100": limit}}),
+        ));
+        for i in 0..held {
+            let mut running = pod("nlp", &format!("held-{i}"), 1, &["A100"]);
+            running["spec"]["nodeName"] = json!("aks-a100-1");
+            running["status"] = json!({"phase": "Running"});
+            c.apply(running);
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_restarted_server_counts_what_is_held_before_it_is_ready() {
+    let fake = FakeApiServer::start(vec![NAMESPACES, BUDGETS, PODS]).await;
+    serve_cluster(&fake, 2, 0);
+    let mut first = InCluster::serve(&fake);
+    first.wait_until_ready().await;
+    for name in ["a", "b"] {
+        let created = pod("nlp", name, 1, &["A100"]);
+        assert!(first.validate_pod(&created).await.0);
+        fake.change(|c| c.apply(created));
+    }
+    assert!(first.terminate().success());
+    // Restarted while the pods cannot be listed: not ready, and /readyz
+    // says why.
+    fake.change(|c| c.fail(&PODS, 500, usize::MAX));
+    let server = InCluster::serve(&fake);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = server.request("GET", "/readyz", b"").await;
+        if status == 503 && body.contains("pods not synced") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status} {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fake.change(|c| c.heal(&PODS));
+    server.wait_until_ready().await;
+    // Ready means counted: the first pod after readiness is denied.
+    let (allowed, message) = server.validate_pod(&pod("nlp", "next", 1, &["A100"])).await;
+    assert!(!allowed);
+    let said = "GpuBudget nlp/team-nlp allows 2 A100 GPUs held at once; 2/2 are held";
+    assert!(message.contains(said), "{message}");
+}
+
+/// N clients create one-A100 pods at once, half through each of two
+/// `serve` processes watching the same cluster; each pod admitted is
+/// stored as kube-apiserver would. One process never admits past the
+/// budget; two may each admit what the other's pods, not yet seen through
+/// the watch, would have taken: at most (replicas - 1) x limit more.
+#[tokio::test]
+async fn two_replicas_admitting_at_once_overshoot_by_at_most_the_documented_bound() {
+    const LIMIT: i64 = 4;
+    const CLIENTS: usize = 24;
+    let fake = Arc::new(FakeApiServer::start(vec![NAMESPACES, BUDGETS, PODS]).await);
+    serve_cluster(&fake, LIMIT, 0);
+    let replicas = [InCluster::serve(&fake), InCluster::serve(&fake)];
+    for replica in &replicas {
+        replica.wait_until_ready().await;
+    }
+    let replicas = Arc::new(replicas);
+    let clients = (0..CLIENTS).map(|i| {
+        let (fake, replicas) = (fake.clone(), replicas.clone());
+        tokio::spawn(async move {
+            let created = pod("nlp", &format!("burst-{i}"), 1, &["A100"]);
+            let (allowed, _) = replicas[i % 2].validate_pod(&created).await;
+            if allowed {
+                fake.change(|c| c.apply(created));
+            }
+            allowed
+        })
+    });
+    let mut admitted = 0;
+    for client in clients.collect::<Vec<_>>() {
+        admitted += i64::from(client.await.unwrap());
+    }
+    let overshoot = admitted - LIMIT;
+    println!("{CLIENTS} concurrent creates, 2 replicas, limit {LIMIT}: {admitted} admitted (overshoot {overshoot})");
+    assert!(admitted >= LIMIT, "the budget's room is used: {admitted}");
+    assert!(
+        overshoot <= LIMIT,
+        "overshoot {overshoot} past the bound (replicas - 1) x limit = {LIMIT}"
+    );
+    // Paced (one create every 100 ms, alternating replicas), each replica
+    // sees the other's pods before the next create: nothing past the
+    // budget, in a namespace of its own.
+    fake.change(|c| {
+        c.apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": "eval", "labels": {LABELS[0].0: LABELS[0].1, LABELS[1].0: LABELS[1].1}}}));
+        c.apply(budget("eval", "team-eval", json!({"models": {"A100": LIMIT}})))
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut paced = 0;
+    for i in 0..3 * LIMIT as usize {
+        let created = pod("eval", &format!("paced-{i}"), 1, &["A100"]);
+        if replicas[i % 2].validate_pod(&created).await.0 {
+            fake.change(|c| c.apply(created));
+            paced += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("paced creates, 2 replicas, limit {LIMIT}: {paced} admitted");
+    assert!((LIMIT..=2 * LIMIT).contains(&paced), "{paced}");
+    // Once the watch shows every pod, both replicas count them all.
+    let held = format!("{admitted}/{LIMIT} are held");
+    for replica in replicas.iter() {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (allowed, message) = replica
+                .validate_pod(&pod("nlp", "late", 1, &["A100"]))
+                .await;
+            assert!(!allowed, "{message}");
+            if message.contains(&held) {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{message}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

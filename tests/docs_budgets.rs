@@ -1,0 +1,197 @@
+//! docs/budgets.md is tested: every GpuBudget of the page reads and is
+//! accepted by the CRD's schema, the Kueue example agrees with the budget
+//! it pairs with, and the denial the page shows is what the shipped
+//! webhooks answer for its pod.
+mod common;
+
+use common::webhooks::{Cluster, Review};
+use common::yaml_documents;
+use gpu_admission::budgets::{self, Charge, Standing, StaticBudgets, Usage};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn page() -> String {
+    std::fs::read_to_string(root().join("docs/budgets.md")).unwrap()
+}
+
+fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    documents.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn crd_schema() -> Value {
+    let text = std::fs::read_to_string(root().join("deploy/budgets/crd.yaml")).unwrap();
+    let crd: Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(crd["metadata"]["name"], "gpubudgets.gpu-admission.io");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+#[test]
+fn every_budget_of_the_page_reads_and_the_crd_accepts_it() {
+    let documents = yaml_documents(&page());
+    let examples = of_kind(&documents, "GpuBudget");
+    assert_eq!(examples.len(), 3);
+    let schema = crd_schema();
+    for example in &examples {
+        budgets::read(example).unwrap_or_else(|e| panic!("{example}: {e:?}"));
+        let errors = common::crd_schema::with_cel(&schema, example);
+        assert_eq!(errors, Vec::<String>::new(), "{example}");
+    }
+    // What the reader refuses, kube-apiserver refuses first.
+    let mut broken = examples[0].clone();
+    for spec in [
+        json!({}),
+        json!({"models": {"A100": -1}}),
+        json!({"total": "8"}),
+    ] {
+        broken["spec"] = spec;
+        assert!(budgets::read(&broken).is_err(), "{broken}");
+        assert!(
+            !common::crd_schema::with_cel(&schema, &broken).is_empty(),
+            "{broken}"
+        );
+    }
+}
+
+#[test]
+fn the_kueue_example_agrees_with_the_budget_it_pairs_with() {
+    let documents = yaml_documents(&page());
+    let budget = of_kind(&documents, "GpuBudget")[0];
+    let budget = budgets::read(budget).unwrap();
+    let flavors: BTreeMap<&str, &str> = of_kind(&documents, "ResourceFlavor")
+        .into_iter()
+        .map(|f| {
+            let model = &f["spec"]["nodeLabels"]["karpenter.azure.com/sku-gpu-name"];
+            (
+                f["metadata"]["name"].as_str().unwrap(),
+                model.as_str().unwrap(),
+            )
+        })
+        .collect();
+    let queue = of_kind(&documents, "ClusterQueue")[0];
+    let selected =
+        &queue["spec"]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"];
+    assert_eq!(selected, budget.namespace.as_str());
+    let mut quotas = BTreeMap::new();
+    for flavor in queue["spec"]["resourceGroups"][0]["flavors"]
+        .as_array()
+        .unwrap()
+    {
+        let model = flavors[flavor["name"].as_str().unwrap()];
+        let quota = &flavor["resources"][0];
+        assert_eq!(quota["name"], "nvidia.com/gpu");
+        quotas.insert(model.to_string(), quota["nominalQuota"].as_i64().unwrap());
+    }
+    assert_eq!(
+        quotas, budget.models,
+        "a flavor per model, its quota the budget's limit"
+    );
+    let local = of_kind(&documents, "LocalQueue")[0];
+    assert_eq!(local["spec"]["clusterQueue"], queue["metadata"]["name"]);
+}
+
+#[tokio::test]
+async fn the_denial_the_page_shows_is_the_webhooks_answer() {
+    let text = page();
+    let documents = yaml_documents(&text);
+    let budget = budgets::read(of_kind(&documents, "GpuBudget")[0]).unwrap();
+    let mut used = Usage::default();
+    let held = Charge {
+        model: "A100".into(),
+        size: "Standard_NC24ads_A100_v4".into(),
+        gpus: 7,
+    };
+    used.add(&held, 1);
+    let standing = Standing {
+        budget: Arc::new(budget),
+        used,
+    };
+    let cluster = Cluster::start_with_budgets(Arc::new(StaticBudgets::new(vec![standing]))).await;
+    let pod = of_kind(&documents, "Pod")[0].clone();
+    let review = Review::create(pod).namespace_labels(&[
+        ("gpu-admission.io/tier", "standard"),
+        ("gpu-admission.io/premium-gpus", "true"),
+    ]);
+    let outcome = cluster.admit(&review).await;
+    cluster.stop().await;
+    let shown = (text.lines())
+        .find(|l| l.starts_with("Error from server (Forbidden)"))
+        .expect("the page shows a denial");
+    let (webhook, message) = shown
+        .split_once(" denied the request: ")
+        .and_then(|(head, message)| Some((head.split('"').nth(3)?, message)))
+        .unwrap();
+    assert!(!outcome.allowed);
+    assert_eq!(outcome.denied_by.as_deref(), Some(webhook));
+    assert_eq!(outcome.message(), message);
+}
+
+/// `evaluate` counts the pods of a dump of the cluster and the manifest's
+/// own pods, in order, against the budgets of both.
+#[test]
+fn evaluate_judges_a_manifest_against_its_budgets_and_what_a_dump_holds() {
+    let documents = yaml_documents(&page());
+    let budget = of_kind(&documents, "GpuBudget")[0].clone();
+    let pod = |name: &str, gpus: &str, phase: &str| {
+        let mut pod = of_kind(&documents, "Pod")[0].clone();
+        pod["metadata"]["name"] = json!(name);
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus);
+        pod["status"] = json!({"phase": phase});
+        pod
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, objects: &[Value]| {
+        let path = dir.path().join(name);
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        std::fs::write(&path, list.to_string()).unwrap();
+        path
+    };
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nlp",
+        "labels": {"gpu-admission.io/tier": "standard", "gpu-admission.io/premium-gpus": "true"}}});
+    let dump = write(
+        "dump.json",
+        &[
+            namespace,
+            pod("running", "2", "Running"),
+            pod("done", "8", "Succeeded"),
+        ],
+    );
+    let manifest = write(
+        "manifest.json",
+        &[
+            budget,
+            pod("first", "4", "Pending"),
+            pod("second", "3", "Pending"),
+        ],
+    );
+    let out = common::run_cli([
+        "evaluate".as_ref(),
+        "-f".as_ref(),
+        manifest.as_os_str(),
+        "--cluster".as_ref(),
+        dump.as_os_str(),
+        "-o".as_ref(),
+        "json".as_ref(),
+    ]);
+    let results: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let verdict = |name: &str| {
+        (results
+            .iter()
+            .find(|r| r["name"] == format!("nlp/{name}"))
+            .cloned())
+        .unwrap_or_else(|| panic!("{name}: {out}"))
+    };
+    assert_eq!(verdict("first")["allowed"], true, "{out}");
+    let second = verdict("second");
+    assert_eq!(second["allowed"], false, "{out}");
+    let denial = second["denials"][0].as_str().unwrap();
+    assert!(
+        denial.starts_with("GpuBudget nlp/team-nlp allows 8 A100 GPUs held at once; 6/8 are held and this pod asks for 3 more"),
+        "{denial}"
+    );
+}
