@@ -241,7 +241,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "policy",
         ],
     ),
-    ("offline", &["admission", "exceptions", "policy", "review"]),
+    ("offline", &["admission", "exceptions", "k8s", "policy", "review"]),
     (
         "audit",
         &[
