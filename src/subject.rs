@@ -729,35 +729,12 @@ mod tests {
 
     /// A template pod's GPU facts are worked out once, as placement reads
     /// them, and are the verdict's: the same as those of the pod as
-    /// placed, whether placement changed it (a worker that states
-    /// nothing) or left it as it was (one placed by its author).
+    /// placed, whether placement changed it (a worker as its author wrote
+    /// it) or left it as it was (one placed as `/mutate` places its pods).
     #[test]
     fn template_facts_are_those_of_the_pod_as_placed() {
         let loaded = bundle::load(&PolicySource::Embedded).unwrap();
         let bundle = &loaded.bundle;
-        let worker = |gpus: &str, placed: bool| {
-            let mut spec = json!({"containers": [
-                {"name": "w", "resources": {"limits": {"nvidia.com/gpu": gpus}}},
-                {"name": "log", "image": "fluent-bit"}]});
-            if placed {
-                spec["tolerations"] = json!([{"key": "sku", "operator": "Equal",
-                    "value": "gpu", "effect": "NoSchedule"}]);
-                spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                    {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.azure.com/accelerator",
-                        "operator": "In", "values": ["nvidia"]}]}]}}});
-                spec["containers"][1]["env"] =
-                    json!([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]);
-            }
-            json!({"metadata": {"annotations": {"gpu-admission.io/placement-profile": "aks-nvidia"}},
-                "spec": spec})
-        };
-        let group = |name: &str, template: Value| json!({"groupName": name, "replicas": 1, "template": template});
-        let rc = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": "rc", "namespace": "ml"},
-            "spec": {"headGroupSpec": {"template": worker("1", false)},
-                "workerGroupSpecs": [group("as-written", worker("2", false)),
-                    group("placed", worker("4", true))]}});
-        let req = build_request(rc, None, Operation::Create, None);
         let namespaces = StaticNamespaces::new();
         let lookups = Lookups {
             namespaces: &namespaces,
@@ -772,9 +749,42 @@ mod tests {
             policies: true,
             gpu_variable: true,
         };
+        let pod = |gpus: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w", "namespace": "ml"},
+                "spec": {"containers": [
+                    {"name": "w", "resources": {"limits": {"nvidia.com/gpu": gpus}}},
+                    {"name": "log", "image": "fluent-bit"}]}})
+        };
+        let plan = |pod: &Value| {
+            let req = build_request(pod.clone(), None, Operation::Create, None);
+            Subject::build(&req, &lookups, &needs)
+                .plan(&bundle.placement)
+                .patch
+        };
+        let mut placed = pod("4");
+        let patch = plan(&placed);
+        json_patch::patch(&mut placed, &patch).unwrap();
+        assert!(plan(&placed).0.is_empty(), "placement leaves it as it is");
+        let template =
+            |pod: Value| json!({"metadata": pod["metadata"].clone(), "spec": pod["spec"].clone()});
+        let group = |name: &str, pod: Value| json!({"groupName": name, "replicas": 1, "template": template(pod)});
+        let rc = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "rc", "namespace": "ml"},
+            "spec": {"headGroupSpec": {"template": template(pod("1"))},
+                "workerGroupSpecs": [group("as-written", pod("2")), group("placed", placed.clone())]}});
+        let req = build_request(rc, None, Operation::Create, None);
         let subject = Subject::build(&req, &lookups, &needs);
         let (catalog, resources) = (bundle.placement.catalog(), bundle.placement.gpu_resources());
         assert_eq!(subject.templates.len(), 3);
+        let kept = subject
+            .templates
+            .iter()
+            .find(|t| t.label.contains("placed"));
+        let kept = kept.and_then(|t| t.request.object.as_ref()).unwrap();
+        assert_eq!(
+            kept["spec"], placed["spec"],
+            "placement left the placed one as it is"
+        );
         for template in &subject.templates {
             let pod = template.request.object.as_ref().unwrap();
             let mut expected = pod_facts(pod, template.claims.as_ref(), &None, catalog, resources);
