@@ -550,7 +550,8 @@ spec: {policyName: runaway, validationActions: [Deny]}
 }
 
 /// A workload custom resource costs its templates: a Deployment of the
-/// GPU pod against a RayCluster whose three GPU worker groups (the same
+/// GPU pod (and of the pod as `/mutate` placed it, whose template
+/// placement leaves as it is) against a RayCluster whose three GPU worker groups (the same
 /// pod, in three sizes) are each judged as that pod is, and whose CPU head
 /// is not (nothing GPU-related concerns it: the pods webhook would not be
 /// sent its pod).
@@ -577,8 +578,16 @@ fn bench_workload_kinds(c: &mut Criterion) {
         "metadata": {"name": "rc", "namespace": "ml"},
         "spec": {"headGroupSpec": {"rayStartParams": {}, "template": head},
             "workerGroupSpecs": [group("small", "1"), group("medium", "2"), group("large", "4")]}});
+    // The same Deployment with the pod as /mutate placed it in its
+    // template: placement leaves that template pod as it is.
+    let mut placed = deployment.clone();
+    let pod = mutated(&admission, placed_gpu_pod());
+    let again = admission.mutate(&create(pod.clone())).response.patch;
+    assert!(again.is_none(), "placement leaves the placed pod as it is");
+    placed["spec"]["template"] =
+        json!({"metadata": pod["metadata"].clone(), "spec": pod["spec"].clone()});
     let deadline = Instant::now() + Duration::from_secs(24 * 3600);
-    for object in [&deployment, &ray_cluster] {
+    for object in [&deployment, &placed, &ray_cluster] {
         let outcome = admission.validate_until(&create(object.clone()), Some(deadline));
         assert!(outcome.response.allowed, "{:?}", outcome.response.message);
         assert!(
@@ -587,11 +596,16 @@ fn bench_workload_kinds(c: &mut Criterion) {
         );
     }
     let deployment = create(deployment);
+    let placed = create(placed);
     let ray_cluster = create(ray_cluster);
     let mut group = c.benchmark_group("workload kinds");
     group.bench_function(
         format!("validate Deployment of the gpu pod, shipped set ({policies} policies)"),
         |b| b.iter(|| black_box(admission.validate_until(black_box(&deployment), Some(deadline)))),
+    );
+    group.bench_function(
+        format!("validate Deployment of the placed gpu pod, shipped set ({policies} policies)"),
+        |b| b.iter(|| black_box(admission.validate_until(black_box(&placed), Some(deadline)))),
     );
     group.bench_function(
         format!(

@@ -275,14 +275,17 @@ impl<'r> Subject<'r> {
     /// of a Pod CREATE (tier pin, tolerations, GPUs hidden from containers
     /// that ask for none) applied to each, judged against the node
     /// snapshot, so that what is admitted as a template is admitted as
-    /// pods, and the other way round.
+    /// pods, and the other way round. The GPU facts placement reads are
+    /// kept as the template pod's for the verdict, not worked out again;
+    /// when placement changed the pod, they are the placed pod's.
     fn place_templates(&mut self, profiles: &ProfileSet, gpu_nodes: &Option<GpuNodes>) {
         let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
         for template in &mut self.templates {
             let Some(pod) = template.request.object.as_ref() else {
                 continue;
             };
-            let facts = pod_facts(pod, template.claims.as_ref(), gpu_nodes, catalog, resources);
+            let claims = template.claims.as_ref();
+            let facts = pod_facts(pod, claims, gpu_nodes, catalog, resources);
             let placed = PodFacts {
                 facts: &facts,
                 namespace: self.namespace_name.as_deref(),
@@ -290,12 +293,14 @@ impl<'r> Subject<'r> {
             };
             let plan = placement::plan(profiles, &template.request, Some(placed));
             if plan.patch.0.is_empty() {
+                template.gpu = Some(facts);
                 continue;
             }
             if let Some(pod) = template.request.object.as_mut() {
                 if let Err(e) = json_patch::patch(pod, &plan.patch) {
                     tracing::error!("placement patch does not apply to a template pod: {e}");
                 }
+                template.gpu = Some(pod_facts(pod, claims, gpu_nodes, catalog, resources));
             }
         }
     }
@@ -420,11 +425,13 @@ impl<'r> Subject<'r> {
         let facts_of = |object: &Value, claims: Option<&Vec<PodClaim>>| {
             pod_facts(object, claims, gpu_nodes, catalog, resources)
         };
-        let mut per_template = Vec::with_capacity(self.templates.len());
-        for template in &self.templates {
-            let object = template.request.object.as_ref().unwrap_or(&Value::Null);
-            per_template.push(facts_of(object, template.claims.as_ref()));
-        }
+        // Those placement worked out already ([`Subject::place_templates`]).
+        let per_template: Vec<GpuFacts> = (self.templates.iter_mut())
+            .map(|t| {
+                let object = t.request.object.as_ref().unwrap_or(&Value::Null);
+                (t.gpu.take()).unwrap_or_else(|| facts_of(object, t.claims.as_ref()))
+            })
+            .collect();
         let own = self.request.object.as_ref().unwrap_or(&Value::Null);
         let built_in = self.templates.first().filter(|t| t.label.is_empty());
         let mut facts = match (built_in, per_template.first()) {
@@ -718,5 +725,79 @@ mod tests {
         let workload = &subject.gpu.as_ref().unwrap().workload;
         assert_eq!((workload.pods, workload.max_pods), (8, 10));
         assert_eq!((workload.gpus, workload.max_gpus), (6, 10));
+    }
+
+    /// A template pod's GPU facts are worked out once, as placement reads
+    /// them, and are the verdict's: the same as those of the pod as
+    /// placed, whether placement changed it (a worker as its author wrote
+    /// it) or left it as it was (one placed as `/mutate` places its pods).
+    #[test]
+    fn template_facts_are_those_of_the_pod_as_placed() {
+        let loaded = bundle::load(&PolicySource::Embedded).unwrap();
+        let bundle = &loaded.bundle;
+        let namespaces = StaticNamespaces::new();
+        let lookups = Lookups {
+            namespaces: &namespaces,
+            claims: &crate::k8s::NoClaims,
+            nodes: &crate::gpu::NoNodes,
+            exceptions: &crate::exceptions::NoExceptions,
+            kueue: &[],
+        };
+        let needs = Needs {
+            profiles: &bundle.placement,
+            sources: bundle.policies.template_sources(),
+            policies: true,
+            gpu_variable: true,
+        };
+        let pod = |gpus: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w", "namespace": "ml"},
+                "spec": {"containers": [
+                    {"name": "w", "resources": {"limits": {"nvidia.com/gpu": gpus}}},
+                    {"name": "log", "image": "fluent-bit"}]}})
+        };
+        let plan = |pod: &Value| {
+            let req = build_request(pod.clone(), None, Operation::Create, None);
+            Subject::build(&req, &lookups, &needs)
+                .plan(&bundle.placement)
+                .patch
+        };
+        let mut placed = pod("4");
+        let patch = plan(&placed);
+        json_patch::patch(&mut placed, &patch).unwrap();
+        assert!(plan(&placed).0.is_empty(), "placement leaves it as it is");
+        let template =
+            |pod: Value| json!({"metadata": pod["metadata"].clone(), "spec": pod["spec"].clone()});
+        let group = |name: &str, pod: Value| json!({"groupName": name, "replicas": 1, "template": template(pod)});
+        let rc = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "rc", "namespace": "ml"},
+            "spec": {"headGroupSpec": {"template": template(pod("1"))},
+                "workerGroupSpecs": [group("as-written", pod("2")), group("placed", placed.clone())]}});
+        let req = build_request(rc, None, Operation::Create, None);
+        let subject = Subject::build(&req, &lookups, &needs);
+        let (catalog, resources) = (bundle.placement.catalog(), bundle.placement.gpu_resources());
+        assert_eq!(subject.templates.len(), 3);
+        let kept = subject
+            .templates
+            .iter()
+            .find(|t| t.label.contains("placed"));
+        let kept = kept.and_then(|t| t.request.object.as_ref()).unwrap();
+        assert_eq!(
+            kept["spec"], placed["spec"],
+            "placement left the placed one as it is"
+        );
+        for template in &subject.templates {
+            let pod = template.request.object.as_ref().unwrap();
+            let mut expected = pod_facts(pod, template.claims.as_ref(), &None, catalog, resources);
+            let facts = template.gpu.as_ref().unwrap();
+            (expected.placement, expected.workload) =
+                (facts.placement.clone(), facts.workload.clone());
+            assert_eq!(facts, &expected, "{}", template.label);
+            let placed = &pod["spec"]["containers"][1]["env"][0]["value"];
+            assert_eq!(
+                placed, "void",
+                "{}: placed as /mutate places it",
+                template.label
+            );
+        }
     }
 }
