@@ -1146,3 +1146,41 @@ fn serve_logs_type_checking_findings_at_start_and_on_reload() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `test` counts a PolicyTest's GpuBudgets against what its cluster holds
+/// (a dump), and a budget expectation that is not met fails its case.
+#[test]
+fn test_judges_cases_against_the_budgets_of_the_test() {
+    let fixture = root().join("tests/fixtures/budgets");
+    let run = |dir: &Path| {
+        let out = bin()
+            .arg("test")
+            .arg(dir)
+            .arg("--policies")
+            .arg(root().join("policies"))
+            .output()
+            .unwrap();
+        (out.status.code(), stdout(&out))
+    };
+    let (code, text) = run(&fixture);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(text.lines().last(), Some("3 passed, 0 failed"), "{text}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture.join("dump.json"), tmp.path().join("dump.json")).unwrap();
+    let tests = std::fs::read_to_string(fixture.join("tests.yaml")).unwrap();
+    let wrong = tests.replace("6/8 are held", "5/8 are held");
+    assert_ne!(wrong, tests);
+    write(tmp.path(), "tests.yaml", &wrong);
+    let (code, text) = run(tmp.path());
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("FAIL ") && text.contains("three more A100s do not"),
+        "{text}"
+    );
+    assert!(
+        text.contains("no denial from GpuBudget nlp/team-nlp: \"5/8 are held"),
+        "{text}"
+    );
+    assert_eq!(text.lines().last(), Some("2 passed, 1 failed"), "{text}");
+}

@@ -195,3 +195,30 @@ fn evaluate_judges_a_manifest_against_its_budgets_and_what_a_dump_holds() {
         "{denial}"
     );
 }
+
+/// The PolicyTest of the page is the fixture's, and it passes under the
+/// shipped policies with the fixture's dump beside it.
+#[test]
+fn the_policy_test_of_the_page_passes() {
+    let documents = yaml_documents(&page());
+    let shown = of_kind(&documents, "PolicyTest");
+    assert_eq!(shown.len(), 1);
+    let fixture = root().join("tests/fixtures/budgets");
+    let text = std::fs::read_to_string(fixture.join("tests.yaml")).unwrap();
+    assert_eq!(
+        *shown[0],
+        yaml_documents(&format!("```yaml\n{text}```\n"))[0]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let tests = dir.path().join("tests.yaml");
+    std::fs::write(&tests, serde_yaml::to_string(shown[0]).unwrap()).unwrap();
+    std::fs::copy(fixture.join("dump.json"), dir.path().join("dump.json")).unwrap();
+    let policies = root().join("policies");
+    let out = common::run_cli([
+        "test".as_ref(),
+        dir.path().as_os_str(),
+        "--policies".as_ref(),
+        policies.as_os_str(),
+    ]);
+    assert_eq!(out.lines().last(), Some("3 passed, 0 failed"), "{out}");
+}

@@ -275,6 +275,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "admission",
             "authz",
+            "budgets",
             "exceptions",
             "gpu",
             "k8s",

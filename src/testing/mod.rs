@@ -3,10 +3,12 @@
 //! the mutated object).
 use crate::admission::{Admission, Bundle};
 use crate::authz::{Authorizer, NoAuthorizer};
+use crate::budgets::{self, StaticBudgets};
 use crate::exceptions::{self, StaticExceptions};
 use crate::gpu::StaticNodes;
 use crate::k8s::claims::{ClaimKind, StaticClaims};
 use crate::k8s::doc::from_value_with_nulls;
+use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
 use crate::offline::{self, build_request};
 use crate::policy::{Document, LoadError, LoadErrors};
@@ -64,6 +66,12 @@ struct TestSpec {
     /// every GpuPolicyException of a manifest.
     #[serde(default)]
     exceptions: Vec<Value>,
+    /// What GpuBudgets count in the cluster (`spec.cluster`): GpuBudgets,
+    /// the Pods holding GPUs and Namespaces, each inline or `{file: PATH}`
+    /// for every object of a manifest or dump, as `evaluate --cluster`
+    /// reads one.
+    #[serde(default)]
+    cluster: Vec<Value>,
     cases: Vec<Case>,
 }
 
@@ -120,32 +128,53 @@ struct Expect {
     excepted: Option<Vec<ExpectedException>>,
 }
 
-/// One expected denial or warning: the policy it comes from and, optionally,
-/// a substring of that policy's message.
+/// One expected denial or warning: the policy it comes from, or the
+/// GpuBudget (`namespace/name`), and optionally a substring of its message.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Expected {
+    #[serde(default)]
     policy: String,
+    #[serde(default)]
+    budget: Option<String>,
     #[serde(default)]
     message: Option<String>,
 }
 
 impl Expected {
     /// Whether `line` (`<policy>: <message>`, as the webhook writes each
-    /// denial and warning) comes from this policy and contains the message.
+    /// denial and warning, or a budget's `GpuBudget <ns>/<name> allows ...`)
+    /// comes from this policy or budget and contains the message.
     fn matches(&self, line: &str) -> bool {
-        line.split_once(": ").is_some_and(|(policy, message)| {
-            let want = self.message.as_deref();
-            policy == self.policy && want.is_none_or(|want| message.contains(want))
-        })
+        let want = self.message.as_deref();
+        if let Some(budget) = &self.budget {
+            let from = budget_line(line) && line.contains(&format!("GpuBudget {budget} allows "));
+            return from && want.is_none_or(|want| line.contains(want));
+        }
+        !budget_line(line)
+            && line.split_once(": ").is_some_and(|(policy, message)| {
+                policy == self.policy && want.is_none_or(|want| message.contains(want))
+            })
     }
+}
+
+/// Whether a denial or warning line is a GpuBudget's (a pod's, or a
+/// template's after its `Kind name: ` prefix, which no policy name is).
+fn budget_line(line: &str) -> bool {
+    let template =
+        |(kind, rest): (&str, &str)| kind.contains(' ') && rest.starts_with("GpuBudget ");
+    line.starts_with("GpuBudget ") || line.split_once(": ").is_some_and(template)
 }
 
 impl std::fmt::Display for Expected {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let from = match &self.budget {
+            Some(budget) => format!("GpuBudget {budget}"),
+            None => self.policy.clone(),
+        };
         match &self.message {
-            Some(m) => write!(f, "{}: {m:?}", self.policy),
-            None => write!(f, "{}", self.policy),
+            Some(m) => write!(f, "{from}: {m:?}"),
+            None => write!(f, "{from}"),
         }
     }
 }
@@ -179,6 +208,11 @@ fn expected_messages(field: &str, entries: &[Value]) -> Result<Vec<Expected>, St
         let expected: Expected = serde_json::from_value(entry.clone()).map_err(|e| {
             format!("expect.{field}[{i}]: {e}; write `- {{policy: NAME, message: SUBSTRING}}`")
         })?;
+        if expected.policy.is_empty() == expected.budget.is_none() {
+            return Err(format!(
+                "expect.{field}[{i}]: give one of policy (a policy's message) or budget (a GpuBudget's, NAMESPACE/NAME)"
+            ));
+        }
         policy_hint = Some(expected.policy.clone());
         out.push(expected);
     }
@@ -218,7 +252,7 @@ fn check_case(case: &Case) -> Result<Checked, String> {
     if expect.no_warnings && !warned.is_empty() {
         return Err("expect.noWarnings is true but expect.warned is given".into());
     }
-    for e in denied.iter().chain(&warned) {
+    for e in denied.iter().chain(&warned).filter(|e| e.budget.is_none()) {
         if expect.not_policies.contains(&e.policy) {
             return Err(format!("{} is both expected and in notPolicies", e.policy));
         }
@@ -283,15 +317,24 @@ pub fn run_with_authorizer(
     } in loaded
     {
         let mut namespaces = StaticNamespaces::new();
+        let base = doc.source.file.parent().unwrap_or(Path::new("."));
+        let cluster = test_cluster(&test.spec.cluster, base);
+        let of_kind = |kind| (cluster.iter().flatten()).filter(move |o| o["kind"] == kind);
+        for ns in of_kind("Namespace") {
+            let name = str_at(ns, "/metadata/name");
+            namespaces.insert(name, with_name_label(name, labels_of(Some(ns))));
+        }
         for ns in &test.spec.namespaces {
             namespaces.insert(&ns.name, with_name_label(&ns.name, ns.labels.clone()));
         }
-        let base = doc.source.file.parent().unwrap_or(Path::new("."));
         // A test that cannot be set up is one failed result, named by the
         // part that failed.
-        let prepared = test_claims(&test, base)
-            .and_then(|claims| Ok((claims, with_bindings(bundle, doc, &test.spec.bindings)?)))
-            .map_err(|err| ("", err))
+        let prepared = (cluster.clone().map_err(|e| (" / spec.cluster", e)))
+            .and_then(|_| test_claims(&test, base).map_err(|e| ("", e)))
+            .and_then(|claims| {
+                let bound = with_bindings(bundle, doc, &test.spec.bindings);
+                Ok((claims, bound.map_err(|e| ("", e))?))
+            })
             .and_then(|(claims, bundle)| {
                 match test_exceptions(&bundle, &test.spec.exceptions, base) {
                     Ok(found) => Ok((claims, bundle, found)),
@@ -315,6 +358,14 @@ pub fn run_with_authorizer(
             let nodes = StaticNodes::of_objects(&test.spec.nodes, Vec::new(), &Default::default());
             Arc::new(nodes) as Arc<dyn crate::gpu::NodeLookup>
         });
+        // The cluster's GpuBudgets hold what its pods hold, afresh for each
+        // case (a case's pod admitted holds nothing in the next).
+        let cluster = cluster.unwrap_or_default();
+        let (catalog, resources) = (bundle.placement.catalog(), bundle.placement.gpu_resources());
+        let budgets = || {
+            let objects: Vec<&Value> = cluster.iter().collect();
+            StaticBudgets::of_objects(&objects, namespaces.as_ref(), catalog, resources)
+        };
         // The time exceptions are judged at is the lookup's: one admission
         // per time a case asks for.
         let admission_at = |at: Option<SystemTime>| {
@@ -323,6 +374,7 @@ pub fn run_with_authorizer(
                 lookup = lookup.at(at);
             }
             let admission = Admission::new(bundle.clone(), namespaces.clone())
+                .with_budgets(Arc::new(budgets()))
                 .with_claims(claims.clone())
                 .with_authorizer(authorizer.clone())
                 .with_exceptions(Arc::new(lookup));
@@ -335,12 +387,12 @@ pub fn run_with_authorizer(
         for (case, checked) in test.spec.cases.iter().zip(&checked) {
             let name = format!("{file}: {} / {}", test.metadata.name, case.name);
             let at_admission;
-            let admission = match case.at.as_deref().and_then(exceptions::parse_time) {
-                Some(at) => {
-                    at_admission = admission_at(Some(at));
-                    &at_admission
-                }
-                None => &admission,
+            let at = case.at.as_deref().and_then(exceptions::parse_time);
+            let admission = if at.is_some() || !cluster.is_empty() {
+                at_admission = admission_at(at);
+                &at_admission
+            } else {
+                &admission
             };
             let failures = match run_case(admission, case, checked, base) {
                 Ok(failures) => failures,
@@ -573,6 +625,7 @@ fn firing_policies<'a>(denials: &'a [String], warnings: &'a [String]) -> BTreeSe
     denials
         .iter()
         .chain(warnings)
+        .filter(|line| !budget_line(line))
         .filter_map(|line| line.split_once(": ").map(|(policy, _)| policy))
         .collect()
 }
@@ -610,6 +663,38 @@ fn test_claims(test: &PolicyTest, base: &Path) -> Result<StaticClaims, String> {
         }
     }
     Ok(claims)
+}
+
+/// The objects of `spec.cluster`: each entry inline, or `{file: PATH}`
+/// (relative to the test file) for every object of a manifest or dump.
+/// One without `metadata.namespace` is in `default`; every GpuBudget must
+/// read.
+fn test_cluster(entries: &[Value], base: &Path) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let objects = match entry.get("file").and_then(Value::as_str) {
+            Some(file) if entry.as_object().is_some_and(|m| m.len() == 1) => {
+                offline::read_manifest(&base.join(file))
+                    .map_err(|e| format!("spec.cluster[{i}]: {e}"))?
+            }
+            _ => vec![entry.clone()],
+        };
+        for mut object in objects {
+            let namespace = object["kind"] == "Namespace";
+            let meta = object.get_mut("metadata").and_then(Value::as_object_mut);
+            if let (Some(meta), false) = (meta, namespace) {
+                meta.entry("namespace").or_insert(Value::from("default"));
+            }
+            if object["kind"] == budgets::KIND {
+                budgets::read(&object).map_err(|errors| {
+                    let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                    format!("spec.cluster[{i}]: {}", errors.join("; "))
+                })?;
+            }
+            out.push(object);
+        }
+    }
+    Ok(out)
 }
 
 /// Differences between two JSON values, one line each, by JSON pointer.
@@ -713,6 +798,26 @@ spec:
             check(&documents(&text)).unwrap_err().to_string(),
             "tests.yaml: t / first: the case has no expectation; give expect.allowed, denied, warned, onlyPolicies, notPolicies, noWarnings, audit, patched, noPatch, mutatedBy or excepted"
         );
+    }
+
+    #[test]
+    fn an_expected_message_names_a_policy_or_a_budget() {
+        let entry = |v: Value| expected_messages("denied", &[v]);
+        let budget = entry(json!({"budget": "nlp/team-nlp", "message": "7/8"})).unwrap();
+        let line = "GpuBudget nlp/team-nlp allows 8 A100 GPUs held at once; 7/8 are held";
+        assert!(budget[0].matches(line));
+        assert!(budget[0].matches(&format!("Deployment serve: {line}")));
+        assert!(!budget[0].matches("gpu-max: GpuBudget nlp/team-nlp allows 7/8"));
+        let policy = entry(json!({"policy": "GpuBudget nlp/team-nlp allows 8 A100 GPUs held at once; 7/8 are held"})).unwrap();
+        assert!(!policy[0].matches(line), "a budget's line is no policy's");
+        assert_eq!(firing_policies(&[line.to_string()], &[]), BTreeSet::new());
+        for both in [
+            json!({"policy": "p", "budget": "a/b"}),
+            json!({"message": "m"}),
+        ] {
+            let err = entry(both).unwrap_err();
+            assert!(err.contains("give one of policy"), "{err}");
+        }
     }
 
     #[test]
