@@ -43,11 +43,15 @@ pub const DRA_DEVICES: [(&str, &str); 2] = [
     ("resource.k8s.io", "ResourceSlice"),
 ];
 
-/// The kinds an audit reads: [`AUDITED`], [`DRA_DEVICES`] and the
-/// workload custom resources of the policy set's `PodTemplateSource`
-/// documents.
+/// GpuBudgets, read beside the judged kinds: what namespaces hold
+/// against them is reported, and checked against Kueue's ClusterQueues.
+pub const BUDGETS: (&str, &str) = ("gpu-admission.io", "GpuBudget");
+
+/// The kinds an audit reads: [`AUDITED`], [`DRA_DEVICES`], [`BUDGETS`]
+/// and the workload custom resources of the policy set's
+/// `PodTemplateSource` documents.
 pub fn audited_kinds(sources: &crate::k8s::TemplateSources) -> Vec<(&str, &str)> {
-    let mut kinds: Vec<(&str, &str)> = [AUDITED, &DRA_DEVICES[..]].concat();
+    let mut kinds: Vec<(&str, &str)> = [AUDITED, &DRA_DEVICES[..], &[BUDGETS]].concat();
     for source in sources.custom() {
         let kind = (source.group.as_str(), source.kind.as_str());
         if !kinds.contains(&kind) {

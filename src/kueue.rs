@@ -156,6 +156,9 @@ pub struct ClusterQueue {
     pub namespace_selector: Option<LabelSelector>,
     /// `spec.resourceGroups[].flavors[].name`, each once, in order.
     pub flavors: Vec<String>,
+    /// (flavor, resource, nominalQuota as written) of every
+    /// `spec.resourceGroups[].flavors[].resources[]`.
+    pub quotas: Vec<(String, String, String)>,
 }
 
 impl ClusterQueue {
@@ -170,19 +173,30 @@ impl ClusterQueue {
             .filter(|s| s.is_object())
             .and_then(|s| serde_json::from_value::<LabelSelectorDoc>(s.clone()).ok())
             .and_then(|s| s.validate("spec.namespaceSelector").ok());
-        let mut flavors: Vec<String> = Vec::new();
+        let (mut flavors, mut quotas) = (Vec::<String>::new(), Vec::new());
         let groups = items(object.at("/spec/resourceGroups"));
         for flavor in groups.flat_map(|g| items(g.get("flavors"))) {
-            if let Some(name) = flavor.get("name").and_then(Value::as_str) {
-                if !flavors.iter().any(|f| f == name) {
-                    flavors.push(name.to_string());
-                }
+            let Some(name) = flavor.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            if !flavors.iter().any(|f| f == name) {
+                flavors.push(name.to_string());
+            }
+            for resource in items(flavor.get("resources")) {
+                let quota = match resource.get("nominalQuota") {
+                    Some(Value::String(q)) => q.clone(),
+                    Some(Value::Number(q)) => q.to_string(),
+                    _ => continue,
+                };
+                let resource = crate::k8s::json::str_field(resource, "name").to_string();
+                quotas.push((name.to_string(), resource, quota));
             }
         }
         Some(ClusterQueue {
             name: crate::k8s::json::str_at(object, "/metadata/name").to_string(),
             namespace_selector,
             flavors,
+            quotas,
         })
     }
 

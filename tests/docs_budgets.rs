@@ -93,6 +93,34 @@ fn the_kueue_example_agrees_with_the_budget_it_pairs_with() {
     );
     let local = of_kind(&documents, "LocalQueue")[0];
     assert_eq!(local["spec"]["clusterQueue"], queue["metadata"]["name"]);
+    // The audit's check agrees; a quota above the budget's limit does not.
+    let loaded =
+        gpu_admission::bundle::load(&gpu_admission::bundle::PolicySource::Embedded).unwrap();
+    let mut namespaces = gpu_admission::k8s::StaticNamespaces::new();
+    namespaces.insert(&budget.namespace, BTreeMap::new());
+    let check = |objects: &[Value]| {
+        let placement = &loaded.bundle.placement;
+        let found = gpu_admission::audit::kueue::budget_mismatches(
+            objects,
+            std::slice::from_ref(&budget),
+            placement,
+            &namespaces,
+        );
+        found.into_iter().map(|f| f.message).collect::<Vec<_>>()
+    };
+    assert_eq!(check(&documents), Vec::<String>::new());
+    let mut raised = documents.clone();
+    let queue = raised
+        .iter_mut()
+        .find(|d| d["kind"] == "ClusterQueue")
+        .unwrap();
+    queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = json!(9);
+    let found = check(&raised);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("ClusterQueue team-nlp gives namespace nlp 9 GPUs of ResourceFlavor a100 (A100), GpuBudget nlp/"),
+        "{found:?}"
+    );
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 //! or left out of the audit.
 use gpu_admission::admission::METRIC_KINDS;
 use gpu_admission::bundle::{self, PolicySource};
-use gpu_admission::inventory::{AUDITED, DRA_DEVICES};
+use gpu_admission::inventory::{AUDITED, BUDGETS, DRA_DEVICES};
 use gpu_admission::review::plural_resource;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -96,6 +96,12 @@ fn the_audit_reads_every_kind_its_cluster_role_may_list() {
         listable.contains(&exceptions),
         "the audit role lists GpuPolicyExceptions"
     );
+    // GpuBudgets too: what namespaces hold against them is reported.
+    let budgets = (BUDGETS.0.to_string(), plural_resource(BUDGETS.1));
+    assert!(
+        listable.contains(&budgets),
+        "the audit role lists GpuBudgets"
+    );
     // DeviceClasses and ResourceSlices are read beside them too: the GPUs
     // DRA serves on nodes.
     let devices: Vec<(String, String)> = DRA_DEVICES
@@ -107,7 +113,7 @@ fn the_audit_reads_every_kind_its_cluster_role_may_list() {
     }
     let listable: BTreeSet<(String, String)> = listable
         .into_iter()
-        .filter(|k| *k != nodes && *k != exceptions && !devices.contains(k))
+        .filter(|k| *k != nodes && *k != exceptions && *k != budgets && !devices.contains(k))
         .collect();
     // The built-in kinds, and the workload custom resources of the shipped
     // PodTemplateSources (which give their resource names).

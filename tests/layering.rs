@@ -246,6 +246,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "audit",
         &[
             "admission",
+            "budgets",
             "cluster",
             "exceptions",
             "gpu",

@@ -249,6 +249,12 @@ fn job_finished(job: &Value) -> bool {
         .is_some_and(|t| !t.is_null())
 }
 
+/// Whether Kueue keeps `object` queued: suspended, with a queue name.
+pub fn queued(object: &Value) -> bool {
+    suspended(object)
+        && crate::k8s::json::labels_of(Some(object)).contains_key(crate::kueue::QUEUE_NAME_LABEL)
+}
+
 /// A workload custom resource suspended (`spec.suspend`, or
 /// `spec.runPolicy.suspend` of the Kubeflow jobs).
 fn suspended(object: &Value) -> bool {

@@ -3,7 +3,10 @@
 //! a flavor's `nodeLabels` into every pod it admits on the flavor; when the
 //! flavor's sizes fall outside the namespace's tier, those pods are denied
 //! (`gpu-sku-allowlist`) and the admitted workload never starts.
+use super::budgets::{BudgetFinding, MISMATCH};
+use crate::budgets::Budget;
 use crate::gpu::capacity::{CapacityRequest, PoolKind};
+use crate::gpu::request::parse_count;
 use crate::k8s::json::labels_of;
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::NamespaceLookup;
@@ -42,12 +45,71 @@ pub fn flavors_outside_tiers(
     namespaces: &dyn NamespaceLookup,
 ) -> Vec<FlavorOutsideTier> {
     let catalog = profiles.catalog();
-    let flavors: BTreeMap<String, CapacityRequest> = objects
-        .iter()
+    let flavors = flavors(objects);
+    let mut out = Vec::new();
+    for (queue, namespace, labels) in served(objects, namespaces) {
+        let Some(allowed) = profiles.tier_allowed(&labels) else {
+            continue;
+        };
+        let tier = profiles.tier_name(&labels).unwrap_or_default();
+        let in_tier = |s: &str| allowed.iter().any(|a| a.is_named(s));
+        for name in &queue.flavors {
+            let Some(flavor) = flavors.get(name) else {
+                continue;
+            };
+            let named: Vec<String> = (flavor.sizes.iter())
+                .filter_map(|s| catalog.get(s))
+                .map(|s| s.name.clone())
+                .collect();
+            let sizes: Vec<String> = if named.is_empty() {
+                let selected = flavor.gpu_skus(catalog);
+                if selected.iter().any(|s| in_tier(s)) {
+                    continue;
+                }
+                selected
+            } else {
+                named.into_iter().filter(|s| !in_tier(s)).collect()
+            };
+            let Some(first) = sizes.first() else {
+                continue;
+            };
+            let more = match sizes.len() {
+                1 => String::new(),
+                n => format!(" and {} other sizes", n - 1),
+            };
+            let message = format!(
+                    "ResourceFlavor {name} selects {first}{more}, outside tier {tier} of namespace {namespace} (ClusterQueue {}): the pods Kueue admits from {namespace} on it are denied (gpu-sku-allowlist) and their workloads never start; give the namespace a flavor of its tier, or the tier these sizes",
+                    queue.name
+                );
+            out.push(FlavorOutsideTier {
+                cluster_queue: queue.name.clone(),
+                flavor: name.clone(),
+                namespace: namespace.to_string(),
+                tier: tier.to_string(),
+                sizes,
+                message,
+            });
+        }
+    }
+    out
+}
+
+/// The ResourceFlavors among `objects`, by name.
+fn flavors(objects: &[Value]) -> BTreeMap<String, CapacityRequest> {
+    (objects.iter())
         .filter_map(CapacityRequest::from_object)
         .filter(|r| r.kind == PoolKind::ResourceFlavor)
         .map(|r| (r.name.clone(), r))
-        .collect();
+        .collect()
+}
+
+/// Each ClusterQueue among `objects` (by name) with each namespace it
+/// serves, and that namespace's labels (from `namespaces`): a namespace
+/// with a LocalQueue of the ClusterQueue that its namespaceSelector admits.
+fn served<'a>(
+    objects: &'a [Value],
+    namespaces: &dyn NamespaceLookup,
+) -> Vec<(ClusterQueue, &'a str, BTreeMap<String, String>)> {
     let mut queues: Vec<ClusterQueue> = objects
         .iter()
         .filter_map(ClusterQueue::from_object)
@@ -58,54 +120,74 @@ pub fn flavors_outside_tiers(
         local.entry(cluster_queue).or_default().insert(namespace);
     }
     let mut out = Vec::new();
-    for queue in &queues {
+    for queue in queues {
         for &namespace in local.get(queue.name.as_str()).into_iter().flatten() {
             let object = namespaces.namespace(namespace);
             let labels = with_name_label(namespace, labels_of(object.as_deref()));
-            if !queue.serves(&labels) {
-                continue;
+            if queue.serves(&labels) {
+                out.push((queue.clone(), namespace, labels));
             }
-            let Some(allowed) = profiles.tier_allowed(&labels) else {
-                continue;
-            };
-            let tier = profiles.tier_name(&labels).unwrap_or_default();
-            let in_tier = |s: &str| allowed.iter().any(|a| a.is_named(s));
-            for name in &queue.flavors {
-                let Some(flavor) = flavors.get(name) else {
-                    continue;
-                };
-                let named: Vec<String> = (flavor.sizes.iter())
-                    .filter_map(|s| catalog.get(s))
-                    .map(|s| s.name.clone())
-                    .collect();
-                let sizes: Vec<String> = if named.is_empty() {
-                    let selected = flavor.gpu_skus(catalog);
-                    if selected.iter().any(|s| in_tier(s)) {
-                        continue;
-                    }
-                    selected
-                } else {
-                    named.into_iter().filter(|s| !in_tier(s)).collect()
-                };
-                let Some(first) = sizes.first() else {
-                    continue;
-                };
-                let more = match sizes.len() {
-                    1 => String::new(),
-                    n => format!(" and {} other sizes", n - 1),
-                };
+        }
+    }
+    out
+}
+
+/// Where a ClusterQueue serving a namespace and a GpuBudget covering it
+/// disagree (`gpu-budget-kueue-mismatch`): a flavor's nominalQuota of GPU
+/// resources above the budget's limit for a model its nodeLabels select,
+/// a flavor selecting a model a budget of per-model limits and no total
+/// sets no limit for, or the queue's GPU quotas together above the
+/// budget's total.
+pub fn budget_mismatches(
+    objects: &[Value],
+    budgets: &[Budget],
+    profiles: &ProfileSet,
+    namespaces: &dyn NamespaceLookup,
+) -> Vec<BudgetFinding> {
+    let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
+    let flavors = flavors(objects);
+    let mut out = Vec::new();
+    for (queue, namespace, labels) in served(objects, namespaces) {
+        let mut quotas: BTreeMap<&str, i64> = BTreeMap::new();
+        for (flavor, resource, quota) in &queue.quotas {
+            if let (true, Ok(n)) = (resources.matches(resource), parse_count(quota)) {
+                *quotas.entry(flavor).or_default() += n as i64;
+            }
+        }
+        for budget in budgets.iter().filter(|b| b.covers(namespace, &labels)) {
+            let mut say = |lead: String, tail: &str| {
                 let message = format!(
-                    "ResourceFlavor {name} selects {first}{more}, outside tier {tier} of namespace {namespace} (ClusterQueue {}): the pods Kueue admits from {namespace} on it are denied (gpu-sku-allowlist) and their workloads never start; give the namespace a flavor of its tier, or the tier these sizes",
-                    queue.name
+                    "ClusterQueue {} gives namespace {namespace} {lead} GpuBudget {}/{} {tail}: Kueue admits workloads whose pods the budget then denies, or lets run pods the budget does not bound; make each flavor's quota the budget's limit for its model (docs/budgets.md, Pairing with Kueue)",
+                    queue.name, budget.namespace, budget.name
                 );
-                out.push(FlavorOutsideTier {
-                    cluster_queue: queue.name.clone(),
-                    flavor: name.clone(),
-                    namespace: namespace.to_string(),
-                    tier: tier.to_string(),
-                    sizes,
-                    message,
-                });
+                out.push(BudgetFinding::new(MISMATCH, budget, message));
+            };
+            for (&flavor, &quota) in quotas.iter().filter(|(_, q)| **q > 0) {
+                let Some(selects) = flavors.get(flavor) else {
+                    continue;
+                };
+                let models: BTreeSet<String> = (selects.gpu_skus(catalog).iter())
+                    .filter_map(|s| catalog.get(s))
+                    .map(|s| s.gpu_model.clone())
+                    .collect();
+                for model in &models {
+                    let lead = format!("{quota} GPUs of ResourceFlavor {flavor} ({model}),");
+                    match (budget.models.iter()).find(|(m, _)| m.eq_ignore_ascii_case(model)) {
+                        Some((m, &limit)) if quota > limit => {
+                            say(lead, &format!("allows {limit} {m} GPUs"))
+                        }
+                        None if !budget.models.is_empty() && budget.total.is_none() => say(
+                            lead,
+                            "sets no limit for that model (it limits models and sets no total)",
+                        ),
+                        _ => {}
+                    }
+                }
+            }
+            let all: i64 = quotas.values().sum();
+            if let Some(total) = budget.total.filter(|t| all > *t) {
+                let lead = format!("{all} GPUs in all its flavors;");
+                say(lead, &format!("allows {total} in total"));
             }
         }
     }

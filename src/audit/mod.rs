@@ -2,6 +2,7 @@
 //! how many GPUs the violating objects hold (or, for node pools and other
 //! capacity objects, can bring up); the cluster's GPU nodes and pools; and,
 //! with a price file, what the waste costs.
+pub mod budgets;
 pub mod exceptions;
 pub mod holding;
 pub mod html;
@@ -162,6 +163,17 @@ pub struct Report {
     /// namespace their ClusterQueue serves (left out when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kueue: Vec<kueue::FlavorOutsideTier>,
+    /// GpuBudgets: each limit with what the namespaces it covers hold
+    /// ([`budgets`]; left out when no budget was read).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<budgets::BudgetRow>,
+    /// Budgets full with pods waiting, and ClusterQueues that disagree
+    /// with budgets.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budget_findings: Vec<budgets::BudgetFinding>,
+    /// What each namespace holds against budgets, as the run counts it.
+    #[serde(skip)]
+    pub budget_holdings: BTreeMap<String, budgets::Holdings>,
     /// The GPU nodes, when Nodes were read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodes: Option<NodeReport>,
@@ -276,6 +288,7 @@ pub fn audit_workloads(
         if is_node(object)
             || is_dra_device_object(object)
             || exceptions::is_exception(object)
+            || budgets::is_budget(object)
             || owned_by_input(object, &uids)
         {
             continue;
@@ -320,6 +333,9 @@ pub fn audit_workloads(
                     .source_of(object)
                     .is_some_and(|source| source.holds_nothing(object));
                 let workload = if done { 0 } else { outcome.workload_gpus };
+                if let Some(ns) = namespace.as_ref().filter(|_| holding::queued(object)) {
+                    report.budget_holdings.entry(ns.clone()).or_default().queued += workload;
+                }
                 let per_pod = outcome.gpus_per_pod;
                 let (holds, way) = match pods.of(object) {
                     _ if crate::k8s::workloads::is_pod(object) => {
@@ -497,6 +513,7 @@ pub fn render_text(report: &Report) -> String {
             money.idle_pods_text()
         );
     }
+    out.push_str(&budgets::render_text(report));
     if !report.kueue.is_empty() {
         out.push_str("\nKueue flavors outside the tiers of the namespaces they serve:\n");
         for k in &report.kueue {

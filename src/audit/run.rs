@@ -14,7 +14,7 @@
 //! GPUs DRA DeviceClasses and ResourceSlices serve on nodes) the run
 //! read, whatever node lookup the Admission has: a dump is judged as the
 //! cluster it was taken from.
-use super::{exceptions, InvalidException, PodLedger, PodsRead, Report};
+use super::{budgets, exceptions, InvalidException, PodLedger, PodsRead, Report};
 use crate::admission::Admission;
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::{DraDevices, StaticNodes};
@@ -80,6 +80,8 @@ impl<'a> Run<'a> {
         };
         let admission = self.with_nodes.as_ref().unwrap_or(self.admission);
         owners.extend(uids_of(&page).map(|uid| (uid.clone(), uid)));
+        // Budgets are read at the end, with the held objects.
+        (self.held).extend(page.iter().filter(|o| budgets::is_budget(o)).cloned());
         let (judged, ledger) = super::audit_workloads(admission, &page, &PodsRead::default());
         merge(&mut self.judged.0, judged);
         self.judged.1.merge(ledger);
@@ -102,9 +104,12 @@ impl<'a> Run<'a> {
         let owners = self.owners.as_ref().expect("prepared");
         let (report, ledger) = &mut self.judged;
         let read = page.len();
+        let catalog = bundle.placement.catalog();
         page.retain(|pod| {
             let namespace = crate::k8s::json::str_at(pod, "/metadata/namespace");
             self.pods_read.namespaces.insert(namespace.to_string());
+            let holdings = report.budget_holdings.entry(namespace.to_string());
+            holdings.or_default().pod(pod, catalog, resources);
             let Some(owner) = controller_uid(pod).and_then(|uid| owners.get(uid)) else {
                 return true;
             };
@@ -139,6 +144,8 @@ impl<'a> Run<'a> {
             .nodes
             .map(|nodes| super::account_nodes(admission, &nodes, &self.devices, &ledger));
         report.held_pods = ledger.into_held();
+        let placement = &admission.bundle().placement;
+        budgets::account(&mut report, &self.held, placement, admission.namespaces());
         // A pod's workload is its root controller, where the run read it.
         let kinds: HashMap<&str, &str> = (self.held.iter())
             .map(|o| (str_at(o, "/metadata/uid"), str_at(o, "/kind")))
@@ -220,6 +227,9 @@ fn merge(report: &mut Report, more: Report) {
     report.gpus_pending_in_violation += more.gpus_pending_in_violation;
     for (way, n) in more.gpus_counted {
         *report.gpus_counted.entry(way).or_default() += n;
+    }
+    for (ns, holdings) in &more.budget_holdings {
+        (report.budget_holdings.entry(ns.clone()).or_default()).add(holdings);
     }
     for (ns, row) in &more.namespaces {
         report.namespaces.entry(ns.clone()).or_default().add(row);

@@ -366,6 +366,71 @@ mod tests {
         out
     }
 
+    /// The periodic report's budget rows and findings are those of
+    /// `audit` on the same objects (tests/audit_budgets.rs pins them).
+    #[test]
+    fn budget_rows_are_those_of_audit() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/audit/budgets.yaml");
+        let objects = crate::offline::read_manifest(&path).unwrap();
+        let mut namespaces = StaticNamespaces::new();
+        let mut by_kind: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
+        for object in &objects {
+            let kind = object["kind"].as_str().unwrap();
+            if kind == "Namespace" {
+                let labels = serde_json::from_value(object["metadata"]["labels"].clone());
+                namespaces.insert(
+                    object["metadata"]["name"].as_str().unwrap(),
+                    labels.unwrap(),
+                );
+                continue;
+            }
+            let kind = (crate::inventory::AUDITED.iter())
+                .chain([&crate::inventory::BUDGETS])
+                .map(|(_, k)| *k)
+                .find(|k| *k == kind)
+                .unwrap();
+            by_kind.entry(kind).or_default().push(object.clone());
+        }
+        let loaded = bundle::load(&PolicySource::Embedded).unwrap();
+        let admission = Admission::new(loaded.bundle, Arc::new(namespaces));
+        // The fake serves by kind alone: Volcano's Jobs are not Jobs.
+        struct Served(FakeCluster);
+        impl crate::inventory::Lister for Served {
+            async fn list_page(
+                &self,
+                ask: crate::inventory::PageAsk<'_>,
+            ) -> Result<crate::inventory::Page, crate::inventory::ListError> {
+                match ask.group {
+                    "batch.volcano.sh" => {
+                        Err(crate::inventory::ListError::NotServed(String::new()))
+                    }
+                    _ => self.0.list_page(ask).await,
+                }
+            }
+        }
+        let cluster = Served(FakeCluster::new(by_kind));
+        let report = crate::offline::block_on(audit_cluster(
+            &admission,
+            &cluster,
+            1000,
+            None,
+            &|_| {},
+            &|| false,
+        ));
+        let report = report.unwrap().unwrap();
+        let objects: Vec<Value> = objects
+            .into_iter()
+            .filter(|o| o["kind"] != "Namespace")
+            .collect();
+        let offline = crate::offline::with_evaluation_stack(|| audit::audit(&admission, &objects));
+        let offline = offline.unwrap();
+        assert_eq!(report.budgets.len(), 3);
+        assert_eq!(report.budget_findings.len(), 4);
+        assert_eq!(report.budgets, offline.budgets);
+        assert_eq!(report.budget_findings, offline.budget_findings);
+    }
+
     /// The run honours the exceptions of the admission's lookup, across
     /// pages: what they let through is counted apart, not as findings,
     /// and each exception is listed with it.

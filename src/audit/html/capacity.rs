@@ -191,3 +191,38 @@ pub(super) fn kueue(report: &Report) -> Markup {
         }
     }
 }
+
+/// GpuBudgets: each limit with what the namespaces it covers hold, and
+/// the budgets' findings; no section when no budget was read.
+pub(super) fn budgets(report: &Report) -> Markup {
+    if report.budgets.is_empty() && report.budget_findings.is_empty() {
+        return html! {};
+    }
+    html! {
+        section #budgets {
+            h2 { "GPU budgets" }
+            p { "GPUs held against each GpuBudget limit (pods not finished, as admission counts them), of them by pods not on a node yet, and GPUs of workloads Kueue keeps queued in the namespaces it covers." }
+            table #budget-limits {
+                thead { tr {
+                    th { "GpuBudget" } th { "Limit of" } th.num { "Held / limit" } th.num { "Pending" } th.num { "Queued (Kueue)" } th { "Held per namespace" }
+                } }
+                tbody {
+                    @for r in &report.budgets {
+                        tr.budget data-budget=(r.budget) data-model=(r.model) {
+                            td { (r.namespace) "/" (r.budget) } td { (r.model) }
+                            td.num { (r.counted.held) " / " (r.limit) } td.num { (r.counted.pending) } td.num { (r.counted.queued) }
+                            td { (r.namespaces.iter().map(|(ns, c)| format!("{ns} {}", c.held)).collect::<Vec<_>>().join(", ")) }
+                        }
+                    }
+                }
+            }
+            @if !report.budget_findings.is_empty() {
+                ul #budget-findings {
+                    @for f in &report.budget_findings {
+                        li data-rule=(f.rule) { code { (f.rule) } " " (f.message) }
+                    }
+                }
+            }
+        }
+    }
+}

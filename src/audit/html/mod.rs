@@ -118,6 +118,7 @@ pub fn render(report: &Report, meta: &ReportMeta) -> String {
                 (exceptions::exceptions(report))
                 (capacity::capacity(report, &view))
                 (capacity::kueue(report))
+                (capacity::budgets(report))
                 @if let Some(section) = &report.utilization {
                     (utilization::section(section))
                 }

@@ -1,0 +1,310 @@
+//! GpuBudgets in the audit: per budget and limit, the GPUs the namespaces
+//! it covers hold against it (their pods not finished, each charged as
+//! admission charges it: [`crate::budgets::charge`], the holding rule of
+//! [`crate::k8s::workloads::pod_state`]), of those the pods not on a node
+//! yet, and the GPUs of the workloads Kueue keeps queued there. A limit
+//! reached while pods wait is a finding (`gpu-budget-full`), and so is a
+//! ClusterQueue that disagrees with a budget of a namespace it serves
+//! (`gpu-budget-kueue-mismatch`, [`super::kueue::budget_mismatches`]).
+use super::Report;
+use crate::budgets::{charge, held_of, Budget, Usage};
+use crate::gpu::catalog::Catalog;
+use crate::gpu::facts::GpuFacts;
+use crate::gpu::GpuResources;
+use crate::k8s::json::labels_of;
+use crate::k8s::namespaces::with_name_label;
+use crate::k8s::workloads::{group_kind, pod_state};
+use crate::k8s::NamespaceLookup;
+use crate::placement::ProfileSet;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// A limit reached while pods wait for nodes.
+pub const FULL: &str = "gpu-budget-full";
+/// A ClusterQueue and a budget of a namespace it serves disagree.
+pub const MISMATCH: &str = "gpu-budget-kueue-mismatch";
+
+/// What one namespace holds against budgets: GPUs of pods not finished
+/// (`held`, pending ones included), of pods not on a node (`pending`), and
+/// of Kueue's queued workloads (model not known until Kueue admits them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holdings {
+    pub held: Usage,
+    pub pending: Usage,
+    pub queued: i64,
+}
+
+impl Holdings {
+    /// Adds `pod`, if it asks for GPUs and is not finished.
+    pub fn pod(&mut self, pod: &Value, catalog: &Catalog, resources: &GpuResources) {
+        let (held, pending) = pod_state(pod);
+        if held + pending == 0 {
+            return;
+        }
+        if let Some(charge) = charge(&GpuFacts::of(pod, catalog, resources), catalog) {
+            self.held.add(&charge, 1);
+            self.pending.add(&charge, pending);
+        }
+    }
+
+    pub fn add(&mut self, other: &Holdings) {
+        self.held.merge(&other.held);
+        self.pending.merge(&other.pending);
+        self.queued += other.queued;
+    }
+}
+
+/// GPUs counted against one limit, in one namespace or all it covers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counted {
+    /// Of pods not finished, pending ones included (what the budget counts).
+    pub held: i64,
+    /// Of pods not on a node yet.
+    pub pending: i64,
+    /// Of workloads Kueue keeps queued (suspended with a queue name),
+    /// whatever model it gives them.
+    pub queued: i64,
+}
+
+/// One limit of a GpuBudget and what the namespaces it covers hold.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetRow {
+    /// The GpuBudget's namespace and name.
+    pub namespace: String,
+    pub budget: String,
+    /// A GPU model, a VM size, or `total` (as the server's
+    /// `gpu_admission_budget_*` metrics label it).
+    pub model: String,
+    pub limit: i64,
+    #[serde(flatten)]
+    pub counted: Counted,
+    /// Per namespace it covers with GPU pods or queued workloads.
+    pub namespaces: BTreeMap<String, Counted>,
+}
+
+/// A finding on a GpuBudget.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BudgetFinding {
+    /// [`FULL`] or [`MISMATCH`].
+    pub rule: &'static str,
+    pub namespace: String,
+    pub budget: String,
+    pub message: String,
+}
+
+impl BudgetFinding {
+    pub fn new(rule: &'static str, budget: &Budget, message: String) -> BudgetFinding {
+        let (namespace, budget) = (budget.namespace.clone(), budget.name.clone());
+        BudgetFinding {
+            rule,
+            namespace,
+            budget,
+            message,
+        }
+    }
+}
+
+/// Whether `object` is a GpuBudget.
+pub fn is_budget(object: &Value) -> bool {
+    group_kind(object) == Some((crate::budgets::GROUP, crate::budgets::KIND))
+}
+
+/// The rows of the GpuBudgets among `objects` over what
+/// `report.budget_holdings` counted (namespace labels from `namespaces`),
+/// their `gpu-budget-full` findings, and the ClusterQueues among
+/// `objects` that disagree with them. A namespaceSelector is honoured
+/// wherever the budget is, as `evaluate` honours it.
+pub fn account(
+    report: &mut Report,
+    objects: &[Value],
+    placement: &ProfileSet,
+    namespaces: &dyn NamespaceLookup,
+) {
+    let budgets: Vec<Budget> = (objects.iter().filter(|o| is_budget(o)))
+        .filter_map(|o| crate::budgets::read(o).ok())
+        .collect();
+    for budget in &budgets {
+        let covered: Vec<(&String, &Holdings)> = (report.budget_holdings.iter())
+            .filter(|(ns, _)| {
+                let labels = labels_of(namespaces.namespace(ns).as_deref());
+                budget.covers(ns, &with_name_label(ns, labels))
+            })
+            .collect();
+        let limits = (budget.models.iter().map(|(k, l)| (k.as_str(), *l, 0)))
+            .chain(budget.sizes.iter().map(|(k, l)| (k.as_str(), *l, 1)))
+            .chain(budget.total.map(|l| ("total", l, 2)));
+        for (model, limit, of) in limits {
+            let against = |usage: &Usage| match of {
+                0 => held_of(&usage.models, model),
+                1 => held_of(&usage.sizes, model),
+                _ => usage.total,
+            };
+            let mut row = BudgetRow {
+                namespace: budget.namespace.clone(),
+                budget: budget.name.clone(),
+                model: model.to_string(),
+                limit,
+                counted: Counted::default(),
+                namespaces: BTreeMap::new(),
+            };
+            for (ns, holdings) in &covered {
+                let counted = Counted {
+                    held: against(&holdings.held),
+                    pending: against(&holdings.pending),
+                    queued: holdings.queued,
+                };
+                row.counted.held += counted.held;
+                row.counted.pending += counted.pending;
+                row.counted.queued += counted.queued;
+                row.namespaces.insert(ns.to_string(), counted);
+            }
+            let Counted { held, pending, .. } = row.counted;
+            if held >= limit && pending > 0 {
+                let what = if of == 2 {
+                    "GPUs in total".to_string()
+                } else {
+                    format!("{model} GPUs")
+                };
+                let message = format!(
+                    "{held}/{limit} {what} are held in the namespaces GpuBudget {}/{} covers, {pending} of them by pods not on a node yet: new pods asking for them are denied until some finish; free GPUs or raise the budget",
+                    budget.namespace, budget.name
+                );
+                (report.budget_findings).push(BudgetFinding::new(FULL, budget, message));
+            }
+            report.budgets.push(row);
+        }
+    }
+    let mismatches = super::kueue::budget_mismatches(objects, &budgets, placement, namespaces);
+    report.budget_findings.extend(mismatches);
+}
+
+/// The text section: one line per limit, then the findings.
+pub fn render_text(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if report.budgets.is_empty() && report.budget_findings.is_empty() {
+        return out;
+    }
+    out.push_str("\nGPU budgets (held / limit, of them not on a node, queued by Kueue):\n");
+    for r in &report.budgets {
+        let Counted {
+            held,
+            pending,
+            queued,
+        } = r.counted;
+        let per: Vec<String> = (r.namespaces.iter())
+            .map(|(ns, c)| format!("{ns} {}", c.held))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {}/{} {}: {held}/{}, {pending} pending, {queued} queued ({})",
+            r.namespace,
+            r.budget,
+            r.model,
+            r.limit,
+            per.join(", ")
+        );
+    }
+    for f in &report.budget_findings {
+        let _ = writeln!(out, "  [{}] {}", f.rule, f.message);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::StaticNamespaces;
+    use serde_json::json;
+
+    fn usage(model: &str, size: &str, gpus: i64) -> Usage {
+        let mut usage = Usage::default();
+        let charge = crate::budgets::Charge {
+            model: model.into(),
+            size: size.into(),
+            gpus,
+        };
+        usage.add(&charge, 1);
+        usage
+    }
+
+    /// A team budget covers the namespaces its selector picks, each
+    /// counted per model, size and in total; a namespace budget only its
+    /// own; a limit reached with pods waiting is a finding.
+    #[test]
+    fn rows_per_budget_limit_and_namespace() {
+        let mut report = Report::default();
+        let a100 = usage("A100", "Standard_NC24ads_A100_v4", 4);
+        let t4 = usage("T4", "Standard_NC4as_T4_v3", 2);
+        report.budget_holdings.insert(
+            "nlp".into(),
+            Holdings {
+                held: a100.clone(),
+                pending: usage("A100", "Standard_NC24ads_A100_v4", 1),
+                queued: 8,
+            },
+        );
+        let mut both = t4.clone();
+        both.merge(&a100);
+        report.budget_holdings.insert(
+            "vision".into(),
+            Holdings {
+                held: both,
+                ..Holdings::default()
+            },
+        );
+        let mut namespaces = StaticNamespaces::new();
+        namespaces.insert("nlp", [("team".to_string(), "ml".to_string())].into());
+        namespaces.insert("vision", [("team".to_string(), "ml".to_string())].into());
+        let objects = [
+            json!({"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+                "metadata": {"name": "gpus", "namespace": "nlp"},
+                "spec": {"models": {"a100": 4}}}),
+            json!({"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+                "metadata": {"name": "team-ml", "namespace": "gpu-admission"},
+                "spec": {"namespaceSelector": {"matchLabels": {"team": "ml"}},
+                         "sizes": {"Standard_NC4as_T4_v3": 4}, "total": 16}}),
+        ];
+        let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
+        account(&mut report, &objects, &loaded.bundle.placement, &namespaces);
+        let rows: Vec<String> = (report.budgets.iter())
+            .map(|r| {
+                let Counted {
+                    held,
+                    pending,
+                    queued,
+                } = r.counted;
+                let namespaces: Vec<&str> = r.namespaces.keys().map(String::as_str).collect();
+                let (budget, model, limit) = (&r.budget, &r.model, r.limit);
+                format!("{budget} {model} {held}/{limit} pending {pending} queued {queued} {namespaces:?}")
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                r#"gpus a100 4/4 pending 1 queued 8 ["nlp"]"#,
+                r#"team-ml Standard_NC4as_T4_v3 2/4 pending 0 queued 8 ["nlp", "vision"]"#,
+                r#"team-ml total 10/16 pending 1 queued 8 ["nlp", "vision"]"#,
+            ]
+        );
+        assert_eq!(report.budgets[2].namespaces["vision"].held, 6);
+        let findings: Vec<(&str, &str)> = (report.budget_findings.iter())
+            .map(|f| (f.rule, f.budget.as_str()))
+            .collect();
+        assert_eq!(findings, [(FULL, "gpus")]);
+        assert!(
+            report.budget_findings[0].message.starts_with(
+                "4/4 a100 GPUs are held in the namespaces GpuBudget nlp/gpus covers, 1 of them by pods not on a node yet"
+            ),
+            "{}",
+            report.budget_findings[0].message
+        );
+        let text = render_text(&report);
+        assert!(
+            text.contains("  nlp/gpus a100: 4/4, 1 pending, 8 queued (nlp 4)\n"),
+            "{text}"
+        );
+    }
+}

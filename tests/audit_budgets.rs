@@ -1,0 +1,98 @@
+//! `gpu-admission audit -f` of a dump with GpuBudgets: held / limit per
+//! budget, limit and namespace, with pending pods and Kueue's queued
+//! GPUs, a full budget and a ClusterQueue that disagrees with the budgets,
+//! in the JSON, text and HTML reports.
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+
+fn audit(format: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .args(["audit", "-f"])
+        .arg(root.join("tests/fixtures/audit/budgets.yaml"))
+        .arg("--policies")
+        .arg(root.join("policies"))
+        .args(["-o", format])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn budgets_show_held_pending_and_queued_gpus_and_their_findings() {
+    let report: Value = serde_json::from_str(&audit("json")).unwrap();
+    // nlp holds 4 A100s (one pod of 2 on a node, one waiting) and queues a
+    // Job of 2 GPUs; vision holds 1 T4; the team budget covers both.
+    assert_eq!(
+        report["budgets"],
+        json!([
+            {"namespace": "nlp", "budget": "gpus", "model": "A100", "limit": 4,
+             "held": 4, "pending": 2, "queued": 2,
+             "namespaces": {"nlp": {"held": 4, "pending": 2, "queued": 2}}},
+            {"namespace": "nlp", "budget": "gpus", "model": "T4", "limit": 8,
+             "held": 0, "pending": 0, "queued": 2,
+             "namespaces": {"nlp": {"held": 0, "pending": 0, "queued": 2}}},
+            {"namespace": "gpu-admission", "budget": "team-ml", "model": "total", "limit": 6,
+             "held": 5, "pending": 2, "queued": 2,
+             "namespaces": {"nlp": {"held": 4, "pending": 2, "queued": 2},
+                            "vision": {"held": 1, "pending": 0, "queued": 0}}},
+        ])
+    );
+    let findings: Vec<(&str, &str, &str)> = (report["budgetFindings"].as_array().unwrap())
+        .iter()
+        .map(|f| {
+            let (rule, budget) = (f["rule"].as_str().unwrap(), f["budget"].as_str().unwrap());
+            (rule, budget, f["message"].as_str().unwrap())
+        })
+        .collect();
+    let rules: Vec<(&str, &str)> = findings.iter().map(|(r, b, _)| (*r, *b)).collect();
+    assert_eq!(
+        rules,
+        [
+            ("gpu-budget-full", "gpus"),
+            ("gpu-budget-kueue-mismatch", "gpus"),
+            ("gpu-budget-kueue-mismatch", "gpus"),
+            ("gpu-budget-kueue-mismatch", "team-ml"),
+        ]
+    );
+    let starts = [
+        "4/4 A100 GPUs are held in the namespaces GpuBudget nlp/gpus covers, 2 of them by pods not on a node yet",
+        "ClusterQueue team-nlp gives namespace nlp 8 GPUs of ResourceFlavor a100 (A100), GpuBudget nlp/gpus allows 4 A100 GPUs",
+        "ClusterQueue team-nlp gives namespace nlp 2 GPUs of ResourceFlavor h100 (H100), GpuBudget nlp/gpus sets no limit for that model",
+        "ClusterQueue team-nlp gives namespace nlp 10 GPUs in all its flavors; GpuBudget gpu-admission/team-ml allows 6 in total",
+    ];
+    for ((_, _, message), start) in findings.iter().zip(starts) {
+        assert!(message.starts_with(start), "{message}");
+    }
+
+    let text = audit("text");
+    assert!(
+        text.contains(
+            "  gpu-admission/team-ml total: 5/6, 2 pending, 2 queued (nlp 4, vision 1)\n"
+        ),
+        "{text}"
+    );
+    for (rule, _, message) in &findings {
+        assert!(text.contains(&format!("  [{rule}] {message}\n")), "{text}");
+    }
+
+    let html = audit("html");
+    let section = &html[html
+        .find(r#"<section id="budgets">"#)
+        .expect("a budgets section")..];
+    let section = &section[..section.find("</section>").unwrap()];
+    assert!(
+        section.contains(r#"<tr class="budget" data-budget="gpus" data-model="A100">"#),
+        "{section}"
+    );
+    assert!(section.contains("4 / 4"), "{section}");
+    assert_eq!(
+        section
+            .matches(r#"data-rule="gpu-budget-kueue-mismatch""#)
+            .count(),
+        3
+    );
+}
