@@ -241,7 +241,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "policy",
         ],
     ),
-    ("offline", &["admission", "exceptions", "k8s", "policy", "review"]),
+    (
+        "offline",
+        &["admission", "exceptions", "k8s", "policy", "review"],
+    ),
     (
         "audit",
         &[
