@@ -100,7 +100,7 @@ fn the_kueue_example_agrees_with_the_budget_it_pairs_with() {
     namespaces.insert(&budget.namespace, BTreeMap::new());
     let check = |objects: &[Value]| {
         let placement = &loaded.bundle.placement;
-        let found = gpu_admission::audit::kueue::budget_mismatches(
+        let found = gpu_admission::audit::budgets::budget_mismatches(
             objects,
             std::slice::from_ref(&budget),
             placement,

@@ -5,11 +5,13 @@
 //! yet, and the GPUs of the workloads Kueue keeps queued there. A limit
 //! reached while pods wait is a finding (`gpu-budget-full`), and so is a
 //! ClusterQueue that disagrees with a budget of a namespace it serves
-//! (`gpu-budget-kueue-mismatch`, [`super::kueue::budget_mismatches`]).
+//! (`gpu-budget-kueue-mismatch`, [`budget_mismatches`]).
+use super::kueue::{flavors, served};
 use super::Report;
 use crate::budgets::{charge, held_of, Budget, Usage};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::GpuFacts;
+use crate::gpu::request::parse_count;
 use crate::gpu::GpuResources;
 use crate::k8s::json::labels_of;
 use crate::k8s::namespaces::with_name_label;
@@ -18,7 +20,7 @@ use crate::k8s::NamespaceLookup;
 use crate::placement::ProfileSet;
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A limit reached while pods wait for nodes.
 pub const FULL: &str = "gpu-budget-full";
@@ -176,7 +178,7 @@ pub fn account(
             report.budgets.push(row);
         }
     }
-    let mismatches = super::kueue::budget_mismatches(objects, &budgets, placement, namespaces);
+    let mismatches = budget_mismatches(objects, &budgets, placement, namespaces);
     report.budget_findings.extend(mismatches);
 }
 
@@ -209,6 +211,68 @@ pub fn render_text(report: &Report) -> String {
     }
     for f in &report.budget_findings {
         let _ = writeln!(out, "  [{}] {}", f.rule, f.message);
+    }
+    out
+}
+
+/// Where a ClusterQueue serving a namespace and a GpuBudget covering it
+/// disagree (`gpu-budget-kueue-mismatch`): a flavor's nominalQuota of GPU
+/// resources above the budget's limit for a model its nodeLabels select,
+/// a flavor selecting a model a budget of per-model limits and no total
+/// sets no limit for, or the queue's GPU quotas together above the
+/// budget's total.
+pub fn budget_mismatches(
+    objects: &[Value],
+    budgets: &[Budget],
+    profiles: &ProfileSet,
+    namespaces: &dyn NamespaceLookup,
+) -> Vec<BudgetFinding> {
+    let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
+    let flavors = flavors(objects);
+    let mut out = Vec::new();
+    for (queue, namespace, labels) in served(objects, namespaces) {
+        let mut quotas: BTreeMap<&str, i64> = BTreeMap::new();
+        for (flavor, resource, quota) in &queue.quotas {
+            if let (true, Ok(n)) = (resources.matches(resource), parse_count(quota)) {
+                *quotas.entry(flavor).or_default() += n as i64;
+            }
+        }
+        for budget in budgets.iter().filter(|b| b.covers(namespace, &labels)) {
+            let mut say = |lead: String, tail: &str| {
+                let message = format!(
+                    "ClusterQueue {} gives namespace {namespace} {lead} GpuBudget {}/{} {tail}: Kueue admits workloads whose pods the budget then denies, or lets run pods the budget does not bound; make each flavor's quota the budget's limit for its model (docs/budgets.md, Pairing with Kueue)",
+                    queue.name, budget.namespace, budget.name
+                );
+                out.push(BudgetFinding::new(MISMATCH, budget, message));
+            };
+            for (&flavor, &quota) in quotas.iter().filter(|(_, q)| **q > 0) {
+                let Some(selects) = flavors.get(flavor) else {
+                    continue;
+                };
+                let models: BTreeSet<String> = (selects.gpu_skus(catalog).iter())
+                    .filter_map(|s| catalog.get(s))
+                    .map(|s| s.gpu_model.clone())
+                    .collect();
+                for model in &models {
+                    let lead = format!("{quota} GPUs of ResourceFlavor {flavor} ({model}),");
+                    match (budget.models.iter()).find(|(m, _)| m.eq_ignore_ascii_case(model)) {
+                        Some((m, &limit)) if quota > limit => {
+                            say(lead, &format!("allows {limit} {m} GPUs"))
+                        }
+                        None if !budget.models.is_empty() && budget.total.is_none() => say(
+                            lead,
+                            "sets no limit for that model (it limits models and sets no total)",
+                        ),
+                        _ => {}
+                    }
+                }
+            }
+            let all: i64 = quotas.values().sum();
+            if let Some(total) = budget.total.filter(|t| all > *t) {
+                let lead = format!("{all} GPUs in all its flavors;");
+                say(lead, &format!("allows {total} in total"));
+            }
+        }
     }
     out
 }

@@ -3,10 +3,7 @@
 //! a flavor's `nodeLabels` into every pod it admits on the flavor; when the
 //! flavor's sizes fall outside the namespace's tier, those pods are denied
 //! (`gpu-sku-allowlist`) and the admitted workload never starts.
-use super::budgets::{BudgetFinding, MISMATCH};
-use crate::budgets::Budget;
 use crate::gpu::capacity::{CapacityRequest, PoolKind};
-use crate::gpu::request::parse_count;
 use crate::k8s::json::labels_of;
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::NamespaceLookup;
@@ -95,7 +92,7 @@ pub fn flavors_outside_tiers(
 }
 
 /// The ResourceFlavors among `objects`, by name.
-fn flavors(objects: &[Value]) -> BTreeMap<String, CapacityRequest> {
+pub(super) fn flavors(objects: &[Value]) -> BTreeMap<String, CapacityRequest> {
     (objects.iter())
         .filter_map(CapacityRequest::from_object)
         .filter(|r| r.kind == PoolKind::ResourceFlavor)
@@ -106,7 +103,7 @@ fn flavors(objects: &[Value]) -> BTreeMap<String, CapacityRequest> {
 /// Each ClusterQueue among `objects` (by name) with each namespace it
 /// serves, and that namespace's labels (from `namespaces`): a namespace
 /// with a LocalQueue of the ClusterQueue that its namespaceSelector admits.
-fn served<'a>(
+pub(super) fn served<'a>(
     objects: &'a [Value],
     namespaces: &dyn NamespaceLookup,
 ) -> Vec<(ClusterQueue, &'a str, BTreeMap<String, String>)> {
@@ -126,68 +123,6 @@ fn served<'a>(
             let labels = with_name_label(namespace, labels_of(object.as_deref()));
             if queue.serves(&labels) {
                 out.push((queue.clone(), namespace, labels));
-            }
-        }
-    }
-    out
-}
-
-/// Where a ClusterQueue serving a namespace and a GpuBudget covering it
-/// disagree (`gpu-budget-kueue-mismatch`): a flavor's nominalQuota of GPU
-/// resources above the budget's limit for a model its nodeLabels select,
-/// a flavor selecting a model a budget of per-model limits and no total
-/// sets no limit for, or the queue's GPU quotas together above the
-/// budget's total.
-pub fn budget_mismatches(
-    objects: &[Value],
-    budgets: &[Budget],
-    profiles: &ProfileSet,
-    namespaces: &dyn NamespaceLookup,
-) -> Vec<BudgetFinding> {
-    let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
-    let flavors = flavors(objects);
-    let mut out = Vec::new();
-    for (queue, namespace, labels) in served(objects, namespaces) {
-        let mut quotas: BTreeMap<&str, i64> = BTreeMap::new();
-        for (flavor, resource, quota) in &queue.quotas {
-            if let (true, Ok(n)) = (resources.matches(resource), parse_count(quota)) {
-                *quotas.entry(flavor).or_default() += n as i64;
-            }
-        }
-        for budget in budgets.iter().filter(|b| b.covers(namespace, &labels)) {
-            let mut say = |lead: String, tail: &str| {
-                let message = format!(
-                    "ClusterQueue {} gives namespace {namespace} {lead} GpuBudget {}/{} {tail}: Kueue admits workloads whose pods the budget then denies, or lets run pods the budget does not bound; make each flavor's quota the budget's limit for its model (docs/budgets.md, Pairing with Kueue)",
-                    queue.name, budget.namespace, budget.name
-                );
-                out.push(BudgetFinding::new(MISMATCH, budget, message));
-            };
-            for (&flavor, &quota) in quotas.iter().filter(|(_, q)| **q > 0) {
-                let Some(selects) = flavors.get(flavor) else {
-                    continue;
-                };
-                let models: BTreeSet<String> = (selects.gpu_skus(catalog).iter())
-                    .filter_map(|s| catalog.get(s))
-                    .map(|s| s.gpu_model.clone())
-                    .collect();
-                for model in &models {
-                    let lead = format!("{quota} GPUs of ResourceFlavor {flavor} ({model}),");
-                    match (budget.models.iter()).find(|(m, _)| m.eq_ignore_ascii_case(model)) {
-                        Some((m, &limit)) if quota > limit => {
-                            say(lead, &format!("allows {limit} {m} GPUs"))
-                        }
-                        None if !budget.models.is_empty() && budget.total.is_none() => say(
-                            lead,
-                            "sets no limit for that model (it limits models and sets no total)",
-                        ),
-                        _ => {}
-                    }
-                }
-            }
-            let all: i64 = quotas.values().sum();
-            if let Some(total) = budget.total.filter(|t| all > *t) {
-                let lead = format!("{all} GPUs in all its flavors;");
-                say(lead, &format!("allows {total} in total"));
             }
         }
     }
