@@ -17,6 +17,7 @@ use crate::k8s::workloads::pod_is_finished;
 use crate::k8s::NamespaceLookup;
 use serde::Deserialize;
 use serde_json::Value;
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -102,8 +103,18 @@ pub fn read(value: &Value) -> Result<Budget, Vec<FieldError>> {
 impl Budget {
     /// Whether it covers `namespace`, whose labels are `labels`.
     pub fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.covers_with(namespace, || labels)
+    }
+
+    /// [`Budget::covers`], the labels looked up only when a
+    /// namespaceSelector needs them.
+    pub fn covers_with<L: Borrow<BTreeMap<String, String>>>(
+        &self,
+        namespace: &str,
+        labels: impl FnOnce() -> L,
+    ) -> bool {
         match &self.selector {
-            Some(selector) => selector.matches(labels),
+            Some(selector) => selector.matches(labels().borrow()),
             None => namespace == self.namespace,
         }
     }

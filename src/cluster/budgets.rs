@@ -346,10 +346,7 @@ impl State {
     /// What the namespaces `budget` covers hold (`pending`: of that, the
     /// pods not bound yet), with the pods admitted and not shown yet.
     fn used(&self, budget: &Budget, shared: &Shared, pending: bool) -> Usage {
-        let covered = |namespace: &str| match &budget.selector {
-            None => namespace == budget.namespace,
-            Some(selector) => selector.matches(&shared.labels(namespace)),
-        };
+        let covered = |namespace: &str| budget.covers_with(namespace, || shared.labels(namespace));
         let mut used = Usage::default();
         let map = if pending {
             &self.pending
