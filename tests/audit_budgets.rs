@@ -49,6 +49,19 @@ fn budgets_show_held_pending_and_queued_gpus_and_their_findings() {
         })
         .collect();
     let rules: Vec<(&str, &str)> = findings.iter().map(|(r, b, _)| (*r, *b)).collect();
+    // A mismatch names its ClusterQueue; a full limit has none.
+    let queues: Vec<&Value> = (report["budgetFindings"].as_array().unwrap().iter())
+        .map(|f| &f["clusterQueue"])
+        .collect();
+    assert_eq!(
+        queues,
+        [
+            &Value::Null,
+            &json!("team-nlp"),
+            &json!("team-nlp"),
+            &json!("team-nlp")
+        ]
+    );
     assert_eq!(
         rules,
         [

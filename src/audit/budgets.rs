@@ -88,11 +88,15 @@ pub struct BudgetRow {
 
 /// A finding on a GpuBudget.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct BudgetFinding {
     /// [`FULL`] or [`MISMATCH`].
     pub rule: &'static str,
     pub namespace: String,
     pub budget: String,
+    /// The ClusterQueue that disagrees, for [`MISMATCH`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_queue: Option<String>,
     pub message: String,
 }
 
@@ -103,6 +107,7 @@ impl BudgetFinding {
             rule,
             namespace,
             budget,
+            cluster_queue: None,
             message,
         }
     }
@@ -243,7 +248,12 @@ pub fn budget_mismatches(
                     "ClusterQueue {} gives namespace {namespace} {lead} GpuBudget {}/{} {tail}: Kueue admits workloads whose pods the budget then denies, or lets run pods the budget does not bound; make each flavor's quota the budget's limit for its model (docs/budgets.md, Pairing with Kueue)",
                     queue.name, budget.namespace, budget.name
                 );
-                out.push(BudgetFinding::new(MISMATCH, budget, message));
+                let cluster_queue = Some(queue.name.clone());
+                let finding = BudgetFinding::new(MISMATCH, budget, message);
+                out.push(BudgetFinding {
+                    cluster_queue,
+                    ..finding
+                });
             };
             for (&flavor, &quota) in quotas.iter().filter(|(_, q)| **q > 0) {
                 let Some(selects) = flavors.get(flavor) else {
