@@ -196,6 +196,9 @@ pub fn from_documents(
             Some(crate::k8s::template_sources::KIND) => policy_docs.push(doc),
             // Read with the policies, which honour them.
             Some(crate::exceptions::KIND) => policy_docs.push(doc),
+            // A cluster object: here, nothing would enforce it.
+            Some(crate::budgets::KIND) => errors.push(LoadError::at(&doc.source, "kind",
+                "a GpuBudget is not a policy document: apply it to the cluster (docs/budgets.md); `gpu-admission lint DIR -f FILE` checks it against Kueue's ClusterQueues")),
             Some(other) => errors.push(LoadError::at(&doc.source, "kind", format!(
                 "unknown kind {other} in {API_GROUP}: expected PlacementProfile, PodTemplateSource, GpuPolicyException or PolicyTest"
             ))),

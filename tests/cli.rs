@@ -543,6 +543,91 @@ fn shipped_policies_lint_clean_under_strict() {
     );
 }
 
+/// `lint -f` checks the GpuBudgets of cluster objects against the Kueue
+/// ClusterQueues serving the namespaces they cover, as `audit` does: a
+/// flavor's quota above the budget's limit for its model, a model the
+/// budget does not limit, quotas together above a team budget's total.
+/// Each is a warning at the ClusterQueue's document, an error under
+/// `--strict`; a pair that agrees (here a `kubectl get -o json` List) is
+/// clean.
+#[test]
+fn lint_checks_gpu_budgets_against_kueue_cluster_queues() {
+    let lint = |files: &str, strict: bool| {
+        let mut lint = bin();
+        lint.current_dir(root()).args(["lint", "policies", "-f"]);
+        lint.arg(format!("tests/fixtures/kueue-pairing/{files}"));
+        lint.args(strict.then_some("--strict")).output().unwrap()
+    };
+    let at = "tests/fixtures/kueue-pairing/disagree/queues.yaml: document 4 (line 28): [gpu-budget-kueue-mismatch] ClusterQueue team-ml gives namespace nlp";
+    let want = [
+        " 10 GPUs of ResourceFlavor a100 (A100), GpuBudget nlp/team-nlp allows 8 A100 GPUs: ",
+        " 4 GPUs of ResourceFlavor h100 (H100), GpuBudget nlp/team-nlp sets no limit for that model (it limits models and sets no total): ",
+        " 30 GPUs in all its flavors; GpuBudget gpu-admission/team-ml allows 24 in total: ",
+    ];
+    for (strict, level) in [(false, "warning"), (true, "error")] {
+        let out = lint("disagree", strict);
+        let text = stdout(&out);
+        assert_eq!(out.status.success(), !strict, "{text}");
+        let found: Vec<&str> = (text.lines())
+            .filter(|l| l.contains("[gpu-budget-kueue-mismatch]"))
+            .collect();
+        assert_eq!(found.len(), want.len(), "{text}");
+        for (line, want) in found.iter().zip(want) {
+            assert!(line.starts_with(&format!("{level}: {at}{want}")), "{line}");
+        }
+        assert!(
+            text.contains("\n2 GpuBudget(s), 1 ClusterQueue(s): 3 disagreement(s)\n"),
+            "{text}"
+        );
+        let last = text.lines().last().unwrap_or_default();
+        match strict {
+            true => assert_eq!(last, "3 error(s)"),
+            false => assert!(last.starts_with("policies: ok ("), "{text}"),
+        }
+    }
+    let out = lint("agree.json", true);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains("warning:") && !text.contains("error"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n2 GpuBudget(s), 1 ClusterQueue(s): 0 disagreement(s)\n"),
+        "{text}"
+    );
+}
+
+/// A GpuBudget that does not read is a `lint -f` error at its field; in
+/// the policy folder, where nothing would enforce it, a GpuBudget is
+/// refused, the error saying where it belongs.
+#[test]
+fn lint_refuses_a_gpu_budget_that_does_not_read_or_sits_in_the_policy_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let budget = "apiVersion: gpu-admission.io/v1alpha1\nkind: GpuBudget\nmetadata: {name: team-nlp, namespace: nlp}\nspec:\n  models: {A100: -1}\n";
+    let file = write(tmp.path(), "budget.yaml", budget);
+    let out = (bin().arg("lint").arg(root().join("policies")).arg("-f"))
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(!out.status.success(), "{text}");
+    let want = format!(
+        "error: {}: document 1 (line 1): spec.models.A100: must be 0 or more",
+        file.display()
+    );
+    assert!(text.lines().any(|l| l == want), "{text}");
+    assert_eq!(text.lines().last(), Some("1 error(s)"), "{text}");
+    let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
+    let text = stdout(&out);
+    assert!(!out.status.success(), "{text}");
+    let want = format!(
+        "{}: document 1 (line 1): kind: a GpuBudget is not a policy document: apply it to the cluster (docs/budgets.md); `gpu-admission lint DIR -f FILE` checks it against Kueue's ClusterQueues",
+        file.display()
+    );
+    assert!(text.lines().any(|l| l == want), "{text}");
+}
+
 /// A folder as people publish them: a binding with a `paramRef` for a
 /// policy without `paramKind`, a binding of a policy kept elsewhere, and a
 /// Deployment next to the policies. kube-apiserver accepts all three; so

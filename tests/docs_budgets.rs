@@ -123,6 +123,72 @@ fn the_kueue_example_agrees_with_the_budget_it_pairs_with() {
     );
 }
 
+/// Through the real binary: `lint -f` with every object of the page finds
+/// the Kueue example in step with its budget under `--strict`, and warns,
+/// at the ClusterQueue, of a quota of 9 A100s.
+#[test]
+fn the_kueue_example_lints_clean() {
+    let mut documents = yaml_documents(&page());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cluster.yaml");
+    let policies = root().join("policies");
+    let lint = |documents: &[Value], strict: bool| {
+        let texts: Vec<String> = (documents.iter())
+            .map(|d| serde_yaml::to_string(d).unwrap())
+            .collect();
+        std::fs::write(&file, texts.join("---\n")).unwrap();
+        let mut args = vec!["lint".into(), policies.clone().into_os_string()];
+        args.extend(strict.then(|| "--strict".into()));
+        common::run_cli(
+            args.into_iter()
+                .chain(["-f".into(), file.clone().into_os_string()]),
+        )
+    };
+    let out = lint(&documents, true);
+    assert!(
+        out.contains("\n3 GpuBudget(s), 1 ClusterQueue(s): 0 disagreement(s)\n"),
+        "{out}"
+    );
+    assert!(!out.contains("warning:"), "{out}");
+    let queue = (documents.iter())
+        .position(|d| d["kind"] == "ClusterQueue")
+        .unwrap();
+    documents[queue]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] =
+        json!(9);
+    let out = lint(&documents, false);
+    let want = format!("warning: {}: document {} (line ", file.display(), queue + 1);
+    let found: Vec<&str> = (out.lines())
+        .filter(|l| l.contains("[gpu-budget-kueue-mismatch] ClusterQueue team-nlp gives namespace nlp 9 GPUs of ResourceFlavor a100 (A100), GpuBudget nlp/team-nlp allows 8 A100 GPUs"))
+        .collect();
+    assert_eq!(found.len(), 1, "{out}");
+    assert!(found[0].starts_with(&want), "{out}");
+}
+
+/// The `lint -f` run the page shows is the binary's: its command, run
+/// from the project's root, prints every line shown.
+#[test]
+fn the_lint_run_the_page_shows_is_the_binarys() {
+    let text = page();
+    let start = text
+        .find("$ gpu-admission lint ")
+        .expect("the page shows lint");
+    let block = text[start..].split("```").next().unwrap();
+    let mut lines = block.lines();
+    let command = lines.next().unwrap().split_whitespace().skip(2);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .current_dir(root())
+        .args(command)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{printed}");
+    let shown: Vec<&str> = lines.filter(|l| *l != "...").collect();
+    assert_eq!(shown.len(), 4, "{block}");
+    for line in shown {
+        assert!(printed.lines().any(|l| l == line), "{line}\n{printed}");
+    }
+}
+
 #[tokio::test]
 async fn the_denial_the_page_shows_is_the_webhooks_answer() {
     let text = page();

@@ -233,6 +233,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "bundle",
         &[
             "admission",
+            "budgets",
             "cel",
             "exceptions",
             "gpu",

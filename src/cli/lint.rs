@@ -1,10 +1,17 @@
 //! `gpu-admission lint DIR`: loads and compiles every document, checks the
 //! PolicyTest documents as `test` would before running them, and reports
-//! each error with file, document and field or expression position.
+//! each error with file, document and field or expression position; with
+//! `-f`, checks the GpuBudgets of cluster objects against the Kueue
+//! ClusterQueues beside them, as `audit` does.
+use super::dump::{is_namespace, namespace_labels};
+use crate::audit::budgets::{budget_mismatches, is_budget, MISMATCH};
 use crate::bundle::{self, PolicySource};
-use crate::offline;
-use crate::policy::{LoadNotice, NoticeLevel};
-use crate::testing;
+use crate::k8s::StaticNamespaces;
+use crate::kueue::ClusterQueue;
+use crate::placement::ProfileSet;
+use crate::policy::{self, Document, LoadError, LoadNotice, NoticeLevel};
+use crate::{budgets, offline, testing};
+use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -20,6 +27,12 @@ pub struct LintArgs {
     /// different types compared) is an error, not a warning.
     #[arg(long)]
     pub strict: bool,
+    /// Cluster objects, files or folders (manifests, or Lists from
+    /// `kubectl get ... -o json`): their GpuBudgets are checked against the
+    /// Kueue ClusterQueues serving the namespaces they cover (warnings; errors
+    /// under --strict). Namespaces among them give their labels.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
 }
 
 pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
@@ -35,8 +48,11 @@ pub fn run(args: LintArgs) -> anyhow::Result<ExitCode> {
             let policies = &loaded.bundle.policies;
             let notices = policies.notices().iter();
             let typing = print_notices(notices.chain(policies.pod_template_notes()), args.strict);
-            if typing > 0 && args.strict {
-                println!("{typing} error(s)");
+            let placement = &loaded.bundle.placement;
+            let errors = if args.strict { typing } else { 0 }
+                + lint_budgets(&args.files, placement, args.strict);
+            if errors > 0 {
+                println!("{errors} error(s)");
                 return Ok(ExitCode::FAILURE);
             }
             let portability = policies.beyond_kubernetes();
@@ -109,4 +125,67 @@ fn print_notices<'a>(notices: impl Iterator<Item = &'a LoadNotice>, strict: bool
         println!("{notice}");
     }
     typing
+}
+
+/// Prints what is wrong with the GpuBudgets among the objects of `files`:
+/// each that does not read (an error), and each disagreement with a
+/// ClusterQueue serving a namespace it covers (the audit's
+/// [`budget_mismatches`]) at the ClusterQueue's document, an error when
+/// `strict`. Returns the number of errors.
+fn lint_budgets(files: &[PathBuf], placement: &ProfileSet, strict: bool) -> usize {
+    if files.is_empty() {
+        return 0;
+    }
+    let (mut documents, mut errors) = (Vec::new(), Vec::new());
+    for file in files {
+        match policy::read_documents(file) {
+            Ok(docs) => documents.extend(docs),
+            Err(e) => errors.extend(e.0),
+        }
+    }
+    // A List's items, each at the List's document.
+    let documents: Vec<Document> = (documents.into_iter())
+        .flat_map(
+            |doc| match doc.value.get("items").and_then(Value::as_array) {
+                Some(items) if doc.type_meta().1.ends_with("List") => (items.iter())
+                    .map(|value| Document {
+                        value: value.clone(),
+                        ..doc.clone()
+                    })
+                    .collect(),
+                _ => vec![doc],
+            },
+        )
+        .collect();
+    let mut budgets = Vec::new();
+    for doc in documents.iter().filter(|d| is_budget(&d.value)) {
+        match budgets::read(&doc.value) {
+            Ok(budget) => budgets.push(budget),
+            Err(errs) => errors
+                .extend((errs.into_iter()).map(|e| LoadError::at(&doc.source, e.field, e.message))),
+        }
+    }
+    let objects: Vec<Value> = documents.iter().map(|d| d.value.clone()).collect();
+    let mut namespaces = StaticNamespaces::new();
+    for (name, labels) in (objects.iter().filter(|o| is_namespace(o)))
+        .filter_map(|ns| namespace_labels(ns, &Default::default()))
+    {
+        namespaces.insert(&name, labels);
+    }
+    let found = budget_mismatches(&objects, &budgets, placement, &namespaces);
+    let level = if strict { "error" } else { "warning" };
+    for finding in &found {
+        let message = format!("[{MISMATCH}] {}", finding.message);
+        let queue = (documents.iter())
+            .find(|d| ClusterQueue::from_object(&d.value).map(|q| q.name) == finding.cluster_queue);
+        let at = queue.map(|q| LoadError::at(&q.source, "", &message));
+        println!("{level}: {}", at.unwrap_or_else(|| LoadError::new(message)));
+    }
+    for error in &errors {
+        println!("error: {error}");
+    }
+    let queues = objects.iter().filter_map(ClusterQueue::from_object).count();
+    let (budgets, disagree) = (budgets.len(), found.len());
+    println!("{budgets} GpuBudget(s), {queues} ClusterQueue(s): {disagree} disagreement(s)");
+    errors.len() + if strict { disagree } else { 0 }
 }
