@@ -24,13 +24,14 @@ pub struct LintArgs {
     #[arg(long, value_name = "CSV")]
     pub catalog: Option<PathBuf>,
     /// What type checking finds (a field no matched kind has, values of
-    /// different types compared) is an error, not a warning.
+    /// different types compared), and where -f's GpuBudgets and Kueue
+    /// disagree, are errors, not warnings.
     #[arg(long)]
     pub strict: bool,
     /// Cluster objects, files or folders (manifests, or Lists from
     /// `kubectl get ... -o json`): their GpuBudgets are checked against the
-    /// Kueue ClusterQueues serving the namespaces they cover (warnings; errors
-    /// under --strict). Namespaces among them give their labels.
+    /// Kueue ClusterQueues serving the namespaces they cover. Namespaces
+    /// among them give their labels.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub files: Vec<PathBuf>,
 }
