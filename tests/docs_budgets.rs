@@ -139,7 +139,8 @@ async fn the_denial_the_page_shows_is_the_webhooks_answer() {
         budget: Arc::new(budget),
         used,
     };
-    let cluster = Cluster::start_with_budgets(Arc::new(StaticBudgets::new(vec![standing]))).await;
+    let cluster =
+        Cluster::start_with_budgets(Arc::new(StaticBudgets::new(vec![standing])), false).await;
     let pod = of_kind(&documents, "Pod")[0].clone();
     let review = Review::create(pod).namespace_labels(&[
         ("gpu-admission.io/tier", "standard"),
