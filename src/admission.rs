@@ -198,7 +198,7 @@ impl Admission {
         let bundle = self.bundle.load();
         match route(&bundle, Endpoint::Mutate, req) {
             Route::Answered(response) => Outcome::of(response),
-            _ => mutate(&bundle, &self.lookups(), self.narrowing(), req, deadline),
+            _ => self.mutate_with(&bundle, req, deadline),
         }
     }
 
@@ -220,9 +220,11 @@ impl Admission {
         }
     }
 
-    /// Where `/mutate` looks up budgets to narrow placement; none when off.
-    fn narrowing(&self) -> Option<&dyn BudgetLookup> {
-        self.narrowing.then_some(self.budgets.as_ref())
+    /// [`mutate`] with this Admission's lookups, and its budgets when
+    /// narrowing is on.
+    fn mutate_with(&self, bundle: &Bundle, req: &Request, deadline: Option<Instant>) -> Outcome {
+        let narrowing = self.narrowing.then_some(self.budgets.as_ref());
+        mutate(bundle, &self.lookups(), narrowing, req, deadline)
     }
 
     fn lookups(&self) -> Lookups<'_> {
@@ -348,10 +350,7 @@ impl Webhook for Admission {
             Route::Policies => Vec::new(),
         };
         let done = match (endpoint, bundle.policies.has_mutations()) {
-            (Endpoint::Mutate, false) => {
-                let lookups = self.lookups();
-                Some(mutate(&bundle, &lookups, self.narrowing(), request, None))
-            }
+            (Endpoint::Mutate, false) => Some(self.mutate_with(&bundle, request, None)),
             (Endpoint::Mutate, true) => None,
             (Endpoint::Validate, _) => {
                 let until = Until::Slice(slice_end);
@@ -365,10 +364,7 @@ impl Webhook for Admission {
         let request = request.clone();
         Step::Resume(Box::new(move |deadline| {
             let outcome = match endpoint {
-                Endpoint::Mutate => {
-                    let (lookups, narrowing) = (self.lookups(), self.narrowing());
-                    mutate(&bundle, &lookups, narrowing, &request, Some(deadline))
-                }
+                Endpoint::Mutate => self.mutate_with(&bundle, &request, Some(deadline)),
                 Endpoint::Validate => {
                     let until = Until::Deadline(deadline);
                     (self.validate_with(&bundle, &request, until, &warnings)).0

@@ -468,8 +468,8 @@ fn tier_terms(
 ) -> Option<Arc<[Term]>> {
     let spec = pod.get("spec")?;
     let catalog = profiles.catalog();
-    let room = room.and_then(|room| tiers::narrow(&profile.required, spec, request, room, catalog));
-    if let Some(terms) = room {
+    let narrow = |sizes: &[&Sku]| tiers::narrow(&profile.required, spec, request, sizes, catalog);
+    if let Some(terms) = room.and_then(narrow) {
         return Some(terms.into());
     }
     let (tier, premium) = profiles.tiers.as_ref()?.tier_of(namespace_labels)?;
@@ -478,8 +478,7 @@ fn tier_terms(
         // Not worked out ahead: `narrow` keeps only the tier's sizes whose
         // GPUs support MIG (none: placed by the profile, and denied by
         // /validate rather than pinned to sizes it cannot run on).
-        let allowed = profiles.at_positions(&sizes.positions);
-        return tiers::narrow(&profile.required, spec, request, &allowed, catalog).map(Arc::from);
+        return narrow(&profiles.at_positions(&sizes.positions)).map(Arc::from);
     }
     let makers = tiers::makers_index(request);
     match tiers::own_selection(spec) {
