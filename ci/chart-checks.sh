@@ -20,7 +20,8 @@
 #    as parsed). Every object the chart renders carries Helm's labels (but
 #    the CRD of crds/, which Helm installs untemplated). Custom
 #    tiers land in the allow-list ConfigMap, an extra policy beside the
-#    shipped ones; policies.existingConfigMap is projected into the folder.
+#    shipped ones, budgets.narrowing in the server's --budget-narrowing;
+#    policies.existingConfigMap is projected into the folder.
 # 4. values.schema.json refuses values of the wrong type or out of range,
 #    and the templates refuse what the schema cannot express.
 # 5. Every object rendered for the value sets (defaults, cert-manager,
@@ -223,6 +224,12 @@ want_groups = ", ".join(values["namespaceExemptionPolicy"]["adminGroups"])
 if [d["data"].get("adminGroups") for d in exemptions] != [want_groups]:
     errors.append(f"custom values: gpu-exemptions' adminGroups is {[d['data'].get('adminGroups') for d in exemptions]}, "
                   f"not namespaceExemptionPolicy.adminGroups {want_groups!r}")
+def server_args(objs):
+    return next(c["args"] for o in objs if o["kind"] == "Deployment"
+                for c in o["spec"]["template"]["spec"]["containers"] if c["name"] == "gpu-admission")
+if ("--budget-narrowing" in server_args(custom)) != values["budgets"]["narrowing"] \
+        or "--budget-narrowing" in server_args(load(p("h-defaults.yaml"))):
+    errors.append("budgets.narrowing: the server's --budget-narrowing is not rendered exactly when it is true")
 print(f"custom values: tiers {sorted(values['tiers'])} in gpu-sku-allowlist, "
       f"{len(policies['data'])} policy files ({len(values['policies']['extra'])} extra)")
 
@@ -337,6 +344,7 @@ refuse "/tiers/research" --set tiers.default=x --set-json 'tiers.research=3'
 refuse "'no-extension' does not match pattern" --set 'policies.extra.no-extension=x'
 refuse "/namespaceExemptionPolicy/adminGroups" --set-json 'namespaceExemptionPolicy.adminGroups=[]'
 refuse "/networkPolicy/enabled" --set-string networkPolicy.enabled=false
+refuse "/budgets/narrowing" --set-string budgets.narrowing=yes
 refuse "additional properties 'replicas' not allowed" --set replicas=3
 refuse 'tiers: a "default" key is required' --set 'tiers.research=*'
 refuse "policies: with shipped false" --set policies.shipped=false

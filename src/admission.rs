@@ -61,6 +61,9 @@ pub struct Admission {
     exceptions: Arc<dyn ExceptionLookup>,
     authorizer: Arc<dyn Authorizer>,
     budgets: Arc<dyn BudgetLookup>,
+    /// Whether `/mutate` keeps GPU pods to the sizes with room left in
+    /// their budgets (see [`Admission::with_budget_narrowing`]).
+    narrowing: bool,
     /// The usernames of Kueue's controller (see [`Admission::with_kueue_controllers`]).
     kueue_controllers: Vec<String>,
     /// Called with what exceptions let through on each answered request.
@@ -79,6 +82,7 @@ impl Admission {
             exceptions: Arc::new(NoExceptions),
             authorizer: Arc::new(NoAuthorizer),
             budgets: Arc::new(StaticBudgets::default()),
+            narrowing: false,
             kueue_controllers: vec![crate::kueue::DEFAULT_CONTROLLER.to_string()],
             on_excepted: None,
         }
@@ -117,6 +121,15 @@ impl Admission {
         self
     }
 
+    /// With `on`, `/mutate` narrows a GPU pod's node affinity to the sizes
+    /// with room left in the GpuBudgets covering its namespace, when some
+    /// of the sizes it may land on have none (`serve --budget-narrowing`,
+    /// docs/budgets.md).
+    pub fn with_budget_narrowing(mut self, on: bool) -> Admission {
+        self.narrowing = on;
+        self
+    }
+
     /// Looks up the ResourceClaims and ResourceClaimTemplates pods name in
     /// `claims`.
     pub fn with_claims(mut self, claims: Arc<dyn ClaimLookup>) -> Admission {
@@ -150,6 +163,7 @@ impl Admission {
             exceptions: self.exceptions.clone(),
             authorizer: self.authorizer.clone(),
             budgets: self.budgets.clone(),
+            narrowing: self.narrowing,
             kueue_controllers: self.kueue_controllers.clone(),
             on_excepted: self.on_excepted.clone(),
         }
@@ -184,7 +198,7 @@ impl Admission {
         let bundle = self.bundle.load();
         match route(&bundle, Endpoint::Mutate, req) {
             Route::Answered(response) => Outcome::of(response),
-            _ => mutate(&bundle, &self.lookups(), req, deadline),
+            _ => self.mutate_with(&bundle, req, deadline),
         }
     }
 
@@ -204,6 +218,13 @@ impl Admission {
             Route::Judged(warnings) => (self.validate_with(&bundle, req, until, &warnings)).0,
             Route::Policies => (self.validate_with(&bundle, req, until, &[])).0,
         }
+    }
+
+    /// [`mutate`] with this Admission's lookups, and its budgets when
+    /// narrowing is on.
+    fn mutate_with(&self, bundle: &Bundle, req: &Request, deadline: Option<Instant>) -> Outcome {
+        let narrowing = self.narrowing.then_some(self.budgets.as_ref());
+        mutate(bundle, &self.lookups(), narrowing, req, deadline)
     }
 
     fn lookups(&self) -> Lookups<'_> {
@@ -329,7 +350,7 @@ impl Webhook for Admission {
             Route::Policies => Vec::new(),
         };
         let done = match (endpoint, bundle.policies.has_mutations()) {
-            (Endpoint::Mutate, false) => Some(mutate(&bundle, &self.lookups(), request, None)),
+            (Endpoint::Mutate, false) => Some(self.mutate_with(&bundle, request, None)),
             (Endpoint::Mutate, true) => None,
             (Endpoint::Validate, _) => {
                 let until = Until::Slice(slice_end);
@@ -343,7 +364,7 @@ impl Webhook for Admission {
         let request = request.clone();
         Step::Resume(Box::new(move |deadline| {
             let outcome = match endpoint {
-                Endpoint::Mutate => mutate(&bundle, &self.lookups(), &request, Some(deadline)),
+                Endpoint::Mutate => self.mutate_with(&bundle, &request, Some(deadline)),
                 Endpoint::Validate => {
                     let until = Until::Deadline(deadline);
                     (self.validate_with(&bundle, &request, until, &warnings)).0
@@ -446,16 +467,23 @@ fn needs(bundle: &Bundle, policies: bool) -> Needs<'_> {
     }
 }
 
-/// Placement, then the MutatingAdmissionPolicies in the order of their
-/// names, each on what the previous step made; one patch against the
-/// object as it arrived. The subject is built once: with everything the
-/// policies read when some MutatingAdmissionPolicy is bound, else with
-/// what placement reads.
-fn mutate(bundle: &Bundle, lookups: &Lookups, req: &Request, deadline: Option<Instant>) -> Outcome {
+/// Placement (narrowed to the sizes with room in the budgets of
+/// `narrowing`, when given), then the MutatingAdmissionPolicies in the
+/// order of their names, each on what the previous step made; one patch
+/// against the object as it arrived. The subject is built once: with
+/// everything the policies read when some MutatingAdmissionPolicy is
+/// bound, else with what placement reads.
+fn mutate(
+    bundle: &Bundle,
+    lookups: &Lookups,
+    narrowing: Option<&dyn BudgetLookup>,
+    req: &Request,
+    deadline: Option<Instant>,
+) -> Outcome {
     let profiles = &bundle.placement;
     let runs_policies = bundle.policies.has_mutations();
     let subject = Subject::build(req, lookups, &needs(bundle, runs_policies));
-    let plan = subject.plan(profiles);
+    let plan = place(&subject, lookups, profiles, narrowing);
     let mut patch = plan.patch;
     let mut warnings = plan.warnings;
     let mut outcome = Outcome {
@@ -495,7 +523,7 @@ fn mutate(bundle: &Bundle, lookups: &Lookups, req: &Request, deadline: Option<In
                 let mut replaced = req.clone();
                 replaced.object = Some(mutated.object);
                 let again = Subject::build(&replaced, lookups, &needs(bundle, false));
-                let replan = again.plan(profiles);
+                let replan = again.plan(profiles, None);
                 patch.0.extend(replan.patch.0);
                 outcome.profile = outcome.profile.or(replan.profile);
                 warnings.extend(replan.warnings);
@@ -507,6 +535,43 @@ fn mutate(bundle: &Bundle, lookups: &Lookups, req: &Request, deadline: Option<In
     response.warnings = warnings;
     outcome.response = response;
     outcome
+}
+
+/// Placement's plan for `subject`. With budget narrowing (`budgets`), a
+/// GPU pod's CREATE in a namespace a GpuBudget covers, placed as it would
+/// be, that may land on sizes some of which have no room left for its
+/// GPUs and some have, is kept to those with room, and told so in a
+/// warning (docs/budgets.md).
+fn place(
+    subject: &Subject,
+    lookups: &Lookups,
+    profiles: &ProfileSet,
+    budgets: Option<&dyn BudgetLookup>,
+) -> crate::placement::Plan {
+    let plan = subject.plan(profiles, None);
+    let (req, labels) = (subject.request, &subject.namespace_labels);
+    let pod = subject.kind == SubjectKind::Pod
+        && req.operation == Operation::Create
+        && req.sub_resource.is_none();
+    let (Some(budgets), Some(namespace), true) = (budgets, subject.namespace_name.as_deref(), pod)
+    else {
+        return plan;
+    };
+    let room = (budgets.covers(namespace, labels))
+        .then(|| subject.placed_facts(&plan.patch, lookups, profiles))
+        .flatten()
+        .and_then(|facts| {
+            budgets::with_room(budgets, namespace, labels, &facts, profiles.catalog())
+        });
+    let Some(room) = room else {
+        return plan;
+    };
+    let mut narrowed = subject.plan(profiles, Some(&room.sizes));
+    if narrowed.patch == plan.patch {
+        return plan;
+    }
+    narrowed.warnings.push(room.warning);
+    narrowed
 }
 
 /// The `/validate` answer of the policy set for a subject whose kind,

@@ -158,17 +158,88 @@ pub fn charge(facts: &GpuFacts, catalog: &Catalog) -> Option<Charge> {
     if facts.total <= 0 {
         return None;
     }
+    let top = sizes(facts, catalog).max_by(|a, b| costlier(a, b));
+    Some(charge_as(top, facts.total))
+}
+
+/// The catalog sizes a pod with `facts` may land on, of the maker its GPU
+/// resources name: those [`charge`] picks from.
+fn sizes<'f, 'c: 'f>(
+    facts: &'f GpuFacts,
+    catalog: &'c Catalog,
+) -> impl Iterator<Item = &'c Sku> + 'f {
     let amd = (facts.request.resources().iter()).all(|r| r.starts_with("amd.com/"));
     let maker = if amd { "amd" } else { "nvidia" };
-    let top = (facts.skus.iter())
+    (facts.skus.iter())
         .filter_map(|name| catalog.get(name))
-        .filter(|sku| sku.manufacturer.eq_ignore_ascii_case(maker))
-        .max_by(|a, b| costlier(a, b));
-    Some(Charge {
-        model: top.map(|s| s.gpu_model.clone()).unwrap_or_default(),
-        size: top.map(|s| s.name.clone()).unwrap_or_default(),
-        gpus: facts.total,
-    })
+        .filter(move |sku| sku.manufacturer.eq_ignore_ascii_case(maker))
+}
+
+/// The charge of a pod of `gpus` GPUs counted as `size` (none: in total only).
+fn charge_as(size: Option<&Sku>, gpus: i64) -> Charge {
+    Charge {
+        model: size.map(|s| s.gpu_model.clone()).unwrap_or_default(),
+        size: size.map(|s| s.name.clone()).unwrap_or_default(),
+        gpus,
+    }
+}
+
+/// The budget of `standings` that one more pod of `charge` would take past
+/// a limit, if any.
+fn blocking<'s>(standings: &'s [Standing], charge: &Charge) -> Option<&'s Budget> {
+    let past = |s: &&Standing| {
+        let limits = s.budget.limits(charge, &s.used);
+        limits
+            .iter()
+            .any(|(_, held, limit)| held + charge.gpus > *limit)
+    };
+    standings.iter().find(past).map(|s| &*s.budget)
+}
+
+/// The sizes `/mutate` keeps a pod to (`serve --budget-narrowing`), and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Room<'c> {
+    pub sizes: Vec<&'c Sku>,
+    pub warning: String,
+}
+
+/// Of the sizes a pod with `facts` may land on (those [`charge`] picks
+/// from), those where one pod of its GPUs, counted as that size and its
+/// model, fits every budget covering `namespace`; `None` when all of them
+/// fit, none does, or what is held cannot be counted (`/validate` then
+/// judges the pod as it is). Records nothing.
+pub fn with_room<'c>(
+    budgets: &dyn BudgetLookup,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    facts: &GpuFacts,
+    catalog: &'c Catalog,
+) -> Option<Room<'c>> {
+    let sizes: Vec<&'c Sku> = sizes(facts, catalog).collect();
+    let mut blocked = Vec::new();
+    let counted = budgets.judge(namespace, labels, None, &mut |standings| {
+        let by = |s: &Sku| blocking(standings, &charge_as(Some(s), facts.total));
+        let name = |b: &Budget| format!("{}/{}", b.namespace, b.name);
+        blocked = sizes.iter().map(|s| by(s).map(name)).collect();
+        None
+    });
+    let (full, free): (Vec<_>, Vec<_>) = sizes.iter().zip(&blocked).partition(|(_, b)| b.is_some());
+    if counted.is_err() || full.is_empty() || free.is_empty() || facts.total <= 0 {
+        return None;
+    }
+    let distinct = |all: &mut dyn Iterator<Item = &str>| {
+        Vec::from_iter(std::collections::BTreeSet::from_iter(all)).join(", ")
+    };
+    let by = distinct(&mut full.iter().filter_map(|(_, b)| b.as_deref()));
+    let model = |of: &[(&&Sku, _)]| distinct(&mut of.iter().map(|(s, _)| s.gpu_model.as_str()));
+    let sizes: Vec<&'c Sku> = free.iter().map(|(s, _)| **s).collect();
+    let names = Vec::from_iter(sizes.iter().map(|s| s.name.as_str())).join(", ");
+    let plural = if facts.total == 1 { "" } else { "s" };
+    let warning = format!(
+        "GpuBudget {by} has no room on {} for this pod's {} GPU{plural}; its node affinity was narrowed to the sizes with room: {} ({names})",
+        model(&full), facts.total, model(&free)
+    );
+    Some(Room { sizes, warning })
 }
 
 /// The order "more expensive" follows (the catalog has no prices): a

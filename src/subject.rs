@@ -8,7 +8,7 @@ use crate::cel::gpu::gpu_val;
 use crate::cel::Val;
 use crate::exceptions::{self, Exception, ExceptionLookup};
 use crate::gpu::capacity::PoolKind;
-use crate::gpu::catalog::Catalog;
+use crate::gpu::catalog::{Catalog, Sku};
 use crate::gpu::facts::{GpuFacts, PlacementFacts, WorkloadFacts};
 use crate::gpu::reach::GpuNodes;
 use crate::gpu::relevance::gpu_relevant;
@@ -252,23 +252,40 @@ impl<'r> Subject<'r> {
         subject
     }
 
-    /// How `/mutate`'s placement sees the subject's pod (a Pod's own;
-    /// nothing for other kinds).
-    fn placement_pod(&self) -> Option<PodFacts<'_>> {
-        let facts = self
-            .gpu
-            .as_ref()
-            .filter(|_| self.kind == SubjectKind::Pod)?;
-        Some(PodFacts {
+    /// What `/mutate` does to the subject's object; a GPU Pod's CREATE is
+    /// kept to the sizes of `room` when given (budget narrowing) instead
+    /// of its tier's.
+    pub fn plan(&self, profiles: &ProfileSet, room: Option<&[&Sku]>) -> placement::Plan {
+        let facts = (self.gpu.as_ref()).filter(|_| self.kind == SubjectKind::Pod);
+        let pod = facts.map(|facts| PodFacts {
             facts,
             namespace: self.namespace_name.as_deref(),
             namespace_labels: &self.namespace_labels,
-        })
+            room,
+        });
+        placement::plan(profiles, self.request, pod)
     }
 
-    /// What `/mutate` does to the subject's object.
-    pub fn plan(&self, profiles: &ProfileSet) -> placement::Plan {
-        placement::plan(profiles, self.request, self.placement_pod())
+    /// The GPU facts of the subject's object once `patch` applies, as
+    /// `/validate` will read the pod `/mutate` placed.
+    pub fn placed_facts(
+        &self,
+        patch: &json_patch::Patch,
+        lookups: &Lookups,
+        profiles: &ProfileSet,
+    ) -> Option<GpuFacts> {
+        let mut placed = self.request.object.clone()?;
+        json_patch::patch(&mut placed, patch).ok()?;
+        let (catalog, resources) = (profiles.catalog(), profiles.gpu_resources());
+        let nodes = lookups.nodes.nodes();
+        let gpu_nodes = nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
+        Some(pod_facts(
+            &placed,
+            self.claims.as_ref(),
+            &gpu_nodes,
+            catalog,
+            resources,
+        ))
     }
 
     /// The template pods as `/mutate` will make their pods: the placement
@@ -290,6 +307,7 @@ impl<'r> Subject<'r> {
                 facts: &facts,
                 namespace: self.namespace_name.as_deref(),
                 namespace_labels: &self.namespace_labels,
+                room: None,
             };
             let plan = placement::plan(profiles, &template.request, Some(placed));
             if plan.patch.0.is_empty() {
@@ -758,7 +776,7 @@ mod tests {
         let plan = |pod: &Value| {
             let req = build_request(pod.clone(), None, Operation::Create, None);
             Subject::build(&req, &lookups, &needs)
-                .plan(&bundle.placement)
+                .plan(&bundle.placement, None)
                 .patch
         };
         let mut placed = pod("4");

@@ -16,6 +16,7 @@ use gpu_admission::cluster::budgets::{ClusterBudgets, PodReader};
 use gpu_admission::cluster::watch::{CacheMetrics, Settings};
 use gpu_admission::gpu::facts::GpuFacts;
 use gpu_admission::k8s::StaticNamespaces;
+use gpu_admission::placement::ProfileSet;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,14 +67,33 @@ fn pod(namespace: &str, name: &str, gpus: u32, models: &[&str]) -> Value {
     })
 }
 
+/// The shipped policy set's placement (its catalog and GPU resources).
+fn shipped() -> ProfileSet {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
+    bundle::load(&PolicySource::Dir(dir))
+        .unwrap()
+        .bundle
+        .placement
+}
+
+/// The catalog sizes the node selection of `pod` (as stored) allows.
+fn sizes(pod: &Option<Value>) -> Vec<String> {
+    let (placement, pod) = (shipped(), pod.as_ref().expect("the pod"));
+    let facts = GpuFacts::of(pod, placement.catalog(), placement.gpu_resources());
+    facts.skus.to_vec()
+}
+
+const A100: [&str; 3] = [
+    "Standard_NC24ads_A100_v4",
+    "Standard_NC48ads_A100_v4",
+    "Standard_NC96ads_A100_v4",
+];
+const H100: [&str; 2] = ["Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5"];
+
 /// How serve reads a pod into its charge: with the shipped policy set's
 /// catalog and GPU resources.
 fn reader() -> PodReader {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
-    let placement = bundle::load(&PolicySource::Dir(dir))
-        .unwrap()
-        .bundle
-        .placement;
+    let placement = shipped();
     Arc::new(move |pod| {
         let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
         gpu_admission::budgets::charge(&GpuFacts::of(pod, catalog, resources), catalog)
@@ -89,6 +109,12 @@ struct Setup {
 
 impl Setup {
     async fn start(objects: Vec<Value>) -> Setup {
+        Setup::serving(objects, false).await
+    }
+
+    /// [`Setup::start`], `/mutate` narrowing GPU pods to the sizes with
+    /// room (`serve --budget-narrowing`) when `narrowing`.
+    async fn serving(objects: Vec<Value>, narrowing: bool) -> Setup {
         let fake = FakeApiServer::start(vec![BUDGETS, PODS]).await;
         fake.change(|c| objects.into_iter().for_each(|o| _ = c.apply(o)));
         let cache = ClusterBudgets::new(Arc::new(StaticNamespaces::new()), "gpu-admission");
@@ -99,15 +125,22 @@ impl Setup {
             CacheMetrics::default(),
         );
         assert!(budgets.0.synced().await && pods.0.synced().await);
-        let cluster = Cluster::start_with_budgets(Arc::new(cache)).await;
+        let cluster = Cluster::start_with_budgets(Arc::new(cache), narrowing).await;
         Setup { fake, cluster }
     }
 
     /// Admits `pod` through the webhooks; stores what they admitted.
     async fn create(&self, pod: Value) -> Outcome {
-        let review = Review::create(pod).namespace_labels(&LABELS);
-        let outcome = self.cluster.admit(&review).await;
-        if outcome.allowed && outcome.object.as_ref().is_some_and(|o| o["kind"] == "Pod") {
+        self.admit(Review::create(pod)).await
+    }
+
+    /// Admits `review` (in a namespace labelled [`LABELS`]); stores the
+    /// pod they admitted unless it is a dry run.
+    async fn admit(&self, review: Review) -> Outcome {
+        let dry_run = review.dry_run;
+        let outcome = self.cluster.admit(&review.namespace_labels(&LABELS)).await;
+        let pod = outcome.object.as_ref().is_some_and(|o| o["kind"] == "Pod");
+        if outcome.allowed && pod && !dry_run {
             let stored = outcome.object.clone().expect("the admitted pod");
             self.fake.change(|c| c.apply(stored));
         }
@@ -215,8 +248,102 @@ async fn a_pod_that_may_take_two_models_counts_against_the_most_expensive() {
             && either.message().contains("(T4: 8 left)"),
         "{either:?}"
     );
+    // Left as it is (no `--budget-narrowing`): it may take either model.
+    let allowed = sizes(&either.object);
+    let t4 = allowed.iter().filter(|s| s.contains("_T4_")).count();
+    assert!(
+        A100.iter().all(|s| allowed.contains(&s.to_string())) && t4 == 4,
+        "{allowed:?}"
+    );
+    assert!(either.warnings.is_empty(), "{either:?}");
     // Narrowed to the model with room, as the message says.
     assert!(setup.create(pod("nlp", "t4", 1, &["T4"])).await.allowed);
+    setup.cluster.stop().await;
+}
+
+/// `serve --budget-narrowing`: a pod that may take an A100 or an H100 is
+/// placed by `/mutate` on the sizes of the model with room (a warning
+/// says so) and admitted; a dry run is narrowed the same and holds
+/// nothing; a pod no model of which has room is left as it is and denied.
+#[tokio::test]
+async fn with_narrowing_a_pod_that_may_take_two_models_is_placed_on_the_one_with_room() {
+    let setup = Setup::serving(
+        vec![
+            budget("nlp", "team-nlp", json!({"models": {"A100": 1, "H100": 1}})),
+            budget("cv", "team-cv", json!({"models": {"A100": 4, "H100": 1}})),
+        ],
+        true,
+    )
+    .await;
+    let a = setup.create(pod("nlp", "a", 1, &["A100"])).await;
+    assert!(a.allowed && a.warnings.is_empty(), "{a:?}");
+    assert_eq!(sizes(&a.object), A100, "one model: nothing to narrow");
+    let warning = "GpuBudget nlp/team-nlp has no room on A100 for this pod's 1 GPU; its node \
+        affinity was narrowed to the sizes with room: H100 (Standard_NC40ads_H100_v5, Standard_NC80adis_H100_v5)";
+    let either = pod("nlp", "either", 1, &["A100", "H100"]);
+    let dry = setup.admit(Review::create(either.clone()).dry_run()).await;
+    for outcome in [dry, setup.create(either).await] {
+        assert!(outcome.allowed, "{outcome:?}");
+        assert_eq!(sizes(&outcome.object), H100);
+        assert_eq!(outcome.warnings, [warning]);
+        assert!(outcome.validated_by.iter().any(|w| w == BUDGET_DENIAL));
+    }
+    // Both models held now: left as it is, and denied.
+    let more = setup.create(pod("nlp", "more", 1, &["A100", "H100"])).await;
+    assert_eq!(more.denied_by.as_deref(), Some(BUDGET_DENIAL), "{more:?}");
+    assert!(more
+        .message()
+        .contains("1/1 are held and this pod asks for 1 more (counted as H100"));
+    assert_eq!(sizes(&more.object), [&A100[..], &H100[..]].concat());
+    assert!(more.warnings.is_empty(), "{more:?}");
+    // The H100s held: placed on the A100 sizes, which /validate admits.
+    assert!(setup.create(pod("cv", "h", 1, &["H100"])).await.allowed);
+    let a100 = setup
+        .create(pod("cv", "either", 2, &["A100", "H100"]))
+        .await;
+    assert!(a100.allowed, "{a100:?}");
+    assert_eq!(sizes(&a100.object), A100);
+    assert!(a100.warnings[0]
+        .starts_with("GpuBudget cv/team-cv has no room on H100 for this pod's 2 GPUs"));
+    setup.cluster.stop().await;
+}
+
+/// Narrowing only ever intersects: a pod already kept to some sizes is
+/// kept to those of them with room, never given the others; a pod pinned
+/// to one size keeps exactly that; a namespace no budget covers is left
+/// alone.
+#[tokio::test]
+async fn narrowing_never_widens_a_selection_and_leaves_namespaces_without_a_budget_alone() {
+    let setup = Setup::serving(
+        vec![budget("nlp", "team-nlp", json!({"models": {"A100": 1}}))],
+        true,
+    )
+    .await;
+    assert!(setup.create(pod("nlp", "a", 1, &["A100"])).await.allowed);
+    let mut pinned = pod("nlp", "pinned", 1, &["A100", "H100"]);
+    pinned["spec"]["nodeSelector"] = json!({"node.kubernetes.io/instance-type": H100[0]});
+    let pinned = setup.create(pinned).await;
+    assert!(pinned.allowed && pinned.warnings.is_empty(), "{pinned:?}");
+    assert_eq!(sizes(&pinned.object), [H100[0]]);
+    let mut two = pod("nlp", "two", 1, &["A100", "H100"]);
+    let term = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0";
+    let expressions = two
+        .pointer_mut(&format!("{term}/matchExpressions"))
+        .unwrap();
+    (expressions.as_array_mut().unwrap()).push(json!({"key": "node.kubernetes.io/instance-type",
+        "operator": "In", "values": [A100[0], H100[1]]}));
+    let two = setup.create(two).await;
+    assert!(two.allowed, "{two:?}");
+    assert_eq!(sizes(&two.object), [H100[1]]);
+    assert!(
+        two.warnings[0].ends_with(&format!("H100 ({})", H100[1])),
+        "{two:?}"
+    );
+    let web = setup
+        .create(pod("web", "either", 1, &["A100", "H100"]))
+        .await;
+    assert!(web.allowed && web.warnings.is_empty(), "{web:?}");
+    assert_eq!(sizes(&web.object), [&A100[..], &H100[..]].concat());
     setup.cluster.stop().await;
 }
 

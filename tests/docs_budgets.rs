@@ -1,10 +1,11 @@
 //! docs/budgets.md is tested: every GpuBudget of the page reads and is
 //! accepted by the CRD's schema, the Kueue example agrees with the budget
-//! it pairs with, and the denial the page shows is what the shipped
-//! webhooks answer for its pod.
+//! it pairs with, and the denial the page shows (and the narrowing, with
+//! `serve --budget-narrowing`) is what the shipped webhooks answer for its
+//! pod.
 mod common;
 
-use common::webhooks::{Cluster, Review};
+use common::webhooks::{Cluster, Outcome, Review};
 use common::yaml_documents;
 use gpu_admission::budgets::{self, Charge, Standing, StaticBudgets, Usage};
 use serde_json::{json, Value};
@@ -189,10 +190,10 @@ fn the_lint_run_the_page_shows_is_the_binarys() {
     }
 }
 
-#[tokio::test]
-async fn the_denial_the_page_shows_is_the_webhooks_answer() {
-    let text = page();
-    let documents = yaml_documents(&text);
+/// What the shipped webhooks answer for the page's pod, with seven of the
+/// eight A100s of its budget held (`narrowing`: `serve --budget-narrowing`).
+async fn the_pods_answer(narrowing: bool) -> Outcome {
+    let documents = yaml_documents(&page());
     let budget = budgets::read(of_kind(&documents, "GpuBudget")[0]).unwrap();
     let mut used = Usage::default();
     let held = Charge {
@@ -205,7 +206,8 @@ async fn the_denial_the_page_shows_is_the_webhooks_answer() {
         budget: Arc::new(budget),
         used,
     };
-    let cluster = Cluster::start_with_budgets(Arc::new(StaticBudgets::new(vec![standing]))).await;
+    let budgets = Arc::new(StaticBudgets::new(vec![standing]));
+    let cluster = Cluster::start_with_budgets(budgets, narrowing).await;
     let pod = of_kind(&documents, "Pod")[0].clone();
     let review = Review::create(pod).namespace_labels(&[
         ("gpu-admission.io/tier", "standard"),
@@ -213,6 +215,13 @@ async fn the_denial_the_page_shows_is_the_webhooks_answer() {
     ]);
     let outcome = cluster.admit(&review).await;
     cluster.stop().await;
+    outcome
+}
+
+#[tokio::test]
+async fn the_denial_the_page_shows_is_the_webhooks_answer() {
+    let outcome = the_pods_answer(false).await;
+    let text = page();
     let shown = (text.lines())
         .find(|l| l.starts_with("Error from server (Forbidden)"))
         .expect("the page shows a denial");
@@ -223,6 +232,37 @@ async fn the_denial_the_page_shows_is_the_webhooks_answer() {
     assert!(!outcome.allowed);
     assert_eq!(outcome.denied_by.as_deref(), Some(webhook));
     assert_eq!(outcome.message(), message);
+}
+
+/// With narrowing, the same pod is placed on the T4 sizes, with the
+/// warning the page shows, and admitted.
+#[tokio::test]
+async fn the_narrowing_the_page_shows_is_the_webhooks_answer() {
+    let outcome = the_pods_answer(true).await;
+    let text = page();
+    let shown: Vec<&str> = (text.lines())
+        .filter_map(|l| l.strip_prefix("Warning: GpuBudget "))
+        .collect();
+    assert_eq!(shown.len(), 1, "the page shows one narrowing");
+    assert!(outcome.allowed, "{outcome:?}");
+    assert_eq!(outcome.warnings, [format!("GpuBudget {}", shown[0])]);
+    let term = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions";
+    let object = outcome.object.expect("the pod");
+    let sizes = (object
+        .pointer(term)
+        .and_then(Value::as_array)
+        .unwrap()
+        .iter())
+    .find(|e| e["key"] == "node.kubernetes.io/instance-type")
+    .map(|e| e["values"].clone());
+    let t4 = [
+        "Standard_NC4as_T4_v3",
+        "Standard_NC8as_T4_v3",
+        "Standard_NC16as_T4_v3",
+        "Standard_NC64as_T4_v3",
+    ];
+    assert_eq!(sizes, Some(json!(t4)));
+    assert!(shown[0].ends_with(&format!("T4 ({})", t4.join(", "))));
 }
 
 /// `evaluate` counts the pods of a dump of the cluster and the manifest's

@@ -223,3 +223,42 @@ fn usage_adds_and_takes_away_per_model_size_and_total() {
     used.add(&a100, -2);
     assert_eq!(used, Usage::default(), "nothing held leaves no key behind");
 }
+
+#[test]
+fn the_sizes_with_room_are_those_a_pod_counted_as_each_would_fit_and_nothing_is_recorded() {
+    let lookup = fixed(json!({"models": {"A100": 8, "H100": 4}}), &[("A100", 7)]);
+    let catalog = Catalog::embedded();
+    let labels = BTreeMap::new();
+    let room = |ns: &str, gpus: &str, models: &[&str]| {
+        let facts = GpuFacts::of(&pod(gpus, models), &catalog, &GpuResources::default());
+        with_room(&lookup, ns, &labels, &facts, &catalog)
+    };
+    let narrowed = room("nlp", "2", &["A100", "H100"]).unwrap();
+    let names: Vec<&str> = narrowed.sizes.iter().map(|s| s.name.as_str()).collect();
+    assert!(names.contains(&"Standard_NC40ads_H100_v5"), "{names:?}");
+    assert!(narrowed.sizes.iter().all(|s| s.gpu_model == "H100"));
+    assert_eq!(
+        narrowed.warning,
+        format!("GpuBudget nlp/team-nlp has no room on A100 for this pod's 2 GPUs; its node affinity was narrowed to the sizes with room: H100 ({})", names.join(", "))
+    );
+    assert_eq!(room("nlp", "1", &["A100", "H100"]), None, "both fit");
+    assert_eq!(room("nlp", "5", &["A100", "H100"]), None, "neither fits");
+    assert_eq!(room("nlp", "2", &["A100"]), None, "no size fits");
+    assert_eq!(room("web", "2", &["A100", "H100"]), None, "no budget");
+    assert_eq!(a100s(&lookup), 7, "nothing recorded");
+    // A size held in full: the other sizes of its model have room.
+    let big = "Standard_ND96amsr_A100_v4";
+    let budget = Arc::new(read(&budget(json!({"sizes": {big: 8}}))).unwrap());
+    let mut used = Usage::default();
+    used.add(&charge_as(catalog.get(big), 8), 1);
+    let lookup = StaticBudgets::new(vec![Standing { budget, used }]);
+    let facts = GpuFacts::of(&pod("1", &["A100"]), &catalog, &GpuResources::default());
+    let narrowed = with_room(&lookup, "nlp", &labels, &facts, &catalog).unwrap();
+    assert!(narrowed
+        .sizes
+        .iter()
+        .all(|s| s.gpu_model == "A100" && s.name != big));
+    assert!(narrowed
+        .warning
+        .starts_with("GpuBudget nlp/team-nlp has no room on A100 for this pod's 1 GPU;"));
+}

@@ -202,6 +202,12 @@ pub struct ServeArgs {
     /// `off`: no budget applies. Needs get, list and watch on both.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub gpu_budgets: Switch,
+    /// With --gpu-budgets on: /mutate narrows a GPU pod's required node
+    /// affinity to the sizes of the models with room left in its
+    /// namespace's GpuBudgets, when some of the models it may take have
+    /// none (docs/budgets.md). Off by default.
+    #[arg(long)]
+    pub budget_narrowing: bool,
     /// Username of Kueue's controller (repeatable). Its UPDATE of a queued
     /// Job that only admits it (suspend, the ResourceFlavor's node
     /// selection and tolerations, Kueue's labels and annotations) is not
@@ -260,6 +266,7 @@ impl ServeArgs {
             node_cache,
             policy_exceptions,
             gpu_budgets,
+            budget_narrowing,
             kueue_controllers,
             certs,
         } = self;
@@ -313,6 +320,7 @@ impl ServeArgs {
             node_cache: node_cache == Switch::On,
             policy_exceptions: policy_exceptions == Switch::On,
             gpu_budgets: gpu_budgets == Switch::On,
+            budget_narrowing,
             manage_certs: certs.options(),
         }
     }
@@ -380,7 +388,8 @@ pub async fn serve(config: DaemonConfig, shutdown: ShutdownHandle) -> anyhow::Re
         admission = admission.with_exceptions(exceptions.lookup());
     }
     if let Some(budgets) = &budgets {
-        admission = admission.with_budgets(budgets.lookup());
+        admission = (admission.with_budgets(budgets.lookup()))
+            .with_budget_narrowing(config.budget_narrowing);
     }
     let admission = Arc::new(admission);
     daemon.start(exceptions.map(|pending| pending.start(admission.clone(), &exception_metrics)));
@@ -897,7 +906,7 @@ pub(super) mod tests {
             --drain-timeout 1m --allow-empty-policies --report-interval 10m \
             --report-max-objects 900 --report-lease off --policy-reports on \
             --reports openreports --policy-report-max-results 50 --policy-report-writes-per-second 2 \
-            --policy-exceptions off",
+            --policy-exceptions off --budget-narrowing",
         )
         .unwrap();
         assert_eq!(config.edge.listen, "127.0.0.1:9443".parse().unwrap());
@@ -930,6 +939,7 @@ pub(super) mod tests {
         assert_eq!(config.policy_report_max_results, 50);
         assert_eq!(config.policy_report_writes_per_second, 2);
         assert!(!config.policy_exceptions);
+        assert!(config.budget_narrowing);
         let defaults = parse("--report-interval 1h").unwrap();
         assert_eq!(
             defaults.report_lease.as_deref(),
@@ -969,6 +979,7 @@ pub(super) mod tests {
             "exceptions are watched by default"
         );
         assert_eq!(defaults.policy_report_max_results, 1000);
+        assert!(!defaults.budget_narrowing, "narrowing is opt-in");
     }
 
     #[test]

@@ -166,6 +166,9 @@ pub struct DaemonConfig {
     /// Watch the cluster's GpuBudgets and GPU pods (in a cluster) and hold
     /// namespaces to their budgets; off: no budget applies.
     pub gpu_budgets: bool,
+    /// `/mutate` keeps GPU pods to the sizes with room left in their
+    /// budgets (with `gpu_budgets`).
+    pub budget_narrowing: bool,
     /// Certificates kept by the server itself in a Secret (instead of the
     /// edge's files or self-generated ones); none: off.
     pub manage_certs: Option<managed::Options>,
@@ -198,6 +201,7 @@ impl Default for DaemonConfig {
             node_cache: true,
             policy_exceptions: true,
             gpu_budgets: true,
+            budget_narrowing: false,
             manage_certs: None,
         }
     }

@@ -78,6 +78,10 @@ pub struct PodFacts<'a> {
     pub facts: &'a GpuFacts,
     pub namespace: Option<&'a str>,
     pub namespace_labels: &'a BTreeMap<String, String>,
+    /// The sizes to keep a GPU pod to instead of its tier's (`/mutate`'s
+    /// budget narrowing: those of the sizes it may land on with room left);
+    /// `None`: its tier's.
+    pub room: Option<&'a [&'a Sku]>,
 }
 
 /// What placement does to one request.
@@ -306,12 +310,7 @@ pub fn plan(profiles: &ProfileSet, req: &Request, pod: Option<PodFacts>) -> Plan
     let mut plan = if debug || profiles.is_empty() {
         Plan::default()
     } else {
-        plan_pod(
-            profiles,
-            pod,
-            &facts.placed_request(),
-            placed.namespace_labels,
-        )
+        plan_pod(profiles, pod, &facts.placed_request(), &placed)
     };
     let old = if debug { req.old_object.as_ref() } else { None };
     let hidden = if debug {
@@ -367,12 +366,13 @@ fn plan_pod(
     profiles: &ProfileSet,
     pod: &Value,
     request: &PodGpuRequest,
-    namespace_labels: &BTreeMap<String, String>,
+    placed: &PodFacts,
 ) -> Plan {
-    let Some(profile) = applicable_profile(profiles, pod, request, namespace_labels) else {
+    let labels = placed.namespace_labels;
+    let Some(profile) = applicable_profile(profiles, pod, request, labels) else {
         return Plan::default();
     };
-    let narrowed = tier_terms(profiles, profile, pod, request, namespace_labels);
+    let narrowed = tier_terms(profiles, profile, pod, request, labels, placed.room);
     let required = narrowed.as_deref().unwrap_or(&profile.required);
     match plan::plan_profile(profile, required, pod) {
         Ok(plan::Placed::Patch(ops)) if !ops.is_empty() => Plan {
@@ -454,31 +454,31 @@ fn profile_skus(profile: &Profile, catalog: &Catalog) -> Vec<String> {
     }
 }
 
-/// The profile's required terms narrowed to the sizes the namespace's tier
-/// allows; `None` to place by the profile's own terms.
+/// The profile's required terms narrowed to the sizes of `room` (budget
+/// narrowing, [`PodFacts::room`]) when it leaves the pod any, else to
+/// those the namespace's tier allows; `None` to place by the profile's
+/// own terms.
 fn tier_terms(
     profiles: &ProfileSet,
     profile: &Profile,
     pod: &Value,
     request: &PodGpuRequest,
     namespace_labels: &BTreeMap<String, String>,
+    room: Option<&[&Sku]>,
 ) -> Option<Arc<[Term]>> {
+    let spec = pod.get("spec")?;
+    let catalog = profiles.catalog();
+    let narrow = |sizes: &[&Sku]| tiers::narrow(&profile.required, spec, request, sizes, catalog);
+    if let Some(terms) = room.and_then(narrow) {
+        return Some(terms.into());
+    }
     let (tier, premium) = profiles.tiers.as_ref()?.tier_of(namespace_labels)?;
     let sizes = profiles.tier_skus.get(tier)?[usize::from(premium)].as_ref()?;
-    let spec = pod.get("spec")?;
     if request.asks_for_mig() {
         // Not worked out ahead: `narrow` keeps only the tier's sizes whose
         // GPUs support MIG (none: placed by the profile, and denied by
         // /validate rather than pinned to sizes it cannot run on).
-        let allowed = profiles.at_positions(&sizes.positions);
-        return tiers::narrow(
-            &profile.required,
-            spec,
-            request,
-            &allowed,
-            profiles.catalog(),
-        )
-        .map(Arc::from);
+        return narrow(&profiles.at_positions(&sizes.positions)).map(Arc::from);
     }
     let makers = tiers::makers_index(request);
     match tiers::own_selection(spec) {
@@ -489,7 +489,7 @@ fn tier_terms(
             Some(&own),
             tiers::MAKER_SETS[makers],
             &profiles.at_positions(&sizes.positions),
-            profiles.catalog(),
+            catalog,
         )
         .map(Arc::from),
     }

@@ -77,6 +77,16 @@ fn ns() -> BTreeMap<String, String> {
 /// What `/mutate`'s placement makes of `req`, its namespace looked up in
 /// `namespaces`.
 fn plan_in(set: &ProfileSet, req: &Request, namespaces: &dyn NamespaceLookup) -> Plan {
+    plan_within(set, req, namespaces, None)
+}
+
+/// [`plan_in`], the pod kept to the sizes of `room` (budget narrowing).
+fn plan_within(
+    set: &ProfileSet,
+    req: &Request,
+    namespaces: &dyn NamespaceLookup,
+    room: Option<&[&Sku]>,
+) -> Plan {
     let object = req.object.as_ref().filter(|_| req.kind.kind == "Pod");
     let Some(pod) = object else {
         return super::plan(set, req, None);
@@ -94,6 +104,7 @@ fn plan_in(set: &ProfileSet, req: &Request, namespaces: &dyn NamespaceLookup) ->
         facts: &facts,
         namespace: Some(namespace),
         namespace_labels: &labels,
+        room,
     };
     super::plan(set, req, Some(placed))
 }
@@ -764,6 +775,62 @@ fn detected_resources_can_replace_the_defaults() {
     assert!(!bare.gpu_resources().matches("nvidia.com/gpu"));
 }
 
+/// Budget narrowing: the sizes with room replace the tier's, and every
+/// required term the pod has is intersected with them (never widened);
+/// a pod none of whose sizes has room is placed as without; placing the
+/// placed pod again adds nothing.
+#[test]
+fn sizes_with_room_narrow_every_required_term_and_widen_none() {
+    let set = shipped();
+    let [a100, h100, h100_2] = [
+        "Standard_NC24ads_A100_v4",
+        "Standard_NC40ads_H100_v5",
+        "Standard_NC80adis_H100_v5",
+    ];
+    let room: Vec<&Sku> = [h100, h100_2]
+        .iter()
+        .filter_map(|n| set.catalog().get(n))
+        .collect();
+    let place = |pod: &Value, room: Option<&[&Sku]>| {
+        let req = Request::for_object(pod.clone(), Operation::Create, Some("ml"));
+        plan_within(&set, &req, &StaticNamespaces::new(), room)
+    };
+    // The sizes each required term of `pod` allows.
+    let per_term = |pod: &Value| -> Vec<Vec<String>> {
+        let terms = required_terms(pod);
+        (terms.as_array().into_iter().flatten())
+            .map(|t| {
+                let t = Term::from_value(t);
+                let skus = set.catalog().skus().iter();
+                skus.filter(|s| t.requirements.iter().all(|r| r.matches_sku(s)))
+                    .map(|s| s.name.clone())
+                    .collect()
+            })
+            .collect()
+    };
+    let models = expr("karpenter.azure.com/sku-gpu-name", "In", &["A100", "H100"]);
+    let sizes = expr("node.kubernetes.io/instance-type", "In", &[a100, h100_2]);
+    let pod = terms_pod(json!([{"matchExpressions": [models]}, {"matchExpressions": [sizes]}]));
+    let plan = place(&pod, Some(&room));
+    let mut placed = pod.clone();
+    json_patch::patch(&mut placed, &plan.patch).unwrap();
+    // Each term (and the profile's second alternative appended to it) is
+    // kept to the sizes with room it allowed before.
+    let (both, one) = (
+        vec![h100.to_string(), h100_2.to_string()],
+        vec![h100_2.to_string()],
+    );
+    assert_eq!(per_term(&placed), [both.clone(), one.clone(), both, one]);
+    assert!(place(&placed, Some(&room)).patch.0.is_empty());
+    assert!(place(&placed, None).patch.0.is_empty());
+    // Pinned to an A100: no size with room to keep it to, placed as without.
+    let pinned = gpu_pod(json!({"nodeSelector": {"node.kubernetes.io/instance-type": a100}}));
+    assert_eq!(
+        place(&pinned, Some(&room)).patch,
+        place(&pinned, None).patch
+    );
+}
+
 /// The tier's narrowing of a profile's terms, worked out when the tiers
 /// were set, is what working it out for each pod gives: for pods of every
 /// GPU maker, with and without a node selection of their own, in every
@@ -835,7 +902,7 @@ fn tier_narrowing_looked_up_is_tier_narrowing_worked_out() {
             let Some(profile) = applicable_profile(&set, &pod, &request, &labels) else {
                 continue;
             };
-            let looked_up = tier_terms(&set, profile, &pod, &request, &labels);
+            let looked_up = tier_terms(&set, profile, &pod, &request, &labels, None);
             let worked_out = set.tier_allowed(&labels).and_then(|allowed| {
                 tiers::narrow(&profile.required, spec, &request, &allowed, set.catalog())
             });

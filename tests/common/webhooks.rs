@@ -56,6 +56,8 @@ pub struct Review {
     pub namespace_labels: BTreeMap<String, String>,
     pub username: String,
     pub groups: Vec<String>,
+    /// `kubectl create --dry-run=server`.
+    pub dry_run: bool,
 }
 
 impl Review {
@@ -69,6 +71,7 @@ impl Review {
             namespace_labels: BTreeMap::new(),
             username: ALICE.to_string(),
             groups: vec!["system:authenticated".to_string()],
+            dry_run: false,
         }
     }
 
@@ -84,6 +87,12 @@ impl Review {
     /// The request goes to a subresource (`pods/ephemeralcontainers`).
     pub fn subresource(mut self, sub_resource: &str) -> Review {
         self.sub_resource = sub_resource.to_string();
+        self
+    }
+
+    /// A dry run: judged, never stored.
+    pub fn dry_run(mut self) -> Review {
+        self.dry_run = true;
         self
     }
 
@@ -119,6 +128,7 @@ impl Review {
         req.sub_resource = sub.clone();
         req.request_sub_resource = sub;
         req.user_info = json!({"username": self.username, "groups": self.groups});
+        req.dry_run = self.dry_run;
         req.options = Some(match self.operation {
             Operation::Create => json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}),
             Operation::Update => json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}),
@@ -251,13 +261,18 @@ impl Cluster {
     }
 
     /// The policies of `policies/` behind `deploy/base/`'s webhooks, GPU
-    /// pods judged against the GpuBudgets of `budgets`.
+    /// pods judged against the GpuBudgets of `budgets` (and, with
+    /// `narrowing`, placed on the sizes with room: `serve
+    /// --budget-narrowing`).
     pub async fn start_with_budgets(
         budgets: Arc<dyn gpu_admission::budgets::BudgetLookup>,
+        narrowing: bool,
     ) -> Cluster {
         let dir = root().join("policies");
         let loaded = bundle::load(&PolicySource::Dir(dir)).expect("policies/ loads");
-        let configure = |admission: Admission| admission.with_budgets(budgets);
+        let configure = |admission: Admission| {
+            (admission.with_budgets(budgets)).with_budget_narrowing(narrowing)
+        };
         Cluster::start_configured(loaded.bundle, configure, Metrics::new()).await
     }
 
