@@ -8,17 +8,18 @@
 //! through a [`BudgetLookup`] (docs/budgets.md).
 use crate::gpu::catalog::{Catalog, Sku};
 use crate::gpu::facts::GpuFacts;
+use crate::gpu::reach::node_size;
 use crate::gpu::GpuResources;
 use crate::k8s::doc::{from_value, Object};
 use crate::k8s::json::{labels_of, str_at, FieldError};
 use crate::k8s::labels::{LabelSelector, LabelSelectorDoc};
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::workloads::pod_is_finished;
-use crate::k8s::NamespaceLookup;
+use crate::k8s::{NamespaceLookup, NodeInfo};
 use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub const GROUP: &str = "gpu-admission.io";
@@ -138,9 +139,9 @@ impl Budget {
     }
 }
 
-/// What one pod is charged against budgets: its GPUs, counted as the
-/// most expensive size its node selection allows ([`costlier`]) and that
-/// size's GPU model.
+/// What one pod is charged against budgets: its GPUs, counted as the size
+/// of the node it is bound to, else as the most expensive size its node
+/// selection allows ([`costlier`]), and that size's GPU model.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Charge {
     /// Empty when the selection allows no catalog size of the pod's GPU
@@ -155,11 +156,30 @@ pub struct Charge {
 /// pod's own pins and the profile's), of the maker its GPU resources name
 /// (`amd.com/` AMD, anything else NVIDIA).
 pub fn charge(facts: &GpuFacts, catalog: &Catalog) -> Option<Charge> {
+    charge_on(facts, catalog, None)
+}
+
+/// [`charge`] of a pod bound to a node (`spec.nodeName`) of VM size
+/// `landed`, when its nodes are known: a catalog size of the pod's GPU
+/// maker is what it is charged against, whatever its selection allows;
+/// any other (`None`, a size the catalog does not list, another maker's)
+/// changes nothing.
+pub fn charge_on(facts: &GpuFacts, catalog: &Catalog, landed: Option<&str>) -> Option<Charge> {
     if facts.total <= 0 {
         return None;
     }
-    let top = sizes(facts, catalog).max_by(|a, b| costlier(a, b));
+    let landed = landed.and_then(|size| catalog.get(size));
+    let top = (landed.filter(|sku| of_maker(facts, sku)))
+        .or_else(|| sizes(facts, catalog).max_by(|a, b| costlier(a, b)));
     Some(charge_as(top, facts.total))
+}
+
+/// Whether `sku` is of the maker the GPU resources of `facts` name
+/// (`amd.com/` AMD, anything else NVIDIA).
+fn of_maker(facts: &GpuFacts, sku: &Sku) -> bool {
+    let amd = (facts.request.resources().iter()).all(|r| r.starts_with("amd.com/"));
+    sku.manufacturer
+        .eq_ignore_ascii_case(if amd { "amd" } else { "nvidia" })
 }
 
 /// The catalog sizes a pod with `facts` may land on, of the maker its GPU
@@ -168,11 +188,9 @@ fn sizes<'f, 'c: 'f>(
     facts: &'f GpuFacts,
     catalog: &'c Catalog,
 ) -> impl Iterator<Item = &'c Sku> + 'f {
-    let amd = (facts.request.resources().iter()).all(|r| r.starts_with("amd.com/"));
-    let maker = if amd { "amd" } else { "nvidia" };
     (facts.skus.iter())
         .filter_map(|name| catalog.get(name))
-        .filter(move |sku| sku.manufacturer.eq_ignore_ascii_case(maker))
+        .filter(move |sku| of_maker(facts, sku))
 }
 
 /// The charge of a pod of `gpus` GPUs counted as `size` (none: in total only).
@@ -240,6 +258,27 @@ pub fn with_room<'c>(
         model(&full), facts.total, model(&free)
     );
     Some(Room { sizes, warning })
+}
+
+/// The VM size of each Node among `objects` that says it, by name.
+pub fn node_sizes<'a>(objects: impl IntoIterator<Item = &'a Value>) -> HashMap<String, String> {
+    let nodes = objects.into_iter().filter(|o| o["kind"] == "Node");
+    (nodes.map(NodeInfo::from_value))
+        .filter_map(|n| Some((n.name.clone(), node_size(&n)?.to_string())))
+        .collect()
+}
+
+/// [`charge_on`] of `pod`, the VM size of its node looked up in `sizes`
+/// ([`node_sizes`]).
+pub fn charge_landed(
+    pod: &Value,
+    sizes: &HashMap<String, String>,
+    catalog: &Catalog,
+    resources: &GpuResources,
+) -> Option<Charge> {
+    let facts = GpuFacts::of(pod, catalog, resources);
+    let landed = sizes.get(&facts.node_name).map(String::as_str);
+    charge_on(&facts, catalog, landed)
 }
 
 /// The order "more expensive" follows (the catalog has no prices): a
@@ -385,7 +424,8 @@ impl BudgetLookup for StaticBudgets {
 impl StaticBudgets {
     /// The GpuBudgets among `objects` that read, each holding the GPUs of
     /// the Pods among them that are not finished in the namespaces it
-    /// covers (labels from `namespaces`): what `evaluate` reads of a
+    /// covers (labels from `namespaces`; a pod bound to one of the Nodes
+    /// among them charged by its size): what `evaluate` reads of a
     /// manifest and of a dump of the cluster. A namespaceSelector is
     /// honoured wherever the budget is.
     pub fn of_objects(
@@ -396,10 +436,11 @@ impl StaticBudgets {
     ) -> StaticBudgets {
         let kind = |o: &Value, k: &str| o.get("kind").and_then(Value::as_str) == Some(k);
         let labels = |ns: &str| with_name_label(ns, labels_of(namespaces.namespace(ns).as_deref()));
+        let sizes = node_sizes(objects.iter().copied());
         let held: Vec<(String, BTreeMap<String, String>, Charge)> = (objects.iter())
             .filter(|o| kind(o, "Pod") && !pod_is_finished(o))
             .filter_map(|pod| {
-                let charge = charge(&GpuFacts::of(pod, catalog, resources), catalog)?;
+                let charge = charge_landed(pod, &sizes, catalog, resources)?;
                 let ns = str_at(pod, "/metadata/namespace");
                 Some((ns.to_string(), labels(ns), charge))
             })

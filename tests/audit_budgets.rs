@@ -8,9 +8,14 @@ use std::process::Command;
 
 fn audit(format: &str) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    audit_of(&root.join("tests/fixtures/audit/budgets.yaml"), format)
+}
+
+fn audit_of(file: &Path, format: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
         .args(["audit", "-f"])
-        .arg(root.join("tests/fixtures/audit/budgets.yaml"))
+        .arg(file)
         .arg("--policies")
         .arg(root.join("policies"))
         .args(["-o", format])
@@ -108,4 +113,34 @@ fn budgets_show_held_pending_and_queued_gpus_and_their_findings() {
             .count(),
         3
     );
+}
+
+/// A pod allowed on an A100 or a T4 and bound to a T4 node of the dump is
+/// held against the T4 limit, not the A100 one.
+#[test]
+fn a_pod_bound_to_a_node_is_held_against_the_size_of_the_node() {
+    let dump = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nlp"}},
+        {"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+         "metadata": {"name": "gpus", "namespace": "nlp"}, "spec": {"models": {"A100": 1, "T4": 1}}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "aks-t4-0", "labels": {
+            "node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3",
+            "karpenter.azure.com/sku-gpu-name": "T4"}},
+         "status": {"allocatable": {"nvidia.com/gpu": "1"}}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "either", "namespace": "nlp", "uid": "p-either"},
+         "spec": {"nodeName": "aks-t4-0",
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "karpenter.azure.com/sku-gpu-name",
+                    "operator": "In", "values": ["A100", "T4"]}]}]}}},
+            "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+         "status": {"phase": "Running"}}]});
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dump.json");
+    std::fs::write(&file, dump.to_string()).unwrap();
+    let report: Value = serde_json::from_str(&audit_of(&file, "json")).unwrap();
+    let held: Vec<(&str, &Value)> = (report["budgets"].as_array().unwrap().iter())
+        .map(|row| (row["model"].as_str().unwrap(), &row["held"]))
+        .collect();
+    assert_eq!(held, [("A100", &json!(0)), ("T4", &json!(1))]);
 }

@@ -8,12 +8,13 @@
 //! docs/budgets.md states.
 mod common;
 
-use common::fake_apiserver::{FakeApiServer, Resource, NAMESPACES};
+use common::fake_apiserver::{FakeApiServer, Resource, NAMESPACES, NODES};
 use common::in_cluster::InCluster;
 use common::webhooks::{Cluster, Outcome, Review};
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::cluster::budgets::{ClusterBudgets, PodReader};
 use gpu_admission::cluster::watch::{CacheMetrics, Settings};
+use gpu_admission::cluster::ClusterNodes;
 use gpu_admission::gpu::facts::GpuFacts;
 use gpu_admission::k8s::StaticNamespaces;
 use gpu_admission::placement::ProfileSet;
@@ -91,17 +92,18 @@ const A100: [&str; 3] = [
 const H100: [&str; 2] = ["Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5"];
 
 /// How serve reads a pod into its charge: with the shipped policy set's
-/// catalog and GPU resources.
+/// catalog and GPU resources, and the size of the node it is bound to.
 fn reader() -> PodReader {
     let placement = shipped();
-    Arc::new(move |pod| {
+    Arc::new(move |pod, landed| {
         let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
-        gpu_admission::budgets::charge(&GpuFacts::of(pod, catalog, resources), catalog)
+        gpu_admission::budgets::charge_on(&GpuFacts::of(pod, catalog, resources), catalog, landed)
     })
 }
 
-/// The fake cluster, the server's budget cache watching it, and the
-/// shipped webhooks in front of a server judging with that cache.
+/// The fake cluster, the server's budget cache watching it (with its node
+/// cache, as serve's), and the shipped webhooks in front of a server
+/// judging with that cache.
 struct Setup {
     fake: FakeApiServer,
     cluster: Cluster,
@@ -115,15 +117,12 @@ impl Setup {
     /// [`Setup::start`], `/mutate` narrowing GPU pods to the sizes with
     /// room (`serve --budget-narrowing`) when `narrowing`.
     async fn serving(objects: Vec<Value>, narrowing: bool) -> Setup {
-        let fake = FakeApiServer::start(vec![BUDGETS, PODS]).await;
+        let fake = FakeApiServer::start(vec![BUDGETS, PODS, NODES]).await;
         fake.change(|c| objects.into_iter().for_each(|o| _ = c.apply(o)));
         let cache = ClusterBudgets::new(Arc::new(StaticNamespaces::new()), "gpu-admission");
-        let [budgets, pods] = cache.watch(
-            fake.client(),
-            reader(),
-            Settings::default(),
-            CacheMetrics::default(),
-        );
+        let (settings, metrics) = (Settings::default(), CacheMetrics::default());
+        let (nodes, _) = ClusterNodes::start(fake.client(), settings, metrics.clone());
+        let [budgets, pods] = cache.watch(fake.client(), reader(), Some(nodes), settings, metrics);
         assert!(budgets.0.synced().await && pods.0.synced().await);
         let cluster = Cluster::start_with_budgets(Arc::new(cache), narrowing).await;
         Setup { fake, cluster }
@@ -387,6 +386,54 @@ async fn a_workload_template_is_warned_when_its_replicas_cannot_all_fit_and_deni
     setup.cluster.stop().await;
 }
 
+/// A T4 node as AKS labels it.
+fn t4_node() -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "aks-t4-1", "labels": {
+            "node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3",
+            "karpenter.azure.com/sku-gpu-name": "T4"}},
+        "status": {"allocatable": {"nvidia.com/gpu": "1"}}})
+}
+
+#[tokio::test]
+async fn a_pod_bound_to_a_t4_node_counts_against_the_t4_limit_and_frees_the_a100_room() {
+    let setup = Setup::start(vec![
+        budget("nlp", "team-nlp", json!({"models": {"A100": 2, "T4": 1}})),
+        t4_node(),
+    ])
+    .await;
+    assert!(
+        setup
+            .create(pod("nlp", "either", 1, &["A100", "T4"]))
+            .await
+            .allowed
+    );
+    // Not bound yet: counted as an A100, the most expensive it may take.
+    let a100 = pod("nlp", "a100", 2, &["A100"]);
+    let denied = setup.create(a100.clone()).await;
+    assert!(
+        denied
+            .message()
+            .contains("1/2 are held and this pod asks for 2 more"),
+        "{denied:?}"
+    );
+    // The scheduler binds it to the T4 node (a MODIFIED event): counted
+    // against the T4 limit from then on, and the A100 room is free.
+    setup.set_phase("either", "aks-t4-1", "Running");
+    setup
+        .judged_until(&a100, "bound to T4", |o| o.allowed)
+        .await;
+    assert!(setup.create(a100).await.allowed);
+    let t4 = setup.create(pod("nlp", "t4", 1, &["T4"])).await;
+    assert!(
+        t4.message().starts_with(
+            "GpuBudget nlp/team-nlp allows 1 T4 GPUs held at once; 1/1 are held and this pod asks for 1 more"
+        ),
+        "{t4:?}"
+    );
+    setup.cluster.stop().await;
+}
+
 /// The cluster `serve` starts in: namespace nlp in the standard tier, a
 /// budget of `limit` A100s, and `held` running pods of one A100 each.
 fn serve_cluster(fake: &FakeApiServer, limit: i64, held: usize) {
@@ -407,6 +454,19 @@ fn serve_cluster(fake: &FakeApiServer, limit: i64, held: usize) {
     });
 }
 
+/// Waits (at most 30 s) until `server`'s /readyz names `gate`.
+async fn not_ready_for(server: &InCluster, gate: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = server.request("GET", "/readyz", b"").await;
+        if status == 503 && body.contains(gate) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status} {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_restarted_server_counts_what_is_held_before_it_is_ready() {
     let fake = FakeApiServer::start(vec![NAMESPACES, BUDGETS, PODS]).await;
@@ -423,15 +483,7 @@ async fn a_restarted_server_counts_what_is_held_before_it_is_ready() {
     // says why.
     fake.change(|c| c.fail(&PODS, 500, usize::MAX));
     let server = InCluster::serve(&fake);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, body) = server.request("GET", "/readyz", b"").await;
-        if status == 503 && body.contains("pods not synced") {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{status} {body}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    not_ready_for(&server, "pods not synced").await;
     fake.change(|c| c.heal(&PODS));
     server.wait_until_ready().await;
     // Ready means counted: the first pod after readiness is denied.
@@ -439,6 +491,33 @@ async fn a_restarted_server_counts_what_is_held_before_it_is_ready() {
     assert!(!allowed);
     let said = "GpuBudget nlp/team-nlp allows 2 A100 GPUs held at once; 2/2 are held";
     assert!(message.contains(said), "{message}");
+}
+
+/// `serve` charges a pod bound to a node by the node's size from its
+/// first list of pods on, which waits for the nodes' list: the A100 room
+/// a running pod allowed on an A100 or a T4 does not take, on a T4 node,
+/// is free even when the nodes are listed after the pods could have been.
+#[tokio::test]
+async fn serve_counts_a_bound_pod_by_the_size_of_its_node() {
+    let fake = FakeApiServer::start(vec![NAMESPACES, BUDGETS, PODS, NODES]).await;
+    serve_cluster(&fake, 1, 0);
+    fake.change(|c| {
+        c.apply(t4_node());
+        let mut running = pod("nlp", "either", 1, &["A100", "T4"]);
+        running["spec"]["nodeName"] = json!("aks-t4-1");
+        running["status"] = json!({"phase": "Running"});
+        c.apply(running);
+        c.fail(&NODES, 500, usize::MAX)
+    });
+    let server = InCluster::serve(&fake);
+    not_ready_for(&server, "nodes not synced").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fake.change(|c| c.heal(&NODES));
+    server.wait_until_ready().await;
+    let (allowed, message) = server.validate_pod(&pod("nlp", "next", 1, &["A100"])).await;
+    assert!(allowed, "{message}");
+    let (allowed, message) = server.validate_pod(&pod("nlp", "more", 1, &["A100"])).await;
+    assert!(!allowed && message.contains("1/1 are held"), "{message}");
 }
 
 /// N clients create one-A100 pods at once, half through each of two

@@ -265,8 +265,9 @@ async fn the_narrowing_the_page_shows_is_the_webhooks_answer() {
     assert!(shown[0].ends_with(&format!("T4 ({})", t4.join(", "))));
 }
 
-/// `evaluate` counts the pods of a dump of the cluster and the manifest's
-/// own pods, in order, against the budgets of both.
+/// `evaluate` counts the pods of a dump of the cluster (a pod bound to a
+/// node of the dump by the node's size) and the manifest's own pods, in
+/// order, against the budgets of both.
 #[test]
 fn evaluate_judges_a_manifest_against_its_budgets_and_what_a_dump_holds() {
     let documents = yaml_documents(&page());
@@ -287,12 +288,19 @@ fn evaluate_judges_a_manifest_against_its_budgets_and_what_a_dump_holds() {
     };
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nlp",
         "labels": {"gpu-admission.io/tier": "standard", "gpu-admission.io/premium-gpus": "true"}}});
+    // Allowed on an A100 or a T4, running on a T4 node: 2 T4s held.
+    let mut on_t4 = pod("on-t4", "2", "Running");
+    on_t4["spec"]["nodeName"] = json!("aks-t4-1");
+    let t4_node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "aks-t4-1",
+        "labels": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"}}});
     let dump = write(
         "dump.json",
         &[
             namespace,
+            t4_node,
             pod("running", "2", "Running"),
             pod("done", "8", "Succeeded"),
+            on_t4,
         ],
     );
     let manifest = write(

@@ -1,6 +1,7 @@
 //! GpuBudgets in the audit: per budget and limit, the GPUs the namespaces
 //! it covers hold against it (their pods not finished, each charged as
-//! admission charges it: [`crate::budgets::charge`], the holding rule of
+//! the server's cache charges it: [`crate::budgets::charge_landed`] with
+//! the Nodes read, the holding rule of
 //! [`crate::k8s::workloads::pod_state`]), of those the pods not on a node
 //! yet, and the GPUs of the workloads Kueue keeps queued there. A limit
 //! reached while pods wait is a finding (`gpu-budget-full`), and so is a
@@ -8,9 +9,8 @@
 //! (`gpu-budget-kueue-mismatch`, [`budget_mismatches`]).
 use super::kueue::{flavors, served};
 use super::Report;
-use crate::budgets::{charge, held_of, Budget, Usage};
+use crate::budgets::{charge_landed, held_of, Budget, Usage};
 use crate::gpu::catalog::Catalog;
-use crate::gpu::facts::GpuFacts;
 use crate::gpu::request::parse_count;
 use crate::gpu::GpuResources;
 use crate::k8s::json::labels_of;
@@ -20,7 +20,7 @@ use crate::k8s::NamespaceLookup;
 use crate::placement::ProfileSet;
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A limit reached while pods wait for nodes.
 pub const FULL: &str = "gpu-budget-full";
@@ -38,13 +38,20 @@ pub struct Holdings {
 }
 
 impl Holdings {
-    /// Adds `pod`, if it asks for GPUs and is not finished.
-    pub fn pod(&mut self, pod: &Value, catalog: &Catalog, resources: &GpuResources) {
+    /// Adds `pod`, if it asks for GPUs and is not finished (bound to a
+    /// node of `sizes`, charged by its size).
+    pub fn pod(
+        &mut self,
+        pod: &Value,
+        sizes: &HashMap<String, String>,
+        catalog: &Catalog,
+        resources: &GpuResources,
+    ) {
         let (held, pending) = pod_state(pod);
         if held + pending == 0 {
             return;
         }
-        if let Some(charge) = charge(&GpuFacts::of(pod, catalog, resources), catalog) {
+        if let Some(charge) = charge_landed(pod, sizes, catalog, resources) {
             self.held.add(&charge, 1);
             self.pending.add(&charge, pending);
         }

@@ -36,6 +36,9 @@ pub struct Run<'a> {
     held: Vec<Value>,
     /// What DRA serves on the nodes, read from the held objects.
     devices: DraDevices,
+    /// The VM size of each node read, by name: what a bound pod is
+    /// charged against budgets.
+    sizes: HashMap<String, String>,
     /// Once the Pods come: the uid of each object read and the uid of the
     /// one it is judged through (itself, or its controller's up the chain).
     owners: Option<HashMap<String, String>>,
@@ -54,6 +57,7 @@ impl<'a> Run<'a> {
             nodes: None,
             held: Vec::new(),
             devices: DraDevices::default(),
+            sizes: HashMap::new(),
             owners: None,
             pods_read: PodsRead::default(),
             judged: Default::default(),
@@ -109,7 +113,9 @@ impl<'a> Run<'a> {
             let namespace = crate::k8s::json::str_at(pod, "/metadata/namespace");
             self.pods_read.namespaces.insert(namespace.to_string());
             let holdings = report.budget_holdings.entry(namespace.to_string());
-            holdings.or_default().pod(pod, catalog, resources);
+            holdings
+                .or_default()
+                .pod(pod, &self.sizes, catalog, resources);
             let Some(owner) = controller_uid(pod).and_then(|uid| owners.get(uid)) else {
                 return true;
             };
@@ -169,6 +175,7 @@ impl<'a> Run<'a> {
             return;
         }
         self.devices = DraDevices::read(&self.held);
+        self.sizes = crate::budgets::node_sizes(self.nodes.iter().flatten());
         self.with_nodes = self.nodes.as_ref().map(|nodes| {
             let pools = (self.held.iter())
                 .filter(|o| PoolKind::of(o) == Some(PoolKind::NodePool))

@@ -86,6 +86,55 @@ fn a_pod_is_charged_as_the_most_expensive_model_its_selection_allows() {
     assert!(catalog.get(&any.size).unwrap().premium);
 }
 
+#[test]
+fn a_bound_pod_is_charged_as_the_size_of_its_node_when_the_catalog_has_it_for_its_maker() {
+    let catalog = Catalog::embedded();
+    let facts = GpuFacts::of(
+        &pod("2", &["A100", "T4"]),
+        &catalog,
+        &GpuResources::default(),
+    );
+    let on = |landed| charge_on(&facts, &catalog, landed).unwrap();
+    let t4 = on(Some("NC4as_T4_v3"));
+    assert_eq!(
+        (t4.model.as_str(), t4.size.as_str(), t4.gpus),
+        ("T4", "Standard_NC4as_T4_v3", 2)
+    );
+    // Not bound, a size the catalog does not list, another maker's: as
+    // its selection allows.
+    let selected = charge(&facts, &catalog).unwrap();
+    assert_eq!(selected.model, "A100");
+    for landed in [
+        None,
+        Some("Standard_D4s_v5"),
+        Some("Standard_ND96isr_MI300X_v5"),
+    ] {
+        assert_eq!(on(landed), selected, "{landed:?}");
+    }
+}
+
+#[test]
+fn offline_a_pod_bound_to_a_node_among_the_objects_counts_against_its_size() {
+    let bound = |node: &str| {
+        let mut bound = pod("1", &["A100", "T4"]);
+        bound["spec"]["nodeName"] = json!(node);
+        bound
+    };
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "aks-t4-1",
+        "labels": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"}}});
+    let budget = budget(json!({"models": {"A100": 4, "T4": 4}}));
+    let objects = [&budget, &node, &bound("aks-t4-1"), &bound("unknown")];
+    let catalog = Catalog::embedded();
+    let namespaces = crate::k8s::StaticNamespaces::new();
+    let budgets =
+        StaticBudgets::of_objects(&objects, &namespaces, &catalog, &GpuResources::default());
+    let used = &budgets.standings()[0].used;
+    assert_eq!(
+        (held_of(&used.models, "T4"), held_of(&used.models, "A100")),
+        (1, 1)
+    );
+}
+
 fn fixed(spec: Value, held: &[(&str, i64)]) -> StaticBudgets {
     let mut used = Usage::default();
     for (model, gpus) in held {

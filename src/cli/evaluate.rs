@@ -193,9 +193,10 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         manifest_exceptions = manifest_exceptions.at(at);
     }
     // The budgets of the manifest and the dump, holding what the dump's
-    // pods hold; each pod of the manifest admitted adds to it.
-    let listed =
-        (dump.budgets.iter()).chain(objects_of(&requests).filter(|o| o["kind"] == budgets::KIND));
+    // pods hold (by the size of the dump's node a pod is bound to); each
+    // pod of the manifest admitted adds to it.
+    let listed = (dump.budgets.iter().chain(&dump.nodes))
+        .chain(objects_of(&requests).filter(|o| o["kind"] == budgets::KIND));
     let placement = &loaded.bundle.placement;
     let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
     let budgets =

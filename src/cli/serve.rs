@@ -184,9 +184,10 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub policy_report_writes_per_second: u32,
     /// Watch the cluster's Nodes so that where a pod can land (any label,
-    /// spec.nodeName) is judged against the nodes that exist; `off` for a
-    /// cluster that does not grant list and watch on nodes: by GPU node
-    /// labels alone.
+    /// spec.nodeName) is judged against the nodes that exist (and a GPU
+    /// budget counts a bound pod by its node's size); `off` for a cluster
+    /// that does not grant list and watch on nodes: by GPU node labels
+    /// alone.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub node_cache: Switch,
     /// In a cluster, watch its GpuPolicyExceptions (gpu-admission.io/v1alpha1)
@@ -765,6 +766,7 @@ async fn watch_cluster(
     daemon.start([service]);
     lookups.claims = Arc::new(claims);
 
+    let mut node_cache = None;
     if config.node_cache {
         let (nodes, task) = ClusterNodes::start(client.clone(), settings, metrics.clone());
         let (pools, pools_task) = nodes.watch_node_pools(client.clone(), settings, metrics.clone());
@@ -785,14 +787,15 @@ async fn watch_cluster(
         for ((watched, task), (name, gate)) in [classes, slices].into_iter().zip(names) {
             daemon.start([Service::task(name, task).following(readiness.gate(gate), watched)]);
         }
+        node_cache = Some(nodes.clone());
         lookups.nodes = Arc::new(nodes);
     } else {
         tracing::info!("node cache off: where pods can land is judged by GPU node labels alone");
     }
 
     if config.gpu_budgets {
-        let namespaces = lookups.namespaces.clone();
-        let budgets = PendingBudgets::new(client.clone(), namespaces, readiness, settings, metrics);
+        let (ns, nodes) = (lookups.namespaces.clone(), node_cache);
+        let budgets = PendingBudgets::new(client.clone(), ns, nodes, readiness, settings, metrics);
         lookups.budgets = Some(budgets);
     } else {
         tracing::info!("GPU budgets off: no GpuBudget applies");

@@ -1,12 +1,14 @@
 //! `serve`'s GpuBudgets: in a cluster with `--gpu-budgets=on`, the
 //! default, a cache of the budgets and of the GPU pods, made before the
 //! [`Admission`] that judges with it and watched once that exists (pods
-//! are read with the catalog and GPU resources of the policies it serves).
+//! are read with the catalog and GPU resources of the policies it serves,
+//! a bound pod charged by its node's size as the node cache holds it).
 use crate::admission::Admission;
 use crate::budgets::{self, BudgetLookup};
 use crate::cluster::budgets::metrics::BudgetMetrics;
 use crate::cluster::budgets::{ClusterBudgets, PodReader};
 use crate::cluster::watch::{CacheMetrics, Settings};
+use crate::cluster::ClusterNodes;
 use crate::daemon::Service;
 use crate::gpu::facts::GpuFacts;
 use crate::k8s::NamespaceLookup;
@@ -16,6 +18,7 @@ use std::sync::Arc;
 pub struct PendingBudgets {
     cache: ClusterBudgets,
     client: kube::Client,
+    nodes: Option<ClusterNodes>,
     gates: [Gate; 2],
     settings: Settings,
     metrics: CacheMetrics,
@@ -25,10 +28,12 @@ impl PendingBudgets {
     /// The cache, readiness waiting for the first list of budgets and of
     /// pods (so a restarted server counts what is held before it answers);
     /// team budgets (a namespaceSelector) are honoured in the server's
-    /// own namespace.
+    /// own namespace. Pods bound to a node `nodes` holds are charged by
+    /// its size (`None`: the node cache is off, by their selection).
     pub fn new(
         client: kube::Client,
         namespaces: Arc<dyn NamespaceLookup>,
+        nodes: Option<ClusterNodes>,
         readiness: &Readiness,
         settings: Settings,
         metrics: &CacheMetrics,
@@ -37,6 +42,7 @@ impl PendingBudgets {
         PendingBudgets {
             cache: ClusterBudgets::new(namespaces, &own),
             client,
+            nodes,
             gates: [
                 readiness.gate("gpu budgets not synced"),
                 readiness.gate("pods not synced"),
@@ -53,15 +59,14 @@ impl PendingBudgets {
     /// Starts both watches; `metrics` then reports the cache.
     pub fn start(self, admission: Arc<Admission>, metrics: &BudgetMetrics) -> [Service; 2] {
         metrics.watch(self.cache.clone());
-        let read: PodReader = Arc::new(move |pod| {
+        let read: PodReader = Arc::new(move |pod, landed| {
             let bundle = admission.bundle();
             let (catalog, resources) =
                 (bundle.placement.catalog(), bundle.placement.gpu_resources());
-            budgets::charge(&GpuFacts::of(pod, catalog, resources), catalog)
+            budgets::charge_on(&GpuFacts::of(pod, catalog, resources), catalog, landed)
         });
-        let [budgets, pods] = self
-            .cache
-            .watch(self.client, read, self.settings, self.metrics);
+        let (client, nodes) = (self.client, self.nodes);
+        let [budgets, pods] = (self.cache).watch(client, read, nodes, self.settings, self.metrics);
         let [budgets_synced, pods_synced] = self.gates;
         tracing::info!("watching GpuBudgets and pods; ready once both are listed (--gpu-budgets=off does without)");
         [

@@ -5,10 +5,12 @@
 //!
 //! Of the pods, only GPU pods that are not finished are kept, each as its
 //! charge ([`crate::budgets::Charge`]: GPUs, model, size; read once per
-//! pod, not per version) and whether it is bound, by the holding rule the
-//! audit uses ([`crate::k8s::workloads::pod_state`]): bound pods hold
-//! their GPUs, pods not bound yet are about to, finished pods hold
-//! nothing. At most [`MAX_PODS`] are kept (beyond: logged, not counted).
+//! pod and node, not per version: a pod bound to a node the node cache
+//! knows is charged anew by its VM size) and whether it is bound, by the
+//! holding rule the audit uses ([`crate::k8s::workloads::pod_state`]):
+//! bound pods hold their GPUs, pods not bound yet are about to, finished
+//! pods hold nothing. At most [`MAX_PODS`] are kept (beyond: logged, not
+//! counted).
 //!
 //! The ledger: a pod this process admitted is counted from the moment it
 //! is admitted until the pod watch shows it, or for [`LEDGER_TTL`] at
@@ -17,6 +19,7 @@
 //! limit; two replicas each see the other's pods only through the watch
 //! (docs/budgets.md, "Races").
 use super::watch::{self, CacheMetrics, Event, Kind, Relisted, Settings, Watched};
+use super::ClusterNodes;
 use crate::budgets::{self, Admitted, Budget, BudgetLookup, Charge, Standing, Usage};
 use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
@@ -35,9 +38,13 @@ pub const LEDGER_TTL: Duration = Duration::from_secs(30);
 pub const RBAC_RULE: &str =
     "get, list and watch on pods and gpubudgets.gpu-admission.io (deploy/base/rbac.yaml)";
 
-/// Reads a pod into its charge (none: not a GPU pod); serve's reads with
-/// the catalog and GPU resources of the policy set it serves.
-pub type PodReader = Arc<dyn Fn(&Value) -> Option<Charge> + Send + Sync>;
+/// Reads a pod into its charge (none: not a GPU pod), given the VM size
+/// of the node it is bound to where that is known
+/// ([`crate::budgets::charge_on`]); serve's reads with the catalog and GPU
+/// resources of the policy set it serves.
+pub type PodReader = Arc<dyn Fn(&Value, Option<&str>) -> Option<Charge> + Send + Sync>;
+/// A [`PodReader`] that looks the pod's node up itself.
+type Read = dyn Fn(&Value) -> Option<Charge> + Send + Sync;
 
 /// The budgets and holdings of a live cluster. Cloning shares them.
 #[derive(Clone)]
@@ -71,7 +78,8 @@ struct State {
 
 #[derive(Clone)]
 struct Pod {
-    uid: String,
+    /// Its uid and `spec.nodeName` when the charge was read.
+    at: [String; 2],
     charge: Charge,
     bound: bool,
 }
@@ -132,12 +140,15 @@ impl ClusterBudgets {
         Kind::new("pods", "", "v1", "pods").forbidden_is_empty(RBAC_RULE)
     }
 
-    /// Watches budgets and pods with `client` (each pod read with `read`);
-    /// each watch until aborted. Call once per cache.
+    /// Watches budgets and pods with `client` (each pod read with `read`,
+    /// given its node's size as `nodes` holds it: the pods are taken in
+    /// once the nodes are listed); each watch until aborted. Call once per
+    /// cache.
     pub fn watch(
         &self,
         client: kube::Client,
         read: PodReader,
+        nodes: Option<ClusterNodes>,
         settings: Settings,
         metrics: CacheMetrics,
     ) -> [(Watched, tokio::task::JoinHandle<()>); 2] {
@@ -156,8 +167,17 @@ impl ClusterBudgets {
             metrics.clone(),
             on_budget,
         );
-        let shared = self.shared.clone();
-        let on_pod = watch::sink(move |event: Event<Value>| shared.lock().take(event, &read));
+        let listed = nodes.as_ref().and_then(ClusterNodes::watched);
+        let (shared, read) = (self.shared.clone(), sized(read, nodes));
+        let on_pod = move |event: Event<Value>| {
+            let (shared, listed, read) = (shared.clone(), listed.clone(), read.clone());
+            async move {
+                if let (Event::Init, Some(nodes)) = (&event, listed) {
+                    nodes.synced().await;
+                }
+                shared.lock().take(event, &*read)
+            }
+        };
         let pods = watch::start(
             client,
             ClusterBudgets::pods_kind(),
@@ -219,6 +239,14 @@ impl Shared {
     }
 }
 
+/// `read` looking up the VM size of each pod's node in `nodes`.
+fn sized(read: PodReader, nodes: Option<ClusterNodes>) -> Arc<Read> {
+    Arc::new(move |pod| {
+        let node = str_at(pod, "/spec/nodeName");
+        read(pod, nodes.as_ref().and_then(|n| n.size_of(node)).as_deref())
+    })
+}
+
 /// `namespace/name` and the budget, `None` when it does not read (or has
 /// a namespaceSelector outside `teams_in`).
 fn read_budget(object: &Value, teams_in: &str) -> Option<(String, Option<Arc<Budget>>)> {
@@ -243,7 +271,7 @@ fn read_budget(object: &Value, teams_in: &str) -> Option<(String, Option<Arc<Bud
 }
 
 impl State {
-    fn take(&mut self, mut event: Event<Value>, read: &PodReader) {
+    fn take(&mut self, mut event: Event<Value>, read: &Read) {
         // The items of a list come without their kind.
         if let Event::InitApply(pod) | Event::Apply(pod) = &mut event {
             if let Some(fields) = pod.as_object_mut() {
@@ -309,12 +337,13 @@ impl State {
 
     /// A pod the watch shows, as kept (none: finished, not a GPU pod, or
     /// past [`MAX_PODS`]); its ledger entry is dropped. The charge of a
-    /// pod `known` by its uid is kept (what it asks never changes).
+    /// pod `known` by its uid and node is kept (what it asks never
+    /// changes; once bound, it is read anew against its node).
     fn read_pod(
         &mut self,
         pod: &Value,
         known: Option<Pod>,
-        read: &PodReader,
+        read: &Read,
         kept: usize,
     ) -> Option<((String, String), Pod)> {
         let key = key_of(pod);
@@ -323,8 +352,8 @@ impl State {
         if held + pending == 0 {
             return None;
         }
-        let uid = str_at(pod, "/metadata/uid");
-        let charge = match known.filter(|k| k.uid == uid) {
+        let at = ["/metadata/uid", "/spec/nodeName"].map(|p| str_at(pod, p).to_string());
+        let charge = match known.filter(|k| k.at == at) {
             Some(known) => known.charge,
             None => read(pod)?,
         };
@@ -339,8 +368,7 @@ impl State {
             return None;
         }
         let bound = held > 0;
-        let uid = uid.to_string();
-        Some((key, Pod { uid, charge, bound }))
+        Some((key, Pod { at, charge, bound }))
     }
 
     /// What the namespaces `budget` covers hold (`pending`: of that, the

@@ -5,6 +5,7 @@
 //! [`crate::gpu::health`]) is dropped before it is stored, so the cache
 //! stays small on clusters of thousands of nodes.
 use super::watch::{self, CacheMetrics, Event, Kind, Relisted, Settings, Watched};
+use crate::gpu::reach::node_size;
 use crate::gpu::{DraDevices, NodeLookup, NodeSnapshot};
 use crate::k8s::NodeInfo;
 use k8s_openapi::api::core::v1::Node;
@@ -88,6 +89,12 @@ impl ClusterNodes {
     /// The node watch, once started.
     pub fn watched(&self) -> Option<Watched> {
         self.watched.get().cloned()
+    }
+
+    /// The VM size of node `name` ([`node_size`]), while the cache holds it.
+    pub fn size_of(&self, name: &str) -> Option<String> {
+        let known = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        node_size(known.nodes.held.get(name)?).map(str::to_string)
     }
 
     /// Takes one watch event into the cache.

@@ -363,7 +363,7 @@ pub fn run_with_authorizer(
         let cluster = cluster.unwrap_or_default();
         let (catalog, resources) = (bundle.placement.catalog(), bundle.placement.gpu_resources());
         let budgets = || {
-            let objects: Vec<&Value> = cluster.iter().collect();
+            let objects: Vec<&Value> = cluster.iter().chain(&test.spec.nodes).collect();
             StaticBudgets::of_objects(&objects, namespaces.as_ref(), catalog, resources)
         };
         // The time exceptions are judged at is the lookup's: one admission

@@ -25,11 +25,19 @@ fn a100(gpus: i64) -> Charge {
     }
 }
 
-/// Every pod reads as `gpus` A100s, from its `gpus` annotation.
+/// Every pod reads as `gpus` A100s, from its `gpus` annotation; bound to
+/// a node of known size, as `gpus` T4s of that size.
 fn reader() -> PodReader {
-    Arc::new(|pod: &Value| {
+    Arc::new(|pod: &Value, landed: Option<&str>| {
         let gpus: i64 = str_at(pod, "/metadata/annotations/gpus").parse().ok()?;
-        Some(a100(gpus))
+        Some(match landed {
+            Some(size) => Charge {
+                model: "T4".into(),
+                size: size.into(),
+                gpus,
+            },
+            None => a100(gpus),
+        })
     })
 }
 
@@ -49,7 +57,7 @@ fn budget_event(cache: &ClusterBudgets, limit: i64) {
 }
 
 fn apply(cache: &ClusterBudgets, event: Event<Value>) {
-    cache.shared.lock().take(event, &reader());
+    cache.shared.lock().take(event, &*sized(reader(), None));
 }
 
 /// (held, pending) against the one A100 limit.
@@ -197,4 +205,44 @@ fn the_gauges_show_each_limit_with_what_is_held_and_pending() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
     }
+}
+
+#[test]
+fn a_pod_bound_to_a_node_of_known_size_is_charged_anew_its_old_charge_taken_away() {
+    let cache = cache(Duration::from_secs(60));
+    budget_event(&cache, 4);
+    let nodes = ClusterNodes::default();
+    let node = |name: &str, size: &str| {
+        let labels = json!({"node.kubernetes.io/instance-type": size});
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap()
+    };
+    for event in [
+        Event::Init,
+        Event::InitApply(node("t4-1", "Standard_NC4as_T4_v3")),
+        Event::InitDone,
+    ] {
+        nodes.apply(event);
+    }
+    let read = sized(reader(), Some(nodes));
+    let take = |event| cache.shared.lock().take(event, &*read);
+    take(Event::Init);
+    take(Event::InitApply(pod("a", 2, "", "Pending")));
+    take(Event::InitDone);
+    assert_eq!(held(&cache), (2, 2), "not bound: as its selection allows");
+    take(Event::Apply(pod("a", 2, "t4-1", "Pending")));
+    assert_eq!(held(&cache), (0, 0), "bound to a T4 node: no A100 held");
+    let used = cache.shared.lock().by_namespace["nlp"].clone();
+    assert_eq!(
+        (used.models, used.sizes, used.total),
+        (
+            BTreeMap::from([("T4".to_string(), 2)]),
+            BTreeMap::from([("Standard_NC4as_T4_v3".to_string(), 2)]),
+            2
+        )
+    );
+    // A node the cache does not hold: as its selection allows.
+    take(Event::Apply(pod("b", 1, "gone", "Running")));
+    assert_eq!(held(&cache), (1, 0));
+    take(Event::Delete(pod("a", 2, "t4-1", "Running")));
+    assert_eq!(cache.shared.lock().by_namespace["nlp"].total, 1);
 }
