@@ -1023,14 +1023,17 @@ proptest! {
 // ---------------------------------------------------------------------------
 // The plan against the interpreter
 
-/// The shipped set planned with every pass, then with each pass turned off
-/// in turn (`Passes::NAMES` order), compiled once. Every policy's
-/// failurePolicy is `Fail`, so that an evaluation error is in the answer
-/// with its text (under `Ignore` it is only counted).
+/// The shipped set and the GPU limits of the test fixtures (quantities,
+/// messageExpression, auditAnnotations), planned with every pass, then with each pass turned off in turn
+/// (`Passes::NAMES` order), compiled once. Every policy's failurePolicy
+/// is `Fail`, so that an evaluation error is in the answer with its text
+/// (under `Ignore` it is only counted).
 fn replanned() -> &'static [(&'static str, Admission)] {
     static SETS: OnceLock<Vec<(&'static str, Admission)>> = OnceLock::new();
     SETS.get_or_init(|| {
         let mut documents = bundle::embedded_documents().expect("shipped policies parse");
+        let fixtures = std::path::Path::new("tests/fixtures/policies/gpu");
+        documents.extend(gpu_admission::policy::read_documents(fixtures).unwrap());
         for doc in &mut documents {
             if doc.type_meta().1 == "ValidatingAdmissionPolicy" {
                 doc.value["spec"]["failurePolicy"] = json!("Fail");
