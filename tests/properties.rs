@@ -1,5 +1,6 @@
-//! Property tests of the two places hostile or unusual input meets the
-//! webhook first: the AdmissionReview decoder and the placement planner.
+//! Property tests of the places hostile or unusual input meets the
+//! webhook first: the AdmissionReview decoder, the placement planner and
+//! the policy engine's plan.
 //!
 //! - `review::decode` returns `Ok` or `Err` for any bytes and any JSON,
 //!   including arbitrary JSON put anywhere inside a valid review; what it
@@ -13,6 +14,10 @@
 //!   point in one call: placement and the `void` pins run again on what
 //!   the policies made, so a second call adds nothing, and the containers
 //!   the policies add are pinned whenever the pod's own are.
+//! - `/validate` with the shipped policies planned with every pass and with
+//!   each pass turned off (`policy::plan`) gives the same answer on the
+//!   same generated pods with any JSON anywhere in them: what the plan
+//!   works out at load changes no result and no error's text.
 //!
 //! Each property runs 1,024 cases in a release build (CI runs it so), 128
 //! in a debug build, where `cargo test` waits on it; `PROPTEST_CASES`
@@ -20,6 +25,7 @@
 use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::k8s::namespaces::StaticNamespaces;
+use gpu_admission::policy::Passes;
 use gpu_admission::review::{self, Operation, Request};
 use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::Pod;
@@ -1010,6 +1016,86 @@ proptest! {
                     prop_assert!(pinned(&patched, field, name), "{field} {name} not pinned: {patched}");
                 }
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The plan against the interpreter
+
+/// The shipped set and the GPU limits of the test fixtures (quantities,
+/// messageExpression, auditAnnotations), planned with every pass, then with each pass turned off in turn
+/// (`Passes::NAMES` order), compiled once. Every policy's failurePolicy
+/// is `Fail`, so that an evaluation error is in the answer with its text
+/// (under `Ignore` it is only counted).
+fn replanned() -> &'static [(&'static str, Admission)] {
+    static SETS: OnceLock<Vec<(&'static str, Admission)>> = OnceLock::new();
+    SETS.get_or_init(|| {
+        let mut documents = bundle::embedded_documents().expect("shipped policies parse");
+        let fixtures = std::path::Path::new("tests/fixtures/policies/gpu");
+        documents.extend(gpu_admission::policy::read_documents(fixtures).unwrap());
+        for doc in &mut documents {
+            if doc.type_meta().1 == "ValidatingAdmissionPolicy" {
+                doc.value["spec"]["failurePolicy"] = json!("Fail");
+            }
+        }
+        let catalog = gpu_admission::gpu::catalog::Catalog::embedded_arc();
+        let shipped =
+            (bundle::from_documents(documents, catalog).expect("policies compile")).bundle;
+        let with = |passes| {
+            Admission::new(
+                Bundle {
+                    policies: shipped.policies.replanned(passes).unwrap(),
+                    placement: shipped.placement.clone(),
+                },
+                Arc::new(StaticNamespaces::new().with("ml", Default::default())),
+            )
+        };
+        std::iter::once(("every pass", with(Passes::ALL)))
+            .chain(Passes::NAMES.map(|name| (name, with(Passes::without(name).unwrap()))))
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// What the plan works out at load (the reaches of `object`, the memo,
+    /// params constants, variable closures, the binding index) changes no
+    /// answer: on generated GPU pods, with any JSON anywhere in them
+    /// (missing fields, `null`s, wrong types, big integers), `/validate`
+    /// with each pass turned off gives the same response (allowed, message,
+    /// warnings, audit annotations, every evaluation error's text) and
+    /// every binding the same result as with all of them. An UPDATE's `oldObject` is the
+    /// pod before the JSON was put in.
+    #[test]
+    fn the_plan_changes_no_answer_on_any_pod(
+        pod in gpu_pod(),
+        at in any::<Index>(),
+        value in prop::option::of(json_value()),
+        operation in select(&[Operation::Create, Operation::Update][..]),
+    ) {
+        let old = pod.clone();
+        let mut pod = pod;
+        if let Some(value) = value {
+            let all = pointers(&pod);
+            *pod.pointer_mut(&all[at.index(all.len())]).unwrap() = value;
+        }
+        let mut req = Request::for_object(pod.clone(), operation, Some("ml"));
+        if operation == Operation::Update {
+            req.old_object = Some(old);
+        }
+        let answer = |admission: &Admission| {
+            let outcome = admission.validate(&req);
+            let results: Vec<_> = (outcome.evaluations.iter())
+                .map(|e| (e.policy.to_string(), format!("{:?}", e.result)))
+                .collect();
+            (outcome.response, results)
+        };
+        let sets = replanned();
+        let planned = answer(&sets[0].1);
+        for (name, admission) in &sets[1..] {
+            prop_assert_eq!(&answer(admission), &planned, "without {}\npod: {}", name, pod);
         }
     }
 }

@@ -727,3 +727,38 @@ fn heterogeneous_literals_are_refused_at_load() {
         );
     }
 }
+
+/// A conversion that fails names the value's type, never its contents
+/// (which may be a Secret's), and so says the same on every run: a map's
+/// keys were written in their hash order.
+#[test]
+fn a_failed_conversion_names_the_type_not_the_value() {
+    let object =
+        json!({"data": {"password": "hunter2", "user": "admin"}, "list": ["hunter2"], "n": null});
+    for (source, want) in [
+        (
+            "string(object.data)",
+            "string: cannot convert map to string",
+        ),
+        (
+            "string(object.list)",
+            "string: cannot convert list to string",
+        ),
+        ("int(object.data)", "int: cannot convert map to int"),
+        ("uint(object.list)", "uint: cannot convert list to uint"),
+        ("double(object.n)", "double: cannot convert null to double"),
+        ("bool(object.data)", "bool: cannot convert map to bool"),
+        ("bytes(object.list)", "bytes: cannot convert list to bytes"),
+        (
+            "duration(object.data)",
+            "duration: cannot convert map to duration",
+        ),
+        (
+            "timestamp(object.list)",
+            "timestamp: cannot convert list to timestamp",
+        ),
+    ] {
+        let got = eval_with(source, object.clone());
+        assert_eq!(got, Err(EvalError::Runtime(want.to_string())), "{source}");
+    }
+}

@@ -1,6 +1,6 @@
 use crate::context::Context;
 use crate::magic::{Arguments, This};
-use crate::objects::{KeyRef, OptionalValue, Value};
+use crate::objects::{KeyRef, OptionalValue, Value, ValueType};
 use crate::parser::Expression;
 use crate::resolvers::Resolver;
 use crate::ExecutionError;
@@ -171,8 +171,19 @@ pub fn string(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
             Ok(text) => Value::String(Arc::new(text.to_string())),
             Err(e) => return Err(ftx.error(format!("invalid UTF-8 in bytes: {e}"))),
         },
-        v => return Err(ftx.error(format!("cannot convert {v:?} to string"))),
+        v => return Err(cannot_convert(ftx, &v, "string")),
     })
+}
+
+/// gpu-admission patch: a conversion that fails names the value's type,
+/// never the value: that may hold a Secret's data, and a map's keys came
+/// out in hash order, so the message differed from run to run.
+fn cannot_convert(ftx: &FunctionContext, v: &Value, to: &str) -> ExecutionError {
+    let from = match v.type_of() {
+        ValueType::Float => "double".to_string(),
+        other => other.to_string(),
+    };
+    ftx.error(format!("cannot convert {from} to {to}"))
 }
 
 /// `bytes(string)` and `bytes(bytes)`.
@@ -183,7 +194,7 @@ pub fn bytes(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
     Ok(match this {
         Value::String(v) => Value::Bytes(v.as_bytes().to_vec().into()),
         Value::Bytes(v) => Value::Bytes(v),
-        v => return Err(ftx.error(format!("cannot convert {v:?} to bytes"))),
+        v => return Err(cannot_convert(ftx, &v, "bytes")),
     })
 }
 
@@ -203,7 +214,7 @@ pub fn bool(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
                 return Err(ftx.error(format!("type conversion error: {other:?} is not a bool")))
             }
         },
-        v => return Err(ftx.error(format!("cannot convert {v:?} to bool"))),
+        v => return Err(cannot_convert(ftx, &v, "bool")),
     })
 }
 
@@ -217,7 +228,7 @@ pub fn double(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
         Value::Float(v) => Value::Float(v),
         Value::Int(v) => Value::Float(v as f64),
         Value::UInt(v) => Value::Float(v as f64),
-        v => return Err(ftx.error(format!("cannot convert {v:?} to double"))),
+        v => return Err(cannot_convert(ftx, &v, "double")),
     })
 }
 
@@ -249,7 +260,7 @@ pub fn uint(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
                 .map_err(|_| ftx.error("unsigned integer overflow"))?,
         ),
         Value::UInt(v) => Value::UInt(v),
-        v => return Err(ftx.error(format!("cannot convert {v:?} to uint"))),
+        v => return Err(cannot_convert(ftx, &v, "uint")),
     })
 }
 
@@ -276,7 +287,7 @@ pub fn int(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
         Value::UInt(v) => Value::Int(v.try_into().map_err(|_| ftx.error("integer overflow"))?),
         #[cfg(feature = "chrono")]
         Value::Timestamp(t) => Value::Int(t.timestamp()),
-        v => return Err(ftx.error(format!("cannot convert {v:?} to int"))),
+        v => return Err(cannot_convert(ftx, &v, "int")),
     })
 }
 
@@ -441,7 +452,7 @@ pub mod time {
                 .map_err(|e| ftx.error(e)),
             Value::Duration(d) if crate::duration::in_range(&d) => Ok(Value::Duration(d)),
             Value::Duration(_) => Err(ftx.error("duration out of range")),
-            v => Err(ftx.error(format!("cannot convert {v:?} to duration"))),
+            v => Err(super::cannot_convert(ftx, &v, "duration")),
         }
     }
 
@@ -460,7 +471,7 @@ pub mod time {
             Value::Int(secs) => DateTime::from_timestamp(secs, 0)
                 .ok_or_else(|| ftx.error("timestamp out of range"))?
                 .fixed_offset(),
-            v => return Err(ftx.error(format!("cannot convert {v:?} to timestamp"))),
+            v => return Err(super::cannot_convert(ftx, &v, "timestamp")),
         };
         if !crate::common::types::timestamp::in_range(&ts) {
             return Err(ftx.error("timestamp out of range"));
