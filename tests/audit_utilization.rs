@@ -6,27 +6,16 @@
 //! `--utilization FILE`; with Prometheus stopped the report still renders
 //! and says why the section is missing. Skipped, saying so, when the
 //! `prometheus` or `promtool` binary is absent (`.ci/run` installs them).
+mod common;
+
+use common::prometheus::{get, tool, Prometheus};
 use serde_json::{json, Value};
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
 
 const ENGINE: &str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE";
 const UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
-
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        println!("skipped: no `{name}` on PATH (Debian's prometheus package; .ci/run installs it)");
-    }
-    found
-}
 
 /// A series dcgm-exporter exports for GPU `gpu` of a node, used by
 /// `namespace/pod` (labels as the exporter's Kubernetes mapping sets them).
@@ -173,91 +162,8 @@ fn serve(dir: &Path, history: &str, cluster: &Value) -> Option<(Prometheus, Path
     );
     let dump = dir.join("cluster.json");
     std::fs::write(&dump, cluster.to_string()).unwrap();
-    Some((Prometheus::start(&prometheus, dir, &data), dump))
-}
-
-/// A Prometheus on a loopback port, serving the TSDB in `data`.
-struct Prometheus {
-    child: Child,
-    url: String,
-}
-
-impl Prometheus {
-    fn start(binary: &Path, dir: &Path, data: &Path) -> Prometheus {
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            "global:\n  evaluation_interval: 1m\nscrape_configs: []\n",
-        )
-        .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-        let child = Command::new(binary)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", data.display()))
-            .arg("--storage.tsdb.retention.time=30d")
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus");
-        let mut prometheus = Prometheus {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        // A bound on the wait, not an assertion on speed.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok((200, _)) = get(port, "/-/ready") {
-                break;
-            }
-            if let Ok(Some(status)) = prometheus.child.try_wait() {
-                panic!(
-                    "prometheus exited ({status}): {}",
-                    std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
-                );
-            }
-            assert!(Instant::now() < deadline, "prometheus never got ready");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        prometheus
-    }
-
-    fn port(&self) -> u16 {
-        self.url.rsplit(':').next().unwrap().parse().unwrap()
-    }
-
-    fn stop(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `GET path` on loopback: (status, body).
-fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    Ok((status, body.to_string()))
+    let config = "global:\n  evaluation_interval: 1m\nscrape_configs: []\n";
+    Some((Prometheus::start(&prometheus, dir, &data, config), dump))
 }
 
 fn audit(dump: &Path, extra: &[&str], format: &str) -> String {

@@ -2,7 +2,10 @@
 //! (deploy/observability/) against what a running server exports: their
 //! structure, and every metric name their PromQL uses present in the
 //! `/metrics` of the real server after a few reviews (the audit families
-//! included, as the periodic report leaves them).
+//! included, as the periodic report leaves them). And the shipped
+//! ServiceMonitor as Prometheus Operator turns it into a scrape
+//! configuration, run by a real Prometheus against `serve` in a cluster:
+//! the namespace a series describes survives the target's labels.
 mod common;
 
 use common::{admission_review, config, fixture, TestServer};
@@ -26,16 +29,20 @@ fn repo_file(path: &str) -> String {
 /// Series Prometheus makes itself for every target.
 const SCRAPE_SERIES: &[&str] = &["up"];
 
-/// What a `/metrics` page declares: each family's type, and every sample name.
+/// What a `/metrics` page declares: each family's type, every sample
+/// name, and every label name.
 struct Exposition {
     families: BTreeMap<String, String>,
     samples: BTreeSet<String>,
+    labels: BTreeSet<String>,
 }
 
 impl Exposition {
     fn parse(text: &str) -> Exposition {
         let mut families = BTreeMap::new();
         let mut samples = BTreeSet::new();
+        let mut labels = BTreeSet::new();
+        let label = Regex::new(r#"([A-Za-z_][A-Za-z0-9_]*)="(?:[^"\\]|\\.)*""#).unwrap();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let mut words = rest.split_whitespace();
@@ -46,9 +53,15 @@ impl Exposition {
             } else if !line.starts_with('#') && !line.trim().is_empty() {
                 let end = line.find(['{', ' ']).unwrap_or(line.len());
                 samples.insert(line[..end].to_string());
+                let set = line[end..].rsplit_once('}').map_or("", |(set, _)| set);
+                labels.extend(label.captures_iter(set).map(|c| c[1].to_string()));
             }
         }
-        Exposition { families, samples }
+        Exposition {
+            families,
+            samples,
+            labels,
+        }
     }
 
     /// Whether a query naming `name` can find it: a sample exported now,
@@ -713,4 +726,302 @@ fn the_alerts_cover_the_failure_modes_at_the_shipped_budgets() {
             0.8 * timeout
         );
     }
+}
+
+/// The target labels Prometheus Operator gives every series it scrapes
+/// through a ServiceMonitor (and `instance`, Prometheus' own).
+const TARGET_LABELS: [&str; 7] = [
+    "namespace",
+    "service",
+    "pod",
+    "container",
+    "endpoint",
+    "job",
+    "instance",
+];
+
+/// The scrape configuration Prometheus Operator generates for endpoint 0
+/// of `monitor` (a ServiceMonitor), with the Service and Deployment in
+/// `objects` it selects, as a static target at `address`: the labels its
+/// relabeling gives a target of the endpoints role (namespace, service,
+/// pod, container, endpoint, and job, the Service's name) and
+/// `honor_labels` from `honorLabels`. A field this translation does not
+/// know is refused, so that an edit to the ServiceMonitor cannot change
+/// the scrape unseen.
+fn scrape_config(monitor: &Value, objects: &[Value], address: &str) -> Result<Value, String> {
+    let known = |at: &str, value: &Value, fields: &[&str]| -> Result<(), String> {
+        let map = value.as_object().ok_or(format!("{at} is not a map"))?;
+        match map.keys().find(|k| !fields.contains(&k.as_str())) {
+            Some(k) => Err(format!("{at}.{k}: not known to the translation")),
+            None => Ok(()),
+        }
+    };
+    if monitor["apiVersion"] != "monitoring.coreos.com/v1" || monitor["kind"] != "ServiceMonitor" {
+        return Err("not a monitoring.coreos.com/v1 ServiceMonitor".into());
+    }
+    let spec = &monitor["spec"];
+    known("spec", spec, &["selector", "endpoints"])?;
+    known("spec.selector", &spec["selector"], &["matchLabels"])?;
+    let [endpoint] = spec["endpoints"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+    else {
+        return Err("spec.endpoints: not exactly one".into());
+    };
+    known(
+        "spec.endpoints[0]",
+        endpoint,
+        &["port", "path", "interval", "honorLabels"],
+    )?;
+    let namespace = monitor["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default();
+    let port = endpoint["port"]
+        .as_str()
+        .ok_or("no spec.endpoints[0].port")?;
+    let has_labels = |labels: &Value, wanted: &Value| {
+        let wanted = wanted.as_object().cloned().unwrap_or_default();
+        wanted.iter().all(|(k, v)| labels[k] == *v)
+    };
+    let of_kind = |kind: &'static str| {
+        objects
+            .iter()
+            .filter(move |o| o["kind"] == kind && o["metadata"]["namespace"] == namespace)
+    };
+    let services: Vec<&Value> = of_kind("Service")
+        .filter(|s| has_labels(&s["metadata"]["labels"], &spec["selector"]["matchLabels"]))
+        .collect();
+    let [service] = services.as_slice() else {
+        return Err(format!("{} Services selected, not one", services.len()));
+    };
+    let service_port = (service["spec"]["ports"].as_array().into_iter().flatten())
+        .find(|p| p["name"] == port)
+        .ok_or(format!("the Service has no port {port}"))?;
+    let deployment = of_kind("Deployment")
+        .find(|d| {
+            has_labels(
+                &d["spec"]["template"]["metadata"]["labels"],
+                &service["spec"]["selector"],
+            )
+        })
+        .ok_or("no Deployment behind the Service")?;
+    let containers = deployment["spec"]["template"]["spec"]["containers"].as_array();
+    let container = (containers.into_iter().flatten())
+        .find(|c| {
+            (c["ports"].as_array().into_iter().flatten())
+                .any(|p| p["name"] == service_port["targetPort"])
+        })
+        .ok_or("no container serves the port")?;
+    let honor_labels = (endpoint.get("honorLabels"))
+        .map_or(Some(false), Value::as_bool)
+        .ok_or("spec.endpoints[0].honorLabels is not a boolean")?;
+    let service_name = &service["metadata"]["name"];
+    let labels = json!({
+        "namespace": namespace,
+        "service": service_name,
+        "pod": format!("{}-5d8c7b9f6-x2k9q", deployment["metadata"]["name"].as_str().unwrap_or_default()),
+        "container": container["name"],
+        "endpoint": port,
+        "job": service_name,
+    });
+    let mut config = json!({
+        "job_name": format!("serviceMonitor/{namespace}/{}/0", monitor["metadata"]["name"].as_str().unwrap_or_default()),
+        "honor_labels": honor_labels,
+        "metrics_path": endpoint["path"].as_str().unwrap_or("/metrics"),
+        "static_configs": [{"targets": [address], "labels": labels}],
+    });
+    if let Some(interval) = endpoint.get("interval") {
+        config["scrape_interval"] = interval.clone();
+    }
+    Ok(config)
+}
+
+fn service_monitor() -> Value {
+    serde_yaml::from_str(&repo_file("deploy/observability/servicemonitor.yaml"))
+        .expect("the ServiceMonitor is YAML")
+}
+
+/// The Service and Deployment the ServiceMonitor selects, as deploy/base
+/// ships them.
+fn scraped_objects() -> Vec<Value> {
+    ["deploy/base/service.yaml", "deploy/base/deployment.yaml"]
+        .iter()
+        .map(|f| serde_yaml::from_str(&repo_file(f)).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_service_monitor_translates_and_an_unknown_field_is_refused() {
+    let config = scrape_config(&service_monitor(), &scraped_objects(), "10.0.0.7:9090").unwrap();
+    assert_eq!(
+        config["static_configs"][0]["labels"],
+        json!({"namespace": "gpu-admission", "service": "gpu-admission",
+               "pod": "gpu-admission-5d8c7b9f6-x2k9q", "container": "gpu-admission",
+               "endpoint": "metrics", "job": "gpu-admission"})
+    );
+    for (place, field) in [
+        ("/spec", "namespaceSelector"),
+        ("/spec", "jobLabel"),
+        ("/spec/selector", "matchExpressions"),
+        ("/spec/endpoints/0", "metricRelabelings"),
+        ("/spec/endpoints/0", "relabelings"),
+        ("/spec/endpoints/0", "scheme"),
+    ] {
+        let mut copy = service_monitor();
+        copy.pointer_mut(place).unwrap()[field] = json!({});
+        let refused = scrape_config(&copy, &scraped_objects(), "10.0.0.7:9090").unwrap_err();
+        assert!(
+            refused.ends_with(&format!(".{field}: not known to the translation")),
+            "{refused}"
+        );
+    }
+    let mut copy = service_monitor();
+    copy["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] = json!("other");
+    assert_eq!(
+        scrape_config(&copy, &scraped_objects(), "10.0.0.7:9090").unwrap_err(),
+        "0 Services selected, not one"
+    );
+}
+
+/// Our label names that are also target labels: with `honorLabels` ours
+/// win for these, and a series of ours that has one of them is shown as
+/// it describes it. None of ours may be a label that says which replica
+/// was scraped (job, instance, pod, service, container): honoring it
+/// would merge the replicas' series and break the `job` selectors.
+#[tokio::test]
+async fn only_namespace_and_endpoint_of_our_labels_are_target_labels() {
+    let exported = scrape().await;
+    let shared: Vec<&str> = TARGET_LABELS
+        .into_iter()
+        .filter(|l| exported.labels.contains(*l))
+        .collect();
+    assert_eq!(shared, ["namespace", "endpoint"], "{:?}", exported.labels);
+}
+
+/// The shipped ServiceMonitor, translated as Prometheus Operator would,
+/// scraping a real `serve` in a cluster (the fake API server) with a
+/// GpuBudget at its limit and a pending pod; a real Prometheus queried
+/// through its HTTP API. The chart renders the same ServiceMonitor
+/// (ci/chart-checks.sh compares them). Skipped, saying so, without the
+/// `prometheus` binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scraped_as_prometheus_operator_does_our_namespace_label_is_kept() {
+    use common::fake_apiserver::{FakeApiServer, Resource, NAMESPACES};
+    use common::in_cluster::InCluster;
+    use common::prometheus::{tool, Prometheus};
+    let Some(binary) = tool("prometheus") else {
+        return;
+    };
+    let budgets = Resource::new(
+        "gpu-admission.io",
+        "v1alpha1",
+        "GpuBudget",
+        "gpubudgets",
+        true,
+    );
+    let pods = Resource::new("", "v1", "Pod", "pods", true);
+    let fake = FakeApiServer::start(vec![NAMESPACES, budgets, pods]).await;
+    let pod = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "nlp", "uid": format!("uid-{name}")},
+               "spec": {"containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.08-py3",
+                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    };
+    fake.change(|c| {
+        c.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nlp"}}));
+        c.apply(
+            json!({"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+                       "metadata": {"name": "team-nlp", "namespace": "nlp"},
+                       "spec": {"total": 2}}),
+        );
+        let mut running = pod("running");
+        running["spec"]["nodeName"] = json!("aks-a100-1");
+        running["status"] = json!({"phase": "Running"});
+        c.apply(running);
+        let mut pending = pod("pending");
+        pending["status"] = json!({"phase": "Pending"});
+        c.apply(pending);
+    });
+    let server = InCluster::serve_with(&fake, &["--metrics-listen", "127.0.0.1:0"]);
+    server.wait_until_ready().await;
+    let review = common::webhooks::Review::create(pod("next"))
+        .request("6f0c1d2e-8a52-4e0c-9b7e-1a9c52d45f1d");
+    let review = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview", "request": review}))
+    .unwrap();
+    for path in ["/mutate", "/validate"] {
+        assert_eq!(server.request("POST", path, &review).await.0, 200);
+    }
+
+    let address = server.metrics_addr.unwrap().to_string();
+    let mut job = scrape_config(&service_monitor(), &scraped_objects(), &address).unwrap();
+    // Scraped every second, not every 30 s: timing only.
+    job["scrape_interval"] = json!("1s");
+    job["scrape_timeout"] = json!("1s");
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({"scrape_configs": [job]}).to_string();
+    let prometheus = Prometheus::start(&binary, dir.path(), &dir.path().join("data"), &config);
+    let used = r#"gpu_admission_budget_used{job="gpu-admission"}"#;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while prometheus.query(used).is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never scraped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The budget's series: our namespace, the target's identity beside it.
+    let target = json!({"job": "gpu-admission", "service": "gpu-admission",
+        "pod": "gpu-admission-5d8c7b9f6-x2k9q", "container": "gpu-admission",
+        "endpoint": "metrics", "instance": address});
+    let mut want = target.clone();
+    want["__name__"] = json!("gpu_admission_budget_used");
+    for (k, v) in [
+        ("namespace", "nlp"),
+        ("budget", "team-nlp"),
+        ("model", "total"),
+    ] {
+        want[k] = json!(v);
+    }
+    let series = prometheus.query(used);
+    assert_eq!(series.len(), 1, "{series:#?}");
+    assert_eq!(series[0]["metric"], want);
+    assert_eq!(series[0]["value"][1], "2");
+
+    // The shipped alert names the team's namespace.
+    let alerts: BTreeMap<String, String> = rule_queries(&rules()).unwrap().into_iter().collect();
+    let firing = prometheus.query(&alerts["GpuAdmissionBudgetFullWithPendingPods"]);
+    let labels: Vec<&Value> = firing.iter().map(|s| &s["metric"]).collect();
+    assert_eq!(
+        labels,
+        [&json!({"namespace": "nlp", "budget": "team-nlp", "model": "total"})]
+    );
+
+    // Our endpoint label (what the latency alert and the dashboard group
+    // by) is kept too; the server's own series stay in its namespace.
+    let by_endpoint = prometheus.query(
+        r#"sum by (endpoint, namespace) (gpu_admission_request_duration_seconds_count{job="gpu-admission"})"#,
+    );
+    let found: BTreeSet<String> = by_endpoint
+        .iter()
+        .map(|s| s["metric"].to_string())
+        .collect();
+    let expected: BTreeSet<String> = ["mutate", "validate"]
+        .iter()
+        .map(|e| json!({"endpoint": e, "namespace": "gpu-admission"}).to_string())
+        .collect();
+    assert_eq!(found, expected);
+
+    // The target's identity is whole, and nothing was renamed exported_*.
+    let up = prometheus.query(r#"up{job="gpu-admission"}"#);
+    let mut want = target;
+    want["__name__"] = json!("up");
+    want["namespace"] = json!("gpu-admission");
+    assert_eq!(up.len(), 1, "{up:#?}");
+    assert_eq!((&up[0]["metric"], &up[0]["value"][1]), (&want, &json!("1")));
+    let names = prometheus.api("labels", &[("match[]", r#"{job="gpu-admission"}"#)]);
+    let renamed: Vec<&Value> = (names.as_array().into_iter().flatten())
+        .filter(|n| n.as_str().is_some_and(|n| n.starts_with("exported_")))
+        .collect();
+    assert!(renamed.is_empty(), "{renamed:?}");
+    prometheus.stop();
 }

@@ -8,6 +8,7 @@ pub mod fake_apiserver;
 pub mod hostile;
 pub mod http;
 pub mod in_cluster;
+pub mod prometheus;
 pub mod shared_data;
 pub mod webhooks;
 
