@@ -116,7 +116,8 @@ render "$work/h-observability.yaml" -f "$chart/ci/observability-values.yaml"
 render "$work/h-custom.yaml" -f "$chart/ci/custom-values.yaml"
 render "$work/h-existing.yaml" --set policies.existingConfigMap=team-policies
 helm template other "$chart" --namespace elsewhere --set fullnameOverride=gpa \
-  --set report.enabled=true --set certificates.mode=self > "$work/h-renamed.yaml"
+  --set report.enabled=true --set certificates.mode=self \
+  --set serviceMonitor.enabled=true > "$work/h-renamed.yaml"
 render "$work/h-existing-only.yaml" --set policies.existingConfigMap=team-policies --set policies.shipped=false
 
 cat > "$work/compare.py" <<'EOF'
@@ -279,6 +280,13 @@ for o in objs:
         errors.append(f"renamed: {o['kind']} {o['metadata']['name']} in namespace {ns_}")
     if not o["metadata"]["name"].startswith("gpa"):
         errors.append(f"renamed: {o['kind']} {o['metadata']['name']} does not follow fullnameOverride")
+# The scrape's job label stays gpu-admission, which the dashboard and the
+# alerts select: Prometheus Operator takes it from the Service's label
+# jobLabel names (else from the Service's name, gpa here).
+monitor = by["ServiceMonitor"]["gpa"]
+job = by["Service"]["gpa"]["metadata"].get("labels", {}).get(monitor["spec"].get("jobLabel", ""))
+if job != "gpu-admission":
+    errors.append(f"renamed: the ServiceMonitor's job label would be {job or 'gpa'!r}, not gpu-admission")
 granted = {n for r in by["Role"].values() for rule in r["rules"] for n in rule.get("resourceNames", [])}
 def flag(name, default=None):
     return next((a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")), default)

@@ -744,7 +744,8 @@ const TARGET_LABELS: [&str; 7] = [
 /// of `monitor` (a ServiceMonitor), with the Service and Deployment in
 /// `objects` it selects, as a static target at `address`: the labels its
 /// relabeling gives a target of the endpoints role (namespace, service,
-/// pod, container, endpoint, and job, the Service's name) and
+/// pod, container, endpoint, and job: the Service's label `jobLabel`
+/// names when the Service has it, else the Service's name) and
 /// `honor_labels` from `honorLabels`. A field this translation does not
 /// know is refused, so that an edit to the ServiceMonitor cannot change
 /// the scrape unseen.
@@ -760,7 +761,7 @@ fn scrape_config(monitor: &Value, objects: &[Value], address: &str) -> Result<Va
         return Err("not a monitoring.coreos.com/v1 ServiceMonitor".into());
     }
     let spec = &monitor["spec"];
-    known("spec", spec, &["selector", "endpoints"])?;
+    known("spec", spec, &["jobLabel", "selector", "endpoints"])?;
     known("spec.selector", &spec["selector"], &["matchLabels"])?;
     let [endpoint] = spec["endpoints"]
         .as_array()
@@ -817,13 +818,17 @@ fn scrape_config(monitor: &Value, objects: &[Value], address: &str) -> Result<Va
         .map_or(Some(false), Value::as_bool)
         .ok_or("spec.endpoints[0].honorLabels is not a boolean")?;
     let service_name = &service["metadata"]["name"];
+    let job = (spec["jobLabel"].as_str())
+        .and_then(|label| service["metadata"]["labels"][label].as_str())
+        .filter(|value| !value.is_empty())
+        .map_or(service_name.clone(), |value| json!(value));
     let labels = json!({
         "namespace": namespace,
         "service": service_name,
         "pod": format!("{}-5d8c7b9f6-x2k9q", deployment["metadata"]["name"].as_str().unwrap_or_default()),
         "container": container["name"],
         "endpoint": port,
-        "job": service_name,
+        "job": job,
     });
     let mut config = json!({
         "job_name": format!("serviceMonitor/{namespace}/{}/0", monitor["metadata"]["name"].as_str().unwrap_or_default()),
@@ -862,7 +867,7 @@ fn the_service_monitor_translates_and_an_unknown_field_is_refused() {
     );
     for (place, field) in [
         ("/spec", "namespaceSelector"),
-        ("/spec", "jobLabel"),
+        ("/spec", "targetLabels"),
         ("/spec/selector", "matchExpressions"),
         ("/spec/endpoints/0", "metricRelabelings"),
         ("/spec/endpoints/0", "relabelings"),
@@ -882,6 +887,20 @@ fn the_service_monitor_translates_and_an_unknown_field_is_refused() {
         scrape_config(&copy, &scraped_objects(), "10.0.0.7:9090").unwrap_err(),
         "0 Services selected, not one"
     );
+    // A Service another name calls (a chart's fullnameOverride) still
+    // gives the job the dashboard and the alerts select, by jobLabel.
+    let mut objects = scraped_objects();
+    objects[0]["metadata"]["name"] = json!("gpa");
+    let config = scrape_config(&service_monitor(), &objects, "10.0.0.7:9090").unwrap();
+    let labels = &config["static_configs"][0]["labels"];
+    assert_eq!(
+        (&labels["service"], &labels["job"]),
+        (&json!("gpa"), &json!("gpu-admission"))
+    );
+    let mut copy = service_monitor();
+    copy["spec"].as_object_mut().unwrap().remove("jobLabel");
+    let config = scrape_config(&copy, &objects, "10.0.0.7:9090").unwrap();
+    assert_eq!(config["static_configs"][0]["labels"]["job"], "gpa");
 }
 
 /// Our label names that are also target labels: with `honorLabels` ours
