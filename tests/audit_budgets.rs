@@ -214,8 +214,26 @@ fn gpus_claimed_through_dra_are_held_against_the_budget() {
         .unwrap();
     let results: Value = serde_json::from_slice(&out.stdout).unwrap();
     let denial = results[0]["denials"][0].as_str().unwrap_or_default();
-    assert!(
-        denial.starts_with("GpuBudget nlp/gpus allows 2 A100 GPUs held at once; 2/2 are held and this pod asks for 1 more"),
-        "{results}"
+    let said = "GpuBudget nlp/gpus allows 2 A100 GPUs held at once; 2/2 are held and this pod asks for 1 more";
+    assert!(denial.starts_with(said), "{results}");
+
+    // `test` with the dump as its spec.cluster: the same denial.
+    let test = json!({"apiVersion": "gpu-admission.io/v1alpha1", "kind": "PolicyTest",
+        "metadata": {"name": "dra-budget"},
+        "spec": {"cluster": [{"file": "dump.json"}], "cases": [{"name": "next", "namespace": "nlp",
+            "object": next, "expect": {"denied": [{"budget": "nlp/gpus", "message": said}]}}]}});
+    std::fs::write(dir.path().join("tests.yaml"), test.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .arg("test")
+        .arg(dir.path())
+        .arg("--policies")
+        .arg(root.join("policies"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().last(),
+        Some("1 passed, 0 failed"),
+        "{stdout}"
     );
 }
