@@ -522,6 +522,29 @@ async fn a_restarted_server_counts_what_is_held_before_it_is_ready() {
     assert!(message.contains(said), "{message}");
 }
 
+/// `serve` started with `running` stored running on `node`, while the
+/// kind `late` cannot be listed: it stays not ready (saying `<what> not
+/// synced`) until the kind is listed, 300 ms on.
+async fn serve_listing_late(
+    fake: &FakeApiServer,
+    mut running: Value,
+    node: &str,
+    (late, what): (Resource, &str),
+) -> InCluster {
+    running["spec"]["nodeName"] = json!(node);
+    running["status"] = json!({"phase": "Running"});
+    fake.change(|c| {
+        c.apply(running);
+        c.fail(&late, 500, usize::MAX)
+    });
+    let server = InCluster::serve(fake);
+    not_ready_for(&server, &format!("{what} not synced")).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fake.change(|c| c.heal(&late));
+    server.wait_until_ready().await;
+    server
+}
+
 /// `serve` charges a pod bound to a node by the node's size from its
 /// first list of pods on, which waits for the nodes' list: the A100 room
 /// a running pod allowed on an A100 or a T4 does not take, on a T4 node,
@@ -530,19 +553,9 @@ async fn a_restarted_server_counts_what_is_held_before_it_is_ready() {
 async fn serve_counts_a_bound_pod_by_the_size_of_its_node() {
     let fake = FakeApiServer::start(vec![NAMESPACES, BUDGETS, PODS, NODES]).await;
     serve_cluster(&fake, 1, 0);
-    fake.change(|c| {
-        c.apply(t4_node());
-        let mut running = pod("nlp", "either", 1, &["A100", "T4"]);
-        running["spec"]["nodeName"] = json!("aks-t4-1");
-        running["status"] = json!({"phase": "Running"});
-        c.apply(running);
-        c.fail(&NODES, 500, usize::MAX)
-    });
-    let server = InCluster::serve(&fake);
-    not_ready_for(&server, "nodes not synced").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    fake.change(|c| c.heal(&NODES));
-    server.wait_until_ready().await;
+    fake.change(|c| c.apply(t4_node()));
+    let either = pod("nlp", "either", 1, &["A100", "T4"]);
+    let server = serve_listing_late(&fake, either, "aks-t4-1", (NODES, "nodes")).await;
     let (allowed, message) = server.validate_pod(&pod("nlp", "next", 1, &["A100"])).await;
     assert!(allowed, "{message}");
     let (allowed, message) = server.validate_pod(&pod("nlp", "more", 1, &["A100"])).await;
@@ -565,19 +578,10 @@ async fn serve_counts_the_gpus_a_running_pod_claims_through_dra() {
     ];
     let fake = FakeApiServer::start(served.to_vec()).await;
     serve_cluster(&fake, 2, 0);
-    fake.change(|c| {
-        c.apply(two_gpus());
-        let mut running = claiming("dra", &["A100"]);
-        running["spec"]["nodeName"] = json!("aks-a100-1");
-        running["status"] = json!({"phase": "Running"});
-        c.apply(running);
-        c.fail(&RESOURCE_CLAIM_TEMPLATES, 500, usize::MAX)
-    });
-    let server = InCluster::serve(&fake);
-    not_ready_for(&server, "resource claim templates not synced").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    fake.change(|c| c.heal(&RESOURCE_CLAIM_TEMPLATES));
-    server.wait_until_ready().await;
+    fake.change(|c| c.apply(two_gpus()));
+    let late = (RESOURCE_CLAIM_TEMPLATES, "resource claim templates");
+    let dra = claiming("dra", &["A100"]);
+    let server = serve_listing_late(&fake, dra, "aks-a100-1", late).await;
     let (allowed, message) = server.validate_pod(&pod("nlp", "next", 1, &["A100"])).await;
     assert!(!allowed, "{message}");
     assert!(
