@@ -183,6 +183,11 @@ impl Admission {
         self.namespaces.as_ref()
     }
 
+    /// Where pods' DRA claims are looked up.
+    pub fn claims(&self) -> &dyn ClaimLookup {
+        self.claims.as_ref()
+    }
+
     /// The `/mutate` answer: placement patch for pods on CREATE and for
     /// Karpenter NodePools on CREATE and UPDATE, then every matching
     /// MutatingAdmissionPolicy in the order of its name, each on what the

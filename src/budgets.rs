@@ -15,7 +15,7 @@ use crate::k8s::json::{labels_of, str_at, FieldError};
 use crate::k8s::labels::{LabelSelector, LabelSelectorDoc};
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::workloads::pod_is_finished;
-use crate::k8s::{NamespaceLookup, NodeInfo};
+use crate::k8s::{ClaimLookup, NamespaceLookup, NodeInfo};
 use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Borrow;
@@ -268,17 +268,24 @@ pub fn node_sizes<'a>(objects: impl IntoIterator<Item = &'a Value>) -> HashMap<S
         .collect()
 }
 
-/// [`charge_on`] of `pod`, the VM size of its node looked up in `sizes`
-/// ([`node_sizes`]).
+/// [`charge_on`] of `pod` as it is held, bound to a node of VM size
+/// `landed` (if known), the GPUs of its DRA claims looked up in `claims`
+/// counted as admission counts them: what every count of what is held
+/// charges (the server's cache, the audit, the offline commands).
 pub fn charge_landed(
     pod: &Value,
-    sizes: &HashMap<String, String>,
+    landed: Option<&str>,
+    claims: &dyn ClaimLookup,
     catalog: &Catalog,
     resources: &GpuResources,
 ) -> Option<Charge> {
-    let facts = GpuFacts::of(pod, catalog, resources);
-    let landed = sizes.get(&facts.node_name).map(String::as_str);
+    let facts = GpuFacts::claiming(pod, claims, catalog, resources);
     charge_on(&facts, catalog, landed)
+}
+
+/// The VM size of the node `pod` is bound to, in `sizes` ([`node_sizes`]).
+pub fn landed<'s>(pod: &Value, sizes: &'s HashMap<String, String>) -> Option<&'s str> {
+    sizes.get(str_at(pod, "/spec/nodeName")).map(String::as_str)
 }
 
 /// The order "more expensive" follows (the catalog has no prices): a
@@ -425,12 +432,13 @@ impl StaticBudgets {
     /// The GpuBudgets among `objects` that read, each holding the GPUs of
     /// the Pods among them that are not finished in the namespaces it
     /// covers (labels from `namespaces`; a pod bound to one of the Nodes
-    /// among them charged by its size): what `evaluate` reads of a
-    /// manifest and of a dump of the cluster. A namespaceSelector is
-    /// honoured wherever the budget is.
+    /// among them charged by its size, its DRA claims looked up in
+    /// `claims`): what `evaluate` reads of a manifest and of a dump of the
+    /// cluster. A namespaceSelector is honoured wherever the budget is.
     pub fn of_objects(
         objects: &[&Value],
         namespaces: &dyn NamespaceLookup,
+        claims: &dyn ClaimLookup,
         catalog: &Catalog,
         resources: &GpuResources,
     ) -> StaticBudgets {
@@ -440,7 +448,8 @@ impl StaticBudgets {
         let held: Vec<(String, BTreeMap<String, String>, Charge)> = (objects.iter())
             .filter(|o| kind(o, "Pod") && !pod_is_finished(o))
             .filter_map(|pod| {
-                let charge = charge_landed(pod, &sizes, catalog, resources)?;
+                let landed = landed(pod, &sizes);
+                let charge = charge_landed(pod, landed, claims, catalog, resources)?;
                 let ns = str_at(pod, "/metadata/namespace");
                 Some((ns.to_string(), labels(ns), charge))
             })

@@ -144,3 +144,96 @@ fn a_pod_bound_to_a_node_is_held_against_the_size_of_the_node() {
         .collect();
     assert_eq!(held, [("A100", &json!(0)), ("T4", &json!(1))]);
 }
+
+/// A running pod that asks for no GPU resource but claims 2 GPUs through
+/// a ResourceClaimTemplate of the dump holds them: in the audit's budget
+/// row, and for `evaluate --cluster` of the same dump, whose next GPU pod
+/// the budget then denies.
+#[test]
+fn gpus_claimed_through_dra_are_held_against_the_budget() {
+    let pod = |name: &str, resources: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": name, "namespace": "nlp", "uid": format!("p-{name}")},
+         "spec": {"restartPolicy": "Never",
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "two-gpus"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "karpenter.azure.com/sku-gpu-name",
+                    "operator": "In", "values": ["A100"]}]}]}}},
+            "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.08-py3",
+                "command": ["python", "train.py"], "resources": resources}]}})
+    };
+    let mut running = pod(
+        "dra",
+        json!({"requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"memory": "16Gi"}, "claims": [{"name": "gpu"}]}),
+    );
+    running["spec"]["nodeName"] = json!("aks-a100-0");
+    running["status"] = json!({"phase": "Running"});
+    let dump = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nlp", "labels": {
+            "gpu-admission.io/tier": "standard", "gpu-admission.io/premium-gpus": "true"}}},
+        {"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+         "metadata": {"name": "gpus", "namespace": "nlp"}, "spec": {"models": {"A100": 2}}},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+         "metadata": {"name": "two-gpus", "namespace": "nlp"},
+         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}]}}}},
+        running]});
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dump.json");
+    std::fs::write(&file, dump.to_string()).unwrap();
+    let report: Value = serde_json::from_str(&audit_of(&file, "json")).unwrap();
+    assert_eq!(
+        report["budgets"],
+        json!([{"namespace": "nlp", "budget": "gpus", "model": "A100", "limit": 2,
+                "held": 2, "pending": 0, "queued": 0,
+                "namespaces": {"nlp": {"held": 2, "pending": 0, "queued": 0}}}])
+    );
+
+    let mut next = pod(
+        "next",
+        json!({"requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"memory": "16Gi", "nvidia.com/gpu": "1"}}),
+    );
+    next["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceClaims");
+    let manifest = dir.path().join("next.json");
+    std::fs::write(&manifest, next.to_string()).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .args(["evaluate", "-f"])
+        .arg(&manifest)
+        .arg("--cluster")
+        .arg(&file)
+        .arg("--policies")
+        .arg(root.join("policies"))
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    let results: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let denial = results[0]["denials"][0].as_str().unwrap_or_default();
+    let said = "GpuBudget nlp/gpus allows 2 A100 GPUs held at once; 2/2 are held and this pod asks for 1 more";
+    assert!(denial.starts_with(said), "{results}");
+
+    // `test` with the dump as its spec.cluster: the same denial.
+    let test = json!({"apiVersion": "gpu-admission.io/v1alpha1", "kind": "PolicyTest",
+        "metadata": {"name": "dra-budget"},
+        "spec": {"cluster": [{"file": "dump.json"}], "cases": [{"name": "next", "namespace": "nlp",
+            "object": next, "expect": {"denied": [{"budget": "nlp/gpus", "message": said}]}}]}});
+    std::fs::write(dir.path().join("tests.yaml"), test.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .arg("test")
+        .arg(dir.path())
+        .arg("--policies")
+        .arg(root.join("policies"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().last(),
+        Some("1 passed, 0 failed"),
+        "{stdout}"
+    );
+}

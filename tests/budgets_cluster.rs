@@ -8,16 +8,21 @@
 //! docs/budgets.md states.
 mod common;
 
-use common::fake_apiserver::{FakeApiServer, Resource, NAMESPACES, NODES};
+use common::fake_apiserver::{
+    FakeApiServer, Resource, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES,
+};
 use common::in_cluster::InCluster;
 use common::webhooks::{Cluster, Outcome, Review};
+use gpu_admission::admission::Admission;
+use gpu_admission::budgets::{self, StaticBudgets, Usage};
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::cluster::budgets::{ClusterBudgets, PodReader};
 use gpu_admission::cluster::watch::{CacheMetrics, Settings};
 use gpu_admission::cluster::ClusterNodes;
 use gpu_admission::gpu::facts::GpuFacts;
-use gpu_admission::k8s::StaticNamespaces;
+use gpu_admission::k8s::{NoClaims, StaticClaims, StaticNamespaces};
 use gpu_admission::placement::ProfileSet;
+use gpu_admission::review::Operation;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,13 +97,35 @@ const A100: [&str; 3] = [
 const H100: [&str; 2] = ["Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5"];
 
 /// How serve reads a pod into its charge: with the shipped policy set's
-/// catalog and GPU resources, and the size of the node it is bound to.
+/// catalog and GPU resources, and the size of the node it is bound to
+/// (these pods claim nothing through DRA).
 fn reader() -> PodReader {
     let placement = shipped();
     Arc::new(move |pod, landed| {
         let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
-        gpu_admission::budgets::charge_on(&GpuFacts::of(pod, catalog, resources), catalog, landed)
+        budgets::charge_landed(pod, landed, &NoClaims, catalog, resources)
     })
+}
+
+/// A ResourceClaimTemplate `two-gpus` in `nlp`: 2 devices of NVIDIA's GPU
+/// device class, as NVIDIA's DRA driver examples write it.
+fn two_gpus() -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two-gpus", "namespace": "nlp"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}]}}}})
+}
+
+/// [`pod`] asking for no GPU resource, its GPUs claimed through
+/// [`two_gpus`] instead.
+fn claiming(name: &str, models: &[&str]) -> Value {
+    let mut claiming = pod("nlp", name, 0, models);
+    claiming["spec"]["resourceClaims"] =
+        json!([{"name": "gpu", "resourceClaimTemplateName": "two-gpus"}]);
+    let resources = &mut claiming["spec"]["containers"][0]["resources"];
+    resources["limits"] = json!({"memory": "16Gi"});
+    resources["claims"] = json!([{"name": "gpu"}]);
+    claiming
 }
 
 /// The fake cluster, the server's budget cache watching it (with its node
@@ -122,7 +149,9 @@ impl Setup {
         let cache = ClusterBudgets::new(Arc::new(StaticNamespaces::new()), "gpu-admission");
         let (settings, metrics) = (Settings::default(), CacheMetrics::default());
         let (nodes, _) = ClusterNodes::start(fake.client(), settings, metrics.clone());
-        let [budgets, pods] = cache.watch(fake.client(), reader(), Some(nodes), settings, metrics);
+        let nodes = Some(nodes);
+        let [budgets, pods] =
+            cache.watch(fake.client(), reader(), nodes, vec![], settings, metrics);
         assert!(budgets.0.synced().await && pods.0.synced().await);
         let cluster = Cluster::start_with_budgets(Arc::new(cache), narrowing).await;
         Setup { fake, cluster }
@@ -493,6 +522,29 @@ async fn a_restarted_server_counts_what_is_held_before_it_is_ready() {
     assert!(message.contains(said), "{message}");
 }
 
+/// `serve` started with `running` stored running on `node`, while the
+/// kind `late` cannot be listed: it stays not ready (saying `<what> not
+/// synced`) until the kind is listed, 300 ms on.
+async fn serve_listing_late(
+    fake: &FakeApiServer,
+    mut running: Value,
+    node: &str,
+    (late, what): (Resource, &str),
+) -> InCluster {
+    running["spec"]["nodeName"] = json!(node);
+    running["status"] = json!({"phase": "Running"});
+    fake.change(|c| {
+        c.apply(running);
+        c.fail(&late, 500, usize::MAX)
+    });
+    let server = InCluster::serve(fake);
+    not_ready_for(&server, &format!("{what} not synced")).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fake.change(|c| c.heal(&late));
+    server.wait_until_ready().await;
+    server
+}
+
 /// `serve` charges a pod bound to a node by the node's size from its
 /// first list of pods on, which waits for the nodes' list: the A100 room
 /// a running pod allowed on an A100 or a T4 does not take, on a T4 node,
@@ -501,23 +553,77 @@ async fn a_restarted_server_counts_what_is_held_before_it_is_ready() {
 async fn serve_counts_a_bound_pod_by_the_size_of_its_node() {
     let fake = FakeApiServer::start(vec![NAMESPACES, BUDGETS, PODS, NODES]).await;
     serve_cluster(&fake, 1, 0);
-    fake.change(|c| {
-        c.apply(t4_node());
-        let mut running = pod("nlp", "either", 1, &["A100", "T4"]);
-        running["spec"]["nodeName"] = json!("aks-t4-1");
-        running["status"] = json!({"phase": "Running"});
-        c.apply(running);
-        c.fail(&NODES, 500, usize::MAX)
-    });
-    let server = InCluster::serve(&fake);
-    not_ready_for(&server, "nodes not synced").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    fake.change(|c| c.heal(&NODES));
-    server.wait_until_ready().await;
+    fake.change(|c| c.apply(t4_node()));
+    let either = pod("nlp", "either", 1, &["A100", "T4"]);
+    let server = serve_listing_late(&fake, either, "aks-t4-1", (NODES, "nodes")).await;
     let (allowed, message) = server.validate_pod(&pod("nlp", "next", 1, &["A100"])).await;
     assert!(allowed, "{message}");
     let (allowed, message) = server.validate_pod(&pod("nlp", "more", 1, &["A100"])).await;
     assert!(!allowed && message.contains("1/1 are held"), "{message}");
+}
+
+/// `serve` charges a pod the GPUs it claims through DRA, its claims
+/// looked up in the server's claim cache: its first list of pods waits for
+/// the claims' list, so a running pod claiming 2 A100s through a
+/// ResourceClaimTemplate holds them even when the templates are listed
+/// after the pods could have been, and the next GPU pod is denied.
+#[tokio::test]
+async fn serve_counts_the_gpus_a_running_pod_claims_through_dra() {
+    let served = [
+        NAMESPACES,
+        BUDGETS,
+        PODS,
+        RESOURCE_CLAIMS,
+        RESOURCE_CLAIM_TEMPLATES,
+    ];
+    let fake = FakeApiServer::start(served.to_vec()).await;
+    serve_cluster(&fake, 2, 0);
+    fake.change(|c| c.apply(two_gpus()));
+    let late = (RESOURCE_CLAIM_TEMPLATES, "resource claim templates");
+    let dra = claiming("dra", &["A100"]);
+    let server = serve_listing_late(&fake, dra, "aks-a100-1", late).await;
+    let (allowed, message) = server.validate_pod(&pod("nlp", "next", 1, &["A100"])).await;
+    assert!(!allowed, "{message}");
+    assert!(
+        message.starts_with(
+            "GpuBudget nlp/team-nlp allows 2 A100 GPUs held at once; 2/2 are held and this pod asks for 1 more"
+        ),
+        "{message}"
+    );
+}
+
+/// What `/validate` records for a pod claiming GPUs through DRA is what
+/// the cache charges it once the watch shows it: the same charge.
+#[test]
+fn admission_and_the_cache_charge_a_pod_claiming_gpus_alike() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let bundle = bundle::load(&PolicySource::Dir(dir)).unwrap().bundle;
+    let mut claims = StaticClaims::new();
+    claims.insert(&two_gpus(), "default");
+    let limits = json!({"models": {"A100": 8}, "sizes": {A100[2]: 8}, "total": 8});
+    let standing = budgets::Standing {
+        budget: Arc::new(budgets::read(&budget("nlp", "team-nlp", limits)).unwrap()),
+        used: Usage::default(),
+    };
+    let recorded = Arc::new(StaticBudgets::new(vec![standing]));
+    let mut namespaces = StaticNamespaces::new();
+    let labels = LABELS.map(|(k, v)| (k.to_string(), v.to_string()));
+    namespaces.insert("nlp", labels.into_iter().collect());
+    let admission = Admission::new(bundle, Arc::new(namespaces))
+        .with_claims(Arc::new(claims.clone()))
+        .with_budgets(recorded.clone());
+    let created = claiming("a", &["A100"]);
+    let req = gpu_admission::offline::build_request(created, None, Operation::Create, None);
+    let evaluation = gpu_admission::offline::evaluate(&admission, req);
+    assert!(evaluation.allowed, "{evaluation:?}");
+    let stored = evaluation.patched.expect("placed");
+    let placement = &admission.bundle().placement;
+    let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
+    let cached = budgets::charge_landed(&stored, None, &claims, catalog, resources).unwrap();
+    assert_eq!((cached.model.as_str(), cached.gpus), ("A100", 2));
+    let mut held = Usage::default();
+    held.add(&cached, 1);
+    assert_eq!(recorded.standings()[0].used, held);
 }
 
 /// N clients create one-A100 pods at once, half through each of two

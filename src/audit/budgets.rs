@@ -1,7 +1,7 @@
 //! GpuBudgets in the audit: per budget and limit, the GPUs the namespaces
 //! it covers hold against it (their pods not finished, each charged as
 //! the server's cache charges it: [`crate::budgets::charge_landed`] with
-//! the Nodes read, the holding rule of
+//! the Nodes and the DRA claims read, the holding rule of
 //! [`crate::k8s::workloads::pod_state`]), of those the pods not on a node
 //! yet, and the GPUs of the workloads Kueue keeps queued there. A limit
 //! reached while pods wait is a finding (`gpu-budget-full`), and so is a
@@ -9,14 +9,14 @@
 //! (`gpu-budget-kueue-mismatch`, [`budget_mismatches`]).
 use super::kueue::{flavors, served};
 use super::Report;
-use crate::budgets::{charge_landed, held_of, Budget, Usage};
+use crate::budgets::{charge_landed, held_of, landed, Budget, Usage};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::request::parse_count;
 use crate::gpu::GpuResources;
 use crate::k8s::json::labels_of;
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::workloads::{group_kind, pod_state};
-use crate::k8s::NamespaceLookup;
+use crate::k8s::{ClaimLookup, NamespaceLookup};
 use crate::placement::ProfileSet;
 use serde::Serialize;
 use serde_json::Value;
@@ -38,12 +38,14 @@ pub struct Holdings {
 }
 
 impl Holdings {
-    /// Adds `pod`, if it asks for GPUs and is not finished (bound to a
-    /// node of `sizes`, charged by its size).
+    /// Adds `pod`, if it asks for GPUs (its DRA claims looked up in
+    /// `claims`) and is not finished (bound to a node of `sizes`, charged
+    /// by its size).
     pub fn pod(
         &mut self,
         pod: &Value,
         sizes: &HashMap<String, String>,
+        claims: &dyn ClaimLookup,
         catalog: &Catalog,
         resources: &GpuResources,
     ) {
@@ -51,7 +53,7 @@ impl Holdings {
         if held + pending == 0 {
             return;
         }
-        if let Some(charge) = charge_landed(pod, sizes, catalog, resources) {
+        if let Some(charge) = charge_landed(pod, landed(pod, sizes), claims, catalog, resources) {
             self.held.add(&charge, 1);
             self.pending.add(&charge, pending);
         }

@@ -113,9 +113,8 @@ impl<'a> Run<'a> {
             let namespace = crate::k8s::json::str_at(pod, "/metadata/namespace");
             self.pods_read.namespaces.insert(namespace.to_string());
             let holdings = report.budget_holdings.entry(namespace.to_string());
-            holdings
-                .or_default()
-                .pod(pod, &self.sizes, catalog, resources);
+            let claims = admission.claims();
+            (holdings.or_default()).pod(pod, &self.sizes, claims, catalog, resources);
             let Some(owner) = controller_uid(pod).and_then(|uid| owners.get(uid)) else {
                 return true;
             };

@@ -1,5 +1,6 @@
 use super::*;
 use crate::gpu::GpuResources;
+use crate::k8s::StaticClaims;
 use serde_json::json;
 
 fn budget(spec: Value) -> Value {
@@ -123,15 +124,64 @@ fn offline_a_pod_bound_to_a_node_among_the_objects_counts_against_its_size() {
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "aks-t4-1",
         "labels": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"}}});
     let budget = budget(json!({"models": {"A100": 4, "T4": 4}}));
-    let objects = [&budget, &node, &bound("aks-t4-1"), &bound("unknown")];
+    let (claiming, template) = claiming_pod(2);
+    let objects = [
+        &budget,
+        &node,
+        &bound("aks-t4-1"),
+        &bound("unknown"),
+        &claiming,
+    ];
     let catalog = Catalog::embedded();
     let namespaces = crate::k8s::StaticNamespaces::new();
-    let budgets =
-        StaticBudgets::of_objects(&objects, &namespaces, &catalog, &GpuResources::default());
+    let mut claims = StaticClaims::new();
+    claims.insert(&template, "default");
+    let budgets = StaticBudgets::of_objects(
+        &objects,
+        &namespaces,
+        &claims,
+        &catalog,
+        &GpuResources::default(),
+    );
     let used = &budgets.standings()[0].used;
+    // The claiming pod's 2 GPUs are held as A100s, as admission counts them.
     assert_eq!(
         (held_of(&used.models, "T4"), held_of(&used.models, "A100")),
-        (1, 1)
+        (1, 3)
+    );
+}
+
+/// A pod in `nlp` allowed on A100s only that asks for no GPU resource
+/// but `gpus` GPUs through the claim made from ResourceClaimTemplate
+/// `two-gpus` (also returned).
+fn claiming_pod(gpus: u64) -> (Value, Value) {
+    let mut claiming = pod("0", &["A100"]);
+    claiming["spec"]["resourceClaims"] =
+        json!([{"name": "gpu", "resourceClaimTemplateName": "two-gpus"}]);
+    claiming["spec"]["containers"][0]["resources"] = json!({"claims": [{"name": "gpu"}]});
+    let template = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two-gpus", "namespace": "nlp"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
+            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": gpus}}]}}}});
+    (claiming, template)
+}
+
+#[test]
+fn a_pod_claiming_gpus_through_dra_is_charged_with_them_where_its_claims_are_known() {
+    let (claiming, template) = claiming_pod(2);
+    let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
+    let mut claims = StaticClaims::new();
+    let charged = |claims: &StaticClaims, landed| {
+        charge_landed(&claiming, landed, claims, &catalog, &resources)
+    };
+    assert_eq!(charged(&claims, None), None, "its claim not known: no GPU");
+    claims.insert(&template, "default");
+    let charge = charged(&claims, None).unwrap();
+    assert_eq!((charge.model.as_str(), charge.gpus), ("A100", 2));
+    let landed = charged(&claims, Some("Standard_NC48ads_A100_v4")).unwrap();
+    assert_eq!(
+        (landed.size.as_str(), landed.gpus),
+        ("Standard_NC48ads_A100_v4", 2)
     );
 }
 

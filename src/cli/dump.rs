@@ -7,6 +7,7 @@ use crate::budgets;
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::dra_devices::is_dra_device_object;
 use crate::gpu::{DraDevices, StaticNodes};
+use crate::k8s::claims::ClaimKind;
 use crate::k8s::json::str_at;
 use crate::k8s::namespaces::with_name_label;
 use crate::offline;
@@ -24,7 +25,8 @@ pub struct ClusterDump {
     pub pools: Vec<Value>,
     pub devices: Vec<Value>,
     pub namespaces: Vec<Value>,
-    /// Its GpuBudgets and Pods (what the budgets hold).
+    /// Its GpuBudgets and Pods (what the budgets hold), with the DRA
+    /// ResourceClaims and ResourceClaimTemplates pods claim GPUs through.
     pub budgets: Vec<Value>,
 }
 
@@ -43,7 +45,9 @@ impl ClusterDump {
                     dump.devices.push(object);
                 } else if is_namespace(&object) {
                     dump.namespaces.push(object);
-                } else if ["Pod", budgets::KIND].contains(&str_at(&object, "/kind")) {
+                } else if ["Pod", budgets::KIND].contains(&str_at(&object, "/kind"))
+                    || ClaimKind::of(&object).is_some()
+                {
                     dump.budgets.push(object);
                 }
                 Ok(())

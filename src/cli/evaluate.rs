@@ -123,6 +123,11 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     for obj in &objects {
         claims.insert(obj, args.namespace.as_deref().unwrap_or("default"));
     }
+    // So are the cluster's, which its pods claim too.
+    let dump = super::dump::ClusterDump::read(&args.cluster)?;
+    for obj in &dump.budgets {
+        claims.insert(obj, "default");
+    }
     let operation = match args.operation {
         OperationArg::Create => Operation::Create,
         OperationArg::Update => Operation::Update,
@@ -166,7 +171,6 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         .iter()
         .filter_map(|r| r.namespace.clone())
         .collect();
-    let dump = super::dump::ClusterDump::read(&args.cluster)?;
     let mut lookup = StaticNamespaces::new();
     for ns in &namespaces {
         lookup.insert(ns, with_name_label(ns, labels.clone()));
@@ -199,8 +203,8 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
         .chain(objects_of(&requests).filter(|o| o["kind"] == budgets::KIND));
     let placement = &loaded.bundle.placement;
     let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
-    let budgets =
-        StaticBudgets::of_objects(&listed.collect::<Vec<_>>(), &lookup, catalog, resources);
+    let listed = listed.collect::<Vec<_>>();
+    let budgets = StaticBudgets::of_objects(&listed, &lookup, &claims, catalog, resources);
     let mut admission = Admission::new(loaded.bundle, Arc::new(lookup))
         .with_budgets(Arc::new(budgets))
         .with_claims(Arc::new(claims))

@@ -760,7 +760,8 @@ async fn watch_cluster(
         "resource claim templates not synced",
     ];
     let mut service = Service::task("resource claims", task);
-    for (gate, watched) in gates.into_iter().zip(claims.watched()) {
+    let claims_watched = claims.watched();
+    for (gate, watched) in gates.into_iter().zip(claims_watched.clone()) {
         service = service.following(readiness.gate(gate), watched);
     }
     daemon.start([service]);
@@ -795,7 +796,15 @@ async fn watch_cluster(
 
     if config.gpu_budgets {
         let (ns, nodes) = (lookups.namespaces.clone(), node_cache);
-        let budgets = PendingBudgets::new(client.clone(), ns, nodes, readiness, settings, metrics);
+        let budgets = PendingBudgets::new(
+            client.clone(),
+            ns,
+            nodes,
+            claims_watched,
+            readiness,
+            settings,
+            metrics,
+        );
         lookups.budgets = Some(budgets);
     } else {
         tracing::info!("GPU budgets off: no GpuBudget applies");

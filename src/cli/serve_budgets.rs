@@ -1,16 +1,16 @@
 //! `serve`'s GpuBudgets: in a cluster with `--gpu-budgets=on`, the
 //! default, a cache of the budgets and of the GPU pods, made before the
 //! [`Admission`] that judges with it and watched once that exists (pods
-//! are read with the catalog and GPU resources of the policies it serves,
-//! a bound pod charged by its node's size as the node cache holds it).
+//! are read with the catalog and GPU resources of the policies it serves
+//! and its DRA claims cache, once that is listed, a bound pod charged by
+//! its node's size as the node cache holds it).
 use crate::admission::Admission;
 use crate::budgets::{self, BudgetLookup};
 use crate::cluster::budgets::metrics::BudgetMetrics;
 use crate::cluster::budgets::{ClusterBudgets, PodReader};
-use crate::cluster::watch::{CacheMetrics, Settings};
+use crate::cluster::watch::{CacheMetrics, Settings, Watched};
 use crate::cluster::ClusterNodes;
 use crate::daemon::Service;
-use crate::gpu::facts::GpuFacts;
 use crate::k8s::NamespaceLookup;
 use crate::server::{Gate, Readiness};
 use std::sync::Arc;
@@ -19,6 +19,7 @@ pub struct PendingBudgets {
     cache: ClusterBudgets,
     client: kube::Client,
     nodes: Option<ClusterNodes>,
+    claims: Vec<Watched>,
     gates: [Gate; 2],
     settings: Settings,
     metrics: CacheMetrics,
@@ -29,11 +30,14 @@ impl PendingBudgets {
     /// pods (so a restarted server counts what is held before it answers);
     /// team budgets (a namespaceSelector) are honoured in the server's
     /// own namespace. Pods bound to a node `nodes` holds are charged by
-    /// its size (`None`: the node cache is off, by their selection).
+    /// its size (`None`: the node cache is off, by their selection); the
+    /// pods are listed once `claims` (the watches of the DRA claims the
+    /// Admission looks up) are.
     pub fn new(
         client: kube::Client,
         namespaces: Arc<dyn NamespaceLookup>,
         nodes: Option<ClusterNodes>,
+        claims: Vec<Watched>,
         readiness: &Readiness,
         settings: Settings,
         metrics: &CacheMetrics,
@@ -43,6 +47,7 @@ impl PendingBudgets {
             cache: ClusterBudgets::new(namespaces, &own),
             client,
             nodes,
+            claims,
             gates: [
                 readiness.gate("gpu budgets not synced"),
                 readiness.gate("pods not synced"),
@@ -60,13 +65,14 @@ impl PendingBudgets {
     pub fn start(self, admission: Arc<Admission>, metrics: &BudgetMetrics) -> [Service; 2] {
         metrics.watch(self.cache.clone());
         let read: PodReader = Arc::new(move |pod, landed| {
-            let bundle = admission.bundle();
+            let (bundle, claims) = (admission.bundle(), admission.claims());
             let (catalog, resources) =
                 (bundle.placement.catalog(), bundle.placement.gpu_resources());
-            budgets::charge_on(&GpuFacts::of(pod, catalog, resources), catalog, landed)
+            budgets::charge_landed(pod, landed, claims, catalog, resources)
         });
-        let (client, nodes) = (self.client, self.nodes);
-        let [budgets, pods] = (self.cache).watch(client, read, nodes, self.settings, self.metrics);
+        let (client, nodes, claims) = (self.client, self.nodes, self.claims);
+        let [budgets, pods] =
+            (self.cache).watch(client, read, nodes, claims, self.settings, self.metrics);
         let [budgets_synced, pods_synced] = self.gates;
         tracing::info!("watching GpuBudgets and pods; ready once both are listed (--gpu-budgets=off does without)");
         [

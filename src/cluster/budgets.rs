@@ -4,12 +4,13 @@
 //! pod watch has not shown yet.
 //!
 //! Of the pods, only GPU pods that are not finished are kept, each as its
-//! charge ([`crate::budgets::Charge`]: GPUs, model, size; read once per
-//! pod and node, not per version: a pod bound to a node the node cache
-//! knows is charged anew by its VM size) and whether it is bound, by the
-//! holding rule the audit uses ([`crate::k8s::workloads::pod_state`]):
-//! bound pods hold their GPUs, pods not bound yet are about to, finished
-//! pods hold nothing. At most [`MAX_PODS`] are kept (beyond: logged, not
+//! charge ([`crate::budgets::Charge`]: GPUs, those its DRA claims ask for
+//! included, model, size; read once per pod and node, not per version: a
+//! pod bound to a node the node cache knows is charged anew by its VM
+//! size, a pod charged no GPU at each of its changes) and whether it is
+//! bound, by the holding rule the audit uses
+//! ([`crate::k8s::workloads::pod_state`]): bound pods hold their GPUs,
+//! pods not bound yet are about to, finished pods hold nothing. At most [`MAX_PODS`] are kept (beyond: logged, not
 //! counted).
 //!
 //! The ledger: a pod this process admitted is counted from the moment it
@@ -141,14 +142,16 @@ impl ClusterBudgets {
     }
 
     /// Watches budgets and pods with `client` (each pod read with `read`,
-    /// given its node's size as `nodes` holds it: the pods are taken in
-    /// once the nodes are listed); each watch until aborted. Call once per
+    /// given its node's size as `nodes` holds it; the pods are taken in
+    /// once the nodes, and `claims` (the watches of the DRA claims `read`
+    /// looks up), are listed); each watch until aborted. Call once per
     /// cache.
     pub fn watch(
         &self,
         client: kube::Client,
         read: PodReader,
         nodes: Option<ClusterNodes>,
+        claims: Vec<Watched>,
         settings: Settings,
         metrics: CacheMetrics,
     ) -> [(Watched, tokio::task::JoinHandle<()>); 2] {
@@ -167,13 +170,16 @@ impl ClusterBudgets {
             metrics.clone(),
             on_budget,
         );
-        let listed = nodes.as_ref().and_then(ClusterNodes::watched);
+        let listed: Vec<Watched> = (nodes.as_ref().and_then(ClusterNodes::watched))
+            .into_iter()
+            .chain(claims)
+            .collect();
         let (shared, read) = (self.shared.clone(), sized(read, nodes));
         let on_pod = move |event: Event<Value>| {
             let (shared, listed, read) = (shared.clone(), listed.clone(), read.clone());
             async move {
-                if let (Event::Init, Some(nodes)) = (&event, listed) {
-                    nodes.synced().await;
+                for first in listed.iter().filter(|_| matches!(event, Event::Init)) {
+                    first.synced().await;
                 }
                 shared.lock().take(event, &*read)
             }

@@ -27,7 +27,9 @@ use super::selection::{SkuRequirement, SkuSelection};
 use super::taints::{tolerates_every_taint, tolerates_gpu_taint};
 use super::visibility::{pod_access, ContainerAccess, PodContext};
 use super::{GpuResources, SkuList};
-use crate::k8s::claims::{claim_spec, container_claims, pod_claims, ClaimKind, NoClaims, PodClaim};
+use crate::k8s::claims::{
+    claim_spec, container_claims, pod_claims, ClaimKind, ClaimLookup, NoClaims, PodClaim,
+};
 use crate::k8s::json::{items, scalar_string, str_at};
 use crate::k8s::workloads::{pod_metadata, pod_spec};
 use crate::k8s::NodeSelection;
@@ -188,10 +190,22 @@ impl GpuFacts {
     /// The facts of `object`: a Pod, an object with a pod template, a
     /// capacity object, or anything else (every key, empty values).
     /// A pod's DRA claims are not looked up: each counts no device (see
-    /// [`GpuFacts::with_claims`]).
+    /// [`GpuFacts::claiming`]).
     pub fn of(object: &Value, catalog: &Catalog, resources: &GpuResources) -> GpuFacts {
+        GpuFacts::claiming(object, &NoClaims, catalog, resources)
+    }
+
+    /// [`GpuFacts::of`], the pod's DRA claims looked up in `lookup` in its
+    /// namespace (`metadata.namespace`).
+    pub fn claiming(
+        object: &Value,
+        lookup: &dyn ClaimLookup,
+        catalog: &Catalog,
+        resources: &GpuResources,
+    ) -> GpuFacts {
+        let namespace = str_at(object, "/metadata/namespace");
         let claims = pod_spec(object)
-            .map(|spec| pod_claims(spec, "", &NoClaims))
+            .map(|spec| pod_claims(spec, namespace, lookup))
             .unwrap_or_default();
         GpuFacts::with_claims(object, &claims, catalog, resources)
     }

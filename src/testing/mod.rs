@@ -330,7 +330,7 @@ pub fn run_with_authorizer(
         // A test that cannot be set up is one failed result, named by the
         // part that failed.
         let prepared = (cluster.clone().map_err(|e| (" / spec.cluster", e)))
-            .and_then(|_| test_claims(&test, base).map_err(|e| ("", e)))
+            .and_then(|cluster| test_claims(&test, &cluster, base).map_err(|e| ("", e)))
             .and_then(|claims| {
                 let bound = with_bindings(bundle, doc, &test.spec.bindings);
                 Ok((claims, bound.map_err(|e| ("", e))?))
@@ -364,7 +364,8 @@ pub fn run_with_authorizer(
         let (catalog, resources) = (bundle.placement.catalog(), bundle.placement.gpu_resources());
         let budgets = || {
             let objects: Vec<&Value> = cluster.iter().chain(&test.spec.nodes).collect();
-            StaticBudgets::of_objects(&objects, namespaces.as_ref(), catalog, resources)
+            let (namespaces, claims) = (namespaces.as_ref(), claims.as_ref());
+            StaticBudgets::of_objects(&objects, namespaces, claims, catalog, resources)
         };
         // The time exceptions are judged at is the lookup's: one admission
         // per time a case asks for.
@@ -642,10 +643,14 @@ fn read_first_document(path: &Path) -> Result<Value, String> {
         .ok_or_else(|| format!("{}: no object", path.display()))
 }
 
-/// The claims a test's pods can name: `spec.resourceClaims`, and every
-/// ResourceClaim and ResourceClaimTemplate of the cases' files.
-fn test_claims(test: &PolicyTest, base: &Path) -> Result<StaticClaims, String> {
+/// The claims a test's pods can name: `spec.resourceClaims`, those of
+/// `cluster` (`spec.cluster`), and every ResourceClaim and
+/// ResourceClaimTemplate of the cases' files.
+fn test_claims(test: &PolicyTest, cluster: &[Value], base: &Path) -> Result<StaticClaims, String> {
     let mut claims = StaticClaims::new();
+    for object in cluster {
+        claims.insert(object, "default");
+    }
     for (i, object) in test.spec.resource_claims.iter().enumerate() {
         if !claims.insert(object, "default") {
             return Err(format!(
