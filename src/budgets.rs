@@ -154,7 +154,7 @@ pub struct Charge {
 /// The charge of a pod with `facts`; none for a pod that asks for no GPU.
 /// The sizes are those its node selection allows (after placement: the
 /// pod's own pins and the profile's), of the maker its GPU resources name
-/// (`amd.com/` AMD, anything else NVIDIA).
+/// (`amd.com/` or a DRA device class of `amd.com`: AMD, anything else NVIDIA).
 pub fn charge(facts: &GpuFacts, catalog: &Catalog) -> Option<Charge> {
     charge_on(facts, catalog, None)
 }
@@ -175,9 +175,14 @@ pub fn charge_on(facts: &GpuFacts, catalog: &Catalog, landed: Option<&str>) -> O
 }
 
 /// Whether `sku` is of the maker the GPU resources of `facts` name
-/// (`amd.com/` AMD, anything else NVIDIA).
+/// (`amd.com/` or a DRA device class of `amd.com`: AMD, anything else NVIDIA).
 fn of_maker(facts: &GpuFacts, sku: &Sku) -> bool {
-    let amd = (facts.request.resources().iter()).all(|r| r.starts_with("amd.com/"));
+    // `amd.com/gpu`, or a DRA device class such as `gpu.amd.com`.
+    let amd_domain = |r: &str| {
+        let domain = r.split('/').next().unwrap_or_default();
+        domain == "amd.com" || domain.ends_with(".amd.com")
+    };
+    let amd = facts.request.resources().into_iter().all(amd_domain);
     sku.manufacturer
         .eq_ignore_ascii_case(if amd { "amd" } else { "nvidia" })
 }

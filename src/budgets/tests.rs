@@ -185,6 +185,24 @@ fn a_pod_claiming_gpus_through_dra_is_charged_with_them_where_its_claims_are_kno
     );
 }
 
+/// GPUs claimed through an AMD device class are AMD's: a pod bound to an
+/// MI300X node counts against MI300X, not the NVIDIA sizes it pins.
+#[test]
+fn gpus_claimed_through_an_amd_device_class_are_charged_as_amd() {
+    let (claiming, template) = claiming_pod(1);
+    let text = template
+        .to_string()
+        .replace("gpu.nvidia.com", "gpu.amd.com");
+    let template: Value = serde_json::from_str(&text).unwrap();
+    let (catalog, mut resources) = (Catalog::embedded(), GpuResources::default());
+    resources.insert_device_class("gpu.amd.com").unwrap();
+    let mut claims = StaticClaims::new();
+    claims.insert(&template, "default");
+    let landed = Some("Standard_ND96isr_MI300X_v5");
+    let charge = charge_landed(&claiming, landed, &claims, &catalog, &resources).unwrap();
+    assert_eq!((charge.model.as_str(), charge.gpus), ("MI300X", 1));
+}
+
 fn fixed(spec: Value, held: &[(&str, i64)]) -> StaticBudgets {
     let mut used = Usage::default();
     for (model, gpus) in held {
