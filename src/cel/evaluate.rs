@@ -211,6 +211,18 @@ pub fn describe_error(err: &ExecutionError) -> String {
             format!("{} cannot be used as a map key", type_name(v))
         }
         ExecutionError::UnexpectedType { got, want } => {
+            // `want` is the Rust type the function takes: its CEL name.
+            let want = match want.as_str() {
+                "i64" => "int",
+                "u64" => "uint",
+                "f64" => "double",
+                "Arc<String>" => "string",
+                "Arc<Vec<u8>>" => "bytes",
+                "Arc<Vec<Value>>" => "list",
+                "chrono::Duration" => "duration",
+                "chrono::DateTime<chrono::FixedOffset>" => "timestamp",
+                other => other,
+            };
             format!("unexpected type: got {got}, want {want}")
         }
         ExecutionError::NoSuchOverload => "no matching overload".to_string(),

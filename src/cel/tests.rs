@@ -762,3 +762,20 @@ fn a_failed_conversion_names_the_type_not_the_value() {
         assert_eq!(got, Err(EvalError::Runtime(want.to_string())), "{source}");
     }
 }
+
+/// A function given an argument of a type it does not take names the
+/// argument's type, not its value (a Secret's data would otherwise reach
+/// the denial, its keys in hash order), and the type it takes by its CEL
+/// name.
+#[test]
+fn an_argument_of_an_unexpected_type_is_named_by_its_type() {
+    let object = json!({"data": {"password": "hunter2"}, "list": ["hunter2"], "name": "admin"});
+    for (source, got) in [
+        ("object.name.startsWith(object.data)", "map"),
+        ("object.name.matches(object.list)", "list"),
+    ] {
+        let want = format!("unexpected type: got {got}, want string");
+        let got = eval_with(source, object.clone());
+        assert_eq!(got, Err(EvalError::Runtime(want)), "{source}");
+    }
+}

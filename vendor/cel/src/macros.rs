@@ -9,7 +9,7 @@ macro_rules! impl_conversions {
                         Ok(v.clone())
                     } else {
                         Err(ExecutionError::UnexpectedType {
-                            got: format!("{:?}", expr),
+                            got: expr.type_of().to_string(),
                             want: stringify!($target_type).to_string(),
                         })
                     }
@@ -22,7 +22,7 @@ macro_rules! impl_conversions {
                         Value::Null => Ok(None),
                         $value_variant(v) => Ok(Some(v.clone())),
                         _ => Err(ExecutionError::UnexpectedType {
-                            got: format!("{:?}", expr),
+                            got: expr.type_of().to_string(),
                             want: stringify!($target_type).to_string(),
                         }),
                     }
