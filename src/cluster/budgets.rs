@@ -10,8 +10,8 @@
 //! size, a pod charged no GPU at each of its changes) and whether it is
 //! bound, by the holding rule the audit uses
 //! ([`crate::k8s::workloads::pod_state`]): bound pods hold their GPUs,
-//! pods not bound yet are about to, finished pods hold nothing. At most [`MAX_PODS`] are kept (beyond: logged, not
-//! counted).
+//! pods not bound yet are about to, finished pods hold nothing. At most
+//! [`MAX_PODS`] are kept (beyond: logged, not counted).
 //!
 //! The ledger: a pod this process admitted is counted from the moment it
 //! is admitted until the pod watch shows it, or for [`LEDGER_TTL`] at
