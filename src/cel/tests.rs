@@ -779,3 +779,20 @@ fn an_argument_of_an_unexpected_type_is_named_by_its_type() {
         assert_eq!(got, Err(EvalError::Runtime(want)), "{source}");
     }
 }
+
+/// `size()` of a value that has none names its type, as a conversion
+/// does, not the value in the interpreter's debug form.
+#[test]
+fn the_size_of_a_value_without_one_names_its_type() {
+    let object = json!({"n": 5, "f": 1.5, "b": true, "z": null});
+    for (source, of) in [
+        ("size(object.n)", "int"),
+        ("object.f.size()", "double"),
+        ("size(object.b)", "bool"),
+        ("size(object.z)", "null"),
+    ] {
+        let want = format!("size: cannot determine the size of {of}");
+        let got = eval_with(source, object.clone());
+        assert_eq!(got, Err(EvalError::Runtime(want)), "{source}");
+    }
+}

@@ -80,7 +80,10 @@ pub fn size(ftx: &FunctionContext, This(this): This<Value>) -> Result<i64> {
         // gpu-admission patch: code points, not bytes, as the spec says.
         Value::String(s) => s.chars().count(),
         Value::Bytes(b) => b.len(),
-        value => return Err(ftx.error(format!("cannot determine the size of {value:?}"))),
+        value => {
+            let of = cel_type_name(&value);
+            return Err(ftx.error(format!("cannot determine the size of {of}")));
+        }
     };
     Ok(size as i64)
 }
@@ -179,11 +182,17 @@ pub fn string(ftx: &FunctionContext, This(this): This<Value>) -> Result<Value> {
 /// never the value: that may hold a Secret's data, and a map's keys came
 /// out in hash order, so the message differed from run to run.
 fn cannot_convert(ftx: &FunctionContext, v: &Value, to: &str) -> ExecutionError {
-    let from = match v.type_of() {
+    let from = cel_type_name(v);
+    ftx.error(format!("cannot convert {from} to {to}"))
+}
+
+/// The CEL name of `v`'s type (`double` for a float), for messages that
+/// must not quote the value.
+fn cel_type_name(v: &Value) -> String {
+    match v.type_of() {
         ValueType::Float => "double".to_string(),
         other => other.to_string(),
-    };
-    ftx.error(format!("cannot convert {from} to {to}"))
+    }
 }
 
 /// `bytes(string)` and `bytes(bytes)`.
