@@ -176,9 +176,15 @@ impl ClusterBudgets {
             .collect();
         let (shared, read) = (self.shared.clone(), sized(read, nodes));
         let on_pod = move |event: Event<Value>| {
-            let (shared, listed, read) = (shared.clone(), listed.clone(), read.clone());
+            // Only a (re)list waits for the nodes and claims to be listed.
+            let wait = if matches!(event, Event::Init) {
+                listed.clone()
+            } else {
+                Vec::new()
+            };
+            let (shared, read) = (shared.clone(), read.clone());
             async move {
-                for first in listed.iter().filter(|_| matches!(event, Event::Init)) {
+                for first in &wait {
                     first.synced().await;
                 }
                 shared.lock().take(event, &*read)
