@@ -504,11 +504,12 @@ fn lint_reports_what_type_checking_finds_at_its_position() {
     let findings = [
         "document 1 (line 1): spec.validations[0].expression: line 1, column 35: v1, Kind=Pod: undefined field 'securityContxt' (object.spec.containers[*].securityContxt)",
         "document 1 (line 1): spec.validations[1].expression: line 1, column 25: v1, Kind=Pod: type 'bool' does not support field selection (object.spec.hostNetwork.enabled)",
-        "document 2 (line 22): spec.validations[0].expression: line 1, column 52: apps/v1, Kind=Deployment; apps/v1, Kind=StatefulSet: found no matching overload for '_!=_' applied to '(int, string)' (object.spec.replicas)",
-        "document 4 (line 52): spec.validations[0].expression: line 1, column 38: ray.io/v1, Kind=RayCluster: undefined field 'maxReplica' (object.spec.workerGroupSpecs[*].maxReplica)",
+        "document 1 (line 1): spec.validations[2].expression: line 1, column 30: v1, Kind=Pod: undefined field 'retird' (azure.sku().retird)",
+        "document 2 (line 25): spec.validations[0].expression: line 1, column 52: apps/v1, Kind=Deployment; apps/v1, Kind=StatefulSet: found no matching overload for '_!=_' applied to '(int, string)' (object.spec.replicas)",
+        "document 4 (line 55): spec.validations[0].expression: line 1, column 38: ray.io/v1, Kind=RayCluster: undefined field 'maxReplica' (object.spec.workerGroupSpecs[*].maxReplica)",
     ];
-    let refused = format!("{file}: document 3 (line 37): spec.validations[0].expression: line 1, column 78: expected type 'string' but found 'int'");
-    for (strict, level, errors) in [(false, "warning", 1), (true, "error", 5)] {
+    let refused = format!("{file}: document 3 (line 40): spec.validations[0].expression: line 1, column 78: expected type 'string' but found 'int'");
+    for (strict, level, errors) in [(false, "warning", 1), (true, "error", 6)] {
         let mut lint = bin();
         lint.arg("lint").arg(&dir);
         if strict {

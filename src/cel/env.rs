@@ -66,6 +66,13 @@ pub trait Extension: Send + Sync {
         Vec::new()
     }
 
+    /// The result types of the namespaced functions it registers, by their
+    /// qualified names (`azure.sku`), for type checking; one not given is
+    /// `dyn`.
+    fn function_types(&self) -> Vec<(&'static str, super::schema::Schema)> {
+        Vec::new()
+    }
+
     /// The extension's variables for one evaluated object: the request's
     /// object, or the pod built from a controller's template.
     fn variables(&self, _object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
@@ -185,6 +192,16 @@ impl Env {
             .list
             .iter()
             .flat_map(|e| e.variable_types())
+            .collect()
+    }
+
+    /// The result types of the host extensions' namespaced functions
+    /// ([`Extension::function_types`]).
+    pub fn function_types(&self) -> Vec<(&'static str, super::schema::Schema)> {
+        self.extensions
+            .list
+            .iter()
+            .flat_map(|e| e.function_types())
             .collect()
     }
 

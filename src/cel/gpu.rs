@@ -7,6 +7,7 @@ use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::GpuFacts;
 use crate::gpu::GpuResources;
 use kube_cel::cel::ResolveResult;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// `gpu` and `azure.*` for policies.
@@ -101,6 +102,30 @@ impl Extension for GpuExtension {
             }
             _ => Vec::new(),
         }
+    }
+
+    /// `azure.sku(name)` gives the catalog's record (or null): its keys
+    /// closed, each typed by the first SKU that gives it a value; the
+    /// SKU-set functions give lists of names.
+    fn function_types(&self) -> Vec<(&'static str, Schema)> {
+        let mut fields = BTreeMap::new();
+        for sku in self.catalog.skus() {
+            if let serde_json::Value::Object(record) = sku.to_json() {
+                for (key, value) in record {
+                    let known = fields.entry(key).or_insert(Schema::Dyn);
+                    if *known == Schema::Dyn && !value.is_null() {
+                        *known = Schema::of_sample(&value, true);
+                    }
+                }
+            }
+        }
+        let names = || Schema::List(Box::new(Schema::Scalar("string")));
+        let mut types = vec![
+            ("azure.sku", Schema::object(fields, false)),
+            ("azure.isGpuSku", Schema::Scalar("bool")),
+        ];
+        types.extend(super::sku_sets::NAMES.iter().map(|n| (*n, names())));
+        types
     }
 
     fn variables(&self, object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
@@ -236,6 +261,44 @@ mod tests {
         assert!(
             found("has(gpu.pool) && gpu.pool.pools.size() > 0 && gpu.placement.x == 1").is_empty()
         );
+    }
+
+    #[test]
+    fn the_azure_functions_are_typed_by_what_they_give() {
+        let ext = GpuExtension::new(Arc::new(Catalog::embedded()), GpuResources::default());
+        let roots: BTreeMap<&str, Schema> = (ext.variable_types().into_iter())
+            .chain(ext.function_types())
+            .collect();
+        let found = |source: &str| {
+            let parsed = crate::cel::schema::Parsed::new(source).unwrap();
+            let found = parsed.check(&Default::default(), &roots).1;
+            found
+                .into_iter()
+                .map(|f| format!("{} ({})", f.message, f.field.unwrap_or_default()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            found(
+                "azure.sku(gpu.skus[0]).premum || azure.sku('x').gpus == 'two' \
+                 || azure.isGpuSku('x').y || azure.skusIn(gpu.skus, ['*'])[0] > 1"
+            ),
+            [
+                "undefined field 'premum' (azure.sku().premum)",
+                "found no matching overload for '_==_' applied to '(double, string)' (azure.sku().gpus)",
+                "type 'bool' does not support field selection (azure.isGpuSku().y)",
+                "found no matching overload for '_>_' applied to '(string, int)' (azure.skusIn()[*])",
+            ]
+        );
+        // Every field the record has, `null` for an unknown size, and what
+        // the record holds open (a size's MIG profiles by name).
+        assert!(found(
+            "azure.sku('x') == null || azure.sku('x').retiredOn == '' \
+             || azure.sku('x').migProfiles['1g.10gb'] > 0 || azure.sku('x').vcpus > 2 \
+             || azure.skusWhere(gpu.skus, ['mig']).exists(s, azure.sku(s).gpuModel == 'A100')"
+        )
+        .is_empty());
+        // A comprehension variable named like the namespace is its own.
+        assert!(found("['x'].exists(azure, azure.sku('y').nope == 1)").is_empty());
     }
 
     #[test]

@@ -203,7 +203,9 @@ impl Parsed {
     }
 
     /// Checks the expression against the types of the variables in
-    /// `roots`; every other name is `dyn`. Returns its type and what was
+    /// `roots`, which also give the result types of namespaced functions
+    /// by qualified name (`azure.sku`: no variable's name has a dot);
+    /// every other name is `dyn`. Returns its type and what was
     /// found, in source order.
     pub fn check(&self, types: &Types, roots: &BTreeMap<&str, Schema>) -> (Schema, Vec<Finding>) {
         check_tree(&self.0, &self.1, types, roots)
@@ -321,8 +323,23 @@ impl Checker<'_> {
                         }
                     }
                 }
-                let target = call.target.as_deref().map(|t| self.check(t));
                 let args: Vec<Typed> = call.args.iter().map(|a| self.check(a)).collect();
+                // `azure.sku(x)`: a function of a namespace, typed by its
+                // qualified name where the roots give it.
+                if let Some(Expr::Ident(ns)) = call.target.as_deref().map(|t| &t.expr) {
+                    let qualified = format!("{ns}.{}", call.func_name);
+                    let bound = self.scope.iter().any(|(n, _)| n == ns);
+                    match self.roots.get(qualified.as_str()) {
+                        Some(ty) if !bound && !self.roots.contains_key(ns.as_str()) => {
+                            return Typed {
+                                ty: ty.clone(),
+                                field: Some(format!("{qualified}()")),
+                            };
+                        }
+                        _ => {}
+                    }
+                }
+                let target = call.target.as_deref().map(|t| self.check(t));
                 self.call(e, &call.func_name, target, args)
             }
             Expr::List(list) => {

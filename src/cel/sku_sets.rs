@@ -23,6 +23,8 @@ const SKUS_IN: &str = "azure.skusIn";
 const SKUS_NOT_IN: &str = "azure.skusNotIn";
 const SKUS_WHERE: &str = "azure.skusWhere";
 const SKUS_BELOW: &str = "azure.skusBelow";
+/// The four functions, each of which gives a list of SKU names.
+pub(super) const NAMES: [&str; 4] = [SKUS_IN, SKUS_NOT_IN, SKUS_WHERE, SKUS_BELOW];
 
 /// Reads a boolean field of a SKU.
 type Flag = fn(&Sku) -> bool;

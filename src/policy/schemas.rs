@@ -135,7 +135,9 @@ impl Schemas {
             .map_or(Schema::Dyn, |(a, k)| self.kind(a, k));
         let request: Value = serde_json::from_str(REQUEST).unwrap_or_default();
         let mut common: Option<BTreeSet<(&str, Finding)>> = None;
-        let host = env.variable_types();
+        let host: Vec<_> = (env.variable_types().into_iter())
+            .chain(env.function_types())
+            .collect();
         for (_, object) in &kinds {
             let mut roots: BTreeMap<&str, Schema> = host.iter().cloned().collect();
             roots.extend([
