@@ -1,7 +1,7 @@
 //! `gpu-admission audit -f` of a dump with GpuBudgets: held / limit per
 //! budget, limit and namespace, with pending pods and Kueue's queued
-//! GPUs, a full budget and a ClusterQueue that disagrees with the budgets,
-//! in the JSON, text and HTML reports.
+//! GPUs, a full budget, a budget that does not read and a ClusterQueue
+//! that disagrees with the budgets, in the JSON, text and HTML reports.
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
@@ -62,6 +62,7 @@ fn budgets_show_held_pending_and_queued_gpus_and_their_findings() {
         queues,
         [
             &Value::Null,
+            &Value::Null,
             &json!("team-nlp"),
             &json!("team-nlp"),
             &json!("team-nlp")
@@ -70,6 +71,7 @@ fn budgets_show_held_pending_and_queued_gpus_and_their_findings() {
     assert_eq!(
         rules,
         [
+            ("gpu-budget-unread", "vision-gpus"),
             ("gpu-budget-full", "gpus"),
             ("gpu-budget-kueue-mismatch", "gpus"),
             ("gpu-budget-kueue-mismatch", "gpus"),
@@ -77,6 +79,7 @@ fn budgets_show_held_pending_and_queued_gpus_and_their_findings() {
         ]
     );
     let starts = [
+        "GpuBudget vision/vision-gpus does not read (spec.models.T4: invalid type: string \"two\", expected i64): the server ignores it, so it limits nothing until fixed",
         "4/4 A100 GPUs are held in the namespaces GpuBudget nlp/gpus covers, 2 of them by pods not on a node yet",
         "ClusterQueue team-nlp gives namespace nlp 8 GPUs of ResourceFlavor a100 (A100), GpuBudget nlp/gpus allows 4 A100 GPUs",
         "ClusterQueue team-nlp gives namespace nlp 2 GPUs of ResourceFlavor h100 (H100), GpuBudget nlp/gpus sets no limit for that model",

@@ -6,14 +6,15 @@
 //! yet, and the GPUs of the workloads Kueue keeps queued there. A limit
 //! reached while pods wait is a finding (`gpu-budget-full`), and so is a
 //! ClusterQueue that disagrees with a budget of a namespace it serves
-//! (`gpu-budget-kueue-mismatch`, [`budget_mismatches`]).
+//! (`gpu-budget-kueue-mismatch`, [`budget_mismatches`]), and so is a
+//! budget that does not read (`gpu-budget-unread`): the server ignores it.
 use super::kueue::{flavors, served};
 use super::Report;
 use crate::budgets::{charge_landed, held_of, landed, Budget, Usage};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::request::parse_count;
 use crate::gpu::GpuResources;
-use crate::k8s::json::labels_of;
+use crate::k8s::json::{labels_of, str_at, FieldError};
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::workloads::{group_kind, pod_state};
 use crate::k8s::{ClaimLookup, NamespaceLookup};
@@ -26,6 +27,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub const FULL: &str = "gpu-budget-full";
 /// A ClusterQueue and a budget of a namespace it serves disagree.
 pub const MISMATCH: &str = "gpu-budget-kueue-mismatch";
+/// A GpuBudget that does not read: it limits nothing.
+pub const UNREAD: &str = "gpu-budget-unread";
 
 /// What one namespace holds against budgets: GPUs of pods not finished
 /// (`held`, pending ones included), of pods not on a node (`pending`), and
@@ -138,9 +141,13 @@ pub fn account(
     placement: &ProfileSet,
     namespaces: &dyn NamespaceLookup,
 ) {
-    let budgets: Vec<Budget> = (objects.iter().filter(|o| is_budget(o)))
-        .filter_map(|o| crate::budgets::read(o).ok())
-        .collect();
+    let mut budgets = Vec::new();
+    for object in objects.iter().filter(|o| is_budget(o)) {
+        match crate::budgets::read(object) {
+            Ok(budget) => budgets.push(budget),
+            Err(errors) => report.budget_findings.push(unread(object, &errors)),
+        }
+    }
     for budget in &budgets {
         let covered: Vec<(&String, &Holdings)> = (report.budget_holdings.iter())
             .filter(|(ns, _)| {
@@ -194,6 +201,24 @@ pub fn account(
     }
     let mismatches = budget_mismatches(objects, &budgets, placement, namespaces);
     report.budget_findings.extend(mismatches);
+}
+
+/// The finding on a GpuBudget that does not read: the server ignores it
+/// (with a warning in its log), so it limits nothing.
+fn unread(object: &Value, errors: &[FieldError]) -> BudgetFinding {
+    let namespace = str_at(object, "/metadata/namespace");
+    let budget = str_at(object, "/metadata/name");
+    let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    BudgetFinding {
+        rule: UNREAD,
+        namespace: namespace.to_string(),
+        budget: budget.to_string(),
+        cluster_queue: None,
+        message: format!(
+            "GpuBudget {namespace}/{budget} does not read ({}): the server ignores it, so it limits nothing until fixed",
+            errors.join("; ")
+        ),
+    }
 }
 
 /// The text section: one line per limit, then the findings.
@@ -349,6 +374,9 @@ mod tests {
                 "metadata": {"name": "team-ml", "namespace": "gpu-admission"},
                 "spec": {"namespaceSelector": {"matchLabels": {"team": "ml"}},
                          "sizes": {"Standard_NC4as_T4_v3": 4}, "total": 16}}),
+            json!({"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+                "metadata": {"name": "typo", "namespace": "vision"},
+                "spec": {"models": {"a100": "four"}}}),
         ];
         let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
         account(&mut report, &objects, &loaded.bundle.placement, &namespaces);
@@ -376,7 +404,12 @@ mod tests {
         let findings: Vec<(&str, &str)> = (report.budget_findings.iter())
             .map(|f| (f.rule, f.budget.as_str()))
             .collect();
-        assert_eq!(findings, [(FULL, "gpus")]);
+        assert_eq!(findings, [(UNREAD, "typo"), (FULL, "gpus")]);
+        assert_eq!(
+            report.budget_findings[0].message,
+            "GpuBudget vision/typo does not read (spec.models.a100: invalid type: string \"four\", expected i64): the server ignores it, so it limits nothing until fixed"
+        );
+        report.budget_findings.remove(0);
         assert!(
             report.budget_findings[0].message.starts_with(
                 "4/4 a100 GPUs are held in the namespaces GpuBudget nlp/gpus covers, 1 of them by pods not on a node yet"

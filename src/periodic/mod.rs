@@ -426,7 +426,7 @@ mod tests {
         let offline = crate::offline::with_evaluation_stack(|| audit::audit(&admission, &objects));
         let offline = offline.unwrap();
         assert_eq!(report.budgets.len(), 3);
-        assert_eq!(report.budget_findings.len(), 4);
+        assert_eq!(report.budget_findings.len(), 5);
         assert_eq!(report.budgets, offline.budgets);
         assert_eq!(report.budget_findings, offline.budget_findings);
     }
