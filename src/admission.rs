@@ -188,6 +188,11 @@ impl Admission {
         self.claims.as_ref()
     }
 
+    /// Where the nodes pods land on are looked up.
+    pub fn nodes(&self) -> &dyn NodeLookup {
+        self.nodes.as_ref()
+    }
+
     /// The `/mutate` answer: placement patch for pods on CREATE and for
     /// Karpenter NodePools on CREATE and UPDATE, then every matching
     /// MutatingAdmissionPolicy in the order of its name, each on what the

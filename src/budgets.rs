@@ -8,13 +8,13 @@
 //! through a [`BudgetLookup`] (docs/budgets.md).
 use crate::gpu::catalog::{Catalog, Sku};
 use crate::gpu::facts::GpuFacts;
-use crate::gpu::reach::node_size;
+use crate::gpu::reach::{node_size, GpuNodes, NodeLookup};
 use crate::gpu::GpuResources;
 use crate::k8s::doc::{from_value, Object};
 use crate::k8s::json::{labels_of, str_at, FieldError};
 use crate::k8s::labels::{LabelSelector, LabelSelectorDoc};
 use crate::k8s::namespaces::with_name_label;
-use crate::k8s::workloads::pod_is_finished;
+use crate::k8s::workloads::{pod_is_finished, pod_spec};
 use crate::k8s::{ClaimLookup, NamespaceLookup, NodeInfo};
 use serde::Deserialize;
 use serde_json::Value;
@@ -276,15 +276,25 @@ pub fn node_sizes<'a>(objects: impl IntoIterator<Item = &'a Value>) -> HashMap<S
 /// [`charge_on`] of `pod` as it is held, bound to a node of VM size
 /// `landed` (if known), the GPUs of its DRA claims looked up in `claims`
 /// counted as admission counts them: what every count of what is held
-/// charges (the server's cache, the audit, the offline commands).
+/// charges (the server's cache, the audit, the offline commands). Not
+/// bound to a node of known size, with the cluster's GPU nodes known
+/// (`nodes`), a pod whose selection names node pools or nodes is charged
+/// over their sizes, as admission narrows it
+/// ([`GpuFacts::narrow_to_named`]).
 pub fn charge_landed(
     pod: &Value,
     landed: Option<&str>,
+    nodes: Option<&GpuNodes>,
     claims: &dyn ClaimLookup,
     catalog: &Catalog,
     resources: &GpuResources,
 ) -> Option<Charge> {
-    let facts = GpuFacts::claiming(pod, claims, catalog, resources);
+    let mut facts = GpuFacts::claiming(pod, claims, catalog, resources);
+    if let (None, Some(set), Some(spec)) = (landed, nodes, pod_spec(pod)) {
+        if facts.total > 0 {
+            facts.narrow_to_named(spec, set, catalog);
+        }
+    }
     charge_on(&facts, catalog, landed)
 }
 
@@ -437,24 +447,29 @@ impl StaticBudgets {
     /// The GpuBudgets among `objects` that read, each holding the GPUs of
     /// the Pods among them that are not finished in the namespaces it
     /// covers (labels from `namespaces`; a pod bound to one of the Nodes
-    /// among them charged by its size, its DRA claims looked up in
-    /// `claims`): what `evaluate` reads of a manifest and of a dump of the
-    /// cluster. A namespaceSelector is honoured wherever the budget is.
+    /// among them charged by its size, one naming node pools the `nodes`
+    /// admission judges with know over their sizes, its DRA claims looked
+    /// up in `claims`): what `evaluate` reads of a manifest and of a dump
+    /// of the cluster. A namespaceSelector is honoured wherever the budget
+    /// is.
     pub fn of_objects(
         objects: &[&Value],
         namespaces: &dyn NamespaceLookup,
         claims: &dyn ClaimLookup,
+        nodes: Option<&dyn NodeLookup>,
         catalog: &Catalog,
         resources: &GpuResources,
     ) -> StaticBudgets {
         let kind = |o: &Value, k: &str| o.get("kind").and_then(Value::as_str) == Some(k);
         let labels = |ns: &str| with_name_label(ns, labels_of(namespaces.namespace(ns).as_deref()));
         let sizes = node_sizes(objects.iter().copied());
+        let snapshot = nodes.and_then(NodeLookup::nodes);
+        let set = snapshot.as_ref().map(|s| s.gpu_nodes(resources, catalog));
         let held: Vec<(String, BTreeMap<String, String>, Charge)> = (objects.iter())
             .filter(|o| kind(o, "Pod") && !pod_is_finished(o))
             .filter_map(|pod| {
                 let landed = landed(pod, &sizes);
-                let charge = charge_landed(pod, landed, claims, catalog, resources)?;
+                let charge = charge_landed(pod, landed, set.as_ref(), claims, catalog, resources)?;
                 let ns = str_at(pod, "/metadata/namespace");
                 Some((ns.to_string(), labels(ns), charge))
             })

@@ -148,6 +148,46 @@ fn a_pod_bound_to_a_node_is_held_against_the_size_of_the_node() {
     assert_eq!(held, [("A100", &json!(0)), ("T4", &json!(1))]);
 }
 
+/// A pending pod whose nodeSelector names the dump's A100 node pool, and
+/// no GPU model, is held against the A100 limit: the pool's size, as
+/// admission judging against the same nodes sizes it.
+#[test]
+fn a_pending_pod_naming_a_node_pool_is_held_against_the_pools_size() {
+    let dump = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nlp"}},
+        {"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+         "metadata": {"name": "gpus", "namespace": "nlp"}, "spec": {"models": {"A100": 1, "H100": 1}}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "aks-gpua100-0", "labels": {
+            "kubernetes.azure.com/agentpool": "gpua100",
+            "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"}},
+         "status": {"allocatable": {"nvidia.com/gpu": "1"}}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting", "namespace": "nlp", "uid": "p-waiting"},
+         "spec": {"nodeSelector": {"kubernetes.azure.com/agentpool": "gpua100"},
+            "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+         "status": {"phase": "Pending"}}]});
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dump.json");
+    std::fs::write(&file, dump.to_string()).unwrap();
+    let report: Value = serde_json::from_str(&audit_of(&file, "json")).unwrap();
+    let held: Vec<(&str, &Value, &Value)> = (report["budgets"].as_array().unwrap().iter())
+        .map(|row| {
+            (
+                row["model"].as_str().unwrap(),
+                &row["held"],
+                &row["pending"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        held,
+        [
+            ("A100", &json!(1), &json!(1)),
+            ("H100", &json!(0), &json!(0))
+        ]
+    );
+}
+
 /// A running pod that asks for no GPU resource but claims 2 GPUs through
 /// a ResourceClaimTemplate of the dump holds them: in the audit's budget
 /// row, and for `evaluate --cluster` of the same dump, whose next GPU pod

@@ -103,7 +103,7 @@ fn reader() -> PodReader {
     let placement = shipped();
     Arc::new(move |pod, landed| {
         let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
-        budgets::charge_landed(pod, landed, &NoClaims, catalog, resources)
+        budgets::charge_landed(pod, landed, None, &NoClaims, catalog, resources)
     })
 }
 
@@ -619,11 +619,71 @@ fn admission_and_the_cache_charge_a_pod_claiming_gpus_alike() {
     let stored = evaluation.patched.expect("placed");
     let placement = &admission.bundle().placement;
     let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
-    let cached = budgets::charge_landed(&stored, None, &claims, catalog, resources).unwrap();
+    let cached = budgets::charge_landed(&stored, None, None, &claims, catalog, resources).unwrap();
     assert_eq!((cached.model.as_str(), cached.gpus), ("A100", 2));
     let mut held = Usage::default();
     held.add(&cached, 1);
     assert_eq!(recorded.standings()[0].used, held);
+}
+
+/// A pending pod that names a node pool (`agentpool: gpua100`) and no
+/// GPU model: admission judging against the cluster's nodes narrows it to
+/// the pool's size, and the cache, reading the same nodes, charges it the
+/// same, not the most expensive size its labels alone would allow.
+#[test]
+fn admission_and_the_cache_charge_a_pod_naming_a_node_pool_alike() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let bundle = bundle::load(&PolicySource::Dir(dir)).unwrap().bundle;
+    let node = |name: &str, pool: &str, size: &str| {
+        json!({"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": name, "labels": {
+                   "kubernetes.azure.com/agentpool": pool,
+                   "node.kubernetes.io/instance-type": size}},
+               "spec": {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]},
+               "status": {"capacity": {"nvidia.com/gpu": "1"},
+                          "allocatable": {"nvidia.com/gpu": "1"}}})
+    };
+    let nodes = gpu_admission::gpu::StaticNodes::of_objects(
+        &[
+            node("aks-gpua100-1", "gpua100", A100[0]),
+            node("aks-gpuh100-1", "gpuh100", H100[0]),
+        ],
+        Vec::new(),
+        &Default::default(),
+    );
+    let nodes: Arc<dyn gpu_admission::gpu::NodeLookup> = Arc::new(nodes);
+    let limits = json!({"models": {"A100": 8, "H100": 8}, "total": 8});
+    let standing = budgets::Standing {
+        budget: Arc::new(budgets::read(&budget("nlp", "team-nlp", limits)).unwrap()),
+        used: Usage::default(),
+    };
+    let recorded = Arc::new(StaticBudgets::new(vec![standing]));
+    let mut namespaces = StaticNamespaces::new();
+    let labels = LABELS.map(|(k, v)| (k.to_string(), v.to_string()));
+    namespaces.insert("nlp", labels.into_iter().collect());
+    let admission = Admission::new(bundle, Arc::new(namespaces))
+        .with_nodes(nodes.clone())
+        .with_budgets(recorded.clone());
+    let mut created = pod("nlp", "a", 1, &["A100"]);
+    created["spec"]["affinity"] = json!(null);
+    created["spec"]["nodeSelector"] = json!({"kubernetes.azure.com/agentpool": "gpua100"});
+    let req = gpu_admission::offline::build_request(created.clone(), None, Operation::Create, None);
+    let evaluation = gpu_admission::offline::evaluate(&admission, req);
+    assert!(evaluation.allowed, "{evaluation:?}");
+    let stored = evaluation.patched.unwrap_or(created);
+    let placement = &admission.bundle().placement;
+    let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
+    let snapshot = nodes.nodes().expect("listed");
+    let set = snapshot.gpu_nodes(resources, catalog);
+    let cached =
+        budgets::charge_landed(&stored, None, Some(&set), &NoClaims, catalog, resources).unwrap();
+    assert_eq!((cached.model.as_str(), cached.gpus), ("A100", 1));
+    let mut held = Usage::default();
+    held.add(&cached, 1);
+    assert_eq!(recorded.standings()[0].used, held);
+    // Without the nodes, its labels alone allow any GPU size of the tier.
+    let by_labels = budgets::charge_landed(&stored, None, None, &NoClaims, catalog, resources);
+    assert_ne!(by_labels.map(|c| c.model), Some("A100".to_string()));
 }
 
 /// N clients create one-A100 pods at once, half through each of two

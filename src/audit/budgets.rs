@@ -12,6 +12,7 @@ use super::kueue::{flavors, served};
 use super::Report;
 use crate::budgets::{charge_landed, held_of, landed, Budget, Usage};
 use crate::gpu::catalog::Catalog;
+use crate::gpu::reach::GpuNodes;
 use crate::gpu::request::parse_count;
 use crate::gpu::GpuResources;
 use crate::k8s::json::{labels_of, str_at, FieldError};
@@ -43,11 +44,11 @@ pub struct Holdings {
 impl Holdings {
     /// Adds `pod`, if it asks for GPUs (its DRA claims looked up in
     /// `claims`) and is not finished (bound to a node of `sizes`, charged
-    /// by its size).
+    /// by its size; else, naming node pools of `nodes`, by theirs).
     pub fn pod(
         &mut self,
         pod: &Value,
-        sizes: &HashMap<String, String>,
+        (sizes, nodes): (&HashMap<String, String>, Option<&GpuNodes>),
         claims: &dyn ClaimLookup,
         catalog: &Catalog,
         resources: &GpuResources,
@@ -56,7 +57,8 @@ impl Holdings {
         if held + pending == 0 {
             return;
         }
-        if let Some(charge) = charge_landed(pod, landed(pod, sizes), claims, catalog, resources) {
+        let landed = landed(pod, sizes);
+        if let Some(charge) = charge_landed(pod, landed, nodes, claims, catalog, resources) {
             self.held.add(&charge, 1);
             self.pending.add(&charge, pending);
         }

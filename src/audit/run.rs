@@ -109,12 +109,15 @@ impl<'a> Run<'a> {
         let (report, ledger) = &mut self.judged;
         let read = page.len();
         let catalog = bundle.placement.catalog();
+        let snapshot = admission.nodes().nodes();
+        let set = snapshot.as_ref().map(|s| s.gpu_nodes(resources, catalog));
         page.retain(|pod| {
             let namespace = crate::k8s::json::str_at(pod, "/metadata/namespace");
             self.pods_read.namespaces.insert(namespace.to_string());
             let holdings = report.budget_holdings.entry(namespace.to_string());
             let claims = admission.claims();
-            (holdings.or_default()).pod(pod, &self.sizes, claims, catalog, resources);
+            let nodes = (&self.sizes, set.as_ref());
+            (holdings.or_default()).pod(pod, nodes, claims, catalog, resources);
             let Some(owner) = controller_uid(pod).and_then(|uid| owners.get(uid)) else {
                 return true;
             };

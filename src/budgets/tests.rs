@@ -140,6 +140,7 @@ fn offline_a_pod_bound_to_a_node_among_the_objects_counts_against_its_size() {
         &objects,
         &namespaces,
         &claims,
+        None,
         &catalog,
         &GpuResources::default(),
     );
@@ -172,7 +173,7 @@ fn a_pod_claiming_gpus_through_dra_is_charged_with_them_where_its_claims_are_kno
     let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
     let mut claims = StaticClaims::new();
     let charged = |claims: &StaticClaims, landed| {
-        charge_landed(&claiming, landed, claims, &catalog, &resources)
+        charge_landed(&claiming, landed, None, claims, &catalog, &resources)
     };
     assert_eq!(charged(&claims, None), None, "its claim not known: no GPU");
     claims.insert(&template, "default");
@@ -199,7 +200,7 @@ fn gpus_claimed_through_an_amd_device_class_are_charged_as_amd() {
     let mut claims = StaticClaims::new();
     claims.insert(&template, "default");
     let landed = Some("Standard_ND96isr_MI300X_v5");
-    let charge = charge_landed(&claiming, landed, &claims, &catalog, &resources).unwrap();
+    let charge = charge_landed(&claiming, landed, None, &claims, &catalog, &resources).unwrap();
     assert_eq!((charge.model.as_str(), charge.gpus), ("MI300X", 1));
 }
 

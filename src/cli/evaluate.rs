@@ -204,13 +204,16 @@ fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
     let placement = &loaded.bundle.placement;
     let (catalog, resources) = (placement.catalog(), placement.gpu_resources());
     let listed = listed.collect::<Vec<_>>();
-    let budgets = StaticBudgets::of_objects(&listed, &lookup, &claims, catalog, resources);
+    let nodes = dump.node_lookup();
+    let judged_by = nodes.as_ref().map(|n| n as &dyn crate::gpu::NodeLookup);
+    let budgets =
+        StaticBudgets::of_objects(&listed, &lookup, &claims, judged_by, catalog, resources);
     let mut admission = Admission::new(loaded.bundle, Arc::new(lookup))
         .with_budgets(Arc::new(budgets))
         .with_claims(Arc::new(claims))
         .with_authorizer(super::authorizer(args.authz.as_deref())?)
         .with_exceptions(Arc::new(manifest_exceptions));
-    if let Some(nodes) = dump.node_lookup() {
+    if let Some(nodes) = nodes {
         admission = admission.with_nodes(Arc::new(nodes));
     }
     Ok(requests

@@ -3,7 +3,8 @@
 //! [`Admission`] that judges with it and watched once that exists (pods
 //! are read with the catalog and GPU resources of the policies it serves
 //! and its DRA claims cache, once that is listed, a bound pod charged by
-//! its node's size as the node cache holds it).
+//! its node's size as the node cache holds it, a pending one naming node
+//! pools by their sizes).
 use crate::admission::Admission;
 use crate::budgets::{self, BudgetLookup};
 use crate::cluster::budgets::metrics::BudgetMetrics;
@@ -68,7 +69,11 @@ impl PendingBudgets {
             let (bundle, claims) = (admission.bundle(), admission.claims());
             let (catalog, resources) =
                 (bundle.placement.catalog(), bundle.placement.gpu_resources());
-            budgets::charge_landed(pod, landed, claims, catalog, resources)
+            // The node pools a pending pod names are sized as admission
+            // sizes them, with the nodes it judges against.
+            let snapshot = admission.nodes().nodes();
+            let set = snapshot.as_ref().map(|s| s.gpu_nodes(resources, catalog));
+            budgets::charge_landed(pod, landed, set.as_ref(), claims, catalog, resources)
         });
         let (client, nodes, claims) = (self.client, self.nodes, self.claims);
         let [budgets, pods] =

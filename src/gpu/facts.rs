@@ -294,12 +294,8 @@ impl GpuFacts {
                 if gpu {
                     reach.reachable.push(node.name.clone());
                 }
-            } else if let Some(sizes) = set.sizes_selected(&NodeSelection::from_pod_spec(spec)) {
-                // Pools or nodes it names: their sizes, whatever else it selects.
-                self.narrow_to(
-                    sizes.iter().filter_map(|s| catalog.get(s)).collect(),
-                    catalog,
-                );
+            } else {
+                self.narrow_to_named(spec, set, catalog);
             }
             reach
         } else {
@@ -351,6 +347,23 @@ impl GpuFacts {
     }
 
     /// The sizes the pod can land on are `skus` alone (known from nodes).
+    /// Narrowed to the sizes of the node pools or nodes the pod's selection
+    /// (of pod spec `spec`) names, when the nodes `set` holds carry them,
+    /// whatever else it selects ([`super::reach::GpuNodes::sizes_selected`]).
+    pub fn narrow_to_named(
+        &mut self,
+        spec: &Value,
+        set: &super::reach::GpuNodes,
+        catalog: &Catalog,
+    ) {
+        if let Some(sizes) = set.sizes_selected(&NodeSelection::from_pod_spec(spec)) {
+            self.narrow_to(
+                sizes.iter().filter_map(|s| catalog.get(s)).collect(),
+                catalog,
+            );
+        }
+    }
+
     fn narrow_to(&mut self, skus: Vec<&super::catalog::Sku>, catalog: &Catalog) {
         self.skus_constrained = true;
         self.max_sku_gpus = (skus.iter().map(|s| i64::from(s.gpu_devices)).max()).unwrap_or(0);

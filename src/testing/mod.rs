@@ -365,7 +365,8 @@ pub fn run_with_authorizer(
         let budgets = || {
             let objects: Vec<&Value> = cluster.iter().chain(&test.spec.nodes).collect();
             let (namespaces, claims) = (namespaces.as_ref(), claims.as_ref());
-            StaticBudgets::of_objects(&objects, namespaces, claims, catalog, resources)
+            let nodes = nodes.as_deref();
+            StaticBudgets::of_objects(&objects, namespaces, claims, nodes, catalog, resources)
         };
         // The time exceptions are judged at is the lookup's: one admission
         // per time a case asks for.
