@@ -619,6 +619,23 @@ fn lint_refuses_a_gpu_budget_that_does_not_read_or_sits_in_the_policy_folder() {
     );
     assert!(text.lines().any(|l| l == want), "{text}");
     assert_eq!(text.lines().last(), Some("1 error(s)"), "{text}");
+    // In a `kubectl get -o json` List, the item is named.
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nlp"}},
+        {"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuBudget",
+         "metadata": {"name": "team-nlp", "namespace": "nlp"}, "spec": {"models": {"A100": -1}}}]});
+    let dump = tempfile::tempdir().unwrap();
+    let listed = write(dump.path(), "budgets.json", &list.to_string());
+    let out = (bin().arg("lint").arg(root().join("policies")).arg("-f"))
+        .arg(&listed)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    let want = format!(
+        "error: {}: document 1 (line 1): items[1].spec.models.A100: must be 0 or more",
+        listed.display()
+    );
+    assert!(text.lines().any(|l| l == want), "{text}");
     let out = bin().arg("lint").arg(tmp.path()).output().unwrap();
     let text = stdout(&out);
     assert!(!out.status.success(), "{text}");

@@ -144,29 +144,40 @@ fn lint_budgets(files: &[PathBuf], placement: &ProfileSet, strict: bool) -> usiz
             Err(e) => errors.extend(e.0),
         }
     }
-    // A List's items, each at the List's document.
-    let documents: Vec<Document> = (documents.into_iter())
+    // A List's items, each at the List's document and its field
+    // (`items[2]`).
+    let documents: Vec<(Document, String)> = (documents.into_iter())
         .flat_map(
             |doc| match doc.value.get("items").and_then(Value::as_array) {
-                Some(items) if doc.type_meta().1.ends_with("List") => (items.iter())
-                    .map(|value| Document {
-                        value: value.clone(),
-                        ..doc.clone()
+                Some(items) if doc.type_meta().1.ends_with("List") => (items.iter().enumerate())
+                    .map(|(i, value)| {
+                        let doc = Document {
+                            value: value.clone(),
+                            ..doc.clone()
+                        };
+                        (doc, format!("items[{i}]"))
                     })
                     .collect(),
-                _ => vec![doc],
+                _ => vec![(doc, String::new())],
             },
         )
         .collect();
+    let within = |item: &str, field: &str| match (item, field) {
+        ("", field) => field.to_string(),
+        (item, "") => item.to_string(),
+        (item, field) => format!("{item}.{field}"),
+    };
     let mut budgets = Vec::new();
-    for doc in documents.iter().filter(|d| is_budget(&d.value)) {
+    for (doc, item) in documents.iter().filter(|(d, _)| is_budget(&d.value)) {
         match budgets::read(&doc.value) {
             Ok(budget) => budgets.push(budget),
-            Err(errs) => errors
-                .extend((errs.into_iter()).map(|e| LoadError::at(&doc.source, e.field, e.message))),
+            Err(errs) => errors.extend(
+                (errs.into_iter())
+                    .map(|e| LoadError::at(&doc.source, within(item, &e.field), e.message)),
+            ),
         }
     }
-    let objects: Vec<Value> = documents.iter().map(|d| d.value.clone()).collect();
+    let objects: Vec<Value> = documents.iter().map(|(d, _)| d.value.clone()).collect();
     let mut namespaces = StaticNamespaces::new();
     for (name, labels) in (objects.iter().filter(|o| is_namespace(o)))
         .filter_map(|ns| namespace_labels(ns, &Default::default()))
@@ -177,9 +188,10 @@ fn lint_budgets(files: &[PathBuf], placement: &ProfileSet, strict: bool) -> usiz
     let level = if strict { "error" } else { "warning" };
     for finding in &found {
         let message = format!("[{MISMATCH}] {}", finding.message);
-        let queue = (documents.iter())
-            .find(|d| ClusterQueue::from_object(&d.value).map(|q| q.name) == finding.cluster_queue);
-        let at = queue.map(|q| LoadError::at(&q.source, "", &message));
+        let queue = (documents.iter()).find(|(d, _)| {
+            ClusterQueue::from_object(&d.value).map(|q| q.name) == finding.cluster_queue
+        });
+        let at = queue.map(|(q, item)| LoadError::at(&q.source, item.as_str(), &message));
         println!("{level}: {}", at.unwrap_or_else(|| LoadError::new(message)));
     }
     for error in &errors {
