@@ -14,8 +14,10 @@ mod shared_data;
 use gpu_admission::cli::evaluate::{self, EvaluateArgs, Format, OperationArg};
 use gpu_admission::cli::policy_args::PolicyArgs;
 use gpu_admission::offline::Evaluation;
+use gpu_admission::bundle::Loaded;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -37,19 +39,38 @@ fn manifests(corpus: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// What `gpu-admission evaluate -f FILE --policies policies/` answers.
-fn evaluate(file: &Path) -> Vec<Evaluation> {
-    evaluate_with(file, &root().join("policies"))
+/// The policy folder `policies`, loaded as `evaluate --policies` loads it:
+/// once for every manifest judged against it.
+fn load(policies: &Path) -> Loaded {
+    policy_args(policies)
+        .load()
+        .unwrap_or_else(|e| panic!("{}: {e}", policies.display()))
 }
 
-/// What `gpu-admission evaluate -f FILE --policies POLICIES` answers.
-fn evaluate_with(file: &Path, policies: &Path) -> Vec<Evaluation> {
+fn policy_args(policies: &Path) -> PolicyArgs {
+    PolicyArgs {
+        policies: Some(policies.to_path_buf()),
+        catalog: None,
+    }
+}
+
+/// The shipped policy folder, loaded once for the whole test.
+fn shipped() -> &'static Loaded {
+    static SHIPPED: OnceLock<Loaded> = OnceLock::new();
+    SHIPPED.get_or_init(|| load(&root().join("policies")))
+}
+
+/// What `gpu-admission evaluate -f FILE --policies policies/` answers.
+fn evaluate(file: &Path) -> Vec<Evaluation> {
+    evaluate_with(file, &root().join("policies"), shipped())
+}
+
+/// What `gpu-admission evaluate -f FILE --policies POLICIES` answers, the
+/// folder `policies` loaded as `loaded`.
+fn evaluate_with(file: &Path, policies: &Path, loaded: &Loaded) -> Vec<Evaluation> {
     let args = EvaluateArgs {
         file: file.to_path_buf(),
-        policies: PolicyArgs {
-            policies: Some(policies.to_path_buf()),
-            catalog: None,
-        },
+        policies: policy_args(policies),
         namespace: None,
         namespace_labels: None,
         cluster: Vec::new(),
@@ -62,7 +83,8 @@ fn evaluate_with(file: &Path, policies: &Path) -> Vec<Evaluation> {
         authz: None,
         at: None,
     };
-    evaluate::evaluate(&args).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+    evaluate::evaluate_loaded(&args, loaded.clone())
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
 
 fn verdict(e: &Evaluation) -> String {
@@ -262,9 +284,10 @@ fn converting_only_what_is_reached_changes_no_answer() {
         })
     };
     let mut compared = 0;
+    let every = load(dir.path());
     for file in manifests(&corpus) {
         let reached = evaluate(&file);
-        let whole = evaluate_with(&file, dir.path());
+        let whole = evaluate_with(&file, dir.path(), &every);
         assert_eq!(reached.len(), whole.len(), "{}", file.display());
         for (r, w) in reached.iter().zip(&whole) {
             assert_eq!(answer(r), answer(w), "{} {}", file.display(), r.name);

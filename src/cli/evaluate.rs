@@ -5,6 +5,7 @@
 use super::policy_args::PolicyArgs;
 use crate::admission::Admission;
 use crate::budgets::{self, StaticBudgets};
+use crate::bundle::Loaded;
 use crate::exceptions::{self, StaticExceptions};
 use crate::k8s::json::str_at;
 use crate::k8s::namespaces::{with_name_label, StaticNamespaces};
@@ -112,11 +113,18 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<ExitCode> {
 /// What the webhook would do to each object of `args.file`: the answers
 /// `run` prints (`args.output` and `args.fail_on_deny` are not used here).
 pub fn evaluate(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
-    offline::with_evaluation_stack(|| evaluate_here(args))?
+    let loaded = args.policies.load()?;
+    evaluate_loaded(args, loaded)
 }
 
-fn evaluate_here(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
-    let loaded = args.policies.load()?;
+/// [`evaluate`] with the policy folder already loaded (`args.policies` is
+/// not read): what a caller judging many manifests against one folder
+/// loads once.
+pub fn evaluate_loaded(args: &EvaluateArgs, loaded: Loaded) -> anyhow::Result<Vec<Evaluation>> {
+    offline::with_evaluation_stack(|| evaluate_here(args, loaded))?
+}
+
+fn evaluate_here(args: &EvaluateArgs, loaded: Loaded) -> anyhow::Result<Vec<Evaluation>> {
     let objects = offline::read_manifest(&args.file)?;
     // The manifest's ResourceClaims and templates are what its pods claim.
     let mut claims = StaticClaims::new();
