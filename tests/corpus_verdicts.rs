@@ -11,10 +11,10 @@
 #[path = "common/shared_data.rs"]
 mod shared_data;
 
+use gpu_admission::bundle::Loaded;
 use gpu_admission::cli::evaluate::{self, EvaluateArgs, Format, OperationArg};
 use gpu_admission::cli::policy_args::PolicyArgs;
 use gpu_admission::offline::Evaluation;
-use gpu_admission::bundle::Loaded;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

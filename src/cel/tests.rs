@@ -499,7 +499,11 @@ fn comprehension_macros_are_charged_per_iteration() {
     let mut ctx = env.scope();
     let items: Vec<i64> = (0..2000).collect();
     ctx.add_variable_from_value("object", json_to_value(&json!({"items": items})));
-    match evaluate(compiled.tree(), &ctx) {
+    // Within a policy's remainder of 50,000 units (as a request's last
+    // expression gets), so that a debug build stops as soon: uncharged
+    // iterations would run all 4M.
+    let (result, _) = celrs::budget::with_budget(50_000, || evaluate(compiled.tree(), &ctx));
+    match result {
         Err(EvalError::CostLimit(_)) => {}
         other => panic!("a 4M-iteration comprehension must hit the cost limit: {other:?}"),
     }

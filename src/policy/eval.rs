@@ -1058,11 +1058,18 @@ spec:
             )
         };
         // On a stack like serve's answering threads': a variable read deep
-        // in an expression is worked out there.
+        // in an expression is worked out there. Within 1,000,000 units of
+        // the request's (the policy's 10,000,000 start from what is left),
+        // so that a debug build stops as soon.
         let on_evaluation_stack = |spec: String| {
             std::thread::Builder::new()
                 .stack_size(crate::policy::EVALUATION_STACK)
-                .spawn(move || evaluate_on_pod(&spec, "[Deny]"))
+                .spawn(move || {
+                    kube_cel::cel::budget::with_budget(1_000_000, || {
+                        evaluate_on_pod(&spec, "[Deny]")
+                    })
+                    .0
+                })
                 .unwrap()
                 .join()
                 .unwrap()
