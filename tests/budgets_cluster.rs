@@ -592,15 +592,12 @@ async fn serve_counts_the_gpus_a_running_pod_claims_through_dra() {
     );
 }
 
-/// What `/validate` records for a pod claiming GPUs through DRA is what
-/// the cache charges it once the watch shows it: the same charge.
-#[test]
-fn admission_and_the_cache_charge_a_pod_claiming_gpus_alike() {
+/// The shipped policies judging namespace `nlp` (premium GPUs opted in)
+/// with one GpuBudget `nlp/team-nlp` of `limits`, holding nothing yet: the
+/// admission, and the budgets it records what it admits in.
+fn recording(limits: Value) -> (Admission, Arc<StaticBudgets>) {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
     let bundle = bundle::load(&PolicySource::Dir(dir)).unwrap().bundle;
-    let mut claims = StaticClaims::new();
-    claims.insert(&two_gpus(), "default");
-    let limits = json!({"models": {"A100": 8}, "sizes": {A100[2]: 8}, "total": 8});
     let standing = budgets::Standing {
         budget: Arc::new(budgets::read(&budget("nlp", "team-nlp", limits)).unwrap()),
         used: Usage::default(),
@@ -609,9 +606,19 @@ fn admission_and_the_cache_charge_a_pod_claiming_gpus_alike() {
     let mut namespaces = StaticNamespaces::new();
     let labels = LABELS.map(|(k, v)| (k.to_string(), v.to_string()));
     namespaces.insert("nlp", labels.into_iter().collect());
-    let admission = Admission::new(bundle, Arc::new(namespaces))
-        .with_claims(Arc::new(claims.clone()))
-        .with_budgets(recorded.clone());
+    let admission = Admission::new(bundle, Arc::new(namespaces)).with_budgets(recorded.clone());
+    (admission, recorded)
+}
+
+/// What `/validate` records for a pod claiming GPUs through DRA is what
+/// the cache charges it once the watch shows it: the same charge.
+#[test]
+fn admission_and_the_cache_charge_a_pod_claiming_gpus_alike() {
+    let mut claims = StaticClaims::new();
+    claims.insert(&two_gpus(), "default");
+    let limits = json!({"models": {"A100": 8}, "sizes": {A100[2]: 8}, "total": 8});
+    let (admission, recorded) = recording(limits);
+    let admission = admission.with_claims(Arc::new(claims.clone()));
     let created = claiming("a", &["A100"]);
     let req = gpu_admission::offline::build_request(created, None, Operation::Create, None);
     let evaluation = gpu_admission::offline::evaluate(&admission, req);
@@ -632,8 +639,6 @@ fn admission_and_the_cache_charge_a_pod_claiming_gpus_alike() {
 /// same, not the most expensive size its labels alone would allow.
 #[test]
 fn admission_and_the_cache_charge_a_pod_naming_a_node_pool_alike() {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies");
-    let bundle = bundle::load(&PolicySource::Dir(dir)).unwrap().bundle;
     let node = |name: &str, pool: &str, size: &str| {
         json!({"apiVersion": "v1", "kind": "Node",
                "metadata": {"name": name, "labels": {
@@ -653,17 +658,8 @@ fn admission_and_the_cache_charge_a_pod_naming_a_node_pool_alike() {
     );
     let nodes: Arc<dyn gpu_admission::gpu::NodeLookup> = Arc::new(nodes);
     let limits = json!({"models": {"A100": 8, "H100": 8}, "total": 8});
-    let standing = budgets::Standing {
-        budget: Arc::new(budgets::read(&budget("nlp", "team-nlp", limits)).unwrap()),
-        used: Usage::default(),
-    };
-    let recorded = Arc::new(StaticBudgets::new(vec![standing]));
-    let mut namespaces = StaticNamespaces::new();
-    let labels = LABELS.map(|(k, v)| (k.to_string(), v.to_string()));
-    namespaces.insert("nlp", labels.into_iter().collect());
-    let admission = Admission::new(bundle, Arc::new(namespaces))
-        .with_nodes(nodes.clone())
-        .with_budgets(recorded.clone());
+    let (admission, recorded) = recording(limits);
+    let admission = admission.with_nodes(nodes.clone());
     let mut created = pod("nlp", "a", 1, &["A100"]);
     created["spec"]["affinity"] = json!(null);
     created["spec"]["nodeSelector"] = json!({"kubernetes.azure.com/agentpool": "gpua100"});
