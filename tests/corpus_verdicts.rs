@@ -14,7 +14,7 @@ mod shared_data;
 use gpu_admission::bundle::Loaded;
 use gpu_admission::cli::evaluate::{self, EvaluateArgs, Format, OperationArg};
 use gpu_admission::cli::policy_args::PolicyArgs;
-use gpu_admission::offline::Evaluation;
+use gpu_admission::offline::{self, Evaluation};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -42,9 +42,8 @@ fn manifests(corpus: &Path) -> Vec<PathBuf> {
 /// The policy folder `policies`, loaded as `evaluate --policies` loads it:
 /// once for every manifest judged against it.
 fn load(policies: &Path) -> Loaded {
-    policy_args(policies)
-        .load()
-        .unwrap_or_else(|e| panic!("{}: {e}", policies.display()))
+    let loaded = offline::with_evaluation_stack(|| policy_args(policies).load()).unwrap();
+    loaded.unwrap_or_else(|e| panic!("{}: {e}", policies.display()))
 }
 
 fn policy_args(policies: &Path) -> PolicyArgs {

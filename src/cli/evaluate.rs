@@ -113,13 +113,14 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<ExitCode> {
 /// What the webhook would do to each object of `args.file`: the answers
 /// `run` prints (`args.output` and `args.fail_on_deny` are not used here).
 pub fn evaluate(args: &EvaluateArgs) -> anyhow::Result<Vec<Evaluation>> {
-    let loaded = args.policies.load()?;
-    evaluate_loaded(args, loaded)
+    // Compiling, too, wants the evaluation stack (deeply nested sources).
+    offline::with_evaluation_stack(|| evaluate_here(args, args.policies.load()?))?
 }
 
 /// [`evaluate`] with the policy folder already loaded (`args.policies` is
-/// not read): what a caller judging many manifests against one folder
-/// loads once.
+/// not read; load it as [`PolicyArgs::load`] inside
+/// [`offline::with_evaluation_stack`]): what a caller judging many
+/// manifests against one folder loads once.
 pub fn evaluate_loaded(args: &EvaluateArgs, loaded: Loaded) -> anyhow::Result<Vec<Evaluation>> {
     offline::with_evaluation_stack(|| evaluate_here(args, loaded))?
 }
