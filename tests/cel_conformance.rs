@@ -1,6 +1,7 @@
 //! The CEL specification's conformance suite (google/cel-spec
 //! `tests/simple/testdata`), run through the compile and evaluate path
-//! policies use.
+//! policies use: each case evaluated by the interpreter and by its
+//! compiled form (`cel::Program`), which must answer alike.
 //!
 //! The cases are public data and are not part of the project: they are read
 //! from `../shared/cel-spec/simple/*.json` (see its `SOURCE.md` for the
@@ -491,6 +492,21 @@ fn run_case(
         scope.add_variable_from_value(name, value);
     }
     let got = evaluate(compiled.tree(), &scope);
+    // The expression's compiled form, which the policy engine evaluates,
+    // answers as the interpreter does: the same value or the same error.
+    if let Some(program) = env.program(compiled.tree()) {
+        let by_program = program.evaluate(&scope);
+        let alike = match (&got, &by_program) {
+            (Ok(a), Ok(b)) => a == b || same(a, b),
+            (Err(a), Err(b)) => a == b,
+            _ => false,
+        };
+        if !alike {
+            return Err(Outcome::Failed(format!(
+                "`{expr}`: the interpreter gives {got:?}, the program {by_program:?}"
+            )));
+        }
+    }
     match (want, got) {
         (Want::Error, Err(_)) => Ok(()),
         (Want::Error, Ok(v)) => Err(Outcome::Failed(format!(

@@ -177,6 +177,16 @@ impl Env {
         self.root.has_function(name)
     }
 
+    /// The compiled form of `tree` (an expression compiled in this
+    /// environment) for evaluation in its scopes, when one gives the
+    /// interpreter's answers ([`super::Program::build`]).
+    pub fn program(&self, tree: &kube_cel::cel::parser::Expression) -> Option<super::Program> {
+        let known = self.known_variables();
+        super::Program::build(tree, &|name| known.contains(name), &|name| {
+            self.has_function(name)
+        })
+    }
+
     /// Names an expression may refer to at top level.
     pub fn known_variables(&self) -> BTreeSet<&'static str> {
         BUILTIN_VARIABLES

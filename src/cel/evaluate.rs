@@ -61,7 +61,7 @@ pub fn to_value(value: &dyn Val) -> Result<Value, EvalError> {
     value.try_into().map_err(|e| eval_error(e, 0))
 }
 
-fn eval_error(e: ExecutionError, used: u64) -> EvalError {
+pub(super) fn eval_error(e: ExecutionError, used: u64) -> EvalError {
     match e {
         ExecutionError::CostLimitExceeded if used >= EXPRESSION_COST_LIMIT => {
             EvalError::CostLimit(format!(

@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod image;
 mod limits;
 pub mod portability;
+mod program;
 mod reach;
 pub mod schema;
 mod signatures;
@@ -37,6 +38,7 @@ pub use evaluate::{
 pub use kube_cel::cel::common::value::Val;
 pub use kube_cel::cel::{Context, Value};
 pub use limits::{Limits, EXPRESSION_COST_LIMIT, POLICY_COST_LIMIT};
+pub use program::Program;
 pub use reach::{json_to_val_within, Reach};
 pub use to_val::{to_val, ToValError};
 

@@ -652,6 +652,30 @@ struct ValidationFailure<'a> {
 /// set's params (none for `null`).
 pub(super) type BindingParams = SmallVec<[(Value, Option<usize>); 1]>;
 
+/// What an evaluation runs: an expression's program, or a tree the
+/// interpreter walks (one the plan folded, or one without a program).
+#[derive(Clone, Copy)]
+pub(super) enum Tree<'t> {
+    Program(&'t cel::Program),
+    Parsed(&'t Expression),
+}
+
+impl Tree<'_> {
+    fn evaluate(self, ctx: &Context) -> Result<Value, EvalError> {
+        match self {
+            Tree::Program(p) => p.evaluate(ctx),
+            Tree::Parsed(tree) => cel::evaluate(tree, ctx),
+        }
+    }
+
+    fn evaluate_val(self, ctx: &Context) -> (Result<Box<dyn Val>, EvalError>, u64) {
+        match self {
+            Tree::Program(p) => p.evaluate_val(ctx),
+            Tree::Parsed(tree) => cel::evaluate_val(tree, ctx),
+        }
+    }
+}
+
 /// A policy's `variables`, evaluated lazily and at most once per request,
 /// as kube-apiserver does: a variable is worked out when an expression
 /// first reads it (through [`Lazy`]), so one that only a failing
@@ -726,14 +750,20 @@ impl<'p> Variables<'p> {
 
     pub(super) fn eval(&self, ctx: &Context, expr: &Expr) -> Result<Value, EvalError> {
         let all = self.values.len();
-        self.eval_with(ctx, expr, all, cel::evaluate, |v| cel::to_value(v.as_ref()))
+        self.eval_with(
+            ctx,
+            expr,
+            all,
+            |t, ctx| t.evaluate(ctx),
+            |v| cel::to_value(v.as_ref()),
+        )
     }
 
     /// The variable at `i`, worked out in `ctx` on the first call.
     fn value(&self, ctx: &Context, i: usize) -> &VariableValue {
         self.values[i].get_or_init(|| {
             let var = &self.policy.variables[i].expr;
-            self.eval_with(ctx, var, i, |e, ctx| cel::evaluate_val(e, ctx).0, Ok)
+            self.eval_with(ctx, var, i, |t, ctx| t.evaluate_val(ctx).0, Ok)
         })
     }
 
@@ -748,18 +778,22 @@ impl<'p> Variables<'p> {
         ctx: &Context,
         expr: &Expr,
         before: usize,
-        evaluate: impl Fn(&Expression, &Context) -> Result<T, EvalError>,
+        evaluate: impl Fn(Tree, &Context) -> Result<T, EvalError>,
         from_val: impl Fn(Box<dyn Val>) -> Result<T, EvalError>,
     ) -> Result<T, EvalError> {
         let plan = self.plan.of(expr);
+        let whole = match &plan.program {
+            Some(program) => Tree::Program(program),
+            None => Tree::Parsed(expr.tree()),
+        };
         if let (Some(slot), Some(memo)) = (plan.memo_slot, self.memo) {
             // Reads no params and no variables: nothing below applies.
-            let value = memo.get_or_evaluate(slot, || cel::evaluate_val(expr.tree(), ctx))?;
+            let value = memo.get_or_evaluate(slot, || whole.evaluate_val(ctx))?;
             return from_val(value);
         }
         let folded = self.plan.folded(expr, self.param);
         if plan.closure.is_empty() && folded.is_none() {
-            return evaluate(expr.tree(), ctx);
+            return evaluate(whole, ctx);
         }
         let lazy = Lazy {
             vars: self,
@@ -770,9 +804,9 @@ impl<'p> Variables<'p> {
         let tree = match folded {
             Some((folded, constants)) => {
                 constants.bind(folded, &mut child);
-                &folded.ast
+                Tree::Parsed(&folded.ast)
             }
-            None => expr.tree(),
+            None => whole,
         };
         if !plan.reads.is_empty() {
             child.set_variable_resolver(&lazy);
@@ -878,6 +912,29 @@ mod tests {
             assert!(sources.len() > 1 && sources.iter().all(|s| *s == sources[0]));
         }
         assert!(kept.values().any(|s| s[0] == "gpu.requested"), "{kept:?}");
+    }
+
+    /// Every expression of the shipped set is evaluated by its program, and
+    /// what a program leaves to the interpreter is a few function calls:
+    /// the `azure.*` SKU functions, string functions, conversions.
+    #[test]
+    fn the_shipped_set_is_compiled() {
+        let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
+        let inner = &loaded.bundle.policies.inner;
+        let (mut expressions, mut interpreted) = (0, 0);
+        for (policy, plan) in inner.policies.iter().zip(&inner.plan.validating.policies) {
+            for e in policy.expressions() {
+                let program = plan.of(e).program.as_ref();
+                let program = program.unwrap_or_else(|| panic!("no program: {}", e.source()));
+                expressions += 1;
+                interpreted += program.interpreted();
+            }
+        }
+        assert!(expressions > 200, "{expressions}");
+        assert!(
+            interpreted < expressions / 2,
+            "{interpreted} of {expressions}"
+        );
     }
 
     /// The exemption lists of the shipped policies (split and trimmed from

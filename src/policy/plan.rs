@@ -22,7 +22,10 @@
 //!   operation;
 //! - **reaches**: what the policies a request could match can read of
 //!   `object`, `oldObject` and `namespaceObject`: only that is converted
-//!   into CEL values.
+//!   into CEL values;
+//! - **programs**: each expression compiled ([`cel::Program`]): operators
+//!   resolved, comprehension variables in slots, results unboxed; the
+//!   interpreter evaluates only the function calls the program leaves it.
 use super::index::{BindingIndex, PerBucket};
 use super::model::{Binding, Expr, Param, Policy};
 use super::read::Loaded;
@@ -40,6 +43,7 @@ pub struct Passes {
     pub params_constants: bool,
     pub binding_index: bool,
     pub reaches: bool,
+    pub programs: bool,
 }
 
 impl Passes {
@@ -50,6 +54,7 @@ impl Passes {
         params_constants: true,
         binding_index: true,
         reaches: true,
+        programs: true,
     };
 
     /// Every pass but the one named (as in [`Passes::NAMES`]).
@@ -62,6 +67,7 @@ impl Passes {
             "params_constants" => &mut passes.params_constants,
             "binding_index" => &mut passes.binding_index,
             "reaches" => &mut passes.reaches,
+            "programs" => &mut passes.programs,
             _ => return None,
         };
         *switch = false;
@@ -69,13 +75,14 @@ impl Passes {
     }
 
     /// The passes, by name.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "variable_closures",
         "memo",
         "param_refs",
         "params_constants",
         "binding_index",
         "reaches",
+        "programs",
     ];
 }
 
@@ -159,6 +166,8 @@ pub(crate) struct ExprPlan {
     pub(crate) memo_slot: Option<usize>,
     /// The expression with its params-only parts taken out.
     pub(crate) folded: Option<Arc<Folded>>,
+    /// Its compiled form, evaluated in place of its tree.
+    pub(crate) program: Option<Arc<cel::Program>>,
 }
 
 /// What some expressions can reach of `object`, `oldObject` and
@@ -202,7 +211,7 @@ impl Reaches {
 /// The plan of `loaded`, with the passes `passes` turns on.
 pub(super) fn plan(loaded: &Loaded, passes: Passes, env: &Env) -> Plan {
     let mut validating = family(&loaded.policies, &loaded.bindings, &loaded.params, passes);
-    let mutating = family(
+    let mut mutating = family(
         &loaded.mutating,
         &loaded.mutating_bindings,
         &loaded.params,
@@ -221,12 +230,27 @@ pub(super) fn plan(loaded: &Loaded, passes: Passes, env: &Env) -> Plan {
         }
     }
     let reaches = bucket_reaches(&validating, &loaded.bindings);
+    if passes.programs {
+        programs(&loaded.policies, &mut validating.policies, env);
+        programs(&loaded.mutating, &mut mutating.policies, env);
+    }
     Plan {
         passes,
         validating,
         mutating,
         memo_slots,
         reaches,
+    }
+}
+
+/// Pass: each expression's compiled form ([`cel::Program`]): what the
+/// interpreter works out at each node of its tree worked out once, the
+/// same answers given faster.
+fn programs(policies: &[Policy], plans: &mut [PolicyPlan], env: &Env) {
+    for (policy, plan) in policies.iter().zip(plans) {
+        for expr in policy.expressions() {
+            plan.exprs[expr.id].program = env.program(expr.tree()).map(Arc::new);
+        }
     }
 }
 

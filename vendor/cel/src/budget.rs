@@ -275,7 +275,7 @@ pub fn charge_val(val: &dyn crate::common::value::Val) -> Result<(), ExecutionEr
 }
 
 /// Guard for one level of evaluation depth.
-pub(crate) struct DepthGuard;
+pub struct DepthGuard;
 
 impl DepthGuard {
     #[cfg(test)]
@@ -284,9 +284,11 @@ impl DepthGuard {
     }
 
     /// One evaluated node: charges its unit and enters a level, with one
-    /// thread-local access.
+    /// thread-local access. Public so that a host evaluating a tree of its
+    /// own (a compiled form of an expression) charges each node and bounds
+    /// the nesting as the interpreter does.
     #[inline]
-    pub(crate) fn node() -> Result<Self, ExecutionError> {
+    pub fn node() -> Result<Self, ExecutionError> {
         STATE.with(|s| {
             charge_in(s, 1)?;
             Self::enter_in(s)

@@ -270,6 +270,18 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// gpu-admission patch: calls the function registered under `name`
+    /// (here or in a parent scope) with `ftx`, as the interpreter calls
+    /// it; `None` when none is. A host evaluating a compiled form of an
+    /// expression hands the calls it does not do itself to this.
+    pub fn call_function(
+        &self,
+        name: &str,
+        ftx: &mut functions::FunctionContext,
+    ) -> Option<crate::ResolveResult> {
+        self.get_function(name).map(|f| f(ftx))
+    }
+
     /// gpu-admission patch: whether a function of this name is registered
     /// (here or in a parent scope), so a host can refuse an expression that
     /// calls an unknown function when it is loaded, as cel-go's checker does.

@@ -38,7 +38,7 @@ impl DefaultMap {
 
     /// gpu-admission patch: the value under a string key, looked up without
     /// building a key (field selection).
-    pub(crate) fn get_field(&self, name: &str) -> Option<&dyn Val> {
+    pub fn get_field(&self, name: &str) -> Option<&dyn Val> {
         self.0
             .get(&KeyRef::String(name) as &dyn AsKeyRef)
             .map(|v| v.as_ref())

@@ -1,0 +1,561 @@
+//! A compiled form of an expression: its tree once more, with what the
+//! interpreter works out at every node worked out at load. Operators are
+//! resolved to their code, comprehension variables to slots, literals to
+//! values; results are held unboxed (scalars by value, strings borrowed
+//! where they stand, lists built here as the program's own), and `size`,
+//! `string`, `join`, `startsWith` and `endsWith` are done here. Every other subtree (other
+//! function calls, the optional syntax, message literals, type names) is
+//! handed whole to the interpreter, with the comprehension variables it
+//! reads bound for it.
+//!
+//! A program gives what the interpreter gives for the same tree and scope:
+//! the same value or the same error, having charged the same cost units at
+//! the same nodes and nested as deep (each node is charged through the
+//! interpreter's own budget, [`DepthGuard::node`]). The interpreter is the
+//! reference it is tested against: the unit tests below and
+//! `tests/plan_passes.rs` evaluate expressions both ways.
+mod run;
+mod value;
+
+use super::evaluate::{eval_error, EvalError};
+use super::limits::EXPRESSION_COST_LIMIT;
+use kube_cel::cel::budget;
+#[cfg(doc)]
+use kube_cel::cel::budget::DepthGuard;
+use kube_cel::cel::common::ast::{operators, EntryExpr, Expr, LiteralValue};
+use kube_cel::cel::common::value::Val;
+use kube_cel::cel::objects::TypeValue;
+use kube_cel::cel::parser::Expression;
+use kube_cel::cel::{Context, Value};
+use std::collections::BTreeSet;
+use value::Arith;
+
+/// An expression compiled for evaluation ([`Program::build`]).
+pub struct Program {
+    root: Node,
+    /// Slots of comprehension variables.
+    locals: usize,
+    /// Nodes, for the record.
+    nodes: usize,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("nodes", &self.nodes)
+            .field("locals", &self.locals)
+            .finish()
+    }
+}
+
+/// One node: the interpreter's node of the same place, resolved.
+enum Node {
+    Lit(LiteralValue),
+    /// A comprehension's variable.
+    Local(usize),
+    /// A comprehension's accumulator read by the step that replaces it
+    /// (`@result + [x]`): taken out of its slot, so the list grows in place.
+    TakeLocal(usize),
+    /// A variable of the scope, by name.
+    Root(Box<str>),
+    /// A subtree the interpreter evaluates.
+    Interp(Box<Interp>),
+    Select(Box<Node>, Box<str>, bool),
+    Not(Box<Node>),
+    Neg(Box<Node>),
+    NotStrictlyFalse(Box<Node>),
+    And(Box<[Node; 2]>),
+    Or(Box<[Node; 2]>),
+    Cond(Box<[Node; 3]>),
+    /// `==` (false) or `!=` (true).
+    Eq(Box<[Node; 2]>, bool),
+    Cmp(Box<[Node; 2]>, Cmp),
+    Arith(Box<[Node; 2]>, Arith),
+    In(Box<[Node; 2]>),
+    Index(Box<[Node; 2]>),
+    List(Vec<Node>),
+    Map(Vec<[Node; 2]>),
+    Comprehension(Box<Comprehension>),
+    /// `size(x)` (false) or `x.size()` (true).
+    Size(Box<Node>, bool),
+    /// `string(x)`.
+    StringOf(Box<Node>),
+    /// `list.join()` or `list.join(separator)`.
+    Join(Box<Join>),
+    /// `s.startsWith(p)` or `s.endsWith(p)`, with the argument's tree and
+    /// the comprehension variables it reads, for the interpreter's function
+    /// when the receiver is not a string.
+    StrTest(Box<StrTest>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cmp {
+    Less,
+    LessEquals,
+    Greater,
+    GreaterEquals,
+}
+
+struct Interp {
+    expr: Expression,
+    /// The comprehension variables the subtree reads: name and slot.
+    locals: Vec<(String, usize)>,
+}
+
+struct Comprehension {
+    iter_range: Node,
+    iter_var: usize,
+    iter_var2: Option<usize>,
+    accu_var: usize,
+    accu_init: Node,
+    loop_cond: Node,
+    loop_step: Node,
+    result: Node,
+    /// The step is `accu && p` or `accu || p` (`all`, `exists`): an
+    /// element's error is kept as the accumulator.
+    folds_logically: bool,
+}
+
+/// A call whose arguments the interpreter's function evaluates itself when
+/// the program hands the call to it: their trees and the comprehension
+/// variables they read.
+struct Args {
+    trees: Vec<Expression>,
+    locals: Vec<(String, usize)>,
+}
+
+struct Join {
+    target: Node,
+    separator: Option<Node>,
+    args: Args,
+}
+
+struct StrTest {
+    ends: bool,
+    target: Node,
+    arg: Node,
+    args: Args,
+}
+
+impl Program {
+    /// The program of `tree`, an expression compiled at load. `known`:
+    /// whether a name is a variable of the scopes it is evaluated in;
+    /// `has_function`: whether a function of this name is registered.
+    /// `None` where a program could not give the interpreter's answer (an
+    /// accumulated error an `all` or `exists` would hand to the
+    /// interpreter): such an expression is left to the interpreter.
+    pub fn build(
+        tree: &Expression,
+        known: &dyn Fn(&str) -> bool,
+        has_function: &dyn Fn(&str) -> bool,
+    ) -> Option<Program> {
+        let mut builder = Builder {
+            known,
+            has_function,
+            scopes: Vec::new(),
+            logical: Vec::new(),
+            slots: 0,
+            nodes: 0,
+        };
+        let root = builder.node(tree)?;
+        Some(Program {
+            root,
+            locals: builder.slots,
+            nodes: builder.nodes,
+        })
+    }
+
+    /// Evaluates the program in `ctx` as [`super::evaluate`] evaluates its
+    /// tree: within [`EXPRESSION_COST_LIMIT`] units of the enclosing
+    /// budget, the result as a [`Value`].
+    pub fn evaluate(&self, ctx: &Context) -> Result<Value, EvalError> {
+        let (result, used) = budget::with_budget(EXPRESSION_COST_LIMIT, || {
+            run::run(self, ctx).and_then(|v| v.to_val().as_ref().try_into())
+        });
+        result.map_err(|e| eval_error(e, used))
+    }
+
+    /// [`Program::evaluate`] keeping the result in the interpreter's form,
+    /// with the cost units used, as [`super::evaluate_val`].
+    pub fn evaluate_val(&self, ctx: &Context) -> (Result<Box<dyn Val>, EvalError>, u64) {
+        let (result, used) = budget::with_budget(EXPRESSION_COST_LIMIT, || {
+            run::run(self, ctx).map(|v| v.into_box())
+        });
+        (result.map_err(|e| eval_error(e, used)), used)
+    }
+
+    /// How many of its nodes the interpreter evaluates whole.
+    pub fn interpreted(&self) -> usize {
+        fn count(n: &Node) -> usize {
+            match n {
+                Node::Interp(_) => 1,
+                Node::Lit(_) | Node::Local(_) | Node::TakeLocal(_) | Node::Root(_) => 0,
+                Node::Select(o, _, _)
+                | Node::Not(o)
+                | Node::Neg(o)
+                | Node::NotStrictlyFalse(o)
+                | Node::Size(o, _) => count(o),
+                Node::And(p) | Node::Or(p) | Node::Eq(p, _) | Node::Cmp(p, _) => {
+                    p.iter().map(count).sum()
+                }
+                Node::Arith(p, _) | Node::In(p) | Node::Index(p) => p.iter().map(count).sum(),
+                Node::Cond(p) => p.iter().map(count).sum(),
+                Node::List(items) => items.iter().map(count).sum(),
+                Node::Map(entries) => entries.iter().flatten().map(count).sum(),
+                Node::Comprehension(c) => [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ]
+                .into_iter()
+                .map(count)
+                .sum(),
+                Node::StrTest(s) => count(&s.target) + count(&s.arg),
+                Node::StringOf(o) => count(o),
+                Node::Join(j) => count(&j.target) + j.separator.as_ref().map_or(0, count),
+            }
+        }
+        count(&self.root)
+    }
+}
+
+struct Builder<'f> {
+    known: &'f dyn Fn(&str) -> bool,
+    has_function: &'f dyn Fn(&str) -> bool,
+    /// Comprehension variables in scope where the builder is: name and
+    /// slot, innermost last.
+    scopes: Vec<(String, usize)>,
+    /// Slots of the accumulators of logically folding comprehensions in
+    /// scope: never handed to the interpreter.
+    logical: Vec<usize>,
+    slots: usize,
+    nodes: usize,
+}
+
+impl Builder<'_> {
+    fn local(&self, name: &str) -> Option<usize> {
+        self.scopes
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, slot)| *slot)
+    }
+
+    fn slot(&mut self) -> usize {
+        self.slots += 1;
+        self.slots - 1
+    }
+
+    /// `e` for the interpreter, with the comprehension variables it reads.
+    fn interp(&mut self, e: &Expression) -> Option<Node> {
+        let Args { mut trees, locals } = self.args(std::slice::from_ref(e))?;
+        Some(Node::Interp(Box::new(Interp {
+            expr: trees.pop()?,
+            locals,
+        })))
+    }
+
+    fn two(&mut self, a: &Expression, b: &Expression) -> Option<Box<[Node; 2]>> {
+        Some(Box::new([self.node(a)?, self.node(b)?]))
+    }
+
+    fn node(&mut self, e: &Expression) -> Option<Node> {
+        self.nodes += 1;
+        match &e.expr {
+            Expr::Literal(l) => Some(Node::Lit(l.clone())),
+            Expr::Ident(name) => match self.local(name) {
+                Some(slot) => Some(Node::Local(slot)),
+                None if (self.known)(name) || super::variables::name(name).is_some() => {
+                    Some(Node::Root(name.as_str().into()))
+                }
+                None => self.interp(e),
+            },
+            Expr::Select(select) => {
+                // A qualified type name: the interpreter tells it from a
+                // variable's field.
+                let denotes_type = TypeValue::denoted_by(&e.expr)
+                    .is_some_and(|(_, root)| self.local(root).is_none());
+                if denotes_type {
+                    return self.interp(e);
+                }
+                let operand = self.node(&select.operand)?;
+                Some(Node::Select(
+                    Box::new(operand),
+                    select.field.as_str().into(),
+                    select.test,
+                ))
+            }
+            Expr::List(list) if list.optional_indices.is_empty() => Some(Node::List(
+                list.elements
+                    .iter()
+                    .map(|x| self.node(x))
+                    .collect::<Option<_>>()?,
+            )),
+            Expr::Map(map) => {
+                let mut entries = Vec::with_capacity(map.entries.len());
+                for entry in &map.entries {
+                    match &entry.expr {
+                        EntryExpr::MapEntry(m) if !m.optional => {
+                            entries.push([self.node(&m.key)?, self.node(&m.value)?])
+                        }
+                        _ => return self.interp(e),
+                    }
+                }
+                Some(Node::Map(entries))
+            }
+            Expr::Comprehension(c) => {
+                let iter_range = self.node(&c.iter_range)?;
+                let accu_init = self.node(&c.accu_init)?;
+                let folds_logically = matches!(&c.loop_step.expr, Expr::Call(call)
+                    if call.args.len() == 2
+                        && (call.func_name == operators::LOGICAL_AND
+                            || call.func_name == operators::LOGICAL_OR));
+                let (iter_var, accu_var) = (self.slot(), self.slot());
+                let iter_var2 = c.iter_var2.as_ref().map(|_| self.slot());
+                let before = self.scopes.len();
+                self.scopes.push((c.iter_var.clone(), iter_var));
+                if let (Some(name), Some(slot)) = (&c.iter_var2, iter_var2) {
+                    self.scopes.push((name.clone(), slot));
+                }
+                self.scopes.push((c.accu_var.clone(), accu_var));
+                if folds_logically {
+                    self.logical.push(accu_var);
+                }
+                let built = (|| {
+                    let loop_cond = self.node(&c.loop_cond)?;
+                    let loop_step = self.step(&c.loop_step, &c.accu_var, accu_var)?;
+                    let result = self.node(&c.result)?;
+                    Some((loop_cond, loop_step, result))
+                })();
+                self.scopes.truncate(before);
+                if folds_logically {
+                    self.logical.pop();
+                }
+                let (loop_cond, loop_step, result) = built?;
+                Some(Node::Comprehension(Box::new(Comprehension {
+                    iter_range,
+                    iter_var,
+                    iter_var2,
+                    accu_var,
+                    accu_init,
+                    loop_cond,
+                    loop_step,
+                    result,
+                    folds_logically,
+                })))
+            }
+            Expr::Call(call) => self.call(e, call),
+            _ => self.interp(e),
+        }
+    }
+
+    /// A comprehension's step: `accu + [x]` (or a `?:` with it in a
+    /// branch) grows the accumulator in place.
+    fn step(&mut self, e: &Expression, accu: &str, slot: usize) -> Option<Node> {
+        let Expr::Call(call) = &e.expr else {
+            return self.node(e);
+        };
+        let reads_accu = |x: &Expression| {
+            let mut free = BTreeSet::new();
+            free_names(x, &mut Vec::new(), &mut free);
+            free.contains(accu)
+        };
+        if call.target.is_none()
+            && call.args.len() == 2
+            && call.func_name == operators::ADD
+            && matches!(&call.args[0].expr, Expr::Ident(n) if n == accu)
+            && !reads_accu(&call.args[1])
+        {
+            self.nodes += 2;
+            let rhs = self.node(&call.args[1])?;
+            return Some(Node::Arith(
+                Box::new([Node::TakeLocal(slot), rhs]),
+                Arith::Add,
+            ));
+        }
+        if call.target.is_none() && call.args.len() == 3 && call.func_name == operators::CONDITIONAL
+        {
+            self.nodes += 1;
+            let cond = self.node(&call.args[0])?;
+            let then = self.step(&call.args[1], accu, slot)?;
+            let otherwise = self.step(&call.args[2], accu, slot)?;
+            return Some(Node::Cond(Box::new([cond, then, otherwise])));
+        }
+        self.node(e)
+    }
+
+    fn call(
+        &mut self,
+        e: &Expression,
+        call: &kube_cel::cel::common::ast::CallExpr,
+    ) -> Option<Node> {
+        let args = &call.args;
+        let name = call.func_name.as_str();
+        if args.len() == 3 && name == operators::CONDITIONAL {
+            return Some(Node::Cond(Box::new([
+                self.node(&args[0])?,
+                self.node(&args[1])?,
+                self.node(&args[2])?,
+            ])));
+        }
+        if args.len() == 2 {
+            let (a, b) = (&args[0], &args[1]);
+            let node = match name {
+                operators::LOGICAL_OR => Node::Or(self.two(a, b)?),
+                operators::LOGICAL_AND => Node::And(self.two(a, b)?),
+                operators::EQUALS => Node::Eq(self.two(a, b)?, false),
+                operators::NOT_EQUALS => Node::Eq(self.two(a, b)?, true),
+                operators::INDEX => Node::Index(self.two(a, b)?),
+                operators::ADD => Node::Arith(self.two(a, b)?, Arith::Add),
+                operators::SUBSTRACT => Node::Arith(self.two(a, b)?, Arith::Sub),
+                operators::MULTIPLY => Node::Arith(self.two(a, b)?, Arith::Mul),
+                operators::DIVIDE => Node::Arith(self.two(a, b)?, Arith::Div),
+                operators::MODULO => Node::Arith(self.two(a, b)?, Arith::Mod),
+                operators::LESS => Node::Cmp(self.two(a, b)?, Cmp::Less),
+                operators::LESS_EQUALS => Node::Cmp(self.two(a, b)?, Cmp::LessEquals),
+                operators::GREATER => Node::Cmp(self.two(a, b)?, Cmp::Greater),
+                operators::GREATER_EQUALS => Node::Cmp(self.two(a, b)?, Cmp::GreaterEquals),
+                operators::IN => Node::In(self.two(a, b)?),
+                _ => return self.function(e, call),
+            };
+            return Some(node);
+        }
+        if args.len() == 1 {
+            let node = match name {
+                operators::LOGICAL_NOT => Node::Not(Box::new(self.node(&args[0])?)),
+                operators::NEGATE => Node::Neg(Box::new(self.node(&args[0])?)),
+                operators::NOT_STRICTLY_FALSE => {
+                    Node::NotStrictlyFalse(Box::new(self.node(&args[0])?))
+                }
+                _ => return self.function(e, call),
+            };
+            return Some(node);
+        }
+        self.function(e, call)
+    }
+
+    /// A function call: done here when it is one of the few the program
+    /// does itself, else by the interpreter.
+    fn function(
+        &mut self,
+        e: &Expression,
+        call: &kube_cel::cel::common::ast::CallExpr,
+    ) -> Option<Node> {
+        let name = call.func_name.as_str();
+        // `prefix.name(...)` calls the function registered as
+        // `prefix.name` when there is one (`azure.sku`).
+        let qualified = match call.target.as_deref().map(|t| &t.expr) {
+            Some(Expr::Ident(prefix)) => (self.has_function)(&format!("{prefix}.{name}")),
+            _ => false,
+        };
+        if qualified {
+            return self.interp(e);
+        }
+        match (name, call.target.as_deref(), call.args.as_slice()) {
+            ("size", None, [arg]) => Some(Node::Size(Box::new(self.node(arg)?), false)),
+            ("size", Some(target), []) => Some(Node::Size(Box::new(self.node(target)?), true)),
+            ("startsWith" | "endsWith", Some(target), [arg]) => {
+                let target = self.node(target)?;
+                let args = self.args(&call.args)?;
+                let arg = self.node(arg)?;
+                Some(Node::StrTest(Box::new(StrTest {
+                    ends: name == "endsWith",
+                    target,
+                    arg,
+                    args,
+                })))
+            }
+            ("string", None, [arg]) => Some(Node::StringOf(Box::new(self.node(arg)?))),
+            ("join", Some(target), [] | [_]) => {
+                let target = self.node(target)?;
+                let args = self.args(&call.args)?;
+                let separator = match call.args.first() {
+                    Some(arg) => Some(self.node(arg)?),
+                    None => None,
+                };
+                Some(Node::Join(Box::new(Join {
+                    target,
+                    separator,
+                    args,
+                })))
+            }
+            _ => self.interp(e),
+        }
+    }
+
+    /// Argument trees for the interpreter's function, with the
+    /// comprehension variables they read.
+    fn args(&self, trees: &[Expression]) -> Option<Args> {
+        let mut free = BTreeSet::new();
+        for tree in trees {
+            free_names(tree, &mut Vec::new(), &mut free);
+        }
+        let mut locals = Vec::new();
+        for name in free {
+            if let Some(slot) = self.local(&name) {
+                if self.logical.contains(&slot) {
+                    return None;
+                }
+                locals.push((name, slot));
+            }
+        }
+        Some(Args {
+            trees: trees.to_vec(),
+            locals,
+        })
+    }
+}
+
+/// The names `e` reads that it does not bind itself.
+fn free_names(e: &Expression, bound: &mut Vec<String>, out: &mut BTreeSet<String>) {
+    match &e.expr {
+        Expr::Ident(name) => {
+            if !bound.contains(name) {
+                out.insert(name.clone());
+            }
+        }
+        Expr::Literal(_) | Expr::Unspecified => {}
+        Expr::Select(s) => free_names(&s.operand, bound, out),
+        Expr::Call(c) => {
+            if let Some(t) = &c.target {
+                free_names(t, bound, out);
+            }
+            for a in &c.args {
+                free_names(a, bound, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|x| free_names(x, bound, out)),
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(m) = &entry.expr {
+                    free_names(&m.key, bound, out);
+                    free_names(&m.value, bound, out);
+                }
+            }
+        }
+        Expr::Struct(s) => {
+            for entry in &s.entries {
+                if let EntryExpr::StructField(f) = &entry.expr {
+                    free_names(&f.value, bound, out);
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            free_names(&c.iter_range, bound, out);
+            free_names(&c.accu_init, bound, out);
+            let before = bound.len();
+            bound.push(c.iter_var.clone());
+            bound.extend(c.iter_var2.clone());
+            bound.push(c.accu_var.clone());
+            for part in [&c.loop_cond, &c.loop_step, &c.result] {
+                free_names(part, bound, out);
+            }
+            bound.truncate(before);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,533 @@
+//! Evaluating a [`Program`]: each node as the interpreter evaluates the
+//! node it stands for (see `resolve_val` in vendor/cel/src/objects.rs),
+//! in the same order, charging the same units.
+use super::value::{self, V};
+use super::{Cmp, Comprehension, Interp, Join, Node, Program, StrTest};
+use kube_cel::cel::budget::{self, DepthGuard};
+use kube_cel::cel::common::ast::LiteralValue;
+use kube_cel::cel::common::types::{
+    CelBytes, CelList, CelMap, CelMapEntries, CelMapKey, CelOptional, CelString, LIST_TYPE,
+    MAP_TYPE, OPTIONAL_TYPE,
+};
+use kube_cel::cel::common::value::Val;
+use kube_cel::cel::parser::Expression;
+use kube_cel::cel::{Context, ExecutionError, FunctionContext, Value};
+use smallvec::SmallVec;
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// The value of `program` in `ctx`.
+pub(super) fn run<'a>(program: &'a Program, ctx: &'a Context<'a>) -> Result<V<'a>, ExecutionError> {
+    let mut frame = Frame {
+        ctx,
+        locals: std::iter::repeat_with(|| V::Null)
+            .take(program.locals)
+            .collect(),
+    };
+    frame.eval(&program.root)
+}
+
+struct Frame<'a> {
+    ctx: &'a Context<'a>,
+    locals: SmallVec<[V<'a>; 8]>,
+}
+
+/// Whether `&&` and `||` may absorb the error: running out of budget,
+/// depth or time stops the evaluation whatever the other operand says.
+fn is_absorbable(e: &ExecutionError) -> bool {
+    !matches!(
+        e,
+        ExecutionError::CostLimitExceeded
+            | ExecutionError::DepthLimitExceeded
+            | ExecutionError::DeadlineExceeded
+    )
+}
+
+fn absorbable(
+    val: Result<bool, ExecutionError>,
+) -> Result<Result<bool, ExecutionError>, ExecutionError> {
+    match val {
+        Err(e) if !is_absorbable(&e) => Err(e),
+        other => Ok(other),
+    }
+}
+
+fn literal(l: &LiteralValue) -> V<'_> {
+    match l {
+        LiteralValue::Boolean(b) => V::Bool(*b.inner()),
+        LiteralValue::Int(i) => V::Int(*i.inner()),
+        LiteralValue::UInt(u) => V::UInt(*u.inner()),
+        LiteralValue::Double(d) => V::Double(*d.inner()),
+        LiteralValue::Null => V::Null,
+        LiteralValue::String(s) => V::Str(s.inner()),
+        LiteralValue::Bytes(b) => V::Val(Cow::Borrowed(b)),
+    }
+}
+
+impl<'a> Frame<'a> {
+    fn eval(&mut self, node: &'a Node) -> Result<V<'a>, ExecutionError> {
+        if let Node::Interp(i) = node {
+            return self.interp(i);
+        }
+        let _node = DepthGuard::node()?;
+        match node {
+            Node::Lit(l) => Ok(literal(l)),
+            Node::Local(slot) => Ok(self.locals[*slot].clone()),
+            Node::TakeLocal(slot) => Ok(std::mem::replace(&mut self.locals[*slot], V::Null)),
+            Node::Root(name) => match self.ctx.get_variable(&**name) {
+                Some(v) => Ok(V::from_cow(v)),
+                None => Err(ExecutionError::UndeclaredReference(Arc::new(
+                    name.to_string(),
+                ))),
+            },
+            Node::Interp(_) => unreachable!("handled above"),
+            Node::Select(operand, field, test) => {
+                let left = self.eval(operand)?;
+                select(left, field, *test)
+            }
+            Node::Not(a) => V::try_bool(self.eval(a)).map(|b| V::Bool(!b)),
+            Node::NotStrictlyFalse(a) => Ok(V::Bool(V::try_bool(self.eval(a)).unwrap_or(true))),
+            Node::Neg(a) => value::negate(self.eval(a)?),
+            Node::Cond(p) => {
+                if V::try_bool(self.eval(&p[0]))? {
+                    self.eval(&p[1])
+                } else {
+                    self.eval(&p[2])
+                }
+            }
+            Node::Or(p) => {
+                let left = absorbable(V::try_bool(self.eval(&p[0])))?;
+                if matches!(left, Ok(true)) {
+                    return Ok(V::Bool(true));
+                }
+                let right = match self.eval(&p[1])? {
+                    V::Bool(b) => Some(b),
+                    _ => None,
+                };
+                match (left, right) {
+                    (Ok(false), Some(right)) => Ok(V::Bool(right)),
+                    (Err(_), Some(true)) => Ok(V::Bool(true)),
+                    (left, _) => Err(left.err().unwrap_or(ExecutionError::NoSuchOverload)),
+                }
+            }
+            Node::And(p) => {
+                let left = absorbable(V::try_bool(self.eval(&p[0])))?;
+                if matches!(left, Ok(false)) {
+                    return Ok(V::Bool(false));
+                }
+                let right = match self.eval(&p[1])? {
+                    V::Bool(b) => Some(b),
+                    _ => None,
+                };
+                match (left, right) {
+                    (Ok(true), Some(right)) => Ok(V::Bool(right)),
+                    (Err(_), Some(false)) => Ok(V::Bool(false)),
+                    (left, _) => Err(left.err().unwrap_or(ExecutionError::NoSuchOverload)),
+                }
+            }
+            Node::Eq(p, negated) => {
+                let a = self.eval(&p[0])?;
+                let b = self.eval(&p[1])?;
+                Ok(V::Bool(value::equals(&a, &b) != *negated))
+            }
+            Node::Cmp(p, cmp) => {
+                let a = self.eval(&p[0])?;
+                let b = self.eval(&p[1])?;
+                let ordering = value::compare(&a, &b)?;
+                Ok(V::Bool(match cmp {
+                    Cmp::Less => ordering == Ordering::Less,
+                    Cmp::LessEquals => ordering != Ordering::Greater,
+                    Cmp::Greater => ordering == Ordering::Greater,
+                    Cmp::GreaterEquals => ordering != Ordering::Less,
+                }))
+            }
+            Node::Arith(p, op) => {
+                let a = self.eval(&p[0])?;
+                let b = self.eval(&p[1])?;
+                value::arith(*op, a, b)
+            }
+            Node::In(p) => {
+                let a = self.eval(&p[0])?;
+                let b = self.eval(&p[1])?;
+                value::contains(&b, &a).map(V::Bool)
+            }
+            Node::Index(p) => self.index(p),
+            Node::List(items) => {
+                let mut list = Vec::with_capacity(items.len());
+                for item in items {
+                    list.push(self.eval(item)?);
+                }
+                Ok(V::List(Rc::new(list)))
+            }
+            Node::Map(entries) => self.map(entries),
+            Node::Comprehension(c) => self.comprehension(c),
+            Node::Size(arg, method) => {
+                let v = match self.eval(arg) {
+                    Ok(v) => v,
+                    Err(e) if *method => return Err(e),
+                    // As the interpreter's `size(x)` takes its argument:
+                    // any error evaluating it is a missing argument.
+                    Err(_) => return Err(ExecutionError::MissingArgumentOrTarget),
+                };
+                let size = match &v {
+                    V::Str(s) => Some(s.chars().count()),
+                    V::String(s) => Some(s.chars().count()),
+                    V::List(items) => Some(items.len()),
+                    V::Val(x) => {
+                        if let Some(l) = x.downcast_ref::<CelList>() {
+                            Some(l.len())
+                        } else if let Some(m) = x.downcast_ref::<CelMap>() {
+                            Some(m.len())
+                        } else {
+                            x.downcast_ref::<CelBytes>().map(|b| b.inner().len())
+                        }
+                    }
+                    _ => None,
+                };
+                match size {
+                    // A receiver is charged for its size; these always
+                    // convert to the function's form.
+                    Some(n) => {
+                        if *method {
+                            value::charge_value(&v)?;
+                        }
+                        Ok(V::Int(n as i64))
+                    }
+                    None => {
+                        let this = v.to_value()?;
+                        if *method {
+                            value::charge_value(&v)?;
+                        }
+                        self.call("size", this, &[], &[])
+                    }
+                }
+            }
+            Node::StrTest(t) => self.str_test(t),
+            Node::StringOf(arg) => {
+                let v = self.eval(arg)?;
+                let text = match &v {
+                    V::Int(i) => V::String(i.to_string().into()),
+                    V::UInt(u) => V::String(u.to_string().into()),
+                    V::Bool(b) => V::Str(if *b { "true" } else { "false" }),
+                    V::Str(_) | V::String(_) => v,
+                    _ => return self.call("string", v.to_value()?, &[], &[]),
+                };
+                value::charge_value(&text)?;
+                Ok(text)
+            }
+            Node::Join(j) => self.join(j),
+        }
+    }
+
+    /// The scope the interpreter evaluates a subtree in: this one's, with
+    /// the comprehension variables `locals` names bound.
+    fn scope(&self, locals: &'a [(String, usize)]) -> Context<'_> {
+        let mut scope = self.ctx.new_inner_scope();
+        for (name, slot) in locals {
+            match &self.locals[*slot] {
+                V::Val(v) => scope.add_variable_borrowed(name.as_str(), v.as_ref()),
+                other => scope.add_variable_as_val(name.as_str(), other.to_box()),
+            }
+        }
+        scope
+    }
+
+    fn interp(&mut self, i: &'a Interp) -> Result<V<'a>, ExecutionError> {
+        if i.locals.is_empty() {
+            return Value::resolve_val(&i.expr, self.ctx).map(V::from_cow);
+        }
+        let scope = self.scope(&i.locals);
+        let v = Value::resolve_val(&i.expr, &scope)?;
+        Ok(V::from_part(v.as_ref()))
+    }
+
+    /// Calls the function registered as `name` with the receiver `this`
+    /// and the argument trees `args` (evaluated by the interpreter, with
+    /// `locals` bound), charging its result as the interpreter does.
+    fn call(
+        &self,
+        name: &'static str,
+        this: Value,
+        args: &'a [Expression],
+        locals: &'a [(String, usize)],
+    ) -> Result<V<'a>, ExecutionError> {
+        let undeclared = || ExecutionError::UndeclaredReference(Arc::new(name.to_string()));
+        let v = if locals.is_empty() {
+            let mut ftx = FunctionContext::new(name, Some(this), self.ctx, args);
+            self.ctx
+                .call_function(name, &mut ftx)
+                .unwrap_or_else(|| Err(undeclared()))?
+        } else {
+            let scope = self.scope(locals);
+            let mut ftx = FunctionContext::new(name, Some(this), &scope, args);
+            scope
+                .call_function(name, &mut ftx)
+                .unwrap_or_else(|| Err(undeclared()))?
+        };
+        budget::charge_value(&v)?;
+        let v: Box<dyn Val> = v.try_into()?;
+        Ok(V::from_box(v))
+    }
+
+    fn str_test(&mut self, t: &'a StrTest) -> Result<V<'a>, ExecutionError> {
+        let target = self.eval(&t.target)?;
+        let Some(s) = target.as_str() else {
+            let this = target.to_value()?;
+            value::charge_value(&target)?;
+            let name = if t.ends { "endsWith" } else { "startsWith" };
+            return self.call(name, this, &t.args.trees, &t.args.locals);
+        };
+        value::charge_value(&target)?;
+        let arg = self.eval(&t.arg)?;
+        match arg.as_str() {
+            Some(p) => Ok(V::Bool(if t.ends {
+                s.ends_with(p)
+            } else {
+                s.starts_with(p)
+            })),
+            None => Err(ExecutionError::UnexpectedType {
+                got: arg.to_value()?.type_of().to_string(),
+                want: "Arc<String>".to_string(),
+            }),
+        }
+    }
+
+    /// kube-cel's `join`: the strings of a list with the separator (none
+    /// when it is not a string) between them. A list of anything else,
+    /// or a receiver that is not a list, is the function's to answer.
+    fn join(&mut self, j: &'a Join) -> Result<V<'a>, ExecutionError> {
+        let target = self.eval(&j.target)?;
+        let parts: Option<Vec<&str>> = match &target {
+            V::List(items) => items.iter().map(V::as_str).collect(),
+            V::Val(v) => v.downcast_ref::<CelList>().and_then(|l| {
+                l.iter()
+                    .map(|x| x.downcast_ref::<CelString>().map(|s| s.inner()))
+                    .collect()
+            }),
+            _ => None,
+        };
+        let Some(parts) = parts else {
+            let this = target.to_value()?;
+            value::charge_value(&target)?;
+            return self.call("join", this, &j.args.trees, &j.args.locals);
+        };
+        value::charge_value(&target)?;
+        let separator = match &j.separator {
+            Some(s) => self.eval(s)?,
+            None => V::Str(""),
+        };
+        let joined = V::String(parts.join(separator.as_str().unwrap_or("")).into());
+        value::charge_value(&joined)?;
+        Ok(joined)
+    }
+
+    fn index(&mut self, p: &'a [Node; 2]) -> Result<V<'a>, ExecutionError> {
+        let value = self.eval(&p[0])?;
+        if let Some(opt) = value.optional() {
+            // An optional's value indexed, the result an optional.
+            let Some(inner) = opt.inner() else {
+                return Ok(V::owned(CelOptional::none()));
+            };
+            let inner = inner.clone_as_boxed();
+            let indexer = inner.into_indexer().ok_or(ExecutionError::NoSuchOverload)?;
+            let i = self.eval(&p[1])?;
+            let result = indexer.steal(i.to_val().as_ref());
+            return Ok(V::owned(match result {
+                Ok(v) => CelOptional::from(Some(v)),
+                Err(_) => CelOptional::none(),
+            }));
+        }
+        if !value::indexable(&value) {
+            return Err(ExecutionError::NoSuchOverload);
+        }
+        let i = self.eval(&p[1])?;
+        value::index(value, &i)
+    }
+
+    fn map(&mut self, entries: &'a [[Node; 2]]) -> Result<V<'a>, ExecutionError> {
+        let mut map = CelMapEntries::with_capacity_and_hasher(entries.len(), Default::default());
+        for [k, v] in entries {
+            let key: CelMapKey = self.eval(k)?.into_box().try_into()?;
+            let value = self.eval(v)?.into_box();
+            let twin = match &key {
+                CelMapKey::Int(i) => u64::try_from(*i.inner())
+                    .ok()
+                    .map(|u| CelMapKey::UInt(u.into())),
+                CelMapKey::UInt(u) => i64::try_from(*u.inner())
+                    .ok()
+                    .map(|i| CelMapKey::Int(i.into())),
+                _ => None,
+            };
+            if map.contains_key(&key) || twin.is_some_and(|t| map.contains_key(&t)) {
+                return Err(ExecutionError::function_error(
+                    "map",
+                    format!("repeated key {:?} in a map literal", key.inner()),
+                ));
+            }
+            map.insert(key, value);
+        }
+        Ok(V::owned(CelMap::from(map)))
+    }
+
+    fn comprehension(&mut self, c: &'a Comprehension) -> Result<V<'a>, ExecutionError> {
+        let accu = self.eval(&c.accu_init)?;
+        let iter = self.eval(&c.iter_range)?;
+        self.locals[c.accu_var] = accu;
+        match &iter {
+            V::List(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    let (first, second) = match c.iter_var2 {
+                        None => (item.clone(), None),
+                        Some(_) => (V::Int(index as i64), Some(item.clone())),
+                    };
+                    if !self.iteration(c, first, || Ok(second))? {
+                        break;
+                    }
+                }
+            }
+            V::Val(Cow::Borrowed(v)) => self.walk(c, *v, V::from_ref)?,
+            V::Val(Cow::Owned(v)) => self.walk(c, v.as_ref(), V::from_part)?,
+            _ => return Err(ExecutionError::NoSuchOverload),
+        }
+        let result = self.eval(&c.result)?;
+        if let V::Error(e) = result {
+            return Err(*e);
+        }
+        Ok(result)
+    }
+
+    /// The iterations over a value of the interpreter's (a list's elements,
+    /// a map's keys), each element made a value by `take`.
+    fn walk<'v>(
+        &mut self,
+        c: &'a Comprehension,
+        iter: &'v dyn Val,
+        take: fn(&'v dyn Val) -> V<'a>,
+    ) -> Result<(), ExecutionError> {
+        let mut items = iter
+            .as_iterable()
+            .ok_or(ExecutionError::NoSuchOverload)?
+            .iter();
+        let is_list = iter.get_type() == LIST_TYPE;
+        let mut index: i64 = 0;
+        while let Some(item) = items.next() {
+            let (first, second): (V<'a>, Option<&'v dyn Val>) = match c.iter_var2 {
+                None => (take(item), None),
+                Some(_) if is_list => (V::Int(index), Some(item)),
+                Some(_) => (take(item), Some(item)),
+            };
+            let second = || match second {
+                None => Ok(None),
+                Some(item) if is_list => Ok(Some(take(item))),
+                Some(key) => {
+                    let value = iter
+                        .as_indexer()
+                        .ok_or(ExecutionError::NoSuchOverload)?
+                        .get(key)?;
+                    Ok(Some(V::from_part(value.as_ref())))
+                }
+            };
+            if !self.iteration(c, first, second)? {
+                break;
+            }
+            index += 1;
+        }
+        Ok(())
+    }
+
+    /// One iteration: the element's unit, the condition, the variables
+    /// bound (the second one worked out after the condition), the step.
+    /// `false` when the condition ended the loop.
+    fn iteration(
+        &mut self,
+        c: &'a Comprehension,
+        first: V<'a>,
+        second: impl FnOnce() -> Result<Option<V<'a>>, ExecutionError>,
+    ) -> Result<bool, ExecutionError> {
+        budget::charge(1)?;
+        if !V::try_bool(self.eval(&c.loop_cond))? {
+            return Ok(false);
+        }
+        let second = second()?;
+        self.locals[c.iter_var] = first;
+        if let (Some(slot), Some(second)) = (c.iter_var2, second) {
+            self.locals[slot] = second;
+        }
+        let accu = match self.eval(&c.loop_step) {
+            Ok(accu) => accu,
+            Err(e) if c.folds_logically && is_absorbable(&e) => V::Error(Box::new(e)),
+            Err(e) => return Err(e),
+        };
+        self.locals[c.accu_var] = accu;
+        Ok(true)
+    }
+}
+
+/// `left.field`, or `has(left.field)` when `test`.
+fn select<'a>(left: V<'a>, field: &str, test: bool) -> Result<V<'a>, ExecutionError> {
+    let missing = || ExecutionError::NoSuchKey(Arc::new(field.to_string()));
+    match left {
+        V::Val(Cow::Borrowed(v)) => {
+            if let Some(map) = v.downcast_ref::<CelMap>() {
+                let found = map.get_field(field);
+                return if test {
+                    Ok(V::Bool(found.is_some()))
+                } else {
+                    found.map(V::from_ref).ok_or_else(missing)
+                };
+            }
+            select_val(v, field, test)
+        }
+        V::Val(Cow::Owned(v)) => {
+            if let Some(map) = v.downcast_ref::<CelMap>() {
+                let found = map.get_field(field);
+                return if test {
+                    Ok(V::Bool(found.is_some()))
+                } else {
+                    found.map(V::from_part).ok_or_else(missing)
+                };
+            }
+            select_val(v.as_ref(), field, test)
+        }
+        other => Err(value::no_field_selection(&other, field)),
+    }
+}
+
+/// `left.field` of a value that is not a [`CelMap`], as the interpreter
+/// selects it: another map by key, an optional's value (an optional), any
+/// other an error.
+fn select_val<'a>(left: &dyn Val, field: &str, test: bool) -> Result<V<'a>, ExecutionError> {
+    let key: CelString = field.into();
+    let ty = left.get_type();
+    if ty == MAP_TYPE {
+        let missing = || ExecutionError::NoSuchKey(Arc::new(key.inner().to_string()));
+        if test {
+            return left
+                .as_container()
+                .ok_or_else(missing)?
+                .contains(&key)
+                .map(V::Bool);
+        }
+        let found = left.as_indexer().ok_or_else(missing)?.get(&key)?;
+        return Ok(V::from_part(found.as_ref()));
+    }
+    if ty == OPTIONAL_TYPE {
+        let inner = left.downcast_ref::<CelOptional>().and_then(|o| o.inner());
+        let found = match inner {
+            None => None,
+            Some(inner) if inner.get_type() == MAP_TYPE => inner
+                .as_indexer()
+                .and_then(|m| m.get(&key).ok())
+                .map(|v| v.into_owned()),
+            Some(inner) => return Err(value::no_field_selection(&V::from_part(inner), field)),
+        };
+        return Ok(if test {
+            V::Bool(found.is_some())
+        } else {
+            V::owned(CelOptional::from(found))
+        });
+    }
+    Err(value::no_field_selection(&V::from_part(left), field))
+}
