@@ -495,7 +495,7 @@ fn run_case(
     // The expression's compiled form, which the policy engine evaluates,
     // answers as the interpreter does: the same value or the same error.
     if let Some(program) = env.program(compiled.tree()) {
-        let by_program = program.evaluate(&scope);
+        let by_program = program.evaluate(&scope, &gpu_admission::cel::Roots::SCOPE);
         let alike = match (&got, &by_program) {
             (Ok(a), Ok(b)) => a == b || same(a, b),
             (Err(a), Err(b)) => a == b,

@@ -38,6 +38,9 @@ pub(super) fn applies(
 /// every policy.
 pub(super) struct Scope<'e> {
     pub(super) ctx: Context<'e>,
+    /// The JSON `object`, `oldObject` and `namespaceObject` were converted
+    /// from, which programs read in place.
+    pub(super) roots: cel::Roots<'e>,
     /// Values of expressions every policy sees alike, kept for the next
     /// policy that asks.
     pub(super) memo: Memo,
@@ -87,8 +90,8 @@ impl<'e> Scope<'e> {
     /// this scope can reach is converted.
     pub(super) fn new(
         inner: &'e Inner,
-        subject: &Subject,
-        evaluated: &Request,
+        subject: &'e Subject,
+        evaluated: &'e Request,
         variables: &[(String, Box<dyn Val>)],
         reach: &Reaches,
         shared: &mut Shared,
@@ -142,8 +145,17 @@ impl<'e> Scope<'e> {
             ctx.add_variable_as_val("authorizer", authorizer.clone_as_boxed());
         }
         (inner.env).bind_host_variables(&mut ctx, evaluated.object.as_ref(), variables, wanted);
+        let roots = match inner.plan.passes.programs {
+            true => cel::Roots {
+                object: Some(evaluated.object.as_ref().unwrap_or(&NULL)),
+                old_object: Some(evaluated.old_object.as_ref().unwrap_or(&NULL)),
+                namespace: Some(subject.namespace.as_deref().unwrap_or(&NULL)),
+            },
+            false => cel::Roots::SCOPE,
+        };
         Scope {
             ctx,
+            roots,
             memo: Memo::new(inner.plan.memo_slots),
         }
     }
@@ -463,7 +475,7 @@ impl Inner {
     ) -> Judged {
         let inner_ctx = with_params(policy, &scope.ctx, &params);
         let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
-        let vars = Variables::new(policy, plan, Some(&scope.memo), param);
+        let vars = Variables::new(policy, plan, Some(&scope.memo), param, &scope.roots);
         let mut outcome = Judged::default();
         match match_conditions(policy, &vars, ctx) {
             Ok(true) => {}
@@ -656,21 +668,22 @@ pub(super) type BindingParams = SmallVec<[(Value, Option<usize>); 1]>;
 /// interpreter walks (one the plan folded, or one without a program).
 #[derive(Clone, Copy)]
 pub(super) enum Tree<'t> {
-    Program(&'t cel::Program),
+    /// A program, with the JSON it reads in place.
+    Program(&'t cel::Program, &'t cel::Roots<'t>),
     Parsed(&'t Expression),
 }
 
 impl Tree<'_> {
     fn evaluate(self, ctx: &Context) -> Result<Value, EvalError> {
         match self {
-            Tree::Program(p) => p.evaluate(ctx),
+            Tree::Program(p, roots) => p.evaluate(ctx, roots),
             Tree::Parsed(tree) => cel::evaluate(tree, ctx),
         }
     }
 
     fn evaluate_val(self, ctx: &Context) -> (Result<Box<dyn Val>, EvalError>, u64) {
         match self {
-            Tree::Program(p) => p.evaluate_val(ctx),
+            Tree::Program(p, roots) => p.evaluate_val(ctx, roots),
             Tree::Parsed(tree) => cel::evaluate_val(tree, ctx),
         }
     }
@@ -691,6 +704,8 @@ pub(super) struct Variables<'p> {
     /// The position of the params object evaluated with, whose parts the
     /// plan may have worked out ([`PolicyPlan::folded`]).
     param: Option<usize>,
+    /// The JSON programs read in place.
+    roots: &'p cel::Roots<'p>,
 }
 
 /// A variable's value, or the error evaluating it gave.
@@ -736,6 +751,7 @@ impl<'p> Variables<'p> {
         plan: &'p PolicyPlan,
         memo: Option<&'p Memo>,
         param: Option<usize>,
+        roots: &'p cel::Roots<'p>,
     ) -> Variables<'p> {
         Variables {
             policy,
@@ -745,6 +761,7 @@ impl<'p> Variables<'p> {
                 .collect(),
             memo,
             param,
+            roots,
         }
     }
 
@@ -783,7 +800,7 @@ impl<'p> Variables<'p> {
     ) -> Result<T, EvalError> {
         let plan = self.plan.of(expr);
         let whole = match &plan.program {
-            Some(program) => Tree::Program(program),
+            Some(program) => Tree::Program(program, self.roots),
             None => Tree::Parsed(expr.tree()),
         };
         if let (Some(slot), Some(memo)) = (plan.memo_slot, self.memo) {
@@ -804,7 +821,10 @@ impl<'p> Variables<'p> {
         let tree = match folded {
             Some((folded, constants)) => {
                 constants.bind(folded, &mut child);
-                Tree::Parsed(&folded.ast)
+                match &plan.folded_program {
+                    Some(program) => Tree::Program(program, self.roots),
+                    None => Tree::Parsed(&folded.ast),
+                }
             }
             None => whole,
         };
@@ -914,6 +934,24 @@ mod tests {
         assert!(kept.values().any(|s| s[0] == "gpu.requested"), "{kept:?}");
     }
 
+    /// Evaluated by their programs, which read objects in place, the
+    /// shipped policies have the interpreter read little of a pod: only
+    /// what the functions the programs hand it are given.
+    #[test]
+    fn the_shipped_programs_leave_little_of_the_object_to_convert() {
+        let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
+        let inner = &loaded.bundle.policies.inner;
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let req = Request::for_object(pod, Operation::Create, Some("ml"));
+        let reach = inner.plan.reaches.get(&req);
+        assert!(!reach.object.is_whole());
+        let spec = reach.object.field("spec");
+        assert!(
+            spec.is_none_or(|s| s.field("containers").is_none()),
+            "{reach:?}"
+        );
+    }
+
     /// Every expression of the shipped set is evaluated by its program, and
     /// what a program leaves to the interpreter is a few function calls:
     /// the `azure.*` SKU functions, string functions, conversions.
@@ -988,7 +1026,11 @@ mod tests {
     #[test]
     fn the_shipped_set_reaches_part_of_the_object() {
         let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
-        let inner = &loaded.bundle.policies.inner;
+        // What the expressions read, as the interpreter evaluates them.
+        let interpreted = (loaded.bundle.policies)
+            .replanned(super::super::Passes::without("programs").unwrap())
+            .unwrap();
+        let inner = &interpreted.inner;
         let of = |object: serde_json::Value| {
             let req = Request::for_object(object, Operation::Create, Some("ml"));
             inner.plan.reaches.get(&req).clone()

@@ -3,6 +3,7 @@
 //! it into the next, by JSON patch or by server-side-apply merge.
 use super::eval::{applies, match_conditions, with_params, Scope, Shared, Variables};
 use super::model::{FailurePolicy, PatchType};
+use super::plan::Reaches;
 use super::{EvaluationResult, Inner, PolicyEvaluation, PolicySet};
 use crate::cel;
 use crate::k8s::apply::{self, Schema};
@@ -148,23 +149,22 @@ impl Inner {
     ) -> Result<Option<json_patch::Patch>, String> {
         let (policy, plan) = (&self.mutating[pi], &self.plan.mutating.policies[pi]);
         let mut matched = false;
-        let scope = |current: &Request, shared: &mut Shared| {
-            Scope::new(
-                self,
-                subject,
-                current,
-                &subject.variables,
-                &plan.reach,
-                shared,
-            )
-        };
+        fn scope<'s>(
+            inner: &'s Inner,
+            subject: &'s Subject,
+            current: &'s Request,
+            reach: &'s Reaches,
+            shared: &mut Shared,
+        ) -> Scope<'s> {
+            Scope::new(inner, subject, current, &subject.variables, reach, shared)
+        }
         for param in params {
             let mut shared = Shared::default();
             // Conditions are judged on the object as this binding found it.
             {
-                let scope = scope(current, &mut shared);
+                let scope = scope(self, subject, current, &plan.reach, &mut shared);
                 let ctx = with_params(policy, &scope.ctx, &param);
-                let vars = Variables::new(policy, plan, None, None);
+                let vars = Variables::new(policy, plan, None, None, &scope.roots);
                 if !match_conditions(policy, &vars, ctx.as_ref().unwrap_or(&scope.ctx))? {
                     continue;
                 }
@@ -172,17 +172,19 @@ impl Inner {
             matched = true;
             // Each mutation sees what the previous one made.
             for (i, m) in policy.mutations.iter().enumerate() {
-                let scope = scope(current, &mut shared);
-                let inner_ctx = with_params(policy, &scope.ctx, &param);
-                let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
-                let vars = Variables::new(policy, plan, None, None);
-                let next = (vars.eval(ctx, &m.expr).map_err(|e| e.to_string()))
-                    .and_then(|value| {
-                        let object = current.object.as_ref().unwrap_or(&Json::Null);
-                        apply_mutation(m.patch_type, object, &value)
-                    })
-                    .and_then(|next| check_object(before, &next).map(|()| next))
-                    .map_err(|e| format!("mutations[{i}]: {e}"))?;
+                let next = {
+                    let scope = scope(self, subject, current, &plan.reach, &mut shared);
+                    let inner_ctx = with_params(policy, &scope.ctx, &param);
+                    let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
+                    let vars = Variables::new(policy, plan, None, None, &scope.roots);
+                    (vars.eval(ctx, &m.expr).map_err(|e| e.to_string()))
+                        .and_then(|value| {
+                            let object = current.object.as_ref().unwrap_or(&Json::Null);
+                            apply_mutation(m.patch_type, object, &value)
+                        })
+                        .and_then(|next| check_object(before, &next).map(|()| next))
+                        .map_err(|e| format!("mutations[{i}]: {e}"))?
+                };
                 current.object = Some(next);
             }
         }

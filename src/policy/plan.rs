@@ -24,8 +24,10 @@
 //!   `object`, `oldObject` and `namespaceObject`: only that is converted
 //!   into CEL values;
 //! - **programs**: each expression compiled ([`cel::Program`]): operators
-//!   resolved, comprehension variables in slots, results unboxed; the
-//!   interpreter evaluates only the function calls the program leaves it.
+//!   resolved, comprehension variables in slots, results unboxed, the
+//!   request's JSON read in place; the interpreter evaluates only the
+//!   function calls the program leaves it, and only what those can reach
+//!   of the objects is converted.
 use super::index::{BindingIndex, PerBucket};
 use super::model::{Binding, Expr, Param, Policy};
 use super::read::Loaded;
@@ -168,6 +170,8 @@ pub(crate) struct ExprPlan {
     pub(crate) folded: Option<Arc<Folded>>,
     /// Its compiled form, evaluated in place of its tree.
     pub(crate) program: Option<Arc<cel::Program>>,
+    /// The compiled form of [`ExprPlan::folded`]'s tree.
+    pub(crate) folded_program: Option<Arc<cel::Program>>,
 }
 
 /// What some expressions can reach of `object`, `oldObject` and
@@ -229,11 +233,16 @@ pub(super) fn plan(loaded: &Loaded, passes: Passes, env: &Env) -> Plan {
             params_constants(policy, plan, &loaded.params, env);
         }
     }
-    let reaches = bucket_reaches(&validating, &loaded.bindings);
     if passes.programs {
         programs(&loaded.policies, &mut validating.policies, env);
         programs(&loaded.mutating, &mut mutating.policies, env);
+        if passes.reaches {
+            for (policy, plan) in loaded.policies.iter().zip(&mut validating.policies) {
+                plan.reach = interpreter_reach(policy, plan);
+            }
+        }
     }
+    let reaches = bucket_reaches(&validating, &loaded.bindings);
     Plan {
         passes,
         validating,
@@ -249,9 +258,42 @@ pub(super) fn plan(loaded: &Loaded, passes: Passes, env: &Env) -> Plan {
 fn programs(policies: &[Policy], plans: &mut [PolicyPlan], env: &Env) {
     for (policy, plan) in policies.iter().zip(plans) {
         for expr in policy.expressions() {
-            plan.exprs[expr.id].program = env.program(expr.tree()).map(Arc::new);
+            let expr_plan = &mut plan.exprs[expr.id];
+            expr_plan.program = env.program(expr.tree()).map(Arc::new);
+            expr_plan.folded_program = (expr_plan.folded.as_ref())
+                .and_then(|f| env.program(&f.ast))
+                .map(Arc::new);
         }
     }
+}
+
+/// What the interpreter can reach of the objects when `policy` is
+/// evaluated by its programs (which read them in place): the subtrees and
+/// arguments its programs (of the expression, and of its tree with the
+/// params-only parts taken out) hand the interpreter, and the whole of
+/// each expression the interpreter evaluates (one without programs).
+fn interpreter_reach(policy: &Policy, plan: &PolicyPlan) -> Reaches {
+    let mut reaches = Reaches::default();
+    for expr in policy.expressions() {
+        let expr_plan = &plan.exprs[expr.id];
+        let programs = match (&expr_plan.program, &expr_plan.folded) {
+            (Some(program), None) => vec![program],
+            (Some(program), Some(_)) => match &expr_plan.folded_program {
+                Some(folded) => vec![program, folded],
+                None => Vec::new(),
+            },
+            (None, _) => Vec::new(),
+        };
+        if programs.is_empty() {
+            reaches.merge(&Reaches::of([&expr.compiled]));
+        }
+        for tree in programs.iter().flat_map(|p| p.interpreted_trees()) {
+            reaches.object.add(tree, "object");
+            reaches.old_object.add(tree, "oldObject");
+            reaches.namespace.add(tree, "namespaceObject");
+        }
+    }
+    reaches
 }
 
 /// The plan of one family (validating or mutating): the passes made per
@@ -610,7 +652,14 @@ reserved: "kube-apiserver,etcd"
             Some("ml"),
         );
         assert_eq!(plan.validating.index.candidates(&pod), vec![0, 1]);
+        // Programs read the object in place: only what they hand the
+        // interpreter (the `split` of a params string) is converted.
         let reach = plan.reaches.get(&pod);
+        assert!(!reach.object.is_whole());
+        assert!(reach.object.field("spec").is_none());
+        // Without them, what the expressions read.
+        let set = loaded(Passes::without("programs").unwrap());
+        let reach = set.inner.plan.reaches.get(&pod);
         assert!(!reach.object.is_whole());
         assert!(reach.object.field("spec").is_some());
         assert!(reach.old_object.field("spec").is_none());

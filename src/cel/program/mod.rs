@@ -56,8 +56,10 @@ enum Node {
     /// A comprehension's accumulator read by the step that replaces it
     /// (`@result + [x]`): taken out of its slot, so the list grows in place.
     TakeLocal(usize),
-    /// A variable of the scope, by name.
-    Root(Box<str>),
+    /// A variable of the scope, by name; `object`, `oldObject` and
+    /// `namespaceObject` read from the request's JSON when the evaluation
+    /// has it ([`Roots`]).
+    Root(Box<str>, Option<JsonRoot>),
     /// A subtree the interpreter evaluates.
     Interp(Box<Interp>),
     Select(Box<Node>, Box<str>, bool),
@@ -86,6 +88,42 @@ enum Node {
     /// the comprehension variables it reads, for the interpreter's function
     /// when the receiver is not a string.
     StrTest(Box<StrTest>),
+}
+
+/// The variables a program reads from the request's JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JsonRoot {
+    Object,
+    OldObject,
+    Namespace,
+}
+
+/// The request's JSON behind `object`, `oldObject` and `namespaceObject`,
+/// read in place by a program (`None`: read from the scope, as the
+/// interpreter reads it). Each must be what the scope's variable was
+/// converted from, `null` JSON for an absent one.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Roots<'r> {
+    pub object: Option<&'r serde_json::Value>,
+    pub old_object: Option<&'r serde_json::Value>,
+    pub namespace: Option<&'r serde_json::Value>,
+}
+
+impl<'r> Roots<'r> {
+    /// Every variable read from the scope.
+    pub const SCOPE: Roots<'static> = Roots {
+        object: None,
+        old_object: None,
+        namespace: None,
+    };
+
+    fn get(&self, root: JsonRoot) -> Option<&'r serde_json::Value> {
+        match root {
+            JsonRoot::Object => self.object,
+            JsonRoot::OldObject => self.old_object,
+            JsonRoot::Namespace => self.namespace,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,20 +206,74 @@ impl Program {
     /// Evaluates the program in `ctx` as [`super::evaluate`] evaluates its
     /// tree: within [`EXPRESSION_COST_LIMIT`] units of the enclosing
     /// budget, the result as a [`Value`].
-    pub fn evaluate(&self, ctx: &Context) -> Result<Value, EvalError> {
+    pub fn evaluate(&self, ctx: &Context, roots: &Roots) -> Result<Value, EvalError> {
         let (result, used) = budget::with_budget(EXPRESSION_COST_LIMIT, || {
-            run::run(self, ctx).and_then(|v| v.to_val().as_ref().try_into())
+            run::run(self, ctx, roots).and_then(|v| v.to_val().as_ref().try_into())
         });
         result.map_err(|e| eval_error(e, used))
     }
 
     /// [`Program::evaluate`] keeping the result in the interpreter's form,
     /// with the cost units used, as [`super::evaluate_val`].
-    pub fn evaluate_val(&self, ctx: &Context) -> (Result<Box<dyn Val>, EvalError>, u64) {
+    pub fn evaluate_val(
+        &self,
+        ctx: &Context,
+        roots: &Roots,
+    ) -> (Result<Box<dyn Val>, EvalError>, u64) {
         let (result, used) = budget::with_budget(EXPRESSION_COST_LIMIT, || {
-            run::run(self, ctx).map(|v| v.into_box())
+            run::run(self, ctx, roots).map(|v| v.into_box())
         });
         (result.map_err(|e| eval_error(e, used)), used)
+    }
+
+    /// The trees the interpreter may evaluate for this program (subtrees,
+    /// and arguments of the functions the program hands calls to), in the
+    /// scope: what they reach of `object` is all the scope must hold.
+    pub fn interpreted_trees(&self) -> Vec<&Expression> {
+        fn walk<'p>(n: &'p Node, out: &mut Vec<&'p Expression>) {
+            match n {
+                Node::Interp(i) => out.push(&i.expr),
+                Node::Lit(_) | Node::Local(_) | Node::TakeLocal(_) | Node::Root(..) => {}
+                Node::Select(o, _, _)
+                | Node::Not(o)
+                | Node::Neg(o)
+                | Node::NotStrictlyFalse(o)
+                | Node::Size(o, _)
+                | Node::StringOf(o) => walk(o, out),
+                Node::And(p)
+                | Node::Or(p)
+                | Node::Eq(p, _)
+                | Node::Cmp(p, _)
+                | Node::Arith(p, _)
+                | Node::In(p)
+                | Node::Index(p) => p.iter().for_each(|x| walk(x, out)),
+                Node::Cond(p) => p.iter().for_each(|x| walk(x, out)),
+                Node::List(items) => items.iter().for_each(|x| walk(x, out)),
+                Node::Map(entries) => entries.iter().flatten().for_each(|x| walk(x, out)),
+                Node::Comprehension(c) => [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ]
+                .into_iter()
+                .for_each(|x| walk(x, out)),
+                Node::StrTest(t) => {
+                    walk(&t.target, out);
+                    walk(&t.arg, out);
+                    out.extend(&t.args.trees);
+                }
+                Node::Join(j) => {
+                    walk(&j.target, out);
+                    j.separator.iter().for_each(|x| walk(x, out));
+                    out.extend(&j.args.trees);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.root, &mut out);
+        out
     }
 
     /// How many of its nodes the interpreter evaluates whole.
@@ -189,7 +281,7 @@ impl Program {
         fn count(n: &Node) -> usize {
             match n {
                 Node::Interp(_) => 1,
-                Node::Lit(_) | Node::Local(_) | Node::TakeLocal(_) | Node::Root(_) => 0,
+                Node::Lit(_) | Node::Local(_) | Node::TakeLocal(_) | Node::Root(..) => 0,
                 Node::Select(o, _, _)
                 | Node::Not(o)
                 | Node::Neg(o)
@@ -268,7 +360,13 @@ impl Builder<'_> {
             Expr::Ident(name) => match self.local(name) {
                 Some(slot) => Some(Node::Local(slot)),
                 None if (self.known)(name) || super::variables::name(name).is_some() => {
-                    Some(Node::Root(name.as_str().into()))
+                    let json = match name.as_str() {
+                        "object" => Some(JsonRoot::Object),
+                        "oldObject" => Some(JsonRoot::OldObject),
+                        "namespaceObject" => Some(JsonRoot::Namespace),
+                        _ => None,
+                    };
+                    Some(Node::Root(name.as_str().into(), json))
                 }
                 None => self.interp(e),
             },

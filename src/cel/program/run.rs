@@ -2,7 +2,7 @@
 //! node it stands for (see `resolve_val` in vendor/cel/src/objects.rs),
 //! in the same order, charging the same units.
 use super::value::{self, V};
-use super::{Cmp, Comprehension, Interp, Join, Node, Program, StrTest};
+use super::{Cmp, Comprehension, Interp, Join, Node, Program, Roots, StrTest};
 use kube_cel::cel::budget::{self, DepthGuard};
 use kube_cel::cel::common::ast::LiteralValue;
 use kube_cel::cel::common::types::{
@@ -19,9 +19,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// The value of `program` in `ctx`.
-pub(super) fn run<'a>(program: &'a Program, ctx: &'a Context<'a>) -> Result<V<'a>, ExecutionError> {
+pub(super) fn run<'a>(
+    program: &'a Program,
+    ctx: &'a Context<'a>,
+    roots: &'a Roots<'a>,
+) -> Result<V<'a>, ExecutionError> {
     let mut frame = Frame {
         ctx,
+        roots,
         locals: std::iter::repeat_with(|| V::Null)
             .take(program.locals)
             .collect(),
@@ -31,6 +36,7 @@ pub(super) fn run<'a>(program: &'a Program, ctx: &'a Context<'a>) -> Result<V<'a
 
 struct Frame<'a> {
     ctx: &'a Context<'a>,
+    roots: &'a Roots<'a>,
     locals: SmallVec<[V<'a>; 8]>,
 }
 
@@ -76,12 +82,12 @@ impl<'a> Frame<'a> {
             Node::Lit(l) => Ok(literal(l)),
             Node::Local(slot) => Ok(self.locals[*slot].clone()),
             Node::TakeLocal(slot) => Ok(std::mem::replace(&mut self.locals[*slot], V::Null)),
-            Node::Root(name) => match self.ctx.get_variable(&**name) {
-                Some(v) => Ok(V::from_cow(v)),
-                None => Err(ExecutionError::UndeclaredReference(Arc::new(
-                    name.to_string(),
-                ))),
-            },
+            Node::Root(name, json) => {
+                if let Some(j) = json.and_then(|r| self.roots.get(r)) {
+                    return Ok(V::from_json(j));
+                }
+                self.root(name)
+            }
             Node::Interp(_) => unreachable!("handled above"),
             Node::Select(operand, field, test) => {
                 let left = self.eval(operand)?;
@@ -175,6 +181,8 @@ impl<'a> Frame<'a> {
                     V::Str(s) => Some(s.chars().count()),
                     V::String(s) => Some(s.chars().count()),
                     V::List(items) => Some(items.len()),
+                    V::Json(serde_json::Value::Array(items)) => Some(items.len()),
+                    V::Json(serde_json::Value::Object(map)) => Some(map.len()),
                     V::Val(x) => {
                         if let Some(l) = x.downcast_ref::<CelList>() {
                             Some(l.len())
@@ -218,6 +226,15 @@ impl<'a> Frame<'a> {
                 Ok(text)
             }
             Node::Join(j) => self.join(j),
+        }
+    }
+
+    fn root(&self, name: &str) -> Result<V<'a>, ExecutionError> {
+        match self.ctx.get_variable(name) {
+            Some(v) => Ok(V::from_cow(v)),
+            None => Err(ExecutionError::UndeclaredReference(Arc::new(
+                name.to_string(),
+            ))),
         }
     }
 
@@ -301,6 +318,9 @@ impl<'a> Frame<'a> {
         let target = self.eval(&j.target)?;
         let parts: Option<Vec<&str>> = match &target {
             V::List(items) => items.iter().map(V::as_str).collect(),
+            V::Json(serde_json::Value::Array(items)) => {
+                items.iter().map(serde_json::Value::as_str).collect()
+            }
             V::Val(v) => v.downcast_ref::<CelList>().and_then(|l| {
                 l.iter()
                     .map(|x| x.downcast_ref::<CelString>().map(|s| s.inner()))
@@ -383,6 +403,25 @@ impl<'a> Frame<'a> {
                         Some(_) => (V::Int(index as i64), Some(item.clone())),
                     };
                     if !self.iteration(c, first, || Ok(second))? {
+                        break;
+                    }
+                }
+            }
+            V::Json(serde_json::Value::Array(items)) => {
+                for (index, item) in items.iter().enumerate() {
+                    let (first, second) = match c.iter_var2 {
+                        None => (V::from_json(item), None),
+                        Some(_) => (V::Int(index as i64), Some(V::from_json(item))),
+                    };
+                    if !self.iteration(c, first, || Ok(second))? {
+                        break;
+                    }
+                }
+            }
+            V::Json(serde_json::Value::Object(map)) => {
+                for (key, value) in map {
+                    let second = c.iter_var2.map(|_| V::from_json(value));
+                    if !self.iteration(c, V::Str(key), || Ok(second))? {
                         break;
                     }
                 }
@@ -490,6 +529,13 @@ fn select<'a>(left: V<'a>, field: &str, test: bool) -> Result<V<'a>, ExecutionEr
                 };
             }
             select_val(v.as_ref(), field, test)
+        }
+        V::Json(serde_json::Value::Object(map)) => {
+            if test {
+                Ok(V::Bool(map.contains_key(field)))
+            } else {
+                map.get(field).map(V::from_json).ok_or_else(missing)
+            }
         }
         other => Err(value::no_field_selection(&other, field)),
     }

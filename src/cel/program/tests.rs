@@ -1,6 +1,7 @@
 //! Programs against the interpreter: the same value or error, and the
 //! same cost units, for expressions that reach every kind of node.
 use super::super::{compile, json_to_val, Env, EvalError};
+use super::Roots;
 use kube_cel::cel::budget;
 use kube_cel::cel::common::value::Val;
 use serde_json::json;
@@ -9,8 +10,10 @@ use serde_json::json;
 type Answer = (Result<Box<dyn Val>, String>, u64);
 
 /// The interpreter's and the program's answers for `source` with
-/// `object`, under `limit` units; `None` when `source` does not compile.
-fn both(source: &str, object: &serde_json::Value, limit: u64) -> Option<[Answer; 2]> {
+/// `object`, under `limit` units, the program reading `object` from the
+/// scope as the interpreter does and in place from its JSON; `None` when
+/// `source` does not compile.
+fn both(source: &str, object: &serde_json::Value, limit: u64) -> Option<[Answer; 3]> {
     let env = Env::default();
     let compiled = compile(&env, source).ok()?;
     let program = env
@@ -22,8 +25,17 @@ fn both(source: &str, object: &serde_json::Value, limit: u64) -> Option<[Answer;
     let theirs = budget::with_budget(limit, || {
         super::super::evaluate_val(compiled.tree(), &ctx).0
     });
-    let ours = budget::with_budget(limit, || program.evaluate_val(&ctx).0);
-    Some([(text(theirs.0), theirs.1), (text(ours.0), ours.1)])
+    let ours = budget::with_budget(limit, || program.evaluate_val(&ctx, &Roots::SCOPE).0);
+    let roots = Roots {
+        object: Some(object),
+        ..Roots::SCOPE
+    };
+    let in_place = budget::with_budget(limit, || program.evaluate_val(&ctx, &roots).0);
+    Some([
+        (text(theirs.0), theirs.1),
+        (text(ours.0), ours.1),
+        (text(in_place.0), in_place.1),
+    ])
 }
 
 /// Whether two answers are the same: equal values (maps in any order) or
@@ -97,7 +109,18 @@ const CASES: &[&str] = &[
     "[1, 2, 3].exists_one(e, e > 2)",
     "[1, 2, 3].filter(e, e > 1).map(e, e * 2)",
     "[1, 2, 3].map(e, e > 1, e * 10)",
-    "object.metadata.labels.filter(k, k.startsWith('t'))",
+    "object.metadata.labels.filter(k, k.startsWith('t')).size()",
+    "object.metadata.labels.exists(k, k == 'nope') || object.metadata.labels.map(k, k.size()).size() == 2",
+    "object.metadata.labels.exists_one(k, v, v == 'vision')",
+    "object.spec.containers.exists(c, i, c.name == 'metrics' && i == 1)",
+    "object.spec.containers[0] == object.spec.containers[0]",
+    "object.metadata.labels == {'team': 'vision', 'tier': 'a100'}",
+    "object.spec.containers + [1]",
+    "[1] + object.spec.containers",
+    "object.spec.containers.size() + object.metadata.size()",
+    "'main' in object.spec.containers.map(c, c.name) && !(1 in object.spec.containers)",
+    "object.metadata.labels[1]",
+    "object.spec.containers[0]['name']",
     "object.metadata.labels.all(k, v, v.size() > 1)",
     "[10, 20].all(i, v, i < v)",
     "object.spec.containers.map(c, {'name': c.name, 'gpu': has(c.resources.limits)})",
@@ -172,8 +195,12 @@ fn programs_answer_as_the_interpreter() {
         .iter()
         .filter_map(|source| match both(source, &object, 1_000_000) {
             None => Some(format!("{source}: does not compile")),
-            Some([theirs, ours]) => (!same(&theirs, &ours))
-                .then(|| format!("{source}\n  interpreter {theirs:?}\n  program     {ours:?}")),
+            Some([theirs, ours, in_place]) => (!same(&theirs, &ours) || !same(&theirs, &in_place))
+                .then(|| {
+                    format!(
+                        "{source}\n  interpreter {theirs:?}\n  program     {ours:?}\n  in place    {in_place:?}"
+                    )
+                }),
         })
         .collect();
     assert!(differ.is_empty(), "{}", differ.join("\n"));
@@ -186,16 +213,16 @@ fn programs_run_out_of_budget_where_the_interpreter_does() {
     let object = object();
     let mut differ = Vec::new();
     for source in CASES {
-        let Some([(_, needed), _]) = both(source, &object, 1_000_000) else {
+        let Some([(_, needed), _, _]) = both(source, &object, 1_000_000) else {
             continue;
         };
         for limit in 0..=needed.min(200) {
-            let Some([theirs, ours]) = both(source, &object, limit) else {
+            let Some([theirs, ours, in_place]) = both(source, &object, limit) else {
                 continue;
             };
-            if !same(&theirs, &ours) {
+            if !same(&theirs, &ours) || !same(&theirs, &in_place) {
                 differ.push(format!(
-                    "{source} within {limit}: {theirs:?} against {ours:?}"
+                    "{source} within {limit}: {theirs:?} against {ours:?} and {in_place:?}"
                 ));
                 break;
             }
@@ -220,7 +247,7 @@ fn programs_nest_as_deep_as_the_interpreter() {
         let theirs = super::super::evaluate_val(compiled.tree(), &ctx)
             .0
             .map(|v| format!("{v:?}"));
-        let ours = program.evaluate_val(&ctx).0.map(|v| format!("{v:?}"));
+        let ours = (program.evaluate_val(&ctx, &Roots::SCOPE).0).map(|v| format!("{v:?}"));
         assert_eq!(ours, theirs, "depth {depth}");
     }
 }

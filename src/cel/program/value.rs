@@ -31,6 +31,9 @@ pub(super) enum V<'a> {
     String(Arc<str>),
     /// A list the program built: a literal, a `map` or `filter` result.
     List(Rc<Vec<V<'a>>>),
+    /// An array or object of the request's JSON, read where it stands
+    /// (its scalars are read into the values above).
+    Json(&'a serde_json::Value),
     /// An element's error that an `all` or `exists` keeps as its
     /// accumulator until an element decides the result.
     Error(Box<ExecutionError>),
@@ -50,6 +53,7 @@ impl Clone for V<'_> {
             V::Str(s) => V::Str(s),
             V::String(s) => V::String(s.clone()),
             V::List(l) => V::List(l.clone()),
+            V::Json(j) => V::Json(j),
             V::Error(e) => V::Error(e.clone()),
             V::Val(Cow::Borrowed(v)) => V::Val(Cow::Borrowed(*v)),
             V::Val(Cow::Owned(v)) => V::Val(Cow::Owned(v.clone_as_boxed())),
@@ -96,6 +100,23 @@ impl<'a> V<'a> {
                 Some(s) => s,
                 None => V::Val(Cow::Owned(v.clone_as_boxed())),
             }
+        }
+    }
+
+    /// A value of the request's JSON, as the interpreter converts it
+    /// ([`crate::cel::json_to_val`]): integers that fit are `int`, other
+    /// numbers `double`.
+    pub(super) fn from_json(j: &'a serde_json::Value) -> V<'a> {
+        use serde_json::Value as J;
+        match j {
+            J::Null => V::Null,
+            J::Bool(b) => V::Bool(*b),
+            J::Number(n) => match n.as_i64() {
+                Some(i) => V::Int(i),
+                None => V::Double(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            J::String(s) => V::Str(s),
+            J::Array(_) | J::Object(_) => V::Json(j),
         }
     }
 
@@ -154,6 +175,7 @@ impl<'a> V<'a> {
             V::List(items) => Box::new(CelList::from(
                 items.iter().map(V::to_box).collect::<Vec<_>>(),
             )),
+            V::Json(j) => crate::cel::json_to_val(j),
             V::Error(_) => Box::new(ErrorStandIn),
             V::Val(v) => v.clone_as_boxed(),
         }
@@ -422,6 +444,13 @@ pub(super) fn contains(b: &V, a: &V) -> Result<bool, ExecutionError> {
     if let Some(items) = b.list() {
         return Ok(items.iter().any(|i| equals(i, a)));
     }
+    match (b, a.as_str()) {
+        (V::Json(serde_json::Value::Array(items)), _) => {
+            return Ok(items.iter().any(|i| equals(&V::from_json(i), a)))
+        }
+        (V::Json(serde_json::Value::Object(map)), Some(key)) => return Ok(map.contains_key(key)),
+        _ => {}
+    }
     if let V::Val(container) = b {
         if let (Some(map), Some(key)) = (container.downcast_ref::<CelMap>(), a.as_str()) {
             return Ok(map.get_field(key).is_some());
@@ -441,7 +470,7 @@ pub(super) fn contains(b: &V, a: &V) -> Result<bool, ExecutionError> {
 /// index is evaluated, as in the interpreter).
 pub(super) fn indexable(a: &V) -> bool {
     match a {
-        V::List(_) => true,
+        V::List(_) | V::Json(_) => true,
         V::Val(v) => v.as_indexer().is_some(),
         _ => false,
     }
@@ -455,6 +484,17 @@ pub(super) fn index<'a>(a: V<'a>, i: &V) -> Result<V<'a>, ExecutionError> {
                 .get(*n as usize)
                 .cloned()
                 .ok_or_else(|| ExecutionError::IndexOutOfBounds((*n).into()))
+        }
+        (V::Json(serde_json::Value::Array(items)), V::Int(n)) => {
+            return items
+                .get(*n as usize)
+                .map(V::from_json)
+                .ok_or_else(|| ExecutionError::IndexOutOfBounds((*n).into()))
+        }
+        (V::Json(serde_json::Value::Object(map)), V::Str(_) | V::String(_)) => {
+            if let Some(found) = map.get(i.as_str().unwrap_or("")) {
+                return Ok(V::from_json(found));
+            }
         }
         (V::Val(Cow::Borrowed(v)), V::Int(n)) => {
             if let Some(list) = v.downcast_ref::<CelList>() {
@@ -509,6 +549,8 @@ pub(super) fn charge_value(v: &V) -> Result<(), ExecutionError> {
         V::Str(s) => 1 + s.len() as u64 / 10,
         V::String(s) => 1 + s.len() as u64 / 10,
         V::List(items) => 1 + items.len() as u64,
+        V::Json(serde_json::Value::Array(items)) => 1 + items.len() as u64,
+        V::Json(serde_json::Value::Object(map)) => 1 + map.len() as u64,
         V::Val(v) => {
             if let Some(l) = v.downcast_ref::<CelList>() {
                 1 + l.len() as u64
