@@ -233,43 +233,11 @@ impl Program {
         fn walk<'p>(n: &'p Node, out: &mut Vec<&'p Expression>) {
             match n {
                 Node::Interp(i) => out.push(&i.expr),
-                Node::Lit(_) | Node::Local(_) | Node::TakeLocal(_) | Node::Root(..) => {}
-                Node::Select(o, _, _)
-                | Node::Not(o)
-                | Node::Neg(o)
-                | Node::NotStrictlyFalse(o)
-                | Node::Size(o, _)
-                | Node::StringOf(o) => walk(o, out),
-                Node::And(p)
-                | Node::Or(p)
-                | Node::Eq(p, _)
-                | Node::Cmp(p, _)
-                | Node::Arith(p, _)
-                | Node::In(p)
-                | Node::Index(p) => p.iter().for_each(|x| walk(x, out)),
-                Node::Cond(p) => p.iter().for_each(|x| walk(x, out)),
-                Node::List(items) => items.iter().for_each(|x| walk(x, out)),
-                Node::Map(entries) => entries.iter().flatten().for_each(|x| walk(x, out)),
-                Node::Comprehension(c) => [
-                    &c.iter_range,
-                    &c.accu_init,
-                    &c.loop_cond,
-                    &c.loop_step,
-                    &c.result,
-                ]
-                .into_iter()
-                .for_each(|x| walk(x, out)),
-                Node::StrTest(t) => {
-                    walk(&t.target, out);
-                    walk(&t.arg, out);
-                    out.extend(&t.args.trees);
-                }
-                Node::Join(j) => {
-                    walk(&j.target, out);
-                    j.separator.iter().for_each(|x| walk(x, out));
-                    out.extend(&j.args.trees);
-                }
+                Node::StrTest(t) => out.extend(&t.args.trees),
+                Node::Join(j) => out.extend(&j.args.trees),
+                _ => {}
             }
+            n.children(&mut |c| walk(c, out));
         }
         let mut out = Vec::new();
         walk(&self.root, &mut out);
@@ -279,37 +247,54 @@ impl Program {
     /// How many of its nodes the interpreter evaluates whole.
     pub fn interpreted(&self) -> usize {
         fn count(n: &Node) -> usize {
-            match n {
-                Node::Interp(_) => 1,
-                Node::Lit(_) | Node::Local(_) | Node::TakeLocal(_) | Node::Root(..) => 0,
-                Node::Select(o, _, _)
-                | Node::Not(o)
-                | Node::Neg(o)
-                | Node::NotStrictlyFalse(o)
-                | Node::Size(o, _) => count(o),
-                Node::And(p) | Node::Or(p) | Node::Eq(p, _) | Node::Cmp(p, _) => {
-                    p.iter().map(count).sum()
-                }
-                Node::Arith(p, _) | Node::In(p) | Node::Index(p) => p.iter().map(count).sum(),
-                Node::Cond(p) => p.iter().map(count).sum(),
-                Node::List(items) => items.iter().map(count).sum(),
-                Node::Map(entries) => entries.iter().flatten().map(count).sum(),
-                Node::Comprehension(c) => [
-                    &c.iter_range,
-                    &c.accu_init,
-                    &c.loop_cond,
-                    &c.loop_step,
-                    &c.result,
-                ]
-                .into_iter()
-                .map(count)
-                .sum(),
-                Node::StrTest(s) => count(&s.target) + count(&s.arg),
-                Node::StringOf(o) => count(o),
-                Node::Join(j) => count(&j.target) + j.separator.as_ref().map_or(0, count),
-            }
+            let mut sum = usize::from(matches!(n, Node::Interp(_)));
+            n.children(&mut |c| sum += count(c));
+            sum
         }
         count(&self.root)
+    }
+}
+
+impl Node {
+    /// Calls `visit` on each child node.
+    fn children<'n>(&'n self, visit: &mut dyn FnMut(&'n Node)) {
+        match self {
+            Node::Interp(_) | Node::Lit(_) | Node::Local(_) | Node::TakeLocal(_) => {}
+            Node::Root(..) => {}
+            Node::Select(o, _, _)
+            | Node::Not(o)
+            | Node::Neg(o)
+            | Node::NotStrictlyFalse(o)
+            | Node::Size(o, _)
+            | Node::StringOf(o) => visit(o),
+            Node::And(p)
+            | Node::Or(p)
+            | Node::Eq(p, _)
+            | Node::Cmp(p, _)
+            | Node::Arith(p, _)
+            | Node::In(p)
+            | Node::Index(p) => p.iter().for_each(visit),
+            Node::Cond(p) => p.iter().for_each(visit),
+            Node::List(items) => items.iter().for_each(visit),
+            Node::Map(entries) => entries.iter().flatten().for_each(visit),
+            Node::Comprehension(c) => [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]
+            .into_iter()
+            .for_each(visit),
+            Node::StrTest(t) => {
+                visit(&t.target);
+                visit(&t.arg);
+            }
+            Node::Join(j) => {
+                visit(&j.target);
+                j.separator.iter().for_each(visit);
+            }
+        }
     }
 }
 

@@ -103,36 +103,8 @@ impl<'a> Frame<'a> {
                     self.eval(&p[2])
                 }
             }
-            Node::Or(p) => {
-                let left = absorbable(V::try_bool(self.eval(&p[0])))?;
-                if matches!(left, Ok(true)) {
-                    return Ok(V::Bool(true));
-                }
-                let right = match self.eval(&p[1])? {
-                    V::Bool(b) => Some(b),
-                    _ => None,
-                };
-                match (left, right) {
-                    (Ok(false), Some(right)) => Ok(V::Bool(right)),
-                    (Err(_), Some(true)) => Ok(V::Bool(true)),
-                    (left, _) => Err(left.err().unwrap_or(ExecutionError::NoSuchOverload)),
-                }
-            }
-            Node::And(p) => {
-                let left = absorbable(V::try_bool(self.eval(&p[0])))?;
-                if matches!(left, Ok(false)) {
-                    return Ok(V::Bool(false));
-                }
-                let right = match self.eval(&p[1])? {
-                    V::Bool(b) => Some(b),
-                    _ => None,
-                };
-                match (left, right) {
-                    (Ok(true), Some(right)) => Ok(V::Bool(right)),
-                    (Err(_), Some(false)) => Ok(V::Bool(false)),
-                    (left, _) => Err(left.err().unwrap_or(ExecutionError::NoSuchOverload)),
-                }
-            }
+            Node::Or(p) => self.logical(p, true),
+            Node::And(p) => self.logical(p, false),
             Node::Eq(p, negated) => {
                 let a = self.eval(&p[0])?;
                 let b = self.eval(&p[1])?;
@@ -226,6 +198,25 @@ impl<'a> Frame<'a> {
                 Ok(text)
             }
             Node::Join(j) => self.join(j),
+        }
+    }
+
+    /// `||` (`decides` true) or `&&` (`decides` false): an operand equal
+    /// to `decides` decides, also over the other's error; running out of
+    /// budget, depth or time is never absorbed.
+    fn logical(&mut self, p: &'a [Node; 2], decides: bool) -> Result<V<'a>, ExecutionError> {
+        let left = absorbable(V::try_bool(self.eval(&p[0])))?;
+        if matches!(left, Ok(b) if b == decides) {
+            return Ok(V::Bool(decides));
+        }
+        let right = match self.eval(&p[1])? {
+            V::Bool(b) => Some(b),
+            _ => None,
+        };
+        match (left, right) {
+            (Ok(_), Some(right)) => Ok(V::Bool(right)),
+            (Err(_), Some(right)) if right == decides => Ok(V::Bool(decides)),
+            (left, _) => Err(left.err().unwrap_or(ExecutionError::NoSuchOverload)),
         }
     }
 
@@ -507,29 +498,27 @@ impl<'a> Frame<'a> {
 /// `left.field`, or `has(left.field)` when `test`.
 fn select<'a>(left: V<'a>, field: &str, test: bool) -> Result<V<'a>, ExecutionError> {
     let missing = || ExecutionError::NoSuchKey(Arc::new(field.to_string()));
+    // A field of a map, made a value by `take`.
+    fn found<'m, 'a>(
+        found: Option<&'m dyn Val>,
+        test: bool,
+        take: fn(&'m dyn Val) -> V<'a>,
+        missing: impl FnOnce() -> ExecutionError,
+    ) -> Result<V<'a>, ExecutionError> {
+        match (test, found) {
+            (true, found) => Ok(V::Bool(found.is_some())),
+            (false, found) => found.map(take).ok_or_else(missing),
+        }
+    }
     match left {
-        V::Val(Cow::Borrowed(v)) => {
-            if let Some(map) = v.downcast_ref::<CelMap>() {
-                let found = map.get_field(field);
-                return if test {
-                    Ok(V::Bool(found.is_some()))
-                } else {
-                    found.map(V::from_ref).ok_or_else(missing)
-                };
-            }
-            select_val(v, field, test)
-        }
-        V::Val(Cow::Owned(v)) => {
-            if let Some(map) = v.downcast_ref::<CelMap>() {
-                let found = map.get_field(field);
-                return if test {
-                    Ok(V::Bool(found.is_some()))
-                } else {
-                    found.map(V::from_part).ok_or_else(missing)
-                };
-            }
-            select_val(v.as_ref(), field, test)
-        }
+        V::Val(Cow::Borrowed(v)) => match v.downcast_ref::<CelMap>() {
+            Some(map) => found(map.get_field(field), test, V::from_ref, missing),
+            None => select_val(v, field, test),
+        },
+        V::Val(Cow::Owned(v)) => match v.downcast_ref::<CelMap>() {
+            Some(map) => found(map.get_field(field), test, V::from_part, missing),
+            None => select_val(v.as_ref(), field, test),
+        },
         V::Json(serde_json::Value::Object(map)) => {
             if test {
                 Ok(V::Bool(map.contains_key(field)))
