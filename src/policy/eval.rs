@@ -145,13 +145,14 @@ impl<'e> Scope<'e> {
             ctx.add_variable_as_val("authorizer", authorizer.clone_as_boxed());
         }
         (inner.env).bind_host_variables(&mut ctx, evaluated.object.as_ref(), variables, wanted);
-        let roots = match inner.plan.passes.programs {
-            true => cel::Roots {
+        let roots = if inner.plan.passes.programs {
+            cel::Roots {
                 object: Some(evaluated.object.as_ref().unwrap_or(&NULL)),
                 old_object: Some(evaluated.old_object.as_ref().unwrap_or(&NULL)),
                 namespace: Some(subject.namespace.as_deref().unwrap_or(&NULL)),
-            },
-            false => cel::Roots::SCOPE,
+            }
+        } else {
+            cel::Roots::SCOPE
         };
         Scope {
             ctx,

@@ -35,15 +35,13 @@ pub struct Program {
     root: Node,
     /// Slots of comprehension variables.
     locals: usize,
-    /// Nodes, for the record.
-    nodes: usize,
 }
 
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Program")
-            .field("nodes", &self.nodes)
             .field("locals", &self.locals)
+            .field("interpreted", &self.interpreted())
             .finish()
     }
 }
@@ -193,13 +191,11 @@ impl Program {
             scopes: Vec::new(),
             logical: Vec::new(),
             slots: 0,
-            nodes: 0,
         };
         let root = builder.node(tree)?;
         Some(Program {
             root,
             locals: builder.slots,
-            nodes: builder.nodes,
         })
     }
 
@@ -308,7 +304,6 @@ struct Builder<'f> {
     /// scope: never handed to the interpreter.
     logical: Vec<usize>,
     slots: usize,
-    nodes: usize,
 }
 
 impl Builder<'_> {
@@ -339,7 +334,6 @@ impl Builder<'_> {
     }
 
     fn node(&mut self, e: &Expression) -> Option<Node> {
-        self.nodes += 1;
         match &e.expr {
             Expr::Literal(l) => Some(Node::Lit(l.clone())),
             Expr::Ident(name) => match self.local(name) {
@@ -451,7 +445,6 @@ impl Builder<'_> {
             && matches!(&call.args[0].expr, Expr::Ident(n) if n == accu)
             && !reads_accu(&call.args[1])
         {
-            self.nodes += 2;
             let rhs = self.node(&call.args[1])?;
             return Some(Node::Arith(
                 Box::new([Node::TakeLocal(slot), rhs]),
@@ -460,7 +453,6 @@ impl Builder<'_> {
         }
         if call.target.is_none() && call.args.len() == 3 && call.func_name == operators::CONDITIONAL
         {
-            self.nodes += 1;
             let cond = self.node(&call.args[0])?;
             let then = self.step(&call.args[1], accu, slot)?;
             let otherwise = self.step(&call.args[2], accu, slot)?;
@@ -594,49 +586,24 @@ impl Builder<'_> {
 /// The names `e` reads that it does not bind itself.
 fn free_names(e: &Expression, bound: &mut Vec<String>, out: &mut BTreeSet<String>) {
     match &e.expr {
-        Expr::Ident(name) => {
-            if !bound.contains(name) {
-                out.insert(name.clone());
-            }
-        }
-        Expr::Literal(_) | Expr::Unspecified => {}
-        Expr::Select(s) => free_names(&s.operand, bound, out),
-        Expr::Call(c) => {
-            if let Some(t) = &c.target {
-                free_names(t, bound, out);
-            }
-            for a in &c.args {
-                free_names(a, bound, out);
-            }
-        }
-        Expr::List(l) => l.elements.iter().for_each(|x| free_names(x, bound, out)),
-        Expr::Map(m) => {
-            for entry in &m.entries {
-                if let EntryExpr::MapEntry(m) = &entry.expr {
-                    free_names(&m.key, bound, out);
-                    free_names(&m.value, bound, out);
-                }
-            }
-        }
-        Expr::Struct(s) => {
-            for entry in &s.entries {
-                if let EntryExpr::StructField(f) = &entry.expr {
-                    free_names(&f.value, bound, out);
-                }
-            }
+        Expr::Ident(name) if !bound.contains(name) => {
+            out.insert(name.clone());
         }
         Expr::Comprehension(c) => {
             free_names(&c.iter_range, bound, out);
             free_names(&c.accu_init, bound, out);
-            let before = bound.len();
-            bound.push(c.iter_var.clone());
-            bound.extend(c.iter_var2.clone());
-            bound.push(c.accu_var.clone());
+            let before = super::walk::Bound {
+                var: &c.iter_var,
+                var2: c.iter_var2.as_deref(),
+                accu: &c.accu_var,
+            }
+            .push_onto(bound);
             for part in [&c.loop_cond, &c.loop_step, &c.result] {
                 free_names(part, bound, out);
             }
             bound.truncate(before);
         }
+        _ => super::walk::children(e, |child| free_names(child, bound, out)),
     }
 }
 

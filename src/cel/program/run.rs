@@ -387,27 +387,9 @@ impl<'a> Frame<'a> {
         let iter = self.eval(&c.iter_range)?;
         self.locals[c.accu_var] = accu;
         match &iter {
-            V::List(items) => {
-                for (index, item) in items.iter().enumerate() {
-                    let (first, second) = match c.iter_var2 {
-                        None => (item.clone(), None),
-                        Some(_) => (V::Int(index as i64), Some(item.clone())),
-                    };
-                    if !self.iteration(c, first, || Ok(second))? {
-                        break;
-                    }
-                }
-            }
+            V::List(items) => self.each(c, items.iter().cloned())?,
             V::Json(serde_json::Value::Array(items)) => {
-                for (index, item) in items.iter().enumerate() {
-                    let (first, second) = match c.iter_var2 {
-                        None => (V::from_json(item), None),
-                        Some(_) => (V::Int(index as i64), Some(V::from_json(item))),
-                    };
-                    if !self.iteration(c, first, || Ok(second))? {
-                        break;
-                    }
-                }
+                self.each(c, items.iter().map(V::from_json))?
             }
             V::Json(serde_json::Value::Object(map)) => {
                 for (key, value) in map {
@@ -426,6 +408,25 @@ impl<'a> Frame<'a> {
             return Err(*e);
         }
         Ok(result)
+    }
+
+    /// The iterations over a list's elements `items`: each element, or
+    /// its position and the element with two variables.
+    fn each(
+        &mut self,
+        c: &'a Comprehension,
+        items: impl Iterator<Item = V<'a>>,
+    ) -> Result<(), ExecutionError> {
+        for (index, item) in items.enumerate() {
+            let (first, second) = match c.iter_var2 {
+                None => (item, None),
+                Some(_) => (V::Int(index as i64), Some(item)),
+            };
+            if !self.iteration(c, first, || Ok(second))? {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// The iterations over a value of the interpreter's (a list's elements,
