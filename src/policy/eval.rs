@@ -11,7 +11,6 @@ use crate::exceptions::Excepted;
 use crate::review::Request;
 use crate::subject::Subject;
 use kube_cel::cel::common::types::{CelMap, CelMapEntries, CelMapKey};
-use kube_cel::cel::context::VariableResolver;
 use kube_cel::cel::parser::Expression;
 use kube_cel::cel::{Context, Value};
 #[cfg(test)]
@@ -476,9 +475,9 @@ impl Inner {
     ) -> Judged {
         let inner_ctx = with_params(policy, &scope.ctx, &params);
         let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
-        let vars = Variables::new(policy, plan, Some(&scope.memo), param, &scope.roots);
+        let vars = Variables::new(policy, plan, ctx, Some(&scope.memo), param, &scope.roots);
         let mut outcome = Judged::default();
-        match match_conditions(policy, &vars, ctx) {
+        match match_conditions(policy, &vars) {
             Ok(true) => {}
             Ok(false) => {
                 outcome.skipped = true;
@@ -490,13 +489,13 @@ impl Inner {
             }
         }
         for (i, v) in policy.validations.iter().enumerate() {
-            match vars.eval(ctx, &v.expr) {
+            match vars.eval(&v.expr) {
                 Ok(Value::Bool(true)) => {}
                 Ok(Value::Bool(false)) => {
                     let message = v
                         .message_expr
                         .as_ref()
-                        .and_then(|m| match vars.eval(ctx, m) {
+                        .and_then(|m| match vars.eval(m) {
                             Ok(Value::String(s)) => {
                                 let s = s.trim();
                                 (!s.is_empty() && !s.contains('\n') && s.len() <= MAX_MESSAGE_LEN)
@@ -521,7 +520,7 @@ impl Inner {
             }
         }
         for a in &policy.audit_annotations {
-            match vars.eval(ctx, &a.expr) {
+            match vars.eval(&a.expr) {
                 Ok(Value::String(s)) => {
                     if let Some(value) = annotations::value(&s) {
                         let key = a.returned_key.clone();
@@ -561,14 +560,13 @@ pub(super) fn with_params<'a>(
 
 /// Whether every match condition holds: `Ok(false)` as soon as one is
 /// false (the policy is skipped), else the first error.
-pub(super) fn match_conditions(
-    policy: &Policy,
-    vars: &Variables,
-    ctx: &Context,
+pub(super) fn match_conditions<'v>(
+    policy: &'v Policy,
+    vars: &'v Variables<'v>,
 ) -> Result<bool, String> {
     let mut condition_error = None;
     for (i, c) in policy.match_conditions.iter().enumerate() {
-        match vars.eval(ctx, &c.expr) {
+        match vars.eval(&c.expr) {
             Ok(Value::Bool(false)) => return Ok(false),
             Ok(Value::Bool(true)) => {}
             Ok(other) => {
@@ -675,13 +673,6 @@ pub(super) enum Tree<'t> {
 }
 
 impl Tree<'_> {
-    fn evaluate(self, ctx: &Context) -> Result<Value, EvalError> {
-        match self {
-            Tree::Program(p, roots) => p.evaluate(ctx, roots),
-            Tree::Parsed(tree) => cel::evaluate(tree, ctx),
-        }
-    }
-
     fn evaluate_val(self, ctx: &Context) -> (Result<Box<dyn Val>, EvalError>, u64) {
         match self {
             Tree::Program(p, roots) => p.evaluate_val(ctx, roots),
@@ -692,114 +683,111 @@ impl Tree<'_> {
 
 /// A policy's `variables`, evaluated lazily and at most once per request,
 /// as kube-apiserver does: a variable is worked out when an expression
-/// first reads it (through [`Lazy`]), so one that only a failing
-/// validation's branch reads costs an admitted request nothing.
-pub(super) struct Variables<'p> {
-    policy: &'p Policy,
-    plan: &'p PolicyPlan,
-    /// Kept in the interpreter's form: handing them to later expressions is
-    /// then a reference-count bump, not a conversion.
-    values: SmallVec<[OnceLock<VariableValue>; 4]>,
+/// first reads it, so one that only a failing validation's branch reads
+/// costs an admitted request nothing. Kept in a program's form
+/// ([`cel::Computed`]), which later programs read as it is (a list of the
+/// object's containers stays references into the request's JSON), and in
+/// the interpreter's form once the interpreter reads it.
+pub(super) struct Variables<'v> {
+    policy: &'v Policy,
+    plan: &'v PolicyPlan,
+    /// The scope the policy's expressions are evaluated in (with its params).
+    ctx: &'v Context<'v>,
+    values: Vec<OnceLock<VariableValue<'v>>>,
+    /// The values the interpreter read, converted to its form.
+    vals: Vec<OnceLock<Box<dyn Val>>>,
     /// The values of expressions every policy of the request sees alike.
-    memo: Option<&'p Memo>,
+    memo: Option<&'v Memo>,
     /// The position of the params object evaluated with, whose parts the
     /// plan may have worked out ([`PolicyPlan::folded`]).
     param: Option<usize>,
     /// The JSON programs read in place.
-    roots: &'p cel::Roots<'p>,
+    roots: &'v cel::Roots<'v>,
 }
 
 /// A variable's value, or the error evaluating it gave.
-type VariableValue = Result<Box<dyn Val>, EvalError>;
+type VariableValue<'v> = Result<cel::Computed<'v>, EvalError>;
 
-/// Binds a policy's variables in one evaluation's scope: each is worked
-/// out in `ctx` on its first read and kept in [`Variables`]. One whose own
-/// evaluation failed stays unbound: where the expression needs it, the
-/// variable's error is reported (see [`Variables::eval_with`]).
-struct Lazy<'v, 'p, 'c> {
-    vars: &'v Variables<'p>,
-    ctx: &'v Context<'c>,
-    /// Only the variables before this position are bound: a variable reads
-    /// those declared before it, as in kube-apiserver.
-    before: usize,
-}
-
-impl VariableResolver for Lazy<'_, '_, '_> {
-    fn resolve(&self, _: &str) -> Option<kube_cel::cel::Value> {
-        None
+/// One whose own evaluation failed is unbound: where an expression needs
+/// it, the variable's error is reported (see [`Variables::eval_with`]).
+impl<'v> cel::VariableSource<'v> for Variables<'v> {
+    fn value(&'v self, ident: &str, before: usize) -> Option<&'v cel::Computed<'v>> {
+        let i = self.position(ident, before)?;
+        self.read(i).as_ref().ok()
     }
 
-    fn resolve_val(&self, ident: &str) -> Option<&dyn Val> {
-        let name = cel::variables::name(ident)?;
-        let variables = &self.vars.policy.variables[..self.before];
-        let i = variables.iter().position(|v| v.name == name)?;
-        let value = match self.vars.values[i].get() {
-            Some(value) => value,
-            // Charged to the policy, as when worked out before the
-            // expression that reads it.
-            None => cel::aside(|| self.vars.value(self.ctx, i)),
-        };
-        value.as_ref().ok().map(|v| v.as_ref())
+    fn val(&'v self, ident: &str, before: usize) -> Option<&'v dyn Val> {
+        let i = self.position(ident, before)?;
+        self.read(i).as_ref().ok()?;
+        self.val_at(i)
     }
 }
 
-impl<'p> Variables<'p> {
-    /// `memo`: the evaluated object's values of expressions written alike
-    /// in other policies; `param`: the params object whose parts the plan
-    /// worked out.
+impl<'v> Variables<'v> {
+    /// `ctx`: the scope of the policy's expressions; `memo`: the evaluated
+    /// object's values of expressions written alike in other policies;
+    /// `param`: the params object whose parts the plan worked out.
     pub(super) fn new(
-        policy: &'p Policy,
-        plan: &'p PolicyPlan,
-        memo: Option<&'p Memo>,
+        policy: &'v Policy,
+        plan: &'v PolicyPlan,
+        ctx: &'v Context<'v>,
+        memo: Option<&'v Memo>,
         param: Option<usize>,
-        roots: &'p cel::Roots<'p>,
-    ) -> Variables<'p> {
+        roots: &'v cel::Roots<'v>,
+    ) -> Variables<'v> {
+        let n = policy.variables.len();
         Variables {
             policy,
             plan,
-            values: std::iter::repeat_with(OnceLock::new)
-                .take(policy.variables.len())
-                .collect(),
+            ctx,
+            values: std::iter::repeat_with(OnceLock::new).take(n).collect(),
+            vals: std::iter::repeat_with(OnceLock::new).take(n).collect(),
             memo,
             param,
             roots,
         }
     }
 
-    pub(super) fn eval(&self, ctx: &Context, expr: &Expr) -> Result<Value, EvalError> {
-        let all = self.values.len();
-        self.eval_with(
-            ctx,
-            expr,
-            all,
-            |t, ctx| t.evaluate(ctx),
-            |v| cel::to_value(v.as_ref()),
-        )
+    pub(super) fn eval(&'v self, expr: &'v Expr) -> Result<Value, EvalError> {
+        self.eval_with(expr, self.values.len())?.to_value()
     }
 
-    /// The variable at `i`, worked out in `ctx` on the first call.
-    fn value(&self, ctx: &Context, i: usize) -> &VariableValue {
-        self.values[i].get_or_init(|| {
-            let var = &self.policy.variables[i].expr;
-            self.eval_with(ctx, var, i, |t, ctx| t.evaluate_val(ctx).0, Ok)
-        })
+    /// The position of the variable `ident` spells among those declared
+    /// before `before`.
+    fn position(&self, ident: &str, before: usize) -> Option<usize> {
+        let name = cel::variables::name(ident)?;
+        let variables = &self.policy.variables[..before];
+        variables.iter().position(|v| v.name == name)
+    }
+
+    /// The variable at `i`, worked out on the first call.
+    fn value(&'v self, i: usize) -> &'v VariableValue<'v> {
+        self.values[i].get_or_init(|| self.eval_with(&self.policy.variables[i].expr, i))
+    }
+
+    /// [`Variables::value`] read by an expression: when worked out now,
+    /// charged to the policy, as when worked out before the expression.
+    fn read(&'v self, i: usize) -> &'v VariableValue<'v> {
+        match self.values[i].get() {
+            Some(value) => value,
+            None => cel::aside(|| self.value(i)),
+        }
+    }
+
+    /// The variable at `i`, worked out, in the interpreter's form.
+    fn val_at(&'v self, i: usize) -> Option<&'v dyn Val> {
+        let value = self.values[i].get()?.as_ref().ok()?;
+        Some(self.vals[i].get_or_init(|| value.to_val()).as_ref())
     }
 
     /// Evaluates `expr` with the variables before position `before` that it
-    /// reads resolved lazily by name (see [`cel::variables`]), and the
-    /// `variables` map, of every variable it may need, when it reads that
-    /// whole. A variable whose own
-    /// evaluation failed is left unbound: when `expr` trips over it, the
-    /// variable's error is reported.
-    fn eval_with<T>(
-        &self,
-        ctx: &Context,
-        expr: &Expr,
-        before: usize,
-        evaluate: impl Fn(Tree, &Context) -> Result<T, EvalError>,
-        from_val: impl Fn(Box<dyn Val>) -> Result<T, EvalError>,
-    ) -> Result<T, EvalError> {
+    /// reads worked out on their first read, and the `variables` map, of
+    /// every variable it may need, when it reads that whole. A variable
+    /// whose own evaluation failed is left unbound: when `expr` trips over
+    /// it, the variable's error is reported.
+    fn eval_with(&'v self, expr: &'v Expr, before: usize) -> VariableValue<'v> {
         let plan = self.plan.of(expr);
+        let ctx = self.ctx;
         let whole = match &plan.program {
             Some(program) => Tree::Program(program, self.roots),
             None => Tree::Parsed(expr.tree()),
@@ -807,43 +795,55 @@ impl<'p> Variables<'p> {
         if let (Some(slot), Some(memo)) = (plan.memo_slot, self.memo) {
             // Reads no params and no variables: nothing below applies.
             let value = memo.get_or_evaluate(slot, || whole.evaluate_val(ctx))?;
-            return from_val(value);
+            return Ok(cel::Computed::from_val(value));
         }
         let folded = self.plan.folded(expr, self.param);
-        if plan.closure.is_empty() && folded.is_none() {
-            return evaluate(whole, ctx);
-        }
-        let lazy = Lazy {
-            vars: self,
-            ctx,
+        let variables = cel::PolicyVariables {
+            source: self,
             before,
         };
-        let mut child = ctx.new_inner_scope();
-        let tree = match folded {
-            Some((folded, constants)) => {
-                constants.bind(folded, &mut child);
-                match &plan.folded_program {
-                    Some(program) => Tree::Program(program, self.roots),
-                    None => Tree::Parsed(&folded.ast),
-                }
+        let reads = (!plan.reads.is_empty()).then_some(variables);
+        let result = match (&plan.program, folded) {
+            // A program reads the variables as they are kept.
+            (Some(program), None) if !expr.reads_variables_map() => {
+                program.compute(ctx, *self.roots, reads)
             }
-            None => whole,
+            (None, None) if plan.closure.is_empty() => {
+                whole.evaluate_val(ctx).0.map(cel::Computed::from_val)
+            }
+            (_, folded) => {
+                let mut child = ctx.new_inner_scope();
+                let tree = match folded {
+                    Some((folded, constants)) => {
+                        constants.bind(folded, &mut child);
+                        match &plan.folded_program {
+                            Some(program) => Tree::Program(program, self.roots),
+                            None => Tree::Parsed(&folded.ast),
+                        }
+                    }
+                    None => whole,
+                };
+                if let Some(variables) = &reads {
+                    child.set_variable_resolver(variables);
+                }
+                if expr.reads_variables_map() {
+                    let needed = &plan.closure;
+                    let mut map =
+                        CelMapEntries::with_capacity_and_hasher(needed.len(), Default::default());
+                    for &i in needed {
+                        if self.value(i).is_ok() {
+                            if let Some(v) = self.val_at(i) {
+                                let name = self.policy.variables[i].name.as_str();
+                                map.insert(CelMapKey::from(name), v.clone_as_boxed());
+                            }
+                        }
+                    }
+                    child.add_variable_as_val("variables", Box::new(CelMap::from(map)));
+                }
+                tree.evaluate_val(&child).0.map(cel::Computed::from_val)
+            }
         };
-        if !plan.reads.is_empty() {
-            child.set_variable_resolver(&lazy);
-        }
-        if expr.reads_variables_map() {
-            let needed = &plan.closure;
-            let mut map = CelMapEntries::with_capacity_and_hasher(needed.len(), Default::default());
-            for &i in needed {
-                if let Ok(v) = self.value(ctx, i) {
-                    let name = self.policy.variables[i].name.as_str();
-                    map.insert(CelMapKey::from(name), v.clone_as_boxed());
-                }
-            }
-            child.add_variable_as_val("variables", Box::new(CelMap::from(map)));
-        }
-        match evaluate(tree, &child) {
+        match result {
             Err(EvalError::Runtime(msg)) => {
                 // A failed variable surfaces as an unbound identifier (or a
                 // missing key of the map): report its own error.
@@ -1127,11 +1127,69 @@ spec:
         );
         let docs = super::super::parse_documents(std::path::Path::new("p.yaml"), &yaml).unwrap();
         let set = super::super::PolicySet::compile(&docs).unwrap_or_else(|e| panic!("{e}"));
+        evaluate_pod(&set)
+    }
+
+    fn evaluate_pod(set: &super::super::PolicySet) -> Verdict {
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "trainer", "namespace": "ml"},
             "spec": {"containers": [{"name": "train", "image": "pytorch"}]}});
         let req = Request::for_object(pod, Operation::Create, None);
         set.evaluate(&req, &crate::k8s::namespaces::StaticNamespaces::new())
+    }
+
+    /// A variable a program worked out is kept as the program made it (the
+    /// filtered containers stay the request's JSON) and read alike by later
+    /// programs, by the functions they hand to the interpreter and by a
+    /// message; one that failed reports its own error wherever it is read.
+    /// The verdict is the interpreter's: the same with programs off.
+    #[test]
+    fn kept_variables_are_read_alike_by_programs_and_the_interpreter() {
+        let spec = r#"  variables:
+  - {name: containers, expression: 'object.spec.containers.filter(c, has(c.image))'}
+  - {name: first, expression: 'variables.containers[0].name'}
+  - {name: missing, expression: 'object.spec.volumes[0].name'}
+  validations:
+  - expression: 'variables.containers.size() == 1 && variables.first.matches("^tr")'
+  - expression: 'variables.containers.exists(c, c.image.matches(variables.first))'
+    messageExpression: '"image of " + variables.first + ": " + variables.containers.map(c, c.image).join(", ")'
+  - expression: 'variables.missing.matches("x")'
+  - expression: 'variables.missing == "x"'"#;
+        let verdict = evaluate_on_pod(spec, "[Deny]");
+        let missing = "variables.missing: no such key: volumes";
+        assert_eq!(
+            verdict.denials,
+            [
+                "p: image of train: pytorch".to_string(),
+                format!("p: policy error (failurePolicy Fail): validations[2]: {missing}"),
+                format!("p: policy error (failurePolicy Fail): validations[3]: {missing}"),
+            ]
+        );
+        let docs = super::super::parse_documents(
+            std::path::Path::new("p.yaml"),
+            &format!(
+                "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: p}}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}}
+{spec}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: b}}
+spec: {{policyName: p, validationActions: [Deny]}}
+"
+            ),
+        )
+        .unwrap();
+        let set = super::super::PolicySet::compile(&docs).unwrap();
+        let interpreted = set
+            .replanned(super::super::Passes::without("programs").unwrap())
+            .unwrap();
+        assert_eq!(evaluate_pod(&interpreted).denials, verdict.denials);
     }
 
     /// As kube-apiserver, a variable is worked out when an expression first

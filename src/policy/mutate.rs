@@ -163,9 +163,10 @@ impl Inner {
             // Conditions are judged on the object as this binding found it.
             {
                 let scope = scope(self, subject, current, &plan.reach, &mut shared);
-                let ctx = with_params(policy, &scope.ctx, &param);
-                let vars = Variables::new(policy, plan, None, None, &scope.roots);
-                if !match_conditions(policy, &vars, ctx.as_ref().unwrap_or(&scope.ctx))? {
+                let inner_ctx = with_params(policy, &scope.ctx, &param);
+                let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
+                let vars = Variables::new(policy, plan, ctx, None, None, &scope.roots);
+                if !match_conditions(policy, &vars)? {
                     continue;
                 }
             }
@@ -176,8 +177,8 @@ impl Inner {
                     let scope = scope(self, subject, current, &plan.reach, &mut shared);
                     let inner_ctx = with_params(policy, &scope.ctx, &param);
                     let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
-                    let vars = Variables::new(policy, plan, None, None, &scope.roots);
-                    (vars.eval(ctx, &m.expr).map_err(|e| e.to_string()))
+                    let vars = Variables::new(policy, plan, ctx, None, None, &scope.roots);
+                    (vars.eval(&m.expr).map_err(|e| e.to_string()))
                         .and_then(|value| {
                             let object = current.object.as_ref().unwrap_or(&Json::Null);
                             apply_mutation(m.patch_type, object, &value)

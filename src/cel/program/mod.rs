@@ -8,6 +8,12 @@
 //! handed whole to the interpreter, with the comprehension variables it
 //! reads bound for it.
 //!
+//! A program reads `object`, `oldObject` and `namespaceObject` from the
+//! request's JSON in place ([`Roots`]), and a policy's variables as the
+//! policy keeps them ([`VariableSource`]): in the form the program that
+//! worked each out left it ([`Computed`]), so that a list of the object's
+//! containers a variable filters stays references into the request.
+//!
 //! A program gives what the interpreter gives for the same tree and scope:
 //! the same value or the same error, having charged the same cost units at
 //! the same nodes and nested as deep (each node is charged through the
@@ -24,11 +30,12 @@ use kube_cel::cel::budget;
 use kube_cel::cel::budget::DepthGuard;
 use kube_cel::cel::common::ast::{operators, EntryExpr, Expr, LiteralValue};
 use kube_cel::cel::common::value::Val;
+use kube_cel::cel::context::VariableResolver;
 use kube_cel::cel::objects::TypeValue;
 use kube_cel::cel::parser::Expression;
 use kube_cel::cel::{Context, Value};
 use std::collections::BTreeSet;
-use value::Arith;
+use value::{Arith, V};
 
 /// An expression compiled for evaluation ([`Program::build`]).
 pub struct Program {
@@ -58,6 +65,10 @@ enum Node {
     /// `namespaceObject` read from the request's JSON when the evaluation
     /// has it ([`Roots`]).
     Root(Box<str>, Option<JsonRoot>),
+    /// A policy variable, by its identifier ([`super::variables::ident`]):
+    /// read as the policy keeps it when the evaluation has the policy's
+    /// variables ([`PolicyVariables`]), else from the scope.
+    Variable(Box<str>),
     /// A subtree the interpreter evaluates.
     Interp(Box<Interp>),
     Select(Box<Node>, Box<str>, bool),
@@ -107,6 +118,71 @@ pub struct Roots<'r> {
     pub namespace: Option<&'r serde_json::Value>,
 }
 
+/// A policy's variables as its expressions read them: each worked out on
+/// its first read and kept, in a program's form for programs and, once
+/// the interpreter reads it, in the interpreter's form too. A variable
+/// whose evaluation failed is unbound: reading it is an undeclared
+/// reference, as in the interpreter.
+pub trait VariableSource<'a>: Sync {
+    /// The value of the variable spelled `ident` (`variables.<name>`),
+    /// when it is declared before position `before` and evaluated.
+    fn value(&'a self, ident: &str, before: usize) -> Option<&'a Computed<'a>>;
+    /// The same value in the interpreter's form.
+    fn val(&'a self, ident: &str, before: usize) -> Option<&'a dyn Val>;
+}
+
+/// The variables an expression reads: those of `source` declared before
+/// position `before` (a variable reads those declared before it, as in
+/// kube-apiserver). Also the interpreter's resolver of them.
+#[derive(Clone, Copy)]
+pub struct PolicyVariables<'r> {
+    pub source: &'r dyn VariableSource<'r>,
+    pub before: usize,
+}
+
+impl std::fmt::Debug for PolicyVariables<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyVariables")
+            .field("before", &self.before)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VariableResolver for PolicyVariables<'_> {
+    fn resolve(&self, _: &str) -> Option<Value> {
+        None
+    }
+
+    fn resolve_val(&self, ident: &str) -> Option<&dyn Val> {
+        super::variables::name(ident)?;
+        self.source.val(ident, self.before)
+    }
+}
+
+/// A value a program worked out, held in the program's form: what a
+/// policy variable keeps between the expressions that read it (a list of
+/// the object's containers stays a list of references into the request's
+/// JSON, not a converted copy).
+#[derive(Clone, Debug)]
+pub struct Computed<'a>(V<'a>);
+
+impl<'a> Computed<'a> {
+    /// A value in the interpreter's form.
+    pub fn from_val(v: Box<dyn Val>) -> Computed<'a> {
+        Computed(V::from_box(v))
+    }
+
+    /// The value in the interpreter's form.
+    pub fn to_val(&self) -> Box<dyn Val> {
+        self.0.to_box()
+    }
+
+    /// The value as a [`Value`].
+    pub fn to_value(&self) -> Result<Value, EvalError> {
+        self.0.to_value().map_err(|e| eval_error(e, 0))
+    }
+}
+
 impl<'r> Roots<'r> {
     /// Every variable read from the scope.
     pub const SCOPE: Roots<'static> = Roots {
@@ -136,6 +212,8 @@ struct Interp {
     expr: Expression,
     /// The comprehension variables the subtree reads: name and slot.
     locals: Vec<(String, usize)>,
+    /// Whether it reads a policy variable.
+    variables: bool,
 }
 
 struct Comprehension {
@@ -158,6 +236,8 @@ struct Comprehension {
 struct Args {
     trees: Vec<Expression>,
     locals: Vec<(String, usize)>,
+    /// Whether they read a policy variable.
+    variables: bool,
 }
 
 struct Join {
@@ -202,9 +282,9 @@ impl Program {
     /// Evaluates the program in `ctx` as [`super::evaluate`] evaluates its
     /// tree: within [`EXPRESSION_COST_LIMIT`] units of the enclosing
     /// budget, the result as a [`Value`].
-    pub fn evaluate(&self, ctx: &Context, roots: &Roots) -> Result<Value, EvalError> {
+    pub fn evaluate(&self, ctx: &Context, roots: &Roots<'_>) -> Result<Value, EvalError> {
         let (result, used) = budget::with_budget(EXPRESSION_COST_LIMIT, || {
-            run::run(self, ctx, roots).and_then(|v| v.to_val().as_ref().try_into())
+            run::run(self, ctx, *roots, None).and_then(|v| v.to_val().as_ref().try_into())
         });
         result.map_err(|e| eval_error(e, used))
     }
@@ -217,9 +297,25 @@ impl Program {
         roots: &Roots,
     ) -> (Result<Box<dyn Val>, EvalError>, u64) {
         let (result, used) = budget::with_budget(EXPRESSION_COST_LIMIT, || {
-            run::run(self, ctx, roots).map(|v| v.into_box())
+            run::run(self, ctx, *roots, None).map(|v| v.into_box())
         });
         (result.map_err(|e| eval_error(e, used)), used)
+    }
+
+    /// [`Program::evaluate`] keeping the result in the program's form, to
+    /// be read by later programs: what it borrows from the program, the
+    /// scope and `roots` stays borrowed. With `variables`, the policy's
+    /// variables are read as they are kept, else from the scope.
+    pub fn compute<'a>(
+        &'a self,
+        ctx: &'a Context<'a>,
+        roots: Roots<'a>,
+        variables: Option<PolicyVariables<'a>>,
+    ) -> Result<Computed<'a>, EvalError> {
+        let (result, used) = budget::with_budget(EXPRESSION_COST_LIMIT, || {
+            run::run(self, ctx, roots, variables)
+        });
+        result.map(Computed).map_err(|e| eval_error(e, used))
     }
 
     /// The trees the interpreter may evaluate for this program (subtrees,
@@ -256,7 +352,7 @@ impl Node {
     fn children<'n>(&'n self, visit: &mut dyn FnMut(&'n Node)) {
         match self {
             Node::Interp(_) | Node::Lit(_) | Node::Local(_) | Node::TakeLocal(_) => {}
-            Node::Root(..) => {}
+            Node::Root(..) | Node::Variable(_) => {}
             Node::Select(o, _, _)
             | Node::Not(o)
             | Node::Neg(o)
@@ -322,10 +418,15 @@ impl Builder<'_> {
 
     /// `e` for the interpreter, with the comprehension variables it reads.
     fn interp(&mut self, e: &Expression) -> Option<Node> {
-        let Args { mut trees, locals } = self.args(std::slice::from_ref(e))?;
+        let Args {
+            mut trees,
+            locals,
+            variables,
+        } = self.args(std::slice::from_ref(e))?;
         Some(Node::Interp(Box::new(Interp {
             expr: trees.pop()?,
             locals,
+            variables,
         })))
     }
 
@@ -338,7 +439,10 @@ impl Builder<'_> {
             Expr::Literal(l) => Some(Node::Lit(l.clone())),
             Expr::Ident(name) => match self.local(name) {
                 Some(slot) => Some(Node::Local(slot)),
-                None if (self.known)(name) || super::variables::name(name).is_some() => {
+                None if super::variables::name(name).is_some() => {
+                    Some(Node::Variable(name.as_str().into()))
+                }
+                None if (self.known)(name) => {
                     let json = match name.as_str() {
                         "object" => Some(JsonRoot::Object),
                         "oldObject" => Some(JsonRoot::OldObject),
@@ -568,7 +672,9 @@ impl Builder<'_> {
             free_names(tree, &mut Vec::new(), &mut free);
         }
         let mut locals = Vec::new();
+        let mut variables = false;
         for name in free {
+            variables |= super::variables::name(&name).is_some();
             if let Some(slot) = self.local(&name) {
                 if self.logical.contains(&slot) {
                     return None;
@@ -579,6 +685,7 @@ impl Builder<'_> {
         Some(Args {
             trees: trees.to_vec(),
             locals,
+            variables,
         })
     }
 }

@@ -2,7 +2,7 @@
 //! node it stands for (see `resolve_val` in vendor/cel/src/objects.rs),
 //! in the same order, charging the same units.
 use super::value::{self, V};
-use super::{Cmp, Comprehension, Interp, Join, Node, Program, Roots, StrTest};
+use super::{Cmp, Comprehension, Interp, Join, Node, PolicyVariables, Program, Roots, StrTest};
 use kube_cel::cel::budget::{self, DepthGuard};
 use kube_cel::cel::common::ast::LiteralValue;
 use kube_cel::cel::common::types::{
@@ -15,18 +15,19 @@ use kube_cel::cel::{Context, ExecutionError, FunctionContext, Value};
 use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::rc::Rc;
 use std::sync::Arc;
 
 /// The value of `program` in `ctx`.
-pub(super) fn run<'a>(
+pub(super) fn run<'a, 'r: 'a>(
     program: &'a Program,
     ctx: &'a Context<'a>,
-    roots: &'a Roots<'a>,
+    roots: Roots<'a>,
+    variables: Option<PolicyVariables<'r>>,
 ) -> Result<V<'a>, ExecutionError> {
     let mut frame = Frame {
         ctx,
         roots,
+        variables,
         locals: std::iter::repeat_with(|| V::Null)
             .take(program.locals)
             .collect(),
@@ -34,10 +35,17 @@ pub(super) fn run<'a>(
     frame.eval(&program.root)
 }
 
-struct Frame<'a> {
+/// `'r`: what the policy's variables lend, which the evaluation may
+/// borrow from too.
+struct Frame<'a, 'r> {
     ctx: &'a Context<'a>,
-    roots: &'a Roots<'a>,
+    roots: Roots<'a>,
+    variables: Option<PolicyVariables<'r>>,
     locals: SmallVec<[V<'a>; 8]>,
+}
+
+fn undeclared(name: &str) -> ExecutionError {
+    ExecutionError::UndeclaredReference(Arc::new(name.to_string()))
 }
 
 /// Whether `&&` and `||` may absorb the error: running out of budget,
@@ -72,7 +80,7 @@ fn literal(l: &LiteralValue) -> V<'_> {
     }
 }
 
-impl<'a> Frame<'a> {
+impl<'a, 'r: 'a> Frame<'a, 'r> {
     fn eval(&mut self, node: &'a Node) -> Result<V<'a>, ExecutionError> {
         if let Node::Interp(i) = node {
             return self.interp(i);
@@ -88,6 +96,13 @@ impl<'a> Frame<'a> {
                 }
                 self.root(name)
             }
+            Node::Variable(ident) => match self.variables {
+                Some(vars) => match vars.source.value(ident, vars.before) {
+                    Some(value) => Ok(value.0.view()),
+                    None => Err(undeclared(ident)),
+                },
+                None => self.root(ident),
+            },
             Node::Interp(_) => unreachable!("handled above"),
             Node::Select(operand, field, test) => {
                 let left = self.eval(operand)?;
@@ -137,7 +152,7 @@ impl<'a> Frame<'a> {
                 for item in items {
                     list.push(self.eval(item)?);
                 }
-                Ok(V::List(Rc::new(list)))
+                Ok(V::List(Arc::new(list)))
             }
             Node::Map(entries) => self.map(entries),
             Node::Comprehension(c) => self.comprehension(c),
@@ -180,7 +195,7 @@ impl<'a> Frame<'a> {
                         if *method {
                             value::charge_value(&v)?;
                         }
-                        self.call("size", this, &[], &[])
+                        self.call("size", this, &[], &[], false)
                     }
                 }
             }
@@ -192,7 +207,7 @@ impl<'a> Frame<'a> {
                     V::UInt(u) => V::String(u.to_string().into()),
                     V::Bool(b) => V::Str(if *b { "true" } else { "false" }),
                     V::Str(_) | V::String(_) => v,
-                    _ => return self.call("string", v.to_value()?, &[], &[]),
+                    _ => return self.call("string", v.to_value()?, &[], &[], false),
                 };
                 value::charge_value(&text)?;
                 Ok(text)
@@ -223,16 +238,25 @@ impl<'a> Frame<'a> {
     fn root(&self, name: &str) -> Result<V<'a>, ExecutionError> {
         match self.ctx.get_variable(name) {
             Some(v) => Ok(V::from_cow(v)),
-            None => Err(ExecutionError::UndeclaredReference(Arc::new(
-                name.to_string(),
-            ))),
+            None => Err(undeclared(name)),
         }
     }
 
+    /// Whether the interpreter needs a scope of its own for a subtree that
+    /// reads the comprehension variables `locals` (and policy variables,
+    /// when `variables`): the scope does not have them.
+    fn needs_scope(&self, locals: &[(String, usize)], variables: bool) -> bool {
+        !locals.is_empty() || (variables && self.variables.is_some())
+    }
+
     /// The scope the interpreter evaluates a subtree in: this one's, with
-    /// the comprehension variables `locals` names bound.
-    fn scope(&self, locals: &'a [(String, usize)]) -> Context<'_> {
+    /// the comprehension variables `locals` names bound, and the policy's
+    /// variables resolved as they are kept.
+    fn scope(&self, locals: &'a [(String, usize)], variables: bool) -> Context<'_> {
         let mut scope = self.ctx.new_inner_scope();
+        if let (true, Some(variables)) = (variables, &self.variables) {
+            scope.set_variable_resolver(variables);
+        }
         for (name, slot) in locals {
             match &self.locals[*slot] {
                 V::Val(v) => scope.add_variable_borrowed(name.as_str(), v.as_ref()),
@@ -243,32 +267,34 @@ impl<'a> Frame<'a> {
     }
 
     fn interp(&mut self, i: &'a Interp) -> Result<V<'a>, ExecutionError> {
-        if i.locals.is_empty() {
+        if !self.needs_scope(&i.locals, i.variables) {
             return Value::resolve_val(&i.expr, self.ctx).map(V::from_cow);
         }
-        let scope = self.scope(&i.locals);
+        let scope = self.scope(&i.locals, i.variables);
         let v = Value::resolve_val(&i.expr, &scope)?;
         Ok(V::from_part(v.as_ref()))
     }
 
     /// Calls the function registered as `name` with the receiver `this`
     /// and the argument trees `args` (evaluated by the interpreter, with
-    /// `locals` bound), charging its result as the interpreter does.
+    /// `locals` bound, and the policy's variables when they read some),
+    /// charging its result as the interpreter does.
     fn call(
         &self,
         name: &'static str,
         this: Value,
         args: &'a [Expression],
         locals: &'a [(String, usize)],
+        variables: bool,
     ) -> Result<V<'a>, ExecutionError> {
-        let undeclared = || ExecutionError::UndeclaredReference(Arc::new(name.to_string()));
-        let v = if locals.is_empty() {
+        let undeclared = || undeclared(name);
+        let v = if !self.needs_scope(locals, variables) {
             let mut ftx = FunctionContext::new(name, Some(this), self.ctx, args);
             self.ctx
                 .call_function(name, &mut ftx)
                 .unwrap_or_else(|| Err(undeclared()))?
         } else {
-            let scope = self.scope(locals);
+            let scope = self.scope(locals, variables);
             let mut ftx = FunctionContext::new(name, Some(this), &scope, args);
             scope
                 .call_function(name, &mut ftx)
@@ -285,7 +311,7 @@ impl<'a> Frame<'a> {
             let this = target.to_value()?;
             value::charge_value(&target)?;
             let name = if t.ends { "endsWith" } else { "startsWith" };
-            return self.call(name, this, &t.args.trees, &t.args.locals);
+            return self.call(name, this, &t.args.trees, &t.args.locals, t.args.variables);
         };
         value::charge_value(&target)?;
         let arg = self.eval(&t.arg)?;
@@ -322,7 +348,13 @@ impl<'a> Frame<'a> {
         let Some(parts) = parts else {
             let this = target.to_value()?;
             value::charge_value(&target)?;
-            return self.call("join", this, &j.args.trees, &j.args.locals);
+            return self.call(
+                "join",
+                this,
+                &j.args.trees,
+                &j.args.locals,
+                j.args.variables,
+            );
         };
         value::charge_value(&target)?;
         let separator = match &j.separator {

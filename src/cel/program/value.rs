@@ -13,7 +13,6 @@ use kube_cel::cel::common::value::Val;
 use kube_cel::cel::{ExecutionError, Value};
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::rc::Rc;
 use std::sync::Arc;
 
 /// One value of an evaluation; `'a` is what the evaluation borrows from
@@ -30,7 +29,7 @@ pub(super) enum V<'a> {
     /// A string the evaluation made, or took from a value it owns.
     String(Arc<str>),
     /// A list the program built: a literal, a `map` or `filter` result.
-    List(Rc<Vec<V<'a>>>),
+    List(Arc<Vec<V<'a>>>),
     /// An array or object of the request's JSON, read where it stands
     /// (its scalars are read into the values above).
     Json(&'a serde_json::Value),
@@ -143,6 +142,15 @@ impl<'a> V<'a> {
     pub(super) fn owned<T: Val>(v: T) -> V<'a> {
         let boxed: Box<dyn Val> = Box::new(v);
         V::Val(Cow::Owned(boxed))
+    }
+
+    /// The value, borrowing what it owns.
+    pub(super) fn view(&self) -> V<'_> {
+        match self {
+            V::String(s) => V::Str(s),
+            V::Val(v) => V::Val(Cow::Borrowed(v.as_ref())),
+            other => other.clone(),
+        }
     }
 
     /// The string, if this is one.
@@ -372,7 +380,7 @@ pub(super) fn arith<'a>(op: Arith, a: V<'a>, b: V<'a>) -> Result<V<'a>, Executio
         (Arith::Add, V::Double(l), V::Double(r)) => Ok(V::Double(l + r)),
         (Arith::Add, V::List(_), V::List(r)) => {
             let V::List(mut l) = a else { unreachable!() };
-            let items = Rc::make_mut(&mut l);
+            let items = Arc::make_mut(&mut l);
             items.extend(r.iter().cloned());
             Ok(V::List(l))
         }
@@ -592,8 +600,8 @@ mod tests {
             V::Str("a"),
             V::String("a".into()),
             V::Str("b"),
-            V::List(Rc::new(vec![V::Int(1), V::Str("a")])),
-            V::List(Rc::new(vec![V::Double(1.0), V::Str("a")])),
+            V::List(Arc::new(vec![V::Int(1), V::Str("a")])),
+            V::List(Arc::new(vec![V::Double(1.0), V::Str("a")])),
             V::owned(CelList::from(vec![
                 Box::new(CelInt::from(1)) as Box<dyn Val>,
                 Box::new(CelString::from("a")),
@@ -624,7 +632,7 @@ mod tests {
             V::Int(-1),
             V::Double(2.5),
             V::Str("x"),
-            V::List(Rc::new(vec![V::Int(1)])),
+            V::List(Arc::new(vec![V::Int(1)])),
             V::UInt(3),
         ];
         for op in [Arith::Add, Arith::Sub, Arith::Mul, Arith::Div, Arith::Mod] {
@@ -656,7 +664,7 @@ mod tests {
             let back = V::from_box(v.to_box());
             assert!(equals(&v, &back), "{v:?} {back:?}");
         }
-        let list = V::List(Rc::new(vec![V::Str("a"), V::Int(2)]));
+        let list = V::List(Arc::new(vec![V::Str("a"), V::Int(2)]));
         let converted = V::from_box(list.to_box());
         assert!(matches!(converted, V::Val(_)));
         assert!(converted.to_box().equals(list.to_box().as_ref()));
