@@ -5,6 +5,7 @@ use gpu_admission::admission::Admission;
 use gpu_admission::bundle::{self, PolicySource};
 use gpu_admission::k8s::namespaces::StaticNamespaces;
 use gpu_admission::k8s::NamespaceLookup;
+use gpu_admission::policy::Passes;
 use gpu_admission::review::{Operation, Request};
 use serde_json::json;
 use std::sync::Arc;
@@ -67,11 +68,17 @@ pub fn shipped_admission() -> (Admission, usize) {
 
 /// [`shipped_admission`] looking namespaces up in `namespaces`. With
 /// GPU_ADMISSION_BENCH_POLICIES set, the policies of that folder instead of
-/// the shipped ones (to weigh one policy's change against another's).
+/// the shipped ones (to weigh one policy's change against another's); with
+/// GPU_ADMISSION_BENCH_WITHOUT set to a plan pass (`policy::Passes::NAMES`),
+/// planned without it (to weigh what the pass saves).
 pub fn shipped_admission_in(namespaces: Arc<dyn NamespaceLookup>) -> (Admission, usize) {
     let source = std::env::var_os("GPU_ADMISSION_BENCH_POLICIES")
         .map_or(PolicySource::Embedded, |dir| PolicySource::Dir(dir.into()));
-    let loaded = bundle::load(&source).expect("the policies load");
+    let mut loaded = bundle::load(&source).expect("the policies load");
+    if let Ok(pass) = std::env::var("GPU_ADMISSION_BENCH_WITHOUT") {
+        let passes = Passes::without(&pass).expect("a plan pass of policy::Passes::NAMES");
+        loaded.bundle.policies = loaded.bundle.policies.replanned(passes).expect("replanned");
+    }
     let policies = loaded.bundle.policies.len();
     (Admission::new(loaded.bundle, namespaces), policies)
 }
