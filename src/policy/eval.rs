@@ -1105,8 +1105,8 @@ mod tests {
     }
 
     /// A policy for pods `p` with `spec` (indented under `spec:`), bound as
-    /// `b` with `actions`, evaluated on a pod without labels.
-    fn evaluate_on_pod(spec: &str, actions: &str) -> Verdict {
+    /// `b` with `actions`.
+    fn pod_policy(spec: &str, actions: &str) -> super::super::PolicySet {
         let yaml = format!(
             "apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
@@ -1126,8 +1126,12 @@ spec:
 "
         );
         let docs = super::super::parse_documents(std::path::Path::new("p.yaml"), &yaml).unwrap();
-        let set = super::super::PolicySet::compile(&docs).unwrap_or_else(|e| panic!("{e}"));
-        evaluate_pod(&set)
+        super::super::PolicySet::compile(&docs).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`pod_policy`] evaluated on a pod without labels.
+    fn evaluate_on_pod(spec: &str, actions: &str) -> Verdict {
+        evaluate_pod(&pod_policy(spec, actions))
     }
 
     fn evaluate_pod(set: &super::super::PolicySet) -> Verdict {
@@ -1155,7 +1159,8 @@ spec:
     messageExpression: '"image of " + variables.first + ": " + variables.containers.map(c, c.image).join(", ")'
   - expression: 'variables.missing.matches("x")'
   - expression: 'variables.missing == "x"'"#;
-        let verdict = evaluate_on_pod(spec, "[Deny]");
+        let set = pod_policy(spec, "[Deny]");
+        let verdict = evaluate_pod(&set);
         let missing = "variables.missing: no such key: volumes";
         assert_eq!(
             verdict.denials,
@@ -1165,27 +1170,6 @@ spec:
                 format!("p: policy error (failurePolicy Fail): validations[3]: {missing}"),
             ]
         );
-        let docs = super::super::parse_documents(
-            std::path::Path::new("p.yaml"),
-            &format!(
-                "apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {{name: p}}
-spec:
-  matchConstraints:
-    resourceRules:
-    - {{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}}
-{spec}
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {{name: b}}
-spec: {{policyName: p, validationActions: [Deny]}}
-"
-            ),
-        )
-        .unwrap();
-        let set = super::super::PolicySet::compile(&docs).unwrap();
         let interpreted = set
             .replanned(super::super::Passes::without("programs").unwrap())
             .unwrap();
