@@ -693,9 +693,9 @@ pub(super) struct Variables<'v> {
     plan: &'v PolicyPlan,
     /// The scope the policy's expressions are evaluated in (with its params).
     ctx: &'v Context<'v>,
-    values: Vec<OnceLock<VariableValue<'v>>>,
-    /// The values the interpreter read, converted to its form.
-    vals: Vec<OnceLock<Box<dyn Val>>>,
+    /// Each variable, by position: its value once worked out, and that
+    /// value in the interpreter's form once the interpreter reads it.
+    values: Vec<VariableCells<'v>>,
     /// The values of expressions every policy of the request sees alike.
     memo: Option<&'v Memo>,
     /// The position of the params object evaluated with, whose parts the
@@ -707,6 +707,9 @@ pub(super) struct Variables<'v> {
 
 /// A variable's value, or the error evaluating it gave.
 type VariableValue<'v> = Result<cel::Computed<'v>, EvalError>;
+
+/// A variable's value once worked out, and that value in the interpreter's form.
+type VariableCells<'v> = (OnceLock<VariableValue<'v>>, OnceLock<Box<dyn Val>>);
 
 /// One whose own evaluation failed is unbound: where an expression needs
 /// it, the variable's error is reported (see [`Variables::eval_with`]).
@@ -735,13 +738,13 @@ impl<'v> Variables<'v> {
         param: Option<usize>,
         roots: &'v cel::Roots<'v>,
     ) -> Variables<'v> {
-        let n = policy.variables.len();
         Variables {
             policy,
             plan,
             ctx,
-            values: std::iter::repeat_with(OnceLock::new).take(n).collect(),
-            vals: std::iter::repeat_with(OnceLock::new).take(n).collect(),
+            values: std::iter::repeat_with(Default::default)
+                .take(policy.variables.len())
+                .collect(),
             memo,
             param,
             roots,
@@ -762,13 +765,15 @@ impl<'v> Variables<'v> {
 
     /// The variable at `i`, worked out on the first call.
     fn value(&'v self, i: usize) -> &'v VariableValue<'v> {
-        self.values[i].get_or_init(|| self.eval_with(&self.policy.variables[i].expr, i))
+        self.values[i]
+            .0
+            .get_or_init(|| self.eval_with(&self.policy.variables[i].expr, i))
     }
 
     /// [`Variables::value`] read by an expression: when worked out now,
     /// charged to the policy, as when worked out before the expression.
     fn read(&'v self, i: usize) -> &'v VariableValue<'v> {
-        match self.values[i].get() {
+        match self.values[i].0.get() {
             Some(value) => value,
             None => cel::aside(|| self.value(i)),
         }
@@ -776,8 +781,9 @@ impl<'v> Variables<'v> {
 
     /// The variable at `i`, worked out, in the interpreter's form.
     fn val_at(&'v self, i: usize) -> Option<&'v dyn Val> {
-        let value = self.values[i].get()?.as_ref().ok()?;
-        Some(self.vals[i].get_or_init(|| value.to_val()).as_ref())
+        let (value, val) = &self.values[i];
+        let value = value.get()?.as_ref().ok()?;
+        Some(val.get_or_init(|| value.to_val()).as_ref())
     }
 
     /// Evaluates `expr` with the variables before position `before` that it
@@ -849,7 +855,7 @@ impl<'v> Variables<'v> {
                 // missing key of the map): report its own error.
                 for &i in &plan.closure {
                     let name = &self.policy.variables[i].name;
-                    if let Some(Err(e)) = self.values[i].get() {
+                    if let Some(Err(e)) = self.values[i].0.get() {
                         let unbound =
                             format!("undeclared reference to '{}'", cel::variables::ident(name));
                         if msg == unbound || msg == format!("no such key: {name}") {

@@ -154,7 +154,6 @@ impl VariableResolver for PolicyVariables<'_> {
     }
 
     fn resolve_val(&self, ident: &str) -> Option<&dyn Val> {
-        super::variables::name(ident)?;
         self.source.val(ident, self.before)
     }
 }
