@@ -97,8 +97,9 @@ fn admission_with(n: usize, target: Target) -> Admission {
             .expect("extra policies parse");
         documents.extend(extra);
     }
-    let loaded =
+    let mut loaded =
         bundle::from_documents(documents, Catalog::embedded_arc()).expect("policies compile");
+    pods::replan_as_asked(&mut loaded.bundle);
     Admission::new(
         loaded.bundle,
         Arc::new(StaticNamespaces::new().with("ml", Default::default())),

@@ -75,12 +75,18 @@ pub fn shipped_admission_in(namespaces: Arc<dyn NamespaceLookup>) -> (Admission,
     let source = std::env::var_os("GPU_ADMISSION_BENCH_POLICIES")
         .map_or(PolicySource::Embedded, |dir| PolicySource::Dir(dir.into()));
     let mut loaded = bundle::load(&source).expect("the policies load");
-    if let Ok(pass) = std::env::var("GPU_ADMISSION_BENCH_WITHOUT") {
-        let passes = Passes::without(&pass).expect("a plan pass of policy::Passes::NAMES");
-        loaded.bundle.policies = loaded.bundle.policies.replanned(passes).expect("replanned");
-    }
+    replan_as_asked(&mut loaded.bundle);
     let policies = loaded.bundle.policies.len();
     (Admission::new(loaded.bundle, namespaces), policies)
+}
+
+/// With GPU_ADMISSION_BENCH_WITHOUT set to a plan pass, `bundle`'s
+/// policies planned again without it.
+pub fn replan_as_asked(bundle: &mut gpu_admission::admission::Bundle) {
+    if let Ok(pass) = std::env::var("GPU_ADMISSION_BENCH_WITHOUT") {
+        let passes = Passes::without(&pass).expect("a plan pass of policy::Passes::NAMES");
+        bundle.policies = bundle.policies.replanned(passes).expect("replanned");
+    }
 }
 
 /// A pod CREATE request.

@@ -44,15 +44,14 @@ pub fn evaluate_val(tree: &Expression, ctx: &Context) -> (Result<Box<dyn Val>, E
     (result.map_err(|e| eval_error(e, used)), used)
 }
 
-/// What an evaluation that used `cost` units and answered `value` gives
-/// when it is not run again: `cost` charged as the evaluation would have
-/// been (to the expression's budget, drawn from the enclosing one), then
-/// `value`, or the error running out of budget gives.
-pub fn replay(value: &dyn Val, cost: u64) -> Result<Box<dyn Val>, EvalError> {
+/// What an evaluation that used `cost` units costs when its value is
+/// kept and it is not run again: `cost` charged as the evaluation would
+/// have been (to the expression's budget, drawn from the enclosing one),
+/// or the error running out of budget gives.
+pub fn replay(cost: u64) -> Result<(), EvalError> {
     let (charged, used) =
         celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || celrs::budget::charge(cost));
-    charged.map_err(|e| eval_error(e, used))?;
-    Ok(value.clone_as_boxed())
+    charged.map_err(|e| eval_error(e, used))
 }
 
 /// A value in the interpreter's form as a [`Value`], as [`evaluate`]

@@ -40,26 +40,40 @@ pub(super) struct Scope<'e> {
     /// The JSON `object`, `oldObject` and `namespaceObject` were converted
     /// from, which programs read in place.
     pub(super) roots: cel::Roots<'e>,
-    /// Values of expressions every policy sees alike, kept for the next
-    /// policy that asks.
-    pub(super) memo: Memo,
 }
 
 /// The values of the expressions given a [`super::plan::ExprPlan::memo_slot`]
 /// (written alike in several policies, reading neither params nor policy
-/// variables): worked out for one evaluated object by the first policy
-/// that asks, with the cost units that took. A later policy gets the value
-/// and is charged the same units, so its budget runs out where it would
-/// have; an evaluation that failed is not kept (the next one fails alike,
-/// with its own message).
-pub(super) struct Memo(SmallVec<[OnceLock<Kept>; 8]>);
+/// variables) for one evaluated object: worked out in its `scope` by the
+/// first policy that asks, kept in a program's form (a list of the
+/// object's containers stays references into the request's JSON) with
+/// the cost units that took. A later policy reads the value as kept and
+/// is charged the same units, so its budget runs out where it would have;
+/// an evaluation that failed is not kept (the next one fails alike, with
+/// its own message).
+pub(super) struct Memo<'m> {
+    inner: &'m Inner,
+    pub(super) scope: &'m Scope<'m>,
+    kept: Vec<OnceLock<Kept<'m>>>,
+}
 
 /// A kept value and the cost units working it out used.
-type Kept = (Box<dyn Val>, u64);
+type Kept<'m> = (cel::Computed<'m>, u64);
 
-impl Memo {
-    fn new(slots: usize) -> Memo {
-        Memo(std::iter::repeat_with(OnceLock::new).take(slots).collect())
+/// What [`Variables`] read of a [`Memo`], whatever the memo borrows: the
+/// value at a slot, lent for as long as the memo is.
+pub(super) trait KeptValues: Sync {
+    fn value(&self, slot: usize) -> Result<cel::Computed<'_>, EvalError>;
+}
+
+impl<'m> Memo<'m> {
+    pub(super) fn new(inner: &'m Inner, scope: &'m Scope<'m>) -> Memo<'m> {
+        let kept = std::iter::repeat_with(OnceLock::new);
+        Memo {
+            inner,
+            scope,
+            kept: kept.take(inner.plan.memo.len()).collect(),
+        }
     }
 
     /// The value of the expression at `slot`: kept, or worked out with
@@ -67,16 +81,41 @@ impl Memo {
     fn get_or_evaluate(
         &self,
         slot: usize,
-        evaluate: impl FnOnce() -> (Result<Box<dyn Val>, EvalError>, u64),
-    ) -> Result<Box<dyn Val>, EvalError> {
-        if let Some((value, cost)) = self.0[slot].get() {
-            return cel::replay(value.as_ref(), *cost);
+        evaluate: impl FnOnce() -> (Result<cel::Computed<'m>, EvalError>, u64),
+    ) -> Result<cel::Computed<'_>, EvalError> {
+        if let Some((value, cost)) = self.kept[slot].get() {
+            cel::replay(*cost)?;
+            return Ok(value.view());
         }
         let (result, used) = evaluate();
-        if let Ok(value) = &result {
-            let _ = self.0[slot].set((value.clone_as_boxed(), used));
+        let value = result?;
+        Ok(self.kept[slot].get_or_init(|| (value, used)).0.view())
+    }
+
+    /// The expression the plan gave `slot`, worked out in the scope (it
+    /// reads no params and no policy variables): by its program, reading
+    /// the JSON in place, else by the interpreter.
+    fn evaluate(&self, slot: usize) -> (Result<cel::Computed<'m>, EvalError>, u64) {
+        let (pi, id) = self.inner.plan.memo[slot];
+        let policy = &self.inner.policies[pi];
+        let plan = &self.inner.plan.validating.policies[pi];
+        let Some(expr) = policy.expressions().find(|e| e.id == id) else {
+            unreachable!("the plan names an expression of the policy");
+        };
+        let ctx = &self.scope.ctx;
+        match &plan.exprs[id].program {
+            Some(program) => program.compute(ctx, self.scope.roots, None),
+            None => {
+                let (result, used) = cel::evaluate_val(expr.tree(), ctx);
+                (result.map(cel::Computed::from_val), used)
+            }
         }
-        result
+    }
+}
+
+impl KeptValues for Memo<'_> {
+    fn value(&self, slot: usize) -> Result<cel::Computed<'_>, EvalError> {
+        self.get_or_evaluate(slot, || self.evaluate(slot))
     }
 }
 
@@ -153,11 +192,7 @@ impl<'e> Scope<'e> {
         } else {
             cel::Roots::SCOPE
         };
-        Scope {
-            ctx,
-            roots,
-            memo: Memo::new(inner.plan.memo_slots),
-        }
+        Scope { ctx, roots }
     }
 }
 
@@ -310,13 +345,13 @@ struct Judged {
 }
 
 impl Inner {
-    /// Evaluates binding `bi` on `req` in `scope` and adds what it says
-    /// to `verdict`; returns when it finished.
+    /// Evaluates binding `bi` on `req` in `memo`'s scope and adds what it
+    /// says to `verdict`; returns when it finished.
     pub(super) fn run_binding(
         &self,
         bi: usize,
         run: &mut super::Run,
-        scope: &Scope,
+        memo: &Memo,
         prefix: &str,
         start: Instant,
         verdict: &mut Verdict,
@@ -335,7 +370,7 @@ impl Inner {
         };
         let outcomes: SmallVec<[Judged; 1]> = params
             .into_iter()
-            .map(|p| cel::with_policy_budget(|| self.evaluate_policy(policy, plan, scope, p)))
+            .map(|p| cel::with_policy_budget(|| self.evaluate_policy(policy, plan, memo, p)))
             .collect();
         if outcomes.iter().all(|o| o.skipped) {
             return Instant::now();
@@ -470,12 +505,13 @@ impl Inner {
         &self,
         policy: &Policy,
         plan: &PolicyPlan,
-        scope: &Scope,
+        memo: &Memo,
         (params, param): (Value, Option<usize>),
     ) -> Judged {
+        let scope = memo.scope;
         let inner_ctx = with_params(policy, &scope.ctx, &params);
         let ctx = inner_ctx.as_ref().unwrap_or(&scope.ctx);
-        let vars = Variables::new(policy, plan, ctx, Some(&scope.memo), param, &scope.roots);
+        let vars = Variables::new(policy, plan, ctx, Some(memo), param, &scope.roots);
         let mut outcome = Judged::default();
         match match_conditions(policy, &vars) {
             Ok(true) => {}
@@ -697,7 +733,7 @@ pub(super) struct Variables<'v> {
     /// value in the interpreter's form once the interpreter reads it.
     values: Vec<VariableCells<'v>>,
     /// The values of expressions every policy of the request sees alike.
-    memo: Option<&'v Memo>,
+    memo: Option<&'v dyn KeptValues>,
     /// The position of the params object evaluated with, whose parts the
     /// plan may have worked out ([`PolicyPlan::folded`]).
     param: Option<usize>,
@@ -734,7 +770,7 @@ impl<'v> Variables<'v> {
         policy: &'v Policy,
         plan: &'v PolicyPlan,
         ctx: &'v Context<'v>,
-        memo: Option<&'v Memo>,
+        memo: Option<&'v dyn KeptValues>,
         param: Option<usize>,
         roots: &'v cel::Roots<'v>,
     ) -> Variables<'v> {
@@ -800,8 +836,7 @@ impl<'v> Variables<'v> {
         };
         if let (Some(slot), Some(memo)) = (plan.memo_slot, self.memo) {
             // Reads no params and no variables: nothing below applies.
-            let value = memo.get_or_evaluate(slot, || whole.evaluate_val(ctx))?;
-            return Ok(cel::Computed::from_val(value));
+            return memo.value(slot);
         }
         let folded = self.plan.folded(expr, self.param);
         let variables = cel::PolicyVariables {
@@ -812,7 +847,7 @@ impl<'v> Variables<'v> {
         let result = match (&plan.program, folded) {
             // A program reads the variables as they are kept.
             (Some(program), None) if !expr.reads_variables_map() => {
-                program.compute(ctx, *self.roots, reads)
+                program.compute(ctx, *self.roots, reads).0
             }
             (None, None) if plan.closure.is_empty() => {
                 whole.evaluate_val(ctx).0.map(cel::Computed::from_val)
@@ -890,29 +925,40 @@ mod tests {
     fn a_kept_value_charges_what_it_cost() {
         use kube_cel::cel::budget::with_budget;
         use kube_cel::cel::common::types::CelString;
-        let memo = Memo::new(2);
-        let text = |v: &Result<Box<dyn Val>, EvalError>| match v {
-            Ok(v) => v.downcast_ref::<CelString>().map(|s| s.to_string()),
+        let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
+        let scope = Scope {
+            ctx: Context::default(),
+            roots: cel::Roots::SCOPE,
+        };
+        let memo = Memo {
+            inner: &loaded.bundle.policies.inner,
+            scope: &scope,
+            kept: vec![OnceLock::new(), OnceLock::new()],
+        };
+        let string = |s: &str| cel::Computed::from_val(Box::new(CelString::from(s)));
+        let text = |v: &Result<cel::Computed, EvalError>| match v {
+            Ok(v) => v
+                .to_val()
+                .downcast_ref::<CelString>()
+                .map(|s| s.to_string()),
             Err(e) => Some(e.to_string()),
         };
         let (first, used) = with_budget(10_000, || {
-            memo.get_or_evaluate(0, || (Ok(Box::new(CelString::from("kept"))), 500))
+            text(&memo.get_or_evaluate(0, || (Ok(string("kept")), 500)))
         });
-        assert_eq!((text(&first).as_deref(), used), (Some("kept"), 0));
-        let never = || -> (Result<Box<dyn Val>, EvalError>, u64) { panic!("kept") };
-        let (again, used) = with_budget(10_000, || memo.get_or_evaluate(0, never));
-        assert_eq!((text(&again).as_deref(), used), (Some("kept"), 500));
-        let (short, used) = with_budget(400, || memo.get_or_evaluate(0, never));
-        assert!(
-            matches!(short, Err(EvalError::CostLimit(_))),
-            "{:?}",
-            text(&short)
-        );
+        assert_eq!((first.as_deref(), used), (Some("kept"), 0));
+        let never = || -> (Result<cel::Computed, EvalError>, u64) { panic!("kept") };
+        let (again, used) = with_budget(10_000, || text(&memo.get_or_evaluate(0, never)));
+        assert_eq!((again.as_deref(), used), (Some("kept"), 500));
+        let (short, used) = with_budget(400, || {
+            matches!(memo.get_or_evaluate(0, never), Err(EvalError::CostLimit(_)))
+        });
+        assert!(short, "the cost-limit error");
         assert_eq!(used, 400);
         // A failure is not kept: the next evaluation runs.
         let failed = memo.get_or_evaluate(1, || (Err(EvalError::Runtime("no".into())), 3));
         assert!(failed.is_err());
-        let ran = memo.get_or_evaluate(1, || (Ok(Box::new(CelString::from("ran"))), 3));
+        let ran = memo.get_or_evaluate(1, || (Ok(string("ran")), 3));
         assert_eq!(text(&ran).as_deref(), Some("ran"));
     }
 
@@ -923,7 +969,7 @@ mod tests {
     fn the_shipped_set_keeps_what_policies_write_alike() {
         let loaded = crate::bundle::load(&crate::bundle::PolicySource::Embedded).unwrap();
         let inner = &loaded.bundle.policies.inner;
-        assert!(inner.plan.memo_slots > 0);
+        assert!(!inner.plan.memo.is_empty());
         let mut kept = BTreeMap::<usize, Vec<&str>>::new();
         for (policy, plan) in inner.policies.iter().zip(&inner.plan.validating.policies) {
             for e in policy.expressions() {
@@ -934,9 +980,13 @@ mod tests {
                 }
             }
         }
-        assert_eq!(kept.len(), inner.plan.memo_slots);
-        for sources in kept.values() {
+        assert_eq!(kept.len(), inner.plan.memo.len());
+        for (slot, sources) in &kept {
             assert!(sources.len() > 1 && sources.iter().all(|s| *s == sources[0]));
+            // The expression the slot is worked out from is written so.
+            let (pi, id) = inner.plan.memo[*slot];
+            let first = inner.policies[pi].expressions().find(|e| e.id == id);
+            assert_eq!(first.map(|e| e.source()), Some(sources[0]));
         }
         assert!(kept.values().any(|s| s[0] == "gpu.requested"), "{kept:?}");
     }

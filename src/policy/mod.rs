@@ -5,7 +5,8 @@ use crate::exceptions::{Excepted, Exception};
 use crate::k8s::{NamespaceLookup, TemplateSources};
 use crate::review::{Operation, Request};
 use crate::subject::Subject;
-use eval::{applies, Scope, Shared};
+use eval::{applies, Memo, Scope, Shared};
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
@@ -407,7 +408,10 @@ impl PolicySet {
             (subject.templates.iter()).map(|t| (&t.request, &t.variables, t.prefix.as_str(), true));
         let evaluated = std::iter::once((req, &subject.variables, "", false)).chain(templates);
         for (evaluated, variables, prefix, is_template) in evaluated {
-            let mut scope: Option<Scope> = None;
+            // Made for the first binding that applies: the scope, and the
+            // values its policies share, which borrow from it.
+            let scope: OnceCell<Scope> = OnceCell::new();
+            let memo: OnceCell<Memo> = OnceCell::new();
             for bi in inner.plan.validating.index.candidates(evaluated) {
                 let (binding, pi) = &inner.bindings[bi];
                 let policy = &inner.policies[*pi];
@@ -428,21 +432,16 @@ impl PolicySet {
                     verdict.timed_out = true;
                     return verdict;
                 }
-                if scope.is_none() {
+                let memo = memo.get_or_init(|| {
                     let reach = inner.plan.reaches.get(evaluated);
-                    scope = Some(Scope::new(
-                        inner,
-                        subject,
-                        evaluated,
-                        variables,
-                        reach,
-                        &mut shared,
-                    ));
+                    let scope = scope.get_or_init(|| {
+                        Scope::new(inner, subject, evaluated, variables, reach, &mut shared)
+                    });
                     // The scope is the evaluated object's, not the first binding's.
                     now = Instant::now();
-                }
-                let scope = scope.as_ref().expect("set above");
-                now = inner.run_binding(bi, &mut run, scope, prefix, now, &mut verdict);
+                    Memo::new(inner, scope)
+                });
+                now = inner.run_binding(bi, &mut run, memo, prefix, now, &mut verdict);
             }
         }
         annotations::add_excepted(&mut verdict);

@@ -100,9 +100,11 @@ pub(crate) struct Plan {
     pub(crate) passes: Passes,
     pub(crate) validating: FamilyPlan,
     pub(crate) mutating: FamilyPlan,
-    /// Slots of expressions a request evaluates once for all validating
-    /// policies ([`ExprPlan::memo_slot`]).
-    pub(crate) memo_slots: usize,
+    /// By slot ([`ExprPlan::memo_slot`]), an expression a request
+    /// evaluates once for all validating policies that write it alike: the
+    /// position of the first such policy and the expression's
+    /// [`Expr::id`] there.
+    pub(crate) memo: Vec<(usize, usize)>,
     /// What the validating policies a request could match (by its bucket
     /// of the binding index) can reach of `object` and `oldObject`, and
     /// what any of them can reach of `namespaceObject`.
@@ -223,10 +225,10 @@ pub(super) fn plan(loaded: &Loaded, passes: Passes, env: &Env) -> Plan {
     );
     // Shared values need every function to answer alike for alike
     // arguments.
-    let memo_slots = if passes.memo && env.all_pure() {
+    let memo = if passes.memo && env.all_pure() {
         memo_slots(&loaded.policies, &mut validating.policies)
     } else {
-        0
+        Vec::new()
     };
     if passes.params_constants {
         for (policy, plan) in loaded.policies.iter().zip(&mut validating.policies) {
@@ -247,7 +249,7 @@ pub(super) fn plan(loaded: &Loaded, passes: Passes, env: &Env) -> Plan {
         passes,
         validating,
         mutating,
-        memo_slots,
+        memo,
         reaches,
     }
 }
@@ -389,10 +391,10 @@ fn variable_closures(policy: &Policy, on: bool) -> Vec<ExprPlan> {
 
 /// Pass: gives each expression of the validating `policies` that reads
 /// neither params nor policy variables, and is written the same in another
-/// of their expressions, the slot of its text; returns the number of
-/// slots. Such an expression has one value per evaluated object whichever
-/// policy asks.
-fn memo_slots(policies: &[Policy], plans: &mut [PolicyPlan]) -> usize {
+/// of their expressions, the slot of its text; returns, by slot, the first
+/// policy (its position) and expression (its id) written so. Such an
+/// expression has one value per evaluated object whichever policy asks.
+fn memo_slots(policies: &[Policy], plans: &mut [PolicyPlan]) -> Vec<(usize, usize)> {
     let shared = |e: &Expr| {
         !e.reads("params")
             && !e.reads("variables")
@@ -406,15 +408,19 @@ fn memo_slots(policies: &[Policy], plans: &mut [PolicyPlan]) -> usize {
         }
     }
     let mut slots: HashMap<&str, usize> = HashMap::new();
-    for (policy, plan) in policies.iter().zip(plans) {
+    let mut first = Vec::new();
+    for (pi, (policy, plan)) in policies.iter().zip(plans).enumerate() {
         for e in policy.expressions() {
             if shared(e) && written[e.source()] > 1 {
-                let next = slots.len();
-                plan.exprs[e.id].memo_slot = Some(*slots.entry(e.source()).or_insert(next));
+                let slot = *slots.entry(e.source()).or_insert_with(|| {
+                    first.push((pi, e.id));
+                    first.len() - 1
+                });
+                plan.exprs[e.id].memo_slot = Some(slot);
             }
         }
     }
-    slots.len()
+    first
 }
 
 /// Pass: the params `binding`'s `paramRef` finds, when it names a
@@ -592,11 +598,11 @@ reserved: "kube-apiserver,etcd"
         let (p, q) = (expr_plan(&set, "p", shared), expr_plan(&set, "q", shared));
         assert!(p.memo_slot.is_some());
         assert_eq!(p.memo_slot, q.memo_slot);
-        assert_eq!(set.inner.plan.memo_slots, 1);
+        assert_eq!(set.inner.plan.memo.len(), 1);
         let alone = expr_plan(&set, "q", "object.metadata.namespace != 'default'");
         assert_eq!(alone.memo_slot, None, "written once");
         let set = loaded(Passes::without("memo").unwrap());
-        assert_eq!(set.inner.plan.memo_slots, 0);
+        assert!(set.inner.plan.memo.is_empty());
         assert_eq!(expr_plan(&set, "p", shared).memo_slot, None);
     }
 

@@ -171,6 +171,12 @@ impl<'a> Computed<'a> {
         Computed(V::from_box(v))
     }
 
+    /// The value, borrowed from this one where it holds its own (a
+    /// string, a value of the interpreter's): cheap to take for each read.
+    pub fn view(&self) -> Computed<'_> {
+        Computed(self.0.view())
+    }
+
     /// The value in the interpreter's form.
     pub fn to_val(&self) -> Box<dyn Val> {
         self.0.to_box()
@@ -304,17 +310,18 @@ impl Program {
     /// [`Program::evaluate`] keeping the result in the program's form, to
     /// be read by later programs: what it borrows from the program, the
     /// scope and `roots` stays borrowed. With `variables`, the policy's
-    /// variables are read as they are kept, else from the scope.
+    /// variables are read as they are kept, else from the scope. Also
+    /// answers the cost units it used.
     pub fn compute<'a>(
         &'a self,
         ctx: &'a Context<'a>,
         roots: Roots<'a>,
         variables: Option<PolicyVariables<'a>>,
-    ) -> Result<Computed<'a>, EvalError> {
+    ) -> (Result<Computed<'a>, EvalError>, u64) {
         let (result, used) = budget::with_budget(EXPRESSION_COST_LIMIT, || {
             run::run(self, ctx, roots, variables)
         });
-        result.map(Computed).map_err(|e| eval_error(e, used))
+        (result.map(Computed).map_err(|e| eval_error(e, used)), used)
     }
 
     /// The trees the interpreter may evaluate for this program (subtrees,
