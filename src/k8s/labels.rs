@@ -5,21 +5,21 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// A `metav1.LabelSelector`. The default selects everything.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LabelSelector {
     pub match_labels: BTreeMap<String, String>,
     pub match_expressions: Vec<LabelRequirement>,
 }
 
 /// One `matchExpressions` entry.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LabelRequirement {
     pub key: String,
     pub operator: SelectorOp,
     pub values: Vec<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
 pub enum SelectorOp {
     In,
     NotIn,

@@ -1,5 +1,6 @@
 //! Evaluating one request: which bindings apply, the CEL variables of the
 //! evaluated object, and what each binding's actions make of the result.
+use super::matching::Judgements;
 use super::model::{Action, Binding, Expr, FailurePolicy, Policy};
 use super::plan::{PolicyPlan, Reaches};
 use super::{
@@ -20,17 +21,16 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Instant;
 
+/// Whether `binding` of `policy` applies to `req`, judged afresh.
 pub(super) fn applies(
     policy: &Policy,
     binding: &Binding,
     req: &Request,
     ns_labels: &BTreeMap<String, String>,
 ) -> bool {
-    policy.match_constraints.matches(req, ns_labels)
-        && binding
-            .match_resources
-            .as_ref()
-            .is_none_or(|m| m.narrows(req, ns_labels))
+    let constraints = &policy.match_constraints;
+    let narrowing = binding.match_resources.as_ref();
+    Judgements::new(0).applies(None, constraints, narrowing, req, ns_labels)
 }
 
 /// The CEL variables of one evaluated object, converted once and shared by

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// `matchConstraints` / `matchResources`.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MatchResources {
     pub namespace_selector: LabelSelector,
     pub object_selector: LabelSelector,
@@ -17,7 +17,7 @@ pub struct MatchResources {
     pub match_policy: MatchPolicy,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 pub enum MatchPolicy {
     /// Also match the request as the apiserver converted it for the policy.
     #[default]
@@ -27,7 +27,7 @@ pub enum MatchPolicy {
 }
 
 /// A `NamedRuleWithOperations`.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Rule {
     pub operations: Vec<String>,
@@ -38,7 +38,7 @@ pub struct Rule {
     pub scope: Scope,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 pub enum Scope {
     #[default]
     #[serde(rename = "*")]
@@ -121,6 +121,49 @@ impl MatchResources {
         }
         let on = |o: Option<&Value>| o.is_some() && self.object_selector.matches(&labels_of(o));
         on(req.object.as_ref()) || on(req.old_object.as_ref())
+    }
+}
+
+/// Where a binding's judgements are kept among those of one evaluated
+/// request (the plan's **shared matches**): the slot of its policy's
+/// `matchConstraints`, and of its own `matchResources` when it has them.
+/// Constraints written alike share a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MatchSlots {
+    pub(crate) policy: usize,
+    pub(crate) binding: Option<usize>,
+}
+
+/// What one evaluated request was judged against the distinct match
+/// constraints of a policy family: each judged at most once, however many
+/// bindings share it.
+pub(crate) struct Judgements(Vec<Option<bool>>);
+
+impl Judgements {
+    /// For `slots` distinct constraints (none: nothing is kept).
+    pub(crate) fn new(slots: usize) -> Judgements {
+        Judgements(vec![None; slots])
+    }
+
+    /// Whether a binding whose own `matchResources` are `binding` (kept
+    /// at `slots`, when the plan gave it some) applies to `req`: its
+    /// policy's `constraints` match and the binding's narrow.
+    pub(crate) fn applies(
+        &mut self,
+        slots: Option<MatchSlots>,
+        constraints: &MatchResources,
+        binding: Option<&MatchResources>,
+        req: &Request,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        let mut judged = |slot: Option<usize>, judge: &dyn Fn() -> bool| match slot {
+            Some(slot) => *self.0[slot].get_or_insert_with(judge),
+            None => judge(),
+        };
+        judged(slots.map(|s| s.policy), &|| {
+            constraints.matches(req, labels)
+        }) && binding
+            .is_none_or(|b| judged(slots.and_then(|s| s.binding), &|| b.narrows(req, labels)))
     }
 }
 
@@ -249,6 +292,45 @@ mod tests {
             ..MatchResources::default()
         };
         assert!(!pods_update.matches_pod_create());
+    }
+
+    /// Constraints sharing a slot are judged once per request; a binding's
+    /// are read as narrowing (empty rules narrow nothing), in a slot of
+    /// their own even when written as a policy's.
+    #[test]
+    fn judgements_are_kept_by_slot() {
+        let req = Request::for_object(
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+            Operation::Create,
+            None,
+        );
+        let labels = BTreeMap::new();
+        let pods = MatchResources {
+            resource_rules: vec![rule(&[""], &["pods"], &["CREATE"])],
+            ..MatchResources::default()
+        };
+        let jobs = MatchResources {
+            resource_rules: vec![rule(&["batch"], &["jobs"], &["CREATE"])],
+            ..MatchResources::default()
+        };
+        let empty = MatchResources::default();
+        let at = |policy, binding| {
+            Some(MatchSlots {
+                policy,
+                binding: Some(binding),
+            })
+        };
+        let mut judged = Judgements::new(3);
+        assert!(judged.applies(at(0, 1), &pods, Some(&empty), &req, &labels));
+        assert_eq!(judged.0, vec![Some(true), Some(true), None]);
+        assert!(!judged.applies(at(0, 2), &pods, Some(&jobs), &req, &labels));
+        // A kept judgement is what is read, not the constraints again.
+        judged.0[0] = Some(false);
+        assert!(!judged.applies(at(0, 1), &pods, Some(&empty), &req, &labels));
+        // Without slots, judged afresh; an empty policy matches nothing.
+        let mut fresh = Judgements::new(0);
+        assert!(fresh.applies(None, &pods, None, &req, &labels));
+        assert!(!fresh.applies(None, &empty, None, &req, &labels));
     }
 
     #[test]

@@ -5,7 +5,8 @@ use crate::exceptions::{Excepted, Exception};
 use crate::k8s::{NamespaceLookup, TemplateSources};
 use crate::review::{Operation, Request};
 use crate::subject::Subject;
-use eval::{applies, Memo, Scope, Shared};
+use eval::{Memo, Scope, Shared};
+use matching::Judgements;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -412,6 +413,8 @@ impl PolicySet {
             // values its policies share, which borrow from it.
             let scope: OnceCell<Scope> = OnceCell::new();
             let memo: OnceCell<Memo> = OnceCell::new();
+            let family = &inner.plan.validating;
+            let mut judgements = Judgements::new(family.match_slot_count);
             for bi in inner.plan.validating.index.candidates(evaluated) {
                 let (binding, pi) = &inner.bindings[bi];
                 let policy = &inner.policies[*pi];
@@ -423,8 +426,11 @@ impl PolicySet {
                         .iter()
                         .any(|r| (policy.match_constraints).names_resource(&r.group, &r.resource))
                 };
+                let slots = family.match_slots.get(bi).copied();
+                let constraints = &policy.match_constraints;
+                let narrowing = binding.match_resources.as_ref();
                 if (is_template && (!policy.pod_templates || names_controller()))
-                    || !applies(policy, binding, evaluated, ns_labels)
+                    || !judgements.applies(slots, constraints, narrowing, evaluated, ns_labels)
                 {
                     continue;
                 }

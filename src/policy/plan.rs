@@ -20,6 +20,9 @@
 //!   charged what they cost;
 //! - **binding index**: the bindings a request could match, by resource and
 //!   operation;
+//! - **shared matches**: match constraints written alike (a policy's
+//!   `matchConstraints`, a binding's `matchResources`) share one slot: a
+//!   request is judged against each once per evaluated object;
 //! - **reaches**: what the policies a request could match can read of
 //!   `object`, `oldObject` and `namespaceObject`: only that is converted
 //!   into CEL values;
@@ -29,6 +32,7 @@
 //!   function calls the program leaves it, and only what those can reach
 //!   of the objects is converted.
 use super::index::{BindingIndex, PerBucket};
+use super::matching::{MatchResources, MatchSlots};
 use super::model::{Binding, Expr, Param, Policy};
 use super::read::Loaded;
 use crate::cel::fold::{self, Constants, Folded};
@@ -44,6 +48,7 @@ pub struct Passes {
     pub param_refs: bool,
     pub params_constants: bool,
     pub binding_index: bool,
+    pub shared_matches: bool,
     pub reaches: bool,
     pub programs: bool,
 }
@@ -55,6 +60,7 @@ impl Passes {
         param_refs: true,
         params_constants: true,
         binding_index: true,
+        shared_matches: true,
         reaches: true,
         programs: true,
     };
@@ -68,6 +74,7 @@ impl Passes {
             "param_refs" => &mut passes.param_refs,
             "params_constants" => &mut passes.params_constants,
             "binding_index" => &mut passes.binding_index,
+            "shared_matches" => &mut passes.shared_matches,
             "reaches" => &mut passes.reaches,
             "programs" => &mut passes.programs,
             _ => return None,
@@ -77,12 +84,13 @@ impl Passes {
     }
 
     /// The passes, by name.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "variable_closures",
         "memo",
         "param_refs",
         "params_constants",
         "binding_index",
+        "shared_matches",
         "reaches",
         "programs",
     ];
@@ -122,6 +130,11 @@ pub(crate) struct FamilyPlan {
     /// (positions in the set's params) when they do not depend on the
     /// request; `None`: looked up on each request.
     pub(crate) params_found: Vec<Option<Vec<usize>>>,
+    /// By position of the binding: where its judgements are kept (none
+    /// without the pass).
+    pub(crate) match_slots: Vec<MatchSlots>,
+    /// How many distinct match constraints the bindings have.
+    pub(crate) match_slot_count: usize,
 }
 
 /// The plan of one policy.
@@ -337,6 +350,34 @@ fn family(
                     .flatten()
             })
             .collect(),
+        ..if passes.shared_matches {
+            shared_matches(policies, bindings)
+        } else {
+            FamilyPlan::default()
+        }
+    }
+}
+
+/// Pass: gives each binding the slots of its policy's match constraints
+/// and of its own, one slot for each distinct constraints (and how they
+/// are read: a binding's empty rules do not narrow); returns the slots by
+/// binding and their number.
+fn shared_matches<'p>(policies: &'p [Policy], bindings: &'p [(Binding, usize)]) -> FamilyPlan {
+    let mut slots: HashMap<(&MatchResources, bool), usize> = HashMap::new();
+    let mut slot = |m: &'p MatchResources, narrows: bool| {
+        let next = slots.len();
+        *slots.entry((m, narrows)).or_insert(next)
+    };
+    let match_slots = (bindings.iter())
+        .map(|(b, pi)| MatchSlots {
+            policy: slot(&policies[*pi].match_constraints, false),
+            binding: b.match_resources.as_ref().map(|m| slot(m, true)),
+        })
+        .collect();
+    FamilyPlan {
+        match_slots,
+        match_slot_count: slots.len(),
+        ..FamilyPlan::default()
     }
 }
 
@@ -589,6 +630,21 @@ reserved: "kube-apiserver,etcd"
             vec![0],
             "a variable gets only those before it"
         );
+    }
+
+    #[test]
+    fn bindings_of_one_policy_share_its_match_slot() {
+        let set = loaded(Passes::ALL);
+        let family = &set.inner.plan.validating;
+        let slots: Vec<MatchSlots> = family.match_slots.clone();
+        // p-in-ns, p-per-request (both of p), q.
+        assert_eq!(slots.len(), 3);
+        assert_eq!(slots[0], slots[1]);
+        assert_ne!(slots[0].policy, slots[2].policy);
+        assert!(slots.iter().all(|s| s.binding.is_none()));
+        assert_eq!(family.match_slot_count, 2);
+        let set = loaded(Passes::without("shared_matches").unwrap());
+        assert!(set.inner.plan.validating.match_slots.is_empty());
     }
 
     #[test]
