@@ -233,6 +233,36 @@ struct Comprehension {
     /// The step is `accu && p` or `accu || p` (`all`, `exists`): an
     /// element's error is kept as the accumulator.
     folds_logically: bool,
+    /// `all` (`Some(false)`: an element that is false decides) or `exists`
+    /// (`Some(true)`) as the macros write them: each iteration's condition
+    /// and step are worked out without evaluating their nodes, only `p`.
+    quantifier: Option<bool>,
+}
+
+impl Comprehension {
+    /// Whether this is `all` or `exists` as the macros write them: the
+    /// condition `@not_strictly_false(@result)` (`!@result` for exists),
+    /// the step `@result && p` (`||`) with `p` not reading `@result`, the
+    /// result `@result`. `Some(decides)`: the value of `p` that decides.
+    fn quantifier(&self) -> Option<bool> {
+        let accu = |n: &Node| matches!(n, Node::Local(s) if *s == self.accu_var);
+        let (decides, step) = match &self.loop_step {
+            Node::And(step) => (false, step),
+            Node::Or(step) => (true, step),
+            _ => return None,
+        };
+        let Node::NotStrictlyFalse(cond) = &self.loop_cond else {
+            return None;
+        };
+        let cond = match (decides, &**cond) {
+            (false, read) => accu(read),
+            (true, Node::Not(read)) => accu(read),
+            (true, _) => false,
+        };
+        let p = &step[1];
+        (cond && accu(&step[0]) && !p.reads_slot(self.accu_var) && accu(&self.result))
+            .then_some(decides)
+    }
 }
 
 /// A call whose arguments the interpreter's function evaluates itself when
@@ -354,6 +384,22 @@ impl Program {
 }
 
 impl Node {
+    /// Whether the tree reads comprehension slot `slot` (itself, or a
+    /// subtree or arguments handed to the interpreter).
+    fn reads_slot(&self, slot: usize) -> bool {
+        let named = |locals: &[(String, usize)]| locals.iter().any(|(_, s)| *s == slot);
+        let here = match self {
+            Node::Local(s) | Node::TakeLocal(s) => *s == slot,
+            Node::Interp(i) => named(&i.locals),
+            Node::StrTest(t) => named(&t.args.locals),
+            Node::Join(j) => named(&j.args.locals),
+            _ => false,
+        };
+        let mut below = false;
+        self.children(&mut |c| below |= c.reads_slot(slot));
+        here || below
+    }
+
     /// Calls `visit` on each child node.
     fn children<'n>(&'n self, visit: &mut dyn FnMut(&'n Node)) {
         match self {
@@ -521,7 +567,7 @@ impl Builder<'_> {
                     self.logical.pop();
                 }
                 let (loop_cond, loop_step, result) = built?;
-                Some(Node::Comprehension(Box::new(Comprehension {
+                let mut c = Comprehension {
                     iter_range,
                     iter_var,
                     iter_var2,
@@ -531,7 +577,10 @@ impl Builder<'_> {
                     loop_step,
                     result,
                     folds_logically,
-                })))
+                    quantifier: None,
+                };
+                c.quantifier = c.quantifier();
+                Some(Node::Comprehension(Box::new(c)))
             }
             Expr::Call(call) => self.call(e, call),
             _ => self.interp(e),

@@ -220,11 +220,22 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
     /// to `decides` decides, also over the other's error; running out of
     /// budget, depth or time is never absorbed.
     fn logical(&mut self, p: &'a [Node; 2], decides: bool) -> Result<V<'a>, ExecutionError> {
-        let left = absorbable(V::try_bool(self.eval(&p[0])))?;
+        let left = V::try_bool(self.eval(&p[0]));
+        self.fold(left, &p[1], decides)
+    }
+
+    /// [`Frame::logical`] with the left operand worked out.
+    fn fold(
+        &mut self,
+        left: Result<bool, ExecutionError>,
+        right: &'a Node,
+        decides: bool,
+    ) -> Result<V<'a>, ExecutionError> {
+        let left = absorbable(left)?;
         if matches!(left, Ok(b) if b == decides) {
             return Ok(V::Bool(decides));
         }
-        let right = match self.eval(&p[1])? {
+        let right = match self.eval(right)? {
             V::Bool(b) => Some(b),
             _ => None,
         };
@@ -510,6 +521,9 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
         second: impl FnOnce() -> Result<Option<V<'a>>, ExecutionError>,
     ) -> Result<bool, ExecutionError> {
         budget::charge(1)?;
+        if let Some(decides) = c.quantifier {
+            return self.quantify(c, decides, first, second);
+        }
         if !V::try_bool(self.eval(&c.loop_cond))? {
             return Ok(false);
         }
@@ -524,6 +538,54 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
             Err(e) => return Err(e),
         };
         self.locals[c.accu_var] = accu;
+        Ok(true)
+    }
+}
+
+impl<'a, 'r: 'a> Frame<'a, 'r> {
+    /// One iteration of `all` (`decides` false) or `exists` (true) after
+    /// its unit: what evaluating the condition's nodes and the step's
+    /// would give, with only `p` evaluated, each of the others charged its
+    /// unit and entered at its level in the order the interpreter does.
+    fn quantify(
+        &mut self,
+        c: &'a Comprehension,
+        decides: bool,
+        first: V<'a>,
+        second: impl FnOnce() -> Result<Option<V<'a>>, ExecutionError>,
+    ) -> Result<bool, ExecutionError> {
+        let (Node::And(step) | Node::Or(step)) = &c.loop_step else {
+            unreachable!("a quantifier's step is `&&` or `||`")
+        };
+        // `@not_strictly_false(@result)`: its node, (`!`,) `@result`.
+        for level in 1..=(if decides { 3 } else { 2 }) {
+            budget::charge(1)?;
+            DepthGuard::check(level)?;
+        }
+        // True unless the accumulator is the deciding value (an error
+        // kept is not false).
+        if matches!(self.locals[c.accu_var], V::Bool(b) if b == decides) {
+            return Ok(false);
+        }
+        let second = second()?;
+        self.locals[c.iter_var] = first;
+        if let (Some(slot), Some(second)) = (c.iter_var2, second) {
+            self.locals[slot] = second;
+        }
+        // `@result && p`: the operator's node, `@result` below it, then p
+        // (which does not read the accumulator).
+        let accu = {
+            let _operator = DepthGuard::node()?;
+            budget::charge(1)?;
+            DepthGuard::check(1)?;
+            let left = std::mem::replace(&mut self.locals[c.accu_var], V::Null);
+            self.fold(V::try_bool(Ok(left)), &step[1], decides)
+        };
+        self.locals[c.accu_var] = match accu {
+            Ok(accu) => accu,
+            Err(e) if is_absorbable(&e) => V::Error(Box::new(e)),
+            Err(e) => return Err(e),
+        };
         Ok(true)
     }
 }

@@ -186,6 +186,16 @@ const CASES: &[&str] = &[
     "object.spec.containers.exists(c, c.resources.requests.memory == '1Gi')",
     "dyn(1) + 1",
     "object.spec.containers.all(c, c.name.size() < 10) == true",
+    "[1, 0, -1].all(x, 6 / x > 0)",
+    "[1, 0, 2].all(x, 6 / x > 0)",
+    "[0, 1].exists(x, 6 / x > 0)",
+    "[0, -1].exists(x, 6 / x > 0)",
+    "[1, 2].all(x, x)",
+    "[1, 2].exists(x, 'yes')",
+    "[].all(x, x > 0) && ![].exists(x, x > 0)",
+    "object.metadata.labels.exists(k, v, k.size() > 9 || v.startsWith('zz'))",
+    "[[1, 0], [2]].all(l, l.exists(e, e == 2) || l.all(e, 2 / e > 0))",
+    "[1, 2].all(x, [x].exists(y, y == x && [y].all(z, z == x)))",
 ];
 
 #[test]
@@ -249,6 +259,33 @@ fn programs_nest_as_deep_as_the_interpreter() {
             .map(|v| format!("{v:?}"));
         let ours = (program.evaluate_val(&ctx, &Roots::SCOPE).0).map(|v| format!("{v:?}"));
         assert_eq!(ours, theirs, "depth {depth}");
+    }
+    // An `all` and an `exists` whose condition and step nodes the program
+    // does not evaluate, placed so that each of their levels is the one
+    // past the limit in turn.
+    for quantifier in ["[1].all(x, x > 0)", "[1].exists(x, x > 0)"] {
+        for depth in 243..=250 {
+            let source = format!(
+                "{}({quantifier} ? 1 : 0){}",
+                "(".repeat(depth),
+                " + 1)".repeat(depth)
+            );
+            let Ok(compiled) = super::super::compile(&Env::default(), &source) else {
+                continue;
+            };
+            let env = Env::default();
+            let program = env.program(compiled.tree()).expect("a program");
+            let ctx = env.scope();
+            let theirs = budget::with_budget(1_000_000, || {
+                super::super::evaluate_val(compiled.tree(), &ctx).0
+            });
+            let ours =
+                budget::with_budget(1_000_000, || program.evaluate_val(&ctx, &Roots::SCOPE).0);
+            let text = |(r, used): (Result<Box<dyn Val>, EvalError>, u64)| {
+                (r.map(|v| format!("{v:?}")).map_err(|e| e.to_string()), used)
+            };
+            assert_eq!(text(ours), text(theirs), "{quantifier} at depth {depth}");
+        }
     }
 }
 

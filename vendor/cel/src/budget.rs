@@ -295,6 +295,20 @@ impl DepthGuard {
         })
     }
 
+    /// Whether a node `levels` below the current one may be entered: what
+    /// [`DepthGuard::node`] would answer for it, without entering. For a
+    /// host that works out a node's value without evaluating the node.
+    #[inline]
+    pub fn check(levels: u32) -> Result<(), ExecutionError> {
+        STATE.with(|s| {
+            if s.depth.get() + levels > MAX_EVAL_DEPTH {
+                Err(ExecutionError::DepthLimitExceeded)
+            } else {
+                Ok(())
+            }
+        })
+    }
+
     #[inline(always)]
     fn enter_in(s: &State) -> Result<Self, ExecutionError> {
         let next = s.depth.get() + 1;
