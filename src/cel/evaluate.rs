@@ -46,12 +46,13 @@ pub fn evaluate_val(tree: &Expression, ctx: &Context) -> (Result<Box<dyn Val>, E
 
 /// What an evaluation that used `cost` units costs when its value is
 /// kept and it is not run again: `cost` charged as the evaluation would
-/// have been (to the expression's budget, drawn from the enclosing one),
-/// or the error running out of budget gives.
+/// have been, or the error running out of budget gives. The evaluation
+/// kept stayed within its expression's limit (`cost` is at most
+/// [`EXPRESSION_COST_LIMIT`]), so only the enclosing budget can run out:
+/// charged to it straight, as a budget of its own drawn from it would be.
 pub fn replay(cost: u64) -> Result<(), EvalError> {
-    let (charged, used) =
-        celrs::budget::with_budget(EXPRESSION_COST_LIMIT, || celrs::budget::charge(cost));
-    charged.map_err(|e| eval_error(e, used))
+    debug_assert!(cost <= EXPRESSION_COST_LIMIT);
+    celrs::budget::charge(cost).map_err(|e| eval_error(e, 0))
 }
 
 /// A value in the interpreter's form as a [`Value`], as [`evaluate`]

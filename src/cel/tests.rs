@@ -800,3 +800,23 @@ fn the_size_of_a_value_without_one_names_its_type() {
         assert_eq!(got, Err(EvalError::Runtime(want)), "{source}");
     }
 }
+
+/// A kept value's cost charged straight is what a budget of its own,
+/// drawn from the enclosing one, made of it: the same outcome, message
+/// and units used, whatever the enclosing budget has left.
+#[test]
+fn a_replayed_cost_is_charged_as_a_budget_of_its_own_would_be() {
+    use celrs::budget::{charge, with_budget};
+    let limit = EXPRESSION_COST_LIMIT;
+    for cost in [0, 1, 7, limit - 1, limit] {
+        for outer in [0, 1, 6, 7, 8, limit - 1, limit, limit + 5, u64::MAX] {
+            let nested = with_budget(outer, || {
+                let (charged, used) = with_budget(limit, || charge(cost));
+                charged.map_err(|e| evaluate::eval_error(e, used).to_string())
+            });
+            let straight = with_budget(outer, || replay(cost).map_err(|e| e.to_string()));
+            assert_eq!(straight, nested, "cost {cost} within {outer}");
+        }
+    }
+    assert!(replay(limit).is_ok(), "no budget installed");
+}
