@@ -319,6 +319,10 @@ fn family(
     params: &[Param],
     passes: Passes,
 ) -> FamilyPlan {
+    let (match_slots, match_slot_count) = match passes.shared_matches {
+        true => shared_matches(policies, bindings),
+        false => (Vec::new(), 0),
+    };
     FamilyPlan {
         policies: policies
             .iter()
@@ -350,11 +354,8 @@ fn family(
                     .flatten()
             })
             .collect(),
-        ..if passes.shared_matches {
-            shared_matches(policies, bindings)
-        } else {
-            FamilyPlan::default()
-        }
+        match_slots,
+        match_slot_count,
     }
 }
 
@@ -362,7 +363,10 @@ fn family(
 /// and of its own, one slot for each distinct constraints (and how they
 /// are read: a binding's empty rules do not narrow); returns the slots by
 /// binding and their number.
-fn shared_matches<'p>(policies: &'p [Policy], bindings: &'p [(Binding, usize)]) -> FamilyPlan {
+fn shared_matches<'p>(
+    policies: &'p [Policy],
+    bindings: &'p [(Binding, usize)],
+) -> (Vec<MatchSlots>, usize) {
     let mut slots: HashMap<(&MatchResources, bool), usize> = HashMap::new();
     let mut slot = |m: &'p MatchResources, narrows: bool| {
         let next = slots.len();
@@ -374,11 +378,7 @@ fn shared_matches<'p>(policies: &'p [Policy], bindings: &'p [(Binding, usize)]) 
             binding: b.match_resources.as_ref().map(|m| slot(m, true)),
         })
         .collect();
-    FamilyPlan {
-        match_slots,
-        match_slot_count: slots.len(),
-        ..FamilyPlan::default()
-    }
+    (match_slots, slots.len())
 }
 
 /// Pass: for each expression of `policy`, the variables it needs and

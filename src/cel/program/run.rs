@@ -540,9 +540,7 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
         self.locals[c.accu_var] = accu;
         Ok(true)
     }
-}
 
-impl<'a, 'r: 'a> Frame<'a, 'r> {
     /// One iteration of `all` (`decides` false) or `exists` (true) after
     /// its unit: what evaluating the condition's nodes and the step's
     /// would give, with only `p` evaluated, each of the others charged its
