@@ -554,7 +554,8 @@ spec: {policyName: runaway, validationActions: [Deny]}
 /// placement leaves as it is) against a RayCluster whose three GPU worker groups (the same
 /// pod, in three sizes) are each judged as that pod is, and whose CPU head
 /// is not (nothing GPU-related concerns it: the pods webhook would not be
-/// sent its pod).
+/// sent its pod); and a Karpenter NodePool, judged by the node-pool
+/// policies through its sizes.
 fn bench_workload_kinds(c: &mut Criterion) {
     let (admission, policies) = shipped_admission();
     let template = |gpus: &str| {
@@ -595,9 +596,28 @@ fn bench_workload_kinds(c: &mut Criterion) {
             "nothing judged the templates"
         );
     }
+    // A Karpenter NodePool of A10 sizes: the node-pool policies narrow its
+    // sizes by the SKU catalog (`azure.skusIn`, `azure.skusWhere`, ...).
+    let node_pool = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "a10"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "gpu"},
+            "requirements": [
+                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]},
+                {"key": "karpenter.azure.com/sku-gpu-name", "operator": "In", "values": ["A10"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+            "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]}},
+            "limits": {"nvidia.com/gpu": "8"}}});
+    let outcome = admission.validate_until(&create(node_pool.clone()), Some(deadline));
+    assert!(outcome.response.allowed, "{:?}", outcome.response.message);
+    assert!(
+        !outcome.evaluations.is_empty(),
+        "nothing judged the NodePool"
+    );
     let deployment = create(deployment);
     let placed = create(placed);
     let ray_cluster = create(ray_cluster);
+    let node_pool = create(node_pool);
     let mut group = c.benchmark_group("workload kinds");
     group.bench_function(
         format!("validate Deployment of the gpu pod, shipped set ({policies} policies)"),
@@ -612,6 +632,10 @@ fn bench_workload_kinds(c: &mut Criterion) {
             "validate RayCluster, head and 3 gpu worker groups, shipped set ({policies} policies)"
         ),
         |b| b.iter(|| black_box(admission.validate_until(black_box(&ray_cluster), Some(deadline)))),
+    );
+    group.bench_function(
+        format!("validate Karpenter NodePool of A10 sizes, shipped set ({policies} policies)"),
+        |b| b.iter(|| black_box(admission.validate_until(black_box(&node_pool), Some(deadline)))),
     );
     group.finish();
 }
