@@ -474,6 +474,7 @@ fn needs(bundle: &Bundle, policies: bool) -> Needs<'_> {
         sources: bundle.policies.template_sources(),
         policies,
         gpu_variable: bundle.policies.references("gpu"),
+        shared_lists: bundle.policies.shared_lists(),
     }
 }
 

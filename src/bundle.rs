@@ -240,7 +240,14 @@ pub fn from_documents(
         .as_ref()
         .map(|p| p.gpu_resources().clone())
         .unwrap_or_default();
-    let extensions = Extensions::new().with(GpuExtension::new(catalog, resources));
+    // The SKU lists of the catalog and profiles, converted once for the
+    // `gpu` variable.
+    let lists = placement
+        .as_ref()
+        .map(ProfileSet::sku_lists)
+        .unwrap_or_default();
+    let gpu = GpuExtension::new(catalog, resources).sharing(lists);
+    let extensions = Extensions::new().with(gpu);
     let mut typing = Vec::new();
     let policies = match PolicySet::compile_with(&policy_docs, extensions) {
         Ok(set) => Some(set),

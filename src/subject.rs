@@ -66,6 +66,8 @@ pub struct Needs<'a> {
     pub policies: bool,
     /// Whether some policy reads the `gpu` variable.
     pub gpu_variable: bool,
+    /// The SKU lists the `gpu` variable shares, converted once.
+    pub shared_lists: &'a crate::cel::SharedLists,
 }
 
 /// For a workload on CREATE, or on an UPDATE that changes a pod template
@@ -247,7 +249,7 @@ impl<'r> Subject<'r> {
         let mut subject = subject.with_gpu(catalog, resources, &gpu_nodes);
         subject.judge_placement(profiles);
         if needs.gpu_variable {
-            subject.add_gpu_variable();
+            subject.add_gpu_variable(needs.shared_lists);
         }
         subject
     }
@@ -369,15 +371,16 @@ impl<'r> Subject<'r> {
 
     /// The `gpu` variable of the subject and of each template pod; a
     /// built-in controller's own is its template's, converted once.
-    fn add_gpu_variable(&mut self) {
+    fn add_gpu_variable(&mut self, shared: &crate::cel::SharedLists) {
         if let Some(facts) = &self.gpu {
-            self.variables.push(("gpu".to_string(), gpu_val(facts)));
+            self.variables
+                .push(("gpu".to_string(), gpu_val(facts, shared)));
         }
         let own = self.variables.iter().find(|(n, _)| n == "gpu");
         for template in &mut self.templates {
             let value = match (template.label.is_empty(), own) {
                 (true, Some((_, value))) => Some(value.clone_as_boxed()),
-                _ => template.gpu.as_ref().map(gpu_val),
+                _ => template.gpu.as_ref().map(|facts| gpu_val(facts, shared)),
             };
             if let Some(value) = value {
                 template.variables.push(("gpu".to_string(), value));
@@ -766,6 +769,7 @@ mod tests {
             sources: bundle.policies.template_sources(),
             policies: true,
             gpu_variable: true,
+            shared_lists: bundle.policies.shared_lists(),
         };
         let pod = |gpus: &str| {
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w", "namespace": "ml"},

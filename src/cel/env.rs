@@ -73,6 +73,20 @@ pub trait Extension: Send + Sync {
         Vec::new()
     }
 
+    /// Functions it registers that a program calls on its own values
+    /// rather than through the interpreter (see
+    /// [`Native`](super::program::Native)), by qualified name; each
+    /// answers, errs and charges as its registered form does.
+    fn natives(&self) -> Vec<(&'static str, super::program::Native)> {
+        Vec::new()
+    }
+
+    /// Lists its host values share, converted once
+    /// ([`to_val_sharing`](super::to_val_sharing)).
+    fn shared_lists(&self) -> Option<&super::SharedLists> {
+        None
+    }
+
     /// The extension's variables for one evaluated object: the request's
     /// object, or the pod built from a controller's template.
     fn variables(&self, _object: Option<&serde_json::Value>) -> Vec<(String, Value)> {
@@ -99,6 +113,15 @@ pub struct Extensions {
 impl Extensions {
     pub fn new() -> Extensions {
         Extensions::default()
+    }
+
+    /// The lists the extensions' host values share, converted once (the
+    /// first extension's that has some; none else).
+    pub fn shared_lists(&self) -> &super::SharedLists {
+        match self.list.iter().find_map(|e| e.shared_lists()) {
+            Some(lists) => lists,
+            None => super::SharedLists::none(),
+        }
     }
 
     /// Adds an extension; later ones may override earlier functions.
@@ -182,9 +205,15 @@ impl Env {
     /// interpreter's answers ([`super::Program::build`]).
     pub fn program(&self, tree: &kube_cel::cel::parser::Expression) -> Option<super::Program> {
         let known = self.known_variables();
-        super::Program::build(tree, &|name| known.contains(name), &|name| {
-            self.has_function(name)
-        })
+        let natives: Vec<_> = (self.extensions.list.iter())
+            .flat_map(|e| e.natives())
+            .collect();
+        super::Program::build(
+            tree,
+            &|name| known.contains(name),
+            &|name| self.has_function(name),
+            &|name| (natives.iter().find(|(n, _)| *n == name)).map(|(_, f)| f.clone()),
+        )
     }
 
     /// Names an expression may refer to at top level.

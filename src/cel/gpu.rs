@@ -5,7 +5,7 @@ use super::schema::Schema;
 use super::{json_to_value, Context, Extension, Value};
 use crate::gpu::catalog::Catalog;
 use crate::gpu::facts::GpuFacts;
-use crate::gpu::GpuResources;
+use crate::gpu::{GpuResources, SkuList, SKU_LIST};
 use kube_cel::cel::ResolveResult;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +17,10 @@ pub struct GpuExtension {
     /// `azure.sku()` of each catalog SKU, in catalog order, converted once:
     /// policies call it inside comprehensions over dozens of SKUs.
     sku_values: Arc<SkuValues>,
+    /// The SKU-set functions over the catalog, by name.
+    sku_sets: Vec<(&'static str, super::sku_sets::SkuSetFn)>,
+    /// The SKU lists the `gpu` variable shares ([`gpu_val`]).
+    lists: Arc<super::SharedLists>,
 }
 
 /// The catalog's `azure.sku()` records, each held with its conversion to the
@@ -32,11 +36,22 @@ impl GpuExtension {
             value.clone().preconverted().unwrap_or(value)
         });
         let sku_values = Arc::new(SkuValues(values.collect()));
+        let sku_sets = super::sku_sets::SkuSetFn::all(&catalog);
         GpuExtension {
             catalog,
             resources,
             sku_values,
+            sku_sets,
+            lists: Arc::new(super::SharedLists::new(SKU_LIST, [])),
         }
+    }
+
+    /// With `lists`, the SKU lists that outlive a request (the catalog's,
+    /// the placement profiles'), converted once for the `gpu` variable of
+    /// every request that shows one.
+    pub fn sharing(mut self, lists: impl IntoIterator<Item = SkuList>) -> GpuExtension {
+        self.lists = Arc::new(super::SharedLists::new(SKU_LIST, lists));
+        self
     }
 }
 
@@ -49,11 +64,13 @@ pub fn gpu_value(facts: &GpuFacts) -> Value {
 }
 
 /// [`gpu_value`] in the interpreter's own form, as a context holds it:
-/// converted straight from the facts, by the same rules as their JSON.
-pub fn gpu_val(facts: &GpuFacts) -> Box<dyn super::Val> {
+/// converted straight from the facts, by the same rules as their JSON,
+/// each SKU list of `shared` given as converted there.
+pub fn gpu_val(facts: &GpuFacts, shared: &super::SharedLists) -> Box<dyn super::Val> {
     // Plain data (strings, integers, booleans, lists, maps with string
     // keys) always converts.
-    super::to_val(facts).unwrap_or_else(|_| Box::new(kube_cel::cel::common::types::CelNull))
+    super::to_val_sharing(facts, shared)
+        .unwrap_or_else(|_| Box::new(kube_cel::cel::common::types::CelNull))
 }
 
 /// The cached `azure.sku()` value for `name`, or null.
@@ -81,11 +98,24 @@ impl Extension for GpuExtension {
         ctx.add_function("azure.isGpuSku", move |name: Arc<String>| -> bool {
             catalog.is_gpu_sku(&name)
         });
-        super::sku_sets::register(ctx, &self.catalog);
+        super::sku_sets::register(ctx, &self.sku_sets);
+    }
+
+    /// The SKU-set functions: a program reads their lists where they
+    /// stand (`gpu.skus`, a policy's variables) instead of the
+    /// interpreter's copy of each.
+    fn natives(&self) -> Vec<(&'static str, super::program::Native)> {
+        (self.sku_sets.iter())
+            .map(|(name, f)| (*name, super::program::Native::SkuSet(f.clone())))
+            .collect()
     }
 
     fn variable_names(&self) -> &[&'static str] {
         &["gpu"]
+    }
+
+    fn shared_lists(&self) -> Option<&super::SharedLists> {
+        Some(&self.lists)
     }
 
     /// Every object gets every key of the facts (`pool` only capacity
@@ -234,9 +264,15 @@ mod tests {
             let mut facts = GpuFacts::of(object, &catalog, &resources);
             facts.placement.profile = "aks-nvidia".into();
             facts.placement.skus = vec!["Standard_NC4as_T4_v3".to_string()].into();
-            let val = gpu_val(&facts);
-            let direct = Value::try_from(val.as_ref()).expect("plain data");
-            assert_eq!(direct, gpu_value(&facts), "{object}");
+            // Alone, and sharing the SKU lists of the catalog and of the
+            // placement profile converted once.
+            let lists = [catalog.names().clone(), facts.placement.skus.clone()];
+            let shared = crate::cel::SharedLists::new(SKU_LIST, lists);
+            for lists in [crate::cel::SharedLists::none(), &shared] {
+                let val = gpu_val(&facts, lists);
+                let direct = Value::try_from(val.as_ref()).expect("plain data");
+                assert_eq!(direct, gpu_value(&facts), "{object}");
+            }
         }
     }
 

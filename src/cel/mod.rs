@@ -38,9 +38,9 @@ pub use evaluate::{
 pub use kube_cel::cel::common::value::Val;
 pub use kube_cel::cel::{Context, Value};
 pub use limits::{Limits, EXPRESSION_COST_LIMIT, POLICY_COST_LIMIT};
-pub use program::{Computed, PolicyVariables, Program, Roots, VariableSource};
+pub use program::{Computed, Native, PolicyVariables, Program, Roots, VariableSource};
 pub use reach::{json_to_val_within, Reach};
-pub use to_val::{to_val, ToValError};
+pub use to_val::{to_val, to_val_sharing, SharedLists, ToValError};
 
 /// The variables Kubernetes gives admission policy expressions.
 pub const BUILTIN_VARIABLES: &[&str] = &[

@@ -9,6 +9,11 @@
 //! for the call and its result (one unit, and one per element returned):
 //! the cost of a call grows with its lists, so a list too long for the
 //! cost limit stops the evaluation as a comprehension over it would.
+//!
+//! The functions judge a list through [`Names`], however the evaluation
+//! holds it: the interpreter calls them through the context's registry
+//! ([`register`]), a program directly on its own values ([`SkuSetFn`]),
+//! with the same answers, errors and units.
 use super::{type_name, Context, Value};
 use crate::gpu::catalog::{Catalog, Sku};
 use kube_cel::cel::common::types::{CelList, CelString};
@@ -19,12 +24,49 @@ use smallvec::SmallVec;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-const SKUS_IN: &str = "azure.skusIn";
-const SKUS_NOT_IN: &str = "azure.skusNotIn";
-const SKUS_WHERE: &str = "azure.skusWhere";
-const SKUS_BELOW: &str = "azure.skusBelow";
 /// The four functions, each of which gives a list of SKU names.
-pub(super) const NAMES: [&str; 4] = [SKUS_IN, SKUS_NOT_IN, SKUS_WHERE, SKUS_BELOW];
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkuFunction {
+    In,
+    NotIn,
+    Where,
+    Below,
+}
+
+impl SkuFunction {
+    const ALL: [SkuFunction; 4] = [
+        SkuFunction::In,
+        SkuFunction::NotIn,
+        SkuFunction::Where,
+        SkuFunction::Below,
+    ];
+
+    /// The qualified name policies call it by.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SkuFunction::In => "azure.skusIn",
+            SkuFunction::NotIn => "azure.skusNotIn",
+            SkuFunction::Where => "azure.skusWhere",
+            SkuFunction::Below => "azure.skusBelow",
+        }
+    }
+
+    /// How many arguments it takes.
+    pub const fn arity(self) -> usize {
+        match self {
+            SkuFunction::Below => 3,
+            _ => 2,
+        }
+    }
+}
+
+/// The names of the four functions.
+pub(super) const NAMES: [&str; 4] = [
+    SkuFunction::In.name(),
+    SkuFunction::NotIn.name(),
+    SkuFunction::Where.name(),
+    SkuFunction::Below.name(),
+];
 
 /// Reads a boolean field of a SKU.
 type Flag = fn(&Sku) -> bool;
@@ -42,12 +84,24 @@ const FLAGS: &[(&str, Flag)] = &[
     ("retired", |s| s.retired),
 ];
 
-/// A numeric field of a SKU: integer fields stay integers so that an int
-/// bound compares exactly.
+/// A numeric field of a SKU, or a bound: integer fields stay integers so
+/// that an int bound compares exactly.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Number {
+pub enum Number {
     Int(i64),
     Float(f64),
+}
+
+impl Number {
+    /// The bound `value`, or the CEL type name of what it is instead.
+    pub fn of(value: &Value) -> Result<Number, String> {
+        match value {
+            Value::Int(i) => Ok(Number::Int(*i)),
+            Value::UInt(u) => Ok(i64::try_from(*u).map_or(Number::Float(*u as f64), Number::Int)),
+            Value::Float(f) => Ok(Number::Float(*f)),
+            other => Err(type_name(other).to_string()),
+        }
+    }
 }
 
 /// The numeric fields `azure.skusBelow` compares, as `azure.sku()` names
@@ -62,45 +116,48 @@ const NUMBERS: &[(&str, Numeric)] = &[
     ("vcpus", |s| Some(Number::Int(i64::from(s.vcpus)))),
 ];
 
-/// Registers the four functions over `catalog`. Their list arguments and
-/// results stay in the interpreter's form (`extractors::Val`,
-/// `Value::from_val`): no list of ~60 names is converted on the way in or
-/// out.
-pub(super) fn register(ctx: &mut Context<'static>, catalog: &Arc<Catalog>) {
-    let sets = Arc::new(SkuSets {
-        catalog: catalog.clone(),
-    });
-    let s = sets.clone();
-    ctx.add_function(SKUS_IN, move |skus: Val, names: Val| -> ResolveResult {
-        s.named(SKUS_IN, skus.0.as_ref(), names.0.as_ref(), true)
-    });
-    let s = sets.clone();
-    ctx.add_function(SKUS_NOT_IN, move |skus: Val, names: Val| -> ResolveResult {
-        s.named(SKUS_NOT_IN, skus.0.as_ref(), names.0.as_ref(), false)
-    });
-    let s = sets.clone();
-    ctx.add_function(SKUS_WHERE, move |skus: Val, fields: Val| -> ResolveResult {
-        s.where_(skus.0.as_ref(), fields.0.as_ref())
-    });
-    let s = sets;
-    ctx.add_function(
-        SKUS_BELOW,
-        move |skus: Val, field: Arc<String>, bound: Value| -> ResolveResult {
-            s.below(skus.0.as_ref(), &field, &bound)
-        },
-    );
+/// A list argument as the evaluation holds it.
+pub trait Names {
+    fn count(&self) -> usize;
+    /// Element `i`: its string, or the CEL type name of what it is
+    /// instead.
+    fn name(&self, i: usize) -> Result<&str, String>;
 }
 
-/// The catalog with its SKUs numbered by position
-/// ([`Catalog::position_of`]).
-struct SkuSets {
-    catalog: Arc<Catalog>,
+impl Names for CelList {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn name(&self, i: usize) -> Result<&str, String> {
+        let value = self.inner()[i].as_ref();
+        match value.downcast_ref::<CelString>() {
+            Some(s) => Ok(s.inner()),
+            None => Err(val_type_name(value)),
+        }
+    }
+}
+
+/// The arguments after the list: the names (`skusIn`, `skusNotIn`) or
+/// fields (`skusWhere`), or the field and bound (`skusBelow`). `Err`
+/// holds the CEL type name of an argument that is not of its kind.
+pub enum Given<'x> {
+    List(Result<&'x dyn Names, String>),
+    Bound(&'x str, Result<Number, String>),
+}
+
+/// Which elements of the list a call keeps.
+pub enum Kept {
+    /// Every one: the answer is the list itself.
+    All,
+    /// Those marked, in list order.
+    Only(Marks),
 }
 
 /// A set of small numbers (catalog positions, list indices), kept inline
 /// up to 256 of them: these functions run several times per request and
 /// need a few such sets each.
-struct Marks(SmallVec<[u64; 4]>);
+pub struct Marks(SmallVec<[u64; 4]>);
 
 impl Marks {
     fn new(len: usize) -> Marks {
@@ -115,32 +172,156 @@ impl Marks {
         fresh
     }
 
-    fn contains(&self, i: usize) -> bool {
+    pub fn contains(&self, i: usize) -> bool {
         self.0[i / 64] & (1u64 << (i % 64)) != 0
     }
 }
 
+/// One of the functions over the catalog, for a program to call on its
+/// own values ([`SkuSetFn::call`]).
+#[derive(Clone)]
+pub struct SkuSetFn {
+    sets: Arc<SkuSets>,
+    pub function: SkuFunction,
+}
+
+impl std::fmt::Debug for SkuSetFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.function.name())
+    }
+}
+
+impl SkuSetFn {
+    /// The four functions over `catalog`, by name.
+    pub fn all(catalog: &Arc<Catalog>) -> Vec<(&'static str, SkuSetFn)> {
+        let sets = Arc::new(SkuSets {
+            catalog: catalog.clone(),
+        });
+        (SkuFunction::ALL.iter())
+            .map(|&function| {
+                let sets = sets.clone();
+                (function.name(), SkuSetFn { sets, function })
+            })
+            .collect()
+    }
+
+    /// Which elements of `skus` the call keeps, given its other
+    /// arguments; errors, their order and the units charged as the
+    /// interpreter's call has them.
+    pub fn call(
+        &self,
+        skus: Result<&dyn Names, String>,
+        given: Given<'_>,
+    ) -> Result<Kept, ExecutionError> {
+        self.sets.apply(self.function, skus, given)
+    }
+}
+
+/// Registers the four functions over `catalog`. Their list arguments and
+/// results stay in the interpreter's form (`extractors::Val`,
+/// `Value::from_val`): no list of ~60 names is converted on the way in or
+/// out.
+pub(super) fn register(ctx: &mut Context<'static>, functions: &[(&'static str, SkuSetFn)]) {
+    for (name, f) in functions {
+        let (name, f) = (*name, f.clone());
+        match f.function {
+            SkuFunction::Below => ctx.add_function(
+                name,
+                move |skus: Val, field: Arc<String>, bound: Value| -> ResolveResult {
+                    let given = Given::Bound(&field, Number::of(&bound));
+                    answer(f.call(list(skus.0.as_ref()), given)?, skus.0)
+                },
+            ),
+            _ => ctx.add_function(name, move |skus: Val, other: Val| -> ResolveResult {
+                let given = Given::List(list(other.0.as_ref()));
+                answer(f.call(list(skus.0.as_ref()), given)?, skus.0)
+            }),
+        }
+    }
+}
+
+/// The interpreter's answer: `skus` itself when every element is kept,
+/// else a list of those kept.
+fn answer(kept: Kept, skus: Box<dyn Interpreted>) -> ResolveResult {
+    let Kept::Only(marks) = kept else {
+        return Ok(Value::from_val(skus));
+    };
+    let items = skus
+        .downcast_ref::<CelList>()
+        .map_or(&[][..], |l| l.inner());
+    let out: Vec<Box<dyn Interpreted>> = (items.iter().enumerate())
+        .filter(|(i, _)| marks.contains(*i))
+        .map(|(_, value)| value.clone_as_boxed())
+        .collect();
+    Ok(Value::from_val(Box::new(CelList::from(out))))
+}
+
+/// The elements of a list in the interpreter's form, or the type name of
+/// what the value is instead.
+fn list(value: &dyn Interpreted) -> Result<&dyn Names, String> {
+    match value.downcast_ref::<CelList>() {
+        Some(list) => Ok(list),
+        None => Err(val_type_name(value)),
+    }
+}
+
+/// The catalog with its SKUs numbered by position
+/// ([`Catalog::position_of`]).
+struct SkuSets {
+    catalog: Arc<Catalog>,
+}
+
 impl SkuSets {
+    fn apply(
+        &self,
+        function: SkuFunction,
+        skus: Result<&dyn Names, String>,
+        given: Given<'_>,
+    ) -> Result<Kept, ExecutionError> {
+        let name = function.name();
+        let shape = |what| move |type_name| Refused::Shape(what, type_name);
+        let kept = match (function, given) {
+            (SkuFunction::In | SkuFunction::NotIn, Given::List(names)) => names
+                .map_err(shape("names"))
+                .and_then(|names| self.named(name, skus, names, function == SkuFunction::In)),
+            (SkuFunction::Where, Given::List(fields)) => fields
+                .map_err(shape("fields"))
+                .and_then(|fields| self.where_(skus, fields)),
+            (SkuFunction::Below, Given::Bound(field, bound)) => self.below(skus, field, bound),
+            _ => Err(Refused::Error(ExecutionError::function_error(
+                name,
+                "unexpected arguments",
+            ))),
+        };
+        kept.map_err(|e| match e {
+            Refused::Shape(what, type_name) => ExecutionError::function_error(
+                name,
+                format!("the {what} is {type_name}, not a list"),
+            ),
+            Refused::Error(e) => e,
+        })
+    }
+
     /// The elements of the list `skus` that `keep` keeps, given each with
     /// the position of the catalog SKU it names (`None` for a name the
     /// catalog does not know), in list order, repeats dropped: a second
     /// spelling of a SKU, a second copy of an unknown string. Charges one
-    /// unit per element. When every element is kept the result is the
-    /// list itself (no copy); when none is, an empty list.
+    /// unit per element.
     fn kept(
         &self,
         function: &str,
-        skus: &dyn Interpreted,
+        skus: Result<&dyn Names, String>,
         mut keep: impl FnMut(Option<usize>) -> bool,
-    ) -> ResolveResult {
-        let list = list(function, "list", skus)?;
-        charge(list.len())?;
+    ) -> Result<Kept, Refused> {
+        let list = skus.map_err(|t| Refused::Shape("list", t))?;
+        let len = list.count();
+        charge(len)?;
         let mut seen = Marks::new(self.catalog.len());
         let mut unknown: HashSet<&str> = HashSet::new();
-        let mut kept = Marks::new(list.len());
+        let mut kept = Marks::new(len);
         let mut count = 0;
-        for (i, value) in list.iter().enumerate() {
-            let name = string_at(function, "list", i, value.as_ref())?;
+        for i in 0..len {
+            let name = string_at(function, "list", i, list.name(i))?;
             // By the catalog's rules (spaces around the name ignored, as a
             // comma-separated list splits).
             let position = self.catalog.position_of(name);
@@ -153,16 +334,11 @@ impl SkuSets {
                 count += 1;
             }
         }
-        if count == list.len() {
-            return Ok(Value::from_val(skus.clone_as_boxed()));
-        }
-        let mut out = Vec::with_capacity(count);
-        out.extend(
-            (list.iter().enumerate())
-                .filter(|(i, _)| kept.contains(*i))
-                .map(|(_, value)| value.clone_as_boxed()),
-        );
-        Ok(Value::from_val(Box::new(CelList::from(out))))
+        Ok(if count == len {
+            Kept::All
+        } else {
+            Kept::Only(kept)
+        })
     }
 
     fn sku(&self, position: usize) -> &Sku {
@@ -173,16 +349,15 @@ impl SkuSets {
     fn named(
         &self,
         function: &str,
-        skus: &dyn Interpreted,
-        names: &dyn Interpreted,
+        skus: Result<&dyn Names, String>,
+        names: &dyn Names,
         keep: bool,
-    ) -> ResolveResult {
-        let names = list(function, "names", names)?;
-        charge(names.len())?;
+    ) -> Result<Kept, Refused> {
+        charge(names.count())?;
         let mut wanted = Marks::new(self.catalog.len());
         let mut every = false;
-        for (i, value) in names.iter().enumerate() {
-            let name = string_at(function, "names", i, value.as_ref())?;
+        for i in 0..names.count() {
+            let name = string_at(function, "names", i, names.name(i))?;
             if name.trim() == "*" {
                 every = true;
             } else if let Some(p) = self.catalog.position_of(name) {
@@ -195,12 +370,16 @@ impl SkuSets {
     }
 
     /// `azure.skusWhere`.
-    fn where_(&self, skus: &dyn Interpreted, fields: &dyn Interpreted) -> ResolveResult {
-        let fields = list(SKUS_WHERE, "fields", fields)?;
-        charge(fields.len())?;
-        let mut tests: SmallVec<[(Flag, bool); 4]> = SmallVec::with_capacity(fields.len());
-        for (i, value) in fields.iter().enumerate() {
-            let field = string_at(SKUS_WHERE, "fields", i, value.as_ref())?;
+    fn where_(
+        &self,
+        skus: Result<&dyn Names, String>,
+        fields: &dyn Names,
+    ) -> Result<Kept, Refused> {
+        let function = SkuFunction::Where.name();
+        charge(fields.count())?;
+        let mut tests: SmallVec<[(Flag, bool); 4]> = SmallVec::with_capacity(fields.count());
+        for i in 0..fields.count() {
+            let field = string_at(function, "fields", i, fields.name(i))?;
             let (name, want) = match field.strip_prefix('!') {
                 Some(rest) => (rest, false),
                 None => (field, true),
@@ -209,10 +388,10 @@ impl SkuSets {
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, f)| *f)
-                .ok_or_else(|| unknown_field(SKUS_WHERE, name, FLAGS.iter().map(|(n, _)| *n)))?;
+                .ok_or_else(|| unknown_field(function, name, FLAGS.iter().map(|(n, _)| *n)))?;
             tests.push((test, want));
         }
-        self.kept(SKUS_WHERE, skus, |p| {
+        self.kept(function, skus, |p| {
             p.is_some_and(|p| {
                 let sku = self.sku(p);
                 tests.iter().any(|(test, want)| test(sku) == *want)
@@ -221,27 +400,41 @@ impl SkuSets {
     }
 
     /// `azure.skusBelow`.
-    fn below(&self, skus: &dyn Interpreted, field: &str, bound: &Value) -> ResolveResult {
+    fn below(
+        &self,
+        skus: Result<&dyn Names, String>,
+        field: &str,
+        bound: Result<Number, String>,
+    ) -> Result<Kept, Refused> {
+        let function = SkuFunction::Below.name();
         let read = NUMBERS
             .iter()
             .find(|(n, _)| *n == field)
             .map(|(_, f)| *f)
-            .ok_or_else(|| unknown_field(SKUS_BELOW, field, NUMBERS.iter().map(|(n, _)| *n)))?;
-        let bound = match bound {
-            Value::Int(i) => Number::Int(*i),
-            Value::UInt(u) => i64::try_from(*u).map_or(Number::Float(*u as f64), Number::Int),
-            Value::Float(f) => Number::Float(*f),
-            other => {
-                return Err(ExecutionError::function_error(
-                    SKUS_BELOW,
-                    format!("the bound is {}, not a number", type_name(other)),
-                ))
-            }
-        };
-        self.kept(SKUS_BELOW, skus, |p| {
+            .ok_or_else(|| unknown_field(function, field, NUMBERS.iter().map(|(n, _)| *n)))?;
+        let bound = bound.map_err(|type_name| {
+            ExecutionError::function_error(
+                function,
+                format!("the bound is {type_name}, not a number"),
+            )
+        })?;
+        self.kept(function, skus, |p| {
             p.and_then(|p| read(self.sku(p)))
                 .is_some_and(|number| is_below(number, bound))
         })
+    }
+}
+
+/// Why a call gives no list: an argument that is not a list (`what`, and
+/// the type name of what it is), or any other error.
+enum Refused {
+    Shape(&'static str, String),
+    Error(ExecutionError),
+}
+
+impl From<ExecutionError> for Refused {
+    fn from(e: ExecutionError) -> Refused {
+        Refused::Error(e)
     }
 }
 
@@ -258,43 +451,24 @@ fn charge(elements: usize) -> Result<(), ExecutionError> {
     budget::charge(u64::try_from(elements).unwrap_or(u64::MAX))
 }
 
-/// The list argument `what` of `function`.
-fn list<'a>(
-    function: &str,
-    what: &str,
-    value: &'a dyn Interpreted,
-) -> Result<&'a [Box<dyn Interpreted>], ExecutionError> {
-    match value.downcast_ref::<CelList>() {
-        Some(list) => Ok(list.inner()),
-        None => Err(ExecutionError::function_error(
-            function,
-            format!("the {what} is {}, not a list", val_type_name(value)),
-        )),
-    }
-}
-
 /// Element `i` of list `what`, which must be a string.
 fn string_at<'a>(
     function: &str,
     what: &str,
     i: usize,
-    value: &'a dyn Interpreted,
+    name: Result<&'a str, String>,
 ) -> Result<&'a str, ExecutionError> {
-    match value.downcast_ref::<CelString>() {
-        Some(s) => Ok(s.inner()),
-        None => Err(ExecutionError::function_error(
+    name.map_err(|type_name| {
+        ExecutionError::function_error(
             function,
-            format!(
-                "element {i} of the {what} is {}, not a string",
-                val_type_name(value)
-            ),
-        )),
-    }
+            format!("element {i} of the {what} is {type_name}, not a string"),
+        )
+    })
 }
 
 /// The CEL type name of a value in the interpreter's form, as
 /// [`type_name`] names it.
-fn val_type_name(value: &dyn Interpreted) -> String {
+pub fn val_type_name(value: &dyn Interpreted) -> String {
     match Value::try_from(value) {
         Ok(value) => type_name(&value).to_string(),
         Err(_) => "a value of an unknown type".to_string(),
@@ -318,9 +492,13 @@ fn unknown_field<'a>(
 #[cfg(test)]
 mod tests {
     use super::super::gpu::GpuExtension;
-    use crate::cel::{compile, evaluate, json_to_value, Env, EvalError, Extensions, Value};
+    use crate::cel::{
+        compile, evaluate, json_to_value, Env, EvalError, Extensions, Roots, Value,
+        EXPRESSION_COST_LIMIT,
+    };
     use crate::gpu::catalog::Catalog;
     use crate::gpu::GpuResources;
+    use kube_cel::cel::budget;
     use serde_json::json;
 
     fn env() -> Env {
@@ -328,16 +506,71 @@ mod tests {
         Env::new(Extensions::new().with(ext))
     }
 
-    /// Evaluates `expr` with `variables` bound to `vars`.
+    /// Evaluates `expr` with `variables` bound to `vars`, after checking
+    /// that the program, which calls these functions natively, answers as
+    /// the interpreter does ([`compare`]).
     fn run(env: &Env, expr: &str, vars: serde_json::Value) -> Result<Value, EvalError> {
+        let object = serde_json::Value::Null;
+        // Compared on a thread of their own: outside any budget the caller
+        // evaluates in, which the evaluation below is charged to.
+        std::thread::scope(|s| {
+            let compared = s.spawn(|| compare(env, expr, &vars, &object, EXPRESSION_COST_LIMIT));
+            let (_answer, _units) = compared.join().unwrap();
+        });
+        let (compiled, ctx) = scope(env, expr, &vars, &object);
+        evaluate(compiled.tree(), &ctx)
+    }
+
+    /// `expr` compiled, and a scope with `variables` bound to `vars` and
+    /// `object` to `object`.
+    fn scope<'e>(
+        env: &'e Env,
+        expr: &str,
+        vars: &serde_json::Value,
+        object: &serde_json::Value,
+    ) -> (crate::cel::Compiled, crate::cel::Context<'e>) {
         let compiled = compile(env, expr).unwrap();
         let mut ctx = env.scope();
         // Bound as the policy engine binds them: each by name, and whole.
         for (name, value) in vars.as_object().into_iter().flatten() {
             ctx.add_variable_from_value(crate::cel::variables::ident(name), json_to_value(value));
         }
-        ctx.add_variable_from_value("variables", json_to_value(&vars));
-        evaluate(compiled.tree(), &ctx)
+        ctx.add_variable_from_value("variables", json_to_value(vars));
+        ctx.add_variable_from_value("object", json_to_value(object));
+        (compiled, ctx)
+    }
+
+    /// The answer and units of `expr` under `limit` units: by the
+    /// interpreter; by the program reading `object` from the scope; by
+    /// the program reading it in place from its JSON. All three the same.
+    fn compare(
+        env: &Env,
+        expr: &str,
+        vars: &serde_json::Value,
+        object: &serde_json::Value,
+        limit: u64,
+    ) -> (Result<Value, String>, u64) {
+        let (compiled, ctx) = scope(env, expr, vars, object);
+        let program = env.program(compiled.tree()).expect("a program");
+        let in_place = Roots {
+            object: Some(object),
+            ..Roots::SCOPE
+        };
+        let answer = |(result, units): (Result<Value, EvalError>, u64)| {
+            (result.map_err(|e| e.to_string()), units)
+        };
+        let theirs = answer(budget::with_budget(limit, || {
+            evaluate(compiled.tree(), &ctx)
+        }));
+        for roots in [Roots::SCOPE, in_place] {
+            let ours = budget::with_budget(limit, || program.evaluate(&ctx, &roots));
+            assert_eq!(
+                answer(ours),
+                theirs,
+                "{expr}: the program's answer and units"
+            );
+        }
+        theirs
     }
 
     fn eval(expr: &str) -> Value {
@@ -655,5 +888,69 @@ mod tests {
             matches!(stopped, Err(EvalError::CostLimit(_))),
             "{stopped:?}"
         );
+    }
+
+    /// A program calls the functions on lists wherever it holds them: the
+    /// request's JSON read in place, a list it built, the scope's; every
+    /// answer, error and unit as the interpreter's.
+    #[test]
+    fn programs_call_them_natively_on_lists_where_they_stand() {
+        let env = env();
+        let object = json!({
+            "sizes": [T4, "nc6s_v3", A100, "kaito-gpu", T4],
+            "odd": [T4, 1, null, {"name": "x"}],
+            "fields": ["premium", "!mig"],
+            "bound": 16,
+            "field": "gpuMemoryGiB",
+            "name": T4
+        });
+        let vars = json!({"listed": [A100, "kaito-gpu"], "fields": ["vcpus", T4]});
+        let mut answered = [0, 0];
+        for expr in [
+            "azure.skusIn(object.sizes, ['*'])",
+            "azure.skusNotIn(object.sizes, variables.listed)",
+            "azure.skusIn(object.sizes.filter(s, s != 'kaito-gpu'), object.sizes)",
+            "azure.skusWhere(object.sizes.map(s, s), object.fields)",
+            "azure.skusWhere(variables.listed, ['premium']) == [variables.listed[0]]",
+            "azure.skusBelow(object.sizes, object.field, object.bound)",
+            "azure.skusBelow(object.sizes.filter(s, true), 'vcpus', 1000u)",
+            "azure.skusIn(azure.skusWhere(object.sizes, ['!premium']), ['*']).size()",
+            "object.sizes.exists(s, azure.skusIn([s], variables.listed).size() > 0)",
+            // An element of a narrowed list of the scope's is a string.
+            "azure.skusBelow(object.sizes, azure.skusNotIn(variables.fields, ['*'])[0], 16)",
+            // Errors: not lists, elements of other types, fields and bounds.
+            "azure.skusIn(object.name, ['*'])",
+            "azure.skusIn(object.sizes, object.name)",
+            "azure.skusIn(object.odd, ['*'])",
+            "azure.skusNotIn(object.sizes, object.odd)",
+            "azure.skusWhere(object.sizes, object.odd)",
+            "azure.skusWhere(object.odd.filter(x, true), ['retired'])",
+            "azure.skusBelow(object.sizes, object.bound, 1)",
+            "azure.skusBelow(object.sizes, 'vcpus', object.name)",
+            "azure.skusBelow(object.sizes, 'cores', 1)",
+            "azure.skusBelow(object.missing, 'vcpus', 1)",
+        ] {
+            let (answer, _) = compare(&env, expr, &vars, &object, EXPRESSION_COST_LIMIT);
+            answered[usize::from(answer.is_err())] += 1;
+        }
+        // Both halves of the list above are what they say: answers, then
+        // errors.
+        assert_eq!(answered, [10, 10]);
+        // Every element walked is charged: a long list runs out of budget
+        // where the interpreter's call does.
+        let long = json!({"sizes": vec![T4; 10_000]});
+        let expr = "azure.skusIn(object.sizes, ['*']).size()";
+        let (stopped, _) = compare(&env, expr, &json!({}), &long, 5_000);
+        assert!(stopped.unwrap_err().contains("cost limit"));
+    }
+
+    /// The shipped policies' calls of these functions are made natively.
+    #[test]
+    fn the_shipped_calls_are_native() {
+        let env = env();
+        let compiled =
+            compile(&env, "azure.skusWhere(azure.skusIn(['a'], ['*']), ['mig'])").unwrap();
+        let program = env.program(compiled.tree()).unwrap();
+        assert_eq!(program.interpreted(), 0, "{program:?}");
     }
 }

@@ -3,17 +3,104 @@
 //! `int`, larger ones and other numbers `double`, absent options `null`,
 //! enum variants as serde_json writes them. One pass instead of building
 //! the JSON tree, converting it, and dropping it.
+//!
+//! Lists of names that many values share (the catalog's SKUs, a placement
+//! profile's) can be converted once and handed out for every value that
+//! holds them ([`SharedLists`], [`to_val_sharing`]).
 use super::Val;
 use kube_cel::cel::common::types::{
     CelBool, CelDouble, CelInt, CelList, CelMap, CelMapEntries, CelMapKey, CelNull, CelString,
 };
 use serde::ser::{self, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// `value` in the interpreter's form; an error where serde_json would fail
 /// too (a map key that is not a string, a failing `Serialize`).
 pub fn to_val<T: Serialize + ?Sized>(value: &T) -> Result<Box<dyn Val>, ToValError> {
-    value.serialize(ValSerializer)
+    value.serialize(ValSerializer(SharedLists::none()))
+}
+
+/// [`to_val`], each list of `shared` the value holds given as converted
+/// there instead of converted again.
+pub fn to_val_sharing<T: Serialize + ?Sized>(
+    value: &T,
+    shared: &SharedLists,
+) -> Result<Box<dyn Val>, ToValError> {
+    value.serialize(ValSerializer(shared))
+}
+
+/// Lists of strings converted once, each with the list it was converted
+/// from. A value written as the newtype struct `name` around a slice of
+/// strings (JSON writes the plain list) is the converted list when the
+/// slice is one of these lists: the same memory, whole. The table holds
+/// each list, so an address of one of its lists cannot be another's.
+/// A converted list is shared, not copied, by each value given it.
+#[derive(Default)]
+pub struct SharedLists {
+    name: &'static str,
+    lists: Vec<Kept>,
+}
+
+/// A list of names, and the same list converted.
+type Kept = (Arc<[String]>, Box<dyn Val>);
+
+impl SharedLists {
+    /// No list shared.
+    pub fn none() -> &'static SharedLists {
+        static NONE: SharedLists = SharedLists {
+            name: "",
+            lists: Vec::new(),
+        };
+        &NONE
+    }
+
+    /// `lists` (repeats and empty lists left out), converted, for values
+    /// written as the newtype struct `name`.
+    pub fn new(name: &'static str, lists: impl IntoIterator<Item = Arc<[String]>>) -> SharedLists {
+        let mut kept: Vec<Kept> = Vec::new();
+        for list in lists {
+            if list.is_empty() || kept.iter().any(|(l, _)| Arc::ptr_eq(l, &list)) {
+                continue;
+            }
+            let items: Vec<Box<dyn Val>> = list.iter().map(|s| string(s)).collect();
+            kept.push((list, Box::new(CelList::from(items))));
+        }
+        SharedLists { name, lists: kept }
+    }
+
+    /// How many lists are kept.
+    pub fn len(&self) -> usize {
+        self.lists.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lists.is_empty()
+    }
+
+    /// The converted list whose memory `value` is, whole.
+    fn get<T: ?Sized>(&self, name: &str, value: &T) -> Option<Box<dyn Val>> {
+        if name != self.name || self.lists.is_empty() {
+            return None;
+        }
+        let (at, size) = (value as *const T as *const (), std::mem::size_of_val(value));
+        self.lists
+            .iter()
+            .find(|(list, _)| {
+                std::ptr::eq(list.as_ptr() as *const (), at)
+                    && std::mem::size_of_val::<[String]>(list) == size
+            })
+            .map(|(_, converted)| converted.clone_as_boxed())
+    }
+}
+
+impl fmt::Debug for SharedLists {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedLists")
+            .field("name", &self.name)
+            .field("lists", &self.lists.len())
+            .finish()
+    }
 }
 
 /// Why a value could not be converted.
@@ -33,7 +120,9 @@ fn string(v: &str) -> Box<dyn Val> {
     Box::new(CelString::from(v))
 }
 
-struct ValSerializer;
+/// Converts one value, with the lists it may share.
+#[derive(Clone, Copy)]
+struct ValSerializer<'s>(&'s SharedLists);
 
 /// An `int` where the number fits one (`int`), else the `double` `float`.
 fn int_or_double(int: Option<i64>, float: f64) -> Box<dyn Val> {
@@ -60,16 +149,16 @@ macro_rules! widened {
     )*)*};
 }
 
-impl ser::Serializer for ValSerializer {
+impl<'s> ser::Serializer for ValSerializer<'s> {
     type Ok = Box<dyn Val>;
     type Error = ToValError;
-    type SerializeSeq = Seq;
-    type SerializeTuple = Seq;
-    type SerializeTupleStruct = Seq;
-    type SerializeTupleVariant = Seq;
-    type SerializeMap = MapOut;
-    type SerializeStruct = MapOut;
-    type SerializeStructVariant = MapOut;
+    type SerializeSeq = Seq<'s>;
+    type SerializeTuple = Seq<'s>;
+    type SerializeTupleStruct = Seq<'s>;
+    type SerializeTupleVariant = Seq<'s>;
+    type SerializeMap = MapOut<'s>;
+    type SerializeStruct = MapOut<'s>;
+    type SerializeStructVariant = MapOut<'s>;
 
     fn serialize_bool(self, v: bool) -> Out {
         Ok(Box::new(CelBool::from(v)))
@@ -130,12 +219,11 @@ impl ser::Serializer for ValSerializer {
     ) -> Out {
         self.serialize_str(variant)
     }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        value: &T,
-    ) -> Out {
-        value.serialize(self)
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, name: &'static str, value: &T) -> Out {
+        match self.0.get(name, value) {
+            Some(shared) => Ok(shared),
+            None => value.serialize(self),
+        }
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
         self,
@@ -144,18 +232,23 @@ impl ser::Serializer for ValSerializer {
         variant: &'static str,
         value: &T,
     ) -> Out {
-        Ok(tagged(variant, value.serialize(ValSerializer)?))
+        Ok(tagged(variant, value.serialize(self)?))
     }
-    fn serialize_seq(self, len: Option<usize>) -> Result<Seq, ToValError> {
+    fn serialize_seq(self, len: Option<usize>) -> Result<Seq<'s>, ToValError> {
         Ok(Seq {
             items: Vec::with_capacity(len.unwrap_or(0)),
             variant: None,
+            shared: self.0,
         })
     }
-    fn serialize_tuple(self, len: usize) -> Result<Seq, ToValError> {
+    fn serialize_tuple(self, len: usize) -> Result<Seq<'s>, ToValError> {
         self.serialize_seq(Some(len))
     }
-    fn serialize_tuple_struct(self, _name: &'static str, len: usize) -> Result<Seq, ToValError> {
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        len: usize,
+    ) -> Result<Seq<'s>, ToValError> {
         self.serialize_seq(Some(len))
     }
     fn serialize_tuple_variant(
@@ -164,17 +257,18 @@ impl ser::Serializer for ValSerializer {
         _index: u32,
         variant: &'static str,
         len: usize,
-    ) -> Result<Seq, ToValError> {
+    ) -> Result<Seq<'s>, ToValError> {
         Ok(Seq {
             items: Vec::with_capacity(len),
             variant: Some(variant),
+            shared: self.0,
         })
     }
-    fn serialize_map(self, len: Option<usize>) -> Result<MapOut, ToValError> {
-        Ok(MapOut::new(None, len.unwrap_or(0)))
+    fn serialize_map(self, len: Option<usize>) -> Result<MapOut<'s>, ToValError> {
+        Ok(MapOut::new(None, len.unwrap_or(0), self.0))
     }
-    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<MapOut, ToValError> {
-        Ok(MapOut::new(None, len))
+    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<MapOut<'s>, ToValError> {
+        Ok(MapOut::new(None, len, self.0))
     }
     fn serialize_struct_variant(
         self,
@@ -182,18 +276,19 @@ impl ser::Serializer for ValSerializer {
         _index: u32,
         variant: &'static str,
         len: usize,
-    ) -> Result<MapOut, ToValError> {
-        Ok(MapOut::new(Some(variant), len))
+    ) -> Result<MapOut<'s>, ToValError> {
+        Ok(MapOut::new(Some(variant), len, self.0))
     }
 }
 
-struct Seq {
+struct Seq<'s> {
     items: Vec<Box<dyn Val>>,
     /// A tuple variant's name: the list is wrapped as `{variant: [...]}`.
     variant: Option<&'static str>,
+    shared: &'s SharedLists,
 }
 
-impl Seq {
+impl Seq<'_> {
     fn done(self) -> Out {
         let list: Box<dyn Val> = Box::new(CelList::from(self.items));
         Ok(match self.variant {
@@ -203,7 +298,8 @@ impl Seq {
     }
 
     fn push<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
-        self.items.push(value.serialize(ValSerializer)?);
+        self.items
+            .push(value.serialize(ValSerializer(self.shared))?);
         Ok(())
     }
 }
@@ -212,7 +308,7 @@ impl Seq {
 /// made at the end.
 macro_rules! seq_like {
     ($($trait:ident :: $method:ident),*) => {$(
-        impl ser::$trait for Seq {
+        impl ser::$trait for Seq<'_> {
             type Ok = Box<dyn Val>;
             type Error = ToValError;
             fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
@@ -232,22 +328,24 @@ seq_like!(
     SerializeTupleVariant::serialize_field
 );
 
-struct MapOut {
+struct MapOut<'s> {
     entries: CelMapEntries,
     /// The key given by `serialize_key`, waiting for its value.
     key: Option<String>,
     /// A struct variant's name: the map is wrapped as `{variant: {...}}`.
     variant: Option<&'static str>,
+    shared: &'s SharedLists,
 }
 
-impl MapOut {
+impl<'s> MapOut<'s> {
     /// `len`: the entries expected (a derived struct's fields less those
     /// it skips), so the map is sized once.
-    fn new(variant: Option<&'static str>, len: usize) -> MapOut {
+    fn new(variant: Option<&'static str>, len: usize, shared: &'s SharedLists) -> MapOut<'s> {
         MapOut {
             entries: CelMapEntries::with_capacity_and_hasher(len, Default::default()),
             key: None,
             variant,
+            shared,
         }
     }
 
@@ -265,7 +363,7 @@ impl MapOut {
     }
 }
 
-impl ser::SerializeMap for MapOut {
+impl ser::SerializeMap for MapOut<'_> {
     type Ok = Box<dyn Val>;
     type Error = ToValError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), ToValError> {
@@ -285,7 +383,7 @@ impl ser::SerializeMap for MapOut {
             .key
             .take()
             .ok_or_else(|| ToValError("map value without a key".into()))?;
-        self.insert(&key, value.serialize(ValSerializer)?);
+        self.insert(&key, value.serialize(ValSerializer(self.shared))?);
         Ok(())
     }
     fn end(self) -> Out {
@@ -297,7 +395,7 @@ impl ser::SerializeMap for MapOut {
 /// name, the map is made at the end.
 macro_rules! struct_like {
     ($($trait:ident),*) => {$(
-        impl ser::$trait for MapOut {
+        impl ser::$trait for MapOut<'_> {
             type Ok = Box<dyn Val>;
             type Error = ToValError;
             fn serialize_field<T: Serialize + ?Sized>(
@@ -305,7 +403,7 @@ macro_rules! struct_like {
                 key: &'static str,
                 value: &T,
             ) -> Result<(), ToValError> {
-                self.insert(key, value.serialize(ValSerializer)?);
+                self.insert(key, value.serialize(ValSerializer(self.shared))?);
                 Ok(())
             }
             fn end(self) -> Out {
@@ -421,6 +519,84 @@ mod tests {
         assert_eq!(
             as_value(direct.as_ref()),
             as_value(json_to_val(&json).as_ref())
+        );
+    }
+
+    #[derive(Serialize)]
+    struct Names {
+        #[serde(serialize_with = "as_shared")]
+        names: Arc<[String]>,
+        #[serde(serialize_with = "first_two")]
+        first: Arc<[String]>,
+    }
+
+    fn as_shared<S: serde::Serializer>(list: &Arc<[String]>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_newtype_struct("Names", &**list)
+    }
+
+    /// The start of a list, under the same name: not the list.
+    fn first_two<S: serde::Serializer>(list: &Arc<[String]>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_newtype_struct("Names", &list[..2.min(list.len())])
+    }
+
+    /// The memory of the list `field` of `val`.
+    fn list_at(val: &dyn Val, field: &str) -> *const Box<dyn Val> {
+        let map = val.downcast_ref::<CelMap>().unwrap();
+        let list = map.get_field(field).unwrap();
+        list.downcast_ref::<CelList>().unwrap().inner().as_ptr()
+    }
+
+    #[test]
+    fn shared_lists_are_handed_out_not_converted_again() {
+        let kept: Arc<[String]> = ["a", "b", "c"].map(String::from).into();
+        let shared = SharedLists::new("Names", [kept.clone(), kept.clone(), Arc::from([])]);
+        assert_eq!(shared.len(), 1, "repeats and empty lists are left out");
+        let value = Names {
+            names: kept.clone(),
+            first: kept.clone(),
+        };
+        // The same value as without sharing, and as its JSON (the plain
+        // lists) converts.
+        let json = serde_json::to_value(&value).unwrap();
+        assert_eq!(json, json!({"names": ["a", "b", "c"], "first": ["a", "b"]}));
+        let once = to_val_sharing(&value, &shared).unwrap();
+        let twice = to_val_sharing(&value, &shared).unwrap();
+        let alone = to_val(&value).unwrap();
+        for val in [&once, &twice, &alone] {
+            assert_eq!(
+                as_value(val.as_ref()),
+                as_value(json_to_val(&json).as_ref())
+            );
+        }
+        // The kept list is handed out, the same memory each time; the start
+        // of it, a list of the same names elsewhere, or another name, are
+        // converted.
+        assert_eq!(
+            list_at(once.as_ref(), "names"),
+            list_at(twice.as_ref(), "names")
+        );
+        assert_ne!(
+            list_at(once.as_ref(), "first"),
+            list_at(twice.as_ref(), "first")
+        );
+        assert_ne!(
+            list_at(once.as_ref(), "names"),
+            list_at(alone.as_ref(), "names")
+        );
+        let copy = Names {
+            names: ["a", "b", "c"].map(String::from).into(),
+            first: kept.clone(),
+        };
+        let copied = to_val_sharing(&copy, &shared).unwrap();
+        assert_ne!(
+            list_at(once.as_ref(), "names"),
+            list_at(copied.as_ref(), "names")
+        );
+        let other = SharedLists::new("Other", [kept]);
+        let other_name = to_val_sharing(&value, &other).unwrap();
+        assert_ne!(
+            list_at(once.as_ref(), "names"),
+            list_at(other_name.as_ref(), "names")
         );
     }
 

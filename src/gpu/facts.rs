@@ -76,6 +76,7 @@ pub struct GpuFacts {
     pub skus_constrained: bool,
     /// Catalog SKUs the pod's node selection allows, in catalog order
     /// (when that is every SKU, the catalog's own list, shared).
+    #[serde(serialize_with = "super::write_sku_list")]
     pub skus: SkuList,
     pub max_sku_gpus: i64,
     /// Whether the pod's CPU and memory fit the sizes in `skus` (see
@@ -154,6 +155,7 @@ pub struct PlacementFacts {
     /// narrow the catalog at all (empty otherwise): what a pod is held to
     /// by placement rather than by anything its author wrote. Shared with
     /// the placement profiles, which work it out once.
+    #[serde(serialize_with = "super::write_sku_list")]
     pub skus: SkuList,
 }
 

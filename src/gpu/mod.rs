@@ -45,6 +45,17 @@ pub(crate) fn extend_new<'a, T: PartialEq + Clone + 'a>(
 /// of each request that shows them, not copied.
 pub type SkuList = std::sync::Arc<[String]>;
 
+/// The newtype name a [`SkuList`] is written under ([`write_sku_list`]).
+pub const SKU_LIST: &str = "SkuList";
+
+/// Writes a [`SkuList`] as the newtype struct [`SKU_LIST`] around its
+/// names: JSON and YAML write the plain list; the `gpu` variable's
+/// conversion recognises the lists that outlive a request, converted once
+/// (`cel::SharedLists`).
+pub fn write_sku_list<S: serde::Serializer>(list: &SkuList, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_newtype_struct(SKU_LIST, &**list)
+}
+
 /// Asserts that `actual` holds each key of the object `want` with its value
 /// (a key it lacks reads as `null`).
 #[cfg(test)]

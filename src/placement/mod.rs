@@ -163,6 +163,14 @@ impl ProfileSet {
         self
     }
 
+    /// The SKU lists that outlive a request, which the GPU facts of pods
+    /// share: every SKU of the catalog, and what each profile's required
+    /// terms allow.
+    pub fn sku_lists(&self) -> Vec<SkuList> {
+        let every = std::iter::once(self.catalog().names().clone());
+        every.chain(self.profile_skus.iter().cloned()).collect()
+    }
+
     /// The catalog SKUs a namespace with `namespace_labels` may use, in
     /// catalog order ([`SkuTiers::allowed`], looked up rather than worked
     /// out); `None` when that is every SKU or no tier applies.

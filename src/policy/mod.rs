@@ -345,6 +345,13 @@ impl PolicySet {
         self.inner.referenced.contains(name)
     }
 
+    /// The lists host variables share, converted once
+    /// ([`crate::cel::SharedLists`]): the SKU lists of the catalog and the
+    /// placement profiles, for the `gpu` variable.
+    pub fn shared_lists(&self) -> &crate::cel::SharedLists {
+        self.inner.env.extensions().shared_lists()
+    }
+
     /// Evaluates every binding that matches `req`, and, for pod
     /// controllers, every binding whose policy matches pod CREATE on the
     /// pod the controller's template describes (on CREATE, and on an UPDATE

@@ -3,7 +3,9 @@
 //! resolved to their code, comprehension variables to slots, literals to
 //! values; results are held unboxed (scalars by value, strings borrowed
 //! where they stand, lists built here as the program's own), and `size`,
-//! `string`, `join`, `startsWith` and `endsWith` are done here. Every other subtree (other
+//! `string`, `join`, `startsWith` and `endsWith` are done here, as are
+//! the functions an extension implements natively ([`Native`]: the
+//! SKU-set functions). Every other subtree (other
 //! function calls, the optional syntax, message literals, type names) is
 //! handed whole to the interpreter, with the comprehension variables it
 //! reads bound for it.
@@ -97,6 +99,33 @@ enum Node {
     /// the comprehension variables it reads, for the interpreter's function
     /// when the receiver is not a string.
     StrTest(Box<StrTest>),
+    /// A function an extension implements natively, with its arguments.
+    Native(Box<NativeCall>),
+}
+
+/// A function a program calls on its own values, where the interpreter
+/// would convert each argument into its form (copying a list of SKU
+/// names to narrow it, and the narrowed list again): registered by an
+/// extension ([`super::Extension::natives`]) beside the interpreter's
+/// form of the same function, with the same answers, errors and units.
+#[derive(Clone, Debug)]
+pub enum Native {
+    /// `azure.skusIn`, `azure.skusNotIn`, `azure.skusWhere`,
+    /// `azure.skusBelow`.
+    SkuSet(super::sku_sets::SkuSetFn),
+}
+
+impl Native {
+    fn arity(&self) -> usize {
+        match self {
+            Native::SkuSet(f) => f.function.arity(),
+        }
+    }
+}
+
+struct NativeCall {
+    native: Native,
+    args: Vec<Node>,
 }
 
 /// The variables a program reads from the request's JSON.
@@ -291,7 +320,8 @@ struct StrTest {
 impl Program {
     /// The program of `tree`, an expression compiled at load. `known`:
     /// whether a name is a variable of the scopes it is evaluated in;
-    /// `has_function`: whether a function of this name is registered.
+    /// `has_function`: whether a function of this name is registered;
+    /// `native`: its native form, when it has one.
     /// `None` where a program could not give the interpreter's answer (an
     /// accumulated error an `all` or `exists` would hand to the
     /// interpreter): such an expression is left to the interpreter.
@@ -299,10 +329,12 @@ impl Program {
         tree: &Expression,
         known: &dyn Fn(&str) -> bool,
         has_function: &dyn Fn(&str) -> bool,
+        native: &dyn Fn(&str) -> Option<Native>,
     ) -> Option<Program> {
         let mut builder = Builder {
             known,
             has_function,
+            native,
             scopes: Vec::new(),
             logical: Vec::new(),
             slots: 0,
@@ -434,6 +466,7 @@ impl Node {
                 visit(&t.target);
                 visit(&t.arg);
             }
+            Node::Native(n) => n.args.iter().for_each(visit),
             Node::Join(j) => {
                 visit(&j.target);
                 j.separator.iter().for_each(visit);
@@ -445,6 +478,7 @@ impl Node {
 struct Builder<'f> {
     known: &'f dyn Fn(&str) -> bool,
     has_function: &'f dyn Fn(&str) -> bool,
+    native: &'f dyn Fn(&str) -> Option<Native>,
     /// Comprehension variables in scope where the builder is: name and
     /// slot, innermost last.
     scopes: Vec<(String, usize)>,
@@ -681,11 +715,22 @@ impl Builder<'_> {
         // `prefix.name(...)` calls the function registered as
         // `prefix.name` when there is one (`azure.sku`).
         let qualified = match call.target.as_deref().map(|t| &t.expr) {
-            Some(Expr::Ident(prefix)) => (self.has_function)(&format!("{prefix}.{name}")),
-            _ => false,
+            Some(Expr::Ident(prefix)) => {
+                Some(format!("{prefix}.{name}")).filter(|qualified| (self.has_function)(qualified))
+            }
+            _ => None,
         };
-        if qualified {
-            return self.interp(e);
+        if let Some(qualified) = qualified {
+            let native = (self.native)(&qualified).filter(|n| n.arity() == call.args.len());
+            let Some(native) = native else {
+                return self.interp(e);
+            };
+            // An argument no program can evaluate leaves the whole
+            // expression to the interpreter, as any other node does.
+            let args = (call.args.iter())
+                .map(|a| self.node(a))
+                .collect::<Option<_>>()?;
+            return Some(Node::Native(Box::new(NativeCall { native, args })));
         }
         match (name, call.target.as_deref(), call.args.as_slice()) {
             ("size", None, [arg]) => Some(Node::Size(Box::new(self.node(arg)?), false)),

@@ -2,7 +2,11 @@
 //! node it stands for (see `resolve_val` in vendor/cel/src/objects.rs),
 //! in the same order, charging the same units.
 use super::value::{self, V};
-use super::{Cmp, Comprehension, Interp, Join, Node, PolicyVariables, Program, Roots, StrTest};
+use super::{
+    Cmp, Comprehension, Interp, Join, Native, NativeCall, Node, PolicyVariables, Program, Roots,
+    StrTest,
+};
+use crate::cel::sku_sets::{Given, Kept, Marks, Names, Number, SkuFunction};
 use kube_cel::cel::budget::{self, DepthGuard};
 use kube_cel::cel::common::ast::LiteralValue;
 use kube_cel::cel::common::types::{
@@ -200,6 +204,7 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
                 }
             }
             Node::StrTest(t) => self.str_test(t),
+            Node::Native(n) => self.native(n),
             Node::StringOf(arg) => {
                 let v = self.eval(arg)?;
                 let text = match &v {
@@ -337,6 +342,39 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
                 want: "Arc<String>".to_string(),
             }),
         }
+    }
+
+    /// A native function: its arguments evaluated in order as the
+    /// interpreter's extractors take them (a `skusBelow` field that is
+    /// not a string stops before the bound is evaluated), the lists read
+    /// where they stand, the result charged as the interpreter charges a
+    /// call's.
+    fn native(&mut self, n: &'a NativeCall) -> Result<V<'a>, ExecutionError> {
+        let Native::SkuSet(f) = &n.native;
+        let skus = self.eval(&n.args[0])?;
+        let kept = match f.function {
+            SkuFunction::Below => {
+                let field = self.eval(&n.args[1])?;
+                let Some(field) = field.as_str() else {
+                    return Err(ExecutionError::UnexpectedType {
+                        got: field.to_value()?.type_of().to_string(),
+                        want: "Arc<String>".to_string(),
+                    });
+                };
+                let bound = self.eval(&n.args[2])?.to_value()?;
+                f.call(names(&skus), Given::Bound(field, Number::of(&bound)))?
+            }
+            SkuFunction::In | SkuFunction::NotIn | SkuFunction::Where => {
+                let other = self.eval(&n.args[1])?;
+                f.call(names(&skus), Given::List(names(&other)))?
+            }
+        };
+        let result = match kept {
+            Kept::All => skus,
+            Kept::Only(marks) => kept_elements(&skus, &marks),
+        };
+        value::charge_value(&result)?;
+        Ok(result)
     }
 
     /// kube-cel's `join`: the strings of a list with the separator (none
@@ -658,4 +696,86 @@ fn select_val<'a>(left: &dyn Val, field: &str, test: bool) -> Result<V<'a>, Exec
         });
     }
     Err(value::no_field_selection(&V::from_part(left), field))
+}
+
+/// A list as the SKU-set functions read it, or the CEL type name of what
+/// the value is instead.
+fn names<'v>(v: &'v V<'_>) -> Result<&'v dyn Names, String> {
+    match v {
+        V::List(items) => Ok(items.as_ref()),
+        V::Json(serde_json::Value::Array(items)) => Ok(items),
+        V::Val(val) => match val.downcast_ref::<CelList>() {
+            Some(list) => Ok(list),
+            None => Err(crate::cel::sku_sets::val_type_name(val.as_ref())),
+        },
+        other => Err(type_name_of(other)),
+    }
+}
+
+/// The CEL type name of `v`, as the interpreter's functions name it.
+fn type_name_of(v: &V) -> String {
+    match v.to_value() {
+        Ok(value) => crate::cel::type_name(&value).to_string(),
+        Err(_) => "a value of an unknown type".to_string(),
+    }
+}
+
+impl Names for Vec<V<'_>> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn name(&self, i: usize) -> Result<&str, String> {
+        match &self[i] {
+            V::Val(val) => match val.downcast_ref::<CelString>() {
+                Some(s) => Ok(s.inner()),
+                None => Err(crate::cel::sku_sets::val_type_name(val.as_ref())),
+            },
+            v => v.as_str().ok_or_else(|| type_name_of(v)),
+        }
+    }
+}
+
+impl Names for Vec<serde_json::Value> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn name(&self, i: usize) -> Result<&str, String> {
+        let item = &self[i];
+        item.as_str()
+            .ok_or_else(|| type_name_of(&V::from_json(item)))
+    }
+}
+
+/// The elements of the list `skus` that `marks` marks, in order, borrowed
+/// from it where it is borrowed.
+fn kept_elements<'a>(skus: &V<'a>, marks: &Marks) -> V<'a> {
+    let kept = |i: &usize| marks.contains(*i);
+    let items: Vec<V<'a>> = match skus {
+        V::List(items) => (0..items.len())
+            .filter(kept)
+            .map(|i| items[i].clone())
+            .collect(),
+        V::Json(serde_json::Value::Array(items)) => (0..items.len())
+            .filter(kept)
+            .map(|i| V::from_json(&items[i]))
+            .collect(),
+        V::Val(Cow::Borrowed(val)) => {
+            let items = val.downcast_ref::<CelList>().map_or(&[][..], |l| l.inner());
+            (0..items.len())
+                .filter(kept)
+                .map(|i| V::from_cow(Cow::Borrowed(items[i].as_ref())))
+                .collect()
+        }
+        V::Val(Cow::Owned(val)) => {
+            let items = val.downcast_ref::<CelList>().map_or(&[][..], |l| l.inner());
+            (0..items.len())
+                .filter(kept)
+                .map(|i| V::from_box(items[i].clone_as_boxed()))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    V::List(Arc::new(items))
 }
