@@ -468,7 +468,7 @@ fn string_at<'a>(
 
 /// The CEL type name of a value in the interpreter's form, as
 /// [`type_name`] names it.
-pub fn val_type_name(value: &dyn Interpreted) -> String {
+fn val_type_name(value: &dyn Interpreted) -> String {
     match Value::try_from(value) {
         Ok(value) => type_name(&value).to_string(),
         Err(_) => "a value of an unknown type".to_string(),

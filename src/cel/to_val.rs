@@ -36,7 +36,6 @@ pub fn to_val_sharing<T: Serialize + ?Sized>(
 /// slice is one of these lists: the same memory, whole. The table holds
 /// each list, so an address of one of its lists cannot be another's.
 /// A converted list is shared, not copied, by each value given it.
-#[derive(Default)]
 pub struct SharedLists {
     name: &'static str,
     lists: Vec<Kept>,
@@ -70,12 +69,9 @@ impl SharedLists {
     }
 
     /// How many lists are kept.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lists.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lists.is_empty()
     }
 
     /// The converted list whose memory `value` is, whole.

@@ -701,15 +701,13 @@ fn select_val<'a>(left: &dyn Val, field: &str, test: bool) -> Result<V<'a>, Exec
 /// A list as the SKU-set functions read it, or the CEL type name of what
 /// the value is instead.
 fn names<'v>(v: &'v V<'_>) -> Result<&'v dyn Names, String> {
-    match v {
-        V::List(items) => Ok(items.as_ref()),
-        V::Json(serde_json::Value::Array(items)) => Ok(items),
-        V::Val(val) => match val.downcast_ref::<CelList>() {
-            Some(list) => Ok(list),
-            None => Err(crate::cel::sku_sets::val_type_name(val.as_ref())),
-        },
-        other => Err(type_name_of(other)),
-    }
+    let list: Option<&dyn Names> = match v {
+        V::List(items) => Some(items.as_ref()),
+        V::Json(serde_json::Value::Array(items)) => Some(items),
+        V::Val(val) => val.downcast_ref::<CelList>().map(|l| l as &dyn Names),
+        _ => None,
+    };
+    list.ok_or_else(|| type_name_of(v))
 }
 
 /// The CEL type name of `v`, as the interpreter's functions name it.
@@ -726,13 +724,12 @@ impl Names for Vec<V<'_>> {
     }
 
     fn name(&self, i: usize) -> Result<&str, String> {
-        match &self[i] {
-            V::Val(val) => match val.downcast_ref::<CelString>() {
-                Some(s) => Ok(s.inner()),
-                None => Err(crate::cel::sku_sets::val_type_name(val.as_ref())),
-            },
-            v => v.as_str().ok_or_else(|| type_name_of(v)),
-        }
+        let v = &self[i];
+        let string = match v {
+            V::Val(val) => val.downcast_ref::<CelString>().map(|s| s.inner()),
+            v => v.as_str(),
+        };
+        string.ok_or_else(|| type_name_of(v))
     }
 }
 
