@@ -3,7 +3,7 @@
 //! `deploy/base/` webhook configurations decide which webhooks a
 //! DaemonSet or a notebook pod is sent to, then `/mutate` and `/validate`
 //! answer over TLS. Privileged *regular* containers in GPU pods stay denied.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

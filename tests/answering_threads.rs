@@ -2,7 +2,7 @@
 //! be, evaluate without running out of stack: in the server, whose own
 //! answering threads run them whatever runtime serves the connections (here
 //! a test's, with small stacks), and in the offline commands.
-mod common;
+use crate::common;
 
 use common::hostile::review_of;
 use common::{config, NoNamespaces, TestServer};

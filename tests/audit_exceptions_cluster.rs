@@ -1,7 +1,7 @@
 //! `audit` reading a cluster honours the GpuPolicyExceptions it lists; a
 //! cluster that does not serve the kind, or an audit that may not list it,
 //! honours none and says so once in the report.
-mod common;
+use crate::common;
 use common::fake_apiserver::{FakeApiServer, Resource, NAMESPACES};
 use serde_json::{json, Value};
 

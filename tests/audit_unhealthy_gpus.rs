@@ -15,7 +15,7 @@
 //! Prices: ND96asr_v4 27.2 an hour (3.4 per GPU, over its 8 GPUs whatever
 //! the device plugin offers), NC24ads_A100_v4 3.6. Unusable: 17 × 3.4 × 24
 //! = 1387.2 a day; idle: 6 × 3.4 × 24 + 3.6 × 24 = 576.
-mod common;
+use crate::common;
 
 use regex::Regex;
 use serde_json::{json, Value};

@@ -6,7 +6,7 @@
 //! `--utilization FILE`; with Prometheus stopped the report still renders
 //! and says why the section is missing. Skipped, saying so, when the
 //! `prometheus` or `promtool` binary is absent (`.ci/run` installs them).
-mod common;
+use crate::common;
 
 use common::prometheus::{get, tool, Prometheus};
 use serde_json::{json, Value};

@@ -6,7 +6,7 @@
 //! cluster: a restart counts what is held before it is ready, and two
 //! replicas admitting at once overshoot a budget by at most the bound
 //! docs/budgets.md states.
-mod common;
+use crate::common;
 
 use common::fake_apiserver::{
     FakeApiServer, Resource, NAMESPACES, NODES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES,

@@ -3,7 +3,7 @@
 //! as the pod's own containers were, and nothing else about the pod is. On
 //! a pod bound for GPU nodes, `/mutate` first hides the node's GPUs from
 //! each debug container it adds (`NVIDIA_VISIBLE_DEVICES=void`).
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

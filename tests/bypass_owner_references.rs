@@ -1,7 +1,7 @@
 //! DaemonSet and mirror pods skip the pods webhook only when the DaemonSet
 //! controller or a node makes them: an ownerReference or an annotation
 //! written by anyone else exempts nothing.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

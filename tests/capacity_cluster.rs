@@ -3,7 +3,7 @@
 //! configuration treats them: the `deploy/base/` webhook configurations
 //! decide which webhooks a capacity object is sent to, then `/mutate` and
 //! `/validate` answer over TLS.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

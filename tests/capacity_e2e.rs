@@ -2,7 +2,7 @@
 //! AdmissionReview v1): Karpenter NodePool limits and Azure Service
 //! Operator agent-pool practices, `/mutate` then `/validate` on the
 //! patched object, with the shipped policies.
-mod common;
+use crate::common;
 
 use common::{config, TestServer};
 use gpu_admission::admission::Admission;

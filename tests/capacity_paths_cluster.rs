@@ -5,7 +5,7 @@
 //! send them to `capacity.validate`, whose policies judge each GPU pool as
 //! an agent pool and name the one that fails; an UPDATE that leaves the GPU
 //! pools as they were is never denied.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

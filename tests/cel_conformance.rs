@@ -22,8 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-#[path = "common/shared_data.rs"]
-mod shared_data;
+use crate::common::shared_data;
 
 /// Cases whose expected value the JSON conversion got wrong, with the
 /// reason; the runner expects the value the textproto means. The textproto

@@ -2,7 +2,7 @@
 //! the list/watch protocol: the Namespace reflector behind
 //! namespaceSelector and namespaceObject, `serve` in a cluster (readiness
 //! and labels), and `audit` reading a cluster.
-mod common;
+use crate::common;
 
 use common::fake_apiserver::{
     wait_until, FakeApiServer, Recorded, Resource, NAMESPACES, NODEPOOLS, NODES, RESOURCE_CLAIMS,

@@ -2,7 +2,7 @@
 //! first list, failing relists, an object that does not read. Every
 //! watched cache follows the same rules (src/cluster/watch.rs): ready after
 //! any outage, never fail-open on one error, back off like client-go.
-mod common;
+use crate::common;
 
 use common::fake_apiserver::{
     FakeApiServer, Recorded, Resource, NAMESPACES, NODEPOOLS, NODES, RESOURCE_CLAIMS,

@@ -1,6 +1,6 @@
 //! The test harness of `tests/common/webhooks.rs`: requests reach the
 //! shipped webhooks exactly when kube-apiserver would send them.
-mod common;
+use crate::common;
 
 use common::webhooks::{cluster_admit, Cluster, Review};
 use serde_json::{json, Value};

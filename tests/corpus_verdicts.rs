@@ -8,8 +8,7 @@
 //! right` column is kept from the document (a new manifest needs one
 //! written). Set `GPU_ADMISSION_BLESS=1` to rewrite the table from the
 //! current output, then review the diff.
-#[path = "common/shared_data.rs"]
-mod shared_data;
+use crate::common::shared_data;
 
 use gpu_admission::bundle::Loaded;
 use gpu_admission::cli::evaluate::{self, EvaluateArgs, Format, OperationArg};

@@ -3,7 +3,7 @@
 //! first three by name, then how many more), the infrastructure fix for a
 //! container that is GPU infrastructure, and the GPU-like resource no
 //! placement profile knows, named with where to add it.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! it pairs with, and the denial the page shows (and the narrowing, with
 //! `serve --budget-narrowing`) is what the shipped webhooks answer for its
 //! pod.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Outcome, Review};
 use common::yaml_documents;

@@ -1,7 +1,7 @@
 //! docs/exceptions.md is tested: every YAML block parses, each
 //! GpuPolicyException in it reads without error and names policies the
 //! shipped set has, and its PolicyTest passes against the shipped policies.
-mod common;
+use crate::common;
 
 use common::yaml_documents;
 use gpu_admission::bundle::{self, PolicySource};

@@ -4,7 +4,7 @@
 //! decide which webhooks a claim template or a claiming pod is sent to,
 //! then `/mutate` and `/validate` answer over TLS, the server resolving a
 //! pod's claims from its claim cache.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use gpu_admission::k8s::StaticClaims;

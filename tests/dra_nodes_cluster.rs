@@ -6,7 +6,7 @@
 //! and `audit` take such a node for a GPU node with as many GPUs as its
 //! slices offer: every pod gets the verdict and the message it gets on the
 //! twin node whose device plugin reports the same GPUs.
-mod common;
+use crate::common;
 
 use common::fake_apiserver::{
     FakeApiServer, Resource, DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_SLICES,

@@ -5,7 +5,7 @@
 //! patched pod, as kube-apiserver calls them) and to `evaluate` with a
 //! dump of the same Nodes, NodePools and Namespaces, get the same verdicts
 //! and the same messages.
-mod common;
+use crate::common;
 
 use common::fake_apiserver::{FakeApiServer, NAMESPACES, NODEPOOLS, NODES};
 use common::in_cluster::InCluster;

@@ -4,7 +4,7 @@
 //! sends them (creationTimestamp set, userInfo with groups, the namespace's
 //! labels); the CRD's schema against the model's example; and the path an
 //! exception takes through the shipped webhook configurations.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use gpu_admission::k8s::namespaces::StaticNamespaces;

@@ -3,7 +3,7 @@
 //! the shipped policies behind the shipped webhook configurations (real
 //! TLS, AdmissionReview JSON). Then `serve` itself in a cluster: readiness
 //! waits for the first list, and not for a CRD the cluster lacks.
-mod common;
+use crate::common;
 
 use common::fake_apiserver::{wait_until, FakeApiServer, Resource, NAMESPACES};
 use common::in_cluster::InCluster;

@@ -3,7 +3,7 @@
 //! exceptions labels, in the hands of the admin groups,
 //! through `gpu-admission evaluate` as a platform team would try it; and
 //! what the webhooks' namespaceSelector still honours.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 //! can meet, and GPU shares a sharing scheduler hands out through
 //! annotations. The server watches four pools: system (CPU), gpupool (T4),
 //! a100 and h100, the GPU pools tainted `sku=gpu:NoSchedule`.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Outcome, Review};
 use gpu_admission::gpu::StaticNodes;

@@ -4,7 +4,7 @@
 //! launchers, Volcano vGPU pods, the GPU Operator's validator). The server
 //! watches a cluster of three pools: system (CPU), gpupool (T4, tainted)
 //! and a100 (A100, tainted), with the GPU Operator's labels on GPU nodes.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Outcome, Review};
 use gpu_admission::gpu::StaticNodes;

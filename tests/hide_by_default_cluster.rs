@@ -6,7 +6,7 @@
 //! and a DaemonSet is admitted as its pods will be, pins included. What a
 //! pin cannot fix (an explicit value) is still denied, and GPU
 //! infrastructure by identity is never pinned.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Outcome, Review};
 use serde_json::{json, Value};

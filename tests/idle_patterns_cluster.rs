@@ -1,7 +1,7 @@
 //! Keep-alive sleeps and too-frequent CronJobs in the forms a manifest
 //! writes them, through the shipped webhook configurations: warned, never
 //! denied; short sleeps of retry loops and hourly schedules pass quietly.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

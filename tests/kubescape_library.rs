@@ -12,8 +12,7 @@
 //! `fail` is a denial by that policy (by violations rather than evaluation
 //! errors, each reported once), `warn` an admission with that policy's
 //! warning, `pass` an admission.
-#[path = "common/shared_data.rs"]
-mod shared_data;
+use crate::common::shared_data;
 
 use gpu_admission::cli::evaluate::{self, EvaluateArgs, Format, OperationArg};
 use gpu_admission::cli::policy_args::PolicyArgs;

@@ -3,7 +3,7 @@
 //! it (the unsuspend UPDATE that writes its ResourceFlavor's node selection)
 //! is not judged again, while the same change by a user is; ResourceFlavors
 //! are judged themselves.
-mod common;
+use crate::common;
 
 use common::shared_data::shared_data;
 use common::webhooks::{Cluster, Review};

@@ -6,7 +6,7 @@
 //! only what the webhook configuration's caBundle said a moment before
 //! (the apiserver learns of changes through a watch), and counts what it
 //! sent and what failed: nothing may fail.
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::fake_apiserver::{wait_until, FakeApiServer, Resource};

@@ -3,7 +3,7 @@
 //! applied with an RFC 6902 implementation gives the expected pod, and a
 //! second call gives no patch), their order after placement, failurePolicy,
 //! and what `evaluate` and `lint` show of them.
-mod common;
+use crate::common;
 
 use common::{config, review_patch, NoNamespaces, TestServer};
 use gpu_admission::admission::{Admission, Bundle};

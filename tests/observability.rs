@@ -6,7 +6,7 @@
 //! ServiceMonitor as Prometheus Operator turns it into a scrape
 //! configuration, run by a real Prometheus against `serve` in a cluster:
 //! the namespace a series describes survives the target's labels.
-mod common;
+use crate::common;
 
 use common::{admission_review, config, fixture, TestServer};
 use gpu_admission::admission::Admission;

@@ -3,8 +3,7 @@
 //! alike and every object of the public corpus gets the same answer. (The
 //! kubescape library's cases are compared the same way in
 //! tests/kubescape_library.rs.)
-#[path = "common/shared_data.rs"]
-mod shared_data;
+use crate::common::shared_data;
 
 use gpu_admission::admission::{Admission, Bundle};
 use gpu_admission::bundle::{self, PolicySource};

@@ -1,7 +1,7 @@
 //! Pods that can never fit, as a cluster running the shipped configuration
 //! treats them: the `deploy/base/` webhook configurations decide what
 //! reaches the server, then `/mutate` and `/validate` over TLS.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! `..data` symlink in one rename. A broken update keeps the last good set,
 //! and so does an update that would switch every policy off; a periodic
 //! rescan catches what the watcher missed.
-mod common;
+use crate::common;
 
 use common::configmap::publish_files;
 use gpu_admission::admission::Admission;

@@ -6,7 +6,7 @@
 //! OpenReports (`audit -o openreports`, `serve --reports openreports`),
 //! checked against the fields of the OpenReports CRDs, and a report name
 //! another owner holds named in the log, the metrics and the report page.
-mod common;
+use crate::common;
 
 use common::fake_apiserver::{FakeApiServer, Recorded, Resource, NAMESPACES};
 use common::in_cluster::InCluster;

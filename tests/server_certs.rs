@@ -2,7 +2,7 @@
 //! certificate verifies against it for the names asked for. A served
 //! certificate outside its validity period is refused, at start-up and on
 //! reload, and the expiry gauge follows the certificate served.
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::http::{client_config, Client};

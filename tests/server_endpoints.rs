@@ -1,6 +1,6 @@
 //! The webhook endpoints over real TLS: answers, errors, limits, timeouts,
 //! concurrency, metrics.
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::http::{client_config, client_config_versions, Client};

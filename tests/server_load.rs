@@ -2,7 +2,7 @@
 //! flood of slow validations never delays placement; a request that waits
 //! for in-flight memory past its deadline gets the same answer as any
 //! timeout; and both show in the metrics.
-mod common;
+use crate::common;
 
 use common::{config, fixture, TestServer};
 use gpu_admission::review::{Request, Response};

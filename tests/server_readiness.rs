@@ -1,7 +1,7 @@
 //! `/readyz` on both listeners follows the server's start-up conditions:
 //! 503 with the reason until the policies are loaded and the Namespace
 //! cache has synced, 200 after, 503 again once shutdown begins.
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::http::{client_config, Client};

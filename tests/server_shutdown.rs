@@ -1,7 +1,7 @@
 //! Shutdown: readiness turns false, in-flight requests finish, new
 //! connections are refused, a second trigger exits at once; the real binary
 //! exits cleanly on SIGTERM.
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::{config, fixture, SlowWebhook, TestServer};

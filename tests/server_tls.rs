@@ -1,6 +1,6 @@
 //! Serving certificate reload: rewritten files and a Secret volume's
 //! `..data` symlink swap are picked up with no restart and no failed request.
-mod common;
+use crate::common;
 
 use common::http::client_config;
 use common::{config, fixture, TestServer};

@@ -3,7 +3,7 @@
 //! webhook configurations decide which webhooks a pod is sent to, then
 //! `/mutate` places it (the tier's `node.kubernetes.io/instance-type` pin
 //! included) and `/validate` judges the placed pod, over TLS.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Outcome, Review};
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! them: real TLS, AdmissionReview v1 JSON, the shipped policies and
 //! profiles, namespaces with the tier labels. `/mutate` first, its patch
 //! applied, then `/validate` on the patched object, as the apiserver does.
-mod common;
+use crate::common;
 
 use common::{config, TestServer};
 use gpu_admission::admission::Admission;

@@ -6,7 +6,7 @@
 //! `kubernetes.io/hostname` is allowed with a warning naming the node, the
 //! conditions and what to do; a pod pinned to a healthy node, or a CPU pod,
 //! gets none; a condition that clears takes the warning with it.
-mod common;
+use crate::common;
 
 use common::fake_apiserver::{wait_until, FakeApiServer, NODES};
 use common::webhooks::{Cluster, Outcome, Review};

@@ -1,7 +1,7 @@
 //! The webhook as kube-apiserver calls it: real TLS, AdmissionReview v1 JSON,
 //! the shipped policies and placement profiles; the returned patch applied
 //! with an RFC 6902 implementation and the result checked as a Pod.
-mod common;
+use crate::common;
 
 use common::{config, NoNamespaces, TestServer};
 use gpu_admission::admission::Admission;

@@ -4,7 +4,7 @@
 //! decide which webhooks the Job and its pod are sent to, then `/mutate`
 //! places the pod with the `aks-windows` profile and `/validate` judges it,
 //! over TLS.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

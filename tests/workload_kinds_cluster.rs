@@ -4,7 +4,7 @@
 //! the server, then `/validate` over TLS judges every pod template the
 //! shipped `PodTemplateSource` documents (policies/workload-kinds.yaml)
 //! name, at `kubectl apply`.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

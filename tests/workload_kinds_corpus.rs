@@ -6,7 +6,7 @@
 //! one-change waste variant is denied or warned, naming the object and the
 //! template. The data is read where CI keeps it, beside the clone; the
 //! tests say they skipped when it is absent.
-mod common;
+use crate::common;
 
 use common::shared_data::shared_data;
 use common::webhooks::{Cluster, Outcome, Review, Webhook};

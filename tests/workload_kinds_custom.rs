@@ -3,7 +3,7 @@
 //! ConfigMap, is picked up by the running server without a restart, and
 //! its objects are then judged at apply over TLS; `lint` names the file,
 //! document and field of a path it cannot read.
-mod common;
+use crate::common;
 
 use common::configmap::publish_files;
 use common::{admission_review, config, TestServer};

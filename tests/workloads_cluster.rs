@@ -2,7 +2,7 @@
 //! init containers, as a cluster running the shipped
 //! configuration treats them: the `deploy/base/` webhook configurations
 //! decide what reaches the server, then `/mutate` and `/validate` over TLS.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Review};
 use serde_json::{json, Value};

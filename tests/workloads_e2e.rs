@@ -3,7 +3,7 @@
 //! template is judged as a new pod, an unchanged one never), exemptions of
 //! GPU infrastructure by exact image repository, DaemonSets that run on
 //! GPU nodes without a GPU, and privileged init containers of GPU pods.
-mod common;
+use crate::common;
 
 use common::{admission_review as review, config, NoNamespaces, TestServer};
 use gpu_admission::admission::Admission;
