@@ -35,7 +35,7 @@
 //! 10,000 cases per run in a release build (CI runs it so), 500 in a
 //! debug build, where `cargo test` waits on it; `BOUNDARY_CASES` overrides
 //! either. The seed is printed, and `BOUNDARY_SEED` replays one.
-mod common;
+use crate::common;
 
 use common::webhooks::{Cluster, Outcome, Review};
 use gpu_admission::k8s::{NodeInfo, Taint};

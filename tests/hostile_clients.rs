@@ -9,10 +9,10 @@
 //! the Deployment's 256 MiB limit with the attack at its worst.
 //!
 //! Timing matters here, so the tests run against a release build:
-//! `cargo test --release --test hostile_clients` (`.ci/run` does); a debug
-//! build lists them as ignored. Each prints the attack's size and the
+//! `cargo test --release --test release_checks hostile_clients:: --
+//! --test-threads=1` (`.ci/run` does); a debug build lists them as ignored. Each prints the attack's size and the
 //! figures measured; docs/server.md records them.
-mod common;
+use crate::common;
 
 use common::hostile::{burst, large_pod_review, pod_review, tally, ServerProcess};
 use common::http::{client_config, request_bytes, Client};

@@ -5,9 +5,10 @@
 //!
 //! Tests that need a process of their own stay binaries of their own: a
 //! global allocator (`decode_estimate`), a global tracing subscriber
-//! (`server_logging`), hostile clients and connections (`hostile_*`,
-//! which load the machine), and the generated suites CI runs at full size
-//! on the release build (`boundary_model`, `properties`).
+//! (`server_logging`), hostile connections and memory (`hostile_*`, which
+//! load the machine), and the tests CI runs again on the release build
+//! (`release_checks`: the hostile clients, and the generated suites at
+//! full size).
 
 mod common;
 
