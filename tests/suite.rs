@@ -88,3 +88,46 @@ mod workload_kinds_corpus;
 mod workload_kinds_custom;
 mod workloads_cluster;
 mod workloads_e2e;
+
+/// Cargo does not look for test files here (`autotests = false`): a file
+/// in `tests/` runs only as a module of a binary or as a `[[test]]` of
+/// `Cargo.toml`, so one that is neither would never compile or run.
+#[test]
+fn every_test_file_is_a_module_or_a_binary() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &std::path::Path| std::fs::read_to_string(path).unwrap();
+    let manifest = read(&root.join("Cargo.toml"));
+    let binaries: Vec<&str> = (manifest.lines())
+        .filter_map(|l| l.strip_prefix("path = \"tests/")?.strip_suffix(".rs\""))
+        .collect();
+    let mut modules = Vec::new();
+    for binary in &binaries {
+        let source = read(&root.join(format!("tests/{binary}.rs")));
+        let declared = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'));
+        modules.extend(declared.map(str::to_string));
+    }
+    let mut orphans = Vec::new();
+    for entry in std::fs::read_dir(root.join("tests")).unwrap() {
+        let path = entry.unwrap().path();
+        let (Some(stem), Some("rs")) = (
+            path.file_stem().and_then(|s| s.to_str()),
+            path.extension().and_then(|e| e.to_str()),
+        ) else {
+            continue;
+        };
+        if !binaries.contains(&stem) && !modules.iter().any(|m| m == stem) {
+            orphans.push(stem.to_string());
+        }
+    }
+    assert!(
+        binaries.contains(&"suite") && modules.len() > 70,
+        "{binaries:?} {modules:?}"
+    );
+    assert!(
+        orphans.is_empty(),
+        "tests/{{{}}}.rs: neither a module of tests/suite.rs (or another test binary) nor a [[test]] of Cargo.toml",
+        orphans.join(",")
+    );
+}
