@@ -26,6 +26,12 @@
 //! GPU_ADMISSION_BENCH_RATE (paced requests/s, default 1000). Without
 //! `--bench` (as under `cargo test --benches`) it runs a short smoke pass.
 //!
+//! GPU_ADMISSION_BENCH_EXTRA_POLICIES=N adds N generated policies that
+//! match pods (one variable and two validations each, those of the
+//! policy-count bench) to the shipped set: the difference of the CPU per
+//! answer with N and with none, over N, is what one more policy costs a
+//! review end to end.
+//!
 //! GPU_ADMISSION_BENCH_ONLY=floor|mutate|validate runs only that target's
 //! saturation run (after the warm-up) and stops: for profilers. Two runs
 //! under `valgrind --tool=callgrind` with different request counts give
@@ -34,6 +40,8 @@
 
 // The allocator the `gpu-admission` binary runs with.
 gpu_admission::mimalloc_as_malloc!();
+#[path = "common/extra_policies.rs"]
+mod extra_policies;
 #[allow(dead_code)]
 #[path = "../tests/common/http.rs"]
 mod http;
@@ -137,10 +145,24 @@ async fn run(connections: usize, requests: usize) {
     let ensured = gpu_admission::certs::ensure(dir.path(), &names).expect("certificates");
     let client_tls = http::client_config(&ensured.ca_pem, &[b"http/1.1"]);
 
-    // The webhook, with the shipped policy folder when there is one.
-    let policies = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
-    let (webhook_addr, shutdown, server_task) =
-        start_webhook(&ensured, policies.is_dir().then_some(policies)).await;
+    // The webhook, with the shipped policy folder when there is one, and
+    // any extra policies asked for beside it.
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let extra = env_usize("GPU_ADMISSION_BENCH_EXTRA_POLICIES", 0);
+    let policies = if extra > 0 {
+        let folder = dir.path().join("policies");
+        copy_policies(&shipped, &folder);
+        std::fs::write(
+            folder.join("bench-extra.yaml"),
+            extra_policies::extra_policies(extra, extra_policies::Target::Pods),
+        )
+        .expect("extra policies");
+        println!("e2e: the shipped set and {extra} extra policies matching pods");
+        Some(folder)
+    } else {
+        shipped.is_dir().then_some(shipped)
+    };
+    let (webhook_addr, shutdown, server_task) = start_webhook(&ensured, policies).await;
 
     let floor_addr = start_floor(&ensured.paths.cert, &ensured.paths.key).await;
 

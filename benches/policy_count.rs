@@ -11,10 +11,13 @@
 
 // The allocator the `gpu-admission` binary runs with.
 gpu_admission::mimalloc_as_malloc!();
+#[path = "common/extra_policies.rs"]
+mod extra_policies;
 #[path = "common/pods.rs"]
 mod pods;
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
+use extra_policies::{extra_policies, Target};
 use gpu_admission::admission::Admission;
 use gpu_admission::bundle;
 use gpu_admission::gpu::catalog::Catalog;
@@ -42,52 +45,6 @@ fn main() {
 criterion_group!(on_evaluation_thread, bench_policy_count);
 
 const EXTRA: &[usize] = &[0, 100, 500];
-
-/// What the extra policies match.
-#[derive(Clone, Copy)]
-enum Target {
-    Pods,
-    Deployments,
-}
-
-/// `n` policies, each with a variable and two validations, and their
-/// bindings.
-fn extra_policies(n: usize, target: Target) -> String {
-    let (group, resource, containers) = match target {
-        Target::Pods => ("", "pods", "object.spec.containers"),
-        Target::Deployments => (
-            "apps",
-            "deployments",
-            "object.spec.template.spec.containers",
-        ),
-    };
-    let mut yaml = String::new();
-    for i in 0..n {
-        yaml.push_str(&format!(
-            r#"---
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {{name: extra-{i}}}
-spec:
-  matchConstraints:
-    resourceRules:
-    - {{apiGroups: [{group:?}], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: [{resource:?}]}}
-  variables:
-  - name: c
-    expression: {containers:?}
-  validations:
-  - expression: "variables.c.all(c, has(c.name))"
-  - expression: "object.metadata.name.size() < 254"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {{name: extra-{i}}}
-spec: {{policyName: extra-{i}, validationActions: [Deny]}}
-"#
-        ));
-    }
-    yaml
-}
 
 /// The shipped policies and placement profiles plus `n` extra policies.
 fn admission_with(n: usize, target: Target) -> Admission {
