@@ -39,7 +39,7 @@ pub(super) struct Loaded {
 pub(super) fn read(env: &Env, docs: &[Document]) -> Result<Loaded, LoadErrors> {
     let mut errors = Vec::new();
     let mut notices = Vec::new();
-    let schemas = Schemas::new(docs);
+    let schemas = Schemas::new(env, docs);
     let mut validating = Family::read(Family::VALIDATING, env, docs, &schemas, &mut errors);
     let mut mutating = Family::read(Family::MUTATING, env, docs, &schemas, &mut errors);
     notices.append(&mut validating.key_notices);
@@ -307,7 +307,7 @@ impl<'d> Family<'d> {
                 continue;
             };
             notes_on_keys.extend(key_notices(&p, doc, &mut returned_keys));
-            notes_on_keys.extend(schemas.check(env, &p, &doc.source));
+            notes_on_keys.extend(schemas.check(&p, &doc.source));
             if kinds.judges_templates && p.judges_pod_templates() {
                 template_notes.push(pod_template_notice(&p, doc));
             }

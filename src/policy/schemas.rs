@@ -35,10 +35,13 @@ pub(super) struct Schemas {
     types: Types,
     /// `(apiVersion, kind, resource, schema)`.
     kinds: Vec<(String, String, String, Schema)>,
+    /// The roots every policy of the load sees alike: the host's variables
+    /// and functions, and `request`.
+    roots: BTreeMap<&'static str, Schema>,
 }
 
 impl Schemas {
-    pub(super) fn new(docs: &[Document]) -> Schemas {
+    pub(super) fn new(env: &Env, docs: &[Document]) -> Schemas {
         let builtin: Builtin =
             serde_json::from_str(include_str!("schemas.json")).unwrap_or_default();
         let mut kinds: Vec<_> = (builtin.resources.iter())
@@ -73,9 +76,18 @@ impl Schemas {
                 kinds.push((api, kind, plural, schema));
             }
         }
+        let request: Value = serde_json::from_str(REQUEST).unwrap_or_default();
+        let mut roots: BTreeMap<&str, Schema> = (env.variable_types().into_iter())
+            .chain(env.function_types())
+            .collect();
+        roots.extend([
+            ("namespaceObject", Schema::Named("core.v1.Namespace".into())),
+            ("request", Schema::compact(&request)),
+        ]);
         Schemas {
             types: Types::new(builtin.types),
             kinds,
+            roots,
         }
     }
 
@@ -123,7 +135,7 @@ impl Schemas {
 
     /// What type checking finds in `policy`'s expressions (read from the
     /// document at `source`), in `env`.
-    pub(super) fn check(&self, env: &Env, policy: &Policy, source: &Source) -> Vec<LoadNotice> {
+    pub(super) fn check(&self, policy: &Policy, source: &Source) -> Vec<LoadNotice> {
         let parsed: Vec<_> = policy
             .expressions()
             .filter_map(|e| Some((e, Parsed::new(e.source())?)))
@@ -133,19 +145,13 @@ impl Schemas {
             .param_kind
             .as_ref()
             .map_or(Schema::Dyn, |(a, k)| self.kind(a, k));
-        let request: Value = serde_json::from_str(REQUEST).unwrap_or_default();
         let mut common: Option<BTreeSet<(&str, Finding)>> = None;
-        let host: Vec<_> = (env.variable_types().into_iter())
-            .chain(env.function_types())
-            .collect();
         for (_, object) in &kinds {
-            let mut roots: BTreeMap<&str, Schema> = host.iter().cloned().collect();
+            let mut roots = self.roots.clone();
             roots.extend([
                 ("object", object.clone()),
                 ("oldObject", object.clone()),
                 ("params", params.clone()),
-                ("namespaceObject", Schema::Named("core.v1.Namespace".into())),
-                ("request", Schema::compact(&request)),
             ]);
             let mut found = BTreeSet::new();
             // Each variable is typed by its expression, for those after it.
