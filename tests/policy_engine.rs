@@ -616,3 +616,53 @@ fn validation_within_a_slice_is_whole_or_nothing() {
     assert!(asks.validate(&req).response.allowed);
     assert!(validate_started(&asks, &req, Instant::now() + Duration::from_secs(60)).is_none());
 }
+
+/// A review that runs out of its slice is started again on an answering
+/// thread, and the slice's work is lost: the next review of that resource
+/// is not tried within a slice at all, while other resources still are,
+/// and one resumed that again takes longer than a slice keeps it so.
+#[test]
+fn a_resource_that_outgrew_its_slice_starts_on_an_answering_thread() {
+    use gpu_admission::admission::{Admission, Bundle};
+    use gpu_admission::server::{Endpoint, Step, Webhook};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let tail = "  validations:\n  - expression: 'object.items.all(a, object.items.all(b, object.items.all(c, a + b + c >= 0)))'";
+    let bundle = Bundle {
+        policies: set(&policy("p", tail, "[Deny]")),
+        ..Bundle::default()
+    };
+    let admission = Arc::new(Admission::new(bundle, Arc::new(StaticNamespaces::new())));
+    let mut pod = gpu_pod("1");
+    pod["items"] = json!((0..1000).collect::<Vec<i64>>());
+    let runaway = create(pod);
+    let long = || Instant::now() + Duration::from_secs(600);
+    // Before any review ran out, a generous slice is used whole: a
+    // Deployment (its template pod judged, and cheap) and a pod are both
+    // answered there.
+    let cheap = create(gpu_pod("1"));
+    assert!(validate_started(&admission, &cheap, long()).is_some());
+    assert!(validate_started(&admission, &create(deployment(1, "ml")), long()).is_some());
+    // The runaway pod runs out of a millisecond's slice.
+    assert!(validate_started(
+        &admission,
+        &runaway,
+        Instant::now() + Duration::from_millis(1)
+    )
+    .is_none());
+    // Now even a cheap pod is not started within a generous slice, and a
+    // Deployment still is.
+    assert!(validate_started(&admission, &cheap, long()).is_none());
+    assert!(validate_started(&admission, &create(deployment(1, "ml")), long()).is_some());
+    // The runaway pod, resumed, takes longer than a slice: pods stay on
+    // the answering threads, and what they answer is the evaluation's.
+    let Step::Resume(resume) =
+        (admission.clone()).answer(Endpoint::Validate, &Arc::new(runaway.clone()), long())
+    else {
+        panic!("a pod is not started within a slice after one ran out");
+    };
+    let resumed = resume(long());
+    assert_eq!(resumed.response, admission.validate(&runaway).response);
+    assert!(!resumed.response.allowed);
+    assert!(validate_started(&admission, &cheap, long()).is_none());
+}
