@@ -717,6 +717,11 @@ fn budget(subject: &Subject, budgets: &dyn BudgetLookup, catalog: &Catalog, to: 
     let Some(namespace) = subject.namespace_name.as_deref() else {
         return;
     };
+    // Whether a budget covers the namespace, before any charge is worked
+    // out: most namespaces have none.
+    if !budgets.covers(namespace, &subject.namespace_labels) {
+        return;
+    }
     let pod = subject.kind == SubjectKind::Pod
         && req.operation == Operation::Create
         && req.sub_resource.is_none();
@@ -745,7 +750,7 @@ fn budget(subject: &Subject, budgets: &dyn BudgetLookup, catalog: &Catalog, to: 
             })
             .collect()
     };
-    if asks.is_empty() || !budgets.covers(namespace, &subject.namespace_labels) {
+    if asks.is_empty() {
         return;
     }
     let name = str_at(

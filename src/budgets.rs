@@ -168,34 +168,40 @@ pub fn charge_on(facts: &GpuFacts, catalog: &Catalog, landed: Option<&str>) -> O
     if facts.total <= 0 {
         return None;
     }
+    let maker = maker(facts);
     let landed = landed.and_then(|size| catalog.get(size));
-    let top = (landed.filter(|sku| of_maker(facts, sku)))
-        .or_else(|| sizes(facts, catalog).max_by(|a, b| costlier(a, b)));
+    let top = (landed.filter(|sku| sku.manufacturer.eq_ignore_ascii_case(maker)))
+        .or_else(|| sizes(facts, catalog, maker).max_by(|a, b| costlier(a, b)));
     Some(charge_as(top, facts.total))
 }
 
-/// Whether `sku` is of the maker the GPU resources of `facts` name
-/// (`amd.com/` or a DRA device class of `amd.com`: AMD, anything else NVIDIA).
-fn of_maker(facts: &GpuFacts, sku: &Sku) -> bool {
+/// The maker the GPU resources of `facts` name (`amd.com/` or a DRA
+/// device class of `amd.com`: AMD, anything else NVIDIA), as catalog
+/// sizes spell their manufacturer (in any case).
+fn maker(facts: &GpuFacts) -> &'static str {
     // `amd.com/gpu`, or a DRA device class such as `gpu.amd.com`.
     let amd_domain = |r: &str| {
         let domain = r.split('/').next().unwrap_or_default();
         domain == "amd.com" || domain.ends_with(".amd.com")
     };
     let amd = facts.request.resources().into_iter().all(amd_domain);
-    sku.manufacturer
-        .eq_ignore_ascii_case(if amd { "amd" } else { "nvidia" })
+    if amd {
+        "amd"
+    } else {
+        "nvidia"
+    }
 }
 
-/// The catalog sizes a pod with `facts` may land on, of the maker its GPU
-/// resources name: those [`charge`] picks from.
+/// The catalog sizes a pod with `facts` may land on, of `maker` (its GPU
+/// resources', [`maker`]): those [`charge`] picks from.
 fn sizes<'f, 'c: 'f>(
     facts: &'f GpuFacts,
     catalog: &'c Catalog,
+    maker: &'static str,
 ) -> impl Iterator<Item = &'c Sku> + 'f {
     (facts.skus.iter())
         .filter_map(|name| catalog.get(name))
-        .filter(move |sku| of_maker(facts, sku))
+        .filter(move |sku| sku.manufacturer.eq_ignore_ascii_case(maker))
 }
 
 /// The charge of a pod of `gpus` GPUs counted as `size` (none: in total only).
@@ -238,7 +244,7 @@ pub fn with_room<'c>(
     facts: &GpuFacts,
     catalog: &'c Catalog,
 ) -> Option<Room<'c>> {
-    let sizes: Vec<&'c Sku> = sizes(facts, catalog).collect();
+    let sizes: Vec<&'c Sku> = sizes(facts, catalog, maker(facts)).collect();
     let mut blocked = Vec::new();
     let counted = budgets.judge(namespace, labels, None, &mut |standings| {
         let by = |s: &Sku| blocking(standings, &charge_as(Some(s), facts.total));
