@@ -416,10 +416,10 @@ impl Webhook for Admission {
             (Endpoint::Mutate, false) => Some(self.mutate_with(&bundle, request, None)),
             (Endpoint::Mutate, true) => None,
             (Endpoint::Validate, _) if self.slice_fit.fits(&request.resource) => {
-                // Given a slice (not one already over), and ran out of it.
                 let given = slice_end > Instant::now();
                 let until = Until::Slice(slice_end);
                 let (outcome, finished) = self.validate_with(&bundle, request, until, &warnings);
+                // Given a slice (not one already over), and ran out of it.
                 if given && !finished {
                     self.slice_fit.learn(&request.resource, false);
                 }
