@@ -82,38 +82,58 @@ const INLINE_SLICE: Duration = Duration::from_micros(300);
 /// Where a review is started: a review that runs out of its inline slice
 /// is evaluated again from the start on an answering thread, and the
 /// slice's work is lost (a RayCluster of the shipped set, or a pod under
-/// hundreds of policies, lost 0.3 ms on every review). So a resource whose
-/// last review outgrew the slice has its next one started on an answering
-/// thread at once, and one resumed there that took less than the slice
-/// gives its resource the slice again. A hint of where to start, never of
-/// what a review answers: the resources are read on every review without
-/// a lock, and written only when one changes side.
-struct SliceFit(ArcSwap<Vec<GroupVersionResource>>);
+/// hundreds of policies, lost 0.3 ms on every review). So a resource two
+/// of whose reviews ran out of the slice, with none between that took less
+/// than a slice, has its next one started on an answering thread at once,
+/// and one resumed there that took less than the slice gives its resource
+/// the slice again. Two, so that one slow review (the first of a process,
+/// on cold caches) moves nothing. A hint of where
+/// to start, never of what a review answers: the resources are read on
+/// every review without a lock, and written only when one's count moves.
+struct SliceFit(ArcSwap<Vec<(GroupVersionResource, u8)>>);
 
-/// At most this many resources are kept off the slice; any more are
-/// tried within it as before.
+/// At most this many resources are counted; any more are tried within
+/// the slice as before.
 const SLICE_MISFITS: usize = 64;
+
+/// How many reviews in a row must outgrow the slice.
+const SLICE_STRIKES: u8 = 2;
 
 impl SliceFit {
     fn new() -> SliceFit {
         SliceFit(ArcSwap::from_pointee(Vec::new()))
     }
 
+    /// The reviews of `resource` in a row that outgrew the slice.
+    fn strikes(&self, resource: &GroupVersionResource) -> u8 {
+        let misfits = self.0.load();
+        let found = misfits.iter().find(|(r, _)| same(r, resource));
+        found.map_or(0, |(_, n)| *n)
+    }
+
     /// Whether a review of `resource` is started on the connection's thread.
     fn fits(&self, resource: &GroupVersionResource) -> bool {
-        !self.0.load().iter().any(|r| same(r, resource))
+        self.strikes(resource) < SLICE_STRIKES
     }
 
     /// What a review of `resource` showed: whether it fitted the slice.
     fn learn(&self, resource: &GroupVersionResource, fitted: bool) {
-        if self.fits(resource) == fitted {
+        let strikes = self.strikes(resource);
+        if (fitted && strikes == 0) || (!fitted && strikes >= SLICE_STRIKES) {
             return;
         }
         self.0.rcu(|misfits| {
             let mut misfits = Vec::clone(misfits);
-            misfits.retain(|r| !same(r, resource));
-            if !fitted && misfits.len() < SLICE_MISFITS {
-                misfits.push(resource.clone());
+            let at = misfits.iter().position(|(r, _)| same(r, resource));
+            match (at, fitted) {
+                (Some(at), true) => {
+                    misfits.swap_remove(at);
+                }
+                (Some(at), false) => misfits[at].1 = (misfits[at].1 + 1).min(SLICE_STRIKES),
+                (None, false) if misfits.len() < SLICE_MISFITS => {
+                    misfits.push((resource.clone(), 1));
+                }
+                (None, _) => {}
             }
             misfits
         });
@@ -419,9 +439,10 @@ impl Webhook for Admission {
                 let given = slice_end > Instant::now();
                 let until = Until::Slice(slice_end);
                 let (outcome, finished) = self.validate_with(&bundle, request, until, &warnings);
-                // Given a slice (not one already over), and ran out of it.
-                if given && !finished {
-                    self.slice_fit.learn(&request.resource, false);
+                // Given a slice (not one already over): it fitted, or
+                // ran out.
+                if given {
+                    self.slice_fit.learn(&request.resource, finished);
                 }
                 finished.then_some(outcome)
             }
@@ -438,7 +459,11 @@ impl Webhook for Admission {
                     let started = Instant::now();
                     let until = Until::Deadline(deadline);
                     let outcome = (self.validate_with(&bundle, &request, until, &warnings)).0;
-                    (self.slice_fit).learn(&request.resource, started.elapsed() <= INLINE_SLICE);
+                    // Only a review tried within the slice counts against
+                    // its resource; one that fits it here counts for it.
+                    if started.elapsed() <= INLINE_SLICE {
+                        self.slice_fit.learn(&request.resource, true);
+                    }
                     outcome
                 }
             };
@@ -802,21 +827,29 @@ mod tests {
         }
     }
 
-    /// A resource is given the slice until a review of it outgrows it,
-    /// and again once one resumed elsewhere fitted it; each resource
-    /// apart, whatever its version.
+    /// A resource is given the slice until two reviews of it in a row
+    /// outgrow it, and again once one resumed elsewhere fitted it; each
+    /// resource apart, whatever its version.
     #[test]
     fn a_slice_is_given_by_what_the_last_review_of_the_resource_showed() {
         let fit = SliceFit::new();
         let pods = request_for("", "pods");
         let rayclusters = request_for("ray.io", "rayclusters");
         assert!(fit.fits(&pods) && fit.fits(&rayclusters));
+        // One slow review moves nothing; two in a row do.
+        fit.learn(&rayclusters, false);
+        assert!(fit.fits(&rayclusters));
+        fit.learn(&rayclusters, true);
+        fit.learn(&rayclusters, false);
+        assert!(fit.fits(&rayclusters), "one since it fitted");
         fit.learn(&rayclusters, false);
         assert!(!fit.fits(&rayclusters));
         assert!(fit.fits(&pods));
+        fit.learn(&rayclusters, false);
         fit.learn(&rayclusters, true);
         assert!(fit.fits(&rayclusters));
         // Another version of the same resource is the same resource.
+        fit.learn(&request_for("ray.io", "rayclusters"), false);
         fit.learn(&request_for("ray.io", "rayclusters"), false);
         assert!(!fit.fits(&GroupVersionResource {
             version: "v1alpha1".into(),
@@ -825,7 +858,9 @@ mod tests {
         assert!(fit.fits(&request_for("ray.io", "rayjobs")));
         // A bounded list: past it, resources are tried within the slice.
         for i in 0..2 * SLICE_MISFITS {
-            fit.learn(&request_for("example.com", &format!("r{i}")), false);
+            let resource = request_for("example.com", &format!("r{i}"));
+            fit.learn(&resource, false);
+            fit.learn(&resource, false);
         }
         assert_eq!(fit.0.load().len(), SLICE_MISFITS);
         assert!(!fit.fits(&rayclusters));
