@@ -87,9 +87,9 @@ const INLINE_SLICE: Duration = Duration::from_micros(300);
 /// than a slice, has its next one started on an answering thread at once,
 /// and one resumed there that took less than the slice gives its resource
 /// the slice again. Two, so that one slow review (the first of a process,
-/// on cold caches) moves nothing. A hint of where
-/// to start, never of what a review answers: the resources are read on
-/// every review without a lock, and written only when one's count moves.
+/// on cold caches) moves nothing. A hint of where to start, never of what
+/// a review answers: the resources are read on every review without a
+/// lock, and written only when one's count moves.
 struct SliceFit(ArcSwap<Vec<(GroupVersionResource, u8)>>);
 
 /// At most this many resources are counted; any more are tried within
@@ -436,12 +436,12 @@ impl Webhook for Admission {
             (Endpoint::Mutate, false) => Some(self.mutate_with(&bundle, request, None)),
             (Endpoint::Mutate, true) => None,
             (Endpoint::Validate, _) if self.slice_fit.fits(&request.resource) => {
-                let given = slice_end > Instant::now();
                 let until = Until::Slice(slice_end);
+                // Tried within the slice (one not already over, a set that
+                // may be evaluated there): it fitted, or ran out.
+                let tried = until.deadline(&bundle.policies).is_some();
                 let (outcome, finished) = self.validate_with(&bundle, request, until, &warnings);
-                // Given a slice (not one already over): it fitted, or
-                // ran out.
-                if given {
+                if tried {
                     self.slice_fit.learn(&request.resource, finished);
                 }
                 finished.then_some(outcome)
