@@ -866,4 +866,45 @@ mod tests {
         assert!(!fit.fits(&rayclusters));
         assert!(fit.fits(&request_for("example.com", "r100")));
     }
+
+    /// Only a review tried within the slice counts: a set that reads
+    /// `authorizer` is never tried there, so its reviews, however many,
+    /// count neither for nor against their resource.
+    #[test]
+    fn reviews_never_tried_within_the_slice_do_not_count() {
+        let yaml = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: asks}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  validations:
+  - expression: "authorizer.group('').resource('pods').namespace('ml').check('create').allowed() || true"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: asks}
+spec: {policyName: asks, validationActions: [Deny]}
+"#;
+        let docs = crate::policy::parse_documents(std::path::Path::new("asks.yaml"), yaml).unwrap();
+        let bundle = Bundle {
+            policies: PolicySet::compile(&docs).unwrap(),
+            ..Bundle::default()
+        };
+        let namespaces = crate::k8s::namespaces::StaticNamespaces::new();
+        let admission = Arc::new(Admission::new(bundle, Arc::new(namespaces)));
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ml"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+        let request = Arc::new(Request::for_object(pod, Operation::Create, Some("ml")));
+        let slice_end = || Instant::now() + Duration::from_secs(600);
+        for _ in 0..3 {
+            let step = (admission.clone()).answer(Endpoint::Validate, &request, slice_end());
+            assert!(
+                matches!(step, Step::Resume(_)),
+                "never answered within a slice"
+            );
+        }
+        assert!(admission.slice_fit.0.load().is_empty());
+    }
 }

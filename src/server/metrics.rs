@@ -71,7 +71,7 @@ struct PolicyEntry {
 impl PolicyEntry {
     fn counter(&self, result: &str) -> Option<&Counter> {
         (self.results.iter())
-            .find(|(r, _)| std::ptr::eq(*r, result) || *r == result)
+            .find(|(r, _)| *r == result)
             .map(|(_, c)| c)
     }
 }
