@@ -5,6 +5,10 @@
 //! case runs its own `gpu-admission serve` process and reads its VmHWM.
 //! A burst of large reviews from one address waits for memory rather than
 //! being refused.
+
+// Tests read fixtures with `Value::pointer`: clippy.toml keeps it out of
+// the crate itself, where objects under admission are read per request.
+#![allow(clippy::disallowed_methods)]
 mod common;
 
 use common::hostile::{

@@ -8,7 +8,7 @@ use crate::gpu::capacity::PoolKind;
 use crate::gpu::dra_devices::is_dra_device_object;
 use crate::gpu::{DraDevices, StaticNodes};
 use crate::k8s::claims::ClaimKind;
-use crate::k8s::json::str_at;
+use crate::k8s::json::{str_at, Pointer};
 use crate::k8s::namespaces::with_name_label;
 use crate::offline;
 use serde_json::Value;
@@ -96,9 +96,9 @@ pub fn namespace_labels(
     ns: &Value,
     base: &BTreeMap<String, String>,
 ) -> Option<(String, BTreeMap<String, String>)> {
-    let name = ns.pointer("/metadata/name").and_then(Value::as_str)?;
+    let name = ns.at("/metadata/name").and_then(Value::as_str)?;
     let own: BTreeMap<String, String> = ns
-        .pointer("/metadata/labels")
+        .at("/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok())
         .unwrap_or_default();
     let mut merged = base.clone();

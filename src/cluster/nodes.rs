@@ -7,6 +7,7 @@
 use super::watch::{self, CacheMetrics, Event, Kind, Relisted, Settings, Watched};
 use crate::gpu::reach::node_size;
 use crate::gpu::{DraDevices, NodeLookup, NodeSnapshot};
+use crate::k8s::json::Pointer;
 use crate::k8s::NodeInfo;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
@@ -195,7 +196,7 @@ fn pool_value(pool: &kube::api::DynamicObject) -> Option<(String, Value)> {
     let name = pool.metadata.name.clone()?;
     let template = pool
         .data
-        .pointer("/spec/template")
+        .at("/spec/template")
         .cloned()
         .unwrap_or(Value::Null);
     Some((

@@ -26,7 +26,7 @@
 //! [`Event`]s (a relist as `Init`, `InitApply`…, `InitDone`), so each kind
 //! keeps only what it reads. [`Watched`] tells whether the first list is
 //! in, and why not.
-use crate::k8s::json::str_field;
+use crate::k8s::json::{str_field, Pointer};
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt as _;
 use kube::core::params::{ListParams, WatchParams};
@@ -670,7 +670,7 @@ where
             };
             if let Some((object, deleted)) = object {
                 if let Some(v) = object
-                    .pointer("/metadata/resourceVersion")
+                    .at("/metadata/resourceVersion")
                     .and_then(Value::as_str)
                 {
                     *version = v.to_string();

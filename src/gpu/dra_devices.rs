@@ -4,7 +4,7 @@
 //! publish in ResourceSlices. A node whose GPUs are served this way may
 //! have no `nvidia.com/gpu` in its allocatable resources; read with the
 //! slices, it offers as many as the class selects there.
-use crate::k8s::json::{items, str_at};
+use crate::k8s::json::{items, str_at, Pointer};
 use crate::k8s::{NodeInfo, NodeSelectorTerm};
 use kube_cel::cel::common::ast::{operators, Expr, LiteralValue};
 use kube_cel::cel::parser::{Expression, Parser};
@@ -58,7 +58,7 @@ impl DraDevices {
             (str_at(s, "/spec/driver"), str_at(s, "/spec/pool/name"))
         }
         let generation =
-            |s: &Value| (s.pointer("/spec/pool/generation").and_then(Value::as_i64)).unwrap_or(0);
+            |s: &Value| (s.at("/spec/pool/generation").and_then(Value::as_i64)).unwrap_or(0);
         let mut newest: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         for slice in &slices {
             let g = newest.entry(pool(slice)).or_insert(i64::MIN);
@@ -66,9 +66,8 @@ impl DraDevices {
         }
         for slice in slices.iter().filter(|s| generation(s) == newest[&pool(s)]) {
             let driver = str_at(slice, "/spec/driver").to_string();
-            let per_device =
-                slice.pointer("/spec/perDeviceNodeSelection") == Some(&Value::Bool(true));
-            for device in items(slice.pointer("/spec/devices")) {
+            let per_device = slice.at("/spec/perDeviceNodeSelection") == Some(&Value::Bool(true));
+            for device in items(slice.at("/spec/devices")) {
                 let at = if per_device {
                     device.get("basic").unwrap_or(device)
                 } else {
@@ -125,7 +124,7 @@ impl DraDevices {
 /// of any driver when it names none, which counts more GPUs and more GPU
 /// nodes, the safe side of the boundary.
 fn class_drivers(class: &Value) -> Drivers {
-    items(class.pointer("/spec/selectors"))
+    items(class.at("/spec/selectors"))
         .map(|s| Parser::new().parse(str_at(s, "/cel/expression")).ok())
         .map(|e| e.as_ref().and_then(drivers))
         .fold(None, both)

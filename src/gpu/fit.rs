@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::catalog::Sku;
 use super::request::{int, parse_amount};
-use crate::k8s::json::{items, scalar_string};
+use crate::k8s::json::{items, scalar_string, Pointer};
 
 /// AKS's kube-reserved CPU in millicores by the cores of the host, the
 /// table of "Node resource reservations" (learn.microsoft.com, AKS docs,
@@ -81,8 +81,8 @@ impl PodResources {
         let containers = running.max(init_peak);
         let pod = spec.get("resources");
         let pod_level = |name: &str, scale: u32, summed: u64| {
-            let request = pod.and_then(|r| r.pointer(&format!("/requests/{name}")));
-            let limit = pod.and_then(|r| r.pointer(&format!("/limits/{name}")));
+            let request = pod.and_then(|r| r.get("requests")?.get(name));
+            let limit = pod.and_then(|r| r.get("limits")?.get(name));
             match (request, limit) {
                 (Some(r), _) => amount(Some(r), scale),
                 (None, Some(l)) if summed == 0 => amount(Some(l), scale),
@@ -112,8 +112,8 @@ impl PodResources {
 }
 
 fn container_request(c: &Value) -> PodResources {
-    let requests = c.pointer("/resources/requests");
-    let limits = c.pointer("/resources/limits");
+    let requests = c.at("/resources/requests");
+    let limits = c.at("/resources/limits");
     let pick = |name: &str| {
         requests
             .and_then(|r| r.get(name))

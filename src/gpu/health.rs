@@ -21,7 +21,7 @@
 //! condition `True` while the problem lasts and `False` otherwise.
 use super::request::parse_count;
 use super::GpuResources;
-use crate::k8s::json::string_map;
+use crate::k8s::json::{string_map, Pointer};
 use crate::k8s::{NodeCondition, NodeInfo};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ pub fn gpu_count(list: &BTreeMap<String, String>, resources: &GpuResources) -> i
 /// The GPUs of a Node (as JSON) its device plugin reports unhealthy: in
 /// `status.capacity` and not in `status.allocatable`.
 pub fn unhealthy_devices(node: &Value, resources: &GpuResources) -> i64 {
-    let count = |field| gpu_count(&string_map(node.pointer(field)), resources);
+    let count = |field| gpu_count(&string_map(node.at(field)), resources);
     (count("/status/capacity") - count("/status/allocatable")).max(0)
 }
 

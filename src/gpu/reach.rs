@@ -7,7 +7,7 @@ use super::catalog::Catalog;
 use super::request::parse_count;
 use super::selection::SkuRequirement;
 use super::{DraDevices, GpuResources};
-use crate::k8s::json::{items, str_at};
+use crate::k8s::json::{items, str_at, Pointer};
 use crate::k8s::{
     NodeInfo, NodeSelection, NodeSelectorOperator as Operator, NodeSelectorRequirement,
     NodeSelectorTerm, Toleration,
@@ -61,10 +61,10 @@ pub fn node_name(spec: &Value) -> Option<&str> {
 pub fn named_nodes(spec: &Value) -> Vec<String> {
     const HOSTNAME: &str = "kubernetes.io/hostname";
     let mut names: Vec<String> = node_name(spec).map(str::to_string).into_iter().collect();
-    if let Some(name) = spec.pointer("/nodeSelector").and_then(|s| s.get(HOSTNAME)) {
+    if let Some(name) = spec.at("/nodeSelector").and_then(|s| s.get(HOSTNAME)) {
         names.extend(name.as_str().map(str::to_string));
     }
-    let terms = spec.pointer(
+    let terms = spec.at(
         "/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
     );
     for term in items(terms) {
@@ -94,9 +94,9 @@ pub fn pool_nodes(pools: &[Value], catalog: &Catalog) -> Vec<NodeInfo> {
             continue;
         };
         let name = str_at(pool, "/metadata/name");
-        let template = pool.pointer("/spec/template");
+        let template = pool.at("/spec/template");
         let mut labels: std::collections::BTreeMap<String, String> = template
-            .and_then(|t| t.pointer("/metadata/labels"))
+            .and_then(|t| t.at("/metadata/labels"))
             .and_then(Value::as_object)
             .map(|m| {
                 m.iter()
@@ -104,17 +104,16 @@ pub fn pool_nodes(pools: &[Value], catalog: &Catalog) -> Vec<NodeInfo> {
                     .collect()
             })
             .unwrap_or_default();
-        for r in items(template.and_then(|t| t.pointer("/spec/requirements"))) {
+        for r in items(template.and_then(|t| t.at("/spec/requirements"))) {
             let values: Vec<&str> = items(r.get("values")).filter_map(Value::as_str).collect();
             if str_at(r, "/operator") == "In" && values.len() == 1 {
                 labels.insert(str_at(r, "/key").to_string(), values[0].to_string());
             }
         }
         labels.insert("karpenter.sh/nodepool".to_string(), name.to_string());
-        let taints: Vec<crate::k8s::Taint> =
-            items(template.and_then(|t| t.pointer("/spec/taints")))
-                .filter_map(crate::k8s::Taint::from_value)
-                .collect();
+        let taints: Vec<crate::k8s::Taint> = items(template.and_then(|t| t.at("/spec/taints")))
+            .filter_map(crate::k8s::Taint::from_value)
+            .collect();
         let node = |gpu: bool| NodeInfo {
             name: format!("NodePool/{name}"),
             labels: labels.clone(),
@@ -411,7 +410,7 @@ pub fn reach(spec: &Value, set: &GpuNodes) -> NodeReach {
 
 /// The preferred node-affinity terms of a pod spec that can match a node.
 pub fn preferred_terms(spec: &Value) -> impl Iterator<Item = NodeSelectorTerm> + '_ {
-    items(spec.pointer("/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution"))
+    items(spec.at("/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution"))
         .filter_map(|p| p.get("preference"))
         .map(NodeSelectorTerm::from_value)
         .filter(|t| !t.matches_nothing && !t.requirements.is_empty())
@@ -422,7 +421,7 @@ pub fn preferred_terms(spec: &Value) -> impl Iterator<Item = NodeSelectorTerm> +
 /// term does not restrict names.
 fn required_field_names(spec: &Value) -> Option<Vec<String>> {
     let terms = spec
-        .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .at("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .and_then(Value::as_array)?;
     let mut names = Vec::new();
     for term in terms {

@@ -34,7 +34,7 @@
 //! already names the variable ([`needs_hiding`]).
 use super::injection::{injections, Injection};
 use crate::k8s::images;
-use crate::k8s::json::{items, str_at};
+use crate::k8s::json::{items, str_at, Pointer};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -248,7 +248,7 @@ pub fn is_device_list_path(path: &str) -> bool {
 
 fn privileged(container: &Value) -> bool {
     container
-        .pointer("/securityContext/privileged")
+        .at("/securityContext/privileged")
         .and_then(Value::as_bool)
         .unwrap_or(false)
 }

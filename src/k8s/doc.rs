@@ -1,7 +1,7 @@
 //! Strict reading of documents (the project's own and Kubernetes objects in
 //! policy folders) with serde: unknown fields are errors, and every error
 //! names the path of its field.
-use super::json::FieldError;
+use super::json::{FieldError, Pointer};
 use serde::de::{self, DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Number, Value};
@@ -94,7 +94,7 @@ pub struct ObjectMeta {
 pub fn is_config_map(doc: &Value, name: &str) -> bool {
     doc.get("apiVersion").and_then(Value::as_str) == Some("v1")
         && doc.get("kind").and_then(Value::as_str) == Some("ConfigMap")
-        && doc.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+        && doc.at("/metadata/name").and_then(Value::as_str) == Some(name)
 }
 
 /// A list as policies' params write one in a ConfigMap value: split at

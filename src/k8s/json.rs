@@ -192,7 +192,9 @@ mod tests {
             "spec",
             "/nothing/here",
         ] {
-            assert_eq!(doc.at(pointer), doc.pointer(pointer), "{pointer:?}");
+            #[allow(clippy::disallowed_methods)] // the answer `at` must give
+            let expected = doc.pointer(pointer);
+            assert_eq!(doc.at(pointer), expected, "{pointer:?}");
         }
     }
 

@@ -3,7 +3,7 @@
 //! Everything else a Node carries (images, addresses, annotations, the
 //! conditions no one reads) is dropped before it is stored, so the cache
 //! stays small on clusters of thousands of nodes.
-use super::json::{items, str_at, string_map};
+use super::json::{items, str_at, string_map, Pointer};
 use super::taints::Taint;
 use serde::Serialize;
 use serde_json::Value;
@@ -38,12 +38,12 @@ impl NodeInfo {
     pub fn from_value(node: &Value) -> NodeInfo {
         NodeInfo {
             name: str_at(node, "/metadata/name").to_string(),
-            labels: string_map(node.pointer("/metadata/labels")),
-            taints: items(node.pointer("/spec/taints"))
+            labels: string_map(node.at("/metadata/labels")),
+            taints: items(node.at("/spec/taints"))
                 .filter_map(Taint::from_value)
                 .collect(),
-            allocatable: string_map(node.pointer("/status/allocatable")),
-            conditions: items(node.pointer("/status/conditions"))
+            allocatable: string_map(node.at("/status/allocatable")),
+            conditions: items(node.at("/status/conditions"))
                 .map(|c| NodeCondition {
                     kind: str_at(c, "/type").to_string(),
                     status: str_at(c, "/status").to_string(),

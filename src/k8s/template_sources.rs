@@ -43,7 +43,7 @@
 //! path. See docs/workload-kinds.md.
 use super::apply::{ListType, Schema};
 use super::doc::{self, Object};
-use super::json::{int_of, items, FieldError};
+use super::json::{int_of, items, FieldError, Pointer};
 use super::workloads;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -385,7 +385,7 @@ impl TemplatePath {
         };
         // An inline pod spec with no container of its own is no pod (an
         // Argo steps template), whatever the patches name.
-        let has_containers = items(template.pointer("/spec/containers")).next().is_some();
+        let has_containers = items(template.at("/spec/containers")).next().is_some();
         if self.shape == Shape::PodSpec && !has_containers {
             return None;
         }

@@ -10,7 +10,7 @@
 //! never overwrites it (a value that names GPUs is denied by
 //! `gpu-visible-devices-leak`, never rewritten).
 use crate::gpu::visibility::{needs_hiding, ContainerAccess, Reach, HIDDEN, VISIBLE_DEVICES};
-use crate::k8s::json::{items, str_at};
+use crate::k8s::json::{items, str_at, Pointer};
 use crate::k8s::patch::{Patch, ShapeError};
 use json_patch::PatchOperation;
 use serde_json::{json, Value};
@@ -32,7 +32,7 @@ pub fn hide_unrequested(
 ) -> Result<Vec<PatchOperation>, ShapeError> {
     let existing: Vec<&str> = only_new_ephemeral_of
         .map(|old| {
-            items(old.pointer("/spec/ephemeralContainers"))
+            items(old.at("/spec/ephemeralContainers"))
                 .map(|c| str_at(c, "/name"))
                 .collect()
         })
@@ -88,7 +88,7 @@ fn pin(
 ) -> Result<Vec<PatchOperation>, ShapeError> {
     let mut patch = Patch::new(pod);
     for (field, _) in FIELDS {
-        for (index, container) in items(pod.pointer(&format!("/spec/{field}"))).enumerate() {
+        for (index, container) in items(pod.get("spec").and_then(|s| s.get(field))).enumerate() {
             if hide(field, container) {
                 let index = index.to_string();
                 patch.append(
@@ -139,7 +139,7 @@ mod tests {
             {"name": "leak", "env": [{"name": VISIBLE_DEVICES, "value": "all"}]}
         ]}});
         let patched = apply(&pod, ops(&pod, None));
-        let env = |path: &str| patched.pointer(path).cloned().unwrap_or(Value::Null);
+        let env = |path: &str| patched.at(path).cloned().unwrap_or(Value::Null);
         // The GPU container is left alone; an explicit value is judged, not
         // rewritten.
         for case in [
