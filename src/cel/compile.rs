@@ -3,6 +3,7 @@
 //! variables and functions), and what it reads worked out.
 use super::env::Env;
 use super::limits::{self, Limits};
+use super::schema::Parsed;
 use super::{signatures, variables, Reach};
 use kube_cel::cel::common::ast::SourceInfo;
 use kube_cel::cel::objects::TypeValue;
@@ -122,13 +123,23 @@ pub fn on_compile_stack<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, Stri
 /// [`compile`] on the calling thread, which must have a stack of
 /// [`limits::COMPILE_STACK`] bytes (see [`on_compile_stack`]).
 pub fn compile_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
+    compile_with_limits(env, source, env.limits()).map(|(compiled, _)| compiled)
+}
+
+/// [`compile_here`], with the expression as written (its tree before any
+/// rewriting, and the positions of its parts) for type checking: the one
+/// parse serves both, where parsing is most of what compiling costs.
+pub fn compile_written(env: &Env, source: &str) -> Result<(Compiled, Parsed), CompileError> {
     compile_with_limits(env, source, env.limits())
 }
 
-/// [`compile_here`] for a MutatingAdmissionPolicy mutation: message
+/// [`compile_written`] for a MutatingAdmissionPolicy mutation: message
 /// literals (`JSONPatch{...}`, `Object{...}`) are allowed and evaluate to
 /// maps of their fields.
-pub fn compile_mutation_here(env: &Env, source: &str) -> Result<Compiled, CompileError> {
+pub fn compile_mutation_written(
+    env: &Env,
+    source: &str,
+) -> Result<(Compiled, Parsed), CompileError> {
     let limits = Limits {
         message_literals: true,
         ..env.limits().clone()
@@ -136,7 +147,14 @@ pub fn compile_mutation_here(env: &Env, source: &str) -> Result<Compiled, Compil
     compile_with_limits(env, source, &limits)
 }
 
-fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compiled, CompileError> {
+/// Compiles `source`, and gives the tree as parsed too (before
+/// [`variables::inline_references`] rewrites it), with its positions: a
+/// copy of the tree costs little beside parsing it.
+fn compile_with_limits(
+    env: &Env,
+    source: &str,
+    limits: &Limits,
+) -> Result<(Compiled, Parsed), CompileError> {
     if source.trim().is_empty() {
         return Err(CompileError::plain("expression is empty"));
     }
@@ -188,14 +206,16 @@ fn compile_with_limits(env: &Env, source: &str, limits: &Limits) -> Result<Compi
             .into_iter()
             .filter(|t| known.contains(t.as_str())),
     );
+    let written = Parsed::of(ast.clone(), positions);
     let reads_variables_map = variables::inline_references(&mut ast);
-    Ok(Compiled {
+    let compiled = Compiled {
         source: source.to_string(),
         ast,
         variables,
         policy_variables: shape.policy_variables,
         reads_variables_map,
-    })
+    };
+    Ok((compiled, written))
 }
 
 /// Refuses an aggregate literal whose elements (a list's) or keys or

@@ -27,7 +27,8 @@ pub mod variables;
 mod walk;
 
 pub use compile::{
-    compile, compile_here, compile_mutation_here, on_compile_stack, CompileError, Compiled,
+    compile, compile_here, compile_mutation_written, compile_written, on_compile_stack,
+    CompileError, Compiled,
 };
 pub use env::{Env, Extension, Extensions};
 pub use evaluate::{

@@ -8,7 +8,7 @@
 //! The same walk, with no schema at all, finds aggregate literals whose
 //! elements or values differ in type, which kube-apiserver refuses.
 use kube_cel::cel::common::ast::{operators as op, EntryExpr, Expr, LiteralValue as L, SourceInfo};
-use kube_cel::cel::parser::{Expression, Parser};
+use kube_cel::cel::parser::Expression;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -194,10 +194,16 @@ pub struct Finding {
 pub struct Parsed(Expression, std::sync::Arc<SourceInfo>);
 
 impl Parsed {
+    /// A tree as parsed, with the positions of its parts.
+    pub(super) fn of(ast: Expression, positions: std::sync::Arc<SourceInfo>) -> Parsed {
+        Parsed(ast, positions)
+    }
+
     /// `source` parsed as [`super::compile`] parses it; `None` when it
     /// does not parse.
+    #[cfg(test)]
     pub fn new(source: &str) -> Option<Parsed> {
-        let parser = Parser::new().enable_optional_syntax(true);
+        let parser = kube_cel::cel::parser::Parser::new().enable_optional_syntax(true);
         let (ast, positions) = parser.parse_with_positions(source).ok()?;
         Some(Parsed(ast, positions))
     }

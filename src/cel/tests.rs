@@ -403,7 +403,7 @@ fn message_literals_build_maps_in_mutations_only() {
     let env = Env::default();
     let source = r#"[JSONPatch{op: "add", path: "/metadata/labels/" + jsonpatch.escapeKey("example.com/a~b"),
         value: Object.metadata.labels{?team: optional.of("ml"), ?none: optional.none()}}]"#;
-    let compiled = on_compile_stack(|| compile_mutation_here(&env, source))
+    let (compiled, _) = on_compile_stack(|| compile_mutation_written(&env, source))
         .unwrap()
         .unwrap();
     let value = evaluate(compiled.tree(), &env.scope()).unwrap();

@@ -58,6 +58,28 @@ struct Errors<'a> {
     errors: &'a mut Vec<LoadError>,
     /// Expressions compiled so far: the next one's [`Expr::id`].
     expressions: usize,
+    /// Each compiled expression as written, by [`Expr::id`]: for type
+    /// checking.
+    written: Written,
+}
+
+/// How an expression is compiled: with its tree as written kept.
+type Compile = fn(&Env, &str) -> Result<(Compiled, cel::schema::Parsed), cel::CompileError>;
+
+/// How a policy document is read: the policy, and its expressions as
+/// written for type checking.
+pub type ReadPolicy = fn(&Env, &Document, &mut Vec<LoadError>) -> Option<(Policy, Written)>;
+
+/// The expressions of a policy as written ([`cel::compile_written`]), by
+/// [`Expr::id`]; `None` for one that did not compile.
+#[derive(Default)]
+pub struct Written(Vec<Option<cel::schema::Parsed>>);
+
+impl Written {
+    /// The expression numbered `id` as written.
+    pub fn get(&self, id: usize) -> Option<&cel::schema::Parsed> {
+        self.0.get(id)?.as_ref()
+    }
 }
 
 impl Errors<'_> {
@@ -75,14 +97,14 @@ impl Errors<'_> {
     }
 
     fn compile(&mut self, env: &Env, source: String, field: &str) -> Option<Expr> {
-        self.compile_with(cel::compile_here, env, source, field)
+        self.compile_with(cel::compile_written, env, source, field)
     }
 
     /// The next expression of the policy, compiled with `compile`, or its
     /// error reported at `field`.
     fn compile_with(
         &mut self,
-        compile: fn(&Env, &str) -> Result<Compiled, cel::CompileError>,
+        compile: Compile,
         env: &Env,
         source: String,
         field: &str,
@@ -90,11 +112,15 @@ impl Errors<'_> {
         let source = self.required(source, field)?;
         let id = self.expressions;
         self.expressions += 1;
+        self.written.0.resize_with(id + 1, || None);
         compile(env, &source)
-            .map(|compiled| Expr {
-                id,
-                field: field.into(),
-                compiled,
+            .map(|(compiled, written)| {
+                self.written.0[id] = Some(written);
+                Expr {
+                    id,
+                    field: field.into(),
+                    compiled,
+                }
             })
             .map_err(|e| {
                 self.errors.push(LoadError {
@@ -468,6 +494,7 @@ fn read_object<'a, S: DeserializeOwned>(
         expressions: 0,
         source: &doc.source,
         errors,
+        written: Written::default(),
     };
     let name = Some(object.metadata.name).filter(|n| !n.is_empty());
     if name.is_none() {
@@ -490,7 +517,11 @@ fn read_object<'a, S: DeserializeOwned>(
 pub const DESCRIPTION_ANNOTATION: &str = "gpu-admission.io/description";
 
 /// Reads a ValidatingAdmissionPolicy.
-pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Option<Policy> {
+pub fn read_policy(
+    env: &Env,
+    doc: &Document,
+    errors: &mut Vec<LoadError>,
+) -> Option<(Policy, Written)> {
     let Read {
         name,
         annotations,
@@ -514,7 +545,7 @@ pub fn read_policy(env: &Env, doc: &Document, errors: &mut Vec<LoadError>) -> Op
     let mut policy = spec.validate(env, name, &mut errors)?;
     policy.pod_templates = pod_templates?;
     policy.description = description(&annotations);
-    Some(policy)
+    Some((policy, errors.written))
 }
 
 /// The policy's [`DESCRIPTION_ANNOTATION`], on one line.
@@ -800,7 +831,7 @@ impl MutatingPolicySpec {
                 continue;
             };
             let expr = errors.compile_with(
-                cel::compile_mutation_here,
+                cel::compile_mutation_written,
                 env,
                 given.expression,
                 &format!("{field}.expression"),
@@ -817,7 +848,7 @@ pub fn read_mutating_policy(
     env: &Env,
     doc: &Document,
     errors: &mut Vec<LoadError>,
-) -> Option<Policy> {
+) -> Option<(Policy, Written)> {
     let Read {
         name,
         annotations,
@@ -826,7 +857,7 @@ pub fn read_mutating_policy(
     } = read_object::<MutatingPolicySpec>(doc, errors)?;
     let mut policy = spec.validate(env, name, &mut errors)?;
     policy.description = description(&annotations);
-    Some(policy)
+    Some((policy, errors.written))
 }
 
 /// `MutatingAdmissionPolicyBindingSpec`: a validating binding without

@@ -241,7 +241,7 @@ struct FamilyKinds {
     api_versions: &'static [&'static str],
     policy: &'static str,
     binding: &'static str,
-    read_policy: fn(&Env, &Document, &mut Vec<LoadError>) -> Option<Policy>,
+    read_policy: documents::ReadPolicy,
     read_binding: fn(&Document, &mut Vec<LoadError>) -> Option<Binding>,
     /// Whether a binding without `paramRef` of a policy with `paramKind`
     /// is evaluated with null params (Kubernetes' documented mutating
@@ -303,11 +303,11 @@ impl<'d> Family<'d> {
         let mut returned_keys = BTreeMap::new();
         let mut sources: BTreeMap<String, &Source> = BTreeMap::new();
         for doc in docs.iter().filter(|d| is_policy(d)) {
-            let Some(p) = (kinds.read_policy)(env, doc, errors) else {
+            let Some((p, written)) = (kinds.read_policy)(env, doc, errors) else {
                 continue;
             };
             notes_on_keys.extend(key_notices(&p, doc, &mut returned_keys));
-            notes_on_keys.extend(schemas.check(&p, &doc.source));
+            notes_on_keys.extend(schemas.check(&p, &written, &doc.source));
             if kinds.judges_templates && p.judges_pod_templates() {
                 template_notes.push(pod_template_notice(&p, doc));
             }

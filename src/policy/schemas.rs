@@ -11,10 +11,11 @@
 //! kube-apiserver treats unknown types. What is found is a notice
 //! ([`NoticeLevel::Typing`]) only when every kind the policy matches
 //! gives it: a policy may guard a field of one kind by the kind.
+use super::documents::Written;
 use super::load::{Document, LoadError, LoadNotice, NoticeLevel, Source};
 use super::matching::MatchResources;
 use super::model::Policy;
-use crate::cel::schema::{Finding, Parsed, Schema, Types};
+use crate::cel::schema::{Finding, Schema, Types};
 use crate::cel::Env;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -135,10 +136,15 @@ impl Schemas {
 
     /// What type checking finds in `policy`'s expressions (read from the
     /// document at `source`), in `env`.
-    pub(super) fn check(&self, policy: &Policy, source: &Source) -> Vec<LoadNotice> {
+    pub(super) fn check(
+        &self,
+        policy: &Policy,
+        written: &Written,
+        source: &Source,
+    ) -> Vec<LoadNotice> {
         let parsed: Vec<_> = policy
             .expressions()
-            .filter_map(|e| Some((e, Parsed::new(e.source())?)))
+            .filter_map(|e| Some((e, written.get(e.id)?)))
             .collect();
         let kinds = self.matched(&policy.match_constraints);
         let params = policy
