@@ -55,7 +55,9 @@ impl PolicySource {
 #[derive(Clone, Debug, Default)]
 pub struct Loaded {
     pub bundle: Bundle,
-    /// `PolicyTest` documents, for `gpu-admission test`.
+    /// `PolicyTest` documents of a folder, for `gpu-admission test` and
+    /// `lint`; none for the built-in set, whose tests are
+    /// [`embedded_tests`].
     pub tests: Vec<Document>,
 }
 
@@ -156,11 +158,28 @@ pub fn catalog_name(path: Option<&Path>) -> String {
     path.map_or_else(|| "built-in".to_string(), |path| path.display().to_string())
 }
 
-/// The shipped policy files as documents, named `policies/<path>`.
+/// The folder of the shipped set that holds its `PolicyTest`s, and only
+/// them (a test of this module holds it to that).
+const EMBEDDED_TESTS: &str = "tests/";
+
+/// The shipped policy files as documents, named `policies/<path>`: what a
+/// server of the built-in set serves. Its `PolicyTest`s, three quarters
+/// of its text, are read only where asked for ([`embedded_tests`]).
 pub fn embedded_documents() -> Result<Vec<Document>, LoadErrors> {
+    parse_embedded(|path| !path.starts_with(EMBEDDED_TESTS))
+}
+
+/// The shipped set's `PolicyTest` documents (`policies/tests/`).
+pub fn embedded_tests() -> Result<Vec<Document>, LoadErrors> {
+    parse_embedded(|path| path.starts_with(EMBEDDED_TESTS))
+}
+
+/// The shipped files whose path (inside `policies/`) `wanted` takes, as
+/// documents named `policies/<path>`.
+fn parse_embedded(wanted: impl Fn(&str) -> bool) -> Result<Vec<Document>, LoadErrors> {
     let mut documents = Vec::new();
     let mut errors = Vec::new();
-    for (path, text) in EMBEDDED_POLICIES {
+    for (path, text) in EMBEDDED_POLICIES.iter().filter(|(path, _)| wanted(path)) {
         let file = Path::new("policies").join(path);
         match policy::parse_documents(&file, text) {
             Ok(docs) => documents.extend(docs),
@@ -293,6 +312,37 @@ mod tests {
             policy_digest(&PolicySource::Dir(shipped)).unwrap(),
             built_in
         );
+    }
+
+    /// The built-in set is its policies alone, and its tests are the
+    /// shipped folder's tests: every PolicyTest is under `tests/`, and
+    /// nothing else is.
+    #[test]
+    fn the_shipped_tests_are_their_folder_and_the_folder_is_tests() {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+        let folder = load(&PolicySource::Dir(shipped)).unwrap();
+        let built_in = load(&PolicySource::Embedded).unwrap();
+        assert!(built_in.tests.is_empty());
+        let tests = embedded_tests().unwrap();
+        assert!(tests.len() >= 40, "{} tests", tests.len());
+        assert!(tests.iter().all(|d| d.type_meta().1 == "PolicyTest"));
+        let named = |docs: &[Document]| -> Vec<String> {
+            let mut names: Vec<String> = (docs.iter())
+                .map(|d| {
+                    let file = d.source.file.to_string_lossy();
+                    let inside = file.rsplit("policies/").next().unwrap_or_default();
+                    format!("{inside} document {}", d.source.document)
+                })
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(named(&tests), named(&folder.tests));
+        assert!(embedded_documents()
+            .unwrap()
+            .iter()
+            .all(|d| d.type_meta().1 != "PolicyTest"));
+        assert_eq!(built_in.bundle.policies.len(), folder.bundle.policies.len());
     }
 
     #[test]
