@@ -115,23 +115,29 @@ fn read_back(ident: &str) -> Expression {
     }
 }
 
+/// A bound part (see [`Constants`]): its value, and the units reading it
+/// charges on top of the call's; `None` when `bound` is not one.
+pub(super) fn part(bound: &dyn Val) -> Option<(&dyn Val, u64)> {
+    let list = bound.downcast_ref::<CelList>().filter(|l| l.len() == 2)?;
+    let extra = list[1]
+        .downcast_ref::<CelInt>()
+        .map(|i| u64::try_from(*i.inner()).unwrap_or(0))
+        .unwrap_or(0);
+    Some((list[0].as_ref(), extra))
+}
+
 /// Registers [`CONSTANT_FUNCTION`]: given a part's value and cost (see
-/// [`Constants`]), charges the cost and answers the value as it is.
+/// [`Constants`]), charges the cost and answers the value as it is. A
+/// program reads a part without calling it ([`super::Program`]), charged
+/// the same units.
 pub(super) fn register(ctx: &mut Context<'static>) {
     ctx.add_function(
         CONSTANT_FUNCTION,
-        |part: kube_cel::cel::extractors::Val| -> ResolveResult {
-            let list = part
-                .0
-                .downcast_ref::<CelList>()
-                .filter(|l| l.len() == 2)
+        |bound: kube_cel::cel::extractors::Val| -> ResolveResult {
+            let (value, extra) = part(bound.0.as_ref())
                 .ok_or_else(|| ExecutionError::function_error(CONSTANT_FUNCTION, "not a part"))?;
-            let extra = list[1]
-                .downcast_ref::<CelInt>()
-                .map(|i| u64::try_from(*i.inner()).unwrap_or(0))
-                .unwrap_or(0);
             budget::charge(extra)?;
-            Ok(Value::from_val(list[0].clone_as_boxed()))
+            Ok(Value::from_val(value.clone_as_boxed()))
         },
     );
 }
@@ -437,7 +443,9 @@ mod tests {
     }
 
     /// Evaluates `expr` whole and folded with `params`, each under a budget
-    /// of `limit`; the results (errors as text) and the units used.
+    /// of `limit`; the results (errors as text) and the units used. The
+    /// folded tree is evaluated by the interpreter and by its program
+    /// (which reads each part where it is bound), and both must agree.
     fn both(expr: &Compiled, env: &Env, params: &Value, limit: u64) -> [(String, u64); 2] {
         let folded = fold_expression(env, expr).expect("folded");
         let folded = &*folded;
@@ -448,8 +456,16 @@ mod tests {
         let whole = budget::with_budget(limit, || crate::cel::evaluate(expr.tree(), &scope));
         let mut inner = scope.new_inner_scope();
         constants.bind(folded, &mut inner);
+        let program = env.program(&folded.ast).expect("a program");
+        assert_eq!(program.interpreted(), 0, "{program:?}");
+        let by_program = budget::with_budget(limit, || {
+            let (result, _) = program.evaluate_val(&inner, &crate::cel::Roots::SCOPE);
+            result.and_then(|v| crate::cel::to_value(v.as_ref()))
+        });
         let folded = budget::with_budget(limit, || crate::cel::evaluate(&folded.ast, &inner));
-        [(show(whole.0), whole.1), (show(folded.0), folded.1)]
+        let folded = (show(folded.0), folded.1);
+        assert_eq!((show(by_program.0), by_program.1), folded, "by the program");
+        [(show(whole.0), whole.1), folded]
     }
 
     #[test]

@@ -3,9 +3,11 @@
 //! resolved to their code, comprehension variables to slots, literals to
 //! values; results are held unboxed (scalars by value, strings borrowed
 //! where they stand, lists built here as the program's own), and `size`,
-//! `string`, `join`, `startsWith` and `endsWith` are done here, as are
-//! the functions an extension implements natively ([`Native`]: the
-//! SKU-set functions). Every other subtree (other
+//! `string`, `join`, `startsWith`, `endsWith` and `matches` (a literal
+//! pattern, compiled at load) are done here, as are the functions an
+//! extension implements natively ([`Native`]: the SKU-set functions) and
+//! the parts of an expression worked out once per params object
+//! ([`super::fold`]). Every other subtree (other
 //! function calls, the optional syntax, message literals, type names) is
 //! handed whole to the interpreter, with the comprehension variables it
 //! reads bound for it.
@@ -95,12 +97,22 @@ enum Node {
     StringOf(Box<Node>),
     /// `list.join()` or `list.join(separator)`.
     Join(Box<Join>),
-    /// `s.startsWith(p)` or `s.endsWith(p)`, with the argument's tree and
-    /// the comprehension variables it reads, for the interpreter's function
-    /// when the receiver is not a string.
+    /// `s.startsWith(p)`, `s.endsWith(p)` or `s.matches('pattern')`, with
+    /// the argument's tree and the comprehension variables it reads, for
+    /// the interpreter's function when the receiver is not a string.
     StrTest(Box<StrTest>),
     /// A function an extension implements natively, with its arguments.
     Native(Box<NativeCall>),
+    /// A part worked out once per params object ([`super::fold`]),
+    /// `@paramsConstant(<ident>)`: read where the evaluation bound it.
+    Constant(Box<Constant>),
+}
+
+/// `@paramsConstant(<ident>)`: the part bound as `ident`, and the call
+/// for the interpreter should the scope hold no part by that name.
+struct Constant {
+    ident: Box<str>,
+    call: Box<Interp>,
 }
 
 /// A function a program calls on its own values, where the interpreter
@@ -311,10 +323,32 @@ struct Join {
 }
 
 struct StrTest {
-    ends: bool,
+    test: Test,
     target: Node,
     arg: Node,
     args: Args,
+}
+
+/// What a [`StrTest`] asks of its receiver.
+enum Test {
+    StartsWith,
+    EndsWith,
+    /// `matches` with a literal pattern: compiled at load, as the
+    /// interpreter's function compiles it (the `regex` crate, its
+    /// defaults), where the function compiles it on its first call on
+    /// each thread and finds it again by the pattern's text on every one.
+    Matches(regex::Regex),
+}
+
+impl Test {
+    /// The interpreter's function.
+    fn name(&self) -> &'static str {
+        match self {
+            Test::StartsWith => "startsWith",
+            Test::EndsWith => "endsWith",
+            Test::Matches(_) => "matches",
+        }
+    }
 }
 
 impl Program {
@@ -393,6 +427,7 @@ impl Program {
         fn walk<'p>(n: &'p Node, out: &mut Vec<&'p Expression>) {
             match n {
                 Node::Interp(i) => out.push(&i.expr),
+                Node::Constant(c) => out.push(&c.call.expr),
                 Node::StrTest(t) => out.extend(&t.args.trees),
                 Node::Join(j) => out.extend(&j.args.trees),
                 _ => {}
@@ -423,6 +458,7 @@ impl Node {
         let here = match self {
             Node::Local(s) | Node::TakeLocal(s) => *s == slot,
             Node::Interp(i) => named(&i.locals),
+            Node::Constant(c) => named(&c.call.locals),
             Node::StrTest(t) => named(&t.args.locals),
             Node::Join(j) => named(&j.args.locals),
             _ => false,
@@ -436,6 +472,7 @@ impl Node {
     fn children<'n>(&'n self, visit: &mut dyn FnMut(&'n Node)) {
         match self {
             Node::Interp(_) | Node::Lit(_) | Node::Local(_) | Node::TakeLocal(_) => {}
+            Node::Constant(_) => {}
             Node::Root(..) | Node::Variable(_) => {}
             Node::Select(o, _, _)
             | Node::Not(o)
@@ -712,6 +749,17 @@ impl Builder<'_> {
         call: &kube_cel::cel::common::ast::CallExpr,
     ) -> Option<Node> {
         let name = call.func_name.as_str();
+        if let (super::fold::CONSTANT_FUNCTION, None, [arg]) =
+            (name, call.target.as_deref(), call.args.as_slice())
+        {
+            if let Expr::Ident(ident) = &arg.expr {
+                let Some(Node::Interp(call)) = self.interp(e) else {
+                    return None;
+                };
+                let ident = ident.as_str().into();
+                return Some(Node::Constant(Box::new(Constant { ident, call })));
+            }
+        }
         // `prefix.name(...)` calls the function registered as
         // `prefix.name` when there is one (`azure.sku`).
         let qualified = match call.target.as_deref().map(|t| &t.expr) {
@@ -735,12 +783,25 @@ impl Builder<'_> {
         match (name, call.target.as_deref(), call.args.as_slice()) {
             ("size", None, [arg]) => Some(Node::Size(Box::new(self.node(arg)?), false)),
             ("size", Some(target), []) => Some(Node::Size(Box::new(self.node(target)?), true)),
-            ("startsWith" | "endsWith", Some(target), [arg]) => {
+            ("startsWith" | "endsWith" | "matches", Some(target), [arg]) => {
+                let test = match (name, &arg.expr) {
+                    ("startsWith", _) => Test::StartsWith,
+                    ("endsWith", _) => Test::EndsWith,
+                    // A pattern that does not compile is the function's
+                    // error to give, on each call.
+                    (_, Expr::Literal(LiteralValue::String(pattern))) => {
+                        match regex::Regex::new(pattern.inner()) {
+                            Ok(compiled) => Test::Matches(compiled),
+                            Err(_) => return self.interp(e),
+                        }
+                    }
+                    _ => return self.interp(e),
+                };
                 let target = self.node(target)?;
                 let args = self.args(&call.args)?;
                 let arg = self.node(arg)?;
                 Some(Node::StrTest(Box::new(StrTest {
-                    ends: name == "endsWith",
+                    test,
                     target,
                     arg,
                     args,

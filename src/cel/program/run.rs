@@ -3,8 +3,8 @@
 //! in the same order, charging the same units.
 use super::value::{self, V};
 use super::{
-    Cmp, Comprehension, Interp, Join, Native, NativeCall, Node, PolicyVariables, Program, Roots,
-    StrTest,
+    Cmp, Comprehension, Constant, Interp, Join, Native, NativeCall, Node, PolicyVariables, Program,
+    Roots, StrTest, Test,
 };
 use crate::cel::sku_sets::{Given, Kept, Marks, Names, Number, SkuFunction};
 use kube_cel::cel::budget::{self, DepthGuard};
@@ -86,8 +86,10 @@ fn literal(l: &LiteralValue) -> V<'_> {
 
 impl<'a, 'r: 'a> Frame<'a, 'r> {
     fn eval(&mut self, node: &'a Node) -> Result<V<'a>, ExecutionError> {
-        if let Node::Interp(i) = node {
-            return self.interp(i);
+        match node {
+            Node::Interp(i) => return self.interp(i),
+            Node::Constant(c) => return self.constant(c),
+            _ => {}
         }
         let _node = DepthGuard::node()?;
         match node {
@@ -107,7 +109,7 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
                 },
                 None => self.root(ident),
             },
-            Node::Interp(_) => unreachable!("handled above"),
+            Node::Interp(_) | Node::Constant(_) => unreachable!("handled above"),
             Node::Select(operand, field, test) => {
                 let left = self.eval(operand)?;
                 select(left, field, *test)
@@ -282,6 +284,25 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
         scope
     }
 
+    /// A params part, read where it was bound and charged as the
+    /// interpreter charges `@paramsConstant(<ident>)`: the call's node,
+    /// its argument's, the part's cost, and the value answered. Anything
+    /// else bound by that name goes to the interpreter's call.
+    fn constant(&mut self, c: &'a Constant) -> Result<V<'a>, ExecutionError> {
+        let bound = match self.ctx.get_variable(&c.ident) {
+            Some(Cow::Borrowed(bound)) => crate::cel::fold::part(bound),
+            _ => None,
+        };
+        let Some((value, extra)) = bound else {
+            return self.interp(&c.call);
+        };
+        let _call = DepthGuard::node()?;
+        drop(DepthGuard::node()?);
+        budget::charge(extra)?;
+        budget::charge_val(value)?;
+        Ok(V::from_ref(value))
+    }
+
     fn interp(&mut self, i: &'a Interp) -> Result<V<'a>, ExecutionError> {
         if !self.needs_scope(&i.locals, i.variables) {
             return Value::resolve_val(&i.expr, self.ctx).map(V::from_cow);
@@ -326,16 +347,18 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
         let Some(s) = target.as_str() else {
             let this = target.to_value()?;
             value::charge_value(&target)?;
-            let name = if t.ends { "endsWith" } else { "startsWith" };
+            let name = t.test.name();
             return self.call(name, this, &t.args.trees, &t.args.locals, t.args.variables);
         };
         value::charge_value(&target)?;
+        // Evaluated (and charged) as the function's argument is, also a
+        // `matches` pattern, which was compiled at load.
         let arg = self.eval(&t.arg)?;
         match arg.as_str() {
-            Some(p) => Ok(V::Bool(if t.ends {
-                s.ends_with(p)
-            } else {
-                s.starts_with(p)
+            Some(p) => Ok(V::Bool(match &t.test {
+                Test::StartsWith => s.starts_with(p),
+                Test::EndsWith => s.ends_with(p),
+                Test::Matches(compiled) => compiled.is_match(s),
             })),
             None => Err(ExecutionError::UnexpectedType {
                 got: arg.to_value()?.type_of().to_string(),

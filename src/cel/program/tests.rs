@@ -140,6 +140,13 @@ const CASES: &[&str] = &[
     "object.metadata.name.startsWith(1)",
     "object.spec.containers.all(c, c.image.startsWith(c.name))",
     "object.spec.containers.exists(c, c.name.endsWith(object.metadata.name))",
+    "object.metadata.name.matches('^train(er)?-[0-9]+$') && !object.metadata.name.matches('x')",
+    "object.spec.containers.filter(c, c.image.matches('(?i)PYTORCH:[0-9.]+')).size()",
+    "object.spec.containers.exists(c, c.name.matches(c.image))",
+    "object.spec.replicas.matches('3')",
+    "object.metadata.name.matches('([a-z')",
+    "object.metadata.name.matches(1)",
+    "object.metadata.labels.all(k, v, (k + '=' + v).matches('^[a-z]+=[a-z0-9]+$'))",
     "object.spec.containers.map(c, c.name).join(', ')",
     "object.spec.containers.map(c, c.name).join() + [1, 2].join('-') + ['a'].join(1)",
     "object.metadata.labels.join(',')",
@@ -306,6 +313,15 @@ fn programs_leave_only_other_functions_to_the_interpreter() {
         Some(0)
     );
     assert_eq!(count("string(object.spec.replicas) + 'x'"), Some(0));
+    // A literal pattern is compiled at load; any other is the function's.
+    assert_eq!(
+        count("object.spec.containers.exists(c, c.image.matches('^nvcr[.]io/'))"),
+        Some(0)
+    );
+    assert_eq!(
+        count("object.spec.containers.exists(c, c.name.matches(c.image))"),
+        Some(1)
+    );
     assert_eq!(
         count("object.spec.containers.exists(c, c.image.split(':')[0] == c.name)"),
         Some(1)
