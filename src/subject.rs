@@ -4,8 +4,8 @@
 //! Placement, the policy engine, the `gpu` CEL variable and the audit all
 //! read it; nothing recomputes it.
 use crate::authz::{Authorizer, NoAuthorizer};
-use crate::cel::gpu::gpu_val;
-use crate::cel::Val;
+use crate::cel::gpu::gpu_tree;
+use crate::cel::{Hosts, Tree};
 use crate::exceptions::{self, Exception, ExceptionLookup};
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::catalog::{Catalog, Sku};
@@ -90,8 +90,8 @@ pub struct TemplatePod {
     pub claims: Option<Vec<PodClaim>>,
     /// Its pod's GPU facts ([`Subject::work_out`]).
     pub gpu: Option<GpuFacts>,
-    /// Host variables of its pod in CEL form (its own `gpu`).
-    pub variables: Vec<(String, Box<dyn Val>)>,
+    /// Host variables of its pod as trees (its own `gpu`).
+    pub variables: Hosts,
 }
 
 /// A request and everything worked out about it.
@@ -126,9 +126,10 @@ pub struct Subject<'r> {
     pub claims: Option<Vec<PodClaim>>,
     /// The object's GPU facts, when worked out ([`Subject::work_out`]).
     pub gpu: Option<GpuFacts>,
-    /// Host variables already in CEL form (e.g. `gpu`), shared by every
-    /// policy and by the object and its template pod alike.
-    pub variables: Vec<(String, Box<dyn Val>)>,
+    /// Host variables as trees (e.g. `gpu`), which programs read in
+    /// place, shared by every policy and by the object and its template
+    /// pod alike.
+    pub variables: Hosts,
     /// What the CEL `authorizer` checks ask ([`NoAuthorizer`] unless
     /// [`Subject::with_authorizer`] says otherwise).
     pub authorizer: Arc<dyn Authorizer>,
@@ -210,7 +211,7 @@ impl<'r> Subject<'r> {
             unreadable_templates,
             claims: None,
             gpu: None,
-            variables: Vec::new(),
+            variables: Hosts::default(),
             authorizer: Arc::new(NoAuthorizer),
             exceptions: Vec::new(),
             exceptions_at: SystemTime::now(),
@@ -370,20 +371,19 @@ impl<'r> Subject<'r> {
     }
 
     /// The `gpu` variable of the subject and of each template pod; a
-    /// built-in controller's own is its template's, converted once.
+    /// built-in controller's own is its template's, written once.
     fn add_gpu_variable(&mut self, shared: &crate::cel::SharedLists) {
         if let Some(facts) = &self.gpu {
-            self.variables
-                .push(("gpu".to_string(), gpu_val(facts, shared)));
+            (self.variables).push("gpu", Arc::new(gpu_tree(facts, shared)));
         }
-        let own = self.variables.iter().find(|(n, _)| n == "gpu");
+        let own = self.variables.get("gpu");
         for template in &mut self.templates {
             let value = match (template.label.is_empty(), own) {
-                (true, Some((_, value))) => Some(value.clone_as_boxed()),
-                _ => template.gpu.as_ref().map(|facts| gpu_val(facts, shared)),
+                (true, Some(value)) => Some(value.clone()),
+                _ => (template.gpu.as_ref()).map(|facts| Arc::new(gpu_tree(facts, shared))),
             };
             if let Some(value) = value {
-                template.variables.push(("gpu".to_string(), value));
+                template.variables.push("gpu", value);
             }
         }
     }
@@ -522,11 +522,8 @@ impl<'r> Subject<'r> {
     }
 
     /// The host variable `name`, when the subject carries it.
-    pub fn variable(&self, name: &str) -> Option<&dyn Val> {
-        self.variables
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_ref())
+    pub fn variable(&self, name: &str) -> Option<&Tree> {
+        self.variables.get(name).map(|tree| tree.as_ref())
     }
 }
 
@@ -702,7 +699,7 @@ fn template_pods(
                 max_replicas: t.max_replicas,
                 claims: None,
                 gpu: None,
-                variables: Vec::new(),
+                variables: Hosts::default(),
             }
         })
         .collect()

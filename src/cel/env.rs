@@ -82,7 +82,7 @@ pub trait Extension: Send + Sync {
     }
 
     /// Lists its host values share, converted once
-    /// ([`to_val_sharing`](super::to_val_sharing)).
+    /// ([`to_tree`](super::to_tree)).
     fn shared_lists(&self) -> Option<&super::SharedLists> {
         None
     }
@@ -265,22 +265,19 @@ impl Env {
         self.root.new_inner_scope()
     }
 
-    /// Binds in `ctx` the host `variables` (already in CEL form) that
-    /// `wanted` names, then the host-extension variables of one evaluated
-    /// `object` that `wanted` names and `variables` lacks.
-    pub fn bind_host_variables(
+    /// Gives `ctx` the host `variables` (read by the interpreter through
+    /// `ctx`'s resolver, converted on its first read; programs read the
+    /// trees in place), then binds the host-extension variables of one
+    /// evaluated `object` that `wanted` names and `variables` lacks.
+    pub fn bind_host_variables<'v>(
         &self,
-        ctx: &mut Context,
+        ctx: &mut Context<'v>,
         object: Option<&serde_json::Value>,
-        variables: &[(String, Box<dyn super::Val>)],
+        variables: &'v super::Hosts,
         wanted: impl Fn(&str) -> bool,
     ) {
-        for (name, value) in variables {
-            if wanted(name) {
-                ctx.add_variable_as_val(name.clone(), value.clone_as_boxed());
-            }
-        }
-        let missing = |name: &str| wanted(name) && !variables.iter().any(|(n, _)| n == name);
+        ctx.set_variable_resolver(variables);
+        let missing = |name: &str| wanted(name) && !variables.has(name);
         for ext in &self.extensions.list {
             if ext.variable_names().iter().any(|n| missing(n)) {
                 for (name, value) in ext.variables(object) {

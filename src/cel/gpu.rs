@@ -19,7 +19,7 @@ pub struct GpuExtension {
     sku_values: Arc<SkuValues>,
     /// The SKU-set functions over the catalog, by name.
     sku_sets: Vec<(&'static str, super::sku_sets::SkuSetFn)>,
-    /// The SKU lists the `gpu` variable shares ([`gpu_val`]).
+    /// The SKU lists the `gpu` variable shares ([`gpu_tree`]).
     lists: Arc<super::SharedLists>,
 }
 
@@ -63,14 +63,14 @@ pub fn gpu_value(facts: &GpuFacts) -> Value {
     json_to_value(&serde_json::to_value(facts).unwrap_or(serde_json::Value::Null))
 }
 
-/// [`gpu_value`] in the interpreter's own form, as a context holds it:
-/// converted straight from the facts, by the same rules as their JSON,
-/// each SKU list of `shared` given as converted there.
-pub fn gpu_val(facts: &GpuFacts, shared: &super::SharedLists) -> Box<dyn super::Val> {
+/// [`gpu_value`] as a tree, which programs read in place and whose
+/// interpreter's form ([`super::Tree::to_val`]) is the same value:
+/// written straight from the facts, by the same rules as their JSON,
+/// each SKU list of `shared` given as it is kept there.
+pub fn gpu_tree(facts: &GpuFacts, shared: &super::SharedLists) -> super::Tree {
     // Plain data (strings, integers, booleans, lists, maps with string
     // keys) always converts.
-    super::to_val_sharing(facts, shared)
-        .unwrap_or_else(|_| Box::new(kube_cel::cel::common::types::CelNull))
+    super::to_tree(facts, shared).unwrap_or(super::Tree::Null)
 }
 
 /// The cached `azure.sku()` value for `name`, or null.
@@ -176,7 +176,9 @@ mod tests {
         let env = Env::new(Extensions::new().with(ext));
         let compiled = compile(&env, expr).unwrap();
         let mut ctx = env.scope();
-        env.bind_host_variables(&mut ctx, Some(&object), &[], |n| n == "gpu");
+        env.bind_host_variables(&mut ctx, Some(&object), crate::cel::Hosts::NONE, |n| {
+            n == "gpu"
+        });
         evaluate(compiled.tree(), &ctx).unwrap()
     }
 
@@ -269,7 +271,7 @@ mod tests {
             let lists = [catalog.names().clone(), facts.placement.skus.clone()];
             let shared = crate::cel::SharedLists::new(SKU_LIST, lists);
             for lists in [crate::cel::SharedLists::none(), &shared] {
-                let val = gpu_val(&facts, lists);
+                let val = gpu_tree(&facts, lists).to_val();
                 let direct = Value::try_from(val.as_ref()).expect("plain data");
                 assert_eq!(direct, gpu_value(&facts), "{object}");
             }

@@ -22,7 +22,7 @@ pub mod schema;
 mod signatures;
 mod sku_sets;
 mod strings;
-mod to_val;
+mod tree;
 pub mod variables;
 mod walk;
 
@@ -41,7 +41,7 @@ pub use kube_cel::cel::{Context, Value};
 pub use limits::{Limits, EXPRESSION_COST_LIMIT, POLICY_COST_LIMIT};
 pub use program::{Computed, Native, PolicyVariables, Program, Roots, VariableSource};
 pub use reach::{json_to_val_within, Reach};
-pub use to_val::{to_val, to_val_sharing, SharedLists, ToValError};
+pub use tree::{to_tree, to_val, to_val_sharing, Hosts, SharedList, SharedLists, ToValError, Tree};
 
 /// The variables Kubernetes gives admission policy expressions.
 pub const BUILTIN_VARIABLES: &[&str] = &[

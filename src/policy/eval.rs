@@ -123,14 +123,16 @@ impl<'e> Scope<'e> {
     /// The variables for `evaluated`: the subject's request itself, or the
     /// pod of one of its templates, with that one's host `variables` (each
     /// template pod has its own `gpu`). `request` and `namespaceObject` are
-    /// the same for all. Of `object`, `oldObject` and
-    /// `namespaceObject`, only what `reach` says the policies evaluated in
-    /// this scope can reach is converted.
+    /// the same for all. Of `object`, `oldObject` and `namespaceObject`,
+    /// only what `reach` says the policies evaluated in this scope can
+    /// reach is converted. Programs read the objects and the host
+    /// variables in place; the interpreter reads a host variable through
+    /// the scope's resolver, converted on its first read.
     pub(super) fn new(
         inner: &'e Inner,
         subject: &'e Subject,
         evaluated: &'e Request,
-        variables: &[(String, Box<dyn Val>)],
+        variables: &'e cel::Hosts,
         reach: &Reaches,
         shared: &mut Shared,
     ) -> Scope<'e> {
@@ -188,6 +190,7 @@ impl<'e> Scope<'e> {
                 object: Some(evaluated.object.as_ref().unwrap_or(&NULL)),
                 old_object: Some(evaluated.old_object.as_ref().unwrap_or(&NULL)),
                 namespace: Some(subject.namespace.as_deref().unwrap_or(&NULL)),
+                hosts: variables,
             }
         } else {
             cel::Roots::SCOPE

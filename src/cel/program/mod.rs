@@ -68,7 +68,7 @@ enum Node {
     /// A variable of the scope, by name; `object`, `oldObject` and
     /// `namespaceObject` read from the request's JSON when the evaluation
     /// has it ([`Roots`]).
-    Root(Box<str>, Option<JsonRoot>),
+    Root(Box<str>, InPlace),
     /// A policy variable, by its identifier ([`super::variables::ident`]):
     /// read as the policy keeps it when the evaluation has the policy's
     /// variables ([`PolicyVariables`]), else from the scope.
@@ -140,23 +140,28 @@ struct NativeCall {
     args: Vec<Node>,
 }
 
-/// The variables a program reads from the request's JSON.
+/// Where a program reads a variable of the scope in place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum JsonRoot {
+enum InPlace {
     Object,
     OldObject,
     Namespace,
+    /// A host variable ([`Roots::hosts`]) by its name.
+    Host,
 }
 
-/// The request's JSON behind `object`, `oldObject` and `namespaceObject`,
-/// read in place by a program (`None`: read from the scope, as the
-/// interpreter reads it). Each must be what the scope's variable was
-/// converted from, `null` JSON for an absent one.
-#[derive(Clone, Copy, Debug, Default)]
+/// What a program reads in place instead of from the scope: the
+/// request's JSON behind `object`, `oldObject` and `namespaceObject`, and
+/// the trees of host variables (`gpu`). `None`, or a host variable not
+/// held, is read from the scope, as the interpreter reads it. Each must
+/// be what the scope's variable is (or would be) converted from: `null`
+/// JSON for an absent object.
+#[derive(Clone, Copy, Debug)]
 pub struct Roots<'r> {
     pub object: Option<&'r serde_json::Value>,
     pub old_object: Option<&'r serde_json::Value>,
     pub namespace: Option<&'r serde_json::Value>,
+    pub hosts: &'r super::Hosts,
 }
 
 /// A policy's variables as its expressions read them: each worked out on
@@ -229,19 +234,29 @@ impl<'a> Computed<'a> {
     }
 }
 
+impl Default for Roots<'_> {
+    fn default() -> Self {
+        Roots::SCOPE
+    }
+}
+
 impl<'r> Roots<'r> {
     /// Every variable read from the scope.
     pub const SCOPE: Roots<'static> = Roots {
         object: None,
         old_object: None,
         namespace: None,
+        hosts: super::Hosts::NONE,
     };
 
-    fn get(&self, root: JsonRoot) -> Option<&'r serde_json::Value> {
-        match root {
-            JsonRoot::Object => self.object,
-            JsonRoot::OldObject => self.old_object,
-            JsonRoot::Namespace => self.namespace,
+    /// The variable `name`, read at `place` when it is there.
+    #[inline]
+    fn read(&self, place: InPlace, name: &str) -> Option<V<'r>> {
+        match place {
+            InPlace::Object => self.object.map(V::from_json),
+            InPlace::OldObject => self.old_object.map(V::from_json),
+            InPlace::Namespace => self.namespace.map(V::from_json),
+            InPlace::Host => self.hosts.get(name).map(|tree| V::from_tree(tree)),
         }
     }
 }
@@ -566,13 +581,13 @@ impl Builder<'_> {
                     Some(Node::Variable(name.as_str().into()))
                 }
                 None if (self.known)(name) => {
-                    let json = match name.as_str() {
-                        "object" => Some(JsonRoot::Object),
-                        "oldObject" => Some(JsonRoot::OldObject),
-                        "namespaceObject" => Some(JsonRoot::Namespace),
-                        _ => None,
+                    let place = match name.as_str() {
+                        "object" => InPlace::Object,
+                        "oldObject" => InPlace::OldObject,
+                        "namespaceObject" => InPlace::Namespace,
+                        _ => InPlace::Host,
                     };
-                    Some(Node::Root(name.as_str().into(), json))
+                    Some(Node::Root(name.as_str().into(), place))
                 }
                 None => self.interp(e),
             },

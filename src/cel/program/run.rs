@@ -7,6 +7,7 @@ use super::{
     Roots, StrTest, Test,
 };
 use crate::cel::sku_sets::{Given, Kept, Marks, Names, Number, SkuFunction};
+use crate::cel::Tree;
 use kube_cel::cel::budget::{self, DepthGuard};
 use kube_cel::cel::common::ast::LiteralValue;
 use kube_cel::cel::common::types::{
@@ -96,12 +97,10 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
             Node::Lit(l) => Ok(literal(l)),
             Node::Local(slot) => Ok(self.locals[*slot].clone()),
             Node::TakeLocal(slot) => Ok(std::mem::replace(&mut self.locals[*slot], V::Null)),
-            Node::Root(name, json) => {
-                if let Some(j) = json.and_then(|r| self.roots.get(r)) {
-                    return Ok(V::from_json(j));
-                }
-                self.root(name)
-            }
+            Node::Root(name, place) => match self.roots.read(*place, name) {
+                Some(v) => Ok(v),
+                None => self.root(name),
+            },
             Node::Variable(ident) => match self.variables {
                 Some(vars) => match vars.source.value(ident, vars.before) {
                     Some(value) => Ok(value.0.view()),
@@ -176,6 +175,8 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
                     V::List(items) => Some(items.len()),
                     V::Json(serde_json::Value::Array(items)) => Some(items.len()),
                     V::Json(serde_json::Value::Object(map)) => Some(map.len()),
+                    V::Tree(Tree::List(items)) => Some(items.len()),
+                    V::Tree(Tree::Map(entries)) => Some(entries.len()),
                     V::Val(x) => {
                         if let Some(l) = x.downcast_ref::<CelList>() {
                             Some(l.len())
@@ -410,6 +411,12 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
             V::Json(serde_json::Value::Array(items)) => {
                 items.iter().map(serde_json::Value::as_str).collect()
             }
+            V::Tree(Tree::List(items)) => (items.iter())
+                .map(|i| match i {
+                    Tree::Str(s) => Some(&**s),
+                    _ => None,
+                })
+                .collect(),
             V::Val(v) => v.downcast_ref::<CelList>().and_then(|l| {
                 l.iter()
                     .map(|x| x.downcast_ref::<CelString>().map(|s| s.inner()))
@@ -498,6 +505,15 @@ impl<'a, 'r: 'a> Frame<'a, 'r> {
             V::Json(serde_json::Value::Object(map)) => {
                 for (key, value) in map {
                     let second = c.iter_var2.map(|_| V::from_json(value));
+                    if !self.iteration(c, V::Str(key), || Ok(second))? {
+                        break;
+                    }
+                }
+            }
+            V::Tree(Tree::List(items)) => self.each(c, items.iter().map(V::from_tree))?,
+            V::Tree(Tree::Map(entries)) => {
+                for (key, value) in entries {
+                    let second = c.iter_var2.map(|_| V::from_tree(value));
                     if !self.iteration(c, V::Str(key), || Ok(second))? {
                         break;
                     }
@@ -680,6 +696,14 @@ fn select<'a>(left: V<'a>, field: &str, test: bool) -> Result<V<'a>, ExecutionEr
                 map.get(field).map(V::from_json).ok_or_else(missing)
             }
         }
+        V::Tree(t @ Tree::Map(_)) => {
+            let found = t.get(field);
+            if test {
+                Ok(V::Bool(found.is_some()))
+            } else {
+                found.map(V::from_tree).ok_or_else(missing)
+            }
+        }
         other => Err(value::no_field_selection(&other, field)),
     }
 }
@@ -727,6 +751,7 @@ fn names<'v>(v: &'v V<'_>) -> Result<&'v dyn Names, String> {
     let list: Option<&dyn Names> = match v {
         V::List(items) => Some(items.as_ref()),
         V::Json(serde_json::Value::Array(items)) => Some(items),
+        V::Tree(Tree::List(items)) => Some(items),
         V::Val(val) => val.downcast_ref::<CelList>().map(|l| l as &dyn Names),
         _ => None,
     };
@@ -756,6 +781,19 @@ impl Names for Vec<V<'_>> {
     }
 }
 
+impl Names for Vec<Tree> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn name(&self, i: usize) -> Result<&str, String> {
+        match &self[i] {
+            Tree::Str(s) => Ok(s),
+            other => Err(type_name_of(&V::from_tree(other))),
+        }
+    }
+}
+
 impl Names for Vec<serde_json::Value> {
     fn count(&self) -> usize {
         self.len()
@@ -780,6 +818,10 @@ fn kept_elements<'a>(skus: &V<'a>, marks: &Marks) -> V<'a> {
         V::Json(serde_json::Value::Array(items)) => (0..items.len())
             .filter(kept)
             .map(|i| V::from_json(&items[i]))
+            .collect(),
+        V::Tree(Tree::List(items)) => (0..items.len())
+            .filter(kept)
+            .map(|i| V::from_tree(&items[i]))
             .collect(),
         V::Val(Cow::Borrowed(val)) => {
             let items = val.downcast_ref::<CelList>().map_or(&[][..], |l| l.inner());

@@ -38,6 +38,34 @@ fn both(source: &str, object: &serde_json::Value, limit: u64) -> Option<[Answer;
     ])
 }
 
+/// The interpreter's and the program's answers for `source` with the
+/// object as a host variable's tree ([`crate::cel::to_tree`], held as
+/// `params` here): the interpreter reads it converted through the scope's
+/// resolver, the program in place.
+fn as_tree(source: &str, object: &serde_json::Value, limit: u64) -> Option<[Answer; 2]> {
+    let env = Env::default();
+    let tree = crate::cel::to_tree(object, crate::cel::SharedLists::none()).expect("plain JSON");
+    let mut hosts = crate::cel::Hosts::default();
+    hosts.push("params", std::sync::Arc::new(tree));
+    let text = |r: Result<Box<dyn Val>, EvalError>| r.map_err(|e| e.to_string());
+    let renamed = source.replace("object", "params");
+    let compiled = compile(&env, &renamed).ok()?;
+    let program = env
+        .program(compiled.tree())
+        .unwrap_or_else(|| panic!("{renamed}: no program"));
+    let mut ctx = env.scope();
+    ctx.set_variable_resolver(&hosts);
+    let theirs = budget::with_budget(limit, || {
+        super::super::evaluate_val(compiled.tree(), &ctx).0
+    });
+    let roots = Roots {
+        hosts: &hosts,
+        ..Roots::SCOPE
+    };
+    let ours = budget::with_budget(limit, || program.evaluate_val(&ctx, &roots).0);
+    Some([(text(theirs.0), theirs.1), (text(ours.0), ours.1)])
+}
+
 /// Whether two answers are the same: equal values (maps in any order) or
 /// the same error, and the same units.
 fn same(a: &Answer, b: &Answer) -> bool {
@@ -223,6 +251,68 @@ fn programs_answer_as_the_interpreter() {
     assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
+#[test]
+fn programs_read_trees_in_place_as_the_interpreter_reads_them_converted() {
+    let object = object();
+    let differ: Vec<String> = CASES
+        .iter()
+        .filter_map(|source| match as_tree(source, &object, 1_000_000) {
+            None => Some(format!("{source}: does not compile")),
+            Some([theirs, ours]) => (!same(&theirs, &ours))
+                .then(|| format!("{source}\n  interpreter {theirs:?}\n  program     {ours:?}")),
+        })
+        .collect();
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// A host's tree holding a list that [`crate::cel::SharedLists`] keeps:
+/// the program reads the kept list as the interpreter does.
+#[test]
+fn programs_read_the_shared_lists_of_a_tree() {
+    #[derive(serde::Serialize)]
+    struct Facts {
+        #[serde(serialize_with = "kept")]
+        skus: std::sync::Arc<[String]>,
+    }
+    fn kept<S: serde::Serializer>(l: &std::sync::Arc<[String]>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_newtype_struct("Kept", &**l)
+    }
+    let skus: std::sync::Arc<[String]> = ["a", "b", "c"].map(String::from).into();
+    let shared = crate::cel::SharedLists::new("Kept", [skus.clone()]);
+    let tree = crate::cel::to_tree(&Facts { skus }, &shared).unwrap();
+    assert!(matches!(
+        tree.get("skus"),
+        Some(crate::cel::Tree::Shared(_))
+    ));
+    let mut hosts = crate::cel::Hosts::default();
+    hosts.push("params", std::sync::Arc::new(tree));
+    let env = Env::default();
+    let mut ctx = env.scope();
+    ctx.set_variable_resolver(&hosts);
+    let roots = Roots {
+        hosts: &hosts,
+        ..Roots::SCOPE
+    };
+    for source in [
+        "params.skus.size() == 3 && 'b' in params.skus && params.skus[2] == 'c'",
+        "params.skus.map(s, s + s).join(',')",
+        "params.skus.filter(s, s != 'a') == ['b', 'c']",
+        "params.skus[3]",
+    ] {
+        let compiled = compile(&env, source).unwrap();
+        let program = env.program(compiled.tree()).unwrap();
+        let text = |r: Result<Box<dyn Val>, EvalError>| r.map_err(|e| e.to_string());
+        let theirs =
+            budget::with_budget(1_000, || super::super::evaluate_val(compiled.tree(), &ctx));
+        let ours = budget::with_budget(1_000, || program.evaluate_val(&ctx, &roots).0);
+        let (theirs, ours) = ((text(theirs.0 .0), theirs.1), (text(ours.0), ours.1));
+        assert!(
+            same(&theirs, &ours),
+            "{source}: {theirs:?} against {ours:?}"
+        );
+    }
+}
+
 /// Cut short at every budget up to what each expression needs: the same
 /// answer (a value, or the cost limit at the same node) every time.
 #[test]
@@ -240,6 +330,15 @@ fn programs_run_out_of_budget_where_the_interpreter_does() {
             if !same(&theirs, &ours) || !same(&theirs, &in_place) {
                 differ.push(format!(
                     "{source} within {limit}: {theirs:?} against {ours:?} and {in_place:?}"
+                ));
+                break;
+            }
+            let Some([theirs, ours]) = as_tree(source, &object, limit) else {
+                continue;
+            };
+            if !same(&theirs, &ours) {
+                differ.push(format!(
+                    "{source} within {limit} as a tree: {theirs:?} against {ours:?}"
                 ));
                 break;
             }

@@ -5,6 +5,7 @@
 //! Each operation gives what the interpreter's gives for the same values:
 //! the common cases are done here, every other one by the interpreter's
 //! own code on the values converted to its form.
+use crate::cel::Tree;
 use kube_cel::cel::common::types::{
     CelBool, CelBytes, CelDouble, CelInt, CelList, CelMap, CelNull, CelOptional, CelString,
     CelUInt, Type,
@@ -33,6 +34,9 @@ pub(super) enum V<'a> {
     /// An array or object of the request's JSON, read where it stands
     /// (its scalars are read into the values above).
     Json(&'a serde_json::Value),
+    /// A list or map of a host's tree (`request`, `gpu`), read where it
+    /// stands as JSON is.
+    Tree(&'a Tree),
     /// An element's error that an `all` or `exists` keeps as its
     /// accumulator until an element decides the result.
     Error(Box<ExecutionError>),
@@ -53,6 +57,7 @@ impl Clone for V<'_> {
             V::String(s) => V::String(s.clone()),
             V::List(l) => V::List(l.clone()),
             V::Json(j) => V::Json(j),
+            V::Tree(t) => V::Tree(t),
             V::Error(e) => V::Error(e.clone()),
             V::Val(Cow::Borrowed(v)) => V::Val(Cow::Borrowed(*v)),
             V::Val(Cow::Owned(v)) => V::Val(Cow::Owned(v.clone_as_boxed())),
@@ -116,6 +121,20 @@ impl<'a> V<'a> {
             },
             J::String(s) => V::Str(s),
             J::Array(_) | J::Object(_) => V::Json(j),
+        }
+    }
+
+    /// A value of a host's tree, as the interpreter converts it
+    /// ([`Tree::to_val`]); a shared list in the form it is kept in.
+    pub(super) fn from_tree(t: &'a Tree) -> V<'a> {
+        match t {
+            Tree::Null => V::Null,
+            Tree::Bool(b) => V::Bool(*b),
+            Tree::Int(i) => V::Int(*i),
+            Tree::Double(d) => V::Double(*d),
+            Tree::Str(s) => V::Str(s),
+            Tree::Shared(list) => V::Val(Cow::Borrowed(list.val())),
+            Tree::List(_) | Tree::Map(_) => V::Tree(t),
         }
     }
 
@@ -184,6 +203,7 @@ impl<'a> V<'a> {
                 items.iter().map(V::to_box).collect::<Vec<_>>(),
             )),
             V::Json(j) => crate::cel::json_to_val(j),
+            V::Tree(t) => t.to_val(),
             V::Error(_) => Box::new(ErrorStandIn),
             V::Val(v) => v.clone_as_boxed(),
         }
@@ -457,6 +477,10 @@ pub(super) fn contains(b: &V, a: &V) -> Result<bool, ExecutionError> {
             return Ok(items.iter().any(|i| equals(&V::from_json(i), a)))
         }
         (V::Json(serde_json::Value::Object(map)), Some(key)) => return Ok(map.contains_key(key)),
+        (V::Tree(Tree::List(items)), _) => {
+            return Ok(items.iter().any(|i| equals(&V::from_tree(i), a)))
+        }
+        (V::Tree(t @ Tree::Map(_)), Some(key)) => return Ok(t.get(key).is_some()),
         _ => {}
     }
     if let V::Val(container) = b {
@@ -478,7 +502,7 @@ pub(super) fn contains(b: &V, a: &V) -> Result<bool, ExecutionError> {
 /// index is evaluated, as in the interpreter).
 pub(super) fn indexable(a: &V) -> bool {
     match a {
-        V::List(_) | V::Json(_) => true,
+        V::List(_) | V::Json(_) | V::Tree(_) => true,
         V::Val(v) => v.as_indexer().is_some(),
         _ => false,
     }
@@ -502,6 +526,17 @@ pub(super) fn index<'a>(a: V<'a>, i: &V) -> Result<V<'a>, ExecutionError> {
         (V::Json(serde_json::Value::Object(map)), V::Str(_) | V::String(_)) => {
             if let Some(found) = map.get(i.as_str().unwrap_or("")) {
                 return Ok(V::from_json(found));
+            }
+        }
+        (V::Tree(Tree::List(items)), V::Int(n)) => {
+            return items
+                .get(*n as usize)
+                .map(V::from_tree)
+                .ok_or_else(|| ExecutionError::IndexOutOfBounds((*n).into()))
+        }
+        (V::Tree(t @ Tree::Map(_)), V::Str(_) | V::String(_)) => {
+            if let Some(found) = t.get(i.as_str().unwrap_or("")) {
+                return Ok(V::from_tree(found));
             }
         }
         (V::Val(Cow::Borrowed(v)), V::Int(n)) => {
@@ -559,6 +594,8 @@ pub(super) fn charge_value(v: &V) -> Result<(), ExecutionError> {
         V::List(items) => 1 + items.len() as u64,
         V::Json(serde_json::Value::Array(items)) => 1 + items.len() as u64,
         V::Json(serde_json::Value::Object(map)) => 1 + map.len() as u64,
+        V::Tree(Tree::List(items)) => 1 + items.len() as u64,
+        V::Tree(Tree::Map(entries)) => 1 + entries.len() as u64,
         V::Val(v) => {
             if let Some(l) = v.downcast_ref::<CelList>() {
                 1 + l.len() as u64

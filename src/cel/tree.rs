@@ -1,24 +1,130 @@
-//! Any `Serialize` value straight into the interpreter's own form, by the
-//! rules [`super::json_to_val`] applies to its JSON: integers that fit are
+//! Any `Serialize` value as a [`Tree`]: the shape its JSON has, read by
+//! the rules [`super::json_to_val`] applies to JSON (integers that fit are
 //! `int`, larger ones and other numbers `double`, absent options `null`,
-//! enum variants as serde_json writes them. One pass instead of building
-//! the JSON tree, converting it, and dropping it.
+//! enum variants as serde_json writes them), with the field names of
+//! structs kept as the `&'static str` they are and no value boxed. Programs
+//! read a tree in place, as they read the request's JSON; the
+//! interpreter's form of it ([`Tree::to_val`]) is made only where the
+//! interpreter reads it. One pass instead of building a JSON tree,
+//! converting it, and dropping it.
 //!
 //! Lists of names that many values share (the catalog's SKUs, a placement
-//! profile's) can be converted once and handed out for every value that
-//! holds them ([`SharedLists`], [`to_val_sharing`]).
+//! profile's) are converted once and handed out for every value that
+//! holds them ([`SharedLists`], [`to_tree`]).
 use super::Val;
 use kube_cel::cel::common::types::{
     CelBool, CelDouble, CelInt, CelList, CelMap, CelMapEntries, CelMapKey, CelNull, CelString,
 };
+use kube_cel::cel::context::VariableResolver;
 use serde::ser::{self, Serialize};
+use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+/// A value in the shape of its JSON, as [`to_tree`] writes it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tree {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    Str(Box<str>),
+    List(Vec<Tree>),
+    /// Entries in the order they were written, no key twice: a struct's
+    /// field names as they stand in the program.
+    Map(Vec<(Cow<'static, str>, Tree)>),
+    /// One of the lists of [`SharedLists`].
+    Shared(Arc<SharedList>),
+}
+
+impl Tree {
+    /// The entry `key` of a map.
+    pub fn get(&self, key: &str) -> Option<&Tree> {
+        match self {
+            Tree::Map(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The value in the interpreter's form, as [`super::json_to_val`]
+    /// converts its JSON; a shared list is handed out, not converted.
+    pub fn to_val(&self) -> Box<dyn Val> {
+        match self {
+            Tree::Null => Box::new(CelNull),
+            Tree::Bool(b) => Box::new(CelBool::from(*b)),
+            Tree::Int(i) => Box::new(CelInt::from(*i)),
+            Tree::Double(d) => Box::new(CelDouble::from(*d)),
+            Tree::Str(s) => Box::new(CelString::from(&**s)),
+            Tree::List(items) => Box::new(CelList::from(
+                items.iter().map(Tree::to_val).collect::<Vec<_>>(),
+            )),
+            Tree::Map(entries) => {
+                let mut map =
+                    CelMapEntries::with_capacity_and_hasher(entries.len(), Default::default());
+                for (key, value) in entries {
+                    map.insert(CelMapKey::from(&**key), value.to_val());
+                }
+                Box::new(CelMap::from(map))
+            }
+            Tree::Shared(list) => list.val.clone_as_boxed(),
+        }
+    }
+}
+
+/// Host variables (`gpu`) as trees, which programs read in place. The
+/// interpreter reads them through the scope's resolver (a scope sets it:
+/// `Context::set_variable_resolver`), each converted to its form on its
+/// first read and kept: a scope whose interpreter never reads one never
+/// converts it.
+#[derive(Debug, Default)]
+pub struct Hosts(Vec<Host>);
+
+#[derive(Debug)]
+struct Host {
+    name: String,
+    tree: Arc<Tree>,
+    val: OnceLock<Box<dyn Val>>,
+}
+
+impl Hosts {
+    /// No host variable.
+    pub const NONE: &'static Hosts = &Hosts(Vec::new());
+
+    /// Adds the variable `name`.
+    pub fn push(&mut self, name: impl Into<String>, tree: Arc<Tree>) {
+        self.0.push(Host {
+            name: name.into(),
+            tree,
+            val: OnceLock::new(),
+        });
+    }
+
+    /// The tree of the variable `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Tree>> {
+        self.0.iter().find(|h| h.name == name).map(|h| &h.tree)
+    }
+
+    /// Whether the variable `name` is held.
+    pub fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+}
+
+impl VariableResolver for Hosts {
+    fn resolve(&self, _: &str) -> Option<super::Value> {
+        None
+    }
+
+    fn resolve_val(&self, name: &str) -> Option<&dyn Val> {
+        let host = self.0.iter().find(|h| h.name == name)?;
+        Some(host.val.get_or_init(|| host.tree.to_val()).as_ref())
+    }
+}
 
 /// `value` in the interpreter's form; an error where serde_json would fail
 /// too (a map key that is not a string, a failing `Serialize`).
 pub fn to_val<T: Serialize + ?Sized>(value: &T) -> Result<Box<dyn Val>, ToValError> {
-    value.serialize(ValSerializer(SharedLists::none()))
+    Ok(to_tree(value, SharedLists::none())?.to_val())
 }
 
 /// [`to_val`], each list of `shared` the value holds given as converted
@@ -27,22 +133,44 @@ pub fn to_val_sharing<T: Serialize + ?Sized>(
     value: &T,
     shared: &SharedLists,
 ) -> Result<Box<dyn Val>, ToValError> {
-    value.serialize(ValSerializer(shared))
+    Ok(to_tree(value, shared)?.to_val())
+}
+
+/// `value` as a tree, each list of `shared` it holds as that list.
+pub fn to_tree<T: Serialize + ?Sized>(value: &T, shared: &SharedLists) -> Result<Tree, ToValError> {
+    value.serialize(TreeSerializer(shared))
 }
 
 /// Lists of strings converted once, each with the list it was converted
 /// from. A value written as the newtype struct `name` around a slice of
-/// strings (JSON writes the plain list) is the converted list when the
+/// strings (JSON writes the plain list) is the shared list when the
 /// slice is one of these lists: the same memory, whole. The table holds
 /// each list, so an address of one of its lists cannot be another's.
 /// A converted list is shared, not copied, by each value given it.
 pub struct SharedLists {
     name: &'static str,
-    lists: Vec<Kept>,
+    lists: Vec<Arc<SharedList>>,
 }
 
-/// A list of names, and the same list converted.
-type Kept = (Arc<[String]>, Box<dyn Val>);
+/// A list of names, and the same list in the interpreter's form.
+#[derive(Debug)]
+pub struct SharedList {
+    names: Arc<[String]>,
+    val: Box<dyn Val>,
+}
+
+impl SharedList {
+    /// The list in the interpreter's form.
+    pub fn val(&self) -> &dyn Val {
+        self.val.as_ref()
+    }
+}
+
+impl PartialEq for SharedList {
+    fn eq(&self, other: &SharedList) -> bool {
+        self.names == other.names
+    }
+}
 
 impl SharedLists {
     /// No list shared.
@@ -57,13 +185,14 @@ impl SharedLists {
     /// `lists` (repeats and empty lists left out), converted, for values
     /// written as the newtype struct `name`.
     pub fn new(name: &'static str, lists: impl IntoIterator<Item = Arc<[String]>>) -> SharedLists {
-        let mut kept: Vec<Kept> = Vec::new();
+        let mut kept: Vec<Arc<SharedList>> = Vec::new();
         for list in lists {
-            if list.is_empty() || kept.iter().any(|(l, _)| Arc::ptr_eq(l, &list)) {
+            if list.is_empty() || kept.iter().any(|l| Arc::ptr_eq(&l.names, &list)) {
                 continue;
             }
             let items: Vec<Box<dyn Val>> = list.iter().map(|s| string(s)).collect();
-            kept.push((list, Box::new(CelList::from(items))));
+            let val = Box::new(CelList::from(items));
+            kept.push(Arc::new(SharedList { names: list, val }));
         }
         SharedLists { name, lists: kept }
     }
@@ -74,19 +203,19 @@ impl SharedLists {
         self.lists.len()
     }
 
-    /// The converted list whose memory `value` is, whole.
-    fn get<T: ?Sized>(&self, name: &str, value: &T) -> Option<Box<dyn Val>> {
+    /// The kept list whose memory `value` is, whole.
+    fn get<T: ?Sized>(&self, name: &str, value: &T) -> Option<Tree> {
         if name != self.name || self.lists.is_empty() {
             return None;
         }
         let (at, size) = (value as *const T as *const (), std::mem::size_of_val(value));
         self.lists
             .iter()
-            .find(|(list, _)| {
-                std::ptr::eq(list.as_ptr() as *const (), at)
-                    && std::mem::size_of_val::<[String]>(list) == size
+            .find(|list| {
+                std::ptr::eq(list.names.as_ptr() as *const (), at)
+                    && std::mem::size_of_val::<[String]>(&list.names) == size
             })
-            .map(|(_, converted)| converted.clone_as_boxed())
+            .map(|list| Tree::Shared(list.clone()))
     }
 }
 
@@ -110,29 +239,27 @@ impl ser::Error for ToValError {
     }
 }
 
-type Out = Result<Box<dyn Val>, ToValError>;
+type Out = Result<Tree, ToValError>;
 
 fn string(v: &str) -> Box<dyn Val> {
     Box::new(CelString::from(v))
 }
 
-/// Converts one value, with the lists it may share.
+/// Writes one value, with the lists it may share.
 #[derive(Clone, Copy)]
-struct ValSerializer<'s>(&'s SharedLists);
+struct TreeSerializer<'s>(&'s SharedLists);
 
 /// An `int` where the number fits one (`int`), else the `double` `float`.
-fn int_or_double(int: Option<i64>, float: f64) -> Box<dyn Val> {
+fn int_or_double(int: Option<i64>, float: f64) -> Tree {
     match int {
-        Some(i) => Box::new(CelInt::from(i)),
-        None => Box::new(CelDouble::from(float)),
+        Some(i) => Tree::Int(i),
+        None => Tree::Double(float),
     }
 }
 
 /// One entry `{variant: value}`, as serde_json writes data-carrying variants.
-fn tagged(variant: &str, value: Box<dyn Val>) -> Box<dyn Val> {
-    let mut entries = CelMapEntries::default();
-    entries.insert(CelMapKey::from(variant), value);
-    Box::new(CelMap::from(entries))
+fn tagged(variant: &'static str, value: Tree) -> Tree {
+    Tree::Map(vec![(Cow::Borrowed(variant), value)])
 }
 
 /// Serializer methods of narrower numbers that hand the value on, widened
@@ -145,8 +272,8 @@ macro_rules! widened {
     )*)*};
 }
 
-impl<'s> ser::Serializer for ValSerializer<'s> {
-    type Ok = Box<dyn Val>;
+impl<'s> ser::Serializer for TreeSerializer<'s> {
+    type Ok = Tree;
     type Error = ToValError;
     type SerializeSeq = Seq<'s>;
     type SerializeTuple = Seq<'s>;
@@ -157,7 +284,7 @@ impl<'s> ser::Serializer for ValSerializer<'s> {
     type SerializeStructVariant = MapOut<'s>;
 
     fn serialize_bool(self, v: bool) -> Out {
-        Ok(Box::new(CelBool::from(v)))
+        Ok(Tree::Bool(v))
     }
     widened!(
         serialize_i8(i8), serialize_i16(i16), serialize_i32(i32) => serialize_i64(i64);
@@ -166,7 +293,7 @@ impl<'s> ser::Serializer for ValSerializer<'s> {
         serialize_f32(f32) => serialize_f64(f64)
     );
     fn serialize_i64(self, v: i64) -> Out {
-        Ok(Box::new(CelInt::from(v)))
+        Ok(Tree::Int(v))
     }
     fn serialize_i128(self, v: i128) -> Out {
         Ok(int_or_double(i64::try_from(v).ok(), v as f64))
@@ -177,7 +304,7 @@ impl<'s> ser::Serializer for ValSerializer<'s> {
     fn serialize_f64(self, v: f64) -> Out {
         // serde_json writes a number that is not finite as null.
         match v.is_finite() {
-            true => Ok(Box::new(CelDouble::from(v))),
+            true => Ok(Tree::Double(v)),
             false => self.serialize_none(),
         }
     }
@@ -186,17 +313,16 @@ impl<'s> ser::Serializer for ValSerializer<'s> {
         self.serialize_str(v.encode_utf8(&mut buf))
     }
     fn serialize_str(self, v: &str) -> Out {
-        Ok(string(v))
+        Ok(Tree::Str(v.into()))
     }
     fn serialize_bytes(self, v: &[u8]) -> Out {
         // serde_json writes bytes as a list of numbers.
-        let items: Vec<Box<dyn Val>> = (v.iter())
-            .map(|b| Box::new(CelInt::from(i64::from(*b))) as Box<dyn Val>)
-            .collect();
-        Ok(Box::new(CelList::from(items)))
+        Ok(Tree::List(
+            v.iter().map(|b| Tree::Int(i64::from(*b))).collect(),
+        ))
     }
     fn serialize_none(self) -> Out {
-        Ok(Box::new(CelNull))
+        Ok(Tree::Null)
     }
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Out {
         value.serialize(self)
@@ -278,7 +404,7 @@ impl<'s> ser::Serializer for ValSerializer<'s> {
 }
 
 struct Seq<'s> {
-    items: Vec<Box<dyn Val>>,
+    items: Vec<Tree>,
     /// A tuple variant's name: the list is wrapped as `{variant: [...]}`.
     variant: Option<&'static str>,
     shared: &'s SharedLists,
@@ -286,7 +412,7 @@ struct Seq<'s> {
 
 impl Seq<'_> {
     fn done(self) -> Out {
-        let list: Box<dyn Val> = Box::new(CelList::from(self.items));
+        let list = Tree::List(self.items);
         Ok(match self.variant {
             Some(variant) => tagged(variant, list),
             None => list,
@@ -295,7 +421,7 @@ impl Seq<'_> {
 
     fn push<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
         self.items
-            .push(value.serialize(ValSerializer(self.shared))?);
+            .push(value.serialize(TreeSerializer(self.shared))?);
         Ok(())
     }
 }
@@ -305,7 +431,7 @@ impl Seq<'_> {
 macro_rules! seq_like {
     ($($trait:ident :: $method:ident),*) => {$(
         impl ser::$trait for Seq<'_> {
-            type Ok = Box<dyn Val>;
+            type Ok = Tree;
             type Error = ToValError;
             fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ToValError> {
                 self.push(value)
@@ -325,7 +451,7 @@ seq_like!(
 );
 
 struct MapOut<'s> {
-    entries: CelMapEntries,
+    entries: Vec<(Cow<'static, str>, Tree)>,
     /// The key given by `serialize_key`, waiting for its value.
     key: Option<String>,
     /// A struct variant's name: the map is wrapped as `{variant: {...}}`.
@@ -338,20 +464,24 @@ impl<'s> MapOut<'s> {
     /// it skips), so the map is sized once.
     fn new(variant: Option<&'static str>, len: usize, shared: &'s SharedLists) -> MapOut<'s> {
         MapOut {
-            entries: CelMapEntries::with_capacity_and_hasher(len, Default::default()),
+            entries: Vec::with_capacity(len),
             key: None,
             variant,
             shared,
         }
     }
 
-    fn insert(&mut self, key: &str, value: Box<dyn Val>) {
-        // A later entry of the same key wins, as in serde_json's map.
-        self.entries.insert(CelMapKey::from(key), value);
+    /// A later entry of the same key wins, as in serde_json's map (a map,
+    /// or fields flattened into a struct, may write a key twice).
+    fn insert(&mut self, key: Cow<'static, str>, value: Tree) {
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((key, value)),
+        }
     }
 
     fn done(self) -> Out {
-        let map: Box<dyn Val> = Box::new(CelMap::from(self.entries));
+        let map = Tree::Map(self.entries);
         Ok(match self.variant {
             Some(variant) => tagged(variant, map),
             None => map,
@@ -360,7 +490,7 @@ impl<'s> MapOut<'s> {
 }
 
 impl ser::SerializeMap for MapOut<'_> {
-    type Ok = Box<dyn Val>;
+    type Ok = Tree;
     type Error = ToValError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), ToValError> {
         // Keys as serde_json takes them: strings, and numbers, booleans
@@ -379,7 +509,8 @@ impl ser::SerializeMap for MapOut<'_> {
             .key
             .take()
             .ok_or_else(|| ToValError("map value without a key".into()))?;
-        self.insert(&key, value.serialize(ValSerializer(self.shared))?);
+        let value = value.serialize(TreeSerializer(self.shared))?;
+        self.insert(Cow::Owned(key), value);
         Ok(())
     }
     fn end(self) -> Out {
@@ -387,19 +518,20 @@ impl ser::SerializeMap for MapOut<'_> {
     }
 }
 
-/// The two struct-shaped serde traits: each field is inserted under its
-/// name, the map is made at the end.
+/// The two struct-shaped serde traits: each field is written under its
+/// name (a struct writes each name once), the map is made at the end.
 macro_rules! struct_like {
     ($($trait:ident),*) => {$(
         impl ser::$trait for MapOut<'_> {
-            type Ok = Box<dyn Val>;
+            type Ok = Tree;
             type Error = ToValError;
             fn serialize_field<T: Serialize + ?Sized>(
                 &mut self,
                 key: &'static str,
                 value: &T,
             ) -> Result<(), ToValError> {
-                self.insert(key, value.serialize(ValSerializer(self.shared))?);
+                let value = value.serialize(TreeSerializer(self.shared))?;
+                self.entries.push((Cow::Borrowed(key), value));
                 Ok(())
             }
             fn end(self) -> Out {
@@ -601,5 +733,72 @@ mod tests {
         let by_list: std::collections::BTreeMap<Vec<u8>, i64> = [(vec![1], 1)].into();
         assert!(serde_json::to_value(&by_list).is_err());
         assert!(to_val(&by_list).is_err());
+    }
+
+    #[test]
+    fn a_tree_keeps_the_shape_and_order_its_json_is_written_in() {
+        let sample = Names {
+            names: ["a", "b"].map(String::from).into(),
+            first: ["c"].map(String::from).into(),
+        };
+        let tree = to_tree(&sample, SharedLists::none()).unwrap();
+        let Tree::Map(entries) = &tree else {
+            panic!("a struct is a map: {tree:?}")
+        };
+        let keys: Vec<&str> = entries.iter().map(|(k, _)| &**k).collect();
+        assert_eq!(keys, ["names", "first"], "the fields in their order");
+        assert!(
+            matches!(entries[0].0, Cow::Borrowed(_)),
+            "a field's name is the program's own, not a copy"
+        );
+        let names = tree.get("names").unwrap();
+        assert_eq!(
+            *names,
+            Tree::List(vec![Tree::Str("a".into()), Tree::Str("b".into())])
+        );
+        assert_eq!(tree.get("nope"), None);
+        assert_eq!(names.get("names"), None, "a list has no entries");
+        // A map written with a key twice keeps the later value, as
+        // serde_json's does.
+        #[derive(Serialize)]
+        struct Twice {
+            a: i64,
+            #[serde(flatten)]
+            more: std::collections::BTreeMap<String, i64>,
+        }
+        let twice = Twice {
+            a: 1,
+            more: [("a".to_string(), 2), ("b".to_string(), 3)].into(),
+        };
+        let tree = to_tree(&twice, SharedLists::none()).unwrap();
+        assert_eq!(
+            tree,
+            Tree::Map(vec![("a".into(), Tree::Int(2)), ("b".into(), Tree::Int(3))])
+        );
+        assert_eq!(
+            serde_json::to_value(&twice).unwrap(),
+            json!({"a": 2, "b": 3})
+        );
+    }
+
+    #[test]
+    fn hosts_convert_a_variable_on_its_first_read_and_keep_it() {
+        let tree = to_tree(&json!({"requested": true, "total": 2}), SharedLists::none()).unwrap();
+        let mut hosts = Hosts::default();
+        hosts.push("gpu", Arc::new(tree.clone()));
+        assert!(hosts.has("gpu") && !hosts.has("params"));
+        assert!(
+            hosts.0[0].val.get().is_none(),
+            "nothing converted before a read"
+        );
+        let first = hosts.resolve_val("gpu").unwrap() as *const dyn Val as *const ();
+        let again = hosts.resolve_val("gpu").unwrap();
+        assert_eq!(first, again as *const dyn Val as *const ());
+        assert_eq!(
+            as_value(again),
+            as_value(json_to_val(&json!({"requested": true, "total": 2})).as_ref())
+        );
+        assert!(hosts.resolve_val("params").is_none());
+        assert!(Hosts::NONE.resolve_val("gpu").is_none());
     }
 }
