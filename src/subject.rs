@@ -90,7 +90,7 @@ pub struct TemplatePod {
     pub claims: Option<Vec<PodClaim>>,
     /// Its pod's GPU facts ([`Subject::work_out`]).
     pub gpu: Option<GpuFacts>,
-    /// Host variables of its pod as trees (its own `gpu`).
+    /// Host variables of its pod as trees (`request`, and its own `gpu`).
     pub variables: Hosts,
 }
 
@@ -126,9 +126,9 @@ pub struct Subject<'r> {
     pub claims: Option<Vec<PodClaim>>,
     /// The object's GPU facts, when worked out ([`Subject::work_out`]).
     pub gpu: Option<GpuFacts>,
-    /// Host variables as trees (e.g. `gpu`), which programs read in
-    /// place, shared by every policy and by the object and its template
-    /// pod alike.
+    /// Host variables as trees (`request`, `gpu`), which programs read in
+    /// place, shared by every policy ([`Subject::work_out`] writes them
+    /// for the policies).
     pub variables: Hosts,
     /// What the CEL `authorizer` checks ask ([`NoAuthorizer`] unless
     /// [`Subject::with_authorizer`] says otherwise).
@@ -249,9 +249,7 @@ impl<'r> Subject<'r> {
         subject.place_templates(profiles, &gpu_nodes);
         let mut subject = subject.with_gpu(catalog, resources, &gpu_nodes);
         subject.judge_placement(profiles);
-        if needs.gpu_variable {
-            subject.add_gpu_variable(needs.shared_lists);
-        }
+        subject.add_host_variables(needs);
         subject
     }
 
@@ -370,9 +368,19 @@ impl<'r> Subject<'r> {
         }
     }
 
-    /// The `gpu` variable of the subject and of each template pod; a
-    /// built-in controller's own is its template's, written once.
-    fn add_gpu_variable(&mut self, shared: &crate::cel::SharedLists) {
+    /// The host variables of the subject and of each template pod:
+    /// `request`, the same for all, and, when some policy reads it, `gpu`
+    /// (a built-in controller's own is its template's, written once).
+    fn add_host_variables(&mut self, needs: &Needs) {
+        let request = Arc::new(request_tree(self.request));
+        for template in &mut self.templates {
+            template.variables.push("request", request.clone());
+        }
+        self.variables.push("request", request);
+        if !needs.gpu_variable {
+            return;
+        }
+        let shared = needs.shared_lists;
         if let Some(facts) = &self.gpu {
             (self.variables).push("gpu", Arc::new(gpu_tree(facts, shared)));
         }
@@ -526,6 +534,127 @@ impl<'r> Subject<'r> {
         self.variables.get(name).map(|tree| tree.as_ref())
     }
 }
+
+/// `request` as Kubernetes shows it to CEL (no uid, object or oldObject).
+/// kube-apiserver converts an `AdmissionRequest` to unstructured JSON, so
+/// the fields Go tags `omitempty` are absent when empty (`subResource`,
+/// `name` and `namespace` of a cluster-scoped object, a user's `groups`):
+/// reading one unguarded is an error there, and is one here. Converted
+/// straight from the request, no JSON tree built on the way (the tests
+/// check it against the JSON form); the tree programs read in place.
+pub fn request_tree(req: &Request) -> Tree {
+    let sub_resource = req.sub_resource.as_deref().filter(|s| !s.is_empty());
+    let variable = RequestVariable {
+        kind: &req.kind,
+        resource: &req.resource,
+        request_kind: req.request_kind.as_ref().unwrap_or(&req.kind),
+        request_resource: req.request_resource.as_ref().unwrap_or(&req.resource),
+        operation: req.operation.as_str(),
+        user_info: UserInfo(&req.user_info),
+        dry_run: req.dry_run,
+        options: req.options.as_ref().unwrap_or(&NULL),
+        sub_resource,
+        request_sub_resource: req
+            .request_sub_resource
+            .as_deref()
+            .or(req.sub_resource.as_deref())
+            .filter(|s| !s.is_empty()),
+        name: Some(req.name.as_str()).filter(|s| !s.is_empty()),
+        namespace: req.namespace.as_deref().filter(|s| !s.is_empty()),
+    };
+    // References to plain data always convert.
+    crate::cel::to_tree(&variable, crate::cel::SharedLists::none()).unwrap_or(Tree::Map(Vec::new()))
+}
+
+/// The fields of `request` as kube-apiserver's CEL sees them.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestVariable<'r> {
+    kind: &'r crate::review::GroupVersionKind,
+    resource: &'r crate::review::GroupVersionResource,
+    request_kind: &'r crate::review::GroupVersionKind,
+    request_resource: &'r crate::review::GroupVersionResource,
+    operation: &'static str,
+    user_info: UserInfo<'r>,
+    dry_run: bool,
+    options: &'r serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sub_resource: Option<&'r str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_sub_resource: Option<&'r str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'r str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'r str>,
+}
+
+/// `userInfo` with the four fields CEL sees, each left out when empty.
+struct UserInfo<'r>(&'r serde_json::Value);
+
+const USER_INFO_FIELDS: [&str; 4] = ["username", "uid", "groups", "extra"];
+
+impl serde::Serialize for UserInfo<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for field in USER_INFO_FIELDS {
+            if let Some(v) = self.0.get(field).filter(|v| !is_empty(v)) {
+                map.serialize_entry(field, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// The `request` variable as JSON (what [`request_tree`] writes).
+#[cfg(test)]
+fn request_value(req: &Request) -> serde_json::Value {
+    let mut user = serde_json::Map::new();
+    for field in USER_INFO_FIELDS {
+        if let Some(v) = req.user_info.get(field).filter(|v| !is_empty(v)) {
+            user.insert(field.to_string(), v.clone());
+        }
+    }
+    let mut request = json!({
+        "kind": req.kind,
+        "resource": req.resource,
+        "requestKind": req.request_kind.as_ref().unwrap_or(&req.kind),
+        "requestResource": req.request_resource.as_ref().unwrap_or(&req.resource),
+        "operation": req.operation.as_str(),
+        "userInfo": user,
+        "dryRun": req.dry_run,
+        "options": req.options.clone().unwrap_or(serde_json::Value::Null),
+    });
+    let sub_resource = req.sub_resource.clone();
+    let optional = [
+        ("subResource", sub_resource.clone()),
+        (
+            "requestSubResource",
+            req.request_sub_resource.clone().or(sub_resource),
+        ),
+        ("name", Some(req.name.clone())),
+        ("namespace", req.namespace.clone()),
+    ];
+    for (field, value) in optional {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            request[field] = json!(value);
+        }
+    }
+    request
+}
+
+/// What Go's `omitempty` leaves out.
+fn is_empty(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Null => true,
+        serde_json::Value::String(s) => s.is_empty(),
+        serde_json::Value::Array(a) => a.is_empty(),
+        serde_json::Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+static NULL: Value = Value::Null;
 
 /// The GPU facts of `object` (with its DRA `claims` when looked up),
 /// judged against the cluster's GPU nodes when known.
@@ -712,6 +841,34 @@ mod tests {
     use crate::gpu::catalog::Catalog;
     use crate::k8s::namespaces::StaticNamespaces;
     use crate::offline::build_request;
+
+    #[test]
+    fn the_request_variable_holds_what_its_json_holds() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ml"}});
+        let mut requests = vec![Request::for_object(pod.clone(), Operation::Create, None)];
+        let mut full = Request::for_object(pod.clone(), Operation::Update, Some("ml"));
+        full.sub_resource = Some("status".into());
+        full.request_sub_resource = Some(String::new());
+        full.dry_run = true;
+        full.options = Some(json!({"kind": "UpdateOptions", "fieldManager": "kubectl"}));
+        full.user_info = json!({"username": "alice", "uid": "", "groups": [],
+            "extra": {"scopes": ["a"]}, "other": "not shown"});
+        requests.push(full);
+        let mut bare = Request::for_object(pod, Operation::Delete, None);
+        bare.name = String::new();
+        bare.namespace = Some(String::new());
+        bare.user_info = serde_json::Value::Null;
+        bare.request_kind = None;
+        bare.request_resource = None;
+        requests.push(bare);
+        for req in &requests {
+            let tree = request_tree(req).to_val();
+            let direct = crate::cel::Value::try_from(tree.as_ref()).unwrap();
+            let through_json = crate::cel::json_to_value(&request_value(req));
+            assert_eq!(direct, through_json, "{:?}", req.operation);
+        }
+    }
 
     /// A RayCluster's CPU head is counted, not judged; its GPU workers are
     /// both.

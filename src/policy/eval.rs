@@ -160,7 +160,9 @@ impl<'e> Scope<'e> {
                 .get_or_insert_with(|| within(subject.namespace.as_deref(), &reach.namespace));
             ctx.add_variable_as_val("namespaceObject", namespace.clone_as_boxed());
         }
-        if wanted("request") {
+        // The subject's host variables hold it when it was worked out for
+        // the policies.
+        if wanted("request") && !variables.has("request") {
             let request = shared
                 .request
                 .get_or_insert_with(|| request_val(subject.request));
@@ -215,123 +217,9 @@ pub(super) struct Shared {
 
 static NULL: serde_json::Value = serde_json::Value::Null;
 
-/// `request` as Kubernetes shows it to CEL (no uid, object or oldObject).
-/// kube-apiserver converts an `AdmissionRequest` to unstructured JSON, so
-/// the fields Go tags `omitempty` are absent when empty (`subResource`,
-/// `name` and `namespace` of a cluster-scoped object, a user's `groups`):
-/// reading one unguarded is an error there, and is one here. Converted
-/// straight from the request, no JSON tree built on the way (the tests
-/// check it against the JSON form).
+/// `request` in the interpreter's form ([`crate::subject::request_tree`]).
 pub(super) fn request_val(req: &Request) -> Box<dyn Val> {
-    let sub_resource = req.sub_resource.as_deref().filter(|s| !s.is_empty());
-    let variable = RequestVariable {
-        kind: &req.kind,
-        resource: &req.resource,
-        request_kind: req.request_kind.as_ref().unwrap_or(&req.kind),
-        request_resource: req.request_resource.as_ref().unwrap_or(&req.resource),
-        operation: req.operation.as_str(),
-        user_info: UserInfo(&req.user_info),
-        dry_run: req.dry_run,
-        options: req.options.as_ref().unwrap_or(&NULL),
-        sub_resource,
-        request_sub_resource: req
-            .request_sub_resource
-            .as_deref()
-            .or(req.sub_resource.as_deref())
-            .filter(|s| !s.is_empty()),
-        name: Some(req.name.as_str()).filter(|s| !s.is_empty()),
-        namespace: req.namespace.as_deref().filter(|s| !s.is_empty()),
-    };
-    // References to plain data always convert.
-    cel::to_val(&variable).unwrap_or_else(|_| Box::new(CelMap::from(CelMapEntries::default())))
-}
-
-/// The fields of `request` as kube-apiserver's CEL sees them.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct RequestVariable<'r> {
-    kind: &'r crate::review::GroupVersionKind,
-    resource: &'r crate::review::GroupVersionResource,
-    request_kind: &'r crate::review::GroupVersionKind,
-    request_resource: &'r crate::review::GroupVersionResource,
-    operation: &'static str,
-    user_info: UserInfo<'r>,
-    dry_run: bool,
-    options: &'r serde_json::Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sub_resource: Option<&'r str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    request_sub_resource: Option<&'r str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<&'r str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    namespace: Option<&'r str>,
-}
-
-/// `userInfo` with the four fields CEL sees, each left out when empty.
-struct UserInfo<'r>(&'r serde_json::Value);
-
-const USER_INFO_FIELDS: [&str; 4] = ["username", "uid", "groups", "extra"];
-
-impl serde::Serialize for UserInfo<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(None)?;
-        for field in USER_INFO_FIELDS {
-            if let Some(v) = self.0.get(field).filter(|v| !is_empty(v)) {
-                map.serialize_entry(field, v)?;
-            }
-        }
-        map.end()
-    }
-}
-
-/// The `request` variable as JSON (what [`request_val`] converts).
-#[cfg(test)]
-fn request_value(req: &Request) -> serde_json::Value {
-    let mut user = serde_json::Map::new();
-    for field in USER_INFO_FIELDS {
-        if let Some(v) = req.user_info.get(field).filter(|v| !is_empty(v)) {
-            user.insert(field.to_string(), v.clone());
-        }
-    }
-    let mut request = json!({
-        "kind": req.kind,
-        "resource": req.resource,
-        "requestKind": req.request_kind.as_ref().unwrap_or(&req.kind),
-        "requestResource": req.request_resource.as_ref().unwrap_or(&req.resource),
-        "operation": req.operation.as_str(),
-        "userInfo": user,
-        "dryRun": req.dry_run,
-        "options": req.options.clone().unwrap_or(serde_json::Value::Null),
-    });
-    let sub_resource = req.sub_resource.clone();
-    let optional = [
-        ("subResource", sub_resource.clone()),
-        (
-            "requestSubResource",
-            req.request_sub_resource.clone().or(sub_resource),
-        ),
-        ("name", Some(req.name.clone())),
-        ("namespace", req.namespace.clone()),
-    ];
-    for (field, value) in optional {
-        if let Some(value) = value.filter(|v| !v.is_empty()) {
-            request[field] = json!(value);
-        }
-    }
-    request
-}
-
-/// What Go's `omitempty` leaves out.
-fn is_empty(v: &serde_json::Value) -> bool {
-    match v {
-        serde_json::Value::Null => true,
-        serde_json::Value::String(s) => s.is_empty(),
-        serde_json::Value::Array(a) => a.is_empty(),
-        serde_json::Value::Object(o) => o.is_empty(),
-        _ => false,
-    }
+    crate::subject::request_tree(req).to_val()
 }
 
 /// What one policy said about one object with one param.
@@ -1133,33 +1021,6 @@ mod tests {
             assert!(metadata.field("labels").is_some_and(cel::Reach::is_whole));
             assert!(metadata.field("managedFields").is_none());
             assert!(namespace.field("status").is_none());
-        }
-    }
-
-    #[test]
-    fn the_request_variable_holds_what_its_json_holds() {
-        let pod = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "ml"}});
-        let mut requests = vec![Request::for_object(pod.clone(), Operation::Create, None)];
-        let mut full = Request::for_object(pod.clone(), Operation::Update, Some("ml"));
-        full.sub_resource = Some("status".into());
-        full.request_sub_resource = Some(String::new());
-        full.dry_run = true;
-        full.options = Some(json!({"kind": "UpdateOptions", "fieldManager": "kubectl"}));
-        full.user_info = json!({"username": "alice", "uid": "", "groups": [],
-            "extra": {"scopes": ["a"]}, "other": "not shown"});
-        requests.push(full);
-        let mut bare = Request::for_object(pod, Operation::Delete, None);
-        bare.name = String::new();
-        bare.namespace = Some(String::new());
-        bare.user_info = serde_json::Value::Null;
-        bare.request_kind = None;
-        bare.request_resource = None;
-        requests.push(bare);
-        for req in &requests {
-            let direct = Value::try_from(request_val(req).as_ref()).unwrap();
-            let through_json = cel::json_to_value(&request_value(req));
-            assert_eq!(direct, through_json, "{:?}", req.operation);
         }
     }
 

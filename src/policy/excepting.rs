@@ -82,7 +82,7 @@ fn expression_holds(inner: &Inner, subject: &Subject, exception: &Exception) -> 
             ctx.add_variable_as_val(name, cel::json_to_val(value.unwrap_or(&null)));
         }
     }
-    if reads("request") {
+    if reads("request") && !subject.variables.has("request") {
         ctx.add_variable_as_val("request", request_val(req));
     }
     (inner.env).bind_host_variables(&mut ctx, req.object.as_ref(), &subject.variables, reads);
