@@ -66,8 +66,8 @@ enum Node {
     /// (`@result + [x]`): taken out of its slot, so the list grows in place.
     TakeLocal(usize),
     /// A variable of the scope, by name; `object`, `oldObject` and
-    /// `namespaceObject` read from the request's JSON when the evaluation
-    /// has it ([`Roots`]).
+    /// `namespaceObject` read from the request's JSON, a host variable
+    /// from its tree, when the evaluation has them ([`Roots`]).
     Root(Box<str>, InPlace),
     /// A policy variable, by its identifier ([`super::variables::ident`]):
     /// read as the policy keeps it when the evaluation has the policy's
