@@ -561,6 +561,7 @@ fn needs(bundle: &Bundle, policies: bool) -> Needs<'_> {
         sources: bundle.policies.template_sources(),
         policies,
         gpu_variable: bundle.policies.references("gpu"),
+        request_variable: bundle.policies.references("request"),
         shared_lists: bundle.policies.shared_lists(),
     }
 }

@@ -66,6 +66,8 @@ pub struct Needs<'a> {
     pub policies: bool,
     /// Whether some policy reads the `gpu` variable.
     pub gpu_variable: bool,
+    /// Whether some policy reads the `request` variable.
+    pub request_variable: bool,
     /// The SKU lists the `gpu` variable shares, converted once.
     pub shared_lists: &'a crate::cel::SharedLists,
 }
@@ -368,15 +370,17 @@ impl<'r> Subject<'r> {
         }
     }
 
-    /// The host variables of the subject and of each template pod:
-    /// `request`, the same for all, and, when some policy reads it, `gpu`
-    /// (a built-in controller's own is its template's, written once).
+    /// The host variables some policy reads, of the subject and of each
+    /// template pod: `request`, the same for all, and `gpu` (a built-in
+    /// controller's own is its template's, written once).
     fn add_host_variables(&mut self, needs: &Needs) {
-        let request = Arc::new(request_tree(self.request));
-        for template in &mut self.templates {
-            template.variables.push("request", request.clone());
+        if needs.request_variable {
+            let request = Arc::new(request_tree(self.request));
+            for template in &mut self.templates {
+                template.variables.push("request", request.clone());
+            }
+            self.variables.push("request", request);
         }
-        self.variables.push("request", request);
         if !needs.gpu_variable {
             return;
         }
@@ -527,11 +531,6 @@ impl<'r> Subject<'r> {
             req.kind.kind,
             req.display_name(),
         ))
-    }
-
-    /// The host variable `name`, when the subject carries it.
-    pub fn variable(&self, name: &str) -> Option<&Tree> {
-        self.variables.get(name).map(|tree| tree.as_ref())
     }
 }
 
@@ -923,6 +922,7 @@ mod tests {
             sources: bundle.policies.template_sources(),
             policies: true,
             gpu_variable: true,
+            request_variable: true,
             shared_lists: bundle.policies.shared_lists(),
         };
         let pod = |gpus: &str| {
