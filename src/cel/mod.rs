@@ -41,7 +41,7 @@ pub use kube_cel::cel::{Context, Value};
 pub use limits::{Limits, EXPRESSION_COST_LIMIT, POLICY_COST_LIMIT};
 pub use program::{Computed, Native, PolicyVariables, Program, Roots, VariableSource};
 pub use reach::{json_to_val_within, Reach};
-pub use tree::{to_tree, to_val, to_val_sharing, Hosts, SharedList, SharedLists, ToValError, Tree};
+pub use tree::{to_tree, to_val, Hosts, SharedList, SharedLists, ToValError, Tree};
 
 /// The variables Kubernetes gives admission policy expressions.
 pub const BUILTIN_VARIABLES: &[&str] = &[

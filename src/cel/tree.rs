@@ -71,7 +71,8 @@ impl Tree {
     }
 }
 
-/// Host variables (`gpu`) as trees, which programs read in place. The
+/// Host variables (`request`, `gpu`) as trees, which programs read in
+/// place. The
 /// interpreter reads them through the scope's resolver (a scope sets it:
 /// `Context::set_variable_resolver`), each converted to its form on its
 /// first read and kept: a scope whose interpreter never reads one never
@@ -125,15 +126,6 @@ impl VariableResolver for Hosts {
 /// too (a map key that is not a string, a failing `Serialize`).
 pub fn to_val<T: Serialize + ?Sized>(value: &T) -> Result<Box<dyn Val>, ToValError> {
     Ok(to_tree(value, SharedLists::none())?.to_val())
-}
-
-/// [`to_val`], each list of `shared` the value holds given as converted
-/// there instead of converted again.
-pub fn to_val_sharing<T: Serialize + ?Sized>(
-    value: &T,
-    shared: &SharedLists,
-) -> Result<Box<dyn Val>, ToValError> {
-    Ok(to_tree(value, shared)?.to_val())
 }
 
 /// `value` as a tree, each list of `shared` it holds as that list.
@@ -687,8 +679,8 @@ mod tests {
         // lists) converts.
         let json = serde_json::to_value(&value).unwrap();
         assert_eq!(json, json!({"names": ["a", "b", "c"], "first": ["a", "b"]}));
-        let once = to_val_sharing(&value, &shared).unwrap();
-        let twice = to_val_sharing(&value, &shared).unwrap();
+        let once = to_tree(&value, &shared).unwrap().to_val();
+        let twice = to_tree(&value, &shared).unwrap().to_val();
         let alone = to_val(&value).unwrap();
         for val in [&once, &twice, &alone] {
             assert_eq!(
@@ -715,13 +707,13 @@ mod tests {
             names: ["a", "b", "c"].map(String::from).into(),
             first: kept.clone(),
         };
-        let copied = to_val_sharing(&copy, &shared).unwrap();
+        let copied = to_tree(&copy, &shared).unwrap().to_val();
         assert_ne!(
             list_at(once.as_ref(), "names"),
             list_at(copied.as_ref(), "names")
         );
         let other = SharedLists::new("Other", [kept]);
-        let other_name = to_val_sharing(&value, &other).unwrap();
+        let other_name = to_tree(&value, &other).unwrap().to_val();
         assert_ne!(
             list_at(once.as_ref(), "names"),
             list_at(other_name.as_ref(), "names")
