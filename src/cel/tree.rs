@@ -102,7 +102,11 @@ impl Hosts {
 
     /// The tree of the variable `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<Tree>> {
-        self.0.iter().find(|h| h.name == name).map(|h| &h.tree)
+        self.host(name).map(|h| &h.tree)
+    }
+
+    fn host(&self, name: &str) -> Option<&Host> {
+        self.0.iter().find(|h| h.name == name)
     }
 
     /// Whether the variable `name` is held.
@@ -117,7 +121,7 @@ impl VariableResolver for Hosts {
     }
 
     fn resolve_val(&self, name: &str) -> Option<&dyn Val> {
-        let host = self.0.iter().find(|h| h.name == name)?;
+        let host = self.host(name)?;
         Some(host.val.get_or_init(|| host.tree.to_val()).as_ref())
     }
 }

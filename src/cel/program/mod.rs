@@ -234,12 +234,6 @@ impl<'a> Computed<'a> {
     }
 }
 
-impl Default for Roots<'_> {
-    fn default() -> Self {
-        Roots::SCOPE
-    }
-}
-
 impl<'r> Roots<'r> {
     /// Every variable read from the scope.
     pub const SCOPE: Roots<'static> = Roots {
