@@ -207,16 +207,17 @@ impl Client {
         }
     }
 
+    /// Reads what the stream has into the buffer's spare room (kept from
+    /// read to read: nothing is zeroed or copied on the way in).
     async fn fill(&mut self) -> std::io::Result<()> {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = self.stream.read(&mut chunk).await?;
+        self.buf.reserve(16 * 1024);
+        let n = self.stream.read_buf(&mut self.buf).await?;
         if n == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "connection closed",
             ));
         }
-        self.buf.extend_from_slice(&chunk[..n]);
         Ok(())
     }
 }
