@@ -72,11 +72,10 @@ impl Tree {
 }
 
 /// Host variables (`request`, `gpu`) as trees, which programs read in
-/// place. The
-/// interpreter reads them through the scope's resolver (a scope sets it:
-/// `Context::set_variable_resolver`), each converted to its form on its
-/// first read and kept: a scope whose interpreter never reads one never
-/// converts it.
+/// place. The interpreter reads them through the scope's resolver (a
+/// scope sets it: `Context::set_variable_resolver`), each converted to its
+/// form on its first read and kept: a scope whose interpreter never reads
+/// one never converts it.
 #[derive(Debug, Default)]
 pub struct Hosts(Vec<Host>);
 
