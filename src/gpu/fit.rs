@@ -5,38 +5,10 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::catalog::Sku;
+use super::catalog::{Allocatable, Sku};
 use super::request::{int, parse_amount};
 use crate::k8s::json::{items, scalar_string, Pointer};
-
-/// AKS's kube-reserved CPU in millicores by the cores of the host, the
-/// table of "Node resource reservations" (learn.microsoft.com, AKS docs,
-/// `node-resource-reservations`). A size between two columns takes the
-/// smaller one's, and one above 64 cores the 64-core figure: the reserve
-/// only grows with cores, so no pod is judged against less CPU than the
-/// node leaves.
-const CPU_RESERVE_MILLIS: [(u32, u64); 7] = [
-    (1, 60),
-    (2, 100),
-    (4, 140),
-    (8, 180),
-    (16, 260),
-    (32, 420),
-    (64, 740),
-];
-
-/// The memory AKS (1.29 and later) keeps from pods: the kubelet's
-/// `memory.available<100Mi` eviction threshold, plus kube-reserved, the
-/// lesser of 20 MB per pod the node may hold plus 50 MB, and a quarter of
-/// the VM's memory. Pods per node are taken as [`MIN_MAX_PODS`], so the
-/// reserve is the least any AKS node of the size keeps.
-const EVICTION_BYTES: u64 = 100 << 20;
-const RESERVED_BYTES_PER_POD: u64 = 20_000_000;
-const RESERVED_BYTES_BASE: u64 = 50_000_000;
-/// The smallest `maxPods` AKS accepts for a node pool.
-const MIN_MAX_PODS: u64 = 10;
-
-const GIB: f64 = (1u64 << 30) as f64;
+use std::cmp::Ordering;
 
 /// The CPU (millicores) and memory (bytes) a pod asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -131,41 +103,8 @@ fn amount(v: Option<&Value>, scale: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// What a node of one size leaves for pods.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Allocatable {
-    pub cpu_millis: u64,
-    pub reserved_cpu_millis: u64,
-    /// `None` when the catalog does not know the size's memory.
-    pub memory_bytes: Option<u64>,
-    pub reserved_memory_bytes: Option<u64>,
-}
-
+/// How a size's room (the catalog's) takes a pod's request.
 impl Allocatable {
-    /// The size's vCPUs and memory less AKS's node reserve (see
-    /// [`CPU_RESERVE_MILLIS`] and [`EVICTION_BYTES`]).
-    pub fn of(sku: &Sku) -> Allocatable {
-        let cpu = u64::from(sku.vcpus) * 1000;
-        let reserved_cpu = CPU_RESERVE_MILLIS
-            .iter()
-            .rev()
-            .find(|(cores, _)| *cores <= sku.vcpus)
-            .map_or(0, |(_, millis)| *millis);
-        let memory = sku.memory_gib.map(|g| (g * GIB) as u64);
-        let reserved_memory = memory.map(|m| {
-            let kube = (RESERVED_BYTES_PER_POD * MIN_MAX_PODS + RESERVED_BYTES_BASE).min(m / 4);
-            kube + EVICTION_BYTES
-        });
-        Allocatable {
-            cpu_millis: cpu.saturating_sub(reserved_cpu),
-            reserved_cpu_millis: reserved_cpu,
-            memory_bytes: memory
-                .zip(reserved_memory)
-                .map(|(m, r)| m.saturating_sub(r)),
-            reserved_memory_bytes: reserved_memory,
-        }
-    }
-
     /// The pod's request fits on an empty node of the size (memory
     /// unknown fits).
     pub fn holds(&self, pod: PodResources) -> bool {
@@ -245,38 +184,52 @@ impl FitFacts {
     /// The fit of a pod asking `requested` and `gpus` GPUs on `skus`, the
     /// sizes it may land on.
     pub fn of(requested: PodResources, skus: &[&Sku], gpus: u64) -> FitFacts {
-        let rooms: Vec<(&Sku, Allocatable)> =
-            skus.iter().map(|s| (*s, Allocatable::of(s))).collect();
-        let largest = rooms.iter().max_by(|(a, ra), (b, rb)| {
-            let key = |s: &Sku, r: &Allocatable| (r.share_of(requested), s.vcpus, s.memory_gib);
-            let (ka, kb) = (key(a, ra), key(b, rb));
-            ka.0.total_cmp(&kb.0)
-                .then(ka.1.cmp(&kb.1))
-                .then(ka.2.unwrap_or(0.0).total_cmp(&kb.2.unwrap_or(0.0)))
-        });
-        let max_cpu_per_gpu = skus
-            .iter()
-            .map(|s| u64::from(s.vcpus) * 1000 / u64::from(s.gpu_devices.max(1)))
-            .max()
-            .unwrap_or(0);
+        // One pass over the sizes, each one's room as the catalog keeps it
+        // and its share of the request worked out once.
+        let mut fits = skus.is_empty();
+        let mut largest: Option<(&Sku, f64)> = None;
+        let mut max_cpu_per_gpu = 0;
+        for &sku in skus {
+            let share = sku.room.share_of(requested);
+            fits = fits || sku.room.holds(requested);
+            // Ties go to more vCPUs, then more memory; of equals, the last
+            // (as `Iterator::max_by` picks).
+            let wins = largest.is_none_or(|(best, best_share)| {
+                let order = best_share
+                    .total_cmp(&share)
+                    .then(best.vcpus.cmp(&sku.vcpus))
+                    .then(gib(best).total_cmp(&gib(sku)));
+                order != Ordering::Greater
+            });
+            if wins {
+                largest = Some((sku, share));
+            }
+            let per_gpu = u64::from(sku.vcpus) * 1000 / u64::from(sku.gpu_devices.max(1));
+            max_cpu_per_gpu = max_cpu_per_gpu.max(per_gpu);
+        }
         FitFacts {
             cpu: int(requested.cpu_millis),
             memory: int(requested.memory_bytes),
-            fits: rooms.is_empty() || rooms.iter().any(|(_, r)| r.holds(requested)),
-            largest: largest.map(|(sku, room)| SizeRoom {
+            fits,
+            largest: largest.map(|(sku, _)| SizeRoom {
                 name: sku.name.clone(),
                 vcpus: i64::from(sku.vcpus),
                 memory_gib: sku.memory_gib,
-                cpu: int(room.cpu_millis),
-                memory: room.memory_bytes.map(int),
-                reserved_cpu: int(room.reserved_cpu_millis),
-                reserved_memory: room.reserved_memory_bytes.map(int),
+                cpu: int(sku.room.cpu_millis),
+                memory: sku.room.memory_bytes.map(int),
+                reserved_cpu: int(sku.room.reserved_cpu_millis),
+                reserved_memory: sku.room.reserved_memory_bytes.map(int),
             }),
             cpu_per_gpu: int(requested.cpu_millis.checked_div(gpus).unwrap_or(0)),
             max_cpu_per_gpu: int(max_cpu_per_gpu),
             requested,
         }
     }
+}
+
+/// A size's memory in GiB for ordering sizes (unknown as none).
+fn gib(sku: &Sku) -> f64 {
+    sku.memory_gib.unwrap_or(0.0)
 }
 
 #[cfg(test)]
@@ -336,27 +289,10 @@ mod tests {
     }
 
     #[test]
-    fn reserve_follows_the_aks_tables() {
-        let c = Catalog::embedded();
-        let t4 = Allocatable::of(c.get("Standard_NC4as_T4_v3").unwrap());
-        assert_eq!((t4.cpu_millis, t4.reserved_cpu_millis), (3860, 140));
-        assert_eq!(t4.reserved_memory_bytes, Some(250_000_000 + (100 << 20)));
-        let allocatable = (28 << 30) - 250_000_000 - (100 << 20);
-        assert_eq!(t4.memory_bytes, Some(allocatable));
-        // 24 cores: the 16-core figure; 96 cores: the 64-core one.
-        let a100 = Allocatable::of(c.get("Standard_NC24ads_A100_v4").unwrap());
-        assert_eq!(a100.reserved_cpu_millis, 260);
-        let nd = Allocatable::of(c.get("Standard_ND96asr_v4").unwrap());
-        assert_eq!(nd.reserved_cpu_millis, 740);
-        // A quarter of the memory when that is less.
-        let mut tiny = c.get("Standard_NC4as_T4_v3").unwrap().clone();
-        tiny.memory_gib = Some(0.5);
-        let reserved = Allocatable::of(&tiny).reserved_memory_bytes;
-        assert_eq!(reserved, Some((128 << 20) + (100 << 20)));
-        tiny.memory_gib = None;
-        let unknown = Allocatable::of(&tiny);
-        assert_eq!(unknown.memory_bytes, None);
+    fn memory_unknown_holds_any_request() {
+        let unknown = Allocatable::of_size(4, None);
         assert!(unknown.holds(pod(1000, u64::MAX)));
+        assert!(!unknown.holds(pod(4000, 0)));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use super::json::{items, scalar_string, FieldError};
 use crate::k8s::json::Pointer as _;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use smallvec::SmallVec;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -166,12 +166,16 @@ impl NodeSelectorRequirement {
         }
     }
 
+    /// Written as the API writes it (`values` left out when empty).
     pub fn to_json(&self) -> Value {
-        let mut out = json!({"key": self.key, "operator": self.operator.as_str()});
+        let mut out = serde_json::Map::new();
+        out.insert("key".into(), Value::String(self.key.clone()));
+        out.insert("operator".into(), self.operator.as_str().into());
         if !self.values.is_empty() {
-            out["values"] = json!(self.values);
+            let values = self.values.iter().cloned().map(Value::String).collect();
+            out.insert("values".into(), Value::Array(values));
         }
-        out
+        Value::Object(out)
     }
 
     /// Whether every node meeting `self` also meets `other`.
@@ -278,9 +282,13 @@ impl NodeSelectorTerm {
             && other.iter().all(|r| self.requirements.contains(r))
     }
 
+    /// Its requirements as `matchExpressions`, built in place (the
+    /// `json!` macro would serialize each one again).
     pub fn to_json(&self) -> Value {
-        let expressions: Vec<Value> = self.requirements.iter().map(Requirement::to_json).collect();
-        json!({ "matchExpressions": expressions })
+        let expressions = self.requirements.iter().map(Requirement::to_json).collect();
+        let mut out = serde_json::Map::new();
+        out.insert("matchExpressions".into(), Value::Array(expressions));
+        Value::Object(out)
     }
 
     pub fn describe(&self) -> String {

@@ -223,7 +223,8 @@ impl Row<'_> {
             .filter(|a| !a.is_empty())
             .map(str::to_string)
             .collect();
-        Ok(Sku {
+        let mut sku = Sku {
+            room: super::Allocatable::default(),
             series: self.required("series")?,
             family: self.required("family")?,
             gpu_model: self.required("gpu_model")?,
@@ -243,7 +244,9 @@ impl Row<'_> {
             vcpus,
             memory_gib: self.number("memory_gib")?,
             retired_on,
-        })
+        };
+        sku.room = super::Allocatable::of_size(sku.vcpus, sku.memory_gib);
+        Ok(sku)
     }
 }
 

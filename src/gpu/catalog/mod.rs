@@ -9,12 +9,14 @@
 //! ([`Catalog::from_csv_file`]).
 mod file;
 pub mod mig;
+mod room;
 #[cfg(test)]
 mod shipped_rows;
 mod sku;
 
 pub use file::CatalogError;
 pub use mig::{MigGpu, MigTable};
+pub use room::Allocatable;
 pub use sku::{labels, Sku, SkuLabel};
 
 use super::SkuList;

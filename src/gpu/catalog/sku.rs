@@ -25,6 +25,9 @@ pub struct Sku {
     pub vcpus: u32,
     /// Memory of the VM in GiB as Azure's size pages give it, when known.
     pub memory_gib: Option<f64>,
+    /// What a node of the size leaves for pods: `vcpus` and `memory_gib`
+    /// less AKS's node reserve, worked out when the row is read.
+    pub room: super::Allocatable,
     /// Azure size family as the docs name it (`NCv3`, `NC_A100_v4`).
     pub family: String,
     /// The name without `Standard_` and the vCPU count (`NCads_A100_v4`),
