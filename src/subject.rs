@@ -9,11 +9,11 @@ use crate::cel::{Hosts, Tree};
 use crate::exceptions::{self, Exception, ExceptionLookup};
 use crate::gpu::capacity::PoolKind;
 use crate::gpu::catalog::{Catalog, Sku};
-use crate::gpu::facts::{GpuFacts, PlacementFacts, WorkloadFacts};
+use crate::gpu::facts::{Detail, GpuFacts, PlacementFacts, WorkloadFacts};
 use crate::gpu::reach::GpuNodes;
 use crate::gpu::relevance::gpu_relevant;
 use crate::gpu::{GpuResources, NodeLookup};
-use crate::k8s::claims::{pod_claims, PodClaim};
+use crate::k8s::claims::{pod_claims, NoClaims, PodClaim};
 use crate::k8s::json::{labels_of, str_at};
 use crate::k8s::namespaces::with_name_label;
 use crate::k8s::{workloads, ClaimLookup, NamespaceLookup, TemplateSources};
@@ -245,11 +245,12 @@ impl<'r> Subject<'r> {
         let nodes = lookups.nodes.nodes();
         let gpu_nodes = nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
         if !needs.policies {
-            return subject.with_gpu(catalog, resources, &gpu_nodes);
+            // No policy reads this subject's facts: placement's are enough.
+            return subject.with_gpu((catalog, resources), &gpu_nodes, Detail::Placement);
         }
         subject = subject.with_exceptions(lookups.exceptions);
         subject.place_templates(profiles, &gpu_nodes);
-        let mut subject = subject.with_gpu(catalog, resources, &gpu_nodes);
+        let mut subject = subject.with_gpu((catalog, resources), &gpu_nodes, Detail::Policies);
         subject.judge_placement(profiles);
         subject.add_host_variables(needs);
         subject
@@ -286,8 +287,8 @@ impl<'r> Subject<'r> {
             &placed,
             self.claims.as_ref(),
             &gpu_nodes,
-            catalog,
-            resources,
+            (catalog, resources),
+            Detail::Policies,
         ))
     }
 
@@ -305,7 +306,13 @@ impl<'r> Subject<'r> {
                 continue;
             };
             let claims = template.claims.as_ref();
-            let facts = pod_facts(pod, claims, gpu_nodes, catalog, resources);
+            let facts = pod_facts(
+                pod,
+                claims,
+                gpu_nodes,
+                (catalog, resources),
+                Detail::Policies,
+            );
             let placed = PodFacts {
                 facts: &facts,
                 namespace: self.namespace_name.as_deref(),
@@ -321,7 +328,13 @@ impl<'r> Subject<'r> {
                 if let Err(e) = json_patch::patch(pod, &plan.patch) {
                     tracing::error!("placement patch does not apply to a template pod: {e}");
                 }
-                template.gpu = Some(pod_facts(pod, claims, gpu_nodes, catalog, resources));
+                template.gpu = Some(pod_facts(
+                    pod,
+                    claims,
+                    gpu_nodes,
+                    (catalog, resources),
+                    Detail::Policies,
+                ));
             }
         }
     }
@@ -448,15 +461,15 @@ impl<'r> Subject<'r> {
     /// placed when the template pod was; a custom resource's own are
     /// empty but for `workload`, the pods and GPUs of all its templates.
     /// All are judged against `gpu_nodes`, the cluster's GPU nodes, when
-    /// known.
+    /// known, and worked out for `detail`'s readers.
     fn with_gpu(
         mut self,
-        catalog: &Catalog,
-        resources: &GpuResources,
+        (catalog, resources): (&Catalog, &GpuResources),
         gpu_nodes: &Option<GpuNodes>,
+        detail: Detail,
     ) -> Subject<'r> {
         let facts_of = |object: &Value, claims: Option<&Vec<PodClaim>>| {
-            pod_facts(object, claims, gpu_nodes, catalog, resources)
+            pod_facts(object, claims, gpu_nodes, (catalog, resources), detail)
         };
         // Those placement worked out already ([`Subject::place_templates`]).
         let per_template: Vec<GpuFacts> = (self.templates.iter_mut())
@@ -661,12 +674,12 @@ fn pod_facts(
     object: &Value,
     claims: Option<&Vec<PodClaim>>,
     gpu_nodes: &Option<GpuNodes>,
-    catalog: &Catalog,
-    resources: &GpuResources,
+    (catalog, resources): (&Catalog, &GpuResources),
+    detail: Detail,
 ) -> GpuFacts {
     let facts = match claims {
-        Some(claims) => GpuFacts::with_claims(object, claims, catalog, resources),
-        None => GpuFacts::of(object, catalog, resources),
+        Some(claims) => GpuFacts::for_readers(object, claims, catalog, resources, detail),
+        None => GpuFacts::claiming_for(object, &NoClaims, (catalog, resources), detail),
     };
     match gpu_nodes {
         Some(set) => facts.with_nodes(object, set, catalog),
@@ -889,9 +902,9 @@ mod tests {
         let req = build_request(rc, None, Operation::Create, None);
         let catalog = Catalog::embedded();
         let subject = Subject::new(&req, &StaticNamespaces::new(), sources).with_gpu(
-            &catalog,
-            &GpuResources::default(),
+            (&catalog, &GpuResources::default()),
             &None,
+            Detail::Policies,
         );
         let labels: Vec<&str> = subject.templates.iter().map(|t| t.label.as_str()).collect();
         assert_eq!(labels, ["workerGroupSpecs[gpu]"]);
@@ -963,7 +976,13 @@ mod tests {
         );
         for template in &subject.templates {
             let pod = template.request.object.as_ref().unwrap();
-            let mut expected = pod_facts(pod, template.claims.as_ref(), &None, catalog, resources);
+            let mut expected = pod_facts(
+                pod,
+                template.claims.as_ref(),
+                &None,
+                (catalog, resources),
+                Detail::Policies,
+            );
             let facts = template.gpu.as_ref().unwrap();
             (expected.placement, expected.workload) =
                 (facts.placement.clone(), facts.workload.clone());

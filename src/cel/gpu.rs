@@ -68,6 +68,11 @@ pub fn gpu_value(facts: &GpuFacts) -> Value {
 /// written straight from the facts, by the same rules as their JSON,
 /// each SKU list of `shared` given as it is kept there.
 pub fn gpu_tree(facts: &GpuFacts, shared: &super::SharedLists) -> super::Tree {
+    debug_assert_eq!(
+        facts.detail,
+        crate::gpu::facts::Detail::Policies,
+        "facts worked out for placement alone are not the `gpu` variable"
+    );
     // Plain data (strings, integers, booleans, lists, maps with string
     // keys) always converts.
     super::to_tree(facts, shared).unwrap_or(super::Tree::Null)

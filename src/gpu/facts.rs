@@ -80,7 +80,8 @@ pub struct GpuFacts {
     pub skus: SkuList,
     pub max_sku_gpus: i64,
     /// Whether the pod's CPU and memory fit the sizes in `skus` (see
-    /// [`super::fit`]).
+    /// [`super::fit`]); left at its default in facts worked out for
+    /// placement alone ([`Detail::Placement`]).
     pub fit: FitFacts,
     /// Whether the pod's MIG slices fit the sizes its node selection
     /// allows (see [`super::mig`]).
@@ -102,6 +103,19 @@ pub struct GpuFacts {
     /// The pod's GPU request as read, for the Rust side (placement, audit).
     #[serde(skip)]
     pub request: PodGpuRequest,
+    /// Who the facts were worked out for.
+    #[serde(skip)]
+    pub detail: Detail,
+}
+
+/// Who a pod's facts are worked out for: the policies (the `gpu`
+/// variable, every fact), or placement alone, which reads neither `fit`
+/// nor what it is worked out from, so `/mutate` spends nothing on them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Detail {
+    #[default]
+    Policies,
+    Placement,
 }
 
 /// One container of the pod.
@@ -205,11 +219,21 @@ impl GpuFacts {
         catalog: &Catalog,
         resources: &GpuResources,
     ) -> GpuFacts {
+        GpuFacts::claiming_for(object, lookup, (catalog, resources), Detail::Policies)
+    }
+
+    /// [`GpuFacts::claiming`], worked out for `detail`'s readers.
+    pub fn claiming_for(
+        object: &Value,
+        lookup: &dyn ClaimLookup,
+        (catalog, resources): (&Catalog, &GpuResources),
+        detail: Detail,
+    ) -> GpuFacts {
         let namespace = str_at(object, "/metadata/namespace");
         let claims = pod_spec(object)
             .map(|spec| pod_claims(spec, namespace, lookup))
             .unwrap_or_default();
-        GpuFacts::with_claims(object, &claims, catalog, resources)
+        GpuFacts::for_readers(object, &claims, catalog, resources, detail)
     }
 
     /// [`GpuFacts::of`], with the pod's DRA claims already looked up
@@ -220,13 +244,24 @@ impl GpuFacts {
         catalog: &Catalog,
         resources: &GpuResources,
     ) -> GpuFacts {
+        GpuFacts::for_readers(object, claims, catalog, resources, Detail::Policies)
+    }
+
+    /// [`GpuFacts::with_claims`], worked out for `detail`'s readers.
+    pub fn for_readers(
+        object: &Value,
+        claims: &[PodClaim],
+        catalog: &Catalog,
+        resources: &GpuResources,
+        detail: Detail,
+    ) -> GpuFacts {
         let mut facts = match pod_spec(object) {
             Some(spec) => pod_facts(
                 spec,
                 pod_metadata(object).and_then(|m| m.get("annotations")),
                 claims,
-                catalog,
-                resources,
+                (catalog, resources),
+                detail,
             ),
             None => claim_object_facts(object, resources).unwrap_or_default(),
         };
@@ -369,7 +404,9 @@ impl GpuFacts {
     fn narrow_to(&mut self, skus: Vec<&super::catalog::Sku>, catalog: &Catalog) {
         self.skus_constrained = true;
         self.max_sku_gpus = (skus.iter().map(|s| i64::from(s.gpu_devices)).max()).unwrap_or(0);
-        self.fit = FitFacts::of(self.fit.requested, &skus, self.request.total());
+        if self.detail == Detail::Policies {
+            self.fit = FitFacts::of(self.fit.requested, &skus, self.request.total());
+        }
         self.mig = MigFacts::of(&self.request, &skus, true, catalog);
         self.skus = catalog.list_of(&skus);
     }
@@ -473,8 +510,8 @@ fn pod_facts(
     spec: &Value,
     annotations: Option<&Value>,
     claims: &[PodClaim],
-    catalog: &Catalog,
-    resources: &GpuResources,
+    (catalog, resources): (&Catalog, &GpuResources),
+    detail: Detail,
 ) -> GpuFacts {
     let mut request = pod_gpu_request(spec, resources);
     let selection = NodeSelection::from_pod_spec(spec);
@@ -524,7 +561,10 @@ fn pod_facts(
     let access = pod_access(spec, annotations, context, |kind, name| {
         asks_gpu(&own_containers, kind, name)
     });
-    let fit = FitFacts::of(PodResources::of(spec), &skus, request.total());
+    let fit = match detail {
+        Detail::Policies => FitFacts::of(PodResources::of(spec), &skus, request.total()),
+        Detail::Placement => FitFacts::default(),
+    };
     GpuFacts {
         containers: own_containers,
         ephemeral_containers: ephemeral_container_requests(spec, resources)
@@ -554,6 +594,7 @@ fn pod_facts(
         fit,
         mig,
         access,
+        detail,
         ..counted(request)
     }
 }
@@ -1097,6 +1138,50 @@ mod tests {
             cpu.unhealthy_nodes.is_empty(),
             "a CPU pod's GPUs do not matter"
         );
+    }
+
+    #[test]
+    fn placement_alone_gets_every_fact_but_fit() {
+        use crate::gpu::reach::NodeSnapshot;
+        // Nodes of an A100 pool: a pod naming the pool is narrowed to them.
+        let node = |name: &str| {
+            crate::k8s::NodeInfo::from_value(&json!({"metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name, "kubernetes.azure.com/agentpool": "gpupool",
+                "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4",
+                "kubernetes.azure.com/accelerator": "nvidia"}},
+                "status": {"allocatable": {"nvidia.com/gpu": "1"}}}))
+        };
+        let listed = NodeSnapshot::new(vec![node("a"), node("b")], Vec::new(), &Default::default());
+        let (catalog, resources) = (Catalog::embedded(), GpuResources::default());
+        let set = listed.gpu_nodes(&resources, &catalog);
+        let gpu = json!([{"name": "c", "image": "cuda", "resources": {
+            "requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"nvidia.com/gpu": "1"}}}]);
+        let specs = [
+            json!({"containers": gpu}),
+            json!({"containers": gpu, "nodeSelector": {"kubernetes.azure.com/agentpool": "gpupool"}}),
+            json!({"containers": gpu, "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"}}),
+            json!({"containers": [{"name": "c", "image": "busybox"}]}),
+        ];
+        for spec in specs {
+            let pod = pod(spec);
+            let facts = |detail| {
+                let facts = GpuFacts::for_readers(&pod, &[], &catalog, &resources, detail);
+                [facts.clone(), facts.with_nodes(&pod, &set, &catalog)]
+            };
+            let (all, placement) = (facts(Detail::Policies), facts(Detail::Placement));
+            if pod.to_string().contains("gpupool") {
+                // Narrowed by the nodes to the pool's size.
+                assert_eq!(&*all[1].skus, ["Standard_NC24ads_A100_v4"]);
+                assert_eq!(&*placement[1].skus, ["Standard_NC24ads_A100_v4"]);
+            }
+            for (mut placement, all) in placement.into_iter().zip(all) {
+                assert_eq!(placement.fit, FitFacts::default(), "{pod}");
+                assert!(all.fit.cpu > 0 || !all.requested, "{pod}");
+                placement.fit = all.fit.clone();
+                placement.detail = Detail::Policies;
+                assert_eq!(placement, all, "{pod}");
+            }
+        }
     }
 
     #[test]
