@@ -246,11 +246,11 @@ impl<'r> Subject<'r> {
         let gpu_nodes = nodes.as_ref().map(|n| n.gpu_nodes(resources, catalog));
         if !needs.policies {
             // No policy reads this subject's facts: placement's are enough.
-            return subject.with_gpu((catalog, resources), &gpu_nodes, Detail::Placement);
+            return subject.with_gpu(catalog, resources, &gpu_nodes, Detail::Placement);
         }
         subject = subject.with_exceptions(lookups.exceptions);
         subject.place_templates(profiles, &gpu_nodes);
-        let mut subject = subject.with_gpu((catalog, resources), &gpu_nodes, Detail::Policies);
+        let mut subject = subject.with_gpu(catalog, resources, &gpu_nodes, Detail::Policies);
         subject.judge_placement(profiles);
         subject.add_host_variables(needs);
         subject
@@ -287,7 +287,8 @@ impl<'r> Subject<'r> {
             &placed,
             self.claims.as_ref(),
             &gpu_nodes,
-            (catalog, resources),
+            catalog,
+            resources,
             Detail::Policies,
         ))
     }
@@ -306,13 +307,7 @@ impl<'r> Subject<'r> {
                 continue;
             };
             let claims = template.claims.as_ref();
-            let facts = pod_facts(
-                pod,
-                claims,
-                gpu_nodes,
-                (catalog, resources),
-                Detail::Policies,
-            );
+            let facts = pod_facts(pod, claims, gpu_nodes, catalog, resources, Detail::Policies);
             let placed = PodFacts {
                 facts: &facts,
                 namespace: self.namespace_name.as_deref(),
@@ -332,7 +327,8 @@ impl<'r> Subject<'r> {
                     pod,
                     claims,
                     gpu_nodes,
-                    (catalog, resources),
+                    catalog,
+                    resources,
                     Detail::Policies,
                 ));
             }
@@ -464,12 +460,13 @@ impl<'r> Subject<'r> {
     /// known, and worked out for `detail`'s readers.
     fn with_gpu(
         mut self,
-        (catalog, resources): (&Catalog, &GpuResources),
+        catalog: &Catalog,
+        resources: &GpuResources,
         gpu_nodes: &Option<GpuNodes>,
         detail: Detail,
     ) -> Subject<'r> {
         let facts_of = |object: &Value, claims: Option<&Vec<PodClaim>>| {
-            pod_facts(object, claims, gpu_nodes, (catalog, resources), detail)
+            pod_facts(object, claims, gpu_nodes, catalog, resources, detail)
         };
         // Those placement worked out already ([`Subject::place_templates`]).
         let per_template: Vec<GpuFacts> = (self.templates.iter_mut())
@@ -674,12 +671,13 @@ fn pod_facts(
     object: &Value,
     claims: Option<&Vec<PodClaim>>,
     gpu_nodes: &Option<GpuNodes>,
-    (catalog, resources): (&Catalog, &GpuResources),
+    catalog: &Catalog,
+    resources: &GpuResources,
     detail: Detail,
 ) -> GpuFacts {
     let facts = match claims {
-        Some(claims) => GpuFacts::for_readers(object, claims, catalog, resources, detail),
-        None => GpuFacts::claiming_for(object, &NoClaims, (catalog, resources), detail),
+        Some(claims) => GpuFacts::with_claims_for(object, claims, catalog, resources, detail),
+        None => GpuFacts::claiming_for(object, &NoClaims, catalog, resources, detail),
     };
     match gpu_nodes {
         Some(set) => facts.with_nodes(object, set, catalog),
@@ -902,7 +900,8 @@ mod tests {
         let req = build_request(rc, None, Operation::Create, None);
         let catalog = Catalog::embedded();
         let subject = Subject::new(&req, &StaticNamespaces::new(), sources).with_gpu(
-            (&catalog, &GpuResources::default()),
+            &catalog,
+            &GpuResources::default(),
             &None,
             Detail::Policies,
         );
@@ -980,7 +979,8 @@ mod tests {
                 pod,
                 template.claims.as_ref(),
                 &None,
-                (catalog, resources),
+                catalog,
+                resources,
                 Detail::Policies,
             );
             let facts = template.gpu.as_ref().unwrap();

@@ -219,21 +219,22 @@ impl GpuFacts {
         catalog: &Catalog,
         resources: &GpuResources,
     ) -> GpuFacts {
-        GpuFacts::claiming_for(object, lookup, (catalog, resources), Detail::Policies)
+        GpuFacts::claiming_for(object, lookup, catalog, resources, Detail::Policies)
     }
 
     /// [`GpuFacts::claiming`], worked out for `detail`'s readers.
     pub fn claiming_for(
         object: &Value,
         lookup: &dyn ClaimLookup,
-        (catalog, resources): (&Catalog, &GpuResources),
+        catalog: &Catalog,
+        resources: &GpuResources,
         detail: Detail,
     ) -> GpuFacts {
         let namespace = str_at(object, "/metadata/namespace");
         let claims = pod_spec(object)
             .map(|spec| pod_claims(spec, namespace, lookup))
             .unwrap_or_default();
-        GpuFacts::for_readers(object, &claims, catalog, resources, detail)
+        GpuFacts::with_claims_for(object, &claims, catalog, resources, detail)
     }
 
     /// [`GpuFacts::of`], with the pod's DRA claims already looked up
@@ -244,11 +245,11 @@ impl GpuFacts {
         catalog: &Catalog,
         resources: &GpuResources,
     ) -> GpuFacts {
-        GpuFacts::for_readers(object, claims, catalog, resources, Detail::Policies)
+        GpuFacts::with_claims_for(object, claims, catalog, resources, Detail::Policies)
     }
 
     /// [`GpuFacts::with_claims`], worked out for `detail`'s readers.
-    pub fn for_readers(
+    pub fn with_claims_for(
         object: &Value,
         claims: &[PodClaim],
         catalog: &Catalog,
@@ -260,7 +261,8 @@ impl GpuFacts {
                 spec,
                 pod_metadata(object).and_then(|m| m.get("annotations")),
                 claims,
-                (catalog, resources),
+                catalog,
+                resources,
                 detail,
             ),
             None => claim_object_facts(object, resources).unwrap_or_default(),
@@ -510,7 +512,8 @@ fn pod_facts(
     spec: &Value,
     annotations: Option<&Value>,
     claims: &[PodClaim],
-    (catalog, resources): (&Catalog, &GpuResources),
+    catalog: &Catalog,
+    resources: &GpuResources,
     detail: Detail,
 ) -> GpuFacts {
     let mut request = pod_gpu_request(spec, resources);
@@ -1156,23 +1159,32 @@ mod tests {
         let set = listed.gpu_nodes(&resources, &catalog);
         let gpu = json!([{"name": "c", "image": "cuda", "resources": {
             "requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"nvidia.com/gpu": "1"}}}]);
+        // Each pod, and the sizes the listed nodes narrow it to, if any.
         let specs = [
-            json!({"containers": gpu}),
-            json!({"containers": gpu, "nodeSelector": {"kubernetes.azure.com/agentpool": "gpupool"}}),
-            json!({"containers": gpu, "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"}}),
-            json!({"containers": [{"name": "c", "image": "busybox"}]}),
+            (json!({"containers": gpu}), None),
+            (
+                json!({"containers": gpu, "nodeSelector": {"kubernetes.azure.com/agentpool": "gpupool"}}),
+                Some("Standard_NC24ads_A100_v4"),
+            ),
+            (
+                json!({"containers": gpu, "nodeSelector": {"node.kubernetes.io/instance-type": "Standard_NC4as_T4_v3"}}),
+                None,
+            ),
+            (
+                json!({"containers": [{"name": "c", "image": "busybox"}]}),
+                None,
+            ),
         ];
-        for spec in specs {
+        for (spec, narrowed) in specs {
             let pod = pod(spec);
             let facts = |detail| {
-                let facts = GpuFacts::for_readers(&pod, &[], &catalog, &resources, detail);
+                let facts = GpuFacts::with_claims_for(&pod, &[], &catalog, &resources, detail);
                 [facts.clone(), facts.with_nodes(&pod, &set, &catalog)]
             };
             let (all, placement) = (facts(Detail::Policies), facts(Detail::Placement));
-            if pod.to_string().contains("gpupool") {
-                // Narrowed by the nodes to the pool's size.
-                assert_eq!(&*all[1].skus, ["Standard_NC24ads_A100_v4"]);
-                assert_eq!(&*placement[1].skus, ["Standard_NC24ads_A100_v4"]);
+            if let Some(size) = narrowed {
+                assert_eq!(&*all[1].skus, [size], "{pod}");
+                assert_eq!(&*placement[1].skus, [size], "{pod}");
             }
             for (mut placement, all) in placement.into_iter().zip(all) {
                 assert_eq!(placement.fit, FitFacts::default(), "{pod}");

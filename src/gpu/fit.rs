@@ -319,6 +319,22 @@ mod tests {
         let largest = f.largest.unwrap();
         assert_eq!((largest.name.as_str(), largest.vcpus), (A100, 24));
         assert_eq!(f.cpu_per_gpu, 15_000);
+        // Sizes of the same room tie on vCPUs and memory too: the last of
+        // them in the order given is named.
+        let (h100, ncc) = (
+            c.get("Standard_NC40ads_H100_v5").unwrap(),
+            c.get("Standard_NCC40ads_H100_v5").unwrap(),
+        );
+        assert_eq!((h100.room, h100.vcpus), (ncc.room, ncc.vcpus));
+        let named = |skus: &[&Sku]| {
+            FitFacts::of(pod(8000, 64 << 30), skus, 1)
+                .largest
+                .unwrap()
+                .name
+        };
+        assert_eq!(named(&[h100, ncc]), ncc.name);
+        assert_eq!(named(&[ncc, h100]), h100.name);
+        assert_eq!(named(&[sizes[1], ncc, h100, sizes[1]]), h100.name);
         // No size known: nothing to judge.
         let none = FitFacts::of(big_memory, &[], 1);
         assert!(none.fits && none.largest.is_none());
