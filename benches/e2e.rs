@@ -32,6 +32,12 @@
 //! answer with N and with none, over N, is what one more policy costs a
 //! review end to end.
 //!
+//! GPU_ADMISSION_BENCH_POLICIES=DIR serves the policy folder DIR instead
+//! of the shipped one: a folder with only `placement/` (the profiles
+//! `/mutate` places by, so that it still patches the fixture) measures
+//! what the webhook costs a `/validate` with no policy to evaluate, the
+//! edge's own share.
+//!
 //! GPU_ADMISSION_BENCH_ONLY=floor|mutate|validate runs only that target's
 //! saturation run (after the warm-up) and stops: for profilers. Two runs
 //! under `valgrind --tool=callgrind` with different request counts give
@@ -145,22 +151,32 @@ async fn run(connections: usize, requests: usize) {
     let ensured = gpu_admission::certs::ensure(dir.path(), &names).expect("certificates");
     let client_tls = http::client_config(&ensured.ca_pem, &[b"http/1.1"]);
 
-    // The webhook, with the shipped policy folder when there is one, and
-    // any extra policies asked for beside it.
+    // The webhook, with the shipped policy folder when there is one (or
+    // the folder asked for), and any extra policies asked for beside it.
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let base = match std::env::var_os("GPU_ADMISSION_BENCH_POLICIES") {
+        Some(folder) => {
+            let folder = std::path::PathBuf::from(folder);
+            println!("e2e: the policies of {}", folder.display());
+            Some(folder)
+        }
+        None => shipped.is_dir().then_some(shipped),
+    };
     let extra = env_usize("GPU_ADMISSION_BENCH_EXTRA_POLICIES", 0);
-    let policies = if extra > 0 {
-        let folder = dir.path().join("policies");
-        copy_policies(&shipped, &folder);
-        std::fs::write(
-            folder.join("bench-extra.yaml"),
-            extra_policies::extra_policies(extra, extra_policies::Target::Pods),
-        )
-        .expect("extra policies");
-        println!("e2e: the shipped set and {extra} extra policies matching pods");
-        Some(folder)
-    } else {
-        shipped.is_dir().then_some(shipped)
+    let policies = match base {
+        Some(base) if extra > 0 => {
+            let folder = dir.path().join("policies");
+            copy_policies(&base, &folder);
+            std::fs::write(
+                folder.join("bench-extra.yaml"),
+                extra_policies::extra_policies(extra, extra_policies::Target::Pods),
+            )
+            .expect("extra policies");
+            println!("e2e: {extra} extra policies matching pods beside them");
+            Some(folder)
+        }
+        None if extra > 0 => panic!("extra policies are added to a policy folder: none found"),
+        base => base,
     };
     let (webhook_addr, shutdown, server_task) = start_webhook(&ensured, policies).await;
 
