@@ -172,7 +172,10 @@ async fn run(connections: usize, requests: usize) {
                 extra_policies::extra_policies(extra, extra_policies::Target::Pods),
             )
             .expect("extra policies");
-            println!("e2e: {extra} extra policies matching pods beside them");
+            println!(
+                "e2e: {extra} extra policies matching pods beside those of {}",
+                base.display()
+            );
             Some(folder)
         }
         None if extra > 0 => panic!("extra policies are added to a policy folder: none found"),
